@@ -1,0 +1,263 @@
+#include "runtime/jobspec/jobspec.h"
+
+#include <yaml-cpp/yaml.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "base/status.h"
+#include "google/protobuf/descriptor.h"
+#include "google/protobuf/reflection.h"
+
+namespace loom::jobspec {
+namespace {
+
+namespace pb = google::protobuf;
+
+std::string Join(const std::string& prefix, const std::string& key) {
+  return prefix.empty() ? key : absl::StrCat(prefix, ".", key);
+}
+
+absl::Status Bad(const std::string& path, absl::string_view what, const std::string& value) {
+  return absl::InvalidArgumentError(absl::StrCat(path, ": expected ", what, ", got '", value, "'"));
+}
+
+absl::Status SetScalar(pb::Message& msg, const pb::FieldDescriptor* f, const YAML::Node& node,
+                       const std::string& path) {
+  if (!node.IsScalar()) return absl::InvalidArgumentError(absl::StrCat(path, ": expected a scalar value"));
+  const std::string v = node.Scalar();
+  const pb::Reflection* r = msg.GetReflection();
+  switch (f->cpp_type()) {
+    case pb::FieldDescriptor::CPPTYPE_INT32: {
+      int32_t x;
+      if (!absl::SimpleAtoi(v, &x)) return Bad(path, "an integer", v);
+      r->SetInt32(&msg, f, x);
+      break;
+    }
+    case pb::FieldDescriptor::CPPTYPE_INT64: {
+      int64_t x;
+      if (!absl::SimpleAtoi(v, &x)) return Bad(path, "an integer", v);
+      r->SetInt64(&msg, f, x);
+      break;
+    }
+    case pb::FieldDescriptor::CPPTYPE_UINT64: {
+      uint64_t x;
+      if (!absl::SimpleAtoi(v, &x)) return Bad(path, "a non-negative integer", v);
+      r->SetUInt64(&msg, f, x);
+      break;
+    }
+    case pb::FieldDescriptor::CPPTYPE_UINT32: {
+      uint32_t x;
+      if (!absl::SimpleAtoi(v, &x)) return Bad(path, "a non-negative integer", v);
+      r->SetUInt32(&msg, f, x);
+      break;
+    }
+    case pb::FieldDescriptor::CPPTYPE_FLOAT: {
+      float x;
+      if (!absl::SimpleAtof(v, &x)) return Bad(path, "a number", v);
+      r->SetFloat(&msg, f, x);
+      break;
+    }
+    case pb::FieldDescriptor::CPPTYPE_DOUBLE: {
+      double x;
+      if (!absl::SimpleAtod(v, &x)) return Bad(path, "a number", v);
+      r->SetDouble(&msg, f, x);
+      break;
+    }
+    case pb::FieldDescriptor::CPPTYPE_BOOL: {
+      bool x;
+      if (!absl::SimpleAtob(v, &x)) return Bad(path, "true or false", v);
+      r->SetBool(&msg, f, x);
+      break;
+    }
+    case pb::FieldDescriptor::CPPTYPE_STRING:
+      r->SetString(&msg, f, v);
+      break;
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(path, ": unsupported field type"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status FillMessage(pb::Message& msg, const YAML::Node& node, const std::string& path) {
+  if (!node.IsMap())
+    return absl::InvalidArgumentError(
+        absl::StrCat(path.empty() ? "job spec" : path, ": expected a mapping of keys to values"));
+  const pb::Descriptor* d = msg.GetDescriptor();
+  for (const auto& kv : node) {
+    const std::string key = kv.first.as<std::string>();
+    const std::string kpath = Join(path, key);
+    const pb::FieldDescriptor* f = d->FindFieldByName(key);
+    if (f == nullptr) {
+      std::string known;
+      for (int i = 0; i < d->field_count(); ++i) absl::StrAppend(&known, i ? ", " : "", d->field(i)->name());
+      return absl::InvalidArgumentError(absl::StrCat("unknown key '", kpath, "' (known keys here: ", known, ")"));
+    }
+    if (f->is_repeated()) return absl::InvalidArgumentError(absl::StrCat(kpath, ": lists are not supported"));
+    if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+      if (kv.second.IsNull()) continue;
+      LOOM_RETURN_IF_ERROR(FillMessage(*msg.GetReflection()->MutableMessage(&msg, f), kv.second, kpath));
+    } else {
+      // `tp: auto` is shorthand for the planner's choice.
+      if (kpath == "parallel.tp" && kv.second.IsScalar() && kv.second.Scalar() == "auto") {
+        static_cast<v1::ParallelSpec&>(msg).set_tp_auto(true);
+        continue;
+      }
+      LOOM_RETURN_IF_ERROR(SetScalar(msg, f, kv.second, kpath));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void EmitMessage(YAML::Emitter& out, const pb::Message& msg) {
+  out << YAML::BeginMap;
+  const pb::Reflection* r = msg.GetReflection();
+  std::vector<const pb::FieldDescriptor*> fields;
+  r->ListFields(msg, &fields);
+  for (const pb::FieldDescriptor* f : fields) {
+    out << YAML::Key << f->name() << YAML::Value;
+    switch (f->cpp_type()) {
+      case pb::FieldDescriptor::CPPTYPE_MESSAGE: EmitMessage(out, r->GetMessage(msg, f)); break;
+      case pb::FieldDescriptor::CPPTYPE_INT32: out << r->GetInt32(msg, f); break;
+      case pb::FieldDescriptor::CPPTYPE_INT64: out << r->GetInt64(msg, f); break;
+      case pb::FieldDescriptor::CPPTYPE_UINT32: out << r->GetUInt32(msg, f); break;
+      case pb::FieldDescriptor::CPPTYPE_UINT64: out << r->GetUInt64(msg, f); break;
+      case pb::FieldDescriptor::CPPTYPE_FLOAT: out << r->GetFloat(msg, f); break;
+      case pb::FieldDescriptor::CPPTYPE_DOUBLE: out << r->GetDouble(msg, f); break;
+      case pb::FieldDescriptor::CPPTYPE_BOOL: out << r->GetBool(msg, f); break;
+      case pb::FieldDescriptor::CPPTYPE_STRING: out << r->GetString(msg, f); break;
+      default: out << "?"; break;
+    }
+  }
+  out << YAML::EndMap;
+}
+
+absl::Status Field(bool ok, const std::string& key, const std::string& value, absl::string_view why) {
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(key, ": ", why, " (got ", value, ")"));
+}
+
+}  // namespace
+
+absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml) {
+  YAML::Node root;
+  try {
+    root = YAML::Load(std::string(yaml));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("malformed YAML at line ", e.mark.line + 1, ", column ",
+                                                   e.mark.column + 1, ": ", e.msg));
+  }
+  v1::JobSpec spec;
+  if (root.IsNull()) return absl::InvalidArgumentError("job spec is empty");
+  try {
+    LOOM_RETURN_IF_ERROR(FillMessage(spec, root, ""));
+  } catch (const YAML::Exception& e) {
+    return absl::InvalidArgumentError(absl::StrCat("malformed YAML at line ", e.mark.line + 1, ": ", e.msg));
+  }
+  return spec;
+}
+
+void ApplyDefaults(v1::JobSpec& s) {
+  auto* m = s.mutable_model();
+  if (m->family().empty()) m->set_family("gpt");
+  if (m->n_layer() == 0) m->set_n_layer(4);
+  if (m->n_head() == 0) m->set_n_head(4);
+  if (m->d_model() == 0) m->set_d_model(256);
+  if (m->seq_len() == 0) m->set_seq_len(256);
+  if (m->vocab() == 0) m->set_vocab(256);
+  if (m->n_kv_head() == 0) m->set_n_kv_head(m->n_head());
+  if (m->norm_eps() == 0) m->set_norm_eps(1e-5f);
+  if (m->rope_theta() == 0) m->set_rope_theta(10000.f);
+  if (m->ffn_hidden() == 0) m->set_ffn_hidden(m->family() == "llama" ? (8 * m->d_model() / 3 + 63) / 64 * 64 : 4 * m->d_model());
+  auto* d = s.mutable_data();
+  if (d->format().empty()) d->set_format("text");
+  if (d->val_fraction() == 0) d->set_val_fraction(0.1f);
+  if (d->tokens_dtype().empty()) d->set_tokens_dtype("u16");
+  auto* t = s.mutable_train();
+  if (t->steps() == 0) t->set_steps(300);
+  if (t->batch_size() == 0) t->set_batch_size(8);
+  if (t->lr() == 0) t->set_lr(1e-3f);
+  if (t->beta1() == 0) t->set_beta1(0.9f);
+  if (t->beta2() == 0) t->set_beta2(0.95f);
+  if (t->eps() == 0) t->set_eps(1e-8f);
+  if (t->eval_every() == 0) t->set_eval_every(100);
+  if (t->eval_batches() == 0) t->set_eval_batches(8);
+  if (t->log_every() == 0) t->set_log_every(10);
+  if (t->precision().empty()) t->set_precision("f32");
+  auto* p = s.mutable_parallel();
+  if (p->dp() == 0) p->set_dp(1);
+  if (p->tp() == 0 && !p->tp_auto()) p->set_tp(1);
+  if (p->backend().empty()) p->set_backend("cpu:gloo,cuda:nccl");
+  if (s.device().empty()) s.set_device("cpu");
+  if (s.name().empty()) s.set_name("job");
+}
+
+absl::Status ValidateJobSpec(const v1::JobSpec& s) {
+  const auto& m = s.model();
+  auto str = [](auto v) { return absl::StrCat(v); };
+  LOOM_RETURN_IF_ERROR(Field(m.family() == "gpt" || m.family() == "llama", "model.family", m.family(),
+                             "expected gpt or llama"));
+  LOOM_RETURN_IF_ERROR(Field(m.n_layer() > 0, "model.n_layer", str(m.n_layer()), "must be positive"));
+  LOOM_RETURN_IF_ERROR(Field(m.n_head() > 0, "model.n_head", str(m.n_head()), "must be positive"));
+  LOOM_RETURN_IF_ERROR(Field(m.d_model() > 0, "model.d_model", str(m.d_model()), "must be positive"));
+  LOOM_RETURN_IF_ERROR(Field(m.d_model() % m.n_head() == 0, "model.d_model", str(m.d_model()),
+                             absl::StrCat("must be divisible by model.n_head = ", m.n_head())));
+  LOOM_RETURN_IF_ERROR(Field(m.n_kv_head() > 0 && m.n_head() % m.n_kv_head() == 0, "model.n_kv_head",
+                             str(m.n_kv_head()), absl::StrCat("must divide model.n_head = ", m.n_head())));
+  LOOM_RETURN_IF_ERROR(Field(m.family() != "llama" || (m.d_model() / m.n_head()) % 2 == 0, "model.d_model",
+                             str(m.d_model()), "llama needs an even head dimension for RoPE"));
+  LOOM_RETURN_IF_ERROR(Field(m.seq_len() > 0, "model.seq_len", str(m.seq_len()), "must be positive"));
+  LOOM_RETURN_IF_ERROR(Field(m.vocab() > 0, "model.vocab", str(m.vocab()), "must be positive"));
+  const auto& d = s.data();
+  LOOM_RETURN_IF_ERROR(Field(d.format() == "text" || d.format() == "tokens", "data.format", d.format(),
+                             "expected text or tokens"));
+  LOOM_RETURN_IF_ERROR(Field(d.format() != "text" || m.vocab() >= 256, "model.vocab", str(m.vocab()),
+                             "the byte tokenizer needs vocab >= 256"));
+  LOOM_RETURN_IF_ERROR(Field(d.val_fraction() > 0 && d.val_fraction() < 1, "data.val_fraction",
+                             str(d.val_fraction()), "must be in (0, 1)"));
+  if (!d.path().empty()) {
+    std::error_code ec;
+    LOOM_RETURN_IF_ERROR(Field(std::filesystem::is_regular_file(d.path(), ec), "data.path", d.path(),
+                               "no such file"));
+  }
+  const auto& t = s.train();
+  LOOM_RETURN_IF_ERROR(Field(t.steps() > 0, "train.steps", str(t.steps()), "must be positive"));
+  LOOM_RETURN_IF_ERROR(Field(t.batch_size() > 0, "train.batch_size", str(t.batch_size()), "must be positive"));
+  LOOM_RETURN_IF_ERROR(Field(t.lr() > 0, "train.lr", str(t.lr()), "must be positive"));
+  LOOM_RETURN_IF_ERROR(Field(t.precision() == "f32" || t.precision() == "bf16", "train.precision",
+                             t.precision(), "expected f32 or bf16"));
+  const auto& p = s.parallel();
+  LOOM_RETURN_IF_ERROR(Field(p.dp() > 0, "parallel.dp", str(p.dp()), "must be positive"));
+  LOOM_RETURN_IF_ERROR(Field(p.tp_auto() || p.tp() > 0, "parallel.tp", str(p.tp()), "must be positive or auto"));
+  LOOM_RETURN_IF_ERROR(Field(p.tp_auto() || m.n_head() % p.tp() == 0, "parallel.tp", str(p.tp()),
+                             absl::StrCat("must divide model.n_head = ", m.n_head())));
+  LOOM_RETURN_IF_ERROR(Field(p.zero_stage() >= 0 && p.zero_stage() <= 3, "parallel.zero_stage",
+                             str(p.zero_stage()), "expected 0, 1, 2 or 3"));
+  LOOM_RETURN_IF_ERROR(Field(s.device() == "cpu" || s.device() == "cuda", "device", s.device(),
+                             "expected cpu or cuda"));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open job spec"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  auto spec = ParseJobSpecYaml(ss.str());
+  if (!spec.ok()) return Annotate(spec.status(), path);
+  ApplyDefaults(*spec);
+  absl::Status s = ValidateJobSpec(*spec);
+  if (!s.ok()) return Annotate(s, path);
+  return spec;
+}
+
+std::string ToYaml(const v1::JobSpec& spec) {
+  YAML::Emitter out;
+  EmitMessage(out, spec);
+  return std::string(out.c_str()) + "\n";
+}
+
+}  // namespace loom::jobspec

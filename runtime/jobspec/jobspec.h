@@ -1,0 +1,29 @@
+// Job specifications written as YAML.
+//
+// ParseJobSpecYaml maps a YAML document onto loom.v1.JobSpec by the proto's own
+// field names, recursively: an unknown key, a value of the wrong type or a
+// malformed document is an InvalidArgument that names the key path and the
+// value ("model.n_head: expected an integer, got 'four'"). Defaults are filled
+// by ApplyDefaults; ValidateJobSpec checks cross-field rules (d_model divisible
+// by n_head, the data file exists, ...), again naming the key and value.
+//
+//   LOOM_ASSIGN_OR_RETURN(loom::v1::JobSpec spec, LoadJobSpec("job.yaml"));
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "proto/loom/v1/job.pb.h"
+
+namespace loom::jobspec {
+
+absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml);
+// Reads, parses, applies defaults and validates. Errors name the file.
+absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path);
+void ApplyDefaults(v1::JobSpec& spec);
+absl::Status ValidateJobSpec(const v1::JobSpec& spec);
+// The spec back as YAML (for the run folder and `loom compile`).
+std::string ToYaml(const v1::JobSpec& spec);
+
+}  // namespace loom::jobspec

@@ -1,0 +1,53 @@
+// The `loom` binary: one executable, many subcommands.
+//
+//   loom demo            run the kernel demo (README command 1 until `loom train`)
+//   loom ops             list the registered ops and their kernels
+//   loom version         print the build's version and CUDA availability
+//
+// Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "runtime/commands.h"
+
+namespace {
+
+struct Command {
+  const char* name;
+  const char* help;
+  int (*run)(const std::vector<std::string>& args);
+};
+
+const Command kCommands[] = {
+    {"demo", "run the kernel demo: matmul and SDPA checked against references, with timings",
+     loom::cli::RunDemo},
+    {"ops", "list the registered ops, their kernels and gradient rules", loom::cli::RunOps},
+    {"version", "print the version and whether CUDA is available", loom::cli::RunVersion},
+};
+
+void Usage(FILE* out) {
+  std::fprintf(out, "usage: loom <command> [args]\n\ncommands:\n");
+  for (const Command& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.help);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    Usage(stderr);
+    return 2;
+  }
+  std::string cmd = argv[1];
+  if (cmd == "-h" || cmd == "--help" || cmd == "help") {
+    Usage(stdout);
+    return 0;
+  }
+  std::vector<std::string> args(argv + 2, argv + argc);
+  for (const Command& c : kCommands)
+    if (cmd == c.name) return c.run(args);
+  std::fprintf(stderr, "loom: unknown command '%s'\n\n", cmd.c_str());
+  Usage(stderr);
+  return 2;
+}

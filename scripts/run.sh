@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# Command 1 of the README: installs what is missing, builds the `loom` binary and
+# runs Loom's main job on this machine with the embedded defaults.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+echo "building loom..."
+bazel build --color=no --curses=no --noshow_progress //runtime:loom 2>&1 | grep -vE '^(INFO|Loading|Analyzing)' || true
+LOOM="$(bazel info bazel-bin 2>/dev/null)/runtime/loom"
+[ -x "$LOOM" ] || { echo "build failed: $LOOM missing" >&2; exit 1; }
+exec "$LOOM" demo "$@"
