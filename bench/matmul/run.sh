@@ -1,0 +1,7 @@
+#!/bin/sh
+# Builds and runs the matmul benchmark (Loom vs raw OpenBLAS vs torch.matmul),
+# printing GFLOP/s and ratios. Extra arguments go to Google Benchmark, e.g.
+#   bench/matmul/run.sh --benchmark_filter=square
+set -e
+cd "$(dirname "$0")/../.."
+exec bazel ${LOOM_BAZEL_STARTUP_FLAGS:-} run --jobs=2 //bench/matmul:matmul_benchmark -- "$@"

@@ -1,0 +1,123 @@
+// Elementwise kernels vs references: every binary and unary op, broadcasting,
+// strided inputs, f32/f64/bf16, the parallel paths, NaN handling, bad input.
+#include "kernels/cpu/elementwise.h"
+
+#include <cmath>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/test_util.h"
+
+namespace loom::cpu {
+namespace {
+
+using testing::FakeCuda;
+using testing::KernelVsReference;
+using testing::Rand;
+using testing::Eval;
+using testing::Tol;
+
+const char* kBinary[] = {"add", "sub", "mul", "div", "maximum", "relu_backward"};
+
+TEST(Elementwise, BinaryBroadcastShapesAllDTypes) {
+  const std::vector<std::vector<int64_t>> pairs[] = {
+      {{3, 5, 7}, {3, 5, 7}}, {{3, 5, 7}, {5, 1}}, {{3, 1, 7}, {4, 1}}, {{2, 9}, {}},
+      {{}, {4, 3}},           {{1}, {6}},          {{2, 1, 3, 1}, {5, 1, 4}}, {{0, 3}, {3}}};
+  for (DType dt : {DType::kF32, DType::kF64, DType::kBF16}) {
+    for (const char* op : kBinary) {
+      for (const auto& p : pairs) {
+        Tensor a = Rand(p[0], dt, 1), b = Rand(p[1], dt, 2, 0.5, 2.0);
+        EXPECT_LE(KernelVsReference(op, {a, b}), Tol(dt)) << op << " " << ShapeToString(p[0]) << " "
+                                                          << ShapeToString(p[1]) << " " << DTypeName(dt);
+      }
+    }
+  }
+}
+
+TEST(Elementwise, UnaryAllOpsAllDTypes) {
+  struct U {
+    const char* op;
+    ops::Attrs attrs;
+    double lo, hi;
+  };
+  const U unary[] = {{"neg", {}, -1, 1},          {"exp", {}, -2, 2},          {"log", {}, 0.1, 3},
+                     {"sqrt", {}, 0, 3},          {"rsqrt", {}, 0.1, 3},       {"tanh", {}, -3, 3},
+                     {"sigmoid", {}, -20, 20},    {"relu", {}, -1, 1},         {"abs", {}, -1, 1},
+                     {"scale", {{"s", -1.5}}, -1, 1}, {"add_scalar", {{"s", 2.0}}, -1, 1},
+                     {"pow_scalar", {{"p", 2.5}}, 0.1, 2}, {"pow_scalar", {{"p", 2.0}}, -2, 2},
+                     {"pow_scalar", {{"p", -1.0}}, 0.5, 2}, {"pow_scalar", {{"p", 0.5}}, 0.1, 2}};
+  for (DType dt : {DType::kF32, DType::kF64, DType::kBF16}) {
+    for (const U& u : unary) {
+      for (std::vector<int64_t> shape : {std::vector<int64_t>{3, 5, 7}, {13}, {}, {0, 4}}) {
+        Tensor x = Rand(shape, dt, 3, u.lo, u.hi);
+        EXPECT_LE(KernelVsReference(u.op, {x}, u.attrs), Tol(dt)) << u.op << " " << DTypeName(dt);
+      }
+    }
+  }
+}
+
+TEST(Elementwise, ExactValues) {
+  Tensor a = Tensor::FromVector({2, 2}, {1, -2, 3, -4}), b = Tensor::FromVector({2}, {10, 20});
+  EXPECT_EQ(Eval("add", {a, b}).ToVector(), (std::vector<double>{11, 18, 13, 16}));
+  EXPECT_EQ(Eval("maximum", {a, Tensor::FromVector({}, {0})}).ToVector(), (std::vector<double>{1, 0, 3, 0}));
+  EXPECT_EQ(Eval("relu_backward", {b, a}).ToVector(), (std::vector<double>{10, 0, 10, 0}));
+  EXPECT_EQ(Eval("abs", {a}).ToVector(), (std::vector<double>{1, 2, 3, 4}));
+  EXPECT_EQ(Eval("pow_scalar", {a}, {{"p", 3.0}}).ToVector(), (std::vector<double>{1, -8, 27, -64}));
+}
+
+TEST(Elementwise, StridedInputs) {
+  for (DType dt : {DType::kF32, DType::kF64}) {
+    Tensor at = Rand({7, 5}, dt).Transpose(0, 1);     // [5, 7] transposed view
+    Tensor bn = Rand({5, 12}, dt, 2).Narrow(1, 2, 7);  // [5, 7] with row stride 12
+    for (const char* op : kBinary) {
+      EXPECT_LE(KernelVsReference(op, {at, bn}), Tol(dt)) << op;
+      EXPECT_LE(KernelVsReference(op, {bn, at.Narrow(0, 1, 1)}), Tol(dt)) << op;  // strided + broadcast
+    }
+    EXPECT_LE(KernelVsReference("exp", {at}), Tol(dt));
+    EXPECT_LE(KernelVsReference("tanh", {Rand({3, 4, 5}, dt).Permute(std::vector<int>{2, 0, 1})}), Tol(dt));
+  }
+}
+
+TEST(Elementwise, LargeTensorsTakeTheParallelPaths) {
+  // One long row, many rows, and a broadcast row vector.
+  Tensor a = Rand({300000}), b = Rand({300000}, DType::kF32, 2);
+  EXPECT_LE(KernelVsReference("mul", {a, b}), 2e-6);
+  Tensor m = Rand({512, 129}), row = Rand({129}, DType::kF32, 2), col = Rand({512, 1}, DType::kF32, 3);
+  EXPECT_LE(KernelVsReference("add", {m, row}), 2e-6);
+  EXPECT_LE(KernelVsReference("div", {m, Rand({512, 1}, DType::kF32, 3, 0.5, 2)}), 2e-6);
+  EXPECT_LE(KernelVsReference("sub", {col, row}), 2e-6);  // outer broadcast
+  EXPECT_LE(KernelVsReference("sigmoid", {m.Transpose(0, 1)}), 2e-6);
+}
+
+TEST(Elementwise, NaNPropagates) {
+  Tensor x = Tensor::FromVector({3}, {NAN, 1, -1});
+  Tensor y = Tensor::FromVector({3}, {0, NAN, 0});
+  auto mx = Eval("maximum", {x, y}).ToVector();
+  EXPECT_TRUE(std::isnan(mx[0]));
+  EXPECT_TRUE(std::isnan(mx[1]));
+  EXPECT_EQ(mx[2], 0);
+  auto r = Eval("relu", {x}).ToVector();
+  EXPECT_TRUE(std::isnan(r[0]));
+  EXPECT_EQ(r[2], 0);
+}
+
+TEST(Elementwise, BadInputNamesTheArgument) {
+  Tensor a = Rand({2, 3}), out = Tensor::MustEmpty({2, 3}, DType::kF32);
+  EXPECT_INVALID(ops::RunOp("add", {a, Rand({4})}).status(), "add: a [2, 3] and b [4] do not broadcast");
+  EXPECT_INVALID(ops::RunOp("mul", {a, Rand({2, 3}, DType::kF64)}).status(), "mul: b: dtype f64 does not match a");
+  EXPECT_INVALID(ops::RunOp("exp", {Tensor::Zeros({2}, DType::kI32)}).status(), "exp: x: expected a floating dtype");
+  EXPECT_INVALID(ops::RunOp("scale", {a}).status(), "scale: s: missing attribute");
+  EXPECT_INVALID(ops::RunOp("pow_scalar", {a}).status(), "pow_scalar: p: missing attribute");
+  EXPECT_INVALID(ops::RunOp("relu_backward", {Tensor::Zeros({2}, DType::kI64), a}).status(), "relu_backward: dy:");
+  EXPECT_INVALID(BinaryKernel(BinaryOp::kAdd, FakeCuda({2, 3}), a, out), "add: a: expected a cpu tensor");
+  EXPECT_INVALID(BinaryKernel(BinaryOp::kDiv, a, FakeCuda({2, 3}), out), "div: b: expected a cpu tensor");
+  EXPECT_INVALID(UnaryKernel(UnaryOp::kExp, FakeCuda({2, 3}), 0, out), "exp: x: expected a cpu tensor");
+  Tensor bad_out = Tensor::MustEmpty({3, 2}, DType::kF32);
+  EXPECT_INVALID(UnaryKernel(UnaryOp::kNeg, a, 0, bad_out), "neg: out: expected shape [2, 3]");
+  Tensor f16 = Tensor::Zeros({2, 3}, DType::kF16), f16_out = Tensor::MustEmpty({2, 3}, DType::kF16);
+  EXPECT_INVALID(UnaryKernel(UnaryOp::kNeg, f16, 0, f16_out), "neg: x: expected dtype f32 or f64 or bf16, got f16");
+  // The reference takes f16.
+  EXPECT_TRUE(UnaryReference(UnaryOp::kNeg, f16, 0, f16_out).ok());
+}
+
+}  // namespace
+}  // namespace loom::cpu

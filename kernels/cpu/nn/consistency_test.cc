@@ -1,0 +1,47 @@
+// Runs every ConsistencyCase of every NN op (kernel vs reference, grad rule vs
+// finite differences, kernel grads vs reference grads) and checks structure.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/nn/nn_test_util.h"
+#include "kernels/registry.h"
+
+namespace loom::nn_testing {
+namespace {
+
+const std::vector<std::string> kNnOps = {
+    "gelu", "gelu_backward", "silu", "silu_backward", "softmax", "softmax_backward", "log_softmax",
+    "log_softmax_backward", "layernorm", "layernorm_backward", "rmsnorm", "rmsnorm_backward", "embedding",
+    "embedding_backward", "cross_entropy", "cross_entropy_backward", "rope", "grad_norm", "adamw",
+};
+
+class NnConsistency : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(NnConsistency, AllCases) {
+  const ops::OpDef* def = ops::OpRegistry::Global().Find(GetParam());
+  ASSERT_NE(def, nullptr) << GetParam() << " not registered";
+  EXPECT_GE(def->cases.size(), 2u) << "fewer than 2 consistency cases";
+  EXPECT_TRUE(def->grad || !def->no_grad_reason.empty());
+  EXPECT_TRUE(def->kernels.count(DeviceKind::kCPU));
+  if (GetParam().find("_backward") != std::string::npos) {
+    std::string fwd = GetParam().substr(0, GetParam().size() - 9);
+    EXPECT_EQ(def->no_grad_reason, "backward op of " + fwd);
+  }
+  // Several draws per case: the shared consistency test draws its own inputs.
+  for (const ops::ConsistencyCase& c : def->cases) {
+    for (uint64_t seed : {1, 7, 12345}) {
+      NnCaseReport r = CheckNnCase(*def, c, seed);
+      std::printf("%-22s %-28s seed %-5d fwd %.2e  fd %.2e  kgrad %.2e\n", def->name.c_str(), c.name.c_str(),
+                  static_cast<int>(seed), r.forward_error, r.grad_fd_error, r.grad_kernel_error);
+      for (const std::string& f : r.failures) ADD_FAILURE() << f << " (seed " << seed << ")";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Ops, NnConsistency, ::testing::ValuesIn(kNnOps),
+                         [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
+
+}  // namespace
+}  // namespace loom::nn_testing

@@ -1,0 +1,59 @@
+// Glue shared by the tensor-op registration files (register_*.cc): short
+// names for grad-rule plumbing and consistency-case construction.
+//
+//   V g = ...;                                   // a GradBuilder value
+//   LOOM_ASSIGN_OR_RETURN(V ga, SumToShape(b, g, b.Meta(ctx.inputs[0]).shape));
+//   def.cases.push_back(Case("bcast", {Spec({3, 5, 7}), Spec({5, 1})}));
+#pragma once
+
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "base/status.h"
+#include "base/tensor.h"
+#include "kernels/registry.h"
+
+namespace loom::cpu::internal {
+
+using ops::Attrs;
+using ops::GradBuilder;
+using ops::GradContext;
+using ops::OpDef;
+using ops::TensorMeta;
+using V = GradBuilder::Value;
+using GradResult = absl::StatusOr<std::vector<V>>;
+using InferResult = absl::StatusOr<std::vector<TensorMeta>>;
+
+inline std::vector<int64_t> ToVec(absl::Span<const int64_t> s) { return std::vector<int64_t>(s.begin(), s.end()); }
+
+// sum_to(g, shape), or g itself when it already has that shape.
+inline absl::StatusOr<V> SumToShape(GradBuilder& b, V g, absl::Span<const int64_t> shape) {
+  if (absl::Span<const int64_t>(b.Meta(g).shape) == shape) return g;
+  return b.Emit1("sum_to", {g}, Attrs{{"shape", ToVec(shape)}});
+}
+
+// An f32 input of `shape` drawn uniformly from [lo, hi).
+inline ops::InputSpec Spec(std::vector<int64_t> shape, double lo = -1.0, double hi = 1.0) {
+  ops::InputSpec s;
+  s.meta = TensorMeta{DType::kF32, Shape(shape.begin(), shape.end())};
+  s.lo = lo;
+  s.hi = hi;
+  return s;
+}
+
+inline ops::ConsistencyCase Case(std::string name, std::vector<ops::InputSpec> inputs, Attrs attrs = {}) {
+  ops::ConsistencyCase c;
+  c.name = std::move(name);
+  c.inputs = std::move(inputs);
+  c.attrs = std::move(attrs);
+  return c;
+}
+
+// Every CPU kernel in this package takes these dtypes unless it says otherwise.
+inline std::map<DeviceKind, std::vector<DType>> CpuDTypes(std::vector<DType> d) {
+  return {{DeviceKind::kCPU, std::move(d)}};
+}
+
+}  // namespace loom::cpu::internal

@@ -1,0 +1,113 @@
+// reshape / permute / slice / slice_backward / concat / broadcast_to / cast /
+// fill / zeros_like / ones_like: kernels vs references on odd and strided
+// inputs in several dtypes (including integers), and bad input.
+#include "kernels/cpu/shape_ops.h"
+
+#include "gtest/gtest.h"
+#include "kernels/cpu/test_util.h"
+
+namespace loom::cpu {
+namespace {
+
+using testing::Eval;
+using testing::FakeCuda;
+using testing::KernelVsReference;
+using testing::Rand;
+using Ints = std::vector<int64_t>;
+
+Tensor Iota(std::vector<int64_t> shape, DType dt) {
+  Tensor t = Tensor::MustEmpty(shape, dt);
+  for (int64_t i = 0; i < t.numel(); ++i) t.SetDouble(i, static_cast<double>(i % 100));
+  return t;
+}
+
+TEST(ShapeOps, MovementOpsAllDTypesAndStrides) {
+  for (DType dt : {DType::kF32, DType::kF64, DType::kBF16, DType::kI32, DType::kI64, DType::kBool, DType::kF16}) {
+    Tensor x = Iota({3, 5, 7}, dt);
+    Tensor xt = Iota({7, 5, 3}, dt).Permute(std::vector<int>{2, 1, 0});  // [3, 5, 7], strided
+    for (const Tensor& in : {x, xt}) {
+      EXPECT_EQ(KernelVsReference("reshape", {in}, {{"shape", Ints{5, -1}}}), 0) << DTypeName(dt);
+      EXPECT_EQ(KernelVsReference("permute", {in}, {{"dims", Ints{2, 0, 1}}}), 0);
+      EXPECT_EQ(KernelVsReference("permute", {in}, {{"dims", Ints{-1, -2, -3}}}), 0);
+      EXPECT_EQ(KernelVsReference("slice", {in}, {{"axis", int64_t{1}}, {"start", int64_t{1}}, {"length", int64_t{3}}}), 0);
+      EXPECT_EQ(KernelVsReference("slice", {in}, {{"axis", int64_t{-1}}, {"start", int64_t{-2}}, {"length", int64_t{2}}}), 0);
+      EXPECT_EQ(KernelVsReference("slice_backward", {in}, {{"axis", int64_t{0}}, {"start", int64_t{2}}, {"full_len", int64_t{6}}}), 0);
+      EXPECT_EQ(KernelVsReference("concat", {in, Iota({3, 2, 7}, dt), in}, {{"axis", int64_t{1}}}), 0);
+      EXPECT_EQ(KernelVsReference("concat", {in, in}, {{"axis", int64_t{-1}}}), 0);
+      EXPECT_EQ(KernelVsReference("broadcast_to", {in.Narrow(1, 0, 1)}, {{"shape", Ints{2, 3, 4, 7}}}), 0);
+      EXPECT_EQ(KernelVsReference("zeros_like", {in}), 0);
+      EXPECT_EQ(KernelVsReference("ones_like", {in}), 0);
+      for (const char* to : {"f64", "f32", "bf16", "f16", "i32", "i64", "bool"})
+        EXPECT_EQ(KernelVsReference("cast", {in}, {{"dtype", std::string(to)}}), 0) << DTypeName(dt) << "->" << to;
+    }
+  }
+}
+
+TEST(ShapeOps, ExactValues) {
+  Tensor x = Tensor::FromVector({2, 3}, {0, 1, 2, 3, 4, 5});
+  Tensor p = Eval("permute", {x}, {{"dims", Ints{1, 0}}});
+  EXPECT_EQ(p.shape(), (Shape{3, 2}));
+  EXPECT_EQ(p.ToVector(), (std::vector<double>{0, 3, 1, 4, 2, 5}));
+  EXPECT_EQ(Eval("slice", {x}, {{"axis", int64_t{1}}, {"start", int64_t{1}}, {"length", int64_t{2}}}).ToVector(),
+            (std::vector<double>{1, 2, 4, 5}));
+  EXPECT_EQ(Eval("slice_backward", {Tensor::FromVector({1, 2}, {7, 8})},
+                 {{"axis", int64_t{1}}, {"start", int64_t{1}}, {"full_len", int64_t{4}}})
+                .ToVector(),
+            (std::vector<double>{0, 7, 8, 0}));
+  EXPECT_EQ(Eval("concat", {x, Tensor::FromVector({1, 3}, {9, 9, 9})}, {{"axis", int64_t{0}}}).ToVector(),
+            (std::vector<double>{0, 1, 2, 3, 4, 5, 9, 9, 9}));
+  EXPECT_EQ(Eval("broadcast_to", {Tensor::FromVector({2, 1}, {1, 2})}, {{"shape", Ints{2, 3}}}).ToVector(),
+            (std::vector<double>{1, 1, 1, 2, 2, 2}));
+  Tensor c = Eval("cast", {Tensor::FromVector({3}, {1.0 + 1.0 / 256, -2.5, 3.999})}, {{"dtype", std::string("bf16")}});
+  EXPECT_EQ(c.dtype(), DType::kBF16);
+  EXPECT_EQ(c.ToVector(), (std::vector<double>{1.0, -2.5, 4.0}));  // round to nearest even
+  Tensor f = Eval("fill", {}, {{"shape", Ints{2, 2}}, {"dtype", std::string("i64")}, {"value", 3.0}});
+  EXPECT_EQ(f.dtype(), DType::kI64);
+  EXPECT_EQ(f.ToVector(), (std::vector<double>{3, 3, 3, 3}));
+  EXPECT_EQ(KernelVsReference("fill", {}, {{"shape", Ints{4, 3}}, {"value", -1.5}}), 0);
+}
+
+TEST(ShapeOps, LargeCopiesTakeTheParallelPath) {
+  Tensor x = Rand({64, 96, 33});
+  EXPECT_EQ(KernelVsReference("permute", {x}, {{"dims", Ints{2, 0, 1}}}), 0);
+  // Transpose-like copies take the tiled path (odd sizes leave partial tiles).
+  EXPECT_EQ(KernelVsReference("permute", {Rand({3, 67, 45})}, {{"dims", Ints{0, 2, 1}}}), 0);
+  EXPECT_EQ(KernelVsReference("permute", {Rand({300, 129})}, {{"dims", Ints{1, 0}}}), 0);
+  EXPECT_EQ(KernelVsReference("cast", {Rand({129, 300}).Transpose(0, 1)}, {{"dtype", std::string("f64")}}), 0);
+  EXPECT_EQ(KernelVsReference("permute", {Rand({5, 40, 3, 9}, DType::kF64)}, {{"dims", Ints{2, 3, 0, 1}}}), 0);
+  EXPECT_EQ(KernelVsReference("cast", {x}, {{"dtype", std::string("bf16")}}), 0);
+  EXPECT_EQ(KernelVsReference("broadcast_to", {Rand({96, 1})}, {{"shape", Ints{8, 96, 300}}}), 0);
+}
+
+TEST(ShapeOps, BadInputNamesTheArgument) {
+  Tensor x = Rand({2, 3});
+  EXPECT_INVALID(ops::RunOp("reshape", {x}, {{"shape", Ints{4, 2}}}).status(), "reshape: shape: [4, 2] has 8 elements");
+  EXPECT_INVALID(ops::RunOp("reshape", {x}, {{"shape", Ints{-1, -1}}}).status(), "reshape: shape: more than one -1");
+  EXPECT_INVALID(ops::RunOp("reshape", {x}).status(), "reshape: shape: missing attribute");
+  EXPECT_INVALID(ops::RunOp("permute", {x}, {{"dims", Ints{0, 0}}}).status(), "permute: dims: [0, 0] is not a permutation");
+  EXPECT_INVALID(ops::RunOp("permute", {x}, {{"dims", Ints{0}}}).status(), "permute: dims:");
+  EXPECT_INVALID(ops::RunOp("permute", {x}, {{"dims", Ints{0, 2}}}).status(), "permute: dims: axis 2 out of range");
+  EXPECT_INVALID(ops::RunOp("slice", {x}, {{"axis", int64_t{1}}, {"start", int64_t{4}}, {"length", int64_t{1}}}).status(),
+                 "slice: start:");
+  EXPECT_INVALID(ops::RunOp("slice", {x}, {{"axis", int64_t{1}}, {"start", int64_t{1}}, {"length", int64_t{3}}}).status(),
+                 "slice: length:");
+  EXPECT_INVALID(ops::RunOp("slice", {x}, {{"axis", int64_t{2}}, {"start", int64_t{0}}, {"length", int64_t{1}}}).status(),
+                 "slice: axis:");
+  EXPECT_INVALID(ops::RunOp("slice_backward", {x}, {{"axis", int64_t{0}}, {"start", int64_t{1}}, {"full_len", int64_t{2}}}).status(),
+                 "slice_backward: full_len:");
+  EXPECT_INVALID(ops::RunOp("concat", {x, Rand({3, 3})}, {{"axis", int64_t{1}}}).status(),
+                 "concat: input 1: shape [3, 3] does not match input 0 [2, 3]");
+  EXPECT_INVALID(ops::RunOp("concat", {x, x, Rand({2, 3}, DType::kF64)}).status(), "concat: input 2: dtype f64");
+  EXPECT_INVALID(ops::RunOp("concat", {}).status(), "concat: inputs:");
+  EXPECT_INVALID(ops::RunOp("broadcast_to", {x}, {{"shape", Ints{3, 3}}}).status(), "broadcast_to: x: shape [2, 3] does not broadcast to [3, 3]");
+  EXPECT_INVALID(ops::RunOp("cast", {x}, {{"dtype", std::string("f8")}}).status(), "cast: dtype: unknown dtype 'f8'");
+  EXPECT_INVALID(ops::RunOp("fill", {}, {{"shape", Ints{-1}}}).status(), "fill: shape: negative size");
+  Tensor out = Tensor::MustEmpty({3, 2}, DType::kF32);
+  EXPECT_INVALID(PermuteKernel(FakeCuda({2, 3}), {1, 0}, out), "permute: x: expected a cpu tensor");
+  EXPECT_INVALID(PermuteKernel(x, {1, 0, 2}, out), "permute: dims:");
+  Tensor cat_out = Tensor::MustEmpty({4, 3}, DType::kF32);
+  EXPECT_INVALID(ConcatKernel({x, FakeCuda({2, 3})}, 0, cat_out), "concat: input 1: expected a cpu tensor");
+}
+
+}  // namespace
+}  // namespace loom::cpu
