@@ -1,6 +1,8 @@
 // The `loom` binary: one executable, many subcommands.
 //
-//   loom demo            run the kernel demo (README command 1 until `loom train`)
+//   loom train JOB.yaml  train in this process (README command 1)
+//   loom compile JOB.yaml --dump=STAGE   print the IR after a compiler stage
+//   loom demo            run the kernel demo
 //   loom ops             list the registered ops and their kernels
 //   loom version         print the build's version and CUDA availability
 //
@@ -11,6 +13,8 @@
 #include <vector>
 
 #include "runtime/commands.h"
+#include "runtime/train/compile_command.h"
+#include "runtime/train/train_command.h"
 
 namespace {
 
@@ -21,6 +25,10 @@ struct Command {
 };
 
 const Command kCommands[] = {
+    {"train", "train a model from a job spec in this process: loom train JOB.yaml [--steps N]",
+     loom::train::RunTrainCommand},
+    {"compile", "print the IR after a compiler stage: loom compile JOB.yaml --dump=STAGE",
+     loom::train::RunCompileCommand},
     {"demo", "run the kernel demo: matmul and SDPA checked against references, with timings",
      loom::cli::RunDemo},
     {"ops", "list the registered ops, their kernels and gradient rules", loom::cli::RunOps},

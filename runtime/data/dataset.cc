@@ -1,6 +1,7 @@
 #include "runtime/data/dataset.h"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -176,6 +177,26 @@ absl::Status ValidationBatch(const std::vector<int32_t>& val, int64_t seq_len, i
     }
   }
   return absl::OkStatus();
+}
+
+}  // namespace loom::data
+
+namespace loom::data {
+
+double BigramLoss(const std::vector<int32_t>& train, const std::vector<int32_t>& val, int64_t vocab,
+                  double alpha) {
+  std::vector<double> counts(static_cast<size_t>(vocab * vocab), 0.0), rows(static_cast<size_t>(vocab), 0.0);
+  for (size_t i = 0; i + 1 < train.size(); ++i) {
+    counts[static_cast<size_t>(train[i]) * vocab + train[i + 1]] += 1;
+    rows[train[i]] += 1;
+  }
+  double nll = 0;
+  int64_t n = 0;
+  for (size_t i = 0; i + 1 < val.size(); ++i, ++n) {
+    double c = counts[static_cast<size_t>(val[i]) * vocab + val[i + 1]];
+    nll -= std::log((c + alpha) / (rows[val[i]] + alpha * vocab));
+  }
+  return n ? nll / n : 0;
 }
 
 }  // namespace loom::data

@@ -84,3 +84,12 @@ absl::Status ValidationBatch(const std::vector<int32_t>& val, int64_t seq_len, i
                      Tensor* x, Tensor* y);
 
 }  // namespace loom::data
+
+namespace loom::data {
+
+// Cross-entropy (nats/token) on `val` of a bigram count model fitted on `train`
+// with add-`alpha` smoothing: the baseline a language model must beat.
+double BigramLoss(const std::vector<int32_t>& train, const std::vector<int32_t>& val, int64_t vocab,
+                  double alpha = 0.1);
+
+}  // namespace loom::data

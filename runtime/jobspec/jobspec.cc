@@ -220,8 +220,8 @@ absl::Status ValidateJobSpec(const v1::JobSpec& s) {
                              str(d.val_fraction()), "must be in (0, 1)"));
   if (!d.path().empty()) {
     std::error_code ec;
-    LOOM_RETURN_IF_ERROR(Field(std::filesystem::is_regular_file(d.path(), ec), "data.path", d.path(),
-                               "no such file"));
+    bool exists = std::filesystem::is_regular_file(d.path(), ec) || std::filesystem::is_directory(d.path(), ec);
+    LOOM_RETURN_IF_ERROR(Field(exists, "data.path", d.path(), "no such file or directory"));
   }
   const auto& t = s.train();
   LOOM_RETURN_IF_ERROR(Field(t.steps() > 0, "train.steps", str(t.steps()), "must be positive"));

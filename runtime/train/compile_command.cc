@@ -1,0 +1,58 @@
+#include "runtime/train/compile_command.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "compiler/compile.h"
+#include "compiler/models/models.h"
+#include "runtime/jobspec/jobspec.h"
+
+namespace loom::train {
+namespace {
+int Fail(int code, absl::string_view msg) {
+  std::fprintf(stderr, "loom compile: %s\n", std::string(msg).c_str());
+  return code;
+}
+}  // namespace
+
+int RunCompileCommand(const std::vector<std::string>& args) {
+  std::string path, stage = "fused";
+  for (const std::string& a : args) {
+    if (a.rfind("--dump=", 0) == 0) {
+      stage = a.substr(7);
+    } else if (!a.empty() && a[0] == '-') {
+      return Fail(2, absl::StrCat("unknown flag '", a, "' (usage: loom compile JOB.yaml --dump=STAGE)"));
+    } else {
+      path = a;
+    }
+  }
+  if (path.empty()) return Fail(2, "usage: loom compile JOB.yaml --dump=STAGE");
+  const auto& stages = compiler::StageNames();
+  if (std::find(stages.begin(), stages.end(), stage) == stages.end())
+    return Fail(2, absl::StrCat("--dump: unknown stage '", stage, "' (stages: ", absl::StrJoin(stages, ", "), ")"));
+  auto spec = jobspec::LoadJobSpec(path);
+  if (!spec.ok()) return Fail(2, spec.status().message());
+  models::BuildOptions bo;
+  bo.batch = spec->train().batch_size();
+  auto forward = models::BuildForward(spec->model(), bo);
+  if (!forward.ok()) return Fail(2, forward.status().message());
+  compiler::CompileOptions co;
+  compiler::AdamWOptions adam;
+  adam.beta1 = spec->train().beta1();
+  adam.beta2 = spec->train().beta2();
+  adam.eps = spec->train().eps();
+  adam.weight_decay = spec->train().weight_decay();
+  adam.max_norm = spec->train().grad_clip();
+  co.adamw = adam;
+  co.lower = false;
+  auto c = compiler::Compile(*forward, co);
+  if (!c.ok()) return Fail(1, c.status().message());
+  auto text = c->Dump(stage);
+  if (!text.ok()) return Fail(2, text.status().message());
+  std::fputs(text->c_str(), stdout);
+  return 0;
+}
+
+}  // namespace loom::train

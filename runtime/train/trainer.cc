@@ -1,0 +1,152 @@
+#include "runtime/train/trainer.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "base/status.h"
+
+namespace loom::train {
+namespace {
+
+absl::StatusOr<std::unique_ptr<compiler::Executor>> MakeExecutor(compiler::Compilation& c) {
+  if (!c.program) return absl::InternalError("compilation produced no program");
+  return std::make_unique<compiler::Executor>(std::move(c.program));
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::JobSpec& spec, TrainerOptions options) {
+  std::unique_ptr<Trainer> t(new Trainer());
+  t->spec_ = spec;
+  t->options_ = std::move(options);
+  const auto& tr = spec.train();
+  LOOM_ASSIGN_OR_RETURN(t->params_, models::Parameters(spec.model()));
+  models::BuildOptions bo;
+  bo.batch = tr.batch_size();
+  LOOM_ASSIGN_OR_RETURN(compiler::Graph forward, models::BuildForward(spec.model(), bo));
+
+  std::map<std::string, bool> decays;
+  for (const auto& p : t->params_) decays[p.name] = p.weight_decay;
+  compiler::CompileOptions co;
+  co.fuse = t->options_.fuse;
+  compiler::AdamWOptions adam;
+  adam.beta1 = tr.beta1();
+  adam.beta2 = tr.beta2();
+  adam.eps = tr.eps();
+  adam.weight_decay = tr.weight_decay();
+  adam.max_norm = tr.grad_clip();
+  adam.keep_gradients = t->options_.keep_gradients;
+  adam.decays = [decays](const std::string& name) {
+    auto it = decays.find(name);
+    return it != decays.end() && it->second;
+  };
+  co.adamw = adam;
+  auto train = compiler::Compile(forward, co);
+  if (!train.ok()) return Annotate(train.status(), "compiling the training step");
+  t->train_ = std::move(*train);
+
+  compiler::CompileOptions eo;
+  eo.differentiate = false;
+  eo.fuse = t->options_.fuse;
+  models::BuildOptions ebo = bo;
+  ebo.return_logits = true;
+  LOOM_ASSIGN_OR_RETURN(compiler::Graph eval_forward, models::BuildForward(spec.model(), ebo));
+  auto eval = compiler::Compile(eval_forward, eo);
+  if (!eval.ok()) return Annotate(eval.status(), "compiling the evaluation step");
+  t->eval_ = std::move(*eval);
+  LOOM_ASSIGN_OR_RETURN(t->train_exec_, MakeExecutor(t->train_));
+  LOOM_ASSIGN_OR_RETURN(t->eval_exec_, MakeExecutor(t->eval_));
+
+  // Inputs of the training program, in its order: parameters (given or
+  // initialised), optimizer state (zeros), the batch, lr and step.
+  const compiler::Graph& g = t->train_exec_->program().graph;
+  std::map<std::string, Tensor> init = models::InitParameters(t->params_, tr.seed());
+  for (auto& [name, value] : t->options_.init) {
+    auto it = init.find(name);
+    if (it == init.end()) return absl::InvalidArgumentError(absl::StrCat("initial value for unknown parameter '", name, "'"));
+    if (value.shape() != it->second.shape())
+      return absl::InvalidArgumentError(absl::StrCat("initial value for '", name, "' has shape ",
+                                                     ShapeToString(value.shape()), ", the model needs ",
+                                                     ShapeToString(it->second.shape())));
+    it->second = value.To(DType::kF32).Clone();
+  }
+  for (size_t k = 0; k < g.inputs().size(); ++k) {
+    const auto& in = g.inputs()[k];
+    const ops::TensorMeta& m = g.meta(in.value);
+    auto it = init.find(in.name);
+    if (it != init.end()) {
+      t->train_inputs_.push_back(it->second);
+    } else {
+      t->train_inputs_.push_back(Tensor::Zeros(m.shape, m.dtype));
+    }
+    if (in.name == "x") t->x_in_ = static_cast<int>(k);
+    if (in.name == "y") t->y_in_ = static_cast<int>(k);
+    if (in.name == "lr") t->lr_in_ = static_cast<int>(k);
+    if (in.name == "step") t->step_in_ = static_cast<int>(k);
+  }
+  if (t->x_in_ < 0 || t->y_in_ < 0 || t->lr_in_ < 0 || t->step_in_ < 0)
+    return absl::InternalError("training program lacks one of the inputs x, y, lr, step");
+  // The evaluation program shares the parameter tensors.
+  const compiler::Graph& eg = t->eval_exec_->program().graph;
+  for (size_t k = 0; k < eg.inputs().size(); ++k) {
+    const auto& in = eg.inputs()[k];
+    int tk = g.FindInput(in.name);
+    if (tk < 0) return absl::InternalError(absl::StrCat("evaluation input '", in.name, "' is not a training input"));
+    t->eval_inputs_.push_back(t->train_inputs_[tk]);
+    if (in.name == "x") t->ex_in_ = static_cast<int>(k);
+    if (in.name == "y") t->ey_in_ = static_cast<int>(k);
+  }
+  return t;
+}
+
+double Trainer::LearningRate(int64_t step) const {
+  const auto& tr = spec_.train();
+  double f = tr.warmup_steps() > 0 ? std::min(1.0, static_cast<double>(step) / tr.warmup_steps()) : 1.0;
+  return tr.lr() * f;
+}
+
+absl::StatusOr<float> Trainer::Step(const Tensor& x, const Tensor& y) {
+  train_inputs_[x_in_] = x;
+  train_inputs_[y_in_] = y;
+  ++step_;
+  train_inputs_[lr_in_].data<float>()[0] = static_cast<float>(LearningRate(step_));
+  train_inputs_[step_in_].data<float>()[0] = static_cast<float>(step_);
+  LOOM_RETURN_IF_ERROR(train_exec_->Run(train_inputs_, &outputs_));
+  float loss = outputs_[0].data<float>()[0];
+  if (!std::isfinite(loss))
+    return absl::AbortedError(absl::StrCat("loss is ", loss, " at step ", step_, "; stopping"));
+  LOOM_RETURN_IF_ERROR(train_exec_->ApplyUpdates(absl::MakeSpan(train_inputs_), outputs_));
+  return loss;
+}
+
+absl::StatusOr<std::pair<float, Tensor>> Trainer::Forward(const Tensor& x, const Tensor& y) {
+  eval_inputs_[ex_in_] = x;
+  eval_inputs_[ey_in_] = y;
+  std::vector<Tensor> out;
+  LOOM_RETURN_IF_ERROR(eval_exec_->Run(eval_inputs_, &out));
+  return std::make_pair(out[0].data<float>()[0], out[1]);
+}
+
+absl::StatusOr<float> Trainer::Evaluate(const Tensor& x, const Tensor& y) {
+  LOOM_ASSIGN_OR_RETURN(auto r, Forward(x, y));
+  return r.first;
+}
+
+std::map<std::string, Tensor> Trainer::Parameters() const {
+  std::map<std::string, Tensor> out;
+  const compiler::Graph& g = train_exec_->program().graph;
+  for (const auto& p : params_) out.emplace(p.name, train_inputs_[g.FindInput(p.name)]);
+  return out;
+}
+
+std::map<std::string, Tensor> Trainer::LastGradients() const {
+  std::map<std::string, Tensor> out;
+  if (!options_.keep_gradients || outputs_.empty()) return out;
+  // Outputs: forward outputs (1), then one gradient per parameter in order.
+  for (size_t i = 0; i < params_.size() && 1 + i < outputs_.size(); ++i)
+    out.emplace(params_[i].name, outputs_[1 + i].Clone());
+  return out;
+}
+
+}  // namespace loom::train
