@@ -1,0 +1,172 @@
+"""PyTorch reference for Loom's model families, for parity tests and benchmarks.
+
+Written out by hand (torch 1.13 has no scaled_dot_product_attention) so every
+convention is visible:
+  gpt:   GPT-2: learned positions, pre-LayerNorm, tanh-GELU MLP, tied embeddings.
+  llama: RMSNorm, RoPE on interleaved pairs (x[2i], x[2i+1]), SwiGLU MLP,
+         grouped-query attention, untied output projection.
+Linear weights are stored [in, out] (y = x @ W + b), as Loom stores them.
+
+Usage:
+  gpt_torch.py --config cfg.json --weights DIR --batches DIR --out DIR [--steps N]
+cfg.json: the model keys (family, n_layer, n_head, n_kv_head, d_model, seq_len,
+vocab, ffn_hidden, norm_eps, rope_theta) and train keys (lr, beta1, beta2, eps,
+weight_decay, grad_clip, warmup_steps, threads).
+Batches DIR holds x{i}, y{i} (i32 [B, T]) for i in 0..steps-1.
+Writes to --out: logits and loss of batch 0 at the initial weights, grad.<name>
+for every parameter, and losses (f64 [steps]) of training for --steps steps.
+"""
+import argparse
+import json
+import math
+import sys
+
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, __import__("os").path.dirname(__file__))
+import tensor_dir  # noqa: E402
+
+
+def param_names(cfg):
+    L = cfg["n_layer"]
+    if cfg["family"] == "gpt":
+        names = ["wte", "wpe"]
+        for i in range(L):
+            p = f"h.{i}."
+            names += [p + n for n in ["ln_1.weight", "ln_1.bias", "attn.c_attn.weight", "attn.c_attn.bias",
+                                      "attn.c_proj.weight", "attn.c_proj.bias", "ln_2.weight", "ln_2.bias",
+                                      "mlp.c_fc.weight", "mlp.c_fc.bias", "mlp.c_proj.weight", "mlp.c_proj.bias"]]
+        return names + ["ln_f.weight", "ln_f.bias"]
+    names = ["tok_embeddings"]
+    for i in range(L):
+        p = f"layers.{i}."
+        names += [p + n for n in ["attention_norm.weight", "attention.wq", "attention.wk", "attention.wv",
+                                  "attention.wo", "ffn_norm.weight", "feed_forward.w1", "feed_forward.w3",
+                                  "feed_forward.w2"]]
+    return names + ["norm.weight", "output"]
+
+
+def attention(q, k, v, n_head, n_kv_head):
+    # q [B, H, T, D], k/v [B, Hkv, T, D]; causal, scale 1/sqrt(D).
+    rep = n_head // n_kv_head
+    if rep > 1:
+        k = k.repeat_interleave(rep, dim=1)
+        v = v.repeat_interleave(rep, dim=1)
+    T, D = q.shape[2], q.shape[3]
+    s = (q @ k.transpose(-2, -1)) / math.sqrt(D)
+    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    s = s.masked_fill(~mask, float("-inf"))
+    return torch.softmax(s, dim=-1) @ v
+
+
+def rope(x, theta):
+    # x [B, T, H, D]; pairs (2i, 2i+1) rotated by t * theta^(-2i/D).
+    B, T, H, D = x.shape
+    inv = theta ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
+    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    cos = ang.cos().to(x.dtype)[None, :, None, :]
+    sin = ang.sin().to(x.dtype)[None, :, None, :]
+    x0, x1 = x[..., 0::2], x[..., 1::2]
+    out = torch.stack([x0 * cos - x1 * sin, x0 * sin + x1 * cos], dim=-1)
+    return out.reshape(B, T, H, D)
+
+
+def rmsnorm(x, w, eps):
+    return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * w
+
+
+def forward(cfg, P, x):
+    B, T = x.shape
+    C, H = cfg["d_model"], cfg["n_head"]
+    Hkv = cfg.get("n_kv_head") or H
+    D = C // H
+    eps = cfg.get("norm_eps") or 1e-5
+    xl = x.long()
+    if cfg["family"] == "gpt":
+        h = P["wte"][xl] + P["wpe"][:T][None]
+        for i in range(cfg["n_layer"]):
+            p = f"h.{i}."
+            a = F.layer_norm(h, (C,), P[p + "ln_1.weight"], P[p + "ln_1.bias"], eps)
+            qkv = a @ P[p + "attn.c_attn.weight"] + P[p + "attn.c_attn.bias"]
+            q, k, v = qkv.split(C, dim=-1)
+            q, k, v = (t.reshape(B, T, H, D).transpose(1, 2) for t in (q, k, v))
+            y = attention(q, k, v, H, H).transpose(1, 2).reshape(B, T, C)
+            h = h + y @ P[p + "attn.c_proj.weight"] + P[p + "attn.c_proj.bias"]
+            m = F.layer_norm(h, (C,), P[p + "ln_2.weight"], P[p + "ln_2.bias"], eps)
+            m = F.gelu(m @ P[p + "mlp.c_fc.weight"] + P[p + "mlp.c_fc.bias"], approximate="tanh")
+            h = h + m @ P[p + "mlp.c_proj.weight"] + P[p + "mlp.c_proj.bias"]
+        h = F.layer_norm(h, (C,), P["ln_f.weight"], P["ln_f.bias"], eps)
+        return h @ P["wte"].t()
+    theta = cfg.get("rope_theta") or 10000.0
+    h = P["tok_embeddings"][xl]
+    for i in range(cfg["n_layer"]):
+        p = f"layers.{i}."
+        a = rmsnorm(h, P[p + "attention_norm.weight"], eps)
+        q = rope((a @ P[p + "attention.wq"]).reshape(B, T, H, D), theta).transpose(1, 2)
+        k = rope((a @ P[p + "attention.wk"]).reshape(B, T, Hkv, D), theta).transpose(1, 2)
+        v = (a @ P[p + "attention.wv"]).reshape(B, T, Hkv, D).transpose(1, 2)
+        y = attention(q, k, v, H, Hkv).transpose(1, 2).reshape(B, T, C)
+        h = h + y @ P[p + "attention.wo"]
+        m = rmsnorm(h, P[p + "ffn_norm.weight"], eps)
+        m = F.silu(m @ P[p + "feed_forward.w1"]) * (m @ P[p + "feed_forward.w3"])
+        h = h + m @ P[p + "feed_forward.w2"]
+    h = rmsnorm(h, P["norm.weight"], eps)
+    return h @ P["output"]
+
+
+def loss_fn(cfg, P, x, y):
+    logits = forward(cfg, P, x)
+    return logits, F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.long().reshape(-1))
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--config", required=True)
+    ap.add_argument("--weights", required=True)
+    ap.add_argument("--batches", required=True)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--steps", type=int, default=0)
+    ap.add_argument("--dtype", default="f32", choices=["f32", "f64"])
+    a = ap.parse_args()
+    cfg = json.load(open(a.config))
+    torch.set_num_threads(int(cfg.get("threads", 1)))
+    dt = torch.float32 if a.dtype == "f32" else torch.float64
+    W = tensor_dir.load(a.weights)
+    B = tensor_dir.load(a.batches)
+    P = {n: W[n].to(dt).clone().requires_grad_(True) for n in param_names(cfg)}
+    out = {}
+    logits, loss = loss_fn(cfg, P, B["x0"], B["y0"])
+    loss.backward()
+    out["logits"] = logits.detach()
+    out["loss"] = loss.detach().reshape(1).double()
+    for n, p in P.items():
+        out["grad." + n] = p.grad.detach().clone()
+        p.grad = None
+    if a.steps > 0:
+        decay = [p for n, p in P.items() if p.dim() >= 2]
+        no_decay = [p for n, p in P.items() if p.dim() < 2]
+        opt = torch.optim.AdamW(
+            [{"params": decay, "weight_decay": cfg.get("weight_decay", 0.0)},
+             {"params": no_decay, "weight_decay": 0.0}],
+            lr=cfg["lr"], betas=(cfg.get("beta1", 0.9), cfg.get("beta2", 0.95)), eps=cfg.get("eps", 1e-8))
+        warm = cfg.get("warmup_steps", 0)
+        sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm > 0 else 1.0)
+        losses = []
+        for s in range(a.steps):
+            _, loss = loss_fn(cfg, P, B[f"x{s}"], B[f"y{s}"])
+            opt.zero_grad()
+            loss.backward()
+            if cfg.get("grad_clip", 0) > 0:
+                torch.nn.utils.clip_grad_norm_(list(P.values()), cfg["grad_clip"])
+            opt.step()
+            sched.step()
+            losses.append(loss.item())
+        out["losses"] = torch.tensor(losses, dtype=torch.float64)
+        for n, p in P.items():
+            out["final." + n] = p.detach()
+    tensor_dir.save(a.out, out)
+
+
+if __name__ == "__main__":
+    main()
