@@ -1,0 +1,189 @@
+// Save / commit / retention / async save, and resharding reads.
+#include "runtime/checkpoint/checkpoint.h"
+
+#include <chrono>
+#include <random>
+
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+#include "runtime/checkpoint/file_io.h"
+#include "runtime/checkpoint/loader.h"
+#include "runtime/checkpoint/test_util.h"
+
+namespace loom::checkpoint {
+namespace {
+
+using testing::BitwiseEqual;
+using testing::FreshDir;
+using testing::GridShards;
+using testing::Pattern;
+using testing::SampleRequest;
+using testing::Slice;
+
+TEST(Checkpoint, SaveCommitAndLoad) {
+  std::string root = FreshDir("save");
+  SaveRequest req = SampleRequest(10);
+  ASSERT_TRUE(SaveCheckpoint(root, req).ok());
+  EXPECT_EQ(*ReadLatestPointer(root), "step_000000000010");
+  auto names = ListDir(root + "/step_000000000010");
+  ASSERT_TRUE(names.ok());
+  EXPECT_EQ(names->size(), 5u);  // manifest + 4 rank files
+
+  auto r = LoadLatest(root);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(r->skipped.empty());
+  const Manifest& m = r->ckpt.manifest;
+  EXPECT_EQ(m.step, 10);
+  EXPECT_EQ(m.sampler, req.sampler);
+  EXPECT_EQ(m.job_spec, req.job_spec);
+  EXPECT_EQ(m.layout, req.layout);
+  EXPECT_EQ(m.Find("w")->shards.size(), 4u);
+  auto reader = CheckpointReader::Open(r->ckpt);
+  ASSERT_TRUE(reader.ok());
+  auto w = reader->ReadFull("w");
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_TRUE(BitwiseEqual(*w, Pattern({7, 10}, DType::kF32, 10)));
+  EXPECT_TRUE(BitwiseEqual(*reader->ReadFull("b"), Pattern({5}, DType::kBF16, 1)));
+  EXPECT_TRUE(BitwiseEqual(*reader->ReadFull("count"), Pattern({}, DType::kI64, 10)));
+  EXPECT_FALSE(reader->ReadFull("nope").ok());
+  EXPECT_FALSE(reader->ReadSlice("w", {5, 0}, {3, 10}).ok());  // past the end
+  EXPECT_FALSE(reader->ReadSlice("w", {0}, {3}).ok());        // wrong rank
+  // The same step cannot be committed twice.
+  EXPECT_EQ(SaveCheckpoint(root, req).code(), absl::StatusCode::kAlreadyExists);
+}
+
+TEST(Checkpoint, RejectsBadRequests) {
+  std::string root = FreshDir("badreq");
+  SaveRequest req = SampleRequest(1);
+  req.tensors[0].shards.pop_back();  // does not cover "w"
+  auto s = SaveCheckpoint(root, req);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "cover")) << s;
+  req = SampleRequest(1);
+  req.tensors[0].shards[0].rank = 7;
+  EXPECT_EQ(SaveCheckpoint(root, req).code(), absl::StatusCode::kInvalidArgument);
+  req = SampleRequest(1);
+  req.tensors[1].dtype = DType::kF32;
+  EXPECT_EQ(SaveCheckpoint(root, req).code(), absl::StatusCode::kInvalidArgument);
+  auto dirs = ListCheckpoints(root);
+  ASSERT_TRUE(dirs.ok());
+  EXPECT_TRUE(dirs->empty());
+  auto names = ListDir(root);
+  EXPECT_TRUE(names->empty()) << names->size();  // failed saves leave nothing behind
+}
+
+TEST(Checkpoint, RetentionAndStaleCleanup) {
+  std::string root = FreshDir("retain");
+  for (int step = 1; step <= 5; ++step) ASSERT_TRUE(SaveCheckpoint(root, SampleRequest(step), {2}).ok());
+  auto dirs = ListCheckpoints(root);
+  ASSERT_EQ(dirs->size(), 2u);
+  EXPECT_EQ((*dirs)[0].first, 5);
+  EXPECT_EQ((*dirs)[1].first, 4);
+  EXPECT_EQ(*ReadLatestPointer(root), "step_000000000005");
+  ASSERT_TRUE(MakeDir(root + "/.tmp.step_000000000006").ok());
+  ASSERT_TRUE(WriteFileAtomic(root + "/.tmp.step_000000000006/rank00000.safetensors", "partial").ok());
+  ASSERT_TRUE(WriteFileAtomic(root + "/latest.tmp.123", "x").ok());
+  ASSERT_TRUE(CleanStale(root).ok());
+  auto names = ListDir(root);
+  EXPECT_EQ(names->size(), 3u);  // two step folders + latest
+}
+
+// Saved on a 2x2 grid; read back under other shardings, bitwise.
+TEST(Checkpoint, ReshardOnLoad) {
+  std::string root = FreshDir("reshard");
+  Tensor w = Pattern({9, 13}, DType::kF32, 3);
+  Tensor h = Pattern({6, 4, 5}, DType::kF16, 4);
+  SaveRequest req;
+  req.step = 1;
+  req.world_size = 4;
+  req.tensors.push_back(GridShards("w", w, {2, 2}));
+  req.tensors.push_back(GridShards("h", h, {1, 2, 2}));
+  ASSERT_TRUE(SaveCheckpoint(root, req).ok());
+  auto r = LoadLatest(root);
+  ASSERT_TRUE(r.ok());
+  auto reader = CheckpointReader::Open(r->ckpt);
+  // Full tensors (a single process).
+  EXPECT_TRUE(BitwiseEqual(*reader->ReadFull("w"), w));
+  EXPECT_TRUE(BitwiseEqual(*reader->ReadFull("h"), h));
+  // Three uneven row slices (e.g. tp=3 over rows).
+  int64_t rows[] = {0, 4, 6, 9};
+  for (int i = 0; i < 3; ++i) {
+    std::vector<int64_t> off = {rows[i], 0}, len = {rows[i + 1] - rows[i], 13};
+    auto s = reader->ReadSlice("w", off, len);
+    ASSERT_TRUE(s.ok()) << s.status();
+    EXPECT_TRUE(BitwiseEqual(*s, Slice(w, off, len))) << i;
+  }
+  // Column slices and random rectangles.
+  std::mt19937 rng(5);
+  for (int it = 0; it < 200; ++it) {
+    std::vector<int64_t> off(3), len(3);
+    for (int d = 0; d < 3; ++d) {
+      off[d] = rng() % (h.dim(d) + 1);
+      len[d] = rng() % (h.dim(d) - off[d] + 1);
+    }
+    auto s = reader->ReadSlice("h", off, len);
+    ASSERT_TRUE(s.ok()) << s.status();
+    ASSERT_TRUE(BitwiseEqual(*s, Slice(h, off, len))) << it;
+  }
+  // A slice inside one shard reads only what it needs (at most twice that, in one pread).
+  auto fresh = CheckpointReader::Open(r->ckpt);
+  ASSERT_TRUE(fresh->ReadSlice("w", {1, 1}, {2, 3}).ok());
+  EXPECT_LE(fresh->bytes_read(), 2u * 2 * 3 * 4 + 6 * 4);
+  EXPECT_GE(fresh->bytes_read(), 2u * 3 * 4);
+}
+
+TEST(Checkpoint, MultiRankProtocol) {
+  // The per-rank API as separate processes would use it.
+  std::string root = FreshDir("ranks");
+  Tensor w = Pattern({4, 4}, DType::kF64, 0);
+  auto tmp = BeginSave(root, 3);
+  ASSERT_TRUE(tmp.ok());
+  Manifest m;
+  m.step = 3;
+  m.world_size = 2;
+  TensorRecord rec;
+  rec.name = "w";
+  rec.dtype = DType::kF64;
+  rec.shape = {4, 4};
+  for (int rank = 0; rank < 2; ++rank) {
+    // Each rank holds two 1x4 rows... of its half, written as two shards in one file.
+    std::vector<RankShard> mine;
+    for (int k = 0; k < 2; ++k) {
+      int64_t row = rank * 2 + k;
+      mine.push_back({"w", {row, 0}, Slice(w, {row, 0}, {1, 4})});
+    }
+    auto written = WriteRankShards(*tmp, rank, mine);
+    ASSERT_TRUE(written.ok()) << written.status();
+    for (auto& ws : *written) rec.shards.push_back(ws.record);
+  }
+  m.tensors.push_back(rec);
+  ASSERT_TRUE(CommitSave(root, *tmp, m, {}).ok());
+  auto r = LoadLatest(root);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_TRUE(BitwiseEqual(*CheckpointReader::Open(r->ckpt)->ReadFull("w"), w));
+}
+
+TEST(Checkpoint, AsyncSaveUsesSnapshot) {
+  std::string root = FreshDir("async");
+  AsyncCheckpointer saver(root, {2});
+  Tensor w = Pattern({64, 64}, DType::kF32, 1);
+  Tensor expect = w.Clone();
+  for (int step = 1; step <= 3; ++step) {
+    SaveRequest req;
+    req.step = step;
+    req.tensors.push_back(GridShards("w", w, {1, 1}));
+    req.tensors[0].shards[0].data = w;  // a view of the live tensor, not a copy
+    if (step == 3) expect = w.Clone();
+    ASSERT_TRUE(saver.SaveAsync(req).ok());
+    w.Fill(-step);  // the "training step" mutates parameters while the save runs
+  }
+  ASSERT_TRUE(saver.Wait().ok());
+  auto r = LoadLatest(root);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->ckpt.step, 3);
+  EXPECT_TRUE(BitwiseEqual(*CheckpointReader::Open(r->ckpt)->ReadFull("w"), expect));
+  EXPECT_EQ(ListCheckpoints(root)->size(), 2u);
+}
+
+}  // namespace
+}  // namespace loom::checkpoint
