@@ -1,0 +1,71 @@
+#include "compiler/compile.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/status.h"
+#include "compiler/ir/text.h"
+#include "compiler/ir/verifier.h"
+#include "compiler/passes/cse.h"
+#include "compiler/passes/dce.h"
+#include "compiler/passes/fusion.h"
+#include "compiler/passes/memory_plan.h"
+
+namespace loom::compiler {
+
+const std::vector<std::string>& StageNames() {
+  static const auto* names = new std::vector<std::string>{"initial", "joint", "optimized", "fused", "planned"};
+  return *names;
+}
+
+absl::StatusOr<std::string> Compilation::Dump(absl::string_view stage) const {
+  auto it = stages.find(std::string(stage));
+  if (it == stages.end())
+    return absl::InvalidArgumentError(
+        absl::StrCat("dump: unknown stage '", stage, "' (stages: ", absl::StrJoin(StageNames(), ", "), ")"));
+  if (stage != "planned") return PrintGraph(it->second);
+  const Graph& g = it->second;
+  PrintOptions opt;
+  opt.node_comment = [&](int node) { return plan.Describe(g, node); };
+  return absl::StrCat("# arena: peak_bytes=", plan.peak_bytes, " liveness_bound=", plan.live_bytes_bound,
+                      " alignment=", plan.alignment, "\n", PrintGraph(g, opt));
+}
+
+absl::StatusOr<Compilation> Compile(const Graph& forward, const CompileOptions& options) {
+  LOOM_RETURN_IF_ERROR(Annotate(Verify(forward), "compile: initial graph"));
+  Compilation c;
+  c.stages["initial"] = forward;
+  Graph g = forward;
+  if (options.differentiate) {
+    auto j = BuildJointGraph(forward, options.autodiff);
+    if (!j.ok()) return Annotate(j.status(), "compile: autodiff");
+    if (options.adamw) LOOM_RETURN_IF_ERROR(Annotate(AppendAdamW(*j, *options.adamw), "compile: optimizer"));
+    g = std::move(j->graph);
+  }
+  c.stages["joint"] = g;
+  PassPipeline opt;
+  if (options.cse) opt.Add<CommonSubexpressionElimination>();
+  if (options.dce) opt.Add<DeadCodeElimination>();
+  if (options.cast_policy) opt.Add<CastPolicyPass>(options.cast_policy);
+  LOOM_ASSIGN_OR_RETURN(c.reports, opt.Run(g));
+  c.stages["optimized"] = g;
+  if (options.fuse) {
+    PassPipeline fuse;
+    fuse.Add<ElementwiseFusion>();
+    LOOM_ASSIGN_OR_RETURN(std::vector<PassReport> r, fuse.Run(g));
+    c.reports.insert(c.reports.end(), r.begin(), r.end());
+  }
+  c.stages["fused"] = g;
+  MemoryPlanPass plan;
+  LOOM_ASSIGN_OR_RETURN(bool changed, plan.Run(g));
+  c.reports.push_back({std::string(plan.name()), changed});
+  c.plan = plan.plan();
+  c.stages["planned"] = g;
+  if (options.lower) {
+    auto p = Lower(g, options.lowering);
+    if (!p.ok()) return Annotate(p.status(), "compile: lowering");
+    c.program = std::move(*p);
+  }
+  return c;
+}
+
+}  // namespace loom::compiler

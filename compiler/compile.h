@@ -1,0 +1,62 @@
+// The compile pipeline from a forward graph to a Program, with named stages
+// whose IR can be dumped (what `loom compile job.yaml --dump=<stage>` prints).
+//
+//   stage       what it is
+//   initial     the forward graph as built
+//   joint       forward + backward (autodiff.h) + optimizer update (optimizer.h)
+//   optimized   after CSE and DCE
+//   fused       after elementwise fusion (the graph that is lowered)
+//   planned     the fused graph with each value's arena offset as a comment
+//
+//   LOOM_ASSIGN_OR_RETURN(Compilation c, Compile(forward, options));
+//   LOOM_ASSIGN_OR_RETURN(std::string text, c.Dump("fused"));
+//   Executor exec(std::move(c.program));
+//
+// Every dump is valid IR text: ParseGraph(c.Dump(s)) gives a graph that runs to
+// the same result as the stage itself (tested).
+#pragma once
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/autodiff.h"
+#include "compiler/ir/ir.h"
+#include "compiler/lowering.h"
+#include "compiler/optimizer.h"
+#include "compiler/passes/cast_policy.h"
+#include "compiler/passes/pass.h"
+
+namespace loom::compiler {
+
+// The stage names, in pipeline order.
+const std::vector<std::string>& StageNames();
+
+struct CompileOptions {
+  bool differentiate = true;          // false: inference, "joint" == "initial"
+  AutodiffOptions autodiff;
+  std::optional<AdamWOptions> adamw;  // set: append the optimizer update
+  bool cse = true;
+  bool dce = true;
+  bool fuse = true;
+  CastPolicy cast_policy;             // null: no compute dtypes are assigned
+  bool lower = true;                  // false: stop after planning
+  LoweringOptions lowering;
+};
+
+struct Compilation {
+  std::map<std::string, Graph> stages;
+  std::vector<PassReport> reports;  // the optimization passes, in order
+  MemoryPlan plan;                  // of the "fused" graph
+  std::unique_ptr<Program> program;
+  // The IR text of `stage`; an unknown name is InvalidArgument listing the
+  // valid ones.
+  absl::StatusOr<std::string> Dump(absl::string_view stage) const;
+};
+
+absl::StatusOr<Compilation> Compile(const Graph& forward, const CompileOptions& options = {});
+
+}  // namespace loom::compiler

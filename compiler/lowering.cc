@@ -1,0 +1,142 @@
+#include "compiler/lowering.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/status.h"
+#include "compiler/fused_kernel.h"
+#include "compiler/ir/verifier.h"
+
+namespace loom::compiler {
+
+absl::StatusOr<std::unique_ptr<Program>> Lower(const Graph& g, const LoweringOptions& options) {
+  LOOM_RETURN_IF_ERROR(Verify(g));
+  auto p = std::make_unique<Program>();
+  p->graph = g;
+  // value id -> the graph input whose tensor holds it (graph inputs themselves,
+  // and outputs updated in place).
+  std::vector<int> input_index(g.values().size(), -1);
+  p->input_written.assign(g.inputs().size(), false);
+  for (size_t i = 0; i < g.inputs().size(); ++i) {
+    input_index[g.inputs()[i].value] = static_cast<int>(i);
+    p->input_metas.push_back(g.meta(g.inputs()[i].value));
+  }
+  std::vector<int> external;
+  if (options.in_place_updates) {
+    const int n = static_cast<int>(g.nodes().size());
+    std::vector<int> producer(g.values().size(), -1), last_use(g.values().size(), -1), out_count(g.values().size(), 0);
+    for (int i = 0; i < n; ++i) {
+      for (int v : g.nodes()[i].outputs) producer[v] = i;
+      for (int v : g.nodes()[i].inputs) last_use[v] = i;
+    }
+    for (const GraphOutput& o : g.outputs()) ++out_count[o.value];
+    for (const GraphOutput& o : g.outputs()) {
+      if (o.updates < 0) continue;
+      const int v = o.value, node = producer[v], k = o.updates;
+      if (node < 0 || out_count[v] != 1 || p->input_written[k]) continue;
+      if (last_use[g.inputs()[k].value] > node) continue;  // someone reads the old value later
+      if (out_count[g.inputs()[k].value] > 0) continue;     // the old value is itself returned
+      const Node& nd = g.nodes()[node];
+      const ops::OpDef* def = ops::OpRegistry::Global().Find(nd.op);
+      bool allowed = (def != nullptr && def->elementwise) ||
+                     std::find(options.in_place_ops.begin(), options.in_place_ops.end(), nd.op) !=
+                         options.in_place_ops.end();
+      if (!allowed) continue;
+      p->input_written[k] = true;
+      input_index[v] = k;
+      external.push_back(v);
+    }
+  }
+  LOOM_ASSIGN_OR_RETURN(p->plan, PlanMemory(g, 64, external));
+  char* base = nullptr;
+  if (p->plan.peak_bytes > 0) {
+    Allocator* alloc = DefaultCpuAllocator();
+    size_t bytes = static_cast<size_t>(p->plan.peak_bytes);
+    base = static_cast<char*>(alloc->Allocate(bytes));
+    p->arena = std::shared_ptr<void>(base, [alloc, bytes](void* q) { alloc->Deallocate(q, bytes); });
+  }
+  std::vector<Tensor> views(g.values().size());
+  auto view_of = [&](int v) {
+    if (!views[v].defined()) {
+      const BufferAssignment* b = p->plan.Find(v);
+      views[v] = Tensor::Wrap(base == nullptr ? nullptr : base + b->offset, g.meta(v).shape, g.meta(v).dtype);
+    }
+    return views[v];
+  };
+  for (size_t i = 0; i < g.nodes().size(); ++i) {
+    const Node& n = g.nodes()[i];
+    const std::string where = absl::StrCat("node ", i, " (", n.op, ")");
+    KernelCall c;
+    c.op = n.op;
+    c.node = static_cast<int>(i);
+    c.attrs = n.attrs;
+    std::vector<TensorMeta> in_metas, out_metas;
+    for (size_t k = 0; k < n.inputs.size(); ++k) {
+      int v = n.inputs[k];
+      in_metas.push_back(g.meta(v));
+      if (input_index[v] >= 0) {
+        c.bind.push_back({static_cast<int>(k), input_index[v]});
+        c.inputs.emplace_back();
+      } else {
+        c.inputs.push_back(view_of(v));
+      }
+    }
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      int v = n.outputs[k];
+      out_metas.push_back(g.meta(v));
+      if (input_index[v] >= 0) {
+        c.out_bind.push_back({static_cast<int>(k), input_index[v]});
+        c.outputs.emplace_back();
+      } else {
+        c.outputs.push_back(view_of(v));
+      }
+    }
+    if (n.op == kFusedOp) {
+      auto k = FusedKernel::Create(*n.subgraph, options.impl, options.fused_chunk_elems);
+      if (!k.ok()) return Annotate(k.status(), where);
+      p->scratch_bytes += (*k)->scratch_bytes();
+      c.fn = FusedKernel::AsKernelFn(*k);
+    } else {
+      auto def = ops::OpRegistry::Global().Get(n.op);
+      if (!def.ok()) return Annotate(def.status(), where);
+      auto fn = ResolveKernel(**def, in_metas, out_metas, options.impl);
+      if (!fn.ok()) return Annotate(fn.status(), where);
+      c.fn = *fn;
+    }
+    p->calls.push_back(std::move(c));
+  }
+  for (const GraphOutput& o : g.outputs()) {
+    Program::OutputSource src;
+    src.updates = o.updates;
+    if (input_index[o.value] >= 0) src.input = input_index[o.value];
+    else src.view = view_of(o.value);
+    p->outputs.push_back(std::move(src));
+  }
+  return p;
+}
+
+std::string Program::ToString() const {
+  std::string s = absl::StrCat("# program @", graph.name(), ": ", calls.size(), " calls, arena ", plan.peak_bytes,
+                               " bytes (liveness bound ", plan.live_bytes_bound, "), fused scratch ",
+                               scratch_bytes, " bytes\n");
+  auto where = [&](int v) -> std::string {
+    for (size_t i = 0; i < graph.inputs().size(); ++i)
+      if (graph.inputs()[i].value == v) return absl::StrCat("%", graph.inputs()[i].name);
+    const BufferAssignment* b = plan.Find(v);
+    if (b) return absl::StrCat("@", b->offset);
+    for (const GraphOutput& o : graph.outputs())
+      if (o.value == v && o.updates >= 0) return absl::StrCat("%", graph.inputs()[o.updates].name, " (in place)");
+    return "?";
+  };
+  for (const KernelCall& c : calls) {
+    const Node& n = graph.nodes()[c.node];
+    std::vector<std::string> ins, outs;
+    for (int v : n.inputs) ins.push_back(where(v));
+    for (int v : n.outputs) outs.push_back(absl::StrCat(where(v), " ", graph.meta(v).ToString()));
+    absl::StrAppend(&s, c.node, ": ", c.op, "(", absl::StrJoin(ins, ", "), ") -> ", absl::StrJoin(outs, ", "), "\n");
+  }
+  return s;
+}
+
+}  // namespace loom::compiler

@@ -1,0 +1,54 @@
+#include "compiler/optimizer.h"
+
+#include "absl/strings/str_cat.h"
+#include "base/status.h"
+#include "compiler/ir/verifier.h"
+
+namespace loom::compiler {
+
+absl::Status AppendAdamW(JointGraph& j, const AdamWOptions& o) {
+  Graph& g = j.graph;
+  if (j.grads.size() != j.wrt_inputs.size()) return absl::InvalidArgumentError("joint graph: grads do not match wrt");
+  if (j.grads.empty()) return absl::InvalidArgumentError("joint graph: nothing to optimize (no parameters)");
+  for (const char* name : {"lr", "step"})
+    if (g.FindInput(name) >= 0)
+      return absl::InvalidArgumentError(absl::StrCat("the graph already has an input named %", name));
+  const int lr = g.AddInput("lr", {DType::kF32, {}});
+  const int step = g.AddInput("step", {DType::kF32, {}});
+  auto gn = g.AddOp1(o.grad_norm_op, j.grads);
+  if (!gn.ok()) return Annotate(gn.status(), "optimizer: global norm");
+  ops::Attrs attrs{{"beta1", o.beta1},
+                   {"beta2", o.beta2},
+                   {"eps", o.eps},
+                   {"weight_decay", o.weight_decay},
+                   {"max_norm", o.max_norm}};
+  std::vector<GraphOutput> outs(g.outputs().begin(), g.outputs().begin() + j.num_forward_outputs);
+  if (o.keep_gradients)
+    outs.insert(outs.end(), g.outputs().begin() + j.num_forward_outputs, g.outputs().end());
+  for (size_t i = 0; i < j.wrt_inputs.size(); ++i) {
+    const int pk = j.wrt_inputs[i];
+    const std::string pname = g.inputs()[pk].name;
+    const int p = g.inputs()[pk].value;
+    const TensorMeta meta = g.meta(p);
+    for (const char* suffix : {".m", ".v"})
+      if (g.FindInput(pname + suffix) >= 0)
+        return absl::InvalidArgumentError(absl::StrCat("the graph already has an input named %", pname, suffix));
+    const int m = g.AddInput(pname + ".m", meta, InputKind::kState);
+    const int mk = static_cast<int>(g.inputs().size()) - 1;
+    const int v = g.AddInput(pname + ".v", meta, InputKind::kState);
+    const int vk = mk + 1;
+    ops::Attrs pattrs = attrs;
+    if (o.decays && !o.decays(pname)) pattrs.Set("weight_decay", 0.0);
+    auto upd = g.AddOp(o.adamw_op, {p, j.grads[i], m, v, *gn, lr, step}, pattrs);
+    if (!upd.ok()) return Annotate(upd.status(), absl::StrCat("optimizer: updating %", pname));
+    if (upd->size() != 3)
+      return absl::InternalError(absl::StrCat(o.adamw_op, " returned ", upd->size(), " outputs, expected 3"));
+    outs.push_back({(*upd)[0], pk});
+    outs.push_back({(*upd)[1], mk});
+    outs.push_back({(*upd)[2], vk});
+  }
+  g.mutable_outputs() = std::move(outs);
+  return Annotate(Verify(g), "optimizer produced an invalid graph");
+}
+
+}  // namespace loom::compiler

@@ -1,0 +1,133 @@
+#include "compiler/passes/memory_plan.h"
+
+#include <algorithm>
+#include <functional>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/status.h"
+#include "compiler/ir/verifier.h"
+
+namespace loom::compiler {
+namespace {
+
+int64_t RoundUp(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
+
+bool Overlap(const BufferAssignment& a, const BufferAssignment& b) {
+  return a.first <= b.last && b.first <= a.last;
+}
+
+// Places buffers in `order` (best fit among the buffers each overlaps in
+// time); returns the arena size.
+int64_t Place(std::vector<BufferAssignment>& bufs, const std::vector<int>& order) {
+  std::vector<int> placed;
+  int64_t peak = 0;
+  std::vector<std::pair<int64_t, int64_t>> busy;  // (offset, end) of overlapping placed buffers
+  for (int i : order) {
+    BufferAssignment& b = bufs[i];
+    if (b.size == 0) {
+      b.offset = 0;
+      continue;
+    }
+    busy.clear();
+    for (int j : placed)
+      if (Overlap(b, bufs[j])) busy.push_back({bufs[j].offset, bufs[j].offset + bufs[j].size});
+    std::sort(busy.begin(), busy.end());
+    int64_t best = -1, best_gap = 0, prev_end = 0;
+    for (const auto& [off, end] : busy) {
+      int64_t gap = off - prev_end;
+      if (gap >= b.size && (best < 0 || gap < best_gap)) {
+        best = prev_end;
+        best_gap = gap;
+      }
+      prev_end = std::max(prev_end, end);
+    }
+    b.offset = best >= 0 ? best : prev_end;
+    peak = std::max(peak, b.offset + b.size);
+    placed.push_back(i);
+  }
+  return peak;
+}
+
+}  // namespace
+
+std::string MemoryPlan::Describe(const Graph& g, int node) const {
+  std::vector<std::string> parts;
+  for (int v : g.nodes()[node].outputs) {
+    const BufferAssignment* b = Find(v);
+    if (b) parts.push_back(absl::StrCat("offset=", b->offset, " size=", b->size));
+  }
+  return absl::StrJoin(parts, "; ");
+}
+
+absl::StatusOr<MemoryPlan> PlanMemory(const Graph& g, int64_t alignment, const std::vector<int>& external) {
+  if (alignment <= 0) return absl::InvalidArgumentError("alignment: must be positive");
+  LOOM_RETURN_IF_ERROR(Verify(g));
+  MemoryPlan plan;
+  plan.alignment = alignment;
+  plan.buffer_of_value.assign(g.values().size(), -1);
+  const int n = static_cast<int>(g.nodes().size());
+  std::vector<bool> is_external(g.values().size(), false);
+  for (int v : external)
+    if (v >= 0 && v < static_cast<int>(is_external.size())) is_external[v] = true;
+  for (int i = 0; i < n; ++i) {
+    for (int v : g.nodes()[i].outputs) {
+      if (is_external[v]) continue;
+      BufferAssignment b;
+      b.value = v;
+      const TensorMeta& m = g.meta(v);
+      b.size = RoundUp(NumElements(m.shape) * static_cast<int64_t>(DTypeSize(m.dtype)), alignment);
+      b.first = b.last = i;
+      plan.buffer_of_value[v] = static_cast<int>(plan.buffers.size());
+      plan.buffers.push_back(b);
+    }
+    for (int v : g.nodes()[i].inputs) {
+      int k = plan.buffer_of_value[v];
+      if (k >= 0) plan.buffers[k].last = std::max(plan.buffers[k].last, i);
+    }
+  }
+  for (const GraphOutput& o : g.outputs()) {
+    int k = plan.buffer_of_value[o.value];
+    if (k >= 0) plan.buffers[k].last = n;
+  }
+  for (int t = 0; t <= n; ++t) {
+    int64_t live = 0;
+    for (const BufferAssignment& b : plan.buffers)
+      if (b.first <= t && t <= b.last) live += b.size;
+    plan.live_bytes_bound = std::max(plan.live_bytes_bound, live);
+  }
+  // Several greedy orders; keep the smallest arena (ties: the first order).
+  const int nb = static_cast<int>(plan.buffers.size());
+  const auto& bufs = plan.buffers;
+  auto span = [&](int i) { return int64_t{bufs[i].last - bufs[i].first + 1}; };
+  std::vector<std::function<bool(int, int)>> orders = {
+      [&](int a, int b) { return bufs[a].size != bufs[b].size ? bufs[a].size > bufs[b].size : span(a) > span(b); },
+      [&](int a, int b) { return bufs[a].first < bufs[b].first; },
+      [&](int a, int b) { return span(a) != span(b) ? span(a) > span(b) : bufs[a].size > bufs[b].size; },
+      [&](int a, int b) { return bufs[a].size * span(a) > bufs[b].size * span(b); },
+  };
+  std::vector<BufferAssignment> best;
+  int64_t peak_size = -1;
+  for (const auto& less : orders) {
+    std::vector<int> order(nb);
+    for (int i = 0; i < nb; ++i) order[i] = i;
+    std::stable_sort(order.begin(), order.end(), less);
+    std::vector<BufferAssignment> trial = plan.buffers;
+    int64_t peak = Place(trial, order);
+    if (peak_size < 0 || peak < peak_size) {
+      peak_size = peak;
+      best = std::move(trial);
+    }
+    if (peak_size == plan.live_bytes_bound) break;  // cannot do better
+  }
+  plan.buffers = std::move(best);
+  plan.peak_bytes = peak_size;
+  return plan;
+}
+
+absl::StatusOr<bool> MemoryPlanPass::Run(Graph& g) {
+  LOOM_ASSIGN_OR_RETURN(plan_, PlanMemory(g));
+  return false;
+}
+
+}  // namespace loom::compiler
