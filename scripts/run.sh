@@ -8,4 +8,5 @@ echo "building loom..."
 bazel build --color=no --curses=no --noshow_progress //runtime:loom 2>&1 | grep -vE '^(INFO|Loading|Analyzing)' || true
 LOOM="$(bazel info bazel-bin 2>/dev/null)/runtime/loom"
 [ -x "$LOOM" ] || { echo "build failed: $LOOM missing" >&2; exit 1; }
-exec "$LOOM" demo "$@"
+if [ $# -eq 0 ]; then set -- train examples/gpt-small.yaml; fi
+exec "$LOOM" "$@"

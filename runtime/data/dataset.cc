@@ -138,12 +138,12 @@ void Sampler::Next(int64_t batch, Tensor* x, Tensor* y) {
   int32_t* xp = x->data<int32_t>();
   int32_t* yp = y->data<int32_t>();
   for (int64_t b = 0; b < batch; ++b) {
-    if (state_.position == num_windows_) {
+    int64_t start = order_[state_.position++] * seq_len_;
+    if (state_.position == num_windows_) {  // the epoch is used up: start the next
       ++state_.epoch;
       state_.position = 0;
       Shuffle();
     }
-    int64_t start = order_[state_.position++] * seq_len_;
     for (int64_t t = 0; t < seq_len_; ++t) {
       xp[b * seq_len_ + t] = (*tokens_)[start + t];
       yp[b * seq_len_ + t] = (*tokens_)[start + t + 1];
@@ -156,6 +156,10 @@ absl::Status Sampler::Restore(const SamplerState& s) {
     return absl::InvalidArgumentError(absl::StrCat("sampler state (epoch ", s.epoch, ", position ", s.position,
                                                    ") does not fit ", num_windows_, " windows"));
   state_ = s;
+  if (state_.position == num_windows_) {
+    ++state_.epoch;
+    state_.position = 0;
+  }
   Shuffle();
   return absl::OkStatus();
 }

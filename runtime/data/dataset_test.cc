@@ -76,6 +76,7 @@ TEST(Data, SamplerVisitsEveryWindowOncePerEpochAndResumesExactly) {
   s->Next(3, &xb, &yb);
   SamplerState saved = s->state();
   EXPECT_EQ(saved.epoch, 1);
+  EXPECT_EQ(saved.position, 3);
   Tensor x5 = Tensor::MustEmpty({5, 16}, DType::kI32), y5 = Tensor::MustEmpty({5, 16}, DType::kI32);
   s->Next(5, &x5, &y5);
   auto r = Sampler::Create(&tokens, 16, 999);

@@ -30,6 +30,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::JobSpec& spec
   for (const auto& p : t->params_) decays[p.name] = p.weight_decay;
   compiler::CompileOptions co;
   co.fuse = t->options_.fuse;
+  // AdamW writes parameters and state in place: no arena copies of them and no
+  // copy back after each step.
+  co.lowering.in_place_updates = true;
   compiler::AdamWOptions adam;
   adam.beta1 = tr.beta1();
   adam.beta2 = tr.beta2();

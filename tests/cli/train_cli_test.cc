@@ -1,0 +1,106 @@
+// End-to-end tests of `loom train` and `loom compile` as a user runs them: the
+// real binary in a child process, its exit code and its output.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "runtime/data/dataset.h"
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string output;
+};
+
+Result RunLoom(const std::string& args) {
+  std::string cmd = absl::StrCat("timeout 600 runtime/loom ", args, " 2>&1");
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  while (p && fgets(buf, sizeof(buf), p)) r.output += buf;
+  int st = p ? pclose(p) : -1;
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+std::string Write(const std::string& name, const std::string& text) {
+  std::string path = absl::StrCat(::testing::TempDir(), "/", name);
+  std::ofstream(path) << text;
+  return path;
+}
+
+void ExpectBadInput(const std::string& yaml, const std::vector<std::string>& needles) {
+  Result r = RunLoom(absl::StrCat("train ", Write("bad.yaml", yaml)));
+  EXPECT_EQ(r.code, 2) << r.output;
+  for (const std::string& n : needles) EXPECT_NE(r.output.find(n), std::string::npos) << n << " not in: " << r.output;
+}
+
+TEST(TrainCli, BadInputNamesKeyAndValueAndExits2) {
+  ExpectBadInput("model: {n_layer: 2\n  d_model: [", {"malformed YAML", "line"});
+  ExpectBadInput("model: {n_layers: 2}\n", {"unknown key 'model.n_layers'"});
+  ExpectBadInput("model: {d_model: 100, n_head: 3}\n", {"model.d_model", "100", "n_head"});
+  ExpectBadInput("data: {path: /no/such/corpus.txt}\n", {"data.path", "/no/such/corpus.txt"});
+  ExpectBadInput("train: {batch_size: many}\n", {"train.batch_size", "many"});
+  Result r = RunLoom("train /no/such/job.yaml");
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("/no/such/job.yaml"), std::string::npos);
+  EXPECT_EQ(RunLoom("train").code, 2);
+  EXPECT_EQ(RunLoom("frobnicate").code, 2);
+}
+
+TEST(CompileCli, DumpsEveryStageAndRejectsUnknownOnes) {
+  std::string job = Write("tiny.yaml",
+                          "model: {family: gpt, n_layer: 1, n_head: 2, d_model: 16, seq_len: 8, vocab: 256}\n"
+                          "train: {batch_size: 2}\n");
+  for (const char* stage : {"initial", "joint", "optimized", "fused", "planned"}) {
+    Result r = RunLoom(absl::StrCat("compile ", job, " --dump=", stage));
+    EXPECT_EQ(r.code, 0) << stage << ": " << r.output;
+    EXPECT_NE(r.output.find("graph"), std::string::npos) << stage;
+  }
+  Result joint = RunLoom(absl::StrCat("compile ", job, " --dump=joint"));
+  EXPECT_NE(joint.output.find("adamw"), std::string::npos);
+  EXPECT_NE(joint.output.find("layernorm_backward"), std::string::npos);
+  Result bad = RunLoom(absl::StrCat("compile ", job, " --dump=bogus"));
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.output.find("bogus"), std::string::npos);
+}
+
+// The default example learns: after its few hundred steps the validation loss
+// is below a bigram count model fitted on the same training split.
+TEST(TrainCli, DefaultExampleBeatsBigramBaseline) {
+  auto tokens = loom::data::LoadTokens(loom::data::kDefaultCorpus, "text", "u16", 256);
+  if (!tokens.ok()) GTEST_SKIP() << "default corpus missing: " << tokens.status();
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/run_", getpid());
+  std::ifstream in("examples/gpt-small.yaml");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string job = Write("example.yaml", ss.str() + "run_dir: " + dir + "\n");
+  Result r = RunLoom(absl::StrCat("train ", job));
+  ASSERT_EQ(r.code, 0) << r.output;
+  // The split the example uses: data.seed 1, val_fraction 0.1.
+  loom::data::Split split = loom::data::SplitTokens(*tokens, 0.1, 1);
+  double bigram = loom::data::BigramLoss(split.train, split.val, 256);
+  double val = -1;
+  std::ifstream metrics(dir + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(metrics, line)) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("val_loss")) val = j["val_loss"];
+  }
+  ASSERT_GT(val, 0) << "no validation loss in metrics.jsonl";
+  std::printf("validation loss %.4f, bigram %.4f\n", val, bigram);
+  EXPECT_LT(val, bigram);
+  for (const char* f : {"loss.svg", "sample.txt", "job.yaml"})
+    EXPECT_EQ(access((dir + "/" + f).c_str(), R_OK), 0) << f;
+  EXPECT_NE(r.output.find("run folder: " + dir), std::string::npos);
+}
+
+}  // namespace
