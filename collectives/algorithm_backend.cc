@@ -1,0 +1,519 @@
+#include "collectives/algorithm_backend.h"
+
+#include <cstring>
+#include <numeric>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/status.h"
+#include "collectives/algorithms/reduce.h"
+
+namespace loom::collectives {
+namespace {
+
+std::vector<char> Staging(size_t bytes) { return std::vector<char>(bytes); }
+
+}  // namespace
+
+absl::Status CheckTensorArg(const Tensor& t, absl::string_view op, absl::string_view arg) {
+  if (!t.defined()) return absl::InvalidArgumentError(absl::StrCat(op, ": ", arg, ": undefined tensor"));
+  if (!t.is_contiguous()) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", arg, ": must be contiguous, got ",
+                                                   t.DebugString()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status CheckRank(int r, int size, absl::string_view op, absl::string_view arg) {
+  if (r < 0 || r >= size) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", arg, ": rank ", r,
+                                                   " out of range for group size ", size));
+  }
+  return absl::OkStatus();
+}
+
+AlgorithmBackend::AlgorithmBackend(std::string name, std::unique_ptr<Transport> transport)
+    : name_(std::move(name)), transport_(std::move(transport)) {
+  executor_ = std::thread([this] { ExecutorLoop(); });
+  waiter_ = std::thread([this] { WaiterLoop(); });
+}
+
+AlgorithmBackend::~AlgorithmBackend() { StopExecutor(); }
+
+void AlgorithmBackend::StopExecutor() {
+  {
+    absl::MutexLock l(&mu_);
+    if (stopping_) return;
+    stopping_ = true;
+  }
+  executor_.join();
+  {
+    absl::MutexLock l(&mu_);
+    executor_done_ = true;
+  }
+  waiter_.join();
+}
+
+bool AlgorithmBackend::Supports(OpType, DType, DeviceKind device) const {
+  return device == DeviceKind::kCPU;
+}
+
+absl::StatusOr<WorkPtr> AlgorithmBackend::Enqueue(OpType op, DType dtype, int64_t numel,
+                                                  absl::Duration timeout,
+                                                  std::function<absl::Status(const Comm&)> fn,
+                                                  PostFn post, Tensor keep_alive) {
+  if (timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat(OpTypeName(op), ": options.timeout: must be positive"));
+  }
+  auto work = std::make_shared<Work>();
+  Transport* t = transport_.get();
+  std::string what = absl::StrCat(name_, " ", OpTypeName(op));
+  work->set_abort_hook([t, what] { t->Abort(absl::CancelledError(absl::StrCat(what, ": aborted by the user"))); });
+  absl::MutexLock l(&mu_);
+  if (stopping_) return absl::FailedPreconditionError(absl::StrCat(what, ": backend is shutting down"));
+  uint64_t seq = next_seq_++;
+  recorder_.Queued(seq, std::string(OpTypeName(op)), std::string(DTypeName(dtype)), numel);
+  queue_.push_back(Task{work, op, seq, timeout, std::move(fn), std::move(post), std::move(keep_alive),
+                        numel * static_cast<int64_t>(DTypeSize(dtype)), absl::Time()});
+  return work;
+}
+
+absl::Status AlgorithmBackend::Fail(const Task& task, const absl::Status& s) {
+  absl::Status e(s.code(), absl::StrCat(name_, " ", OpTypeName(task.op), " #", task.seq, " on rank ",
+                                        rank(), " (timeout ", absl::FormatDuration(task.timeout),
+                                        "): ", s.message()));
+  if (store_ && size() > 1) {
+    std::string mine = absl::StrCat("error/", rank());
+    (void)store_->Set(mine, e.message());
+    std::string others;
+    if (auto keys = store_->List("error/"); keys.ok()) {
+      for (const std::string& k : *keys) {
+        if (k == mine) continue;
+        if (auto v = store_->Get(k); v.ok()) absl::StrAppend(&others, "; earlier: ", *v);
+      }
+    }
+    if (!others.empty()) e = absl::Status(e.code(), absl::StrCat(e.message(), others));
+  }
+  {
+    absl::MutexLock l(&mu_);
+    if (failed_.ok()) failed_ = e;
+  }
+  // Peers are out of step: stop every transport thread before buffers go away.
+  transport_->Abort(e);
+  recorder_.Finished(task.seq, e);
+  GlobalCollectiveMetrics().Record(name_, std::string(OpTypeName(task.op)), task.bytes,
+                                   absl::Now() - task.started, false);
+  if (!recorder_dir_.empty()) {
+    (void)recorder_.DumpToFile(absl::StrCat(recorder_dir_, "/", name_, ".rank", rank(), ".txt"));
+  }
+  task.work->Finish(e);
+  return e;
+}
+
+void AlgorithmBackend::ExecutorLoop() {
+  while (true) {
+    Task task;
+    absl::Status failed;
+    {
+      absl::MutexLock l(&mu_);
+      mu_.Await(absl::Condition(
+          +[](AlgorithmBackend* b) ABSL_NO_THREAD_SAFETY_ANALYSIS { return b->stopping_ || !b->queue_.empty(); },
+          this));
+      if (queue_.empty()) return;  // stopping and drained
+      task = std::move(queue_.front());
+      queue_.pop_front();
+      failed = failed_;
+    }
+    if (!task.work->Start()) {
+      recorder_.Finished(task.seq, absl::CancelledError("aborted before it started"));
+      continue;
+    }
+    recorder_.Started(task.seq);
+    task.started = absl::Now();
+    if (!failed.ok()) {
+      absl::Status s = absl::FailedPreconditionError(absl::StrCat(
+          name_, " ", OpTypeName(task.op), " #", task.seq, ": not run, an earlier op failed: ",
+          failed.message()));
+      recorder_.Finished(task.seq, s);
+      task.work->Finish(s);
+      continue;
+    }
+    Comm c{transport_.get(), algorithms::CollectiveTagBase(task.seq), absl::Now() + task.timeout};
+    if (task.post) {
+      auto req = task.post(c);
+      if (!req.ok()) {
+        (void)Fail(task, req.status());
+        continue;
+      }
+      absl::MutexLock l(&mu_);
+      pending_.push_back(Pending{std::move(task), std::move(*req), c.deadline});
+      continue;
+    }
+    absl::Status s = task.fn(c);
+    if (!s.ok()) {
+      (void)Fail(task, s);
+      continue;
+    }
+    Complete(task, s);
+  }
+}
+
+void AlgorithmBackend::Complete(Task& task, const absl::Status& s) {
+  recorder_.Finished(task.seq, s);
+  GlobalCollectiveMetrics().Record(name_, std::string(OpTypeName(task.op)), task.bytes,
+                                   absl::Now() - task.started, s.ok());
+  task.work->Finish(s);
+}
+
+void AlgorithmBackend::WaiterLoop() {
+  while (true) {
+    Pending p;
+    {
+      absl::MutexLock l(&mu_);
+      mu_.Await(absl::Condition(
+          +[](AlgorithmBackend* b) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+            return b->executor_done_ || !b->pending_.empty();
+          },
+          this));
+      if (pending_.empty()) return;
+      p = std::move(pending_.front());
+      pending_.pop_front();
+    }
+    absl::Status s = p.request->Wait(p.deadline);
+    if (!s.ok()) {
+      (void)Fail(p.task, s);
+      continue;
+    }
+    p.request.reset();
+    Complete(p.task, s);
+  }
+}
+
+// ---------------------------------------------------------------- ops
+
+absl::StatusOr<WorkPtr> AlgorithmBackend::AllReduce(const Tensor& t, const AllReduceOptions& o) {
+  LOOM_RETURN_IF_ERROR(CheckTensorArg(t, "all_reduce", "tensor"));
+  LOOM_RETURN_IF_ERROR(Annotate(CheckReducible(t.dtype(), o.op), "all_reduce"));
+  ReduceOp op = o.op;
+  return Enqueue(OpType::kAllReduce, t.dtype(), t.numel(), o.timeout,
+                 [this, t, op](const Comm& c) { return RunAllReduce(c, t, op); });
+}
+
+absl::StatusOr<WorkPtr> AlgorithmBackend::Broadcast(const Tensor& t, const BroadcastOptions& o) {
+  LOOM_RETURN_IF_ERROR(CheckTensorArg(t, "broadcast", "tensor"));
+  LOOM_RETURN_IF_ERROR(CheckRank(o.root, size(), "broadcast", "options.root"));
+  int root = o.root;
+  return Enqueue(OpType::kBroadcast, t.dtype(), t.numel(), o.timeout,
+                 [this, t, root](const Comm& c) { return RunBroadcast(c, t, root); });
+}
+
+absl::StatusOr<WorkPtr> AlgorithmBackend::Reduce(const Tensor& t, const ReduceOptions& o) {
+  LOOM_RETURN_IF_ERROR(CheckTensorArg(t, "reduce", "tensor"));
+  LOOM_RETURN_IF_ERROR(CheckRank(o.root, size(), "reduce", "options.root"));
+  LOOM_RETURN_IF_ERROR(Annotate(CheckReducible(t.dtype(), o.op), "reduce"));
+  int root = o.root;
+  ReduceOp op = o.op;
+  return Enqueue(OpType::kReduce, t.dtype(), t.numel(), o.timeout,
+                 [this, t, op, root](const Comm& c) { return RunReduce(c, t, op, root); });
+}
+
+absl::StatusOr<WorkPtr> AlgorithmBackend::AllGather(absl::Span<const Tensor> outputs,
+                                                    const Tensor& input, const AllGatherOptions& o) {
+  LOOM_RETURN_IF_ERROR(CheckTensorArg(input, "all_gather", "input"));
+  if (static_cast<int>(outputs.size()) != size()) {
+    return absl::InvalidArgumentError(absl::StrCat("all_gather: outputs: expected ", size(),
+                                                   " tensors, got ", outputs.size()));
+  }
+  std::vector<size_t> bytes;
+  for (size_t i = 0; i < outputs.size(); ++i) {
+    LOOM_RETURN_IF_ERROR(CheckTensorArg(outputs[i], "all_gather", absl::StrCat("outputs[", i, "]")));
+    if (outputs[i].dtype() != input.dtype()) {
+      return absl::InvalidArgumentError(absl::StrCat("all_gather: outputs[", i, "]: dtype ",
+                                                     DTypeName(outputs[i].dtype()), " != input ",
+                                                     DTypeName(input.dtype())));
+    }
+    bytes.push_back(outputs[i].nbytes());
+  }
+  if (outputs[rank()].numel() != input.numel()) {
+    return absl::InvalidArgumentError(absl::StrCat("all_gather: outputs[", rank(), "] has ",
+                                                   outputs[rank()].numel(), " elements, input ",
+                                                   input.numel()));
+  }
+  std::vector<Tensor> outs(outputs.begin(), outputs.end());
+  size_t total = std::accumulate(bytes.begin(), bytes.end(), size_t{0});
+  return Enqueue(OpType::kAllGather, input.dtype(), input.numel(), o.timeout,
+                 [this, outs, input, bytes, total](const Comm& c) -> absl::Status {
+                   std::vector<char> staging = Staging(total);
+                   Tensor stage = Tensor::Wrap(staging.data(), {static_cast<int64_t>(total)}, DType::kBool);
+                   LOOM_RETURN_IF_ERROR(RunAllGather(c, input, stage, bytes));
+                   size_t off = 0;
+                   for (size_t i = 0; i < outs.size(); ++i) {
+                     if (bytes[i]) std::memcpy(outs[i].raw_data(), staging.data() + off, bytes[i]);
+                     off += bytes[i];
+                   }
+                   return absl::OkStatus();
+                 });
+}
+
+absl::StatusOr<WorkPtr> AlgorithmBackend::AllGatherInto(const Tensor& output, const Tensor& input,
+                                                        const AllGatherOptions& o) {
+  LOOM_RETURN_IF_ERROR(CheckTensorArg(input, "all_gather_into", "input"));
+  LOOM_RETURN_IF_ERROR(CheckTensorArg(output, "all_gather_into", "output"));
+  if (output.dtype() != input.dtype() || output.numel() != input.numel() * size()) {
+    return absl::InvalidArgumentError(absl::StrCat("all_gather_into: output: expected ",
+                                                   DTypeName(input.dtype()), " with ",
+                                                   input.numel() * size(), " elements, got ",
+                                                   output.DebugString()));
+  }
+  std::vector<size_t> bytes(size(), input.nbytes());
+  return Enqueue(OpType::kAllGatherInto, input.dtype(), input.numel(), o.timeout,
+                 [this, output, input, bytes](const Comm& c) {
+                   return RunAllGather(c, input, output, bytes);
+                 });
+}
+
+absl::StatusOr<WorkPtr> AlgorithmBackend::ReduceScatter(const Tensor& output,
+                                                        absl::Span<const Tensor> inputs,
+                                                        const ReduceScatterOptions& o) {
+  LOOM_RETURN_IF_ERROR(CheckTensorArg(output, "reduce_scatter", "output"));
+  LOOM_RETURN_IF_ERROR(Annotate(CheckReducible(output.dtype(), o.op), "reduce_scatter"));
+  if (static_cast<int>(inputs.size()) != size()) {
+    return absl::InvalidArgumentError(absl::StrCat("reduce_scatter: inputs: expected ", size(),
+                                                   " tensors, got ", inputs.size()));
+  }
+  std::vector<size_t> counts;
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    LOOM_RETURN_IF_ERROR(CheckTensorArg(inputs[i], "reduce_scatter", absl::StrCat("inputs[", i, "]")));
+    if (inputs[i].dtype() != output.dtype()) {
+      return absl::InvalidArgumentError(absl::StrCat("reduce_scatter: inputs[", i, "]: dtype ",
+                                                     DTypeName(inputs[i].dtype()), " != output ",
+                                                     DTypeName(output.dtype())));
+    }
+    counts.push_back(static_cast<size_t>(inputs[i].numel()));
+  }
+  if (inputs[rank()].numel() != output.numel()) {
+    return absl::InvalidArgumentError(absl::StrCat("reduce_scatter: output: expected ",
+                                                   inputs[rank()].numel(), " elements (inputs[",
+                                                   rank(), "]), got ", output.numel()));
+  }
+  std::vector<Tensor> ins(inputs.begin(), inputs.end());
+  ReduceOp op = o.op;
+  return Enqueue(OpType::kReduceScatter, output.dtype(), output.numel(), o.timeout,
+                 [this, output, ins, counts, op](const Comm& c) -> absl::Status {
+                   size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
+                   size_t es = DTypeSize(output.dtype());
+                   LOOM_ASSIGN_OR_RETURN(Tensor flat, Tensor::Empty({static_cast<int64_t>(total)}, output.dtype()));
+                   size_t off = 0;
+                   for (size_t i = 0; i < ins.size(); ++i) {
+                     if (counts[i]) std::memcpy(static_cast<char*>(flat.raw_data()) + off, ins[i].raw_data(), counts[i] * es);
+                     off += counts[i] * es;
+                   }
+                   return RunReduceScatter(c, flat, output, counts, op);
+                 });
+}
+
+absl::StatusOr<WorkPtr> AlgorithmBackend::ReduceScatterFrom(const Tensor& output, const Tensor& input,
+                                                            const ReduceScatterOptions& o) {
+  LOOM_RETURN_IF_ERROR(CheckTensorArg(output, "reduce_scatter_from", "output"));
+  LOOM_RETURN_IF_ERROR(CheckTensorArg(input, "reduce_scatter_from", "input"));
+  LOOM_RETURN_IF_ERROR(Annotate(CheckReducible(output.dtype(), o.op), "reduce_scatter_from"));
+  if (output.dtype() != input.dtype() || input.numel() != output.numel() * size()) {
+    return absl::InvalidArgumentError(absl::StrCat("reduce_scatter_from: input: expected ",
+                                                   DTypeName(output.dtype()), " with ",
+                                                   output.numel() * size(), " elements, got ",
+                                                   input.DebugString()));
+  }
+  std::vector<size_t> counts(size(), static_cast<size_t>(output.numel()));
+  ReduceOp op = o.op;
+  return Enqueue(OpType::kReduceScatterFrom, output.dtype(), output.numel(), o.timeout,
+                 [this, output, input, counts, op](const Comm& c) {
+                   return RunReduceScatter(c, input, output, counts, op);
+                 });
+}
+
+absl::StatusOr<WorkPtr> AlgorithmBackend::AllToAll(const Tensor& output, const Tensor& input,
+                                                   const AllToAllOptions& o) {
+  LOOM_RETURN_IF_ERROR(CheckTensorArg(output, "all_to_all", "output"));
+  LOOM_RETURN_IF_ERROR(CheckTensorArg(input, "all_to_all", "input"));
+  if (output.dtype() != input.dtype()) {
+    return absl::InvalidArgumentError("all_to_all: output: dtype differs from input");
+  }
+  const int n = size();
+  auto splits = [&](const Tensor& t, const std::vector<int64_t>& given, const char* arg,
+                    std::vector<size_t>* bytes) -> absl::Status {
+    int64_t rows = t.ndim() == 0 ? 1 : t.dim(0);
+    size_t row_bytes = rows == 0 ? 0 : t.nbytes() / rows;
+    std::vector<int64_t> s = given;
+    if (s.empty()) {
+      if (rows % n != 0) {
+        return absl::InvalidArgumentError(absl::StrCat("all_to_all: ", arg, ": ", rows,
+                                                       " rows do not split evenly over ", n, " ranks"));
+      }
+      s.assign(n, rows / n);
+    }
+    if (static_cast<int>(s.size()) != n) {
+      return absl::InvalidArgumentError(absl::StrCat("all_to_all: options.", arg, "_split_sizes: expected ",
+                                                     n, " entries, got ", s.size()));
+    }
+    int64_t sum = 0;
+    for (int64_t v : s) {
+      if (v < 0) return absl::InvalidArgumentError(absl::StrCat("all_to_all: options.", arg, "_split_sizes: negative entry"));
+      sum += v;
+    }
+    if (sum != rows) {
+      return absl::InvalidArgumentError(absl::StrCat("all_to_all: options.", arg, "_split_sizes: sum ",
+                                                     sum, " != ", rows, " rows of ", arg));
+    }
+    for (int64_t v : s) bytes->push_back(static_cast<size_t>(v) * row_bytes);
+    return absl::OkStatus();
+  };
+  std::vector<size_t> send_bytes, recv_bytes;
+  LOOM_RETURN_IF_ERROR(splits(input, o.input_split_sizes, "input", &send_bytes));
+  LOOM_RETURN_IF_ERROR(splits(output, o.output_split_sizes, "output", &recv_bytes));
+  return Enqueue(OpType::kAllToAll, input.dtype(), input.numel(), o.timeout,
+                 [this, output, input, send_bytes, recv_bytes](const Comm& c) {
+                   return RunAllToAll(c, input, send_bytes, output, recv_bytes);
+                 });
+}
+
+absl::StatusOr<WorkPtr> AlgorithmBackend::Gather(absl::Span<const Tensor> outputs, const Tensor& input,
+                                                 const GatherOptions& o) {
+  LOOM_RETURN_IF_ERROR(CheckTensorArg(input, "gather", "input"));
+  LOOM_RETURN_IF_ERROR(CheckRank(o.root, size(), "gather", "options.root"));
+  std::vector<size_t> bytes(size(), 0);
+  bytes[rank()] = input.nbytes();
+  std::vector<Tensor> outs;
+  if (rank() == o.root) {
+    if (static_cast<int>(outputs.size()) != size()) {
+      return absl::InvalidArgumentError(absl::StrCat("gather: outputs: expected ", size(),
+                                                     " tensors on the root, got ", outputs.size()));
+    }
+    for (size_t i = 0; i < outputs.size(); ++i) {
+      LOOM_RETURN_IF_ERROR(CheckTensorArg(outputs[i], "gather", absl::StrCat("outputs[", i, "]")));
+      if (outputs[i].dtype() != input.dtype()) {
+        return absl::InvalidArgumentError(absl::StrCat("gather: outputs[", i, "]: dtype differs from input"));
+      }
+      bytes[i] = outputs[i].nbytes();
+    }
+    if (bytes[rank()] != input.nbytes()) {
+      return absl::InvalidArgumentError(absl::StrCat("gather: outputs[", rank(), "]: size differs from input"));
+    }
+    outs.assign(outputs.begin(), outputs.end());
+  }
+  int root = o.root;
+  return Enqueue(OpType::kGather, input.dtype(), input.numel(), o.timeout,
+                 [this, outs, input, bytes, root](const Comm& c) -> absl::Status {
+                   size_t total = std::accumulate(bytes.begin(), bytes.end(), size_t{0});
+                   std::vector<char> staging = Staging(c.rank() == root ? total : 0);
+                   LOOM_RETURN_IF_ERROR(RunGather(c, input, staging.data(), bytes, root));
+                   size_t off = 0;
+                   for (size_t i = 0; i < outs.size(); ++i) {
+                     if (bytes[i]) std::memcpy(outs[i].raw_data(), staging.data() + off, bytes[i]);
+                     off += bytes[i];
+                   }
+                   return absl::OkStatus();
+                 });
+}
+
+absl::StatusOr<WorkPtr> AlgorithmBackend::Scatter(const Tensor& output, absl::Span<const Tensor> inputs,
+                                                  const ScatterOptions& o) {
+  LOOM_RETURN_IF_ERROR(CheckTensorArg(output, "scatter", "output"));
+  LOOM_RETURN_IF_ERROR(CheckRank(o.root, size(), "scatter", "options.root"));
+  std::vector<size_t> bytes(size(), 0);
+  bytes[rank()] = output.nbytes();
+  std::vector<Tensor> ins;
+  if (rank() == o.root) {
+    if (static_cast<int>(inputs.size()) != size()) {
+      return absl::InvalidArgumentError(absl::StrCat("scatter: inputs: expected ", size(),
+                                                     " tensors on the root, got ", inputs.size()));
+    }
+    for (size_t i = 0; i < inputs.size(); ++i) {
+      LOOM_RETURN_IF_ERROR(CheckTensorArg(inputs[i], "scatter", absl::StrCat("inputs[", i, "]")));
+      if (inputs[i].dtype() != output.dtype()) {
+        return absl::InvalidArgumentError(absl::StrCat("scatter: inputs[", i, "]: dtype differs from output"));
+      }
+      bytes[i] = inputs[i].nbytes();
+    }
+    if (bytes[rank()] != output.nbytes()) {
+      return absl::InvalidArgumentError(absl::StrCat("scatter: inputs[", rank(), "]: size differs from output"));
+    }
+    ins.assign(inputs.begin(), inputs.end());
+  }
+  int root = o.root;
+  return Enqueue(OpType::kScatter, output.dtype(), output.numel(), o.timeout,
+                 [this, output, ins, bytes, root](const Comm& c) -> absl::Status {
+                   std::vector<char> staging;
+                   if (c.rank() == root) {
+                     for (size_t i = 0; i < ins.size(); ++i) {
+                       const char* p = static_cast<const char*>(ins[i].raw_data());
+                       staging.insert(staging.end(), p, p + bytes[i]);
+                     }
+                   }
+                   return RunScatter(c, staging.data(), output, bytes, root);
+                 });
+}
+
+absl::StatusOr<WorkPtr> AlgorithmBackend::Send(const Tensor& t, int dst, const SendRecvOptions& o) {
+  LOOM_RETURN_IF_ERROR(CheckTensorArg(t, "send", "tensor"));
+  LOOM_RETURN_IF_ERROR(CheckRank(dst, size(), "send", "dst"));
+  if (dst == rank()) return absl::InvalidArgumentError("send: dst: cannot send to self");
+  uint64_t tag = o.tag;
+  return Enqueue(OpType::kSend, t.dtype(), t.numel(), o.timeout, nullptr,
+                 [t, dst, tag](const Comm& c) {
+                   return c.transport->ISend(dst, tag, t.raw_data(), t.nbytes(), c.deadline);
+                 },
+                 t);
+}
+
+absl::StatusOr<WorkPtr> AlgorithmBackend::Recv(const Tensor& t, int src, const SendRecvOptions& o) {
+  LOOM_RETURN_IF_ERROR(CheckTensorArg(t, "recv", "tensor"));
+  LOOM_RETURN_IF_ERROR(CheckRank(src, size(), "recv", "src"));
+  if (src == rank()) return absl::InvalidArgumentError("recv: src: cannot receive from self");
+  uint64_t tag = o.tag;
+  return Enqueue(OpType::kRecv, t.dtype(), t.numel(), o.timeout, nullptr,
+                 [t, src, tag](const Comm& c) {
+                   return c.transport->IRecv(src, tag, t.raw_data(), t.nbytes());
+                 },
+                 t);
+}
+
+absl::StatusOr<WorkPtr> AlgorithmBackend::Barrier(const BarrierOptions& o) {
+  return Enqueue(OpType::kBarrier, DType::kBool, 0, o.timeout,
+                 [this](const Comm& c) { return RunBarrier(c); });
+}
+
+// ---------------------------------------------------------------- default hooks
+
+absl::Status AlgorithmBackend::RunAllReduce(const Comm& c, const Tensor& t, ReduceOp op) {
+  return algorithms::AllReduce(c, t.raw_data(), t.numel(), t.dtype(), op);
+}
+absl::Status AlgorithmBackend::RunBroadcast(const Comm& c, const Tensor& t, int root) {
+  return algorithms::BinomialBroadcast(c, t.raw_data(), t.nbytes(), root);
+}
+absl::Status AlgorithmBackend::RunReduce(const Comm& c, const Tensor& t, ReduceOp op, int root) {
+  return algorithms::BinomialReduce(c, t.raw_data(), t.numel(), t.dtype(), op, root);
+}
+absl::Status AlgorithmBackend::RunAllGather(const Comm& c, const Tensor& in, const Tensor& out_flat,
+                                            absl::Span<const size_t> bytes) {
+  return algorithms::RingAllGather(c, in.raw_data(), out_flat.raw_data(), bytes);
+}
+absl::Status AlgorithmBackend::RunReduceScatter(const Comm& c, const Tensor& in_flat, const Tensor& out,
+                                                absl::Span<const size_t> counts, ReduceOp op) {
+  return algorithms::RingReduceScatter(c, in_flat.raw_data(), out.raw_data(), counts, out.dtype(), op);
+}
+absl::Status AlgorithmBackend::RunAllToAll(const Comm& c, const Tensor& in,
+                                           absl::Span<const size_t> send_bytes, const Tensor& out,
+                                           absl::Span<const size_t> recv_bytes) {
+  return algorithms::PairwiseAllToAll(c, in.raw_data(), send_bytes, out.raw_data(), recv_bytes);
+}
+absl::Status AlgorithmBackend::RunGather(const Comm& c, const Tensor& in, void* out,
+                                         absl::Span<const size_t> bytes, int root) {
+  return algorithms::Gather(c, in.raw_data(), out, bytes, root);
+}
+absl::Status AlgorithmBackend::RunScatter(const Comm& c, const void* in, const Tensor& out,
+                                          absl::Span<const size_t> bytes, int root) {
+  return algorithms::Scatter(c, in, out.raw_data(), bytes, root);
+}
+absl::Status AlgorithmBackend::RunBarrier(const Comm& c) { return algorithms::DisseminationBarrier(c); }
+
+}  // namespace loom::collectives

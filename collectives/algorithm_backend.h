@@ -1,0 +1,142 @@
+// AlgorithmBackend: a Backend made of the shared algorithms plus a Transport.
+//
+// It is the "generic" backend (name "tcp" over TcpTransport, "ucx" over
+// UcxTransport) and the base of the Gloo backend, which overrides the Run*
+// hooks with Gloo's native algorithms where libgloo has the op and dtype.
+//
+// Execution: calls are validated on the caller's thread (InvalidArgument naming
+// the argument), then queued to one executor thread that runs them in issue
+// order, each with deadline = start + options.timeout. When an op fails the
+// backend aborts its transport (the peers are out of step) and fails every
+// later op with FailedPrecondition quoting the first error: recreate the group.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/synchronization/mutex.h"
+#include "collectives/algorithms/algorithms.h"
+#include "collectives/backend.h"
+#include "collectives/flight_recorder.h"
+#include "collectives/metrics.h"
+#include "collectives/transport/transport.h"
+
+namespace loom::collectives {
+
+class AlgorithmBackend : public Backend {
+ public:
+  AlgorithmBackend(std::string name, std::unique_ptr<Transport> transport);
+  ~AlgorithmBackend() override;
+
+  absl::string_view name() const override { return name_; }
+  int rank() const override { return transport_->rank(); }
+  int size() const override { return transport_->size(); }
+  bool Supports(OpType op, DType dtype, DeviceKind device) const override;
+
+  absl::StatusOr<WorkPtr> AllReduce(const Tensor& tensor, const AllReduceOptions& o) override;
+  absl::StatusOr<WorkPtr> Broadcast(const Tensor& tensor, const BroadcastOptions& o) override;
+  absl::StatusOr<WorkPtr> Reduce(const Tensor& tensor, const ReduceOptions& o) override;
+  absl::StatusOr<WorkPtr> AllGather(absl::Span<const Tensor> outputs, const Tensor& input,
+                                    const AllGatherOptions& o) override;
+  absl::StatusOr<WorkPtr> AllGatherInto(const Tensor& output, const Tensor& input,
+                                        const AllGatherOptions& o) override;
+  absl::StatusOr<WorkPtr> ReduceScatter(const Tensor& output, absl::Span<const Tensor> inputs,
+                                        const ReduceScatterOptions& o) override;
+  absl::StatusOr<WorkPtr> ReduceScatterFrom(const Tensor& output, const Tensor& input,
+                                            const ReduceScatterOptions& o) override;
+  absl::StatusOr<WorkPtr> AllToAll(const Tensor& output, const Tensor& input,
+                                   const AllToAllOptions& o) override;
+  absl::StatusOr<WorkPtr> Gather(absl::Span<const Tensor> outputs, const Tensor& input,
+                                 const GatherOptions& o) override;
+  absl::StatusOr<WorkPtr> Scatter(const Tensor& output, absl::Span<const Tensor> inputs,
+                                  const ScatterOptions& o) override;
+  absl::StatusOr<WorkPtr> Send(const Tensor& tensor, int dst, const SendRecvOptions& o) override;
+  absl::StatusOr<WorkPtr> Recv(const Tensor& tensor, int src, const SendRecvOptions& o) override;
+  absl::StatusOr<WorkPtr> Barrier(const BarrierOptions& o) override;
+
+  FlightRecorder* flight_recorder() override { return &recorder_; }
+  void set_flight_recorder_dir(std::string dir) { recorder_dir_ = std::move(dir); }
+  // The group's store: a failing rank records its error under "error/<rank>"
+  // (before aborting its transport) and quotes the errors other ranks recorded,
+  // so a survivor that only saw a neighbour drop still names the dead peer.
+  void set_store(std::shared_ptr<Store> store) { store_ = std::move(store); }
+  // Applies the BackendContext settings (store, flight recorder dir).
+  void Configure(const BackendContext& ctx) {
+    set_store(ctx.store);
+    set_flight_recorder_dir(ctx.flight_recorder_dir);
+  }
+
+ protected:
+  using Comm = algorithms::Comm;
+  // Hooks run on the executor thread with validated, contiguous CPU tensors.
+  // The defaults use the shared algorithms over transport().
+  virtual absl::Status RunAllReduce(const Comm& c, const Tensor& t, ReduceOp op);
+  virtual absl::Status RunBroadcast(const Comm& c, const Tensor& t, int root);
+  virtual absl::Status RunReduce(const Comm& c, const Tensor& t, ReduceOp op, int root);
+  virtual absl::Status RunAllGather(const Comm& c, const Tensor& in, const Tensor& out_flat,
+                                    absl::Span<const size_t> bytes);
+  virtual absl::Status RunReduceScatter(const Comm& c, const Tensor& in_flat, const Tensor& out,
+                                        absl::Span<const size_t> counts, ReduceOp op);
+  virtual absl::Status RunAllToAll(const Comm& c, const Tensor& in, absl::Span<const size_t> send_bytes,
+                                   const Tensor& out, absl::Span<const size_t> recv_bytes);
+  virtual absl::Status RunGather(const Comm& c, const Tensor& in, void* out,
+                                 absl::Span<const size_t> bytes, int root);
+  virtual absl::Status RunScatter(const Comm& c, const void* in, const Tensor& out,
+                                  absl::Span<const size_t> bytes, int root);
+  virtual absl::Status RunBarrier(const Comm& c);
+  Transport* transport() { return transport_.get(); }
+  // Subclasses that own resources the executor uses call this first in their destructor.
+  void StopExecutor();
+
+ private:
+  using PostFn = std::function<absl::StatusOr<std::unique_ptr<TransportRequest>>(const Comm&)>;
+  struct Task {
+    WorkPtr work;
+    OpType op;
+    uint64_t seq;
+    absl::Duration timeout;
+    std::function<absl::Status(const Comm&)> fn;
+    PostFn post;  // point-to-point: posted in order, completed by the waiter thread
+    Tensor keep_alive;
+    int64_t bytes = 0;
+    absl::Time started;
+  };
+  // Completes the op: flight recorder, metrics, Work.
+  void Complete(Task& task, const absl::Status& s);
+  struct Pending {
+    Task task;
+    std::unique_ptr<TransportRequest> request;
+    absl::Time deadline;
+  };
+  absl::StatusOr<WorkPtr> Enqueue(OpType op, DType dtype, int64_t numel, absl::Duration timeout,
+                                  std::function<absl::Status(const Comm&)> fn, PostFn post = nullptr,
+                                  Tensor keep_alive = Tensor());
+  void ExecutorLoop();
+  void WaiterLoop();
+  // Records a failed op: aborts the transport, dumps the recorder, finishes the work.
+  absl::Status Fail(const Task& task, const absl::Status& s);
+
+  std::string name_;
+  std::unique_ptr<Transport> transport_;
+  FlightRecorder recorder_;
+  std::string recorder_dir_;
+  std::shared_ptr<Store> store_;
+  absl::Mutex mu_;
+  std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool executor_done_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status failed_ ABSL_GUARDED_BY(mu_);
+  std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);
+  std::thread executor_;
+  std::thread waiter_;
+};
+
+// Validation helpers shared by backends: InvalidArgument naming op and argument.
+absl::Status CheckTensorArg(const Tensor& t, absl::string_view op, absl::string_view arg);
+absl::Status CheckRank(int r, int size, absl::string_view op, absl::string_view arg);
+
+}  // namespace loom::collectives

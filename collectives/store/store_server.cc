@@ -1,0 +1,253 @@
+#include "collectives/store/store_server.h"
+
+#include <algorithm>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace loom::collectives {
+namespace {
+
+using store_wire::Decoder;
+using store_wire::Encoder;
+
+std::string ErrorResponse(const absl::Status& s) {
+  Encoder e;
+  e.U8(static_cast<uint8_t>(s.code())).Str(s.message());
+  return e.bytes();
+}
+
+bool SecretsEqual(absl::string_view a, absl::string_view b) {
+  // Constant time in the length of `a` (the presented secret).
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ (i < b.size() ? b[i] : 0);
+  return diff == 0;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(Options options) {
+  if (options.secret.empty()) {
+    return absl::InvalidArgumentError("StoreServer: options.secret: must not be empty");
+  }
+  std::unique_ptr<StoreServer> s(new StoreServer(std::move(options)));
+  auto l = internal::Listen(s->options_.host, s->options_.port, &s->port_);
+  if (!l.ok()) return l.status();
+  s->listener_ = std::move(*l);
+  s->accept_thread_ = std::thread([p = s.get()] { p->AcceptLoop(); });
+  return s;
+}
+
+std::string StoreServer::address() const { return absl::StrCat(options_.host, ":", port_); }
+
+StoreServer::~StoreServer() {
+  {
+    absl::MutexLock l(&mu_);
+    stopping_ = true;
+    cv_.SignalAll();
+  }
+  listener_.Shutdown();
+  accept_thread_.join();
+  std::vector<std::thread> threads;
+  {
+    absl::MutexLock l(&conn_mu_);
+    for (auto& c : conns_) c->Shutdown();
+    threads.swap(conn_threads_);
+  }
+  for (auto& t : threads) t.join();
+}
+
+void StoreServer::AcceptLoop() {
+  while (true) {
+    {
+      absl::MutexLock l(&mu_);
+      if (stopping_) return;
+    }
+    auto c = internal::Accept(listener_, absl::Now() + absl::Milliseconds(200));
+    if (!c.ok()) {
+      if (absl::IsDeadlineExceeded(c.status())) continue;
+      return;
+    }
+    absl::MutexLock l(&conn_mu_);
+    conns_.push_back(std::make_unique<internal::Fd>(std::move(*c)));
+    int index = static_cast<int>(conns_.size()) - 1;
+    conn_threads_.emplace_back([this, index] { Serve(index); });
+  }
+}
+
+void StoreServer::Serve(int conn_index) {
+  int fd;
+  {
+    absl::MutexLock l(&conn_mu_);
+    fd = conns_[conn_index]->get();
+  }
+  const size_t max = options_.max_message_bytes;
+  std::string req;
+  // Authenticate: the first frame must be kHello with the secret.
+  absl::Status s = store_wire::ReadFrame(fd, &req, max, absl::Now() + absl::Seconds(30));
+  if (!s.ok()) {
+    if (absl::IsResourceExhausted(s)) (void)store_wire::WriteFrame(fd, ErrorResponse(s), max, absl::Now() + absl::Seconds(1));
+    internal::Fd* c;
+    { absl::MutexLock l(&conn_mu_); c = conns_[conn_index].get(); }
+    c->Shutdown();
+    return;
+  }
+  {
+    Decoder d(req);
+    uint8_t op = d.U8();
+    std::string secret = d.Str();
+    if (op != store_wire::kHello || !d.done() || !SecretsEqual(secret, options_.secret)) {
+      absl::Status denied = absl::PermissionDeniedError(
+          op != store_wire::kHello ? "store: first request must present the job secret"
+                                   : "store: wrong job secret; connection refused");
+      (void)store_wire::WriteFrame(fd, ErrorResponse(denied), max, absl::Now() + absl::Seconds(1));
+      absl::MutexLock l(&conn_mu_);
+      conns_[conn_index]->Shutdown();
+      return;
+    }
+    Encoder ok;
+    ok.U8(0);
+    if (!store_wire::WriteFrame(fd, ok.bytes(), max, absl::InfiniteFuture()).ok()) return;
+  }
+  while (true) {
+    s = store_wire::ReadFrame(fd, &req, max, absl::InfiniteFuture());
+    if (!s.ok()) {
+      if (absl::IsResourceExhausted(s)) {
+        (void)store_wire::WriteFrame(fd, ErrorResponse(s), max, absl::Now() + absl::Seconds(1));
+      }
+      break;
+    }
+    std::string resp = Handle(req);
+    if (!store_wire::WriteFrame(fd, resp, max, absl::InfiniteFuture()).ok()) break;
+  }
+  absl::MutexLock l(&conn_mu_);
+  conns_[conn_index]->Shutdown();
+}
+
+std::string StoreServer::Handle(absl::string_view request) {
+  Decoder d(request);
+  uint8_t op = d.U8();
+  Encoder out;
+  auto bad = [&]() {
+    return ErrorResponse(absl::InvalidArgumentError(absl::StrCat("store: malformed request (op ", op, ")")));
+  };
+  auto key_ok = [](const std::string& k) { return k.size() <= store_wire::kMaxKeyBytes; };
+  switch (op) {
+    case store_wire::kSet: {
+      std::string k = d.Str(), v = d.Str();
+      if (!d.done() || !key_ok(k)) return bad();
+      absl::MutexLock l(&mu_);
+      data_[k] = std::move(v);
+      cv_.SignalAll();
+      out.U8(0);
+      return out.bytes();
+    }
+    case store_wire::kGet: {
+      std::string k = d.Str();
+      if (!d.done()) return bad();
+      absl::MutexLock l(&mu_);
+      auto it = data_.find(k);
+      if (it == data_.end()) return ErrorResponse(absl::NotFoundError(absl::StrCat("store: key '", k, "' not found")));
+      out.U8(0).Str(it->second);
+      return out.bytes();
+    }
+    case store_wire::kAdd: {
+      std::string k = d.Str();
+      int64_t delta = d.I64();
+      if (!d.done() || !key_ok(k)) return bad();
+      absl::MutexLock l(&mu_);
+      int64_t cur = 0;
+      auto it = data_.find(k);
+      if (it != data_.end() && !absl::SimpleAtoi(it->second, &cur)) {
+        return ErrorResponse(absl::InvalidArgumentError(absl::StrCat("store: add: key '", k, "' does not hold an integer")));
+      }
+      cur += delta;
+      data_[k] = absl::StrCat(cur);
+      cv_.SignalAll();
+      out.U8(0).I64(cur);
+      return out.bytes();
+    }
+    case store_wire::kWait: {
+      std::vector<std::string> keys = d.List();
+      int64_t timeout_ms = d.I64();
+      if (!d.done()) return bad();
+      absl::Time deadline = absl::Now() + absl::Milliseconds(timeout_ms);
+      absl::MutexLock l(&mu_);
+      auto ready = [&]() {
+        if (stopping_) return true;
+        for (const auto& k : keys) if (!data_.contains(k)) return false;
+        return true;
+      };
+      while (!ready()) {
+        cv_.WaitWithDeadline(&mu_, deadline);
+        if (!ready() && absl::Now() >= deadline) {
+          std::vector<std::string> missing;
+          for (const auto& k : keys) if (!data_.contains(k)) missing.push_back(k);
+          return ErrorResponse(absl::DeadlineExceededError(absl::StrCat(
+              "store: wait timed out after ", timeout_ms, " ms; missing keys: ", absl::StrJoin(missing, ", "))));
+        }
+      }
+      if (stopping_) return ErrorResponse(absl::UnavailableError("store: server shutting down"));
+      out.U8(0);
+      return out.bytes();
+    }
+    case store_wire::kCompareAndSet: {
+      std::string k = d.Str(), expected = d.Str(), desired = d.Str();
+      if (!d.done() || !key_ok(k)) return bad();
+      absl::MutexLock l(&mu_);
+      auto it = data_.find(k);
+      std::string cur = it == data_.end() ? std::string() : it->second;
+      if (cur == expected) {
+        data_[k] = desired;
+        cur = desired;
+        cv_.SignalAll();
+      }
+      out.U8(0).Str(cur);
+      return out.bytes();
+    }
+    case store_wire::kDelete: {
+      std::string k = d.Str();
+      if (!d.done()) return bad();
+      absl::MutexLock l(&mu_);
+      out.U8(0).I64(data_.erase(k) ? 1 : 0);
+      return out.bytes();
+    }
+    case store_wire::kList: {
+      std::string p = d.Str();
+      if (!d.done()) return bad();
+      std::vector<std::string> keys;
+      {
+        absl::MutexLock l(&mu_);
+        for (const auto& [k, v] : data_) if (absl::StartsWith(k, p)) keys.push_back(k);
+      }
+      std::sort(keys.begin(), keys.end());
+      out.U8(0).List(keys);
+      if (out.bytes().size() > options_.max_message_bytes) {
+        return ErrorResponse(absl::ResourceExhaustedError("store: list: reply exceeds the message limit"));
+      }
+      return out.bytes();
+    }
+    case store_wire::kDeletePrefix: {
+      std::string p = d.Str();
+      if (!d.done()) return bad();
+      absl::MutexLock l(&mu_);
+      int64_t n = 0;
+      for (auto it = data_.begin(); it != data_.end();) {
+        if (absl::StartsWith(it->first, p)) {
+          data_.erase(it++);
+          ++n;
+        } else {
+          ++it;
+        }
+      }
+      out.U8(0).I64(n);
+      return out.bytes();
+    }
+    default:
+      return ErrorResponse(absl::InvalidArgumentError(absl::StrCat("store: unknown op ", op)));
+  }
+}
+
+}  // namespace loom::collectives

@@ -1,0 +1,23 @@
+// Registers backend "tcp": the shared algorithms over TcpTransport. It needs
+// no library beyond sockets, so it is the reference every other backend is
+// compared with.
+#include "base/status.h"
+#include "collectives/algorithm_backend.h"
+#include "collectives/transport/tcp_transport.h"
+
+namespace loom::collectives {
+namespace {
+
+absl::StatusOr<std::shared_ptr<Backend>> MakeTcpBackend(const BackendContext& ctx) {
+  TcpTransport::Options o;
+  o.timeout = ctx.timeout;
+  LOOM_ASSIGN_OR_RETURN(auto t, TcpTransport::Connect(ctx.store, ctx.rank, ctx.size, o));
+  auto b = std::make_shared<AlgorithmBackend>("tcp", std::move(t));
+  b->Configure(ctx);
+  return std::shared_ptr<Backend>(b);
+}
+
+const bool kRegistered = RegisterBackend("tcp", MakeTcpBackend);
+
+}  // namespace
+}  // namespace loom::collectives

@@ -1,0 +1,21 @@
+// Registers backend "ucx": the shared algorithms over UcxTransport (UCP tag
+// API; shared memory between processes of one host, TCP otherwise). UCX has
+// no native collectives here: every op runs the shared algorithms.
+#include "base/status.h"
+#include "collectives/algorithm_backend.h"
+#include "collectives/ucx/ucx_transport.h"
+
+namespace loom::collectives {
+namespace {
+
+absl::StatusOr<std::shared_ptr<Backend>> MakeUcxBackend(const BackendContext& ctx) {
+  LOOM_ASSIGN_OR_RETURN(auto t, UcxTransport::Connect(ctx.store, ctx.rank, ctx.size, ctx.timeout));
+  auto b = std::make_shared<AlgorithmBackend>("ucx", std::move(t));
+  b->Configure(ctx);
+  return std::shared_ptr<Backend>(b);
+}
+
+const bool kRegistered = RegisterBackend("ucx", MakeUcxBackend);
+
+}  // namespace
+}  // namespace loom::collectives
