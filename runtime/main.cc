@@ -2,6 +2,9 @@
 //
 //   loom train JOB.yaml  train in this process (README command 1)
 //   loom compile JOB.yaml --dump=STAGE   print the IR after a compiler stage
+//   loom coordinator / agent             the service daemons
+//   loom submit / jobs / status / cancel / logs   job control through the gRPC API
+//   loom export / import / checkpoint    consolidate, import and inspect checkpoints
 //   loom demo            run the kernel demo
 //   loom ops             list the registered ops and their kernels
 //   loom version         print the build's version and CUDA availability
@@ -12,11 +15,24 @@
 #include <string>
 #include <vector>
 
+#include <iostream>
+
+#include "runtime/checkpoint/ckpt_tool.h"
 #include "runtime/commands.h"
+#include "runtime/service/agent/agent_command.h"
+#include "runtime/service/client_commands.h"
+#include "runtime/service/coordinator_command.h"
 #include "runtime/train/compile_command.h"
 #include "runtime/train/train_command.h"
 
 namespace {
+
+int CheckpointTool(const char* sub, const std::vector<std::string>& args) {
+  std::vector<std::string> a;
+  if (*sub) a.push_back(sub);
+  a.insert(a.end(), args.begin(), args.end());
+  return loom::checkpoint::RunCheckpointTool(a, std::cout, std::cerr);
+}
 
 struct Command {
   const char* name;
@@ -29,6 +45,21 @@ const Command kCommands[] = {
      loom::train::RunTrainCommand},
     {"compile", "print the IR after a compiler stage: loom compile JOB.yaml --dump=STAGE",
      loom::train::RunCompileCommand},
+    {"coordinator", "run the coordinator daemon (job queue, scheduler, gRPC API, /metrics)",
+     loom::service::RunCoordinatorCommand},
+    {"agent", "run a node agent that launches workers: loom agent --coordinator ADDR",
+     loom::service::RunAgentCommand},
+    {"submit", "submit a job spec to the coordinator", loom::service::RunSubmitCommand},
+    {"jobs", "list jobs (filter, paging, --json)", loom::service::RunJobsCommand},
+    {"status", "show one job's status", loom::service::RunStatusCommand},
+    {"cancel", "cancel a job", loom::service::RunCancelCommand},
+    {"logs", "show a job's logs (follow, rank filter)", loom::service::RunLogsCommand},
+    {"export", "consolidate a checkpoint into one safetensors file: loom export CKPT OUT",
+     [](const std::vector<std::string>& a) { return CheckpointTool("export", a); }},
+    {"import", "turn a safetensors file into a checkpoint: loom import FILE CKPT_DIR",
+     [](const std::vector<std::string>& a) { return CheckpointTool("import", a); }},
+    {"checkpoint", "inspect or verify checkpoints: loom checkpoint inspect|verify ...",
+     [](const std::vector<std::string>& a) { return CheckpointTool("", a); }},
     {"demo", "run the kernel demo: matmul and SDPA checked against references, with timings",
      loom::cli::RunDemo},
     {"ops", "list the registered ops, their kernels and gradient rules", loom::cli::RunOps},
@@ -37,7 +68,7 @@ const Command kCommands[] = {
 
 void Usage(FILE* out) {
   std::fprintf(out, "usage: loom <command> [args]\n\ncommands:\n");
-  for (const Command& c : kCommands) std::fprintf(out, "  %-10s %s\n", c.name, c.help);
+  for (const Command& c : kCommands) std::fprintf(out, "  %-12s %s\n", c.name, c.help);
 }
 
 }  // namespace

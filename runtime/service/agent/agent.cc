@@ -1,0 +1,240 @@
+#include "runtime/service/agent/agent.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "runtime/service/auth/token.h"
+
+namespace loom::service {
+
+extern "C" char** environ;
+
+Agent::Agent(AgentOptions o) : opts_(std::move(o)) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
+  auto creds = opts_.credentials ? opts_.credentials : grpc::InsecureChannelCredentials();
+  stub_ = v1::NodeService::NewStub(grpc::CreateCustomChannel(opts_.coordinator, creds, args));
+}
+
+Agent::~Agent() { Stop(); }
+
+std::unique_ptr<grpc::ClientContext> Agent::Ctx(int timeout_ms) {
+  auto c = std::make_unique<grpc::ClientContext>();
+  c->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
+  AddBearer(c.get(), opts_.token);
+  return c;
+}
+
+absl::Status Agent::Register() {
+  v1::RegisterAgentRequest req;
+  req.set_hostname(opts_.hostname);
+  req.set_agent_id(agent_id_);
+  req.mutable_resources()->set_cpu_slots(opts_.cpu_slots);
+  req.mutable_resources()->set_gpus(opts_.gpus);
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    std::map<std::string, v1::RunningJob*> by_job;
+    for (const auto& [pid, p] : procs_) {
+      if (p.terminating) continue;
+      v1::RunningJob*& r = by_job[p.job_id];
+      if (!r) {
+        r = req.add_running();
+        r->set_job_id(p.job_id);
+        r->set_attempt(p.attempt);
+      }
+      r->add_ranks()->set_rank(p.rank);
+    }
+  }
+  v1::RegisterAgentResponse resp;
+  grpc::Status s = stub_->RegisterAgent(Ctx(5000).get(), req, &resp);
+  if (!s.ok()) return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+  agent_id_ = resp.agent_id();
+  return absl::OkStatus();
+}
+
+absl::Status Agent::Start(std::chrono::milliseconds timeout) {
+  if (opts_.worker_argv.empty()) return absl::InvalidArgumentError("worker_argv: empty");
+  auto deadline = std::chrono::steady_clock::now() + timeout;
+  absl::Status s;
+  while ((s = Register()).code() == absl::StatusCode::kUnavailable && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  if (!s.ok()) return s;
+  thread_ = std::thread([this] { Loop(); });
+  return absl::OkStatus();
+}
+
+void Agent::Stop() {
+  stop_ = true;
+  if (thread_.joinable()) thread_.join();
+  std::lock_guard<std::mutex> l(mu_);
+  for (const auto& [pid, p] : procs_) kill(-pid, SIGKILL);
+  for (const auto& [pid, p] : procs_) waitpid(pid, nullptr, 0);
+  procs_.clear();
+}
+
+int Agent::running_ranks() {
+  std::lock_guard<std::mutex> l(mu_);
+  return static_cast<int>(procs_.size());
+}
+
+std::vector<pid_t> Agent::process_groups(const std::string& job_id) {
+  std::lock_guard<std::mutex> l(mu_);
+  std::vector<pid_t> out;
+  for (const auto& [pid, p] : procs_) {
+    if (p.job_id == job_id) out.push_back(pid);
+  }
+  return out;
+}
+
+void Agent::Loop() {
+  while (!stop_) {
+    v1::PollOrdersRequest req;
+    req.set_agent_id(agent_id_);
+    req.set_wait_ms(opts_.poll_wait_ms);
+    v1::PollOrdersResponse resp;
+    grpc::Status s = stub_->PollOrders(Ctx(opts_.poll_wait_ms + 5000).get(), req, &resp);
+    if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
+      (void)Register();  // the coordinator restarted or declared us lost
+    } else if (!s.ok()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    for (const v1::Order& o : resp.orders()) {
+      if (o.has_kill()) Kill(o.kill());
+      if (o.has_launch()) Launch(o.launch());
+    }
+    ReapAndEscalate();
+    ShipLogs();
+  }
+}
+
+void Agent::ShipLogs() {
+  constexpr int64_t kChunk = 256 << 10;
+  for (auto& [path, lf] : logs_) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) continue;
+    in.seekg(lf.shipped);
+    std::string buf(kChunk, '\0');
+    while (in.read(&buf[0], kChunk) || in.gcount() > 0) {
+      v1::AppendLogsRequest req;
+      req.set_agent_id(agent_id_);
+      req.set_job_id(lf.job_id);
+      req.set_rank(lf.rank);
+      req.set_stream(lf.stream);
+      req.set_offset(lf.shipped);
+      req.set_data(buf.data(), in.gcount());
+      v1::AppendLogsResponse resp;
+      grpc::Status s = stub_->AppendLogs(Ctx(5000).get(), req, &resp);
+      if (!s.ok()) return;  // retried from the same offset next time
+      lf.shipped += in.gcount();
+    }
+  }
+}
+
+void Agent::Launch(const v1::LaunchOrder& o) {
+  std::string dir = opts_.data_dir + "/logs/" + o.job_id();
+  std::filesystem::create_directories(dir);
+  for (const v1::RankPlacement& r : o.ranks()) {
+    std::string base = dir + "/rank" + std::to_string(r.rank());
+    std::string out = base + ".out", err = base + ".err", error_file = base + ".error";
+    std::filesystem::remove(error_file);
+    // Everything the child needs is built before fork (only async-signal-safe
+    // calls between fork and exec).
+    std::vector<std::string> env;
+    for (char** e = environ; *e; ++e) env.emplace_back(*e);
+    env.push_back("LOOM_JOB_ID=" + o.job_id());
+    env.push_back("LOOM_RANK=" + std::to_string(r.rank()));
+    env.push_back("LOOM_WORLD_SIZE=" + std::to_string(o.world_size()));
+    env.push_back("LOOM_ATTEMPT=" + std::to_string(o.attempt()));
+    env.push_back("LOOM_GPU=" + std::to_string(r.gpu()));
+    env.push_back("LOOM_ERROR_FILE=" + error_file);
+    std::vector<char*> envp, argv;
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    for (auto& a : opts_.worker_argv) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    pid_t parent = getpid();
+    pid_t pid = fork();
+    if (pid == 0) {
+      setpgid(0, 0);
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(127);  // the agent died before prctl
+      int fo = open(out.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      int fe = open(err.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+      if (fo < 0 || fe < 0) _exit(126);
+      dup2(fo, 1);
+      dup2(fe, 2);
+      execve(argv[0], argv.data(), envp.data());
+      _exit(127);
+    }
+    if (pid < 0) continue;  // reported as lost when the coordinator restarts the group
+    setpgid(pid, pid);
+    if (!logs_.count(out)) logs_[out] = LogFile{o.job_id(), r.rank(), "stdout", 0};
+    if (!logs_.count(err)) logs_[err] = LogFile{o.job_id(), r.rank(), "stderr", 0};
+    std::lock_guard<std::mutex> l(mu_);
+    Proc& p = procs_[pid];
+    p.job_id = o.job_id();
+    p.rank = r.rank();
+    p.attempt = o.attempt();
+    p.error_file = error_file;
+  }
+}
+
+void Agent::Kill(const v1::KillOrder& o) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max(0, o.grace_ms()));
+  for (auto& [pid, p] : procs_) {
+    if (p.job_id != o.job_id() || p.terminating) continue;
+    kill(-pid, SIGTERM);
+    p.terminating = true;
+    p.kill_at = deadline;
+  }
+}
+
+void Agent::ReapAndEscalate() {
+  std::vector<v1::ReportExitRequest> reports;
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    auto now = std::chrono::steady_clock::now();
+    for (auto it = procs_.begin(); it != procs_.end();) {
+      pid_t pid = it->first;
+      Proc& p = it->second;
+      int status = 0;
+      if (waitpid(pid, &status, WNOHANG) == pid) {
+        // The rank's leader is gone; its group may still hold children.
+        kill(-pid, SIGKILL);
+        v1::ReportExitRequest r;
+        r.set_agent_id(agent_id_);
+        r.set_job_id(p.job_id);
+        r.set_rank(p.rank);
+        r.set_attempt(p.attempt);
+        r.set_exit_code(WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status));
+        std::ifstream ef(p.error_file);
+        std::stringstream ss;
+        ss << ef.rdbuf();
+        r.set_error(ss.str().substr(0, 4096));
+        reports.push_back(r);
+        it = procs_.erase(it);
+        continue;
+      }
+      if (p.terminating && now >= p.kill_at) kill(-pid, SIGKILL);
+      ++it;
+    }
+  }
+  if (!reports.empty()) ShipLogs();  // the exited ranks' last lines first
+  for (const auto& r : reports) {
+    v1::ReportExitResponse resp;
+    (void)stub_->ReportExit(Ctx(5000).get(), r, &resp);
+  }
+}
+
+}  // namespace loom::service

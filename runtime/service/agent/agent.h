@@ -1,0 +1,99 @@
+// The node agent: registers its CPU slots and GPUs with the coordinator,
+// long-polls NodeService for launch and kill orders, starts one process per
+// rank, and reports each rank's exit.
+//
+// Every rank runs `worker_argv` in its own process group, with
+// PR_SET_PDEATHSIG(SIGKILL) tied to the agent's order thread, stdout and
+// stderr appended to <data_dir>/logs/<job>/rank<r>.{out,err}, and env
+// LOOM_JOB_ID, LOOM_RANK, LOOM_WORLD_SIZE, LOOM_ATTEMPT, LOOM_GPU (-1 on CPU)
+// and LOOM_ERROR_FILE (a worker writes its failure reason there; the agent
+// sends it as the root cause). A kill order sends SIGTERM to each rank's
+// group, then SIGKILL to the group after the order's grace period. Stop()
+// kills every group at once (SIGKILL) and reaps them.
+//
+// Log files are shipped to the coordinator (NodeService.AppendLogs) as they
+// grow, each rank's final bytes before its exit is reported.
+//
+// Exit codes reported: the process' exit status, or -N when killed by
+// signal N. Reconnecting (after a coordinator restart) re-registers with the
+// same agent id and the ranks still running, so the coordinator adopts them.
+#pragma once
+
+#include <sys/types.h>
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <grpcpp/grpcpp.h>
+
+#include "absl/status/status.h"
+#include "proto/loom/v1/service.grpc.pb.h"
+
+namespace loom::service {
+
+struct AgentOptions {
+  std::string coordinator = "127.0.0.1:7070";
+  std::string token;
+  std::shared_ptr<grpc::ChannelCredentials> credentials;  // null: insecure
+  std::string data_dir;
+  std::string hostname = "localhost";
+  int cpu_slots = 1;
+  int gpus = 0;
+  std::vector<std::string> worker_argv;
+  int poll_wait_ms = 200;
+};
+
+class Agent {
+ public:
+  explicit Agent(AgentOptions o);
+  ~Agent();
+  // Registers (retrying until `timeout`) and starts the order thread.
+  absl::Status Start(std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  void Stop();
+  const std::string& agent_id() const { return agent_id_; }
+  // Ranks currently running (for tests and status).
+  int running_ranks();
+  // Process group ids of a job's running ranks.
+  std::vector<pid_t> process_groups(const std::string& job_id);
+
+ private:
+  struct Proc {
+    std::string job_id;
+    int32_t rank = 0;
+    int32_t attempt = 0;
+    std::string error_file;
+    std::chrono::steady_clock::time_point kill_at{};  // SIGKILL deadline once terminated
+    bool terminating = false;
+  };
+  std::unique_ptr<grpc::ClientContext> Ctx(int timeout_ms);
+  absl::Status Register();
+  void Loop();
+  void Launch(const v1::LaunchOrder& o);
+  void Kill(const v1::KillOrder& o);
+  void ReapAndEscalate();
+  void ShipLogs();
+
+  struct LogFile {
+    std::string job_id;
+    int32_t rank = 0;
+    std::string stream;
+    int64_t shipped = 0;
+  };
+  std::map<std::string, LogFile> logs_;  // path -> progress (order thread only)
+
+  AgentOptions opts_;
+  std::unique_ptr<v1::NodeService::Stub> stub_;
+  std::string agent_id_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+  std::mutex mu_;
+  std::map<pid_t, Proc> procs_;
+};
+
+}  // namespace loom::service

@@ -1,0 +1,128 @@
+#include "runtime/service/agent/agent_command.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "runtime/service/auth/token.h"
+#include "runtime/service/server.h"
+
+namespace loom::service {
+namespace {
+
+const std::map<std::string, const char*> kFlags = {
+    {"coordinator", "LOOM_COORDINATOR"}, {"data-dir", "LOOM_AGENT_DATA_DIR"}, {"token-dir", "LOOM_DATA_DIR"},
+    {"cpu-slots", "LOOM_CPU_SLOTS"},     {"gpus", "LOOM_GPUS"},               {"hostname", "LOOM_HOSTNAME"},
+    {"worker", "LOOM_WORKER"},           {"tls-ca", "LOOM_TLS_CA"},           {"tls-cert", "LOOM_TLS_CERT"},
+    {"tls-key", "LOOM_TLS_KEY"},
+};
+
+}  // namespace
+
+absl::StatusOr<AgentFlags> ParseAgentFlags(const std::vector<std::string>& args,
+                                           const std::function<const char*(const char*)>& env) {
+  std::map<std::string, std::string> v;
+  for (const auto& [flag, var] : kFlags) {
+    const char* e = env(var);
+    if (e != nullptr && *e != '\0') v[flag] = e;
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.rfind("--", 0) != 0) return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", a, "'"));
+    std::string name = a.substr(2), value;
+    size_t eq = name.find('=');
+    if (eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("--", name, ": missing value"));
+    }
+    if (!kFlags.count(name)) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+    v[name] = value;
+  }
+  AgentFlags f;
+  AgentOptions& o = f.agent;
+  if (v.count("coordinator")) o.coordinator = v["coordinator"];
+  const char* home = env("HOME");
+  std::string base = home && *home ? std::string(home) + "/.loom" : ".loom";
+  o.data_dir = v.count("data-dir") ? v["data-dir"] : base + "/agent";
+  f.token_dir = v.count("token-dir") ? v["token-dir"] : base;
+  o.cpu_slots = static_cast<int>(std::thread::hardware_concurrency());
+  if (v.count("cpu-slots") && (!absl::SimpleAtoi(v["cpu-slots"], &o.cpu_slots) || o.cpu_slots < 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("--cpu-slots: expected a count, got '", v["cpu-slots"], "'"));
+  }
+  if (v.count("gpus") && (!absl::SimpleAtoi(v["gpus"], &o.gpus) || o.gpus < 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("--gpus: expected a count, got '", v["gpus"], "'"));
+  }
+  if (o.cpu_slots == 0 && o.gpus == 0) return absl::InvalidArgumentError("--cpu-slots: the agent offers nothing");
+  if (v.count("hostname")) {
+    o.hostname = v["hostname"];
+  } else {
+    char host[256] = {0};
+    if (gethostname(host, sizeof host - 1) == 0) o.hostname = host;
+  }
+  if (v.count("worker")) {
+    for (absl::string_view p : absl::StrSplit(v["worker"], ' ', absl::SkipEmpty())) o.worker_argv.emplace_back(p);
+    if (o.worker_argv.empty()) return absl::InvalidArgumentError("--worker: empty command");
+  } else {
+    o.worker_argv = {"/proc/self/exe", "worker"};
+  }
+  f.tls_ca = v["tls-ca"];
+  f.tls_cert = v["tls-cert"];
+  f.tls_key = v["tls-key"];
+  return f;
+}
+
+int RunAgentCommand(const std::vector<std::string>& args) {
+  auto f = ParseAgentFlags(args, [](const char* n) { return std::getenv(n); });
+  if (!f.ok()) {
+    std::fprintf(stderr, "loom agent: %s\n", std::string(f.status().message()).c_str());
+    return 2;
+  }
+  if (f->agent.worker_argv[0] == "/proc/self/exe") {
+    char self[4096] = {0};
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n > 0) f->agent.worker_argv[0] = std::string(self, n);
+  }
+  auto token = FindClientToken(f->token_dir);
+  if (!token.ok()) {
+    std::fprintf(stderr, "loom agent: %s\n", std::string(token.status().message()).c_str());
+    return 2;
+  }
+  f->agent.token = *token;
+  auto creds = MakeClientCredentials(f->tls_ca, f->tls_cert, f->tls_key);
+  if (!creds.ok()) {
+    std::fprintf(stderr, "loom agent: %s\n", std::string(creds.status().message()).c_str());
+    return 2;
+  }
+  f->agent.credentials = *creds;
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  Agent agent(f->agent);
+  absl::Status s = agent.Start(std::chrono::seconds(30));
+  if (!s.ok()) {
+    std::fprintf(stderr, "loom agent: cannot register with %s: %s\n", f->agent.coordinator.c_str(),
+                 std::string(s.message()).c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "loom agent: registered as %s with %s (%d CPU slots, %d GPUs)\n", agent.agent_id().c_str(),
+               f->agent.coordinator.c_str(), f->agent.cpu_slots, f->agent.gpus);
+  int sig = 0;
+  sigwait(&set, &sig);
+  agent.Stop();
+  return 0;
+}
+
+}  // namespace loom::service

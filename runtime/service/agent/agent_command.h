@@ -1,0 +1,37 @@
+// `loom agent`: runs a node agent until SIGINT or SIGTERM (then kills its
+// ranks' process groups and exits 0).
+//
+// Flags (env in parentheses; flags win):
+//   --coordinator HOST:PORT  (LOOM_COORDINATOR, default 127.0.0.1:7070)
+//   --data-dir DIR           (LOOM_AGENT_DATA_DIR, default $HOME/.loom/agent): rank logs
+//   --token-dir DIR          where the token file is when LOOM_TOKEN is unset
+//                            (LOOM_DATA_DIR, default $HOME/.loom)
+//   --cpu-slots N            (LOOM_CPU_SLOTS, default: the number of CPUs)
+//   --gpus N                 (LOOM_GPUS, default 0)
+//   --hostname NAME          (LOOM_HOSTNAME, default: gethostname)
+//   --worker "CMD ARGS"      (LOOM_WORKER, default "<this binary> worker"), split on spaces
+//   --tls-ca PEM [--tls-cert PEM --tls-key PEM]  (LOOM_TLS_CA, LOOM_TLS_CERT, LOOM_TLS_KEY)
+// Exit codes: 0 after a clean shutdown, 1 when it cannot register, 2 for bad flags.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "runtime/service/agent/agent.h"
+
+namespace loom::service {
+
+struct AgentFlags {
+  AgentOptions agent;
+  std::string token_dir;
+  std::string tls_ca, tls_cert, tls_key;
+};
+
+absl::StatusOr<AgentFlags> ParseAgentFlags(const std::vector<std::string>& args,
+                                           const std::function<const char*(const char*)>& env);
+
+int RunAgentCommand(const std::vector<std::string>& args);
+
+}  // namespace loom::service

@@ -1,0 +1,45 @@
+#include "runtime/service/agent/agent_command.h"
+
+#include <map>
+
+#include "gtest/gtest.h"
+
+namespace loom::service {
+namespace {
+
+absl::StatusOr<AgentFlags> Parse(const std::vector<std::string>& args, const std::map<std::string, std::string>& env) {
+  return ParseAgentFlags(args, [&](const char* n) -> const char* {
+    auto it = env.find(n);
+    return it == env.end() ? nullptr : it->second.c_str();
+  });
+}
+
+TEST(AgentFlags, DefaultsEnvAndFlags) {
+  auto f = Parse({}, {{"HOME", "/h"}});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->agent.coordinator, "127.0.0.1:7070");
+  EXPECT_EQ(f->agent.data_dir, "/h/.loom/agent");
+  EXPECT_EQ(f->token_dir, "/h/.loom");
+  EXPECT_GT(f->agent.cpu_slots, 0);
+  EXPECT_EQ(f->agent.worker_argv, (std::vector<std::string>{"/proc/self/exe", "worker"}));
+  f = Parse({"--cpu-slots=2", "--gpus", "8", "--worker", "/bin/sh -c true", "--hostname=n1"},
+            {{"LOOM_COORDINATOR", "10.0.0.1:7070"}, {"LOOM_CPU_SLOTS", "64"}});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->agent.coordinator, "10.0.0.1:7070");
+  EXPECT_EQ(f->agent.cpu_slots, 2);
+  EXPECT_EQ(f->agent.gpus, 8);
+  EXPECT_EQ(f->agent.hostname, "n1");
+  EXPECT_EQ(f->agent.worker_argv, (std::vector<std::string>{"/bin/sh", "-c", "true"}));
+}
+
+TEST(AgentFlags, BadFlagsNameTheFlag) {
+  EXPECT_NE(std::string(Parse({"--cpu-slots=x"}, {}).status().message()).find("--cpu-slots"), std::string::npos);
+  EXPECT_NE(std::string(Parse({"--gpus=-1"}, {}).status().message()).find("--gpus"), std::string::npos);
+  EXPECT_NE(std::string(Parse({"--cpu-slots=0"}, {}).status().message()).find("offers nothing"), std::string::npos);
+  EXPECT_NE(std::string(Parse({"--nope=1"}, {}).status().message()).find("--nope"), std::string::npos);
+  EXPECT_FALSE(Parse({"--worker="}, {}).ok());
+  EXPECT_FALSE(Parse({"stray"}, {}).ok());
+}
+
+}  // namespace
+}  // namespace loom::service

@@ -1,0 +1,9 @@
+// Standalone node agent (the same code as `loom agent`).
+#include <string>
+#include <vector>
+
+#include "runtime/service/agent/agent_command.h"
+
+int main(int argc, char** argv) {
+  return loom::service::RunAgentCommand(std::vector<std::string>(argv + 1, argv + argc));
+}

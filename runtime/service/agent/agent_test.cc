@@ -1,0 +1,156 @@
+// The agent against a real in-process coordinator: ranks run as shell
+// processes; success, restart after a rank failure, cancel with SIGTERM ->
+// SIGKILL escalation, and no process left behind.
+#include "runtime/service/agent/agent.h"
+
+#include <signal.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "gtest/gtest.h"
+#include "runtime/service/auth/token.h"
+#include "runtime/service/server.h"
+
+namespace loom::service {
+namespace {
+
+class AgentTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    root_ = std::string(tmp ? tmp : "/tmp") + "/agent_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name();
+    std::filesystem::remove_all(root_);
+    ServerOptions o;
+    o.coordinator.data_dir = root_ + "/coord";
+    o.coordinator.kill_grace_ms = 300;
+    auto s = CoordinatorServer::Start(o);
+    ASSERT_TRUE(s.ok()) << s.status();
+    server_ = std::move(*s);
+  }
+
+  std::unique_ptr<Agent> StartAgent(const std::string& script, int slots = 2) {
+    AgentOptions a;
+    a.coordinator = "127.0.0.1:" + std::to_string(server_->port());
+    a.token = server_->token();
+    a.data_dir = root_ + "/agent";
+    a.cpu_slots = slots;
+    a.worker_argv = {"/bin/sh", "-c", script};
+    auto agent = std::make_unique<Agent>(a);
+    absl::Status s = agent->Start();
+    EXPECT_TRUE(s.ok()) << s;
+    return agent;
+  }
+
+  std::string Submit(int dp, int max_restarts = 0) {
+    v1::SubmitJobRequest req;
+    req.mutable_spec()->set_name("agent-job");
+    req.mutable_spec()->mutable_parallel()->set_dp(dp);
+    req.mutable_spec()->set_max_restarts(max_restarts);
+    auto r = server_->coordinator()->Submit(req);
+    EXPECT_TRUE(r.ok()) << r.status();
+    return r.ok() ? r->job().job_id() : "";
+  }
+
+  // Waits (deadline 10 s) for a terminal state.
+  v1::JobStatus WaitDone(const std::string& id) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    v1::JobStatus s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      s = server_->coordinator()->Get(id)->job();
+      if (IsTerminal(s.state())) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    return s;
+  }
+
+  std::string root_;
+  std::unique_ptr<CoordinatorServer> server_;
+};
+
+std::string ReadFile(const std::string& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+TEST_F(AgentTest, RunsRanksAndKeepsTheirLogs) {
+  auto agent = StartAgent("echo rank $LOOM_RANK of $LOOM_WORLD_SIZE; echo oops >&2");
+  std::string id = Submit(2);
+  v1::JobStatus s = WaitDone(id);
+  EXPECT_EQ(s.state(), v1::SUCCEEDED) << s.DebugString();
+  EXPECT_EQ(ReadFile(root_ + "/agent/logs/" + id + "/rank1.out"), "rank 1 of 2\n");
+  EXPECT_EQ(ReadFile(root_ + "/agent/logs/" + id + "/rank0.err"), "oops\n");
+  EXPECT_EQ(agent->running_ranks(), 0);
+  // Shipped to the coordinator before the exits were reported.
+  EXPECT_EQ(ReadFile(root_ + "/coord/logs/" + id + "/rank1.out"), "rank 1 of 2\n");
+  auto logs = server_->coordinator()->store()->Logs(*ParseJobId(id));
+  ASSERT_TRUE(logs.ok());
+  EXPECT_EQ(logs->size(), 4u);  // 2 ranks x stdout, stderr
+}
+
+TEST_F(AgentTest, RankFailureRestartsTheGroupWithTheErrorFile) {
+  auto agent = StartAgent(
+      "if [ \"$LOOM_RANK\" = 1 ] && [ \"$LOOM_ATTEMPT\" = 0 ]; then echo 'rank 1: disk full' > $LOOM_ERROR_FILE; exit 3; fi;"
+      " sleep 0.2");
+  std::string id = Submit(2, /*max_restarts=*/1);
+  v1::JobStatus s = WaitDone(id);
+  EXPECT_EQ(s.state(), v1::SUCCEEDED) << s.DebugString();
+  EXPECT_EQ(s.restart_count(), 1);
+  EXPECT_EQ(s.root_cause_rank(), 1);
+  EXPECT_EQ(s.root_cause(), "rank 1: disk full\n");
+}
+
+TEST_F(AgentTest, CancelTerminatesThenKillsTheWholeGroup) {
+  // Each rank ignores SIGTERM and has a child of its own: only SIGKILL of the
+  // group after the grace period ends them all.
+  auto agent = StartAgent("trap '' TERM; sleep 30 & sleep 30; wait");
+  std::string id = Submit(2);
+  std::vector<pid_t> groups;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (std::chrono::steady_clock::now() < deadline &&
+         (groups.size() < 2 || server_->coordinator()->Get(id)->job().state() != v1::RUNNING)) {
+    groups = agent->process_groups(id);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(groups.size(), 2u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));  // let the shells start their children
+  auto t0 = std::chrono::steady_clock::now();
+  ASSERT_TRUE(server_->coordinator()->Cancel(id).ok());
+  bool gone = false;
+  while (!gone && std::chrono::steady_clock::now() < t0 + std::chrono::seconds(5)) {
+    gone = true;
+    for (pid_t g : groups) gone = gone && kill(-g, 0) == -1 && errno == ESRCH;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_TRUE(gone) << "processes of the job remain";
+  EXPECT_GE(secs, 0.25);  // SIGTERM was ignored: only the SIGKILL after the 300 ms grace ended them
+  EXPECT_LT(secs, 3.0);
+  EXPECT_EQ(server_->coordinator()->Get(id)->job().state(), v1::CANCELLED);
+}
+
+TEST_F(AgentTest, StopLeavesNoProcessBehind) {
+  auto agent = StartAgent("sleep 30 & sleep 30; wait");
+  std::string id = Submit(2);
+  std::vector<pid_t> groups;
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (groups.size() < 2 && std::chrono::steady_clock::now() < deadline) {
+    groups = agent->process_groups(id);
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  ASSERT_EQ(groups.size(), 2u);
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  agent->Stop();
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (pid_t g : groups) EXPECT_TRUE(kill(-g, 0) == -1 && errno == ESRCH) << "group " << g << " survived";
+}
+
+}  // namespace
+}  // namespace loom::service

@@ -1,0 +1,78 @@
+#include "runtime/service/auth/token.h"
+
+#include <sys/stat.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+#include "gtest/gtest.h"
+
+namespace loom::service {
+namespace {
+
+std::string FreshDir(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  std::string d = std::string(tmp ? tmp : "/tmp") + "/" + name;
+  std::filesystem::remove_all(d);
+  return d;
+}
+
+TEST(Token, CreatedOnceWithMode0600AndReused) {
+  std::string dir = FreshDir("tok");
+  auto a = LoadOrCreateToken(dir);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_EQ(a->size(), 64u);
+  EXPECT_EQ(a->find_first_not_of("0123456789abcdef"), std::string::npos);
+  struct stat sb;
+  ASSERT_EQ(stat((dir + "/token").c_str(), &sb), 0);
+  EXPECT_EQ(sb.st_mode & 0777, 0600u);
+  auto b = LoadOrCreateToken(dir);
+  ASSERT_TRUE(b.ok());
+  EXPECT_EQ(*a, *b);
+  auto other = LoadOrCreateToken(FreshDir("tok2"));
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(*a, *other);
+}
+
+TEST(Token, RefusesWorldReadableFile) {
+  std::string dir = FreshDir("tokmode");
+  ASSERT_TRUE(LoadOrCreateToken(dir).ok());
+  chmod((dir + "/token").c_str(), 0644);
+  EXPECT_EQ(LoadOrCreateToken(dir).status().code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST(Token, ClientFindsEnvThenDataDir) {
+  std::string dir = FreshDir("tokcli");
+  unsetenv("LOOM_TOKEN");
+  EXPECT_EQ(FindClientToken(dir).status().code(), absl::StatusCode::kNotFound);
+  auto t = LoadOrCreateToken(dir);
+  ASSERT_TRUE(t.ok());
+  EXPECT_EQ(*FindClientToken(dir), *t);
+  setenv("LOOM_DATA_DIR", dir.c_str(), 1);
+  EXPECT_EQ(*FindClientToken(), *t);
+  setenv("LOOM_TOKEN", "from-env", 1);
+  EXPECT_EQ(*FindClientToken(dir), "from-env");
+  unsetenv("LOOM_TOKEN");
+  unsetenv("LOOM_DATA_DIR");
+}
+
+TEST(Token, CheckAuthorization) {
+  std::multimap<grpc::string_ref, grpc::string_ref> md;
+  EXPECT_EQ(CheckAuthorization(md, "abc").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  md.emplace("authorization", "Bearer abd");
+  EXPECT_EQ(CheckAuthorization(md, "abc").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  md.clear();
+  md.emplace("authorization", "Basic abc");
+  EXPECT_EQ(CheckAuthorization(md, "abc").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  md.clear();
+  md.emplace("authorization", "Bearer ab");
+  EXPECT_EQ(CheckAuthorization(md, "abc").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  md.clear();
+  md.emplace("authorization", "Bearer abc");
+  EXPECT_TRUE(CheckAuthorization(md, "abc").ok());
+  EXPECT_FALSE(ConstantTimeEquals("", ""));  // an empty server token never matches
+}
+
+}  // namespace
+}  // namespace loom::service

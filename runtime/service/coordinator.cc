@@ -1,0 +1,454 @@
+#include "runtime/service/coordinator.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "base/status.h"
+#include "runtime/jobspec/jobspec.h"
+
+namespace loom::service {
+namespace {
+
+constexpr int kMaxPageSize = 1000;
+constexpr int kDefaultPageSize = 50;
+constexpr size_t kMaxKeyLength = 256;
+constexpr int kMaxPriority = 1000;
+
+int64_t NowMs() {
+  return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+Demand DemandOf(const v1::JobSpec& spec) {
+  int32_t tp = std::max(1, spec.parallel().tp());
+  return Demand{spec.parallel().dp() * tp, spec.device() == "cuda"};
+}
+
+}  // namespace
+
+bool IsRetryableExit(int code) { return code != kExitConfigError && code != 126 && code != 127; }
+
+std::string FormatJobId(int64_t id) { return absl::StrCat("job-", id); }
+
+absl::StatusOr<int64_t> ParseJobId(const std::string& s) {
+  int64_t id = 0;
+  if (s.rfind("job-", 0) != 0 || !absl::SimpleAtoi(s.substr(4), &id) || id <= 0 ||
+      s.find_first_not_of("0123456789", 4) != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("job_id: expected job-<number>, got '", s.substr(0, 64), "'"));
+  }
+  return id;
+}
+
+absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const CoordinatorOptions& options) {
+  if (options.data_dir.empty()) return absl::InvalidArgumentError("data_dir: required");
+  if (options.heartbeat_interval_ms <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("heartbeat_interval_ms: must be positive, got ", options.heartbeat_interval_ms));
+  }
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(options.data_dir));
+  std::unique_ptr<Coordinator> c(new Coordinator(options, std::move(store)));
+  // Reload: queued jobs go back in the queue; jobs that were placed keep
+  // their state until agents reconnect (reconciliation is the agents' part).
+  LOOM_ASSIGN_OR_RETURN(std::vector<JobRecord> active, c->store_->ActiveJobs());
+  std::lock_guard<std::mutex> l(c->mu_);
+  for (const JobRecord& r : active) {
+    v1::JobSpec spec;
+    spec.ParseFromString(r.spec);
+    LiveJob& live = c->live_[r.id];
+    live.demand = DemandOf(spec);
+    live.last_wait_reason = r.wait_reason;
+    if (r.state == v1::PENDING) {
+      c->sched_.Enqueue(r.id, r.priority, r.id, live.demand);
+    } else {
+      c->unclaimed_.insert(r.id);
+    }
+  }
+  c->reclaim_deadline_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(3 * options.heartbeat_interval_ms);
+  c->UpdateGaugesLocked();
+  Coordinator* raw = c.get();
+  c->monitor_ = std::thread([raw] {
+    std::unique_lock<std::mutex> l(raw->mu_);
+    while (!raw->stopping_) {
+      raw->cv_.wait_for(l, std::chrono::milliseconds(raw->opts_.heartbeat_interval_ms));
+      if (raw->stopping_) break;
+      l.unlock();
+      raw->CheckAgents();
+      l.lock();
+    }
+  });
+  return c;
+}
+
+Coordinator::Coordinator(const CoordinatorOptions& o, std::unique_ptr<JobStore> s) : opts_(o), store_(std::move(s)) {
+  if (auto* m = opts_.metrics) {
+    m_jobs_ = m->AddGauge("loom_jobs", "Jobs by state.", {"state"});
+    m_queue_ = m->AddGauge("loom_queue_length", "Jobs waiting in the scheduling queue.");
+    m_agents_ = m->AddGauge("loom_agents_alive", "Registered agents with a recent heartbeat.");
+    m_submitted_ = m->AddCounter("loom_jobs_submitted_total", "Job submissions by result.", {"result"});
+    m_restarts_ = m->AddCounter("loom_job_restarts_total", "Group restarts of jobs.");
+    m_sched_latency_ = m->AddHistogram("loom_scheduling_latency_seconds", "Time from submission to placement.",
+                                       {}, metrics::DefaultBuckets());
+  }
+}
+
+Coordinator::~Coordinator() {
+  Stop();
+  if (monitor_.joinable()) monitor_.join();
+}
+
+void Coordinator::Stop() {
+  std::lock_guard<std::mutex> l(mu_);
+  stopping_ = true;
+  cv_.notify_all();
+}
+
+bool Coordinator::stopping() {
+  std::lock_guard<std::mutex> l(mu_);
+  return stopping_;
+}
+
+absl::Status Coordinator::CheckPath(const std::string& field, const std::string& path) const {
+  if (path.empty()) return absl::OkStatus();
+  std::filesystem::path p(path);
+  for (const auto& part : p) {
+    if (part == "..") {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": '..' is not allowed (got ", path, ")"));
+    }
+  }
+  if (opts_.allowed_roots.empty()) return absl::OkStatus();
+  std::filesystem::path abs = std::filesystem::absolute(p).lexically_normal();
+  for (const std::string& root : opts_.allowed_roots) {
+    std::filesystem::path r = std::filesystem::absolute(root).lexically_normal();
+    auto rel = abs.lexically_relative(r);
+    if (!rel.empty() && *rel.begin() != "..") return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(field, ": '", path, "' is outside the allowed roots (",
+                                                 absl::StrJoin(opts_.allowed_roots, ", "), ")"));
+}
+
+absl::Status Coordinator::ValidateSpec(v1::JobSpec& spec) const {
+  jobspec::ApplyDefaults(spec);
+  absl::Status s = jobspec::ValidateJobSpec(spec);
+  if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("spec.", s.message()));
+  if (spec.name().size() > 128) return absl::InvalidArgumentError("spec.name: longer than 128 bytes");
+  if (spec.priority() < -kMaxPriority || spec.priority() > kMaxPriority) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.priority: must be in [-1000, 1000], got ", spec.priority()));
+  }
+  if (spec.max_restarts() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("spec.max_restarts: must be >= 0, got ", spec.max_restarts()));
+  }
+  LOOM_RETURN_IF_ERROR(CheckPath("spec.data.path", spec.data().path()));
+  LOOM_RETURN_IF_ERROR(CheckPath("spec.run_dir", spec.run_dir()));
+  LOOM_RETURN_IF_ERROR(CheckPath("spec.checkpoint.dir", spec.checkpoint().dir()));
+  return absl::OkStatus();
+}
+
+v1::JobStatus Coordinator::ToStatus(const JobRecord& r) const {
+  v1::JobStatus s;
+  s.set_job_id(FormatJobId(r.id));
+  s.set_name(r.name);
+  s.set_state(r.state);
+  s.set_priority(r.priority);
+  s.set_submit_time_unix_ms(r.submit_ms);
+  s.set_update_time_unix_ms(r.update_ms);
+  s.set_world_size(r.world_size);
+  s.set_restart_count(r.restart_count);
+  for (int32_t c : r.exit_codes) s.add_exit_codes(c);
+  s.set_root_cause_rank(r.root_cause_rank);
+  s.set_root_cause(r.root_cause);
+  s.set_last_checkpoint_step(r.last_checkpoint_step);
+  s.set_wait_reason(r.wait_reason);
+  s.set_current_step(r.current_step);
+  if (auto it = live_.find(r.id); it != live_.end()) s.set_rendezvous_address(it->second.rendezvous_address);
+  if (const auto* slots = sched_.Placement(r.id)) {
+    for (const Slot& sl : *slots) {
+      auto* p = s.add_placement();
+      p->set_rank(sl.rank);
+      p->set_agent_id(sl.agent_id);
+      p->set_gpu(sl.gpu);
+    }
+  }
+  return s;
+}
+
+absl::StatusOr<v1::SubmitJobResponse> Coordinator::Submit(const v1::SubmitJobRequest& req) {
+  auto refuse = [&](absl::Status s) {
+    if (m_submitted_) m_submitted_->With({"refused"}).Inc();
+    return s;
+  };
+  if (!req.has_spec()) return refuse(absl::InvalidArgumentError("spec: required"));
+  const std::string& key = req.idempotency_key();
+  if (key.size() > kMaxKeyLength) {
+    return refuse(absl::InvalidArgumentError(absl::StrCat("idempotency_key: longer than ", kMaxKeyLength, " bytes")));
+  }
+  for (unsigned char c : key) {
+    if (c < 0x20 || c > 0x7e) {
+      return refuse(absl::InvalidArgumentError("idempotency_key: only printable ASCII is allowed"));
+    }
+  }
+  v1::JobSpec spec = req.spec();
+  if (absl::Status s = ValidateSpec(spec); !s.ok()) return refuse(s);
+  Demand demand = DemandOf(spec);
+  std::string bytes = spec.SerializeAsString();
+
+  std::lock_guard<std::mutex> l(mu_);
+  v1::SubmitJobResponse resp;
+  if (!key.empty()) {
+    auto old = store_->FindByKey(key);
+    if (old.ok()) {
+      if (old->spec != bytes) {
+        return refuse(absl::FailedPreconditionError(absl::StrCat(
+            "idempotency_key: '", key, "' was used for ", FormatJobId(old->id), " with a different spec")));
+      }
+      *resp.mutable_job() = ToStatus(*old);
+      resp.set_existing(true);
+      return resp;
+    }
+    if (old.status().code() != absl::StatusCode::kNotFound) return old.status();
+  }
+  if (!req.wait_for_capacity() && !sched_.FitsCluster(demand)) {
+    return refuse(absl::FailedPreconditionError(absl::StrCat(
+        "job needs ", demand.ranks, demand.gpu ? " GPUs" : " CPU slots", " but all ", sched_.num_agents(),
+        " registered agent(s) together have ", sched_.TotalCapacity(demand.gpu),
+        "; set wait_for_capacity to queue it anyway")));
+  }
+  if (sched_.queue_length() >= opts_.max_queued_jobs) {
+    return refuse(absl::ResourceExhaustedError(
+        absl::StrCat("the queue is full (", opts_.max_queued_jobs, " jobs); retry later")));
+  }
+  NewJob nj{key, spec.name(), bytes, spec.priority(), demand.ranks};
+  LOOM_ASSIGN_OR_RETURN(JobStore::InsertResult ins, store_->InsertJob(nj));
+  if (!ins.existing) {
+    if (m_submitted_) m_submitted_->With({"accepted"}).Inc();
+    live_[ins.job.id].demand = demand;
+    sched_.Enqueue(ins.job.id, ins.job.priority, ins.job.id, demand);
+    RunScheduleLocked();
+    NotifyLocked();
+  }
+  LOOM_ASSIGN_OR_RETURN(JobRecord now, store_->GetJob(ins.job.id));
+  *resp.mutable_job() = ToStatus(now);
+  resp.set_existing(ins.existing);
+  return resp;
+}
+
+absl::StatusOr<v1::GetJobResponse> Coordinator::Get(const std::string& job_id) {
+  LOOM_ASSIGN_OR_RETURN(int64_t id, ParseJobId(job_id));
+  auto r = store_->GetJob(id);
+  if (!r.ok()) {
+    if (r.status().code() == absl::StatusCode::kNotFound) return absl::NotFoundError(job_id + " not found");
+    return r.status();
+  }
+  v1::GetJobResponse resp;
+  std::lock_guard<std::mutex> l(mu_);
+  *resp.mutable_job() = ToStatus(*r);
+  resp.mutable_spec()->ParseFromString(r->spec);
+  return resp;
+}
+
+absl::StatusOr<v1::ListJobsResponse> Coordinator::List(const v1::ListJobsRequest& req) {
+  if (req.page_size() < 0 || req.page_size() > kMaxPageSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("page_size: must be in [0, ", kMaxPageSize, "], got ", req.page_size()));
+  }
+  ListQuery q;
+  q.limit = (req.page_size() == 0 ? kDefaultPageSize : req.page_size()) + 1;  // one more: is there a next page?
+  q.name_prefix = req.name_prefix();
+  for (int s : req.states()) {
+    if (!v1::JobState_IsValid(s) || s == v1::JOB_STATE_UNSPECIFIED) {
+      return absl::InvalidArgumentError(absl::StrCat("states: invalid job state ", s));
+    }
+    q.states.push_back(static_cast<v1::JobState>(s));
+  }
+  if (!req.page_token().empty()) {
+    if (!absl::SimpleAtoi(req.page_token(), &q.after_id) || q.after_id < 0) {
+      return absl::InvalidArgumentError("page_token: not a token from a previous ListJobs");
+    }
+  }
+  LOOM_ASSIGN_OR_RETURN(std::vector<JobRecord> rows, store_->ListJobs(q));
+  v1::ListJobsResponse resp;
+  bool more = static_cast<int>(rows.size()) == q.limit;
+  if (more) rows.pop_back();
+  std::lock_guard<std::mutex> l(mu_);
+  for (const JobRecord& r : rows) *resp.add_jobs() = ToStatus(r);
+  if (more) resp.set_next_page_token(absl::StrCat(rows.back().id));
+  return resp;
+}
+
+absl::StatusOr<v1::JobStatus> Coordinator::Cancel(const std::string& job_id) {
+  LOOM_ASSIGN_OR_RETURN(int64_t id, ParseJobId(job_id));
+  std::lock_guard<std::mutex> l(mu_);
+  auto r = store_->GetJob(id);
+  if (!r.ok()) {
+    if (r.status().code() == absl::StatusCode::kNotFound) return absl::NotFoundError(job_id + " not found");
+    return r.status();
+  }
+  if (IsTerminal(r->state)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(job_id, " is already ", v1::JobState_Name(r->state), "; nothing to cancel"));
+  }
+  LOOM_ASSIGN_OR_RETURN(JobRecord done, store_->Update(id, [](JobRecord& j) {
+    j.state = v1::CANCELLED;
+    j.wait_reason.clear();
+  }, "cancelled by user"));
+  sched_.Dequeue(id);
+  if (const auto* slots = sched_.Placement(id)) KillLocked(id, *slots);
+  sched_.Release(id);
+  live_.erase(id);
+  RunScheduleLocked();
+  NotifyLocked();
+  return ToStatus(done);
+}
+
+uint64_t Coordinator::WaitForChange(uint64_t seen, std::chrono::milliseconds timeout) {
+  std::unique_lock<std::mutex> l(mu_);
+  cv_.wait_for(l, timeout, [&] { return version_ != seen || stopping_; });
+  return version_;
+}
+
+void Coordinator::NotifyLocked() {
+  ++version_;
+  UpdateGaugesLocked();
+  cv_.notify_all();
+}
+
+void Coordinator::UpdateGaugesLocked() {
+  if (!m_jobs_) return;
+  if (auto counts = store_->CountByState(); counts.ok()) {
+    for (int s = v1::PENDING; s <= v1::CANCELLED; ++s) {
+      auto it = counts->find(static_cast<v1::JobState>(s));
+      m_jobs_->With({v1::JobState_Name(static_cast<v1::JobState>(s))}).Set(it == counts->end() ? 0 : it->second);
+    }
+  }
+  m_queue_->With({}).Set(sched_.queue_length());
+  m_agents_->With({}).Set(static_cast<double>(agents_.size()));
+}
+
+void Coordinator::RunScheduleLocked() {
+  std::vector<std::pair<int64_t, std::string>> reasons;
+  for (Decision& d : sched_.Schedule()) {
+    LiveJob& live = live_[d.job_id];
+    if (!d.placed) {
+      if (d.wait_reason != live.last_wait_reason) {
+        reasons.emplace_back(d.job_id, d.wait_reason);
+        live.last_wait_reason = d.wait_reason;
+      }
+      continue;
+    }
+    std::string agents;
+    for (const Slot& s : d.placement) {
+      if (agents.find(s.agent_id) == std::string::npos) absl::StrAppend(&agents, agents.empty() ? "" : ",", s.agent_id);
+    }
+    auto r = store_->Update(d.job_id, [](JobRecord& j) {
+      j.state = v1::SCHEDULED;
+      j.wait_reason.clear();
+    }, absl::StrCat("placed on ", agents));
+    if (!r.ok()) {  // e.g. cancelled meanwhile: give the resources back
+      sched_.Release(d.job_id);
+      continue;
+    }
+    live.last_wait_reason.clear();
+    if (m_sched_latency_) m_sched_latency_->With({}).Observe((NowMs() - r->submit_ms) / 1000.0);
+    LaunchLocked(*r, d.placement);
+  }
+  // One transaction for all changed reasons; on failure they are retried at
+  // the next pass.
+  if (!store_->SetWaitReasons(reasons).ok()) {
+    for (const auto& [id, why] : reasons) live_[id].last_wait_reason.clear();
+  }
+}
+
+void Coordinator::LaunchLocked(const JobRecord& r, const std::vector<Slot>& slots) {
+  LiveJob& live = live_[r.id];
+  live.exits.clear();
+  live.awaiting_launch.clear();
+  live.rendezvous_address.clear();
+  std::map<std::string, v1::LaunchOrder> per_agent;
+  for (const Slot& s : slots) {
+    v1::LaunchOrder& o = per_agent[s.agent_id];
+    if (o.job_id().empty()) {
+      o.set_job_id(FormatJobId(r.id));
+      o.mutable_spec()->ParseFromString(r.spec);
+      o.set_world_size(r.world_size);
+      o.set_attempt(r.restart_count);
+    }
+    auto* p = o.add_ranks();
+    p->set_rank(s.rank);
+    p->set_agent_id(s.agent_id);
+    p->set_gpu(s.gpu);
+    if (s.rank == 0) o.set_host_rendezvous(true);
+  }
+  for (auto& [agent, order] : per_agent) {
+    auto it = agents_.find(agent);
+    if (it == agents_.end()) continue;
+    *it->second.orders.emplace_back().mutable_launch() = std::move(order);
+    live.awaiting_launch.insert(agent);
+  }
+}
+
+void Coordinator::KillLocked(int64_t job_id, const std::vector<Slot>& slots) {
+  std::set<std::string> done;
+  for (const Slot& s : slots) {
+    if (!done.insert(s.agent_id).second) continue;
+    auto it = agents_.find(s.agent_id);
+    if (it == agents_.end()) continue;
+    auto* k = it->second.orders.emplace_back().mutable_kill();
+    k->set_job_id(FormatJobId(job_id));
+    k->set_grace_ms(opts_.kill_grace_ms);
+  }
+}
+
+void Coordinator::FinishLocked(int64_t id, const std::function<void(JobRecord&)>& fn, const std::string& msg) {
+  auto r = store_->Update(id, fn, msg);
+  (void)r;  // a terminal job stays as it is
+  if (const auto* slots = sched_.Placement(id)) KillLocked(id, *slots);
+  sched_.Release(id);
+  live_.erase(id);
+  RunScheduleLocked();
+}
+
+void Coordinator::RestartOrFailLocked(JobRecord r, int32_t rank, int32_t code, const std::string& why) {
+  v1::JobSpec spec;
+  spec.ParseFromString(r.spec);
+  bool retryable = IsRetryableExit(code);
+  LiveJob& live = live_[r.id];
+  std::vector<int32_t> codes(r.world_size, kExitUnknown);
+  for (const auto& [rk, c] : live.exits) {
+    if (rk >= 0 && rk < r.world_size) codes[rk] = c;
+  }
+  if (!retryable || r.restart_count >= spec.max_restarts()) {
+    FinishLocked(r.id, [&](JobRecord& j) {
+      j.state = v1::FAILED;
+      j.exit_codes = codes;
+      j.root_cause_rank = rank;
+      j.root_cause = why;
+    }, retryable ? absl::StrCat("failed: restart budget (", spec.max_restarts(), ") spent") : "failed: bad configuration");
+    return;
+  }
+  const std::vector<Slot>* slots = sched_.Placement(r.id);
+  std::vector<Slot> kept = slots ? *slots : std::vector<Slot>();
+  auto restarting = store_->Update(r.id, [&](JobRecord& j) {
+    j.state = v1::RESTARTING;
+    ++j.restart_count;
+    j.exit_codes = codes;
+    j.root_cause_rank = rank;
+    j.root_cause = why;
+  }, absl::StrCat("restarting after rank ", rank, " exited with ", code));
+  if (!restarting.ok()) return;
+  if (m_restarts_) m_restarts_->With({}).Inc();
+  KillLocked(r.id, kept);
+  if (static_cast<int32_t>(kept.size()) == r.world_size) {
+    LaunchLocked(*restarting, kept);  // same placement; RUNNING once delivered
+  } else {  // placement gone or partial: back in the queue
+    sched_.Release(r.id);
+    auto pending = store_->Update(r.id, [](JobRecord& j) { j.state = v1::PENDING; }, "waiting for capacity");
+    if (pending.ok()) sched_.Enqueue(r.id, r.priority, r.id, live.demand);
+    RunScheduleLocked();
+  }
+}
+
+}  // namespace loom::service

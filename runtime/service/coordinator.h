@@ -1,0 +1,148 @@
+// The coordinator's job logic, independent of gRPC: validates submissions,
+// persists them in the JobStore before acknowledging, queues and gang-places
+// them with the Scheduler, hands launch/kill orders to agents, and drives the
+// lifecycle PENDING -> SCHEDULED -> RUNNING -> (RESTARTING -> RUNNING)* ->
+// SUCCEEDED | FAILED | CANCELLED from the agents' exit reports.
+//
+// Errors follow gRPC conventions (absl codes map 1:1): InvalidArgument names
+// the field ("spec.model.n_head: ..."), NotFound, FailedPrecondition (a job
+// larger than the cluster without wait_for_capacity, cancelling a finished
+// job, a reused idempotency key with another spec), ResourceExhausted (queue
+// full). A refused call changes no state.
+//
+// Exit codes: 0 is success; kExitConfigError (2) is a bad configuration and
+// 126/127 a worker that cannot be executed: never retried; anything else
+// restarts the whole group while the job's max_restarts budget lasts. Ranks
+// that had not exited when the job ended are recorded as kExitUnknown. An agent silent for 3 heartbeat intervals is lost:
+// its jobs restart elsewhere (or wait) within the same budget.
+//
+// Thread-safe: one mutex guards the in-memory state.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/loom/v1/service.pb.h"
+#include "runtime/service/metrics/metrics.h"
+#include "runtime/service/scheduler.h"
+#include "runtime/service/store/job_store.h"
+
+namespace loom::service {
+
+inline constexpr int kExitConfigError = 2;
+inline constexpr int kExitUnknown = -1000;
+bool IsRetryableExit(int code);
+
+struct CoordinatorOptions {
+  std::string data_dir;
+  int max_queued_jobs = 10000;
+  // When non-empty, spec paths (data.path, run_dir, checkpoint.dir) must lie
+  // inside one of these folders. `..` components are always refused.
+  std::vector<std::string> allowed_roots;
+  int heartbeat_interval_ms = 1000;
+  int kill_grace_ms = 10000;  // SIGTERM -> SIGKILL grace in kill orders
+  metrics::Registry* metrics = nullptr;  // optional; must outlive the coordinator
+};
+
+std::string FormatJobId(int64_t id);
+// "job-<n>" -> n; InvalidArgument naming `job_id` otherwise.
+absl::StatusOr<int64_t> ParseJobId(const std::string& s);
+
+class Coordinator {
+ public:
+  // Opens the store in options.data_dir and reloads unfinished jobs.
+  static absl::StatusOr<std::unique_ptr<Coordinator>> Create(const CoordinatorOptions& options);
+  ~Coordinator();
+
+  absl::StatusOr<v1::SubmitJobResponse> Submit(const v1::SubmitJobRequest& req);
+  absl::StatusOr<v1::GetJobResponse> Get(const std::string& job_id);
+  absl::StatusOr<v1::ListJobsResponse> List(const v1::ListJobsRequest& req);
+  absl::StatusOr<v1::JobStatus> Cancel(const std::string& job_id);
+  // Blocks until the state version moves past `seen` or `timeout` passes;
+  // returns the current version (watchers poll Get after each change).
+  uint64_t WaitForChange(uint64_t seen, std::chrono::milliseconds timeout);
+
+  absl::StatusOr<v1::RegisterAgentResponse> RegisterAgent(const v1::RegisterAgentRequest& req);
+  absl::Status Heartbeat(const std::string& agent_id);
+  // Long poll: waits up to min(wait_ms, 5000) ms for orders.
+  absl::StatusOr<v1::PollOrdersResponse> PollOrders(const std::string& agent_id, int wait_ms);
+  absl::Status ReportExit(const v1::ReportExitRequest& req);
+  // Step and checkpoint progress (never moves backwards) and the rendezvous
+  // address; reports for earlier attempts or finished jobs are ignored.
+  absl::Status ReportProgress(const v1::ReportProgressRequest& req);
+  // Writes a rank's log bytes at `offset` in <data_dir>/logs/<job>/rank<r>.<stream>
+  // and indexes the file for StreamLogs.
+  absl::Status AppendLogs(const v1::AppendLogsRequest& req);
+  // Declares agents lost after 3 missed heartbeats (also run by a background
+  // thread every heartbeat interval). After a restart, it also requeues (as a
+  // restart) placed jobs whose ranks no reconnecting agent reclaimed within 3
+  // heartbeat intervals.
+  void CheckAgents();
+
+  // Wakes long polls and watchers so a server shutdown does not wait for
+  // them; calls made afterwards still work but no longer block.
+  void Stop();
+  bool stopping();
+
+  JobStore* store() { return store_.get(); }
+
+ private:
+  struct AgentInfo {
+    v1::AgentResources resources;
+    std::chrono::steady_clock::time_point last_seen;
+    std::deque<v1::Order> orders;
+  };
+  struct LiveJob {
+    Demand demand;
+    std::set<std::string> awaiting_launch;  // agents yet to take the launch order
+    std::map<int32_t, int32_t> exits;       // rank -> code, this attempt
+    std::string last_wait_reason;
+    std::string rendezvous_address;
+  };
+
+  Coordinator(const CoordinatorOptions& o, std::unique_ptr<JobStore> s);
+  absl::Status ValidateSpec(v1::JobSpec& spec) const;
+  absl::Status CheckPath(const std::string& field, const std::string& path) const;
+  v1::JobStatus ToStatus(const JobRecord& r) const;
+  void RunScheduleLocked();
+  void LaunchLocked(const JobRecord& r, const std::vector<Slot>& slots);
+  void KillLocked(int64_t job_id, const std::vector<Slot>& slots);
+  void AdoptLocked(const std::string& agent_id, const v1::RunningJob& running);
+  void RestartOrFailLocked(JobRecord r, int32_t rank, int32_t code, const std::string& why);
+  void FinishLocked(int64_t id, const std::function<void(JobRecord&)>& fn, const std::string& msg);
+  void NotifyLocked();
+  void UpdateGaugesLocked();
+
+  const CoordinatorOptions opts_;
+  std::unique_ptr<JobStore> store_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  uint64_t version_ = 0;
+  Scheduler sched_;
+  std::map<std::string, AgentInfo> agents_;
+  std::map<int64_t, LiveJob> live_;
+  int64_t next_agent_ = 1;
+  // Jobs reloaded in SCHEDULED/RUNNING/RESTARTING, awaiting their agents.
+  std::set<int64_t> unclaimed_;
+  std::chrono::steady_clock::time_point reclaim_deadline_;
+  bool stopping_ = false;
+  std::thread monitor_;
+
+  metrics::Family<metrics::Gauge>* m_jobs_ = nullptr;
+  metrics::Family<metrics::Gauge>* m_queue_ = nullptr;
+  metrics::Family<metrics::Gauge>* m_agents_ = nullptr;
+  metrics::Family<metrics::Counter>* m_submitted_ = nullptr;
+  metrics::Family<metrics::Counter>* m_restarts_ = nullptr;
+  metrics::Family<metrics::Histogram>* m_sched_latency_ = nullptr;
+};
+
+}  // namespace loom::service

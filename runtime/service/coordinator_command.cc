@@ -1,0 +1,150 @@
+#include "runtime/service/coordinator_command.h"
+
+#include <signal.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "runtime/service/auth/token.h"
+
+namespace loom::service {
+namespace {
+
+struct FlagDef {
+  const char* flag;
+  const char* env;
+};
+
+const FlagDef kFlags[] = {
+    {"data-dir", "LOOM_DATA_DIR"},
+    {"listen", "LOOM_LISTEN"},
+    {"metrics-listen", "LOOM_METRICS_LISTEN"},
+    {"max-request-bytes", "LOOM_MAX_REQUEST_BYTES"},
+    {"allowed-roots", "LOOM_ALLOWED_ROOTS"},
+    {"heartbeat-ms", "LOOM_HEARTBEAT_MS"},
+    {"max-queued-jobs", "LOOM_MAX_QUEUED_JOBS"},
+    {"tls-cert", "LOOM_TLS_CERT"},
+    {"tls-key", "LOOM_TLS_KEY"},
+    {"tls-client-ca", "LOOM_TLS_CLIENT_CA"},
+    {"port-file", nullptr},
+};
+
+absl::Status ParseInt(const std::string& flag, const std::string& v, int lo, int hi, int* out) {
+  if (!absl::SimpleAtoi(v, out) || *out < lo || *out > hi) {
+    return absl::InvalidArgumentError(absl::StrCat("--", flag, ": expected an integer in [", lo, ", ", hi,
+                                                   "], got '", v, "'"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<CoordinatorFlags> ParseCoordinatorFlags(const std::vector<std::string>& args, const EnvLookup& env) {
+  std::map<std::string, std::string> v;
+  for (const FlagDef& f : kFlags) {
+    if (f.env == nullptr) continue;
+    const char* e = env(f.env);
+    if (e != nullptr && *e != '\0') v[f.flag] = e;
+  }
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a.rfind("--", 0) != 0) return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", a, "'"));
+    std::string name = a.substr(2), value;
+    size_t eq = name.find('=');
+    if (eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    } else if (i + 1 < args.size()) {
+      value = args[++i];
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("--", name, ": missing value"));
+    }
+    bool known = false;
+    for (const FlagDef& f : kFlags) known = known || name == f.flag;
+    if (!known) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+    v[name] = value;
+  }
+  CoordinatorFlags out;
+  ServerOptions& o = out.server;
+  o.coordinator.data_dir = v.count("data-dir") ? v["data-dir"] : DefaultDataDir();
+  o.listen_address = v.count("listen") ? v["listen"] : "127.0.0.1:7070";
+  std::string m = v.count("metrics-listen") ? v["metrics-listen"] : "127.0.0.1:7071";
+  if (m == "off") {
+    o.metrics_port = -1;
+  } else {
+    size_t colon = m.rfind(':');
+    if (colon == std::string::npos || colon == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--metrics-listen: expected HOST:PORT or off, got '", m, "'"));
+    }
+    o.metrics_host = m.substr(0, colon);
+    absl::Status s = ParseInt("metrics-listen", m.substr(colon + 1), 0, 65535, &o.metrics_port);
+    if (!s.ok()) return s;
+  }
+  if (v.count("max-request-bytes")) {
+    absl::Status s = ParseInt("max-request-bytes", v["max-request-bytes"], 1024, 1 << 30, &o.max_receive_bytes);
+    if (!s.ok()) return s;
+  }
+  if (v.count("heartbeat-ms")) {
+    absl::Status s = ParseInt("heartbeat-ms", v["heartbeat-ms"], 10, 600000, &o.coordinator.heartbeat_interval_ms);
+    if (!s.ok()) return s;
+  }
+  if (v.count("max-queued-jobs")) {
+    absl::Status s = ParseInt("max-queued-jobs", v["max-queued-jobs"], 1, 10000000, &o.coordinator.max_queued_jobs);
+    if (!s.ok()) return s;
+  }
+  if (v.count("allowed-roots")) {
+    for (absl::string_view r : absl::StrSplit(v["allowed-roots"], ',', absl::SkipEmpty())) {
+      o.coordinator.allowed_roots.emplace_back(r);
+    }
+  }
+  if (v.count("port-file")) out.port_file = v["port-file"];
+  o.tls_cert_file = v["tls-cert"];
+  o.tls_key_file = v["tls-key"];
+  o.tls_client_ca_file = v["tls-client-ca"];
+  return out;
+}
+
+int RunCoordinatorCommand(const std::vector<std::string>& args) {
+  auto flags = ParseCoordinatorFlags(args, [](const char* n) { return std::getenv(n); });
+  if (!flags.ok()) {
+    std::fprintf(stderr, "loom coordinator: %s\n", std::string(flags.status().message()).c_str());
+    return 2;
+  }
+  // Block the shutdown signals before gRPC starts its threads, so they all
+  // inherit the mask and only sigwait below receives them.
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  auto server = CoordinatorServer::Start(flags->server);
+  if (!server.ok()) {
+    std::fprintf(stderr, "loom coordinator: %s\n", std::string(server.status().message()).c_str());
+    return 1;
+  }
+  std::fprintf(stderr, "loom coordinator: listening on port %d (metrics port %d), data dir %s\n",
+               (*server)->port(), (*server)->metrics_port(), flags->server.coordinator.data_dir.c_str());
+  if (!flags->port_file.empty()) {
+    std::string tmp = flags->port_file + ".tmp";
+    std::ofstream(tmp) << (*server)->port() << " " << (*server)->metrics_port() << "\n";
+    std::error_code ec;
+    std::filesystem::rename(tmp, flags->port_file, ec);
+    if (ec) {
+      std::fprintf(stderr, "loom coordinator: --port-file: %s\n", ec.message().c_str());
+      return 1;
+    }
+  }
+  int sig = 0;
+  sigwait(&set, &sig);
+  std::fprintf(stderr, "loom coordinator: signal %d, shutting down\n", sig);
+  (*server)->Shutdown();
+  return 0;
+}
+
+}  // namespace loom::service

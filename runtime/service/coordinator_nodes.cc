@@ -1,0 +1,270 @@
+// The agent-facing half of Coordinator (NodeService): registration and
+// reconciliation, heartbeats, order delivery, exit/progress/log reports, and
+// lost-agent handling. The job-facing half is in coordinator.cc.
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "base/status.h"
+#include "runtime/service/coordinator.h"
+
+namespace loom::service {
+
+absl::StatusOr<v1::RegisterAgentResponse> Coordinator::RegisterAgent(const v1::RegisterAgentRequest& req) {
+  const auto& res = req.resources();
+  if (res.cpu_slots() < 0 || res.cpu_slots() > 1 << 16) {
+    return absl::InvalidArgumentError(absl::StrCat("resources.cpu_slots: must be in [0, 65536], got ", res.cpu_slots()));
+  }
+  if (res.gpus() < 0 || res.gpus() > 1024) {
+    return absl::InvalidArgumentError(absl::StrCat("resources.gpus: must be in [0, 1024], got ", res.gpus()));
+  }
+  if (res.cpu_slots() == 0 && res.gpus() == 0) {
+    return absl::InvalidArgumentError("resources: an agent must offer CPU slots or GPUs");
+  }
+  if (req.hostname().size() > 255 || req.agent_id().size() > 255) {
+    return absl::InvalidArgumentError("hostname: longer than 255 bytes");
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  std::string id = req.agent_id();
+  if (id.empty()) id = absl::StrCat("agent-", next_agent_++, req.hostname().empty() ? "" : "-", req.hostname());
+  AgentInfo& a = agents_[id];
+  a.resources = res;
+  a.last_seen = std::chrono::steady_clock::now();
+  sched_.UpsertAgent(id, res.cpu_slots(), res.gpus());
+  for (const v1::RunningJob& running : req.running()) AdoptLocked(id, running);
+  RunScheduleLocked();
+  NotifyLocked();
+  v1::RegisterAgentResponse resp;
+  resp.set_agent_id(id);
+  resp.set_heartbeat_interval_ms(opts_.heartbeat_interval_ms);
+  return resp;
+}
+
+// Ranks an agent still runs: adopted when the job is live, in this attempt and
+// not placed elsewhere for them; otherwise the agent is told to kill them.
+void Coordinator::AdoptLocked(const std::string& agent_id, const v1::RunningJob& running) {
+  auto kill = [&] {
+    auto* k = agents_[agent_id].orders.emplace_back().mutable_kill();
+    k->set_job_id(running.job_id());
+    k->set_grace_ms(opts_.kill_grace_ms);
+  };
+  auto id = ParseJobId(running.job_id());
+  if (!id.ok()) return;
+  auto r = store_->GetJob(*id);
+  auto live = live_.find(*id);
+  if (!r.ok() || IsTerminal(r->state) || live == live_.end() || r->state == v1::PENDING ||
+      running.attempt() != r->restart_count) {
+    kill();
+    return;
+  }
+  std::vector<Slot> slots;
+  if (const auto* placed = sched_.Placement(*id)) {
+    for (const Slot& s : *placed) {
+      if (s.agent_id == agent_id) return;  // already adopted (repeated registration)
+    }
+  }
+  for (const v1::RankPlacement& p : running.ranks()) {
+    if (p.rank() < 0 || p.rank() >= r->world_size) {
+      kill();
+      return;
+    }
+    slots.push_back({p.rank(), agent_id, p.gpu()});
+  }
+  if (!sched_.Adopt(*id, agent_id, slots, live->second.demand.gpu)) {
+    kill();
+    return;
+  }
+  const auto* placed = sched_.Placement(*id);
+  if (placed && static_cast<int32_t>(placed->size()) == r->world_size) unclaimed_.erase(*id);
+}
+
+absl::Status Coordinator::Heartbeat(const std::string& agent_id) {
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = agents_.find(agent_id);
+  if (it == agents_.end()) {
+    return absl::NotFoundError(absl::StrCat("agent_id: unknown agent '", agent_id.substr(0, 64), "'; register again"));
+  }
+  it->second.last_seen = std::chrono::steady_clock::now();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::PollOrdersResponse> Coordinator::PollOrders(const std::string& agent_id, int wait_ms) {
+  std::unique_lock<std::mutex> l(mu_);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::clamp(wait_ms, 0, 5000));
+  for (;;) {
+    auto it = agents_.find(agent_id);
+    if (it == agents_.end()) {
+      return absl::NotFoundError(absl::StrCat("agent_id: unknown agent '", agent_id.substr(0, 64), "'; register again"));
+    }
+    it->second.last_seen = std::chrono::steady_clock::now();
+    if (!it->second.orders.empty() || stopping_ ||
+        cv_.wait_until(l, deadline) == std::cv_status::timeout) {
+      break;
+    }
+  }
+  auto it = agents_.find(agent_id);
+  if (it == agents_.end()) return absl::NotFoundError(absl::StrCat("agent_id: unknown agent '", agent_id, "'"));
+  v1::PollOrdersResponse resp;
+  bool changed = false;
+  while (!it->second.orders.empty()) {
+    v1::Order o = std::move(it->second.orders.front());
+    it->second.orders.pop_front();
+    if (o.has_launch()) {
+      auto id = ParseJobId(o.launch().job_id());
+      auto lj = id.ok() ? live_.find(*id) : live_.end();
+      if (lj != live_.end() && lj->second.awaiting_launch.erase(agent_id) && lj->second.awaiting_launch.empty()) {
+        auto r = store_->Update(*id, [](JobRecord& j) { j.state = v1::RUNNING; }, "all ranks launched");
+        changed = changed || r.ok();
+      }
+    }
+    *resp.add_orders() = std::move(o);
+  }
+  if (changed) NotifyLocked();
+  return resp;
+}
+
+absl::Status Coordinator::ReportExit(const v1::ReportExitRequest& req) {
+  LOOM_ASSIGN_OR_RETURN(int64_t id, ParseJobId(req.job_id()));
+  std::lock_guard<std::mutex> l(mu_);
+  if (agents_.find(req.agent_id()) == agents_.end()) {
+    return absl::NotFoundError(absl::StrCat("agent_id: unknown agent '", req.agent_id().substr(0, 64), "'"));
+  }
+  auto r = store_->GetJob(id);
+  if (!r.ok()) return r.status().code() == absl::StatusCode::kNotFound ? absl::NotFoundError(req.job_id() + " not found")
+                                                                      : r.status();
+  if (req.rank() < 0 || req.rank() >= r->world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("rank: must be in [0, ", r->world_size, "), got ", req.rank()));
+  }
+  // Reports for finished jobs or earlier attempts are stale: accepted, ignored.
+  if (IsTerminal(r->state) || req.attempt() != r->restart_count || !live_.count(id)) return absl::OkStatus();
+  LiveJob& live = live_[id];
+  live.exits[req.rank()] = req.exit_code();
+  if (req.exit_code() != 0) {
+    std::string why = req.error().empty() ? absl::StrCat("rank ", req.rank(), " exited with ", req.exit_code())
+                                          : req.error().substr(0, 4096);
+    RestartOrFailLocked(*r, req.rank(), req.exit_code(), why);
+  } else if (static_cast<int32_t>(live.exits.size()) == r->world_size) {
+    std::vector<int32_t> codes(r->world_size, 0);
+    FinishLocked(id, [&](JobRecord& j) {
+      j.state = v1::SUCCEEDED;
+      j.exit_codes = codes;
+    }, "all ranks exited 0");
+  }
+  NotifyLocked();
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::ReportProgress(const v1::ReportProgressRequest& req) {
+  LOOM_ASSIGN_OR_RETURN(int64_t id, ParseJobId(req.job_id()));
+  if (req.rendezvous_address().size() > 256) {
+    return absl::InvalidArgumentError("rendezvous_address: longer than 256 bytes");
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  auto a = agents_.find(req.agent_id());
+  if (a == agents_.end()) {
+    return absl::NotFoundError(absl::StrCat("agent_id: unknown agent '", req.agent_id().substr(0, 64), "'"));
+  }
+  a->second.last_seen = std::chrono::steady_clock::now();
+  auto r = store_->GetJob(id);
+  if (!r.ok()) return r.status().code() == absl::StatusCode::kNotFound ? absl::NotFoundError(req.job_id() + " not found")
+                                                                      : r.status();
+  auto live = live_.find(id);
+  if (IsTerminal(r->state) || req.attempt() != r->restart_count || live == live_.end()) return absl::OkStatus();
+  if (!req.rendezvous_address().empty()) live->second.rendezvous_address = req.rendezvous_address();
+  if (req.step() > r->current_step || req.checkpoint_step() > r->last_checkpoint_step) {
+    LOOM_RETURN_IF_ERROR(store_->Update(id, [&](JobRecord& j) {
+      j.current_step = std::max(j.current_step, req.step());
+      j.last_checkpoint_step = std::max(j.last_checkpoint_step, req.checkpoint_step());
+    }).status());
+  }
+  NotifyLocked();
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::AppendLogs(const v1::AppendLogsRequest& req) {
+  LOOM_ASSIGN_OR_RETURN(int64_t id, ParseJobId(req.job_id()));
+  if (req.stream() != "stdout" && req.stream() != "stderr") {
+    return absl::InvalidArgumentError(absl::StrCat("stream: expected stdout or stderr, got '", req.stream().substr(0, 32), "'"));
+  }
+  if (req.offset() < 0) return absl::InvalidArgumentError(absl::StrCat("offset: must be >= 0, got ", req.offset()));
+  if (req.data().size() > (1 << 20)) return absl::InvalidArgumentError("data: more than 1 MiB");
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (agents_.find(req.agent_id()) == agents_.end()) {
+      return absl::NotFoundError(absl::StrCat("agent_id: unknown agent '", req.agent_id().substr(0, 64), "'"));
+    }
+  }
+  auto r = store_->GetJob(id);
+  if (!r.ok()) return r.status().code() == absl::StatusCode::kNotFound ? absl::NotFoundError(req.job_id() + " not found")
+                                                                      : r.status();
+  if (req.rank() < 0 || req.rank() >= r->world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("rank: must be in [0, ", r->world_size, "), got ", req.rank()));
+  }
+  std::string dir = absl::StrCat(opts_.data_dir, "/logs/", FormatJobId(id));
+  std::string path = absl::StrCat(dir, "/rank", req.rank(), ".", req.stream() == "stdout" ? "out" : "err");
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  bool fresh = !std::filesystem::exists(path, ec);
+  FILE* f = std::fopen(path.c_str(), fresh ? "w+b" : "r+b");
+  if (f == nullptr) return absl::InternalError(absl::StrCat("logs: cannot open ", path));
+  bool ok = std::fseek(f, static_cast<long>(req.offset()), SEEK_SET) == 0 &&
+            std::fwrite(req.data().data(), 1, req.data().size(), f) == req.data().size();
+  std::fclose(f);
+  if (!ok) return absl::InternalError(absl::StrCat("logs: cannot write ", path));
+  if (fresh) LOOM_RETURN_IF_ERROR(store_->AddLog({id, req.rank(), req.stream(), path}));
+  std::lock_guard<std::mutex> l(mu_);
+  ++version_;  // wakes `logs --follow` (no job state changed)
+  cv_.notify_all();
+  return absl::OkStatus();
+}
+
+void Coordinator::CheckAgents() {
+  std::lock_guard<std::mutex> l(mu_);
+  auto now = std::chrono::steady_clock::now();
+  auto limit = std::chrono::milliseconds(3 * opts_.heartbeat_interval_ms);
+  std::vector<std::string> lost;
+  for (const auto& [id, a] : agents_) {
+    if (now - a.last_seen > limit) lost.push_back(id);
+  }
+  if (!unclaimed_.empty() && now > reclaim_deadline_) {
+    // Reloaded jobs whose ranks were not all reclaimed: stop what was adopted
+    // and restart the group (re-queued) within its budget.
+    std::set<int64_t> jobs;
+    jobs.swap(unclaimed_);
+    for (int64_t job : jobs) {
+      auto r = store_->GetJob(job);
+      if (!r.ok() || IsTerminal(r->state)) continue;
+      if (r->state == v1::SCHEDULED && sched_.Placement(job) == nullptr) {
+        // Never launched anywhere: back in the queue, no restart counted.
+        auto p = store_->Update(job, [](JobRecord& j) { j.state = v1::PENDING; },
+                                "launch orders lost in a coordinator restart");
+        if (p.ok()) sched_.Enqueue(job, r->priority, job, live_[job].demand);
+        continue;
+      }
+      RestartOrFailLocked(*r, -1, -1, "ranks not reclaimed after a coordinator restart");
+    }
+    RunScheduleLocked();
+    NotifyLocked();
+  }
+  if (lost.empty()) return;
+  for (const std::string& id : lost) {
+    agents_.erase(id);
+    std::map<int64_t, std::vector<Slot>> before;
+    for (const auto& [job, live] : live_) {
+      if (const auto* slots = sched_.Placement(job)) before[job] = *slots;
+    }
+    for (int64_t job : sched_.RemoveAgent(id)) {
+      KillLocked(job, before[job]);  // the ranks on surviving agents
+      auto r = store_->GetJob(job);
+      if (!r.ok() || IsTerminal(r->state)) continue;
+      // Its placement is gone: restart (re-queued, placed on what remains)
+      // or fail, within the job's budget.
+      RestartOrFailLocked(*r, -1, -1, absl::StrCat("agent ", id, " lost (3 missed heartbeats)"));
+    }
+  }
+  RunScheduleLocked();
+  NotifyLocked();
+}
+
+}  // namespace loom::service

@@ -1,0 +1,43 @@
+// Serves a metrics Registry over HTTP: GET /metrics answers the Prometheus text
+// format; every other path is 404. Runs cpp-httplib on one background thread.
+//
+//   metrics::HttpServer http(&registry);
+//   LOOM_ASSIGN_OR_RETURN(int port, http.Start("127.0.0.1", 0));  // 0: any free port
+//   ...
+//   http.Stop();  // also done by the destructor
+#pragma once
+
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/status/statusor.h"
+#include "runtime/service/metrics/metrics.h"
+
+namespace httplib {
+class Server;
+}
+
+namespace loom::metrics {
+
+inline constexpr char kTextContentType[] = "text/plain; version=0.0.4; charset=utf-8";
+
+class HttpServer {
+ public:
+  explicit HttpServer(const Registry* registry);
+  ~HttpServer();
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  // Binds host:port (port 0 picks a free one) and serves in the background.
+  // Returns the bound port. Fails with Unavailable when the bind fails.
+  absl::StatusOr<int> Start(const std::string& host, int port);
+  void Stop();
+
+ private:
+  const Registry* registry_;
+  std::unique_ptr<httplib::Server> server_;
+  std::thread thread_;
+};
+
+}  // namespace loom::metrics

@@ -1,0 +1,294 @@
+#include "runtime/service/server.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+
+#include "absl/strings/str_cat.h"
+#include "base/status.h"
+#include "proto/loom/v1/service.grpc.pb.h"
+#include "runtime/service/auth/token.h"
+
+namespace loom::service {
+namespace {
+
+using std::chrono::milliseconds;
+
+bool SameStatus(const v1::JobStatus& a, const v1::JobStatus& b) {
+  return a.state() == b.state() && a.current_step() == b.current_step() &&
+         a.restart_count() == b.restart_count() && a.wait_reason() == b.wait_reason() &&
+         a.last_checkpoint_step() == b.last_checkpoint_step() && a.placement_size() == b.placement_size() &&
+         a.rendezvous_address() == b.rendezvous_address();
+}
+
+class JobServiceImpl final : public v1::JobService::Service {
+ public:
+  JobServiceImpl(Coordinator* c, std::string token) : c_(c), token_(std::move(token)) {}
+
+  grpc::Status SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
+                         v1::SubmitJobResponse* resp) override {
+    if (auto s = CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    auto r = c_->Submit(*req);
+    if (!r.ok()) return ToGrpc(r.status());
+    *resp = std::move(*r);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::GetJobResponse* resp) override {
+    if (auto s = CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    auto r = c_->Get(req->job_id());
+    if (!r.ok()) return ToGrpc(r.status());
+    *resp = std::move(*r);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req,
+                        v1::ListJobsResponse* resp) override {
+    if (auto s = CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    auto r = c_->List(*req);
+    if (!r.ok()) return ToGrpc(r.status());
+    *resp = std::move(*r);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* req,
+                         v1::CancelJobResponse* resp) override {
+    if (auto s = CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    auto r = c_->Cancel(req->job_id());
+    if (!r.ok()) return ToGrpc(r.status());
+    *resp->mutable_job() = std::move(*r);
+    return grpc::Status::OK;
+  }
+
+  // One event per observed change, ending after a terminal state.
+  grpc::Status WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
+                        grpc::ServerWriter<v1::JobEvent>* writer) override {
+    if (auto s = CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    uint64_t version = 0;
+    bool sent = false;
+    v1::JobStatus last;
+    for (;;) {
+      auto r = c_->Get(req->job_id());
+      if (!r.ok()) return ToGrpc(r.status());
+      if (!sent || !SameStatus(last, r->job())) {
+        v1::JobEvent ev;
+        *ev.mutable_job() = r->job();
+        ev.set_message(v1::JobState_Name(r->job().state()));
+        if (!writer->Write(ev)) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+        last = r->job();
+        sent = true;
+      }
+      if (IsTerminal(last.state())) return grpc::Status::OK;
+      if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled");
+      if (c_->stopping()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator shutting down");
+      version = c_->WaitForChange(version, milliseconds(200));
+    }
+  }
+
+  // The job's indexed log files, oldest bytes first; with follow, new bytes
+  // as they appear until the job is terminal.
+  grpc::Status StreamLogs(grpc::ServerContext* ctx, const v1::StreamLogsRequest* req,
+                          grpc::ServerWriter<v1::LogChunk>* writer) override {
+    if (auto s = CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    auto job = c_->Get(req->job_id());
+    if (!job.ok()) return ToGrpc(job.status());
+    if (req->has_rank() && (req->rank() < 0 || req->rank() >= job->job().world_size())) {
+      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          absl::StrCat("rank: must be in [0, ", job->job().world_size(), "), got ", req->rank()));
+    }
+    int64_t id = *ParseJobId(req->job_id());
+    std::map<std::string, std::streamoff> offsets;
+    uint64_t version = 0;
+    for (;;) {
+      bool terminal = IsTerminal(c_->Get(req->job_id())->job().state());
+      auto logs = c_->store()->Logs(id);
+      if (!logs.ok()) return ToGrpc(logs.status());
+      bool wrote = false;
+      for (const LogRecord& lr : *logs) {
+        if (req->has_rank() && lr.rank != req->rank()) continue;
+        std::ifstream in(lr.path, std::ios::binary);
+        if (!in) continue;
+        std::streamoff& off = offsets[lr.path];
+        in.seekg(off);
+        char buf[64 * 1024];
+        while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+          v1::LogChunk chunk;
+          chunk.set_rank(lr.rank);
+          chunk.set_stream(lr.stream);
+          chunk.set_data(buf, in.gcount());
+          off += in.gcount();
+          if (!writer->Write(chunk)) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
+          wrote = true;
+        }
+      }
+      if (!req->follow() || (terminal && !wrote)) return grpc::Status::OK;
+      if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "log stream cancelled");
+      if (c_->stopping()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator shutting down");
+      version = c_->WaitForChange(version, milliseconds(200));
+    }
+  }
+
+ private:
+  Coordinator* c_;
+  std::string token_;
+};
+
+class NodeServiceImpl final : public v1::NodeService::Service {
+ public:
+  NodeServiceImpl(Coordinator* c, std::string token) : c_(c), token_(std::move(token)) {}
+
+  grpc::Status RegisterAgent(grpc::ServerContext* ctx, const v1::RegisterAgentRequest* req,
+                             v1::RegisterAgentResponse* resp) override {
+    if (auto s = CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    auto r = c_->RegisterAgent(*req);
+    if (!r.ok()) return ToGrpc(r.status());
+    *resp = std::move(*r);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req, v1::HeartbeatResponse*) override {
+    if (auto s = CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    return ToGrpc(c_->Heartbeat(req->agent_id()));
+  }
+
+  grpc::Status PollOrders(grpc::ServerContext* ctx, const v1::PollOrdersRequest* req,
+                          v1::PollOrdersResponse* resp) override {
+    if (auto s = CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    auto r = c_->PollOrders(req->agent_id(), req->wait_ms());
+    if (!r.ok()) return ToGrpc(r.status());
+    *resp = std::move(*r);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status ReportExit(grpc::ServerContext* ctx, const v1::ReportExitRequest* req,
+                          v1::ReportExitResponse*) override {
+    if (auto s = CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    return ToGrpc(c_->ReportExit(*req));
+  }
+
+  grpc::Status ReportProgress(grpc::ServerContext* ctx, const v1::ReportProgressRequest* req,
+                              v1::ReportProgressResponse*) override {
+    if (auto s = CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    return ToGrpc(c_->ReportProgress(*req));
+  }
+
+  grpc::Status AppendLogs(grpc::ServerContext* ctx, const v1::AppendLogsRequest* req,
+                          v1::AppendLogsResponse*) override {
+    if (auto s = CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    return ToGrpc(c_->AppendLogs(*req));
+  }
+
+ private:
+  Coordinator* c_;
+  std::string token_;
+};
+
+}  // namespace
+
+static absl::StatusOr<std::string> ReadPem(const std::string& field, const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (!in || ss.str().find("-----BEGIN") == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": cannot read a PEM file at '", path, "'"));
+  }
+  return ss.str();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> MakeServerCredentials(const ServerOptions& o) {
+  if (o.tls_cert_file.empty() && o.tls_key_file.empty()) {
+    if (!o.tls_client_ca_file.empty()) {
+      return absl::InvalidArgumentError("tls_client_ca_file: needs tls_cert_file and tls_key_file");
+    }
+    return grpc::InsecureServerCredentials();
+  }
+  if (o.tls_cert_file.empty() || o.tls_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(o.tls_cert_file.empty() ? "tls_cert_file" : "tls_key_file", ": TLS needs both a cert and a key"));
+  }
+  grpc::SslServerCredentialsOptions opts(GRPC_SSL_DONT_REQUEST_CLIENT_CERTIFICATE);
+  grpc::SslServerCredentialsOptions::PemKeyCertPair pair;
+  LOOM_ASSIGN_OR_RETURN(pair.private_key, ReadPem("tls_key_file", o.tls_key_file));
+  LOOM_ASSIGN_OR_RETURN(pair.cert_chain, ReadPem("tls_cert_file", o.tls_cert_file));
+  opts.pem_key_cert_pairs.push_back(pair);
+  if (!o.tls_client_ca_file.empty()) {
+    LOOM_ASSIGN_OR_RETURN(opts.pem_root_certs, ReadPem("tls_client_ca_file", o.tls_client_ca_file));
+    opts.client_certificate_request = GRPC_SSL_REQUEST_AND_REQUIRE_CLIENT_CERTIFICATE_AND_VERIFY;
+  }
+  return grpc::SslServerCredentials(opts);
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeClientCredentials(const std::string& ca_file,
+                                                                              const std::string& cert_file,
+                                                                              const std::string& key_file) {
+  if (ca_file.empty()) return grpc::InsecureChannelCredentials();
+  grpc::SslCredentialsOptions opts;
+  LOOM_ASSIGN_OR_RETURN(opts.pem_root_certs, ReadPem("tls_ca", ca_file));
+  if (!cert_file.empty() || !key_file.empty()) {
+    LOOM_ASSIGN_OR_RETURN(opts.pem_cert_chain, ReadPem("tls_cert", cert_file));
+    LOOM_ASSIGN_OR_RETURN(opts.pem_private_key, ReadPem("tls_key", key_file));
+  }
+  return grpc::SslCredentials(opts);
+}
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(const ServerOptions& options) {
+  if (options.max_receive_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_receive_bytes: must be positive, got ", options.max_receive_bytes));
+  }
+  LOOM_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds, MakeServerCredentials(options));
+  std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
+  if (options.token.empty()) {
+    LOOM_ASSIGN_OR_RETURN(s->token_, LoadOrCreateToken(options.coordinator.data_dir));
+  } else {
+    s->token_ = options.token;
+  }
+  CoordinatorOptions copts = options.coordinator;
+  s->registry_ = copts.metrics ? copts.metrics : &s->own_registry_;
+  copts.metrics = s->registry_;
+  LOOM_ASSIGN_OR_RETURN(s->coordinator_, Coordinator::Create(copts));
+  if (options.metrics_port >= 0) {
+    s->metrics_http_ = std::make_unique<metrics::HttpServer>(s->registry_);
+    LOOM_ASSIGN_OR_RETURN(s->metrics_port_, s->metrics_http_->Start(options.metrics_host, options.metrics_port));
+  }
+  s->job_service_ = std::make_unique<JobServiceImpl>(s->coordinator_.get(), s->token_);
+  s->node_service_ = std::make_unique<NodeServiceImpl>(s->coordinator_.get(), s->token_);
+
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder b;
+  b.AddListeningPort(options.listen_address, creds, &s->port_);
+  b.SetMaxReceiveMessageSize(options.max_receive_bytes);
+  b.RegisterService(s->job_service_.get());
+  b.RegisterService(s->node_service_.get());
+  s->server_ = b.BuildAndStart();
+  if (!s->server_ || s->port_ == 0) {
+    return absl::UnavailableError(absl::StrCat("coordinator: cannot listen on ", options.listen_address));
+  }
+  s->server_->GetHealthCheckService()->SetServingStatus(true);
+  return s;
+}
+
+void CoordinatorServer::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  server_->GetHealthCheckService()->SetServingStatus(false);
+  coordinator_->Stop();  // ends long polls and watch loops
+  // Streams poll every 200 ms; give them that long to notice, then cancel.
+  server_->Shutdown(std::chrono::system_clock::now() + milliseconds(500));
+  server_->Wait();
+  if (metrics_http_) metrics_http_->Stop();
+}
+
+CoordinatorServer::~CoordinatorServer() {
+  if (server_) Shutdown();
+}
+
+}  // namespace loom::service

@@ -1,0 +1,153 @@
+// The coordinator's durable job store: one SQLite database (WAL journal,
+// synchronous=FULL) at <data_dir>/loom.db.
+//
+// Tables: `jobs` (one row per submission: idempotency key UNIQUE, serialized
+// JobSpec, state, priority, timestamps, restart count, per-rank exit codes,
+// root cause, last checkpoint step, wait reason), `events` (append-only history
+// of every job's state changes and notes) and `logs` (index of per-rank log
+// files). Every mutating call commits before it returns, so a caller that
+// acknowledges after the call returns only acknowledges durable data: the
+// row survives kill -9 of the process and power loss (synchronous=FULL fsyncs
+// the WAL at each commit).
+//
+// Terminal states (SUCCEEDED, FAILED, CANCELLED) never change: Update refuses
+// with FailedPrecondition, and a trigger in the database refuses any UPDATE of
+// a terminal row as a second line of defence. Illegal transitions (e.g.
+// PENDING -> RUNNING) are FailedPrecondition too.
+//
+// Thread-safe (one connection behind a mutex). Not for use across fork().
+//
+//   LOOM_ASSIGN_OR_RETURN(auto store, JobStore::Open("/var/lib/loom"));
+//   LOOM_ASSIGN_OR_RETURN(auto r, store->InsertJob(req));
+//   store->Update(r.job.id, [](JobRecord& j) { j.state = v1::SCHEDULED; }, "placed");
+#pragma once
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/loom/v1/service.pb.h"
+
+struct sqlite3;
+
+namespace loom::service {
+
+bool IsTerminal(v1::JobState s);
+// Whether the lifecycle allows from -> to (same state counts as allowed).
+bool IsAllowedTransition(v1::JobState from, v1::JobState to);
+
+struct JobRecord {
+  int64_t id = 0;
+  std::string idempotency_key;
+  std::string name;
+  std::string spec;  // serialized loom.v1.JobSpec
+  v1::JobState state = v1::PENDING;
+  int32_t priority = 0;
+  int32_t world_size = 0;
+  int64_t submit_ms = 0;
+  int64_t update_ms = 0;
+  int32_t restart_count = 0;
+  std::vector<int32_t> exit_codes;
+  int32_t root_cause_rank = -1;
+  std::string root_cause;
+  int64_t last_checkpoint_step = -1;
+  int64_t current_step = 0;
+  std::string wait_reason;
+};
+
+struct NewJob {
+  std::string idempotency_key;  // empty: no dedupe
+  std::string name;
+  std::string spec;
+  int32_t priority = 0;
+  int32_t world_size = 0;
+};
+
+struct JobEventRecord {
+  int64_t id = 0;
+  int64_t job_id = 0;
+  int64_t time_ms = 0;
+  v1::JobState state = v1::JOB_STATE_UNSPECIFIED;
+  std::string message;
+};
+
+struct LogRecord {
+  int64_t job_id = 0;
+  int32_t rank = 0;
+  std::string stream;
+  std::string path;
+};
+
+struct ListQuery {
+  std::vector<v1::JobState> states;  // empty: all
+  std::string name_prefix;
+  int64_t after_id = 0;  // exclusive
+  int limit = 50;
+};
+
+class JobStore {
+ public:
+  // Creates data_dir (mode 0700) and the schema when missing.
+  static absl::StatusOr<std::unique_ptr<JobStore>> Open(const std::string& data_dir);
+  ~JobStore();
+
+  struct InsertResult {
+    JobRecord job;
+    bool existing = false;  // the idempotency key matched an earlier row
+  };
+  // Durable when it returns. A known key returns the earlier job (existing =
+  // true) when the spec is identical, FailedPrecondition otherwise.
+  absl::StatusOr<InsertResult> InsertJob(const NewJob& job);
+
+  absl::StatusOr<JobRecord> GetJob(int64_t id);  // NotFound when absent
+  absl::StatusOr<JobRecord> FindByKey(const std::string& idempotency_key);  // NotFound when absent
+  absl::StatusOr<std::vector<JobRecord>> ListJobs(const ListQuery& q);  // ascending id
+  // Non-terminal jobs, ascending id (for reload after a restart).
+  absl::StatusOr<std::vector<JobRecord>> ActiveJobs();
+
+  // Reads the job, lets `fn` change it, writes it back in one transaction.
+  // `id` and the submission fields (key, name, spec, submit time) are kept.
+  // A state change appends an event with `message`. FailedPrecondition when
+  // the stored state is terminal or the transition is not allowed (nothing is
+  // written then).
+  absl::StatusOr<JobRecord> Update(int64_t id, const std::function<void(JobRecord&)>& fn,
+                                   const std::string& message = "");
+
+  // Sets the wait reason of many live jobs in one transaction (one fsync);
+  // terminal jobs are skipped.
+  absl::Status SetWaitReasons(const std::vector<std::pair<int64_t, std::string>>& reasons);
+
+  absl::Status AppendEvent(int64_t job_id, const std::string& message);
+  absl::StatusOr<std::vector<JobEventRecord>> Events(int64_t job_id, int64_t after_event_id = 0);
+
+  absl::Status AddLog(const LogRecord& log);
+  absl::StatusOr<std::vector<LogRecord>> Logs(int64_t job_id);
+
+  absl::StatusOr<std::map<v1::JobState, int64_t>> CountByState();
+  // "ok" when PRAGMA integrity_check finds nothing wrong.
+  absl::StatusOr<std::string> IntegrityCheck();
+  // The value of a PRAGMA on this connection (e.g. "journal_mode" -> "wal").
+  absl::StatusOr<std::string> Pragma(const std::string& name);
+  // Runs raw SQL (maintenance and tests); errors carry SQLite's message.
+  absl::Status ExecRaw(const std::string& sql);
+
+  const std::string& path() const { return path_; }
+
+ private:
+  JobStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  absl::StatusOr<JobRecord> GetLocked(int64_t id);
+  absl::StatusOr<std::vector<JobRecord>> QueryLocked(const std::string& sql,
+                                                     const std::function<absl::Status(void*)>& bind);
+  absl::Status Exec(const std::string& sql);
+  absl::Status AppendEventLocked(int64_t job_id, v1::JobState state, const std::string& message);
+
+  std::mutex mu_;
+  sqlite3* db_;
+  std::string path_;
+};
+
+}  // namespace loom::service
