@@ -9,6 +9,37 @@
 #include "compiler/ir/verifier.h"
 
 namespace loom::compiler {
+namespace {
+
+// Binds a collective node to the communicator of its group.
+absl::StatusOr<ops::KernelFn> CollectiveKernel(const Node& n, const CommunicatorMap& comms) {
+  static SingleRankCommunicator* single = new SingleRankCommunicator();
+  const std::string group = n.attrs.GetString("group", "world");
+  const int64_t world = n.attrs.GetInt("world", 1);
+  Communicator* comm = single;
+  if (auto it = comms.find(group); it != comms.end()) {
+    comm = it->second;
+  } else if (world != 1) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(n.op, ": no communicator is bound for group '", group, "' (world ", world, ")"));
+  }
+  if (n.attrs.Has("world") && comm->size() != world)
+    return absl::FailedPreconditionError(absl::StrCat(n.op, ": group '", group, "' has ", comm->size(),
+                                                      " ranks but the node says world ", world));
+  LOOM_ASSIGN_OR_RETURN(ReduceKind kind, ParseReduceKind(n.attrs.GetString("reduce", "sum")));
+  const std::string op = n.op;
+  int64_t axis = n.attrs.GetInt("axis", 0);
+  return ops::KernelFn([comm, kind, op, axis](absl::Span<const Tensor> in, absl::Span<Tensor> out,
+                                              const ops::Attrs&) -> absl::Status {
+    int ax = static_cast<int>(axis < 0 ? axis + in[0].ndim() : axis);
+    if (op == "all_reduce") return comm->AllReduce(in[0], out[0], kind);
+    if (op == "all_gather") return comm->AllGather(in[0], out[0], ax);
+    if (op == "reduce_scatter") return comm->ReduceScatter(in[0], out[0], ax, kind);
+    return absl::UnimplementedError(absl::StrCat("no communicator call for collective op ", op));
+  });
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<Program>> Lower(const Graph& g, const LoweringOptions& options) {
   LOOM_RETURN_IF_ERROR(Verify(g));
@@ -100,9 +131,15 @@ absl::StatusOr<std::unique_ptr<Program>> Lower(const Graph& g, const LoweringOpt
     } else {
       auto def = ops::OpRegistry::Global().Get(n.op);
       if (!def.ok()) return Annotate(def.status(), where);
-      auto fn = ResolveKernel(**def, in_metas, out_metas, options.impl);
-      if (!fn.ok()) return Annotate(fn.status(), where);
-      c.fn = *fn;
+      if ((*def)->collective) {
+        auto fn = CollectiveKernel(n, options.communicators);
+        if (!fn.ok()) return Annotate(fn.status(), where);
+        c.fn = *fn;
+      } else {
+        auto fn = ResolveKernel(**def, in_metas, out_metas, options.impl);
+        if (!fn.ok()) return Annotate(fn.status(), where);
+        c.fn = *fn;
+      }
     }
     p->calls.push_back(std::move(c));
   }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "compiler/comm/communicator.h"
 #include "compiler/ir/ir.h"
 #include "compiler/passes/memory_plan.h"
 #include "kernels/registry.h"
@@ -35,6 +36,10 @@ struct LoweringOptions {
   // and ApplyUpdates has nothing left to do for them.
   bool in_place_updates = false;
   std::vector<std::string> in_place_ops = {"adamw"};
+  // Communicators for collective ops, by their "group" attribute. A collective
+  // whose group has none bound runs with one-rank semantics if its "world"
+  // attribute is 1 (the default); otherwise lowering fails naming the group.
+  CommunicatorMap communicators;
 };
 
 struct KernelCall {

@@ -148,6 +148,10 @@ struct OpDef {
   // The sharding rule (dtensor/ fills this; kernels/ never reads it).
   std::any sharding_rule;
   bool elementwise = false;  // pointwise over broadcast inputs: a fusion candidate
+  // A collective: its kernels/reference give the one-rank semantics; lowering
+  // runs it through the communicator bound to its "group" attribute
+  // (compiler/comm/communicator.h). Passes must not drop or reorder it.
+  bool collective = false;
   std::vector<ConsistencyCase> cases;
 };
 

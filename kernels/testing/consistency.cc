@@ -75,7 +75,17 @@ std::vector<Tensor> MakeInputs(const std::string& op, const ConsistencyCase& c, 
 
 std::vector<std::string> CheckDefinition(const OpDef& def) {
   std::vector<std::string> f;
-  if (def.cases.empty()) f.push_back(absl::StrCat(def.name, ": no consistency case"));
+  if (def.cases.empty()) {
+    // A backward op whose inputs must be mutually consistent (saved outputs,
+    // statistics) may be checked through its forward op's gradient cases,
+    // which run it on the fast kernels and on the reference.
+    const std::string prefix = "backward op of ";
+    const OpDef* fwd = def.no_grad_reason.rfind(prefix, 0) == 0
+                           ? OpRegistry::Global().Find(def.no_grad_reason.substr(prefix.size()))
+                           : nullptr;
+    if (fwd == nullptr || fwd->cases.empty() || !fwd->grad)
+      f.push_back(absl::StrCat(def.name, ": no consistency case"));
+  }
   if (!def.grad && def.no_grad_reason.empty())
     f.push_back(absl::StrCat(def.name, ": neither a gradient rule nor a no_grad_reason"));
   if (def.kernels.empty()) f.push_back(absl::StrCat(def.name, ": no kernel for any device"));

@@ -12,7 +12,10 @@
 //      input; and the rule run on the fast kernels must match the f64 gradients
 //      within the kernel dtype's bound.
 // An op with no case, or with neither a gradient rule nor a reason for its
-// absence, is a failure.
+// absence, is a failure. The one exception: a backward op whose
+// no_grad_reason is "backward op of X" may have no case of its own when X has
+// gradient cases, since those run it (kernel and reference) on consistent
+// inputs.
 #pragma once
 
 #include <string>
