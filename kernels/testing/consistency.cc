@@ -92,11 +92,11 @@ std::vector<std::string> CheckDefinition(const OpDef& def) {
   return f;
 }
 
-CaseReport CheckCase(const OpDef& def, const ConsistencyCase& c, const Bounds& bounds) {
+CaseReport CheckCase(const OpDef& def, const ConsistencyCase& c, const Bounds& bounds, uint64_t seed) {
   CaseReport r{def.name, c.name};
   auto fail = [&](std::string msg) { r.failures.push_back(absl::StrCat(def.name, "/", c.name, ": ", msg)); };
 
-  std::vector<Tensor> in64 = MakeInputs(def.name, c, DType::kF64);
+  std::vector<Tensor> in64 = MakeInputs(def.name, c, DType::kF64, seed);
   auto ref = RunOp(def.name, in64, c.attrs, Impl::kReference);
   if (!ref.ok()) {
     fail(absl::StrCat("reference failed: ", ref.status().message()));

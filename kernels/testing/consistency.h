@@ -46,7 +46,8 @@ struct Bounds {
 std::vector<Tensor> MakeInputs(const std::string& op, const ConsistencyCase& c, DType float_dtype,
                                uint64_t seed = 1);
 
-CaseReport CheckCase(const OpDef& def, const ConsistencyCase& c, const Bounds& bounds = {});
+// `seed` picks the input draw (tests may check several).
+CaseReport CheckCase(const OpDef& def, const ConsistencyCase& c, const Bounds& bounds = {}, uint64_t seed = 1);
 
 // Reports structural failures of `def` (no cases, no grad rule and no reason).
 std::vector<std::string> CheckDefinition(const OpDef& def);

@@ -1,12 +1,13 @@
-// Runs every ConsistencyCase of every NN op (kernel vs reference, grad rule vs
-// finite differences, kernel grads vs reference grads) and checks structure.
+// Runs every ConsistencyCase of every NN op through the shared check
+// (kernels/testing/consistency.h) on three input draws, and checks the NN ops'
+// structure (cases, backward-op reasons).
 #include <cstdio>
 #include <string>
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "kernels/cpu/nn/nn_test_util.h"
 #include "kernels/registry.h"
+#include "kernels/testing/consistency.h"
 
 namespace loom::nn_testing {
 namespace {
@@ -32,7 +33,7 @@ TEST_P(NnConsistency, AllCases) {
   // Several draws per case: the shared consistency test draws its own inputs.
   for (const ops::ConsistencyCase& c : def->cases) {
     for (uint64_t seed : {1, 7, 12345}) {
-      NnCaseReport r = CheckNnCase(*def, c, seed);
+      ops::testing::CaseReport r = ops::testing::CheckCase(*def, c, {}, seed);
       std::printf("%-22s %-28s seed %-5d fwd %.2e  fd %.2e  kgrad %.2e\n", def->name.c_str(), c.name.c_str(),
                   static_cast<int>(seed), r.forward_error, r.grad_fd_error, r.grad_kernel_error);
       for (const std::string& f : r.failures) ADD_FAILURE() << f << " (seed " << seed << ")";
