@@ -1,5 +1,6 @@
 """Finds the CUDA toolkit at fetch time and writes @local_cuda.
 
+LOOM_NO_CUDA=1 in the environment builds as if no toolkit were installed.
 When nvcc is on PATH (or CUDA_PATH points at a toolkit), @local_cuda exposes the
 toolkit's headers and libraries (CUDA runtime, NCCL, cuBLAS/cuBLASLt, cuDNN, NVRTC)
 and `defs.bzl` sets CUDA_AVAILABLE = True. Otherwise the repository holds empty
@@ -7,6 +8,8 @@ targets, CUDA_AVAILABLE = False, and the build prints why CUDA is left out.
 """
 
 def _find_toolkit(ctx):
+    if ctx.os.environ.get("LOOM_NO_CUDA", "") not in ["", "0"]:
+        return None
     env_path = ctx.os.environ.get("CUDA_PATH", "")
     if env_path and ctx.path(env_path + "/bin/nvcc").exists:
         return env_path
@@ -25,7 +28,7 @@ def _find_toolkit(ctx):
 def _cuda_configure_impl(ctx):
     root = _find_toolkit(ctx)
     if root == None:
-        print("Loom: nvcc not found (PATH, CUDA_PATH, /usr/local/cuda); building without CUDA.")
+        print("Loom: nvcc not found (PATH, CUDA_PATH, /usr/local/cuda) or LOOM_NO_CUDA set; building without CUDA.")
         ctx.file("BUILD.bazel", """
 package(default_visibility = ["//visibility:public"])
 cc_library(name = "cuda_headers")
@@ -76,6 +79,6 @@ cc_library(
 
 cuda_configure = repository_rule(
     implementation = _cuda_configure_impl,
-    environ = ["CUDA_PATH", "PATH"],
+    environ = ["CUDA_PATH", "PATH", "LOOM_NO_CUDA"],
     local = True,
 )
