@@ -5,7 +5,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 echo "building loom..."
-bazel build --color=no --curses=no --noshow_progress //runtime:loom 2>&1 | grep -vE '^(INFO|Loading|Analyzing)' || true
+# Debian's Bazel passes the sandbox's debug lines through; they are noise here.
+bazel build --color=no --curses=no --noshow_progress //runtime:loom 2>&1 |
+  grep -vE '^(INFO|Loading|Analyzing)|src/main/tools/linux-sandbox' || true
 LOOM="$(bazel info bazel-bin 2>/dev/null)/runtime/loom"
 [ -x "$LOOM" ] || { echo "build failed: $LOOM missing" >&2; exit 1; }
 if [ $# -eq 0 ]; then set -- train examples/gpt-small.yaml; fi
