@@ -266,7 +266,7 @@ absl::Status ValidateManifest(const Manifest& m, absl::string_view label) {
                                             t.shape[d], ")"));
         }
       }
-      uint64_t vol, bytes;
+      uint64_t vol = 0, bytes = 0;  // lengths lie inside the shape, whose volume fits (checked above)
       Volume(s.lengths, 1, &vol);
       Volume(s.lengths, DTypeSize(t.dtype), &bytes);
       if (s.byte_begin > s.byte_end || s.byte_end - s.byte_begin != bytes) {
@@ -277,7 +277,7 @@ absl::Status ValidateManifest(const Manifest& m, absl::string_view label) {
       if (vol > 0) {
         for (size_t q = 0; q < k; ++q) {
           if (BoxesOverlap(s, t.shards[q])) {
-            uint64_t qv;
+            uint64_t qv = 0;
             Volume(t.shards[q].lengths, 1, &qv);
             if (qv > 0) return Bad(label, w, absl::StrCat("overlaps shard ", q));
           }
