@@ -17,6 +17,7 @@
 #include "runtime/data/dataset.h"
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/train/loss_plot.h"
+#include "runtime/train/tb_events.h"
 #include "runtime/train/trainer.h"
 
 namespace loom::train {
@@ -133,6 +134,12 @@ int RunTrainCommand(const std::vector<std::string>& args) {
   if (ec) return Fail(1, absl::StrCat("cannot create run folder ", dir, ": ", ec.message()));
   std::ofstream(dir + "/job.yaml") << jobspec::ToYaml(spec);
   std::ofstream metrics(dir + "/metrics.jsonl");
+  // TensorBoard: `tensorboard --logdir <run folder>` shows the same scalars.
+  auto events = EventWriter::Open(dir);
+  if (!events.ok()) return Fail(1, events.status().message());
+  auto scalar = [&](absl::string_view tag, int64_t step, double v) -> absl::Status {
+    return (*events)->AddScalar(tag, step, v);
+  };
   const double bigram = data::BigramLoss(split.train, split.val, m.vocab());
   std::printf("bigram baseline validation loss: %.4f\n", bigram);
 
@@ -164,6 +171,11 @@ int RunTrainCommand(const std::vector<std::string>& args) {
     if (step % tr.log_every() == 0 || step == tr.steps() || step == 1) {
       metrics << absl::StrFormat("{\"step\": %d, \"loss\": %.6f, \"lr\": %.6g, \"tokens_per_s\": %.1f}\n", step,
                                  *loss, t.LearningRate(step), tps);
+      absl::Status s = scalar("train/loss", step, *loss);
+      if (s.ok()) s = scalar("train/lr", step, t.LearningRate(step));
+      if (s.ok()) s = scalar("train/tokens_per_s", step, tps);
+      if (s.ok()) s = (*events)->Flush();
+      if (!s.ok()) return Fail(1, s.message());
     }
     if (step % tr.eval_every() == 0 || step == tr.steps()) {
       auto v = validate();
@@ -171,6 +183,8 @@ int RunTrainCommand(const std::vector<std::string>& args) {
       last_val = *v;
       val_curve.emplace_back(step, *v);
       metrics << absl::StrFormat("{\"step\": %d, \"val_loss\": %.6f}\n", step, *v);
+      absl::Status s = scalar("val/loss", step, *v);
+      if (!s.ok()) return Fail(1, s.message());
       std::printf("%sstep %d: validation loss %.4f (bigram %.4f)\n", tty ? "\r\033[K" : "", step, *v, bigram);
     }
     if (tty || step % tr.log_every() == 0 || step == tr.steps()) {
@@ -190,7 +204,7 @@ int RunTrainCommand(const std::vector<std::string>& args) {
   std::ofstream(dir + "/sample.txt") << *sample;
   std::printf("\nfinal validation loss %.4f (bigram baseline %.4f)\n", last_val, bigram);
   std::printf("sample:\n----\n%s\n----\n", sample->c_str());
-  std::printf("run folder: %s (metrics.jsonl, loss.svg, sample.txt, job.yaml)\n", dir.c_str());
+  std::printf("run folder: %s (metrics.jsonl, events.out.tfevents.*, loss.svg, sample.txt, job.yaml)\n", dir.c_str());
   return 0;
 }
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -89,12 +90,34 @@ TEST(TrainCli, DefaultExampleBeatsBigramBaseline) {
   loom::data::Split split = loom::data::SplitTokens(*tokens, 0.1, 1);
   double bigram = loom::data::BigramLoss(split.train, split.val, 256);
   double val = -1;
+  int train_points = 0;
   std::ifstream metrics(dir + "/metrics.jsonl");
   std::string line;
   while (std::getline(metrics, line)) {
     auto j = nlohmann::json::parse(line);
     if (j.contains("val_loss")) val = j["val_loss"];
+    if (j.contains("loss")) ++train_points;
   }
+  // The TensorBoard event file holds the same points, read by an independent
+  // decoder (framing, CRCs, protobuf schema).
+  std::string events;
+  for (const auto& e : std::filesystem::directory_iterator(dir))
+    if (e.path().filename().string().rfind("events.out.tfevents.", 0) == 0) events = e.path().string();
+  ASSERT_FALSE(events.empty()) << "no TensorBoard event file in " << dir;
+  Result tb;
+  {
+    FILE* p = popen(("/usr/bin/python3 runtime/train/tb_events_check.py '" + events + "' 2>&1").c_str(), "r");
+    char buf[512];
+    while (p && fgets(buf, sizeof(buf), p)) tb.output += buf;
+    tb.code = p ? pclose(p) : -1;
+  }
+  ASSERT_EQ(tb.code, 0) << tb.output;
+  int tb_loss = 0;
+  std::istringstream tbs(tb.output);
+  while (std::getline(tbs, line))
+    if (line.rfind("train/loss ", 0) == 0) ++tb_loss;
+  EXPECT_EQ(tb_loss, train_points) << tb.output;
+  EXPECT_NE(tb.output.find("val/loss "), std::string::npos) << tb.output;
   ASSERT_GT(val, 0) << "no validation loss in metrics.jsonl";
   std::printf("validation loss %.4f, bigram %.4f\n", val, bigram);
   EXPECT_LT(val, bigram);

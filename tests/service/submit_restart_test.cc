@@ -1,0 +1,134 @@
+// Submissions across coordinator restarts (the service issue's fault test):
+// 200 `loom submit` calls from 4 client threads while the coordinator daemon is
+// killed with SIGKILL and restarted several times on the same port. Clients
+// retry UNAVAILABLE with the same idempotency key until acknowledged. Every
+// submission must end acknowledged, and each job must exist exactly once.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "runtime/service/client_commands.h"
+
+namespace loom::service {
+namespace {
+
+constexpr int kClients = 4;
+constexpr int kPerClient = 50;
+constexpr int kRestarts = 5;
+
+pid_t StartDaemon(const std::string& data_dir, const std::string& listen, const std::string& port_file) {
+  std::filesystem::remove(port_file);
+  pid_t pid = fork();
+  if (pid == 0) {
+    FILE* f = freopen((data_dir + ".log").c_str(), "a", stderr);
+    (void)f;
+    execl("runtime/service/loom_coordinator", "loom_coordinator", "--data-dir", data_dir.c_str(), "--listen",
+          listen.c_str(), "--metrics-listen", "off", "--port-file", port_file.c_str(), nullptr);
+    _exit(127);
+  }
+  return pid;
+}
+
+int ReadPort(const std::string& port_file, int seconds) {
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
+  while (std::chrono::steady_clock::now() < deadline) {
+    std::ifstream in(port_file);
+    int port = 0;
+    if (in >> port && port > 0) return port;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return 0;
+}
+
+void KillAndReap(pid_t pid) {
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+}
+
+TEST(SubmitAcrossRestarts, TwoHundredSubmissionsEachExistExactlyOnce) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string root = std::string(tmp ? tmp : "/tmp") + "/submit_restart";
+  std::filesystem::remove_all(root);
+  std::filesystem::create_directories(root);
+  const std::string data = root + "/coord", port_file = root + "/port";
+  pid_t coord = StartDaemon(data, "127.0.0.1:0", port_file);
+  const int port = ReadPort(port_file, 20);
+  ASSERT_GT(port, 0) << "coordinator did not start";
+  const std::string addr = absl::StrCat("127.0.0.1:", port);
+
+  // One job spec per submission, so each job is recognisable by name.
+  for (int i = 0; i < kClients * kPerClient; ++i)
+    std::ofstream(absl::StrCat(root, "/job", i, ".yaml"))
+        << "name: sub-" << i << "\nmodel: {family: gpt, n_layer: 1, n_head: 2, d_model: 32, seq_len: 16}\n";
+
+  std::atomic<int> acknowledged{0}, done_clients{0};
+  std::vector<std::string> failures(kClients);
+  std::vector<std::thread> clients;
+  for (int c = 0; c < kClients; ++c) {
+    clients.emplace_back([&, c] {
+      for (int k = 0; k < kPerClient; ++k) {
+        int i = c * kPerClient + k;
+        std::ostringstream out, err;
+        int rc = RunClientCommand("submit",
+                                  {absl::StrCat(root, "/job", i, ".yaml"), "--key", absl::StrCat("key-", i),
+                                   "--wait-for-capacity", "--coordinator", addr, "--data-dir", data,
+                                   "--timeout-s", "60", "--json"},
+                                  out, err);
+        if (rc == 0) {
+          ++acknowledged;
+        } else {
+          failures[c] += absl::StrCat("job", i, ": rc ", rc, ": ", err.str(), "\n");
+        }
+      }
+      ++done_clients;
+    });
+  }
+
+  // Kill -9 and restart on the same port while the clients submit.
+  int restarts = 0;
+  for (; restarts < kRestarts && done_clients.load() < kClients; ++restarts) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150 + 100 * restarts));
+    KillAndReap(coord);
+    coord = StartDaemon(data, addr, port_file);
+    ASSERT_EQ(ReadPort(port_file, 20), port) << "coordinator did not restart on " << addr;
+  }
+  for (auto& t : clients) t.join();
+  std::printf("%d restarts during the submissions\n", restarts);
+  EXPECT_GE(restarts, 2) << "the submissions finished before the coordinator was restarted twice";
+  for (const auto& f : failures) EXPECT_TRUE(f.empty()) << f;
+  EXPECT_EQ(acknowledged.load(), kClients * kPerClient);
+
+  // One final restart, then every job exactly once.
+  KillAndReap(coord);
+  coord = StartDaemon(data, addr, port_file);
+  ASSERT_EQ(ReadPort(port_file, 20), port);
+  std::map<std::string, int> seen;
+  {
+    std::ostringstream out, err;
+    int rc = RunClientCommand("jobs", {"--coordinator", addr, "--data-dir", data, "--json"}, out, err);
+    ASSERT_EQ(rc, 0) << err.str();
+    std::istringstream lines(out.str());
+    std::string line;
+    while (std::getline(lines, line))
+      if (!line.empty()) seen[nlohmann::json::parse(line)["name"].get<std::string>()]++;
+  }
+  EXPECT_EQ(seen.size(), static_cast<size_t>(kClients * kPerClient));
+  for (const auto& [name, n] : seen) EXPECT_EQ(n, 1) << name << " exists " << n << " times";
+  kill(coord, SIGTERM);
+  waitpid(coord, nullptr, 0);
+}
+
+}  // namespace
+}  // namespace loom::service
