@@ -28,3 +28,24 @@ def loom_proto_library(name, srcs, deps = [], grpc = False, visibility = None):
         deps = deps + ["//third_party:protobuf"] + (["//third_party:grpc"] if grpc else []),
         visibility = visibility,
     )
+
+def loom_py_proto(name, srcs, deps = [], grpc = False, visibility = None):
+    """Python modules (<base>_pb2.py, and <base>_pb2_grpc.py with grpc = True)
+    from Debian's protoc and grpc_python_plugin. Import them as
+    `from proto.loom.v1 import service_pb2` with the runfiles root on sys.path.
+    """
+    outs = []
+    for src in srcs:
+        base = src[:-len(".proto")]
+        outs.append(base + "_pb2.py")
+        if grpc:
+            outs.append(base + "_pb2_grpc.py")
+    grpc_flags = "--grpc_python_out=$(GENDIR) --plugin=protoc-gen-grpc_python=/usr/bin/grpc_python_plugin" if grpc else ""
+    native.genrule(
+        name = name,
+        srcs = srcs + [d + "_srcs" for d in deps],
+        outs = outs,
+        cmd = "protoc -I. --python_out=$(GENDIR) " + grpc_flags + " " +
+              " ".join(["$(location %s)" % s for s in srcs]),
+        visibility = visibility,
+    )

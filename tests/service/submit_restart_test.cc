@@ -20,37 +20,17 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "runtime/service/client_commands.h"
+#include "tests/service/daemons.h"
 
 namespace loom::service {
 namespace {
 
+using loom::testing::ReadPort;
+using loom::testing::StartCoordinator;
+
 constexpr int kClients = 4;
 constexpr int kPerClient = 50;
 constexpr int kRestarts = 5;
-
-pid_t StartDaemon(const std::string& data_dir, const std::string& listen, const std::string& port_file) {
-  std::filesystem::remove(port_file);
-  pid_t pid = fork();
-  if (pid == 0) {
-    FILE* f = freopen((data_dir + ".log").c_str(), "a", stderr);
-    (void)f;
-    execl("runtime/service/loom_coordinator", "loom_coordinator", "--data-dir", data_dir.c_str(), "--listen",
-          listen.c_str(), "--metrics-listen", "off", "--port-file", port_file.c_str(), nullptr);
-    _exit(127);
-  }
-  return pid;
-}
-
-int ReadPort(const std::string& port_file, int seconds) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  while (std::chrono::steady_clock::now() < deadline) {
-    std::ifstream in(port_file);
-    int port = 0;
-    if (in >> port && port > 0) return port;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return 0;
-}
 
 void KillAndReap(pid_t pid) {
   kill(pid, SIGKILL);
@@ -58,12 +38,9 @@ void KillAndReap(pid_t pid) {
 }
 
 TEST(SubmitAcrossRestarts, TwoHundredSubmissionsEachExistExactlyOnce) {
-  const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string root = std::string(tmp ? tmp : "/tmp") + "/submit_restart";
-  std::filesystem::remove_all(root);
-  std::filesystem::create_directories(root);
+  const std::string root = loom::testing::TestDir("submit_restart");
   const std::string data = root + "/coord", port_file = root + "/port";
-  pid_t coord = StartDaemon(data, "127.0.0.1:0", port_file);
+  pid_t coord = StartCoordinator(data, "127.0.0.1:0", port_file);
   const int port = ReadPort(port_file, 20);
   ASSERT_GT(port, 0) << "coordinator did not start";
   const std::string addr = absl::StrCat("127.0.0.1:", port);
@@ -101,7 +78,7 @@ TEST(SubmitAcrossRestarts, TwoHundredSubmissionsEachExistExactlyOnce) {
   for (; restarts < kRestarts && done_clients.load() < kClients; ++restarts) {
     std::this_thread::sleep_for(std::chrono::milliseconds(150 + 100 * restarts));
     KillAndReap(coord);
-    coord = StartDaemon(data, addr, port_file);
+    coord = StartCoordinator(data, addr, port_file);
     ASSERT_EQ(ReadPort(port_file, 20), port) << "coordinator did not restart on " << addr;
   }
   for (auto& t : clients) t.join();
@@ -112,7 +89,7 @@ TEST(SubmitAcrossRestarts, TwoHundredSubmissionsEachExistExactlyOnce) {
 
   // One final restart, then every job exactly once.
   KillAndReap(coord);
-  coord = StartDaemon(data, addr, port_file);
+  coord = StartCoordinator(data, addr, port_file);
   ASSERT_EQ(ReadPort(port_file, 20), port);
   std::map<std::string, int> seen;
   {
