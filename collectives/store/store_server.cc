@@ -1,5 +1,7 @@
 #include "collectives/store/store_server.h"
 
+#include <optional>
+
 #include <algorithm>
 
 #include "absl/strings/match.h"
@@ -29,15 +31,52 @@ bool SecretsEqual(absl::string_view a, absl::string_view b) {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<StoreServer>> StoreServer::Start(Options options) {
-  if (options.secret.empty()) {
-    return absl::InvalidArgumentError("StoreServer: options.secret: must not be empty");
-  }
   std::unique_ptr<StoreServer> s(new StoreServer(std::move(options)));
   auto l = internal::Listen(s->options_.host, s->options_.port, &s->port_);
   if (!l.ok()) return l.status();
   s->listener_ = std::move(*l);
   s->accept_thread_ = std::thread([p = s.get()] { p->AcceptLoop(); });
   return s;
+}
+
+std::optional<std::string> StoreServer::Namespace(absl::string_view secret) {
+  if (!options_.secret.empty() && SecretsEqual(secret, options_.secret)) return std::string();
+  absl::MutexLock l(&tenant_mu_);
+  std::optional<std::string> found;
+  for (const auto& [sec, ns] : tenants_)  // every entry compared: no early exit on a match
+    if (SecretsEqual(secret, sec)) found = ns;
+  return found;
+}
+
+absl::Status StoreServer::AddTenant(const std::string& secret, const std::string& key_namespace) {
+  if (secret.size() < 16) return absl::InvalidArgumentError("StoreServer::AddTenant: secret: needs at least 16 bytes");
+  if (key_namespace.empty()) return absl::InvalidArgumentError("StoreServer::AddTenant: key_namespace: must not be empty");
+  absl::MutexLock l(&tenant_mu_);
+  for (const auto& [sec, ns] : tenants_) {
+    if (ns == key_namespace && sec != secret)
+      return absl::AlreadyExistsError(absl::StrCat("StoreServer::AddTenant: namespace '", key_namespace, "' is taken"));
+  }
+  tenants_[secret] = key_namespace;
+  return absl::OkStatus();
+}
+
+void StoreServer::RemoveTenant(const std::string& secret) {
+  std::string ns;
+  {
+    absl::MutexLock l(&tenant_mu_);
+    auto it = tenants_.find(secret);
+    if (it == tenants_.end()) return;
+    ns = it->second;
+    tenants_.erase(it);
+  }
+  absl::MutexLock l(&mu_);
+  for (auto it = data_.begin(); it != data_.end();) {
+    if (absl::StartsWith(it->first, ns)) {
+      data_.erase(it++);
+    } else {
+      ++it;
+    }
+  }
 }
 
 std::string StoreServer::address() const { return absl::StrCat(options_.host, ":", port_); }
@@ -85,6 +124,7 @@ void StoreServer::Serve(int conn_index) {
   }
   const size_t max = options_.max_message_bytes;
   std::string req;
+  std::string ns;  // the key namespace of the presented secret
   // Authenticate: the first frame must be kHello with the secret.
   absl::Status s = store_wire::ReadFrame(fd, &req, max, absl::Now() + absl::Seconds(30));
   if (!s.ok()) {
@@ -98,7 +138,8 @@ void StoreServer::Serve(int conn_index) {
     Decoder d(req);
     uint8_t op = d.U8();
     std::string secret = d.Str();
-    if (op != store_wire::kHello || !d.done() || !SecretsEqual(secret, options_.secret)) {
+    std::optional<std::string> tenant = op == store_wire::kHello && d.done() ? Namespace(secret) : std::nullopt;
+    if (!tenant.has_value()) {
       absl::Status denied = absl::PermissionDeniedError(
           op != store_wire::kHello ? "store: first request must present the job secret"
                                    : "store: wrong job secret; connection refused");
@@ -107,6 +148,7 @@ void StoreServer::Serve(int conn_index) {
       conns_[conn_index]->Shutdown();
       return;
     }
+    ns = *tenant;
     Encoder ok;
     ok.U8(0);
     if (!store_wire::WriteFrame(fd, ok.bytes(), max, absl::InfiniteFuture()).ok()) return;
@@ -119,14 +161,14 @@ void StoreServer::Serve(int conn_index) {
       }
       break;
     }
-    std::string resp = Handle(req);
+    std::string resp = Handle(req, ns);
     if (!store_wire::WriteFrame(fd, resp, max, absl::InfiniteFuture()).ok()) break;
   }
   absl::MutexLock l(&conn_mu_);
   conns_[conn_index]->Shutdown();
 }
 
-std::string StoreServer::Handle(absl::string_view request) {
+std::string StoreServer::Handle(absl::string_view request, const std::string& ns) {
   Decoder d(request);
   uint8_t op = d.U8();
   Encoder out;
@@ -139,7 +181,7 @@ std::string StoreServer::Handle(absl::string_view request) {
       std::string k = d.Str(), v = d.Str();
       if (!d.done() || !key_ok(k)) return bad();
       absl::MutexLock l(&mu_);
-      data_[k] = std::move(v);
+      data_[ns + k] = std::move(v);
       cv_.SignalAll();
       out.U8(0);
       return out.bytes();
@@ -148,7 +190,7 @@ std::string StoreServer::Handle(absl::string_view request) {
       std::string k = d.Str();
       if (!d.done()) return bad();
       absl::MutexLock l(&mu_);
-      auto it = data_.find(k);
+      auto it = data_.find(ns + k);
       if (it == data_.end()) return ErrorResponse(absl::NotFoundError(absl::StrCat("store: key '", k, "' not found")));
       out.U8(0).Str(it->second);
       return out.bytes();
@@ -159,12 +201,12 @@ std::string StoreServer::Handle(absl::string_view request) {
       if (!d.done() || !key_ok(k)) return bad();
       absl::MutexLock l(&mu_);
       int64_t cur = 0;
-      auto it = data_.find(k);
+      auto it = data_.find(ns + k);
       if (it != data_.end() && !absl::SimpleAtoi(it->second, &cur)) {
         return ErrorResponse(absl::InvalidArgumentError(absl::StrCat("store: add: key '", k, "' does not hold an integer")));
       }
       cur += delta;
-      data_[k] = absl::StrCat(cur);
+      data_[ns + k] = absl::StrCat(cur);
       cv_.SignalAll();
       out.U8(0).I64(cur);
       return out.bytes();
@@ -177,14 +219,14 @@ std::string StoreServer::Handle(absl::string_view request) {
       absl::MutexLock l(&mu_);
       auto ready = [&]() {
         if (stopping_) return true;
-        for (const auto& k : keys) if (!data_.contains(k)) return false;
+        for (const auto& k : keys) if (!data_.contains(ns + k)) return false;
         return true;
       };
       while (!ready()) {
         cv_.WaitWithDeadline(&mu_, deadline);
         if (!ready() && absl::Now() >= deadline) {
           std::vector<std::string> missing;
-          for (const auto& k : keys) if (!data_.contains(k)) missing.push_back(k);
+          for (const auto& k : keys) if (!data_.contains(ns + k)) missing.push_back(k);
           return ErrorResponse(absl::DeadlineExceededError(absl::StrCat(
               "store: wait timed out after ", timeout_ms, " ms; missing keys: ", absl::StrJoin(missing, ", "))));
         }
@@ -197,10 +239,10 @@ std::string StoreServer::Handle(absl::string_view request) {
       std::string k = d.Str(), expected = d.Str(), desired = d.Str();
       if (!d.done() || !key_ok(k)) return bad();
       absl::MutexLock l(&mu_);
-      auto it = data_.find(k);
+      auto it = data_.find(ns + k);
       std::string cur = it == data_.end() ? std::string() : it->second;
       if (cur == expected) {
-        data_[k] = desired;
+        data_[ns + k] = desired;
         cur = desired;
         cv_.SignalAll();
       }
@@ -211,7 +253,7 @@ std::string StoreServer::Handle(absl::string_view request) {
       std::string k = d.Str();
       if (!d.done()) return bad();
       absl::MutexLock l(&mu_);
-      out.U8(0).I64(data_.erase(k) ? 1 : 0);
+      out.U8(0).I64(data_.erase(ns + k) ? 1 : 0);
       return out.bytes();
     }
     case store_wire::kList: {
@@ -220,7 +262,9 @@ std::string StoreServer::Handle(absl::string_view request) {
       std::vector<std::string> keys;
       {
         absl::MutexLock l(&mu_);
-        for (const auto& [k, v] : data_) if (absl::StartsWith(k, p)) keys.push_back(k);
+        for (const auto& [k, v] : data_) {
+          if (absl::StartsWith(k, ns + p)) keys.push_back(k.substr(ns.size()));
+        }
       }
       std::sort(keys.begin(), keys.end());
       out.U8(0).List(keys);
@@ -235,7 +279,7 @@ std::string StoreServer::Handle(absl::string_view request) {
       absl::MutexLock l(&mu_);
       int64_t n = 0;
       for (auto it = data_.begin(); it != data_.end();) {
-        if (absl::StartsWith(it->first, p)) {
+        if (absl::StartsWith(it->first, ns + p)) {
           data_.erase(it++);
           ++n;
         } else {

@@ -12,9 +12,18 @@
 // secret gets PermissionDenied and the connection is closed. A frame longer
 // than max_message_bytes gets ResourceExhausted and the connection is closed.
 // One thread per connection; Wait blocks only its own connection.
+//
+// Tenants: one server can host the rendezvous of several jobs (a node agent
+// hosts one server for every job whose rank 0 it runs). AddTenant(secret, ns)
+// admits clients presenting `secret` and confines them to keys under `ns`
+// (they see their own key names, never another tenant's); RemoveTenant drops
+// the secret and the tenant's keys. `options.secret` (may be empty: tenants
+// only) is the tenant with the whole key space.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -40,6 +49,8 @@ class StoreServer {
   ~StoreServer();  // stops accepting, closes every connection, joins threads
 
   int port() const { return port_; }
+  absl::Status AddTenant(const std::string& secret, const std::string& key_namespace);
+  void RemoveTenant(const std::string& secret);
   std::string address() const;
 
  private:
@@ -47,7 +58,12 @@ class StoreServer {
   void AcceptLoop();
   void Serve(int conn_index);
   // Runs one authenticated request; returns the encoded response.
-  std::string Handle(absl::string_view request);
+  std::string Handle(absl::string_view request, const std::string& ns);
+  // The key namespace of `secret`, or nullopt when it admits nothing.
+  std::optional<std::string> Namespace(absl::string_view secret);
+
+  absl::Mutex tenant_mu_;
+  std::map<std::string, std::string> tenants_ ABSL_GUARDED_BY(tenant_mu_);  // secret -> namespace
 
   Options options_;
   int port_ = 0;

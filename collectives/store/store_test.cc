@@ -106,6 +106,54 @@ TEST_F(StoreTest, WrongSecretRefused) {
   EXPECT_NE(std::string(c.status().message()).find("secret"), std::string::npos);
 }
 
+TEST_F(StoreTest, TenantsSeeOnlyTheirOwnKeys) {
+  const std::string a = "tenant-a-secret-0123456789", b = "tenant-b-secret-0123456789";
+  ASSERT_TRUE(server_->AddTenant(a, "job-1/0/").ok());
+  ASSERT_TRUE(server_->AddTenant(b, "job-2/0/").ok());
+  EXPECT_FALSE(server_->AddTenant("short", "job-3/").ok());
+  EXPECT_TRUE(absl::IsAlreadyExists(server_->AddTenant("another-secret-0123456789", "job-1/0/")));
+  auto ca = TcpStore::Connect(server_->address(), a);
+  auto cb = TcpStore::Connect(server_->address(), b);
+  ASSERT_TRUE(ca.ok() && cb.ok());
+  ASSERT_TRUE((*ca)->Set("rank0", "A").ok());
+  ASSERT_TRUE((*cb)->Set("rank0", "B").ok());
+  EXPECT_EQ(*(*ca)->Get("rank0"), "A");
+  EXPECT_EQ(*(*cb)->Get("rank0"), "B");
+  EXPECT_EQ(*(*ca)->Add("n", 2), 2);
+  EXPECT_EQ(*(*cb)->Add("n", 5), 5);
+  EXPECT_EQ(*(*ca)->List(""), (std::vector<std::string>{"n", "rank0"}));
+  EXPECT_TRUE((*ca)->Wait({"rank0", "n"}, absl::Seconds(1)).ok());
+  EXPECT_EQ(*(*ca)->DeletePrefix(""), 2);
+  EXPECT_EQ(*(*cb)->Get("rank0"), "B");  // untouched by the other tenant
+  // The server's own secret sees the whole key space.
+  auto admin = Client();
+  EXPECT_EQ(*admin->Get("job-2/0/rank0"), "B");
+  // Removing a tenant refuses its secret and drops its keys.
+  server_->RemoveTenant(b);
+  EXPECT_TRUE(absl::IsPermissionDenied(TcpStore::Connect(server_->address(), b).status()));
+  EXPECT_TRUE(admin->List("job-2/").value().empty());
+}
+
+TEST_F(StoreTest, RetryRefusedSecretWaitsForTheTenant) {
+  const std::string late = "late-tenant-secret-0123456789";
+  TcpStore::Options o;
+  o.retry_refused_secret = true;
+  o.connect_timeout = absl::Seconds(10);
+  std::thread admit([&] {
+    absl::SleepFor(absl::Milliseconds(300));
+    ASSERT_TRUE(server_->AddTenant(late, "job-9/0/").ok());
+  });
+  auto c = TcpStore::Connect(server_->address(), late, o);
+  admit.join();
+  ASSERT_TRUE(c.ok()) << c.status();
+  // A secret nobody admits still fails, at the deadline, with PermissionDenied.
+  o.connect_timeout = absl::Milliseconds(400);
+  absl::Time t0 = absl::Now();
+  auto bad = TcpStore::Connect(server_->address(), "never-admitted-secret-0123", o);
+  EXPECT_TRUE(absl::IsPermissionDenied(bad.status())) << bad.status();
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+}
+
 TEST_F(StoreTest, RequestBeforeHelloRefused) {
   std::string host;
   int port;

@@ -1,5 +1,7 @@
 #include "collectives/store/tcp_store.h"
 
+#include <algorithm>
+
 #include <cstdlib>
 
 #include "absl/strings/str_cat.h"
@@ -18,24 +20,32 @@ absl::StatusOr<std::shared_ptr<TcpStore>> TcpStore::Connect(absl::string_view ad
   absl::Status s = internal::SplitHostPort(address, &host, &port);
   if (!s.ok()) return s;
   absl::Time deadline = absl::Now() + options.connect_timeout;
-  auto fd = internal::Connect(host, port, deadline);
-  if (!fd.ok()) return Annotate(fd.status(), address);
-  std::shared_ptr<TcpStore> store(new TcpStore(std::move(*fd), options));
-  store->address_ = std::string(address);
-  Encoder hello;
-  hello.U8(store_wire::kHello).Str(secret);
-  auto r = store->Call(hello.bytes(), deadline);
-  if (!r.ok()) return r.status();
-  return store;
+  absl::Duration backoff = absl::Milliseconds(20);
+  while (true) {
+    auto fd = internal::Connect(host, port, deadline);
+    if (!fd.ok()) return Annotate(fd.status(), address);
+    std::shared_ptr<TcpStore> store(new TcpStore(std::move(*fd), options));
+    store->address_ = std::string(address);
+    Encoder hello;
+    hello.U8(store_wire::kHello).Str(secret);
+    auto r = store->Call(hello.bytes(), deadline);
+    if (r.ok()) return store;
+    if (!options.retry_refused_secret || !absl::IsPermissionDenied(r.status()) ||
+        absl::Now() + backoff >= deadline) {
+      return r.status();
+    }
+    absl::SleepFor(backoff);
+    backoff = std::min(backoff * 2, absl::Milliseconds(500));
+  }
 }
 
-absl::StatusOr<std::shared_ptr<TcpStore>> TcpStore::FromEnv() {
+absl::StatusOr<std::shared_ptr<TcpStore>> TcpStore::FromEnv(Options options) {
   const char* addr = std::getenv("LOOM_STORE_ADDR");
   const char* secret = std::getenv("LOOM_STORE_SECRET");
   if (addr == nullptr || secret == nullptr) {
     return absl::FailedPreconditionError("TcpStore::FromEnv: LOOM_STORE_ADDR and LOOM_STORE_SECRET must be set");
   }
-  return Connect(addr, secret);
+  return Connect(addr, secret, options);
 }
 
 absl::StatusOr<std::string> TcpStore::Call(const std::string& request, absl::Time deadline) {

@@ -26,6 +26,11 @@ class TcpStore : public Store {
     // Bound for every request except Wait (which uses its own timeout).
     absl::Duration request_timeout = absl::Seconds(60);
     size_t max_message_bytes = store_wire::kDefaultMaxMessageBytes;
+    // Keep retrying a refused secret until connect_timeout. For workers whose
+    // rendezvous host admits the job's secret at about the time they start
+    // (an agent hosting several jobs); a wrong secret still fails, at the
+    // deadline, with PermissionDenied.
+    bool retry_refused_secret = false;
   };
 
   static absl::StatusOr<std::shared_ptr<TcpStore>> Connect(absl::string_view address,
@@ -35,7 +40,8 @@ class TcpStore : public Store {
                                                            absl::string_view secret) {
     return Connect(address, secret, Options());
   }
-  static absl::StatusOr<std::shared_ptr<TcpStore>> FromEnv();
+  static absl::StatusOr<std::shared_ptr<TcpStore>> FromEnv(Options options);
+  static absl::StatusOr<std::shared_ptr<TcpStore>> FromEnv() { return FromEnv(Options()); }
 
   absl::Status Set(absl::string_view key, absl::string_view value) override;
   absl::StatusOr<std::string> Get(absl::string_view key) override;
