@@ -1,4 +1,5 @@
 #include "runtime/service/coordinator.h"
+#include "runtime/service/auth/token.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -381,6 +382,19 @@ void Coordinator::LaunchLocked(const JobRecord& r, const std::vector<Slot>& slot
     p->set_agent_id(s.agent_id);
     p->set_gpu(s.gpu);
     if (s.rank == 0) o.set_host_rendezvous(true);
+  }
+  // The rendezvous: rank 0's agent hosts the store; the secret is new for
+  // every attempt, so a stale worker of an earlier attempt cannot join.
+  std::string host_addr, secret;
+  for (const Slot& s : slots) {
+    if (s.rank != 0) continue;
+    if (auto a = agents_.find(s.agent_id); a != agents_.end()) host_addr = a->second.rendezvous_address;
+  }
+  if (auto sec = RandomHex(24); sec.ok()) secret = *sec;
+  live.rendezvous_address = host_addr;
+  for (auto& [agent, order] : per_agent) {
+    order.set_rendezvous_address(host_addr);
+    order.set_rendezvous_secret(secret);
   }
   for (auto& [agent, order] : per_agent) {
     auto it = agents_.find(agent);

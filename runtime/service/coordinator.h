@@ -100,6 +100,7 @@ class Coordinator {
     v1::AgentResources resources;
     std::chrono::steady_clock::time_point last_seen;
     std::deque<v1::Order> orders;
+    std::string rendezvous_address;  // the agent's store, for jobs it hosts
   };
   struct LiveJob {
     Demand demand;

@@ -25,11 +25,15 @@ absl::StatusOr<v1::RegisterAgentResponse> Coordinator::RegisterAgent(const v1::R
   if (req.hostname().size() > 255 || req.agent_id().size() > 255) {
     return absl::InvalidArgumentError("hostname: longer than 255 bytes");
   }
+  if (req.rendezvous_address().size() > 256) {
+    return absl::InvalidArgumentError("rendezvous_address: longer than 256 bytes");
+  }
   std::lock_guard<std::mutex> l(mu_);
   std::string id = req.agent_id();
   if (id.empty()) id = absl::StrCat("agent-", next_agent_++, req.hostname().empty() ? "" : "-", req.hostname());
   AgentInfo& a = agents_[id];
   a.resources = res;
+  a.rendezvous_address = req.rendezvous_address();
   a.last_seen = std::chrono::steady_clock::now();
   sched_.UpsertAgent(id, res.cpu_slots(), res.gpus());
   for (const v1::RunningJob& running : req.running()) AdoptLocked(id, running);

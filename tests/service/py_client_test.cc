@@ -21,7 +21,12 @@ TEST(PythonClient, SubmitWatchLogsAndErrorCodes) {
   const int port = ReadPort(port_file, 20);
   ASSERT_GT(port, 0) << "coordinator did not start";
   const std::string addr = absl::StrCat("127.0.0.1:", port);
-  std::ofstream(root + "/worker.sh") << "echo rank $LOOM_RANK of $LOOM_WORLD_SIZE\n";
+  // Each rank records the rendezvous it was given and whether its job spec
+  // file exists.
+  std::ofstream(root + "/worker.sh") << "echo rank $LOOM_RANK of $LOOM_WORLD_SIZE\n"
+                                        "test -s \"$LOOM_JOB_SPEC\" && spec=yes || spec=no\n"
+                                        "echo \"$LOOM_STORE_ADDR $LOOM_STORE_SECRET $spec\" > "
+                                     << root << "/rdzv.$LOOM_RANK\n";
   std::vector<pid_t> agents;
   for (int n = 0; n < 2; ++n) {
     std::string node = absl::StrCat("node", n);
@@ -42,6 +47,19 @@ TEST(PythonClient, SubmitWatchLogsAndErrorCodes) {
   EXPECT_EQ(rc, 0) << out;
   for (const char* line : {"ok submit job-", "ok watch SUCCEEDED", "ok logs 4 ranks", "ok list", "ok errors"})
     EXPECT_NE(out.find(line), std::string::npos) << line << " missing from:\n" << out;
+  // One rendezvous for all four ranks across both agents: the same store
+  // address and secret, and a spec file beside every rank.
+  std::string first;
+  for (int r = 0; r < 4; ++r) {
+    std::ifstream in(absl::StrCat(root, "/rdzv.", r));
+    std::string line;
+    ASSERT_TRUE(std::getline(in, line)) << "rank " << r << " wrote no rendezvous";
+    EXPECT_EQ(line.rfind("127.0.0.1:", 0), 0u) << line;
+    EXPECT_GT(line.size(), 40u) << "no secret: " << line;
+    EXPECT_EQ(line.substr(line.size() - 4), " yes") << line;
+    if (r == 0) first = line;
+    EXPECT_EQ(line, first) << "rank " << r;
+  }
   for (pid_t a : agents) kill(a, SIGTERM);
   for (pid_t a : agents) EXPECT_NE(WaitExit(a, 10), -1);
   kill(coord, SIGTERM);

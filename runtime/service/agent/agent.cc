@@ -12,6 +12,8 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "base/status.h"
+#include "runtime/jobspec/jobspec.h"
 #include "runtime/service/auth/token.h"
 
 namespace loom::service {
@@ -40,6 +42,7 @@ absl::Status Agent::Register() {
   req.set_agent_id(agent_id_);
   req.mutable_resources()->set_cpu_slots(opts_.cpu_slots);
   req.mutable_resources()->set_gpus(opts_.gpus);
+  if (store_) req.set_rendezvous_address(store_->address());
   {
     std::lock_guard<std::mutex> l(mu_);
     std::map<std::string, v1::RunningJob*> by_job;
@@ -63,6 +66,13 @@ absl::Status Agent::Register() {
 
 absl::Status Agent::Start(std::chrono::milliseconds timeout) {
   if (opts_.worker_argv.empty()) return absl::InvalidArgumentError("worker_argv: empty");
+  if (!store_) {
+    collectives::StoreServer::Options so;
+    so.host = opts_.rendezvous_host;
+    auto st = collectives::StoreServer::Start(so);  // tenants only: no secret of its own
+    if (!st.ok()) return Annotate(st.status(), absl::StrCat("rendezvous store on ", opts_.rendezvous_host));
+    store_ = std::move(*st);
+  }
   auto deadline = std::chrono::steady_clock::now() + timeout;
   absl::Status s;
   while ((s = Register()).code() == absl::StatusCode::kUnavailable && std::chrono::steady_clock::now() < deadline) {
@@ -114,6 +124,35 @@ void Agent::Loop() {
     }
     ReapAndEscalate();
     ShipLogs();
+    ShipProgress();
+  }
+}
+
+void Agent::ShipProgress() {
+  for (auto it = progress_.begin(); it != progress_.end();) {
+    Progress& p = it->second;
+    std::ifstream in(it->first);
+    int64_t step = -1, ckpt = -1;
+    std::string content;
+    if (in && std::getline(in, content) && content != p.last) {
+      std::istringstream fields(content);
+      if (fields >> step >> ckpt) {
+        v1::ReportProgressRequest req;
+        req.set_agent_id(agent_id_);
+        req.set_job_id(p.job_id);
+        req.set_attempt(p.attempt);
+        req.set_step(step);
+        req.set_checkpoint_step(ckpt);
+        v1::ReportProgressResponse resp;
+        if (stub_->ReportProgress(Ctx(5000).get(), req, &resp).ok()) p.last = content;
+      }
+    }
+    bool running = false;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      for (const auto& [pid, proc] : procs_) running |= proc.job_id == p.job_id && proc.attempt == p.attempt;
+    }
+    it = running ? std::next(it) : progress_.erase(it);
   }
 }
 
@@ -143,6 +182,20 @@ void Agent::ShipLogs() {
 void Agent::Launch(const v1::LaunchOrder& o) {
   std::string dir = opts_.data_dir + "/logs/" + o.job_id();
   std::filesystem::create_directories(dir);
+  // The job's rendezvous: admit this attempt's secret (dropping the job's
+  // earlier attempt, whose workers must not join the new one).
+  if (o.host_rendezvous() && store_ && !o.rendezvous_secret().empty()) {
+    auto old = tenants_.find(o.job_id());
+    if (old != tenants_.end()) store_->RemoveTenant(old->second);
+    absl::Status admitted =
+        store_->AddTenant(o.rendezvous_secret(), absl::StrCat(o.job_id(), "/", o.attempt(), "/"));
+    if (admitted.ok()) tenants_[o.job_id()] = o.rendezvous_secret();
+  }
+  const std::string spec_file = dir + "/job.yaml";
+  {
+    std::ofstream(spec_file + ".tmp") << jobspec::ToYaml(o.spec());
+    std::filesystem::rename(spec_file + ".tmp", spec_file);
+  }
   for (const v1::RankPlacement& r : o.ranks()) {
     std::string base = dir + "/rank" + std::to_string(r.rank());
     std::string out = base + ".out", err = base + ".err", error_file = base + ".error";
@@ -157,6 +210,16 @@ void Agent::Launch(const v1::LaunchOrder& o) {
     env.push_back("LOOM_ATTEMPT=" + std::to_string(o.attempt()));
     env.push_back("LOOM_GPU=" + std::to_string(r.gpu()));
     env.push_back("LOOM_ERROR_FILE=" + error_file);
+    env.push_back("LOOM_JOB_SPEC=" + spec_file);
+    if (!o.rendezvous_address().empty()) {
+      env.push_back("LOOM_STORE_ADDR=" + o.rendezvous_address());
+      env.push_back("LOOM_STORE_SECRET=" + o.rendezvous_secret());
+    }
+    const std::string progress_file = base + ".progress";
+    if (r.rank() == 0) {
+      std::filesystem::remove(progress_file);
+      env.push_back("LOOM_PROGRESS_FILE=" + progress_file);
+    }
     std::vector<char*> envp, argv;
     for (auto& e : env) envp.push_back(e.data());
     envp.push_back(nullptr);
@@ -186,6 +249,7 @@ void Agent::Launch(const v1::LaunchOrder& o) {
     p.rank = r.rank();
     p.attempt = o.attempt();
     p.error_file = error_file;
+    if (r.rank() == 0) progress_[progress_file] = Progress{o.job_id(), o.attempt(), ""};
   }
 }
 

@@ -14,6 +14,14 @@
 // Log files are shipped to the coordinator (NodeService.AppendLogs) as they
 // grow, each rank's final bytes before its exit is reported.
 //
+// Rendezvous: the agent hosts one store server (collectives StoreServer on
+// `rendezvous_host`, an ephemeral port, reported at registration). For a job
+// whose rank 0 it runs, it admits the attempt's secret as a tenant confined to
+// "<job>/<attempt>/". Every rank gets LOOM_STORE_ADDR and LOOM_STORE_SECRET
+// from its launch order, and LOOM_JOB_SPEC, the job spec as YAML in the log
+// folder. Rank 0 also gets LOOM_PROGRESS_FILE: it writes "<step>
+// <checkpoint_step>" there and the agent reports changes (ReportProgress).
+//
 // Exit codes reported: the process' exit status, or -N when killed by
 // signal N. Reconnecting (after a coordinator restart) re-registers with the
 // same agent id and the ranks still running, so the coordinator adopts them.
@@ -33,6 +41,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/status.h"
+#include "collectives/store/store_server.h"
 #include "proto/loom/v1/service.grpc.pb.h"
 
 namespace loom::service {
@@ -47,6 +56,9 @@ struct AgentOptions {
   int gpus = 0;
   std::vector<std::string> worker_argv;
   int poll_wait_ms = 200;
+  // Where the rendezvous store listens: loopback unless the agent's ranks
+  // span machines ("0.0.0.0" or the node's address).
+  std::string rendezvous_host = "127.0.0.1";
 };
 
 class Agent {
@@ -78,6 +90,7 @@ class Agent {
   void Kill(const v1::KillOrder& o);
   void ReapAndEscalate();
   void ShipLogs();
+  void ShipProgress();
 
   struct LogFile {
     std::string job_id;
@@ -86,6 +99,14 @@ class Agent {
     int64_t shipped = 0;
   };
   std::map<std::string, LogFile> logs_;  // path -> progress (order thread only)
+  struct Progress {
+    std::string job_id;
+    int32_t attempt = 0;
+    std::string last;  // the file's content when last reported
+  };
+  std::map<std::string, Progress> progress_;  // progress file -> state (order thread)
+  std::unique_ptr<collectives::StoreServer> store_;
+  std::map<std::string, std::string> tenants_;  // job id -> admitted secret (order thread)
 
   AgentOptions opts_;
   std::unique_ptr<v1::NodeService::Stub> stub_;

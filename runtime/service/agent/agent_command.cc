@@ -21,7 +21,7 @@ const std::map<std::string, const char*> kFlags = {
     {"coordinator", "LOOM_COORDINATOR"}, {"data-dir", "LOOM_AGENT_DATA_DIR"}, {"token-dir", "LOOM_DATA_DIR"},
     {"cpu-slots", "LOOM_CPU_SLOTS"},     {"gpus", "LOOM_GPUS"},               {"hostname", "LOOM_HOSTNAME"},
     {"worker", "LOOM_WORKER"},           {"tls-ca", "LOOM_TLS_CA"},           {"tls-cert", "LOOM_TLS_CERT"},
-    {"tls-key", "LOOM_TLS_KEY"},
+    {"tls-key", "LOOM_TLS_KEY"},         {"rendezvous-host", "LOOM_RENDEZVOUS_HOST"},
 };
 
 }  // namespace
@@ -75,6 +75,10 @@ absl::StatusOr<AgentFlags> ParseAgentFlags(const std::vector<std::string>& args,
     if (o.worker_argv.empty()) return absl::InvalidArgumentError("--worker: empty command");
   } else {
     o.worker_argv = {"/proc/self/exe", "worker"};
+  }
+  if (v.count("rendezvous-host")) {
+    if (v["rendezvous-host"].empty()) return absl::InvalidArgumentError("--rendezvous-host: empty");
+    o.rendezvous_host = v["rendezvous-host"];
   }
   f.tls_ca = v["tls-ca"];
   f.tls_cert = v["tls-cert"];

@@ -9,6 +9,8 @@
 //   --cpu-slots N            (LOOM_CPU_SLOTS, default: the number of CPUs)
 //   --gpus N                 (LOOM_GPUS, default 0)
 //   --hostname NAME          (LOOM_HOSTNAME, default: gethostname)
+//   --rendezvous-host ADDR   (LOOM_RENDEZVOUS_HOST, default 127.0.0.1) where the
+//                            store for jobs whose rank 0 runs here listens
 //   --worker "CMD ARGS"      (LOOM_WORKER, default "<this binary> worker"), split on spaces
 //   --tls-ca PEM [--tls-cert PEM --tls-key PEM]  (LOOM_TLS_CA, LOOM_TLS_CERT, LOOM_TLS_KEY)
 // Exit codes: 0 after a clean shutdown, 1 when it cannot register, 2 for bad flags.

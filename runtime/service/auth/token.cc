@@ -21,6 +21,24 @@ namespace {
 
 constexpr int kTokenBytes = 32;
 
+
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path, bool check_mode) {
+  struct stat sb;
+  if (::stat(path.c_str(), &sb) != 0) return absl::NotFoundError(absl::StrCat("token: no file ", path));
+  if (check_mode && (sb.st_mode & 077) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("token: ", path, " is readable by group or others; chmod 600 it"));
+  }
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string tok(absl::StripAsciiWhitespace(ss.str()));
+  if (tok.empty()) return absl::FailedPreconditionError(absl::StrCat("token: ", path, " is empty"));
+  return tok;
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> RandomHex(int nbytes) {
   int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
   if (fd < 0) return absl::UnavailableError(absl::StrCat("token: cannot open /dev/urandom: ", std::strerror(errno)));
@@ -44,23 +62,6 @@ absl::StatusOr<std::string> RandomHex(int nbytes) {
   }
   return hex;
 }
-
-absl::StatusOr<std::string> ReadTokenFile(const std::string& path, bool check_mode) {
-  struct stat sb;
-  if (::stat(path.c_str(), &sb) != 0) return absl::NotFoundError(absl::StrCat("token: no file ", path));
-  if (check_mode && (sb.st_mode & 077) != 0) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("token: ", path, " is readable by group or others; chmod 600 it"));
-  }
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::string tok(absl::StripAsciiWhitespace(ss.str()));
-  if (tok.empty()) return absl::FailedPreconditionError(absl::StrCat("token: ", path, " is empty"));
-  return tok;
-}
-
-}  // namespace
 
 std::string DefaultDataDir() {
   if (const char* d = std::getenv("LOOM_DATA_DIR"); d && *d) return d;

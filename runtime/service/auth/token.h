@@ -32,6 +32,9 @@ absl::StatusOr<std::string> LoadOrCreateToken(const std::string& data_dir);
 // DefaultDataDir()). NotFound names both places when neither has a token.
 absl::StatusOr<std::string> FindClientToken(const std::string& data_dir = "");
 
+// `nbytes` bytes from /dev/urandom, hex-encoded (tokens, per-job secrets).
+absl::StatusOr<std::string> RandomHex(int nbytes);
+
 bool ConstantTimeEquals(const std::string& a, const std::string& b);
 
 // OK when `metadata` holds "authorization: Bearer <token>"; UNAUTHENTICATED
