@@ -1,0 +1,45 @@
+#!/bin/bash
+# Runs every CUDA check and benchmark on the GPU machine in one call, from the
+# repository root, after bench/cuda/stage.sh staged .device/ here:
+#   device tool: run(command="bash bench/cuda/run_all.sh", carry=[".device"])
+# Prints: the device, the kernel check table (with the kernel source hash), the
+# caching-allocator test on real memory, and the bf16 8192^3 GEMM of Loom and
+# torch.matmul side by side with the ratio (must reach 0.95). Logs go to $OUT.
+set -u
+D=${LOOM_DEVICE_DIR:-.device}
+O=${OUT:-/tmp/loom_cuda_out}
+mkdir -p "$O"
+PY=${PYTHON:-python3}
+# cuBLAS/cuBLASLt (and NCCL) from the PyTorch environment's nvidia packages.
+NV=$($PY -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]) + "/nvidia")' 2>/dev/null)
+NVLIBS=$(find "$NV" -name 'lib*.so*' -printf '%h\n' 2>/dev/null | sort -u | tr '\n' ':')
+export LD_LIBRARY_PATH="$D/lib:${NVLIBS}${LD_LIBRARY_PATH:-}"
+status=0
+echo "== device"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
+echo "== kernel checks"
+"$D/bin/gpu_check" 2>&1 | tee "$O/gpu_check.txt"
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
+echo "== caching allocator and runtime tests on the GPU"
+"$D/bin/caching_allocator_test" 2>&1 | tee "$O/allocator_test.txt" | grep -E "cuda backend|OK|FAIL|SKIP|PASSED" 
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
+echo "== memory-bound kernels at GPT-2 124M shapes (B16 T1024, bf16)"
+"$D/bin/kernel_bench" 2>&1 | tee "$O/kernel_bench.txt"
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
+echo "== bf16 GEMM 8192^3: Loom (cuBLASLt) vs torch.matmul, alternating, best of 2 each"
+best_l=0; best_t=0
+for round in 1 2; do
+  "$D/bin/gemm_bench" 2>&1 | tee -a "$O/gemm.txt"
+  l=$(grep -o 'loom_tflops=[0-9.]*' "$O/gemm.txt" | tail -1 | cut -d= -f2)
+  PYTHONUNBUFFERED=1 $PY bench/cuda/torch_gemm.py 2>&1 | tee -a "$O/gemm.txt"
+  t=$(grep -o 'torch_tflops=[0-9.]*' "$O/gemm.txt" | tail -1 | cut -d= -f2)
+  best_l=$($PY -c "print(max(float('${l:-0}'), $best_l))")
+  best_t=$($PY -c "print(max(float('${t:-0}'), $best_t))")
+done
+"$D/bin/gemm_bench" --no-autotune --iters=30 2>&1 | tee -a "$O/gemm.txt"
+ratio=$($PY -c "print(f'{$best_l / $best_t:.3f}' if $best_t > 0 else 'nan')")
+ok=$($PY -c "print('PASS' if $best_t > 0 and $best_l / $best_t >= 0.95 else 'FAIL')")
+[ "$ok" = PASS ] || status=1
+echo "GEMM bf16 8192^3: loom ${best_l} TFLOP/s, torch ${best_t} TFLOP/s, ratio ${ratio} (must reach 0.95): ${ok}" | tee -a "$O/gemm.txt"
+echo "run_all: $([ $status = 0 ] && echo ALL PASS || echo SOME FAILED)"
+exit $status

@@ -1,0 +1,63 @@
+// Runs every CUDA kernel check (checks.h) on the GPU and prints the table; with
+// no GPU it skips with the reason. LOOM_FULL=1 runs the larger shapes.
+#include <cstdio>
+#include <cstdlib>
+
+#include "gtest/gtest.h"
+#include "kernels/cuda/checks.h"
+#include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/device_runtime.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/ops.h"
+
+namespace loom::cuda {
+namespace {
+
+TEST(CudaKernels, AllChecksPassOrSkip) {
+  absl::Status avail = CudaAvailable();
+  if (!avail.ok()) GTEST_SKIP() << "CUDA unavailable: " << avail.message();
+  CheckOptions opts;
+  const char* full = std::getenv("LOOM_FULL");
+  opts.full = full != nullptr && full[0] == '1';
+  auto rows = RunKernelChecks(opts);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  std::string table = FormatCheckTable(*rows);
+  std::printf("%s", table.c_str());
+  for (const CheckResult& r : *rows) EXPECT_TRUE(r.pass) << r.name << " " << r.dtype << " " << r.detail;
+}
+
+TEST(CudaKernels, BadArgumentsAreInvalidArgument) {
+  // Validation happens before any CUDA call, so this runs without a GPU too
+  // (but not in a build without the toolkit, where every entry is a stub).
+#ifndef LOOM_HAVE_CUDA
+  GTEST_SKIP() << "built without CUDA";
+#endif
+  GemmArgs g;
+  g.dtype = DType::kF16;
+  g.m = g.n = g.k = 8;
+  absl::Status s = Gemm(g);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(s.message()).find("dtype"), std::string::npos) << s;
+  g.dtype = DType::kBF16;
+  g.m = 0;
+  EXPECT_EQ(Gemm(g).code(), absl::StatusCode::kInvalidArgument);
+  g.m = 8;
+  s = Gemm(g);
+  EXPECT_NE(std::string(s.message()).find("gemm: a"), std::string::npos) << s;
+  EXPECT_EQ(Add(DType::kI32, 4, nullptr, nullptr, nullptr, nullptr).code(), absl::StatusCode::kInvalidArgument);
+  s = Add(DType::kF32, 4, nullptr, nullptr, nullptr, nullptr);
+  EXPECT_NE(std::string(s.message()).find("add: a"), std::string::npos) << s;
+  LayerNormBwdArgs lb;
+  lb.rows = 4;
+  lb.cols = 1 << 20;
+  s = LayerNormBackward(lb);
+  EXPECT_NE(std::string(s.message()).find("cols"), std::string::npos) << s;
+  s = CrossEntropyForward(DType::kF32, 4, 0, nullptr, nullptr, nullptr, nullptr, nullptr);
+  EXPECT_NE(std::string(s.message()).find("vocab"), std::string::npos) << s;
+  auto opt = AdamWMultiTensor::Create({AdamWTensor{nullptr, nullptr, nullptr, nullptr, 5, true, nullptr}},
+                                      DType::kF32);
+  EXPECT_EQ(opt.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace loom::cuda

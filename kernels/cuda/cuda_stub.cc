@@ -1,0 +1,78 @@
+// Built instead of the CUDA sources when the toolkit is absent: every entry of
+// device_runtime.h, gemm.h and ops.h reports CUDA as unavailable (argument
+// checks that need no device still answer InvalidArgument first where cheap).
+#include "absl/status/status.h"
+#include "kernels/cuda/device_runtime.h"
+#include "kernels/cuda/gemm.h"
+#include "kernels/cuda/ops.h"
+
+namespace loom::cuda {
+namespace {
+absl::Status NoCuda() { return absl::UnavailableError("Loom was built without CUDA (nvcc not found)"); }
+}  // namespace
+
+absl::StatusOr<StreamEvent> StreamEvent::Create() { return NoCuda(); }
+StreamEvent& StreamEvent::operator=(StreamEvent&& o) noexcept {
+  ev_ = o.ev_;
+  o.ev_ = nullptr;
+  return *this;
+}
+StreamEvent::~StreamEvent() = default;
+absl::Status StreamEvent::Record(StreamHandle) { return NoCuda(); }
+absl::Status StreamEvent::MakeStreamWait(StreamHandle) const { return NoCuda(); }
+absl::Status StreamEvent::Synchronize() const { return NoCuda(); }
+absl::StatusOr<float> StreamEvent::ElapsedMsSince(const StreamEvent&) const { return NoCuda(); }
+
+absl::StatusOr<DeviceRuntime*> DeviceRuntime::Get(int) { return NoCuda(); }
+absl::Status DeviceRuntime::ComputeWaitsForComm() { return NoCuda(); }
+absl::Status DeviceRuntime::CommWaitsForCompute() { return NoCuda(); }
+absl::Status DeviceRuntime::SynchronizeCompute() { return NoCuda(); }
+absl::Status DeviceRuntime::SynchronizeAll() { return NoCuda(); }
+absl::Status DeviceRuntime::MakeCurrent() const { return NoCuda(); }
+absl::StatusOr<Tensor> DeviceRuntime::Empty(absl::Span<const int64_t>, DType) { return NoCuda(); }
+std::unique_ptr<DeviceBackend> MakeCudaBackend(int) { return nullptr; }
+
+absl::StatusOr<Tensor> ToDevice(const Tensor&, Device device) {
+  if (!device.is_cuda()) return absl::InvalidArgumentError("to_device: device: not a CUDA device");
+  return NoCuda();
+}
+absl::StatusOr<Tensor> ToHost(const Tensor& dev) {
+  if (!dev.device().is_cuda()) return absl::InvalidArgumentError("copy: dev: not a CUDA tensor");
+  return NoCuda();
+}
+absl::Status CopyHostToDevice(const Tensor&, Tensor&) { return NoCuda(); }
+absl::Status CopyDeviceToHost(const Tensor&, Tensor&) { return NoCuda(); }
+absl::Status FillBytes(void*, size_t, int, StreamHandle) { return NoCuda(); }
+
+const char* EpilogueName(Epilogue) { return "?"; }
+absl::Status Gemm(const GemmArgs& g) {
+  if (g.dtype != DType::kBF16 && g.dtype != DType::kF32)
+    return absl::InvalidArgumentError("gemm: dtype: expected bf16 or f32");
+  if (g.m <= 0 || g.n <= 0 || g.k <= 0) return absl::InvalidArgumentError("gemm: m, n, k: must be positive");
+  if (!g.a) return absl::InvalidArgumentError("gemm: a: null");
+  return NoCuda();
+}
+void SetGemmAutotune(bool) {}
+std::string GemmChoice(const GemmArgs&) { return ""; }
+
+absl::Status Add(DType, int64_t, const void*, const void*, void*, StreamHandle) { return NoCuda(); }
+absl::Status Mul(DType, int64_t, const void*, const void*, void*, StreamHandle) { return NoCuda(); }
+absl::Status GeluForward(DType, int64_t, const void*, void*, bool, StreamHandle) { return NoCuda(); }
+absl::Status GeluBackward(DType, int64_t, const void*, const void*, void*, bool, StreamHandle) { return NoCuda(); }
+absl::Status LayerNormForward(const LayerNormFwdArgs&) { return NoCuda(); }
+int64_t LayerNormBwdWorkspaceFloats(int64_t rows, int64_t cols) { return (rows < 256 ? rows : 256) * 2 * cols; }
+absl::Status LayerNormBackward(const LayerNormBwdArgs&) { return NoCuda(); }
+absl::Status CrossEntropyForward(DType, int64_t, int64_t, const void*, const int32_t*, float*, float*, StreamHandle) {
+  return NoCuda();
+}
+absl::Status CrossEntropyBackward(DType, int64_t, int64_t, const void*, const int32_t*, const float*, float, void*,
+                                  StreamHandle) {
+  return NoCuda();
+}
+absl::StatusOr<std::unique_ptr<AdamWMultiTensor>> AdamWMultiTensor::Create(const std::vector<AdamWTensor>&, DType) {
+  return NoCuda();
+}
+AdamWMultiTensor::~AdamWMultiTensor() = default;
+absl::Status AdamWMultiTensor::Step(const AdamWHyper&, StreamHandle) { return NoCuda(); }
+
+}  // namespace loom::cuda

@@ -1,0 +1,352 @@
+// CUDA kernels behind ops.h (sm_90). Plain, correct-first implementations:
+// grid-stride elementwise, one block per row for norms and cross-entropy, two
+// passes over a row held in L1/L2, block reductions by warp shuffles, and a
+// chunk table for the multi-tensor AdamW. bf16 values are read and computed in
+// f32 and rounded once on store (round-to-nearest-even).
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/ops_kernels.h"
+
+namespace loom::cuda::launch {
+namespace {
+
+using bf16_t = __nv_bfloat16;
+
+__device__ __forceinline__ float Ld(const float* p, int64_t i) { return p[i]; }
+__device__ __forceinline__ float Ld(const bf16_t* p, int64_t i) { return __bfloat162float(p[i]); }
+__device__ __forceinline__ void St(float* p, int64_t i, float v) { p[i] = v; }
+__device__ __forceinline__ void St(bf16_t* p, int64_t i, float v) { p[i] = __float2bfloat16_rn(v); }
+// v rounded to T's precision (what a store and reload would give).
+template <typename T>
+__device__ __forceinline__ float Round(float v);
+template <>
+__device__ __forceinline__ float Round<float>(float v) { return v; }
+template <>
+__device__ __forceinline__ float Round<bf16_t>(float v) { return __bfloat162float(__float2bfloat16_rn(v)); }
+
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float WarpMax(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+// Block-wide sum/max; sh holds 32 floats; every thread gets the result.
+__device__ float BlockSum(float v, float* sh) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  v = WarpSum(v);
+  __syncthreads();
+  if (lane == 0) sh[w] = v;
+  __syncthreads();
+  if (w == 0) {
+    float r = lane < nw ? sh[lane] : 0.0f;
+    r = WarpSum(r);
+    if (lane == 0) sh[0] = r;
+  }
+  __syncthreads();
+  return sh[0];
+}
+__device__ float BlockMax(float v, float* sh) {
+  const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = (blockDim.x + 31) >> 5;
+  v = WarpMax(v);
+  __syncthreads();
+  if (lane == 0) sh[w] = v;
+  __syncthreads();
+  if (w == 0) {
+    float r = lane < nw ? sh[lane] : -INFINITY;
+    r = WarpMax(r);
+    if (lane == 0) sh[0] = r;
+  }
+  __syncthreads();
+  return sh[0];
+}
+
+constexpr float kSqrt2OverPi = 0.7978845608028654f;
+constexpr float kGeluC = 0.044715f;
+constexpr float kInvSqrt2 = 0.7071067811865476f;
+constexpr float kInvSqrt2Pi = 0.3989422804014327f;
+
+__device__ __forceinline__ float GeluTanh(float x) {
+  return 0.5f * x * (1.0f + tanhf(kSqrt2OverPi * (x + kGeluC * x * x * x)));
+}
+__device__ __forceinline__ float DGeluTanh(float x) {
+  float u = kSqrt2OverPi * (x + kGeluC * x * x * x);
+  float t = tanhf(u);
+  return 0.5f * (1.0f + t) + 0.5f * x * (1.0f - t * t) * kSqrt2OverPi * (1.0f + 3.0f * kGeluC * x * x);
+}
+__device__ __forceinline__ float GeluErf(float x) { return 0.5f * x * (1.0f + erff(x * kInvSqrt2)); }
+__device__ __forceinline__ float DGeluErf(float x) {
+  return 0.5f * (1.0f + erff(x * kInvSqrt2)) + x * kInvSqrt2Pi * __expf(-0.5f * x * x);
+}
+
+template <typename T, int OP>
+__global__ void ElementwiseKernel(int64_t n, const T* a, const T* b, T* out) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    float x = Ld(a, i), r;
+    if (OP == kAdd) r = x + Ld(b, i);
+    else if (OP == kMul) r = x * Ld(b, i);
+    else if (OP == kGeluTanh) r = GeluTanh(x);
+    else if (OP == kGeluErf) r = GeluErf(x);
+    else if (OP == kDGeluTanh) r = Ld(b, i) * DGeluTanh(x);
+    else r = Ld(b, i) * DGeluErf(x);
+    St(out, i, r);
+  }
+}
+
+template <typename T>
+cudaError_t ElementwiseT(int op, int64_t n, const void* a, const void* b, void* out, cudaStream_t s) {
+  if (n == 0) return cudaSuccess;
+  const int threads = 256;
+  int64_t blocks = (n + threads - 1) / threads;
+  if (blocks > 132 * 32) blocks = 132 * 32;
+  auto A = static_cast<const T*>(a);
+  auto B = static_cast<const T*>(b);
+  auto O = static_cast<T*>(out);
+  switch (op) {
+    case kAdd: ElementwiseKernel<T, kAdd><<<blocks, threads, 0, s>>>(n, A, B, O); break;
+    case kMul: ElementwiseKernel<T, kMul><<<blocks, threads, 0, s>>>(n, A, B, O); break;
+    case kGeluTanh: ElementwiseKernel<T, kGeluTanh><<<blocks, threads, 0, s>>>(n, A, B, O); break;
+    case kGeluErf: ElementwiseKernel<T, kGeluErf><<<blocks, threads, 0, s>>>(n, A, B, O); break;
+    case kDGeluTanh: ElementwiseKernel<T, kDGeluTanh><<<blocks, threads, 0, s>>>(n, A, B, O); break;
+    case kDGeluErf: ElementwiseKernel<T, kDGeluErf><<<blocks, threads, 0, s>>>(n, A, B, O); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+// ---- LayerNorm -------------------------------------------------------------------
+template <typename T>
+__global__ void LayerNormFwdKernel(int64_t cols, const T* x, const T* res, T* xsum, const float* w,
+                                   const float* b, T* y, float* mean, float* rstd, float eps) {
+  __shared__ float sh[32];
+  const int64_t r = blockIdx.x;
+  const T* xr = x + r * cols;
+  const T* rr = res ? res + r * cols : nullptr;
+  T* sr = xsum ? xsum + r * cols : nullptr;
+  const T* src = res ? sr : xr;  // what is normalised
+  float s = 0;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    float v;
+    if (res) {
+      v = Round<T>(Ld(xr, c) + Ld(rr, c));
+      St(sr, c, v);
+    } else {
+      v = Ld(xr, c);
+    }
+    s += v;
+  }
+  const float mu = BlockSum(s, sh) / cols;
+  float q = 0;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    float d = Ld(src, c) - mu;  // each thread re-reads only what it wrote
+    q += d * d;
+  }
+  const float rs = rsqrtf(BlockSum(q, sh) / cols + eps);
+  T* yr = y + r * cols;
+  for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+    float v = (Ld(src, c) - mu) * rs * w[c] + (b ? b[c] : 0.0f);
+    St(yr, c, v);
+  }
+  if (threadIdx.x == 0) {
+    mean[r] = mu;
+    rstd[r] = rs;
+  }
+}
+
+constexpr int64_t kLnBwdMaxParts = 256;
+
+template <typename T>
+__global__ void LayerNormBwdKernel(int64_t rows, int64_t cols, const T* dy, const T* x, const float* w,
+                                   const float* mean, const float* rstd, const T* dres, T* dx, float* part) {
+  extern __shared__ float acc[];  // [2*cols]: dw partials, db partials
+  __shared__ float sh[32];
+  for (int64_t c = threadIdx.x; c < 2 * cols; c += blockDim.x) acc[c] = 0.0f;
+  // Thread t touches only columns t, t+blockDim, ...: acc needs no atomics.
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float mu = mean[r], rs = rstd[r];
+    const T* xr = x + r * cols;
+    const T* dr = dy + r * cols;
+    float s1 = 0, s2 = 0;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      float xh = (Ld(xr, c) - mu) * rs, d = Ld(dr, c), g = d * w[c];
+      s1 += g;
+      s2 += g * xh;
+      acc[c] += d * xh;
+      acc[cols + c] += d;
+    }
+    const float m1 = BlockSum(s1, sh) / cols;
+    const float m2 = BlockSum(s2, sh) / cols;
+    T* o = dx + r * cols;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      float xh = (Ld(xr, c) - mu) * rs, g = Ld(dr, c) * w[c];
+      float v = rs * (g - m1 - xh * m2);
+      if (dres) v += Ld(dres + r * cols, c);
+      St(o, c, v);
+    }
+  }
+  float* p = part + blockIdx.x * 2 * cols;
+  for (int64_t c = threadIdx.x; c < 2 * cols; c += blockDim.x) p[c] = acc[c];
+}
+
+__global__ void LayerNormBwdReduce(int64_t cols, int64_t parts, const float* part, float* dw, float* db) {
+  int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (c >= cols) return;
+  float sw = 0, sb = 0;
+  for (int64_t i = 0; i < parts; ++i) {
+    sw += part[i * 2 * cols + c];
+    sb += part[i * 2 * cols + cols + c];
+  }
+  dw[c] = sw;
+  if (db) db[c] = sb;
+}
+
+// ---- Cross-entropy ---------------------------------------------------------------
+template <typename T>
+__global__ void CrossEntropyFwdKernel(int64_t vocab, const T* logits, const int32_t* t, float* losses,
+                                      float* lse) {
+  __shared__ float sh[32];
+  const int64_t r = blockIdx.x;
+  const T* x = logits + r * vocab;
+  float mx = -INFINITY;
+  for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x) mx = fmaxf(mx, Ld(x, c));
+  mx = BlockMax(mx, sh);
+  float s = 0;
+  for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x) s += __expf(Ld(x, c) - mx);
+  s = BlockSum(s, sh);
+  if (threadIdx.x == 0) {
+    const float l = mx + logf(s);
+    lse[r] = l;
+    const int32_t tr = t[r];
+    if (tr < 0) losses[r] = 0.0f;
+    else if (tr >= vocab) losses[r] = NAN;  // bad target: visible, never silent
+    else losses[r] = l - Ld(x, tr);
+  }
+}
+
+template <typename T>
+__global__ void CrossEntropyBwdKernel(int64_t vocab, const T* logits, const int32_t* t, const float* lse,
+                                      float scale, T* dlogits) {
+  const int64_t r = blockIdx.x;
+  const T* x = logits + r * vocab;
+  T* d = dlogits + r * vocab;
+  const int32_t tr = t[r];
+  const float l = lse[r];
+  for (int64_t c = threadIdx.x; c < vocab; c += blockDim.x) {
+    float v = tr < 0 ? 0.0f : scale * (__expf(Ld(x, c) - l) - (c == tr ? 1.0f : 0.0f));
+    St(d, c, v);
+  }
+}
+
+// ---- AdamW -----------------------------------------------------------------------
+template <typename G>
+__global__ void AdamWKernel(const AdamWDesc* descs, const AdamWChunk* chunks, float lr, float b1, float b2,
+                            float eps, float wd, float bc1, float bc2_sqrt) {
+  const AdamWChunk ch = chunks[blockIdx.x];
+  const AdamWDesc d = descs[ch.tensor];
+  const G* g = static_cast<const G*>(d.g);
+  bf16_t* pb = static_cast<bf16_t*>(d.p_bf16);
+  int64_t end = ch.start + kAdamWChunk;
+  if (end > d.n) end = d.n;
+  const float step = lr / bc1;
+  for (int64_t i = ch.start + threadIdx.x; i < end; i += blockDim.x) {
+    float p = d.p[i];
+    if (d.decay) p -= lr * wd * p;
+    const float gi = Ld(g, i);
+    const float m = b1 * d.m[i] + (1.0f - b1) * gi;
+    const float v = b2 * d.v[i] + (1.0f - b2) * gi * gi;
+    p -= step * m / (sqrtf(v) / bc2_sqrt + eps);
+    d.m[i] = m;
+    d.v[i] = v;
+    d.p[i] = p;
+    if (pb) pb[i] = __float2bfloat16_rn(p);
+  }
+}
+
+}  // namespace
+
+cudaError_t Elementwise(int op, int bf16, int64_t n, const void* a, const void* b, void* out, cudaStream_t s) {
+  return bf16 ? ElementwiseT<bf16_t>(op, n, a, b, out, s) : ElementwiseT<float>(op, n, a, b, out, s);
+}
+
+static int RowThreads(int64_t cols) { return cols >= 4096 ? 1024 : cols >= 1024 ? 512 : 256; }
+
+cudaError_t LayerNormFwd(int bf16, int64_t rows, int64_t cols, const void* x, const void* residual, void* x_sum,
+                         const float* w, const float* b, void* y, float* mean, float* rstd, float eps,
+                         cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  const int th = RowThreads(cols);
+  if (bf16)
+    LayerNormFwdKernel<bf16_t><<<rows, th, 0, s>>>(cols, static_cast<const bf16_t*>(x),
+                                                   static_cast<const bf16_t*>(residual), static_cast<bf16_t*>(x_sum),
+                                                   w, b, static_cast<bf16_t*>(y), mean, rstd, eps);
+  else
+    LayerNormFwdKernel<float><<<rows, th, 0, s>>>(cols, static_cast<const float*>(x),
+                                                  static_cast<const float*>(residual), static_cast<float*>(x_sum), w,
+                                                  b, static_cast<float*>(y), mean, rstd, eps);
+  return cudaGetLastError();
+}
+
+int64_t LayerNormBwdParts(int64_t rows) { return rows < kLnBwdMaxParts ? rows : kLnBwdMaxParts; }
+
+cudaError_t LayerNormBwd(int bf16, int64_t rows, int64_t cols, const void* dy, const void* x, const float* w,
+                         const float* mean, const float* rstd, const void* dres, void* dx, float* dw, float* db,
+                         float* workspace, cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  const int64_t parts = LayerNormBwdParts(rows);
+  const size_t smem = size_t(2 * cols) * sizeof(float);
+  const int th = RowThreads(cols);
+  cudaError_t e;
+  if (bf16) {
+    e = cudaFuncSetAttribute(LayerNormBwdKernel<bf16_t>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return e;
+    LayerNormBwdKernel<bf16_t><<<parts, th, smem, s>>>(
+        rows, cols, static_cast<const bf16_t*>(dy), static_cast<const bf16_t*>(x), w, mean, rstd,
+        static_cast<const bf16_t*>(dres), static_cast<bf16_t*>(dx), workspace);
+  } else {
+    e = cudaFuncSetAttribute(LayerNormBwdKernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return e;
+    LayerNormBwdKernel<float><<<parts, th, smem, s>>>(rows, cols, static_cast<const float*>(dy),
+                                                      static_cast<const float*>(x), w, mean, rstd,
+                                                      static_cast<const float*>(dres), static_cast<float*>(dx),
+                                                      workspace);
+  }
+  e = cudaGetLastError();
+  if (e != cudaSuccess) return e;
+  LayerNormBwdReduce<<<(cols + 255) / 256, 256, 0, s>>>(cols, parts, workspace, dw, db);
+  return cudaGetLastError();
+}
+
+cudaError_t CrossEntropyFwd(int bf16, int64_t rows, int64_t vocab, const void* logits, const int32_t* t,
+                            float* losses, float* lse, cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  if (bf16)
+    CrossEntropyFwdKernel<bf16_t><<<rows, 512, 0, s>>>(vocab, static_cast<const bf16_t*>(logits), t, losses, lse);
+  else
+    CrossEntropyFwdKernel<float><<<rows, 512, 0, s>>>(vocab, static_cast<const float*>(logits), t, losses, lse);
+  return cudaGetLastError();
+}
+
+cudaError_t CrossEntropyBwd(int bf16, int64_t rows, int64_t vocab, const void* logits, const int32_t* t,
+                            const float* lse, float scale, void* dlogits, cudaStream_t s) {
+  if (rows == 0) return cudaSuccess;
+  if (bf16)
+    CrossEntropyBwdKernel<bf16_t><<<rows, 512, 0, s>>>(vocab, static_cast<const bf16_t*>(logits), t, lse, scale,
+                                                       static_cast<bf16_t*>(dlogits));
+  else
+    CrossEntropyBwdKernel<float><<<rows, 512, 0, s>>>(vocab, static_cast<const float*>(logits), t, lse, scale,
+                                                      static_cast<float*>(dlogits));
+  return cudaGetLastError();
+}
+
+cudaError_t AdamW(const AdamWDesc* descs, const AdamWChunk* chunks, int64_t num_chunks, int grad_bf16, float lr,
+                  float beta1, float beta2, float eps, float wd, float bc1, float bc2_sqrt, cudaStream_t s) {
+  if (num_chunks == 0) return cudaSuccess;
+  if (grad_bf16)
+    AdamWKernel<bf16_t><<<num_chunks, 256, 0, s>>>(descs, chunks, lr, beta1, beta2, eps, wd, bc1, bc2_sqrt);
+  else
+    AdamWKernel<float><<<num_chunks, 256, 0, s>>>(descs, chunks, lr, beta1, beta2, eps, wd, bc1, bc2_sqrt);
+  return cudaGetLastError();
+}
+
+}  // namespace loom::cuda::launch
