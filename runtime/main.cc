@@ -2,12 +2,16 @@
 //
 //   loom train JOB.yaml  train in this process (README command 1)
 //   loom compile JOB.yaml --dump=STAGE   print the IR after a compiler stage
+//   loom plan JOB.yaml   rank parallel layouts (dp x tp, ZeRO, SP) by the cost model
+//   loom run JOB.yaml    coordinator + agent in this process: launch, follow, exit
+//   loom worker          one rank of a job (agents start it)
 //   loom coordinator / agent             the service daemons
 //   loom submit / jobs / status / cancel / logs   job control through the gRPC API
 //   loom export / import / checkpoint    consolidate, import and inspect checkpoints
 //   loom demo            run the kernel demo
 //   loom ops             list the registered ops and their kernels
 //   loom version         print the build's version and CUDA availability
+//   loom bench collectives   collective bandwidth vs torch.distributed Gloo
 //
 // Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input.
 #include <cstdio>
@@ -17,8 +21,13 @@
 
 #include <iostream>
 
+#include "collectives/bench/bench_command.h"
+#include "parallel/planner_command.h"
+#include "deploy/operator/operator_command.h"
 #include "runtime/checkpoint/ckpt_tool.h"
 #include "runtime/commands.h"
+#include "runtime/launch/run_command.h"
+#include "runtime/launch/worker_command.h"
 #include "runtime/service/agent/agent_command.h"
 #include "runtime/service/client_commands.h"
 #include "runtime/service/coordinator_command.h"
@@ -45,6 +54,11 @@ const Command kCommands[] = {
      loom::train::RunTrainCommand},
     {"compile", "print the IR after a compiler stage: loom compile JOB.yaml --dump=STAGE",
      loom::train::RunCompileCommand},
+    {"plan", "rank parallel layouts for a job: loom plan JOB.yaml [--world N] [--memory-gib X] ... [--json]",
+     loom::parallel::RunPlanCommand},
+    {"run", "run a job on this machine, torchrun style: loom run JOB.yaml [--nproc-per-node N]",
+     loom::launch::RunRunCommand},
+    {"worker", "one rank of a job (started by an agent; reads LOOM_* variables)", loom::launch::RunWorkerCommand},
     {"coordinator", "run the coordinator daemon (job queue, scheduler, gRPC API, /metrics)",
      loom::service::RunCoordinatorCommand},
     {"agent", "run a node agent that launches workers: loom agent --coordinator ADDR",
@@ -63,7 +77,11 @@ const Command kCommands[] = {
     {"demo", "run the kernel demo: matmul and SDPA checked against references, with timings",
      loom::cli::RunDemo},
     {"ops", "list the registered ops, their kernels and gradient rules", loom::cli::RunOps},
+    {"operator", "run the Kubernetes operator for TrainingJobs: loom operator [--kubeconfig PATH]",
+     loom::k8s::RunOperatorCommand},
     {"version", "print the version and whether CUDA is available", loom::cli::RunVersion},
+    {"bench", "benchmarks: loom bench collectives [--full] [--backends=...] (vs torch Gloo)",
+     loom::collectives::bench::RunBenchCommand},
 };
 
 void Usage(FILE* out) {

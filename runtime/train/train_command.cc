@@ -1,5 +1,7 @@
 #include "runtime/train/train_command.h"
 
+#include <cstdlib>
+
 #include <unistd.h>
 
 #include <chrono>
@@ -14,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "base/rng.h"
 #include "base/thread_pool.h"
+#include "parallel/planner_command.h"
 #include "runtime/data/dataset.h"
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/train/loss_plot.h"
@@ -23,9 +26,20 @@
 namespace loom::train {
 namespace {
 
+// Under an agent (`loom worker`), LOOM_ERROR_FILE receives the failure reason
+// (the job's root cause) and LOOM_PROGRESS_FILE "<step> <checkpoint_step>".
 int Fail(int code, absl::string_view msg) {
   std::fprintf(stderr, "loom train: %s\n", std::string(msg).c_str());
+  if (const char* f = std::getenv("LOOM_ERROR_FILE"); f != nullptr && *f) std::ofstream(f) << msg << "\n";
   return code;
+}
+
+void ReportProgress(int64_t step, int64_t checkpoint_step) {
+  static const char* file = std::getenv("LOOM_PROGRESS_FILE");
+  if (file == nullptr || *file == '\0') return;
+  const std::string tmp = std::string(file) + ".tmp";
+  { std::ofstream(tmp) << step << " " << checkpoint_step << "\n"; }
+  std::rename(tmp.c_str(), file);
 }
 
 std::string Duration(double s) {
@@ -101,6 +115,10 @@ int RunTrainCommand(const std::vector<std::string>& args) {
   if (steps_override > 0) spec.mutable_train()->set_steps(steps_override);
   if (spec.device() != "cpu")
     return Fail(2, absl::StrCat("device: '", spec.device(), "' is not supported by `loom train` yet (use cpu)"));
+  // parallel: {tp: auto}: the planner picks the layout (parallel/planner_command.h);
+  // its table goes into the run folder as plan.txt / plan.json.
+  auto plan = parallel::ResolveAutoLayout(spec, parallel::DefaultHardware(spec));
+  if (!plan.ok()) return Fail(2, plan.status().message());
   if (spec.parallel().dp() * std::max(1, spec.parallel().tp()) != 1)
     return Fail(2, "parallel: `loom train` runs one process; dp and tp must be 1");
   const auto& tr = spec.train();
@@ -133,6 +151,10 @@ int RunTrainCommand(const std::vector<std::string>& args) {
   std::filesystem::create_directories(dir, ec);
   if (ec) return Fail(1, absl::StrCat("cannot create run folder ", dir, ": ", ec.message()));
   std::ofstream(dir + "/job.yaml") << jobspec::ToYaml(spec);
+  if (*plan) {
+    absl::Status written = parallel::WritePlan(**plan, dir);
+    if (!written.ok()) return Fail(1, written.message());
+  }
   std::ofstream metrics(dir + "/metrics.jsonl");
   // TensorBoard: `tensorboard --logdir <run folder>` shows the same scalars.
   auto events = EventWriter::Open(dir);
@@ -168,6 +190,7 @@ int RunTrainCommand(const std::vector<std::string>& args) {
     double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     double tps = step * B * T / elapsed;
     curve.emplace_back(step, *loss);
+    ReportProgress(step, -1);
     if (step % tr.log_every() == 0 || step == tr.steps() || step == 1) {
       metrics << absl::StrFormat("{\"step\": %d, \"loss\": %.6f, \"lr\": %.6g, \"tokens_per_s\": %.1f}\n", step,
                                  *loss, t.LearningRate(step), tps);

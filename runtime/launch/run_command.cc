@@ -1,0 +1,235 @@
+#include "runtime/launch/run_command.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <thread>
+
+#include <google/protobuf/util/json_util.h>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "runtime/jobspec/jobspec.h"
+#include "runtime/service/agent/agent.h"
+#include "runtime/service/coordinator.h"
+#include "runtime/service/server.h"
+
+namespace loom::launch {
+namespace {
+
+std::atomic<bool> g_interrupted{false};
+void OnSignal(int) { g_interrupted = true; }
+
+int Fail(int code, const std::string& msg) {
+  std::fprintf(stderr, "loom run: %s\n", msg.c_str());
+  return code;
+}
+
+struct Flags {
+  std::string spec_path;
+  int nproc = 0, dp = 0, tp = 0, steps = 0, max_restarts = -1;
+  std::string run_dir, keep_state;
+  bool json = false;
+};
+
+absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args) {
+  Flags f;
+  const std::map<std::string, int*> ints = {{"--nproc-per-node", &f.nproc}, {"--dp", &f.dp},
+                                            {"--tp", &f.tp},                {"--steps", &f.steps},
+                                            {"--max-restarts", &f.max_restarts}};
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto need_value = [&]() -> absl::StatusOr<std::string> {
+      if (i + 1 >= args.size()) return absl::InvalidArgumentError(absl::StrCat(a, ": needs a value"));
+      return args[++i];
+    };
+    if (auto it = ints.find(a); it != ints.end()) {
+      auto v = need_value();
+      if (!v.ok()) return v.status();
+      int n = 0;
+      if (!absl::SimpleAtoi(*v, &n) || n < (a == "--max-restarts" ? 0 : 1))
+        return absl::InvalidArgumentError(absl::StrCat(a, ": expected a positive integer, got '", *v, "'"));
+      *it->second = n;
+    } else if (a == "--run-dir" || a == "--keep-state") {
+      auto v = need_value();
+      if (!v.ok()) return v.status();
+      (a == "--run-dir" ? f.run_dir : f.keep_state) = *v;
+    } else if (a == "--json") {
+      f.json = true;
+    } else if (!a.empty() && a[0] == '-') {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag '", a, "'"));
+    } else if (f.spec_path.empty()) {
+      f.spec_path = a;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", a, "'"));
+    }
+  }
+  if (f.spec_path.empty()) return absl::InvalidArgumentError("usage: loom run JOB.yaml [--nproc-per-node N] [flags]");
+  return f;
+}
+
+// Flags over the spec, then the spec's own validation.
+absl::Status ApplyFlags(const Flags& f, v1::JobSpec* spec) {
+  auto* p = spec->mutable_parallel();
+  if (f.tp > 0) {
+    p->set_tp(f.tp);
+    p->set_tp_auto(false);
+  }
+  if (f.dp > 0) p->set_dp(f.dp);
+  if (f.nproc > 0) {
+    const int tp = std::max(1, p->tp());
+    if (f.dp == 0 && p->dp() * tp != f.nproc) {
+      if (f.nproc % tp != 0)
+        return absl::InvalidArgumentError(
+            absl::StrCat("--nproc-per-node: ", f.nproc, " ranks do not divide into tp ", tp, " groups"));
+      p->set_dp(f.nproc / tp);
+    }
+    if (p->dp() * tp != f.nproc)
+      return absl::InvalidArgumentError(absl::StrCat("--nproc-per-node: ", f.nproc, " ranks, but dp ", p->dp(),
+                                                     " x tp ", tp, " = ", p->dp() * tp));
+  }
+  if (f.steps > 0) spec->mutable_train()->set_steps(f.steps);
+  if (f.max_restarts >= 0) spec->set_max_restarts(f.max_restarts);
+  if (!f.run_dir.empty()) spec->set_run_dir(f.run_dir);
+  return jobspec::ValidateJobSpec(*spec);
+}
+
+// Prints what rank 0 wrote since the last call.
+void Follow(const std::string& path, int64_t* offset) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return;
+  in.seekg(*offset);
+  char buf[8192];
+  while (in.read(buf, sizeof buf) || in.gcount() > 0) {
+    std::fwrite(buf, 1, in.gcount(), stdout);
+    *offset += in.gcount();
+  }
+  std::fflush(stdout);
+}
+
+std::string Json(const v1::JobStatus& j) {
+  std::string out;
+  google::protobuf::util::JsonPrintOptions o;
+  o.preserve_proto_field_names = true;
+  (void)google::protobuf::util::MessageToJsonString(j, &out, o);
+  return out;
+}
+
+}  // namespace
+
+int RunRunCommand(const std::vector<std::string>& args) {
+  auto flags = ParseFlags(args);
+  if (!flags.ok()) return Fail(2, std::string(flags.status().message()));
+  auto loaded = jobspec::LoadJobSpec(flags->spec_path);
+  if (!loaded.ok()) return Fail(2, std::string(loaded.status().message()));
+  v1::JobSpec spec = *loaded;
+  if (absl::Status s = ApplyFlags(*flags, &spec); !s.ok()) return Fail(2, std::string(s.message()));
+  const int world = std::max(1, spec.parallel().dp()) * std::max(1, spec.parallel().tp());
+
+  // The coordinator's private folder.
+  std::string state = flags->keep_state;
+  bool temporary = state.empty();
+  if (temporary) {
+    char tmpl[] = "/tmp/loom-run-XXXXXX";
+    if (mkdtemp(tmpl) == nullptr) return Fail(1, "cannot create a temporary folder in /tmp");
+    state = tmpl;
+  }
+  struct Cleanup {
+    std::string dir;
+    bool on;
+    ~Cleanup() {
+      std::error_code ec;
+      if (on) std::filesystem::remove_all(dir, ec);
+    }
+  } cleanup{state, temporary};
+
+  service::ServerOptions so;
+  so.coordinator.data_dir = state + "/coordinator";
+  so.coordinator.heartbeat_interval_ms = 500;
+  so.coordinator.kill_grace_ms = 5000;
+  so.listen_address = "127.0.0.1:0";
+  auto server = service::CoordinatorServer::Start(so);
+  if (!server.ok()) return Fail(1, absl::StrCat("coordinator: ", server.status().message()));
+
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return Fail(1, "cannot find this executable (/proc/self/exe)");
+  self[n] = '\0';
+  service::AgentOptions ao;
+  ao.coordinator = absl::StrCat("127.0.0.1:", (*server)->port());
+  ao.token = (*server)->token();
+  ao.data_dir = state + "/agent";
+  ao.hostname = "local";
+  ao.cpu_slots = world;
+  ao.worker_argv = {self, "worker"};
+  ao.poll_wait_ms = 100;
+  service::Agent agent(ao);
+  if (absl::Status s = agent.Start(); !s.ok()) return Fail(1, absl::StrCat("agent: ", s.message()));
+
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = spec;
+  req.set_idempotency_key("loom-run");
+  auto submitted = (*server)->coordinator()->Submit(req);
+  if (!submitted.ok()) {
+    bool bad = submitted.status().code() == absl::StatusCode::kInvalidArgument ||
+               submitted.status().code() == absl::StatusCode::kFailedPrecondition;
+    return Fail(bad ? 2 : 1, std::string(submitted.status().message()));
+  }
+  const std::string job_id = submitted->job().job_id();
+  std::fprintf(stderr, "loom run: %s submitted (%d rank%s on this machine)\n", job_id.c_str(), world,
+               world == 1 ? "" : "s");
+
+  signal(SIGINT, OnSignal);
+  signal(SIGTERM, OnSignal);
+  service::Coordinator* c = (*server)->coordinator();
+  uint64_t version = 0;
+  v1::JobState last_state = v1::JOB_STATE_UNSPECIFIED;
+  int64_t offset = 0;  // into rank 0's stdout; restarts append to the same file
+  bool cancelled = false;
+  v1::JobStatus final;
+  while (true) {
+    version = c->WaitForChange(version, std::chrono::milliseconds(200));
+    auto got = c->Get(job_id);
+    if (!got.ok()) return Fail(1, std::string(got.status().message()));
+    const v1::JobStatus& j = got->job();
+    Follow(ao.data_dir + "/logs/" + job_id + "/rank0.out", &offset);
+    if (j.state() != last_state) {
+      last_state = j.state();
+      if (flags->json) {
+        std::fprintf(stderr, "%s\n", Json(j).c_str());
+      } else {
+        std::fprintf(stderr, "loom run: %s %s%s\n", job_id.c_str(), v1::JobState_Name(j.state()).c_str(),
+                     j.restart_count() > 0 ? absl::StrCat(" (restart ", j.restart_count(), ")").c_str() : "");
+      }
+    }
+    if (j.state() == v1::SUCCEEDED || j.state() == v1::FAILED || j.state() == v1::CANCELLED) {
+      final = j;
+      break;
+    }
+    if (g_interrupted && !cancelled) {
+      cancelled = true;
+      std::fprintf(stderr, "loom run: interrupted; cancelling %s\n", job_id.c_str());
+      (void)c->Cancel(job_id);
+    }
+  }
+  // Let the agent reap the ranks, then ship nothing more.
+  agent.Stop();
+  Follow(ao.data_dir + "/logs/" + job_id + "/rank0.out", &offset);
+  (*server)->Shutdown();
+  if (final.state() == v1::SUCCEEDED) return 0;
+  std::string why = final.root_cause().empty() ? v1::JobState_Name(final.state())
+                                                       : absl::StrCat("rank ", final.root_cause_rank(), ": ",
+                                                                      final.root_cause());
+  // A configuration error in a worker is the user's input: exit 2 like the CLI.
+  bool config = false;
+  for (int code : final.exit_codes()) config |= code == service::kExitConfigError;
+  return Fail(config ? 2 : 1, absl::StrCat(job_id, " ", v1::JobState_Name(final.state()), ": ", why));
+}
+
+}  // namespace loom::launch

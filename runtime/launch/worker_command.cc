@@ -1,0 +1,74 @@
+#include "runtime/launch/worker_command.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "collectives/process_group.h"
+#include "collectives/store/tcp_store.h"
+#include "runtime/jobspec/jobspec.h"
+#include "runtime/train/train_command.h"
+
+namespace loom::launch {
+namespace {
+
+int Fail(int code, const std::string& msg) {
+  std::fprintf(stderr, "loom worker: %s\n", msg.c_str());
+  if (const char* f = std::getenv("LOOM_ERROR_FILE"); f != nullptr && *f) std::ofstream(f) << msg << "\n";
+  return code;
+}
+
+// An integer from the environment; `fallback` when unset.
+absl::StatusOr<int> EnvInt(const char* name, int fallback, bool required) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') {
+    if (required) return absl::InvalidArgumentError(absl::StrCat(name, ": not set (`loom worker` runs under an agent)"));
+    return fallback;
+  }
+  int out = 0;
+  if (!absl::SimpleAtoi(v, &out)) return absl::InvalidArgumentError(absl::StrCat(name, ": expected an integer, got '", v, "'"));
+  return out;
+}
+
+}  // namespace
+
+int RunWorkerCommand(const std::vector<std::string>& args) {
+  if (!args.empty()) return Fail(2, absl::StrCat("unexpected argument '", args[0], "' (the agent passes the job through LOOM_* variables)"));
+  const char* spec_path = std::getenv("LOOM_JOB_SPEC");
+  if (spec_path == nullptr || *spec_path == '\0') return Fail(2, "LOOM_JOB_SPEC: not set (`loom worker` runs under an agent)");
+  auto rank = EnvInt("LOOM_RANK", 0, true);
+  if (!rank.ok()) return Fail(2, std::string(rank.status().message()));
+  auto world = EnvInt("LOOM_WORLD_SIZE", 1, true);
+  if (!world.ok()) return Fail(2, std::string(world.status().message()));
+  if (*world < 1 || *rank < 0 || *rank >= *world)
+    return Fail(2, absl::StrCat("LOOM_RANK ", *rank, " is outside LOOM_WORLD_SIZE ", *world));
+  auto spec = jobspec::LoadJobSpec(spec_path);
+  if (!spec.ok()) return Fail(2, absl::StrCat(spec_path, ": ", spec.status().message()));
+  const auto& par = spec->parallel();
+  const int layout = std::max(1, par.dp()) * std::max(1, par.tp());
+  if (!par.tp_auto() && layout != *world)
+    return Fail(2, absl::StrCat("parallel: dp ", par.dp(), " x tp ", par.tp(), " = ", layout,
+                                " ranks, but the job was launched with world size ", *world));
+  if (*world == 1) return train::RunTrainCommand({spec_path});
+
+  // Several ranks: meet at the job's store.
+  auto timeout_s = EnvInt("LOOM_RENDEZVOUS_TIMEOUT_S", 120, false);
+  if (!timeout_s.ok() || *timeout_s <= 0) return Fail(2, "LOOM_RENDEZVOUS_TIMEOUT_S: expected a positive integer");
+  collectives::TcpStore::Options so;
+  so.retry_refused_secret = true;  // the host admits the job's secret as its order arrives
+  so.connect_timeout = absl::Seconds(*timeout_s);
+  auto store = collectives::TcpStore::FromEnv(so);
+  if (!store.ok()) return Fail(1, absl::StrCat("rendezvous: ", store.status().message()));
+  collectives::ProcessGroupOptions po;
+  if (!par.backend().empty()) po.backend = par.backend();
+  po.timeout = absl::Seconds(*timeout_s);
+  auto pg = collectives::ProcessGroup::Create(*store, *rank, *world, po);
+  if (!pg.ok()) return Fail(1, absl::StrCat("process group: ", pg.status().message()));
+  return Fail(2, absl::StrCat("parallel: a ", *world,
+                              "-rank job met at its rendezvous, but distributed training steps are not built yet"));
+}
+
+}  // namespace loom::launch

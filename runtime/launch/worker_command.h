@@ -1,0 +1,25 @@
+// `loom worker`: one rank of a job, as a node agent starts it.
+//
+// The agent passes everything through the environment:
+//   LOOM_JOB_SPEC       the job spec (YAML)            (required)
+//   LOOM_RANK, LOOM_WORLD_SIZE                         (required)
+//   LOOM_STORE_ADDR, LOOM_STORE_SECRET   the job's rendezvous store (world > 1)
+//   LOOM_ERROR_FILE     where the failure reason goes (the job's root cause)
+//   LOOM_PROGRESS_FILE  rank 0 writes "<step> <checkpoint_step>" there
+//   LOOM_RENDEZVOUS_TIMEOUT_S  how long to wait for the peers (default 120)
+// A one-rank job trains in this process exactly as `loom train` does. A
+// multi-rank job meets its peers at the store (a ProcessGroup with the spec's
+// backend, default cpu:gloo) and runs the distributed training step.
+//
+// Exit codes: 0 done, 1 runtime failure (retried by the coordinator), 2 bad
+// configuration (never retried).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace loom::launch {
+
+int RunWorkerCommand(const std::vector<std::string>& args);
+
+}  // namespace loom::launch

@@ -1,0 +1,138 @@
+// `loom run` as a user runs it: the real binary holding a coordinator and an
+// agent, launching `loom worker` ranks, following the job and exiting with its
+// result; Ctrl-C cancels and leaves no worker behind.
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace {
+
+struct Result {
+  int code = -1;
+  std::string output;
+};
+
+Result RunLoom(const std::string& args) {
+  std::string cmd = absl::StrCat("timeout 300 runtime/loom ", args, " 2>&1");
+  Result r;
+  FILE* p = popen(cmd.c_str(), "r");
+  char buf[4096];
+  while (p && fgets(buf, sizeof(buf), p)) r.output += buf;
+  int st = p ? pclose(p) : -1;
+  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+  return r;
+}
+
+std::string Tmp(const std::string& name) { return absl::StrCat(::testing::TempDir(), "/", name); }
+
+std::string Job(const std::string& name, const std::string& extra) {
+  std::string path = Tmp(name + ".yaml");
+  std::ofstream(path) << "name: " << name
+                      << "\nmodel: {family: gpt, n_layer: 1, n_head: 2, d_model: 32, seq_len: 16}\n"
+                         "train: {steps: 5, batch_size: 4, eval_every: 5, eval_batches: 1, sample_tokens: 8}\n"
+                      << extra;
+  return path;
+}
+
+// Processes whose environment mentions `needle` (the run's state folder).
+int ProcessesMentioning(const std::string& needle) {
+  int n = 0;
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream env(e.path() / "environ", std::ios::binary);
+    if (!env) continue;
+    std::stringstream ss;
+    ss << env.rdbuf();
+    n += ss.str().find(needle) != std::string::npos;
+  }
+  return n;
+}
+
+TEST(RunCli, OneRankJobSucceedsAndShowsRankZeroOutput) {
+  std::string run = Tmp("run1");
+  Result r = RunLoom(absl::StrCat("run ", Job("one", ""), " --run-dir ", run));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("SUCCEEDED"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("step 5/5"), std::string::npos) << r.output;  // rank 0's progress, followed
+  EXPECT_NE(r.output.find("run folder: " + run), std::string::npos) << r.output;
+  EXPECT_TRUE(std::filesystem::exists(run + "/metrics.jsonl"));
+}
+
+TEST(RunCli, FlagsOverrideTheSpecAndBadOnesExit2) {
+  Result r = RunLoom(absl::StrCat("run ", Job("flags", "parallel: {tp: 2}\n"), " --nproc-per-node 3"));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--nproc-per-node"), std::string::npos) << r.output;
+  r = RunLoom(absl::StrCat("run ", Job("flags2", ""), " --bogus"));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--bogus"), std::string::npos) << r.output;
+  r = RunLoom(absl::StrCat("run ", Job("flags3", ""), " --steps zero"));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--steps"), std::string::npos) << r.output;
+  r = RunLoom("run /nonexistent/job.yaml");
+  EXPECT_EQ(r.code, 2) << r.output;
+}
+
+TEST(RunCli, WorkerConfigErrorFailsOnceWithTheRootCause) {
+  // The spec is valid; the worker finds the corpus too short for one
+  // validation window: a configuration error (exit 2), not retried.
+  std::string corpus = Tmp("tiny.txt");
+  std::ofstream(corpus) << "far too short to train on\n";
+  Result r = RunLoom(absl::StrCat("run ", Job("badata", "data: {path: " + corpus + "}\nmax_restarts: 3\n")));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("FAILED"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("rank 0: data:"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("restart 1"), std::string::npos) << "a config error was retried:\n" << r.output;
+}
+
+TEST(RunCli, InterruptCancelsAndLeavesNoWorker) {
+  std::string state = Tmp("state_int");
+  std::filesystem::remove_all(state);
+  std::string spec = Tmp("long2.yaml");
+  std::ofstream(spec) << "name: long\nmodel: {family: gpt, n_layer: 1, n_head: 2, d_model: 32, seq_len: 16}\n"
+                         "train: {steps: 100000, batch_size: 4, eval_every: 100000}\n";
+  std::string log = Tmp("int.log");
+  pid_t pid = fork();
+  if (pid == 0) {
+    FILE* f = freopen(log.c_str(), "w", stderr);
+    (void)f;
+    execl("runtime/loom", "loom", "run", spec.c_str(), "--keep-state", state.c_str(), nullptr);
+    _exit(127);
+  }
+  // Wait until rank 0 is training (its progress file moves past step 1).
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  bool training = false;
+  while (!training && std::chrono::steady_clock::now() < deadline) {
+    std::ifstream p(state + "/agent/logs/job-1/rank0.progress");
+    int64_t step = 0;
+    training = (p >> step) && step > 1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(training) << "the job never started training";
+  EXPECT_GE(ProcessesMentioning(state), 1);
+  auto t0 = std::chrono::steady_clock::now();
+  kill(pid, SIGINT);
+  int status = 0;
+  for (int i = 0; i < 600 && waitpid(pid, &status, WNOHANG) != pid; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  ASSERT_TRUE(WIFEXITED(status)) << "loom run did not exit within 30 s of SIGINT";
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  EXPECT_LT(waited, 30.0);
+  std::ifstream in(log);
+  std::stringstream out;
+  out << in.rdbuf();
+  EXPECT_NE(out.str().find("CANCELLED"), std::string::npos) << out.str();
+  EXPECT_EQ(ProcessesMentioning(state), 0) << "a worker of the cancelled job is still running";
+}
+
+}  // namespace
