@@ -90,13 +90,16 @@ TEST(TrainCli, DefaultExampleBeatsBigramBaseline) {
   loom::data::Split split = loom::data::SplitTokens(*tokens, 0.1, 1);
   double bigram = loom::data::BigramLoss(split.train, split.val, 256);
   double val = -1;
-  int train_points = 0;
+  int train_points = 0, last_step = 0;
   std::ifstream metrics(dir + "/metrics.jsonl");
   std::string line;
   while (std::getline(metrics, line)) {
     auto j = nlohmann::json::parse(line);
     if (j.contains("val_loss")) val = j["val_loss"];
-    if (j.contains("loss")) ++train_points;
+    if (j.contains("loss")) {
+      ++train_points;
+      last_step = j["step"];
+    }
   }
   // The TensorBoard event file holds the same points, read by an independent
   // decoder (framing, CRCs, protobuf schema).
@@ -118,6 +121,17 @@ TEST(TrainCli, DefaultExampleBeatsBigramBaseline) {
     if (line.rfind("train/loss ", 0) == 0) ++tb_loss;
   EXPECT_EQ(tb_loss, train_points) << tb.output;
   EXPECT_NE(tb.output.find("val/loss "), std::string::npos) << tb.output;
+  // metrics.prom parses with prometheus_client; its step counter is the steps run.
+  Result prom;
+  {
+    FILE* p = popen(("/usr/bin/python3 runtime/train/prom_check.py '" + dir + "/metrics.prom' 2>&1").c_str(), "r");
+    char buf[512];
+    while (p && fgets(buf, sizeof(buf), p)) prom.output += buf;
+    prom.code = p ? pclose(p) : -1;
+  }
+  ASSERT_EQ(prom.code, 0) << prom.output;
+  EXPECT_NE(prom.output.find(absl::StrCat("loom_train_steps_total - ", last_step, "\n")), std::string::npos)
+      << prom.output;
   ASSERT_GT(val, 0) << "no validation loss in metrics.jsonl";
   std::printf("validation loss %.4f, bigram %.4f\n", val, bigram);
   EXPECT_LT(val, bigram);

@@ -252,10 +252,16 @@ Family<Histogram>* Registry::AddHistogram(const std::string& name, const std::st
   return raw;
 }
 
+void Registry::AddCollector(std::function<std::string()> collector) {
+  std::lock_guard<std::mutex> l(mu_);
+  collectors_.push_back(std::move(collector));
+}
+
 std::string Registry::Render() const {
   std::lock_guard<std::mutex> l(mu_);
   std::string out;
   for (const auto& [name, f] : families_) f->Render(&out);
+  for (const auto& c : collectors_) out += c();
   return out;
 }
 

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -130,13 +131,19 @@ class Registry {
                           std::vector<std::string> label_names = {});
   Family<Histogram>* AddHistogram(const std::string& name, const std::string& help,
                                   std::vector<std::string> label_names, std::vector<double> buckets);
-  // The whole registry in the text format, families sorted by name.
+  // A collector renders families kept elsewhere (e.g. a snapshot of another
+  // module's counters) at each Render, after the registry's own families. It
+  // must return complete text-format families (HELP, TYPE, samples).
+  void AddCollector(std::function<std::string()> collector);
+  // The whole registry in the text format, families sorted by name, then the
+  // collectors' output in registration order.
   std::string Render() const;
 
  private:
   FamilyBase* Find(const std::string& name, MetricType type, const std::vector<std::string>& labels);
   mutable std::mutex mu_;
   std::map<std::string, std::unique_ptr<FamilyBase>> families_;
+  std::vector<std::function<std::string()>> collectors_;
 };
 
 // Helpers exposed for tests and other exporters.

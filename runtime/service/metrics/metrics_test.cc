@@ -72,6 +72,19 @@ TEST(Metrics, EscapesLabelValuesAndHelp) {
             "g{path=\"a\\\\b\\\"c\\nd\"} 1\n");
 }
 
+TEST(Metrics, CollectorsRenderAfterFamilies) {
+  Registry reg;
+  reg.AddGauge("a_gauge", "A.")->With({}).Set(1);
+  int calls = 0;
+  reg.AddCollector([&] {
+    ++calls;
+    return std::string("# HELP z_total Z.\n# TYPE z_total counter\nz_total 7\n");
+  });
+  std::string text = reg.Render();
+  EXPECT_EQ(calls, 1);
+  EXPECT_LT(text.find("a_gauge 1"), text.find("z_total 7")) << text;
+}
+
 TEST(Metrics, FormatValue) {
   EXPECT_EQ(FormatValue(0), "0");
   EXPECT_EQ(FormatValue(-7), "-7");
