@@ -10,6 +10,7 @@
 #include "collectives/process_group.h"
 #include "collectives/store/tcp_store.h"
 #include "runtime/jobspec/jobspec.h"
+#include "runtime/launch/parallel_train.h"
 #include "runtime/train/train_command.h"
 
 namespace loom::launch {
@@ -67,8 +68,7 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
   po.timeout = absl::Seconds(*timeout_s);
   auto pg = collectives::ProcessGroup::Create(*store, *rank, *world, po);
   if (!pg.ok()) return Fail(1, absl::StrCat("process group: ", pg.status().message()));
-  return Fail(2, absl::StrCat("parallel: a ", *world,
-                              "-rank job met at its rendezvous, but distributed training steps are not built yet"));
+  return RunParallelTraining(*spec, std::shared_ptr<collectives::ProcessGroup>(std::move(*pg)));
 }
 
 }  // namespace loom::launch

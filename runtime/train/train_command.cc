@@ -19,8 +19,7 @@
 #include "parallel/planner_command.h"
 #include "runtime/data/dataset.h"
 #include "runtime/jobspec/jobspec.h"
-#include "runtime/train/loss_plot.h"
-#include "runtime/train/tb_events.h"
+#include "runtime/train/run_reporter.h"
 #include "runtime/train/trainer.h"
 
 namespace loom::train {
@@ -34,29 +33,6 @@ int Fail(int code, absl::string_view msg) {
   return code;
 }
 
-void ReportProgress(int64_t step, int64_t checkpoint_step) {
-  static const char* file = std::getenv("LOOM_PROGRESS_FILE");
-  if (file == nullptr || *file == '\0') return;
-  const std::string tmp = std::string(file) + ".tmp";
-  { std::ofstream(tmp) << step << " " << checkpoint_step << "\n"; }
-  std::rename(tmp.c_str(), file);
-}
-
-std::string Duration(double s) {
-  if (!std::isfinite(s) || s < 0) return "?";
-  int t = static_cast<int>(s + 0.5);
-  if (t >= 3600) return absl::StrFormat("%dh%02dm", t / 3600, (t / 60) % 60);
-  if (t >= 60) return absl::StrFormat("%dm%02ds", t / 60, t % 60);
-  return absl::StrFormat("%ds", t);
-}
-
-std::string RunFolder(const v1::JobSpec& spec) {
-  if (!spec.run_dir().empty()) return spec.run_dir();
-  std::time_t now = std::time(nullptr);
-  char buf[32];
-  std::strftime(buf, sizeof(buf), "%Y%m%d-%H%M%S", std::localtime(&now));
-  return absl::StrCat("runs/", spec.name(), "-", buf);
-}
 
 // Samples `n` tokens after `prompt` with temperature 0.8 from the evaluation
 // program (batch row 0; later positions are padding the causal mask ignores).
@@ -96,12 +72,17 @@ absl::StatusOr<std::string> Sample(Trainer& t, const v1::JobSpec& spec, std::vec
 int RunTrainCommand(const std::vector<std::string>& args) {
   std::string path;
   int steps_override = 0;
+  // Live Prometheus metrics (also from env LOOM_METRICS_LISTEN, as agents set it).
+  std::string metrics_listen;
+  if (const char* e = std::getenv("LOOM_METRICS_LISTEN"); e != nullptr) metrics_listen = e;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--steps" && i + 1 < args.size()) {
       if (!absl::SimpleAtoi(args[++i], &steps_override) || steps_override <= 0)
         return Fail(2, absl::StrCat("--steps: expected a positive integer, got '", args[i], "'"));
+    } else if (args[i] == "--metrics-listen" && i + 1 < args.size()) {
+      metrics_listen = args[++i];
     } else if (!args[i].empty() && args[i][0] == '-') {
-      return Fail(2, absl::StrCat("unknown flag '", args[i], "' (usage: loom train JOB.yaml [--steps N])"));
+      return Fail(2, absl::StrCat("unknown flag '", args[i], "' (usage: loom train JOB.yaml [--steps N] [--metrics-listen HOST:PORT])"));
     } else if (path.empty()) {
       path = args[i];
     } else {
@@ -147,21 +128,13 @@ int RunTrainCommand(const std::vector<std::string>& args) {
               t.num_parameters() / 1e6, t.compilation().plan.peak_bytes / 1048576.0, NumThreads());
 
   const std::string dir = RunFolder(spec);
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return Fail(1, absl::StrCat("cannot create run folder ", dir, ": ", ec.message()));
-  std::ofstream(dir + "/job.yaml") << jobspec::ToYaml(spec);
+  auto reporter = RunReporter::Open(spec, dir, metrics_listen);
+  if (!reporter.ok()) return Fail(absl::IsInvalidArgument(reporter.status()) ? 2 : 1, reporter.status().message());
+  RunReporter& report = **reporter;
   if (*plan) {
     absl::Status written = parallel::WritePlan(**plan, dir);
     if (!written.ok()) return Fail(1, written.message());
   }
-  std::ofstream metrics(dir + "/metrics.jsonl");
-  // TensorBoard: `tensorboard --logdir <run folder>` shows the same scalars.
-  auto events = EventWriter::Open(dir);
-  if (!events.ok()) return Fail(1, events.status().message());
-  auto scalar = [&](absl::string_view tag, int64_t step, double v) -> absl::Status {
-    return (*events)->AddScalar(tag, step, v);
-  };
   const double bigram = data::BigramLoss(split.train, split.val, m.vocab());
   std::printf("bigram baseline validation loss: %.4f\n", bigram);
 
@@ -179,47 +152,22 @@ int RunTrainCommand(const std::vector<std::string>& args) {
     }
     return sum / tr.eval_batches();
   };
-  const bool tty = isatty(fileno(stdout));
-  std::vector<std::pair<int64_t, double>> curve, val_curve;
-  auto start = std::chrono::steady_clock::now();
   double last_val = NAN;
   for (int step = 1; step <= tr.steps(); ++step) {
+    const auto step_start = std::chrono::steady_clock::now();
     sampler->Next(B, &x, &y);
     auto loss = t.Step(x, y);
     if (!loss.ok()) return Fail(1, loss.status().message());
-    double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    double tps = step * B * T / elapsed;
-    curve.emplace_back(step, *loss);
-    ReportProgress(step, -1);
-    if (step % tr.log_every() == 0 || step == tr.steps() || step == 1) {
-      metrics << absl::StrFormat("{\"step\": %d, \"loss\": %.6f, \"lr\": %.6g, \"tokens_per_s\": %.1f}\n", step,
-                                 *loss, t.LearningRate(step), tps);
-      absl::Status s = scalar("train/loss", step, *loss);
-      if (s.ok()) s = scalar("train/lr", step, t.LearningRate(step));
-      if (s.ok()) s = scalar("train/tokens_per_s", step, tps);
-      if (s.ok()) s = (*events)->Flush();
-      if (!s.ok()) return Fail(1, s.message());
-    }
+    const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+    if (absl::Status s = report.Step(step, *loss, t.LearningRate(step), dt); !s.ok()) return Fail(1, s.message());
     if (step % tr.eval_every() == 0 || step == tr.steps()) {
       auto v = validate();
       if (!v.ok()) return Fail(1, v.status().message());
       last_val = *v;
-      val_curve.emplace_back(step, *v);
-      metrics << absl::StrFormat("{\"step\": %d, \"val_loss\": %.6f}\n", step, *v);
-      absl::Status s = scalar("val/loss", step, *v);
-      if (!s.ok()) return Fail(1, s.message());
-      std::printf("%sstep %d: validation loss %.4f (bigram %.4f)\n", tty ? "\r\033[K" : "", step, *v, bigram);
-    }
-    if (tty || step % tr.log_every() == 0 || step == tr.steps()) {
-      double eta = elapsed / step * (tr.steps() - step);
-      std::printf("%sstep %d/%d | loss %.4f | %.0f tok/s | ETA %s%s", tty ? "\r\033[K" : "", step, tr.steps(), *loss,
-                  tps, Duration(eta).c_str(), tty ? "" : "\n");
-      std::fflush(stdout);
+      if (absl::Status s = report.Validation(step, *v, bigram); !s.ok()) return Fail(1, s.message());
     }
   }
-  if (tty) std::printf("\n");
-  metrics.close();
-  std::ofstream(dir + "/loss.svg") << LossCurveSvg(curve, val_curve, absl::StrCat(spec.name(), ": loss"));
+  if (absl::Status s = report.Finish(); !s.ok()) return Fail(1, s.message());
   std::vector<int32_t> prompt(split.val.begin(), split.val.begin() + std::min<int64_t>(16, T / 2));
   int n = tr.sample_tokens() > 0 ? tr.sample_tokens() : 200;
   auto sample = Sample(t, spec, prompt, n);
@@ -227,7 +175,7 @@ int RunTrainCommand(const std::vector<std::string>& args) {
   std::ofstream(dir + "/sample.txt") << *sample;
   std::printf("\nfinal validation loss %.4f (bigram baseline %.4f)\n", last_val, bigram);
   std::printf("sample:\n----\n%s\n----\n", sample->c_str());
-  std::printf("run folder: %s (metrics.jsonl, events.out.tfevents.*, loss.svg, sample.txt, job.yaml)\n", dir.c_str());
+  std::printf("run folder: %s (metrics.jsonl, metrics.prom, events.out.tfevents.*, loss.svg, sample.txt, job.yaml)\n", dir.c_str());
   return 0;
 }
 

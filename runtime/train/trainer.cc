@@ -1,5 +1,7 @@
 #include "runtime/train/trainer.h"
 
+#include "runtime/jobspec/jobspec.h"
+
 #include <cmath>
 #include <cstring>
 
@@ -103,11 +105,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::JobSpec& spec
   return t;
 }
 
-double Trainer::LearningRate(int64_t step) const {
-  const auto& tr = spec_.train();
-  double f = tr.warmup_steps() > 0 ? std::min(1.0, static_cast<double>(step) / tr.warmup_steps()) : 1.0;
-  return tr.lr() * f;
-}
+double Trainer::LearningRate(int64_t step) const { return jobspec::ScheduledLearningRate(spec_.train(), step); }
 
 absl::StatusOr<float> Trainer::Step(const Tensor& x, const Tensor& y) {
   train_inputs_[x_in_] = x;

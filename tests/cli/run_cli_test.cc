@@ -8,7 +8,9 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <cmath>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -66,6 +68,42 @@ TEST(RunCli, OneRankJobSucceedsAndShowsRankZeroOutput) {
   EXPECT_NE(r.output.find("step 5/5"), std::string::npos) << r.output;  // rank 0's progress, followed
   EXPECT_NE(r.output.find("run folder: " + run), std::string::npos) << r.output;
   EXPECT_TRUE(std::filesystem::exists(run + "/metrics.jsonl"));
+}
+
+// Losses at each logged step, from a run folder's metrics.jsonl.
+std::map<int, double> Losses(const std::string& dir) {
+  std::map<int, double> out;
+  std::ifstream in(dir + "/metrics.jsonl");
+  std::string line;
+  while (std::getline(in, line)) {
+    int step = 0;
+    double loss = 0;
+    if (std::sscanf(line.c_str(), "{\"step\": %d, \"loss\": %lf", &step, &loss) == 2) out[step] = loss;
+  }
+  return out;
+}
+
+TEST(RunCli, TwoDimensionalJobMatchesOneProcess) {
+  // tp=2 x dp=2 on four `loom worker` processes (gloo over loopback) against
+  // `loom train` on one process: the same losses at every logged step.
+  const std::string extra = "train: {steps: 12, batch_size: 4, log_every: 3}\n";
+  std::string one = Tmp("one_proc"), four = Tmp("four_proc");
+  std::string spec1 = Tmp("p1.yaml"), spec4 = Tmp("p4.yaml");
+  const std::string model = "model: {family: gpt, n_layer: 1, n_head: 2, d_model: 32, seq_len: 16}\n";
+  std::ofstream(spec1) << "name: p1\n" << model << extra << "run_dir: " << one << "\n";
+  std::ofstream(spec4) << "name: p4\n" << model << extra << "run_dir: " << four << "\nparallel: {dp: 2, tp: 2}\n";
+  Result r1 = RunLoom("train " + spec1);
+  ASSERT_EQ(r1.code, 0) << r1.output;
+  Result r4 = RunLoom("run " + spec4);
+  ASSERT_EQ(r4.code, 0) << r4.output;
+  EXPECT_NE(r4.output.find("mesh (dp=2, tp=2) over 4 ranks"), std::string::npos) << r4.output;
+  auto a = Losses(one), b = Losses(four);
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_GE(a.size(), 4u);
+  for (const auto& [step, loss] : a) {
+    ASSERT_TRUE(b.count(step)) << step;
+    EXPECT_NEAR(b[step], loss, 1e-5 * std::abs(loss)) << "step " << step;
+  }
 }
 
 TEST(RunCli, FlagsOverrideTheSpecAndBadOnesExit2) {

@@ -1,0 +1,95 @@
+#include "runtime/launch/parallel_train.h"
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+
+#include "absl/strings/str_cat.h"
+#include "compiler/comm/communicator.h"
+#include "dtensor/device_mesh.h"
+#include "parallel/styles.h"
+#include "parallel/trainer.h"
+#include "runtime/data/dataset.h"
+#include "runtime/jobspec/jobspec.h"
+#include "runtime/train/run_reporter.h"
+
+namespace loom::launch {
+namespace {
+
+int Fail(int rank, int code, absl::string_view msg) {
+  std::fprintf(stderr, "loom worker (rank %d): %s\n", rank, std::string(msg).c_str());
+  if (const char* f = std::getenv("LOOM_ERROR_FILE"); f != nullptr && *f) std::ofstream(f) << msg << "\n";
+  return code;
+}
+
+}  // namespace
+
+int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::ProcessGroup> world) {
+  const int rank = world->rank();
+  const auto& tr = spec.train();
+  const auto& m = spec.model();
+  const parallel::Layout layout = parallel::LayoutFromSpec(spec.parallel());
+  // The data: every rank reads the same corpus and draws the same batches.
+  std::string data_path = spec.data().path().empty() ? data::kDefaultCorpus : spec.data().path();
+  auto tokens = data::LoadTokens(data_path, spec.data().format(), spec.data().tokens_dtype(), m.vocab());
+  if (!tokens.ok()) return Fail(rank, 2, absl::StrCat("data.path: ", tokens.status().message()));
+  data::Split split = data::SplitTokens(*tokens, spec.data().val_fraction(), spec.data().seed());
+  auto sampler = data::Sampler::Create(&split.train, m.seq_len(), tr.seed());
+  if (!sampler.ok()) return Fail(rank, 2, sampler.status().message());
+
+  auto mesh = dtensor::DeviceMesh::Create(world, parallel::MeshOf(layout));
+  if (!mesh.ok()) return Fail(rank, 2, absl::StrCat("device mesh: ", mesh.status().message()));
+  std::vector<std::unique_ptr<compiler::Communicator>> owned;
+  compiler::CommunicatorMap comms;
+  for (int d = 0; d < (*mesh)->ndim(); ++d) {
+    if ((*mesh)->shape().sizes[d] == 1) continue;
+    owned.push_back(compiler::MakeProcessGroupCommunicator((*mesh)->group(d)));
+    comms[(*mesh)->shape().names[d]] = owned.back().get();
+  }
+  if (rank == 0) {
+    std::printf("loom worker: %s model, %d layers, d_model %d, %d heads; mesh %s over %d ranks\n",
+                m.family().c_str(), m.n_layer(), m.d_model(), m.n_head(),
+                (*mesh)->shape().ToString().c_str(), world->size());
+    std::printf("compiling...\n");
+    std::fflush(stdout);
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  auto trainer = parallel::ParallelTrainer::Create(spec, layout, rank, comms);
+  if (!trainer.ok()) {
+    bool config = absl::IsInvalidArgument(trainer.status()) || absl::IsUnimplemented(trainer.status());
+    return Fail(rank, config ? 2 : 1, trainer.status().message());
+  }
+  std::unique_ptr<train::RunReporter> report;
+  if (rank == 0) {
+    double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    std::printf("compiled in %.2fs\n", compile_s);
+    auto r = train::RunReporter::Open(spec, train::RunFolder(spec), "");
+    if (!r.ok()) return Fail(rank, 1, r.status().message());
+    report = std::move(*r);
+  }
+  const int64_t B = tr.batch_size(), T = m.seq_len();
+  Tensor x = Tensor::MustEmpty({B, T}, DType::kI32), y = Tensor::MustEmpty({B, T}, DType::kI32);
+  for (int step = 1; step <= tr.steps(); ++step) {
+    const auto step_start = std::chrono::steady_clock::now();
+    sampler->Next(B, &x, &y);
+    auto loss = (*trainer)->Step(x, y);
+    if (!loss.ok()) return Fail(rank, 1, absl::StrCat("step ", step, ": ", loss.status().message()));
+    if (report) {
+      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
+      absl::Status s = report->Step(step, *loss, jobspec::ScheduledLearningRate(tr, step), dt);
+      if (!s.ok()) return Fail(rank, 1, s.message());
+    }
+  }
+  if (report) {
+    if (absl::Status s = report->Finish(); !s.ok()) return Fail(rank, 1, s.message());
+    std::printf("run folder: %s (metrics.jsonl, metrics.prom, events.out.tfevents.*, loss.svg, job.yaml)\n",
+                report->dir().c_str());
+  }
+  // Nobody leaves before everyone is done (a late peer's last collective).
+  auto w = world->Barrier({});
+  if (w.ok()) (void)(*w)->Wait();
+  return 0;
+}
+
+}  // namespace loom::launch

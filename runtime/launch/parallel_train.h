@@ -1,0 +1,21 @@
+// The training loop of one rank of a multi-rank job (`loom worker`, world > 1).
+//
+// Every rank builds the (dp, tp) device mesh over the world process group,
+// binds a communicator per mesh dimension, compiles the localized training
+// step (parallel/trainer.h) and draws the same global batches as the
+// single-process run (same sampler and seed); each rank uses its dp block.
+// Rank 0 reports: progress lines, the run folder's metrics (run_reporter.h)
+// and LOOM_PROGRESS_FILE. Returns the worker's exit code (0, 1 runtime
+// failure, 2 bad configuration); failures also go to LOOM_ERROR_FILE.
+#pragma once
+
+#include <memory>
+
+#include "collectives/process_group.h"
+#include "proto/loom/v1/job.pb.h"
+
+namespace loom::launch {
+
+int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::ProcessGroup> world);
+
+}  // namespace loom::launch

@@ -1,0 +1,61 @@
+// What a training run leaves in its run folder and prints, shared by
+// `loom train` and the ranks of a parallel job (rank 0 reports):
+//
+//   job.yaml             the spec with defaults
+//   metrics.jsonl        one JSON object per logged step and per validation
+//   metrics.prom         Prometheus text (train_metrics.h), also served live
+//                        with --metrics-listen / LOOM_METRICS_LISTEN
+//   events.out.tfevents.*  TensorBoard scalars (tb_events.h)
+//   loss.svg             the loss curve, at Finish
+// Progress lines go to stdout ("step 10/300 | loss ... | tok/s | ETA"), one
+// line per log_every steps, or redrawn in place on a terminal. Under an agent,
+// LOOM_PROGRESS_FILE gets "<step> <checkpoint_step>" after every step.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "proto/loom/v1/job.pb.h"
+#include "runtime/train/tb_events.h"
+#include "runtime/train/train_metrics.h"
+
+namespace loom::train {
+
+// run_dir, or runs/<name>-<local time>.
+std::string RunFolder(const v1::JobSpec& spec);
+
+class RunReporter {
+ public:
+  // Creates `dir` and its files. `metrics_listen` ("" = off) serves /metrics.
+  static absl::StatusOr<std::unique_ptr<RunReporter>> Open(const v1::JobSpec& spec, const std::string& dir,
+                                                           const std::string& metrics_listen);
+
+  // After optimizer step `step` (1-based) with its loss and learning rate.
+  absl::Status Step(int64_t step, double loss, double lr, double step_seconds);
+  absl::Status Validation(int64_t step, double val_loss, double baseline);
+  // Flushes everything and writes loss.svg.
+  absl::Status Finish();
+
+  const std::string& dir() const { return dir_; }
+
+ private:
+  RunReporter() = default;
+  v1::JobSpec spec_;
+  std::string dir_;
+  std::ofstream jsonl_;
+  TrainMetrics prom_;
+  std::unique_ptr<EventWriter> events_;
+  bool tty_ = false;
+  std::chrono::steady_clock::time_point start_;
+  std::vector<std::pair<int64_t, double>> curve_, val_curve_;
+};
+
+// Writes "<step> <checkpoint_step>" to LOOM_PROGRESS_FILE when it is set.
+void ReportProgress(int64_t step, int64_t checkpoint_step);
+
+}  // namespace loom::train
