@@ -7,6 +7,7 @@
 #include "base/status.h"
 #include "compiler/fused_kernel.h"
 #include "compiler/ir/verifier.h"
+#include "kernels/spmd_ops.h"
 
 namespace loom::compiler {
 namespace {
@@ -29,12 +30,19 @@ absl::StatusOr<ops::KernelFn> CollectiveKernel(const Node& n, const Communicator
   LOOM_ASSIGN_OR_RETURN(ReduceKind kind, ParseReduceKind(n.attrs.GetString("reduce", "sum")));
   const std::string op = n.op;
   int64_t axis = n.attrs.GetInt("axis", 0);
-  return ops::KernelFn([comm, kind, op, axis](absl::Span<const Tensor> in, absl::Span<Tensor> out,
+  const int64_t ignore = n.attrs.GetInt("ignore_index", -100);
+  return ops::KernelFn([comm, kind, op, axis, ignore](absl::Span<const Tensor> in, absl::Span<Tensor> out,
                                               const ops::Attrs&) -> absl::Status {
     int ax = static_cast<int>(axis < 0 ? axis + in[0].ndim() : axis);
     if (op == "all_reduce") return comm->AllReduce(in[0], out[0], kind);
     if (op == "all_gather") return comm->AllGather(in[0], out[0], ax);
     if (op == "reduce_scatter") return comm->ReduceScatter(in[0], out[0], ax, kind);
+    if (op == "vocab_onehot")  // kernels/spmd_ops.cc: one-hot of this rank's vocabulary block
+      return ops::VocabOnehotBlock(in[0], out[0], out[1], comm->rank(), ignore);
+    if (op == "shard_slice") {  // kernels/spmd_ops.cc: this rank's block, no communication
+      const int64_t len = out[0].shape()[ax];
+      return out[0].CopyFrom(in[0].Narrow(ax, comm->rank() * len, len));
+    }
     return absl::UnimplementedError(absl::StrCat("no communicator call for collective op ", op));
   });
 }

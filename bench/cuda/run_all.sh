@@ -41,5 +41,7 @@ ratio=$($PY -c "print(f'{$best_l / $best_t:.3f}' if $best_t > 0 else 'nan')")
 ok=$($PY -c "print('PASS' if $best_t > 0 and $best_l / $best_t >= 0.95 else 'FAIL')")
 [ "$ok" = PASS ] || status=1
 echo "GEMM bf16 8192^3: loom ${best_l} TFLOP/s, torch ${best_t} TFLOP/s, ratio ${ratio} (must reach 0.95): ${ok}" | tee -a "$O/gemm.txt"
+echo "== flash attention checks and SDPA (run_sdpa.sh)"
+bash bench/cuda/run_sdpa.sh || status=1
 echo "run_all: $([ $status = 0 ] && echo ALL PASS || echo SOME FAILED)"
 exit $status

@@ -10,11 +10,12 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 BAZEL_ARGS=${BAZEL_ARGS:-}
 targets="//bench/cuda:gpu_check //bench/cuda:gemm_bench //bench/cuda:kernel_bench //kernels/cuda:caching_allocator_test //kernels/cuda:cuda_kernels_test"
+targets="$targets //bench/cuda:attention_check //bench/cuda:sdpa_bench"  # flash attention (run_sdpa.sh)
 bazel $BAZEL_ARGS build --jobs=2 $targets
 bin=$(bazel $BAZEL_ARGS info bazel-bin 2>/dev/null)
 rm -rf .device/bin .device/lib
 mkdir -p .device/bin .device/lib
-for t in bench/cuda/gpu_check bench/cuda/gemm_bench bench/cuda/kernel_bench kernels/cuda/caching_allocator_test kernels/cuda/cuda_kernels_test; do
+for t in bench/cuda/gpu_check bench/cuda/gemm_bench bench/cuda/kernel_bench kernels/cuda/caching_allocator_test kernels/cuda/cuda_kernels_test bench/cuda/attention_check bench/cuda/sdpa_bench; do
   cp "$bin/$t" .device/bin/
   # Every non-CUDA, non-libc shared library the binary needs.
   ldd "$bin/$t" | awk '$3 ~ /^\// {print $3}' |

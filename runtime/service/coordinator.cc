@@ -91,6 +91,8 @@ Coordinator::Coordinator(const CoordinatorOptions& o, std::unique_ptr<JobStore> 
     m_agents_ = m->AddGauge("loom_agents_alive", "Registered agents with a recent heartbeat.");
     m_submitted_ = m->AddCounter("loom_jobs_submitted_total", "Job submissions by result.", {"result"});
     m_restarts_ = m->AddCounter("loom_job_restarts_total", "Group restarts of jobs.");
+    m_steps_ = m->AddCounter("loom_job_steps_total",
+                             "Training steps completed, summed over jobs (each job's step as its rank 0 reports it).");
     m_sched_latency_ = m->AddHistogram("loom_scheduling_latency_seconds", "Time from submission to placement.",
                                        {}, metrics::DefaultBuckets());
   }

@@ -143,6 +143,7 @@ class Coordinator {
   metrics::Family<metrics::Gauge>* m_agents_ = nullptr;
   metrics::Family<metrics::Counter>* m_submitted_ = nullptr;
   metrics::Family<metrics::Counter>* m_restarts_ = nullptr;
+  metrics::Family<metrics::Counter>* m_steps_ = nullptr;
   metrics::Family<metrics::Histogram>* m_sched_latency_ = nullptr;
 };
 

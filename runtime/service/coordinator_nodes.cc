@@ -176,6 +176,8 @@ absl::Status Coordinator::ReportProgress(const v1::ReportProgressRequest& req) {
   auto live = live_.find(id);
   if (IsTerminal(r->state) || req.attempt() != r->restart_count || live == live_.end()) return absl::OkStatus();
   if (!req.rendezvous_address().empty()) live->second.rendezvous_address = req.rendezvous_address();
+  if (m_steps_ != nullptr && req.step() > r->current_step)
+    m_steps_->With({}).Inc(static_cast<double>(req.step() - std::max<int64_t>(0, r->current_step)));
   if (req.step() > r->current_step || req.checkpoint_step() > r->last_checkpoint_step) {
     LOOM_RETURN_IF_ERROR(store_->Update(id, [&](JobRecord& j) {
       j.current_step = std::max(j.current_step, req.step());

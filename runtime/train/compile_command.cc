@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "compiler/compile.h"
 #include "compiler/models/models.h"
+#include "parallel/styles.h"
 #include "runtime/jobspec/jobspec.h"
 
 namespace loom::train {
@@ -30,8 +31,11 @@ int RunCompileCommand(const std::vector<std::string>& args) {
   }
   if (path.empty()) return Fail(2, "usage: loom compile JOB.yaml --dump=STAGE");
   const auto& stages = compiler::StageNames();
-  if (std::find(stages.begin(), stages.end(), stage) == stages.end())
-    return Fail(2, absl::StrCat("--dump: unknown stage '", stage, "' (stages: ", absl::StrJoin(stages, ", "), ")"));
+  // "parallel": the joint graph after sharding propagation with the job's
+  // parallel section (parallel/styles.h), placements and collectives shown.
+  if (stage != "parallel" && std::find(stages.begin(), stages.end(), stage) == stages.end())
+    return Fail(2, absl::StrCat("--dump: unknown stage '", stage, "' (stages: ", absl::StrJoin(stages, ", "),
+                                ", parallel)"));
   auto spec = jobspec::LoadJobSpec(path);
   if (!spec.ok()) return Fail(2, spec.status().message());
   models::BuildOptions bo;
@@ -47,8 +51,15 @@ int RunCompileCommand(const std::vector<std::string>& args) {
   adam.max_norm = spec->train().grad_clip();
   co.adamw = adam;
   co.lower = false;
-  auto c = compiler::Compile(*forward, co);
+  const parallel::Layout layout = parallel::LayoutFromSpec(spec->parallel());
+  auto c = stage == "parallel"
+               ? parallel::CompileParallel(*forward, co, spec->model(), bo.batch, layout)
+               : compiler::Compile(*forward, co);
   if (!c.ok()) return Fail(1, c.status().message());
+  if (stage == "parallel")
+    std::printf("# mesh %s, zero_stage=%d, sequence_parallel=%s; value types are per-rank (local) shapes\n",
+                parallel::MeshOf(layout).ToString().c_str(), layout.zero_stage,
+                layout.sequence_parallel ? "true" : "false");
   auto text = c->Dump(stage);
   if (!text.ok()) return Fail(2, text.status().message());
   std::fputs(text->c_str(), stdout);

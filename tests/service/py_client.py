@@ -1,12 +1,14 @@
 """A Python client of Loom's JobService, from stubs that protoc and
 grpc_python_plugin generated from proto/loom/v1 (Debian's python3-grpcio).
 
-usage: py_client.py ADDR DATA_DIR
+usage: py_client.py ADDR DATA_DIR [--train RUN_DIR STEPS]
 
 Submits a 4-rank job (dp=2 x tp=2), retries it with the same idempotency key,
 watches it to the end, streams its logs, and checks the API's status codes on
 bad calls. Prints one "ok ..." line per check; exits non-zero on the first
-failure.
+failure. Without --train the agents' workers are expected to print
+"rank R of 4"; with --train the job trains a small GPT for STEPS steps into
+RUN_DIR and rank 0's log must show the last step.
 """
 import os
 import sys
@@ -33,7 +35,7 @@ def expect_code(call, code, needle=""):
     fail("expected %s, the call succeeded" % code)
 
 
-def main(addr, data_dir):
+def main(addr, data_dir, train=None):
     token = open(os.path.join(data_dir, "token")).read().strip()
     auth = [("authorization", "Bearer " + token)]
     channel = grpc.insecure_channel(addr, options=[("grpc.enable_http_proxy", 0)])
@@ -47,6 +49,12 @@ def main(addr, data_dir):
     spec.model.seq_len = 16
     spec.parallel.dp = 2
     spec.parallel.tp = 2
+    if train:
+        spec.run_dir, steps = train[0], int(train[1])
+        spec.train.steps = steps
+        spec.train.batch_size = 4
+        spec.train.log_every = steps
+        spec.train.eval_every = steps
     req = service_pb2.SubmitJobRequest(spec=spec, idempotency_key="py-key-1", wait_for_capacity=True)
     first = jobs.SubmitJob(req, metadata=auth, timeout=10)
     again = jobs.SubmitJob(req, metadata=auth, timeout=10)
@@ -55,7 +63,7 @@ def main(addr, data_dir):
     print("ok submit %s world_size=%d" % (first.job.job_id, first.job.world_size))
 
     final = None
-    for ev in jobs.WatchJob(service_pb2.WatchJobRequest(job_id=first.job.job_id), metadata=auth, timeout=60):
+    for ev in jobs.WatchJob(service_pb2.WatchJobRequest(job_id=first.job.job_id), metadata=auth, timeout=240):
         final = ev.job
     if final is None or service_pb2.JobState.Name(final.state) != "SUCCEEDED":
         fail("job did not succeed: %s" % final)
@@ -65,11 +73,17 @@ def main(addr, data_dir):
     logs = jobs.StreamLogs(service_pb2.StreamLogsRequest(job_id=first.job.job_id), metadata=auth, timeout=30)
     for chunk in logs:
         by_rank[chunk.rank] = by_rank.get(chunk.rank, b"") + chunk.data
-    for rank in range(4):
-        want = ("rank %d of 4\n" % rank).encode()
-        if by_rank.get(rank) != want:
-            fail("rank %d log: %r" % (rank, by_rank.get(rank)))
-    print("ok logs 4 ranks")
+    if train:
+        want = ("step %d/%d" % (steps, steps)).encode()
+        if want not in by_rank.get(0, b""):
+            fail("rank 0 log lacks %r: %r" % (want, by_rank.get(0)))
+        print("ok logs rank 0 trained")
+    else:
+        for rank in range(4):
+            want = ("rank %d of 4\n" % rank).encode()
+            if by_rank.get(rank) != want:
+                fail("rank %d log: %r" % (rank, by_rank.get(rank)))
+        print("ok logs 4 ranks")
 
     listed = jobs.ListJobs(service_pb2.ListJobsRequest(name_prefix="py-"), metadata=auth, timeout=10)
     if [j.job_id for j in listed.jobs] != [first.job.job_id]:
@@ -93,4 +107,7 @@ def main(addr, data_dir):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1], sys.argv[2])
+    if len(sys.argv) == 6 and sys.argv[3] == "--train":
+        main(sys.argv[1], sys.argv[2], (sys.argv[4], sys.argv[5]))
+    else:
+        main(sys.argv[1], sys.argv[2])

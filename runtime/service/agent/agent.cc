@@ -294,7 +294,10 @@ void Agent::ReapAndEscalate() {
       ++it;
     }
   }
-  if (!reports.empty()) ShipLogs();  // the exited ranks' last lines first
+  if (!reports.empty()) {
+    ShipLogs();  // the exited ranks' last lines and final progress first
+    ShipProgress();
+  }
   for (const auto& r : reports) {
     v1::ReportExitResponse resp;
     (void)stub_->ReportExit(Ctx(5000).get(), r, &resp);

@@ -1,0 +1,110 @@
+# PyTorch's SDPA backends (flash, efficient, cudnn, math) at the shapes of
+# sdpa_bench, bf16, causal and not, timed the same way (CUDA events around each
+# iteration after warm-up, median): forward and forward+backward TFLOP/s with
+# forward FLOPs 4 B H T^2 D (halved when causal) and forward+backward 3.5x.
+# Each backend's output is checked against the math backend on a slice.
+# With --loom=FILE (sdpa_bench's output) it prints Loom's figures beside the
+# backends and the ratios to the fastest backend and to the flash backend.
+#   python3 torch_sdpa.py [--iters=N] [--loom=FILE] [--no-math]
+import re
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+SHAPES = [(4, 16, 4096, 128), (8, 12, 1024, 64), (2, 16, 8192, 128)]
+BACKENDS = [("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFICIENT_ATTENTION),
+            ("cudnn", SDPBackend.CUDNN_ATTENTION), ("math", SDPBackend.MATH)]
+
+
+def timed(fn, iters, warmup=3):
+    for _ in range(warmup):
+        fn()
+    ev = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
+    ev[0].record()
+    for i in range(iters):
+        fn()
+        ev[i + 1].record()
+    torch.cuda.synchronize()
+    ms = sorted(ev[i].elapsed_time(ev[i + 1]) for i in range(iters))
+    return ms[len(ms) // 2]
+
+
+def main():
+    iters, loom_file, math_ok = 20, None, True
+    for a in sys.argv[1:]:
+        if a.startswith("--iters="): iters = int(a[8:])
+        elif a.startswith("--loom="): loom_file = a[7:]
+        elif a == "--no-math": math_ok = False
+    print(f"torch {torch.__version__} on {torch.cuda.get_device_name(0)}; cudnn {torch.backends.cudnn.version()}")
+    torch.manual_seed(0)
+    results = {}
+    for (b, h, t, d) in SHAPES:
+        q, k, v = (torch.randn(b, h, t, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
+        dout = torch.randn(b, h, t, d, device="cuda", dtype=torch.bfloat16)
+        for causal in (False, True):
+            flops = 4.0 * b * h * t * t * d / (2 if causal else 1)
+            ref = None
+            with torch.no_grad():
+                qs, ks, vs = q[:1, :2].double(), k[:1, :2].double(), v[:1, :2].double()
+                with sdpa_kernel(SDPBackend.MATH):
+                    ref = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal)
+            for name, be in BACKENDS:
+                if name == "math" and (not math_ok or t > 4096):
+                    continue
+                try:
+                    with sdpa_kernel(be):
+                        out = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                        rel = ((out[:1, :2].double() - ref).norm() / ref.norm()).item()
+
+                        def fwd():
+                            with torch.no_grad():
+                                F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
+                        def fwdbwd():
+                            o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+                            o.backward(dout)
+
+                        ms_f = timed(fwd, iters)
+                        ms_fb = timed(fwdbwd, max(3, iters // 2))
+                        q.grad = k.grad = v.grad = None
+                except Exception as e:  # a backend that does not take this shape
+                    print(f"RESULT impl=torch_{name} B={b} H={h} T={t} D={d} causal={int(causal)} unavailable: "
+                          f"{str(e).splitlines()[0][:100]}")
+                    continue
+                tf, tfb = flops / (ms_f * 1e-3) / 1e12, 3.5 * flops / (ms_fb * 1e-3) / 1e12
+                ok = rel < 1e-2
+                results[(b, h, t, d, int(causal), name)] = (tf, tfb)
+                print(f"RESULT impl=torch_{name} B={b} H={h} T={t} D={d} causal={int(causal)} fwd_ms={ms_f:.3f} "
+                      f"fwd_tflops={tf:.1f} fwdbwd_ms={ms_fb:.3f} fwdbwd_tflops={tfb:.1f} check_rel={rel:.2e} "
+                      f"{'CHECK_OK' if ok else 'CHECK_FAILED'}", flush=True)
+        del q, k, v, dout
+        torch.cuda.empty_cache()
+    if not loom_file:
+        return
+    loom = {}
+    for line in open(loom_file):
+        m = re.search(r"impl=loom_flash B=(\d+) H=(\d+) T=(\d+) D=(\d+) causal=(\d).*fwd_tflops=([\d.]+).*"
+                      r"fwdbwd_tflops=([\d.]+)", line)
+        if m:
+            loom[tuple(int(x) for x in m.groups()[:5])] = (float(m.group(6)), float(m.group(7)))
+    print("\nSDPA bf16 TFLOP/s: Loom flash vs PyTorch backends (fwd | fwd+bwd)")
+    print(f"{'shape':<26}{'causal':<7}{'loom':>14}{'torch flash':>14}{'best torch':>22}{'loom/best':>14}"
+          f"{'loom/flash':>14}")
+    for key, (lf, lfb) in sorted(loom.items()):
+        per = {n: results.get(key + (n,)) for n, _ in BACKENDS}
+        per = {n: r for n, r in per.items() if r}
+        if not per:
+            continue
+        bf = max(per.items(), key=lambda kv: kv[1][0])
+        bfb = max(per.items(), key=lambda kv: kv[1][1])
+        fl = per.get("flash", (float("nan"), float("nan")))
+        shape = f"B{key[0]} H{key[1]} T{key[2]} D{key[3]}"
+        print(f"{shape:<26}{key[4]:<7}{lf:>6.0f} | {lfb:<5.0f}{fl[0]:>6.0f} | {fl[1]:<5.0f}"
+              f"{bf[1][0]:>6.0f} {bf[0]:<6}| {bfb[1][1]:.0f} {bfb[0]:<6}"
+              f"{lf / bf[1][0]:>6.2f} | {lfb / bfb[1][1]:<5.2f}{lf / fl[0]:>6.2f} | {lfb / fl[1]:<5.2f}")
+
+
+if __name__ == "__main__":
+    main()

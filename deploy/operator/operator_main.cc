@@ -1,0 +1,9 @@
+// Standalone `loom operator` binary (see operator_command.h).
+#include <string>
+#include <vector>
+
+#include "deploy/operator/operator_command.h"
+
+int main(int argc, char** argv) {
+  return loom::k8s::RunOperatorCommand(std::vector<std::string>(argv + 1, argv + argc));
+}

@@ -1,0 +1,599 @@
+#include "deploy/operator/reconciler.h"
+
+#include <cstdio>
+#include <fstream>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "runtime/jobspec/jobspec.h"
+
+namespace loom::k8s {
+namespace {
+
+std::string Fnv1a(const std::string& s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char buf[17];
+  snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+std::string Rfc3339(absl::Time t) { return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", t, absl::UTCTimeZone()); }
+
+absl::Time ParseTime(const Json& v, absl::Time fallback) {
+  if (!v.is_string()) return fallback;
+  absl::Time t;
+  std::string err;
+  if (!absl::ParseTime("%Y-%m-%dT%H:%M:%SZ", v.get<std::string>(), &t, &err)) return fallback;
+  return t;
+}
+
+std::string RandomToken() {
+  std::ifstream f("/dev/urandom", std::ios::binary);
+  std::string raw(32, '\0');
+  f.read(&raw[0], raw.size());
+  return absl::BytesToHexString(raw);
+}
+
+const Json& At(const Json& j, const char* k) {
+  static const Json kNull;
+  return j.is_object() && j.contains(k) ? j[k] : kNull;
+}
+
+int IntAt(const Json& j, const char* k, int def) {
+  const Json& v = At(j, k);
+  return v.is_number_integer() ? v.get<int>() : def;
+}
+
+Json Labels(const std::string& job, const std::string& role) {
+  return {
+      {kJobLabel, job}, {kRoleLabel, role}, {"app.kubernetes.io/name", "loom"}, {"app.kubernetes.io/part-of", "loom"}};
+}
+
+Json Meta(const Json& job, const std::string& name, const std::string& role) {
+  const Json& md = job["metadata"];
+  return {{"name", name},
+          {"namespace", md.value("namespace", "")},
+          {"labels", Labels(md["name"], role)},
+          {"ownerReferences",
+           {{{"apiVersion", "loom.dev/v1"},
+             {"kind", "TrainingJob"},
+             {"name", md["name"]},
+             {"uid", md.value("uid", "")},
+             {"controller", true},
+             {"blockOwnerDeletion", true}}}}};
+}
+
+// Stamps the spec hash (over everything but the hash itself).
+Json Stamp(Json obj) {
+  obj["metadata"]["annotations"][kHashAnnotation] = Fnv1a(obj.dump());
+  return obj;
+}
+
+std::string HashOf(const Json& obj) {
+  const Json& a = At(At(obj, "metadata"), "annotations");
+  return a.is_object() ? a.value(kHashAnnotation, "") : "";
+}
+
+bool OwnedBy(const Json& obj, const std::string& uid) {
+  for (const Json& r : At(At(obj, "metadata"), "ownerReferences"))
+    if (r.value("uid", "") == uid) return true;
+  return false;
+}
+
+int GpusOf(const Json& spec) {
+  for (const char* which : {"limits", "requests"}) {
+    const Json& v = At(At(At(spec, "resources"), which), "nvidia.com/gpu");
+    int n = 0;
+    if (v.is_number_integer()) return v.get<int>();
+    if (v.is_string() && absl::SimpleAtoi(v.get<std::string>(), &n)) return n;
+  }
+  return 0;
+}
+
+void SetCondition(Json& status, const std::string& type, bool value, const std::string& reason,
+                  const std::string& message, int64_t generation, absl::Time now) {
+  Json& conds = status["conditions"];
+  if (!conds.is_array()) conds = Json::array();
+  std::string s = value ? "True" : "False";
+  for (Json& c : conds) {
+    if (c.value("type", "") != type) continue;
+    if (c.value("status", "") != s) c["lastTransitionTime"] = Rfc3339(now);
+    c["status"] = s;
+    c["reason"] = reason;
+    c["message"] = message;
+    c["observedGeneration"] = generation;
+    return;
+  }
+  if (!value) return;  // absent means False
+  conds.push_back({{"type", type},
+                   {"status", s},
+                   {"reason", reason},
+                   {"message", message},
+                   {"observedGeneration", generation},
+                   {"lastTransitionTime", Rfc3339(now)}});
+}
+
+// Sets status.state and makes the matching condition the only True one among
+// the phase conditions (Created stays True once set).
+void SetState(Json& status, const std::string& state, const std::string& reason, const std::string& message,
+              int64_t gen, absl::Time now) {
+  status["state"] = state;
+  for (const char* t : {"Running", "Restarting", "Succeeded", "Failed", "Suspended"})
+    if (state != t) SetCondition(status, t, false, reason, message, gen, now);
+  SetCondition(status, state, true, reason, message, gen, now);
+}
+
+bool Terminal(const Json& status) {
+  std::string s = status.value("state", "");
+  return s == "Succeeded" || s == "Failed";
+}
+
+std::string AgentName(const std::string& job, int i) { return absl::StrCat(job, "-agent-", i); }
+
+}  // namespace
+
+Reconciler::Reconciler(KubeApi* api, CoordinatorConnector connect, ReconcilerOptions opts)
+    : api_(api), connect_(std::move(connect)), opts_(std::move(opts)) {}
+
+Json Reconciler::DesiredChildren(const Json& job, const ReconcilerOptions& opts) {
+  const Json& spec = job["spec"];
+  const Json& md = job["metadata"];
+  const std::string name = md["name"];
+  const std::string ns = md.value("namespace", "");
+  const bool suspended = At(At(spec, "runPolicy"), "suspend").is_boolean() && spec["runPolicy"]["suspend"].get<bool>();
+  const std::string image = spec.value("image", opts.default_image);
+  const std::string secret = name + "-token";
+  const std::string svc = name + "-coordinator";
+  const int nodes = IntAt(spec, "numNodes", 1);
+  const int nproc = IntAt(spec, "nprocPerNode", 1);
+  const int gpus = GpusOf(spec);
+  const Json& gang = At(At(spec, "scheduling"), "gang");
+  const bool pod_group = At(gang, "podGroup").is_boolean() && gang["podGroup"].get<bool>();
+  std::string address = absl::StrCat(svc, ".", ns, ".svc:7070");
+  Json out = Json::array();
+
+  Json sec = {{"apiVersion", "v1"},
+              {"kind", "Secret"},
+              {"metadata", Meta(job, secret, "token")},
+              {"type", "Opaque"},
+              {"data", {{"token", ""}}}};
+  out.push_back(sec);
+
+  Json coord_labels = Labels(name, "coordinator");
+  Json service = {{"apiVersion", "v1"},
+                  {"kind", "Service"},
+                  {"metadata", Meta(job, svc, "coordinator")},
+                  {"spec",
+                   {{"selector", coord_labels},
+                    {"ports",
+                     {{{"name", "grpc"}, {"port", 7070}, {"targetPort", 7070}},
+                      {{"name", "metrics"}, {"port", 7071}, {"targetPort", 7071}}}}}}};
+  out.push_back(Stamp(service));
+
+  Json token_env = {{"name", "LOOM_TOKEN"}, {"valueFrom", {{"secretKeyRef", {{"name", secret}, {"key", "token"}}}}}};
+  Json coord_container = {
+      {"name", "coordinator"},
+      {"image", image},
+      {"command",
+       {"loom", "coordinator", "--listen", "0.0.0.0:7070", "--metrics-listen", "0.0.0.0:7071", "--data-dir",
+        "/var/lib/loom"}},
+      {"ports", {{{"name", "grpc"}, {"containerPort", 7070}}, {{"name", "metrics"}, {"containerPort", 7071}}}},
+      {"volumeMounts",
+       {{{"name", "data"}, {"mountPath", "/var/lib/loom"}},
+        {{"name", "token"}, {"mountPath", "/var/lib/loom/token"}, {"subPath", "token"}}}}};
+  Json coord_volumes = {{{"name", "data"}, {"emptyDir", Json::object()}},
+                        {{"name", "token"}, {"secret", {{"secretName", secret}, {"defaultMode", 0400}}}}};
+  const std::string tls =
+      At(At(spec, "tls"), "secretName").is_string() ? spec["tls"]["secretName"].get<std::string>() : "";
+  if (!tls.empty()) {
+    coord_container["command"].insert(coord_container["command"].end(),
+                                      {"--tls-cert", "/etc/loom/tls/tls.crt", "--tls-key", "/etc/loom/tls/tls.key"});
+    coord_container["volumeMounts"].push_back({{"name", "tls"}, {"mountPath", "/etc/loom/tls"}, {"readOnly", true}});
+    coord_volumes.push_back({{"name", "tls"}, {"secret", {{"secretName", tls}}}});
+  }
+  Json deploy = {{"apiVersion", "apps/v1"},
+                 {"kind", "Deployment"},
+                 {"metadata", Meta(job, svc, "coordinator")},
+                 {"spec",
+                  {{"replicas", suspended ? 0 : 1},
+                   {"strategy", {{"type", "Recreate"}}},
+                   {"selector", {{"matchLabels", coord_labels}}},
+                   {"template",
+                    {{"metadata", {{"labels", coord_labels}}},
+                     {"spec", {{"containers", {coord_container}}, {"volumes", coord_volumes}}}}}}}};
+  out.push_back(Stamp(deploy));
+
+  if (pod_group) {
+    Json pg = {{"apiVersion", "scheduling.x-k8s.io/v1alpha1"},
+               {"kind", "PodGroup"},
+               {"metadata", Meta(job, name, "podgroup")},
+               {"spec", {{"minMember", nodes}, {"scheduleTimeoutSeconds", IntAt(gang, "timeoutSeconds", 600)}}}};
+    out.push_back(Stamp(pg));
+  }
+
+  const Json& overlay = At(spec, "template");
+  for (int i = 0; i < nodes; ++i) {
+    const std::string pod = AgentName(name, i);
+    Json container = {{"name", "agent"},
+                      {"image", image},
+                      {"command",
+                       {"loom", "agent", "--coordinator", address, "--cpu-slots", std::to_string(nproc), "--gpus",
+                        std::to_string(gpus > 0 ? nproc : 0), "--hostname", pod, "--data-dir", "/var/lib/loom/agent"}},
+                      {"env", {token_env, {{"name", "LOOM_NODE_RANK"}, {"value", std::to_string(i)}}}}};
+    if (spec.contains("resources")) container["resources"] = spec["resources"];
+    Json podspec = {{"restartPolicy", "Always"}, {"hostname", pod}, {"containers", {container}}};
+    Json meta = Meta(job, pod, "agent");
+    meta["labels"]["loom.dev/node-rank"] = std::to_string(i);
+    if (pod_group) meta["labels"]["scheduling.x-k8s.io/pod-group"] = name;
+    const Json& sched = At(spec, "scheduling");
+    if (At(gang, "schedulerName").is_string()) podspec["schedulerName"] = gang["schedulerName"];
+    if (At(sched, "priorityClassName").is_string()) podspec["priorityClassName"] = sched["priorityClassName"];
+    if (At(sched, "queue").is_string()) meta["labels"]["loom.dev/queue"] = sched["queue"];
+    // Pod template overlay: labels/annotations merged, spec merged (JSON merge
+    // patch) except containers, whose first entry merges into the agent
+    // container with env and volumeMounts appended.
+    if (overlay.is_object()) {
+      const Json& om = At(overlay, "metadata");
+      for (const char* k : {"labels", "annotations"})
+        if (At(om, k).is_object())
+          for (auto& [key, v] : om[k].items())
+            if (!meta[k].contains(key)) meta[k][key] = v;
+      Json os = At(overlay, "spec");
+      if (os.is_object()) {
+        Json oc = os.contains("containers") && os["containers"].is_array() && !os["containers"].empty()
+                      ? os["containers"][0]
+                      : Json();
+        os.erase("containers");
+        podspec.merge_patch(os);
+        if (oc.is_object()) {
+          Json& c = podspec["containers"][0];
+          for (const char* k : {"env", "volumeMounts"}) {
+            if (At(oc, k).is_array()) {
+              if (!c.contains(k)) c[k] = Json::array();
+              for (const Json& e : oc[k]) c[k].push_back(e);
+              oc.erase(k);
+            }
+          }
+          oc.erase("name");
+          c.merge_patch(oc);
+        }
+      }
+    }
+    out.push_back(Stamp({{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", podspec}}));
+  }
+  return out;
+}
+
+absl::StatusOr<bool> Reconciler::Ensure(const Resource& r, const std::string& ns, const Json& desired) {
+  const std::string name = desired["metadata"]["name"];
+  auto cur = api_->Get(r, ns, name);
+  if (absl::IsNotFound(cur.status())) {
+    auto created = api_->Create(r, ns, desired);
+    if (absl::IsAlreadyExists(created.status())) return false;
+    if (!created.ok()) return created.status();
+    return true;
+  }
+  if (!cur.ok()) return cur.status();
+  const std::string uid = desired["metadata"]["ownerReferences"][0].value("uid", "");
+  if (!OwnedBy(*cur, uid))
+    return absl::FailedPreconditionError(
+        absl::StrCat(r.plural, " ", name, " exists and is not owned by this TrainingJob"));
+  if (r.plural == "secrets" || HashOf(*cur) == HashOf(desired)) return true;
+  if (r.plural == "pods") {  // pods are immutable: replace
+    absl::Status s = api_->Delete(r, ns, name);
+    if (!s.ok() && !absl::IsNotFound(s)) return s;
+    return false;
+  }
+  Json next = desired;
+  next["metadata"]["resourceVersion"] = (*cur)["metadata"]["resourceVersion"];
+  if (r.plural == "services" && At(At(*cur, "spec"), "clusterIP").is_string())
+    next["spec"]["clusterIP"] = (*cur)["spec"]["clusterIP"];
+  auto upd = api_->Update(r, ns, next);
+  if (!upd.ok()) return upd.status();
+  return true;
+}
+
+absl::Status Reconciler::Finalize(const std::string& ns, Json job) {
+  const std::string name = job["metadata"]["name"];
+  const Json& status = At(job, "status");
+  const std::string job_id = status.is_object() ? status.value("jobId", "") : "";
+  if (!job_id.empty() && !Terminal(status)) {
+    // Best effort: deleting the pods below kills the ranks anyway.
+    auto token = api_->Get(kSecrets, ns, name + "-token");
+    if (token.ok()) {
+      std::string tok;
+      absl::Base64Unescape(At(At(*token, "data"), "token").get<std::string>(), &tok);
+      std::string addr = opts_.coordinator_address ? opts_.coordinator_address(ns, name)
+                                                   : absl::StrCat(name, "-coordinator.", ns, ".svc:7070");
+      if (auto c = connect_(addr, tok)) (void)c->Cancel(job_id);
+    }
+  }
+  auto pods = api_->List(kPods, ns, {absl::StrCat(kJobLabel, "=", name)});
+  if (!pods.ok()) return pods.status();
+  for (const Json& p : (*pods)["items"]) {
+    absl::Status s = api_->Delete(kPods, ns, p["metadata"]["name"]);
+    if (!s.ok() && !absl::IsNotFound(s)) return s;
+  }
+  for (const auto& [r, n] : std::vector<std::pair<Resource, std::string>>{{kDeployments, name + "-coordinator"},
+                                                                          {kServices, name + "-coordinator"},
+                                                                          {kSecrets, name + "-token"},
+                                                                          {kPodGroups, name}}) {
+    absl::Status s = api_->Delete(r, ns, n);
+    if (!s.ok() && !absl::IsNotFound(s)) return s;
+  }
+  Json& fin = job["metadata"]["finalizers"];
+  Json kept = Json::array();
+  for (const Json& f : fin)
+    if (f != kFinalizer) kept.push_back(f);
+  fin = kept;
+  auto upd = api_->Update(kTrainingJobs, ns, job);
+  if (!upd.ok() && !absl::IsNotFound(upd.status())) return upd.status();
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std::string& name) {
+  ReconcileResult result;
+  const absl::Time now = opts_.now();
+  auto got = api_->Get(kTrainingJobs, ns, name);
+  if (absl::IsNotFound(got.status())) {
+    result.gone = true;
+    return result;
+  }
+  if (!got.ok()) return got.status();
+  Json job = *got;
+  Json& md = job["metadata"];
+  if (md.contains("deletionTimestamp")) {
+    bool has = false;
+    for (const Json& f : At(md, "finalizers")) has |= f == kFinalizer;
+    if (has) {
+      absl::Status s = Finalize(ns, job);
+      if (!s.ok()) return s;
+    }
+    result.gone = true;
+    return result;
+  }
+  bool has_finalizer = false;
+  for (const Json& f : At(md, "finalizers")) has_finalizer |= f == kFinalizer;
+  if (!has_finalizer) {
+    if (!md.contains("finalizers")) md["finalizers"] = Json::array();
+    md["finalizers"].push_back(kFinalizer);
+    auto upd = api_->Update(kTrainingJobs, ns, job);
+    if (!upd.ok()) return upd.status();
+    job = *upd;
+  }
+  const Json& spec = job["spec"];
+  const std::string uid = job["metadata"].value("uid", "");
+  const int64_t gen = job["metadata"].value("generation", 1);
+  const Json& run_policy = At(spec, "runPolicy");
+  const bool suspended = At(run_policy, "suspend").is_boolean() && run_policy["suspend"].get<bool>();
+  const int nodes = IntAt(spec, "numNodes", 1);
+  Json status = job.contains("status") && job["status"].is_object() ? job["status"] : Json::object();
+  const Json old_status = status;
+  const bool terminal = Terminal(status);
+
+  // --- children
+  Json children = DesiredChildren(job, opts_);
+  for (const Json& c : children) {
+    const std::string kind = c["kind"];
+    if (kind == "Pod") continue;
+    Json desired = c;
+    Resource r = kind == "Secret"       ? kSecrets
+                 : kind == "Service"    ? kServices
+                 : kind == "Deployment" ? kDeployments
+                                        : kPodGroups;
+    if (kind == "Secret") desired["data"]["token"] = absl::Base64Escape(RandomToken());
+    auto ok = Ensure(r, ns, desired);
+    if (!ok.ok()) return ok.status();
+    if (!*ok) result.requeue = true;
+  }
+  auto pods = api_->List(kPods, ns, {absl::StrCat(kJobLabel, "=", name, ",", kRoleLabel, "=agent")});
+  if (!pods.ok()) return pods.status();
+  const std::string clean =
+      At(run_policy, "cleanPodPolicy").is_string() ? run_policy["cleanPodPolicy"].get<std::string>() : "Running";
+  const int want = suspended || (terminal && clean != "None") ? 0 : nodes;
+  std::map<std::string, Json> existing;
+  int active = 0, ready = 0, failed = 0, succeeded = 0;
+  for (const Json& p : (*pods)["items"]) {
+    existing[p["metadata"]["name"]] = p;
+    std::string phase = At(At(p, "status"), "phase").is_string() ? p["status"]["phase"].get<std::string>() : "Pending";
+    if (phase == "Failed")
+      failed++;
+    else if (phase == "Succeeded")
+      succeeded++;
+    else
+      active++;
+    for (const Json& c : At(At(p, "status"), "conditions"))
+      if (c.value("type", "") == "Ready" && c.value("status", "") == "True") ready++;
+  }
+  std::set<std::string> wanted;
+  for (const Json& c : children) {
+    if (c["kind"] != "Pod") continue;
+    const std::string pod = c["metadata"]["name"];
+    int idx = std::stoi(c["metadata"]["labels"]["loom.dev/node-rank"].get<std::string>());
+    if (idx >= want) continue;
+    wanted.insert(pod);
+    auto it = existing.find(pod);
+    if (it != existing.end()) {
+      std::string phase =
+          At(At(it->second, "status"), "phase").is_string() ? it->second["status"]["phase"].get<std::string>() : "";
+      if (phase == "Failed" || phase == "Succeeded") {  // replace a dead agent pod
+        absl::Status s = api_->Delete(kPods, ns, pod);
+        if (!s.ok() && !absl::IsNotFound(s)) return s;
+        result.requeue = true;
+        continue;
+      }
+    }
+    auto ok = Ensure(kPods, ns, c);
+    if (!ok.ok()) return ok.status();
+    if (!*ok) result.requeue = true;
+  }
+  for (const auto& [pod, p] : existing) {
+    if (wanted.count(pod)) continue;
+    if (!OwnedBy(p, uid)) continue;
+    std::string phase = At(At(p, "status"), "phase").is_string() ? p["status"]["phase"].get<std::string>() : "Pending";
+    if (terminal && clean == "Running" && (phase == "Succeeded" || phase == "Failed")) continue;
+    absl::Status s = api_->Delete(kPods, ns, pod);
+    if (!s.ok() && !absl::IsNotFound(s)) return s;
+  }
+  status["replicaStatuses"] = {{"active", active}, {"ready", ready}, {"failed", failed}, {"succeeded", succeeded}};
+  SetCondition(status, "Created", true, "ChildrenCreated", "coordinator and agent pods created", gen, now);
+  if (!status.contains("state")) status["state"] = "Created";
+  if (!status.contains("attempt")) status["attempt"] = 0;
+
+  // --- the Loom job
+  std::string addr = opts_.coordinator_address ? opts_.coordinator_address(ns, name)
+                                               : absl::StrCat(name, "-coordinator.", ns, ".svc:7070");
+  if (At(At(job["metadata"], "annotations"), "loom.dev/coordinator-address").is_string())
+    addr = job["metadata"]["annotations"]["loom.dev/coordinator-address"];
+  auto connect = [&]() -> std::unique_ptr<CoordinatorClient> {
+    auto sec = api_->Get(kSecrets, ns, name + "-token");
+    if (!sec.ok()) return nullptr;
+    std::string tok;
+    const Json& d = At(At(*sec, "data"), "token");
+    if (!d.is_string() || !absl::Base64Unescape(d.get<std::string>(), &tok)) return nullptr;
+    return connect_(addr, tok);
+  };
+  std::string job_id = status.value("jobId", "");
+  if (suspended) {
+    if (!terminal) {
+      if (!job_id.empty()) {
+        auto c = connect();
+        if (!c) return absl::UnavailableError("coordinator unreachable: cannot cancel for suspend");
+        absl::Status s = c->Cancel(job_id);
+        if (!s.ok() && !absl::IsNotFound(s) && !absl::IsFailedPrecondition(s)) return s;
+        status["jobId"] = "";
+        status["attempt"] = status.value("attempt", 0) + 1;
+      }
+      SetState(status, "Suspended", "Suspended", "runPolicy.suspend is true: scaled to zero", gen, now);
+    }
+  } else if (!terminal) {
+    auto c = connect();
+    if (!c) {
+      result.requeue = true;
+      result.requeue_after = absl::Seconds(2);
+      if (status.value("state", "") == "Suspended")
+        SetState(status, "Created", "Resumed", "waiting for the coordinator", gen, now);
+    } else {
+      absl::StatusOr<v1::JobStatus> js;
+      if (job_id.empty()) {
+        auto parsed = jobspec::ParseJobSpecYaml(At(spec, "job").dump());
+        if (!parsed.ok()) {
+          SetState(status, "Failed", "InvalidSpec", std::string(parsed.status().message()), gen, now);
+        } else {
+          v1::JobSpec jspec = *parsed;
+          if (jspec.name().empty()) jspec.set_name(name);
+          jspec.set_max_restarts(IntAt(run_policy, "backoffLimit", jspec.max_restarts()));
+          const Json& sched = At(spec, "scheduling");
+          if (At(sched, "priority").is_number_integer()) jspec.set_priority(sched["priority"].get<int>());
+          js = c->Submit(jspec, absl::StrCat(uid, "-", status.value("attempt", 0)));
+          if (js.ok())
+            status["jobId"] = js->job_id();
+          else if (absl::IsInvalidArgument(js.status()) || absl::IsFailedPrecondition(js.status()))
+            SetState(status, "Failed", "SubmitRejected", std::string(js.status().message()), gen, now);
+        }
+      } else {
+        js = c->Get(job_id);
+        if (absl::IsNotFound(js.status())) {
+          status["jobId"] = "";  // coordinator lost its state: resubmit
+          status["attempt"] = status.value("attempt", 0) + 1;
+          result.requeue = true;
+        }
+      }
+      if (js.ok()) {
+        const v1::JobStatus& j = *js;
+        std::string msg = absl::StrCat("loom job ", j.job_id(), " ", v1::JobState_Name(j.state()));
+        switch (j.state()) {
+          case v1::RUNNING:
+            SetState(status, "Running", "JobRunning", msg, gen, now);
+            break;
+          case v1::RESTARTING:
+            SetState(status, "Restarting", "JobRestarting", msg, gen, now);
+            break;
+          case v1::SUCCEEDED:
+            SetState(status, "Succeeded", "JobSucceeded", msg, gen, now);
+            break;
+          case v1::FAILED:
+          case v1::CANCELLED:
+            SetState(status, "Failed", j.state() == v1::FAILED ? "JobFailed" : "JobCancelled",
+                     j.root_cause().empty() ? msg : absl::StrCat(msg, ": ", j.root_cause()), gen, now);
+            break;
+          default:  // PENDING, SCHEDULED
+            if (j.restart_count() > 0) {
+              // Re-queued after a restart (e.g. a lost agent): still restarting.
+              SetState(status, "Restarting", "JobRequeued", msg, gen, now);
+            } else if (status.value("state", "") == "Suspended") {
+              SetState(status, "Created", "Resumed", msg, gen, now);
+            }
+            break;
+        }
+        status["restartCount"] = j.restart_count();
+        status["currentStep"] = j.current_step();
+        status["lastCheckpointStep"] = j.last_checkpoint_step();
+        status["rootCauseRank"] = j.root_cause_rank();
+        status["rootCause"] = j.root_cause();
+        int steps = IntAt(At(At(spec, "job"), "train"), "steps", 0);
+        status["progress"] = absl::StrCat(j.current_step(), "/", steps);
+        if (j.state() == v1::RUNNING && !status.contains("startTime")) status["startTime"] = Rfc3339(now);
+      } else if (!js.status().ok() && !absl::IsNotFound(js.status()) && !Terminal(status)) {
+        result.requeue = true;
+        result.requeue_after = absl::Seconds(2);
+      }
+      // activeDeadlineSeconds, counted from the first Running.
+      const int ads = IntAt(run_policy, "activeDeadlineSeconds", 0);
+      if (ads > 0 && status.contains("startTime") && !Terminal(status) &&
+          now - ParseTime(status["startTime"], now) > absl::Seconds(ads)) {
+        if (!status.value("jobId", "").empty()) (void)c->Cancel(status["jobId"]);
+        SetState(status, "Failed", "DeadlineExceeded", absl::StrCat("running longer than ", ads, "s"), gen, now);
+      }
+    }
+    // Gang scheduling without a PodGroup: all agent pods ready within the timeout.
+    const Json& gang = At(At(spec, "scheduling"), "gang");
+    if (At(gang, "enabled").is_boolean() && gang["enabled"].get<bool>() &&
+        !(At(gang, "podGroup").is_boolean() && gang["podGroup"].get<bool>()) && !Terminal(status)) {
+      if (ready >= nodes) {
+        status.erase("gangWaitStart");
+      } else if (!status.contains("gangWaitStart")) {
+        status["gangWaitStart"] = Rfc3339(now);
+      } else if (now - ParseTime(status["gangWaitStart"], now) > absl::Seconds(IntAt(gang, "timeoutSeconds", 300))) {
+        for (const auto& [pod, p] : existing) (void)api_->Delete(kPods, ns, pod);  // roll back the attempt
+        status["gangWaitStart"] = Rfc3339(now);
+        SetCondition(status, "Restarting", true, "GangTimeout",
+                     absl::StrCat("only ", ready, " of ", nodes, " agent pods ready in time: recreated"), gen, now);
+      }
+    }
+  }
+  if (Terminal(status) && !status.contains("completionTime")) status["completionTime"] = Rfc3339(now);
+  status["observedGeneration"] = gen;
+
+  if (status != old_status) {
+    Json next = job;
+    next["status"] = status;
+    auto upd = api_->UpdateStatus(kTrainingJobs, ns, next);
+    if (!upd.ok()) return upd.status();
+  }
+  if (Terminal(status)) {
+    const int ttl = IntAt(run_policy, "ttlSecondsAfterFinished", -1);
+    if (ttl >= 0) {
+      absl::Time done = ParseTime(status["completionTime"], now);
+      if (now >= done + absl::Seconds(ttl)) {
+        absl::Status s = api_->Delete(kTrainingJobs, ns, name);
+        if (!s.ok() && !absl::IsNotFound(s)) return s;
+        result.requeue = true;  // finalize next
+      } else {
+        result.requeue = true;
+        result.requeue_after = done + absl::Seconds(ttl) - now;
+      }
+    }
+  } else if (!result.requeue) {
+    result.requeue = true;
+    result.requeue_after = opts_.poll_interval;  // poll the coordinator
+  }
+  return result;
+}
+
+}  // namespace loom::k8s

@@ -1,0 +1,91 @@
+// Level-triggered, idempotent reconcile of one TrainingJob (loom.dev/v1).
+//
+// Each Reconcile(ns, name) reads the job and its children and makes one pass
+// toward the desired state; running it again with nothing changed makes no
+// writes. Children (all labelled loom.dev/job=<name>, owned by the job with a
+// controller ownerReference, and stamped with a loom.dev/spec-hash annotation):
+//   Secret     <name>-token        bearer token for the coordinator (made once)
+//   Service    <name>-coordinator  gRPC :7070
+//   Deployment <name>-coordinator  `loom coordinator`, replicas 0 when suspended
+//   Pod        <name>-agent-<i>    `loom agent`, i < numNodes (0 when suspended)
+//   PodGroup   <name>              only with scheduling.gang.podGroup
+// The job gets the finalizer loom.dev/cleanup; on deletion the reconciler
+// cancels the Loom job, deletes the children and then drops the finalizer.
+//
+// The Loom job is submitted through the coordinator (CoordinatorClient) with
+// idempotency key "<uid>-<attempt>" and max_restarts = runPolicy.backoffLimit;
+// its JobStatus maps to status.state and conditions:
+//   PENDING, SCHEDULED -> Created (Restarting once restart_count > 0);
+//   RUNNING -> Running;  RESTARTING -> Restarting;
+//   SUCCEEDED -> Succeeded;  FAILED, CANCELLED -> Failed;  suspend -> Suspended.
+// Suspend cancels the Loom job and scales to zero; resume submits attempt+1,
+// which continues from the latest checkpoint in spec.job.checkpoint.dir.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "deploy/operator/kube_client.h"
+#include "proto/loom/v1/service.pb.h"
+
+namespace loom::k8s {
+
+// The coordinator's JobService, as the reconciler needs it.
+class CoordinatorClient {
+ public:
+  virtual ~CoordinatorClient() = default;
+  virtual absl::StatusOr<v1::JobStatus> Submit(const v1::JobSpec& spec, const std::string& key) = 0;
+  virtual absl::StatusOr<v1::JobStatus> Get(const std::string& job_id) = 0;
+  virtual absl::Status Cancel(const std::string& job_id) = 0;
+};
+
+// Makes a client for a coordinator address and token (nullptr: unreachable).
+using CoordinatorConnector =
+    std::function<std::unique_ptr<CoordinatorClient>(const std::string& address, const std::string& token)>;
+
+// gRPC implementation over loom.v1.JobService (insecure channel, bearer token).
+std::unique_ptr<CoordinatorClient> MakeGrpcCoordinatorClient(const std::string& address, const std::string& token);
+
+struct ReconcilerOptions {
+  std::string default_image = "loom";
+  std::function<absl::Time()> now = [] { return absl::Now(); };
+  // How often a live job's coordinator status is polled.
+  absl::Duration poll_interval = absl::Seconds(5);
+  // Coordinator address for a job; default "<name>-coordinator.<ns>.svc:7070".
+  // The annotation loom.dev/coordinator-address overrides it per job.
+  std::function<std::string(const std::string& ns, const std::string& name)> coordinator_address;
+};
+
+struct ReconcileResult {
+  bool requeue = false;
+  absl::Duration requeue_after = absl::ZeroDuration();
+  bool gone = false;  // the job no longer exists
+};
+
+class Reconciler {
+ public:
+  Reconciler(KubeApi* api, CoordinatorConnector connect, ReconcilerOptions opts = {});
+  absl::StatusOr<ReconcileResult> Reconcile(const std::string& ns, const std::string& name);
+
+  // The children the job wants right now (for `loom operator --render` and
+  // tests); secrets get an empty token.
+  static Json DesiredChildren(const Json& job, const ReconcilerOptions& opts);
+
+ private:
+  absl::Status Finalize(const std::string& ns, Json job);
+  absl::StatusOr<bool> Ensure(const Resource& r, const std::string& ns, const Json& desired);
+
+  KubeApi* api_;
+  CoordinatorConnector connect_;
+  ReconcilerOptions opts_;
+};
+
+inline constexpr char kFinalizer[] = "loom.dev/cleanup";
+inline constexpr char kJobLabel[] = "loom.dev/job";
+inline constexpr char kRoleLabel[] = "loom.dev/role";
+inline constexpr char kHashAnnotation[] = "loom.dev/spec-hash";
+
+}  // namespace loom::k8s

@@ -1,0 +1,170 @@
+#include "kernels/cuda/attention/attention_checks.h"
+
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/rng.h"
+#include "base/status.h"
+#include "base/tensor.h"
+#include "kernels/cuda/attention/attention_reference.h"
+#include "kernels/cuda/attention/attention_source_hash.h"
+#include "kernels/cuda/attention/flash_attention.h"
+#include "kernels/cuda/cuda_device.h"
+#include "kernels/cuda/device_runtime.h"
+
+namespace loom::cuda {
+namespace {
+
+using Vec = std::vector<double>;
+
+struct Case {
+  DType dtype;
+  int64_t batch, heads, kv_heads, seq_q, seq_k, head_dim;
+  bool causal;
+  bool deterministic = false;
+};
+
+double RelErr(const Vec& out, const Vec& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(out[i])) return INFINITY;
+    num += (out[i] - ref[i]) * (out[i] - ref[i]);
+    den += ref[i] * ref[i];
+  }
+  if (den == 0) return num == 0 ? 0 : INFINITY;
+  return std::sqrt(num / den);
+}
+
+class Harness {
+ public:
+  Harness(DeviceRuntime* rt, uint64_t seed) : rt_(rt), seed_(seed) {}
+  // Random normal values rounded to dtype, on the device; `values` gets them.
+  absl::StatusOr<Tensor> Random(std::vector<int64_t> shape, DType dt, Vec* values) {
+    Philox rng(seed_, ++stream_);
+    Vec v(NumElements(shape));
+    for (size_t i = 0; i < v.size(); ++i) v[i] = rng.Normal(i);
+    Tensor host = Tensor::FromVector(shape, v, dt);
+    *values = host.ToVector();
+    return ToDevice(host, rt_->device());
+  }
+  absl::StatusOr<Tensor> Poisoned(std::vector<int64_t> shape, DType dt) {
+    LOOM_ASSIGN_OR_RETURN(Tensor t, rt_->Empty(shape, dt));
+    LOOM_RETURN_IF_ERROR(FillBytes(t.raw_data(), t.nbytes(), 0xFF, rt_->compute_stream()));
+    return t;
+  }
+  absl::StatusOr<Vec> Down(const Tensor& t) {
+    LOOM_RETURN_IF_ERROR(rt_->SynchronizeCompute());
+    LOOM_ASSIGN_OR_RETURN(Tensor h, ToHost(t));
+    return h.ToVector();
+  }
+  DeviceRuntime* rt() const { return rt_; }
+
+ private:
+  DeviceRuntime* rt_;
+  uint64_t seed_;
+  uint64_t stream_ = 0;
+};
+
+absl::StatusOr<std::vector<std::pair<std::string, double>>> CheckCase(Harness& h, const Case& c) {
+  const DType dt = c.dtype;
+  const std::vector<int64_t> qs = {c.batch, c.heads, c.seq_q, c.head_dim};
+  const std::vector<int64_t> ks = {c.batch, c.kv_heads, c.seq_k, c.head_dim};
+  Vec q, k, v, dout;
+  LOOM_ASSIGN_OR_RETURN(Tensor dq_in, h.Random(qs, dt, &q));
+  LOOM_ASSIGN_OR_RETURN(Tensor dk_in, h.Random(ks, dt, &k));
+  LOOM_ASSIGN_OR_RETURN(Tensor dv_in, h.Random(ks, dt, &v));
+  LOOM_ASSIGN_OR_RETURN(Tensor ddo, h.Random(qs, dt, &dout));
+  LOOM_ASSIGN_OR_RETURN(Tensor o, h.Poisoned(qs, dt));
+  LOOM_ASSIGN_OR_RETURN(Tensor lse, h.Poisoned({c.batch, c.heads, c.seq_q}, DType::kF32));
+  LOOM_ASSIGN_OR_RETURN(Tensor dq, h.Poisoned(qs, dt));
+  LOOM_ASSIGN_OR_RETURN(Tensor dk, h.Poisoned(ks, dt));
+  LOOM_ASSIGN_OR_RETURN(Tensor dv, h.Poisoned(ks, dt));
+  FlashAttnArgs a;
+  a.dtype = dt;
+  a.batch = c.batch, a.heads = c.heads, a.kv_heads = c.kv_heads;
+  a.seq_q = c.seq_q, a.seq_k = c.seq_k, a.head_dim = c.head_dim;
+  a.causal = c.causal;
+  a.deterministic = c.deterministic;
+  a.q = dq_in.raw_data(), a.k = dk_in.raw_data(), a.v = dv_in.raw_data();
+  a.o = o.raw_data(), a.lse = lse.data<float>();
+  a.dout = ddo.raw_data(), a.dq = dq.raw_data(), a.dk = dk.raw_data(), a.dv = dv.raw_data();
+  const int64_t ws_floats = (FlashAttentionBwdWorkspaceBytes(a) + 3) / 4;
+  LOOM_ASSIGN_OR_RETURN(Tensor ws, h.Poisoned({ws_floats}, DType::kF32));
+  a.workspace = ws.raw_data();
+  a.stream = h.rt()->compute_stream();
+  LOOM_RETURN_IF_ERROR(FlashAttentionForward(a));
+  LOOM_RETURN_IF_ERROR(FlashAttentionBackward(a));
+
+  ref::SdpaShape s;
+  s.batch = c.batch, s.heads = c.heads, s.kv_heads = c.kv_heads;
+  s.seq_q = c.seq_q, s.seq_k = c.seq_k, s.head_dim = c.head_dim;
+  s.causal = c.causal;
+  s.scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  Vec ro, rlse, rdq, rdk, rdv;
+  ref::SdpaForward(s, q, k, v, &ro, &rlse);
+  ref::SdpaBackward(s, q, k, v, dout, &rdq, &rdk, &rdv);
+  std::vector<std::pair<std::string, double>> errs;
+  LOOM_ASSIGN_OR_RETURN(Vec go, h.Down(o));
+  errs.push_back({"o", RelErr(go, ro)});
+  LOOM_ASSIGN_OR_RETURN(Vec glse, h.Down(lse));
+  errs.push_back({"lse", RelErr(glse, rlse)});
+  LOOM_ASSIGN_OR_RETURN(Vec gdq, h.Down(dq));
+  errs.push_back({"dq", RelErr(gdq, rdq)});
+  LOOM_ASSIGN_OR_RETURN(Vec gdk, h.Down(dk));
+  errs.push_back({"dk", RelErr(gdk, rdk)});
+  LOOM_ASSIGN_OR_RETURN(Vec gdv, h.Down(dv));
+  errs.push_back({"dv", RelErr(gdv, rdv)});
+  return errs;
+}
+
+}  // namespace
+
+const char* AttentionSourceHash() { return LOOM_CUDA_ATTENTION_SOURCE_HASH; }
+
+absl::StatusOr<std::vector<CheckResult>> RunAttentionChecks(const CheckOptions& opts) {
+  LOOM_RETURN_IF_ERROR(CudaAvailable());
+  LOOM_ASSIGN_OR_RETURN(DeviceRuntime * rt, DeviceRuntime::Get(0));
+  LOOM_RETURN_IF_ERROR(rt->MakeCurrent());
+  Harness h(rt, opts.seed);
+  const DType bf = DType::kBF16, hf = DType::kF16;
+  std::vector<Case> cases = {
+      {bf, 2, 4, 4, 200, 200, 64, false},  {bf, 2, 4, 4, 200, 200, 64, true},
+      {bf, 1, 4, 2, 333, 333, 128, false}, {bf, 1, 4, 2, 333, 333, 128, true},
+      {bf, 1, 2, 2, 100, 257, 128, false}, {bf, 1, 2, 2, 257, 100, 128, true},
+      {bf, 1, 3, 1, 17, 17, 64, true},     {bf, 1, 2, 2, 128, 128, 128, true},
+      {hf, 1, 6, 2, 130, 130, 64, true},   {hf, 1, 2, 2, 256, 256, 128, false},
+      {bf, 1, 4, 2, 333, 333, 128, true, true}, {bf, 2, 2, 2, 100, 150, 64, false, true},
+  };
+  if (opts.full) {
+    cases.push_back({bf, 1, 2, 2, 1024, 1024, 128, true});
+    cases.push_back({bf, 2, 4, 1, 777, 777, 64, false});
+  }
+  std::vector<CheckResult> rows;
+  for (const Case& c : cases) {
+    CheckResult r;
+    r.name = absl::StrCat("flash_attention fwd+bwd", c.causal ? " causal" : "",
+                          c.kv_heads != c.heads ? " gqa" : "", c.deterministic ? " det" : "");
+    r.dtype = std::string(DTypeName(c.dtype));
+    r.shape = absl::StrCat("B", c.batch, " H", c.heads, "/", c.kv_heads, " T", c.seq_q, "/", c.seq_k, " D",
+                           c.head_dim);
+    r.tol = 1e-2;
+    auto e = CheckCase(h, c);
+    if (!e.ok()) {
+      r.rel_err = INFINITY;
+      r.detail = std::string(e.status().message());
+    } else {
+      for (auto& kv : *e) {
+        r.rel_err = std::max(r.rel_err, std::isfinite(kv.second) ? kv.second : INFINITY);
+        absl::StrAppend(&r.detail, r.detail.empty() ? "" : " ", kv.first, "=", absl::StrFormat("%.2e", kv.second));
+      }
+      r.pass = std::isfinite(r.rel_err) && r.rel_err <= r.tol;
+    }
+    rows.push_back(std::move(r));
+  }
+  return rows;
+}
+
+}  // namespace loom::cuda

@@ -1,0 +1,25 @@
+// The flash-attention kernels (flash_attention.h) against the fp64 CPU
+// reference (attention_reference.h), as rows of the CUDA check table
+// (kernels/cuda/checks.h: CheckResult, FormatCheckTable).
+//
+// Each case draws fresh random q, k, v and dout (Philox, seeded, normal),
+// rounds them to the dtype, poisons every output with 0xFF bytes (NaN in bf16,
+// f16 and f32), runs forward and backward and compares o, lse, dq, dk and dv by
+// ||out - ref|| / ||ref||: a row passes when all are finite and under 1e-2.
+// Shapes cover D 64 and 128, bf16 and f16, causal and not, GQA, T not a
+// multiple of any tile, and Tq != Tk.
+#pragma once
+
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "kernels/cuda/checks.h"
+
+namespace loom::cuda {
+
+// Unavailable without a device; otherwise one row per case.
+absl::StatusOr<std::vector<CheckResult>> RunAttentionChecks(const CheckOptions& opts);
+// sha256 prefix of kernels/cuda/attention's sources.
+const char* AttentionSourceHash();
+
+}  // namespace loom::cuda

@@ -1,0 +1,118 @@
+// Argument checks for flash_attention.h and the calls into the nvcc-compiled
+// launchers (flash_kernels.h). Without the CUDA toolkit the checks still run
+// and a valid call answers Unavailable.
+#include "kernels/cuda/attention/flash_attention.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "base/status.h"
+
+#ifdef LOOM_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "kernels/cuda/attention/flash_kernels.h"
+#endif
+
+namespace loom::cuda {
+namespace {
+
+absl::Status Bad(const char* op, const char* what, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(op, ": ", what, ": ", why));
+}
+
+absl::Status Validate(const char* op, const FlashAttnArgs& a, bool backward) {
+  if (a.dtype != DType::kBF16 && a.dtype != DType::kF16)
+    return Bad(op, "dtype", absl::StrCat("expected bf16 or f16, got ", DTypeName(a.dtype)));
+  struct Dim {
+    const char* name;
+    int64_t v;
+  };
+  for (const Dim& d : {Dim{"batch", a.batch}, Dim{"heads", a.heads}, Dim{"kv_heads", a.kv_heads},
+                       Dim{"seq_q", a.seq_q}, Dim{"seq_k", a.seq_k}})
+    if (d.v <= 0 || d.v > (int64_t{1} << 30)) return Bad(op, d.name, absl::StrCat("must be in [1, 2^30], got ", d.v));
+  if (a.batch > 65535) return Bad(op, "batch", absl::StrCat("must be <= 65535, got ", a.batch));
+  if (a.heads > 65535) return Bad(op, "heads", absl::StrCat("must be <= 65535, got ", a.heads));
+  if (a.heads % a.kv_heads != 0)
+    return Bad(op, "kv_heads", absl::StrCat("must divide heads (", a.heads, "), got ", a.kv_heads));
+  if (a.head_dim != 64 && a.head_dim != 128)
+    return Bad(op, "head_dim", absl::StrCat("expected 64 or 128, got ", a.head_dim));
+  if (!std::isfinite(a.scale) || a.scale < 0)
+    return Bad(op, "scale", absl::StrCat("must be finite and > 0 (0: 1/sqrt(D)), got ", a.scale));
+  struct Ptr {
+    const char* name;
+    const void* p;
+  };
+  for (const Ptr& p : {Ptr{"q", a.q}, Ptr{"k", a.k}, Ptr{"v", a.v}, Ptr{"o", a.o}, Ptr{"lse", a.lse}})
+    if (p.p == nullptr) return Bad(op, p.name, "null");
+  if (backward)
+    for (const Ptr& p : {Ptr{"dout", a.dout}, Ptr{"dq", a.dq}, Ptr{"dk", a.dk}, Ptr{"dv", a.dv},
+                         Ptr{"workspace", a.workspace}})
+      if (p.p == nullptr) return Bad(op, p.name, "null");
+  return absl::OkStatus();
+}
+
+float Scale(const FlashAttnArgs& a) {
+  return a.scale > 0 ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.head_dim)));
+}
+
+int64_t Rows(const FlashAttnArgs& a) { return a.batch * a.heads * a.seq_q; }
+
+#ifdef LOOM_HAVE_CUDA
+absl::Status CudaStatus(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  std::string msg = absl::StrCat(what, ": ", cudaGetErrorString(e));
+  if (e == cudaErrorNoDevice || e == cudaErrorInsufficientDriver) return absl::UnavailableError(msg);
+  return absl::InternalError(msg);
+}
+
+attn::FlashParams Params(const FlashAttnArgs& a) {
+  attn::FlashParams p;
+  p.bf16 = a.dtype == DType::kBF16 ? 1 : 0;
+  p.batch = static_cast<int>(a.batch), p.heads = static_cast<int>(a.heads);
+  p.kv_heads = static_cast<int>(a.kv_heads);
+  p.seq_q = static_cast<int>(a.seq_q), p.seq_k = static_cast<int>(a.seq_k);
+  p.head_dim = static_cast<int>(a.head_dim);
+  p.causal = a.causal ? 1 : 0;
+  p.deterministic = a.deterministic ? 1 : 0;
+  p.scale = Scale(a);
+  p.q = a.q, p.k = a.k, p.v = a.v, p.o = a.o, p.lse = a.lse;
+  p.dout = a.dout, p.dq = a.dq, p.dk = a.dk, p.dv = a.dv;
+  if (a.workspace != nullptr) {
+    p.dq_accum = static_cast<float*>(a.workspace);
+    p.delta = p.dq_accum + Rows(a) * a.head_dim;
+  }
+  return p;
+}
+#endif
+
+}  // namespace
+
+int64_t FlashAttentionBwdWorkspaceBytes(const FlashAttnArgs& a) {
+  return Rows(a) * (a.head_dim + 1) * static_cast<int64_t>(sizeof(float));
+}
+
+double FlashAttentionForwardFlops(const FlashAttnArgs& a) {
+  double f = 4.0 * a.batch * a.heads * static_cast<double>(a.seq_q) * a.seq_k * a.head_dim;
+  return a.causal && a.seq_q == a.seq_k ? f / 2 : f;
+}
+
+absl::Status FlashAttentionForward(const FlashAttnArgs& a) {
+  LOOM_RETURN_IF_ERROR(Validate("flash_attention", a, false));
+#ifdef LOOM_HAVE_CUDA
+  return CudaStatus(attn::FlashForward(Params(a), static_cast<cudaStream_t>(a.stream)), "flash_attention forward");
+#else
+  return absl::UnavailableError("Loom was built without CUDA (nvcc not found)");
+#endif
+}
+
+absl::Status FlashAttentionBackward(const FlashAttnArgs& a) {
+  LOOM_RETURN_IF_ERROR(Validate("flash_attention_backward", a, true));
+#ifdef LOOM_HAVE_CUDA
+  return CudaStatus(attn::FlashBackward(Params(a), static_cast<cudaStream_t>(a.stream)), "flash_attention backward");
+#else
+  return absl::UnavailableError("Loom was built without CUDA (nvcc not found)");
+#endif
+}
+
+}  // namespace loom::cuda

@@ -1,0 +1,67 @@
+// Loom's flash-attention kernels for sm_90: scaled dot-product attention,
+// forward and backward, over raw device pointers (bf16 or f16, f32 softmax).
+//
+//   q, o, dout, dq: [B, H, Tq, D]    k, v, dk, dv: [B, Hkv, Tk, D]   (contiguous)
+//   lse: [B, H, Tq] f32, the natural-log logsumexp of each row of scale * q k^T
+//   o = softmax(scale * q k^T [+ causal mask]) v,  query head h uses kv head
+//   h / (H / Hkv) (GQA; Hkv must divide H).
+//
+// causal follows PyTorch's is_causal: query i sees keys j <= i (top-left
+// aligned when Tq != Tk). D is 64 or 128. scale 0 means 1/sqrt(D); otherwise it
+// must be finite and > 0. Tq and Tk need not be multiples of any tile.
+// Attention masks and dropout are not handled here (the SDPA dispatcher routes
+// those to other kernels).
+//
+//   FlashAttnArgs a; a.dtype = DType::kBF16; a.batch = 4; a.heads = a.kv_heads = 16;
+//   a.seq_q = a.seq_k = 4096; a.head_dim = 128; a.q = ...; a.o = ...; a.lse = ...;
+//   LOOM_RETURN_IF_ERROR(FlashAttentionForward(a));
+//   // backward: a.dout, a.dq, a.dk, a.dv and FlashAttentionBwdWorkspaceBytes(a)
+//   // bytes of device workspace; o and lse are the forward's.
+//   LOOM_RETURN_IF_ERROR(FlashAttentionBackward(a));
+//
+// Every call validates its arguments first (InvalidArgument naming the
+// argument, also in builds without CUDA), then launches asynchronously on
+// `stream` and returns the launch error. dK and dV are deterministic; dQ is
+// summed with f32 atomics, so its last bits may vary between runs, unless
+// `deterministic` is set.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/status.h"
+#include "base/dtype.h"
+#include "kernels/cuda/caching_allocator.h"
+
+namespace loom::cuda {
+
+struct FlashAttnArgs {
+  DType dtype = DType::kBF16;  // kBF16 or kF16
+  int64_t batch = 0, heads = 0, kv_heads = 0, seq_q = 0, seq_k = 0, head_dim = 0;
+  bool causal = false;
+  float scale = 0.f;  // 0: 1/sqrt(head_dim)
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;
+  // Backward.
+  const void* dout = nullptr;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  void* workspace = nullptr;  // FlashAttentionBwdWorkspaceBytes(args) bytes
+  // dQ by a separate pass over the keys (recomputing P) instead of f32
+  // atomics: bit-identical across runs, at the cost of a second S/dP product.
+  bool deterministic = false;
+  StreamHandle stream = nullptr;
+};
+
+absl::Status FlashAttentionForward(const FlashAttnArgs& a);
+// f32 dQ accumulator and delta = rowsum(dO * O).
+int64_t FlashAttentionBwdWorkspaceBytes(const FlashAttnArgs& a);
+absl::Status FlashAttentionBackward(const FlashAttnArgs& a);
+
+// The forward's FLOPs (4 B H Tq Tk D, halved when causal and Tq == Tk).
+double FlashAttentionForwardFlops(const FlashAttnArgs& a);
+
+}  // namespace loom::cuda

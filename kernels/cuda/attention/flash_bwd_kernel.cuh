@@ -1,0 +1,387 @@
+// Flash-attention backward for sm_90 (FlashAttention-2 schedule on mma.sync).
+//
+// Three launches: (1) delta = rowsum(dO * O) per query row (f32) and zeroing of
+// the f32 dQ accumulator; (2) the main kernel; (3) dQ = scale * accumulator,
+// rounded to the input dtype.
+//
+// The main kernel gives one block of 4 warps 64 keys of one (batch, kv head);
+// each warp owns 16 keys and keeps their dK and dV in registers. The block walks
+// every query head of its GQA group and every query tile of BM rows (causal:
+// only tiles at or past its first key), with Q and dO tiles double-buffered by
+// cp.async. Per tile, with P recomputed from the saved lse:
+//   S^T = K Q^T, P^T = exp(S^T * scale - lse), dV += P^T dO,
+//   dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q,
+// then dS^T goes through shared memory and dQ += dS K is added to the f32
+// accumulator with atomics (so dQ's summation order, and its last bits, vary
+// run to run; dK and dV are deterministic: summed in registers, GQA heads
+// included, with no atomics).
+// The kernels themselves (device code only): flash_bwd.cu launches them, and
+// attention_emulation_test.cc runs them on the CPU through flash_common.cuh's
+// warp emulation (LOOM_ATTN_EMULATE).
+#pragma once
+
+#include <cfloat>
+
+#include "kernels/cuda/attention/flash_common.cuh"
+#include "kernels/cuda/attention/flash_kernels.h"
+
+namespace loom::cuda::attn {
+
+
+constexpr int kBwdBN = 64, kBwdThreads = 128;
+
+template <int D>
+struct BwdCfg {
+  static constexpr int BM = D == 128 ? 32 : 64;  // D=128 at 64 spills
+};
+
+template <bool kBf16>
+__global__ void BwdPreprocessKernel(FlashParams p, int64_t rows) {
+  using E = Elem<kBf16>;
+  using T = typename E::T;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  const int lane = threadIdx.x & 31;
+  if (row >= rows) return;
+  const int D = p.head_dim;
+  const T* o = static_cast<const T*>(p.o) + row * D;
+  const T* d = static_cast<const T*>(p.dout) + row * D;
+  float acc = 0.f;
+  for (int i = lane; i < D; i += 32) acc += E::ToF(o[i]) * E::ToF(d[i]);
+  for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  if (lane == 0) p.delta[row] = acc;
+  float* acc_row = p.dq_accum + row * D;
+  for (int i = lane; i < D; i += 32) acc_row[i] = 0.f;
+}
+
+template <bool kBf16>
+__global__ void BwdConvertDqKernel(const float* acc, void* dq, int64_t n, float scale) {
+  using E = Elem<kBf16>;
+  using T = typename E::T;
+  T* out = static_cast<T*>(dq);
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = E::FromF(acc[i] * scale);
+}
+
+template <int D, bool kBf16, bool kCausal>
+__global__ void __launch_bounds__(kBwdThreads, 1) FlashBwdKernel(FlashParams p) {
+  using E = Elem<kBf16>;
+  using T = typename E::T;
+  constexpr int BN = kBwdBN, BM = BwdCfg<D>::BM, NT = kBwdThreads;
+  constexpr int QW = BM / 16, DW = 4 / QW, DC = D / DW;  // dQ: warp tiling
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  T* sK = reinterpret_cast<T*>(smem_raw);
+  T* sV = sK + BN * D;
+  T* sQ = sV + BN * D;       // 2 stages
+  T* sdO = sQ + 2 * BM * D;  // 2 stages
+  T* sdS = sdO + 2 * BM * D; // [BN keys][BM queries]
+
+  const int n_block = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  const int group = p.heads / p.kv_heads;
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int n0 = n_block * BN;
+  const int64_t bhk = static_cast<int64_t>(b) * p.kv_heads + hk;
+  const T* k = static_cast<const T*>(p.k) + bhk * p.seq_k * D;
+  const T* v = static_cast<const T*>(p.v) + bhk * p.seq_k * D;
+  const int m_begin = kCausal ? n0 / BM : 0;
+  const int m_count = max(0, (p.seq_q + BM - 1) / BM - m_begin);
+  const int total = group * m_count;
+  auto q_of = [&](int it) {
+    const int64_t bh = static_cast<int64_t>(b) * p.heads + hk * group + it / m_count;
+    return static_cast<const T*>(p.q) + bh * p.seq_q * D;
+  };
+  auto do_of = [&](int it) {
+    const int64_t bh = static_cast<int64_t>(b) * p.heads + hk * group + it / m_count;
+    return static_cast<const T*>(p.dout) + bh * p.seq_q * D;
+  };
+  auto m0_of = [&](int it) { return (m_begin + it % m_count) * BM; };
+
+  LoadTile<D, BN, NT>(sK, k, n0, p.seq_k, tid);
+  LoadTile<D, BN, NT>(sV, v, n0, p.seq_k, tid);
+  if (total > 0) {
+    LoadTile<D, BM, NT>(sQ, q_of(0), m0_of(0), p.seq_q, tid);
+    LoadTile<D, BM, NT>(sdO, do_of(0), m0_of(0), p.seq_q, tid);
+  }
+  CpAsyncCommit();
+
+  const float scale_log2 = p.scale * kLog2e;
+  const int kw0 = warp * 16;
+  const int key_a = n0 + kw0 + g;  // this thread's keys: key_a, key_a + 8
+  float dk[D / 8][4], dv[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) dk[i][e] = dv[i][e] = 0.f;
+
+  for (int it = 0; it < total; ++it) {
+    const int stage = it & 1;
+    if (it + 1 < total) {
+      LoadTile<D, BM, NT>(sQ + (stage ^ 1) * BM * D, q_of(it + 1), m0_of(it + 1), p.seq_q, tid);
+      LoadTile<D, BM, NT>(sdO + (stage ^ 1) * BM * D, do_of(it + 1), m0_of(it + 1), p.seq_q, tid);
+    }
+    CpAsyncCommit();
+    CpAsyncWait<1>();
+    __syncthreads();
+    const int64_t bh = static_cast<int64_t>(b) * p.heads + hk * group + it / m_count;
+    const int m0 = m0_of(it);
+    const T* cQ = sQ + stage * BM * D;
+    const T* cdO = sdO + stage * BM * D;
+
+    // S^T = K Q^T and dP^T = V dO^T: 16 keys x BM queries per warp.
+    float st[BM / 8][4], dpt[BM / 8][4];
+#pragma unroll
+    for (int i = 0; i < BM / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) st[i][e] = dpt[i][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+      uint32_t ak[4], av[4];
+      Ldsm4(ak, SmemAddr(sK + Swz<D>(kw0 + (lane & 15), kk * 16 + (lane >> 4) * 8)));
+      Ldsm4(av, SmemAddr(sV + Swz<D>(kw0 + (lane & 15), kk * 16 + (lane >> 4) * 8)));
+#pragma unroll
+      for (int np = 0; np < BM / 16; ++np) {
+        const int row = np * 16 + (lane >> 4) * 8 + (lane & 7), col = kk * 16 + ((lane >> 3) & 1) * 8;
+        uint32_t r[4];
+        Ldsm4(r, SmemAddr(cQ + Swz<D>(row, col)));
+        E::Mma(st[2 * np], ak, r[0], r[1]);
+        E::Mma(st[2 * np + 1], ak, r[2], r[3]);
+        Ldsm4(r, SmemAddr(cdO + Swz<D>(row, col)));
+        E::Mma(dpt[2 * np], av, r[0], r[1]);
+        E::Mma(dpt[2 * np + 1], av, r[2], r[3]);
+      }
+    }
+    // P^T and dS^T = P^T (dP^T - delta).
+    const float* lse = p.lse + bh * p.seq_q;
+    const float* delta = p.delta + bh * p.seq_q;
+#pragma unroll
+    for (int nt = 0; nt < BM / 8; ++nt)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int q = m0 + nt * 8 + 2 * t + c;
+        const bool q_ok = q < p.seq_q;
+        const float l2 = q_ok ? lse[q] * kLog2e : INFINITY;
+        const float dl = q_ok ? delta[q] : 0.f;
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+          const int e = 2 * rr + c, key = key_a + rr * 8;
+          float pv = Exp2(st[nt][e] * scale_log2 - l2);
+          if (key >= p.seq_k || (kCausal && key > q)) pv = 0.f;
+          st[nt][e] = pv;
+          dpt[nt][e] = pv * (dpt[nt][e] - dl);
+        }
+      }
+    // dV += P^T dO and dK += dS^T Q.
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk) {
+      uint32_t ap[4] = {E::Pack(st[2 * kk][0], st[2 * kk][1]), E::Pack(st[2 * kk][2], st[2 * kk][3]),
+                        E::Pack(st[2 * kk + 1][0], st[2 * kk + 1][1]),
+                        E::Pack(st[2 * kk + 1][2], st[2 * kk + 1][3])};
+      uint32_t as[4] = {E::Pack(dpt[2 * kk][0], dpt[2 * kk][1]), E::Pack(dpt[2 * kk][2], dpt[2 * kk][3]),
+                        E::Pack(dpt[2 * kk + 1][0], dpt[2 * kk + 1][1]),
+                        E::Pack(dpt[2 * kk + 1][2], dpt[2 * kk + 1][3])};
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        const int row = kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), col = dp * 16 + (lane >> 4) * 8;
+        uint32_t r[4];
+        Ldsm4T(r, SmemAddr(cdO + Swz<D>(row, col)));
+        E::Mma(dv[2 * dp], ap, r[0], r[1]);
+        E::Mma(dv[2 * dp + 1], ap, r[2], r[3]);
+        Ldsm4T(r, SmemAddr(cQ + Swz<D>(row, col)));
+        E::Mma(dk[2 * dp], as, r[0], r[1]);
+        E::Mma(dk[2 * dp + 1], as, r[2], r[3]);
+      }
+    }
+    // dS^T to shared memory for dQ (not in deterministic mode: FlashBwdDqKernel).
+    if (!p.deterministic) {
+#pragma unroll
+      for (int nt = 0; nt < BM / 8; ++nt)
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr)
+          *reinterpret_cast<uint32_t*>(sdS + Swz<BM>(kw0 + g + rr * 8, nt * 8 + 2 * t)) =
+              E::Pack(dpt[nt][2 * rr], dpt[nt][2 * rr + 1]);
+    }
+    __syncthreads();  // also orders this tile's reads before the next prefetch
+    // dQ[q, :] += dS[q, keys] K[keys, :]: warp = (query tile qt, column part dpart).
+    if (!p.deterministic) {
+      const int qt = warp % QW, dpart = warp / QW;
+      float acc[DC / 8][4];
+#pragma unroll
+      for (int i = 0; i < DC / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        const int mi = lane >> 3;
+        uint32_t a[4];
+        Ldsm4T(a, SmemAddr(sdS + Swz<BM>(kk * 16 + (mi >> 1) * 8 + (lane & 7), qt * 16 + (mi & 1) * 8)));
+#pragma unroll
+        for (int dp = 0; dp < DC / 16; ++dp) {
+          uint32_t r[4];
+          Ldsm4T(r, SmemAddr(sK + Swz<D>(kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7),
+                                         dpart * DC + dp * 16 + (lane >> 4) * 8)));
+          E::Mma(acc[2 * dp], a, r[0], r[1]);
+          E::Mma(acc[2 * dp + 1], a, r[2], r[3]);
+        }
+      }
+      float* dqa = p.dq_accum + bh * p.seq_q * D;
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        const int q = m0 + qt * 16 + g + rr * 8;
+        if (q < p.seq_q) {
+#pragma unroll
+          for (int dt = 0; dt < DC / 8; ++dt) {
+            float* dst = dqa + static_cast<int64_t>(q) * D + dpart * DC + dt * 8 + 2 * t;
+            atomicAdd(dst, acc[dt][2 * rr]);
+            atomicAdd(dst + 1, acc[dt][2 * rr + 1]);
+          }
+        }
+      }
+    }
+  }
+
+  // dK (times scale) and dV of this warp's 16 keys.
+  T* dkp = static_cast<T*>(p.dk) + bhk * p.seq_k * D;
+  T* dvp = static_cast<T*>(p.dv) + bhk * p.seq_k * D;
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const int key = key_a + rr * 8;
+    if (key < p.seq_k) {
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt) {
+        const int64_t off = static_cast<int64_t>(key) * D + dt * 8 + 2 * t;
+        *reinterpret_cast<uint32_t*>(dkp + off) = E::Pack(dk[dt][2 * rr] * p.scale, dk[dt][2 * rr + 1] * p.scale);
+        *reinterpret_cast<uint32_t*>(dvp + off) = E::Pack(dv[dt][2 * rr], dv[dt][2 * rr + 1]);
+      }
+    }
+  }
+}
+
+// Deterministic dQ (FlashAttnArgs::deterministic): one block of 4 warps per 64
+// query rows of one (batch, head) walks the key tiles it can see (K/V double
+// buffered), recomputes P from lse and dS = P (dO V^T - delta), and sums
+// dQ = scale * dS K in registers: a fixed summation order, no atomics.
+constexpr int kDqBM = 64, kDqBN = 64, kDqThreads = 128;
+
+template <int D, bool kBf16, bool kCausal>
+__global__ void __launch_bounds__(kDqThreads, 1) FlashBwdDqKernel(FlashParams p) {
+  using E = Elem<kBf16>;
+  using T = typename E::T;
+  constexpr int BM = kDqBM, BN = kDqBN, NT = kDqThreads;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);
+  T* sdO = sQ + BM * D;
+  T* sK = sdO + BM * D;      // 2 stages
+  T* sV = sK + 2 * BN * D;   // 2 stages
+
+  const int m_block = gridDim.x - 1 - blockIdx.x;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int hk = h / (p.heads / p.kv_heads);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int m0 = m_block * BM;
+  const int64_t bh = static_cast<int64_t>(b) * p.heads + h;
+  const int64_t bhk = static_cast<int64_t>(b) * p.kv_heads + hk;
+  const T* q = static_cast<const T*>(p.q) + bh * p.seq_q * D;
+  const T* dout = static_cast<const T*>(p.dout) + bh * p.seq_q * D;
+  const T* k = static_cast<const T*>(p.k) + bhk * p.seq_k * D;
+  const T* v = static_cast<const T*>(p.v) + bhk * p.seq_k * D;
+  int n_blocks = (p.seq_k + BN - 1) / BN;
+  if (kCausal) n_blocks = min(n_blocks, (m0 + BM - 1 + BN) / BN);
+
+  LoadTile<D, BM, NT>(sQ, q, m0, p.seq_q, tid);
+  LoadTile<D, BM, NT>(sdO, dout, m0, p.seq_q, tid);
+  LoadTile<D, BN, NT>(sK, k, 0, p.seq_k, tid);
+  LoadTile<D, BN, NT>(sV, v, 0, p.seq_k, tid);
+  CpAsyncCommit();
+
+  const float scale_log2 = p.scale * kLog2e;
+  const int row_a = m0 + warp * 16 + g;  // rows row_a, row_a + 8
+  float l2[2], dl[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row_a + r * 8;
+    l2[r] = row < p.seq_q ? p.lse[bh * p.seq_q + row] * kLog2e : INFINITY;
+    dl[r] = row < p.seq_q ? p.delta[bh * p.seq_q + row] : 0.f;
+  }
+  uint32_t qf[D / 16][4], df[D / 16][4];
+  float acc[D / 8][4];
+#pragma unroll
+  for (int i = 0; i < D / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
+
+  for (int j = 0; j < n_blocks; ++j) {
+    const int stage = j & 1;
+    if (j + 1 < n_blocks) {
+      LoadTile<D, BN, NT>(sK + (stage ^ 1) * BN * D, k, (j + 1) * BN, p.seq_k, tid);
+      LoadTile<D, BN, NT>(sV + (stage ^ 1) * BN * D, v, (j + 1) * BN, p.seq_k, tid);
+    }
+    CpAsyncCommit();
+    CpAsyncWait<1>();
+    __syncthreads();
+    if (j == 0) {
+#pragma unroll
+      for (int kk = 0; kk < D / 16; ++kk) {
+        Ldsm4(qf[kk], SmemAddr(sQ + Swz<D>(warp * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8)));
+        Ldsm4(df[kk], SmemAddr(sdO + Swz<D>(warp * 16 + (lane & 15), kk * 16 + (lane >> 4) * 8)));
+      }
+    }
+    const T* cK = sK + stage * BN * D;
+    const T* cV = sV + stage * BN * D;
+    // S = Q K^T and dP = dO V^T: 16 rows x 64 keys per warp.
+    float s[BN / 8][4], dp[BN / 8][4];
+#pragma unroll
+    for (int i = 0; i < BN / 8; ++i)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) s[i][e] = dp[i][e] = 0.f;
+#pragma unroll
+    for (int kk = 0; kk < D / 16; ++kk) {
+#pragma unroll
+      for (int np = 0; np < BN / 16; ++np) {
+        const int row = np * 16 + (lane >> 4) * 8 + (lane & 7), col = kk * 16 + ((lane >> 3) & 1) * 8;
+        uint32_t r[4];
+        Ldsm4(r, SmemAddr(cK + Swz<D>(row, col)));
+        E::Mma(s[2 * np], qf[kk], r[0], r[1]);
+        E::Mma(s[2 * np + 1], qf[kk], r[2], r[3]);
+        Ldsm4(r, SmemAddr(cV + Swz<D>(row, col)));
+        E::Mma(dp[2 * np], df[kk], r[0], r[1]);
+        E::Mma(dp[2 * np + 1], df[kk], r[2], r[3]);
+      }
+    }
+    // dS = P (dP - delta), P = exp(S * scale - lse).
+    const int n0 = j * BN;
+#pragma unroll
+    for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int col = n0 + nt * 8 + 2 * t + (e & 1), row = row_a + (e >> 1) * 8;
+        float pv = Exp2(s[nt][e] * scale_log2 - l2[e >> 1]);
+        if (col >= p.seq_k || (kCausal && col > row)) pv = 0.f;
+        s[nt][e] = pv * (dp[nt][e] - dl[e >> 1]);
+      }
+    // dQ += dS K.
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) {
+      uint32_t a[4] = {E::Pack(s[2 * kk][0], s[2 * kk][1]), E::Pack(s[2 * kk][2], s[2 * kk][3]),
+                       E::Pack(s[2 * kk + 1][0], s[2 * kk + 1][1]), E::Pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+      for (int dq2 = 0; dq2 < D / 16; ++dq2) {
+        uint32_t r[4];
+        Ldsm4T(r, SmemAddr(cK + Swz<D>(kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), dq2 * 16 + (lane >> 4) * 8)));
+        E::Mma(acc[2 * dq2], a, r[0], r[1]);
+        E::Mma(acc[2 * dq2 + 1], a, r[2], r[3]);
+      }
+    }
+    __syncthreads();
+  }
+  T* dq = static_cast<T*>(p.dq) + bh * p.seq_q * D;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row_a + r * 8;
+    if (row < p.seq_q) {
+#pragma unroll
+      for (int dt = 0; dt < D / 8; ++dt)
+        *reinterpret_cast<uint32_t*>(dq + static_cast<int64_t>(row) * D + dt * 8 + 2 * t) =
+            E::Pack(acc[dt][2 * r] * p.scale, acc[dt][2 * r + 1] * p.scale);
+    }
+  }
+}
+
+}  // namespace loom::cuda::attn

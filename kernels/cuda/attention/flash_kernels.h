@@ -1,0 +1,43 @@
+// Internal: raw launchers of the flash-attention kernels (flash_fwd.cu,
+// flash_bwd.cu). Only flash_attention.cc calls these, after validating the
+// arguments; no Loom or Abseil header here so that nvcc needs nothing else.
+// Layouts: q/o/do/dq [B, H, Tq, D], k/v/dk/dv [B, Hkv, Tk, D] contiguous,
+// lse/delta [B, H, Tq] f32, dq_accum [B, H, Tq, D] f32. Each returns the
+// launch error.
+#pragma once
+
+#include <cstdint>
+
+#ifndef LOOM_ATTN_EMULATE
+#include <cuda_runtime.h>
+#endif
+
+namespace loom::cuda::attn {
+
+struct FlashParams {
+  int bf16 = 1;  // 1: bf16, 0: f16
+  int batch = 0, heads = 0, kv_heads = 0, seq_q = 0, seq_k = 0, head_dim = 0;
+  int causal = 0;
+  int deterministic = 0;  // backward: dQ by its own pass instead of atomics
+  float scale = 0;
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;
+  // Backward only.
+  const void* dout = nullptr;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  float* dq_accum = nullptr;
+  float* delta = nullptr;
+};
+
+#ifndef LOOM_ATTN_EMULATE
+cudaError_t FlashForward(const FlashParams& p, cudaStream_t s);
+// Needs o and lse of the forward, and dq_accum/delta workspace.
+cudaError_t FlashBackward(const FlashParams& p, cudaStream_t s);
+#endif
+
+}  // namespace loom::cuda::attn

@@ -1,0 +1,162 @@
+#include "parallel/planner_command.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "base/status.h"
+#include "runtime/jobspec/jobspec.h"
+#include "runtime/jobspec/parallel_check.h"
+
+namespace loom::parallel {
+namespace {
+
+constexpr char kUsage[] =
+    "usage: loom plan JOB.yaml [--world N] [--nproc-per-node N] [--memory-gib X] [--flops-tflops F] "
+    "[--intra-gbps B] [--inter-gbps B] [--json]";
+
+}  // namespace
+
+int SpecWorldSize(const v1::JobSpec& spec) {
+  const auto& p = spec.parallel();
+  const int dp = std::max(1, p.dp());
+  return p.tp_auto() ? dp : dp * std::max(1, p.tp());
+}
+
+Hardware DefaultHardware(const v1::JobSpec& spec) {
+  Hardware hw;  // the CPU defaults (planner.h)
+  hw.world = SpecWorldSize(spec);
+  hw.activation_bytes = spec.train().precision() == "bf16" ? 2 : 4;
+  return hw;
+}
+
+absl::StatusOr<std::unique_ptr<Plan>> ResolveAutoLayout(v1::JobSpec& spec, Hardware hw, int world) {
+  if (!spec.parallel().tp_auto()) return std::unique_ptr<Plan>();
+  hw.world = world > 0 ? world : SpecWorldSize(spec);
+  const int want_zero = spec.parallel().zero_stage();
+  const bool want_sp = spec.parallel().sequence_parallel();
+  auto only = [&](const Layout& l) {
+    if (want_zero > 0 && l.dp > 1 && l.zero_stage != want_zero) return false;
+    if (want_sp && !l.sequence_parallel) return false;
+    return true;
+  };
+  auto plan = MakePlan(spec.model(), spec.train().batch_size(), hw, only);
+  if (!plan.ok()) return Annotate(plan.status(), "parallel.tp: auto");
+  if (plan->winner < 0)
+    return absl::ResourceExhaustedError(absl::StrCat("parallel.tp: auto: ", plan->reason));
+  const Layout& l = plan->ranked[plan->winner].layout;
+  auto* p = spec.mutable_parallel();
+  p->set_dp(l.dp);
+  p->set_tp(l.tp);
+  p->set_zero_stage(l.zero_stage);
+  p->set_sequence_parallel(l.sequence_parallel);
+  p->set_tp_auto(false);
+  return std::make_unique<Plan>(std::move(*plan));
+}
+
+absl::Status WritePlan(const Plan& plan, const std::string& run_dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(run_dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create run folder ", run_dir, ": ", ec.message()));
+  for (auto [name, text] : {std::pair<const char*, std::string>{"plan.txt", FormatPlanTable(plan)},
+                            {"plan.json", PlanToJson(plan)}}) {
+    const std::string path = absl::StrCat(run_dir, "/", name);
+    std::ofstream f(path);
+    f << text;
+    if (!f) return absl::InternalError(absl::StrCat("cannot write ", path));
+  }
+  return absl::OkStatus();
+}
+
+int RunPlanCommand(const std::vector<std::string>& args) { return RunPlanCommand(args, std::cout, std::cerr); }
+
+int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
+  auto fail = [&](int code, absl::string_view msg) {
+    err << "loom plan: " << msg << "\n";
+    return code;
+  };
+  std::string path;
+  bool json = false;
+  int world = 0, npn = 0;
+  double memory_gib = 0, tflops = 0, intra = 0, inter = 0;
+  for (size_t i = 0; i < args.size(); ++i) {
+    std::string a = args[i];
+    if (a == "-h" || a == "--help") {
+      out << kUsage << "\n";
+      return 0;
+    }
+    if (a == "--json") {
+      json = true;
+      continue;
+    }
+    if (a.size() < 2 || a.substr(0, 2) != "--") {
+      if (!a.empty() && a[0] == '-') return fail(2, absl::StrCat("unknown flag '", a, "'\n", kUsage));
+      if (!path.empty()) return fail(2, absl::StrCat("unexpected argument '", a, "'\n", kUsage));
+      path = a;
+      continue;
+    }
+    std::string value;
+    const size_t eq = a.find('=');
+    bool has_value = false;
+    if (eq != std::string::npos) {
+      value = a.substr(eq + 1);
+      a = a.substr(0, eq);
+      has_value = true;
+    }
+    auto take = [&]() -> bool {
+      if (has_value) return true;
+      if (i + 1 >= args.size()) return false;
+      value = args[++i];
+      return true;
+    };
+    auto int_flag = [&](int* dst) -> int {
+      if (!take()) return fail(2, absl::StrCat(a, ": missing value"));
+      if (!absl::SimpleAtoi(value, dst) || *dst <= 0)
+        return fail(2, absl::StrCat(a, ": expected a positive integer, got '", value, "'"));
+      return 0;
+    };
+    auto num_flag = [&](double* dst) -> int {
+      if (!take()) return fail(2, absl::StrCat(a, ": missing value"));
+      if (!absl::SimpleAtod(value, dst) || !(*dst > 0) || !std::isfinite(*dst))
+        return fail(2, absl::StrCat(a, ": expected a positive number, got '", value, "'"));
+      return 0;
+    };
+    int rc;
+    if (a == "--world") rc = int_flag(&world);
+    else if (a == "--nproc-per-node") rc = int_flag(&npn);
+    else if (a == "--memory-gib") rc = num_flag(&memory_gib);
+    else if (a == "--flops-tflops") rc = num_flag(&tflops);
+    else if (a == "--intra-gbps") rc = num_flag(&intra);
+    else if (a == "--inter-gbps") rc = num_flag(&inter);
+    else return fail(2, absl::StrCat("unknown flag '", a, "'\n", kUsage));
+    if (rc != 0) return rc;
+  }
+  if (path.empty()) return fail(2, kUsage);
+  auto loaded = jobspec::LoadJobSpec(path);
+  if (!loaded.ok()) return fail(2, loaded.status().message());
+  const v1::JobSpec& spec = *loaded;
+  Hardware hw = DefaultHardware(spec);
+  if (world > 0) {
+    // An explicit layout in the spec must match the world size asked about.
+    const auto& p = spec.parallel();
+    if (!p.tp_auto() && p.dp() * p.tp() > 1) {
+      absl::Status s = jobspec::CheckWorldSize(world, p.dp(), p.tp());
+      if (!s.ok()) return fail(2, absl::StrCat(path, ": ", s.message(), " (--world ", world, ")"));
+    }
+    hw.world = world;
+  }
+  if (npn > 0) hw.nproc_per_node = npn;
+  if (memory_gib > 0) hw.memory_bytes = memory_gib * (1ull << 30);
+  if (tflops > 0) hw.flops = tflops * 1e12;
+  if (intra > 0) hw.intra_bandwidth = intra * 1e9 / 8;
+  if (inter > 0) hw.inter_bandwidth = inter * 1e9 / 8;
+  auto plan = MakePlan(spec.model(), spec.train().batch_size(), hw);
+  if (!plan.ok()) return fail(2, plan.status().message());
+  out << (json ? PlanToJson(*plan) : FormatPlanTable(*plan));
+  return plan->winner >= 0 ? 0 : 1;
+}
+
+}  // namespace loom::parallel

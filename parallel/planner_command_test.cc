@@ -1,0 +1,172 @@
+// `loom plan` (RunPlanCommand) and tp: auto resolution: the table, --json,
+// bad flags (exit 2 naming the flag), impossible layouts, and plan.txt /
+// plan.json in the run folder.
+#include "parallel/planner_command.h"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "gtest/gtest.h"
+#include "nlohmann/json.hpp"
+#include "runtime/jobspec/jobspec.h"
+
+namespace loom::parallel {
+namespace {
+
+std::string TmpDir() {
+  const char* t = std::getenv("TEST_TMPDIR");
+  return t ? t : "/tmp";
+}
+
+std::string WriteSpec(const std::string& name, const std::string& yaml) {
+  std::string path = TmpDir() + "/" + name;
+  std::ofstream(path) << yaml;
+  return path;
+}
+
+const char kGpt[] =
+    "name: plan-test\n"
+    "model: {family: gpt, n_layer: 2, n_head: 4, d_model: 128, seq_len: 64, vocab: 256}\n"
+    "train: {batch_size: 8}\n";
+
+struct Result {
+  int rc;
+  std::string out, err;
+};
+
+Result RunPlan(std::vector<std::string> args) {
+  std::ostringstream out, err;
+  int rc = RunPlanCommand(args, out, err);
+  return {rc, out.str(), err.str()};
+}
+
+TEST(PlanCommand, PrintsTheRankedTable) {
+  std::string spec = WriteSpec("gpt.yaml", kGpt);
+  Result r = RunPlan({spec, "--world", "4"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("rank layout"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("dp=2 tp=2 zero=0"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("dp=1 tp=4 zero=0 sp"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("choice: "), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fits in memory"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("fastest estimated step"), std::string::npos) << r.out;
+}
+
+TEST(PlanCommand, JsonParses) {
+  std::string spec = WriteSpec("gpt.yaml", kGpt);
+  Result r = RunPlan({spec, "--world=8", "--nproc-per-node", "4", "--memory-gib", "2", "--flops-tflops", "1",
+                  "--intra-gbps", "400", "--inter-gbps", "25", "--json"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  nlohmann::json j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["inputs"]["world"], 8);
+  EXPECT_EQ(j["inputs"]["nproc_per_node"], 4);
+  EXPECT_DOUBLE_EQ(j["inputs"]["inter_bandwidth"].get<double>(), 25e9 / 8);
+  EXPECT_EQ(j["winner"], 0);
+  ASSERT_GT(j["candidates"].size(), 1u);
+  const auto& best = j["candidates"][0];
+  EXPECT_EQ(best["dp"].get<int>() * best["tp"].get<int>(), 8);
+  EXPECT_EQ(best["memory"]["total"].get<int64_t>(),
+            best["memory"]["parameters"].get<int64_t>() + best["memory"]["gradients"].get<int64_t>() +
+                best["memory"]["optimizer"].get<int64_t>() + best["memory"]["activations"].get<int64_t>() +
+                best["memory"]["workspace"].get<int64_t>());
+  EXPECT_EQ(j["choice"], best["layout"]);
+}
+
+TEST(PlanCommand, BadFlagsExit2NamingTheFlag) {
+  std::string spec = WriteSpec("gpt.yaml", kGpt);
+  struct Case {
+    std::vector<std::string> args;
+    std::string want;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{spec, "--world", "zero"}, "--world: expected a positive integer, got 'zero'"},
+           {{spec, "--world", "-2"}, "--world: expected a positive integer, got '-2'"},
+           {{spec, "--nproc-per-node=0"}, "--nproc-per-node: expected a positive integer, got '0'"},
+           {{spec, "--memory-gib", "lots"}, "--memory-gib: expected a positive number, got 'lots'"},
+           {{spec, "--flops-tflops", "0"}, "--flops-tflops: expected a positive number, got '0'"},
+           {{spec, "--intra-gbps", "nan"}, "--intra-gbps: expected a positive number, got 'nan'"},
+           {{spec, "--inter-gbps"}, "--inter-gbps: missing value"},
+           {{spec, "--frobnicate"}, "unknown flag '--frobnicate'"},
+           {{}, "usage: loom plan JOB.yaml"},
+           {{"/nonexistent/job.yaml"}, "/nonexistent/job.yaml"},
+       }) {
+    Result r = RunPlan(c.args);
+    EXPECT_EQ(r.rc, 2) << c.want;
+    EXPECT_NE(r.err.find(c.want), std::string::npos) << r.err;
+  }
+}
+
+TEST(PlanCommand, ImpossibleLayoutsFailEarly) {
+  std::string bad = WriteSpec("bad.yaml", std::string(kGpt) + "parallel: {tp: 3}\n");
+  Result r = RunPlan({bad});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("parallel.tp: must divide model.n_head = 4 (got 3)"), std::string::npos) << r.err;
+  std::string two = WriteSpec("two.yaml", std::string(kGpt) + "parallel: {dp: 2, tp: 2}\n");
+  r = RunPlan({WriteSpec("four.yaml", std::string(kGpt) + "parallel: {tp: 4}\n"), "--world", "6"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("parallel.tp: does not divide the world size 6 (got 4)"), std::string::npos) << r.err;
+  r = RunPlan({two, "--world", "8"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("parallel.dp: dp x tp must equal the world size 8"), std::string::npos) << r.err;
+  // A world size no layout can use: 3 ranks, 4 heads, batch 8.
+  r = RunPlan({WriteSpec("gpt.yaml", kGpt), "--world", "3"});
+  EXPECT_EQ(r.rc, 2);
+  EXPECT_NE(r.err.find("no legal layout for world size 3"), std::string::npos) << r.err;
+  // Nothing fits: the table is printed, the exit code is 1.
+  r = RunPlan({WriteSpec("gpt.yaml", kGpt), "--memory-gib", "0.0001"});
+  EXPECT_EQ(r.rc, 1);
+  EXPECT_NE(r.out.find("no layout fits"), std::string::npos) << r.out;
+}
+
+TEST(AutoLayout, ResolvesAndWritesThePlan) {
+  auto spec = jobspec::LoadJobSpec(WriteSpec("auto.yaml", std::string(kGpt) + "parallel: {dp: 4, tp: auto}\n"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  EXPECT_TRUE(spec->parallel().tp_auto());
+  Hardware hw = DefaultHardware(*spec);
+  EXPECT_EQ(hw.world, 4);
+  auto plan = ResolveAutoLayout(*spec, hw);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(*plan);
+  const Layout& l = (*plan)->best()->layout;
+  EXPECT_FALSE(spec->parallel().tp_auto());
+  EXPECT_EQ(spec->parallel().dp(), l.dp);
+  EXPECT_EQ(spec->parallel().tp(), l.tp);
+  EXPECT_EQ(l.dp * l.tp, 4);
+  EXPECT_TRUE(jobspec::ValidateJobSpec(*spec).ok());
+
+  const std::string dir = TmpDir() + "/run-auto";
+  ASSERT_TRUE(WritePlan(**plan, dir).ok());
+  std::ifstream txt(dir + "/plan.txt"), js(dir + "/plan.json");
+  std::stringstream t, j;
+  t << txt.rdbuf();
+  j << js.rdbuf();
+  EXPECT_NE(t.str().find("choice: " + LayoutName(l)), std::string::npos) << t.str();
+  EXPECT_EQ(nlohmann::json::parse(j.str())["choice"], LayoutName(l));
+
+  // A spec without tp: auto is left alone.
+  auto fixed = jobspec::LoadJobSpec(WriteSpec("fixed.yaml", kGpt));
+  ASSERT_TRUE(fixed.ok());
+  auto none = ResolveAutoLayout(*fixed, DefaultHardware(*fixed));
+  ASSERT_TRUE(none.ok());
+  EXPECT_FALSE(*none);
+
+  // An explicit zero stage is kept; nothing fitting is an error before any process starts.
+  auto z = jobspec::LoadJobSpec(WriteSpec("z.yaml", std::string(kGpt) + "parallel: {dp: 4, tp: auto, zero_stage: 2}\n"));
+  ASSERT_TRUE(z.ok());
+  auto zp = ResolveAutoLayout(*z, DefaultHardware(*z));
+  ASSERT_TRUE(zp.ok());
+  EXPECT_TRUE(z->parallel().dp() == 1 || z->parallel().zero_stage() == 2);
+  auto small = jobspec::LoadJobSpec(WriteSpec("s.yaml", std::string(kGpt) + "parallel: {tp: auto}\n"));
+  ASSERT_TRUE(small.ok());
+  Hardware tiny = DefaultHardware(*small);
+  tiny.memory_bytes = 1000;
+  auto fail = ResolveAutoLayout(*small, tiny);
+  ASSERT_FALSE(fail.ok());
+  EXPECT_NE(std::string(fail.status().message()).find("parallel.tp: auto: no layout fits"), std::string::npos)
+      << fail.status();
+}
+
+}  // namespace
+}  // namespace loom::parallel

@@ -1,0 +1,144 @@
+#include "parallel/styles.h"
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "base/status.h"
+#include "compiler/ir/verifier.h"
+#include "compiler/spmd/bucketing.h"
+
+namespace loom::parallel {
+
+using dtensor::DTensorSpec;
+using dtensor::Placement;
+
+Layout LayoutFromSpec(const v1::ParallelSpec& p) {
+  Layout l;
+  l.dp = p.dp() > 0 ? p.dp() : 1;
+  l.tp = p.tp() > 0 ? p.tp() : 1;
+  l.zero_stage = p.zero_stage();
+  l.sequence_parallel = p.sequence_parallel();
+  return l;
+}
+
+dtensor::MeshShape MeshOf(const Layout& l) { return {{"dp", "tp"}, {l.dp, l.tp}}; }
+
+namespace {
+
+// Tensor-parallel placement (along tp) of a parameter, by name.
+Placement TpPlacement(const std::string& name, const std::string& family) {
+  auto ends = [&](absl::string_view s) { return absl::EndsWith(name, s); };
+  if (family == "gpt") {
+    if (ends("attn.c_attn.weight") || ends("mlp.c_fc.weight")) return Placement::Shard(1);
+    if (ends("attn.c_attn.bias") || ends("mlp.c_fc.bias")) return Placement::Shard(0);
+    if (ends("attn.c_proj.weight") || ends("mlp.c_proj.weight")) return Placement::Shard(0);
+    if (name == "wte") return Placement::Shard(0);
+  } else {
+    if (ends("attention.wq") || ends("attention.wk") || ends("attention.wv") || ends("feed_forward.w1") ||
+        ends("feed_forward.w3"))
+      return Placement::Shard(1);
+    if (ends("attention.wo") || ends("feed_forward.w2")) return Placement::Shard(0);
+    if (name == "tok_embeddings") return Placement::Shard(0);
+    if (name == "output") return Placement::Shard(1);
+  }
+  return Placement::Replicate();
+}
+
+// The dp shard of a [param-shaped] tensor for ZeRO: the first dim tp does not
+// split that dp divides (else R).
+Placement ZeroPlacement(const Shape& shape, const Placement& tp, int64_t tp_size, int64_t dp) {
+  for (int d = 0; d < static_cast<int>(shape.size()); ++d) {
+    if (tp.is_shard(d)) continue;
+    if (shape[d] % dp == 0 && shape[d] >= dp) return Placement::Shard(d);
+  }
+  (void)tp_size;
+  return Placement::Replicate();
+}
+
+}  // namespace
+
+absl::StatusOr<std::map<std::string, DTensorSpec>> AnnotateInputs(const v1::ModelSpec& model, const compiler::Graph& joint,
+                                                            const Layout& l) {
+  const dtensor::MeshShape mesh = MeshOf(l);
+  std::map<std::string, DTensorSpec> out;
+  std::map<std::string, Placement> tp_of;  // param name -> its tp placement
+  for (const auto& in : joint.inputs())
+    if (in.kind == compiler::InputKind::kParam) tp_of[in.name] = TpPlacement(in.name, model.family());
+  for (const auto& in : joint.inputs()) {
+    const Shape& shape = joint.meta(in.value).shape;
+    DTensorSpec s = DTensorSpec::Replicated(mesh);
+    if (in.name == "x" || in.name == "y") {
+      s.placements[0] = Placement::Shard(0);
+      // Sequence parallel: tokens split by position over tp, so the embedding
+      // output and the residual stream (norm / residual regions) are S(1) on
+      // tp; the matmul rule gathers them before colwise weights and the
+      // rowwise partial sums come back by reduce_scatter.
+      if (l.sequence_parallel && l.tp > 1) s.placements[1] = Placement::Shard(1);
+    } else {
+      std::string param = in.name;
+      bool state = false;
+      if (in.kind == compiler::InputKind::kState && (absl::EndsWith(param, ".m") || absl::EndsWith(param, ".v"))) {
+        param = param.substr(0, param.size() - 2);
+        state = true;
+      }
+      auto it = tp_of.find(param);
+      if (it == tp_of.end()) {
+        out[in.name] = s;
+        continue;
+      }
+      if (l.tp > 1) s.placements[1] = it->second;
+      const bool zero = (state && l.zero_stage >= 1) || (!state && l.zero_stage >= 3);
+      if (zero && l.dp > 1) s.placements[0] = ZeroPlacement(shape, s.placements[1], l.tp, l.dp);
+    }
+    LOOM_RETURN_IF_ERROR(Annotate(s.Validate(static_cast<int>(shape.size())), absl::StrCat("input '", in.name, "'")));
+    for (int k = 0; k < 2; ++k)
+      if (s.placements[k].is_shard() && shape[s.placements[k].dim] % mesh.sizes[k] != 0)
+        return absl::InvalidArgumentError(absl::StrCat("parallel layout: input '", in.name, "' ",
+                                                       ShapeToString(shape), " does not split evenly as ",
+                                                       s.ToString()));
+    out[in.name] = s;
+  }
+  return out;
+}
+
+spmd::SpmdOptions SpmdOptionsFor(const Layout& l, std::map<std::string, DTensorSpec> inputs) {
+  spmd::SpmdOptions o;
+  o.mesh = MeshOf(l);
+  o.inputs = std::move(inputs);
+  o.reduce_scatter_grads = l.zero_stage != 1;
+  o.reuse_input_redistributions = l.zero_stage < 3;  // FSDP: gather per use, free after
+  return o;
+}
+
+absl::StatusOr<compiler::Compilation> CompileParallel(const compiler::Graph& forward,
+                                                      const compiler::CompileOptions& co,
+                                                      const v1::ModelSpec& model, int64_t batch,
+                                                      const Layout& layout, int64_t bucket_bytes) {
+  LOOM_RETURN_IF_ERROR(jobspec::CheckParallelLayout(model, batch, layout));
+  if (!co.differentiate || !co.adamw)
+    return absl::InvalidArgumentError("CompileParallel: needs a training compile (differentiate and adamw)");
+  LOOM_RETURN_IF_ERROR(Annotate(compiler::Verify(forward), "compile: initial graph"));
+  auto j = compiler::BuildJointGraph(forward, co.autodiff);
+  if (!j.ok()) return Annotate(j.status(), "compile: autodiff");
+  LOOM_RETURN_IF_ERROR(Annotate(compiler::AppendAdamW(*j, *co.adamw), "compile: optimizer"));
+  LOOM_ASSIGN_OR_RETURN(auto specs, AnnotateInputs(model, j->graph, layout));
+  auto local = spmd::Parallelize(j->graph, SpmdOptionsFor(layout, std::move(specs)));
+  if (!local.ok()) return Annotate(local.status(), "compile: sharding propagation");
+  if (layout.dp > 1 && bucket_bytes > 0) {  // DDP-style buckets for the dp gradient all-reduces
+    spmd::BucketOptions bo;
+    bo.group = "dp";
+    bo.bucket_bytes = bucket_bytes;
+    auto b = spmd::BucketAllReduces(*local, bo);
+    if (!b.ok()) return Annotate(b.status(), "compile: gradient bucketing");
+  }
+  compiler::CompileOptions rest = co;
+  rest.differentiate = false;
+  rest.adamw.reset();
+  auto c = compiler::Compile(*local, rest);
+  if (!c.ok()) return c.status();
+  c->stages["initial"] = forward;
+  c->stages["joint"] = j->graph;
+  c->stages["parallel"] = *local;
+  return c;
+}
+
+}  // namespace loom::parallel

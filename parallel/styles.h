@@ -1,0 +1,68 @@
+// Parallel styles: a layout {dp, tp, zero_stage, sequence_parallel} turned
+// into DTensorSpecs for the inputs of a model family's joint graph (params,
+// AdamW state, batch) on the mesh (dp, tp), and the compile driver that runs
+// sharding propagation (compiler/spmd) between the "joint" stage and the
+// optimization passes.
+//
+//   DP       params and state R; x, y S(0) on dp (the gradient all-reduce over
+//            dp appears where adamw needs the param's placement).
+//   TP       Megatron: QKV / MLP up (gate) weights and biases S(1)/S(0) on tp
+//            (colwise; weights are [in, out]), attention-out / MLP down weights
+//            S(0) (rowwise), the token embedding vocab-parallel S(0), llama's
+//            output head S(1) (vocab-parallel logits); state follows the param.
+//   ZeRO-1   AdamW state also S(d) on dp (d: the first dim tp does not split
+//            that dp divides); grads reach it by all_reduce + shard_slice.
+//   ZeRO-2   the same, grads by reduce_scatter.
+//   SP       (sequence parallel, tp > 1) x and y also S(1) on tp: the
+//            residual stream and norms run sequence-sharded; activations are
+//            all_gathered before colwise matmuls and rowwise partial sums
+//            reduce_scattered back (the rules decide it).
+//   ZeRO-3   params S(d) on dp too: every use all_gathers them (the rules do
+//            it), the memory plan frees the gathered copy after its last use.
+//
+//   LOOM_ASSIGN_OR_RETURN(auto c, CompileParallel(forward, co, spec.model(), layout));
+//   c.Dump("parallel")   // the local graph with placements and collectives
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "compiler/compile.h"
+#include "compiler/spmd/spmd.h"
+#include "dtensor/spec.h"
+#include "proto/loom/v1/job.pb.h"
+#include "runtime/jobspec/parallel_check.h"
+
+namespace loom::parallel {
+
+using Layout = jobspec::ParallelLayout;
+
+Layout LayoutFromSpec(const v1::ParallelSpec& p);
+dtensor::MeshShape MeshOf(const Layout& l);  // (dp, tp)
+
+// Specs for the joint graph's inputs by name (params, "<p>.m", "<p>.v", x, y).
+absl::StatusOr<std::map<std::string, dtensor::DTensorSpec>> AnnotateInputs(const v1::ModelSpec& model,
+                                                                         const compiler::Graph& joint,
+                                                                         const Layout& layout);
+
+// DDP-style bucket size for the dp gradient all-reduces when bucketing is on
+// (compiler/spmd/bucketing.h). Off by default: without buffer aliasing the
+// bucket's concat / reduced / sliced copies add about twice the bucketed
+// gradient bytes to the arena, and the executor runs collectives in order,
+// so there is no overlap to win yet.
+inline constexpr int64_t kGradientBucketBytes = 25 << 20;
+
+spmd::SpmdOptions SpmdOptionsFor(const Layout& layout, std::map<std::string, dtensor::DTensorSpec> inputs);
+
+// Compile() with the stage "parallel" (the localized joint graph, dumped with
+// placements) after "joint". `co` must set adamw and differentiate.
+// bucket_bytes > 0 merges the dp gradient all-reduces into buckets. The
+// layout is checked first (jobspec::CheckParallelLayout), so impossible
+// layouts fail before anything is built.
+absl::StatusOr<compiler::Compilation> CompileParallel(const compiler::Graph& forward,
+                                                      const compiler::CompileOptions& co,
+                                                      const v1::ModelSpec& model, int64_t batch,
+                                                      const Layout& layout, int64_t bucket_bytes = 0);
+
+}  // namespace loom::parallel

@@ -1,0 +1,120 @@
+// Parallel styles: the annotations each layout gives a model's joint graph,
+// the compiled "parallel" stage, and early refusal of impossible layouts.
+#include "parallel/styles.h"
+
+#include "absl/strings/match.h"
+#include "compiler/ir/text.h"
+#include "compiler/models/models.h"
+#include "gtest/gtest.h"
+
+namespace loom::parallel {
+namespace {
+
+v1::ModelSpec Model(const std::string& family) {
+  v1::ModelSpec m;
+  m.set_family(family);
+  m.set_n_layer(1);
+  m.set_n_head(4);
+  m.set_d_model(16);
+  m.set_seq_len(8);
+  m.set_vocab(64);
+  return m;
+}
+
+absl::StatusOr<compiler::Compilation> Compile(const v1::ModelSpec& m, const Layout& l) {
+  models::BuildOptions bo;
+  bo.batch = 4;
+  auto fwd = models::BuildForward(m, bo);
+  if (!fwd.ok()) return fwd.status();
+  compiler::CompileOptions co;
+  co.adamw = compiler::AdamWOptions{};
+  co.lower = false;
+  return CompileParallel(*fwd, co, m, bo.batch, l);
+}
+
+int Count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t p = text.find(what); p != std::string::npos; p = text.find(what, p + 1)) ++n;
+  return n;
+}
+
+TEST(Styles, DataParallelAllReducesEveryGradientOverDp) {
+  Layout l;
+  l.dp = 4;
+  auto c = Compile(Model("gpt"), l);
+  ASSERT_TRUE(c.ok()) << c.status();
+  auto text = c->Dump("parallel");
+  ASSERT_TRUE(text.ok());
+  auto params = models::Parameters(Model("gpt"));
+  // One all_reduce(sum) per gradient, one all_reduce(avg) for the loss.
+  EXPECT_EQ(Count(*text, "reduce=\"sum\", world=4"), static_cast<int>(params->size())) << *text;
+  EXPECT_EQ(Count(*text, "reduce=\"avg\", world=4"), 1) << *text;
+  EXPECT_TRUE(absl::StrContains(*text, "%x: i32[1, 8] @\"[dp=S(0), tp=R]\"")) << *text;
+}
+
+TEST(Styles, BucketingMergesTheGradientAllReduces) {
+  Layout l;
+  l.dp = 4;
+  models::BuildOptions bo;
+  bo.batch = 4;
+  auto fwd = models::BuildForward(Model("gpt"), bo);
+  ASSERT_TRUE(fwd.ok());
+  compiler::CompileOptions co;
+  co.adamw = compiler::AdamWOptions{};
+  co.lower = false;
+  auto c = CompileParallel(*fwd, co, Model("gpt"), 4, l, kGradientBucketBytes);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::string text = *c->Dump("parallel");
+  // Far below one bucket: every gradient in one concat, one all_reduce.
+  EXPECT_EQ(Count(text, "reduce=\"sum\", world=4"), 1) << text;
+  EXPECT_EQ(Count(text, "= concat("), 1) << text;
+}
+
+TEST(Styles, TensorParallelKeepsLogitsVocabSharded) {
+  for (const char* family : {"gpt", "llama"}) {
+    Layout l;
+    l.tp = 2;
+    auto c = Compile(Model(family), l);
+    ASSERT_TRUE(c.ok()) << family << ": " << c.status();
+    const std::string text = *c->Dump("parallel");
+    EXPECT_TRUE(absl::StrContains(text, "vocab_onehot")) << family;
+    EXPECT_TRUE(absl::StrContains(text, "reduce=\"max\"")) << family;
+    // No value of the full [batch * seq, vocab] logits shape exists on a rank.
+    EXPECT_FALSE(absl::StrContains(text, ": f32[32, 64]")) << family << "\n" << text;
+    // The dump is valid IR text (placements included).
+    auto parsed = compiler::ParseGraph(text);
+    ASSERT_TRUE(parsed.ok()) << family << ": " << parsed.status();
+    EXPECT_EQ(compiler::PrintGraph(*parsed), text);
+  }
+}
+
+TEST(Styles, ZeroStagesShardState) {
+  Layout l;
+  l.dp = 2;
+  l.zero_stage = 2;
+  auto c = Compile(Model("llama"), l);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const std::string text = *c->Dump("parallel");
+  EXPECT_TRUE(absl::StrContains(text, "%output.m: f32[8, 64] @\"[dp=S(0), tp=R]\" state")) << text;
+  EXPECT_GT(Count(text, "reduce_scatter("), 0);
+  l.zero_stage = 3;
+  c = Compile(Model("llama"), l);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(absl::StrContains(*c->Dump("parallel"), "%output: f32[8, 64] @\"[dp=S(0), tp=R]\" param"));
+}
+
+TEST(Styles, ImpossibleLayoutsFailBeforeCompiling) {
+  Layout l;
+  l.tp = 3;  // does not divide n_head = 4
+  auto c = Compile(Model("gpt"), l);
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(absl::StrContains(c.status().message(), "parallel.tp")) << c.status();
+  l.tp = 1;
+  l.dp = 3;  // does not divide the batch of 4
+  c = Compile(Model("gpt"), l);
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(absl::StrContains(c.status().message(), "batch")) << c.status();
+}
+
+}  // namespace
+}  // namespace loom::parallel

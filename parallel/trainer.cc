@@ -1,0 +1,112 @@
+#include "parallel/trainer.h"
+
+#include "runtime/jobspec/jobspec.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "base/status.h"
+
+namespace loom::parallel {
+
+absl::StatusOr<Tensor> ParallelTrainer::Block(const Tensor& global, const dtensor::DTensorSpec& spec) const {
+  std::vector<int64_t> shape(global.shape().begin(), global.shape().end());
+  LOOM_ASSIGN_OR_RETURN(auto ranges, dtensor::LocalBlock(shape, spec, coords_));
+  Tensor t = global;
+  for (size_t d = 0; d < ranges.size(); ++d) t = t.Narrow(static_cast<int>(d), ranges[d].offset, ranges[d].length);
+  return t.Clone();
+}
+
+absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(const v1::JobSpec& spec,
+                                                                         const Layout& layout, int rank,
+                                                                         compiler::CommunicatorMap comms,
+                                                                         ParallelTrainerOptions options) {
+  std::unique_ptr<ParallelTrainer> t(new ParallelTrainer());
+  t->spec_ = spec;
+  t->layout_ = layout;
+  t->mesh_ = MeshOf(layout);
+  if (rank < 0 || rank >= t->mesh_.num_ranks())
+    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is outside the mesh ", t->mesh_.ToString()));
+  t->coords_ = t->mesh_.Coordinates(rank);
+  const auto& tr = spec.train();
+  LOOM_ASSIGN_OR_RETURN(t->params_, models::Parameters(spec.model()));
+  models::BuildOptions bo;
+  bo.batch = tr.batch_size();
+  LOOM_ASSIGN_OR_RETURN(compiler::Graph forward, models::BuildForward(spec.model(), bo));
+  std::map<std::string, bool> decays;
+  for (const auto& p : t->params_) decays[p.name] = p.weight_decay;
+  compiler::CompileOptions co;
+  co.fuse = options.fuse;
+  co.lowering.in_place_updates = true;
+  co.lowering.communicators = std::move(comms);
+  compiler::AdamWOptions adam;
+  adam.beta1 = tr.beta1();
+  adam.beta2 = tr.beta2();
+  adam.eps = tr.eps();
+  adam.weight_decay = tr.weight_decay();
+  adam.max_norm = tr.grad_clip();
+  adam.decays = [decays](const std::string& name) {
+    auto it = decays.find(name);
+    return it != decays.end() && it->second;
+  };
+  co.adamw = adam;
+  auto c = CompileParallel(forward, co, spec.model(), tr.batch_size(), layout, options.bucket_bytes);
+  if (!c.ok()) return Annotate(c.status(), "compiling the parallel training step");
+  t->c_ = std::move(*c);
+  if (!t->c_.program) return absl::InternalError("compilation produced no program");
+  const compiler::Graph local = t->c_.stages.at("parallel");
+  t->exec_ = std::make_unique<compiler::Executor>(std::move(t->c_.program));
+  const compiler::Graph& g = t->exec_->program().graph;
+
+  std::map<std::string, Tensor> init = models::InitParameters(t->params_, tr.seed());
+  for (auto& [name, value] : options.init) {
+    auto it = init.find(name);
+    if (it == init.end()) return absl::InvalidArgumentError(absl::StrCat("initial value for unknown parameter '", name, "'"));
+    it->second = value.To(DType::kF32).Clone();
+  }
+  for (size_t k = 0; k < g.inputs().size(); ++k) {
+    const auto& in = g.inputs()[k];
+    const int lk = local.FindInput(in.name);
+    if (lk < 0) return absl::InternalError(absl::StrCat("program input '", in.name, "' is not in the parallel graph"));
+    LOOM_ASSIGN_OR_RETURN(auto s, dtensor::ParseSpec(local.value(local.inputs()[lk].value).placement, t->mesh_));
+    t->specs_[in.name] = s;
+    const ops::TensorMeta& m = g.meta(in.value);
+    auto it = init.find(in.name);
+    if (it != init.end()) {
+      LOOM_ASSIGN_OR_RETURN(Tensor b, t->Block(it->second, s));
+      t->inputs_.push_back(b);
+    } else {
+      t->inputs_.push_back(Tensor::Zeros(m.shape, m.dtype));
+    }
+    if (in.name == "x") t->x_in_ = static_cast<int>(k);
+    if (in.name == "y") t->y_in_ = static_cast<int>(k);
+    if (in.name == "lr") t->lr_in_ = static_cast<int>(k);
+    if (in.name == "step") t->step_in_ = static_cast<int>(k);
+  }
+  if (t->x_in_ < 0 || t->y_in_ < 0 || t->lr_in_ < 0 || t->step_in_ < 0)
+    return absl::InternalError("training program lacks one of the inputs x, y, lr, step");
+  return t;
+}
+
+absl::StatusOr<float> ParallelTrainer::Step(const Tensor& x, const Tensor& y) {
+  LOOM_ASSIGN_OR_RETURN(inputs_[x_in_], Block(x, specs_.at("x")));
+  LOOM_ASSIGN_OR_RETURN(inputs_[y_in_], Block(y, specs_.at("y")));
+  ++step_;
+  inputs_[lr_in_].data<float>()[0] = static_cast<float>(jobspec::ScheduledLearningRate(spec_.train(), step_));
+  inputs_[step_in_].data<float>()[0] = static_cast<float>(step_);
+  LOOM_RETURN_IF_ERROR(exec_->Run(inputs_, &outputs_));
+  float loss = outputs_[0].data<float>()[0];
+  if (!std::isfinite(loss)) return absl::AbortedError(absl::StrCat("loss is ", loss, " at step ", step_));
+  LOOM_RETURN_IF_ERROR(exec_->ApplyUpdates(absl::MakeSpan(inputs_), outputs_));
+  return loss;
+}
+
+std::map<std::string, Tensor> ParallelTrainer::LocalParameters() const {
+  std::map<std::string, Tensor> out;
+  const compiler::Graph& g = exec_->program().graph;
+  for (const auto& p : params_) out.emplace(p.name, inputs_[g.FindInput(p.name)]);
+  return out;
+}
+
+}  // namespace loom::parallel

@@ -1,0 +1,67 @@
+// One rank of a parallel training run: compiles the localized training step
+// (styles.h: CompileParallel) and runs it with the communicators of its mesh
+// groups ("dp", "tp"; a mesh dim of size 1 needs none).
+//
+// Parameters are initialised exactly like the single-process Trainer (global
+// tensors from train.seed, or options.init) and each rank keeps its block;
+// Step takes the GLOBAL batch and uses this rank's dp block of it, so N ranks
+// reproduce the single-process run step for step.
+//
+//   LOOM_ASSIGN_OR_RETURN(auto t, ParallelTrainer::Create(spec, layout, rank, {{"dp", dp.get()}}));
+//   LOOM_ASSIGN_OR_RETURN(float loss, t->Step(x, y));   // x, y: global [batch, seq]
+#pragma once
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/comm/communicator.h"
+#include "compiler/compile.h"
+#include "compiler/executor.h"
+#include "compiler/models/models.h"
+#include "parallel/styles.h"
+
+namespace loom::parallel {
+
+struct ParallelTrainerOptions {
+  std::map<std::string, Tensor> init;  // global initial parameters by name
+  bool fuse = true;
+  int64_t bucket_bytes = 0;  // > 0: bucket the dp gradient all-reduces (styles.h)
+};
+
+class ParallelTrainer {
+ public:
+  static absl::StatusOr<std::unique_ptr<ParallelTrainer>> Create(const v1::JobSpec& spec, const Layout& layout,
+                                                                 int rank, compiler::CommunicatorMap comms,
+                                                                 ParallelTrainerOptions options = {});
+  absl::StatusOr<float> Step(const Tensor& x, const Tensor& y);
+
+  // This rank's block of each parameter, and the spec it follows.
+  std::map<std::string, Tensor> LocalParameters() const;
+  const std::map<std::string, dtensor::DTensorSpec>& specs() const { return specs_; }
+  // This rank's block of a global tensor under `spec` (a contiguous copy).
+  absl::StatusOr<Tensor> Block(const Tensor& global, const dtensor::DTensorSpec& spec) const;
+  const compiler::Compilation& compilation() const { return c_; }  // stages; its program moved to the executor
+  const compiler::Program& program() const { return exec_->program(); }
+  // The program's inputs in order (params, AdamW state, x, y, lr, step), as held now.
+  const std::vector<Tensor>& program_inputs() const { return inputs_; }
+  const std::vector<models::ParamInfo>& param_info() const { return params_; }
+
+ private:
+  ParallelTrainer() = default;
+  v1::JobSpec spec_;
+  Layout layout_;
+  dtensor::MeshShape mesh_;
+  std::vector<int64_t> coords_;
+  std::vector<models::ParamInfo> params_;
+  compiler::Compilation c_;
+  std::unique_ptr<compiler::Executor> exec_;
+  std::map<std::string, dtensor::DTensorSpec> specs_;  // every graph input
+  std::vector<Tensor> inputs_, outputs_;
+  int x_in_ = -1, y_in_ = -1, lr_in_ = -1, step_in_ = -1;
+  int64_t step_ = 0;
+};
+
+}  // namespace loom::parallel

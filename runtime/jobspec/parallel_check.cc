@@ -1,0 +1,58 @@
+#include "runtime/jobspec/parallel_check.h"
+
+#include "absl/strings/str_cat.h"
+#include "base/status.h"
+
+namespace loom::jobspec {
+namespace {
+
+absl::Status Bad(absl::string_view key, absl::string_view why, absl::string_view got) {
+  return absl::InvalidArgumentError(absl::StrCat(key, ": ", why, " (got ", got, ")"));
+}
+
+}  // namespace
+
+absl::Status CheckWorldSize(int world, int dp, int tp) {
+  if (world <= 0) return Bad("world size", "must be positive", absl::StrCat(world));
+  if (tp > 0 && world % tp != 0)
+    return Bad("parallel.tp", absl::StrCat("does not divide the world size ", world), absl::StrCat(tp));
+  if (dp * tp != world)
+    return Bad("parallel.dp", absl::StrCat("dp x tp must equal the world size ", world),
+               absl::StrCat("dp=", dp, ", tp=", tp, ": ", dp * tp));
+  return absl::OkStatus();
+}
+
+absl::Status CheckParallelLayout(const v1::ModelSpec& model, int64_t batch_size, const ParallelLayout& l,
+                                 int world) {
+  if (l.dp < 1) return Bad("parallel.dp", "must be positive", absl::StrCat(l.dp));
+  if (l.tp < 1) return Bad("parallel.tp", "must be positive or auto", absl::StrCat(l.tp));
+  if (l.zero_stage < 0 || l.zero_stage > 3)
+    return Bad("parallel.zero_stage", "expected 0, 1, 2 or 3", absl::StrCat(l.zero_stage));
+  const int n_head = model.n_head();
+  const int n_kv = model.n_kv_head() > 0 ? model.n_kv_head() : n_head;
+  if (n_head > 0 && n_head % l.tp != 0)
+    return Bad("parallel.tp", absl::StrCat("must divide model.n_head = ", n_head), absl::StrCat(l.tp));
+  if (n_kv > 0 && n_kv % l.tp != 0)
+    return Bad("parallel.tp", absl::StrCat("must divide model.n_kv_head = ", n_kv), absl::StrCat(l.tp));
+  if (l.sequence_parallel && l.tp < 2)
+    return Bad("parallel.sequence_parallel", "needs parallel.tp > 1", absl::StrCat("tp=", l.tp));
+  if (batch_size > 0 && batch_size % l.dp != 0)
+    return Bad("train.batch_size", absl::StrCat("must be divisible by parallel.dp = ", l.dp),
+               absl::StrCat(batch_size));
+  if (world > 0) LOOM_RETURN_IF_ERROR(CheckWorldSize(world, l.dp, l.tp));
+  return absl::OkStatus();
+}
+
+absl::Status ValidateParallelSection(const v1::JobSpec& spec) {
+  const auto& p = spec.parallel();
+  if (p.tp_auto()) {
+    if (p.dp() < 1) return Bad("parallel.dp", "must be positive", absl::StrCat(p.dp()));
+    if (p.zero_stage() < 0 || p.zero_stage() > 3)
+      return Bad("parallel.zero_stage", "expected 0, 1, 2 or 3", absl::StrCat(p.zero_stage()));
+    return absl::OkStatus();
+  }
+  ParallelLayout l{p.dp(), p.tp(), p.zero_stage(), p.sequence_parallel()};
+  return CheckParallelLayout(spec.model(), spec.train().batch_size(), l);
+}
+
+}  // namespace loom::jobspec

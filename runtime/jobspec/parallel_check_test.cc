@@ -1,0 +1,82 @@
+// Impossible layouts are refused with a message naming the field and value,
+// both by CheckParallelLayout and by job-spec validation.
+#include "runtime/jobspec/parallel_check.h"
+
+#include "gtest/gtest.h"
+#include "runtime/jobspec/jobspec.h"
+
+namespace loom::jobspec {
+namespace {
+
+v1::ModelSpec Model(int n_head, int n_kv_head) {
+  v1::ModelSpec m;
+  m.set_family(n_kv_head == n_head ? "gpt" : "llama");
+  m.set_n_layer(2);
+  m.set_n_head(n_head);
+  m.set_n_kv_head(n_kv_head);
+  m.set_d_model(64);
+  m.set_seq_len(32);
+  m.set_vocab(256);
+  return m;
+}
+
+std::string Error(const absl::Status& s) { return std::string(s.message()); }
+
+TEST(ParallelCheck, AcceptsLegalLayouts) {
+  EXPECT_TRUE(CheckParallelLayout(Model(4, 4), 8, {2, 2, 3, true}, 4).ok());
+  EXPECT_TRUE(CheckParallelLayout(Model(8, 2), 8, {4, 2, 1, false}, 8).ok());
+  EXPECT_TRUE(CheckParallelLayout(Model(4, 4), 8, {1, 1, 0, false}).ok());
+}
+
+TEST(ParallelCheck, EachRuleNamesTheFieldAndValue) {
+  struct Case {
+    v1::ModelSpec model;
+    int64_t batch;
+    ParallelLayout layout;
+    int world;
+    std::string want;
+  };
+  const std::vector<Case> cases = {
+      {Model(12, 12), 8, {1, 5, 0, false}, 0, "parallel.tp: must divide model.n_head = 12 (got 5)"},
+      {Model(8, 2), 8, {1, 4, 0, false}, 0, "parallel.tp: must divide model.n_kv_head = 2 (got 4)"},
+      {Model(4, 4), 8, {4, 2, 0, false}, 4, "parallel.dp: dp x tp must equal the world size 4 (got dp=4, tp=2: 8)"},
+      {Model(4, 4), 8, {1, 4, 0, false}, 6, "parallel.tp: does not divide the world size 6 (got 4)"},
+      {Model(4, 4), 8, {2, 1, 4, false}, 0, "parallel.zero_stage: expected 0, 1, 2 or 3 (got 4)"},
+      {Model(4, 4), 8, {2, 1, -1, false}, 0, "parallel.zero_stage: expected 0, 1, 2 or 3 (got -1)"},
+      {Model(4, 4), 8, {4, 1, 0, true}, 0, "parallel.sequence_parallel: needs parallel.tp > 1 (got tp=1)"},
+      {Model(4, 4), 8, {3, 1, 0, false}, 0, "train.batch_size: must be divisible by parallel.dp = 3 (got 8)"},
+      {Model(4, 4), 8, {0, 1, 0, false}, 0, "parallel.dp: must be positive (got 0)"},
+      {Model(4, 4), 8, {1, 0, 0, false}, 0, "parallel.tp: must be positive or auto (got 0)"},
+  };
+  for (const Case& c : cases) {
+    absl::Status s = CheckParallelLayout(c.model, c.batch, c.layout, c.world);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.want;
+    EXPECT_EQ(Error(s), c.want);
+  }
+  EXPECT_EQ(Error(CheckWorldSize(0, 1, 1)), "world size: must be positive (got 0)");
+}
+
+// The same rules run when a job spec is validated, before any process starts.
+TEST(ParallelCheck, JobSpecValidationUsesTheRules) {
+  auto error_of = [](const std::string& yaml) {
+    auto s = ParseJobSpecYaml(yaml);
+    if (!s.ok()) return Error(s.status());
+    ApplyDefaults(*s);
+    return Error(ValidateJobSpec(*s));
+  };
+  const std::string model = "model: {family: llama, n_head: 8, n_kv_head: 2, d_model: 64}\n";
+  EXPECT_EQ(error_of(model + "parallel: {tp: 4}"), "parallel.tp: must divide model.n_kv_head = 2 (got 4)");
+  EXPECT_EQ(error_of(model + "parallel: {tp: 3}"), "parallel.tp: must divide model.n_head = 8 (got 3)");
+  EXPECT_EQ(error_of(model + "parallel: {dp: 3}\ntrain: {batch_size: 8}"),
+            "train.batch_size: must be divisible by parallel.dp = 3 (got 8)");
+  EXPECT_EQ(error_of(model + "parallel: {dp: 2, sequence_parallel: true}"),
+            "parallel.sequence_parallel: needs parallel.tp > 1 (got tp=1)");
+  EXPECT_EQ(error_of(model + "parallel: {zero_stage: 5}"), "parallel.zero_stage: expected 0, 1, 2 or 3 (got 5)");
+  EXPECT_EQ(error_of(model + "parallel: {tp: auto, zero_stage: 5}"),
+            "parallel.zero_stage: expected 0, 1, 2 or 3 (got 5)");
+  EXPECT_EQ(error_of(model + "parallel: {tp: auto, sequence_parallel: true}"), "");
+  EXPECT_EQ(error_of(model + "parallel: {dp: 2, tp: 2, zero_stage: 3}"), "");
+}
+
+}  // namespace
+}  // namespace loom::jobspec
