@@ -87,10 +87,16 @@ absl::Status RingReduceScatterCore(const Comm& c, const void* in, void* out,
     if (last && acc != mine && recv_n) std::memmove(acc, mine, recv_n * es);
     size_t sent = 0, done = 0;
     size_t send_chunks = send_n == 0 ? 1 : (send_n + chunk - 1) / chunk;
+    // Sends are started, not waited, chunk by chunk (a transport that can
+    // move data while this thread reduces, like UCX's rendezvous, then
+    // overlaps both); all are waited before the step's buffers are reused.
+    std::vector<std::unique_ptr<TransportRequest>> sends;
     for (size_t k = 0; k < std::max(send_chunks, reqs.size()); ++k) {
       if (k < send_chunks) {
         size_t len = std::min(chunk, send_n - sent);
-        LOOM_RETURN_IF_ERROR(c.transport->Send(right, c.tag(step0 + s), send_src + sent * es, len * es, c.deadline));
+        LOOM_ASSIGN_OR_RETURN(auto q, c.transport->ISend(right, c.tag(step0 + s), send_src + sent * es, len * es,
+                                                         c.deadline));
+        sends.push_back(std::move(q));
         sent += len;
       }
       if (k < reqs.size()) {
@@ -106,6 +112,7 @@ absl::Status RingReduceScatterCore(const Comm& c, const void* in, void* out,
         done += len;
       }
     }
+    for (auto& q : sends) LOOM_RETURN_IF_ERROR(q->Wait(c.deadline));
     send_src = acc;
   }
   return absl::OkStatus();
@@ -146,10 +153,26 @@ absl::Status RingAllReduce(const Comm& c, void* buf, size_t count, DType dtype, 
     std::vector<size_t> counts = EvenSplit(count, n);
     size_t my_off = 0;
     for (int i = 0; i < c.rank(); ++i) my_off += counts[i];
-    LOOM_RETURN_IF_ERROR(RingReduceScatterCore(c, buf, P(buf, my_off * DTypeSize(dtype)), counts, dtype, op, 0));
     std::vector<size_t> bytes(n);
     for (int i = 0; i < n; ++i) bytes[i] = counts[i] * DTypeSize(dtype);
-    LOOM_RETURN_IF_ERROR(RingAllGatherInPlace(c, buf, bytes, n));
+    // The all-gather receives are posted before the reduce-scatter starts, so
+    // a neighbour that finishes its half first streams straight into `buf`
+    // instead of into a transport's unexpected-message buffer. Safe: segment j
+    // arrives only once it is fully reduced, i.e. after this rank has read
+    // (and sent) its own part of segment j.
+    const int r = c.rank(), left = Mod(r - 1, n), right = Mod(r + 1, n);
+    std::vector<size_t> off = Offsets(bytes);
+    std::vector<std::unique_ptr<TransportRequest>> gather(n - 1);
+    for (int s = 0; s < n - 1; ++s) {
+      const int seg = Mod(r - s - 1, n);
+      LOOM_ASSIGN_OR_RETURN(gather[s], c.transport->IRecv(left, c.tag(n + s), P(buf, off[seg]), bytes[seg]));
+    }
+    LOOM_RETURN_IF_ERROR(RingReduceScatterCore(c, buf, P(buf, my_off * DTypeSize(dtype)), counts, dtype, op, 0));
+    for (int s = 0; s < n - 1; ++s) {
+      const int seg = Mod(r - s, n);
+      LOOM_RETURN_IF_ERROR(c.transport->Send(right, c.tag(n + s), P(buf, off[seg]), bytes[seg], c.deadline));
+      LOOM_RETURN_IF_ERROR(gather[s]->Wait(c.deadline));
+    }
   }
   if (op == ReduceOp::kAvg) DivideInPlace(dtype, buf, count, n);
   return absl::OkStatus();

@@ -1,6 +1,7 @@
 #include "collectives/gloo/gloo_backend.h"
 
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -8,6 +9,7 @@
 #include "base/status.h"
 #include "collectives/algorithms/reduce.h"
 #include "collectives/gloo/gloo_transport.h"
+#include "collectives/transport/tcp_transport.h"
 #include "gloo/allgather.h"
 #include "gloo/allgatherv.h"
 #include "gloo/allreduce.h"
@@ -115,18 +117,35 @@ absl::StatusOr<std::shared_ptr<Backend>> GlooBackend::Create(const BackendContex
     context->connectFullMesh(adapter, dev);
   });
   if (!s.ok()) return s;
-  auto b = std::make_shared<GlooBackend>(context);
+  // The shared algorithms (latency-bound sizes and what libgloo lacks) run
+  // over Loom's TcpTransport unless LOOM_GLOO_TRANSPORT=gloo asks for Gloo's
+  // unbound buffers (see the header for why).
+  const char* which = std::getenv("LOOM_GLOO_TRANSPORT");
+  std::unique_ptr<Transport> transport;
+  size_t native_min = kNativeMinBytes;
+  if (which != nullptr && std::string(which) == "gloo") {
+    transport = std::make_unique<GlooTransport>(context);
+    native_min = 0;
+  } else {
+    TcpTransport::Options o;
+    o.timeout = ctx.timeout;
+    LOOM_ASSIGN_OR_RETURN(transport, TcpTransport::Connect(ctx.store, ctx.rank, ctx.size, o));
+  }
+  auto b = std::make_shared<GlooBackend>(context, std::move(transport), native_min);
   b->Configure(ctx);
   return std::shared_ptr<Backend>(b);
 }
 
-GlooBackend::GlooBackend(std::shared_ptr<gloo::Context> context)
-    : AlgorithmBackend("gloo", std::make_unique<GlooTransport>(context)), context_(std::move(context)) {}
+GlooBackend::GlooBackend(std::shared_ptr<gloo::Context> context, std::unique_ptr<Transport> transport,
+                         size_t native_min_bytes)
+    : AlgorithmBackend("gloo", std::move(transport)),
+      context_(std::move(context)),
+      native_min_bytes_(native_min_bytes) {}
 
 GlooBackend::~GlooBackend() { StopExecutor(); }
 
 absl::Status GlooBackend::RunAllReduce(const Comm& c, const Tensor& t, ReduceOp op) {
-  if (!GlooReduces(t.dtype())) return AlgorithmBackend::RunAllReduce(c, t, op);
+  if (!GlooReduces(t.dtype()) || t.nbytes() < native_min_bytes_) return AlgorithmBackend::RunAllReduce(c, t, op);
   if (t.numel() == 0 || c.size() == 1) {
     if (op == ReduceOp::kAvg) DivideInPlace(t.dtype(), t.raw_data(), t.numel(), c.size());
     return absl::OkStatus();
@@ -151,6 +170,7 @@ absl::Status GlooBackend::RunAllReduce(const Comm& c, const Tensor& t, ReduceOp 
 
 absl::Status GlooBackend::RunBroadcast(const Comm& c, const Tensor& t, int root) {
   if (t.nbytes() == 0 || c.size() == 1) return absl::OkStatus();
+  if (t.nbytes() < native_min_bytes_) return AlgorithmBackend::RunBroadcast(c, t, root);
   return Guard("broadcast", [&] {
     gloo::BroadcastOptions o(context_);
     uint8_t* p = static_cast<uint8_t*>(t.raw_data());
@@ -164,7 +184,7 @@ absl::Status GlooBackend::RunBroadcast(const Comm& c, const Tensor& t, int root)
 }
 
 absl::Status GlooBackend::RunReduce(const Comm& c, const Tensor& t, ReduceOp op, int root) {
-  if (!GlooReduces(t.dtype())) return AlgorithmBackend::RunReduce(c, t, op, root);
+  if (!GlooReduces(t.dtype()) || t.nbytes() < native_min_bytes_) return AlgorithmBackend::RunReduce(c, t, op, root);
   if (t.numel() == 0 || c.size() == 1) {
     if (op == ReduceOp::kAvg) DivideInPlace(t.dtype(), t.raw_data(), t.numel(), c.size());
     return absl::OkStatus();
@@ -196,7 +216,7 @@ absl::Status GlooBackend::RunAllGather(const Comm& c, const Tensor& in, const Te
                                        absl::Span<const size_t> bytes) {
   size_t total = 0;
   for (size_t b : bytes) total += b;
-  if (c.size() == 1) return AlgorithmBackend::RunAllGather(c, in, out_flat, bytes);
+  if (c.size() == 1 || total < native_min_bytes_) return AlgorithmBackend::RunAllGather(c, in, out_flat, bytes);
   if (total == 0) return absl::OkStatus();
   return Guard("allgather", [&] {
     uint8_t* out = static_cast<uint8_t*>(out_flat.raw_data());
@@ -225,7 +245,7 @@ absl::Status GlooBackend::RunAllToAll(const Comm& c, const Tensor& in, absl::Spa
   size_t total_in = 0, total_out = 0;
   for (size_t b : send_bytes) total_in += b;
   for (size_t b : recv_bytes) total_out += b;
-  if (c.size() == 1 || total_in == 0 || total_out == 0) {
+  if (c.size() == 1 || total_in == 0 || total_out == 0 || std::max(total_in, total_out) < native_min_bytes_) {
     return AlgorithmBackend::RunAllToAll(c, in, send_bytes, out, recv_bytes);
   }
   return Guard("alltoall", [&] {
@@ -251,6 +271,7 @@ absl::Status GlooBackend::RunAllToAll(const Comm& c, const Tensor& in, absl::Spa
 
 absl::Status GlooBackend::RunBarrier(const Comm& c) {
   if (c.size() == 1) return absl::OkStatus();
+  if (native_min_bytes_ > 0) return AlgorithmBackend::RunBarrier(c);
   return Guard("barrier", [&] {
     gloo::BarrierOptions o(context_);
     o.setTag(GlooTag(c));

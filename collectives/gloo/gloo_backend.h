@@ -8,12 +8,27 @@
 //                style, log steps) below 256 KiB, RING above
 //   broadcast, all_gather(v), all_to_all(v), barrier: any dtype (moved as bytes)
 //   reduce       f32/f64/f16/i32/i64: gloo::reduce
-// Everything else (bf16 and bool reductions, reduce-scatter, gather and
-// scatter, send/recv) runs the shared algorithms over GlooTransport (Gloo's
-// unbound buffers), so every op covers every dtype. gather/scatter stay on the
-// shared direct algorithm because only the root knows every rank's size, while
-// gloo::gather/scatter need equal sizes agreed by all ranks; the shared one is
-// the same pattern (root posts one unbound-buffer receive per rank).
+// Native Gloo runs only from kNativeMinBytes up (the message, or the larger
+// all_to_all side). Below that, and for everything libgloo lacks (bf16 and bool
+// reductions, reduce-scatter, gather and scatter, send/recv, barrier), the
+// shared algorithms run over Loom's TcpTransport, a second full mesh made at
+// Create, so every op covers every dtype.
+//
+// Why: libgloo's TCP device loop spins on epoll while a pair's lock is taken
+// (Pair::handleEvents try-locks and retries at once), so on a machine with few
+// cores, messages bounce through preempted threads: 2.3-5 ms per 1 KiB
+// all_reduce on the 2-core development machine against 0.1-0.5 ms for the
+// shared algorithms over TcpTransport (`loom bench collectives`), and the
+// shared ring over TCP also beat Gloo's from 1 to 16 MiB there (and on the
+// 16-core GPU host up to 16 MiB). From 64 MiB Gloo's ring is as fast or
+// faster (2.0 vs 1.3 GB/s busbw at 256 MiB on the 16-core host), so it takes
+// over at kNativeMinBytes. LOOM_GLOO_TRANSPORT=gloo restores
+// the old layout (everything on Gloo: native algorithms at every size, the
+// shared ones over Gloo's unbound buffers, GlooTransport).
+//
+// gather/scatter stay on the shared direct algorithm because only the root
+// knows every rank's size, while gloo::gather/scatter need equal sizes agreed
+// by all ranks.
 #pragma once
 
 #include <memory>
@@ -27,10 +42,14 @@ namespace loom::collectives {
 class GlooBackend : public AlgorithmBackend {
  public:
   static absl::StatusOr<std::shared_ptr<Backend>> Create(const BackendContext& ctx);
-  explicit GlooBackend(std::shared_ptr<gloo::Context> context);
+  // `transport` carries the shared algorithms; native Gloo runs for messages
+  // of at least `native_min_bytes` (0: always).
+  GlooBackend(std::shared_ptr<gloo::Context> context, std::unique_ptr<Transport> transport,
+              size_t native_min_bytes);
   ~GlooBackend() override;
 
   static constexpr size_t kRingThresholdBytes = 256 << 10;
+  static constexpr size_t kNativeMinBytes = size_t{64} << 20;
 
  protected:
   absl::Status RunAllReduce(const Comm& c, const Tensor& t, ReduceOp op) override;
@@ -44,6 +63,7 @@ class GlooBackend : public AlgorithmBackend {
 
  private:
   std::shared_ptr<gloo::Context> context_;
+  size_t native_min_bytes_;
 };
 
 }  // namespace loom::collectives

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "base/status.h"
+#include "collectives/metrics.h"
 
 namespace loom::collectives {
 namespace {
@@ -99,21 +100,21 @@ class NcclBackendImpl : public NcclBackend {
 
   absl::StatusOr<WorkPtr> AllReduce(const Tensor& t, const AllReduceOptions& o) override {
     LOOM_RETURN_IF_ERROR(CheckCuda(t, "all_reduce", "tensor"));
-    return Issue(OpType::kAllReduce, t.dtype(), o.timeout, [&](ncclDataType_t dt) {
+    return Issue(OpType::kAllReduce, t.dtype(), t.nbytes(), o.timeout, [&](ncclDataType_t dt) {
       return ncclAllReduce(t.raw_data(), t.raw_data(), t.numel(), dt, ToNccl(o.op), comm_, stream_);
     });
   }
   absl::StatusOr<WorkPtr> Broadcast(const Tensor& t, const BroadcastOptions& o) override {
     LOOM_RETURN_IF_ERROR(CheckCuda(t, "broadcast", "tensor"));
     LOOM_RETURN_IF_ERROR(CheckRoot(o.root, "broadcast"));
-    return Issue(OpType::kBroadcast, t.dtype(), o.timeout, [&](ncclDataType_t dt) {
+    return Issue(OpType::kBroadcast, t.dtype(), t.nbytes(), o.timeout, [&](ncclDataType_t dt) {
       return ncclBroadcast(t.raw_data(), t.raw_data(), t.numel(), dt, o.root, comm_, stream_);
     });
   }
   absl::StatusOr<WorkPtr> Reduce(const Tensor& t, const ReduceOptions& o) override {
     LOOM_RETURN_IF_ERROR(CheckCuda(t, "reduce", "tensor"));
     LOOM_RETURN_IF_ERROR(CheckRoot(o.root, "reduce"));
-    return Issue(OpType::kReduce, t.dtype(), o.timeout, [&](ncclDataType_t dt) {
+    return Issue(OpType::kReduce, t.dtype(), t.nbytes(), o.timeout, [&](ncclDataType_t dt) {
       return ncclReduce(t.raw_data(), t.raw_data(), t.numel(), dt, ToNccl(o.op), o.root, comm_, stream_);
     });
   }
@@ -121,7 +122,7 @@ class NcclBackendImpl : public NcclBackend {
                                     const AllGatherOptions& o) override {
     LOOM_RETURN_IF_ERROR(CheckCuda(input, "all_gather", "input"));
     LOOM_RETURN_IF_ERROR(CheckList(outputs, input, "all_gather", "outputs"));
-    return Issue(OpType::kAllGather, input.dtype(), o.timeout, [&](ncclDataType_t dt) {
+    return Issue(OpType::kAllGather, input.dtype(), input.nbytes(), o.timeout, [&](ncclDataType_t dt) {
       ncclGroupStart();
       for (int i = 0; i < size_; ++i) {
         ncclBroadcast(input.raw_data(), outputs[i].raw_data(), outputs[i].numel(), dt, i, comm_, stream_);
@@ -136,7 +137,7 @@ class NcclBackendImpl : public NcclBackend {
     if (output.numel() != input.numel() * size_ || output.dtype() != input.dtype()) {
       return absl::InvalidArgumentError("all_gather_into: output: expected size * input elements");
     }
-    return Issue(OpType::kAllGatherInto, input.dtype(), o.timeout, [&](ncclDataType_t dt) {
+    return Issue(OpType::kAllGatherInto, input.dtype(), input.nbytes(), o.timeout, [&](ncclDataType_t dt) {
       return ncclAllGather(input.raw_data(), output.raw_data(), input.numel(), dt, comm_, stream_);
     });
   }
@@ -144,7 +145,7 @@ class NcclBackendImpl : public NcclBackend {
                                         const ReduceScatterOptions& o) override {
     LOOM_RETURN_IF_ERROR(CheckCuda(output, "reduce_scatter", "output"));
     LOOM_RETURN_IF_ERROR(CheckList(inputs, output, "reduce_scatter", "inputs"));
-    return Issue(OpType::kReduceScatter, output.dtype(), o.timeout, [&](ncclDataType_t dt) {
+    return Issue(OpType::kReduceScatter, output.dtype(), output.nbytes(), o.timeout, [&](ncclDataType_t dt) {
       ncclGroupStart();
       for (int i = 0; i < size_; ++i) {
         ncclReduce(inputs[i].raw_data(), i == rank_ ? output.raw_data() : nullptr, inputs[i].numel(), dt,
@@ -160,7 +161,7 @@ class NcclBackendImpl : public NcclBackend {
     if (input.numel() != output.numel() * size_ || output.dtype() != input.dtype()) {
       return absl::InvalidArgumentError("reduce_scatter_from: input: expected size * output elements");
     }
-    return Issue(OpType::kReduceScatterFrom, output.dtype(), o.timeout, [&](ncclDataType_t dt) {
+    return Issue(OpType::kReduceScatterFrom, output.dtype(), output.nbytes(), o.timeout, [&](ncclDataType_t dt) {
       return ncclReduceScatter(input.raw_data(), output.raw_data(), output.numel(), dt, ToNccl(o.op), comm_,
                                stream_);
     });
@@ -178,7 +179,7 @@ class NcclBackendImpl : public NcclBackend {
     }
     int64_t in_row = in_rows ? input.numel() / in_rows : 0, out_row = out_rows ? output.numel() / out_rows : 0;
     size_t es = DTypeSize(input.dtype());
-    return Issue(OpType::kAllToAll, input.dtype(), o.timeout, [&](ncclDataType_t dt) {
+    return Issue(OpType::kAllToAll, input.dtype(), input.nbytes(), o.timeout, [&](ncclDataType_t dt) {
       ncclGroupStart();
       int64_t si = 0, ri = 0;
       for (int j = 0; j < size_; ++j) {
@@ -195,7 +196,7 @@ class NcclBackendImpl : public NcclBackend {
     LOOM_RETURN_IF_ERROR(CheckCuda(input, "gather", "input"));
     LOOM_RETURN_IF_ERROR(CheckRoot(o.root, "gather"));
     if (rank_ == o.root) LOOM_RETURN_IF_ERROR(CheckList(outputs, input, "gather", "outputs"));
-    return Issue(OpType::kGather, input.dtype(), o.timeout, [&](ncclDataType_t dt) {
+    return Issue(OpType::kGather, input.dtype(), input.nbytes(), o.timeout, [&](ncclDataType_t dt) {
       ncclGroupStart();
       if (rank_ == o.root) {
         for (int i = 0; i < size_; ++i) {
@@ -216,7 +217,7 @@ class NcclBackendImpl : public NcclBackend {
     LOOM_RETURN_IF_ERROR(CheckCuda(output, "scatter", "output"));
     LOOM_RETURN_IF_ERROR(CheckRoot(o.root, "scatter"));
     if (rank_ == o.root) LOOM_RETURN_IF_ERROR(CheckList(inputs, output, "scatter", "inputs"));
-    return Issue(OpType::kScatter, output.dtype(), o.timeout, [&](ncclDataType_t dt) {
+    return Issue(OpType::kScatter, output.dtype(), output.nbytes(), o.timeout, [&](ncclDataType_t dt) {
       ncclGroupStart();
       if (rank_ == o.root) {
         for (int i = 0; i < size_; ++i) {
@@ -235,14 +236,14 @@ class NcclBackendImpl : public NcclBackend {
   absl::StatusOr<WorkPtr> Send(const Tensor& t, int dst, const SendRecvOptions& o) override {
     LOOM_RETURN_IF_ERROR(CheckCuda(t, "send", "tensor"));
     LOOM_RETURN_IF_ERROR(CheckRoot(dst, "send"));
-    return Issue(OpType::kSend, t.dtype(), o.timeout, [&](ncclDataType_t dt) {
+    return Issue(OpType::kSend, t.dtype(), t.nbytes(), o.timeout, [&](ncclDataType_t dt) {
       return ncclSend(t.raw_data(), t.numel(), dt, dst, comm_, stream_);
     });
   }
   absl::StatusOr<WorkPtr> Recv(const Tensor& t, int src, const SendRecvOptions& o) override {
     LOOM_RETURN_IF_ERROR(CheckCuda(t, "recv", "tensor"));
     LOOM_RETURN_IF_ERROR(CheckRoot(src, "recv"));
-    return Issue(OpType::kRecv, t.dtype(), o.timeout, [&](ncclDataType_t dt) {
+    return Issue(OpType::kRecv, t.dtype(), t.nbytes(), o.timeout, [&](ncclDataType_t dt) {
       return ncclRecv(t.raw_data(), t.numel(), dt, src, comm_, stream_);
     });
   }
@@ -254,7 +255,7 @@ class NcclBackendImpl : public NcclBackend {
         if (cudaError_t e = cudaMalloc(&scratch_, 4); e != cudaSuccess) return CudaError("barrier scratch", e);
       }
     }
-    return Issue(OpType::kBarrier, DType::kF32, o.timeout, [&](ncclDataType_t) {
+    return Issue(OpType::kBarrier, DType::kF32, 0, o.timeout, [&](ncclDataType_t) {
       return ncclAllReduce(scratch_, scratch_, 1, ncclFloat32, ncclSum, comm_, stream_);
     });
   }
@@ -265,7 +266,26 @@ class NcclBackendImpl : public NcclBackend {
     cudaEvent_t event;
     absl::Time deadline;
     std::string what;
+    // Metrics (same hooks as the CPU backends): op, tensor bytes of the call,
+    // and the op's latency, from `start` (recorded on the stream before the op)
+    // to `event`; `issued` is the host-side fallback when timing fails.
+    OpType op;
+    int64_t bytes;
+    cudaEvent_t start;
+    absl::Time issued;
   };
+
+  // Records a finished op into GlobalCollectiveMetrics() and frees its events.
+  static void RecordAndRelease(Pending& p, bool ok) {
+    absl::Duration latency = absl::Now() - p.issued;
+    float ms = 0;
+    if (ok && p.start != nullptr && cudaEventElapsedTime(&ms, p.start, p.event) == cudaSuccess) {
+      latency = absl::Microseconds(static_cast<double>(ms) * 1000.0);
+    }
+    GlobalCollectiveMetrics().Record("nccl", std::string(OpTypeName(p.op)), p.bytes, latency, ok);
+    if (p.start != nullptr) cudaEventDestroy(p.start);
+    p.start = nullptr;
+  }
 
   absl::Status CheckRoot(int r, absl::string_view op) {
     if (r < 0 || r >= size_) {
@@ -288,7 +308,7 @@ class NcclBackendImpl : public NcclBackend {
   }
 
   template <typename F>
-  absl::StatusOr<WorkPtr> Issue(OpType op, DType dtype, absl::Duration timeout, F&& enqueue) {
+  absl::StatusOr<WorkPtr> Issue(OpType op, DType dtype, int64_t bytes, absl::Duration timeout, F&& enqueue) {
     ncclDataType_t dt;
     ToNccl(dtype, &dt);
     if (!Supports(op, dtype, DeviceKind::kCUDA)) {
@@ -304,16 +324,27 @@ class NcclBackendImpl : public NcclBackend {
     }
     std::string what = absl::StrCat("nccl ", OpTypeName(op), " #", seq_++, " on rank ", rank_);
     cudaSetDevice(device_);
+    absl::Time issued = absl::Now();
+    cudaEvent_t start = nullptr;
+    if (cudaEventCreate(&start) != cudaSuccess || cudaEventRecord(start, stream_) != cudaSuccess) {
+      if (start != nullptr) cudaEventDestroy(start);
+      start = nullptr;  // no GPU timing: the metrics fall back to host time
+    }
     ncclResult_t r = enqueue(dt);
-    if (r != ncclSuccess && r != ncclInProgress) return NcclError(what, r);
+    if (r != ncclSuccess && r != ncclInProgress) {
+      if (start != nullptr) cudaEventDestroy(start);
+      GlobalCollectiveMetrics().Record("nccl", std::string(OpTypeName(op)), bytes, absl::Now() - issued, false);
+      return NcclError(what, r);
+    }
     cudaEvent_t ev;
-    cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+    cudaEventCreate(&ev);  // with timing: the metrics read start -> ev
     cudaEventRecord(ev, stream_);
     auto work = std::make_shared<Work>();
     work->Start();
     work->set_abort_hook([this] { AbortComm(absl::CancelledError("aborted by the user")); });
     pending_.push_back(Pending{work, ev, absl::Now() + timeout,
-                               absl::StrCat(what, " (timeout ", absl::FormatDuration(timeout), ")")});
+                               absl::StrCat(what, " (timeout ", absl::FormatDuration(timeout), ")"), op, bytes,
+                               start, issued});
     return work;
   }
 
@@ -329,6 +360,7 @@ class NcclBackendImpl : public NcclBackend {
     // Fail the ops first: ncclCommAbort may wait for work already on the
     // stream, so it runs on its own thread (joined at destruction).
     for (auto& p : failed) {
+      RecordAndRelease(p, false);
       p.work->Finish(absl::Status(why.code(), absl::StrCat(p.what, ": ", why.message(), "; communicator aborted")));
     }
     abort_thread_ = std::thread([this] {
@@ -348,6 +380,7 @@ class NcclBackendImpl : public NcclBackend {
           Pending& p = pending_.front();
           cudaError_t e = cudaEventQuery(p.event);
           if (e == cudaSuccess) {
+            RecordAndRelease(p, true);
             p.work->Finish(absl::OkStatus());
             cudaEventDestroy(p.event);
             pending_.pop_front();

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <vector>
 
+#include "collectives/metrics.h"
 #include "collectives/nccl/nccl_backend.h"
 #include "collectives/process_group.h"
 #include "collectives/store/store_server.h"
@@ -78,7 +79,35 @@ TEST_F(NcclTest, OpsAtWorldSizeOne) {
   EXPECT_TRUE(absl::IsUnimplemented(bad.status())) << bad.status();
 }
 
+// NCCL ops feed the same metrics hooks as the CPU backends: count, tensor
+// bytes of the call, latency (GPU-timed between events around the op).
+TEST_F(NcclTest, RecordsMetricsLikeTheCpuBackends) {
+  GlobalCollectiveMetrics().Reset();
+  Tensor t = Device({1, 2, 3});
+  for (int i = 0; i < 2; ++i) {
+    auto w = pg_->AllReduce(t, {});
+    ASSERT_TRUE(w.ok()) << w.status();
+    ASSERT_TRUE((*w)->Wait(absl::Now() + absl::Seconds(30)).ok());
+  }
+  Tensor out = Device({0, 0, 0});
+  auto g = pg_->AllGatherInto(out, t, {});
+  ASSERT_TRUE(g.ok() && (*g)->Wait(absl::Now() + absl::Seconds(30)).ok());
+  auto snap = GlobalCollectiveMetrics().Snapshot();
+  const OpMetrics& ar = snap[MetricsKey{"nccl", "all_reduce"}];
+  EXPECT_EQ(ar.count, 2);
+  EXPECT_EQ(ar.failures, 0);
+  EXPECT_EQ(ar.bytes, 2 * 12);
+  EXPECT_GT(ar.total_seconds, 0);
+  int64_t in_buckets = 0;
+  for (int64_t b : ar.latency_buckets) in_buckets += b;
+  EXPECT_EQ(in_buckets, 2);
+  const OpMetrics& ag = snap[MetricsKey{"nccl", "all_gather_into"}];
+  EXPECT_EQ(ag.count, 1);
+  EXPECT_EQ(ag.bytes, 12);
+}
+
 TEST_F(NcclTest, WatchdogAbortsHungOpAtItsTimeout) {
+  GlobalCollectiveMetrics().Reset();
   static std::atomic<int> flag{0};
   nccl_->TestOnlyBlockStreamOnHostFlag(&flag);
   Tensor t = Device({1, 2, 3});
@@ -98,6 +127,8 @@ TEST_F(NcclTest, WatchdogAbortsHungOpAtItsTimeout) {
   // The communicator is gone: later calls fail at once.
   auto later = pg_->AllReduce(t, o);
   EXPECT_TRUE(absl::IsFailedPrecondition(later.status())) << later.status();
+  auto snap = GlobalCollectiveMetrics().Snapshot();
+  EXPECT_EQ((snap[MetricsKey{"nccl", "all_reduce"}].failures), 1);
 }
 
 }  // namespace

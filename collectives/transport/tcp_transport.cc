@@ -11,6 +11,9 @@ namespace {
 
 constexpr uint32_t kHelloMagic = 0x4c4f4f4d;  // "LOOM"
 constexpr size_t kInlineFrame = 64 << 10;
+// Unexpected frames this large wait up to kWaitForPost for their receive.
+constexpr size_t kWaitForPostBytes = 256 << 10;
+constexpr absl::Duration kWaitForPost = absl::Milliseconds(200);
 
 class DoneRequest : public TransportRequest {
  public:
@@ -166,6 +169,36 @@ void TcpTransport::ReceiveLoop(int peer) {
       }
       continue;
     }
+    if (!match && len >= kWaitForPostBytes) {
+      // A large message ahead of its receive: give the receiver a moment to
+      // post it (the sender is held back by the socket meanwhile), so the
+      // payload lands in place instead of being buffered and copied again.
+      absl::MutexLock l(&mu_);
+      absl::Time until = absl::Now() + kWaitForPost;
+      while (!match && aborted_.ok() && absl::Now() < until) {
+        for (auto it = p.posted.begin(); it != p.posted.end(); ++it) {
+          if ((*it)->tag == tag) {
+            match = *it;
+            p.posted.erase(it);
+            break;
+          }
+        }
+        if (!match) cv_.WaitWithDeadline(&mu_, until);
+      }
+    }
+    if (match && match->n == len) {
+      s = internal::RecvAll(fd, match->data, len, absl::InfiniteFuture());
+      absl::MutexLock l(&mu_);
+      match->done = true;
+      match->status = s.ok() ? s : absl::UnavailableError(absl::StrCat(
+          "tcp transport: connection to rank ", peer, " lost mid-message: ", s.message()));
+      cv_.SignalAll();
+      if (!s.ok()) {
+        FailPeer(peer, match->status);
+        return;
+      }
+      continue;
+    }
     std::string buf(len, '\0');
     s = internal::RecvAll(fd, buf.data(), len, absl::InfiniteFuture());
     if (!s.ok()) {
@@ -273,6 +306,7 @@ absl::StatusOr<std::unique_ptr<TransportRequest>> TcpTransport::IRecv(int peer, 
   r->n = n;
   r->peer = peer;
   p.posted.push_back(r);
+  cv_.SignalAll();  // a receiver thread may be holding a large message for it
   return std::unique_ptr<TransportRequest>(new TcpRecvRequest(this, std::move(r)));
 }
 

@@ -8,8 +8,11 @@
 // inline on the caller's thread (under a per-peer lock), so it is complete when
 // it returns. One receiver thread per peer reads frames: a frame that matches a
 // posted receive is read straight into the user's buffer, otherwise it is kept
-// as an unexpected message until a matching IRecv copies it out. Because
-// receivers always drain their sockets, a ring of blocking sends cannot
+// as an unexpected message until a matching IRecv copies it out. A frame of
+// at least kWaitForPostBytes with no receive posted yet is first held for up
+// to kWaitForPost, waiting for its IRecv, so large payloads land in place
+// (the sender is held back by the socket meanwhile). Because receivers drain
+// their sockets after at most that pause, a ring of blocking sends cannot
 // deadlock. Cost per message: one syscall pair per frame plus, for unexpected
 // messages, one extra copy.
 #pragma once

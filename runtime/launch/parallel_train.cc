@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "compiler/comm/communicator.h"
@@ -12,7 +13,10 @@
 #include "parallel/trainer.h"
 #include "runtime/data/dataset.h"
 #include "runtime/jobspec/jobspec.h"
+#include "dtensor/dtensor.h"
+#include "runtime/train/evaluate.h"
 #include "runtime/train/run_reporter.h"
+#include "runtime/train/trainer.h"
 
 namespace loom::launch {
 namespace {
@@ -37,6 +41,9 @@ int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::Pr
   data::Split split = data::SplitTokens(*tokens, spec.data().val_fraction(), spec.data().seed());
   auto sampler = data::Sampler::Create(&split.train, m.seq_len(), tr.seed());
   if (!sampler.ok()) return Fail(rank, 2, sampler.status().message());
+  if (static_cast<int64_t>(split.val.size()) < m.seq_len() + 1)
+    return Fail(rank, 2,
+                absl::StrCat("data: the validation split (", split.val.size(), " tokens) is shorter than one window"));
 
   auto mesh = dtensor::DeviceMesh::Create(world, parallel::MeshOf(layout));
   if (!mesh.ok()) return Fail(rank, 2, absl::StrCat("device mesh: ", mesh.status().message()));
@@ -81,10 +88,33 @@ int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::Pr
       if (!s.ok()) return Fail(rank, 1, s.message());
     }
   }
+  // The end of the run: every rank contributes its blocks of the parameters;
+  // rank 0 evaluates and samples with the full model on one process.
+  std::map<std::string, Tensor> full;
+  const std::map<std::string, Tensor> local = (*trainer)->LocalParameters();
+  for (const models::ParamInfo& p : (*trainer)->param_info()) {
+    auto f = dtensor::FullTensor(local.at(p.name), std::vector<int64_t>(p.shape.begin(), p.shape.end()),
+                                 (*trainer)->specs().at(p.name), **mesh);
+    if (!f.ok()) return Fail(rank, 1, absl::StrCat("gathering ", p.name, ": ", f.status().message()));
+    if (rank == 0) full[p.name] = std::move(*f);
+  }
   if (report) {
+    v1::JobSpec one = spec;
+    one.mutable_parallel()->set_dp(1);
+    one.mutable_parallel()->set_tp(1);
+    one.mutable_parallel()->set_zero_stage(0);
+    one.mutable_parallel()->set_sequence_parallel(false);
+    train::TrainerOptions to;
+    to.init = std::move(full);
+    auto single = train::Trainer::Create(one, std::move(to));
+    if (!single.ok()) return Fail(rank, 1, absl::StrCat("evaluation model: ", single.status().message()));
+    auto val = train::ValidationLoss(**single, spec, split.val);
+    if (!val.ok()) return Fail(rank, 1, val.status().message());
+    const double bigram = data::BigramLoss(split.train, split.val, m.vocab());
+    if (absl::Status s = report->Validation(tr.steps(), *val, bigram); !s.ok()) return Fail(rank, 1, s.message());
     if (absl::Status s = report->Finish(); !s.ok()) return Fail(rank, 1, s.message());
-    std::printf("run folder: %s (metrics.jsonl, metrics.prom, events.out.tfevents.*, loss.svg, job.yaml)\n",
-                report->dir().c_str());
+    absl::Status s = train::FinishWithSample(**single, spec, split.val, report->dir(), *val, bigram);
+    if (!s.ok()) return Fail(rank, 1, s.message());
   }
   // Nobody leaves before everyone is done (a late peer's last collective).
   auto w = world->Barrier({});

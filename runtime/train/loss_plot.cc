@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -52,6 +54,56 @@ std::string LossCurveSvg(const std::vector<std::pair<int64_t, double>>& train,
                                       W - 170, T + 20.0));
   absl::StrAppend(&s, "</svg>\n");
   return s;
+}
+
+std::string LossCurveText(const std::vector<std::pair<int64_t, double>>& train,
+                          const std::vector<std::pair<int64_t, double>>& val, int width, int height) {
+  if (train.empty() || width < 2 || height < 2) return "";
+  const int64_t first = train.front().first, last = train.back().first;
+  const int cols = static_cast<int>(std::min<int64_t>(width, static_cast<int64_t>(train.size())));
+  std::vector<double> sum(cols, 0), count(cols, 0);
+  auto column = [&](int64_t step) {
+    if (last == first) return 0;
+    return static_cast<int>(std::min<int64_t>(cols - 1, (step - first) * cols / (last - first + 1)));
+  };
+  for (const auto& [step, loss] : train) {
+    if (!std::isfinite(loss)) continue;
+    sum[column(step)] += loss;
+    count[column(step)] += 1;
+  }
+  double lo = INFINITY, hi = -INFINITY;
+  for (int c = 0; c < cols; ++c)
+    if (count[c] > 0) lo = std::min(lo, sum[c] / count[c]), hi = std::max(hi, sum[c] / count[c]);
+  for (const auto& [step, loss] : val)
+    if (std::isfinite(loss)) lo = std::min(lo, loss), hi = std::max(hi, loss);
+  if (!std::isfinite(lo)) return "";
+  if (hi - lo < 1e-9) hi = lo + 1e-9;
+  std::vector<std::string> grid(height, std::string(cols, ' '));
+  auto row = [&](double loss) {
+    int r = static_cast<int>(std::lround((hi - loss) / (hi - lo) * (height - 1)));
+    return std::max(0, std::min(height - 1, r));
+  };
+  for (int c = 0; c < cols; ++c)
+    if (count[c] > 0) grid[row(sum[c] / count[c])][c] = '*';
+  for (const auto& [step, loss] : val)
+    if (std::isfinite(loss) && step >= first && step <= last) grid[row(loss)][column(step)] = 'o';
+  char label[32];
+  std::string out;
+  for (int r = 0; r < height; ++r) {
+    if (r == 0 || r == height - 1) {
+      std::snprintf(label, sizeof label, "%8.3f |", r == 0 ? hi : lo);
+    } else {
+      std::snprintf(label, sizeof label, "%8s |", "");
+    }
+    out += label + grid[r] + "\n";
+  }
+  std::string steps = "step " + std::to_string(first);
+  std::string end = std::to_string(last);
+  std::string axis(10, ' ');
+  axis += steps;
+  int pad = 10 + cols - static_cast<int>(axis.size()) - static_cast<int>(end.size());
+  axis += std::string(std::max(1, pad), ' ') + end + "\n";
+  return out + axis;
 }
 
 }  // namespace loom::train

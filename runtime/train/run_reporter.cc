@@ -110,6 +110,8 @@ absl::Status RunReporter::Finish() {
   if (s.ok()) s = prom_.WriteTextFile(dir_ + "/metrics.prom");
   if (!s.ok()) return s;
   std::ofstream(dir_ + "/loss.svg") << LossCurveSvg(curve_, val_curve_, absl::StrCat(spec_.name(), ": loss"));
+  std::printf("\nloss curve (* training, o validation):\n%s", LossCurveText(curve_, val_curve_).c_str());
+  std::fflush(stdout);
   return absl::OkStatus();
 }
 

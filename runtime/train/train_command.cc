@@ -19,6 +19,7 @@
 #include "parallel/planner_command.h"
 #include "runtime/data/dataset.h"
 #include "runtime/jobspec/jobspec.h"
+#include "runtime/train/evaluate.h"
 #include "runtime/train/run_reporter.h"
 #include "runtime/train/trainer.h"
 
@@ -34,38 +35,6 @@ int Fail(int code, absl::string_view msg) {
 }
 
 
-// Samples `n` tokens after `prompt` with temperature 0.8 from the evaluation
-// program (batch row 0; later positions are padding the causal mask ignores).
-absl::StatusOr<std::string> Sample(Trainer& t, const v1::JobSpec& spec, std::vector<int32_t> prompt, int n) {
-  const int64_t T = spec.model().seq_len(), B = spec.train().batch_size(), V = spec.model().vocab();
-  Tensor x = Tensor::Zeros({B, T}, DType::kI32), y = Tensor::Zeros({B, T}, DType::kI32);
-  Philox rng(spec.train().seed() + 77, 0);
-  std::vector<int32_t> out;
-  std::vector<int32_t> ctx = prompt;
-  for (int i = 0; i < n; ++i) {
-    if (static_cast<int64_t>(ctx.size()) > T) ctx.erase(ctx.begin(), ctx.end() - T);
-    int32_t* xp = x.data<int32_t>();
-    for (int64_t j = 0; j < T; ++j) xp[j] = j < static_cast<int64_t>(ctx.size()) ? ctx[j] : 0;
-    auto r = t.Forward(x, y);
-    if (!r.ok()) return r.status();
-    const float* logits = r->second.data<float>() + (ctx.size() - 1) * V;
-    double mx = -1e30;
-    for (int64_t v = 0; v < V; ++v) mx = std::max(mx, static_cast<double>(logits[v]));
-    std::vector<double> p(V);
-    double z = 0;
-    for (int64_t v = 0; v < V; ++v) z += p[v] = std::exp((logits[v] - mx) / 0.8);
-    double u = rng.Uniform(i) * z, acc = 0;
-    int32_t pick = static_cast<int32_t>(V - 1);
-    for (int64_t v = 0; v < V; ++v)
-      if ((acc += p[v]) >= u) {
-        pick = static_cast<int32_t>(v);
-        break;
-      }
-    out.push_back(pick);
-    ctx.push_back(pick);
-  }
-  return data::DecodeBytes(prompt) + data::DecodeBytes(out);
-}
 
 }  // namespace
 
@@ -140,18 +109,6 @@ int RunTrainCommand(const std::vector<std::string>& args) {
 
   const int64_t B = tr.batch_size(), T = m.seq_len();
   Tensor x = Tensor::MustEmpty({B, T}, DType::kI32), y = Tensor::MustEmpty({B, T}, DType::kI32);
-  Tensor vx = Tensor::MustEmpty({B, T}, DType::kI32), vy = Tensor::MustEmpty({B, T}, DType::kI32);
-  auto validate = [&]() -> absl::StatusOr<double> {
-    double sum = 0;
-    for (int i = 0; i < tr.eval_batches(); ++i) {
-      absl::Status s = data::ValidationBatch(split.val, T, B, i, &vx, &vy);
-      if (!s.ok()) return s;
-      auto l = t.Evaluate(vx, vy);
-      if (!l.ok()) return l.status();
-      sum += *l;
-    }
-    return sum / tr.eval_batches();
-  };
   double last_val = NAN;
   for (int step = 1; step <= tr.steps(); ++step) {
     const auto step_start = std::chrono::steady_clock::now();
@@ -161,21 +118,15 @@ int RunTrainCommand(const std::vector<std::string>& args) {
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
     if (absl::Status s = report.Step(step, *loss, t.LearningRate(step), dt); !s.ok()) return Fail(1, s.message());
     if (step % tr.eval_every() == 0 || step == tr.steps()) {
-      auto v = validate();
+      auto v = ValidationLoss(t, spec, split.val);
       if (!v.ok()) return Fail(1, v.status().message());
       last_val = *v;
       if (absl::Status s = report.Validation(step, *v, bigram); !s.ok()) return Fail(1, s.message());
     }
   }
   if (absl::Status s = report.Finish(); !s.ok()) return Fail(1, s.message());
-  std::vector<int32_t> prompt(split.val.begin(), split.val.begin() + std::min<int64_t>(16, T / 2));
-  int n = tr.sample_tokens() > 0 ? tr.sample_tokens() : 200;
-  auto sample = Sample(t, spec, prompt, n);
-  if (!sample.ok()) return Fail(1, sample.status().message());
-  std::ofstream(dir + "/sample.txt") << *sample;
-  std::printf("\nfinal validation loss %.4f (bigram baseline %.4f)\n", last_val, bigram);
-  std::printf("sample:\n----\n%s\n----\n", sample->c_str());
-  std::printf("run folder: %s (metrics.jsonl, metrics.prom, events.out.tfevents.*, loss.svg, sample.txt, job.yaml)\n", dir.c_str());
+  if (absl::Status s = FinishWithSample(t, spec, split.val, dir, last_val, bigram); !s.ok())
+    return Fail(1, s.message());
   return 0;
 }
 

@@ -1,0 +1,211 @@
+#include "collectives/bench/bench_config.h"
+
+#include <algorithm>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace loom::collectives::bench {
+namespace {
+
+absl::Status Bad(const std::string& flag, const std::string& why, const std::string& value) {
+  return absl::InvalidArgumentError(absl::StrCat("--", flag, ": ", why, ", got '", value, "'"));
+}
+
+absl::StatusOr<int> ParseInt(const std::string& flag, const std::string& v, int lo, int hi) {
+  int x = 0;
+  if (!absl::SimpleAtoi(v, &x) || x < lo || x > hi) {
+    return Bad(flag, absl::StrCat("expected an integer in [", lo, ", ", hi, "]"), v);
+  }
+  return x;
+}
+
+std::vector<std::string> List(const std::string& v) {
+  std::vector<std::string> out;
+  for (absl::string_view p : absl::StrSplit(v, ',', absl::SkipEmpty())) out.emplace_back(p);
+  return out;
+}
+
+}  // namespace
+
+const char kBenchUsage[] =
+    "usage: loom bench collectives [flags]\n"
+    "  nccl-tests style all_reduce / all_gather / reduce_scatter bandwidth of Loom's CPU\n"
+    "  backends, side by side with torch.distributed Gloo (Debian's /usr/bin/python3).\n"
+    "  --backends=gloo,ucx,tcp   Loom backends to run (default gloo)\n"
+    "  --ranks=2,4               process counts (default 2)\n"
+    "  --ops=all_reduce,all_gather,reduce_scatter\n"
+    "  --min-bytes=1K --max-bytes=4M --step=4   the size sweep (K/M/G suffixes; step 2 or 4)\n"
+    "  --iters=N --warmup=N      timed / untimed iterations per size (default: by size, 2)\n"
+    "  --full                    backends gloo,ucx,tcp, ranks 2,4, 1K..256M, timeout 900\n"
+    "  --torch=auto|0|1          run the PyTorch peer (auto: when torch imports)\n"
+    "  --json                    print one JSON document instead of the tables\n"
+    "  --timeout=SECONDS         limit per (backend, ranks) run (default 300, --full 900)\n"
+    "exit: 0 ok, 1 a run or a result check failed, 2 bad flag\n";
+
+absl::StatusOr<int64_t> ParseBytes(const std::string& s) {
+  if (s.empty()) return absl::InvalidArgumentError("empty size");
+  int64_t mult = 1;
+  std::string num = s;
+  std::string suffix;
+  while (!num.empty() && !std::isdigit(static_cast<unsigned char>(num.back()))) {
+    suffix.insert(suffix.begin(), num.back());
+    num.pop_back();
+  }
+  if (suffix == "K" || suffix == "k" || suffix == "KiB") mult = 1 << 10;
+  else if (suffix == "M" || suffix == "MiB") mult = 1 << 20;
+  else if (suffix == "G" || suffix == "GiB") mult = int64_t{1} << 30;
+  else if (!suffix.empty() && suffix != "B") return absl::InvalidArgumentError("bad size suffix");
+  int64_t x = 0;
+  if (!absl::SimpleAtoi(num, &x) || x <= 0 || x > (int64_t{4} << 30) / mult) {
+    return absl::InvalidArgumentError("expected a positive size up to 4G");
+  }
+  return x * mult;
+}
+
+std::string FormatBytes(int64_t b) {
+  if (b >= (1 << 20) && b % (1 << 20) == 0) return absl::StrCat(b >> 20, " MiB");
+  if (b >= (1 << 10) && b % (1 << 10) == 0) return absl::StrCat(b >> 10, " KiB");
+  return absl::StrCat(b, " B");
+}
+
+absl::StatusOr<BenchConfig> ParseBenchFlags(const std::vector<std::string>& args) {
+  BenchConfig c;
+  // Pass 1: --full sets the defaults that explicit flags then override.
+  for (const std::string& a : args) {
+    if (a == "--full" || a == "--full=1" || a == "--full=true") {
+      c.full = true;
+      c.backends = {"gloo", "ucx", "tcp"};
+      c.ranks = {2, 4};
+      c.max_bytes = 256 << 20;
+      c.timeout_s = 900;
+    }
+  }
+  for (const std::string& a : args) {
+    if (a.rfind("--", 0) != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", a, "' (flags are --name=value)"));
+    }
+    std::string name = a.substr(2), value;
+    bool has_value = false;
+    if (size_t eq = name.find('='); eq != std::string::npos) {
+      value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+      has_value = true;
+    }
+    std::replace(name.begin(), name.end(), '_', '-');
+    auto need = [&]() -> absl::Status {
+      if (!has_value || value.empty()) return Bad(name, "needs a value (--" + name + "=...)", value);
+      return absl::OkStatus();
+    };
+    if (name == "full") {
+      continue;
+    } else if (name == "json") {
+      if (has_value && value != "1" && value != "0" && value != "true" && value != "false") {
+        return Bad(name, "expected 0 or 1", value);
+      }
+      c.json = !has_value || value == "1" || value == "true";
+    } else if (name == "backends") {
+      if (auto s = need(); !s.ok()) return s;
+      c.backends = List(value);
+      for (const std::string& b : c.backends) {
+        if (b != "gloo" && b != "ucx" && b != "tcp") return Bad(name, "expected a list of gloo, ucx, tcp", value);
+      }
+      if (c.backends.empty()) return Bad(name, "expected at least one backend", value);
+    } else if (name == "ranks") {
+      if (auto s = need(); !s.ok()) return s;
+      c.ranks.clear();
+      for (const std::string& r : List(value)) {
+        auto n = ParseInt(name, r, 1, 64);
+        if (!n.ok()) return Bad(name, "expected a list of rank counts in [1, 64]", value);
+        c.ranks.push_back(*n);
+      }
+      if (c.ranks.empty()) return Bad(name, "expected at least one rank count", value);
+    } else if (name == "ops") {
+      if (auto s = need(); !s.ok()) return s;
+      c.ops = List(value);
+      for (const std::string& o : c.ops) {
+        if (o != "all_reduce" && o != "all_gather" && o != "reduce_scatter") {
+          return Bad(name, "expected a list of all_reduce, all_gather, reduce_scatter", value);
+        }
+      }
+      if (c.ops.empty()) return Bad(name, "expected at least one op", value);
+    } else if (name == "min-bytes" || name == "max-bytes") {
+      if (auto s = need(); !s.ok()) return s;
+      auto b = ParseBytes(value);
+      if (!b.ok()) return Bad(name, std::string(b.status().message()), value);
+      (name == "min-bytes" ? c.min_bytes : c.max_bytes) = *b;
+    } else if (name == "step") {
+      if (auto s = need(); !s.ok()) return s;
+      auto v = ParseInt(name, value, 2, 4);
+      if (!v.ok() || *v == 3) return Bad(name, "expected 2 or 4", value);
+      c.step = *v;
+    } else if (name == "iters") {
+      if (auto s = need(); !s.ok()) return s;
+      auto v = ParseInt(name, value, 1, 100000);
+      if (!v.ok()) return v.status();
+      c.iters = *v;
+    } else if (name == "warmup") {
+      if (auto s = need(); !s.ok()) return s;
+      auto v = ParseInt(name, value, 0, 100000);
+      if (!v.ok()) return v.status();
+      c.warmup = *v;
+    } else if (name == "timeout") {
+      if (auto s = need(); !s.ok()) return s;
+      auto v = ParseInt(name, value, 1, 86400);
+      if (!v.ok()) return v.status();
+      c.timeout_s = *v;
+    } else if (name == "torch") {
+      if (auto s = need(); !s.ok()) return s;
+      if (value == "auto") c.torch = TorchMode::kAuto;
+      else if (value == "0" || value == "false") c.torch = TorchMode::kOff;
+      else if (value == "1" || value == "true") c.torch = TorchMode::kOn;
+      else return Bad(name, "expected auto, 0 or 1", value);
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+    }
+  }
+  if (c.min_bytes > c.max_bytes) {
+    return Bad("min-bytes", absl::StrCat("must not exceed --max-bytes (", c.max_bytes, ")"),
+               std::to_string(c.min_bytes));
+  }
+  return c;
+}
+
+std::vector<std::string> ToFlags(const BenchConfig& c) {
+  std::vector<std::string> f = {
+      absl::StrCat("--backends=", absl::StrJoin(c.backends, ",")),
+      absl::StrCat("--ranks=", absl::StrJoin(c.ranks, ",")),
+      absl::StrCat("--ops=", absl::StrJoin(c.ops, ",")),
+      absl::StrCat("--min-bytes=", c.min_bytes),
+      absl::StrCat("--max-bytes=", c.max_bytes),
+      absl::StrCat("--step=", c.step),
+      absl::StrCat("--iters=", c.iters == 0 ? 0 : c.iters),
+      absl::StrCat("--warmup=", c.warmup),
+      absl::StrCat("--timeout=", c.timeout_s),
+  };
+  if (c.iters == 0) f.erase(f.begin() + 6);
+  if (c.full) f.push_back("--full");
+  return f;
+}
+
+std::vector<int64_t> Sizes(const BenchConfig& c) {
+  std::vector<int64_t> v;
+  for (int64_t s = c.min_bytes; s <= c.max_bytes; s *= c.step) v.push_back(s);
+  return v;
+}
+
+int ItersFor(const BenchConfig& c, int64_t bytes) {
+  if (c.iters > 0) return c.iters;
+  int64_t budget = c.full ? (int64_t{256} << 20) : (int64_t{64} << 20);
+  int64_t it = budget / std::max<int64_t>(bytes, 1);
+  return static_cast<int>(std::clamp<int64_t>(it, 5, 200));
+}
+
+double BusFactor(const std::string& op, int n) {
+  if (n <= 1) return 1.0;
+  return op == "all_reduce" ? 2.0 * (n - 1) / n : double(n - 1) / n;
+}
+
+}  // namespace loom::collectives::bench

@@ -1,0 +1,82 @@
+// Flag parsing, size sweep and report formatting of `loom bench collectives`.
+#include "collectives/bench/bench_config.h"
+
+#include "collectives/bench/bench_result.h"
+#include "gtest/gtest.h"
+
+namespace loom::collectives::bench {
+namespace {
+
+TEST(BenchConfig, DefaultsAreTheFastSweep) {
+  auto c = ParseBenchFlags({});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->backends, std::vector<std::string>{"gloo"});
+  EXPECT_EQ(c->ranks, std::vector<int>{2});
+  EXPECT_EQ(Sizes(*c), (std::vector<int64_t>{1024, 4096, 16384, 65536, 262144, 1 << 20, 4 << 20}));
+}
+
+TEST(BenchConfig, FullThenExplicitFlagsOverride) {
+  auto c = ParseBenchFlags({"--ranks=2", "--full", "--max_bytes=1M", "--step=2"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->backends, (std::vector<std::string>{"gloo", "ucx", "tcp"}));
+  EXPECT_EQ(c->ranks, std::vector<int>{2});
+  EXPECT_EQ(c->max_bytes, 1 << 20);
+  EXPECT_EQ(Sizes(*c).size(), 11u);
+  auto round = ParseBenchFlags(ToFlags(*c));
+  ASSERT_TRUE(round.ok());
+  EXPECT_EQ(Sizes(*round), Sizes(*c));
+  EXPECT_EQ(round->backends, c->backends);
+}
+
+TEST(BenchConfig, BadFlagsNameTheFlag) {
+  for (auto [args, want] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"--frobnicate=1"}, "--frobnicate"},
+           {{"--backends=gloo,mpi"}, "--backends"},
+           {{"--ranks=two"}, "--ranks"},
+           {{"--min-bytes=12X"}, "--min-bytes"},
+           {{"--min-bytes=4M", "--max-bytes=1M"}, "--min-bytes"},
+           {{"--step=3"}, "--step"},
+           {{"--iters=0"}, "--iters"},
+           {{"--torch=maybe"}, "--torch"},
+           {{"--ops=broadcast"}, "--ops"},
+           {{"positional"}, "positional"}}) {
+    auto c = ParseBenchFlags(args);
+    ASSERT_FALSE(c.ok()) << want;
+    EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(std::string(c.status().message()).find(want), std::string::npos) << c.status();
+  }
+}
+
+TEST(BenchConfig, BytesAndFactors) {
+  EXPECT_EQ(*ParseBytes("256M"), 256 << 20);
+  EXPECT_EQ(*ParseBytes("1KiB"), 1024);
+  EXPECT_EQ(*ParseBytes("4096"), 4096);
+  EXPECT_FALSE(ParseBytes("0").ok());
+  EXPECT_FALSE(ParseBytes("-1K").ok());
+  EXPECT_EQ(FormatBytes(256 << 20), "256 MiB");
+  EXPECT_EQ(FormatBytes(1000), "1000 B");
+  EXPECT_DOUBLE_EQ(BusFactor("all_reduce", 4), 1.5);
+  EXPECT_DOUBLE_EQ(BusFactor("all_gather", 4), 0.75);
+  EXPECT_DOUBLE_EQ(BusFactor("reduce_scatter", 2), 0.5);
+}
+
+TEST(BenchResult, TableHasRatiosAndNa) {
+  BenchReport r;
+  r.rows.push_back({"loom:gloo", 2, "all_reduce", 1 << 20, 1000.0, true, ""});
+  r.rows.push_back({"torch:gloo", 2, "all_reduce", 1 << 20, 2000.0, true, ""});
+  r.rows.push_back({"loom:gloo", 2, "reduce_scatter", 1 << 20, 500.0, true, ""});
+  r.rows.push_back({"torch:gloo", 2, "reduce_scatter", 1 << 20, 0, true,
+                    "n/a (torch 1.13 Gloo has no reduce_scatter)"});
+  r.checks = 3;
+  std::string t = FormatTables(r, 2, {"all_reduce", "reduce_scatter"});
+  EXPECT_NE(t.find("2.00x"), std::string::npos) << t;
+  EXPECT_NE(t.find("1.049"), std::string::npos) << t;  // busbw = 1 MiB / 1 ms x 1.0
+  EXPECT_NE(t.find("n/a (torch 1.13 Gloo has no reduce_scatter)"), std::string::npos) << t;
+  EXPECT_EQ(VerificationLine(r).rfind("verification: ok", 0), 0u);
+  r.wrong = 1;
+  EXPECT_EQ(VerificationLine(r).rfind("verification: FAILED", 0), 0u);
+  EXPECT_NE(FormatJson(r).find("\"verified\": false"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace loom::collectives::bench

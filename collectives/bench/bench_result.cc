@@ -1,0 +1,105 @@
+#include "collectives/bench/bench_result.h"
+
+#include <cstdio>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "collectives/bench/bench_config.h"
+
+namespace loom::collectives::bench {
+namespace {
+
+std::string JsonString(const std::string& s) {
+  std::string o = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') {
+      o += '\\';
+      o += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      absl::StrAppend(&o, absl::StrFormat("\\u%04x", c));
+    } else {
+      o += c;
+    }
+  }
+  return o + "\"";
+}
+
+const BenchRow* TorchRow(const BenchReport& r, const BenchRow& x) {
+  for (const BenchRow& t : r.rows) {
+    if (t.impl.rfind("torch:", 0) == 0 && t.ranks == x.ranks && t.op == x.op && t.bytes == x.bytes) return &t;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+double BenchRow::busbw() const { return algbw() * BusFactor(op, ranks); }
+
+std::string FormatTables(const BenchReport& r, int ranks, const std::vector<std::string>& ops) {
+  std::string out;
+  for (const std::string& op : ops) {
+    std::vector<const BenchRow*> rows;
+    for (const BenchRow& x : r.rows) if (x.ranks == ranks && x.op == op) rows.push_back(&x);
+    if (rows.empty()) continue;
+    std::stable_sort(rows.begin(), rows.end(), [](const BenchRow* a, const BenchRow* b) {
+      if (a->bytes != b->bytes) return a->bytes < b->bytes;
+      return (a->impl.rfind("torch:", 0) == 0) < (b->impl.rfind("torch:", 0) == 0);
+    });
+    absl::StrAppend(&out, absl::StrFormat(
+        "\n## %s, %d ranks  (busbw = algbw x %.3f; vs torch = busbw / torch busbw, >1 = Loom faster)\n",
+        op, ranks, BusFactor(op, ranks)));
+    absl::StrAppend(&out, absl::StrFormat("%10s  %-11s %10s %12s %12s %9s  %s\n", "size", "impl",
+                                          "time(us)", "algbw(GB/s)", "busbw(GB/s)", "vs torch", "check"));
+    for (const BenchRow* x : rows) {
+      if (!x->na.empty()) {
+        absl::StrAppend(&out, absl::StrFormat("%10s  %-11s %s\n", FormatBytes(x->bytes), x->impl, x->na));
+        continue;
+      }
+      std::string vs = "-";
+      if (x->impl.rfind("loom:", 0) == 0) {
+        const BenchRow* t = TorchRow(r, *x);
+        if (t && t->na.empty() && t->time_us > 0) vs = absl::StrFormat("%.2fx", t->time_us / x->time_us);
+        else if (t) vs = "n/a";
+      }
+      absl::StrAppend(&out, absl::StrFormat("%10s  %-11s %10.1f %12.3f %12.3f %9s  %s\n", FormatBytes(x->bytes),
+                                            x->impl, x->time_us, x->algbw(), x->busbw(), vs,
+                                            x->ok ? "ok" : "WRONG"));
+    }
+  }
+  return out;
+}
+
+std::string VerificationLine(const BenchReport& r) {
+  if (!r.failures.empty() || r.wrong > 0) {
+    return absl::StrCat("verification: FAILED: ", r.wrong, " of ", r.checks, " results wrong, ",
+                        r.failures.size(), " run(s) failed");
+  }
+  return absl::StrCat("verification: ok: all ", r.checks,
+                      " results correct on every rank (every element, before and after timing)");
+}
+
+std::string FormatJson(const BenchReport& r) {
+  std::string o = absl::StrFormat("{\"memcpy_gbps\": %.3f, \"cores\": %d, \"torch\": %s,\n \"results\": [",
+                                  r.memcpy_gbps, r.cores, JsonString(r.torch_status));
+  for (size_t i = 0; i < r.rows.size(); ++i) {
+    const BenchRow& x = r.rows[i];
+    absl::StrAppend(&o, i ? ",\n  " : "\n  ",
+                    absl::StrFormat("{\"impl\": %s, \"ranks\": %d, \"op\": %s, \"bytes\": %d", JsonString(x.impl),
+                                    x.ranks, JsonString(x.op), x.bytes));
+    if (!x.na.empty()) {
+      absl::StrAppend(&o, ", \"na\": ", JsonString(x.na), "}");
+    } else {
+      absl::StrAppend(&o, absl::StrFormat(", \"time_us\": %.3f, \"algbw_gbps\": %.4f, \"busbw_gbps\": %.4f, "
+                                          "\"check\": %s}",
+                                          x.time_us, x.algbw(), x.busbw(), x.ok ? "\"ok\"" : "\"WRONG\""));
+    }
+  }
+  absl::StrAppend(&o, "],\n \"failures\": [");
+  for (size_t i = 0; i < r.failures.size(); ++i) absl::StrAppend(&o, i ? ", " : "", JsonString(r.failures[i]));
+  absl::StrAppend(&o, absl::StrFormat("],\n \"checks\": %d, \"wrong\": %d, \"verified\": %s}\n", r.checks, r.wrong,
+                                      r.failures.empty() && r.wrong == 0 ? "true" : "false"));
+  return o;
+}
+
+}  // namespace loom::collectives::bench

@@ -1,0 +1,44 @@
+// Results of `loom bench collectives` and how they are printed: one table per
+// (ranks, op) with a row per (size, implementation), or one JSON document.
+//
+//   ## all_reduce, 2 ranks  (busbw = algbw x 1.000; vs torch = busbw / torch busbw)
+//          size  impl           time(us)  algbw(GB/s)  busbw(GB/s)  vs torch  check
+//         1 KiB  loom:gloo         152.3        0.007        0.007     2.45x  ok
+//         1 KiB  torch:gloo        373.1        0.003        0.003         -  ok
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace loom::collectives::bench {
+
+struct BenchRow {
+  std::string impl;  // "loom:gloo", "torch:gloo"
+  int ranks = 0;
+  std::string op;
+  int64_t bytes = 0;      // the full buffer
+  double time_us = 0;     // per op, slowest rank
+  bool ok = true;         // every rank's checks passed
+  std::string na;         // non-empty: not measured, and why
+  double algbw() const { return time_us > 0 ? bytes / time_us / 1e3 : 0; }  // GB/s
+  double busbw() const;
+};
+
+struct BenchReport {
+  double memcpy_gbps = 0;
+  int cores = 0;
+  std::string torch_status;  // "torch 1.13.0" or why there is no torch column
+  std::vector<BenchRow> rows;
+  std::vector<std::string> failures;  // runs that did not complete
+  int checks = 0;                     // (impl, ranks, op, size) results checked
+  int wrong = 0;                      // of which had wrong elements
+};
+
+// The tables for `ranks`, in the order of `ops`, over every impl present.
+std::string FormatTables(const BenchReport& r, int ranks, const std::vector<std::string>& ops);
+std::string FormatJson(const BenchReport& r);
+// "verification: ..." (one line, no newline).
+std::string VerificationLine(const BenchReport& r);
+
+}  // namespace loom::collectives::bench

@@ -1,0 +1,76 @@
+#include "runtime/train/evaluate.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "base/rng.h"
+#include "runtime/data/dataset.h"
+
+namespace loom::train {
+
+absl::StatusOr<double> ValidationLoss(Trainer& t, const v1::JobSpec& spec, const std::vector<int32_t>& val) {
+  const auto& tr = spec.train();
+  const int64_t B = tr.batch_size(), T = spec.model().seq_len();
+  Tensor vx = Tensor::MustEmpty({B, T}, DType::kI32), vy = Tensor::MustEmpty({B, T}, DType::kI32);
+  double sum = 0;
+  for (int i = 0; i < tr.eval_batches(); ++i) {
+    absl::Status s = data::ValidationBatch(val, T, B, i, &vx, &vy);
+    if (!s.ok()) return s;
+    auto l = t.Evaluate(vx, vy);
+    if (!l.ok()) return l.status();
+    sum += *l;
+  }
+  return sum / tr.eval_batches();
+}
+
+// From the evaluation program: batch row 0; later positions are padding the
+// causal mask ignores.
+absl::StatusOr<std::string> SampleText(Trainer& t, const v1::JobSpec& spec, std::vector<int32_t> prompt, int n) {
+  const int64_t T = spec.model().seq_len(), B = spec.train().batch_size(), V = spec.model().vocab();
+  Tensor x = Tensor::Zeros({B, T}, DType::kI32), y = Tensor::Zeros({B, T}, DType::kI32);
+  Philox rng(spec.train().seed() + 77, 0);
+  std::vector<int32_t> out;
+  std::vector<int32_t> ctx = prompt;
+  for (int i = 0; i < n; ++i) {
+    if (static_cast<int64_t>(ctx.size()) > T) ctx.erase(ctx.begin(), ctx.end() - T);
+    int32_t* xp = x.data<int32_t>();
+    for (int64_t j = 0; j < T; ++j) xp[j] = j < static_cast<int64_t>(ctx.size()) ? ctx[j] : 0;
+    auto r = t.Forward(x, y);
+    if (!r.ok()) return r.status();
+    const float* logits = r->second.data<float>() + (ctx.size() - 1) * V;
+    double mx = -1e30;
+    for (int64_t v = 0; v < V; ++v) mx = std::max(mx, static_cast<double>(logits[v]));
+    std::vector<double> p(V);
+    double z = 0;
+    for (int64_t v = 0; v < V; ++v) z += p[v] = std::exp((logits[v] - mx) / 0.8);
+    double u = rng.Uniform(i) * z, acc = 0;
+    int32_t pick = static_cast<int32_t>(V - 1);
+    for (int64_t v = 0; v < V; ++v)
+      if ((acc += p[v]) >= u) {
+        pick = static_cast<int32_t>(v);
+        break;
+      }
+    out.push_back(pick);
+    ctx.push_back(pick);
+  }
+  return data::DecodeBytes(prompt) + data::DecodeBytes(out);
+}
+
+absl::Status FinishWithSample(Trainer& t, const v1::JobSpec& spec, const std::vector<int32_t>& val,
+                              const std::string& dir, double val_loss, double baseline) {
+  const int64_t T = spec.model().seq_len();
+  std::vector<int32_t> prompt(val.begin(), val.begin() + std::min<int64_t>({16, T / 2, static_cast<int64_t>(val.size())}));
+  int n = spec.train().sample_tokens() > 0 ? spec.train().sample_tokens() : 200;
+  auto sample = SampleText(t, spec, prompt, n);
+  if (!sample.ok()) return sample.status();
+  std::ofstream(dir + "/sample.txt") << *sample;
+  std::printf("\nfinal validation loss %.4f (bigram baseline %.4f)\n", val_loss, baseline);
+  std::printf("sample:\n----\n%s\n----\n", sample->c_str());
+  std::printf("run folder: %s (metrics.jsonl, metrics.prom, events.out.tfevents.*, loss.svg, sample.txt, job.yaml)\n",
+              dir.c_str());
+  return absl::OkStatus();
+}
+
+}  // namespace loom::train
