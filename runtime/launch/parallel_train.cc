@@ -71,7 +71,8 @@ int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::Pr
   if (rank == 0) {
     double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("compiled in %.2fs\n", compile_s);
-    auto r = train::RunReporter::Open(spec, train::RunFolder(spec), "");
+    const char* listen = std::getenv("LOOM_WORKER_METRICS_LISTEN");
+    auto r = train::RunReporter::Open(spec, train::RunFolder(spec), listen != nullptr ? listen : "");
     if (!r.ok()) return Fail(rank, 1, r.status().message());
     report = std::move(*r);
   }

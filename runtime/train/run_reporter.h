@@ -4,7 +4,7 @@
 //   job.yaml             the spec with defaults
 //   metrics.jsonl        one JSON object per logged step and per validation
 //   metrics.prom         Prometheus text (train_metrics.h), also served live
-//                        with --metrics-listen / LOOM_METRICS_LISTEN
+//                        with --metrics-listen / LOOM_WORKER_METRICS_LISTEN
 //   events.out.tfevents.*  TensorBoard scalars (tb_events.h)
 //   loss.svg             the loss curve, at Finish
 // Progress lines go to stdout ("step 10/300 | loss ... | tok/s | ETA"), one

@@ -41,9 +41,9 @@ int Fail(int code, absl::string_view msg) {
 int RunTrainCommand(const std::vector<std::string>& args) {
   std::string path;
   int steps_override = 0;
-  // Live Prometheus metrics (also from env LOOM_METRICS_LISTEN, as agents set it).
+  // Live Prometheus metrics (also from env LOOM_WORKER_METRICS_LISTEN).
   std::string metrics_listen;
-  if (const char* e = std::getenv("LOOM_METRICS_LISTEN"); e != nullptr) metrics_listen = e;
+  if (const char* e = std::getenv("LOOM_WORKER_METRICS_LISTEN"); e != nullptr) metrics_listen = e;
   for (size_t i = 0; i < args.size(); ++i) {
     if (args[i] == "--steps" && i + 1 < args.size()) {
       if (!absl::SimpleAtoi(args[++i], &steps_override) || steps_override <= 0)

@@ -1,0 +1,81 @@
+// Checkpoint and resume for the multi-rank training loop (parallel_train.cc).
+//
+// ParallelTrainer (parallel/trainer.h) exposes its compiled program and its
+// current inputs but has no setters for the step counter or the AdamW state,
+// so ParallelState drives the SAME compiled program (a copy of the Program
+// object, sharing its arena and kernels) with its own input vector and step
+// counter. Only ParallelState runs after creation; the trainer is kept for
+// Block() and specs().
+//
+// Saved tensors: every program input except x, y, lr and step, i.e. the
+// parameters and their AdamW moments "<param>.m" / "<param>.v" (same global
+// shape as the parameter). Each rank writes the block it owns under its
+// DTensorSpec; a tensor replicated along a mesh dim is written only by the
+// ranks with coordinate 0 on that dim, so each element is written once.
+//
+// Save protocol (checkpoint.h does the atomic commit):
+//   rank 0: BeginSave -> barrier -> every rank: WriteRankShards + a records
+//   file "<tmp>/.records.RRRRR" -> barrier -> rank 0 reads the records,
+//   removes them, builds the manifest and CommitSave (retention = keep).
+// Resume: every rank picks the newest complete checkpoint (LoadLatest, full
+// checksum verification, fallback past corrupt ones) and reads only ITS block
+// under ITS layout (rectangular reads), so a checkpoint saved under any mesh
+// loads under any other.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "collectives/process_group.h"
+#include "compiler/executor.h"
+#include "parallel/trainer.h"
+#include "proto/loom/v1/job.pb.h"
+#include "runtime/data/dataset.h"
+
+namespace loom::launch {
+
+class ParallelState {
+ public:
+  static absl::StatusOr<std::unique_ptr<ParallelState>> Create(const v1::JobSpec& spec,
+                                                               const parallel::ParallelTrainer& trainer,
+                                                               const dtensor::MeshShape& mesh, int rank);
+  // One training step on the GLOBAL batch (this rank's dp block of it); step() + 1.
+  absl::StatusOr<float> Step(const Tensor& x, const Tensor& y);
+  int64_t step() const { return step_; }
+
+  // Collective over `world`: every rank calls it with the same arguments.
+  absl::Status Save(const std::string& root, const data::SamplerState& sampler, int keep,
+                    collectives::ProcessGroup& world);
+  // Loads the newest complete checkpoint under root into this rank's blocks and
+  // restores `sampler`; returns its step, or 0 when root holds no checkpoint.
+  // `log` gets a line about what was loaded (and what was skipped).
+  absl::StatusOr<int64_t> Restore(const std::string& root, data::Sampler* sampler, std::string* log);
+
+  // This rank's block of each parameter (as held now).
+  std::map<std::string, Tensor> LocalParameters() const;
+
+ private:
+  ParallelState() = default;
+  struct Saved {
+    int input = -1;
+    std::string name;
+    std::vector<int64_t> global_shape;
+    dtensor::DTensorSpec spec;
+  };
+  v1::JobSpec spec_;
+  const parallel::ParallelTrainer* trainer_ = nullptr;
+  dtensor::MeshShape mesh_;
+  int rank_ = 0;
+  std::vector<int64_t> coords_;
+  std::unique_ptr<compiler::Executor> exec_;
+  std::vector<Tensor> inputs_, outputs_;
+  std::vector<Saved> saved_;
+  int x_in_ = -1, y_in_ = -1, lr_in_ = -1, step_in_ = -1;
+  int64_t step_ = 0;
+};
+
+}  // namespace loom::launch
