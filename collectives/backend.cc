@@ -1,6 +1,7 @@
 #include "collectives/backend.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -8,6 +9,12 @@
 #include "absl/synchronization/mutex.h"
 
 namespace loom::collectives {
+
+std::string CollectivesHost() {
+  const char* h = std::getenv("LOOM_COLLECTIVES_HOST");
+  return h != nullptr && *h != '\0' ? std::string(h) : std::string("127.0.0.1");
+}
+
 namespace {
 
 absl::Mutex registry_mu(absl::kConstInit);

@@ -92,6 +92,12 @@ struct BackendContext {
   std::string flight_recorder_dir;  // where to dump the flight recorder on failure ("" = nowhere)
 };
 
+// The address this process' collective endpoints listen on and advertise
+// (Gloo's device, Loom's TCP transport): env LOOM_COLLECTIVES_HOST, else
+// 127.0.0.1. Agents set it to their node's address for ranks of multi-node
+// jobs.
+std::string CollectivesHost();
+
 using BackendFactory =
     std::function<absl::StatusOr<std::shared_ptr<Backend>>(const BackendContext&)>;
 

@@ -10,6 +10,7 @@ namespace {
 
 absl::StatusOr<std::shared_ptr<Backend>> MakeTcpBackend(const BackendContext& ctx) {
   TcpTransport::Options o;
+  o.host = CollectivesHost();
   o.timeout = ctx.timeout;
   LOOM_ASSIGN_OR_RETURN(auto t, TcpTransport::Connect(ctx.store, ctx.rank, ctx.size, o));
   auto b = std::make_shared<AlgorithmBackend>("tcp", std::move(t));

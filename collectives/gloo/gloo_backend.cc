@@ -108,7 +108,7 @@ absl::StatusOr<std::shared_ptr<Backend>> GlooBackend::Create(const BackendContex
   std::shared_ptr<gloo::rendezvous::Context> context;
   absl::Status s = Guard("rendezvous", [&] {
     gloo::transport::tcp::attr attr;
-    attr.hostname = "127.0.0.1";
+    attr.hostname = CollectivesHost();
     attr.ai_family = AF_INET;
     auto dev = gloo::transport::tcp::CreateDevice(attr);
     context = std::make_shared<gloo::rendezvous::Context>(ctx.rank, ctx.size);
@@ -128,6 +128,7 @@ absl::StatusOr<std::shared_ptr<Backend>> GlooBackend::Create(const BackendContex
     native_min = 0;
   } else {
     TcpTransport::Options o;
+    o.host = CollectivesHost();
     o.timeout = ctx.timeout;
     LOOM_ASSIGN_OR_RETURN(transport, TcpTransport::Connect(ctx.store, ctx.rank, ctx.size, o));
   }

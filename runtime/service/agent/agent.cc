@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -211,6 +212,11 @@ void Agent::Launch(const v1::LaunchOrder& o) {
     env.push_back("LOOM_GPU=" + std::to_string(r.gpu()));
     env.push_back("LOOM_ERROR_FILE=" + error_file);
     env.push_back("LOOM_JOB_SPEC=" + spec_file);
+    // Multi-node: collectives listen on and advertise this node's address.
+    if (opts_.rendezvous_host != "127.0.0.1" && opts_.rendezvous_host != "0.0.0.0" &&
+        std::getenv("LOOM_COLLECTIVES_HOST") == nullptr) {
+      env.push_back("LOOM_COLLECTIVES_HOST=" + opts_.rendezvous_host);
+    }
     if (!o.rendezvous_address().empty()) {
       env.push_back("LOOM_STORE_ADDR=" + o.rendezvous_address());
       env.push_back("LOOM_STORE_SECRET=" + o.rendezvous_secret());

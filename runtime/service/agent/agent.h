@@ -19,7 +19,8 @@
 // whose rank 0 it runs, it admits the attempt's secret as a tenant confined to
 // "<job>/<attempt>/". Every rank gets LOOM_STORE_ADDR and LOOM_STORE_SECRET
 // from its launch order, and LOOM_JOB_SPEC, the job spec as YAML in the log
-// folder. Rank 0 also gets LOOM_PROGRESS_FILE: it writes "<step>
+// folder. With a rendezvous host other than loopback (a multi-node setup)
+// ranks also get LOOM_COLLECTIVES_HOST, the address their collectives use. Rank 0 also gets LOOM_PROGRESS_FILE: it writes "<step>
 // <checkpoint_step>" there and the agent reports changes (ReportProgress).
 //
 // Exit codes reported: the process' exit status, or -N when killed by

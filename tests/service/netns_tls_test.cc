@@ -1,0 +1,147 @@
+// The basic run across "machines": when the test runs as root and can make
+// network namespaces, two agents live in two namespaces joined by a bridge,
+// each with its own address, listening off loopback; the coordinator listens
+// on the bridge with TLS; the 2D GPT job (tp=2 x dp=2) spans both namespaces
+// (its store on rank 0's agent, collectives between the namespaces). Without
+// the privileges the test skips, saying why; tests/service/basic_run_test runs
+// the same job on loopback.
+#include <signal.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+#include "tests/service/daemons.h"
+
+namespace loom::testing {
+namespace {
+
+int Sh(const std::string& cmd, std::string* out = nullptr) {
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  std::string text;
+  char buf[1024];
+  while (p && fgets(buf, sizeof buf, p)) text += buf;
+  int rc = p ? pclose(p) : -1;
+  if (out) *out = text;
+  return rc;
+}
+
+// Two namespaces A (10.213.x.2) and B (10.213.x.3) on a bridge (10.213.x.1).
+class Netns {
+ public:
+  Netns() : id_(getpid() % 200 + 20) {
+    a_ = absl::StrCat("loomA", getpid());
+    b_ = absl::StrCat("loomB", getpid());
+    br_ = absl::StrCat("lbr", getpid() % 100000);
+  }
+  ~Netns() {
+    Sh("ip netns del " + a_);
+    Sh("ip netns del " + b_);
+    Sh("ip link del " + br_);
+  }
+  std::string Ip(int host) const { return absl::StrCat("10.213.", id_, ".", host); }
+  // Empty on success, else why the namespaces could not be made.
+  std::string Setup() {
+    if (geteuid() != 0) return "not running as root";
+    std::string out;
+    const std::string cmds[] = {
+        "ip link add " + br_ + " type bridge",
+        "ip addr add " + Ip(1) + "/24 dev " + br_,
+        "ip link set " + br_ + " up",
+    };
+    for (const auto& c : cmds)
+      if (Sh(c, &out) != 0) return c + ": " + out;
+    int host = 2;
+    for (const std::string& ns : {a_, b_}) {
+      std::string v = absl::StrCat("lv", getpid() % 100000, host), peer = v + "p";
+      const std::string steps[] = {
+          "ip netns add " + ns,
+          "ip link add " + v + " type veth peer name " + peer,
+          "ip link set " + peer + " netns " + ns,
+          "ip link set " + v + " master " + br_ + " up",
+          "ip netns exec " + ns + " ip addr add " + Ip(host) + "/24 dev " + peer,
+          "ip netns exec " + ns + " ip link set " + peer + " up",
+          "ip netns exec " + ns + " ip link set lo up",
+      };
+      for (const auto& c : steps)
+        if (Sh(c, &out) != 0) return c + ": " + out;
+      ++host;
+    }
+    if (Sh("ip netns exec " + a_ + " ping -c 1 -W 2 " + Ip(3), &out) != 0 &&
+        Sh("ip netns exec " + a_ + " ip route get " + Ip(3), &out) != 0)
+      return "namespace A cannot reach B: " + out;
+    return "";
+  }
+  const std::string& a() const { return a_; }
+  const std::string& b() const { return b_; }
+
+ private:
+  int id_;
+  std::string a_, b_, br_;
+};
+
+TEST(NetnsTls, TwoDimensionalJobAcrossTwoNamespacesWithTls) {
+  Netns net;
+  std::string why = net.Setup();
+  if (!why.empty()) GTEST_SKIP() << "cannot make network namespaces here (" << why << "); basic_run_test covers loopback";
+  const std::string root = TestDir("netns_tls");
+  // A CA and a server certificate for the bridge address.
+  std::string out;
+  const std::string ssl = absl::StrCat(
+      "cd ", root, " && openssl req -x509 -newkey rsa:2048 -nodes -keyout ca.key -out ca.pem -days 1 -subj /CN=loom-test-ca",
+      " && openssl req -newkey rsa:2048 -nodes -keyout coord.key -out coord.csr -subj /CN=coordinator",
+      " && printf 'subjectAltName=IP:", net.Ip(1), "' > san.ext",
+      " && openssl x509 -req -in coord.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out coord.pem -days 1 -extfile san.ext");
+  ASSERT_EQ(Sh(ssl, &out), 0) << out;
+  const std::string data = root + "/coord", port_file = root + "/port";
+  pid_t coord = Spawn({"runtime/loom", "coordinator", "--data-dir", data, "--listen", net.Ip(1) + ":0",
+                       "--metrics-listen", "off", "--port-file", port_file, "--heartbeat-ms", "200", "--tls-cert",
+                       root + "/coord.pem", "--tls-key", root + "/coord.key"},
+                      root + "/coord.log");
+  const int port = ReadPort(port_file, 20);
+  ASSERT_GT(port, 0) << "coordinator did not start";
+  const std::string addr = absl::StrCat(net.Ip(1), ":", port);
+  std::vector<pid_t> agents;
+  int host = 2;
+  for (const std::string& ns : {net.a(), net.b()}) {
+    std::string node = absl::StrCat("node", host);
+    agents.push_back(Spawn({"/usr/sbin/ip", "netns", "exec", ns, "runtime/loom", "agent", "--coordinator", addr,
+                            "--token-dir", data, "--data-dir", root + "/" + node, "--cpu-slots", "2", "--hostname",
+                            node, "--rendezvous-host", net.Ip(host), "--tls-ca", root + "/ca.pem"},
+                           root + "/" + node + ".log"));
+    ++host;
+  }
+  std::ofstream(root + "/job.yaml") << "name: netns-2d\n"
+                                       "model: {family: gpt, n_layer: 1, n_head: 2, d_model: 32, seq_len: 16}\n"
+                                       "train: {steps: 8, batch_size: 4, log_every: 4}\n"
+                                       "parallel: {dp: 2, tp: 2, backend: 'cpu:gloo'}\nrun_dir: "
+                                    << root << "/run\n";
+  int rc = Sh(absl::StrCat("timeout 240 runtime/loom submit ", root, "/job.yaml --coordinator ", addr, " --data-dir ",
+                           data, " --tls-ca ", root, "/ca.pem --wait-for-capacity --watch"),
+              &out);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("SUCCEEDED"), std::string::npos) << out;
+  // Two ranks ran in each namespace: the store (on rank 0's agent) and the
+  // collectives crossed the bridge, as each namespace's loopback is its own.
+  for (int h : {2, 3}) {
+    int ranks = 0;
+    for (const auto& e : std::filesystem::directory_iterator(absl::StrCat(root, "/node", h, "/logs/job-1")))
+      ranks += e.path().extension() == ".out";
+    EXPECT_EQ(ranks, 2) << "node" << h;
+  }
+  // Without the CA the client cannot talk to the TLS coordinator.
+  rc = Sh(absl::StrCat("runtime/loom jobs --timeout-s 3 --coordinator ", addr, " --data-dir ", data), &out);
+  EXPECT_NE(rc, 0) << out;
+  for (pid_t a : agents) kill(a, SIGTERM);
+  for (pid_t a : agents) WaitExit(a, 10);
+  kill(coord, SIGTERM);
+  WaitExit(coord, 10);
+}
+
+}  // namespace
+}  // namespace loom::testing
