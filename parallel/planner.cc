@@ -23,14 +23,17 @@ namespace {
 // (planner_calibrate.cc). Fitted on those: within 12% of every layout's
 // state + arena and 10% of every single-process peak.
 //
-// Arena of the training step = full local gradients (Loom reduces them where
-// the optimizer consumes them, after backward, for every ZeRO stage)
+// Arena of the training step = the local gradients: full for ZeRO 0/1 (reduced
+// where the optimizer consumes them), the 1/dp shards for ZeRO 2/3 (each
+// reduce_scattered right after its producer: compiler/spmd/schedule.h)
 //   + per layer: rep_c*C + (tp_c*C + tp_f*F)/tp - sp_save*C*(1 - 1/tp) under SP
 //   + tail_c*C + logits_v*V/tp (embedding/final norm, logits and their grad)
 //   - overlap * min(12*L*C/tp per token, gradient floats): activations die as
 //     gradients appear, so the two peaks partly coincide
-//   + ZeRO-3: z3 x the local parameters (the per-step gathered copies, kept
-//     from the forward use to the backward use)
+//   + ZeRO-3: the local parameters / (L + 2), about one block's gathered
+//     copies (each use gathers its own and frees it after; the fitted z3
+//     coefficient described the older copies kept from forward to backward
+//     and is no longer used)
 //   + const.
 // Workspace = the evaluation program's arena: ws_c*C + ws_v*V/tp.
 struct MemoryModel {
@@ -120,10 +123,16 @@ absl::StatusOr<Candidate> Estimate(const v1::ModelSpec& model_in, int64_t batch,
   // Parameters (f32 master weights); ZeRO-3 keeps its 1/dp shard plus the
   // gathered copies that are live at the peak.
   const bool z3 = l.zero_stage >= 3 && dp > 1;
-  m.parameters = f32 * (z3 ? CeilDiv(local, dp) + static_cast<int64_t>(k.z3 * local) : local);
-  // Gradients: the full local gradients live in the step's arena until the
-  // optimizer's reduction (every stage; see MemoryModel).
-  m.gradients = f32 * local;
+  // ZeRO-2/3 (spmd2): each gradient's reduce_scatter runs right after its
+  // producer (compiler/spmd/schedule.h), so the arena holds the 1/dp shards
+  // (the full gradients are transient); ZeRO-3 gathers a parameter per use
+  // and frees it after, so about one block's gathered parameters are live.
+  const bool rs = l.zero_stage >= 2 && dp > 1;
+  const int64_t grad_local = rs ? CeilDiv(local, dp) : local;
+  m.parameters = f32 * (z3 ? CeilDiv(local, dp) + CeilDiv(local, d.n_layer + 2) : local);
+  // Gradients: the local gradients live in the step's arena until the
+  // optimizer (full for ZeRO 0/1, the shards for ZeRO 2/3).
+  m.gradients = f32 * grad_local;
   m.optimizer = 2 * f32 * ((l.zero_stage >= 1 && dp > 1) ? CeilDiv(local, dp) : local);
 
   // Activations of the local micro-batch (batch / dp rows).
@@ -133,7 +142,7 @@ absl::StatusOr<Candidate> Estimate(const v1::ModelSpec& model_in, int64_t batch,
   double per_layer = k.rep_c * C + (k.tp_c * C + k.tp_f * F) / tp;
   if (l.sequence_parallel) per_layer -= k.sp_save * C * (1.0 - 1.0 / tp);
   const double act_f32 = tokens * (L * per_layer + k.tail_c * C + k.logits_v * V / tp);
-  const double overlap = k.overlap * std::min(12.0 * L * tokens * C / tp, static_cast<double>(local));
+  const double overlap = k.overlap * std::min(12.0 * L * tokens * C / tp, static_cast<double>(grad_local));
   m.activations = std::max<int64_t>(0, static_cast<int64_t>(4 * (ab * act_f32 - overlap) + k.const_bytes));
   m.workspace = static_cast<int64_t>(4 * ab * tokens * (k.ws_c * C + k.ws_v * V / tp));
 

@@ -104,9 +104,10 @@ TEST(Estimate, MemoryShrinksAsTheLayoutShards) {
   EXPECT_LT(sp->memory.activations, tp2->memory.activations);
   EXPECT_EQ(sp->memory.state(), tp2->memory.state());
 
-  // ZeRO stages at dp = 4: ZeRO-1 shards the optimizer state; ZeRO-2 keeps
-  // the full gradients (Loom reduces them at the optimizer); ZeRO-3 shards the
-  // parameters, less the gathered copies live at the peak.
+  // ZeRO stages at dp = 4: ZeRO-1 shards the optimizer state; ZeRO-2 the
+  // gradients too (reduce_scattered right after their producers, so the arena
+  // holds the shards); ZeRO-3 shards the parameters, plus the gathered copies
+  // live at the peak.
   std::vector<MemoryEstimate> z;
   for (int s = 0; s <= 3; ++s) {
     auto c = Estimate(m, 8, World(4), {4, 1, s, false});
@@ -115,10 +116,13 @@ TEST(Estimate, MemoryShrinksAsTheLayoutShards) {
   }
   EXPECT_EQ(z[1].optimizer * 4, z[0].optimizer);
   EXPECT_EQ(z[1].parameters, z[0].parameters);
-  EXPECT_EQ(z[2].state(), z[1].state());
+  EXPECT_EQ(z[2].parameters, z[1].parameters);
+  EXPECT_EQ(z[2].gradients, (z[1].gradients / 4 + 3) / 4 * 4);
+  EXPECT_LT(z[2].state(), z[1].state());
+  EXPECT_EQ(z[3].gradients, z[2].gradients);
   EXPECT_LT(z[3].parameters, z[2].parameters);
   EXPECT_GT(z[3].parameters, z[2].parameters / 4);
-  EXPECT_EQ(z[3].activations, z[0].activations);
+  EXPECT_EQ(z[3].activations, z[2].activations);
   // dp splits the batch: fewer activations per rank.
   auto dp4 = Estimate(m, 8, World(4), {4, 1, 0, false});
   EXPECT_LT(dp4->memory.activations, one->memory.activations / 3);

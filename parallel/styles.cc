@@ -5,6 +5,7 @@
 #include "base/status.h"
 #include "compiler/ir/verifier.h"
 #include "compiler/spmd/bucketing.h"
+#include "compiler/spmd/schedule.h"
 
 namespace loom::parallel {
 
@@ -130,6 +131,9 @@ absl::StatusOr<compiler::Compilation> CompileParallel(const compiler::Graph& for
     auto b = spmd::BucketAllReduces(*local, bo);
     if (!b.ok()) return Annotate(b.status(), "compile: gradient bucketing");
   }
+  // Gradient reductions right after their producers (compiler/spmd/schedule.h).
+  if (auto s = spmd::ScheduleCollectivesEarly(*local); !s.ok())
+    return Annotate(s.status(), "compile: collective scheduling");
   compiler::CompileOptions rest = co;
   rest.differentiate = false;
   rest.adamw.reset();

@@ -12,13 +12,16 @@
 //            output head S(1) (vocab-parallel logits); state follows the param.
 //   ZeRO-1   AdamW state also S(d) on dp (d: the first dim tp does not split
 //            that dp divides); grads reach it by all_reduce + shard_slice.
-//   ZeRO-2   the same, grads by reduce_scatter.
+//   ZeRO-2   the same, grads by reduce_scatter, each scheduled right after
+//            its gradient's producer (compiler/spmd/schedule.h) so the full
+//            gradient is transient in the arena.
 //   SP       (sequence parallel, tp > 1) x and y also S(1) on tp: the
 //            residual stream and norms run sequence-sharded; activations are
 //            all_gathered before colwise matmuls and rowwise partial sums
 //            reduce_scattered back (the rules decide it).
 //   ZeRO-3   params S(d) on dp too: every use all_gathers them (the rules do
-//            it), the memory plan frees the gathered copy after its last use.
+//            it; each gather is marked so CSE keeps them apart), the memory
+//            plan frees each gathered copy after its use.
 //
 //   LOOM_ASSIGN_OR_RETURN(auto c, CompileParallel(forward, co, spec.model(), layout));
 //   c.Dump("parallel")   // the local graph with placements and collectives
@@ -56,7 +59,7 @@ inline constexpr int64_t kGradientBucketBytes = 25 << 20;
 spmd::SpmdOptions SpmdOptionsFor(const Layout& layout, std::map<std::string, dtensor::DTensorSpec> inputs);
 
 // Compile() with the stage "parallel" (the localized joint graph, dumped with
-// placements) after "joint". `co` must set adamw and differentiate.
+// placements, its reduce_scatters scheduled early) after "joint". `co` must set adamw and differentiate.
 // bucket_bytes > 0 merges the dp gradient all-reduces into buckets. The
 // layout is checked first (jobspec::CheckParallelLayout), so impossible
 // layouts fail before anything is built.

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "base/rng.h"
 #include "base/status.h"
 
 namespace loom::parallel {
@@ -16,6 +17,33 @@ absl::StatusOr<Tensor> ParallelTrainer::Block(const Tensor& global, const dtenso
   Tensor t = global;
   for (size_t d = 0; d < ranges.size(); ++d) t = t.Narrow(static_cast<int>(d), ranges[d].offset, ranges[d].length);
   return t.Clone();
+}
+
+absl::StatusOr<Tensor> ParallelTrainer::InitBlock(size_t index, uint64_t seed,
+                                                  const dtensor::DTensorSpec& spec) const {
+  // Element e (row-major in the global tensor) of parameter `index` is
+  // init_std * Philox(seed, index).Normal(e), or init_value: exactly
+  // models::InitParameters, evaluated only at this rank's block.
+  const models::ParamInfo& p = params_[index];
+  std::vector<int64_t> shape(p.shape.begin(), p.shape.end());
+  LOOM_ASSIGN_OR_RETURN(auto ranges, dtensor::LocalBlock(shape, spec, coords_));
+  std::vector<int64_t> local_shape;
+  for (const auto& r : ranges) local_shape.push_back(r.length);
+  LOOM_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(local_shape, DType::kF32));
+  float* v = t.data<float>();
+  const Philox rng(seed, index);
+  const int nd = static_cast<int>(shape.size());
+  std::vector<int64_t> idx(nd, 0);
+  for (int64_t k = 0; k < t.numel(); ++k) {
+    int64_t e = 0;
+    for (int d = 0; d < nd; ++d) e = e * shape[d] + ranges[d].offset + idx[d];
+    v[k] = static_cast<float>(p.init_std > 0 ? p.init_std * rng.Normal(static_cast<uint64_t>(e)) : p.init_value);
+    for (int d = nd - 1; d >= 0; --d) {
+      if (++idx[d] < local_shape[d]) break;
+      idx[d] = 0;
+    }
+  }
+  return t;
 }
 
 absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(const v1::JobSpec& spec,
@@ -59,12 +87,13 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(const v
   t->exec_ = std::make_unique<compiler::Executor>(std::move(t->c_.program));
   const compiler::Graph& g = t->exec_->program().graph;
 
-  std::map<std::string, Tensor> init = models::InitParameters(t->params_, tr.seed());
-  for (auto& [name, value] : options.init) {
-    auto it = init.find(name);
-    if (it == init.end()) return absl::InvalidArgumentError(absl::StrCat("initial value for unknown parameter '", name, "'"));
-    it->second = value.To(DType::kF32).Clone();
-  }
+  // Parameters from train.seed are generated block by block (InitBlock), so a
+  // rank never holds the full global tensors; options.init overrides by name.
+  std::map<std::string, size_t> param_index;
+  for (size_t i = 0; i < t->params_.size(); ++i) param_index[t->params_[i].name] = i;
+  for (const auto& [name, value] : options.init)
+    if (!param_index.count(name))
+      return absl::InvalidArgumentError(absl::StrCat("initial value for unknown parameter '", name, "'"));
   for (size_t k = 0; k < g.inputs().size(); ++k) {
     const auto& in = g.inputs()[k];
     const int lk = local.FindInput(in.name);
@@ -72,9 +101,13 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(const v
     LOOM_ASSIGN_OR_RETURN(auto s, dtensor::ParseSpec(local.value(local.inputs()[lk].value).placement, t->mesh_));
     t->specs_[in.name] = s;
     const ops::TensorMeta& m = g.meta(in.value);
-    auto it = init.find(in.name);
-    if (it != init.end()) {
-      LOOM_ASSIGN_OR_RETURN(Tensor b, t->Block(it->second, s));
+    auto given = options.init.find(in.name);
+    auto pi = param_index.find(in.name);
+    if (given != options.init.end()) {
+      LOOM_ASSIGN_OR_RETURN(Tensor b, t->Block(given->second.To(DType::kF32), s));
+      t->inputs_.push_back(b);
+    } else if (pi != param_index.end()) {
+      LOOM_ASSIGN_OR_RETURN(Tensor b, t->InitBlock(pi->second, tr.seed(), s));
       t->inputs_.push_back(b);
     } else {
       t->inputs_.push_back(Tensor::Zeros(m.shape, m.dtype));

@@ -2,8 +2,9 @@
 // (styles.h: CompileParallel) and runs it with the communicators of its mesh
 // groups ("dp", "tp"; a mesh dim of size 1 needs none).
 //
-// Parameters are initialised exactly like the single-process Trainer (global
-// tensors from train.seed, or options.init) and each rank keeps its block;
+// Parameters are initialised exactly like the single-process Trainer (from
+// train.seed, or options.init), but each rank generates only its own block
+// (the global tensors never exist on a rank unless given in options.init);
 // Step takes the GLOBAL batch and uses this rank's dp block of it, so N ranks
 // reproduce the single-process run step for step.
 //
@@ -43,6 +44,9 @@ class ParallelTrainer {
   const std::map<std::string, dtensor::DTensorSpec>& specs() const { return specs_; }
   // This rank's block of a global tensor under `spec` (a contiguous copy).
   absl::StatusOr<Tensor> Block(const Tensor& global, const dtensor::DTensorSpec& spec) const;
+  // This rank's block of parameter params_[index] initialised from `seed`
+  // (the same values models::InitParameters gives the global tensor).
+  absl::StatusOr<Tensor> InitBlock(size_t index, uint64_t seed, const dtensor::DTensorSpec& spec) const;
   const compiler::Compilation& compilation() const { return c_; }  // stages; its program moved to the executor
   const compiler::Program& program() const { return exec_->program(); }
   // The program's inputs in order (params, AdamW state, x, y, lr, step), as held now.
