@@ -17,24 +17,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/testing/loom_cli.h"
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string output;
-};
-
-Result RunLoom(const std::string& args) {
-  std::string cmd = absl::StrCat("timeout 300 runtime/loom ", args, " 2>&1");
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  while (p && fgets(buf, sizeof(buf), p)) r.output += buf;
-  int st = p ? pclose(p) : -1;
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
+using Result = loom::testing::CliResult;
+using loom::testing::RunLoom;
 
 std::string Tmp(const std::string& name) { return absl::StrCat(::testing::TempDir(), "/", name); }
 

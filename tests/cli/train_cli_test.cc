@@ -11,26 +11,14 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/testing/loom_cli.h"
 #include "nlohmann/json.hpp"
 #include "runtime/data/dataset.h"
 
 namespace {
 
-struct Result {
-  int code = -1;
-  std::string output;
-};
-
-Result RunLoom(const std::string& args) {
-  std::string cmd = absl::StrCat("timeout 600 runtime/loom ", args, " 2>&1");
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  while (p && fgets(buf, sizeof(buf), p)) r.output += buf;
-  int st = p ? pclose(p) : -1;
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
+using Result = loom::testing::CliResult;
+using loom::testing::RunLoom;
 
 std::string Write(const std::string& name, const std::string& text) {
   std::string path = absl::StrCat(::testing::TempDir(), "/", name);
@@ -107,13 +95,7 @@ TEST(TrainCli, DefaultExampleBeatsBigramBaseline) {
   for (const auto& e : std::filesystem::directory_iterator(dir))
     if (e.path().filename().string().rfind("events.out.tfevents.", 0) == 0) events = e.path().string();
   ASSERT_FALSE(events.empty()) << "no TensorBoard event file in " << dir;
-  Result tb;
-  {
-    FILE* p = popen(("/usr/bin/python3 runtime/train/tb_events_check.py '" + events + "' 2>&1").c_str(), "r");
-    char buf[512];
-    while (p && fgets(buf, sizeof(buf), p)) tb.output += buf;
-    tb.code = p ? pclose(p) : -1;
-  }
+  Result tb = loom::testing::Shell("/usr/bin/python3 runtime/train/tb_events_check.py '" + events + "'");
   ASSERT_EQ(tb.code, 0) << tb.output;
   int tb_loss = 0;
   std::istringstream tbs(tb.output);
@@ -122,13 +104,7 @@ TEST(TrainCli, DefaultExampleBeatsBigramBaseline) {
   EXPECT_EQ(tb_loss, train_points) << tb.output;
   EXPECT_NE(tb.output.find("val/loss "), std::string::npos) << tb.output;
   // metrics.prom parses with prometheus_client; its step counter is the steps run.
-  Result prom;
-  {
-    FILE* p = popen(("/usr/bin/python3 runtime/train/prom_check.py '" + dir + "/metrics.prom' 2>&1").c_str(), "r");
-    char buf[512];
-    while (p && fgets(buf, sizeof(buf), p)) prom.output += buf;
-    prom.code = p ? pclose(p) : -1;
-  }
+  Result prom = loom::testing::Shell("/usr/bin/python3 runtime/train/prom_check.py '" + dir + "/metrics.prom'");
   ASSERT_EQ(prom.code, 0) << prom.output;
   EXPECT_NE(prom.output.find(absl::StrCat("loom_train_steps_total - ", last_step, "\n")), std::string::npos)
       << prom.output;

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/service/daemons.h"
+#include "tests/testing/loom_cli.h"
 
 namespace loom::testing {
 namespace {
@@ -20,12 +21,9 @@ namespace {
 constexpr int kSteps = 12;
 
 std::string Shell(const std::string& cmd, int* rc) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::string out;
-  char buf[1024];
-  while (p && fgets(buf, sizeof buf, p)) out += buf;
-  *rc = p ? pclose(p) : -1;
-  return out;
+  CliResult r = loom::testing::Shell(cmd);
+  *rc = r.code;
+  return r.output;
 }
 
 TEST(BasicRun, TwoDimensionalJobThroughCliAndPython) {

@@ -17,18 +17,15 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/service/daemons.h"
+#include "tests/testing/loom_cli.h"
 
 namespace loom::testing {
 namespace {
 
 int Sh(const std::string& cmd, std::string* out = nullptr) {
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  std::string text;
-  char buf[1024];
-  while (p && fgets(buf, sizeof buf, p)) text += buf;
-  int rc = p ? pclose(p) : -1;
-  if (out) *out = text;
-  return rc;
+  CliResult r = loom::testing::Shell(cmd);
+  if (out) *out = r.output;
+  return r.code;
 }
 
 // Two namespaces A (10.213.x.2) and B (10.213.x.3) on a bridge (10.213.x.1).

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "tests/service/daemons.h"
+#include "tests/testing/loom_cli.h"
 
 namespace loom::testing {
 namespace {
@@ -37,13 +38,10 @@ TEST(PythonClient, SubmitWatchLogsAndErrorCodes) {
   }
   // The generated modules live at proto/loom/v1 under the runfiles root.
   std::string cmd = absl::StrCat("PYTHONPATH=. timeout 120 /usr/bin/python3 tests/service/py_client.py ", addr, " ",
-                                 data, " 2>&1");
-  FILE* p = popen(cmd.c_str(), "r");
-  ASSERT_NE(p, nullptr);
-  std::string out;
-  char buf[1024];
-  while (fgets(buf, sizeof(buf), p)) out += buf;
-  int rc = pclose(p);
+                                 data);
+  CliResult r = loom::testing::Shell(cmd);
+  const std::string& out = r.output;
+  const int rc = r.code;
   EXPECT_EQ(rc, 0) << out;
   for (const char* line : {"ok submit job-", "ok watch SUCCEEDED", "ok logs 4 ranks", "ok list", "ok errors"})
     EXPECT_NE(out.find(line), std::string::npos) << line << " missing from:\n" << out;

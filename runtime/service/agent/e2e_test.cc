@@ -15,35 +15,13 @@
 
 #include "gtest/gtest.h"
 #include "runtime/service/client_commands.h"
+#include "tests/service/daemons.h"
 
 namespace loom::service {
 namespace {
 
-pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    FILE* f = freopen(log.c_str(), "w", stderr);
-    (void)f;
-    std::vector<char*> a;
-    for (const auto& s : argv) a.push_back(const_cast<char*>(s.c_str()));
-    a.push_back(nullptr);
-    execv(a[0], a.data());
-    _exit(127);
-  }
-  return pid;
-}
-
-int WaitExit(pid_t pid, int seconds) {
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
-  int status = 0;
-  while (std::chrono::steady_clock::now() < deadline) {
-    if (waitpid(pid, &status, WNOHANG) == pid) return status;
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, &status, 0);
-  return -1;
-}
+using loom::testing::Spawn;
+using loom::testing::WaitExit;
 
 TEST(EndToEnd, CoordinatorTwoAgentsAndCliSubmit) {
   const char* tmp = std::getenv("TEST_TMPDIR");
