@@ -1,5 +1,7 @@
 #include "runtime/launch/parallel_train.h"
 
+#include "runtime/launch/parallel_ckpt.h"
+
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -11,6 +13,7 @@
 #include "dtensor/device_mesh.h"
 #include "parallel/styles.h"
 #include "parallel/trainer.h"
+#include "runtime/checkpoint/checkpoint.h"
 #include "runtime/data/dataset.h"
 #include "runtime/jobspec/jobspec.h"
 #include "dtensor/dtensor.h"
@@ -76,23 +79,49 @@ int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::Pr
     if (!r.ok()) return Fail(rank, 1, r.status().message());
     report = std::move(*r);
   }
+  // The training state (parameters, AdamW moments, step) with checkpoint
+  // save/resume (parallel_ckpt.h); resumes from checkpoint.dir when it holds one.
+  auto state = ParallelState::Create(spec, **trainer, (*mesh)->shape(), rank);
+  if (!state.ok()) return Fail(rank, 1, state.status().message());
+  const auto& ck = spec.checkpoint();
+  int64_t ckpt_step = 0;
+  if (!ck.dir().empty()) {
+    if (rank == 0) (void)checkpoint::CleanStale(ck.dir());
+    if (auto w = world->Barrier({}); !w.ok() || !(*w)->Wait().ok())
+      return Fail(rank, 1, "barrier before loading the checkpoint failed");
+    std::string log;
+    auto resumed = (*state)->Restore(ck.dir(), &*sampler, &log);
+    if (!resumed.ok()) return Fail(rank, 1, absl::StrCat("checkpoint.dir: ", resumed.status().message()));
+    ckpt_step = *resumed;
+    if (rank == 0 && ckpt_step > 0) {
+      std::printf("%s; resuming at step %lld\n", log.c_str(), static_cast<long long>(ckpt_step + 1));
+      std::fflush(stdout);
+      train::ReportProgress(ckpt_step, ckpt_step);
+    }
+  }
   const int64_t B = tr.batch_size(), T = m.seq_len();
   Tensor x = Tensor::MustEmpty({B, T}, DType::kI32), y = Tensor::MustEmpty({B, T}, DType::kI32);
-  for (int step = 1; step <= tr.steps(); ++step) {
+  for (int step = static_cast<int>(ckpt_step) + 1; step <= tr.steps(); ++step) {
     const auto step_start = std::chrono::steady_clock::now();
     sampler->Next(B, &x, &y);
-    auto loss = (*trainer)->Step(x, y);
+    auto loss = (*state)->Step(x, y);
     if (!loss.ok()) return Fail(rank, 1, absl::StrCat("step ", step, ": ", loss.status().message()));
     if (report) {
       const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
       absl::Status s = report->Step(step, *loss, jobspec::ScheduledLearningRate(tr, step), dt);
       if (!s.ok()) return Fail(rank, 1, s.message());
     }
+    if (!ck.dir().empty() && ck.every() > 0 && step % ck.every() == 0) {
+      absl::Status s = (*state)->Save(ck.dir(), sampler->state(), ck.keep() > 0 ? ck.keep() : 3, *world);
+      if (!s.ok()) return Fail(rank, 1, absl::StrCat("checkpoint at step ", step, ": ", s.message()));
+      ckpt_step = step;
+    }
+    if (rank == 0) train::ReportProgress(step, ckpt_step);
   }
   // The end of the run: every rank contributes its blocks of the parameters;
   // rank 0 evaluates and samples with the full model on one process.
   std::map<std::string, Tensor> full;
-  const std::map<std::string, Tensor> local = (*trainer)->LocalParameters();
+  const std::map<std::string, Tensor> local = (*state)->LocalParameters();
   for (const models::ParamInfo& p : (*trainer)->param_info()) {
     auto f = dtensor::FullTensor(local.at(p.name), std::vector<int64_t>(p.shape.begin(), p.shape.end()),
                                  (*trainer)->specs().at(p.name), **mesh);

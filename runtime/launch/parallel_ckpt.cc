@@ -1,0 +1,217 @@
+#include "runtime/launch/parallel_ckpt.h"
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "base/status.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/loader.h"
+#include "runtime/jobspec/jobspec.h"
+
+namespace loom::launch {
+namespace {
+
+absl::Status WorldBarrier(collectives::ProcessGroup& world) {
+  LOOM_ASSIGN_OR_RETURN(auto w, world.Barrier({}));
+  return w->Wait();
+}
+
+std::string RecordsPath(const std::string& tmp, int64_t rank) {
+  char buf[32];
+  std::snprintf(buf, sizeof(buf), "/.records.%05lld", static_cast<long long>(rank));
+  return tmp + buf;
+}
+
+// One line per shard: tensor key file rank begin end crc ndim offsets... lengths...
+std::string RecordLine(const checkpoint::WrittenShard& w) {
+  const checkpoint::ShardRecord& r = w.record;
+  std::string s = absl::StrCat(w.tensor, " ", r.key, " ", r.file, " ", r.rank, " ", r.byte_begin, " ", r.byte_end,
+                               " ", r.crc32c, " ", r.offsets.size());
+  for (int64_t o : r.offsets) absl::StrAppend(&s, " ", o);
+  for (int64_t l : r.lengths) absl::StrAppend(&s, " ", l);
+  return s + "\n";
+}
+
+absl::Status ReadRecords(const std::string& path, std::map<std::string, std::vector<checkpoint::ShardRecord>>* out) {
+  std::ifstream in(path);
+  if (!in) return absl::InternalError(absl::StrCat("checkpoint save: missing shard records ", path));
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::string tensor;
+    checkpoint::ShardRecord r;
+    size_t nd = 0;
+    ls >> tensor >> r.key >> r.file >> r.rank >> r.byte_begin >> r.byte_end >> r.crc32c >> nd;
+    r.offsets.resize(nd);
+    r.lengths.resize(nd);
+    for (auto& o : r.offsets) ls >> o;
+    for (auto& l : r.lengths) ls >> l;
+    if (!ls) return absl::InternalError(absl::StrCat("checkpoint save: bad shard record in ", path, ": ", line));
+    (*out)[tensor].push_back(std::move(r));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ParallelState>> ParallelState::Create(const v1::JobSpec& spec,
+                                                                     const parallel::ParallelTrainer& trainer,
+                                                                     const dtensor::MeshShape& mesh, int rank) {
+  std::unique_ptr<ParallelState> s(new ParallelState());
+  s->spec_ = spec;
+  s->trainer_ = &trainer;
+  s->mesh_ = mesh;
+  s->rank_ = rank;
+  s->coords_ = mesh.Coordinates(rank);
+  s->exec_ = std::make_unique<compiler::Executor>(std::make_unique<compiler::Program>(trainer.program()));
+  s->inputs_ = trainer.program_inputs();
+  std::map<std::string, std::vector<int64_t>> shapes;
+  for (const models::ParamInfo& p : trainer.param_info()) shapes[p.name] = std::vector<int64_t>(p.shape.begin(), p.shape.end());
+  const compiler::Graph& g = s->exec_->program().graph;
+  for (size_t k = 0; k < g.inputs().size(); ++k) {
+    const std::string& name = g.inputs()[k].name;
+    const int ki = static_cast<int>(k);
+    if (name == "x") { s->x_in_ = ki; continue; }
+    if (name == "y") { s->y_in_ = ki; continue; }
+    if (name == "lr") { s->lr_in_ = ki; continue; }
+    if (name == "step") { s->step_in_ = ki; continue; }
+    std::string base = name;
+    if (!shapes.count(base) && base.size() > 2 && (absl::EndsWith(base, ".m") || absl::EndsWith(base, ".v")))
+      base = base.substr(0, base.size() - 2);
+    auto it = shapes.find(base);
+    if (it == shapes.end())
+      return absl::InternalError(absl::StrCat("checkpoint: program input '", name, "' is neither a parameter nor its AdamW state"));
+    Saved sv;
+    sv.input = ki;
+    sv.name = name;
+    sv.global_shape = it->second;
+    sv.spec = trainer.specs().at(name);
+    if (sv.spec.has_partial())
+      return absl::InternalError(absl::StrCat("checkpoint: input '", name, "' is partial (", sv.spec.ToString(), ")"));
+    s->saved_.push_back(std::move(sv));
+  }
+  if (s->x_in_ < 0 || s->y_in_ < 0 || s->lr_in_ < 0 || s->step_in_ < 0)
+    return absl::InternalError("training program lacks one of the inputs x, y, lr, step");
+  return s;
+}
+
+absl::StatusOr<float> ParallelState::Step(const Tensor& x, const Tensor& y) {
+  LOOM_ASSIGN_OR_RETURN(inputs_[x_in_], trainer_->Block(x, trainer_->specs().at("x")));
+  LOOM_ASSIGN_OR_RETURN(inputs_[y_in_], trainer_->Block(y, trainer_->specs().at("y")));
+  ++step_;
+  inputs_[lr_in_].data<float>()[0] = static_cast<float>(jobspec::ScheduledLearningRate(spec_.train(), step_));
+  inputs_[step_in_].data<float>()[0] = static_cast<float>(step_);
+  LOOM_RETURN_IF_ERROR(exec_->Run(inputs_, &outputs_));
+  float loss = outputs_[0].data<float>()[0];
+  if (!std::isfinite(loss)) return absl::AbortedError(absl::StrCat("loss is ", loss, " at step ", step_));
+  LOOM_RETURN_IF_ERROR(exec_->ApplyUpdates(absl::MakeSpan(inputs_), outputs_));
+  return loss;
+}
+
+std::map<std::string, Tensor> ParallelState::LocalParameters() const {
+  std::map<std::string, Tensor> out;
+  for (const models::ParamInfo& p : trainer_->param_info()) {
+    const int k = exec_->program().graph.FindInput(p.name);
+    if (k >= 0) out.emplace(p.name, inputs_[k]);
+  }
+  return out;
+}
+
+absl::Status ParallelState::Save(const std::string& root, const data::SamplerState& sampler, int keep,
+                                 collectives::ProcessGroup& world) {
+  const std::string tmp = absl::StrCat(root, "/.tmp.", checkpoint::StepDirName(step_));
+  if (rank_ == 0) LOOM_RETURN_IF_ERROR(checkpoint::BeginSave(root, step_).status());
+  LOOM_RETURN_IF_ERROR(WorldBarrier(world));
+  std::vector<checkpoint::RankShard> shards;
+  for (const Saved& sv : saved_) {
+    bool owner = true;
+    for (int d = 0; d < mesh_.ndim(); ++d)
+      if (sv.spec.placements[d].is_replicate() && coords_[d] != 0) owner = false;
+    if (!owner) continue;
+    LOOM_ASSIGN_OR_RETURN(auto ranges, dtensor::LocalBlock(sv.global_shape, sv.spec, coords_));
+    checkpoint::RankShard rs;
+    rs.tensor = sv.name;
+    bool empty = false;
+    for (const auto& r : ranges) {
+      rs.offsets.push_back(r.offset);
+      empty |= r.length == 0;
+    }
+    if (empty) continue;
+    const Tensor& t = inputs_[sv.input];
+    rs.data = t.is_contiguous() ? t : t.Clone();
+    shards.push_back(std::move(rs));
+  }
+  {
+    LOOM_ASSIGN_OR_RETURN(auto written, checkpoint::WriteRankShards(tmp, rank_, shards));
+    std::ofstream out(RecordsPath(tmp, rank_) + ".part");
+    for (const auto& w : written) out << RecordLine(w);
+    out.close();
+    if (!out) return absl::InternalError(absl::StrCat("checkpoint save: writing ", RecordsPath(tmp, rank_)));
+    std::error_code ec;
+    std::filesystem::rename(RecordsPath(tmp, rank_) + ".part", RecordsPath(tmp, rank_), ec);
+    if (ec) return absl::InternalError(absl::StrCat("checkpoint save: ", ec.message()));
+  }
+  LOOM_RETURN_IF_ERROR(WorldBarrier(world));
+  if (rank_ != 0) return absl::OkStatus();
+  std::map<std::string, std::vector<checkpoint::ShardRecord>> records;
+  for (int64_t r = 0; r < world.size(); ++r) {
+    LOOM_RETURN_IF_ERROR(ReadRecords(RecordsPath(tmp, r), &records));
+    std::filesystem::remove(RecordsPath(tmp, r));
+  }
+  checkpoint::Manifest m;
+  m.step = step_;
+  m.world_size = world.size();
+  m.sampler = sampler;
+  m.job_spec = spec_.ShortDebugString();
+  m.layout = mesh_.ToString();
+  for (const Saved& sv : saved_) {
+    checkpoint::TensorRecord tr;
+    tr.name = sv.name;
+    tr.dtype = inputs_[sv.input].dtype();
+    tr.shape = sv.global_shape;
+    tr.spec = sv.spec.ToString();
+    tr.shards = std::move(records[sv.name]);
+    m.tensors.push_back(std::move(tr));
+  }
+  checkpoint::CheckpointOptions co;
+  co.keep_last = keep;
+  return checkpoint::CommitSave(root, tmp, m, co);
+}
+
+absl::StatusOr<int64_t> ParallelState::Restore(const std::string& root, data::Sampler* sampler, std::string* log) {
+  std::error_code ec;
+  if (root.empty() || !std::filesystem::is_directory(root, ec)) return 0;
+  LOOM_ASSIGN_OR_RETURN(auto list, checkpoint::ListCheckpoints(root));
+  if (list.empty()) return 0;
+  LOOM_ASSIGN_OR_RETURN(checkpoint::LoadResult lr, checkpoint::LoadLatest(root, checkpoint::Verify::kFull));
+  LOOM_ASSIGN_OR_RETURN(checkpoint::CheckpointReader reader, checkpoint::CheckpointReader::Open(lr.ckpt));
+  for (const Saved& sv : saved_) {
+    const checkpoint::TensorRecord* t = reader.manifest().Find(sv.name);
+    if (t == nullptr)
+      return absl::FailedPreconditionError(absl::StrCat(lr.ckpt.dir, ": no tensor '", sv.name, "' for this model"));
+    if (t->shape != sv.global_shape)
+      return absl::FailedPreconditionError(absl::StrCat(lr.ckpt.dir, ": tensor '", sv.name, "' has another shape than this model's"));
+    LOOM_ASSIGN_OR_RETURN(auto ranges, dtensor::LocalBlock(sv.global_shape, sv.spec, coords_));
+    std::vector<int64_t> off, len;
+    bool empty = false;
+    for (const auto& r : ranges) {
+      off.push_back(r.offset);
+      len.push_back(r.length);
+      empty |= r.length == 0;
+    }
+    if (empty) continue;
+    LOOM_ASSIGN_OR_RETURN(Tensor part, reader.ReadSlice(sv.name, off, len));
+    absl::Status s = inputs_[sv.input].CopyFrom(part.dtype() == inputs_[sv.input].dtype() ? part : part.To(inputs_[sv.input].dtype()));
+    LOOM_RETURN_IF_ERROR(s);
+  }
+  LOOM_RETURN_IF_ERROR(sampler->Restore(reader.manifest().sampler));
+  step_ = lr.ckpt.step;
+  if (log) *log = lr.Explain();
+  return step_;
+}
+
+}  // namespace loom::launch
