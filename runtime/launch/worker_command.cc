@@ -53,7 +53,10 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
   if (!par.tp_auto() && layout != *world)
     return Fail(2, absl::StrCat("parallel: dp ", par.dp(), " x tp ", par.tp(), " = ", layout,
                                 " ranks, but the job was launched with world size ", *world));
-  if (*world == 1) return train::RunTrainCommand({spec_path});
+  // One rank without checkpoints trains exactly as `loom train`; with
+  // checkpoints (save and resume) it runs the parallel loop over a world of one.
+  const bool checkpoints = spec->checkpoint().every() > 0 && !spec->checkpoint().dir().empty();
+  if (*world == 1 && !checkpoints) return train::RunTrainCommand({spec_path});
 
   // Several ranks: meet at the job's store.
   auto timeout_s = EnvInt("LOOM_RENDEZVOUS_TIMEOUT_S", 120, false);

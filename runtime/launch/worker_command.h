@@ -7,7 +7,9 @@
 //   LOOM_ERROR_FILE     where the failure reason goes (the job's root cause)
 //   LOOM_PROGRESS_FILE  rank 0 writes "<step> <checkpoint_step>" there
 //   LOOM_RENDEZVOUS_TIMEOUT_S  how long to wait for the peers (default 120)
-// A one-rank job trains in this process exactly as `loom train` does. A
+// A one-rank job trains in this process exactly as `loom train` does (with a
+// checkpoint section it runs the parallel loop over a world of one, which saves
+// and resumes). A
 // multi-rank job meets its peers at the store (a ProcessGroup with the spec's
 // backend, default cpu:gloo) and runs the distributed training step.
 //
