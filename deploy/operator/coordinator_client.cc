@@ -1,7 +1,10 @@
 // The gRPC CoordinatorClient: loom.v1.JobService with the job's bearer token.
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <chrono>
+#include <functional>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "deploy/operator/reconciler.h"
@@ -43,6 +46,28 @@ class GrpcCoordinatorClient : public CoordinatorClient {
     grpc::Status s = stub_->GetJob(ctx.get(), req, &resp);
     if (!s.ok()) return FromGrpc(s);
     return resp.job();
+  }
+
+  absl::Status Watch(const std::string& job_id, const std::function<void(const v1::JobStatus&)>& on_event,
+                     const std::atomic<bool>* stop) override {
+    grpc::ClientContext ctx;
+    ctx.AddMetadata("authorization", "Bearer " + token_);
+    std::atomic<bool> finished{false};
+    // A blocked Read ends only by cancelling the call: watch `stop` beside it.
+    std::thread canceller([&] {
+      while (!finished && !*stop) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (!finished) ctx.TryCancel();
+    });
+    v1::WatchJobRequest req;
+    req.set_job_id(job_id);
+    auto reader = stub_->WatchJob(&ctx, req);
+    v1::JobEvent ev;
+    while (reader->Read(&ev)) on_event(ev.job());
+    grpc::Status s = reader->Finish();
+    finished = true;
+    canceller.join();
+    if (*stop) return absl::CancelledError("watch stopped");
+    return FromGrpc(s);
   }
 
   absl::Status Cancel(const std::string& job_id) override {

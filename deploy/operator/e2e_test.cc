@@ -334,12 +334,15 @@ class OperatorE2E : public ::testing::Test {
         << "sleep 1\n";
     ports = {{"ok", FreePort()}, {"del", FreePort()}, {"rs", FreePort()}, {"real", FreePort()}};
     kubelet = std::make_unique<TestKubelet>(server.get(), "e2e", root, ports);
-    if (std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()).find("RealLoom") !=
-        std::string::npos)
-      kubelet->UseLoomBinary("runtime/loom");
+    const bool real = std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()).find("RealLoom") !=
+                      std::string::npos;
+    if (real) kubelet->UseLoomBinary("runtime/loom");
     kubelet->Start();
-    op = Spawn({"deploy/operator/loom_operator", "--kubeconfig", kubeconfig, "--poll-ms", "200", "--resync-s", "2"}, {},
-               root + "/operator.log");
+    // The real-binary test polls never and resyncs rarely: the job's status
+    // must follow the coordinator's WatchJob stream.
+    op = Spawn({"deploy/operator/loom_operator", "--kubeconfig", kubeconfig, "--poll-ms", real ? "600000" : "200",
+                "--resync-s", real ? "600" : "2"},
+               {}, root + "/operator.log");
     auto cfg = LoadKubeconfig(kubeconfig);
     ASSERT_TRUE(cfg.ok());
     api = std::make_unique<KubeClient>(*cfg);

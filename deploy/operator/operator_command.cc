@@ -209,6 +209,10 @@ int RunOperatorCommand(const std::vector<std::string>& args) {
   ReconcilerOptions opts;
   if (!f.image.empty()) opts.default_image = f.image;
   opts.poll_interval = absl::Milliseconds(f.poll_ms);
+  WorkQueue queue;
+  // Each live job's WatchJob stream re-queues its TrainingJob on every event,
+  // so status follows the coordinator without waiting for the poll.
+  if (!f.once) opts.on_job_event = [&queue](const std::string&, const std::string& name) { queue.Add(name, absl::Now()); };
   Reconciler reconciler(&api, MakeGrpcCoordinatorClient, opts);
   auto list = api.List(kTrainingJobs, ns);
   if (!list.ok()) {
@@ -230,7 +234,6 @@ int RunOperatorCommand(const std::vector<std::string>& args) {
 
   std::signal(SIGINT, OnSignal);
   std::signal(SIGTERM, OnSignal);
-  WorkQueue queue;
   auto enqueue_list = [&](const Json& l) {
     for (const Json& j : l["items"]) queue.Add(j["metadata"]["name"], absl::Now());
   };

@@ -140,6 +140,47 @@ std::string AgentName(const std::string& job, int i) { return absl::StrCat(job, 
 Reconciler::Reconciler(KubeApi* api, CoordinatorConnector connect, ReconcilerOptions opts)
     : api_(api), connect_(std::move(connect)), opts_(std::move(opts)) {}
 
+Reconciler::~Reconciler() {
+  for (auto& [key, w] : watchers_) *w.stop = true;
+  for (auto& [key, w] : watchers_)
+    if (w.thread.joinable()) w.thread.join();
+}
+
+void Reconciler::StopWatcher(const std::string& key) {
+  auto it = watchers_.find(key);
+  if (it == watchers_.end()) return;
+  *it->second.stop = true;
+  if (it->second.thread.joinable()) it->second.thread.join();
+  watchers_.erase(it);
+}
+
+void Reconciler::EnsureWatcher(const std::string& ns, const std::string& name, const std::string& job_id,
+                               const std::string& address, const std::string& token) {
+  if (!opts_.on_job_event) return;
+  const std::string key = ns + "/" + name;
+  auto it = watchers_.find(key);
+  if (it != watchers_.end() && it->second.job_id == job_id) return;
+  StopWatcher(key);
+  Watcher& w = watchers_[key];
+  w.job_id = job_id;
+  w.stop = std::make_unique<std::atomic<bool>>(false);
+  const std::atomic<bool>* stop = w.stop.get();
+  w.thread = std::thread([this, ns, name, job_id, address, token, stop] {
+    // Re-open the stream after a failure (coordinator restart, network), with
+    // a pause; an OK end means the job reached a terminal state.
+    while (!*stop) {
+      std::unique_ptr<CoordinatorClient> c = connect_(address, token);
+      absl::Status s = c ? c->Watch(job_id, [&](const v1::JobStatus&) { opts_.on_job_event(ns, name); }, stop)
+                         : absl::UnavailableError("unreachable");
+      if (s.ok() || absl::IsUnimplemented(s) || absl::IsNotFound(s)) {
+        opts_.on_job_event(ns, name);
+        return;
+      }
+      for (int i = 0; i < 10 && !*stop; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  });
+}
+
 Json Reconciler::DesiredChildren(const Json& job, const ReconcilerOptions& opts) {
   const Json& spec = job["spec"];
   const Json& md = job["metadata"];
@@ -299,6 +340,7 @@ absl::StatusOr<bool> Reconciler::Ensure(const Resource& r, const std::string& ns
 }
 
 absl::Status Reconciler::Finalize(const std::string& ns, Json job) {
+  StopWatcher(ns + "/" + job["metadata"].value("name", std::string()));
   const std::string name = job["metadata"]["name"];
   const Json& status = At(job, "status");
   const std::string job_id = status.is_object() ? status.value("jobId", "") : "";
@@ -506,6 +548,17 @@ absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, con
       }
       if (js.ok()) {
         const v1::JobStatus& j = *js;
+        // Status changes arrive by the job's WatchJob stream from now on.
+        const bool done = j.state() == v1::SUCCEEDED || j.state() == v1::FAILED || j.state() == v1::CANCELLED;
+        if (!done && !j.job_id().empty()) {
+          auto sec = api_->Get(kSecrets, ns, name + "-token");
+          std::string tok;
+          if (sec.ok() && At(At(*sec, "data"), "token").is_string() &&
+              absl::Base64Unescape(At(At(*sec, "data"), "token").get<std::string>(), &tok))
+            EnsureWatcher(ns, name, j.job_id(), addr, tok);
+        } else {
+          StopWatcher(ns + "/" + name);
+        }
         std::string msg = absl::StrCat("loom job ", j.job_id(), " ", v1::JobState_Name(j.state()));
         switch (j.state()) {
           case v1::RUNNING:

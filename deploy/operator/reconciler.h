@@ -22,9 +22,12 @@
 // which continues from the latest checkpoint in spec.job.checkpoint.dir.
 #pragma once
 
+#include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
+#include <thread>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -40,6 +43,14 @@ class CoordinatorClient {
   virtual absl::StatusOr<v1::JobStatus> Submit(const v1::JobSpec& spec, const std::string& key) = 0;
   virtual absl::StatusOr<v1::JobStatus> Get(const std::string& job_id) = 0;
   virtual absl::Status Cancel(const std::string& job_id) = 0;
+  // Streams JobService.WatchJob: calls `on_event` for each state or progress
+  // change until the job is terminal (OK), `*stop` is set (Cancelled) or the
+  // stream fails. The default has no stream (Unimplemented).
+  virtual absl::Status Watch(const std::string& job_id, const std::function<void(const v1::JobStatus&)>& on_event,
+                             const std::atomic<bool>* stop) {
+    (void)job_id, (void)on_event, (void)stop;
+    return absl::UnimplementedError("this coordinator client cannot watch");
+  }
 };
 
 // Makes a client for a coordinator address and token (nullptr: unreachable).
@@ -52,8 +63,12 @@ std::unique_ptr<CoordinatorClient> MakeGrpcCoordinatorClient(const std::string& 
 struct ReconcilerOptions {
   std::string default_image = "loom";
   std::function<absl::Time()> now = [] { return absl::Now(); };
-  // How often a live job's coordinator status is polled.
+  // How often a live job's coordinator status is polled (a fallback when a
+  // WatchJob stream is running: its events trigger reconciles as they come).
   absl::Duration poll_interval = absl::Seconds(5);
+  // Called (from a watcher thread) on every WatchJob event of a live job; the
+  // operator re-queues the TrainingJob. Unset: no watchers, polling only.
+  std::function<void(const std::string& ns, const std::string& name)> on_job_event;
   // Coordinator address for a job; default "<name>-coordinator.<ns>.svc:7070".
   // The annotation loom.dev/coordinator-address overrides it per job.
   std::function<std::string(const std::string& ns, const std::string& name)> coordinator_address;
@@ -68,6 +83,7 @@ struct ReconcileResult {
 class Reconciler {
  public:
   Reconciler(KubeApi* api, CoordinatorConnector connect, ReconcilerOptions opts = {});
+  ~Reconciler();  // stops and joins the watcher threads
   absl::StatusOr<ReconcileResult> Reconcile(const std::string& ns, const std::string& name);
 
   // The children the job wants right now (for `loom operator --render` and
@@ -77,6 +93,18 @@ class Reconciler {
  private:
   absl::Status Finalize(const std::string& ns, Json job);
   absl::StatusOr<bool> Ensure(const Resource& r, const std::string& ns, const Json& desired);
+
+  // One WatchJob stream per live Loom job (key "ns/name"), started by
+  // Reconcile and ended when the job is terminal or another job id replaces it.
+  void EnsureWatcher(const std::string& ns, const std::string& name, const std::string& job_id,
+                     const std::string& address, const std::string& token);
+  void StopWatcher(const std::string& key);
+  struct Watcher {
+    std::string job_id;
+    std::unique_ptr<std::atomic<bool>> stop;
+    std::thread thread;
+  };
+  std::map<std::string, Watcher> watchers_;
 
   KubeApi* api_;
   CoordinatorConnector connect_;
