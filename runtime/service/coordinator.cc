@@ -68,7 +68,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
       c->unclaimed_.insert(r.id);
     }
   }
-  c->reclaim_deadline_ = std::chrono::steady_clock::now() + std::chrono::milliseconds(3 * options.heartbeat_interval_ms);
+  c->reclaim_deadline_ =
+      std::chrono::steady_clock::now() +
+      std::chrono::milliseconds(std::max(3 * options.heartbeat_interval_ms, options.reclaim_grace_ms));
   c->UpdateGaugesLocked();
   Coordinator* raw = c.get();
   c->monitor_ = std::thread([raw] {

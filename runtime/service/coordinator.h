@@ -49,6 +49,10 @@ struct CoordinatorOptions {
   // inside one of these folders. `..` components are always refused.
   std::vector<std::string> allowed_roots;
   int heartbeat_interval_ms = 1000;
+  // After a restart, how long reloaded jobs wait for agents to reclaim their
+  // running ranks: the larger of this and 3 heartbeat intervals (agents come
+  // back with gRPC's reconnect backoff).
+  int reclaim_grace_ms = 5000;
   int kill_grace_ms = 10000;  // SIGTERM -> SIGKILL grace in kill orders
   metrics::Registry* metrics = nullptr;  // optional; must outlive the coordinator
 };

@@ -29,6 +29,7 @@ const FlagDef kFlags[] = {
     {"allowed-roots", "LOOM_ALLOWED_ROOTS"},
     {"heartbeat-ms", "LOOM_HEARTBEAT_MS"},
     {"max-queued-jobs", "LOOM_MAX_QUEUED_JOBS"},
+    {"reclaim-grace-ms", "LOOM_RECLAIM_GRACE_MS"},
     {"tls-cert", "LOOM_TLS_CERT"},
     {"tls-key", "LOOM_TLS_KEY"},
     {"tls-client-ca", "LOOM_TLS_CLIENT_CA"},
@@ -92,6 +93,10 @@ absl::StatusOr<CoordinatorFlags> ParseCoordinatorFlags(const std::vector<std::st
   }
   if (v.count("heartbeat-ms")) {
     absl::Status s = ParseInt("heartbeat-ms", v["heartbeat-ms"], 10, 600000, &o.coordinator.heartbeat_interval_ms);
+    if (!s.ok()) return s;
+  }
+  if (v.count("reclaim-grace-ms")) {
+    absl::Status s = ParseInt("reclaim-grace-ms", v["reclaim-grace-ms"], 0, 3600000, &o.coordinator.reclaim_grace_ms);
     if (!s.ok()) return s;
   }
   if (v.count("max-queued-jobs")) {

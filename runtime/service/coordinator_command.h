@@ -8,6 +8,8 @@
 //   --allowed-roots A,B       LOOM_ALLOWED_ROOTS  (default: any path, no `..`)
 //   --heartbeat-ms N          LOOM_HEARTBEAT_MS   (default 1000)
 //   --max-queued-jobs N       LOOM_MAX_QUEUED_JOBS (default 10000)
+//   --reclaim-grace-ms N      LOOM_RECLAIM_GRACE_MS (default 5000): after a restart, how
+//                             long running ranks have to be reclaimed by their agents
 //   --tls-cert PEM --tls-key PEM     LOOM_TLS_CERT, LOOM_TLS_KEY (TLS on)
 //   --tls-client-ca PEM       LOOM_TLS_CLIENT_CA  (mutual TLS: verify clients)
 //   --port-file PATH          write "<grpc port> <metrics port>\n" once listening

@@ -51,6 +51,7 @@ class ServerTest : public ::testing::Test {
     o.coordinator.data_dir = root_ + "/data";
     o.coordinator.allowed_roots = {root_ + "/runs"};
     o.coordinator.heartbeat_interval_ms = heartbeat_ms;
+    o.coordinator.reclaim_grace_ms = 0;  // reclaim within 3 heartbeats, as the tests time it
     o.coordinator.metrics = &registry_;
     o.max_receive_bytes = 1 << 20;
     auto s = CoordinatorServer::Start(o);

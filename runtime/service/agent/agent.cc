@@ -24,6 +24,11 @@ extern "C" char** environ;
 Agent::Agent(AgentOptions o) : opts_(std::move(o)) {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
+  // Reconnect quickly after a coordinator restart (it waits a few seconds
+  // for agents to reclaim their running ranks).
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
   auto creds = opts_.credentials ? opts_.credentials : grpc::InsecureChannelCredentials();
   stub_ = v1::NodeService::NewStub(grpc::CreateCustomChannel(opts_.coordinator, creds, args));
 }
