@@ -41,7 +41,7 @@ fi
 phase "build"
 
 # Test groups: each top-level package that has tests, in dependency order.
-TEST_GROUPS=(base kernels compiler collectives dtensor parallel runtime proto tests)
+TEST_GROUPS=(base kernels compiler collectives dtensor parallel runtime proto tests deploy bench)
 total_pass=0
 total_fail=0
 for g in "${TEST_GROUPS[@]}"; do
