@@ -49,6 +49,11 @@ class ParallelTrainer {
   absl::StatusOr<Tensor> InitBlock(size_t index, uint64_t seed, const dtensor::DTensorSpec& spec) const;
   const compiler::Compilation& compilation() const { return c_; }  // stages; its program moved to the executor
   const compiler::Program& program() const { return exec_->program(); }
+  // For checkpoints: the program's inputs (this rank's parameter and AdamW
+  // state blocks are updated in place there) and the optimizer step count.
+  std::vector<Tensor>& mutable_program_inputs() { return inputs_; }
+  int64_t step() const { return step_; }
+  void set_step(int64_t step) { step_ = step; }
   // The program's inputs in order (params, AdamW state, x, y, lr, step), as held now.
   const std::vector<Tensor>& program_inputs() const { return inputs_; }
   const std::vector<models::ParamInfo>& param_info() const { return params_; }

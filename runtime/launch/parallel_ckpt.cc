@@ -59,7 +59,7 @@ absl::Status ReadRecords(const std::string& path, std::map<std::string, std::vec
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ParallelState>> ParallelState::Create(const v1::JobSpec& spec,
-                                                                     const parallel::ParallelTrainer& trainer,
+                                                                     parallel::ParallelTrainer& trainer,
                                                                      const dtensor::MeshShape& mesh, int rank) {
   std::unique_ptr<ParallelState> s(new ParallelState());
   s->spec_ = spec;
@@ -67,18 +67,13 @@ absl::StatusOr<std::unique_ptr<ParallelState>> ParallelState::Create(const v1::J
   s->mesh_ = mesh;
   s->rank_ = rank;
   s->coords_ = mesh.Coordinates(rank);
-  s->exec_ = std::make_unique<compiler::Executor>(std::make_unique<compiler::Program>(trainer.program()));
-  s->inputs_ = trainer.program_inputs();
   std::map<std::string, std::vector<int64_t>> shapes;
   for (const models::ParamInfo& p : trainer.param_info()) shapes[p.name] = std::vector<int64_t>(p.shape.begin(), p.shape.end());
-  const compiler::Graph& g = s->exec_->program().graph;
+  const compiler::Graph& g = trainer.program().graph;
   for (size_t k = 0; k < g.inputs().size(); ++k) {
     const std::string& name = g.inputs()[k].name;
     const int ki = static_cast<int>(k);
-    if (name == "x") { s->x_in_ = ki; continue; }
-    if (name == "y") { s->y_in_ = ki; continue; }
-    if (name == "lr") { s->lr_in_ = ki; continue; }
-    if (name == "step") { s->step_in_ = ki; continue; }
+    if (name == "x" || name == "y" || name == "lr" || name == "step") continue;
     std::string base = name;
     if (!shapes.count(base) && base.size() > 2 && (absl::EndsWith(base, ".m") || absl::EndsWith(base, ".v")))
       base = base.substr(0, base.size() - 2);
@@ -94,37 +89,23 @@ absl::StatusOr<std::unique_ptr<ParallelState>> ParallelState::Create(const v1::J
       return absl::InternalError(absl::StrCat("checkpoint: input '", name, "' is partial (", sv.spec.ToString(), ")"));
     s->saved_.push_back(std::move(sv));
   }
-  if (s->x_in_ < 0 || s->y_in_ < 0 || s->lr_in_ < 0 || s->step_in_ < 0)
-    return absl::InternalError("training program lacks one of the inputs x, y, lr, step");
   return s;
 }
 
-absl::StatusOr<float> ParallelState::Step(const Tensor& x, const Tensor& y) {
-  LOOM_ASSIGN_OR_RETURN(inputs_[x_in_], trainer_->Block(x, trainer_->specs().at("x")));
-  LOOM_ASSIGN_OR_RETURN(inputs_[y_in_], trainer_->Block(y, trainer_->specs().at("y")));
-  ++step_;
-  inputs_[lr_in_].data<float>()[0] = static_cast<float>(jobspec::ScheduledLearningRate(spec_.train(), step_));
-  inputs_[step_in_].data<float>()[0] = static_cast<float>(step_);
-  LOOM_RETURN_IF_ERROR(exec_->Run(inputs_, &outputs_));
-  float loss = outputs_[0].data<float>()[0];
-  if (!std::isfinite(loss)) return absl::AbortedError(absl::StrCat("loss is ", loss, " at step ", step_));
-  LOOM_RETURN_IF_ERROR(exec_->ApplyUpdates(absl::MakeSpan(inputs_), outputs_));
-  return loss;
-}
 
 std::map<std::string, Tensor> ParallelState::LocalParameters() const {
   std::map<std::string, Tensor> out;
   for (const models::ParamInfo& p : trainer_->param_info()) {
-    const int k = exec_->program().graph.FindInput(p.name);
-    if (k >= 0) out.emplace(p.name, inputs_[k]);
+    const int k = trainer_->program().graph.FindInput(p.name);
+    if (k >= 0) out.emplace(p.name, trainer_->mutable_program_inputs()[k]);
   }
   return out;
 }
 
 absl::Status ParallelState::Save(const std::string& root, const data::SamplerState& sampler, int keep,
                                  collectives::ProcessGroup& world) {
-  const std::string tmp = absl::StrCat(root, "/.tmp.", checkpoint::StepDirName(step_));
-  if (rank_ == 0) LOOM_RETURN_IF_ERROR(checkpoint::BeginSave(root, step_).status());
+  const std::string tmp = absl::StrCat(root, "/.tmp.", checkpoint::StepDirName(trainer_->step()));
+  if (rank_ == 0) LOOM_RETURN_IF_ERROR(checkpoint::BeginSave(root, trainer_->step()).status());
   LOOM_RETURN_IF_ERROR(WorldBarrier(world));
   std::vector<checkpoint::RankShard> shards;
   for (const Saved& sv : saved_) {
@@ -141,7 +122,7 @@ absl::Status ParallelState::Save(const std::string& root, const data::SamplerSta
       empty |= r.length == 0;
     }
     if (empty) continue;
-    const Tensor& t = inputs_[sv.input];
+    const Tensor& t = trainer_->mutable_program_inputs()[sv.input];
     rs.data = t.is_contiguous() ? t : t.Clone();
     shards.push_back(std::move(rs));
   }
@@ -163,7 +144,7 @@ absl::Status ParallelState::Save(const std::string& root, const data::SamplerSta
     std::filesystem::remove(RecordsPath(tmp, r));
   }
   checkpoint::Manifest m;
-  m.step = step_;
+  m.step = trainer_->step();
   m.world_size = world.size();
   m.sampler = sampler;
   m.job_spec = spec_.ShortDebugString();
@@ -171,7 +152,7 @@ absl::Status ParallelState::Save(const std::string& root, const data::SamplerSta
   for (const Saved& sv : saved_) {
     checkpoint::TensorRecord tr;
     tr.name = sv.name;
-    tr.dtype = inputs_[sv.input].dtype();
+    tr.dtype = trainer_->mutable_program_inputs()[sv.input].dtype();
     tr.shape = sv.global_shape;
     tr.spec = sv.spec.ToString();
     tr.shards = std::move(records[sv.name]);
@@ -205,13 +186,13 @@ absl::StatusOr<int64_t> ParallelState::Restore(const std::string& root, data::Sa
     }
     if (empty) continue;
     LOOM_ASSIGN_OR_RETURN(Tensor part, reader.ReadSlice(sv.name, off, len));
-    absl::Status s = inputs_[sv.input].CopyFrom(part.dtype() == inputs_[sv.input].dtype() ? part : part.To(inputs_[sv.input].dtype()));
+    absl::Status s = trainer_->mutable_program_inputs()[sv.input].CopyFrom(part.dtype() == trainer_->mutable_program_inputs()[sv.input].dtype() ? part : part.To(trainer_->mutable_program_inputs()[sv.input].dtype()));
     LOOM_RETURN_IF_ERROR(s);
   }
   LOOM_RETURN_IF_ERROR(sampler->Restore(reader.manifest().sampler));
-  step_ = lr.ckpt.step;
+  trainer_->set_step(lr.ckpt.step);
   if (log) *log = lr.Explain();
-  return step_;
+  return trainer_->step();
 }
 
 }  // namespace loom::launch

@@ -1,11 +1,8 @@
 // Checkpoint and resume for the multi-rank training loop (parallel_train.cc).
 //
-// ParallelTrainer (parallel/trainer.h) exposes its compiled program and its
-// current inputs but has no setters for the step counter or the AdamW state,
-// so ParallelState drives the SAME compiled program (a copy of the Program
-// object, sharing its arena and kernels) with its own input vector and step
-// counter. Only ParallelState runs after creation; the trainer is kept for
-// Block() and specs().
+// ParallelState wraps the rank's ParallelTrainer (parallel/trainer.h): it
+// steps it, saves the parameter and AdamW state blocks held in the trainer's
+// program inputs, and restores them (and the step count) in place.
 //
 // Saved tensors: every program input except x, y, lr and step, i.e. the
 // parameters and their AdamW moments "<param>.m" / "<param>.v" (same global
@@ -31,7 +28,6 @@
 
 #include "absl/status/statusor.h"
 #include "collectives/process_group.h"
-#include "compiler/executor.h"
 #include "parallel/trainer.h"
 #include "proto/loom/v1/job.pb.h"
 #include "runtime/data/dataset.h"
@@ -41,11 +37,11 @@ namespace loom::launch {
 class ParallelState {
  public:
   static absl::StatusOr<std::unique_ptr<ParallelState>> Create(const v1::JobSpec& spec,
-                                                               const parallel::ParallelTrainer& trainer,
+                                                               parallel::ParallelTrainer& trainer,
                                                                const dtensor::MeshShape& mesh, int rank);
   // One training step on the GLOBAL batch (this rank's dp block of it); step() + 1.
-  absl::StatusOr<float> Step(const Tensor& x, const Tensor& y);
-  int64_t step() const { return step_; }
+  absl::StatusOr<float> Step(const Tensor& x, const Tensor& y) { return trainer_->Step(x, y); }
+  int64_t step() const { return trainer_->step(); }
 
   // Collective over `world`: every rank calls it with the same arguments.
   absl::Status Save(const std::string& root, const data::SamplerState& sampler, int keep,
@@ -67,15 +63,11 @@ class ParallelState {
     dtensor::DTensorSpec spec;
   };
   v1::JobSpec spec_;
-  const parallel::ParallelTrainer* trainer_ = nullptr;
+  parallel::ParallelTrainer* trainer_ = nullptr;
   dtensor::MeshShape mesh_;
   int rank_ = 0;
   std::vector<int64_t> coords_;
-  std::unique_ptr<compiler::Executor> exec_;
-  std::vector<Tensor> inputs_, outputs_;
   std::vector<Saved> saved_;
-  int x_in_ = -1, y_in_ = -1, lr_in_ = -1, step_in_ = -1;
-  int64_t step_ = 0;
 };
 
 }  // namespace loom::launch
