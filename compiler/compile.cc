@@ -9,6 +9,7 @@
 #include "compiler/passes/dce.h"
 #include "compiler/passes/fusion.h"
 #include "compiler/passes/memory_plan.h"
+#include "compiler/passes/simplify.h"
 
 namespace loom::compiler {
 
@@ -43,6 +44,7 @@ absl::StatusOr<Compilation> Compile(const Graph& forward, const CompileOptions& 
   }
   c.stages["joint"] = g;
   PassPipeline opt;
+  if (options.simplify) opt.Add<AlgebraicSimplification>();
   if (options.cse) opt.Add<CommonSubexpressionElimination>();
   if (options.dce) opt.Add<DeadCodeElimination>();
   if (options.cast_policy) opt.Add<CastPolicyPass>(options.cast_policy);

@@ -39,6 +39,7 @@ struct CompileOptions {
   bool differentiate = true;          // false: inference, "joint" == "initial"
   AutodiffOptions autodiff;
   std::optional<AdamWOptions> adamw;  // set: append the optimizer update
+  bool simplify = true;               // passes/simplify.h (before CSE)
   bool cse = true;
   bool dce = true;
   bool fuse = true;

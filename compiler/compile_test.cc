@@ -105,9 +105,9 @@ TEST(CompileTest, ReportsPassesAndStages) {
   ASSERT_TRUE(c.ok()) << c.status();
   std::vector<std::string> names;
   for (const PassReport& r : c->reports) names.push_back(r.name);
-  EXPECT_EQ(names, (std::vector<std::string>{"cse", "dce", "fusion", "memory-plan"}));
-  EXPECT_TRUE(c->reports[2].changed);    // something fused
-  EXPECT_FALSE(c->reports[3].changed);   // planning never rewrites
+  EXPECT_EQ(names, (std::vector<std::string>{"simplify", "cse", "dce", "fusion", "memory-plan"}));
+  EXPECT_TRUE(c->reports[3].changed);    // something fused
+  EXPECT_FALSE(c->reports[4].changed);   // planning never rewrites
   auto planned = c->Dump("planned");
   ASSERT_TRUE(planned.ok());
   EXPECT_TRUE(absl::StartsWith(*planned, "# arena: peak_bytes=")) << *planned;
