@@ -7,8 +7,15 @@
 // Prints one "RESULT impl=loom_flash ..." line per case, which
 // bench/cuda/torch_sdpa.py --loom=FILE reads to print the ratios.
 //
-//   sdpa_bench [--iters=N] [--shape=B,H,T,D] [--deterministic]
-// (--deterministic: the backward's dQ by its own pass instead of atomics.)
+//   sdpa_bench [--iters=N] [--shape=B,H,T,D] [--fwd=V] [--bwd=V] [--dq=V] [--sweep] [--dispatch]
+// --dispatch: also each case through the SDPA dispatcher (sdpa_dispatch.h;
+// tuned during the warm-up), "RESULT impl=loom_sdpa ..." with its choices.
+// --fwd/--bwd/--dq pick kernel variants (flash_variants.h; 0 = defaults; --bwd=6
+// is the atomic-dQ backward). --sweep times every variant instead: each forward
+// variant alone, and the backward alone for every dK/dV variant (dQ default)
+// and every dQ variant (dK/dV default), printing "SWEEP ..." lines with the
+// backward's outputs compared with the default variant's (rel = ||x-def||/||def||
+// over a strided sample) and a "BEST ..." line per case.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -16,10 +23,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "kernels/cuda/attention/flash_attention.h"
+#include "kernels/cuda/attention/sdpa_dispatch.h"
 
 namespace {
 
@@ -77,6 +86,87 @@ float Median(std::vector<float> v) {
   return v[v.size() / 2];
 }
 
+// Median ms of fn() over iters launches after 3 warm-ups, CUDA events.
+template <class Fn>
+float TimeMs(cudaStream_t stream, int iters, Fn fn) {
+  for (int w = 0; w < 3; ++w) fn();
+  std::vector<cudaEvent_t> ev(iters + 1);
+  for (auto& e : ev) CK(cudaEventCreate(&e));
+  CK(cudaEventRecord(ev[0], stream));
+  for (int it = 0; it < iters; ++it) {
+    fn();
+    CK(cudaEventRecord(ev[it + 1], stream));
+  }
+  CK(cudaStreamSynchronize(stream));
+  std::vector<float> ms(iters);
+  for (int it = 0; it < iters; ++it) CK(cudaEventElapsedTime(&ms[it], ev[it], ev[it + 1]));
+  for (auto& e : ev) CK(cudaEventDestroy(e));
+  return Median(ms);
+}
+
+// Strided sample of a bf16 device buffer, as floats.
+std::vector<float> Sample(const void* p, size_t n) {
+  std::vector<uint16_t> h(n);
+  CK(cudaMemcpy(h.data(), p, n * 2, cudaMemcpyDeviceToHost));
+  std::vector<float> out;
+  for (size_t i = 0; i < n; i += 31) out.push_back(FromBf16(h[i]));
+  return out;
+}
+double Rel(const std::vector<float>& x, const std::vector<float>& ref) {
+  double num = 0, den = 0;
+  for (size_t i = 0; i < ref.size(); ++i) {
+    if (!std::isfinite(x[i])) return INFINITY;
+    num += (x[i] - ref[i]) * (double)(x[i] - ref[i]);
+    den += ref[i] * (double)ref[i];
+  }
+  return den > 0 ? std::sqrt(num / den) : (num > 0 ? INFINITY : 0);
+}
+
+// --sweep: every variant of one case (a: the default variants, buffers set).
+bool Sweep(loom::cuda::FlashAttnArgs a, const char* tag, double fwd_flops, int iters, size_t n) {
+  using namespace loom::cuda;
+  bool ok = true;
+  int best_f = 0;
+  float best_f_ms = 1e30f;
+  for (int v = 1; v <= FlashForwardVariants(); ++v) {
+    a.fwd_variant = v;
+    const float ms = TimeMs(static_cast<cudaStream_t>(a.stream), iters, [&] { CS(FlashAttentionForward(a)); });
+    std::printf("SWEEP %s fwd v=%d [%s] ms=%.3f tflops=%.1f\n", tag, v, FlashForwardVariantName(v, a.head_dim).c_str(), ms,
+                fwd_flops / (ms * 1e-3) / 1e12);
+    if (ms < best_f_ms) best_f_ms = ms, best_f = v;
+  }
+  a.fwd_variant = 0;
+  CS(FlashAttentionForward(a));
+  a.bwd_variant = a.dq_variant = 0;
+  CS(FlashAttentionBackward(a));
+  CK(cudaStreamSynchronize(static_cast<cudaStream_t>(a.stream)));
+  const std::vector<float> rq = Sample(a.dq, n), rk = Sample(a.dk, n), rv = Sample(a.dv, n);
+  float best_b_ms = 1e30f, best_q_ms = 1e30f;
+  int best_b = 0, best_q = 0;
+  for (int pass = 0; pass < 2; ++pass) {
+    const int count = pass == 0 ? FlashBackwardVariants() : FlashDqVariants();
+    for (int v = 1; v <= count; ++v) {
+      a.bwd_variant = pass == 0 ? v : 0;
+      a.dq_variant = pass == 1 ? v : 0;
+      const float ms = TimeMs(static_cast<cudaStream_t>(a.stream), iters, [&] { CS(FlashAttentionBackward(a)); });
+      CK(cudaStreamSynchronize(static_cast<cudaStream_t>(a.stream)));
+      const double eq = Rel(Sample(a.dq, n), rq), ek = Rel(Sample(a.dk, n), rk), ev = Rel(Sample(a.dv, n), rv);
+      const bool good = eq < 1e-2 && ek < 1e-2 && ev < 1e-2;
+      ok = ok && good;
+      std::printf("SWEEP %s bwd=%d dq=%d [%s] bwd_ms=%.3f bwd_tflops=%.1f rel_dq=%.1e rel_dk=%.1e rel_dv=%.1e %s\n", tag,
+                  a.bwd_variant, a.dq_variant,
+                  FlashBackwardVariantName(a.bwd_variant, a.dq_variant, a.head_dim).c_str(), ms,
+                  2.5 * fwd_flops / (ms * 1e-3) / 1e12, eq, ek, ev, good ? "CHECK_OK" : "CHECK_FAILED");
+      if (pass == 0 && ms < best_b_ms) best_b_ms = ms, best_b = v;
+      if (pass == 1 && ms < best_q_ms) best_q_ms = ms, best_q = v;
+    }
+  }
+  std::printf("BEST %s fwd=%d (%.3f ms) bwd=%d (%.3f ms with dq default) dq=%d (%.3f ms with bwd default)\n", tag, best_f,
+              best_f_ms, best_b, best_b_ms, best_q, best_q_ms);
+  std::fflush(stdout);
+  return ok;
+}
+
 // fp64 o and lse of query row i of head 0; returns the squared error and
 // squared norm of o, and the absolute lse error.
 void RowCheck(const Shape& s, bool causal, const std::vector<uint16_t>& q, const std::vector<uint16_t>& k,
@@ -110,7 +200,8 @@ void RowCheck(const Shape& s, bool causal, const std::vector<uint16_t>& q, const
 
 int main(int argc, char** argv) {
   int iters = 20;
-  bool deterministic = false;
+  bool deterministic = false, sweep = false, dispatch = false;
+  int fwd_v = 0, bwd_v = 0, dq_v = 0;
   std::vector<Shape> shapes = {{4, 16, 4096, 128}, {8, 12, 1024, 64}, {2, 16, 8192, 128}};
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--iters=", 8) == 0) {
@@ -123,8 +214,20 @@ int main(int argc, char** argv) {
       shapes = {s};
     } else if (std::strcmp(argv[i], "--deterministic") == 0) {
       deterministic = true;
+    } else if (std::strcmp(argv[i], "--dispatch") == 0) {
+      dispatch = true;
+    } else if (std::strcmp(argv[i], "--sweep") == 0) {
+      sweep = true;
+    } else if (std::strncmp(argv[i], "--fwd=", 6) == 0) {
+      fwd_v = std::atoi(argv[i] + 6);
+    } else if (std::strncmp(argv[i], "--bwd=", 6) == 0) {
+      bwd_v = std::atoi(argv[i] + 6);
+    } else if (std::strncmp(argv[i], "--dq=", 5) == 0) {
+      dq_v = std::atoi(argv[i] + 5);
     } else {
-      std::fprintf(stderr, "usage: sdpa_bench [--iters=N] [--shape=B,H,T,D] [--deterministic]\n");
+      std::fprintf(stderr,
+                   "usage: sdpa_bench [--iters=N] [--shape=B,H,T,D] [--fwd=V] [--bwd=V] [--dq=V] [--deterministic] "
+                   "[--sweep] [--dispatch]\n");
       return 2;
     }
   }
@@ -157,59 +260,97 @@ int main(int argc, char** argv) {
       a.batch = s.b, a.heads = a.kv_heads = s.h, a.seq_q = a.seq_k = s.t, a.head_dim = s.d;
       a.causal = causal;
       a.deterministic = deterministic;
+      a.fwd_variant = fwd_v, a.bwd_variant = bwd_v, a.dq_variant = dq_v;
       a.q = q, a.k = k, a.v = v, a.o = o, a.lse = lse;
       a.dout = dout, a.dq = dq, a.dk = dk, a.dv = dv;
       a.stream = stream;
-      CK(cudaMalloc(&ws, loom::cuda::FlashAttentionBwdWorkspaceBytes(a)));
+      {
+        loom::cuda::SdpaArgs sa;
+        sa.batch = s.b, sa.heads = sa.kv_heads = s.h, sa.seq_q = sa.seq_k = s.t, sa.head_dim = s.d;
+        CK(cudaMalloc(&ws, std::max<int64_t>(loom::cuda::FlashAttentionBwdWorkspaceBytes(a),
+                                             loom::cuda::SdpaBackwardWorkspaceBytes(sa))));
+      }
       a.workspace = ws;
       const double fwd_flops = 4.0 * s.b * s.h * static_cast<double>(s.t) * s.t * s.d / (causal ? 2 : 1);
-      std::vector<cudaEvent_t> ev(iters + 1);
-      for (auto& e : ev) CK(cudaEventCreate(&e));
-      float ms_fwd = 0, ms_fb = 0;
-      for (int pass = 0; pass < 2; ++pass) {
-        for (int w = 0; w < 3; ++w) {
-          CS(loom::cuda::FlashAttentionForward(a));
-          if (pass == 1) CS(loom::cuda::FlashAttentionBackward(a));
+      if (sweep) {
+        char tag[96];
+        std::snprintf(tag, sizeof(tag), "B=%lld H=%lld T=%lld D=%lld causal=%d", static_cast<long long>(s.b),
+                      static_cast<long long>(s.h), static_cast<long long>(s.t), static_cast<long long>(s.d),
+                      causal ? 1 : 0);
+        all_ok = Sweep(a, tag, fwd_flops, iters, n) && all_ok;
+        CK(cudaFree(ws));
+        continue;
+      }
+      // Times forward and forward+backward through fwd/bwd, self-checks, prints RESULT.
+      auto measure = [&](const char* impl, const std::function<absl::Status()>& fwd,
+                         const std::function<absl::Status()>& bwd, const std::function<std::string()>& what_f,
+                         const std::function<std::string()>& what_b) {
+        std::vector<cudaEvent_t> ev(iters + 1);
+        for (auto& e : ev) CK(cudaEventCreate(&e));
+        float ms_fwd = 0, ms_fb = 0;
+        for (int pass = 0; pass < 2; ++pass) {
+          for (int w = 0; w < 3; ++w) {
+            CS(fwd());
+            if (pass == 1) CS(bwd());
+          }
+          CK(cudaEventRecord(ev[0], stream));
+          for (int it = 0; it < iters; ++it) {
+            CS(fwd());
+            if (pass == 1) CS(bwd());
+            CK(cudaEventRecord(ev[it + 1], stream));
+          }
+          CK(cudaStreamSynchronize(stream));
+          std::vector<float> ms(iters);
+          for (int it = 0; it < iters; ++it) CK(cudaEventElapsedTime(&ms[it], ev[it], ev[it + 1]));
+          (pass == 0 ? ms_fwd : ms_fb) = Median(ms);
         }
-        CK(cudaEventRecord(ev[0], stream));
-        for (int it = 0; it < iters; ++it) {
-          CS(loom::cuda::FlashAttentionForward(a));
-          if (pass == 1) CS(loom::cuda::FlashAttentionBackward(a));
-          CK(cudaEventRecord(ev[it + 1], stream));
+        for (auto& e : ev) CK(cudaEventDestroy(e));
+        // Self-check: the outputs of the last forward+backward.
+        std::vector<uint16_t> ho(n);
+        std::vector<float> hlse(static_cast<size_t>(s.b * s.h * s.t));
+        CK(cudaMemcpy(ho.data(), o, n * 2, cudaMemcpyDeviceToHost));
+        CK(cudaMemcpy(hlse.data(), lse, hlse.size() * 4, cudaMemcpyDeviceToHost));
+        double num = 0, den = 0, lse_err = 0;
+        for (int64_t i = 0; i < s.t; ++i) {
+          if (i == 64) i = std::max<int64_t>(64, s.t - 64);
+          RowCheck(s, causal, hq, hk, hv, ho, hlse, i, &num, &den, &lse_err);
         }
-        CK(cudaStreamSynchronize(stream));
-        std::vector<float> ms(iters);
-        for (int it = 0; it < iters; ++it) CK(cudaEventElapsedTime(&ms[it], ev[it], ev[it + 1]));
-        (pass == 0 ? ms_fwd : ms_fb) = Median(ms);
+        const double rel = std::sqrt(num / den);
+        bool finite = true;
+        std::vector<uint16_t> g(n);
+        for (void* p : {dq, dk, dv}) {
+          CK(cudaMemcpy(g.data(), p, n * 2, cudaMemcpyDeviceToHost));
+          for (size_t i = 0; i < n; i += 97) finite = finite && std::isfinite(FromBf16(g[i]));
+        }
+        const bool ok = rel < 1e-2 && lse_err < 1e-2 && finite;
+        all_ok = all_ok && ok;
+        const double tf_fwd = fwd_flops / (ms_fwd * 1e-3) / 1e12;
+        const double tf_fb = 3.5 * fwd_flops / (ms_fb * 1e-3) / 1e12;
+        std::printf("RESULT impl=%s B=%lld H=%lld T=%lld D=%lld causal=%d fwd_ms=%.3f fwd_tflops=%.1f "
+                    "fwdbwd_ms=%.3f fwdbwd_tflops=%.1f check_o_rel=%.2e check_lse_abs=%.2e grads_finite=%d %s kernels=[%s | %s]\n",
+                    impl, static_cast<long long>(s.b), static_cast<long long>(s.h), static_cast<long long>(s.t),
+                    static_cast<long long>(s.d), causal ? 1 : 0, ms_fwd, tf_fwd, ms_fb, tf_fb, rel, lse_err,
+                    finite ? 1 : 0, ok ? "CHECK_OK" : "CHECK_FAILED", what_f().c_str(), what_b().c_str());
+        std::fflush(stdout);
+      };
+      measure(deterministic ? "loom_flash_det" : "loom_flash", [&] { return loom::cuda::FlashAttentionForward(a); },
+              [&] { return loom::cuda::FlashAttentionBackward(a); },
+              [&] { return loom::cuda::FlashForwardVariantName(fwd_v, s.d); },
+              [&] { return loom::cuda::FlashBackwardVariantName(bwd_v, dq_v, s.d); });
+      if (dispatch) {
+        loom::cuda::SdpaArgs sa;
+        sa.dtype = loom::DType::kBF16;
+        sa.batch = s.b, sa.heads = sa.kv_heads = s.h, sa.seq_q = sa.seq_k = s.t, sa.head_dim = s.d;
+        sa.causal = causal;
+        sa.deterministic = deterministic;
+        sa.q = q, sa.k = k, sa.v = v, sa.o = o, sa.lse = lse;
+        sa.dout = dout, sa.dq = dq, sa.dk = dk, sa.dv = dv, sa.workspace = ws;
+        sa.stream = stream;
+        auto& disp = loom::cuda::SdpaDispatcher::Global();
+        // Tuning happens on the first calls (the warm-up), outside the timed runs.
+        measure("loom_sdpa", [&] { return disp.Forward(sa); }, [&] { return disp.Backward(sa); },
+                [&] { return disp.Choice(sa, false); }, [&] { return disp.Choice(sa, true); });
       }
-      for (auto& e : ev) CK(cudaEventDestroy(e));
-      // Self-check: the outputs of the last forward+backward.
-      std::vector<uint16_t> ho(n);
-      std::vector<float> hlse(static_cast<size_t>(s.b * s.h * s.t));
-      CK(cudaMemcpy(ho.data(), o, n * 2, cudaMemcpyDeviceToHost));
-      CK(cudaMemcpy(hlse.data(), lse, hlse.size() * 4, cudaMemcpyDeviceToHost));
-      double num = 0, den = 0, lse_err = 0;
-      for (int64_t i = 0; i < s.t; ++i) {
-        if (i == 64) i = std::max<int64_t>(64, s.t - 64);
-        RowCheck(s, causal, hq, hk, hv, ho, hlse, i, &num, &den, &lse_err);
-      }
-      const double rel = std::sqrt(num / den);
-      bool finite = true;
-      std::vector<uint16_t> g(n);
-      for (void* p : {dq, dk, dv}) {
-        CK(cudaMemcpy(g.data(), p, n * 2, cudaMemcpyDeviceToHost));
-        for (size_t i = 0; i < n; i += 97) finite = finite && std::isfinite(FromBf16(g[i]));
-      }
-      const bool ok = rel < 1e-2 && lse_err < 1e-2 && finite;
-      all_ok = all_ok && ok;
-      const double tf_fwd = fwd_flops / (ms_fwd * 1e-3) / 1e12;
-      const double tf_fb = 3.5 * fwd_flops / (ms_fb * 1e-3) / 1e12;
-      std::printf("RESULT impl=loom_flash%s B=%lld H=%lld T=%lld D=%lld causal=%d fwd_ms=%.3f fwd_tflops=%.1f "
-                  "fwdbwd_ms=%.3f fwdbwd_tflops=%.1f check_o_rel=%.2e check_lse_abs=%.2e grads_finite=%d %s\n",
-                  deterministic ? "_det" : "", static_cast<long long>(s.b), static_cast<long long>(s.h), static_cast<long long>(s.t),
-                  static_cast<long long>(s.d), causal ? 1 : 0, ms_fwd, tf_fwd, ms_fb, tf_fb, rel, lse_err,
-                  finite ? 1 : 0, ok ? "CHECK_OK" : "CHECK_FAILED");
-      std::fflush(stdout);
       CK(cudaFree(ws));
     }
     for (void* p : {q, k, v, o, dout, dq, dk, dv}) CK(cudaFree(p));

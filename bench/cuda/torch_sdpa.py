@@ -83,27 +83,31 @@ def main():
         torch.cuda.empty_cache()
     if not loom_file:
         return
-    loom = {}
+    loom = {}  # (impl, b, h, t, d, causal) -> (fwd, fwd+bwd)
     for line in open(loom_file):
-        m = re.search(r"impl=loom_flash B=(\d+) H=(\d+) T=(\d+) D=(\d+) causal=(\d).*fwd_tflops=([\d.]+).*"
+        m = re.search(r"impl=(loom_flash|loom_sdpa) B=(\d+) H=(\d+) T=(\d+) D=(\d+) causal=(\d).*fwd_tflops=([\d.]+).*"
                       r"fwdbwd_tflops=([\d.]+)", line)
         if m:
-            loom[tuple(int(x) for x in m.groups()[:5])] = (float(m.group(6)), float(m.group(7)))
-    print("\nSDPA bf16 TFLOP/s: Loom flash vs PyTorch backends (fwd | fwd+bwd)")
-    print(f"{'shape':<26}{'causal':<7}{'loom':>14}{'torch flash':>14}{'best torch':>22}{'loom/best':>14}"
-          f"{'loom/flash':>14}")
-    for key, (lf, lfb) in sorted(loom.items()):
-        per = {n: results.get(key + (n,)) for n, _ in BACKENDS}
-        per = {n: r for n, r in per.items() if r}
-        if not per:
+            loom[(m.group(1),) + tuple(int(x) for x in m.groups()[1:6])] = (float(m.group(7)), float(m.group(8)))
+    for impl in ("loom_flash", "loom_sdpa"):
+        rows = sorted((k[1:], v) for k, v in loom.items() if k[0] == impl)
+        if not rows:
             continue
-        bf = max(per.items(), key=lambda kv: kv[1][0])
-        bfb = max(per.items(), key=lambda kv: kv[1][1])
-        fl = per.get("flash", (float("nan"), float("nan")))
-        shape = f"B{key[0]} H{key[1]} T{key[2]} D{key[3]}"
-        print(f"{shape:<26}{key[4]:<7}{lf:>6.0f} | {lfb:<5.0f}{fl[0]:>6.0f} | {fl[1]:<5.0f}"
-              f"{bf[1][0]:>6.0f} {bf[0]:<6}| {bfb[1][1]:.0f} {bfb[0]:<6}"
-              f"{lf / bf[1][0]:>6.2f} | {lfb / bfb[1][1]:<5.2f}{lf / fl[0]:>6.2f} | {lfb / fl[1]:<5.2f}")
+        print(f"\nSDPA bf16 TFLOP/s: {impl} vs PyTorch backends (fwd | fwd+bwd)")
+        print(f"{'shape':<26}{'causal':<7}{impl:>14}{'torch flash':>14}{'best torch':>22}{'loom/best':>14}"
+              f"{'loom/flash':>14}")
+        for key, (lf, lfb) in rows:
+            per = {n: results.get(key + (n,)) for n, _ in BACKENDS}
+            per = {n: r for n, r in per.items() if r}
+            if not per:
+                continue
+            bf = max(per.items(), key=lambda kv: kv[1][0])
+            bfb = max(per.items(), key=lambda kv: kv[1][1])
+            fl = per.get("flash", (float("nan"), float("nan")))
+            shape = f"B{key[0]} H{key[1]} T{key[2]} D{key[3]}"
+            print(f"{shape:<26}{key[4]:<7}{lf:>6.0f} | {lfb:<5.0f}{fl[0]:>6.0f} | {fl[1]:<5.0f}"
+                  f"{bf[1][0]:>6.0f} {bf[0]:<6}| {bfb[1][1]:.0f} {bfb[0]:<6}"
+                  f"{lf / bf[1][0]:>6.2f} | {lfb / bfb[1][1]:<5.2f}{lf / fl[0]:>6.2f} | {lfb / fl[1]:<5.2f}")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
 #include "kernels/cuda/attention/attention_checks.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -12,6 +13,7 @@
 #include "kernels/cuda/attention/attention_reference.h"
 #include "kernels/cuda/attention/attention_source_hash.h"
 #include "kernels/cuda/attention/flash_attention.h"
+#include "kernels/cuda/attention/sdpa_dispatch.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/device_runtime.h"
 
@@ -25,6 +27,8 @@ struct Case {
   int64_t batch, heads, kv_heads, seq_q, seq_k, head_dim;
   bool causal;
   bool deterministic = false;
+  int fwd_variant = 0, bwd_variant = 0, dq_variant = 0;  // 0: the defaults
+  bool dispatch = false;  // through SdpaDispatcher::Global() (autotuned; math fallback)
 };
 
 double RelErr(const Vec& out, const Vec& ref) {
@@ -88,15 +92,37 @@ absl::StatusOr<std::vector<std::pair<std::string, double>>> CheckCase(Harness& h
   a.seq_q = c.seq_q, a.seq_k = c.seq_k, a.head_dim = c.head_dim;
   a.causal = c.causal;
   a.deterministic = c.deterministic;
+  a.fwd_variant = c.fwd_variant, a.bwd_variant = c.bwd_variant, a.dq_variant = c.dq_variant;
   a.q = dq_in.raw_data(), a.k = dk_in.raw_data(), a.v = dv_in.raw_data();
   a.o = o.raw_data(), a.lse = lse.data<float>();
   a.dout = ddo.raw_data(), a.dq = dq.raw_data(), a.dk = dk.raw_data(), a.dv = dv.raw_data();
-  const int64_t ws_floats = (FlashAttentionBwdWorkspaceBytes(a) + 3) / 4;
+  SdpaArgs sa;
+  sa.dtype = dt;
+  sa.batch = c.batch, sa.heads = c.heads, sa.kv_heads = c.kv_heads;
+  sa.seq_q = c.seq_q, sa.seq_k = c.seq_k, sa.head_dim = c.head_dim;
+  sa.causal = c.causal;
+  sa.deterministic = c.deterministic;
+  const int64_t ws_floats =
+      (std::max<int64_t>(FlashAttentionBwdWorkspaceBytes(a), SdpaBackwardWorkspaceBytes(sa)) + 3) / 4;
   LOOM_ASSIGN_OR_RETURN(Tensor ws, h.Poisoned({ws_floats}, DType::kF32));
   a.workspace = ws.raw_data();
   a.stream = h.rt()->compute_stream();
-  LOOM_RETURN_IF_ERROR(FlashAttentionForward(a));
-  LOOM_RETURN_IF_ERROR(FlashAttentionBackward(a));
+  if (c.dispatch) {
+    sa.q = a.q, sa.k = a.k, sa.v = a.v, sa.o = a.o, sa.lse = a.lse;
+    sa.dout = a.dout, sa.dq = a.dq, sa.dk = a.dk, sa.dv = a.dv, sa.workspace = a.workspace;
+    sa.stream = a.stream;
+    SdpaDispatcher& d = SdpaDispatcher::Global();
+    LOOM_RETURN_IF_ERROR(d.Forward(sa));
+    LOOM_RETURN_IF_ERROR(d.Backward(sa));
+    // The tuning runs wrote the outputs too; poison them and run the choice once more.
+    for (Tensor* t : {&o, &lse, &dq, &dk, &dv})
+      LOOM_RETURN_IF_ERROR(FillBytes(t->raw_data(), t->nbytes(), 0xFF, h.rt()->compute_stream()));
+    LOOM_RETURN_IF_ERROR(d.Forward(sa));
+    LOOM_RETURN_IF_ERROR(d.Backward(sa));
+  } else {
+    LOOM_RETURN_IF_ERROR(FlashAttentionForward(a));
+    LOOM_RETURN_IF_ERROR(FlashAttentionBackward(a));
+  }
 
   ref::SdpaShape s;
   s.batch = c.batch, s.heads = c.heads, s.kv_heads = c.kv_heads;
@@ -138,6 +164,28 @@ absl::StatusOr<std::vector<CheckResult>> RunAttentionChecks(const CheckOptions& 
       {hf, 1, 6, 2, 130, 130, 64, true},   {hf, 1, 2, 2, 256, 256, 128, false},
       {bf, 1, 4, 2, 333, 333, 128, true, true}, {bf, 2, 2, 2, 100, 150, 64, false, true},
   };
+  // Every compiled kernel variant (flash_variants.h) at least once, D 64 and 128.
+  const int n_variants = std::max(FlashForwardVariants(), FlashBackwardVariants());
+  for (int i = 1; i <= n_variants; ++i) {
+    for (int64_t d : {64, 128}) {
+      Case c{i % 2 ? bf : hf, 1, 4, 2, 300 + 7 * i, 280 + 11 * i, d, i % 3 != 0};
+      c.fwd_variant = (i - 1) % FlashForwardVariants() + 1;
+      c.bwd_variant = (i - 1) % FlashBackwardVariants() + 1;
+      c.dq_variant = (i + (d == 64)) % FlashDqVariants() + 1;
+      cases.push_back(c);
+    }
+  }
+  // Through the dispatcher: the math fallback (D or dtype flash does not take)
+  // and an autotuned flash case.
+  const DType f32 = DType::kF32;
+  for (Case c : std::vector<Case>{{f32, 1, 4, 2, 150, 170, 96, true},
+                                  {bf, 2, 3, 1, 100, 100, 32, false},
+                                  {hf, 1, 2, 2, 77, 130, 256, true},
+                                  {f32, 1, 2, 2, 64, 64, 64, false},
+                                  {bf, 1, 4, 2, 300, 300, 128, true}}) {
+    c.dispatch = true;
+    cases.push_back(c);
+  }
   if (opts.full) {
     cases.push_back({bf, 1, 2, 2, 1024, 1024, 128, true});
     cases.push_back({bf, 2, 4, 1, 777, 777, 64, false});
@@ -145,13 +193,26 @@ absl::StatusOr<std::vector<CheckResult>> RunAttentionChecks(const CheckOptions& 
   std::vector<CheckResult> rows;
   for (const Case& c : cases) {
     CheckResult r;
-    r.name = absl::StrCat("flash_attention fwd+bwd", c.causal ? " causal" : "",
-                          c.kv_heads != c.heads ? " gqa" : "", c.deterministic ? " det" : "");
+    r.name = absl::StrCat(c.dispatch ? "sdpa dispatch fwd+bwd" : "flash_attention fwd+bwd", c.causal ? " causal" : "",
+                          c.kv_heads != c.heads ? " gqa" : "", c.deterministic ? " det" : "",
+                          c.fwd_variant + c.bwd_variant + c.dq_variant == 0
+                              ? ""
+                              : absl::StrCat(" [", FlashForwardVariantName(c.fwd_variant, c.head_dim), " | ",
+                                             FlashBackwardVariantName(c.bwd_variant, c.dq_variant, c.head_dim), "]"));
     r.dtype = std::string(DTypeName(c.dtype));
     r.shape = absl::StrCat("B", c.batch, " H", c.heads, "/", c.kv_heads, " T", c.seq_q, "/", c.seq_k, " D",
                            c.head_dim);
     r.tol = 1e-2;
     auto e = CheckCase(h, c);
+    if (c.dispatch) {
+      SdpaArgs sa;
+      sa.dtype = c.dtype;
+      sa.batch = c.batch, sa.heads = c.heads, sa.kv_heads = c.kv_heads;
+      sa.seq_q = c.seq_q, sa.seq_k = c.seq_k, sa.head_dim = c.head_dim;
+      sa.causal = c.causal;
+      absl::StrAppend(&r.name, " [", SdpaDispatcher::Global().Choice(sa, false), " | ",
+                      SdpaDispatcher::Global().Choice(sa, true), "]");
+    }
     if (!e.ok()) {
       r.rel_err = INFINITY;
       r.detail = std::string(e.status().message());

@@ -3,8 +3,8 @@
 // lse, dq, dk, dv with the fp64 reference: a GPU-free check of the kernels'
 // fragment layouts, swizzles, tiling, masking and GQA indexing. Small shapes
 // (the emulator is slow); bf16 and f16, D 64 and 128, causal and not, GQA,
-// T not a multiple of the tiles, Tq != Tk. Grids mirror flash_fwd.cu and
-// flash_bwd.cu's launchers.
+// T not a multiple of the tiles, Tq != Tk, and every compiled kernel variant.
+// Grids mirror flash_fwd.cu and flash_bwd.cu's launchers.
 #include <cmath>
 #include <cstdio>
 #include <vector>
@@ -21,31 +21,72 @@ struct Case {
   bool bf16;
   int b, h, hkv, tq, tk, d;
   bool causal;
-  bool deterministic = false;
+  int fwd_variant = 0, bwd_variant = 0, dq_variant = 0;  // 0: the defaults
 };
 
+template <int D, class Cfg, bool kBf16, bool kCausal>
+void ForwardCfg(const FlashParams& p) {
+  emu::Launch({static_cast<unsigned>((p.seq_q + Cfg::BM - 1) / Cfg::BM), static_cast<unsigned>(p.heads),
+               static_cast<unsigned>(p.batch)},
+              Cfg::NT, [&] { FlashFwdKernel<D, Cfg, kBf16, kCausal>(p); });
+}
 template <int D, bool kBf16, bool kCausal>
 void Forward(const FlashParams& p) {
-  emu::Launch({static_cast<unsigned>((p.seq_q + kFwdBM - 1) / kFwdBM), static_cast<unsigned>(p.heads),
-               static_cast<unsigned>(p.batch)},
-              kFwdThreads, [&] { FlashFwdKernel<D, kBf16, kCausal>(p); });
+  switch (p.fwd_variant > 0 ? p.fwd_variant : FwdDefaultVariant(D)) {
+#define LOOM_FWD_CASE(id, nw, bn, mb, mw) \
+  case id:                            \
+    return ForwardCfg<D, FwdCfg<nw, bn, mb, mw>, kBf16, kCausal>(p);
+    LOOM_FWD_VARIANTS(LOOM_FWD_CASE)
+#undef LOOM_FWD_CASE
+  }
+  FAIL() << "no forward variant " << p.fwd_variant;
 }
+template <int D, class Cfg, bool kAtomic, bool kBf16, bool kCausal>
+void DkDv(const FlashParams& p) {
+  emu::Launch({static_cast<unsigned>((p.seq_k + Cfg::BN - 1) / Cfg::BN), static_cast<unsigned>(p.kv_heads),
+               static_cast<unsigned>(p.batch)},
+              Cfg::NT, [&] { FlashBwdKernel<D, Cfg, kAtomic, kBf16, kCausal>(p); });
+}
+template <int D, class Cfg, bool kBf16, bool kCausal>
+void Dq(const FlashParams& p) {
+  emu::Launch({static_cast<unsigned>((p.seq_q + Cfg::BM - 1) / Cfg::BM), static_cast<unsigned>(p.heads),
+               static_cast<unsigned>(p.batch)},
+              Cfg::NT, [&] { FlashBwdDqKernel<D, Cfg, kBf16, kCausal>(p); });
+}
+// Mirrors flash_bwd.cu's Bwd3.
 template <int D, bool kBf16, bool kCausal>
 void Backward(const FlashParams& p) {
   const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seq_q;
-  emu::Launch({static_cast<unsigned>((rows + 7) / 8), 1, 1}, 256, [&] { BwdPreprocessKernel<kBf16>(p, rows); });
-  emu::Launch({static_cast<unsigned>((p.seq_k + kBwdBN - 1) / kBwdBN), static_cast<unsigned>(p.kv_heads),
-               static_cast<unsigned>(p.batch)},
-              kBwdThreads, [&] { FlashBwdKernel<D, kBf16, kCausal>(p); });
-  if (p.deterministic) {
-    emu::Launch({static_cast<unsigned>((p.seq_q + kDqBM - 1) / kDqBM), static_cast<unsigned>(p.heads),
-                 static_cast<unsigned>(p.batch)},
-                kDqThreads, [&] { FlashBwdDqKernel<D, kBf16, kCausal>(p); });
+  const int bv = p.bwd_variant > 0 ? p.bwd_variant : BwdDefaultVariant(D);
+  if (bv == kBwdAtomicVariant) {
+    emu::Launch({static_cast<unsigned>((rows + 7) / 8), 1, 1}, 256,
+                [&] { BwdPreprocessKernel<kBf16, true>(p, rows); });
+    DkDv<D, BwdAtomicCfg<D>, true, kBf16, kCausal>(p);
+    const int64_t n = rows * D;
+    emu::Launch({static_cast<unsigned>((n + 255) / 256), 1, 1}, 256,
+                [&] { BwdConvertDqKernel<kBf16>(p.dq_accum, p.dq, n, p.scale); });
     return;
   }
-  const int64_t n = rows * D;
-  emu::Launch({static_cast<unsigned>((n + 255) / 256), 1, 1}, 256,
-              [&] { BwdConvertDqKernel<kBf16>(p.dq_accum, p.dq, n, p.scale); });
+  emu::Launch({static_cast<unsigned>((rows + 7) / 8), 1, 1}, 256, [&] { BwdPreprocessKernel<kBf16, false>(p, rows); });
+  bool found = false;
+  switch (bv) {
+#define LOOM_BWD_CASE(id, nw, bm, mb)                            \
+  case id:                                                       \
+    DkDv<D, BwdCfg<nw, bm, mb>, false, kBf16, kCausal>(p);      \
+    found = true;                                                \
+    break;
+    LOOM_BWD_VARIANTS(LOOM_BWD_CASE)
+#undef LOOM_BWD_CASE
+  }
+  ASSERT_TRUE(found) << "no backward variant " << bv;
+  switch (p.dq_variant > 0 ? p.dq_variant : DqDefaultVariant(D)) {
+#define LOOM_DQ_CASE(id, nw, bn, mb) \
+  case id:                           \
+    return Dq<D, DqCfg<nw, bn, mb>, kBf16, kCausal>(p);
+    LOOM_DQ_VARIANTS(LOOM_DQ_CASE)
+#undef LOOM_DQ_CASE
+  }
+  FAIL() << "no dq variant " << p.dq_variant;
 }
 template <int D, bool kBf16>
 void RunAll(const FlashParams& p) {
@@ -108,7 +149,7 @@ TEST_P(Emulated, MatchesFp64Reference) {
   p.bf16 = c.bf16;
   p.batch = c.b, p.heads = c.h, p.kv_heads = c.hkv, p.seq_q = c.tq, p.seq_k = c.tk, p.head_dim = c.d;
   p.causal = c.causal;
-  p.deterministic = c.deterministic;
+  p.fwd_variant = c.fwd_variant, p.bwd_variant = c.bwd_variant, p.dq_variant = c.dq_variant;
   p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(c.d)));
   p.q = hq.data(), p.k = hk.data(), p.v = hv.data(), p.o = o.data(), p.lse = lse.data();
   p.dout = hdo.data(), p.dq = dq.data(), p.dk = dk.data(), p.dv = dv.data();
@@ -130,8 +171,10 @@ TEST_P(Emulated, MatchesFp64Reference) {
   };
   const double eo = RelErr(vals(o), ro), el = RelErr(std::vector<double>(lse.begin(), lse.end()), rlse),
                eq = RelErr(vals(dq), rdq), ek = RelErr(vals(dk), rdk), ev = RelErr(vals(dv), rdv);
-  std::printf("%s D%d B%d H%d/%d T%d/%d causal=%d det=%d: o %.2e lse %.2e dq %.2e dk %.2e dv %.2e\n",
-              c.bf16 ? "bf16" : "f16", c.d, c.b, c.h, c.hkv, c.tq, c.tk, c.causal, c.deterministic, eo, el, eq, ek, ev);
+  std::printf("%s D%d B%d H%d/%d T%d/%d causal=%d variants fwd %d bwd %d dq %d: o %.2e lse %.2e dq %.2e dk %.2e "
+              "dv %.2e\n",
+              c.bf16 ? "bf16" : "f16", c.d, c.b, c.h, c.hkv, c.tq, c.tk, c.causal, c.fwd_variant, c.bwd_variant,
+              c.dq_variant, eo, el, eq, ek, ev);
   EXPECT_LT(eo, 1e-2);
   EXPECT_LT(el, 1e-3);
   EXPECT_LT(eq, 1e-2);
@@ -148,8 +191,16 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Emulated,
                                            Case{false, 1, 2, 2, 100, 100, 128, true},
                                            Case{true, 2, 2, 2, 17, 17, 64, false},
                                            Case{true, 1, 3, 1, 70, 150, 64, true},
-                                           Case{true, 1, 2, 1, 130, 100, 128, true, true},
-                                           Case{false, 1, 1, 1, 70, 150, 64, false, true}));
+                                           // Every other compiled variant, once each.
+                                           Case{true, 1, 2, 1, 130, 100, 128, true, 2, 6, 2},
+                                           Case{false, 1, 1, 1, 70, 150, 64, false, 3, 3, 3},
+                                           Case{true, 1, 2, 1, 150, 150, 64, true, 4, 4, 4},
+                                           Case{true, 1, 1, 1, 90, 90, 128, true, 5, 5, 2},
+                                           Case{true, 1, 2, 1, 140, 140, 64, true, 1, 6, 1},
+                                           Case{true, 1, 1, 1, 100, 160, 128, false, 1, 2, 4},
+                                           Case{true, 1, 2, 1, 150, 140, 128, true, 6, 0, 0},
+                                           Case{false, 1, 1, 1, 90, 200, 64, false, 7, 0, 0},
+                                           Case{true, 1, 1, 1, 270, 270, 64, true, 6, 0, 0}));
 
 }  // namespace
 }  // namespace loom::cuda::attn

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
+#include "kernels/cuda/attention/flash_variants.h"
 
 #ifdef LOOM_HAVE_CUDA
 #include <cuda_runtime.h>
@@ -37,6 +38,14 @@ absl::Status Validate(const char* op, const FlashAttnArgs& a, bool backward) {
     return Bad(op, "kv_heads", absl::StrCat("must divide heads (", a.heads, "), got ", a.kv_heads));
   if (a.head_dim != 64 && a.head_dim != 128)
     return Bad(op, "head_dim", absl::StrCat("expected 64 or 128, got ", a.head_dim));
+  if (a.fwd_variant < 0 || a.fwd_variant > attn::kFwdVariants)
+    return Bad(op, "fwd_variant", absl::StrCat("must be in [0, ", attn::kFwdVariants, "], got ", a.fwd_variant));
+  if (a.bwd_variant < 0 || a.bwd_variant > attn::kBwdVariants)
+    return Bad(op, "bwd_variant", absl::StrCat("must be in [0, ", attn::kBwdVariants, "], got ", a.bwd_variant));
+  if (a.dq_variant < 0 || a.dq_variant > attn::kDqVariants)
+    return Bad(op, "dq_variant", absl::StrCat("must be in [0, ", attn::kDqVariants, "], got ", a.dq_variant));
+  if (a.deterministic && a.bwd_variant == attn::kBwdAtomicVariant)
+    return Bad(op, "bwd_variant", "the atomic-dQ variant is not deterministic (deterministic is set)");
   if (!std::isfinite(a.scale) || a.scale < 0)
     return Bad(op, "scale", absl::StrCat("must be finite and > 0 (0: 1/sqrt(D)), got ", a.scale));
   struct Ptr {
@@ -75,6 +84,7 @@ attn::FlashParams Params(const FlashAttnArgs& a) {
   p.head_dim = static_cast<int>(a.head_dim);
   p.causal = a.causal ? 1 : 0;
   p.deterministic = a.deterministic ? 1 : 0;
+  p.fwd_variant = a.fwd_variant, p.bwd_variant = a.bwd_variant, p.dq_variant = a.dq_variant;
   p.scale = Scale(a);
   p.q = a.q, p.k = a.k, p.v = a.v, p.o = a.o, p.lse = a.lse;
   p.dout = a.dout, p.dq = a.dq, p.dk = a.dk, p.dv = a.dv;
@@ -87,6 +97,50 @@ attn::FlashParams Params(const FlashAttnArgs& a) {
 #endif
 
 }  // namespace
+
+static_assert(kFlashBwdAtomicVariant == attn::kBwdAtomicVariant, "flash_attention.h and flash_variants.h disagree");
+
+int FlashForwardVariants() { return attn::kFwdVariants; }
+int FlashBackwardVariants() { return attn::kBwdVariants; }
+int FlashDqVariants() { return attn::kDqVariants; }
+int FlashDefaultForwardVariant(int64_t head_dim) { return attn::FwdDefaultVariant(static_cast<int>(head_dim)); }
+int FlashDefaultBackwardVariant(int64_t head_dim) { return attn::BwdDefaultVariant(static_cast<int>(head_dim)); }
+int FlashDefaultDqVariant(int64_t head_dim) { return attn::DqDefaultVariant(static_cast<int>(head_dim)); }
+
+std::string FlashForwardVariantName(int v, int64_t head_dim) {
+  if (v == 0) v = FlashDefaultForwardVariant(head_dim);
+  switch (v) {
+#define LOOM_FWD_NAME(id, nw, bn, mb, mw) \
+  case id:                                \
+    return absl::StrCat("fwd w", nw, " bm", 16 * mw * nw, " bn", bn, " mb", mb);
+    LOOM_FWD_VARIANTS(LOOM_FWD_NAME)
+#undef LOOM_FWD_NAME
+  }
+  return absl::StrCat("fwd ?", v);
+}
+
+std::string FlashBackwardVariantName(int bv, int qv, int64_t head_dim) {
+  if (bv == 0) bv = FlashDefaultBackwardVariant(head_dim);
+  if (qv == 0) qv = FlashDefaultDqVariant(head_dim);
+  if (bv == attn::kBwdAtomicVariant) return absl::StrCat("bwd atomic-dq w4 bm", head_dim == 128 ? 32 : 64);
+  std::string s = absl::StrCat("bwd ?", bv);
+  switch (bv) {
+#define LOOM_BWD_NAME(id, nw, bm, mb)                                        \
+  case id:                                                                   \
+    s = absl::StrCat("bwd w", nw, " bn", 16 * nw, " bm", bm, " mb", mb); \
+    break;
+    LOOM_BWD_VARIANTS(LOOM_BWD_NAME)
+#undef LOOM_BWD_NAME
+  }
+  switch (qv) {
+#define LOOM_DQ_NAME(id, nw, bn, mb) \
+  case id:                           \
+    return absl::StrCat(s, " + dq w", nw, " bm", 16 * nw, " bn", bn, " mb", mb);
+    LOOM_DQ_VARIANTS(LOOM_DQ_NAME)
+#undef LOOM_DQ_NAME
+  }
+  return absl::StrCat(s, " + dq ?", qv);
+}
 
 int64_t FlashAttentionBwdWorkspaceBytes(const FlashAttnArgs& a) {
   return Rows(a) * (a.head_dim + 1) * static_cast<int64_t>(sizeof(float));

@@ -21,12 +21,16 @@
 //
 // Every call validates its arguments first (InvalidArgument naming the
 // argument, also in builds without CUDA), then launches asynchronously on
-// `stream` and returns the launch error. dK and dV are deterministic; dQ is
-// summed with f32 atomics, so its last bits may vary between runs, unless
-// `deterministic` is set.
+// `stream` and returns the launch error. By default the backward is
+// deterministic (dK/dV and dQ by separate passes, no atomics); the variant
+// fields pick among the compiled kernel configurations (flash_variants.h),
+// which the SDPA dispatcher (sdpa_dispatch.h) times per shape. Only
+// bwd_variant == kFlashBwdAtomicVariant sums dQ with f32 atomics (last bits
+// vary between runs; refused when `deterministic` is set).
 #pragma once
 
 #include <cstdint>
+#include <string>
 
 #include "absl/status/status.h"
 #include "base/dtype.h"
@@ -50,9 +54,15 @@ struct FlashAttnArgs {
   void* dk = nullptr;
   void* dv = nullptr;
   void* workspace = nullptr;  // FlashAttentionBwdWorkspaceBytes(args) bytes
-  // dQ by a separate pass over the keys (recomputing P) instead of f32
-  // atomics: bit-identical across runs, at the cost of a second S/dP product.
+  // Refuse the atomic-dQ backward variant (every other variant is
+  // bit-identical across runs).
   bool deterministic = false;
+  // Kernel configurations, 1-based (0: the default for head_dim); ranges
+  // [0, FlashForwardVariants()], [0, FlashBackwardVariants()], [0,
+  // FlashDqVariants()]. dq_variant is unused by the atomic backward variant.
+  int fwd_variant = 0;
+  int bwd_variant = 0;
+  int dq_variant = 0;
   StreamHandle stream = nullptr;
 };
 
@@ -60,6 +70,18 @@ absl::Status FlashAttentionForward(const FlashAttnArgs& a);
 // f32 dQ accumulator and delta = rowsum(dO * O).
 int64_t FlashAttentionBwdWorkspaceBytes(const FlashAttnArgs& a);
 absl::Status FlashAttentionBackward(const FlashAttnArgs& a);
+
+int FlashForwardVariants();
+int FlashBackwardVariants();
+int FlashDqVariants();
+inline constexpr int kFlashBwdAtomicVariant = 6;
+// The variant a 0 resolves to for this head_dim, and readable descriptions,
+// e.g. "fwd w8 bn64 mb1", "bwd w4 bm32 mb1 + dq w4 bn64 mb1", "bwd atomic-dq".
+int FlashDefaultForwardVariant(int64_t head_dim);
+int FlashDefaultBackwardVariant(int64_t head_dim);
+int FlashDefaultDqVariant(int64_t head_dim);
+std::string FlashForwardVariantName(int fwd_variant, int64_t head_dim);
+std::string FlashBackwardVariantName(int bwd_variant, int dq_variant, int64_t head_dim);
 
 // The forward's FLOPs (4 B H Tq Tk D, halved when causal and Tq == Tk).
 double FlashAttentionForwardFlops(const FlashAttnArgs& a);

@@ -1,51 +1,84 @@
-// Flash-attention backward: launchers (the kernels are in flash_bwd_kernel.cuh).
+// Flash-attention backward: launchers (the kernels are in flash_bwd_kernel.cuh),
+// one per compiled configuration, picked by FlashParams::bwd_variant and
+// dq_variant (see the header of flash_bwd_kernel.cuh for the two schemes).
 #include "kernels/cuda/attention/flash_bwd_kernel.cuh"
 
 namespace loom::cuda::attn {
 namespace {
 
-template <int D, bool kBf16, bool kCausal>
-cudaError_t LaunchBwd(const FlashParams& p, cudaStream_t s) {
-  constexpr int BM = BwdCfg<D>::BM;
-  const int smem = (2 * kBwdBN * D + 4 * BM * D + kBwdBN * BM) * 2;
-  auto kernel = FlashBwdKernel<D, kBf16, kCausal>;
-  static bool configured = false;
-  if (!configured) {
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e != cudaSuccess) return e;
-    configured = true;
-  }
-  const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seq_q;
-  BwdPreprocessKernel<kBf16><<<static_cast<unsigned>((rows + 7) / 8), 256, 0, s>>>(p, rows);
-  dim3 grid((p.seq_k + kBwdBN - 1) / kBwdBN, p.kv_heads, p.batch);
-  kernel<<<grid, kBwdThreads, smem, s>>>(p);
-  if (p.deterministic) {
-    const int dq_smem = (2 * kDqBM * D + 4 * kDqBN * D) * 2;
-    auto dq_kernel = FlashBwdDqKernel<D, kBf16, kCausal>;
-    static bool dq_configured = false;
-    if (!dq_configured) {
-      cudaError_t e = cudaFuncSetAttribute(dq_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, dq_smem);
-      if (e != cudaSuccess) return e;
-      dq_configured = true;
-    }
-    dim3 dq_grid((p.seq_q + kDqBM - 1) / kDqBM, p.heads, p.batch);
-    dq_kernel<<<dq_grid, kDqThreads, dq_smem, s>>>(p);
-    return cudaGetLastError();
-  }
-  const int64_t n = rows * D;
-  const int64_t blocks = (n + 255) / 256;
-  BwdConvertDqKernel<kBf16><<<static_cast<unsigned>(blocks < 65536 * 8 ? blocks : 65536 * 8), 256, 0, s>>>(
-      p.dq_accum, p.dq, n, p.scale);
+template <class Kernel>
+cudaError_t Configure(Kernel kernel, int smem, bool* configured) {
+  if (*configured) return cudaSuccess;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e == cudaSuccess) *configured = true;
+  return e;
+}
+
+template <int D, class Cfg, bool kAtomic, bool kBf16, bool kCausal>
+cudaError_t LaunchDkDv(const FlashParams& p, cudaStream_t s) {
+  const int smem = Cfg::SmemBytes(D, kAtomic);
+  auto kernel = FlashBwdKernel<D, Cfg, kAtomic, kBf16, kCausal>;
+  static bool configured = false;  // per instantiation, first launch
+  cudaError_t e = Configure(kernel, smem, &configured);
+  if (e != cudaSuccess) return e;
+  dim3 grid((p.seq_k + Cfg::BN - 1) / Cfg::BN, p.kv_heads, p.batch);
+  kernel<<<grid, Cfg::NT, smem, s>>>(p);
   return cudaGetLastError();
 }
 
-template <int D, bool kBf16>
-cudaError_t Bwd2(const FlashParams& p, cudaStream_t s) {
-  return p.causal ? LaunchBwd<D, kBf16, true>(p, s) : LaunchBwd<D, kBf16, false>(p, s);
+template <int D, class Cfg, bool kBf16, bool kCausal>
+cudaError_t LaunchDq(const FlashParams& p, cudaStream_t s) {
+  const int smem = Cfg::SmemBytes(D);
+  auto kernel = FlashBwdDqKernel<D, Cfg, kBf16, kCausal>;
+  static bool configured = false;
+  cudaError_t e = Configure(kernel, smem, &configured);
+  if (e != cudaSuccess) return e;
+  dim3 grid((p.seq_q + Cfg::BM - 1) / Cfg::BM, p.heads, p.batch);
+  kernel<<<grid, Cfg::NT, smem, s>>>(p);
+  return cudaGetLastError();
 }
+
+template <int D, bool kBf16, bool kCausal>
+cudaError_t Bwd3(const FlashParams& p, cudaStream_t s) {
+  const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seq_q;
+  const unsigned pre_blocks = static_cast<unsigned>((rows + 7) / 8);
+  const int bv = p.bwd_variant > 0 ? p.bwd_variant : BwdDefaultVariant(D);
+  if (bv == kBwdAtomicVariant) {
+    BwdPreprocessKernel<kBf16, true><<<pre_blocks, 256, 0, s>>>(p, rows);
+    cudaError_t e = LaunchDkDv<D, BwdAtomicCfg<D>, true, kBf16, kCausal>(p, s);
+    if (e != cudaSuccess) return e;
+    const int64_t n = rows * D;
+    const int64_t blocks = (n + 255) / 256;
+    BwdConvertDqKernel<kBf16><<<static_cast<unsigned>(blocks < 65536 * 8 ? blocks : 65536 * 8), 256, 0, s>>>(
+        p.dq_accum, p.dq, n, p.scale);
+    return cudaGetLastError();
+  }
+  BwdPreprocessKernel<kBf16, false><<<pre_blocks, 256, 0, s>>>(p, rows);
+  cudaError_t e = cudaErrorInvalidValue;
+  switch (bv) {
+#define LOOM_BWD_CASE(id, nw, bm, mb)                                    \
+  case id:                                                               \
+    e = LaunchDkDv<D, BwdCfg<nw, bm, mb>, false, kBf16, kCausal>(p, s); \
+    break;
+    LOOM_BWD_VARIANTS(LOOM_BWD_CASE)
+#undef LOOM_BWD_CASE
+  }
+  if (e != cudaSuccess) return e;
+  const int qv = p.dq_variant > 0 ? p.dq_variant : DqDefaultVariant(D);
+  switch (qv) {
+#define LOOM_DQ_CASE(id, nw, bn, mb) \
+  case id:                           \
+    return LaunchDq<D, DqCfg<nw, bn, mb>, kBf16, kCausal>(p, s);
+    LOOM_DQ_VARIANTS(LOOM_DQ_CASE)
+#undef LOOM_DQ_CASE
+  }
+  return cudaErrorInvalidValue;
+}
+
 template <int D>
 cudaError_t Bwd1(const FlashParams& p, cudaStream_t s) {
-  return p.bf16 ? Bwd2<D, true>(p, s) : Bwd2<D, false>(p, s);
+  if (p.bf16) return p.causal ? Bwd3<D, true, true>(p, s) : Bwd3<D, true, false>(p, s);
+  return p.causal ? Bwd3<D, false, true>(p, s) : Bwd3<D, false, false>(p, s);
 }
 
 }  // namespace

@@ -1,20 +1,24 @@
 // Flash-attention backward for sm_90 (FlashAttention-2 schedule on mma.sync).
 //
-// Three launches: (1) delta = rowsum(dO * O) per query row (f32) and zeroing of
-// the f32 dQ accumulator; (2) the main kernel; (3) dQ = scale * accumulator,
-// rounded to the input dtype.
+// Default (deterministic, and the faster one on the H200): three launches,
+// (1) delta = rowsum(dO * O) per query row (f32); (2) FlashBwdKernel with
+// kAtomicDq = false: dK and dV only; (3) FlashBwdDqKernel: dQ by its own pass
+// over the keys, summed in registers. (2) and (3) are independent.
+// kBwdAtomicVariant instead: (1) also zeroes an f32 dQ accumulator, (2) adds
+// dQ into it with f32 atomics, and (3) is BwdConvertDqKernel (dQ = scale *
+// accumulator, rounded): one S/dP product fewer, but contended atomics, and
+// dQ's last bits vary run to run.
 //
-// The main kernel gives one block of 4 warps 64 keys of one (batch, kv head);
-// each warp owns 16 keys and keeps their dK and dV in registers. The block walks
-// every query head of its GQA group and every query tile of BM rows (causal:
-// only tiles at or past its first key), with Q and dO tiles double-buffered by
-// cp.async. Per tile, with P recomputed from the saved lse:
+// FlashBwdKernel gives one block of NW warps BN = 16 NW keys of one (batch, kv
+// head); each warp owns 16 keys and keeps their dK and dV in registers. The
+// block walks every query head of its GQA group and every query tile of BM
+// rows (causal: only tiles at or past its first key), with Q and dO tiles
+// double-buffered by cp.async. Per tile, with P recomputed from the saved lse:
 //   S^T = K Q^T, P^T = exp(S^T * scale - lse), dV += P^T dO,
 //   dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q,
-// then dS^T goes through shared memory and dQ += dS K is added to the f32
-// accumulator with atomics (so dQ's summation order, and its last bits, vary
-// run to run; dK and dV are deterministic: summed in registers, GQA heads
-// included, with no atomics).
+// (atomic variant: then dS^T goes through shared memory and dQ += dS K is
+// added to the f32 accumulator). dK and dV are deterministic: summed in
+// registers, GQA heads included, with no atomics.
 // The kernels themselves (device code only): flash_bwd.cu launches them, and
 // attention_emulation_test.cc runs them on the CPU through flash_common.cuh's
 // warp emulation (LOOM_ATTN_EMULATE).
@@ -24,18 +28,32 @@
 
 #include "kernels/cuda/attention/flash_common.cuh"
 #include "kernels/cuda/attention/flash_kernels.h"
+#include "kernels/cuda/attention/flash_variants.h"
 
 namespace loom::cuda::attn {
 
 
-constexpr int kBwdBN = 64, kBwdThreads = 128;
-
-template <int D>
+// dK/dV kernel configuration: NW warps (BN = 16 NW keys), query tile BM,
+// register budget for MB blocks per SM.
+template <int NW_, int BM_, int MB_>
 struct BwdCfg {
-  static constexpr int BM = D == 128 ? 32 : 64;  // D=128 at 64 spills
+  static constexpr int NW = NW_, BN = 16 * NW_, BM = BM_, MB = MB_, NT = 32 * NW_;
+  static constexpr int SmemBytes(int d, bool atomic_dq) {
+    return (2 * BN * d + 4 * BM * d + (atomic_dq ? BN * BM : 0)) * 2;
+  }
+};
+// dQ kernel configuration: NW warps (BM = 16 NW query rows), key tile BN.
+template <int NW_, int BN_, int MB_>
+struct DqCfg {
+  static constexpr int NW = NW_, BM = 16 * NW_, BN = BN_, MB = MB_, NT = 32 * NW_;
+  static constexpr int SmemBytes(int d) { return (2 * BM * d + 4 * BN * d) * 2; }
 };
 
-template <bool kBf16>
+// The compiled configurations: flash_variants.h.
+template <int D>
+using BwdAtomicCfg = BwdCfg<4, D == 128 ? 32 : 64, 1>;  // D=128 at BM 64 spills
+
+template <bool kBf16, bool kZeroAccum>
 __global__ void BwdPreprocessKernel(FlashParams p, int64_t rows) {
   using E = Elem<kBf16>;
   using T = typename E::T;
@@ -49,6 +67,7 @@ __global__ void BwdPreprocessKernel(FlashParams p, int64_t rows) {
   for (int i = lane; i < D; i += 32) acc += E::ToF(o[i]) * E::ToF(d[i]);
   for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
   if (lane == 0) p.delta[row] = acc;
+  if (!kZeroAccum) return;
   float* acc_row = p.dq_accum + row * D;
   for (int i = lane; i < D; i += 32) acc_row[i] = 0.f;
 }
@@ -63,12 +82,13 @@ __global__ void BwdConvertDqKernel(const float* acc, void* dq, int64_t n, float 
     out[i] = E::FromF(acc[i] * scale);
 }
 
-template <int D, bool kBf16, bool kCausal>
-__global__ void __launch_bounds__(kBwdThreads, 1) FlashBwdKernel(FlashParams p) {
+template <int D, class Cfg, bool kAtomicDq, bool kBf16, bool kCausal>
+__global__ void __launch_bounds__(Cfg::NT, Cfg::MB) FlashBwdKernel(FlashParams p) {
   using E = Elem<kBf16>;
   using T = typename E::T;
-  constexpr int BN = kBwdBN, BM = BwdCfg<D>::BM, NT = kBwdThreads;
-  constexpr int QW = BM / 16, DW = 4 / QW, DC = D / DW;  // dQ: warp tiling
+  constexpr int BN = Cfg::BN, BM = Cfg::BM, NT = Cfg::NT;
+  constexpr int QW = BM / 16, DW = Cfg::NW / QW > 0 ? Cfg::NW / QW : 1, DC = D / DW;  // dQ: warp tiling
+  static_assert(!kAtomicDq || QW * DW == Cfg::NW, "atomic dQ: warps must tile (BM/16) x (D parts)");
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* sK = reinterpret_cast<T*>(smem_raw);
   T* sV = sK + BN * D;
@@ -192,8 +212,8 @@ __global__ void __launch_bounds__(kBwdThreads, 1) FlashBwdKernel(FlashParams p) 
         E::Mma(dk[2 * dp + 1], as, r[2], r[3]);
       }
     }
-    // dS^T to shared memory for dQ (not in deterministic mode: FlashBwdDqKernel).
-    if (!p.deterministic) {
+    // dS^T to shared memory for dQ (atomic variant only; else FlashBwdDqKernel).
+    if (kAtomicDq) {
 #pragma unroll
       for (int nt = 0; nt < BM / 8; ++nt)
 #pragma unroll
@@ -203,7 +223,7 @@ __global__ void __launch_bounds__(kBwdThreads, 1) FlashBwdKernel(FlashParams p) 
     }
     __syncthreads();  // also orders this tile's reads before the next prefetch
     // dQ[q, :] += dS[q, keys] K[keys, :]: warp = (query tile qt, column part dpart).
-    if (!p.deterministic) {
+    if (kAtomicDq) {
       const int qt = warp % QW, dpart = warp / QW;
       float acc[DC / 8][4];
 #pragma unroll
@@ -255,17 +275,15 @@ __global__ void __launch_bounds__(kBwdThreads, 1) FlashBwdKernel(FlashParams p) 
   }
 }
 
-// Deterministic dQ (FlashAttnArgs::deterministic): one block of 4 warps per 64
+// dQ by its own pass (the default): one block of NW warps per BM = 16 NW
 // query rows of one (batch, head) walks the key tiles it can see (K/V double
 // buffered), recomputes P from lse and dS = P (dO V^T - delta), and sums
 // dQ = scale * dS K in registers: a fixed summation order, no atomics.
-constexpr int kDqBM = 64, kDqBN = 64, kDqThreads = 128;
-
-template <int D, bool kBf16, bool kCausal>
-__global__ void __launch_bounds__(kDqThreads, 1) FlashBwdDqKernel(FlashParams p) {
+template <int D, class Cfg, bool kBf16, bool kCausal>
+__global__ void __launch_bounds__(Cfg::NT, Cfg::MB) FlashBwdDqKernel(FlashParams p) {
   using E = Elem<kBf16>;
   using T = typename E::T;
-  constexpr int BM = kDqBM, BN = kDqBN, NT = kDqThreads;
+  constexpr int BM = Cfg::BM, BN = Cfg::BN, NT = Cfg::NT;
   extern __shared__ __align__(128) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);
   T* sdO = sQ + BM * D;

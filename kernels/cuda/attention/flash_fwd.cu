@@ -1,31 +1,43 @@
-// Flash-attention forward: launchers (the kernel is in flash_fwd_kernel.cuh).
+// Flash-attention forward: launchers (the kernel is in flash_fwd_kernel.cuh),
+// one per compiled configuration (LOOM_FWD_VARIANTS), picked by
+// FlashParams::fwd_variant.
 #include "kernels/cuda/attention/flash_fwd_kernel.cuh"
 
 namespace loom::cuda::attn {
 namespace {
 
-template <int D, bool kBf16, bool kCausal>
+template <int D, class Cfg, bool kBf16, bool kCausal>
 cudaError_t LaunchFwd(const FlashParams& p, cudaStream_t s) {
-  const int smem = (kFwdBM * D + 4 * kFwdBN * D) * 2;
-  auto kernel = FlashFwdKernel<D, kBf16, kCausal>;
+  const int smem = Cfg::SmemBytes(D);
+  auto kernel = FlashFwdKernel<D, Cfg, kBf16, kCausal>;
   static bool configured = false;  // per instantiation, first launch
   if (!configured) {
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
     configured = true;
   }
-  dim3 grid((p.seq_q + kFwdBM - 1) / kFwdBM, p.heads, p.batch);
-  kernel<<<grid, kFwdThreads, smem, s>>>(p);
+  dim3 grid((p.seq_q + Cfg::BM - 1) / Cfg::BM, p.heads, p.batch);
+  kernel<<<grid, Cfg::NT, smem, s>>>(p);
   return cudaGetLastError();
 }
 
-template <int D, bool kBf16>
+template <int D, class Cfg>
 cudaError_t Fwd2(const FlashParams& p, cudaStream_t s) {
-  return p.causal ? LaunchFwd<D, kBf16, true>(p, s) : LaunchFwd<D, kBf16, false>(p, s);
+  if (p.bf16) return p.causal ? LaunchFwd<D, Cfg, true, true>(p, s) : LaunchFwd<D, Cfg, true, false>(p, s);
+  return p.causal ? LaunchFwd<D, Cfg, false, true>(p, s) : LaunchFwd<D, Cfg, false, false>(p, s);
 }
+
 template <int D>
 cudaError_t Fwd1(const FlashParams& p, cudaStream_t s) {
-  return p.bf16 ? Fwd2<D, true>(p, s) : Fwd2<D, false>(p, s);
+  const int v = p.fwd_variant > 0 ? p.fwd_variant : FwdDefaultVariant(D);
+  switch (v) {
+#define LOOM_FWD_CASE(id, nw, bn, mb, mw) \
+  case id:                            \
+    return Fwd2<D, FwdCfg<nw, bn, mb, mw>>(p, s);
+    LOOM_FWD_VARIANTS(LOOM_FWD_CASE)
+#undef LOOM_FWD_CASE
+  }
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace

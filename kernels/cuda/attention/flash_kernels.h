@@ -18,7 +18,14 @@ struct FlashParams {
   int bf16 = 1;  // 1: bf16, 0: f16
   int batch = 0, heads = 0, kv_heads = 0, seq_q = 0, seq_k = 0, head_dim = 0;
   int causal = 0;
-  int deterministic = 0;  // backward: dQ by its own pass instead of atomics
+  int deterministic = 0;  // backward: never the atomic-dQ variant
+  // Compiled kernel configurations (0: the default for D), flash_variants.h:
+  // fwd_variant indexes LOOM_FWD_VARIANTS, bwd_variant LOOM_BWD_VARIANTS (or
+  // kBwdAtomicVariant, the single pass with f32 atomic dQ), dq_variant
+  // LOOM_DQ_VARIANTS.
+  int fwd_variant = 0;
+  int bwd_variant = 0;
+  int dq_variant = 0;
   float scale = 0;
   const void* q = nullptr;
   const void* k = nullptr;

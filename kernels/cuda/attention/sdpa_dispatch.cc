@@ -1,0 +1,345 @@
+// The CUDA SDPA dispatcher (sdpa_dispatch.h): validation, candidates, the
+// per-shape autotuning cache and the runs.
+#include "kernels/cuda/attention/sdpa_dispatch.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "base/status.h"
+#include "kernels/cuda/attention/flash_attention.h"
+#include "kernels/cuda/attention/sdpa_math.h"
+
+#ifdef LOOM_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+namespace loom::cuda {
+namespace {
+
+absl::Status Bad(const char* what, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat("sdpa: ", what, ": ", why));
+}
+
+bool FlashTakes(const SdpaArgs& a) {
+  return (a.dtype == DType::kBF16 || a.dtype == DType::kF16) && (a.head_dim == 64 || a.head_dim == 128) &&
+         a.batch <= 65535 && a.heads <= 65535;
+}
+
+FlashAttnArgs ToFlash(const SdpaCandidate& c, const SdpaArgs& a) {
+  FlashAttnArgs f;
+  f.dtype = a.dtype;
+  f.batch = a.batch, f.heads = a.heads, f.kv_heads = a.kv_heads;
+  f.seq_q = a.seq_q, f.seq_k = a.seq_k, f.head_dim = a.head_dim;
+  f.causal = a.causal;
+  f.scale = a.scale;
+  f.deterministic = a.deterministic;
+  f.fwd_variant = c.fwd_variant, f.bwd_variant = c.bwd_variant, f.dq_variant = c.dq_variant;
+  f.q = a.q, f.k = a.k, f.v = a.v, f.o = a.o, f.lse = a.lse;
+  f.dout = a.dout, f.dq = a.dq, f.dk = a.dk, f.dv = a.dv, f.workspace = a.workspace;
+  f.stream = a.stream;
+  return f;
+}
+
+attn::MathParams ToMath(const SdpaArgs& a) {
+  attn::MathParams p;
+  p.dtype = a.dtype == DType::kF32 ? 0 : a.dtype == DType::kBF16 ? 1 : 2;
+  p.batch = static_cast<int>(a.batch), p.heads = static_cast<int>(a.heads);
+  p.kv_heads = static_cast<int>(a.kv_heads);
+  p.seq_q = static_cast<int>(a.seq_q), p.seq_k = static_cast<int>(a.seq_k);
+  p.head_dim = static_cast<int>(a.head_dim);
+  p.causal = a.causal ? 1 : 0;
+  p.scale = a.scale > 0 ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.head_dim)));
+  p.q = a.q, p.k = a.k, p.v = a.v, p.o = a.o, p.lse = a.lse;
+  p.dout = a.dout, p.dq = a.dq, p.dk = a.dk, p.dv = a.dv;
+  p.workspace = static_cast<float*>(a.workspace);
+  return p;
+}
+
+std::string Ms(double ms) { return absl::StrFormat("%.3f ms", ms); }
+
+}  // namespace
+
+int64_t SdpaBackwardWorkspaceBytes(const SdpaArgs& a) {
+  FlashAttnArgs f;
+  f.batch = a.batch, f.heads = a.heads, f.kv_heads = a.kv_heads;
+  f.seq_q = a.seq_q, f.seq_k = a.seq_k, f.head_dim = a.head_dim;
+  return std::max<int64_t>(FlashAttentionBwdWorkspaceBytes(f),
+                           attn::MathBwdWorkspaceFloats(ToMath(a)) * static_cast<int64_t>(sizeof(float)));
+}
+
+absl::Status SdpaValidate(const SdpaArgs& a, bool backward) {
+  if (a.attn_mask != nullptr)
+    return absl::UnimplementedError(
+        "sdpa: attn_mask: attention masks are not supported by Loom's CUDA SDPA kernels (use causal, or the CPU op)");
+  if (!std::isfinite(a.dropout_p) || a.dropout_p < 0 || a.dropout_p >= 1)
+    return Bad("dropout_p", absl::StrCat("must be in [0, 1), got ", a.dropout_p));
+  if (a.dropout_p > 0)
+    return absl::UnimplementedError(absl::StrCat(
+        "sdpa: dropout_p: dropout is not supported by Loom's CUDA SDPA kernels (got dropout_p=", a.dropout_p, ")"));
+  if (a.dtype != DType::kBF16 && a.dtype != DType::kF16 && a.dtype != DType::kF32)
+    return Bad("dtype", absl::StrCat("expected bf16, f16 or f32, got ", DTypeName(a.dtype)));
+  struct Dim {
+    const char* name;
+    int64_t v;
+  };
+  for (const Dim& d : {Dim{"batch", a.batch}, Dim{"heads", a.heads}, Dim{"kv_heads", a.kv_heads},
+                       Dim{"seq_q", a.seq_q}, Dim{"seq_k", a.seq_k}})
+    if (d.v <= 0 || d.v > (int64_t{1} << 30)) return Bad(d.name, absl::StrCat("must be in [1, 2^30], got ", d.v));
+  if (a.batch * a.heads * a.seq_q > (int64_t{1} << 36))
+    return Bad("q", absl::StrCat("too many rows (B*H*Tq = ", a.batch * a.heads * a.seq_q, ")"));
+  if (a.heads % a.kv_heads != 0)
+    return Bad("kv_heads", absl::StrCat("must divide heads (", a.heads, "), got ", a.kv_heads));
+  if (a.head_dim <= 0 || a.head_dim > attn::kMathMaxHeadDim)
+    return Bad("head_dim", absl::StrCat("must be in [1, ", attn::kMathMaxHeadDim, "], got ", a.head_dim));
+  if (!std::isfinite(a.scale) || a.scale < 0)
+    return Bad("scale", absl::StrCat("must be finite and > 0 (0: 1/sqrt(D)), got ", a.scale));
+  struct Ptr {
+    const char* name;
+    const void* p;
+  };
+  for (const Ptr& p : {Ptr{"q", a.q}, Ptr{"k", a.k}, Ptr{"v", a.v}, Ptr{"o", a.o}, Ptr{"lse", a.lse}})
+    if (p.p == nullptr) return Bad(p.name, "null");
+  if (backward)
+    for (const Ptr& p : {Ptr{"dout", a.dout}, Ptr{"dq", a.dq}, Ptr{"dk", a.dk}, Ptr{"dv", a.dv},
+                         Ptr{"workspace", a.workspace}})
+      if (p.p == nullptr) return Bad(p.name, "null");
+  return absl::OkStatus();
+}
+
+std::string SdpaCandidate::Name(int64_t head_dim, bool backward) const {
+  if (kind == kMath) return backward ? "math bwd (fallback)" : "math fwd (fallback)";
+  return absl::StrCat("flash ", backward ? FlashBackwardVariantName(bwd_variant, dq_variant, head_dim)
+                                         : FlashForwardVariantName(fwd_variant, head_dim));
+}
+
+SdpaDispatcher::SdpaDispatcher(Timer timer) : timer_(std::move(timer)) {}
+
+SdpaDispatcher& SdpaDispatcher::Global() {
+  static SdpaDispatcher* d = [] {
+    auto* disp = new SdpaDispatcher();
+    if (const char* path = std::getenv("LOOM_SDPA_CACHE"); path != nullptr && path[0] != 0) {
+      disp->LoadCache(path).IgnoreError();  // a missing or stale file just means tuning again
+      disp->cache_file_ = path;
+    }
+    return disp;
+  }();
+  return *d;
+}
+
+std::string SdpaDispatcher::Key(const SdpaArgs& a, bool backward) {
+  return absl::StrCat(backward ? "bwd" : "fwd", " ", DTypeName(a.dtype), " B", a.batch, " H", a.heads, "/",
+                      a.kv_heads, " T", a.seq_q, "/", a.seq_k, " D", a.head_dim, a.causal ? " causal" : "",
+                      a.deterministic ? " det" : "");
+}
+
+std::vector<SdpaCandidate> SdpaDispatcher::Candidates(const SdpaArgs& a, bool backward) const {
+  std::vector<SdpaCandidate> out;
+  if (!FlashTakes(a)) {
+    SdpaCandidate c;
+    c.kind = SdpaCandidate::kMath;
+    out.push_back(c);
+    return out;
+  }
+  if (!backward) {
+    for (int v = 1; v <= FlashForwardVariants(); ++v) {
+      SdpaCandidate c;
+      c.fwd_variant = v;
+      out.push_back(c);
+    }
+    return out;
+  }
+  for (int v = 1; v <= FlashBackwardVariants(); ++v) {
+    if (v == kFlashBwdAtomicVariant && a.deterministic) continue;
+    SdpaCandidate c;
+    c.bwd_variant = v;
+    out.push_back(c);
+  }
+  return out;
+}
+
+absl::StatusOr<double> SdpaDispatcher::Time(const SdpaCandidate& c, const SdpaArgs& a, bool backward) {
+  ++timer_calls_;
+  if (timer_) return timer_(c, a, backward);
+#ifdef LOOM_HAVE_CUDA
+  cudaStream_t s = static_cast<cudaStream_t>(a.stream);
+  constexpr int kRuns = 3;
+  cudaEvent_t ev[kRuns + 1] = {};
+  absl::Status st = absl::OkStatus();
+  for (auto& e : ev)
+    if (st.ok() && cudaEventCreate(&e) != cudaSuccess) st = absl::InternalError("sdpa: cudaEventCreate failed");
+  if (st.ok()) st = Run(c, a, backward);  // warm-up (and module load)
+  if (st.ok() && cudaEventRecord(ev[0], s) != cudaSuccess) st = absl::InternalError("sdpa: cudaEventRecord failed");
+  for (int i = 0; i < kRuns && st.ok(); ++i) {
+    st = Run(c, a, backward);
+    if (st.ok() && cudaEventRecord(ev[i + 1], s) != cudaSuccess)
+      st = absl::InternalError("sdpa: cudaEventRecord failed");
+  }
+  std::vector<float> ms(kRuns, 0.f);
+  if (st.ok() && cudaEventSynchronize(ev[kRuns]) != cudaSuccess) st = absl::InternalError("sdpa: kernel failed");
+  for (int i = 0; i < kRuns && st.ok(); ++i)
+    if (cudaEventElapsedTime(&ms[i], ev[i], ev[i + 1]) != cudaSuccess) st = absl::InternalError("sdpa: timing failed");
+  for (auto& e : ev)
+    if (e != nullptr) cudaEventDestroy(e);
+  if (!st.ok()) return st;
+  std::sort(ms.begin(), ms.end());
+  return static_cast<double>(ms[kRuns / 2]);
+#else
+  return absl::UnavailableError("Loom was built without CUDA (nvcc not found)");
+#endif
+}
+
+absl::StatusOr<SdpaDecision> SdpaDispatcher::Select(const SdpaArgs& a, bool backward) {
+  LOOM_RETURN_IF_ERROR(SdpaValidate(a, backward));
+  const std::string key = Key(a, backward);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+  std::vector<SdpaCandidate> cands = Candidates(a, backward);
+  SdpaDecision d;
+  if (cands.size() == 1) {
+    d.pick = cands[0];
+    d.reason = cands[0].kind == SdpaCandidate::kMath
+                   ? "only candidate (flash takes bf16/f16 with head_dim 64 or 128)"
+                   : "only candidate";
+  } else {
+    // Times every candidate of `list`; returns the index of the fastest.
+    auto time_all = [&](const std::vector<SdpaCandidate>& list) -> absl::StatusOr<int> {
+      int best = -1;
+      double best_ms = 0;
+      absl::Status last = absl::OkStatus();
+      for (size_t i = 0; i < list.size(); ++i) {
+        absl::StatusOr<double> ms = Time(list[i], a, backward);
+        if (!ms.ok()) {
+          last = ms.status();
+          continue;
+        }
+        d.timings.push_back({list[i].Name(a.head_dim, backward), *ms});
+        if (best < 0 || *ms < best_ms) best = static_cast<int>(i), best_ms = *ms;
+      }
+      if (best < 0) return absl::Status(last.code(), absl::StrCat("sdpa: every candidate failed: ", last.message()));
+      d.ms = best_ms;
+      return best;
+    };
+    LOOM_ASSIGN_OR_RETURN(int best, time_all(cands));
+    d.pick = cands[best];
+    if (backward && d.pick.kind == SdpaCandidate::kFlash && d.pick.bwd_variant != kFlashBwdAtomicVariant) {
+      // Coordinate descent, second step: the dQ pass with the chosen dK/dV variant.
+      std::vector<SdpaCandidate> dqs;
+      for (int q = 1; q <= FlashDqVariants(); ++q) {
+        SdpaCandidate c = d.pick;
+        c.dq_variant = q;
+        if (q == FlashDefaultDqVariant(a.head_dim)) continue;  // timed in step one
+        dqs.push_back(c);
+      }
+      const double step1_ms = d.ms;
+      const SdpaCandidate step1 = d.pick;
+      LOOM_ASSIGN_OR_RETURN(int best_q, time_all(dqs));
+      if (d.ms < step1_ms) {
+        d.pick = dqs[best_q];
+      } else {
+        d.pick = step1, d.ms = step1_ms;
+      }
+    }
+    d.reason = absl::StrCat("fastest of ", d.timings.size(), " timed");
+  }
+  cache_[key] = d;
+  if (!cache_file_.empty()) {
+    std::ofstream f(cache_file_, std::ios::app);
+    f << key << "\t" << static_cast<int>(d.pick.kind) << " " << d.pick.fwd_variant << " " << d.pick.bwd_variant << " "
+      << d.pick.dq_variant << "\t" << d.ms << "\n";
+  }
+  return d;
+}
+
+std::string SdpaDispatcher::Choice(const SdpaArgs& a, bool backward) const {
+  const std::string key = Key(a, backward);
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = cache_.find(key);
+  if (it == cache_.end()) {
+    std::vector<SdpaCandidate> c = Candidates(a, backward);
+    std::string names;
+    for (const SdpaCandidate& x : c) absl::StrAppend(&names, names.empty() ? "" : ", ", x.Name(a.head_dim, backward));
+    return absl::StrCat(key, ": not tuned yet (would time ", c.size(), ": ", names, ")");
+  }
+  const SdpaDecision& d = it->second;
+  std::string s = absl::StrCat(d.pick.Name(a.head_dim, backward), ": ");
+  if (d.ms > 0) absl::StrAppend(&s, Ms(d.ms), ", ");
+  absl::StrAppend(&s, d.reason);
+  // The runner-up, if any.
+  const std::string pick_name = d.pick.Name(a.head_dim, backward);
+  const std::pair<std::string, double>* next = nullptr;
+  for (const auto& t : d.timings)
+    if (t.first != pick_name && (next == nullptr || t.second < next->second)) next = &t;
+  if (next != nullptr) absl::StrAppend(&s, " (next: ", next->first, " ", Ms(next->second), ")");
+  return s;
+}
+
+absl::Status SdpaDispatcher::Run(const SdpaCandidate& c, const SdpaArgs& a, bool backward) const {
+  if (c.kind == SdpaCandidate::kFlash) {
+    const FlashAttnArgs f = ToFlash(c, a);
+    return backward ? FlashAttentionBackward(f) : FlashAttentionForward(f);
+  }
+#ifdef LOOM_HAVE_CUDA
+  const attn::MathParams p = ToMath(a);
+  cudaStream_t s = static_cast<cudaStream_t>(a.stream);
+  const cudaError_t e = backward ? attn::MathBackward(p, s) : attn::MathForward(p, s);
+  if (e == cudaSuccess) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("sdpa math ", backward ? "backward" : "forward", ": ", cudaGetErrorString(e)));
+#else
+  return absl::UnavailableError("Loom was built without CUDA (nvcc not found)");
+#endif
+}
+
+absl::Status SdpaDispatcher::Forward(const SdpaArgs& a) {
+  LOOM_ASSIGN_OR_RETURN(SdpaDecision d, Select(a, false));
+  return Run(d.pick, a, false);
+}
+
+absl::Status SdpaDispatcher::Backward(const SdpaArgs& a) {
+  LOOM_ASSIGN_OR_RETURN(SdpaDecision d, Select(a, true));
+  return Run(d.pick, a, true);
+}
+
+absl::Status SdpaDispatcher::SaveCache(const std::string& path) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::ofstream f(path, std::ios::trunc);
+  if (!f) return absl::UnavailableError(absl::StrCat("sdpa: cannot write ", path));
+  for (const auto& [key, d] : cache_)
+    f << key << "\t" << static_cast<int>(d.pick.kind) << " " << d.pick.fwd_variant << " " << d.pick.bwd_variant << " "
+      << d.pick.dq_variant << "\t" << d.ms << "\n";
+  return f ? absl::OkStatus() : absl::UnavailableError(absl::StrCat("sdpa: write failed: ", path));
+}
+
+absl::Status SdpaDispatcher::LoadCache(const std::string& path) {
+  std::ifstream f(path);
+  if (!f) return absl::NotFoundError(absl::StrCat("sdpa: no cache file ", path));
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string line;
+  int n = 0;
+  while (std::getline(f, line)) {
+    std::vector<std::string> parts = absl::StrSplit(line, '\t');
+    if (parts.size() != 3) continue;
+    std::istringstream in(parts[1] + " " + parts[2]);
+    int kind = -1;
+    SdpaDecision d;
+    if (!(in >> kind >> d.pick.fwd_variant >> d.pick.bwd_variant >> d.pick.dq_variant >> d.ms)) continue;
+    if (kind != SdpaCandidate::kFlash && kind != SdpaCandidate::kMath) continue;
+    if (d.pick.fwd_variant < 0 || d.pick.fwd_variant > FlashForwardVariants() || d.pick.bwd_variant < 0 ||
+        d.pick.bwd_variant > FlashBackwardVariants() || d.pick.dq_variant < 0 ||
+        d.pick.dq_variant > FlashDqVariants())
+      continue;  // written by a build with other variants
+    d.pick.kind = static_cast<SdpaCandidate::Kind>(kind);
+    d.reason = absl::StrCat("from cache file ", path);
+    cache_[parts[0]] = d;
+    ++n;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace loom::cuda

@@ -1,0 +1,197 @@
+// The SDPA dispatcher without a GPU: argument validation (InvalidArgument
+// naming the argument, Unimplemented naming the feature), the candidate lists,
+// selection by injected timings (fastest wins, tuned once per shape key, the
+// backward's coordinate descent, deterministic excludes atomic dQ), Choice()
+// strings and the cache file round trip.
+#include "kernels/cuda/attention/sdpa_dispatch.h"
+
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "gtest/gtest.h"
+#include "kernels/cuda/attention/flash_attention.h"
+
+namespace loom::cuda {
+namespace {
+
+SdpaArgs Valid(int64_t d = 128, DType dt = DType::kBF16) {
+  static char dummy[64];
+  SdpaArgs a;
+  a.dtype = dt;
+  a.batch = 2, a.heads = 8, a.kv_heads = 2, a.seq_q = 256, a.seq_k = 256, a.head_dim = d;
+  a.q = a.k = a.v = dummy;
+  a.o = dummy;
+  a.lse = reinterpret_cast<float*>(dummy);
+  a.dout = dummy, a.dq = dummy, a.dk = dummy, a.dv = dummy, a.workspace = dummy;
+  return a;
+}
+
+void ExpectCode(const SdpaArgs& a, absl::StatusCode code, const char* word, bool backward = false) {
+  absl::Status s = SdpaValidate(a, backward);
+  EXPECT_EQ(s.code(), code) << s;
+  EXPECT_NE(std::string(s.message()).find(word), std::string::npos) << s;
+}
+
+TEST(SdpaDispatch, Validation) {
+  EXPECT_TRUE(SdpaValidate(Valid(), true).ok());
+  SdpaArgs a = Valid();
+  static char mask[4];
+  a.attn_mask = mask;
+  ExpectCode(a, absl::StatusCode::kUnimplemented, "attn_mask");
+  a = Valid();
+  a.dropout_p = 0.1f;
+  ExpectCode(a, absl::StatusCode::kUnimplemented, "dropout");
+  a.dropout_p = 1.5f;
+  ExpectCode(a, absl::StatusCode::kInvalidArgument, "dropout_p");
+  a = Valid();
+  a.dtype = DType::kI32;
+  ExpectCode(a, absl::StatusCode::kInvalidArgument, "dtype");
+  a = Valid();
+  a.kv_heads = 3;
+  ExpectCode(a, absl::StatusCode::kInvalidArgument, "kv_heads");
+  a = Valid();
+  a.head_dim = 300;
+  ExpectCode(a, absl::StatusCode::kInvalidArgument, "head_dim");
+  a = Valid();
+  a.seq_k = 0;
+  ExpectCode(a, absl::StatusCode::kInvalidArgument, "seq_k");
+  a = Valid();
+  a.scale = NAN;
+  ExpectCode(a, absl::StatusCode::kInvalidArgument, "scale");
+  a = Valid();
+  a.dout = nullptr;
+  EXPECT_TRUE(SdpaValidate(a, false).ok());
+  ExpectCode(a, absl::StatusCode::kInvalidArgument, "dout", true);
+  a = Valid();
+  a.workspace = nullptr;
+  ExpectCode(a, absl::StatusCode::kInvalidArgument, "workspace", true);
+  // Select validates too, before any timing.
+  int calls = 0;
+  SdpaDispatcher d([&](const SdpaCandidate&, const SdpaArgs&, bool) -> absl::StatusOr<double> {
+    ++calls;
+    return 1.0;
+  });
+  a = Valid();
+  a.dropout_p = 0.5f;
+  EXPECT_EQ(d.Select(a, false).status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(calls, 0);
+}
+
+TEST(SdpaDispatch, Candidates) {
+  SdpaDispatcher d([](const SdpaCandidate&, const SdpaArgs&, bool) -> absl::StatusOr<double> { return 1.0; });
+  EXPECT_EQ(static_cast<int>(d.Candidates(Valid(), false).size()), FlashForwardVariants());
+  EXPECT_EQ(static_cast<int>(d.Candidates(Valid(), true).size()), FlashBackwardVariants());
+  SdpaArgs det = Valid();
+  det.deterministic = true;
+  for (const SdpaCandidate& c : d.Candidates(det, true)) EXPECT_NE(c.bwd_variant, kFlashBwdAtomicVariant);
+  // Flash does not take these: the math fallback alone, picked untimed.
+  for (SdpaArgs a : {Valid(96), Valid(64, DType::kF32), Valid(32, DType::kF16)}) {
+    auto c = d.Candidates(a, false);
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_EQ(c[0].kind, SdpaCandidate::kMath);
+    auto dec = d.Select(a, true);
+    ASSERT_TRUE(dec.ok()) << dec.status();
+    EXPECT_EQ(dec->pick.kind, SdpaCandidate::kMath);
+    EXPECT_NE(d.Choice(a, true).find("math bwd (fallback): only candidate"), std::string::npos) << d.Choice(a, true);
+  }
+  EXPECT_EQ(d.timer_calls(), 0);
+}
+
+TEST(SdpaDispatch, ForwardPicksFastestOnceAndExplains) {
+  // Variant 3 is fastest; 5 fails (skipped).
+  std::map<int, double> ms = {{1, 1.9}, {2, 1.8}, {3, 1.7}, {4, 2.5}, {6, 2.0}, {7, 2.2}};
+  int calls = 0;
+  SdpaDispatcher d([&](const SdpaCandidate& c, const SdpaArgs&, bool backward) -> absl::StatusOr<double> {
+    EXPECT_FALSE(backward);
+    ++calls;
+    if (c.fwd_variant == 5) return absl::InternalError("launch failed");
+    auto it = ms.find(c.fwd_variant);
+    return it == ms.end() ? 9.0 : it->second;
+  });
+  SdpaArgs a = Valid();
+  EXPECT_NE(d.Choice(a, false).find("not tuned yet"), std::string::npos);
+  auto dec = d.Select(a, false);
+  ASSERT_TRUE(dec.ok()) << dec.status();
+  EXPECT_EQ(dec->pick.fwd_variant, 3);
+  EXPECT_DOUBLE_EQ(dec->ms, 1.7);
+  EXPECT_EQ(calls, FlashForwardVariants());
+  const std::string why = d.Choice(a, false);
+  EXPECT_NE(why.find(FlashForwardVariantName(3, 128)), std::string::npos) << why;
+  EXPECT_NE(why.find("1.700 ms"), std::string::npos) << why;
+  EXPECT_NE(why.find("next: flash " + FlashForwardVariantName(2, 128) + " 1.800 ms"), std::string::npos) << why;
+  // Cached: no more timing for the same key; another key tunes again.
+  ASSERT_TRUE(d.Select(a, false).ok());
+  EXPECT_EQ(calls, FlashForwardVariants());
+  a.causal = true;
+  ASSERT_TRUE(d.Select(a, false).ok());
+  EXPECT_EQ(calls, 2 * FlashForwardVariants());
+  // Every candidate failing is an error, not a pick.
+  SdpaDispatcher bad([](const SdpaCandidate&, const SdpaArgs&, bool) -> absl::StatusOr<double> {
+    return absl::InternalError("no device");
+  });
+  EXPECT_EQ(bad.Select(Valid(), false).status().code(), absl::StatusCode::kInternal);
+}
+
+TEST(SdpaDispatch, BackwardCoordinateDescent) {
+  // dK/dV variant 2 fastest at the default dQ; then dQ variant 3 faster still.
+  auto timer = [](const SdpaCandidate& c, const SdpaArgs&, bool backward) -> absl::StatusOr<double> {
+    EXPECT_TRUE(backward);
+    if (c.bwd_variant == kFlashBwdAtomicVariant) return 1.5;
+    double t = c.bwd_variant == 2 ? 6.0 : 7.0;
+    if (c.dq_variant == 3) t -= 0.5;
+    return t;
+  };
+  SdpaDispatcher d(timer);
+  SdpaArgs a = Valid();
+  auto dec = d.Select(a, true);
+  ASSERT_TRUE(dec.ok()) << dec.status();
+  // Atomic is fastest here and is allowed...
+  EXPECT_EQ(dec->pick.bwd_variant, kFlashBwdAtomicVariant);
+  // ...but not when deterministic.
+  a.deterministic = true;
+  dec = d.Select(a, true);
+  ASSERT_TRUE(dec.ok()) << dec.status();
+  EXPECT_EQ(dec->pick.bwd_variant, 2);
+  EXPECT_EQ(dec->pick.dq_variant, 3);
+  EXPECT_DOUBLE_EQ(dec->ms, 5.5);
+  // Step one: the non-atomic dK/dV variants; step two: the other dQ variants.
+  EXPECT_EQ(static_cast<int>(dec->timings.size()), FlashBackwardVariants() - 1 + FlashDqVariants() - 1);
+  EXPECT_NE(d.Choice(a, true).find("5.500 ms"), std::string::npos) << d.Choice(a, true);
+}
+
+TEST(SdpaDispatch, CacheFileRoundTrip) {
+  SdpaDispatcher d([](const SdpaCandidate& c, const SdpaArgs&, bool) -> absl::StatusOr<double> {
+    return c.fwd_variant == 4 ? 1.0 : 2.0;
+  });
+  SdpaArgs a = Valid(64);
+  ASSERT_TRUE(d.Select(a, false).ok());
+  const std::string path = ::testing::TempDir() + "/sdpa_cache.tsv";
+  ASSERT_TRUE(d.SaveCache(path).ok());
+  int calls = 0;
+  SdpaDispatcher e([&](const SdpaCandidate&, const SdpaArgs&, bool) -> absl::StatusOr<double> {
+    ++calls;
+    return 1.0;
+  });
+  ASSERT_TRUE(e.LoadCache(path).ok());
+  auto dec = e.Select(a, false);
+  ASSERT_TRUE(dec.ok()) << dec.status();
+  EXPECT_EQ(dec->pick.fwd_variant, 4);
+  EXPECT_EQ(calls, 0);
+  EXPECT_NE(e.Choice(a, false).find("from cache file"), std::string::npos) << e.Choice(a, false);
+  EXPECT_EQ(e.LoadCache(path + ".missing").code(), absl::StatusCode::kNotFound);
+  std::remove(path.c_str());
+}
+
+TEST(SdpaDispatch, WorkspaceCoversEveryCandidate) {
+  SdpaArgs a = Valid(64);
+  FlashAttnArgs f;
+  f.batch = a.batch, f.heads = a.heads, f.kv_heads = a.kv_heads, f.seq_q = a.seq_q, f.seq_k = a.seq_k;
+  f.head_dim = a.head_dim;
+  EXPECT_GE(SdpaBackwardWorkspaceBytes(a), FlashAttentionBwdWorkspaceBytes(f));
+  a.seq_k = 4096;  // math's dK/dV accumulators dominate
+  EXPECT_GE(SdpaBackwardWorkspaceBytes(a), 2 * a.batch * a.kv_heads * a.seq_k * a.head_dim * 4);
+}
+
+}  // namespace
+}  // namespace loom::cuda

@@ -1,0 +1,49 @@
+// Internal: the SDPA dispatcher's fallback kernels (sdpa_math.cu) for what
+// the flash kernels do not take: any head_dim up to 256, f32/bf16/f16, causal
+// (top-left) or not, GQA. Plain CUDA-core arithmetic in f32, one warp per query
+// row: correct everywhere, slow (O(Tq Tk D) per warp, no tiling). Only
+// sdpa_dispatch.cc calls these, after validating the arguments; no Loom or
+// Abseil header here so that nvcc needs nothing else.
+// Layouts as flash_kernels.h: q/o/do/dq [B,H,Tq,D], k/v/dk/dv [B,Hkv,Tk,D],
+// lse [B,H,Tq] f32 (natural log). The backward needs the forward's o and lse and
+// MathBwdWorkspaceFloats() f32 of workspace (dK/dV accumulators and delta).
+#pragma once
+
+#include <cstdint>
+
+#if defined(__CUDACC__) || defined(LOOM_HAVE_CUDA)
+#include <cuda_runtime.h>
+#endif
+
+namespace loom::cuda::attn {
+
+struct MathParams {
+  int dtype = 0;  // 0 f32, 1 bf16, 2 f16
+  int batch = 0, heads = 0, kv_heads = 0, seq_q = 0, seq_k = 0, head_dim = 0;
+  int causal = 0;
+  float scale = 0;
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;
+  const void* dout = nullptr;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+  float* workspace = nullptr;
+};
+
+constexpr int kMathMaxHeadDim = 256;
+
+inline int64_t MathBwdWorkspaceFloats(const MathParams& p) {
+  return 2 * static_cast<int64_t>(p.batch) * p.kv_heads * p.seq_k * p.head_dim +
+         static_cast<int64_t>(p.batch) * p.heads * p.seq_q;
+}
+
+#if defined(__CUDACC__) || defined(LOOM_HAVE_CUDA)
+cudaError_t MathForward(const MathParams& p, cudaStream_t s);
+cudaError_t MathBackward(const MathParams& p, cudaStream_t s);
+#endif
+
+}  // namespace loom::cuda::attn
