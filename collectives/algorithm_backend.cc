@@ -67,8 +67,13 @@ absl::StatusOr<WorkPtr> AlgorithmBackend::Enqueue(OpType op, DType dtype, int64_
   }
   auto work = std::make_shared<Work>();
   Transport* t = transport_.get();
+  ChannelPool* pool = channels_.get();
   std::string what = absl::StrCat(name_, " ", OpTypeName(op));
-  work->set_abort_hook([t, what] { t->Abort(absl::CancelledError(absl::StrCat(what, ": aborted by the user"))); });
+  work->set_abort_hook([t, pool, what] {
+    absl::Status reason = absl::CancelledError(absl::StrCat(what, ": aborted by the user"));
+    if (pool) pool->AbortExtra(reason);
+    t->Abort(reason);
+  });
   absl::MutexLock l(&mu_);
   if (stopping_) return absl::FailedPreconditionError(absl::StrCat(what, ": backend is shutting down"));
   uint64_t seq = next_seq_++;
@@ -99,6 +104,7 @@ absl::Status AlgorithmBackend::Fail(const Task& task, const absl::Status& s) {
     if (failed_.ok()) failed_ = e;
   }
   // Peers are out of step: stop every transport thread before buffers go away.
+  if (channels_) channels_->AbortExtra(e);
   transport_->Abort(e);
   recorder_.Finished(task.seq, e);
   GlobalCollectiveMetrics().Record(name_, std::string(OpTypeName(task.op)), task.bytes,
@@ -485,7 +491,16 @@ absl::StatusOr<WorkPtr> AlgorithmBackend::Barrier(const BarrierOptions& o) {
 // ---------------------------------------------------------------- default hooks
 
 absl::Status AlgorithmBackend::RunAllReduce(const Comm& c, const Tensor& t, ReduceOp op) {
-  return algorithms::AllReduce(c, t.raw_data(), t.numel(), t.dtype(), op);
+  const int slices = channels_ ? channels_->Slices(t.nbytes()) : 1;
+  if (slices <= 1) return algorithms::AllReduce(c, t.raw_data(), t.numel(), t.dtype(), op);
+  // Contiguous slices, one per channel; each is an independent all_reduce.
+  const size_t count = static_cast<size_t>(t.numel()), es = DTypeSize(t.dtype());
+  char* base = static_cast<char*>(t.raw_data());
+  return channels_->Run(slices, c.transport, [&](int k, Transport* tr) {
+    const size_t lo = count * k / slices, hi = count * (k + 1) / slices;
+    algorithms::Comm ck{tr, c.tag_base, c.deadline};
+    return algorithms::AllReduce(ck, base + lo * es, hi - lo, t.dtype(), op);
+  });
 }
 absl::Status AlgorithmBackend::RunBroadcast(const Comm& c, const Tensor& t, int root) {
   return algorithms::BinomialBroadcast(c, t.raw_data(), t.nbytes(), root);
@@ -493,13 +508,55 @@ absl::Status AlgorithmBackend::RunBroadcast(const Comm& c, const Tensor& t, int 
 absl::Status AlgorithmBackend::RunReduce(const Comm& c, const Tensor& t, ReduceOp op, int root) {
   return algorithms::BinomialReduce(c, t.raw_data(), t.numel(), t.dtype(), op, root);
 }
+// Channel slice k of s of a block of n units: [n*k/s, n*(k+1)/s).
+static size_t SliceLo(size_t n, int k, int s) { return n * k / s; }
+
 absl::Status AlgorithmBackend::RunAllGather(const Comm& c, const Tensor& in, const Tensor& out_flat,
                                             absl::Span<const size_t> bytes) {
-  return algorithms::RingAllGather(c, in.raw_data(), out_flat.raw_data(), bytes);
+  const size_t total = std::accumulate(bytes.begin(), bytes.end(), size_t{0});
+  const int slices = channels_ ? channels_->Slices(total) : 1;
+  if (slices <= 1) return algorithms::RingAllGather(c, in.raw_data(), out_flat.raw_data(), bytes);
+  // Slice k gathers byte range k of every rank's segment, over channel k.
+  const int n = c.size(), r = c.rank();
+  std::vector<size_t> seg_off(n, 0);
+  for (int i = 1; i < n; ++i) seg_off[i] = seg_off[i - 1] + bytes[i - 1];
+  const char* src = static_cast<const char*>(in.raw_data());
+  char* dst = static_cast<char*>(out_flat.raw_data());
+  return channels_->Run(slices, c.transport, [&](int k, Transport* tr) {
+    std::vector<size_t> b(n), off(n);
+    for (int i = 0; i < n; ++i) {
+      size_t lo = SliceLo(bytes[i], k, slices);
+      b[i] = SliceLo(bytes[i], k + 1, slices) - lo;
+      off[i] = seg_off[i] + lo;
+    }
+    algorithms::Comm ck{tr, c.tag_base, c.deadline};
+    return algorithms::RingAllGatherAt(ck, src + SliceLo(bytes[r], k, slices), dst, b, off);
+  });
 }
 absl::Status AlgorithmBackend::RunReduceScatter(const Comm& c, const Tensor& in_flat, const Tensor& out,
                                                 absl::Span<const size_t> counts, ReduceOp op) {
-  return algorithms::RingReduceScatter(c, in_flat.raw_data(), out.raw_data(), counts, out.dtype(), op);
+  const size_t es = DTypeSize(out.dtype());
+  const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
+  const int slices = channels_ ? channels_->Slices(total * es) : 1;
+  if (slices <= 1) {
+    return algorithms::RingReduceScatter(c, in_flat.raw_data(), out.raw_data(), counts, out.dtype(), op);
+  }
+  // Slice k reduces element range k of every rank's block, over channel k.
+  const int n = c.size(), r = c.rank();
+  std::vector<size_t> block_off(n, 0);
+  for (int i = 1; i < n; ++i) block_off[i] = block_off[i - 1] + counts[i - 1];
+  char* dst = static_cast<char*>(out.raw_data());
+  return channels_->Run(slices, c.transport, [&](int k, Transport* tr) {
+    std::vector<size_t> cnt(n), off(n);
+    for (int i = 0; i < n; ++i) {
+      size_t lo = SliceLo(counts[i], k, slices);
+      cnt[i] = SliceLo(counts[i], k + 1, slices) - lo;
+      off[i] = block_off[i] + lo;
+    }
+    algorithms::Comm ck{tr, c.tag_base, c.deadline};
+    return algorithms::RingReduceScatterAt(ck, in_flat.raw_data(), off, dst + SliceLo(counts[r], k, slices) * es,
+                                           cnt, out.dtype(), op);
+  });
 }
 absl::Status AlgorithmBackend::RunAllToAll(const Comm& c, const Tensor& in,
                                            absl::Span<const size_t> send_bytes, const Tensor& out,

@@ -9,6 +9,10 @@
 // order, each with deadline = start + options.timeout. When an op fails the
 // backend aborts its transport (the peers are out of step) and fails every
 // later op with FailedPrecondition quoting the first error: recreate the group.
+//
+// Channels (SetChannels, channels.h): with extra transports, the default
+// all_reduce / all_gather / reduce_scatter hooks cut a large message into
+// slices that run concurrently, one per channel and thread.
 #pragma once
 
 #include <deque>
@@ -20,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "collectives/algorithms/algorithms.h"
 #include "collectives/backend.h"
+#include "collectives/channels.h"
 #include "collectives/flight_recorder.h"
 #include "collectives/metrics.h"
 #include "collectives/transport/transport.h"
@@ -63,6 +68,13 @@ class AlgorithmBackend : public Backend {
   // (before aborting its transport) and quotes the errors other ranks recorded,
   // so a survivor that only saw a neighbour drop still names the dead peer.
   void set_store(std::shared_ptr<Store> store) { store_ = std::move(store); }
+  // Extra channels (see channels.h): a large all_reduce then runs as
+  // ChannelPool::Slices(bytes) slices, one per channel and thread. Call
+  // before the first op.
+  void SetChannels(ExtraChannels extra) {
+    channels_ = std::make_unique<ChannelPool>(std::move(extra));
+  }
+  int channels() const { return channels_ ? channels_->channels() : 1; }
   // Applies the BackendContext settings (store, flight recorder dir).
   void Configure(const BackendContext& ctx) {
     set_store(ctx.store);
@@ -121,6 +133,7 @@ class AlgorithmBackend : public Backend {
 
   std::string name_;
   std::unique_ptr<Transport> transport_;
+  std::unique_ptr<ChannelPool> channels_;  // null: one channel
   FlightRecorder recorder_;
   std::string recorder_dir_;
   std::shared_ptr<Store> store_;

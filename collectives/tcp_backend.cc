@@ -1,6 +1,7 @@
 // Registers backend "tcp": the shared algorithms over TcpTransport. It needs
 // no library beyond sockets, so it is the reference every other backend is
-// compared with.
+// compared with. Large all_reduces run over several connections at once
+// (channels.h).
 #include "base/status.h"
 #include "collectives/algorithm_backend.h"
 #include "collectives/transport/tcp_transport.h"
@@ -13,7 +14,13 @@ absl::StatusOr<std::shared_ptr<Backend>> MakeTcpBackend(const BackendContext& ct
   o.host = CollectivesHost();
   o.timeout = ctx.timeout;
   LOOM_ASSIGN_OR_RETURN(auto t, TcpTransport::Connect(ctx.store, ctx.rank, ctx.size, o));
+  LOOM_ASSIGN_OR_RETURN(auto extra, ConnectExtraChannels(ctx.store, ctx.rank, ctx.size, ctx.timeout,
+                                                         [&](std::shared_ptr<Store> s)
+                                                             -> absl::StatusOr<std::unique_ptr<Transport>> {
+                                                           return TcpTransport::Connect(s, ctx.rank, ctx.size, o);
+                                                         }));
   auto b = std::make_shared<AlgorithmBackend>("tcp", std::move(t));
+  b->SetChannels(std::move(extra));
   b->Configure(ctx);
   return std::shared_ptr<Backend>(b);
 }

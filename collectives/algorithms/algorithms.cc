@@ -53,16 +53,17 @@ constexpr size_t kChunkBytes = 1 << 20;
 // segment travels in <= 1 MiB chunks: all receives are posted first, then every
 // sent chunk is followed by reducing the matching received chunk, so reduction
 // overlaps the transfer of the next chunk.
+// `in_off[i]`: element offset of block i in `in` (Offsets(counts) when the
+// blocks are contiguous; a channel slice passes its sub-blocks' offsets).
 absl::Status RingReduceScatterCore(const Comm& c, const void* in, void* out,
                                    absl::Span<const size_t> counts, DType dtype, ReduceOp op,
-                                   int step0) {
+                                   int step0, absl::Span<const size_t> off) {
   const int n = c.size(), r = c.rank();
   const size_t es = DTypeSize(dtype);
-  std::vector<size_t> off = Offsets(counts);
   size_t max_count = 0;
   for (size_t k : counts) max_count = std::max(max_count, k);
   if (n == 1) {
-    if (counts[0] && out != in) std::memmove(out, in, counts[0] * es);
+    if (counts[0] && out != P(in, off[0] * es)) std::memmove(out, P(in, off[0] * es), counts[0] * es);
     return absl::OkStatus();
   }
   char* bufs[2] = {Scratch(0, max_count * es), Scratch(1, max_count * es)};
@@ -118,11 +119,11 @@ absl::Status RingReduceScatterCore(const Comm& c, const void* in, void* out,
   return absl::OkStatus();
 }
 
-// In-place ring all-gather over byte segments of `buf`; rank r owns segment r.
+// In-place ring all-gather over byte segments of `buf`; rank r owns segment r,
+// which starts at off[r].
 absl::Status RingAllGatherInPlace(const Comm& c, void* buf, absl::Span<const size_t> bytes,
-                                  int step0) {
+                                  int step0, absl::Span<const size_t> off) {
   const int n = c.size(), r = c.rank();
-  std::vector<size_t> off = Offsets(bytes);
   const int right = Mod(r + 1, n), left = Mod(r - 1, n);
   for (int s = 0; s < n - 1; ++s) {
     int send_seg = Mod(r - s, n), recv_seg = Mod(r - s - 1, n);
@@ -167,7 +168,9 @@ absl::Status RingAllReduce(const Comm& c, void* buf, size_t count, DType dtype, 
       const int seg = Mod(r - s - 1, n);
       LOOM_ASSIGN_OR_RETURN(gather[s], c.transport->IRecv(left, c.tag(n + s), P(buf, off[seg]), bytes[seg]));
     }
-    LOOM_RETURN_IF_ERROR(RingReduceScatterCore(c, buf, P(buf, my_off * DTypeSize(dtype)), counts, dtype, op, 0));
+    std::vector<size_t> elem_off = Offsets(counts);
+    LOOM_RETURN_IF_ERROR(RingReduceScatterCore(c, buf, P(buf, my_off * DTypeSize(dtype)), counts, dtype, op, 0,
+                                               elem_off));
     for (int s = 0; s < n - 1; ++s) {
       const int seg = Mod(r - s, n);
       LOOM_RETURN_IF_ERROR(c.transport->Send(right, c.tag(n + s), P(buf, off[seg]), bytes[seg], c.deadline));
@@ -229,17 +232,26 @@ absl::Status RecursiveDoublingAllReduce(const Comm& c, void* buf, size_t count, 
 
 absl::Status RingReduceScatter(const Comm& c, const void* in, void* out,
                                absl::Span<const size_t> counts, DType dtype, ReduceOp op) {
-  LOOM_RETURN_IF_ERROR(RingReduceScatterCore(c, in, out, counts, dtype, op, 0));
+  return RingReduceScatterAt(c, in, Offsets(counts), out, counts, dtype, op);
+}
+
+absl::Status RingReduceScatterAt(const Comm& c, const void* in, absl::Span<const size_t> in_offsets,
+                                 void* out, absl::Span<const size_t> counts, DType dtype, ReduceOp op) {
+  LOOM_RETURN_IF_ERROR(RingReduceScatterCore(c, in, out, counts, dtype, op, 0, in_offsets));
   if (op == ReduceOp::kAvg) DivideInPlace(dtype, out, counts[c.rank()], c.size());
   return absl::OkStatus();
 }
 
 absl::Status RingAllGather(const Comm& c, const void* in, void* out,
                            absl::Span<const size_t> bytes) {
-  std::vector<size_t> off = Offsets(bytes);
+  return RingAllGatherAt(c, in, out, bytes, Offsets(bytes));
+}
+
+absl::Status RingAllGatherAt(const Comm& c, const void* in, void* out, absl::Span<const size_t> bytes,
+                             absl::Span<const size_t> out_offsets) {
   const int r = c.rank();
-  if (bytes[r] && P(out, off[r]) != in) std::memmove(P(out, off[r]), in, bytes[r]);
-  return RingAllGatherInPlace(c, out, bytes, 0);
+  if (bytes[r] && P(out, out_offsets[r]) != in) std::memmove(P(out, out_offsets[r]), in, bytes[r]);
+  return RingAllGatherInPlace(c, out, bytes, 0, out_offsets);
 }
 
 absl::Status BinomialBroadcast(const Comm& c, void* buf, size_t bytes, int root) {

@@ -61,6 +61,14 @@ absl::Status RingReduceScatter(const Comm& c, const void* in, void* out,
 // `out` holds sum(bytes) bytes; rank r contributes `in` (bytes[r] bytes) at its offset.
 absl::Status RingAllGather(const Comm& c, const void* in, void* out, absl::Span<const size_t> bytes);
 
+// The same two with blocks at explicit offsets instead of back to back (what a
+// channel slice of a larger op runs): reduce-scatter block i starts at element
+// in_offsets[i] of `in`; all-gather segment i lands at byte out_offsets[i].
+absl::Status RingReduceScatterAt(const Comm& c, const void* in, absl::Span<const size_t> in_offsets,
+                                 void* out, absl::Span<const size_t> counts, DType dtype, ReduceOp op);
+absl::Status RingAllGatherAt(const Comm& c, const void* in, void* out, absl::Span<const size_t> bytes,
+                             absl::Span<const size_t> out_offsets);
+
 absl::Status BinomialBroadcast(const Comm& c, void* buf, size_t bytes, int root);
 // Reduces every rank's `buf` into root's `buf`; other ranks' buffers are unchanged.
 absl::Status BinomialReduce(const Comm& c, void* buf, size_t count, DType dtype, ReduceOp op,

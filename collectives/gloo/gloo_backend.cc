@@ -5,6 +5,7 @@
 #include <cstring>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 #include "collectives/algorithms/reduce.h"
@@ -122,6 +123,7 @@ absl::StatusOr<std::shared_ptr<Backend>> GlooBackend::Create(const BackendContex
   // unbound buffers (see the header for why).
   const char* which = std::getenv("LOOM_GLOO_TRANSPORT");
   std::unique_ptr<Transport> transport;
+  ExtraChannels extra;  // channels 1.. (channels.h)
   size_t native_min = kNativeMinBytes;
   if (which != nullptr && std::string(which) == "gloo") {
     transport = std::make_unique<GlooTransport>(context);
@@ -131,8 +133,26 @@ absl::StatusOr<std::shared_ptr<Backend>> GlooBackend::Create(const BackendContex
     o.host = CollectivesHost();
     o.timeout = ctx.timeout;
     LOOM_ASSIGN_OR_RETURN(transport, TcpTransport::Connect(ctx.store, ctx.rank, ctx.size, o));
+    LOOM_ASSIGN_OR_RETURN(extra, ConnectExtraChannels(ctx.store, ctx.rank, ctx.size, ctx.timeout,
+                                                      [&](std::shared_ptr<Store> s)
+                                                          -> absl::StatusOr<std::unique_ptr<Transport>> {
+                                                        return TcpTransport::Connect(s, ctx.rank, ctx.size, o);
+                                                      }));
+  }
+  // LOOM_GLOO_NATIVE_MIN_BYTES=<bytes>: where Gloo's own algorithms take over
+  // (every op, whatever the channel count), for comparing the two.
+  size_t allreduce_native_min = SIZE_MAX;
+  if (const char* env = std::getenv("LOOM_GLOO_NATIVE_MIN_BYTES"); env != nullptr && *env != '\0') {
+    int64_t v = 0;
+    if (!absl::SimpleAtoi(env, &v) || v < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("LOOM_GLOO_NATIVE_MIN_BYTES: expected a byte count, got '", env, "'"));
+    }
+    native_min = allreduce_native_min = static_cast<size_t>(v);
   }
   auto b = std::make_shared<GlooBackend>(context, std::move(transport), native_min);
+  b->allreduce_native_min_bytes_ = allreduce_native_min;
+  b->SetChannels(std::move(extra));
   b->Configure(ctx);
   return std::shared_ptr<Backend>(b);
 }
@@ -146,7 +166,10 @@ GlooBackend::GlooBackend(std::shared_ptr<gloo::Context> context, std::unique_ptr
 GlooBackend::~GlooBackend() { StopExecutor(); }
 
 absl::Status GlooBackend::RunAllReduce(const Comm& c, const Tensor& t, ReduceOp op) {
-  if (!GlooReduces(t.dtype()) || t.nbytes() < native_min_bytes_) return AlgorithmBackend::RunAllReduce(c, t, op);
+  // With several channels Loom's sliced ring runs every all_reduce (Gloo's
+  // ring drives one connection per peer from one thread).
+  const size_t native_min = channels() > 1 ? allreduce_native_min_bytes_ : native_min_bytes_;
+  if (!GlooReduces(t.dtype()) || t.nbytes() < native_min) return AlgorithmBackend::RunAllReduce(c, t, op);
   if (t.numel() == 0 || c.size() == 1) {
     if (op == ReduceOp::kAvg) DivideInPlace(t.dtype(), t.raw_data(), t.numel(), c.size());
     return absl::OkStatus();

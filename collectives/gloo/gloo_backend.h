@@ -22,7 +22,12 @@
 // shared ring over TCP also beat Gloo's from 1 to 16 MiB there (and on the
 // 16-core GPU host up to 16 MiB). From 64 MiB Gloo's ring is as fast or
 // faster (2.0 vs 1.3 GB/s busbw at 256 MiB on the 16-core host), so it takes
-// over at kNativeMinBytes. LOOM_GLOO_TRANSPORT=gloo restores
+// over at kNativeMinBytes -- unless the backend has several channels
+// (collectives/channels.h: extra TcpTransports, one thread each; the default
+// where there are >= 4 usable CPUs per rank): then a large all_reduce runs
+// as one ring slice per channel, several cores per rank copying and reducing,
+// at every size. LOOM_GLOO_NATIVE_MIN_BYTES=<bytes> moves Gloo's takeover
+// point for every op (for A/B runs). LOOM_GLOO_TRANSPORT=gloo restores
 // the old layout (everything on Gloo: native algorithms at every size, the
 // shared ones over Gloo's unbound buffers, GlooTransport).
 //
@@ -31,6 +36,7 @@
 // by all ranks.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 
 #include "collectives/algorithm_backend.h"
@@ -64,6 +70,8 @@ class GlooBackend : public AlgorithmBackend {
  private:
   std::shared_ptr<gloo::Context> context_;
   size_t native_min_bytes_;
+  // all_reduce's threshold when the backend has several channels.
+  size_t allreduce_native_min_bytes_ = SIZE_MAX;
 };
 
 }  // namespace loom::collectives

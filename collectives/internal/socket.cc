@@ -11,6 +11,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -70,12 +72,48 @@ absl::Status SplitHostPort(absl::string_view addr, std::string* host, int* port)
   return absl::OkStatus();
 }
 
+namespace {
+
+// /proc/sys/net/core/<name> as a number (0 if unreadable).
+int64_t SysctlCore(const char* name) {
+  std::string path = absl::StrCat("/proc/sys/net/core/", name);
+  FILE* f = std::fopen(path.c_str(), "r");
+  if (f == nullptr) return 0;
+  long long v = 0;
+  if (std::fscanf(f, "%lld", &v) != 1) v = 0;
+  std::fclose(f);
+  return v;
+}
+
+// The socket buffer size to force, or 0 to leave the kernel's autotuning on.
+// Forcing SO_SNDBUF/SO_RCVBUF turns autotuning off and is silently capped at
+// net.core.{w,r}mem_max (often 208 KiB), which would leave a large transfer
+// with a small fixed window; so the size is forced only where both maxima
+// allow it. Env LOOM_TCP_SOCKET_BUFFER=<bytes> overrides (0: autotune).
+int ForcedSocketBuffer() {
+  static const int bytes = [] {
+    const char* env = std::getenv("LOOM_TCP_SOCKET_BUFFER");
+    int64_t want = 4 << 20;
+    if (env != nullptr && *env != '\0') {
+      int64_t v;
+      if (absl::SimpleAtoi(env, &v) && v >= 0 && v <= (int64_t{1} << 30)) return static_cast<int>(v);
+    }
+    if (SysctlCore("wmem_max") < want || SysctlCore("rmem_max") < want) return 0;
+    return static_cast<int>(want);
+  }();
+  return bytes;
+}
+
+}  // namespace
+
 void TuneSocket(int fd) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  int buf = 4 << 20;
-  setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
-  setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+  int buf = ForcedSocketBuffer();
+  if (buf > 0) {
+    setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
+  }
 }
 
 absl::StatusOr<Fd> Listen(absl::string_view host, int port, int* bound_port) {

@@ -49,7 +49,8 @@ absl::StatusOr<Fd> Connect(absl::string_view host, int port, absl::Time deadline
 // Splits "host:port".
 absl::Status SplitHostPort(absl::string_view addr, std::string* host, int* port);
 
-// Sets TCP_NODELAY and large socket buffers.
+// Sets TCP_NODELAY, and 4 MiB socket buffers where net.core.{w,r}mem_max allow
+// (else the kernel autotunes; env LOOM_TCP_SOCKET_BUFFER=<bytes> overrides).
 void TuneSocket(int fd);
 
 // Writes/reads exactly n bytes. Unavailable on a closed/broken connection.

@@ -10,7 +10,16 @@ namespace {
 
 absl::StatusOr<std::shared_ptr<Backend>> MakeUcxBackend(const BackendContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(auto t, UcxTransport::Connect(ctx.store, ctx.rank, ctx.size, ctx.timeout));
+  // One UCX context + worker per channel: each channel's thread drives its own
+  // shared-memory copies (channels.h).
+  LOOM_ASSIGN_OR_RETURN(auto extra, ConnectExtraChannels(ctx.store, ctx.rank, ctx.size, ctx.timeout,
+                                                         [&](std::shared_ptr<Store> s)
+                                                             -> absl::StatusOr<std::unique_ptr<Transport>> {
+                                                           return UcxTransport::Connect(s, ctx.rank, ctx.size,
+                                                                                        ctx.timeout);
+                                                         }));
   auto b = std::make_shared<AlgorithmBackend>("ucx", std::move(t));
+  b->SetChannels(std::move(extra));
   b->Configure(ctx);
   return std::shared_ptr<Backend>(b);
 }

@@ -3,6 +3,8 @@
 #include <sched.h>
 #include <ucp/api/ucp.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -25,7 +27,8 @@ struct UcxTransport::Impl {
   int rank = 0;
 
   // Progresses until `req` completes. Returns the UCX status.
-  ucs_status_t Progress(void* req, absl::Time deadline, bool* timed_out) {
+  ucs_status_t Progress(void* req, absl::Time deadline, bool* timed_out,
+                        absl::Status* aborted_out = nullptr) {
     int idle = 0;
     uint64_t spins = 0;
     *timed_out = false;
@@ -36,6 +39,12 @@ struct UcxTransport::Impl {
         unsigned n = ucp_worker_progress(worker);
         st = ucp_request_check_status(req);
         if (st != UCS_INPROGRESS) return st;
+        // Aborted (e.g. by another channel of the same op): stop waiting; the
+        // request's owner cancels it. Cleanup passes no `aborted_out`.
+        if (aborted_out != nullptr && !aborted.ok()) {
+          *aborted_out = aborted;
+          return UCS_INPROGRESS;
+        }
         idle = n ? 0 : idle + 1;
       }
       // The deadline is checked even while progress keeps finding events.
@@ -98,9 +107,11 @@ class UcxRequest : public TransportRequest {
   absl::Status Wait(absl::Time deadline) override {
     if (req_ == nullptr) return done_;
     bool timed_out;
-    ucs_status_t st = impl_->Progress(req_, deadline, &timed_out);
+    absl::Status aborted;
+    ucs_status_t st = impl_->Progress(req_, deadline, &timed_out, &aborted);
     std::string what = absl::StrCat("ucx transport: ", is_send_ ? "send to" : "receive from", " rank ",
                                     peer_, " (tag ", tag_, ", ", n_, " bytes)");
+    if (!aborted.ok()) return aborted;  // the request stays pending; ~UcxRequest cancels it
     if (timed_out) return absl::DeadlineExceededError(absl::StrCat(what, " timed out"));
     absl::Status s;
     {
@@ -193,6 +204,13 @@ absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Connect(std::shared_
     st = ucp_ep_create(im.worker, &ep, &im.eps[j]);
     if (st != UCS_OK) {
       return absl::UnavailableError(absl::StrCat("ucx transport: endpoint to rank ", j, ": ", ucs_status_string(st)));
+    }
+    // LOOM_UCX_PRINT_EP=1: print the wire UCX chose (lanes, eager/rendezvous
+    // thresholds) for each endpoint to stderr, to check that peers of one
+    // host really use shared memory and CMA zero-copy.
+    if (const char* print = std::getenv("LOOM_UCX_PRINT_EP"); print != nullptr && *print == '1') {
+      fprintf(stderr, "ucx transport: rank %d -> rank %d endpoint:\n", rank, j);
+      ucp_ep_print_info(im.eps[j], stderr);
     }
   }
   return t;

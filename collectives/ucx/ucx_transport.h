@@ -15,7 +15,9 @@
 // few cores. Endpoints use UCP_ERR_HANDLING_MODE_NONE, because PEER mode rules
 // out UCX's shared-memory transports; a dead or stopped peer is therefore found
 // by the op deadline (DeadlineExceeded naming the rank waited on), or by a
-// transport error where UCX reports one.
+// transport error where UCX reports one. Abort() makes pending and later
+// Waits return the abort reason at once (their requests are cancelled when
+// dropped), so one failing channel of a sliced op stops the others.
 #pragma once
 
 #include <memory>
