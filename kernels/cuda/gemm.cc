@@ -36,7 +36,7 @@ int Alignment(const void* p) {
   return a;
 }
 
-using Key = std::tuple<int, int64_t, int64_t, int64_t, bool, bool, int, int, int, int, int, bool>;
+using Key = std::tuple<int, int64_t, int64_t, int64_t, bool, bool, int, int, int, int, int, bool, bool>;
 
 struct Choice {
   cublasLtMatmulAlgo_t algo;
@@ -61,7 +61,7 @@ LtState& State() {
 Key MakeKey(const GemmArgs& g) {
   return Key(static_cast<int>(g.dtype), g.m, g.n, g.k, g.trans_a, g.trans_b,
              static_cast<int>(g.epilogue), Alignment(g.a), Alignment(g.b), Alignment(g.d),
-             g.aux ? Alignment(g.aux) : 0, g.beta != 0.0f);
+             g.aux ? Alignment(g.aux) : 0, g.beta != 0.0f, g.d_f32);
 }
 
 cublasLtEpilogue_t LtEpilogue(Epilogue e) {
@@ -103,6 +103,8 @@ absl::Status Validate(const GemmArgs& g) {
   if (UsesAux(g.epilogue) && g.n % 8 != 0)
     return absl::InvalidArgumentError(absl::StrCat("gemm: n: must be a multiple of 8 for epilogue ",
                                                    EpilogueName(g.epilogue), ", got ", g.n));
+  if (g.d_f32 && (g.dtype != DType::kBF16 || g.epilogue != Epilogue::kNone))
+    return absl::InvalidArgumentError("gemm: d_f32: needs dtype bf16 and epilogue none");
   if (g.epilogue == Epilogue::kDGeluBgrad && !g.bias_grad)
     return absl::InvalidArgumentError("gemm: bias_grad: null for epilogue dgelu_bgrad");
   return absl::OkStatus();
@@ -153,7 +155,7 @@ absl::Status BuildDescs(const GemmArgs& g, Descs& ds) {
   else LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&ds.a, t, K, N, K));
   if (!g.trans_a) LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&ds.b, t, K, M, K));
   else LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&ds.b, t, M, K, M));
-  LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&ds.d, t, N, M, N));
+  LT_RETURN_IF_ERROR(cublasLtMatrixLayoutCreate(&ds.d, g.d_f32 ? CUDA_R_32F : t, N, M, N));
   LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceCreate(&ds.pref));
   size_t ws = kWorkspaceBytes;
   LT_RETURN_IF_ERROR(cublasLtMatmulPreferenceSetAttribute(ds.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,

@@ -47,6 +47,9 @@ struct GemmArgs {
   void* aux = nullptr;         // [M,N], dtype: written by *GeluAux, read by kDGelu*
   void* bias_grad = nullptr;   // [N], dtype: written by kDGeluBgrad
   StreamHandle stream = nullptr;
+  // Mixed precision (additive): with dtype kBF16, D is f32 instead of bf16
+  // (A and B bf16, f32 accumulate, f32 store). Epilogue kNone only.
+  bool d_f32 = false;
 };
 
 // Runs the GEMM on args.stream (asynchronous). InvalidArgument names the bad

@@ -1,0 +1,79 @@
+// CudaExecutor: runs the compiler's joint training graph (forward + backward +
+// AdamW, compiler/compile.h) on one GPU.
+//
+//   CudaOptions o;  o.bf16 = true;
+//   LOOM_ASSIGN_OR_RETURN(auto exec, CudaExecutor::Create(c.stages.at("fused"), o));
+//   for (int k : param_and_state_inputs) LOOM_RETURN_IF_ERROR(exec->SetInput(k, host[k]));
+//   for each step:
+//     LOOM_RETURN_IF_ERROR(exec->Step({{x_k, x}, {y_k, y}, {lr_k, lr}, {step_k, step}}));
+//   LOOM_ASSIGN_OR_RETURN(Tensor loss, exec->Output(0));   // synchronises
+//
+// Create plans everything once (plan.h: storage dtypes, pattern fusions, one
+// device arena), compiles the pointwise kernels (codegen/pointwise.h) and
+// uploads the multi-tensor AdamW table; an op without a CUDA launch is
+// Unimplemented naming it (also in builds without CUDA, where a plannable graph
+// then gets Unavailable). Parameters and optimizer state stay on the device;
+// outputs that update an input (params, m, v) are written in place. Step copies
+// the per-step inputs into fixed device buffers and enqueues the step without
+// any host synchronisation: eagerly on the first call, then (cuda_graph) as one
+// captured CUDA graph replayed every step. Not thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "base/tensor.h"
+#include "compiler/cuda/plan.h"
+#include "compiler/ir/ir.h"
+
+namespace loom::compiler::cuda {
+
+struct CudaOptions {
+  int device = 0;
+  bool bf16 = false;        // mixed precision: fp32 master weights + AdamW state, bf16
+                            // matmul/attention/activations, f32 norm stats/softmax/loss
+  bool cuda_graph = true;   // capture the step once (after one eager warm-up), replay
+  bool autotune_gemm = true;
+  // The newer pattern fusions (plan.h PlanOptions); env LOOM_CUDA_BASIC_FUSIONS=1
+  // also turns them off, to bisect a problem on the GPU.
+  bool extra_fusions = true;
+};
+
+// The plan options a CudaOptions stands for (extra_fusions and the
+// LOOM_CUDA_BASIC_FUSIONS environment switch).
+inline PlanOptions PlanOptionsFor(const CudaOptions& o) {
+  const char* e = std::getenv("LOOM_CUDA_BASIC_FUSIONS");
+  const bool on = o.extra_fusions && !(e != nullptr && *e != '\0' && std::string(e) != "0");
+  PlanOptions p;
+  p.compose_copies = p.fold_residual_grad = on;
+  const char* bg = std::getenv("LOOM_CUDA_BIAS_GRAD_IN_GEMM");  // measured slower: see plan.h
+  p.bias_grad_in_gemm = on && bg != nullptr && std::string(bg) == "1";
+  return p;
+}
+
+class CudaExecutor {
+ public:
+  // g: the optimized (or fused) joint graph, as the CPU lowering gets it.
+  static absl::StatusOr<std::unique_ptr<CudaExecutor>> Create(const Graph& g, const CudaOptions& o);
+  virtual ~CudaExecutor() = default;
+  // Uploads graph input k (parameters, optimizer state: device-resident from then on).
+  virtual absl::Status SetInput(int k, const Tensor& host) = 0;
+  // One step; per-step inputs are copied into fixed device buffers. Asynchronous.
+  virtual absl::Status Step(absl::Span<const std::pair<int, Tensor>> step_inputs) = 0;
+  virtual absl::StatusOr<Tensor> Output(int i) = 0;  // device -> host (synchronises)
+  virtual absl::StatusOr<Tensor> Input(int k) = 0;   // current device value of input k
+  virtual absl::Status Synchronize() = 0;
+  virtual std::string Describe() const = 0;          // one line per launch
+  virtual int64_t device_bytes() const = 0;
+  virtual const CudaPlan& plan() const = 0;
+  // True once steps replay the captured CUDA graph (false: eager, by option or
+  // because capture failed; the failure is printed to stderr).
+  virtual bool graph_replay() const = 0;
+};
+
+}  // namespace loom::compiler::cuda

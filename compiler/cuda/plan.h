@@ -1,0 +1,168 @@
+// The host-side half of the CUDA lowering: a pure function from a joint
+// training graph to a launch plan. No CUDA here, so all of it is unit-tested on
+// machines without a GPU (lowering_test); cuda_executor.cc turns each Launch
+// into a kernel call over the planned device buffers.
+//
+// What PlanCuda decides:
+//  1. Storage dtypes (the mixed-precision policy, StorageDTypes): with bf16,
+//     every floating activation (forward and backward) is stored bf16, except
+//     layernorm mean/rstd, cross-entropy loss/lse, sdpa lse, scalars (rank 0),
+//     grad_norm and adamw outputs, and parameter gradients (the grad operand of
+//     adamw, through adds; embedding_backward and the norms' weight grads),
+//     which stay f32. Graph inputs keep their dtype (f32 params and state).
+//     Without bf16 every value keeps its graph dtype.
+//  2. Launches, one per kernel call, in graph order, with pattern fusions:
+//       matmul -> add(bias[N])              one GEMM, epilogue kBias
+//       matmul -> add(bias) -> gelu(tanh)   one GEMM, kBiasGeluAux (aux = the
+//                                            pre-activation, kept for the backward)
+//       matmul -> gelu_backward(dy=., x)     one GEMM, kDGelu (aux = x); with a
+//         sum_to([N]) of the result (the bias  kDGeluBgrad: the bias gradient in
+//         gradient)                            the same GEMM (written in the GEMM's
+//                                              dtype; bf16 gets a cast to f32 after)
+//       matmul(trans_a, [..,K,M] x [..,K,N]) -> sum_to([M,N])
+//                                            one GEMM with K = batch * K: the
+//                                            weight gradient, never materialising
+//                                            the batched product
+//       every adamw node                     ONE multi-tensor AdamW launch
+//     reshape is an alias (no launch); adamw outputs alias their param/m/v
+//     inputs (updated in place). A launch that needs an operand in another
+//     dtype gets a cast launch in front (a temp value).
+//  3. Device memory: every launch output lives in one arena; offsets come from a
+//     best-fit liveness planner over launch positions (same algorithm family as
+//     compiler/passes/memory_plan.h, which cannot be used directly because it
+//     verifies the graph against the registry and our launch graph carries
+//     storage dtypes and fused patterns the registry does not know). Graph
+//     inputs and the bf16 shadows of parameters live in their own buffers.
+//
+//   LOOM_ASSIGN_OR_RETURN(CudaPlan p, PlanCuda(graph, /*bf16=*/true));
+//   std::cout << p.Describe(graph);
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/types/span.h"
+
+#include "absl/status/statusor.h"
+#include "compiler/ir/ir.h"
+
+namespace loom::compiler::cuda {
+
+enum class LaunchKind {
+  kGemm,
+  kPointwise,      // fused node or one elementwise op (codegen)
+  kCopy,           // permute / slice / cast / broadcast_to: a strided copy (codegen, empty body)
+  kSliceBackward,  // zero-fill + strided copy
+  kConcat,         // one strided copy per input into its window of the output
+  kFill,
+  kEmbedding,
+  kEmbeddingBackward,
+  kSumTo,
+  kLayerNorm,
+  kLayerNormBackward,
+  kRmsNorm,
+  kRmsNormBackward,
+  kRope,
+  kCrossEntropy,
+  kCrossEntropyBackward,
+  kSdpa,
+  kSdpaBackward,
+  kGradNorm,
+  kAdamW,
+  kCopyBack,  // an output that updates an input but was not written in place
+};
+const char* LaunchKindName(LaunchKind k);
+
+enum class GemmEpilogue { kNone, kBias, kBiasGeluAux, kDGelu, kDGeluBgrad };
+const char* GemmEpilogueName(GemmEpilogue e);
+
+struct GemmPlan {
+  int64_t m = 0, n = 0, k = 0;
+  bool trans_a = false, trans_b = false;
+  int64_t batch = 1;                         // > 1: `batch` GEMMs, element strides below
+  int64_t stride_a = 0, stride_b = 0, stride_d = 0;
+  GemmEpilogue epilogue = GemmEpilogue::kNone;
+  DType ab_dtype = DType::kF32;  // A and B storage dtype (= compute dtype)
+  DType d_dtype = DType::kF32;   // D storage dtype (f32 with bf16 A/B: mixed GEMM)
+  bool weight_grad = false;      // the matmul+sum_to pattern
+};
+
+// One strided copy: for every index of `shape`, dst[dst_offset + idx . dst_strides]
+// = src[src_offset + idx . src_strides] (element units; empty dst_strides =
+// contiguous). Views compose into it: slice -> reshape -> permute in the
+// forward and permute -> reshape -> concat in the backward are one copy each.
+struct CopyGeom {
+  Shape shape;
+  int64_t src_offset = 0;
+  std::vector<int64_t> src_strides;
+  int64_t dst_offset = 0;
+  std::vector<int64_t> dst_strides;
+};
+
+// The strides of `shape` viewing a tensor of (old_shape, old_strides) without a
+// copy (PyTorch's view rule), or nullopt when a copy would be needed.
+std::optional<std::vector<int64_t>> ViewStrides(absl::Span<const int64_t> old_shape,
+                                                absl::Span<const int64_t> old_strides,
+                                                absl::Span<const int64_t> shape);
+
+struct Launch {
+  LaunchKind kind = LaunchKind::kPointwise;
+  std::string op;            // what it implements, e.g. "matmul+add+gelu"
+  int node = -1;             // the main graph node (attrs, subgraph), -1 for casts
+  std::vector<int> nodes;    // every graph node this launch covers
+  std::vector<int> inputs;   // plan value ids read (for kGemm: a, b, [bias], [aux for kDGelu])
+  std::vector<int> outputs;  // plan value ids written (kGemm: d, [aux for kBiasGeluAux])
+  Attrs attrs;
+  GemmPlan gemm;
+  int copy_back_input = -1;  // kCopyBack: the graph input index written
+  // kCopy: one entry; kSliceBackward: one (after zero-filling the output);
+  // kConcat: one per input, in input order.
+  std::vector<CopyGeom> copies;
+};
+
+struct CudaPlan {
+  bool bf16 = false;
+  // Per plan value: its storage meta. Ids [0, g.values().size()) are the graph's
+  // values; casts and bf16 shadows are appended after.
+  std::vector<TensorMeta> metas;
+  // Per plan value: the value that owns its bytes (itself, or for reshape and
+  // in-place updates the aliased value); -1 for values never materialised
+  // (matmul outputs folded into an epilogue or a weight-grad GEMM).
+  std::vector<int> root;
+  // Per plan value: graph input index when the value is (or aliases) a graph
+  // input's own buffer, else -1.
+  std::vector<int> input_of;
+  // Per plan value: arena byte offset of a root value in the arena, else -1.
+  std::vector<int64_t> offset;
+  // Per graph input: the plan value of its bf16 shadow (a param read by a
+  // GEMM under bf16), or -1.
+  std::vector<int> shadow;
+  std::vector<Launch> launches;
+  int64_t arena_bytes = 0;
+  int64_t live_bytes_bound = 0;
+  int64_t alignment = 256;
+
+  int64_t Bytes(int v) const;  // storage bytes of plan value v
+  // One line per launch: "12: gemm matmul+add+gelu bf16 m=.. n=.. k=.. epi=bias_gelu_aux -> %26,%27".
+  std::string Describe() const;
+};
+
+// The storage dtype of every graph value (see the file comment).
+std::vector<DType> StorageDTypes(const Graph& g, bool bf16);
+
+// Switches for the newer fusions (all on by default; off = one launch per op
+// for those patterns, to bisect a problem).
+struct PlanOptions {
+  bool compose_copies = true;      // slice+reshape+permute, permute+reshape+concat
+  bool fold_residual_grad = true;  // layernorm_backward + add -> dresidual
+  // gelu_backward's bias sum_to -> kDGeluBgrad. Off by default: on the H200,
+  // GPT-2 124M (m=16384 n=3072 k=768, bf16) the fused GEMM took 448 us against
+  // 158 us for the kDGelu GEMM plus 66 us for the separate column sums.
+  bool bias_grad_in_gemm = false;
+};
+
+// Unimplemented naming the op (and node) for an op with no CUDA launch.
+absl::StatusOr<CudaPlan> PlanCuda(const Graph& g, bool bf16, const PlanOptions& options = {});
+
+}  // namespace loom::compiler::cuda
