@@ -422,6 +422,13 @@ absl::StatusOr<std::vector<CheckResult>> RunKernelChecks(const CheckOptions& opt
         [&] { return CheckLayerNormBwd(c, dt, 512, 768); });
     run("layernorm_backward +dresidual", dt, ShapeStr({{"rows", 1000}, {"cols", 4100}}), Tol(dt),
         [&] { return CheckLayerNormBwd(c, dt, 1000, 4100); });
+    // Warp-per-row kernels: a narrow odd width, and more rows than warps in the grid.
+    run("layernorm +residual", dt, ShapeStr({{"rows", 37}, {"cols", 200}}), Tol(dt),
+        [&] { return CheckLayerNormFwd(c, dt, 37, 200, true); });
+    run("layernorm_backward +dresidual", dt, ShapeStr({{"rows", 37}, {"cols", 200}}), Tol(dt),
+        [&] { return CheckLayerNormBwd(c, dt, 37, 200); });
+    run("layernorm_backward +dresidual", dt, ShapeStr({{"rows", 5000}, {"cols", 384}}), Tol(dt),
+        [&] { return CheckLayerNormBwd(c, dt, 5000, 384); });
     run("cross_entropy fwd+bwd", dt, ShapeStr({{"rows", 64 * scale}, {"vocab", 50304}}), Tol(dt),
         [&] { return CheckCrossEntropy(c, dt, 64 * scale, 50304); });
     run("cross_entropy fwd+bwd", dt, ShapeStr({{"rows", 33}, {"vocab", 1000}}), Tol(dt),
