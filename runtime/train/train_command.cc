@@ -63,8 +63,6 @@ int RunTrainCommand(const std::vector<std::string>& args) {
   if (!loaded.ok()) return Fail(2, loaded.status().message());
   v1::JobSpec spec = *loaded;
   if (steps_override > 0) spec.mutable_train()->set_steps(steps_override);
-  if (spec.device() != "cpu")
-    return Fail(2, absl::StrCat("device: '", spec.device(), "' is not supported by `loom train` yet (use cpu)"));
   // parallel: {tp: auto}: the planner picks the layout (parallel/planner_command.h);
   // its table goes into the run folder as plan.txt / plan.json.
   auto plan = parallel::ResolveAutoLayout(spec, parallel::DefaultHardware(spec));
@@ -93,8 +91,13 @@ int RunTrainCommand(const std::vector<std::string>& args) {
   if (!trainer.ok()) return Fail(1, trainer.status().message());
   Trainer& t = **trainer;
   double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("compiled in %.2fs: %.2fM parameters, training arena %.1f MiB, %d threads\n", compile_s,
-              t.num_parameters() / 1e6, t.compilation().plan.peak_bytes / 1048576.0, NumThreads());
+  if (spec.device() == "cuda") {
+    std::printf("compiled in %.2fs: %.2fM parameters, device cuda, precision %s\n", compile_s,
+                t.num_parameters() / 1e6, tr.precision().c_str());
+  } else {
+    std::printf("compiled in %.2fs: %.2fM parameters, training arena %.1f MiB, %d threads\n", compile_s,
+                t.num_parameters() / 1e6, t.compilation().plan.peak_bytes / 1048576.0, NumThreads());
+  }
 
   const std::string dir = RunFolder(spec);
   auto reporter = RunReporter::Open(spec, dir, metrics_listen);

@@ -3,6 +3,7 @@
 #include "runtime/jobspec/jobspec.h"
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -47,6 +48,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::JobSpec& spec
     return it != decays.end() && it->second;
   };
   co.adamw = adam;
+  const bool cuda = spec.device() == "cuda";
+  co.lower = !cuda;  // the CUDA executor lowers the fused graph itself
   auto train = compiler::Compile(forward, co);
   if (!train.ok()) return Annotate(train.status(), "compiling the training step");
   t->train_ = std::move(*train);
@@ -60,12 +63,20 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::JobSpec& spec
   auto eval = compiler::Compile(eval_forward, eo);
   if (!eval.ok()) return Annotate(eval.status(), "compiling the evaluation step");
   t->eval_ = std::move(*eval);
-  LOOM_ASSIGN_OR_RETURN(t->train_exec_, MakeExecutor(t->train_));
+  if (cuda) {
+    compiler::cuda::CudaOptions o;
+    o.bf16 = tr.precision() == "bf16";
+    auto exec = compiler::cuda::CudaExecutor::Create(t->train_.stages.at("fused"), o);
+    if (!exec.ok()) return Annotate(exec.status(), "device: cuda: building the GPU training step");
+    t->cuda_ = std::move(*exec);
+  } else {
+    LOOM_ASSIGN_OR_RETURN(t->train_exec_, MakeExecutor(t->train_));
+  }
   LOOM_ASSIGN_OR_RETURN(t->eval_exec_, MakeExecutor(t->eval_));
 
   // Inputs of the training program, in its order: parameters (given or
   // initialised), optimizer state (zeros), the batch, lr and step.
-  const compiler::Graph& g = t->train_exec_->program().graph;
+  const compiler::Graph& g = t->train_graph();
   std::map<std::string, Tensor> init = models::InitParameters(t->params_, tr.seed());
   for (auto& [name, value] : t->options_.init) {
     auto it = init.find(name);
@@ -92,6 +103,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::JobSpec& spec
   }
   if (t->x_in_ < 0 || t->y_in_ < 0 || t->lr_in_ < 0 || t->step_in_ < 0)
     return absl::InternalError("training program lacks one of the inputs x, y, lr, step");
+  if (t->cuda_) {  // parameters and optimizer state live on the GPU from here on
+    for (size_t k = 0; k < g.inputs().size(); ++k) {
+      int ki = static_cast<int>(k);
+      if (ki == t->x_in_ || ki == t->y_in_ || ki == t->lr_in_ || ki == t->step_in_) continue;
+      LOOM_RETURN_IF_ERROR(Annotate(t->cuda_->SetInput(ki, t->train_inputs_[k]), "device: cuda: uploading inputs"));
+    }
+  }
   // The evaluation program shares the parameter tensors.
   const compiler::Graph& eg = t->eval_exec_->program().graph;
   for (size_t k = 0; k < eg.inputs().size(); ++k) {
@@ -113,15 +131,45 @@ absl::StatusOr<float> Trainer::Step(const Tensor& x, const Tensor& y) {
   ++step_;
   train_inputs_[lr_in_].data<float>()[0] = static_cast<float>(LearningRate(step_));
   train_inputs_[step_in_].data<float>()[0] = static_cast<float>(step_);
+  float loss = 0;
+  if (cuda_) {
+    LOOM_RETURN_IF_ERROR(cuda_->Step({{x_in_, x}, {y_in_, y}, {lr_in_, train_inputs_[lr_in_]},
+                                      {step_in_, train_inputs_[step_in_]}}));
+    host_stale_ = true;
+    LOOM_ASSIGN_OR_RETURN(Tensor l, cuda_->Output(0));
+    loss = l.data<float>()[0];
+    if (!std::isfinite(loss))
+      return absl::AbortedError(absl::StrCat("loss is ", loss, " at step ", step_, "; stopping"));
+    return loss;
+  }
   LOOM_RETURN_IF_ERROR(train_exec_->Run(train_inputs_, &outputs_));
-  float loss = outputs_[0].data<float>()[0];
+  loss = outputs_[0].data<float>()[0];
   if (!std::isfinite(loss))
     return absl::AbortedError(absl::StrCat("loss is ", loss, " at step ", step_, "; stopping"));
   LOOM_RETURN_IF_ERROR(train_exec_->ApplyUpdates(absl::MakeSpan(train_inputs_), outputs_));
   return loss;
 }
 
+const compiler::Graph& Trainer::train_graph() const {
+  return cuda_ ? train_.stages.at("fused") : train_exec_->program().graph;
+}
+
+absl::Status Trainer::SyncFromDevice() const {
+  if (!cuda_ || !host_stale_) return absl::OkStatus();
+  // Parameters and optimizer state: the tensors the evaluation program shares.
+  const compiler::Graph& g = train_graph();
+  for (size_t k = 0; k < g.inputs().size(); ++k) {
+    int ki = static_cast<int>(k);
+    if (ki == x_in_ || ki == y_in_ || ki == lr_in_ || ki == step_in_) continue;
+    LOOM_ASSIGN_OR_RETURN(Tensor d, cuda_->Input(ki));
+    LOOM_RETURN_IF_ERROR(train_inputs_[k].CopyFrom(d));
+  }
+  host_stale_ = false;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::pair<float, Tensor>> Trainer::Forward(const Tensor& x, const Tensor& y) {
+  LOOM_RETURN_IF_ERROR(SyncFromDevice());
   eval_inputs_[ex_in_] = x;
   eval_inputs_[ey_in_] = y;
   std::vector<Tensor> out;
@@ -136,7 +184,11 @@ absl::StatusOr<float> Trainer::Evaluate(const Tensor& x, const Tensor& y) {
 
 std::map<std::string, Tensor> Trainer::Parameters() const {
   std::map<std::string, Tensor> out;
-  const compiler::Graph& g = train_exec_->program().graph;
+  if (absl::Status s = SyncFromDevice(); !s.ok()) {
+    std::fprintf(stderr, "loom: reading parameters back from the GPU: %s\n", std::string(s.message()).c_str());
+    return out;
+  }
+  const compiler::Graph& g = train_graph();
   for (const auto& p : params_) out.emplace(p.name, train_inputs_[g.FindInput(p.name)]);
   return out;
 }

@@ -19,6 +19,7 @@
 
 #include "absl/status/statusor.h"
 #include "compiler/compile.h"
+#include "compiler/cuda/cuda_executor.h"
 #include "compiler/executor.h"
 #include "compiler/models/models.h"
 #include "proto/loom/v1/job.pb.h"
@@ -61,9 +62,18 @@ class Trainer {
   v1::JobSpec spec_;
   TrainerOptions options_;
   std::vector<models::ParamInfo> params_;
+  // The training graph's inputs are in this graph's order (CPU or CUDA).
+  const compiler::Graph& train_graph() const;
+  // device: cuda: copies parameters and optimizer state back into the host
+  // tensors (which the evaluation program shares) when a step changed them.
+  absl::Status SyncFromDevice() const;
+
   compiler::Compilation train_, eval_;
   std::unique_ptr<compiler::Executor> train_exec_, eval_exec_;
-  std::vector<Tensor> train_inputs_, eval_inputs_;
+  std::unique_ptr<compiler::cuda::CudaExecutor> cuda_;  // device: cuda
+  mutable bool host_stale_ = false;
+  mutable std::vector<Tensor> train_inputs_;
+  std::vector<Tensor> eval_inputs_;
   std::vector<Tensor> outputs_;
   int x_in_ = -1, y_in_ = -1, lr_in_ = -1, step_in_ = -1, ex_in_ = -1, ey_in_ = -1;
   int64_t step_ = 0;
