@@ -1,19 +1,12 @@
 #!/bin/bash
 # Runs every CUDA check and benchmark on the GPU machine in one call, from the
 # repository root, after bench/cuda/stage.sh staged .device/ here:
-#   device tool: run(command="bash bench/cuda/run_all.sh", carry=[".device"])
+#   device tool: run(command="bash bench/cuda/run_all.sh", carry=[".device/gpu"])
 # Prints: the device, the kernel check table (with the kernel source hash), the
 # caching-allocator test on real memory, and the bf16 8192^3 GEMM of Loom and
 # torch.matmul side by side with the ratio (must reach 0.95). Logs go to $OUT.
 set -u
-D=${LOOM_DEVICE_DIR:-.device}
-O=${OUT:-/tmp/loom_cuda_out}
-mkdir -p "$O"
-PY=${PYTHON:-python3}
-# cuBLAS/cuBLASLt (and NCCL) from the PyTorch environment's nvidia packages.
-NV=$($PY -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]) + "/nvidia")' 2>/dev/null)
-NVLIBS=$(find "$NV" -name 'lib*.so*' -printf '%h\n' 2>/dev/null | sort -u | tr '\n' ':')
-export LD_LIBRARY_PATH="$D/lib:${NVLIBS}${LD_LIBRARY_PATH:-}"
+. "$(dirname "$0")/device_env.sh"
 status=0
 echo "== device"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv,noheader
@@ -42,6 +35,16 @@ ok=$($PY -c "print('PASS' if $best_t > 0 and $best_l / $best_t >= 0.95 else 'FAI
 [ "$ok" = PASS ] || status=1
 echo "GEMM bf16 8192^3: loom ${best_l} TFLOP/s, torch ${best_t} TFLOP/s, ratio ${ratio} (must reach 0.95): ${ok}" | tee -a "$O/gemm.txt"
 echo "== flash attention checks and SDPA (run_sdpa.sh)"
-bash bench/cuda/run_sdpa.sh || status=1
+LOOM_DEVICE_DIR=$D bash bench/cuda/run_sdpa.sh || status=1
+echo "== pointwise codegen checks (NVRTC kernels vs the f64 registry reference)"
+"$D/bin/pointwise_gpu_check" 2>&1 | tee "$O/pointwise_gpu_check.txt" | tail -8
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
+echo "== CUDA executor vs CPU executor, gpt-small, 20 steps (f32, bf16, graph/eager)"
+timeout 300 "$D/bin/cuda_executor_gpu_check" 2>&1 | tee "$O/lowering_check.txt" | tail -8
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
+echo "== GPT-2 124M training: PyTorch eager, torch.compile, Loom (run_gpt2.sh)"
+LOOM_DEVICE_DIR=$D bash bench/cuda/run_gpt2.sh || status=1
+echo "== loom train examples/gpt-cuda.yaml (device: cuda, bf16), end to end"
+LOOM_DEVICE_DIR=$D bash bench/cuda/run_train.sh || status=1
 echo "run_all: $([ $status = 0 ] && echo ALL PASS || echo SOME FAILED)"
 exit $status

@@ -1,27 +1,38 @@
 #!/bin/bash
 # Builds the GPU binaries here and stages them, with the shared libraries the
-# GPU machine lacks (Abseil), into the git-ignored .device/ folder:
-#   bash bench/cuda/stage.sh            # from the repository root
-# then run on the GPU machine (device tool: carry [".device"]):
-#   bash bench/cuda/run_all.sh
-# CUDA libraries (cuBLAS/cuBLASLt) are not carried: run_all.sh takes them from
-# the PyTorch environment there. The CUDA runtime is linked statically.
+# GPU machine lacks (Abseil, protobuf, gRPC, OpenBLAS, ...: xz-compressed to
+# keep the device tool's carry small), into a git-ignored folder:
+#   bash bench/cuda/stage.sh            # from the repository root; LOOM_DEVICE_DIR=.device/gpu
+# then run on the GPU machine (device tool, carry [".device/gpu"]):
+#   bash bench/cuda/run_all.sh          # checks, GEMM, SDPA, GPT-2 124M, loom train
+# CUDA libraries (cuBLAS/cuBLASLt, NVRTC, NCCL) are not carried: device_env.sh
+# takes them from the PyTorch environment there. The CUDA runtime is static.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BAZEL_ARGS=${BAZEL_ARGS:-}
-targets="//bench/cuda:gpu_check //bench/cuda:gemm_bench //bench/cuda:kernel_bench //kernels/cuda:caching_allocator_test //kernels/cuda:cuda_kernels_test"
-targets="$targets //bench/cuda:attention_check //bench/cuda:sdpa_bench"  # flash attention (run_sdpa.sh)
+DEST=${LOOM_DEVICE_DIR:-.device/gpu}
+bins="bench/cuda/gpu_check bench/cuda/gemm_bench bench/cuda/kernel_bench kernels/cuda/caching_allocator_test
+  kernels/cuda/cuda_kernels_test bench/cuda/attention_check bench/cuda/sdpa_bench bench/cuda/gpt2_bench
+  compiler/cuda/cuda_executor_gpu_check compiler/cuda/codegen/pointwise_gpu_check runtime/loom"
+targets=$(for b in $bins; do echo "//${b%/*}:${b##*/}"; done)
 bazel $BAZEL_ARGS build --jobs=2 $targets
 bin=$(bazel $BAZEL_ARGS info bazel-bin 2>/dev/null)
-rm -rf .device/bin .device/lib
-mkdir -p .device/bin .device/lib
-for t in bench/cuda/gpu_check bench/cuda/gemm_bench bench/cuda/kernel_bench kernels/cuda/caching_allocator_test kernels/cuda/cuda_kernels_test bench/cuda/attention_check bench/cuda/sdpa_bench; do
-  cp "$bin/$t" .device/bin/
+rm -rf "$DEST"
+mkdir -p "$DEST/bin" "$DEST/lib"
+for b in $bins; do
+  cp "$bin/$b" "$DEST/bin/"
   # Every non-CUDA, non-libc shared library the binary needs.
-  ldd "$bin/$t" | awk '$3 ~ /^\// {print $3}' |
+  ldd "$bin/$b" | awk '$3 ~ /^\// {print $3}' |
     grep -Ev '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libstdc\+\+|libgcc_s)\.so' |
-    grep -Ev 'libcublas|libcudart|libnccl|libcudnn|libnvrtc' |
-    while read -r lib; do cp -L "$lib" .device/lib/; done
+    grep -Ev 'libcublas|libcudart|libnccl|libcudnn|libnvrtc|libcuda\.' |
+    while read -r lib; do cp -Ln "$lib" "$DEST/lib/" 2>/dev/null || true; done
 done
-chmod -R u+w .device
-du -sh .device/bin .device/lib
+# UCX loads its transports as modules at run time.
+[ -d /usr/lib/x86_64-linux-gnu/ucx ] && cp -rL /usr/lib/x86_64-linux-gnu/ucx "$DEST/lib/ucx"
+tar -C "$DEST" -cf - lib | xz -T2 -6 > "$DEST/lib.tar.xz"
+rm -rf "$DEST/lib"
+chmod -R u+w "$DEST"
+strip --strip-unneeded "$DEST"/bin/* 2>/dev/null || true  # the carry to the GPU machine is limited to 64 MiB
+du -sh "$DEST/bin" "$DEST/lib.tar.xz"
+# The corpus examples/gpt-cuda.yaml trains on (Debian's fortunes, not on the GPU machine).
+mkdir -p "$DEST/data" && cp -rL /usr/share/games/fortunes "$DEST/data/" 2>/dev/null || true

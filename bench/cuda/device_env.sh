@@ -1,0 +1,20 @@
+# Sourced by the bench/cuda/run_*.sh scripts on the GPU machine: sets D (the
+# staged folder), O (where logs go), PY, and LD_LIBRARY_PATH = the staged
+# non-CUDA shared libraries (lib/ or lib.tar.xz, unpacked once) + the CUDA
+# libraries of the PyTorch environment there (cuBLAS/cuBLASLt, NVRTC, NCCL).
+D=${LOOM_DEVICE_DIR:-.device/gpu}
+O=${OUT:-/tmp/loom_cuda_out}
+mkdir -p "$O"
+PY=${PYTHON:-python3}
+_libs="$D/lib"
+if [ -f "$D/lib.tar.xz" ]; then
+  _libs=/tmp/loom_staged_libs
+  mkdir -p "$_libs" && tar -C "$_libs" -xJf "$D/lib.tar.xz" --strip-components=1
+fi
+_nv=$($PY -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]) + "/nvidia")' 2>/dev/null)
+_nvlibs=$(find "$_nv" -name 'lib*.so*' -printf '%h\n' 2>/dev/null | sort -u | tr '\n' ':')
+export LD_LIBRARY_PATH="$_libs:${_nvlibs}${LD_LIBRARY_PATH:-}"
+export LOOM_KERNEL_CACHE=${LOOM_KERNEL_CACHE:-/tmp/loom_kernel_cache}
+mkdir -p "$LOOM_KERNEL_CACHE"
+[ -d "$D/kernel_cache" ] && cp -r "$D/kernel_cache/." "$LOOM_KERNEL_CACHE/" 2>/dev/null
+true

@@ -1,0 +1,30 @@
+#!/bin/bash
+# GPT-2 124M training on the GPU machine: PyTorch eager and torch.compile
+# (bench/cuda/gpt2_torch.py), then Loom (gpt2_bench) on the same weights and
+# batches, with the ratios and the loss check. After bench/cuda/stage.sh:
+#   device tool: run(command="bash bench/cuda/run_gpt2.sh", carry=[".device/gpu"])
+# Env: GPT2_STEPS (20), GPT2_WARMUP (5), GPT2_TORCH ("eager compile"),
+#      GPT2_LOOM_FLAGS (extra gpt2_bench flags, e.g. --no-graph).
+set -u
+. "$(dirname "$0")/device_env.sh"
+steps=${GPT2_STEPS:-20}; warm=${GPT2_WARMUP:-5}
+data=/tmp/loom_gpt2_data
+status=0
+echo "== data: weights + $((steps + warm)) batches"
+$PY bench/cuda/gpt2_torch.py --init "$data" --steps "$steps" --warmup "$warm" || exit 1
+results=""
+# Each entry is MODE or MODE:SDPA (gpt2_torch.py --sdpa: default, cudnn, flash).
+for entry in ${GPT2_TORCH:-eager compile compile:cudnn}; do
+  mode=${entry%%:*}; sdpa=default; [ "$entry" != "$mode" ] && sdpa=${entry#*:}
+  tag=${mode}_${sdpa}
+  echo "== torch $mode (sdpa $sdpa)"
+  timeout 240 $PY bench/cuda/gpt2_torch.py --data "$data" --mode "$mode" --sdpa "$sdpa" --steps "$steps" \
+    --warmup "$warm" --out "$O/torch_$tag.json" 2>"$O/torch_$tag.err" | cut -c1-300
+  [ -s "$O/torch_$tag.json" ] && results="$results,$O/torch_$tag.json" || { tail -5 "$O/torch_$tag.err"; status=1; }
+done
+echo "== loom"
+timeout 240 "$D/bin/gpt2_bench" --data="$data" --torch="${results#,}" --steps="$steps" --warmup="$warm" \
+  ${GPT2_LOOM_FLAGS:-} 2>&1 | tee "$O/loom_gpt2.txt"
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
+echo "run_gpt2: $([ $status = 0 ] && echo ALL PASS || echo SOME FAILED)"
+exit $status
