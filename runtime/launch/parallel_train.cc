@@ -36,6 +36,10 @@ int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::Pr
   const int rank = world->rank();
   const auto& tr = spec.train();
   const auto& m = spec.model();
+  if (spec.device() == "cuda")
+    return Fail(rank, 2,
+                "device: cuda: multi-process jobs (loom run, the service) do not run on the GPU yet; "
+                "use `loom train` for one GPU");
   const parallel::Layout layout = parallel::LayoutFromSpec(spec.parallel());
   // The data: every rank reads the same corpus and draws the same batches.
   std::string data_path = spec.data().path().empty() ? data::kDefaultCorpus : spec.data().path();

@@ -62,6 +62,23 @@ TEST(CompileCli, DumpsEveryStageAndRejectsUnknownOnes) {
   EXPECT_NE(bad.output.find("bogus"), std::string::npos);
 }
 
+// device: cuda on a machine without a usable GPU (CI): a clear error naming
+// the device, never a crash or a silent CPU run. With a GPU it trains.
+TEST(TrainCli, CudaWithoutGpuFailsClearly) {
+  std::string job = Write("cuda.yaml",
+                          "model: {family: gpt, n_layer: 1, n_head: 2, d_model: 128, seq_len: 16, vocab: 256}\n"
+                          "train: {batch_size: 2, steps: 2, eval_every: 2, eval_batches: 1, sample_tokens: 4, "
+                          "precision: bf16}\n"
+                          "device: cuda\n");
+  Result r = RunLoom(absl::StrCat("train ", job));
+  if (r.code == 0) {
+    EXPECT_NE(r.output.find("device cuda"), std::string::npos) << r.output;
+    return;
+  }
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("device: cuda"), std::string::npos) << r.output;
+}
+
 // The default example learns: after its few hundred steps the validation loss
 // is below a bigram count model fitted on the same training split.
 TEST(TrainCli, DefaultExampleBeatsBigramBaseline) {
