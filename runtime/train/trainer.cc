@@ -132,21 +132,19 @@ absl::StatusOr<float> Trainer::Step(const Tensor& x, const Tensor& y) {
   train_inputs_[lr_in_].data<float>()[0] = static_cast<float>(LearningRate(step_));
   train_inputs_[step_in_].data<float>()[0] = static_cast<float>(step_);
   float loss = 0;
-  if (cuda_) {
+  if (cuda_) {  // parameters and state are updated in place on the device
     LOOM_RETURN_IF_ERROR(cuda_->Step({{x_in_, x}, {y_in_, y}, {lr_in_, train_inputs_[lr_in_]},
                                       {step_in_, train_inputs_[step_in_]}}));
     host_stale_ = true;
     LOOM_ASSIGN_OR_RETURN(Tensor l, cuda_->Output(0));
     loss = l.data<float>()[0];
-    if (!std::isfinite(loss))
-      return absl::AbortedError(absl::StrCat("loss is ", loss, " at step ", step_, "; stopping"));
-    return loss;
+  } else {
+    LOOM_RETURN_IF_ERROR(train_exec_->Run(train_inputs_, &outputs_));
+    loss = outputs_[0].data<float>()[0];
   }
-  LOOM_RETURN_IF_ERROR(train_exec_->Run(train_inputs_, &outputs_));
-  loss = outputs_[0].data<float>()[0];
   if (!std::isfinite(loss))
     return absl::AbortedError(absl::StrCat("loss is ", loss, " at step ", step_, "; stopping"));
-  LOOM_RETURN_IF_ERROR(train_exec_->ApplyUpdates(absl::MakeSpan(train_inputs_), outputs_));
+  if (!cuda_) LOOM_RETURN_IF_ERROR(train_exec_->ApplyUpdates(absl::MakeSpan(train_inputs_), outputs_));
   return loss;
 }
 
@@ -156,12 +154,12 @@ const compiler::Graph& Trainer::train_graph() const {
 
 absl::Status Trainer::SyncFromDevice() const {
   if (!cuda_ || !host_stale_) return absl::OkStatus();
-  // Parameters and optimizer state: the tensors the evaluation program shares.
+  // The parameters: the tensors the evaluation program shares (the AdamW
+  // state stays on the device).
   const compiler::Graph& g = train_graph();
-  for (size_t k = 0; k < g.inputs().size(); ++k) {
-    int ki = static_cast<int>(k);
-    if (ki == x_in_ || ki == y_in_ || ki == lr_in_ || ki == step_in_) continue;
-    LOOM_ASSIGN_OR_RETURN(Tensor d, cuda_->Input(ki));
+  for (const auto& p : params_) {
+    const int k = g.FindInput(p.name);
+    LOOM_ASSIGN_OR_RETURN(Tensor d, cuda_->Input(k));
     LOOM_RETURN_IF_ERROR(train_inputs_[k].CopyFrom(d));
   }
   host_stale_ = false;

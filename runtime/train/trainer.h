@@ -64,8 +64,8 @@ class Trainer {
   std::vector<models::ParamInfo> params_;
   // The training graph's inputs are in this graph's order (CPU or CUDA).
   const compiler::Graph& train_graph() const;
-  // device: cuda: copies parameters and optimizer state back into the host
-  // tensors (which the evaluation program shares) when a step changed them.
+  // device: cuda: copies the parameters back into the host tensors (which the
+  // evaluation program shares) when a step changed them.
   absl::Status SyncFromDevice() const;
 
   compiler::Compilation train_, eval_;
