@@ -3,38 +3,9 @@
 // the hash of the kernel sources. Exit status 0 only when every check passed.
 //
 //   gpu_check [--full] [--seed=N]
-#include <cstdio>
-#include <cstdlib>
-#include <cstring>
-#include <string>
-
-#include "kernels/cuda/checks.h"
-#include "kernels/cuda/cuda_device.h"
+#include "bench/cuda/check_main.h"
 
 int main(int argc, char** argv) {
-  loom::cuda::CheckOptions opts;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--full") == 0) opts.full = true;
-    else if (std::strncmp(argv[i], "--seed=", 7) == 0) opts.seed = std::strtoull(argv[i] + 7, nullptr, 10);
-    else {
-      std::fprintf(stderr, "usage: gpu_check [--full] [--seed=N]\n");
-      return 2;
-    }
-  }
-  auto name = loom::cuda::DeviceName(0);
-  if (!name.ok()) {
-    std::printf("gpu_check: no GPU: %s\n", std::string(name.status().message()).c_str());
-    return 3;
-  }
-  std::printf("device 0: %s; seed %llu; kernel source hash %s\n", name->c_str(),
-              static_cast<unsigned long long>(opts.seed), loom::cuda::KernelSourceHash());
-  auto rows = loom::cuda::RunKernelChecks(opts);
-  if (!rows.ok()) {
-    std::printf("gpu_check: %s\n", std::string(rows.status().message()).c_str());
-    return 1;
-  }
-  std::printf("%s", loom::cuda::FormatCheckTable(*rows).c_str());
-  for (const auto& r : *rows)
-    if (!r.pass) return 1;
-  return 0;
+  return loom::cuda::CheckMain(argc, argv, "gpu_check", "kernel", loom::cuda::KernelSourceHash(),
+                               loom::cuda::RunKernelChecks);
 }
