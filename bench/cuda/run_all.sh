@@ -42,6 +42,9 @@ echo "== pointwise codegen checks (NVRTC kernels vs the f64 registry reference)"
 echo "== CUDA executor vs CPU executor, gpt-small, 20 steps (f32, bf16, graph/eager)"
 timeout 300 "$D/bin/cuda_executor_gpu_check" 2>&1 | tee "$O/lowering_check.txt" | tail -8
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
+echo "== model parity vs the GPU machine's PyTorch on CUDA (fp32 and bf16, 50 steps)"
+timeout 400 "$D/bin/gpt_cuda_parity" --python="$PY" 2>&1 | tee "$O/gpt_cuda_parity.txt"
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
 echo "== GPT-2 124M training: PyTorch eager, torch.compile, Loom (run_gpt2.sh)"
 LOOM_DEVICE_DIR=$D bash bench/cuda/run_gpt2.sh || status=1
 echo "== loom train examples/gpt-cuda.yaml (device: cuda, bf16), end to end"

@@ -138,6 +138,13 @@ absl::StatusOr<float> Trainer::Step(const Tensor& x, const Tensor& y) {
     host_stale_ = true;
     LOOM_ASSIGN_OR_RETURN(Tensor l, cuda_->Output(0));
     loss = l.data<float>()[0];
+    if (options_.keep_gradients) {  // the step's outputs: loss, then one gradient per parameter
+      outputs_.assign(1, l);
+      for (size_t i = 0; i < params_.size(); ++i) {
+        LOOM_ASSIGN_OR_RETURN(Tensor g, cuda_->Output(static_cast<int>(1 + i)));
+        outputs_.push_back(std::move(g));
+      }
+    }
   } else {
     LOOM_RETURN_IF_ERROR(train_exec_->Run(train_inputs_, &outputs_));
     loss = outputs_[0].data<float>()[0];
@@ -146,6 +153,19 @@ absl::StatusOr<float> Trainer::Step(const Tensor& x, const Tensor& y) {
     return absl::AbortedError(absl::StrCat("loss is ", loss, " at step ", step_, "; stopping"));
   if (!cuda_) LOOM_RETURN_IF_ERROR(train_exec_->ApplyUpdates(absl::MakeSpan(train_inputs_), outputs_));
   return loss;
+}
+
+absl::StatusOr<Tensor> Trainer::DeviceLoss() {
+  if (!cuda_) return absl::FailedPreconditionError("DeviceLoss: the trainer runs on the CPU (device: cpu)");
+  LOOM_ASSIGN_OR_RETURN(Tensor l, cuda_->OutputDevice(0));
+  if (l.dtype() != DType::kF32) return absl::InternalError("DeviceLoss: the loss is not stored in f32");
+  return l;
+}
+
+absl::StatusOr<float> Trainer::ReadLoss() {
+  if (!cuda_) return absl::FailedPreconditionError("ReadLoss: the trainer runs on the CPU (device: cpu)");
+  LOOM_ASSIGN_OR_RETURN(Tensor l, cuda_->Output(0));
+  return l.data<float>()[0];
 }
 
 const compiler::Graph& Trainer::train_graph() const {

@@ -47,6 +47,13 @@ class Trainer {
   // kept; Forward runs the evaluation program and returns (loss, logits).
   absl::StatusOr<std::pair<float, Tensor>> Forward(const Tensor& x, const Tensor& y);
 
+  // device: cuda: the last Step's loss in place on the GPU (f32 [], valid
+  // until the next Step), for averaging it across ranks through the CUDA
+  // backend of a process group. FailedPrecondition on the CPU path.
+  absl::StatusOr<Tensor> DeviceLoss();
+  // device: cuda: reads that loss back (after a collective changed it).
+  absl::StatusOr<float> ReadLoss();
+
   // Gradients of the last Step (needs keep_gradients), by parameter name.
   std::map<std::string, Tensor> LastGradients() const;
   std::map<std::string, Tensor> Parameters() const;

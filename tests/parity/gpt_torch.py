@@ -9,6 +9,7 @@ Linear weights are stored [in, out] (y = x @ W + b), as Loom stores them.
 
 Usage:
   gpt_torch.py --config cfg.json --weights DIR --batches DIR --out DIR [--steps N]
+               [--device cpu|cuda] [--amp none|bf16]
 cfg.json: the model keys (family, n_layer, n_head, n_kv_head, d_model, seq_len,
 vocab, ffn_hidden, norm_eps, rope_theta) and train keys (lr, beta1, beta2, eps,
 weight_decay, grad_clip, warmup_steps, threads).
@@ -128,17 +129,32 @@ def main():
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=0)
     ap.add_argument("--dtype", default="f32", choices=["f32", "f64"])
+    ap.add_argument("--device", default="cpu", help="cpu or cuda (the GPU parity check)")
+    ap.add_argument("--amp", default="none", choices=["none", "bf16"],
+                    help="bf16: autocast (fp32 master weights and AdamW state), as Loom's bf16 policy")
     a = ap.parse_args()
+    dev = torch.device(a.device)
+    if dev.type == "cuda":  # true fp32 GEMMs, as Loom's f32 path
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+
+    def run(cfg, P, x, y):
+        if a.amp == "none":
+            return loss_fn(cfg, P, x, y)
+        with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
+            logits, loss = loss_fn(cfg, P, x, y)
+        return logits, loss.float()
     cfg = json.load(open(a.config))
     torch.set_num_threads(int(cfg.get("threads", 1)))
     dt = torch.float32 if a.dtype == "f32" else torch.float64
     W = tensor_dir.load(a.weights)
     B = tensor_dir.load(a.batches)
-    P = {n: W[n].to(dt).clone().requires_grad_(True) for n in param_names(cfg)}
+    P = {n: W[n].to(device=dev, dtype=dt).clone().requires_grad_(True) for n in param_names(cfg)}
+    B = {k: v.to(dev) for k, v in B.items()}
     out = {}
-    logits, loss = loss_fn(cfg, P, B["x0"], B["y0"])
+    logits, loss = run(cfg, P, B["x0"], B["y0"])
     loss.backward()
-    out["logits"] = logits.detach()
+    out["logits"] = logits.detach().float()
     out["loss"] = loss.detach().reshape(1).double()
     for n, p in P.items():
         out["grad." + n] = p.grad.detach().clone()
@@ -154,7 +170,7 @@ def main():
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm > 0 else 1.0)
         losses = []
         for s in range(a.steps):
-            _, loss = loss_fn(cfg, P, B[f"x{s}"], B[f"y{s}"])
+            _, loss = run(cfg, P, B[f"x{s}"], B[f"y{s}"])
             opt.zero_grad()
             loss.backward()
             if cfg.get("grad_clip", 0) > 0:
@@ -165,7 +181,7 @@ def main():
         out["losses"] = torch.tensor(losses, dtype=torch.float64)
         for n, p in P.items():
             out["final." + n] = p.detach()
-    tensor_dir.save(a.out, out)
+    tensor_dir.save(a.out, {k: v.detach().cpu() for k, v in out.items()})
 
 
 if __name__ == "__main__":

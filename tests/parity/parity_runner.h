@@ -1,0 +1,62 @@
+// The GPT parity procedure against PyTorch, shared by the CPU parity test
+// (tests/parity/gpt_parity_test.cc, Debian's torch) and the GPU parity check
+// (bench/cuda/gpt_cuda_parity.cc, the GPU machine's torch on CUDA):
+//
+//   1. Loom's Trainer initialises the weights; they and `steps` batches of
+//      random token ids go to a temp folder (tensor_dir format).
+//   2. tests/parity/gpt_torch.py trains the same model on them (f32, or bf16
+//      autocast on CUDA) and writes loss, logits, gradients at step 0, the
+//      loss curve and the final parameters.
+//   3. Loom runs the same steps; every figure is returned as a relative error
+//      for the caller to bound.
+//
+//   ParityCase c{"gpt", 2, 3, 3, 96, 37, 256, 384, 2};
+//   ParityOptions o;  o.device = "cuda"; o.precision = "bf16"; o.torch_device = "cuda";
+//   absl::StatusOr<ParityResult> r = RunGptParity(c, 50, o);
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace loom::parity {
+
+struct ParityCase {
+  std::string family;
+  int n_layer, n_head, n_kv_head, d_model, seq_len, vocab, ffn, batch;
+  std::string Name() const;  // "gpt L2 H3/3 C96 T37 V256 B2"
+};
+
+struct ParityOptions {
+  std::string device = "cpu";        // Loom's JobSpec device: cpu or cuda
+  std::string precision = "f32";     // f32 or bf16 (cuda only)
+  std::string python = "/usr/bin/python3";
+  std::string torch_device = "cpu";  // gpt_torch.py --device
+  std::string script;                // gpt_torch.py; empty: found under tests/parity
+  int threads = 2;                   // torch CPU threads
+  bool compare_logits = true;        // the Trainer's eval forward (CPU) vs torch's logits
+};
+
+struct ParityResult {
+  double loss0 = 0, torch_loss0 = 0;
+  double loss0_rel = 0;                      // step-0 loss, relative
+  double logits_rel = -1;                    // -1: not compared
+  std::map<std::string, double> grad_rel;    // step-0 gradient per parameter
+  std::vector<double> loss_rel;              // per step of the curve
+  std::vector<double> losses, torch_losses;
+  std::map<std::string, double> final_rel;   // final value per parameter (c_attn.bias: q and v parts, worst)
+  double WorstGrad() const;
+  double WorstLoss() const;
+  double WorstFinal() const;
+};
+
+// Errors: torch missing or failing (the command and its exit code), Loom's
+// trainer failing (its status).
+absl::StatusOr<ParityResult> RunGptParity(const ParityCase& c, int steps, const ParityOptions& o);
+
+// "python -c 'import torch'" succeeds (and, for torch_device cuda, CUDA is available).
+bool TorchAvailable(const ParityOptions& o);
+
+}  // namespace loom::parity
