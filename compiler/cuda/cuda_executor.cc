@@ -184,6 +184,13 @@ class Impl final : public CudaExecutor {
       return absl::InvalidArgumentError(absl::StrCat("Output: i: ", i, " out of range"));
     return ToHost(g_.outputs()[i].value);
   }
+  absl::StatusOr<Tensor> OutputDevice(int i) override {
+    if (i < 0 || i >= static_cast<int>(g_.outputs().size()))
+      return absl::InvalidArgumentError(absl::StrCat("OutputDevice: i: ", i, " out of range"));
+    LOOM_CU(cudaStreamSynchronize(stream_), "sync");
+    const int v = g_.outputs()[i].value;
+    return Tensor::Wrap(Ptr(v), Sh(v), Dt(v), loom::Device::CUDA(o_.device));
+  }
   absl::StatusOr<Tensor> Input(int k) override {
     if (k < 0 || k >= static_cast<int>(g_.inputs().size()))
       return absl::InvalidArgumentError(absl::StrCat("Input: k: ", k, " out of range"));

@@ -67,6 +67,10 @@ class CudaExecutor {
   virtual absl::Status Step(absl::Span<const std::pair<int, Tensor>> step_inputs) = 0;
   virtual absl::StatusOr<Tensor> Output(int i) = 0;  // device -> host (synchronises)
   virtual absl::StatusOr<Tensor> Input(int k) = 0;   // current device value of input k
+  // Output i in place on the device (Device::CUDA, the stored dtype: bf16
+  // under the bf16 policy where the graph says f32), after synchronising the
+  // step; valid until the next Step. For collectives on the step's results.
+  virtual absl::StatusOr<Tensor> OutputDevice(int i) = 0;
   virtual absl::Status Synchronize() = 0;
   virtual std::string Describe() const = 0;          // one line per launch
   virtual int64_t device_bytes() const = 0;

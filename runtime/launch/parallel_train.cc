@@ -38,8 +38,9 @@ int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::Pr
   const auto& m = spec.model();
   if (spec.device() == "cuda")
     return Fail(rank, 2,
-                "device: cuda: multi-process jobs (loom run, the service) do not run on the GPU yet; "
-                "use `loom train` for one GPU");
+                absl::StrCat("device: cuda: a GPU job runs one rank without checkpoints for now (world size ",
+                             world->size(), spec.checkpoint().every() > 0 ? ", checkpoint.every set" : "",
+                             "); data and tensor parallelism on GPUs and GPU checkpoints are not built yet"));
   const parallel::Layout layout = parallel::LayoutFromSpec(spec.parallel());
   // The data: every rank reads the same corpus and draws the same batches.
   std::string data_path = spec.data().path().empty() ? data::kDefaultCorpus : spec.data().path();

@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/jobspec/jobspec.h"
+#include "kernels/cuda/cuda_device.h"
 #include "runtime/service/agent/agent.h"
 #include "runtime/service/coordinator.h"
 #include "runtime/service/server.h"
@@ -167,6 +168,15 @@ int RunRunCommand(const std::vector<std::string>& args) {
   ao.data_dir = state + "/agent";
   ao.hostname = "local";
   ao.cpu_slots = world;
+  if (spec.device() == "cuda") {  // the coordinator places a GPU job on the agent's GPUs
+    auto gpus = cuda::DeviceCount();
+    if (!gpus.ok() || *gpus < 1)
+      return Fail(1, absl::StrCat("device: cuda: no GPU on this machine (",
+                                  gpus.ok() ? "0 CUDA devices" : std::string(gpus.status().message()), ")"));
+    if (*gpus < world)
+      return Fail(2, absl::StrCat("device: cuda: the job needs ", world, " GPUs, this machine has ", *gpus));
+    ao.gpus = *gpus;
+  }
   ao.worker_argv = {self, "worker"};
   ao.poll_wait_ms = 100;
   service::Agent agent(ao);

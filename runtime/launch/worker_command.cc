@@ -56,9 +56,10 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
   // One rank without checkpoints trains exactly as `loom train`; with
   // checkpoints (save and resume) it runs the parallel loop over a world of one.
   const bool checkpoints = spec->checkpoint().every() > 0 && !spec->checkpoint().dir().empty();
-  if (*world == 1 && !checkpoints) return train::RunTrainCommand({spec_path});
+  const bool cuda = spec->device() == "cuda";
+  if (*world == 1 && !checkpoints && !cuda) return train::RunTrainCommand({spec_path});
 
-  // Several ranks: meet at the job's store.
+  // Several ranks (or one GPU rank): meet at the job's store.
   auto timeout_s = EnvInt("LOOM_RENDEZVOUS_TIMEOUT_S", 120, false);
   if (!timeout_s.ok() || *timeout_s <= 0) return Fail(2, "LOOM_RENDEZVOUS_TIMEOUT_S: expected a positive integer");
   collectives::TcpStore::Options so;
@@ -67,10 +68,14 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
   auto store = collectives::TcpStore::FromEnv(so);
   if (!store.ok()) return Fail(1, absl::StrCat("rendezvous: ", store.status().message()));
   collectives::ProcessGroupOptions po;
+  if (cuda) po.backend = "cpu:gloo,cuda:nccl";  // PyTorch's pairing: NCCL for the GPU's tensors
   if (!par.backend().empty()) po.backend = par.backend();
   po.timeout = absl::Seconds(*timeout_s);
   auto pg = collectives::ProcessGroup::Create(*store, *rank, *world, po);
   if (!pg.ok()) return Fail(1, absl::StrCat("process group: ", pg.status().message()));
+  // One GPU rank: the CUDA training step, its loss averaged through the
+  // group's CUDA backend (NCCL).
+  if (cuda && *world == 1 && !checkpoints) return train::RunTrainCommand({spec_path}, pg->get());
   return RunParallelTraining(*spec, std::shared_ptr<collectives::ProcessGroup>(std::move(*pg)));
 }
 

@@ -15,6 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/rng.h"
+#include "base/status.h"
+#include "collectives/process_group.h"
 #include "base/thread_pool.h"
 #include "parallel/planner_command.h"
 #include "runtime/data/dataset.h"
@@ -36,9 +38,23 @@ int Fail(int code, absl::string_view msg) {
 
 
 
+// The loss of the step just run, averaged across the world's ranks on the GPU
+// (the process group's CUDA backend: NCCL), written back into *loss.
+absl::Status AverageLoss(Trainer& t, collectives::ProcessGroup& world, float* loss) {
+  LOOM_ASSIGN_OR_RETURN(Tensor dev, t.DeviceLoss());
+  collectives::AllReduceOptions o;
+  o.op = collectives::ReduceOp::kAvg;
+  LOOM_ASSIGN_OR_RETURN(collectives::WorkPtr w, world.AllReduce(dev, o));
+  LOOM_RETURN_IF_ERROR(w->Wait());
+  LOOM_ASSIGN_OR_RETURN(*loss, t.ReadLoss());
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-int RunTrainCommand(const std::vector<std::string>& args) {
+int RunTrainCommand(const std::vector<std::string>& args) { return RunTrainCommand(args, nullptr); }
+
+int RunTrainCommand(const std::vector<std::string>& args, collectives::ProcessGroup* world) {
   std::string path;
   int steps_override = 0;
   // Live Prometheus metrics (also from env LOOM_WORKER_METRICS_LISTEN).
@@ -99,6 +115,15 @@ int RunTrainCommand(const std::vector<std::string>& args) {
                 t.num_parameters() / 1e6, t.compilation().plan.peak_bytes / 1048576.0, NumThreads());
   }
 
+  if (world != nullptr) {
+    if (spec.device() != "cuda")
+      return Fail(2, "device: a world-1 process group is only used for device: cuda (CPU jobs run as `loom train`)");
+    auto b = world->BackendFor(Device::CUDA(0), collectives::OpType::kAllReduce, DType::kF32);
+    if (!b.ok()) return Fail(1, absl::StrCat("process group: no CUDA backend: ", b.status().message()));
+    std::printf("process group: rank %d of %d, CUDA collectives through %s\n", world->rank(), world->size(),
+                std::string((*b)->name()).c_str());
+  }
+
   const std::string dir = RunFolder(spec);
   auto reporter = RunReporter::Open(spec, dir, metrics_listen);
   if (!reporter.ok()) return Fail(absl::IsInvalidArgument(reporter.status()) ? 2 : 1, reporter.status().message());
@@ -118,6 +143,10 @@ int RunTrainCommand(const std::vector<std::string>& args) {
     sampler->Next(B, &x, &y);
     auto loss = t.Step(x, y);
     if (!loss.ok()) return Fail(1, loss.status().message());
+    if (world != nullptr) {
+      if (absl::Status s = AverageLoss(t, *world, &*loss); !s.ok())
+        return Fail(1, absl::StrCat("step ", step, ": averaging the loss across ranks: ", s.message()));
+    }
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
     if (absl::Status s = report.Step(step, *loss, t.LearningRate(step), dt); !s.ok()) return Fail(1, s.message());
     if (step % tr.eval_every() == 0 || step == tr.steps()) {

@@ -10,8 +10,18 @@
 #include <string>
 #include <vector>
 
+namespace loom::collectives {
+class ProcessGroup;
+}
+
 namespace loom::train {
 
 int RunTrainCommand(const std::vector<std::string>& args);
+
+// The same run as one rank of a `loom run` / service job with device: cuda
+// (world size 1): the step's loss is averaged across `world` on the GPU by the
+// process group's CUDA backend (NCCL under "cpu:gloo,cuda:nccl") before it is
+// reported. `world` must outlive the call.
+int RunTrainCommand(const std::vector<std::string>& args, collectives::ProcessGroup* world);
 
 }  // namespace loom::train

@@ -71,6 +71,21 @@ std::map<int, double> Losses(const std::string& dir) {
   return out;
 }
 
+// device: cuda runs one GPU rank with NCCL as the CUDA backend. Without a GPU
+// it fails at once naming the reason (never a job left pending); with one it
+// trains and says which backend carried the CUDA collectives.
+TEST(RunCli, CudaJobRunsOnNcclOrFailsClearlyWithoutGpu) {
+  std::string run = Tmp("run_cuda");
+  Result r = RunLoom(absl::StrCat("run ", Job("gpu", "device: cuda\n"), " --run-dir ", run));
+  if (r.code == 0) {
+    EXPECT_NE(r.output.find("CUDA collectives through nccl"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("step 5/5"), std::string::npos) << r.output;
+    return;
+  }
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("device: cuda: no GPU"), std::string::npos) << r.output;
+}
+
 TEST(RunCli, TwoDimensionalJobMatchesOneProcess) {
   // tp=2 x dp=2 on four `loom worker` processes (gloo over loopback) against
   // `loom train` on one process: the same losses at every logged step.
