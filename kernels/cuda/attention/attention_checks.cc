@@ -1,6 +1,7 @@
 #include "kernels/cuda/attention/attention_checks.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string>
 #include <utility>
@@ -29,7 +30,39 @@ struct Case {
   bool deterministic = false;
   int fwd_variant = 0, bwd_variant = 0, dq_variant = 0;  // 0: the defaults
   bool dispatch = false;  // through SdpaDispatcher::Global() (autotuned; math fallback)
+  // attn_mask (dispatcher cases): 0 none, 1 bool, 2 additive f32, 3 additive
+  // in `dtype`; of mask_shape (broadcast to [B, H, Tq, Tk]). Dropout p.
+  int mask = 0;
+  std::vector<int64_t> mask_shape;
+  double dropout = 0;
 };
+
+// A random mask of c.mask_shape (values; -inf/false for ~30% of entries and
+// for the whole first row of every [Tq, Tk] slice it has) and its expansion
+// to [B, H, Tq, Tk] for the reference.
+void MakeMask(const Case& c, uint64_t seed, Vec* values, Vec* expanded) {
+  const std::vector<int64_t>& ms = c.mask_shape;
+  Philox rng(seed, 777);
+  values->assign(NumElements(ms), 0.0);
+  const int64_t tk = ms.back(), tq = ms.size() >= 2 ? ms[ms.size() - 2] : 1;
+  for (size_t i = 0; i < values->size(); ++i) {
+    const bool masked = rng.Uniform(i) < 0.3 || (tq > 1 && (static_cast<int64_t>(i) / tk) % tq == 0);
+    (*values)[i] = c.mask == 1 ? (masked ? 0.0 : 1.0) : masked ? -INFINITY : rng.Normal(i + (1 << 30));
+  }
+  std::array<int64_t, 4> full = {c.batch, c.heads, c.seq_q, c.seq_k}, st = {0, 0, 0, 0};
+  int64_t stride = 1;
+  for (int i = static_cast<int>(ms.size()) - 1, d = 3; i >= 0; --i, --d) {
+    st[d] = ms[i] == 1 ? 0 : stride;
+    stride *= ms[i];
+  }
+  expanded->assign(full[0] * full[1] * full[2] * full[3], 0.0);
+  int64_t n = 0;
+  for (int64_t b = 0; b < full[0]; ++b)
+    for (int64_t h = 0; h < full[1]; ++h)
+      for (int64_t i = 0; i < full[2]; ++i)
+        for (int64_t j = 0; j < full[3]; ++j)
+          (*expanded)[n++] = (*values)[b * st[0] + h * st[1] + i * st[2] + j * st[3]];
+}
 
 double RelErr(const Vec& out, const Vec& ref) {
   double num = 0, den = 0;
@@ -107,6 +140,19 @@ absl::StatusOr<std::vector<std::pair<std::string, double>>> CheckCase(Harness& h
   LOOM_ASSIGN_OR_RETURN(Tensor ws, h.Poisoned({ws_floats}, DType::kF32));
   a.workspace = ws.raw_data();
   a.stream = h.rt()->compute_stream();
+  Vec mask_values, mask_full;
+  Tensor mask_dev;
+  if (c.mask != 0) {
+    MakeMask(c, c.seq_q * 131 + c.seq_k, &mask_values, &mask_full);
+    const DType mdt = c.mask == 1 ? DType::kBool : c.mask == 2 ? DType::kF32 : dt;
+    LOOM_ASSIGN_OR_RETURN(mask_dev, ToDevice(Tensor::FromVector(c.mask_shape, mask_values, mdt), h.rt()->device()));
+    if (c.mask == 3) mask_full = Tensor::FromVector({static_cast<int64_t>(mask_full.size())}, mask_full, dt).ToVector();
+    sa.attn_mask = mask_dev.raw_data();
+    sa.mask_dtype = mdt;
+    sa.mask_shape = c.mask_shape;
+  }
+  sa.dropout_p = static_cast<float>(c.dropout);
+  sa.dropout_seed = 4242, sa.dropout_offset = 17;
   if (c.dispatch) {
     sa.q = a.q, sa.k = a.k, sa.v = a.v, sa.o = a.o, sa.lse = a.lse;
     sa.dout = a.dout, sa.dq = a.dq, sa.dk = a.dk, sa.dv = a.dv, sa.workspace = a.workspace;
@@ -129,6 +175,10 @@ absl::StatusOr<std::vector<std::pair<std::string, double>>> CheckCase(Harness& h
   s.seq_q = c.seq_q, s.seq_k = c.seq_k, s.head_dim = c.head_dim;
   s.causal = c.causal;
   s.scale = 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+  s.mask = mask_full;
+  s.mask_bool = c.mask == 1;
+  s.dropout_p = sa.dropout_p;
+  s.dropout_seed = sa.dropout_seed, s.dropout_offset = sa.dropout_offset;
   Vec ro, rlse, rdq, rdk, rdv;
   ref::SdpaForward(s, q, k, v, &ro, &rlse);
   ref::SdpaBackward(s, q, k, v, dout, &rdq, &rdk, &rdv);
@@ -136,7 +186,16 @@ absl::StatusOr<std::vector<std::pair<std::string, double>>> CheckCase(Harness& h
   LOOM_ASSIGN_OR_RETURN(Vec go, h.Down(o));
   errs.push_back({"o", RelErr(go, ro)});
   LOOM_ASSIGN_OR_RETURN(Vec glse, h.Down(lse));
-  errs.push_back({"lse", RelErr(glse, rlse)});
+  // Rows with every key masked: lse is +inf on both sides; compare the rest.
+  Vec glse_f, rlse_f;
+  for (size_t i = 0; i < rlse.size(); ++i) {
+    if (std::isinf(rlse[i]) && rlse[i] > 0) {
+      if (!(std::isinf(glse[i]) && glse[i] > 0)) return absl::InternalError(absl::StrCat("lse row ", i, " should be +inf"));
+      continue;
+    }
+    glse_f.push_back(glse[i]), rlse_f.push_back(rlse[i]);
+  }
+  errs.push_back({"lse", RelErr(glse_f, rlse_f)});
   LOOM_ASSIGN_OR_RETURN(Vec gdq, h.Down(dq));
   errs.push_back({"dq", RelErr(gdq, rdq)});
   LOOM_ASSIGN_OR_RETURN(Vec gdk, h.Down(dk));
@@ -186,6 +245,17 @@ absl::StatusOr<std::vector<CheckResult>> RunAttentionChecks(const CheckOptions& 
     c.dispatch = true;
     cases.push_back(c);
   }
+  // PyTorch's attn_mask (bool, additive f32, additive in the dtype; broadcast
+  // shapes) and dropout, through the dispatcher (the math kernel).
+  auto masked = [&](Case c, int mask, std::vector<int64_t> shape, double dropout) {
+    c.dispatch = true, c.mask = mask, c.mask_shape = std::move(shape), c.dropout = dropout;
+    cases.push_back(c);
+  };
+  masked({bf, 2, 4, 2, 70, 90, 64, false}, 1, {70, 90}, 0);
+  masked({f32, 2, 2, 2, 33, 50, 32, true}, 2, {2, 1, 1, 50}, 0);
+  masked({hf, 1, 3, 3, 40, 40, 128, false}, 3, {1, 3, 40, 40}, 0);
+  masked({bf, 1, 4, 2, 64, 64, 64, true}, 0, {}, 0.2);
+  masked({f32, 2, 2, 1, 30, 45, 48, false}, 2, {30, 45}, 0.1);
   if (opts.full) {
     cases.push_back({bf, 1, 2, 2, 1024, 1024, 128, true});
     cases.push_back({bf, 2, 4, 1, 777, 777, 64, false});
@@ -194,6 +264,8 @@ absl::StatusOr<std::vector<CheckResult>> RunAttentionChecks(const CheckOptions& 
   for (const Case& c : cases) {
     CheckResult r;
     r.name = absl::StrCat(c.dispatch ? "sdpa dispatch fwd+bwd" : "flash_attention fwd+bwd", c.causal ? " causal" : "",
+                          c.mask == 0 ? "" : c.mask == 1 ? " bool-mask" : " add-mask",
+                          c.dropout > 0 ? absl::StrFormat(" dropout %.1f", c.dropout) : "",
                           c.kv_heads != c.heads ? " gqa" : "", c.deterministic ? " det" : "",
                           c.fwd_variant + c.bwd_variant + c.dq_variant == 0
                               ? ""
@@ -210,6 +282,9 @@ absl::StatusOr<std::vector<CheckResult>> RunAttentionChecks(const CheckOptions& 
       sa.batch = c.batch, sa.heads = c.heads, sa.kv_heads = c.kv_heads;
       sa.seq_q = c.seq_q, sa.seq_k = c.seq_k, sa.head_dim = c.head_dim;
       sa.causal = c.causal;
+      static char any_mask;
+      if (c.mask != 0) sa.attn_mask = &any_mask;  // the key only looks at presence
+      sa.dropout_p = static_cast<float>(c.dropout);
       absl::StrAppend(&r.name, " [", SdpaDispatcher::Global().Choice(sa, false), " | ",
                       SdpaDispatcher::Global().Choice(sa, true), "]");
     }

@@ -1,24 +1,43 @@
 #include "kernels/cuda/attention/attention_reference.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+
+#include "kernels/cuda/attention/sdpa_dropout.h"
 
 namespace loom::cuda::ref {
 namespace {
 
-// Softmax probabilities of row i of head (b, h): p[j] for j < Tk (0 if masked).
-double RowProbs(const SdpaShape& s, const double* qi, const double* kh, int64_t i, std::vector<double>& p) {
-  const int64_t D = s.head_dim;
-  double mx = -std::numeric_limits<double>::infinity();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// Softmax probabilities of row i of head (b, h) (row = (b H + h) Tq + i):
+// p[j] for j < Tk (0 if masked). Returns the lse (+inf if every key is masked).
+double RowProbs(const SdpaShape& s, const double* qi, const double* kh, int64_t row, std::vector<double>& p) {
+  const int64_t D = s.head_dim, i = row % s.seq_q;
+  double mx = -kInf;
   for (int64_t j = 0; j < s.seq_k; ++j) {
+    double add = 0;
+    if (!s.mask.empty()) {
+      const double m = s.mask[row * s.seq_k + j];
+      if (s.mask_bool ? m == 0 : m == -kInf) {
+        p[j] = -kInf;
+        continue;
+      }
+      if (!s.mask_bool) add = m;
+    }
     if (s.causal && j > i) {
-      p[j] = -std::numeric_limits<double>::infinity();
+      p[j] = -kInf;
       continue;
     }
     double dot = 0;
     for (int64_t d = 0; d < D; ++d) dot += qi[d] * kh[j * D + d];
-    p[j] = dot * s.scale;
+    p[j] = dot * s.scale + add;
     mx = std::max(mx, p[j]);
+  }
+  if (mx == -kInf) {  // nothing to attend to
+    std::fill(p.begin(), p.end(), 0.0);
+    return kInf;
   }
   double sum = 0;
   for (int64_t j = 0; j < s.seq_k; ++j) {
@@ -27,6 +46,15 @@ double RowProbs(const SdpaShape& s, const double* qi, const double* kh, int64_t 
   }
   for (int64_t j = 0; j < s.seq_k; ++j) p[j] /= sum;
   return mx + std::log(sum);
+}
+
+// Dropout's factor for probability (row, j): 0 or 1 / (1 - p).
+double DropFactor(const SdpaShape& s, int64_t row, int64_t j) {
+  if (s.dropout_p <= 0) return 1.0;
+  const uint64_t idx = static_cast<uint64_t>(row) * s.seq_k + j;
+  return attn::DropoutKeep(s.dropout_seed, s.dropout_offset, idx, static_cast<float>(s.dropout_p))
+             ? 1.0 / (1.0 - static_cast<double>(static_cast<float>(s.dropout_p)))
+             : 0.0;
 }
 
 }  // namespace
@@ -43,11 +71,14 @@ void SdpaForward(const SdpaShape& s, const std::vector<double>& q, const std::ve
       const double* kh = k.data() + bhk * s.seq_k * D;
       const double* vh = v.data() + bhk * s.seq_k * D;
       for (int64_t i = 0; i < s.seq_q; ++i) {
-        (*lse)[bh * s.seq_q + i] = RowProbs(s, q.data() + (bh * s.seq_q + i) * D, kh, i, p);
-        double* oi = o->data() + (bh * s.seq_q + i) * D;
+        const int64_t row = bh * s.seq_q + i;
+        (*lse)[row] = RowProbs(s, q.data() + row * D, kh, row, p);
+        double* oi = o->data() + row * D;
         for (int64_t j = 0; j < s.seq_k; ++j)
-          if (p[j] != 0)
-            for (int64_t d = 0; d < D; ++d) oi[d] += p[j] * vh[j * D + d];
+          if (p[j] != 0) {
+            const double pz = p[j] * DropFactor(s, row, j);
+            for (int64_t d = 0; d < D; ++d) oi[d] += pz * vh[j * D + d];
+          }
       }
     }
 }
@@ -68,22 +99,25 @@ void SdpaBackward(const SdpaShape& s, const std::vector<double>& q, const std::v
       double* dkh = dk->data() + bhk * s.seq_k * D;
       double* dvh = dv->data() + bhk * s.seq_k * D;
       for (int64_t i = 0; i < s.seq_q; ++i) {
-        const double* qi = q.data() + (bh * s.seq_q + i) * D;
-        const double* doi = dout.data() + (bh * s.seq_q + i) * D;
-        double* dqi = dq->data() + (bh * s.seq_q + i) * D;
-        RowProbs(s, qi, kh, i, p);
+        const int64_t row = bh * s.seq_q + i;
+        const double* qi = q.data() + row * D;
+        const double* doi = dout.data() + row * D;
+        double* dqi = dq->data() + row * D;
+        RowProbs(s, qi, kh, row, p);
+        // With dropout the output uses p z (z = 0 or 1/(1-p)): d(p_j) = z_j dO.v_j.
         double delta = 0;
         for (int64_t j = 0; j < s.seq_k; ++j) {
           double x = 0;
           for (int64_t d = 0; d < D; ++d) x += doi[d] * vh[j * D + d];
-          dp[j] = x;
-          delta += p[j] * x;
+          dp[j] = x * DropFactor(s, row, j);
+          delta += p[j] * dp[j];
         }
         for (int64_t j = 0; j < s.seq_k; ++j) {
           if (p[j] == 0) continue;
           const double ds = p[j] * (dp[j] - delta) * s.scale;
+          const double pz = p[j] * DropFactor(s, row, j);
           for (int64_t d = 0; d < D; ++d) {
-            dvh[j * D + d] += p[j] * doi[d];
+            dvh[j * D + d] += pz * doi[d];
             dqi[d] += ds * kh[j * D + d];
             dkh[j * D + d] += ds * qi[d];
           }

@@ -1,6 +1,6 @@
 // fp64 CPU reference of scaled dot-product attention with the layouts and
-// contract of flash_attention.h (GQA, causal top-left, scale), forward and
-// backward. Plain loops, O(B H Tq Tk D): for checks on small shapes.
+// contract of flash_attention.h (GQA, causal top-left, scale) and of the SDPA
+// dispatcher (attention mask, dropout), forward and backward. Plain loops, O(B H Tq Tk D): for checks on small shapes.
 #pragma once
 
 #include <cstdint>
@@ -12,6 +12,15 @@ struct SdpaShape {
   int64_t batch = 1, heads = 1, kv_heads = 1, seq_q = 1, seq_k = 1, head_dim = 1;
   bool causal = false;
   double scale = 1.0;
+  // attn_mask expanded to [B, H, Tq, Tk] (empty: none): mask_bool selects
+  // PyTorch's boolean form (nonzero = attend), else the values are added to
+  // the scaled scores (-inf masks out). A row with every key masked gives
+  // o = 0, lse = +inf and no gradient.
+  std::vector<double> mask;
+  bool mask_bool = false;
+  // Dropout on the probabilities with sdpa_dropout.h's keep mask.
+  double dropout_p = 0;
+  uint64_t dropout_seed = 0, dropout_offset = 0;
 };
 
 // o [B,H,Tq,D], lse [B,H,Tq] (natural log).

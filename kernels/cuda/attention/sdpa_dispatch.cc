@@ -3,6 +3,7 @@
 #include "kernels/cuda/attention/sdpa_dispatch.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
@@ -29,7 +30,27 @@ absl::Status Bad(const char* what, const std::string& why) {
 
 bool FlashTakes(const SdpaArgs& a) {
   return (a.dtype == DType::kBF16 || a.dtype == DType::kF16) && (a.head_dim == 64 || a.head_dim == 128) &&
-         a.batch <= 65535 && a.heads <= 65535;
+         a.batch <= 65535 && a.heads <= 65535 && a.attn_mask == nullptr && a.dropout_p == 0.f;
+}
+
+// Element strides of a mask of `shape` (contiguous) broadcast over
+// [B, H, Tq, Tk], or the dimension that does not broadcast.
+absl::StatusOr<std::array<int64_t, 4>> MaskStrides(const SdpaArgs& a) {
+  const std::array<int64_t, 4> full = {a.batch, a.heads, a.seq_q, a.seq_k};
+  const std::vector<int64_t>& m = a.mask_shape;
+  if (m.empty() || m.size() > 4)
+    return Bad("mask_shape", absl::StrCat("must have 1 to 4 dims (broadcast to [B, H, Tq, Tk]), got ", m.size()));
+  std::array<int64_t, 4> strides = {0, 0, 0, 0};
+  int64_t stride = 1;
+  for (int i = static_cast<int>(m.size()) - 1, d = 3; i >= 0; --i, --d) {
+    if (m[i] != 1 && m[i] != full[d])
+      return Bad("mask_shape", absl::StrCat("dim ", i, " is ", m[i], ", which does not broadcast to ", full[d],
+                                            " ([B, H, Tq, Tk] = [", a.batch, ", ", a.heads, ", ", a.seq_q, ", ",
+                                            a.seq_k, "])"));
+    strides[d] = m[i] == 1 ? 0 : stride;
+    stride *= m[i];
+  }
+  return strides;
 }
 
 FlashAttnArgs ToFlash(const SdpaCandidate& c, const SdpaArgs& a) {
@@ -59,6 +80,16 @@ attn::MathParams ToMath(const SdpaArgs& a) {
   p.q = a.q, p.k = a.k, p.v = a.v, p.o = a.o, p.lse = a.lse;
   p.dout = a.dout, p.dq = a.dq, p.dk = a.dk, p.dv = a.dv;
   p.workspace = static_cast<float*>(a.workspace);
+  if (a.attn_mask != nullptr) {
+    if (auto st = MaskStrides(a); st.ok()) {  // validated before any run
+      p.mask = a.attn_mask;
+      p.mask_kind = a.mask_dtype == DType::kBool ? 1 : a.mask_dtype == DType::kF32 ? 2
+                    : a.mask_dtype == DType::kBF16 ? 3 : 4;
+      p.mask_sb = (*st)[0], p.mask_sh = (*st)[1], p.mask_sq = (*st)[2], p.mask_sk = (*st)[3];
+    }
+  }
+  p.dropout_p = a.dropout_p;
+  p.dropout_seed = a.dropout_seed, p.dropout_offset = a.dropout_offset;
   return p;
 }
 
@@ -75,14 +106,8 @@ int64_t SdpaBackwardWorkspaceBytes(const SdpaArgs& a) {
 }
 
 absl::Status SdpaValidate(const SdpaArgs& a, bool backward) {
-  if (a.attn_mask != nullptr)
-    return absl::UnimplementedError(
-        "sdpa: attn_mask: attention masks are not supported by Loom's CUDA SDPA kernels (use causal, or the CPU op)");
   if (!std::isfinite(a.dropout_p) || a.dropout_p < 0 || a.dropout_p >= 1)
     return Bad("dropout_p", absl::StrCat("must be in [0, 1), got ", a.dropout_p));
-  if (a.dropout_p > 0)
-    return absl::UnimplementedError(absl::StrCat(
-        "sdpa: dropout_p: dropout is not supported by Loom's CUDA SDPA kernels (got dropout_p=", a.dropout_p, ")"));
   if (a.dtype != DType::kBF16 && a.dtype != DType::kF16 && a.dtype != DType::kF32)
     return Bad("dtype", absl::StrCat("expected bf16, f16 or f32, got ", DTypeName(a.dtype)));
   struct Dim {
@@ -100,6 +125,14 @@ absl::Status SdpaValidate(const SdpaArgs& a, bool backward) {
     return Bad("head_dim", absl::StrCat("must be in [1, ", attn::kMathMaxHeadDim, "], got ", a.head_dim));
   if (!std::isfinite(a.scale) || a.scale < 0)
     return Bad("scale", absl::StrCat("must be finite and > 0 (0: 1/sqrt(D)), got ", a.scale));
+  if (a.attn_mask != nullptr) {
+    if (a.mask_dtype != DType::kBool && a.mask_dtype != DType::kF32 && a.mask_dtype != a.dtype)
+      return Bad("mask_dtype", absl::StrCat("expected bool, f32 or q's dtype (", DTypeName(a.dtype), "), got ",
+                                            DTypeName(a.mask_dtype)));
+    LOOM_RETURN_IF_ERROR(MaskStrides(a).status());
+  } else if (!a.mask_shape.empty()) {
+    return Bad("attn_mask", "null, but mask_shape is set");
+  }
   struct Ptr {
     const char* name;
     const void* p;
@@ -136,7 +169,8 @@ SdpaDispatcher& SdpaDispatcher::Global() {
 std::string SdpaDispatcher::Key(const SdpaArgs& a, bool backward) {
   return absl::StrCat(backward ? "bwd" : "fwd", " ", DTypeName(a.dtype), " B", a.batch, " H", a.heads, "/",
                       a.kv_heads, " T", a.seq_q, "/", a.seq_k, " D", a.head_dim, a.causal ? " causal" : "",
-                      a.deterministic ? " det" : "");
+                      a.deterministic ? " det" : "", a.attn_mask != nullptr ? " mask" : "",
+                      a.dropout_p > 0 ? " dropout" : "");
 }
 
 std::vector<SdpaCandidate> SdpaDispatcher::Candidates(const SdpaArgs& a, bool backward) const {
@@ -204,9 +238,10 @@ absl::StatusOr<SdpaDecision> SdpaDispatcher::Select(const SdpaArgs& a, bool back
   SdpaDecision d;
   if (cands.size() == 1) {
     d.pick = cands[0];
-    d.reason = cands[0].kind == SdpaCandidate::kMath
-                   ? "only candidate (flash takes bf16/f16 with head_dim 64 or 128)"
-                   : "only candidate";
+    d.reason = cands[0].kind != SdpaCandidate::kMath ? "only candidate"
+               : a.attn_mask != nullptr || a.dropout_p > 0
+                   ? "only candidate (attn_mask and dropout run on the math kernel)"
+                   : "only candidate (flash takes bf16/f16 with head_dim 64 or 128)";
   } else {
     // Times every candidate of `list`; returns the index of the fastest.
     auto time_all = [&](const std::vector<SdpaCandidate>& list) -> absl::StatusOr<int> {

@@ -38,11 +38,29 @@ TEST(SdpaDispatch, Validation) {
   SdpaArgs a = Valid();
   static char mask[4];
   a.attn_mask = mask;
-  ExpectCode(a, absl::StatusCode::kUnimplemented, "attn_mask");
+  ExpectCode(a, absl::StatusCode::kInvalidArgument, "mask_shape");  // none given
+  for (std::vector<int64_t> ok : std::vector<std::vector<int64_t>>{{256}, {256, 256}, {2, 1, 1, 256}, {8, 256, 1}}) {
+    a.mask_shape = ok;
+    EXPECT_TRUE(SdpaValidate(a, true).ok()) << SdpaValidate(a, true);
+  }
+  a.mask_shape = {3, 256, 256};  // heads are 8
+  ExpectCode(a, absl::StatusCode::kInvalidArgument, "mask_shape");
+  a.mask_shape = {1, 1, 1, 1, 256};
+  ExpectCode(a, absl::StatusCode::kInvalidArgument, "mask_shape");
+  a.mask_shape = {256};
+  a.mask_dtype = DType::kF16;  // q is bf16
+  ExpectCode(a, absl::StatusCode::kInvalidArgument, "mask_dtype");
+  a.mask_dtype = DType::kBF16;
+  EXPECT_TRUE(SdpaValidate(a, false).ok());
+  a = Valid();
+  a.mask_shape = {256};
+  ExpectCode(a, absl::StatusCode::kInvalidArgument, "attn_mask");
   a = Valid();
   a.dropout_p = 0.1f;
-  ExpectCode(a, absl::StatusCode::kUnimplemented, "dropout");
+  EXPECT_TRUE(SdpaValidate(a, true).ok());
   a.dropout_p = 1.5f;
+  ExpectCode(a, absl::StatusCode::kInvalidArgument, "dropout_p");
+  a.dropout_p = -0.1f;
   ExpectCode(a, absl::StatusCode::kInvalidArgument, "dropout_p");
   a = Valid();
   a.dtype = DType::kI32;
@@ -73,8 +91,8 @@ TEST(SdpaDispatch, Validation) {
     return 1.0;
   });
   a = Valid();
-  a.dropout_p = 0.5f;
-  EXPECT_EQ(d.Select(a, false).status().code(), absl::StatusCode::kUnimplemented);
+  a.dropout_p = 1.0f;
+  EXPECT_EQ(d.Select(a, false).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(calls, 0);
 }
 
@@ -95,6 +113,29 @@ TEST(SdpaDispatch, Candidates) {
     EXPECT_EQ(dec->pick.kind, SdpaCandidate::kMath);
     EXPECT_NE(d.Choice(a, true).find("math bwd (fallback): only candidate"), std::string::npos) << d.Choice(a, true);
   }
+  EXPECT_EQ(d.timer_calls(), 0);
+}
+
+TEST(SdpaDispatch, MaskAndDropoutRunOnTheMathKernel) {
+  SdpaDispatcher d([](const SdpaCandidate&, const SdpaArgs&, bool) -> absl::StatusOr<double> { return 1.0; });
+  static char mask[4];
+  SdpaArgs m = Valid();
+  m.attn_mask = mask;
+  m.mask_shape = {256, 256};
+  SdpaArgs p = Valid(64);
+  p.dropout_p = 0.1f;
+  for (const SdpaArgs& a : {m, p}) {
+    auto c = d.Candidates(a, true);
+    ASSERT_EQ(c.size(), 1u);
+    EXPECT_EQ(c[0].kind, SdpaCandidate::kMath);
+    ASSERT_TRUE(d.Select(a, true).ok());
+    EXPECT_NE(d.Choice(a, true).find("attn_mask and dropout run on the math kernel"), std::string::npos)
+        << d.Choice(a, true);
+  }
+  // Their shape keys differ from the plain shape's, which still times flash.
+  EXPECT_NE(SdpaDispatcher::Key(m, false), SdpaDispatcher::Key(Valid(), false));
+  EXPECT_NE(SdpaDispatcher::Key(p, false), SdpaDispatcher::Key(Valid(64), false));
+  EXPECT_GT(d.Candidates(Valid(), false).size(), 1u);
   EXPECT_EQ(d.timer_calls(), 0);
 }
 

@@ -2,12 +2,15 @@
 // row, lane l holding head-dim elements l, l + 32, ... (NPL per lane).
 // Forward: online softmax over the keys the row sees, o and lse.
 // Backward: delta = rowsum(dO * O); then per query row, for each key j:
-//   p = exp(scale q.k_j - lse), dp = dO.v_j, ds = p (dp - delta),
-//   dq += scale ds k_j (registers), dk_j += scale ds q, dv_j += p dO (f32
+//   p = exp(scale q.k_j + mask - lse), z = keep_j / (1 - p_drop) (1 without
+//   dropout), dp = dO.v_j, ds = p (z dp - delta),
+//   dq += scale ds k_j (registers), dk_j += scale ds q, dv_j += p z dO (f32
 //   atomics into the workspace), and a last pass rounds dK/dV to the dtype.
+// Masked keys (bool false, or an additive -inf) are skipped on both passes.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include "kernels/cuda/attention/sdpa_dropout.h"
 #include "kernels/cuda/attention/sdpa_math.h"
 
 namespace loom::cuda::attn {
@@ -26,6 +29,28 @@ __device__ __forceinline__ float WarpSum(float x) {
 }
 
 constexpr int kWarps = 4;  // rows per block
+
+// The mask's verdict for score (b, h, i, j): false = masked out; otherwise
+// *add is the additive term (0 for a bool mask or none).
+__device__ __forceinline__ bool MaskAt(const MathParams& p, int64_t b, int64_t h, int i, int j, float* add) {
+  *add = 0.f;
+  if (p.mask_kind == 0) return true;
+  const int64_t off = b * p.mask_sb + h * p.mask_sh + i * p.mask_sq + j * p.mask_sk;
+  switch (p.mask_kind) {
+    case 1: return static_cast<const bool*>(p.mask)[off];
+    case 2: *add = static_cast<const float*>(p.mask)[off]; break;
+    case 3: *add = __bfloat162float(static_cast<const __nv_bfloat16*>(p.mask)[off]); break;
+    default: *add = __half2float(static_cast<const __half*>(p.mask)[off]); break;
+  }
+  return *add != -INFINITY;
+}
+
+// Dropout's factor for score (row, j): 1 / (1 - p) if kept, 0 if dropped; 1 without dropout.
+__device__ __forceinline__ float DropoutFactor(const MathParams& p, int64_t row, int j) {
+  if (p.dropout_p <= 0.f) return 1.f;
+  const uint64_t idx = static_cast<uint64_t>(row) * p.seq_k + j;
+  return DropoutKeep(p.dropout_seed, p.dropout_offset, idx, p.dropout_p) ? 1.f / (1.f - p.dropout_p) : 0.f;
+}
 
 template <typename T, int NPL>
 __global__ void MathFwdKernel(MathParams p) {
@@ -51,20 +76,23 @@ __global__ void MathFwdKernel(MathParams p) {
   const int n = p.causal ? min(p.seq_k, i + 1) : p.seq_k;
   float m = -INFINITY, l = 0.f;
   for (int j = 0; j < n; ++j) {
+    float add;
+    if (!MaskAt(p, b, h, i, j, &add)) continue;  // uniform across the warp
     float dot = 0.f;
 #pragma unroll
     for (int c = 0; c < NPL; ++c) {
       const int d = lane + 32 * c;
       if (d < D) dot += qr[c] * Ld(k, static_cast<int64_t>(j) * D + d);
     }
-    const float s = WarpSum(dot) * p.scale;
+    const float s = WarpSum(dot) * p.scale + add;
     const float m_new = fmaxf(m, s);
     const float alpha = __expf(m - m_new), e = __expf(s - m_new);
     l = l * alpha + e;
+    const float ez = e * DropoutFactor(p, row, j);
 #pragma unroll
     for (int c = 0; c < NPL; ++c) {
       const int d = lane + 32 * c;
-      acc[c] = acc[c] * alpha + (d < D ? e * Ld(v, static_cast<int64_t>(j) * D + d) : 0.f);
+      acc[c] = acc[c] * alpha + (d < D ? ez * Ld(v, static_cast<int64_t>(j) * D + d) : 0.f);
     }
     m = m_new;
   }
@@ -111,6 +139,8 @@ __global__ void MathBwdKernel(MathParams p, float* dk_acc, float* dv_acc, float*
   const float lse = p.lse[row];
   const int n = p.causal ? min(p.seq_k, i + 1) : p.seq_k;
   for (int j = 0; j < n; ++j) {
+    float add;
+    if (!MaskAt(p, b, h, i, j, &add)) continue;  // uniform across the warp
     float dot = 0.f, dpd = 0.f;
 #pragma unroll
     for (int c = 0; c < NPL; ++c) {
@@ -120,15 +150,18 @@ __global__ void MathBwdKernel(MathParams p, float* dk_acc, float* dv_acc, float*
         dpd += dor[c] * Ld(v, static_cast<int64_t>(j) * D + d);
       }
     }
-    const float pj = __expf(WarpSum(dot) * p.scale - lse);
-    const float ds = pj * (WarpSum(dpd) - dl);
+    const float sc = WarpSum(dot) * p.scale + add, dp = WarpSum(dpd);
+    const float z = DropoutFactor(p, row, j);
+    const float pj = __expf(sc - lse);
+    const float ds = pj * (z * dp - dl);
+    const float pz = pj * z;
 #pragma unroll
     for (int c = 0; c < NPL; ++c) {
       const int d = lane + 32 * c;
       if (d < D) {
         dq[c] += ds * Ld(k, static_cast<int64_t>(j) * D + d);
         atomicAdd(dka + static_cast<int64_t>(j) * D + d, p.scale * ds * qr[c]);
-        atomicAdd(dva + static_cast<int64_t>(j) * D + d, pj * dor[c]);
+        atomicAdd(dva + static_cast<int64_t>(j) * D + d, pz * dor[c]);
       }
     }
   }

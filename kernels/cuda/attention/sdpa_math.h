@@ -1,7 +1,11 @@
-// Internal: the SDPA dispatcher's fallback kernels (sdpa_math.cu) for what
-// the flash kernels do not take: any head_dim up to 256, f32/bf16/f16, causal
-// (top-left) or not, GQA. Plain CUDA-core arithmetic in f32, one warp per query
-// row: correct everywhere, slow (O(Tq Tk D) per warp, no tiling). Only
+// Internal: the SDPA dispatcher's memory-efficient fallback kernels
+// (sdpa_math.cu) for what the flash kernels do not take: any head_dim up to
+// 256, f32/bf16/f16, causal (top-left) or not, GQA, an attention mask (boolean
+// or additive, broadcast over [B, H, Tq, Tk]) and dropout (sdpa_dropout.h).
+// Plain CUDA-core arithmetic in f32, one warp per query row, O(T) memory (no
+// score matrix): correct everywhere, slow (O(Tq Tk D) per warp, no tiling).
+// A row whose keys are all masked out gives o = 0 and lse = +inf (PyTorch 2.5+
+// returns 0 there too), and gradient 0. Only
 // sdpa_dispatch.cc calls these, after validating the arguments; no Loom or
 // Abseil header here so that nvcc needs nothing else.
 // Layouts as flash_kernels.h: q/o/do/dq [B,H,Tq,D], k/v/dk/dv [B,Hkv,Tk,D],
@@ -32,6 +36,15 @@ struct MathParams {
   void* dk = nullptr;
   void* dv = nullptr;
   float* workspace = nullptr;
+  // attn_mask at element (b, h, i, j): mask + b*mask_sb + h*mask_sh + i*mask_sq
+  // + j*mask_sk (0 strides broadcast). Kinds: 0 none, 1 bool (true: attend),
+  // 2/3/4 additive f32/bf16/f16 (added to the scaled scores; -inf masks out).
+  int mask_kind = 0;
+  const void* mask = nullptr;
+  int64_t mask_sb = 0, mask_sh = 0, mask_sq = 0, mask_sk = 0;
+  // Dropout on the probabilities (sdpa_dropout.h), p in [0, 1).
+  float dropout_p = 0;
+  uint64_t dropout_seed = 0, dropout_offset = 0;
 };
 
 constexpr int kMathMaxHeadDim = 256;
