@@ -10,14 +10,22 @@
 
 #include <cstdint>
 
+// Philox's draws are also made in CUDA kernels (attention dropout), from this
+// same code, so host and device agree bit for bit.
+#if defined(__CUDACC__)
+#define LOOM_RNG_HD __host__ __device__
+#else
+#define LOOM_RNG_HD
+#endif
+
 namespace loom {
 
 class Philox {
  public:
-  Philox(uint64_t seed, uint64_t offset) : key_{uint32_t(seed), uint32_t(seed >> 32)}, offset_(offset) {}
+  LOOM_RNG_HD Philox(uint64_t seed, uint64_t offset) : key_{uint32_t(seed), uint32_t(seed >> 32)}, offset_(offset) {}
 
   // Four 32-bit random words for counter `idx` of this stream.
-  void Block(uint64_t idx, uint32_t out[4]) const {
+  LOOM_RNG_HD void Block(uint64_t idx, uint32_t out[4]) const {
     uint32_t c[4] = {uint32_t(idx), uint32_t(idx >> 32), uint32_t(offset_), uint32_t(offset_ >> 32)};
     uint32_t k[2] = {key_[0], key_[1]};
     for (int r = 0; r < 10; ++r) {
@@ -34,14 +42,14 @@ class Philox {
     out[0] = c[0]; out[1] = c[1]; out[2] = c[2]; out[3] = c[3];
   }
 
-  uint32_t Bits(uint64_t i) const {
+  LOOM_RNG_HD uint32_t Bits(uint64_t i) const {
     uint32_t b[4];
     Block(i >> 2, b);
     return b[i & 3];
   }
 
   // Uniform float in [0, 1) with 24 bits of precision.
-  float Uniform(uint64_t i) const { return (Bits(i) >> 8) * (1.0f / 16777216.0f); }
+  LOOM_RNG_HD float Uniform(uint64_t i) const { return (Bits(i) >> 8) * (1.0f / 16777216.0f); }
 
   // Standard normal (Box-Muller over two uniforms).
   double Normal(uint64_t i) const;

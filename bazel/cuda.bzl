@@ -11,7 +11,9 @@ CUDA_ARCH_FLAGS = [
     "-gencode=arch=compute_90,code=compute_90",
 ]
 
-def loom_cuda_library(name, srcs, hdrs = [], deps = [], nvcc_flags = [], **kwargs):
+# cu_hdrs: headers from other packages that the .cu files include (the nvcc
+# genrule sees only this package's headers otherwise), e.g. "//base:rng.h".
+def loom_cuda_library(name, srcs, hdrs = [], deps = [], nvcc_flags = [], cu_hdrs = [], **kwargs):
     if not CUDA_AVAILABLE:
         native.cc_library(name = name, hdrs = hdrs, **kwargs)
         return
@@ -20,7 +22,7 @@ def loom_cuda_library(name, srcs, hdrs = [], deps = [], nvcc_flags = [], **kwarg
         obj = name + "_" + src.replace("/", "_").replace(".cu", ".o")
         native.genrule(
             name = obj.replace(".o", "_nvcc"),
-            srcs = [src] + [h for h in native.glob(["**/*.cuh", "**/*.h"]) if h != src],
+            srcs = [src] + [h for h in native.glob(["**/*.cuh", "**/*.h"]) if h != src] + cu_hdrs,
             outs = [obj],
             cmd = " ".join([
                 NVCC,

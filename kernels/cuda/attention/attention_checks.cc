@@ -186,11 +186,11 @@ absl::StatusOr<std::vector<std::pair<std::string, double>>> CheckCase(Harness& h
   LOOM_ASSIGN_OR_RETURN(Vec go, h.Down(o));
   errs.push_back({"o", RelErr(go, ro)});
   LOOM_ASSIGN_OR_RETURN(Vec glse, h.Down(lse));
-  // Rows with every key masked: lse is +inf on both sides; compare the rest.
+  // Rows with every key masked: lse is -inf on both sides; compare the rest.
   Vec glse_f, rlse_f;
   for (size_t i = 0; i < rlse.size(); ++i) {
-    if (std::isinf(rlse[i]) && rlse[i] > 0) {
-      if (!(std::isinf(glse[i]) && glse[i] > 0)) return absl::InternalError(absl::StrCat("lse row ", i, " should be +inf"));
+    if (std::isinf(rlse[i]) && rlse[i] < 0) {
+      if (!(std::isinf(glse[i]) && glse[i] < 0)) return absl::InternalError(absl::StrCat("lse row ", i, " should be -inf"));
       continue;
     }
     glse_f.push_back(glse[i]), rlse_f.push_back(rlse[i]);

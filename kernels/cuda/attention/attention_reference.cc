@@ -12,7 +12,7 @@ namespace {
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // Softmax probabilities of row i of head (b, h) (row = (b H + h) Tq + i):
-// p[j] for j < Tk (0 if masked). Returns the lse (+inf if every key is masked).
+// p[j] for j < Tk (0 if masked). Returns the lse (-inf if every key is masked).
 double RowProbs(const SdpaShape& s, const double* qi, const double* kh, int64_t row, std::vector<double>& p) {
   const int64_t D = s.head_dim, i = row % s.seq_q;
   double mx = -kInf;
@@ -37,7 +37,7 @@ double RowProbs(const SdpaShape& s, const double* qi, const double* kh, int64_t 
   }
   if (mx == -kInf) {  // nothing to attend to
     std::fill(p.begin(), p.end(), 0.0);
-    return kInf;
+    return -kInf;
   }
   double sum = 0;
   for (int64_t j = 0; j < s.seq_k; ++j) {

@@ -15,7 +15,7 @@ struct SdpaShape {
   // attn_mask expanded to [B, H, Tq, Tk] (empty: none): mask_bool selects
   // PyTorch's boolean form (nonzero = attend), else the values are added to
   // the scaled scores (-inf masks out). A row with every key masked gives
-  // o = 0, lse = +inf and no gradient.
+  // o = 0, lse = -inf and no gradient.
   std::vector<double> mask;
   bool mask_bool = false;
   // Dropout on the probabilities with sdpa_dropout.h's keep mask.

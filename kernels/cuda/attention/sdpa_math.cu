@@ -103,7 +103,7 @@ __global__ void MathFwdKernel(MathParams p) {
     const int d = lane + 32 * c;
     if (d < D) St(o, d, acc[c] * inv);
   }
-  if (lane == 0) p.lse[row] = l > 0.f ? m + __logf(l) : INFINITY;
+  if (lane == 0) p.lse[row] = l > 0.f ? m + __logf(l) : -INFINITY;
 }
 
 template <typename T, int NPL>

@@ -4,8 +4,8 @@
 // or additive, broadcast over [B, H, Tq, Tk]) and dropout (sdpa_dropout.h).
 // Plain CUDA-core arithmetic in f32, one warp per query row, O(T) memory (no
 // score matrix): correct everywhere, slow (O(Tq Tk D) per warp, no tiling).
-// A row whose keys are all masked out gives o = 0 and lse = +inf (PyTorch 2.5+
-// returns 0 there too), and gradient 0. Only
+// A row whose keys are all masked out gives o = 0 and lse = -inf (as Loom's CPU
+// sdpa op; PyTorch 2.5+ returns o = 0 there too), and gradient 0. Only
 // sdpa_dispatch.cc calls these, after validating the arguments; no Loom or
 // Abseil header here so that nvcc needs nothing else.
 // Layouts as flash_kernels.h: q/o/do/dq [B,H,Tq,D], k/v/dk/dv [B,Hkv,Tk,D],
