@@ -56,7 +56,7 @@ def attention(q, k, v, n_head, n_kv_head):
         v = v.repeat_interleave(rep, dim=1)
     T, D = q.shape[2], q.shape[3]
     s = (q @ k.transpose(-2, -1)) / math.sqrt(D)
-    mask = torch.ones(T, T, dtype=torch.bool).tril()
+    mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
     s = s.masked_fill(~mask, float("-inf"))
     return torch.softmax(s, dim=-1) @ v
 
@@ -64,8 +64,8 @@ def attention(q, k, v, n_head, n_kv_head):
 def rope(x, theta):
     # x [B, T, H, D]; pairs (2i, 2i+1) rotated by t * theta^(-2i/D).
     B, T, H, D = x.shape
-    inv = theta ** (-torch.arange(0, D, 2, dtype=torch.float64) / D)
-    ang = torch.arange(T, dtype=torch.float64)[:, None] * inv[None, :]
+    inv = theta ** (-torch.arange(0, D, 2, dtype=torch.float64, device=x.device) / D)
+    ang = torch.arange(T, dtype=torch.float64, device=x.device)[:, None] * inv[None, :]
     cos = ang.cos().to(x.dtype)[None, :, None, :]
     sin = ang.sin().to(x.dtype)[None, :, None, :]
     x0, x1 = x[..., 0::2], x[..., 1::2]
