@@ -2,7 +2,11 @@
 // (Trainer, device: cuda) against the GPU machine's PyTorch on CUDA, on
 // identical weights and batches (tests/parity/parity_runner.h runs both).
 //
-//   gpt_cuda_parity [--steps=50] [--python=python3] [--only=f32|bf16]
+//   gpt_cuda_parity [--steps=50] [--python=python3] [--only=f32|bf16] [--control]
+//
+// --control: the fp32 cases also run torch on the CPU and print the gaps
+// between torch on the CPU and torch on the GPU (the noise floor that
+// summation order alone gives, for reading Loom's gaps against).
 //
 // fp32 (Loom's true-f32 GEMMs, torch with TF32 off), the compiler issue's
 // bounds: step-0 loss 1e-5, every step-0 gradient 1e-4, the loss at every
@@ -40,12 +44,14 @@ bool Check(const char* what, double v, double bound, bool* ok) {
 int Main(int argc, char** argv) {
   int steps = 50;
   std::string python = "python3", only;
+  bool control = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--steps=", 8) == 0) steps = std::atoi(argv[i] + 8);
     else if (std::strncmp(argv[i], "--python=", 9) == 0) python = argv[i] + 9;
     else if (std::strncmp(argv[i], "--only=", 7) == 0) only = argv[i] + 7;
+    else if (std::strcmp(argv[i], "--control") == 0) control = true;
     else {
-      std::fprintf(stderr, "usage: gpt_cuda_parity [--steps=50] [--python=python3] [--only=f32|bf16]\n");
+      std::fprintf(stderr, "usage: gpt_cuda_parity [--steps=50] [--python=python3] [--only=f32|bf16] [--control]\n");
       return 2;
     }
   }
@@ -81,6 +87,7 @@ int Main(int argc, char** argv) {
     for (const auto& c : cases) {
       parity::ParityOptions o = base;
       o.precision = precision;
+      if (!bf16 && control) o.control_device = "cpu";
       std::printf("%s %s:\n", precision, c.Name().c_str());
       auto r = parity::RunGptParity(c, steps, o);
       bool ok = r.ok();
@@ -93,6 +100,12 @@ int Main(int argc, char** argv) {
         Check("worst step-0 gradient", r->WorstGrad(), b.grad, &ok);
         Check("worst loss over the curve", r->WorstLoss(), b.curve, &ok);
         Check("worst final parameter", r->WorstFinal(), b.final_value, &ok);
+        std::printf("    worst: gradient %s, final %s\n", parity::ParityResult::Worst(r->grad_rel).c_str(),
+                    parity::ParityResult::Worst(r->final_rel).c_str());
+        if (r->control_loss_rel >= 0)
+          std::printf("    noise floor, torch cpu vs torch cuda: loss %.2e, gradient %s, final %s\n",
+                      r->control_loss_rel, parity::ParityResult::Worst(r->control_grad_rel).c_str(),
+                      parity::ParityResult::Worst(r->control_final_rel).c_str());
       }
       std::printf("  %s\n", ok ? "PASS" : "FAIL");
       (ok ? passed : failed)++;

@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/rng.h"
 #include "base/status.h"
 #include "nlohmann/json.hpp"
@@ -71,6 +72,13 @@ std::string ParityCase::Name() const {
                       vocab, " B", batch);
 }
 
+std::string ParityResult::Worst(const std::map<std::string, double>& m) {
+  const std::pair<const std::string, double>* w = nullptr;
+  for (const auto& kv : m)
+    if (w == nullptr || kv.second > w->second) w = &kv;
+  return w == nullptr ? "-" : absl::StrCat(w->first, " (", absl::StrFormat("%.2e", w->second), ")");
+}
+
 double ParityResult::WorstGrad() const { return WorstOf(grad_rel); }
 double ParityResult::WorstFinal() const { return WorstOf(final_rel); }
 double ParityResult::WorstLoss() const {
@@ -113,14 +121,30 @@ absl::StatusOr<ParityResult> RunGptParity(const ParityCase& c, int steps, const 
                         {"grad_clip", 1.0}, {"warmup_steps", 5}, {"threads", o.threads}};
   std::ofstream(dir + "/cfg.json") << cfg.dump();
   const std::string amp = o.precision == "bf16" ? " --amp bf16" : "";
-  const std::string cmd = absl::StrCat(o.python, " ", FindScript(o), " --config ", dir, "/cfg.json --weights ", dir,
-                                       "/w --batches ", dir, "/b --out ", dir, "/out --steps ", steps,
-                                       " --device ", o.torch_device, amp);
-  if (int rc = std::system(cmd.c_str()); rc != 0)
-    return absl::InternalError(absl::StrCat("the PyTorch reference failed (exit ", rc, "): ", cmd));
+  auto torch_run = [&](const std::string& device, const std::string& out) -> absl::Status {
+    const std::string cmd = absl::StrCat(o.python, " ", FindScript(o), " --config ", dir, "/cfg.json --weights ", dir,
+                                         "/w --batches ", dir, "/b --out ", dir, "/", out, " --steps ", steps,
+                                         " --device ", device, amp);
+    if (int rc = std::system(cmd.c_str()); rc != 0)
+      return absl::InternalError(absl::StrCat("the PyTorch reference failed (exit ", rc, "): ", cmd));
+    return absl::OkStatus();
+  };
+  LOOM_RETURN_IF_ERROR(torch_run(o.torch_device, "out"));
   LOOM_ASSIGN_OR_RETURN(auto ref, LoadTensorDir(dir + "/out"));
 
   ParityResult r;
+  if (!o.control_device.empty()) {
+    LOOM_RETURN_IF_ERROR(torch_run(o.control_device, "control"));
+    LOOM_ASSIGN_OR_RETURN(auto ctl, LoadTensorDir(dir + "/control"));
+    r.control_loss_rel = 0;
+    for (int s = 0; s < steps; ++s)
+      r.control_loss_rel = std::max(r.control_loss_rel,
+                                    Rel(ctl.at("losses").GetDouble(s), ref.at("losses").GetDouble(s)));
+    for (const auto& p : t.param_info()) {
+      r.control_grad_rel[p.name] = RelativeError(ctl.at("grad." + p.name), ref.at("grad." + p.name));
+      r.control_final_rel[p.name] = RelativeError(ctl.at("final." + p.name), ref.at("final." + p.name));
+    }
+  }
   r.torch_loss0 = ref.at("loss").GetDouble(0);
   if (o.compare_logits) {
     LOOM_ASSIGN_OR_RETURN(auto fwd, t.Forward(batches["x0"], batches["y0"]));

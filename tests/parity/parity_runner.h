@@ -37,6 +37,9 @@ struct ParityOptions {
   std::string script;                // gpt_torch.py; empty: found under tests/parity
   int threads = 2;                   // torch CPU threads
   bool compare_logits = true;        // the Trainer's eval forward (CPU) vs torch's logits
+  // Non-empty: torch also runs on this device (e.g. "cpu"), and the gaps
+  // between the two torch runs are returned as the noise floor.
+  std::string control_device;
 };
 
 struct ParityResult {
@@ -47,9 +50,14 @@ struct ParityResult {
   std::vector<double> loss_rel;              // per step of the curve
   std::vector<double> losses, torch_losses;
   std::map<std::string, double> final_rel;   // final value per parameter (c_attn.bias: q and v parts, worst)
+  // torch on control_device against torch on torch_device (empty without a control).
+  std::map<std::string, double> control_grad_rel, control_final_rel;
+  double control_loss_rel = -1;  // worst over the curve; -1: no control
   double WorstGrad() const;
   double WorstLoss() const;
   double WorstFinal() const;
+  // "name (value)" of the largest entry.
+  static std::string Worst(const std::map<std::string, double>& m);
 };
 
 // Errors: torch missing or failing (the command and its exit code), Loom's
