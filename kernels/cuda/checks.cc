@@ -429,6 +429,9 @@ absl::StatusOr<std::vector<CheckResult>> RunKernelChecks(const CheckOptions& opt
         [&] { return CheckLayerNormBwd(c, dt, 37, 200); });
     run("layernorm_backward +dresidual", dt, ShapeStr({{"rows", 5000}, {"cols", 384}}), Tol(dt),
         [&] { return CheckLayerNormBwd(c, dt, 5000, 384); });
+    // The GPT-2 shape: the vectorised bf16 kernel with several rows per warp.
+    run("layernorm_backward +dresidual", dt, ShapeStr({{"rows", 16384}, {"cols", 768}}), Tol(dt),
+        [&] { return CheckLayerNormBwd(c, dt, 16384, 768); });
     run("cross_entropy fwd+bwd", dt, ShapeStr({{"rows", 64 * scale}, {"vocab", 50304}}), Tol(dt),
         [&] { return CheckCrossEntropy(c, dt, 64 * scale, 50304); });
     run("cross_entropy fwd+bwd", dt, ShapeStr({{"rows", 33}, {"vocab", 1000}}), Tol(dt),

@@ -5,6 +5,8 @@
 // f32 and rounded once on store (round-to-nearest-even).
 #include <cuda_bf16.h>
 
+#include <cstdlib>
+
 #include "kernels/cuda/ops_kernels.h"
 
 namespace loom::cuda::launch {
@@ -266,7 +268,7 @@ __global__ void LayerNormBwdWarpKernel(int64_t rows, int cols, const T* dy, cons
   for (int c = threadIdx.x; c < 2 * cols; c += blockDim.x) p[c] = acc[c];
 }
 
-constexpr int64_t kLnBwdMaxParts = 256;
+constexpr int64_t kLnBwdMaxParts = 512;
 
 template <typename T>
 __global__ void LayerNormBwdKernel(int64_t rows, int64_t cols, const T* dy, const T* x, const float* w,
@@ -443,6 +445,18 @@ cudaError_t LayerNormBwd(int bf16, int64_t rows, int64_t cols, const void* dy, c
   const size_t smem = size_t(2 * cols) * sizeof(float);
   const int th = RowThreads(cols);
   cudaError_t e;
+  // LOOM_CUDA_LN_BWD_VEC=0 keeps the scalar kernels below (for A/B timing).
+  static const bool vec_on = [] {
+    const char* v = std::getenv("LOOM_CUDA_LN_BWD_VEC");
+    return !(v && v[0] == '0');
+  }();
+  if (vec_on && LayerNormBwdVecApplies(bf16, cols, dy, x, w, dres, dx)) {
+    int64_t used = 0;
+    e = LayerNormBwdVec(rows, cols, parts, dy, x, w, mean, rstd, dres, dx, workspace, &used, s);
+    if (e != cudaSuccess) return e;
+    LayerNormBwdReduce<<<unsigned((cols + 31) / 32), 512, 0, s>>>(cols, used, workspace, dw, db);
+    return cudaGetLastError();
+  }
   if (cols <= kWarpRowMaxCols) {
     const int c = int(cols);
 #define LOOM_LN_BWD(K)                                                                                        \

@@ -1,0 +1,188 @@
+// LayerNorm backward for bf16 rows of at most 1024 columns with cols % 8 == 0
+// and 16-byte aligned operands (the GPT shapes): see LayerNormBwdVec in
+// ops_kernels.h. One warp per row, each lane owning kVec 16-byte column
+// vectors (8 bf16 values each, column 8 * (lane + 32 j)), so every global
+// access is a 16-byte load or store and a warp moves 512 contiguous bytes per
+// instruction. All of a row's loads (dy, x, dresidual) are issued before the
+// first use. dweight/dbias partials stay in registers across the warp's rows;
+// at the end each warp writes them to shared memory and the block sums its
+// warps in a fixed order into one partial row (LayerNormBwdReduce then sums the
+// blocks' rows in a fixed order: deterministic, no atomics).
+#include <cuda_bf16.h>
+
+#include "kernels/cuda/ops_kernels.h"
+
+namespace loom::cuda::launch {
+namespace {
+
+using bf16_t = __nv_bfloat16;
+
+constexpr int kThreads = 256;  // 8 warps, 8 rows in flight per block
+
+__device__ __forceinline__ float WarpSum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ void Unpack8(const uint4& u, float* f) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float2 t = __bfloat1622float2(h[k]);
+    f[2 * k] = t.x;
+    f[2 * k + 1] = t.y;
+  }
+}
+__device__ __forceinline__ uint4 Pack8(const float* f) {
+  uint4 u;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
+  return u;
+}
+__device__ __forceinline__ void Load8(const float* p, float* f) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+
+template <int kVec, bool kRes>
+__global__ void __launch_bounds__(kThreads, 2)
+    LayerNormBwdVecKernel(int64_t rows, int cols, const bf16_t* __restrict__ dy, const bf16_t* __restrict__ x,
+                          const float* __restrict__ w, const float* __restrict__ mean,
+                          const float* __restrict__ rstd, const bf16_t* __restrict__ dres, bf16_t* __restrict__ dx,
+                          float* __restrict__ part) {
+  extern __shared__ float4 red4[];  // [warps][2 * cols]: each warp's dw, db partials
+  float* red = reinterpret_cast<float*>(red4);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  const int nv = cols >> 3;
+  const float inv_cols = 1.0f / static_cast<float>(cols);
+  float aw[kVec][8], ab[kVec][8];
+#pragma unroll
+  for (int j = 0; j < kVec; ++j)
+#pragma unroll
+    for (int k = 0; k < 8; ++k) aw[j][k] = ab[j][k] = 0.0f;
+
+  for (int64_t r = int64_t(blockIdx.x) * nw + warp; r < rows; r += int64_t(gridDim.x) * nw) {
+    const int64_t base = r * cols;
+    uint4 ud[kVec], ux[kVec], ur[kVec];
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      const int v = lane + 32 * j;
+      if (v < nv) {
+        ud[j] = *reinterpret_cast<const uint4*>(dy + base + 8 * v);
+        ux[j] = *reinterpret_cast<const uint4*>(x + base + 8 * v);
+        if (kRes) ur[j] = *reinterpret_cast<const uint4*>(dres + base + 8 * v);
+      }
+    }
+    const float mu = mean[r], rs = rstd[r];
+    float s1 = 0.0f, s2 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      const int v = lane + 32 * j;
+      if (v < nv) {
+        float d[8], xv[8], wv[8];
+        Unpack8(ud[j], d);
+        Unpack8(ux[j], xv);
+        Load8(w + 8 * v, wv);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const float xh = (xv[k] - mu) * rs, g = d[k] * wv[k];
+          s1 += g;
+          s2 += g * xh;
+          aw[j][k] += d[k] * xh;
+          ab[j][k] += d[k];
+        }
+      }
+    }
+    const float m1 = WarpSum(s1) * inv_cols, m2 = WarpSum(s2) * inv_cols;
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      const int v = lane + 32 * j;
+      if (v < nv) {
+        float d[8], xv[8], wv[8], rv[8], o[8];
+        Unpack8(ud[j], d);
+        Unpack8(ux[j], xv);
+        Load8(w + 8 * v, wv);
+        if (kRes) Unpack8(ur[j], rv);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          const float xh = (xv[k] - mu) * rs;
+          o[k] = rs * (d[k] * wv[k] - m1 - xh * m2);
+          if (kRes) o[k] += rv[k];
+        }
+        *reinterpret_cast<uint4*>(dx + base + 8 * v) = Pack8(o);
+      }
+    }
+  }
+  float* mine = red + warp * 2 * cols;
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    const int v = lane + 32 * j;
+    if (v < nv) {
+      float4* pw = reinterpret_cast<float4*>(mine + 8 * v);
+      float4* pb = reinterpret_cast<float4*>(mine + cols + 8 * v);
+      pw[0] = make_float4(aw[j][0], aw[j][1], aw[j][2], aw[j][3]);
+      pw[1] = make_float4(aw[j][4], aw[j][5], aw[j][6], aw[j][7]);
+      pb[0] = make_float4(ab[j][0], ab[j][1], ab[j][2], ab[j][3]);
+      pb[1] = make_float4(ab[j][4], ab[j][5], ab[j][6], ab[j][7]);
+    }
+  }
+  __syncthreads();
+  float* p = part + int64_t(blockIdx.x) * 2 * cols;
+  for (int c = threadIdx.x; c < 2 * cols; c += blockDim.x) {
+    float s = 0.0f;
+    for (int w2 = 0; w2 < nw; ++w2) s += red[w2 * 2 * cols + c];
+    p[c] = s;
+  }
+}
+
+template <int kVec, bool kRes>
+cudaError_t LaunchVec(int64_t rows, int cols, int64_t max_parts, const void* dy, const void* x, const float* w,
+                      const float* mean, const float* rstd, const void* dres, void* dx, float* part,
+                      int64_t* parts_used, cudaStream_t s) {
+  auto kernel = LayerNormBwdVecKernel<kVec, kRes>;
+  const size_t smem = size_t(kThreads / 32) * 2 * cols * sizeof(float);
+  cudaError_t e;
+  if (smem > 48 * 1024) {
+    e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+    if (e != cudaSuccess) return e;
+  }
+  int dev = 0, sms = 0, per_sm = 0;
+  if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
+  if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
+  if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem)) != cudaSuccess) return e;
+  // One wave of resident blocks, no more blocks than 8-row groups, within the workspace.
+  int64_t blocks = int64_t(sms) * (per_sm > 0 ? per_sm : 1);
+  const int64_t groups = (rows + kThreads / 32 - 1) / (kThreads / 32);
+  if (blocks > groups) blocks = groups;
+  if (blocks > max_parts) blocks = max_parts;
+  *parts_used = blocks;
+  kernel<<<unsigned(blocks), kThreads, smem, s>>>(rows, cols, static_cast<const bf16_t*>(dy),
+                                                  static_cast<const bf16_t*>(x), w, mean, rstd,
+                                                  static_cast<const bf16_t*>(dres), static_cast<bf16_t*>(dx), part);
+  return cudaGetLastError();
+}
+
+}  // namespace
+
+bool LayerNormBwdVecApplies(int bf16, int64_t cols, const void* dy, const void* x, const float* w, const void* dres,
+                            const void* dx) {
+  const auto addr = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
+  return bf16 && cols % 8 == 0 && cols >= 8 && cols <= 1024 &&
+         ((addr(dy) | addr(x) | addr(w) | addr(dres) | addr(dx)) & 15) == 0;
+}
+
+cudaError_t LayerNormBwdVec(int64_t rows, int64_t cols, int64_t max_parts, const void* dy, const void* x,
+                            const float* w, const float* mean, const float* rstd, const void* dres, void* dx,
+                            float* part, int64_t* parts_used, cudaStream_t s) {
+  const int c = int(cols), nv = c / 8;
+#define LOOM_LN_BWD_VEC(K)                                                                                     \
+  return dres ? LaunchVec<K, true>(rows, c, max_parts, dy, x, w, mean, rstd, dres, dx, part, parts_used, s)   \
+              : LaunchVec<K, false>(rows, c, max_parts, dy, x, w, mean, rstd, dres, dx, part, parts_used, s);
+  if (nv <= 32) { LOOM_LN_BWD_VEC(1) }
+  if (nv <= 64) { LOOM_LN_BWD_VEC(2) }
+  if (nv <= 96) { LOOM_LN_BWD_VEC(3) }
+  LOOM_LN_BWD_VEC(4)
+#undef LOOM_LN_BWD_VEC
+}
+
+}  // namespace loom::cuda::launch
