@@ -132,6 +132,9 @@ int main(int argc, char** argv) {
     g.dx = dx.raw_data(), g.dweight = static_cast<float*>(dw.raw_data()), g.dbias = static_cast<float*>(db.raw_data());
     g.workspace = static_cast<float*>(ws.raw_data()), g.stream = s;
     Row("layernorm_backward +dres bf16", "16384x768", 4.0 * n * 2, MedianMs([&] { CHECK_OK(LayerNormBackward(g)); }));
+    Tensor ds = Buf(C, DType::kF32);
+    g.dx_colsum = static_cast<float*>(ds.raw_data());
+    Row("layernorm_backward +dres +colsum", "16384x768", 4.0 * n * 2, MedianMs([&] { CHECK_OK(LayerNormBackward(g)); }));
   }
   for (int64_t N : {int64_t{768}, int64_t{2304}, int64_t{3072}}) {
     // Bias-gradient column sums (compiler/cuda SumRows): [16384, N] bf16 -> f32 [N].

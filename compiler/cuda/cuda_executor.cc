@@ -632,6 +632,7 @@ class Impl final : public CudaExecutor {
         a.dbias = static_cast<float*>(Ptr(out[2]));
         a.workspace = static_cast<float*>(scratch);
         if (in.size() > 5) a.dresidual = Ptr(in[5]);  // layernorm_backward+add
+        if (out.size() > 3) a.dx_colsum = static_cast<float*>(Ptr(out[3]));  // ...+sum_to
         a.stream = s;
         calls_.push_back([a]() { return loom::cuda::LayerNormBackward(a); });
         break;

@@ -160,6 +160,9 @@ struct PlanOptions {
   // GPT-2 124M (m=16384 n=3072 k=768, bf16) the fused GEMM took 448 us against
   // 158 us for the kDGelu GEMM plus 66 us for the separate column sums.
   bool bias_grad_in_gemm = false;
+  // layernorm_backward(+add) -> sum_to(dx) over the rows (a linear's bias
+  // gradient): the norm kernel sums its own dx columns (4th output).
+  bool bias_grad_in_layernorm = true;
 };
 
 // Unimplemented naming the op (and node) for an op with no CUDA launch.

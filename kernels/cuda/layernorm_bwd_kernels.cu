@@ -10,6 +10,8 @@
 // blocks' rows in a fixed order: deterministic, no atomics).
 #include <cuda_bf16.h>
 
+#include <cstdlib>
+
 #include "kernels/cuda/ops_kernels.h"
 
 namespace loom::cuda::launch {
@@ -39,27 +41,42 @@ __device__ __forceinline__ uint4 Pack8(const float* f) {
   for (int k = 0; k < 4; ++k) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
   return u;
 }
+__device__ __forceinline__ void Store8(float* p, const float* f) {
+  reinterpret_cast<float4*>(p)[0] = make_float4(f[0], f[1], f[2], f[3]);
+  reinterpret_cast<float4*>(p)[1] = make_float4(f[4], f[5], f[6], f[7]);
+}
 __device__ __forceinline__ void Load8(const float* p, float* f) {
   const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
   f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
 }
 
-template <int kVec, bool kRes>
-__global__ void __launch_bounds__(kThreads, 2)
+// kSmemAcc: the dw/db partials live in the warp's shared-memory row instead of
+// registers (each lane updates only its own columns: no barrier in the row
+// loop), which frees ~48 registers for more resident warps.
+template <int kVec, bool kRes, bool kSmemAcc, int kMinBlocks>
+__global__ void __launch_bounds__(kThreads, kMinBlocks)
     LayerNormBwdVecKernel(int64_t rows, int cols, const bf16_t* __restrict__ dy, const bf16_t* __restrict__ x,
                           const float* __restrict__ w, const float* __restrict__ mean,
                           const float* __restrict__ rstd, const bf16_t* __restrict__ dres, bf16_t* __restrict__ dx,
-                          float* __restrict__ part) {
-  extern __shared__ float4 red4[];  // [warps][2 * cols]: each warp's dw, db partials
+                          float* __restrict__ part, int nacc) {
+  // [warps][nacc * cols]: each warp's dw, db (and, nacc == 3, dx column-sum) partials.
+  // nacc == 3 only with kSmemAcc.
+  extern __shared__ float4 red4[];
   float* red = reinterpret_cast<float*>(red4);
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  const int nv = cols >> 3;
+  const int nv = cols >> 3, stride = nacc * cols;
   const float inv_cols = 1.0f / static_cast<float>(cols);
-  float aw[kVec][8], ab[kVec][8];
+  float* mine = red + warp * stride;
+  float aw[kSmemAcc ? 1 : kVec][8], ab[kSmemAcc ? 1 : kVec][8];
+  if (kSmemAcc) {
+    for (int c = lane; c < stride; c += 32) mine[c] = 0.0f;
+    __syncwarp();
+  } else {
 #pragma unroll
-  for (int j = 0; j < kVec; ++j)
+    for (int j = 0; j < (kSmemAcc ? 1 : kVec); ++j)
 #pragma unroll
-    for (int k = 0; k < 8; ++k) aw[j][k] = ab[j][k] = 0.0f;
+      for (int k = 0; k < 8; ++k) aw[j][k] = ab[j][k] = 0.0f;
+  }
 
   for (int64_t r = int64_t(blockIdx.x) * nw + warp; r < rows; r += int64_t(gridDim.x) * nw) {
     const int64_t base = r * cols;
@@ -83,13 +100,27 @@ __global__ void __launch_bounds__(kThreads, 2)
         Unpack8(ud[j], d);
         Unpack8(ux[j], xv);
         Load8(w + 8 * v, wv);
+        float tw[8], tb[8];
+        if (kSmemAcc) {
+          Load8(mine + 8 * v, tw);
+          Load8(mine + cols + 8 * v, tb);
+        }
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
           const float xh = (xv[k] - mu) * rs, g = d[k] * wv[k];
           s1 += g;
           s2 += g * xh;
-          aw[j][k] += d[k] * xh;
-          ab[j][k] += d[k];
+          if (kSmemAcc) {
+            tw[k] += d[k] * xh;
+            tb[k] += d[k];
+          } else {
+            aw[kSmemAcc ? 0 : j][k] += d[k] * xh;
+            ab[kSmemAcc ? 0 : j][k] += d[k];
+          }
+        }
+        if (kSmemAcc) {
+          Store8(mine + 8 * v, tw);
+          Store8(mine + cols + 8 * v, tb);
         }
       }
     }
@@ -109,38 +140,47 @@ __global__ void __launch_bounds__(kThreads, 2)
           o[k] = rs * (d[k] * wv[k] - m1 - xh * m2);
           if (kRes) o[k] += rv[k];
         }
-        *reinterpret_cast<uint4*>(dx + base + 8 * v) = Pack8(o);
+        const uint4 packed = Pack8(o);
+        *reinterpret_cast<uint4*>(dx + base + 8 * v) = packed;
+        if (kSmemAcc && nacc == 3) {  // column sums of dx as stored (bf16-rounded)
+          float t[8], q[8];
+          Unpack8(packed, q);
+          Load8(mine + 2 * cols + 8 * v, t);
+#pragma unroll
+          for (int k = 0; k < 8; ++k) t[k] += q[k];
+          Store8(mine + 2 * cols + 8 * v, t);
+        }
       }
     }
   }
-  float* mine = red + warp * 2 * cols;
 #pragma unroll
   for (int j = 0; j < kVec; ++j) {
     const int v = lane + 32 * j;
-    if (v < nv) {
+    if (!kSmemAcc && v < nv) {
       float4* pw = reinterpret_cast<float4*>(mine + 8 * v);
       float4* pb = reinterpret_cast<float4*>(mine + cols + 8 * v);
-      pw[0] = make_float4(aw[j][0], aw[j][1], aw[j][2], aw[j][3]);
-      pw[1] = make_float4(aw[j][4], aw[j][5], aw[j][6], aw[j][7]);
-      pb[0] = make_float4(ab[j][0], ab[j][1], ab[j][2], ab[j][3]);
-      pb[1] = make_float4(ab[j][4], ab[j][5], ab[j][6], ab[j][7]);
+      const int q = kSmemAcc ? 0 : j;
+      pw[0] = make_float4(aw[q][0], aw[q][1], aw[q][2], aw[q][3]);
+      pw[1] = make_float4(aw[q][4], aw[q][5], aw[q][6], aw[q][7]);
+      pb[0] = make_float4(ab[q][0], ab[q][1], ab[q][2], ab[q][3]);
+      pb[1] = make_float4(ab[q][4], ab[q][5], ab[q][6], ab[q][7]);
     }
   }
   __syncthreads();
-  float* p = part + int64_t(blockIdx.x) * 2 * cols;
-  for (int c = threadIdx.x; c < 2 * cols; c += blockDim.x) {
+  float* p = part + int64_t(blockIdx.x) * stride;
+  for (int c = threadIdx.x; c < stride; c += blockDim.x) {
     float s = 0.0f;
-    for (int w2 = 0; w2 < nw; ++w2) s += red[w2 * 2 * cols + c];
+    for (int w2 = 0; w2 < nw; ++w2) s += red[w2 * stride + c];
     p[c] = s;
   }
 }
 
-template <int kVec, bool kRes>
+template <int kVec, bool kRes, bool kSmemAcc, int kMinBlocks>
 cudaError_t LaunchVec(int64_t rows, int cols, int64_t max_parts, const void* dy, const void* x, const float* w,
-                      const float* mean, const float* rstd, const void* dres, void* dx, float* part,
+                      const float* mean, const float* rstd, const void* dres, void* dx, float* part, int nacc,
                       int64_t* parts_used, cudaStream_t s) {
-  auto kernel = LayerNormBwdVecKernel<kVec, kRes>;
-  const size_t smem = size_t(kThreads / 32) * 2 * cols * sizeof(float);
+  auto kernel = LayerNormBwdVecKernel<kVec, kRes, kSmemAcc, kMinBlocks>;
+  const size_t smem = size_t(kThreads / 32) * nacc * cols * sizeof(float);
   cudaError_t e;
   if (smem > 48 * 1024) {
     e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
@@ -158,7 +198,8 @@ cudaError_t LaunchVec(int64_t rows, int cols, int64_t max_parts, const void* dy,
   *parts_used = blocks;
   kernel<<<unsigned(blocks), kThreads, smem, s>>>(rows, cols, static_cast<const bf16_t*>(dy),
                                                   static_cast<const bf16_t*>(x), w, mean, rstd,
-                                                  static_cast<const bf16_t*>(dres), static_cast<bf16_t*>(dx), part);
+                                                  static_cast<const bf16_t*>(dres), static_cast<bf16_t*>(dx), part,
+                                                  nacc);
   return cudaGetLastError();
 }
 
@@ -173,11 +214,25 @@ bool LayerNormBwdVecApplies(int bf16, int64_t cols, const void* dy, const void* 
 
 cudaError_t LayerNormBwdVec(int64_t rows, int64_t cols, int64_t max_parts, const void* dy, const void* x,
                             const float* w, const float* mean, const float* rstd, const void* dres, void* dx,
-                            float* part, int64_t* parts_used, cudaStream_t s) {
-  const int c = int(cols), nv = c / 8;
-#define LOOM_LN_BWD_VEC(K)                                                                                     \
-  return dres ? LaunchVec<K, true>(rows, c, max_parts, dy, x, w, mean, rstd, dres, dx, part, parts_used, s)   \
-              : LaunchVec<K, false>(rows, c, max_parts, dy, x, w, mean, rstd, dres, dx, part, parts_used, s);
+                            bool colsum, float* part, int64_t* parts_used, cudaStream_t s) {
+  // LOOM_CUDA_LN_BWD_VEC=2: partials in shared memory, 3 blocks per SM (A/B).
+  // The dx column sums (colsum) always take the shared-memory kernel.
+  static const bool smem_env = [] {
+    const char* v = std::getenv("LOOM_CUDA_LN_BWD_VEC");
+    return v && v[0] == '2';
+  }();
+  const bool smem_acc = smem_env || colsum;
+  const int c = int(cols), nv = c / 8, nacc = colsum ? 3 : 2;
+#define LOOM_LN_BWD_VEC(K)                                                                                      \
+  if (smem_acc)                                                                                                 \
+    return dres ? LaunchVec<K, true, true, 3>(rows, c, max_parts, dy, x, w, mean, rstd, dres, dx, part, nacc,   \
+                                              parts_used, s)                                                    \
+                : LaunchVec<K, false, true, 3>(rows, c, max_parts, dy, x, w, mean, rstd, dres, dx, part, nacc,  \
+                                               parts_used, s);                                                  \
+  return dres ? LaunchVec<K, true, false, 2>(rows, c, max_parts, dy, x, w, mean, rstd, dres, dx, part, 2,       \
+                                             parts_used, s)                                                     \
+              : LaunchVec<K, false, false, 2>(rows, c, max_parts, dy, x, w, mean, rstd, dres, dx, part, 2,      \
+                                              parts_used, s);
   if (nv <= 32) { LOOM_LN_BWD_VEC(1) }
   if (nv <= 64) { LOOM_LN_BWD_VEC(2) }
   if (nv <= 96) { LOOM_LN_BWD_VEC(3) }

@@ -210,12 +210,13 @@ __global__ void LayerNormFwdWarpKernel(int64_t rows, int cols, const T* x, const
 // the block writes one partial row, as the block kernel does.
 template <typename T, int kPer>
 __global__ void LayerNormBwdWarpKernel(int64_t rows, int cols, const T* dy, const T* x, const float* w,
-                                       const float* mean, const float* rstd, const T* dres, T* dx, float* part) {
-  extern __shared__ float acc[];  // [2*cols]
+                                       const float* mean, const float* rstd, const T* dres, T* dx, float* part,
+                                       int nacc) {
+  extern __shared__ float acc[];  // [nacc*cols]: dw, db[, dx column sums]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  float aw[kPer], ab[kPer];
+  float aw[kPer], ab[kPer], as[kPer];
 #pragma unroll
-  for (int j = 0; j < kPer; ++j) aw[j] = ab[j] = 0.0f;
+  for (int j = 0; j < kPer; ++j) aw[j] = ab[j] = as[j] = 0.0f;
   for (int64_t r = int64_t(blockIdx.x) * nw + warp; r < rows; r += int64_t(gridDim.x) * nw) {
     const float mu = mean[r], rs = rstd[r];
     const T* xr = x + r * cols;
@@ -246,10 +247,11 @@ __global__ void LayerNormBwdWarpKernel(int64_t rows, int cols, const T* dy, cons
         float v = rs * (g[j] - m1 - xh[j] * m2);
         if (dres) v += Ld(dres + r * cols, c);
         St(o, c, v);
+        if (nacc == 3) as[j] += Round<T>(v);
       }
     }
   }
-  for (int c = threadIdx.x; c < 2 * cols; c += blockDim.x) acc[c] = 0.0f;
+  for (int c = threadIdx.x; c < nacc * cols; c += blockDim.x) acc[c] = 0.0f;
   __syncthreads();
   for (int w2 = 0; w2 < nw; ++w2) {
     if (warp == w2) {
@@ -259,23 +261,25 @@ __global__ void LayerNormBwdWarpKernel(int64_t rows, int cols, const T* dy, cons
         if (c < cols) {
           acc[c] += aw[j];
           acc[cols + c] += ab[j];
+          if (nacc == 3) acc[2 * cols + c] += as[j];
         }
       }
     }
     __syncthreads();
   }
-  float* p = part + int64_t(blockIdx.x) * 2 * cols;
-  for (int c = threadIdx.x; c < 2 * cols; c += blockDim.x) p[c] = acc[c];
+  float* p = part + int64_t(blockIdx.x) * nacc * cols;
+  for (int c = threadIdx.x; c < nacc * cols; c += blockDim.x) p[c] = acc[c];
 }
 
 constexpr int64_t kLnBwdMaxParts = 512;
 
 template <typename T>
 __global__ void LayerNormBwdKernel(int64_t rows, int64_t cols, const T* dy, const T* x, const float* w,
-                                   const float* mean, const float* rstd, const T* dres, T* dx, float* part) {
-  extern __shared__ float acc[];  // [2*cols]: dw partials, db partials
+                                   const float* mean, const float* rstd, const T* dres, T* dx, float* part,
+                                   int nacc) {
+  extern __shared__ float acc[];  // [nacc*cols]: dw partials, db partials[, dx column sums]
   __shared__ float sh[32];
-  for (int64_t c = threadIdx.x; c < 2 * cols; c += blockDim.x) acc[c] = 0.0f;
+  for (int64_t c = threadIdx.x; c < nacc * cols; c += blockDim.x) acc[c] = 0.0f;
   // Thread t touches only columns t, t+blockDim, ...: acc needs no atomics.
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const float mu = mean[r], rs = rstd[r];
@@ -297,37 +301,35 @@ __global__ void LayerNormBwdKernel(int64_t rows, int64_t cols, const T* dy, cons
       float v = rs * (g - m1 - xh * m2);
       if (dres) v += Ld(dres + r * cols, c);
       St(o, c, v);
+      if (nacc == 3) acc[2 * cols + c] += Round<T>(v);
     }
   }
-  float* p = part + blockIdx.x * 2 * cols;
-  for (int64_t c = threadIdx.x; c < 2 * cols; c += blockDim.x) p[c] = acc[c];
+  float* p = part + blockIdx.x * nacc * cols;
+  for (int64_t c = threadIdx.x; c < nacc * cols; c += blockDim.x) p[c] = acc[c];
 }
 
 // Sums the per-block partials: 32 columns per block, 16 threads down each
 // column taking every 16th part, then a fixed-order sum of their 16 results
 // (deterministic). One thread per column walking all parts serially was
 // latency-bound (~100 us at 256 parts).
-__global__ void LayerNormBwdReduce(int64_t cols, int64_t parts, const float* part, float* dw, float* db) {
-  __shared__ float sw[16][33], sb[16][33];
-  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+// blockIdx.y picks the partial: 0 dw, 1 db, 2 the dx column sums (nacc == 3).
+__global__ void LayerNormBwdReduce(int64_t cols, int64_t parts, int nacc, const float* part, float* dw, float* db,
+                                   float* dsum) {
+  __shared__ float sw[16][33];
+  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5, which = blockIdx.y;
+  float* out = which == 0 ? dw : which == 1 ? db : dsum;
+  if (!out) return;  // uniform per block
   const int64_t c = blockIdx.x * 32 + tx;
-  float w = 0, b = 0;
+  const int64_t stride = nacc * cols, off = which * cols + c;
+  float w = 0;
   if (c < cols)
-    for (int64_t i = ty; i < parts; i += 16) {
-      w += part[i * 2 * cols + c];
-      b += part[i * 2 * cols + cols + c];
-    }
+    for (int64_t i = ty; i < parts; i += 16) w += part[i * stride + off];
   sw[ty][tx] = w;
-  sb[ty][tx] = b;
   __syncthreads();
   if (ty == 0 && c < cols) {
-    float tw = 0, tb = 0;
-    for (int k = 0; k < 16; ++k) {
-      tw += sw[k][tx];
-      tb += sb[k][tx];
-    }
-    dw[c] = tw;
-    if (db) db[c] = tb;
+    float tw = 0;
+    for (int k = 0; k < 16; ++k) tw += sw[k][tx];
+    out[c] = tw;
   }
 }
 
@@ -439,11 +441,13 @@ int64_t LayerNormBwdParts(int64_t rows) { return rows < kLnBwdMaxParts ? rows : 
 
 cudaError_t LayerNormBwd(int bf16, int64_t rows, int64_t cols, const void* dy, const void* x, const float* w,
                          const float* mean, const float* rstd, const void* dres, void* dx, float* dw, float* db,
-                         float* workspace, cudaStream_t s) {
+                         float* dsum, float* workspace, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
   const int64_t parts = LayerNormBwdParts(rows);
-  const size_t smem = size_t(2 * cols) * sizeof(float);
+  const int nacc = dsum ? 3 : 2;
+  const size_t smem = size_t(nacc * cols) * sizeof(float);
   const int th = RowThreads(cols);
+  const dim3 reduce_grid(unsigned((cols + 31) / 32), unsigned(nacc));
   cudaError_t e;
   // LOOM_CUDA_LN_BWD_VEC=0 keeps the scalar kernels below (for A/B timing).
   static const bool vec_on = [] {
@@ -452,9 +456,9 @@ cudaError_t LayerNormBwd(int bf16, int64_t rows, int64_t cols, const void* dy, c
   }();
   if (vec_on && LayerNormBwdVecApplies(bf16, cols, dy, x, w, dres, dx)) {
     int64_t used = 0;
-    e = LayerNormBwdVec(rows, cols, parts, dy, x, w, mean, rstd, dres, dx, workspace, &used, s);
+    e = LayerNormBwdVec(rows, cols, parts, dy, x, w, mean, rstd, dres, dx, dsum != nullptr, workspace, &used, s);
     if (e != cudaSuccess) return e;
-    LayerNormBwdReduce<<<unsigned((cols + 31) / 32), 512, 0, s>>>(cols, used, workspace, dw, db);
+    LayerNormBwdReduce<<<reduce_grid, 512, 0, s>>>(cols, used, nacc, workspace, dw, db, dsum);
     return cudaGetLastError();
   }
   if (cols <= kWarpRowMaxCols) {
@@ -463,17 +467,17 @@ cudaError_t LayerNormBwd(int bf16, int64_t rows, int64_t cols, const void* dy, c
   if (bf16)                                                                                                   \
     LayerNormBwdWarpKernel<bf16_t, K><<<unsigned(parts), 256, smem, s>>>(                                     \
         rows, c, static_cast<const bf16_t*>(dy), static_cast<const bf16_t*>(x), w, mean, rstd,                \
-        static_cast<const bf16_t*>(dres), static_cast<bf16_t*>(dx), workspace);                               \
+        static_cast<const bf16_t*>(dres), static_cast<bf16_t*>(dx), workspace, nacc);                         \
   else                                                                                                        \
     LayerNormBwdWarpKernel<float, K><<<unsigned(parts), 256, smem, s>>>(                                      \
         rows, c, static_cast<const float*>(dy), static_cast<const float*>(x), w, mean, rstd,                  \
-        static_cast<const float*>(dres), static_cast<float*>(dx), workspace);
+        static_cast<const float*>(dres), static_cast<float*>(dx), workspace, nacc);
     if (cols <= 256) { LOOM_LN_BWD(8) } else if (cols <= 512) { LOOM_LN_BWD(16) }
     else if (cols <= 768) { LOOM_LN_BWD(24) } else { LOOM_LN_BWD(32) }
 #undef LOOM_LN_BWD
     e = cudaGetLastError();
     if (e != cudaSuccess) return e;
-    LayerNormBwdReduce<<<unsigned((cols + 31) / 32), 512, 0, s>>>(cols, parts, workspace, dw, db);
+    LayerNormBwdReduce<<<reduce_grid, 512, 0, s>>>(cols, parts, nacc, workspace, dw, db, dsum);
     return cudaGetLastError();
   }
   if (bf16) {
@@ -481,18 +485,18 @@ cudaError_t LayerNormBwd(int bf16, int64_t rows, int64_t cols, const void* dy, c
     if (e != cudaSuccess) return e;
     LayerNormBwdKernel<bf16_t><<<parts, th, smem, s>>>(
         rows, cols, static_cast<const bf16_t*>(dy), static_cast<const bf16_t*>(x), w, mean, rstd,
-        static_cast<const bf16_t*>(dres), static_cast<bf16_t*>(dx), workspace);
+        static_cast<const bf16_t*>(dres), static_cast<bf16_t*>(dx), workspace, nacc);
   } else {
     e = cudaFuncSetAttribute(LayerNormBwdKernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (e != cudaSuccess) return e;
     LayerNormBwdKernel<float><<<parts, th, smem, s>>>(rows, cols, static_cast<const float*>(dy),
                                                       static_cast<const float*>(x), w, mean, rstd,
                                                       static_cast<const float*>(dres), static_cast<float*>(dx),
-                                                      workspace);
+                                                      workspace, nacc);
   }
   e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  LayerNormBwdReduce<<<unsigned((cols + 31) / 32), 512, 0, s>>>(cols, parts, workspace, dw, db);
+  LayerNormBwdReduce<<<reduce_grid, 512, 0, s>>>(cols, parts, nacc, workspace, dw, db, dsum);
   return cudaGetLastError();
 }
 
