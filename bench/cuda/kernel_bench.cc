@@ -123,6 +123,11 @@ int main(int argc, char** argv) {
     a.dtype = bf, a.rows = rows, a.cols = C, a.x = x.raw_data(), a.residual = res.raw_data(), a.x_sum = xs.raw_data();
     a.weight = static_cast<float*>(w.raw_data()), a.bias = static_cast<float*>(b.raw_data()), a.y = y.raw_data();
     a.mean = static_cast<float*>(mean.raw_data()), a.rstd = static_cast<float*>(rstd.raw_data()), a.stream = s;
+    {
+      LayerNormFwdArgs a0 = a;  // the GPT-2 plan's form: no residual
+      a0.residual = nullptr, a0.x_sum = nullptr;
+      Row("layernorm bf16", "16384x768", 2.0 * n * 2, MedianMs([&] { CHECK_OK(LayerNormForward(a0)); }));
+    }
     Row("layernorm +residual bf16", "16384x768", 4.0 * n * 2, MedianMs([&] { CHECK_OK(LayerNormForward(a)); }));
     Tensor dy = Buf(n, bf), dres = Buf(n, bf), dx = Buf(n, bf), dw = Buf(C, DType::kF32), db = Buf(C, DType::kF32),
            ws = Buf(LayerNormBwdWorkspaceFloats(rows, C), DType::kF32);

@@ -135,13 +135,13 @@ __global__ void __launch_bounds__(256) SumRowsVecPartK(int64_t rows, int64_t col
   for (int k = 0; k < 8; ++k) acc[k] = 0.f;
   if (c0 < cols) {
     int64_t r = r0 + warp;
-    // Four rows' loads in flight per thread before the adds.
-    for (; r + 24 < r1; r += 32) {
-      uint4 u[4];
+    // Eight rows' loads in flight per thread before the adds.
+    for (; r + 56 < r1; r += 64) {
+      uint4 u[8];
 #pragma unroll
-      for (int q = 0; q < 4; ++q) u[q] = *reinterpret_cast<const uint4*>(x + (r + 8 * q) * cols + c0);
+      for (int q = 0; q < 8; ++q) u[q] = *reinterpret_cast<const uint4*>(x + (r + 8 * q) * cols + c0);
 #pragma unroll
-      for (int q = 0; q < 4; ++q) {
+      for (int q = 0; q < 8; ++q) {
         const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u[q]);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {

@@ -433,6 +433,8 @@ absl::StatusOr<std::vector<CheckResult>> RunKernelChecks(const CheckOptions& opt
     // Warp-per-row kernels: a narrow odd width, and more rows than warps in the grid.
     run("layernorm +residual", dt, ShapeStr({{"rows", 37}, {"cols", 200}}), Tol(dt),
         [&] { return CheckLayerNormFwd(c, dt, 37, 200, true); });
+    run("layernorm +residual", dt, ShapeStr({{"rows", 16384}, {"cols", 768}}), Tol(dt),
+        [&] { return CheckLayerNormFwd(c, dt, 16384, 768, true); });
     run("layernorm_backward +dresidual +colsum", dt, ShapeStr({{"rows", 37}, {"cols", 200}}), Tol(dt),
         [&] { return CheckLayerNormBwd(c, dt, 37, 200, true); });
     run("layernorm_backward +dresidual", dt, ShapeStr({{"rows", 5000}, {"cols", 384}}), Tol(dt),

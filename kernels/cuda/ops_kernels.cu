@@ -271,7 +271,10 @@ __global__ void LayerNormBwdWarpKernel(int64_t rows, int cols, const T* dy, cons
   for (int c = threadIdx.x; c < nacc * cols; c += blockDim.x) p[c] = acc[c];
 }
 
+// Partial rows the workspace holds (the vectorised kernel uses up to one per
+// resident block); the scalar kernels use at most kLnBwdScalarParts.
 constexpr int64_t kLnBwdMaxParts = 512;
+constexpr int64_t kLnBwdScalarParts = 256;
 
 template <typename T>
 __global__ void LayerNormBwdKernel(int64_t rows, int64_t cols, const T* dy, const T* x, const float* w,
@@ -304,6 +307,9 @@ __global__ void LayerNormBwdKernel(int64_t rows, int64_t cols, const T* dy, cons
       if (nacc == 3) acc[2 * cols + c] += Round<T>(v);
     }
   }
+  // acc[cols + c] and acc[2 cols + c] were summed by the thread owning c, which
+  // is not the thread that copies them out when cols % blockDim != 0.
+  __syncthreads();
   float* p = part + blockIdx.x * nacc * cols;
   for (int64_t c = threadIdx.x; c < nacc * cols; c += blockDim.x) p[c] = acc[c];
 }
@@ -407,6 +413,13 @@ cudaError_t LayerNormFwd(int bf16, int64_t rows, int64_t cols, const void* x, co
                          const float* w, const float* b, void* y, float* mean, float* rstd, float eps,
                          cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
+  // LOOM_CUDA_LN_FWD_VEC=0 keeps the scalar kernels below (for A/B timing).
+  static const bool vec_on = [] {
+    const char* v = std::getenv("LOOM_CUDA_LN_FWD_VEC");
+    return !(v && v[0] == '0');
+  }();
+  if (vec_on && LayerNormFwdVecApplies(bf16, cols, x, residual, x_sum, w, b, y))
+    return LayerNormFwdVec(rows, cols, x, residual, x_sum, w, b, y, mean, rstd, eps, s);
   if (cols <= kWarpRowMaxCols) {
     const unsigned blocks = unsigned((rows + 7) / 8);  // 8 warps (rows) per block
     const int c = int(cols);
@@ -443,7 +456,8 @@ cudaError_t LayerNormBwd(int bf16, int64_t rows, int64_t cols, const void* dy, c
                          const float* mean, const float* rstd, const void* dres, void* dx, float* dw, float* db,
                          float* dsum, float* workspace, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
-  const int64_t parts = LayerNormBwdParts(rows);
+  const int64_t max_parts = LayerNormBwdParts(rows);
+  const int64_t parts = max_parts < kLnBwdScalarParts ? max_parts : kLnBwdScalarParts;  // scalar kernels
   const int nacc = dsum ? 3 : 2;
   const size_t smem = size_t(nacc * cols) * sizeof(float);
   const int th = RowThreads(cols);
@@ -456,7 +470,8 @@ cudaError_t LayerNormBwd(int bf16, int64_t rows, int64_t cols, const void* dy, c
   }();
   if (vec_on && LayerNormBwdVecApplies(bf16, cols, dy, x, w, dres, dx)) {
     int64_t used = 0;
-    e = LayerNormBwdVec(rows, cols, parts, dy, x, w, mean, rstd, dres, dx, dsum != nullptr, workspace, &used, s);
+    e = LayerNormBwdVec(rows, cols, max_parts, dy, x, w, mean, rstd, dres, dx, dsum != nullptr, workspace, &used,
+                        s);
     if (e != cudaSuccess) return e;
     LayerNormBwdReduce<<<reduce_grid, 512, 0, s>>>(cols, used, nacc, workspace, dw, db, dsum);
     return cudaGetLastError();

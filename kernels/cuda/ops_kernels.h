@@ -22,7 +22,13 @@ cudaError_t LayerNormBwd(int bf16, int64_t rows, int64_t cols, const void* dy, c
                          const float* mean, const float* rstd, const void* dres, void* dx, float* dw, float* db,
                          float* dsum, float* workspace, cudaStream_t s);
 
-// The vectorised bf16 path (layernorm_bwd_kernels.cu): cols % 8 == 0, cols <= 1024,
+// The vectorised bf16 forward (layernorm_vec_kernels.cu): cols % 8 == 0, cols <= 1024,
+// 16-byte aligned x/residual/x_sum/weight/bias/y.
+bool LayerNormFwdVecApplies(int bf16, int64_t cols, const void* x, const void* res, const void* xsum,
+                            const float* w, const float* b, const void* y);
+cudaError_t LayerNormFwdVec(int64_t rows, int64_t cols, const void* x, const void* res, void* xsum, const float* w,
+                            const float* b, void* y, float* mean, float* rstd, float eps, cudaStream_t s);
+// The vectorised bf16 backward (layernorm_vec_kernels.cu): cols % 8 == 0, cols <= 1024,
 // 16-byte aligned dy/x/weight/dres/dx. Writes at most max_parts partial rows
 // ((colsum ? 3 : 2) * cols floats each: dw, db[, sum of dx]) and says how many in *parts_used.
 bool LayerNormBwdVecApplies(int bf16, int64_t cols, const void* dy, const void* x, const float* w, const void* dres,

@@ -1,11 +1,13 @@
-// LayerNorm backward for bf16 rows of at most 1024 columns with cols % 8 == 0
-// and 16-byte aligned operands (the GPT shapes): see LayerNormBwdVec in
-// ops_kernels.h. One warp per row, each lane owning kVec 16-byte column
-// vectors (8 bf16 values each, column 8 * (lane + 32 j)), so every global
-// access is a 16-byte load or store and a warp moves 512 contiguous bytes per
-// instruction. All of a row's loads (dy, x, dresidual) are issued before the
-// first use. dweight/dbias partials stay in registers across the warp's rows;
-// at the end each warp writes them to shared memory and the block sums its
+// LayerNorm forward and backward for bf16 rows of at most 1024 columns with
+// cols % 8 == 0 and 16-byte aligned operands (the GPT shapes): see
+// LayerNormFwdVec / LayerNormBwdVec in ops_kernels.h. One warp per row, each
+// lane owning kVec 16-byte column vectors (8 bf16 values each, column
+// 8 * (lane + 32 j)), so every global access is a 16-byte load or store and a
+// warp moves 512 contiguous bytes per instruction; all of a row's loads are
+// issued before the first use.
+//
+// Backward: dweight/dbias partials stay in registers across the warp's rows
+// (or in the warp's shared-memory row, kSmemAcc); at the end the block sums its
 // warps in a fixed order into one partial row (LayerNormBwdReduce then sums the
 // blocks' rows in a fixed order: deterministic, no atomics).
 #include <cuda_bf16.h>
@@ -48,6 +50,76 @@ __device__ __forceinline__ void Store8(float* p, const float* f) {
 __device__ __forceinline__ void Load8(const float* p, float* f) {
   const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
   f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+
+template <int kVec, bool kRes>
+__global__ void __launch_bounds__(kThreads)
+    LayerNormFwdVecKernel(int64_t rows, int cols, const bf16_t* __restrict__ x, const bf16_t* __restrict__ res,
+                          bf16_t* __restrict__ xsum, const float* __restrict__ w, const float* __restrict__ b,
+                          bf16_t* __restrict__ y, float* __restrict__ mean, float* __restrict__ rstd, float eps) {
+  const int lane = threadIdx.x & 31;
+  const int64_t r = int64_t(blockIdx.x) * (kThreads / 32) + (threadIdx.x >> 5);
+  if (r >= rows) return;
+  const int nv = cols >> 3;
+  const int64_t base = r * cols;
+  uint4 ux[kVec], ur[kVec];
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    const int v = lane + 32 * j;
+    if (v < nv) {
+      ux[j] = *reinterpret_cast<const uint4*>(x + base + 8 * v);
+      if (kRes) ur[j] = *reinterpret_cast<const uint4*>(res + base + 8 * v);
+    }
+  }
+  float val[kVec][8];
+  float s = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    const int v = lane + 32 * j;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) val[j][k] = 0.0f;
+    if (v < nv) {
+      Unpack8(ux[j], val[j]);
+      if (kRes) {  // the residual stream, rounded to bf16 as stored; the norm is of it
+        float rv[8];
+        Unpack8(ur[j], rv);
+#pragma unroll
+        for (int k = 0; k < 8; ++k) val[j][k] += rv[k];
+        const uint4 packed = Pack8(val[j]);
+        *reinterpret_cast<uint4*>(xsum + base + 8 * v) = packed;
+        Unpack8(packed, val[j]);
+      }
+#pragma unroll
+      for (int k = 0; k < 8; ++k) s += val[j][k];
+    }
+  }
+  const float mu = WarpSum(s) / cols;
+  float q = 0.0f;
+#pragma unroll
+  for (int j = 0; j < kVec; ++j)
+    if (lane + 32 * j < nv)
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        const float d = val[j][k] - mu;
+        q += d * d;
+      }
+  const float rs = rsqrtf(WarpSum(q) / cols + eps);
+#pragma unroll
+  for (int j = 0; j < kVec; ++j) {
+    const int v = lane + 32 * j;
+    if (v < nv) {
+      float wv[8], bv[8], o[8];
+      Load8(w + 8 * v, wv);
+      if (b) Load8(b + 8 * v, bv);
+#pragma unroll
+      for (int k = 0; k < 8; ++k) o[k] = (val[j][k] - mu) * rs * wv[k] + (b ? bv[k] : 0.0f);
+      *reinterpret_cast<uint4*>(y + base + 8 * v) = Pack8(o);
+    }
+  }
+  if (lane == 0) {
+    mean[r] = mu;
+    rstd[r] = rs;
+  }
 }
 
 // kSmemAcc: the dw/db partials live in the warp's shared-memory row instead of
@@ -213,6 +285,34 @@ cudaError_t LaunchVec(int64_t rows, int cols, int64_t max_parts, const void* dy,
 }
 
 }  // namespace
+
+bool LayerNormFwdVecApplies(int bf16, int64_t cols, const void* x, const void* res, const void* xsum,
+                            const float* w, const float* b, const void* y) {
+  const auto addr = [](const void* p) { return reinterpret_cast<uintptr_t>(p); };
+  return bf16 && cols % 8 == 0 && cols >= 8 && cols <= 1024 &&
+         ((addr(x) | addr(res) | addr(xsum) | addr(w) | addr(b) | addr(y)) & 15) == 0;
+}
+
+cudaError_t LayerNormFwdVec(int64_t rows, int64_t cols, const void* x, const void* res, void* xsum, const float* w,
+                            const float* b, void* y, float* mean, float* rstd, float eps, cudaStream_t s) {
+  const int c = int(cols), nv = c / 8;
+  const unsigned blocks = unsigned((rows + kThreads / 32 - 1) / (kThreads / 32));
+  const auto X = static_cast<const bf16_t*>(x);
+  const auto R = static_cast<const bf16_t*>(res);
+  const auto XS = static_cast<bf16_t*>(xsum);
+  const auto Y = static_cast<bf16_t*>(y);
+#define LOOM_LN_FWD_VEC(K)                                                                                     \
+  if (res)                                                                                                     \
+    LayerNormFwdVecKernel<K, true><<<blocks, kThreads, 0, s>>>(rows, c, X, R, XS, w, b, Y, mean, rstd, eps);   \
+  else                                                                                                         \
+    LayerNormFwdVecKernel<K, false><<<blocks, kThreads, 0, s>>>(rows, c, X, R, XS, w, b, Y, mean, rstd, eps);  \
+  return cudaGetLastError();
+  if (nv <= 32) { LOOM_LN_FWD_VEC(1) }
+  if (nv <= 64) { LOOM_LN_FWD_VEC(2) }
+  if (nv <= 96) { LOOM_LN_FWD_VEC(3) }
+  LOOM_LN_FWD_VEC(4)
+#undef LOOM_LN_FWD_VEC
+}
 
 bool LayerNormBwdVecApplies(int bf16, int64_t cols, const void* dy, const void* x, const float* w, const void* dres,
                             const void* dx) {
