@@ -208,15 +208,17 @@ __global__ void LayerNormFwdWarpKernel(int64_t rows, int cols, const T* x, const
 // dw/db partials stay in registers across the warp's rows; the block's warps
 // then add theirs into shared memory one warp at a time (deterministic) and
 // the block writes one partial row, as the block kernel does.
-template <typename T, int kPer>
+// kSum: also the column sums of dx (nacc = 3), a template flag so that the
+// plain kernel keeps its register count (24 more live floats otherwise).
+template <typename T, int kPer, bool kSum>
 __global__ void LayerNormBwdWarpKernel(int64_t rows, int cols, const T* dy, const T* x, const float* w,
-                                       const float* mean, const float* rstd, const T* dres, T* dx, float* part,
-                                       int nacc) {
+                                       const float* mean, const float* rstd, const T* dres, T* dx, float* part) {
+  constexpr int nacc = kSum ? 3 : 2;
   extern __shared__ float acc[];  // [nacc*cols]: dw, db[, dx column sums]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  float aw[kPer], ab[kPer], as[kPer];
+  float aw[kPer], ab[kPer], as[kSum ? kPer : 1];
 #pragma unroll
-  for (int j = 0; j < kPer; ++j) aw[j] = ab[j] = as[j] = 0.0f;
+  for (int j = 0; j < kPer; ++j) aw[j] = ab[j] = as[kSum ? j : 0] = 0.0f;
   for (int64_t r = int64_t(blockIdx.x) * nw + warp; r < rows; r += int64_t(gridDim.x) * nw) {
     const float mu = mean[r], rs = rstd[r];
     const T* xr = x + r * cols;
@@ -247,7 +249,7 @@ __global__ void LayerNormBwdWarpKernel(int64_t rows, int cols, const T* dy, cons
         float v = rs * (g[j] - m1 - xh[j] * m2);
         if (dres) v += Ld(dres + r * cols, c);
         St(o, c, v);
-        if (nacc == 3) as[j] += Round<T>(v);
+        if (kSum) as[kSum ? j : 0] += Round<T>(v);
       }
     }
   }
@@ -261,7 +263,7 @@ __global__ void LayerNormBwdWarpKernel(int64_t rows, int cols, const T* dy, cons
         if (c < cols) {
           acc[c] += aw[j];
           acc[cols + c] += ab[j];
-          if (nacc == 3) acc[2 * cols + c] += as[j];
+          if (kSum) acc[2 * cols + c] += as[kSum ? j : 0];
         }
       }
     }
@@ -478,18 +480,19 @@ cudaError_t LayerNormBwd(int bf16, int64_t rows, int64_t cols, const void* dy, c
   }
   if (cols <= kWarpRowMaxCols) {
     const int c = int(cols);
+#define LOOM_LN_BWD_T(T, K, S)                                                                                \
+  LayerNormBwdWarpKernel<T, K, S><<<unsigned(parts), 256, smem, s>>>(                                         \
+      rows, c, static_cast<const T*>(dy), static_cast<const T*>(x), w, mean, rstd, static_cast<const T*>(dres), \
+      static_cast<T*>(dx), workspace);
 #define LOOM_LN_BWD(K)                                                                                        \
-  if (bf16)                                                                                                   \
-    LayerNormBwdWarpKernel<bf16_t, K><<<unsigned(parts), 256, smem, s>>>(                                     \
-        rows, c, static_cast<const bf16_t*>(dy), static_cast<const bf16_t*>(x), w, mean, rstd,                \
-        static_cast<const bf16_t*>(dres), static_cast<bf16_t*>(dx), workspace, nacc);                         \
-  else                                                                                                        \
-    LayerNormBwdWarpKernel<float, K><<<unsigned(parts), 256, smem, s>>>(                                      \
-        rows, c, static_cast<const float*>(dy), static_cast<const float*>(x), w, mean, rstd,                  \
-        static_cast<const float*>(dres), static_cast<float*>(dx), workspace, nacc);
+  if (bf16 && dsum) { LOOM_LN_BWD_T(bf16_t, K, true) }                                                        \
+  else if (bf16) { LOOM_LN_BWD_T(bf16_t, K, false) }                                                          \
+  else if (dsum) { LOOM_LN_BWD_T(float, K, true) }                                                            \
+  else { LOOM_LN_BWD_T(float, K, false) }
     if (cols <= 256) { LOOM_LN_BWD(8) } else if (cols <= 512) { LOOM_LN_BWD(16) }
     else if (cols <= 768) { LOOM_LN_BWD(24) } else { LOOM_LN_BWD(32) }
 #undef LOOM_LN_BWD
+#undef LOOM_LN_BWD_T
     e = cudaGetLastError();
     if (e != cudaSuccess) return e;
     LayerNormBwdReduce<<<reduce_grid, 512, 0, s>>>(cols, parts, nacc, workspace, dw, db, dsum);
