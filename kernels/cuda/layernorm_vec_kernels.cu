@@ -253,26 +253,29 @@ cudaError_t LaunchVec(int64_t rows, int cols, int64_t max_parts, const void* dy,
                       int64_t* parts_used, cudaStream_t s) {
   auto kernel = LayerNormBwdVecKernel<kVec, kRes, kSmemAcc, kMinBlocks>;
   const size_t smem = size_t(kThreads / 32) * nacc * cols * sizeof(float);
-  // The shared-memory opt-in and the occupancy are host queries: done on the
-  // first call for each (kernel, shared size), so that later calls (and CUDA
-  // graph capture) only launch. Entries: {smem, resident blocks per GPU}.
-  static int64_t cached_smem[2] = {-1, -1}, cached_blocks[2] = {0, 0};
+  // The shared-memory opt-in and the occupancy are host queries (and the opt-in
+  // is per device): done on the first call for each (device, kernel, shared
+  // size), so that later calls (and CUDA graph capture) only launch.
+  constexpr int kMaxDevices = 64;
+  static int64_t cached_smem[kMaxDevices][2] = {}, cached_blocks[kMaxDevices][2] = {};
+  int dev = 0;
+  cudaError_t e = cudaGetDevice(&dev);
+  if (e != cudaSuccess) return e;
+  if (dev < 0 || dev >= kMaxDevices) return cudaErrorInvalidDevice;
   const int slot = smem > size_t(kThreads / 32) * 2 * cols * sizeof(float) ? 1 : 0;
-  if (cached_smem[slot] != int64_t(smem)) {
-    cudaError_t e;
+  if (cached_smem[dev][slot] != int64_t(smem)) {
     if (smem > 48 * 1024) {
       e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
       if (e != cudaSuccess) return e;
     }
-    int dev = 0, sms = 0, per_sm = 0;
-    if ((e = cudaGetDevice(&dev)) != cudaSuccess) return e;
+    int sms = 0, per_sm = 0;
     if ((e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev)) != cudaSuccess) return e;
     if ((e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem)) != cudaSuccess) return e;
-    cached_blocks[slot] = int64_t(sms) * (per_sm > 0 ? per_sm : 1);
-    cached_smem[slot] = int64_t(smem);
+    cached_blocks[dev][slot] = int64_t(sms) * (per_sm > 0 ? per_sm : 1);
+    cached_smem[dev][slot] = int64_t(smem);
   }
   // One wave of resident blocks, no more blocks than 8-row groups, within the workspace.
-  int64_t blocks = cached_blocks[slot];
+  int64_t blocks = cached_blocks[dev][slot];
   const int64_t groups = (rows + kThreads / 32 - 1) / (kThreads / 32);
   if (blocks > groups) blocks = groups;
   if (blocks > max_parts) blocks = max_parts;
