@@ -19,6 +19,7 @@
 #endif
 
 #include "base/tensor.h"
+#include "compiler/cuda/lowering_kernels.h"
 #include "kernels/cuda/device_runtime.h"
 #include "kernels/cuda/ops.h"
 
@@ -122,6 +123,11 @@ int main(int argc, char** argv) {
     a.dtype = bf, a.rows = rows, a.cols = C, a.x = x.raw_data(), a.residual = res.raw_data(), a.x_sum = xs.raw_data();
     a.weight = static_cast<float*>(w.raw_data()), a.bias = static_cast<float*>(b.raw_data()), a.y = y.raw_data();
     a.mean = static_cast<float*>(mean.raw_data()), a.rstd = static_cast<float*>(rstd.raw_data()), a.stream = s;
+    {
+      LayerNormFwdArgs a0 = a;  // the GPT-2 plan's form: no residual
+      a0.residual = nullptr, a0.x_sum = nullptr;
+      Row("layernorm bf16", "16384x768", 2.0 * n * 2, MedianMs([&] { CHECK_OK(LayerNormForward(a0)); }));
+    }
     Row("layernorm +residual bf16", "16384x768", 4.0 * n * 2, MedianMs([&] { CHECK_OK(LayerNormForward(a)); }));
     Tensor dy = Buf(n, bf), dres = Buf(n, bf), dx = Buf(n, bf), dw = Buf(C, DType::kF32), db = Buf(C, DType::kF32),
            ws = Buf(LayerNormBwdWorkspaceFloats(rows, C), DType::kF32);
@@ -131,7 +137,23 @@ int main(int argc, char** argv) {
     g.dx = dx.raw_data(), g.dweight = static_cast<float*>(dw.raw_data()), g.dbias = static_cast<float*>(db.raw_data());
     g.workspace = static_cast<float*>(ws.raw_data()), g.stream = s;
     Row("layernorm_backward +dres bf16", "16384x768", 4.0 * n * 2, MedianMs([&] { CHECK_OK(LayerNormBackward(g)); }));
+    Tensor ds = Buf(C, DType::kF32);
+    g.dx_colsum = static_cast<float*>(ds.raw_data());
+    Row("layernorm_backward +dres +colsum", "16384x768", 4.0 * n * 2, MedianMs([&] { CHECK_OK(LayerNormBackward(g)); }));
   }
+#ifdef LOOM_HAVE_CUDA  // compiler/cuda's kernels have no stub
+  for (int64_t N : {int64_t{768}, int64_t{2304}, int64_t{3072}}) {
+    // Bias-gradient column sums (compiler/cuda SumRows): [16384, N] bf16 -> f32 [N].
+    namespace kern = loom::compiler::cuda::kern;
+    Tensor x = Buf(rows * N, bf), o = Buf(N, DType::kF32),
+           ws = Buf(kern::SumRowsWorkspaceFloats(rows, N), DType::kF32);
+    Row("sum_rows (bias grad) bf16", "16384x" + std::to_string(N), 2.0 * rows * N, MedianMs([&] {
+          if (kern::SumRows(kern::kBF16, kern::kF32, rows, N, x.raw_data(), o.raw_data(),
+                            static_cast<float*>(ws.raw_data()), s) != 0)
+            std::exit(1);
+        }));
+  }
+#endif
   {
     const int64_t n = rows * V;
     Tensor logits = Buf(n, bf), dl = Buf(n, bf), loss = Buf(rows, DType::kF32), lse = Buf(rows, DType::kF32);
@@ -170,6 +192,35 @@ int main(int argc, char** argv) {
     h.lr = 1e-9f;  // keep the pattern values stable across repeats
     Row("adamw multi-tensor (1 launch)", std::to_string(total) + " params", 30.0 * total,
         MedianMs([&] { CHECK_OK((*opt)->Step(h, s)); }));
+#ifdef LOOM_HAVE_CUDA
+    // Grad norm over the same f32 grads: one launch per tensor (the old
+    // executor path) against the multi-tensor launch.
+    namespace kern = loom::compiler::cuda::kern;
+    std::vector<kern::GradNormEntry> ge;
+    int64_t per_tensor_parts = 0, chunks = 0;
+    for (const AdamWTensor& t : ts) {
+      kern::GradNormEntry e;
+      e.x = t.grad, e.numel = t.numel, e.dt = kern::kF32;
+      ge.push_back(e);
+      per_tensor_parts += kern::GradNormPartials(t.numel);
+    }
+    void *de = nullptr, *dc = nullptr;
+    if (kern::GradNormUpload(ge.data(), int(ge.size()), &de, &dc, &chunks) != 0) std::exit(1);
+    Tensor parts = Buf(std::max(per_tensor_parts, chunks), DType::kF32), gn = Buf(1, DType::kF32);
+    float* pp = static_cast<float*>(parts.raw_data());
+    float* gp = static_cast<float*>(gn.raw_data());
+    Row("grad_norm per tensor (148 launches)", std::to_string(total) + " f32", 4.0 * total, MedianMs([&] {
+          int64_t off = 0;
+          for (const auto& e : ge) {
+            if (kern::SumSquaresPartial(kern::kF32, e.numel, e.x, pp + off, s) != 0) std::exit(1);
+            off += kern::GradNormPartials(e.numel);
+          }
+          if (kern::SqrtSum(pp, off, gp, s) != 0) std::exit(1);
+        }));
+    Row("grad_norm multi-tensor (1+1 launch)", std::to_string(total) + " f32", 4.0 * total, MedianMs([&] {
+          if (kern::GradNormMulti(de, dc, chunks, pp, gp, s) != 0) std::exit(1);
+        }));
+#endif
   }
   CHECK_OK(rt->SynchronizeAll());
   return 0;

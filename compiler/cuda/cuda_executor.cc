@@ -37,6 +37,15 @@ absl::Status CudaErr(int e, absl::string_view what) {
 }
 #define LOOM_CU(expr, what) LOOM_RETURN_IF_ERROR(CudaErr(static_cast<int>(expr), what))
 
+// The multi-tensor grad norm (default) or, with LOOM_CUDA_GRADNORM_MULTI=0, one launch per tensor.
+bool GradNormMultiOn() {
+  static const bool on = [] {
+    const char* v = std::getenv("LOOM_CUDA_GRADNORM_MULTI");
+    return !(v && v[0] == '0');
+  }();
+  return on;
+}
+
 kern::Dt ToDt(DType d) {
   switch (d) {
     case DType::kBF16: return kern::kBF16;
@@ -383,8 +392,8 @@ class Impl final : public CudaExecutor {
         return l.gemm.epilogue == GemmEpilogue::kDGeluBgrad ? 4 * kern::SumRowsWorkspaceFloats(l.gemm.m, l.gemm.n) : 0;
       case LaunchKind::kGradNorm: {
         int64_t t = 0;
-        for (int v : l.inputs) t += kern::GradNormPartials(Numel(v));
-        return 4 * t;
+        for (int v : l.inputs) t += GradNormMultiOn() ? kern::GradNormChunks(Numel(v)) : kern::GradNormPartials(Numel(v));
+        return 4 * std::max<int64_t>(t, 1);
       }
       case LaunchKind::kCrossEntropy: return 4 * Sh(l.inputs[0])[0];
       case LaunchKind::kCrossEntropyBackward: return 256;
@@ -630,6 +639,7 @@ class Impl final : public CudaExecutor {
         a.dbias = static_cast<float*>(Ptr(out[2]));
         a.workspace = static_cast<float*>(scratch);
         if (in.size() > 5) a.dresidual = Ptr(in[5]);  // layernorm_backward+add
+        if (out.size() > 3) a.dx_colsum = static_cast<float*>(Ptr(out[3]));  // ...+sum_to
         a.stream = s;
         calls_.push_back([a]() { return loom::cuda::LayerNormBackward(a); });
         break;
@@ -745,25 +755,52 @@ class Impl final : public CudaExecutor {
         break;
       }
       case LaunchKind::kGradNorm: {
-        struct Part {
-          kern::Dt dt;
-          int64_t n;
-          const void* x;
-          float* partials;
-        };
-        std::vector<Part> parts;
-        float* ws = static_cast<float*>(scratch);
-        int64_t off = 0;
-        for (int v : in) {
-          parts.push_back({ToDt(Dt(v)), Numel(v), Ptr(v), ws + off});
-          off += kern::GradNormPartials(Numel(v));
+        if (!GradNormMultiOn()) {  // LOOM_CUDA_GRADNORM_MULTI=0: one launch per tensor (A/B timing)
+          struct Part {
+            kern::Dt dt;
+            int64_t n;
+            const void* x;
+            float* partials;
+          };
+          std::vector<Part> parts;
+          float* ws = static_cast<float*>(scratch);
+          int64_t off = 0;
+          for (int v : in) {
+            parts.push_back({ToDt(Dt(v)), Numel(v), Ptr(v), ws + off});
+            off += kern::GradNormPartials(Numel(v));
+          }
+          float* o = static_cast<float*>(Ptr(out[0]));
+          calls_.push_back([parts, ws, total = off, o, s]() {
+            for (const Part& p : parts)
+              LOOM_RETURN_IF_ERROR(CudaErr(kern::SumSquaresPartial(p.dt, p.n, p.x, p.partials, s), "grad_norm"));
+            return CudaErr(kern::SqrtSum(ws, total, o, s), "grad_norm");
+          });
+          break;
         }
+        // One multi-tensor launch over every gradient's chunks, then a fixed-order sqrt-sum.
+        std::vector<kern::GradNormEntry> entries;
+        for (int v : in) {
+          kern::GradNormEntry e;
+          e.x = Ptr(v);
+          e.numel = Numel(v);
+          e.dt = ToDt(Dt(v));
+          entries.push_back(e);
+        }
+        void* dev_entries = nullptr;
+        void* dev_chunks = nullptr;
+        int64_t chunks = 0;
+        if (!dry_) {
+          LOOM_CU(kern::GradNormUpload(entries.data(), static_cast<int>(entries.size()), &dev_entries, &dev_chunks,
+                                       &chunks),
+                  "grad_norm: upload");
+          owned_.push_back(dev_entries);
+          owned_.push_back(dev_chunks);
+        }
+        float* ws = static_cast<float*>(scratch);
         float* o = static_cast<float*>(Ptr(out[0]));
-        const int64_t total = off;
-        calls_.push_back([parts, ws, total, o, s]() {
-          for (const Part& p : parts)
-            LOOM_RETURN_IF_ERROR(CudaErr(kern::SumSquaresPartial(p.dt, p.n, p.x, p.partials, s), "grad_norm"));
-          return CudaErr(kern::SqrtSum(ws, total, o, s), "grad_norm");
+        absl::StrAppend(&desc, " tensors=", entries.size(), " chunks=", chunks);
+        calls_.push_back([dev_entries, dev_chunks, chunks, ws, o, s]() {
+          return CudaErr(kern::GradNormMulti(dev_entries, dev_chunks, chunks, ws, o, s), "grad_norm");
         });
         break;
       }

@@ -53,6 +53,8 @@ inline PlanOptions PlanOptionsFor(const CudaOptions& o) {
   p.compose_copies = p.fold_residual_grad = on;
   const char* bg = std::getenv("LOOM_CUDA_BIAS_GRAD_IN_GEMM");  // measured slower: see plan.h
   p.bias_grad_in_gemm = on && bg != nullptr && std::string(bg) == "1";
+  const char* lb = std::getenv("LOOM_CUDA_LN_BIAS_GRAD");  // "1": column sums in the norm kernel (see plan.h)
+  p.bias_grad_in_layernorm = on && lb != nullptr && std::string(lb) == "1";
   return p;
 }
 

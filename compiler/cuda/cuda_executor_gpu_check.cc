@@ -27,6 +27,7 @@
 #include "base/status.h"
 #include "compiler/compile.h"
 #include "compiler/cuda/cuda_executor.h"
+#include "compiler/cuda/lowering_kernel_checks.h"
 #include "compiler/executor.h"
 #include "compiler/models/models.h"
 
@@ -195,7 +196,7 @@ int Check(const Config& c) {
     std::printf("CPU run failed: %s\n", std::string(cpu.status().message()).c_str());
     return 1;
   }
-  int failures = 0;
+  int failures = CheckLoweringKernels();
   std::printf("%-28s %-14s %-14s %-8s\n", "run", "max loss rel", "param rel", "result");
   auto row = [&](const char* name, const absl::StatusOr<RunResult>& r, const RunResult& ref, double loss_tol,
                  double param_tol) {

@@ -31,6 +31,19 @@ int SumRows(Dt xdt, Dt odt, int64_t rows, int64_t cols, const void* x, void* out
 // Sum of squares of one tensor into partials[0, GradNormPartials(n)).
 int GradNormPartials(int64_t n);
 int SumSquaresPartial(Dt dt, int64_t n, const void* x, float* partials, Stream s);
+// Multi-tensor grad norm: one launch over every tensor's chunks (partials:
+// one float per chunk, GradNormChunks summed over the tensors), then out[0] =
+// sqrt(fixed-order sum of the partials). The tables come from GradNormUpload.
+struct GradNormEntry {
+  const void* x = nullptr;
+  int64_t numel = 0;
+  int dt = kF32;  // kF32 or kBF16
+};
+int64_t GradNormChunks(int64_t n);
+int GradNormUpload(const GradNormEntry* host_entries, int n, void** dev_entries, void** dev_chunks,
+                   int64_t* num_chunks);
+int GradNormMulti(const void* dev_entries, const void* dev_chunks, int64_t num_chunks, float* partials, float* out,
+                  Stream s);
 // out[0] = sqrt(sum of partials[0, total)).
 int SqrtSum(const float* partials, int64_t total, float* out, Stream s);
 // Fill n elements with value.

@@ -108,6 +108,17 @@ TEST(PlanCuda, PatternsOnGpt) {
     // Residual-gradient adds folded into layernorm_backward (dresidual): all
     // but the last layer norm's (ln_f's dx has no add after it).
     EXPECT_EQ(CountOp(*p, LaunchKind::kLayerNormBackward, "layernorm_backward+add"), 2 * 2);
+    // With bias_grad_in_layernorm, the c_proj bias gradients (sum_to of the
+    // residual-stream gradient) come from the layernorm backward that writes
+    // that gradient: every layer norm's dx but the first (the embedding sum has no bias).
+    PlanOptions ln_bgrad;
+    ln_bgrad.bias_grad_in_layernorm = true;
+    auto pl = PlanCuda(g, bf16, ln_bgrad);
+    ASSERT_TRUE(pl.ok()) << pl.status();
+    EXPECT_EQ(CountOp(*pl, LaunchKind::kLayerNormBackward, "layernorm_backward+add"), 1);
+    EXPECT_EQ(CountOp(*pl, LaunchKind::kLayerNormBackward, "layernorm_backward+add+sum_to"), 2 * 2 - 1);
+    EXPECT_EQ(CountOp(*pl, LaunchKind::kLayerNormBackward, "layernorm_backward+sum_to"), 1) << "ln_f";
+    EXPECT_EQ(CountOp(*p, LaunchKind::kSumTo), CountOp(*pl, LaunchKind::kSumTo) + 2 * 2);
     EXPECT_EQ(CountOp(*p, LaunchKind::kPointwise, "add"), 2) << "left: x + wpe, and the tied wte gradient sum";
     EXPECT_EQ(CountOp(*p, LaunchKind::kCopy, "slice+reshape+permute"), 3 * 2) << "q, k, v: one copy each";
     EXPECT_EQ(CountOp(*p, LaunchKind::kConcat, "permute+reshape+concat"), 2) << "dq, dk, dv straight into dqkv";

@@ -226,7 +226,7 @@ absl::StatusOr<Errors> CheckLayerNormFwd(Checker& c, DType dt, int64_t rows, int
   return e;
 }
 
-absl::StatusOr<Errors> CheckLayerNormBwd(Checker& c, DType dt, int64_t rows, int64_t cols) {
+absl::StatusOr<Errors> CheckLayerNormBwd(Checker& c, DType dt, int64_t rows, int64_t cols, bool colsum) {
   HostInput x = c.Normal({rows, cols}, dt, 1.0, 0.5), dy = c.Normal({rows, cols}, dt, 1.0);
   HostInput dres = c.Normal({rows, cols}, dt, 0.5);
   HostInput w = c.Normal({cols}, DType::kF32, 0.2, 1.0);
@@ -243,6 +243,7 @@ absl::StatusOr<Errors> CheckLayerNormBwd(Checker& c, DType dt, int64_t rows, int
   LOOM_ASSIGN_OR_RETURN(Tensor o_dx, c.Poisoned({rows, cols}, dt));
   LOOM_ASSIGN_OR_RETURN(Tensor o_dw, c.Poisoned({cols}, DType::kF32));
   LOOM_ASSIGN_OR_RETURN(Tensor o_db, c.Poisoned({cols}, DType::kF32));
+  LOOM_ASSIGN_OR_RETURN(Tensor o_ds, c.Poisoned({cols}, DType::kF32));
   LOOM_ASSIGN_OR_RETURN(Tensor ws, c.Poisoned({LayerNormBwdWorkspaceFloats(rows, cols)}, DType::kF32));
   LayerNormBwdArgs a;
   a.dtype = dt, a.rows = rows, a.cols = cols;
@@ -254,6 +255,7 @@ absl::StatusOr<Errors> CheckLayerNormBwd(Checker& c, DType dt, int64_t rows, int
   a.dx = o_dx.raw_data();
   a.dweight = static_cast<float*>(o_dw.raw_data());
   a.dbias = static_cast<float*>(o_db.raw_data());
+  if (colsum) a.dx_colsum = static_cast<float*>(o_ds.raw_data());
   a.workspace = static_cast<float*>(ws.raw_data());
   a.stream = c.stream();
   LOOM_RETURN_IF_ERROR(LayerNormBackward(a));
@@ -266,6 +268,12 @@ absl::StatusOr<Errors> CheckLayerNormBwd(Checker& c, DType dt, int64_t rows, int
   e.push_back({"dweight", RelErr(odw, rdw)});
   LOOM_ASSIGN_OR_RETURN(Vec odb, c.Down(o_db));
   e.push_back({"dbias", RelErr(odb, rdb)});
+  if (colsum) {
+    Vec rds(cols, 0.0);
+    for (int64_t i = 0; i < rows * cols; ++i) rds[i % cols] += rdx[i];
+    LOOM_ASSIGN_OR_RETURN(Vec ods, c.Down(o_ds));
+    e.push_back({"dx_colsum", RelErr(ods, rds)});
+  }
   return e;
 }
 
@@ -418,17 +426,24 @@ absl::StatusOr<std::vector<CheckResult>> RunKernelChecks(const CheckOptions& opt
         [&] { return CheckLayerNormFwd(c, dt, 512, 768, false); });
     run("layernorm +residual", dt, ShapeStr({{"rows", 300}, {"cols", 1000}}), Tol(dt),
         [&] { return CheckLayerNormFwd(c, dt, 300, 1000, true); });
-    run("layernorm_backward +dresidual", dt, ShapeStr({{"rows", 512}, {"cols", 768}}), Tol(dt),
-        [&] { return CheckLayerNormBwd(c, dt, 512, 768); });
-    run("layernorm_backward +dresidual", dt, ShapeStr({{"rows", 1000}, {"cols", 4100}}), Tol(dt),
-        [&] { return CheckLayerNormBwd(c, dt, 1000, 4100); });
+    run("layernorm_backward +dresidual +colsum", dt, ShapeStr({{"rows", 512}, {"cols", 768}}), Tol(dt),
+        [&] { return CheckLayerNormBwd(c, dt, 512, 768, true); });
+    run("layernorm_backward +dresidual +colsum", dt, ShapeStr({{"rows", 1000}, {"cols", 4100}}), Tol(dt),
+        [&] { return CheckLayerNormBwd(c, dt, 1000, 4100, true); });
     // Warp-per-row kernels: a narrow odd width, and more rows than warps in the grid.
     run("layernorm +residual", dt, ShapeStr({{"rows", 37}, {"cols", 200}}), Tol(dt),
         [&] { return CheckLayerNormFwd(c, dt, 37, 200, true); });
-    run("layernorm_backward +dresidual", dt, ShapeStr({{"rows", 37}, {"cols", 200}}), Tol(dt),
-        [&] { return CheckLayerNormBwd(c, dt, 37, 200); });
+    run("layernorm +residual", dt, ShapeStr({{"rows", 16384}, {"cols", 768}}), Tol(dt),
+        [&] { return CheckLayerNormFwd(c, dt, 16384, 768, true); });
+    run("layernorm_backward +dresidual +colsum", dt, ShapeStr({{"rows", 37}, {"cols", 200}}), Tol(dt),
+        [&] { return CheckLayerNormBwd(c, dt, 37, 200, true); });
     run("layernorm_backward +dresidual", dt, ShapeStr({{"rows", 5000}, {"cols", 384}}), Tol(dt),
-        [&] { return CheckLayerNormBwd(c, dt, 5000, 384); });
+        [&] { return CheckLayerNormBwd(c, dt, 5000, 384, false); });
+    // The GPT-2 shape: the vectorised bf16 kernel with several rows per warp.
+    run("layernorm_backward +dresidual", dt, ShapeStr({{"rows", 16384}, {"cols", 768}}), Tol(dt),
+        [&] { return CheckLayerNormBwd(c, dt, 16384, 768, false); });
+    run("layernorm_backward +dresidual +colsum", dt, ShapeStr({{"rows", 16384}, {"cols", 768}}), Tol(dt),
+        [&] { return CheckLayerNormBwd(c, dt, 16384, 768, true); });
     run("cross_entropy fwd+bwd", dt, ShapeStr({{"rows", 64 * scale}, {"vocab", 50304}}), Tol(dt),
         [&] { return CheckCrossEntropy(c, dt, 64 * scale, 50304); });
     run("cross_entropy fwd+bwd", dt, ShapeStr({{"rows", 33}, {"vocab", 1000}}), Tol(dt),

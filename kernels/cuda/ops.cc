@@ -77,7 +77,7 @@ absl::Status LayerNormForward(const LayerNormFwdArgs& a) {
 }
 
 int64_t LayerNormBwdWorkspaceFloats(int64_t rows, int64_t cols) {
-  return launch::LayerNormBwdParts(rows) * 2 * cols;
+  return launch::LayerNormBwdParts(rows) * 3 * cols;  // dw, db, dx column sums
 }
 
 absl::Status LayerNormBackward(const LayerNormBwdArgs& a) {
@@ -97,7 +97,7 @@ absl::Status LayerNormBackward(const LayerNormBwdArgs& a) {
   LOOM_RETURN_IF_ERROR(NonNull(op, "dweight", a.dweight));
   LOOM_RETURN_IF_ERROR(NonNull(op, "workspace", a.workspace));
   return Launched(launch::LayerNormBwd(bf16, a.rows, a.cols, a.dy, a.x, a.weight, a.mean, a.rstd, a.dresidual,
-                                       a.dx, a.dweight, a.dbias, a.workspace, AsStream(a.stream)),
+                                       a.dx, a.dweight, a.dbias, a.dx_colsum, a.workspace, AsStream(a.stream)),
                   op);
 }
 

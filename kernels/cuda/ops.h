@@ -54,6 +54,8 @@ absl::Status LayerNormForward(const LayerNormFwdArgs& a);
 // dx = LayerNorm'(dy) (+ dresidual: a gradient reaching the norm's input from
 // another path, e.g. the residual branch), dweight/dbias summed over rows
 // deterministically through `workspace` (LayerNormBwdWorkspaceFloats floats).
+// dx_colsum (optional): the column sums of dx as stored, i.e. the bias gradient
+// of a linear whose output is the norm's input (saves a separate pass over dx).
 struct LayerNormBwdArgs {
   DType dtype = DType::kF32;
   int64_t rows = 0, cols = 0;
@@ -66,6 +68,7 @@ struct LayerNormBwdArgs {
   void* dx = nullptr;
   float* dweight = nullptr;  // [cols]
   float* dbias = nullptr;    // [cols], optional
+  float* dx_colsum = nullptr;  // [cols], optional
   float* workspace = nullptr;
   StreamHandle stream = nullptr;
 };

@@ -5,6 +5,8 @@
 // f32 and rounded once on store (round-to-nearest-even).
 #include <cuda_bf16.h>
 
+#include <cstdlib>
+
 #include "kernels/cuda/ops_kernels.h"
 
 namespace loom::cuda::launch {
@@ -206,14 +208,17 @@ __global__ void LayerNormFwdWarpKernel(int64_t rows, int cols, const T* x, const
 // dw/db partials stay in registers across the warp's rows; the block's warps
 // then add theirs into shared memory one warp at a time (deterministic) and
 // the block writes one partial row, as the block kernel does.
-template <typename T, int kPer>
+// kSum: also the column sums of dx (nacc = 3), a template flag so that the
+// plain kernel keeps its register count (24 more live floats otherwise).
+template <typename T, int kPer, bool kSum>
 __global__ void LayerNormBwdWarpKernel(int64_t rows, int cols, const T* dy, const T* x, const float* w,
                                        const float* mean, const float* rstd, const T* dres, T* dx, float* part) {
-  extern __shared__ float acc[];  // [2*cols]
+  constexpr int nacc = kSum ? 3 : 2;
+  extern __shared__ float acc[];  // [nacc*cols]: dw, db[, dx column sums]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-  float aw[kPer], ab[kPer];
+  float aw[kPer], ab[kPer], as[kSum ? kPer : 1];
 #pragma unroll
-  for (int j = 0; j < kPer; ++j) aw[j] = ab[j] = 0.0f;
+  for (int j = 0; j < kPer; ++j) aw[j] = ab[j] = as[kSum ? j : 0] = 0.0f;
   for (int64_t r = int64_t(blockIdx.x) * nw + warp; r < rows; r += int64_t(gridDim.x) * nw) {
     const float mu = mean[r], rs = rstd[r];
     const T* xr = x + r * cols;
@@ -244,10 +249,11 @@ __global__ void LayerNormBwdWarpKernel(int64_t rows, int cols, const T* dy, cons
         float v = rs * (g[j] - m1 - xh[j] * m2);
         if (dres) v += Ld(dres + r * cols, c);
         St(o, c, v);
+        if (kSum) as[kSum ? j : 0] += Round<T>(v);
       }
     }
   }
-  for (int c = threadIdx.x; c < 2 * cols; c += blockDim.x) acc[c] = 0.0f;
+  for (int c = threadIdx.x; c < nacc * cols; c += blockDim.x) acc[c] = 0.0f;
   __syncthreads();
   for (int w2 = 0; w2 < nw; ++w2) {
     if (warp == w2) {
@@ -257,23 +263,28 @@ __global__ void LayerNormBwdWarpKernel(int64_t rows, int cols, const T* dy, cons
         if (c < cols) {
           acc[c] += aw[j];
           acc[cols + c] += ab[j];
+          if (kSum) acc[2 * cols + c] += as[kSum ? j : 0];
         }
       }
     }
     __syncthreads();
   }
-  float* p = part + int64_t(blockIdx.x) * 2 * cols;
-  for (int c = threadIdx.x; c < 2 * cols; c += blockDim.x) p[c] = acc[c];
+  float* p = part + int64_t(blockIdx.x) * nacc * cols;
+  for (int c = threadIdx.x; c < nacc * cols; c += blockDim.x) p[c] = acc[c];
 }
 
-constexpr int64_t kLnBwdMaxParts = 256;
+// Partial rows the workspace holds (the vectorised kernel uses up to one per
+// resident block); the scalar kernels use at most kLnBwdScalarParts.
+constexpr int64_t kLnBwdMaxParts = 512;
+constexpr int64_t kLnBwdScalarParts = 256;
 
 template <typename T>
 __global__ void LayerNormBwdKernel(int64_t rows, int64_t cols, const T* dy, const T* x, const float* w,
-                                   const float* mean, const float* rstd, const T* dres, T* dx, float* part) {
-  extern __shared__ float acc[];  // [2*cols]: dw partials, db partials
+                                   const float* mean, const float* rstd, const T* dres, T* dx, float* part,
+                                   int nacc) {
+  extern __shared__ float acc[];  // [nacc*cols]: dw partials, db partials[, dx column sums]
   __shared__ float sh[32];
-  for (int64_t c = threadIdx.x; c < 2 * cols; c += blockDim.x) acc[c] = 0.0f;
+  for (int64_t c = threadIdx.x; c < nacc * cols; c += blockDim.x) acc[c] = 0.0f;
   // Thread t touches only columns t, t+blockDim, ...: acc needs no atomics.
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
     const float mu = mean[r], rs = rstd[r];
@@ -295,37 +306,38 @@ __global__ void LayerNormBwdKernel(int64_t rows, int64_t cols, const T* dy, cons
       float v = rs * (g - m1 - xh * m2);
       if (dres) v += Ld(dres + r * cols, c);
       St(o, c, v);
+      if (nacc == 3) acc[2 * cols + c] += Round<T>(v);
     }
   }
-  float* p = part + blockIdx.x * 2 * cols;
-  for (int64_t c = threadIdx.x; c < 2 * cols; c += blockDim.x) p[c] = acc[c];
+  // acc[cols + c] and acc[2 cols + c] were summed by the thread owning c, which
+  // is not the thread that copies them out when cols % blockDim != 0.
+  __syncthreads();
+  float* p = part + blockIdx.x * nacc * cols;
+  for (int64_t c = threadIdx.x; c < nacc * cols; c += blockDim.x) p[c] = acc[c];
 }
 
 // Sums the per-block partials: 32 columns per block, 16 threads down each
 // column taking every 16th part, then a fixed-order sum of their 16 results
 // (deterministic). One thread per column walking all parts serially was
 // latency-bound (~100 us at 256 parts).
-__global__ void LayerNormBwdReduce(int64_t cols, int64_t parts, const float* part, float* dw, float* db) {
-  __shared__ float sw[16][33], sb[16][33];
-  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5;
+// blockIdx.y picks the partial: 0 dw, 1 db, 2 the dx column sums (nacc == 3).
+__global__ void LayerNormBwdReduce(int64_t cols, int64_t parts, int nacc, const float* part, float* dw, float* db,
+                                   float* dsum) {
+  __shared__ float sw[16][33];
+  const int tx = threadIdx.x & 31, ty = threadIdx.x >> 5, which = blockIdx.y;
+  float* out = which == 0 ? dw : which == 1 ? db : dsum;
+  if (!out) return;  // uniform per block
   const int64_t c = blockIdx.x * 32 + tx;
-  float w = 0, b = 0;
+  const int64_t stride = nacc * cols, off = which * cols + c;
+  float w = 0;
   if (c < cols)
-    for (int64_t i = ty; i < parts; i += 16) {
-      w += part[i * 2 * cols + c];
-      b += part[i * 2 * cols + cols + c];
-    }
+    for (int64_t i = ty; i < parts; i += 16) w += part[i * stride + off];
   sw[ty][tx] = w;
-  sb[ty][tx] = b;
   __syncthreads();
   if (ty == 0 && c < cols) {
-    float tw = 0, tb = 0;
-    for (int k = 0; k < 16; ++k) {
-      tw += sw[k][tx];
-      tb += sb[k][tx];
-    }
-    dw[c] = tw;
-    if (db) db[c] = tb;
+    float tw = 0;
+    for (int k = 0; k < 16; ++k) tw += sw[k][tx];
+    out[c] = tw;
   }
 }
 
@@ -403,6 +415,13 @@ cudaError_t LayerNormFwd(int bf16, int64_t rows, int64_t cols, const void* x, co
                          const float* w, const float* b, void* y, float* mean, float* rstd, float eps,
                          cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
+  // LOOM_CUDA_LN_FWD_VEC=0 keeps the scalar kernels below (for A/B timing).
+  static const bool vec_on = [] {
+    const char* v = std::getenv("LOOM_CUDA_LN_FWD_VEC");
+    return !(v && v[0] == '0');
+  }();
+  if (vec_on && LayerNormFwdVecApplies(bf16, cols, x, residual, x_sum, w, b, y))
+    return LayerNormFwdVec(rows, cols, x, residual, x_sum, w, b, y, mean, rstd, eps, s);
   if (cols <= kWarpRowMaxCols) {
     const unsigned blocks = unsigned((rows + 7) / 8);  // 8 warps (rows) per block
     const int c = int(cols);
@@ -437,29 +456,46 @@ int64_t LayerNormBwdParts(int64_t rows) { return rows < kLnBwdMaxParts ? rows : 
 
 cudaError_t LayerNormBwd(int bf16, int64_t rows, int64_t cols, const void* dy, const void* x, const float* w,
                          const float* mean, const float* rstd, const void* dres, void* dx, float* dw, float* db,
-                         float* workspace, cudaStream_t s) {
+                         float* dsum, float* workspace, cudaStream_t s) {
   if (rows == 0) return cudaSuccess;
-  const int64_t parts = LayerNormBwdParts(rows);
-  const size_t smem = size_t(2 * cols) * sizeof(float);
+  const int64_t max_parts = LayerNormBwdParts(rows);
+  const int64_t parts = max_parts < kLnBwdScalarParts ? max_parts : kLnBwdScalarParts;  // scalar kernels
+  const int nacc = dsum ? 3 : 2;
+  const size_t smem = size_t(nacc * cols) * sizeof(float);
   const int th = RowThreads(cols);
+  const dim3 reduce_grid(unsigned((cols + 31) / 32), unsigned(nacc));
   cudaError_t e;
+  // LOOM_CUDA_LN_BWD_VEC=0 keeps the scalar kernels below (for A/B timing).
+  static const bool vec_on = [] {
+    const char* v = std::getenv("LOOM_CUDA_LN_BWD_VEC");
+    return !(v && v[0] == '0');
+  }();
+  if (vec_on && LayerNormBwdVecApplies(bf16, cols, dy, x, w, dres, dx)) {
+    int64_t used = 0;
+    e = LayerNormBwdVec(rows, cols, max_parts, dy, x, w, mean, rstd, dres, dx, dsum != nullptr, workspace, &used,
+                        s);
+    if (e != cudaSuccess) return e;
+    LayerNormBwdReduce<<<reduce_grid, 512, 0, s>>>(cols, used, nacc, workspace, dw, db, dsum);
+    return cudaGetLastError();
+  }
   if (cols <= kWarpRowMaxCols) {
     const int c = int(cols);
+#define LOOM_LN_BWD_T(T, K, S)                                                                                \
+  LayerNormBwdWarpKernel<T, K, S><<<unsigned(parts), 256, smem, s>>>(                                         \
+      rows, c, static_cast<const T*>(dy), static_cast<const T*>(x), w, mean, rstd, static_cast<const T*>(dres), \
+      static_cast<T*>(dx), workspace);
 #define LOOM_LN_BWD(K)                                                                                        \
-  if (bf16)                                                                                                   \
-    LayerNormBwdWarpKernel<bf16_t, K><<<unsigned(parts), 256, smem, s>>>(                                     \
-        rows, c, static_cast<const bf16_t*>(dy), static_cast<const bf16_t*>(x), w, mean, rstd,                \
-        static_cast<const bf16_t*>(dres), static_cast<bf16_t*>(dx), workspace);                               \
-  else                                                                                                        \
-    LayerNormBwdWarpKernel<float, K><<<unsigned(parts), 256, smem, s>>>(                                      \
-        rows, c, static_cast<const float*>(dy), static_cast<const float*>(x), w, mean, rstd,                  \
-        static_cast<const float*>(dres), static_cast<float*>(dx), workspace);
+  if (bf16 && dsum) { LOOM_LN_BWD_T(bf16_t, K, true) }                                                        \
+  else if (bf16) { LOOM_LN_BWD_T(bf16_t, K, false) }                                                          \
+  else if (dsum) { LOOM_LN_BWD_T(float, K, true) }                                                            \
+  else { LOOM_LN_BWD_T(float, K, false) }
     if (cols <= 256) { LOOM_LN_BWD(8) } else if (cols <= 512) { LOOM_LN_BWD(16) }
     else if (cols <= 768) { LOOM_LN_BWD(24) } else { LOOM_LN_BWD(32) }
 #undef LOOM_LN_BWD
+#undef LOOM_LN_BWD_T
     e = cudaGetLastError();
     if (e != cudaSuccess) return e;
-    LayerNormBwdReduce<<<unsigned((cols + 31) / 32), 512, 0, s>>>(cols, parts, workspace, dw, db);
+    LayerNormBwdReduce<<<reduce_grid, 512, 0, s>>>(cols, parts, nacc, workspace, dw, db, dsum);
     return cudaGetLastError();
   }
   if (bf16) {
@@ -467,18 +503,18 @@ cudaError_t LayerNormBwd(int bf16, int64_t rows, int64_t cols, const void* dy, c
     if (e != cudaSuccess) return e;
     LayerNormBwdKernel<bf16_t><<<parts, th, smem, s>>>(
         rows, cols, static_cast<const bf16_t*>(dy), static_cast<const bf16_t*>(x), w, mean, rstd,
-        static_cast<const bf16_t*>(dres), static_cast<bf16_t*>(dx), workspace);
+        static_cast<const bf16_t*>(dres), static_cast<bf16_t*>(dx), workspace, nacc);
   } else {
     e = cudaFuncSetAttribute(LayerNormBwdKernel<float>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
     if (e != cudaSuccess) return e;
     LayerNormBwdKernel<float><<<parts, th, smem, s>>>(rows, cols, static_cast<const float*>(dy),
                                                       static_cast<const float*>(x), w, mean, rstd,
                                                       static_cast<const float*>(dres), static_cast<float*>(dx),
-                                                      workspace);
+                                                      workspace, nacc);
   }
   e = cudaGetLastError();
   if (e != cudaSuccess) return e;
-  LayerNormBwdReduce<<<unsigned((cols + 31) / 32), 512, 0, s>>>(cols, parts, workspace, dw, db);
+  LayerNormBwdReduce<<<reduce_grid, 512, 0, s>>>(cols, parts, nacc, workspace, dw, db, dsum);
   return cudaGetLastError();
 }
 

@@ -20,7 +20,22 @@ cudaError_t LayerNormFwd(int bf16, int64_t rows, int64_t cols, const void* x, co
 int64_t LayerNormBwdParts(int64_t rows);
 cudaError_t LayerNormBwd(int bf16, int64_t rows, int64_t cols, const void* dy, const void* x, const float* w,
                          const float* mean, const float* rstd, const void* dres, void* dx, float* dw, float* db,
-                         float* workspace, cudaStream_t s);
+                         float* dsum, float* workspace, cudaStream_t s);
+
+// The vectorised bf16 forward (layernorm_vec_kernels.cu): cols % 8 == 0, cols <= 1024,
+// 16-byte aligned x/residual/x_sum/weight/bias/y.
+bool LayerNormFwdVecApplies(int bf16, int64_t cols, const void* x, const void* res, const void* xsum,
+                            const float* w, const float* b, const void* y);
+cudaError_t LayerNormFwdVec(int64_t rows, int64_t cols, const void* x, const void* res, void* xsum, const float* w,
+                            const float* b, void* y, float* mean, float* rstd, float eps, cudaStream_t s);
+// The vectorised bf16 backward (layernorm_vec_kernels.cu): cols % 8 == 0, cols <= 1024,
+// 16-byte aligned dy/x/weight/dres/dx. Writes at most max_parts partial rows
+// ((colsum ? 3 : 2) * cols floats each: dw, db[, sum of dx]) and says how many in *parts_used.
+bool LayerNormBwdVecApplies(int bf16, int64_t cols, const void* dy, const void* x, const float* w, const void* dres,
+                            const void* dx);
+cudaError_t LayerNormBwdVec(int64_t rows, int64_t cols, int64_t max_parts, const void* dy, const void* x,
+                            const float* w, const float* mean, const float* rstd, const void* dres, void* dx,
+                            bool colsum, float* part, int64_t* parts_used, cudaStream_t s);
 
 cudaError_t CrossEntropyFwd(int bf16, int64_t rows, int64_t vocab, const void* logits, const int32_t* t,
                             float* losses, float* lse, cudaStream_t s);
