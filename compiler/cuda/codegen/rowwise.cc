@@ -116,11 +116,11 @@ template <int NW> __device__ __forceinline__ void loom_block_maxsum(float& m, fl
 constexpr char kLnTemplate[] = R"(
 #ifndef LOOM_ROW_LN_PARAMS
 #define LOOM_ROW_LN_PARAMS
-struct LoomLnParams { const void* a; const void* b; const float* gamma; const float* beta;
+struct LoomLnParams { const void* in[4]; const float* gamma; const float* beta;
   void* h; void* y; float* mean; float* rstd; long long rows; };
-static_assert(sizeof(LoomLnParams) == 72, "LoomLnParams layout");
+static_assert(sizeof(LoomLnParams) == 88, "LoomLnParams layout");
 #endif
-// layernorm cols=$C$ dtype=$DT$ residual=$RES$ bias=$BIAS$ eps=$EPS$ threads=$T$ vec=$W$
+// layernorm cols=$C$ dtype=$DT$ addends=$RES$ bias=$BIAS$ eps=$EPS$ threads=$T$ vec=$W$
 extern "C" __global__ void __launch_bounds__($T$) $NAME$(LoomLnParams p) {
   __shared__ float loom_red[32];
   typedef $ST$ T;
@@ -135,7 +135,6 @@ extern "C" __global__ void __launch_bounds__($T$) $NAME$(LoomLnParams p) {
     for (int k = 0; k < $K$; ++k) {
       const int c = (k * $T$ + tid) * $W$;
       if ($INSIDE$) {
-        const V va = *(const V*)((const T*)p.a + base + c);
 $LOAD_X$
 #pragma unroll
         for (int j = 0; j < $W$; ++j) sum += x[k][j];
@@ -389,7 +388,7 @@ absl::StatusOr<RowSource> GenerateLayerNorm(const LnSpec& s) {
   r.kind = RowKind::kLayerNorm;
   r.cols = s.cols;
   r.dtype = s.dtype;
-  r.residual = s.residual;
+  r.addends = s.addends;
   r.has_bias = s.has_bias;
   r.vec = VecWidth(s.dtype, s.cols);
   const int64_t nvec = s.cols / r.vec;
@@ -404,16 +403,29 @@ absl::StatusOr<RowSource> GenerateLayerNorm(const LnSpec& s) {
   if (k * r.vec > 256)
     return Bad("cols", absl::StrCat(s.cols, " is too wide for a register-resident row (", k * r.vec,
                                     " values per thread > 256)"));
-  const std::string ld = Load(s.dtype, "va.v[j]");
+  if (s.addends.size() == 1 || s.addends.size() > kMaxLnAddends)
+    return Bad("addends", absl::StrCat("expected none (plain) or 2..", kMaxLnAddends, ", got ", s.addends.size()));
   std::string load_x;
-  if (s.residual) {
-    load_x = absl::StrCat(
-        "        const V vb = *(const V*)((const T*)p.b + base + c);\n        V vh;\n#pragma unroll\n",
-        "        for (int j = 0; j < ", r.vec, "; ++j) {\n          vh.v[j] = ",
-        Store(s.dtype, absl::StrCat(ld, " + ", Load(s.dtype, "vb.v[j]"))), ";\n          x[k][j] = ",
-        Load(s.dtype, "vh.v[j]"), ";\n        }\n        *(V*)((T*)p.h + base + c) = vh;");
+  if (s.addends.empty()) {
+    load_x = absl::StrCat("        const V va = *(const V*)((const T*)p.in[0] + base + c);\n#pragma unroll\n",
+                          "        for (int j = 0; j < ", r.vec, "; ++j) x[k][j] = ", Load(s.dtype, "va.v[j]"), ";");
   } else {
-    load_x = absl::StrCat("#pragma unroll\n        for (int j = 0; j < ", r.vec, "; ++j) x[k][j] = ", ld, ";");
+    std::string sum;
+    for (size_t q = 0; q < s.addends.size(); ++q) {
+      const LnAddend& ad = s.addends[q];
+      if (!FloatStorage(ad.dtype))
+        return Bad(absl::StrCat("addends[", q, "].dtype"), absl::StrCat("expected f32 or bf16, got ", DTypeName(ad.dtype)));
+      if (ad.period < 0) return Bad(absl::StrCat("addends[", q, "].period"), "expected >= 0");
+      const std::string row = ad.period == 0   ? "base"
+                              : ad.period == 1 ? "0LL"
+                                               : absl::StrCat("(row % ", ad.period, "LL) * ", s.cols, "LL");
+      absl::StrAppend(&load_x, "        const ", VecType(ad.dtype, r.vec), " v", q, " = *(const ", VecType(ad.dtype, r.vec),
+                      "*)((const ", Storage(ad.dtype), "*)p.in[", q, "] + ", row, " + c);\n");
+      absl::StrAppend(&sum, q == 0 ? "" : " + ", Load(ad.dtype, absl::StrCat("v", q, ".v[j]")));
+    }
+    absl::StrAppend(&load_x, "        V vh;\n#pragma unroll\n        for (int j = 0; j < ", r.vec, "; ++j) {\n",
+                    "          vh.v[j] = ", Store(s.dtype, sum), ";\n          x[k][j] = ", Load(s.dtype, "vh.v[j]"),
+                    ";\n        }\n        *(V*)((T*)p.h + base + c) = vh;");
   }
   const std::string y = s.has_bias ? "(x[k][j] - mean) * rstd * g.v[j] + bb.v[j]" : "(x[k][j] - mean) * rstd * g.v[j]";
   std::string name;
@@ -422,7 +434,7 @@ absl::StatusOr<RowSource> GenerateLayerNorm(const LnSpec& s) {
       {{"$C$", absl::StrCat(s.cols)},
        {"$CF$", absl::StrCat(s.cols, ".0f")},
        {"$DT$", std::string(DTypeName(s.dtype))},
-       {"$RES$", s.residual ? "1" : "0"},
+       {"$RES$", absl::StrCat(s.addends.size())},
        {"$BIAS$", s.has_bias ? "1" : "0"},
        {"$EPS$", FloatLit(s.eps)},
        {"$T$", absl::StrCat(t)},
@@ -592,14 +604,17 @@ absl::Status RowwiseKernel::Launch(const LnParams& p, StreamHandle stream) const
   // Vector widths: storage (vec * elem size) and f32 gamma/beta (vec * 4), capped at 16.
   const int64_t es = DTypeSize(gen_.dtype);
   const int64_t sa = std::min<int64_t>(16, gen_.vec * es), fa = std::min<int64_t>(16, gen_.vec * 4);
-  LOOM_RETURN_IF_ERROR(Ptr(name(), "a", p.a, sa));
   LOOM_RETURN_IF_ERROR(Ptr(name(), "y", p.y, sa));
   LOOM_RETURN_IF_ERROR(Ptr(name(), "gamma", p.gamma, fa));
   LOOM_RETURN_IF_ERROR(Ptr(name(), "mean", p.mean, 4));
   LOOM_RETURN_IF_ERROR(Ptr(name(), "rstd", p.rstd, 4));
-  if (gen_.residual) {
-    LOOM_RETURN_IF_ERROR(Ptr(name(), "b", p.b, sa));
+  if (gen_.addends.empty()) {
+    LOOM_RETURN_IF_ERROR(Ptr(name(), "in[0]", p.in[0], sa));
+  } else {
     LOOM_RETURN_IF_ERROR(Ptr(name(), "h", p.h, sa));
+    for (size_t q = 0; q < gen_.addends.size(); ++q)
+      LOOM_RETURN_IF_ERROR(Ptr(name(), absl::StrCat("in[", q, "]").c_str(), p.in[q],
+                               std::min<int64_t>(16, gen_.vec * DTypeSize(gen_.addends[q].dtype))));
   }
   if (gen_.has_bias) LOOM_RETURN_IF_ERROR(Ptr(name(), "beta", p.beta, fa));
   LnParams q = p;
@@ -652,7 +667,7 @@ absl::Status RowwiseKernel::Launch(const AdamWParams& p, StreamHandle stream) co
   return LaunchKernel(handles_[0], RowGrid(p.num_chunks), gen_.threads, args, stream, name());
 }
 
-static_assert(sizeof(LnParams) == 72 && sizeof(CeFwdParams) == 56 && sizeof(CeBwdParams) == 56 &&
+static_assert(sizeof(LnParams) == 88 && sizeof(CeFwdParams) == 56 && sizeof(CeBwdParams) == 56 &&
                   sizeof(AdamWTensor) == 64 && sizeof(AdamWChunk) == 16 && sizeof(AdamWParams) == 48,
               "parameter structs must match the generated source's layouts");
 

@@ -2,16 +2,18 @@
 // for the row reductions of a training step, sharing pointwise's NVRTC loader
 // and on-disk cache (nvrtc_cache.h).
 //
-//   LnSpec s;  s.cols = 768;  s.dtype = DType::kBF16;  s.residual = true;
+//   LnSpec s;  s.cols = 768;  s.dtype = DType::kBF16;
+//   s.addends = {{DType::kBF16}, {DType::kF32, 1}, {DType::kBF16}};  // mm + bias + residual
 //   LOOM_ASSIGN_OR_RETURN(auto k, RowwiseKernel::LayerNorm(s));
-//   LnParams p{a, b, gamma, beta, h, y, mean, rstd, rows};
+//   LnParams p{{mm, bias, res}, gamma, beta, h, y, mean, rstd, rows};
 //   LOOM_RETURN_IF_ERROR(k->Launch(p, stream));
 //
 // Kernels (f32 statistics; storage dtypes f32 or bf16, rounded once, RN):
 //  - LayerNorm: one block of `threads` per row (grid-stride over rows), the row
 //    held in registers with 16-byte vector accesses, cols baked in.
-//      residual: h = a + b (rounded to dtype, stored: the next residual), x = h
-//      else:     x = a
+//      addends: h = in[0] + in[1] + ... (f32, rounded to dtype, stored: the
+//                next residual; operands may broadcast over rows), x = h
+//      else:     x = in[0]
 //      mean = sum(x)/C, var = sum((x-mean)^2)/C, rstd = 1/sqrt(var + eps)
 //      y = (x - mean) * rstd * gamma + beta   (gamma, beta: f32 [C]; beta optional)
 //  - CrossEntropyForward: per row an online max / sum of exp over the vocab,
@@ -52,13 +54,13 @@
 namespace loom::compiler::cuda_codegen {
 
 // ---- Parameter structs (layouts mirrored in the generated source) ----
+constexpr int kMaxLnAddends = 4;
 struct LnParams {
-  const void* a = nullptr;       // [rows, C] dtype
-  const void* b = nullptr;       // [rows, C] dtype (residual only)
-  const float* gamma = nullptr;  // [C]
-  const float* beta = nullptr;   // [C] (has_bias only)
-  void* h = nullptr;             // [rows, C] dtype: a + b (residual only)
-  void* y = nullptr;             // [rows, C] dtype
+  const void* in[kMaxLnAddends] = {};  // plain: in[0] = x [rows, C]; else the addends
+  const float* gamma = nullptr;        // [C]
+  const float* beta = nullptr;         // [C] (has_bias only)
+  void* h = nullptr;                   // [rows, C] dtype: the sum of the addends (not plain)
+  void* y = nullptr;                   // [rows, C] dtype
   float* mean = nullptr;         // [rows]
   float* rstd = nullptr;         // [rows]
   int64_t rows = 0;
@@ -110,10 +112,20 @@ constexpr int64_t kAdamWChunk = 65536;
 std::vector<AdamWChunk> AdamWTable(std::vector<AdamWTensor>& tensors);
 
 // ---- Specs ----
+// One operand of the prologue sum. period 0: a [rows, C] tensor; P > 0: a
+// [P, C] tensor broadcast over leading dims (row r reads row r % P; P = 1 is a
+// [C] bias, P = T the position embedding of [B, T, C]).
+struct LnAddend {
+  DType dtype = DType::kF32;
+  int64_t period = 0;
+};
 struct LnSpec {
   int64_t cols = 0;
-  DType dtype = DType::kF32;  // a, b, h, y storage: kF32 or kBF16
-  bool residual = false;
+  DType dtype = DType::kF32;  // x (plain), h and y storage: kF32 or kBF16
+  // Empty: plain layernorm of x = in[0]. Two or more: the prologue
+  // h = in[0] + in[1] + ... (f32, left to right, rounded once to dtype) is
+  // stored and normalised (the `add -> layernorm` fusion).
+  std::vector<LnAddend> addends;
   bool has_bias = true;
   double eps = 1e-5;
   int threads = 0;  // 0 = chosen by the generator (multiple of 32, <= 1024)
@@ -143,7 +155,8 @@ struct RowSource {
   int vec = 1;  // elements per vector access
   int64_t cols = 0;
   DType dtype = DType::kF32;  // row storage dtype
-  bool residual = false, has_bias = false;  // layernorm
+  std::vector<LnAddend> addends;  // layernorm
+  bool has_bias = false;         // layernorm
 };
 absl::StatusOr<RowSource> GenerateLayerNorm(const LnSpec& s);
 absl::StatusOr<RowSource> GenerateCeForward(const CeSpec& s);

@@ -66,17 +66,22 @@ LnCase MakeLnCase(const LnSpec& s, int64_t rows, uint64_t seed) {
   c.rows = rows;
   const int64_t n = rows * s.cols;
   Philox rng(seed, 0);
-  c.a.Init(s.dtype, n);
-  c.b.Init(s.dtype, n);
-  for (int64_t i = 0; i < n; ++i) {
-    c.a.Set(i, rng.Normal(2 * i) + 0.5);
-    c.b.Set(i, 0.7 * rng.Normal(2 * i + 1));
+  std::vector<LnAddend> ads = s.addends;
+  if (ads.empty()) ads.push_back({s.dtype, 0});
+  uint64_t k = 0;
+  for (const LnAddend& ad : ads) {
+    HostBuf b;
+    const int64_t m = (ad.period == 0 ? rows : ad.period) * s.cols;
+    b.Init(ad.dtype, m);
+    const double scale = c.in.empty() ? 1.0 : 0.7;
+    for (int64_t i = 0; i < m; ++i) b.Set(i, scale * rng.Normal(k++) + (c.in.empty() ? 0.5 : 0.0));
+    c.in.push_back(std::move(b));
   }
   c.gamma.Init(DType::kF32, s.cols);
   c.beta.Init(DType::kF32, s.cols);
   for (int64_t j = 0; j < s.cols; ++j) {
-    c.gamma.Set(j, 1.0 + 0.2 * rng.Normal(2 * n + j));
-    c.beta.Set(j, 0.1 * rng.Normal(3 * n + j));
+    c.gamma.Set(j, 1.0 + 0.2 * rng.Normal(k + 2 * j));
+    c.beta.Set(j, 0.1 * rng.Normal(k + 2 * j + 1));
   }
   Fill(c.h, s.dtype, n, kNaN);
   Fill(c.y, s.dtype, n, kNaN);
@@ -87,11 +92,10 @@ LnCase MakeLnCase(const LnSpec& s, int64_t rows, uint64_t seed) {
 
 LnParams LnParamsFor(LnCase& c) {
   LnParams p;
-  p.a = c.a.data();
-  p.b = c.spec.residual ? c.b.data() : nullptr;
+  for (size_t q = 0; q < c.in.size(); ++q) p.in[q] = c.in[q].data();
   p.gamma = static_cast<const float*>(c.gamma.data());
   p.beta = c.spec.has_bias ? static_cast<const float*>(c.beta.data()) : nullptr;
-  p.h = c.spec.residual ? c.h.data() : nullptr;
+  p.h = c.spec.addends.empty() ? nullptr : c.h.data();
   p.y = c.y.data();
   p.mean = static_cast<float*>(c.mean.data());
   p.rstd = static_cast<float*>(c.rstd.data());
@@ -109,13 +113,19 @@ std::string CheckLn(const LnCase& c) {
     double sum = 0;
     for (int64_t j = 0; j < C; ++j) {
       const int64_t i = r * C + j;
-      if (c.spec.residual) {
-        // The kernel adds in f32 and rounds once to the storage dtype.
-        round.Set(0, static_cast<float>(c.a.Get(i)) + static_cast<float>(c.b.Get(i)));
+      if (!c.spec.addends.empty()) {
+        // The kernel adds in f32, left to right, and rounds once to the storage dtype.
+        float acc = 0.f;
+        for (size_t q = 0; q < c.in.size(); ++q) {
+          const int64_t P = c.spec.addends[q].period;
+          const float v = static_cast<float>(c.in[q].Get((P == 0 ? r : r % P) * C + j));
+          acc = q == 0 ? v : acc + v;
+        }
+        round.Set(0, acc);
         x[j] = round.Get(0);
         if (!(c.h.Get(i) == x[j])) return Fail("h", i, c.h.Get(i), x[j]);
       } else {
-        x[j] = c.a.Get(i);
+        x[j] = c.in[0].Get(i);
       }
       sum += x[j];
     }

@@ -28,7 +28,8 @@ struct HostBuf {
 struct LnCase {
   LnSpec spec;
   int64_t rows = 0;
-  HostBuf a, b, gamma, beta;       // inputs (gamma/beta f32)
+  std::vector<HostBuf> in;         // plain: {x}; else one per addend ([period or rows, C])
+  HostBuf gamma, beta;             // f32
   HostBuf h, y, mean, rstd;        // outputs (filled with NaN by Make)
 };
 LnCase MakeLnCase(const LnSpec& s, int64_t rows, uint64_t seed);

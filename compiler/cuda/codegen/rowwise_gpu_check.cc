@@ -74,18 +74,27 @@ void Report(const std::string& label, const std::string& err) {
   if (!err.empty()) ++g_failures;
 }
 
-void CheckLnCase(const LnSpec& s, int64_t rows) {
+void CheckLnCase(const LnSpec& s, int64_t rows, const char* what) {
   LnCase c = MakeLnCase(s, rows, 1234 + s.cols);
   auto k = RowwiseKernel::LayerNorm(s);
   OkOrDie(k.status(), "compile layernorm");
-  Dev a(c.a), b(c.b), g(c.gamma), be(c.beta), h(c.h), y(c.y), mean(c.mean), rstd(c.rstd);
-  LnParams p{a.p, s.residual ? b.p : nullptr, g.as<float>(), s.has_bias ? be.as<float>() : nullptr,
-             s.residual ? h.p : nullptr, y.p, mean.as<float>(), rstd.as<float>(), rows};
+  std::vector<std::unique_ptr<Dev>> in;
+  for (HostBuf& b : c.in) in.push_back(std::make_unique<Dev>(b));
+  Dev g(c.gamma), be(c.beta), h(c.h), y(c.y), mean(c.mean), rstd(c.rstd);
+  LnParams p;
+  for (size_t q = 0; q < in.size(); ++q) p.in[q] = in[q]->p;
+  p.gamma = g.as<float>();
+  p.beta = s.has_bias ? be.as<float>() : nullptr;
+  p.h = s.addends.empty() ? nullptr : h.p;
+  p.y = y.p;
+  p.mean = mean.as<float>();
+  p.rstd = rstd.as<float>();
+  p.rows = rows;
   OkOrDie((*k)->Launch(p, nullptr), "launch layernorm");
   CK(cudaDeviceSynchronize());
   h.Back(), y.Back(), mean.Back(), rstd.Back();
-  Report(absl::StrCat("layernorm ", DTypeName(s.dtype), " C=", s.cols, s.residual ? " +residual" : "",
-                      s.has_bias ? "" : " no-bias", " rows=", rows, " threads=", (*k)->gen().threads),
+  Report(absl::StrCat("layernorm ", DTypeName(s.dtype), " C=", s.cols, " ", what, s.has_bias ? "" : " no-bias",
+                      " rows=", rows, " threads=", (*k)->gen().threads),
          CheckLn(c));
 }
 
@@ -193,31 +202,53 @@ void Timing() {
   float* be = static_cast<float*>(Alloc(C * 4));
   float* mean = static_cast<float*>(Alloc(R * 4));
   float* rstd = static_cast<float*>(Alloc(R * 4));
-  for (bool residual : {false, true}) {
+  float* bias = static_cast<float*>(Alloc(C * 4));
+  for (int prologue : {0, 1, 2}) {
     LnSpec s;
     s.cols = C;
     s.dtype = DType::kBF16;
-    s.residual = residual;
+    if (prologue == 1) s.addends = {{DType::kBF16, 0}, {DType::kBF16, 0}};
+    if (prologue == 2) s.addends = {{DType::kBF16, 0}, {DType::kF32, 1}, {DType::kBF16, 0}};
     auto k = RowwiseKernel::LayerNorm(s);
     OkOrDie(k.status(), "compile layernorm");
-    LnParams p{a, residual ? b : nullptr, g, be, residual ? h : nullptr, y, mean, rstd, R};
+    LnParams p;
+    p.in[0] = a;
+    p.in[1] = prologue == 2 ? static_cast<const void*>(bias) : b;
+    p.in[2] = b;
+    p.gamma = g;
+    p.beta = be;
+    p.h = prologue ? h : nullptr;
+    p.y = y;
+    p.mean = mean;
+    p.rstd = rstd;
+    p.rows = R;
     const float gen = TimeUs([&] { OkOrDie((*k)->Launch(p, nullptr), "ln"); });
     loom::cuda::LayerNormFwdArgs la;
     la.dtype = DType::kBF16;
     la.rows = R;
     la.cols = C;
     la.x = a;
-    la.residual = residual ? b : nullptr;
-    la.x_sum = residual ? h : nullptr;
+    la.residual = prologue ? b : nullptr;
+    la.x_sum = prologue ? h : nullptr;
     la.weight = g;
     la.bias = be;
     la.y = y;
     la.mean = mean;
     la.rstd = rstd;
-    const float hand = TimeUs([&] { OkOrDie(loom::cuda::LayerNormForward(la), "hand ln"); });
-    Row(residual ? "layernorm+residual bf16 16384x768" : "layernorm bf16 16384x768",
-        R * C * 2.0 * (residual ? 4 : 2), gen, hand);
+    float hand = TimeUs([&] { OkOrDie(loom::cuda::LayerNormForward(la), "hand ln"); });
+    const char* what[] = {"layernorm bf16 16384x768", "add+layernorm bf16 16384x768",
+                          "mm+bias+res+layernorm (vs pointwise+ln)"};
+    if (prologue == 2) {
+      // The unfused path: the generated pointwise add (timed as the hand-written
+      // residual layernorm's own add is not available with a bias) + plain layernorm.
+      la.residual = nullptr;
+      la.x_sum = nullptr;
+      hand = TimeUs([&] { OkOrDie(loom::cuda::LayerNormForward(la), "hand ln"); }) +
+             TimeUs([&] { OkOrDie(loom::cuda::Add(DType::kBF16, R * C, a, b, h, nullptr), "add"); });
+    }
+    Row(what[prologue], R * C * 2.0 * (prologue ? 4 : 2), gen, hand);
   }
+  cudaFree(bias);
   for (void* p : {a, b, h, y}) cudaFree(p);
   for (float* p : {g, be, mean, rstd}) cudaFree(p);
   // cross entropy, bf16 logits, i32 targets (all valid)
@@ -348,14 +379,17 @@ int Main(int argc, char** argv) {
   }
   std::printf("rowwise_gpu_check: %s\nchecks against f64 references:\n", NvrtcInfo().c_str());
   for (DType dt : {DType::kF32, DType::kBF16})
-    for (bool residual : {false, true})
+    for (int prologue : {0, 1, 2, 3})
       for (int64_t cols : {768, 37, 2048, 4096}) {
         LnSpec s;
         s.cols = cols;
         s.dtype = dt;
-        s.residual = residual;
         s.has_bias = cols != 37;
-        CheckLnCase(s, 259);
+        const char* what[] = {"plain", "x+res", "mm+bias[C]f32+res", "x+pos[64,C]f32"};
+        if (prologue == 1) s.addends = {{dt, 0}, {dt, 0}};
+        if (prologue == 2) s.addends = {{dt, 0}, {DType::kF32, 1}, {dt, 0}};
+        if (prologue == 3) s.addends = {{dt, 0}, {DType::kF32, 64}};
+        CheckLnCase(s, 259, what[prologue]);
       }
   for (DType dt : {DType::kF32, DType::kBF16})
     for (int64_t vocab : {50304, 1001}) {

@@ -144,14 +144,18 @@ TEST_F(HostExec, LayerNormMatchesTheF64Reference) {
     RowSource gen;
   };
   std::vector<Item> items;
+  const DType other[] = {DType::kBF16, DType::kF32};
   for (DType dt : {DType::kF32, DType::kBF16})
-    for (bool residual : {false, true})
+    for (int prologue : {0, 1, 2, 3})
       for (int64_t cols : {768, 100, 37, 2048})
         for (int threads : {0, 64}) {
           LnSpec s;
           s.cols = cols;
           s.dtype = dt;
-          s.residual = residual;
+          // 0 plain; 1 x + residual; 2 mm + bias[C] (other dtype) + residual; 3 x + pos[3, C]
+          if (prologue == 1) s.addends = {{dt, 0}, {dt, 0}};
+          if (prologue == 2) s.addends = {{dt, 0}, {other[dt == DType::kBF16 ? 1 : 0], 1}, {dt, 0}};
+          if (prologue == 3) s.addends = {{dt, 0}, {other[dt == DType::kBF16 ? 1 : 0], 3}};
           s.has_bias = cols != 37;
           s.threads = threads;
           auto gen = GenerateLayerNorm(s);
@@ -168,7 +172,7 @@ TEST_F(HostExec, LayerNormMatchesTheF64Reference) {
     ASSERT_NE(f, nullptr);
     f(&p, 2, it.gen.threads);
     EXPECT_EQ(CheckLn(c), "") << it.gen.kernels[0] << " cols " << it.spec.cols << " " << DTypeName(it.spec.dtype)
-                              << " residual " << it.spec.residual << " threads " << it.gen.threads;
+                              << " addends " << it.spec.addends.size() << " threads " << it.gen.threads;
   }
 }
 

@@ -19,15 +19,20 @@ TEST(Rowwise, LayerNormIsSpecialisedPerRegion) {
   LnSpec s;
   s.cols = 768;
   s.dtype = DType::kBF16;
-  s.residual = true;
+  s.addends = {{DType::kBF16, 0}, {DType::kF32, 1}, {DType::kBF16, 0}};  // mm + bias + residual
   auto g = GenerateLayerNorm(s);
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_EQ(g->vec, 8);       // 16-byte accesses of bf16
   EXPECT_EQ(g->threads, 96);  // 768 / 8 vectors, one per thread
   EXPECT_TRUE(Has(g->source, "row * 768LL")) << g->source;
   EXPECT_TRUE(Has(g->source, "p.h + base + c")) << "residual sum stored";
+  EXPECT_TRUE(Has(g->source, "p.in[1] + 0LL + c")) << "the bias is read per column";
   EXPECT_TRUE(Has(g->source, "loom_block_sum<3>"));
-  s.residual = false;
+  s.addends = {{DType::kBF16, 0}, {DType::kF32, 1024}};
+  auto pos = GenerateLayerNorm(s);
+  ASSERT_TRUE(pos.ok());
+  EXPECT_TRUE(Has(pos->source, "(row % 1024LL) * 768LL")) << pos->source;
+  s.addends.clear();
   auto plain = GenerateLayerNorm(s);
   ASSERT_TRUE(plain.ok());
   EXPECT_NE(plain->kernels[0], g->kernels[0]);
@@ -51,6 +56,11 @@ TEST(Rowwise, ErrorsNameTheField) {
   s.threads = 48;
   EXPECT_TRUE(Has(std::string(GenerateLayerNorm(s).status().message()), "threads"));
   s.threads = 0;
+  s.addends = {{DType::kF32, 0}};
+  EXPECT_TRUE(Has(std::string(GenerateLayerNorm(s).status().message()), "addends"));
+  s.addends = {{DType::kF32, 0}, {DType::kI64, 0}};
+  EXPECT_TRUE(Has(std::string(GenerateLayerNorm(s).status().message()), "addends[1].dtype"));
+  s.addends.clear();
   s.cols = 1 << 20;
   EXPECT_TRUE(Has(std::string(GenerateLayerNorm(s).status().message()), "too wide"));
   CeSpec c;
@@ -93,7 +103,7 @@ TEST(Rowwise, EveryKindCompilesWithNvrtc) {
   LnSpec ln;
   ln.cols = 768;
   ln.dtype = DType::kBF16;
-  ln.residual = true;
+  ln.addends = {{DType::kBF16, 0}, {DType::kBF16, 0}};
   auto k = RowwiseKernel::LayerNorm(ln, o);
   ASSERT_TRUE(k.ok()) << k.status();
   EXPECT_FALSE((*k)->from_cache());
