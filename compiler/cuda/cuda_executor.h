@@ -42,7 +42,31 @@ struct CudaOptions {
   // The newer pattern fusions (plan.h PlanOptions); env LOOM_CUDA_BASIC_FUSIONS=1
   // also turns them off, to bisect a problem on the GPU.
   bool extra_fusions = true;
+  // Generated row-wise kernels (codegen/rowwise.h, NVRTC) instead of the
+  // hand-written ones, which stay the reference and the fallback. The
+  // generated layernorm also takes the add before it (PlanOptions::add_layernorm).
+  // Env LOOM_CUDA_ROWGEN overrides all three: "0"/"none", "1"/"all", or a comma
+  // list of ln, ce, adamw.
+  bool rowgen_layernorm = false;
+  bool rowgen_cross_entropy = false;
+  bool rowgen_adamw = false;
 };
+
+// The row-wise kernel choice after the LOOM_CUDA_ROWGEN override.
+struct RowgenChoice {
+  bool layernorm = false, cross_entropy = false, adamw = false;
+};
+inline RowgenChoice RowgenFor(const CudaOptions& o) {
+  RowgenChoice c{o.rowgen_layernorm, o.rowgen_cross_entropy, o.rowgen_adamw};
+  const char* e = std::getenv("LOOM_CUDA_ROWGEN");
+  if (e == nullptr || *e == '\0') return c;
+  const std::string v = std::string(",") + e + ",";
+  const bool all = v == ",1," || v == ",all,";
+  c.layernorm = all || v.find(",ln,") != std::string::npos;
+  c.cross_entropy = all || v.find(",ce,") != std::string::npos;
+  c.adamw = all || v.find(",adamw,") != std::string::npos;
+  return c;
+}
 
 // The plan options a CudaOptions stands for (extra_fusions and the
 // LOOM_CUDA_BASIC_FUSIONS environment switch).
@@ -53,6 +77,7 @@ inline PlanOptions PlanOptionsFor(const CudaOptions& o) {
   p.compose_copies = p.fold_residual_grad = on;
   const char* bg = std::getenv("LOOM_CUDA_BIAS_GRAD_IN_GEMM");  // measured slower: see plan.h
   p.bias_grad_in_gemm = on && bg != nullptr && std::string(bg) == "1";
+  p.add_layernorm = on && RowgenFor(o).layernorm;
   return p;
 }
 

@@ -24,6 +24,7 @@
 //                                            weight gradient, never materialising
 //                                            the batched product
 //       every adamw node                     ONE multi-tensor AdamW launch
+//       add / fused adds -> layernorm        one generated layernorm (add_layernorm)
 //     reshape is an alias (no launch); adamw outputs alias their param/m/v
 //     inputs (updated in place). A launch that needs an operand in another
 //     dtype gets a cast launch in front (a temp value).
@@ -160,6 +161,11 @@ struct PlanOptions {
   // GPT-2 124M (m=16384 n=3072 k=768, bf16) the fused GEMM took 448 us against
   // 158 us for the kDGelu GEMM plus 66 us for the separate column sums.
   bool bias_grad_in_gemm = false;
+  // add (or a fused node of adds) -> layernorm: one kLayerNorm launch with
+  // inputs {addends.., weight, bias} and outputs {sum, y, mean, rstd}; only the
+  // generated layernorm (codegen/rowwise.h) runs it. Off unless the executor
+  // selects the generated layernorm (CudaOptions / LOOM_CUDA_ROWGEN).
+  bool add_layernorm = false;
 };
 
 // Unimplemented naming the op (and node) for an op with no CUDA launch.
