@@ -163,8 +163,8 @@ struct PlanOptions {
   bool bias_grad_in_gemm = false;
   // add (or a fused node of adds) -> layernorm: one kLayerNorm launch with
   // inputs {addends.., weight, bias} and outputs {sum, y, mean, rstd}; only the
-  // generated layernorm (codegen/rowwise.h) runs it. Off unless the executor
-  // selects the generated layernorm (CudaOptions / LOOM_CUDA_ROWGEN).
+  // generated layernorm (codegen/rowwise.h) runs it. PlanOptionsFor turns it
+  // on with the generated layernorm (CudaOptions / LOOM_CUDA_ROWGEN).
   bool add_layernorm = false;
 };
 
