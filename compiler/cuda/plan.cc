@@ -60,6 +60,47 @@ absl::Status Unsupported(const Graph& g, int node, absl::string_view why) {
                                                "): ", why));
 }
 
+// add -> layernorm (PlanOptions::add_layernorm): node i is an `add`, or a fused
+// node made of adds only, of 2..4 float operands that are [.., C] and
+// broadcast only over leading dims, whose output is read as x by a layernorm
+// with weight and bias of the same storage dtype policy. Returns that
+// layernorm's node, or -1.
+int AddLayerNormUser(const Graph& g, int i, const std::vector<std::vector<int>>& users,
+                     const std::vector<int>& prod, const std::vector<TensorMeta>& metas) {
+  const Node& n = g.nodes()[i];
+  if (n.outputs.size() != 1 || n.inputs.size() < 2 || n.inputs.size() > 4) return -1;
+  if (n.op == kFusedOp) {
+    if (!n.subgraph || n.subgraph->outputs().size() != 1) return -1;
+    for (const Node& b : n.subgraph->nodes())
+      if (b.op != "add") return -1;
+  } else if (n.op != "add") {
+    return -1;
+  }
+  const int h = n.outputs[0];
+  const Shape& os = g.meta(h).shape;
+  const DType dt = metas[h].dtype;
+  if (os.empty() || (dt != DType::kF32 && dt != DType::kBF16)) return -1;
+  for (int v : n.inputs) {
+    const Shape& s = g.meta(v).shape;
+    size_t lead = 0;
+    while (lead < s.size() && s[lead] == 1 && s.size() - lead > 1) ++lead;
+    if (s.empty() || s.size() - lead > os.size() || !std::equal(s.begin() + lead, s.end(), os.end() - (s.size() - lead)))
+      return -1;
+    if (metas[v].dtype != DType::kF32 && metas[v].dtype != DType::kBF16) return -1;
+  }
+  for (int j : users[h]) {
+    const Node& u = g.nodes()[j];
+    if (u.op != "layernorm" || u.inputs.size() != 3 || u.inputs[0] != h || u.inputs[1] == h || u.inputs[2] == h)
+      continue;
+    if (prod[u.inputs[1]] >= i || prod[u.inputs[2]] >= i) continue;
+    if (metas[u.outputs[0]].dtype != dt || metas[u.outputs[1]].dtype != DType::kF32 ||
+        metas[u.outputs[2]].dtype != DType::kF32)
+      continue;
+    return j;
+  }
+  return -1;
+}
+
 }  // namespace
 
 std::optional<std::vector<int64_t>> ViewStrides(absl::Span<const int64_t> old_shape,
@@ -469,6 +510,20 @@ absl::StatusOr<CudaPlan> PlanCuda(const Graph& g, bool bf16, const PlanOptions& 
     if (op == kFusedOp || (def && def->elementwise && n.outputs.size() == 1)) {
       L.kind = LaunchKind::kPointwise;
       L.inputs = n.inputs;
+      // add -> layernorm: one generated launch (codegen/rowwise.h) writes the
+      // sum (the next residual) and the norm; emitted here, at the add.
+      if (const int j = options.add_layernorm ? AddLayerNormUser(g, i, users, prod, p.metas) : -1; j >= 0) {
+        const Node& ln = g.nodes()[j];
+        L.kind = LaunchKind::kLayerNorm;
+        L.op = absl::StrCat(op, "+layernorm");
+        L.node = j;
+        L.nodes = {i, j};
+        L.attrs = ln.attrs;
+        L.inputs.push_back(want(ln.inputs[1], DType::kF32));
+        L.inputs.push_back(want(ln.inputs[2], DType::kF32));
+        L.outputs.insert(L.outputs.end(), ln.outputs.begin(), ln.outputs.end());
+        done[j] = true;
+      }
     } else if (op == "permute" || op == "slice" || op == "cast" || op == "broadcast_to") {
       const Shape& is = g.meta(n.inputs[0]).shape;
       const Shape& os = g.meta(out0).shape;

@@ -24,6 +24,7 @@
 //                                            weight gradient, never materialising
 //                                            the batched product
 //       every adamw node                     ONE multi-tensor AdamW launch
+//       add / fused adds -> layernorm        one generated layernorm (add_layernorm)
 //     reshape is an alias (no launch); adamw outputs alias their param/m/v
 //     inputs (updated in place). A launch that needs an operand in another
 //     dtype gets a cast launch in front (a temp value).
@@ -166,6 +167,11 @@ struct PlanOptions {
   // the norm kernel 11 us (38 -> 49 us) against 12 us for the separate sum_to,
   // and the step time did not move (33.93 vs 33.90 ms).
   bool bias_grad_in_layernorm = false;
+  // add (or a fused node of adds) -> layernorm: one kLayerNorm launch with
+  // inputs {addends.., weight, bias} and outputs {sum, y, mean, rstd}; only the
+  // generated layernorm (codegen/rowwise.h) runs it. PlanOptionsFor turns it
+  // on with the generated layernorm (CudaOptions / LOOM_CUDA_ROWGEN).
+  bool add_layernorm = false;
 };
 
 // Unimplemented naming the op (and node) for an op with no CUDA launch.

@@ -60,12 +60,10 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "base/dtype.h"
+#include "compiler/cuda/codegen/nvrtc_cache.h"
 #include "compiler/ir/ir.h"
 
 namespace loom::compiler::cuda_codegen {
-
-// A cudaStream_t (same type as loom::cuda::StreamHandle).
-using StreamHandle = void*;
 
 struct PwOperand {
   DType dtype = DType::kF32;     // storage dtype: kF32, kBF16, kF16, kI32, kI64
@@ -95,11 +93,6 @@ absl::StatusOr<Graph> MakeSingleOpBody(const std::string& op, const Attrs& attrs
 std::vector<int64_t> BroadcastStrides(absl::Span<const int64_t> in_shape,
                                       absl::Span<const int64_t> out_shape);
 
-struct CodegenOptions {
-  std::string cache_dir;  // "" = $LOOM_KERNEL_CACHE or ~/.cache/loom/kernels
-  std::string arch = "sm_90";
-};
-
 // ---- Index plan (host-evaluable; the generated index code is emitted from it) ----
 // The output index space after dropping size-1 dims and merging dims that are
 // contiguous for the output and every operand. dims are outermost first.
@@ -127,9 +120,6 @@ struct GeneratedKernel {
   int vec_width = 4;          // W: 8 when a linear tensor is 16-bit (16-byte accesses), else 4
 };
 absl::StatusOr<GeneratedKernel> GeneratePointwiseSource(const PwSpec& spec);
-
-// True when this build can run NVRTC (the toolkit was found at build time).
-bool NvrtcAvailable();
 
 class PointwiseKernel {
  public:
@@ -164,7 +154,6 @@ class PointwiseKernel {
   std::string cache_path_;
   bool from_cache_ = false;
   mutable std::mutex mu_;
-  mutable void* library_ = nullptr;  // cudaLibrary_t
   mutable void* kernel_ = nullptr;   // cudaKernel_t
   mutable int num_sms_ = 0;
 };

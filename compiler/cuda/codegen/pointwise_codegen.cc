@@ -126,7 +126,6 @@ std::string FloatLiteral(double v) {
   return "(" + s + "f)";
 }
 
-uint64_t HashString(absl::string_view s) { return Fnv1a64(s); }
 
 std::vector<int64_t> BroadcastStrides(absl::Span<const int64_t> in_shape, absl::Span<const int64_t> out_shape) {
   std::vector<int64_t> out(out_shape.size(), 0);

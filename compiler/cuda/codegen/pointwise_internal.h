@@ -9,6 +9,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "compiler/cuda/codegen/nvrtc_cache.h"
 #include "compiler/cuda/codegen/pointwise.h"
 
 namespace loom::compiler::cuda_codegen {
@@ -24,26 +25,8 @@ absl::StatusOr<std::string> NodeExpr(const Node& n, const std::vector<std::strin
 
 // A CUDA float literal that reproduces static_cast<float>(v) exactly.
 std::string FloatLiteral(double v);
-// 64-bit FNV-1a.
-uint64_t HashString(absl::string_view s);
 // Checks the spec's fields (InvalidArgument naming the field or body node).
 absl::Status ValidateSpec(const PwSpec& spec);
-
-// Cache file format: "LOOMCBN1", u64 payload size, u64 FNV-1a of the payload,
-// then the CUBIN. Returns the payload, or "" when `file` is not a valid entry.
-std::string DecodeCacheEntry(const std::string& file);
-std::string EncodeCacheEntry(const std::string& cubin);
-
-// Compiles any source with the generator's NVRTC options (tests compile many
-// kernels as one program). `name` only labels errors.
-absl::StatusOr<std::string> NvrtcCompileSource(const std::string& source, const std::string& name,
-                                               const std::string& arch);
-
-// Tests: behave as if NVRTC could not be opened (cache lookups only).
-void SetNvrtcDisabledForTesting(bool disabled);
-
-// "NVRTC 13.0 (libnvrtc.so.13)", or why NVRTC is unavailable.
-std::string NvrtcInfo();
 
 // The kernel's `vec` argument: 1 when the W-wide vector path may run (the kernel has it
 // and every linearly accessed pointer, at its offset, is 4-element aligned).
