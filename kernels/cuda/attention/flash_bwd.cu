@@ -49,8 +49,7 @@ cudaError_t Bwd3(const FlashParams& p, cudaStream_t s) {
     if (e != cudaSuccess) return e;
     const int64_t n = rows * D;
     const int64_t blocks = (n + 255) / 256;
-    BwdConvertDqKernel<kBf16><<<static_cast<unsigned>(blocks < 65536 * 8 ? blocks : 65536 * 8), 256, 0, s>>>(
-        p.dq_accum, p.dq, n, p.scale);
+    BwdConvertDqKernel<kBf16><<<static_cast<unsigned>(blocks < 65536 * 8 ? blocks : 65536 * 8), 256, 0, s>>>(p, n);
     return cudaGetLastError();
   }
   BwdPreprocessKernel<kBf16, false><<<pre_blocks, 256, 0, s>>>(p, rows);
