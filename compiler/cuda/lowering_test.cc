@@ -219,14 +219,18 @@ TEST(PlanCuda, AttentionReadsAndWritesStridedViews) {
   }
 }
 
-TEST(PlanCuda, LlamaPlansAndBuilds) {
+class LlamaPlans : public ::testing::TestWithParam<int> {};
+
+// d_model 128 (D 32: the simple attention kernel) and 256 (D 64: flash with
+// strided operands, GQA).
+TEST_P(LlamaPlans, PlansAndBuilds) {
   if (const char* tmp = std::getenv("TEST_TMPDIR")) setenv("LOOM_KERNEL_CACHE", tmp, 1);
   v1::ModelSpec spec;
   spec.set_family("llama");
   spec.set_n_layer(1);
   spec.set_n_head(4);
   spec.set_n_kv_head(2);
-  spec.set_d_model(128);
+  spec.set_d_model(GetParam());
   spec.set_seq_len(64);
   spec.set_vocab(256);
   models::BuildOptions bo;
@@ -247,10 +251,20 @@ TEST(PlanCuda, LlamaPlansAndBuilds) {
     EXPECT_GT(CountOp(*p, LaunchKind::kRope), 0);
     CudaOptions o;
     o.bf16 = bf16;
+    if (bf16 && GetParam() == 256) {
+      std::printf("%s", p->Describe().c_str());
+      EXPECT_EQ(CountOp(*p, LaunchKind::kSdpa) + CountOp(*p, LaunchKind::kSdpaBackward), 2);
+      for (const Launch& l : p->launches)
+        if (l.kind == LaunchKind::kSdpa || l.kind == LaunchKind::kSdpaBackward)
+          EXPECT_EQ(l.attn.size(), l.kind == LaunchKind::kSdpa ? 4u : 8u) << l.op;
+    }
     auto e = CudaExecutor::Create(g, o);
-    if (!e.ok()) EXPECT_EQ(e.status().code(), absl::StatusCode::kUnavailable) << e.status();
+    if (!e.ok()) {
+      EXPECT_EQ(e.status().code(), absl::StatusCode::kUnavailable) << e.status();
+    }
   }
 }
+INSTANTIATE_TEST_SUITE_P(DModel, LlamaPlans, ::testing::Values(128, 256));
 
 TEST(PlanCuda, BasicFusionsSwitch) {
   Graph g = GptJoint(1);
