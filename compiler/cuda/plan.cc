@@ -796,6 +796,28 @@ absl::StatusOr<CudaPlan> PlanCuda(const Graph& g, bool bf16, const PlanOptions& 
           L.op = "sdpa_backward(views)+concat";
         }
       }
+      if (!direct) {
+        // A gradient whose only reader is a permute to [B, T, H, D] is written
+        // in that order; the permute becomes an alias (llama: dq/dk/dv -> rope).
+        for (int k = 0; k < 3; ++k) {
+          const int gout = n.outputs[k];
+          const int u = single_user(gout);
+          if (u < 0 || g.nodes()[u].op != "permute" || is_output[gout] ||
+              g.nodes()[u].attrs.GetInts("dims") != std::vector<int64_t>{0, 2, 1, 3})
+            continue;
+          const Shape& gs = g.meta(gout).shape;
+          grads[k].strides = {gs[2] * gs[1] * gs[3], gs[3], gs[1] * gs[3], 1};
+          if (!flash_strides_ok(0, grads[k].strides, gs[3])) {
+            grads[k] = view_of(gout);
+            continue;
+          }
+          p.root[gout] = gout;
+          p.root[g.nodes()[u].outputs[0]] = gout;
+          done[u] = true;
+          L.nodes.push_back(u);
+          absl::StrAppend(&L.op, "+permute");
+        }
+      }
       for (const AttnView& gv : grads) L.attn.push_back(gv);
       L.inputs = {L.attn[0].value, L.attn[1].value, L.attn[2].value, L.attn[3].value, L.attn[4].value,
                   n.inputs[5]};
