@@ -283,8 +283,11 @@ TEST(PlanCuda, BasicFusionsSwitch) {
   EXPECT_TRUE(PlanOptionsFor(CudaOptions{}).compose_copies);
 }
 
-TEST(PlanCuda, ArenaIsConsistent) {
-  Graph g = GptJoint(2);
+class ArenaIsConsistent : public ::testing::TestWithParam<int> {};
+
+// d_model 128 (D 32) and 256 (D 64: strided flash operands, o aliased by its permute).
+TEST_P(ArenaIsConsistent, NoLiveOverlap) {
+  Graph g = GptJoint(2, GetParam());
   int64_t bytes[2];
   for (bool bf16 : {false, true}) {
     auto p = PlanCuda(g, bf16);
@@ -326,6 +329,7 @@ TEST(PlanCuda, ArenaIsConsistent) {
   }
   EXPECT_LT(bytes[1], bytes[0] * 3 / 4) << "bf16 activations take less memory";
 }
+INSTANTIATE_TEST_SUITE_P(DModel, ArenaIsConsistent, ::testing::Values(128, 256));
 
 TEST(PlanCuda, ReshapeIsAnAliasAndUpdatesAreInPlace) {
   Graph g = GptJoint(1);
