@@ -62,15 +62,18 @@ void Backward(const FlashParams& p) {
   const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seq_q;
   const int bv = p.bwd_variant > 0 ? p.bwd_variant : BwdDefaultVariant(D);
   if (bv == kBwdAtomicVariant) {
-    emu::Launch({static_cast<unsigned>((rows + 7) / 8), 1, 1}, 256,
-                [&] { BwdPreprocessKernel<kBf16, true>(p, rows); });
+    emu::Launch({static_cast<unsigned>((p.seq_q + 7) / 8), static_cast<unsigned>(p.heads),
+                 static_cast<unsigned>(p.batch)},
+                256, [&] { BwdPreprocessKernel<kBf16, true>(p); });
     DkDv<D, BwdAtomicCfg<D>, true, kBf16, kCausal>(p);
     const int64_t n = rows * D;
     emu::Launch({static_cast<unsigned>((n + 255) / 256), 1, 1}, 256,
                 [&] { BwdConvertDqKernel<kBf16>(p, n); });
     return;
   }
-  emu::Launch({static_cast<unsigned>((rows + 7) / 8), 1, 1}, 256, [&] { BwdPreprocessKernel<kBf16, false>(p, rows); });
+  emu::Launch({static_cast<unsigned>((p.seq_q + 7) / 8), static_cast<unsigned>(p.heads),
+               static_cast<unsigned>(p.batch)},
+              256, [&] { BwdPreprocessKernel<kBf16, false>(p); });
   bool found = false;
   switch (bv) {
 #define LOOM_BWD_CASE(id, nw, bm, mb)                            \

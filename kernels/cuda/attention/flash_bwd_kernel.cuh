@@ -53,15 +53,16 @@ struct DqCfg {
 template <int D>
 using BwdAtomicCfg = BwdCfg<4, D == 128 ? 32 : 64, 1>;  // D=128 at BM 64 spills
 
+// Grid (ceil(Tq / 8), H, B): one warp per query row.
 template <bool kBf16, bool kZeroAccum>
-__global__ void BwdPreprocessKernel(FlashParams p, int64_t rows) {
+__global__ void BwdPreprocessKernel(FlashParams p) {
   using E = Elem<kBf16>;
   using T = typename E::T;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  const int tq = blockIdx.x * 8 + (threadIdx.x >> 5), h = blockIdx.y, b = blockIdx.z;
   const int lane = threadIdx.x & 31;
-  if (row >= rows) return;
+  if (tq >= p.seq_q) return;
+  const int64_t row = (static_cast<int64_t>(b) * p.heads + h) * p.seq_q + tq;
   const int D = p.head_dim;
-  const int64_t bh = row / p.seq_q, tq = row % p.seq_q, b = bh / p.heads, h = bh % p.heads;
   const T* o = static_cast<const T*>(p.o) + b * p.so.b + h * p.so.h + tq * p.so.r;
   const T* d = static_cast<const T*>(p.dout) + b * p.sdo.b + h * p.sdo.h + tq * p.sdo.r;
   float acc = 0.f;
