@@ -342,6 +342,7 @@ class Impl final : public CudaExecutor {
   }
 
   bool UseFlash(const Launch& l) const {
+    if (!l.attn.empty()) return true;  // strided views: planned for flash only
     const int q = l.kind == LaunchKind::kSdpa ? l.inputs[0] : l.inputs[1];
     const int64_t d = Sh(q).back();
     return Dt(q) == DType::kBF16 && (d == 64 || d == 128);
@@ -367,6 +368,35 @@ class Impl final : public CudaExecutor {
     FillAttnArgs(a, l, q, k, v);
     a.deterministic = true;
     a.stream = stream_;
+    return a;
+  }
+  // Flash arguments from the plan's strided views (Launch::attn).
+  loom::cuda::FlashAttnArgs FlashViewArgs(const Launch& l) const {
+    const bool bwd = l.kind == LaunchKind::kSdpaBackward;
+    const std::vector<AttnView>& w = l.attn;
+    const AttnView& q = w[bwd ? 1 : 0];
+    const AttnView& k = w[bwd ? 2 : 1];
+    loom::cuda::FlashAttnArgs a;
+    a.dtype = Dt(q.value);
+    a.batch = q.shape[0], a.heads = q.shape[1], a.seq_q = q.shape[2], a.head_dim = q.shape[3];
+    a.kv_heads = k.shape[1], a.seq_k = k.shape[2];
+    a.causal = l.attrs.GetBool("is_causal", false);
+    a.scale = l.attrs.Has("scale") ? static_cast<float>(l.attrs.GetFloat("scale", 0)) : 0.f;
+    a.deterministic = true;
+    a.stream = stream_;
+    auto ptr = [&](const AttnView& v) {
+      return static_cast<char*>(Ptr(v.value)) + v.offset * static_cast<int64_t>(DTypeSize(Dt(v.value)));
+    };
+    auto strides = [](const AttnView& v) { return loom::cuda::FlashStrides{v.strides[0], v.strides[1], v.strides[2]}; };
+    const int base = bwd ? 1 : 0;
+    a.q = ptr(w[base]), a.k = ptr(w[base + 1]), a.v = ptr(w[base + 2]), a.o = ptr(w[base + 3]);
+    a.q_strides = strides(w[base]), a.k_strides = strides(w[base + 1]), a.v_strides = strides(w[base + 2]);
+    a.o_strides = strides(w[base + 3]);
+    if (bwd) {
+      a.dout = ptr(w[0]), a.dout_strides = strides(w[0]);
+      a.dq = ptr(w[5]), a.dk = ptr(w[6]), a.dv = ptr(w[7]);
+      a.dq_strides = strides(w[5]), a.dk_strides = strides(w[6]), a.dv_strides = strides(w[7]);
+    }
     return a;
   }
   kern::AttnArgs SimpleArgs(const Launch& l, int q, int k, int v) const {
@@ -400,6 +430,7 @@ class Impl final : public CudaExecutor {
       case LaunchKind::kCrossEntropy: return 4 * Sh(l.inputs[0])[0];
       case LaunchKind::kCrossEntropyBackward: return 256;
       case LaunchKind::kSdpaBackward: {
+        if (!l.attn.empty()) return loom::cuda::FlashAttentionBwdWorkspaceBytes(FlashViewArgs(l));
         if (UseFlash(l)) {
           loom::cuda::FlashAttnArgs a = FlashArgs(l, l.inputs[1], l.inputs[2], l.inputs[3]);
           return loom::cuda::FlashAttentionBwdWorkspaceBytes(a);
@@ -720,7 +751,12 @@ class Impl final : public CudaExecutor {
         break;
       }
       case LaunchKind::kSdpa: {
-        if (UseFlash(l)) {
+        if (!l.attn.empty()) {
+          loom::cuda::FlashAttnArgs a = FlashViewArgs(l);
+          a.lse = static_cast<float*>(Ptr(out[1]));
+          absl::StrAppend(&desc, " flash");
+          calls_.push_back([a]() { return loom::cuda::FlashAttentionForward(a); });
+        } else if (UseFlash(l)) {
           loom::cuda::FlashAttnArgs a = FlashArgs(l, in[0], in[1], in[2]);
           a.o = Ptr(out[0]);
           a.lse = static_cast<float*>(Ptr(out[1]));
@@ -736,7 +772,13 @@ class Impl final : public CudaExecutor {
         break;
       }
       case LaunchKind::kSdpaBackward: {
-        if (UseFlash(l)) {
+        if (!l.attn.empty()) {
+          loom::cuda::FlashAttnArgs a = FlashViewArgs(l);
+          a.lse = static_cast<float*>(Ptr(in[5]));
+          a.workspace = scratch;
+          absl::StrAppend(&desc, " flash");
+          calls_.push_back([a]() { return loom::cuda::FlashAttentionBackward(a); });
+        } else if (UseFlash(l)) {
           loom::cuda::FlashAttnArgs a = FlashArgs(l, in[1], in[2], in[3]);
           a.dout = Ptr(in[0]);
           a.o = Ptr(in[4]);

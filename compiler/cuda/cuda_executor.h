@@ -78,6 +78,8 @@ inline PlanOptions PlanOptionsFor(const CudaOptions& o) {
   const bool on = o.extra_fusions && !(e != nullptr && *e != '\0' && std::string(e) != "0");
   PlanOptions p;
   p.compose_copies = p.fold_residual_grad = on;
+  const char* ac = std::getenv("LOOM_CUDA_ATTN_COPIES");  // the copy launches around attention, for bisecting
+  p.attn_views = on && !(ac != nullptr && *ac != '\0' && std::string(ac) != "0");
   const char* bg = std::getenv("LOOM_CUDA_BIAS_GRAD_IN_GEMM");  // measured slower: see plan.h
   p.bias_grad_in_gemm = on && bg != nullptr && std::string(bg) == "1";
   const char* lb = std::getenv("LOOM_CUDA_LN_BIAS_GRAD");  // "1": column sums in the norm kernel (see plan.h)

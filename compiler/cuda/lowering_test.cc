@@ -13,12 +13,12 @@
 namespace loom::compiler::cuda {
 namespace {
 
-Graph GptJoint(int n_layer = 2) {
+Graph GptJoint(int n_layer = 2, int d_model = 128) {
   v1::ModelSpec spec;
   spec.set_family("gpt");
   spec.set_n_layer(n_layer);
   spec.set_n_head(4);
-  spec.set_d_model(128);
+  spec.set_d_model(d_model);
   spec.set_seq_len(64);
   spec.set_vocab(256);
   models::BuildOptions bo;
@@ -153,14 +153,95 @@ TEST(PlanCuda, PatternsOnGpt) {
   }
 }
 
-TEST(PlanCuda, LlamaPlansAndBuilds) {
+// Flash-eligible attention (bf16, D 64): no copies around sdpa; q/k/v are
+// windows of the qkv GEMM output, o is written [B, T, H, D], dout is a view of
+// the upstream gradient and dq/dk/dv land in their windows of dqkv.
+TEST(PlanCuda, AttentionReadsAndWritesStridedViews) {
+  constexpr int kLayers = 2;
+  constexpr int64_t B = 8, T = 64, C = 256, H = 4, D = 64;
+  Graph g = GptJoint(kLayers, C);
+  PlanOptions copies;
+  copies.attn_views = false;
+  auto old = PlanCuda(g, true, copies);
+  ASSERT_TRUE(old.ok()) << old.status();
+  auto p = PlanCuda(g, true);
+  ASSERT_TRUE(p.ok()) << p.status();
+  std::printf("%s", p->Describe().c_str());
+  EXPECT_EQ(CountOp(*old, LaunchKind::kCopy, "slice+reshape+permute"), 3 * kLayers);
+  EXPECT_EQ(CountOp(*old, LaunchKind::kCopy, "permute"), 2 * kLayers);
+  EXPECT_EQ(CountOp(*old, LaunchKind::kConcat), kLayers);
+  EXPECT_EQ(CountOp(*p, LaunchKind::kCopy, "slice+reshape+permute"), 0);
+  EXPECT_EQ(CountOp(*p, LaunchKind::kCopy, "permute"), 0);
+  EXPECT_EQ(CountOp(*p, LaunchKind::kConcat), 0);
+  EXPECT_EQ(CountOp(*p, LaunchKind::kSdpa, "sdpa(views)+permute"), kLayers);
+  EXPECT_EQ(CountOp(*p, LaunchKind::kSdpaBackward, "sdpa_backward(views)+concat"), kLayers);
+  EXPECT_EQ(old->launches.size() - p->launches.size(), 6u * kLayers) << "3 q/k/v copies, 2 permutes, 1 concat";
+  EXPECT_LE(p->arena_bytes, old->arena_bytes);
+  const std::vector<int64_t> qkv_st = {T * 3 * C, D, 3 * C, 1}, bthd = {T * C, D, C, 1};
+  for (const Launch& l : p->launches) {
+    if (l.kind == LaunchKind::kSdpa) {
+      ASSERT_EQ(l.attn.size(), 4u);
+      for (int k = 0; k < 3; ++k) {
+        EXPECT_EQ(l.attn[k].value, l.attn[0].value) << "q, k, v share the qkv GEMM output";
+        EXPECT_EQ(l.attn[k].offset, k * C);
+        EXPECT_EQ(l.attn[k].strides, qkv_st);
+        EXPECT_EQ(l.attn[k].shape, (Shape{B, H, T, D}));
+      }
+      EXPECT_EQ(p->metas[l.attn[0].value].shape, (Shape{B, T, 3 * C}));
+      EXPECT_EQ(l.attn[3].value, l.outputs[0]);
+      EXPECT_EQ(l.attn[3].strides, bthd) << "o in [B, T, H, D] order";
+      // The permute after it is an alias of o.
+      bool alias = false;
+      for (int v = 0; v < static_cast<int>(g.values().size()); ++v)
+        alias |= v != l.outputs[0] && p->root[v] == l.outputs[0] && g.meta(v).shape == (Shape{B, T, H, D});
+      EXPECT_TRUE(alias);
+    }
+    if (l.kind == LaunchKind::kSdpaBackward) {
+      ASSERT_EQ(l.attn.size(), 8u);
+      EXPECT_EQ(l.attn[0].strides, bthd) << "dout: a view of the projection's input gradient";
+      EXPECT_EQ(l.attn[0].offset, 0);
+      EXPECT_EQ(l.attn[4].strides, bthd) << "o as the forward wrote it";
+      for (int k = 0; k < 3; ++k) {
+        EXPECT_EQ(l.attn[1 + k].strides, qkv_st);
+        EXPECT_EQ(l.attn[1 + k].offset, k * C);
+        EXPECT_EQ(l.attn[5 + k].value, l.outputs[0]) << "dq, dk, dv in one dqkv buffer";
+        EXPECT_EQ(l.attn[5 + k].offset, k * C);
+        EXPECT_EQ(l.attn[5 + k].strides, qkv_st);
+      }
+      EXPECT_EQ(p->metas[l.outputs[0]].shape, (Shape{B, T, 3 * C}));
+    }
+  }
+  // f32 keeps the copies (the simple attention kernel takes contiguous tensors).
+  auto f = PlanCuda(g, false);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(CountOp(*f, LaunchKind::kCopy, "slice+reshape+permute"), 3 * kLayers);
+  for (const Launch& l : f->launches) EXPECT_TRUE(l.attn.empty());
+  // The env switch back to the copies, and a dry Create of the views plan.
+  setenv("LOOM_CUDA_ATTN_COPIES", "1", 1);
+  EXPECT_FALSE(PlanOptionsFor(CudaOptions{}).attn_views);
+  unsetenv("LOOM_CUDA_ATTN_COPIES");
+  EXPECT_TRUE(PlanOptionsFor(CudaOptions{}).attn_views);
+  if (const char* tmp = std::getenv("TEST_TMPDIR")) setenv("LOOM_KERNEL_CACHE", tmp, 1);
+  CudaOptions o;
+  o.bf16 = true;
+  auto e = CudaExecutor::Create(GptJoint(1, C), o);
+  if (!e.ok()) {
+    EXPECT_EQ(e.status().code(), absl::StatusCode::kUnavailable) << e.status();
+  }
+}
+
+class LlamaPlans : public ::testing::TestWithParam<int> {};
+
+// d_model 128 (D 32: the simple attention kernel) and 256 (D 64: flash with
+// strided operands, GQA).
+TEST_P(LlamaPlans, PlansAndBuilds) {
   if (const char* tmp = std::getenv("TEST_TMPDIR")) setenv("LOOM_KERNEL_CACHE", tmp, 1);
   v1::ModelSpec spec;
   spec.set_family("llama");
   spec.set_n_layer(1);
   spec.set_n_head(4);
   spec.set_n_kv_head(2);
-  spec.set_d_model(128);
+  spec.set_d_model(GetParam());
   spec.set_seq_len(64);
   spec.set_vocab(256);
   models::BuildOptions bo;
@@ -181,10 +262,20 @@ TEST(PlanCuda, LlamaPlansAndBuilds) {
     EXPECT_GT(CountOp(*p, LaunchKind::kRope), 0);
     CudaOptions o;
     o.bf16 = bf16;
+    if (bf16 && GetParam() == 256) {
+      std::printf("%s", p->Describe().c_str());
+      EXPECT_EQ(CountOp(*p, LaunchKind::kSdpa) + CountOp(*p, LaunchKind::kSdpaBackward), 2);
+      for (const Launch& l : p->launches)
+        if (l.kind == LaunchKind::kSdpa || l.kind == LaunchKind::kSdpaBackward)
+          EXPECT_EQ(l.attn.size(), l.kind == LaunchKind::kSdpa ? 4u : 8u) << l.op;
+    }
     auto e = CudaExecutor::Create(g, o);
-    if (!e.ok()) EXPECT_EQ(e.status().code(), absl::StatusCode::kUnavailable) << e.status();
+    if (!e.ok()) {
+      EXPECT_EQ(e.status().code(), absl::StatusCode::kUnavailable) << e.status();
+    }
   }
 }
+INSTANTIATE_TEST_SUITE_P(DModel, LlamaPlans, ::testing::Values(128, 256));
 
 TEST(PlanCuda, BasicFusionsSwitch) {
   Graph g = GptJoint(1);
@@ -265,8 +356,11 @@ TEST(CudaExecutor, CreateBuildsGeneratedRowKernelsWithoutADevice) {
   }
 }
 
-TEST(PlanCuda, ArenaIsConsistent) {
-  Graph g = GptJoint(2);
+class ArenaIsConsistent : public ::testing::TestWithParam<int> {};
+
+// d_model 128 (D 32) and 256 (D 64: strided flash operands, o aliased by its permute).
+TEST_P(ArenaIsConsistent, NoLiveOverlap) {
+  Graph g = GptJoint(2, GetParam());
   int64_t bytes[2];
   for (bool bf16 : {false, true}) {
     auto p = PlanCuda(g, bf16);
@@ -308,6 +402,7 @@ TEST(PlanCuda, ArenaIsConsistent) {
   }
   EXPECT_LT(bytes[1], bytes[0] * 3 / 4) << "bf16 activations take less memory";
 }
+INSTANTIATE_TEST_SUITE_P(DModel, ArenaIsConsistent, ::testing::Values(128, 256));
 
 TEST(PlanCuda, ReshapeIsAnAliasAndUpdatesAreInPlace) {
   Graph g = GptJoint(1);

@@ -194,6 +194,12 @@ std::string CudaPlan::Describe() const {
       if (m.batch > 1) absl::StrAppend(&s, " batch=", m.batch);
     }
     absl::StrAppend(&s, " (", vals(l.inputs), ") -> (", vals(l.outputs), ")");
+    if (!l.attn.empty()) {
+      std::vector<std::string> vs;
+      for (const AttnView& a : l.attn)
+        vs.push_back(absl::StrCat("%", a.value, "+", a.offset, "[", absl::StrJoin(a.strides, ","), "]"));
+      absl::StrAppend(&s, " views ", absl::StrJoin(vs, " "));
+    }
     int64_t bytes = 0;
     for (int v : l.inputs) bytes += Bytes(v);
     for (int v : l.outputs) bytes += Bytes(v);
@@ -309,6 +315,51 @@ absl::StatusOr<CudaPlan> PlanCuda(const Graph& g, bool bf16, const PlanOptions& 
     int uses = 0;
     for (int x : u.inputs) uses += x == v;
     return uses == 1 ? users[v][0] : -1;
+  };
+
+  // ---- Strided flash-attention operands (options.attn_views) ----------------
+  // A flash-eligible sdpa / sdpa_backward node: the executor runs flash
+  // attention (bf16, D 64/128, no mask or dropout), which takes strides.
+  auto flash_node = [&](int u) {
+    const Node& an = g.nodes()[u];
+    const bool fwd = an.op == "sdpa" && an.inputs.size() == 3;
+    const bool bwd = an.op == "sdpa_backward" && an.inputs.size() == 6;
+    if (!(fwd || bwd) || an.attrs.GetFloat("dropout_p", 0.0) != 0.0) return false;
+    const Shape& os = g.meta(an.outputs[0]).shape;
+    if (os.size() != 4 || (os[3] != 64 && os[3] != 128) || st[an.outputs[0]] != DType::kBF16) return false;
+    for (int v : an.inputs)
+      if (g.meta(v).shape.size() == 4 && st[v] != DType::kBF16) return false;
+    if (bwd && (st[an.outputs[1]] != DType::kBF16 || st[an.outputs[2]] != DType::kBF16 ||
+                st[an.inputs[5]] != DType::kF32))
+      return false;
+    return true;
+  };
+  const bool attn_views = options.attn_views && bf16;
+  // v is read only by flash nodes, as q, k, v or dout (not as o or lse).
+  auto feeds_flash_only = [&](int v) {
+    if (is_output[v] || users[v].empty()) return false;
+    for (int u : users[v]) {
+      if (!flash_node(u)) return false;
+      const Node& an = g.nodes()[u];
+      for (size_t k = 4; k < an.inputs.size() && an.op == "sdpa_backward"; ++k)
+        if (an.inputs[k] == v) return false;
+    }
+    return true;
+  };
+  // Flash's layout rules: the last dim contiguous, 16-byte aligned rows.
+  auto flash_strides_ok = [](int64_t offset, const std::vector<int64_t>& s, int64_t d) {
+    if (s.size() != 4 || s[3] != 1 || offset % 8 != 0 || s[2] < d) return false;
+    for (int i = 0; i < 3; ++i)
+      if (s[i] <= 0 || s[i] % 8 != 0) return false;
+    return true;
+  };
+  // Values read through a strided window (never materialised, or o stored
+  // [B, T, H, D]); anything else a flash node reads is contiguous.
+  std::map<int, AttnView> attn_view;
+  auto view_of = [&](int v) {
+    auto it = attn_view.find(v);
+    if (it != attn_view.end()) return it->second;
+    return AttnView{v, g.meta(v).shape, 0, Contig(g.meta(v).shape)};
   };
 
   // Views folded into a later concat: reshape output -> (geometry, source).
@@ -529,6 +580,16 @@ absl::StatusOr<CudaPlan> PlanCuda(const Graph& g, bool bf16, const PlanOptions& 
       const Shape& os = g.meta(out0).shape;
       CopyGeom cg{os, 0, Contig(is), 0, {}};
       if (op == "permute") {
+        // Read only by flash attention (dout, or q/k/v in other graphs): a view.
+        if (attn_views && feeds_flash_only(out0) && p.root[n.inputs[0]] >= 0 && !attn_view.count(n.inputs[0]) &&
+            p.metas[n.inputs[0]].dtype == DType::kBF16) {
+          std::vector<int64_t> ps;
+          for (int64_t d : n.attrs.GetInts("dims")) ps.push_back(cg.src_strides[NormAxis(d, is.size())]);
+          if (flash_strides_ok(0, ps, os.back())) {
+            attn_view[out0] = AttnView{n.inputs[0], os, 0, ps};
+            continue;
+          }
+        }
         // Deferred into a later concat: permute -> reshape -> concat becomes
         // one copy from the permute's source into the concat's window.
         const int r = single_user(out0);
@@ -564,6 +625,15 @@ absl::StatusOr<CudaPlan> PlanCuda(const Graph& g, bool bf16, const PlanOptions& 
             std::vector<int64_t> ps;
             for (int64_t d : g.nodes()[pm].attrs.GetInts("dims")) ps.push_back((*st)[NormAxis(d, rs.size())]);
             cg.shape = g.meta(g.nodes()[pm].outputs[0]).shape;
+            const int pm_out = g.nodes()[pm].outputs[0];
+            if (attn_views && feeds_flash_only(pm_out) && p.metas[n.inputs[0]].dtype == DType::kBF16 &&
+                p.root[n.inputs[0]] >= 0 && !attn_view.count(n.inputs[0]) &&
+                flash_strides_ok(cg.src_offset, ps, cg.shape.back())) {
+              // q/k/v read by flash straight out of the fused qkv output.
+              attn_view[pm_out] = AttnView{n.inputs[0], cg.shape, cg.src_offset, ps};
+              done[r] = done[pm] = true;
+              continue;
+            }
             cg.src_strides = ps;
             done[r] = done[pm] = true;
             L.nodes = {i, r, pm};
@@ -699,6 +769,131 @@ absl::StatusOr<CudaPlan> PlanCuda(const Graph& g, bool bf16, const PlanOptions& 
       L.kind = LaunchKind::kCrossEntropyBackward;
       L.inputs = {want(n.inputs[0], DType::kF32), want(n.inputs[1], p.metas[out0].dtype), n.inputs[2],
                   want(n.inputs[3], DType::kF32)};
+    } else if (op == "sdpa" && attn_views && flash_node(i)) {
+      L.kind = LaunchKind::kSdpa;
+      L.op = "sdpa(views)";
+      AttnView o = view_of(out0);
+      // o stored [B, T, H, D] when its only readers are one permute to that
+      // order (which becomes an alias) and sdpa_backward.
+      const Shape& oshape = g.meta(out0).shape;
+      int perm = -1;
+      bool others_ok = !is_output[out0];
+      for (int u : users[out0]) {
+        const Node& un = g.nodes()[u];
+        if (un.op == "permute" && perm < 0 && un.attrs.GetInts("dims") == std::vector<int64_t>{0, 2, 1, 3} &&
+            !is_output[un.outputs[0]])
+          perm = u;
+        else if (!(un.op == "sdpa_backward" && flash_node(u) && un.inputs[4] == out0 && un.inputs[0] != out0 &&
+                   un.inputs[1] != out0 && un.inputs[2] != out0 && un.inputs[3] != out0))
+          others_ok = false;
+      }
+      if (perm >= 0 && others_ok) {
+        const int64_t h = oshape[1], t = oshape[2], d = oshape[3];
+        o.strides = {t * h * d, d, h * d, 1};
+        attn_view[out0] = o;
+        const int pout = g.nodes()[perm].outputs[0];
+        p.root[out0] = out0;
+        p.root[pout] = out0;
+        done[perm] = true;
+        L.nodes.push_back(perm);
+        L.op = "sdpa(views)+permute";
+      }
+      L.attn = {view_of(n.inputs[0]), view_of(n.inputs[1]), view_of(n.inputs[2]), o};
+      L.inputs = {L.attn[0].value, L.attn[1].value, L.attn[2].value};
+    } else if (op == "sdpa_backward" && attn_views && flash_node(i)) {
+      L.kind = LaunchKind::kSdpaBackward;
+      L.op = "sdpa_backward(views)";
+      L.attn = {view_of(n.inputs[0]), view_of(n.inputs[1]), view_of(n.inputs[2]), view_of(n.inputs[3]),
+                view_of(n.inputs[4])};
+      std::vector<AttnView> grads = {view_of(n.outputs[0]), view_of(n.outputs[1]), view_of(n.outputs[2])};
+      // dq, dk, dv -> permute -> reshape -> one concat: written straight into
+      // their windows of the concat's output.
+      int concat = -1;
+      std::vector<int> pm(3, -1), rs(3, -1);
+      bool direct = options.compose_copies;
+      for (int k = 0; k < 3 && direct; ++k) {
+        pm[k] = single_user(n.outputs[k]);
+        if (pm[k] < 0 || g.nodes()[pm[k]].op != "permute") {
+          direct = false;
+          break;
+        }
+        rs[k] = single_user(g.nodes()[pm[k]].outputs[0]);
+        if (rs[k] < 0 || g.nodes()[rs[k]].op != "reshape") {
+          direct = false;
+          break;
+        }
+        const int c = single_user(g.nodes()[rs[k]].outputs[0]);
+        if (c < 0 || g.nodes()[c].op != "concat" || (concat >= 0 && c != concat)) direct = false;
+        concat = c;
+      }
+      if (direct && (g.nodes()[concat].inputs.size() != 3 || st[g.nodes()[concat].outputs[0]] != DType::kBF16))
+        direct = false;
+      if (direct) {
+        const Node& cn = g.nodes()[concat];
+        const int cout = cn.outputs[0];
+        const Shape& cs = g.meta(cout).shape;
+        const std::vector<int64_t> ost = Contig(cs);
+        const int64_t ax = NormAxis(cn.attrs.GetInt("axis"), cs.size());
+        std::vector<AttnView> into(3);
+        int64_t pos = 0;
+        for (int v : cn.inputs) {
+          int k = 0;
+          while (k < 3 && g.nodes()[rs[k]].outputs[0] != v) ++k;
+          if (k == 3 || into[k].value >= 0) {
+            direct = false;
+            break;
+          }
+          const Shape& ps = g.meta(g.nodes()[pm[k]].outputs[0]).shape;
+          auto vs = ViewStrides(g.meta(v).shape, ost, ps);
+          const std::vector<int64_t> dims = g.nodes()[pm[k]].attrs.GetInts("dims");
+          if (!vs || ax >= static_cast<int64_t>(cs.size()) || dims.size() != 4) {
+            direct = false;
+            break;
+          }
+          std::vector<int64_t> gs(4, 0);
+          for (size_t j = 0; j < 4; ++j) gs[NormAxis(dims[j], 4)] = (*vs)[j];
+          into[k] = AttnView{cout, g.meta(n.outputs[k]).shape, pos * ost[ax], gs};
+          if (!flash_strides_ok(into[k].offset, gs, gs.size() == 4 ? ps.back() : 0)) direct = false;
+          pos += g.meta(v).shape[ax];
+        }
+        if (direct) {
+          grads = into;
+          for (int k = 0; k < 3; ++k) {
+            done[pm[k]] = done[rs[k]] = true;
+            L.nodes.push_back(pm[k]);
+            L.nodes.push_back(rs[k]);
+          }
+          done[concat] = true;
+          L.nodes.push_back(concat);
+          L.op = "sdpa_backward(views)+concat";
+        }
+      }
+      if (!direct) {
+        // A gradient whose only reader is a permute to [B, T, H, D] is written
+        // in that order; the permute becomes an alias (llama: dq/dk/dv -> rope).
+        for (int k = 0; k < 3; ++k) {
+          const int gout = n.outputs[k];
+          const int u = single_user(gout);
+          if (u < 0 || g.nodes()[u].op != "permute" || is_output[gout] ||
+              g.nodes()[u].attrs.GetInts("dims") != std::vector<int64_t>{0, 2, 1, 3})
+            continue;
+          const Shape& gs = g.meta(gout).shape;
+          grads[k].strides = {gs[2] * gs[1] * gs[3], gs[3], gs[1] * gs[3], 1};
+          if (!flash_strides_ok(0, grads[k].strides, gs[3])) {
+            grads[k] = view_of(gout);
+            continue;
+          }
+          p.root[gout] = gout;
+          p.root[g.nodes()[u].outputs[0]] = gout;
+          done[u] = true;
+          L.nodes.push_back(u);
+          absl::StrAppend(&L.op, "+permute");
+        }
+      }
+      for (const AttnView& gv : grads) L.attn.push_back(gv);
+      L.inputs = {L.attn[0].value, L.attn[1].value, L.attn[2].value, L.attn[3].value, L.attn[4].value,
+                  n.inputs[5]};
+      L.outputs = {grads[0].value, grads[1].value, grads[2].value};
     } else if (op == "sdpa") {
       if (n.inputs.size() != 3) return Unsupported(g, i, "attention masks are not supported");
       if (n.attrs.GetFloat("dropout_p", 0.0) != 0.0) return Unsupported(g, i, "dropout is not supported");

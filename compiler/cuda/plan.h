@@ -25,6 +25,7 @@
 //                                            the batched product
 //       every adamw node                     ONE multi-tensor AdamW launch
 //       add / fused adds -> layernorm        one generated layernorm (add_layernorm)
+//       permutes/slices around flash sdpa    none: strided views (attn_views)
 //     reshape is an alias (no launch); adamw outputs alias their param/m/v
 //     inputs (updated in place). A launch that needs an operand in another
 //     dtype gets a cast launch in front (a temp value).
@@ -107,6 +108,16 @@ std::optional<std::vector<int64_t>> ViewStrides(absl::Span<const int64_t> old_sh
                                                 absl::Span<const int64_t> old_strides,
                                                 absl::Span<const int64_t> shape);
 
+// One flash-attention operand as a strided window of a plan value's bytes:
+// logical [B, heads, T, D] `shape`, element `offset` and 4 element `strides`
+// (the last 1) into `value`'s storage.
+struct AttnView {
+  int value = -1;
+  Shape shape;
+  int64_t offset = 0;
+  std::vector<int64_t> strides;
+};
+
 struct Launch {
   LaunchKind kind = LaunchKind::kPointwise;
   std::string op;            // what it implements, e.g. "matmul+add+gelu"
@@ -120,6 +131,11 @@ struct Launch {
   // kCopy: one entry; kSliceBackward: one (after zero-filling the output);
   // kConcat: one per input, in input order.
   std::vector<CopyGeom> copies;
+  // kSdpa / kSdpaBackward with strided operands (PlanOptions::attn_views):
+  // q, k, v, o (forward) or dout, q, k, v, o, dq, dk, dv (backward); `inputs`
+  // and `outputs` then name the values holding the bytes (for liveness).
+  // Empty: contiguous operands, inputs/outputs as the graph's.
+  std::vector<AttnView> attn;
 };
 
 struct CudaPlan {
@@ -172,6 +188,13 @@ struct PlanOptions {
   // generated layernorm (codegen/rowwise.h) runs it. PlanOptionsFor turns it
   // on with the generated layernorm (CudaOptions / LOOM_CUDA_ROWGEN).
   bool add_layernorm = false;
+  // Flash attention (bf16, D 64/128) reads and writes strided views instead of
+  // copies: q/k/v as windows of the fused qkv GEMM output (no
+  // slice+reshape+permute copy), o written in [B, T, H, D] order (its
+  // permute for the projection is an alias), dout as a view of the upstream
+  // gradient, dq/dk/dv straight into their windows of the concat's output
+  // (no concat launch). Env LOOM_CUDA_ATTN_COPIES=1 turns it off.
+  bool attn_views = true;
 };
 
 // Unimplemented naming the op (and node) for an op with no CUDA launch.

@@ -35,6 +35,10 @@ struct Case {
   int mask = 0;
   std::vector<int64_t> mask_shape;
   double dropout = 0;
+  // 0: contiguous [B, H, T, D]; 1: every tensor in [B, T, H, D] order (strided
+  // views); 2: q/k/v and dq/dk/dv as windows of one [B, T, 3, H, D] buffer
+  // (the fused qkv projection), o and dout [B, T, H, D] (H == Hkv, Tq == Tk).
+  int layout = 0;
 };
 
 // A random mask of c.mask_shape (values; -inf/false for ~30% of entries and
@@ -62,6 +66,12 @@ void MakeMask(const Case& c, uint64_t seed, Vec* values, Vec* expanded) {
       for (int64_t i = 0; i < full[2]; ++i)
         for (int64_t j = 0; j < full[3]; ++j)
           (*expanded)[n++] = (*values)[b * st[0] + h * st[1] + i * st[2] + j * st[3]];
+}
+
+// Logical [B, X, T, D] index i -> element offset under (off, strides).
+int64_t At(int64_t i, int64_t x, int64_t t, int64_t d, int64_t off, const FlashStrides& s) {
+  const int64_t dd = i % d, tt = i / d % t, xx = i / d / t % x, bb = i / d / t / x;
+  return off + bb * s.batch + xx * s.head + tt * s.row + dd;
 }
 
 double RelErr(const Vec& out, const Vec& ref) {
@@ -119,6 +129,57 @@ absl::StatusOr<std::vector<std::pair<std::string, double>>> CheckCase(Harness& h
   LOOM_ASSIGN_OR_RETURN(Tensor dq, h.Poisoned(qs, dt));
   LOOM_ASSIGN_OR_RETURN(Tensor dk, h.Poisoned(ks, dt));
   LOOM_ASSIGN_OR_RETURN(Tensor dv, h.Poisoned(ks, dt));
+  // Strided layouts: the same values in other storage; outputs gathered back below.
+  struct View {
+    int buf;  // 0: the qkv-like buffer (in or grad), 1: own [B, T, X, D] storage
+    int64_t off;
+    FlashStrides s;
+  };
+  const int64_t B = c.batch, H = c.heads, HK = c.kv_heads, D = c.head_dim;
+  auto bthd = [&](int64_t x, int64_t t) { return View{1, 0, FlashStrides{t * x * D, D, x * D}}; };
+  View vq = bthd(H, c.seq_q), vk = bthd(HK, c.seq_k), vv = vk, vo = vq;
+  if (c.layout == 2) {
+    if (H != HK || c.seq_q != c.seq_k) return absl::InvalidArgumentError("layout 2 needs H == Hkv and Tq == Tk");
+    const FlashStrides s3{c.seq_q * 3 * H * D, D, 3 * H * D};
+    vq = View{0, 0, s3}, vk = View{0, H * D, s3}, vv = View{0, 2 * H * D, s3};
+  }
+  Tensor sq, sk, sv, sdo, so, sdq, sdk, sdv;  // strided storage (layout != 0)
+  auto upload = [&](const Vec& x, int64_t xh, int64_t t, const View& w, Vec* store) {
+    for (size_t i = 0; i < x.size(); ++i) (*store)[At(static_cast<int64_t>(i), xh, t, D, w.off, w.s)] = x[i];
+  };
+  auto gather = [&](const Tensor& t, int64_t xh, int64_t tt, const View& w) -> absl::StatusOr<Vec> {
+    LOOM_ASSIGN_OR_RETURN(Vec all, h.Down(t));
+    Vec x(B * xh * tt * D);
+    for (size_t i = 0; i < x.size(); ++i) x[i] = all[At(static_cast<int64_t>(i), xh, tt, D, w.off, w.s)];
+    return x;
+  };
+  if (c.layout != 0) {
+    auto up = [&](const Vec& store, std::vector<int64_t> shape) -> absl::StatusOr<Tensor> {
+      return ToDevice(Tensor::FromVector(shape, store, dt), h.rt()->device());
+    };
+    if (c.layout == 2) {
+      Vec qkv(B * c.seq_q * 3 * H * D, 0.0), od(B * c.seq_q * H * D, 0.0);
+      upload(q, H, c.seq_q, vq, &qkv), upload(k, HK, c.seq_k, vk, &qkv), upload(v, HK, c.seq_k, vv, &qkv);
+      upload(dout, H, c.seq_q, vo, &od);
+      LOOM_ASSIGN_OR_RETURN(sq, up(qkv, {B, c.seq_q, 3, H, D}));
+      sk = sv = sq;
+      LOOM_ASSIGN_OR_RETURN(sdo, up(od, {B, c.seq_q, H, D}));
+      LOOM_ASSIGN_OR_RETURN(sdq, h.Poisoned({B, c.seq_q, 3, H, D}, dt));
+      sdk = sdv = sdq;
+    } else {
+      Vec bq(B * c.seq_q * H * D), bk(B * c.seq_k * HK * D), bv(bk.size()), bd(bq.size());
+      upload(q, H, c.seq_q, vq, &bq), upload(k, HK, c.seq_k, vk, &bk), upload(v, HK, c.seq_k, vv, &bv);
+      upload(dout, H, c.seq_q, vo, &bd);
+      LOOM_ASSIGN_OR_RETURN(sq, up(bq, {B, c.seq_q, H, D}));
+      LOOM_ASSIGN_OR_RETURN(sk, up(bk, {B, c.seq_k, HK, D}));
+      LOOM_ASSIGN_OR_RETURN(sv, up(bv, {B, c.seq_k, HK, D}));
+      LOOM_ASSIGN_OR_RETURN(sdo, up(bd, {B, c.seq_q, H, D}));
+      LOOM_ASSIGN_OR_RETURN(sdq, h.Poisoned({B, c.seq_q, H, D}, dt));
+      LOOM_ASSIGN_OR_RETURN(sdk, h.Poisoned({B, c.seq_k, HK, D}, dt));
+      LOOM_ASSIGN_OR_RETURN(sdv, h.Poisoned({B, c.seq_k, HK, D}, dt));
+    }
+    LOOM_ASSIGN_OR_RETURN(so, h.Poisoned({B, c.seq_q, H, D}, dt));
+  }
   FlashAttnArgs a;
   a.dtype = dt;
   a.batch = c.batch, a.heads = c.heads, a.kv_heads = c.kv_heads;
@@ -129,6 +190,14 @@ absl::StatusOr<std::vector<std::pair<std::string, double>>> CheckCase(Harness& h
   a.q = dq_in.raw_data(), a.k = dk_in.raw_data(), a.v = dv_in.raw_data();
   a.o = o.raw_data(), a.lse = lse.data<float>();
   a.dout = ddo.raw_data(), a.dq = dq.raw_data(), a.dk = dk.raw_data(), a.dv = dv.raw_data();
+  if (c.layout != 0) {
+    const int64_t es = static_cast<int64_t>(DTypeSize(dt));
+    auto ptr = [&](const Tensor& t, const View& w) { return static_cast<char*>(const_cast<void*>(t.raw_data())) + w.off * es; };
+    a.q = ptr(sq, vq), a.k = ptr(sk, vk), a.v = ptr(sv, vv), a.o = ptr(so, vo);
+    a.dout = ptr(sdo, vo), a.dq = ptr(sdq, vq), a.dk = ptr(sdk, vk), a.dv = ptr(sdv, vv);
+    a.q_strides = a.dq_strides = vq.s, a.k_strides = a.dk_strides = vk.s, a.v_strides = a.dv_strides = vv.s;
+    a.o_strides = a.dout_strides = vo.s;
+  }
   SdpaArgs sa;
   sa.dtype = dt;
   sa.batch = c.batch, sa.heads = c.heads, sa.kv_heads = c.kv_heads;
@@ -156,13 +225,17 @@ absl::StatusOr<std::vector<std::pair<std::string, double>>> CheckCase(Harness& h
   if (c.dispatch) {
     sa.q = a.q, sa.k = a.k, sa.v = a.v, sa.o = a.o, sa.lse = a.lse;
     sa.dout = a.dout, sa.dq = a.dq, sa.dk = a.dk, sa.dv = a.dv, sa.workspace = a.workspace;
+    sa.q_strides = a.q_strides, sa.k_strides = a.k_strides, sa.v_strides = a.v_strides, sa.o_strides = a.o_strides;
+    sa.dout_strides = a.dout_strides, sa.dq_strides = a.dq_strides, sa.dk_strides = a.dk_strides;
+    sa.dv_strides = a.dv_strides;
     sa.stream = a.stream;
     SdpaDispatcher& d = SdpaDispatcher::Global();
     LOOM_RETURN_IF_ERROR(d.Forward(sa));
     LOOM_RETURN_IF_ERROR(d.Backward(sa));
     // The tuning runs wrote the outputs too; poison them and run the choice once more.
-    for (Tensor* t : {&o, &lse, &dq, &dk, &dv})
-      LOOM_RETURN_IF_ERROR(FillBytes(t->raw_data(), t->nbytes(), 0xFF, h.rt()->compute_stream()));
+    for (Tensor* t : {&o, &lse, &dq, &dk, &dv, &so, &sdq, &sdk, &sdv})
+      if (t->defined())
+        LOOM_RETURN_IF_ERROR(FillBytes(t->raw_data(), t->nbytes(), 0xFF, h.rt()->compute_stream()));
     LOOM_RETURN_IF_ERROR(d.Forward(sa));
     LOOM_RETURN_IF_ERROR(d.Backward(sa));
   } else {
@@ -183,7 +256,8 @@ absl::StatusOr<std::vector<std::pair<std::string, double>>> CheckCase(Harness& h
   ref::SdpaForward(s, q, k, v, &ro, &rlse);
   ref::SdpaBackward(s, q, k, v, dout, &rdq, &rdk, &rdv);
   std::vector<std::pair<std::string, double>> errs;
-  LOOM_ASSIGN_OR_RETURN(Vec go, h.Down(o));
+  const bool st = c.layout != 0;
+  LOOM_ASSIGN_OR_RETURN(Vec go, st ? gather(so, H, c.seq_q, vo) : h.Down(o));
   errs.push_back({"o", RelErr(go, ro)});
   LOOM_ASSIGN_OR_RETURN(Vec glse, h.Down(lse));
   // Rows with every key masked: lse is -inf on both sides; compare the rest.
@@ -196,11 +270,11 @@ absl::StatusOr<std::vector<std::pair<std::string, double>>> CheckCase(Harness& h
     glse_f.push_back(glse[i]), rlse_f.push_back(rlse[i]);
   }
   errs.push_back({"lse", RelErr(glse_f, rlse_f)});
-  LOOM_ASSIGN_OR_RETURN(Vec gdq, h.Down(dq));
+  LOOM_ASSIGN_OR_RETURN(Vec gdq, st ? gather(sdq, H, c.seq_q, vq) : h.Down(dq));
   errs.push_back({"dq", RelErr(gdq, rdq)});
-  LOOM_ASSIGN_OR_RETURN(Vec gdk, h.Down(dk));
+  LOOM_ASSIGN_OR_RETURN(Vec gdk, st ? gather(sdk, HK, c.seq_k, vk) : h.Down(dk));
   errs.push_back({"dk", RelErr(gdk, rdk)});
-  LOOM_ASSIGN_OR_RETURN(Vec gdv, h.Down(dv));
+  LOOM_ASSIGN_OR_RETURN(Vec gdv, st ? gather(sdv, HK, c.seq_k, vv) : h.Down(dv));
   errs.push_back({"dv", RelErr(gdv, rdv)});
   return errs;
 }
@@ -256,6 +330,23 @@ absl::StatusOr<std::vector<CheckResult>> RunAttentionChecks(const CheckOptions& 
   masked({hf, 1, 3, 3, 40, 40, 128, false}, 3, {1, 3, 40, 40}, 0);
   masked({bf, 1, 4, 2, 64, 64, 64, true}, 0, {}, 0.2);
   masked({f32, 2, 2, 1, 30, 45, 48, false}, 2, {30, 45}, 0.1);
+  // Strided views: [B, T, H, D] everywhere (GQA, Tq != Tk), and q/k/v/dq/dk/dv
+  // as windows of one [B, T, 3, H, D] buffer (the GPT-2 layout), every
+  // backward scheme (default, another dK/dV + dQ pair, atomic dQ).
+  for (Case c : std::vector<Case>{{bf, 2, 4, 2, 200, 230, 64, true},
+                                  {hf, 1, 4, 4, 257, 129, 128, false},
+                                  {bf, 2, 4, 4, 300, 300, 64, true},
+                                  {bf, 1, 2, 2, 333, 333, 128, true},
+                                  {bf, 1, 4, 4, 200, 200, 64, false, false, 3, 4, 3},
+                                  {bf, 1, 4, 4, 200, 200, 128, true, false, 6, 6, 0}}) {
+    c.layout = c.heads == c.kv_heads && c.seq_q == c.seq_k ? 2 : 1;
+    cases.push_back(c);
+  }
+  {
+    Case c{bf, 2, 4, 4, 300, 300, 64, true};
+    c.layout = 2, c.dispatch = true, c.deterministic = true;
+    cases.push_back(c);
+  }
   if (opts.full) {
     cases.push_back({bf, 1, 2, 2, 1024, 1024, 128, true});
     cases.push_back({bf, 2, 4, 1, 777, 777, 64, false});
@@ -267,6 +358,7 @@ absl::StatusOr<std::vector<CheckResult>> RunAttentionChecks(const CheckOptions& 
                           c.mask == 0 ? "" : c.mask == 1 ? " bool-mask" : " add-mask",
                           c.dropout > 0 ? absl::StrFormat(" dropout %.1f", c.dropout) : "",
                           c.kv_heads != c.heads ? " gqa" : "", c.deterministic ? " det" : "",
+                          c.layout == 1 ? " strided[B,T,H,D]" : c.layout == 2 ? " strided[B,T,3,H,D]" : "",
                           c.fwd_variant + c.bwd_variant + c.dq_variant == 0
                               ? ""
                               : absl::StrCat(" [", FlashForwardVariantName(c.fwd_variant, c.head_dim), " | ",
@@ -285,6 +377,8 @@ absl::StatusOr<std::vector<CheckResult>> RunAttentionChecks(const CheckOptions& 
       static char any_mask;
       if (c.mask != 0) sa.attn_mask = &any_mask;  // the key only looks at presence
       sa.dropout_p = static_cast<float>(c.dropout);
+      sa.deterministic = c.deterministic;
+      if (c.layout != 0) sa.q_strides.row = 3 * c.heads * c.head_dim;  // only strided() matters for the key
       absl::StrAppend(&r.name, " [", SdpaDispatcher::Global().Choice(sa, false), " | ",
                       SdpaDispatcher::Global().Choice(sa, true), "]");
     }

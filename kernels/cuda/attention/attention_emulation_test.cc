@@ -22,6 +22,9 @@ struct Case {
   int b, h, hkv, tq, tk, d;
   bool causal;
   int fwd_variant = 0, bwd_variant = 0, dq_variant = 0;  // 0: the defaults
+  // q/k/v (and dq/dk/dv) as windows of one [B, T, 3, H, D] buffer, o and dout
+  // [B, T, H, D] (needs h == hkv, tq == tk).
+  bool strided = false;
 };
 
 template <int D, class Cfg, bool kBf16, bool kCausal>
@@ -59,15 +62,18 @@ void Backward(const FlashParams& p) {
   const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seq_q;
   const int bv = p.bwd_variant > 0 ? p.bwd_variant : BwdDefaultVariant(D);
   if (bv == kBwdAtomicVariant) {
-    emu::Launch({static_cast<unsigned>((rows + 7) / 8), 1, 1}, 256,
-                [&] { BwdPreprocessKernel<kBf16, true>(p, rows); });
+    emu::Launch({static_cast<unsigned>((p.seq_q + 7) / 8), static_cast<unsigned>(p.heads),
+                 static_cast<unsigned>(p.batch)},
+                256, [&] { BwdPreprocessKernel<kBf16, true>(p); });
     DkDv<D, BwdAtomicCfg<D>, true, kBf16, kCausal>(p);
     const int64_t n = rows * D;
     emu::Launch({static_cast<unsigned>((n + 255) / 256), 1, 1}, 256,
-                [&] { BwdConvertDqKernel<kBf16>(p.dq_accum, p.dq, n, p.scale); });
+                [&] { BwdConvertDqKernel<kBf16>(p, n); });
     return;
   }
-  emu::Launch({static_cast<unsigned>((rows + 7) / 8), 1, 1}, 256, [&] { BwdPreprocessKernel<kBf16, false>(p, rows); });
+  emu::Launch({static_cast<unsigned>((p.seq_q + 7) / 8), static_cast<unsigned>(p.heads),
+               static_cast<unsigned>(p.batch)},
+              256, [&] { BwdPreprocessKernel<kBf16, false>(p); });
   bool found = false;
   switch (bv) {
 #define LOOM_BWD_CASE(id, nw, bm, mb)                            \
@@ -146,6 +152,24 @@ TEST_P(Emulated, MatchesFp64Reference) {
   const size_t rows = static_cast<size_t>(c.b) * c.h * c.tq;
   std::vector<float> lse(rows, NAN), ws(rows * (c.d + 1), NAN);
   FlashParams p;
+  // Strided layouts: the tensors live in qkv / dqkv / o_s / do_s; gathered back after.
+  const int64_t hd = static_cast<int64_t>(c.h) * c.d;
+  const TensorStrides s3{c.tq * 3 * hd, c.d, 3 * hd}, s1{c.tq * hd, c.d, hd};
+  std::vector<uint16_t> qkv, dqkv, o_s, do_s;
+  auto at = [&](const TensorStrides& st, size_t i) {  // contiguous index -> strided offset
+    const size_t dd = i % c.d, t = i / c.d % c.tq, h = i / c.d / c.tq % c.h, b = i / c.d / c.tq / c.h;
+    return b * st.b + h * st.h + t * st.r + dd;
+  };
+  if (c.strided) {
+    ASSERT_TRUE(c.h == c.hkv && c.tq == c.tk);
+    qkv.assign(nq * 3, 0xFFFF), dqkv.assign(nq * 3, 0xFFFF), o_s.assign(nq, 0xFFFF), do_s.assign(nq, 0xFFFF);
+    for (size_t i = 0; i < nq; ++i) {
+      qkv[at(s3, i)] = hq[i], qkv[at(s3, i) + hd] = hk[i], qkv[at(s3, i) + 2 * hd] = hv[i];
+      do_s[at(s1, i)] = hdo[i];
+    }
+    p.sq = p.sk = p.sv = p.sdq = p.sdk = p.sdv = s3;
+    p.so = p.sdo = s1;
+  }
   p.bf16 = c.bf16;
   p.batch = c.b, p.heads = c.h, p.kv_heads = c.hkv, p.seq_q = c.tq, p.seq_k = c.tk, p.head_dim = c.d;
   p.causal = c.causal;
@@ -154,8 +178,19 @@ TEST_P(Emulated, MatchesFp64Reference) {
   p.q = hq.data(), p.k = hk.data(), p.v = hv.data(), p.o = o.data(), p.lse = lse.data();
   p.dout = hdo.data(), p.dq = dq.data(), p.dk = dk.data(), p.dv = dv.data();
   p.dq_accum = ws.data(), p.delta = ws.data() + rows * c.d;
+  if (c.strided) {
+    p.q = qkv.data(), p.k = qkv.data() + hd, p.v = qkv.data() + 2 * hd, p.o = o_s.data(), p.dout = do_s.data();
+    p.dq = dqkv.data(), p.dk = dqkv.data() + hd, p.dv = dqkv.data() + 2 * hd;
+  }
+  ResolveDefaultStrides(&p);
   if (c.d == 64) c.bf16 ? RunAll<64, true>(p) : RunAll<64, false>(p);
   else c.bf16 ? RunAll<128, true>(p) : RunAll<128, false>(p);
+  if (c.strided) {
+    for (size_t i = 0; i < nq; ++i) {
+      o[i] = o_s[at(s1, i)];
+      dq[i] = dqkv[at(s3, i)], dk[i] = dqkv[at(s3, i) + hd], dv[i] = dqkv[at(s3, i) + 2 * hd];
+    }
+  }
 
   ref::SdpaShape s;
   s.batch = c.b, s.heads = c.h, s.kv_heads = c.hkv, s.seq_q = c.tq, s.seq_k = c.tk, s.head_dim = c.d;
@@ -200,7 +235,10 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Emulated,
                                            Case{true, 1, 1, 1, 100, 160, 128, false, 1, 2, 4},
                                            Case{true, 1, 2, 1, 150, 140, 128, true, 6, 0, 0},
                                            Case{false, 1, 1, 1, 90, 200, 64, false, 7, 0, 0},
-                                           Case{true, 1, 1, 1, 270, 270, 64, true, 6, 0, 0}));
+                                           Case{true, 1, 1, 1, 270, 270, 64, true, 6, 0, 0},
+                                           // Strided views ([B, T, 3, H, D] qkv, [B, T, H, D] o/dout).
+                                           Case{true, 2, 2, 2, 70, 70, 64, true, 0, 0, 0, true},
+                                           Case{true, 1, 2, 2, 90, 90, 128, false, 0, 6, 0, true}));
 
 }  // namespace
 }  // namespace loom::cuda::attn

@@ -4,6 +4,7 @@
 #include "kernels/cuda/attention/flash_attention.h"
 
 #include <cmath>
+#include <cstdint>
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
@@ -58,6 +59,39 @@ absl::Status Validate(const char* op, const FlashAttnArgs& a, bool backward) {
     for (const Ptr& p : {Ptr{"dout", a.dout}, Ptr{"dq", a.dq}, Ptr{"dk", a.dk}, Ptr{"dv", a.dv},
                          Ptr{"workspace", a.workspace}})
       if (p.p == nullptr) return Bad(op, p.name, "null");
+  // Layouts: rows start 16-byte aligned (cp.async and vector stores).
+  struct Operand {
+    const char* name;
+    const char* strides;
+    const void* p;
+    const FlashStrides& s;
+  };
+  const Operand fwd_ops[] = {{"q", "q_strides", a.q, a.q_strides},
+                             {"k", "k_strides", a.k, a.k_strides},
+                             {"v", "v_strides", a.v, a.v_strides},
+                             {"o", "o_strides", a.o, a.o_strides}};
+  const Operand bwd_ops[] = {{"dout", "dout_strides", a.dout, a.dout_strides},
+                             {"dq", "dq_strides", a.dq, a.dq_strides},
+                             {"dk", "dk_strides", a.dk, a.dk_strides},
+                             {"dv", "dv_strides", a.dv, a.dv_strides}};
+  for (int part = 0; part < (backward ? 2 : 1); ++part)
+    for (const Operand& o : part == 0 ? fwd_ops : bwd_ops) {
+      if (reinterpret_cast<uintptr_t>(o.p) % 16 != 0)
+        return Bad(op, o.name, "must be 16-byte aligned (cp.async and vector accesses)");
+      struct One {
+        const char* what;
+        int64_t v;
+      };
+      for (const One& x : {One{"batch", o.s.batch}, One{"head", o.s.head}, One{"row", o.s.row}}) {
+        if (x.v < 0 || x.v % 8 != 0)
+          return Bad(op, o.strides,
+                     absl::StrCat(x.what, " stride must be a non-negative multiple of 8 elements (16-byte aligned "
+                                  "rows), got ", x.v));
+      }
+      if (o.s.row != 0 && o.s.row < a.head_dim)
+        return Bad(op, o.strides, absl::StrCat("row stride must be >= head_dim (", a.head_dim, "), got ", o.s.row));
+    }
+  if (reinterpret_cast<uintptr_t>(a.lse) % 4 != 0) return Bad(op, "lse", "must be 4-byte aligned");
   return absl::OkStatus();
 }
 
@@ -88,6 +122,10 @@ attn::FlashParams Params(const FlashAttnArgs& a) {
   p.scale = Scale(a);
   p.q = a.q, p.k = a.k, p.v = a.v, p.o = a.o, p.lse = a.lse;
   p.dout = a.dout, p.dq = a.dq, p.dk = a.dk, p.dv = a.dv;
+  auto st = [](const FlashStrides& s) { return attn::TensorStrides{s.batch, s.head, s.row}; };
+  p.sq = st(a.q_strides), p.sk = st(a.k_strides), p.sv = st(a.v_strides), p.so = st(a.o_strides);
+  p.sdo = st(a.dout_strides), p.sdq = st(a.dq_strides), p.sdk = st(a.dk_strides), p.sdv = st(a.dv_strides);
+  attn::ResolveDefaultStrides(&p);
   if (a.workspace != nullptr) {
     p.dq_accum = static_cast<float*>(a.workspace);
     p.delta = p.dq_accum + Rows(a) * a.head_dim;

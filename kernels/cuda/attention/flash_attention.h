@@ -1,8 +1,14 @@
 // Loom's flash-attention kernels for sm_90: scaled dot-product attention,
 // forward and backward, over raw device pointers (bf16 or f16, f32 softmax).
 //
-//   q, o, dout, dq: [B, H, Tq, D]    k, v, dk, dv: [B, Hkv, Tk, D]   (contiguous)
+//   q, o, dout, dq: [B, H, Tq, D]    k, v, dk, dv: [B, Hkv, Tk, D]
 //   lse: [B, H, Tq] f32, the natural-log logsumexp of each row of scale * q k^T
+//   Each of the eight tensors takes its own batch, head and row element
+//   strides (FlashStrides; D stays contiguous, 0 = the contiguous [B, H, T, D]
+//   stride), so q/k/v can be windows of one [B, T, 3, H, D] qkv buffer and o
+//   can be written in [B, T, H, D] order. Strides must be multiples of 8
+//   elements and pointers 16-byte aligned (cp.async / vector accesses), row
+//   strides >= D. lse and the workspace are always contiguous.
 //   o = softmax(scale * q k^T [+ causal mask]) v,  query head h uses kv head
 //   h / (H / Hkv) (GQA; Hkv must divide H).
 //
@@ -38,6 +44,11 @@
 
 namespace loom::cuda {
 
+// Element strides of one [B, heads, T, D] tensor; 0 = contiguous.
+struct FlashStrides {
+  int64_t batch = 0, head = 0, row = 0;
+};
+
 struct FlashAttnArgs {
   DType dtype = DType::kBF16;  // kBF16 or kF16
   int64_t batch = 0, heads = 0, kv_heads = 0, seq_q = 0, seq_k = 0, head_dim = 0;
@@ -54,6 +65,8 @@ struct FlashAttnArgs {
   void* dk = nullptr;
   void* dv = nullptr;
   void* workspace = nullptr;  // FlashAttentionBwdWorkspaceBytes(args) bytes
+  FlashStrides q_strides, k_strides, v_strides, o_strides;
+  FlashStrides dout_strides, dq_strides, dk_strides, dv_strides;  // backward
   // Refuse the atomic-dQ backward variant (every other variant is
   // bit-identical across runs).
   bool deterministic = false;

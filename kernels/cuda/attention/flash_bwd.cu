@@ -41,19 +41,18 @@ cudaError_t LaunchDq(const FlashParams& p, cudaStream_t s) {
 template <int D, bool kBf16, bool kCausal>
 cudaError_t Bwd3(const FlashParams& p, cudaStream_t s) {
   const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seq_q;
-  const unsigned pre_blocks = static_cast<unsigned>((rows + 7) / 8);
+  const dim3 pre_grid((p.seq_q + 7) / 8, p.heads, p.batch);
   const int bv = p.bwd_variant > 0 ? p.bwd_variant : BwdDefaultVariant(D);
   if (bv == kBwdAtomicVariant) {
-    BwdPreprocessKernel<kBf16, true><<<pre_blocks, 256, 0, s>>>(p, rows);
+    BwdPreprocessKernel<kBf16, true><<<pre_grid, 256, 0, s>>>(p);
     cudaError_t e = LaunchDkDv<D, BwdAtomicCfg<D>, true, kBf16, kCausal>(p, s);
     if (e != cudaSuccess) return e;
     const int64_t n = rows * D;
     const int64_t blocks = (n + 255) / 256;
-    BwdConvertDqKernel<kBf16><<<static_cast<unsigned>(blocks < 65536 * 8 ? blocks : 65536 * 8), 256, 0, s>>>(
-        p.dq_accum, p.dq, n, p.scale);
+    BwdConvertDqKernel<kBf16><<<static_cast<unsigned>(blocks < 65536 * 8 ? blocks : 65536 * 8), 256, 0, s>>>(p, n);
     return cudaGetLastError();
   }
-  BwdPreprocessKernel<kBf16, false><<<pre_blocks, 256, 0, s>>>(p, rows);
+  BwdPreprocessKernel<kBf16, false><<<pre_grid, 256, 0, s>>>(p);
   cudaError_t e = cudaErrorInvalidValue;
   switch (bv) {
 #define LOOM_BWD_CASE(id, nw, bm, mb)                                    \

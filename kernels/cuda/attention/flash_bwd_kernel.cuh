@@ -53,16 +53,18 @@ struct DqCfg {
 template <int D>
 using BwdAtomicCfg = BwdCfg<4, D == 128 ? 32 : 64, 1>;  // D=128 at BM 64 spills
 
+// Grid (ceil(Tq / 8), H, B): one warp per query row.
 template <bool kBf16, bool kZeroAccum>
-__global__ void BwdPreprocessKernel(FlashParams p, int64_t rows) {
+__global__ void BwdPreprocessKernel(FlashParams p) {
   using E = Elem<kBf16>;
   using T = typename E::T;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * 8 + (threadIdx.x >> 5);
+  const int tq = blockIdx.x * 8 + (threadIdx.x >> 5), h = blockIdx.y, b = blockIdx.z;
   const int lane = threadIdx.x & 31;
-  if (row >= rows) return;
+  if (tq >= p.seq_q) return;
+  const int64_t row = (static_cast<int64_t>(b) * p.heads + h) * p.seq_q + tq;
   const int D = p.head_dim;
-  const T* o = static_cast<const T*>(p.o) + row * D;
-  const T* d = static_cast<const T*>(p.dout) + row * D;
+  const T* o = static_cast<const T*>(p.o) + b * p.so.b + h * p.so.h + tq * p.so.r;
+  const T* d = static_cast<const T*>(p.dout) + b * p.sdo.b + h * p.sdo.h + tq * p.sdo.r;
   float acc = 0.f;
   for (int i = lane; i < D; i += 32) acc += E::ToF(o[i]) * E::ToF(d[i]);
   for (int off = 16; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
@@ -72,14 +74,19 @@ __global__ void BwdPreprocessKernel(FlashParams p, int64_t rows) {
   for (int i = lane; i < D; i += 32) acc_row[i] = 0.f;
 }
 
+// dQ = scale * the contiguous f32 accumulator, written with dq's strides.
 template <bool kBf16>
-__global__ void BwdConvertDqKernel(const float* acc, void* dq, int64_t n, float scale) {
+__global__ void BwdConvertDqKernel(FlashParams p, int64_t n) {
   using E = Elem<kBf16>;
   using T = typename E::T;
-  T* out = static_cast<T*>(dq);
+  T* out = static_cast<T*>(p.dq);
+  const int64_t D = p.head_dim;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    out[i] = E::FromF(acc[i] * scale);
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t row = i / D, bh = row / p.seq_q;
+    const int64_t off = (bh / p.heads) * p.sdq.b + (bh % p.heads) * p.sdq.h + (row % p.seq_q) * p.sdq.r + i % D;
+    out[off] = E::FromF(p.dq_accum[i] * p.scale);
+  }
 }
 
 template <int D, class Cfg, bool kAtomicDq, bool kBf16, bool kCausal>
@@ -101,27 +108,26 @@ __global__ void __launch_bounds__(Cfg::NT, Cfg::MB) FlashBwdKernel(FlashParams p
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int g = lane >> 2, t = lane & 3;
   const int n0 = n_block * BN;
-  const int64_t bhk = static_cast<int64_t>(b) * p.kv_heads + hk;
-  const T* k = static_cast<const T*>(p.k) + bhk * p.seq_k * D;
-  const T* v = static_cast<const T*>(p.v) + bhk * p.seq_k * D;
+  const T* k = static_cast<const T*>(p.k) + b * p.sk.b + hk * p.sk.h;
+  const T* v = static_cast<const T*>(p.v) + b * p.sv.b + hk * p.sv.h;
   const int m_begin = kCausal ? n0 / BM : 0;
   const int m_count = max(0, (p.seq_q + BM - 1) / BM - m_begin);
   const int total = group * m_count;
   auto q_of = [&](int it) {
-    const int64_t bh = static_cast<int64_t>(b) * p.heads + hk * group + it / m_count;
-    return static_cast<const T*>(p.q) + bh * p.seq_q * D;
+    const int64_t h = hk * group + it / m_count;
+    return static_cast<const T*>(p.q) + b * p.sq.b + h * p.sq.h;
   };
   auto do_of = [&](int it) {
-    const int64_t bh = static_cast<int64_t>(b) * p.heads + hk * group + it / m_count;
-    return static_cast<const T*>(p.dout) + bh * p.seq_q * D;
+    const int64_t h = hk * group + it / m_count;
+    return static_cast<const T*>(p.dout) + b * p.sdo.b + h * p.sdo.h;
   };
   auto m0_of = [&](int it) { return (m_begin + it % m_count) * BM; };
 
-  LoadTile<D, BN, NT>(sK, k, n0, p.seq_k, tid);
-  LoadTile<D, BN, NT>(sV, v, n0, p.seq_k, tid);
+  LoadTile<D, BN, NT>(sK, k, p.sk.r, n0, p.seq_k, tid);
+  LoadTile<D, BN, NT>(sV, v, p.sv.r, n0, p.seq_k, tid);
   if (total > 0) {
-    LoadTile<D, BM, NT>(sQ, q_of(0), m0_of(0), p.seq_q, tid);
-    LoadTile<D, BM, NT>(sdO, do_of(0), m0_of(0), p.seq_q, tid);
+    LoadTile<D, BM, NT>(sQ, q_of(0), p.sq.r, m0_of(0), p.seq_q, tid);
+    LoadTile<D, BM, NT>(sdO, do_of(0), p.sdo.r, m0_of(0), p.seq_q, tid);
   }
   CpAsyncCommit();
 
@@ -137,8 +143,8 @@ __global__ void __launch_bounds__(Cfg::NT, Cfg::MB) FlashBwdKernel(FlashParams p
   for (int it = 0; it < total; ++it) {
     const int stage = it & 1;
     if (it + 1 < total) {
-      LoadTile<D, BM, NT>(sQ + (stage ^ 1) * BM * D, q_of(it + 1), m0_of(it + 1), p.seq_q, tid);
-      LoadTile<D, BM, NT>(sdO + (stage ^ 1) * BM * D, do_of(it + 1), m0_of(it + 1), p.seq_q, tid);
+      LoadTile<D, BM, NT>(sQ + (stage ^ 1) * BM * D, q_of(it + 1), p.sq.r, m0_of(it + 1), p.seq_q, tid);
+      LoadTile<D, BM, NT>(sdO + (stage ^ 1) * BM * D, do_of(it + 1), p.sdo.r, m0_of(it + 1), p.seq_q, tid);
     }
     CpAsyncCommit();
     CpAsyncWait<1>();
@@ -259,17 +265,18 @@ __global__ void __launch_bounds__(Cfg::NT, Cfg::MB) FlashBwdKernel(FlashParams p
   }
 
   // dK (times scale) and dV of this warp's 16 keys.
-  T* dkp = static_cast<T*>(p.dk) + bhk * p.seq_k * D;
-  T* dvp = static_cast<T*>(p.dv) + bhk * p.seq_k * D;
+  T* dkp = static_cast<T*>(p.dk) + b * p.sdk.b + hk * p.sdk.h;
+  T* dvp = static_cast<T*>(p.dv) + b * p.sdv.b + hk * p.sdv.h;
 #pragma unroll
   for (int rr = 0; rr < 2; ++rr) {
     const int key = key_a + rr * 8;
     if (key < p.seq_k) {
 #pragma unroll
       for (int dt = 0; dt < D / 8; ++dt) {
-        const int64_t off = static_cast<int64_t>(key) * D + dt * 8 + 2 * t;
-        *reinterpret_cast<uint32_t*>(dkp + off) = E::Pack(dk[dt][2 * rr] * p.scale, dk[dt][2 * rr + 1] * p.scale);
-        *reinterpret_cast<uint32_t*>(dvp + off) = E::Pack(dv[dt][2 * rr], dv[dt][2 * rr + 1]);
+        const int col = dt * 8 + 2 * t;
+        *reinterpret_cast<uint32_t*>(dkp + key * p.sdk.r + col) =
+            E::Pack(dk[dt][2 * rr] * p.scale, dk[dt][2 * rr + 1] * p.scale);
+        *reinterpret_cast<uint32_t*>(dvp + key * p.sdv.r + col) = E::Pack(dv[dt][2 * rr], dv[dt][2 * rr + 1]);
       }
     }
   }
@@ -297,18 +304,17 @@ __global__ void __launch_bounds__(Cfg::NT, Cfg::MB) FlashBwdDqKernel(FlashParams
   const int g = lane >> 2, t = lane & 3;
   const int m0 = m_block * BM;
   const int64_t bh = static_cast<int64_t>(b) * p.heads + h;
-  const int64_t bhk = static_cast<int64_t>(b) * p.kv_heads + hk;
-  const T* q = static_cast<const T*>(p.q) + bh * p.seq_q * D;
-  const T* dout = static_cast<const T*>(p.dout) + bh * p.seq_q * D;
-  const T* k = static_cast<const T*>(p.k) + bhk * p.seq_k * D;
-  const T* v = static_cast<const T*>(p.v) + bhk * p.seq_k * D;
+  const T* q = static_cast<const T*>(p.q) + b * p.sq.b + h * p.sq.h;
+  const T* dout = static_cast<const T*>(p.dout) + b * p.sdo.b + h * p.sdo.h;
+  const T* k = static_cast<const T*>(p.k) + b * p.sk.b + hk * p.sk.h;
+  const T* v = static_cast<const T*>(p.v) + b * p.sv.b + hk * p.sv.h;
   int n_blocks = (p.seq_k + BN - 1) / BN;
   if (kCausal) n_blocks = min(n_blocks, (m0 + BM - 1 + BN) / BN);
 
-  LoadTile<D, BM, NT>(sQ, q, m0, p.seq_q, tid);
-  LoadTile<D, BM, NT>(sdO, dout, m0, p.seq_q, tid);
-  LoadTile<D, BN, NT>(sK, k, 0, p.seq_k, tid);
-  LoadTile<D, BN, NT>(sV, v, 0, p.seq_k, tid);
+  LoadTile<D, BM, NT>(sQ, q, p.sq.r, m0, p.seq_q, tid);
+  LoadTile<D, BM, NT>(sdO, dout, p.sdo.r, m0, p.seq_q, tid);
+  LoadTile<D, BN, NT>(sK, k, p.sk.r, 0, p.seq_k, tid);
+  LoadTile<D, BN, NT>(sV, v, p.sv.r, 0, p.seq_k, tid);
   CpAsyncCommit();
 
   const float scale_log2 = p.scale * kLog2e;
@@ -328,8 +334,8 @@ __global__ void __launch_bounds__(Cfg::NT, Cfg::MB) FlashBwdDqKernel(FlashParams
   for (int j = 0; j < n_blocks; ++j) {
     const int stage = j & 1;
     if (j + 1 < n_blocks) {
-      LoadTile<D, BN, NT>(sK + (stage ^ 1) * BN * D, k, (j + 1) * BN, p.seq_k, tid);
-      LoadTile<D, BN, NT>(sV + (stage ^ 1) * BN * D, v, (j + 1) * BN, p.seq_k, tid);
+      LoadTile<D, BN, NT>(sK + (stage ^ 1) * BN * D, k, p.sk.r, (j + 1) * BN, p.seq_k, tid);
+      LoadTile<D, BN, NT>(sV + (stage ^ 1) * BN * D, v, p.sv.r, (j + 1) * BN, p.seq_k, tid);
     }
     CpAsyncCommit();
     CpAsyncWait<1>();
@@ -389,14 +395,14 @@ __global__ void __launch_bounds__(Cfg::NT, Cfg::MB) FlashBwdDqKernel(FlashParams
     }
     __syncthreads();
   }
-  T* dq = static_cast<T*>(p.dq) + bh * p.seq_q * D;
+  T* dq = static_cast<T*>(p.dq) + b * p.sdq.b + h * p.sdq.h;
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const int row = row_a + r * 8;
     if (row < p.seq_q) {
 #pragma unroll
       for (int dt = 0; dt < D / 8; ++dt)
-        *reinterpret_cast<uint32_t*>(dq + static_cast<int64_t>(row) * D + dt * 8 + 2 * t) =
+        *reinterpret_cast<uint32_t*>(dq + row * p.sdq.r + dt * 8 + 2 * t) =
             E::Pack(acc[dt][2 * r] * p.scale, acc[dt][2 * r + 1] * p.scale);
     }
   }

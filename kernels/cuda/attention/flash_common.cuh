@@ -123,20 +123,27 @@ __device__ __forceinline__ int Swz(int row, int col) {
   return row * W + ((((col >> 3) ^ (row & kMask))) << 3) + (col & 7);
 }
 
-// Copies rows [row0, row0 + ROWS) of a [rows_valid, W] global matrix into a
-// swizzled shared tile with cp.async; rows past rows_valid become zeros.
+// Copies rows [row0, row0 + ROWS) of a [rows_valid, W] global matrix (rows
+// `ld` elements apart, 16-byte aligned) into a swizzled shared tile with
+// cp.async; rows past rows_valid become zeros.
 template <int W, int ROWS, int NT, typename T>
-__device__ __forceinline__ void LoadTile(T* smem, const T* g, int row0, int rows_valid, int tid) {
+__device__ __forceinline__ void LoadTile(T* smem, const T* g, int64_t ld, int row0, int rows_valid, int tid) {
   constexpr int kChunks = W / 8;
   static_assert((ROWS * kChunks) % NT == 0, "tile chunks must divide among the threads");
+  static_assert(NT % kChunks == 0, "a thread keeps its 16-byte column across its rows");
+  constexpr int kRowStep = NT / kChunks;
   const uint32_t base = SmemAddr(smem);
+  // This thread's chunks: rows r0, r0 + kRowStep, ... of column chunk cc (one
+  // pointer bump per row, no multiply per chunk).
+  const int r0 = tid / kChunks, cc = tid % kChunks;
+  const T* src = g + static_cast<int64_t>(row0 + r0) * ld + cc * 8;
+  const int64_t step = kRowStep * ld;
 #pragma unroll
   for (int i = 0; i < ROWS * kChunks / NT; ++i) {
-    const int c = tid + i * NT;
-    const int r = c / kChunks, cc = c % kChunks;
+    const int r = r0 + i * kRowStep;
     const bool ok = row0 + r < rows_valid;
-    const T* src = g + static_cast<int64_t>(ok ? row0 + r : 0) * W + cc * 8;
-    CpAsync16(base + 2 * Swz<W>(r, cc * 8), src, ok);
+    CpAsync16(base + 2 * Swz<W>(r, cc * 8), ok ? src : g, ok);
+    src += step;
   }
 }
 

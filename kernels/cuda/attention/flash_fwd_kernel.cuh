@@ -55,17 +55,16 @@ __global__ void __launch_bounds__(Cfg::NT, Cfg::MB) FlashFwdKernel(FlashParams p
   const int g = lane >> 2, t = lane & 3;
   const int m0 = m_block * BM;
   const int64_t bh = static_cast<int64_t>(b) * p.heads + h;
-  const int64_t bhk = static_cast<int64_t>(b) * p.kv_heads + hk;
-  const T* q = static_cast<const T*>(p.q) + bh * p.seq_q * D;
-  const T* k = static_cast<const T*>(p.k) + bhk * p.seq_k * D;
-  const T* v = static_cast<const T*>(p.v) + bhk * p.seq_k * D;
+  const T* q = static_cast<const T*>(p.q) + b * p.sq.b + h * p.sq.h;
+  const T* k = static_cast<const T*>(p.k) + b * p.sk.b + hk * p.sk.h;
+  const T* v = static_cast<const T*>(p.v) + b * p.sv.b + hk * p.sv.h;
 
   int n_blocks = (p.seq_k + BN - 1) / BN;
   if (kCausal) n_blocks = min(n_blocks, (m0 + BM - 1 + BN) / BN);
 
-  LoadTile<D, BM, NT>(sQ, q, m0, p.seq_q, tid);
-  LoadTile<D, BN, NT>(sK, k, 0, p.seq_k, tid);
-  LoadTile<D, BN, NT>(sV, v, 0, p.seq_k, tid);
+  LoadTile<D, BM, NT>(sQ, q, p.sq.r, m0, p.seq_q, tid);
+  LoadTile<D, BN, NT>(sK, k, p.sk.r, 0, p.seq_k, tid);
+  LoadTile<D, BN, NT>(sV, v, p.sv.r, 0, p.seq_k, tid);
   CpAsyncCommit();
 
   const float scale_log2 = p.scale * kLog2e;
@@ -84,8 +83,8 @@ __global__ void __launch_bounds__(Cfg::NT, Cfg::MB) FlashFwdKernel(FlashParams p
   for (int j = 0; j < n_blocks; ++j) {
     const int stage = j & 1;
     if (j + 1 < n_blocks) {
-      LoadTile<D, BN, NT>(sK + (stage ^ 1) * BN * D, k, (j + 1) * BN, p.seq_k, tid);
-      LoadTile<D, BN, NT>(sV + (stage ^ 1) * BN * D, v, (j + 1) * BN, p.seq_k, tid);
+      LoadTile<D, BN, NT>(sK + (stage ^ 1) * BN * D, k, p.sk.r, (j + 1) * BN, p.seq_k, tid);
+      LoadTile<D, BN, NT>(sV + (stage ^ 1) * BN * D, v, p.sv.r, (j + 1) * BN, p.seq_k, tid);
     }
     CpAsyncCommit();
     CpAsyncWait<1>();
@@ -191,7 +190,7 @@ __global__ void __launch_bounds__(Cfg::NT, Cfg::MB) FlashFwdKernel(FlashParams p
   }
 
   // Epilogue: O / l and lse.
-  T* out = static_cast<T*>(p.o) + bh * p.seq_q * D;
+  T* out = static_cast<T*>(p.o) + b * p.so.b + h * p.so.h;
 #pragma unroll
   for (int mi = 0; mi < MW; ++mi)
 #pragma unroll
@@ -204,7 +203,7 @@ __global__ void __launch_bounds__(Cfg::NT, Cfg::MB) FlashFwdKernel(FlashParams p
       if (row < p.seq_q) {
 #pragma unroll
         for (int dt = 0; dt < D / 8; ++dt)
-          *reinterpret_cast<uint32_t*>(out + static_cast<int64_t>(row) * D + dt * 8 + 2 * t) =
+          *reinterpret_cast<uint32_t*>(out + row * p.so.r + dt * 8 + 2 * t) =
               E::Pack(o[mi][dt][2 * r] * inv, o[mi][dt][2 * r + 1] * inv);
         if (t == 0)
           p.lse[bh * p.seq_q + row] = l > 0.f ? (m_run[mi][r] + __log2f(l)) * 0.6931471805599453f : INFINITY;

@@ -1,18 +1,26 @@
 // Internal: raw launchers of the flash-attention kernels (flash_fwd.cu,
 // flash_bwd.cu). Only flash_attention.cc calls these, after validating the
 // arguments; no Loom or Abseil header here so that nvcc needs nothing else.
-// Layouts: q/o/do/dq [B, H, Tq, D], k/v/dk/dv [B, Hkv, Tk, D] contiguous,
-// lse/delta [B, H, Tq] f32, dq_accum [B, H, Tq, D] f32. Each returns the
-// launch error.
+// Layouts: q/o/do/dq [B, H, Tq, D], k/v/dk/dv [B, Hkv, Tk, D], each with its
+// own batch, head and row element strides (the last dim contiguous; the
+// kernels read resolved strides: ResolveDefaultStrides fills zeros with the
+// contiguous ones), lse/delta [B, H, Tq] f32 and dq_accum [B, H, Tq, D] f32
+// contiguous. Each launcher returns the launch error.
 #pragma once
 
 #include <cstdint>
+#include <initializer_list>
 
 #ifndef LOOM_ATTN_EMULATE
 #include <cuda_runtime.h>
 #endif
 
 namespace loom::cuda::attn {
+
+// Element strides of one [B, heads, T, D] tensor (D contiguous).
+struct TensorStrides {
+  int64_t b = 0, h = 0, r = 0;
+};
 
 struct FlashParams {
   int bf16 = 1;  // 1: bf16, 0: f16
@@ -39,7 +47,21 @@ struct FlashParams {
   void* dv = nullptr;
   float* dq_accum = nullptr;
   float* delta = nullptr;
+  // Element strides (0 before ResolveDefaultStrides: contiguous).
+  TensorStrides sq, sk, sv, so, sdo, sdq, sdk, sdv;
 };
+
+// Replaces each 0 stride with the contiguous [B, heads, T, D] one.
+inline void ResolveDefaultStrides(FlashParams* p) {
+  const int64_t d = p->head_dim;
+  auto fix = [d](TensorStrides* s, int64_t heads, int64_t t) {
+    if (s->r == 0) s->r = d;
+    if (s->h == 0) s->h = t * d;
+    if (s->b == 0) s->b = heads * t * d;
+  };
+  for (TensorStrides* s : {&p->sq, &p->so, &p->sdo, &p->sdq}) fix(s, p->heads, p->seq_q);
+  for (TensorStrides* s : {&p->sk, &p->sv, &p->sdk, &p->sdv}) fix(s, p->kv_heads, p->seq_k);
+}
 
 #ifndef LOOM_ATTN_EMULATE
 cudaError_t FlashForward(const FlashParams& p, cudaStream_t s);

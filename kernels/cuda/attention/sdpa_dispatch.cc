@@ -64,6 +64,9 @@ FlashAttnArgs ToFlash(const SdpaCandidate& c, const SdpaArgs& a) {
   f.fwd_variant = c.fwd_variant, f.bwd_variant = c.bwd_variant, f.dq_variant = c.dq_variant;
   f.q = a.q, f.k = a.k, f.v = a.v, f.o = a.o, f.lse = a.lse;
   f.dout = a.dout, f.dq = a.dq, f.dk = a.dk, f.dv = a.dv, f.workspace = a.workspace;
+  f.q_strides = a.q_strides, f.k_strides = a.k_strides, f.v_strides = a.v_strides, f.o_strides = a.o_strides;
+  f.dout_strides = a.dout_strides, f.dq_strides = a.dq_strides, f.dk_strides = a.dk_strides;
+  f.dv_strides = a.dv_strides;
   f.stream = a.stream;
   return f;
 }
@@ -96,6 +99,13 @@ attn::MathParams ToMath(const SdpaArgs& a) {
 std::string Ms(double ms) { return absl::StrFormat("%.3f ms", ms); }
 
 }  // namespace
+
+bool SdpaArgs::strided() const {
+  for (const FlashStrides* s :
+       {&q_strides, &k_strides, &v_strides, &o_strides, &dout_strides, &dq_strides, &dk_strides, &dv_strides})
+    if (s->batch != 0 || s->head != 0 || s->row != 0) return true;
+  return false;
+}
 
 int64_t SdpaBackwardWorkspaceBytes(const SdpaArgs& a) {
   FlashAttnArgs f;
@@ -133,6 +143,11 @@ absl::Status SdpaValidate(const SdpaArgs& a, bool backward) {
   } else if (!a.mask_shape.empty()) {
     return Bad("attn_mask", "null, but mask_shape is set");
   }
+  if (a.strided() && !FlashTakes(a))
+    return absl::UnimplementedError(absl::StrCat(
+        "sdpa: strides: strided q/k/v/o/dout/dq/dk/dv need the flash kernels (bf16/f16, head_dim 64 or 128, no "
+        "attn_mask, no dropout); the math kernel takes contiguous tensors (got ", DTypeName(a.dtype), ", head_dim ",
+        a.head_dim, a.attn_mask != nullptr ? ", attn_mask" : "", a.dropout_p > 0 ? ", dropout" : "", ")"));
   struct Ptr {
     const char* name;
     const void* p;
@@ -170,7 +185,7 @@ std::string SdpaDispatcher::Key(const SdpaArgs& a, bool backward) {
   return absl::StrCat(backward ? "bwd" : "fwd", " ", DTypeName(a.dtype), " B", a.batch, " H", a.heads, "/",
                       a.kv_heads, " T", a.seq_q, "/", a.seq_k, " D", a.head_dim, a.causal ? " causal" : "",
                       a.deterministic ? " det" : "", a.attn_mask != nullptr ? " mask" : "",
-                      a.dropout_p > 0 ? " dropout" : "");
+                      a.dropout_p > 0 ? " dropout" : "", a.strided() ? " strided" : "");
 }
 
 std::vector<SdpaCandidate> SdpaDispatcher::Candidates(const SdpaArgs& a, bool backward) const {

@@ -1,8 +1,11 @@
 // The CUDA SDPA dispatcher: PyTorch's scaled_dot_product_attention contract
 // over Loom's kernels, with the kernel chosen per shape by timing.
 //
-//   q [B, H, Tq, D], k/v [B, Hkv, Tk, D] (contiguous; Hkv divides H: GQA),
+//   q [B, H, Tq, D], k/v [B, Hkv, Tk, D] (Hkv divides H: GQA),
 //   o [B, H, Tq, D], lse [B, H, Tq] f32 (natural log, kept for the backward);
+//   q/k/v/o/dout/dq/dk/dv may be strided views (the *_strides fields, as in
+//   flash_attention.h: 0 = contiguous); only the flash kernels take strides,
+//   so a strided call the math fallback would have to run is Unimplemented;
 //   causal: PyTorch's is_causal (query i sees keys j <= i, top-left aligned);
 //   scale 0 means 1/sqrt(D);
 //   attn_mask: PyTorch's: bool (true = take part in attention) or additive
@@ -47,6 +50,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "base/dtype.h"
+#include "kernels/cuda/attention/flash_attention.h"
 #include "kernels/cuda/caching_allocator.h"
 
 namespace loom::cuda {
@@ -75,6 +79,10 @@ struct SdpaArgs {
   void* dk = nullptr;
   void* dv = nullptr;
   void* workspace = nullptr;  // SdpaBackwardWorkspaceBytes(args) bytes
+  // Element strides per tensor (FlashAttnArgs'); all 0 = contiguous.
+  FlashStrides q_strides, k_strides, v_strides, o_strides;
+  FlashStrides dout_strides, dq_strides, dk_strides, dv_strides;
+  bool strided() const;
   StreamHandle stream = nullptr;
 };
 

@@ -96,6 +96,44 @@ TEST(SdpaDispatch, Validation) {
   EXPECT_EQ(calls, 0);
 }
 
+// Strided operands: the flash layer names the bad stride field (checked
+// before any launch); the dispatcher refuses strides the math fallback would
+// have to take, and tunes strided shapes under their own key.
+TEST(SdpaDispatch, Strides) {
+  alignas(16) static char buf[256];
+  FlashAttnArgs f;
+  f.batch = 2, f.heads = 4, f.kv_heads = 4, f.seq_q = f.seq_k = 128, f.head_dim = 64;
+  f.q = f.k = f.v = f.o = buf;
+  f.lse = reinterpret_cast<float*>(buf);
+  f.dout = f.dq = f.dk = f.dv = f.workspace = buf;
+  auto expect = [&](const char* field, const char* word, bool backward = false) {
+    absl::Status s = backward ? FlashAttentionBackward(f) : FlashAttentionForward(f);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(std::string(s.message()).find(field), std::string::npos) << s;
+    EXPECT_NE(std::string(s.message()).find(word), std::string::npos) << s;
+  };
+  f.q_strides.row = 32;  // < head_dim
+  expect("q_strides", "head_dim");
+  f.q_strides = {0, 0, 3 * 4 * 64 + 4};  // rows not 16-byte aligned
+  expect("q_strides", "multiple of 8");
+  f.q_strides = {128 * 3 * 256, 64, 3 * 256};  // a [B, T, 3, H, D] window: fine
+  f.k = buf + 2;                               // but a misaligned base pointer
+  expect("k", "16-byte aligned");
+  f.k = buf;
+  f.dv_strides.head = -64;
+  expect("dv_strides", "non-negative", /*backward=*/true);
+  SdpaArgs a = Valid(64, DType::kF32);
+  a.q_strides.row = 3 * 8 * 64;
+  ExpectCode(a, absl::StatusCode::kUnimplemented, "strides");
+  a = Valid(96);  // flash takes D 64/128 only
+  a.dq_strides.row = 3 * 8 * 96;
+  ExpectCode(a, absl::StatusCode::kUnimplemented, "strides", /*backward=*/true);
+  a = Valid(64);
+  a.o_strides.row = 8 * 64;
+  EXPECT_TRUE(SdpaValidate(a, false).ok());
+  EXPECT_NE(SdpaDispatcher::Key(a, false), SdpaDispatcher::Key(Valid(64), false));
+}
+
 TEST(SdpaDispatch, Candidates) {
   SdpaDispatcher d([](const SdpaCandidate&, const SdpaArgs&, bool) -> absl::StatusOr<double> { return 1.0; });
   EXPECT_EQ(static_cast<int>(d.Candidates(Valid(), false).size()), FlashForwardVariants());
