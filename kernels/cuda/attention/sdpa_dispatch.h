@@ -8,8 +8,11 @@
 //   Unimplemented naming the feature (no kernel here takes them).
 //
 // Candidates for a shape (Candidates()): every compiled flash-kernel variant
-// (flash_variants.h) when flash takes the dtype and D (bf16/f16, D 64/128);
-// otherwise the math fallback (sdpa_math.h: f32/bf16/f16, any D <= 256).
+// (flash_variants.h) when flash takes the dtype and D (bf16/f16, D 64/128),
+// and then cuDNN's fused attention (cudnn_sdpa.h) when libcudnn.so.9 loads
+// (LOOM_SDPA_CUDNN=0 leaves it out; its backward sums dQ with atomics, so it is
+// no candidate for a `deterministic` backward); otherwise the math fallback
+// (sdpa_math.h: f32/bf16/f16, any D <= 256).
 // The first call for a shape key (dtype, B, H, Hkv, Tq, Tk, D, causal,
 // deterministic, forward or backward) times the candidates on the caller's own
 // buffers (CUDA events, the median of a few runs after a warm-up), caches the
@@ -68,13 +71,14 @@ struct SdpaArgs {
   StreamHandle stream = nullptr;
 };
 
-// Enough for every backward candidate of this shape.
+// Enough for every flash and math backward candidate of this shape (cuDNN's
+// plan takes the caching allocator's bytes when this is short).
 int64_t SdpaBackwardWorkspaceBytes(const SdpaArgs& a);
 // InvalidArgument naming the argument, or Unimplemented naming the feature.
 absl::Status SdpaValidate(const SdpaArgs& a, bool backward);
 
 struct SdpaCandidate {
-  enum Kind { kFlash, kMath } kind = kFlash;
+  enum Kind { kFlash, kMath, kCudnn } kind = kFlash;  // cache-file values 0, 1, 2
   int fwd_variant = 0, bwd_variant = 0, dq_variant = 0;  // flash only
   std::string Name(int64_t head_dim, bool backward) const;
 };
