@@ -12,6 +12,7 @@
 #include "base/tensor.h"
 #include "kernels/cuda/attention/attention_reference.h"
 #include "kernels/cuda/attention/attention_source_hash.h"
+#include "kernels/cuda/attention/cudnn_sdpa.h"
 #include "kernels/cuda/attention/flash_attention.h"
 #include "kernels/cuda/attention/sdpa_dispatch.h"
 #include "kernels/cuda/cuda_device.h"
@@ -29,7 +30,19 @@ struct Case {
   bool deterministic = false;
   int fwd_variant = 0, bwd_variant = 0, dq_variant = 0;  // 0: the defaults
   bool dispatch = false;  // through SdpaDispatcher::Global() (autotuned; math fallback)
+  bool cudnn = false;     // cuDNN's fused attention (cudnn_sdpa.h)
+  bool bshd = false;      // cuDNN only: every tensor stored [B, T, H, D] (strided views)
 };
+
+// [B, T, H, D] values -> [B, H, T, D].
+Vec FromBshd(const Vec& x, int64_t b, int64_t t, int64_t h, int64_t d) {
+  Vec y(x.size());
+  for (int64_t i = 0; i < b; ++i)
+    for (int64_t r = 0; r < t; ++r)
+      for (int64_t j = 0; j < h; ++j)
+        for (int64_t e = 0; e < d; ++e) y[((i * h + j) * t + r) * d + e] = x[((i * t + r) * h + j) * d + e];
+  return y;
+}
 
 double RelErr(const Vec& out, const Vec& ref) {
   double num = 0, den = 0;
@@ -74,13 +87,19 @@ class Harness {
 
 absl::StatusOr<std::vector<std::pair<std::string, double>>> CheckCase(Harness& h, const Case& c) {
   const DType dt = c.dtype;
-  const std::vector<int64_t> qs = {c.batch, c.heads, c.seq_q, c.head_dim};
-  const std::vector<int64_t> ks = {c.batch, c.kv_heads, c.seq_k, c.head_dim};
+  const std::vector<int64_t> qs = c.bshd ? std::vector<int64_t>{c.batch, c.seq_q, c.heads, c.head_dim}
+                                         : std::vector<int64_t>{c.batch, c.heads, c.seq_q, c.head_dim};
+  const std::vector<int64_t> ks = c.bshd ? std::vector<int64_t>{c.batch, c.seq_k, c.kv_heads, c.head_dim}
+                                         : std::vector<int64_t>{c.batch, c.kv_heads, c.seq_k, c.head_dim};
   Vec q, k, v, dout;
   LOOM_ASSIGN_OR_RETURN(Tensor dq_in, h.Random(qs, dt, &q));
   LOOM_ASSIGN_OR_RETURN(Tensor dk_in, h.Random(ks, dt, &k));
   LOOM_ASSIGN_OR_RETURN(Tensor dv_in, h.Random(ks, dt, &v));
   LOOM_ASSIGN_OR_RETURN(Tensor ddo, h.Random(qs, dt, &dout));
+  // The reference works on [B, H, T, D].
+  auto q_layout = [&](const Vec& x) { return c.bshd ? FromBshd(x, c.batch, c.seq_q, c.heads, c.head_dim) : x; };
+  auto k_layout = [&](const Vec& x) { return c.bshd ? FromBshd(x, c.batch, c.seq_k, c.kv_heads, c.head_dim) : x; };
+  q = q_layout(q), dout = q_layout(dout), k = k_layout(k), v = k_layout(v);
   LOOM_ASSIGN_OR_RETURN(Tensor o, h.Poisoned(qs, dt));
   LOOM_ASSIGN_OR_RETURN(Tensor lse, h.Poisoned({c.batch, c.heads, c.seq_q}, DType::kF32));
   LOOM_ASSIGN_OR_RETURN(Tensor dq, h.Poisoned(qs, dt));
@@ -107,7 +126,25 @@ absl::StatusOr<std::vector<std::pair<std::string, double>>> CheckCase(Harness& h
   LOOM_ASSIGN_OR_RETURN(Tensor ws, h.Poisoned({ws_floats}, DType::kF32));
   a.workspace = ws.raw_data();
   a.stream = h.rt()->compute_stream();
-  if (c.dispatch) {
+  if (c.cudnn) {
+    CudnnSdpaArgs ca;
+    ca.dtype = dt;
+    ca.batch = c.batch, ca.heads = c.heads, ca.kv_heads = c.kv_heads;
+    ca.seq_q = c.seq_q, ca.seq_k = c.seq_k, ca.head_dim = c.head_dim;
+    ca.causal = c.causal;
+    ca.q = a.q, ca.k = a.k, ca.v = a.v, ca.o = a.o, ca.lse = a.lse;
+    ca.dout = a.dout, ca.dq = a.dq, ca.dk = a.dk, ca.dv = a.dv;
+    ca.workspace = a.workspace, ca.workspace_bytes = ws_floats * 4;
+    ca.stream = a.stream;
+    if (c.bshd) {
+      const CudnnStrides qst{c.seq_q * c.heads * c.head_dim, c.head_dim, c.heads * c.head_dim};
+      const CudnnStrides kst{c.seq_k * c.kv_heads * c.head_dim, c.head_dim, c.kv_heads * c.head_dim};
+      ca.q_strides = ca.o_strides = ca.dout_strides = ca.dq_strides = qst;
+      ca.k_strides = ca.v_strides = ca.dk_strides = ca.dv_strides = kst;
+    }
+    LOOM_RETURN_IF_ERROR(CudnnSdpaForward(ca));
+    LOOM_RETURN_IF_ERROR(CudnnSdpaBackward(ca));
+  } else if (c.dispatch) {
     sa.q = a.q, sa.k = a.k, sa.v = a.v, sa.o = a.o, sa.lse = a.lse;
     sa.dout = a.dout, sa.dq = a.dq, sa.dk = a.dk, sa.dv = a.dv, sa.workspace = a.workspace;
     sa.stream = a.stream;
@@ -134,15 +171,15 @@ absl::StatusOr<std::vector<std::pair<std::string, double>>> CheckCase(Harness& h
   ref::SdpaBackward(s, q, k, v, dout, &rdq, &rdk, &rdv);
   std::vector<std::pair<std::string, double>> errs;
   LOOM_ASSIGN_OR_RETURN(Vec go, h.Down(o));
-  errs.push_back({"o", RelErr(go, ro)});
+  errs.push_back({"o", RelErr(q_layout(go), ro)});
   LOOM_ASSIGN_OR_RETURN(Vec glse, h.Down(lse));
   errs.push_back({"lse", RelErr(glse, rlse)});
   LOOM_ASSIGN_OR_RETURN(Vec gdq, h.Down(dq));
-  errs.push_back({"dq", RelErr(gdq, rdq)});
+  errs.push_back({"dq", RelErr(q_layout(gdq), rdq)});
   LOOM_ASSIGN_OR_RETURN(Vec gdk, h.Down(dk));
-  errs.push_back({"dk", RelErr(gdk, rdk)});
+  errs.push_back({"dk", RelErr(k_layout(gdk), rdk)});
   LOOM_ASSIGN_OR_RETURN(Vec gdv, h.Down(dv));
-  errs.push_back({"dv", RelErr(gdv, rdv)});
+  errs.push_back({"dv", RelErr(k_layout(gdv), rdv)});
   return errs;
 }
 
@@ -186,14 +223,42 @@ absl::StatusOr<std::vector<CheckResult>> RunAttentionChecks(const CheckOptions& 
     c.dispatch = true;
     cases.push_back(c);
   }
+  // cuDNN's fused attention directly: causal or not, GQA, D 64/128, bf16/f16,
+  // Tq != Tk, and strided [B, T, H, D] storage.
+  const bool have_cudnn = CudnnAvailable().ok();
+  if (have_cudnn) {
+    for (Case c : std::vector<Case>{{bf, 2, 4, 4, 200, 200, 64, false},  {bf, 2, 4, 4, 200, 200, 64, true},
+                                    {bf, 1, 4, 2, 333, 333, 128, false}, {bf, 1, 4, 2, 333, 333, 128, true},
+                                    {hf, 1, 6, 2, 130, 130, 64, true},   {hf, 1, 2, 2, 256, 256, 128, false},
+                                    {bf, 1, 2, 2, 100, 257, 128, false}, {bf, 1, 8, 1, 128, 128, 64, true},
+                                    {bf, 2, 4, 2, 256, 256, 128, true}}) {
+      c.cudnn = true;
+      cases.push_back(c);
+    }
+    Case strided{bf, 2, 4, 2, 192, 192, 64, true};
+    strided.cudnn = strided.bshd = true;
+    cases.push_back(strided);
+  }
   if (opts.full) {
     cases.push_back({bf, 1, 2, 2, 1024, 1024, 128, true});
     cases.push_back({bf, 2, 4, 1, 777, 777, 64, false});
   }
   std::vector<CheckResult> rows;
+  if (!have_cudnn) {
+    CheckResult r;
+    r.name = "cudnn sdpa fwd+bwd: SKIPPED";
+    r.dtype = "bf16/f16";
+    r.shape = "-";
+    r.pass = true;
+    r.detail = std::string(CudnnAvailable().message());
+    rows.push_back(r);
+  }
   for (const Case& c : cases) {
     CheckResult r;
-    r.name = absl::StrCat(c.dispatch ? "sdpa dispatch fwd+bwd" : "flash_attention fwd+bwd", c.causal ? " causal" : "",
+    r.name = absl::StrCat(c.cudnn      ? (c.bshd ? "cudnn sdpa fwd+bwd [b,t,h,d] strided" : "cudnn sdpa fwd+bwd")
+                          : c.dispatch ? "sdpa dispatch fwd+bwd"
+                                       : "flash_attention fwd+bwd",
+                          c.causal ? " causal" : "",
                           c.kv_heads != c.heads ? " gqa" : "", c.deterministic ? " det" : "",
                           c.fwd_variant + c.bwd_variant + c.dq_variant == 0
                               ? ""
