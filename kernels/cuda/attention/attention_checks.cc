@@ -18,6 +18,10 @@
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/device_runtime.h"
 
+#ifdef LOOM_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
 namespace loom::cuda {
 namespace {
 
@@ -32,6 +36,7 @@ struct Case {
   bool dispatch = false;  // through SdpaDispatcher::Global() (autotuned; math fallback)
   bool cudnn = false;     // cuDNN's fused attention (cudnn_sdpa.h)
   bool bshd = false;      // cuDNN only: every tensor stored [B, T, H, D] (strided views)
+  bool capture = false;   // cuDNN only: the checked run is a CUDA graph captured after a first eager run
 };
 
 // [B, T, H, D] values -> [B, H, T, D].
@@ -85,6 +90,40 @@ class Harness {
   uint64_t stream_ = 0;
 };
 
+// The plans exist (a first eager run): poison the outputs, capture forward +
+// backward into a CUDA graph (thread-local capture mode, as the executor's
+// step), replay it once. The caller's workspace must cover the plans (no
+// allocation inside the capture).
+absl::Status CaptureAndReplay(Harness& h, const CudnnSdpaArgs& ca, std::vector<Tensor*> outs) {
+#ifdef LOOM_HAVE_CUDA
+  LOOM_ASSIGN_OR_RETURN(int64_t need_f, CudnnSdpaWorkspaceBytes(ca, false));
+  LOOM_ASSIGN_OR_RETURN(int64_t need_b, CudnnSdpaWorkspaceBytes(ca, true));
+  if (std::max(need_f, need_b) > ca.workspace_bytes)
+    return absl::InternalError(absl::StrCat("capture check: workspace ", ca.workspace_bytes, " < ", need_b));
+  for (Tensor* t : outs) LOOM_RETURN_IF_ERROR(FillBytes(t->raw_data(), t->nbytes(), 0xFF, h.rt()->compute_stream()));
+  LOOM_RETURN_IF_ERROR(h.rt()->SynchronizeCompute());
+  cudaStream_t s = static_cast<cudaStream_t>(ca.stream);
+  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
+    return absl::InternalError("capture check: cudaStreamBeginCapture failed");
+  absl::Status run = CudnnSdpaForward(ca);
+  if (run.ok()) run = CudnnSdpaBackward(ca);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(s, &graph);
+  if (!run.ok()) return absl::Status(run.code(), absl::StrCat("under capture: ", run.message()));
+  if (end != cudaSuccess) return absl::InternalError(absl::StrCat("capture check: end capture: ", cudaGetErrorString(end)));
+  cudaGraphExec_t exec = nullptr;
+  cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+  if (e == cudaSuccess) e = cudaGraphLaunch(exec, s);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+  if (exec != nullptr) cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  if (e != cudaSuccess) return absl::InternalError(absl::StrCat("capture check: replay: ", cudaGetErrorString(e)));
+  return absl::OkStatus();
+#else
+  return absl::UnavailableError("built without CUDA");
+#endif
+}
+
 absl::StatusOr<std::vector<std::pair<std::string, double>>> CheckCase(Harness& h, const Case& c) {
   const DType dt = c.dtype;
   const std::vector<int64_t> qs = c.bshd ? std::vector<int64_t>{c.batch, c.seq_q, c.heads, c.head_dim}
@@ -121,8 +160,8 @@ absl::StatusOr<std::vector<std::pair<std::string, double>>> CheckCase(Harness& h
   sa.seq_q = c.seq_q, sa.seq_k = c.seq_k, sa.head_dim = c.head_dim;
   sa.causal = c.causal;
   sa.deterministic = c.deterministic;
-  const int64_t ws_floats =
-      (std::max<int64_t>(FlashAttentionBwdWorkspaceBytes(a), SdpaBackwardWorkspaceBytes(sa)) + 3) / 4;
+  int64_t ws_bytes = std::max<int64_t>(FlashAttentionBwdWorkspaceBytes(a), SdpaBackwardWorkspaceBytes(sa));
+  const int64_t ws_floats = (ws_bytes + 3) / 4 + (c.capture ? (int64_t{64} << 20) / 4 : 0);  // capture: + 64 MiB
   LOOM_ASSIGN_OR_RETURN(Tensor ws, h.Poisoned({ws_floats}, DType::kF32));
   a.workspace = ws.raw_data();
   a.stream = h.rt()->compute_stream();
@@ -144,6 +183,7 @@ absl::StatusOr<std::vector<std::pair<std::string, double>>> CheckCase(Harness& h
     }
     LOOM_RETURN_IF_ERROR(CudnnSdpaForward(ca));
     LOOM_RETURN_IF_ERROR(CudnnSdpaBackward(ca));
+    if (c.capture) LOOM_RETURN_IF_ERROR(CaptureAndReplay(h, ca, {&o, &lse, &dq, &dk, &dv}));
   } else if (c.dispatch) {
     sa.q = a.q, sa.k = a.k, sa.v = a.v, sa.o = a.o, sa.lse = a.lse;
     sa.dout = a.dout, sa.dq = a.dq, sa.dk = a.dk, sa.dv = a.dv, sa.workspace = a.workspace;
@@ -238,6 +278,9 @@ absl::StatusOr<std::vector<CheckResult>> RunAttentionChecks(const CheckOptions& 
     Case strided{bf, 2, 4, 2, 192, 192, 64, true};
     strided.cudnn = strided.bshd = true;
     cases.push_back(strided);
+    Case captured{bf, 2, 4, 4, 256, 256, 64, true};
+    captured.cudnn = captured.capture = true;
+    cases.push_back(captured);
   }
   if (opts.full) {
     cases.push_back({bf, 1, 2, 2, 1024, 1024, 128, true});
@@ -255,7 +298,9 @@ absl::StatusOr<std::vector<CheckResult>> RunAttentionChecks(const CheckOptions& 
   }
   for (const Case& c : cases) {
     CheckResult r;
-    r.name = absl::StrCat(c.cudnn      ? (c.bshd ? "cudnn sdpa fwd+bwd [b,t,h,d] strided" : "cudnn sdpa fwd+bwd")
+    r.name = absl::StrCat(c.cudnn      ? (c.bshd      ? "cudnn sdpa fwd+bwd [b,t,h,d] strided"
+                                          : c.capture ? "cudnn sdpa fwd+bwd in a captured CUDA graph"
+                                                      : "cudnn sdpa fwd+bwd")
                           : c.dispatch ? "sdpa dispatch fwd+bwd"
                                        : "flash_attention fwd+bwd",
                           c.causal ? " causal" : "",
