@@ -636,7 +636,14 @@ absl::StatusOr<std::shared_ptr<Plan>> GetPlanLocked(State& st, const CudnnSdpaAr
   const cudnnDataType_t io = IoType(a.dtype);
   std::vector<std::string> errors;
   const int n_variants = backward ? static_cast<int>(sizeof(kBwdVariants) / sizeof(kBwdVariants[0])) : 1;
-  for (int i = 0; i < n_variants; ++i) {
+  // LOOM_CUDNN_BWD_GRAPH=i (experiments): only backward graph variant i.
+  int first = 0, last = n_variants - 1;
+  if (const char* e = std::getenv("LOOM_CUDNN_BWD_GRAPH"); backward && e != nullptr && *e) {
+    first = last = std::atoi(e);
+    if (first < 0 || first >= n_variants)
+      return absl::InvalidArgumentError(absl::StrCat("LOOM_CUDNN_BWD_GRAPH: must be in [0, ", n_variants, ")"));
+  }
+  for (int i = first; i <= last; ++i) {
     auto g = std::make_unique<Builder>();
     absl::Status built = backward ? BuildBackward(*g, s, io, a.causal, kBwdVariants[i]) : BuildForward(*g, s, io, a.causal);
     if (built.ok()) built = g->BuildPlan(handle);
