@@ -10,6 +10,8 @@
 //   sdpa_bench [--iters=N] [--shape=B,H,T,D] [--fwd=V] [--bwd=V] [--dq=V] [--sweep] [--dispatch]
 // --dispatch: also each case through the SDPA dispatcher (sdpa_dispatch.h;
 // tuned during the warm-up), "RESULT impl=loom_sdpa ..." with its choices.
+// Unless --no-cudnn: also cuDNN's fused attention directly (cudnn_sdpa.h),
+// "RESULT impl=loom_cudnn ..." (or a SKIP line saying why, e.g. no libcudnn).
 // --fwd/--bwd/--dq pick kernel variants (flash_variants.h; 0 = defaults; --bwd=6
 // is the atomic-dQ backward). --sweep times every variant instead: each forward
 // variant alone, and the backward alone for every dK/dV variant (dQ default)
@@ -27,6 +29,7 @@
 #include <string>
 #include <vector>
 
+#include "kernels/cuda/attention/cudnn_sdpa.h"
 #include "kernels/cuda/attention/flash_attention.h"
 #include "kernels/cuda/attention/sdpa_dispatch.h"
 
@@ -200,7 +203,7 @@ void RowCheck(const Shape& s, bool causal, const std::vector<uint16_t>& q, const
 
 int main(int argc, char** argv) {
   int iters = 20;
-  bool deterministic = false, sweep = false, dispatch = false;
+  bool deterministic = false, sweep = false, dispatch = false, cudnn = true;
   int fwd_v = 0, bwd_v = 0, dq_v = 0;
   std::vector<Shape> shapes = {{4, 16, 4096, 128}, {8, 12, 1024, 64}, {2, 16, 8192, 128}};
   for (int i = 1; i < argc; ++i) {
@@ -216,6 +219,8 @@ int main(int argc, char** argv) {
       deterministic = true;
     } else if (std::strcmp(argv[i], "--dispatch") == 0) {
       dispatch = true;
+    } else if (std::strcmp(argv[i], "--no-cudnn") == 0) {
+      cudnn = false;
     } else if (std::strcmp(argv[i], "--sweep") == 0) {
       sweep = true;
     } else if (std::strncmp(argv[i], "--fwd=", 6) == 0) {
@@ -227,7 +232,7 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "usage: sdpa_bench [--iters=N] [--shape=B,H,T,D] [--fwd=V] [--bwd=V] [--dq=V] [--deterministic] "
-                   "[--sweep] [--dispatch]\n");
+                   "[--sweep] [--dispatch] [--no-cudnn]\n");
       return 2;
     }
   }
@@ -238,7 +243,8 @@ int main(int argc, char** argv) {
   }
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("sdpa_bench on %s: loom flash attention bf16, %d timed iterations (median)\n", prop.name, iters);
+  std::printf("sdpa_bench on %s: loom flash attention bf16, %d timed iterations (median); cuDNN %s\n", prop.name, iters,
+              loom::cuda::CudnnVersionString().c_str());
   cudaStream_t stream;
   CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   bool all_ok = true;
@@ -337,6 +343,28 @@ int main(int argc, char** argv) {
               [&] { return loom::cuda::FlashAttentionBackward(a); },
               [&] { return loom::cuda::FlashForwardVariantName(fwd_v, s.d); },
               [&] { return loom::cuda::FlashBackwardVariantName(bwd_v, dq_v, s.d); });
+      if (cudnn && !deterministic) {
+        loom::cuda::CudnnSdpaArgs ca;
+        ca.dtype = loom::DType::kBF16;
+        ca.batch = s.b, ca.heads = ca.kv_heads = s.h, ca.seq_q = ca.seq_k = s.t, ca.head_dim = s.d;
+        ca.causal = causal;
+        ca.q = q, ca.k = k, ca.v = v, ca.o = o, ca.lse = lse;
+        ca.dout = dout, ca.dq = dq, ca.dk = dk, ca.dv = dv;
+        ca.stream = stream;  // workspace: the caching allocator's
+        // First calls build the plans; a failure is reported, not fatal.
+        absl::Status st = loom::cuda::CudnnSdpaForward(ca);
+        if (st.ok()) st = loom::cuda::CudnnSdpaBackward(ca);
+        if (st.ok()) st = cudaStreamSynchronize(stream) == cudaSuccess ? absl::OkStatus() : absl::InternalError("sync");
+        if (!st.ok()) {
+          std::printf("SKIP impl=loom_cudnn B=%lld H=%lld T=%lld D=%lld causal=%d: %s\n", static_cast<long long>(s.b),
+                      static_cast<long long>(s.h), static_cast<long long>(s.t), static_cast<long long>(s.d),
+                      causal ? 1 : 0, std::string(st.message()).c_str());
+        } else {
+          measure("loom_cudnn", [&] { return loom::cuda::CudnnSdpaForward(ca); },
+                  [&] { return loom::cuda::CudnnSdpaBackward(ca); }, [] { return std::string("cudnn fwd"); },
+                  [] { return std::string("cudnn bwd"); });
+        }
+      }
       if (dispatch) {
         loom::cuda::SdpaArgs sa;
         sa.dtype = loom::DType::kBF16;

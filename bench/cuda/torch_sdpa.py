@@ -85,11 +85,11 @@ def main():
         return
     loom = {}  # (impl, b, h, t, d, causal) -> (fwd, fwd+bwd)
     for line in open(loom_file):
-        m = re.search(r"impl=(loom_flash|loom_sdpa) B=(\d+) H=(\d+) T=(\d+) D=(\d+) causal=(\d).*fwd_tflops=([\d.]+).*"
+        m = re.search(r"impl=(loom_flash|loom_cudnn|loom_sdpa) B=(\d+) H=(\d+) T=(\d+) D=(\d+) causal=(\d).*fwd_tflops=([\d.]+).*"
                       r"fwdbwd_tflops=([\d.]+)", line)
         if m:
             loom[(m.group(1),) + tuple(int(x) for x in m.groups()[1:6])] = (float(m.group(7)), float(m.group(8)))
-    for impl in ("loom_flash", "loom_sdpa"):
+    for impl in ("loom_flash", "loom_cudnn", "loom_sdpa"):
         rows = sorted((k[1:], v) for k, v in loom.items() if k[0] == impl)
         if not rows:
             continue

@@ -13,10 +13,15 @@
 #include "base/tensor.h"
 #include "kernels/cuda/attention/attention_reference.h"
 #include "kernels/cuda/attention/attention_source_hash.h"
+#include "kernels/cuda/attention/cudnn_sdpa.h"
 #include "kernels/cuda/attention/flash_attention.h"
 #include "kernels/cuda/attention/sdpa_dispatch.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/device_runtime.h"
+
+#ifdef LOOM_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
 
 namespace loom::cuda {
 namespace {
@@ -39,6 +44,8 @@ struct Case {
   // views); 2: q/k/v and dq/dk/dv as windows of one [B, T, 3, H, D] buffer
   // (the fused qkv projection), o and dout [B, T, H, D] (H == Hkv, Tq == Tk).
   int layout = 0;
+  bool cudnn = false;    // cuDNN's fused attention (cudnn_sdpa.h), with the layout's strides
+  bool capture = false;  // cuDNN only: the checked run is a CUDA graph captured after a first eager run
 };
 
 // A random mask of c.mask_shape (values; -inf/false for ~30% of entries and
@@ -114,6 +121,42 @@ class Harness {
   uint64_t seed_;
   uint64_t stream_ = 0;
 };
+
+// The plans exist (a first eager run): poison the outputs, capture forward +
+// backward into a CUDA graph (thread-local capture mode, as the executor's
+// step), replay it once. The caller's workspace must cover the plans (no
+// allocation inside the capture).
+absl::Status CaptureAndReplay(Harness& h, const CudnnSdpaArgs& ca, std::vector<Tensor*> outs) {
+#ifdef LOOM_HAVE_CUDA
+  LOOM_ASSIGN_OR_RETURN(int64_t need_f, CudnnSdpaWorkspaceBytes(ca, false));
+  LOOM_ASSIGN_OR_RETURN(int64_t need_b, CudnnSdpaWorkspaceBytes(ca, true));
+  if (std::max(need_f, need_b) > ca.workspace_bytes)
+    return absl::InternalError(absl::StrCat("capture check: workspace ", ca.workspace_bytes, " < ", need_b));
+  for (Tensor* t : outs) LOOM_RETURN_IF_ERROR(FillBytes(t->raw_data(), t->nbytes(), 0xFF, h.rt()->compute_stream()));
+  LOOM_RETURN_IF_ERROR(h.rt()->SynchronizeCompute());
+  cudaStream_t s = static_cast<cudaStream_t>(ca.stream);
+  if (cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal) != cudaSuccess)
+    return absl::InternalError("capture check: cudaStreamBeginCapture failed");
+  absl::Status run = CudnnSdpaForward(ca);
+  if (run.ok()) run = CudnnSdpaBackward(ca);
+  cudaGraph_t graph = nullptr;
+  const cudaError_t end = cudaStreamEndCapture(s, &graph);
+  if (!run.ok()) return absl::Status(run.code(), absl::StrCat("under capture: ", run.message()));
+  if (end != cudaSuccess) return absl::InternalError(absl::StrCat("capture check: end capture: ", cudaGetErrorString(end)));
+  cudaGraphExec_t exec = nullptr;
+  cudaError_t e = cudaGraphInstantiate(&exec, graph, 0);
+  if (e == cudaSuccess) e = cudaGraphLaunch(exec, s);
+  if (e == cudaSuccess) e = cudaStreamSynchronize(s);
+  if (exec != nullptr) cudaGraphExecDestroy(exec);
+  cudaGraphDestroy(graph);
+  if (e != cudaSuccess) return absl::InternalError(absl::StrCat("capture check: replay: ", cudaGetErrorString(e)));
+  return absl::OkStatus();
+#else
+  return absl::UnavailableError("built without CUDA");
+#endif
+}
+
+CudnnStrides ToCudnn(const FlashStrides& s) { return CudnnStrides{s.batch, s.head, s.row}; }
 
 absl::StatusOr<std::vector<std::pair<std::string, double>>> CheckCase(Harness& h, const Case& c) {
   const DType dt = c.dtype;
@@ -205,7 +248,8 @@ absl::StatusOr<std::vector<std::pair<std::string, double>>> CheckCase(Harness& h
   sa.causal = c.causal;
   sa.deterministic = c.deterministic;
   const int64_t ws_floats =
-      (std::max<int64_t>(FlashAttentionBwdWorkspaceBytes(a), SdpaBackwardWorkspaceBytes(sa)) + 3) / 4;
+      (std::max<int64_t>(FlashAttentionBwdWorkspaceBytes(a), SdpaBackwardWorkspaceBytes(sa)) + 3) / 4 +
+      (c.capture ? (int64_t{64} << 20) / 4 : 0);  // capture: + 64 MiB for cuDNN's plans
   LOOM_ASSIGN_OR_RETURN(Tensor ws, h.Poisoned({ws_floats}, DType::kF32));
   a.workspace = ws.raw_data();
   a.stream = h.rt()->compute_stream();
@@ -222,7 +266,28 @@ absl::StatusOr<std::vector<std::pair<std::string, double>>> CheckCase(Harness& h
   }
   sa.dropout_p = static_cast<float>(c.dropout);
   sa.dropout_seed = 4242, sa.dropout_offset = 17;
-  if (c.dispatch) {
+  if (c.cudnn) {
+    CudnnSdpaArgs ca;
+    ca.dtype = dt;
+    ca.batch = c.batch, ca.heads = c.heads, ca.kv_heads = c.kv_heads;
+    ca.seq_q = c.seq_q, ca.seq_k = c.seq_k, ca.head_dim = c.head_dim;
+    ca.causal = c.causal;
+    ca.q = a.q, ca.k = a.k, ca.v = a.v, ca.o = a.o, ca.lse = a.lse;
+    ca.dout = a.dout, ca.dq = a.dq, ca.dk = a.dk, ca.dv = a.dv;
+    ca.workspace = a.workspace, ca.workspace_bytes = ws_floats * 4;
+    ca.stream = a.stream;
+    ca.q_strides = ToCudnn(a.q_strides), ca.k_strides = ToCudnn(a.k_strides), ca.v_strides = ToCudnn(a.v_strides);
+    ca.o_strides = ToCudnn(a.o_strides), ca.dout_strides = ToCudnn(a.dout_strides);
+    ca.dq_strides = ToCudnn(a.dq_strides), ca.dk_strides = ToCudnn(a.dk_strides), ca.dv_strides = ToCudnn(a.dv_strides);
+    LOOM_RETURN_IF_ERROR(CudnnSdpaForward(ca));
+    LOOM_RETURN_IF_ERROR(CudnnSdpaBackward(ca));
+    if (c.capture) {
+      std::vector<Tensor*> outs;
+      for (Tensor* t : {&o, &lse, &dq, &dk, &dv, &so, &sdq, &sdk, &sdv})
+        if (t->defined()) outs.push_back(t);
+      LOOM_RETURN_IF_ERROR(CaptureAndReplay(h, ca, outs));
+    }
+  } else if (c.dispatch) {
     sa.q = a.q, sa.k = a.k, sa.v = a.v, sa.o = a.o, sa.lse = a.lse;
     sa.dout = a.dout, sa.dq = a.dq, sa.dk = a.dk, sa.dv = a.dv, sa.workspace = a.workspace;
     sa.q_strides = a.q_strides, sa.k_strides = a.k_strides, sa.v_strides = a.v_strides, sa.o_strides = a.o_strides;
@@ -347,14 +412,49 @@ absl::StatusOr<std::vector<CheckResult>> RunAttentionChecks(const CheckOptions& 
     c.layout = 2, c.dispatch = true, c.deterministic = true;
     cases.push_back(c);
   }
+  // cuDNN's fused attention directly: causal or not, GQA, D 64/128, bf16/f16,
+  // Tq != Tk, strided [B, T, H, D] storage and the [B, T, 3, H, D] qkv
+  // windows, and a run captured into a CUDA graph.
+  const absl::Status cudnn_ok = CudnnAvailable();
+  if (cudnn_ok.ok()) {
+    for (Case c : std::vector<Case>{{bf, 2, 4, 4, 200, 200, 64, false},  {bf, 2, 4, 4, 200, 200, 64, true},
+                                    {bf, 1, 4, 2, 333, 333, 128, false}, {bf, 1, 4, 2, 333, 333, 128, true},
+                                    {hf, 1, 6, 2, 130, 130, 64, true},   {hf, 1, 2, 2, 256, 256, 128, false},
+                                    {bf, 1, 2, 2, 100, 257, 128, false}, {bf, 1, 8, 1, 128, 128, 64, true},
+                                    {bf, 2, 4, 2, 256, 256, 128, true}}) {
+      c.cudnn = true;
+      cases.push_back(c);
+    }
+    Case strided{bf, 2, 4, 2, 192, 192, 64, true};
+    strided.cudnn = true, strided.layout = 1;
+    cases.push_back(strided);
+    Case qkv{bf, 2, 4, 4, 192, 192, 64, true};
+    qkv.cudnn = true, qkv.layout = 2;
+    cases.push_back(qkv);
+    Case captured{bf, 2, 4, 4, 256, 256, 64, true};
+    captured.cudnn = captured.capture = true;
+    cases.push_back(captured);
+  }
   if (opts.full) {
     cases.push_back({bf, 1, 2, 2, 1024, 1024, 128, true});
     cases.push_back({bf, 2, 4, 1, 777, 777, 64, false});
   }
   std::vector<CheckResult> rows;
+  if (!cudnn_ok.ok()) {
+    CheckResult r;
+    r.name = "cudnn sdpa fwd+bwd: SKIPPED";
+    r.dtype = "bf16/f16";
+    r.shape = "-";
+    r.pass = true;
+    r.detail = std::string(cudnn_ok.message());
+    rows.push_back(r);
+  }
   for (const Case& c : cases) {
     CheckResult r;
-    r.name = absl::StrCat(c.dispatch ? "sdpa dispatch fwd+bwd" : "flash_attention fwd+bwd", c.causal ? " causal" : "",
+    r.name = absl::StrCat(c.cudnn      ? (c.capture ? "cudnn sdpa fwd+bwd in a captured CUDA graph" : "cudnn sdpa fwd+bwd")
+                          : c.dispatch ? "sdpa dispatch fwd+bwd"
+                                       : "flash_attention fwd+bwd",
+                          c.causal ? " causal" : "",
                           c.mask == 0 ? "" : c.mask == 1 ? " bool-mask" : " add-mask",
                           c.dropout > 0 ? absl::StrFormat(" dropout %.1f", c.dropout) : "",
                           c.kv_heads != c.heads ? " gqa" : "", c.deterministic ? " det" : "",

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "base/status.h"
+#include "kernels/cuda/attention/cudnn_sdpa.h"
 #include "kernels/cuda/attention/flash_attention.h"
 #include "kernels/cuda/attention/sdpa_math.h"
 
@@ -69,6 +70,34 @@ FlashAttnArgs ToFlash(const SdpaCandidate& c, const SdpaArgs& a) {
   f.dv_strides = a.dv_strides;
   f.stream = a.stream;
   return f;
+}
+
+CudnnSdpaArgs ToCudnn(const SdpaArgs& a, bool backward) {
+  CudnnSdpaArgs c;
+  c.dtype = a.dtype;
+  c.batch = a.batch, c.heads = a.heads, c.kv_heads = a.kv_heads;
+  c.seq_q = a.seq_q, c.seq_k = a.seq_k, c.head_dim = a.head_dim;
+  c.causal = a.causal;
+  c.scale = a.scale;
+  c.q = a.q, c.k = a.k, c.v = a.v, c.o = a.o, c.lse = a.lse;
+  c.dout = a.dout, c.dq = a.dq, c.dk = a.dk, c.dv = a.dv;
+  c.workspace = a.workspace;
+  c.workspace_bytes = backward ? SdpaBackwardWorkspaceBytes(a) : 0;
+  c.stream = a.stream;
+  auto st = [](const FlashStrides& f) { return CudnnStrides{f.batch, f.head, f.row}; };
+  c.q_strides = st(a.q_strides), c.k_strides = st(a.k_strides), c.v_strides = st(a.v_strides);
+  c.o_strides = st(a.o_strides), c.dout_strides = st(a.dout_strides);
+  c.dq_strides = st(a.dq_strides), c.dk_strides = st(a.dk_strides), c.dv_strides = st(a.dv_strides);
+  return c;
+}
+
+// cuDNN's fused attention is a candidate (LOOM_SDPA_CUDNN=0 turns it off).
+bool CudnnEnabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("LOOM_SDPA_CUDNN");
+    return e == nullptr || std::string(e) != "0";
+  }();
+  return on;
 }
 
 attn::MathParams ToMath(const SdpaArgs& a) {
@@ -163,6 +192,7 @@ absl::Status SdpaValidate(const SdpaArgs& a, bool backward) {
 
 std::string SdpaCandidate::Name(int64_t head_dim, bool backward) const {
   if (kind == kMath) return backward ? "math bwd (fallback)" : "math fwd (fallback)";
+  if (kind == kCudnn) return backward ? "cudnn bwd (fused attention)" : "cudnn fwd (fused attention)";
   return absl::StrCat("flash ", backward ? FlashBackwardVariantName(bwd_variant, dq_variant, head_dim)
                                          : FlashForwardVariantName(fwd_variant, head_dim));
 }
@@ -202,12 +232,19 @@ std::vector<SdpaCandidate> SdpaDispatcher::Candidates(const SdpaArgs& a, bool ba
       c.fwd_variant = v;
       out.push_back(c);
     }
-    return out;
+  } else {
+    for (int v = 1; v <= FlashBackwardVariants(); ++v) {
+      if (v == kFlashBwdAtomicVariant && a.deterministic) continue;
+      SdpaCandidate c;
+      c.bwd_variant = v;
+      out.push_back(c);
+    }
   }
-  for (int v = 1; v <= FlashBackwardVariants(); ++v) {
-    if (v == kFlashBwdAtomicVariant && a.deterministic) continue;
+  // cuDNN: with an injected timer (tests) whether or not the library loads.
+  const bool cudnn_deterministic_ok = !backward || !a.deterministic || kCudnnSdpaBackwardDeterministic;
+  if (CudnnEnabled() && cudnn_deterministic_ok && (timer_ || CudnnAvailable().ok())) {
     SdpaCandidate c;
-    c.bwd_variant = v;
+    c.kind = SdpaCandidate::kCudnn;
     out.push_back(c);
   }
   return out;
@@ -335,6 +372,10 @@ absl::Status SdpaDispatcher::Run(const SdpaCandidate& c, const SdpaArgs& a, bool
     const FlashAttnArgs f = ToFlash(c, a);
     return backward ? FlashAttentionBackward(f) : FlashAttentionForward(f);
   }
+  if (c.kind == SdpaCandidate::kCudnn) {
+    const CudnnSdpaArgs x = ToCudnn(a, backward);
+    return backward ? CudnnSdpaBackward(x) : CudnnSdpaForward(x);
+  }
 #ifdef LOOM_HAVE_CUDA
   const attn::MathParams p = ToMath(a);
   cudaStream_t s = static_cast<cudaStream_t>(a.stream);
@@ -379,7 +420,9 @@ absl::Status SdpaDispatcher::LoadCache(const std::string& path) {
     int kind = -1;
     SdpaDecision d;
     if (!(in >> kind >> d.pick.fwd_variant >> d.pick.bwd_variant >> d.pick.dq_variant >> d.ms)) continue;
-    if (kind != SdpaCandidate::kFlash && kind != SdpaCandidate::kMath) continue;
+    if (kind != SdpaCandidate::kFlash && kind != SdpaCandidate::kMath && kind != SdpaCandidate::kCudnn) continue;
+    // A cuDNN pick needs the library in this process too (else: tune again).
+    if (kind == SdpaCandidate::kCudnn && !timer_ && (!CudnnEnabled() || !CudnnAvailable().ok())) continue;
     if (d.pick.fwd_variant < 0 || d.pick.fwd_variant > FlashForwardVariants() || d.pick.bwd_variant < 0 ||
         d.pick.bwd_variant > FlashBackwardVariants() || d.pick.dq_variant < 0 ||
         d.pick.dq_variant > FlashDqVariants())

@@ -4,8 +4,9 @@
 //   q [B, H, Tq, D], k/v [B, Hkv, Tk, D] (Hkv divides H: GQA),
 //   o [B, H, Tq, D], lse [B, H, Tq] f32 (natural log, kept for the backward);
 //   q/k/v/o/dout/dq/dk/dv may be strided views (the *_strides fields, as in
-//   flash_attention.h: 0 = contiguous); only the flash kernels take strides,
-//   so a strided call the math fallback would have to run is Unimplemented;
+//   flash_attention.h: 0 = contiguous); the flash kernels and cuDNN take
+//   strides, the math kernel does not, so a strided call only it could run is
+//   Unimplemented;
 //   causal: PyTorch's is_causal (query i sees keys j <= i, top-left aligned);
 //   scale 0 means 1/sqrt(D);
 //   attn_mask: PyTorch's: bool (true = take part in attention) or additive
@@ -18,8 +19,11 @@
 //
 // Candidates for a shape (Candidates()): every compiled flash-kernel variant
 // (flash_variants.h) when flash takes the dtype and D (bf16/f16, D 64/128) and
-// there is no mask and no dropout; otherwise the memory-efficient math kernel
-// (sdpa_math.h: f32/bf16/f16, any D <= 256, masks, dropout).
+// there is no mask and no dropout, and then cuDNN's fused attention
+// (cudnn_sdpa.h) when libcudnn.so.9 loads (LOOM_SDPA_CUDNN=0 leaves it out; its
+// backward sums dQ with atomics, so it is no candidate for a `deterministic`
+// backward); otherwise the memory-efficient math kernel (sdpa_math.h:
+// f32/bf16/f16, any D <= 256, masks, dropout).
 // The first call for a shape key (dtype, B, H, Hkv, Tq, Tk, D, causal,
 // deterministic, forward or backward) times the candidates on the caller's own
 // buffers (CUDA events, the median of a few runs after a warm-up), caches the
@@ -86,13 +90,14 @@ struct SdpaArgs {
   StreamHandle stream = nullptr;
 };
 
-// Enough for every backward candidate of this shape.
+// Enough for every flash and math backward candidate of this shape (cuDNN's
+// plan takes the caching allocator's bytes when this is short).
 int64_t SdpaBackwardWorkspaceBytes(const SdpaArgs& a);
 // InvalidArgument naming the argument, or Unimplemented naming the feature.
 absl::Status SdpaValidate(const SdpaArgs& a, bool backward);
 
 struct SdpaCandidate {
-  enum Kind { kFlash, kMath } kind = kFlash;
+  enum Kind { kFlash, kMath, kCudnn } kind = kFlash;  // cache-file values 0, 1, 2
   int fwd_variant = 0, bwd_variant = 0, dq_variant = 0;  // flash only
   std::string Name(int64_t head_dim, bool backward) const;
 };

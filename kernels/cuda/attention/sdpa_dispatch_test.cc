@@ -1,8 +1,9 @@
 // The SDPA dispatcher without a GPU: argument validation (InvalidArgument
 // naming the argument, Unimplemented naming the feature), the candidate lists,
 // selection by injected timings (fastest wins, tuned once per shape key, the
-// backward's coordinate descent, deterministic excludes atomic dQ), Choice()
-// strings and the cache file round trip.
+// backward's coordinate descent, deterministic excludes atomic dQ and cuDNN's
+// backward, cuDNN picked when fastest), Choice() strings and the cache file
+// round trip.
 #include "kernels/cuda/attention/sdpa_dispatch.h"
 
 #include <cstdio>
@@ -136,11 +137,24 @@ TEST(SdpaDispatch, Strides) {
 
 TEST(SdpaDispatch, Candidates) {
   SdpaDispatcher d([](const SdpaCandidate&, const SdpaArgs&, bool) -> absl::StatusOr<double> { return 1.0; });
-  EXPECT_EQ(static_cast<int>(d.Candidates(Valid(), false).size()), FlashForwardVariants());
-  EXPECT_EQ(static_cast<int>(d.Candidates(Valid(), true).size()), FlashBackwardVariants());
+  // Every flash variant, then cuDNN (an injected timer lists it even where
+  // libcudnn is absent).
+  auto fwd = d.Candidates(Valid(), false);
+  ASSERT_EQ(static_cast<int>(fwd.size()), FlashForwardVariants() + 1);
+  EXPECT_EQ(fwd.back().kind, SdpaCandidate::kCudnn);
+  EXPECT_EQ(fwd.back().Name(128, false), "cudnn fwd (fused attention)");
+  auto bwd = d.Candidates(Valid(), true);
+  ASSERT_EQ(static_cast<int>(bwd.size()), FlashBackwardVariants() + 1);
+  EXPECT_EQ(bwd.back().kind, SdpaCandidate::kCudnn);
+  // Deterministic: no atomic dQ, so neither the atomic flash variant nor
+  // cuDNN's backward; cuDNN's forward stays.
   SdpaArgs det = Valid();
   det.deterministic = true;
-  for (const SdpaCandidate& c : d.Candidates(det, true)) EXPECT_NE(c.bwd_variant, kFlashBwdAtomicVariant);
+  for (const SdpaCandidate& c : d.Candidates(det, true)) {
+    EXPECT_NE(c.bwd_variant, kFlashBwdAtomicVariant);
+    EXPECT_NE(c.kind, SdpaCandidate::kCudnn);
+  }
+  EXPECT_EQ(d.Candidates(det, false).back().kind, SdpaCandidate::kCudnn);
   // Flash does not take these: the math fallback alone, picked untimed.
   for (SdpaArgs a : {Valid(96), Valid(64, DType::kF32), Valid(32, DType::kF16)}) {
     auto c = d.Candidates(a, false);
@@ -184,6 +198,7 @@ TEST(SdpaDispatch, ForwardPicksFastestOnceAndExplains) {
   SdpaDispatcher d([&](const SdpaCandidate& c, const SdpaArgs&, bool backward) -> absl::StatusOr<double> {
     EXPECT_FALSE(backward);
     ++calls;
+    if (c.kind == SdpaCandidate::kCudnn) return 2.1;
     if (c.fwd_variant == 5) return absl::InternalError("launch failed");
     auto it = ms.find(c.fwd_variant);
     return it == ms.end() ? 9.0 : it->second;
@@ -194,17 +209,17 @@ TEST(SdpaDispatch, ForwardPicksFastestOnceAndExplains) {
   ASSERT_TRUE(dec.ok()) << dec.status();
   EXPECT_EQ(dec->pick.fwd_variant, 3);
   EXPECT_DOUBLE_EQ(dec->ms, 1.7);
-  EXPECT_EQ(calls, FlashForwardVariants());
+  EXPECT_EQ(calls, FlashForwardVariants() + 1);
   const std::string why = d.Choice(a, false);
   EXPECT_NE(why.find(FlashForwardVariantName(3, 128)), std::string::npos) << why;
   EXPECT_NE(why.find("1.700 ms"), std::string::npos) << why;
   EXPECT_NE(why.find("next: flash " + FlashForwardVariantName(2, 128) + " 1.800 ms"), std::string::npos) << why;
   // Cached: no more timing for the same key; another key tunes again.
   ASSERT_TRUE(d.Select(a, false).ok());
-  EXPECT_EQ(calls, FlashForwardVariants());
+  EXPECT_EQ(calls, FlashForwardVariants() + 1);
   a.causal = true;
   ASSERT_TRUE(d.Select(a, false).ok());
-  EXPECT_EQ(calls, 2 * FlashForwardVariants());
+  EXPECT_EQ(calls, 2 * (FlashForwardVariants() + 1));
   // Every candidate failing is an error, not a pick.
   SdpaDispatcher bad([](const SdpaCandidate&, const SdpaArgs&, bool) -> absl::StatusOr<double> {
     return absl::InternalError("no device");
@@ -216,6 +231,7 @@ TEST(SdpaDispatch, BackwardCoordinateDescent) {
   // dK/dV variant 2 fastest at the default dQ; then dQ variant 3 faster still.
   auto timer = [](const SdpaCandidate& c, const SdpaArgs&, bool backward) -> absl::StatusOr<double> {
     EXPECT_TRUE(backward);
+    if (c.kind == SdpaCandidate::kCudnn) return 1.6;
     if (c.bwd_variant == kFlashBwdAtomicVariant) return 1.5;
     double t = c.bwd_variant == 2 ? 6.0 : 7.0;
     if (c.dq_variant == 3) t -= 0.5;
@@ -237,6 +253,60 @@ TEST(SdpaDispatch, BackwardCoordinateDescent) {
   // Step one: the non-atomic dK/dV variants; step two: the other dQ variants.
   EXPECT_EQ(static_cast<int>(dec->timings.size()), FlashBackwardVariants() - 1 + FlashDqVariants() - 1);
   EXPECT_NE(d.Choice(a, true).find("5.500 ms"), std::string::npos) << d.Choice(a, true);
+}
+
+TEST(SdpaDispatch, CudnnPickedWhenFastest) {
+  // cuDNN beats every flash variant forward and backward: picked, named, no
+  // coordinate descent after it, and kept through the cache file.
+  int calls = 0;
+  auto timer = [&](const SdpaCandidate& c, const SdpaArgs&, bool) -> absl::StatusOr<double> {
+    ++calls;
+    return c.kind == SdpaCandidate::kCudnn ? 0.5 : 1.0 + 0.01 * (c.fwd_variant + c.bwd_variant + c.dq_variant);
+  };
+  SdpaDispatcher d(timer);
+  SdpaArgs a = Valid(64);
+  a.causal = true;
+  auto f = d.Select(a, false);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->pick.kind, SdpaCandidate::kCudnn);
+  EXPECT_NE(d.Choice(a, false).find("cudnn fwd (fused attention): 0.500 ms, fastest of"), std::string::npos)
+      << d.Choice(a, false);
+  auto b = d.Select(a, true);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ(b->pick.kind, SdpaCandidate::kCudnn);
+  EXPECT_EQ(static_cast<int>(b->timings.size()), FlashBackwardVariants() + 1);  // no dQ step after cuDNN
+  EXPECT_NE(d.Choice(a, true).find("cudnn bwd (fused attention): 0.500 ms"), std::string::npos) << d.Choice(a, true);
+  // Deterministic backward: cuDNN is not timed; a flash variant wins.
+  SdpaArgs det = a;
+  det.deterministic = true;
+  auto bd = d.Select(det, true);
+  ASSERT_TRUE(bd.ok()) << bd.status();
+  EXPECT_EQ(bd->pick.kind, SdpaCandidate::kFlash);
+  // A failing cuDNN (e.g. no engine for the shape) is skipped, not fatal.
+  SdpaDispatcher e([](const SdpaCandidate& c, const SdpaArgs&, bool) -> absl::StatusOr<double> {
+    if (c.kind == SdpaCandidate::kCudnn) return absl::UnimplementedError("cuDNN has no engine");
+    return 1.0;
+  });
+  auto ef = e.Select(a, false);
+  ASSERT_TRUE(ef.ok()) << ef.status();
+  EXPECT_EQ(ef->pick.kind, SdpaCandidate::kFlash);
+  // Cache file: the cuDNN picks come back (an injected-timer dispatcher loads
+  // them even without the library).
+  const std::string path = ::testing::TempDir() + "/sdpa_cache_cudnn.tsv";
+  ASSERT_TRUE(d.SaveCache(path).ok());
+  int reloaded_calls = 0;
+  SdpaDispatcher r([&](const SdpaCandidate&, const SdpaArgs&, bool) -> absl::StatusOr<double> {
+    ++reloaded_calls;
+    return 1.0;
+  });
+  ASSERT_TRUE(r.LoadCache(path).ok());
+  auto rf = r.Select(a, false);
+  auto rb = r.Select(a, true);
+  ASSERT_TRUE(rf.ok() && rb.ok());
+  EXPECT_EQ(rf->pick.kind, SdpaCandidate::kCudnn);
+  EXPECT_EQ(rb->pick.kind, SdpaCandidate::kCudnn);
+  EXPECT_EQ(reloaded_calls, 0);
+  std::remove(path.c_str());
 }
 
 TEST(SdpaDispatch, CacheFileRoundTrip) {
