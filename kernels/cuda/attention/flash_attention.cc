@@ -189,6 +189,10 @@ double FlashAttentionForwardFlops(const FlashAttnArgs& a) {
   return a.causal && a.seq_q == a.seq_k ? f / 2 : f;
 }
 
+absl::Status FlashAttentionValidate(const FlashAttnArgs& a, bool backward) {
+  return Validate(backward ? "flash_attention_backward" : "flash_attention", a, backward);
+}
+
 absl::Status FlashAttentionForward(const FlashAttnArgs& a) {
   LOOM_RETURN_IF_ERROR(Validate("flash_attention", a, false));
 #ifdef LOOM_HAVE_CUDA

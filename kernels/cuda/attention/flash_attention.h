@@ -79,6 +79,8 @@ struct FlashAttnArgs {
   StreamHandle stream = nullptr;
 };
 
+// The argument checks every call runs first (InvalidArgument naming the field).
+absl::Status FlashAttentionValidate(const FlashAttnArgs& a, bool backward);
 absl::Status FlashAttentionForward(const FlashAttnArgs& a);
 // f32 dQ accumulator and delta = rowsum(dO * O).
 int64_t FlashAttentionBwdWorkspaceBytes(const FlashAttnArgs& a);
