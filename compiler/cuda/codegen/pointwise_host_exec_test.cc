@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/cuda/codegen/host_exec_util.h"
 #include "compiler/cuda/codegen/check_util.h"
 #include "compiler/cuda/codegen/pointwise.h"
 #include "compiler/cuda/codegen/pointwise_internal.h"
@@ -60,18 +61,6 @@ struct Dim3 {
   unsigned int x, y, z;
 };
 
-std::string FindCompiler() {
-  for (const char* c : {"/usr/bin/g++", "/usr/bin/c++", "/usr/bin/clang++"})
-    if (::access(c, X_OK) == 0) return c;
-  return "";
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 using K0 = void (*)(void*, int);
 using K1 = void (*)(const void*, void*, int);
@@ -79,7 +68,7 @@ using K2 = void (*)(const void*, const void*, void*, int);
 using K3 = void (*)(const void*, const void*, const void*, void*, int);
 
 TEST(HostExec, EveryCaseMatchesTheF64Reference) {
-  const std::string cxx = FindCompiler();
+  const std::string cxx = FindHostCompiler();
   if (cxx.empty()) GTEST_SKIP() << "no host C++ compiler at /usr/bin/{g++,c++,clang++}";
 
   // Generate every instance and its source.
@@ -114,7 +103,7 @@ TEST(HostExec, EveryCaseMatchesTheF64Reference) {
   }
   const std::string cmd =
       absl::StrCat(cxx, " -std=c++17 -O0 -w -fPIC -shared -o '", so, "' '", src, "' > '", log, "' 2>&1");
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << "host compile failed:\n" << ReadAll(log).substr(0, 4000);
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << "host compile failed:\n" << ReadWholeFile(log).substr(0, 4000);
   void* h = ::dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
   ASSERT_NE(h, nullptr) << ::dlerror();
   auto* grid = static_cast<Dim3*>(::dlsym(h, "gridDim"));

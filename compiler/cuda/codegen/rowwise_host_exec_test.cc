@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "compiler/cuda/codegen/host_exec_util.h"
 #include "compiler/cuda/codegen/rowwise.h"
 #include "compiler/cuda/codegen/rowwise_check.h"
 #include "gtest/gtest.h"
@@ -81,18 +82,6 @@ static void loom_host_run(unsigned grid, unsigned block, const std::function<voi
 }
 )";
 
-std::string FindCompiler() {
-  for (const char* c : {"/usr/bin/g++", "/usr/bin/c++", "/usr/bin/clang++"})
-    if (::access(c, X_OK) == 0) return c;
-  return "";
-}
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream f(path);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
 
 // extern "C" run_<kernel>(params, grid, block) for a kernel taking `params_type`.
 std::string Wrapper(const std::string& kernel, const std::string& params_type) {
@@ -119,7 +108,7 @@ class HostExec : public ::testing::Test {
     std::ofstream(src) << kShim << tu_;
     const std::string cmd = absl::StrCat(cxx_, " -std=c++17 -O1 -w -fPIC -shared -pthread -o '", so, "' '", src,
                                          "' > '", log, "' 2>&1");
-    ASSERT_EQ(std::system(cmd.c_str()), 0) << "host compile failed:\n" << ReadAll(log).substr(0, 6000);
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << "host compile failed:\n" << ReadWholeFile(log).substr(0, 6000);
     h_ = ::dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
     ASSERT_NE(h_, nullptr) << ::dlerror();
   }
@@ -127,7 +116,7 @@ class HostExec : public ::testing::Test {
     return reinterpret_cast<RunFn>(::dlsym(h_, ("run_" + kernel).c_str()));
   }
   void SetUp() override {
-    cxx_ = FindCompiler();
+    cxx_ = FindHostCompiler();
     if (cxx_.empty()) GTEST_SKIP() << "no host C++ compiler at /usr/bin/{g++,c++,clang++}";
   }
   void TearDown() override {

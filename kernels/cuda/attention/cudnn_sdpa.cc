@@ -446,6 +446,20 @@ absl::StatusOr<TensorD> CausalMask(Builder& g, const TensorD& s, const TensorD& 
   return out;
 }
 
+// scale * Q K^T, with the causal mask applied when asked: the scores both
+// graphs start from.
+absl::StatusOr<TensorD> MaskedScores(Builder& g, const TensorD& q, const TensorD& kt, const TensorD& scale,
+                                     const Arr4& sd, bool causal) {
+  const cudnnDataType_t f = CUDNN_DATA_FLOAT;
+  LOOM_ASSIGN_OR_RETURN(TensorD s0, g.Virtual(f, sd));
+  LOOM_RETURN_IF_ERROR(g.Matmul("Q K^T", q, kt, s0));
+  LOOM_ASSIGN_OR_RETURN(TensorD s1, g.Virtual(f, sd));
+  LOOM_RETURN_IF_ERROR(g.Pointwise("attn scale", CUDNN_POINTWISE_MUL, f, s0, &scale, nullptr, s1));
+  if (!causal) return s1;
+  LOOM_ASSIGN_OR_RETURN(TensorD neg_inf, g.Scalar(kNegInf));
+  return CausalMask(g, s1, neg_inf);
+}
+
 // Forward: O = softmax(scale * Q K^T [masked]) V, Stats = max + log(sum exp).
 absl::Status BuildForward(Builder& g, const Shape& s, cudnnDataType_t io, bool causal) {
   const cudnnDataType_t f = CUDNN_DATA_FLOAT;
@@ -457,15 +471,7 @@ absl::Status BuildForward(Builder& g, const Shape& s, cudnnDataType_t io, bool c
                         g.Tensor(kStats, f, {s.b, s.h, s.tq, 1}, {s.h * s.tq, s.tq, 1, 1}, false));
   LOOM_ASSIGN_OR_RETURN(TensorD scale, g.Scalar(kScale));
   const Arr4 sd = {s.b, s.h, s.tq, s.tk}, rd = {s.b, s.h, s.tq, 1};
-  LOOM_ASSIGN_OR_RETURN(TensorD s0, g.Virtual(f, sd));
-  LOOM_RETURN_IF_ERROR(g.Matmul("Q K^T", q, kt, s0));
-  LOOM_ASSIGN_OR_RETURN(TensorD s1, g.Virtual(f, sd));
-  LOOM_RETURN_IF_ERROR(g.Pointwise("attn scale", CUDNN_POINTWISE_MUL, f, s0, &scale, nullptr, s1));
-  TensorD last = s1;
-  if (causal) {
-    LOOM_ASSIGN_OR_RETURN(TensorD neg_inf, g.Scalar(kNegInf));
-    LOOM_ASSIGN_OR_RETURN(last, CausalMask(g, s1, neg_inf));
-  }
+  LOOM_ASSIGN_OR_RETURN(TensorD last, MaskedScores(g, q, kt, scale, sd, causal));
   LOOM_ASSIGN_OR_RETURN(TensorD mx, g.Virtual(f, rd));
   LOOM_RETURN_IF_ERROR(g.Reduce("row max", CUDNN_REDUCE_TENSOR_MAX, last, mx));
   LOOM_ASSIGN_OR_RETURN(TensorD sub, g.Virtual(f, sd));
@@ -517,15 +523,7 @@ absl::Status BuildBackward(Builder& g, const Shape& s, cudnnDataType_t io, bool 
   LOOM_RETURN_IF_ERROR(g.Pointwise("softmax sum", CUDNN_POINTWISE_MUL, f, red, &one, nullptr, ssum));
 
   // P = exp(scale * Q K^T [masked] - stats).
-  LOOM_ASSIGN_OR_RETURN(TensorD s0, g.Virtual(f, sd));
-  LOOM_RETURN_IF_ERROR(g.Matmul("Q K^T", q, kt, s0));
-  LOOM_ASSIGN_OR_RETURN(TensorD s1, g.Virtual(f, sd));
-  LOOM_RETURN_IF_ERROR(g.Pointwise("attn scale", CUDNN_POINTWISE_MUL, f, s0, &scale, nullptr, s1));
-  TensorD last = s1;
-  if (causal) {
-    LOOM_ASSIGN_OR_RETURN(TensorD neg_inf, g.Scalar(kNegInf));
-    LOOM_ASSIGN_OR_RETURN(last, CausalMask(g, s1, neg_inf));
-  }
+  LOOM_ASSIGN_OR_RETURN(TensorD last, MaskedScores(g, q, kt, scale, sd, causal));
   LOOM_ASSIGN_OR_RETURN(TensorD sub, g.Virtual(f, sd));
   LOOM_RETURN_IF_ERROR(g.Pointwise("S - stats", CUDNN_POINTWISE_SUB, f, last, &stats, nullptr, sub));
   LOOM_ASSIGN_OR_RETURN(TensorD p, g.Virtual(f, sd));
