@@ -39,6 +39,9 @@ LOOM_DEVICE_DIR=$D bash bench/cuda/run_sdpa.sh || status=1
 echo "== pointwise codegen checks (NVRTC kernels vs the f64 registry reference)"
 "$D/bin/pointwise_gpu_check" 2>&1 | tee "$O/pointwise_gpu_check.txt" | tail -8
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
+echo "== generated row-wise kernels (layernorm, cross-entropy, AdamW) vs the f64 reference, and their timings"
+"$D/bin/rowwise_gpu_check" 2>&1 | tee "$O/rowwise_gpu_check.txt" | tail -20
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
 echo "== CUDA executor vs CPU executor, gpt-small, 20 steps (f32, bf16, graph/eager)"
 timeout 300 "$D/bin/cuda_executor_gpu_check" 2>&1 | tee "$O/lowering_check.txt" | tail -8
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
