@@ -460,6 +460,16 @@ absl::StatusOr<TensorD> MaskedScores(Builder& g, const TensorD& q, const TensorD
   return CausalMask(g, s1, neg_inf);
 }
 
+// out [B, Hkv, Tk, D] = a b, a product over every query head: with GQA the
+// per-query-head products are summed per kv head.
+absl::Status MatmulIntoKvHeads(Builder& g, const char* name, const char* reduce_name, const TensorD& a,
+                               const TensorD& b, const TensorD& out, const Shape& s, cudnnDataType_t io) {
+  if (s.h == s.hk) return g.Matmul(name, a, b, out);
+  LOOM_ASSIGN_OR_RETURN(TensorD per_head, g.Virtual(io, {s.b, s.h, s.tk, s.d}));
+  LOOM_RETURN_IF_ERROR(g.Matmul(name, a, b, per_head));
+  return g.Reduce(reduce_name, CUDNN_REDUCE_TENSOR_ADD, per_head, out);
+}
+
 // Forward: O = softmax(scale * Q K^T [masked]) V, Stats = max + log(sum exp).
 absl::Status BuildForward(Builder& g, const Shape& s, cudnnDataType_t io, bool causal) {
   const cudnnDataType_t f = CUDNN_DATA_FLOAT;
@@ -532,13 +542,7 @@ absl::Status BuildBackward(Builder& g, const Shape& s, cudnnDataType_t io, bool 
   // dV = P^T dO (GQA: over every query head, then summed per kv head).
   LOOM_ASSIGN_OR_RETURN(TensorD pt, g.Virtual(io, td, ts));
   LOOM_RETURN_IF_ERROR(g.Reshape("P^T", p, pt));
-  if (s.h == s.hk) {
-    LOOM_RETURN_IF_ERROR(g.Matmul("P^T dO", pt, dout, dv));
-  } else {
-    LOOM_ASSIGN_OR_RETURN(TensorD dvh, g.Virtual(io, {s.b, s.h, s.tk, s.d}));
-    LOOM_RETURN_IF_ERROR(g.Matmul("P^T dO", pt, dout, dvh));
-    LOOM_RETURN_IF_ERROR(g.Reduce("dV over heads", CUDNN_REDUCE_TENSOR_ADD, dvh, dv));
-  }
+  LOOM_RETURN_IF_ERROR(MatmulIntoKvHeads(g, "P^T dO", "dV over heads", pt, dout, dv, s, io));
 
   // dS = P * (dO V^T - softmax_sum) * scale.
   LOOM_ASSIGN_OR_RETURN(TensorD dp0, g.Virtual(f, sd));
@@ -555,13 +559,7 @@ absl::Status BuildBackward(Builder& g, const Shape& s, cudnnDataType_t io, bool 
   // dK = dS^T Q.
   LOOM_ASSIGN_OR_RETURN(TensorD dst, g.Virtual(io, td, ts));
   LOOM_RETURN_IF_ERROR(g.Reshape("dS^T", ds, dst));
-  if (s.h == s.hk) {
-    LOOM_RETURN_IF_ERROR(g.Matmul("dS^T Q", dst, q, dk));
-  } else {
-    LOOM_ASSIGN_OR_RETURN(TensorD dkh, g.Virtual(io, {s.b, s.h, s.tk, s.d}));
-    LOOM_RETURN_IF_ERROR(g.Matmul("dS^T Q", dst, q, dkh));
-    LOOM_RETURN_IF_ERROR(g.Reduce("dK over heads", CUDNN_REDUCE_TENSOR_ADD, dkh, dk));
-  }
+  LOOM_RETURN_IF_ERROR(MatmulIntoKvHeads(g, "dS^T Q", "dK over heads", dst, q, dk, s, io));
 
   // dQ = dS K (through the f32 accumulator when var.dq_accum).
   LOOM_ASSIGN_OR_RETURN(TensorD kview, g.Virtual(var.k_view_io_type ? io : f, {s.b, s.hk, s.tk, s.d},
