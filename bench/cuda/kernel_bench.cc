@@ -141,7 +141,7 @@ int main(int argc, char** argv) {
     g.dx_colsum = static_cast<float*>(ds.raw_data());
     Row("layernorm_backward +dres +colsum", "16384x768", 4.0 * n * 2, MedianMs([&] { CHECK_OK(LayerNormBackward(g)); }));
   }
-#ifdef LOOM_HAVE_CUDA  // compiler/cuda's kernels have no stub
+#ifdef LOOM_HAVE_CUDA  // compiler/cuda's kernels exist only in CUDA builds
   for (int64_t N : {int64_t{768}, int64_t{2304}, int64_t{3072}}) {
     // Bias-gradient column sums (compiler/cuda SumRows): [16384, N] bf16 -> f32 [N].
     namespace kern = loom::compiler::cuda::kern;
