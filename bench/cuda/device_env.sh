@@ -1,11 +1,19 @@
 # Sourced by the bench/cuda/run_*.sh scripts on the GPU machine: sets D (the
-# staged folder), O (where logs go), PY, and LD_LIBRARY_PATH = the staged
+# staged folder, with bin/ unpacked from bin.tar.xz), O (where logs go), PY, and LD_LIBRARY_PATH = the staged
 # non-CUDA shared libraries (lib/ or lib.tar.xz, unpacked once) + the CUDA
 # libraries of the PyTorch environment there (cuBLAS/cuBLASLt, NVRTC, NCCL).
 D=${LOOM_DEVICE_DIR:-.device/gpu}
 O=${OUT:-/tmp/loom_cuda_out}
 mkdir -p "$O"
 PY=${PYTHON:-python3}
+# bin.tar.xz (stage.sh packs the binaries): unpacked once into a copy of $D.
+if [ -f "$D/bin.tar.xz" ] && [ ! -d "$D/bin" ]; then
+  _st=/tmp/loom_staged
+  if [ ! -d "$_st/bin" ]; then
+    rm -rf "$_st" && mkdir -p "$_st" && cp -r "$D"/. "$_st"/ && tar -C "$_st" -xJf "$_st/bin.tar.xz"
+  fi
+  D=$_st
+fi
 _libs="$D/lib"
 if [ -f "$D/lib.tar.xz" ]; then
   _libs=/tmp/loom_staged_libs

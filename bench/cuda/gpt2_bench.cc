@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "base/status.h"
@@ -146,6 +147,9 @@ absl::Status Run(const Flags& f) {
   std::printf("RESULT impl=loom_%s%s tokens_per_s=%.0f ms_per_step=%.2f mfu=%.3f params=%.0f compile_s=%.1f device_mib=%.0f\n",
               f.f32 ? "f32" : "bf16", f.graph ? "_graph" : "", tps, 1e3 * dt / f.steps, tps * flops_tok / 989e12, n,
               compile_s, exec->device_bytes() / 1048576.0);
+  // What attention ran (the SDPA dispatcher's pick per shape, when it ran).
+  for (absl::string_view line : absl::StrSplit(exec->Describe(), '\n'))
+    if (absl::StartsWith(line, "sdpa ")) std::printf("%s\n", std::string(line).c_str());
   std::printf("losses:");
   for (double l : losses) std::printf(" %.4f", l);
   std::printf("\n");

@@ -8,8 +8,9 @@
 #      PARTS ("train run": which of the two).
 set -u
 . "$(dirname "$0")/device_env.sh"
-corpus=$PWD/$D/data/fortunes
-bin=$PWD/$D/bin/loom
+Dabs=$(cd "$D" && pwd)
+corpus=$Dabs/data/fortunes
+bin=$Dabs/bin/loom
 cd /tmp
 status=0
 if [[ " ${PARTS:-train run} " == *" train "* ]]; then

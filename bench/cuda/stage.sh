@@ -34,6 +34,9 @@ tar -C "$DEST" -cf - lib | xz -T2 -6 > "$DEST/lib.tar.xz"
 rm -rf "$DEST/lib"
 chmod -R u+w "$DEST"
 strip --strip-unneeded "$DEST"/bin/* 2>/dev/null || true  # the carry to the GPU machine is limited to 64 MiB
-du -sh "$DEST/bin" "$DEST/lib.tar.xz"
+# The binaries too (device_env.sh unpacks both once there).
+tar -C "$DEST" -cf - bin | xz -T2 -6 > "$DEST/bin.tar.xz"
+rm -rf "$DEST/bin"
+du -sh "$DEST/bin.tar.xz" "$DEST/lib.tar.xz"
 # The corpus examples/gpt-cuda.yaml trains on (Debian's fortunes, not on the GPU machine).
 mkdir -p "$DEST/data" && cp -rL /usr/share/games/fortunes "$DEST/data/" 2>/dev/null || true

@@ -9,10 +9,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <map>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -21,6 +21,7 @@
 #include "compiler/cuda/codegen/rowwise.h"
 #include "compiler/cuda/lowering_kernels.h"
 #include "kernels/cuda/attention/flash_attention.h"
+#include "kernels/cuda/attention/sdpa_dispatch.h"
 #include "kernels/cuda/device_runtime.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/ops.h"
@@ -77,6 +78,7 @@ class Impl final : public CudaExecutor {
     g_ = g;
     o_ = o;
     rowgen_ = RowgenFor(o);
+    attention_ = AttnRouteFor(o);
     LOOM_ASSIGN_OR_RETURN(plan_, PlanCuda(g, o.bf16, PlanOptionsFor(o)));
     // Without a device the whole build still runs ("dry": fake addresses, no
     // uploads), so codegen problems surface on machines without a GPU; Init
@@ -108,6 +110,7 @@ class Impl final : public CudaExecutor {
     int64_t scratch = 0;
     for (const Launch& l : plan_.launches) scratch = std::max(scratch, ScratchBytes(l));
     LOOM_ASSIGN_OR_RETURN(scratch_, Alloc(scratch));
+    scratch_bytes_ = scratch;
     for (const Launch& l : plan_.launches) LOOM_RETURN_IF_ERROR(Build(l));
     return dry_ ? rt.status() : absl::OkStatus();
   }
@@ -214,6 +217,14 @@ class Impl final : public CudaExecutor {
   std::string Describe() const override {
     std::string s;
     for (size_t i = 0; i < desc_.size(); ++i) absl::StrAppend(&s, i, ": ", desc_[i], "\n");
+    // What the SDPA dispatcher picked for each distinct attention shape.
+    std::set<std::string> keys;
+    for (const AttnCall& c : attn_calls_) {
+      const std::string key = loom::cuda::SdpaDispatcher::Key(c.args, c.backward);
+      if (keys.insert(key).second)
+        absl::StrAppend(&s, "sdpa ", key, " -> ", loom::cuda::SdpaDispatcher::Global().Choice(c.args, c.backward),
+                        "\n");
+    }
     absl::StrAppend(&s, "arena ", plan_.arena_bytes, " B, device total ", device_bytes_, " B, ",
                     o_.bf16 ? "bf16" : "f32", ", ", exec_ ? "cuda graph (replaying)" : o_.cuda_graph ? "cuda graph (after the first step)" : "eager", "\n");
     return s;
@@ -347,9 +358,80 @@ class Impl final : public CudaExecutor {
     const int64_t d = Sh(q).back();
     return Dt(q) == DType::kBF16 && (d == 64 || d == 128);
   }
-  // The fields flash attention's and the simple kernel's arguments share.
-  template <typename A>
-  void FillAttnArgs(A& a, const Launch& l, int q, int k, int v) const {
+  // Attention arguments for a flash-able launch: from the plan's strided views
+  // (Launch::attn) or from whole contiguous tensors; every pointer but the
+  // workspace is set.
+  loom::cuda::SdpaArgs AttnCallArgs(const Launch& l) const {
+    const bool bwd = l.kind == LaunchKind::kSdpaBackward;
+    loom::cuda::SdpaArgs a;
+    a.causal = l.attrs.GetBool("is_causal", false);
+    a.scale = l.attrs.Has("scale") ? static_cast<float>(l.attrs.GetFloat("scale", 0)) : 0.f;
+    a.deterministic = o_.deterministic || attention_ == AttnRoute::kFlash;
+    a.stream = stream_;
+    // Views in operand order: [dout,] q, k, v, o[, lse-less dq, dk, dv].
+    std::vector<AttnView> w = l.attn;
+    if (w.empty()) {
+      auto whole = [&](int v) {
+        AttnView x;
+        x.value = v;
+        x.shape = Sh(v);
+        return x;  // offset 0, strides 0: contiguous
+      };
+      const std::vector<int>& in = l.inputs;
+      const std::vector<int>& out = l.outputs;
+      if (bwd) {
+        w = {whole(in[0]), whole(in[1]), whole(in[2]), whole(in[3]), whole(in[4]),
+             whole(out[0]), whole(out[1]), whole(out[2])};
+      } else {
+        w = {whole(in[0]), whole(in[1]), whole(in[2]), whole(out[0])};
+      }
+    }
+    const int base = bwd ? 1 : 0;
+    const AttnView& q = w[base];
+    const AttnView& k = w[base + 1];
+    a.dtype = Dt(q.value);
+    a.batch = q.shape[0], a.heads = q.shape[1], a.seq_q = q.shape[2], a.head_dim = q.shape[3];
+    a.kv_heads = k.shape[1], a.seq_k = k.shape[2];
+    auto ptr = [&](const AttnView& v) {
+      return static_cast<char*>(Ptr(v.value)) + v.offset * static_cast<int64_t>(DTypeSize(Dt(v.value)));
+    };
+    auto strides = [](const AttnView& v) {
+      return v.strides.empty() ? loom::cuda::FlashStrides{}
+                               : loom::cuda::FlashStrides{v.strides[0], v.strides[1], v.strides[2]};
+    };
+    a.q = ptr(w[base]), a.k = ptr(w[base + 1]), a.v = ptr(w[base + 2]), a.o = ptr(w[base + 3]);
+    a.q_strides = strides(w[base]), a.k_strides = strides(w[base + 1]), a.v_strides = strides(w[base + 2]);
+    a.o_strides = strides(w[base + 3]);
+    a.lse = static_cast<float*>(Ptr(bwd ? l.inputs[5] : l.outputs[1]));
+    if (bwd) {
+      a.dout = ptr(w[0]), a.dout_strides = strides(w[0]);
+      a.dq = ptr(w[5]), a.dk = ptr(w[6]), a.dv = ptr(w[7]);
+      a.dq_strides = strides(w[5]), a.dk_strides = strides(w[6]), a.dv_strides = strides(w[7]);
+    }
+    return a;
+  }
+  // One attention launch: Loom's flash kernels with their default variants
+  // (AttnRoute::kFlash), or the SDPA dispatcher, which times its candidates
+  // (flash variants, cuDNN) in the first, eager step and caches the pick;
+  // Describe() reports it.
+  void AddAttnCall(const loom::cuda::SdpaArgs& a, bool backward) {
+    if (attention_ == AttnRoute::kFlash) {
+      const loom::cuda::FlashAttnArgs f = loom::cuda::FlashArgsFromSdpa(a);
+      calls_.push_back([f, backward]() {
+        return backward ? loom::cuda::FlashAttentionBackward(f) : loom::cuda::FlashAttentionForward(f);
+      });
+      return;
+    }
+    attn_calls_.push_back({desc_.size(), a, backward});
+    calls_.push_back([a, backward]() {
+      loom::cuda::SdpaDispatcher& d = loom::cuda::SdpaDispatcher::Global();
+      return backward ? d.Backward(a) : d.Forward(a);
+    });
+  }
+  // The simple (f32 or odd head_dim) kernels' arguments: contiguous q, k, v.
+  kern::AttnArgs SimpleArgs(const Launch& l, int q, int k, int v) const {
+    kern::AttnArgs a;
+    a.dtype = ToDt(Dt(q));
     a.batch = Sh(q)[0];
     a.heads = Sh(q)[1];
     a.seq_q = Sh(q)[2];
@@ -361,48 +443,6 @@ class Impl final : public CudaExecutor {
     a.q = Ptr(q);
     a.k = Ptr(k);
     a.v = Ptr(v);
-  }
-  loom::cuda::FlashAttnArgs FlashArgs(const Launch& l, int q, int k, int v) const {
-    loom::cuda::FlashAttnArgs a;
-    a.dtype = Dt(q);
-    FillAttnArgs(a, l, q, k, v);
-    a.deterministic = true;
-    a.stream = stream_;
-    return a;
-  }
-  // Flash arguments from the plan's strided views (Launch::attn).
-  loom::cuda::FlashAttnArgs FlashViewArgs(const Launch& l) const {
-    const bool bwd = l.kind == LaunchKind::kSdpaBackward;
-    const std::vector<AttnView>& w = l.attn;
-    const AttnView& q = w[bwd ? 1 : 0];
-    const AttnView& k = w[bwd ? 2 : 1];
-    loom::cuda::FlashAttnArgs a;
-    a.dtype = Dt(q.value);
-    a.batch = q.shape[0], a.heads = q.shape[1], a.seq_q = q.shape[2], a.head_dim = q.shape[3];
-    a.kv_heads = k.shape[1], a.seq_k = k.shape[2];
-    a.causal = l.attrs.GetBool("is_causal", false);
-    a.scale = l.attrs.Has("scale") ? static_cast<float>(l.attrs.GetFloat("scale", 0)) : 0.f;
-    a.deterministic = true;
-    a.stream = stream_;
-    auto ptr = [&](const AttnView& v) {
-      return static_cast<char*>(Ptr(v.value)) + v.offset * static_cast<int64_t>(DTypeSize(Dt(v.value)));
-    };
-    auto strides = [](const AttnView& v) { return loom::cuda::FlashStrides{v.strides[0], v.strides[1], v.strides[2]}; };
-    const int base = bwd ? 1 : 0;
-    a.q = ptr(w[base]), a.k = ptr(w[base + 1]), a.v = ptr(w[base + 2]), a.o = ptr(w[base + 3]);
-    a.q_strides = strides(w[base]), a.k_strides = strides(w[base + 1]), a.v_strides = strides(w[base + 2]);
-    a.o_strides = strides(w[base + 3]);
-    if (bwd) {
-      a.dout = ptr(w[0]), a.dout_strides = strides(w[0]);
-      a.dq = ptr(w[5]), a.dk = ptr(w[6]), a.dv = ptr(w[7]);
-      a.dq_strides = strides(w[5]), a.dk_strides = strides(w[6]), a.dv_strides = strides(w[7]);
-    }
-    return a;
-  }
-  kern::AttnArgs SimpleArgs(const Launch& l, int q, int k, int v) const {
-    kern::AttnArgs a;
-    a.dtype = ToDt(Dt(q));
-    FillAttnArgs(a, l, q, k, v);
     return a;
   }
 
@@ -429,13 +469,14 @@ class Impl final : public CudaExecutor {
       }
       case LaunchKind::kCrossEntropy: return 4 * Sh(l.inputs[0])[0];
       case LaunchKind::kCrossEntropyBackward: return 256;
+      case LaunchKind::kSdpa:
       case LaunchKind::kSdpaBackward: {
-        if (!l.attn.empty()) return loom::cuda::FlashAttentionBwdWorkspaceBytes(FlashViewArgs(l));
-        if (UseFlash(l)) {
-          loom::cuda::FlashAttnArgs a = FlashArgs(l, l.inputs[1], l.inputs[2], l.inputs[3]);
-          return loom::cuda::FlashAttentionBwdWorkspaceBytes(a);
-        }
-        return 4 * Numel(l.inputs[1]) / Sh(l.inputs[1]).back();
+        const bool bwd = l.kind == LaunchKind::kSdpaBackward;
+        if (!UseFlash(l)) return bwd ? 4 * Numel(l.inputs[1]) / Sh(l.inputs[1]).back() : 0;
+        const loom::cuda::SdpaArgs a = AttnCallArgs(l);
+        if (attention_ == AttnRoute::kFlash || dry_)  // dry: no device to build cuDNN plans on
+          return bwd ? loom::cuda::SdpaBackwardWorkspaceBytes(a) : 0;
+        return loom::cuda::SdpaWorkspaceBytes(a, bwd);  // builds cuDNN's plan now, outside capture
       }
       default: return 0;
     }
@@ -751,17 +792,12 @@ class Impl final : public CudaExecutor {
         break;
       }
       case LaunchKind::kSdpa: {
-        if (!l.attn.empty()) {
-          loom::cuda::FlashAttnArgs a = FlashViewArgs(l);
-          a.lse = static_cast<float*>(Ptr(out[1]));
-          absl::StrAppend(&desc, " flash");
-          calls_.push_back([a]() { return loom::cuda::FlashAttentionForward(a); });
-        } else if (UseFlash(l)) {
-          loom::cuda::FlashAttnArgs a = FlashArgs(l, in[0], in[1], in[2]);
-          a.o = Ptr(out[0]);
-          a.lse = static_cast<float*>(Ptr(out[1]));
-          absl::StrAppend(&desc, " flash");
-          calls_.push_back([a]() { return loom::cuda::FlashAttentionForward(a); });
+        if (UseFlash(l)) {
+          loom::cuda::SdpaArgs a = AttnCallArgs(l);
+          a.workspace = scratch;
+          a.workspace_bytes = scratch_bytes_;
+          desc += attention_ == AttnRoute::kFlash ? " flash" : " dispatch";
+          AddAttnCall(a, false);
         } else {
           kern::AttnArgs a = SimpleArgs(l, in[0], in[1], in[2]);
           a.o = Ptr(out[0]);
@@ -772,23 +808,12 @@ class Impl final : public CudaExecutor {
         break;
       }
       case LaunchKind::kSdpaBackward: {
-        if (!l.attn.empty()) {
-          loom::cuda::FlashAttnArgs a = FlashViewArgs(l);
-          a.lse = static_cast<float*>(Ptr(in[5]));
+        if (UseFlash(l)) {
+          loom::cuda::SdpaArgs a = AttnCallArgs(l);
           a.workspace = scratch;
-          absl::StrAppend(&desc, " flash");
-          calls_.push_back([a]() { return loom::cuda::FlashAttentionBackward(a); });
-        } else if (UseFlash(l)) {
-          loom::cuda::FlashAttnArgs a = FlashArgs(l, in[1], in[2], in[3]);
-          a.dout = Ptr(in[0]);
-          a.o = Ptr(in[4]);
-          a.lse = static_cast<float*>(Ptr(in[5]));
-          a.dq = Ptr(out[0]);
-          a.dk = Ptr(out[1]);
-          a.dv = Ptr(out[2]);
-          a.workspace = scratch;
-          absl::StrAppend(&desc, " flash");
-          calls_.push_back([a]() { return loom::cuda::FlashAttentionBackward(a); });
+          a.workspace_bytes = scratch_bytes_;
+          desc += attention_ == AttnRoute::kFlash ? " flash" : " dispatch";
+          AddAttnCall(a, true);
         } else {
           kern::AttnArgs a = SimpleArgs(l, in[1], in[2], in[3]);
           a.dout = Ptr(in[0]);
@@ -1056,6 +1081,14 @@ class Impl final : public CudaExecutor {
   std::vector<bool> input_set_;
   void* arena_ = nullptr;
   void* scratch_ = nullptr;
+  int64_t scratch_bytes_ = 0;
+  AttnRoute attention_ = AttnRoute::kDispatch;
+  struct AttnCall {
+    size_t launch;  // index into desc_
+    loom::cuda::SdpaArgs args;
+    bool backward;
+  };
+  std::vector<AttnCall> attn_calls_;  // dispatched attention launches, for Describe()
   std::vector<Call> calls_;
   std::vector<std::string> desc_;
   const bool profile_ = std::getenv("LOOM_CUDA_PROFILE") != nullptr;  // eager, timed launches

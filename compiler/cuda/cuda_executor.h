@@ -53,7 +53,26 @@ struct CudaOptions {
   bool rowgen_layernorm = true;
   bool rowgen_cross_entropy = false;
   bool rowgen_adamw = true;
+  // Attention (bf16/f16, head_dim 64 or 128): kDispatch runs the SDPA
+  // dispatcher (kernels/cuda/attention/sdpa_dispatch.h), which times its
+  // candidates (Loom's flash variants, cuDNN's fused attention) in the first,
+  // eager step and keeps the fastest per shape; kFlash runs Loom's flash
+  // kernels with their default variants. Env LOOM_CUDA_ATTN=flash|dispatch
+  // overrides.
+  enum class Attention { kDispatch, kFlash } attention = Attention::kDispatch;
+  // Only kernels whose results are bit-identical run to run: the attention
+  // backward then never sums dQ with atomics (no cuDNN backward, no atomic
+  // flash variant).
+  bool deterministic = false;
 };
+
+using AttnRoute = CudaOptions::Attention;
+// The attention route after the LOOM_CUDA_ATTN override.
+inline AttnRoute AttnRouteFor(const CudaOptions& o) {
+  const char* e = std::getenv("LOOM_CUDA_ATTN");
+  if (e == nullptr || *e == '\0') return o.attention;
+  return std::string(e) == "flash" ? AttnRoute::kFlash : AttnRoute::kDispatch;
+}
 
 // The row-wise kernel choice after the LOOM_CUDA_ROWGEN override.
 struct RowgenChoice {

@@ -82,7 +82,7 @@ CudnnSdpaArgs ToCudnn(const SdpaArgs& a, bool backward) {
   c.q = a.q, c.k = a.k, c.v = a.v, c.o = a.o, c.lse = a.lse;
   c.dout = a.dout, c.dq = a.dq, c.dk = a.dk, c.dv = a.dv;
   c.workspace = a.workspace;
-  c.workspace_bytes = backward ? SdpaBackwardWorkspaceBytes(a) : 0;
+  c.workspace_bytes = a.workspace_bytes >= 0 ? a.workspace_bytes : backward ? SdpaBackwardWorkspaceBytes(a) : 0;
   c.stream = a.stream;
   auto st = [](const FlashStrides& f) { return CudnnStrides{f.batch, f.head, f.row}; };
   c.q_strides = st(a.q_strides), c.k_strides = st(a.k_strides), c.v_strides = st(a.v_strides);
@@ -143,6 +143,18 @@ int64_t SdpaBackwardWorkspaceBytes(const SdpaArgs& a) {
   return std::max<int64_t>(FlashAttentionBwdWorkspaceBytes(f),
                            attn::MathBwdWorkspaceFloats(ToMath(a)) * static_cast<int64_t>(sizeof(float)));
 }
+
+int64_t SdpaWorkspaceBytes(const SdpaArgs& a, bool backward) {
+  int64_t bytes = backward ? SdpaBackwardWorkspaceBytes(a) : 0;
+  const bool cudnn_ok = !backward || !a.deterministic || kCudnnSdpaBackwardDeterministic;
+  if (FlashTakes(a) && cudnn_ok && CudnnEnabled() && CudnnAvailable().ok()) {
+    absl::StatusOr<int64_t> c = CudnnSdpaWorkspaceBytes(ToCudnn(a, backward), backward);
+    if (c.ok()) bytes = std::max(bytes, *c);  // else cuDNN fails the shape when timed, and is skipped
+  }
+  return bytes;
+}
+
+FlashAttnArgs FlashArgsFromSdpa(const SdpaArgs& a) { return ToFlash(SdpaCandidate{}, a); }
 
 absl::Status SdpaValidate(const SdpaArgs& a, bool backward) {
   if (!std::isfinite(a.dropout_p) || a.dropout_p < 0 || a.dropout_p >= 1)

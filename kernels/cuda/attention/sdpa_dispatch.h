@@ -82,7 +82,11 @@ struct SdpaArgs {
   void* dq = nullptr;
   void* dk = nullptr;
   void* dv = nullptr;
-  void* workspace = nullptr;  // SdpaBackwardWorkspaceBytes(args) bytes
+  void* workspace = nullptr;  // SdpaBackwardWorkspaceBytes(args) bytes (backward)
+  // Bytes at `workspace`; -1: SdpaBackwardWorkspaceBytes(args) in the backward,
+  // 0 in the forward. cuDNN runs in the caller's workspace when this covers
+  // SdpaWorkspaceBytes(args), else in a block of the caching allocator.
+  int64_t workspace_bytes = -1;
   // Element strides per tensor (FlashAttnArgs'); all 0 = contiguous.
   FlashStrides q_strides, k_strides, v_strides, o_strides;
   FlashStrides dout_strides, dq_strides, dk_strides, dv_strides;
@@ -93,6 +97,13 @@ struct SdpaArgs {
 // Enough for every flash and math backward candidate of this shape (cuDNN's
 // plan takes the caching allocator's bytes when this is short).
 int64_t SdpaBackwardWorkspaceBytes(const SdpaArgs& a);
+// Enough for every candidate of this shape, cuDNN's plan included when cuDNN
+// is a candidate (this builds and caches that plan: call it outside CUDA graph
+// capture, e.g. when sizing buffers, with the call's tensor pointers set).
+int64_t SdpaWorkspaceBytes(const SdpaArgs& a, bool backward);
+// The same call for Loom's flash kernels directly, with their default
+// variants (no mask, no dropout: FlashAttentionValidate says so otherwise).
+FlashAttnArgs FlashArgsFromSdpa(const SdpaArgs& a);
 // InvalidArgument naming the argument, or Unimplemented naming the feature.
 absl::Status SdpaValidate(const SdpaArgs& a, bool backward);
 

@@ -340,6 +340,38 @@ TEST(SdpaDispatch, WorkspaceCoversEveryCandidate) {
   EXPECT_GE(SdpaBackwardWorkspaceBytes(a), FlashAttentionBwdWorkspaceBytes(f));
   a.seq_k = 4096;  // math's dK/dV accumulators dominate
   EXPECT_GE(SdpaBackwardWorkspaceBytes(a), 2 * a.batch * a.kv_heads * a.seq_k * a.head_dim * 4);
+  // With every candidate (cuDNN's plan, when the library loads here) the
+  // figure never drops below the flash/math need; the forward needs none of
+  // Loom's own.
+  EXPECT_GE(SdpaWorkspaceBytes(a, true), SdpaBackwardWorkspaceBytes(a));
+  EXPECT_GE(SdpaWorkspaceBytes(a, false), 0);
+}
+
+// The executor's direct-flash route: every field carried over, variants left
+// at their defaults.
+TEST(SdpaDispatch, FlashArgsFromSdpa) {
+  SdpaArgs a = Valid(64);
+  a.causal = true, a.scale = 0.25f, a.deterministic = true;
+  a.q_strides = {3072, 64, 2304};
+  a.dv_strides = {8 * 256 * 64, 256 * 64, 128};
+  const FlashAttnArgs f = FlashArgsFromSdpa(a);
+  EXPECT_EQ(f.batch, a.batch);
+  EXPECT_EQ(f.heads, a.heads);
+  EXPECT_EQ(f.kv_heads, a.kv_heads);
+  EXPECT_EQ(f.seq_q, a.seq_q);
+  EXPECT_EQ(f.seq_k, a.seq_k);
+  EXPECT_EQ(f.head_dim, 64);
+  EXPECT_TRUE(f.causal);
+  EXPECT_TRUE(f.deterministic);
+  EXPECT_EQ(f.scale, 0.25f);
+  EXPECT_EQ(f.q_strides.batch, 3072);
+  EXPECT_EQ(f.q_strides.row, 2304);
+  EXPECT_EQ(f.dv_strides.row, 128);
+  EXPECT_EQ(f.q, a.q);
+  EXPECT_EQ(f.workspace, a.workspace);
+  EXPECT_EQ(f.fwd_variant, 0);
+  EXPECT_EQ(f.bwd_variant, 0);
+  EXPECT_TRUE(FlashAttentionValidate(f, true).ok()) << FlashAttentionValidate(f, true);
 }
 
 }  // namespace
