@@ -1,8 +1,7 @@
 #!/bin/bash
-# Flash attention on the GPU machine, after staging the binaries (bin/ + lib/,
-# Abseil .so files included) into a git-ignored folder, .device by default
-# (bench/cuda/stage.sh stages everything; LOOM_DEVICE_DIR picks another):
-#   device tool: run(command="LOOM_DEVICE_DIR=.device/att2 bash bench/cuda/run_sdpa.sh", carry=[".device/att2"])
+# Flash attention on the GPU machine, after bench/cuda/stage.sh staged the
+# binaries and libraries into .device/gpu (LOOM_DEVICE_DIR picks another):
+#   device tool: run(command="bash bench/cuda/run_sdpa.sh", carry=[".device/gpu"])
 # Runs the attention checks (fp64 reference, every kernel variant), then by
 # SDPA_MODE:
 #   bench (default): Loom's SDPA benchmark (flash defaults, and the dispatcher
@@ -13,15 +12,8 @@
 #   all: sweep, then bench.
 # Logs go to $OUT. Also called by run_all.sh.
 set -u
-D=${LOOM_DEVICE_DIR:-.device}
-O=${OUT:-/tmp/loom_cuda_out}
 MODE=${SDPA_MODE:-bench}
-mkdir -p "$O"
-PY=${PYTHON:-python3}
-# cuBLAS/cuBLASLt (linked by the check binary) from the PyTorch environment.
-NV=$($PY -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]) + "/nvidia")' 2>/dev/null)
-NVLIBS=$(find "$NV" -name 'lib*.so*' -printf '%h\n' 2>/dev/null | sort -u | tr '\n' ':')
-export LD_LIBRARY_PATH="$D/lib:${NVLIBS}${LD_LIBRARY_PATH:-}"
+. "$(dirname "$0")/device_env.sh"  # D, O, PY, LD_LIBRARY_PATH
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv,noheader 2>&1 | head -2
 status=0
 echo "== flash attention checks (fp64 reference)"

@@ -3,8 +3,11 @@
 // caching, and the runs.
 #include "kernels/cuda/attention/cudnn_sdpa.h"
 
+#include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdio>
+#include <functional>
 #include <cstdint>
 #include <cstdlib>
 #include <limits>
@@ -15,6 +18,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "base/status.h"
 
@@ -115,6 +119,7 @@ absl::StatusOr<int64_t> CudnnSdpaWorkspaceBytes(const CudnnSdpaArgs& a, bool bac
   LOOM_RETURN_IF_ERROR(CudnnSdpaValidate(a, backward));
   return CudnnAvailable();
 }
+std::string CudnnSdpaEngineChoice(const CudnnSdpaArgs&, bool) { return ""; }
 
 #else  // LOOM_HAVE_CUDA
 
@@ -339,9 +344,18 @@ class Builder {
     return absl::OkStatus();
   }
 
-  // Operation graph -> heuristics -> the first engine config whose plan
-  // finalizes. Sets plan_ and workspace_.
-  absl::Status BuildPlan(cudnnHandle_t handle) {
+  // One finalized execution plan: an engine config of the heuristics.
+  struct Config {
+    cudnnBackendDescriptor_t plan = nullptr;
+    int64_t workspace = 0;
+    int64_t engine = -1;  // cuDNN's global engine index
+    std::string name;     // "engine 8 (heuristics mode 0, config 1)"
+  };
+
+  // Operation graph -> heuristics (mode A, then the fallback list) -> every
+  // engine config whose plan finalizes, up to max_configs, best-ranked first
+  // (the fallback list adds only engines mode A did not offer). Sets configs_.
+  absl::Status BuildPlans(cudnnHandle_t handle, int max_configs) {
     LOOM_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t g, New(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph"));
     LOOM_RETURN_IF_ERROR(Set(g, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
                              static_cast<int64_t>(ops_.size()), ops_.data(), "operation graph"));
@@ -380,7 +394,14 @@ class Builder {
       LOOM_RETURN_IF_ERROR(Check(
           Api().GetAttr(h, CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, count, &got, cfgs.data()),
           what + " results"));
-      for (int64_t i = 0; i < got; ++i) {
+      const size_t from_mode_a = configs_.size();
+      for (int64_t i = 0; i < got && static_cast<int>(configs_.size()) < max_configs; ++i) {
+        const int64_t engine = EngineIndex(cfgs[i]);
+        if (mode == CUDNN_HEUR_MODE_FALLBACK) {
+          bool seen = false;
+          for (size_t c = 0; c < from_mode_a; ++c) seen = seen || configs_[c].engine == engine;
+          if (seen) continue;
+        }
         const std::string pw = absl::StrCat("execution plan (", what, ", config ", i, ")");
         LOOM_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t p, New(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR, pw));
         LOOM_RETURN_IF_ERROR(Set(p, static_cast<cudnnBackendAttributeName_t>(400), CUDNN_TYPE_HANDLE, 1, &handle, pw));
@@ -392,24 +413,35 @@ class Builder {
         int64_t ws = 0, n = 0;
         LOOM_RETURN_IF_ERROR(Check(
             Api().GetAttr(p, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws), pw + " workspace"));
-        plan_ = p;
-        workspace_ = ws;
-        return absl::OkStatus();
+        configs_.push_back({p, ws, engine,
+                            absl::StrCat("engine ", engine, " (heuristics mode ", static_cast<int>(mode), ", config ",
+                                         i, ")")});
       }
     }
+    if (!configs_.empty()) return absl::OkStatus();
     return absl::UnimplementedError(
         absl::StrCat("cuDNN has no engine for this attention graph: ", absl::StrJoin(tried, "; ")));
   }
 
-  cudnnBackendDescriptor_t plan() const { return plan_; }
-  int64_t workspace() const { return workspace_; }
+  const std::vector<Config>& configs() const { return configs_; }
 
  private:
+  // The global engine index of an engine config, -1 when cuDNN does not say.
+  int64_t EngineIndex(cudnnBackendDescriptor_t cfg) {
+    absl::StatusOr<cudnnBackendDescriptor_t> e = New(CUDNN_BACKEND_ENGINE_DESCRIPTOR, "engine");
+    if (!e.ok()) return -1;
+    int64_t n = 0, idx = -1;
+    if (Api().GetAttr(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &*e) !=
+            CUDNN_STATUS_SUCCESS ||
+        Api().GetAttr(*e, CUDNN_ATTR_ENGINE_GLOBAL_INDEX, CUDNN_TYPE_INT64, 1, &n, &idx) != CUDNN_STATUS_SUCCESS)
+      return -1;
+    return idx;
+  }
+
   std::vector<cudnnBackendDescriptor_t> owned_;
   std::vector<cudnnBackendDescriptor_t> ops_;
   int64_t next_uid_ = kFirstVirtual;
-  cudnnBackendDescriptor_t plan_ = nullptr;
-  int64_t workspace_ = 0;
+  std::vector<Config> configs_;
 };
 
 cudnnDataType_t IoType(DType d) { return d == DType::kF16 ? CUDNN_DATA_HALF : CUDNN_DATA_BFLOAT16; }
@@ -578,10 +610,23 @@ absl::Status BuildBackward(Builder& g, const Shape& s, cudnnDataType_t io, bool 
 
 // ---------------------------------------------------------------- plans, handles, runs
 
+// How many engine configs a plan keeps to time (LOOM_CUDNN_CONFIGS, default
+// 4; 1 = the heuristics' first, untimed).
+int MaxConfigs() {
+  static const int n = [] {
+    const char* e = std::getenv("LOOM_CUDNN_CONFIGS");
+    const int v = e != nullptr && *e ? std::atoi(e) : 4;
+    return v < 1 ? 1 : v > 16 ? 16 : v;
+  }();
+  return n;
+}
+
 struct Plan {
-  std::unique_ptr<Builder> graph;  // owns the plan descriptor and everything it came from
-  int64_t plan_workspace = 0;
+  std::unique_ptr<Builder> graph;  // owns the plan descriptors and everything they came from
+  int64_t plan_workspace = 0;      // the largest engine config's
   int64_t accum_bytes = 0;  // f32 dQ accumulator at the start of the workspace (0: none)
+  int chosen = -1;          // the engine config that runs (graph->configs()); -1: not timed yet
+  std::string choice;       // which one and why
   int64_t Workspace() const { return accum_bytes > 0 ? (accum_bytes + 255) / 256 * 256 + plan_workspace : plan_workspace; }
 };
 
@@ -642,13 +687,13 @@ absl::StatusOr<std::shared_ptr<Plan>> GetPlanLocked(State& st, const CudnnSdpaAr
   for (int i = first; i <= last; ++i) {
     auto g = std::make_unique<Builder>();
     absl::Status built = backward ? BuildBackward(*g, s, io, a.causal, kBwdVariants[i]) : BuildForward(*g, s, io, a.causal);
-    if (built.ok()) built = g->BuildPlan(handle);
+    if (built.ok()) built = g->BuildPlans(handle, MaxConfigs());
     if (!built.ok()) {
       errors.push_back(absl::StrCat(backward ? absl::StrCat("graph variant ", i, ": ") : "", built.message()));
       continue;
     }
     auto plan = std::make_shared<Plan>();
-    plan->plan_workspace = g->workspace();
+    for (const Builder::Config& c : g->configs()) plan->plan_workspace = std::max(plan->plan_workspace, c.workspace);
     plan->accum_bytes = backward && kBwdVariants[i].dq_accum ? s.b * s.h * s.tq * s.d * int64_t{4} : 0;
     plan->graph = std::move(g);
     st.plans[key] = plan;
@@ -659,6 +704,53 @@ absl::StatusOr<std::shared_ptr<Plan>> GetPlanLocked(State& st, const CudnnSdpaAr
       absl::StrCat("cudnn sdpa: ", key, ": cuDNN ", Api().version, " took no graph: ", absl::StrJoin(errors, " | ")));
   st.failures[key] = fail;
   return fail;
+}
+
+// Times every engine config of `plan` on the caller's buffers (a warm-up, then
+// the median of three runs, CUDA events) and keeps the fastest in plan.chosen;
+// LOOM_CUDNN_VERBOSE=1 prints the timings. One config: chosen untimed.
+absl::Status ChooseConfig(Plan& plan, cudaStream_t stream, const std::function<absl::Status(int)>& execute) {
+  const std::vector<Builder::Config>& cfgs = plan.graph->configs();
+  if (cfgs.size() == 1) {
+    plan.chosen = 0;
+    plan.choice = absl::StrCat(cfgs[0].name, ", the only config that finalized");
+    return absl::OkStatus();
+  }
+  constexpr int kRuns = 3;
+  std::vector<std::pair<double, int>> times;
+  std::string all;
+  for (int c = 0; c < static_cast<int>(cfgs.size()); ++c) {
+    cudaEvent_t ev[kRuns + 1] = {};
+    absl::Status st = absl::OkStatus();
+    for (auto& e : ev)
+      if (st.ok()) st = CudaCheck(cudaEventCreate(&e), "cudaEventCreate");
+    if (st.ok()) st = execute(c);  // warm-up
+    if (st.ok()) st = CudaCheck(cudaEventRecord(ev[0], stream), "cudaEventRecord");
+    for (int r = 0; r < kRuns && st.ok(); ++r) {
+      st = execute(c);
+      if (st.ok()) st = CudaCheck(cudaEventRecord(ev[r + 1], stream), "cudaEventRecord");
+    }
+    if (st.ok()) st = CudaCheck(cudaEventSynchronize(ev[kRuns]), "timing an engine config");
+    std::vector<float> ms(kRuns, 0.f);
+    for (int r = 0; r < kRuns && st.ok(); ++r) st = CudaCheck(cudaEventElapsedTime(&ms[r], ev[r], ev[r + 1]), "timing");
+    for (auto& e : ev)
+      if (e != nullptr) cudaEventDestroy(e);
+    if (!st.ok()) {
+      cudaGetLastError();  // a config that fails to run is skipped
+      absl::StrAppend(&all, all.empty() ? "" : ", ", cfgs[c].name, " failed");
+      continue;
+    }
+    std::sort(ms.begin(), ms.end());
+    times.push_back({ms[kRuns / 2], c});
+    absl::StrAppend(&all, all.empty() ? "" : ", ", cfgs[c].name, " ", absl::StrFormat("%.3f ms", ms[kRuns / 2]));
+  }
+  if (times.empty()) return absl::InternalError(absl::StrCat("cudnn sdpa: every engine config failed: ", all));
+  std::sort(times.begin(), times.end());
+  plan.chosen = times[0].second;
+  plan.choice = absl::StrCat(cfgs[plan.chosen].name, ", fastest of ", times.size(), " timed (", all, ")");
+  if (const char* v = std::getenv("LOOM_CUDNN_VERBOSE"); v != nullptr && *v && std::string(v) != "0")
+    std::fprintf(stderr, "cudnn sdpa: %s\n", plan.choice.c_str());
+  return absl::OkStatus();
 }
 
 absl::Status Run(const CudnnSdpaArgs& a, bool backward) {
@@ -707,7 +799,6 @@ absl::Status Run(const CudnnSdpaArgs& a, bool backward) {
       uids.push_back(kDQAccum);
       ptrs.push_back(ws);
       plan_ws = static_cast<char*>(ws) + (plan->accum_bytes + 255) / 256 * 256;
-      LOOM_RETURN_IF_ERROR(CudaCheck(cudaMemsetAsync(ws, 0, plan->accum_bytes, stream), "dQ accumulator memset"));
     }
   }
   if (plan->plan_workspace == 0) plan_ws = nullptr;
@@ -721,8 +812,24 @@ absl::Status Run(const CudnnSdpaArgs& a, bool backward) {
                                     "variant pack"));
   LOOM_RETURN_IF_ERROR(vp_owner.Fin(vp, "variant pack"));
   LOOM_RETURN_IF_ERROR(Check(Api().SetStream(handle, stream), "cudnnSetStream"));
-  return Check(Api().Execute(handle, plan->graph->plan(), vp),
-               absl::StrCat("execute (", backward ? "backward" : "forward", ")"));
+  const std::string what = absl::StrCat("execute (", backward ? "backward" : "forward", ")");
+  auto execute = [&](int config) -> absl::Status {
+    if (backward && plan->accum_bytes > 0)
+      LOOM_RETURN_IF_ERROR(CudaCheck(cudaMemsetAsync(ws, 0, plan->accum_bytes, stream), "dQ accumulator memset"));
+    return Check(Api().Execute(handle, plan->graph->configs()[config].plan, vp), what);
+  };
+  int config = plan->chosen;
+  if (config < 0) {
+    cudaStreamCaptureStatus cap = cudaStreamCaptureStatusNone;
+    LOOM_RETURN_IF_ERROR(CudaCheck(cudaStreamIsCapturing(stream, &cap), "stream query"));
+    if (cap != cudaStreamCaptureStatusNone) {
+      config = 0;  // no timing inside a capture: the heuristics' first, this once
+    } else {
+      LOOM_RETURN_IF_ERROR(ChooseConfig(*plan, stream, execute));
+      config = plan->chosen;
+    }
+  }
+  return execute(config);
 }
 
 }  // namespace
@@ -753,6 +860,15 @@ absl::StatusOr<int64_t> CudnnSdpaWorkspaceBytes(const CudnnSdpaArgs& a, bool bac
   cudnnHandle_t handle = nullptr;
   LOOM_ASSIGN_OR_RETURN(std::shared_ptr<Plan> plan, GetPlanLocked(st, a, backward, dev, &handle));
   return plan->Workspace();
+}
+
+std::string CudnnSdpaEngineChoice(const CudnnSdpaArgs& a, bool backward) {
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return "";
+  State& st = St();
+  std::lock_guard<std::mutex> lock(st.mu);
+  auto it = st.plans.find(PlanKey(a, ShapeOf(a), backward, dev));
+  return it == st.plans.end() ? "" : it->second->choice;
 }
 
 #endif  // LOOM_HAVE_CUDA

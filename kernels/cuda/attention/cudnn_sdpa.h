@@ -17,9 +17,11 @@
 // f32 accumulator, zeroed per call: NOT bit-deterministic run to run), dK, dV
 // (GQA: summed over the query heads of each kv head).
 //
-// One execution plan per shape key (dtype, dims, strides, causal), built on the
-// first call (operation graph -> heuristics -> the first engine config that
-// finalizes) and cached for the process. Building a plan may allocate and
+// One plan per shape key (dtype, dims, strides, causal), built on the first
+// call (operation graph -> heuristics -> up to LOOM_CUDNN_CONFIGS (4) engine
+// configs that finalize) and cached for the process; the first run outside a
+// CUDA graph capture times each config on the caller's buffers and keeps the
+// fastest (CudnnSdpaEngineChoice says which). Building a plan may allocate and
 // synchronize, so the first call of a shape must not be inside CUDA graph
 // stream capture (refused with FailedPrecondition); later calls are: they only
 // set the stream, memset the dQ accumulator (backward) and launch.
@@ -77,6 +79,10 @@ absl::Status CudnnSdpaForward(const CudnnSdpaArgs& a);
 absl::Status CudnnSdpaBackward(const CudnnSdpaArgs& a);
 // Device workspace this shape needs (builds and caches the plan).
 absl::StatusOr<int64_t> CudnnSdpaWorkspaceBytes(const CudnnSdpaArgs& a, bool backward);
+
+// The engine config that runs this shape and why ("engine 8 (heuristics mode
+// 0, config 0), fastest of 3 timed (...)"), or "" before its first run.
+std::string CudnnSdpaEngineChoice(const CudnnSdpaArgs& a, bool backward);
 
 // cuDNN's backward sums dQ with atomics into an f32 accumulator: results can
 // differ in the last bits between runs.

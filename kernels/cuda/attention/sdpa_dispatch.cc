@@ -376,6 +376,9 @@ std::string SdpaDispatcher::Choice(const SdpaArgs& a, bool backward) const {
   for (const auto& t : d.timings)
     if (t.first != pick_name && (next == nullptr || t.second < next->second)) next = &t;
   if (next != nullptr) absl::StrAppend(&s, " (next: ", next->first, " ", Ms(next->second), ")");
+  if (d.pick.kind == SdpaCandidate::kCudnn && !timer_)
+    if (std::string e = CudnnSdpaEngineChoice(ToCudnn(a, backward), backward); !e.empty())
+      absl::StrAppend(&s, "; cuDNN ", e);
   return s;
 }
 
