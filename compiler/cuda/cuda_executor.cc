@@ -469,6 +469,7 @@ class Impl final : public CudaExecutor {
       }
       case LaunchKind::kCrossEntropy: return 4 * Sh(l.inputs[0])[0];
       case LaunchKind::kCrossEntropyBackward: return 256;
+      case LaunchKind::kCrossEntropyFused: return 4 * (Sh(l.inputs[1])[0] + 1);
       case LaunchKind::kSdpa:
       case LaunchKind::kSdpaBackward: {
         const bool bwd = l.kind == LaunchKind::kSdpaBackward;
@@ -788,6 +789,23 @@ class Impl final : public CudaExecutor {
         calls_.push_back([=]() {
           return CudaErr(kern::CrossEntropyBackward(ldt, tdt, rows, vocab, dl, lg, t, lse, ignore, o, ws, s),
                          "cross_entropy_backward");
+        });
+        break;
+      }
+      case LaunchKind::kCrossEntropyFused: {  // inputs dloss, logits, targets; outputs loss, lse, dlogits
+        const kern::Dt ldt = ToDt(Dt(in[1])), tdt = ToDt(Dt(in[2]));
+        const int64_t rows = Sh(in[1])[0], vocab = Sh(in[1])[1];
+        const int64_t ignore = l.attrs.GetInt("ignore_index", -100);
+        const float* dl = static_cast<const float*>(Ptr(in[0]));
+        const void* lg = Ptr(in[1]);
+        const void* t = Ptr(in[2]);
+        float* loss = static_cast<float*>(Ptr(out[0]));
+        float* lse = static_cast<float*>(Ptr(out[1]));
+        void* o = Ptr(out[2]);
+        float* ws = static_cast<float*>(scratch);
+        calls_.push_back([=]() {
+          return CudaErr(kern::CrossEntropyFused(ldt, tdt, rows, vocab, dl, lg, t, ignore, lse, loss, o, ws, s),
+                         "cross_entropy_fused");
         });
         break;
       }

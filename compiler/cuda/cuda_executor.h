@@ -104,6 +104,8 @@ inline PlanOptions PlanOptionsFor(const CudaOptions& o) {
   const char* lb = std::getenv("LOOM_CUDA_LN_BIAS_GRAD");  // "1": column sums in the norm kernel (see plan.h)
   p.bias_grad_in_layernorm = on && lb != nullptr && std::string(lb) == "1";
   p.add_layernorm = on && RowgenFor(o).layernorm;
+  const char* ce = std::getenv("LOOM_CUDA_CE_FUSED");  // "0": cross-entropy forward and backward apart
+  p.fuse_cross_entropy = on && !RowgenFor(o).cross_entropy && !(ce != nullptr && std::string(ce) == "0");
   return p;
 }
 

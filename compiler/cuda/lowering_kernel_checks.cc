@@ -2,7 +2,8 @@
 // CPU references, run by cuda_executor_gpu_check before the training checks:
 //   SumRows (bias-gradient column sums): vectorised and scalar paths;
 //   the multi-tensor grad norm: f32 and bf16 tensors, aligned and not, sizes
-//   that end mid-chunk.
+//   that end mid-chunk;
+//   the fused cross-entropy forward+backward (lse, loss, dlogits).
 // Inputs are fresh random values (bf16-rounded where the kernel reads bf16),
 // outputs are poisoned with NaN before each run, and each kernel runs twice to
 // check that the two results are bit-identical (fixed-order reductions).
@@ -164,6 +165,78 @@ bool CheckGradNorm(std::mt19937_64& rng) {
   return Report("grad_norm multi-tensor", "8 tensors f32+bf16", err, std::memcmp(&r[0], &r[1], 4) == 0, 1e-5);
 }
 
+// The fused cross-entropy (forward + backward in one pass over the logits):
+// lse, the mean loss and dlogits against fp64, some rows ignored (-100).
+bool CheckCrossEntropyFused(std::mt19937_64& rng, int64_t rows, int64_t vocab, bool bf16) {
+  std::normal_distribution<float> nd(0.0f, 2.0f);
+  std::uniform_int_distribution<int64_t> tok(0, vocab - 1);
+  const int64_t n = rows * vocab;
+  const size_t esz = bf16 ? 2 : 4;
+  std::vector<double> x(n);
+  std::vector<uint16_t> hb(bf16 ? n : 0);
+  std::vector<float> hf(bf16 ? 0 : n);
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = nd(rng);
+    if (bf16) {
+      hb[i] = ToBf16(v);
+      x[i] = FromBf16(hb[i]);
+    } else {
+      hf[i] = v;
+      x[i] = v;
+    }
+  }
+  std::vector<int64_t> t(rows);
+  for (int64_t r = 0; r < rows; ++r) t[r] = r % 7 == 3 ? -100 : tok(rng);
+  const float dloss = 0.7f;
+  // fp64 reference.
+  std::vector<double> lse(rows), dl(n, 0.0);
+  double loss = 0, valid = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    double mx = -INFINITY, s = 0;
+    for (int64_t j = 0; j < vocab; ++j) mx = std::max(mx, x[r * vocab + j]);
+    for (int64_t j = 0; j < vocab; ++j) s += std::exp(x[r * vocab + j] - mx);
+    lse[r] = mx + std::log(s);
+    if (t[r] >= 0) loss += lse[r] - x[r * vocab + t[r]], valid += 1;
+  }
+  loss /= std::max(valid, 1.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t j = 0; j < vocab && t[r] >= 0; ++j)
+      dl[r * vocab + j] = dloss / valid * (std::exp(x[r * vocab + j] - lse[r]) - (j == t[r] ? 1.0 : 0.0));
+  Dev dx(n * esz), dt(rows * 8), dd(4), dlse(rows * 4), dloss_out(4), dg(n * esz), ws((rows + 1) * 4);
+  if (!dx.p || !dt.p || !dg.p || !ws.p) return Report("cross_entropy fused", "alloc failed", INFINITY, false, 0);
+  cudaMemcpy(dx.p, bf16 ? static_cast<const void*>(hb.data()) : hf.data(), n * esz, cudaMemcpyHostToDevice);
+  cudaMemcpy(dt.p, t.data(), rows * 8, cudaMemcpyHostToDevice);
+  cudaMemcpy(dd.p, &dloss, 4, cudaMemcpyHostToDevice);
+  std::vector<float> g1(n), g2(n), l_out(rows);
+  float loss_out = 0;
+  for (std::vector<float>* g : {&g1, &g2}) {
+    cudaMemset(dg.p, 0xFF, n * esz);  // NaN poison
+    cudaMemset(dlse.p, 0xFF, rows * 4);
+    cudaMemset(dloss_out.p, 0xFF, 4);
+    const int e = kern::CrossEntropyFused(bf16 ? kern::kBF16 : kern::kF32, kern::kI64, rows, vocab,
+                                          static_cast<const float*>(dd.p), dx.p, dt.p, -100,
+                                          static_cast<float*>(dlse.p), static_cast<float*>(dloss_out.p), dg.p,
+                                          static_cast<float*>(ws.p), nullptr);
+    if (e != 0 || cudaDeviceSynchronize() != cudaSuccess)
+      return Report("cross_entropy fused", "launch failed", INFINITY, false, 0);
+    if (bf16) {
+      std::vector<uint16_t> h(n);
+      cudaMemcpy(h.data(), dg.p, n * 2, cudaMemcpyDeviceToHost);
+      for (int64_t i = 0; i < n; ++i) (*g)[i] = static_cast<float>(FromBf16(h[i]));
+    } else {
+      cudaMemcpy(g->data(), dg.p, n * 4, cudaMemcpyDeviceToHost);
+    }
+  }
+  cudaMemcpy(l_out.data(), dlse.p, rows * 4, cudaMemcpyDeviceToHost);
+  cudaMemcpy(&loss_out, dloss_out.p, 4, cudaMemcpyDeviceToHost);
+  const double err = std::max({RelErr(g1, dl), RelErr(l_out, lse), RelErr({loss_out}, {loss})});
+  char shape[64];
+  std::snprintf(shape, sizeof(shape), "%lldx%lld %s", static_cast<long long>(rows), static_cast<long long>(vocab),
+                bf16 ? "bf16" : "f32");
+  return Report("cross_entropy fused fwd+bwd", shape, err, std::memcmp(g1.data(), g2.data(), n * 4) == 0,
+                bf16 ? 1e-2 : 1e-4);
+}
+
 }  // namespace
 
 int CheckLoweringKernels() {
@@ -177,7 +250,10 @@ int CheckLoweringKernels() {
   failures += !CheckSumRows(rng, 300, 768, true, 1);   // unaligned: the scalar kernel
   failures += !CheckSumRows(rng, 513, 100, false, 0);  // f32: the scalar kernel
   failures += !CheckGradNorm(rng);
-  return failures;
+  failures += !CheckCrossEntropyFused(rng, 64, 50304, true);   // the vectorised one-pass kernel
+  failures += !CheckCrossEntropyFused(rng, 33, 1000, true);
+  failures += !CheckCrossEntropyFused(rng, 20, 1003, true);    // vocab % 8 != 0: the two kernels
+  failures += !CheckCrossEntropyFused(rng, 17, 5000, false);   // f32: the two kernels
 }
 #else
 int CheckLoweringKernels() { return 0; }

@@ -386,6 +386,55 @@ __global__ void CeBwdVecK(int tdt, int64_t vocab, const float* dloss, const bf16
   }
 }
 
+// Forward and backward in one block per row: the max/sum pass, then
+// dlogits from the same row (read again, mostly from L2: 1024 threads per
+// block keep about two rows per SM in flight).
+__global__ void CeFusedVecK(int tdt, int64_t vocab, const float* dloss, const bf16* logits, const void* targets,
+                            int64_t ignore, const float* count, float* lse, float* row_loss, bf16* dlogits) {
+  const int64_t r = blockIdx.x;
+  const uint4* in = reinterpret_cast<const uint4*>(logits + r * vocab);
+  float mx = -INFINITY, s = 0.f;
+  for (int64_t j = threadIdx.x; j < vocab / 8; j += blockDim.x) {
+    const uint4 u = in[j];
+    const bf16* e = reinterpret_cast<const bf16*>(&u);
+    float v[8], lm = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      v[k] = __bfloat162float(e[k]);
+      lm = fmaxf(lm, v[k]);
+    }
+    if (lm == -INFINITY) continue;
+    if (lm > mx) {
+      s *= __expf(mx - lm);
+      mx = lm;
+    }
+#pragma unroll
+    for (int k = 0; k < 8; ++k) s += __expf(v[k] - mx);
+  }
+  BlockMaxSum(mx, s);  // every thread gets the row's max and sum
+  const float l = mx + logf(s);
+  const int64_t t = LdId(targets, tdt, r);
+  const bool valid = Valid(t, vocab, ignore);
+  if (threadIdx.x == 0) {
+    lse[r] = l;
+    row_loss[r] = valid ? l - __bfloat162float(logits[r * vocab + t]) : 0.f;
+  }
+  const float scale = valid && count[0] > 0 ? dloss[0] / count[0] : 0.f;
+  uint4* out = reinterpret_cast<uint4*>(dlogits + r * vocab);
+  for (int64_t j = threadIdx.x; j < vocab / 8; j += blockDim.x) {
+    const uint4 u = in[j];
+    const bf16* e = reinterpret_cast<const bf16*>(&u);
+    uint4 o;
+    bf16* oe = reinterpret_cast<bf16*>(&o);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const float p = scale != 0.f ? __expf(__bfloat162float(e[k]) - l) : 0.f;
+      oe[k] = __float2bfloat16_rn(scale * (p - (8 * j + k == t ? 1.f : 0.f)));
+    }
+    out[j] = o;
+  }
+}
+
 // ---- attention (one warp per row) ------------------------------------------------
 constexpr int kMaxPerLane = 8;  // head_dim <= 256
 
@@ -756,6 +805,28 @@ int CrossEntropyForward(Dt ldt, Dt tdt, int64_t rows, int64_t vocab, const void*
     CeFwdK<<<static_cast<unsigned>(rows), 512, 0, static_cast<cudaStream_t>(s)>>>(ldt, tdt, vocab, logits, targets,
                                                                                   ignore_index, lse, row_loss);
   CeLossK<<<1, 1024, 0, static_cast<cudaStream_t>(s)>>>(tdt, rows, vocab, targets, ignore_index, row_loss, loss);
+  return Err();
+}
+
+int CrossEntropyFused(Dt ldt, Dt tdt, int64_t rows, int64_t vocab, const float* dloss, const void* logits,
+                      const void* targets, int64_t ignore_index, float* lse, float* loss, void* dlogits, float* ws,
+                      Stream s) {
+  if (rows <= 0) return Fill(kF32, 1, 0.0, loss, s);
+  float* row_loss = ws;
+  float* count = ws + rows;
+  const bool vec = ldt == kBF16 && vocab % 8 == 0 &&
+                   ((reinterpret_cast<uintptr_t>(logits) | reinterpret_cast<uintptr_t>(dlogits)) & 15) == 0;
+  if (!vec) {  // the two passes as separate kernels (same results)
+    if (int e = CrossEntropyForward(ldt, tdt, rows, vocab, logits, targets, ignore_index, lse, row_loss, loss, s))
+      return e;
+    return CrossEntropyBackward(ldt, tdt, rows, vocab, dloss, logits, targets, lse, ignore_index, dlogits, count, s);
+  }
+  cudaStream_t st = static_cast<cudaStream_t>(s);
+  CountValidK<<<1, 1024, 0, st>>>(tdt, rows, vocab, targets, ignore_index, count);
+  CeFusedVecK<<<static_cast<unsigned>(rows), 1024, 0, st>>>(tdt, vocab, dloss, static_cast<const bf16*>(logits),
+                                                              targets, ignore_index, count, lse, row_loss,
+                                                              static_cast<bf16*>(dlogits));
+  CeLossK<<<1, 1024, 0, st>>>(tdt, rows, vocab, targets, ignore_index, row_loss, loss);
   return Err();
 }
 

@@ -59,6 +59,15 @@ int CrossEntropyBackward(Dt ldt, Dt tdt, int64_t rows, int64_t vocab, const floa
                          const void* targets, const float* lse, int64_t ignore_index, void* dlogits,
                          float* workspace, Stream s);
 
+// Both in one launch sequence, for a training step whose dloss is ready before
+// the forward would run: lse, loss as CrossEntropyForward, dlogits as
+// CrossEntropyBackward, reading each row of logits once from memory (bf16,
+// vocab % 8 == 0, 16-byte aligned; otherwise the two kernels in turn).
+// workspace: rows + 1 floats.
+int CrossEntropyFused(Dt ldt, Dt tdt, int64_t rows, int64_t vocab, const float* dloss, const void* logits,
+                      const void* targets, int64_t ignore_index, float* lse, float* loss, void* dlogits,
+                      float* workspace, Stream s);
+
 // A simple, exact attention for any head_dim <= 256 (f32 or bf16 storage, f32
 // math), layout [B, H, T, D]; lse [B, H, Tq] (natural log of scaled scores).
 // Deterministic backward (no atomics): one pass over queries (dq), one over

@@ -153,6 +153,7 @@ const char* LaunchKindName(LaunchKind k) {
     case LaunchKind::kRope: return "rope";
     case LaunchKind::kCrossEntropy: return "cross_entropy";
     case LaunchKind::kCrossEntropyBackward: return "cross_entropy_backward";
+    case LaunchKind::kCrossEntropyFused: return "cross_entropy_fused";
     case LaunchKind::kSdpa: return "sdpa";
     case LaunchKind::kSdpaBackward: return "sdpa_backward";
     case LaunchKind::kGradNorm: return "grad_norm";
@@ -932,6 +933,8 @@ absl::StatusOr<CudaPlan> PlanCuda(const Graph& g, bool bf16, const PlanOptions& 
     c.copy_back_input = o.updates;
     p.launches.push_back(std::move(c));
   }
+
+  if (options.fuse_cross_entropy) FuseCrossEntropy(p);
 
   // ---- Arena plan over launch positions ------------------------------------
   const int nvals = static_cast<int>(p.metas.size());

@@ -68,6 +68,7 @@ enum class LaunchKind {
   kRope,
   kCrossEntropy,
   kCrossEntropyBackward,
+  kCrossEntropyFused,  // forward + backward in one pass (PlanOptions::fuse_cross_entropy)
   kSdpa,
   kSdpaBackward,
   kGradNorm,
@@ -195,7 +196,18 @@ struct PlanOptions {
   // gradient, dq/dk/dv straight into their windows of the concat's output
   // (no concat launch). Env LOOM_CUDA_ATTN_COPIES=1 turns it off.
   bool attn_views = true;
+  // cross_entropy and its cross_entropy_backward -> one kCrossEntropyFused
+  // launch at the backward's position (inputs {dloss, logits, targets},
+  // outputs {loss, lse, dlogits}) when no launch in between reads the loss or
+  // lse or writes the logits or targets: each row of logits is read from
+  // memory once instead of twice. Env LOOM_CUDA_CE_FUSED=0 turns it off; off
+  // with the generated cross-entropy (codegen/rowwise.h), which has no fused form.
+  bool fuse_cross_entropy = true;
 };
+
+// The PlanOptions::fuse_cross_entropy pass over a finished launch list (before
+// the arena plan); returns how many pairs it fused.
+int FuseCrossEntropy(CudaPlan& p);
 
 // Unimplemented naming the op (and node) for an op with no CUDA launch.
 absl::StatusOr<CudaPlan> PlanCuda(const Graph& g, bool bf16, const PlanOptions& options = {});
