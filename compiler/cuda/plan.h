@@ -1,7 +1,7 @@
 // The host-side half of the CUDA lowering: a pure function from a joint
 // training graph to a launch plan. No CUDA here, so all of it is unit-tested on
-// machines without a GPU (lowering_test); cuda_executor.cc turns each Launch
-// into a kernel call over the planned device buffers.
+// machines without a GPU (lowering_test); cuda_executor_build.cc turns each
+// Launch into a kernel call over the planned device buffers.
 //
 // What PlanCuda decides:
 //  1. Storage dtypes (the mixed-precision policy, StorageDTypes): with bf16,

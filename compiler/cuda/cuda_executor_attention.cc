@@ -1,0 +1,158 @@
+// CudaExecutor (cuda_executor_impl.h): attention launches. Flash-able ones
+// (bf16, D 64/128, or the plan's strided views) go to Loom's flash kernels or
+// the SDPA dispatcher (CudaOptions::attention); the rest to the simple exact
+// kernels of lowering_kernels.h.
+#include "absl/strings/str_cat.h"
+#include "base/status.h"
+#include "compiler/cuda/cuda_executor_impl.h"
+#include "kernels/cuda/attention/flash_attention.h"
+#include "kernels/cuda/attention/sdpa_dispatch.h"
+
+namespace loom::compiler::cuda::cuda_executor_internal {
+
+bool Impl::UseFlash(const Launch& l) const {
+  if (!l.attn.empty()) return true;  // strided views: planned for flash only
+  const int q = l.kind == LaunchKind::kSdpa ? l.inputs[0] : l.inputs[1];
+  const int64_t d = Sh(q).back();
+  return Dt(q) == DType::kBF16 && (d == 64 || d == 128);
+}
+
+// Attention arguments for a flash-able launch: from the plan's strided views
+// (Launch::attn) or from whole contiguous tensors; every pointer but the
+// workspace is set.
+loom::cuda::SdpaArgs Impl::AttnCallArgs(const Launch& l) const {
+  const bool bwd = l.kind == LaunchKind::kSdpaBackward;
+  loom::cuda::SdpaArgs a;
+  a.causal = l.attrs.GetBool("is_causal", false);
+  a.scale = l.attrs.Has("scale") ? static_cast<float>(l.attrs.GetFloat("scale", 0)) : 0.f;
+  a.deterministic = o_.deterministic || attention_ == AttnRoute::kFlash;
+  a.stream = stream_;
+  // Views in operand order: [dout,] q, k, v, o[, lse-less dq, dk, dv].
+  std::vector<AttnView> w = l.attn;
+  if (w.empty()) {
+    auto whole = [&](int v) {
+      AttnView x;
+      x.value = v;
+      x.shape = Sh(v);
+      return x;  // offset 0, strides 0: contiguous
+    };
+    const std::vector<int>& in = l.inputs;
+    const std::vector<int>& out = l.outputs;
+    if (bwd) {
+      w = {whole(in[0]), whole(in[1]), whole(in[2]), whole(in[3]), whole(in[4]),
+           whole(out[0]), whole(out[1]), whole(out[2])};
+    } else {
+      w = {whole(in[0]), whole(in[1]), whole(in[2]), whole(out[0])};
+    }
+  }
+  const int base = bwd ? 1 : 0;
+  const AttnView& q = w[base];
+  const AttnView& k = w[base + 1];
+  a.dtype = Dt(q.value);
+  a.batch = q.shape[0], a.heads = q.shape[1], a.seq_q = q.shape[2], a.head_dim = q.shape[3];
+  a.kv_heads = k.shape[1], a.seq_k = k.shape[2];
+  auto ptr = [&](const AttnView& v) {
+    return static_cast<char*>(Ptr(v.value)) + v.offset * static_cast<int64_t>(DTypeSize(Dt(v.value)));
+  };
+  auto strides = [](const AttnView& v) {
+    return v.strides.empty() ? loom::cuda::FlashStrides{}
+                             : loom::cuda::FlashStrides{v.strides[0], v.strides[1], v.strides[2]};
+  };
+  a.q = ptr(w[base]), a.k = ptr(w[base + 1]), a.v = ptr(w[base + 2]), a.o = ptr(w[base + 3]);
+  a.q_strides = strides(w[base]), a.k_strides = strides(w[base + 1]), a.v_strides = strides(w[base + 2]);
+  a.o_strides = strides(w[base + 3]);
+  a.lse = static_cast<float*>(Ptr(bwd ? l.inputs[5] : l.outputs[1]));
+  if (bwd) {
+    a.dout = ptr(w[0]), a.dout_strides = strides(w[0]);
+    a.dq = ptr(w[5]), a.dk = ptr(w[6]), a.dv = ptr(w[7]);
+    a.dq_strides = strides(w[5]), a.dk_strides = strides(w[6]), a.dv_strides = strides(w[7]);
+  }
+  return a;
+}
+
+// One attention launch: Loom's flash kernels with their default variants
+// (AttnRoute::kFlash), or the SDPA dispatcher, which times its candidates
+// (flash variants, cuDNN) in the first, eager step and caches the pick;
+// Describe() reports it.
+void Impl::AddAttnCall(const loom::cuda::SdpaArgs& a, bool backward) {
+  if (attention_ == AttnRoute::kFlash) {
+    const loom::cuda::FlashAttnArgs f = loom::cuda::FlashArgsFromSdpa(a);
+    calls_.push_back([f, backward]() {
+      return backward ? loom::cuda::FlashAttentionBackward(f) : loom::cuda::FlashAttentionForward(f);
+    });
+    return;
+  }
+  attn_calls_.push_back({desc_.size(), a, backward});
+  calls_.push_back([a, backward]() {
+    loom::cuda::SdpaDispatcher& d = loom::cuda::SdpaDispatcher::Global();
+    return backward ? d.Backward(a) : d.Forward(a);
+  });
+}
+
+// The simple (f32 or odd head_dim) kernels' arguments: contiguous q, k, v.
+kern::AttnArgs Impl::SimpleArgs(const Launch& l, int q, int k, int v) const {
+  kern::AttnArgs a;
+  a.dtype = ToDt(Dt(q));
+  a.batch = Sh(q)[0];
+  a.heads = Sh(q)[1];
+  a.seq_q = Sh(q)[2];
+  a.head_dim = Sh(q)[3];
+  a.kv_heads = Sh(k)[1];
+  a.seq_k = Sh(k)[2];
+  a.causal = l.attrs.GetBool("is_causal", false);
+  a.scale = l.attrs.Has("scale") ? static_cast<float>(l.attrs.GetFloat("scale", 0)) : 0.f;
+  a.q = Ptr(q);
+  a.k = Ptr(k);
+  a.v = Ptr(v);
+  return a;
+}
+
+// The sdpa / sdpa_backward launches (Build: s and scratch as the closures capture them).
+absl::Status Impl::BuildAttention(const Launch& l, cudaStream_t s, void* scratch, std::string* desc) {
+  const auto& in = l.inputs;
+  const auto& out = l.outputs;
+  switch (l.kind) {
+    case LaunchKind::kSdpa: {
+      if (UseFlash(l)) {
+        loom::cuda::SdpaArgs a = AttnCallArgs(l);
+        a.workspace = scratch;
+        a.workspace_bytes = scratch_bytes_;
+        *desc += attention_ == AttnRoute::kFlash ? " flash" : " dispatch";
+        AddAttnCall(a, false);
+      } else {
+        kern::AttnArgs a = SimpleArgs(l, in[0], in[1], in[2]);
+        a.o = Ptr(out[0]);
+        a.lse = static_cast<float*>(Ptr(out[1]));
+        absl::StrAppend(desc, " simple");
+        calls_.push_back([a, s]() { return CudaErr(kern::AttentionForward(a, s), "sdpa"); });
+      }
+      break;
+    }
+    case LaunchKind::kSdpaBackward: {
+      if (UseFlash(l)) {
+        loom::cuda::SdpaArgs a = AttnCallArgs(l);
+        a.workspace = scratch;
+        a.workspace_bytes = scratch_bytes_;
+        *desc += attention_ == AttnRoute::kFlash ? " flash" : " dispatch";
+        AddAttnCall(a, true);
+      } else {
+        kern::AttnArgs a = SimpleArgs(l, in[1], in[2], in[3]);
+        a.dout = Ptr(in[0]);
+        a.o = Ptr(in[4]);
+        a.lse = static_cast<float*>(Ptr(in[5]));
+        a.dq = Ptr(out[0]);
+        a.dk = Ptr(out[1]);
+        a.dv = Ptr(out[2]);
+        a.workspace = static_cast<float*>(scratch);
+        absl::StrAppend(desc, " simple");
+        calls_.push_back([a, s]() { return CudaErr(kern::AttentionBackward(a, s), "sdpa_backward"); });
+      }
+      break;
+    }
+    default:
+      return absl::InternalError(absl::StrCat("BuildAttention: ", LaunchKindName(l.kind)));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace loom::compiler::cuda::cuda_executor_internal

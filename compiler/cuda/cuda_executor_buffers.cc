@@ -1,0 +1,136 @@
+// CudaExecutor (cuda_executor_impl.h): device buffers (dry-run fake addresses
+// without a device), input checks, the pinned staging of per-step inputs,
+// device-to-host copies, the shared scratch size, and the small CUDA helpers.
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "base/status.h"
+#include "compiler/cuda/cuda_executor_impl.h"
+#include "kernels/cuda/attention/sdpa_dispatch.h"
+#include "kernels/cuda/ops.h"
+
+namespace loom::compiler::cuda::cuda_executor_internal {
+
+absl::Status Impl::CudaErr(int e, absl::string_view what) {
+  if (e == 0) return absl::OkStatus();
+  return absl::InternalError(
+      absl::StrCat(what, ": ", cudaGetErrorString(static_cast<cudaError_t>(e))));
+}
+
+// The multi-tensor grad norm (default) or, with LOOM_CUDA_GRADNORM_MULTI=0, one launch per tensor.
+bool Impl::GradNormMultiOn() {
+  static const bool on = [] {
+    const char* v = std::getenv("LOOM_CUDA_GRADNORM_MULTI");
+    return !(v && v[0] == '0');
+  }();
+  return on;
+}
+
+kern::Dt Impl::ToDt(DType d) {
+  switch (d) {
+    case DType::kBF16: return kern::kBF16;
+    case DType::kI32: return kern::kI32;
+    case DType::kI64: return kern::kI64;
+    default: return kern::kF32;
+  }
+}
+
+absl::StatusOr<void*> Impl::Alloc(int64_t bytes) {
+  void* p = nullptr;
+  if (bytes <= 0) bytes = 256;
+  if (dry_) {
+    device_bytes_ += (bytes + 255) / 256 * 256;
+    return reinterpret_cast<void*>(uintptr_t{1} << 40 | static_cast<uintptr_t>(device_bytes_));
+  }
+  LOOM_CU(cudaMalloc(&p, bytes), absl::StrCat("cudaMalloc ", bytes, " bytes"));
+  owned_.push_back(p);
+  device_bytes_ += bytes;
+  return p;
+}
+
+absl::Status Impl::CheckInput(int k, const Tensor& t) const {
+  if (k < 0 || k >= static_cast<int>(g_.inputs().size()))
+    return absl::InvalidArgumentError(absl::StrCat("input: index ", k, " out of range"));
+  const TensorMeta& m = g_.meta(g_.inputs()[k].value);
+  if (!t.defined() || t.dtype() != m.dtype || t.shape() != m.shape || !t.device().is_cpu())
+    return absl::InvalidArgumentError(absl::StrCat("input ", g_.inputs()[k].name, ": expected host ", m.ToString(),
+                                                   ", got ", t.defined() ? ops::MetaOf(t).ToString() : "undefined"));
+  return absl::OkStatus();
+}
+
+// Host -> pinned staging (two slots per input) -> device buffer, async.
+absl::Status Impl::StageCopy(int k, const Tensor& t) {
+  const int64_t bytes = plan_.Bytes(g_.inputs()[k].value);
+  auto it = staging_.find(k);
+  if (it == staging_.end()) {
+    Staging s;
+    for (int j = 0; j < 2; ++j) {
+      LOOM_CU(cudaMallocHost(&s.host[j], bytes > 0 ? bytes : 1), "cudaMallocHost");
+      pinned_.push_back(s.host[j]);
+      LOOM_CU(cudaEventCreateWithFlags(&s.done[j], cudaEventDisableTiming), "event");
+      events_.push_back(s.done[j]);
+    }
+    it = staging_.emplace(k, s).first;
+  }
+  Staging& s = it->second;
+  const int j = slot_ & 1;
+  LOOM_CU(cudaEventSynchronize(s.done[j]), "staging wait");
+  Tensor c = t.Contiguous();
+  std::memcpy(s.host[j], c.raw_data(), bytes);
+  LOOM_CU(cudaMemcpyAsync(input_buf_[k], s.host[j], bytes, cudaMemcpyHostToDevice, stream_), "input copy");
+  LOOM_CU(cudaEventRecord(s.done[j], stream_), "event record");
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Tensor> Impl::ToHost(int v) {
+  LOOM_CU(cudaStreamSynchronize(stream_), "sync");
+  Tensor h = Tensor::MustEmpty(Sh(v), Dt(v));
+  LOOM_CU(cudaMemcpyAsync(h.raw_data(), Ptr(v), plan_.Bytes(v), cudaMemcpyDeviceToHost, stream_), "copy to host");
+  LOOM_CU(cudaStreamSynchronize(stream_), "sync");
+  const DType want = g_.meta(v).dtype;
+  return want == h.dtype() ? h : h.To(want);
+}
+
+int64_t Impl::ScratchBytes(const Launch& l) const {
+  switch (l.kind) {
+    case LaunchKind::kLayerNormBackward: {
+      const int64_t cols = Sh(l.inputs[1]).back(), rows = Numel(l.inputs[1]) / std::max<int64_t>(cols, 1);
+      return 4 * loom::cuda::LayerNormBwdWorkspaceFloats(rows, cols);
+    }
+    case LaunchKind::kSumTo: {
+      const int64_t cols = Numel(l.outputs[0]), rows = Numel(l.inputs[0]) / std::max<int64_t>(cols, 1);
+      return 4 * kern::SumRowsWorkspaceFloats(rows, cols);
+    }
+    case LaunchKind::kRmsNormBackward: {
+      const int64_t cols = Sh(l.inputs[1]).back(), rows = Numel(l.inputs[1]) / std::max<int64_t>(cols, 1);
+      return 4 * kern::SumRowsWorkspaceFloats(rows, cols);
+    }
+    case LaunchKind::kGemm:  // kDGeluBgrad's fallback: column sums
+      return l.gemm.epilogue == GemmEpilogue::kDGeluBgrad ? 4 * kern::SumRowsWorkspaceFloats(l.gemm.m, l.gemm.n) : 0;
+    case LaunchKind::kGradNorm: {
+      int64_t t = 0;
+      for (int v : l.inputs) t += GradNormMultiOn() ? kern::GradNormChunks(Numel(v)) : kern::GradNormPartials(Numel(v));
+      return 4 * std::max<int64_t>(t, 1);
+    }
+    case LaunchKind::kCrossEntropy: return 4 * Sh(l.inputs[0])[0];
+    case LaunchKind::kCrossEntropyBackward: return 256;
+    case LaunchKind::kCrossEntropyFused: return 4 * (Sh(l.inputs[1])[0] + 1);
+    case LaunchKind::kSdpa:
+    case LaunchKind::kSdpaBackward: {
+      const bool bwd = l.kind == LaunchKind::kSdpaBackward;
+      if (!UseFlash(l)) return bwd ? 4 * Numel(l.inputs[1]) / Sh(l.inputs[1]).back() : 0;
+      const loom::cuda::SdpaArgs a = AttnCallArgs(l);
+      if (attention_ == AttnRoute::kFlash || dry_)  // dry: no device to build cuDNN plans on
+        return bwd ? loom::cuda::SdpaBackwardWorkspaceBytes(a) : 0;
+      return loom::cuda::SdpaWorkspaceBytes(a, bwd);  // builds cuDNN's plan now, outside capture
+    }
+    default: return 0;
+  }
+}
+
+}  // namespace loom::compiler::cuda::cuda_executor_internal

@@ -1,0 +1,87 @@
+// Names and text of a CUDA plan: LaunchKindName, GemmEpilogueName,
+// CudaPlan::Bytes and CudaPlan::Describe (one line per launch).
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "compiler/cuda/plan.h"
+
+namespace loom::compiler::cuda {
+
+const char* LaunchKindName(LaunchKind k) {
+  switch (k) {
+    case LaunchKind::kGemm: return "gemm";
+    case LaunchKind::kPointwise: return "pointwise";
+    case LaunchKind::kCopy: return "copy";
+    case LaunchKind::kSliceBackward: return "slice_backward";
+    case LaunchKind::kConcat: return "concat";
+    case LaunchKind::kFill: return "fill";
+    case LaunchKind::kEmbedding: return "embedding";
+    case LaunchKind::kEmbeddingBackward: return "embedding_backward";
+    case LaunchKind::kSumTo: return "sum_to";
+    case LaunchKind::kLayerNorm: return "layernorm";
+    case LaunchKind::kLayerNormBackward: return "layernorm_backward";
+    case LaunchKind::kRmsNorm: return "rmsnorm";
+    case LaunchKind::kRmsNormBackward: return "rmsnorm_backward";
+    case LaunchKind::kRope: return "rope";
+    case LaunchKind::kCrossEntropy: return "cross_entropy";
+    case LaunchKind::kCrossEntropyBackward: return "cross_entropy_backward";
+    case LaunchKind::kCrossEntropyFused: return "cross_entropy_fused";
+    case LaunchKind::kSdpa: return "sdpa";
+    case LaunchKind::kSdpaBackward: return "sdpa_backward";
+    case LaunchKind::kGradNorm: return "grad_norm";
+    case LaunchKind::kAdamW: return "adamw_multi_tensor";
+    case LaunchKind::kCopyBack: return "copy_back";
+  }
+  return "?";
+}
+
+const char* GemmEpilogueName(GemmEpilogue e) {
+  switch (e) {
+    case GemmEpilogue::kNone: return "none";
+    case GemmEpilogue::kBias: return "bias";
+    case GemmEpilogue::kBiasGeluAux: return "bias_gelu_aux";
+    case GemmEpilogue::kDGelu: return "dgelu";
+    case GemmEpilogue::kDGeluBgrad: return "dgelu_bgrad";
+  }
+  return "?";
+}
+
+int64_t CudaPlan::Bytes(int v) const {
+  return NumElements(metas[v].shape) * static_cast<int64_t>(DTypeSize(metas[v].dtype));
+}
+
+std::string CudaPlan::Describe() const {
+  std::string s;
+  auto vals = [&](const std::vector<int>& vs) {
+    std::vector<std::string> p;
+    for (int v : vs) p.push_back(absl::StrCat("%", v, ":", DTypeName(metas[v].dtype)));
+    return absl::StrJoin(p, ",");
+  };
+  for (size_t i = 0; i < launches.size(); ++i) {
+    const Launch& l = launches[i];
+    absl::StrAppend(&s, i, ": ", LaunchKindName(l.kind), " ", l.op);
+    if (l.kind == LaunchKind::kGemm) {
+      const GemmPlan& m = l.gemm;
+      absl::StrAppend(&s, " ", DTypeName(m.ab_dtype), "->", DTypeName(m.d_dtype), " m=", m.m, " n=", m.n,
+                      " k=", m.k, " tA=", m.trans_a, " tB=", m.trans_b, " epi=", GemmEpilogueName(m.epilogue));
+      if (m.batch > 1) absl::StrAppend(&s, " batch=", m.batch);
+    }
+    absl::StrAppend(&s, " (", vals(l.inputs), ") -> (", vals(l.outputs), ")");
+    if (!l.attn.empty()) {
+      std::vector<std::string> vs;
+      for (const AttnView& a : l.attn)
+        vs.push_back(absl::StrCat("%", a.value, "+", a.offset, "[", absl::StrJoin(a.strides, ","), "]"));
+      absl::StrAppend(&s, " views ", absl::StrJoin(vs, " "));
+    }
+    int64_t bytes = 0;
+    for (int v : l.inputs) bytes += Bytes(v);
+    for (int v : l.outputs) bytes += Bytes(v);
+    absl::StrAppend(&s, " ", bytes, "B\n");
+  }
+  absl::StrAppend(&s, "arena ", arena_bytes, " bytes (live bound ", live_bytes_bound, ")\n");
+  return s;
+}
+
+}  // namespace loom::compiler::cuda
