@@ -301,12 +301,11 @@ __global__ void CeFwdK(int ldt, int tdt, int64_t vocab, const void* logits, cons
 // bf16 logits with vocab % 8 == 0 and 16-byte aligned rows: 16-byte loads of
 // 8 logits; per load one max, at most one rescale of the running sum, and 8
 // fast exponentials (ex2.approx, ~2 ulp: far inside bf16's resolution).
-__global__ void CeFwdVecK(int tdt, int64_t vocab, const bf16* logits, const void* targets, int64_t ignore,
-                          float* lse, float* row_loss) {
-  const int64_t r = blockIdx.x;
-  const uint4* row = reinterpret_cast<const uint4*>(logits + r * vocab);
-  float mx = -INFINITY, s = 0.f;
-  for (int64_t j = threadIdx.x; j < vocab / 8; j += blockDim.x) {
+// The max and the sum of exp(x - max) of one bf16 row (8 per 16-byte load),
+// reduced over the block: every thread gets both.
+__device__ void RowMaxSumVec(const uint4* row, int64_t n8, float& mx, float& s) {
+  mx = -INFINITY, s = 0.f;
+  for (int64_t j = threadIdx.x; j < n8; j += blockDim.x) {
     const uint4 u = row[j];
     const bf16* e = reinterpret_cast<const bf16*>(&u);
     float v[8], lm = -INFINITY;
@@ -324,6 +323,30 @@ __global__ void CeFwdVecK(int tdt, int64_t vocab, const bf16* logits, const void
     for (int k = 0; k < 8; ++k) s += __expf(v[k] - mx);
   }
   BlockMaxSum(mx, s);
+}
+
+// dlogits of one bf16 row: scale * (exp(x - lse) - onehot(t)).
+__device__ void CeGradRowVec(const uint4* in, int64_t n8, float scale, float lse, int64_t t, uint4* out) {
+  for (int64_t j = threadIdx.x; j < n8; j += blockDim.x) {
+    const uint4 u = in[j];
+    const bf16* e = reinterpret_cast<const bf16*>(&u);
+    uint4 o;
+    bf16* oe = reinterpret_cast<bf16*>(&o);
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      const float p = scale != 0.f ? __expf(__bfloat162float(e[k]) - lse) : 0.f;
+      oe[k] = __float2bfloat16_rn(scale * (p - (8 * j + k == t ? 1.f : 0.f)));
+    }
+    out[j] = o;
+  }
+}
+
+__global__ void CeFwdVecK(int tdt, int64_t vocab, const bf16* logits, const void* targets, int64_t ignore,
+                          float* lse, float* row_loss) {
+  const int64_t r = blockIdx.x;
+  const uint4* row = reinterpret_cast<const uint4*>(logits + r * vocab);
+  float mx, s;
+  RowMaxSumVec(row, vocab / 8, mx, s);
   if (threadIdx.x == 0) {
     const float l = mx + logf(s);
     lse[r] = l;
@@ -370,20 +393,8 @@ __global__ void CeBwdVecK(int tdt, int64_t vocab, const float* dloss, const bf16
   const bool valid = Valid(t, vocab, ignore) && count[0] > 0;
   const float scale = valid ? dloss[0] / count[0] : 0.f;
   const float l = lse[r];
-  const uint4* in = reinterpret_cast<const uint4*>(logits + r * vocab);
-  uint4* out = reinterpret_cast<uint4*>(dlogits + r * vocab);
-  for (int64_t j = threadIdx.x; j < vocab / 8; j += blockDim.x) {
-    const uint4 u = in[j];
-    const bf16* e = reinterpret_cast<const bf16*>(&u);
-    uint4 o;
-    bf16* oe = reinterpret_cast<bf16*>(&o);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const float p = valid ? __expf(__bfloat162float(e[k]) - l) : 0.f;
-      oe[k] = __float2bfloat16_rn(scale * (p - (8 * j + k == t ? 1.f : 0.f)));
-    }
-    out[j] = o;
-  }
+  CeGradRowVec(reinterpret_cast<const uint4*>(logits + r * vocab), vocab / 8, scale, l, t,
+               reinterpret_cast<uint4*>(dlogits + r * vocab));
 }
 
 // Forward and backward in one block per row: the max/sum pass, then
@@ -393,25 +404,8 @@ __global__ void CeFusedVecK(int tdt, int64_t vocab, const float* dloss, const bf
                             int64_t ignore, const float* count, float* lse, float* row_loss, bf16* dlogits) {
   const int64_t r = blockIdx.x;
   const uint4* in = reinterpret_cast<const uint4*>(logits + r * vocab);
-  float mx = -INFINITY, s = 0.f;
-  for (int64_t j = threadIdx.x; j < vocab / 8; j += blockDim.x) {
-    const uint4 u = in[j];
-    const bf16* e = reinterpret_cast<const bf16*>(&u);
-    float v[8], lm = -INFINITY;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      v[k] = __bfloat162float(e[k]);
-      lm = fmaxf(lm, v[k]);
-    }
-    if (lm == -INFINITY) continue;
-    if (lm > mx) {
-      s *= __expf(mx - lm);
-      mx = lm;
-    }
-#pragma unroll
-    for (int k = 0; k < 8; ++k) s += __expf(v[k] - mx);
-  }
-  BlockMaxSum(mx, s);  // every thread gets the row's max and sum
+  float mx, s;
+  RowMaxSumVec(in, vocab / 8, mx, s);
   const float l = mx + logf(s);
   const int64_t t = LdId(targets, tdt, r);
   const bool valid = Valid(t, vocab, ignore);
@@ -420,19 +414,7 @@ __global__ void CeFusedVecK(int tdt, int64_t vocab, const float* dloss, const bf
     row_loss[r] = valid ? l - __bfloat162float(logits[r * vocab + t]) : 0.f;
   }
   const float scale = valid && count[0] > 0 ? dloss[0] / count[0] : 0.f;
-  uint4* out = reinterpret_cast<uint4*>(dlogits + r * vocab);
-  for (int64_t j = threadIdx.x; j < vocab / 8; j += blockDim.x) {
-    const uint4 u = in[j];
-    const bf16* e = reinterpret_cast<const bf16*>(&u);
-    uint4 o;
-    bf16* oe = reinterpret_cast<bf16*>(&o);
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      const float p = scale != 0.f ? __expf(__bfloat162float(e[k]) - l) : 0.f;
-      oe[k] = __float2bfloat16_rn(scale * (p - (8 * j + k == t ? 1.f : 0.f)));
-    }
-    out[j] = o;
-  }
+  CeGradRowVec(in, vocab / 8, scale, l, t, reinterpret_cast<uint4*>(dlogits + r * vocab));
 }
 
 // ---- attention (one warp per row) ------------------------------------------------
