@@ -1,0 +1,34 @@
+#!/bin/bash
+# Every CUDA correctness check on the GPU machine, in one call, after
+# bench/cuda/stage.sh staged the binaries here:
+#   device tool: run(command="bash bench/cuda/run_checks.sh", carry=[".device/gpu"])
+# Each check compares CUDA results with an fp64 CPU reference on fresh random
+# inputs (outputs poisoned first). Prints each binary's own table (full logs
+# in $OUT), then one line per binary and "checks: N passed, N failed" (binaries),
+# with the kernel source hash the tables name. Exit status 1 if any failed.
+# Here (no GPU) `bazel test` builds the same checks and skips them with the reason.
+set -u
+. "$(dirname "$0")/device_env.sh"
+echo "== device"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+passed=0; failed=0; summary=""
+check() {  # name, time limit (s), lines of its output to show, command...
+  local name=$1 limit=$2 show=$3; shift 3
+  echo "== $name"
+  timeout "$limit" "$@" > "$O/$name.txt" 2>&1
+  local rc=$?
+  tail -n "$show" "$O/$name.txt"
+  if [ $rc = 0 ]; then passed=$((passed + 1)); summary="$summary\n  PASS  $name"
+  else failed=$((failed + 1)); summary="$summary\n  FAIL  $name (exit $rc; log $O/$name.txt)"; fi
+}
+check gpu_check 120 200 "$D/bin/gpu_check"                          # GEMM epilogues, pointwise, norms, CE, AdamW
+check cuda_kernels_test 120 3 "$D/bin/cuda_kernels_test"             # the same kernels through gtest
+check caching_allocator_test 120 3 "$D/bin/caching_allocator_test"   # allocator and streams on real memory
+check attention_check 120 80 "$D/bin/attention_check"                # flash, math, cuDNN, masks, dropout, varlen, dispatcher
+check pointwise_gpu_check 120 6 "$D/bin/pointwise_gpu_check"         # generated pointwise kernels
+check rowwise_gpu_check 120 6 "$D/bin/rowwise_gpu_check"             # generated layernorm, CE, AdamW
+check cuda_executor_gpu_check 300 30 "$D/bin/cuda_executor_gpu_check"  # lowering kernels + whole steps vs the CPU executor
+echo "== summary"
+printf "%b\n" "$summary"
+echo "checks: $passed passed, $failed failed"
+[ "$failed" = 0 ]
