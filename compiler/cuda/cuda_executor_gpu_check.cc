@@ -320,6 +320,7 @@ int Bench(const Config& c) {
 }  // namespace loom::compiler::cuda
 
 int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);  // lines reach a log even if a check aborts
   loom::compiler::cuda::Config c;
   bool any_shape = false;
   for (int i = 1; i < argc; ++i) {

@@ -122,6 +122,7 @@ bool CheckGradNorm(std::mt19937_64& rng) {
   for (const T& t : ts) {
     const size_t esz = t.bf16 ? 2 : 4;
     bufs.push_back(std::make_unique<Dev>((t.n + t.offset) * esz));
+    if (bufs.back()->p == nullptr) return Report("grad_norm multi-tensor", "alloc failed", INFINITY, false, 0);
     char* base = static_cast<char*>(bufs.back()->p) + t.offset * esz;
     if (t.bf16) {
       std::vector<uint16_t> h(t.n);
@@ -254,6 +255,7 @@ int CheckLoweringKernels() {
   failures += !CheckCrossEntropyFused(rng, 33, 1000, true);
   failures += !CheckCrossEntropyFused(rng, 20, 1003, true);    // vocab % 8 != 0: the two kernels
   failures += !CheckCrossEntropyFused(rng, 17, 5000, false);   // f32: the two kernels
+  return failures;
 }
 #else
 int CheckLoweringKernels() { return 0; }

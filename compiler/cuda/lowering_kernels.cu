@@ -325,8 +325,10 @@ __device__ void RowMaxSumVec(const uint4* row, int64_t n8, float& mx, float& s) 
   BlockMaxSum(mx, s);
 }
 
-// dlogits of one bf16 row: scale * (exp(x - lse) - onehot(t)).
-__device__ void CeGradRowVec(const uint4* in, int64_t n8, float scale, float lse, int64_t t, uint4* out) {
+// dlogits of one bf16 row: scale * (exp(x - lse) - onehot(t)); zeros (no
+// exp) for an ignored row (valid false).
+__device__ void CeGradRowVec(const uint4* in, int64_t n8, bool valid, float scale, float lse, int64_t t,
+                             uint4* out) {
   for (int64_t j = threadIdx.x; j < n8; j += blockDim.x) {
     const uint4 u = in[j];
     const bf16* e = reinterpret_cast<const bf16*>(&u);
@@ -334,7 +336,7 @@ __device__ void CeGradRowVec(const uint4* in, int64_t n8, float scale, float lse
     bf16* oe = reinterpret_cast<bf16*>(&o);
 #pragma unroll
     for (int k = 0; k < 8; ++k) {
-      const float p = scale != 0.f ? __expf(__bfloat162float(e[k]) - lse) : 0.f;
+      const float p = valid ? __expf(__bfloat162float(e[k]) - lse) : 0.f;
       oe[k] = __float2bfloat16_rn(scale * (p - (8 * j + k == t ? 1.f : 0.f)));
     }
     out[j] = o;
@@ -393,7 +395,7 @@ __global__ void CeBwdVecK(int tdt, int64_t vocab, const float* dloss, const bf16
   const bool valid = Valid(t, vocab, ignore) && count[0] > 0;
   const float scale = valid ? dloss[0] / count[0] : 0.f;
   const float l = lse[r];
-  CeGradRowVec(reinterpret_cast<const uint4*>(logits + r * vocab), vocab / 8, scale, l, t,
+  CeGradRowVec(reinterpret_cast<const uint4*>(logits + r * vocab), vocab / 8, valid, scale, l, t,
                reinterpret_cast<uint4*>(dlogits + r * vocab));
 }
 
@@ -413,8 +415,51 @@ __global__ void CeFusedVecK(int tdt, int64_t vocab, const float* dloss, const bf
     lse[r] = l;
     row_loss[r] = valid ? l - __bfloat162float(logits[r * vocab + t]) : 0.f;
   }
-  const float scale = valid && count[0] > 0 ? dloss[0] / count[0] : 0.f;
-  CeGradRowVec(in, vocab / 8, scale, l, t, reinterpret_cast<uint4*>(dlogits + r * vocab));
+  const bool live = valid && count[0] > 0;
+  CeGradRowVec(in, vocab / 8, live, live ? dloss[0] / count[0] : 0.f, l, t,
+               reinterpret_cast<uint4*>(dlogits + r * vocab));
+}
+
+// The same with the row kept in shared memory between the two passes (2 *
+// vocab bytes of dynamic shared memory), so each logit is read from memory
+// exactly once.
+__global__ void __launch_bounds__(1024) CeFusedSmemK(int tdt, int64_t vocab, const float* dloss, const bf16* logits,
+                                                     const void* targets, int64_t ignore, const float* count,
+                                                     float* lse, float* row_loss, bf16* dlogits) {
+  extern __shared__ uint4 row_s[];
+  const int64_t r = blockIdx.x;
+  const int64_t n8 = vocab / 8;
+  const uint4* in = reinterpret_cast<const uint4*>(logits + r * vocab);
+  float mx = -INFINITY, s = 0.f;
+  for (int64_t j = threadIdx.x; j < n8; j += blockDim.x) {
+    const uint4 u = in[j];
+    row_s[j] = u;
+    const bf16* e = reinterpret_cast<const bf16*>(&u);
+    float v[8], lm = -INFINITY;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) {
+      v[k] = __bfloat162float(e[k]);
+      lm = fmaxf(lm, v[k]);
+    }
+    if (lm == -INFINITY) continue;
+    if (lm > mx) {
+      s *= __expf(mx - lm);
+      mx = lm;
+    }
+#pragma unroll
+    for (int k = 0; k < 8; ++k) s += __expf(v[k] - mx);
+  }
+  BlockMaxSum(mx, s);  // its barriers also publish row_s
+  const float l = mx + logf(s);
+  const int64_t t = LdId(targets, tdt, r);
+  const bool valid = Valid(t, vocab, ignore);
+  if (threadIdx.x == 0) {
+    lse[r] = l;
+    row_loss[r] = valid ? l - __bfloat162float(logits[r * vocab + t]) : 0.f;
+  }
+  const bool live = valid && count[0] > 0;
+  CeGradRowVec(row_s, n8, live, live ? dloss[0] / count[0] : 0.f, l, t,
+               reinterpret_cast<uint4*>(dlogits + r * vocab));
 }
 
 // ---- attention (one warp per row) ------------------------------------------------
@@ -805,9 +850,21 @@ int CrossEntropyFused(Dt ldt, Dt tdt, int64_t rows, int64_t vocab, const float* 
   }
   cudaStream_t st = static_cast<cudaStream_t>(s);
   CountValidK<<<1, 1024, 0, st>>>(tdt, rows, vocab, targets, ignore_index, count);
-  CeFusedVecK<<<static_cast<unsigned>(rows), 1024, 0, st>>>(tdt, vocab, dloss, static_cast<const bf16*>(logits),
-                                                              targets, ignore_index, count, lse, row_loss,
-                                                              static_cast<bf16*>(dlogits));
+  const bf16* lg = static_cast<const bf16*>(logits);
+  bf16* dl = static_cast<bf16*>(dlogits);
+  static const bool reread = [] {  // LOOM_CUDA_CE_FUSED_REREAD=1: the re-reading kernel (A/B timing)
+    const char* e = std::getenv("LOOM_CUDA_CE_FUSED_REREAD");
+    return e != nullptr && e[0] == '1';
+  }();
+  constexpr int64_t kMaxSmem = 200 * 1024;  // two blocks of 1024 threads per SM up to ~100 KB rows
+  static const bool smem_ok = cudaFuncSetAttribute(CeFusedSmemK, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                   static_cast<int>(kMaxSmem)) == cudaSuccess;
+  if (!reread && smem_ok && 2 * vocab <= kMaxSmem)
+    CeFusedSmemK<<<static_cast<unsigned>(rows), 1024, static_cast<size_t>(2 * vocab), st>>>(
+        tdt, vocab, dloss, lg, targets, ignore_index, count, lse, row_loss, dl);
+  else
+    CeFusedVecK<<<static_cast<unsigned>(rows), 1024, 0, st>>>(tdt, vocab, dloss, lg, targets, ignore_index, count,
+                                                                lse, row_loss, dl);
   CeLossK<<<1, 1024, 0, st>>>(tdt, rows, vocab, targets, ignore_index, row_loss, loss);
   return Err();
 }

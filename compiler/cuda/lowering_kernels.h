@@ -62,7 +62,9 @@ int CrossEntropyBackward(Dt ldt, Dt tdt, int64_t rows, int64_t vocab, const floa
 // Both in one launch sequence, for a training step whose dloss is ready before
 // the forward would run: lse, loss as CrossEntropyForward, dlogits as
 // CrossEntropyBackward, reading each row of logits once from memory (bf16,
-// vocab % 8 == 0, 16-byte aligned; otherwise the two kernels in turn).
+// vocab % 8 == 0, 16-byte aligned: the row stays in shared memory between the
+// two passes up to vocab 102400, beyond that the second pass re-reads it, as
+// env LOOM_CUDA_CE_FUSED_REREAD=1 forces; otherwise the two kernels in turn).
 // workspace: rows + 1 floats.
 int CrossEntropyFused(Dt ldt, Dt tdt, int64_t rows, int64_t vocab, const float* dloss, const void* logits,
                       const void* targets, int64_t ignore_index, float* lse, float* loss, void* dlogits,
