@@ -27,7 +27,7 @@ loom::cuda::SdpaArgs Impl::AttnCallArgs(const Launch& l) const {
   a.scale = l.attrs.Has("scale") ? static_cast<float>(l.attrs.GetFloat("scale", 0)) : 0.f;
   a.deterministic = o_.deterministic || attention_ == AttnRoute::kFlash;
   a.stream = stream_;
-  // Views in operand order: [dout,] q, k, v, o[, lse-less dq, dk, dv].
+  // Views in operand order: forward q, k, v, o; backward dout, q, k, v, o, dq, dk, dv.
   std::vector<AttnView> w = l.attn;
   if (w.empty()) {
     auto whole = [&](int v) {
