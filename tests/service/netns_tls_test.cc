@@ -123,13 +123,22 @@ TEST(NetnsTls, TwoDimensionalJobAcrossTwoNamespacesWithTls) {
               &out);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("SUCCEEDED"), std::string::npos) << out;
+  if (rc != 0) {  // what the daemons said, to tell a network problem from a service one
+    for (const char* log : {"coord.log", "node2.log", "node3.log"}) {
+      std::string tail;
+      Sh(absl::StrCat("tail -n 30 ", root, "/", log), &tail);
+      ADD_FAILURE() << log << ":\n" << tail;
+    }
+  }
   // Two ranks ran in each namespace: the store (on rank 0's agent) and the
   // collectives crossed the bridge, as each namespace's loopback is its own.
   for (int h : {2, 3}) {
     int ranks = 0;
-    for (const auto& e : std::filesystem::directory_iterator(absl::StrCat(root, "/node", h, "/logs/job-1")))
-      ranks += e.path().extension() == ".out";
-    EXPECT_EQ(ranks, 2) << "node" << h;
+    std::error_code ec;
+    for (std::filesystem::directory_iterator it(absl::StrCat(root, "/node", h, "/logs/job-1"), ec), end;
+         !ec && it != end; it.increment(ec))
+      ranks += it->path().extension() == ".out";
+    EXPECT_EQ(ranks, 2) << "node" << h << (ec ? ": " + ec.message() : "");
   }
   // Without the CA the client cannot talk to the TLS coordinator.
   rc = Sh(absl::StrCat("runtime/loom jobs --timeout-s 3 --coordinator ", addr, " --data-dir ", data), &out);

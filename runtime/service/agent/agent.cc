@@ -81,7 +81,13 @@ absl::Status Agent::Start(std::chrono::milliseconds timeout) {
   }
   auto deadline = std::chrono::steady_clock::now() + timeout;
   absl::Status s;
-  while ((s = Register()).code() == absl::StatusCode::kUnavailable && std::chrono::steady_clock::now() < deadline) {
+  // Transient until the deadline: no server yet (Unavailable), or a connection
+  // still being made when the attempt's own 5 s ran out (DeadlineExceeded: a
+  // slow TLS handshake or a network that is just coming up).
+  auto transient = [](const absl::Status& st) {
+    return st.code() == absl::StatusCode::kUnavailable || st.code() == absl::StatusCode::kDeadlineExceeded;
+  };
+  while (transient(s = Register()) && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   if (!s.ok()) return s;
