@@ -4,7 +4,9 @@
 // 4 B H T^2 D (halved when causal), forward+backward 3.5x forward.
 // Each shape checks itself: 64 query rows at each end of head (0, 0) against
 // an fp64 CPU computation (o and lse), and dq/dk/dv sampled for NaN.
-// Prints one "RESULT impl=loom_flash ..." line per case, which
+// Prints one "RESULT impl=loom_flash ..." line per case (and, unless --bwd,
+// "impl=loom_flash_ds": the stored-dS backward, and unless --deterministic
+// too, "impl=loom_flash_atomic": the atomic-dQ backward), which
 // bench/cuda/torch_sdpa.py --loom=FILE reads to print the ratios.
 //
 //   sdpa_bench [--iters=N] [--shape=B,H,T,D] [--fwd=V] [--bwd=V] [--dq=V] [--sweep] [--dispatch]
@@ -126,7 +128,7 @@ double Rel(const std::vector<float>& x, const std::vector<float>& ref) {
 }
 
 // --sweep: every variant of one case (a: the default variants, buffers set).
-bool Sweep(loom::cuda::FlashAttnArgs a, const char* tag, double fwd_flops, int iters, size_t n) {
+bool Sweep(loom::cuda::FlashAttnArgs a, const char* tag, double fwd_flops, int iters, size_t n, int64_t ws_bytes) {
   using namespace loom::cuda;
   bool ok = true;
   int best_f = 0;
@@ -151,6 +153,7 @@ bool Sweep(loom::cuda::FlashAttnArgs a, const char* tag, double fwd_flops, int i
     for (int v = 1; v <= count; ++v) {
       a.bwd_variant = pass == 0 ? v : 0;
       a.dq_variant = pass == 1 ? v : 0;
+      if (FlashAttentionBwdWorkspaceBytes(a) > ws_bytes) continue;  // the stored-dS variant past its limit
       const float ms = TimeMs(static_cast<cudaStream_t>(a.stream), iters, [&] { CS(FlashAttentionBackward(a)); });
       CK(cudaStreamSynchronize(static_cast<cudaStream_t>(a.stream)));
       const double eq = Rel(Sample(a.dq, n), rq), ek = Rel(Sample(a.dk, n), rk), ev = Rel(Sample(a.dv, n), rv);
@@ -253,6 +256,7 @@ int main(int argc, char** argv) {
     std::vector<uint16_t> hq = RandomBf16(n, 1), hk = RandomBf16(n, 2), hv = RandomBf16(n, 3),
                           hdo = RandomBf16(n, 4);
     void *q, *k, *v, *o, *dout, *dq, *dk, *dv, *ws;
+    int64_t ws_bytes = 0;
     float* lse;
     for (void** p : {&q, &k, &v, &o, &dout, &dq, &dk, &dv}) CK(cudaMalloc(p, n * 2));
     CK(cudaMalloc(&lse, static_cast<size_t>(s.b * s.h * s.t) * 4));
@@ -273,8 +277,9 @@ int main(int argc, char** argv) {
       {
         loom::cuda::SdpaArgs sa;
         sa.batch = s.b, sa.heads = sa.kv_heads = s.h, sa.seq_q = sa.seq_k = s.t, sa.head_dim = s.d;
-        CK(cudaMalloc(&ws, std::max<int64_t>(loom::cuda::FlashAttentionBwdWorkspaceBytes(a),
-                                             loom::cuda::SdpaBackwardWorkspaceBytes(sa))));
+        ws_bytes = std::max<int64_t>(loom::cuda::FlashAttentionBwdWorkspaceBytes(a),
+                                     loom::cuda::SdpaBackwardWorkspaceBytes(sa));
+        CK(cudaMalloc(&ws, ws_bytes));
       }
       a.workspace = ws;
       const double fwd_flops = 4.0 * s.b * s.h * static_cast<double>(s.t) * s.t * s.d / (causal ? 2 : 1);
@@ -283,7 +288,7 @@ int main(int argc, char** argv) {
         std::snprintf(tag, sizeof(tag), "B=%lld H=%lld T=%lld D=%lld causal=%d", static_cast<long long>(s.b),
                       static_cast<long long>(s.h), static_cast<long long>(s.t), static_cast<long long>(s.d),
                       causal ? 1 : 0);
-        all_ok = Sweep(a, tag, fwd_flops, iters, n) && all_ok;
+        all_ok = Sweep(a, tag, fwd_flops, iters, n, ws_bytes) && all_ok;
         CK(cudaFree(ws));
         continue;
       }
@@ -342,7 +347,23 @@ int main(int argc, char** argv) {
       measure(deterministic ? "loom_flash_det" : "loom_flash", [&] { return loom::cuda::FlashAttentionForward(a); },
               [&] { return loom::cuda::FlashAttentionBackward(a); },
               [&] { return loom::cuda::FlashForwardVariantName(fwd_v, s.d); },
-              [&] { return loom::cuda::FlashBackwardVariantName(bwd_v, dq_v, s.d); });
+              [&] { return loom::cuda::FlashBackwardVariantName(loom::cuda::FlashResolvedBackwardVariant(a), dq_v, s.d); });
+      // Loom's flash with the other backward schemes too, where the default is
+      // not one: stored dS (when the workspace holds it) and, unless
+      // --deterministic, atomic dQ.
+      for (int bv : {loom::cuda::kFlashBwdDsVariant, loom::cuda::kFlashBwdAtomicVariant}) {
+        loom::cuda::FlashAttnArgs aa = a;
+        aa.bwd_variant = bv;
+        if (bwd_v != 0 || bv == loom::cuda::FlashResolvedBackwardVariant(a) ||
+            (deterministic && bv == loom::cuda::kFlashBwdAtomicVariant) ||
+            loom::cuda::FlashAttentionBwdWorkspaceBytes(aa) > ws_bytes)
+          continue;
+        measure(bv == loom::cuda::kFlashBwdDsVariant ? "loom_flash_ds" : "loom_flash_atomic",
+                [&] { return loom::cuda::FlashAttentionForward(aa); },
+                [&] { return loom::cuda::FlashAttentionBackward(aa); },
+                [&] { return loom::cuda::FlashForwardVariantName(fwd_v, s.d); },
+                [&] { return loom::cuda::FlashBackwardVariantName(aa.bwd_variant, 0, s.d); });
+      }
       if (cudnn && !deterministic) {
         loom::cuda::CudnnSdpaArgs ca;
         ca.dtype = loom::DType::kBF16;

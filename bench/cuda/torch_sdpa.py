@@ -5,7 +5,10 @@
 # Each backend's output is checked against the math backend on a slice.
 # With --loom=FILE (sdpa_bench's output) it prints Loom's figures beside the
 # backends and the ratios to the fastest backend and to the flash backend.
-#   python3 torch_sdpa.py [--iters=N] [--loom=FILE] [--no-math]
+#   python3 torch_sdpa.py [--iters=N] [--loom=FILE] [--prev=FILE] [--no-math]
+# --prev=FILE: this script's output from earlier rounds; the table then uses
+# each side's best figure per case over all rounds (Loom's FILE may hold
+# several rounds too).
 import re
 import sys
 
@@ -31,11 +34,27 @@ def timed(fn, iters, warmup=3):
     return ms[len(ms) // 2]
 
 
+def read_results(path, impl_re):
+    """RESULT lines of `path` whose impl matches impl_re: (impl, b, h, t, d, causal) -> (fwd, fwd+bwd)
+    TFLOP/s, the best of repeated lines."""
+    out = {}
+    for line in open(path):
+        m = re.search(r"impl=" + impl_re + r" B=(\d+) H=(\d+) T=(\d+) D=(\d+) causal=(\d).*fwd_tflops=([\d.]+).*"
+                      r"fwdbwd_tflops=([\d.]+)", line)
+        if m:
+            key = (m.group(1),) + tuple(int(x) for x in m.groups()[1:6])
+            val = (float(m.group(7)), float(m.group(8)))
+            old = out.get(key)
+            out[key] = val if old is None else (max(old[0], val[0]), max(old[1], val[1]))
+    return out
+
+
 def main():
-    iters, loom_file, math_ok = 20, None, True
+    iters, loom_file, prev_file, math_ok = 20, None, None, True
     for a in sys.argv[1:]:
         if a.startswith("--iters="): iters = int(a[8:])
         elif a.startswith("--loom="): loom_file = a[7:]
+        elif a.startswith("--prev="): prev_file = a[7:]
         elif a == "--no-math": math_ok = False
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name(0)}; cudnn {torch.backends.cudnn.version()}")
     torch.manual_seed(0)
@@ -83,13 +102,15 @@ def main():
         torch.cuda.empty_cache()
     if not loom_file:
         return
-    loom = {}  # (impl, b, h, t, d, causal) -> (fwd, fwd+bwd)
-    for line in open(loom_file):
-        m = re.search(r"impl=(loom_flash|loom_cudnn|loom_sdpa) B=(\d+) H=(\d+) T=(\d+) D=(\d+) causal=(\d).*fwd_tflops=([\d.]+).*"
-                      r"fwdbwd_tflops=([\d.]+)", line)
-        if m:
-            loom[(m.group(1),) + tuple(int(x) for x in m.groups()[1:6])] = (float(m.group(7)), float(m.group(8)))
-    for impl in ("loom_flash", "loom_cudnn", "loom_sdpa"):
+    # Several rounds (run_sdpa.sh alternates Loom and PyTorch): each side's
+    # best figure per case over the rounds, the same rule for both.
+    if prev_file:
+        for key, val in read_results(prev_file, r"torch_(\w+)").items():
+            key = key[1:] + (key[0],)
+            old = results.get(key)
+            results[key] = val if old is None else (max(old[0], val[0]), max(old[1], val[1]))
+    loom = read_results(loom_file, r"(loom_flash|loom_flash_ds|loom_flash_atomic|loom_cudnn|loom_sdpa)")
+    for impl in ("loom_flash", "loom_flash_ds", "loom_flash_atomic", "loom_cudnn", "loom_sdpa"):
         rows = sorted((k[1:], v) for k, v in loom.items() if k[0] == impl)
         if not rows:
             continue

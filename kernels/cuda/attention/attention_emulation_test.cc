@@ -44,11 +44,11 @@ void Forward(const FlashParams& p) {
   }
   FAIL() << "no forward variant " << p.fwd_variant;
 }
-template <int D, class Cfg, bool kAtomic, bool kBf16, bool kCausal>
+template <int D, class Cfg, int kMode, bool kBf16, bool kCausal>
 void DkDv(const FlashParams& p) {
   emu::Launch({static_cast<unsigned>((p.seq_k + Cfg::BN - 1) / Cfg::BN), static_cast<unsigned>(p.kv_heads),
                static_cast<unsigned>(p.batch)},
-              Cfg::NT, [&] { FlashBwdKernel<D, Cfg, kAtomic, kBf16, kCausal>(p); });
+              Cfg::NT, [&] { FlashBwdKernel<D, Cfg, kMode, kBf16, kCausal>(p); });
 }
 template <int D, class Cfg, bool kBf16, bool kCausal>
 void Dq(const FlashParams& p) {
@@ -65,7 +65,7 @@ void Backward(const FlashParams& p) {
     emu::Launch({static_cast<unsigned>((p.seq_q + 7) / 8), static_cast<unsigned>(p.heads),
                  static_cast<unsigned>(p.batch)},
                 256, [&] { BwdPreprocessKernel<kBf16, true>(p); });
-    DkDv<D, BwdAtomicCfg<D>, true, kBf16, kCausal>(p);
+    DkDv<D, BwdAtomicCfg<D>, kDqAtomic, kBf16, kCausal>(p);
     const int64_t n = rows * D;
     emu::Launch({static_cast<unsigned>((n + 255) / 256), 1, 1}, 256,
                 [&] { BwdConvertDqKernel<kBf16>(p, n); });
@@ -74,11 +74,19 @@ void Backward(const FlashParams& p) {
   emu::Launch({static_cast<unsigned>((p.seq_q + 7) / 8), static_cast<unsigned>(p.heads),
                static_cast<unsigned>(p.batch)},
               256, [&] { BwdPreprocessKernel<kBf16, false>(p); });
+  if (bv == kBwdDsVariant) {
+    DkDv<D, BwdDsCfg, kDqStoreDs, kBf16, kCausal>(p);
+    constexpr int BM = 32 * kDqFromDsWarps;
+    emu::Launch({static_cast<unsigned>((p.seq_q + BM - 1) / BM), static_cast<unsigned>(p.heads),
+                 static_cast<unsigned>(p.batch)},
+                32 * kDqFromDsWarps, [&] { FlashBwdDqFromDsKernel<D, kDqFromDsWarps, kBf16, kCausal>(p); });
+    return;
+  }
   bool found = false;
   switch (bv) {
 #define LOOM_BWD_CASE(id, nw, bm, mb)                            \
   case id:                                                       \
-    DkDv<D, BwdCfg<nw, bm, mb>, false, kBf16, kCausal>(p);      \
+    DkDv<D, BwdCfg<nw, bm, mb>, kDqSeparate, kBf16, kCausal>(p); \
     found = true;                                                \
     break;
     LOOM_BWD_VARIANTS(LOOM_BWD_CASE)
@@ -178,6 +186,10 @@ TEST_P(Emulated, MatchesFp64Reference) {
   p.q = hq.data(), p.k = hk.data(), p.v = hv.data(), p.o = o.data(), p.lse = lse.data();
   p.dout = hdo.data(), p.dq = dq.data(), p.dk = dk.data(), p.dv = dv.data();
   p.dq_accum = ws.data(), p.delta = ws.data() + rows * c.d;
+  // The stored-dS variant's dS^T, poisoned (NaN): a tile read but never written shows.
+  std::vector<uint16_t> ds(static_cast<size_t>(c.b) * c.h * DsKeys(c.tk) * DsQueries(c.tq), 0xFFFF);
+  p.ds = ds.data(), p.ds_keys = static_cast<int>(DsKeys(c.tk)), p.ds_ld = DsQueries(c.tq);
+  p.ds_bh = p.ds_keys * p.ds_ld;
   if (c.strided) {
     p.q = qkv.data(), p.k = qkv.data() + hd, p.v = qkv.data() + 2 * hd, p.o = o_s.data(), p.dout = do_s.data();
     p.dq = dqkv.data(), p.dk = dqkv.data() + hd, p.dv = dqkv.data() + 2 * hd;
@@ -236,6 +248,14 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Emulated,
                                            Case{true, 1, 2, 1, 150, 140, 128, true, 6, 0, 0},
                                            Case{false, 1, 1, 1, 90, 200, 64, false, 7, 0, 0},
                                            Case{true, 1, 1, 1, 270, 270, 64, true, 6, 0, 0},
+                                           // Stored dS: causal and not, GQA, Tq != Tk, ragged ends.
+                                           Case{true, 1, 2, 1, 150, 290, 128, false, 0, 7, 0},
+                                           Case{true, 1, 2, 1, 270, 200, 64, true, 0, 7, 0},
+                                           Case{false, 2, 2, 2, 200, 270, 128, true, 0, 7, 0},
+                                           Case{true, 1, 1, 1, 90, 90, 64, false, 0, 7, 0, true},
+                                           // Atomic dQ over several key blocks (rotated query-tile order), GQA.
+                                           Case{true, 1, 2, 1, 150, 290, 128, false, 0, 6, 0},
+                                           Case{false, 1, 2, 1, 270, 270, 64, true, 0, 6, 0},
                                            // Strided views ([B, T, 3, H, D] qkv, [B, T, H, D] o/dout).
                                            Case{true, 2, 2, 2, 70, 70, 64, true, 0, 0, 0, true},
                                            Case{true, 1, 2, 2, 90, 90, 128, false, 0, 6, 0, true}));

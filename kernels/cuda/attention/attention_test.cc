@@ -67,7 +67,24 @@ TEST(FlashAttention, BadArgumentsAreInvalidArgument) {
   ExpectInvalid(a, "flash_attention: v");
   a = ValidArgs();
   ExpectInvalid(a, "dout", /*backward=*/true);
-  EXPECT_EQ(FlashAttentionBwdWorkspaceBytes(ValidArgs()), 1 * 4 * 8 * 65 * 4);
+  // f32 dQ accumulator and delta, rounded up to 256 bytes; the stored-dS
+  // variant (the default while dS fits FlashDsLimitBytes()) adds dS^T padded
+  // to 64 keys x 128 queries per head.
+  const int64_t base = (1 * 4 * 8 * 65 * 4 + 255) / 256 * 256, ds = 1 * 4 * 64 * 128 * 2;
+  a = ValidArgs();
+  a.bwd_variant = 2;
+  EXPECT_EQ(FlashAttentionBwdWorkspaceBytes(a), base);
+  a.bwd_variant = kFlashBwdDsVariant;
+  EXPECT_EQ(FlashDsWorkspaceBytes(a), ds);
+  EXPECT_EQ(FlashAttentionBwdWorkspaceBytes(a), base + ds);
+  ASSERT_GE(FlashDsLimitBytes(), ds);
+  EXPECT_EQ(FlashResolvedBackwardVariant(ValidArgs()), kFlashBwdDsVariant);
+  EXPECT_EQ(FlashAttentionBwdWorkspaceBytes(ValidArgs()), base + ds);
+  a = ValidArgs();  // dS past the limit: the two-pass default, no dS workspace
+  a.heads = 64, a.kv_heads = 64, a.seq_q = a.seq_k = 65536;
+  ASSERT_GT(FlashDsWorkspaceBytes(a), FlashDsLimitBytes());
+  EXPECT_EQ(FlashResolvedBackwardVariant(a), FlashDefaultBackwardVariant(64));
+  EXPECT_EQ(FlashAttentionBwdWorkspaceBytes(a), (int64_t{64} * 65536 * 65 * 4 + 255) / 256 * 256);
 }
 
 // d/dx of sum(o * dout) by central differences against SdpaBackward.

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
@@ -101,6 +102,13 @@ float Scale(const FlashAttnArgs& a) {
 
 int64_t Rows(const FlashAttnArgs& a) { return a.batch * a.heads * a.seq_q; }
 
+// Whether the backward runs the stored-dS variant.
+bool UsesDs(const FlashAttnArgs& a) { return FlashResolvedBackwardVariant(a) == attn::kBwdDsVariant; }
+// The f32 dQ accumulator and delta, rounded up to 256 bytes (the dS area follows).
+int64_t BaseWorkspaceBytes(const FlashAttnArgs& a) {
+  return (Rows(a) * (a.head_dim + 1) * static_cast<int64_t>(sizeof(float)) + 255) / 256 * 256;
+}
+
 #ifdef LOOM_HAVE_CUDA
 absl::Status CudaStatus(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return absl::OkStatus();
@@ -118,7 +126,7 @@ attn::FlashParams Params(const FlashAttnArgs& a) {
   p.head_dim = static_cast<int>(a.head_dim);
   p.causal = a.causal ? 1 : 0;
   p.deterministic = a.deterministic ? 1 : 0;
-  p.fwd_variant = a.fwd_variant, p.bwd_variant = a.bwd_variant, p.dq_variant = a.dq_variant;
+  p.fwd_variant = a.fwd_variant, p.bwd_variant = FlashResolvedBackwardVariant(a), p.dq_variant = a.dq_variant;
   p.scale = Scale(a);
   p.q = a.q, p.k = a.k, p.v = a.v, p.o = a.o, p.lse = a.lse;
   p.dout = a.dout, p.dq = a.dq, p.dk = a.dk, p.dv = a.dv;
@@ -129,6 +137,12 @@ attn::FlashParams Params(const FlashAttnArgs& a) {
   if (a.workspace != nullptr) {
     p.dq_accum = static_cast<float*>(a.workspace);
     p.delta = p.dq_accum + Rows(a) * a.head_dim;
+    if (UsesDs(a)) {
+      p.ds = static_cast<char*>(a.workspace) + BaseWorkspaceBytes(a);
+      p.ds_keys = static_cast<int>(attn::DsKeys(a.seq_k));
+      p.ds_ld = attn::DsQueries(a.seq_q);
+      p.ds_bh = p.ds_keys * p.ds_ld;
+    }
   }
   return p;
 }
@@ -137,6 +151,7 @@ attn::FlashParams Params(const FlashAttnArgs& a) {
 }  // namespace
 
 static_assert(kFlashBwdAtomicVariant == attn::kBwdAtomicVariant, "flash_attention.h and flash_variants.h disagree");
+static_assert(kFlashBwdDsVariant == attn::kBwdDsVariant, "flash_attention.h and flash_variants.h disagree");
 
 int FlashForwardVariants() { return attn::kFwdVariants; }
 int FlashBackwardVariants() { return attn::kBwdVariants; }
@@ -160,7 +175,8 @@ std::string FlashForwardVariantName(int v, int64_t head_dim) {
 std::string FlashBackwardVariantName(int bv, int qv, int64_t head_dim) {
   if (bv == 0) bv = FlashDefaultBackwardVariant(head_dim);
   if (qv == 0) qv = FlashDefaultDqVariant(head_dim);
-  if (bv == attn::kBwdAtomicVariant) return absl::StrCat("bwd atomic-dq w4 bm", head_dim == 128 ? 32 : 64);
+  if (bv == attn::kBwdDsVariant) return "bwd stored-ds w4 bn64 bm64 + dq-from-ds w4 bm128";
+  if (bv == attn::kBwdAtomicVariant) return absl::StrCat("bwd atomic-dq w", LOOM_BWD_ATOMIC_NW, " bn", 16 * LOOM_BWD_ATOMIC_NW, " bm", LOOM_BWD_ATOMIC_BM);
   std::string s = absl::StrCat("bwd ?", bv);
   switch (bv) {
 #define LOOM_BWD_NAME(id, nw, bm, mb)                                        \
@@ -181,7 +197,25 @@ std::string FlashBackwardVariantName(int bv, int qv, int64_t head_dim) {
 }
 
 int64_t FlashAttentionBwdWorkspaceBytes(const FlashAttnArgs& a) {
-  return Rows(a) * (a.head_dim + 1) * static_cast<int64_t>(sizeof(float));
+  return BaseWorkspaceBytes(a) + (UsesDs(a) ? FlashDsWorkspaceBytes(a) : 0);
+}
+
+int64_t FlashDsLimitBytes() {
+  static const int64_t limit = [] {
+    const char* e = std::getenv("LOOM_FLASH_DS_LIMIT");
+    return e != nullptr && *e != '\0' ? std::strtoll(e, nullptr, 10) : int64_t{8} << 30;
+  }();
+  return limit;
+}
+
+int FlashResolvedBackwardVariant(const FlashAttnArgs& a) {
+  if (a.bwd_variant > 0) return a.bwd_variant;
+  return FlashDsWorkspaceBytes(a) <= FlashDsLimitBytes() ? attn::kBwdDsVariant
+                                                          : attn::BwdDefaultVariant(static_cast<int>(a.head_dim));
+}
+
+int64_t FlashDsWorkspaceBytes(const FlashAttnArgs& a) {
+  return a.batch * a.heads * attn::DsKeys(a.seq_k) * attn::DsQueries(a.seq_q) * 2;
 }
 
 double FlashAttentionForwardFlops(const FlashAttnArgs& a) {

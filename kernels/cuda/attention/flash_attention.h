@@ -28,7 +28,8 @@
 // Every call validates its arguments first (InvalidArgument naming the
 // argument, also in builds without CUDA), then launches asynchronously on
 // `stream` and returns the launch error. By default the backward is
-// deterministic (dK/dV and dQ by separate passes, no atomics); the variant
+// deterministic: dK/dV, with dS stored to the workspace while that takes at
+// most FlashDsLimitBytes(), then dQ from it (else dQ by its own pass); the variant
 // fields pick among the compiled kernel configurations (flash_variants.h),
 // which the SDPA dispatcher (sdpa_dispatch.h) times per shape. Only
 // bwd_variant == kFlashBwdAtomicVariant sums dQ with f32 atomics (last bits
@@ -82,14 +83,26 @@ struct FlashAttnArgs {
 // The argument checks every call runs first (InvalidArgument naming the field).
 absl::Status FlashAttentionValidate(const FlashAttnArgs& a, bool backward);
 absl::Status FlashAttentionForward(const FlashAttnArgs& a);
-// f32 dQ accumulator and delta = rowsum(dO * O).
+// f32 dQ accumulator and delta = rowsum(dO * O) (and dS for the stored-dS variant).
 int64_t FlashAttentionBwdWorkspaceBytes(const FlashAttnArgs& a);
+// The dS part of the stored-dS variant's workspace (whatever a.bwd_variant is).
+int64_t FlashDsWorkspaceBytes(const FlashAttnArgs& a);
+// The most dS workspace the default backward takes: $LOOM_FLASH_DS_LIMIT
+// bytes (default 8 GiB; 0: never the stored-dS variant by default).
+int64_t FlashDsLimitBytes();
+// The backward variant a call runs: a.bwd_variant, or when 0 the stored-dS
+// variant if FlashDsWorkspaceBytes(a) <= FlashDsLimitBytes(), else the
+// two-pass default for the head dim.
+int FlashResolvedBackwardVariant(const FlashAttnArgs& a);
 absl::Status FlashAttentionBackward(const FlashAttnArgs& a);
 
 int FlashForwardVariants();
 int FlashBackwardVariants();
 int FlashDqVariants();
 inline constexpr int kFlashBwdAtomicVariant = 6;
+// The stored-dS backward: deterministic, 5 matrix products, and a workspace of
+// FlashDsWorkspaceBytes more (B H Tq Tk elements: dS).
+inline constexpr int kFlashBwdDsVariant = 7;
 // The variant a 0 resolves to for this head_dim, and readable descriptions,
 // e.g. "fwd w8 bn64 mb1", "bwd w4 bm32 mb1 + dq w4 bn64 mb1", "bwd atomic-dq".
 int FlashDefaultForwardVariant(int64_t head_dim);

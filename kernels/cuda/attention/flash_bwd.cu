@@ -14,10 +14,10 @@ cudaError_t Configure(Kernel kernel, int smem, bool* configured) {
   return e;
 }
 
-template <int D, class Cfg, bool kAtomic, bool kBf16, bool kCausal>
+template <int D, class Cfg, int kMode, bool kBf16, bool kCausal>
 cudaError_t LaunchDkDv(const FlashParams& p, cudaStream_t s) {
-  const int smem = Cfg::SmemBytes(D, kAtomic);
-  auto kernel = FlashBwdKernel<D, Cfg, kAtomic, kBf16, kCausal>;
+  const int smem = Cfg::SmemBytes(D, kMode != kDqSeparate);
+  auto kernel = FlashBwdKernel<D, Cfg, kMode, kBf16, kCausal>;
   static bool configured = false;  // per instantiation, first launch
   cudaError_t e = Configure(kernel, smem, &configured);
   if (e != cudaSuccess) return e;
@@ -39,13 +39,26 @@ cudaError_t LaunchDq(const FlashParams& p, cudaStream_t s) {
 }
 
 template <int D, bool kBf16, bool kCausal>
+cudaError_t LaunchDqFromDs(const FlashParams& p, cudaStream_t s) {
+  constexpr int NW = kDqFromDsWarps, BM = 32 * NW;
+  const int smem = 2 * (kDsTile * BM + kDsTile * D) * 2;
+  auto kernel = FlashBwdDqFromDsKernel<D, NW, kBf16, kCausal>;
+  static bool configured = false;
+  cudaError_t e = Configure(kernel, smem, &configured);
+  if (e != cudaSuccess) return e;
+  dim3 grid((p.seq_q + BM - 1) / BM, p.heads, p.batch);
+  kernel<<<grid, 32 * NW, smem, s>>>(p);
+  return cudaGetLastError();
+}
+
+template <int D, bool kBf16, bool kCausal>
 cudaError_t Bwd3(const FlashParams& p, cudaStream_t s) {
   const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seq_q;
   const dim3 pre_grid((p.seq_q + 7) / 8, p.heads, p.batch);
   const int bv = p.bwd_variant > 0 ? p.bwd_variant : BwdDefaultVariant(D);
   if (bv == kBwdAtomicVariant) {
     BwdPreprocessKernel<kBf16, true><<<pre_grid, 256, 0, s>>>(p);
-    cudaError_t e = LaunchDkDv<D, BwdAtomicCfg<D>, true, kBf16, kCausal>(p, s);
+    cudaError_t e = LaunchDkDv<D, BwdAtomicCfg<D>, kDqAtomic, kBf16, kCausal>(p, s);
     if (e != cudaSuccess) return e;
     const int64_t n = rows * D;
     const int64_t blocks = (n + 255) / 256;
@@ -53,11 +66,15 @@ cudaError_t Bwd3(const FlashParams& p, cudaStream_t s) {
     return cudaGetLastError();
   }
   BwdPreprocessKernel<kBf16, false><<<pre_grid, 256, 0, s>>>(p);
+  if (bv == kBwdDsVariant) {
+    cudaError_t e = LaunchDkDv<D, BwdDsCfg, kDqStoreDs, kBf16, kCausal>(p, s);
+    return e != cudaSuccess ? e : LaunchDqFromDs<D, kBf16, kCausal>(p, s);
+  }
   cudaError_t e = cudaErrorInvalidValue;
   switch (bv) {
 #define LOOM_BWD_CASE(id, nw, bm, mb)                                    \
   case id:                                                               \
-    e = LaunchDkDv<D, BwdCfg<nw, bm, mb>, false, kBf16, kCausal>(p, s); \
+    e = LaunchDkDv<D, BwdCfg<nw, bm, mb>, kDqSeparate, kBf16, kCausal>(p, s); \
     break;
     LOOM_BWD_VARIANTS(LOOM_BWD_CASE)
 #undef LOOM_BWD_CASE

@@ -1,13 +1,19 @@
 // Flash-attention backward for sm_90 (FlashAttention-2 schedule on mma.sync).
-//
-// Default (deterministic, and the faster one on the H200): three launches,
-// (1) delta = rowsum(dO * O) per query row (f32); (2) FlashBwdKernel with
-// kAtomicDq = false: dK and dV only; (3) FlashBwdDqKernel: dQ by its own pass
-// over the keys, summed in registers. (2) and (3) are independent.
-// kBwdAtomicVariant instead: (1) also zeroes an f32 dQ accumulator, (2) adds
-// dQ into it with f32 atomics, and (3) is BwdConvertDqKernel (dQ = scale *
-// accumulator, rounded): one S/dP product fewer, but contended atomics, and
-// dQ's last bits vary run to run.
+// Three schemes, all starting with (1) delta = rowsum(dO * O) per query row:
+//  - stored dS (kBwdDsVariant; the default while its workspace, B H Tq Tk
+//    elements, is at most FlashDsLimitBytes()): (2) FlashBwdKernel<kDqStoreDs>
+//    computes dK and dV and writes each dS^T tile to the workspace; (3)
+//    FlashBwdDqFromDsKernel: dQ = scale * dS K, one plain product. 5 matrix
+//    products in all, deterministic; the cost is the dS traffic (written
+//    once, read once).
+//  - two passes (the other default): (2) FlashBwdKernel<kDqSeparate>: dK and
+//    dV only; (3) FlashBwdDqKernel: dQ by its own pass over the keys,
+//    recomputing S and dP (7 products), summed in registers; deterministic,
+//    no workspace beyond delta.
+//  - atomic dQ (kBwdAtomicVariant): (1) also zeroes an f32 dQ accumulator,
+//    (2) FlashBwdKernel<kDqAtomic> adds dS K into it with 16-byte vector
+//    reductions, (3) BwdConvertDqKernel (dQ = scale * accumulator, rounded):
+//    5 products, but contended atomics, and dQ's last bits vary run to run.
 //
 // FlashBwdKernel gives one block of NW warps BN = 16 NW keys of one (batch, kv
 // head); each warp owns 16 keys and keeps their dK and dV in registers. The
@@ -16,8 +22,8 @@
 // double-buffered by cp.async. Per tile, with P recomputed from the saved lse:
 //   S^T = K Q^T, P^T = exp(S^T * scale - lse), dV += P^T dO,
 //   dP^T = V dO^T, dS^T = P^T (dP^T - delta), dK += dS^T Q,
-// (atomic variant: then dS^T goes through shared memory and dQ += dS K is
-// added to the f32 accumulator). dK and dV are deterministic: summed in
+// (atomic and stored-dS variants: then dS^T goes through shared memory, to
+// the f32 accumulator as dS K or to the workspace as is). dK and dV are deterministic: summed in
 // registers, GQA heads included, with no atomics.
 // The kernels themselves (device code only): flash_bwd.cu launches them, and
 // attention_emulation_test.cc runs them on the CPU through flash_common.cuh's
@@ -51,7 +57,11 @@ struct DqCfg {
 
 // The compiled configurations: flash_variants.h.
 template <int D>
-using BwdAtomicCfg = BwdCfg<4, D == 128 ? 32 : 64, 1>;  // D=128 at BM 64 spills
+using BwdAtomicCfg = BwdCfg<LOOM_BWD_ATOMIC_NW, LOOM_BWD_ATOMIC_BM, 1>;
+// The stored-dS variant's first pass: 64 keys x 64 queries per tile (kDsTile).
+using BwdDsCfg = BwdCfg<4, 64, 1>;
+// Its dQ pass: warps per block (32 query rows each).
+constexpr int kDqFromDsWarps = 4;
 
 // Grid (ceil(Tq / 8), H, B): one warp per query row.
 template <bool kBf16, bool kZeroAccum>
@@ -89,8 +99,16 @@ __global__ void BwdConvertDqKernel(FlashParams p, int64_t n) {
   }
 }
 
-template <int D, class Cfg, bool kAtomicDq, bool kBf16, bool kCausal>
+// What FlashBwdKernel does about dQ.
+enum DqMode : int {
+  kDqSeparate = 0,  // nothing: FlashBwdDqKernel recomputes S and dP (default)
+  kDqAtomic = 1,    // dQ += dS K into the f32 accumulator with vector atomics
+  kDqStoreDs = 2,   // dS^T tiles to the workspace; FlashBwdDqFromDsKernel sums dQ
+};
+
+template <int D, class Cfg, int kDqMode, bool kBf16, bool kCausal>
 __global__ void __launch_bounds__(Cfg::NT, Cfg::MB) FlashBwdKernel(FlashParams p) {
+  constexpr bool kAtomicDq = kDqMode == kDqAtomic, kStoreDs = kDqMode == kDqStoreDs;
   using E = Elem<kBf16>;
   using T = typename E::T;
   constexpr int BN = Cfg::BN, BM = Cfg::BM, NT = Cfg::NT;
@@ -121,7 +139,15 @@ __global__ void __launch_bounds__(Cfg::NT, Cfg::MB) FlashBwdKernel(FlashParams p
     const int64_t h = hk * group + it / m_count;
     return static_cast<const T*>(p.dout) + b * p.sdo.b + h * p.sdo.h;
   };
-  auto m0_of = [&](int it) { return (m_begin + it % m_count) * BM; };
+  // Atomic variant: the key blocks of one head start at different query tiles
+  // (rotated by the block index), so that they do not all add into the same
+  // dQ rows at the same time.
+  const int m_rot = kAtomicDq && m_count > 0 ? n_block % m_count : 0;
+  auto m0_of = [&](int it) {
+    int m = it % m_count + m_rot;
+    if (m >= m_count) m -= m_count;
+    return (m_begin + m) * BM;
+  };
 
   LoadTile<D, BN, NT>(sK, k, p.sk.r, n0, p.seq_k, tid);
   LoadTile<D, BN, NT>(sV, v, p.sv.r, n0, p.seq_k, tid);
@@ -218,8 +244,8 @@ __global__ void __launch_bounds__(Cfg::NT, Cfg::MB) FlashBwdKernel(FlashParams p
         E::Mma(dk[2 * dp + 1], as, r[2], r[3]);
       }
     }
-    // dS^T to shared memory for dQ (atomic variant only; else FlashBwdDqKernel).
-    if (kAtomicDq) {
+    // dS^T to shared memory for dQ (atomic and stored-dS variants; else FlashBwdDqKernel).
+    if (kAtomicDq || kStoreDs) {
 #pragma unroll
       for (int nt = 0; nt < BM / 8; ++nt)
 #pragma unroll
@@ -228,6 +254,17 @@ __global__ void __launch_bounds__(Cfg::NT, Cfg::MB) FlashBwdKernel(FlashParams p
               E::Pack(dpt[nt][2 * rr], dpt[nt][2 * rr + 1]);
     }
     __syncthreads();  // also orders this tile's reads before the next prefetch
+    // Stored-dS variant: the BN x BM tile of dS^T to the workspace, 16 bytes a
+    // store ([bh][key][query], rows ds_ld apart). Every visited tile is
+    // written whole (zeros past seq_q, seq_k and the causal diagonal).
+    if (kStoreDs) {
+      constexpr int kChunks = BM / 8;
+      T* dst = static_cast<T*>(p.ds) + bh * p.ds_bh + static_cast<int64_t>(n0) * p.ds_ld + m0;
+      for (int i = tid; i < BN * kChunks; i += NT) {
+        const int r = i / kChunks, c = i % kChunks;
+        Copy16(dst + r * p.ds_ld + c * 8, sdS + Swz<BM>(r, c * 8));
+      }
+    }
     // dQ[q, :] += dS[q, keys] K[keys, :]: warp = (query tile qt, column part dpart).
     if (kAtomicDq) {
       const int qt = warp % QW, dpart = warp / QW;
@@ -248,17 +285,22 @@ __global__ void __launch_bounds__(Cfg::NT, Cfg::MB) FlashBwdKernel(FlashParams p
           E::Mma(acc[2 * dp + 1], a, r[2], r[3]);
         }
       }
+      // Lanes t and t^1 swap half their C fragments so that each holds 4
+      // consecutive columns of one row (even t: row g, odd t: row g + 8); then
+      // one 16-byte vector reduction per 8 columns.
       float* dqa = p.dq_accum + bh * p.seq_q * D;
+      const bool odd = t & 1;
+      const int q = m0 + qt * 16 + g + (odd ? 8 : 0);
+      float* dst_row = dqa + static_cast<int64_t>(q) * D + dpart * DC + 4 * (t >> 1);
 #pragma unroll
-      for (int rr = 0; rr < 2; ++rr) {
-        const int q = m0 + qt * 16 + g + rr * 8;
+      for (int dt = 0; dt < DC / 8; ++dt) {
+        const float s0 = odd ? acc[dt][0] : acc[dt][2], s1 = odd ? acc[dt][1] : acc[dt][3];
+        const float r0 = __shfl_xor_sync(0xffffffffu, s0, 1), r1 = __shfl_xor_sync(0xffffffffu, s1, 1);
         if (q < p.seq_q) {
-#pragma unroll
-          for (int dt = 0; dt < DC / 8; ++dt) {
-            float* dst = dqa + static_cast<int64_t>(q) * D + dpart * DC + dt * 8 + 2 * t;
-            atomicAdd(dst, acc[dt][2 * rr]);
-            atomicAdd(dst + 1, acc[dt][2 * rr + 1]);
-          }
+          if (odd)
+            RedAddV4(dst_row + dt * 8, r0, r1, acc[dt][2], acc[dt][3]);
+          else
+            RedAddV4(dst_row + dt * 8, acc[dt][0], acc[dt][1], r0, r1);
         }
       }
     }
@@ -406,6 +448,95 @@ __global__ void __launch_bounds__(Cfg::NT, Cfg::MB) FlashBwdDqKernel(FlashParams
             E::Pack(acc[dt][2 * r] * p.scale, acc[dt][2 * r + 1] * p.scale);
     }
   }
+}
+
+// Stored-dS variant, second pass: dQ = scale * dS K as a plain product over
+// the dS^T tiles FlashBwdKernel<kDqStoreDs> left in the workspace (one matrix
+// product instead of FlashBwdDqKernel's three; a fixed summation order). One
+// block of NW warps per BM = 32 NW query rows of one (batch, head); each warp
+// owns 32 rows (two m16 groups, so every K fragment read from shared memory
+// feeds two products) and walks the key tiles of kDsTile keys, dS^T and K
+// double-buffered by cp.async. Causal: a warp stops at the key tile of its own
+// rows' kDsTile-row tile, the last tile the first pass wrote for them.
+constexpr int kDsTile = 64;  // the first pass's key and query tiles (BwdDsCfg)
+
+template <int D, int NW, bool kBf16, bool kCausal>
+__global__ void __launch_bounds__(32 * NW, 2) FlashBwdDqFromDsKernel(FlashParams p) {
+  using E = Elem<kBf16>;
+  using T = typename E::T;
+  constexpr int BN = kDsTile, BM = 32 * NW, NT = 32 * NW;
+  extern __shared__ __align__(128) unsigned char smem_raw[];
+  T* sdS = reinterpret_cast<T*>(smem_raw);  // 2 stages of [BN keys][BM queries]
+  T* sK = sdS + 2 * BN * BM;                 // 2 stages of [BN keys][D]
+
+  const int m0 = (gridDim.x - 1 - blockIdx.x) * BM;
+  const int h = blockIdx.y, b = blockIdx.z;
+  const int hk = h / (p.heads / p.kv_heads);
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int64_t bh = static_cast<int64_t>(b) * p.heads + h;
+  const T* ds = static_cast<const T*>(p.ds) + bh * p.ds_bh + m0;
+  const T* k = static_cast<const T*>(p.k) + b * p.sk.b + hk * p.sk.h;
+  int n_tiles = p.ds_keys / BN;
+  if (kCausal) n_tiles = min(n_tiles, (m0 + BM - 1) / BN + 1);
+  const int r0 = m0 + warp * 32;                  // this warp's rows r0 .. r0 + 31
+  const int last_tile = kCausal ? r0 / BN : n_tiles;  // causal: key tiles 0 .. r0 / BN
+
+  LoadTile<BM, BN, NT>(sdS, ds, p.ds_ld, 0, p.ds_keys, tid);
+  LoadTile<D, BN, NT>(sK, k, p.sk.r, 0, p.seq_k, tid);
+  CpAsyncCommit();
+  float acc[2][D / 8][4];
+#pragma unroll
+  for (int mw = 0; mw < 2; ++mw)
+#pragma unroll
+    for (int i = 0; i < D / 8; ++i) acc[mw][i][0] = acc[mw][i][1] = acc[mw][i][2] = acc[mw][i][3] = 0.f;
+
+  for (int j = 0; j < n_tiles; ++j) {
+    const int stage = j & 1;
+    if (j + 1 < n_tiles) {
+      LoadTile<BM, BN, NT>(sdS + (stage ^ 1) * BN * BM, ds, p.ds_ld, (j + 1) * BN, p.ds_keys, tid);
+      LoadTile<D, BN, NT>(sK + (stage ^ 1) * BN * D, k, p.sk.r, (j + 1) * BN, p.seq_k, tid);
+    }
+    CpAsyncCommit();
+    CpAsyncWait<1>();
+    __syncthreads();
+    if (j <= last_tile) {
+      const T* cS = sdS + stage * BN * BM;
+      const T* cK = sK + stage * BN * D;
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) {
+        const int mi = lane >> 3;
+        uint32_t a[2][4];
+#pragma unroll
+        for (int mw = 0; mw < 2; ++mw)
+          Ldsm4T(a[mw], SmemAddr(cS + Swz<BM>(kk * 16 + (mi >> 1) * 8 + (lane & 7), warp * 32 + mw * 16 + (mi & 1) * 8)));
+#pragma unroll
+        for (int dp = 0; dp < D / 16; ++dp) {
+          uint32_t r[4];
+          Ldsm4T(r, SmemAddr(cK + Swz<D>(kk * 16 + ((lane >> 3) & 1) * 8 + (lane & 7), dp * 16 + (lane >> 4) * 8)));
+#pragma unroll
+          for (int mw = 0; mw < 2; ++mw) {
+            E::Mma(acc[mw][2 * dp], a[mw], r[0], r[1]);
+            E::Mma(acc[mw][2 * dp + 1], a[mw], r[2], r[3]);
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
+  T* dq = static_cast<T*>(p.dq) + b * p.sdq.b + h * p.sdq.h;
+#pragma unroll
+  for (int mw = 0; mw < 2; ++mw)
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const int row = r0 + mw * 16 + g + rr * 8;
+      if (row < p.seq_q) {
+#pragma unroll
+        for (int dt = 0; dt < D / 8; ++dt)
+          *reinterpret_cast<uint32_t*>(dq + row * p.sdq.r + dt * 8 + 2 * t) =
+              E::Pack(acc[mw][dt][2 * rr] * p.scale, acc[mw][dt][2 * rr + 1] * p.scale);
+      }
+    }
 }
 
 }  // namespace loom::cuda::attn

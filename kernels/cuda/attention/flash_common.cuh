@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 #ifdef LOOM_ATTN_EMULATE
 #include "kernels/cuda/attention/warp_emulator.h"
@@ -83,6 +84,8 @@ inline void CpAsyncCommit() {}
 template <int N>
 inline void CpAsyncWait() {}
 inline float Exp2(float x) { return exp2f(x); }
+inline void RedAddV4(float* p, float a, float b, float c, float d) { emu::RedAddV4(p, a, b, c, d); }
+inline void Copy16(void* dst, const void* src) { std::memcpy(dst, src, 16); }
 #else
 __device__ __forceinline__ uint32_t SmemAddr(const void* p) {
   return static_cast<uint32_t>(__cvta_generic_to_shared(p));
@@ -106,6 +109,16 @@ __device__ __forceinline__ void CpAsyncCommit() { asm volatile("cp.async.commit_
 template <int N>
 __device__ __forceinline__ void CpAsyncWait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+// p[0..3] += (a, b, c, d) in global memory: one 16-byte vector reduction
+// (sm_90; p 16-byte aligned). Each element's add is atomic.
+__device__ __forceinline__ void RedAddV4(float* p, float a, float b, float c, float d) {
+  asm volatile("red.global.add.v4.f32 [%0], {%1, %2, %3, %4};\n" ::"l"(p), "f"(a), "f"(b), "f"(c), "f"(d)
+               : "memory");
+}
+// 16 bytes from src to dst (both 16-byte aligned; any state spaces).
+__device__ __forceinline__ void Copy16(void* dst, const void* src) {
+  *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(src);
 }
 __device__ __forceinline__ float Exp2(float x) {
   float y;

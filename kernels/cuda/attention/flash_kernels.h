@@ -47,6 +47,12 @@ struct FlashParams {
   void* dv = nullptr;
   float* dq_accum = nullptr;
   float* delta = nullptr;
+  // Stored-dS variant (kBwdDsVariant): dS^T as [B * heads][ds_keys][ds_ld]
+  // elements of q's dtype, ds_bh = ds_keys * ds_ld apart (flash_variants.h:
+  // DsKeys / DsQueries give the padded sizes).
+  void* ds = nullptr;
+  int64_t ds_ld = 0, ds_bh = 0;
+  int ds_keys = 0;
   // Element strides (0 before ResolveDefaultStrides: contiguous).
   TensorStrides sq, sk, sv, so, sdo, sdq, sdk, sdv;
 };

@@ -7,9 +7,14 @@
 //            query tile BM = 16 MW warps
 //   dK/dV    X(id, warps, query tile BM, blocks per SM) key tile BN = 16 warps
 //   dQ       X(id, warps, key tile BN, blocks per SM)   query tile BM = 16 warps
-// plus the single-pass backward with f32 atomic dQ (kBwdAtomicVariant; NW 4,
-// BM 32 at D 128, 64 at D 64), which is faster to launch but contended and not
-// deterministic. Ids are 1-based; 0 means "the default for D" below.
+// plus the single-pass backward with f32 atomic dQ (kBwdAtomicVariant, the
+// configuration LOOM_BWD_ATOMIC_CFG: warps, query tile BM; key tile 16 warps),
+// which does 5 matrix products to the two-pass scheme's 7 but adds dQ with
+// atomics, so its last bits vary run to run; and the stored-dS backward
+// (kBwdDsVariant): the dK/dV pass also writes dS to the workspace (B H Tq Tk
+// elements) and dQ = dS K is one product over it: 5 products, deterministic,
+// at the cost of that workspace. Ids are 1-based; 0 means "the default for D"
+// below.
 #pragma once
 
 #define LOOM_FWD_VARIANTS(X) \
@@ -34,11 +39,21 @@
   X(3, 8, 32, 1)            \
   X(4, 4, 64, 2)
 
+#define LOOM_BWD_ATOMIC_NW 8
+#define LOOM_BWD_ATOMIC_BM 64
+
 namespace loom::cuda::attn {
 
 constexpr int kFwdVariants = 7;
-constexpr int kBwdVariants = 6;       // the five dK/dV configurations and:
+constexpr int kBwdVariants = 7;       // the five dK/dV configurations and:
 constexpr int kBwdAtomicVariant = 6;  // single pass, f32 atomic dQ
+constexpr int kBwdDsVariant = 7;      // dS stored to the workspace, dQ from it
+
+// The stored-dS variant's workspace: dS^T of every (batch, head) padded to
+// DsKeys(seq_k) x DsQueries(seq_q) (the first pass's 64-key tiles, the dQ
+// pass's 128-row query tiles), 2 bytes an element.
+inline int64_t DsKeys(int64_t seq_k) { return (seq_k + 63) / 64 * 64; }
+inline int64_t DsQueries(int64_t seq_q) { return (seq_q + 127) / 128 * 128; }
 constexpr int kDqVariants = 4;
 
 // Defaults: the fastest at the issue-8 shapes in the H200 sweep of 2026-12-02

@@ -136,10 +136,27 @@ bool SdpaArgs::strided() const {
   return false;
 }
 
-int64_t SdpaBackwardWorkspaceBytes(const SdpaArgs& a) {
+namespace {
+
+// The stored-dS flash backward needs B H Tq Tk elements of workspace: it is
+// a candidate while that is at most FlashDsLimitBytes() and the caller's
+// workspace holds it.
+FlashAttnArgs ShapeOnly(const SdpaArgs& a, int bwd_variant) {
   FlashAttnArgs f;
   f.batch = a.batch, f.heads = a.heads, f.kv_heads = a.kv_heads;
   f.seq_q = a.seq_q, f.seq_k = a.seq_k, f.head_dim = a.head_dim;
+  f.bwd_variant = bwd_variant;
+  return f;
+}
+
+bool DsFitsLimit(const SdpaArgs& a) {
+  return FlashDsWorkspaceBytes(ShapeOnly(a, kFlashBwdDsVariant)) <= FlashDsLimitBytes();
+}
+
+}  // namespace
+
+int64_t SdpaBackwardWorkspaceBytes(const SdpaArgs& a) {
+  const FlashAttnArgs f = ShapeOnly(a, DsFitsLimit(a) ? kFlashBwdDsVariant : 0);
   return std::max<int64_t>(FlashAttentionBwdWorkspaceBytes(f),
                            attn::MathBwdWorkspaceFloats(ToMath(a)) * static_cast<int64_t>(sizeof(float)));
 }
@@ -245,8 +262,12 @@ std::vector<SdpaCandidate> SdpaDispatcher::Candidates(const SdpaArgs& a, bool ba
       out.push_back(c);
     }
   } else {
+    const int64_t have = a.workspace_bytes >= 0 ? a.workspace_bytes : SdpaBackwardWorkspaceBytes(a);
     for (int v = 1; v <= FlashBackwardVariants(); ++v) {
       if (v == kFlashBwdAtomicVariant && a.deterministic) continue;
+      if (v == kFlashBwdDsVariant &&
+          (!DsFitsLimit(a) || have < FlashAttentionBwdWorkspaceBytes(ShapeOnly(a, kFlashBwdDsVariant))))
+        continue;
       SdpaCandidate c;
       c.bwd_variant = v;
       out.push_back(c);
@@ -327,7 +348,8 @@ absl::StatusOr<SdpaDecision> SdpaDispatcher::Select(const SdpaArgs& a, bool back
     };
     LOOM_ASSIGN_OR_RETURN(int best, time_all(cands));
     d.pick = cands[best];
-    if (backward && d.pick.kind == SdpaCandidate::kFlash && d.pick.bwd_variant != kFlashBwdAtomicVariant) {
+    if (backward && d.pick.kind == SdpaCandidate::kFlash && d.pick.bwd_variant != kFlashBwdAtomicVariant &&
+        d.pick.bwd_variant != kFlashBwdDsVariant) {
       // Coordinate descent, second step: the dQ pass with the chosen dK/dV variant.
       std::vector<SdpaCandidate> dqs;
       for (int q = 1; q <= FlashDqVariants(); ++q) {

@@ -95,7 +95,10 @@ struct SdpaArgs {
 };
 
 // Enough for every flash and math backward candidate of this shape (cuDNN's
-// plan takes the caching allocator's bytes when this is short).
+// plan takes the caching allocator's bytes when this is short). The stored-dS
+// flash backward's dS (B H Tq Tk elements) is included while it is at most
+// $LOOM_FLASH_DS_LIMIT bytes (default 8 GiB, 0: never); a caller's workspace
+// without it leaves that variant out.
 int64_t SdpaBackwardWorkspaceBytes(const SdpaArgs& a);
 // Enough for every candidate of this shape, cuDNN's plan included when cuDNN
 // is a candidate (this builds and caches that plan: call it outside CUDA graph

@@ -280,6 +280,13 @@ inline float ShflXor(float v, int off) {
   return r;
 }
 
+inline void RedAddV4(float* p, float a, float b, float c, float d) {
+  p[0] += a;
+  p[1] += b;
+  p[2] += c;
+  p[3] += d;
+}
+
 }  // namespace emu
 
 inline float __shfl_xor_sync(unsigned, float v, int off) { return emu::ShflXor(v, off); }
