@@ -73,7 +73,8 @@ struct FlashAttnArgs {
   bool deterministic = false;
   // Kernel configurations, 1-based (0: the default for head_dim); ranges
   // [0, FlashForwardVariants()], [0, FlashBackwardVariants()], [0,
-  // FlashDqVariants()]. dq_variant is unused by the atomic backward variant.
+  // FlashDqVariants()]. dq_variant is unused by the atomic and stored-dS
+  // backward variants.
   int fwd_variant = 0;
   int bwd_variant = 0;
   int dq_variant = 0;
@@ -104,7 +105,8 @@ inline constexpr int kFlashBwdAtomicVariant = 6;
 // FlashDsWorkspaceBytes more (B H Tq Tk elements: dS).
 inline constexpr int kFlashBwdDsVariant = 7;
 // The variant a 0 resolves to for this head_dim, and readable descriptions,
-// e.g. "fwd w8 bn64 mb1", "bwd w4 bm32 mb1 + dq w4 bn64 mb1", "bwd atomic-dq".
+// e.g. "fwd w8 bn64 mb1", "bwd w4 bm32 mb1 + dq w4 bn64 mb1", "bwd atomic-dq ...",
+// "bwd stored-ds ...".
 int FlashDefaultForwardVariant(int64_t head_dim);
 int FlashDefaultBackwardVariant(int64_t head_dim);
 int FlashDefaultDqVariant(int64_t head_dim);

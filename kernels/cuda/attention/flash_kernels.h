@@ -29,7 +29,8 @@ struct FlashParams {
   int deterministic = 0;  // backward: never the atomic-dQ variant
   // Compiled kernel configurations (0: the default for D), flash_variants.h:
   // fwd_variant indexes LOOM_FWD_VARIANTS, bwd_variant LOOM_BWD_VARIANTS (or
-  // kBwdAtomicVariant, the single pass with f32 atomic dQ), dq_variant
+  // kBwdAtomicVariant, the single pass with f32 atomic dQ, or
+  // kBwdDsVariant, dS stored then dQ from it), dq_variant
   // LOOM_DQ_VARIANTS.
   int fwd_variant = 0;
   int bwd_variant = 0;
