@@ -138,9 +138,7 @@ bool SdpaArgs::strided() const {
 
 namespace {
 
-// The stored-dS flash backward needs B H Tq Tk elements of workspace: it is
-// a candidate while that is at most FlashDsLimitBytes() and the caller's
-// workspace holds it.
+// The flash arguments that workspace sizes depend on.
 FlashAttnArgs ShapeOnly(const SdpaArgs& a, int bwd_variant) {
   FlashAttnArgs f;
   f.batch = a.batch, f.heads = a.heads, f.kv_heads = a.kv_heads;
@@ -149,6 +147,9 @@ FlashAttnArgs ShapeOnly(const SdpaArgs& a, int bwd_variant) {
   return f;
 }
 
+// The stored-dS flash backward needs B H Tq Tk elements of workspace: it is
+// a candidate while that is at most FlashDsLimitBytes() and the caller's
+// workspace holds it.
 bool DsFitsLimit(const SdpaArgs& a) {
   return FlashDsWorkspaceBytes(ShapeOnly(a, kFlashBwdDsVariant)) <= FlashDsLimitBytes();
 }
