@@ -303,25 +303,27 @@ __global__ void CeFwdK(int ldt, int tdt, int64_t vocab, const void* logits, cons
 // fast exponentials (ex2.approx, ~2 ulp: far inside bf16's resolution).
 // The max and the sum of exp(x - max) of one bf16 row (8 per 16-byte load),
 // reduced over the block: every thread gets both.
+// One 16-byte load of 8 bf16 logits into this thread's running max and sum.
+__device__ __forceinline__ void MaxSumAdd8(const uint4& u, float& mx, float& s) {
+  const bf16* e = reinterpret_cast<const bf16*>(&u);
+  float v[8], lm = -INFINITY;
+#pragma unroll
+  for (int k = 0; k < 8; ++k) {
+    v[k] = __bfloat162float(e[k]);
+    lm = fmaxf(lm, v[k]);
+  }
+  if (lm == -INFINITY) return;
+  if (lm > mx) {
+    s *= __expf(mx - lm);
+    mx = lm;
+  }
+#pragma unroll
+  for (int k = 0; k < 8; ++k) s += __expf(v[k] - mx);
+}
+
 __device__ void RowMaxSumVec(const uint4* row, int64_t n8, float& mx, float& s) {
   mx = -INFINITY, s = 0.f;
-  for (int64_t j = threadIdx.x; j < n8; j += blockDim.x) {
-    const uint4 u = row[j];
-    const bf16* e = reinterpret_cast<const bf16*>(&u);
-    float v[8], lm = -INFINITY;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      v[k] = __bfloat162float(e[k]);
-      lm = fmaxf(lm, v[k]);
-    }
-    if (lm == -INFINITY) continue;
-    if (lm > mx) {
-      s *= __expf(mx - lm);
-      mx = lm;
-    }
-#pragma unroll
-    for (int k = 0; k < 8; ++k) s += __expf(v[k] - mx);
-  }
+  for (int64_t j = threadIdx.x; j < n8; j += blockDim.x) MaxSumAdd8(row[j], mx, s);
   BlockMaxSum(mx, s);
 }
 
@@ -434,20 +436,7 @@ __global__ void __launch_bounds__(1024) CeFusedSmemK(int tdt, int64_t vocab, con
   for (int64_t j = threadIdx.x; j < n8; j += blockDim.x) {
     const uint4 u = in[j];
     row_s[j] = u;
-    const bf16* e = reinterpret_cast<const bf16*>(&u);
-    float v[8], lm = -INFINITY;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) {
-      v[k] = __bfloat162float(e[k]);
-      lm = fmaxf(lm, v[k]);
-    }
-    if (lm == -INFINITY) continue;
-    if (lm > mx) {
-      s *= __expf(mx - lm);
-      mx = lm;
-    }
-#pragma unroll
-    for (int k = 0; k < 8; ++k) s += __expf(v[k] - mx);
+    MaxSumAdd8(u, mx, s);
   }
   BlockMaxSum(mx, s);  // its barriers also publish row_s
   const float l = mx + logf(s);
