@@ -11,9 +11,16 @@ CUDA_ARCH_FLAGS = [
     "-gencode=arch=compute_90,code=compute_90",
 ]
 
+# sm_90a: Hopper's arch-specific instructions (wgmma, setmaxnreg); such code runs
+# only on compute capability 9.0, so its callers check the device first.
+CUDA_ARCH_FLAGS_SM90A = [
+    "-gencode=arch=compute_90a,code=sm_90a",
+]
+
 # cu_hdrs: headers from other packages that the .cu files include (the nvcc
 # genrule sees only this package's headers otherwise), e.g. "//base:rng.h".
-def loom_cuda_library(name, srcs, hdrs = [], deps = [], nvcc_flags = [], cu_hdrs = [], **kwargs):
+# arch_flags: the -gencode list (CUDA_ARCH_FLAGS unless given).
+def loom_cuda_library(name, srcs, hdrs = [], deps = [], nvcc_flags = [], cu_hdrs = [], arch_flags = None, **kwargs):
     if not CUDA_AVAILABLE:
         native.cc_library(name = name, hdrs = hdrs, **kwargs)
         return
@@ -27,7 +34,7 @@ def loom_cuda_library(name, srcs, hdrs = [], deps = [], nvcc_flags = [], cu_hdrs
             cmd = " ".join([
                 NVCC,
                 "-c -std=c++17 -O3 -Xcompiler -fPIC --expt-relaxed-constexpr",
-                " ".join(CUDA_ARCH_FLAGS),
+                " ".join(CUDA_ARCH_FLAGS if arch_flags == None else arch_flags),
                 " ".join(nvcc_flags),
                 "-I. -I$(GENDIR)",
                 "$(location " + src + ") -o $@",

@@ -24,6 +24,7 @@ check() {  # name, time limit (s), lines of its output to show, command...
 check gpu_check 120 200 "$D/bin/gpu_check"                          # GEMM epilogues, pointwise, norms, CE, AdamW
 check cuda_kernels_test 120 3 "$D/bin/cuda_kernels_test"             # the same kernels through gtest
 check caching_allocator_test 120 3 "$D/bin/caching_allocator_test"   # allocator and streams on real memory
+check wgmma_check 60 12 "$D/bin/wgmma_check"                        # warpgroup products and layouts the wgmma forward uses
 check attention_check 120 80 "$D/bin/attention_check"                # flash, math, cuDNN, masks, dropout, varlen, dispatcher
 check pointwise_gpu_check 120 6 "$D/bin/pointwise_gpu_check"         # generated pointwise kernels
 check rowwise_gpu_check 120 6 "$D/bin/rowwise_gpu_check"             # generated layernorm, CE, AdamW

@@ -364,6 +364,15 @@ int main(int argc, char** argv) {
                 [&] { return loom::cuda::FlashForwardVariantName(fwd_v, s.d); },
                 [&] { return loom::cuda::FlashBackwardVariantName(aa.bwd_variant, 0, s.d); });
       }
+      // The pipelined wgmma forward (default backward) where it is not the default.
+      if (fwd_v == 0 && loom::cuda::FlashDefaultForwardVariant(s.d) != loom::cuda::kFlashFwdWgmmaPipeVariant) {
+        loom::cuda::FlashAttnArgs aa = a;
+        aa.fwd_variant = loom::cuda::kFlashFwdWgmmaPipeVariant;
+        measure("loom_flash_wgmma", [&] { return loom::cuda::FlashAttentionForward(aa); },
+                [&] { return loom::cuda::FlashAttentionBackward(aa); },
+                [&] { return loom::cuda::FlashForwardVariantName(aa.fwd_variant, s.d); },
+                [&] { return loom::cuda::FlashBackwardVariantName(loom::cuda::FlashResolvedBackwardVariant(aa), 0, s.d); });
+      }
       if (cudnn && !deterministic) {
         loom::cuda::CudnnSdpaArgs ca;
         ca.dtype = loom::DType::kBF16;

@@ -14,7 +14,8 @@ DEST=${LOOM_DEVICE_DIR:-.device/gpu}
 # STAGE_BINS overrides the list (a subset for a quick run).
 bins=${STAGE_BINS:-"bench/cuda/gpu_check bench/cuda/gemm_bench bench/cuda/kernel_bench kernels/cuda/caching_allocator_test
   kernels/cuda/cuda_kernels_test bench/cuda/attention_check bench/cuda/sdpa_bench bench/cuda/gpt2_bench
-  compiler/cuda/cuda_executor_gpu_check bench/cuda/gpt_cuda_parity compiler/cuda/codegen/pointwise_gpu_check compiler/cuda/codegen/rowwise_gpu_check runtime/loom"}
+  compiler/cuda/cuda_executor_gpu_check bench/cuda/gpt_cuda_parity compiler/cuda/codegen/pointwise_gpu_check compiler/cuda/codegen/rowwise_gpu_check
+  kernels/cuda/attention/wgmma_check runtime/loom"}
 targets=$(for b in $bins; do echo "//${b%/*}:${b##*/}"; done)
 bazel $BAZEL_ARGS build --jobs=2 $targets
 bin=$(bazel $BAZEL_ARGS info bazel-bin 2>/dev/null)
@@ -26,7 +27,8 @@ for b in $bins; do
   ldd "$bin/$b" | awk '$3 ~ /^\// {print $3}' |
     grep -Ev '/(libc|libm|libdl|librt|libpthread|ld-linux[^/]*|libstdc\+\+|libgcc_s)\.so' |
     grep -Ev 'libcublas|libcudart|libnccl|libcudnn|libnvrtc|libcuda\.' |
-    while read -r lib; do cp -Ln "$lib" "$DEST/lib/" 2>/dev/null || true; done
+    while read -r lib; do cp -Ln "$lib" "$DEST/lib/" 2>/dev/null || true; done ||
+    true  # a binary with no such library (grep finds nothing)
 done
 # UCX loads its transports as modules at run time.
 [ -d /usr/lib/x86_64-linux-gnu/ucx ] && cp -rL /usr/lib/x86_64-linux-gnu/ucx "$DEST/lib/ucx"

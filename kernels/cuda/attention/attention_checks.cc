@@ -373,6 +373,15 @@ absl::StatusOr<std::vector<CheckResult>> RunAttentionChecks(const CheckOptions& 
       cases.push_back(c);
     }
   }
+  // The wgmma forward (sm_90a) beyond the loop's one case per D: bf16 and
+  // f16, causal or not, GQA, Tq != Tk both ways, ragged tile ends.
+  for (Case c : std::vector<Case>{{bf, 2, 4, 2, 333, 333, 128, false}, {bf, 2, 4, 2, 333, 333, 128, true},
+                                  {bf, 1, 4, 4, 200, 517, 64, false},  {bf, 1, 4, 4, 517, 200, 64, true},
+                                  {hf, 1, 6, 2, 130, 130, 128, true},  {hf, 2, 2, 2, 256, 256, 64, false},
+                                  {bf, 1, 2, 1, 1000, 1000, 128, true}, {bf, 1, 3, 3, 17, 40, 128, false}}) {
+    c.fwd_variant = kFlashFwdWgmmaVariant;
+    cases.push_back(c);
+  }
   // Through the dispatcher: the math fallback (D or dtype flash does not take)
   // and an autotuned flash case.
   const DType f32 = DType::kF32;

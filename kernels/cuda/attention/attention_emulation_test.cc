@@ -35,7 +35,12 @@ void ForwardCfg(const FlashParams& p) {
 }
 template <int D, bool kBf16, bool kCausal>
 void Forward(const FlashParams& p) {
-  switch (p.fwd_variant > 0 ? p.fwd_variant : FwdDefaultVariant(D)) {
+  int v = p.fwd_variant > 0 ? p.fwd_variant : FwdDefaultVariant(D);
+  // The wgmma kernels (warpgroup products) have no emulation: the CPU runs
+  // what FlashForward runs off compute capability 9.0; attention_check and
+  // wgmma_check cover them on the GPU.
+  if (v == kFwdWgmmaVariant || v == kFwdWgmmaPipeVariant) v = FwdMmaDefaultVariant(D);
+  switch (v) {
 #define LOOM_FWD_CASE(id, nw, bn, mb, mw) \
   case id:                            \
     return ForwardCfg<D, FwdCfg<nw, bn, mb, mw>, kBf16, kCausal>(p);

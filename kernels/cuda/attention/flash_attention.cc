@@ -152,6 +152,8 @@ attn::FlashParams Params(const FlashAttnArgs& a) {
 
 static_assert(kFlashBwdAtomicVariant == attn::kBwdAtomicVariant, "flash_attention.h and flash_variants.h disagree");
 static_assert(kFlashBwdDsVariant == attn::kBwdDsVariant, "flash_attention.h and flash_variants.h disagree");
+static_assert(kFlashFwdWgmmaVariant == attn::kFwdWgmmaVariant, "flash_attention.h and flash_variants.h disagree");
+static_assert(kFlashFwdWgmmaPipeVariant == attn::kFwdWgmmaPipeVariant, "flash_attention.h and flash_variants.h disagree");
 
 int FlashForwardVariants() { return attn::kFwdVariants; }
 int FlashBackwardVariants() { return attn::kBwdVariants; }
@@ -162,6 +164,8 @@ int FlashDefaultDqVariant(int64_t head_dim) { return attn::DqDefaultVariant(stat
 
 std::string FlashForwardVariantName(int v, int64_t head_dim) {
   if (v == 0) v = FlashDefaultForwardVariant(head_dim);
+  if (v == attn::kFwdWgmmaVariant) return "fwd wgmma wg2 bm128 bn128";
+  if (v == attn::kFwdWgmmaPipeVariant) return "fwd wgmma-pipelined wg2 bm128 bn128";
   switch (v) {
 #define LOOM_FWD_NAME(id, nw, bn, mb, mw) \
   case id:                                \

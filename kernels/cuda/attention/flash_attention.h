@@ -104,6 +104,10 @@ inline constexpr int kFlashBwdAtomicVariant = 6;
 // The stored-dS backward: deterministic, 5 matrix products, and a workspace of
 // FlashDsWorkspaceBytes more (B H Tq Tk elements: dS).
 inline constexpr int kFlashBwdDsVariant = 7;
+// The wgmma forward (Hopper warpgroup products; on a device other than
+// compute capability 9.0 it runs the mma.sync default instead).
+inline constexpr int kFlashFwdWgmmaVariant = 8;
+inline constexpr int kFlashFwdWgmmaPipeVariant = 9;  // pipelined schedule
 // The variant a 0 resolves to for this head_dim, and readable descriptions,
 // e.g. "fwd w8 bn64 mb1", "bwd w4 bm32 mb1 + dq w4 bn64 mb1", "bwd atomic-dq ...",
 // "bwd stored-ds ...".

@@ -27,9 +27,28 @@ cudaError_t Fwd2(const FlashParams& p, cudaStream_t s) {
   return p.causal ? LaunchFwd<D, Cfg, false, true>(p, s) : LaunchFwd<D, Cfg, false, false>(p, s);
 }
 
+// Whether the current device runs sm_90a code (compute capability 9.0),
+// asked once per device.
+bool DeviceIsSm90() {
+  static int cached[64];  // 0 unknown, 1 yes, 2 no
+  int dev = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64) return false;
+  if (cached[dev] == 0) {
+    int major = 0, minor = 0;
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+    cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev);
+    cached[dev] = major == 9 && minor == 0 ? 1 : 2;
+  }
+  return cached[dev] == 1;
+}
+
 template <int D>
 cudaError_t Fwd1(const FlashParams& p, cudaStream_t s) {
-  const int v = p.fwd_variant > 0 ? p.fwd_variant : FwdDefaultVariant(D);
+  int v = p.fwd_variant > 0 ? p.fwd_variant : FwdDefaultVariant(D);
+  if (v == kFwdWgmmaVariant || v == kFwdWgmmaPipeVariant) {
+    if (DeviceIsSm90()) return FlashForwardWgmma(p, v == kFwdWgmmaPipeVariant, s);
+    v = FwdMmaDefaultVariant(D);
+  }
   switch (v) {
 #define LOOM_FWD_CASE(id, nw, bn, mb, mw) \
   case id:                            \

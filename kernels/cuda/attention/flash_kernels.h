@@ -72,6 +72,10 @@ inline void ResolveDefaultStrides(FlashParams* p) {
 
 #ifndef LOOM_ATTN_EMULATE
 cudaError_t FlashForward(const FlashParams& p, cudaStream_t s);
+// The wgmma forward (flash_wgmma.cu, sm_90a code): FlashForward routes
+// kFwdWgmmaVariant (pipelined: kFwdWgmmaPipeVariant) here on a
+// compute-capability-9.0 device.
+cudaError_t FlashForwardWgmma(const FlashParams& p, bool pipelined, cudaStream_t s);
 // Needs o and lse of the forward, and dq_accum/delta workspace.
 cudaError_t FlashBackward(const FlashParams& p, cudaStream_t s);
 #endif

@@ -44,7 +44,14 @@
 
 namespace loom::cuda::attn {
 
-constexpr int kFwdVariants = 7;
+// Forward: the LOOM_FWD_VARIANTS (mma.sync) and the wgmma kernel
+// (flash_wgmma.cu; BM 128 = two warpgroups, BN 128; compute capability 9.0
+// only, elsewhere FlashForward runs the mma.sync default instead), in two
+// schedules: each tile in turn, or pipelined (the next tile's S with this
+// tile's P V).
+constexpr int kFwdVariants = 9;
+constexpr int kFwdWgmmaVariant = 8;
+constexpr int kFwdWgmmaPipeVariant = 9;
 constexpr int kBwdVariants = 7;       // the five dK/dV configurations and:
 constexpr int kBwdAtomicVariant = 6;  // single pass, f32 atomic dQ
 constexpr int kBwdDsVariant = 7;      // dS stored to the workspace, dQ from it
@@ -58,7 +65,12 @@ constexpr int kDqVariants = 4;
 
 // Defaults: the fastest at the issue-8 shapes in the H200 sweep of 2026-12-02
 // (sdpa_bench --sweep; docs/perf.md). The SDPA dispatcher times them all.
-inline int FwdDefaultVariant(int d) { return d == 64 ? 4 : 4; }
+// Forward at D 128: the pipelined wgmma kernel (426-443 TFLOP/s against the
+// best mma.sync one's 325-333, H200, 2026-12-03); at D 64 the mma.sync one
+// stays ahead (267 against 259). Off compute capability 9.0 a wgmma default
+// runs FwdMmaDefaultVariant.
+inline int FwdMmaDefaultVariant(int d) { return d == 64 ? 4 : 4; }
+inline int FwdDefaultVariant(int d) { return d == 128 ? kFwdWgmmaPipeVariant : FwdMmaDefaultVariant(d); }
 inline int BwdDefaultVariant(int d) { return d == 128 ? 2 : 2; }
 inline int DqDefaultVariant(int d) { return d == 128 ? 2 : 1; }
 
