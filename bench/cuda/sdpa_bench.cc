@@ -351,14 +351,18 @@ int main(int argc, char** argv) {
       // Loom's flash with the other backward schemes too, where the default is
       // not one: stored dS (when the workspace holds it) and, unless
       // --deterministic, atomic dQ.
-      for (int bv : {loom::cuda::kFlashBwdDsVariant, loom::cuda::kFlashBwdAtomicVariant}) {
+      for (int bv : {loom::cuda::kFlashBwdDsVariant, loom::cuda::kFlashBwdWgmmaDsVariant,
+                     loom::cuda::kFlashBwdWgmmaDs1Variant, loom::cuda::kFlashBwdAtomicVariant}) {
         loom::cuda::FlashAttnArgs aa = a;
         aa.bwd_variant = bv;
         if (bwd_v != 0 || bv == loom::cuda::FlashResolvedBackwardVariant(a) ||
             (deterministic && bv == loom::cuda::kFlashBwdAtomicVariant) ||
             loom::cuda::FlashAttentionBwdWorkspaceBytes(aa) > ws_bytes)
           continue;
-        measure(bv == loom::cuda::kFlashBwdDsVariant ? "loom_flash_ds" : "loom_flash_atomic",
+        measure(bv == loom::cuda::kFlashBwdDsVariant         ? "loom_flash_ds"
+                : bv == loom::cuda::kFlashBwdWgmmaDsVariant  ? "loom_flash_wgmma_ds"
+                : bv == loom::cuda::kFlashBwdWgmmaDs1Variant ? "loom_flash_wgmma_ds1"
+                                                             : "loom_flash_atomic",
                 [&] { return loom::cuda::FlashAttentionForward(aa); },
                 [&] { return loom::cuda::FlashAttentionBackward(aa); },
                 [&] { return loom::cuda::FlashForwardVariantName(fwd_v, s.d); },

@@ -109,8 +109,8 @@ def main():
             key = key[1:] + (key[0],)
             old = results.get(key)
             results[key] = val if old is None else (max(old[0], val[0]), max(old[1], val[1]))
-    loom = read_results(loom_file, r"(loom_flash|loom_flash_ds|loom_flash_atomic|loom_flash_wgmma|loom_cudnn|loom_sdpa)")
-    for impl in ("loom_flash", "loom_flash_ds", "loom_flash_atomic", "loom_flash_wgmma", "loom_cudnn", "loom_sdpa"):
+    loom = read_results(loom_file, r"(loom_\w+)")
+    for impl in dict.fromkeys(k[0] for k in loom):  # in the order sdpa_bench printed them
         rows = sorted((k[1:], v) for k, v in loom.items() if k[0] == impl)
         if not rows:
             continue

@@ -373,13 +373,18 @@ absl::StatusOr<std::vector<CheckResult>> RunAttentionChecks(const CheckOptions& 
       cases.push_back(c);
     }
   }
-  // The wgmma forward (sm_90a) beyond the loop's one case per D: bf16 and
-  // f16, causal or not, GQA, Tq != Tk both ways, ragged tile ends.
-  for (Case c : std::vector<Case>{{bf, 2, 4, 2, 333, 333, 128, false}, {bf, 2, 4, 2, 333, 333, 128, true},
-                                  {bf, 1, 4, 4, 200, 517, 64, false},  {bf, 1, 4, 4, 517, 200, 64, true},
-                                  {hf, 1, 6, 2, 130, 130, 128, true},  {hf, 2, 2, 2, 256, 256, 64, false},
-                                  {bf, 1, 2, 1, 1000, 1000, 128, true}, {bf, 1, 3, 3, 17, 40, 128, false}}) {
-    c.fwd_variant = kFlashFwdWgmmaVariant;
+  // The wgmma kernels (sm_90a) beyond the loop's one case per D: bf16 and
+  // f16, causal or not, GQA, Tq != Tk both ways, ragged tile ends; both
+  // forward schedules, and the wgmma stored-dS backward.
+  const std::vector<Case> wgmma_cases = {
+      {bf, 2, 4, 2, 333, 333, 128, false}, {bf, 2, 4, 2, 333, 333, 128, true}, {bf, 1, 4, 4, 200, 517, 64, false},
+      {bf, 1, 4, 4, 517, 200, 64, true},   {hf, 1, 6, 2, 130, 130, 128, true}, {hf, 2, 2, 2, 256, 256, 64, false},
+      {bf, 1, 2, 1, 1000, 1000, 128, true}, {bf, 1, 3, 3, 17, 40, 128, false}, {bf, 1, 2, 2, 130, 130, 64, true}};
+  for (size_t i = 0; i < wgmma_cases.size(); ++i) {
+    Case c = wgmma_cases[i];
+    const int fwd[] = {kFlashFwdWgmmaVariant, kFlashFwdWgmmaPipeVariant, kFlashFwdWgmmaPipe1Variant};
+    c.fwd_variant = fwd[i % 3];
+    c.bwd_variant = i % 2 ? kFlashBwdWgmmaDs1Variant : kFlashBwdWgmmaDsVariant;
     cases.push_back(c);
   }
   // Through the dispatcher: the math fallback (D or dtype flash does not take)
@@ -412,7 +417,9 @@ absl::StatusOr<std::vector<CheckResult>> RunAttentionChecks(const CheckOptions& 
                                   {bf, 2, 4, 4, 300, 300, 64, true},
                                   {bf, 1, 2, 2, 333, 333, 128, true},
                                   {bf, 1, 4, 4, 200, 200, 64, false, false, 3, 4, 3},
-                                  {bf, 1, 4, 4, 200, 200, 128, true, false, 6, 6, 0}}) {
+                                  {bf, 1, 4, 4, 200, 200, 128, true, false, 6, 6, 0},
+                                  {bf, 1, 4, 4, 200, 200, 128, true, false, 9, 8, 0},
+                                  {bf, 2, 4, 2, 200, 230, 64, true, false, 10, 9, 0}}) {
     c.layout = c.heads == c.kv_heads && c.seq_q == c.seq_k ? 2 : 1;
     cases.push_back(c);
   }

@@ -39,7 +39,7 @@ void Forward(const FlashParams& p) {
   // The wgmma kernels (warpgroup products) have no emulation: the CPU runs
   // what FlashForward runs off compute capability 9.0; attention_check and
   // wgmma_check cover them on the GPU.
-  if (v == kFwdWgmmaVariant || v == kFwdWgmmaPipeVariant) v = FwdMmaDefaultVariant(D);
+  if (IsWgmmaFwdVariant(v)) v = FwdMmaDefaultVariant(D);
   switch (v) {
 #define LOOM_FWD_CASE(id, nw, bn, mb, mw) \
   case id:                            \
@@ -79,7 +79,7 @@ void Backward(const FlashParams& p) {
   emu::Launch({static_cast<unsigned>((p.seq_q + 7) / 8), static_cast<unsigned>(p.heads),
                static_cast<unsigned>(p.batch)},
               256, [&] { BwdPreprocessKernel<kBf16, false>(p); });
-  if (bv == kBwdDsVariant) {
+  if (IsDsVariant(bv)) {  // the wgmma dK/dV pass has no emulation: mma.sync's runs (as off sm_90)
     DkDv<D, BwdDsCfg, kDqStoreDs, kBf16, kCausal>(p);
     constexpr int BM = 32 * kDqFromDsWarps;
     emu::Launch({static_cast<unsigned>((p.seq_q + BM - 1) / BM), static_cast<unsigned>(p.heads),

@@ -78,7 +78,9 @@ TEST(FlashAttention, BadArgumentsAreInvalidArgument) {
   EXPECT_EQ(FlashDsWorkspaceBytes(a), ds);
   EXPECT_EQ(FlashAttentionBwdWorkspaceBytes(a), base + ds);
   ASSERT_GE(FlashDsLimitBytes(), ds);
-  EXPECT_EQ(FlashResolvedBackwardVariant(ValidArgs()), kFlashBwdDsVariant);
+  EXPECT_EQ(FlashResolvedBackwardVariant(ValidArgs()), kFlashBwdWgmmaDs1Variant);
+  a.bwd_variant = kFlashBwdWgmmaDsVariant;  // the wgmma dK/dV passes: the same workspace
+  EXPECT_EQ(FlashAttentionBwdWorkspaceBytes(a), base + ds);
   EXPECT_EQ(FlashAttentionBwdWorkspaceBytes(ValidArgs()), base + ds);
   a = ValidArgs();  // dS past the limit: the two-pass default, no dS workspace
   a.heads = 64, a.kv_heads = 64, a.seq_q = a.seq_k = 65536;

@@ -103,7 +103,7 @@ float Scale(const FlashAttnArgs& a) {
 int64_t Rows(const FlashAttnArgs& a) { return a.batch * a.heads * a.seq_q; }
 
 // Whether the backward runs the stored-dS variant.
-bool UsesDs(const FlashAttnArgs& a) { return FlashResolvedBackwardVariant(a) == attn::kBwdDsVariant; }
+bool UsesDs(const FlashAttnArgs& a) { return attn::IsDsVariant(FlashResolvedBackwardVariant(a)); }
 // The f32 dQ accumulator and delta, rounded up to 256 bytes (the dS area follows).
 int64_t BaseWorkspaceBytes(const FlashAttnArgs& a) {
   return (Rows(a) * (a.head_dim + 1) * static_cast<int64_t>(sizeof(float)) + 255) / 256 * 256;
@@ -152,6 +152,9 @@ attn::FlashParams Params(const FlashAttnArgs& a) {
 
 static_assert(kFlashBwdAtomicVariant == attn::kBwdAtomicVariant, "flash_attention.h and flash_variants.h disagree");
 static_assert(kFlashBwdDsVariant == attn::kBwdDsVariant, "flash_attention.h and flash_variants.h disagree");
+static_assert(kFlashBwdWgmmaDsVariant == attn::kBwdWgmmaDsVariant, "flash_attention.h and flash_variants.h disagree");
+static_assert(kFlashBwdWgmmaDs1Variant == attn::kBwdWgmmaDs1Variant, "flash_attention.h and flash_variants.h disagree");
+static_assert(kFlashFwdWgmmaPipe1Variant == attn::kFwdWgmmaPipe1Variant, "flash_attention.h and flash_variants.h disagree");
 static_assert(kFlashFwdWgmmaVariant == attn::kFwdWgmmaVariant, "flash_attention.h and flash_variants.h disagree");
 static_assert(kFlashFwdWgmmaPipeVariant == attn::kFwdWgmmaPipeVariant, "flash_attention.h and flash_variants.h disagree");
 
@@ -166,6 +169,7 @@ std::string FlashForwardVariantName(int v, int64_t head_dim) {
   if (v == 0) v = FlashDefaultForwardVariant(head_dim);
   if (v == attn::kFwdWgmmaVariant) return "fwd wgmma wg2 bm128 bn128";
   if (v == attn::kFwdWgmmaPipeVariant) return "fwd wgmma-pipelined wg2 bm128 bn128";
+  if (v == attn::kFwdWgmmaPipe1Variant) return "fwd wgmma-pipelined wg1 bm64 bn128";
   switch (v) {
 #define LOOM_FWD_NAME(id, nw, bn, mb, mw) \
   case id:                                \
@@ -180,6 +184,8 @@ std::string FlashBackwardVariantName(int bv, int qv, int64_t head_dim) {
   if (bv == 0) bv = FlashDefaultBackwardVariant(head_dim);
   if (qv == 0) qv = FlashDefaultDqVariant(head_dim);
   if (bv == attn::kBwdDsVariant) return "bwd stored-ds w4 bn64 bm64 + dq-from-ds w4 bm128";
+  if (bv == attn::kBwdWgmmaDsVariant) return "bwd stored-ds wgmma wg2 bn128 bm64 + dq-from-ds w4 bm128";
+  if (bv == attn::kBwdWgmmaDs1Variant) return "bwd stored-ds wgmma wg1 bn64 bm64 + dq-from-ds w4 bm128";
   if (bv == attn::kBwdAtomicVariant) return absl::StrCat("bwd atomic-dq w", LOOM_BWD_ATOMIC_NW, " bn", 16 * LOOM_BWD_ATOMIC_NW, " bm", LOOM_BWD_ATOMIC_BM);
   std::string s = absl::StrCat("bwd ?", bv);
   switch (bv) {
@@ -214,7 +220,7 @@ int64_t FlashDsLimitBytes() {
 
 int FlashResolvedBackwardVariant(const FlashAttnArgs& a) {
   if (a.bwd_variant > 0) return a.bwd_variant;
-  return FlashDsWorkspaceBytes(a) <= FlashDsLimitBytes() ? attn::kBwdDsVariant
+  return FlashDsWorkspaceBytes(a) <= FlashDsLimitBytes() ? attn::kBwdWgmmaDs1Variant
                                                           : attn::BwdDefaultVariant(static_cast<int>(a.head_dim));
 }
 

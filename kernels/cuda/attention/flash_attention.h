@@ -92,8 +92,9 @@ int64_t FlashDsWorkspaceBytes(const FlashAttnArgs& a);
 // bytes (default 8 GiB; 0: never the stored-dS variant by default).
 int64_t FlashDsLimitBytes();
 // The backward variant a call runs: a.bwd_variant, or when 0 the stored-dS
-// variant if FlashDsWorkspaceBytes(a) <= FlashDsLimitBytes(), else the
-// two-pass default for the head dim.
+// backward with the one-warpgroup wgmma dK/dV pass (kFlashBwdWgmmaDs1Variant;
+// mma.sync's pass off compute capability 9.0) if FlashDsWorkspaceBytes(a) <=
+// FlashDsLimitBytes(), else the two-pass default for the head dim.
 int FlashResolvedBackwardVariant(const FlashAttnArgs& a);
 absl::Status FlashAttentionBackward(const FlashAttnArgs& a);
 
@@ -104,10 +105,18 @@ inline constexpr int kFlashBwdAtomicVariant = 6;
 // The stored-dS backward: deterministic, 5 matrix products, and a workspace of
 // FlashDsWorkspaceBytes more (B H Tq Tk elements: dS).
 inline constexpr int kFlashBwdDsVariant = 7;
+// The stored-dS backward with its dK/dV pass on Hopper's wgmma (compute
+// capability 9.0; elsewhere it runs kFlashBwdDsVariant's): same workspace.
+inline constexpr int kFlashBwdWgmmaDsVariant = 8;
+inline constexpr int kFlashBwdWgmmaDs1Variant = 9;  // one warpgroup (64 keys) per block
+inline constexpr bool FlashBwdUsesDs(int v) {
+  return v == kFlashBwdDsVariant || v == kFlashBwdWgmmaDsVariant || v == kFlashBwdWgmmaDs1Variant;
+}
 // The wgmma forward (Hopper warpgroup products; on a device other than
 // compute capability 9.0 it runs the mma.sync default instead).
 inline constexpr int kFlashFwdWgmmaVariant = 8;
-inline constexpr int kFlashFwdWgmmaPipeVariant = 9;  // pipelined schedule
+inline constexpr int kFlashFwdWgmmaPipeVariant = 9;   // pipelined schedule
+inline constexpr int kFlashFwdWgmmaPipe1Variant = 10; // pipelined, one warpgroup per block
 // The variant a 0 resolves to for this head_dim, and readable descriptions,
 // e.g. "fwd w8 bn64 mb1", "bwd w4 bm32 mb1 + dq w4 bn64 mb1", "bwd atomic-dq ...",
 // "bwd stored-ds ...".

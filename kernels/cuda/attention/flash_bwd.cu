@@ -66,8 +66,10 @@ cudaError_t Bwd3(const FlashParams& p, cudaStream_t s) {
     return cudaGetLastError();
   }
   BwdPreprocessKernel<kBf16, false><<<pre_grid, 256, 0, s>>>(p);
-  if (bv == kBwdDsVariant) {
-    cudaError_t e = LaunchDkDv<D, BwdDsCfg, kDqStoreDs, kBf16, kCausal>(p, s);
+  if (IsDsVariant(bv)) {  // the wgmma dK/dV pass on compute capability 9.0, else mma.sync's
+    cudaError_t e = bv != kBwdDsVariant && DeviceIsSm90()
+                        ? FlashBackwardWgmmaDkDv(p, bv == kBwdWgmmaDs1Variant ? 1 : 2, s)
+                        : LaunchDkDv<D, BwdDsCfg, kDqStoreDs, kBf16, kCausal>(p, s);
     return e != cudaSuccess ? e : LaunchDqFromDs<D, kBf16, kCausal>(p, s);
   }
   cudaError_t e = cudaErrorInvalidValue;

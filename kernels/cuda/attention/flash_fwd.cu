@@ -27,6 +27,25 @@ cudaError_t Fwd2(const FlashParams& p, cudaStream_t s) {
   return p.causal ? LaunchFwd<D, Cfg, false, true>(p, s) : LaunchFwd<D, Cfg, false, false>(p, s);
 }
 
+template <int D>
+cudaError_t Fwd1(const FlashParams& p, cudaStream_t s) {
+  int v = p.fwd_variant > 0 ? p.fwd_variant : FwdDefaultVariant(D);
+  if (IsWgmmaFwdVariant(v)) {
+    if (DeviceIsSm90()) return FlashForwardWgmma(p, v != kFwdWgmmaVariant, v == kFwdWgmmaPipe1Variant ? 1 : 2, s);
+    v = FwdMmaDefaultVariant(D);
+  }
+  switch (v) {
+#define LOOM_FWD_CASE(id, nw, bn, mb, mw) \
+  case id:                            \
+    return Fwd2<D, FwdCfg<nw, bn, mb, mw>>(p, s);
+    LOOM_FWD_VARIANTS(LOOM_FWD_CASE)
+#undef LOOM_FWD_CASE
+  }
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace
+
 // Whether the current device runs sm_90a code (compute capability 9.0),
 // asked once per device.
 bool DeviceIsSm90() {
@@ -41,25 +60,6 @@ bool DeviceIsSm90() {
   }
   return cached[dev] == 1;
 }
-
-template <int D>
-cudaError_t Fwd1(const FlashParams& p, cudaStream_t s) {
-  int v = p.fwd_variant > 0 ? p.fwd_variant : FwdDefaultVariant(D);
-  if (v == kFwdWgmmaVariant || v == kFwdWgmmaPipeVariant) {
-    if (DeviceIsSm90()) return FlashForwardWgmma(p, v == kFwdWgmmaPipeVariant, s);
-    v = FwdMmaDefaultVariant(D);
-  }
-  switch (v) {
-#define LOOM_FWD_CASE(id, nw, bn, mb, mw) \
-  case id:                            \
-    return Fwd2<D, FwdCfg<nw, bn, mb, mw>>(p, s);
-    LOOM_FWD_VARIANTS(LOOM_FWD_CASE)
-#undef LOOM_FWD_CASE
-  }
-  return cudaErrorInvalidValue;
-}
-
-}  // namespace
 
 cudaError_t FlashForward(const FlashParams& p, cudaStream_t s) {
   if (p.head_dim == 64) return Fwd1<64>(p, s);

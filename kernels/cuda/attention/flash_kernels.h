@@ -73,9 +73,15 @@ inline void ResolveDefaultStrides(FlashParams* p) {
 #ifndef LOOM_ATTN_EMULATE
 cudaError_t FlashForward(const FlashParams& p, cudaStream_t s);
 // The wgmma forward (flash_wgmma.cu, sm_90a code): FlashForward routes
-// kFwdWgmmaVariant (pipelined: kFwdWgmmaPipeVariant) here on a
-// compute-capability-9.0 device.
-cudaError_t FlashForwardWgmma(const FlashParams& p, bool pipelined, cudaStream_t s);
+// kFwdWgmmaVariant (pipelined: kFwdWgmmaPipeVariant, and with one warpgroup
+// per block kFwdWgmmaPipe1Variant) here on a compute-capability-9.0 device.
+cudaError_t FlashForwardWgmma(const FlashParams& p, bool pipelined, int warpgroups, cudaStream_t s);
+// The wgmma dK/dV pass of the stored-dS backward (flash_wgmma_bwd.cu): dK, dV
+// and dS^T to p.ds, as FlashBwdKernel<kDqStoreDs> does (delta precomputed).
+// warpgroups: per block (2: kBwdWgmmaDsVariant, 1: kBwdWgmmaDs1Variant).
+cudaError_t FlashBackwardWgmmaDkDv(const FlashParams& p, int warpgroups, cudaStream_t s);
+// Whether the current device is compute capability 9.0 (runs sm_90a code).
+bool DeviceIsSm90();
 // Needs o and lse of the forward, and dq_accum/delta workspace.
 cudaError_t FlashBackward(const FlashParams& p, cudaStream_t s);
 #endif

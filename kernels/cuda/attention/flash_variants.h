@@ -45,16 +45,24 @@
 namespace loom::cuda::attn {
 
 // Forward: the LOOM_FWD_VARIANTS (mma.sync) and the wgmma kernel
-// (flash_wgmma.cu; BM 128 = two warpgroups, BN 128; compute capability 9.0
-// only, elsewhere FlashForward runs the mma.sync default instead), in two
-// schedules: each tile in turn, or pipelined (the next tile's S with this
-// tile's P V).
-constexpr int kFwdVariants = 9;
+// (flash_wgmma.cu; BN 128; compute capability 9.0 only, elsewhere
+// FlashForward runs the mma.sync default instead), in two schedules: each
+// tile in turn, or pipelined (the next tile's S with this tile's P V); two
+// warpgroups per block (BM 128) or, pipelined, one (BM 64).
+constexpr int kFwdVariants = 10;
 constexpr int kFwdWgmmaVariant = 8;
 constexpr int kFwdWgmmaPipeVariant = 9;
-constexpr int kBwdVariants = 7;       // the five dK/dV configurations and:
+constexpr int kFwdWgmmaPipe1Variant = 10;
+constexpr bool IsWgmmaFwdVariant(int v) { return v >= kFwdWgmmaVariant && v <= kFwdWgmmaPipe1Variant; }
+constexpr int kBwdVariants = 9;       // the five dK/dV configurations and:
 constexpr int kBwdAtomicVariant = 6;  // single pass, f32 atomic dQ
 constexpr int kBwdDsVariant = 7;      // dS stored to the workspace, dQ from it
+// The same with the dK/dV pass on wgmma (flash_wgmma_bwd.cu; compute
+// capability 9.0, elsewhere kBwdDsVariant's pass runs): same workspace;
+// two warpgroups (128 keys) per block, or one (64 keys).
+constexpr int kBwdWgmmaDsVariant = 8;
+constexpr int kBwdWgmmaDs1Variant = 9;
+constexpr bool IsDsVariant(int v) { return v == kBwdDsVariant || v == kBwdWgmmaDsVariant || v == kBwdWgmmaDs1Variant; }
 
 // The stored-dS variant's workspace: dS^T of every (batch, head) padded to
 // DsKeys(seq_k) x DsQueries(seq_q) (the first pass's 64-key tiles, the dQ
@@ -65,12 +73,14 @@ constexpr int kDqVariants = 4;
 
 // Defaults: the fastest at the issue-8 shapes in the H200 sweep of 2026-12-02
 // (sdpa_bench --sweep; docs/perf.md). The SDPA dispatcher times them all.
-// Forward at D 128: the pipelined wgmma kernel (426-443 TFLOP/s against the
-// best mma.sync one's 325-333, H200, 2026-12-03); at D 64 the mma.sync one
-// stays ahead (267 against 259). Off compute capability 9.0 a wgmma default
-// runs FwdMmaDefaultVariant.
+// Forward: the pipelined wgmma kernel, two warpgroups per block at D 128
+// (426-441 TFLOP/s against the best mma.sync one's 327-329 non-causal, H200
+// sweep of 2026-12-03), one at D 64 (320 against 271: smaller blocks, three
+// per SM). Off compute capability 9.0 a wgmma default runs
+// FwdMmaDefaultVariant. (The backward's default is the stored-dS scheme with
+// the one-warpgroup wgmma dK/dV pass while dS fits: FlashResolvedBackwardVariant.)
 inline int FwdMmaDefaultVariant(int d) { return d == 64 ? 4 : 4; }
-inline int FwdDefaultVariant(int d) { return d == 128 ? kFwdWgmmaPipeVariant : FwdMmaDefaultVariant(d); }
+inline int FwdDefaultVariant(int d) { return d == 128 ? kFwdWgmmaPipeVariant : kFwdWgmmaPipe1Variant; }
 inline int BwdDefaultVariant(int d) { return d == 128 ? 2 : 2; }
 inline int DqDefaultVariant(int d) { return d == 128 ? 2 : 1; }
 

@@ -4,8 +4,9 @@
 // D 128). Same contract and outputs as
 // flash_fwd_kernel.cuh (O and lse, causal top-left, GQA, strided operands,
 // ragged ends), different engine:
-//   - a block is two warpgroups (256 threads), 64 query rows each, BM = 128;
-//     key tiles of BN = 128 keys;
+//   - a block is NWG warpgroups (128 threads each) of 64 query rows, two
+//     (BM = 128) or one (BM = 64: smaller blocks, more of them per SM); key
+//     tiles of BN = 128 keys;
 //   - Q, K and V sit in shared memory in wgmma's 128-byte-swizzled layout
 //     (wgmma.cuh), copied in with cp.async; K/V double-buffered, the next
 //     tile in flight while the current one is used;
@@ -25,35 +26,16 @@
 namespace loom::cuda::attn {
 namespace {
 
-constexpr int kBM = 128, kBN = 128, kNT = 256;
+constexpr int kBN = 128;  // keys per tile
 
-template <int D>
+template <int D, int BM>
 constexpr int WgmmaSmemBytes() {
-  return (kBM * D + 4 * kBN * D) * 2 + 1024;  // + alignment slack
-}
-
-// Rows [row0, row0 + ROWS) of a [rows_valid, D] matrix (rows `ld` apart) into
-// an SW128 tile (wg::SwTile<ROWS>); rows past rows_valid become zeros.
-template <int D, int ROWS, typename T>
-__device__ __forceinline__ void LoadSw(T* smem, const T* g, int64_t ld, int row0, int rows_valid, int tid) {
-  constexpr int kChunks = D / 8, kRowStep = kNT / kChunks;
-  static_assert((ROWS * kChunks) % kNT == 0, "tile chunks must divide among the threads");
-  const uint32_t base = SmemAddr(smem);
-  const int r0 = tid / kChunks, cc = tid % kChunks;
-  const T* src = g + static_cast<int64_t>(row0 + r0) * ld + cc * 8;
-  const int64_t step = kRowStep * ld;
-#pragma unroll
-  for (int i = 0; i < ROWS * kChunks / kNT; ++i) {
-    const int r = r0 + i * kRowStep;
-    const bool ok = row0 + r < rows_valid;
-    CpAsync16(base + 2 * wg::SwTile<ROWS>(r, cc * 8), ok ? src : g, ok);
-    src += step;
-  }
+  return (BM * D + 4 * kBN * D) * 2 + 1024;  // + alignment slack
 }
 
 // Per-warpgroup pieces shared by the two schedules. A thread holds rows g and
 // g + 8 of its warp's 16 (r = 0, 1) and columns 8i + 2t, +1 of each group i.
-template <int D, bool kBf16>
+template <int D, int BM, bool kBf16>
 struct WgTile {
   using E = Elem<kBf16>;
   // S = Q K^T for 64 rows x kBN keys, issued (not waited): D / 16 steps, step
@@ -61,7 +43,7 @@ struct WgTile {
   static __device__ __forceinline__ void IssueS(float* s, uint32_t q_addr, uint32_t k_addr) {
 #pragma unroll
     for (int kk = 0; kk < D / 16; ++kk)
-      wg::Mma<kBN, kBf16>::SS(s, wg::Desc(q_addr + (kk / 4) * kBM * 128 + (kk % 4) * 32, 16, 1024),
+      wg::Mma<kBN, kBf16>::SS(s, wg::Desc(q_addr + (kk / 4) * BM * 128 + (kk % 4) * 32, 16, 1024),
                               wg::Desc(k_addr + (kk / 4) * kBN * 128 + (kk % 4) * 32, 16, 1024), kk > 0);
   }
   // O += P V, issued: V's tile [key][d] is MN-major for this product
@@ -115,16 +97,6 @@ struct WgTile {
       o[4 * dt + 2] *= alpha[1], o[4 * dt + 3] *= alpha[1];
     }
   }
-  // P as A fragments (mma.sync's m16n8k16 A layout), 16 keys each.
-  static __device__ __forceinline__ void Pack(const float* s, uint32_t (*a)[4]) {
-#pragma unroll
-    for (int kk = 0; kk < kBN / 16; ++kk) {
-      a[kk][0] = E::Pack(s[8 * kk + 0], s[8 * kk + 1]);
-      a[kk][1] = E::Pack(s[8 * kk + 2], s[8 * kk + 3]);
-      a[kk][2] = E::Pack(s[8 * kk + 4], s[8 * kk + 5]);
-      a[kk][3] = E::Pack(s[8 * kk + 6], s[8 * kk + 7]);
-    }
-  }
   // O / l and lse for rows row0 + g (+ 8).
   static __device__ __forceinline__ void Store(const float* o, const float* m_run, const float* l_run,
                                                typename E::T* out, int64_t ld, float* lse, int row0, int seq_q,
@@ -152,9 +124,10 @@ struct WgTile {
 // with this tile's P V, and its softmax runs while P V is still on the tensor
 // cores (O is rescaled once P V is done); K runs one tile ahead of V in the
 // double buffers so that both are in flight a whole iteration ahead.
-template <int D, bool kBf16, bool kCausal, bool kPipe>
-__global__ void __launch_bounds__(kNT, 1) FlashFwdWgmmaKernel(FlashParams p) {
-  using W = WgTile<D, kBf16>;
+template <int D, int NWG, bool kBf16, bool kCausal, bool kPipe>
+__global__ void __launch_bounds__(128 * NWG, 1) FlashFwdWgmmaKernel(FlashParams p) {
+  constexpr int kBM = 64 * NWG, kNT = 128 * NWG;
+  using W = WgTile<D, kBM, kBf16>;
   using T = typename Elem<kBf16>::T;
   extern __shared__ unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
@@ -174,8 +147,8 @@ __global__ void __launch_bounds__(kNT, 1) FlashFwdWgmmaKernel(FlashParams p) {
 
   int n_blocks = (p.seq_k + kBN - 1) / kBN;
   if (kCausal) n_blocks = min(n_blocks, (m0 + kBM - 1 + kBN) / kBN);
-  auto load_k = [&](int j) { LoadSw<D, kBN>(sK + (j & 1) * kBN * D, k, p.sk.r, j * kBN, p.seq_k, tid); };
-  auto load_v = [&](int j) { LoadSw<D, kBN>(sV + (j & 1) * kBN * D, v, p.sv.r, j * kBN, p.seq_k, tid); };
+  auto load_k = [&](int j) { wg::LoadSw<D, kBN, kNT>(sK + (j & 1) * kBN * D, k, p.sk.r, j * kBN, p.seq_k, tid); };
+  auto load_v = [&](int j) { wg::LoadSw<D, kBN, kNT>(sV + (j & 1) * kBN * D, v, p.sv.r, j * kBN, p.seq_k, tid); };
   auto k_addr = [&](int j) { return SmemAddr(sK + (j & 1) * kBN * D); };
   auto v_addr = [&](int j) { return SmemAddr(sV + (j & 1) * kBN * D); };
 
@@ -189,7 +162,7 @@ __global__ void __launch_bounds__(kNT, 1) FlashFwdWgmmaKernel(FlashParams p) {
   float s[kBN / 2];
   uint32_t a[kBN / 16][4];
 
-  LoadSw<D, kBM>(sQ, q, p.sq.r, m0, p.seq_q, tid);
+  wg::LoadSw<D, kBM, kNT>(sQ, q, p.sq.r, m0, p.seq_q, tid);
   load_k(0);
   if (!kPipe) load_v(0);
   CpAsyncCommit();
@@ -208,7 +181,7 @@ __global__ void __launch_bounds__(kNT, 1) FlashFwdWgmmaKernel(FlashParams p) {
     wg::FenceRegs<kBN / 2>(s);
     W::template Mask<kCausal>(s, 0, row0, p.seq_k, g, t);
     W::Softmax(s, m_run, l_run, alpha, scale_log2);
-    W::Pack(s, a);
+    wg::PackA<kBN, kBf16>(s, a);
   }
 
   for (int j = 0; j < n_blocks; ++j) {
@@ -226,7 +199,7 @@ __global__ void __launch_bounds__(kNT, 1) FlashFwdWgmmaKernel(FlashParams p) {
       W::template Mask<kCausal>(s, j * kBN, row0, p.seq_k, g, t);
       W::Softmax(s, m_run, l_run, alpha, scale_log2);
       W::Rescale(o, alpha);
-      W::Pack(s, a);
+      wg::PackA<kBN, kBf16>(s, a);
       wg::FenceRegs<D / 2>(o);
       wg::Fence();
       W::IssuePV(o, a, v_addr(j));
@@ -259,7 +232,7 @@ __global__ void __launch_bounds__(kNT, 1) FlashFwdWgmmaKernel(FlashParams p) {
     wg::Wait<0>();
     wg::FenceRegs<D / 2>(o);
     W::Rescale(o, alpha);
-    W::Pack(s, a);
+    wg::PackA<kBN, kBf16>(s, a);
   }
   if (kPipe) {
     wg::Fence();
@@ -273,32 +246,38 @@ __global__ void __launch_bounds__(kNT, 1) FlashFwdWgmmaKernel(FlashParams p) {
            p.seq_q, g, t);
 }
 
-template <int D, bool kBf16, bool kCausal, bool kPipe>
+template <int D, int NWG, bool kBf16, bool kCausal, bool kPipe>
 cudaError_t Launch(const FlashParams& p, cudaStream_t s) {
-  constexpr int smem = WgmmaSmemBytes<D>();
-  auto kernel = FlashFwdWgmmaKernel<D, kBf16, kCausal, kPipe>;
+  constexpr int smem = WgmmaSmemBytes<D, 64 * NWG>();
+  auto kernel = FlashFwdWgmmaKernel<D, NWG, kBf16, kCausal, kPipe>;
   static bool configured = false;  // per instantiation, first launch
   if (!configured) {
     cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
     if (e != cudaSuccess) return e;
     configured = true;
   }
-  dim3 grid((p.seq_q + kBM - 1) / kBM, p.heads, p.batch);
-  kernel<<<grid, kNT, smem, s>>>(p);
+  dim3 grid((p.seq_q + 64 * NWG - 1) / (64 * NWG), p.heads, p.batch);
+  kernel<<<grid, 128 * NWG, smem, s>>>(p);
   return cudaGetLastError();
 }
 
-template <int D, bool kPipe>
+template <int D, int NWG, bool kPipe>
 cudaError_t Dispatch(const FlashParams& p, cudaStream_t s) {
-  if (p.bf16) return p.causal ? Launch<D, true, true, kPipe>(p, s) : Launch<D, true, false, kPipe>(p, s);
-  return p.causal ? Launch<D, false, true, kPipe>(p, s) : Launch<D, false, false, kPipe>(p, s);
+  if (p.bf16) return p.causal ? Launch<D, NWG, true, true, kPipe>(p, s) : Launch<D, NWG, true, false, kPipe>(p, s);
+  return p.causal ? Launch<D, NWG, false, true, kPipe>(p, s) : Launch<D, NWG, false, false, kPipe>(p, s);
+}
+
+template <int D>
+cudaError_t DispatchD(const FlashParams& p, bool pipelined, int warpgroups, cudaStream_t s) {
+  if (!pipelined) return Dispatch<D, 2, false>(p, s);
+  return warpgroups == 1 ? Dispatch<D, 1, true>(p, s) : Dispatch<D, 2, true>(p, s);
 }
 
 }  // namespace
 
-cudaError_t FlashForwardWgmma(const FlashParams& p, bool pipelined, cudaStream_t s) {
-  if (p.head_dim == 64) return pipelined ? Dispatch<64, true>(p, s) : Dispatch<64, false>(p, s);
-  if (p.head_dim == 128) return pipelined ? Dispatch<128, true>(p, s) : Dispatch<128, false>(p, s);
+cudaError_t FlashForwardWgmma(const FlashParams& p, bool pipelined, int warpgroups, cudaStream_t s) {
+  if (p.head_dim == 64) return DispatchD<64>(p, pipelined, warpgroups, s);
+  if (p.head_dim == 128) return DispatchD<128>(p, pipelined, warpgroups, s);
   return cudaErrorInvalidValue;
 }
 

@@ -28,12 +28,49 @@
 
 #include <cstdint>
 
+#include "kernels/cuda/attention/flash_common.cuh"
+
 namespace loom::cuda::attn::wg {
 
 // Element offset of (r, c) in an SW128 tile of R rows (any width).
 template <int R>
 __device__ __forceinline__ int SwTile(int r, int c) {
   return (c >> 6) * (R * 64) + r * 64 + ((((c >> 3) & 7) ^ (r & 7)) << 3) + (c & 7);
+}
+
+// Rows [row0, row0 + ROWS) of a [rows_valid, W] matrix (rows `ld` elements
+// apart, 16-byte aligned) into an SW128 tile by NT threads with cp.async;
+// rows past rows_valid become zeros.
+template <int W, int ROWS, int NT, typename T>
+__device__ __forceinline__ void LoadSw(T* smem, const T* g, int64_t ld, int row0, int rows_valid, int tid) {
+  constexpr int kChunks = W / 8, kRowStep = NT / kChunks;
+  static_assert((ROWS * kChunks) % NT == 0, "tile chunks must divide among the threads");
+  const uint32_t base = SmemAddr(smem);
+  const int r0 = tid / kChunks, cc = tid % kChunks;
+  const T* src = g + static_cast<int64_t>(row0 + r0) * ld + cc * 8;
+  const int64_t step = kRowStep * ld;
+#pragma unroll
+  for (int i = 0; i < ROWS * kChunks / NT; ++i) {
+    const int r = r0 + i * kRowStep;
+    const bool ok = row0 + r < rows_valid;
+    CpAsync16(base + 2 * SwTile<ROWS>(r, cc * 8), ok ? src : g, ok);
+    src += step;
+  }
+}
+
+// An accumulator of N columns (this thread's part of an m64nN product) as
+// A-operand fragments for a following product with K = N: fragment kk holds
+// columns 16kk..16kk+15 in mma.sync's m16n8k16 A layout, rounded to the
+// input type.
+template <int N, bool kBf16>
+__device__ __forceinline__ void PackA(const float* acc, uint32_t (*a)[4]) {
+#pragma unroll
+  for (int kk = 0; kk < N / 16; ++kk) {
+    a[kk][0] = Elem<kBf16>::Pack(acc[8 * kk + 0], acc[8 * kk + 1]);
+    a[kk][1] = Elem<kBf16>::Pack(acc[8 * kk + 2], acc[8 * kk + 3]);
+    a[kk][2] = Elem<kBf16>::Pack(acc[8 * kk + 4], acc[8 * kk + 5]);
+    a[kk][3] = Elem<kBf16>::Pack(acc[8 * kk + 6], acc[8 * kk + 7]);
+  }
 }
 
 // A shared-memory matrix descriptor: byte address, leading and stride byte

@@ -1,0 +1,212 @@
+// The dK/dV pass of the stored-dS flash backward on Hopper's warpgroup
+// products (sm_90a wgmma): backward variant kBwdWgmmaDsVariant. It computes
+// what FlashBwdKernel<kDqStoreDs> computes (flash_bwd_kernel.cuh) and writes
+// the same dS^T tiles, so FlashBwdDqFromDsKernel then sums dQ from them:
+//   - a block is NWG warpgroups (two, or one: smaller blocks, more per SM)
+//     and BN = 64 NWG keys of one (batch, kv head), 64 keys per warpgroup; K and V stay in shared memory
+//     (wgmma.cuh's 128-byte-swizzled layout) and dK, dV in registers;
+//   - it walks every query head of its GQA group and every 64-row query tile
+//     (causal: from the tile of its first key), Q and dO double-buffered by
+//     cp.async; per tile and warpgroup:
+//       S^T = K Q^T and dP^T = V dO^T (shared x shared, m64n64),
+//       P^T = exp(S^T scale - lse), dS^T = P^T (dP^T - delta) on the
+//       accumulators,
+//       dV += P^T dO and dK += dS^T Q (registers x shared through the
+//       transpose bit, m64nD), while dS^T goes to the workspace;
+//   - dK is scaled once at the end. Deterministic: no atomics.
+// Visited tiles are written whole (zeros past seq_q, seq_k and the causal
+// diagonal), rows past the workspace's ds_keys skipped.
+#include "kernels/cuda/attention/flash_common.cuh"
+#include "kernels/cuda/attention/flash_kernels.h"
+#include "kernels/cuda/attention/wgmma.cuh"
+
+namespace loom::cuda::attn {
+namespace {
+
+constexpr int kBM = 64;  // queries per tile
+
+template <int D, int BN>
+constexpr int BwdSmemBytes() {
+  return (2 * BN * D + 4 * kBM * D) * 2 + 1024;  // K, V; Q and dO x 2 stages; alignment slack
+}
+
+// S^T or dP^T for this warpgroup's 64 keys x the tile's 64 queries: A = the
+// key-side tile rows (K or V, 128 rows), B = the query-side tile (Q or dO).
+template <int D, int BN, bool kBf16>
+__device__ __forceinline__ void IssueKeyQuery(float* acc, uint32_t key_addr, uint32_t query_addr) {
+#pragma unroll
+  for (int kk = 0; kk < D / 16; ++kk)
+    wg::Mma<kBM, kBf16>::SS(acc, wg::Desc(key_addr + (kk / 4) * BN * 128 + (kk % 4) * 32, 16, 1024),
+                            wg::Desc(query_addr + (kk / 4) * kBM * 128 + (kk % 4) * 32, 16, 1024), kk > 0);
+}
+
+// acc (64 keys x D) += A (64 keys x 64 queries, registers) times the query
+// tile [query][d] (MN-major for this product: the transpose bit).
+template <int D, bool kBf16>
+__device__ __forceinline__ void IssueAccumulate(float* acc, const uint32_t (*a)[4], uint32_t query_addr) {
+#pragma unroll
+  for (int kk = 0; kk < kBM / 16; ++kk)
+    wg::Mma<D, kBf16>::template RS<1>(acc, a[kk], wg::Desc(query_addr + kk * 16 * 128, kBM * 128, 1024), 1);
+}
+
+template <int D, int NWG, bool kBf16, bool kCausal>
+__global__ void __launch_bounds__(128 * NWG, 1) FlashBwdWgmmaKernel(FlashParams p) {
+  constexpr int kBN = 64 * NWG, kNT = 128 * NWG;
+  using E = Elem<kBf16>;
+  using T = typename E::T;
+  extern __shared__ unsigned char smem_raw[];
+  T* sK = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
+  T* sV = sK + kBN * D;
+  T* sQ = sV + kBN * D;        // 2 stages
+  T* sdO = sQ + 2 * kBM * D;   // 2 stages
+
+  const int n_block = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
+  const int group = p.heads / p.kv_heads;
+  const int tid = threadIdx.x, wgi = tid >> 7, warp = (tid >> 5) & 3, lane = tid & 31;
+  const int g = lane >> 2, t = lane & 3;
+  const int n0 = n_block * kBN;
+  const int key0 = n0 + wgi * 64 + warp * 16 + g;  // this thread's keys: key0, key0 + 8
+  const T* k = static_cast<const T*>(p.k) + b * p.sk.b + hk * p.sk.h;
+  const T* v = static_cast<const T*>(p.v) + b * p.sv.b + hk * p.sv.h;
+  const int m_begin = kCausal ? n0 / kBM : 0;
+  const int m_count = max(0, (p.seq_q + kBM - 1) / kBM - m_begin);
+  const int total = group * m_count;
+  auto head_of = [&](int it) { return static_cast<int64_t>(hk) * group + it / m_count; };
+  auto m0_of = [&](int it) { return (m_begin + it % m_count) * kBM; };
+  auto load_q_do = [&](int it) {
+    const int64_t h = head_of(it);
+    const int st = it & 1;
+    wg::LoadSw<D, kBM, kNT>(sQ + st * kBM * D, static_cast<const T*>(p.q) + b * p.sq.b + h * p.sq.h, p.sq.r,
+                            m0_of(it), p.seq_q, tid);
+    wg::LoadSw<D, kBM, kNT>(sdO + st * kBM * D, static_cast<const T*>(p.dout) + b * p.sdo.b + h * p.sdo.h,
+                            p.sdo.r, m0_of(it), p.seq_q, tid);
+  };
+
+  wg::LoadSw<D, kBN, kNT>(sK, k, p.sk.r, n0, p.seq_k, tid);
+  wg::LoadSw<D, kBN, kNT>(sV, v, p.sv.r, n0, p.seq_k, tid);
+  if (total > 0) load_q_do(0);
+  CpAsyncCommit();
+
+  const float scale_log2 = p.scale * kLog2e;
+  const uint32_t k_addr = SmemAddr(sK) + wgi * 64 * 128, v_addr = SmemAddr(sV) + wgi * 64 * 128;
+  float dk[D / 2], dv[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
+
+  for (int it = 0; it < total; ++it) {
+    const int stage = it & 1;
+    if (it + 1 < total) load_q_do(it + 1);
+    CpAsyncCommit();
+    CpAsyncWait<1>();
+    wg::FenceProxyAsync();
+    __syncthreads();
+    const int64_t bh = static_cast<int64_t>(b) * p.heads + head_of(it);
+    const int m0 = m0_of(it);
+    const uint32_t q_addr = SmemAddr(sQ + stage * kBM * D), do_addr = SmemAddr(sdO + stage * kBM * D);
+
+    float st[kBM / 2], dpt[kBM / 2];
+    wg::Fence();
+    IssueKeyQuery<D, kBN, kBf16>(st, k_addr, q_addr);
+    IssueKeyQuery<D, kBN, kBf16>(dpt, v_addr, do_addr);
+    wg::Commit();
+    wg::Wait<0>();
+    wg::FenceRegs<kBM / 2>(st);
+    wg::FenceRegs<kBM / 2>(dpt);
+    // P^T and dS^T = P^T (dP^T - delta): element 4i + 2rr + c is key
+    // key0 + 8rr, query m0 + 8i + 2t + c.
+    const float* lse = p.lse + bh * p.seq_q;
+    const float* delta = p.delta + bh * p.seq_q;
+#pragma unroll
+    for (int i = 0; i < kBM / 8; ++i)
+#pragma unroll
+      for (int c = 0; c < 2; ++c) {
+        const int q = m0 + 8 * i + 2 * t + c;
+        const bool q_ok = q < p.seq_q;
+        const float l2 = q_ok ? lse[q] * kLog2e : INFINITY;
+        const float dl = q_ok ? delta[q] : 0.f;
+#pragma unroll
+        for (int rr = 0; rr < 2; ++rr) {
+          const int e = 4 * i + 2 * rr + c, key = key0 + 8 * rr;
+          float pv = Exp2(st[e] * scale_log2 - l2);
+          if (key >= p.seq_k || (kCausal && key > q)) pv = 0.f;
+          st[e] = pv;
+          dpt[e] = pv * (dpt[e] - dl);
+        }
+      }
+    uint32_t ap[kBM / 16][4], as[kBM / 16][4];
+    wg::PackA<kBM, kBf16>(st, ap);
+    wg::PackA<kBM, kBf16>(dpt, as);
+    wg::Fence();
+    IssueAccumulate<D, kBf16>(dv, ap, do_addr);
+    IssueAccumulate<D, kBf16>(dk, as, q_addr);
+    wg::Commit();
+    // dS^T to the workspace ([bh][key][query], rows ds_ld apart) meanwhile:
+    // fragment kk, register j holds key key0 + 8 (j & 1), queries
+    // m0 + 16kk + 8 (j >> 1) + 2t, +1.
+    T* ds = static_cast<T*>(p.ds) + bh * p.ds_bh + m0 + 2 * t;
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const int key = key0 + 8 * rr;
+      if (key < p.ds_keys) {
+        T* row = ds + static_cast<int64_t>(key) * p.ds_ld;
+#pragma unroll
+        for (int kk = 0; kk < kBM / 16; ++kk) {
+          *reinterpret_cast<uint32_t*>(row + 16 * kk) = as[kk][rr];
+          *reinterpret_cast<uint32_t*>(row + 16 * kk + 8) = as[kk][2 + rr];
+        }
+      }
+    }
+    wg::Wait<0>();
+    wg::FenceRegs<D / 2>(dv);
+    wg::FenceRegs<D / 2>(dk);
+    __syncthreads();  // this stage's reads done before it is refilled
+  }
+
+  // dK (times scale) and dV: element 4i + 2rr + c is key key0 + 8rr, column 8i + 2t + c.
+  T* dkp = static_cast<T*>(p.dk) + b * p.sdk.b + hk * p.sdk.h;
+  T* dvp = static_cast<T*>(p.dv) + b * p.sdv.b + hk * p.sdv.h;
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const int key = key0 + 8 * rr;
+    if (key < p.seq_k) {
+#pragma unroll
+      for (int i = 0; i < D / 8; ++i) {
+        const int col = 8 * i + 2 * t;
+        *reinterpret_cast<uint32_t*>(dkp + key * p.sdk.r + col) =
+            E::Pack(dk[4 * i + 2 * rr] * p.scale, dk[4 * i + 2 * rr + 1] * p.scale);
+        *reinterpret_cast<uint32_t*>(dvp + key * p.sdv.r + col) = E::Pack(dv[4 * i + 2 * rr], dv[4 * i + 2 * rr + 1]);
+      }
+    }
+  }
+}
+
+template <int D, int NWG, bool kBf16, bool kCausal>
+cudaError_t Launch(const FlashParams& p, cudaStream_t s) {
+  constexpr int smem = BwdSmemBytes<D, 64 * NWG>();
+  auto kernel = FlashBwdWgmmaKernel<D, NWG, kBf16, kCausal>;
+  static bool configured = false;  // per instantiation, first launch
+  if (!configured) {
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+    if (e != cudaSuccess) return e;
+    configured = true;
+  }
+  dim3 grid((p.seq_k + 64 * NWG - 1) / (64 * NWG), p.kv_heads, p.batch);
+  kernel<<<grid, 128 * NWG, smem, s>>>(p);
+  return cudaGetLastError();
+}
+
+template <int D, int NWG>
+cudaError_t Dispatch(const FlashParams& p, cudaStream_t s) {
+  if (p.bf16) return p.causal ? Launch<D, NWG, true, true>(p, s) : Launch<D, NWG, true, false>(p, s);
+  return p.causal ? Launch<D, NWG, false, true>(p, s) : Launch<D, NWG, false, false>(p, s);
+}
+
+}  // namespace
+
+cudaError_t FlashBackwardWgmmaDkDv(const FlashParams& p, int warpgroups, cudaStream_t s) {
+  if (p.head_dim == 64) return warpgroups == 1 ? Dispatch<64, 1>(p, s) : Dispatch<64, 2>(p, s);
+  if (p.head_dim == 128) return warpgroups == 1 ? Dispatch<128, 1>(p, s) : Dispatch<128, 2>(p, s);
+  return cudaErrorInvalidValue;
+}
+
+}  // namespace loom::cuda::attn
