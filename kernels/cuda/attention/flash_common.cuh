@@ -136,10 +136,17 @@ __device__ __forceinline__ int Swz(int row, int col) {
   return row * W + ((((col >> 3) ^ (row & kMask))) << 3) + (col & 7);
 }
 
+// The shared-memory layout LoadTile writes: Swz<W>.
+template <int W>
+struct RowSwizzle {
+  static __device__ __forceinline__ int Offset(int row, int col) { return Swz<W>(row, col); }
+};
+
 // Copies rows [row0, row0 + ROWS) of a [rows_valid, W] global matrix (rows
-// `ld` elements apart, 16-byte aligned) into a swizzled shared tile with
-// cp.async; rows past rows_valid become zeros.
-template <int W, int ROWS, int NT, typename T>
+// `ld` elements apart, 16-byte aligned) into a shared tile laid out by
+// Layout::Offset(row, col) (default: the swizzle above) with cp.async; rows
+// past rows_valid become zeros.
+template <int W, int ROWS, int NT, class Layout = RowSwizzle<W>, typename T>
 __device__ __forceinline__ void LoadTile(T* smem, const T* g, int64_t ld, int row0, int rows_valid, int tid) {
   constexpr int kChunks = W / 8;
   static_assert((ROWS * kChunks) % NT == 0, "tile chunks must divide among the threads");
@@ -155,7 +162,7 @@ __device__ __forceinline__ void LoadTile(T* smem, const T* g, int64_t ld, int ro
   for (int i = 0; i < ROWS * kChunks / NT; ++i) {
     const int r = r0 + i * kRowStep;
     const bool ok = row0 + r < rows_valid;
-    CpAsync16(base + 2 * Swz<W>(r, cc * 8), ok ? src : g, ok);
+    CpAsync16(base + 2 * Layout::Offset(r, cc * 8), ok ? src : g, ok);
     src += step;
   }
 }

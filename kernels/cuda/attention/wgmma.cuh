@@ -38,24 +38,16 @@ __device__ __forceinline__ int SwTile(int r, int c) {
   return (c >> 6) * (R * 64) + r * 64 + ((((c >> 3) & 7) ^ (r & 7)) << 3) + (c & 7);
 }
 
+template <int R>
+struct Sw128Layout {
+  static __device__ __forceinline__ int Offset(int r, int c) { return SwTile<R>(r, c); }
+};
 // Rows [row0, row0 + ROWS) of a [rows_valid, W] matrix (rows `ld` elements
 // apart, 16-byte aligned) into an SW128 tile by NT threads with cp.async;
 // rows past rows_valid become zeros.
 template <int W, int ROWS, int NT, typename T>
 __device__ __forceinline__ void LoadSw(T* smem, const T* g, int64_t ld, int row0, int rows_valid, int tid) {
-  constexpr int kChunks = W / 8, kRowStep = NT / kChunks;
-  static_assert((ROWS * kChunks) % NT == 0, "tile chunks must divide among the threads");
-  const uint32_t base = SmemAddr(smem);
-  const int r0 = tid / kChunks, cc = tid % kChunks;
-  const T* src = g + static_cast<int64_t>(row0 + r0) * ld + cc * 8;
-  const int64_t step = kRowStep * ld;
-#pragma unroll
-  for (int i = 0; i < ROWS * kChunks / NT; ++i) {
-    const int r = r0 + i * kRowStep;
-    const bool ok = row0 + r < rows_valid;
-    CpAsync16(base + 2 * SwTile<ROWS>(r, cc * 8), ok ? src : g, ok);
-    src += step;
-  }
+  LoadTile<W, ROWS, NT, Sw128Layout<ROWS>>(smem, g, ld, row0, rows_valid, tid);
 }
 
 // An accumulator of N columns (this thread's part of an m64nN product) as

@@ -27,33 +27,25 @@ namespace {
 
 constexpr int kK = 128;
 
+// Host-side conversions, and the device-side pair packing of flash_common.cuh.
 template <bool kBf16>
-struct Ty;
-template <>
-struct Ty<true> {
-  using T = __nv_bfloat16;
-  static __device__ uint32_t Pack(T lo, T hi) {
-    __nv_bfloat162 v{lo, hi};
-    return *reinterpret_cast<uint32_t*>(&v);
-  }
-  static T FromF(float f) { return __float2bfloat16(f); }
-  static float ToF(T v) { return __bfloat162float(v); }
-};
-template <>
-struct Ty<false> {
-  using T = __half;
-  static __device__ uint32_t Pack(T lo, T hi) {
-    __half2 v{lo, hi};
-    return *reinterpret_cast<uint32_t*>(&v);
-  }
-  static T FromF(float f) { return __float2half(f); }
-  static float ToF(T v) { return __half2float(v); }
-};
+using Ty = typename Elem<kBf16>::T;
+inline float ToF(__nv_bfloat16 v) { return __bfloat162float(v); }
+inline float ToF(__half v) { return __half2float(v); }
+template <bool kBf16>
+Ty<kBf16> FromF(float f) {
+  if constexpr (kBf16) return __float2bfloat16(f);
+  else return __float2half(f);
+}
+template <bool kBf16>
+__device__ uint32_t PackPair(Ty<kBf16> lo, Ty<kBf16> hi) {
+  return Elem<kBf16>::Pack(static_cast<float>(lo), static_cast<float>(hi));  // exact: both already rounded
+}
 
 // kMode 0: SS; 1: RS with (lbo, sbo) = (panel, 1024); 2: RS swapped.
 template <int N, bool kBf16, int kMode>
-__global__ void ProbeKernel(const typename Ty<kBf16>::T* a, const typename Ty<kBf16>::T* b, float* c) {
-  using T = typename Ty<kBf16>::T;
+__global__ void ProbeKernel(const Ty<kBf16>* a, const Ty<kBf16>* b, float* c) {
+  using T = Ty<kBf16>;
   extern __shared__ unsigned char smem_raw[];
   T* sA = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   T* sB = sA + 64 * kK;
@@ -79,10 +71,10 @@ __global__ void ProbeKernel(const typename Ty<kBf16>::T* a, const typename Ty<kB
     } else {
       const int r0 = warp * 16 + g, c0 = kk * 16 + 2 * t;
       uint32_t f[4];
-      f[0] = Ty<kBf16>::Pack(a[r0 * kK + c0], a[r0 * kK + c0 + 1]);
-      f[1] = Ty<kBf16>::Pack(a[(r0 + 8) * kK + c0], a[(r0 + 8) * kK + c0 + 1]);
-      f[2] = Ty<kBf16>::Pack(a[r0 * kK + c0 + 8], a[r0 * kK + c0 + 9]);
-      f[3] = Ty<kBf16>::Pack(a[(r0 + 8) * kK + c0 + 8], a[(r0 + 8) * kK + c0 + 9]);
+      f[0] = PackPair<kBf16>(a[r0 * kK + c0], a[r0 * kK + c0 + 1]);
+      f[1] = PackPair<kBf16>(a[(r0 + 8) * kK + c0], a[(r0 + 8) * kK + c0 + 1]);
+      f[2] = PackPair<kBf16>(a[r0 * kK + c0 + 8], a[r0 * kK + c0 + 9]);
+      f[3] = PackPair<kBf16>(a[(r0 + 8) * kK + c0 + 8], a[(r0 + 8) * kK + c0 + 9]);
       const uint32_t panel = kK * 128;
       const uint64_t db = kMode == 1 ? Desc(b_addr + kk * 16 * 128, panel, 1024)
                                      : Desc(b_addr + kk * 16 * 128, 1024, panel);
@@ -98,11 +90,11 @@ __global__ void ProbeKernel(const typename Ty<kBf16>::T* a, const typename Ty<kB
 
 template <int N, bool kBf16, int kMode>
 bool RunCase(std::mt19937& rng, int* passed, int* failed) {
-  using T = typename Ty<kBf16>::T;
+  using T = Ty<kBf16>;
   std::normal_distribution<float> nd(0.f, 1.f);
   std::vector<T> ha(64 * kK), hb(N * kK);
-  for (auto& x : ha) x = Ty<kBf16>::FromF(nd(rng));
-  for (auto& x : hb) x = Ty<kBf16>::FromF(nd(rng));
+  for (auto& x : ha) x = FromF<kBf16>(nd(rng));
+  for (auto& x : hb) x = FromF<kBf16>(nd(rng));
   T *da, *db;
   float* dc;
   cudaMalloc(&da, ha.size() * sizeof(T));
@@ -127,8 +119,8 @@ bool RunCase(std::mt19937& rng, int* passed, int* failed) {
     for (int j = 0; j < N; ++j) {
       double ref = 0;
       for (int k = 0; k < kK; ++k) {
-        const double bv = kMode == 0 ? Ty<kBf16>::ToF(hb[j * kK + k]) : Ty<kBf16>::ToF(hb[k * N + j]);
-        ref += static_cast<double>(Ty<kBf16>::ToF(ha[i * kK + k])) * bv;
+        const double bv = kMode == 0 ? ToF(hb[j * kK + k]) : ToF(hb[k * N + j]);
+        ref += static_cast<double>(ToF(ha[i * kK + k])) * bv;
       }
       const double out = hc[i * N + j];
       nan |= std::isnan(out);
