@@ -220,7 +220,7 @@ struct TensorD {
 
 // The uids of the tensors in the variant pack.
 enum Uid : int64_t {
-  kQ = 1, kK, kV, kO, kStats, kScale, kNegInf, kOne, kDO, kDQ, kDK, kDV, kDQAccum, kSoftmaxSum,
+  kQ = 1, kK, kV, kO, kStats, kScale, kNegInf, kOne, kDO, kDQ, kDK, kDV, kDQAccum,
   kFirstVirtual = 100,
 };
 
@@ -531,18 +531,12 @@ absl::Status BuildForward(Builder& g, const Shape& s, cudnnDataType_t io, bool c
 }
 
 // Backward variants (tried in order until cuDNN takes one): the dQ f32
-// accumulator on or off, the data type of the K view for dQ = dS K, and
-// whether softmax_sum = rowsum(dO * O) is a workspace tensor (computed once,
-// as cudnn-frontend's graph has it, and without the "dP * 1" node) rather
-// than a virtual one. The last form is reached only through
-// LOOM_CUDNN_BWD_GRAPH=3: it is not yet run on a GPU (the lead for Loom's
-// cuDNN backward being 3-8% slower than PyTorch's at D 128; docs/perf.md).
+// accumulator on or off, and the data type of the K view for dQ = dS K.
 struct BwdVariant {
   bool dq_accum;
   bool k_view_io_type;
-  bool softmax_sum_in_workspace;
 };
-constexpr BwdVariant kBwdVariants[] = {{true, true, false}, {true, false, false}, {false, true, false}, {true, true, true}};
+constexpr BwdVariant kBwdVariants[] = {{true, true}, {true, false}, {false, true}};
 
 absl::Status BuildBackward(Builder& g, const Shape& s, cudnnDataType_t io, bool causal, BwdVariant var) {
   const cudnnDataType_t f = CUDNN_DATA_FLOAT;
@@ -567,9 +561,7 @@ absl::Status BuildBackward(Builder& g, const Shape& s, cudnnDataType_t io, bool 
   LOOM_RETURN_IF_ERROR(g.Pointwise("dO * O", CUDNN_POINTWISE_MUL, f, dout, &o, nullptr, doo));
   LOOM_ASSIGN_OR_RETURN(TensorD red, g.Virtual(f, rd));
   LOOM_RETURN_IF_ERROR(g.Reduce("rowsum dO*O", CUDNN_REDUCE_TENSOR_ADD, doo, red));
-  LOOM_ASSIGN_OR_RETURN(TensorD ssum, var.softmax_sum_in_workspace
-                                          ? g.Tensor(kSoftmaxSum, f, rd, {s.h * s.tq, s.tq, 1, 1}, false)
-                                          : g.Virtual(f, rd));
+  LOOM_ASSIGN_OR_RETURN(TensorD ssum, g.Virtual(f, rd));
   LOOM_RETURN_IF_ERROR(g.Pointwise("softmax sum", CUDNN_POINTWISE_MUL, f, red, &one, nullptr, ssum));
 
   // P = exp(scale * Q K^T [masked] - stats).
@@ -587,11 +579,8 @@ absl::Status BuildBackward(Builder& g, const Shape& s, cudnnDataType_t io, bool 
   // dS = P * (dO V^T - softmax_sum) * scale.
   LOOM_ASSIGN_OR_RETURN(TensorD dp0, g.Virtual(f, sd));
   LOOM_RETURN_IF_ERROR(g.Matmul("dO V^T", dout, vt, dp0));
-  TensorD dp1 = dp0;  // the frontend's form has no multiply here (it is where dropout's mask would go)
-  if (!var.softmax_sum_in_workspace) {
-    LOOM_ASSIGN_OR_RETURN(dp1, g.Virtual(f, sd));
-    LOOM_RETURN_IF_ERROR(g.Pointwise("dP * 1", CUDNN_POINTWISE_MUL, f, dp0, &one, nullptr, dp1));
-  }
+  LOOM_ASSIGN_OR_RETURN(TensorD dp1, g.Virtual(f, sd));
+  LOOM_RETURN_IF_ERROR(g.Pointwise("dP * 1", CUDNN_POINTWISE_MUL, f, dp0, &one, nullptr, dp1));
   LOOM_ASSIGN_OR_RETURN(TensorD dp2, g.Virtual(f, sd));
   LOOM_RETURN_IF_ERROR(g.Pointwise("dP - sum", CUDNN_POINTWISE_SUB, f, dp1, &ssum, nullptr, dp2));
   LOOM_ASSIGN_OR_RETURN(TensorD ds0, g.Virtual(f, sd));
@@ -636,11 +625,9 @@ struct Plan {
   std::unique_ptr<Builder> graph;  // owns the plan descriptors and everything they came from
   int64_t plan_workspace = 0;      // the largest engine config's
   int64_t accum_bytes = 0;  // f32 dQ accumulator at the start of the workspace (0: none)
-  int64_t ssum_bytes = 0;   // then the f32 softmax_sum (0: none)
   int chosen = -1;          // the engine config that runs (graph->configs()); -1: not timed yet
   std::string choice;       // which one and why
-  static int64_t Align(int64_t n) { return (n + 255) / 256 * 256; }
-  int64_t Workspace() const { return Align(accum_bytes) + Align(ssum_bytes) + plan_workspace; }
+  int64_t Workspace() const { return accum_bytes > 0 ? (accum_bytes + 255) / 256 * 256 + plan_workspace : plan_workspace; }
 };
 
 struct State {
@@ -708,7 +695,6 @@ absl::StatusOr<std::shared_ptr<Plan>> GetPlanLocked(State& st, const CudnnSdpaAr
     auto plan = std::make_shared<Plan>();
     for (const Builder::Config& c : g->configs()) plan->plan_workspace = std::max(plan->plan_workspace, c.workspace);
     plan->accum_bytes = backward && kBwdVariants[i].dq_accum ? s.b * s.h * s.tq * s.d * int64_t{4} : 0;
-    plan->ssum_bytes = backward && kBwdVariants[i].softmax_sum_in_workspace ? s.b * s.h * s.tq * int64_t{4} : 0;
     plan->graph = std::move(g);
     st.plans[key] = plan;
     *handle_out = handle;
@@ -809,10 +795,11 @@ absl::Status Run(const CudnnSdpaArgs& a, bool backward) {
   if (backward) {
     uids.insert(uids.end(), {kOne, kDO, kDQ, kDK, kDV});
     ptrs.insert(ptrs.end(), {const_cast<float*>(&one), const_cast<void*>(a.dout), a.dq, a.dk, a.dv});
-    if (plan->accum_bytes > 0) uids.push_back(kDQAccum), ptrs.push_back(ws);
-    if (plan->ssum_bytes > 0)
-      uids.push_back(kSoftmaxSum), ptrs.push_back(static_cast<char*>(ws) + Plan::Align(plan->accum_bytes));
-    plan_ws = static_cast<char*>(ws) + Plan::Align(plan->accum_bytes) + Plan::Align(plan->ssum_bytes);
+    if (plan->accum_bytes > 0) {
+      uids.push_back(kDQAccum);
+      ptrs.push_back(ws);
+      plan_ws = static_cast<char*>(ws) + (plan->accum_bytes + 255) / 256 * 256;
+    }
   }
   if (plan->plan_workspace == 0) plan_ws = nullptr;
   Builder vp_owner;

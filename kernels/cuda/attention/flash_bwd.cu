@@ -6,20 +6,12 @@
 namespace loom::cuda::attn {
 namespace {
 
-template <class Kernel>
-cudaError_t Configure(Kernel kernel, int smem, bool* configured) {
-  if (*configured) return cudaSuccess;
-  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-  if (e == cudaSuccess) *configured = true;
-  return e;
-}
-
 template <int D, class Cfg, int kMode, bool kBf16, bool kCausal>
 cudaError_t LaunchDkDv(const FlashParams& p, cudaStream_t s) {
   const int smem = Cfg::SmemBytes(D, kMode != kDqSeparate);
   auto kernel = FlashBwdKernel<D, Cfg, kMode, kBf16, kCausal>;
   static bool configured = false;  // per instantiation, first launch
-  cudaError_t e = Configure(kernel, smem, &configured);
+  cudaError_t e = ConfigureSmem(kernel, smem, &configured);
   if (e != cudaSuccess) return e;
   dim3 grid((p.seq_k + Cfg::BN - 1) / Cfg::BN, p.kv_heads, p.batch);
   kernel<<<grid, Cfg::NT, smem, s>>>(p);
@@ -31,7 +23,7 @@ cudaError_t LaunchDq(const FlashParams& p, cudaStream_t s) {
   const int smem = Cfg::SmemBytes(D);
   auto kernel = FlashBwdDqKernel<D, Cfg, kBf16, kCausal>;
   static bool configured = false;
-  cudaError_t e = Configure(kernel, smem, &configured);
+  cudaError_t e = ConfigureSmem(kernel, smem, &configured);
   if (e != cudaSuccess) return e;
   dim3 grid((p.seq_q + Cfg::BM - 1) / Cfg::BM, p.heads, p.batch);
   kernel<<<grid, Cfg::NT, smem, s>>>(p);
@@ -44,7 +36,7 @@ cudaError_t LaunchDqFromDs(const FlashParams& p, cudaStream_t s) {
   const int smem = 2 * (kDsTile * BM + kDsTile * D) * 2;
   auto kernel = FlashBwdDqFromDsKernel<D, NW, kBf16, kCausal>;
   static bool configured = false;
-  cudaError_t e = Configure(kernel, smem, &configured);
+  cudaError_t e = ConfigureSmem(kernel, smem, &configured);
   if (e != cudaSuccess) return e;
   dim3 grid((p.seq_q + BM - 1) / BM, p.heads, p.batch);
   kernel<<<grid, 32 * NW, smem, s>>>(p);

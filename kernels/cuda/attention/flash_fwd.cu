@@ -11,11 +11,7 @@ cudaError_t LaunchFwd(const FlashParams& p, cudaStream_t s) {
   const int smem = Cfg::SmemBytes(D);
   auto kernel = FlashFwdKernel<D, Cfg, kBf16, kCausal>;
   static bool configured = false;  // per instantiation, first launch
-  if (!configured) {
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e != cudaSuccess) return e;
-    configured = true;
-  }
+  if (cudaError_t e = ConfigureSmem(kernel, smem, &configured); e != cudaSuccess) return e;
   dim3 grid((p.seq_q + Cfg::BM - 1) / Cfg::BM, p.heads, p.batch);
   kernel<<<grid, Cfg::NT, smem, s>>>(p);
   return cudaGetLastError();

@@ -71,6 +71,16 @@ inline void ResolveDefaultStrides(FlashParams* p) {
 }
 
 #ifndef LOOM_ATTN_EMULATE
+// Raises a kernel's dynamic shared-memory limit to `smem` bytes on its first
+// launch (*configured: the caller's per-instantiation flag).
+template <class Kernel>
+cudaError_t ConfigureSmem(Kernel kernel, int smem, bool* configured) {
+  if (*configured) return cudaSuccess;
+  cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+  if (e == cudaSuccess) *configured = true;
+  return e;
+}
+
 cudaError_t FlashForward(const FlashParams& p, cudaStream_t s);
 // The wgmma forward (flash_wgmma.cu, sm_90a code): FlashForward routes
 // kFwdWgmmaVariant (pipelined: kFwdWgmmaPipeVariant, and with one warpgroup

@@ -251,11 +251,7 @@ cudaError_t Launch(const FlashParams& p, cudaStream_t s) {
   constexpr int smem = WgmmaSmemBytes<D, 64 * NWG>();
   auto kernel = FlashFwdWgmmaKernel<D, NWG, kBf16, kCausal, kPipe>;
   static bool configured = false;  // per instantiation, first launch
-  if (!configured) {
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e != cudaSuccess) return e;
-    configured = true;
-  }
+  if (cudaError_t e = ConfigureSmem(kernel, smem, &configured); e != cudaSuccess) return e;
   dim3 grid((p.seq_q + 64 * NWG - 1) / (64 * NWG), p.heads, p.batch);
   kernel<<<grid, 128 * NWG, smem, s>>>(p);
   return cudaGetLastError();

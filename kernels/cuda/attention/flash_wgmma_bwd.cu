@@ -185,11 +185,7 @@ cudaError_t Launch(const FlashParams& p, cudaStream_t s) {
   constexpr int smem = BwdSmemBytes<D, 64 * NWG>();
   auto kernel = FlashBwdWgmmaKernel<D, NWG, kBf16, kCausal>;
   static bool configured = false;  // per instantiation, first launch
-  if (!configured) {
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
-    if (e != cudaSuccess) return e;
-    configured = true;
-  }
+  if (cudaError_t e = ConfigureSmem(kernel, smem, &configured); e != cudaSuccess) return e;
   dim3 grid((p.seq_k + 64 * NWG - 1) / (64 * NWG), p.kv_heads, p.batch);
   kernel<<<grid, 128 * NWG, smem, s>>>(p);
   return cudaGetLastError();
