@@ -813,8 +813,13 @@ absl::Status Run(const CudnnSdpaArgs& a, bool backward) {
   LOOM_RETURN_IF_ERROR(vp_owner.Fin(vp, "variant pack"));
   LOOM_RETURN_IF_ERROR(Check(Api().SetStream(handle, stream), "cudnnSetStream"));
   const std::string what = absl::StrCat("execute (", backward ? "backward" : "forward", ")");
+  // cuDNN 9.6 and later clear the dQ accumulator inside the backward
+  // (attention_check's cuDNN rows prove it: their workspace starts as NaN
+  // bytes, and every run after the first finds the last run's sums there);
+  // before 9.6 the caller clears it.
+  const bool clear_accum = backward && plan->accum_bytes > 0 && Api().version < 90600;
   auto execute = [&](int config) -> absl::Status {
-    if (backward && plan->accum_bytes > 0)
+    if (clear_accum)
       LOOM_RETURN_IF_ERROR(CudaCheck(cudaMemsetAsync(ws, 0, plan->accum_bytes, stream), "dQ accumulator memset"));
     return Check(Api().Execute(handle, plan->graph->configs()[config].plan, vp), what);
   };
