@@ -10,6 +10,7 @@
 #   sweep: every flash kernel variant timed per shape (sdpa_bench --sweep),
 #     then the defaults' benchmark (no PyTorch);
 #   all: sweep, then bench.
+# SDPA_ITERS (40): timed iterations per loop, the same for both sides.
 # Logs go to $OUT. Also called by run_all.sh.
 set -u
 MODE=${SDPA_MODE:-bench}
@@ -34,13 +35,13 @@ rounds=${SDPA_ROUNDS:-2}
 : > "$O/sdpa_loom.txt"; : > "$O/sdpa_torch_all.txt"
 for round in $(seq 1 "$rounds"); do
   echo "== SDPA bf16 round $round/$rounds: Loom flash attention (defaults) ${SDPA_BENCH_ARGS:-}"
-  timeout 90 "$D/bin/sdpa_bench" ${SDPA_ITERS:+--iters=$SDPA_ITERS} ${SDPA_BENCH_ARGS:-} 2>&1 | tee "$O/sdpa_loom_r$round.txt"
+  timeout 240 "$D/bin/sdpa_bench" --iters=${SDPA_ITERS:-40} ${SDPA_BENCH_ARGS:-} 2>&1 | tee "$O/sdpa_loom_r$round.txt"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
   cat "$O/sdpa_loom_r$round.txt" >> "$O/sdpa_loom.txt"
   if [ "$MODE" != sweep ]; then
     echo "== SDPA bf16 round $round/$rounds: PyTorch backends, and the ratios (best of rounds 1..$round)"
-    PYTHONUNBUFFERED=1 timeout 100 $PY bench/cuda/torch_sdpa.py --loom="$O/sdpa_loom.txt" --prev="$O/sdpa_torch_all.txt" \
-      ${SDPA_ITERS:+--iters=$SDPA_ITERS} ${TORCH_SDPA_ARGS:-} 2>&1 | tee "$O/sdpa_torch.txt"
+    PYTHONUNBUFFERED=1 timeout 240 $PY bench/cuda/torch_sdpa.py --loom="$O/sdpa_loom.txt" --prev="$O/sdpa_torch_all.txt" \
+      --iters=${SDPA_ITERS:-40} ${TORCH_SDPA_ARGS:-} 2>&1 | tee "$O/sdpa_torch.txt"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
     cat "$O/sdpa_torch.txt" >> "$O/sdpa_torch_all.txt"
   fi

@@ -10,6 +10,15 @@
 // bench/cuda/torch_sdpa.py --loom=FILE reads to print the ratios.
 //
 //   sdpa_bench [--iters=N] [--shape=B,H,T,D] [--fwd=V] [--bwd=V] [--dq=V] [--sweep] [--dispatch]
+//              [--only=IMPL,...] [--idle-ms=N] [--data-scale=X]
+// Each RESULT line also gives the backward alone (bwd_ms), forward+backward
+// replayed from one captured CUDA graph (graph_fwdbwd_ms: no host gaps; -1
+// where the path does not capture), and the host's enqueue time per
+// iteration of the three timed loops (host_ms=fwd/fwd+bwd/bwd).
+// --only: just these RESULT rows (e.g. loom_cudnn,loom_sdpa). --idle-ms (300):
+// the card idles this long before every timed loop, as torch_sdpa.py does,
+// so that neither side's figure depends on the power draw of what ran just
+// before (docs/perf.md). --data-scale: the inputs' standard deviation (1).
 // --dispatch: also each case through the SDPA dispatcher (sdpa_dispatch.h;
 // tuned during the warm-up), "RESULT impl=loom_sdpa ..." with its choices.
 // Unless --no-cudnn: also cuDNN's fused attention directly (cudnn_sdpa.h),
@@ -23,12 +32,14 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "kernels/cuda/attention/cudnn_sdpa.h"
@@ -72,7 +83,7 @@ float FromBf16(uint16_t h) {
 }
 
 // Approximately normal values (sum of 4 uniforms, unit variance), as bf16.
-std::vector<uint16_t> RandomBf16(size_t n, uint64_t seed) {
+std::vector<uint16_t> RandomBf16(size_t n, uint64_t seed, float scale) {
   std::vector<uint16_t> out(n);
   uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
   for (size_t i = 0; i < n; ++i) {
@@ -81,7 +92,7 @@ std::vector<uint16_t> RandomBf16(size_t n, uint64_t seed) {
       s = s * 6364136223846793005ull + 1442695040888963407ull;
       acc += static_cast<float>((s >> 40) & 0xFFFFFF) / 16777216.0f - 0.5f;
     }
-    out[i] = ToBf16(acc * 1.7320508f);
+    out[i] = ToBf16(acc * 1.7320508f * scale);
   }
   return out;
 }
@@ -208,6 +219,9 @@ int main(int argc, char** argv) {
   int iters = 20;
   bool deterministic = false, sweep = false, dispatch = false, cudnn = true;
   int fwd_v = 0, bwd_v = 0, dq_v = 0;
+  std::vector<std::string> only;  // --only=IMPL,...: measure just these rows
+  float data_scale = 1.f;         // --data-scale=X: inputs' standard deviation
+  int idle_ms = 300;              // --idle-ms=N: the card idles this long before each timed loop
   std::vector<Shape> shapes = {{4, 16, 4096, 128}, {8, 12, 1024, 64}, {2, 16, 8192, 128}};
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--iters=", 8) == 0) {
@@ -230,12 +244,22 @@ int main(int argc, char** argv) {
       fwd_v = std::atoi(argv[i] + 6);
     } else if (std::strncmp(argv[i], "--bwd=", 6) == 0) {
       bwd_v = std::atoi(argv[i] + 6);
+    } else if (std::strncmp(argv[i], "--idle-ms=", 10) == 0) {
+      idle_ms = std::max(0, std::atoi(argv[i] + 10));
+    } else if (std::strncmp(argv[i], "--data-scale=", 13) == 0) {
+      data_scale = static_cast<float>(std::atof(argv[i] + 13));
+    } else if (std::strncmp(argv[i], "--only=", 7) == 0) {
+      for (const char* p = argv[i] + 7; *p;) {
+        const char* e = std::strchr(p, ',');
+        only.emplace_back(p, e ? e - p : std::strlen(p));
+        p = e ? e + 1 : p + std::strlen(p);
+      }
     } else if (std::strncmp(argv[i], "--dq=", 5) == 0) {
       dq_v = std::atoi(argv[i] + 5);
     } else {
       std::fprintf(stderr,
                    "usage: sdpa_bench [--iters=N] [--shape=B,H,T,D] [--fwd=V] [--bwd=V] [--dq=V] [--deterministic] "
-                   "[--sweep] [--dispatch] [--no-cudnn]\n");
+                   "[--sweep] [--dispatch] [--no-cudnn] [--only=IMPL,...] [--data-scale=X] [--idle-ms=N]\n");
       return 2;
     }
   }
@@ -253,8 +277,8 @@ int main(int argc, char** argv) {
   bool all_ok = true;
   for (const Shape& s : shapes) {
     const size_t n = static_cast<size_t>(s.b * s.h * s.t * s.d);
-    std::vector<uint16_t> hq = RandomBf16(n, 1), hk = RandomBf16(n, 2), hv = RandomBf16(n, 3),
-                          hdo = RandomBf16(n, 4);
+    std::vector<uint16_t> hq = RandomBf16(n, 1, data_scale), hk = RandomBf16(n, 2, data_scale),
+                          hv = RandomBf16(n, 3, data_scale), hdo = RandomBf16(n, 4, data_scale);
     void *q, *k, *v, *o, *dout, *dq, *dk, *dv, *ws;
     int64_t ws_bytes = 0;
     float* lse;
@@ -296,24 +320,64 @@ int main(int argc, char** argv) {
       auto measure = [&](const char* impl, const std::function<absl::Status()>& fwd,
                          const std::function<absl::Status()>& bwd, const std::function<std::string()>& what_f,
                          const std::function<std::string()>& what_b) {
+        if (!only.empty() && std::find(only.begin(), only.end(), std::string(impl)) == only.end()) return;
+        // The card's clocks under a power cap depend on what ran just before;
+        // every timed loop (here and in torch_sdpa.py) starts from the same
+        // idle pause, so neither side inherits the other's load.
+        auto idle = [&] {
+          CK(cudaStreamSynchronize(stream));
+          std::this_thread::sleep_for(std::chrono::milliseconds(idle_ms));
+        };
         std::vector<cudaEvent_t> ev(iters + 1);
         for (auto& e : ev) CK(cudaEventCreate(&e));
-        float ms_fwd = 0, ms_fb = 0;
-        for (int pass = 0; pass < 2; ++pass) {
+        // Pass 0: forward; 1: forward+backward; 2: backward alone (on the forward's outputs).
+        float ms_pass[3] = {0, 0, 0}, host_ms[3] = {0, 0, 0};  // device median; host enqueue mean
+        for (int pass = 0; pass < 3; ++pass) {
           for (int w = 0; w < 3; ++w) {
-            CS(fwd());
-            if (pass == 1) CS(bwd());
+            if (pass != 2) CS(fwd());
+            if (pass != 0) CS(bwd());
           }
+          idle();
           CK(cudaEventRecord(ev[0], stream));
+          const auto t0 = std::chrono::steady_clock::now();
           for (int it = 0; it < iters; ++it) {
-            CS(fwd());
-            if (pass == 1) CS(bwd());
+            if (pass != 2) CS(fwd());
+            if (pass != 0) CS(bwd());
             CK(cudaEventRecord(ev[it + 1], stream));
           }
+          host_ms[pass] = std::chrono::duration<float, std::milli>(std::chrono::steady_clock::now() - t0).count() / iters;
           CK(cudaStreamSynchronize(stream));
           std::vector<float> ms(iters);
           for (int it = 0; it < iters; ++it) CK(cudaEventElapsedTime(&ms[it], ev[it], ev[it + 1]));
-          (pass == 0 ? ms_fwd : ms_fb) = Median(ms);
+          ms_pass[pass] = Median(ms);
+        }
+        const float ms_fwd = ms_pass[0], ms_fb = ms_pass[1], ms_bwd = ms_pass[2];
+        // Forward+backward captured once as a CUDA graph and replayed: no host
+        // gaps between launches (-1: the path does not capture).
+        float ms_graph = -1;
+        {
+          cudaGraph_t graph = nullptr;
+          cudaGraphExec_t exec = nullptr;
+          bool ok = cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal) == cudaSuccess;
+          const bool launched = ok && fwd().ok() && bwd().ok();
+          ok = cudaStreamEndCapture(stream, &graph) == cudaSuccess && launched;
+          ok = ok && cudaGraphInstantiate(&exec, graph, 0) == cudaSuccess;
+          if (ok) {
+            for (int w = 0; w < 3; ++w) CK(cudaGraphLaunch(exec, stream));
+            idle();
+            CK(cudaEventRecord(ev[0], stream));
+            for (int it = 0; it < iters; ++it) {
+              CK(cudaGraphLaunch(exec, stream));
+              CK(cudaEventRecord(ev[it + 1], stream));
+            }
+            CK(cudaStreamSynchronize(stream));
+            std::vector<float> ms(iters);
+            for (int it = 0; it < iters; ++it) CK(cudaEventElapsedTime(&ms[it], ev[it], ev[it + 1]));
+            ms_graph = Median(ms);
+          }
+          cudaGetLastError();
+          if (exec != nullptr) cudaGraphExecDestroy(exec);
+          if (graph != nullptr) cudaGraphDestroy(graph);
         }
         for (auto& e : ev) CK(cudaEventDestroy(e));
         // Self-check: the outputs of the last forward+backward.
@@ -338,9 +402,9 @@ int main(int argc, char** argv) {
         const double tf_fwd = fwd_flops / (ms_fwd * 1e-3) / 1e12;
         const double tf_fb = 3.5 * fwd_flops / (ms_fb * 1e-3) / 1e12;
         std::printf("RESULT impl=%s B=%lld H=%lld T=%lld D=%lld causal=%d fwd_ms=%.3f fwd_tflops=%.1f "
-                    "fwdbwd_ms=%.3f fwdbwd_tflops=%.1f check_o_rel=%.2e check_lse_abs=%.2e grads_finite=%d %s kernels=[%s | %s]\n",
+                    "fwdbwd_ms=%.3f fwdbwd_tflops=%.1f bwd_ms=%.3f graph_fwdbwd_ms=%.3f host_ms=%.3f/%.3f/%.3f check_o_rel=%.2e check_lse_abs=%.2e grads_finite=%d %s kernels=[%s | %s]\n",
                     impl, static_cast<long long>(s.b), static_cast<long long>(s.h), static_cast<long long>(s.t),
-                    static_cast<long long>(s.d), causal ? 1 : 0, ms_fwd, tf_fwd, ms_fb, tf_fb, rel, lse_err,
+                    static_cast<long long>(s.d), causal ? 1 : 0, ms_fwd, tf_fwd, ms_fb, tf_fb, ms_bwd, ms_graph, host_ms[0], host_ms[1], host_ms[2], rel, lse_err,
                     finite ? 1 : 0, ok ? "CHECK_OK" : "CHECK_FAILED", what_f().c_str(), what_b().c_str());
         std::fflush(stdout);
       };

@@ -2,15 +2,20 @@
 # sdpa_bench, bf16, causal and not, timed the same way (CUDA events around each
 # iteration after warm-up, median): forward and forward+backward TFLOP/s with
 # forward FLOPs 4 B H T^2 D (halved when causal) and forward+backward 3.5x.
+# Forward+backward takes the gradients with torch.autograd.grad (no adding
+# into .grad, which sdpa_bench does not do either), same iteration count.
 # Each backend's output is checked against the math backend on a slice.
 # With --loom=FILE (sdpa_bench's output) it prints Loom's figures beside the
 # backends and the ratios to the fastest backend and to the flash backend.
-#   python3 torch_sdpa.py [--iters=N] [--loom=FILE] [--prev=FILE] [--no-math]
+#   python3 torch_sdpa.py [--iters=N] [--loom=FILE] [--prev=FILE] [--no-math] [--idle-ms=N]
+# --idle-ms (300): the card idles this long before every timed loop (as
+# sdpa_bench --idle-ms).
 # --prev=FILE: this script's output from earlier rounds; the table then uses
 # each side's best figure per case over all rounds (Loom's FILE may hold
 # several rounds too).
 import re
 import sys
+import time
 
 import torch
 import torch.nn.functional as F
@@ -21,9 +26,14 @@ BACKENDS = [("flash", SDPBackend.FLASH_ATTENTION), ("efficient", SDPBackend.EFFI
             ("cudnn", SDPBackend.CUDNN_ATTENTION), ("math", SDPBackend.MATH)]
 
 
+IDLE_S = 0.3  # --idle-ms: the card idles this long before each timed loop (as sdpa_bench)
+
+
 def timed(fn, iters, warmup=3):
     for _ in range(warmup):
         fn()
+    torch.cuda.synchronize()
+    time.sleep(IDLE_S)
     ev = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
     ev[0].record()
     for i in range(iters):
@@ -56,6 +66,9 @@ def main():
         elif a.startswith("--loom="): loom_file = a[7:]
         elif a.startswith("--prev="): prev_file = a[7:]
         elif a == "--no-math": math_ok = False
+        elif a.startswith("--idle-ms="):
+            global IDLE_S
+            IDLE_S = int(a[10:]) / 1000
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name(0)}; cudnn {torch.backends.cudnn.version()}")
     torch.manual_seed(0)
     results = {}
@@ -81,13 +94,12 @@ def main():
                             with torch.no_grad():
                                 F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
-                        def fwdbwd():
+                        def fwdbwd():  # fresh gradients: no accumulation into .grad
                             o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
-                            o.backward(dout)
+                            torch.autograd.grad(o, (q, k, v), dout)
 
                         ms_f = timed(fwd, iters)
-                        ms_fb = timed(fwdbwd, max(3, iters // 2))
-                        q.grad = k.grad = v.grad = None
+                        ms_fb = timed(fwdbwd, iters)
                 except Exception as e:  # a backend that does not take this shape
                     print(f"RESULT impl=torch_{name} B={b} H={h} T={t} D={d} causal={int(causal)} unavailable: "
                           f"{str(e).splitlines()[0][:100]}")
