@@ -49,8 +49,16 @@ __device__ __forceinline__ void IssueAccumulate(float* acc, const uint32_t (*a)[
     wg::Mma<D, kBf16>::template RS<1>(acc, a[kk], wg::Desc(query_addr + kk * 16 * 128, kBM * 128, 1024), 1);
 }
 
+// Blocks per multiprocessor the register budget is set for. At D 64 one
+// warpgroup needs 201 registers unbounded (two blocks per SM); capped at 168
+// (three blocks, a few bytes of spills) the backward runs 6% faster on the
+// H200 (B8 H12 T1024: 0.336 ms against 0.357; docs/perf.md). At D 128 the
+// accumulators alone take 128 registers: one.
+template <int D, int NWG>
+constexpr int kBwdMinBlocks = (D == 64 && NWG == 1) ? 3 : 1;
+
 template <int D, int NWG, bool kBf16, bool kCausal>
-__global__ void __launch_bounds__(128 * NWG, 1) FlashBwdWgmmaKernel(FlashParams p) {
+__global__ void __launch_bounds__(128 * NWG, kBwdMinBlocks<D, NWG>) FlashBwdWgmmaKernel(FlashParams p) {
   constexpr int kBN = 64 * NWG, kNT = 128 * NWG;
   using E = Elem<kBf16>;
   using T = typename E::T;
