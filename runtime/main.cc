@@ -14,12 +14,16 @@
 //   loom bench collectives   collective bandwidth vs torch.distributed Gloo
 //
 // Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input.
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include <iostream>
+
+#include "absl/debugging/failure_signal_handler.h"
+#include "absl/debugging/symbolize.h"
 
 #include "collectives/bench/bench_command.h"
 #include "parallel/planner_command.h"
@@ -101,6 +105,14 @@ int main(int argc, char** argv) {
     Usage(stdout);
     return 0;
   }
+  // A crash (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) writes the signal and
+  // a symbolized stack trace to stderr before the process dies of it: under
+  // an agent that lands in the rank's .err log, which `loom run` and
+  // `loom logs` show. SIGTERM stays a plain stop (commands that handle it
+  // install their own handler).
+  absl::InitializeSymbolizer(argv[0]);
+  absl::InstallFailureSignalHandler(absl::FailureSignalHandlerOptions());
+  std::signal(SIGTERM, SIG_DFL);
   std::vector<std::string> args(argv + 2, argv + argc);
   for (const Command& c : kCommands)
     if (cmd == c.name) return c.run(args);

@@ -3,18 +3,22 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <thread>
+#include <vector>
 
 #include <google/protobuf/util/json_util.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "runtime/jobspec/jobspec.h"
 #include "kernels/cuda/cuda_device.h"
 #include "runtime/service/agent/agent.h"
@@ -112,6 +116,24 @@ void Follow(const std::string& path, int64_t* offset) {
     *offset += in.gcount();
   }
   std::fflush(stdout);
+}
+
+// The last `max_lines` lines of a rank's stderr log, indented, to stderr: a
+// rank killed by a signal leaves no error file, and its log (the failure
+// signal handler's stack trace) is gone once this run's state is cleaned up.
+void PrintTail(const std::string& path, const std::string& label, int max_lines) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return;
+  const std::streamoff size = in.tellg();
+  const std::streamoff from = std::max<std::streamoff>(0, size - 64 * 1024);
+  in.seekg(from);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<std::string> lines = absl::StrSplit(text, '\n');
+  while (!lines.empty() && lines.back().empty()) lines.pop_back();
+  if (lines.empty()) return;
+  const size_t first = lines.size() > static_cast<size_t>(max_lines) ? lines.size() - max_lines : 0;
+  std::fprintf(stderr, "loom run: the last %zu lines of %s:\n", lines.size() - first, label.c_str());
+  for (size_t i = first; i < lines.size(); ++i) std::fprintf(stderr, "  | %s\n", lines[i].c_str());
 }
 
 std::string Json(const v1::JobStatus& j) {
@@ -233,6 +255,10 @@ int RunRunCommand(const std::vector<std::string>& args) {
   Follow(ao.data_dir + "/logs/" + job_id + "/rank0.out", &offset);
   (*server)->Shutdown();
   if (final.state() == v1::SUCCEEDED) return 0;
+  for (int r = 0; r < final.exit_codes_size(); ++r)
+    if (final.exit_codes(r) < 0 && final.exit_codes(r) != service::kExitUnknown)  // killed by a signal
+      PrintTail(absl::StrCat(ao.data_dir, "/logs/", job_id, "/rank", r, ".err"), absl::StrCat("rank ", r, "'s stderr"),
+                40);
   std::string why = final.root_cause().empty() ? v1::JobState_Name(final.state())
                                                        : absl::StrCat("rank ", final.root_cause_rank(), ": ",
                                                                       final.root_cause());

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <cmath>
 #include <fstream>
@@ -174,6 +175,62 @@ TEST(RunCli, InterruptCancelsAndLeavesNoWorker) {
   out << in.rdbuf();
   EXPECT_NE(out.str().find("CANCELLED"), std::string::npos) << out.str();
   EXPECT_EQ(ProcessesMentioning(state), 0) << "a worker of the cancelled job is still running";
+}
+
+// The pid of the worker process whose environment holds `needle` and rank 0 (0: none).
+pid_t RankZeroWorker(const std::string& needle) {
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream env(e.path() / "environ", std::ios::binary);
+    if (!env) continue;
+    std::stringstream ss;
+    ss << env.rdbuf();
+    const std::string s = ss.str();
+    if (s.find(needle) != std::string::npos && s.find(std::string("LOOM_RANK=0\0", 12)) != std::string::npos)
+      return static_cast<pid_t>(std::atoi(e.path().filename().c_str()));
+  }
+  return 0;
+}
+
+// A rank that dies of a signal leaves no error file; `loom run` shows the tail
+// of its stderr, where the failure signal handler wrote what killed it.
+TEST(RunCli, RankKilledBySignalShowsItsStderrTail) {
+  std::string state = Tmp("state_segv");
+  std::filesystem::remove_all(state);
+  std::string spec = Tmp("long_segv.yaml");
+  std::ofstream(spec) << "name: segv\nmax_restarts: 0\n"
+                         "model: {family: gpt, n_layer: 1, n_head: 2, d_model: 32, seq_len: 16}\n"
+                         "train: {steps: 100000, batch_size: 4, eval_every: 100000}\n";
+  std::string log = Tmp("segv.log");
+  pid_t pid = fork();
+  if (pid == 0) {
+    FILE* f = freopen(log.c_str(), "w", stderr);
+    (void)f;
+    execl("runtime/loom", "loom", "run", spec.c_str(), "--keep-state", state.c_str(), nullptr);
+    _exit(127);
+  }
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  bool training = false;
+  while (!training && std::chrono::steady_clock::now() < deadline) {
+    std::ifstream p(state + "/agent/logs/job-1/rank0.progress");
+    int64_t step = 0;
+    training = (p >> step) && step > 1;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_TRUE(training) << "the job never started training";
+  pid_t worker = RankZeroWorker(state);
+  ASSERT_GT(worker, 0) << "no rank-0 worker found";
+  kill(worker, SIGSEGV);
+  int status = 0;
+  for (int i = 0; i < 600 && waitpid(pid, &status, WNOHANG) != pid; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_TRUE(WIFEXITED(status)) << "loom run did not exit within 30 s of its rank's crash";
+  EXPECT_EQ(WEXITSTATUS(status), 1);
+  std::ifstream in(log);
+  std::stringstream out;
+  out << in.rdbuf();
+  EXPECT_NE(out.str().find("exited with -11"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("rank 0's stderr"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("SIGSEGV"), std::string::npos) << out.str();
 }
 
 }  // namespace
