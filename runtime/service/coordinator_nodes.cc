@@ -48,7 +48,9 @@ absl::StatusOr<v1::RegisterAgentResponse> Coordinator::RegisterAgent(const v1::R
 // Ranks an agent still runs: adopted when the job is live, in this attempt and
 // not placed elsewhere for them; otherwise the agent is told to kill them.
 void Coordinator::AdoptLocked(const std::string& agent_id, const v1::RunningJob& running) {
-  auto kill = [&] {
+  auto kill = [&](const char* why) {
+    std::fprintf(stderr, "loom coordinator: agent %s runs ranks of %s (attempt %d) that are not adoptable (%s): killing them\n",
+                 agent_id.c_str(), running.job_id().c_str(), running.attempt(), why);
     auto* k = agents_[agent_id].orders.emplace_back().mutable_kill();
     k->set_job_id(running.job_id());
     k->set_grace_ms(opts_.kill_grace_ms);
@@ -57,9 +59,14 @@ void Coordinator::AdoptLocked(const std::string& agent_id, const v1::RunningJob&
   if (!id.ok()) return;
   auto r = store_->GetJob(*id);
   auto live = live_.find(*id);
-  if (!r.ok() || IsTerminal(r->state) || live == live_.end() || r->state == v1::PENDING ||
-      running.attempt() != r->restart_count) {
-    kill();
+  const char* why = !r.ok()                              ? "unknown job"
+                    : IsTerminal(r->state)               ? "job finished"
+                    : live == live_.end()                ? "job not live"
+                    : r->state == v1::PENDING            ? "job queued"
+                    : running.attempt() != r->restart_count ? "an earlier attempt"
+                                                          : nullptr;
+  if (why != nullptr) {
+    kill(why);
     return;
   }
   std::vector<Slot> slots;
@@ -70,13 +77,15 @@ void Coordinator::AdoptLocked(const std::string& agent_id, const v1::RunningJob&
   }
   for (const v1::RankPlacement& p : running.ranks()) {
     if (p.rank() < 0 || p.rank() >= r->world_size) {
-      kill();
+      kill("rank out of range");
       return;
     }
     slots.push_back({p.rank(), agent_id, p.gpu()});
   }
+  std::fprintf(stderr, "loom coordinator: agent %s reclaims %zu rank(s) of %s\n", agent_id.c_str(), slots.size(),
+               running.job_id().c_str());
   if (!sched_.Adopt(*id, agent_id, slots, live->second.demand.gpu)) {
-    kill();
+    kill("no room on the agent");
     return;
   }
   const auto* placed = sched_.Placement(*id);

@@ -23,10 +23,13 @@ namespace {
 TEST(CoordinatorDeath, RunningJobCompletesAfterKillAndRestart) {
   const std::string root = TestDir("coord_death");
   const std::string data = root + "/coord", port_file = root + "/port";
+  // The reclaim grace (default 5 s) is long enough on an idle machine; here
+  // four CPU-bound ranks share CI's two cores with other tests, and the
+  // agents' reconnection was seen to take longer than 5 s.
   auto start = [&](const std::string& listen) {
     std::filesystem::remove(port_file);
     return Spawn({"runtime/loom", "coordinator", "--data-dir", data, "--listen", listen, "--metrics-listen", "off",
-                  "--port-file", port_file, "--heartbeat-ms", "200"},
+                  "--port-file", port_file, "--heartbeat-ms", "200", "--reclaim-grace-ms", "30000"},
                  root + "/coord.log");
   };
   pid_t coord = start("127.0.0.1:0");

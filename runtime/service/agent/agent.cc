@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -126,7 +127,9 @@ void Agent::Loop() {
     v1::PollOrdersResponse resp;
     grpc::Status s = stub_->PollOrders(Ctx(opts_.poll_wait_ms + 5000).get(), req, &resp);
     if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
-      (void)Register();  // the coordinator restarted or declared us lost
+      // The coordinator restarted or declared us lost.
+      if (absl::Status r = Register(); !r.ok())
+        std::fprintf(stderr, "loom agent: registering again: %s\n", std::string(r.message()).c_str());
     } else if (!s.ok()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
