@@ -136,13 +136,17 @@ TEST(RunCli, WorkerConfigErrorFailsOnceWithTheRootCause) {
   EXPECT_EQ(r.output.find("restart 1"), std::string::npos) << "a config error was retried:\n" << r.output;
 }
 
-TEST(RunCli, InterruptCancelsAndLeavesNoWorker) {
-  std::string state = Tmp("state_int");
+// Starts `loom run` on a 100000-step job (extra spec lines first) in the
+// background, its stderr to `log` and its state kept in `state`, and waits
+// until rank 0 trains (its progress file moves past step 1). Returns the pid,
+// or 0 when the job never started training.
+pid_t StartLongRun(const std::string& name, const std::string& extra, const std::string& state,
+                   const std::string& log) {
   std::filesystem::remove_all(state);
-  std::string spec = Tmp("long2.yaml");
-  std::ofstream(spec) << "name: long\nmodel: {family: gpt, n_layer: 1, n_head: 2, d_model: 32, seq_len: 16}\n"
+  std::string spec = Tmp(name + ".yaml");
+  std::ofstream(spec) << "name: " << name << "\n" << extra
+                      << "model: {family: gpt, n_layer: 1, n_head: 2, d_model: 32, seq_len: 16}\n"
                          "train: {steps: 100000, batch_size: 4, eval_every: 100000}\n";
-  std::string log = Tmp("int.log");
   pid_t pid = fork();
   if (pid == 0) {
     FILE* f = freopen(log.c_str(), "w", stderr);
@@ -150,16 +154,22 @@ TEST(RunCli, InterruptCancelsAndLeavesNoWorker) {
     execl("runtime/loom", "loom", "run", spec.c_str(), "--keep-state", state.c_str(), nullptr);
     _exit(127);
   }
-  // Wait until rank 0 is training (its progress file moves past step 1).
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  bool training = false;
-  while (!training && std::chrono::steady_clock::now() < deadline) {
+  while (std::chrono::steady_clock::now() < deadline) {
     std::ifstream p(state + "/agent/logs/job-1/rank0.progress");
     int64_t step = 0;
-    training = (p >> step) && step > 1;
+    if ((p >> step) && step > 1) return pid;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
-  ASSERT_TRUE(training) << "the job never started training";
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  return 0;
+}
+
+TEST(RunCli, InterruptCancelsAndLeavesNoWorker) {
+  std::string state = Tmp("state_int"), log = Tmp("int.log");
+  pid_t pid = StartLongRun("long", "", state, log);
+  ASSERT_GT(pid, 0) << "the job never started training";
   EXPECT_GE(ProcessesMentioning(state), 1);
   auto t0 = std::chrono::steady_clock::now();
   kill(pid, SIGINT);
@@ -194,29 +204,9 @@ pid_t RankZeroWorker(const std::string& needle) {
 // A rank that dies of a signal leaves no error file; `loom run` shows the tail
 // of its stderr, where the failure signal handler wrote what killed it.
 TEST(RunCli, RankKilledBySignalShowsItsStderrTail) {
-  std::string state = Tmp("state_segv");
-  std::filesystem::remove_all(state);
-  std::string spec = Tmp("long_segv.yaml");
-  std::ofstream(spec) << "name: segv\nmax_restarts: 0\n"
-                         "model: {family: gpt, n_layer: 1, n_head: 2, d_model: 32, seq_len: 16}\n"
-                         "train: {steps: 100000, batch_size: 4, eval_every: 100000}\n";
-  std::string log = Tmp("segv.log");
-  pid_t pid = fork();
-  if (pid == 0) {
-    FILE* f = freopen(log.c_str(), "w", stderr);
-    (void)f;
-    execl("runtime/loom", "loom", "run", spec.c_str(), "--keep-state", state.c_str(), nullptr);
-    _exit(127);
-  }
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  bool training = false;
-  while (!training && std::chrono::steady_clock::now() < deadline) {
-    std::ifstream p(state + "/agent/logs/job-1/rank0.progress");
-    int64_t step = 0;
-    training = (p >> step) && step > 1;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  ASSERT_TRUE(training) << "the job never started training";
+  std::string state = Tmp("state_segv"), log = Tmp("segv.log");
+  pid_t pid = StartLongRun("segv", "max_restarts: 0\n", state, log);
+  ASSERT_GT(pid, 0) << "the job never started training";
   pid_t worker = RankZeroWorker(state);
   ASSERT_GT(worker, 0) << "no rank-0 worker found";
   kill(worker, SIGSEGV);
