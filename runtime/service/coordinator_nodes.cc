@@ -82,12 +82,12 @@ void Coordinator::AdoptLocked(const std::string& agent_id, const v1::RunningJob&
     }
     slots.push_back({p.rank(), agent_id, p.gpu()});
   }
-  std::fprintf(stderr, "loom coordinator: agent %s reclaims %zu rank(s) of %s\n", agent_id.c_str(), slots.size(),
-               running.job_id().c_str());
   if (!sched_.Adopt(*id, agent_id, slots, live->second.demand.gpu)) {
     kill("no room on the agent");
     return;
   }
+  std::fprintf(stderr, "loom coordinator: agent %s reclaimed %zu rank(s) of %s\n", agent_id.c_str(), slots.size(),
+               running.job_id().c_str());
   const auto* placed = sched_.Placement(*id);
   if (placed && static_cast<int32_t>(placed->size()) == r->world_size) unclaimed_.erase(*id);
 }

@@ -627,7 +627,8 @@ struct Plan {
   int64_t accum_bytes = 0;  // f32 dQ accumulator at the start of the workspace (0: none)
   int chosen = -1;          // the engine config that runs (graph->configs()); -1: not timed yet
   std::string choice;       // which one and why
-  int64_t Workspace() const { return accum_bytes > 0 ? (accum_bytes + 255) / 256 * 256 + plan_workspace : plan_workspace; }
+  static int64_t Align(int64_t n) { return (n + 255) / 256 * 256; }
+  int64_t Workspace() const { return Align(accum_bytes) + plan_workspace; }
 };
 
 struct State {
@@ -798,7 +799,7 @@ absl::Status Run(const CudnnSdpaArgs& a, bool backward) {
     if (plan->accum_bytes > 0) {
       uids.push_back(kDQAccum);
       ptrs.push_back(ws);
-      plan_ws = static_cast<char*>(ws) + (plan->accum_bytes + 255) / 256 * 256;
+      plan_ws = static_cast<char*>(ws) + Plan::Align(plan->accum_bytes);
     }
   }
   if (plan->plan_workspace == 0) plan_ws = nullptr;
