@@ -8,6 +8,7 @@
 # With --loom=FILE (sdpa_bench's output) it prints Loom's figures beside the
 # backends and the ratios to the fastest backend and to the flash backend.
 #   python3 torch_sdpa.py [--iters=N] [--loom=FILE] [--prev=FILE] [--no-math] [--idle-ms=N]
+#                         [--shape=B,H,T,D] [--only=flash,efficient,cudnn,math]
 # --idle-ms (300): the card idles this long before every timed loop (as
 # sdpa_bench --idle-ms).
 # --prev=FILE: this script's output from earlier rounds; the table then uses
@@ -61,18 +62,30 @@ def read_results(path, impl_re):
 
 def main():
     iters, loom_file, prev_file, math_ok = 20, None, None, True
+    shapes, only = SHAPES, None
     for a in sys.argv[1:]:
         if a.startswith("--iters="): iters = int(a[8:])
         elif a.startswith("--loom="): loom_file = a[7:]
         elif a.startswith("--prev="): prev_file = a[7:]
         elif a == "--no-math": math_ok = False
+        elif a.startswith("--shape="):
+            shapes = [tuple(int(x) for x in a[8:].split(","))]
+            if len(shapes[0]) != 4:
+                sys.exit(f"--shape wants B,H,T,D, got {a[8:]!r}")
+        elif a.startswith("--only="):
+            only = set(a[7:].split(","))
+            unknown = only - {n for n, _ in BACKENDS}
+            if unknown:
+                sys.exit(f"--only: unknown backend(s) {sorted(unknown)}; known: {[n for n, _ in BACKENDS]}")
         elif a.startswith("--idle-ms="):
             global IDLE_S
             IDLE_S = int(a[10:]) / 1000
+        else:
+            sys.exit(f"unknown argument {a!r}")
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name(0)}; cudnn {torch.backends.cudnn.version()}")
     torch.manual_seed(0)
     results = {}
-    for (b, h, t, d) in SHAPES:
+    for (b, h, t, d) in shapes:
         q, k, v = (torch.randn(b, h, t, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
         dout = torch.randn(b, h, t, d, device="cuda", dtype=torch.bfloat16)
         for causal in (False, True):
@@ -83,7 +96,7 @@ def main():
                 with sdpa_kernel(SDPBackend.MATH):
                     ref = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal)
             for name, be in BACKENDS:
-                if name == "math" and (not math_ok or t > 4096):
+                if name == "math" and (not math_ok or t > 4096) or (only and name not in only):
                     continue
                 try:
                     with sdpa_kernel(be):
