@@ -124,8 +124,16 @@ struct WgTile {
 // with this tile's P V, and its softmax runs while P V is still on the tensor
 // cores (O is rescaled once P V is done); K runs one tile ahead of V in the
 // double buffers so that both are in flight a whole iteration ahead.
+// Blocks per multiprocessor the register budget is set for. At D 64 one
+// warpgroup needs 172-174 registers unbounded, which fits two blocks per SM;
+// bounded for three, ptxas gives it 166-168 with no spills, and three blocks'
+// 73 KB of shared memory fit. The forward then takes 0.073 ms, not 0.081
+// (H200, B8 H12 T1024 non-causal; causal 0.053, not 0.057: docs/perf.md).
+template <int D, int NWG>
+constexpr int kFwdMinBlocks = (D == 64 && NWG == 1) ? 3 : 1;
+
 template <int D, int NWG, bool kBf16, bool kCausal, bool kPipe>
-__global__ void __launch_bounds__(128 * NWG, 1) FlashFwdWgmmaKernel(FlashParams p) {
+__global__ void __launch_bounds__(128 * NWG, kFwdMinBlocks<D, NWG>) FlashFwdWgmmaKernel(FlashParams p) {
   constexpr int kBM = 64 * NWG, kNT = 128 * NWG;
   using W = WgTile<D, kBM, kBf16>;
   using T = typename Elem<kBf16>::T;
