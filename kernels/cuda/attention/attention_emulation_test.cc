@@ -67,18 +67,18 @@ void Backward(const FlashParams& p) {
   const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seq_q;
   const int bv = p.bwd_variant > 0 ? p.bwd_variant : BwdDefaultVariant(D);
   if (bv == kBwdAtomicVariant) {
-    emu::Launch({static_cast<unsigned>((p.seq_q + 7) / 8), static_cast<unsigned>(p.heads),
+    emu::Launch({static_cast<unsigned>((p.seq_q + kPreRows<D> - 1) / kPreRows<D>), static_cast<unsigned>(p.heads),
                  static_cast<unsigned>(p.batch)},
-                256, [&] { BwdPreprocessKernel<kBf16, true>(p); });
+                256, [&] { BwdPreprocessKernel<D, kBf16, true>(p); });
     DkDv<D, BwdAtomicCfg<D>, kDqAtomic, kBf16, kCausal>(p);
     const int64_t n = rows * D;
     emu::Launch({static_cast<unsigned>((n + 255) / 256), 1, 1}, 256,
                 [&] { BwdConvertDqKernel<kBf16>(p, n); });
     return;
   }
-  emu::Launch({static_cast<unsigned>((p.seq_q + 7) / 8), static_cast<unsigned>(p.heads),
+  emu::Launch({static_cast<unsigned>((p.seq_q + kPreRows<D> - 1) / kPreRows<D>), static_cast<unsigned>(p.heads),
                static_cast<unsigned>(p.batch)},
-              256, [&] { BwdPreprocessKernel<kBf16, false>(p); });
+              256, [&] { BwdPreprocessKernel<D, kBf16, false>(p); });
   if (IsDsVariant(bv)) {  // the wgmma dK/dV pass has no emulation: mma.sync's runs (as off sm_90)
     DkDv<D, BwdDsCfg, kDqStoreDs, kBf16, kCausal>(p);
     constexpr int BM = 32 * kDqFromDsWarps;
@@ -232,6 +232,48 @@ TEST_P(Emulated, MatchesFp64Reference) {
   EXPECT_LT(eq, 1e-2);
   EXPECT_LT(ek, 1e-2);
   EXPECT_LT(ev, 1e-2);
+}
+
+// delta = rowsum(dO * O) from BwdPreprocessKernel, against fp64: 16-byte
+// loads where the operands allow them, element loads where they are
+// misaligned (o and dout one element off) or their row stride is not a whole
+// number of 8-element chunks; Tq not a multiple of the block's rows.
+template <int D, bool kBf16>
+void CheckPreprocess(int64_t offset, int64_t row_stride) {
+  const int b = 2, h = 3, tq = 45;
+  const int64_t n = static_cast<int64_t>(b) * h * tq * row_stride + offset;
+  std::vector<uint16_t> o(n + 8), dout(n + 8);
+  uint64_t seed = 7;
+  for (int64_t i = 0; i < n + 8; ++i) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    o[i] = Round(static_cast<double>(seed >> 11) / 9007199254740992.0 - 0.5, kBf16);
+    dout[i] = Round(static_cast<double>(seed >> 20) / 17592186044416.0 - 0.5, kBf16);
+  }
+  std::vector<float> delta(static_cast<size_t>(b) * h * tq, NAN);
+  FlashParams p;
+  p.bf16 = kBf16, p.batch = b, p.heads = h, p.kv_heads = h, p.seq_q = tq, p.seq_k = tq, p.head_dim = D;
+  p.o = o.data() + offset, p.dout = dout.data() + offset, p.delta = delta.data();
+  p.so = p.sdo = TensorStrides{h * tq * row_stride, tq * row_stride, row_stride};
+  emu::Launch({static_cast<unsigned>((tq + kPreRows<D> - 1) / kPreRows<D>), static_cast<unsigned>(h),
+               static_cast<unsigned>(b)},
+              256, [&] { BwdPreprocessKernel<D, kBf16, false>(p); });
+  for (int bb = 0; bb < b; ++bb)
+    for (int hh = 0; hh < h; ++hh)
+      for (int t = 0; t < tq; ++t) {
+        const int64_t base = offset + bb * p.so.b + hh * p.so.h + t * row_stride;
+        double ref = 0;
+        for (int i = 0; i < D; ++i) ref += Value(o[base + i], kBf16) * Value(dout[base + i], kBf16);
+        const float got = delta[(static_cast<size_t>(bb) * h + hh) * tq + t];
+        ASSERT_NEAR(got, ref, 1e-5 * (1 + std::fabs(ref))) << "D" << D << " offset " << offset << " stride "
+                                                           << row_stride << " b" << bb << " h" << hh << " t" << t;
+      }
+}
+
+TEST(EmulatedPreprocess, DeltaMatchesFp64WithAndWithoutVectorLoads) {
+  CheckPreprocess<64, true>(0, 64);     // contiguous: 16-byte loads
+  CheckPreprocess<64, true>(1, 64);     // misaligned base: element loads
+  CheckPreprocess<128, false>(0, 136);  // padded rows, still whole chunks
+  CheckPreprocess<128, true>(0, 130);   // row stride not a multiple of 8: element loads
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, Emulated,

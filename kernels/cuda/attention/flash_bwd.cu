@@ -46,10 +46,10 @@ cudaError_t LaunchDqFromDs(const FlashParams& p, cudaStream_t s) {
 template <int D, bool kBf16, bool kCausal>
 cudaError_t Bwd3(const FlashParams& p, cudaStream_t s) {
   const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seq_q;
-  const dim3 pre_grid((p.seq_q + 7) / 8, p.heads, p.batch);
+  const dim3 pre_grid((p.seq_q + kPreRows<D> - 1) / kPreRows<D>, p.heads, p.batch);
   const int bv = p.bwd_variant > 0 ? p.bwd_variant : BwdDefaultVariant(D);
   if (bv == kBwdAtomicVariant) {
-    BwdPreprocessKernel<kBf16, true><<<pre_grid, 256, 0, s>>>(p);
+    BwdPreprocessKernel<D, kBf16, true><<<pre_grid, 256, 0, s>>>(p);
     cudaError_t e = LaunchDkDv<D, BwdAtomicCfg<D>, kDqAtomic, kBf16, kCausal>(p, s);
     if (e != cudaSuccess) return e;
     const int64_t n = rows * D;
@@ -57,7 +57,7 @@ cudaError_t Bwd3(const FlashParams& p, cudaStream_t s) {
     BwdConvertDqKernel<kBf16><<<static_cast<unsigned>(blocks < 65536 * 8 ? blocks : 65536 * 8), 256, 0, s>>>(p, n);
     return cudaGetLastError();
   }
-  BwdPreprocessKernel<kBf16, false><<<pre_grid, 256, 0, s>>>(p);
+  BwdPreprocessKernel<D, kBf16, false><<<pre_grid, 256, 0, s>>>(p);
   if (IsDsVariant(bv)) {  // the wgmma dK/dV pass on compute capability 9.0, else mma.sync's
     cudaError_t e = bv != kBwdDsVariant && DeviceIsSm90()
                         ? FlashBackwardWgmmaDkDv(p, bv == kBwdWgmmaDs1Variant ? 1 : 2, s)

@@ -38,6 +38,9 @@ struct __half {
 struct __half2 {
   __half x, y;
 };
+struct alignas(16) uint4 {
+  uint32_t x, y, z, w;
+};
 inline float __bfloat162float(__nv_bfloat16 v) {
   uint32_t u = static_cast<uint32_t>(v.x) << 16;
   float f;
