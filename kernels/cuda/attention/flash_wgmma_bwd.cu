@@ -6,13 +6,14 @@
 //     and BN = 64 NWG keys of one (batch, kv head), 64 keys per warpgroup; K and V stay in shared memory
 //     (wgmma.cuh's 128-byte-swizzled layout) and dK, dV in registers;
 //   - it walks every query head of its GQA group and every 64-row query tile
-//     (causal: from the tile of its first key), Q and dO double-buffered by
-//     cp.async; per tile and warpgroup:
+//     (causal: from the tile of its first key), Q and dO (and the tile's
+//     lse and delta) double-buffered by cp.async; per tile and warpgroup:
 //       S^T = K Q^T and dP^T = V dO^T (shared x shared, m64n64),
 //       P^T = exp(S^T scale - lse), dS^T = P^T (dP^T - delta) on the
 //       accumulators,
 //       dV += P^T dO and dK += dS^T Q (registers x shared through the
-//       transpose bit, m64nD), while dS^T goes to the workspace;
+//       transpose bit, m64nD), while dS^T goes to the workspace through
+//       a per-warp staging buffer in shared memory (whole 16-byte rows);
 //   - dK is scaled once at the end. Deterministic: no atomics.
 // Visited tiles are written whole (zeros past seq_q, seq_k and the causal
 // diagonal), rows past the workspace's ds_keys skipped.
@@ -24,10 +25,13 @@ namespace loom::cuda::attn {
 namespace {
 
 constexpr int kBM = 64;  // queries per tile
+constexpr int kDsRow = 72;  // dS^T staging row, elements: 144 bytes apart, so the fragment writes meet no bank conflict
 
 template <int D, int BN>
 constexpr int BwdSmemBytes() {
-  return (2 * BN * D + 4 * kBM * D) * 2 + 1024;  // K, V; Q and dO x 2 stages; alignment slack
+  // K, V; Q and dO x 2 stages; the query tile's lse and delta x 2 stages; the
+  // warps' dS^T staging rows (16 keys each); alignment slack
+  return (2 * BN * D + 4 * kBM * D) * 2 + 4 * kBM * 4 + BN * kDsRow * 2 + 1024;
 }
 
 // S^T or dP^T for this warpgroup's 64 keys x the tile's 64 queries: A = the
@@ -50,8 +54,8 @@ __device__ __forceinline__ void IssueAccumulate(float* acc, const uint32_t (*a)[
 }
 
 // Blocks per multiprocessor the register budget is set for. At D 64 one
-// warpgroup needs 201 registers unbounded (two blocks per SM); capped at 168
-// (three blocks, a few bytes of spills) the backward runs 6% faster on the
+// warpgroup needs 198-201 registers unbounded (two blocks per SM); capped at
+// 168 (three blocks, 0-12 bytes of spills) the backward runs 6% faster on the
 // H200 (B8 H12 T1024: 0.336 ms against 0.357; docs/perf.md). At D 128 the
 // accumulators alone take 128 registers: one.
 template <int D, int NWG>
@@ -67,6 +71,9 @@ __global__ void __launch_bounds__(128 * NWG, kBwdMinBlocks<D, NWG>) FlashBwdWgmm
   T* sV = sK + kBN * D;
   T* sQ = sV + kBN * D;        // 2 stages
   T* sdO = sQ + 2 * kBM * D;   // 2 stages
+  float* sStat = reinterpret_cast<float*>(sdO + 2 * kBM * D);  // 2 stages of [lse x kBM, delta x kBM]
+  // This warp's 16 keys x 64 queries of dS^T on their way to the workspace.
+  T* sDs = reinterpret_cast<T*>(sStat + 4 * kBM) + (threadIdx.x >> 5) * 16 * kDsRow;
 
   const int n_block = blockIdx.x, hk = blockIdx.y, b = blockIdx.z;
   const int group = p.heads / p.kv_heads;
@@ -88,6 +95,13 @@ __global__ void __launch_bounds__(128 * NWG, kBwdMinBlocks<D, NWG>) FlashBwdWgmm
                             m0_of(it), p.seq_q, tid);
     wg::LoadSw<D, kBM, kNT>(sdO + st * kBM * D, static_cast<const T*>(p.dout) + b * p.sdo.b + h * p.sdo.h,
                             p.sdo.r, m0_of(it), p.seq_q, tid);
+    if (tid < 2 * kBM) {  // thread i < kBM: lse of query m0 + i; the next kBM: its delta
+      const int i = tid % kBM, q = m0_of(it) + i;
+      const int64_t row = (static_cast<int64_t>(b) * p.heads + h) * p.seq_q + q;
+      float* dst = sStat + st * 2 * kBM + tid;
+      if (q < p.seq_q) CpAsync4(SmemAddr(dst), tid < kBM ? p.lse + row : p.delta + row);
+      else *dst = tid < kBM ? INFINITY : 0.f;  // past the end: P = 0
+    }
   };
 
   wg::LoadSw<D, kBN, kNT>(sK, k, p.sk.r, n0, p.seq_k, tid);
@@ -122,16 +136,14 @@ __global__ void __launch_bounds__(128 * NWG, kBwdMinBlocks<D, NWG>) FlashBwdWgmm
     wg::FenceRegs<kBM / 2>(dpt);
     // P^T and dS^T = P^T (dP^T - delta): element 4i + 2rr + c is key
     // key0 + 8rr, query m0 + 8i + 2t + c.
-    const float* lse = p.lse + bh * p.seq_q;
-    const float* delta = p.delta + bh * p.seq_q;
+    const float* s_lse = sStat + stage * 2 * kBM;  // then delta, kBM further
 #pragma unroll
     for (int i = 0; i < kBM / 8; ++i)
 #pragma unroll
       for (int c = 0; c < 2; ++c) {
         const int q = m0 + 8 * i + 2 * t + c;
-        const bool q_ok = q < p.seq_q;
-        const float l2 = q_ok ? lse[q] * kLog2e : INFINITY;
-        const float dl = q_ok ? delta[q] : 0.f;
+        const float l2 = s_lse[8 * i + 2 * t + c] * kLog2e;
+        const float dl = s_lse[kBM + 8 * i + 2 * t + c];
 #pragma unroll
         for (int rr = 0; rr < 2; ++rr) {
           const int e = 4 * i + 2 * rr + c, key = key0 + 8 * rr;
@@ -148,21 +160,28 @@ __global__ void __launch_bounds__(128 * NWG, kBwdMinBlocks<D, NWG>) FlashBwdWgmm
     IssueAccumulate<D, kBf16>(dv, ap, do_addr);
     IssueAccumulate<D, kBf16>(dk, as, q_addr);
     wg::Commit();
-    // dS^T to the workspace ([bh][key][query], rows ds_ld apart) meanwhile:
-    // fragment kk, register j holds key key0 + 8 (j & 1), queries
-    // m0 + 16kk + 8 (j >> 1) + 2t, +1.
-    T* ds = static_cast<T*>(p.ds) + bh * p.ds_bh + m0 + 2 * t;
+    // dS^T to the workspace ([bh][key][query], rows ds_ld apart) meanwhile,
+    // through this warp's staging rows: fragment kk, register j holds key
+    // g + 8 (j & 1) of the warp's 16, queries 16kk + 8 (j >> 1) + 2t, +1 of
+    // the tile; then each row goes out as eight 16-byte stores, whole
+    // sectors (the fragments' own 4-byte stores half-filled each one: the
+    // backward took 0.290 ms, not 0.249, at B8 H12 T1024 D64; docs/perf.md).
 #pragma unroll
-    for (int rr = 0; rr < 2; ++rr) {
-      const int key = key0 + 8 * rr;
-      if (key < p.ds_keys) {
-        T* row = ds + static_cast<int64_t>(key) * p.ds_ld;
+    for (int rr = 0; rr < 2; ++rr)
 #pragma unroll
-        for (int kk = 0; kk < kBM / 16; ++kk) {
-          *reinterpret_cast<uint32_t*>(row + 16 * kk) = as[kk][rr];
-          *reinterpret_cast<uint32_t*>(row + 16 * kk + 8) = as[kk][2 + rr];
-        }
+      for (int kk = 0; kk < kBM / 16; ++kk) {
+        *reinterpret_cast<uint32_t*>(sDs + (g + 8 * rr) * kDsRow + 16 * kk + 2 * t) = as[kk][rr];
+        *reinterpret_cast<uint32_t*>(sDs + (g + 8 * rr) * kDsRow + 16 * kk + 8 + 2 * t) = as[kk][2 + rr];
       }
+    __syncwarp();
+    T* ds = static_cast<T*>(p.ds) + bh * p.ds_bh + m0;
+    const int key_base = n0 + wgi * 64 + warp * 16;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int c = j * 32 + lane, r = c >> 3, col = (c & 7) * 8;
+      if (key_base + r < p.ds_keys)
+        *reinterpret_cast<uint4*>(ds + static_cast<int64_t>(key_base + r) * p.ds_ld + col) =
+            *reinterpret_cast<const uint4*>(sDs + r * kDsRow + col);
     }
     wg::Wait<0>();
     wg::FenceRegs<D / 2>(dv);
