@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -102,10 +103,21 @@ int Main(int argc, char** argv) {
         Check("worst final parameter", r->WorstFinal(), b.final_value, &ok);
         std::printf("    worst: gradient %s, final %s\n", parity::ParityResult::Worst(r->grad_rel).c_str(),
                     parity::ParityResult::Worst(r->final_rel).c_str());
-        if (r->control_loss_rel >= 0)
+        if (r->control_loss_rel >= 0) {
           std::printf("    noise floor, torch cpu vs torch cuda: loss %.2e, gradient %s, final %s\n",
                       r->control_loss_rel, parity::ParityResult::Worst(r->control_grad_rel).c_str(),
                       parity::ParityResult::Worst(r->control_final_rel).c_str());
+          // Per parameter, Loom's final gap over torch's own CPU-vs-GPU gap
+          // (printed only: the data for judging a noise-relative bound).
+          std::map<std::string, double> ratio;
+          for (const auto& [name, err] : r->final_rel) {
+            auto it = r->control_final_rel.find(name);
+            if (it != r->control_final_rel.end() && it->second > 0) ratio[name] = err / it->second;
+          }
+          if (!ratio.empty())
+            std::printf("    worst final gap / noise floor, per parameter: %s\n",
+                        parity::ParityResult::Worst(ratio).c_str());
+        }
       }
       std::printf("  %s\n", ok ? "PASS" : "FAIL");
       (ok ? passed : failed)++;
