@@ -52,6 +52,7 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
   }
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(options.data_dir));
   std::unique_ptr<Coordinator> c(new Coordinator(options, std::move(store)));
+  LOOM_ASSIGN_OR_RETURN(c->incarnation_, RandomHex(8));
   // Reload: queued jobs go back in the queue; jobs that were placed keep
   // their state until agents reconnect (reconciliation is the agents' part).
   LOOM_ASSIGN_OR_RETURN(std::vector<JobRecord> active, c->store_->ActiveJobs());
@@ -68,9 +69,6 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
       c->unclaimed_.insert(r.id);
     }
   }
-  c->reclaim_deadline_ =
-      std::chrono::steady_clock::now() +
-      std::chrono::milliseconds(std::max(3 * options.heartbeat_interval_ms, options.reclaim_grace_ms));
   c->UpdateGaugesLocked();
   Coordinator* raw = c.get();
   c->monitor_ = std::thread([raw] {
@@ -84,6 +82,12 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
     }
   });
   return c;
+}
+
+void Coordinator::StartReclaimClock() {
+  std::lock_guard<std::mutex> l(mu_);
+  reclaim_deadline_ = std::chrono::steady_clock::now() +
+                      std::chrono::milliseconds(std::max(3 * opts_.heartbeat_interval_ms, opts_.reclaim_grace_ms));
 }
 
 Coordinator::Coordinator(const CoordinatorOptions& o, std::unique_ptr<JobStore> s) : opts_(o), store_(std::move(s)) {

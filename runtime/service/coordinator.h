@@ -50,8 +50,8 @@ struct CoordinatorOptions {
   std::vector<std::string> allowed_roots;
   int heartbeat_interval_ms = 1000;
   // After a restart, how long reloaded jobs wait for agents to reclaim their
-  // running ranks: the larger of this and 3 heartbeat intervals (agents come
-  // back with gRPC's reconnect backoff).
+  // running ranks: the larger of this and 3 heartbeat intervals, counted from
+  // StartReclaimClock() (the moment the server listens).
   int reclaim_grace_ms = 5000;
   int kill_grace_ms = 10000;  // SIGTERM -> SIGKILL grace in kill orders
   metrics::Registry* metrics = nullptr;  // optional; must outlive the coordinator
@@ -91,6 +91,12 @@ class Coordinator {
   // restart) placed jobs whose ranks no reconnecting agent reclaimed within 3
   // heartbeat intervals.
   void CheckAgents();
+  // Starts the reclaim grace of reloaded jobs; called once the server listens.
+  // Until then no reloaded job is given up.
+  void StartReclaimClock();
+  // Random id of this coordinator process, sent in every NodeService response
+  // so that agents notice a restart and register again.
+  const std::string& incarnation() const { return incarnation_; }
 
   // Wakes long polls and watchers so a server shutdown does not wait for
   // them; calls made afterwards still work but no longer block.
@@ -138,7 +144,8 @@ class Coordinator {
   int64_t next_agent_ = 1;
   // Jobs reloaded in SCHEDULED/RUNNING/RESTARTING, awaiting their agents.
   std::set<int64_t> unclaimed_;
-  std::chrono::steady_clock::time_point reclaim_deadline_;
+  std::chrono::steady_clock::time_point reclaim_deadline_ = std::chrono::steady_clock::time_point::max();
+  std::string incarnation_;
   bool stopping_ = false;
   std::thread monitor_;
 

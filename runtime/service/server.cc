@@ -145,11 +145,14 @@ class NodeServiceImpl final : public v1::NodeService::Service {
     auto r = c_->RegisterAgent(*req);
     if (!r.ok()) return ToGrpc(r.status());
     *resp = std::move(*r);
+    resp->set_incarnation(c_->incarnation());
     return grpc::Status::OK;
   }
 
-  grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req, v1::HeartbeatResponse*) override {
+  grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
+                         v1::HeartbeatResponse* resp) override {
     if (auto s = CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    resp->set_incarnation(c_->incarnation());
     return ToGrpc(c_->Heartbeat(req->agent_id()));
   }
 
@@ -159,24 +162,28 @@ class NodeServiceImpl final : public v1::NodeService::Service {
     auto r = c_->PollOrders(req->agent_id(), req->wait_ms());
     if (!r.ok()) return ToGrpc(r.status());
     *resp = std::move(*r);
+    resp->set_incarnation(c_->incarnation());
     return grpc::Status::OK;
   }
 
   grpc::Status ReportExit(grpc::ServerContext* ctx, const v1::ReportExitRequest* req,
-                          v1::ReportExitResponse*) override {
+                          v1::ReportExitResponse* resp) override {
     if (auto s = CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    resp->set_incarnation(c_->incarnation());
     return ToGrpc(c_->ReportExit(*req));
   }
 
   grpc::Status ReportProgress(grpc::ServerContext* ctx, const v1::ReportProgressRequest* req,
-                              v1::ReportProgressResponse*) override {
+                              v1::ReportProgressResponse* resp) override {
     if (auto s = CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    resp->set_incarnation(c_->incarnation());
     return ToGrpc(c_->ReportProgress(*req));
   }
 
   grpc::Status AppendLogs(grpc::ServerContext* ctx, const v1::AppendLogsRequest* req,
-                          v1::AppendLogsResponse*) override {
+                          v1::AppendLogsResponse* resp) override {
     if (auto s = CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    resp->set_incarnation(c_->incarnation());
     return ToGrpc(c_->AppendLogs(*req));
   }
 
@@ -273,6 +280,7 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(cons
     return absl::UnavailableError(absl::StrCat("coordinator: cannot listen on ", options.listen_address));
   }
   s->server_->GetHealthCheckService()->SetServingStatus(true);
+  s->coordinator_->StartReclaimClock();  // the grace counts from now: agents can reach us
   return s;
 }
 

@@ -188,6 +188,63 @@ TEST_F(ServerTest, UnclaimedJobsRestartAfterCoordinatorRestart) {
   EXPECT_NE(s.root_cause().find("not reclaimed"), std::string::npos) << s.root_cause();
 }
 
+TEST_F(ServerTest, EveryNodeResponseNamesTheIncarnationAndARestartChangesIt) {
+  v1::RegisterAgentRequest reg;
+  reg.mutable_resources()->set_cpu_slots(2);
+  v1::RegisterAgentResponse rr;
+  ASSERT_TRUE(nodes_->RegisterAgent(Ctx().get(), reg, &rr).ok());
+  const std::string first = rr.incarnation();
+  EXPECT_EQ(first.size(), 16u) << first;
+  EXPECT_EQ(Poll(rr.agent_id()).incarnation(), first);
+  v1::HeartbeatRequest hb;
+  hb.set_agent_id(rr.agent_id());
+  v1::HeartbeatResponse hr;
+  ASSERT_TRUE(nodes_->Heartbeat(Ctx().get(), hb, &hr).ok());
+  EXPECT_EQ(hr.incarnation(), first);
+  server_.reset();
+  StartServer(1000, /*fresh=*/false);
+  v1::PollOrdersRequest poll;
+  poll.set_agent_id(rr.agent_id());
+  v1::PollOrdersResponse pr;
+  EXPECT_EQ(nodes_->PollOrders(Ctx().get(), poll, &pr).error_code(), StatusCode::NOT_FOUND);
+  ASSERT_TRUE(nodes_->RegisterAgent(Ctx().get(), reg, &rr).ok());
+  EXPECT_NE(rr.incarnation(), first);
+  EXPECT_EQ(Poll(rr.agent_id()).incarnation(), rr.incarnation());
+}
+
+// The reclaim grace of reloaded jobs counts from StartReclaimClock (the server
+// calls it once it listens), not from when the coordinator was created: a slow
+// start must not eat the agents' time to come back.
+TEST_F(ServerTest, ReclaimGraceCountsFromWhenTheServerListens) {
+  server_.reset();
+  StartServer(/*heartbeat_ms=*/50);
+  std::string agent = Register(2);
+  v1::SubmitJobResponse r;
+  ASSERT_TRUE(Submit(Spec("slow-start", 2), "s", &r).ok());
+  Poll(agent);
+  ASSERT_EQ(Get(r.job().job_id()).state(), v1::RUNNING);
+  server_.reset();
+  CoordinatorOptions o;
+  o.data_dir = root_ + "/data";
+  o.heartbeat_interval_ms = 50;
+  o.reclaim_grace_ms = 0;  // the grace is 3 heartbeats: 150 ms
+  auto c = Coordinator::Create(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));  // a start slower than the grace
+  (*c)->CheckAgents();
+  auto job = (*c)->Get(r.job().job_id());
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->job().state(), v1::RUNNING) << job->job().root_cause();
+  EXPECT_EQ(job->job().restart_count(), 0);
+  (*c)->StartReclaimClock();
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  (*c)->CheckAgents();
+  job = (*c)->Get(r.job().job_id());
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(job->job().restart_count(), 1);
+  EXPECT_NE(job->job().root_cause().find("not reclaimed"), std::string::npos) << job->job().root_cause();
+}
+
 TEST_F(ServerTest, LostAgentRequeuesItsJobs) {
   server_.reset();
   StartServer(/*heartbeat_ms=*/100);

@@ -9,6 +9,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <set>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -21,6 +24,10 @@
 namespace loom::service {
 
 extern "C" char** environ;
+
+namespace {
+constexpr size_t kMaxKeptExits = 4096;
+}  // namespace
 
 Agent::Agent(AgentOptions o) : opts_(std::move(o)) {
   grpc::ChannelArguments args;
@@ -51,24 +58,53 @@ absl::Status Agent::Register() {
   req.mutable_resources()->set_gpus(opts_.gpus);
   if (store_) req.set_rendezvous_address(store_->address());
   {
+    // The placement as the coordinator knew it: running ranks and ranks that
+    // exited but whose reports it may not have (an exited rank keeps its slot
+    // until the job ends).
+    // Only each job's latest attempt counts; earlier ones are stale.
     std::lock_guard<std::mutex> l(mu_);
-    std::map<std::string, v1::RunningJob*> by_job;
+    std::map<std::string, std::pair<int32_t, std::set<int32_t>>> by_job;  // job -> (attempt, ranks)
+    auto add = [&](const std::string& job, int32_t attempt, int32_t rank) {
+      auto [it, fresh] = by_job.try_emplace(job, attempt, std::set<int32_t>{});
+      if (attempt > it->second.first) it->second = {attempt, {}};
+      if (attempt == it->second.first) it->second.second.insert(rank);
+    };
     for (const auto& [pid, p] : procs_) {
-      if (p.terminating) continue;
-      v1::RunningJob*& r = by_job[p.job_id];
-      if (!r) {
-        r = req.add_running();
-        r->set_job_id(p.job_id);
-        r->set_attempt(p.attempt);
-      }
-      r->add_ranks()->set_rank(p.rank);
+      if (!p.terminating) add(p.job_id, p.attempt, p.rank);
+    }
+    for (const ExitReport& e : exits_) add(e.req.job_id(), e.req.attempt(), e.req.rank());
+    for (const auto& [job, ar] : by_job) {
+      v1::RunningJob* r = req.add_running();
+      r->set_job_id(job);
+      r->set_attempt(ar.first);
+      for (int32_t rank : ar.second) r->add_ranks()->set_rank(rank);
     }
   }
   v1::RegisterAgentResponse resp;
   grpc::Status s = stub_->RegisterAgent(Ctx(5000).get(), req, &resp);
   if (!s.ok()) return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
   agent_id_ = resp.agent_id();
+  if (resp.incarnation() != incarnation_) {
+    // A coordinator that has not seen our reports or progress yet.
+    for (ExitReport& e : exits_) e.delivered = false;
+    for (auto& [path, p] : progress_) p.last.clear();
+  }
+  incarnation_ = resp.incarnation();
+  must_register_ = false;
   return absl::OkStatus();
+}
+
+void Agent::Reregister(const std::string& why) {
+  std::fprintf(stderr, "loom agent: %s: registering again\n", why.c_str());
+  if (absl::Status r = Register(); !r.ok()) {
+    std::fprintf(stderr, "loom agent: registering again: %s\n", std::string(r.message()).c_str());
+  } else {
+    std::fprintf(stderr, "loom agent: registered again as %s\n", agent_id_.c_str());
+  }
+}
+
+bool Agent::NewIncarnation(const std::string& incarnation) const {
+  return !incarnation.empty() && incarnation != incarnation_;
 }
 
 absl::Status Agent::Start(std::chrono::milliseconds timeout) {
@@ -126,10 +162,12 @@ void Agent::Loop() {
     req.set_wait_ms(opts_.poll_wait_ms);
     v1::PollOrdersResponse resp;
     grpc::Status s = stub_->PollOrders(Ctx(opts_.poll_wait_ms + 5000).get(), req, &resp);
-    if (s.error_code() == grpc::StatusCode::NOT_FOUND) {
-      // The coordinator restarted or declared us lost.
-      if (absl::Status r = Register(); !r.ok())
-        std::fprintf(stderr, "loom agent: registering again: %s\n", std::string(r.message()).c_str());
+    if (s.error_code() == grpc::StatusCode::NOT_FOUND || must_register_) {
+      Reregister("the coordinator does not know this agent");
+    } else if (s.ok() && NewIncarnation(resp.incarnation())) {
+      // A restarted coordinator that already knows our id (another agent of
+      // the same id, or a record) still needs our ranks and reports.
+      Reregister(absl::StrCat("the coordinator restarted (incarnation ", resp.incarnation(), ")"));
     } else if (!s.ok()) {
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }
@@ -140,7 +178,43 @@ void Agent::Loop() {
     ReapAndEscalate();
     ShipLogs();
     ShipProgress();
+    DeliverExits();
   }
+}
+
+void Agent::DeliverExits() {
+  for (ExitReport& e : exits_) {
+    if (e.delivered) continue;
+    e.req.set_agent_id(agent_id_);
+    v1::ReportExitResponse resp;
+    grpc::Status s = stub_->ReportExit(Ctx(5000).get(), e.req, &resp);
+    if (s.error_code() == grpc::StatusCode::NOT_FOUND && s.error_message().rfind("agent_id", 0) == 0) {
+      must_register_ = true;  // registered again at the next poll, then resent
+      return;
+    }
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE || s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
+        s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+      return;  // the coordinator is away: resent in order later
+    }
+    if (s.ok() && NewIncarnation(resp.incarnation())) {
+      must_register_ = true;  // answered by a coordinator we have not registered with
+      return;
+    }
+    if (!s.ok()) {
+      std::fprintf(stderr, "loom agent: exit report of %s rank %d refused: %s\n", e.req.job_id().c_str(),
+                   e.req.rank(), s.error_message().c_str());
+    }
+    e.delivered = true;
+  }
+}
+
+void Agent::DropExits(const std::string& job_id, int32_t attempt) {
+  std::lock_guard<std::mutex> l(mu_);
+  exits_.erase(std::remove_if(exits_.begin(), exits_.end(),
+                              [&](const ExitReport& e) {
+                                return e.req.job_id() == job_id && e.req.attempt() < attempt;
+                              }),
+               exits_.end());
 }
 
 void Agent::ShipProgress() {
@@ -162,10 +236,15 @@ void Agent::ShipProgress() {
         if (stub_->ReportProgress(Ctx(5000).get(), req, &resp).ok()) p.last = content;
       }
     }
+    // Kept while the attempt runs here or its exits are undelivered, so the
+    // final step reaches a coordinator that was away when the ranks ended.
     bool running = false;
     {
       std::lock_guard<std::mutex> l(mu_);
       for (const auto& [pid, proc] : procs_) running |= proc.job_id == p.job_id && proc.attempt == p.attempt;
+      for (const ExitReport& e : exits_) {
+        running |= !e.delivered && e.req.job_id() == p.job_id && e.req.attempt() == p.attempt;
+      }
     }
     it = running ? std::next(it) : progress_.erase(it);
   }
@@ -195,6 +274,7 @@ void Agent::ShipLogs() {
 }
 
 void Agent::Launch(const v1::LaunchOrder& o) {
+  DropExits(o.job_id(), o.attempt());  // reports of earlier attempts are stale now
   std::string dir = opts_.data_dir + "/logs/" + o.job_id();
   std::filesystem::create_directories(dir);
   // The job's rendezvous: admit this attempt's secret (dropping the job's
@@ -274,6 +354,8 @@ void Agent::Launch(const v1::LaunchOrder& o) {
 }
 
 void Agent::Kill(const v1::KillOrder& o) {
+  // The coordinator ended or restarted the job: it needs no more reports.
+  DropExits(o.job_id(), std::numeric_limits<int32_t>::max());
   std::lock_guard<std::mutex> l(mu_);
   auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::max(0, o.grace_ms()));
   for (auto& [pid, p] : procs_) {
@@ -285,7 +367,7 @@ void Agent::Kill(const v1::KillOrder& o) {
 }
 
 void Agent::ReapAndEscalate() {
-  std::vector<v1::ReportExitRequest> reports;
+  bool reaped = false;
   {
     std::lock_guard<std::mutex> l(mu_);
     auto now = std::chrono::steady_clock::now();
@@ -306,7 +388,14 @@ void Agent::ReapAndEscalate() {
         std::stringstream ss;
         ss << ef.rdbuf();
         r.set_error(ss.str().substr(0, 4096));
-        reports.push_back(r);
+        exits_.push_back(ExitReport{std::move(r), false});
+        // Bounded: the oldest answered report goes first (a coordinator that
+        // never ends its jobs must not grow the agent without limit).
+        if (exits_.size() > kMaxKeptExits) {
+          auto old = std::find_if(exits_.begin(), exits_.end(), [](const ExitReport& e) { return e.delivered; });
+          exits_.erase(old != exits_.end() ? old : exits_.begin());
+        }
+        reaped = true;
         it = procs_.erase(it);
         continue;
       }
@@ -314,13 +403,10 @@ void Agent::ReapAndEscalate() {
       ++it;
     }
   }
-  if (!reports.empty()) {
+  if (reaped) {
     ShipLogs();  // the exited ranks' last lines and final progress first
     ShipProgress();
-  }
-  for (const auto& r : reports) {
-    v1::ReportExitResponse resp;
-    (void)stub_->ReportExit(Ctx(5000).get(), r, &resp);
+    DeliverExits();
   }
 }
 

@@ -24,8 +24,17 @@
 // <checkpoint_step>" there and the agent reports changes (ReportProgress).
 //
 // Exit codes reported: the process' exit status, or -N when killed by
-// signal N. Reconnecting (after a coordinator restart) re-registers with the
-// same agent id and the ranks still running, so the coordinator adopts them.
+// signal N. Exit reports are durable across coordinator downtime: each is
+// resent until the coordinator answers it, and kept (answered or not) until
+// the coordinator sends a kill order for the job or a launch of a later
+// attempt, which says it no longer needs them.
+//
+// Reconnecting: every NodeService response names the coordinator's
+// incarnation. When it changes (a restarted coordinator), or a call answers
+// NOT_FOUND for this agent (the coordinator declared it lost), the agent
+// registers again with the same agent id, its running ranks and the ranks it
+// holds exit reports for, so the coordinator adopts the whole placement; then
+// it resends every kept exit report and the latest progress.
 #pragma once
 
 #include <sys/types.h>
@@ -86,7 +95,18 @@ class Agent {
   };
   std::unique_ptr<grpc::ClientContext> Ctx(int timeout_ms);
   absl::Status Register();
+  // Registers again after a coordinator restart; logs a failure (retried at
+  // the next poll).
+  void Reregister(const std::string& why);
+  // True when `incarnation` names a coordinator other than the one this agent
+  // registered with.
+  bool NewIncarnation(const std::string& incarnation) const;
   void Loop();
+  // Sends the exit reports the coordinator has not answered yet, in order.
+  void DeliverExits();
+  // Forgets kept exit reports of `job_id` with attempt below `attempt`
+  // (INT32_MAX: every attempt).
+  void DropExits(const std::string& job_id, int32_t attempt);
   void Launch(const v1::LaunchOrder& o);
   void Kill(const v1::KillOrder& o);
   void ReapAndEscalate();
@@ -106,6 +126,13 @@ class Agent {
     std::string last;  // the file's content when last reported
   };
   std::map<std::string, Progress> progress_;  // progress file -> state (order thread)
+  struct ExitReport {
+    v1::ReportExitRequest req;
+    bool delivered = false;  // answered by the current incarnation
+  };
+  std::vector<ExitReport> exits_;  // oldest first (order thread; Register reads it under mu_)
+  std::string incarnation_;        // of the coordinator this agent registered with
+  bool must_register_ = false;     // a call answered NOT_FOUND for this agent
   std::unique_ptr<collectives::StoreServer> store_;
   std::map<std::string, std::string> tenants_;  // job id -> admitted secret (order thread)
 
