@@ -136,6 +136,17 @@ bool Terminal(const Json& status) {
   return s == "Succeeded" || s == "Failed";
 }
 
+// The coordinator token from the job's Secret; nullopt when the Secret cannot
+// be read or holds no base64 token.
+std::optional<std::string> ReadToken(KubeApi* api, const std::string& ns, const std::string& name) {
+  auto sec = api->Get(kSecrets, ns, name + "-token");
+  if (!sec.ok()) return std::nullopt;
+  std::string tok;
+  const Json& d = At(At(*sec, "data"), "token");
+  if (!d.is_string() || !absl::Base64Unescape(d.get<std::string>(), &tok)) return std::nullopt;
+  return tok;
+}
+
 std::string AgentName(const std::string& job, int i) { return absl::StrCat(job, "-agent-", i); }
 
 bool BoolAt(const Json& j, const char* k) {
@@ -371,14 +382,9 @@ absl::Status Reconciler::Finalize(const std::string& ns, Json job) {
   const std::string job_id = status.is_object() ? status.value("jobId", "") : "";
   if (!job_id.empty() && !Terminal(status)) {
     // Best effort: deleting the pods below kills the ranks anyway.
-    auto token = api_->Get(kSecrets, ns, name + "-token");
-    if (token.ok()) {
-      std::string tok;
-      absl::Base64Unescape(At(At(*token, "data"), "token").get<std::string>(), &tok);
-      std::string addr = opts_.coordinator_address ? opts_.coordinator_address(ns, name)
-                                                   : absl::StrCat(name, "-coordinator.", ns, ".svc:7070");
-      if (auto c = connect_(addr, tok)) (void)c->Cancel(job_id);
-    }
+    std::optional<std::string> tok = ReadToken(api_, ns, name);
+    std::unique_ptr<CoordinatorClient> c = tok ? connect_(CoordinatorAddress(ns, job), *tok) : nullptr;
+    if (c) (void)c->Cancel(job_id);
   }
   auto pods = api_->List(kPods, ns, {absl::StrCat(kJobLabel, "=", name)});
   if (!pods.ok()) return pods.status();
@@ -436,17 +442,6 @@ bool HasFinalizer(const Json& job) {
 std::string PhaseOf(const Json& pod, const char* absent) {
   const Json& phase = At(At(pod, "status"), "phase");
   return phase.is_string() ? phase.get<std::string>() : absent;
-}
-
-// The coordinator token from the job's Secret; nullopt when the Secret cannot
-// be read or holds no base64 token.
-std::optional<std::string> ReadToken(KubeApi* api, const std::string& ns, const std::string& name) {
-  auto sec = api->Get(kSecrets, ns, name + "-token");
-  if (!sec.ok()) return std::nullopt;
-  std::string tok;
-  const Json& d = At(At(*sec, "data"), "token");
-  if (!d.is_string() || !absl::Base64Unescape(d.get<std::string>(), &tok)) return std::nullopt;
-  return tok;
 }
 
 // Maps the Loom job's JobStatus onto status.state, its conditions and the
@@ -637,6 +632,14 @@ absl::Status Reconciler::EnsureAgentPods(const JobView& v, const Json& children,
   return absl::OkStatus();
 }
 
+std::string Reconciler::CoordinatorAddress(const std::string& ns, const Json& job) const {
+  const Json& annotated = At(At(At(job, "metadata"), "annotations"), "loom.dev/coordinator-address");
+  if (annotated.is_string()) return annotated.get<std::string>();
+  const std::string name = job["metadata"]["name"];
+  return opts_.coordinator_address ? opts_.coordinator_address(ns, name)
+                                   : absl::StrCat(name, "-coordinator.", ns, ".svc:7070");
+}
+
 std::unique_ptr<CoordinatorClient> Reconciler::Connect(const JobView& v, const std::string& address) {
   std::optional<std::string> tok = ReadToken(api_, v.ns, v.name);
   return tok ? connect_(address, *tok) : nullptr;
@@ -644,10 +647,7 @@ std::unique_ptr<CoordinatorClient> Reconciler::Connect(const JobView& v, const s
 
 absl::Status Reconciler::SyncLoomJob(const JobView& v, bool terminal, const AgentPods& pods, Json& status,
                                      ReconcileResult& result) {
-  std::string addr = opts_.coordinator_address ? opts_.coordinator_address(v.ns, v.name)
-                                               : absl::StrCat(v.name, "-coordinator.", v.ns, ".svc:7070");
-  if (At(At(v.job["metadata"], "annotations"), "loom.dev/coordinator-address").is_string())
-    addr = v.job["metadata"]["annotations"]["loom.dev/coordinator-address"];
+  const std::string addr = CoordinatorAddress(v.ns, v.job);
   if (terminal) return absl::OkStatus();
   if (v.suspended) return SuspendLoomJob(v, addr, status);
   std::unique_ptr<CoordinatorClient> c = Connect(v, addr);

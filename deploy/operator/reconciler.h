@@ -111,6 +111,9 @@ class Reconciler {
   void WatchOrStop(const JobView& v, const std::string& address, const v1::JobStatus& j);
   void CheckGang(const JobView& v, const AgentPods& pods, Json& status);
   absl::Status ScheduleNextPass(const JobView& v, const Json& status, ReconcileResult& result);
+  // The job's coordinator address: the loom.dev/coordinator-address
+  // annotation, else ReconcilerOptions::coordinator_address, else the Service.
+  std::string CoordinatorAddress(const std::string& ns, const Json& job) const;
   // A client for the job's coordinator with the token from its Secret
   // (nullptr: no token yet, or unreachable).
   std::unique_ptr<CoordinatorClient> Connect(const JobView& v, const std::string& address);
