@@ -1,6 +1,7 @@
 #include "runtime/checkpoint/hf_layout.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -10,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
 #include "base/status.h"
+#include "nlohmann/json.hpp"
 
 namespace loom::checkpoint {
 namespace {
@@ -171,6 +173,46 @@ absl::string_view WeightLayoutName(WeightLayout layout) {
     case WeightLayout::kHfLlama: return "Hugging Face Llama";
   }
   return "?";
+}
+
+absl::Status CheckHfConfig(absl::string_view config_json, WeightLayout layout, const v1::ModelSpec& spec,
+                           absl::string_view label) {
+  if (layout == WeightLayout::kLoom) return absl::OkStatus();
+  const nlohmann::json c = nlohmann::json::parse(config_json.begin(), config_json.end(), nullptr, false);
+  if (!c.is_object()) return Bad(label, "config.json beside the file is not a JSON object");
+  const bool gpt = layout == WeightLayout::kHfGpt2;
+  const int64_t ffn = spec.ffn_hidden() > 0 ? spec.ffn_hidden() : 4 * spec.d_model();
+  const int64_t kv = spec.n_kv_head() > 0 ? spec.n_kv_head() : spec.n_head();
+  const double eps = spec.norm_eps() > 0 ? spec.norm_eps() : 1e-5, theta = spec.rope_theta() > 0 ? spec.rope_theta() : 1e4;
+  struct Key {
+    const char* key;
+    const char* field;
+    double job;
+  };
+  const std::vector<Key> keys =
+      gpt ? std::vector<Key>{{"n_layer", "model.n_layer", double(spec.n_layer())}, {"n_head", "model.n_head", double(spec.n_head())},
+                             {"n_embd", "model.d_model", double(spec.d_model())}, {"vocab_size", "model.vocab", double(spec.vocab())},
+                             {"n_inner", "model.ffn_hidden", double(ffn)}, {"layer_norm_epsilon", "model.norm_eps", eps}}
+          : std::vector<Key>{{"num_hidden_layers", "model.n_layer", double(spec.n_layer())},
+                             {"num_attention_heads", "model.n_head", double(spec.n_head())},
+                             {"num_key_value_heads", "model.n_kv_head", double(kv)},
+                             {"hidden_size", "model.d_model", double(spec.d_model())},
+                             {"intermediate_size", "model.ffn_hidden", double(ffn)},
+                             {"vocab_size", "model.vocab", double(spec.vocab())},
+                             {"rms_norm_eps", "model.norm_eps", eps}, {"rope_theta", "model.rope_theta", theta}};
+  for (const Key& k : keys) {
+    auto it = c.find(k.key);
+    if (it == c.end() || !it->is_number()) continue;  // absent or null: the family default applies
+    const double v = it->get<double>();
+    if (std::abs(v - k.job) <= 1e-6 * std::max(std::abs(v), std::abs(k.job))) continue;
+    return Bad(label, absl::StrCat(k.field, ": config.json beside the file has ", k.key, " = ", v, "; the job has ",
+                                   k.field, " = ", k.job));
+  }
+  auto pos = c.find("n_positions");
+  if (gpt && pos != c.end() && pos->is_number_integer() && pos->get<int64_t>() < spec.seq_len())
+    return Bad(label, absl::StrCat("model.seq_len: config.json beside the file has n_positions = ", pos->get<int64_t>(),
+                                   "; the job has model.seq_len = ", spec.seq_len()));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<ParamSource>> HfLayout(const v1::ModelSpec& spec) {

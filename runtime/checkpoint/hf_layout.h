@@ -28,8 +28,9 @@
 // `rotary_emb.inv_freq`) and Loom's AdamW moments (`<param>.m`, `<param>.v`)
 // are accepted and ignored. Sizes come from the file and are checked against
 // the model spec; a difference names the spec field (model.vocab,
-// model.n_layer, ...). n_head cannot be read from the shapes: it must match
-// the checkpoint's configuration.
+// model.n_layer, ...). n_head, norm_eps and rope_theta cannot be read from the
+// shapes: InitSource checks them against the config.json beside the file when
+// there is one (CheckHfConfig); without it they must match by hand.
 //
 //   LOOM_ASSIGN_OR_RETURN(InitPlan plan, PlanInit(reader.index(), spec.model(), "init_from: x.safetensors"));
 //   for (const ParamSource& s : plan.params) { ... LoomBlock(s, read_rect, offsets, lengths) ... }
@@ -80,6 +81,15 @@ absl::StatusOr<InitPlan> PlanInit(const SafetensorsIndex& file, const v1::ModelS
 // The one-to-one rule for any parameter list (Loom's names, ONNX initializers).
 absl::StatusOr<InitPlan> PlanOneToOne(const SafetensorsIndex& file, const std::vector<models::ParamInfo>& params,
                                       absl::string_view label);
+
+// Hugging Face's config.json (its text) against the spec: GPT-2's n_layer,
+// n_head, n_embd, vocab_size, n_inner, layer_norm_epsilon and n_positions (at
+// least model.seq_len); Llama's num_hidden_layers, num_attention_heads,
+// num_key_value_heads, hidden_size, intermediate_size, vocab_size,
+// rms_norm_eps and rope_theta. A difference is InvalidArgument naming the spec
+// field and the config key; absent keys are not checked.
+absl::Status CheckHfConfig(absl::string_view config_json, WeightLayout layout, const v1::ModelSpec& spec,
+                           absl::string_view label);
 
 // The Hugging Face names and layouts of a model's parameters (the export
 // side): GPT-2 as GPT2LMHeadModel (`transformer.` prefix, plus

@@ -211,6 +211,35 @@ TEST(HfLayout, BadTensorsAreNamed) {
   EXPECT_HAS(ErrorOf(l, Llama7bSpec()), "no tensor 'lm_head.weight' for parameter 'output'");
 }
 
+TEST(HfLayout, ConfigJsonIsCheckedAgainstTheSpec) {
+  // gpt2's config.json on the hub (the keys Loom reads; n_inner null).
+  const std::string gpt2 = R"({"activation_function": "gelu_new", "n_ctx": 1024, "n_embd": 768, "n_head": 12,
+      "n_inner": null, "n_layer": 12, "n_positions": 1024, "layer_norm_epsilon": 1e-05, "vocab_size": 50257})";
+  v1::ModelSpec m = Gpt2Spec();
+  EXPECT_TRUE(CheckHfConfig(gpt2, WeightLayout::kHfGpt2, m, "init_from: g").ok());
+  m.set_norm_eps(1e-5f);  // as ApplyDefaults stores it (f32)
+  EXPECT_TRUE(CheckHfConfig(gpt2, WeightLayout::kHfGpt2, m, "init_from: g").ok());
+  m.set_n_head(16);
+  auto s = CheckHfConfig(gpt2, WeightLayout::kHfGpt2, m, "init_from: g");
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_HAS(std::string(s.message()), "init_from: g: model.n_head: config.json beside the file has n_head = 12; "
+                                       "the job has model.n_head = 16");
+  m = Gpt2Spec();
+  m.set_seq_len(2048);
+  EXPECT_HAS(std::string(CheckHfConfig(gpt2, WeightLayout::kHfGpt2, m, "x").message()), "n_positions = 1024");
+  const std::string llama = R"({"hidden_size": 4096, "intermediate_size": 11008, "num_attention_heads": 32,
+      "num_hidden_layers": 32, "num_key_value_heads": 32, "rms_norm_eps": 1e-06, "rope_theta": 10000.0,
+      "vocab_size": 32000})";
+  v1::ModelSpec l = Llama7bSpec();
+  EXPECT_HAS(std::string(CheckHfConfig(llama, WeightLayout::kHfLlama, l, "x").message()),
+             "model.norm_eps: config.json beside the file has rms_norm_eps = 1e-06");
+  l.set_norm_eps(1e-6f);
+  EXPECT_TRUE(CheckHfConfig(llama, WeightLayout::kHfLlama, l, "x").ok());
+  l.set_rope_theta(500000);
+  EXPECT_HAS(std::string(CheckHfConfig(llama, WeightLayout::kHfLlama, l, "x").message()), "model.rope_theta");
+  EXPECT_HAS(std::string(CheckHfConfig("[1]", WeightLayout::kHfLlama, l, "x").message()), "not a JSON object");
+}
+
 TEST(HfLayout, Llama7bShapedCheckpointMapsWithTransposesAndRotaryHeads) {
   auto plan = PlanInit(Index(Llama7bShapes()), Llama7bSpec(), "init_from: llama");
   ASSERT_TRUE(plan.ok()) << plan.status();

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -58,6 +60,15 @@ absl::StatusOr<std::unique_ptr<InitSource>> InitSource::Open(const std::string& 
   if (!reader.ok()) return Annotate(reader.status(), "init_from");
   s->reader_ = std::make_unique<SafetensorsReader>(std::move(*reader));
   LOOM_ASSIGN_OR_RETURN(s->plan_, PlanInit(s->reader_->index(), spec, s->label_));
+  // Hugging Face keeps the model's configuration beside its weights.
+  const std::string config = (std::filesystem::path(path).parent_path() / "config.json").string();
+  if (s->plan_.layout != WeightLayout::kLoom && std::filesystem::is_regular_file(config, ec)) {
+    std::ifstream in(config);
+    std::stringstream text;
+    text << in.rdbuf();
+    LOOM_RETURN_IF_ERROR(CheckHfConfig(text.str(), s->plan_.layout, spec, s->label_));
+    s->plan_.notes.push_back(absl::StrCat("checked against ", config));
+  }
   for (size_t i = 0; i < s->plan_.params.size(); ++i) s->by_param_[s->plan_.params[i].param] = i;
   for (const auto& [a, b] : s->plan_.tied) LOOM_RETURN_IF_ERROR(s->CheckTied(a, b));
   return s;

@@ -3,14 +3,16 @@
 // Hugging Face's module and parameter names).
 //
 // For each family: torch writes a checkpoint in Hugging Face's on-disk layout
-// with random weights; `loom train` starts from it (init_from) and its
-// first-step loss equals torch's forward on the same weights and batch within
-// 1e-5; it trains; `loom export --format hf` writes the result, which torch
-// loads with load_state_dict(strict=True) (read by tools/safetensors_py.py),
-// and torch's loss of those weights equals the first-step loss of a Loom run
+// with random weights, and config.json beside it; `loom train` starts from it
+// (init_from; the config is checked against the spec) and its first-step loss
+// equals torch's forward on the same weights and batch within 1e-5. It trains
+// (8 steps); `loom export --format hf` writes the result, which torch loads
+// with load_state_dict(strict=True) (read by tools/safetensors_py.py), and
+// torch's loss of those weights equals the first-step loss of a Loom run
 // started from the export (`--init`), below the first run's. A parallel run
 // (`loom run`, tp = 2: every rank reads only its block of each parameter)
-// starts from the same loss. Bad files exit 2 naming init_from and the tensor.
+// starts from the same loss. Bad files exit 2 naming init_from and the tensor
+// (or the spec field that differs from the config.json beside the file).
 // Full size: the names and shapes of Hugging Face's gpt2 checkpoint (124M
 // parameters, built by torch on the meta device) map onto the model of
 // examples/finetune-gpt2.yaml.
@@ -105,8 +107,12 @@ std::string Job(const Family& f, const std::string& dir, const std::string& run,
 // The first batch `loom train` draws for this job (same data API and seeds),
 // written as x, y for torch.
 void WriteFirstBatch(const std::string& job_path, const std::string& out) {
-  auto spec = jobspec::LoadJobSpec(job_path);
+  std::ifstream in(job_path);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto spec = jobspec::ParseJobSpecYaml(text.str());
   ASSERT_TRUE(spec.ok()) << spec.status();
+  jobspec::ApplyDefaults(*spec);
   auto tokens = data::LoadTokens(spec->data().path(), "tokens", "u16", spec->model().vocab());
   ASSERT_TRUE(tokens.ok()) << tokens.status();
   data::Split split = data::SplitTokens(*tokens, spec->data().val_fraction(), spec->data().seed());
@@ -123,19 +129,18 @@ class FineTune : public ::testing::TestWithParam<Family> {};
 
 TEST_P(FineTune, LoadsTrainsAndExportsInHuggingFaceLayout) {
   const Family& f = GetParam();
-  const std::string dir = Dir("ft_" + f.name), cfg = dir + "/config.json";
+  const std::string dir = Dir("ft_" + f.name), cfg = dir + "/loom_model.json";
   WriteText(cfg, f.config);
   WriteTokens(dir + "/tokens.u16", 3 * data::kSplitBlock, f.vocab);
-  CliResult made = Torch(absl::StrCat("make --config ", cfg, " --seed 5 --out ", dir, "/hf.safetensors"));
-  ASSERT_EQ(made.code, 0) << made.output;
   const std::string job = dir + "/job.yaml";
   WriteText(job, Job(f, dir, "run1", 8) + "init_from: " + dir + "/hf.safetensors\n");
   WriteFirstBatch(job, dir + "/batch.safetensors");
-
-  // First step: Loom's loss on the Hugging Face weights equals torch's.
-  CliResult ref = Torch(absl::StrCat("loss --config ", cfg, " --weights ", dir, "/hf.safetensors --batch ", dir,
+  // The checkpoint, and torch's loss of the first batch on it (read back from the file).
+  CliResult ref = Torch(absl::StrCat("make --config ", cfg, " --seed 5 --out ", dir, "/hf.safetensors --batch ", dir,
                                      "/batch.safetensors"));
   ASSERT_EQ(ref.code, 0) << ref.output;
+
+  // First step: Loom's loss on the Hugging Face weights equals torch's.
   CliResult run1 = RunLoom("train " + job, 300);
   ASSERT_EQ(run1.code, 0) << run1.output;
   EXPECT_NE(run1.output.find("Hugging Face"), std::string::npos) << run1.output;
@@ -167,14 +172,15 @@ INSTANTIATE_TEST_SUITE_P(Families, FineTune, ::testing::Values(kGpt, kLlama),
                          [](const auto& info) { return info.param.name; });
 
 TEST(FineTuneErrors, BadFilesExit2NamingInitFromAndTheTensor) {
-  const std::string dir = Dir("ft_errors"), cfg = dir + "/gpt.json";
-  WriteText(cfg, kGpt.config);
+  const std::string dir = Dir("ft_errors");
+  for (const char* d : {"/gpt", "/llama", "/heads"}) std::filesystem::create_directories(dir + d);
+  WriteText(dir + "/gpt.json", kGpt.config);
   WriteText(dir + "/llama.json", kLlama.config);
   WriteTokens(dir + "/tokens.u16", 3 * data::kSplitBlock, 96);
-  ASSERT_EQ(Torch(absl::StrCat("make --config ", cfg, " --out ", dir, "/gpt.safetensors")).code, 0);
-  ASSERT_EQ(Torch(absl::StrCat("make --config ", dir, "/llama.json --out ", dir, "/llama.safetensors")).code, 0);
-  // The gpt file without one tensor.
-  auto r = checkpoint::SafetensorsReader::Open(dir + "/gpt.safetensors");
+  ASSERT_EQ(Torch(absl::StrCat("make --config ", dir, "/gpt.json --out ", dir, "/gpt/model.safetensors")).code, 0);
+  ASSERT_EQ(Torch(absl::StrCat("make --config ", dir, "/llama.json --out ", dir, "/llama/model.safetensors")).code, 0);
+  // The gpt file without one tensor; the gpt file with a config.json of another head count.
+  auto r = checkpoint::SafetensorsReader::Open(dir + "/gpt/model.safetensors");
   ASSERT_TRUE(r.ok());
   std::vector<Tensor> keep;
   std::vector<checkpoint::TensorToWrite> w;
@@ -183,24 +189,29 @@ TEST(FineTuneErrors, BadFilesExit2NamingInitFromAndTheTensor) {
     keep.push_back(*r->ReadTensor(e.name));
     w.push_back({e.name, e.dtype, e.shape, keep.back().raw_data()});
   }
-  ASSERT_TRUE(checkpoint::WriteSafetensors(dir + "/missing.safetensors", w, {}).ok());
+  ASSERT_TRUE(checkpoint::WriteSafetensors(dir + "/gpt/missing.safetensors", w, {}).ok());
+  std::filesystem::copy_file(dir + "/gpt/model.safetensors", dir + "/heads/model.safetensors");
+  std::ifstream cin(dir + "/gpt/config.json");
+  nlohmann::json hc = nlohmann::json::parse(cin);
+  hc["n_head"] = 2;
+  WriteText(dir + "/heads/config.json", hc.dump());
   const std::string job = dir + "/job.yaml";
   WriteText(job, Job(kGpt, dir, "run", 1));
   struct Case {
-    std::string args, needle;
+    std::string file, needle;
   };
   for (const Case& c : std::vector<Case>{
-           {"train " + job + " --init " + dir + "/missing.safetensors",
-            "no tensor 'transformer.h.1.mlp.c_proj.bias' or 'h.1.mlp.c_proj.bias'"},
-           {"train " + job + " --init " + dir + "/llama.safetensors", "Hugging Face Llama layout; the job has model.family = gpt"},
-           {"train " + job + " --init " + dir + "/none.safetensors", "no such file"}}) {
-    CliResult res = RunLoom(c.args, 120);
-    EXPECT_EQ(res.code, 2) << c.args << "\n" << res.output;
-    EXPECT_NE(res.output.find("init_from: " + dir), std::string::npos) << res.output;
+           {"/gpt/missing.safetensors", "no tensor 'transformer.h.1.mlp.c_proj.bias' or 'h.1.mlp.c_proj.bias'"},
+           {"/llama/model.safetensors", "Hugging Face Llama layout; the job has model.family = gpt"},
+           {"/heads/model.safetensors", "model.n_head: config.json beside the file has n_head = 2"},
+           {"/none.safetensors", "no such file"}}) {
+    CliResult res = RunLoom(absl::StrCat("train ", job, " --init ", dir, c.file), 120);
+    EXPECT_EQ(res.code, 2) << c.file << "\n" << res.output;
+    EXPECT_NE(res.output.find("init_from: " + dir + c.file), std::string::npos) << res.output;
     EXPECT_NE(res.output.find(c.needle), std::string::npos) << c.needle << " not in:\n" << res.output;
   }
   // A worker of `loom run` reports the same, and the job is a configuration error.
-  WriteText(dir + "/job_tp.yaml", Job(kGpt, dir, "run_tp", 1) + "init_from: " + dir + "/missing.safetensors\n");
+  WriteText(dir + "/job_tp.yaml", Job(kGpt, dir, "run_tp", 1) + "init_from: " + dir + "/gpt/missing.safetensors\n");
   CliResult res = RunLoom("run " + dir + "/job_tp.yaml --tp 2", 120);
   EXPECT_EQ(res.code, 2) << res.output;
   EXPECT_NE(res.output.find("h.1.mlp.c_proj.bias"), std::string::npos) << res.output;

@@ -16,7 +16,9 @@ Commands (files are safetensors, through tools/safetensors_py.py):
   make  --config CFG --seed S --out FILE
         random weights saved as a Hugging Face checkpoint is on disk: GPT-2 as
         the hub's gpt2 file (names without `transformer.`, attn.bias buffers, no
-        lm_head.weight), Llama as its state_dict plus rotary_emb.inv_freq buffers.
+        lm_head.weight), Llama as its state_dict plus rotary_emb.inv_freq buffers;
+        and config.json (Hugging Face's keys) in the same folder. --batch FILE:
+        then prints the loss of that batch on the file written, as `loss` does.
   loss  --config CFG --weights FILE --batch FILE [--strict]
         prints "loss L": the mean next-token cross-entropy of the batch (tensors
         x, y). --strict: the file must be exactly the model's state_dict
@@ -274,6 +276,19 @@ def from_disk(c, tensors):
     return {k: v for k, v in tensors.items() if not k.endswith("rotary_emb.inv_freq")}
 
 
+def hf_config(c):
+    """The config.json Hugging Face keeps beside the weights."""
+    if c["family"] == "gpt":
+        return {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "n_layer": c["n_layer"],
+                "n_head": c["n_head"], "n_embd": c["d_model"], "n_positions": c["seq_len"], "vocab_size": c["vocab"],
+                "n_inner": c["ffn_hidden"], "layer_norm_epsilon": c["norm_eps"], "activation_function": "gelu_new"}
+    return {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": c["n_layer"],
+            "num_attention_heads": c["n_head"], "num_key_value_heads": c["n_kv_head"], "hidden_size": c["d_model"],
+            "intermediate_size": c["ffn_hidden"], "vocab_size": c["vocab"], "rms_norm_eps": c["norm_eps"],
+            "rope_theta": c["rope_theta"], "max_position_embeddings": c["seq_len"], "tie_word_embeddings": False,
+            "hidden_act": "silu"}
+
+
 def cmd_make(a):
     c = config(a.config)
     torch.manual_seed(a.seed)
@@ -287,15 +302,22 @@ def cmd_make(a):
             else:
                 p.copy_(1.0 + 0.2 * torch.randn_like(p))
     safetensors_py.save(a.out, on_disk(c, model.state_dict()), {"format": "pt"})
+    with open(os.path.join(os.path.dirname(os.path.abspath(a.out)), "config.json"), "w") as f:
+        json.dump(hf_config(c), f, indent=2)
+    if a.batch:
+        print_loss(c, a.out, a.batch, strict=False)
 
 
 def cmd_loss(a):
-    c = config(a.config)
+    print_loss(config(a.config), a.weights, a.batch, a.strict)
+
+
+def print_loss(c, weights, batch_file, strict):
     torch.set_num_threads(1)
-    tensors, _ = safetensors_py.load(a.weights)
+    tensors, _ = safetensors_py.load(weights)
     model = build(c)
-    model.load_state_dict(tensors if a.strict else from_disk(c, tensors), strict=True)
-    batch, _ = safetensors_py.load(a.batch)
+    model.load_state_dict(tensors if strict else from_disk(c, tensors), strict=True)
+    batch, _ = safetensors_py.load(batch_file)
     x, y = batch["x"].long(), batch["y"].long()
     with torch.no_grad():
         logits = model.eval()(x)
@@ -316,6 +338,7 @@ def main():
     m.add_argument("--config", required=True)
     m.add_argument("--seed", type=int, default=0)
     m.add_argument("--out", required=True)
+    m.add_argument("--batch", help="then print the loss of this batch, as `loss` does on the file written")
     lo = sub.add_parser("loss")
     lo.add_argument("--config", required=True)
     lo.add_argument("--weights", required=True)
