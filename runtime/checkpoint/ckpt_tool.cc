@@ -52,7 +52,8 @@ int RunExport(const std::vector<std::string>& args, std::ostream& out, std::ostr
 
 int RunCheckpointTool(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   const char* usage =
-      "usage: ckpt_tool export [--format loom|hf] [--family gpt|llama] SRC OUT.safetensors | import FILE ROOT [STEP] | verify ROOT | inspect FILE\n";
+      "usage: ckpt_tool export [--format loom|hf] [--family gpt|llama] SRC OUT.safetensors | import FILE ROOT [STEP] |"
+      " verify ROOT | inspect FILE\n";
   if (args.empty()) {
     err << usage;
     return 2;

@@ -24,7 +24,8 @@ absl::Status WriteSafetensorsStreamed(const std::string& out_path, const std::ve
       LOOM_ASSIGN_OR_RETURN(Tensor t, produce(i));
       if (t.dtype() != entries[i].dtype || std::vector<int64_t>(t.shape().begin(), t.shape().end()) != entries[i].shape)
         return absl::InternalError(absl::StrCat("safetensors writer: tensor '", entries[i].name, "' is ",
-                                                t.DebugString(), ", the header says ", ShapeToString(entries[i].shape)));
+                                                t.DebugString(), ", the header says ",
+                                                ShapeToString(entries[i].shape)));
       Tensor c = t.Contiguous();
       LOOM_RETURN_IF_ERROR(WriteAll(fd.get(), tmp, c.raw_data(), c.nbytes()));
     }

@@ -45,8 +45,8 @@ absl::Status CheckFamily(const v1::JobSpec& spec, const std::string& family) {
   if (!family.empty() && family != "gpt" && family != "llama")
     return absl::InvalidArgumentError(absl::StrCat("--family: expected gpt or llama, got '", family, "'"));
   if (!family.empty() && family != spec.model().family())
-    return absl::InvalidArgumentError(absl::StrCat("--family: ", family, ", but the model is model.family = ",
-                                                   spec.model().family()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--family: ", family, ", but the model is model.family = ", spec.model().family()));
   return absl::OkStatus();
 }
 
@@ -70,7 +70,8 @@ absl::Status ExportHf(const std::string& src, const std::string& out_path, const
     LOOM_RETURN_IF_ERROR(CheckFamily(spec, family));
     auto params = InitSource::Open(model_file, spec.model());
     if (!params.ok()) return Annotate(params.status(), "the run's parameters");
-    return WriteHf(spec.model(), [&](const std::string& name) { return (*params)->Read(name); }, out_path);
+    return WriteHf(
+        spec.model(), [&](const std::string& name) { return (*params)->Read(name); }, out_path);
   }
   std::error_code ec;
   if (!std::filesystem::is_directory(src, ec))
@@ -88,7 +89,8 @@ absl::Status ExportHf(const std::string& src, const std::string& out_path, const
   LOOM_ASSIGN_OR_RETURN(v1::JobSpec spec, SpecFromManifest(ckpt));
   LOOM_RETURN_IF_ERROR(CheckFamily(spec, family));
   LOOM_ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(ckpt));
-  return WriteHf(spec.model(), [&](const std::string& name) { return reader.ReadFull(name); }, out_path);
+  return WriteHf(
+      spec.model(), [&](const std::string& name) { return reader.ReadFull(name); }, out_path);
 }
 
 }  // namespace loom::checkpoint

@@ -52,7 +52,8 @@ bool IsIgnoredBuffer(absl::string_view name, WeightLayout layout) {
 
 WeightLayout DetectLayout(const SafetensorsIndex& file) {
   for (const TensorEntry& t : file.tensors) {
-    if (t.name == "model.embed_tokens.weight" || absl::StartsWith(t.name, "model.layers.")) return WeightLayout::kHfLlama;
+    if (t.name == "model.embed_tokens.weight" || absl::StartsWith(t.name, "model.layers."))
+      return WeightLayout::kHfLlama;
     if (t.name == "wte.weight" || absl::StartsWith(t.name, kGptPrefix)) return WeightLayout::kHfGpt2;
   }
   return WeightLayout::kLoom;
@@ -99,7 +100,8 @@ absl::Status CheckSizes(const SafetensorsIndex& file, const v1::ModelSpec& spec,
   const bool gpt = layout == WeightLayout::kHfGpt2;
   const TensorEntry* emb = FindStored(file, gpt ? "transformer.wte.weight" : "model.embed_tokens.weight");
   if (emb != nullptr && emb->shape.size() == 2) {
-    LOOM_RETURN_IF_ERROR(SizeCheck(label, "model.vocab", spec.vocab(), emb->shape[0], Evidence(*emb, "[vocab, d_model]")));
+    LOOM_RETURN_IF_ERROR(
+        SizeCheck(label, "model.vocab", spec.vocab(), emb->shape[0], Evidence(*emb, "[vocab, d_model]")));
     LOOM_RETURN_IF_ERROR(
         SizeCheck(label, "model.d_model", spec.d_model(), emb->shape[1], Evidence(*emb, "[vocab, d_model]")));
   }
@@ -110,13 +112,15 @@ absl::Status CheckSizes(const SafetensorsIndex& file, const v1::ModelSpec& spec,
     layers = std::max(layers, n + 1);
   }
   const std::string p = gpt ? "h." : "model.layers.";
-  LOOM_RETURN_IF_ERROR(SizeCheck(label, "model.n_layer", spec.n_layer(), layers,
-                                 layers == 0 ? absl::StrCat("no ", p, "N.* tensors")
-                                             : absl::StrCat("layers ", p, "0 to ", p, layers - 1)));
-  const TensorEntry* fc = FindStored(file, gpt ? "transformer.h.0.mlp.c_fc.weight" : "model.layers.0.mlp.gate_proj.weight");
+  LOOM_RETURN_IF_ERROR(SizeCheck(
+      label, "model.n_layer", spec.n_layer(), layers,
+      layers == 0 ? absl::StrCat("no ", p, "N.* tensors") : absl::StrCat("layers ", p, "0 to ", p, layers - 1)));
+  const TensorEntry* fc =
+      FindStored(file, gpt ? "transformer.h.0.mlp.c_fc.weight" : "model.layers.0.mlp.gate_proj.weight");
   if (fc != nullptr && fc->shape.size() == 2) {
     const int64_t f = fc->shape[gpt ? 1 : 0];
-    LOOM_RETURN_IF_ERROR(SizeCheck(label, "model.ffn_hidden", spec.ffn_hidden() > 0 ? spec.ffn_hidden() : 4 * spec.d_model(), f,
+    LOOM_RETURN_IF_ERROR(SizeCheck(label, "model.ffn_hidden",
+                                   spec.ffn_hidden() > 0 ? spec.ffn_hidden() : 4 * spec.d_model(), f,
                                    Evidence(*fc, gpt ? "[d_model, ffn_hidden]" : "[ffn_hidden, d_model]")));
   }
   if (gpt) {
@@ -131,9 +135,9 @@ absl::Status CheckSizes(const SafetensorsIndex& file, const v1::ModelSpec& spec,
   if (k != nullptr && k->shape.size() == 2 && head_dim > 0) {
     const int64_t kv = spec.n_kv_head() > 0 ? spec.n_kv_head() : spec.n_head();
     if (k->shape[0] % head_dim != 0)
-      return Bad(label, absl::StrCat("model.n_head: ", k->name, " is ", Str(k->shape), ", not whole heads of ",
-                                     head_dim, " (model.d_model / model.n_head); the job has model.n_head = ",
-                                     spec.n_head()));
+      return Bad(label,
+                 absl::StrCat("model.n_head: ", k->name, " is ", Str(k->shape), ", not whole heads of ", head_dim,
+                              " (model.d_model / model.n_head); the job has model.n_head = ", spec.n_head()));
     LOOM_RETURN_IF_ERROR(SizeCheck(label, "model.n_kv_head", kv, k->shape[0] / head_dim,
                                    Evidence(*k, absl::StrCat("key heads of ", head_dim))));
   }
@@ -142,15 +146,15 @@ absl::Status CheckSizes(const SafetensorsIndex& file, const v1::ModelSpec& spec,
 
 absl::Status CheckStored(const ParamSource& s, const TensorEntry& e, bool prefix_rows, absl::string_view label) {
   if (!IsFloating(e.dtype))
-    return Bad(label, absl::StrCat("tensor '", e.name, "' has dtype ", SafetensorsDTypeName(e.dtype),
-                                   "; parameter '", s.param, "' needs F32, F64, BF16 or F16"));
+    return Bad(label, absl::StrCat("tensor '", e.name, "' has dtype ", SafetensorsDTypeName(e.dtype), "; parameter '",
+                                   s.param, "' needs F32, F64, BF16 or F16"));
   const std::vector<int64_t> want = s.transpose ? Reversed(s.shape) : s.shape;
   bool ok = e.shape == want;
   if (prefix_rows && !ok && e.shape.size() == 2 && want.size() == 2)
     ok = e.shape[0] >= want[0] && e.shape[1] == want[1];
   if (ok) return absl::OkStatus();
-  return Bad(label, absl::StrCat("tensor '", e.name, "' has shape ", Str(e.shape), "; parameter '", s.param,
-                                 "' needs ", Str(want), s.transpose ? absl::StrCat(" (its ", Str(s.shape), " transposed)") : ""));
+  return Bad(label, absl::StrCat("tensor '", e.name, "' has shape ", Str(e.shape), "; parameter '", s.param, "' needs ",
+                                 Str(want), s.transpose ? absl::StrCat(" (its ", Str(s.shape), " transposed)") : ""));
 }
 
 absl::Status RejectUnknown(const SafetensorsIndex& file, const std::set<std::string>& used, absl::string_view label) {
@@ -168,9 +172,12 @@ absl::Status RejectUnknown(const SafetensorsIndex& file, const std::set<std::str
 
 absl::string_view WeightLayoutName(WeightLayout layout) {
   switch (layout) {
-    case WeightLayout::kLoom: return "Loom";
-    case WeightLayout::kHfGpt2: return "Hugging Face GPT-2";
-    case WeightLayout::kHfLlama: return "Hugging Face Llama";
+    case WeightLayout::kLoom:
+      return "Loom";
+    case WeightLayout::kHfGpt2:
+      return "Hugging Face GPT-2";
+    case WeightLayout::kHfLlama:
+      return "Hugging Face Llama";
   }
   return "?";
 }
@@ -183,23 +190,27 @@ absl::Status CheckHfConfig(absl::string_view config_json, WeightLayout layout, c
   const bool gpt = layout == WeightLayout::kHfGpt2;
   const int64_t ffn = spec.ffn_hidden() > 0 ? spec.ffn_hidden() : 4 * spec.d_model();
   const int64_t kv = spec.n_kv_head() > 0 ? spec.n_kv_head() : spec.n_head();
-  const double eps = spec.norm_eps() > 0 ? spec.norm_eps() : 1e-5, theta = spec.rope_theta() > 0 ? spec.rope_theta() : 1e4;
+  const double eps = spec.norm_eps() > 0 ? spec.norm_eps() : 1e-5,
+               theta = spec.rope_theta() > 0 ? spec.rope_theta() : 1e4;
   struct Key {
     const char* key;
     const char* field;
     double job;
   };
-  const std::vector<Key> keys =
-      gpt ? std::vector<Key>{{"n_layer", "model.n_layer", double(spec.n_layer())}, {"n_head", "model.n_head", double(spec.n_head())},
-                             {"n_embd", "model.d_model", double(spec.d_model())}, {"vocab_size", "model.vocab", double(spec.vocab())},
-                             {"n_inner", "model.ffn_hidden", double(ffn)}, {"layer_norm_epsilon", "model.norm_eps", eps}}
-          : std::vector<Key>{{"num_hidden_layers", "model.n_layer", double(spec.n_layer())},
-                             {"num_attention_heads", "model.n_head", double(spec.n_head())},
-                             {"num_key_value_heads", "model.n_kv_head", double(kv)},
-                             {"hidden_size", "model.d_model", double(spec.d_model())},
-                             {"intermediate_size", "model.ffn_hidden", double(ffn)},
-                             {"vocab_size", "model.vocab", double(spec.vocab())},
-                             {"rms_norm_eps", "model.norm_eps", eps}, {"rope_theta", "model.rope_theta", theta}};
+  const std::vector<Key> keys = gpt ? std::vector<Key>{{"n_layer", "model.n_layer", double(spec.n_layer())},
+                                                       {"n_head", "model.n_head", double(spec.n_head())},
+                                                       {"n_embd", "model.d_model", double(spec.d_model())},
+                                                       {"vocab_size", "model.vocab", double(spec.vocab())},
+                                                       {"n_inner", "model.ffn_hidden", double(ffn)},
+                                                       {"layer_norm_epsilon", "model.norm_eps", eps}}
+                                    : std::vector<Key>{{"num_hidden_layers", "model.n_layer", double(spec.n_layer())},
+                                                       {"num_attention_heads", "model.n_head", double(spec.n_head())},
+                                                       {"num_key_value_heads", "model.n_kv_head", double(kv)},
+                                                       {"hidden_size", "model.d_model", double(spec.d_model())},
+                                                       {"intermediate_size", "model.ffn_hidden", double(ffn)},
+                                                       {"vocab_size", "model.vocab", double(spec.vocab())},
+                                                       {"rms_norm_eps", "model.norm_eps", eps},
+                                                       {"rope_theta", "model.rope_theta", theta}};
   for (const Key& k : keys) {
     auto it = c.find(k.key);
     if (it == c.end() || !it->is_number()) continue;  // absent or null: the family default applies
@@ -254,7 +265,8 @@ absl::StatusOr<InitPlan> PlanOneToOne(const SafetensorsIndex& file, const std::v
     s.shape.assign(p.shape.begin(), p.shape.end());
     s.stored_shape = s.shape;
     const TensorEntry* e = file.Find(p.name);
-    if (e == nullptr) return Bad(label, absl::StrCat("no tensor '", p.name, "' (", WeightLayoutName(plan.layout), " names)"));
+    if (e == nullptr)
+      return Bad(label, absl::StrCat("no tensor '", p.name, "' (", WeightLayoutName(plan.layout), " names)"));
     LOOM_RETURN_IF_ERROR(CheckStored(s, *e, false, label));
     used.insert(p.name);
     for (const char* moment : {".m", ".v"}) {
@@ -274,8 +286,8 @@ absl::StatusOr<InitPlan> PlanInit(const SafetensorsIndex& file, const v1::ModelS
   const bool gpt = spec.family() == "gpt";
   if (layout == WeightLayout::kLoom) return PlanOneToOne(file, params, label);
   if (gpt != (layout == WeightLayout::kHfGpt2))
-    return Bad(label, absl::StrCat("the file is in the ", WeightLayoutName(layout), " layout; the job has model.family = ",
-                                   spec.family()));
+    return Bad(label, absl::StrCat("the file is in the ", WeightLayoutName(layout),
+                                   " layout; the job has model.family = ", spec.family()));
   LOOM_RETURN_IF_ERROR(CheckSizes(file, spec, layout, label));
   LOOM_ASSIGN_OR_RETURN(std::vector<ParamSource> sources, HfLayout(spec));
   InitPlan plan;
@@ -299,8 +311,8 @@ absl::StatusOr<InitPlan> PlanInit(const SafetensorsIndex& file, const v1::ModelS
     const bool wpe = gpt && s.param == "wpe";
     LOOM_RETURN_IF_ERROR(CheckStored(s, *e, wpe, label));
     if (wpe && e->shape[0] > s.shape[0])
-      plan.notes.push_back(absl::StrCat(e->name, ": using the first ", s.shape[0], " of ", e->shape[0],
-                                        " positions (model.seq_len)"));
+      plan.notes.push_back(
+          absl::StrCat(e->name, ": using the first ", s.shape[0], " of ", e->shape[0], " positions (model.seq_len)"));
     s.tensor = e->name;
     s.stored_shape = e->shape;
     used.insert(e->name);
@@ -321,8 +333,8 @@ namespace {
 // and interleaved order (2i + c).
 absl::StatusOr<Tensor> PermuteHeadRows(const Tensor& rows, int64_t head_dim, bool to_interleaved) {
   const int64_t n = rows.dim(0), x = rows.dim(1), heads = n / head_dim, half = head_dim / 2;
-  std::vector<int64_t> split = to_interleaved ? std::vector<int64_t>{heads, 2, half, x}
-                                              : std::vector<int64_t>{heads, half, 2, x};
+  std::vector<int64_t> split =
+      to_interleaved ? std::vector<int64_t>{heads, 2, half, x} : std::vector<int64_t>{heads, half, 2, x};
   LOOM_ASSIGN_OR_RETURN(Tensor v, rows.Contiguous().Reshape(split));
   const int perm[] = {0, 2, 1, 3};
   return v.Permute(perm).Clone().Reshape({n, x});

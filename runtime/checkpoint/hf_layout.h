@@ -66,10 +66,10 @@ struct ParamSource {
 
 struct InitPlan {
   WeightLayout layout = WeightLayout::kLoom;
-  std::vector<ParamSource> params;                       // the model's parameters, in order
+  std::vector<ParamSource> params;                        // the model's parameters, in order
   std::vector<std::pair<std::string, std::string>> tied;  // (tensor, tensor it must equal)
-  std::vector<std::string> ignored;                      // buffers and optimizer moments
-  std::vector<std::string> notes;                        // e.g. positions dropped from wpe
+  std::vector<std::string> ignored;                       // buffers and optimizer moments
+  std::vector<std::string> notes;                         // e.g. positions dropped from wpe
 };
 
 // Maps the tensors of a file (its safetensors index) onto the model of `spec`.
@@ -99,8 +99,8 @@ absl::StatusOr<std::vector<ParamSource>> HfLayout(const v1::ModelSpec& spec);
 
 // Reads the rectangle [offsets, offsets + lengths) of a stored tensor (any
 // float dtype).
-using RectReader = std::function<absl::StatusOr<Tensor>(const std::vector<int64_t>& offsets,
-                                                        const std::vector<int64_t>& lengths)>;
+using RectReader =
+    std::function<absl::StatusOr<Tensor>(const std::vector<int64_t>& offsets, const std::vector<int64_t>& lengths)>;
 // The rectangle [offsets, offsets + lengths) of parameter `src` in Loom's
 // layout (f32, contiguous), reading only the stored rows and columns it needs
 // (for rotary-permuted weights, the whole heads it touches).

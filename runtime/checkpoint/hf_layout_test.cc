@@ -86,7 +86,8 @@ std::vector<Entry> Llama7bShapes() {
   std::vector<Entry> e = {{"model.embed_tokens.weight", {32000, C}, "F16"}};
   for (int64_t i = 0; i < 32; ++i) {
     std::string l = absl::StrCat("model.layers.", i, ".");
-    for (const char* p : {"q", "k", "v", "o"}) e.push_back({absl::StrCat(l, "self_attn.", p, "_proj.weight"), {C, C}, "F16"});
+    for (const char* p : {"q", "k", "v", "o"})
+      e.push_back({absl::StrCat(l, "self_attn.", p, "_proj.weight"), {C, C}, "F16"});
     e.push_back({l + "self_attn.rotary_emb.inv_freq", {64}, "F32"});
     e.push_back({l + "mlp.gate_proj.weight", {F, C}, "F16"});
     e.push_back({l + "mlp.up_proj.weight", {F, C}, "F16"});
@@ -168,7 +169,8 @@ TEST(HfLayout, SizesThatDifferNameTheSpecField) {
   EXPECT_HAS(ErrorOf(Gpt2Hub(), m), "model.d_model: the file has 768");
   m = Gpt2Spec();
   m.set_n_layer(2);
-  EXPECT_HAS(ErrorOf(Gpt2Hub(), m), "model.n_layer: the file has 12 (layers h.0 to h.11); the job has model.n_layer = 2");
+  EXPECT_HAS(ErrorOf(Gpt2Hub(), m),
+             "model.n_layer: the file has 12 (layers h.0 to h.11); the job has model.n_layer = 2");
   m = Gpt2Spec();
   m.set_ffn_hidden(2048);
   EXPECT_HAS(ErrorOf(Gpt2Hub(), m), "model.ffn_hidden: the file has 3072");
@@ -189,23 +191,26 @@ TEST(HfLayout, BadTensorsAreNamed) {
              "no tensor 'transformer.h.3.ln_2.weight' or 'h.3.ln_2.weight' for parameter 'h.3.ln_2.weight'");
   f = Gpt2Hub();
   f[4].shape = {768, 769};  // h.0.attn.c_proj.weight
-  EXPECT_HAS(ErrorOf(f, Gpt2Spec()), "tensor 'h.0.attn.c_proj.weight' has shape [768, 769]; parameter "
-                                     "'h.0.attn.c_proj.weight' needs [768, 768]");
+  EXPECT_HAS(ErrorOf(f, Gpt2Spec()),
+             "tensor 'h.0.attn.c_proj.weight' has shape [768, 769]; parameter "
+             "'h.0.attn.c_proj.weight' needs [768, 768]");
   f = Gpt2Hub();
   f[6].dtype = "I64";  // h.0.ln_1.weight
   EXPECT_HAS(ErrorOf(f, Gpt2Spec()), "tensor 'h.0.ln_1.weight' has dtype I64");
   f = Gpt2Hub();
   for (int i = 0; i < 7; ++i) f.push_back({absl::StrCat("extra.", i), {2}});
   std::string e = ErrorOf(f, Gpt2Spec());
-  EXPECT_HAS(e, "7 tensors that the model has no parameter for: 'extra.0', 'extra.1', 'extra.2', 'extra.3', "
-                "'extra.4' and 2 more");
+  EXPECT_HAS(e,
+             "7 tensors that the model has no parameter for: 'extra.0', 'extra.1', 'extra.2', 'extra.3', "
+             "'extra.4' and 2 more");
   f = Gpt2Hub();
   f.push_back({"lm_head.weight", {50257, 700}});
   EXPECT_HAS(ErrorOf(f, Gpt2Spec()), "tensor 'lm_head.weight' has shape [50257, 700]");
   std::vector<Entry> l = Llama7bShapes();
   l[1].shape = {4096, 4000};  // layer 0 q_proj
-  EXPECT_HAS(ErrorOf(l, Llama7bSpec()), "tensor 'model.layers.0.self_attn.q_proj.weight' has shape [4096, 4000]; "
-                                        "parameter 'layers.0.attention.wq' needs [4096, 4096]");
+  EXPECT_HAS(ErrorOf(l, Llama7bSpec()),
+             "tensor 'model.layers.0.self_attn.q_proj.weight' has shape [4096, 4000]; "
+             "parameter 'layers.0.attention.wq' needs [4096, 4096]");
   l = Llama7bShapes();
   l.pop_back();  // lm_head.weight
   EXPECT_HAS(ErrorOf(l, Llama7bSpec()), "no tensor 'lm_head.weight' for parameter 'output'");
@@ -222,8 +227,9 @@ TEST(HfLayout, ConfigJsonIsCheckedAgainstTheSpec) {
   m.set_n_head(16);
   auto s = CheckHfConfig(gpt2, WeightLayout::kHfGpt2, m, "init_from: g");
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_HAS(std::string(s.message()), "init_from: g: model.n_head: config.json beside the file has n_head = 12; "
-                                       "the job has model.n_head = 16");
+  EXPECT_HAS(std::string(s.message()),
+             "init_from: g: model.n_head: config.json beside the file has n_head = 12; "
+             "the job has model.n_head = 16");
   m = Gpt2Spec();
   m.set_seq_len(2048);
   EXPECT_HAS(std::string(CheckHfConfig(gpt2, WeightLayout::kHfGpt2, m, "x").message()), "n_positions = 1024");
@@ -390,9 +396,13 @@ TEST(InitSource, ReadRectMatchesNarrowInThreeDims) {
   auto r = SafetensorsReader::Open(path);
   ASSERT_TRUE(r.ok());
   const TensorEntry& e = *r->index().Find("t");
-  for (const auto& [off, len] : std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>{
-           {{0, 0, 0}, {3, 4, 5}}, {{1, 0, 0}, {2, 4, 5}}, {{0, 1, 0}, {3, 2, 5}}, {{2, 3, 1}, {1, 1, 3}},
-           {{0, 0, 4}, {3, 4, 1}}, {{1, 1, 1}, {0, 2, 2}}}) {
+  for (const auto& [off, len] :
+       std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>>{{{0, 0, 0}, {3, 4, 5}},
+                                                                          {{1, 0, 0}, {2, 4, 5}},
+                                                                          {{0, 1, 0}, {3, 2, 5}},
+                                                                          {{2, 3, 1}, {1, 1, 3}},
+                                                                          {{0, 0, 4}, {3, 4, 1}},
+                                                                          {{1, 1, 1}, {0, 2, 2}}}) {
     auto got = ReadRect(*r, e, off, len);
     ASSERT_TRUE(got.ok()) << got.status();
     Tensor want = t.Narrow(0, off[0], len[0]).Narrow(1, off[1], len[1]).Narrow(2, off[2], len[2]).Clone();

@@ -55,7 +55,8 @@ absl::StatusOr<std::unique_ptr<InitSource>> InitSource::Open(const std::string& 
   std::unique_ptr<InitSource> s(new InitSource());
   s->label_ = absl::StrCat("init_from: ", path);
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) return absl::InvalidArgumentError(absl::StrCat(s->label_, ": no such file"));
+  if (!std::filesystem::is_regular_file(path, ec))
+    return absl::InvalidArgumentError(absl::StrCat(s->label_, ": no such file"));
   auto reader = SafetensorsReader::Open(path);
   if (!reader.ok()) return Annotate(reader.status(), "init_from");
   s->reader_ = std::make_unique<SafetensorsReader>(std::move(*reader));
@@ -97,7 +98,8 @@ absl::Status InitSource::CheckTied(const std::string& a, const std::string& b) c
 absl::StatusOr<Tensor> InitSource::ReadBlock(const std::string& param, const std::vector<int64_t>& offsets,
                                              const std::vector<int64_t>& lengths) const {
   auto it = by_param_.find(param);
-  if (it == by_param_.end()) return absl::InvalidArgumentError(absl::StrCat(label_, ": the model has no parameter '", param, "'"));
+  if (it == by_param_.end())
+    return absl::InvalidArgumentError(absl::StrCat(label_, ": the model has no parameter '", param, "'"));
   const ParamSource& src = plan_.params[it->second];
   const TensorEntry* e = reader_->index().Find(src.tensor);
   if (e == nullptr) return absl::InternalError(absl::StrCat(label_, ": tensor '", src.tensor, "' vanished"));
@@ -111,7 +113,8 @@ absl::StatusOr<Tensor> InitSource::ReadBlock(const std::string& param, const std
 
 absl::StatusOr<Tensor> InitSource::Read(const std::string& param) const {
   auto it = by_param_.find(param);
-  if (it == by_param_.end()) return absl::InvalidArgumentError(absl::StrCat(label_, ": the model has no parameter '", param, "'"));
+  if (it == by_param_.end())
+    return absl::InvalidArgumentError(absl::StrCat(label_, ": the model has no parameter '", param, "'"));
   const std::vector<int64_t>& shape = plan_.params[it->second].shape;
   return ReadBlock(param, std::vector<int64_t>(shape.size(), 0), shape);
 }
@@ -126,8 +129,8 @@ absl::StatusOr<std::map<std::string, Tensor>> InitSource::ReadAll() const {
 }
 
 std::string InitSource::Describe() const {
-  std::string s = absl::StrCat(label_, " (", WeightLayoutName(plan_.layout), " names, ", plan_.params.size(),
-                               " parameters");
+  std::string s =
+      absl::StrCat(label_, " (", WeightLayoutName(plan_.layout), " names, ", plan_.params.size(), " parameters");
   if (!plan_.tied.empty()) absl::StrAppend(&s, ", ", plan_.tied.size(), " tied tensor(s) checked equal");
   if (!plan_.ignored.empty()) absl::StrAppend(&s, ", ignored ", plan_.ignored.size(), " buffer/optimizer tensor(s)");
   absl::StrAppend(&s, ")");

@@ -79,7 +79,8 @@ int RunTrainCommand(const std::vector<std::string>& args, collectives::ProcessGr
     } else if (args[i] == "--init" && i + 1 < args.size()) {
       init_from = args[++i];
     } else if (!args[i].empty() && args[i][0] == '-') {
-      return Fail(2, absl::StrCat("unknown flag '", args[i], "' (usage: loom train JOB.yaml [--steps N] [--init FILE] [--metrics-listen HOST:PORT])"));
+      return Fail(2, absl::StrCat("unknown flag '", args[i],
+                                  "' (usage: loom train JOB.yaml [--steps N] [--init FILE] [--metrics-listen HOST:PORT])"));
     } else if (path.empty()) {
       path = args[i];
     } else {

@@ -93,14 +93,14 @@ void WriteTokens(const std::string& path, int64_t n, int64_t vocab) {
   t[0] = 1;
   for (int64_t i = 1; i < n; ++i)
     t[i] = static_cast<uint16_t>(rng.Uniform(2 * i) < 0.9 ? (t[i - 1] * 7 + 3) % vocab
-                                                           : static_cast<int64_t>(rng.Uniform(2 * i + 1) * vocab));
+                                                          : static_cast<int64_t>(rng.Uniform(2 * i + 1) * vocab));
   std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(t.data()), n * 2);
 }
 
 std::string Job(const Family& f, const std::string& dir, const std::string& run, int steps) {
   return absl::StrCat("name: ft-", f.name, "\nmodel: ", f.model_yaml, "\ndata: {path: ", dir,
-                      "/tokens.u16, format: tokens, tokens_dtype: u16}\n",
-                      "train: {steps: ", steps, ", batch_size: 4, lr: 1e-2, log_every: 1, eval_every: ", steps,
+                      "/tokens.u16, format: tokens, tokens_dtype: u16}\n", "train: {steps: ", steps,
+                      ", batch_size: 4, lr: 1e-2, log_every: 1, eval_every: ", steps,
                       ", eval_batches: 1, sample_tokens: 4, seed: 3}\nrun_dir: ", dir, "/", run, "\n");
 }
 
@@ -121,7 +121,8 @@ void WriteFirstBatch(const std::string& job_path, const std::string& out) {
   const int64_t B = spec->train().batch_size(), T = spec->model().seq_len();
   Tensor x = Tensor::MustEmpty({B, T}, DType::kI32), y = Tensor::MustEmpty({B, T}, DType::kI32);
   sampler->Next(B, &x, &y);
-  auto w = checkpoint::WriteSafetensors(out, {{"x", DType::kI32, {B, T}, x.raw_data()}, {"y", DType::kI32, {B, T}, y.raw_data()}}, {});
+  auto w = checkpoint::WriteSafetensors(
+      out, {{"x", DType::kI32, {B, T}, x.raw_data()}, {"y", DType::kI32, {B, T}, y.raw_data()}}, {});
   ASSERT_TRUE(w.ok()) << w.status();
 }
 
