@@ -389,6 +389,25 @@ TEST(InitSource, ReadsEveryBlockBackInLoomLayout) {
   EXPECT_EQ((*src)->Read("nope").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(InitSource, OneToOneForAnyParameterList) {
+  const std::vector<models::ParamInfo> params = {{"fc.weight", {3, 4}}, {"fc.bias", {4}}};
+  Tensor w = Random({3, 4}, 1), b = Random({4}, 2);
+  const std::string dir = testing::FreshDir("one_to_one");
+  ASSERT_TRUE(WriteSafetensors(
+                  dir + "/m.safetensors",
+                  {{"fc.weight", DType::kF32, {3, 4}, w.raw_data()}, {"fc.bias", DType::kF32, {4}, b.raw_data()}}, {})
+                  .ok());
+  auto src = InitSource::OpenOneToOne(dir + "/m.safetensors", params);
+  ASSERT_TRUE(src.ok()) << src.status();
+  auto block = (*src)->ReadBlock("fc.weight", {1, 2}, {2, 2});
+  ASSERT_TRUE(block.ok());
+  EXPECT_TRUE(testing::BitwiseEqual(*block, w.Narrow(0, 1, 2).Narrow(1, 2, 2).Clone()));
+  auto bad = InitSource::OpenOneToOne(dir + "/m.safetensors", {{"fc.weight", {4, 3}}, {"fc.bias", {4}}});
+  ASSERT_FALSE(bad.ok());
+  EXPECT_HAS(std::string(bad.status().message()),
+             "tensor 'fc.weight' has shape [3, 4]; parameter 'fc.weight' needs [4, 3]");
+}
+
 TEST(InitSource, ReadRectMatchesNarrowInThreeDims) {
   Tensor t = testing::Pattern({3, 4, 5}, DType::kF16, 2);
   const std::string path = testing::FreshDir("read_rect") + "/t.safetensors";

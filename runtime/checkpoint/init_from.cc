@@ -51,7 +51,7 @@ absl::StatusOr<Tensor> ReadRect(const SafetensorsReader& reader, const TensorEnt
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<InitSource>> InitSource::Open(const std::string& path, const v1::ModelSpec& spec) {
+absl::StatusOr<std::unique_ptr<InitSource>> InitSource::OpenFile(const std::string& path) {
   std::unique_ptr<InitSource> s(new InitSource());
   s->label_ = absl::StrCat("init_from: ", path);
   std::error_code ec;
@@ -60,9 +60,21 @@ absl::StatusOr<std::unique_ptr<InitSource>> InitSource::Open(const std::string& 
   auto reader = SafetensorsReader::Open(path);
   if (!reader.ok()) return Annotate(reader.status(), "init_from");
   s->reader_ = std::make_unique<SafetensorsReader>(std::move(*reader));
+  return s;
+}
+
+absl::Status InitSource::Index() {
+  for (size_t i = 0; i < plan_.params.size(); ++i) by_param_[plan_.params[i].param] = i;
+  for (const auto& [a, b] : plan_.tied) LOOM_RETURN_IF_ERROR(CheckTied(a, b));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<InitSource>> InitSource::Open(const std::string& path, const v1::ModelSpec& spec) {
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<InitSource> s, OpenFile(path));
   LOOM_ASSIGN_OR_RETURN(s->plan_, PlanInit(s->reader_->index(), spec, s->label_));
   // Hugging Face keeps the model's configuration beside its weights.
   const std::string config = (std::filesystem::path(path).parent_path() / "config.json").string();
+  std::error_code ec;
   if (s->plan_.layout != WeightLayout::kLoom && std::filesystem::is_regular_file(config, ec)) {
     std::ifstream in(config);
     std::stringstream text;
@@ -70,8 +82,15 @@ absl::StatusOr<std::unique_ptr<InitSource>> InitSource::Open(const std::string& 
     LOOM_RETURN_IF_ERROR(CheckHfConfig(text.str(), s->plan_.layout, spec, s->label_));
     s->plan_.notes.push_back(absl::StrCat("checked against ", config));
   }
-  for (size_t i = 0; i < s->plan_.params.size(); ++i) s->by_param_[s->plan_.params[i].param] = i;
-  for (const auto& [a, b] : s->plan_.tied) LOOM_RETURN_IF_ERROR(s->CheckTied(a, b));
+  LOOM_RETURN_IF_ERROR(s->Index());
+  return s;
+}
+
+absl::StatusOr<std::unique_ptr<InitSource>> InitSource::OpenOneToOne(const std::string& path,
+                                                                     const std::vector<models::ParamInfo>& params) {
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<InitSource> s, OpenFile(path));
+  LOOM_ASSIGN_OR_RETURN(s->plan_, PlanOneToOne(s->reader_->index(), params, s->label_));
+  LOOM_RETURN_IF_ERROR(s->Index());
   return s;
 }
 

@@ -33,6 +33,10 @@ namespace loom::checkpoint {
 class InitSource {
  public:
   static absl::StatusOr<std::unique_ptr<InitSource>> Open(const std::string& path, const v1::ModelSpec& spec);
+  // For a parameter list that is not a built-in family's (an imported ONNX
+  // graph's initializers): names map one to one (PlanOneToOne).
+  static absl::StatusOr<std::unique_ptr<InitSource>> OpenOneToOne(const std::string& path,
+                                                                  const std::vector<models::ParamInfo>& params);
 
   const InitPlan& plan() const { return plan_; }
   // The rectangle [offsets, offsets + lengths) of a parameter, f32, in Loom's layout.
@@ -46,6 +50,8 @@ class InitSource {
 
  private:
   InitSource() = default;
+  static absl::StatusOr<std::unique_ptr<InitSource>> OpenFile(const std::string& path);
+  absl::Status Index();
   absl::Status CheckTied(const std::string& a, const std::string& b) const;
 
   std::string label_;
