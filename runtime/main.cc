@@ -26,12 +26,12 @@
 #include "absl/debugging/symbolize.h"
 
 #include "collectives/bench/bench_command.h"
-#include "parallel/planner_command.h"
 #include "deploy/operator/operator_command.h"
 #include "runtime/checkpoint/ckpt_tool.h"
 #include "runtime/commands.h"
 #include "runtime/launch/run_command.h"
 #include "runtime/launch/worker_command.h"
+#include "runtime/plan/planner_command.h"
 #include "runtime/service/agent/agent_command.h"
 #include "runtime/service/client_commands.h"
 #include "runtime/service/coordinator_command.h"
@@ -59,7 +59,7 @@ const Command kCommands[] = {
     {"compile", "print the IR after a compiler stage: loom compile JOB.yaml --dump=STAGE",
      loom::train::RunCompileCommand},
     {"plan", "rank parallel layouts for a job: loom plan JOB.yaml [--world N] [--memory-gib X] ... [--json]",
-     loom::parallel::RunPlanCommand},
+     loom::plan::RunPlanCommand},
     {"run", "run a job on this machine, torchrun style: loom run JOB.yaml [--nproc-per-node N]",
      loom::launch::RunRunCommand},
     {"worker", "one rank of a job (started by an agent; reads LOOM_* variables)", loom::launch::RunWorkerCommand},
