@@ -12,8 +12,8 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "deploy/operator/fake_apiserver.h"
 #include "deploy/operator/kube_client.h"
+#include "deploy/operator/testing/fake_apiserver.h"
 
 namespace loom::k8s {
 namespace {
