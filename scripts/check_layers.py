@@ -16,7 +16,8 @@ The rules, all read from the one table in docs/layers.txt:
     data, srcs, tools) goes from a line to a line below it; peers on one line
     use neither each other;
   - a production rule (neither a test nor testonly) depends on no package with a
-    `testing` folder in its path: test doubles and helpers live there;
+    `testing` folder in its path: test doubles and helpers live there, and
+    every rule there is a test or testonly;
   - every `#include "folder/..."` of a source file under a top folder obeys
     the same order, and production sources include no `testing/` header (a file
     is test code when every rule that lists it is a test or testonly; files no
@@ -150,6 +151,12 @@ def check_build_edges(layers, rules):
     return bad, crossing
 
 
+def check_testing_rules(rules):
+    """Rules in a testing/ package that production rules could use."""
+    return [f"{label} ({rule.kind} is neither a test nor testonly)" for label, rule in sorted(rules.items())
+            if is_testing_path(package_of(label)) and not rule.is_test_code]
+
+
 def check_test_edges(rules):
     """Production rules that depend on a testing/ package."""
     return [f"{rule.label} -> {dep} ({rule.kind} is neither a test nor testonly)"
@@ -270,6 +277,7 @@ def check_tree(report, root, layers, rules):
                 f"{crossing} edges between top folders, {len(rules)} rules")
     report.case("layers: production rules use no testing/ package", check_test_edges(rules),
                 f"{sum(not r.is_test_code for r in rules.values())} production rules")
+    report.case("layers: every rule in a testing/ package is a test or testonly", check_testing_rules(rules))
     bad, testing, unknown, files, includes = check_includes(layers, root, file_owners(rules))
     report.case("layers: every source folder has a line in " + LAYERS_FILE, unknown)
     report.case("layers: #include lines point down", bad, f"{includes} first-party includes in {files} files")
@@ -358,6 +366,10 @@ def self_check(report):
     report.case("self-check: a production rule using a testing/ package is reported, alone",
                 expect(check_test_edges(parse_query_xml(planted_xml(leak))),
                        ["//runtime:train -> //compiler/testing:doubles (cc_library is neither a test nor testonly)"]))
+    loose = dict(PLANTED_RULES, **{"//compiler/testing:doubles": ("cc_library", False, ["//compiler/ir:ir"])})
+    report.case("self-check: a rule in a testing/ package that is not testonly is reported, alone",
+                expect(check_testing_rules(parse_query_xml(planted_xml(loose))),
+                       ["//compiler/testing:doubles (cc_library is neither a test nor testonly)"]))
     stray = dict(PLANTED_RULES, **{"//deploy:operator": ("cc_binary", False, ["//runtime:train"])})
     report.case("self-check: a package outside the table is reported",
                 expect(check_packages(layers, parse_query_xml(planted_xml(stray))),

@@ -32,7 +32,7 @@ int SpecWorldSize(const v1::JobSpec& spec) {
 }
 
 Hardware DefaultHardware(const v1::JobSpec& spec) {
-  Hardware hw;  // the CPU defaults (planner.h)
+  Hardware hw;  // the CPU defaults (parallel/planner.h)
   hw.world = SpecWorldSize(spec);
   hw.activation_bytes = spec.train().precision() == "bf16" ? 2 : 4;
   return hw;
