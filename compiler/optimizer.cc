@@ -1,5 +1,7 @@
 #include "compiler/optimizer.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 #include "compiler/ir/verifier.h"
@@ -49,6 +51,11 @@ absl::Status AppendAdamW(JointGraph& j, const AdamWOptions& o) {
   }
   g.mutable_outputs() = std::move(outs);
   return Annotate(Verify(g), "optimizer produced an invalid graph");
+}
+
+double ScheduledLearningRate(const v1::TrainSpec& tr, int64_t step) {
+  double f = tr.warmup_steps() > 0 ? std::min(1.0, static_cast<double>(step) / tr.warmup_steps()) : 1.0;
+  return tr.lr() * f;
 }
 
 }  // namespace loom::compiler

@@ -11,11 +11,13 @@
 // Executor::ApplyUpdates writes them back after a step.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <string>
 
 #include "absl/status/status.h"
 #include "compiler/autodiff.h"
+#include "proto/loom/v1/job.pb.h"
 
 namespace loom::compiler {
 
@@ -34,5 +36,9 @@ struct AdamWOptions {
 };
 
 absl::Status AppendAdamW(JointGraph& j, const AdamWOptions& options = {});
+
+// The learning rate of optimizer step `step` (1-based), the value fed to %lr:
+// linear warmup over train.warmup_steps to train.lr, then constant.
+double ScheduledLearningRate(const v1::TrainSpec& train, int64_t step);
 
 }  // namespace loom::compiler

@@ -99,7 +99,7 @@ absl::StatusOr<ModelDims> DimsOf(const v1::ModelSpec& model) {
 absl::StatusOr<Candidate> Estimate(const v1::ModelSpec& model_in, int64_t batch, const Hardware& hw,
                                    const Layout& l) {
   LOOM_ASSIGN_OR_RETURN(ModelDims d, DimsOf(model_in));
-  LOOM_RETURN_IF_ERROR(jobspec::CheckParallelLayout(model_in, batch, l, hw.world));
+  LOOM_RETURN_IF_ERROR(CheckParallelLayout(model_in, batch, l, hw.world));
   v1::ModelSpec model = model_in;
   model.set_family(d.family);
   model.set_n_kv_head(static_cast<int>(d.n_kv_head));
@@ -229,13 +229,13 @@ absl::StatusOr<Candidate> Estimate(const v1::ModelSpec& model_in, int64_t batch,
 }
 
 absl::StatusOr<Enumeration> EnumerateLayouts(const v1::ModelSpec& model, int64_t batch, const Hardware& hw) {
-  LOOM_RETURN_IF_ERROR(jobspec::CheckWorldSize(hw.world, hw.world, 1));
+  LOOM_RETURN_IF_ERROR(CheckWorldSize(hw.world, hw.world, 1));
   if (hw.nproc_per_node < 0) return absl::InvalidArgumentError(absl::StrCat("nproc_per_node: must be positive (got ", hw.nproc_per_node, ")"));
   Enumeration e;
   for (int tp = 1; tp <= hw.world; ++tp) {
     if (hw.world % tp != 0) continue;
     const int dp = hw.world / tp;
-    absl::Status legal = jobspec::CheckParallelLayout(model, batch, Layout{dp, tp, 0, false}, hw.world);
+    absl::Status legal = CheckParallelLayout(model, batch, Layout{dp, tp, 0, false}, hw.world);
     if (!legal.ok()) {
       e.skipped.push_back({Layout{dp, tp, 0, false}, std::string(legal.message())});
       continue;

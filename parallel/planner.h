@@ -6,7 +6,7 @@
 // budget, device FLOP rate, intra- and inter-node link bandwidths).
 //
 // Enumeration: every dp x tp = world factorisation that passes the legality
-// rules (runtime/jobspec/parallel_check.h: tp divides n_head and n_kv_head,
+// rules (parallel_check.h: tp divides n_head and n_kv_head,
 // batch divisible by dp), ZeRO stage 0..3 (1..3 only with dp > 1: with dp = 1
 // they equal stage 0), sequence parallel off/on (on only with tp > 1). Ranks
 // are laid out row-major with tp last (dtensor/spec.h), so tp groups are
@@ -68,11 +68,11 @@
 
 #include "absl/status/statusor.h"
 #include "proto/loom/v1/job.pb.h"
-#include "runtime/jobspec/parallel_check.h"
+#include "parallel/parallel_check.h"
 
 namespace loom::parallel {
 
-using Layout = jobspec::ParallelLayout;
+using Layout = ParallelLayout;
 std::string LayoutName(const Layout& l);  // "dp=2 tp=2 zero=1 sp"
 
 // Defaults describe one CPU node running Gloo (what `loom plan` assumes when

@@ -77,7 +77,7 @@ TEST(Enumerate, EveryLayoutIsLegalAndDistinct) {
     std::set<std::string> names;
     for (const Layout& l : e->layouts) {
       EXPECT_EQ(l.dp * l.tp, world);
-      EXPECT_TRUE(jobspec::CheckParallelLayout(m, 24, l, world).ok()) << LayoutName(l);
+      EXPECT_TRUE(CheckParallelLayout(m, 24, l, world).ok()) << LayoutName(l);
       EXPECT_TRUE(names.insert(LayoutName(l)).second) << LayoutName(l);
       if (l.sequence_parallel) EXPECT_GT(l.tp, 1);
       if (l.zero_stage > 0) EXPECT_GT(l.dp, 1);

@@ -114,7 +114,7 @@ absl::StatusOr<compiler::Compilation> CompileParallel(const compiler::Graph& for
                                                       const compiler::CompileOptions& co,
                                                       const v1::ModelSpec& model, int64_t batch,
                                                       const Layout& layout, int64_t bucket_bytes) {
-  LOOM_RETURN_IF_ERROR(jobspec::CheckParallelLayout(model, batch, layout));
+  LOOM_RETURN_IF_ERROR(CheckParallelLayout(model, batch, layout));
   if (!co.differentiate || !co.adamw)
     return absl::InvalidArgumentError("CompileParallel: needs a training compile (differentiate and adamw)");
   LOOM_RETURN_IF_ERROR(Annotate(compiler::Verify(forward), "compile: initial graph"));

@@ -35,11 +35,11 @@
 #include "compiler/spmd/spmd.h"
 #include "dtensor/spec.h"
 #include "proto/loom/v1/job.pb.h"
-#include "runtime/jobspec/parallel_check.h"
+#include "parallel/parallel_check.h"
 
 namespace loom::parallel {
 
-using Layout = jobspec::ParallelLayout;
+using Layout = ParallelLayout;
 
 Layout LayoutFromSpec(const v1::ParallelSpec& p);
 dtensor::MeshShape MeshOf(const Layout& l);  // (dp, tp)
@@ -61,7 +61,7 @@ spmd::SpmdOptions SpmdOptionsFor(const Layout& layout, std::map<std::string, dte
 // Compile() with the stage "parallel" (the localized joint graph, dumped with
 // placements, its reduce_scatters scheduled early) after "joint". `co` must set adamw and differentiate.
 // bucket_bytes > 0 merges the dp gradient all-reduces into buckets. The
-// layout is checked first (jobspec::CheckParallelLayout), so impossible
+// layout is checked first (CheckParallelLayout, parallel_check.h), so impossible
 // layouts fail before anything is built.
 absl::StatusOr<compiler::Compilation> CompileParallel(const compiler::Graph& forward,
                                                       const compiler::CompileOptions& co,

@@ -1,13 +1,12 @@
 #include "parallel/trainer.h"
 
-#include "runtime/jobspec/jobspec.h"
-
 #include <algorithm>
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "base/rng.h"
 #include "base/status.h"
+#include "compiler/optimizer.h"
 
 namespace loom::parallel {
 
@@ -126,7 +125,7 @@ absl::StatusOr<float> ParallelTrainer::Step(const Tensor& x, const Tensor& y) {
   LOOM_ASSIGN_OR_RETURN(inputs_[x_in_], Block(x, specs_.at("x")));
   LOOM_ASSIGN_OR_RETURN(inputs_[y_in_], Block(y, specs_.at("y")));
   ++step_;
-  inputs_[lr_in_].data<float>()[0] = static_cast<float>(jobspec::ScheduledLearningRate(spec_.train(), step_));
+  inputs_[lr_in_].data<float>()[0] = static_cast<float>(compiler::ScheduledLearningRate(spec_.train(), step_));
   inputs_[step_in_].data<float>()[0] = static_cast<float>(step_);
   LOOM_RETURN_IF_ERROR(exec_->Run(inputs_, &outputs_));
   float loss = outputs_[0].data<float>()[0];

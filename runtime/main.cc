@@ -13,6 +13,9 @@
 //   loom version         print the build's version and CUDA availability
 //   loom bench collectives   collective bandwidth vs torch.distributed Gloo
 //
+// The Kubernetes operator is a binary of its own, `loom_operator`
+// (deploy/operator), so this one links nothing from deploy/.
+//
 // Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input.
 #include <csignal>
 #include <cstdio>
@@ -26,12 +29,11 @@
 #include "absl/debugging/symbolize.h"
 
 #include "collectives/bench/bench_command.h"
-#include "parallel/planner_command.h"
-#include "deploy/operator/operator_command.h"
 #include "runtime/checkpoint/ckpt_tool.h"
 #include "runtime/commands.h"
 #include "runtime/launch/run_command.h"
 #include "runtime/launch/worker_command.h"
+#include "runtime/plan/planner_command.h"
 #include "runtime/service/agent/agent_command.h"
 #include "runtime/service/client_commands.h"
 #include "runtime/service/coordinator_command.h"
@@ -59,7 +61,7 @@ const Command kCommands[] = {
     {"compile", "print the IR after a compiler stage: loom compile JOB.yaml --dump=STAGE",
      loom::train::RunCompileCommand},
     {"plan", "rank parallel layouts for a job: loom plan JOB.yaml [--world N] [--memory-gib X] ... [--json]",
-     loom::parallel::RunPlanCommand},
+     loom::plan::RunPlanCommand},
     {"run", "run a job on this machine, torchrun style: loom run JOB.yaml [--nproc-per-node N]",
      loom::launch::RunRunCommand},
     {"worker", "one rank of a job (started by an agent; reads LOOM_* variables)", loom::launch::RunWorkerCommand},
@@ -82,8 +84,6 @@ const Command kCommands[] = {
     {"demo", "run the kernel demo: matmul and SDPA checked against references, with timings",
      loom::cli::RunDemo},
     {"ops", "list the registered ops, their kernels and gradient rules", loom::cli::RunOps},
-    {"operator", "run the Kubernetes operator for TrainingJobs: loom operator [--kubeconfig PATH]",
-     loom::k8s::RunOperatorCommand},
     {"version", "print the version and whether CUDA is available", loom::cli::RunVersion},
     {"bench", "benchmarks: loom bench collectives [--full] [--backends=...] (vs torch Gloo)",
      loom::collectives::bench::RunBenchCommand},

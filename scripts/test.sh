@@ -40,10 +40,31 @@ if [ "${PIPESTATUS[0]}" != 0 ]; then
 fi
 phase "build"
 
-# Test groups: each top-level package that has tests, in dependency order.
-TEST_GROUPS=(base kernels compiler collectives dtensor parallel runtime proto tests deploy bench)
 total_pass=0
 total_fail=0
+
+# ---- Layering: the import order of docs/layers.txt -------------------------
+# scripts/check_layers.py prints one PASS:/FAIL: line per case (its self-check's
+# planted cases first, then the build graph, the #include lines and the docs
+# copy); each case counts as one test. An exit without a FAIL line (bad input,
+# bazel query failing) counts as one failure.
+count_cases() {  # count_cases LOG RC: adds LOG's PASS:/FAIL: lines to the totals
+  local p f
+  p=$(grep -c '^PASS: ' "$1"); f=$(grep -c '^FAIL: ' "$1")
+  if [ "$2" != 0 ] && [ "$f" = 0 ]; then f=1; fi
+  total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
+  phase "layers ($p passed, $f failed)"
+}
+layers_log=$(mktemp)
+/usr/bin/python3 scripts/check_layers.py >"$layers_log" 2>&1
+layers_rc=$?
+cat "$layers_log"
+count_cases "$layers_log" "$layers_rc"
+rm -f "$layers_log"
+# ---------------------------------------------------------------------------
+
+# Test groups: each top-level package that has tests, in dependency order.
+TEST_GROUPS=(base kernels compiler collectives dtensor parallel runtime proto tests deploy bench)
 for g in "${TEST_GROUPS[@]}"; do
   [ -d "$g" ] || continue
   targets=$(bazel query "${BAZEL_FLAGS[@]}" "tests(//$g/...) except attr(tags, 'benchmark|manual', tests(//$g/...))" 2>/dev/null)

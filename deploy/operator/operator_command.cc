@@ -154,18 +154,18 @@ class WorkQueue {
 int Render(const Flags& f) {
   std::ifstream in(f.render);
   if (!in) {
-    std::cerr << "loom operator: cannot read " << f.render << "\n";
+    std::cerr << "loom_operator: cannot read " << f.render << "\n";
     return 2;
   }
   std::stringstream ss;
   ss << in.rdbuf();
   auto job = YamlToJson(ss.str());
   if (!job.ok()) {
-    std::cerr << "loom operator: " << job.status().message() << "\n";
+    std::cerr << "loom_operator: " << job.status().message() << "\n";
     return 2;
   }
   if (!job->contains("metadata") || !(*job)["metadata"].contains("name") || !job->contains("spec")) {
-    std::cerr << "loom operator: " << f.render << ": not a TrainingJob (metadata.name, spec)\n";
+    std::cerr << "loom_operator: " << f.render << ": not a TrainingJob (metadata.name, spec)\n";
     return 2;
   }
   Json& md = (*job)["metadata"];
@@ -193,7 +193,7 @@ absl::StatusOr<Json> YamlToJson(const std::string& yaml) {
 int RunOperatorCommand(const std::vector<std::string>& args) {
   auto flags = Parse(args);
   if (!flags.ok()) {
-    std::cerr << "loom operator: " << flags.status().message() << "\n";
+    std::cerr << "loom_operator: " << flags.status().message() << "\n";
     return 2;
   }
   const Flags& f = *flags;
@@ -201,7 +201,7 @@ int RunOperatorCommand(const std::vector<std::string>& args) {
 
   auto cfg = f.kubeconfig.empty() ? LoadInClusterConfig() : LoadKubeconfig(f.kubeconfig, f.context);
   if (!cfg.ok()) {
-    std::cerr << "loom operator: " << cfg.status().message() << "\n";
+    std::cerr << "loom_operator: " << cfg.status().message() << "\n";
     return 1;
   }
   const std::string ns = f.ns.empty() ? cfg->ns : f.ns;
@@ -216,7 +216,7 @@ int RunOperatorCommand(const std::vector<std::string>& args) {
   Reconciler reconciler(&api, MakeGrpcCoordinatorClient, opts);
   auto list = api.List(kTrainingJobs, ns);
   if (!list.ok()) {
-    std::cerr << "loom operator: " << list.status().message() << "\n";
+    std::cerr << "loom_operator: " << list.status().message() << "\n";
     return 1;
   }
   if (f.once) {
@@ -263,7 +263,7 @@ int RunOperatorCommand(const std::vector<std::string>& args) {
       if (auto l = api.List(kTrainingJobs, ns); l.ok()) enqueue_list(*l);
     }
   });
-  std::cerr << "loom operator: watching TrainingJobs in namespace " << ns << " at " << cfg->host << ":" << cfg->port
+  std::cerr << "loom_operator: watching TrainingJobs in namespace " << ns << " at " << cfg->host << ":" << cfg->port
             << "\n";
   std::map<std::string, int> failures;
   while (!g_stop) {

@@ -1,8 +1,8 @@
-// `loom operator`: the Kubernetes operator for TrainingJobs (loom.dev/v1).
+// `loom_operator`: the Kubernetes operator for TrainingJobs (loom.dev/v1).
 //
-//   loom operator [--kubeconfig PATH] [--context NAME] [--namespace NS]
+//   loom_operator [--kubeconfig PATH] [--context NAME] [--namespace NS]
 //                 [--image IMAGE] [--resync-s N] [--poll-ms N] [--once]
-//   loom operator --render TRAININGJOB.yaml   print the child objects (JSON list)
+//   loom_operator --render TRAININGJOB.yaml   print the child objects (JSON list)
 //
 // Credentials: --kubeconfig (env KUBECONFIG) when given, else in-cluster (the
 // pod's service account). Namespace: --namespace, env LOOM_OPERATOR_NAMESPACE,

@@ -1,4 +1,4 @@
-// `loom operator`: flags, YAML->JSON, --render of the sample TrainingJobs, and
+// `loom_operator`: flags, YAML->JSON, --render of the sample TrainingJobs, and
 // --once against the fake API server through a kubeconfig over HTTPS.
 #include "deploy/operator/operator_command.h"
 

@@ -1,4 +1,4 @@
-// Standalone `loom operator` binary (see operator_command.h).
+// `loom_operator`, the operator's executable (see operator_command.h).
 #include <string>
 #include <vector>
 

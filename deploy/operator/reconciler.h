@@ -86,7 +86,7 @@ class Reconciler {
   ~Reconciler();  // stops and joins the watcher threads
   absl::StatusOr<ReconcileResult> Reconcile(const std::string& ns, const std::string& name);
 
-  // The children the job wants right now (for `loom operator --render` and
+  // The children the job wants right now (for `loom_operator --render` and
   // tests); secrets get an empty token.
   static Json DesiredChildren(const Json& job, const ReconcilerOptions& opts);
 

@@ -1,6 +1,6 @@
 #!/bin/sh
 # Runs deploy/test/manifest_test.py with Debian's python (PyYAML) over deploy/,
-# plus the child objects `loom operator --render` makes for each sample
+# plus the child objects `loom_operator --render` makes for each sample
 # TrainingJob (validated with the same object rules).
 set -e
 cd "${TEST_SRCDIR:-.}/${TEST_WORKSPACE:-loom}" 2>/dev/null || true

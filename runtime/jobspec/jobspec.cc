@@ -9,7 +9,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
-#include "runtime/jobspec/parallel_check.h"
+#include "parallel/parallel_check.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/reflection.h"
 
@@ -235,7 +235,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& s) {
   LOOM_RETURN_IF_ERROR(Field(t.lr() > 0, "train.lr", str(t.lr()), "must be positive"));
   LOOM_RETURN_IF_ERROR(Field(t.precision() == "f32" || t.precision() == "bf16", "train.precision",
                              t.precision(), "expected f32 or bf16"));
-  LOOM_RETURN_IF_ERROR(ValidateParallelSection(s));
+  LOOM_RETURN_IF_ERROR(parallel::ValidateParallelSection(s));
   LOOM_RETURN_IF_ERROR(Field(s.device() == "cpu" || s.device() == "cuda", "device", s.device(),
                              "expected cpu or cuda"));
   return absl::OkStatus();
@@ -258,11 +258,6 @@ std::string ToYaml(const v1::JobSpec& spec) {
   YAML::Emitter out;
   EmitMessage(out, spec);
   return std::string(out.c_str()) + "\n";
-}
-
-double ScheduledLearningRate(const v1::TrainSpec& tr, int64_t step) {
-  double f = tr.warmup_steps() > 0 ? std::min(1.0, static_cast<double>(step) / tr.warmup_steps()) : 1.0;
-  return tr.lr() * f;
 }
 
 }  // namespace loom::jobspec

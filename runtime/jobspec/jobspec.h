@@ -26,8 +26,4 @@ absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 // The spec back as YAML (for the run folder and `loom compile`).
 std::string ToYaml(const v1::JobSpec& spec);
 
-// The learning rate of optimizer step `step` (1-based): linear warmup over
-// train.warmup_steps to train.lr, then constant.
-double ScheduledLearningRate(const v1::TrainSpec& train, int64_t step);
-
 }  // namespace loom::jobspec

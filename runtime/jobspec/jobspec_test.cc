@@ -66,5 +66,22 @@ TEST(JobSpec, LoadNamesTheFile) {
   EXPECT_EQ(LoadJobSpec("/nonexistent.yaml").status().code(), absl::StatusCode::kNotFound);
 }
 
+// The parallel section is checked by the layout rules (parallel/parallel_check.h)
+// when a job spec is validated, before any process starts.
+TEST(JobSpec, ParallelSectionUsesTheLayoutRules) {
+  const std::string model = "model: {family: llama, n_head: 8, n_kv_head: 2, d_model: 64}\n";
+  EXPECT_EQ(ErrorOf(model + "parallel: {tp: 4}"), "parallel.tp: must divide model.n_kv_head = 2 (got 4)");
+  EXPECT_EQ(ErrorOf(model + "parallel: {tp: 3}"), "parallel.tp: must divide model.n_head = 8 (got 3)");
+  EXPECT_EQ(ErrorOf(model + "parallel: {dp: 3}\ntrain: {batch_size: 8}"),
+            "train.batch_size: must be divisible by parallel.dp = 3 (got 8)");
+  EXPECT_EQ(ErrorOf(model + "parallel: {dp: 2, sequence_parallel: true}"),
+            "parallel.sequence_parallel: needs parallel.tp > 1 (got tp=1)");
+  EXPECT_EQ(ErrorOf(model + "parallel: {zero_stage: 5}"), "parallel.zero_stage: expected 0, 1, 2 or 3 (got 5)");
+  EXPECT_EQ(ErrorOf(model + "parallel: {tp: auto, zero_stage: 5}"),
+            "parallel.zero_stage: expected 0, 1, 2 or 3 (got 5)");
+  EXPECT_EQ(ErrorOf(model + "parallel: {tp: auto, sequence_parallel: true}"), "");
+  EXPECT_EQ(ErrorOf(model + "parallel: {dp: 2, tp: 2, zero_stage: 3}"), "");
+}
+
 }  // namespace
 }  // namespace loom::jobspec

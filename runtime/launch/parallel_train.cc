@@ -10,12 +10,12 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/comm/communicator.h"
+#include "compiler/optimizer.h"
 #include "dtensor/device_mesh.h"
 #include "parallel/styles.h"
 #include "parallel/trainer.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/data/dataset.h"
-#include "runtime/jobspec/jobspec.h"
 #include "dtensor/dtensor.h"
 #include "runtime/train/evaluate.h"
 #include "runtime/train/run_reporter.h"
@@ -113,7 +113,7 @@ int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::Pr
     if (!loss.ok()) return Fail(rank, 1, absl::StrCat("step ", step, ": ", loss.status().message()));
     if (report) {
       const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
-      absl::Status s = report->Step(step, *loss, jobspec::ScheduledLearningRate(tr, step), dt);
+      absl::Status s = report->Step(step, *loss, compiler::ScheduledLearningRate(tr, step), dt);
       if (!s.ok()) return Fail(rank, 1, s.message());
     }
     if (!ck.dir().empty() && ck.every() > 0 && step % ck.every() == 0) {

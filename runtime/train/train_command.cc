@@ -18,8 +18,8 @@
 #include "base/status.h"
 #include "collectives/process_group.h"
 #include "base/thread_pool.h"
-#include "parallel/planner_command.h"
 #include "runtime/checkpoint/init_from.h"
+#include "runtime/plan/planner_command.h"
 #include "runtime/data/dataset.h"
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/train/evaluate.h"
@@ -93,9 +93,9 @@ int RunTrainCommand(const std::vector<std::string>& args, collectives::ProcessGr
   v1::JobSpec spec = *loaded;
   if (steps_override > 0) spec.mutable_train()->set_steps(steps_override);
   if (!init_from.empty()) spec.set_init_from(init_from);
-  // parallel: {tp: auto}: the planner picks the layout (parallel/planner_command.h);
+  // parallel: {tp: auto}: the planner picks the layout (runtime/plan/planner_command.h);
   // its table goes into the run folder as plan.txt / plan.json.
-  auto plan = parallel::ResolveAutoLayout(spec, parallel::DefaultHardware(spec));
+  auto plan = plan::ResolveAutoLayout(spec, plan::DefaultHardware(spec));
   if (!plan.ok()) return Fail(2, plan.status().message());
   if (spec.parallel().dp() * std::max(1, spec.parallel().tp()) != 1)
     return Fail(2, "parallel: `loom train` runs one process; dp and tp must be 1");
@@ -148,7 +148,7 @@ int RunTrainCommand(const std::vector<std::string>& args, collectives::ProcessGr
   if (!reporter.ok()) return Fail(absl::IsInvalidArgument(reporter.status()) ? 2 : 1, reporter.status().message());
   RunReporter& report = **reporter;
   if (*plan) {
-    absl::Status written = parallel::WritePlan(**plan, dir);
+    absl::Status written = plan::WritePlan(**plan, dir);
     if (!written.ok()) return Fail(1, written.message());
   }
   const double bigram = data::BigramLoss(split.train, split.val, m.vocab());

@@ -1,13 +1,12 @@
 #include "runtime/train/trainer.h"
 
-#include "runtime/jobspec/jobspec.h"
-
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
+#include "compiler/optimizer.h"
 
 namespace loom::train {
 namespace {
@@ -123,7 +122,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::JobSpec& spec
   return t;
 }
 
-double Trainer::LearningRate(int64_t step) const { return jobspec::ScheduledLearningRate(spec_.train(), step); }
+double Trainer::LearningRate(int64_t step) const { return compiler::ScheduledLearningRate(spec_.train(), step); }
 
 absl::StatusOr<float> Trainer::Step(const Tensor& x, const Tensor& y) {
   train_inputs_[x_in_] = x;

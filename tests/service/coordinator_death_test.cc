@@ -20,7 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
-#include "tests/service/daemons.h"
+#include "runtime/service/testing/daemons.h"
 #include "tests/testing/loom_cli.h"
 
 namespace loom::testing {

@@ -20,7 +20,7 @@
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "runtime/service/client_commands.h"
-#include "tests/service/daemons.h"
+#include "runtime/service/testing/daemons.h"
 
 namespace loom::service {
 namespace {

@@ -15,7 +15,7 @@
 
 #include "gtest/gtest.h"
 #include "runtime/service/client_commands.h"
-#include "tests/service/daemons.h"
+#include "runtime/service/testing/daemons.h"
 
 namespace loom::service {
 namespace {

@@ -1,9 +1,9 @@
-#include "runtime/jobspec/parallel_check.h"
+#include "parallel/parallel_check.h"
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 
-namespace loom::jobspec {
+namespace loom::parallel {
 namespace {
 
 absl::Status Bad(absl::string_view key, absl::string_view why, absl::string_view got) {
@@ -55,4 +55,4 @@ absl::Status ValidateParallelSection(const v1::JobSpec& spec) {
   return CheckParallelLayout(spec.model(), spec.train().batch_size(), l);
 }
 
-}  // namespace loom::jobspec
+}  // namespace loom::parallel

@@ -1,7 +1,7 @@
 // Legality checks for a parallel layout (dp x tp mesh, ZeRO stage, sequence
 // parallel) against a model and a batch: the "impossible layouts fail early"
-// rules, shared by job-spec validation (jobspec.h), `loom plan` and the
-// planner's enumeration (parallel/planner.h), so a layout that cannot work is
+// rules, shared by job-spec validation (runtime/jobspec), `loom plan` and the
+// planner's enumeration (planner.h), so a layout that cannot work is
 // refused before any process starts, with the same message everywhere.
 //
 // Every error is InvalidArgument naming the field and its value, e.g.
@@ -23,7 +23,7 @@
 #include "absl/status/status.h"
 #include "proto/loom/v1/job.pb.h"
 
-namespace loom::jobspec {
+namespace loom::parallel {
 
 struct ParallelLayout {
   int dp = 1;
@@ -45,4 +45,4 @@ absl::Status CheckWorldSize(int world, int dp, int tp);
 // checks the rest for every layout it considers.
 absl::Status ValidateParallelSection(const v1::JobSpec& spec);
 
-}  // namespace loom::jobspec
+}  // namespace loom::parallel

@@ -1,11 +1,10 @@
-// Impossible layouts are refused with a message naming the field and value,
-// both by CheckParallelLayout and by job-spec validation.
-#include "runtime/jobspec/parallel_check.h"
+// Impossible layouts are refused with a message naming the field and value
+// (job-spec validation runs the same rules: runtime/jobspec/jobspec_test.cc).
+#include "parallel/parallel_check.h"
 
 #include "gtest/gtest.h"
-#include "runtime/jobspec/jobspec.h"
 
-namespace loom::jobspec {
+namespace loom::parallel {
 namespace {
 
 v1::ModelSpec Model(int n_head, int n_kv_head) {
@@ -56,27 +55,5 @@ TEST(ParallelCheck, EachRuleNamesTheFieldAndValue) {
   EXPECT_EQ(Error(CheckWorldSize(0, 1, 1)), "world size: must be positive (got 0)");
 }
 
-// The same rules run when a job spec is validated, before any process starts.
-TEST(ParallelCheck, JobSpecValidationUsesTheRules) {
-  auto error_of = [](const std::string& yaml) {
-    auto s = ParseJobSpecYaml(yaml);
-    if (!s.ok()) return Error(s.status());
-    ApplyDefaults(*s);
-    return Error(ValidateJobSpec(*s));
-  };
-  const std::string model = "model: {family: llama, n_head: 8, n_kv_head: 2, d_model: 64}\n";
-  EXPECT_EQ(error_of(model + "parallel: {tp: 4}"), "parallel.tp: must divide model.n_kv_head = 2 (got 4)");
-  EXPECT_EQ(error_of(model + "parallel: {tp: 3}"), "parallel.tp: must divide model.n_head = 8 (got 3)");
-  EXPECT_EQ(error_of(model + "parallel: {dp: 3}\ntrain: {batch_size: 8}"),
-            "train.batch_size: must be divisible by parallel.dp = 3 (got 8)");
-  EXPECT_EQ(error_of(model + "parallel: {dp: 2, sequence_parallel: true}"),
-            "parallel.sequence_parallel: needs parallel.tp > 1 (got tp=1)");
-  EXPECT_EQ(error_of(model + "parallel: {zero_stage: 5}"), "parallel.zero_stage: expected 0, 1, 2 or 3 (got 5)");
-  EXPECT_EQ(error_of(model + "parallel: {tp: auto, zero_stage: 5}"),
-            "parallel.zero_stage: expected 0, 1, 2 or 3 (got 5)");
-  EXPECT_EQ(error_of(model + "parallel: {tp: auto, sequence_parallel: true}"), "");
-  EXPECT_EQ(error_of(model + "parallel: {dp: 2, tp: 2, zero_stage: 3}"), "");
-}
-
 }  // namespace
-}  // namespace loom::jobspec
+}  // namespace loom::parallel

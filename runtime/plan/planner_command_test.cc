@@ -1,7 +1,7 @@
 // `loom plan` (RunPlanCommand) and tp: auto resolution: the table, --json,
 // bad flags (exit 2 naming the flag), impossible layouts, and plan.txt /
 // plan.json in the run folder.
-#include "parallel/planner_command.h"
+#include "runtime/plan/planner_command.h"
 
 #include <cstdlib>
 #include <filesystem>
@@ -12,8 +12,12 @@
 #include "nlohmann/json.hpp"
 #include "runtime/jobspec/jobspec.h"
 
-namespace loom::parallel {
+namespace loom::plan {
 namespace {
+
+using parallel::Hardware;
+using parallel::Layout;
+using parallel::LayoutName;
 
 std::string TmpDir() {
   const char* t = std::getenv("TEST_TMPDIR");
@@ -169,4 +173,4 @@ TEST(AutoLayout, ResolvesAndWritesThePlan) {
 }
 
 }  // namespace
-}  // namespace loom::parallel
+}  // namespace loom::plan

@@ -5,7 +5,7 @@
 // Compilation's plan of the fused graph, before lowering drops the in-place
 // updates; planner_layouts.cc prints the lowered programs' real arenas.
 //
-//   bazel run //parallel:planner_calibrate
+//   bazel run //tests/parallel:planner_calibrate
 #include <cstdio>
 
 #include "base/allocator.h"

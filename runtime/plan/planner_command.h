@@ -1,5 +1,5 @@
-// `loom plan` and `parallel: {tp: auto}`: the planner (planner.h) driven by a
-// job spec.
+// `loom plan` and `parallel: {tp: auto}`: the planner (parallel/planner.h)
+// driven by a job spec.
 //
 //   loom plan JOB.yaml [--world N] [--nproc-per-node N] [--memory-gib X]
 //                      [--flops-tflops F] [--intra-gbps B] [--inter-gbps B] [--json]
@@ -32,18 +32,19 @@
 #include "parallel/planner.h"
 #include "proto/loom/v1/job.pb.h"
 
-namespace loom::parallel {
+namespace loom::plan {
 
 // World size the spec implies: dp x tp, or dp with tp: auto.
 int SpecWorldSize(const v1::JobSpec& spec);
-Hardware DefaultHardware(const v1::JobSpec& spec);
+parallel::Hardware DefaultHardware(const v1::JobSpec& spec);
 
 // Null when the spec has no tp: auto. `world` <= 0: SpecWorldSize(spec).
 // Errors (nothing fits, no legal layout) are returned before any process starts.
-absl::StatusOr<std::unique_ptr<Plan>> ResolveAutoLayout(v1::JobSpec& spec, Hardware hw, int world = 0);
-absl::Status WritePlan(const Plan& plan, const std::string& run_dir);
+absl::StatusOr<std::unique_ptr<parallel::Plan>> ResolveAutoLayout(v1::JobSpec& spec, parallel::Hardware hw,
+                                                                   int world = 0);
+absl::Status WritePlan(const parallel::Plan& plan, const std::string& run_dir);
 
 int RunPlanCommand(const std::vector<std::string>& args);
 int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
-}  // namespace loom::parallel
+}  // namespace loom::plan

@@ -1,4 +1,4 @@
-#include "parallel/planner_command.h"
+#include "runtime/plan/planner_command.h"
 
 #include <cmath>
 #include <filesystem>
@@ -8,10 +8,15 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
+#include "parallel/parallel_check.h"
 #include "runtime/jobspec/jobspec.h"
-#include "runtime/jobspec/parallel_check.h"
 
-namespace loom::parallel {
+namespace loom::plan {
+
+using parallel::Hardware;
+using parallel::Layout;
+using parallel::Plan;
+
 namespace {
 
 constexpr char kUsage[] =
@@ -27,7 +32,7 @@ int SpecWorldSize(const v1::JobSpec& spec) {
 }
 
 Hardware DefaultHardware(const v1::JobSpec& spec) {
-  Hardware hw;  // the CPU defaults (planner.h)
+  Hardware hw;  // the CPU defaults (parallel/planner.h)
   hw.world = SpecWorldSize(spec);
   hw.activation_bytes = spec.train().precision() == "bf16" ? 2 : 4;
   return hw;
@@ -43,7 +48,7 @@ absl::StatusOr<std::unique_ptr<Plan>> ResolveAutoLayout(v1::JobSpec& spec, Hardw
     if (want_sp && !l.sequence_parallel) return false;
     return true;
   };
-  auto plan = MakePlan(spec.model(), spec.train().batch_size(), hw, only);
+  auto plan = parallel::MakePlan(spec.model(), spec.train().batch_size(), hw, only);
   if (!plan.ok()) return Annotate(plan.status(), "parallel.tp: auto");
   if (plan->winner < 0)
     return absl::ResourceExhaustedError(absl::StrCat("parallel.tp: auto: ", plan->reason));
@@ -61,8 +66,8 @@ absl::Status WritePlan(const Plan& plan, const std::string& run_dir) {
   std::error_code ec;
   std::filesystem::create_directories(run_dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create run folder ", run_dir, ": ", ec.message()));
-  for (auto [name, text] : {std::pair<const char*, std::string>{"plan.txt", FormatPlanTable(plan)},
-                            {"plan.json", PlanToJson(plan)}}) {
+  for (auto [name, text] : {std::pair<const char*, std::string>{"plan.txt", parallel::FormatPlanTable(plan)},
+                            {"plan.json", parallel::PlanToJson(plan)}}) {
     const std::string path = absl::StrCat(run_dir, "/", name);
     std::ofstream f(path);
     f << text;
@@ -143,7 +148,7 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
     // An explicit layout in the spec must match the world size asked about.
     const auto& p = spec.parallel();
     if (!p.tp_auto() && p.dp() * p.tp() > 1) {
-      absl::Status s = jobspec::CheckWorldSize(world, p.dp(), p.tp());
+      absl::Status s = parallel::CheckWorldSize(world, p.dp(), p.tp());
       if (!s.ok()) return fail(2, absl::StrCat(path, ": ", s.message(), " (--world ", world, ")"));
     }
     hw.world = world;
@@ -153,10 +158,10 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
   if (tflops > 0) hw.flops = tflops * 1e12;
   if (intra > 0) hw.intra_bandwidth = intra * 1e9 / 8;
   if (inter > 0) hw.inter_bandwidth = inter * 1e9 / 8;
-  auto plan = MakePlan(spec.model(), spec.train().batch_size(), hw);
+  auto plan = parallel::MakePlan(spec.model(), spec.train().batch_size(), hw);
   if (!plan.ok()) return fail(2, plan.status().message());
-  out << (json ? PlanToJson(*plan) : FormatPlanTable(*plan));
+  out << (json ? parallel::PlanToJson(*plan) : parallel::FormatPlanTable(*plan));
   return plan->winner >= 0 ? 0 : 1;
 }
 
-}  // namespace loom::parallel
+}  // namespace loom::plan
