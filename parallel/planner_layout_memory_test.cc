@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include "base/status.h"
+#include "base/testing/full_sweep.h"
 #include "compiler/comm/communicator.h"
 #include "compiler/models/models.h"
 #include "gtest/gtest.h"
@@ -77,7 +78,7 @@ v1::ModelSpec Model(const std::string& family, int n_layer, int d_model, int seq
 }
 
 TEST(PlannerLayoutMemory, EveryAcceptanceLayoutWithin15Percent) {
-  const bool full = std::getenv("LOOM_FULL") != nullptr;
+  const bool full = loom::testing::FullSweep();
   std::vector<v1::ModelSpec> models = {Model("gpt", 2, 128, 32), Model("llama", 2, 128, 32)};
   if (full) {
     models.push_back(Model("gpt", 4, 64, 64));
@@ -89,7 +90,7 @@ TEST(PlannerLayoutMemory, EveryAcceptanceLayoutWithin15Percent) {
   // sequence, instead of after dp=1 x tp=1, gives a larger arena for the same
   // model and layout (e.g. gpt dp=4: 8995904 instead of 7659584 bytes) - some
   // process-wide state in the compile pipeline leaks into the memory plan.
-  // Reported to the lead; the figures asserted here are those of the order below.
+  // The figures asserted here are those of the order below.
   const std::vector<Layout> layouts = {{1, 1, 0, false}, {4, 1, 0, false}, {1, 4, 0, false},
                                        {2, 2, 0, false}, {1, 2, 0, true},  {4, 1, 1, false},
                                        {4, 1, 2, false}, {4, 1, 3, false}, {2, 2, 3, false}};
