@@ -34,7 +34,7 @@ TEST_ENV=(--test_env=HOME --test_env=PATH)
 [ "$FULL" = 1 ] && TEST_ENV+=(--test_env=LOOM_FULL=1)
 # Test groups, in dependency order; a top-level folder not listed here that
 # holds tests runs as a group after these.
-TEST_GROUPS=(base kernels compiler collectives dtensor parallel runtime proto tests deploy bench)
+TEST_GROUPS=(base kernels compiler collectives dtensor parallel runtime proto tests deploy bench scripts)
 
 errors=0  # setup and Bazel errors; each counts as one failed case
 error() { echo "ERROR: $*"; errors=$((errors + 1)); }
@@ -103,8 +103,8 @@ mapfile -t manual <"$WORK/manual.txt"
 bazel build "${BAZEL_FLAGS[@]}" --keep_going -- //... "${manual[@]}" >"$WORK/build.log" 2>&1
 rc=$?
 if [ $rc != 0 ]; then
-  unsandbox <"$WORK/build.log" | grep -E '^ERROR' | head -n 40
-  unsandbox <"$WORK/build.log" | tail -n 20
+  # Each error with the compiler's or linker's lines that follow it.
+  unsandbox <"$WORK/build.log" | grep -E -A 15 '^ERROR' | head -n 150
   error "bazel build exited $rc"
 else
   unsandbox <"$WORK/build.log" | tail -n 3
@@ -131,7 +131,7 @@ for g in "${TEST_GROUPS[@]}" "${extra_groups[@]}"; do
   rc=$?
   # 3: some test failed (the report names it); anything else is Bazel's own error.
   if [ $rc != 0 ] && [ $rc != 3 ]; then
-    unsandbox <"$WORK/test.$g.log" | grep -E '^ERROR' | head -n 20
+    unsandbox <"$WORK/test.$g.log" | grep -E -A 15 '^ERROR' | head -n 80
     echo "bazel test exited $rc"
   fi
   run_report group "$g" "$WORK/bep.$g.json" "$rc" "$RESULTS" "${targets[@]}"
