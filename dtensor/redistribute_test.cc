@@ -15,6 +15,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/testing/full_sweep.h"
 #include "collectives/process_group.h"
 #include "collectives/testing/multiprocess.h"
 #include "dtensor/device_mesh.h"
@@ -26,11 +27,6 @@ namespace loom::dtensor {
 namespace {
 
 using collectives::testing::WorkerContext;
-
-bool Full() {
-  const char* f = std::getenv("LOOM_FULL");
-  return f != nullptr && std::string(f) == "1";
-}
 
 MeshShape ParseMesh(const std::string& arg) {
   MeshShape m;
@@ -129,7 +125,7 @@ std::vector<Case> Cases(const MeshShape& mesh) {
   if (mesh.ndim() == 1) {
     cases = {{{7, 5}, all}, {{3, 2}, all}, {{0, 4}, all}, {{1, 6}, all},
              {{10}, {DType::kF32}}, {{3, 4, 2}, {DType::kF32}}, {{}, {DType::kF32, DType::kI64}}};
-  } else if (!Full()) {
+  } else if (!loom::testing::FullSweep()) {
     cases = {{{7, 5}, {DType::kF32, DType::kI64}}, {{3, 1}, {DType::kBF16}}};
   } else {
     cases = {{{7, 5}, all}, {{3, 1}, all}, {{0, 3}, {DType::kF32}}, {{5, 4}, {DType::kF64}},
@@ -266,10 +262,10 @@ class RedistributeTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(RedistributeTest, EveryPlacementPair) {
   MeshShape ms = ParseMesh(GetParam());
-  if (ms.num_ranks() > 4 && !Full()) GTEST_SKIP() << "LOOM_FULL=1 runs the 6-rank mesh";
+  if (ms.num_ranks() > 4 && !loom::testing::FullSweep()) GTEST_SKIP() << "runs with --full: the 6-rank mesh";
   collectives::testing::RunResult r = collectives::testing::RunRanks(
       {.worker = "redist", .world = static_cast<int>(ms.num_ranks()), .arg = GetParam(),
-       .deadline = absl::Seconds(Full() ? 240 : 50)});
+       .deadline = absl::Seconds(loom::testing::FullSweep() ? 240 : 50)});
   EXPECT_TRUE(r.ok()) << r.Summary();
 }
 

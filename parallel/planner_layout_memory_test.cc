@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include "base/status.h"
+#include "base/testing/full_sweep.h"
 #include "compiler/comm/communicator.h"
 #include "compiler/models/models.h"
 #include "gtest/gtest.h"
@@ -77,7 +78,7 @@ v1::ModelSpec Model(const std::string& family, int n_layer, int d_model, int seq
 }
 
 TEST(PlannerLayoutMemory, EveryAcceptanceLayoutWithin15Percent) {
-  const bool full = std::getenv("LOOM_FULL") != nullptr;
+  const bool full = loom::testing::FullSweep();
   std::vector<v1::ModelSpec> models = {Model("gpt", 2, 128, 32), Model("llama", 2, 128, 32)};
   if (full) {
     models.push_back(Model("gpt", 4, 64, 64));

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package Loom needs to build, test and run. Idempotent: a
 # package already present is skipped, so a warm machine pays only dpkg's check.
+# Tests never skip for a missing tool: whatever a test runs is installed here.
 set -euo pipefail
 PKGS=(
   bazel-bootstrap bazel-platforms bazel-skylib
@@ -11,12 +12,26 @@ PKGS=(
   libopenblas-dev libsqlite3-dev
   libcpp-httplib-dev nlohmann-json3-dev libyaml-cpp-dev libssl-dev
   python3-torch python3-numpy python3-grpcio python3-protobuf python3-prometheus-client
+  python3-yaml python3-crcmod
   fortunes fortunes-min
   clang-14 libclang-rt-14-dev
+  # Tools the tests run: openssl (TLS certificates), iproute2 (network
+  # namespaces), kubectl (the manifest test's kustomize cross-render), stress
+  # (load for the load tests).
+  openssl iproute2 kubernetes-client stress
 )
+# A package whose command may come from elsewhere on the image: when the
+# command is already on PATH the package is not installed over it (the CUDA
+# image's Google Cloud SDK ships its own kubectl, which owns /usr/bin/kubectl).
+declare -A PROVIDES=([kubernetes-client]=kubectl)
 missing=()
 for p in "${PKGS[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" && continue
+  if [ -n "${PROVIDES[$p]:-}" ] && command -v "${PROVIDES[$p]}" >/dev/null; then
+    echo "setup: $p: using $(command -v "${PROVIDES[$p]}") already on PATH"
+    continue
+  fi
+  missing+=("$p")
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#PKGS[@]} packages present"

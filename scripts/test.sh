@@ -1,9 +1,16 @@
 #!/usr/bin/env bash
-# Command 2 of the README: installs what is missing, builds everything, runs every
-# test group, prints the time of each phase, and ends with "N passed, N failed".
+# Command 2 of the README (and .ci/run): installs what is missing, builds every
+# target (those tagged manual too), runs every test group, prints the time of
+# each phase, and ends with "P passed, F failed, S skipped", counting test
+# cases from each test's test.xml (scripts/test_report.py; tests/README.md
+# says how they are counted).
 #
-#   scripts/test.sh            # the CI subset of heavy matrices
-#   scripts/test.sh --full     # heavy matrices in full (LOOM_FULL=1 in tests)
+#   scripts/test.sh            # the CI subsets of heavy matrices (LOOM_FULL unset)
+#   scripts/test.sh --full     # the full sweeps (LOOM_FULL=1 in every test)
+#
+# Exit status 0 when no case failed and neither setup nor Bazel reported an
+# error (each such error counts as one failed case); 1 otherwise; 2 on a bad
+# argument.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,83 +18,138 @@ FULL=0
 for a in "$@"; do
   case "$a" in
     --full) FULL=1 ;;
-    *) echo "usage: scripts/test.sh [--full]" >&2; exit 2 ;;
+    *) echo "usage: scripts/test.sh [--full] (unknown argument '$a')" >&2; exit 2 ;;
   esac
 done
+unset LOOM_FULL  # only --full turns the full sweeps on
+
+PY=/usr/bin/python3  # Debian's interpreter (standard library only here)
+REPORT=scripts/test_report.py
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+RESULTS=$WORK/results.jsonl
+touch "$RESULTS"
+BAZEL_FLAGS=(--color=no --curses=no --noshow_progress)
+TEST_ENV=(--test_env=HOME --test_env=PATH)
+[ "$FULL" = 1 ] && TEST_ENV+=(--test_env=LOOM_FULL=1)
+# Test groups, in dependency order; a top-level folder not listed here that
+# holds tests runs as a group after these.
+TEST_GROUPS=(base kernels compiler collectives dtensor parallel runtime proto tests deploy bench scripts)
+
+errors=0  # setup and Bazel errors; each counts as one failed case
+checks_pass=0 checks_fail=0  # cases of checks outside Bazel (the layering check)
+error() { echo "ERROR: $*"; errors=$((errors + 1)); }
 
 phase_start=$(date +%s)
 t0=$phase_start
 phase() {  # phase NAME: prints the time since the previous phase ended
   local now; now=$(date +%s)
-  printf '[phase] %-28s %5ds\n' "$1" "$((now - phase_start))"
+  printf '[phase] %-40s %5ds\n' "$1" "$((now - phase_start))"
   phase_start=$now
 }
 
+# Bazel's sandbox debug lines are noise in every log shown here.
+unsandbox() { grep -v 'src/main/tools/linux-sandbox'; }
+
+# run_report ARGS...: runs test_report.py, prints its lines, and sets P F S
+# from its last line ("counts P F S").
+run_report() {
+  local out=$WORK/report.out last
+  P=0 F=0 S=0
+  if ! "$PY" "$REPORT" "$@" >"$out" 2>&1; then
+    cat "$out"; error "scripts/test_report.py $1 failed"; return
+  fi
+  last=$(tail -n 1 "$out")
+  head -n -1 "$out"
+  if [[ $last =~ ^counts\ ([0-9]+)\ ([0-9]+)\ ([0-9]+)$ ]]; then
+    P=${BASH_REMATCH[1]} F=${BASH_REMATCH[2]} S=${BASH_REMATCH[3]}
+  else
+    echo "$last"; error "scripts/test_report.py $1 printed no counts"
+  fi
+}
+
+# query EXPR FILE: the labels EXPR names, one a line, into FILE. Bazel's
+# errors are shown and counted; with --keep_going a broken package costs only
+# its own targets.
+query() {
+  local rc
+  bazel query "${BAZEL_FLAGS[@]}" --keep_going "$1" >"$2" 2>"$WORK/query.err"
+  rc=$?
+  if [ $rc != 0 ]; then
+    unsandbox <"$WORK/query.err" | grep -v '^Loading' | tail -n 30
+    error "bazel query \"$1\" exited $rc"
+  fi
+}
+
+finish() {  # prints the summary and the closing line, then exits
+  run_report summary "$RESULTS"
+  local failed=$((F + errors + checks_fail)) passed=$((P + checks_pass))
+  echo "[total] $(( $(date +%s) - t0 ))s"
+  echo "$passed passed, $failed failed, $S skipped"
+  [ "$failed" = 0 ] && exit 0
+  exit 1
+}
+
 if ! bash scripts/setup.sh; then
-  echo "setup failed"; echo "0 passed, 1 failed"; exit 1
+  error "scripts/setup.sh failed"
+  finish
 fi
 phase "install"
 
-BAZEL_FLAGS=(--color=no --curses=no --noshow_progress)
-TEST_ENV=(--test_env=LOOM_FULL=$FULL --test_env=HOME --test_env=PATH)
-
-# Debian's Bazel passes the sandbox's debug lines through; they are filtered.
-if ! bazel build "${BAZEL_FLAGS[@]}" //... 2>&1 | grep -v 'src/main/tools/linux-sandbox' | tail -n 40; then
-  echo "build failed"; echo "0 passed, 1 failed"; exit 1
+# Every target: //... leaves out targets tagged manual (the GPU check binaries,
+# planner tools, ...), so they are named explicitly. Benchmarks build here and
+# stay out of the test run.
+query 'attr(tags, "\bmanual\b", //...)' "$WORK/manual.txt"
+mapfile -t manual <"$WORK/manual.txt"
+bazel build "${BAZEL_FLAGS[@]}" --keep_going -- //... "${manual[@]}" >"$WORK/build.log" 2>&1
+rc=$?
+if [ $rc != 0 ]; then
+  # Each error with the compiler's or linker's lines that follow it.
+  unsandbox <"$WORK/build.log" | grep -E -A 15 '^ERROR' | head -n 150
+  error "bazel build exited $rc"
+else
+  unsandbox <"$WORK/build.log" | tail -n 3
 fi
-if [ "${PIPESTATUS[0]}" != 0 ]; then
-  echo "build failed"; echo "0 passed, 1 failed"; exit 1
-fi
-phase "build"
+phase "build (${#manual[@]} manual targets included)"
 
-total_pass=0
-total_fail=0
+# Layering: the import order of docs/layers.txt. scripts/check_layers.py prints
+# one PASS:/FAIL: line per case (its self-check's planted cases first, then the
+# build graph, the #include lines and the docs copy); each line is one case. An
+# exit without a FAIL line (bad input, bazel query failing) counts as one
+# failure.
+"$PY" scripts/check_layers.py >"$WORK/layers.log" 2>&1
+rc=$?
+cat "$WORK/layers.log"
+lp=$(grep -c '^PASS: ' "$WORK/layers.log"); lf=$(grep -c '^FAIL: ' "$WORK/layers.log")
+if [ $rc != 0 ] && [ "$lf" = 0 ]; then lf=1; fi
+checks_pass=$((checks_pass + lp)); checks_fail=$((checks_fail + lf))
+phase "layers ($lp passed, $lf failed)"
 
-# ---- Layering: the import order of docs/layers.txt -------------------------
-# scripts/check_layers.py prints one PASS:/FAIL: line per case (its self-check's
-# planted cases first, then the build graph, the #include lines and the docs
-# copy); each case counts as one test. An exit without a FAIL line (bad input,
-# bazel query failing) counts as one failure.
-count_cases() {  # count_cases LOG RC: adds LOG's PASS:/FAIL: lines to the totals
-  local p f
-  p=$(grep -c '^PASS: ' "$1"); f=$(grep -c '^FAIL: ' "$1")
-  if [ "$2" != 0 ] && [ "$f" = 0 ]; then f=1; fi
-  total_pass=$((total_pass + p)); total_fail=$((total_fail + f))
-  phase "layers ($p passed, $f failed)"
-}
-layers_log=$(mktemp)
-/usr/bin/python3 scripts/check_layers.py >"$layers_log" 2>&1
-layers_rc=$?
-cat "$layers_log"
-count_cases "$layers_log" "$layers_rc"
-rm -f "$layers_log"
-# ---------------------------------------------------------------------------
+query "tests(//...) except attr(tags, 'benchmark|manual', tests(//...))" "$WORK/tests.txt"
+declare -A by_group=()
+extra_groups=()
+while read -r t; do
+  [ -n "$t" ] || continue
+  g=${t#//}
+  g=${g%%[/:]*}
+  [ -n "${by_group[$g]:-}" ] || { [[ " ${TEST_GROUPS[*]} " == *" $g "* ]] || extra_groups+=("$g"); }
+  by_group[$g]+="$t "
+done <"$WORK/tests.txt"
 
-# Test groups: each top-level package that has tests, in dependency order.
-TEST_GROUPS=(base kernels compiler collectives dtensor parallel runtime proto tests deploy bench)
-for g in "${TEST_GROUPS[@]}"; do
-  [ -d "$g" ] || continue
-  targets=$(bazel query "${BAZEL_FLAGS[@]}" "tests(//$g/...) except attr(tags, 'benchmark|manual', tests(//$g/...))" 2>/dev/null)
-  [ -n "$targets" ] || continue
-  log=$(mktemp)
-  bazel test "${BAZEL_FLAGS[@]}" "${TEST_ENV[@]}" $targets >"$log" 2>&1
-  pass=$(grep -cE '^//.* (\(cached\) )?PASSED' "$log")
-  fail=$(grep -cE '^//.* (FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD|INCOMPLETE)' "$log")
-  grep -E '^//' "$log"
-  if [ "$fail" != 0 ]; then
-    grep -E '^//.* (FAILED|TIMEOUT|NO STATUS|FAILED TO BUILD|INCOMPLETE)' "$log" | awk '{print $1}' | while read -r t; do
-      f="bazel-testlogs/${t#//}"; f="${f/://}/test.log"
-      echo "---- $t (last lines of $f)"; tail -n 30 "$f" 2>/dev/null
-    done
+for g in "${TEST_GROUPS[@]}" "${extra_groups[@]}"; do
+  [ -n "${by_group[$g]:-}" ] || continue
+  read -r -a targets <<<"${by_group[$g]}"
+  echo "== test group $g (${#targets[@]} targets)"
+  bazel test "${BAZEL_FLAGS[@]}" "${TEST_ENV[@]}" --keep_going \
+    --build_event_json_file="$WORK/bep.$g.json" -- "${targets[@]}" >"$WORK/test.$g.log" 2>&1
+  rc=$?
+  # 3: some test failed (the report names it); anything else is Bazel's own error.
+  if [ $rc != 0 ] && [ $rc != 3 ]; then
+    unsandbox <"$WORK/test.$g.log" | grep -E -A 15 '^ERROR' | head -n 80
+    echo "bazel test exited $rc"
   fi
-  rm -f "$log"
-  total_pass=$((total_pass + pass))
-  total_fail=$((total_fail + fail))
-  phase "test:$g ($pass passed, $fail failed)"
+  run_report group "$g" "$WORK/bep.$g.json" "$rc" "$RESULTS" "${targets[@]}"
+  phase "test:$g ($P passed, $F failed, $S skipped)"
 done
 
-# Python-side checks that are not Bazel targets (PyTorch parity scripts are
-# driven from Bazel tests; this is the place for anything else).
-echo "[total] $(( $(date +%s) - t0 ))s"
-echo "$total_pass passed, $total_fail failed"
-[ "$total_fail" = 0 ]
+finish

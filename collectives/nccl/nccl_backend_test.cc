@@ -29,7 +29,7 @@ class NcclTest : public ::testing::Test {
     ASSERT_TRUE(pg.ok()) << pg.status();
     pg_ = std::move(*pg);
     auto b = pg_->BackendFor(Device::CUDA(0), OpType::kAllReduce, DType::kF32);
-    if (absl::IsUnavailable(b.status())) GTEST_SKIP() << b.status().message();
+    if (absl::IsUnavailable(b.status())) GTEST_SKIP() << "needs a GPU: " << b.status().message();
     ASSERT_TRUE(b.ok()) << b.status();
     nccl_ = dynamic_cast<NcclBackend*>(*b);
     ASSERT_NE(nccl_, nullptr);

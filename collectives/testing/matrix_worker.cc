@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/testing/full_sweep.h"
 #include "collectives/process_group.h"
 #include "collectives/testing/multiprocess.h"
 
@@ -114,7 +115,7 @@ bool Matches(const Tensor& got, const std::vector<double>& want, DType dt, std::
 void RunMatrix(WorkerContext& ctx, ProcessGroup& pg, bool smoke) {
   const int n = pg.size(), r = pg.rank();
   std::vector<int64_t> sizes = smoke ? std::vector<int64_t>{33} : std::vector<int64_t>{0, 1, 37, 4099};
-  if (!smoke && std::getenv("LOOM_FULL")) sizes.push_back(300000);
+  if (!smoke && loom::testing::FullSweep()) sizes.push_back(300000);
   for (DType dt : kDTypes) {
     for (int64_t base : sizes) {
       std::string tag = absl::StrCat(DTypeName(dt), " n=", base);

@@ -477,7 +477,7 @@ TEST_F(OperatorE2E, KilledAgentRestartsFromCheckpoint) {
 // training job (a tiny GPT, 12 steps) goes Created -> Running -> Succeeded.
 // Runs only in the :e2e_real_test target (which carries //runtime:loom).
 TEST_F(OperatorE2E, RealLoomTrainingJob) {
-  if (access("runtime/loom", X_OK) != 0) GTEST_SKIP() << "runtime/loom not in this target's data";
+  ASSERT_EQ(access("runtime/loom", X_OK), 0) << "runtime/loom is not in this target's data: run :e2e_real_test";
   Json j = Job("real", ports["real"]);
   j["spec"]["job"] = {{"name", "real"},
                       {"model", {{"family", "gpt"}, {"n_layer", 1}, {"n_head", 2}, {"d_model", 32}, {"seq_len", 16}}},

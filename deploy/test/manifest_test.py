@@ -5,9 +5,9 @@ usage: manifest_test.py DEPLOY_DIR [CHILDREN.json ...]
 
 1. Renders deploy/base and every deploy/overlays/* with a small kustomize
    renderer of our own (the subset the manifests use: resources, bases,
-   namespace, images, patchesStrategicMerge). When `kubectl kustomize` works on
-   this machine it renders them too, and both renderings must be equal object by
-   object.
+   namespace, images, patchesStrategicMerge). `kubectl kustomize` renders them
+   too, and both renderings must be equal object by object; without kubectl
+   (scripts/setup.sh installs Debian's kubernetes-client) the test fails.
 2. Validates every rendered object: DNS-1123 names, label keys and values,
    Deployment selectors against their pod template labels, Service selectors
    against the pod labels in the same rendering, and every TrainingJob against
@@ -163,11 +163,12 @@ def normalize(node):
 
 def kubectl_render(kdir):
     if not shutil.which("kubectl"):
+        fail("kubectl not found on PATH (scripts/setup.sh installs kubernetes-client)")
         return None
     try:
         r = subprocess.run(["kubectl", "kustomize", kdir], capture_output=True, text=True, timeout=60)
     except Exception as e:  # noqa: BLE001
-        print("note: kubectl kustomize unusable here: %s" % e)
+        fail("kubectl kustomize %s: %s" % (kdir, e))
         return None
     if r.returncode != 0:
         fail("kubectl kustomize %s: %s" % (kdir, r.stderr.strip()))
@@ -496,7 +497,7 @@ def main():
                 sample = o
         rbac_rules(objs)
     print("kubectl kustomize: %s" % ("used, renderings equal ours" if kubectl_used and not ERRORS
-                                     else "used" if kubectl_used else "not available, own renderer only"))
+                                     else "used" if kubectl_used else "not run (see the failures above)"))
     if sample is None:
         fail("no sample TrainingJob in any overlay")
     else:

@@ -265,7 +265,7 @@ TEST(CachingAllocator, OutOfMemoryReleasesCacheAndRetries) {
 
 TEST(CachingAllocator, CudaBackendMatchesModelOrSkips) {
   absl::Status avail = CudaAvailable();
-  if (!avail.ok()) GTEST_SKIP() << "CUDA unavailable: " << avail.message();
+  if (!avail.ok()) GTEST_SKIP() << "needs a GPU: " << avail.message();
   auto rt = DeviceRuntime::Get(0);
   ASSERT_TRUE(rt.ok()) << rt.status();
   {

@@ -10,7 +10,7 @@ TEST(CudaDevice, SaxpyRunsOrSkipsWithReason) {
   if (!avail.ok()) {
     EXPECT_EQ(avail.code(), absl::StatusCode::kUnavailable);
     EXPECT_FALSE(avail.message().empty());
-    GTEST_SKIP() << "CUDA unavailable: " << avail.message();
+    GTEST_SKIP() << "needs a GPU: " << avail.message();
   }
   auto name = DeviceName(0);
   ASSERT_TRUE(name.ok()) << name.status();

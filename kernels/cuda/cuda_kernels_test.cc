@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "base/testing/full_sweep.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/checks.h"
 #include "kernels/cuda/cuda_device.h"
@@ -15,10 +16,9 @@ namespace {
 
 TEST(CudaKernels, AllChecksPassOrSkip) {
   absl::Status avail = CudaAvailable();
-  if (!avail.ok()) GTEST_SKIP() << "CUDA unavailable: " << avail.message();
+  if (!avail.ok()) GTEST_SKIP() << "needs a GPU: " << avail.message();
   CheckOptions opts;
-  const char* full = std::getenv("LOOM_FULL");
-  opts.full = full != nullptr && full[0] == '1';
+  opts.full = loom::testing::FullSweep();
   auto rows = RunKernelChecks(opts);
   ASSERT_TRUE(rows.ok()) << rows.status();
   std::string table = FormatCheckTable(*rows);
@@ -30,7 +30,7 @@ TEST(CudaKernels, BadArgumentsAreInvalidArgument) {
   // Validation happens before any CUDA call, so this runs without a GPU too
   // (but not in a build without the toolkit, where every entry is a stub).
 #ifndef LOOM_HAVE_CUDA
-  GTEST_SKIP() << "built without CUDA";
+  GTEST_SKIP() << "needs a GPU: built without CUDA";
 #endif
   GemmArgs g;
   g.dtype = DType::kF16;

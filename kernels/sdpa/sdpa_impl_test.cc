@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <thread>
 
+#include "base/testing/full_sweep.h"
 #include "kernels/sdpa/sdpa.h"
 #include "kernels/sdpa/sdpa_internal.h"
 #include "kernels/sdpa/sdpa_test_util.h"
@@ -46,7 +47,7 @@ std::vector<Case> Cases() {
       {"bool_mask", 2, 2, 1, 33, 45, 8, 8, false, M::kBool, 0, 0},
       {"additive_mask_causal_dropout", 1, 4, 2, 40, 40, 16, 16, true, M::kAdd, 0.5, 0.2},
   };
-  if (std::getenv("LOOM_FULL")) {
+  if (loom::testing::FullSweep()) {
     c.push_back({"full_big", 2, 8, 2, 300, 260, 64, 64, true, M::kNone, 0, 0.1});
     c.push_back({"full_mask", 1, 4, 4, 257, 311, 64, 32, false, M::kAdd, 0, 0});
   }

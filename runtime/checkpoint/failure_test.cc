@@ -11,6 +11,7 @@
 #include <random>
 
 #include "absl/strings/match.h"
+#include "base/testing/full_sweep.h"
 #include "gtest/gtest.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/file_io.h"
@@ -177,8 +178,7 @@ TEST(WriteFailure, FileSizeLimitFailsCleanly) {
 // times. Each time, "latest" names a complete checkpoint and the loader resumes
 // from a complete one that is never older than the previous resume point.
 TEST(Crash, KilledSaverAlwaysLeavesACompleteCheckpoint) {
-  const char* full = getenv("LOOM_FULL");
-  const int kills = full && std::string(full) == "1" ? 50 : 10;
+  const int kills = loom::testing::FullSweep() ? 50 : 10;
   std::string root = FreshDir("crash");
   std::mt19937 rng(1234);
   // Kill points spread over about four saves (a save's time is measured first).

@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/rng.h"
+#include "base/testing/full_sweep.h"
 #include "collectives/process_group.h"
 #include "collectives/testing/multiprocess.h"
 #include "gtest/gtest.h"
@@ -184,13 +185,8 @@ std::string Arg(const Case& c) {
   return absl::StrCat(c.family, " ", c.dp, " ", c.tp, " ", c.zero, " ", c.sp ? 1 : 0, " ", c.bucket_bytes);
 }
 
-bool Full() {
-  const char* f = std::getenv("LOOM_FULL");
-  return f != nullptr && std::string(f) == "1";
-}
-
 void RunCase(const Case& c) {
-  if (!c.fast && !Full()) GTEST_SKIP() << "LOOM_FULL=1 runs this layout";
+  if (!c.fast && !loom::testing::FullSweep()) GTEST_SKIP() << "runs with --full: a layout outside the fast subset";
   collectives::testing::RunSpec rs;
   rs.worker = "parity";
   rs.world = c.dp * c.tp;

@@ -7,6 +7,7 @@
 
 #include "base/allocator.h"
 #include "base/rng.h"
+#include "base/testing/full_sweep.h"
 #include "base/thread_pool.h"
 #include "gtest/gtest.h"
 #include "parallel/planner.h"
@@ -75,7 +76,7 @@ TEST(PlannerMemory, SingleProcessEstimateWithin15PercentOfMeasuredPeak) {
       {"gpt", 4, 8, 8, 128, 32, 512, 4},      {"llama", 2, 4, 2, 64, 32, 256, 4},
       {"llama", 2, 4, 2, 128, 64, 256, 8},    {"llama", 4, 8, 4, 128, 32, 512, 4},
   };
-  if (std::getenv("LOOM_FULL") != nullptr) {
+  if (loom::testing::FullSweep()) {
     configs.push_back({"gpt", 6, 8, 8, 256, 128, 1024, 8});
     configs.push_back({"llama", 6, 8, 2, 256, 128, 1024, 8});
     configs.push_back({"gpt", 1, 2, 2, 32, 16, 256, 1});

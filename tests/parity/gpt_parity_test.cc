@@ -12,7 +12,8 @@ namespace {
 
 void RunParity(const parity::ParityCase& c, int steps) {
   parity::ParityOptions o;
-  if (!parity::TorchAvailable(o)) GTEST_SKIP() << o.python << " cannot import torch";
+  ASSERT_TRUE(parity::TorchAvailable(o))
+      << o.python << " cannot import torch (scripts/setup.sh installs python3-torch)";
   auto r = parity::RunGptParity(c, steps, o);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_LT(r->loss0_rel, 1e-5) << r->loss0 << " vs " << r->torch_loss0;

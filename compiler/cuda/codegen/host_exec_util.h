@@ -11,7 +11,7 @@
 
 namespace loom::compiler::cuda_codegen {
 
-// The first host C++ compiler found, or "" (the tests then skip).
+// The first host C++ compiler found, or "" (the tests then fail).
 inline std::string FindHostCompiler() {
   for (const char* c : {"/usr/bin/g++", "/usr/bin/c++", "/usr/bin/clang++"})
     if (::access(c, X_OK) == 0) return c;

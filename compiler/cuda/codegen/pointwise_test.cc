@@ -13,6 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "base/testing/full_sweep.h"
 #include "compiler/cuda/codegen/op_cases.h"
 #include "compiler/cuda/codegen/pointwise_internal.h"
 #include "gtest/gtest.h"
@@ -326,25 +327,36 @@ TEST(Validation, BadSpecsNameTheField) {
 
 // ---- NVRTC ----------------------------------------------------------------------------
 
+// A build with the CUDA toolkit must open NVRTC; a build without it (no
+// toolkit, or LOOM_NO_CUDA) has nothing to compile with and skips.
 class NvrtcTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!NvrtcAvailable()) GTEST_SKIP() << "built without the CUDA toolkit (no NVRTC)";
+    if (!BuiltWithCuda()) GTEST_SKIP() << "needs a GPU: built without the CUDA toolkit (no NVRTC)";
+    ASSERT_TRUE(NvrtcAvailable()) << NvrtcInfo();
   }
 };
 
-TEST(NoCuda, CompileIsUnavailableButSourceIsGenerated) {
-  if (NvrtcAvailable()) GTEST_SKIP() << "this build has NVRTC";
+// Source generation needs no toolkit. Compile runs NVRTC where the build has
+// it and is Unavailable, never a crash, where it does not.
+TEST(PointwiseBuild, SourceIsAlwaysGeneratedAndCompileFollowsTheBuild) {
   const Ints shape = {4, 4};
   Graph body = Body("relu", 1, {}, shape);
   PwSpec spec;
   spec.body = &body;
   spec.out_shape = shape;
   spec.inputs = {{DType::kF32, Contig(shape)}};
-  auto k = PointwiseKernel::Compile(spec);
-  ASSERT_FALSE(k.ok());
-  EXPECT_EQ(k.status().code(), absl::StatusCode::kUnavailable);
   EXPECT_TRUE(GeneratePointwiseSource(spec).ok());
+  CodegenOptions o;
+  o.cache_dir = TempDir("build");
+  auto k = PointwiseKernel::Compile(spec, o);
+  if (NvrtcAvailable()) {
+    ASSERT_TRUE(k.ok()) << k.status();
+    EXPECT_FALSE((*k)->cubin().empty());
+  } else {
+    ASSERT_FALSE(k.ok());
+    EXPECT_EQ(k.status().code(), absl::StatusCode::kUnavailable);
+  }
 }
 
 // Every op x {f32, bf16} (second input broadcast), fill, and casts between
@@ -353,7 +365,7 @@ TEST(NoCuda, CompileIsUnavailableButSourceIsGenerated) {
 // LOOM_FULL=1 every kernel goes through Compile on its own.
 TEST_F(NvrtcTest, EveryOpCompilesForF32AndBF16) {
   const Ints shape = {6, 10};
-  const bool full = std::getenv("LOOM_FULL") != nullptr && std::string(std::getenv("LOOM_FULL")) == "1";
+  const bool full = loom::testing::FullSweep();
   std::vector<Graph> bodies;  // kept alive for the specs
   bodies.reserve(256);
   std::vector<std::pair<std::string, PwSpec>> specs;

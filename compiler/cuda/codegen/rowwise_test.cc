@@ -1,5 +1,6 @@
 // Row-wise generator: specialisation, validation, and NVRTC compilation of
-// every kind (skipped where NVRTC cannot be opened).
+// every kind (skipped in a build without the CUDA toolkit; a build with it
+// must open NVRTC).
 #include "compiler/cuda/codegen/rowwise.h"
 
 #include <unistd.h>
@@ -96,7 +97,8 @@ TEST(Rowwise, AdamWTableChunksAndVectorFlags) {
 }
 
 TEST(Rowwise, EveryKindCompilesWithNvrtc) {
-  if (!NvrtcAvailable()) GTEST_SKIP() << NvrtcInfo();
+  if (!BuiltWithCuda()) GTEST_SKIP() << "needs a GPU: built without the CUDA toolkit (no NVRTC)";
+  ASSERT_TRUE(NvrtcAvailable()) << NvrtcInfo();
   CodegenOptions o;
   const char* tmp = std::getenv("TEST_TMPDIR");
   o.cache_dir = absl::StrCat(tmp ? tmp : "/tmp", "/rowwise_cache_", ::getpid());

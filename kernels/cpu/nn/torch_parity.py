@@ -11,7 +11,7 @@ import sys
 try:
     import torch
     import torch.nn.functional as F
-except ImportError as e:  # the test skips on exit code 3
+except ImportError as e:  # the test fails on exit code 3, naming the cause
     print("cannot import torch: %s" % e)
     sys.exit(3)
 

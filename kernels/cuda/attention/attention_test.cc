@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "base/testing/full_sweep.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/attention/attention_checks.h"
 #include "kernels/cuda/attention/attention_reference.h"
@@ -16,10 +17,9 @@ namespace {
 
 TEST(FlashAttention, ChecksPassOrSkip) {
   absl::Status avail = CudaAvailable();
-  if (!avail.ok()) GTEST_SKIP() << "CUDA unavailable: " << avail.message();
+  if (!avail.ok()) GTEST_SKIP() << "needs a GPU: " << avail.message();
   CheckOptions opts;
-  const char* full = std::getenv("LOOM_FULL");
-  opts.full = full != nullptr && full[0] == '1';
+  opts.full = loom::testing::FullSweep();
   auto rows = RunAttentionChecks(opts);
   ASSERT_TRUE(rows.ok()) << rows.status();
   std::printf("attention source hash %s\n%s", AttentionSourceHash(), FormatCheckTable(*rows).c_str());

@@ -9,7 +9,7 @@
 // the check can tell the two layouts apart.
 // Prints one line per case and "wgmma_check: N passed, N failed"; returns the
 // number failed (wgmma_check_main.cc). Runs only on an sm_90 GPU (the kernels
-// are sm_90a code).
+// are sm_90a code): without one it returns -1 and says why in `why`.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -18,6 +18,7 @@
 #include <cstdio>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "kernels/cuda/attention/wgmma.cuh"
@@ -140,12 +141,15 @@ bool RunCase(std::mt19937& rng, int* passed, int* failed) {
 
 }  // namespace
 
-int RunWgmmaCheck() {
+int RunWgmmaCheck(std::string* why) {
   int dev = 0, major = 0;
   cudaGetDevice(&dev);
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess || major != 9) {
-    std::printf("wgmma_check: skipped (needs an sm_90 GPU)\n");
-    return 0;
+  const cudaError_t e = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev);
+  if (e != cudaSuccess || major != 9) {
+    *why = e != cudaSuccess ? std::string("no CUDA device: ") + cudaGetErrorString(e)
+                            : "device " + std::to_string(dev) + " is sm_" + std::to_string(major) + "x, not sm_90";
+    std::printf("wgmma_check: %s\n", why->c_str());
+    return -1;
   }
   std::mt19937 rng(1234);
   int passed = 0, failed = 0;

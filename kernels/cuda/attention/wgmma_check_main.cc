@@ -1,18 +1,27 @@
-// wgmma_check: see wgmma_check.cu. Exit status 1 when a case fails; without
-// the CUDA toolkit at build time it says so and exits 0.
-#include <cstdio>
+// wgmma_check as a test: runs the cases of wgmma_check.cu on an sm_90 GPU and
+// fails when one fails; skips ("needs a GPU") without such a device or in a
+// build without the CUDA toolkit. Exit status 1 when a case failed.
+#include <string>
+
+#include "gtest/gtest.h"
 
 #ifdef LOOM_HAVE_CUDA
 namespace loom::cuda::attn::wg {
-int RunWgmmaCheck();
+int RunWgmmaCheck(std::string* why);
 }
 #endif
 
-int main() {
+namespace {
+
+TEST(Wgmma, ProductFormsAndLayoutsMatchFp64) {
 #ifdef LOOM_HAVE_CUDA
-  return loom::cuda::attn::wg::RunWgmmaCheck() == 0 ? 0 : 1;
+  std::string why;
+  const int failed = loom::cuda::attn::wg::RunWgmmaCheck(&why);
+  if (failed < 0) GTEST_SKIP() << "needs a GPU: " << why;
+  EXPECT_EQ(failed, 0) << "wgmma cases failed (see the table above)";
 #else
-  std::printf("wgmma_check: skipped (built without the CUDA toolkit)\n");
-  return 0;
+  GTEST_SKIP() << "needs a GPU: built without the CUDA toolkit";
 #endif
 }
+
+}  // namespace
