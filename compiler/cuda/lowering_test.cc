@@ -94,11 +94,6 @@ TEST(PlanCuda, PatternsOnGpt) {
     EXPECT_EQ(CountOp(*p, LaunchKind::kGemm, "matmul+add"), 2);
     EXPECT_EQ(CountOp(*p, LaunchKind::kGemm, "matmul+add+gelu"), 2);
     EXPECT_EQ(CountOp(*p, LaunchKind::kGemm, "matmul+gelu_backward"), 2) << "dgelu in the GEMM epilogue";
-    PlanOptions bgrad;
-    bgrad.bias_grad_in_gemm = true;
-    auto pb = PlanCuda(g, bf16, bgrad);
-    ASSERT_TRUE(pb.ok()) << pb.status();
-    EXPECT_EQ(CountOp(*pb, LaunchKind::kGemm, "matmul+gelu_backward+sum_to"), 2) << "fc bias grad in the dgelu GEMM";
     // (The simplify pass already turns matmul+sum_to into one 2-D GEMM.)
     int wgrad = 0;
     for (const Launch& l : p->launches)
@@ -108,18 +103,7 @@ TEST(PlanCuda, PatternsOnGpt) {
     // Residual-gradient adds folded into layernorm_backward (dresidual): all
     // but the last layer norm's (ln_f's dx has no add after it).
     EXPECT_EQ(CountOp(*p, LaunchKind::kLayerNormBackward, "layernorm_backward+add"), 2 * 2);
-    // With bias_grad_in_layernorm, the c_proj bias gradients (sum_to of the
-    // residual-stream gradient) come from the layernorm backward that writes
-    // that gradient: every layer norm's dx but the first (the embedding sum has no bias).
-    PlanOptions ln_bgrad;
-    ln_bgrad.bias_grad_in_layernorm = true;
-    auto pl = PlanCuda(g, bf16, ln_bgrad);
-    ASSERT_TRUE(pl.ok()) << pl.status();
-    EXPECT_EQ(CountOp(*pl, LaunchKind::kLayerNormBackward, "layernorm_backward+add"), 1);
-    EXPECT_EQ(CountOp(*pl, LaunchKind::kLayerNormBackward, "layernorm_backward+add+sum_to"), 2 * 2 - 1);
-    EXPECT_EQ(CountOp(*pl, LaunchKind::kLayerNormBackward, "layernorm_backward+sum_to"), 1) << "ln_f";
-    EXPECT_EQ(CountOp(*p, LaunchKind::kSumTo), CountOp(*pl, LaunchKind::kSumTo) + 2 * 2);
-    EXPECT_EQ(CountOp(*p, LaunchKind::kPointwise, "add"), 2) << "left: x + wpe, and the tied wte gradient sum";
+    EXPECT_EQ(CountOp(*p, LaunchKind::kPointwise, "add"), 1) << "left: the tied wte gradient sum";
     EXPECT_EQ(CountOp(*p, LaunchKind::kCopy, "slice+reshape+permute"), 3 * 2) << "q, k, v: one copy each";
     EXPECT_EQ(CountOp(*p, LaunchKind::kConcat, "permute+reshape+concat"), 2) << "dq, dk, dv straight into dqkv";
     // Left: the attention output (permute for the c_proj matmul) and dout (for sdpa_backward).
@@ -144,8 +128,7 @@ TEST(PlanCuda, PatternsOnGpt) {
       for (int s : p->shadow) shadows += s >= 0;
       // wte (tied) + per layer: 4 GEMM weights, the c_attn and c_fc biases.
       EXPECT_EQ(shadows, 1 + 2 * 6);  // c_proj biases go through the fused residual add
-      // No casts: bias gradients are f32 column sums (with bias_grad_in_gemm,
-      // the dgelu GEMMs' bf16 bias gradients would be cast to f32).
+      // No casts: bias gradients are f32 column sums.
       EXPECT_EQ(CountOp(*p, LaunchKind::kCopy, "cast"), 0);
     } else {
       EXPECT_EQ(CountOp(*p, LaunchKind::kCopy, "cast"), 0);
@@ -211,16 +194,17 @@ TEST(PlanCuda, AttentionReadsAndWritesStridedViews) {
       EXPECT_EQ(p->metas[l.outputs[0]].shape, (Shape{B, T, 3 * C}));
     }
   }
-  // f32 keeps the copies (the simple attention kernel takes contiguous tensors).
+  // f32 keeps the copies (the math attention kernel takes contiguous tensors).
   auto f = PlanCuda(g, false);
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(CountOp(*f, LaunchKind::kCopy, "slice+reshape+permute"), 3 * kLayers);
   for (const Launch& l : f->launches) EXPECT_TRUE(l.attn.empty());
-  // The env switch back to the copies, and a dry Create of the views plan.
-  setenv("LOOM_CUDA_ATTN_COPIES", "1", 1);
-  EXPECT_FALSE(PlanOptionsFor(CudaOptions{}).attn_views);
-  unsetenv("LOOM_CUDA_ATTN_COPIES");
+  // The executor's options: on by default, off with the other fusions; and a
+  // dry Create of the views plan.
   EXPECT_TRUE(PlanOptionsFor(CudaOptions{}).attn_views);
+  CudaOptions basic;
+  basic.extra_fusions = false;
+  EXPECT_FALSE(PlanOptionsFor(basic).attn_views);
   if (const char* tmp = std::getenv("TEST_TMPDIR")) setenv("LOOM_KERNEL_CACHE", tmp, 1);
   CudaOptions o;
   o.bf16 = true;
@@ -280,18 +264,19 @@ INSTANTIATE_TEST_SUITE_P(DModel, LlamaPlans, ::testing::Values(128, 256));
 TEST(PlanCuda, BasicFusionsSwitch) {
   Graph g = GptJoint(1);
   PlanOptions basic;
-  basic.compose_copies = basic.fold_residual_grad = basic.bias_grad_in_gemm = false;
+  basic.compose_copies = basic.fold_residual_grad = false;
   auto p = PlanCuda(g, true, basic);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(CountOp(*p, LaunchKind::kCopy, "slice+reshape+permute"), 0);
   EXPECT_EQ(CountOp(*p, LaunchKind::kLayerNormBackward, "layernorm_backward+add"), 0);
   EXPECT_EQ(CountOp(*p, LaunchKind::kGemm, "matmul+gelu_backward"), 1);
   EXPECT_EQ(CountOp(*p, LaunchKind::kCopy, "cast"), 0);
-  setenv("LOOM_CUDA_BASIC_FUSIONS", "1", 1);
-  PlanOptions o = PlanOptionsFor(CudaOptions{});
-  unsetenv("LOOM_CUDA_BASIC_FUSIONS");
-  EXPECT_FALSE(o.compose_copies || o.fold_residual_grad || o.bias_grad_in_gemm);
-  EXPECT_TRUE(PlanOptionsFor(CudaOptions{}).compose_copies);
+  CudaOptions off;
+  off.extra_fusions = false;
+  PlanOptions o = PlanOptionsFor(off);
+  EXPECT_FALSE(o.compose_copies || o.fold_residual_grad || o.add_layernorm || o.attn_views || o.fuse_cross_entropy);
+  PlanOptions on = PlanOptionsFor(CudaOptions{});
+  EXPECT_TRUE(on.compose_copies && on.fold_residual_grad && on.add_layernorm && on.attn_views && on.fuse_cross_entropy);
 }
 
 TEST(PlanCuda, CrossEntropyFusion) {
@@ -378,36 +363,13 @@ TEST(PlanCuda, AddLayerNormFusion) {
       // Every addend is [.., C] broadcast only over leading dims (bias [C], wpe [T, C]).
       for (size_t q = 0; q < na; ++q) EXPECT_EQ(p->metas[l.inputs[q]].shape.back(), 128);
     }
-    // Off (the default), the plan keeps one launch per node.
-    auto plain = PlanCuda(g, bf16);
+    // Off, the plan keeps one launch per node.
+    PlanOptions no;
+    no.add_layernorm = false;
+    auto plain = PlanCuda(g, bf16, no);
     ASSERT_TRUE(plain.ok());
     EXPECT_EQ(CountOp(*plain, LaunchKind::kLayerNorm, "layernorm"), 5);
     EXPECT_EQ(plain->launches.size(), p->launches.size() + 5);
-  }
-  setenv("LOOM_CUDA_ROWGEN", "ln,adamw", 1);
-  RowgenChoice c = RowgenFor(CudaOptions{});
-  EXPECT_TRUE(PlanOptionsFor(CudaOptions{}).add_layernorm);
-  setenv("LOOM_CUDA_BASIC_FUSIONS", "1", 1);
-  EXPECT_FALSE(PlanOptionsFor(CudaOptions{}).add_layernorm);
-  unsetenv("LOOM_CUDA_BASIC_FUSIONS");
-  unsetenv("LOOM_CUDA_ROWGEN");
-  EXPECT_TRUE(c.layernorm && c.adamw && !c.cross_entropy);
-}
-
-TEST(CudaExecutor, CreateBuildsGeneratedRowKernelsWithoutADevice) {
-  if (const char* tmp = std::getenv("TEST_TMPDIR")) setenv("LOOM_KERNEL_CACHE", tmp, 1);
-  Graph g = GptJoint(1);
-  for (bool bf16 : {false, true}) {
-    CudaOptions o;
-    o.bf16 = bf16;
-    o.rowgen_layernorm = o.rowgen_cross_entropy = o.rowgen_adamw = true;
-    auto e = CudaExecutor::Create(g, o);
-    if (e.ok()) {
-      std::printf("a GPU is present: %s", (*e)->Describe().c_str());
-      continue;
-    }
-    // Unavailable: every launch (NVRTC for the generated kernels included) was built.
-    EXPECT_EQ(e.status().code(), absl::StatusCode::kUnavailable) << e.status();
   }
 }
 

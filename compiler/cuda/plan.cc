@@ -312,23 +312,6 @@ absl::Status Planner::PlanLaunches() {
           done[su] = true;
         }
       }
-      // The column sums of dx (a linear's bias gradient) in the same kernel:
-      // outputs {dx, dweight, dbias, dx_colsum}.
-      if (options.bias_grad_in_layernorm) {
-        const int dxv = L.outputs[0];
-        const Shape& ds = g.meta(dxv).shape;
-        for (int u : users[dxv]) {
-          const Node& sn = g.nodes()[u];
-          if (done[u] || sn.op != "sum_to" || sn.inputs[0] != dxv || ds.empty()) continue;
-          const int so = sn.outputs[0];
-          if (g.meta(so).shape != Shape{ds.back()} || p.metas[so].dtype != DType::kF32) continue;
-          L.outputs.push_back(so);
-          L.nodes.push_back(u);
-          L.op += "+sum_to";
-          done[u] = true;
-          break;
-        }
-      }
     } else if (op == "rmsnorm") {
       const DType dt = p.metas[out0].dtype;
       if (p.metas[n.outputs[1]].dtype != DType::kF32) return Unsupported(g, i, "rstd must be f32");

@@ -15,10 +15,7 @@
 //       matmul -> add(bias[N])              one GEMM, epilogue kBias
 //       matmul -> add(bias) -> gelu(tanh)   one GEMM, kBiasGeluAux (aux = the
 //                                            pre-activation, kept for the backward)
-//       matmul -> gelu_backward(dy=., x)     one GEMM, kDGelu (aux = x); with a
-//         sum_to([N]) of the result (the bias  kDGeluBgrad: the bias gradient in
-//         gradient)                            the same GEMM (written in the GEMM's
-//                                              dtype; bf16 gets a cast to f32 after)
+//       matmul -> gelu_backward(dy=., x)     one GEMM, kDGelu (aux = x)
 //       matmul(trans_a, [..,K,M] x [..,K,N]) -> sum_to([M,N])
 //                                            one GEMM with K = batch * K: the
 //                                            weight gradient, never materialising
@@ -77,7 +74,7 @@ enum class LaunchKind {
 };
 const char* LaunchKindName(LaunchKind k);
 
-enum class GemmEpilogue { kNone, kBias, kBiasGeluAux, kDGelu, kDGeluBgrad };
+enum class GemmEpilogue { kNone, kBias, kBiasGeluAux, kDGelu };
 const char* GemmEpilogueName(GemmEpilogue e);
 
 struct GemmPlan {
@@ -174,34 +171,22 @@ std::vector<DType> StorageDTypes(const Graph& g, bool bf16);
 struct PlanOptions {
   bool compose_copies = true;      // slice+reshape+permute, permute+reshape+concat
   bool fold_residual_grad = true;  // layernorm_backward + add -> dresidual
-  // gelu_backward's bias sum_to -> kDGeluBgrad. Off by default: on the H200,
-  // GPT-2 124M (m=16384 n=3072 k=768, bf16) the fused GEMM took 448 us against
-  // 158 us for the kDGelu GEMM plus 66 us for the separate column sums.
-  bool bias_grad_in_gemm = false;
-  // layernorm_backward(+add) -> sum_to(dx) over the rows (a linear's bias
-  // gradient): the norm kernel sums its own dx columns (4th output). Off by
-  // default: on the H200 at GPT-2 124M (16384 x 768 bf16) the column sums cost
-  // the norm kernel 11 us (38 -> 49 us) against 12 us for the separate sum_to,
-  // and the step time did not move (33.93 vs 33.90 ms).
-  bool bias_grad_in_layernorm = false;
   // add (or a fused node of adds) -> layernorm: one kLayerNorm launch with
   // inputs {addends.., weight, bias} and outputs {sum, y, mean, rstd}; only the
-  // generated layernorm (codegen/rowwise.h) runs it. PlanOptionsFor turns it
-  // on with the generated layernorm (CudaOptions / LOOM_CUDA_ROWGEN).
-  bool add_layernorm = false;
+  // generated layernorm (codegen/rowwise.h) runs it.
+  bool add_layernorm = true;
   // Flash attention (bf16, D 64/128) reads and writes strided views instead of
   // copies: q/k/v as windows of the fused qkv GEMM output (no
   // slice+reshape+permute copy), o written in [B, T, H, D] order (its
   // permute for the projection is an alias), dout as a view of the upstream
   // gradient, dq/dk/dv straight into their windows of the concat's output
-  // (no concat launch). Env LOOM_CUDA_ATTN_COPIES=1 turns it off.
+  // (no concat launch).
   bool attn_views = true;
   // cross_entropy and its cross_entropy_backward -> one kCrossEntropyFused
   // launch at the backward's position (inputs {dloss, logits, targets},
   // outputs {loss, lse, dlogits}) when no launch in between reads the loss or
   // lse or writes the logits or targets: each row of logits is read from
-  // memory once instead of twice. Env LOOM_CUDA_CE_FUSED=0 turns it off; off
-  // with the generated cross-entropy (codegen/rowwise.h), which has no fused form.
+  // memory once instead of twice.
   bool fuse_cross_entropy = true;
 };
 

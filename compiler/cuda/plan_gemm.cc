@@ -1,6 +1,6 @@
 // matmul -> GEMM launches in the CUDA plan, with their pattern fusions: the
-// bias (+ tanh GELU with aux) epilogue, dgelu (+ bias gradient), the
-// weight-gradient matmul + sum_to as one GEMM, and batched GEMMs.
+// bias (+ tanh GELU with aux) epilogue, dgelu, the weight-gradient matmul +
+// sum_to as one GEMM, and batched GEMMs.
 #include <algorithm>
 #include <utility>
 #include <vector>
@@ -21,8 +21,7 @@ int64_t Prod(const Shape& s, size_t lo, size_t hi) {
 
 }  // namespace
 
-// Matmul node i (L: its launch so far): pushes the GEMM launch, and a cast
-// after it for a bf16 bias gradient of an f32 sum_to.
+// Matmul node i (L: its launch so far): pushes the GEMM launch.
 absl::Status Planner::PlanMatmul(int i, Launch L) {
   const Node& n = g.nodes()[i];
   const int a = n.inputs[0], b = n.inputs[1], out = n.outputs[0];
@@ -65,7 +64,6 @@ absl::Status Planner::PlanMatmul(int i, Launch L) {
   }
   std::vector<int> extra_in;
   std::vector<int> outs = {d};
-  std::pair<int, int> bgrad_cast = {-1, -1};  // (bf16 temp, f32 sum_to output)
   if (!m.weight_grad && m.batch == 1 && su >= 0) {
     const Node& u = g.nodes()[su];
     if (u.op == "add" && st[u.outputs[0]] == cdt && g.meta(u.outputs[0]).shape == g.meta(out).shape) {
@@ -105,24 +103,6 @@ absl::Status Planner::PlanMatmul(int i, Launch L) {
       extra_in.push_back(u.inputs[1]);
       outs = {u.outputs[0]};
       L.op = "matmul+gelu_backward";
-      // The bias gradient (sum_to of the result over its rows) in the same GEMM.
-      for (int w : options.bias_grad_in_gemm ? users[u.outputs[0]] : std::vector<int>{}) {
-        const Node& sn = g.nodes()[w];
-        if (sn.op != "sum_to" || done[w] || g.meta(sn.outputs[0]).shape != Shape{m.n}) continue;
-        m.epilogue = GemmEpilogue::kDGeluBgrad;
-        done[w] = true;
-        L.nodes.push_back(w);
-        L.op = "matmul+gelu_backward+sum_to";
-        const int bo = sn.outputs[0];
-        if (p.metas[bo].dtype == cdt) {
-          outs.push_back(bo);
-        } else {
-          const int tmp = new_value({cdt, Shape{m.n}});
-          outs.push_back(tmp);
-          bgrad_cast = {tmp, bo};
-        }
-        break;
-      }
     }
   }
   m.d_dtype = p.metas[outs[0]].dtype;
@@ -133,15 +113,6 @@ absl::Status Planner::PlanMatmul(int i, Launch L) {
   for (int x : extra_in) L.inputs.push_back(want(x, cdt));
   L.outputs = outs;
   p.launches.push_back(std::move(L));
-  if (bgrad_cast.first >= 0) {
-    Launch c;
-    c.kind = LaunchKind::kCopy;
-    c.op = "cast";
-    c.inputs = {bgrad_cast.first};
-    c.outputs = {bgrad_cast.second};
-    c.copies = {CopyGeom{Shape{m.n}, 0, {1}, 0, {}}};
-    p.launches.push_back(std::move(c));
-  }
   return absl::OkStatus();
 }
 

@@ -157,9 +157,10 @@ bool DsFitsLimit(const SdpaArgs& a) {
 }  // namespace
 
 int64_t SdpaBackwardWorkspaceBytes(const SdpaArgs& a) {
+  const int64_t math = attn::MathBwdWorkspaceFloats(ToMath(a)) * static_cast<int64_t>(sizeof(float));
+  if (!FlashTakes(a)) return math;  // the math kernel is the only candidate
   const FlashAttnArgs f = ShapeOnly(a, DsFitsLimit(a) ? kFlashBwdDsVariant : 0);
-  return std::max<int64_t>(FlashAttentionBwdWorkspaceBytes(f),
-                           attn::MathBwdWorkspaceFloats(ToMath(a)) * static_cast<int64_t>(sizeof(float)));
+  return std::max<int64_t>(FlashAttentionBwdWorkspaceBytes(f), math);
 }
 
 int64_t SdpaWorkspaceBytes(const SdpaArgs& a, bool backward) {
