@@ -3,10 +3,27 @@
 Runs on the GPU machine (torch 2.x with CUDA). The model is Loom's GPT
 (tests/parity/gpt_torch.py conventions: weights stored [in, out], pre-LayerNorm,
 tanh GELU, tied embeddings), trained with bf16 autocast, fp32 master weights,
-fused AdamW and gradient clipping at 1.0, on random token ids.
+AdamW and gradient clipping at 1.0, on random token ids.
 
   gpt2_torch.py --init DIR        # writes weights + batches (tensor_dir format) for Loom
-  gpt2_torch.py --data DIR --mode eager|compile [--sdpa default|cudnn|flash] --out F.json
+  gpt2_torch.py --data DIR --mode eager|compile|compile-ro [--sdpa default|cudnn|flash] --out F.json
+
+Modes:
+  eager       the model and a fused AdamW, eagerly.
+  compile     torch.compile(model) (default mode); clipping and the fused
+              AdamW step eagerly.
+  compile-ro  the whole step compiled with CUDA graphs: torch.compile(model,
+              mode="reduce-overhead") for the forward and backward, and the
+              update (gradient clipping + AdamW, foreach with capturable=True so
+              its state lives on the GPU) as one function compiled with
+              mode="reduce-overhead" too. Gradients are zeroed, not freed,
+              between steps (zero_grad(set_to_none=False)) so that their
+              addresses stay fixed for the captured update.
+If compile-ro's first step raises (a part that does not compile), the step
+reruns under the next configuration: the update in the default compile mode;
+then the model too; then the model in the default mode with the eager fused
+AdamW. The run goes on, prints each reason to stderr ("FALLBACK ..."), lists
+them in its JSON's "fallback", and its "impl" gets a "_fallback" suffix.
 
 Each run prints and writes one JSON object: tokens/s over the timed steps, the
 per-step losses (all steps, warm-up included), MFU, and the SDPA backend used.
@@ -104,18 +121,106 @@ def sdpa_context(name):
     return contextlib.nullcontext()
 
 
+def param_groups(model, c):
+    decay = [p for n, p in model.p.items() if p.dim() >= 2]
+    no_decay = [p for n, p in model.p.items() if p.dim() < 2]
+    return [{"params": decay, "weight_decay": c["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+class CompiledStep:
+    """compile-ro's training step. Tries configurations in order, the first
+    the whole step with CUDA graphs (model and update compiled with
+    mode="reduce-overhead"); when the first step under one raises (a part
+    that does not compile), the reason is printed to stderr and kept in
+    `fallbacks`, the gradients are zeroed, and the step reruns under the next
+    configuration. Later failures propagate."""
+
+    def __init__(self, c, model, eager_fused_update):
+        self.params = list(model.parameters())
+        opt = torch.optim.AdamW(param_groups(model, c), lr=c["lr"], betas=(c["beta1"], c["beta2"]), eps=c["eps"],
+                                foreach=True, capturable=True)
+
+        def update():
+            torch.nn.utils.clip_grad_norm_(self.params, c["grad_clip"], foreach=True)
+            opt.step()
+
+        ro_model, ro_update = torch.compile(model, mode="reduce-overhead"), torch.compile(update, mode="reduce-overhead")
+        model_c, update_c = torch.compile(model), torch.compile(update)
+        self.configs = [
+            ("model and update with mode=reduce-overhead", ro_model, ro_update),
+            ("model with mode=reduce-overhead, update with the default mode", ro_model, update_c),
+            ("model and update with the default mode", model_c, update_c),
+            ("model with the default mode, eager fused AdamW update", model_c, eager_fused_update),
+        ]
+        self.fallbacks = []
+        self.steps = 0
+
+    def _run(self, x, y):
+        _, fwd, update = self.configs[0]
+        torch.compiler.cudagraph_mark_step_begin()
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = fwd(x, y)
+        loss.backward()
+        update()
+        torch._foreach_zero_([p.grad for p in self.params if p.grad is not None])  # fixed grad addresses
+        return loss.detach().clone()  # a CUDA-graph output is overwritten by the next replay
+
+    def __call__(self, x, y):
+        while True:
+            try:
+                loss = self._run(x, y)
+                self.steps += 1
+                return loss
+            except Exception as e:  # a compile failure surfaces in the first step
+                if self.steps > 0 or len(self.configs) == 1:
+                    raise
+                first = str(e).splitlines()[0] if str(e) else ""
+                msg = f"{self.configs[0][0]} failed ({type(e).__name__}: {first}); next: {self.configs[1][0]}"
+                print(f"gpt2_torch: FALLBACK {msg}", file=sys.stderr, flush=True)
+                self.fallbacks.append(msg)
+                for p in self.params:
+                    p.grad = None
+                self.configs.pop(0)
+
+
+def make_step(c, model, mode):
+    """The training step (forward, backward, clipping, AdamW) of `mode`: a
+    function of (x, y) returning the loss, and the fallbacks it took (a list,
+    filled as they happen)."""
+    params = list(model.parameters())
+    fused = []
+
+    def eager_fused_update():
+        if not fused:
+            fused.append(torch.optim.AdamW(param_groups(model, c), lr=c["lr"], betas=(c["beta1"], c["beta2"]),
+                                           eps=c["eps"], fused=True))
+        torch.nn.utils.clip_grad_norm_(params, c["grad_clip"])
+        fused[0].step()
+
+    if mode == "compile-ro":
+        step = CompiledStep(c, model, eager_fused_update)
+        return step, step.fallbacks
+    fwd = torch.compile(model) if mode == "compile" else model
+
+    def step(x, y):
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            loss = fwd(x, y)
+        loss.backward()
+        eager_fused_update()
+        for p in params:
+            p.grad = None  # zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return step, []
+
+
 def run(c, data, mode, sdpa, warmup, steps):
     dev = torch.device("cuda")
     W = tensor_dir.load(os.path.join(data, "weights"))
     Bt = tensor_dir.load(os.path.join(data, "batches"))
     nb = len(Bt) // 2
     model = GPT(c, W).to(dev)
-    decay = [p for n, p in model.p.items() if p.dim() >= 2]
-    no_decay = [p for n, p in model.p.items() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": c["weight_decay"]},
-                             {"params": no_decay, "weight_decay": 0.0}],
-                            lr=c["lr"], betas=(c["beta1"], c["beta2"]), eps=c["eps"], fused=True)
-    fwd = torch.compile(model) if mode == "compile" else model
+    step, fallbacks = make_step(c, model, mode)
     xs = [Bt[f"x{i}"].long().to(dev) for i in range(nb)]
     ys = [Bt[f"y{i}"].long().to(dev) for i in range(nb)]
     losses = []
@@ -125,30 +230,26 @@ def run(c, data, mode, sdpa, warmup, steps):
             if s == warmup:
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
-            with torch.autocast("cuda", dtype=torch.bfloat16):
-                loss = fwd(xs[s % nb], ys[s % nb])
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), c["grad_clip"])
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            losses.append(loss.detach())
+            losses.append(step(xs[s % nb], ys[s % nb]))
         torch.cuda.synchronize()
     dt = time.perf_counter() - t0
     tok = steps * c["batch"] * c["seq_len"]
     n_params = sum(p.numel() for p in model.parameters())
-    flops_per_token = 6 * n_params + 12 * c["n_layer"] * c["d_model"] * c["seq_len"]
+    flops_tok = 6 * n_params + 12 * c["n_layer"] * c["d_model"] * c["seq_len"]
     tps = tok / dt
-    return {"impl": f"torch_{mode}" + ("" if sdpa == "default" else f"_{sdpa}"), "tokens_per_s": tps,
-            "ms_per_step": 1e3 * dt / steps, "mfu": tps * flops_per_token / 989e12, "params": n_params,
-            "warmup": warmup, "steps": steps, "losses": [float(l) for l in losses],
-            "torch": torch.__version__, "device": torch.cuda.get_device_name()}
+    impl = f"torch_{mode.replace('-ro', '_reduce_overhead')}" + ("" if sdpa == "default" else f"_{sdpa}")
+    if fallbacks:
+        impl += "_fallback"
+    return {"impl": impl, "tokens_per_s": tps, "ms_per_step": 1e3 * dt / steps, "mfu": tps * flops_tok / 989e12,
+            "params": n_params, "warmup": warmup, "steps": steps, "losses": [float(l) for l in losses],
+            "fallback": fallbacks, "torch": torch.__version__, "device": torch.cuda.get_device_name()}
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--init")
     ap.add_argument("--data")
-    ap.add_argument("--mode", default="eager", choices=["eager", "compile"])
+    ap.add_argument("--mode", default="eager", choices=["eager", "compile", "compile-ro"])
     ap.add_argument("--sdpa", default="default", choices=["default", "cudnn", "flash"])
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--steps", type=int, default=20)

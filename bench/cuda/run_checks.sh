@@ -21,14 +21,14 @@ check() {  # name, time limit (s), lines of its output to show, command...
   if [ $rc = 0 ]; then passed=$((passed + 1)); summary="$summary\n  PASS  $name"
   else failed=$((failed + 1)); summary="$summary\n  FAIL  $name (exit $rc; log $O/$name.txt)"; fi
 }
-check gpu_check 120 200 "$D/bin/gpu_check"                          # GEMM epilogues, pointwise, norms, CE, AdamW
+check gpu_check 120 200 "$D/bin/gpu_check"                          # GEMM epilogues, layernorm bwd, column sums, grad norm, CE
 check cuda_kernels_test 120 3 "$D/bin/cuda_kernels_test"             # the same kernels through gtest
 check caching_allocator_test 120 3 "$D/bin/caching_allocator_test"   # allocator and streams on real memory
 check wgmma_check 60 12 "$D/bin/wgmma_check"                        # warpgroup products and layouts the wgmma forward uses
 check attention_check 120 80 "$D/bin/attention_check"                # flash, math, cuDNN, masks, dropout, varlen, dispatcher
 check pointwise_gpu_check 120 6 "$D/bin/pointwise_gpu_check"         # generated pointwise kernels
-check rowwise_gpu_check 120 6 "$D/bin/rowwise_gpu_check"             # generated layernorm, CE, AdamW
-check cuda_executor_gpu_check 300 30 "$D/bin/cuda_executor_gpu_check"  # lowering kernels + whole steps vs the CPU executor
+check rowwise_gpu_check 120 6 "$D/bin/rowwise_gpu_check"             # generated layernorm (+ adds), AdamW
+check cuda_executor_gpu_check 300 30 "$D/bin/cuda_executor_gpu_check"  # whole steps vs the CPU executor
 echo "== summary"
 printf "%b\n" "$summary"
 echo "checks: $passed passed, $failed failed"

@@ -1,9 +1,7 @@
 // sdpa_bench: Loom's flash-attention kernels (kernels/cuda/attention) at the
-// (B, H, T, D) shapes (4, 16, 4096, 128), (8, 12, 1024, 64) and
-// (2, 16, 8192, 128) (or --shape=B,H,T,D), bf16, causal and not: forward and
-// forward+backward TFLOP/s (median of CUDA-event-timed iterations after
-// warm-up). FLOPs: forward 4 B H T^2 D (halved when causal), forward+backward
-// 3.5x forward.
+// SDPA table's shapes (docs/perf.md), bf16, causal and not: forward and forward+backward
+// TFLOP/s (median of CUDA-event-timed iterations after warm-up). FLOPs: forward
+// 4 B H T^2 D (halved when causal), forward+backward 3.5x forward.
 // Each shape checks itself: 64 query rows at each end of head (0, 0) against
 // an fp64 CPU computation (o and lse), and dq/dk/dv sampled for NaN.
 // Prints one "RESULT impl=loom_flash ..." line per case (and, unless --bwd,
@@ -12,7 +10,7 @@
 // bench/cuda/torch_sdpa.py --loom=FILE reads to print the ratios.
 //
 //   sdpa_bench [--iters=N] [--shape=B,H,T,D] [--fwd=V] [--bwd=V] [--dq=V] [--sweep] [--dispatch]
-//              [--only=IMPL,...] [--idle-ms=N] [--data-scale=X]
+//              [--only=IMPL,...] [--idle-ms=N] [--data-scale=X] [--cudnn-configs=N] [--cudnn-verbose]
 // Each RESULT line also gives the backward alone (bwd_ms), forward+backward
 // replayed from one captured CUDA graph (graph_fwdbwd_ms: no host gaps; -1
 // where the path does not capture), and the host's enqueue time per
@@ -25,6 +23,8 @@
 // tuned during the warm-up), "RESULT impl=loom_sdpa ..." with its choices.
 // Unless --no-cudnn: also cuDNN's fused attention directly (cudnn_sdpa.h),
 // "RESULT impl=loom_cudnn ..." (or a SKIP line saying why, e.g. no libcudnn).
+// --cudnn-configs / --cudnn-verbose set CudnnSdpaOptions (engine configs
+// timed per plan, 4 by default; print their timings).
 // --fwd/--bwd/--dq pick kernel variants (flash_variants.h; 0 = defaults; --bwd=6
 // is the atomic-dQ backward). --sweep times every variant instead: each forward
 // variant alone, and the backward alone for every dK/dV variant (dQ default)
@@ -224,6 +224,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> only;  // --only=IMPL,...: measure just these rows
   float data_scale = 1.f;         // --data-scale=X: inputs' standard deviation
   int idle_ms = 300;              // --idle-ms=N: the card idles this long before each timed loop
+  loom::cuda::CudnnSdpaOptions cudnn_options;
   std::vector<Shape> shapes = {{4, 16, 4096, 128}, {8, 12, 1024, 64}, {2, 16, 8192, 128}};
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--iters=", 8) == 0) {
@@ -258,12 +259,21 @@ int main(int argc, char** argv) {
       }
     } else if (std::strncmp(argv[i], "--dq=", 5) == 0) {
       dq_v = std::atoi(argv[i] + 5);
+    } else if (std::strncmp(argv[i], "--cudnn-configs=", 16) == 0) {
+      cudnn_options.max_engine_configs = std::atoi(argv[i] + 16);
+    } else if (std::strcmp(argv[i], "--cudnn-verbose") == 0) {
+      cudnn_options.verbose = true;
     } else {
       std::fprintf(stderr,
                    "usage: sdpa_bench [--iters=N] [--shape=B,H,T,D] [--fwd=V] [--bwd=V] [--dq=V] [--deterministic] "
-                   "[--sweep] [--dispatch] [--no-cudnn] [--only=IMPL,...] [--data-scale=X] [--idle-ms=N]\n");
+                   "[--sweep] [--dispatch] [--no-cudnn] [--only=IMPL,...] [--data-scale=X] [--idle-ms=N] "
+                   "[--cudnn-configs=N] [--cudnn-verbose]\n");
       return 2;
     }
+  }
+  if (absl::Status st = loom::cuda::SetCudnnSdpaOptions(cudnn_options); !st.ok()) {
+    std::fprintf(stderr, "sdpa_bench: %s\n", std::string(st.message()).c_str());
+    return 2;
   }
   int ndev = 0;
   if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {

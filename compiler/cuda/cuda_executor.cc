@@ -30,8 +30,7 @@ Impl::~Impl() {
 absl::Status Impl::Init(const Graph& g, const CudaOptions& o) {
   g_ = g;
   o_ = o;
-  rowgen_ = RowgenFor(o);
-  attention_ = AttnRouteFor(o);
+  attention_ = o.attention;
   LOOM_ASSIGN_OR_RETURN(plan_, PlanCuda(g, o.bf16, PlanOptionsFor(o)));
   // Without a device the whole build still runs ("dry": fake addresses, no
   // uploads), so codegen problems surface on machines without a GPU; Init
@@ -102,8 +101,8 @@ absl::Status Impl::Step(absl::Span<const std::pair<int, Tensor>> step_inputs) {
       return absl::FailedPreconditionError(
           absl::StrCat("CudaExecutor::Step: input ", k, " (", g_.inputs()[k].name, ") was never set"));
   ++slot_;
-  if (!o_.cuda_graph || steps_ == 0 || profile_) {
-    LOOM_RETURN_IF_ERROR(RunCalls(profile_ && steps_ > 0));  // step 1 warms up (autotuning)
+  if (!o_.cuda_graph || steps_ == 0 || o_.profile) {
+    LOOM_RETURN_IF_ERROR(RunCalls(o_.profile && steps_ > 0));  // step 1 warms up (autotuning)
   } else {
     if (!exec_) {
       absl::Status s = Capture();
@@ -145,7 +144,7 @@ absl::Status Impl::Capture() {
 }
 
 absl::Status Impl::RunCalls(bool profile) {
-  // Profiling (env LOOM_CUDA_PROFILE, eager steps only): an event between
+  // Profiling (CudaOptions::profile, eager steps only): an event between
   // every two launches, summed per launch description after the step.
   std::vector<cudaEvent_t> ev(profile ? calls_.size() + 1 : 0);
   for (cudaEvent_t& e : ev) LOOM_CU(cudaEventCreate(&e), "profile event");

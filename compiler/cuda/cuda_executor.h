@@ -20,7 +20,6 @@
 #pragma once
 
 #include <cstdint>
-#include <cstdlib>
 #include <memory>
 #include <string>
 #include <utility>
@@ -39,73 +38,33 @@ struct CudaOptions {
                             // matmul/attention/activations, f32 norm stats/softmax/loss
   bool cuda_graph = true;   // capture the step once (after one eager warm-up), replay
   bool autotune_gemm = true;
-  // The newer pattern fusions (plan.h PlanOptions); env LOOM_CUDA_BASIC_FUSIONS=1
-  // also turns them off, to bisect a problem on the GPU.
+  // The pattern fusions of the plan (plan.h PlanOptions: composed copies,
+  // residual-gradient folding, add -> layernorm, strided attention operands,
+  // fused cross-entropy). false: one launch per node for those patterns, a
+  // debug aid to bisect a problem on the GPU.
   bool extra_fusions = true;
-  // Generated row-wise kernels (codegen/rowwise.h, NVRTC) instead of the
-  // hand-written ones, which stay the reference and the fallback. The
-  // generated layernorm also takes the add before it (PlanOptions::add_layernorm).
-  // Env LOOM_CUDA_ROWGEN overrides all three: "0"/"none", "1"/"all", or a comma
-  // list of ln, ce, adamw. Defaults from the H200 at GPT-2 124M shapes (bf16,
-  // rowwise_gpu_check): layernorm 24.8 vs 29.2 us, add+layernorm 32.0 us vs
-  // 72.2 us, AdamW over 124M params 977 vs 1361 us; cross-entropy forward
-  // 570 vs 486 us (bwd 815 vs 819 us): the hand-written one stays the default.
-  bool rowgen_layernorm = true;
-  bool rowgen_cross_entropy = false;
-  bool rowgen_adamw = true;
-  // Attention (bf16/f16, head_dim 64 or 128): kDispatch runs the SDPA
-  // dispatcher (kernels/cuda/attention/sdpa_dispatch.h), which times its
-  // candidates (Loom's flash variants, cuDNN's fused attention) in the first,
-  // eager step and keeps the fastest per shape; kFlash runs Loom's flash
-  // kernels with their default variants. Env LOOM_CUDA_ATTN=flash|dispatch
-  // overrides.
+  // Attention (bf16, head_dim 64 or 128): kDispatch runs the SDPA dispatcher
+  // (kernels/cuda/attention/sdpa_dispatch.h), which times its candidates
+  // (Loom's flash variants, cuDNN's fused attention) in the first, eager step
+  // and keeps the fastest per shape; kFlash runs Loom's flash kernels with
+  // their default variants (no cuDNN, no timing).
   enum class Attention { kDispatch, kFlash } attention = Attention::kDispatch;
   // Only kernels whose results are bit-identical run to run: the attention
   // backward then never sums dQ with atomics (no cuDNN backward, no atomic
   // flash variant).
   bool deterministic = false;
+  // Debug aid: every step runs eagerly with an event between launches, and
+  // the per-kind and costliest-launch tables are printed to stderr when the
+  // executor is destroyed (steps are then much slower than graph replay).
+  bool profile = false;
 };
 
 using AttnRoute = CudaOptions::Attention;
-// The attention route after the LOOM_CUDA_ATTN override.
-inline AttnRoute AttnRouteFor(const CudaOptions& o) {
-  const char* e = std::getenv("LOOM_CUDA_ATTN");
-  if (e == nullptr || *e == '\0') return o.attention;
-  return std::string(e) == "flash" ? AttnRoute::kFlash : AttnRoute::kDispatch;
-}
 
-// The row-wise kernel choice after the LOOM_CUDA_ROWGEN override.
-struct RowgenChoice {
-  bool layernorm = false, cross_entropy = false, adamw = false;
-};
-inline RowgenChoice RowgenFor(const CudaOptions& o) {
-  RowgenChoice c{o.rowgen_layernorm, o.rowgen_cross_entropy, o.rowgen_adamw};
-  const char* e = std::getenv("LOOM_CUDA_ROWGEN");
-  if (e == nullptr || *e == '\0') return c;
-  const std::string v = std::string(",") + e + ",";
-  const bool all = v == ",1," || v == ",all,";
-  c.layernorm = all || v.find(",ln,") != std::string::npos;
-  c.cross_entropy = all || v.find(",ce,") != std::string::npos;
-  c.adamw = all || v.find(",adamw,") != std::string::npos;
-  return c;
-}
-
-// The plan options a CudaOptions stands for (extra_fusions and the
-// LOOM_CUDA_BASIC_FUSIONS environment switch).
+// The plan options a CudaOptions stands for (extra_fusions).
 inline PlanOptions PlanOptionsFor(const CudaOptions& o) {
-  const char* e = std::getenv("LOOM_CUDA_BASIC_FUSIONS");
-  const bool on = o.extra_fusions && !(e != nullptr && *e != '\0' && std::string(e) != "0");
   PlanOptions p;
-  p.compose_copies = p.fold_residual_grad = on;
-  const char* ac = std::getenv("LOOM_CUDA_ATTN_COPIES");  // the copy launches around attention, for bisecting
-  p.attn_views = on && !(ac != nullptr && *ac != '\0' && std::string(ac) != "0");
-  const char* bg = std::getenv("LOOM_CUDA_BIAS_GRAD_IN_GEMM");  // measured slower: see plan.h
-  p.bias_grad_in_gemm = on && bg != nullptr && std::string(bg) == "1";
-  const char* lb = std::getenv("LOOM_CUDA_LN_BIAS_GRAD");  // "1": column sums in the norm kernel (see plan.h)
-  p.bias_grad_in_layernorm = on && lb != nullptr && std::string(lb) == "1";
-  p.add_layernorm = on && RowgenFor(o).layernorm;
-  const char* ce = std::getenv("LOOM_CUDA_CE_FUSED");  // "0": cross-entropy forward and backward apart
-  p.fuse_cross_entropy = on && !RowgenFor(o).cross_entropy && !(ce != nullptr && std::string(ce) == "0");
+  p.compose_copies = p.fold_residual_grad = p.add_layernorm = p.attn_views = p.fuse_cross_entropy = o.extra_fusions;
   return p;
 }
 

@@ -1,7 +1,10 @@
 // CudaExecutor (cuda_executor_impl.h): attention launches. Flash-able ones
 // (bf16, D 64/128, or the plan's strided views) go to Loom's flash kernels or
-// the SDPA dispatcher (CudaOptions::attention); the rest to the simple exact
-// kernels of lowering_kernels.h.
+// the SDPA dispatcher (CudaOptions::attention); the rest (f32, other head
+// dims) to the dispatcher's exact math kernels (kernels/cuda/attention/
+// sdpa_math.h: f32 arithmetic, deterministic).
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 #include "compiler/cuda/cuda_executor_impl.h"
@@ -89,69 +92,56 @@ void Impl::AddAttnCall(const loom::cuda::SdpaArgs& a, bool backward) {
   });
 }
 
-// The simple (f32 or odd head_dim) kernels' arguments: contiguous q, k, v.
-kern::AttnArgs Impl::SimpleArgs(const Launch& l, int q, int k, int v) const {
-  kern::AttnArgs a;
-  a.dtype = ToDt(Dt(q));
-  a.batch = Sh(q)[0];
-  a.heads = Sh(q)[1];
-  a.seq_q = Sh(q)[2];
-  a.head_dim = Sh(q)[3];
-  a.kv_heads = Sh(k)[1];
-  a.seq_k = Sh(k)[2];
+// A launch the flash kernels do not take (f32, other head dims): contiguous
+// q, k, v, o (and gradients) for the dispatcher, whose only candidate there is
+// the math kernel. The scale is explicit: the attribute, else 1/sqrt(D) in f32.
+loom::cuda::SdpaArgs Impl::MathCallArgs(const Launch& l) const {
+  const bool bwd = l.kind == LaunchKind::kSdpaBackward;
+  const auto& in = l.inputs;
+  const auto& out = l.outputs;
+  const int q = bwd ? in[1] : in[0], k = bwd ? in[2] : in[1], v = bwd ? in[3] : in[2];
+  loom::cuda::SdpaArgs a;
+  a.dtype = Dt(q);
+  a.batch = Sh(q)[0], a.heads = Sh(q)[1], a.seq_q = Sh(q)[2], a.head_dim = Sh(q)[3];
+  a.kv_heads = Sh(k)[1], a.seq_k = Sh(k)[2];
   a.causal = l.attrs.GetBool("is_causal", false);
-  a.scale = l.attrs.Has("scale") ? static_cast<float>(l.attrs.GetFloat("scale", 0)) : 0.f;
-  a.q = Ptr(q);
-  a.k = Ptr(k);
-  a.v = Ptr(v);
+  const float scale = l.attrs.Has("scale") ? static_cast<float>(l.attrs.GetFloat("scale", 0)) : 0.f;
+  a.scale = scale > 0 ? scale : 1.f / sqrtf(static_cast<float>(a.head_dim));
+  a.deterministic = o_.deterministic;
+  a.q = Ptr(q), a.k = Ptr(k), a.v = Ptr(v);
+  a.stream = stream_;
+  if (bwd) {
+    a.dout = Ptr(in[0]);
+    a.o = const_cast<void*>(Ptr(in[4]));
+    a.lse = static_cast<float*>(Ptr(in[5]));
+    a.dq = Ptr(out[0]), a.dk = Ptr(out[1]), a.dv = Ptr(out[2]);
+  } else {
+    a.o = Ptr(out[0]);
+    a.lse = static_cast<float*>(Ptr(out[1]));
+  }
   return a;
 }
 
-// The sdpa / sdpa_backward launches (Build: s and scratch as the closures capture them).
-absl::Status Impl::BuildAttention(const Launch& l, cudaStream_t s, void* scratch, std::string* desc) {
-  const auto& in = l.inputs;
-  const auto& out = l.outputs;
-  switch (l.kind) {
-    case LaunchKind::kSdpa: {
-      if (UseFlash(l)) {
-        loom::cuda::SdpaArgs a = AttnCallArgs(l);
-        a.workspace = scratch;
-        a.workspace_bytes = scratch_bytes_;
-        *desc += attention_ == AttnRoute::kFlash ? " flash" : " dispatch";
-        AddAttnCall(a, false);
-      } else {
-        kern::AttnArgs a = SimpleArgs(l, in[0], in[1], in[2]);
-        a.o = Ptr(out[0]);
-        a.lse = static_cast<float*>(Ptr(out[1]));
-        absl::StrAppend(desc, " simple");
-        calls_.push_back([a, s]() { return CudaErr(kern::AttentionForward(a, s), "sdpa"); });
-      }
-      break;
-    }
-    case LaunchKind::kSdpaBackward: {
-      if (UseFlash(l)) {
-        loom::cuda::SdpaArgs a = AttnCallArgs(l);
-        a.workspace = scratch;
-        a.workspace_bytes = scratch_bytes_;
-        *desc += attention_ == AttnRoute::kFlash ? " flash" : " dispatch";
-        AddAttnCall(a, true);
-      } else {
-        kern::AttnArgs a = SimpleArgs(l, in[1], in[2], in[3]);
-        a.dout = Ptr(in[0]);
-        a.o = Ptr(in[4]);
-        a.lse = static_cast<float*>(Ptr(in[5]));
-        a.dq = Ptr(out[0]);
-        a.dk = Ptr(out[1]);
-        a.dv = Ptr(out[2]);
-        a.workspace = static_cast<float*>(scratch);
-        absl::StrAppend(desc, " simple");
-        calls_.push_back([a, s]() { return CudaErr(kern::AttentionBackward(a, s), "sdpa_backward"); });
-      }
-      break;
-    }
-    default:
-      return absl::InternalError(absl::StrCat("BuildAttention: ", LaunchKindName(l.kind)));
+// The sdpa / sdpa_backward launches.
+absl::Status Impl::BuildAttention(const Launch& l, std::string* desc) {
+  const bool bwd = l.kind == LaunchKind::kSdpaBackward;
+  if (UseFlash(l)) {
+    loom::cuda::SdpaArgs a = AttnCallArgs(l);
+    a.workspace = scratch_;
+    a.workspace_bytes = scratch_bytes_;
+    *desc += attention_ == AttnRoute::kFlash ? " flash" : " dispatch";
+    AddAttnCall(a, bwd);
+    return absl::OkStatus();
   }
+  loom::cuda::SdpaArgs a = MathCallArgs(l);
+  a.workspace = scratch_;
+  a.workspace_bytes = scratch_bytes_;
+  *desc += " math";
+  attn_calls_.push_back({desc_.size(), a, bwd});
+  calls_.push_back([a, bwd]() {
+    loom::cuda::SdpaDispatcher& d = loom::cuda::SdpaDispatcher::Global();
+    return bwd ? d.Backward(a) : d.Forward(a);
+  });
   return absl::OkStatus();
 }
 

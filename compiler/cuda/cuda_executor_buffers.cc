@@ -5,14 +5,15 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 #include "compiler/cuda/cuda_executor_impl.h"
 #include "kernels/cuda/attention/sdpa_dispatch.h"
-#include "kernels/cuda/ops.h"
+#include "kernels/cuda/layernorm.h"
+#include "kernels/cuda/reductions.h"
+#include "kernels/cuda/rmsnorm.h"
 
 namespace loom::compiler::cuda::cuda_executor_internal {
 
@@ -20,15 +21,6 @@ absl::Status Impl::CudaErr(int e, absl::string_view what) {
   if (e == 0) return absl::OkStatus();
   return absl::InternalError(
       absl::StrCat(what, ": ", cudaGetErrorString(static_cast<cudaError_t>(e))));
-}
-
-// The multi-tensor grad norm (default) or, with LOOM_CUDA_GRADNORM_MULTI=0, one launch per tensor.
-bool Impl::GradNormMultiOn() {
-  static const bool on = [] {
-    const char* v = std::getenv("LOOM_CUDA_GRADNORM_MULTI");
-    return !(v && v[0] == '0');
-  }();
-  return on;
 }
 
 kern::Dt Impl::ToDt(DType d) {
@@ -108,13 +100,11 @@ int64_t Impl::ScratchBytes(const Launch& l) const {
     }
     case LaunchKind::kRmsNormBackward: {
       const int64_t cols = Sh(l.inputs[1]).back(), rows = Numel(l.inputs[1]) / std::max<int64_t>(cols, 1);
-      return 4 * kern::SumRowsWorkspaceFloats(rows, cols);
+      return 4 * kern::RmsNormBwdWorkspaceFloats(rows, cols);
     }
-    case LaunchKind::kGemm:  // kDGeluBgrad's fallback: column sums
-      return l.gemm.epilogue == GemmEpilogue::kDGeluBgrad ? 4 * kern::SumRowsWorkspaceFloats(l.gemm.m, l.gemm.n) : 0;
     case LaunchKind::kGradNorm: {
       int64_t t = 0;
-      for (int v : l.inputs) t += GradNormMultiOn() ? kern::GradNormChunks(Numel(v)) : kern::GradNormPartials(Numel(v));
+      for (int v : l.inputs) t += kern::GradNormChunks(Numel(v));
       return 4 * std::max<int64_t>(t, 1);
     }
     case LaunchKind::kCrossEntropy: return 4 * Sh(l.inputs[0])[0];
@@ -123,7 +113,7 @@ int64_t Impl::ScratchBytes(const Launch& l) const {
     case LaunchKind::kSdpa:
     case LaunchKind::kSdpaBackward: {
       const bool bwd = l.kind == LaunchKind::kSdpaBackward;
-      if (!UseFlash(l)) return bwd ? 4 * Numel(l.inputs[1]) / Sh(l.inputs[1]).back() : 0;
+      if (!UseFlash(l)) return bwd ? loom::cuda::SdpaBackwardWorkspaceBytes(MathCallArgs(l)) : 0;
       const loom::cuda::SdpaArgs a = AttnCallArgs(l);
       if (attention_ == AttnRoute::kFlash || dry_)  // dry: no device to build cuDNN plans on
         return bwd ? loom::cuda::SdpaBackwardWorkspaceBytes(a) : 0;

@@ -1,8 +1,9 @@
 // CudaExecutor (cuda_executor_impl.h): Build turns one planned Launch into a
-// closure over fixed device pointers (calls_) and its description (desc_).
-// GEMMs (cuBLASLt, epilogues, batches), pointwise kernels and strided copies
-// (codegen), fill and copy_back are here; the other kinds go to BuildKernel,
-// BuildAttention, BuildOptimizer, and BuildRowwise first.
+// closure over fixed device pointers (calls_) and its description (desc_),
+// dispatching on the launch kind. GEMMs (cuBLASLt, epilogues, batches),
+// pointwise kernels and strided copies (the generator of
+// kernels/cuda/codegen/pointwise.h), fill and copy_back are built here; the
+// other kinds in cuda_executor_kernels.cc, _attention.cc and _optimizer.cc.
 #include <cuda_runtime.h>
 
 #include <memory>
@@ -13,6 +14,8 @@
 #include "absl/strings/str_join.h"
 #include "base/status.h"
 #include "compiler/cuda/cuda_executor_impl.h"
+#include "compiler/cuda/pointwise_body.h"
+#include "kernels/cuda/fill.h"
 #include "kernels/cuda/gemm.h"
 
 namespace loom::compiler::cuda::cuda_executor_internal {
@@ -24,16 +27,24 @@ std::vector<int64_t> Contig(const Shape& s) {
   return std::vector<int64_t>(c.begin(), c.end());
 }
 
+loom::cuda::Epilogue ToEpilogue(GemmEpilogue e) {
+  switch (e) {
+    case GemmEpilogue::kNone: break;
+    case GemmEpilogue::kBias: return loom::cuda::Epilogue::kBias;
+    case GemmEpilogue::kBiasGeluAux: return loom::cuda::Epilogue::kBiasGeluAux;
+    case GemmEpilogue::kDGelu: return loom::cuda::Epilogue::kDGelu;
+  }
+  return loom::cuda::Epilogue::kNone;
+}
+
 }  // namespace
 
-// A strided copy/cast through codegen (empty body).
+// A strided copy/cast through the pointwise generator (an empty body).
 absl::StatusOr<Call> Impl::CopyCall(int in, int64_t in_offset, std::vector<int64_t> in_strides, Shape out_shape,
                                     int out, int64_t out_offset, std::vector<int64_t> out_strides) {
-  auto body = std::make_unique<Graph>("copy");
-  const int x = body->AddInput("x", {g_dtype_or(in), out_shape});
-  body->AddOutput(x);
   cg::PwSpec spec;
-  spec.body = body.get();
+  bodies_.push_back(std::make_unique<cg::PwBody>(cg::CopyBody()));
+  spec.body = bodies_.back().get();
   spec.inputs = {{Dt(in), std::move(in_strides), in_offset}};
   spec.out_shape = std::vector<int64_t>(out_shape.begin(), out_shape.end());
   spec.out_dtype = Dt(out);
@@ -42,7 +53,6 @@ absl::StatusOr<Call> Impl::CopyCall(int in, int64_t in_offset, std::vector<int64
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<cg::PointwiseKernel> k, cg::PointwiseKernel::Compile(spec));
   const cg::PointwiseKernel* kp = k.get();
   kernels_.push_back(std::move(k));
-  bodies_.push_back(std::move(body));
   const void* src = Ptr(in);
   void* dst = Ptr(out);
   cudaStream_t s = stream_;
@@ -63,189 +73,165 @@ absl::Status Impl::Build(const Launch& l) {
     bytes += plan_.Bytes(v);
   }
   absl::StrAppend(&desc, " [", absl::StrJoin(dts, " "), "] ", bytes, "B");
-  cudaStream_t s = stream_;
-  void* scratch = scratch_;
-  const auto& in = l.inputs;
-  const auto& out = l.outputs;
-  LOOM_ASSIGN_OR_RETURN(const bool generated, BuildRowwise(l, &desc));
-  if (generated) {
-    desc_.push_back(std::move(desc));
-    return absl::OkStatus();
-  }
+  absl::Status st;
   switch (l.kind) {
-    case LaunchKind::kGemm: {
-      const GemmPlan& m = l.gemm;
-      loom::cuda::GemmArgs ga;
-      ga.dtype = m.ab_dtype;
-      ga.m = m.m;
-      ga.n = m.n;
-      ga.k = m.k;
-      ga.trans_a = m.trans_a;
-      ga.trans_b = m.trans_b;
-      ga.a = Ptr(in[0]);
-      ga.b = Ptr(in[1]);
-      ga.d = Ptr(out[0]);
-      ga.d_f32 = m.ab_dtype == DType::kBF16 && m.d_dtype == DType::kF32;
-      ga.stream = s;
-      switch (m.epilogue) {
-        case GemmEpilogue::kNone: break;
-        case GemmEpilogue::kBias:
-          ga.epilogue = loom::cuda::Epilogue::kBias;
-          ga.bias = Ptr(in[2]);
-          break;
-        case GemmEpilogue::kBiasGeluAux:
-          ga.epilogue = loom::cuda::Epilogue::kBiasGeluAux;
-          ga.bias = Ptr(in[2]);
-          ga.aux = Ptr(out[1]);
-          break;
-        case GemmEpilogue::kDGelu:
-          ga.epilogue = loom::cuda::Epilogue::kDGelu;
-          ga.aux = const_cast<void*>(Ptr(in[2]));
-          break;
-        case GemmEpilogue::kDGeluBgrad:
-          ga.epilogue = loom::cuda::Epilogue::kDGeluBgrad;
-          ga.aux = const_cast<void*>(Ptr(in[2]));
-          ga.bias_grad = Ptr(out[1]);
-          break;
-      }
-      absl::StrAppend(&desc, " m=", m.m, " n=", m.n, " k=", m.k, " tA=", m.trans_a, " tB=", m.trans_b,
-                      " epi=", GemmEpilogueName(m.epilogue), m.batch > 1 ? absl::StrCat(" batch=", m.batch) : "");
-      const int64_t ea = DTypeSize(m.ab_dtype), ed = DTypeSize(m.d_dtype);
-      const GemmPlan mp = m;
-      float* ws = static_cast<float*>(scratch);
-      const kern::Dt bdt = ToDt(m.d_dtype);
-      calls_.push_back([ga, mp, ea, ed, ws, bdt, s]() {
-        for (int64_t b = 0; b < mp.batch; ++b) {
-          loom::cuda::GemmArgs x = ga;
-          x.a = static_cast<const char*>(ga.a) + b * mp.stride_a * ea;
-          x.b = static_cast<const char*>(ga.b) + b * mp.stride_b * ea;
-          x.d = static_cast<char*>(ga.d) + b * mp.stride_d * ed;
-          absl::Status st = loom::cuda::Gemm(x);
-          if (st.code() == absl::StatusCode::kUnimplemented && x.epilogue == loom::cuda::Epilogue::kDGeluBgrad) {
-            // No cuBLASLt algorithm with the fused bias gradient: dgelu, then column sums.
-            x.epilogue = loom::cuda::Epilogue::kDGelu;
-            x.bias_grad = nullptr;
-            LOOM_RETURN_IF_ERROR(loom::cuda::Gemm(x));
-            st = CudaErr(kern::SumRows(bdt, bdt, mp.m, mp.n, x.d, ga.bias_grad, ws, s), "dgelu bias grad");
-          }
-          LOOM_RETURN_IF_ERROR(st);
-        }
-        return absl::OkStatus();
-      });
-      break;
-    }
-    case LaunchKind::kPointwise: {
-      const Node& n = g_.nodes()[l.node];
-      const Graph* body = nullptr;
-      if (n.op == kFusedOp) {
-        body = n.subgraph.get();
-      } else {
-        std::vector<TensorMeta> metas;
-        for (int v : n.inputs) metas.push_back(g_.meta(v));
-        LOOM_ASSIGN_OR_RETURN(Graph b, cg::MakeSingleOpBody(n.op, n.attrs, metas));
-        bodies_.push_back(std::make_unique<Graph>(std::move(b)));
-        body = bodies_.back().get();
-      }
-      cg::PwSpec spec;
-      spec.body = body;
-      const Shape& os = Sh(out[0]);
-      for (int v : in) spec.inputs.push_back({Dt(v), cg::BroadcastStrides(Sh(v), os), 0});
-      spec.out_shape = std::vector<int64_t>(os.begin(), os.end());
-      spec.out_dtype = Dt(out[0]);
-      LOOM_ASSIGN_OR_RETURN(std::unique_ptr<cg::PointwiseKernel> k, cg::PointwiseKernel::Compile(spec));
-      const cg::PointwiseKernel* kp = k.get();
-      kernels_.push_back(std::move(k));
-      std::vector<const void*> ptrs;
-      for (int v : in) ptrs.push_back(Ptr(v));
-      void* dst = Ptr(out[0]);
-      calls_.push_back([kp, ptrs, dst, s]() { return kp->Launch(ptrs, dst, s); });
-      break;
-    }
-    case LaunchKind::kCopy: {
-      const CopyGeom& c = l.copies.at(0);
-      LOOM_ASSIGN_OR_RETURN(Call call, CopyCall(in[0], c.src_offset, c.src_strides, c.shape, out[0], c.dst_offset,
-                                                c.dst_strides));
-      calls_.push_back(std::move(call));
-      break;
-    }
-    case LaunchKind::kSliceBackward: {
-      const CopyGeom& c = l.copies.at(0);
-      LOOM_ASSIGN_OR_RETURN(Call call, CopyCall(in[0], c.src_offset, c.src_strides, c.shape, out[0], c.dst_offset,
-                                                c.dst_strides));
-      void* dst = Ptr(out[0]);
-      const int64_t nb = plan_.Bytes(out[0]);
-      calls_.push_back([call, dst, nb, s]() {
-        LOOM_CU(cudaMemsetAsync(dst, 0, nb, s), "slice_backward: zero");
-        return call();
-      });
-      break;
-    }
-    case LaunchKind::kConcat: {
-      std::vector<Call> parts;
-      for (size_t k = 0; k < in.size(); ++k) {
-        const CopyGeom& c = l.copies.at(k);
-        LOOM_ASSIGN_OR_RETURN(Call call, CopyCall(in[k], c.src_offset, c.src_strides, c.shape, out[0],
-                                                  c.dst_offset, c.dst_strides));
-        parts.push_back(std::move(call));
-      }
-      calls_.push_back([parts]() {
-        for (const Call& c : parts) LOOM_RETURN_IF_ERROR(c());
-        return absl::OkStatus();
-      });
-      break;
-    }
+    case LaunchKind::kGemm: st = BuildGemm(l, &desc); break;
+    case LaunchKind::kPointwise: st = BuildPointwise(l); break;
+    case LaunchKind::kCopy:
+    case LaunchKind::kSliceBackward:
+    case LaunchKind::kConcat: st = BuildCopies(l); break;
     case LaunchKind::kFill: {
-      const kern::Dt dt = ToDt(Dt(out[0]));
-      const int64_t n = Numel(out[0]);
+      const kern::Dt dt = ToDt(Dt(l.outputs[0]));
+      const int64_t n = Numel(l.outputs[0]);
       const double value = l.attrs.GetFloat("value", 0.0);
-      void* dst = Ptr(out[0]);
+      void* dst = Ptr(l.outputs[0]);
+      cudaStream_t s = stream_;
       calls_.push_back([=]() { return CudaErr(kern::Fill(dt, n, value, dst, s), "fill"); });
       break;
     }
     case LaunchKind::kEmbedding:
-    case LaunchKind::kEmbeddingBackward:
-    case LaunchKind::kSumTo:
-    case LaunchKind::kLayerNorm:
-    case LaunchKind::kLayerNormBackward:
+    case LaunchKind::kEmbeddingBackward: st = BuildEmbedding(l); break;
+    case LaunchKind::kSumTo: st = BuildSumTo(l); break;
+    case LaunchKind::kLayerNorm: st = BuildLayerNorm(l, &desc); break;
+    case LaunchKind::kLayerNormBackward: st = BuildLayerNormBackward(l); break;
     case LaunchKind::kRmsNorm:
-    case LaunchKind::kRmsNormBackward:
-    case LaunchKind::kRope:
+    case LaunchKind::kRmsNormBackward: st = BuildRmsNorm(l); break;
+    case LaunchKind::kRope: st = BuildRope(l); break;
     case LaunchKind::kCrossEntropy:
     case LaunchKind::kCrossEntropyBackward:
-    case LaunchKind::kCrossEntropyFused: LOOM_RETURN_IF_ERROR(BuildKernel(l, s, scratch)); break;
+    case LaunchKind::kCrossEntropyFused: st = BuildCrossEntropy(l); break;
     case LaunchKind::kSdpa:
-    case LaunchKind::kSdpaBackward: LOOM_RETURN_IF_ERROR(BuildAttention(l, s, scratch, &desc)); break;
-    case LaunchKind::kGradNorm:
-    case LaunchKind::kAdamW: LOOM_RETURN_IF_ERROR(BuildOptimizer(l, s, scratch, &desc)); break;
-    case LaunchKind::kCopyBack: {
-      const int k = l.copy_back_input;
-      const int iv = g_.inputs()[k].value;
-      if (Dt(in[0]) != Dt(iv)) {
-        LOOM_ASSIGN_OR_RETURN(Call c, CopyCall(in[0], 0, Contig(Sh(in[0])), Sh(in[0]), iv, 0, {}));
-        calls_.push_back(std::move(c));
-      } else {
-        const void* src = Ptr(in[0]);
-        void* dst = input_buf_[k];
-        const int64_t nb = plan_.Bytes(iv);
-        calls_.push_back([=]() {
-          LOOM_CU(cudaMemcpyAsync(dst, src, nb, cudaMemcpyDeviceToDevice, s), "copy_back");
-          return absl::OkStatus();
-        });
-      }
-      if (shadow_buf_[k]) {
-        float* src = static_cast<float*>(input_buf_[k]);
-        void* dst = shadow_buf_[k];
-        const int64_t n = Numel(iv);
-        auto prev = calls_.back();
-        calls_.back() = [=]() {
-          LOOM_RETURN_IF_ERROR(prev());
-          return CudaErr(kern::CastF32ToBF16(n, src, dst, s), "copy_back: shadow");
-        };
-      }
-      break;
-    }
+    case LaunchKind::kSdpaBackward: st = BuildAttention(l, &desc); break;
+    case LaunchKind::kGradNorm: st = BuildGradNorm(l, &desc); break;
+    case LaunchKind::kAdamW: st = BuildAdamW(l, &desc); break;
+    case LaunchKind::kCopyBack: st = BuildCopyBack(l); break;
   }
+  LOOM_RETURN_IF_ERROR(st);
   desc_.push_back(std::move(desc));
+  return absl::OkStatus();
+}
+
+// One cuBLASLt GEMM (or `batch` of them) with the plan's epilogue.
+absl::Status Impl::BuildGemm(const Launch& l, std::string* desc) {
+  const GemmPlan& m = l.gemm;
+  const auto& in = l.inputs;
+  const auto& out = l.outputs;
+  loom::cuda::GemmArgs ga;
+  ga.dtype = m.ab_dtype;
+  ga.m = m.m;
+  ga.n = m.n;
+  ga.k = m.k;
+  ga.trans_a = m.trans_a;
+  ga.trans_b = m.trans_b;
+  ga.a = Ptr(in[0]);
+  ga.b = Ptr(in[1]);
+  ga.d = Ptr(out[0]);
+  ga.d_f32 = m.ab_dtype == DType::kBF16 && m.d_dtype == DType::kF32;
+  ga.stream = stream_;
+  ga.epilogue = ToEpilogue(m.epilogue);
+  if (m.epilogue == GemmEpilogue::kBias || m.epilogue == GemmEpilogue::kBiasGeluAux) ga.bias = Ptr(in[2]);
+  if (m.epilogue == GemmEpilogue::kBiasGeluAux) ga.aux = Ptr(out[1]);
+  if (m.epilogue == GemmEpilogue::kDGelu) ga.aux = const_cast<void*>(Ptr(in[2]));
+  absl::StrAppend(desc, " m=", m.m, " n=", m.n, " k=", m.k, " tA=", m.trans_a, " tB=", m.trans_b,
+                  " epi=", GemmEpilogueName(m.epilogue), m.batch > 1 ? absl::StrCat(" batch=", m.batch) : "");
+  const int64_t ea = DTypeSize(m.ab_dtype), ed = DTypeSize(m.d_dtype);
+  const GemmPlan mp = m;
+  calls_.push_back([ga, mp, ea, ed]() {
+    for (int64_t b = 0; b < mp.batch; ++b) {
+      loom::cuda::GemmArgs x = ga;
+      x.a = static_cast<const char*>(ga.a) + b * mp.stride_a * ea;
+      x.b = static_cast<const char*>(ga.b) + b * mp.stride_b * ea;
+      x.d = static_cast<char*>(ga.d) + b * mp.stride_d * ed;
+      LOOM_RETURN_IF_ERROR(loom::cuda::Gemm(x));
+    }
+    return absl::OkStatus();
+  });
+  return absl::OkStatus();
+}
+
+// A fused node or one elementwise op: one generated pointwise kernel.
+absl::Status Impl::BuildPointwise(const Launch& l) {
+  const auto& in = l.inputs;
+  const int out = l.outputs[0];
+  LOOM_ASSIGN_OR_RETURN(cg::PwBody body, PointwiseBodyOf(g_, l.node));
+  bodies_.push_back(std::make_unique<cg::PwBody>(std::move(body)));
+  cg::PwSpec spec;
+  spec.body = bodies_.back().get();
+  const Shape& os = Sh(out);
+  for (int v : in) spec.inputs.push_back({Dt(v), cg::BroadcastStrides(Sh(v), os), 0});
+  spec.out_shape = std::vector<int64_t>(os.begin(), os.end());
+  spec.out_dtype = Dt(out);
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<cg::PointwiseKernel> k, cg::PointwiseKernel::Compile(spec));
+  const cg::PointwiseKernel* kp = k.get();
+  kernels_.push_back(std::move(k));
+  std::vector<const void*> ptrs;
+  for (int v : in) ptrs.push_back(Ptr(v));
+  void* dst = Ptr(out);
+  cudaStream_t s = stream_;
+  calls_.push_back([kp, ptrs, dst, s]() { return kp->Launch(ptrs, dst, s); });
+  return absl::OkStatus();
+}
+
+// kCopy (one strided copy), kSliceBackward (zero-fill, then the copy into the
+// window), kConcat (one copy per input into its window).
+absl::Status Impl::BuildCopies(const Launch& l) {
+  const auto& in = l.inputs;
+  const int out = l.outputs[0];
+  std::vector<Call> parts;
+  for (size_t k = 0; k < l.copies.size(); ++k) {
+    const CopyGeom& c = l.copies[k];
+    LOOM_ASSIGN_OR_RETURN(Call call, CopyCall(in[k], c.src_offset, c.src_strides, c.shape, out, c.dst_offset,
+                                              c.dst_strides));
+    parts.push_back(std::move(call));
+  }
+  if (l.kind == LaunchKind::kCopy) {
+    calls_.push_back(std::move(parts.at(0)));
+  } else if (l.kind == LaunchKind::kSliceBackward) {
+    void* dst = Ptr(out);
+    const int64_t nb = plan_.Bytes(out);
+    cudaStream_t s = stream_;
+    calls_.push_back([call = parts.at(0), dst, nb, s]() {
+      LOOM_CU(cudaMemsetAsync(dst, 0, nb, s), "slice_backward: zero");
+      return call();
+    });
+  } else {
+    calls_.push_back([parts]() {
+      for (const Call& c : parts) LOOM_RETURN_IF_ERROR(c());
+      return absl::OkStatus();
+    });
+  }
+  return absl::OkStatus();
+}
+
+// An output that updates graph input k but was not written in place: a copy
+// (or cast) into the input's buffer, then its bf16 shadow refreshed.
+absl::Status Impl::BuildCopyBack(const Launch& l) {
+  const int k = l.copy_back_input;
+  const int iv = g_.inputs()[k].value;
+  const int src_v = l.inputs[0];
+  cudaStream_t s = stream_;
+  if (Dt(src_v) != Dt(iv)) {
+    LOOM_ASSIGN_OR_RETURN(Call c, CopyCall(src_v, 0, Contig(Sh(src_v)), Sh(src_v), iv, 0, {}));
+    calls_.push_back(std::move(c));
+  } else {
+    const void* src = Ptr(src_v);
+    void* dst = input_buf_[k];
+    const int64_t nb = plan_.Bytes(iv);
+    calls_.push_back([=]() {
+      LOOM_CU(cudaMemcpyAsync(dst, src, nb, cudaMemcpyDeviceToDevice, s), "copy_back");
+      return absl::OkStatus();
+    });
+  }
+  if (shadow_buf_[k]) {
+    float* src = static_cast<float*>(input_buf_[k]);
+    void* dst = shadow_buf_[k];
+    const int64_t n = Numel(iv);
+    auto prev = calls_.back();
+    calls_.back() = [=]() {
+      LOOM_RETURN_IF_ERROR(prev());
+      return CudaErr(kern::CastF32ToBF16(n, src, dst, s), "copy_back: shadow");
+    };
+  }
   return absl::OkStatus();
 }
 

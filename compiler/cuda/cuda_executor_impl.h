@@ -2,19 +2,19 @@
 // behind CudaExecutor (cuda_executor.h), whose member functions are defined in
 //   cuda_executor.cc            Create, Init, steps (eager / CUDA graph), outputs, Describe
 //   cuda_executor_buffers.cc    device buffers, input staging, scratch size, CUDA helpers
-//   cuda_executor_profile.cc    the LOOM_CUDA_PROFILE table
-//   cuda_executor_build.cc      Build: one closure per Launch (GEMM, pointwise, copies, ...)
-//   cuda_executor_kernels.cc    ... the hand-written kernels (embedding, norms, rope, loss)
-//   cuda_executor_attention.cc  ... attention (flash / SDPA dispatcher / simple kernels)
-//   cuda_executor_optimizer.cc  ... grad norm and multi-tensor AdamW
-//   cuda_executor_rowwise.cc    ... the generated row-wise kernels
+//   cuda_executor_profile.cc    the CudaOptions::profile table
+//   cuda_executor_build.cc      Build: one closure per Launch; GEMMs, pointwise kernels, copies
+//   cuda_executor_kernels.cc    ... embedding, sum_to, layernorm, rmsnorm, rope, cross-entropy
+//   cuda_executor_attention.cc  ... attention (flash kernels / the SDPA dispatcher)
+//   cuda_executor_optimizer.cc  ... grad norm and the multi-tensor AdamW
+// Every kernel they launch lives in kernels/cuda (raw-pointer kernels,
+// layernorm.h, gemm.h, attention/, and the generators in codegen/).
 // Helpers are static members so that no other symbol leaves these files.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <cstdlib>
 #include <functional>
 #include <map>
 #include <memory>
@@ -28,17 +28,18 @@
 #include "absl/types/span.h"
 #include "base/status.h"
 #include "base/tensor.h"
-#include "compiler/cuda/codegen/pointwise.h"
-#include "compiler/cuda/codegen/rowwise.h"
 #include "compiler/cuda/cuda_executor.h"
-#include "compiler/cuda/lowering_kernels.h"
 #include "compiler/cuda/plan.h"
 #include "compiler/ir/ir.h"
 #include "kernels/cuda/attention/sdpa_dispatch.h"
+#include "kernels/cuda/codegen/pointwise.h"
+#include "kernels/cuda/codegen/rowwise.h"
+#include "kernels/cuda/dtype_code.h"
 
 namespace loom::compiler::cuda::cuda_executor_internal {
 
-namespace cg = ::loom::compiler::cuda_codegen;
+namespace cg = ::loom::cuda::codegen;
+namespace kern = ::loom::cuda::kern;
 using Call = std::function<absl::Status()>;
 
 #define LOOM_CU(expr, what) LOOM_RETURN_IF_ERROR(CudaErr(static_cast<int>(expr), what))
@@ -63,7 +64,6 @@ class Impl final : public CudaExecutor {
  private:
   // cuda_executor_buffers.cc: helpers.
   static absl::Status CudaErr(int e, absl::string_view what);
-  static bool GradNormMultiOn();
   static kern::Dt ToDt(DType d);
 
   // cuda_executor_buffers.cc: buffers and copies.
@@ -89,21 +89,30 @@ class Impl final : public CudaExecutor {
   // cuda_executor_attention.cc.
   bool UseFlash(const Launch& l) const;
   loom::cuda::SdpaArgs AttnCallArgs(const Launch& l) const;
+  loom::cuda::SdpaArgs MathCallArgs(const Launch& l) const;
   void AddAttnCall(const loom::cuda::SdpaArgs& a, bool backward);
-  kern::AttnArgs SimpleArgs(const Launch& l, int q, int k, int v) const;
-  absl::Status BuildAttention(const Launch& l, cudaStream_t s, void* scratch, std::string* desc);
+  absl::Status BuildAttention(const Launch& l, std::string* desc);
 
-  // cuda_executor_build.cc and the Build* files named above.
+  // cuda_executor_build.cc: Build dispatches on the launch kind; each Build*
+  // appends one closure to calls_ (and may add to the description).
   absl::StatusOr<Call> CopyCall(int in, int64_t in_offset, std::vector<int64_t> in_strides, Shape out_shape,
                                 int out, int64_t out_offset, std::vector<int64_t> out_strides);
-  DType g_dtype_or(int v) const { return v < static_cast<int>(g_.values().size()) ? g_.meta(v).dtype : Dt(v); }
   absl::Status Build(const Launch& l);
-  absl::Status BuildKernel(const Launch& l, cudaStream_t s, void* scratch);
-  absl::Status BuildOptimizer(const Launch& l, cudaStream_t s, void* scratch, std::string* desc);
-  absl::StatusOr<bool> BuildRowwise(const Launch& l, std::string* desc);
-  // cuda_executor_optimizer.cc (instantiated there for both AdamW table types).
-  template <typename Entry>
-  Entry AdamWTensorEntry(const Launch& l, int t) const;
+  absl::Status BuildGemm(const Launch& l, std::string* desc);
+  absl::Status BuildPointwise(const Launch& l);
+  absl::Status BuildCopies(const Launch& l);
+  absl::Status BuildCopyBack(const Launch& l);
+  // cuda_executor_kernels.cc.
+  absl::Status BuildEmbedding(const Launch& l);
+  absl::Status BuildSumTo(const Launch& l);
+  absl::Status BuildLayerNorm(const Launch& l, std::string* desc);
+  absl::Status BuildLayerNormBackward(const Launch& l);
+  absl::Status BuildRmsNorm(const Launch& l);
+  absl::Status BuildRope(const Launch& l);
+  absl::Status BuildCrossEntropy(const Launch& l);
+  // cuda_executor_optimizer.cc.
+  absl::Status BuildGradNorm(const Launch& l, std::string* desc);
+  absl::Status BuildAdamW(const Launch& l, std::string* desc);
 
   struct Staging {
     void* host[2] = {nullptr, nullptr};
@@ -130,13 +139,11 @@ class Impl final : public CudaExecutor {
   std::vector<AttnCall> attn_calls_;  // dispatched attention launches, for Describe()
   std::vector<Call> calls_;
   std::vector<std::string> desc_;
-  const bool profile_ = std::getenv("LOOM_CUDA_PROFILE") != nullptr;  // eager, timed launches
   std::vector<double> prof_ms_;  // per launch, summed over profiled steps
   int profiled_steps_ = 0;
   std::vector<std::unique_ptr<cg::PointwiseKernel>> kernels_;
   std::vector<std::unique_ptr<cg::RowwiseKernel>> row_kernels_;
-  RowgenChoice rowgen_;
-  std::vector<std::unique_ptr<Graph>> bodies_;
+  std::vector<std::unique_ptr<cg::PwBody>> bodies_;
   std::vector<void*> owned_, pinned_;
   std::vector<cudaEvent_t> events_;
   std::map<int, Staging> staging_;

@@ -1,4 +1,4 @@
-// CudaExecutor (cuda_executor_impl.h): the LOOM_CUDA_PROFILE table, printed at
+// CudaExecutor (cuda_executor_impl.h): the CudaOptions::profile table, printed at
 // destruction from the per-launch times RunCalls summed over the eager steps.
 #include <algorithm>
 #include <cstdio>

@@ -1,43 +1,38 @@
 // The host-side half of the CUDA lowering: a pure function from a joint
 // training graph to a launch plan. No CUDA here, so all of it is unit-tested on
-// machines without a GPU (lowering_test); cuda_executor_build.cc turns each
-// Launch into a kernel call over the planned device buffers.
+// machines without a GPU; cuda_executor_build.cc turns each Launch into a
+// kernel call over the planned device buffers.
 //
-// What PlanCuda decides:
-//  1. Storage dtypes (the mixed-precision policy, StorageDTypes): with bf16,
-//     every floating activation (forward and backward) is stored bf16, except
-//     layernorm mean/rstd, cross-entropy loss/lse, sdpa lse, scalars (rank 0),
-//     grad_norm and adamw outputs, and parameter gradients (the grad operand of
-//     adamw, through adds; embedding_backward and the norms' weight grads),
-//     which stay f32. Graph inputs keep their dtype (f32 params and state).
-//     Without bf16 every value keeps its graph dtype.
-//  2. Launches, one per kernel call, in graph order, with pattern fusions:
-//       matmul -> add(bias[N])              one GEMM, epilogue kBias
-//       matmul -> add(bias) -> gelu(tanh)   one GEMM, kBiasGeluAux (aux = the
-//                                            pre-activation, kept for the backward)
-//       matmul -> gelu_backward(dy=., x)     one GEMM, kDGelu (aux = x); with a
-//         sum_to([N]) of the result (the bias  kDGeluBgrad: the bias gradient in
-//         gradient)                            the same GEMM (written in the GEMM's
-//                                              dtype; bf16 gets a cast to f32 after)
-//       matmul(trans_a, [..,K,M] x [..,K,N]) -> sum_to([M,N])
-//                                            one GEMM with K = batch * K: the
-//                                            weight gradient, never materialising
-//                                            the batched product
-//       every adamw node                     ONE multi-tensor AdamW launch
-//       add / fused adds -> layernorm        one generated layernorm (add_layernorm)
-//       permutes/slices around flash sdpa    none: strided views (attn_views)
-//     reshape is an alias (no launch); adamw outputs alias their param/m/v
-//     inputs (updated in place). A launch that needs an operand in another
-//     dtype gets a cast launch in front (a temp value).
-//  3. Device memory: every launch output lives in one arena; offsets come from a
-//     best-fit liveness planner over launch positions (same algorithm family as
-//     compiler/passes/memory_plan.h, which cannot be used directly because it
-//     verifies the graph against the registry and our launch graph carries
-//     storage dtypes and fused patterns the registry does not know). Graph
-//     inputs and the bf16 shadows of parameters live in their own buffers.
+// PlanCuda runs a pipeline of passes (plan.cc), each in its own file with its
+// own test, over one PlanState (plan_state.h):
+//   storage_dtypes      the mixed-precision policy (StorageDTypes): with bf16,
+//                       every floating activation (forward and backward) is
+//                       stored bf16, except layernorm mean/rstd, cross-entropy
+//                       loss/lse, sdpa lse, scalars (rank 0), grad_norm and
+//                       adamw outputs, and parameter gradients (the grad
+//                       operand of adamw, through adds; embedding_backward and
+//                       the norms' weight grads), which stay f32. Graph inputs
+//                       keep their dtype. Without bf16 every value keeps its
+//                       graph dtype.
+//   gemm_epilogues      matmul -> GEMM with its fusions: bias (+ tanh GELU
+//                       with aux), dgelu, the weight gradient matmul + sum_to
+//   attention_views     flash attention on strided windows (no copies)   [attn_views]
+//   compose_copies      slice+reshape+permute, permute+reshape+concat    [compose_copies]
+//   residual_grad       layernorm_backward + add -> dresidual            [fold_residual_grad]
+//   add_layernorm       add / fused adds -> layernorm as one launch      [add_layernorm]
+//   lower_nodes         one launch per node in graph order (fusions at
+//                       their head node), casts and bf16 shadows, reshape
+//                       aliases, ONE multi-tensor AdamW launch
+//   copy_back           outputs that update an input not written in place
+//   fuse_cross_entropy  cross_entropy + its backward as one launch       [fuse_cross_entropy]
+//   assign_arena        one device arena, best-fit offsets over launch
+//                       liveness; graph inputs and bf16 shadows have their
+//                       own buffers
+// The fusion passes only decide; lower_nodes emits. The header of each
+// plan_<pass>.h says what its pattern is.
 //
 //   LOOM_ASSIGN_OR_RETURN(CudaPlan p, PlanCuda(graph, /*bf16=*/true));
-//   std::cout << p.Describe(graph);
+//   std::cout << p.Describe();
 #pragma once
 
 #include <optional>
@@ -77,7 +72,7 @@ enum class LaunchKind {
 };
 const char* LaunchKindName(LaunchKind k);
 
-enum class GemmEpilogue { kNone, kBias, kBiasGeluAux, kDGelu, kDGeluBgrad };
+enum class GemmEpilogue { kNone, kBias, kBiasGeluAux, kDGelu };
 const char* GemmEpilogueName(GemmEpilogue e);
 
 struct GemmPlan {
@@ -169,44 +164,18 @@ struct CudaPlan {
 // The storage dtype of every graph value (see the file comment).
 std::vector<DType> StorageDTypes(const Graph& g, bool bf16);
 
-// Switches for the newer fusions (all on by default; off = one launch per op
-// for those patterns, to bisect a problem).
+// Which fusion passes run (all by default; off = one launch per op for that
+// pattern, to bisect a problem).
 struct PlanOptions {
-  bool compose_copies = true;      // slice+reshape+permute, permute+reshape+concat
-  bool fold_residual_grad = true;  // layernorm_backward + add -> dresidual
-  // gelu_backward's bias sum_to -> kDGeluBgrad. Off by default: on the H200,
-  // GPT-2 124M (m=16384 n=3072 k=768, bf16) the fused GEMM took 448 us against
-  // 158 us for the kDGelu GEMM plus 66 us for the separate column sums.
-  bool bias_grad_in_gemm = false;
-  // layernorm_backward(+add) -> sum_to(dx) over the rows (a linear's bias
-  // gradient): the norm kernel sums its own dx columns (4th output). Off by
-  // default: on the H200 at GPT-2 124M (16384 x 768 bf16) the column sums cost
-  // the norm kernel 11 us (38 -> 49 us) against 12 us for the separate sum_to,
-  // and the step time did not move (33.93 vs 33.90 ms).
-  bool bias_grad_in_layernorm = false;
-  // add (or a fused node of adds) -> layernorm: one kLayerNorm launch with
-  // inputs {addends.., weight, bias} and outputs {sum, y, mean, rstd}; only the
-  // generated layernorm (codegen/rowwise.h) runs it. PlanOptionsFor turns it
-  // on with the generated layernorm (CudaOptions / LOOM_CUDA_ROWGEN).
-  bool add_layernorm = false;
-  // Flash attention (bf16, D 64/128) reads and writes strided views instead of
-  // copies: q/k/v as windows of the fused qkv GEMM output (no
-  // slice+reshape+permute copy), o written in [B, T, H, D] order (its
-  // permute for the projection is an alias), dout as a view of the upstream
-  // gradient, dq/dk/dv straight into their windows of the concat's output
-  // (no concat launch). Env LOOM_CUDA_ATTN_COPIES=1 turns it off.
-  bool attn_views = true;
-  // cross_entropy and its cross_entropy_backward -> one kCrossEntropyFused
-  // launch at the backward's position (inputs {dloss, logits, targets},
-  // outputs {loss, lse, dlogits}) when no launch in between reads the loss or
-  // lse or writes the logits or targets: each row of logits is read from
-  // memory once instead of twice. Env LOOM_CUDA_CE_FUSED=0 turns it off; off
-  // with the generated cross-entropy (codegen/rowwise.h), which has no fused form.
-  bool fuse_cross_entropy = true;
+  bool compose_copies = true;      // compose_copies (plan_copies.h)
+  bool fold_residual_grad = true;  // residual_grad (plan_residual_grad.h)
+  bool add_layernorm = true;       // add_layernorm (plan_add_layernorm.h)
+  bool attn_views = true;          // attention_views (plan_attention.h)
+  bool fuse_cross_entropy = true;  // fuse_cross_entropy (plan_fuse_ce.h)
 };
 
-// The PlanOptions::fuse_cross_entropy pass over a finished launch list (before
-// the arena plan); returns how many pairs it fused.
+// The fuse_cross_entropy rewrite over a finished launch list (before the
+// arena plan); returns how many pairs it fused.
 int FuseCrossEntropy(CudaPlan& p);
 
 // Unimplemented naming the op (and node) for an op with no CUDA launch.

@@ -1,13 +1,12 @@
-// The arena of a CUDA plan: liveness of every launch output over launch
-// positions, then best-fit offsets (the best of three placement orders).
+// The assign_arena pass (plan_arena.h): liveness of every launch output over
+// launch positions, then best-fit offsets (the best of three placement orders).
 #include <algorithm>
 #include <functional>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "compiler/cuda/plan.h"
-#include "compiler/cuda/plan_internal.h"
+#include "compiler/cuda/plan_arena.h"
 
 namespace loom::compiler::cuda::plan_internal {
 
@@ -17,8 +16,10 @@ int64_t RoundUp(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 
 }  // namespace
 
-// Sets p.offset, p.arena_bytes and p.live_bytes_bound once every launch is planned.
-absl::Status Planner::AssignArena() {
+absl::StatusOr<bool> AssignArenaPass::Run(PlanState& s) {
+  const Graph& g = s.g;
+  CudaPlan& p = s.p;
+  const std::vector<bool>& is_shadow = s.is_shadow;
   const int nvals = static_cast<int>(p.metas.size());
   for (const Launch& l : p.launches)
     for (int v : l.outputs)
@@ -103,7 +104,7 @@ absl::Status Planner::AssignArena() {
   }
   for (const Buf& b : best) p.offset[b.v] = b.offset;
   p.arena_bytes = std::max<int64_t>(best_peak, 0);
-  return absl::OkStatus();
+  return true;
 }
 
 }  // namespace loom::compiler::cuda::plan_internal

@@ -1,14 +1,11 @@
-// Strided copies and views in the CUDA plan: ViewStrides (the view rule that
-// composes reshape into a copy), contiguous / broadcast strides, and the
-// permute / slice / cast / broadcast_to launches with their compositions
-// (slice -> reshape -> permute as one copy or a flash view, permute ->
-// reshape deferred into a later concat).
+// Strided copies in the CUDA plan: ViewStrides (the view rule that composes
+// reshape into a copy), the compose_copies pass and the copy launches
+// (plan_copies.h).
+#include "compiler/cuda/plan_copies.h"
+
 #include <optional>
 #include <string>
 #include <vector>
-
-#include "compiler/cuda/plan.h"
-#include "compiler/cuda/plan_internal.h"
 
 namespace loom::compiler::cuda::plan_internal {
 
@@ -22,95 +19,114 @@ std::vector<int64_t> Broadcast(absl::Span<const int64_t> in, absl::Span<const in
   return st;
 }
 
-}  // namespace
-
-std::vector<int64_t> Contig(absl::Span<const int64_t> shape) {
-  std::vector<int64_t> st(shape.size(), 1);
-  for (int i = static_cast<int>(shape.size()) - 2; i >= 0; --i) st[i] = st[i + 1] * shape[i + 1];
-  return st;
+// Element offset of slice node i's window in its input.
+int64_t SliceOffset(const Graph& g, int i) {
+  const Node& n = g.nodes()[i];
+  const Shape& is = g.meta(n.inputs[0]).shape;
+  const int64_t ax = NormAxis(n.attrs.GetInt("axis"), is.size());
+  int64_t start = n.attrs.GetInt("start");
+  if (start < 0) start += is[ax];
+  return start * Contig(is)[ax];
 }
 
-int64_t NormAxis(int64_t axis, size_t rank) { return axis < 0 ? axis + static_cast<int64_t>(rank) : axis; }
-
-// A permute / slice / cast / broadcast_to node i: fills L as a kCopy launch, or
-// returns false when the node needs no launch (a flash view, or deferred into
-// a concat).
-bool Planner::PlanCopy(int i, Launch& L) {
+// permute -> reshape -> concat: the permute's copy straight into the concat's
+// window (its destination offset is the concat's to fill in).
+bool DeferIntoConcat(PlanState& s, int i) {
+  const Graph& g = s.g;
   const Node& n = g.nodes()[i];
-  const std::string& op = n.op;
-  const int out0 = n.outputs.empty() ? -1 : n.outputs[0];
+  const int out0 = n.outputs[0];
+  const int r = s.single_user(out0);
+  const int c = r >= 0 && g.nodes()[r].op == "reshape" ? s.single_user(g.nodes()[r].outputs[0]) : -1;
+  if (c < 0 || g.nodes()[c].op != "concat") return false;
+  const Shape& cs = g.meta(g.nodes()[c].outputs[0]).shape;
+  const int64_t ax = NormAxis(g.nodes()[c].attrs.GetInt("axis"), cs.size());
+  const int r_out = g.nodes()[r].outputs[0];
+  auto st = ViewStrides(g.meta(r_out).shape, Contig(cs), g.meta(out0).shape);
+  if (!st || ax >= static_cast<int64_t>(cs.size())) return false;
+  s.deferred[r_out] = CopyGeom{g.meta(out0).shape, 0, PermuteStrides(g, i), 0, *st};
+  s.deferred_src[r_out] = n.inputs[0];
+  s.Cover(i, i);
+  s.Cover(r, i);
+  s.virtual_value[out0] = s.virtual_value[r_out] = true;
+  return true;
+}
+
+}  // namespace
+
+std::vector<int64_t> PermuteStrides(const Graph& g, int i) {
+  const Node& n = g.nodes()[i];
+  const std::vector<int64_t> in = Contig(g.meta(n.inputs[0]).shape);
+  std::vector<int64_t> ps;
+  for (int64_t d : n.attrs.GetInts("dims")) ps.push_back(in[NormAxis(d, in.size())]);
+  return ps;
+}
+
+std::optional<SliceChain> ComposeSliceChain(const PlanState& s, int i) {
+  const Graph& g = s.g;
+  const Node& n = g.nodes()[i];
+  if (!s.options.compose_copies || n.op != "slice") return std::nullopt;
   const Shape& is = g.meta(n.inputs[0]).shape;
-  const Shape& os = g.meta(out0).shape;
-  CopyGeom cg{os, 0, Contig(is), 0, {}};
-  if (op == "permute") {
-    // Read only by flash attention (dout, or q/k/v in other graphs): a view.
-    if (attn_views && feeds_flash_only(out0) && p.root[n.inputs[0]] >= 0 && !attn_view.count(n.inputs[0]) &&
-        p.metas[n.inputs[0]].dtype == DType::kBF16) {
-      std::vector<int64_t> ps;
-      for (int64_t d : n.attrs.GetInts("dims")) ps.push_back(cg.src_strides[NormAxis(d, is.size())]);
-      if (flash_strides_ok(0, ps, os.back())) {
-        attn_view[out0] = AttnView{n.inputs[0], os, 0, ps};
-        return false;
-      }
+  const Shape& os = g.meta(n.outputs[0]).shape;
+  const int r = s.single_user(n.outputs[0]);
+  const int pm = r >= 0 && g.nodes()[r].op == "reshape" ? s.single_user(g.nodes()[r].outputs[0]) : -1;
+  if (pm < 0 || g.nodes()[pm].op != "permute") return std::nullopt;
+  const Shape& rs = g.meta(g.nodes()[r].outputs[0]).shape;
+  auto st = ViewStrides(os, Contig(is), rs);
+  if (!st) return std::nullopt;
+  std::vector<int64_t> ps;
+  for (int64_t d : g.nodes()[pm].attrs.GetInts("dims")) ps.push_back((*st)[NormAxis(d, rs.size())]);
+  return SliceChain{r, pm, CopyGeom{g.meta(g.nodes()[pm].outputs[0]).shape, SliceOffset(g, i), ps, 0, {}}};
+}
+
+bool IsSliceChainPermute(const PlanState& s, int pm) {
+  const int r = s.prod[s.g.nodes()[pm].inputs[0]];
+  if (r < 0 || s.g.nodes()[r].op != "reshape") return false;
+  const int sl = s.prod[s.g.nodes()[r].inputs[0]];
+  if (sl < 0) return false;
+  const std::optional<SliceChain> c = ComposeSliceChain(s, sl);
+  return c && c->reshape == r && c->permute == pm;
+}
+
+absl::StatusOr<bool> ComposeCopiesPass::Run(PlanState& s) {
+  if (!s.options.compose_copies) return false;
+  bool changed = false;
+  for (int i = 0; i < s.nn; ++i) {
+    if (s.covered(i)) continue;
+    const std::string& op = s.g.nodes()[i].op;
+    if (op == "slice") {
+      std::optional<SliceChain> c = ComposeSliceChain(s, i);
+      if (!c) continue;
+      s.Cover(c->reshape, i);
+      s.Cover(c->permute, i);
+      s.virtual_value[s.g.nodes()[i].outputs[0]] = true;
+      s.virtual_value[s.g.nodes()[c->reshape].outputs[0]] = true;
+      s.slice_chain[i] = *c;
+      changed = true;
+    } else if (op == "permute") {
+      changed |= DeferIntoConcat(s, i);
     }
-    // Deferred into a later concat: permute -> reshape -> concat becomes
-    // one copy from the permute's source into the concat's window.
-    const int r = single_user(out0);
-    const int c = r >= 0 && g.nodes()[r].op == "reshape" ? single_user(g.nodes()[r].outputs[0]) : -1;
-    if (options.compose_copies && c >= 0 && g.nodes()[c].op == "concat") {
-      const Shape& cs = g.meta(g.nodes()[c].outputs[0]).shape;
-      const int64_t ax = NormAxis(g.nodes()[c].attrs.GetInt("axis"), cs.size());
-      auto st = ViewStrides(g.meta(g.nodes()[r].outputs[0]).shape, Contig(cs), os);
-      if (st && ax < static_cast<int64_t>(cs.size())) {
-        std::vector<int64_t> src;
-        for (int64_t d : n.attrs.GetInts("dims")) src.push_back(cg.src_strides[NormAxis(d, is.size())]);
-        deferred[g.nodes()[r].outputs[0]] = CopyGeom{os, 0, src, 0, *st};
-        deferred_src[g.nodes()[r].outputs[0]] = n.inputs[0];
-        done[r] = true;
-        return false;
-      }
-    }
-    std::vector<int64_t> ps;
-    for (int64_t d : n.attrs.GetInts("dims")) ps.push_back(cg.src_strides[NormAxis(d, is.size())]);
-    cg.src_strides = ps;
-  } else if (op == "slice") {
-    const int64_t ax = NormAxis(n.attrs.GetInt("axis"), is.size());
-    int64_t start = n.attrs.GetInt("start");
-    if (start < 0) start += is[ax];
-    cg.src_offset = start * cg.src_strides[ax];
-    // slice -> reshape -> permute (q, k, v out of the fused qkv): one copy.
-    const int r = single_user(out0);
-    const int pm = r >= 0 && g.nodes()[r].op == "reshape" ? single_user(g.nodes()[r].outputs[0]) : -1;
-    if (options.compose_copies && pm >= 0 && g.nodes()[pm].op == "permute") {
-      const Shape& rs = g.meta(g.nodes()[r].outputs[0]).shape;
-      auto st = ViewStrides(os, cg.src_strides, rs);
-      if (st) {
-        std::vector<int64_t> ps;
-        for (int64_t d : g.nodes()[pm].attrs.GetInts("dims")) ps.push_back((*st)[NormAxis(d, rs.size())]);
-        cg.shape = g.meta(g.nodes()[pm].outputs[0]).shape;
-        const int pm_out = g.nodes()[pm].outputs[0];
-        if (attn_views && feeds_flash_only(pm_out) && p.metas[n.inputs[0]].dtype == DType::kBF16 &&
-            p.root[n.inputs[0]] >= 0 && !attn_view.count(n.inputs[0]) &&
-            flash_strides_ok(cg.src_offset, ps, cg.shape.back())) {
-          // q/k/v read by flash straight out of the fused qkv output.
-          attn_view[pm_out] = AttnView{n.inputs[0], cg.shape, cg.src_offset, ps};
-          done[r] = done[pm] = true;
-          return false;
-        }
-        cg.src_strides = ps;
-        done[r] = done[pm] = true;
-        L.nodes = {i, r, pm};
-        L.op = "slice+reshape+permute";
-        L.outputs = {g.nodes()[pm].outputs[0]};
-      }
-    }
-  } else if (op == "broadcast_to") {
-    cg.src_strides = Broadcast(is, os);
   }
+  return changed;
+}
+
+void LowerCopy(const PlanState& s, int i, Launch& L) {
+  const Graph& g = s.g;
+  const Node& n = g.nodes()[i];
   L.kind = LaunchKind::kCopy;
   L.inputs = n.inputs;
+  if (auto it = s.slice_chain.find(i); it != s.slice_chain.end()) {
+    L.nodes = {i, it->second.reshape, it->second.permute};
+    L.op = "slice+reshape+permute";
+    L.outputs = {g.nodes()[it->second.permute].outputs[0]};
+    L.copies = {it->second.geom};
+    return;
+  }
+  const Shape& is = g.meta(n.inputs[0]).shape;
+  CopyGeom cg{g.meta(n.outputs[0]).shape, 0, Contig(is), 0, {}};
+  if (n.op == "permute") cg.src_strides = PermuteStrides(g, i);
+  if (n.op == "slice") cg.src_offset = SliceOffset(g, i);
+  if (n.op == "broadcast_to") cg.src_strides = Broadcast(is, cg.shape);
   L.copies = {cg};
-  return true;
 }
 
 }  // namespace loom::compiler::cuda::plan_internal

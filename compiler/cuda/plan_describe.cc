@@ -43,7 +43,6 @@ const char* GemmEpilogueName(GemmEpilogue e) {
     case GemmEpilogue::kBias: return "bias";
     case GemmEpilogue::kBiasGeluAux: return "bias_gelu_aux";
     case GemmEpilogue::kDGelu: return "dgelu";
-    case GemmEpilogue::kDGeluBgrad: return "dgelu_bgrad";
   }
   return "?";
 }

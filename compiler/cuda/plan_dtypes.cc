@@ -1,35 +1,11 @@
 // The mixed-precision storage policy (StorageDTypes, see plan.h) and the
-// graph's producer / user tables that the planner passes share.
+// storage_dtypes pass (plan_dtypes.h).
+#include "compiler/cuda/plan_dtypes.h"
+
 #include <string>
 #include <vector>
 
-#include "compiler/cuda/plan.h"
-#include "compiler/cuda/plan_internal.h"
-
-namespace loom::compiler::cuda::plan_internal {
-
-std::vector<int> Producers(const Graph& g) {
-  std::vector<int> prod(g.values().size(), -1);
-  for (size_t i = 0; i < g.nodes().size(); ++i)
-    for (int v : g.nodes()[i].outputs) prod[v] = static_cast<int>(i);
-  return prod;
-}
-
-std::vector<std::vector<int>> Users(const Graph& g) {
-  std::vector<std::vector<int>> users(g.values().size());
-  for (size_t i = 0; i < g.nodes().size(); ++i)
-    for (int v : g.nodes()[i].inputs) {
-      auto& u = users[v];
-      if (u.empty() || u.back() != static_cast<int>(i)) u.push_back(static_cast<int>(i));
-    }
-  return users;
-}
-
-}  // namespace loom::compiler::cuda::plan_internal
-
 namespace loom::compiler::cuda {
-
-using plan_internal::Producers;
 
 std::vector<DType> StorageDTypes(const Graph& g, bool bf16) {
   const size_t nv = g.values().size();
@@ -37,7 +13,7 @@ std::vector<DType> StorageDTypes(const Graph& g, bool bf16) {
   for (size_t v = 0; v < nv; ++v) st[v] = g.meta(v).dtype;
   if (!bf16) return st;
   // Parameter gradients: adamw's grad operand, and (through adds) what sums into it.
-  const std::vector<int> prod = Producers(g);
+  const std::vector<int> prod = plan_internal::Producers(g);
   std::vector<bool> pgrad(nv, false);
   std::vector<int> work;
   for (const Node& n : g.nodes())
@@ -78,3 +54,15 @@ std::vector<DType> StorageDTypes(const Graph& g, bool bf16) {
 }
 
 }  // namespace loom::compiler::cuda
+
+namespace loom::compiler::cuda::plan_internal {
+
+absl::StatusOr<bool> StorageDTypesPass::Run(PlanState& s) {
+  s.st = StorageDTypes(s.g, s.p.bf16);
+  s.p.metas.clear();
+  for (size_t v = 0; v < s.st.size(); ++v) s.p.metas.push_back({s.st[v], s.g.meta(v).shape});
+  s.attn_views = s.options.attn_views && s.p.bf16;
+  return s.p.bf16;  // f32: every value keeps its graph dtype
+}
+
+}  // namespace loom::compiler::cuda::plan_internal

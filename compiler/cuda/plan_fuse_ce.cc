@@ -1,9 +1,8 @@
-// PlanOptions::fuse_cross_entropy: a cross_entropy launch and its
-// cross_entropy_backward become one kCrossEntropyFused launch at the
-// backward's position (plan.h).
-#include <algorithm>
+// FuseCrossEntropy (plan.h) and the fuse_cross_entropy pass (plan_fuse_ce.h).
+#include "compiler/cuda/plan_fuse_ce.h"
 
-#include "compiler/cuda/plan.h"
+#include <algorithm>
+#include <utility>
 
 namespace loom::compiler::cuda {
 
@@ -51,3 +50,12 @@ int FuseCrossEntropy(CudaPlan& p) {
 }
 
 }  // namespace loom::compiler::cuda
+
+namespace loom::compiler::cuda::plan_internal {
+
+absl::StatusOr<bool> FuseCrossEntropyPass::Run(PlanState& s) {
+  if (!s.options.fuse_cross_entropy) return false;
+  return FuseCrossEntropy(s.p) > 0;
+}
+
+}  // namespace loom::compiler::cuda::plan_internal

@@ -1,13 +1,11 @@
-// matmul -> GEMM launches in the CUDA plan, with their pattern fusions: the
-// bias (+ tanh GELU with aux) epilogue, dgelu (+ bias gradient), the
-// weight-gradient matmul + sum_to as one GEMM, and batched GEMMs.
+// The gemm_epilogues pass and the GEMM launch (plan_gemm.h).
+#include "compiler/cuda/plan_gemm.h"
+
 #include <algorithm>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "compiler/cuda/plan.h"
-#include "compiler/cuda/plan_internal.h"
 
 namespace loom::compiler::cuda::plan_internal {
 
@@ -19,34 +17,32 @@ int64_t Prod(const Shape& s, size_t lo, size_t hi) {
   return p;
 }
 
-}  // namespace
-
-// Matmul node i (L: its launch so far): pushes the GEMM launch, and a cast
-// after it for a bf16 bias gradient of an f32 sum_to.
-absl::Status Planner::PlanMatmul(int i, Launch L) {
+// The GEMM of matmul node i, with the weight-gradient sum_to folded in when it
+// follows; false for operand shapes the GEMM does not take.
+bool GemmShape(const PlanState& s, int i, GemmClaim* c) {
+  const Graph& g = s.g;
   const Node& n = g.nodes()[i];
   const int a = n.inputs[0], b = n.inputs[1], out = n.outputs[0];
   const Shape& A = g.meta(a).shape;
   const Shape& B = g.meta(b).shape;
   const bool ta = n.attrs.GetBool("trans_a", false), tb = n.attrs.GetBool("trans_b", false);
   const size_t ra = A.size(), rb = B.size();
-  GemmPlan& m = L.gemm;
-  m.ab_dtype = cdt;
+  GemmPlan& m = c->gemm;
   m.trans_a = ta;
   m.trans_b = tb;
-  int d = out;
-  const int su = single_user(out);
+  c->nodes = {i};
+  c->outputs = {out};
+  c->op = "matmul";
+  const int su = s.single_user(out);
   if (ta && !tb && ra >= 3 && ra == rb && std::equal(A.begin(), A.end() - 2, B.begin()) && su >= 0 &&
-      g.nodes()[su].op == "sum_to" &&
-      g.meta(g.nodes()[su].outputs[0]).shape == Shape{A[ra - 1], B[rb - 1]}) {
+      g.nodes()[su].op == "sum_to" && g.meta(g.nodes()[su].outputs[0]).shape == Shape{A[ra - 1], B[rb - 1]}) {
     m.weight_grad = true;
     m.m = A[ra - 1];
     m.n = B[rb - 1];
     m.k = Prod(A, 0, ra - 1);
-    d = g.nodes()[su].outputs[0];
-    done[su] = true;
-    L.nodes.push_back(su);
-    L.op = "matmul+sum_to";
+    c->nodes.push_back(su);
+    c->outputs = {g.nodes()[su].outputs[0]};
+    c->op = "matmul+sum_to";
   } else if (rb == 2 && !ta && ra >= 2) {
     m.m = Prod(A, 0, ra - 1);
     m.k = A[ra - 1];
@@ -61,87 +57,96 @@ absl::Status Planner::PlanMatmul(int i, Launch L) {
     m.stride_b = rb == 2 ? 0 : B[rb - 2] * B[rb - 1];
     m.stride_d = m.m * m.n;
   } else {
-    return Unsupported(g, i, absl::StrCat("operand shapes ", ShapeToString(A), " x ", ShapeToString(B)));
+    return false;
   }
-  std::vector<int> extra_in;
-  std::vector<int> outs = {d};
-  std::pair<int, int> bgrad_cast = {-1, -1};  // (bf16 temp, f32 sum_to output)
-  if (!m.weight_grad && m.batch == 1 && su >= 0) {
-    const Node& u = g.nodes()[su];
-    if (u.op == "add" && st[u.outputs[0]] == cdt && g.meta(u.outputs[0]).shape == g.meta(out).shape) {
-      const int bias = u.inputs[0] == out ? u.inputs[1] : u.inputs[0];
-      if (g.meta(bias).shape == Shape{m.n} && available_before(bias, i) && p.root[bias] >= 0) {
-        // Bias (+ GELU with aux) epilogue.
-        const int pre = u.outputs[0];
-        int gelu = -1;
-        for (int w : users[pre]) {
-          const Node& gn = g.nodes()[w];
-          if (gn.op == "gelu" && gn.attrs.GetString("approximate", "none") == "tanh" && gelu < 0 &&
-              st[gn.outputs[0]] == cdt)
-            gelu = w;
-        }
-        done[su] = true;
-        L.nodes.push_back(su);
-        extra_in.push_back(bias);
-        if (gelu >= 0 && m.n % 8 == 0) {
-          m.epilogue = GemmEpilogue::kBiasGeluAux;
-          done[gelu] = true;
-          L.nodes.push_back(gelu);
-          outs = {g.nodes()[gelu].outputs[0], pre};
-          L.op = "matmul+add+gelu";
-        } else {
-          m.epilogue = GemmEpilogue::kBias;
-          outs = {pre};
-          L.op = "matmul+add";
-        }
-      }
-    } else if (u.op == "gelu_backward" && u.inputs[0] == out && u.inputs[1] != out &&
-               u.attrs.GetString("approximate", "none") == "tanh" && m.n % 8 == 0 &&
-               st[u.outputs[0]] == cdt && st[u.inputs[1]] == cdt && available_before(u.inputs[1], i) &&
-               p.root[u.inputs[1]] >= 0 && g.meta(u.inputs[1]).shape == g.meta(out).shape) {
-      m.epilogue = GemmEpilogue::kDGelu;
-      done[su] = true;
-      L.nodes.push_back(su);
-      extra_in.push_back(u.inputs[1]);
-      outs = {u.outputs[0]};
-      L.op = "matmul+gelu_backward";
-      // The bias gradient (sum_to of the result over its rows) in the same GEMM.
-      for (int w : options.bias_grad_in_gemm ? users[u.outputs[0]] : std::vector<int>{}) {
-        const Node& sn = g.nodes()[w];
-        if (sn.op != "sum_to" || done[w] || g.meta(sn.outputs[0]).shape != Shape{m.n}) continue;
-        m.epilogue = GemmEpilogue::kDGeluBgrad;
-        done[w] = true;
-        L.nodes.push_back(w);
-        L.op = "matmul+gelu_backward+sum_to";
-        const int bo = sn.outputs[0];
-        if (p.metas[bo].dtype == cdt) {
-          outs.push_back(bo);
-        } else {
-          const int tmp = new_value({cdt, Shape{m.n}});
-          outs.push_back(tmp);
-          bgrad_cast = {tmp, bo};
-        }
-        break;
-      }
+  return true;
+}
+
+// The bias (+ tanh GELU) or dgelu epilogue of a single-GEMM matmul.
+void Epilogue(const PlanState& s, int i, GemmClaim* c) {
+  const Graph& g = s.g;
+  const int out = g.nodes()[i].outputs[0];
+  const int su = s.single_user(out);
+  GemmPlan& m = c->gemm;
+  if (m.weight_grad || m.batch != 1 || su < 0) return;
+  const Node& u = g.nodes()[su];
+  if (u.op == "add" && s.st[u.outputs[0]] == s.cdt && g.meta(u.outputs[0]).shape == g.meta(out).shape) {
+    const int bias = u.inputs[0] == out ? u.inputs[1] : u.inputs[0];
+    if (g.meta(bias).shape != Shape{m.n} || !s.available_before(bias, i) || !s.materialized(bias)) return;
+    const int pre = u.outputs[0];
+    int gelu = -1;
+    for (int w : s.users[pre]) {
+      const Node& gn = g.nodes()[w];
+      if (gn.op == "gelu" && gn.attrs.GetString("approximate", "none") == "tanh" && gelu < 0 &&
+          s.st[gn.outputs[0]] == s.cdt)
+        gelu = w;
     }
+    c->nodes.push_back(su);
+    c->extra_in.push_back(bias);
+    if (gelu >= 0 && m.n % 8 == 0) {
+      m.epilogue = GemmEpilogue::kBiasGeluAux;
+      c->nodes.push_back(gelu);
+      c->outputs = {g.nodes()[gelu].outputs[0], pre};
+      c->op = "matmul+add+gelu";
+    } else {
+      m.epilogue = GemmEpilogue::kBias;
+      c->outputs = {pre};
+      c->op = "matmul+add";
+    }
+  } else if (u.op == "gelu_backward" && u.inputs[0] == out && u.inputs[1] != out &&
+             u.attrs.GetString("approximate", "none") == "tanh" && m.n % 8 == 0 && s.st[u.outputs[0]] == s.cdt &&
+             s.st[u.inputs[1]] == s.cdt && s.available_before(u.inputs[1], i) && s.materialized(u.inputs[1]) &&
+             g.meta(u.inputs[1]).shape == g.meta(out).shape) {
+    m.epilogue = GemmEpilogue::kDGelu;
+    c->nodes.push_back(su);
+    c->extra_in.push_back(u.inputs[1]);
+    c->outputs = {u.outputs[0]};
+    c->op = "matmul+gelu_backward";
   }
-  m.d_dtype = p.metas[outs[0]].dtype;
-  if (m.d_dtype != cdt && !(cdt == DType::kBF16 && m.d_dtype == DType::kF32 && m.epilogue == GemmEpilogue::kNone))
-    return Unsupported(g, i, absl::StrCat("output dtype ", DTypeName(m.d_dtype)));
+}
+
+}  // namespace
+
+absl::StatusOr<bool> GemmEpiloguesPass::Run(PlanState& s) {
+  bool changed = false;
+  for (int i = 0; i < s.nn; ++i) {
+    if (s.g.nodes()[i].op != "matmul" || s.covered(i)) continue;
+    GemmClaim c;
+    if (!GemmShape(s, i, &c)) continue;
+    Epilogue(s, i, &c);
+    for (size_t k = 1; k < c.nodes.size(); ++k) s.Cover(c.nodes[k], i);
+    if (c.nodes.size() > 1) {
+      s.virtual_value[s.g.nodes()[i].outputs[0]] = true;
+      changed = true;
+    }
+    s.gemm[i] = std::move(c);
+  }
+  return changed;
+}
+
+absl::Status LowerMatmul(PlanState& s, int i, Launch L) {
+  auto it = s.gemm.find(i);
+  if (it == s.gemm.end()) {
+    const Shape& A = s.g.meta(s.g.nodes()[i].inputs[0]).shape;
+    const Shape& B = s.g.meta(s.g.nodes()[i].inputs[1]).shape;
+    return Unsupported(s.g, i, absl::StrCat("operand shapes ", ShapeToString(A), " x ", ShapeToString(B)));
+  }
+  const GemmClaim& c = it->second;
+  const Node& n = s.g.nodes()[i];
+  L.gemm = c.gemm;
+  GemmPlan& m = L.gemm;
+  m.ab_dtype = s.cdt;
+  m.d_dtype = s.p.metas[c.outputs[0]].dtype;
+  if (m.d_dtype != s.cdt &&
+      !(s.cdt == DType::kBF16 && m.d_dtype == DType::kF32 && m.epilogue == GemmEpilogue::kNone))
+    return Unsupported(s.g, i, absl::StrCat("output dtype ", DTypeName(m.d_dtype)));
   L.kind = LaunchKind::kGemm;
-  L.inputs = {want(a, cdt), want(b, cdt)};
-  for (int x : extra_in) L.inputs.push_back(want(x, cdt));
-  L.outputs = outs;
-  p.launches.push_back(std::move(L));
-  if (bgrad_cast.first >= 0) {
-    Launch c;
-    c.kind = LaunchKind::kCopy;
-    c.op = "cast";
-    c.inputs = {bgrad_cast.first};
-    c.outputs = {bgrad_cast.second};
-    c.copies = {CopyGeom{Shape{m.n}, 0, {1}, 0, {}}};
-    p.launches.push_back(std::move(c));
-  }
+  L.op = c.op;
+  L.nodes = c.nodes;
+  L.inputs = {s.want(n.inputs[0], s.cdt), s.want(n.inputs[1], s.cdt)};
+  for (int x : c.extra_in) L.inputs.push_back(s.want(x, s.cdt));
+  L.outputs = c.outputs;
+  s.p.launches.push_back(std::move(L));
   return absl::OkStatus();
 }
 

@@ -1,8 +1,15 @@
 #include "kernels/cuda/checks.h"
 
+#ifdef LOOM_HAVE_CUDA
+#include <cuda_runtime.h>
+#endif
+
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <functional>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -10,11 +17,13 @@
 #include "base/rng.h"
 #include "base/status.h"
 #include "base/tensor.h"
+#include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/device_runtime.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/kernel_source_hash.h"
-#include "kernels/cuda/ops.h"
+#include "kernels/cuda/layernorm.h"
+#include "kernels/cuda/reductions.h"
 #include "kernels/cuda/reference.h"
 
 namespace loom::cuda {
@@ -87,6 +96,18 @@ std::string ShapeStr(std::initializer_list<std::pair<const char*, int64_t>> dims
 
 double Tol(DType dt) { return dt == DType::kF32 ? 1e-4 : 1e-2; }
 
+// The raw kernels' int cudaError_t as a Status.
+absl::Status CudaErrorStatus(int e, const char* what) {
+  if (e == 0) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": CUDA error ", e));
+}
+
+// `dev` copied to the host after the compute stream finished.
+absl::StatusOr<Tensor> ToHostSync(Checker& c, const Tensor& dev) {
+  LOOM_RETURN_IF_ERROR(c.rt()->SynchronizeCompute());
+  return ToHost(dev);
+}
+
 // ---- GEMM ------------------------------------------------------------------------
 struct GemmCase {
   DType dtype;
@@ -156,77 +177,8 @@ absl::StatusOr<Errors> CheckGemm(Checker& c, const GemmCase& g) {
   return errs;
 }
 
-// ---- Elementwise -------------------------------------------------------------------
-absl::StatusOr<Errors> CheckElementwise(Checker& c, const std::string& op, DType dt, int64_t n) {
-  HostInput a = c.Normal({n}, dt, 2.0), b = c.Normal({n}, dt, 1.0);
-  LOOM_ASSIGN_OR_RETURN(Tensor da, c.Up(a.host));
-  LOOM_ASSIGN_OR_RETURN(Tensor db, c.Up(b.host));
-  LOOM_ASSIGN_OR_RETURN(Tensor out, c.Poisoned({n}, dt));
-  Vec r(n);
-  const Vec& x = a.values;
-  const Vec& y = b.values;
-  if (op == "add") {
-    LOOM_RETURN_IF_ERROR(Add(dt, n, da.raw_data(), db.raw_data(), out.raw_data(), c.stream()));
-    for (int64_t i = 0; i < n; ++i) r[i] = x[i] + y[i];
-  } else if (op == "mul") {
-    LOOM_RETURN_IF_ERROR(Mul(dt, n, da.raw_data(), db.raw_data(), out.raw_data(), c.stream()));
-    for (int64_t i = 0; i < n; ++i) r[i] = x[i] * y[i];
-  } else if (op == "gelu_tanh" || op == "gelu_erf") {
-    const bool t = op == "gelu_tanh";
-    LOOM_RETURN_IF_ERROR(GeluForward(dt, n, da.raw_data(), out.raw_data(), t, c.stream()));
-    for (int64_t i = 0; i < n; ++i) r[i] = t ? ref::GeluTanh(x[i]) : ref::GeluErf(x[i]);
-  } else {
-    const bool t = op == "gelu_tanh_backward";
-    LOOM_RETURN_IF_ERROR(GeluBackward(dt, n, da.raw_data(), db.raw_data(), out.raw_data(), t, c.stream()));
-    for (int64_t i = 0; i < n; ++i) r[i] = y[i] * (t ? ref::DGeluTanh(x[i]) : ref::DGeluErf(x[i]));
-  }
-  LOOM_ASSIGN_OR_RETURN(Vec o, c.Down(out));
-  return Errors{{"out", RelErr(o, r)}};
-}
-
-// ---- LayerNorm ---------------------------------------------------------------------
-absl::StatusOr<Errors> CheckLayerNormFwd(Checker& c, DType dt, int64_t rows, int64_t cols, bool residual) {
-  HostInput x = c.Normal({rows, cols}, dt, 1.0, 0.5), res = c.Normal({rows, cols}, dt, 1.0);
-  HostInput w = c.Normal({cols}, DType::kF32, 0.2, 1.0), b = c.Normal({cols}, DType::kF32, 0.2);
-  LOOM_ASSIGN_OR_RETURN(Tensor dx, c.Up(x.host));
-  LOOM_ASSIGN_OR_RETURN(Tensor dres, c.Up(res.host));
-  LOOM_ASSIGN_OR_RETURN(Tensor dw, c.Up(w.host));
-  LOOM_ASSIGN_OR_RETURN(Tensor dbias, c.Up(b.host));
-  LOOM_ASSIGN_OR_RETURN(Tensor y, c.Poisoned({rows, cols}, dt));
-  LOOM_ASSIGN_OR_RETURN(Tensor xs, c.Poisoned({rows, cols}, dt));
-  LOOM_ASSIGN_OR_RETURN(Tensor mean, c.Poisoned({rows}, DType::kF32));
-  LOOM_ASSIGN_OR_RETURN(Tensor rstd, c.Poisoned({rows}, DType::kF32));
-  LayerNormFwdArgs a;
-  a.dtype = dt, a.rows = rows, a.cols = cols;
-  a.x = dx.raw_data();
-  a.residual = residual ? dres.raw_data() : nullptr;
-  a.x_sum = residual ? xs.raw_data() : nullptr;
-  a.weight = static_cast<const float*>(dw.raw_data());
-  a.bias = static_cast<const float*>(dbias.raw_data());
-  a.y = y.raw_data();
-  a.mean = static_cast<float*>(mean.raw_data());
-  a.rstd = static_cast<float*>(rstd.raw_data());
-  a.eps = 1e-5f;
-  a.stream = c.stream();
-  LOOM_RETURN_IF_ERROR(LayerNormForward(a));
-  Vec ry, rxs, rmean, rrstd;
-  ref::LayerNormFwd(rows, cols, x.values, residual ? res.values : Vec{}, w.values, b.values, 1e-5, &ry, &rxs,
-                    &rmean, &rrstd);
-  Errors e;
-  LOOM_ASSIGN_OR_RETURN(Vec oy, c.Down(y));
-  e.push_back({"y", RelErr(oy, ry)});
-  if (residual) {
-    LOOM_ASSIGN_OR_RETURN(Vec oxs, c.Down(xs));
-    e.push_back({"x_sum", RelErr(oxs, rxs)});
-  }
-  LOOM_ASSIGN_OR_RETURN(Vec om, c.Down(mean));
-  e.push_back({"mean", RelErr(om, rmean)});
-  LOOM_ASSIGN_OR_RETURN(Vec orr, c.Down(rstd));
-  e.push_back({"rstd", RelErr(orr, rrstd)});
-  return e;
-}
-
-absl::StatusOr<Errors> CheckLayerNormBwd(Checker& c, DType dt, int64_t rows, int64_t cols, bool colsum) {
+// ---- LayerNorm backward ------------------------------------------------------------
+absl::StatusOr<Errors> CheckLayerNormBwd(Checker& c, DType dt, int64_t rows, int64_t cols) {
   HostInput x = c.Normal({rows, cols}, dt, 1.0, 0.5), dy = c.Normal({rows, cols}, dt, 1.0);
   HostInput dres = c.Normal({rows, cols}, dt, 0.5);
   HostInput w = c.Normal({cols}, DType::kF32, 0.2, 1.0);
@@ -243,7 +195,6 @@ absl::StatusOr<Errors> CheckLayerNormBwd(Checker& c, DType dt, int64_t rows, int
   LOOM_ASSIGN_OR_RETURN(Tensor o_dx, c.Poisoned({rows, cols}, dt));
   LOOM_ASSIGN_OR_RETURN(Tensor o_dw, c.Poisoned({cols}, DType::kF32));
   LOOM_ASSIGN_OR_RETURN(Tensor o_db, c.Poisoned({cols}, DType::kF32));
-  LOOM_ASSIGN_OR_RETURN(Tensor o_ds, c.Poisoned({cols}, DType::kF32));
   LOOM_ASSIGN_OR_RETURN(Tensor ws, c.Poisoned({LayerNormBwdWorkspaceFloats(rows, cols)}, DType::kF32));
   LayerNormBwdArgs a;
   a.dtype = dt, a.rows = rows, a.cols = cols;
@@ -255,7 +206,6 @@ absl::StatusOr<Errors> CheckLayerNormBwd(Checker& c, DType dt, int64_t rows, int
   a.dx = o_dx.raw_data();
   a.dweight = static_cast<float*>(o_dw.raw_data());
   a.dbias = static_cast<float*>(o_db.raw_data());
-  if (colsum) a.dx_colsum = static_cast<float*>(o_ds.raw_data());
   a.workspace = static_cast<float*>(ws.raw_data());
   a.stream = c.stream();
   LOOM_RETURN_IF_ERROR(LayerNormBackward(a));
@@ -268,105 +218,168 @@ absl::StatusOr<Errors> CheckLayerNormBwd(Checker& c, DType dt, int64_t rows, int
   e.push_back({"dweight", RelErr(odw, rdw)});
   LOOM_ASSIGN_OR_RETURN(Vec odb, c.Down(o_db));
   e.push_back({"dbias", RelErr(odb, rdb)});
-  if (colsum) {
-    Vec rds(cols, 0.0);
-    for (int64_t i = 0; i < rows * cols; ++i) rds[i % cols] += rdx[i];
-    LOOM_ASSIGN_OR_RETURN(Vec ods, c.Down(o_ds));
-    e.push_back({"dx_colsum", RelErr(ods, rds)});
-  }
   return e;
 }
 
-// ---- Cross-entropy ---------------------------------------------------------------------
-absl::StatusOr<Errors> CheckCrossEntropy(Checker& c, DType dt, int64_t rows, int64_t vocab) {
+using RunFn = std::function<void(std::string, DType, std::string, double,
+                                 const std::function<absl::StatusOr<Errors>()>&)>;
+
+#ifdef LOOM_HAVE_CUDA
+void FreeDevice(void* p) { cudaFree(p); }
+
+// ---- Column sums and the grad norm (reductions.h) --------------------------------
+// Both run twice: the second result must be bit-identical to the first (fixed
+// partitions, fixed-order combines); the "rerun" entry is 0 or inf.
+double RerunBits(const Tensor& a, const Tensor& b) {
+  return std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0 ? 0.0 : INFINITY;
+}
+
+// offset: the input starts that many elements into its buffer (1: not 16-byte
+// aligned, the one-column-per-thread kernel).
+absl::StatusOr<Errors> CheckSumRows(Checker& c, DType dt, int64_t rows, int64_t cols, int64_t offset) {
+  HostInput x = c.Normal({rows * cols + offset}, dt, 1.0, 0.25);
+  Vec ref(cols, 0.0);
+  for (int64_t i = 0; i < rows * cols; ++i) ref[i % cols] += x.values[offset + i];
+  LOOM_ASSIGN_OR_RETURN(Tensor dx, c.Up(x.host));
+  LOOM_ASSIGN_OR_RETURN(Tensor ws, c.Poisoned({kern::SumRowsWorkspaceFloats(rows, cols)}, DType::kF32));
+  const void* xp = static_cast<const char*>(dx.raw_data()) + offset * DTypeSize(dt);
+  Tensor out[2];
+  for (Tensor& o : out) {
+    LOOM_ASSIGN_OR_RETURN(o, c.Poisoned({cols}, DType::kF32));
+    LOOM_RETURN_IF_ERROR(CudaErrorStatus(kern::SumRows(dt == DType::kBF16 ? kern::kBF16 : kern::kF32, kern::kF32,
+                                                       rows, cols, xp, o.raw_data(),
+                                                       static_cast<float*>(ws.raw_data()), c.stream()),
+                                         "sum_rows"));
+    LOOM_ASSIGN_OR_RETURN(o, ToHostSync(c, o));
+  }
+  return Errors{{"out", RelErr(out[0].ToVector(), ref)}, {"rerun", RerunBits(out[0], out[1])}};
+}
+
+// f32 and bf16 gradients, aligned and not, sizes that end mid-chunk.
+absl::StatusOr<Errors> CheckGradNorm(Checker& c) {
+  struct T {
+    int64_t n;
+    DType dt;
+    int64_t offset;
+  };
+  const std::vector<T> ts = {{768, DType::kF32, 0},         {65536 * 3 + 5, DType::kF32, 0},
+                             {1000003, DType::kF32, 1},     {2304, DType::kBF16, 0},
+                             {65536 + 7, DType::kBF16, 0},  {99999, DType::kBF16, 3},
+                             {768 * 3072, DType::kF32, 0},  {1, DType::kF32, 0}};
+  double ref = 0;
+  std::vector<Tensor> bufs;
+  std::vector<kern::GradNormEntry> entries;
+  for (const T& t : ts) {
+    HostInput h = c.Normal({t.n + t.offset}, t.dt, 1.0);
+    for (int64_t i = t.offset; i < t.n + t.offset; ++i) ref += h.values[i] * h.values[i];
+    LOOM_ASSIGN_OR_RETURN(Tensor d, c.Up(h.host));
+    kern::GradNormEntry e;
+    e.x = static_cast<const char*>(d.raw_data()) + t.offset * DTypeSize(t.dt);
+    e.numel = t.n;
+    e.dt = t.dt == DType::kBF16 ? kern::kBF16 : kern::kF32;
+    entries.push_back(e);
+    bufs.push_back(std::move(d));
+  }
+  void *de = nullptr, *dc = nullptr;
+  int64_t chunks = 0;
+  LOOM_RETURN_IF_ERROR(CudaErrorStatus(
+      kern::GradNormUpload(entries.data(), static_cast<int>(entries.size()), &de, &dc, &chunks), "grad_norm upload"));
+  std::unique_ptr<void, void (*)(void*)> keep_e(de, FreeDevice), keep_c(dc, FreeDevice);
+  LOOM_ASSIGN_OR_RETURN(Tensor partials, c.Poisoned({std::max<int64_t>(chunks, 1)}, DType::kF32));
+  Tensor out[2];
+  for (Tensor& o : out) {
+    LOOM_ASSIGN_OR_RETURN(o, c.Poisoned({1}, DType::kF32));
+    LOOM_RETURN_IF_ERROR(CudaErrorStatus(kern::GradNormMulti(de, dc, chunks, static_cast<float*>(partials.raw_data()),
+                                                             static_cast<float*>(o.raw_data()), c.stream()),
+                                         "grad_norm"));
+    LOOM_ASSIGN_OR_RETURN(o, ToHostSync(c, o));
+  }
+  return Errors{{"norm", RelErr(out[0].ToVector(), {std::sqrt(ref)})}, {"rerun", RerunBits(out[0], out[1])}};
+}
+
+// ---- Cross-entropy (cross_entropy.h) ---------------------------------------------
+// Every 7th row ignored (-100); dloss 0.7. fused: CrossEntropyFused, else the
+// forward then the backward. Outputs run twice must be bit-identical.
+absl::StatusOr<Errors> CheckCrossEntropy(Checker& c, DType dt, DType tdt, int64_t rows, int64_t vocab, bool fused) {
   HostInput logits = c.Normal({rows, vocab}, dt, 2.0);
   HostInput u = c.Uniform({rows}, DType::kF64, 0.0, 1.0);
-  std::vector<double> tv(rows);
   std::vector<int32_t> t(rows);
+  std::vector<double> tv(rows);
   int valid = 0;
   for (int64_t r = 0; r < rows; ++r) {
-    t[r] = (r % 17 == 5) ? -1 : static_cast<int32_t>(u.values[r] * vocab) % vocab;
+    t[r] = r % 7 == 3 ? -100 : static_cast<int32_t>(u.values[r] * vocab) % vocab;
     tv[r] = t[r];
     valid += t[r] >= 0;
   }
-  const double scale = 1.0 / valid;
+  const double dloss = 0.7;
+  Vec rl, rdl, rlse;
+  ref::CrossEntropy(rows, vocab, logits.values, t, dloss / std::max(valid, 1), &rl, &rdl, &rlse);
+  double rloss = 0;
+  for (double l : rl) rloss += l;
+  rloss /= std::max(valid, 1);
   LOOM_ASSIGN_OR_RETURN(Tensor d_logits, c.Up(logits.host));
-  LOOM_ASSIGN_OR_RETURN(Tensor d_t, c.Up(Tensor::FromVector({rows}, tv, DType::kI32)));
-  LOOM_ASSIGN_OR_RETURN(Tensor o_loss, c.Poisoned({rows}, DType::kF32));
-  LOOM_ASSIGN_OR_RETURN(Tensor o_lse, c.Poisoned({rows}, DType::kF32));
-  LOOM_ASSIGN_OR_RETURN(Tensor o_dl, c.Poisoned({rows, vocab}, dt));
-  const int32_t* tp = static_cast<const int32_t*>(d_t.raw_data());
-  LOOM_RETURN_IF_ERROR(CrossEntropyForward(dt, rows, vocab, d_logits.raw_data(), tp,
-                                           static_cast<float*>(o_loss.raw_data()),
-                                           static_cast<float*>(o_lse.raw_data()), c.stream()));
-  LOOM_RETURN_IF_ERROR(CrossEntropyBackward(dt, rows, vocab, d_logits.raw_data(), tp,
-                                            static_cast<const float*>(o_lse.raw_data()), static_cast<float>(scale),
-                                            o_dl.raw_data(), c.stream()));
-  Vec rl, rdl;
-  ref::CrossEntropy(rows, vocab, logits.values, t, scale, &rl, &rdl);
-  Errors e;
-  LOOM_ASSIGN_OR_RETURN(Vec ol, c.Down(o_loss));
-  e.push_back({"losses", RelErr(ol, rl)});
-  LOOM_ASSIGN_OR_RETURN(Vec odl, c.Down(o_dl));
-  e.push_back({"dlogits", RelErr(odl, rdl)});
-  return e;
+  LOOM_ASSIGN_OR_RETURN(Tensor d_t, c.Up(Tensor::FromVector({rows}, tv, tdt)));
+  LOOM_ASSIGN_OR_RETURN(Tensor d_dloss, c.Up(Tensor::FromVector({1}, {dloss}, DType::kF32)));
+  LOOM_ASSIGN_OR_RETURN(Tensor ws, c.Poisoned({rows + 1}, DType::kF32));
+  const kern::Dt ldt = dt == DType::kBF16 ? kern::kBF16 : kern::kF32, kt = tdt == DType::kI64 ? kern::kI64 : kern::kI32;
+  const float* dl = static_cast<const float*>(d_dloss.raw_data());
+  float* w = static_cast<float*>(ws.raw_data());
+  Tensor loss, lse, grad[2];
+  for (Tensor& g : grad) {
+    LOOM_ASSIGN_OR_RETURN(loss, c.Poisoned({1}, DType::kF32));
+    LOOM_ASSIGN_OR_RETURN(lse, c.Poisoned({rows}, DType::kF32));
+    LOOM_ASSIGN_OR_RETURN(g, c.Poisoned({rows, vocab}, dt));
+    float* pl = static_cast<float*>(loss.raw_data());
+    float* pe = static_cast<float*>(lse.raw_data());
+    int e = fused ? kern::CrossEntropyFused(ldt, kt, rows, vocab, dl, d_logits.raw_data(), d_t.raw_data(), -100, pe,
+                                            pl, g.raw_data(), w, c.stream())
+                  : kern::CrossEntropyForward(ldt, kt, rows, vocab, d_logits.raw_data(), d_t.raw_data(), -100, pe,
+                                              w, pl, c.stream());
+    if (e == 0 && !fused)
+      e = kern::CrossEntropyBackward(ldt, kt, rows, vocab, dl, d_logits.raw_data(), d_t.raw_data(), pe, -100,
+                                     g.raw_data(), w + rows, c.stream());
+    LOOM_RETURN_IF_ERROR(CudaErrorStatus(e, "cross_entropy"));
+    LOOM_ASSIGN_OR_RETURN(g, ToHostSync(c, g));
+  }
+  LOOM_ASSIGN_OR_RETURN(Vec ol, c.Down(loss));
+  LOOM_ASSIGN_OR_RETURN(Vec oe, c.Down(lse));
+  return Errors{{"loss", RelErr(ol, {rloss})},
+                {"lse", RelErr(oe, rlse)},
+                {"dlogits", RelErr(grad[0].ToVector(), rdl)},
+                {"rerun", RerunBits(grad[0], grad[1])}};
 }
 
-// ---- AdamW -------------------------------------------------------------------------------
-absl::StatusOr<Errors> CheckAdamW(Checker& c, DType grad_dt, const std::vector<int64_t>& sizes) {
-  const double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1;
-  const int64_t step = 10;
-  struct Param {
-    HostInput p, g, m, v;
-    Tensor dp, dg, dm, dv, dpb;
-    bool decay;
+// The step-kernel rows of the table (column sums, grad norm, cross-entropy).
+void AddStepKernelChecks(Checker& c, const RunFn& run) {
+  const DType bf = DType::kBF16, f32 = DType::kF32;
+  struct SumCase {
+    DType dt;
+    int64_t rows, cols, offset;
   };
-  std::vector<Param> ps(sizes.size());
-  std::vector<AdamWTensor> ts;
-  for (size_t i = 0; i < sizes.size(); ++i) {
-    Param& q = ps[i];
-    const int64_t n = sizes[i];
-    q.p = c.Normal({n}, DType::kF32, 1.0);
-    q.g = c.Normal({n}, grad_dt, 0.1);
-    q.m = c.Normal({n}, DType::kF32, 0.01);
-    q.v = c.Uniform({n}, DType::kF32, 1e-5, 1e-3);
-    q.decay = i % 2 == 0;
-    LOOM_ASSIGN_OR_RETURN(q.dp, c.Up(q.p.host));
-    LOOM_ASSIGN_OR_RETURN(q.dg, c.Up(q.g.host));
-    LOOM_ASSIGN_OR_RETURN(q.dm, c.Up(q.m.host));
-    LOOM_ASSIGN_OR_RETURN(q.dv, c.Up(q.v.host));
-    LOOM_ASSIGN_OR_RETURN(q.dpb, c.Poisoned({n}, DType::kBF16));
-    ts.push_back({static_cast<float*>(q.dp.raw_data()), q.dg.raw_data(), static_cast<float*>(q.dm.raw_data()),
-                  static_cast<float*>(q.dv.raw_data()), n, q.decay, q.dpb.raw_data()});
-  }
-  LOOM_ASSIGN_OR_RETURN(auto opt, AdamWMultiTensor::Create(ts, grad_dt));
-  AdamWHyper h;
-  h.lr = lr, h.beta1 = b1, h.beta2 = b2, h.eps = eps, h.weight_decay = wd, h.step = step;
-  LOOM_RETURN_IF_ERROR(opt->Step(h, c.stream()));
-  Vec dp_out, dp_ref, m_out, m_ref, v_out, v_ref, pb_out, pb_ref;
-  for (Param& q : ps) {
-    Vec p = q.p.values, m = q.m.values, v = q.v.values;
-    ref::AdamW(p, q.g.values, m, v, lr, b1, b2, eps, wd, step, q.decay);
-    LOOM_ASSIGN_OR_RETURN(Vec op, c.Down(q.dp));
-    LOOM_ASSIGN_OR_RETURN(Vec om, c.Down(q.dm));
-    LOOM_ASSIGN_OR_RETURN(Vec ov, c.Down(q.dv));
-    LOOM_ASSIGN_OR_RETURN(Vec opb, c.Down(q.dpb));
-    for (size_t i = 0; i < p.size(); ++i) {
-      dp_out.push_back(op[i] - q.p.values[i]);  // compare the update, not the (much larger) weight
-      dp_ref.push_back(p[i] - q.p.values[i]);
-    }
-    m_out.insert(m_out.end(), om.begin(), om.end());
-    m_ref.insert(m_ref.end(), m.begin(), m.end());
-    v_out.insert(v_out.end(), ov.begin(), ov.end());
-    v_ref.insert(v_ref.end(), v.begin(), v.end());
-    pb_out.insert(pb_out.end(), opb.begin(), opb.end());
-    for (double x : op) pb_ref.push_back(static_cast<float>(BF16(static_cast<float>(x))));  // exactly the f32 result, rounded
-  }
-  return Errors{{"param_update", RelErr(dp_out, dp_ref)},
-                {"m", RelErr(m_out, m_ref)},
-                {"v", RelErr(v_out, v_ref)},
-                {"param_bf16", RelErr(pb_out, pb_ref)}};
+  // bf16 aligned, cols % 8 == 0: the 16-byte kernel (70000 rows: more than 256
+  // parts of 128); unaligned and f32: one column per thread.
+  for (const SumCase& s : std::vector<SumCase>{{bf, 16384, 768, 0}, {bf, 16384, 2304, 0}, {bf, 16384, 3072, 0},
+                                               {bf, 70000, 136, 0}, {bf, 37, 200, 0}, {bf, 300, 768, 1},
+                                               {f32, 513, 100, 0}})
+    run("sum_rows -> f32", s.dt, absl::StrCat(ShapeStr({{"rows", s.rows}, {"cols", s.cols}}), s.offset ? " +1" : ""),
+        1e-5, [&] { return CheckSumRows(c, s.dt, s.rows, s.cols, s.offset); });
+  run("grad_norm multi-tensor (8 tensors)", f32, "f32+bf16, aligned or not", 1e-5, [&] { return CheckGradNorm(c); });
+  struct CeCase {
+    DType dt, tdt;
+    int64_t rows, vocab;
+  };
+  // bf16, vocab % 8 == 0: the vectorised kernels (fused: the row in shared
+  // memory); vocab % 8 != 0 and f32: the one-element kernels.
+  for (bool fused : {true, false})
+    for (const CeCase& e : std::vector<CeCase>{{bf, DType::kI64, 64, 50304}, {bf, DType::kI32, 33, 1000},
+                                               {bf, DType::kI64, 20, 1003}, {f32, DType::kI32, 17, 5000}})
+      run(fused ? "cross_entropy fused fwd+bwd" : "cross_entropy fwd, bwd", e.dt,
+          absl::StrCat(ShapeStr({{"rows", e.rows}, {"vocab", e.vocab}}), " ", DTypeName(e.tdt)),
+          e.dt == f32 ? 1e-4 : 1e-2, [&] { return CheckCrossEntropy(c, e.dt, e.tdt, e.rows, e.vocab, fused); });
 }
+#else
+void AddStepKernelChecks(Checker&, const RunFn&) {}  // the raw kernels exist only in CUDA builds
+#endif
 
 }  // namespace
 
@@ -417,42 +430,18 @@ absl::StatusOr<std::vector<CheckResult>> RunKernelChecks(const CheckOptions& opt
     run(absl::StrCat("gemm ", EpilogueName(g.epi), " tA=", g.ta, " tB=", g.tb), g.dtype,
         ShapeStr({{"m", g.m}, {"n", g.n}, {"k", g.k}}), Tol(g.dtype), [&] { return CheckGemm(c, g); });
   }
-  const int64_t n = (int64_t{1} << 20) * scale + 3;
-  for (DType dt : {DType::kF32, DType::kBF16})
-    for (const char* op : {"add", "mul", "gelu_tanh", "gelu_erf", "gelu_tanh_backward", "gelu_erf_backward"})
-      run(op, dt, ShapeStr({{"n", n}}), Tol(dt), [&] { return CheckElementwise(c, op, dt, n); });
   for (DType dt : {DType::kF32, DType::kBF16}) {
-    run("layernorm", dt, ShapeStr({{"rows", 512}, {"cols", 768}}), Tol(dt),
-        [&] { return CheckLayerNormFwd(c, dt, 512, 768, false); });
-    run("layernorm +residual", dt, ShapeStr({{"rows", 300}, {"cols", 1000}}), Tol(dt),
-        [&] { return CheckLayerNormFwd(c, dt, 300, 1000, true); });
-    run("layernorm_backward +dresidual +colsum", dt, ShapeStr({{"rows", 512}, {"cols", 768}}), Tol(dt),
-        [&] { return CheckLayerNormBwd(c, dt, 512, 768, true); });
-    run("layernorm_backward +dresidual +colsum", dt, ShapeStr({{"rows", 1000}, {"cols", 4100}}), Tol(dt),
-        [&] { return CheckLayerNormBwd(c, dt, 1000, 4100, true); });
-    // Warp-per-row kernels: a narrow odd width, and more rows than warps in the grid.
-    run("layernorm +residual", dt, ShapeStr({{"rows", 37}, {"cols", 200}}), Tol(dt),
-        [&] { return CheckLayerNormFwd(c, dt, 37, 200, true); });
-    run("layernorm +residual", dt, ShapeStr({{"rows", 16384}, {"cols", 768}}), Tol(dt),
-        [&] { return CheckLayerNormFwd(c, dt, 16384, 768, true); });
-    run("layernorm_backward +dresidual +colsum", dt, ShapeStr({{"rows", 37}, {"cols", 200}}), Tol(dt),
-        [&] { return CheckLayerNormBwd(c, dt, 37, 200, true); });
-    run("layernorm_backward +dresidual", dt, ShapeStr({{"rows", 5000}, {"cols", 384}}), Tol(dt),
-        [&] { return CheckLayerNormBwd(c, dt, 5000, 384, false); });
-    // The GPT-2 shape: the vectorised bf16 kernel with several rows per warp.
-    run("layernorm_backward +dresidual", dt, ShapeStr({{"rows", 16384}, {"cols", 768}}), Tol(dt),
-        [&] { return CheckLayerNormBwd(c, dt, 16384, 768, false); });
-    run("layernorm_backward +dresidual +colsum", dt, ShapeStr({{"rows", 16384}, {"cols", 768}}), Tol(dt),
-        [&] { return CheckLayerNormBwd(c, dt, 16384, 768, true); });
-    run("cross_entropy fwd+bwd", dt, ShapeStr({{"rows", 64 * scale}, {"vocab", 50304}}), Tol(dt),
-        [&] { return CheckCrossEntropy(c, dt, 64 * scale, 50304); });
-    run("cross_entropy fwd+bwd", dt, ShapeStr({{"rows", 33}, {"vocab", 1000}}), Tol(dt),
-        [&] { return CheckCrossEntropy(c, dt, 33, 1000); });
+    struct LnCase {
+      int64_t rows, cols;
+    };
+    // 512x768, 16384x768 (the GPT-2 shape: the vectorised kernel in bf16,
+    // several rows per warp), 37x200 (a narrow odd width: a warp per row),
+    // 5000x384, and 1000x4100 (wider than 1024: a block per row).
+    for (const LnCase& l : std::vector<LnCase>{{512, 768}, {16384, 768}, {37, 200}, {5000, 384}, {1000, 4100}})
+      run("layernorm_backward +dresidual", dt, ShapeStr({{"rows", l.rows}, {"cols", l.cols}}), Tol(dt),
+          [&] { return CheckLayerNormBwd(c, dt, l.rows, l.cols); });
   }
-  const std::vector<int64_t> sizes = {1, 777, 16384, 16385, 100003, 250000 * scale};
-  for (DType dt : {DType::kF32, DType::kBF16})
-    run("adamw multi-tensor (6 tensors, 1 launch)", dt, ShapeStr({{"numel", 383550 + 250000 * (scale - 1)}}),
-        1e-4, [&] { return CheckAdamW(c, dt, sizes); });
+  AddStepKernelChecks(c, run);
   return rows;
 }
 

@@ -1,11 +1,15 @@
-// Every CUDA kernel (ops.h, gemm.h) against its fp64 CPU reference (reference.h).
+// Every hand-written CUDA kernel of this folder (gemm.h, layernorm.h, and the
+// raw-pointer kernels: reductions.h, cross_entropy.h) against its fp64 CPU
+// reference (reference.h).
 //
 // Each check draws fresh random inputs (Philox, seeded), rounds them to the
 // kernel's dtype, uploads them, poisons every output with 0xFF bytes (NaN in
 // f32 and bf16), runs the kernel and compares each output by
 // ||out - ref|| / ||ref||. A check passes when every output is finite and its
 // error is under the tolerance: 1e-4 for f32 (true f32, no TF32), 1e-2 for
-// bf16. Used by cuda_kernels_test (skips without a GPU) and bench/cuda/gpu_check.
+// bf16 (column sums and the grad norm: 1e-5). The reductions and the
+// cross-entropy also run twice and must give the same bits ("rerun" 0 or inf).
+// Used by cuda_kernels_test (skips without a GPU) and bench/cuda/gpu_check.
 #pragma once
 
 #include <cstdint>

@@ -88,30 +88,21 @@ void LayerNormBwd(int64_t rows, int64_t cols, const Vec& dy, const Vec& x, const
 }
 
 void CrossEntropy(int64_t rows, int64_t vocab, const Vec& logits, const std::vector<int32_t>& t, double scale,
-                  Vec* losses, Vec* dlogits) {
+                  Vec* losses, Vec* dlogits, Vec* lse) {
   losses->assign(rows, 0.0);
   dlogits->assign(rows * vocab, 0.0);
+  if (lse) lse->assign(rows, 0.0);
   for (int64_t r = 0; r < rows; ++r) {
-    if (t[r] < 0) continue;
     const double* x = &logits[r * vocab];
     const double mx = *std::max_element(x, x + vocab);
     double s = 0;
     for (int64_t c = 0; c < vocab; ++c) s += std::exp(x[c] - mx);
-    const double lse = mx + std::log(s);
-    (*losses)[r] = lse - x[t[r]];
+    const double l = mx + std::log(s);
+    if (lse) (*lse)[r] = l;
+    if (t[r] < 0) continue;
+    (*losses)[r] = l - x[t[r]];
     for (int64_t c = 0; c < vocab; ++c)
-      (*dlogits)[r * vocab + c] = scale * (std::exp(x[c] - lse) - (c == t[r] ? 1.0 : 0.0));
-  }
-}
-
-void AdamW(Vec& p, const Vec& g, Vec& m, Vec& v, double lr, double beta1, double beta2, double eps, double wd,
-           int64_t step, bool decay) {
-  const double bc1 = 1 - std::pow(beta1, double(step)), bc2 = 1 - std::pow(beta2, double(step));
-  for (size_t i = 0; i < p.size(); ++i) {
-    if (decay) p[i] *= 1 - lr * wd;
-    m[i] = beta1 * m[i] + (1 - beta1) * g[i];
-    v[i] = beta2 * v[i] + (1 - beta2) * g[i] * g[i];
-    p[i] -= lr / bc1 * m[i] / (std::sqrt(v[i]) / std::sqrt(bc2) + eps);
+      (*dlogits)[r * vocab + c] = scale * (std::exp(x[c] - l) - (c == t[r] ? 1.0 : 0.0));
   }
 }
 

@@ -1,4 +1,4 @@
-// fp64 CPU references for the CUDA kernels (kernels/cuda/ops.h, gemm.h).
+// fp64 CPU references for the CUDA kernels (gemm.h, layernorm.h, cross_entropy.h).
 // Row-major, contiguous, plain loops: readable over fast. The CUDA checks
 // (checks.h) feed these the same (dtype-rounded) inputs as the kernels.
 #pragma once
@@ -28,12 +28,9 @@ void LayerNormBwd(int64_t rows, int64_t cols, const Vec& dy, const Vec& x, const
                   const Vec& dres, Vec* dx, Vec* dw, Vec* db);
 
 // losses[r] = logsumexp(x[r]) - x[r, t[r]] (0 for t < 0);
-// dlogits = scale * (softmax - onehot) (0 rows for t < 0).
+// dlogits = scale * (softmax - onehot) (0 rows for t < 0);
+// lse[r] = logsumexp(x[r]) for every row (when lse is given).
 void CrossEntropy(int64_t rows, int64_t vocab, const Vec& logits, const std::vector<int32_t>& t, double scale,
-                  Vec* losses, Vec* dlogits);
-
-// One AdamW step (PyTorch's formulation) on p, m, v in place.
-void AdamW(Vec& p, const Vec& g, Vec& m, Vec& v, double lr, double beta1, double beta2, double eps, double wd,
-           int64_t step, bool decay);
+                  Vec* losses, Vec* dlogits, Vec* lse = nullptr);
 
 }  // namespace loom::cuda::ref

@@ -2,7 +2,6 @@
 // (runtime-dispatched) and the mask view. See sdpa_internal.h.
 #include <algorithm>
 #include <atomic>
-#include <cstdlib>
 #include <mutex>
 #include <vector>
 
@@ -87,7 +86,7 @@ __attribute__((target("avx512f"))) inline void MicroKernel32(int64_t K, const fl
 }  // namespace
 
 bool UseAvx512() {
-  static const bool supported = __builtin_cpu_supports("avx512f") && std::getenv("LOOM_SDPA_NO_AVX512") == nullptr;
+  static const bool supported = __builtin_cpu_supports("avx512f");
   const int mode = g_avx512_mode.load(std::memory_order_relaxed);
   return mode < 0 ? supported : (mode == 1 && __builtin_cpu_supports("avx512f"));
 }

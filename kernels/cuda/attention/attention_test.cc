@@ -68,7 +68,7 @@ TEST(FlashAttention, BadArgumentsAreInvalidArgument) {
   a = ValidArgs();
   ExpectInvalid(a, "dout", /*backward=*/true);
   // f32 dQ accumulator and delta, rounded up to 256 bytes; the stored-dS
-  // variant (the default while dS fits FlashDsLimitBytes()) adds dS^T padded
+  // variant (the default while dS fits ds_limit_bytes) adds dS^T padded
   // to 64 keys x 128 queries per head.
   const int64_t base = (1 * 4 * 8 * 65 * 4 + 255) / 256 * 256, ds = 1 * 4 * 64 * 128 * 2;
   a = ValidArgs();
@@ -77,14 +77,23 @@ TEST(FlashAttention, BadArgumentsAreInvalidArgument) {
   a.bwd_variant = kFlashBwdDsVariant;
   EXPECT_EQ(FlashDsWorkspaceBytes(a), ds);
   EXPECT_EQ(FlashAttentionBwdWorkspaceBytes(a), base + ds);
-  ASSERT_GE(FlashDsLimitBytes(), ds);
+  ASSERT_GE(ValidArgs().ds_limit_bytes, ds);
+  EXPECT_EQ(ValidArgs().ds_limit_bytes, kFlashDefaultDsLimitBytes);
   EXPECT_EQ(FlashResolvedBackwardVariant(ValidArgs()), kFlashBwdWgmmaDs1Variant);
+  a = ValidArgs();  // a limit below this dS: the two-pass default
+  a.ds_limit_bytes = ds - 1;
+  EXPECT_EQ(FlashResolvedBackwardVariant(a), FlashDefaultBackwardVariant(64));
+  EXPECT_EQ(FlashAttentionBwdWorkspaceBytes(a), base);
+  a.ds_limit_bytes = -1;
+  ExpectInvalid(a, "ds_limit_bytes");
+  a = ValidArgs();
+  a.bwd_variant = kFlashBwdDsVariant;
   a.bwd_variant = kFlashBwdWgmmaDsVariant;  // the wgmma dK/dV passes: the same workspace
   EXPECT_EQ(FlashAttentionBwdWorkspaceBytes(a), base + ds);
   EXPECT_EQ(FlashAttentionBwdWorkspaceBytes(ValidArgs()), base + ds);
   a = ValidArgs();  // dS past the limit: the two-pass default, no dS workspace
   a.heads = 64, a.kv_heads = 64, a.seq_q = a.seq_k = 65536;
-  ASSERT_GT(FlashDsWorkspaceBytes(a), FlashDsLimitBytes());
+  ASSERT_GT(FlashDsWorkspaceBytes(a), a.ds_limit_bytes);
   EXPECT_EQ(FlashResolvedBackwardVariant(a), FlashDefaultBackwardVariant(64));
   EXPECT_EQ(FlashAttentionBwdWorkspaceBytes(a), (int64_t{64} * 65536 * 65 * 4 + 255) / 256 * 256);
 }

@@ -103,6 +103,25 @@ absl::Status CudnnSdpaValidate(const CudnnSdpaArgs& a, bool backward) {
   return absl::OkStatus();
 }
 
+namespace {
+std::mutex g_options_mu;
+CudnnSdpaOptions g_options;
+}  // namespace
+
+absl::Status SetCudnnSdpaOptions(const CudnnSdpaOptions& o) {
+  if (o.max_engine_configs < 1 || o.max_engine_configs > 16)
+    return absl::InvalidArgumentError(
+        absl::StrCat("cudnn sdpa: max_engine_configs: must be in [1, 16], got ", o.max_engine_configs));
+  std::lock_guard<std::mutex> lock(g_options_mu);
+  g_options = o;
+  return absl::OkStatus();
+}
+
+CudnnSdpaOptions GetCudnnSdpaOptions() {
+  std::lock_guard<std::mutex> lock(g_options_mu);
+  return g_options;
+}
+
 #ifndef LOOM_HAVE_CUDA
 
 absl::Status CudnnAvailable() { return absl::UnavailableError("cuDNN not found: Loom was built without CUDA"); }
@@ -530,15 +549,10 @@ absl::Status BuildForward(Builder& g, const Shape& s, cudnnDataType_t io, bool c
   return g.Matmul("P V", p, v, o);
 }
 
-// Backward variants (tried in order until cuDNN takes one): the dQ f32
-// accumulator on or off, and the data type of the K view for dQ = dS K.
-struct BwdVariant {
-  bool dq_accum;
-  bool k_view_io_type;
-};
-constexpr BwdVariant kBwdVariants[] = {{true, true}, {true, false}, {false, true}};
-
-absl::Status BuildBackward(Builder& g, const Shape& s, cudnnDataType_t io, bool causal, BwdVariant var) {
+// The backward graph. dQ = dS K goes through an f32 accumulator, with the K
+// view in the i/o type (of the three forms timed, this one was fastest:
+// kernels/cuda/attention/NOTES.md).
+absl::Status BuildBackward(Builder& g, const Shape& s, cudnnDataType_t io, bool causal) {
   const cudnnDataType_t f = CUDNN_DATA_FLOAT;
   LOOM_ASSIGN_OR_RETURN(TensorD q, g.Tensor(kQ, io, {s.b, s.h, s.tq, s.d}, {s.q.b, s.q.h, s.q.r, 1}, false));
   LOOM_ASSIGN_OR_RETURN(TensorD kt, g.Tensor(kK, io, {s.b, s.hk, s.d, s.tk}, {s.k.b, s.k.h, 1, s.k.r}, false));
@@ -593,33 +607,17 @@ absl::Status BuildBackward(Builder& g, const Shape& s, cudnnDataType_t io, bool 
   LOOM_RETURN_IF_ERROR(g.Reshape("dS^T", ds, dst));
   LOOM_RETURN_IF_ERROR(MatmulIntoKvHeads(g, "dS^T Q", "dK over heads", dst, q, dk, s, io));
 
-  // dQ = dS K (through the f32 accumulator when var.dq_accum).
-  LOOM_ASSIGN_OR_RETURN(TensorD kview, g.Virtual(var.k_view_io_type ? io : f, {s.b, s.hk, s.tk, s.d},
-                                                 {s.k.b, s.k.h, s.k.r, 1}));
+  // dQ = dS K, through the f32 accumulator.
+  LOOM_ASSIGN_OR_RETURN(TensorD kview, g.Virtual(io, {s.b, s.hk, s.tk, s.d}, {s.k.b, s.k.h, s.k.r, 1}));
   LOOM_RETURN_IF_ERROR(g.Reshape("K", kt, kview));
-  if (var.dq_accum) {
-    LOOM_ASSIGN_OR_RETURN(TensorD acc, g.Tensor(kDQAccum, f, {s.b, s.h, s.tq, s.d}, Builder::Packed({s.b, s.h, s.tq, s.d}),
-                                                false, false, /*reorder_f16x16=*/true));
-    LOOM_RETURN_IF_ERROR(g.Matmul("dS K", ds, kview, acc));
-    LOOM_RETURN_IF_ERROR(g.Pointwise("dQ from accumulator", CUDNN_POINTWISE_IDENTITY, f, acc, nullptr, nullptr, dq));
-  } else {
-    LOOM_RETURN_IF_ERROR(g.Matmul("dS K", ds, kview, dq));
-  }
+  LOOM_ASSIGN_OR_RETURN(TensorD acc, g.Tensor(kDQAccum, f, {s.b, s.h, s.tq, s.d}, Builder::Packed({s.b, s.h, s.tq, s.d}),
+                                              false, false, /*reorder_f16x16=*/true));
+  LOOM_RETURN_IF_ERROR(g.Matmul("dS K", ds, kview, acc));
+  LOOM_RETURN_IF_ERROR(g.Pointwise("dQ from accumulator", CUDNN_POINTWISE_IDENTITY, f, acc, nullptr, nullptr, dq));
   return absl::OkStatus();
 }
 
 // ---------------------------------------------------------------- plans, handles, runs
-
-// How many engine configs a plan keeps to time (LOOM_CUDNN_CONFIGS, default
-// 4; 1 = the heuristics' first, untimed).
-int MaxConfigs() {
-  static const int n = [] {
-    const char* e = std::getenv("LOOM_CUDNN_CONFIGS");
-    const int v = e != nullptr && *e ? std::atoi(e) : 4;
-    return v < 1 ? 1 : v > 16 ? 16 : v;
-  }();
-  return n;
-}
 
 struct Plan {
   std::unique_ptr<Builder> graph;  // owns the plan descriptors and everything they came from
@@ -676,41 +674,29 @@ absl::StatusOr<std::shared_ptr<Plan>> GetPlanLocked(State& st, const CudnnSdpaAr
   }
   cudnnHandle_t handle = st.handles[dev];
   const cudnnDataType_t io = IoType(a.dtype);
-  std::vector<std::string> errors;
-  const int n_variants = backward ? static_cast<int>(sizeof(kBwdVariants) / sizeof(kBwdVariants[0])) : 1;
-  // LOOM_CUDNN_BWD_GRAPH=i (experiments): only backward graph variant i.
-  int first = 0, last = n_variants - 1;
-  if (const char* e = std::getenv("LOOM_CUDNN_BWD_GRAPH"); backward && e != nullptr && *e) {
-    first = last = std::atoi(e);
-    if (first < 0 || first >= n_variants)
-      return absl::InvalidArgumentError(absl::StrCat("LOOM_CUDNN_BWD_GRAPH: must be in [0, ", n_variants, ")"));
-  }
-  for (int i = first; i <= last; ++i) {
-    auto g = std::make_unique<Builder>();
-    absl::Status built = backward ? BuildBackward(*g, s, io, a.causal, kBwdVariants[i]) : BuildForward(*g, s, io, a.causal);
-    if (built.ok()) built = g->BuildPlans(handle, MaxConfigs());
-    if (!built.ok()) {
-      errors.push_back(absl::StrCat(backward ? absl::StrCat("graph variant ", i, ": ") : "", built.message()));
-      continue;
-    }
+  auto g = std::make_unique<Builder>();
+  absl::Status built = backward ? BuildBackward(*g, s, io, a.causal) : BuildForward(*g, s, io, a.causal);
+  if (built.ok()) built = g->BuildPlans(handle, GetCudnnSdpaOptions().max_engine_configs);
+  if (built.ok()) {
     auto plan = std::make_shared<Plan>();
     for (const Builder::Config& c : g->configs()) plan->plan_workspace = std::max(plan->plan_workspace, c.workspace);
-    plan->accum_bytes = backward && kBwdVariants[i].dq_accum ? s.b * s.h * s.tq * s.d * int64_t{4} : 0;
+    plan->accum_bytes = backward ? s.b * s.h * s.tq * s.d * int64_t{4} : 0;
     plan->graph = std::move(g);
     st.plans[key] = plan;
     *handle_out = handle;
     return plan;
   }
   absl::Status fail = absl::UnimplementedError(
-      absl::StrCat("cudnn sdpa: ", key, ": cuDNN ", Api().version, " took no graph: ", absl::StrJoin(errors, " | ")));
+      absl::StrCat("cudnn sdpa: ", key, ": cuDNN ", Api().version, " took no graph: ", built.message()));
   st.failures[key] = fail;
   return fail;
 }
 
 // Times every engine config of `plan` on the caller's buffers (a warm-up, then
 // the median of three runs, CUDA events) and keeps the fastest in plan.chosen;
-// LOOM_CUDNN_VERBOSE=1 prints the timings. One config: chosen untimed.
-absl::Status ChooseConfig(Plan& plan, cudaStream_t stream, const std::function<absl::Status(int)>& execute) {
+// `verbose` prints the timings. One config: chosen untimed.
+absl::Status ChooseConfig(Plan& plan, cudaStream_t stream, bool verbose,
+                          const std::function<absl::Status(int)>& execute) {
   const std::vector<Builder::Config>& cfgs = plan.graph->configs();
   if (cfgs.size() == 1) {
     plan.chosen = 0;
@@ -749,8 +735,7 @@ absl::Status ChooseConfig(Plan& plan, cudaStream_t stream, const std::function<a
   std::sort(times.begin(), times.end());
   plan.chosen = times[0].second;
   plan.choice = absl::StrCat(cfgs[plan.chosen].name, ", fastest of ", times.size(), " timed (", all, ")");
-  if (const char* v = std::getenv("LOOM_CUDNN_VERBOSE"); v != nullptr && *v && std::string(v) != "0")
-    std::fprintf(stderr, "cudnn sdpa: %s\n", plan.choice.c_str());
+  if (verbose) std::fprintf(stderr, "cudnn sdpa: %s\n", plan.choice.c_str());
   return absl::OkStatus();
 }
 
@@ -831,7 +816,7 @@ absl::Status Run(const CudnnSdpaArgs& a, bool backward) {
     if (cap != cudaStreamCaptureStatusNone) {
       config = 0;  // no timing inside a capture: the heuristics' first, this once
     } else {
-      LOOM_RETURN_IF_ERROR(ChooseConfig(*plan, stream, execute));
+      LOOM_RETURN_IF_ERROR(ChooseConfig(*plan, stream, GetCudnnSdpaOptions().verbose, execute));
       config = plan->chosen;
     }
   }

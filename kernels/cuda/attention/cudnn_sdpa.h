@@ -14,17 +14,18 @@
 // means contiguous [B, H, T, D]. The forward graph is matmul(Q, K^T) -> scale ->
 // causal mask (row >= col, else lowest float) -> softmax with stats -> matmul
 // with V; the backward recomputes P from the stats and gives dQ (summed into an
-// f32 accumulator, zeroed per call: NOT bit-deterministic run to run), dK, dV
-// (GQA: summed over the query heads of each kv head).
+// f32 accumulator: NOT bit-deterministic run to run), dK, dV (GQA: summed over
+// the query heads of each kv head).
 //
 // One plan per shape key (dtype, dims, strides, causal), built on the first
-// call (operation graph -> heuristics -> up to LOOM_CUDNN_CONFIGS (4) engine
-// configs that finalize) and cached for the process; the first run outside a
+// call (operation graph -> heuristics -> up to CudnnSdpaOptions::
+// max_engine_configs (4) engine configs that finalize) and cached for the
+// process; the first run outside a
 // CUDA graph capture times each config on the caller's buffers and keeps the
 // fastest (CudnnSdpaEngineChoice says which). Building a plan may allocate and
 // synchronize, so the first call of a shape must not be inside CUDA graph
 // stream capture (refused with FailedPrecondition); later calls are: they only
-// set the stream, memset the dQ accumulator (backward) and launch.
+// set the stream (cuDNN before 9.6: memset the dQ accumulator) and launch.
 // Workspace: the caller's (workspace, workspace_bytes) when large enough
 // (CudnnSdpaWorkspaceBytes), else a block of the device's caching allocator,
 // stream-ordered.
@@ -65,6 +66,20 @@ struct CudnnSdpaArgs {
   int64_t workspace_bytes = 0;
   StreamHandle stream = nullptr;
 };
+
+// Process-wide settings of the cuDNN path. Set them before the first plan is
+// built: plans (and the engine config each one timed) are cached.
+struct CudnnSdpaOptions {
+  // Engine configs a plan keeps (heuristics mode A, then the fallback list's
+  // other engines) and times on its first run outside capture; the fastest
+  // runs from then on. 1: the heuristics' first, untimed. In [1, 16].
+  int max_engine_configs = 4;
+  // Print each plan's engine-config timings to stderr (a debug aid).
+  bool verbose = false;
+};
+// InvalidArgument naming the field when one is out of range.
+absl::Status SetCudnnSdpaOptions(const CudnnSdpaOptions& o);
+CudnnSdpaOptions GetCudnnSdpaOptions();
 
 // Ok when libcudnn.so.9 loaded and has the backend API; else Unavailable
 // ("cuDNN not found: ...", or the build lacks CUDA).

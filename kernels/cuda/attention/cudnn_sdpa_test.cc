@@ -81,5 +81,25 @@ TEST(CudnnSdpa, NoCrashWithoutDevice) {
   EXPECT_EQ(CudnnSdpaForward(a).code(), absl::StatusCode::kUnimplemented);  // validation first
 }
 
+TEST(CudnnSdpa, OptionsAreCheckedAndKept) {
+  const CudnnSdpaOptions before = GetCudnnSdpaOptions();
+  EXPECT_EQ(before.max_engine_configs, 4);
+  EXPECT_FALSE(before.verbose);
+  CudnnSdpaOptions o;
+  o.max_engine_configs = 0;
+  absl::Status s = SetCudnnSdpaOptions(o);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(s.message()).find("max_engine_configs"), std::string::npos) << s;
+  o.max_engine_configs = 17;
+  EXPECT_EQ(SetCudnnSdpaOptions(o).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(GetCudnnSdpaOptions().max_engine_configs, 4) << "a refused setting changes nothing";
+  o.max_engine_configs = 1;
+  o.verbose = true;
+  ASSERT_TRUE(SetCudnnSdpaOptions(o).ok());
+  EXPECT_EQ(GetCudnnSdpaOptions().max_engine_configs, 1);
+  EXPECT_TRUE(GetCudnnSdpaOptions().verbose);
+  ASSERT_TRUE(SetCudnnSdpaOptions(before).ok());
+}
+
 }  // namespace
 }  // namespace loom::cuda

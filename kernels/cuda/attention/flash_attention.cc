@@ -5,7 +5,6 @@
 
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
@@ -46,6 +45,7 @@ absl::Status Validate(const char* op, const FlashAttnArgs& a, bool backward) {
     return Bad(op, "bwd_variant", absl::StrCat("must be in [0, ", attn::kBwdVariants, "], got ", a.bwd_variant));
   if (a.dq_variant < 0 || a.dq_variant > attn::kDqVariants)
     return Bad(op, "dq_variant", absl::StrCat("must be in [0, ", attn::kDqVariants, "], got ", a.dq_variant));
+  if (a.ds_limit_bytes < 0) return Bad(op, "ds_limit_bytes", absl::StrCat("must be >= 0, got ", a.ds_limit_bytes));
   if (a.deterministic && a.bwd_variant == attn::kBwdAtomicVariant)
     return Bad(op, "bwd_variant", "the atomic-dQ variant is not deterministic (deterministic is set)");
   if (!std::isfinite(a.scale) || a.scale < 0)
@@ -210,17 +210,9 @@ int64_t FlashAttentionBwdWorkspaceBytes(const FlashAttnArgs& a) {
   return BaseWorkspaceBytes(a) + (UsesDs(a) ? FlashDsWorkspaceBytes(a) : 0);
 }
 
-int64_t FlashDsLimitBytes() {
-  static const int64_t limit = [] {
-    const char* e = std::getenv("LOOM_FLASH_DS_LIMIT");
-    return e != nullptr && *e != '\0' ? std::strtoll(e, nullptr, 10) : int64_t{8} << 30;
-  }();
-  return limit;
-}
-
 int FlashResolvedBackwardVariant(const FlashAttnArgs& a) {
   if (a.bwd_variant > 0) return a.bwd_variant;
-  return FlashDsWorkspaceBytes(a) <= FlashDsLimitBytes() ? attn::kBwdWgmmaDs1Variant
+  return FlashDsWorkspaceBytes(a) <= a.ds_limit_bytes ? attn::kBwdWgmmaDs1Variant
                                                           : attn::BwdDefaultVariant(static_cast<int>(a.head_dim));
 }
 

@@ -29,7 +29,7 @@
 // argument, also in builds without CUDA), then launches asynchronously on
 // `stream` and returns the launch error. By default the backward is
 // deterministic: dK/dV, with dS stored to the workspace while that takes at
-// most FlashDsLimitBytes(), then dQ from it (else dQ by its own pass); the variant
+// most FlashAttnArgs::ds_limit_bytes, then dQ from it (else dQ by its own pass); the variant
 // fields pick among the compiled kernel configurations (flash_variants.h),
 // which the SDPA dispatcher (sdpa_dispatch.h) times per shape. Only
 // bwd_variant == kFlashBwdAtomicVariant sums dQ with f32 atomics (last bits
@@ -49,6 +49,10 @@ namespace loom::cuda {
 struct FlashStrides {
   int64_t batch = 0, head = 0, row = 0;
 };
+
+// FlashAttnArgs::ds_limit_bytes by default: 8 GiB (B H Tq Tk bf16 elements of
+// dS: B4 H16 T4096 takes 2.1 GB, B2 H16 T8192 4.3 GB).
+inline constexpr int64_t kFlashDefaultDsLimitBytes = int64_t{8} << 30;
 
 struct FlashAttnArgs {
   DType dtype = DType::kBF16;  // kBF16 or kF16
@@ -78,6 +82,10 @@ struct FlashAttnArgs {
   int fwd_variant = 0;
   int bwd_variant = 0;
   int dq_variant = 0;
+  // The most dS workspace the default backward (bwd_variant 0) takes: the
+  // stored-dS backward while FlashDsWorkspaceBytes fits, else the two-pass
+  // default (0: never the stored-dS variant by default).
+  int64_t ds_limit_bytes = kFlashDefaultDsLimitBytes;
   StreamHandle stream = nullptr;
 };
 
@@ -88,13 +96,10 @@ absl::Status FlashAttentionForward(const FlashAttnArgs& a);
 int64_t FlashAttentionBwdWorkspaceBytes(const FlashAttnArgs& a);
 // The dS part of the stored-dS variant's workspace (whatever a.bwd_variant is).
 int64_t FlashDsWorkspaceBytes(const FlashAttnArgs& a);
-// The most dS workspace the default backward takes: $LOOM_FLASH_DS_LIMIT
-// bytes (default 8 GiB; 0: never the stored-dS variant by default).
-int64_t FlashDsLimitBytes();
 // The backward variant a call runs: a.bwd_variant, or when 0 the stored-dS
 // backward with the one-warpgroup wgmma dK/dV pass (kFlashBwdWgmmaDs1Variant;
 // mma.sync's pass off compute capability 9.0) if FlashDsWorkspaceBytes(a) <=
-// FlashDsLimitBytes(), else the two-pass default for the head dim.
+// a.ds_limit_bytes, else the two-pass default for the head dim.
 int FlashResolvedBackwardVariant(const FlashAttnArgs& a);
 absl::Status FlashAttentionBackward(const FlashAttnArgs& a);
 

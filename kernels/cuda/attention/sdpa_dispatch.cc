@@ -63,6 +63,7 @@ FlashAttnArgs ToFlash(const SdpaCandidate& c, const SdpaArgs& a) {
   f.scale = a.scale;
   f.deterministic = a.deterministic;
   f.fwd_variant = c.fwd_variant, f.bwd_variant = c.bwd_variant, f.dq_variant = c.dq_variant;
+  f.ds_limit_bytes = a.ds_limit_bytes;
   f.q = a.q, f.k = a.k, f.v = a.v, f.o = a.o, f.lse = a.lse;
   f.dout = a.dout, f.dq = a.dq, f.dk = a.dk, f.dv = a.dv, f.workspace = a.workspace;
   f.q_strides = a.q_strides, f.k_strides = a.k_strides, f.v_strides = a.v_strides, f.o_strides = a.o_strides;
@@ -89,15 +90,6 @@ CudnnSdpaArgs ToCudnn(const SdpaArgs& a, bool backward) {
   c.o_strides = st(a.o_strides), c.dout_strides = st(a.dout_strides);
   c.dq_strides = st(a.dq_strides), c.dk_strides = st(a.dk_strides), c.dv_strides = st(a.dv_strides);
   return c;
-}
-
-// cuDNN's fused attention is a candidate (LOOM_SDPA_CUDNN=0 turns it off).
-bool CudnnEnabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("LOOM_SDPA_CUDNN");
-    return e == nullptr || std::string(e) != "0";
-  }();
-  return on;
 }
 
 attn::MathParams ToMath(const SdpaArgs& a) {
@@ -144,28 +136,30 @@ FlashAttnArgs ShapeOnly(const SdpaArgs& a, int bwd_variant) {
   f.batch = a.batch, f.heads = a.heads, f.kv_heads = a.kv_heads;
   f.seq_q = a.seq_q, f.seq_k = a.seq_k, f.head_dim = a.head_dim;
   f.bwd_variant = bwd_variant;
+  f.ds_limit_bytes = a.ds_limit_bytes;
   return f;
 }
 
 // The stored-dS flash backward needs B H Tq Tk elements of workspace: it is
-// a candidate while that is at most FlashDsLimitBytes() and the caller's
+// a candidate while that is at most a.ds_limit_bytes and the caller's
 // workspace holds it.
 bool DsFitsLimit(const SdpaArgs& a) {
-  return FlashDsWorkspaceBytes(ShapeOnly(a, kFlashBwdDsVariant)) <= FlashDsLimitBytes();
+  return FlashDsWorkspaceBytes(ShapeOnly(a, kFlashBwdDsVariant)) <= a.ds_limit_bytes;
 }
 
 }  // namespace
 
 int64_t SdpaBackwardWorkspaceBytes(const SdpaArgs& a) {
+  const int64_t math = attn::MathBwdWorkspaceFloats(ToMath(a)) * static_cast<int64_t>(sizeof(float));
+  if (!FlashTakes(a)) return math;  // the math kernel is the only candidate
   const FlashAttnArgs f = ShapeOnly(a, DsFitsLimit(a) ? kFlashBwdDsVariant : 0);
-  return std::max<int64_t>(FlashAttentionBwdWorkspaceBytes(f),
-                           attn::MathBwdWorkspaceFloats(ToMath(a)) * static_cast<int64_t>(sizeof(float)));
+  return std::max<int64_t>(FlashAttentionBwdWorkspaceBytes(f), math);
 }
 
 int64_t SdpaWorkspaceBytes(const SdpaArgs& a, bool backward) {
   int64_t bytes = backward ? SdpaBackwardWorkspaceBytes(a) : 0;
   const bool cudnn_ok = !backward || !a.deterministic || kCudnnSdpaBackwardDeterministic;
-  if (FlashTakes(a) && cudnn_ok && CudnnEnabled() && CudnnAvailable().ok()) {
+  if (FlashTakes(a) && cudnn_ok && CudnnAvailable().ok()) {
     absl::StatusOr<int64_t> c = CudnnSdpaWorkspaceBytes(ToCudnn(a, backward), backward);
     if (c.ok()) bytes = std::max(bytes, *c);  // else cuDNN fails the shape when timed, and is skipped
   }
@@ -194,6 +188,7 @@ absl::Status SdpaValidate(const SdpaArgs& a, bool backward) {
     return Bad("head_dim", absl::StrCat("must be in [1, ", attn::kMathMaxHeadDim, "], got ", a.head_dim));
   if (!std::isfinite(a.scale) || a.scale < 0)
     return Bad("scale", absl::StrCat("must be finite and > 0 (0: 1/sqrt(D)), got ", a.scale));
+  if (a.ds_limit_bytes < 0) return Bad("ds_limit_bytes", absl::StrCat("must be >= 0, got ", a.ds_limit_bytes));
   if (a.attn_mask != nullptr) {
     if (a.mask_dtype != DType::kBool && a.mask_dtype != DType::kF32 && a.mask_dtype != a.dtype)
       return Bad("mask_dtype", absl::StrCat("expected bool, f32 or q's dtype (", DTypeName(a.dtype), "), got ",
@@ -276,7 +271,7 @@ std::vector<SdpaCandidate> SdpaDispatcher::Candidates(const SdpaArgs& a, bool ba
   }
   // cuDNN: with an injected timer (tests) whether or not the library loads.
   const bool cudnn_deterministic_ok = !backward || !a.deterministic || kCudnnSdpaBackwardDeterministic;
-  if (CudnnEnabled() && cudnn_deterministic_ok && (timer_ || CudnnAvailable().ok())) {
+  if (cudnn_deterministic_ok && (timer_ || CudnnAvailable().ok())) {
     SdpaCandidate c;
     c.kind = SdpaCandidate::kCudnn;
     out.push_back(c);
@@ -460,7 +455,7 @@ absl::Status SdpaDispatcher::LoadCache(const std::string& path) {
     if (!(in >> kind >> d.pick.fwd_variant >> d.pick.bwd_variant >> d.pick.dq_variant >> d.ms)) continue;
     if (kind != SdpaCandidate::kFlash && kind != SdpaCandidate::kMath && kind != SdpaCandidate::kCudnn) continue;
     // A cuDNN pick needs the library in this process too (else: tune again).
-    if (kind == SdpaCandidate::kCudnn && !timer_ && (!CudnnEnabled() || !CudnnAvailable().ok())) continue;
+    if (kind == SdpaCandidate::kCudnn && !timer_ && !CudnnAvailable().ok()) continue;
     if (d.pick.fwd_variant < 0 || d.pick.fwd_variant > FlashForwardVariants() || d.pick.bwd_variant < 0 ||
         d.pick.bwd_variant > FlashBackwardVariants() || d.pick.dq_variant < 0 ||
         d.pick.dq_variant > FlashDqVariants())

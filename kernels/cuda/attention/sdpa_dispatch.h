@@ -20,10 +20,10 @@
 // Candidates for a shape (Candidates()): every compiled flash-kernel variant
 // (flash_variants.h) when flash takes the dtype and D (bf16/f16, D 64/128) and
 // there is no mask and no dropout, and then cuDNN's fused attention
-// (cudnn_sdpa.h) when libcudnn.so.9 loads (LOOM_SDPA_CUDNN=0 leaves it out; its
-// backward sums dQ with atomics, so it is no candidate for a `deterministic`
-// backward); otherwise the memory-efficient math kernel (sdpa_math.h:
-// f32/bf16/f16, any D <= 256, masks, dropout).
+// (cudnn_sdpa.h) when libcudnn.so.9 loads (its backward sums dQ with atomics,
+// so it is no candidate for a `deterministic` backward); otherwise the
+// memory-efficient math kernel (sdpa_math.h: f32/bf16/f16, any D <= 256,
+// masks, dropout; deterministic).
 // The first call for a shape key (dtype, B, H, Hkv, Tq, Tk, D, causal,
 // deterministic, forward or backward) times the candidates on the caller's own
 // buffers (CUDA events, the median of a few runs after a warm-up), caches the
@@ -72,6 +72,10 @@ struct SdpaArgs {
   uint64_t dropout_seed = 0, dropout_offset = 0;
   // Never pick a candidate whose results vary run to run (atomic dQ).
   bool deterministic = false;
+  // The most dS workspace the stored-dS flash backward may take
+  // (FlashAttnArgs::ds_limit_bytes): beyond it, that variant is no candidate
+  // and the default flash backward is the two-pass one.
+  int64_t ds_limit_bytes = kFlashDefaultDsLimitBytes;
   const void* q = nullptr;
   const void* k = nullptr;
   const void* v = nullptr;
@@ -97,8 +101,7 @@ struct SdpaArgs {
 // Enough for every flash and math backward candidate of this shape (cuDNN's
 // plan takes the caching allocator's bytes when this is short). The stored-dS
 // flash backward's dS (B H Tq Tk elements) is included while it is at most
-// $LOOM_FLASH_DS_LIMIT bytes (default 8 GiB, 0: never); a caller's workspace
-// without it leaves that variant out.
+// a.ds_limit_bytes; a caller's workspace without it leaves that variant out.
 int64_t SdpaBackwardWorkspaceBytes(const SdpaArgs& a);
 // Enough for every candidate of this shape, cuDNN's plan included when cuDNN
 // is a candidate (this builds and caches that plan: call it outside CUDA graph

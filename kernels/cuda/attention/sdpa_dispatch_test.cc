@@ -338,8 +338,21 @@ TEST(SdpaDispatch, WorkspaceCoversEveryCandidate) {
   f.batch = a.batch, f.heads = a.heads, f.kv_heads = a.kv_heads, f.seq_q = a.seq_q, f.seq_k = a.seq_k;
   f.head_dim = a.head_dim;
   EXPECT_GE(SdpaBackwardWorkspaceBytes(a), FlashAttentionBwdWorkspaceBytes(f));
-  a.seq_k = 4096;  // math's dK/dV accumulators dominate
-  EXPECT_GE(SdpaBackwardWorkspaceBytes(a), 2 * a.batch * a.kv_heads * a.seq_k * a.head_dim * 4);
+  // Where the math kernel is the only candidate it sets the need: delta, one
+  // f32 per query row (its backward takes no dK/dV accumulators).
+  SdpaArgs m = Valid(96);
+  EXPECT_EQ(SdpaBackwardWorkspaceBytes(m), m.batch * m.heads * m.seq_q * 4);
+  m = Valid(64, DType::kF32);
+  EXPECT_EQ(SdpaBackwardWorkspaceBytes(m), m.batch * m.heads * m.seq_q * 4);
+  // A ds_limit_bytes below this shape's dS leaves the stored-dS variants out
+  // of the candidates and of the workspace.
+  SdpaArgs nods = Valid(64);
+  nods.ds_limit_bytes = 0;
+  SdpaDispatcher d([](const SdpaCandidate&, const SdpaArgs&, bool) -> absl::StatusOr<double> { return 1.0; });
+  for (const SdpaCandidate& c : d.Candidates(nods, true)) EXPECT_FALSE(FlashBwdUsesDs(c.bwd_variant)) << c.bwd_variant;
+  EXPECT_LT(SdpaBackwardWorkspaceBytes(nods), SdpaBackwardWorkspaceBytes(Valid(64)));
+  nods.ds_limit_bytes = -1;
+  EXPECT_EQ(SdpaValidate(nods, true).code(), absl::StatusCode::kInvalidArgument);
   // With every candidate (cuDNN's plan, when the library loads here) the
   // figure never drops below the flash/math need; the forward needs none of
   // Loom's own.
@@ -352,6 +365,7 @@ TEST(SdpaDispatch, WorkspaceCoversEveryCandidate) {
 TEST(SdpaDispatch, FlashArgsFromSdpa) {
   SdpaArgs a = Valid(64);
   a.causal = true, a.scale = 0.25f, a.deterministic = true;
+  a.ds_limit_bytes = 12345;
   a.q_strides = {3072, 64, 2304};
   a.dv_strides = {8 * 256 * 64, 256 * 64, 128};
   const FlashAttnArgs f = FlashArgsFromSdpa(a);
@@ -363,6 +377,7 @@ TEST(SdpaDispatch, FlashArgsFromSdpa) {
   EXPECT_EQ(f.head_dim, 64);
   EXPECT_TRUE(f.causal);
   EXPECT_TRUE(f.deterministic);
+  EXPECT_EQ(f.ds_limit_bytes, 12345);
   EXPECT_EQ(f.scale, 0.25f);
   EXPECT_EQ(f.q_strides.batch, 3072);
   EXPECT_EQ(f.q_strides.row, 2304);

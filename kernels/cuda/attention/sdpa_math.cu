@@ -1,12 +1,14 @@
-// The SDPA dispatcher's fallback kernels (sdpa_math.h): one warp per query
-// row, lane l holding head-dim elements l, l + 32, ... (NPL per lane).
-// Forward: online softmax over the keys the row sees, o and lse.
-// Backward: delta = rowsum(dO * O); then per query row, for each key j:
-//   p = exp(scale q.k_j + mask - lse), z = keep_j / (1 - p_drop) (1 without
-//   dropout), dp = dO.v_j, ds = p (z dp - delta),
-//   dq += scale ds k_j (registers), dk_j += scale ds q, dv_j += p z dO (f32
-//   atomics into the workspace), and a last pass rounds dK/dV to the dtype.
-// Masked keys (bool false, or an additive -inf) are skipped on both passes.
+// The SDPA dispatcher's fallback kernels (sdpa_math.h): one warp per row,
+// lane l holding head-dim elements l, l + 32, ... (NPL per lane), f32 math
+// with accurate expf/logf.
+// Forward (per query row): online softmax over the keys the row sees, o and lse.
+// Backward, three passes, no atomics (deterministic):
+//   delta = rowsum(dO * O) per query row;
+//   per query row i: p_j = exp(scale q.k_j + mask - lse), z_j = keep_j / (1 - p_drop)
+//     (1 without dropout), ds_j = p_j (z_j dO.v_j - delta), dq = scale sum_j ds_j k_j;
+//   per key row j (over the queries of every head of its GQA group):
+//     dk_j = scale sum_i ds_ij q_i, dv_j = sum_i p_ij z_ij dO_i.
+// Masked keys (bool false, or an additive -inf) are skipped on every pass.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -52,132 +54,155 @@ __device__ __forceinline__ float DropoutFactor(const MathParams& p, int64_t row,
   return DropoutKeep(p.dropout_seed, p.dropout_offset, idx, p.dropout_p) ? 1.f / (1.f - p.dropout_p) : 0.f;
 }
 
+// r[c] = row[lane + 32 c] for the elements below D, 0 beyond.
 template <typename T, int NPL>
-__global__ void MathFwdKernel(MathParams p) {
+__device__ __forceinline__ void LoadRow(const T* row, int D, float* r) {
   const int lane = threadIdx.x & 31;
-  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
-  const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seq_q;
-  if (row >= rows) return;
-  const int D = p.head_dim;
-  const int i = static_cast<int>(row % p.seq_q);
-  const int64_t bh = row / p.seq_q;
-  const int64_t b = bh / p.heads, h = bh % p.heads;
-  const int64_t bhk = b * p.kv_heads + h / (p.heads / p.kv_heads);
-  const T* q = static_cast<const T*>(p.q) + row * D;
-  const T* k = static_cast<const T*>(p.k) + bhk * p.seq_k * D;
-  const T* v = static_cast<const T*>(p.v) + bhk * p.seq_k * D;
-  float qr[NPL], acc[NPL];
 #pragma unroll
   for (int c = 0; c < NPL; ++c) {
     const int d = lane + 32 * c;
-    qr[c] = d < D ? Ld(q, d) : 0.f;
-    acc[c] = 0.f;
+    r[c] = d < D ? Ld(row, d) : 0.f;
   }
-  const int n = p.causal ? min(p.seq_k, i + 1) : p.seq_k;
+}
+template <int NPL>
+__device__ __forceinline__ float Dot(const float* a, const float* b) {
+  float s = 0.f;
+#pragma unroll
+  for (int c = 0; c < NPL; ++c) s += a[c] * b[c];
+  return WarpSum(s);
+}
+template <typename T, int NPL>
+__device__ __forceinline__ void StoreRow(T* row, int D, const float* r, float scale) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int c = 0; c < NPL; ++c) {
+    const int d = lane + 32 * c;
+    if (d < D) St(row, d, scale * r[c]);
+  }
+}
+
+// The query row this warp owns: (b, h, i) and its K/V head's base row.
+struct QueryRow {
+  int64_t row, b, h, bhk;
+  int i;
+};
+__device__ __forceinline__ QueryRow QueryOf(const MathParams& p, int64_t row) {
+  QueryRow q;
+  q.row = row;
+  q.i = static_cast<int>(row % p.seq_q);
+  const int64_t bh = row / p.seq_q;
+  q.b = bh / p.heads, q.h = bh % p.heads;
+  q.bhk = q.b * p.kv_heads + q.h / (p.heads / p.kv_heads);
+  return q;
+}
+
+template <typename T, int NPL>
+__global__ void MathFwdKernel(MathParams p) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (row >= static_cast<int64_t>(p.batch) * p.heads * p.seq_q) return;
+  const QueryRow r = QueryOf(p, row);
+  const int D = p.head_dim;
+  const T* k = static_cast<const T*>(p.k) + r.bhk * p.seq_k * D;
+  const T* v = static_cast<const T*>(p.v) + r.bhk * p.seq_k * D;
+  float qr[NPL], kr[NPL], vr[NPL], acc[NPL];
+  LoadRow<T, NPL>(static_cast<const T*>(p.q) + row * D, D, qr);
+#pragma unroll
+  for (int c = 0; c < NPL; ++c) acc[c] = 0.f;
+  const int n = p.causal ? min(p.seq_k, r.i + 1) : p.seq_k;
   float m = -INFINITY, l = 0.f;
   for (int j = 0; j < n; ++j) {
     float add;
-    if (!MaskAt(p, b, h, i, j, &add)) continue;  // uniform across the warp
-    float dot = 0.f;
-#pragma unroll
-    for (int c = 0; c < NPL; ++c) {
-      const int d = lane + 32 * c;
-      if (d < D) dot += qr[c] * Ld(k, static_cast<int64_t>(j) * D + d);
-    }
-    const float s = WarpSum(dot) * p.scale + add;
+    if (!MaskAt(p, r.b, r.h, r.i, j, &add)) continue;  // uniform across the warp
+    LoadRow<T, NPL>(k + static_cast<int64_t>(j) * D, D, kr);
+    const float s = p.scale * Dot<NPL>(qr, kr) + add;
     const float m_new = fmaxf(m, s);
-    const float alpha = __expf(m - m_new), e = __expf(s - m_new);
+    const float alpha = expf(m - m_new), e = expf(s - m_new);
     l = l * alpha + e;
     const float ez = e * DropoutFactor(p, row, j);
+    LoadRow<T, NPL>(v + static_cast<int64_t>(j) * D, D, vr);
 #pragma unroll
-    for (int c = 0; c < NPL; ++c) {
-      const int d = lane + 32 * c;
-      acc[c] = acc[c] * alpha + (d < D ? ez * Ld(v, static_cast<int64_t>(j) * D + d) : 0.f);
-    }
+    for (int c = 0; c < NPL; ++c) acc[c] = acc[c] * alpha + ez * vr[c];
     m = m_new;
   }
-  const float inv = l > 0.f ? 1.f / l : 0.f;
-  T* o = static_cast<T*>(p.o) + row * D;
-#pragma unroll
-  for (int c = 0; c < NPL; ++c) {
-    const int d = lane + 32 * c;
-    if (d < D) St(o, d, acc[c] * inv);
-  }
-  if (lane == 0) p.lse[row] = l > 0.f ? m + __logf(l) : -INFINITY;
+  StoreRow<T, NPL>(static_cast<T*>(p.o) + row * D, D, acc, l > 0.f ? 1.f / l : 0.f);
+  if ((threadIdx.x & 31) == 0) p.lse[row] = l > 0.f ? m + logf(l) : -INFINITY;
 }
 
 template <typename T, int NPL>
-__global__ void MathBwdKernel(MathParams p, float* dk_acc, float* dv_acc, float* delta) {
-  const int lane = threadIdx.x & 31;
+__global__ void MathDeltaKernel(MathParams p, float* delta) {
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
-  const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seq_q;
-  if (row >= rows) return;
+  if (row >= static_cast<int64_t>(p.batch) * p.heads * p.seq_q) return;
   const int D = p.head_dim;
-  const int i = static_cast<int>(row % p.seq_q);
-  const int64_t bh = row / p.seq_q;
-  const int64_t b = bh / p.heads, h = bh % p.heads;
-  const int64_t bhk = b * p.kv_heads + h / (p.heads / p.kv_heads);
-  const T* q = static_cast<const T*>(p.q) + row * D;
-  const T* o = static_cast<const T*>(p.o) + row * D;
-  const T* dout = static_cast<const T*>(p.dout) + row * D;
-  const T* k = static_cast<const T*>(p.k) + bhk * p.seq_k * D;
-  const T* v = static_cast<const T*>(p.v) + bhk * p.seq_k * D;
-  float* dka = dk_acc + bhk * p.seq_k * D;
-  float* dva = dv_acc + bhk * p.seq_k * D;
-  float qr[NPL], dor[NPL], dq[NPL];
-  float dl = 0.f;
-#pragma unroll
-  for (int c = 0; c < NPL; ++c) {
-    const int d = lane + 32 * c;
-    qr[c] = d < D ? Ld(q, d) : 0.f;
-    dor[c] = d < D ? Ld(dout, d) : 0.f;
-    dl += d < D ? dor[c] * Ld(o, d) : 0.f;
-    dq[c] = 0.f;
-  }
-  dl = WarpSum(dl);
-  if (lane == 0) delta[row] = dl;
-  const float lse = p.lse[row];
-  const int n = p.causal ? min(p.seq_k, i + 1) : p.seq_k;
-  for (int j = 0; j < n; ++j) {
-    float add;
-    if (!MaskAt(p, b, h, i, j, &add)) continue;  // uniform across the warp
-    float dot = 0.f, dpd = 0.f;
-#pragma unroll
-    for (int c = 0; c < NPL; ++c) {
-      const int d = lane + 32 * c;
-      if (d < D) {
-        dot += qr[c] * Ld(k, static_cast<int64_t>(j) * D + d);
-        dpd += dor[c] * Ld(v, static_cast<int64_t>(j) * D + d);
-      }
-    }
-    const float sc = WarpSum(dot) * p.scale + add, dp = WarpSum(dpd);
-    const float z = DropoutFactor(p, row, j);
-    const float pj = __expf(sc - lse);
-    const float ds = pj * (z * dp - dl);
-    const float pz = pj * z;
-#pragma unroll
-    for (int c = 0; c < NPL; ++c) {
-      const int d = lane + 32 * c;
-      if (d < D) {
-        dq[c] += ds * Ld(k, static_cast<int64_t>(j) * D + d);
-        atomicAdd(dka + static_cast<int64_t>(j) * D + d, p.scale * ds * qr[c]);
-        atomicAdd(dva + static_cast<int64_t>(j) * D + d, pz * dor[c]);
-      }
-    }
-  }
-  T* dqo = static_cast<T*>(p.dq) + row * D;
-#pragma unroll
-  for (int c = 0; c < NPL; ++c) {
-    const int d = lane + 32 * c;
-    if (d < D) St(dqo, d, dq[c] * p.scale);
-  }
+  float orow[NPL], drow[NPL];
+  LoadRow<T, NPL>(static_cast<const T*>(p.o) + row * D, D, orow);
+  LoadRow<T, NPL>(static_cast<const T*>(p.dout) + row * D, D, drow);
+  const float s = Dot<NPL>(orow, drow);
+  if ((threadIdx.x & 31) == 0) delta[row] = s;
 }
 
-template <typename T>
-__global__ void MathCastKernel(const float* src, void* dst, int64_t n) {
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    St(static_cast<T*>(dst), i, src[i]);
+template <typename T, int NPL>
+__global__ void MathDqKernel(MathParams p, const float* delta) {
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (row >= static_cast<int64_t>(p.batch) * p.heads * p.seq_q) return;
+  const QueryRow r = QueryOf(p, row);
+  const int D = p.head_dim;
+  const T* k = static_cast<const T*>(p.k) + r.bhk * p.seq_k * D;
+  const T* v = static_cast<const T*>(p.v) + r.bhk * p.seq_k * D;
+  float qr[NPL], dor[NPL], kr[NPL], vr[NPL], acc[NPL];
+  LoadRow<T, NPL>(static_cast<const T*>(p.q) + row * D, D, qr);
+  LoadRow<T, NPL>(static_cast<const T*>(p.dout) + row * D, D, dor);
+#pragma unroll
+  for (int c = 0; c < NPL; ++c) acc[c] = 0.f;
+  const float lse = p.lse[row], dl = delta[row];
+  const int n = p.causal ? min(p.seq_k, r.i + 1) : p.seq_k;
+  for (int j = 0; j < n; ++j) {
+    float add;
+    if (!MaskAt(p, r.b, r.h, r.i, j, &add)) continue;  // uniform across the warp
+    LoadRow<T, NPL>(k + static_cast<int64_t>(j) * D, D, kr);
+    LoadRow<T, NPL>(v + static_cast<int64_t>(j) * D, D, vr);
+    const float pj = expf(p.scale * Dot<NPL>(qr, kr) + (add - lse));
+    const float ds = pj * (DropoutFactor(p, row, j) * Dot<NPL>(dor, vr) - dl);
+#pragma unroll
+    for (int c = 0; c < NPL; ++c) acc[c] += ds * kr[c];
+  }
+  StoreRow<T, NPL>(static_cast<T*>(p.dq) + row * D, D, acc, p.scale);
+}
+
+// One warp per key row (b, hk, j): the queries of every head in hk's group.
+template <typename T, int NPL>
+__global__ void MathDkvKernel(MathParams p, const float* delta) {
+  const int64_t krow = static_cast<int64_t>(blockIdx.x) * kWarps + (threadIdx.x >> 5);
+  if (krow >= static_cast<int64_t>(p.batch) * p.kv_heads * p.seq_k) return;
+  const int D = p.head_dim;
+  const int j = static_cast<int>(krow % p.seq_k);
+  const int64_t bhk = krow / p.seq_k, hk = bhk % p.kv_heads, b = bhk / p.kv_heads;
+  const int64_t group = p.heads / p.kv_heads;
+  float kr[NPL], vr[NPL], qr[NPL], dor[NPL], ak[NPL], av[NPL];
+  LoadRow<T, NPL>(static_cast<const T*>(p.k) + krow * D, D, kr);
+  LoadRow<T, NPL>(static_cast<const T*>(p.v) + krow * D, D, vr);
+#pragma unroll
+  for (int c = 0; c < NPL; ++c) ak[c] = av[c] = 0.f;
+  for (int64_t h = hk * group; h < (hk + 1) * group; ++h) {
+    const int64_t qrow0 = (b * p.heads + h) * p.seq_q;
+    for (int i = p.causal ? j : 0; i < p.seq_q; ++i) {
+      float add;
+      if (!MaskAt(p, b, h, i, j, &add)) continue;  // uniform across the warp
+      const int64_t qrow = qrow0 + i;
+      LoadRow<T, NPL>(static_cast<const T*>(p.q) + qrow * D, D, qr);
+      LoadRow<T, NPL>(static_cast<const T*>(p.dout) + qrow * D, D, dor);
+      const float pj = expf(p.scale * Dot<NPL>(qr, kr) + (add - p.lse[qrow]));
+      const float z = DropoutFactor(p, qrow, j);
+      const float ds = pj * (z * Dot<NPL>(dor, vr) - delta[qrow]);
+      const float pz = pj * z;
+#pragma unroll
+      for (int c = 0; c < NPL; ++c) {
+        av[c] += pz * dor[c];
+        ak[c] += ds * qr[c];
+      }
+    }
+  }
+  StoreRow<T, NPL>(static_cast<T*>(p.dk) + krow * D, D, ak, p.scale);
+  StoreRow<T, NPL>(static_cast<T*>(p.dv) + krow * D, D, av, 1.f);
 }
 
 unsigned Blocks(int64_t n, int per_block) {
@@ -194,16 +219,12 @@ cudaError_t Fwd(const MathParams& p, cudaStream_t s) {
 
 template <typename T, int NPL>
 cudaError_t Bwd(const MathParams& p, cudaStream_t s) {
-  const int64_t nk = static_cast<int64_t>(p.batch) * p.kv_heads * p.seq_k * p.head_dim;
-  float* dk_acc = p.workspace;
-  float* dv_acc = dk_acc + nk;
-  float* delta = dv_acc + nk;
-  cudaError_t e = cudaMemsetAsync(dk_acc, 0, 2 * nk * sizeof(float), s);
-  if (e != cudaSuccess) return e;
+  float* delta = p.workspace;
   const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seq_q;
-  MathBwdKernel<T, NPL><<<Blocks(rows, kWarps), 32 * kWarps, 0, s>>>(p, dk_acc, dv_acc, delta);
-  MathCastKernel<T><<<Blocks(nk, 256 * 8), 256, 0, s>>>(dk_acc, p.dk, nk);
-  MathCastKernel<T><<<Blocks(nk, 256 * 8), 256, 0, s>>>(dv_acc, p.dv, nk);
+  const int64_t krows = static_cast<int64_t>(p.batch) * p.kv_heads * p.seq_k;
+  MathDeltaKernel<T, NPL><<<Blocks(rows, kWarps), 32 * kWarps, 0, s>>>(p, delta);
+  MathDqKernel<T, NPL><<<Blocks(rows, kWarps), 32 * kWarps, 0, s>>>(p, delta);
+  MathDkvKernel<T, NPL><<<Blocks(krows, kWarps), 32 * kWarps, 0, s>>>(p, delta);
   return cudaGetLastError();
 }
 

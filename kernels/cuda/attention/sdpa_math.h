@@ -2,15 +2,17 @@
 // (sdpa_math.cu) for what the flash kernels do not take: any head_dim up to
 // 256, f32/bf16/f16, causal (top-left) or not, GQA, an attention mask (boolean
 // or additive, broadcast over [B, H, Tq, Tk]) and dropout (sdpa_dropout.h).
-// Plain CUDA-core arithmetic in f32, one warp per query row, O(T) memory (no
-// score matrix): correct everywhere, slow (O(Tq Tk D) per warp, no tiling).
+// Plain CUDA-core arithmetic in f32 (accurate expf/logf), one warp per row,
+// O(T) memory (no score matrix): correct everywhere, slow (O(Tq Tk D) per
+// warp, no tiling). The backward takes no atomics (a dQ pass over queries, a
+// dK/dV pass over keys): results are bit-identical run to run.
 // A row whose keys are all masked out gives o = 0 and lse = -inf (as Loom's CPU
 // sdpa op; PyTorch 2.5+ returns o = 0 there too), and gradient 0. Only
 // sdpa_dispatch.cc calls these, after validating the arguments; no Loom or
 // Abseil header here so that nvcc needs nothing else.
 // Layouts as flash_kernels.h: q/o/do/dq [B,H,Tq,D], k/v/dk/dv [B,Hkv,Tk,D],
 // lse [B,H,Tq] f32 (natural log). The backward needs the forward's o and lse and
-// MathBwdWorkspaceFloats() f32 of workspace (dK/dV accumulators and delta).
+// MathBwdWorkspaceFloats() f32 of workspace (delta, one per query row).
 #pragma once
 
 #include <cstdint>
@@ -50,8 +52,7 @@ struct MathParams {
 constexpr int kMathMaxHeadDim = 256;
 
 inline int64_t MathBwdWorkspaceFloats(const MathParams& p) {
-  return 2 * static_cast<int64_t>(p.batch) * p.kv_heads * p.seq_k * p.head_dim +
-         static_cast<int64_t>(p.batch) * p.heads * p.seq_q;
+  return static_cast<int64_t>(p.batch) * p.heads * p.seq_q;
 }
 
 #if defined(__CUDACC__) || defined(LOOM_HAVE_CUDA)

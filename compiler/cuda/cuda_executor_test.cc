@@ -1,0 +1,104 @@
+// CudaExecutor without a GPU: the options it plans with, and Create building
+// every launch (pointwise and row-wise kernels generated and, where NVRTC
+// exists, compiled) so that the only error left is the missing device. The
+// plan itself is tested pass by pass (plan_*_test.cc).
+#include "compiler/cuda/cuda_executor.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "compiler/cuda/plan_test_util.h"
+#include "compiler/ir/text.h"
+#include "gtest/gtest.h"
+
+namespace loom::compiler::cuda {
+namespace {
+
+void UseTestKernelCache() {
+  if (const char* tmp = std::getenv("TEST_TMPDIR")) setenv("LOOM_KERNEL_CACHE", tmp, 1);
+}
+
+// Without a device Create fails with Unavailable after building everything;
+// with one it succeeds.
+void ExpectBuilt(const absl::StatusOr<std::unique_ptr<CudaExecutor>>& e) {
+  if (e.ok()) {
+    std::printf("a GPU is present: %s", (*e)->Describe().c_str());
+    return;
+  }
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kUnavailable) << e.status();
+}
+
+TEST(CudaOptions, ExtraFusionsSwitchesEveryFusionPass) {
+  const PlanOptions on = PlanOptionsFor(CudaOptions{});
+  EXPECT_TRUE(on.compose_copies && on.fold_residual_grad && on.add_layernorm && on.attn_views &&
+              on.fuse_cross_entropy);
+  CudaOptions basic;
+  basic.extra_fusions = false;
+  const PlanOptions off = PlanOptionsFor(basic);
+  EXPECT_FALSE(off.compose_copies || off.fold_residual_grad || off.add_layernorm || off.attn_views ||
+               off.fuse_cross_entropy);
+  // And the plan it gives: no composed copies, no folded residual adds.
+  auto p = PlanCuda(GptJoint(1), true, off);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(CountOp(*p, LaunchKind::kCopy, "slice+reshape+permute"), 0);
+  EXPECT_EQ(CountOp(*p, LaunchKind::kLayerNormBackward, "layernorm_backward+add"), 0);
+  EXPECT_EQ(CountOp(*p, LaunchKind::kGemm, "matmul+gelu_backward"), 1) << "the GEMM epilogues stay";
+}
+
+TEST(CudaExecutor, CreateBuildsEveryLaunchWithoutADevice) {
+  UseTestKernelCache();
+  Graph g = GptJoint(1);
+  for (bool bf16 : {false, true}) {
+    CudaOptions o;
+    o.bf16 = bf16;
+    ExpectBuilt(CudaExecutor::Create(g, o));
+    o.extra_fusions = false;
+    o.attention = AttnRoute::kFlash;
+    ExpectBuilt(CudaExecutor::Create(g, o));
+  }
+}
+
+// D 64: flash attention on strided views, o aliased by its permute.
+TEST(CudaExecutor, CreateBuildsTheStridedAttentionPlan) {
+  UseTestKernelCache();
+  CudaOptions o;
+  o.bf16 = true;
+  ExpectBuilt(CudaExecutor::Create(GptJoint(1, 256), o));
+}
+
+class LlamaCreate : public ::testing::TestWithParam<int> {};
+
+// d_model 128 (D 32: the math attention kernel) and 256 (D 64: flash with
+// strided operands, GQA); rmsnorm and rope have their kernels.
+TEST_P(LlamaCreate, PlansAndBuilds) {
+  UseTestKernelCache();
+  Graph g = LlamaJoint(GetParam());
+  for (bool bf16 : {false, true}) {
+    auto p = PlanCuda(g, bf16);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_GT(CountOp(*p, LaunchKind::kRmsNorm), 0);
+    EXPECT_GT(CountOp(*p, LaunchKind::kRmsNormBackward), 0);
+    EXPECT_GT(CountOp(*p, LaunchKind::kRope), 0);
+    CudaOptions o;
+    o.bf16 = bf16;
+    ExpectBuilt(CudaExecutor::Create(g, o));
+  }
+}
+INSTANTIATE_TEST_SUITE_P(DModel, LlamaCreate, ::testing::Values(128, 256));
+
+TEST(CudaExecutor, UnsupportedOpIsNamedWithoutADevice) {
+  auto g = ParseGraph(R"IR(graph @g(%x: f32[4, 8]) {
+  %0 = softmax(%x) : f32[4, 8]
+  return %0
+}
+)IR");
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto e = CudaExecutor::Create(*g, CudaOptions{});
+  ASSERT_FALSE(e.ok());
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(std::string(e.status().message()).find("softmax"), std::string::npos) << e.status();
+}
+
+}  // namespace
+}  // namespace loom::compiler::cuda

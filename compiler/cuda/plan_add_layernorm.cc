@@ -1,0 +1,67 @@
+// The add_layernorm pass (plan_add_layernorm.h).
+#include "compiler/cuda/plan_add_layernorm.h"
+
+#include <algorithm>
+
+namespace loom::compiler::cuda::plan_internal {
+
+namespace {
+
+// Node i is an `add`, or a fused node made of adds only, of 2..4 float
+// operands that are [.., C] and broadcast only over leading dims, whose output
+// is read as x by a layernorm with weight and bias of the same storage dtype
+// policy. Returns that layernorm's node, or -1.
+int AddLayerNormUser(const PlanState& s, int i) {
+  const Graph& g = s.g;
+  const Node& n = g.nodes()[i];
+  if (n.outputs.size() != 1 || n.inputs.size() < 2 || n.inputs.size() > 4) return -1;
+  if (n.op == kFusedOp) {
+    if (!n.subgraph || n.subgraph->outputs().size() != 1) return -1;
+    for (const Node& b : n.subgraph->nodes())
+      if (b.op != "add") return -1;
+  } else if (n.op != "add") {
+    return -1;
+  }
+  const int h = n.outputs[0];
+  const Shape& os = g.meta(h).shape;
+  const DType dt = s.p.metas[h].dtype;
+  if (os.empty() || (dt != DType::kF32 && dt != DType::kBF16)) return -1;
+  for (int v : n.inputs) {
+    const Shape& sh = g.meta(v).shape;
+    size_t lead = 0;
+    while (lead < sh.size() && sh[lead] == 1 && sh.size() - lead > 1) ++lead;
+    if (sh.empty() || sh.size() - lead > os.size() ||
+        !std::equal(sh.begin() + lead, sh.end(), os.end() - (sh.size() - lead)))
+      return -1;
+    if (s.p.metas[v].dtype != DType::kF32 && s.p.metas[v].dtype != DType::kBF16) return -1;
+  }
+  for (int j : s.users[h]) {
+    const Node& u = g.nodes()[j];
+    if (u.op != "layernorm" || u.inputs.size() != 3 || u.inputs[0] != h || u.inputs[1] == h || u.inputs[2] == h)
+      continue;
+    if (s.prod[u.inputs[1]] >= i || s.prod[u.inputs[2]] >= i) continue;
+    if (s.p.metas[u.outputs[0]].dtype != dt || s.p.metas[u.outputs[1]].dtype != DType::kF32 ||
+        s.p.metas[u.outputs[2]].dtype != DType::kF32)
+      continue;
+    return j;
+  }
+  return -1;
+}
+
+}  // namespace
+
+absl::StatusOr<bool> AddLayerNormPass::Run(PlanState& s) {
+  if (!s.options.add_layernorm) return false;
+  bool changed = false;
+  for (int i = 0; i < s.nn; ++i) {
+    if (s.covered(i)) continue;
+    const int j = AddLayerNormUser(s, i);
+    if (j < 0) continue;
+    s.add_layernorm[i] = j;
+    s.Cover(j, i);
+    changed = true;
+  }
+  return changed;
+}
+
+}  // namespace loom::compiler::cuda::plan_internal

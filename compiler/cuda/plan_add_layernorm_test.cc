@@ -1,0 +1,48 @@
+// add_layernorm: add / fused adds -> layernorm as one generated launch.
+#include "compiler/cuda/plan_add_layernorm.h"
+
+#include "compiler/cuda/plan_test_util.h"
+#include "gtest/gtest.h"
+
+namespace loom::compiler::cuda {
+namespace {
+
+TEST(AddLayerNorm, GptAddsJoinTheirNorms) {
+  for (bool bf16 : {false, true}) {
+    Graph g = GptJoint(2);
+    auto p = PlanCuda(g, bf16);
+    ASSERT_TRUE(p.ok()) << p.status();
+    // x + wpe -> ln_1 of layer 0; the fused (c_proj bias + residual) adds ->
+    // ln_2, the next layer's ln_1, and ln_f.
+    EXPECT_EQ(CountOp(*p, LaunchKind::kLayerNorm, "add+layernorm"), 1);
+    EXPECT_EQ(CountOp(*p, LaunchKind::kLayerNorm, "fused+layernorm"), 2 * 2);
+    EXPECT_EQ(CountOp(*p, LaunchKind::kLayerNorm, "layernorm"), 0);
+    EXPECT_EQ(CountOp(*p, LaunchKind::kPointwise, "add"), 1) << "left: the tied wte gradient sum";
+    EXPECT_EQ(CountOp(*p, LaunchKind::kPointwise, "fused"), 0);
+    for (const Launch& l : p->launches) {
+      if (l.kind != LaunchKind::kLayerNorm) continue;
+      ASSERT_EQ(l.outputs.size(), 4u) << "sum, y, mean, rstd";
+      ASSERT_EQ(l.nodes.size(), 2u);
+      EXPECT_EQ(g.nodes()[l.nodes[1]].op, "layernorm");
+      EXPECT_EQ(l.node, l.nodes[1]) << "attrs (eps) come from the layernorm";
+      const size_t na = l.inputs.size() - 2;
+      EXPECT_EQ(na, l.op == "add+layernorm" ? 2u : 3u);
+      EXPECT_EQ(l.outputs[0], g.nodes()[l.nodes[0]].outputs[0]) << "the sum is stored (the next residual)";
+      EXPECT_EQ(p->metas[l.outputs[0]].dtype, bf16 ? DType::kBF16 : DType::kF32);
+      EXPECT_EQ(p->metas[l.inputs[na]].dtype, DType::kF32) << "weight: the f32 master";
+      EXPECT_EQ(p->metas[l.outputs[2]].dtype, DType::kF32);
+      // Every addend is [.., C] broadcast only over leading dims (bias [C], wpe [T, C]).
+      for (size_t q = 0; q < na; ++q) EXPECT_EQ(p->metas[l.inputs[q]].shape.back(), 128);
+    }
+    // Off, the plan keeps one launch per node.
+    PlanOptions no;
+    no.add_layernorm = false;
+    auto plain = PlanCuda(g, bf16, no);
+    ASSERT_TRUE(plain.ok());
+    EXPECT_EQ(CountOp(*plain, LaunchKind::kLayerNorm, "layernorm"), 5);
+    EXPECT_EQ(plain->launches.size(), p->launches.size() + 5);
+  }
+}
+
+}  // namespace
+}  // namespace loom::compiler::cuda

@@ -1,0 +1,110 @@
+// lower_nodes: one launch per uncovered node, aliases, in-place AdamW, bf16
+// shadows, and unsupported ops named.
+#include "compiler/cuda/plan_lower.h"
+
+#include <string>
+
+#include "compiler/cuda/plan_test_util.h"
+#include "compiler/ir/text.h"
+#include "gtest/gtest.h"
+
+namespace loom::compiler::cuda {
+namespace {
+
+TEST(LowerNodes, ReshapeIsAnAliasAndUpdatesAreInPlace) {
+  Graph g = GptJoint(1);
+  auto p = PlanCuda(g, true);
+  ASSERT_TRUE(p.ok()) << p.status();
+  int reshapes = 0;
+  for (const Node& n : g.nodes()) {
+    if (n.op == "reshape") {
+      ++reshapes;
+      EXPECT_EQ(p->root[n.outputs[0]], p->root[n.inputs[0]]);
+    }
+    if (n.op == "adamw") {
+      EXPECT_EQ(p->root[n.outputs[0]], n.inputs[0]);
+      EXPECT_EQ(p->root[n.outputs[1]], n.inputs[2]);
+      EXPECT_EQ(p->root[n.outputs[2]], n.inputs[3]);
+    }
+  }
+  EXPECT_GT(reshapes, 4);
+  for (const Launch& l : p->launches) EXPECT_NE(l.op, "reshape");
+  EXPECT_EQ(CountOp(*p, LaunchKind::kCopyBack), 0) << "every update is in place";
+}
+
+// Every optional fusion pass off: one launch per node that is not a reshape
+// or an adamw (those: one launch for all), except the nodes the GEMM
+// epilogues fold in (gemm_epilogues is not optional), plus the casts.
+TEST(LowerNodes, OneLaunchPerNodeWithoutFusions) {
+  for (bool bf16 : {false, true}) {
+    Graph g = GptJoint(1);
+    auto p = PlanCuda(g, bf16, NoFusions());
+    ASSERT_TRUE(p.ok()) << p.status();
+    int nodes = 0, matmuls = 0;
+    for (const Node& n : g.nodes()) {
+      nodes += n.op != "reshape" && n.op != "adamw";
+      matmuls += n.op == "matmul";
+    }
+    int folded = 0, casts = 0;
+    for (const Launch& l : p->launches) {
+      if (l.kind == LaunchKind::kAdamW) continue;
+      if (l.node < 0) {
+        ++casts;
+        continue;
+      }
+      folded += static_cast<int>(l.nodes.size()) - 1;
+      if (l.kind == LaunchKind::kGemm) continue;
+      EXPECT_EQ(l.nodes.size(), 1u) << l.op;
+      EXPECT_EQ(g.nodes()[l.node].op, l.op) << "no fused op names";
+    }
+    EXPECT_GT(folded, 0) << "the bias / gelu / dgelu epilogues";
+    EXPECT_EQ(static_cast<int>(p->launches.size()), nodes - folded + 1 + casts) << p->Describe();
+    EXPECT_EQ(CountOp(*p, LaunchKind::kAdamW), 1);
+    EXPECT_EQ(CountOp(*p, LaunchKind::kGemm), matmuls);
+  }
+}
+
+TEST(LowerNodes, Bf16ShadowsOfGemmParameters) {
+  Graph g = GptJoint(2);
+  auto p = PlanCuda(g, true);
+  ASSERT_TRUE(p.ok()) << p.status();
+  int shadows = 0;
+  for (int s : p->shadow) shadows += s >= 0;
+  // wte (tied) + per layer: 4 GEMM weights, the c_attn and c_fc biases (the
+  // c_proj biases go through the fused residual add, in f32).
+  EXPECT_EQ(shadows, 1 + 2 * 6);
+  EXPECT_EQ(CountOp(*p, LaunchKind::kCopy, "cast"), 0) << "bias gradients are f32 column sums: no casts";
+  auto f = PlanCuda(g, false);
+  ASSERT_TRUE(f.ok()) << f.status();
+  for (int s : f->shadow) EXPECT_LT(s, 0) << "no shadows in f32";
+}
+
+TEST(LowerNodes, UnsupportedOpIsNamed) {
+  auto g = ParseGraph(R"IR(graph @g(%x: f32[4, 8]) {
+  %0 = softmax(%x) : f32[4, 8]
+  return %0
+}
+)IR");
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto p = PlanCuda(*g, false);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(std::string(p.status().message()).find("softmax"), std::string::npos) << p.status();
+  EXPECT_NE(std::string(p.status().message()).find("node 0"), std::string::npos) << p.status();
+}
+
+TEST(LowerNodes, F64IsUnsupported) {
+  auto g = ParseGraph(R"IR(graph @g(%x: f64[4, 8]) {
+  %0 = exp(%x) : f64[4, 8]
+  return %0
+}
+)IR");
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto p = PlanCuda(*g, false);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(std::string(p.status().message()).find("f64"), std::string::npos) << p.status();
+}
+
+}  // namespace
+}  // namespace loom::compiler::cuda

@@ -1,0 +1,85 @@
+// The machinery every code generator here shares: NVRTC (dlopen'ed at run
+// time), the on-disk CUBIN cache keyed by a hash of (generator version, arch,
+// source), and loading / launching a kernel of a CUBIN.
+//
+//   LOOM_ASSIGN_OR_RETURN(CompiledCubin c,
+//                         CompileCached(source, "loom_ln_ab12", "loom-row-1", opts, "rowwise codegen"));
+//   LOOM_ASSIGN_OR_RETURN(void* k, LoadKernel(c.cubin, "loom_ln_ab12"));   // needs a GPU
+//   void* args[] = {&params};
+//   LOOM_RETURN_IF_ERROR(LaunchKernel(k, grid, block, args, stream, "loom_ln_ab12"));
+//
+// NVRTC search order: $LOOM_NVRTC_LIB, libnvrtc.so.13, .so.12, .so, the build's
+// toolkit. Options: -arch=<arch> -std=c++17 -default-device (no fast math).
+// Cache file: <dir>/<fnv64 hex of version+arch+source>_nvrtc<nvrtc version>.cubin,
+// "LOOMCBN1" + u64 size + u64 FNV-1a + CUBIN, written atomically (tmp+rename);
+// a corrupt entry is recompiled. Without NVRTC, any valid entry for the same
+// hash is used (a cache filled elsewhere and shipped). Builds without the
+// toolkit (no LOOM_CODEGEN_CUDA) return Unavailable from every compile/load.
+// Environment: LOOM_KERNEL_CACHE (dir), LOOM_NVRTC_LIB.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace loom::cuda::codegen {
+
+// A cudaStream_t (same type as loom::cuda::StreamHandle).
+using StreamHandle = void*;
+
+struct CodegenOptions {
+  std::string cache_dir;  // "" = $LOOM_KERNEL_CACHE or ~/.cache/loom/kernels
+  std::string arch = "sm_90";
+};
+
+struct CompiledCubin {
+  std::string cubin;
+  std::string cache_path;  // "" when not cached (unwritable folder)
+  bool from_cache = false;
+};
+
+// Compiles `source` (kernel symbol `name`, used in errors) for o.arch, or loads
+// the cached CUBIN. `version` goes into the hash (bump it when the generator's
+// meaning changes); `who` prefixes error messages ("pointwise codegen").
+absl::StatusOr<CompiledCubin> CompileCached(const std::string& source, const std::string& name,
+                                            absl::string_view version, const CodegenOptions& o,
+                                            absl::string_view who);
+
+// The kernel `name` of `cubin` (a cudaKernel_t). Modules are loaded once per
+// process per (CUBIN hash) and never unloaded, so handles stay valid for
+// captured CUDA graphs. Call outside stream capture the first time.
+absl::StatusOr<void*> LoadKernel(const std::string& cubin, const std::string& name);
+// Multiprocessors of the current device (132 when it cannot be queried).
+int DeviceSmCount();
+// cudaLaunchKernel of a LoadKernel handle (1-D grid and block).
+absl::Status LaunchKernel(void* kernel, int64_t grid, int block, void** args, StreamHandle stream,
+                          absl::string_view name, size_t shared_bytes = 0);
+
+// True when the build found the CUDA toolkit (LOOM_CODEGEN_CUDA).
+bool BuiltWithCuda();
+// True when this build can run NVRTC (the toolkit was found at build time and
+// the library opens).
+bool NvrtcAvailable();
+// "NVRTC 13.0 (libnvrtc.so.13)", or why NVRTC is unavailable.
+std::string NvrtcInfo();
+
+// 64-bit FNV-1a.
+uint64_t HashString(absl::string_view s);
+
+// Cache file format (see above). Decode returns the payload, or "" when `file`
+// is not a valid entry.
+std::string DecodeCacheEntry(const std::string& file);
+std::string EncodeCacheEntry(const std::string& cubin);
+
+// Compiles any source with the generators' NVRTC options (tests compile many
+// kernels as one program). `name` only labels errors.
+absl::StatusOr<std::string> NvrtcCompileSource(const std::string& source, const std::string& name,
+                                               const std::string& arch);
+
+// Tests: behave as if NVRTC could not be opened (cache lookups only).
+void SetNvrtcDisabledForTesting(bool disabled);
+
+}  // namespace loom::cuda::codegen

@@ -1,0 +1,57 @@
+// The op list the pointwise test and GPU check sweep: every op the generator
+// supports, with attributes and the input range each needs.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "kernels/registry.h"
+
+namespace loom::cuda::codegen {
+
+struct PwOpCase {
+  std::string label;  // unique: op plus attribute variant
+  std::string op;
+  int num_inputs;
+  ops::Attrs attrs;
+  double lo = -2.0, hi = 2.0;  // uniform input range (div: the second input 0.5..2)
+};
+
+inline std::vector<PwOpCase> AllPwOpCases() {
+  using ops::Attrs;
+  const Attrs none{{"approximate", std::string("none")}}, tanh{{"approximate", std::string("tanh")}};
+  return {
+      {"add", "add", 2, {}},
+      {"sub", "sub", 2, {}},
+      {"mul", "mul", 2, {}},
+      {"div", "div", 2, {}, 0.5, 2.0},
+      {"maximum", "maximum", 2, {}},
+      {"relu_backward", "relu_backward", 2, {}},
+      {"neg", "neg", 1, {}},
+      {"exp", "exp", 1, {}},
+      {"log", "log", 1, {}, 0.5, 2.0},
+      {"sqrt", "sqrt", 1, {}, 0.5, 2.0},
+      {"rsqrt", "rsqrt", 1, {}, 0.5, 2.0},
+      {"tanh", "tanh", 1, {}},
+      {"sigmoid", "sigmoid", 1, {}},
+      {"relu", "relu", 1, {}},
+      {"abs", "abs", 1, {}},
+      {"scale", "scale", 1, Attrs{{"s", -1.5}}},
+      {"add_scalar", "add_scalar", 1, Attrs{{"s", 2.5}}},
+      {"pow_scalar_2.5", "pow_scalar", 1, Attrs{{"p", 2.5}}, 0.5, 2.0},
+      {"pow_scalar_3", "pow_scalar", 1, Attrs{{"p", 3.0}}, 0.5, 2.0},
+      {"pow_scalar_-0.5", "pow_scalar", 1, Attrs{{"p", -0.5}}, 0.5, 2.0},
+      {"gelu_none", "gelu", 1, none},
+      {"gelu_tanh", "gelu", 1, tanh},
+      {"gelu_backward_none", "gelu_backward", 2, none},
+      {"gelu_backward_tanh", "gelu_backward", 2, tanh},
+      {"silu", "silu", 1, {}},
+      {"silu_backward", "silu_backward", 2, {}},
+      {"cast_bf16", "cast", 1, Attrs{{"dtype", std::string("bf16")}}},
+      {"cast_f32", "cast", 1, Attrs{{"dtype", std::string("f32")}}},
+      {"zeros_like", "zeros_like", 1, {}},
+      {"ones_like", "ones_like", 1, {}},
+  };
+}
+
+}  // namespace loom::cuda::codegen

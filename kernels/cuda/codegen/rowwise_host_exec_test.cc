@@ -1,0 +1,206 @@
+// Executes the generated row-wise kernels on the host: every kernel of the
+// matrix below is generated, all are compiled as one C++ translation unit with
+// a shim (each CUDA thread of a block is a host thread; __syncthreads is a
+// barrier; warp shuffles exchange through a shared array between two barriers;
+// __shared__ is a function-local static, blocks run one after another), loaded
+// with dlopen, and run with a grid smaller than the row count (so grid-stride
+// loops, the last-block reduction of the cross-entropy forward and the
+// multi-warp block reductions all run). Outputs are checked against the f64
+// references of rowwise_check.h. Needs no GPU and no NVRTC; fails without a host
+// C++ compiler (scripts/setup.sh installs build-essential).
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/codegen/host_exec_util.h"
+#include "kernels/cuda/codegen/rowwise.h"
+#include "kernels/cuda/codegen/rowwise_check.h"
+#include "gtest/gtest.h"
+
+namespace loom::cuda::codegen {
+namespace {
+
+constexpr char kShim[] = R"(// Host shim for generated row-wise kernels.
+#define LOOM_ROW_HOST 1
+#include <math.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <functional>
+#include <thread>
+#include <vector>
+#define __global__
+#define __device__
+#define __forceinline__ inline
+#define __launch_bounds__(n)
+#define __shared__ static
+struct LoomDim3 { unsigned int x, y, z; };
+static LoomDim3 gridDim = {1, 1, 1}, blockDim = {1, 1, 1}, blockIdx = {0, 0, 0};
+static thread_local LoomDim3 threadIdx = {0, 0, 0};
+static pthread_barrier_t loom_bar;
+static float loom_xchg[1024];
+static inline void __syncthreads() { pthread_barrier_wait(&loom_bar); }
+static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+static inline float __shfl_xor_sync(unsigned, float v, int m) {
+  const unsigned t = threadIdx.x;
+  loom_xchg[t] = v;
+  __syncthreads();
+  const float r = loom_xchg[t ^ (unsigned)m];
+  __syncthreads();
+  return r;
+}
+static inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
+static inline float __uint_as_float(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
+static inline float __int_as_float(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
+static inline float loom_rbf2f(unsigned short h) { return __uint_as_float(((unsigned int)h) << 16); }
+static inline unsigned short loom_rf2bf(float f) {
+  unsigned int u; memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return (unsigned short)(u >> 16);
+}
+static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+#define __expf(x) expf(x)
+static void loom_host_run(unsigned grid, unsigned block, const std::function<void()>& f) {
+  gridDim = {grid, 1, 1};
+  blockDim = {block, 1, 1};
+  pthread_barrier_init(&loom_bar, nullptr, block);
+  for (unsigned b = 0; b < grid; ++b) {
+    blockIdx = {b, 0, 0};
+    std::vector<std::thread> th;
+    for (unsigned t = 0; t < block; ++t) th.emplace_back([&f, t] { threadIdx = {t, 0, 0}; f(); });
+    for (std::thread& x : th) x.join();
+  }
+  pthread_barrier_destroy(&loom_bar);
+}
+)";
+
+
+// extern "C" run_<kernel>(params, grid, block) for a kernel taking `params_type`.
+std::string Wrapper(const std::string& kernel, const std::string& params_type) {
+  return absl::StrCat("extern \"C\" void run_", kernel, "(const void* p, unsigned g, unsigned b) {\n  loom_host_run(g, b, [p] { ",
+                      kernel, "(*(const ", params_type, "*)p); });\n}\n");
+}
+
+using RunFn = void (*)(const void*, unsigned, unsigned);
+
+class HostExec : public ::testing::Test {
+ protected:
+  // Adds a generated source (once per distinct kernel) and its wrappers.
+  void Add(const RowSource& s, const std::string& params_type) {
+    if (!names_.insert(s.kernels[0]).second) return;
+    tu_ += s.source;
+    tu_ += Wrapper(s.kernels[0], params_type);
+    if (s.kernels.size() > 1) tu_ += Wrapper(s.kernels[1], params_type);
+  }
+  void CompileAll() {
+    const char* tmp = std::getenv("TEST_TMPDIR");
+    const std::string dir = absl::StrCat(tmp ? tmp : "/tmp", "/row_host_exec_", ::getpid());
+    ASSERT_EQ(std::system(absl::StrCat("mkdir -p '", dir, "'").c_str()), 0);
+    const std::string src = dir + "/kernels.cc", so = dir + "/kernels.so", log = dir + "/cc.log";
+    std::ofstream(src) << kShim << tu_;
+    const std::string cmd = absl::StrCat(cxx_, " -std=c++17 -O1 -w -fPIC -shared -pthread -o '", so, "' '", src,
+                                         "' > '", log, "' 2>&1");
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << "host compile failed:\n" << ReadWholeFile(log).substr(0, 6000);
+    h_ = ::dlopen(so.c_str(), RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(h_, nullptr) << ::dlerror();
+  }
+  RunFn Fn(const std::string& kernel) {
+    return reinterpret_cast<RunFn>(::dlsym(h_, ("run_" + kernel).c_str()));
+  }
+  void SetUp() override {
+    cxx_ = FindHostCompiler();
+    ASSERT_FALSE(cxx_.empty()) << "no host C++ compiler at /usr/bin/{g++,c++,clang++}";
+  }
+  void TearDown() override {
+    if (h_) ::dlclose(h_);
+  }
+  std::string cxx_, tu_;
+  std::set<std::string> names_;
+  void* h_ = nullptr;
+};
+
+TEST_F(HostExec, LayerNormMatchesTheF64Reference) {
+  struct Item {
+    LnSpec spec;
+    RowSource gen;
+  };
+  std::vector<Item> items;
+  const DType other[] = {DType::kBF16, DType::kF32};
+  for (DType dt : {DType::kF32, DType::kBF16})
+    for (int prologue : {0, 1, 2, 3})
+      for (int64_t cols : {768, 100, 37, 2048})
+        for (int threads : {0, 64}) {
+          LnSpec s;
+          s.cols = cols;
+          s.dtype = dt;
+          // 0 plain; 1 x + residual; 2 mm + bias[C] (other dtype) + residual; 3 x + pos[3, C]
+          if (prologue == 1) s.addends = {{dt, 0}, {dt, 0}};
+          if (prologue == 2) s.addends = {{dt, 0}, {other[dt == DType::kBF16 ? 1 : 0], 1}, {dt, 0}};
+          if (prologue == 3) s.addends = {{dt, 0}, {other[dt == DType::kBF16 ? 1 : 0], 3}};
+          s.has_bias = cols != 37;
+          s.threads = threads;
+          auto gen = GenerateLayerNorm(s);
+          ASSERT_TRUE(gen.ok()) << gen.status();
+          Add(*gen, "LoomLnParams");
+          items.push_back({s, *gen});
+        }
+  CompileAll();
+  uint64_t seed = 7;
+  for (Item& it : items) {
+    LnCase c = MakeLnCase(it.spec, 5, ++seed);
+    LnParams p = LnParamsFor(c);
+    RunFn f = Fn(it.gen.kernels[0]);
+    ASSERT_NE(f, nullptr);
+    f(&p, 2, it.gen.threads);
+    EXPECT_EQ(CheckLn(c), "") << it.gen.kernels[0] << " cols " << it.spec.cols << " " << DTypeName(it.spec.dtype)
+                              << " addends " << it.spec.addends.size() << " threads " << it.gen.threads;
+  }
+}
+
+TEST_F(HostExec, AdamWMatchesTheF64Reference) {
+  std::vector<AdamWSpec> specs(3);
+  specs[0].max_norm = 1.0;
+  specs[1].step_dtype = DType::kI64;
+  specs[1].beta2 = 0.95;
+  specs[2].step_dtype = DType::kI32;
+  specs[2].max_norm = 10.0;
+  specs[2].eps = 1e-6;
+  std::vector<RowSource> gens;
+  for (AdamWSpec& s : specs) {
+    s.threads = 64;
+    auto g = GenerateAdamW(s);
+    ASSERT_TRUE(g.ok()) << g.status();
+    Add(*g, "LoomAdamWParams");
+    gens.push_back(*g);
+  }
+  CompileAll();
+  int vec_tensors = 0;
+  for (size_t k = 0; k < specs.size(); ++k) {
+    AdamWCase c = MakeAdamWCase(specs[k], 100 + k);
+    std::vector<AdamWTensor> tensors = AdamWTensorsFor(c);
+    std::vector<AdamWChunk> chunks = AdamWTable(tensors);
+    for (const AdamWTensor& t : tensors) vec_tensors += t.vec4;
+    AdamWParams p;
+    p.tensors = tensors.data();
+    p.chunks = chunks.data();
+    p.lr = static_cast<const float*>(c.lr.data());
+    p.step = c.step.data();
+    p.grad_norm = static_cast<const float*>(c.grad_norm.data());
+    p.num_chunks = static_cast<int64_t>(chunks.size());
+    Fn(gens[k].kernels[0])(&p, 2, gens[k].threads);
+    EXPECT_EQ(CheckAdamW(c), "") << gens[k].kernels[0];
+  }
+  EXPECT_GT(vec_tensors, 3);  // both the float4 and the scalar path ran
+}
+
+}  // namespace
+}  // namespace loom::cuda::codegen
