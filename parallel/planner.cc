@@ -1,6 +1,7 @@
 #include "parallel/planner.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <map>
 #include <tuple>
@@ -14,37 +15,6 @@
 
 namespace loom::parallel {
 namespace {
-
-// The memory model's coefficients, in f32 units per token of the local batch
-// unless noted. Least-squares fits (relative error) of what Loom allocates:
-// the real lowered programs' arenas for dp/tp/ZeRO/SP layouts of small GPT and
-// Llama configs (planner_layouts.cc: CompileParallel + lowering with
-// do-nothing communicators) together with single-process Trainer peaks
-// (planner_calibrate.cc). Fitted on those: within 12% of every layout's
-// state + arena and 10% of every single-process peak.
-//
-// Arena of the training step = the local gradients: full for ZeRO 0/1 (reduced
-// where the optimizer consumes them), the 1/dp shards for ZeRO 2/3 (each
-// reduce_scattered right after its producer: compiler/spmd/schedule.h)
-//   + per layer: rep_c*C + (tp_c*C + tp_f*F)/tp - sp_save*C*(1 - 1/tp) under SP
-//   + tail_c*C + logits_v*V/tp (embedding/final norm, logits and their grad)
-//   - overlap * min(12*L*C/tp per token, gradient floats): activations die as
-//     gradients appear, so the two peaks partly coincide
-//   + ZeRO-3: the local parameters / (L + 2), about one block's gathered
-//     copies (each use gathers its own and frees it after; the fitted z3
-//     coefficient described the older copies kept from forward to backward
-//     and is no longer used)
-//   + const.
-// Workspace = the evaluation program's arena: ws_c*C + ws_v*V/tp.
-struct MemoryModel {
-  double rep_c, tp_c, tp_f, sp_save, tail_c, logits_v, overlap, z3, const_bytes, ws_c, ws_v;
-};
-
-const MemoryModel& Coefficients(const std::string& family) {
-  static const MemoryModel gpt{5.633, -8.543, 4.228, 3.145, 15.643, 2, 0.556, 0.55, -11514, 14.18, 1};
-  static const MemoryModel llama{2.045, -2.473, 6.791, 2.063, 10.04, 2, 0.809, 0.586, -83360, 9.317, 1};
-  return family == "llama" ? llama : gpt;
-}
 
 int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
@@ -69,6 +39,23 @@ std::string Seconds(double s) {
 }
 
 }  // namespace
+
+// The coefficients of TermsOf's terms, in its order, as printed by
+// `bazel run //tests/parallel:planner_calibrate` (weighted least squares on relative
+// error over its calibration set: 115 lowered layouts of worlds 1, 2 and 8
+// and 19 single-process peaks per family). Worst error on that set: gpt
+// 6.4% of the single-process peaks and 11.7% of state + arena, except a
+// one-layer model whose vocabulary matrix is over half of its parameters
+// (up to 30%); llama 7.7% and 8.4%, that model up to 19%.
+const MemoryCoefficients& FittedMemoryCoefficients(const std::string& family) {
+  static const MemoryCoefficients gpt{{8.144, -3.981, 3.162, 3.185, 6.666, 1.574, 0.5023, 1.066, -3142},
+                                      1.283,
+                                      {0.9069, 2.378, 1.074, 5.149, -3152}};
+  static const MemoryCoefficients llama{{3.478, 4.207, 4.374, 2.239, 5.408, 2.082, -0.4658, 1.161, -8468},
+                                        1.026,
+                                        {0.9989, 1.07, 1.982, 0.03948, 238.5}};
+  return family == "llama" ? llama : gpt;
+}
 
 std::string LayoutName(const Layout& l) {
   std::string s = absl::StrCat("dp=", l.dp, " tp=", l.tp, " zero=", l.zero_stage);
@@ -96,57 +83,127 @@ absl::StatusOr<ModelDims> DimsOf(const v1::ModelSpec& model) {
   return d;
 }
 
-absl::StatusOr<Candidate> Estimate(const v1::ModelSpec& model_in, int64_t batch, const Hardware& hw,
-                                   const Layout& l) {
-  LOOM_ASSIGN_OR_RETURN(ModelDims d, DimsOf(model_in));
+namespace {
+
+// The model with the jobspec defaults filled in, its parameters and the local
+// (per tp rank) parameter count.
+struct Sized {
+  ModelDims d;
+  std::vector<models::ParamInfo> params;
+  int64_t local = 0;    // local (per tp rank) parameter floats
+  int64_t largest = 0;  // the largest local parameter
+};
+
+absl::StatusOr<Sized> SizeOf(const v1::ModelSpec& model_in, int64_t batch, const Hardware& hw, const Layout& l) {
+  Sized z;
+  LOOM_ASSIGN_OR_RETURN(z.d, DimsOf(model_in));
   LOOM_RETURN_IF_ERROR(CheckParallelLayout(model_in, batch, l, hw.world));
   v1::ModelSpec model = model_in;
-  model.set_family(d.family);
-  model.set_n_kv_head(static_cast<int>(d.n_kv_head));
-  model.set_ffn_hidden(static_cast<int>(d.ffn));
-  LOOM_ASSIGN_OR_RETURN(auto params, models::Parameters(model));
-
-  const int64_t dp = l.dp, tp = l.tp;
-  // Local (per tp rank) parameter count.
-  int64_t local = 0;
-  for (const auto& p : params) {
+  model.set_family(z.d.family);
+  model.set_n_kv_head(static_cast<int>(z.d.n_kv_head));
+  model.set_ffn_hidden(static_cast<int>(z.d.ffn));
+  LOOM_ASSIGN_OR_RETURN(z.params, models::Parameters(model));
+  for (const auto& p : z.params) {
     int64_t n = 1;
     for (int64_t s : p.shape) n *= s;
-    local += ShardedByTp(p) ? CeilDiv(n, tp) : n;
+    const int64_t here = ShardedByTp(p) ? CeilDiv(n, l.tp) : n;
+    z.local += here;
+    z.largest = std::max(z.largest, here);
   }
+  return z;
+}
 
-  Candidate c;
-  c.layout = l;
-  MemoryEstimate& m = c.memory;
-  const int64_t f32 = 4;
-  const MemoryModel& k = Coefficients(d.family);
-  // Parameters (f32 master weights); ZeRO-3 keeps its 1/dp shard plus the
-  // gathered copies that are live at the peak.
+// ZeRO-2/3 reduce_scatter each gradient right after its producer
+// (compiler/spmd/schedule.h), so the arena holds the 1/dp shards (the full
+// gradients are transient); ZeRO 0/1 keep the full local gradients until the
+// optimizer reduces them.
+int64_t GradientFloats(const Sized& z, const Layout& l) {
+  return l.zero_stage >= 2 && l.dp > 1 ? CeilDiv(z.local, l.dp) : z.local;
+}
+
+// The elements of one fused loop's chunk buffer over a [b, T, width] tensor:
+// whole batch rows up to the lowering's default chunk (16384 elements,
+// compiler/lowering.h: fused_chunk_elems), at least one row.
+double ChunkElems(int64_t b, int64_t seq_len, int64_t width) {
+  const int64_t row = std::max<int64_t>(1, seq_len * width);
+  return static_cast<double>(std::min(b, std::max<int64_t>(1, 16384 / row)) * row);
+}
+
+// The terms of the memory model for one layout, in bytes (planner.h:
+// MemoryTerms), each multiplied by its fitted coefficient. With act = bytes
+// per activation element x the local batch's tokens, and C, F, V, L the
+// model's sizes:
+//   activation phase: per layer rep_c*C + (tp_c*C + tp_f*F)/tp, less
+//     sp_save*C*(1 - 1/tp) under sequence parallelism (all x act);
+//     (tail_c*C + logits_v*V/tp) x act for the embedding, final norm, logits
+//     and their gradients; head_grad x the V x C/tp output-layer gradient;
+//     less overlap x min(12*L*C/tp per token, the gradient floats) in f32
+//     (activations die as gradients appear, so the two peaks partly
+//     coincide); plus const_bytes;
+//   end of the step: what the arena holds around the optimizer, in f32: the
+//     full local gradients (ZeRO-0), the all-gathered updated parameters
+//     (ZeRO-1/2, before they are copied into the replicated parameters), the
+//     gradient shards (ZeRO-3: its gathered parameter is in `parameters`);
+//   workspace: the evaluation program's arena, whose peak is at the MLP (the
+//     block input plus gpt's up-projection and GELU, llama's w1, w3 and their
+//     gated product) or at the logits (2V/tp); the fused loops' chunk buffers
+//     (per layer, over C- and F-wide tensors; with one thread); the kernels'
+//     transient copies (~ act x C); const.
+MemoryTerms TermsOf(const Sized& z, int64_t batch, const Hardware& hw, const Layout& l) {
+  const ModelDims& d = z.d;
+  const double tokens = static_cast<double>(batch / l.dp) * d.seq_len;  // the local micro-batch
+  const double act = hw.activation_bytes * tokens;  // bytes per coefficient (the fit is in f32 units)
+  const double C = d.d_model, F = d.ffn, V = d.vocab, L = d.n_layer, tp = l.tp;
+  const double grads = static_cast<double>(GradientFloats(z, l)), local = static_cast<double>(z.local);
+  MemoryTerms t;
+  t.activation = {act * L * C,
+                  act * L * C / tp,
+                  act * L * F / tp,
+                  l.sequence_parallel ? -act * L * C * (1.0 - 1.0 / tp) : 0.0,
+                  act * C,
+                  act * V / tp,
+                  4.0 * V * C / tp,
+                  -4.0 * std::min(12.0 * L * tokens * C / tp, grads),
+                  1.0};
+  t.end = 4.0 * (l.zero_stage >= 3 && l.dp > 1 ? grads : local);
+  const double up = d.family == "llama" ? 3 : 2;
+  const int64_t b = batch / l.dp;
+  t.workspace = {act * std::max(C + up * F / tp, 2 * V / tp), 4.0 * L * ChunkElems(b, d.seq_len, d.d_model / l.tp),
+                 4.0 * L * ChunkElems(b, d.seq_len, d.ffn / l.tp), act * C, 1.0};
+  return t;
+}
+
+double Dot(const double* a, const double* b, int n) {
+  double s = 0;
+  for (int i = 0; i < n; ++i) s += a[i] * b[i];
+  return s;
+}
+
+MemoryEstimate EstimateMemory(const Sized& z, const MemoryTerms& t, const MemoryCoefficients& k, const Layout& l) {
+  const int64_t f32 = 4, dp = l.dp;
+  MemoryEstimate m;
+  // Parameters (f32 master weights). ZeRO-3 keeps its 1/dp shard; each use
+  // gathers a parameter and frees it after the use, so about one gathered
+  // parameter, at most the largest, is live at a time.
   const bool z3 = l.zero_stage >= 3 && dp > 1;
-  // ZeRO-2/3 (spmd2): each gradient's reduce_scatter runs right after its
-  // producer (compiler/spmd/schedule.h), so the arena holds the 1/dp shards
-  // (the full gradients are transient); ZeRO-3 gathers a parameter per use
-  // and frees it after, so about one block's gathered parameters are live.
-  const bool rs = l.zero_stage >= 2 && dp > 1;
-  const int64_t grad_local = rs ? CeilDiv(local, dp) : local;
-  m.parameters = f32 * (z3 ? CeilDiv(local, dp) + CeilDiv(local, d.n_layer + 2) : local);
-  // Gradients: the local gradients live in the step's arena until the
-  // optimizer (full for ZeRO 0/1, the shards for ZeRO 2/3).
-  m.gradients = f32 * grad_local;
-  m.optimizer = 2 * f32 * ((l.zero_stage >= 1 && dp > 1) ? CeilDiv(local, dp) : local);
+  m.parameters = f32 * (z3 ? CeilDiv(z.local, dp) + z.largest : z.local);
+  m.gradients = f32 * GradientFloats(z, l);
+  m.optimizer = 2 * f32 * ((l.zero_stage >= 1 && dp > 1) ? CeilDiv(z.local, dp) : z.local);
+  // The arena's larger phase, less the gradients counted above.
+  const double phase = Dot(t.activation.data(), k.activation.data(), kActivationTerms);
+  const double end = k.end * t.end - static_cast<double>(m.gradients);
+  m.activations = std::max<int64_t>(0, static_cast<int64_t>(std::max(phase, end)));
+  m.workspace =
+      std::max<int64_t>(0, static_cast<int64_t>(Dot(t.workspace.data(), k.workspace.data(), kWorkspaceTerms)));
+  return m;
+}
 
-  // Activations of the local micro-batch (batch / dp rows).
+// Step time: compute, the tensor-parallel collectives on the critical path
+// and the data-parallel traffic that compute does not hide.
+void EstimateTime(const ModelDims& d, int64_t local, int64_t batch, const Hardware& hw, const Layout& l,
+                  Candidate& c) {
+  const int64_t dp = l.dp, tp = l.tp, f32 = 4;
   const double tokens = static_cast<double>(batch / dp) * d.seq_len;
-  const double ab = hw.activation_bytes / 4.0;  // the fit is in f32 units
-  const double C = d.d_model, F = d.ffn, V = d.vocab, L = d.n_layer;
-  double per_layer = k.rep_c * C + (k.tp_c * C + k.tp_f * F) / tp;
-  if (l.sequence_parallel) per_layer -= k.sp_save * C * (1.0 - 1.0 / tp);
-  const double act_f32 = tokens * (L * per_layer + k.tail_c * C + k.logits_v * V / tp);
-  const double overlap = k.overlap * std::min(12.0 * L * tokens * C / tp, static_cast<double>(grad_local));
-  m.activations = std::max<int64_t>(0, static_cast<int64_t>(4 * (ab * act_f32 - overlap) + k.const_bytes));
-  m.workspace = static_cast<int64_t>(4 * ab * tokens * (k.ws_c * C + k.ws_v * V / tp));
-
-  // Compute.
   const double global_tokens = static_cast<double>(batch) * d.seq_len;
   const double total_flops =
       global_tokens * (6.0 * d.num_parameters + 6.0 * d.n_layer * d.seq_len * d.d_model);
@@ -214,7 +271,36 @@ absl::StatusOr<Candidate> Estimate(const v1::ModelSpec& model_in, int64_t batch,
     cm.dp_exposed_seconds = exposed + cm.dp_collectives * alpha;
   }
   c.step_seconds = c.compute_seconds + cm.tp_seconds + cm.dp_exposed_seconds;
+}
 
+}  // namespace
+
+const std::array<const char*, kActivationTerms>& ActivationTermNames() {
+  static const std::array<const char*, kActivationTerms> names = {
+      "rep_c", "tp_c", "tp_f", "sp_save", "tail_c", "logits_v", "head_grad", "overlap", "const_bytes"};
+  return names;
+}
+
+const std::array<const char*, kWorkspaceTerms>& WorkspaceTermNames() {
+  static const std::array<const char*, kWorkspaceTerms> names = {"eval", "chunks_c", "chunks_f", "copies_c", "const_bytes"};
+  return names;
+}
+
+absl::StatusOr<MemoryTerms> MemoryTermsOf(const v1::ModelSpec& model, int64_t batch, const Hardware& hw,
+                                          const Layout& l) {
+  LOOM_ASSIGN_OR_RETURN(Sized z, SizeOf(model, batch, hw, l));
+  return TermsOf(z, batch, hw, l);
+}
+
+absl::StatusOr<Candidate> Estimate(const v1::ModelSpec& model, int64_t batch, const Hardware& hw, const Layout& l,
+                                   const MemoryCoefficients* coefficients) {
+  LOOM_ASSIGN_OR_RETURN(Sized z, SizeOf(model, batch, hw, l));
+  Candidate c;
+  c.layout = l;
+  const MemoryCoefficients& k = coefficients != nullptr ? *coefficients : FittedMemoryCoefficients(z.d.family);
+  c.memory = EstimateMemory(z, TermsOf(z, batch, hw, l), k, l);
+  EstimateTime(z.d, z.local, batch, hw, l, c);
+  const MemoryEstimate& m = c.memory;
   if (m.total() > hw.memory_bytes) {
     c.feasible = false;
     std::string what = "activations";

@@ -19,23 +19,30 @@
 //   parameters   local parameter bytes: TP shards the matrices, the
 //                vocab-parallel embedding/output and the column-parallel
 //                biases; norms, positions and row-parallel biases are
-//                replicated. ZeRO-3: the 1/dp shard plus the gathered copies
-//                live at the peak (Loom gathers each parameter once per step
-//                and keeps it from its forward use to its backward use);
-//   gradients    the full local gradients: they live in the step's arena
-//                until the optimizer, where Loom reduces them for every
-//                stage (so ZeRO-2 does not shrink them yet);
+//                replicated. ZeRO-3: the 1/dp shard plus the largest local
+//                parameter (each use gathers a parameter and frees it after);
+//   gradients    the local gradients in the step's arena: full for ZeRO 0/1
+//                (reduced where the optimizer consumes them), the 1/dp shards
+//                for ZeRO 2/3 (each reduce_scattered right after its
+//                producer);
 //   optimizer    AdamW m and v (f32), divided by dp from ZeRO-1 on;
-//   activations  the rest of the training step's arena (saved activations,
-//                logits, transients): per-token coefficients of C, F and V
-//                per layer, sharded by tp as in Megatron, less under sequence
-//                parallelism, fitted to real arenas (planner_layouts.cc) and
-//                single-process peaks (planner_calibrate.cc);
-//   workspace    the evaluation program's arena (the single-process Trainer
-//                compiles one; ParallelTrainer does not, so compare its
-//                measured peak with total() - workspace).
-// planner_memory_test.cc checks total() against the CountingAllocator
-// high-water mark of Trainer::Create + Steps within 15%.
+//   activations  the rest of the training step's arena: the larger of the
+//                activation phase (saved activations, logits, transients:
+//                per-token coefficients of C, F and V per layer, sharded by
+//                tp as in Megatron, less under sequence parallelism, less an
+//                overlap with the gradients) and the end of the step (the
+//                full gradients for ZeRO-0, the all-gathered updated
+//                parameters for ZeRO-1/2, the gradient shards for ZeRO-3);
+//   workspace    what the single-process Trainer allocates beyond the
+//                training step's state and arena: its evaluation program's
+//                arena, the fused loops' chunk buffers (one thread's), the
+//                kernels' transient copies. ParallelTrainer compiles no
+//                evaluation program, so compare its peak with total() -
+//                workspace.
+// The coefficients (MemoryCoefficients) are fitted by tests/parallel:planner_calibrate
+// on a calibration set; planner_memory_test (single-process peaks, within
+// 10%) and planner_layout_memory_test (state + arena of world-4 layouts,
+// within 12%) check held-out models, batches and layouts.
 //
 // Step time: compute = (6 * N * tokens + 6 * n_layer * T * C * tokens
 // attention FLOPs, causal) / (dp * tp) at the device rate. Tensor-parallel
@@ -61,6 +68,7 @@
 //   std::cout << FormatPlanTable(p);
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -132,9 +140,37 @@ struct ModelDims {
 };
 absl::StatusOr<ModelDims> DimsOf(const v1::ModelSpec& model);
 
-// The estimate for one layout (which must be legal; see EnumerateLayouts).
+// The memory model's fitted part (planner.cc gives the formulas). The
+// training step's arena is the larger of two phases: the activation phase,
+// the dot product of kActivationTerms byte-valued terms with a family's
+// coefficients (in f32 units per token of the local batch unless noted), and
+// the end of the step, `end` times the bytes the optimizer phase holds. The
+// workspace (what the single-process Trainer allocates beyond the training
+// step's state and arena) is likewise a dot product of kWorkspaceTerms terms.
+// tests/parallel:planner_calibrate fits the coefficients on its calibration set;
+// FittedMemoryCoefficients returns the values planner.cc holds.
+inline constexpr int kActivationTerms = 9;
+inline constexpr int kWorkspaceTerms = 5;
+struct MemoryTerms {
+  std::array<double, kActivationTerms> activation{};
+  double end = 0;
+  std::array<double, kWorkspaceTerms> workspace{};
+};
+struct MemoryCoefficients {
+  std::array<double, kActivationTerms> activation{};
+  double end = 1;
+  std::array<double, kWorkspaceTerms> workspace{};
+};
+const std::array<const char*, kActivationTerms>& ActivationTermNames();  // "rep_c", ...
+const std::array<const char*, kWorkspaceTerms>& WorkspaceTermNames();    // "eval", ...
+const MemoryCoefficients& FittedMemoryCoefficients(const std::string& family);
+absl::StatusOr<MemoryTerms> MemoryTermsOf(const v1::ModelSpec& model, int64_t batch, const Hardware& hw,
+                                          const Layout& layout);
+
+// The estimate for one layout (which must be legal; see EnumerateLayouts),
+// with the fitted coefficients unless `coefficients` is given.
 absl::StatusOr<Candidate> Estimate(const v1::ModelSpec& model, int64_t batch, const Hardware& hw,
-                                   const Layout& layout);
+                                   const Layout& layout, const MemoryCoefficients* coefficients = nullptr);
 
 struct Skipped {
   Layout layout;

@@ -137,10 +137,6 @@ absl::StatusOr<compiler::Compilation> CompileParallel(const compiler::Graph& for
   compiler::CompileOptions rest = co;
   rest.differentiate = false;
   rest.adamw.reset();
-  // The planner's memory model (planner.cc) is fitted to the per-rank programs
-  // without the algebraic simplifications; until it is refitted, parallel
-  // programs keep that shape so its estimates stay within their bounds.
-  rest.simplify = false;
   auto c = compiler::Compile(*local, rest);
   if (!c.ok()) return c.status();
   c->stages["initial"] = forward;

@@ -8,9 +8,14 @@
 // between torch on the CPU and torch on the GPU (the noise floor that
 // summation order alone gives, for reading Loom's gaps against).
 //
-// fp32 (Loom's true-f32 GEMMs, torch with TF32 off), bounds: step-0 loss
-// 1e-5, every step-0 gradient 1e-4, the loss at every step of the curve 1e-4,
-// every final parameter 1e-4.
+// fp32 (Loom's true-f32 GEMMs, torch with TF32 off), the compiler issue's
+// bounds: step-0 loss 1e-5, every step-0 gradient 1e-4, the loss at every
+// step of the curve 1e-4. The final parameters are held to PyTorch's own
+// precision, as in tests/parity/gpt_parity_test.cc: torch also trains in f64
+// on the CPU from the same weights and batches, and per parameter Loom's
+// relative gap to that f64 run must be within 2x the gap of torch's own fp32
+// CUDA run to it (or under 1e-6, f32 resolution). Loom's final gap to torch
+// on CUDA is printed beside it.
 // bf16 (Loom's mixed-precision policy, torch autocast bf16): the loss at every
 // step within 1e-2 relative; gradient and final-parameter gaps are printed.
 // Exit status: 0 all passed, 1 a bound failed or a side errored, 2 bad usage,
@@ -32,6 +37,11 @@ struct Bounds {
   double loss0, grad, curve, final_value;  // < 0: reported only
 };
 
+// The final-parameter rule of gpt_parity_test: Loom's gap to torch's f64 CPU
+// run within kFinalFactor x torch's own gap to it, or under kFinalFloor.
+constexpr double kFinalFactor = 2.0;
+constexpr double kFinalFloor = 1e-6;
+
 bool Check(const char* what, double v, double bound, bool* ok) {
   const bool pass = bound < 0 || v < bound;
   if (bound < 0)
@@ -40,6 +50,33 @@ bool Check(const char* what, double v, double bound, bool* ok) {
     std::printf("    %-28s %.3e  (bound %.0e) %s\n", what, v, bound, pass ? "ok" : "FAIL");
   if (!pass) *ok = false;
   return pass;
+}
+
+// Prints the final-parameter figures against the f64 reference and returns
+// whether they pass the noise-relative rule.
+bool CheckFinalAgainstF64(const parity::ParityResult& r) {
+  const parity::NoiseVerdict v = parity::FinalWithinNoise(r, kFinalFactor, kFinalFloor);
+  std::printf("    %-28s %s  (bound %gx torch's own gap to f64, floor %.0e) %s\n", "worst final / torch's gap",
+              v.worst.c_str(), kFinalFactor, kFinalFloor, v.ok ? "ok" : "FAIL");
+  std::printf("    worst final gap to f64: loom %s, torch cuda %s\n",
+              parity::ParityResult::Worst(r.final_rel_f64).c_str(),
+              parity::ParityResult::Worst(r.torch_final_rel_f64).c_str());
+  for (const std::string& f : v.failures) std::printf("      FAIL %s\n", f.c_str());
+  return v.ok;
+}
+
+void PrintControl(const parity::ParityResult& r) {
+  std::printf("    noise floor, torch cpu vs torch cuda: loss %.2e, gradient %s, final %s\n", r.control_loss_rel,
+              parity::ParityResult::Worst(r.control_grad_rel).c_str(),
+              parity::ParityResult::Worst(r.control_final_rel).c_str());
+  // Per parameter, Loom's final gap over torch's own CPU-vs-GPU gap.
+  std::map<std::string, double> ratio;
+  for (const auto& [name, err] : r.final_rel) {
+    auto it = r.control_final_rel.find(name);
+    if (it != r.control_final_rel.end() && it->second > 0) ratio[name] = err / it->second;
+  }
+  if (!ratio.empty())
+    std::printf("    worst final gap / noise floor, per parameter: %s\n", parity::ParityResult::Worst(ratio).c_str());
 }
 
 int Main(int argc, char** argv) {
@@ -84,11 +121,12 @@ int Main(int argc, char** argv) {
   for (const char* precision : {"f32", "bf16"}) {
     if (!only.empty() && only != precision) continue;
     const bool bf16 = std::strcmp(precision, "bf16") == 0;
-    const Bounds b = bf16 ? Bounds{1e-2, -1, 1e-2, -1} : Bounds{1e-5, 1e-4, 1e-4, 1e-4};
+    const Bounds b = bf16 ? Bounds{1e-2, -1, 1e-2, -1} : Bounds{1e-5, 1e-4, 1e-4, -1};
     for (const auto& c : cases) {
       parity::ParityOptions o = base;
       o.precision = precision;
       if (!bf16 && control) o.control_device = "cpu";
+      o.f64_reference = !bf16;
       std::printf("%s %s:\n", precision, c.Name().c_str());
       auto r = parity::RunGptParity(c, steps, o);
       bool ok = r.ok();
@@ -100,24 +138,11 @@ int Main(int argc, char** argv) {
         Check("step-0 loss", r->loss0_rel, b.loss0, &ok);
         Check("worst step-0 gradient", r->WorstGrad(), b.grad, &ok);
         Check("worst loss over the curve", r->WorstLoss(), b.curve, &ok);
-        Check("worst final parameter", r->WorstFinal(), b.final_value, &ok);
+        Check("worst final, vs torch cuda", r->WorstFinal(), b.final_value, &ok);
         std::printf("    worst: gradient %s, final %s\n", parity::ParityResult::Worst(r->grad_rel).c_str(),
                     parity::ParityResult::Worst(r->final_rel).c_str());
-        if (r->control_loss_rel >= 0) {
-          std::printf("    noise floor, torch cpu vs torch cuda: loss %.2e, gradient %s, final %s\n",
-                      r->control_loss_rel, parity::ParityResult::Worst(r->control_grad_rel).c_str(),
-                      parity::ParityResult::Worst(r->control_final_rel).c_str());
-          // Per parameter, Loom's final gap over torch's own CPU-vs-GPU gap
-          // (printed only: the data for judging a noise-relative bound).
-          std::map<std::string, double> ratio;
-          for (const auto& [name, err] : r->final_rel) {
-            auto it = r->control_final_rel.find(name);
-            if (it != r->control_final_rel.end() && it->second > 0) ratio[name] = err / it->second;
-          }
-          if (!ratio.empty())
-            std::printf("    worst final gap / noise floor, per parameter: %s\n",
-                        parity::ParityResult::Worst(ratio).c_str());
-        }
+        if (!bf16 && !CheckFinalAgainstF64(*r)) ok = false;
+        if (r->control_loss_rel >= 0) PrintControl(*r);
       }
       std::printf("  %s\n", ok ? "PASS" : "FAIL");
       (ok ? passed : failed)++;

@@ -101,28 +101,38 @@ absl::StatusOr<bool> SliceGradConcat(Graph& g, int i, const std::vector<int>& pr
   return true;
 }
 
+// Moves the nodes appended since `first_new` to position `at` (before the
+// node they replace), so the rewrite keeps the schedule of the graph it was
+// given: their inputs are produced before `at` and their users come after it.
+void MoveAppendedTo(Graph& g, size_t first_new, int at) {
+  std::vector<Node>& nodes = g.mutable_nodes();
+  std::rotate(nodes.begin() + at, nodes.begin() + static_cast<std::ptrdiff_t>(first_new), nodes.end());
+}
+
 }  // namespace
 
 absl::StatusOr<bool> AlgebraicSimplification::Run(Graph& g) {
   bool changed = false;
   // Outermost first: walk the original nodes backwards so an add tree is taken
   // at its root, and recompute producers/uses after each rewrite (cheap at
-  // these graph sizes, and it keeps every check on the current graph).
+  // these graph sizes, and it keeps every check on the current graph). A
+  // rewrite's new nodes take the replaced node's place in the order, so the
+  // nodes below i keep their indices and the graph keeps its schedule (the
+  // collective scheduling of compiler/spmd runs before this pass).
   const int original = static_cast<int>(g.nodes().size());
   for (int i = original - 1; i >= 0; --i) {
     std::vector<int> prod = Producers(g);
     std::vector<int> uses = g.UseCounts();
     const Node& n = g.nodes()[i];
     if (n.outputs.size() != 1 || uses[n.outputs[0]] == 0) continue;  // not a candidate, or already replaced
+    const size_t first_new = g.nodes().size();
     LOOM_ASSIGN_OR_RETURN(bool a, BatchedWeightGrad(g, i, prod, uses));
     bool b = false;
     if (!a) {
       LOOM_ASSIGN_OR_RETURN(b, SliceGradConcat(g, i, prod, uses));
     }
+    if (a || b) MoveAppendedTo(g, first_new, i);
     changed = changed || a || b;
-  }
-  if (changed) {
-    LOOM_RETURN_IF_ERROR(g.SortTopologically());
   }
   return changed;
 }

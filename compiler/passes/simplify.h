@@ -19,6 +19,10 @@
 //    windows are disjoint and cover [0, full_len), and the inner adds have no
 //    other use, the tree is one concat of the slice gradients in window order.
 //
+// The new nodes of a rewrite take the replaced node's place in the node
+// order, so the pass keeps the schedule it is given (compiler/spmd schedules
+// gradient reductions right after their producers before this pass runs).
+//
 //   PassPipeline p;
 //   p.Add<AlgebraicSimplification>();   // then CSE/DCE drop the dead originals
 #pragma once

@@ -131,5 +131,35 @@ TEST(SimplifyTest, SliceGradientsWithAGapOrSharedSumStay) {
                      false);
 }
 
+// The rewrites take the replaced node's place: nodes after it stay after it
+// (a collective scheduled right after a gradient's producer, for one), so the
+// pass keeps the schedule of the graph it is given.
+TEST(SimplifyTest, RewritesKeepTheSchedule) {
+  Graph s = SimplifyAndCompare(R"IR(graph @g(%x: f32[3, 5, 4], %dy: f32[3, 5, 6], %a: f32[2, 4], %b: f32[2, 4], %z: f32[2]) {
+  %0 = matmul(%x, %dy) {trans_a=true, trans_b=false} : f32[3, 4, 6]
+  %1 = sum_to(%0) {shape=[4, 6]} : f32[4, 6]
+  %2 = neg(%1) : f32[4, 6]
+  %3 = slice_backward(%a) {axis=1, full_len=8, start=0} : f32[2, 8]
+  %4 = slice_backward(%b) {axis=1, full_len=8, start=4} : f32[2, 8]
+  %5 = add(%3, %4) : f32[2, 8]
+  %6 = neg(%5) : f32[2, 8]
+  %7 = add(%z, %z) : f32[2]
+  return %2, %6, %7
+}
+)IR",
+                               true);
+  EXPECT_EQ(PrintGraph(s), R"IR(graph @g(%x: f32[3, 5, 4], %dy: f32[3, 5, 6], %a: f32[2, 4], %b: f32[2, 4], %z: f32[2]) {
+  %0 = reshape(%x) {shape=[15, 4]} : f32[15, 4]
+  %1 = reshape(%dy) {shape=[15, 6]} : f32[15, 6]
+  %2 = matmul(%0, %1) {trans_a=true, trans_b=false} : f32[4, 6]
+  %3 = neg(%2) : f32[4, 6]
+  %4 = concat(%a, %b) {axis=1} : f32[2, 8]
+  %5 = neg(%4) : f32[2, 8]
+  %6 = add(%z, %z) : f32[2]
+  return %3, %5, %6
+}
+)IR");
+}
+
 }  // namespace
 }  // namespace loom::compiler

@@ -9,7 +9,9 @@ Linear weights are stored [in, out] (y = x @ W + b), as Loom stores them.
 
 Usage:
   gpt_torch.py --config cfg.json --weights DIR --batches DIR --out DIR [--steps N]
-               [--device cpu|cuda] [--amp none|bf16]
+               [--dtype f32|f64] [--device cpu|cuda] [--amp none|bf16]
+--dtype f64 trains in double precision: the reference the parity checks measure
+both Loom's and torch's own f32 final parameters against.
 cfg.json: the model keys (family, n_layer, n_head, n_kv_head, d_model, seq_len,
 vocab, ffn_hidden, norm_eps, rope_theta) and train keys (lr, beta1, beta2, eps,
 weight_decay, grad_clip, warmup_steps, threads).

@@ -65,6 +65,45 @@ bool EndsWith(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+// Relative gap of a final parameter value against a reference. The key bias
+// adds q.b to every score of a row; softmax ignores it, so its true gradient
+// is 0 and every run only sees rounding noise, which Adam normalises into
+// full-size steps: for c_attn.bias only the q and v parts are compared.
+double FinalGap(const std::string& name, const Tensor& value, const Tensor& ref, int64_t d_model) {
+  if (!EndsWith(name, "c_attn.bias")) return RelativeError(value, ref);
+  double w = 0;
+  for (int64_t part : {0, 2})
+    w = std::max(w, RelativeError(value.Narrow(0, part * d_model, d_model), ref.Narrow(0, part * d_model, d_model)));
+  return w;
+}
+
+// Random token batches x{s}, y{s} for s < steps (the same on every run).
+std::map<std::string, Tensor> Batches(const ParityCase& c, int steps) {
+  std::map<std::string, Tensor> batches;
+  Philox rng(99, 0);
+  for (int s = 0; s < steps; ++s)
+    for (const char* xy : {"x", "y"}) {
+      Tensor b = Tensor::MustEmpty({c.batch, c.seq_len}, DType::kI32);
+      for (int64_t i = 0; i < b.numel(); ++i)
+        b.data<int32_t>()[i] = static_cast<int32_t>(rng.Bits(s * 100000 + (xy[0] == 'y') * 50000 + i) % c.vocab);
+      batches[absl::StrCat(xy, s)] = b;
+    }
+  return batches;
+}
+
+// gpt_torch.py on the inputs in `dir`, writing dir/out.
+absl::StatusOr<std::map<std::string, Tensor>> RunTorch(const ParityOptions& o, const std::string& dir, int steps,
+                                                       const std::string& device, const std::string& dtype,
+                                                       const std::string& out) {
+  const std::string amp = o.precision == "bf16" && dtype == "f32" ? " --amp bf16" : "";
+  const std::string cmd = absl::StrCat(o.python, " ", FindScript(o), " --config ", dir, "/cfg.json --weights ", dir,
+                                       "/w --batches ", dir, "/b --out ", dir, "/", out, " --steps ", steps,
+                                       " --device ", device, " --dtype ", dtype, amp);
+  if (int rc = std::system(cmd.c_str()); rc != 0)
+    return absl::InternalError(absl::StrCat("the PyTorch reference failed (exit ", rc, "): ", cmd));
+  return LoadTensorDir(absl::StrCat(dir, "/", out));
+}
+
 }  // namespace
 
 std::string ParityCase::Name() const {
@@ -103,15 +142,7 @@ absl::StatusOr<ParityResult> RunGptParity(const ParityCase& c, int steps, const 
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/parity_", c.family, "_", getpid());
   LOOM_RETURN_IF_ERROR(SaveTensorDir(dir + "/w", t.Parameters()));
-  std::map<std::string, Tensor> batches;
-  Philox rng(99, 0);
-  for (int s = 0; s < steps; ++s)
-    for (const char* xy : {"x", "y"}) {
-      Tensor b = Tensor::MustEmpty({c.batch, c.seq_len}, DType::kI32);
-      for (int64_t i = 0; i < b.numel(); ++i)
-        b.data<int32_t>()[i] = static_cast<int32_t>(rng.Bits(s * 100000 + (xy[0] == 'y') * 50000 + i) % c.vocab);
-      batches[absl::StrCat(xy, s)] = b;
-    }
+  std::map<std::string, Tensor> batches = Batches(c, steps);
   LOOM_RETURN_IF_ERROR(SaveTensorDir(dir + "/b", batches));
   nlohmann::json cfg = {{"family", c.family}, {"n_layer", c.n_layer}, {"n_head", c.n_head},
                         {"n_kv_head", c.n_kv_head}, {"d_model", c.d_model}, {"seq_len", c.seq_len},
@@ -120,30 +151,23 @@ absl::StatusOr<ParityResult> RunGptParity(const ParityCase& c, int steps, const 
                         {"eps", 1e-8}, {"weight_decay", spec.train().weight_decay()},
                         {"grad_clip", 1.0}, {"warmup_steps", 5}, {"threads", o.threads}};
   std::ofstream(dir + "/cfg.json") << cfg.dump();
-  const std::string amp = o.precision == "bf16" ? " --amp bf16" : "";
-  auto torch_run = [&](const std::string& device, const std::string& out) -> absl::Status {
-    const std::string cmd = absl::StrCat(o.python, " ", FindScript(o), " --config ", dir, "/cfg.json --weights ", dir,
-                                         "/w --batches ", dir, "/b --out ", dir, "/", out, " --steps ", steps,
-                                         " --device ", device, amp);
-    if (int rc = std::system(cmd.c_str()); rc != 0)
-      return absl::InternalError(absl::StrCat("the PyTorch reference failed (exit ", rc, "): ", cmd));
-    return absl::OkStatus();
-  };
-  LOOM_RETURN_IF_ERROR(torch_run(o.torch_device, "out"));
-  LOOM_ASSIGN_OR_RETURN(auto ref, LoadTensorDir(dir + "/out"));
+  LOOM_ASSIGN_OR_RETURN(auto ref, RunTorch(o, dir, steps, o.torch_device, "f32", "out"));
 
   ParityResult r;
   if (!o.control_device.empty()) {
-    LOOM_RETURN_IF_ERROR(torch_run(o.control_device, "control"));
-    LOOM_ASSIGN_OR_RETURN(auto ctl, LoadTensorDir(dir + "/control"));
+    LOOM_ASSIGN_OR_RETURN(auto ctl, RunTorch(o, dir, steps, o.control_device, "f32", "control"));
     r.control_loss_rel = 0;
     for (int s = 0; s < steps; ++s)
       r.control_loss_rel = std::max(r.control_loss_rel,
                                     Rel(ctl.at("losses").GetDouble(s), ref.at("losses").GetDouble(s)));
     for (const auto& p : t.param_info()) {
       r.control_grad_rel[p.name] = RelativeError(ctl.at("grad." + p.name), ref.at("grad." + p.name));
-      r.control_final_rel[p.name] = RelativeError(ctl.at("final." + p.name), ref.at("final." + p.name));
+      r.control_final_rel[p.name] = FinalGap(p.name, ctl.at("final." + p.name), ref.at("final." + p.name), c.d_model);
     }
+  }
+  std::map<std::string, Tensor> f64;
+  if (o.f64_reference) {
+    LOOM_ASSIGN_OR_RETURN(f64, RunTorch(o, dir, steps, "cpu", "f64", "f64"));
   }
   r.torch_loss0 = ref.at("loss").GetDouble(0);
   if (o.compare_logits) {
@@ -169,21 +193,35 @@ absl::StatusOr<ParityResult> RunGptParity(const ParityCase& c, int steps, const 
     r.loss_rel.push_back(Rel(r.losses[s], r.torch_losses[s]));
   }
   for (const auto& [name, p] : t.Parameters()) {
-    const Tensor& ref_p = ref.at("final." + name);
-    if (EndsWith(name, "c_attn.bias")) {
-      // The key bias adds q.b to every score of a row; softmax ignores it, so
-      // its true gradient is 0 and both sides only see rounding noise, which
-      // Adam normalises into full-size steps. Compare the q and v parts only.
-      const int64_t C = c.d_model;
-      double w = 0;
-      for (int64_t part : {0, 2})
-        w = std::max(w, RelativeError(p.Narrow(0, part * C, C), ref_p.Narrow(0, part * C, C)));
-      r.final_rel[name] = w;
-      continue;
-    }
-    r.final_rel[name] = RelativeError(p, ref_p);
+    const std::string key = "final." + name;
+    r.final_rel[name] = FinalGap(name, p, ref.at(key), c.d_model);
+    if (!o.f64_reference) continue;
+    const Tensor& ref64 = f64.at(key);  // RelativeError reads both sides as doubles
+    r.final_rel_f64[name] = FinalGap(name, p, ref64, c.d_model);
+    r.torch_final_rel_f64[name] = FinalGap(name, ref.at(key), ref64, c.d_model);
   }
   return r;
+}
+
+NoiseVerdict FinalWithinNoise(const ParityResult& r, double factor, double floor) {
+  NoiseVerdict v;
+  for (const auto& [name, loom_gap] : r.final_rel_f64) {
+    const double torch_gap = r.torch_final_rel_f64.at(name);
+    const double ratio = torch_gap > 0 ? loom_gap / torch_gap : (loom_gap > 0 ? INFINITY : 0);
+    if (v.worst.empty() || ratio > v.worst_ratio) {
+      v.worst_ratio = ratio;
+      v.worst = absl::StrCat(name, " (", absl::StrFormat("%.2f", ratio), ")");
+    }
+    if (loom_gap <= factor * torch_gap || loom_gap < floor) continue;
+    v.ok = false;
+    v.failures.push_back(absl::StrFormat("%s: loom %.2e > %g x torch %.2e (floor %.0e)", name, loom_gap, factor,
+                                         torch_gap, floor));
+  }
+  if (r.final_rel_f64.empty()) {
+    v.ok = false;
+    v.failures.push_back("no f64 reference (ParityOptions::f64_reference is off)");
+  }
+  return v;
 }
 
 }  // namespace loom::parity

@@ -9,6 +9,10 @@
 //      loss curve and the final parameters.
 //   3. Loom runs the same steps; every figure is returned as a relative error
 //      for the caller to bound.
+//   4. With f64_reference, gpt_torch.py also trains in f64 on the CPU. The
+//      final parameters of Loom and of torch (f32, on torch_device) are both
+//      measured against it, so Loom's gap can be bounded by torch's own
+//      f32-against-f64 gap on the same run (FinalWithinNoise).
 //
 //   ParityCase c{"gpt", 2, 3, 3, 96, 37, 256, 384, 2};
 //   ParityOptions o;  o.device = "cuda"; o.precision = "bf16"; o.torch_device = "cuda";
@@ -40,6 +44,8 @@ struct ParityOptions {
   // Non-empty: torch also runs on this device (e.g. "cpu"), and the gaps
   // between the two torch runs are returned as the noise floor.
   std::string control_device;
+  // true: torch also trains in f64 on the CPU (the reference of step 4).
+  bool f64_reference = false;
 };
 
 struct ParityResult {
@@ -53,12 +59,26 @@ struct ParityResult {
   // torch on control_device against torch on torch_device (empty without a control).
   std::map<std::string, double> control_grad_rel, control_final_rel;
   double control_loss_rel = -1;  // worst over the curve; -1: no control
+  // With f64_reference, per parameter: Loom's final value against torch's f64
+  // run, and torch's own f32 run against the same f64 run (empty without it).
+  std::map<std::string, double> final_rel_f64, torch_final_rel_f64;
   double WorstGrad() const;
   double WorstLoss() const;
   double WorstFinal() const;
   // "name (value)" of the largest entry.
   static std::string Worst(const std::map<std::string, double>& m);
 };
+
+// The final-parameter verdict against the f64 reference, per parameter:
+// Loom's gap is within `factor` times torch's own f32 gap, or below `floor`
+// (for parameters where torch's gap is itself at the level of f32 rounding).
+struct NoiseVerdict {
+  bool ok = true;
+  std::string worst;     // "name (loom gap / torch gap)" of the largest ratio
+  double worst_ratio = 0;
+  std::vector<std::string> failures;  // "name: loom 3.1e-04 > 2 x torch 1.2e-04"
+};
+NoiseVerdict FinalWithinNoise(const ParityResult& r, double factor, double floor);
 
 // Errors: torch missing or failing (the command and its exit code), Loom's
 // trainer failing (its status).
