@@ -381,7 +381,9 @@ const std::map<std::string, ShardingRule, std::less<>>& Table() {
     auto* m = new std::map<std::string, ShardingRule, std::less<>>();
     auto& t = *m;
     for (const char* op : {"abs", "exp", "log", "sqrt", "rsqrt", "sigmoid", "tanh", "relu", "gelu", "silu",
-                           "pow_scalar", "add_scalar", "maximum"})
+                           "pow_scalar", "add_scalar", "maximum", "minimum", "pow", "erf", "sin", "cos",
+                           "reciprocal", "equal", "less", "less_equal", "greater", "greater_equal",
+                           "logical_and", "logical_or", "logical_not", "where"})
       t[op] = PointwiseRule(false, 0);
     for (const char* op : {"neg", "scale", "cast", "div", "relu_backward", "gelu_backward", "silu_backward"})
       t[op] = PointwiseRule(false, 1u);

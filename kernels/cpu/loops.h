@@ -1,5 +1,5 @@
-// Strided loops over up to three operands, the engine of the CPU elementwise,
-// copy and broadcast kernels.
+// Strided loops over up to four operands, the engine of the CPU elementwise,
+// where, copy and broadcast kernels.
 //
 // A StridedLoop walks a logical shape in row-major order. Each operand has its
 // own element strides over that shape (0 on broadcast dims, anything for
@@ -26,7 +26,7 @@
 
 namespace loom::cpu {
 
-constexpr int kMaxLoopOperands = 3;
+constexpr int kMaxLoopOperands = 4;
 
 struct StridedLoop {
   int num_operands = 0;

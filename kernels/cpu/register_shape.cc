@@ -7,9 +7,14 @@
 //
 // Gradients: reshape back; inverse permute; slice -> slice_backward (pad with
 // zeros) and back; concat -> one slice of the gradient per input;
-// broadcast_to -> sum_to; cast -> cast back to the input dtype.
+// broadcast_to -> sum_to; cast -> cast back to the input dtype (none from an
+// integer or bool input).
+//
+// Every op here takes any dtype; the integer and bool cases below check that
+// the kernels move those elements exactly as the references do.
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/check.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/op_util.h"
 #include "kernels/cpu/shape_ops.h"
 
@@ -25,6 +30,10 @@ using OutSpan = absl::Span<Tensor>;
 std::map<DeviceKind, std::vector<DType>> MoveDTypes() {
   return CpuDTypes({DType::kF32, DType::kF64, DType::kBF16});
 }
+
+// Integer and bool inputs of `shape` (i64 values in [-1000, 1000)).
+ops::InputSpec I64(std::vector<int64_t> shape) { return TypedSpec(std::move(shape), DType::kI64, -1000, 1000); }
+ops::InputSpec Bool(std::vector<int64_t> shape) { return TypedSpec(std::move(shape), DType::kBool); }
 
 absl::Status RequireAttr(absl::string_view op, const Attrs& attrs, const std::string& name,
                          absl::string_view what) {
@@ -54,6 +63,8 @@ OpDef MakeReshape() {
       Case("infer_dim", {Spec({3, 5, 7})}, Attrs{{"shape", Ints{5, -1}}}),
       Case("split_merge", {Spec({2, 3, 4})}, Attrs{{"shape", Ints{4, 1, 6}}}),
       Case("to_scalar", {Spec({1, 1})}, Attrs{{"shape", Ints{}}}),
+      Case("i64", {I64({3, 5, 7})}, Attrs{{"shape", Ints{7, -1}}}),
+      Case("bool", {Bool({2, 6})}, Attrs{{"shape", Ints{3, 4}}}),
   };
   return def;
 }
@@ -90,6 +101,8 @@ OpDef MakePermute() {
   def.cases = {
       Case("rotate_3x5x7", {Spec({3, 5, 7})}, Attrs{{"dims", Ints{2, 0, 1}}}),
       Case("neg_dims_4d", {Spec({2, 3, 4, 5})}, Attrs{{"dims", Ints{-1, 0, 2, 1}}}),
+      Case("i64", {I64({3, 5, 7})}, Attrs{{"dims", Ints{2, 0, 1}}}),
+      Case("bool", {Bool({4, 9})}, Attrs{{"dims", Ints{1, 0}}}),
   };
   return def;
 }
@@ -132,6 +145,8 @@ OpDef MakeSlice() {
       Case("middle_3x5x7", {Spec({3, 5, 7})}, Attrs{{"axis", int64_t{1}}, {"start", int64_t{1}}, {"length", int64_t{3}}}),
       Case("neg_axis_neg_start", {Spec({3, 5, 7})}, Attrs{{"axis", int64_t{-1}}, {"start", int64_t{-4}}, {"length", int64_t{4}}}),
       Case("empty", {Spec({4, 3})}, Attrs{{"axis", int64_t{0}}, {"start", int64_t{2}}, {"length", int64_t{0}}}),
+      Case("i64", {I64({3, 5, 7})}, Attrs{{"axis", int64_t{2}}, {"start", int64_t{-5}}, {"length", int64_t{3}}}),
+      Case("bool", {Bool({6, 4})}, Attrs{{"axis", int64_t{0}}, {"start", int64_t{1}}, {"length", int64_t{4}}}),
   };
   return def;
 }
@@ -212,6 +227,8 @@ OpDef MakeConcat() {
       Case("three_middle", {Spec({3, 2, 7}), Spec({3, 5, 7}), Spec({3, 1, 7})}, Attrs{{"axis", int64_t{1}}}),
       Case("rows", {Spec({2, 3}), Spec({4, 3})}, Attrs{{"axis", int64_t{0}}}),
       Case("neg_axis_with_empty", {Spec({3, 4}), Spec({3, 0}), Spec({3, 1})}, Attrs{{"axis", int64_t{-1}}}),
+      Case("i64", {I64({2}), I64({1}), I64({3})}, Attrs{{"axis", int64_t{0}}}),
+      Case("bool", {Bool({2, 3}), Bool({2, 2})}, Attrs{{"axis", int64_t{1}}}),
   };
   return def;
 }
@@ -239,6 +256,8 @@ OpDef MakeBroadcastTo() {
       Case("lead_and_inner", {Spec({5, 1})}, Attrs{{"shape", Ints{3, 5, 7}}}),
       Case("from_scalar", {Spec({})}, Attrs{{"shape", Ints{2, 3}}}),
       Case("middle", {Spec({3, 1, 4})}, Attrs{{"shape", Ints{3, 2, 4}}}),
+      Case("i64", {I64({5, 1})}, Attrs{{"shape", Ints{2, 5, 3}}}),
+      Case("bool", {Bool({1, 4})}, Attrs{{"shape", Ints{3, 4}}}),
   };
   return def;
 }
@@ -269,10 +288,33 @@ OpDef MakeCast() {
   narrow.differentiable = false;
   ops::InputSpec narrow_vec = Spec({13});
   narrow_vec.differentiable = false;
+  // Quarters in [-8, 8): exact in bf16, so truncation toward zero (of 2.75,
+  // -2.75, ...) gives the same integers from every floating dtype.
+  ops::InputSpec quarters = Spec({3, 5, 7});
+  quarters.differentiable = false;
+  quarters.fill = [](Tensor& t, const Philox& rng) {
+    for (int64_t e = 0; e < t.numel(); ++e) t.SetDouble(e, std::floor(64 * rng.Uniform(e)) / 4 - 8);
+  };
+  // i64 values past the i32 range, which the cast to i32 wraps.
+  ops::InputSpec wide = TypedSpec({13}, DType::kI64);
+  wide.fill = [](Tensor& t, const Philox& rng) {
+    for (int64_t e = 0; e < t.numel(); ++e)
+      SetInt(t, e, static_cast<int64_t>(rng.Bits(e)) * 3 - (int64_t{3} << 31));
+  };
+  auto to = [](const char* dt) { return Attrs{{"dtype", std::string(dt)}}; };
   def.cases = {
-      Case("to_f64", {Spec({3, 5, 7})}, Attrs{{"dtype", std::string("f64")}}),
-      Case("to_f32", {narrow}, Attrs{{"dtype", std::string("f32")}}),
-      Case("to_bf16", {narrow_vec}, Attrs{{"dtype", std::string("bf16")}}),
+      Case("to_f64", {Spec({3, 5, 7})}, to("f64")),
+      Case("to_f32", {narrow}, to("f32")),
+      Case("to_bf16", {narrow_vec}, to("bf16")),
+      Case("float_to_i32", {quarters}, to("i32")),
+      Case("float_to_i64", {quarters}, to("i64")),
+      Case("float_to_bool", {WholeSpec({4, 6})}, to("bool")),
+      Case("i64_to_f32", {I64({3, 5, 7})}, to("f32")),
+      Case("i64_to_i32_wraps", {wide}, to("i32")),
+      Case("i32_to_i64", {TypedSpec({4, 5}, DType::kI32, -1000, 1000)}, to("i64")),
+      Case("i64_to_bool", {TypedSpec({13}, DType::kI64, -2, 2)}, to("bool")),
+      Case("bool_to_f32", {Bool({3, 4})}, to("f32")),
+      Case("bool_to_i64", {Bool({3, 4})}, to("i64")),
   };
   return def;
 }

@@ -8,6 +8,7 @@
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "kernels/cpu/check.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/loops.h"
 
 namespace loom::cpu {
@@ -124,17 +125,6 @@ absl::Status CheckSlice(const Tensor& x, const SliceArgs& s) {
   LOOM_RETURN_IF_ERROR(CheckCpu("slice", "x", x));
   return NormalizeSlice(x.shape(), s.axis, s.start, s.length).status();
 }
-
-template <typename S>
-double ToDouble(S s) {
-  if constexpr (std::is_same_v<S, BF16> || std::is_same_v<S, F16>) return static_cast<float>(s);
-  else return static_cast<double>(s);
-}
-template <typename D>
-D FromDouble(double v) {
-  if constexpr (std::is_same_v<D, BF16> || std::is_same_v<D, F16>) return D(static_cast<float>(v));
-  else return static_cast<D>(v);
-}
 }  // namespace
 
 absl::Status ReshapeKernel(const Tensor& x, Tensor& out) {
@@ -215,7 +205,7 @@ absl::Status CastKernel(const Tensor& x, Tensor& out) {
       const S* s = static_cast<const S*>(src.raw_data());
       D* d = static_cast<D*>(out.raw_data());
       ParallelFor(x.numel(), kParallelMinElements, [&](int64_t lo, int64_t hi) {
-        for (int64_t i = lo; i < hi; ++i) d[i] = FromDouble<D>(ToDouble(s[i]));
+        for (int64_t i = lo; i < hi; ++i) d[i] = ConvertTo<D>(s[i]);
       });
     });
   });
@@ -227,7 +217,7 @@ absl::Status FillKernel(double value, Tensor& out) {
   if (!out.is_contiguous()) return ArgError("fill", "out", "output must be contiguous");
   VisitDType(out.dtype(), [&](auto tag) {
     using D = decltype(tag);
-    const D v = FromDouble<D>(value);
+    const D v = ConvertTo<D>(value);
     D* d = static_cast<D*>(out.raw_data());
     ParallelFor(out.numel(), kParallelMinElements, [&](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i) d[i] = v;
@@ -237,7 +227,8 @@ absl::Status FillKernel(double value, Tensor& out) {
 }
 
 // ---- References -----------------------------------------------------------------------
-// Element by element through GetDouble/SetDouble; index arithmetic spelled out.
+// Element by element through CopyElement (exact for integers); index
+// arithmetic spelled out.
 
 namespace {
 // Row-major multi-index of linear index i in `shape`.
@@ -259,7 +250,7 @@ int64_t Ravel(absl::Span<const int64_t> idx, absl::Span<const int64_t> shape) {
 absl::Status ReshapeReference(const Tensor& x, Tensor& out) {
   LOOM_RETURN_IF_ERROR(CheckCpu("reshape", "x", x));
   if (x.numel() != out.numel()) return ArgError("reshape", "out", "element count differs from x");
-  for (int64_t i = 0; i < x.numel(); ++i) out.SetDouble(i, x.GetDouble(i));
+  for (int64_t i = 0; i < x.numel(); ++i) CopyElement(x, i, out, i);
   return absl::OkStatus();
 }
 
@@ -271,7 +262,7 @@ absl::Status PermuteReference(const Tensor& x, const std::vector<int>& perm, Ten
     Shape oi = Unravel(i, s);
     Shape xi(x.ndim());
     for (int d = 0; d < x.ndim(); ++d) xi[perm[d]] = oi[d];  // out dim d is x dim perm[d]
-    out.SetDouble(i, x.GetDouble(Ravel(xi, x.shape())));
+    CopyElement(x, Ravel(xi, x.shape()), out, i);
   }
   return absl::OkStatus();
 }
@@ -281,7 +272,7 @@ absl::Status SliceReference(const Tensor& x, const SliceArgs& s, Tensor& out) {
   for (int64_t i = 0; i < out.numel(); ++i) {
     Shape idx = Unravel(i, out.shape());
     idx[s.axis] += s.start;
-    out.SetDouble(i, x.GetDouble(Ravel(idx, x.shape())));
+    CopyElement(x, Ravel(idx, x.shape()), out, i);
   }
   return absl::OkStatus();
 }
@@ -296,7 +287,7 @@ absl::Status SliceBackwardReference(const Tensor& dy, int axis, int64_t start, T
       out.SetDouble(i, 0);
     } else {
       idx[axis] = p;
-      out.SetDouble(i, dy.GetDouble(Ravel(idx, dy.shape())));
+      CopyElement(dy, Ravel(idx, dy.shape()), out, i);
     }
   }
   return absl::OkStatus();
@@ -310,7 +301,7 @@ absl::Status ConcatReference(absl::Span<const Tensor> inputs, int axis, Tensor& 
     // Find the input holding position idx[axis].
     size_t k = 0;
     while (idx[axis] >= inputs[k].dim(axis)) idx[axis] -= inputs[k++].dim(axis);
-    out.SetDouble(i, inputs[k].GetDouble(Ravel(idx, inputs[k].shape())));
+    CopyElement(inputs[k], Ravel(idx, inputs[k].shape()), out, i);
   }
   return absl::OkStatus();
 }
@@ -323,20 +314,21 @@ absl::Status BroadcastToReference(const Tensor& x, Tensor& out) {
     Shape oi = Unravel(i, out.shape());
     Shape xi(x.ndim());
     for (int d = 0; d < x.ndim(); ++d) xi[d] = x.dim(d) == 1 ? 0 : oi[lead + d];
-    out.SetDouble(i, x.GetDouble(Ravel(xi, x.shape())));
+    CopyElement(x, Ravel(xi, x.shape()), out, i);
   }
   return absl::OkStatus();
 }
 
 absl::Status CastReference(const Tensor& x, Tensor& out) {
   LOOM_RETURN_IF_ERROR(CheckInOut("cast", x, "x", out, out.dtype(), x.shape()));
-  for (int64_t i = 0; i < x.numel(); ++i) out.SetDouble(i, x.GetDouble(i));
+  for (int64_t i = 0; i < x.numel(); ++i) CopyElement(x, i, out, i);
   return absl::OkStatus();
 }
 
 absl::Status FillReference(double value, Tensor& out) {
   LOOM_RETURN_IF_ERROR(CheckCpu("fill", "out", out));
-  for (int64_t i = 0; i < out.numel(); ++i) out.SetDouble(i, value);
+  const Tensor v = Tensor::FromVector({}, {value}, DType::kF64);
+  for (int64_t i = 0; i < out.numel(); ++i) CopyElement(v, 0, out, i);
   return absl::OkStatus();
 }
 

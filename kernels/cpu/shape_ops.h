@@ -4,9 +4,12 @@
 // Each op has an Infer* (shape/dtype inference and argument validation; errors
 // name the attribute or input, e.g. "permute: dims: [0, 0] is not a
 // permutation of 2 dims"), a fast kernel and a plain reference. The movement
-// kernels take any dtype and any strided input: they build a view of the
-// input (Tensor::Permute/Narrow/Expand) and copy it with CopyStrided/CopyView
-// from loops.h. The references index element by element in double.
+// kernels take any dtype (floating, i32, i64, bool) and any strided input:
+// they build a view of the input (Tensor::Permute/Narrow/Expand) and copy it
+// with CopyStrided/CopyView from loops.h. The references index element by
+// element (CopyElement: exact for integers). cast and fill convert with
+// ConvertTo (convert.h): float -> int truncates toward zero and saturates,
+// int -> int wraps, anything -> bool is != 0.
 //
 // Attribute conventions (op catalogue): axes accept negatives; reshape's shape
 // may hold one -1; slice's start may be negative (counted from the end).

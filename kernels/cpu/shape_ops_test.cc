@@ -3,6 +3,9 @@
 // inputs in several dtypes (including integers), and bad input.
 #include "kernels/cpu/shape_ops.h"
 
+#include <cmath>
+#include <limits>
+
 #include "gtest/gtest.h"
 #include "kernels/cpu/test_util.h"
 
@@ -65,6 +68,48 @@ TEST(ShapeOps, ExactValues) {
   EXPECT_EQ(f.dtype(), DType::kI64);
   EXPECT_EQ(f.ToVector(), (std::vector<double>{3, 3, 3, 3}));
   EXPECT_EQ(KernelVsReference("fill", {}, {{"shape", Ints{4, 3}}, {"value", -1.5}}), 0);
+}
+
+// Loom's conversion rules (convert.h), kernel and reference alike.
+TEST(ShapeOps, CastFollowsTheConversionRules) {
+  const double kMax32 = std::numeric_limits<int32_t>::max(), kMin32 = std::numeric_limits<int32_t>::min();
+  Tensor f = Tensor::FromVector({7}, {2.75, -2.75, 1e10, -1e10, NAN, 0.5, -0.0});
+  Tensor w = Tensor::MustEmpty({3}, DType::kI64);
+  w.data<int64_t>()[0] = (int64_t{1} << 32) + 5;
+  w.data<int64_t>()[1] = int64_t{1} << 31;
+  w.data<int64_t>()[2] = -(int64_t{1} << 33) - 7;
+  for (auto impl : {ops::Impl::kKernel, ops::Impl::kReference}) {
+    auto cast = [&](const Tensor& x, const char* to) { return Eval("cast", {x}, {{"dtype", std::string(to)}}, impl); };
+    EXPECT_EQ(cast(f, "i32").ToVector(), (std::vector<double>{2, -2, kMax32, kMin32, 0, 0, 0}));
+    EXPECT_EQ(cast(f, "bool").ToVector(), (std::vector<double>{1, 1, 1, 1, 1, 1, 0}));
+    // f16 holds 2.75, -2.75, inf, -inf, NaN, 0.5, -0: infinities saturate.
+    const double kMax64 = static_cast<double>(std::numeric_limits<int64_t>::max());
+    EXPECT_EQ(cast(f.To(DType::kF16), "i64").ToVector(), (std::vector<double>{2, -2, kMax64, -kMax64, 0, 0, 0}));
+    Tensor i32 = cast(w, "i32");
+    EXPECT_EQ(i32.ToVector(), (std::vector<double>{5, kMin32, -7}));
+    EXPECT_EQ(cast(i32, "bool").ToVector(), (std::vector<double>{1, 1, 1}));
+    EXPECT_EQ(cast(cast(f, "bool"), "f32").ToVector(), (std::vector<double>{1, 1, 1, 1, 1, 1, 0}));
+  }
+}
+
+TEST(ShapeOps, I64ElementsStayExactBeyondDoublePrecision) {
+  Tensor x = Tensor::MustEmpty({2, 3}, DType::kI64);
+  for (int64_t i = 0; i < 6; ++i) x.data<int64_t>()[i] = (int64_t{1} << 60) + 2 * i + 1;  // odd: not doubles
+  auto same = [](const Tensor& t, std::vector<int64_t> idx) {
+    std::vector<int64_t> got;
+    for (int64_t i = 0; i < t.numel(); ++i) got.push_back(t.data<int64_t>()[i]);
+    for (int64_t& v : idx) v = (int64_t{1} << 60) + 2 * v + 1;
+    return got == idx;
+  };
+  for (auto impl : {ops::Impl::kKernel, ops::Impl::kReference}) {
+    EXPECT_TRUE(same(Eval("reshape", {x}, {{"shape", Ints{3, 2}}}, impl), {0, 1, 2, 3, 4, 5}));
+    EXPECT_TRUE(same(Eval("permute", {x}, {{"dims", Ints{1, 0}}}, impl), {0, 3, 1, 4, 2, 5}));
+    EXPECT_TRUE(same(Eval("slice", {x}, {{"axis", int64_t{1}}, {"start", int64_t{1}}, {"length", int64_t{2}}}, impl),
+                     {1, 2, 4, 5}));
+    EXPECT_TRUE(same(Eval("concat", {x, x}, {{"axis", int64_t{0}}}, impl), {0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5}));
+    EXPECT_TRUE(same(Eval("broadcast_to", {x.Narrow(0, 1, 1)}, {{"shape", Ints{2, 3}}}, impl), {3, 4, 5, 3, 4, 5}));
+    EXPECT_TRUE(same(Eval("cast", {x}, {{"dtype", std::string("i64")}}, impl), {0, 1, 2, 3, 4, 5}));
+  }
 }
 
 TEST(ShapeOps, LargeCopiesTakeTheParallelPath) {

@@ -33,8 +33,8 @@ absl::StatusOr<Tensor> ReferenceF64(const Graph& body, const std::vector<Tensor>
   return r.dtype() == DType::kF64 ? r : r.To(DType::kF64);
 }
 
-Graph MustBody(const std::string& op, const ops::Attrs& attrs, int n) {
-  std::vector<TensorMeta> metas(n, TensorMeta{DType::kF64, Shape(kOut.begin(), kOut.end())});
+// f64 inputs stand for the row's dtype; bool inputs stay bool.
+Graph MustBody(const std::string& op, const ops::Attrs& attrs, std::vector<TensorMeta> metas) {
   auto body = MakeSingleOpBody(op, attrs, metas);
   if (!body.ok()) {
     std::fprintf(stderr, "check_util: cannot build the body of %s: %s\n", op.c_str(),
@@ -49,8 +49,9 @@ Graph MustBody(const std::string& op, const ops::Attrs& attrs, int n) {
 std::vector<PwCheckCase> AllCheckCases() {
   std::vector<PwCheckCase> cases;
   const Shape full(kOut.begin(), kOut.end());
+  auto f64_inputs = [&](int n) { return std::vector<TensorMeta>(n, TensorMeta{DType::kF64, full}); };
   for (const PwOpCase& c : AllPwOpCases())
-    cases.push_back({c.label, MustBody(c.op, c.attrs, c.num_inputs), c.num_inputs, c.lo, c.hi, {}});
+    cases.push_back({c.label, MustBody(c.op, c.attrs, PwCaseInputs(c, DType::kF64, full)), c.num_inputs, c.lo, c.hi, {}});
   {  // copy (an empty body)
     Graph g("copy");
     g.AddOutput(g.AddInput("x0", {DType::kF64, full}));
@@ -68,8 +69,8 @@ std::vector<PwCheckCase> AllCheckCases() {
     cases.push_back({"fused_add_gelu_mul_scale", g, 3, -2, 2, {}});
   }
   // Mixed storage: bf16 + f32 (the row's dtype is the output's).
-  cases.push_back({"mixed_add_bf16_f32", MustBody("add", {}, 2), 2, -2, 2, {DType::kBF16, DType::kF32}});
-  cases.push_back({"fill_0.1", MustBody("fill", ops::Attrs{{"shape", kOut}, {"value", 0.1}}, 0), 0, 0, 0, {}});
+  cases.push_back({"mixed_add_bf16_f32", MustBody("add", {}, f64_inputs(2)), 2, -2, 2, {DType::kBF16, DType::kF32}});
+  cases.push_back({"fill_0.1", MustBody("fill", ops::Attrs{{"shape", kOut}, {"value", 0.1}}, {}), 0, 0, 0, {}});
   return cases;
 }
 
@@ -84,14 +85,17 @@ absl::StatusOr<PwCheckInstance> MakeCheckInstance(const PwCheckCase& c, DType dt
   inst.dtype = std::string(DTypeName(dt));
   inst.layout = layout;
   inst.tol = dt == DType::kF32 ? 1e-5 : 1e-2;
-  inst.out_dtype = dt;
+  // Bool outputs (comparisons) stay bool; the others take the row's dtype.
+  const bool bool_out = c.body.meta(c.body.outputs()[0].value).dtype == DType::kBool;
+  inst.out_dtype = bool_out ? DType::kBool : dt;
   inst.spec.body = &c.body;
   inst.spec.out_shape = kOut;
-  inst.spec.out_dtype = dt;
+  inst.spec.out_dtype = inst.out_dtype;
   const bool is_div = c.body.nodes().size() == 1 && c.body.nodes()[0].op == "div";
   std::vector<Tensor> ref_in;
   for (int k = 0; k < c.nin; ++k) {
-    const DType idt = c.in_dtypes.empty() ? dt : c.in_dtypes[k];
+    const bool bool_in = c.body.meta(c.body.inputs()[k].value).dtype == DType::kBool;
+    const DType idt = bool_in ? DType::kBool : c.in_dtypes.empty() ? dt : c.in_dtypes[k];
     double lo = c.lo, hi = c.hi;
     if (is_div && k == 0) lo = -2, hi = 2;  // only the denominator stays away from 0
     Ints sshape;
@@ -102,7 +106,8 @@ absl::StatusOr<PwCheckInstance> MakeCheckInstance(const PwCheckCase& c, DType dt
     else sshape = {kOut[0] + 2, kOut[1] + 8};  // sliced
     LOOM_ASSIGN_OR_RETURN(Tensor storage, Tensor::Empty(sshape, idt));
     Philox rng(seed, 1000 + k);
-    for (int64_t i = 0; i < storage.numel(); ++i) storage.SetDouble(i, lo + (hi - lo) * rng.Uniform(i));
+    for (int64_t i = 0; i < storage.numel(); ++i)
+      storage.SetDouble(i, bool_in ? (rng.Uniform(i) < 0.5 ? 1 : 0) : lo + (hi - lo) * rng.Uniform(i));
     Tensor view;
     if (layout == "contiguous") view = storage;
     else if (layout == "broadcast") { LOOM_ASSIGN_OR_RETURN(view, storage.Expand(kOut)); }
@@ -112,7 +117,7 @@ absl::StatusOr<PwCheckInstance> MakeCheckInstance(const PwCheckCase& c, DType dt
     }
     else view = storage.Narrow(0, 1, kOut[0]).Narrow(1, 5, kOut[1]);
     inst.spec.inputs.push_back({idt, Ints(view.strides().begin(), view.strides().end()), view.offset()});
-    ref_in.push_back(view.To(DType::kF64));
+    ref_in.push_back(bool_in ? view.Contiguous() : view.To(DType::kF64));
     inst.in_storage.push_back(storage);
   }
   if (layout == "sliced") {

@@ -34,7 +34,7 @@ absl::Status Bad(absl::string_view field, absl::string_view msg) { return Codege
 
 bool SupportedStorage(DType t) {
   return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16 || t == DType::kI32 ||
-         t == DType::kI64;
+         t == DType::kI64 || t == DType::kBool;
 }
 bool IsInt(DType t) { return t == DType::kI32 || t == DType::kI64; }
 
@@ -44,6 +44,7 @@ const char* StorageType(DType t) {
     case DType::kBF16: case DType::kF16: return "unsigned short";
     case DType::kI32: return "int";
     case DType::kI64: return "long long";
+    case DType::kBool: return "unsigned char";
     default: return "?";
   }
 }
@@ -73,6 +74,7 @@ std::string FromFloat(DType t, const std::string& e) {
     case DType::kF16: return absl::StrCat("loom_f2h(", e, ")");
     case DType::kI32: return absl::StrCat("(int)(", e, ")");
     case DType::kI64: return absl::StrCat("(long long)(", e, ")");
+    case DType::kBool: return absl::StrCat("(unsigned char)((", e, ") != 0.0f)");
     default: return "?";
   }
 }
@@ -229,7 +231,7 @@ absl::Status ValidateSpec(const PwSpec& spec) {
       return Bad("out_shape", absl::StrCat("negative size ", spec.out_shape[d], " in dim ", d));
   if (!SupportedStorage(spec.out_dtype))
     return Bad("out_dtype", absl::StrCat("unsupported dtype ", DTypeName(spec.out_dtype),
-                                         " (expected f32, bf16, f16, i32 or i64)"));
+                                         " (expected f32, bf16, f16, i32, i64 or bool)"));
   if (!spec.out_strides.empty() && spec.out_strides.size() != rank)
     return Bad("out_strides", absl::StrCat("expected ", rank, " strides (the rank of out_shape), got ",
                                            spec.out_strides.size()));
@@ -246,7 +248,7 @@ absl::Status ValidateSpec(const PwSpec& spec) {
     const std::string f = absl::StrCat("inputs[", k, "]");
     if (!SupportedStorage(op.dtype))
       return Bad(f + ".dtype", absl::StrCat("unsupported dtype ", DTypeName(op.dtype),
-                                           " (expected f32, bf16, f16, i32 or i64)"));
+                                           " (expected f32, bf16, f16, i32, i64 or bool)"));
     if (op.strides.size() != rank)
       return Bad(f + ".strides", absl::StrCat("expected ", rank, " strides (the rank of out_shape), got ",
                                              op.strides.size()));
@@ -268,6 +270,15 @@ absl::Status ValidateSpec(const PwSpec& spec) {
       return Bad(where, absl::StrCat("expected ", arity, " inputs, got ", node.inputs.size()));
     if (node.outputs.size() != 1)
       return Bad(where, absl::StrCat("expected 1 output, got ", node.outputs.size()));
+    // Arithmetic and comparisons run in f32, where integers beyond 2^24 would
+    // silently lose precision: only conversions and constants touch them.
+    const bool moves = node.op == "cast" || node.op == "broadcast_to" || node.op == "zeros_like" ||
+                       node.op == "ones_like" || node.op == "fill";
+    bool ints = IsInt(body.meta(node.outputs[0]).dtype);
+    for (int v : node.inputs) ints = ints || (v >= 0 && v < static_cast<int>(body.values().size()) &&
+                                              IsInt(body.meta(v).dtype));
+    if (!moves && ints)
+      return Bad(where, absl::StrCat("integer ", node.op, " is not supported (the generator computes in f32)"));
   }
   return absl::OkStatus();
 }
