@@ -212,6 +212,28 @@ absl::StatusOr<RuleResult> SliceLike(const RuleInput& r) {
   return AllR(r);
 }
 
+// gather(x, indices) {axis}: a shard of x on another dim survives (shifted
+// past the index dims); a partial x stays partial (gather is a selection).
+// indices are replicated.
+absl::StatusOr<RuleResult> Gather(const RuleInput& r) {
+  const Placement p = r.place[0];
+  const int q = Rank(r.in[1]), axis = Norm(r.attrs->GetInt("axis"), Rank(r.in[0]));
+  if (p.is_partial()) return RuleResult{{p, kR}, {p}, {}};
+  if (p.is_shard() && p.dim != axis) return RuleResult{{p, kR}, {S(p.dim < axis ? p.dim : p.dim + q - 1)}, {}};
+  return AllR(r);
+}
+
+// gather_backward(dy, indices) {axis, dim_size}: the mirror of Gather (a
+// scatter-add is linear in dy, so P stays P).
+absl::StatusOr<RuleResult> GatherBackward(const RuleInput& r) {
+  const Placement p = r.place[0];
+  const int q = Rank(r.in[1]), axis = Norm(r.attrs->GetInt("axis"), Rank(r.in[0]) - q + 1);
+  if (p.is_partial()) return RuleResult{{p, kR}, {p}, {}};
+  if (p.is_shard() && (p.dim < axis || p.dim >= axis + q))
+    return RuleResult{{p, kR}, {S(p.dim < axis ? p.dim : p.dim - q + 1)}, {}};
+  return AllR(r);
+}
+
 absl::StatusOr<RuleResult> Concat(const RuleInput& r) {
   const int axis = Norm(r.attrs->GetInt("axis"), Rank(r.in[0]));
   for (const Placement& p : r.place)
@@ -401,6 +423,8 @@ const std::map<std::string, ShardingRule, std::less<>>& Table() {
     t["slice"] = SliceLike;
     t["slice_backward"] = SliceLike;
     t["concat"] = Concat;
+    t["gather"] = Gather;
+    t["gather_backward"] = GatherBackward;
     t["layernorm"] = [](const RuleInput& r) -> absl::StatusOr<RuleResult> {
       return NormLike(r, {0}, 0, {0, 1, 2}, false, -1);
     };
