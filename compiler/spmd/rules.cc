@@ -135,14 +135,15 @@ ShardingRule ReduceRule(absl::string_view kind) {
   const std::string k(kind);
   return [k](const RuleInput& r) -> absl::StatusOr<RuleResult> {
     const Placement p = r.place[0];
+    const bool extremum = k == "max" || k == "min";
     if (p.is_partial()) {
-      if (k == "max") return AllR(r);
+      if (extremum) return AllR(r);
       return RuleResult{{p}, {p}, {}};
     }
     if (!p.is_shard()) return AllR(r);
     const std::vector<int> axes = ReduceAxes(r);
     if (std::count(axes.begin(), axes.end(), p.dim)) {
-      if (k == "max") return AllR(r);
+      if (extremum) return AllR(r);
       return RuleResult{{p}, {P(k == "mean" ? PartialOp::kAvg : PartialOp::kSum)}, {}};
     }
     int od = p.dim;
@@ -416,6 +417,7 @@ const std::map<std::string, ShardingRule, std::less<>>& Table() {
     t["sum"] = ReduceRule("sum");
     t["mean"] = ReduceRule("mean");
     t["max"] = ReduceRule("max");
+    t["min"] = ReduceRule("min");
     t["sum_to"] = SumTo;
     t["broadcast_to"] = BroadcastTo;
     t["reshape"] = Reshape;
