@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <map>
 
+#include "absl/strings/str_cat.h"
 #include "compiler/compile.h"
 #include "compiler/cuda/cuda_executor.h"
 #include "compiler/cuda/plan.h"
@@ -493,6 +494,18 @@ TEST(PlanCuda, UnsupportedOpIsNamed) {
   auto e = CudaExecutor::Create(*g, CudaOptions{});
   ASSERT_FALSE(e.ok());
   EXPECT_NE(std::string(e.status().message()).find("softmax"), std::string::npos) << e.status();
+}
+
+TEST(PlanCuda, SteppedSlicesAreRefusedByName) {
+  for (const char* body : {"%0 = slice(%x) {axis=1, start=0, length=4, step=2} : f32[4, 4]",
+                           "%0 = slice_backward(%x) {axis=1, start=7, full_len=17, step=-1} : f32[4, 17]"}) {
+    auto g = ParseGraph(absl::StrCat("graph @g(%x: f32[4, 8]) {\n  ", body, "\n  return %0\n}\n"));
+    ASSERT_TRUE(g.ok()) << g.status();
+    auto p = PlanCuda(*g, false);
+    ASSERT_FALSE(p.ok()) << body;
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kUnimplemented);
+    EXPECT_NE(std::string(p.status().message()).find("a step other than 1"), std::string::npos) << p.status();
+  }
 }
 
 // Create on the full gpt graph: without a GPU every launch is still built

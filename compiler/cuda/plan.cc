@@ -230,6 +230,8 @@ absl::Status Planner::PlanLaunches() {
         L.outputs.insert(L.outputs.end(), ln.outputs.begin(), ln.outputs.end());
         done[j] = true;
       }
+    } else if ((op == "slice" || op == "slice_backward") && n.attrs.GetInt("step", 1) != 1) {
+      return Unsupported(g, i, "slices with a step other than 1 are not supported");
     } else if (op == "permute" || op == "slice" || op == "cast" || op == "broadcast_to") {
       if (!PlanCopy(i, L)) continue;
     } else if (op == "slice_backward") {

@@ -51,6 +51,12 @@ void CopyStrided(const Tensor& src, void* dst);
 // dst may be strided, e.g. a Narrow of a bigger tensor).
 void CopyView(const Tensor& src, const Tensor& dst);
 
+// Copies the view `src` (element 0 at `src`, element strides `src_strides`,
+// any sign) into the view `dst` of the same `shape` (its own strides, any
+// sign), elements of `elem` bytes: the engine of stepped slices.
+void CopyRaw(absl::Span<const int64_t> shape, size_t elem, const void* src, absl::Span<const int64_t> src_strides,
+             void* dst, absl::Span<const int64_t> dst_strides);
+
 // Strides of `t` broadcast to `shape` (0 where t is broadcast); t must be
 // broadcastable (checked by the caller).
 Strides BroadcastStrides(const Tensor& t, absl::Span<const int64_t> shape);

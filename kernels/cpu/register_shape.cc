@@ -1,6 +1,7 @@
 // Registers the shape and data-movement ops (kernels in shape_ops.h):
 //   reshape (attr shape, one -1 allowed), permute (attr dims), slice (attrs
-//   axis, start, length), slice_backward (attrs axis, start, full_len), concat
+//   axis, start, length, step = 1), slice_backward (attrs axis, start,
+//   full_len, step = 1), concat
 //   (variadic, attr axis), broadcast_to (attr shape), cast (attr dtype),
 //   fill (no inputs; attrs shape, dtype = "f32", value = 0), zeros_like,
 //   ones_like.
@@ -110,13 +111,22 @@ OpDef MakePermute() {
 absl::StatusOr<SliceArgs> SliceOf(absl::Span<const int64_t> x, const Attrs& attrs) {
   LOOM_RETURN_IF_ERROR(RequireAttr("slice", attrs, "start", "an int"));
   LOOM_RETURN_IF_ERROR(RequireAttr("slice", attrs, "length", "an int"));
-  return NormalizeSlice(x, attrs.GetInt("axis"), attrs.GetInt("start"), attrs.GetInt("length"));
+  return NormalizeSlice(x, attrs.GetInt("axis"), attrs.GetInt("start"), attrs.GetInt("length"),
+                        attrs.GetInt("step", 1));
+}
+
+// The attrs of slice / slice_backward with `step` only when it is not 1, so
+// graphs without steps print as they always have.
+Attrs SliceAttrs(int64_t axis, int64_t start, const char* len_name, int64_t len, int64_t step) {
+  Attrs a{{"axis", axis}, {"start", start}, {len_name, len}};
+  if (step != 1) a.Set("step", step);
+  return a;
 }
 
 OpDef MakeSlice() {
   OpDef def;
   def.name = "slice";
-  def.doc = "x[..., start:start+length, ...] along attr axis (start may be negative)";
+  def.doc = "length elements x[start + k * step] along attr axis (start may be negative; step default 1, may be negative)";
   def.infer = [](absl::Span<const TensorMeta> in, const Attrs& attrs) -> InferResult {
     LOOM_ASSIGN_OR_RETURN(SliceArgs s, SliceOf(in[0].shape, attrs));
     Shape out = in[0].shape;
@@ -137,8 +147,7 @@ OpDef MakeSlice() {
     const Shape xs = b.Meta(ctx.inputs[0]).shape;
     LOOM_ASSIGN_OR_RETURN(SliceArgs s, SliceOf(xs, ctx.attrs));
     LOOM_ASSIGN_OR_RETURN(V gx, b.Emit1("slice_backward", {ctx.grad_outputs[0]},
-                                        Attrs{{"axis", int64_t{s.axis}}, {"start", s.start},
-                                              {"full_len", xs[s.axis]}}));
+                                        SliceAttrs(s.axis, s.start, "full_len", xs[s.axis], s.step)));
     return std::vector<V>{gx};
   };
   def.cases = {
@@ -147,6 +156,10 @@ OpDef MakeSlice() {
       Case("empty", {Spec({4, 3})}, Attrs{{"axis", int64_t{0}}, {"start", int64_t{2}}, {"length", int64_t{0}}}),
       Case("i64", {I64({3, 5, 7})}, Attrs{{"axis", int64_t{2}}, {"start", int64_t{-5}}, {"length", int64_t{3}}}),
       Case("bool", {Bool({6, 4})}, Attrs{{"axis", int64_t{0}}, {"start", int64_t{1}}, {"length", int64_t{4}}}),
+      Case("step2", {Spec({3, 8, 5})}, SliceAttrs(1, 1, "length", 4, 2)),
+      Case("reverse", {Spec({3, 5, 7})}, SliceAttrs(-1, -1, "length", 7, -1)),
+      Case("neg_step3_neg_start", {Spec({11, 4})}, SliceAttrs(0, -2, "length", 3, -3)),
+      Case("step_i64", {I64({4, 9})}, SliceAttrs(1, 0, "length", 3, 4)),
   };
   return def;
 }
@@ -154,27 +167,28 @@ OpDef MakeSlice() {
 OpDef MakeSliceBackward() {
   OpDef def;
   def.name = "slice_backward";
-  def.doc = "zeros with dim axis = full_len, dy written at [start, start + len): the adjoint of slice";
+  def.doc = "zeros with dim axis = full_len, dy written at start + k * step (step default 1): the adjoint of slice";
   def.infer = [](absl::Span<const TensorMeta> in, const Attrs& attrs) -> InferResult {
     LOOM_RETURN_IF_ERROR(RequireAttr("slice_backward", attrs, "full_len", "an int"));
     LOOM_ASSIGN_OR_RETURN(Shape s, InferSliceBackward(in[0].shape, attrs.GetInt("axis"), attrs.GetInt("start"),
-                                                      attrs.GetInt("full_len")));
+                                                      attrs.GetInt("full_len"), attrs.GetInt("step", 1)));
     return std::vector<TensorMeta>{{in[0].dtype, s}};
   };
   def.kernels[DeviceKind::kCPU] = [](KernelSpan in, OutSpan out, const Attrs& attrs) {
-    return SliceBackwardKernel(in[0], attrs.GetInt("axis"), attrs.GetInt("start"), out[0]);
+    return SliceBackwardKernel(in[0], attrs.GetInt("axis"), attrs.GetInt("start"), out[0], attrs.GetInt("step", 1));
   };
   def.kernel_dtypes = MoveDTypes();
   def.reference = [](KernelSpan in, OutSpan out, const Attrs& attrs) {
-    return SliceBackwardReference(in[0], attrs.GetInt("axis"), attrs.GetInt("start"), out[0]);
+    return SliceBackwardReference(in[0], attrs.GetInt("axis"), attrs.GetInt("start"), out[0],
+                                  attrs.GetInt("step", 1));
   };
   def.grad = [](GradBuilder& b, const GradContext& ctx) -> GradResult {
     if (ctx.grad_outputs[0] == kNone) return std::vector<V>{kNone};
     const Shape dys = b.Meta(ctx.inputs[0]).shape;
     LOOM_ASSIGN_OR_RETURN(int axis, NormalizeAxis("slice_backward", "axis", ctx.attrs.GetInt("axis"), dys.size()));
     LOOM_ASSIGN_OR_RETURN(V g, b.Emit1("slice", {ctx.grad_outputs[0]},
-                                       Attrs{{"axis", int64_t{axis}}, {"start", ctx.attrs.GetInt("start")},
-                                             {"length", dys[axis]}}));
+                                       SliceAttrs(axis, ctx.attrs.GetInt("start"), "length", dys[axis],
+                                                  ctx.attrs.GetInt("step", 1))));
     return std::vector<V>{g};
   };
   def.cases = {
@@ -182,6 +196,8 @@ OpDef MakeSliceBackward() {
            Attrs{{"axis", int64_t{1}}, {"start", int64_t{1}}, {"full_len", int64_t{5}}}),
       Case("neg_axis_at_end", {Spec({4, 3})},
            Attrs{{"axis", int64_t{-1}}, {"start", int64_t{2}}, {"full_len", int64_t{5}}}),
+      Case("step3", {Spec({3, 4, 2})}, SliceAttrs(1, 1, "full_len", 11, 3)),
+      Case("reverse_step2", {Spec({3, 5})}, SliceAttrs(0, 6, "full_len", 7, -2)),
   };
   return def;
 }

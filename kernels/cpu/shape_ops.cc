@@ -1,7 +1,7 @@
 #include "kernels/cpu/shape_ops.h"
 
 #include <cstring>
-#include <type_traits>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -58,28 +58,54 @@ absl::StatusOr<std::vector<int>> NormalizePerm(absl::Span<const int64_t> dims, i
   return perm;
 }
 
+namespace {
+// Whether start + k * step lies in [0, dim) for every k in [0, length), with
+// no overflow for any int64 arguments (start in [0, dim], length >= 0).
+bool SteppedFits(int64_t start, int64_t length, int64_t step, int64_t dim) {
+  if (length == 0) return true;
+  if (start >= dim) return false;
+  if (length == 1) return true;
+  const int64_t room = step > 0 ? dim - 1 - start : start;  // how far the walk may go
+  const int64_t span = step > 0 ? step : (step == std::numeric_limits<int64_t>::min() ? std::numeric_limits<int64_t>::max() : -step);
+  return length - 1 <= room / span;
+}
+}  // namespace
+
 absl::StatusOr<SliceArgs> NormalizeSlice(absl::Span<const int64_t> x, int64_t axis, int64_t start,
-                                         int64_t length) {
+                                         int64_t length, int64_t step) {
   SliceArgs s;
   LOOM_ASSIGN_OR_RETURN(s.axis, NormalizeAxis("slice", "axis", axis, static_cast<int>(x.size())));
   const int64_t dim = x[s.axis];
   s.start = start < 0 ? start + dim : start;
   s.length = length;
-  if (s.start < 0 || s.start > dim)
+  s.step = step;
+  if (step == 0) return ArgError("slice", "step", "must not be 0");
+  if (s.start < 0 || s.start > dim || (step != 1 && length > 0 && s.start == dim))
     return ArgError("slice", "start", absl::StrCat(start, " out of range for dim ", s.axis, " of size ", dim));
-  if (length < 0 || s.start + length > dim)
-    return ArgError("slice", "length", absl::StrCat(length, " from start ", s.start, " exceeds dim ", s.axis,
-                                                    " of size ", dim));
+  if (length < 0) return ArgError("slice", "length", absl::StrCat(length, " is negative"));
+  if (step == 1) {
+    if (s.start + length > dim)
+      return ArgError("slice", "length", absl::StrCat(length, " from start ", s.start, " exceeds dim ", s.axis,
+                                                      " of size ", dim));
+    return s;
+  }
+  if (!SteppedFits(s.start, length, step, dim))
+    return ArgError("slice", "length", absl::StrCat(length, " elements from start ", s.start, " with step ", step,
+                                                    " leave dim ", s.axis, " of size ", dim));
   return s;
 }
 
 absl::StatusOr<Shape> InferSliceBackward(absl::Span<const int64_t> dy, int64_t axis, int64_t start,
-                                         int64_t full_len) {
+                                         int64_t full_len, int64_t step) {
   LOOM_ASSIGN_OR_RETURN(int a, NormalizeAxis("slice_backward", "axis", axis, static_cast<int>(dy.size())));
-  if (start < 0 || full_len < 0 || start + dy[a] > full_len)
+  if (step == 0) return ArgError("slice_backward", "step", "must not be 0");
+  const int64_t n = dy[a];
+  const bool fits = step == 1 ? start >= 0 && full_len >= 0 && start + n <= full_len
+                              : start >= 0 && start <= full_len && SteppedFits(start, n, step, full_len);
+  if (!fits)
     return ArgError("slice_backward", "full_len",
-                    absl::StrCat("dy of length ", dy[a], " at start ", start, " does not fit in full_len ",
-                                 full_len));
+                    absl::StrCat("dy of length ", n, " at start ", start, step == 1 ? "" : absl::StrCat(" with step ", step),
+                                 " does not fit in full_len ", full_len));
   Shape out(dy.begin(), dy.end());
   out[a] = full_len;
   return out;
@@ -123,7 +149,14 @@ absl::StatusOr<Shape> PermutedShape(const Tensor& x, const std::vector<int>& per
 
 absl::Status CheckSlice(const Tensor& x, const SliceArgs& s) {
   LOOM_RETURN_IF_ERROR(CheckCpu("slice", "x", x));
-  return NormalizeSlice(x.shape(), s.axis, s.start, s.length).status();
+  return NormalizeSlice(x.shape(), s.axis, s.start, s.length, s.step).status();
+}
+
+// Element strides of t with `axis` scaled by `step`.
+std::vector<int64_t> SteppedStrides(const Tensor& t, int axis, int64_t step) {
+  std::vector<int64_t> st(t.strides().begin(), t.strides().end());
+  st[axis] *= step;
+  return st;
 }
 }  // namespace
 
@@ -145,20 +178,35 @@ absl::Status PermuteKernel(const Tensor& x, const std::vector<int>& perm, Tensor
 
 absl::Status SliceKernel(const Tensor& x, const SliceArgs& s, Tensor& out) {
   LOOM_RETURN_IF_ERROR(CheckSlice(x, s));
-  Tensor v = x.Narrow(s.axis, s.start, s.length);
-  LOOM_RETURN_IF_ERROR(CheckOutput("slice", "out", out, x.dtype(), v.shape()));
-  CopyStrided(v, out.raw_data());
+  Shape shape = x.shape();
+  shape[s.axis] = s.length;
+  LOOM_RETURN_IF_ERROR(CheckOutput("slice", "out", out, x.dtype(), shape));
+  if (s.step == 1) {
+    CopyStrided(x.Narrow(s.axis, s.start, s.length), out.raw_data());
+    return absl::OkStatus();
+  }
+  if (out.numel() == 0) return absl::OkStatus();
+  const size_t es = DTypeSize(x.dtype());
+  const char* first = static_cast<const char*>(x.raw_data()) + s.start * x.stride(s.axis) * static_cast<int64_t>(es);
+  CopyRaw(shape, es, first, SteppedStrides(x, s.axis, s.step), out.raw_data(), ContiguousStrides(shape));
   return absl::OkStatus();
 }
 
-absl::Status SliceBackwardKernel(const Tensor& dy, int axis, int64_t start, Tensor& out) {
+absl::Status SliceBackwardKernel(const Tensor& dy, int axis, int64_t start, Tensor& out, int64_t step) {
   LOOM_RETURN_IF_ERROR(CheckCpu("slice_backward", "dy", dy));
   LOOM_ASSIGN_OR_RETURN(int a, NormalizeAxis("slice_backward", "axis", axis, dy.ndim()));
   if (out.ndim() != dy.ndim()) return ArgError("slice_backward", "out", "rank differs from dy");
-  LOOM_ASSIGN_OR_RETURN(Shape s, InferSliceBackward(dy.shape(), a, start, out.dim(a)));
+  LOOM_ASSIGN_OR_RETURN(Shape s, InferSliceBackward(dy.shape(), a, start, out.dim(a), step));
   LOOM_RETURN_IF_ERROR(CheckOutput("slice_backward", "out", out, dy.dtype(), s));
   if (out.nbytes() > 0) std::memset(out.raw_data(), 0, out.nbytes());
-  CopyView(dy, out.Narrow(a, start, dy.dim(a)));
+  if (step == 1) {
+    CopyView(dy, out.Narrow(a, start, dy.dim(a)));
+    return absl::OkStatus();
+  }
+  if (dy.numel() == 0) return absl::OkStatus();
+  const size_t es = DTypeSize(dy.dtype());
+  char* first = static_cast<char*>(out.raw_data()) + start * out.stride(a) * static_cast<int64_t>(es);
+  CopyRaw(dy.shape(), es, dy.raw_data(), dy.strides(), first, SteppedStrides(out, a, step));
   return absl::OkStatus();
 }
 
@@ -271,18 +319,22 @@ absl::Status SliceReference(const Tensor& x, const SliceArgs& s, Tensor& out) {
   LOOM_RETURN_IF_ERROR(CheckSlice(x, s));
   for (int64_t i = 0; i < out.numel(); ++i) {
     Shape idx = Unravel(i, out.shape());
-    idx[s.axis] += s.start;
+    idx[s.axis] = s.start + idx[s.axis] * s.step;
     CopyElement(x, Ravel(idx, x.shape()), out, i);
   }
   return absl::OkStatus();
 }
 
-absl::Status SliceBackwardReference(const Tensor& dy, int axis, int64_t start, Tensor& out) {
+absl::Status SliceBackwardReference(const Tensor& dy, int axis, int64_t start, Tensor& out, int64_t step) {
   LOOM_RETURN_IF_ERROR(CheckCpu("slice_backward", "dy", dy));
-  if (axis < 0) axis += dy.ndim();
+  LOOM_ASSIGN_OR_RETURN(axis, NormalizeAxis("slice_backward", "axis", axis, dy.ndim()));
+  if (out.ndim() != dy.ndim()) return ArgError("slice_backward", "out", "rank differs from dy");
+  LOOM_RETURN_IF_ERROR(InferSliceBackward(dy.shape(), axis, start, out.dim(axis), step).status());
   for (int64_t i = 0; i < out.numel(); ++i) {
     Shape idx = Unravel(i, out.shape());
-    int64_t p = idx[axis] - start;
+    // Position idx[axis] = start + p * step holds dy's element p.
+    const int64_t d = idx[axis] - start;
+    const int64_t p = d % step == 0 ? d / step : -1;
     if (p < 0 || p >= dy.dim(axis)) {
       out.SetDouble(i, 0);
     } else {
