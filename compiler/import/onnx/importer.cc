@@ -57,8 +57,17 @@ absl::StatusOr<TensorMeta> DataInputMeta(const ::onnx::ValueInfoProto& in, const
   if (!dt.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", dt.status().message()));
   TensorMeta meta{*dt, {}};
   auto given = o.input_shapes.find(in.name());
+  const int declared_rank = tt.has_shape() ? tt.shape().dim_size() : -1;
   if (given != o.input_shapes.end()) {
     meta.shape = given->second;
+  } else if (o.default_input_shape && (declared_rank < 0 || declared_rank == static_cast<int>(o.default_input_shape->size()))) {
+    meta.shape = *o.default_input_shape;
+    for (int i = 0; i < declared_rank; ++i) {
+      const auto& d = tt.shape().dim(i);
+      if (d.has_dim_value() && d.dim_value() != meta.shape[i])
+        return absl::InvalidArgumentError(absl::StrCat(what, ": dim ", i, " is ", d.dim_value(),
+                                                       " in the model, the job needs ", meta.shape[i]));
+    }
   } else {
     if (!tt.has_shape()) return absl::InvalidArgumentError(absl::StrCat(what, ": has no shape; give it in input_shapes"));
     for (int i = 0; i < tt.shape().dim_size(); ++i) {

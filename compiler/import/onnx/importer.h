@@ -31,6 +31,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -44,6 +45,9 @@ namespace loom::compiler::import::onnx {
 struct ImportOptions {
   // Concrete shapes of data inputs by name (override the model's dims).
   std::map<std::string, Shape> input_shapes;
+  // The shape of any other data input whose declared rank matches it (a
+  // language model's ids, labels and masks are all [batch, seq_len]).
+  std::optional<Shape> default_input_shape;
   // Sizes of symbolic dims (ONNX dim_param), e.g. {"batch", 8}.
   std::map<std::string, int64_t> dims;
   // Values of data inputs the importer may use where an op needs a value at

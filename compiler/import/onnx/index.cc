@@ -2,12 +2,11 @@
 //
 // Slice clamps its constant starts/ends per axis as ONNX specifies and becomes
 // one `slice` per sliced axis (attrs axis, start, length = elements taken,
-// step); a negative step becomes a `gather` of the explicit indices. Split is
-// one `slice` per output. Gather over a parameter table along axis 0 with
-// run-time ids is `embedding` (the token-embedding fast path); otherwise
-// `gather`, with constant negative indices normalized at import and run-time
-// ones by `where(less(i, 0), i + dim, i)`. Trilu is `where` over a constant
-// boolean band mask.
+// step, negative steps included). Split is one `slice` per output. Gather over
+// a parameter table along axis 0 with run-time ids is `embedding` (the
+// token-embedding fast path; ids must lie in [0, rows)); otherwise `gather`
+// (negative indices count from the end; constant ones are range-checked at
+// import). Trilu is `where` over a constant boolean band mask.
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 #include "compiler/import/onnx/op_table.h"
@@ -43,15 +42,9 @@ AxisSlice Clamp(int axis, int64_t start, int64_t end, int64_t step, int64_t dim)
 absl::StatusOr<Val> SliceAxis(NodeCtx& n, const Val& x, const AxisSlice& s) {
   const int64_t dim = x.meta.shape[s.axis];
   if (s.step == 1 && s.start == 0 && s.length == dim) return x;
-  if (s.step > 0) {
-    Attrs a{{"axis", int64_t{s.axis}}, {"start", s.start}, {"length", s.length}};
-    if (s.step != 1) a.Set("step", s.step);
-    return n.Emit1("slice", {x}, a);
-  }
-  std::vector<int64_t> idx;
-  for (int64_t i = 0; i < s.length; ++i) idx.push_back(s.start + i * s.step);
-  Val indices = n.Const(IntTensor(idx, {s.length}, DType::kI64));
-  return n.Emit1("gather", {x, indices}, Attrs{{"axis", int64_t{s.axis}}});
+  Attrs a{{"axis", int64_t{s.axis}}, {"start", s.start}, {"length", s.length}};
+  if (s.step != 1) a.Set("step", s.step);
+  return n.Emit1("slice", {x}, a);
 }
 
 absl::Status Slice(NodeCtx& n) {
@@ -129,15 +122,6 @@ absl::Status Split(NodeCtx& n) {
   return absl::OkStatus();
 }
 
-// Run-time indices with negatives mapped into [0, dim).
-absl::StatusOr<Val> WrapIndices(NodeCtx& n, const Val& idx, int64_t dim) {
-  LOOM_ASSIGN_OR_RETURN(Val zero, n.Scalar(0, idx.meta.dtype));
-  LOOM_ASSIGN_OR_RETURN(Val d, n.Scalar(static_cast<double>(dim), idx.meta.dtype));
-  LOOM_ASSIGN_OR_RETURN(Val neg, n.Emit1("less", {idx, zero}));
-  LOOM_ASSIGN_OR_RETURN(Val shifted, n.Emit1("add", {idx, d}));
-  return n.Emit1("where", {neg, shifted, idx});
-}
-
 absl::Status Gather(NodeCtx& n) {
   LOOM_RETURN_IF_ERROR(n.OnlyAttrs({"axis"}));
   LOOM_ASSIGN_OR_RETURN(Val x, n.In(0));
@@ -155,11 +139,9 @@ absl::Status Gather(NodeCtx& n) {
     }
     idx = n.Const(IntTensor(v, idx.meta.shape, idx.meta.dtype));
   } else if (ax == 0 && x.meta.shape.size() == 2 && IsFloating(x.meta.dtype) && n.builder().IsParam(x)) {
-    // A table lookup by run-time ids: the embedding op (ids must be in range).
+    // A table lookup by run-time ids: the embedding op (ids in [0, rows)).
     LOOM_ASSIGN_OR_RETURN(Val y, n.Emit1("embedding", {x, idx}));
     return n.SetOut(0, y);
-  } else {
-    LOOM_ASSIGN_OR_RETURN(idx, WrapIndices(n, idx, dim));
   }
   LOOM_ASSIGN_OR_RETURN(Val y, n.Emit1("gather", {x, idx}, Attrs{{"axis", int64_t{ax}}}));
   return n.SetOut(0, y);
@@ -190,7 +172,7 @@ absl::Status Trilu(NodeCtx& n) {
 
 std::vector<OpEntry> IndexOps() {
   return {
-      {"Slice", "index", 7, "slice | gather", Slice},
+      {"Slice", "index", 7, "slice", Slice},
       {"Split", "index", 7, "slice", Split},
       {"Gather", "index", 7, "gather | embedding", Gather},
       {"Trilu", "index", 14, "where", Trilu},
