@@ -18,15 +18,19 @@ Writes DIR/model.onnx, DIR/x{i}.i32 and DIR/y{i}.i32 (raw int32 [B, T]) for
 each step, DIR/params.txt (the parameters' names, one a line) and
 DIR/losses.txt: PyTorch's loss at each of N AdamW steps (lr 1e-3, betas
 (0.9, 0.95), eps 1e-8, weight decay 0.1 on matrices).
-Run it with Debian's /usr/bin/python3 (torch 1.13, CPU).
+Run it with Debian's /usr/bin/python3 (torch 1.13, CPU); exits 3 when torch
+cannot be imported.
 """
 import argparse
 import math
 import os
 
-import torch
-import torch.nn as nn
-import torch.nn.functional as F
+try:
+    import torch
+    import torch.nn as nn
+    import torch.nn.functional as F
+except ImportError:  # the caller skips with this exit code
+    raise SystemExit(3)
 
 V, T, B, C, H, L = 64, 8, 2, 32, 4, 2
 
