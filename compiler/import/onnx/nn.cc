@@ -7,13 +7,15 @@
 //               the input is coerced to 2-D at `axis` and back.
 //   LayerNorm   layernorm when over the last axis; over axes [axis, rank) the
 //               input is flattened to [lead, rest] first (the same statistics),
-//               scale and bias broadcast to the normalized shape; Mean and
-//               InvStdDev come back in ONNX's keep-dims shape.
+//               scale and bias broadcast to the normalized shape. Mean and
+//               InvStdDev, when used, are computed by mean/sub/mul/rsqrt (so
+//               gradients reach them) in ONNX's keep-dims shape.
 //   Dropout     identity outside training (training_mode false, or opsets
 //               before 12); in training the registry's dropout with the ratio.
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 #include "compiler/import/onnx/op_table.h"
+#include "compiler/import/onnx/tensor_proto.h"
 
 namespace loom::compiler::import::onnx {
 namespace {
@@ -129,11 +131,34 @@ absl::Status LayerNorm(NodeCtx& n) {
   LOOM_ASSIGN_OR_RETURN(std::vector<Val> r, n.Emit("layernorm", {flat, w, bias}, Attrs{{"eps", eps}}));
   LOOM_ASSIGN_OR_RETURN(Val y, Reshape(n, r[0], ShapeVec(x.meta.shape)));
   LOOM_RETURN_IF_ERROR(n.SetOut(0, y));
+  // Mean and InvStdDev: keep-dims shape, in the stash_type dtype (default float).
   std::vector<int64_t> stat_shape = lead_shape;
   stat_shape.resize(rank, 1);
+  LOOM_ASSIGN_OR_RETURN(int64_t stash, n.AttrInt("stash_type", 1));
+  absl::StatusOr<DType> stash_dt = LoomDType(static_cast<int>(stash));
+  if (!stash_dt.ok()) return n.Error(absl::StrCat("attribute 'stash_type': ", stash_dt.status().message()));
+  if (!n.WantsOutput(1) && !n.WantsOutput(2)) return absl::OkStatus();
+  // layernorm's mean and rstd are saved statistics (its grad rule ignores a
+  // gradient arriving at them): outputs the graph uses are recomputed from
+  // differentiable ops.
+  Val rows = flat;
+  if (ax == rank - 1) {
+    LOOM_ASSIGN_OR_RETURN(rows, Reshape(n, x, {lead, count}));
+  }
+  const Attrs last{{"axes", std::vector<int64_t>{-1}}, {"keepdim", true}};
+  LOOM_ASSIGN_OR_RETURN(Val mean, n.Emit1("mean", {rows}, last));
+  LOOM_ASSIGN_OR_RETURN(Val dev, n.Emit1("sub", {rows, mean}));
+  LOOM_ASSIGN_OR_RETURN(Val sq, n.Emit1("mul", {dev, dev}));
+  LOOM_ASSIGN_OR_RETURN(Val var, n.Emit1("mean", {sq}, last));
+  LOOM_ASSIGN_OR_RETURN(Val var_eps, n.Emit1("add_scalar", {var}, Attrs{{"s", eps}}));
+  LOOM_ASSIGN_OR_RETURN(Val rstd, n.Emit1("rsqrt", {var_eps}));
+  const Val stats[3] = {Val(), mean, rstd};
   for (int k = 1; k <= 2; ++k) {
     if (!n.WantsOutput(k)) continue;
-    LOOM_ASSIGN_OR_RETURN(Val s, Reshape(n, r[k], stat_shape));
+    LOOM_ASSIGN_OR_RETURN(Val s, Reshape(n, stats[k], stat_shape));
+    if (s.meta.dtype != *stash_dt) {
+      LOOM_ASSIGN_OR_RETURN(s, n.Emit1("cast", {s}, Attrs{{"dtype", std::string(DTypeName(*stash_dt))}}));
+    }
     LOOM_RETURN_IF_ERROR(n.SetOut(k, s));
   }
   return absl::OkStatus();
