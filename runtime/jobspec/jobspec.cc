@@ -144,7 +144,8 @@ absl::Status Field(bool ok, const std::string& key, const std::string& value, ab
 // model.onnx and its loss: the file exists; the loss fields name known
 // values. The import itself is checked where the model is loaded
 // (runtime/train/onnx_model.h).
-absl::Status ValidateOnnxModel(const v1::ModelSpec& m) {
+absl::Status ValidateOnnxModel(const v1::JobSpec& s) {
+  const v1::ModelSpec& m = s.model();
   const bool onnx = m.family() == "onnx";
   LOOM_RETURN_IF_ERROR(Field(onnx == !m.onnx().empty(), onnx ? "model.onnx" : "model.family",
                              onnx ? m.onnx() : m.family(), "model.onnx (a path) goes with model.family onnx"));
@@ -157,6 +158,13 @@ absl::Status ValidateOnnxModel(const v1::ModelSpec& m) {
   LOOM_RETURN_IF_ERROR(Field(std::filesystem::is_regular_file(m.onnx(), ec), "model.onnx", m.onnx(), "no such file"));
   LOOM_RETURN_IF_ERROR(Field(m.loss().kind().empty() || m.loss().kind() == "cross_entropy", "model.loss.kind",
                              m.loss().kind(), "expected cross_entropy (or empty: the model's own scalar loss, else cross_entropy)"));
+  // What the ONNX path does not do yet: more than one rank, the GPU, checkpoints.
+  const int ranks = std::max(1, s.parallel().dp()) * std::max(1, s.parallel().tp());
+  LOOM_RETURN_IF_ERROR(Field(ranks == 1 && !s.parallel().tp_auto(), "parallel", absl::StrCat(ranks, " ranks"),
+                             "ONNX models train in one process for now (dp = tp = 1)"));
+  LOOM_RETURN_IF_ERROR(Field(s.device() != "cuda", "device", s.device(), "ONNX models train on the CPU for now"));
+  LOOM_RETURN_IF_ERROR(Field(s.checkpoint().every() == 0, "checkpoint.every", absl::StrCat(s.checkpoint().every()),
+                             "checkpoints of ONNX models are not supported yet"));
   return absl::OkStatus();
 }
 
@@ -224,7 +232,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& s) {
   auto str = [](auto v) { return absl::StrCat(v); };
   LOOM_RETURN_IF_ERROR(Field(m.family() == "gpt" || m.family() == "llama" || m.family() == "onnx", "model.family",
                              m.family(), "expected gpt, llama or onnx"));
-  LOOM_RETURN_IF_ERROR(ValidateOnnxModel(m));
+  LOOM_RETURN_IF_ERROR(ValidateOnnxModel(s));
   LOOM_RETURN_IF_ERROR(Field(m.n_layer() > 0, "model.n_layer", str(m.n_layer()), "must be positive"));
   LOOM_RETURN_IF_ERROR(Field(m.n_head() > 0, "model.n_head", str(m.n_head()), "must be positive"));
   LOOM_RETURN_IF_ERROR(Field(m.d_model() > 0, "model.d_model", str(m.d_model()), "must be positive"));

@@ -11,9 +11,6 @@ namespace onnx = compiler::import::onnx;
 absl::StatusOr<OnnxTrainingModel> LoadOnnxModel(const v1::JobSpec& spec) {
   const auto& m = spec.model();
   auto bad = [](const absl::Status& s) { return absl::InvalidArgumentError(absl::StrCat("model.onnx: ", s.message())); };
-  if (spec.device() != "cpu") return bad(absl::InvalidArgumentError("ONNX models train on device: cpu for now"));
-  if (spec.parallel().dp() * std::max(1, spec.parallel().tp()) != 1)
-    return bad(absl::InvalidArgumentError("ONNX models train in one process for now (dp = tp = 1)"));
   onnx::ImportOptions io;
   io.default_input_shape = Shape{spec.train().batch_size(), m.seq_len()};
   auto imported = onnx::ImportModel(m.onnx(), io);
