@@ -120,5 +120,58 @@ TEST_P(TrainingTest, AdamWTrainingLowersTheLossWithoutAllocating) {
 
 INSTANTIATE_TEST_SUITE_P(CopyOrInPlace, TrainingTest, ::testing::Bool());
 
+// Dropout's offset reads the training step: the optimizer shares the forward
+// graph's %step, masks change from step to step, and the same step (a
+// restarted run) gives the same mask again.
+TEST(IntegrationTest, DropoutMasksFollowTheTrainingStep) {
+  auto fwd = ParseGraph(R"IR(graph @drop(%x: f32[13, 7], %t: f32[13, 3], %w1: f32[7, 9] param, %w2: f32[3, 9] param, %step: f32[]) {
+  %0 = matmul(%x, %w1) : f32[13, 9]
+  %1 = dropout(%0, %step) {p=0.5, seed=3} : f32[13, 9]
+  %2 = matmul(%1, %w2) {trans_b=true} : f32[13, 3]
+  %3 = sub(%2, %t) : f32[13, 3]
+  %4 = mul(%3, %3) : f32[13, 3]
+  %5 = mean(%4) : f32[]
+  return %5
+}
+)IR");
+  ASSERT_TRUE(fwd.ok()) << fwd.status();
+  CompileOptions o;
+  o.adamw = AdamWOptions{};
+  auto c = Compile(*fwd, o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const Graph g = c->stages.at("fused");
+  int steps = 0;
+  for (const GraphInput& i : g.inputs()) steps += i.name == "step";
+  EXPECT_EQ(steps, 1) << "the optimizer shares %step";
+  auto exec = Executor::Create(g);
+  ASSERT_TRUE(exec.ok()) << exec.status();
+  const std::vector<Tensor> in = Inputs(g);
+  const int k = g.FindInput("step");
+  auto loss_at = [&](int step) {
+    std::vector<Tensor> run = in;
+    run[k] = Tensor::FromVector({}, {static_cast<double>(step)});
+    auto outs = exec->Run(run);
+    EXPECT_TRUE(outs.ok()) << outs.status();
+    return outs.ok() ? (*outs)[0].GetDouble(0) : NAN;
+  };
+  const double l1 = loss_at(1), l2 = loss_at(2), l1_again = loss_at(1);
+  EXPECT_NE(l1, l2);
+  EXPECT_EQ(l1, l1_again);
+  // A forward %step that is not f32[] cannot be shared.
+  auto bad = ParseGraph(R"IR(graph @bad(%x: f32[4], %w: f32[4] param, %step: i64[]) {
+  %0 = dropout(%x, %step) {p=0.5} : f32[4]
+  %1 = mul(%0, %w) : f32[4]
+  %2 = sum(%1) : f32[]
+  return %2
+}
+)IR");
+  ASSERT_TRUE(bad.ok()) << bad.status();
+  auto cb = Compile(*bad, o);
+  ASSERT_FALSE(cb.ok());
+  EXPECT_NE(std::string(cb.status().message()).find("the optimizer can share it only as an f32[] input"),
+            std::string::npos)
+      << cb.status();
+}
+
 }  // namespace
 }  // namespace loom::compiler
