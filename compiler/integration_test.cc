@@ -120,6 +120,43 @@ TEST_P(TrainingTest, AdamWTrainingLowersTheLossWithoutAllocating) {
 
 INSTANTIATE_TEST_SUITE_P(CopyOrInPlace, TrainingTest, ::testing::Bool());
 
+// The elementwise ops of imported graphs fuse (a bool chain of comparisons
+// and logical ops, a float chain through where) and compute what the unfused
+// graph computes.
+TEST(IntegrationTest, ComparisonsWhereAndNewMathFuse) {
+  auto fwd = ParseGraph(R"IR(graph @masks(%x: f32[6, 8], %y: f32[6, 8], %m: f32[8]) {
+  %0 = less(%x, %m) : bool[6, 8]
+  %1 = greater(%y, %m) : bool[6, 8]
+  %2 = logical_and(%0, %1) : bool[6, 8]
+  %3 = logical_not(%2) : bool[6, 8]
+  %4 = erf(%x) : f32[6, 8]
+  %5 = sin(%4) : f32[6, 8]
+  %6 = minimum(%5, %y) : f32[6, 8]
+  %7 = where(%3, %6, %y) : f32[6, 8]
+  %8 = cos(%7) : f32[6, 8]
+  return %8
+}
+)IR");
+  ASSERT_TRUE(fwd.ok()) << fwd.status();
+  std::vector<Tensor> outs[2];
+  for (bool fuse : {false, true}) {
+    CompileOptions o;
+    o.differentiate = false;
+    o.fuse = fuse;
+    auto c = Compile(*fwd, o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    int fused = 0;
+    for (const Node& n : c->stages.at("fused").nodes()) fused += n.op == "fused";
+    EXPECT_EQ(fused, fuse ? 2 : 0) << *c->Dump("fused");
+    Executor exec(std::move(c->program));
+    auto r = exec.Run(Inputs(*fwd));
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (const Tensor& t : *r) outs[fuse].push_back(t.Clone());
+  }
+  ASSERT_EQ(outs[0].size(), 1u);
+  EXPECT_EQ(outs[0][0].ToVector(), outs[1][0].ToVector());
+}
+
 // Dropout's offset reads the training step: the optimizer shares the forward
 // graph's %step, masks change from step to step, and the same step (a
 // restarted run) gives the same mask again.
