@@ -140,7 +140,8 @@ ops::OpDef MakeDropout() {
   };
   const Attrs p3{{"p", 0.3}, {"seed", int64_t{5}}};
   d.cases.push_back({"p0.3_3x5x7", {F({3, 5, 7})}, p3});
-  d.cases.push_back({"i64_offset_odd_length", {F({37}), Offset(DType::kI64, 7)}, Attrs{{"p", 0.5}, {"seed", int64_t{-2}}}});
+  d.cases.push_back(
+      {"i64_offset_odd_length", {F({37}), Offset(DType::kI64, 7)}, Attrs{{"p", 0.5}, {"seed", int64_t{-2}}}});
   d.cases.push_back({"f32_step_offset", {F({4, 9}), Offset(DType::kF32, 3)}, p3});
   d.cases.push_back({"p0_identity", {F({2, 13})}, Attrs{{"p", 0.0}}});
   return d;

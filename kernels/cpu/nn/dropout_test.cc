@@ -88,7 +88,8 @@ TEST(Dropout, MasksDifferAcrossStepsAndSeeds) {
     return static_cast<double>(d) / n;
   };
   const Attrs a{{"p", 0.5}, {"seed", int64_t{3}}}, b{{"p", 0.5}, {"seed", int64_t{4}}};
-  Tensor s1 = RunDropout({x, Step(1)}, a).Clone(), s2 = RunDropout({x, Step(2)}, a).Clone(), t1 = RunDropout({x, Step(1)}, b).Clone();
+  Tensor s1 = RunDropout({x, Step(1)}, a).Clone(), s2 = RunDropout({x, Step(2)}, a).Clone();
+  Tensor t1 = RunDropout({x, Step(1)}, b).Clone();
   // Independent masks disagree on 2 p (1 - p) = half of the positions.
   EXPECT_NEAR(differ(s1, s2), 0.5, 0.02);
   EXPECT_NEAR(differ(s1, t1), 0.5, 0.02);

@@ -42,9 +42,10 @@
 // copies rows); other float dtypes run the f64 reference and convert back.
 //
 // Gradients: forward ops emit their *_backward op; rope's gradient is rope with
-// `inverse` flipped; dropout's is dropout with the same seed and offset; embedding and cross_entropy give no gradient to ids or
-// targets. Saved statistics (layernorm mean/rstd, rmsnorm rstd, cross_entropy
-// lse) are treated as non-differentiable outputs: a gradient arriving there is
+// `inverse` flipped; dropout's is dropout with the same seed and offset;
+// embedding and cross_entropy give no gradient to ids or targets. Saved
+// statistics (layernorm mean/rstd, rmsnorm rstd, cross_entropy lse) are
+// treated as non-differentiable outputs: a gradient arriving there is
 // ignored. *_backward ops have no_grad_reason "backward op of <op>"; grad_norm
 // and adamw "optimizer".
 //
