@@ -154,6 +154,7 @@ absl::Status Coordinator::ValidateSpec(v1::JobSpec& spec) const {
   LOOM_RETURN_IF_ERROR(CheckPath("spec.data.path", spec.data().path()));
   LOOM_RETURN_IF_ERROR(CheckPath("spec.run_dir", spec.run_dir()));
   LOOM_RETURN_IF_ERROR(CheckPath("spec.checkpoint.dir", spec.checkpoint().dir()));
+  LOOM_RETURN_IF_ERROR(CheckPath("spec.init_from", spec.init_from()));
   return absl::OkStatus();
 }
 
