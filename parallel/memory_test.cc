@@ -4,7 +4,7 @@
 //    acceptance layout forwards, then backwards) gives identical memory plans
 //    and identical IR text: no process-wide state leaks between compilations.
 //
-// 2. The memory acceptance (issue 5): per-rank parameter + gradient + AdamW
+// 2. Memory against the single process: per-rank parameter + gradient + AdamW
 //    memory of a layout, over the single-process figure:
 //      tp=2             in [0.45, 0.60]
 //      dp=4 ZeRO-3      in [0.20, 0.35]

@@ -1,6 +1,6 @@
 // The planner's per-layout memory estimate against the real local programs:
-// for every layout of the acceptance list (dp=4; tp=4; tp=2 x dp=2;
-// tp=2 + SP; dp=4 with ZeRO-1/2/3; tp=2 x dp=2 with ZeRO-3), the training step
+// for every acceptance layout (dp=4; tp=4; tp=2 x dp=2; tp=2 + SP; dp=4 with
+// ZeRO-1/2/3; tp=2 x dp=2 with ZeRO-3) and the single process, the training step
 // is compiled exactly like ParallelTrainer does (CompileParallel) and lowered
 // with do-nothing communicators (never run), which allocates its arena. The
 // rank's state (its blocks of parameters and AdamW m, v, from the program's
@@ -85,11 +85,8 @@ TEST(PlannerLayoutMemory, EveryAcceptanceLayoutWithin15Percent) {
   }
   std::vector<int64_t> batches = {8};
   if (full) batches.push_back(32);
-  // NOTE: the order matters today. Compiling dp=4 (ZeRO-0/1) first in a model's
-  // sequence, instead of after dp=1 x tp=1, gives a larger arena for the same
-  // model and layout (e.g. gpt dp=4: 8995904 instead of 7659584 bytes) - some
-  // process-wide state in the compile pipeline leaks into the memory plan.
-  // Reported to the lead; the figures asserted here are those of the order below.
+  // The arenas do not depend on the order the layouts compile in
+  // (memory_test.cc, CompileOrder).
   const std::vector<Layout> layouts = {{1, 1, 0, false}, {4, 1, 0, false}, {1, 4, 0, false},
                                        {2, 2, 0, false}, {1, 2, 0, true},  {4, 1, 1, false},
                                        {4, 1, 2, false}, {4, 1, 3, false}, {2, 2, 3, false}};

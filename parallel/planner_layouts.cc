@@ -1,9 +1,10 @@
-// Calibration tool (not a test): for each layout of the acceptance
-// list, compiles the local training step exactly like ParallelTrainer does
-// (styles.h: CompileParallel) and lowers it with do-nothing communicators, so
-// the program's real arena is known without starting processes; prints the
-// local state bytes (parameters + AdamW m, v blocks), the arena and the
-// planner's estimate for the same layout.
+// Calibration tool (not a test): for the single process and each acceptance
+// layout (dp=4; tp=4; tp=2 x dp=2; tp=2 with and without SP; dp=4 with
+// ZeRO-1/2/3; tp=2 x dp=2 with ZeRO-3), compiles the local training step
+// exactly like ParallelTrainer does (styles.h: CompileParallel) and lowers it
+// with do-nothing communicators, so the program's real arena is known without
+// starting processes; prints the local state bytes (parameters + AdamW m, v
+// blocks), the arena and the planner's estimate for the same layout.
 //
 //   bazel run //parallel:planner_layouts
 #include <cstdio>

@@ -55,7 +55,7 @@ struct Command {
 };
 
 const Command kCommands[] = {
-    {"train", "train a model from a job spec in this process: loom train JOB.yaml [--steps N]",
+    {"train", "train a model from a job spec in this process: loom train JOB.yaml [--steps N] [--init FILE]",
      loom::train::RunTrainCommand},
     {"compile", "print the IR after a compiler stage: loom compile JOB.yaml --dump=STAGE",
      loom::train::RunCompileCommand},
@@ -73,7 +73,8 @@ const Command kCommands[] = {
     {"status", "show one job's status", loom::service::RunStatusCommand},
     {"cancel", "cancel a job", loom::service::RunCancelCommand},
     {"logs", "show a job's logs (follow, rank filter)", loom::service::RunLogsCommand},
-    {"export", "consolidate a checkpoint into one safetensors file: loom export CKPT OUT",
+    {"export", "one safetensors file from a checkpoint, or in Hugging Face's layout from a run or checkpoint: "
+     "loom export [--format hf [--family gpt|llama]] SRC OUT",
      [](const std::vector<std::string>& a) { return CheckpointTool("export", a); }},
     {"import", "turn a safetensors file into a checkpoint: loom import FILE CKPT_DIR",
      [](const std::vector<std::string>& a) { return CheckpointTool("import", a); }},

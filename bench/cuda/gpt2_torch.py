@@ -1,4 +1,4 @@
-"""PyTorch side of the GPT-2 124M training benchmark on one GPU (issue 8).
+"""PyTorch side of the GPT-2 124M training benchmark on one GPU.
 
 Runs on the GPU machine (torch 2.x with CUDA). The model is Loom's GPT
 (tests/parity/gpt_torch.py conventions: weights stored [in, out], pre-LayerNorm,

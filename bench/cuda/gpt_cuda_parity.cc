@@ -1,4 +1,4 @@
-// Model parity on the GPU (issue 8): Loom's training step on the CUDA executor
+// Model parity on the GPU: Loom's training step on the CUDA executor
 // (Trainer, device: cuda) against the GPU machine's PyTorch on CUDA, on
 // identical weights and batches (tests/parity/parity_runner.h runs both).
 //
@@ -8,9 +8,9 @@
 // between torch on the CPU and torch on the GPU (the noise floor that
 // summation order alone gives, for reading Loom's gaps against).
 //
-// fp32 (Loom's true-f32 GEMMs, torch with TF32 off), the compiler issue's
-// bounds: step-0 loss 1e-5, every step-0 gradient 1e-4, the loss at every
-// step of the curve 1e-4, every final parameter 1e-4.
+// fp32 (Loom's true-f32 GEMMs, torch with TF32 off), bounds: step-0 loss
+// 1e-5, every step-0 gradient 1e-4, the loss at every step of the curve 1e-4,
+// every final parameter 1e-4.
 // bf16 (Loom's mixed-precision policy, torch autocast bf16): the loss at every
 // step within 1e-2 relative; gradient and final-parameter gaps are printed.
 // Exit status: 0 all passed, 1 a bound failed or a side errored, 2 bad usage,
@@ -76,7 +76,7 @@ int Main(int argc, char** argv) {
   }
   std::printf("device 0: %s; %d steps per case\n", dev->c_str(), steps);
   const std::vector<parity::ParityCase> cases = {
-      {"gpt", 2, 3, 3, 96, 37, 256, 384, 2},     // the compiler issue's odd sizes (head dim 32)
+      {"gpt", 2, 3, 3, 96, 37, 256, 384, 2},     // odd sizes (head dim 32)
       {"llama", 2, 6, 2, 96, 37, 256, 160, 2},   // GQA, RoPE, SwiGLU
       {"gpt", 4, 4, 4, 256, 128, 512, 1024, 4},  // head dim 64: flash attention under bf16
   };

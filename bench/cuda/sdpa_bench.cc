@@ -1,7 +1,9 @@
 // sdpa_bench: Loom's flash-attention kernels (kernels/cuda/attention) at the
-// SDPA shapes of issue 8, bf16, causal and not: forward and forward+backward
-// TFLOP/s (median of CUDA-event-timed iterations after warm-up). FLOPs: forward
-// 4 B H T^2 D (halved when causal), forward+backward 3.5x forward.
+// (B, H, T, D) shapes (4, 16, 4096, 128), (8, 12, 1024, 64) and
+// (2, 16, 8192, 128) (or --shape=B,H,T,D), bf16, causal and not: forward and
+// forward+backward TFLOP/s (median of CUDA-event-timed iterations after
+// warm-up). FLOPs: forward 4 B H T^2 D (halved when causal), forward+backward
+// 3.5x forward.
 // Each shape checks itself: 64 query rows at each end of head (0, 0) against
 // an fp64 CPU computation (o and lse), and dq/dk/dv sampled for NaN.
 // Prints one "RESULT impl=loom_flash ..." line per case (and, unless --bwd,

@@ -1,5 +1,5 @@
 // Time from submission to the first training step of a 4-rank CPU job
-// (the service issue's benchmark; must reach: under 3 s).
+// (target: under 3 s).
 //
 // A coordinator and an agent with 4 CPU slots run in this process (as in
 // `loom run`); the agent launches the real `loom worker` for each rank. For

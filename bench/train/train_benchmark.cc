@@ -1,6 +1,6 @@
 // Training throughput of Loom against PyTorch eager, side by side in one run.
 //
-// Config (issue 3): GPT L=4 H=4 C=256 T=256 B=8, byte vocab, f32, random tokens,
+// Config: GPT L=4 H=4 C=256 T=256 B=8, byte vocab, f32, random tokens,
 // AdamW with clipping, the same thread count for both. Loom's initial weights and
 // first batch are handed to PyTorch (tests/parity/gpt_torch.py); the tokens/s
 // figures count only if the two first-step losses agree.

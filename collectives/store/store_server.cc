@@ -1,8 +1,7 @@
 #include "collectives/store/store_server.h"
 
-#include <optional>
-
 #include <algorithm>
+#include <optional>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -20,6 +19,19 @@ std::string ErrorResponse(const absl::Status& s) {
   e.U8(static_cast<uint8_t>(s.code())).Str(s.message());
   return e.bytes();
 }
+
+// Success: status byte 0, then the op's fields.
+Encoder OkResponse() {
+  Encoder e;
+  e.U8(0);
+  return e;
+}
+
+std::string Malformed(uint8_t op) {
+  return ErrorResponse(absl::InvalidArgumentError(absl::StrCat("store: malformed request (op ", op, ")")));
+}
+
+bool KeyOk(const std::string& k) { return k.size() <= store_wire::kMaxKeyBytes; }
 
 bool SecretsEqual(absl::string_view a, absl::string_view b) {
   // Constant time in the length of `a` (the presented secret).
@@ -171,127 +183,140 @@ void StoreServer::Serve(int conn_index) {
 std::string StoreServer::Handle(absl::string_view request, const std::string& ns) {
   Decoder d(request);
   uint8_t op = d.U8();
-  Encoder out;
-  auto bad = [&]() {
-    return ErrorResponse(absl::InvalidArgumentError(absl::StrCat("store: malformed request (op ", op, ")")));
-  };
-  auto key_ok = [](const std::string& k) { return k.size() <= store_wire::kMaxKeyBytes; };
   switch (op) {
-    case store_wire::kSet: {
-      std::string k = d.Str(), v = d.Str();
-      if (!d.done() || !key_ok(k)) return bad();
-      absl::MutexLock l(&mu_);
-      data_[ns + k] = std::move(v);
-      cv_.SignalAll();
-      out.U8(0);
-      return out.bytes();
-    }
-    case store_wire::kGet: {
-      std::string k = d.Str();
-      if (!d.done()) return bad();
-      absl::MutexLock l(&mu_);
-      auto it = data_.find(ns + k);
-      if (it == data_.end()) return ErrorResponse(absl::NotFoundError(absl::StrCat("store: key '", k, "' not found")));
-      out.U8(0).Str(it->second);
-      return out.bytes();
-    }
-    case store_wire::kAdd: {
-      std::string k = d.Str();
-      int64_t delta = d.I64();
-      if (!d.done() || !key_ok(k)) return bad();
-      absl::MutexLock l(&mu_);
-      int64_t cur = 0;
-      auto it = data_.find(ns + k);
-      if (it != data_.end() && !absl::SimpleAtoi(it->second, &cur)) {
-        return ErrorResponse(absl::InvalidArgumentError(absl::StrCat("store: add: key '", k, "' does not hold an integer")));
-      }
-      cur += delta;
-      data_[ns + k] = absl::StrCat(cur);
-      cv_.SignalAll();
-      out.U8(0).I64(cur);
-      return out.bytes();
-    }
-    case store_wire::kWait: {
-      std::vector<std::string> keys = d.List();
-      int64_t timeout_ms = d.I64();
-      if (!d.done()) return bad();
-      absl::Time deadline = absl::Now() + absl::Milliseconds(timeout_ms);
-      absl::MutexLock l(&mu_);
-      auto ready = [&]() {
-        if (stopping_) return true;
-        for (const auto& k : keys) if (!data_.contains(ns + k)) return false;
-        return true;
-      };
-      while (!ready()) {
-        cv_.WaitWithDeadline(&mu_, deadline);
-        if (!ready() && absl::Now() >= deadline) {
-          std::vector<std::string> missing;
-          for (const auto& k : keys) if (!data_.contains(ns + k)) missing.push_back(k);
-          return ErrorResponse(absl::DeadlineExceededError(absl::StrCat(
-              "store: wait timed out after ", timeout_ms, " ms; missing keys: ", absl::StrJoin(missing, ", "))));
-        }
-      }
-      if (stopping_) return ErrorResponse(absl::UnavailableError("store: server shutting down"));
-      out.U8(0);
-      return out.bytes();
-    }
-    case store_wire::kCompareAndSet: {
-      std::string k = d.Str(), expected = d.Str(), desired = d.Str();
-      if (!d.done() || !key_ok(k)) return bad();
-      absl::MutexLock l(&mu_);
-      auto it = data_.find(ns + k);
-      std::string cur = it == data_.end() ? std::string() : it->second;
-      if (cur == expected) {
-        data_[ns + k] = desired;
-        cur = desired;
-        cv_.SignalAll();
-      }
-      out.U8(0).Str(cur);
-      return out.bytes();
-    }
-    case store_wire::kDelete: {
-      std::string k = d.Str();
-      if (!d.done()) return bad();
-      absl::MutexLock l(&mu_);
-      out.U8(0).I64(data_.erase(ns + k) ? 1 : 0);
-      return out.bytes();
-    }
-    case store_wire::kList: {
-      std::string p = d.Str();
-      if (!d.done()) return bad();
-      std::vector<std::string> keys;
-      {
-        absl::MutexLock l(&mu_);
-        for (const auto& [k, v] : data_) {
-          if (absl::StartsWith(k, ns + p)) keys.push_back(k.substr(ns.size()));
-        }
-      }
-      std::sort(keys.begin(), keys.end());
-      out.U8(0).List(keys);
-      if (out.bytes().size() > options_.max_message_bytes) {
-        return ErrorResponse(absl::ResourceExhaustedError("store: list: reply exceeds the message limit"));
-      }
-      return out.bytes();
-    }
-    case store_wire::kDeletePrefix: {
-      std::string p = d.Str();
-      if (!d.done()) return bad();
-      absl::MutexLock l(&mu_);
-      int64_t n = 0;
-      for (auto it = data_.begin(); it != data_.end();) {
-        if (absl::StartsWith(it->first, ns + p)) {
-          data_.erase(it++);
-          ++n;
-        } else {
-          ++it;
-        }
-      }
-      out.U8(0).I64(n);
-      return out.bytes();
-    }
+    case store_wire::kSet:
+      return HandleSet(d, ns);
+    case store_wire::kGet:
+      return HandleGet(d, ns);
+    case store_wire::kAdd:
+      return HandleAdd(d, ns);
+    case store_wire::kWait:
+      return HandleWait(d, ns);
+    case store_wire::kCompareAndSet:
+      return HandleCompareAndSet(d, ns);
+    case store_wire::kDelete:
+      return HandleDelete(d, ns);
+    case store_wire::kList:
+      return HandleList(d, ns);
+    case store_wire::kDeletePrefix:
+      return HandleDeletePrefix(d, ns);
     default:
       return ErrorResponse(absl::InvalidArgumentError(absl::StrCat("store: unknown op ", op)));
   }
+}
+
+std::string StoreServer::HandleSet(Decoder& d, const std::string& ns) {
+  std::string k = d.Str(), v = d.Str();
+  if (!d.done() || !KeyOk(k)) return Malformed(store_wire::kSet);
+  absl::MutexLock l(&mu_);
+  data_[ns + k] = std::move(v);
+  cv_.SignalAll();
+  return OkResponse().bytes();
+}
+
+std::string StoreServer::HandleGet(Decoder& d, const std::string& ns) {
+  std::string k = d.Str();
+  if (!d.done()) return Malformed(store_wire::kGet);
+  absl::MutexLock l(&mu_);
+  auto it = data_.find(ns + k);
+  if (it == data_.end()) return ErrorResponse(absl::NotFoundError(absl::StrCat("store: key '", k, "' not found")));
+  return OkResponse().Str(it->second).bytes();
+}
+
+std::string StoreServer::HandleAdd(Decoder& d, const std::string& ns) {
+  std::string k = d.Str();
+  int64_t delta = d.I64();
+  if (!d.done() || !KeyOk(k)) return Malformed(store_wire::kAdd);
+  absl::MutexLock l(&mu_);
+  int64_t cur = 0;
+  auto it = data_.find(ns + k);
+  if (it != data_.end() && !absl::SimpleAtoi(it->second, &cur)) {
+    return ErrorResponse(absl::InvalidArgumentError(absl::StrCat("store: add: key '", k, "' does not hold an integer")));
+  }
+  cur += delta;
+  data_[ns + k] = absl::StrCat(cur);
+  cv_.SignalAll();
+  return OkResponse().I64(cur).bytes();
+}
+
+std::string StoreServer::HandleWait(Decoder& d, const std::string& ns) {
+  std::vector<std::string> keys = d.List();
+  int64_t timeout_ms = d.I64();
+  if (!d.done()) return Malformed(store_wire::kWait);
+  absl::Time deadline = absl::Now() + absl::Milliseconds(timeout_ms);
+  absl::MutexLock l(&mu_);
+  auto ready = [&]() {
+    if (stopping_) return true;
+    for (const auto& k : keys) if (!data_.contains(ns + k)) return false;
+    return true;
+  };
+  while (!ready()) {
+    cv_.WaitWithDeadline(&mu_, deadline);
+    if (!ready() && absl::Now() >= deadline) {
+      std::vector<std::string> missing;
+      for (const auto& k : keys) if (!data_.contains(ns + k)) missing.push_back(k);
+      return ErrorResponse(absl::DeadlineExceededError(absl::StrCat(
+          "store: wait timed out after ", timeout_ms, " ms; missing keys: ", absl::StrJoin(missing, ", "))));
+    }
+  }
+  if (stopping_) return ErrorResponse(absl::UnavailableError("store: server shutting down"));
+  return OkResponse().bytes();
+}
+
+std::string StoreServer::HandleCompareAndSet(Decoder& d, const std::string& ns) {
+  std::string k = d.Str(), expected = d.Str(), desired = d.Str();
+  if (!d.done() || !KeyOk(k)) return Malformed(store_wire::kCompareAndSet);
+  absl::MutexLock l(&mu_);
+  auto it = data_.find(ns + k);
+  std::string cur = it == data_.end() ? std::string() : it->second;
+  if (cur == expected) {
+    data_[ns + k] = desired;
+    cur = desired;
+    cv_.SignalAll();
+  }
+  return OkResponse().Str(cur).bytes();
+}
+
+std::string StoreServer::HandleDelete(Decoder& d, const std::string& ns) {
+  std::string k = d.Str();
+  if (!d.done()) return Malformed(store_wire::kDelete);
+  absl::MutexLock l(&mu_);
+  return OkResponse().I64(data_.erase(ns + k) ? 1 : 0).bytes();
+}
+
+std::string StoreServer::HandleList(Decoder& d, const std::string& ns) {
+  std::string p = d.Str();
+  if (!d.done()) return Malformed(store_wire::kList);
+  std::vector<std::string> keys;
+  {
+    absl::MutexLock l(&mu_);
+    for (const auto& [k, v] : data_) {
+      if (absl::StartsWith(k, ns + p)) keys.push_back(k.substr(ns.size()));
+    }
+  }
+  std::sort(keys.begin(), keys.end());
+  Encoder out = OkResponse();
+  out.List(keys);
+  if (out.bytes().size() > options_.max_message_bytes) {
+    return ErrorResponse(absl::ResourceExhaustedError("store: list: reply exceeds the message limit"));
+  }
+  return out.bytes();
+}
+
+std::string StoreServer::HandleDeletePrefix(Decoder& d, const std::string& ns) {
+  std::string p = d.Str();
+  if (!d.done()) return Malformed(store_wire::kDeletePrefix);
+  absl::MutexLock l(&mu_);
+  int64_t n = 0;
+  for (auto it = data_.begin(); it != data_.end();) {
+    if (absl::StartsWith(it->first, ns + p)) {
+      data_.erase(it++);
+      ++n;
+    } else {
+      ++it;
+    }
+  }
+  return OkResponse().I64(n).bytes();
 }
 
 }  // namespace loom::collectives

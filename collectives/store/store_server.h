@@ -59,6 +59,15 @@ class StoreServer {
   void Serve(int conn_index);
   // Runs one authenticated request; returns the encoded response.
   std::string Handle(absl::string_view request, const std::string& ns);
+  // One per op: decode the rest of the request, run it on keys under `ns`.
+  std::string HandleSet(store_wire::Decoder& d, const std::string& ns);
+  std::string HandleGet(store_wire::Decoder& d, const std::string& ns);
+  std::string HandleAdd(store_wire::Decoder& d, const std::string& ns);
+  std::string HandleWait(store_wire::Decoder& d, const std::string& ns);
+  std::string HandleCompareAndSet(store_wire::Decoder& d, const std::string& ns);
+  std::string HandleDelete(store_wire::Decoder& d, const std::string& ns);
+  std::string HandleList(store_wire::Decoder& d, const std::string& ns);
+  std::string HandleDeletePrefix(store_wire::Decoder& d, const std::string& ns);
   // The key namespace of `secret`, or nullopt when it admits nothing.
   std::optional<std::string> Namespace(absl::string_view secret);
 

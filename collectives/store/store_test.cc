@@ -1,6 +1,7 @@
 #include <atomic>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "collectives/internal/socket.h"
 #include "collectives/store/store_server.h"
 #include "collectives/store/tcp_store.h"
@@ -203,6 +204,45 @@ TEST_F(StoreTest, MalformedFieldsRejected) {
   store_wire::Decoder l(std::string("\xff\xff\xff\xff", 4));
   EXPECT_TRUE(l.List().empty());
   EXPECT_FALSE(l.ok());
+}
+
+// After the hello, every op with a truncated body, an over-long key and an
+// unknown op each get InvalidArgument naming the op; the connection stays open.
+TEST_F(StoreTest, MalformedRequestsNameTheOp) {
+  std::string host;
+  int port;
+  ASSERT_TRUE(internal::SplitHostPort(server_->address(), &host, &port).ok());
+  auto fd = internal::Connect(host, port, absl::Now() + absl::Seconds(5));
+  ASSERT_TRUE(fd.ok());
+  auto call = [&](const std::string& req) {
+    std::string resp;
+    EXPECT_TRUE(store_wire::WriteFrame(fd->get(), req, 1 << 20, absl::Now() + absl::Seconds(5)).ok());
+    EXPECT_TRUE(store_wire::ReadFrame(fd->get(), &resp, 1 << 20, absl::Now() + absl::Seconds(5)).ok());
+    return resp;
+  };
+  auto error_of = [](const std::string& resp) {
+    store_wire::Decoder d(resp);
+    const auto code = static_cast<absl::StatusCode>(d.U8());
+    return absl::Status(code, d.Str());
+  };
+  store_wire::Encoder hello;
+  hello.U8(store_wire::kHello).Str("s3cret");
+  ASSERT_EQ(call(hello.bytes()), std::string(1, '\0'));
+  for (uint8_t op : {store_wire::kSet, store_wire::kGet, store_wire::kAdd, store_wire::kWait,
+                     store_wire::kCompareAndSet, store_wire::kDelete, store_wire::kList, store_wire::kDeletePrefix}) {
+    absl::Status s = error_of(call(std::string(1, static_cast<char>(op))));
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+    EXPECT_EQ(s.message(), absl::StrCat("store: malformed request (op ", op, ")"));
+  }
+  store_wire::Encoder long_key;
+  long_key.U8(store_wire::kSet).Str(std::string(store_wire::kMaxKeyBytes + 1, 'k')).Str("v");
+  EXPECT_EQ(error_of(call(long_key.bytes())).message(), "store: malformed request (op 2)");
+  absl::Status unknown = error_of(call(std::string(1, '\x2a')));
+  EXPECT_TRUE(absl::IsInvalidArgument(unknown)) << unknown;
+  EXPECT_EQ(unknown.message(), "store: unknown op 42");
+  store_wire::Encoder set;
+  set.U8(store_wire::kSet).Str("k").Str("v");
+  EXPECT_EQ(call(set.bytes()), std::string(1, '\0'));
 }
 
 }  // namespace

@@ -425,6 +425,8 @@ const std::map<std::string, ShardingRule, std::less<>>& Table() {
     t["slice"] = SliceLike;
     t["slice_backward"] = SliceLike;
     t["concat"] = Concat;
+    // The mask depends on each element's index in the whole tensor.
+    t["dropout"] = Replicated;
     t["gather"] = Gather;
     t["gather_backward"] = GatherBackward;
     t["layernorm"] = [](const RuleInput& r) -> absl::StatusOr<RuleResult> {

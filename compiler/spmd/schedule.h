@@ -10,8 +10,8 @@
 // producer, a ZeRO-2 reduce_scatter frees the full gradient at once and only
 // the 1/dp shard waits for the optimizer. An all_reduce frees nothing by
 // moving (its output is as large as its input) and only starts earlier, which
-// an executor that overlaps communication could use; today's executor runs
-// in order, and on the gpt test model moving them grew the DP / ZeRO-1 arenas
+// an executor that overlaps communication could use; the executor runs
+// in order, and on the gpt test model moving them grows the DP / ZeRO-1 arenas
 // by 10-16% (the greedy placement fragments more), so it is off by default.
 //
 // Only the order changes: each moved node keeps its inputs, attrs and outputs,

@@ -8,9 +8,11 @@
 // The kubelet emulates what a node would provide: env from Secrets, the token
 // file mount (subPath) of the coordinator, the Service (each job's coordinator
 // listens on a loopback port the test picked and names in the
-// loom.dev/coordinator-address annotation), and per-pod data folders. Ranks
-// are shell scripts (`loom worker`, the real training worker, is not in the
-// tree yet): a 2 nodes x 2 ranks job (dp=2 x tp=2) whose ranks print and exit.
+// loom.dev/coordinator-address annotation), and per-pod data folders. In the
+// fast tests the ranks are shell scripts: a 2 nodes x 2 ranks job (dp=2 x
+// tp=2) whose ranks print and exit. RealLoomTrainingJob (e2e_real_test) runs
+// the `loom` binary in every pod instead, its agents starting `loom worker`
+// ranks that train.
 #include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -32,8 +34,8 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "deploy/operator/fake_apiserver.h"
 #include "deploy/operator/kube_client.h"
+#include "deploy/operator/testing/fake_apiserver.h"
 
 namespace loom::k8s {
 namespace {

@@ -12,7 +12,7 @@
 #include <thread>
 
 #include "absl/strings/escaping.h"
-#include "deploy/operator/fake_apiserver.h"
+#include "deploy/operator/testing/fake_apiserver.h"
 
 namespace loom::k8s {
 namespace {

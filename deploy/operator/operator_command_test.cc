@@ -9,9 +9,9 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "deploy/operator/fake_apiserver.h"
 #include "deploy/operator/kube_client.h"
 #include "deploy/operator/reconciler.h"
+#include "deploy/operator/testing/fake_apiserver.h"
 
 namespace loom::k8s {
 namespace {

@@ -2,6 +2,9 @@
 
 #include <cstdio>
 #include <fstream>
+#include <map>
+#include <optional>
+#include <set>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
@@ -133,7 +136,149 @@ bool Terminal(const Json& status) {
   return s == "Succeeded" || s == "Failed";
 }
 
+// The coordinator token from the job's Secret; nullopt when the Secret cannot
+// be read or holds no base64 token.
+std::optional<std::string> ReadToken(KubeApi* api, const std::string& ns, const std::string& name) {
+  auto sec = api->Get(kSecrets, ns, name + "-token");
+  if (!sec.ok()) return std::nullopt;
+  std::string tok;
+  const Json& d = At(At(*sec, "data"), "token");
+  if (!d.is_string() || !absl::Base64Unescape(d.get<std::string>(), &tok)) return std::nullopt;
+  return tok;
+}
+
 std::string AgentName(const std::string& job, int i) { return absl::StrCat(job, "-agent-", i); }
+
+bool BoolAt(const Json& j, const char* k) {
+  const Json& v = At(j, k);
+  return v.is_boolean() && v.get<bool>();
+}
+
+// The coordinator's bearer token; the reconciler fills in `data.token` when it
+// creates the Secret.
+Json TokenSecret(const Json& job, const std::string& secret) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Secret"},
+          {"metadata", Meta(job, secret, "token")},
+          {"type", "Opaque"},
+          {"data", {{"token", ""}}}};
+}
+
+Json CoordinatorService(const Json& job, const std::string& svc, const Json& coord_labels) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Service"},
+          {"metadata", Meta(job, svc, "coordinator")},
+          {"spec",
+           {{"selector", coord_labels},
+            {"ports",
+             {{{"name", "grpc"}, {"port", 7070}, {"targetPort", 7070}},
+              {{"name", "metrics"}, {"port", 7071}, {"targetPort", 7071}}}}}}};
+}
+
+// One `loom coordinator` replica (none when suspended), with the token Secret
+// mounted and, with spec.tls.secretName, TLS on its gRPC port.
+Json CoordinatorDeployment(const Json& job, const std::string& svc, const std::string& secret,
+                           const std::string& image, const Json& coord_labels, bool suspended) {
+  const Json& spec = job["spec"];
+  Json coord_container = {
+      {"name", "coordinator"},
+      {"image", image},
+      {"command",
+       {"loom", "coordinator", "--listen", "0.0.0.0:7070", "--metrics-listen", "0.0.0.0:7071", "--data-dir",
+        "/var/lib/loom"}},
+      {"ports", {{{"name", "grpc"}, {"containerPort", 7070}}, {{"name", "metrics"}, {"containerPort", 7071}}}},
+      {"volumeMounts",
+       {{{"name", "data"}, {"mountPath", "/var/lib/loom"}},
+        {{"name", "token"}, {"mountPath", "/var/lib/loom/token"}, {"subPath", "token"}}}}};
+  Json coord_volumes = {{{"name", "data"}, {"emptyDir", Json::object()}},
+                        {{"name", "token"}, {"secret", {{"secretName", secret}, {"defaultMode", 0400}}}}};
+  const std::string tls =
+      At(At(spec, "tls"), "secretName").is_string() ? spec["tls"]["secretName"].get<std::string>() : "";
+  if (!tls.empty()) {
+    coord_container["command"].insert(coord_container["command"].end(),
+                                      {"--tls-cert", "/etc/loom/tls/tls.crt", "--tls-key", "/etc/loom/tls/tls.key"});
+    coord_container["volumeMounts"].push_back({{"name", "tls"}, {"mountPath", "/etc/loom/tls"}, {"readOnly", true}});
+    coord_volumes.push_back({{"name", "tls"}, {"secret", {{"secretName", tls}}}});
+  }
+  return {{"apiVersion", "apps/v1"},
+          {"kind", "Deployment"},
+          {"metadata", Meta(job, svc, "coordinator")},
+          {"spec",
+           {{"replicas", suspended ? 0 : 1},
+            {"strategy", {{"type", "Recreate"}}},
+            {"selector", {{"matchLabels", coord_labels}}},
+            {"template",
+             {{"metadata", {{"labels", coord_labels}}},
+              {"spec", {{"containers", {coord_container}}, {"volumes", coord_volumes}}}}}}}};
+}
+
+Json PodGroup(const Json& job, const std::string& name, int nodes, const Json& gang) {
+  return {{"apiVersion", "scheduling.x-k8s.io/v1alpha1"},
+          {"kind", "PodGroup"},
+          {"metadata", Meta(job, name, "podgroup")},
+          {"spec", {{"minMember", nodes}, {"scheduleTimeoutSeconds", IntAt(gang, "timeoutSeconds", 600)}}}};
+}
+
+// Pod template overlay (spec.template): labels and annotations merged without
+// replacing the operator's own, spec merged (JSON merge patch) except
+// containers, whose first entry merges into the agent container with env and
+// volumeMounts appended.
+void ApplyPodOverlay(const Json& overlay, Json& meta, Json& podspec) {
+  if (!overlay.is_object()) return;
+  const Json& om = At(overlay, "metadata");
+  for (const char* k : {"labels", "annotations"})
+    if (At(om, k).is_object())
+      for (auto& [key, v] : om[k].items())
+        if (!meta[k].contains(key)) meta[k][key] = v;
+  Json os = At(overlay, "spec");
+  if (!os.is_object()) return;
+  Json oc = os.contains("containers") && os["containers"].is_array() && !os["containers"].empty()
+                ? os["containers"][0]
+                : Json();
+  os.erase("containers");
+  podspec.merge_patch(os);
+  if (!oc.is_object()) return;
+  Json& c = podspec["containers"][0];
+  for (const char* k : {"env", "volumeMounts"}) {
+    if (At(oc, k).is_array()) {
+      if (!c.contains(k)) c[k] = Json::array();
+      for (const Json& e : oc[k]) c[k].push_back(e);
+      oc.erase(k);
+    }
+  }
+  oc.erase("name");
+  c.merge_patch(oc);
+}
+
+// Agent pod `i`: `loom agent` dialling the coordinator's Service, with the
+// scheduling fields and the pod template overlay applied.
+Json AgentPod(const Json& job, int i, const std::string& image, const std::string& secret, bool pod_group) {
+  const Json& spec = job["spec"];
+  const std::string name = job["metadata"]["name"];
+  const std::string address = absl::StrCat(name, "-coordinator.", job["metadata"].value("namespace", ""), ".svc:7070");
+  const int nproc = IntAt(spec, "nprocPerNode", 1);
+  const std::string pod = AgentName(name, i);
+  Json token_env = {{"name", "LOOM_TOKEN"}, {"valueFrom", {{"secretKeyRef", {{"name", secret}, {"key", "token"}}}}}};
+  Json container = {{"name", "agent"},
+                    {"image", image},
+                    {"command",
+                     {"loom", "agent", "--coordinator", address, "--cpu-slots", std::to_string(nproc), "--gpus",
+                      std::to_string(GpusOf(spec) > 0 ? nproc : 0), "--hostname", pod, "--data-dir",
+                      "/var/lib/loom/agent"}},
+                    {"env", {token_env, {{"name", "LOOM_NODE_RANK"}, {"value", std::to_string(i)}}}}};
+  if (spec.contains("resources")) container["resources"] = spec["resources"];
+  Json podspec = {{"restartPolicy", "Always"}, {"hostname", pod}, {"containers", {container}}};
+  Json meta = Meta(job, pod, "agent");
+  meta["labels"]["loom.dev/node-rank"] = std::to_string(i);
+  if (pod_group) meta["labels"]["scheduling.x-k8s.io/pod-group"] = name;
+  const Json& sched = At(spec, "scheduling");
+  const Json& gang = At(sched, "gang");
+  if (At(gang, "schedulerName").is_string()) podspec["schedulerName"] = gang["schedulerName"];
+  if (At(sched, "priorityClassName").is_string()) podspec["priorityClassName"] = sched["priorityClassName"];
+  if (At(sched, "queue").is_string()) meta["labels"]["loom.dev/queue"] = sched["queue"];
+  ApplyPodOverlay(At(spec, "template"), meta, podspec);
+  return {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", podspec}};
+}
 
 }  // namespace
 
@@ -183,130 +328,21 @@ void Reconciler::EnsureWatcher(const std::string& ns, const std::string& name, c
 
 Json Reconciler::DesiredChildren(const Json& job, const ReconcilerOptions& opts) {
   const Json& spec = job["spec"];
-  const Json& md = job["metadata"];
-  const std::string name = md["name"];
-  const std::string ns = md.value("namespace", "");
-  const bool suspended = At(At(spec, "runPolicy"), "suspend").is_boolean() && spec["runPolicy"]["suspend"].get<bool>();
+  const std::string name = job["metadata"]["name"];
+  const bool suspended = BoolAt(At(spec, "runPolicy"), "suspend");
   const std::string image = spec.value("image", opts.default_image);
   const std::string secret = name + "-token";
   const std::string svc = name + "-coordinator";
   const int nodes = IntAt(spec, "numNodes", 1);
-  const int nproc = IntAt(spec, "nprocPerNode", 1);
-  const int gpus = GpusOf(spec);
   const Json& gang = At(At(spec, "scheduling"), "gang");
-  const bool pod_group = At(gang, "podGroup").is_boolean() && gang["podGroup"].get<bool>();
-  std::string address = absl::StrCat(svc, ".", ns, ".svc:7070");
+  const bool pod_group = BoolAt(gang, "podGroup");
+  const Json coord_labels = Labels(name, "coordinator");
   Json out = Json::array();
-
-  Json sec = {{"apiVersion", "v1"},
-              {"kind", "Secret"},
-              {"metadata", Meta(job, secret, "token")},
-              {"type", "Opaque"},
-              {"data", {{"token", ""}}}};
-  out.push_back(sec);
-
-  Json coord_labels = Labels(name, "coordinator");
-  Json service = {{"apiVersion", "v1"},
-                  {"kind", "Service"},
-                  {"metadata", Meta(job, svc, "coordinator")},
-                  {"spec",
-                   {{"selector", coord_labels},
-                    {"ports",
-                     {{{"name", "grpc"}, {"port", 7070}, {"targetPort", 7070}},
-                      {{"name", "metrics"}, {"port", 7071}, {"targetPort", 7071}}}}}}};
-  out.push_back(Stamp(service));
-
-  Json token_env = {{"name", "LOOM_TOKEN"}, {"valueFrom", {{"secretKeyRef", {{"name", secret}, {"key", "token"}}}}}};
-  Json coord_container = {
-      {"name", "coordinator"},
-      {"image", image},
-      {"command",
-       {"loom", "coordinator", "--listen", "0.0.0.0:7070", "--metrics-listen", "0.0.0.0:7071", "--data-dir",
-        "/var/lib/loom"}},
-      {"ports", {{{"name", "grpc"}, {"containerPort", 7070}}, {{"name", "metrics"}, {"containerPort", 7071}}}},
-      {"volumeMounts",
-       {{{"name", "data"}, {"mountPath", "/var/lib/loom"}},
-        {{"name", "token"}, {"mountPath", "/var/lib/loom/token"}, {"subPath", "token"}}}}};
-  Json coord_volumes = {{{"name", "data"}, {"emptyDir", Json::object()}},
-                        {{"name", "token"}, {"secret", {{"secretName", secret}, {"defaultMode", 0400}}}}};
-  const std::string tls =
-      At(At(spec, "tls"), "secretName").is_string() ? spec["tls"]["secretName"].get<std::string>() : "";
-  if (!tls.empty()) {
-    coord_container["command"].insert(coord_container["command"].end(),
-                                      {"--tls-cert", "/etc/loom/tls/tls.crt", "--tls-key", "/etc/loom/tls/tls.key"});
-    coord_container["volumeMounts"].push_back({{"name", "tls"}, {"mountPath", "/etc/loom/tls"}, {"readOnly", true}});
-    coord_volumes.push_back({{"name", "tls"}, {"secret", {{"secretName", tls}}}});
-  }
-  Json deploy = {{"apiVersion", "apps/v1"},
-                 {"kind", "Deployment"},
-                 {"metadata", Meta(job, svc, "coordinator")},
-                 {"spec",
-                  {{"replicas", suspended ? 0 : 1},
-                   {"strategy", {{"type", "Recreate"}}},
-                   {"selector", {{"matchLabels", coord_labels}}},
-                   {"template",
-                    {{"metadata", {{"labels", coord_labels}}},
-                     {"spec", {{"containers", {coord_container}}, {"volumes", coord_volumes}}}}}}}};
-  out.push_back(Stamp(deploy));
-
-  if (pod_group) {
-    Json pg = {{"apiVersion", "scheduling.x-k8s.io/v1alpha1"},
-               {"kind", "PodGroup"},
-               {"metadata", Meta(job, name, "podgroup")},
-               {"spec", {{"minMember", nodes}, {"scheduleTimeoutSeconds", IntAt(gang, "timeoutSeconds", 600)}}}};
-    out.push_back(Stamp(pg));
-  }
-
-  const Json& overlay = At(spec, "template");
-  for (int i = 0; i < nodes; ++i) {
-    const std::string pod = AgentName(name, i);
-    Json container = {{"name", "agent"},
-                      {"image", image},
-                      {"command",
-                       {"loom", "agent", "--coordinator", address, "--cpu-slots", std::to_string(nproc), "--gpus",
-                        std::to_string(gpus > 0 ? nproc : 0), "--hostname", pod, "--data-dir", "/var/lib/loom/agent"}},
-                      {"env", {token_env, {{"name", "LOOM_NODE_RANK"}, {"value", std::to_string(i)}}}}};
-    if (spec.contains("resources")) container["resources"] = spec["resources"];
-    Json podspec = {{"restartPolicy", "Always"}, {"hostname", pod}, {"containers", {container}}};
-    Json meta = Meta(job, pod, "agent");
-    meta["labels"]["loom.dev/node-rank"] = std::to_string(i);
-    if (pod_group) meta["labels"]["scheduling.x-k8s.io/pod-group"] = name;
-    const Json& sched = At(spec, "scheduling");
-    if (At(gang, "schedulerName").is_string()) podspec["schedulerName"] = gang["schedulerName"];
-    if (At(sched, "priorityClassName").is_string()) podspec["priorityClassName"] = sched["priorityClassName"];
-    if (At(sched, "queue").is_string()) meta["labels"]["loom.dev/queue"] = sched["queue"];
-    // Pod template overlay: labels/annotations merged, spec merged (JSON merge
-    // patch) except containers, whose first entry merges into the agent
-    // container with env and volumeMounts appended.
-    if (overlay.is_object()) {
-      const Json& om = At(overlay, "metadata");
-      for (const char* k : {"labels", "annotations"})
-        if (At(om, k).is_object())
-          for (auto& [key, v] : om[k].items())
-            if (!meta[k].contains(key)) meta[k][key] = v;
-      Json os = At(overlay, "spec");
-      if (os.is_object()) {
-        Json oc = os.contains("containers") && os["containers"].is_array() && !os["containers"].empty()
-                      ? os["containers"][0]
-                      : Json();
-        os.erase("containers");
-        podspec.merge_patch(os);
-        if (oc.is_object()) {
-          Json& c = podspec["containers"][0];
-          for (const char* k : {"env", "volumeMounts"}) {
-            if (At(oc, k).is_array()) {
-              if (!c.contains(k)) c[k] = Json::array();
-              for (const Json& e : oc[k]) c[k].push_back(e);
-              oc.erase(k);
-            }
-          }
-          oc.erase("name");
-          c.merge_patch(oc);
-        }
-      }
-    }
-    out.push_back(Stamp({{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", meta}, {"spec", podspec}}));
-  }
+  out.push_back(TokenSecret(job, secret));
+  out.push_back(Stamp(CoordinatorService(job, svc, coord_labels)));
+  out.push_back(Stamp(CoordinatorDeployment(job, svc, secret, image, coord_labels, suspended)));
+  if (pod_group) out.push_back(Stamp(PodGroup(job, name, nodes, gang)));
+  for (int i = 0; i < nodes; ++i) out.push_back(Stamp(AgentPod(job, i, image, secret, pod_group)));
   return out;
 }
 
@@ -346,14 +382,9 @@ absl::Status Reconciler::Finalize(const std::string& ns, Json job) {
   const std::string job_id = status.is_object() ? status.value("jobId", "") : "";
   if (!job_id.empty() && !Terminal(status)) {
     // Best effort: deleting the pods below kills the ranks anyway.
-    auto token = api_->Get(kSecrets, ns, name + "-token");
-    if (token.ok()) {
-      std::string tok;
-      absl::Base64Unescape(At(At(*token, "data"), "token").get<std::string>(), &tok);
-      std::string addr = opts_.coordinator_address ? opts_.coordinator_address(ns, name)
-                                                   : absl::StrCat(name, "-coordinator.", ns, ".svc:7070");
-      if (auto c = connect_(addr, tok)) (void)c->Cancel(job_id);
-    }
+    std::optional<std::string> tok = ReadToken(api_, ns, name);
+    std::unique_ptr<CoordinatorClient> c = tok ? connect_(CoordinatorAddress(ns, job), *tok) : nullptr;
+    if (c) (void)c->Cancel(job_id);
   }
   auto pods = api_->List(kPods, ns, {absl::StrCat(kJobLabel, "=", name)});
   if (!pods.ok()) return pods.status();
@@ -378,6 +409,92 @@ absl::Status Reconciler::Finalize(const std::string& ns, Json job) {
   return absl::OkStatus();
 }
 
+// The fields of one TrainingJob that a reconcile pass reads; `job`, `spec` and
+// `run_policy` point into the job object the pass holds.
+struct Reconciler::JobView {
+  const std::string& ns;
+  const std::string& name;
+  std::string uid;
+  const Json& job;
+  const Json& spec;
+  const Json& run_policy;
+  int64_t gen;
+  bool suspended;
+  int nodes;
+  absl::Time now;
+};
+
+// The job's agent pods by name, counted by phase (a pod without a phase is
+// active) and by readiness.
+struct Reconciler::AgentPods {
+  std::map<std::string, Json> existing;
+  int active = 0, ready = 0, failed = 0, succeeded = 0;
+};
+
+namespace {
+
+bool HasFinalizer(const Json& job) {
+  bool has = false;
+  for (const Json& f : At(At(job, "metadata"), "finalizers")) has |= f == kFinalizer;
+  return has;
+}
+
+std::string PhaseOf(const Json& pod, const char* absent) {
+  const Json& phase = At(At(pod, "status"), "phase");
+  return phase.is_string() ? phase.get<std::string>() : absent;
+}
+
+// Maps the Loom job's JobStatus onto status.state, its conditions and the
+// progress fields (see the table in reconciler.h).
+void ApplyJobStatus(const v1::JobStatus& j, const Json& spec, int64_t gen, absl::Time now, Json& status) {
+  std::string msg = absl::StrCat("loom job ", j.job_id(), " ", v1::JobState_Name(j.state()));
+  switch (j.state()) {
+    case v1::RUNNING:
+      SetState(status, "Running", "JobRunning", msg, gen, now);
+      break;
+    case v1::RESTARTING:
+      SetState(status, "Restarting", "JobRestarting", msg, gen, now);
+      break;
+    case v1::SUCCEEDED:
+      SetState(status, "Succeeded", "JobSucceeded", msg, gen, now);
+      break;
+    case v1::FAILED:
+    case v1::CANCELLED:
+      SetState(status, "Failed", j.state() == v1::FAILED ? "JobFailed" : "JobCancelled",
+               j.root_cause().empty() ? msg : absl::StrCat(msg, ": ", j.root_cause()), gen, now);
+      break;
+    default:  // PENDING, SCHEDULED
+      if (j.restart_count() > 0) {
+        // Re-queued after a restart (e.g. a lost agent): still restarting.
+        SetState(status, "Restarting", "JobRequeued", msg, gen, now);
+      } else if (status.value("state", "") == "Suspended") {
+        SetState(status, "Created", "Resumed", msg, gen, now);
+      }
+      break;
+  }
+  status["restartCount"] = j.restart_count();
+  status["currentStep"] = j.current_step();
+  status["lastCheckpointStep"] = j.last_checkpoint_step();
+  status["rootCauseRank"] = j.root_cause_rank();
+  status["rootCause"] = j.root_cause();
+  int steps = IntAt(At(At(spec, "job"), "train"), "steps", 0);
+  status["progress"] = absl::StrCat(j.current_step(), "/", steps);
+  if (j.state() == v1::RUNNING && !status.contains("startTime")) status["startTime"] = Rfc3339(now);
+}
+
+// runPolicy.activeDeadlineSeconds, counted from the first Running: past it the
+// Loom job is cancelled and the TrainingJob fails.
+void EnforceDeadline(const Json& run_policy, CoordinatorClient& c, int64_t gen, absl::Time now, Json& status) {
+  const int ads = IntAt(run_policy, "activeDeadlineSeconds", 0);
+  if (ads > 0 && status.contains("startTime") && !Terminal(status) &&
+      now - ParseTime(status["startTime"], now) > absl::Seconds(ads)) {
+    if (!status.value("jobId", "").empty()) (void)c.Cancel(status["jobId"]);
+    SetState(status, "Failed", "DeadlineExceeded", absl::StrCat("running longer than ", ads, "s"), gen, now);
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, const std::string& name) {
   ReconcileResult result;
   const absl::Time now = opts_.now();
@@ -388,20 +505,16 @@ absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, con
   }
   if (!got.ok()) return got.status();
   Json job = *got;
-  Json& md = job["metadata"];
-  if (md.contains("deletionTimestamp")) {
-    bool has = false;
-    for (const Json& f : At(md, "finalizers")) has |= f == kFinalizer;
-    if (has) {
+  if (job["metadata"].contains("deletionTimestamp")) {
+    if (HasFinalizer(job)) {
       absl::Status s = Finalize(ns, job);
       if (!s.ok()) return s;
     }
     result.gone = true;
     return result;
   }
-  bool has_finalizer = false;
-  for (const Json& f : At(md, "finalizers")) has_finalizer |= f == kFinalizer;
-  if (!has_finalizer) {
+  if (!HasFinalizer(job)) {
+    Json& md = job["metadata"];
     if (!md.contains("finalizers")) md["finalizers"] = Json::array();
     md["finalizers"].push_back(kFinalizer);
     auto upd = api_->Update(kTrainingJobs, ns, job);
@@ -409,17 +522,48 @@ absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, con
     job = *upd;
   }
   const Json& spec = job["spec"];
-  const std::string uid = job["metadata"].value("uid", "");
-  const int64_t gen = job["metadata"].value("generation", 1);
   const Json& run_policy = At(spec, "runPolicy");
-  const bool suspended = At(run_policy, "suspend").is_boolean() && run_policy["suspend"].get<bool>();
-  const int nodes = IntAt(spec, "numNodes", 1);
+  const JobView v{ns,
+                  name,
+                  job["metadata"].value("uid", ""),
+                  job,
+                  spec,
+                  run_policy,
+                  job["metadata"].value("generation", 1),
+                  BoolAt(run_policy, "suspend"),
+                  IntAt(spec, "numNodes", 1),
+                  now};
   Json status = job.contains("status") && job["status"].is_object() ? job["status"] : Json::object();
   const Json old_status = status;
   const bool terminal = Terminal(status);
 
-  // --- children
-  Json children = DesiredChildren(job, opts_);
+  AgentPods pods;
+  absl::Status s = EnsureChildren(v, terminal, pods, result);
+  if (!s.ok()) return s;
+  status["replicaStatuses"] = {
+      {"active", pods.active}, {"ready", pods.ready}, {"failed", pods.failed}, {"succeeded", pods.succeeded}};
+  SetCondition(status, "Created", true, "ChildrenCreated", "coordinator and agent pods created", v.gen, now);
+  if (!status.contains("state")) status["state"] = "Created";
+  if (!status.contains("attempt")) status["attempt"] = 0;
+
+  s = SyncLoomJob(v, terminal, pods, status, result);
+  if (!s.ok()) return s;
+  if (Terminal(status) && !status.contains("completionTime")) status["completionTime"] = Rfc3339(now);
+  status["observedGeneration"] = v.gen;
+
+  if (status != old_status) {
+    Json next = job;
+    next["status"] = status;
+    auto upd = api_->UpdateStatus(kTrainingJobs, ns, next);
+    if (!upd.ok()) return upd.status();
+  }
+  s = ScheduleNextPass(v, status, result);
+  if (!s.ok()) return s;
+  return result;
+}
+
+absl::Status Reconciler::EnsureChildren(const JobView& v, bool terminal, AgentPods& pods, ReconcileResult& result) {
+  Json children = DesiredChildren(v.job, opts_);
   for (const Json& c : children) {
     const std::string kind = c["kind"];
     if (kind == "Pod") continue;
@@ -429,29 +573,33 @@ absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, con
                  : kind == "Deployment" ? kDeployments
                                         : kPodGroups;
     if (kind == "Secret") desired["data"]["token"] = absl::Base64Escape(RandomToken());
-    auto ok = Ensure(r, ns, desired);
+    auto ok = Ensure(r, v.ns, desired);
     if (!ok.ok()) return ok.status();
     if (!*ok) result.requeue = true;
   }
-  auto pods = api_->List(kPods, ns, {absl::StrCat(kJobLabel, "=", name, ",", kRoleLabel, "=agent")});
-  if (!pods.ok()) return pods.status();
-  const std::string clean =
-      At(run_policy, "cleanPodPolicy").is_string() ? run_policy["cleanPodPolicy"].get<std::string>() : "Running";
-  const int want = suspended || (terminal && clean != "None") ? 0 : nodes;
-  std::map<std::string, Json> existing;
-  int active = 0, ready = 0, failed = 0, succeeded = 0;
-  for (const Json& p : (*pods)["items"]) {
-    existing[p["metadata"]["name"]] = p;
-    std::string phase = At(At(p, "status"), "phase").is_string() ? p["status"]["phase"].get<std::string>() : "Pending";
+  auto listed = api_->List(kPods, v.ns, {absl::StrCat(kJobLabel, "=", v.name, ",", kRoleLabel, "=agent")});
+  if (!listed.ok()) return listed.status();
+  for (const Json& p : (*listed)["items"]) {
+    pods.existing[p["metadata"]["name"]] = p;
+    std::string phase = PhaseOf(p, "Pending");
     if (phase == "Failed")
-      failed++;
+      pods.failed++;
     else if (phase == "Succeeded")
-      succeeded++;
+      pods.succeeded++;
     else
-      active++;
+      pods.active++;
     for (const Json& c : At(At(p, "status"), "conditions"))
-      if (c.value("type", "") == "Ready" && c.value("status", "") == "True") ready++;
+      if (c.value("type", "") == "Ready" && c.value("status", "") == "True") pods.ready++;
   }
+  return EnsureAgentPods(v, children, terminal, pods, result);
+}
+
+absl::Status Reconciler::EnsureAgentPods(const JobView& v, const Json& children, bool terminal, const AgentPods& pods,
+                                         ReconcileResult& result) {
+  const std::string clean = At(v.run_policy, "cleanPodPolicy").is_string()
+                                ? v.run_policy["cleanPodPolicy"].get<std::string>()
+                                : "Running";
+  const int want = v.suspended || (terminal && clean != "None") ? 0 : v.nodes;
   std::set<std::string> wanted;
   for (const Json& c : children) {
     if (c["kind"] != "Pod") continue;
@@ -459,194 +607,166 @@ absl::StatusOr<ReconcileResult> Reconciler::Reconcile(const std::string& ns, con
     int idx = std::stoi(c["metadata"]["labels"]["loom.dev/node-rank"].get<std::string>());
     if (idx >= want) continue;
     wanted.insert(pod);
-    auto it = existing.find(pod);
-    if (it != existing.end()) {
-      std::string phase =
-          At(At(it->second, "status"), "phase").is_string() ? it->second["status"]["phase"].get<std::string>() : "";
+    auto it = pods.existing.find(pod);
+    if (it != pods.existing.end()) {
+      std::string phase = PhaseOf(it->second, "");
       if (phase == "Failed" || phase == "Succeeded") {  // replace a dead agent pod
-        absl::Status s = api_->Delete(kPods, ns, pod);
+        absl::Status s = api_->Delete(kPods, v.ns, pod);
         if (!s.ok() && !absl::IsNotFound(s)) return s;
         result.requeue = true;
         continue;
       }
     }
-    auto ok = Ensure(kPods, ns, c);
+    auto ok = Ensure(kPods, v.ns, c);
     if (!ok.ok()) return ok.status();
     if (!*ok) result.requeue = true;
   }
-  for (const auto& [pod, p] : existing) {
+  for (const auto& [pod, p] : pods.existing) {
     if (wanted.count(pod)) continue;
-    if (!OwnedBy(p, uid)) continue;
-    std::string phase = At(At(p, "status"), "phase").is_string() ? p["status"]["phase"].get<std::string>() : "Pending";
+    if (!OwnedBy(p, v.uid)) continue;
+    std::string phase = PhaseOf(p, "Pending");
     if (terminal && clean == "Running" && (phase == "Succeeded" || phase == "Failed")) continue;
-    absl::Status s = api_->Delete(kPods, ns, pod);
+    absl::Status s = api_->Delete(kPods, v.ns, pod);
     if (!s.ok() && !absl::IsNotFound(s)) return s;
   }
-  status["replicaStatuses"] = {{"active", active}, {"ready", ready}, {"failed", failed}, {"succeeded", succeeded}};
-  SetCondition(status, "Created", true, "ChildrenCreated", "coordinator and agent pods created", gen, now);
-  if (!status.contains("state")) status["state"] = "Created";
-  if (!status.contains("attempt")) status["attempt"] = 0;
+  return absl::OkStatus();
+}
 
-  // --- the Loom job
-  std::string addr = opts_.coordinator_address ? opts_.coordinator_address(ns, name)
-                                               : absl::StrCat(name, "-coordinator.", ns, ".svc:7070");
-  if (At(At(job["metadata"], "annotations"), "loom.dev/coordinator-address").is_string())
-    addr = job["metadata"]["annotations"]["loom.dev/coordinator-address"];
-  auto connect = [&]() -> std::unique_ptr<CoordinatorClient> {
-    auto sec = api_->Get(kSecrets, ns, name + "-token");
-    if (!sec.ok()) return nullptr;
-    std::string tok;
-    const Json& d = At(At(*sec, "data"), "token");
-    if (!d.is_string() || !absl::Base64Unescape(d.get<std::string>(), &tok)) return nullptr;
-    return connect_(addr, tok);
-  };
-  std::string job_id = status.value("jobId", "");
-  if (suspended) {
-    if (!terminal) {
-      if (!job_id.empty()) {
-        auto c = connect();
-        if (!c) return absl::UnavailableError("coordinator unreachable: cannot cancel for suspend");
-        absl::Status s = c->Cancel(job_id);
-        if (!s.ok() && !absl::IsNotFound(s) && !absl::IsFailedPrecondition(s)) return s;
-        status["jobId"] = "";
-        status["attempt"] = status.value("attempt", 0) + 1;
-      }
-      SetState(status, "Suspended", "Suspended", "runPolicy.suspend is true: scaled to zero", gen, now);
-    }
-  } else if (!terminal) {
-    auto c = connect();
-    if (!c) {
+std::string Reconciler::CoordinatorAddress(const std::string& ns, const Json& job) const {
+  const Json& annotated = At(At(At(job, "metadata"), "annotations"), "loom.dev/coordinator-address");
+  if (annotated.is_string()) return annotated.get<std::string>();
+  const std::string name = job["metadata"]["name"];
+  return opts_.coordinator_address ? opts_.coordinator_address(ns, name)
+                                   : absl::StrCat(name, "-coordinator.", ns, ".svc:7070");
+}
+
+std::unique_ptr<CoordinatorClient> Reconciler::Connect(const JobView& v, const std::string& address) {
+  std::optional<std::string> tok = ReadToken(api_, v.ns, v.name);
+  return tok ? connect_(address, *tok) : nullptr;
+}
+
+absl::Status Reconciler::SyncLoomJob(const JobView& v, bool terminal, const AgentPods& pods, Json& status,
+                                     ReconcileResult& result) {
+  const std::string addr = CoordinatorAddress(v.ns, v.job);
+  if (terminal) return absl::OkStatus();
+  if (v.suspended) return SuspendLoomJob(v, addr, status);
+  std::unique_ptr<CoordinatorClient> c = Connect(v, addr);
+  if (!c) {
+    result.requeue = true;
+    result.requeue_after = absl::Seconds(2);
+    if (status.value("state", "") == "Suspended")
+      SetState(status, "Created", "Resumed", "waiting for the coordinator", v.gen, v.now);
+  } else {
+    absl::StatusOr<v1::JobStatus> js = SubmitOrGet(v, *c, status, result);
+    if (js.ok()) {
+      WatchOrStop(v, addr, *js);
+      ApplyJobStatus(*js, v.spec, v.gen, v.now, status);
+    } else if (!absl::IsNotFound(js.status()) && !Terminal(status)) {
       result.requeue = true;
       result.requeue_after = absl::Seconds(2);
-      if (status.value("state", "") == "Suspended")
-        SetState(status, "Created", "Resumed", "waiting for the coordinator", gen, now);
-    } else {
-      absl::StatusOr<v1::JobStatus> js;
-      if (job_id.empty()) {
-        auto parsed = jobspec::ParseJobSpecYaml(At(spec, "job").dump());
-        if (!parsed.ok()) {
-          SetState(status, "Failed", "InvalidSpec", std::string(parsed.status().message()), gen, now);
-        } else {
-          v1::JobSpec jspec = *parsed;
-          if (jspec.name().empty()) jspec.set_name(name);
-          jspec.set_max_restarts(IntAt(run_policy, "backoffLimit", jspec.max_restarts()));
-          const Json& sched = At(spec, "scheduling");
-          if (At(sched, "priority").is_number_integer()) jspec.set_priority(sched["priority"].get<int>());
-          js = c->Submit(jspec, absl::StrCat(uid, "-", status.value("attempt", 0)));
-          if (js.ok())
-            status["jobId"] = js->job_id();
-          else if (absl::IsInvalidArgument(js.status()) || absl::IsFailedPrecondition(js.status()))
-            SetState(status, "Failed", "SubmitRejected", std::string(js.status().message()), gen, now);
-        }
-      } else {
-        js = c->Get(job_id);
-        if (absl::IsNotFound(js.status())) {
-          status["jobId"] = "";  // coordinator lost its state: resubmit
-          status["attempt"] = status.value("attempt", 0) + 1;
-          result.requeue = true;
-        }
-      }
-      if (js.ok()) {
-        const v1::JobStatus& j = *js;
-        // Status changes arrive by the job's WatchJob stream from now on.
-        const bool done = j.state() == v1::SUCCEEDED || j.state() == v1::FAILED || j.state() == v1::CANCELLED;
-        if (!done && !j.job_id().empty()) {
-          auto sec = api_->Get(kSecrets, ns, name + "-token");
-          std::string tok;
-          if (sec.ok() && At(At(*sec, "data"), "token").is_string() &&
-              absl::Base64Unescape(At(At(*sec, "data"), "token").get<std::string>(), &tok))
-            EnsureWatcher(ns, name, j.job_id(), addr, tok);
-        } else {
-          StopWatcher(ns + "/" + name);
-        }
-        std::string msg = absl::StrCat("loom job ", j.job_id(), " ", v1::JobState_Name(j.state()));
-        switch (j.state()) {
-          case v1::RUNNING:
-            SetState(status, "Running", "JobRunning", msg, gen, now);
-            break;
-          case v1::RESTARTING:
-            SetState(status, "Restarting", "JobRestarting", msg, gen, now);
-            break;
-          case v1::SUCCEEDED:
-            SetState(status, "Succeeded", "JobSucceeded", msg, gen, now);
-            break;
-          case v1::FAILED:
-          case v1::CANCELLED:
-            SetState(status, "Failed", j.state() == v1::FAILED ? "JobFailed" : "JobCancelled",
-                     j.root_cause().empty() ? msg : absl::StrCat(msg, ": ", j.root_cause()), gen, now);
-            break;
-          default:  // PENDING, SCHEDULED
-            if (j.restart_count() > 0) {
-              // Re-queued after a restart (e.g. a lost agent): still restarting.
-              SetState(status, "Restarting", "JobRequeued", msg, gen, now);
-            } else if (status.value("state", "") == "Suspended") {
-              SetState(status, "Created", "Resumed", msg, gen, now);
-            }
-            break;
-        }
-        status["restartCount"] = j.restart_count();
-        status["currentStep"] = j.current_step();
-        status["lastCheckpointStep"] = j.last_checkpoint_step();
-        status["rootCauseRank"] = j.root_cause_rank();
-        status["rootCause"] = j.root_cause();
-        int steps = IntAt(At(At(spec, "job"), "train"), "steps", 0);
-        status["progress"] = absl::StrCat(j.current_step(), "/", steps);
-        if (j.state() == v1::RUNNING && !status.contains("startTime")) status["startTime"] = Rfc3339(now);
-      } else if (!js.status().ok() && !absl::IsNotFound(js.status()) && !Terminal(status)) {
-        result.requeue = true;
-        result.requeue_after = absl::Seconds(2);
-      }
-      // activeDeadlineSeconds, counted from the first Running.
-      const int ads = IntAt(run_policy, "activeDeadlineSeconds", 0);
-      if (ads > 0 && status.contains("startTime") && !Terminal(status) &&
-          now - ParseTime(status["startTime"], now) > absl::Seconds(ads)) {
-        if (!status.value("jobId", "").empty()) (void)c->Cancel(status["jobId"]);
-        SetState(status, "Failed", "DeadlineExceeded", absl::StrCat("running longer than ", ads, "s"), gen, now);
-      }
     }
-    // Gang scheduling without a PodGroup: all agent pods ready within the timeout.
-    const Json& gang = At(At(spec, "scheduling"), "gang");
-    if (At(gang, "enabled").is_boolean() && gang["enabled"].get<bool>() &&
-        !(At(gang, "podGroup").is_boolean() && gang["podGroup"].get<bool>()) && !Terminal(status)) {
-      if (ready >= nodes) {
-        status.erase("gangWaitStart");
-      } else if (!status.contains("gangWaitStart")) {
-        status["gangWaitStart"] = Rfc3339(now);
-      } else if (now - ParseTime(status["gangWaitStart"], now) > absl::Seconds(IntAt(gang, "timeoutSeconds", 300))) {
-        for (const auto& [pod, p] : existing) (void)api_->Delete(kPods, ns, pod);  // roll back the attempt
-        status["gangWaitStart"] = Rfc3339(now);
-        SetCondition(status, "Restarting", true, "GangTimeout",
-                     absl::StrCat("only ", ready, " of ", nodes, " agent pods ready in time: recreated"), gen, now);
-      }
-    }
+    EnforceDeadline(v.run_policy, *c, v.gen, v.now, status);
   }
-  if (Terminal(status) && !status.contains("completionTime")) status["completionTime"] = Rfc3339(now);
-  status["observedGeneration"] = gen;
+  CheckGang(v, pods, status);
+  return absl::OkStatus();
+}
 
-  if (status != old_status) {
-    Json next = job;
-    next["status"] = status;
-    auto upd = api_->UpdateStatus(kTrainingJobs, ns, next);
-    if (!upd.ok()) return upd.status();
+absl::Status Reconciler::SuspendLoomJob(const JobView& v, const std::string& address, Json& status) {
+  const std::string job_id = status.value("jobId", "");
+  if (!job_id.empty()) {
+    std::unique_ptr<CoordinatorClient> c = Connect(v, address);
+    if (!c) return absl::UnavailableError("coordinator unreachable: cannot cancel for suspend");
+    absl::Status s = c->Cancel(job_id);
+    if (!s.ok() && !absl::IsNotFound(s) && !absl::IsFailedPrecondition(s)) return s;
+    status["jobId"] = "";
+    status["attempt"] = status.value("attempt", 0) + 1;
   }
+  SetState(status, "Suspended", "Suspended", "runPolicy.suspend is true: scaled to zero", v.gen, v.now);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::JobStatus> Reconciler::SubmitOrGet(const JobView& v, CoordinatorClient& c, Json& status,
+                                                      ReconcileResult& result) {
+  const std::string job_id = status.value("jobId", "");
+  if (!job_id.empty()) {
+    absl::StatusOr<v1::JobStatus> js = c.Get(job_id);
+    if (absl::IsNotFound(js.status())) {
+      status["jobId"] = "";  // coordinator lost its state: resubmit
+      status["attempt"] = status.value("attempt", 0) + 1;
+      result.requeue = true;
+    }
+    return js;
+  }
+  auto parsed = jobspec::ParseJobSpecYaml(At(v.spec, "job").dump());
+  if (!parsed.ok()) {
+    SetState(status, "Failed", "InvalidSpec", std::string(parsed.status().message()), v.gen, v.now);
+    return parsed.status();
+  }
+  v1::JobSpec jspec = *parsed;
+  if (jspec.name().empty()) jspec.set_name(v.name);
+  jspec.set_max_restarts(IntAt(v.run_policy, "backoffLimit", jspec.max_restarts()));
+  const Json& sched = At(v.spec, "scheduling");
+  if (At(sched, "priority").is_number_integer()) jspec.set_priority(sched["priority"].get<int>());
+  absl::StatusOr<v1::JobStatus> js = c.Submit(jspec, absl::StrCat(v.uid, "-", status.value("attempt", 0)));
+  if (js.ok())
+    status["jobId"] = js->job_id();
+  else if (absl::IsInvalidArgument(js.status()) || absl::IsFailedPrecondition(js.status()))
+    SetState(status, "Failed", "SubmitRejected", std::string(js.status().message()), v.gen, v.now);
+  return js;
+}
+
+// Status changes of a live Loom job arrive by its WatchJob stream; a finished
+// job's stream is stopped.
+void Reconciler::WatchOrStop(const JobView& v, const std::string& address, const v1::JobStatus& j) {
+  const bool done = j.state() == v1::SUCCEEDED || j.state() == v1::FAILED || j.state() == v1::CANCELLED;
+  if (!done && !j.job_id().empty()) {
+    std::optional<std::string> tok = ReadToken(api_, v.ns, v.name);
+    if (tok) EnsureWatcher(v.ns, v.name, j.job_id(), address, *tok);
+  } else {
+    StopWatcher(v.ns + "/" + v.name);
+  }
+}
+
+// Gang scheduling without a PodGroup: all agent pods ready within
+// scheduling.gang.timeoutSeconds, else the attempt's pods are deleted (and
+// recreated by the next pass).
+void Reconciler::CheckGang(const JobView& v, const AgentPods& pods, Json& status) {
+  const Json& gang = At(At(v.spec, "scheduling"), "gang");
+  if (!BoolAt(gang, "enabled") || BoolAt(gang, "podGroup") || Terminal(status)) return;
+  if (pods.ready >= v.nodes) {
+    status.erase("gangWaitStart");
+  } else if (!status.contains("gangWaitStart")) {
+    status["gangWaitStart"] = Rfc3339(v.now);
+  } else if (v.now - ParseTime(status["gangWaitStart"], v.now) > absl::Seconds(IntAt(gang, "timeoutSeconds", 300))) {
+    for (const auto& [pod, p] : pods.existing) (void)api_->Delete(kPods, v.ns, pod);
+    status["gangWaitStart"] = Rfc3339(v.now);
+    SetCondition(status, "Restarting", true, "GangTimeout",
+                 absl::StrCat("only ", pods.ready, " of ", v.nodes, " agent pods ready in time: recreated"), v.gen,
+                 v.now);
+  }
+}
+
+// When the next pass is due: a finished job is deleted ttlSecondsAfterFinished
+// after completion (then finalized), a live one is polled every poll_interval.
+absl::Status Reconciler::ScheduleNextPass(const JobView& v, const Json& status, ReconcileResult& result) {
   if (Terminal(status)) {
-    const int ttl = IntAt(run_policy, "ttlSecondsAfterFinished", -1);
+    const int ttl = IntAt(v.run_policy, "ttlSecondsAfterFinished", -1);
     if (ttl >= 0) {
-      absl::Time done = ParseTime(status["completionTime"], now);
-      if (now >= done + absl::Seconds(ttl)) {
-        absl::Status s = api_->Delete(kTrainingJobs, ns, name);
+      absl::Time done = ParseTime(At(status, "completionTime"), v.now);
+      if (v.now >= done + absl::Seconds(ttl)) {
+        absl::Status s = api_->Delete(kTrainingJobs, v.ns, v.name);
         if (!s.ok() && !absl::IsNotFound(s)) return s;
         result.requeue = true;  // finalize next
       } else {
         result.requeue = true;
-        result.requeue_after = done + absl::Seconds(ttl) - now;
+        result.requeue_after = done + absl::Seconds(ttl) - v.now;
       }
     }
   } else if (!result.requeue) {
     result.requeue = true;
     result.requeue_after = opts_.poll_interval;  // poll the coordinator
   }
-  return result;
+  return absl::OkStatus();
 }
 
 }  // namespace loom::k8s

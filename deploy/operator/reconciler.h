@@ -91,8 +91,32 @@ class Reconciler {
   static Json DesiredChildren(const Json& job, const ReconcilerOptions& opts);
 
  private:
+  struct JobView;    // the fields of the TrainingJob that one pass reads
+  struct AgentPods;  // the job's agent pods, counted by phase
+
   absl::Status Finalize(const std::string& ns, Json job);
   absl::StatusOr<bool> Ensure(const Resource& r, const std::string& ns, const Json& desired);
+
+  // The steps of one Reconcile pass, in order. Each reads the job through
+  // `v`, edits the status object that the pass writes back at its end, and
+  // sets `result.requeue` where it wants another pass soon.
+  absl::Status EnsureChildren(const JobView& v, bool terminal, AgentPods& pods, ReconcileResult& result);
+  absl::Status EnsureAgentPods(const JobView& v, const Json& children, bool terminal, const AgentPods& pods,
+                               ReconcileResult& result);
+  absl::Status SyncLoomJob(const JobView& v, bool terminal, const AgentPods& pods, Json& status,
+                           ReconcileResult& result);
+  absl::Status SuspendLoomJob(const JobView& v, const std::string& address, Json& status);
+  absl::StatusOr<v1::JobStatus> SubmitOrGet(const JobView& v, CoordinatorClient& c, Json& status,
+                                            ReconcileResult& result);
+  void WatchOrStop(const JobView& v, const std::string& address, const v1::JobStatus& j);
+  void CheckGang(const JobView& v, const AgentPods& pods, Json& status);
+  absl::Status ScheduleNextPass(const JobView& v, const Json& status, ReconcileResult& result);
+  // The job's coordinator address: the loom.dev/coordinator-address
+  // annotation, else ReconcilerOptions::coordinator_address, else the Service.
+  std::string CoordinatorAddress(const std::string& ns, const Json& job) const;
+  // A client for the job's coordinator with the token from its Secret
+  // (nullptr: no token yet, or unreachable).
+  std::unique_ptr<CoordinatorClient> Connect(const JobView& v, const std::string& address);
 
   // One WatchJob stream per live Loom job (key "ns/name"), started by
   // Reconcile and ended when the job is terminal or another job id replaces it.

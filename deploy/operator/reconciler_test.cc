@@ -12,8 +12,8 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "deploy/operator/fake_apiserver.h"
 #include "deploy/operator/kube_client.h"
+#include "deploy/operator/testing/fake_apiserver.h"
 
 namespace loom::k8s {
 namespace {
@@ -76,6 +76,7 @@ struct FakeCoordinatorState {
   int submits = 0, cancels = 0;
   bool reachable = true;
   std::string token_seen;
+  std::string address_seen;
 };
 
 class FakeCoordinator : public CoordinatorClient {
@@ -174,9 +175,10 @@ class ReconcilerTest : public ::testing::Test {
     return o;
   }
   CoordinatorConnector Connector(Budget* b) {
-    return [this, b](const std::string&, const std::string& token) -> std::unique_ptr<CoordinatorClient> {
+    return [this, b](const std::string& address, const std::string& token) -> std::unique_ptr<CoordinatorClient> {
       if (!coord_.reachable) return nullptr;
       coord_.token_seen = token;
+      coord_.address_seen = address;
       return std::make_unique<FakeCoordinator>(&coord_, b);
     };
   }
@@ -404,6 +406,41 @@ TEST_F(ReconcilerTest, DeletionCancelsAndCleansUpBeforeTheJobGoes) {
   EXPECT_TRUE(absl::IsNotFound(client_->Get(kTrainingJobs, "ns", "tj").status()));
   EXPECT_TRUE(Children("ns").empty());
   EXPECT_EQ(coord_.jobs[id].state(), v1::CANCELLED);
+}
+
+TEST_F(ReconcilerTest, DeletionCancelsAtTheAnnotatedCoordinatorAddress) {
+  Json j = SampleJob("tj");
+  j["metadata"]["annotations"] = {{"loom.dev/coordinator-address", "10.1.2.3:7070"}};
+  ASSERT_TRUE(client_->Create(kTrainingJobs, "ns", j).ok());
+  Converge("ns", "tj");
+  SetJobState("ns", "tj", v1::RUNNING);
+  Converge("ns", "tj");
+  std::string id = Job("ns", "tj")["status"]["jobId"];
+  coord_.address_seen.clear();
+  ASSERT_TRUE(client_->Delete(kTrainingJobs, "ns", "tj").ok());
+  Converge("ns", "tj");
+  EXPECT_TRUE(absl::IsNotFound(client_->Get(kTrainingJobs, "ns", "tj").status()));
+  EXPECT_EQ(coord_.address_seen, "10.1.2.3:7070");
+  EXPECT_EQ(coord_.jobs[id].state(), v1::CANCELLED);
+}
+
+// A token Secret without data.token (edited by hand) leaves the cancel out;
+// the children still go.
+TEST_F(ReconcilerTest, DeletionWithoutATokenStillCleansUp) {
+  ASSERT_TRUE(client_->Create(kTrainingJobs, "ns", SampleJob("tj")).ok());
+  Converge("ns", "tj");
+  SetJobState("ns", "tj", v1::RUNNING);
+  Converge("ns", "tj");
+  std::string id = Job("ns", "tj")["status"]["jobId"];
+  auto secret = client_->Get(kSecrets, "ns", "tj-token");
+  ASSERT_TRUE(secret.ok()) << secret.status();
+  secret->erase("data");
+  ASSERT_TRUE(client_->Update(kSecrets, "ns", *secret).ok());
+  ASSERT_TRUE(client_->Delete(kTrainingJobs, "ns", "tj").ok());
+  Converge("ns", "tj");
+  EXPECT_TRUE(absl::IsNotFound(client_->Get(kTrainingJobs, "ns", "tj").status()));
+  EXPECT_TRUE(Children("ns").empty());
+  EXPECT_EQ(coord_.jobs[id].state(), v1::RUNNING);  // nobody could cancel it
 }
 
 TEST_F(ReconcilerTest, TtlDeletesFinishedJob) {

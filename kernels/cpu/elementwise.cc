@@ -204,8 +204,9 @@ void UnaryLoop(const Tensor& x, Tensor& out, F f) {
   });
 }
 
-// Dispatches the op outside the inner loop so each loop body is a fixed
-// expression the compiler can vectorise.
+// The Run* functions dispatch the op outside the inner loop so each loop body
+// is a fixed expression the compiler can vectorise.
+
 // Integer ops, I = int32_t or int64_t (TakesIntegers ops only).
 template <typename I>
 void RunIntBinary(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out) {
@@ -287,6 +288,7 @@ absl::Status CheckOperandDType(absl::string_view op, absl::string_view arg, DTyp
   if (!ints) return CheckFloating(op, arg, t);
   return ArgError(op, arg, absl::StrCat("expected a floating, i32 or i64 dtype, got ", DTypeName(t)));
 }
+
 }  // namespace
 
 absl::StatusOr<ops::TensorMeta> InferBinary(BinaryOp op, const ops::TensorMeta& a, const ops::TensorMeta& b) {

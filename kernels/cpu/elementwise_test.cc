@@ -154,7 +154,8 @@ Tensor I64(std::vector<int64_t> shape, std::vector<int64_t> v) {
 }
 std::vector<int64_t> Ints(const Tensor& t) {
   std::vector<int64_t> v;
-  for (int64_t i = 0; i < t.numel(); ++i) v.push_back(t.dtype() == DType::kI64 ? t.data<int64_t>()[i] : t.data<int32_t>()[i]);
+  for (int64_t i = 0; i < t.numel(); ++i)
+    v.push_back(t.dtype() == DType::kI64 ? t.data<int64_t>()[i] : t.data<int32_t>()[i]);
   return v;
 }
 

@@ -66,7 +66,8 @@ bool SteppedFits(int64_t start, int64_t length, int64_t step, int64_t dim) {
   if (start >= dim) return false;
   if (length == 1) return true;
   const int64_t room = step > 0 ? dim - 1 - start : start;  // how far the walk may go
-  const int64_t span = step > 0 ? step : (step == std::numeric_limits<int64_t>::min() ? std::numeric_limits<int64_t>::max() : -step);
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min(), kMax = std::numeric_limits<int64_t>::max();
+  const int64_t span = step > 0 ? step : (step == kMin ? kMax : -step);
   return length - 1 <= room / span;
 }
 }  // namespace
@@ -104,8 +105,9 @@ absl::StatusOr<Shape> InferSliceBackward(absl::Span<const int64_t> dy, int64_t a
                               : start >= 0 && start <= full_len && SteppedFits(start, n, step, full_len);
   if (!fits)
     return ArgError("slice_backward", "full_len",
-                    absl::StrCat("dy of length ", n, " at start ", start, step == 1 ? "" : absl::StrCat(" with step ", step),
-                                 " does not fit in full_len ", full_len));
+                    absl::StrCat("dy of length ", n, " at start ", start,
+                                 step == 1 ? "" : absl::StrCat(" with step ", step), " does not fit in full_len ",
+                                 full_len));
   Shape out(dy.begin(), dy.end());
   out[a] = full_len;
   return out;

@@ -2,6 +2,9 @@
 // `loom import` (runtime/commands.cc can call RunCheckpointTool directly).
 //
 //   ckpt_tool export CKPT OUT.safetensors   consolidate (CKPT: a root or a step folder)
+//   ckpt_tool export --format hf [--family gpt|llama] SRC OUT.safetensors
+//                                           parameters in Hugging Face's layout (SRC: a
+//                                           run folder or a checkpoint; hf_export.h)
 //   ckpt_tool import FILE ROOT [STEP]       a new checkpoint at ROOT from a consolidated file
 //   ckpt_tool verify ROOT                   load the newest usable checkpoint, say what was skipped
 //   ckpt_tool inspect FILE                  list a safetensors file's tensors

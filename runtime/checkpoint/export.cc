@@ -9,6 +9,33 @@
 
 namespace loom::checkpoint {
 
+absl::Status WriteSafetensorsStreamed(const std::string& out_path, const std::vector<TensorToWrite>& entries,
+                                      const std::map<std::string, std::string>& metadata,
+                                      const std::function<absl::StatusOr<Tensor>(size_t)>& produce) {
+  LOOM_ASSIGN_OR_RETURN(std::string header, BuildSafetensorsHeader(entries, metadata));
+  std::string tmp = absl::StrCat(out_path, ".tmp.", getpid());
+  absl::Status s = [&]() -> absl::Status {
+    LOOM_ASSIGN_OR_RETURN(ScopedFd fd, CreateFile(tmp));
+    char len[8];
+    for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((static_cast<uint64_t>(header.size()) >> (8 * i)) & 0xff);
+    LOOM_RETURN_IF_ERROR(WriteAll(fd.get(), tmp, len, 8));
+    LOOM_RETURN_IF_ERROR(WriteAll(fd.get(), tmp, header.data(), header.size()));
+    for (size_t i = 0; i < entries.size(); ++i) {
+      LOOM_ASSIGN_OR_RETURN(Tensor t, produce(i));
+      if (t.dtype() != entries[i].dtype || std::vector<int64_t>(t.shape().begin(), t.shape().end()) != entries[i].shape)
+        return absl::InternalError(absl::StrCat("safetensors writer: tensor '", entries[i].name, "' is ",
+                                                t.DebugString(), ", the header says ",
+                                                ShapeToString(entries[i].shape)));
+      Tensor c = t.Contiguous();
+      LOOM_RETURN_IF_ERROR(WriteAll(fd.get(), tmp, c.raw_data(), c.nbytes()));
+    }
+    LOOM_RETURN_IF_ERROR(FsyncFile(fd.get(), tmp));
+    return RenamePath(tmp, out_path);
+  }();
+  if (!s.ok()) unlink(tmp.c_str());
+  return s;
+}
+
 absl::Status ExportConsolidated(const CheckpointInfo& ckpt, const std::string& out_path,
                                 const std::map<std::string, std::string>& rename) {
   const Manifest& m = ckpt.manifest;
@@ -19,24 +46,9 @@ absl::Status ExportConsolidated(const CheckpointInfo& ckpt, const std::string& o
   }
   std::map<std::string, std::string> meta = {
       {"format", "pt"}, {"loom.step", absl::StrCat(m.step)}, {"loom.layout", m.layout}};
-  LOOM_ASSIGN_OR_RETURN(std::string header, BuildSafetensorsHeader(entries, meta));
   LOOM_ASSIGN_OR_RETURN(CheckpointReader reader, CheckpointReader::Open(ckpt));
-  std::string tmp = absl::StrCat(out_path, ".tmp.", getpid());
-  absl::Status s = [&]() -> absl::Status {
-    LOOM_ASSIGN_OR_RETURN(ScopedFd fd, CreateFile(tmp));
-    char len[8];
-    for (int i = 0; i < 8; ++i) len[i] = static_cast<char>((static_cast<uint64_t>(header.size()) >> (8 * i)) & 0xff);
-    LOOM_RETURN_IF_ERROR(WriteAll(fd.get(), tmp, len, 8));
-    LOOM_RETURN_IF_ERROR(WriteAll(fd.get(), tmp, header.data(), header.size()));
-    for (const TensorRecord& t : m.tensors) {
-      LOOM_ASSIGN_OR_RETURN(Tensor full, reader.ReadFull(t.name));
-      LOOM_RETURN_IF_ERROR(WriteAll(fd.get(), tmp, full.raw_data(), full.nbytes()));
-    }
-    LOOM_RETURN_IF_ERROR(FsyncFile(fd.get(), tmp));
-    return RenamePath(tmp, out_path);
-  }();
-  if (!s.ok()) unlink(tmp.c_str());
-  return s;
+  return WriteSafetensorsStreamed(out_path, entries, meta,
+                                  [&](size_t i) { return reader.ReadFull(m.tensors[i].name); });
 }
 
 absl::Status ExportCheckpoint(const std::string& ckpt_path, const std::string& out_path) {

@@ -12,6 +12,7 @@
 // The file appears atomically (tmp + fsync + rename).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -21,8 +22,17 @@
 #include "base/tensor.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/loader.h"
+#include "runtime/checkpoint/safetensors.h"
 
 namespace loom::checkpoint {
+
+// Writes a safetensors file whose tensors `produce(i)` makes one at a time
+// (entries[i] gives the name, dtype and shape; its data pointer is unused):
+// one tensor in memory at a time, the file appearing atomically (tmp + fsync +
+// rename).
+absl::Status WriteSafetensorsStreamed(const std::string& out_path, const std::vector<TensorToWrite>& entries,
+                                      const std::map<std::string, std::string>& metadata,
+                                      const std::function<absl::StatusOr<Tensor>(size_t)>& produce);
 
 // `rename` maps manifest names to exported names (absent: unchanged).
 absl::Status ExportConsolidated(const CheckpointInfo& ckpt, const std::string& out_path,

@@ -2,7 +2,8 @@
 // folder. Writing it is the commit marker (see checkpoint.h).
 //
 // It records, for every tensor, its global shape, dtype and a placement spec
-// string (the DTensorSpec once layouts exist), and its shards: rectangles
+// string (a parallel job's DTensorSpec::ToString(), e.g. "S(0)"; "R" for a
+// consolidated export), and its shards: rectangles
 // (offsets[], lengths[]) of the global index space, each stored as one tensor
 // of a safetensors file written by one rank, with its absolute byte range in
 // that file and the CRC-32C of those bytes. Plus the step, the data sampler

@@ -256,6 +256,11 @@ absl::Status ValidateJobSpec(const v1::JobSpec& s) {
     bool exists = std::filesystem::is_regular_file(d.path(), ec) || std::filesystem::is_directory(d.path(), ec);
     LOOM_RETURN_IF_ERROR(Field(exists, "data.path", d.path(), "no such file or directory"));
   }
+  if (!s.init_from().empty()) {
+    std::error_code ec;
+    LOOM_RETURN_IF_ERROR(
+        Field(std::filesystem::is_regular_file(s.init_from(), ec), "init_from", s.init_from(), "no such file"));
+  }
   const auto& t = s.train();
   LOOM_RETURN_IF_ERROR(Field(t.steps() > 0, "train.steps", str(t.steps()), "must be positive"));
   LOOM_RETURN_IF_ERROR(Field(t.batch_size() > 0, "train.batch_size", str(t.batch_size()), "must be positive"));

@@ -48,6 +48,8 @@ TEST(JobSpec, ErrorsNameTheKeyAndValue) {
   EXPECT_NE(ErrorOf("model: {d_model: 100, n_head: 3}").find("100"), std::string::npos);
   EXPECT_NE(ErrorOf("model: [1, 2").find("malformed YAML at line"), std::string::npos);
   EXPECT_NE(ErrorOf("data: {path: /nonexistent/corpus.txt}").find("data.path"), std::string::npos);
+  EXPECT_NE(ErrorOf("init_from: /nonexistent/model.safetensors").find("init_from: no such file (got /nonexistent"),
+            std::string::npos);
   EXPECT_NE(ErrorOf("parallel: {tp: 3}").find("parallel.tp"), std::string::npos);
   EXPECT_NE(ErrorOf("train: {precision: fp8}").find("train.precision"), std::string::npos);
   EXPECT_NE(ErrorOf("42").find("expected a mapping"), std::string::npos);

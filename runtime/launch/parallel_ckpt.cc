@@ -1,6 +1,8 @@
 #include "runtime/launch/parallel_ckpt.h"
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -9,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/init_from.h"
 #include "runtime/checkpoint/loader.h"
 #include "runtime/jobspec/jobspec.h"
 
@@ -89,7 +92,39 @@ absl::StatusOr<std::unique_ptr<ParallelState>> ParallelState::Create(const v1::J
       return absl::InternalError(absl::StrCat("checkpoint: input '", name, "' is partial (", sv.spec.ToString(), ")"));
     s->saved_.push_back(std::move(sv));
   }
+  // Initial parameters from init_from, unless a checkpoint will be resumed.
+  if (!spec.init_from().empty()) {
+    bool resume = false;
+    std::error_code ec;
+    if (!spec.checkpoint().dir().empty() && std::filesystem::is_directory(spec.checkpoint().dir(), ec)) {
+      LOOM_ASSIGN_OR_RETURN(auto list, checkpoint::ListCheckpoints(spec.checkpoint().dir()));
+      resume = !list.empty();
+    }
+    if (!resume) LOOM_RETURN_IF_ERROR(s->LoadInit(spec.init_from(), shapes));
+  }
   return s;
+}
+
+absl::Status ParallelState::LoadInit(const std::string& path,
+                                     const std::map<std::string, std::vector<int64_t>>& params) {
+  LOOM_ASSIGN_OR_RETURN(auto source, checkpoint::InitSource::Open(path, spec_.model()));
+  if (rank_ == 0) {
+    std::printf("initial parameters: %s\n", source->Describe().c_str());
+    std::fflush(stdout);
+  }
+  for (const Saved& sv : saved_) {
+    if (!params.count(sv.name)) continue;  // AdamW moments start from zero
+    LOOM_ASSIGN_OR_RETURN(auto ranges, dtensor::LocalBlock(sv.global_shape, sv.spec, coords_));
+    std::vector<int64_t> off, len;
+    for (const auto& r : ranges) {
+      off.push_back(r.offset);
+      len.push_back(r.length);
+    }
+    if (std::find(len.begin(), len.end(), 0) != len.end()) continue;
+    LOOM_ASSIGN_OR_RETURN(Tensor block, source->ReadBlock(sv.name, off, len));
+    LOOM_RETURN_IF_ERROR(trainer_->mutable_program_inputs()[sv.input].CopyFrom(block));
+  }
+  return absl::OkStatus();
 }
 
 

@@ -14,6 +14,9 @@
 //   rank 0: BeginSave -> barrier -> every rank: WriteRankShards + a records
 //   file "<tmp>/.records.RRRRR" -> barrier -> rank 0 reads the records,
 //   removes them, builds the manifest and CommitSave (retention = keep).
+// Initial parameters: with init_from set and no checkpoint to resume, Create
+// reads this rank's block of every parameter from that file (in Loom's or
+// Hugging Face's layout); the AdamW moments start from zero.
 // Resume: every rank picks the newest complete checkpoint (LoadLatest, full
 // checksum verification, fallback past corrupt ones) and reads only ITS block
 // under ITS layout (rectangular reads), so a checkpoint saved under any mesh
@@ -56,6 +59,8 @@ class ParallelState {
 
  private:
   ParallelState() = default;
+  // This rank's block of every parameter from the file (checkpoint/init_from.h).
+  absl::Status LoadInit(const std::string& path, const std::map<std::string, std::vector<int64_t>>& params);
   struct Saved {
     int input = -1;
     std::string name;

@@ -84,10 +84,10 @@ int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::Pr
     if (!r.ok()) return Fail(rank, 1, r.status().message());
     report = std::move(*r);
   }
-  // The training state (parameters, AdamW moments, step) with checkpoint
-  // save/resume (parallel_ckpt.h); resumes from checkpoint.dir when it holds one.
+  // The training state (parameters, AdamW moments, step) with checkpoint save/resume
+  // (parallel_ckpt.h): resumes from checkpoint.dir if it holds one, else starts from init_from.
   auto state = ParallelState::Create(spec, **trainer, (*mesh)->shape(), rank);
-  if (!state.ok()) return Fail(rank, 1, state.status().message());
+  if (!state.ok()) return Fail(rank, absl::IsInvalidArgument(state.status()) ? 2 : 1, state.status().message());
   const auto& ck = spec.checkpoint();
   int64_t ckpt_step = 0;
   if (!ck.dir().empty()) {

@@ -145,6 +145,70 @@ std::string Json(const v1::JobStatus& j) {
   return out;
 }
 
+// With device: cuda, gives the agent this machine's GPUs (the coordinator
+// places a GPU job on them). Returns 0, or the exit code after saying why.
+int GiveGpus(const v1::JobSpec& spec, int world, service::AgentOptions* ao) {
+  if (spec.device() != "cuda") return 0;
+  auto gpus = cuda::DeviceCount();
+  if (!gpus.ok() || *gpus < 1)
+    return Fail(1, absl::StrCat("device: cuda: no GPU on this machine (",
+                                gpus.ok() ? "0 CUDA devices" : std::string(gpus.status().message()), ")"));
+  if (*gpus < world) return Fail(2, absl::StrCat("device: cuda: the job needs ", world, " GPUs, this machine has ", *gpus));
+  ao->gpus = *gpus;
+  return 0;
+}
+
+// Follows the job until it ends: copies rank 0's stdout, reports each state
+// change (as JSON with --json), and cancels the job on the first SIGINT or
+// SIGTERM. `offset` is how far rank 0's stdout has been copied.
+absl::StatusOr<v1::JobStatus> FollowJob(service::Coordinator* c, const std::string& job_id,
+                                        const std::string& rank0_out, bool json, int64_t* offset) {
+  signal(SIGINT, OnSignal);
+  signal(SIGTERM, OnSignal);
+  uint64_t version = 0;
+  v1::JobState last_state = v1::JOB_STATE_UNSPECIFIED;
+  bool cancelled = false;
+  while (true) {
+    version = c->WaitForChange(version, std::chrono::milliseconds(200));
+    auto got = c->Get(job_id);
+    if (!got.ok()) return got.status();
+    const v1::JobStatus& j = got->job();
+    Follow(rank0_out, offset);
+    if (j.state() != last_state) {
+      last_state = j.state();
+      if (json) {
+        std::fprintf(stderr, "%s\n", Json(j).c_str());
+      } else {
+        std::fprintf(stderr, "loom run: %s %s%s\n", job_id.c_str(), v1::JobState_Name(j.state()).c_str(),
+                     j.restart_count() > 0 ? absl::StrCat(" (restart ", j.restart_count(), ")").c_str() : "");
+      }
+    }
+    if (j.state() == v1::SUCCEEDED || j.state() == v1::FAILED || j.state() == v1::CANCELLED) return j;
+    if (g_interrupted && !cancelled) {
+      cancelled = true;
+      std::fprintf(stderr, "loom run: interrupted; cancelling %s\n", job_id.c_str());
+      (void)c->Cancel(job_id);
+    }
+  }
+}
+
+// The exit code of a finished job: 0 when it succeeded; else 2 when a worker
+// reported a configuration error (the user's input, as in the CLI) and 1
+// otherwise, after the stderr tails of ranks killed by a signal and the root
+// cause.
+int ExitCodeOf(const v1::JobStatus& final, const std::string& job_id, const std::string& logs) {
+  if (final.state() == v1::SUCCEEDED) return 0;
+  for (int r = 0; r < final.exit_codes_size(); ++r)
+    if (final.exit_codes(r) < 0 && final.exit_codes(r) != service::kExitUnknown)  // killed by a signal
+      PrintTail(absl::StrCat(logs, "/rank", r, ".err"), absl::StrCat("rank ", r, "'s stderr"), 40);
+  std::string why = final.root_cause().empty()
+                        ? v1::JobState_Name(final.state())
+                        : absl::StrCat("rank ", final.root_cause_rank(), ": ", final.root_cause());
+  bool config = false;
+  for (int code : final.exit_codes()) config |= code == service::kExitConfigError;
+  return Fail(config ? 2 : 1, absl::StrCat(job_id, " ", v1::JobState_Name(final.state()), ": ", why));
+}
+
 }  // namespace
 
 int RunRunCommand(const std::vector<std::string>& args) {
@@ -192,15 +256,7 @@ int RunRunCommand(const std::vector<std::string>& args) {
   ao.data_dir = state + "/agent";
   ao.hostname = "local";
   ao.cpu_slots = world;
-  if (spec.device() == "cuda") {  // the coordinator places a GPU job on the agent's GPUs
-    auto gpus = cuda::DeviceCount();
-    if (!gpus.ok() || *gpus < 1)
-      return Fail(1, absl::StrCat("device: cuda: no GPU on this machine (",
-                                  gpus.ok() ? "0 CUDA devices" : std::string(gpus.status().message()), ")"));
-    if (*gpus < world)
-      return Fail(2, absl::StrCat("device: cuda: the job needs ", world, " GPUs, this machine has ", *gpus));
-    ao.gpus = *gpus;
-  }
+  if (int code = GiveGpus(spec, world, &ao); code != 0) return code;
   ao.worker_argv = {self, "worker"};
   ao.poll_wait_ms = 100;
   service::Agent agent(ao);
@@ -219,55 +275,15 @@ int RunRunCommand(const std::vector<std::string>& args) {
   std::fprintf(stderr, "loom run: %s submitted (%d rank%s on this machine)\n", job_id.c_str(), world,
                world == 1 ? "" : "s");
 
-  signal(SIGINT, OnSignal);
-  signal(SIGTERM, OnSignal);
-  service::Coordinator* c = (*server)->coordinator();
-  uint64_t version = 0;
-  v1::JobState last_state = v1::JOB_STATE_UNSPECIFIED;
+  const std::string logs = ao.data_dir + "/logs/" + job_id;
   int64_t offset = 0;  // into rank 0's stdout; restarts append to the same file
-  bool cancelled = false;
-  v1::JobStatus final;
-  while (true) {
-    version = c->WaitForChange(version, std::chrono::milliseconds(200));
-    auto got = c->Get(job_id);
-    if (!got.ok()) return Fail(1, std::string(got.status().message()));
-    const v1::JobStatus& j = got->job();
-    Follow(ao.data_dir + "/logs/" + job_id + "/rank0.out", &offset);
-    if (j.state() != last_state) {
-      last_state = j.state();
-      if (flags->json) {
-        std::fprintf(stderr, "%s\n", Json(j).c_str());
-      } else {
-        std::fprintf(stderr, "loom run: %s %s%s\n", job_id.c_str(), v1::JobState_Name(j.state()).c_str(),
-                     j.restart_count() > 0 ? absl::StrCat(" (restart ", j.restart_count(), ")").c_str() : "");
-      }
-    }
-    if (j.state() == v1::SUCCEEDED || j.state() == v1::FAILED || j.state() == v1::CANCELLED) {
-      final = j;
-      break;
-    }
-    if (g_interrupted && !cancelled) {
-      cancelled = true;
-      std::fprintf(stderr, "loom run: interrupted; cancelling %s\n", job_id.c_str());
-      (void)c->Cancel(job_id);
-    }
-  }
+  auto final = FollowJob((*server)->coordinator(), job_id, logs + "/rank0.out", flags->json, &offset);
+  if (!final.ok()) return Fail(1, std::string(final.status().message()));
   // Let the agent reap the ranks, then ship nothing more.
   agent.Stop();
-  Follow(ao.data_dir + "/logs/" + job_id + "/rank0.out", &offset);
+  Follow(logs + "/rank0.out", &offset);
   (*server)->Shutdown();
-  if (final.state() == v1::SUCCEEDED) return 0;
-  for (int r = 0; r < final.exit_codes_size(); ++r)
-    if (final.exit_codes(r) < 0 && final.exit_codes(r) != service::kExitUnknown)  // killed by a signal
-      PrintTail(absl::StrCat(ao.data_dir, "/logs/", job_id, "/rank", r, ".err"), absl::StrCat("rank ", r, "'s stderr"),
-                40);
-  std::string why = final.root_cause().empty() ? v1::JobState_Name(final.state())
-                                                       : absl::StrCat("rank ", final.root_cause_rank(), ": ",
-                                                                      final.root_cause());
-  // A configuration error in a worker is the user's input: exit 2 like the CLI.
-  bool config = false;
-  for (int code : final.exit_codes()) config |= code == service::kExitConfigError;
-  return Fail(config ? 2 : 1, absl::StrCat(job_id, " ", v1::JobState_Name(final.state()), ": ", why));
+  return ExitCodeOf(*final, job_id, logs);
 }
 
 }  // namespace loom::launch

@@ -155,6 +155,7 @@ absl::Status Coordinator::ValidateSpec(v1::JobSpec& spec) const {
   LOOM_RETURN_IF_ERROR(CheckPath("spec.data.path", spec.data().path()));
   LOOM_RETURN_IF_ERROR(CheckPath("spec.run_dir", spec.run_dir()));
   LOOM_RETURN_IF_ERROR(CheckPath("spec.checkpoint.dir", spec.checkpoint().dir()));
+  LOOM_RETURN_IF_ERROR(CheckPath("spec.init_from", spec.init_from()));
   if (opts_.check_model) {
     absl::Status m = opts_.check_model(spec);
     if (!m.ok()) return absl::InvalidArgumentError(absl::StrCat("spec.", m.message()));

@@ -46,7 +46,7 @@ bool IsRetryableExit(int code);
 struct CoordinatorOptions {
   std::string data_dir;
   int max_queued_jobs = 10000;
-  // When non-empty, spec paths (data.path, run_dir, checkpoint.dir) must lie
+  // When non-empty, spec paths (data.path, run_dir, checkpoint.dir, init_from) must lie
   // inside one of these folders. `..` components are always refused.
   std::vector<std::string> allowed_roots;
   int heartbeat_interval_ms = 1000;

@@ -76,6 +76,12 @@ TEST_F(ServerTest, BadInputGetsTheRightCodeAndChangesNoState) {
   s = Spec("missing-data");
   s.mutable_data()->set_path(root_ + "/runs/none.txt");
   add("missing data file", s, StatusCode::INVALID_ARGUMENT, "spec.data.path");
+  s = Spec("init-outside");
+  s.set_init_from("/etc/passwd");  // exists, but outside the allowed roots
+  add("init_from outside roots", s, StatusCode::INVALID_ARGUMENT, "spec.init_from: '/etc/passwd' is outside");
+  s = Spec("init-missing");
+  s.set_init_from(root_ + "/runs/none.safetensors");
+  add("missing init_from file", s, StatusCode::INVALID_ARGUMENT, "spec.init_from");
   s = Spec("prio");
   s.set_priority(5000);
   add("priority", s, StatusCode::INVALID_ARGUMENT, "spec.priority");

@@ -3,9 +3,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cerrno>
+#include <cstring>
 #include <fstream>
 
+#include <unistd.h>
+
+#include "absl/strings/str_cat.h"
+
 #include "base/rng.h"
+#include "runtime/checkpoint/safetensors.h"
 #include "runtime/data/dataset.h"
 
 namespace loom::train {
@@ -58,6 +65,24 @@ absl::StatusOr<std::string> SampleText(Trainer& t, const v1::JobSpec& spec, std:
   return data::DecodeBytes(prompt) + data::DecodeBytes(out);
 }
 
+absl::Status WriteModel(const Trainer& t, const v1::JobSpec& spec, const std::string& path) {
+  const std::map<std::string, Tensor> params = t.Parameters();
+  std::vector<Tensor> keep;
+  std::vector<checkpoint::TensorToWrite> w;
+  for (const models::ParamInfo& p : t.param_info()) {
+    auto it = params.find(p.name);
+    if (it == params.end()) return absl::InternalError(absl::StrCat("model file: no parameter '", p.name, "'"));
+    keep.push_back(it->second.To(DType::kF32).Contiguous());
+    w.push_back({p.name, DType::kF32, std::vector<int64_t>(p.shape.begin(), p.shape.end()), keep.back().raw_data()});
+  }
+  const std::string tmp = absl::StrCat(path, ".tmp.", getpid());
+  auto written = checkpoint::WriteSafetensors(tmp, w, {{"format", "pt"}, {"loom.family", spec.model().family()}});
+  if (!written.ok()) return written.status();
+  if (std::rename(tmp.c_str(), path.c_str()) != 0)
+    return absl::InternalError(absl::StrCat("model file: renaming ", tmp, " to ", path, ": ", std::strerror(errno)));
+  return absl::OkStatus();
+}
+
 absl::Status FinishWithSample(Trainer& t, const v1::JobSpec& spec, const std::vector<int32_t>& val,
                               const std::string& dir, double val_loss, double baseline) {
   if (!t.has_logits()) {
@@ -71,9 +96,11 @@ absl::Status FinishWithSample(Trainer& t, const v1::JobSpec& spec, const std::ve
   auto sample = SampleText(t, spec, prompt, n);
   if (!sample.ok()) return sample.status();
   std::ofstream(dir + "/sample.txt") << *sample;
+  if (absl::Status s = WriteModel(t, spec, dir + "/model.safetensors"); !s.ok()) return s;
   std::printf("\nfinal validation loss %.4f (bigram baseline %.4f)\n", val_loss, baseline);
   std::printf("sample:\n----\n%s\n----\n", sample->c_str());
-  std::printf("run folder: %s (metrics.jsonl, metrics.prom, events.out.tfevents.*, loss.svg, sample.txt, job.yaml)\n",
+  std::printf("run folder: %s (metrics.jsonl, metrics.prom, events.out.tfevents.*, loss.svg, sample.txt, job.yaml, "
+              "model.safetensors)\n",
               dir.c_str());
   return absl::OkStatus();
 }

@@ -20,8 +20,14 @@ absl::StatusOr<double> ValidationLoss(Trainer& t, const v1::JobSpec& spec, const
 // train.seed), decoded as bytes.
 absl::StatusOr<std::string> SampleText(Trainer& t, const v1::JobSpec& spec, std::vector<int32_t> prompt, int n);
 
-// Samples from the start of `val`, writes <dir>/sample.txt and prints the
-// final validation loss, the sample and the run folder.
+// The trainer's parameters as one safetensors file under Loom's names (f32,
+// metadata format=pt and loom.family), atomically; `loom export --format hf`
+// and `init_from` read it.
+absl::Status WriteModel(const Trainer& t, const v1::JobSpec& spec, const std::string& path);
+
+// Samples from the start of `val`, writes <dir>/sample.txt and
+// <dir>/model.safetensors (WriteModel) and prints the final validation loss,
+// the sample and the run folder.
 absl::Status FinishWithSample(Trainer& t, const v1::JobSpec& spec, const std::vector<int32_t>& val,
                               const std::string& dir, double val_loss, double baseline);
 

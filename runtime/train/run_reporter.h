@@ -7,6 +7,8 @@
 //                        with --metrics-listen / LOOM_WORKER_METRICS_LISTEN
 //   events.out.tfevents.*  TensorBoard scalars (tb_events.h)
 //   loss.svg             the loss curve, at Finish
+// and, from train/evaluate.h at the end of the run, sample.txt and
+// model.safetensors (the final parameters under Loom's names).
 // Progress lines go to stdout ("step 10/300 | loss ... | tok/s | ETA"), one
 // line per log_every steps, or redrawn in place on a terminal. Under an agent,
 // LOOM_PROGRESS_FILE gets "<step> <checkpoint_step>" after every step.

@@ -19,6 +19,7 @@
 #include "collectives/process_group.h"
 #include "base/thread_pool.h"
 #include "parallel/planner_command.h"
+#include "runtime/checkpoint/init_from.h"
 #include "runtime/data/dataset.h"
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/train/evaluate.h"
@@ -50,6 +51,14 @@ absl::Status AverageLoss(Trainer& t, collectives::ProcessGroup& world, float* lo
   return absl::OkStatus();
 }
 
+// spec.init_from, whole parameters in Loom's layout (checkpoint/init_from.h).
+absl::Status LoadInitParameters(const v1::JobSpec& spec, std::map<std::string, Tensor>* init) {
+  LOOM_ASSIGN_OR_RETURN(auto source, checkpoint::InitSource::Open(spec.init_from(), spec.model()));
+  std::printf("initial parameters: %s\n", source->Describe().c_str());
+  LOOM_ASSIGN_OR_RETURN(*init, source->ReadAll());
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int RunTrainCommand(const std::vector<std::string>& args) { return RunTrainCommand(args, nullptr); }
@@ -57,6 +66,7 @@ int RunTrainCommand(const std::vector<std::string>& args) { return RunTrainComma
 int RunTrainCommand(const std::vector<std::string>& args, collectives::ProcessGroup* world) {
   std::string path;
   int steps_override = 0;
+  std::string init_from;  // --init: overrides the spec's init_from
   // Live Prometheus metrics (also from env LOOM_WORKER_METRICS_LISTEN).
   std::string metrics_listen;
   if (const char* e = std::getenv("LOOM_WORKER_METRICS_LISTEN"); e != nullptr) metrics_listen = e;
@@ -66,8 +76,11 @@ int RunTrainCommand(const std::vector<std::string>& args, collectives::ProcessGr
         return Fail(2, absl::StrCat("--steps: expected a positive integer, got '", args[i], "'"));
     } else if (args[i] == "--metrics-listen" && i + 1 < args.size()) {
       metrics_listen = args[++i];
+    } else if (args[i] == "--init" && i + 1 < args.size()) {
+      init_from = args[++i];
     } else if (!args[i].empty() && args[i][0] == '-') {
-      return Fail(2, absl::StrCat("unknown flag '", args[i], "' (usage: loom train JOB.yaml [--steps N] [--metrics-listen HOST:PORT])"));
+      return Fail(2, absl::StrCat("unknown flag '", args[i],
+                                  "' (usage: loom train JOB.yaml [--steps N] [--init FILE] [--metrics-listen HOST:PORT])"));
     } else if (path.empty()) {
       path = args[i];
     } else {
@@ -79,6 +92,7 @@ int RunTrainCommand(const std::vector<std::string>& args, collectives::ProcessGr
   if (!loaded.ok()) return Fail(2, loaded.status().message());
   v1::JobSpec spec = *loaded;
   if (steps_override > 0) spec.mutable_train()->set_steps(steps_override);
+  if (!init_from.empty()) spec.set_init_from(init_from);
   // parallel: {tp: auto}: the planner picks the layout (parallel/planner_command.h);
   // its table goes into the run folder as plan.txt / plan.json.
   auto plan = parallel::ResolveAutoLayout(spec, parallel::DefaultHardware(spec));
@@ -107,7 +121,12 @@ int RunTrainCommand(const std::vector<std::string>& args, collectives::ProcessGr
   std::printf("compiling...\n");
   std::fflush(stdout);
   auto t0 = std::chrono::steady_clock::now();
-  auto trainer = Trainer::Create(spec);
+  TrainerOptions options;
+  if (!spec.init_from().empty()) {
+    absl::Status s = LoadInitParameters(spec, &options.init);
+    if (!s.ok()) return Fail(absl::IsInvalidArgument(s) ? 2 : 1, s.message());
+  }
+  auto trainer = Trainer::Create(spec, std::move(options));
   // A model file Loom cannot import is bad input (exit 2), like a bad job spec.
   if (!trainer.ok())
     return Fail(m.family() == "onnx" && absl::IsInvalidArgument(trainer.status()) ? 2 : 1, trainer.status().message());

@@ -2,7 +2,10 @@
 //
 // Writes into the run folder (run_dir, or runs/<name>-<time>): job.yaml (the
 // spec with defaults), metrics.jsonl (one JSON object per logged step and per
-// validation), loss.svg (the loss curve), sample.txt (generated text).
+// validation), loss.svg (the loss curve), sample.txt (generated text),
+// model.safetensors (the final parameters).
+// `--init FILE` (or init_from in the spec) starts from the parameters in FILE
+// (Loom's or Hugging Face's layout, runtime/checkpoint/init_from.h).
 // Exit codes: 0 done, 1 runtime failure, 2 bad input (the message names the key
 // and value).
 #pragma once

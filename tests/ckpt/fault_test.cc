@@ -1,4 +1,4 @@
-// Worker death (issue 7, Faults): `loom run` of a tp=2 x dp=2 job with
+// Worker death: `loom run` of a tp=2 x dp=2 job with
 // checkpoint.every and max_restarts 1; kill -9 of rank 1's `loom worker`
 // after the first checkpoint commits. The job restarts from that checkpoint,
 // finishes with restart count 1, and its final checkpoint's shard files are

@@ -20,12 +20,12 @@ void RunParity(const parity::ParityCase& c, int steps) {
   for (const auto& [name, err] : r->grad_rel) EXPECT_LT(err, 1e-4) << "gradient of " << name;
   for (int s = 0; s < steps; ++s)
     EXPECT_LT(r->loss_rel[s], 1e-4) << "step " << s << ": " << r->losses[s] << " vs " << r->torch_losses[s];
-  // The parameters after the last AdamW step: beyond the bounds (loss
-  // and gradients above), a check that no update went astray. Adam divides
-  // by sqrt(v), so elements whose gradients are near zero turn last-bit
-  // differences into O(lr) steps and the gap grows over the steps: the same
-  // tree measures 1.1e-4 - 1.5e-4 (llama wq/wk) on an AMD EPYC without
-  // AVX-512 and under 1e-4 on the machines before it; hence 5e-4 here.
+  // The parameters after the last AdamW step: beyond the bounds on loss and
+  // gradients above, a check that no update went astray. Adam divides by
+  // sqrt(v), so elements whose gradients are near zero turn last-bit
+  // differences into O(lr) steps and the gap grows over the steps: it
+  // measures 1.1e-4 - 1.5e-4 (llama wq/wk) on an AMD EPYC without AVX-512
+  // and under 1e-4 on the other machines it ran on; hence 5e-4 here.
   for (const auto& [name, err] : r->final_rel) EXPECT_LT(err, 5e-4) << "final value of " << name;
   std::printf("%s: loss %.6f (torch %.6f), worst relative loss gap over %d steps %.2e\n", c.Name().c_str(),
               r->loss0, r->torch_loss0, steps, r->WorstLoss());

@@ -1,4 +1,4 @@
-// Submissions across coordinator restarts (the service issue's fault test):
+// Submissions across coordinator restarts:
 // 200 `loom submit` calls from 4 client threads while the coordinator daemon is
 // killed with SIGKILL and restarted several times on the same port. Clients
 // retry UNAVAILABLE with the same idempotency key until acknowledged. Every

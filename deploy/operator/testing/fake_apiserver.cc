@@ -1,4 +1,4 @@
-#include "deploy/operator/fake_apiserver.h"
+#include "deploy/operator/testing/fake_apiserver.h"
 
 #include <httplib.h>
 
