@@ -1,6 +1,7 @@
 #include "runtime/train/trainer.h"
 
 #include "runtime/jobspec/jobspec.h"
+#include "compiler/import/onnx/training.h"
 #include "runtime/train/onnx_model.h"
 
 #include <cmath>
@@ -128,6 +129,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::JobSpec& spec
     if (in.name == "y") t->y_in_ = static_cast<int>(k);
     if (in.name == "lr") t->lr_in_ = static_cast<int>(k);
     if (in.name == "step") t->step_in_ = static_cast<int>(k);
+    if (in.name == compiler::import::onnx::kDropoutStep) t->dropout_step_in_ = static_cast<int>(k);
   }
   if (t->x_in_ < 0 || t->y_in_ < 0 || t->lr_in_ < 0 || t->step_in_ < 0)
     return absl::InternalError("training program lacks one of the inputs x, y, lr, step");
@@ -159,6 +161,7 @@ absl::StatusOr<float> Trainer::Step(const Tensor& x, const Tensor& y) {
   ++step_;
   train_inputs_[lr_in_].data<float>()[0] = static_cast<float>(LearningRate(step_));
   train_inputs_[step_in_].data<float>()[0] = static_cast<float>(step_);
+  if (dropout_step_in_ >= 0) train_inputs_[dropout_step_in_].data<float>()[0] = static_cast<float>(step_);
   float loss = 0;
   if (cuda_) {  // parameters and state are updated in place on the device
     LOOM_RETURN_IF_ERROR(cuda_->Step({{x_in_, x}, {y_in_, y}, {lr_in_, train_inputs_[lr_in_]},

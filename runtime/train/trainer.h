@@ -88,6 +88,7 @@ class Trainer {
   std::vector<Tensor> eval_inputs_;
   std::vector<Tensor> outputs_;
   int x_in_ = -1, y_in_ = -1, lr_in_ = -1, step_in_ = -1, ex_in_ = -1, ey_in_ = -1;
+  int dropout_step_in_ = -1;  // an imported model's dropout offset (training.h)
   int64_t step_ = 0;
   bool has_logits_ = true;
 };

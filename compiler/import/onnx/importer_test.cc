@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "compiler/import/onnx/params.h"
+#include "compiler/import/onnx/training.h"
 #include "compiler/import/onnx/testing/onnx_test_util.h"
 #include "compiler/ir/text.h"
 #include "gtest/gtest.h"
@@ -145,6 +146,38 @@ TEST(OnnxImport, SymbolicDimsBindFromOptions) {
   ImportOptions huge;
   huge.dims = {{"d0", int64_t{1} << 40}};
   ExpectInvalid(ImportModelBytes(mb.Bytes(), huge).status(), {"graph input 'x'", "exceeds the limit"});
+}
+
+TEST(OnnxImport, TrainingGraphFeedsDropoutTheStepAndEvaluationDropsIt) {
+  // ids -> Gather(table) -> Dropout(0.5, training) -> logits [2, 4, 8] (dims as the trainer feeds).
+  ModelBuilder mb(17);
+  mb.Input("ids", DType::kI64, {2, 4});
+  mb.Initializer("table", F32({8, 8}));
+  mb.Initializer("ratio", Tensor::FromVector({}, {0.5}, DType::kF32));
+  Tensor on = Tensor::MustEmpty({}, DType::kBool);
+  static_cast<uint8_t*>(on.raw_data())[0] = 1;
+  mb.Initializer("train", on);
+  mb.Node("Gather", {"table", "ids"}, {"h"});
+  mb.Node("Dropout", {"h", "ratio", "train"}, {"logits"});
+  mb.Output("logits");
+  auto m = ImportModelBytes(mb.Bytes());
+  ASSERT_TRUE(m.ok()) << m.status();
+  TrainingGraphOptions o;
+  auto train = BuildTrainingGraph(*m, o);
+  ASSERT_TRUE(train.ok()) << train.status();
+  const Graph& g = train->graph;
+  ASSERT_GE(g.FindInput(kDropoutStep), 0);
+  bool fed = false;
+  for (const Node& n : g.nodes())
+    if (n.op == "dropout") fed = n.inputs.size() == 2 && n.inputs[1] == g.inputs()[g.FindInput(kDropoutStep)].value;
+  EXPECT_TRUE(fed) << PrintGraph(g);
+  o.return_logits = true;
+  auto eval = BuildTrainingGraph(*m, o);
+  ASSERT_TRUE(eval.ok()) << eval.status();
+  for (const Node& n : eval->graph.nodes()) EXPECT_NE(n.op, "dropout");
+  EXPECT_TRUE(eval->has_logits);
+  o.token_input = "nope";
+  ExpectInvalid(BuildTrainingGraph(*m, o).status(), {"'nope' is not a data input"});
 }
 
 // ---- Bad input -------------------------------------------------------------------

@@ -11,7 +11,10 @@
 //               InvStdDev, when used, are computed by mean/sub/mul/rsqrt (so
 //               gradients reach them) in ONNX's keep-dims shape.
 //   Dropout     identity outside training (training_mode false, or opsets
-//               before 12); in training the registry's dropout with the ratio.
+//               before 12); in training the registry's dropout with the ratio
+//               and seed (training.h feeds it the step as its mask offset);
+//               the mask output is greater(dropout(ones_like(x)), 0), the
+//               same mask regenerated.
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 #include "compiler/import/onnx/op_table.h"
@@ -187,11 +190,17 @@ absl::Status Dropout(NodeCtx& n) {
     return n.SetOut(1, ones);
   }
   LOOM_ASSIGN_OR_RETURN(int64_t seed, n.AttrInt("seed", 0));
-  LOOM_ASSIGN_OR_RETURN(std::vector<Val> r, n.Emit("dropout", {x}, Attrs{{"p", ratio}, {"seed", seed}}));
-  LOOM_RETURN_IF_ERROR(n.SetOut(0, r[0]));
+  const Attrs attrs{{"p", ratio}, {"seed", seed}};
+  LOOM_ASSIGN_OR_RETURN(Val y, n.Emit1("dropout", {x}, attrs));
+  LOOM_RETURN_IF_ERROR(n.SetOut(0, y));
   if (!n.WantsOutput(1)) return absl::OkStatus();
-  if (r.size() < 2) return n.Error("the mask output is not available from Loom's dropout");
-  return n.SetOut(1, r[1]);
+  // The mask: dropout regenerates it from (seed, offset, index), so the same
+  // dropout of ones is 1 / (1 - p) exactly where x was kept.
+  LOOM_ASSIGN_OR_RETURN(Val ones, n.Emit1("ones_like", {x}));
+  LOOM_ASSIGN_OR_RETURN(Val kept, n.Emit1("dropout", {ones}, attrs));
+  LOOM_ASSIGN_OR_RETURN(Val zero, n.Scalar(0, x.meta.dtype));
+  LOOM_ASSIGN_OR_RETURN(Val mask, n.Emit1("greater", {kept, zero}));
+  return n.SetOut(1, mask);
 }
 
 }  // namespace

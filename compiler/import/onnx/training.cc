@@ -36,7 +36,7 @@ absl::StatusOr<Roles> AssignRoles(const ImportedModel& m, const TrainingGraphOpt
     if (name != r.tokens && name != r.labels)
       return absl::InvalidArgumentError(absl::StrCat("data input '", name, "' has no source: the trainer feeds token ids "
                                                      "and their targets only"));
-  for (const char* reserved : {"x", "y", "lr", "step"})
+  for (const char* reserved : {"x", "y", "lr", "step", kDropoutStep})
     if (m.graph.FindInput(reserved) >= 0 && reserved != r.tokens && reserved != r.labels)
       return absl::InvalidArgumentError(absl::StrCat("the model has an input named '", reserved, "', a name the trainer uses"));
   return r;
@@ -84,9 +84,18 @@ absl::StatusOr<TrainingGraph> BuildTrainingGraph(const ImportedModel& m, const T
     const int lv = src.inputs()[src.FindInput(roles.labels)].value;
     LOOM_ASSIGN_OR_RETURN(vmap[lv], Feed(g, y, src.meta(lv), roles.labels));
   }
+  int dropout_step = -1;
   for (const Node& n : src.nodes()) {
     std::vector<int> ins;
     for (int v : n.inputs) ins.push_back(vmap.at(v));
+    if (n.op == "dropout" && o.return_logits) {  // evaluation: no dropout
+      vmap[n.outputs[0]] = ins[0];
+      continue;
+    }
+    if (n.op == "dropout" && ins.size() == 1) {  // training: a fresh mask each step
+      if (dropout_step < 0) dropout_step = g.AddInput(kDropoutStep, {DType::kF32, {}});
+      ins.push_back(dropout_step);
+    }
     LOOM_ASSIGN_OR_RETURN(std::vector<int> outs, g.AddOp(n.op, ins, n.attrs));
     for (size_t k = 0; k < outs.size(); ++k) vmap[n.outputs[k]] = outs[k];
   }

@@ -13,7 +13,10 @@
 //     or [batch * seq_len, vocab]) and the loss is
 //     cross_entropy(logits, targets) with ignore_index, the targets being y
 //     ("shifted_inputs") or the named label input (fed y);
-//   - parameters and buffers keep their names and kinds.
+//   - parameters and buffers keep their names and kinds;
+//   - dropout nodes take the step (input kDropoutStep) as their mask offset,
+//     so each step draws a new mask; the evaluation graph (return_logits)
+//     drops them (the identity, as in eval mode).
 #pragma once
 
 #include <string>
@@ -25,6 +28,9 @@
 namespace loom::compiler::import::onnx {
 
 inline constexpr char kShiftedInputs[] = "shifted_inputs";
+// The f32[] input a training graph with dropout takes: the step, as every
+// dropout node's mask offset (kernels/cpu/nn/dropout.cc).
+inline constexpr char kDropoutStep[] = "dropout_step";
 
 struct TrainingGraphOptions {
   std::string token_input;                  // empty: the only integer data input
