@@ -158,13 +158,16 @@ absl::Status ValidateOnnxModel(const v1::JobSpec& s) {
   LOOM_RETURN_IF_ERROR(Field(std::filesystem::is_regular_file(m.onnx(), ec), "model.onnx", m.onnx(), "no such file"));
   LOOM_RETURN_IF_ERROR(Field(m.loss().kind().empty() || m.loss().kind() == "cross_entropy", "model.loss.kind",
                              m.loss().kind(), "expected cross_entropy (or empty: the model's own scalar loss, else cross_entropy)"));
-  // What the ONNX path does not do yet: more than one rank, the GPU, checkpoints.
+  // What the ONNX path does not do yet: more than one rank, the GPU,
+  // checkpoints, init_from.
   const int ranks = std::max(1, s.parallel().dp()) * std::max(1, s.parallel().tp());
   LOOM_RETURN_IF_ERROR(Field(ranks == 1 && !s.parallel().tp_auto(), "parallel", absl::StrCat(ranks, " ranks"),
                              "ONNX models train in one process for now (dp = tp = 1)"));
   LOOM_RETURN_IF_ERROR(Field(s.device() != "cuda", "device", s.device(), "ONNX models train on the CPU for now"));
   LOOM_RETURN_IF_ERROR(Field(s.checkpoint().every() == 0, "checkpoint.every", absl::StrCat(s.checkpoint().every()),
                              "checkpoints of ONNX models are not supported yet"));
+  LOOM_RETURN_IF_ERROR(Field(s.init_from().empty(), "init_from", s.init_from(),
+                             "ONNX models start from the file's initializers"));
   return absl::OkStatus();
 }
 
