@@ -8,7 +8,8 @@
 //     (measured: at most 1.2e-7 on every step of both models);
 //   - the parameter/buffer split: the gpt model by the reachability rule (its
 //     causal-mask buffers stay buffers), the rotary model by the exporter's
-//     metadata (its inverse-frequency buffers would otherwise train).
+//     metadata (its inverse-frequency buffers would otherwise train);
+//   - opsets 17 and 14 (where LayerNormalization arrives decomposed).
 // Skips, with the reason, when /usr/bin/python3 cannot import torch.
 #include <cmath>
 #include <cstdlib>
@@ -46,13 +47,13 @@ std::vector<std::string> Lines(const std::string& path) {
   return out;
 }
 
-Exported Export(const std::string& arch) {
+Exported Export(const std::string& arch, int opset = 17) {
   Exported e;
   const char* tmp = std::getenv("TEST_TMPDIR");
-  e.dir = absl::StrCat(tmp ? tmp : "/tmp", "/onnx_", arch);
+  e.dir = absl::StrCat(tmp ? tmp : "/tmp", "/onnx_", arch, "_", opset);
   const std::string cmd = absl::StrCat("mkdir -p ", e.dir, " && OMP_NUM_THREADS=1 timeout 240 /usr/bin/python3 ", kScript,
-                                       " --out ", e.dir, " --arch ", arch, " --steps ", kSteps, " > ", e.dir,
-                                       "/export.log 2>&1");
+                                       " --out ", e.dir, " --arch ", arch, " --opset ", opset, " --steps ", kSteps,
+                                       " > ", e.dir, "/export.log 2>&1");
   const int rc = std::system(cmd.c_str());
   if (WIFEXITED(rc) && WEXITSTATUS(rc) == 3) {
     e.skip = "/usr/bin/python3 cannot import torch";
@@ -124,16 +125,8 @@ TEST(OnnxTraining, GptMatchesTorch) {
   TrainAndCompare(e, e.dir + "/model.onnx");
 }
 
-TEST(OnnxTraining, RotaryMatchesTorchWithTheExportersMetadata) {
-  Exported e = Export("rotary");
-  if (!e.skip.empty()) GTEST_SKIP() << e.skip;
-  ASSERT_TRUE(e.failure.empty()) << e.failure;
-  // Without metadata the inverse-frequency buffers reach the loss through
-  // arithmetic, so the reachability rule makes them parameters.
-  auto plain = compiler::import::onnx::ImportModel(e.dir + "/model.onnx", {.default_input_shape = Shape{kB, kT}});
-  ASSERT_TRUE(plain.ok()) << plain.status();
-  EXPECT_TRUE(std::find(plain->params.begin(), plain->params.end(), "h.0.inv_freq") != plain->params.end());
-  // The exporter's metadata names the parameters.
+// The rotary model with the exporter's metadata written into a copy.
+void TrainWithMetadata(const Exported& e) {
   ::onnx::ModelProto model;
   {
     std::ifstream in(e.dir + "/model.onnx", std::ios::binary);
@@ -148,6 +141,26 @@ TEST(OnnxTraining, RotaryMatchesTorchWithTheExportersMetadata) {
     ASSERT_TRUE(model.SerializeToOstream(&out));
   }
   TrainAndCompare(e, with_meta);
+}
+
+TEST(OnnxTraining, RotaryMatchesTorchWithTheExportersMetadata) {
+  Exported e = Export("rotary");
+  if (!e.skip.empty()) GTEST_SKIP() << e.skip;
+  ASSERT_TRUE(e.failure.empty()) << e.failure;
+  // Without metadata the inverse-frequency buffers reach the loss through
+  // arithmetic, so the reachability rule makes them parameters.
+  auto plain = compiler::import::onnx::ImportModel(e.dir + "/model.onnx", {.default_input_shape = Shape{kB, kT}});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_TRUE(std::find(plain->params.begin(), plain->params.end(), "h.0.inv_freq") != plain->params.end());
+  TrainWithMetadata(e);
+}
+
+// Opset 14: LayerNormalization arrives decomposed (ReduceMean, Sub, Pow, Sqrt, Div).
+TEST(OnnxTraining, RotaryAtOpset14MatchesTorch) {
+  Exported e = Export("rotary", 14);
+  if (!e.skip.empty()) GTEST_SKIP() << e.skip;
+  ASSERT_TRUE(e.failure.empty()) << e.failure;
+  TrainWithMetadata(e);
 }
 
 }  // namespace
