@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
 #include "compiler/executor.h"
 #include "compiler/ir/text.h"
 #include "compiler/optimizer.h"
@@ -268,6 +269,38 @@ TEST_P(OptimizerTest, AdamWStepsMatchAHandWrittenUpdate) {
 }
 
 INSTANTIATE_TEST_SUITE_P(CopyOrInPlace, OptimizerTest, ::testing::Bool());
+
+// A forward graph that reads %step (dropout's offset) shares it with the
+// optimizer instead of getting a second one; any other %step is refused.
+TEST(OptimizerSharing, AForwardStepInputIsShared) {
+  std::string text = kNet;
+  for (size_t p; (p = text.find("f64")) != std::string::npos;) text.replace(p, 3, "f32");
+  for (const char* meta : {"f32[]", "i64[]", "f32[1]"}) {
+    std::string with_step = text;
+    with_step.replace(with_step.find(") {"), 3, absl::StrCat(", %step: ", meta, ") {"));
+    auto fwd = ParseGraph(with_step);
+    ASSERT_TRUE(fwd.ok()) << fwd.status();
+    auto j = BuildJointGraph(*fwd, TestOptions());
+    ASSERT_TRUE(j.ok()) << j.status();
+    AdamWOptions ao;
+    ao.grad_norm_op = "test.grad_norm";
+    ao.adamw_op = "test.adamw";
+    absl::Status s = AppendAdamW(*j, ao);
+    if (std::string(meta) != "f32[]") {
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << meta;
+      EXPECT_NE(std::string(s.message()).find("the optimizer can share it only as an f32[] input"), std::string::npos)
+          << s;
+      continue;
+    }
+    ASSERT_TRUE(s.ok()) << s;
+    int steps = 0;
+    for (const GraphInput& in : j->graph.inputs()) steps += in.name == "step";
+    EXPECT_EQ(steps, 1);
+    EXPECT_EQ(j->graph.FindInput("step"), 5) << "the forward input keeps its place";
+    for (const Node& n : j->graph.nodes())
+      if (n.op == "test.adamw") EXPECT_EQ(n.inputs.back(), j->graph.inputs()[5].value);
+  }
+}
 
 }  // namespace
 }  // namespace loom::compiler

@@ -120,5 +120,95 @@ TEST_P(TrainingTest, AdamWTrainingLowersTheLossWithoutAllocating) {
 
 INSTANTIATE_TEST_SUITE_P(CopyOrInPlace, TrainingTest, ::testing::Bool());
 
+// The elementwise ops of imported graphs fuse (a bool chain of comparisons
+// and logical ops, a float chain through where) and compute what the unfused
+// graph computes.
+TEST(IntegrationTest, ComparisonsWhereAndNewMathFuse) {
+  auto fwd = ParseGraph(R"IR(graph @masks(%x: f32[6, 8], %y: f32[6, 8], %m: f32[8]) {
+  %0 = less(%x, %m) : bool[6, 8]
+  %1 = greater(%y, %m) : bool[6, 8]
+  %2 = logical_and(%0, %1) : bool[6, 8]
+  %3 = logical_not(%2) : bool[6, 8]
+  %4 = erf(%x) : f32[6, 8]
+  %5 = sin(%4) : f32[6, 8]
+  %6 = minimum(%5, %y) : f32[6, 8]
+  %7 = where(%3, %6, %y) : f32[6, 8]
+  %8 = cos(%7) : f32[6, 8]
+  return %8
+}
+)IR");
+  ASSERT_TRUE(fwd.ok()) << fwd.status();
+  std::vector<Tensor> outs[2];
+  for (bool fuse : {false, true}) {
+    CompileOptions o;
+    o.differentiate = false;
+    o.fuse = fuse;
+    auto c = Compile(*fwd, o);
+    ASSERT_TRUE(c.ok()) << c.status();
+    int fused = 0;
+    for (const Node& n : c->stages.at("fused").nodes()) fused += n.op == "fused";
+    EXPECT_EQ(fused, fuse ? 2 : 0) << *c->Dump("fused");
+    Executor exec(std::move(c->program));
+    auto r = exec.Run(Inputs(*fwd));
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (const Tensor& t : *r) outs[fuse].push_back(t.Clone());
+  }
+  ASSERT_EQ(outs[0].size(), 1u);
+  EXPECT_EQ(outs[0][0].ToVector(), outs[1][0].ToVector());
+}
+
+// Dropout's offset reads the training step: the optimizer shares the forward
+// graph's %step, masks change from step to step, and the same step (a
+// restarted run) gives the same mask again.
+TEST(IntegrationTest, DropoutMasksFollowTheTrainingStep) {
+  auto fwd = ParseGraph(R"IR(graph @drop(%x: f32[13, 7], %t: f32[13, 3], %w1: f32[7, 9] param, %w2: f32[3, 9] param, %step: f32[]) {
+  %0 = matmul(%x, %w1) : f32[13, 9]
+  %1 = dropout(%0, %step) {p=0.5, seed=3} : f32[13, 9]
+  %2 = matmul(%1, %w2) {trans_b=true} : f32[13, 3]
+  %3 = sub(%2, %t) : f32[13, 3]
+  %4 = mul(%3, %3) : f32[13, 3]
+  %5 = mean(%4) : f32[]
+  return %5
+}
+)IR");
+  ASSERT_TRUE(fwd.ok()) << fwd.status();
+  CompileOptions o;
+  o.adamw = AdamWOptions{};
+  auto c = Compile(*fwd, o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  const Graph g = c->stages.at("fused");
+  int steps = 0;
+  for (const GraphInput& i : g.inputs()) steps += i.name == "step";
+  EXPECT_EQ(steps, 1) << "the optimizer shares %step";
+  auto exec = Executor::Create(g);
+  ASSERT_TRUE(exec.ok()) << exec.status();
+  const std::vector<Tensor> in = Inputs(g);
+  const int k = g.FindInput("step");
+  auto loss_at = [&](int step) {
+    std::vector<Tensor> run = in;
+    run[k] = Tensor::FromVector({}, {static_cast<double>(step)});
+    auto outs = exec->Run(run);
+    EXPECT_TRUE(outs.ok()) << outs.status();
+    return outs.ok() ? (*outs)[0].GetDouble(0) : NAN;
+  };
+  const double l1 = loss_at(1), l2 = loss_at(2), l1_again = loss_at(1);
+  EXPECT_NE(l1, l2);
+  EXPECT_EQ(l1, l1_again);
+  // A forward %step that is not f32[] cannot be shared.
+  auto bad = ParseGraph(R"IR(graph @bad(%x: f32[4], %w: f32[4] param, %step: i64[]) {
+  %0 = dropout(%x, %step) {p=0.5} : f32[4]
+  %1 = mul(%0, %w) : f32[4]
+  %2 = sum(%1) : f32[]
+  return %2
+}
+)IR");
+  ASSERT_TRUE(bad.ok()) << bad.status();
+  auto cb = Compile(*bad, o);
+  ASSERT_FALSE(cb.ok());
+  EXPECT_NE(std::string(cb.status().message()).find("the optimizer can share it only as an f32[] input"),
+            std::string::npos)
+      << cb.status();
+}
+
 }  // namespace
 }  // namespace loom::compiler

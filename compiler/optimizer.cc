@@ -12,11 +12,21 @@ absl::Status AppendAdamW(JointGraph& j, const AdamWOptions& o) {
   Graph& g = j.graph;
   if (j.grads.size() != j.wrt_inputs.size()) return absl::InvalidArgumentError("joint graph: grads do not match wrt");
   if (j.grads.empty()) return absl::InvalidArgumentError("joint graph: nothing to optimize (no parameters)");
-  for (const char* name : {"lr", "step"})
-    if (g.FindInput(name) >= 0)
-      return absl::InvalidArgumentError(absl::StrCat("the graph already has an input named %", name));
-  const int lr = g.AddInput("lr", {DType::kF32, {}});
-  const int step = g.AddInput("step", {DType::kF32, {}});
+  if (g.FindInput("lr") >= 0) return absl::InvalidArgumentError("the graph already has an input named %lr");
+  // A forward graph may read the step itself (dropout's offset): an f32[]
+  // data input named %step is shared with the optimizer.
+  const TensorMeta scalar{DType::kF32, {}};
+  int step = -1;
+  if (const int k = g.FindInput("step"); k >= 0) {
+    const GraphInput& in = g.inputs()[k];
+    if (in.kind != InputKind::kInput || !(g.meta(in.value) == scalar))
+      return absl::InvalidArgumentError(absl::StrCat("the graph already has an input named %step (",
+                                                     InputKindName(in.kind), " ", g.meta(in.value).ToString(),
+                                                     "); the optimizer can share it only as an f32[] input"));
+    step = in.value;
+  }
+  const int lr = g.AddInput("lr", scalar);
+  if (step < 0) step = g.AddInput("step", scalar);
   auto gn = g.AddOp1(o.grad_norm_op, j.grads);
   if (!gn.ok()) return Annotate(gn.status(), "optimizer: global norm");
   ops::Attrs attrs{{"beta1", o.beta1},

@@ -3,7 +3,8 @@
 //
 // For each differentiated parameter %p the graph gains state inputs %p.m and
 // %p.v (kState), and the scalar inputs %lr and %step (f32[], step 1-based) are
-// added once. Then
+// added once; a forward graph that already reads an f32[] input %step (the
+// offset of dropout's mask) shares it. Then
 //   %gn = grad_norm(grads...)
 //   %p', %m', %v' = adamw(%p, d%p, %p.m, %p.v, %gn, %lr, %step) {beta1, beta2, eps, weight_decay, max_norm}
 // and the outputs become: the forward outputs, (the gradients if

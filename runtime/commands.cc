@@ -4,7 +4,11 @@
 #include <cstdio>
 #include <string>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "base/rng.h"
+#include "compiler/import/onnx/inspect.h"
+#include "compiler/import/onnx/model_check.h"
 #include "base/thread_pool.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/registry.h"
@@ -87,7 +91,15 @@ int RunDemo(const std::vector<std::string>& args) {
   return ok ? 0 : 1;
 }
 
-int RunOps(const std::vector<std::string>&) {
+int RunOps(const std::vector<std::string>& args) {
+  if (args.size() == 1 && args[0] == "--onnx") {
+    std::printf("%s", compiler::import::onnx::FormatSupportedOps().c_str());
+    return 0;
+  }
+  if (!args.empty()) {
+    std::fprintf(stderr, "loom ops: unknown argument '%s' (usage: loom ops [--onnx])\n", args[0].c_str());
+    return 2;
+  }
   const auto& reg = ops::OpRegistry::Global();
   std::printf("%-24s %-10s %-6s %s\n", "op", "kernels", "grad", "doc");
   for (const std::string& name : reg.Names()) {
@@ -98,6 +110,91 @@ int RunOps(const std::vector<std::string>&) {
                 d->doc.c_str());
   }
   return 0;
+}
+
+namespace {
+
+constexpr char kInspectUsage[] =
+    "usage: loom inspect MODEL.onnx [--dim NAME=N]... [--shape INPUT=D0,D1,...]... [--no-graph]\n"
+    "  Prints the model's ops and whether Loom supports each, then imports it: parameters (and the\n"
+    "  rule that classified them), buffers, data inputs, outputs, the parameter count, matched\n"
+    "  patterns and the imported graph as Loom IR. Symbolic dims default to 1 unless --dim binds\n"
+    "  them; --shape gives an input's whole shape. Exit 0 when the model imports, 2 when it does not.\n";
+
+// Parses NAME=VALUE; false on a malformed argument.
+bool SplitFlag(const std::string& arg, std::string* name, std::string* value) {
+  const size_t eq = arg.find('=');
+  if (eq == std::string::npos || eq == 0) return false;
+  *name = arg.substr(0, eq);
+  *value = arg.substr(eq + 1);
+  return true;
+}
+
+// --dim/--shape flags into options; an error message, or "".
+std::string ParseInspectFlag(const std::string& flag, const std::string& arg, compiler::import::onnx::ImportOptions& o) {
+  std::string name, value;
+  if (!SplitFlag(arg, &name, &value)) return flag + ": expected NAME=VALUE, got '" + arg + "'";
+  if (flag == "--dim") {
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(value, &n) || n < 0) return "--dim " + name + ": expected a non-negative integer, got '" + value + "'";
+    o.dims[name] = n;
+    return "";
+  }
+  Shape shape;
+  for (absl::string_view d : absl::StrSplit(value, ',', absl::SkipEmpty())) {
+    int64_t n = 0;
+    if (!absl::SimpleAtoi(d, &n) || n < 0) return "--shape " + name + ": expected non-negative integers, got '" + value + "'";
+    shape.push_back(n);
+  }
+  o.input_shapes[name] = shape;
+  return "";
+}
+
+int InspectFail(const std::string& msg, bool usage = false) {
+  std::fprintf(stderr, "loom inspect: %s\n%s", msg.c_str(), usage ? kInspectUsage : "");
+  return 2;
+}
+
+// Symbolic dims not bound by --dim default to 1.
+void DefaultSymbolicDims(const std::string& path, compiler::import::onnx::ImportOptions& o) {
+  auto m = compiler::import::onnx::ReadModelFile(path, o.max_model_bytes);
+  if (!m.ok()) return;
+  for (const auto& in : m->graph().input())
+    for (const auto& d : in.type().tensor_type().shape().dim())
+      if (d.has_dim_param() && !o.dims.count(d.dim_param())) o.dims[d.dim_param()] = 1;
+}
+
+}  // namespace
+
+int RunInspect(const std::vector<std::string>& args) {
+  compiler::import::onnx::ImportOptions o;
+  std::string path;
+  bool graph = true;
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "-h" || a == "--help") {
+      std::printf("%s", kInspectUsage);
+      return 0;
+    }
+    if (a == "--no-graph") {
+      graph = false;
+    } else if (a == "--dim" || a == "--shape") {
+      if (i + 1 >= args.size()) return InspectFail(a + " needs a value", true);
+      if (std::string e = ParseInspectFlag(a, args[++i], o); !e.empty()) return InspectFail(e);
+    } else if (!a.empty() && a[0] == '-') {
+      return InspectFail("unknown flag '" + a + "'", true);
+    } else if (path.empty()) {
+      path = a;
+    } else {
+      return InspectFail("one model at a time (got '" + path + "' and '" + a + "')");
+    }
+  }
+  if (path.empty()) return InspectFail("no model given", true);
+  DefaultSymbolicDims(path, o);
+  auto r = compiler::import::onnx::InspectModel(path, o, graph);
+  if (!r.ok()) return InspectFail(std::string(r.status().message()));
+  std::printf("%s", r->text.c_str());
+  return r->imported ? 0 : 2;
 }
 
 int RunVersion(const std::vector<std::string>&) {

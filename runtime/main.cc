@@ -9,7 +9,8 @@
 //   loom submit / jobs / status / cancel / logs   job control through the gRPC API
 //   loom export / import / checkpoint    consolidate, import and inspect checkpoints
 //   loom demo            run the kernel demo
-//   loom ops             list the registered ops and their kernels
+//   loom ops [--onnx]    list the registered ops and their kernels (or the ONNX ops Loom imports)
+//   loom inspect M.onnx  an ONNX model's ops, Loom's support, and the imported graph
 //   loom version         print the build's version and CUDA availability
 //   loom bench collectives   collective bandwidth vs torch.distributed Gloo
 //
@@ -83,7 +84,10 @@ const Command kCommands[] = {
      [](const std::vector<std::string>& a) { return CheckpointTool("", a); }},
     {"demo", "run the kernel demo: matmul and SDPA checked against references, with timings",
      loom::cli::RunDemo},
-    {"ops", "list the registered ops, their kernels and gradient rules", loom::cli::RunOps},
+    {"ops", "list the registered ops, their kernels and gradient rules (--onnx: the ONNX ops Loom imports)",
+     loom::cli::RunOps},
+    {"inspect", "an ONNX model's ops, Loom's support and the imported graph: loom inspect MODEL.onnx [--help]",
+     loom::cli::RunInspect},
     {"version", "print the version and whether CUDA is available", loom::cli::RunVersion},
     {"bench", "benchmarks: loom bench collectives [--full] [--backends=...] (vs torch Gloo)",
      loom::collectives::bench::RunBenchCommand},

@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <string>
 
+#include "absl/strings/str_cat.h"
+#include "compiler/cuda/plan.h"
 #include "compiler/cuda/plan_test_util.h"
 #include "compiler/ir/text.h"
 #include "gtest/gtest.h"
@@ -98,6 +100,20 @@ TEST(CudaExecutor, UnsupportedOpIsNamedWithoutADevice) {
   ASSERT_FALSE(e.ok());
   EXPECT_EQ(e.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_NE(std::string(e.status().message()).find("softmax"), std::string::npos) << e.status();
+}
+
+TEST(PlanCuda, SteppedSlicesAreRefusedByName) {
+  for (const char* body : {"%0 = slice(%x) {axis=1, start=0, length=4, step=2} : f32[4, 4]",
+                           "%0 = slice_backward(%x) {axis=1, start=7, full_len=17, step=-1} : f32[4, 17]"}) {
+    auto g = ParseGraph(absl::StrCat("graph @g(%x: f32[4, 8]) {\n  ", body, "\n  return %0\n}\n"));
+    ASSERT_TRUE(g.ok()) << g.status();
+    for (bool bf16 : {false, true}) {
+      auto p = PlanCuda(*g, bf16);
+      ASSERT_FALSE(p.ok()) << body;
+      EXPECT_EQ(p.status().code(), absl::StatusCode::kUnimplemented);
+      EXPECT_NE(std::string(p.status().message()).find("a step other than 1"), std::string::npos) << p.status();
+    }
+  }
 }
 
 }  // namespace

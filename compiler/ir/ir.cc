@@ -12,6 +12,7 @@ absl::string_view InputKindName(InputKind k) {
     case InputKind::kInput: return "input";
     case InputKind::kParam: return "param";
     case InputKind::kState: return "state";
+    case InputKind::kConst: return "const";
   }
   return "input";
 }

@@ -3,8 +3,10 @@
 // A Graph holds
 //   - values: every tensor the graph names, each with a TensorMeta (dtype and
 //     static shape) and an optional placement annotation (filled by dtensor/);
-//   - inputs: graph inputs, each a value with a name and a kind (plain input,
-//     trainable parameter, or optimizer state);
+//   - inputs: graph inputs, each a value with a name and a kind (plain input
+//     fed per step, trainable parameter, optimizer state, or constant: a
+//     buffer such as a mask or a position table, bound once like a parameter
+//     but never differentiated or updated);
 //   - nodes: op applications, kept in a valid topological order (every input of
 //     a node is a graph input or an output of an earlier node);
 //   - outputs: values the graph returns; an output may say which input it
@@ -44,8 +46,8 @@ using ops::TensorMeta;
 // The op name of a fusion node; its subgraph holds the fused computation.
 inline constexpr absl::string_view kFusedOp = "fused";
 
-enum class InputKind { kInput, kParam, kState };
-absl::string_view InputKindName(InputKind k);  // "input", "param", "state"
+enum class InputKind { kInput, kParam, kState, kConst };
+absl::string_view InputKindName(InputKind k);  // "input", "param", "state", "const"
 
 struct Value {
   TensorMeta meta;

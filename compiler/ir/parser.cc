@@ -43,7 +43,15 @@ class Lexer {
           toks.push_back(t);
           continue;
         }
-        std::string name = Word();
+        std::string name;
+        if (c == '%' && Peek() == '"') {  // quoted name: %"onnx::Add_3"
+          Advance();
+          while (pos_ < s_.size() && s_[pos_] != '"' && s_[pos_] != '\n') name += Advance();
+          if (Peek() != '"') return Error(t, "unterminated quoted name");
+          Advance();
+        } else {
+          name = Word();
+        }
         if (name.empty()) return Error(t, absl::StrCat("expected a name after '", std::string(1, c), "'"));
         t.kind = c == '%' ? Tok::kValue : Tok::kGlobal;
         t.text = name;
@@ -274,6 +282,7 @@ class Parser {
       InputKind kind = InputKind::kInput;
       if (IsIdent("param")) kind = InputKind::kParam;
       else if (IsIdent("state")) kind = InputKind::kState;
+      else if (IsIdent("const")) kind = InputKind::kConst;
       if (kind != InputKind::kInput || IsIdent("input")) Next();
       int id = g.AddInput(name, v.meta, kind);
       g.value(id).placement = v.placement;

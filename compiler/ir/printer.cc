@@ -1,3 +1,4 @@
+#include <cctype>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -6,6 +7,14 @@
 
 namespace loom::compiler {
 namespace {
+
+// "%name", or %"name" when the name has characters the parser's plain names
+// lack (imported models name values such as "onnx::Add_3").
+std::string InputRef(const std::string& name) {
+  bool plain = !name.empty();
+  for (char c : name) plain = plain && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.');
+  return plain ? absl::StrCat("%", name) : absl::StrCat("%\"", name, "\"");
+}
 
 std::string TypeString(const Value& v) {
   std::string s = v.meta.ToString();
@@ -18,8 +27,8 @@ void PrintInto(const Graph& g, const PrintOptions& opt, int indent, std::string*
   std::map<int, std::string> name;
   std::vector<std::string> ins;
   for (const GraphInput& in : g.inputs()) {
-    name[in.value] = absl::StrCat("%", in.name);
-    std::string s = absl::StrCat("%", in.name, ": ", TypeString(g.value(in.value)));
+    name[in.value] = InputRef(in.name);
+    std::string s = absl::StrCat(InputRef(in.name), ": ", TypeString(g.value(in.value)));
     if (in.kind != InputKind::kInput) absl::StrAppend(&s, " ", InputKindName(in.kind));
     ins.push_back(std::move(s));
   }
@@ -58,7 +67,7 @@ void PrintInto(const Graph& g, const PrintOptions& opt, int indent, std::string*
   for (const GraphOutput& o : g.outputs()) {
     std::string s = ref(o.value);
     if (o.updates >= 0 && o.updates < static_cast<int>(g.inputs().size()))
-      absl::StrAppend(&s, " -> %", g.inputs()[o.updates].name);
+      absl::StrAppend(&s, " -> ", InputRef(g.inputs()[o.updates].name));
     rets.push_back(std::move(s));
   }
   absl::StrAppend(out, pad, "  return", rets.empty() ? "" : " ", absl::StrJoin(rets, ", "), "\n", pad, "}\n");

@@ -51,6 +51,7 @@ void ToProto(const Graph& g, loom::v1::GraphDef* def) {
     SetType(g.value(in.value), p->mutable_type());
     p->set_kind(in.kind == InputKind::kParam   ? loom::v1::GraphInputDef::PARAM
                 : in.kind == InputKind::kState ? loom::v1::GraphInputDef::STATE
+                : in.kind == InputKind::kConst ? loom::v1::GraphInputDef::CONST
                                                : loom::v1::GraphInputDef::INPUT);
   }
   for (const Node& n : g.nodes()) {
@@ -80,6 +81,7 @@ absl::StatusOr<Graph> FromProto(const loom::v1::GraphDef& def) {
     LOOM_ASSIGN_OR_RETURN(Value v, GetType(in.type(), absl::StrCat("input ", in.name())));
     InputKind kind = in.kind() == loom::v1::GraphInputDef::PARAM   ? InputKind::kParam
                      : in.kind() == loom::v1::GraphInputDef::STATE ? InputKind::kState
+                     : in.kind() == loom::v1::GraphInputDef::CONST ? InputKind::kConst
                                                                    : InputKind::kInput;
     int id = g.AddInput(in.name(), v.meta, kind);
     g.value(id).placement = v.placement;

@@ -40,6 +40,21 @@ TEST(ProtoTest, RoundTrips) {
   EXPECT_EQ(def.outputs(1).updates(), 2);
 }
 
+TEST(ProtoTest, RoundTripsConstInputsAndQuotedNames) {
+  const std::string text = R"IR(graph @g(%x: f32[2, 3], %"onnx::Mul_7": f32[3] const) {
+  %0 = test.add(%x, %"onnx::Mul_7") : f32[2, 3]
+  return %0
+}
+)IR";
+  auto g = ParseGraph(text);
+  ASSERT_TRUE(g.ok()) << g.status();
+  loom::v1::GraphDef def = GraphToProto(*g);
+  EXPECT_EQ(def.inputs(1).kind(), loom::v1::GraphInputDef::CONST);
+  auto back = GraphFromProto(def);
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(PrintGraph(*back), text);
+}
+
 TEST(ProtoTest, RejectsBadDefinitions) {
   auto g = ParseGraph("graph @g(%x: f32[3]) {\n  %0 = test.relu(%x) : f32[3]\n  return %0\n}");
   ASSERT_TRUE(g.ok());

@@ -15,7 +15,9 @@
 //
 // Grammar (whitespace and newlines are insignificant; '#' starts a comment):
 //   graph   := 'graph' '@' NAME '(' [input {',' input}] ')' '{' {node} 'return' [out {',' out}] '}'
-//   input   := '%' NAME ':' type ['param' | 'state' | 'input']
+//   input   := '%' NAME ':' type ['param' | 'state' | 'const' | 'input']
+//              (NAME may be quoted, %"onnx::Add_3", when it has characters
+//              other than letters, digits, '_' and '.')
 //   type    := DTYPE '[' [INT {',' INT}] ']' ['@' STRING]          (STRING: placement)
 //   node    := '%' NAME {',' '%' NAME} '=' OP '(' [arg {',' arg}] ')' [attrs]
 //              ['compute' '=' DTYPE] ':' type {',' type} [graph]  (graph: fused body)

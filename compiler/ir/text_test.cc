@@ -78,6 +78,23 @@ void ExpectError(const std::string& text, const std::string& where, const std::s
   EXPECT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(TextTest, RoundTripsConstInputsAndQuotedNames) {
+  const std::string t = R"IR(graph @g(%x: f32[2, 3], %"onnx::Mul_7": f32[3] const, %"w/0:1": f32[3] param) {
+  %0 = test.add(%x, %"onnx::Mul_7") : f32[2, 3]
+  %1 = test.add(%0, %"w/0:1") : f32[2, 3]
+  %2 = test.sum_to(%1) {shape=[3]} : f32[3]
+  return %1, %2 -> %"w/0:1"
+}
+)IR";
+  auto g = ParseGraph(t);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_EQ(g->inputs()[1].kind, InputKind::kConst);
+  EXPECT_EQ(g->inputs()[1].name, "onnx::Mul_7");
+  EXPECT_EQ(g->inputs()[2].name, "w/0:1");
+  EXPECT_EQ(PrintGraph(*g), t);
+  ExpectError("graph @g(%\"x: f32[2]) {\n  return\n}", "line 1", "unterminated quoted name");
+}
+
 TEST(TextTest, ErrorsNameLineAndColumn) {
   ExpectError("graph @g(%x: f32[3]) {\n  %0 = test.relu(%y) : f32[3]\n  return %0\n}", "line 2, column 18",
               "undefined value %y");

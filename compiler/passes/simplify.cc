@@ -61,7 +61,7 @@ bool CollectLeaves(const Graph& g, int v, bool root, const std::vector<int>& pro
     return CollectLeaves(g, n.inputs[0], false, prod, uses, axis, full, leaves) &&
            CollectLeaves(g, n.inputs[1], false, prod, uses, axis, full, leaves);
   }
-  if (n.op != "slice_backward" || n.inputs.size() != 1) return false;
+  if (n.op != "slice_backward" || n.inputs.size() != 1 || n.attrs.GetInt("step", 1) != 1) return false;
   int64_t ax = n.attrs.GetInt("axis"), fl = n.attrs.GetInt("full_len"), st = n.attrs.GetInt("start");
   const Shape& in = g.meta(n.inputs[0]).shape;
   if (ax < 0) ax += static_cast<int64_t>(in.size());

@@ -161,5 +161,27 @@ TEST(SimplifyTest, RewritesKeepTheSchedule) {
 )IR");
 }
 
+TEST(SimplifyTest, SteppedSliceGradientsStay) {
+  // Even and odd positions tile [0, 8) but interleave: not a concat.
+  SimplifyAndCompare(R"IR(graph @g(%a: f32[2, 4], %b: f32[2, 4]) {
+  %0 = slice_backward(%a) {axis=1, full_len=8, start=0, step=2} : f32[2, 8]
+  %1 = slice_backward(%b) {axis=1, full_len=8, start=1, step=2} : f32[2, 8]
+  %2 = add(%0, %1) : f32[2, 8]
+  return %2
+}
+)IR",
+                     false);
+  // Starts 0 and 4 with lengths 4 look like a tiling, but the first leaf
+  // writes 0, 2, 4, 6 (a concat would put it at 0..3).
+  SimplifyAndCompare(R"IR(graph @g(%a: f32[2, 4], %b: f32[2, 4]) {
+  %0 = slice_backward(%a) {axis=1, full_len=8, start=0, step=2} : f32[2, 8]
+  %1 = slice_backward(%b) {axis=1, full_len=8, start=4} : f32[2, 8]
+  %2 = add(%0, %1) : f32[2, 8]
+  return %2
+}
+)IR",
+                     false);
+}
+
 }  // namespace
 }  // namespace loom::compiler

@@ -135,14 +135,15 @@ ShardingRule ReduceRule(absl::string_view kind) {
   const std::string k(kind);
   return [k](const RuleInput& r) -> absl::StatusOr<RuleResult> {
     const Placement p = r.place[0];
+    const bool extremum = k == "max" || k == "min";
     if (p.is_partial()) {
-      if (k == "max") return AllR(r);
+      if (extremum) return AllR(r);
       return RuleResult{{p}, {p}, {}};
     }
     if (!p.is_shard()) return AllR(r);
     const std::vector<int> axes = ReduceAxes(r);
     if (std::count(axes.begin(), axes.end(), p.dim)) {
-      if (k == "max") return AllR(r);
+      if (extremum) return AllR(r);
       return RuleResult{{p}, {P(k == "mean" ? PartialOp::kAvg : PartialOp::kSum)}, {}};
     }
     int od = p.dim;
@@ -209,6 +210,28 @@ absl::StatusOr<RuleResult> SliceLike(const RuleInput& r) {
   const Placement p = r.place[0];
   if (p.is_partial()) return RuleResult{{p}, {p}, {}};
   if (p.is_shard() && p.dim != Norm(r.attrs->GetInt("axis"), Rank(r.in[0]))) return RuleResult{{p}, {p}, {}};
+  return AllR(r);
+}
+
+// gather(x, indices) {axis}: a shard of x on another dim survives (shifted
+// past the index dims); a partial x stays partial (gather is a selection).
+// indices are replicated.
+absl::StatusOr<RuleResult> Gather(const RuleInput& r) {
+  const Placement p = r.place[0];
+  const int q = Rank(r.in[1]), axis = Norm(r.attrs->GetInt("axis"), Rank(r.in[0]));
+  if (p.is_partial()) return RuleResult{{p, kR}, {p}, {}};
+  if (p.is_shard() && p.dim != axis) return RuleResult{{p, kR}, {S(p.dim < axis ? p.dim : p.dim + q - 1)}, {}};
+  return AllR(r);
+}
+
+// gather_backward(dy, indices) {axis, dim_size}: the mirror of Gather (a
+// scatter-add is linear in dy, so P stays P).
+absl::StatusOr<RuleResult> GatherBackward(const RuleInput& r) {
+  const Placement p = r.place[0];
+  const int q = Rank(r.in[1]), axis = Norm(r.attrs->GetInt("axis"), Rank(r.in[0]) - q + 1);
+  if (p.is_partial()) return RuleResult{{p, kR}, {p}, {}};
+  if (p.is_shard() && (p.dim < axis || p.dim >= axis + q))
+    return RuleResult{{p, kR}, {S(p.dim < axis ? p.dim : p.dim - q + 1)}, {}};
   return AllR(r);
 }
 
@@ -381,7 +404,9 @@ const std::map<std::string, ShardingRule, std::less<>>& Table() {
     auto* m = new std::map<std::string, ShardingRule, std::less<>>();
     auto& t = *m;
     for (const char* op : {"abs", "exp", "log", "sqrt", "rsqrt", "sigmoid", "tanh", "relu", "gelu", "silu",
-                           "pow_scalar", "add_scalar", "maximum"})
+                           "pow_scalar", "add_scalar", "maximum", "minimum", "pow", "erf", "sin", "cos",
+                           "reciprocal", "equal", "less", "less_equal", "greater", "greater_equal",
+                           "logical_and", "logical_or", "logical_not", "where"})
       t[op] = PointwiseRule(false, 0);
     for (const char* op : {"neg", "scale", "cast", "div", "relu_backward", "gelu_backward", "silu_backward"})
       t[op] = PointwiseRule(false, 1u);
@@ -392,6 +417,7 @@ const std::map<std::string, ShardingRule, std::less<>>& Table() {
     t["sum"] = ReduceRule("sum");
     t["mean"] = ReduceRule("mean");
     t["max"] = ReduceRule("max");
+    t["min"] = ReduceRule("min");
     t["sum_to"] = SumTo;
     t["broadcast_to"] = BroadcastTo;
     t["reshape"] = Reshape;
@@ -399,6 +425,10 @@ const std::map<std::string, ShardingRule, std::less<>>& Table() {
     t["slice"] = SliceLike;
     t["slice_backward"] = SliceLike;
     t["concat"] = Concat;
+    // The mask depends on each element's index in the whole tensor.
+    t["dropout"] = Replicated;
+    t["gather"] = Gather;
+    t["gather_backward"] = GatherBackward;
     t["layernorm"] = [](const RuleInput& r) -> absl::StatusOr<RuleResult> {
       return NormLike(r, {0}, 0, {0, 1, 2}, false, -1);
     };

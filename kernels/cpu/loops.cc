@@ -167,6 +167,14 @@ void CopyView(const Tensor& src, const Tensor& dst) {
   CopyLoop(loop, DTypeSize(src.dtype()), src.raw_data(), dst.raw_data());
 }
 
+void CopyRaw(absl::Span<const int64_t> shape, size_t elem, const void* src, absl::Span<const int64_t> src_strides,
+             void* dst, absl::Span<const int64_t> dst_strides) {
+  if (NumElements(shape) == 0) return;
+  StridedLoop loop = MakeLoop(shape, {Strides(dst_strides.begin(), dst_strides.end()),
+                                      Strides(src_strides.begin(), src_strides.end())});
+  CopyLoop(loop, elem, src, dst);
+}
+
 Strides BroadcastStrides(const Tensor& t, absl::Span<const int64_t> shape) {
   Strides s(shape.size(), 0);
   size_t lead = shape.size() - t.ndim();

@@ -1,5 +1,5 @@
-// Strided loops over up to three operands, the engine of the CPU elementwise,
-// copy and broadcast kernels.
+// Strided loops over up to four operands, the engine of the CPU elementwise,
+// where, copy and broadcast kernels.
 //
 // A StridedLoop walks a logical shape in row-major order. Each operand has its
 // own element strides over that shape (0 on broadcast dims, anything for
@@ -26,7 +26,7 @@
 
 namespace loom::cpu {
 
-constexpr int kMaxLoopOperands = 3;
+constexpr int kMaxLoopOperands = 4;
 
 struct StridedLoop {
   int num_operands = 0;
@@ -50,6 +50,12 @@ void CopyStrided(const Tensor& src, void* dst);
 // Copies `src` into the view `dst` (same shape and dtype, both on the host;
 // dst may be strided, e.g. a Narrow of a bigger tensor).
 void CopyView(const Tensor& src, const Tensor& dst);
+
+// Copies the view `src` (element 0 at `src`, element strides `src_strides`,
+// any sign) into the view `dst` of the same `shape` (its own strides, any
+// sign), elements of `elem` bytes: the engine of stepped slices.
+void CopyRaw(absl::Span<const int64_t> shape, size_t elem, const void* src, absl::Span<const int64_t> src_strides,
+             void* dst, absl::Span<const int64_t> dst_strides);
 
 // Strides of `t` broadcast to `shape` (0 where t is broadcast); t must be
 // broadcastable (checked by the caller).

@@ -6,6 +6,7 @@
 //   def.cases.push_back(Case("bcast", {Spec({3, 5, 7}), Spec({5, 1})}));
 #pragma once
 
+#include <cmath>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -40,6 +41,27 @@ inline ops::InputSpec Spec(std::vector<int64_t> shape, double lo = -1.0, double 
   s.meta = TensorMeta{DType::kF32, Shape(shape.begin(), shape.end())};
   s.lo = lo;
   s.hi = hi;
+  return s;
+}
+
+// An input of `dtype` (i32, i64 or bool) with values in [lo, hi) (bool: 0 or
+// 1); integer inputs take no gradient.
+inline ops::InputSpec TypedSpec(std::vector<int64_t> shape, DType dtype, double lo = -8, double hi = 8) {
+  ops::InputSpec s = Spec(std::move(shape), lo, hi);
+  s.meta.dtype = dtype;
+  s.differentiable = false;
+  return s;
+}
+
+// An f32 input holding whole numbers in [lo, hi): exact in every floating
+// dtype, so results that depend on ties or on exact values (comparisons,
+// float -> int casts) agree across dtypes.
+inline ops::InputSpec WholeSpec(std::vector<int64_t> shape, double lo = -3, double hi = 3) {
+  ops::InputSpec s = Spec(std::move(shape), lo, hi);
+  s.differentiable = false;
+  s.fill = [lo, hi](Tensor& t, const Philox& rng) {
+    for (int64_t e = 0; e < t.numel(); ++e) t.SetDouble(e, std::floor(lo + (hi - lo) * rng.Uniform(e)));
+  };
   return s;
 }
 

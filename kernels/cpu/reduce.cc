@@ -9,6 +9,7 @@
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "kernels/cpu/check.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/loops.h"
 
 namespace loom::cpu {
@@ -18,6 +19,7 @@ absl::string_view OpName(ReduceOp op) {
     case ReduceOp::kSum: return "sum";
     case ReduceOp::kMean: return "mean";
     case ReduceOp::kMax: return "max";
+    case ReduceOp::kMin: return "min";
   }
   return "?";
 }
@@ -38,15 +40,29 @@ int64_t ReducedCount(absl::Span<const int64_t> shape, const std::vector<bool>& m
     if (mask[d]) n *= shape[d];
   return n;
 }
+
+bool IsExtremum(ReduceOp op) { return op == ReduceOp::kMax || op == ReduceOp::kMin; }
+
+absl::Status CheckReduceDType(ReduceOp op, DType t) {
+  if (IsFloating(t) || (op != ReduceOp::kMean && IsInteger(t))) return absl::OkStatus();
+  if (op == ReduceOp::kMean) return CheckFloating(OpName(op), "x", t);
+  return ArgError(OpName(op), "x", absl::StrCat("expected a floating, i32 or i64 dtype, got ", DTypeName(t)));
+}
+
+// The running max (is_min false) or min of acc and v; NaN wins.
+template <typename A, typename B>
+inline A Extreme(bool is_min, A acc, B v) {
+  return ((is_min ? v < acc : v > acc) || v != v) ? static_cast<A>(v) : acc;
+}
 }  // namespace
 
 absl::StatusOr<ops::TensorMeta> InferReduce(ReduceOp op, const ops::TensorMeta& x,
                                             absl::Span<const int64_t> axes, bool keepdim) {
   absl::string_view n = OpName(op);
-  LOOM_RETURN_IF_ERROR(CheckFloating(n, "x", x.dtype));
+  LOOM_RETURN_IF_ERROR(CheckReduceDType(op, x.dtype));
   LOOM_ASSIGN_OR_RETURN(std::vector<bool> mask, AxesMask(n, "axes", axes, static_cast<int>(x.shape.size())));
-  if (op == ReduceOp::kMax && ReducedCount(x.shape, mask) == 0)
-    return ArgError(n, "x", absl::StrCat("cannot take the max over an empty reduction (shape ",
+  if (IsExtremum(op) && ReducedCount(x.shape, mask) == 0)
+    return ArgError(n, "x", absl::StrCat("cannot take the ", n, " over an empty reduction (shape ",
                                          ShapeToString(x.shape), ")"));
   return ops::TensorMeta{x.dtype, ReducedShape(x.shape, mask, keepdim)};
 }
@@ -73,11 +89,11 @@ namespace {
 absl::Status Validate(ReduceOp op, const Tensor& x, const std::vector<bool>& mask, const Tensor& out) {
   absl::string_view n = OpName(op);
   LOOM_RETURN_IF_ERROR(CheckCpu(n, "x", x));
-  LOOM_RETURN_IF_ERROR(CheckFloating(n, "x", x.dtype()));
+  LOOM_RETURN_IF_ERROR(CheckReduceDType(op, x.dtype()));
   if (static_cast<int>(mask.size()) != x.ndim())
     return ArgError(n, "axes", absl::StrCat("mask of ", mask.size(), " dims for a ", x.ndim(), "-d x"));
-  if (op == ReduceOp::kMax && ReducedCount(x.shape(), mask) == 0)
-    return ArgError(n, "x", "cannot take the max over an empty reduction");
+  if (IsExtremum(op) && ReducedCount(x.shape(), mask) == 0)
+    return ArgError(n, "x", absl::StrCat("cannot take the ", n, " over an empty reduction"));
   LOOM_RETURN_IF_ERROR(CheckCpu(n, "out", out));
   if (out.dtype() != x.dtype()) return CheckSameDType(n, "x", x.dtype(), "out", out.dtype());
   if (!out.is_contiguous()) return ArgError(n, "out", "output must be contiguous");
@@ -91,9 +107,9 @@ absl::Status Validate(ReduceOp op, const Tensor& x, const std::vector<bool>& mas
 // Reduces x viewed as contiguous [outer, red, inner] over the middle dim.
 template <typename T>
 void ReduceOIR(ReduceOp op, const T* x, int64_t outer, int64_t red, int64_t inner, T* out) {
-  const bool is_max = op == ReduceOp::kMax;
+  const bool ext = IsExtremum(op), is_min = op == ReduceOp::kMin;
   const double scale = op == ReduceOp::kMean ? 1.0 / static_cast<double>(red) : 1.0;
-  const double init = is_max ? -std::numeric_limits<double>::infinity() : 0.0;
+  const double init = ext ? (is_min ? 1 : -1) * std::numeric_limits<double>::infinity() : 0.0;
   if (inner == 1 && outer < 4 && red >= 8 * kParallelMinElements) {
     // Few long rows: fixed-size pieces reduced in parallel, then combined in
     // piece order, so the result does not depend on the thread count.
@@ -107,14 +123,14 @@ void ReduceOIR(ReduceOp op, const T* x, int64_t outer, int64_t red, int64_t inne
           const int64_t r0 = q * kPiece, r1 = std::min(red, r0 + kPiece);
           double acc = init;
           for (int64_t r = r0; r < r1; ++r) {
-            if (is_max) acc = (row[r] > acc || row[r] != row[r]) ? row[r] : acc;
+            if (ext) acc = Extreme(is_min, acc, row[r]);
             else acc += row[r];
           }
           part[q] = acc;
         }
       });
       double acc = init;
-      for (double v : part) acc = is_max ? ((v > acc || v != v) ? v : acc) : acc + v;
+      for (double v : part) acc = ext ? Extreme(is_min, acc, v) : acc + v;
       out[o] = static_cast<T>(acc * scale);
     }
     return;
@@ -124,10 +140,9 @@ void ReduceOIR(ReduceOp op, const T* x, int64_t outer, int64_t red, int64_t inne
     ParallelFor(outer, grain, [&](int64_t lo, int64_t hi) {
       for (int64_t o = lo; o < hi; ++o) {
         const T* row = x + o * red;
-        if (is_max) {
+        if (ext) {
           T m = row[0];
-          for (int64_t r = 1; r < red; ++r)
-            if (row[r] > m || row[r] != row[r]) m = row[r];
+          for (int64_t r = 1; r < red; ++r) m = Extreme(is_min, m, row[r]);
           out[o] = m;
         } else {
           // Four partial sums keep the dependency chain short.
@@ -167,9 +182,8 @@ void ReduceOIR(ReduceOp op, const T* x, int64_t outer, int64_t red, int64_t inne
       std::fill(acc, acc + w, init);
       for (int64_t r = r0; r < r1; ++r) {
         const T* row = x + (o * red + r) * inner + c0;
-        if (is_max) {
-          for (int64_t j = 0; j < w; ++j)
-            if (row[j] > acc[j] || row[j] != row[j]) acc[j] = row[j];
+        if (ext) {
+          for (int64_t j = 0; j < w; ++j) acc[j] = Extreme(is_min, acc[j], row[j]);
         } else if (w == kBlock) {
           // Constant trip count: the compiler vectorises this at -O2.
           for (int64_t j = 0; j < kBlock; ++j) acc[j] += static_cast<double>(row[j]);
@@ -192,7 +206,7 @@ void ReduceOIR(ReduceOp op, const T* x, int64_t outer, int64_t red, int64_t inne
       double acc = init;
       for (int64_t q = 0; q < pieces; ++q) {
         const double v = partial[(o * pieces + q) * inner + c];
-        if (is_max) acc = (v > acc || v != v) ? v : acc;
+        if (ext) acc = Extreme(is_min, acc, v);
         else acc += v;
       }
       out[e] = static_cast<T>(acc * scale);
@@ -238,36 +252,93 @@ void RunReduce(ReduceOp op, const Tensor& x, const std::vector<bool>& mask, Tens
   ReduceOIR<T>(op, static_cast<const T*>(gathered.raw_data()), out.numel(), r, 1, po);
 }
 
+// Integer sum / max / min (I = int32_t or int64_t): x gathered as [kept,
+// reduced] rows, each reduced in int64 in order; sums wrap.
+template <typename I>
+void RunIntReduce(ReduceOp op, const Tensor& x, const std::vector<bool>& mask, Tensor& out) {
+  std::vector<int> perm;
+  for (int d = 0; d < x.ndim(); ++d)
+    if (!mask[d]) perm.push_back(d);
+  for (int d = 0; d < x.ndim(); ++d)
+    if (mask[d]) perm.push_back(d);
+  const Tensor view = x.Permute(perm);
+  Tensor rows = Tensor::MustEmpty(view.shape(), x.dtype());
+  CopyStrided(view, rows.raw_data());
+  const int64_t red = ReducedCount(x.shape(), mask);
+  const I* px = static_cast<const I*>(rows.raw_data());
+  I* po = static_cast<I*>(out.raw_data());
+  const bool is_min = op == ReduceOp::kMin;
+  ParallelFor(out.numel(), std::max<int64_t>(1, kParallelMinElements / std::max<int64_t>(red, 1)),
+              [&](int64_t lo, int64_t hi) {
+                for (int64_t o = lo; o < hi; ++o) {
+                  const I* row = px + o * red;
+                  if (op == ReduceOp::kSum) {
+                    uint64_t acc = 0;
+                    for (int64_t r = 0; r < red; ++r) acc += static_cast<uint64_t>(static_cast<int64_t>(row[r]));
+                    po[o] = ConvertTo<I>(static_cast<int64_t>(acc));
+                  } else {
+                    I m = row[0];
+                    for (int64_t r = 1; r < red; ++r) m = Extreme(is_min, m, row[r]);
+                    po[o] = m;
+                  }
+                }
+              });
+}
+
 }  // namespace
 
 absl::Status ReduceKernel(ReduceOp op, const Tensor& x, const std::vector<bool>& mask, Tensor& out) {
   LOOM_RETURN_IF_ERROR(Validate(op, x, mask, out));
-  LOOM_RETURN_IF_ERROR(CheckDType(OpName(op), "x", x.dtype(), {DType::kF32, DType::kF64, DType::kBF16}));
+  LOOM_RETURN_IF_ERROR(CheckDType(OpName(op), "x", x.dtype(),
+                                  {DType::kF32, DType::kF64, DType::kBF16, DType::kI32, DType::kI64}));
   if (out.numel() == 0) return absl::OkStatus();
   switch (x.dtype()) {
     case DType::kF64: RunReduce<double>(op, x, mask, out); break;
     case DType::kBF16: RunReduce<BF16>(op, x, mask, out); break;
+    case DType::kI32: RunIntReduce<int32_t>(op, x, mask, out); break;
+    case DType::kI64: RunIntReduce<int64_t>(op, x, mask, out); break;
     default: RunReduce<float>(op, x, mask, out); break;
   }
   return absl::OkStatus();
 }
 
+namespace {
+// Row-major offset in the kept dims' output of x's element i.
+int64_t KeptOffset(const Tensor& x, const std::vector<bool>& mask, const Shape& kept, const Strides& kept_strides,
+                   int64_t i) {
+  int64_t rem = i, o = 0, k = static_cast<int64_t>(kept.size());
+  for (int d = x.ndim() - 1; d >= 0; --d) {
+    const int64_t idx = rem % x.dim(d);
+    rem /= x.dim(d);
+    if (!mask[d]) o += idx * kept_strides[--k];
+  }
+  return o;
+}
+}  // namespace
+
 absl::Status ReduceReference(ReduceOp op, const Tensor& x, const std::vector<bool>& mask, Tensor& out) {
   LOOM_RETURN_IF_ERROR(Validate(op, x, mask, out));
-  const bool is_max = op == ReduceOp::kMax;
-  std::vector<double> acc(out.numel(), is_max ? -INFINITY : 0.0);
-  // Row-major strides of the kept dims in the output.
-  Shape kept = ReducedShape(x.shape(), mask, false);
-  Strides kept_strides = ContiguousStrides(kept);
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    int64_t rem = i, o = 0, k = static_cast<int64_t>(kept.size());
-    for (int d = x.ndim() - 1; d >= 0; --d) {
-      int64_t idx = rem % x.dim(d);
-      rem /= x.dim(d);
-      if (!mask[d]) o += idx * kept_strides[--k];
+  const bool ext = IsExtremum(op), is_min = op == ReduceOp::kMin;
+  const Shape kept = ReducedShape(x.shape(), mask, false);
+  const Strides kept_strides = ContiguousStrides(kept);
+  if (IsInteger(x.dtype())) {
+    // Exact: int64 extremes; sums in uint64 (two's complement wrap), narrowed by SetInt.
+    std::vector<int64_t> acc(out.numel(), ext ? (is_min ? std::numeric_limits<int64_t>::max()
+                                                        : std::numeric_limits<int64_t>::min())
+                                              : 0);
+    for (int64_t i = 0; i < x.numel(); ++i) {
+      const int64_t o = KeptOffset(x, mask, kept, kept_strides, i), v = GetInt(x, i);
+      acc[o] = ext ? Extreme(is_min, acc[o], v)
+                   : static_cast<int64_t>(static_cast<uint64_t>(acc[o]) + static_cast<uint64_t>(v));
     }
-    double v = x.GetDouble(i);
-    if (is_max) acc[o] = (v > acc[o] || std::isnan(v)) ? v : acc[o];
+    for (int64_t o = 0; o < out.numel(); ++o) SetInt(out, o, acc[o]);
+    return absl::OkStatus();
+  }
+  std::vector<double> acc(out.numel(), ext ? (is_min ? INFINITY : -INFINITY) : 0.0);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const int64_t o = KeptOffset(x, mask, kept, kept_strides, i);
+    const double v = x.GetDouble(i);
+    if (ext) acc[o] = Extreme(is_min, acc[o], v);
     else acc[o] += v;
   }
   const double count = static_cast<double>(ReducedCount(x.shape(), mask));

@@ -1,4 +1,4 @@
-// Reductions on the host: sum, mean and max over a set of axes, and the
+// Reductions on the host: sum, mean, max and min over a set of axes, and the
 // reduction behind sum_to (summing a broadcast result back to a shape).
 //
 // Axes are given as a per-dim mask (see AxesMask in check.h). The output holds
@@ -9,7 +9,11 @@
 // The fast kernel (f32, f64, bf16; accumulates in double) handles a single
 // contiguous run of reduced dims directly (rows, columns, or the middle of a
 // [outer, reduced, inner] view) and gathers the other cases into that form
-// with one copy. max propagates NaN and rejects an empty reduction.
+// with one copy. max and min propagate NaN and reject an empty reduction.
+//
+// sum, max and min also take i32/i64 (ONNX ReduceSum/ReduceMax/ReduceMin on
+// shape and mask tensors): exact int64 accumulation, sums wrap into the
+// dtype; mean takes floating dtypes only.
 //
 //   LOOM_ASSIGN_OR_RETURN(auto mask, AxesMask("sum", "axes", {-1}, x.ndim()));
 //   Tensor y = Tensor::MustEmpty(ReducedShape(x.shape(), mask, false), x.dtype());
@@ -27,12 +31,12 @@
 
 namespace loom::cpu {
 
-enum class ReduceOp { kSum, kMean, kMax };
-absl::string_view OpName(ReduceOp op);  // "sum", "mean", "max"
+enum class ReduceOp { kSum, kMean, kMax, kMin };
+absl::string_view OpName(ReduceOp op);  // "sum", "mean", "max", "min"
 
 Shape ReducedShape(absl::Span<const int64_t> shape, const std::vector<bool>& mask, bool keepdim);
 
-// Inference for sum/mean/max with attrs axes (empty = all) and keepdim.
+// Inference for sum/mean/max/min with attrs axes (empty = all) and keepdim.
 absl::StatusOr<ops::TensorMeta> InferReduce(ReduceOp op, const ops::TensorMeta& x,
                                             absl::Span<const int64_t> axes, bool keepdim);
 

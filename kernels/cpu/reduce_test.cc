@@ -1,8 +1,10 @@
-// sum / mean / max / sum_to kernels vs references: every axis subset of a 4-d
-// tensor, keepdim, strided inputs, the parallel row/column paths, NaN, errors.
+// sum / mean / max / min / sum_to kernels vs references: every axis subset of
+// a 4-d tensor, keepdim, strided inputs, the parallel row/column paths, NaN,
+// integer reductions (exact, wrapping sums), errors.
 #include "kernels/cpu/reduce.h"
 
 #include <cmath>
+#include <limits>
 
 #include "gtest/gtest.h"
 #include "kernels/cpu/check.h"
@@ -26,7 +28,7 @@ TEST(Reduce, EveryAxisSubsetOf4D) {
       for (int d = 0; d < 4; ++d)
         if (bits & (1 << d)) axes.push_back(d % 2 ? d - 4 : d);  // mix negative axes in
       for (bool keep : {false, true}) {
-        for (const char* op : {"sum", "mean", "max"}) {
+        for (const char* op : {"sum", "mean", "max", "min"}) {
           ops::Attrs attrs{{"axes", axes}, {"keepdim", keep}};
           EXPECT_LE(KernelVsReference(op, {x}, attrs), Tol(dt)) << op << " bits=" << bits << " keep=" << keep;
         }
@@ -59,7 +61,7 @@ TEST(Reduce, StridedInputs) {
   for (DType dt : {DType::kF32, DType::kF64}) {
     Tensor xt = Rand({6, 7, 5}, dt).Permute(std::vector<int>{2, 0, 1});
     Tensor xn = Rand({4, 9}, dt).Narrow(1, 2, 5);
-    for (const char* op : {"sum", "mean", "max"}) {
+    for (const char* op : {"sum", "mean", "max", "min"}) {
       EXPECT_LE(KernelVsReference(op, {xt}, {{"axes", Ints{-1}}}), Tol(dt)) << op;
       EXPECT_LE(KernelVsReference(op, {xt}, {{"axes", Ints{0, 2}}}), Tol(dt)) << op;
       EXPECT_LE(KernelVsReference(op, {xn}, {{"axes", Ints{0}}}), Tol(dt)) << op;
@@ -70,7 +72,7 @@ TEST(Reduce, StridedInputs) {
 
 TEST(Reduce, LargeRowsAndColumns) {
   Tensor x = Rand({300, 517});
-  for (const char* op : {"sum", "mean", "max"}) {
+  for (const char* op : {"sum", "mean", "max", "min"}) {
     EXPECT_LE(KernelVsReference(op, {x}, {{"axes", Ints{1}}}), 1e-6) << op;
     EXPECT_LE(KernelVsReference(op, {x}, {{"axes", Ints{0}}}), 1e-6) << op;
     EXPECT_LE(KernelVsReference(op, {x}), 1e-6) << op;
@@ -78,7 +80,7 @@ TEST(Reduce, LargeRowsAndColumns) {
   EXPECT_LE(KernelVsReference("sum_to", {Rand({8, 64, 300})}, {{"shape", Ints{300}}}), 1e-6);
   // A few very long rows: the chunked parallel path.
   Tensor longrows = Rand({2, 300000});
-  for (const char* op : {"sum", "mean", "max"}) {
+  for (const char* op : {"sum", "mean", "max", "min"}) {
     EXPECT_LE(KernelVsReference(op, {longrows}, {{"axes", Ints{1}}}), 1e-6) << op;
     EXPECT_LE(KernelVsReference(op, {longrows}), 1e-6) << op;
   }
@@ -101,12 +103,69 @@ TEST(Reduce, MaxPropagatesNaN) {
   EXPECT_TRUE(std::isnan(cols[1]));
 }
 
+TEST(Reduce, MinValuesAndNaN) {
+  Tensor x = Tensor::FromVector({2, 3}, {4, NAN, -3, 1, 5, 6});
+  for (auto impl : {ops::Impl::kKernel, ops::Impl::kReference}) {
+    auto rows = Eval("min", {x}, {{"axes", Ints{-1}}, {"keepdim", true}}, impl);
+    EXPECT_EQ(rows.shape(), (Shape{2, 1}));
+    EXPECT_TRUE(std::isnan(rows.ToVector()[0]));
+    EXPECT_EQ(rows.ToVector()[1], 1);
+    auto cols = Eval("min", {x}, {{"axes", Ints{0}}}, impl).ToVector();
+    EXPECT_EQ(cols[0], 1);
+    EXPECT_TRUE(std::isnan(cols[1]));
+    EXPECT_EQ(cols[2], -3);
+  }
+}
+
+// Ties of min each get the full gradient, like max.
+TEST(Reduce, MinGradientGoesToEveryTiedMinimum) {
+  Tensor x = Tensor::FromVector({2, 3}, {2, 1, 1, 0, 3, 4}, DType::kF64);
+  Tensor g = Tensor::FromVector({2}, {10, 20}, DType::kF64);
+  auto grads = ops::EagerGradients("min", {x}, {g}, {{"axes", Ints{1}}});
+  ASSERT_TRUE(grads.ok()) << grads.status();
+  EXPECT_EQ((*grads)[0].ToVector(), (std::vector<double>{0, 10, 10, 20, 0, 0}));
+}
+
+TEST(Reduce, IntegerReductionsAreExactAndSumsWrap) {
+  const int64_t big = (int64_t{1} << 60) + 1;  // odd and beyond 2^53
+  Tensor x = Tensor::MustEmpty({2, 3}, DType::kI64);
+  const int64_t v[] = {big, 2, -5, -big, 7, 3};
+  for (int i = 0; i < 6; ++i) x.data<int64_t>()[i] = v[i];
+  const int32_t kMax32 = std::numeric_limits<int32_t>::max();
+  Tensor y = Tensor::FromVector({3}, {double(kMax32), 1, 1}, DType::kI32);
+  for (auto impl : {ops::Impl::kKernel, ops::Impl::kReference}) {
+    Tensor s = Eval("sum", {x}, {{"axes", Ints{1}}}, impl);
+    EXPECT_EQ(s.dtype(), DType::kI64);
+    EXPECT_EQ(s.data<int64_t>()[0], big - 3);
+    EXPECT_EQ(s.data<int64_t>()[1], -big + 10);
+    Tensor mx = Eval("max", {x}, {{"axes", Ints{0}}}, impl), mn = Eval("min", {x}, {{"axes", Ints{-2}}}, impl);
+    EXPECT_EQ(mx.data<int64_t>()[0], big);
+    EXPECT_EQ(mn.data<int64_t>()[0], -big);
+    EXPECT_EQ(mn.data<int64_t>()[2], -5);
+    EXPECT_EQ(Eval("sum", {y}, {}, impl).data<int32_t>()[0], std::numeric_limits<int32_t>::min() + 1);  // wraps
+  }
+  // Every axis subset of a strided 3-d i32 tensor, kernel against reference.
+  Tensor z = Tensor::MustEmpty({5, 4, 3}, DType::kI32);
+  for (int64_t i = 0; i < z.numel(); ++i) z.data<int32_t>()[i] = static_cast<int32_t>((i * 37) % 101 - 50);
+  Tensor zt = z.Permute(std::vector<int>{2, 0, 1});
+  for (int bits = 0; bits < 8; ++bits) {
+    Ints axes;
+    for (int d = 0; d < 3; ++d)
+      if (bits & (1 << d)) axes.push_back(d - 3);
+    for (const char* op : {"sum", "max", "min"})
+      EXPECT_EQ(KernelVsReference(op, {zt}, {{"axes", axes}, {"keepdim", bits % 2 == 1}}), 0) << op << " " << bits;
+  }
+}
+
 TEST(Reduce, BadInputNamesTheArgument) {
   Tensor x = Rand({2, 3});
   EXPECT_INVALID(ops::RunOp("sum", {x}, {{"axes", Ints{2}}}).status(), "sum: axes: axis 2 out of range for 2 dims");
   EXPECT_INVALID(ops::RunOp("mean", {x}, {{"axes", Ints{1, -1}}}).status(), "mean: axes: axis -1 given twice");
   EXPECT_INVALID(ops::RunOp("max", {Rand({0, 3})}, {{"axes", Ints{0}}}).status(), "max: x: cannot take the max");
-  EXPECT_INVALID(ops::RunOp("sum", {Tensor::Zeros({2}, DType::kI64)}).status(), "sum: x: expected a floating");
+  EXPECT_INVALID(ops::RunOp("mean", {Tensor::Zeros({2}, DType::kI64)}).status(), "mean: x: expected a floating");
+  EXPECT_INVALID(ops::RunOp("sum", {Tensor::Zeros({2}, DType::kBool)}).status(),
+                 "sum: x: expected a floating, i32 or i64 dtype, got bool");
+  EXPECT_INVALID(ops::RunOp("min", {Rand({0, 3})}, {{"axes", Ints{0}}}).status(), "min: x: cannot take the min");
   EXPECT_INVALID(ops::RunOp("sum_to", {x}, {{"shape", Ints{4}}}).status(), "sum_to: shape: [4] does not broadcast");
   EXPECT_INVALID(ops::RunOp("sum_to", {x}, {{"shape", Ints{1, 2, 3}}}).status(), "sum_to: shape:");
   EXPECT_INVALID(ops::RunOp("sum_to", {x}).status(), "sum_to: shape: missing attribute");

@@ -1,12 +1,14 @@
-// Registers the reductions (kernels in reduce.h): sum, mean, max (attrs axes
-// = ints or a single int, absent/empty = all dims; keepdim = bool) and sum_to
-// (attr shape).
+// Registers the reductions (kernels in reduce.h): sum, mean, max, min (attrs
+// axes = ints or a single int, negatives allowed, absent/empty = all dims;
+// keepdim = bool) and sum_to (attr shape). sum, max and min also take
+// i32/i64.
 //
 // Gradients: the output gradient is reshaped to the keepdim shape and
 // broadcast_to the input's shape (mean then scales by 1/count). max sends the
 // gradient to every element equal to the max: gx = g - relu_backward(g, max - x),
-// so tied maxima each receive the full gradient. sum_to's gradient is
-// broadcast_to; the gradient of broadcast_to is sum_to (register_shape.cc).
+// so tied maxima each receive the full gradient; min likewise with x - min.
+// sum_to's gradient is broadcast_to; the gradient of broadcast_to is sum_to
+// (register_shape.cc).
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/check.h"
 #include "kernels/cpu/op_util.h"
@@ -77,9 +79,10 @@ OpDef MakeReduce(ReduceOp op, std::string doc) {
       LOOM_ASSIGN_OR_RETURN(V gx, b.Emit1("scale", {gb}, Attrs{{"s", 1.0 / static_cast<double>(count)}}));
       return std::vector<V>{gx};
     }
-    // max: keep g where x equals the max (max - x > 0 elsewhere).
+    // max (min): keep g where x equals the max (min); max - x (x - min) > 0 elsewhere.
     LOOM_ASSIGN_OR_RETURN(V yb, BroadcastBack(b, ctx.outputs[0], xs, mask));
-    LOOM_ASSIGN_OR_RETURN(V gap, b.Emit1("sub", {yb, x}));
+    std::vector<V> gap_args = op == ReduceOp::kMin ? std::vector<V>{x, yb} : std::vector<V>{yb, x};
+    LOOM_ASSIGN_OR_RETURN(V gap, b.Emit1("sub", gap_args));
     LOOM_ASSIGN_OR_RETURN(V below, b.Emit1("relu_backward", {gb, gap}));
     LOOM_ASSIGN_OR_RETURN(V gx, b.Emit1("sub", {gb, below}));
     return std::vector<V>{gx};
@@ -91,7 +94,13 @@ OpDef MakeReduce(ReduceOp op, std::string doc) {
       Case("first_cols", {Spec({7, 9})}, Attrs{{"axes", Ints{0}}}),
       Case("middle_run", {Spec({2, 3, 4, 5})}, Attrs{{"axes", Ints{1, 2}}}),
       Case("split_axes_keepdim", {Spec({3, 4, 5, 2})}, Attrs{{"axes", Ints{-1, 1}}, {"keepdim", true}}),
+      Case("single_int_axis", {Spec({4, 6})}, Attrs{{"axes", int64_t{-2}}}),
   };
+  if (op != ReduceOp::kMean) {
+    def.cases.push_back(Case("i64_split_axes", {TypedSpec({3, 4, 5}, DType::kI64, -1000, 1000)},
+                             Attrs{{"axes", Ints{0, 2}}, {"keepdim", true}}));
+    def.cases.push_back(Case("i32_all", {TypedSpec({7, 9}, DType::kI32, -1000, 1000)}));
+  }
   return def;
 }
 
@@ -136,6 +145,7 @@ OpDef MakeSumTo() {
 LOOM_REGISTER_OP(MakeReduce(ReduceOp::kSum, "sum over attr axes (empty = all); attr keepdim"));
 LOOM_REGISTER_OP(MakeReduce(ReduceOp::kMean, "mean over attr axes (empty = all); attr keepdim"));
 LOOM_REGISTER_OP(MakeReduce(ReduceOp::kMax, "max over attr axes (empty = all); attr keepdim; NaN propagates"));
+LOOM_REGISTER_OP(MakeReduce(ReduceOp::kMin, "min over attr axes (empty = all); attr keepdim; NaN propagates"));
 LOOM_REGISTER_OP(MakeSumTo());
 
 }  // namespace

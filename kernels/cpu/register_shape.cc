@@ -1,15 +1,21 @@
 // Registers the shape and data-movement ops (kernels in shape_ops.h):
 //   reshape (attr shape, one -1 allowed), permute (attr dims), slice (attrs
-//   axis, start, length), slice_backward (attrs axis, start, full_len), concat
+//   axis, start, length, step = 1), slice_backward (attrs axis, start,
+//   full_len, step = 1), concat
 //   (variadic, attr axis), broadcast_to (attr shape), cast (attr dtype),
 //   fill (no inputs; attrs shape, dtype = "f32", value = 0), zeros_like,
 //   ones_like.
 //
 // Gradients: reshape back; inverse permute; slice -> slice_backward (pad with
 // zeros) and back; concat -> one slice of the gradient per input;
-// broadcast_to -> sum_to; cast -> cast back to the input dtype.
+// broadcast_to -> sum_to; cast -> cast back to the input dtype (none from an
+// integer or bool input).
+//
+// Every op here takes any dtype; the integer and bool cases below check that
+// the kernels move those elements exactly as the references do.
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/check.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/op_util.h"
 #include "kernels/cpu/shape_ops.h"
 
@@ -25,6 +31,10 @@ using OutSpan = absl::Span<Tensor>;
 std::map<DeviceKind, std::vector<DType>> MoveDTypes() {
   return CpuDTypes({DType::kF32, DType::kF64, DType::kBF16});
 }
+
+// Integer and bool inputs of `shape` (i64 values in [-1000, 1000)).
+ops::InputSpec I64(std::vector<int64_t> shape) { return TypedSpec(std::move(shape), DType::kI64, -1000, 1000); }
+ops::InputSpec Bool(std::vector<int64_t> shape) { return TypedSpec(std::move(shape), DType::kBool); }
 
 absl::Status RequireAttr(absl::string_view op, const Attrs& attrs, const std::string& name,
                          absl::string_view what) {
@@ -54,6 +64,8 @@ OpDef MakeReshape() {
       Case("infer_dim", {Spec({3, 5, 7})}, Attrs{{"shape", Ints{5, -1}}}),
       Case("split_merge", {Spec({2, 3, 4})}, Attrs{{"shape", Ints{4, 1, 6}}}),
       Case("to_scalar", {Spec({1, 1})}, Attrs{{"shape", Ints{}}}),
+      Case("i64", {I64({3, 5, 7})}, Attrs{{"shape", Ints{7, -1}}}),
+      Case("bool", {Bool({2, 6})}, Attrs{{"shape", Ints{3, 4}}}),
   };
   return def;
 }
@@ -90,6 +102,8 @@ OpDef MakePermute() {
   def.cases = {
       Case("rotate_3x5x7", {Spec({3, 5, 7})}, Attrs{{"dims", Ints{2, 0, 1}}}),
       Case("neg_dims_4d", {Spec({2, 3, 4, 5})}, Attrs{{"dims", Ints{-1, 0, 2, 1}}}),
+      Case("i64", {I64({3, 5, 7})}, Attrs{{"dims", Ints{2, 0, 1}}}),
+      Case("bool", {Bool({4, 9})}, Attrs{{"dims", Ints{1, 0}}}),
   };
   return def;
 }
@@ -97,13 +111,22 @@ OpDef MakePermute() {
 absl::StatusOr<SliceArgs> SliceOf(absl::Span<const int64_t> x, const Attrs& attrs) {
   LOOM_RETURN_IF_ERROR(RequireAttr("slice", attrs, "start", "an int"));
   LOOM_RETURN_IF_ERROR(RequireAttr("slice", attrs, "length", "an int"));
-  return NormalizeSlice(x, attrs.GetInt("axis"), attrs.GetInt("start"), attrs.GetInt("length"));
+  return NormalizeSlice(x, attrs.GetInt("axis"), attrs.GetInt("start"), attrs.GetInt("length"),
+                        attrs.GetInt("step", 1));
+}
+
+// The attrs of slice / slice_backward with `step` only when it is not 1, so
+// graphs without steps print as they always have.
+Attrs SliceAttrs(int64_t axis, int64_t start, const char* len_name, int64_t len, int64_t step) {
+  Attrs a{{"axis", axis}, {"start", start}, {len_name, len}};
+  if (step != 1) a.Set("step", step);
+  return a;
 }
 
 OpDef MakeSlice() {
   OpDef def;
   def.name = "slice";
-  def.doc = "x[..., start:start+length, ...] along attr axis (start may be negative)";
+  def.doc = "length elements x[start + k * step] along attr axis (start may be negative; step default 1, may be negative)";
   def.infer = [](absl::Span<const TensorMeta> in, const Attrs& attrs) -> InferResult {
     LOOM_ASSIGN_OR_RETURN(SliceArgs s, SliceOf(in[0].shape, attrs));
     Shape out = in[0].shape;
@@ -124,14 +147,19 @@ OpDef MakeSlice() {
     const Shape xs = b.Meta(ctx.inputs[0]).shape;
     LOOM_ASSIGN_OR_RETURN(SliceArgs s, SliceOf(xs, ctx.attrs));
     LOOM_ASSIGN_OR_RETURN(V gx, b.Emit1("slice_backward", {ctx.grad_outputs[0]},
-                                        Attrs{{"axis", int64_t{s.axis}}, {"start", s.start},
-                                              {"full_len", xs[s.axis]}}));
+                                        SliceAttrs(s.axis, s.start, "full_len", xs[s.axis], s.step)));
     return std::vector<V>{gx};
   };
   def.cases = {
       Case("middle_3x5x7", {Spec({3, 5, 7})}, Attrs{{"axis", int64_t{1}}, {"start", int64_t{1}}, {"length", int64_t{3}}}),
       Case("neg_axis_neg_start", {Spec({3, 5, 7})}, Attrs{{"axis", int64_t{-1}}, {"start", int64_t{-4}}, {"length", int64_t{4}}}),
       Case("empty", {Spec({4, 3})}, Attrs{{"axis", int64_t{0}}, {"start", int64_t{2}}, {"length", int64_t{0}}}),
+      Case("i64", {I64({3, 5, 7})}, Attrs{{"axis", int64_t{2}}, {"start", int64_t{-5}}, {"length", int64_t{3}}}),
+      Case("bool", {Bool({6, 4})}, Attrs{{"axis", int64_t{0}}, {"start", int64_t{1}}, {"length", int64_t{4}}}),
+      Case("step2", {Spec({3, 8, 5})}, SliceAttrs(1, 1, "length", 4, 2)),
+      Case("reverse", {Spec({3, 5, 7})}, SliceAttrs(-1, -1, "length", 7, -1)),
+      Case("neg_step3_neg_start", {Spec({11, 4})}, SliceAttrs(0, -2, "length", 3, -3)),
+      Case("step_i64", {I64({4, 9})}, SliceAttrs(1, 0, "length", 3, 4)),
   };
   return def;
 }
@@ -139,27 +167,28 @@ OpDef MakeSlice() {
 OpDef MakeSliceBackward() {
   OpDef def;
   def.name = "slice_backward";
-  def.doc = "zeros with dim axis = full_len, dy written at [start, start + len): the adjoint of slice";
+  def.doc = "zeros with dim axis = full_len, dy written at start + k * step (step default 1): the adjoint of slice";
   def.infer = [](absl::Span<const TensorMeta> in, const Attrs& attrs) -> InferResult {
     LOOM_RETURN_IF_ERROR(RequireAttr("slice_backward", attrs, "full_len", "an int"));
     LOOM_ASSIGN_OR_RETURN(Shape s, InferSliceBackward(in[0].shape, attrs.GetInt("axis"), attrs.GetInt("start"),
-                                                      attrs.GetInt("full_len")));
+                                                      attrs.GetInt("full_len"), attrs.GetInt("step", 1)));
     return std::vector<TensorMeta>{{in[0].dtype, s}};
   };
   def.kernels[DeviceKind::kCPU] = [](KernelSpan in, OutSpan out, const Attrs& attrs) {
-    return SliceBackwardKernel(in[0], attrs.GetInt("axis"), attrs.GetInt("start"), out[0]);
+    return SliceBackwardKernel(in[0], attrs.GetInt("axis"), attrs.GetInt("start"), out[0], attrs.GetInt("step", 1));
   };
   def.kernel_dtypes = MoveDTypes();
   def.reference = [](KernelSpan in, OutSpan out, const Attrs& attrs) {
-    return SliceBackwardReference(in[0], attrs.GetInt("axis"), attrs.GetInt("start"), out[0]);
+    return SliceBackwardReference(in[0], attrs.GetInt("axis"), attrs.GetInt("start"), out[0],
+                                  attrs.GetInt("step", 1));
   };
   def.grad = [](GradBuilder& b, const GradContext& ctx) -> GradResult {
     if (ctx.grad_outputs[0] == kNone) return std::vector<V>{kNone};
     const Shape dys = b.Meta(ctx.inputs[0]).shape;
     LOOM_ASSIGN_OR_RETURN(int axis, NormalizeAxis("slice_backward", "axis", ctx.attrs.GetInt("axis"), dys.size()));
     LOOM_ASSIGN_OR_RETURN(V g, b.Emit1("slice", {ctx.grad_outputs[0]},
-                                       Attrs{{"axis", int64_t{axis}}, {"start", ctx.attrs.GetInt("start")},
-                                             {"length", dys[axis]}}));
+                                       SliceAttrs(axis, ctx.attrs.GetInt("start"), "length", dys[axis],
+                                                  ctx.attrs.GetInt("step", 1))));
     return std::vector<V>{g};
   };
   def.cases = {
@@ -167,6 +196,8 @@ OpDef MakeSliceBackward() {
            Attrs{{"axis", int64_t{1}}, {"start", int64_t{1}}, {"full_len", int64_t{5}}}),
       Case("neg_axis_at_end", {Spec({4, 3})},
            Attrs{{"axis", int64_t{-1}}, {"start", int64_t{2}}, {"full_len", int64_t{5}}}),
+      Case("step3", {Spec({3, 4, 2})}, SliceAttrs(1, 1, "full_len", 11, 3)),
+      Case("reverse_step2", {Spec({3, 5})}, SliceAttrs(0, 6, "full_len", 7, -2)),
   };
   return def;
 }
@@ -212,6 +243,8 @@ OpDef MakeConcat() {
       Case("three_middle", {Spec({3, 2, 7}), Spec({3, 5, 7}), Spec({3, 1, 7})}, Attrs{{"axis", int64_t{1}}}),
       Case("rows", {Spec({2, 3}), Spec({4, 3})}, Attrs{{"axis", int64_t{0}}}),
       Case("neg_axis_with_empty", {Spec({3, 4}), Spec({3, 0}), Spec({3, 1})}, Attrs{{"axis", int64_t{-1}}}),
+      Case("i64", {I64({2}), I64({1}), I64({3})}, Attrs{{"axis", int64_t{0}}}),
+      Case("bool", {Bool({2, 3}), Bool({2, 2})}, Attrs{{"axis", int64_t{1}}}),
   };
   return def;
 }
@@ -239,6 +272,8 @@ OpDef MakeBroadcastTo() {
       Case("lead_and_inner", {Spec({5, 1})}, Attrs{{"shape", Ints{3, 5, 7}}}),
       Case("from_scalar", {Spec({})}, Attrs{{"shape", Ints{2, 3}}}),
       Case("middle", {Spec({3, 1, 4})}, Attrs{{"shape", Ints{3, 2, 4}}}),
+      Case("i64", {I64({5, 1})}, Attrs{{"shape", Ints{2, 5, 3}}}),
+      Case("bool", {Bool({1, 4})}, Attrs{{"shape", Ints{3, 4}}}),
   };
   return def;
 }
@@ -269,10 +304,33 @@ OpDef MakeCast() {
   narrow.differentiable = false;
   ops::InputSpec narrow_vec = Spec({13});
   narrow_vec.differentiable = false;
+  // Quarters in [-8, 8): exact in bf16, so truncation toward zero (of 2.75,
+  // -2.75, ...) gives the same integers from every floating dtype.
+  ops::InputSpec quarters = Spec({3, 5, 7});
+  quarters.differentiable = false;
+  quarters.fill = [](Tensor& t, const Philox& rng) {
+    for (int64_t e = 0; e < t.numel(); ++e) t.SetDouble(e, std::floor(64 * rng.Uniform(e)) / 4 - 8);
+  };
+  // i64 values past the i32 range, which the cast to i32 wraps.
+  ops::InputSpec wide = TypedSpec({13}, DType::kI64);
+  wide.fill = [](Tensor& t, const Philox& rng) {
+    for (int64_t e = 0; e < t.numel(); ++e)
+      SetInt(t, e, static_cast<int64_t>(rng.Bits(e)) * 3 - (int64_t{3} << 31));
+  };
+  auto to = [](const char* dt) { return Attrs{{"dtype", std::string(dt)}}; };
   def.cases = {
-      Case("to_f64", {Spec({3, 5, 7})}, Attrs{{"dtype", std::string("f64")}}),
-      Case("to_f32", {narrow}, Attrs{{"dtype", std::string("f32")}}),
-      Case("to_bf16", {narrow_vec}, Attrs{{"dtype", std::string("bf16")}}),
+      Case("to_f64", {Spec({3, 5, 7})}, to("f64")),
+      Case("to_f32", {narrow}, to("f32")),
+      Case("to_bf16", {narrow_vec}, to("bf16")),
+      Case("float_to_i32", {quarters}, to("i32")),
+      Case("float_to_i64", {quarters}, to("i64")),
+      Case("float_to_bool", {WholeSpec({4, 6})}, to("bool")),
+      Case("i64_to_f32", {I64({3, 5, 7})}, to("f32")),
+      Case("i64_to_i32_wraps", {wide}, to("i32")),
+      Case("i32_to_i64", {TypedSpec({4, 5}, DType::kI32, -1000, 1000)}, to("i64")),
+      Case("i64_to_bool", {TypedSpec({13}, DType::kI64, -2, 2)}, to("bool")),
+      Case("bool_to_f32", {Bool({3, 4})}, to("f32")),
+      Case("bool_to_i64", {Bool({3, 4})}, to("i64")),
   };
   return def;
 }

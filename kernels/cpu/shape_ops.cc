@@ -1,13 +1,14 @@
 #include "kernels/cpu/shape_ops.h"
 
 #include <cstring>
-#include <type_traits>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "kernels/cpu/check.h"
+#include "kernels/cpu/convert.h"
 #include "kernels/cpu/loops.h"
 
 namespace loom::cpu {
@@ -57,27 +58,55 @@ absl::StatusOr<std::vector<int>> NormalizePerm(absl::Span<const int64_t> dims, i
   return perm;
 }
 
+namespace {
+// Whether start + k * step lies in [0, dim) for every k in [0, length), with
+// no overflow for any int64 arguments (start in [0, dim], length >= 0).
+bool SteppedFits(int64_t start, int64_t length, int64_t step, int64_t dim) {
+  if (length == 0) return true;
+  if (start >= dim) return false;
+  if (length == 1) return true;
+  const int64_t room = step > 0 ? dim - 1 - start : start;  // how far the walk may go
+  constexpr int64_t kMin = std::numeric_limits<int64_t>::min(), kMax = std::numeric_limits<int64_t>::max();
+  const int64_t span = step > 0 ? step : (step == kMin ? kMax : -step);
+  return length - 1 <= room / span;
+}
+}  // namespace
+
 absl::StatusOr<SliceArgs> NormalizeSlice(absl::Span<const int64_t> x, int64_t axis, int64_t start,
-                                         int64_t length) {
+                                         int64_t length, int64_t step) {
   SliceArgs s;
   LOOM_ASSIGN_OR_RETURN(s.axis, NormalizeAxis("slice", "axis", axis, static_cast<int>(x.size())));
   const int64_t dim = x[s.axis];
   s.start = start < 0 ? start + dim : start;
   s.length = length;
-  if (s.start < 0 || s.start > dim)
+  s.step = step;
+  if (step == 0) return ArgError("slice", "step", "must not be 0");
+  if (s.start < 0 || s.start > dim || (step != 1 && length > 0 && s.start == dim))
     return ArgError("slice", "start", absl::StrCat(start, " out of range for dim ", s.axis, " of size ", dim));
-  if (length < 0 || s.start + length > dim)
-    return ArgError("slice", "length", absl::StrCat(length, " from start ", s.start, " exceeds dim ", s.axis,
-                                                    " of size ", dim));
+  if (length < 0) return ArgError("slice", "length", absl::StrCat(length, " is negative"));
+  if (step == 1) {
+    if (s.start + length > dim)
+      return ArgError("slice", "length", absl::StrCat(length, " from start ", s.start, " exceeds dim ", s.axis,
+                                                      " of size ", dim));
+    return s;
+  }
+  if (!SteppedFits(s.start, length, step, dim))
+    return ArgError("slice", "length", absl::StrCat(length, " elements from start ", s.start, " with step ", step,
+                                                    " leave dim ", s.axis, " of size ", dim));
   return s;
 }
 
 absl::StatusOr<Shape> InferSliceBackward(absl::Span<const int64_t> dy, int64_t axis, int64_t start,
-                                         int64_t full_len) {
+                                         int64_t full_len, int64_t step) {
   LOOM_ASSIGN_OR_RETURN(int a, NormalizeAxis("slice_backward", "axis", axis, static_cast<int>(dy.size())));
-  if (start < 0 || full_len < 0 || start + dy[a] > full_len)
+  if (step == 0) return ArgError("slice_backward", "step", "must not be 0");
+  const int64_t n = dy[a];
+  const bool fits = step == 1 ? start >= 0 && full_len >= 0 && start + n <= full_len
+                              : start >= 0 && start <= full_len && SteppedFits(start, n, step, full_len);
+  if (!fits)
     return ArgError("slice_backward", "full_len",
-                    absl::StrCat("dy of length ", dy[a], " at start ", start, " does not fit in full_len ",
+                    absl::StrCat("dy of length ", n, " at start ", start,
+                                 step == 1 ? "" : absl::StrCat(" with step ", step), " does not fit in full_len ",
                                  full_len));
   Shape out(dy.begin(), dy.end());
   out[a] = full_len;
@@ -122,18 +151,14 @@ absl::StatusOr<Shape> PermutedShape(const Tensor& x, const std::vector<int>& per
 
 absl::Status CheckSlice(const Tensor& x, const SliceArgs& s) {
   LOOM_RETURN_IF_ERROR(CheckCpu("slice", "x", x));
-  return NormalizeSlice(x.shape(), s.axis, s.start, s.length).status();
+  return NormalizeSlice(x.shape(), s.axis, s.start, s.length, s.step).status();
 }
 
-template <typename S>
-double ToDouble(S s) {
-  if constexpr (std::is_same_v<S, BF16> || std::is_same_v<S, F16>) return static_cast<float>(s);
-  else return static_cast<double>(s);
-}
-template <typename D>
-D FromDouble(double v) {
-  if constexpr (std::is_same_v<D, BF16> || std::is_same_v<D, F16>) return D(static_cast<float>(v));
-  else return static_cast<D>(v);
+// Element strides of t with `axis` scaled by `step`.
+std::vector<int64_t> SteppedStrides(const Tensor& t, int axis, int64_t step) {
+  std::vector<int64_t> st(t.strides().begin(), t.strides().end());
+  st[axis] *= step;
+  return st;
 }
 }  // namespace
 
@@ -155,20 +180,35 @@ absl::Status PermuteKernel(const Tensor& x, const std::vector<int>& perm, Tensor
 
 absl::Status SliceKernel(const Tensor& x, const SliceArgs& s, Tensor& out) {
   LOOM_RETURN_IF_ERROR(CheckSlice(x, s));
-  Tensor v = x.Narrow(s.axis, s.start, s.length);
-  LOOM_RETURN_IF_ERROR(CheckOutput("slice", "out", out, x.dtype(), v.shape()));
-  CopyStrided(v, out.raw_data());
+  Shape shape = x.shape();
+  shape[s.axis] = s.length;
+  LOOM_RETURN_IF_ERROR(CheckOutput("slice", "out", out, x.dtype(), shape));
+  if (s.step == 1) {
+    CopyStrided(x.Narrow(s.axis, s.start, s.length), out.raw_data());
+    return absl::OkStatus();
+  }
+  if (out.numel() == 0) return absl::OkStatus();
+  const size_t es = DTypeSize(x.dtype());
+  const char* first = static_cast<const char*>(x.raw_data()) + s.start * x.stride(s.axis) * static_cast<int64_t>(es);
+  CopyRaw(shape, es, first, SteppedStrides(x, s.axis, s.step), out.raw_data(), ContiguousStrides(shape));
   return absl::OkStatus();
 }
 
-absl::Status SliceBackwardKernel(const Tensor& dy, int axis, int64_t start, Tensor& out) {
+absl::Status SliceBackwardKernel(const Tensor& dy, int axis, int64_t start, Tensor& out, int64_t step) {
   LOOM_RETURN_IF_ERROR(CheckCpu("slice_backward", "dy", dy));
   LOOM_ASSIGN_OR_RETURN(int a, NormalizeAxis("slice_backward", "axis", axis, dy.ndim()));
   if (out.ndim() != dy.ndim()) return ArgError("slice_backward", "out", "rank differs from dy");
-  LOOM_ASSIGN_OR_RETURN(Shape s, InferSliceBackward(dy.shape(), a, start, out.dim(a)));
+  LOOM_ASSIGN_OR_RETURN(Shape s, InferSliceBackward(dy.shape(), a, start, out.dim(a), step));
   LOOM_RETURN_IF_ERROR(CheckOutput("slice_backward", "out", out, dy.dtype(), s));
   if (out.nbytes() > 0) std::memset(out.raw_data(), 0, out.nbytes());
-  CopyView(dy, out.Narrow(a, start, dy.dim(a)));
+  if (step == 1) {
+    CopyView(dy, out.Narrow(a, start, dy.dim(a)));
+    return absl::OkStatus();
+  }
+  if (dy.numel() == 0) return absl::OkStatus();
+  const size_t es = DTypeSize(dy.dtype());
+  char* first = static_cast<char*>(out.raw_data()) + start * out.stride(a) * static_cast<int64_t>(es);
+  CopyRaw(dy.shape(), es, dy.raw_data(), dy.strides(), first, SteppedStrides(out, a, step));
   return absl::OkStatus();
 }
 
@@ -215,7 +255,7 @@ absl::Status CastKernel(const Tensor& x, Tensor& out) {
       const S* s = static_cast<const S*>(src.raw_data());
       D* d = static_cast<D*>(out.raw_data());
       ParallelFor(x.numel(), kParallelMinElements, [&](int64_t lo, int64_t hi) {
-        for (int64_t i = lo; i < hi; ++i) d[i] = FromDouble<D>(ToDouble(s[i]));
+        for (int64_t i = lo; i < hi; ++i) d[i] = ConvertTo<D>(s[i]);
       });
     });
   });
@@ -227,7 +267,7 @@ absl::Status FillKernel(double value, Tensor& out) {
   if (!out.is_contiguous()) return ArgError("fill", "out", "output must be contiguous");
   VisitDType(out.dtype(), [&](auto tag) {
     using D = decltype(tag);
-    const D v = FromDouble<D>(value);
+    const D v = ConvertTo<D>(value);
     D* d = static_cast<D*>(out.raw_data());
     ParallelFor(out.numel(), kParallelMinElements, [&](int64_t lo, int64_t hi) {
       for (int64_t i = lo; i < hi; ++i) d[i] = v;
@@ -237,7 +277,8 @@ absl::Status FillKernel(double value, Tensor& out) {
 }
 
 // ---- References -----------------------------------------------------------------------
-// Element by element through GetDouble/SetDouble; index arithmetic spelled out.
+// Element by element through CopyElement (exact for integers); index
+// arithmetic spelled out.
 
 namespace {
 // Row-major multi-index of linear index i in `shape`.
@@ -259,7 +300,7 @@ int64_t Ravel(absl::Span<const int64_t> idx, absl::Span<const int64_t> shape) {
 absl::Status ReshapeReference(const Tensor& x, Tensor& out) {
   LOOM_RETURN_IF_ERROR(CheckCpu("reshape", "x", x));
   if (x.numel() != out.numel()) return ArgError("reshape", "out", "element count differs from x");
-  for (int64_t i = 0; i < x.numel(); ++i) out.SetDouble(i, x.GetDouble(i));
+  for (int64_t i = 0; i < x.numel(); ++i) CopyElement(x, i, out, i);
   return absl::OkStatus();
 }
 
@@ -271,7 +312,7 @@ absl::Status PermuteReference(const Tensor& x, const std::vector<int>& perm, Ten
     Shape oi = Unravel(i, s);
     Shape xi(x.ndim());
     for (int d = 0; d < x.ndim(); ++d) xi[perm[d]] = oi[d];  // out dim d is x dim perm[d]
-    out.SetDouble(i, x.GetDouble(Ravel(xi, x.shape())));
+    CopyElement(x, Ravel(xi, x.shape()), out, i);
   }
   return absl::OkStatus();
 }
@@ -280,23 +321,27 @@ absl::Status SliceReference(const Tensor& x, const SliceArgs& s, Tensor& out) {
   LOOM_RETURN_IF_ERROR(CheckSlice(x, s));
   for (int64_t i = 0; i < out.numel(); ++i) {
     Shape idx = Unravel(i, out.shape());
-    idx[s.axis] += s.start;
-    out.SetDouble(i, x.GetDouble(Ravel(idx, x.shape())));
+    idx[s.axis] = s.start + idx[s.axis] * s.step;
+    CopyElement(x, Ravel(idx, x.shape()), out, i);
   }
   return absl::OkStatus();
 }
 
-absl::Status SliceBackwardReference(const Tensor& dy, int axis, int64_t start, Tensor& out) {
+absl::Status SliceBackwardReference(const Tensor& dy, int axis, int64_t start, Tensor& out, int64_t step) {
   LOOM_RETURN_IF_ERROR(CheckCpu("slice_backward", "dy", dy));
-  if (axis < 0) axis += dy.ndim();
+  LOOM_ASSIGN_OR_RETURN(axis, NormalizeAxis("slice_backward", "axis", axis, dy.ndim()));
+  if (out.ndim() != dy.ndim()) return ArgError("slice_backward", "out", "rank differs from dy");
+  LOOM_RETURN_IF_ERROR(InferSliceBackward(dy.shape(), axis, start, out.dim(axis), step).status());
   for (int64_t i = 0; i < out.numel(); ++i) {
     Shape idx = Unravel(i, out.shape());
-    int64_t p = idx[axis] - start;
+    // Position idx[axis] = start + p * step holds dy's element p.
+    const int64_t d = idx[axis] - start;
+    const int64_t p = d % step == 0 ? d / step : -1;
     if (p < 0 || p >= dy.dim(axis)) {
       out.SetDouble(i, 0);
     } else {
       idx[axis] = p;
-      out.SetDouble(i, dy.GetDouble(Ravel(idx, dy.shape())));
+      CopyElement(dy, Ravel(idx, dy.shape()), out, i);
     }
   }
   return absl::OkStatus();
@@ -310,7 +355,7 @@ absl::Status ConcatReference(absl::Span<const Tensor> inputs, int axis, Tensor& 
     // Find the input holding position idx[axis].
     size_t k = 0;
     while (idx[axis] >= inputs[k].dim(axis)) idx[axis] -= inputs[k++].dim(axis);
-    out.SetDouble(i, inputs[k].GetDouble(Ravel(idx, inputs[k].shape())));
+    CopyElement(inputs[k], Ravel(idx, inputs[k].shape()), out, i);
   }
   return absl::OkStatus();
 }
@@ -323,20 +368,21 @@ absl::Status BroadcastToReference(const Tensor& x, Tensor& out) {
     Shape oi = Unravel(i, out.shape());
     Shape xi(x.ndim());
     for (int d = 0; d < x.ndim(); ++d) xi[d] = x.dim(d) == 1 ? 0 : oi[lead + d];
-    out.SetDouble(i, x.GetDouble(Ravel(xi, x.shape())));
+    CopyElement(x, Ravel(xi, x.shape()), out, i);
   }
   return absl::OkStatus();
 }
 
 absl::Status CastReference(const Tensor& x, Tensor& out) {
   LOOM_RETURN_IF_ERROR(CheckInOut("cast", x, "x", out, out.dtype(), x.shape()));
-  for (int64_t i = 0; i < x.numel(); ++i) out.SetDouble(i, x.GetDouble(i));
+  for (int64_t i = 0; i < x.numel(); ++i) CopyElement(x, i, out, i);
   return absl::OkStatus();
 }
 
 absl::Status FillReference(double value, Tensor& out) {
   LOOM_RETURN_IF_ERROR(CheckCpu("fill", "out", out));
-  for (int64_t i = 0; i < out.numel(); ++i) out.SetDouble(i, value);
+  const Tensor v = Tensor::FromVector({}, {value}, DType::kF64);
+  for (int64_t i = 0; i < out.numel(); ++i) CopyElement(v, 0, out, i);
   return absl::OkStatus();
 }
 

@@ -3,6 +3,9 @@
 // inputs in several dtypes (including integers), and bad input.
 #include "kernels/cpu/shape_ops.h"
 
+#include <cmath>
+#include <limits>
+
 #include "gtest/gtest.h"
 #include "kernels/cpu/test_util.h"
 
@@ -65,6 +68,137 @@ TEST(ShapeOps, ExactValues) {
   EXPECT_EQ(f.dtype(), DType::kI64);
   EXPECT_EQ(f.ToVector(), (std::vector<double>{3, 3, 3, 3}));
   EXPECT_EQ(KernelVsReference("fill", {}, {{"shape", Ints{4, 3}}, {"value", -1.5}}), 0);
+}
+
+// Loom's conversion rules (convert.h), kernel and reference alike.
+TEST(ShapeOps, CastFollowsTheConversionRules) {
+  const double kMax32 = std::numeric_limits<int32_t>::max(), kMin32 = std::numeric_limits<int32_t>::min();
+  Tensor f = Tensor::FromVector({7}, {2.75, -2.75, 1e10, -1e10, NAN, 0.5, -0.0});
+  Tensor w = Tensor::MustEmpty({3}, DType::kI64);
+  w.data<int64_t>()[0] = (int64_t{1} << 32) + 5;
+  w.data<int64_t>()[1] = int64_t{1} << 31;
+  w.data<int64_t>()[2] = -(int64_t{1} << 33) - 7;
+  for (auto impl : {ops::Impl::kKernel, ops::Impl::kReference}) {
+    auto cast = [&](const Tensor& x, const char* to) { return Eval("cast", {x}, {{"dtype", std::string(to)}}, impl); };
+    EXPECT_EQ(cast(f, "i32").ToVector(), (std::vector<double>{2, -2, kMax32, kMin32, 0, 0, 0}));
+    EXPECT_EQ(cast(f, "bool").ToVector(), (std::vector<double>{1, 1, 1, 1, 1, 1, 0}));
+    // f16 holds 2.75, -2.75, inf, -inf, NaN, 0.5, -0: infinities saturate.
+    const double kMax64 = static_cast<double>(std::numeric_limits<int64_t>::max());
+    EXPECT_EQ(cast(f.To(DType::kF16), "i64").ToVector(), (std::vector<double>{2, -2, kMax64, -kMax64, 0, 0, 0}));
+    Tensor i32 = cast(w, "i32");
+    EXPECT_EQ(i32.ToVector(), (std::vector<double>{5, kMin32, -7}));
+    EXPECT_EQ(cast(i32, "bool").ToVector(), (std::vector<double>{1, 1, 1}));
+    EXPECT_EQ(cast(cast(f, "bool"), "f32").ToVector(), (std::vector<double>{1, 1, 1, 1, 1, 1, 0}));
+  }
+}
+
+TEST(ShapeOps, I64ElementsStayExactBeyondDoublePrecision) {
+  Tensor x = Tensor::MustEmpty({2, 3}, DType::kI64);
+  for (int64_t i = 0; i < 6; ++i) x.data<int64_t>()[i] = (int64_t{1} << 60) + 2 * i + 1;  // odd: not doubles
+  auto same = [](const Tensor& t, std::vector<int64_t> idx) {
+    std::vector<int64_t> got;
+    for (int64_t i = 0; i < t.numel(); ++i) got.push_back(t.data<int64_t>()[i]);
+    for (int64_t& v : idx) v = (int64_t{1} << 60) + 2 * v + 1;
+    return got == idx;
+  };
+  for (auto impl : {ops::Impl::kKernel, ops::Impl::kReference}) {
+    EXPECT_TRUE(same(Eval("reshape", {x}, {{"shape", Ints{3, 2}}}, impl), {0, 1, 2, 3, 4, 5}));
+    EXPECT_TRUE(same(Eval("permute", {x}, {{"dims", Ints{1, 0}}}, impl), {0, 3, 1, 4, 2, 5}));
+    EXPECT_TRUE(same(Eval("slice", {x}, {{"axis", int64_t{1}}, {"start", int64_t{1}}, {"length", int64_t{2}}}, impl),
+                     {1, 2, 4, 5}));
+    EXPECT_TRUE(same(Eval("concat", {x, x}, {{"axis", int64_t{0}}}, impl), {0, 1, 2, 3, 4, 5, 0, 1, 2, 3, 4, 5}));
+    EXPECT_TRUE(same(Eval("broadcast_to", {x.Narrow(0, 1, 1)}, {{"shape", Ints{2, 3}}}, impl), {3, 4, 5, 3, 4, 5}));
+    EXPECT_TRUE(same(Eval("cast", {x}, {{"dtype", std::string("i64")}}, impl), {0, 1, 2, 3, 4, 5}));
+  }
+}
+
+ops::Attrs SliceAttrs(int64_t axis, int64_t start, int64_t length, int64_t step) {
+  return {{"axis", axis}, {"start", start}, {"length", length}, {"step", step}};
+}
+
+TEST(ShapeOps, SliceStepsTakeTheIndicesNumpyWould) {
+  Tensor x = Iota({10}, DType::kF32);
+  struct C {
+    int64_t start, length, step;
+    std::vector<double> want;
+  };
+  const C cases[] = {{1, 5, 2, {1, 3, 5, 7, 9}},         {-1, 10, -1, {9, 8, 7, 6, 5, 4, 3, 2, 1, 0}},
+                     {8, 3, -3, {8, 5, 2}},               {-2, 1, -7, {8}},
+                     {0, 2, 9, {0, 9}},                   {3, 0, -2, {}}};
+  for (const C& c : cases)
+    for (auto impl : {ops::Impl::kKernel, ops::Impl::kReference})
+      EXPECT_EQ(Eval("slice", {x}, SliceAttrs(0, c.start, c.length, c.step), impl).ToVector(), c.want)
+          << c.start << " " << c.length << " " << c.step;
+  // Strided inputs, every dtype, steps on an inner and an outer axis.
+  for (DType dt : {DType::kF32, DType::kBF16, DType::kI64, DType::kBool}) {
+    Tensor xt = Iota({9, 6, 4}, dt).Permute(std::vector<int>{1, 0, 2});  // [6, 9, 4]
+    EXPECT_EQ(KernelVsReference("slice", {xt}, SliceAttrs(1, -1, 5, -2)), 0) << DTypeName(dt);
+    EXPECT_EQ(KernelVsReference("slice", {xt}, SliceAttrs(0, 1, 2, 3)), 0) << DTypeName(dt);
+  }
+}
+
+TEST(ShapeOps, SliceBackwardHonoursTheStep) {
+  Tensor dy = Tensor::FromVector({2, 3}, {1, 2, 3, 4, 5, 6});
+  ops::Attrs a{{"axis", int64_t{1}}, {"start", int64_t{5}}, {"full_len", int64_t{7}}, {"step", int64_t{-2}}};
+  for (auto impl : {ops::Impl::kKernel, ops::Impl::kReference})
+    EXPECT_EQ(Eval("slice_backward", {dy}, a, impl).ToVector(),
+              (std::vector<double>{0, 3, 0, 2, 0, 1, 0, 0, 6, 0, 5, 0, 4, 0}));
+  // The gradient of a stepped slice is the stepped slice_backward, and back.
+  Tensor x = Rand({3, 8}, DType::kF64), g = Rand({3, 3}, DType::kF64, 2);
+  auto gx = ops::EagerGradients("slice", {x}, {g}, SliceAttrs(1, 7, 3, -3));
+  ASSERT_TRUE(gx.ok()) << gx.status();
+  for (int r = 0; r < 3; ++r)
+    for (int c = 0; c < 8; ++c) {
+      const double want = c == 7 ? g.GetDouble(r * 3) : c == 4 ? g.GetDouble(r * 3 + 1) : c == 1 ? g.GetDouble(r * 3 + 2) : 0;
+      EXPECT_EQ((*gx)[0].GetDouble(r * 8 + c), want) << r << " " << c;
+    }
+}
+
+// A GradBuilder that records what a rule emits (values are never computed).
+class RecordingBuilder : public ops::GradBuilder {
+ public:
+  absl::StatusOr<std::vector<Value>> Emit(absl::string_view op, std::vector<Value>, ops::Attrs attrs) override {
+    emitted.push_back({std::string(op), attrs});
+    metas.push_back({DType::kF32, {}});
+    return std::vector<Value>{static_cast<Value>(metas.size() - 1)};
+  }
+  ops::TensorMeta Meta(Value v) const override { return metas[v]; }
+  std::vector<std::pair<std::string, ops::Attrs>> emitted;
+  std::vector<ops::TensorMeta> metas;
+};
+
+// Graphs without steps keep their exact form: no step attribute appears.
+TEST(ShapeOps, UnsteppedSliceGradientsCarryNoStepAttr) {
+  const ops::OpDef* slice = ops::OpRegistry::Global().Find("slice");
+  const ops::OpDef* back = ops::OpRegistry::Global().Find("slice_backward");
+  ASSERT_TRUE(slice && back);
+  RecordingBuilder b;
+  b.metas = {{DType::kF32, {3, 8}}, {DType::kF32, {3, 2}}};  // x, g
+  ops::GradContext ctx{{0}, {1}, {1}, ops::Attrs{{"axis", int64_t{1}}, {"start", int64_t{2}}, {"length", int64_t{2}}}};
+  ASSERT_TRUE(slice->grad(b, ctx).ok());
+  ASSERT_EQ(b.emitted.size(), 1u);
+  EXPECT_EQ(b.emitted[0].second.ToString(), "{axis=1, full_len=8, start=2}");
+  ctx.attrs = b.emitted[0].second;
+  b.metas = {{DType::kF32, {3, 2}}, {DType::kF32, {3, 8}}};  // dy, g
+  b.emitted.clear();
+  ASSERT_TRUE(back->grad(b, ctx).ok());
+  ASSERT_EQ(b.emitted.size(), 1u);
+  EXPECT_EQ(b.emitted[0].second.ToString(), "{axis=1, length=2, start=2}");
+}
+
+TEST(ShapeOps, BadSliceStepsNameTheAttribute) {
+  Tensor x = Rand({4, 10});
+  EXPECT_INVALID(ops::RunOp("slice", {x}, SliceAttrs(1, 0, 2, 0)).status(), "slice: step: must not be 0");
+  EXPECT_INVALID(ops::RunOp("slice", {x}, SliceAttrs(1, 1, 6, 2)).status(),
+                 "slice: length: 6 elements from start 1 with step 2 leave dim 1 of size 10");
+  EXPECT_INVALID(ops::RunOp("slice", {x}, SliceAttrs(1, 2, 4, -1)).status(), "slice: length: 4 elements from start 2");
+  EXPECT_INVALID(ops::RunOp("slice", {x}, SliceAttrs(1, 10, 1, -1)).status(), "slice: start: 10 out of range");
+  EXPECT_INVALID(ops::RunOp("slice", {x}, SliceAttrs(1, 9, std::numeric_limits<int64_t>::max(), -(int64_t{1} << 62)))
+                     .status(),
+                 "slice: length:");
+  EXPECT_INVALID(ops::RunOp("slice_backward", {x}, {{"axis", int64_t{1}}, {"start", int64_t{0}}, {"full_len", int64_t{20}},
+                                                    {"step", int64_t{3}}}).status(),
+                 "slice_backward: full_len: dy of length 10 at start 0 with step 3 does not fit in full_len 20");
 }
 
 TEST(ShapeOps, LargeCopiesTakeTheParallelPath) {

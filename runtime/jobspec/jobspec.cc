@@ -141,6 +141,36 @@ absl::Status Field(bool ok, const std::string& key, const std::string& value, ab
   return absl::InvalidArgumentError(absl::StrCat(key, ": ", why, " (got ", value, ")"));
 }
 
+// model.onnx and its loss: the file exists; the loss fields name known
+// values. The import itself is checked where the model is loaded
+// (runtime/train/onnx_model.h).
+absl::Status ValidateOnnxModel(const v1::JobSpec& s) {
+  const v1::ModelSpec& m = s.model();
+  const bool onnx = m.family() == "onnx";
+  LOOM_RETURN_IF_ERROR(Field(onnx == !m.onnx().empty(), onnx ? "model.onnx" : "model.family",
+                             onnx ? m.onnx() : m.family(), "model.onnx (a path) goes with model.family onnx"));
+  if (!onnx) {
+    LOOM_RETURN_IF_ERROR(Field(!m.has_loss() && m.token_input().empty(), "model.loss", m.family(),
+                               "model.loss and model.token_input apply to ONNX models only"));
+    return absl::OkStatus();
+  }
+  std::error_code ec;
+  LOOM_RETURN_IF_ERROR(Field(std::filesystem::is_regular_file(m.onnx(), ec), "model.onnx", m.onnx(), "no such file"));
+  LOOM_RETURN_IF_ERROR(Field(m.loss().kind().empty() || m.loss().kind() == "cross_entropy", "model.loss.kind",
+                             m.loss().kind(), "expected cross_entropy (or empty: the model's own scalar loss, else cross_entropy)"));
+  // What the ONNX path does not do yet: more than one rank, the GPU,
+  // checkpoints, init_from.
+  const int ranks = std::max(1, s.parallel().dp()) * std::max(1, s.parallel().tp());
+  LOOM_RETURN_IF_ERROR(Field(ranks == 1 && !s.parallel().tp_auto(), "parallel", absl::StrCat(ranks, " ranks"),
+                             "ONNX models train in one process for now (dp = tp = 1)"));
+  LOOM_RETURN_IF_ERROR(Field(s.device() != "cuda", "device", s.device(), "ONNX models train on the CPU for now"));
+  LOOM_RETURN_IF_ERROR(Field(s.checkpoint().every() == 0, "checkpoint.every", absl::StrCat(s.checkpoint().every()),
+                             "checkpoints of ONNX models are not supported yet"));
+  LOOM_RETURN_IF_ERROR(Field(s.init_from().empty(), "init_from", s.init_from(),
+                             "ONNX models start from the file's initializers"));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml) {
@@ -163,7 +193,11 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml) {
 
 void ApplyDefaults(v1::JobSpec& s) {
   auto* m = s.mutable_model();
-  if (m->family().empty()) m->set_family("gpt");
+  if (m->family().empty()) m->set_family(m->onnx().empty() ? "gpt" : "onnx");
+  if (m->family() == "onnx") {
+    if (m->loss().target().empty()) m->mutable_loss()->set_target("shifted_inputs");
+    if (!m->loss().has_ignore_index()) m->mutable_loss()->set_ignore_index(-100);
+  }
   if (m->n_layer() == 0) m->set_n_layer(4);
   if (m->n_head() == 0) m->set_n_head(4);
   if (m->d_model() == 0) m->set_d_model(256);
@@ -199,8 +233,9 @@ void ApplyDefaults(v1::JobSpec& s) {
 absl::Status ValidateJobSpec(const v1::JobSpec& s) {
   const auto& m = s.model();
   auto str = [](auto v) { return absl::StrCat(v); };
-  LOOM_RETURN_IF_ERROR(Field(m.family() == "gpt" || m.family() == "llama", "model.family", m.family(),
-                             "expected gpt or llama"));
+  LOOM_RETURN_IF_ERROR(Field(m.family() == "gpt" || m.family() == "llama" || m.family() == "onnx", "model.family",
+                             m.family(), "expected gpt, llama or onnx"));
+  LOOM_RETURN_IF_ERROR(ValidateOnnxModel(s));
   LOOM_RETURN_IF_ERROR(Field(m.n_layer() > 0, "model.n_layer", str(m.n_layer()), "must be positive"));
   LOOM_RETURN_IF_ERROR(Field(m.n_head() > 0, "model.n_head", str(m.n_head()), "must be positive"));
   LOOM_RETURN_IF_ERROR(Field(m.d_model() > 0, "model.d_model", str(m.d_model()), "must be positive"));

@@ -23,6 +23,7 @@
 #include "kernels/cuda/cuda_device.h"
 #include "runtime/service/agent/agent.h"
 #include "runtime/service/coordinator.h"
+#include "runtime/train/onnx_model.h"
 #include "runtime/service/server.h"
 
 namespace loom::launch {
@@ -217,6 +218,7 @@ int RunRunCommand(const std::vector<std::string>& args) {
   if (!loaded.ok()) return Fail(2, std::string(loaded.status().message()));
   v1::JobSpec spec = *loaded;
   if (absl::Status s = ApplyFlags(*flags, &spec); !s.ok()) return Fail(2, std::string(s.message()));
+  if (absl::Status s = train::CheckOnnxJob(spec); !s.ok()) return Fail(2, std::string(s.message()));
   const int world = std::max(1, spec.parallel().dp()) * std::max(1, spec.parallel().tp());
 
   // The coordinator's private folder.

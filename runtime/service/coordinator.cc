@@ -151,10 +151,15 @@ absl::Status Coordinator::ValidateSpec(v1::JobSpec& spec) const {
   if (spec.max_restarts() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("spec.max_restarts: must be >= 0, got ", spec.max_restarts()));
   }
+  LOOM_RETURN_IF_ERROR(CheckPath("spec.model.onnx", spec.model().onnx()));
   LOOM_RETURN_IF_ERROR(CheckPath("spec.data.path", spec.data().path()));
   LOOM_RETURN_IF_ERROR(CheckPath("spec.run_dir", spec.run_dir()));
   LOOM_RETURN_IF_ERROR(CheckPath("spec.checkpoint.dir", spec.checkpoint().dir()));
   LOOM_RETURN_IF_ERROR(CheckPath("spec.init_from", spec.init_from()));
+  if (opts_.check_model) {
+    absl::Status m = opts_.check_model(spec);
+    if (!m.ok()) return absl::InvalidArgumentError(absl::StrCat("spec.", m.message()));
+  }
   return absl::OkStatus();
 }
 

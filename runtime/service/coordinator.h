@@ -26,6 +26,7 @@
 #include <memory>
 #include <mutex>
 #include <set>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -55,6 +56,10 @@ struct CoordinatorOptions {
   int reclaim_grace_ms = 5000;
   int kill_grace_ms = 10000;  // SIGTERM -> SIGKILL grace in kill orders
   metrics::Registry* metrics = nullptr;  // optional; must outlive the coordinator
+  // Optional deeper check of a submitted spec's model (an ONNX file is
+  // imported with the job's shapes: runtime/train/onnx_model.h); its error,
+  // prefixed "spec.", refuses the job as InvalidArgument.
+  std::function<absl::Status(const v1::JobSpec&)> check_model;
 };
 
 std::string FormatJobId(int64_t id);

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "runtime/service/auth/token.h"
+#include "runtime/train/onnx_model.h"
 
 namespace loom::service {
 namespace {
@@ -108,6 +109,7 @@ absl::StatusOr<CoordinatorFlags> ParseCoordinatorFlags(const std::vector<std::st
       o.coordinator.allowed_roots.emplace_back(r);
     }
   }
+  o.coordinator.check_model = train::CheckOnnxJob;
   if (v.count("port-file")) out.port_file = v["port-file"];
   o.tls_cert_file = v["tls-cert"];
   o.tls_key_file = v["tls-key"];

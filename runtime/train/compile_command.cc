@@ -9,6 +9,7 @@
 #include "compiler/models/models.h"
 #include "parallel/styles.h"
 #include "runtime/jobspec/jobspec.h"
+#include "runtime/train/onnx_model.h"
 
 namespace loom::train {
 namespace {
@@ -40,7 +41,13 @@ int RunCompileCommand(const std::vector<std::string>& args) {
   if (!spec.ok()) return Fail(2, spec.status().message());
   models::BuildOptions bo;
   bo.batch = spec->train().batch_size();
-  auto forward = models::BuildForward(spec->model(), bo);
+  absl::StatusOr<compiler::Graph> forward;
+  if (spec->model().family() == "onnx") {  // the imported graph, as the trainer builds it
+    auto onnx = LoadOnnxModel(*spec);
+    forward = onnx.ok() ? absl::StatusOr<compiler::Graph>(std::move(onnx->train_forward)) : onnx.status();
+  } else {
+    forward = models::BuildForward(spec->model(), bo);
+  }
   if (!forward.ok()) return Fail(2, forward.status().message());
   compiler::CompileOptions co;
   compiler::AdamWOptions adam;

@@ -85,6 +85,11 @@ absl::Status WriteModel(const Trainer& t, const v1::JobSpec& spec, const std::st
 
 absl::Status FinishWithSample(Trainer& t, const v1::JobSpec& spec, const std::vector<int32_t>& val,
                               const std::string& dir, double val_loss, double baseline) {
+  if (!t.has_logits()) {
+    std::printf("\nfinal validation loss %.4f (bigram baseline %.4f); no sample: the model outputs no logits\n", val_loss,
+                baseline);
+    return absl::OkStatus();
+  }
   const int64_t T = spec.model().seq_len();
   std::vector<int32_t> prompt(val.begin(), val.begin() + std::min<int64_t>({16, T / 2, static_cast<int64_t>(val.size())}));
   int n = spec.train().sample_tokens() > 0 ? spec.train().sample_tokens() : 200;

@@ -110,8 +110,12 @@ int RunTrainCommand(const std::vector<std::string>& args, collectives::ProcessGr
   if (static_cast<int64_t>(split.val.size()) < m.seq_len() + 1)
     return Fail(2, absl::StrCat("data: the validation split (", split.val.size(), " tokens) is shorter than one window"));
 
-  std::printf("loom train: %s model, %d layers, d_model %d, %d heads, seq_len %d, vocab %d\n", m.family().c_str(),
-              m.n_layer(), m.d_model(), m.n_head(), m.seq_len(), m.vocab());
+  if (m.family() == "onnx") {
+    std::printf("loom train: onnx model %s, seq_len %d, vocab %d\n", m.onnx().c_str(), m.seq_len(), m.vocab());
+  } else {
+    std::printf("loom train: %s model, %d layers, d_model %d, %d heads, seq_len %d, vocab %d\n", m.family().c_str(),
+                m.n_layer(), m.d_model(), m.n_head(), m.seq_len(), m.vocab());
+  }
   std::printf("data: %s (%zu tokens: %zu train, %zu validation)\n", data_path.c_str(), tokens->size(),
               split.train.size(), split.val.size());
   std::printf("compiling...\n");
@@ -123,7 +127,9 @@ int RunTrainCommand(const std::vector<std::string>& args, collectives::ProcessGr
     if (!s.ok()) return Fail(absl::IsInvalidArgument(s) ? 2 : 1, s.message());
   }
   auto trainer = Trainer::Create(spec, std::move(options));
-  if (!trainer.ok()) return Fail(1, trainer.status().message());
+  // A model file Loom cannot import is bad input (exit 2), like a bad job spec.
+  if (!trainer.ok())
+    return Fail(m.family() == "onnx" && absl::IsInvalidArgument(trainer.status()) ? 2 : 1, trainer.status().message());
   Trainer& t = **trainer;
   double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (spec.device() == "cuda") {

@@ -1,5 +1,9 @@
 #include "runtime/train/trainer.h"
 
+#include "runtime/jobspec/jobspec.h"
+#include "compiler/import/onnx/training.h"
+#include "runtime/train/onnx_model.h"
+
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -16,6 +20,37 @@ absl::StatusOr<std::unique_ptr<compiler::Executor>> MakeExecutor(compiler::Compi
   return std::make_unique<compiler::Executor>(std::move(c.program));
 }
 
+// The forward graphs (training: loss; evaluation: loss and logits), the
+// parameters and the initial values of parameters and buffers: a built-in
+// family (compiler/models) or an ONNX model (onnx_model.h).
+struct Forwards {
+  std::vector<models::ParamInfo> params;
+  compiler::Graph train, eval;
+  std::map<std::string, Tensor> init;
+  bool has_logits = true;
+};
+
+absl::StatusOr<Forwards> BuildForwards(const v1::JobSpec& spec) {
+  Forwards f;
+  if (spec.model().family() == "onnx") {
+    LOOM_ASSIGN_OR_RETURN(OnnxTrainingModel m, LoadOnnxModel(spec));
+    f.params = std::move(m.params);
+    f.train = std::move(m.train_forward);
+    f.eval = std::move(m.eval_forward);
+    f.init = std::move(m.initial);
+    f.has_logits = m.has_logits;
+    return f;
+  }
+  LOOM_ASSIGN_OR_RETURN(f.params, models::Parameters(spec.model()));
+  models::BuildOptions bo;
+  bo.batch = spec.train().batch_size();
+  LOOM_ASSIGN_OR_RETURN(f.train, models::BuildForward(spec.model(), bo));
+  bo.return_logits = true;
+  LOOM_ASSIGN_OR_RETURN(f.eval, models::BuildForward(spec.model(), bo));
+  f.init = models::InitParameters(f.params, spec.train().seed());
+  return f;
+}
+
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::JobSpec& spec, TrainerOptions options) {
@@ -23,10 +58,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::JobSpec& spec
   t->spec_ = spec;
   t->options_ = std::move(options);
   const auto& tr = spec.train();
-  LOOM_ASSIGN_OR_RETURN(t->params_, models::Parameters(spec.model()));
-  models::BuildOptions bo;
-  bo.batch = tr.batch_size();
-  LOOM_ASSIGN_OR_RETURN(compiler::Graph forward, models::BuildForward(spec.model(), bo));
+  LOOM_ASSIGN_OR_RETURN(Forwards fw, BuildForwards(spec));
+  t->params_ = fw.params;
+  t->has_logits_ = fw.has_logits;
 
   std::map<std::string, bool> decays;
   for (const auto& p : t->params_) decays[p.name] = p.weight_decay;
@@ -49,17 +83,14 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::JobSpec& spec
   co.adamw = adam;
   const bool cuda = spec.device() == "cuda";
   co.lower = !cuda;  // the CUDA executor lowers the fused graph itself
-  auto train = compiler::Compile(forward, co);
+  auto train = compiler::Compile(fw.train, co);
   if (!train.ok()) return Annotate(train.status(), "compiling the training step");
   t->train_ = std::move(*train);
 
   compiler::CompileOptions eo;
   eo.differentiate = false;
   eo.fuse = t->options_.fuse;
-  models::BuildOptions ebo = bo;
-  ebo.return_logits = true;
-  LOOM_ASSIGN_OR_RETURN(compiler::Graph eval_forward, models::BuildForward(spec.model(), ebo));
-  auto eval = compiler::Compile(eval_forward, eo);
+  auto eval = compiler::Compile(fw.eval, eo);
   if (!eval.ok()) return Annotate(eval.status(), "compiling the evaluation step");
   t->eval_ = std::move(*eval);
   if (cuda) {
@@ -76,7 +107,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::JobSpec& spec
   // Inputs of the training program, in its order: parameters (given or
   // initialised), optimizer state (zeros), the batch, lr and step.
   const compiler::Graph& g = t->train_graph();
-  std::map<std::string, Tensor> init = models::InitParameters(t->params_, tr.seed());
+  std::map<std::string, Tensor> init = std::move(fw.init);
   for (auto& [name, value] : t->options_.init) {
     auto it = init.find(name);
     if (it == init.end()) return absl::InvalidArgumentError(absl::StrCat("initial value for unknown parameter '", name, "'"));
@@ -99,6 +130,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::JobSpec& spec
     if (in.name == "y") t->y_in_ = static_cast<int>(k);
     if (in.name == "lr") t->lr_in_ = static_cast<int>(k);
     if (in.name == "step") t->step_in_ = static_cast<int>(k);
+    if (in.name == compiler::import::onnx::kDropoutStep) t->dropout_step_in_ = static_cast<int>(k);
   }
   if (t->x_in_ < 0 || t->y_in_ < 0 || t->lr_in_ < 0 || t->step_in_ < 0)
     return absl::InternalError("training program lacks one of the inputs x, y, lr, step");
@@ -130,6 +162,7 @@ absl::StatusOr<float> Trainer::Step(const Tensor& x, const Tensor& y) {
   ++step_;
   train_inputs_[lr_in_].data<float>()[0] = static_cast<float>(LearningRate(step_));
   train_inputs_[step_in_].data<float>()[0] = static_cast<float>(step_);
+  if (dropout_step_in_ >= 0) train_inputs_[dropout_step_in_].data<float>()[0] = static_cast<float>(step_);
   float loss = 0;
   if (cuda_) {  // parameters and state are updated in place on the device
     LOOM_RETURN_IF_ERROR(cuda_->Step({{x_in_, x}, {y_in_, y}, {lr_in_, train_inputs_[lr_in_]},
@@ -191,7 +224,7 @@ absl::StatusOr<std::pair<float, Tensor>> Trainer::Forward(const Tensor& x, const
   eval_inputs_[ey_in_] = y;
   std::vector<Tensor> out;
   LOOM_RETURN_IF_ERROR(eval_exec_->Run(eval_inputs_, &out));
-  return std::make_pair(out[0].data<float>()[0], out[1]);
+  return std::make_pair(out[0].data<float>()[0], out.size() > 1 ? out[1] : Tensor());
 }
 
 absl::StatusOr<float> Trainer::Evaluate(const Tensor& x, const Tensor& y) {

@@ -1,4 +1,5 @@
-// Single-process training of a model family from a JobSpec.
+// Single-process training of a model family, or of an imported ONNX model
+// (model.onnx, runtime/train/onnx_model.h), from a JobSpec.
 //
 // A Trainer compiles two programs once:
 //   - the training step: forward + backward + AdamW update (compiler/compile.h),
@@ -27,7 +28,8 @@
 namespace loom::train {
 
 struct TrainerOptions {
-  // Initial parameters by name; missing ones are initialised from train.seed.
+  // Initial parameters by name; missing ones come from the ONNX file's
+  // initializers or are initialised from train.seed (built-in families).
   std::map<std::string, Tensor> init;
   bool keep_gradients = false;  // step outputs also hold d loss / d param
   bool fuse = true;
@@ -62,6 +64,9 @@ class Trainer {
   double LearningRate(int64_t step) const;  // 1-based step
   const compiler::Compilation& compilation() const { return train_; }
   int64_t num_parameters() const { return models::NumParameters(params_); }
+  // Whether Forward returns logits (an ONNX model that outputs only its loss
+  // has none).
+  bool has_logits() const { return has_logits_; }
 
  private:
   Trainer() = default;
@@ -83,7 +88,9 @@ class Trainer {
   std::vector<Tensor> eval_inputs_;
   std::vector<Tensor> outputs_;
   int x_in_ = -1, y_in_ = -1, lr_in_ = -1, step_in_ = -1, ex_in_ = -1, ey_in_ = -1;
+  int dropout_step_in_ = -1;  // an imported model's dropout offset (training.h)
   int64_t step_ = 0;
+  bool has_logits_ = true;
 };
 
 }  // namespace loom::train

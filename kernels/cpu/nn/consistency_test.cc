@@ -15,7 +15,7 @@ namespace {
 const std::vector<std::string> kNnOps = {
     "gelu", "gelu_backward", "silu", "silu_backward", "softmax", "softmax_backward", "log_softmax",
     "log_softmax_backward", "layernorm", "layernorm_backward", "rmsnorm", "rmsnorm_backward", "embedding",
-    "embedding_backward", "cross_entropy", "cross_entropy_backward", "rope", "grad_norm", "adamw",
+    "embedding_backward", "cross_entropy", "cross_entropy_backward", "rope", "dropout", "grad_norm", "adamw",
 };
 
 class NnConsistency : public ::testing::TestWithParam<std::string> {};

@@ -27,6 +27,11 @@
 //   rope(x[B, T, H, D]) attrs theta (10000), offset (0), inverse (false);
 //       interleaved pairs (x[2i], x[2i+1]) rotated by (offset + t) theta^(-2i/D)
 //                                                               rope.cc
+//   dropout(x[, offset]) attrs p (0, in [0, 1)), seed (0) -> x * mask / (1 - p);
+//       element i kept iff Philox(seed, offset).Uniform(i) >= float(p); offset
+//       a scalar whole number >= 0 (i32|i64|f32|f64; absent = 0), e.g. the
+//       step; the gradient is dropout(dy[, offset]) (mask regenerated)
+//                                                               dropout.cc
 //   grad_norm(g_0, ..., g_k) -> sqrt(sum g^2) scalar            optim.cc
 //   adamw(param, grad, m, v, grad_norm[], lr[], step[]) attrs beta1 (0.9),
 //       beta2 (0.999), eps (1e-8), weight_decay (0.01), max_norm (0 = off)
@@ -37,9 +42,10 @@
 // copies rows); other float dtypes run the f64 reference and convert back.
 //
 // Gradients: forward ops emit their *_backward op; rope's gradient is rope with
-// `inverse` flipped; embedding and cross_entropy give no gradient to ids or
-// targets. Saved statistics (layernorm mean/rstd, rmsnorm rstd, cross_entropy
-// lse) are treated as non-differentiable outputs: a gradient arriving there is
+// `inverse` flipped; dropout's is dropout with the same seed and offset;
+// embedding and cross_entropy give no gradient to ids or targets. Saved
+// statistics (layernorm mean/rstd, rmsnorm rstd, cross_entropy lse) are
+// treated as non-differentiable outputs: a gradient arriving there is
 // ignored. *_backward ops have no_grad_reason "backward op of <op>"; grad_norm
 // and adamw "optimizer".
 //

@@ -105,10 +105,12 @@ void Lane(Mode mode, const float* x, const float* y, float* r, int64_t n, int64_
 #pragma omp simd
         for (int64_t j = 0; j < n; ++j) r[j * st] *= inv;
       } else {
+        // (x - max) - log(sum), not x - (max + log(sum)): with a large max the
+        // second form rounds away the log term's low bits.
         double s = BlockSum(n, [=](int64_t j) { return FastExp(x[j * st] - mx); });
-        const float shift = mx + static_cast<float>(std::log(s));
+        const float ls = static_cast<float>(std::log(s));
 #pragma omp simd
-        for (int64_t j = 0; j < n; ++j) r[j * st] = x[j * st] - shift;
+        for (int64_t j = 0; j < n; ++j) r[j * st] = (x[j * st] - mx) - ls;
       }
       break;
     }

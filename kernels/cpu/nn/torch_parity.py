@@ -1,4 +1,5 @@
-"""Computes PyTorch 1.13 results for kernels/cpu/nn/torch_parity_test.cc.
+"""Computes PyTorch 1.13 results for kernels/cpu/nn/torch_parity_test.cc (the NN
+ops, and the tensor ops ONNX graphs need: see tensor_ops below).
 
 Usage: /usr/bin/python3 torch_parity.py IN OUT   (exit code 3: torch missing)
 IN and OUT hold named tensors as text, one per record:
@@ -56,6 +57,54 @@ def rope(x, theta, offset, inverse):
     return torch.stack([x0 * c - x1 * s, x0 * s + x1 * c], dim=-1).reshape(b, t, h, d)
 
 
+def tensor_ops(inp, out):
+    """The tensor ops ONNX graphs need (kernels/cpu): forward and gradients."""
+    # Unary math.
+    for op, fn in (("erf", torch.erf), ("sin", torch.sin), ("cos", torch.cos), ("recip", torch.reciprocal)):
+        x = leaf(inp["un_x"])
+        y = fn(x)
+        y.backward(inp["un_dy"])
+        out[op + "_y"], out[op + "_dx"] = y, x.grad
+    # pow and minimum, broadcasting.
+    a, b = leaf(inp["pow_a"]), leaf(inp["pow_b"])
+    y = torch.pow(a, b)
+    y.backward(inp["pow_dy"])
+    out.update(pow_y=y, pow_da=a.grad, pow_db=b.grad)
+    a, b = leaf(inp["min_a"]), leaf(inp["min_b"])
+    y = torch.minimum(a, b)
+    y.backward(inp["min_dy"])
+    out.update(min_y=y, min_da=a.grad, min_db=b.grad)
+    # where over three broadcast operands.
+    a, b = leaf(inp["wh_a"]), leaf(inp["wh_b"])
+    y = torch.where(inp["wh_c"].bool(), a, b)
+    y.backward(inp["wh_dy"])
+    out.update(wh_y=y, wh_da=a.grad, wh_db=b.grad)
+    # gather along axis 1 with 2-d, negative and repeated indices (ONNX
+    # Gather is numpy indexing with one index tensor).
+    x = leaf(inp["ga_x"])
+    y = x[:, inp["ga_i"].long()]
+    y.backward(inp["ga_dy"])
+    out.update(ga_y=y, ga_dx=x.grad)
+    # Stepped slices (negative step as explicit indices: torch slicing has none).
+    for tag, start, length, step in (("sl_neg", 8, 4, -2), ("sl_3", 1, 3, 3)):
+        x = leaf(inp["sl_x"])
+        idx = torch.tensor([start + k * step for k in range(length)])
+        y = x.index_select(1, idx)
+        y.backward(inp[tag + "_dy"])
+        out[tag + "_y"], out[tag + "_dx"] = y, x.grad
+    # Reductions over axes (0, 2) with keepdim.
+    for op, fn in (("rsum", torch.sum), ("rmean", torch.mean), ("rmax", torch.amax), ("rmin", torch.amin)):
+        x = leaf(inp["red_x"])
+        y = fn(x, dim=(0, 2), keepdim=True)
+        y.backward(inp["red_dy"])
+        out[op + "_y"], out[op + "_dx"] = y, x.grad
+    # Comparisons (with ties), float -> int casts and integer division.
+    u, v = inp["cmp_a"], inp["cmp_b"]
+    out.update(lt=(u < v).double(), eq=(u == v).double(), ge=(u >= v).double())
+    out["cast_i32"] = (inp["cast_x"].float()).to(torch.int32).double()
+    out["idiv"] = torch.div(inp["idiv_a"].long(), inp["idiv_b"].long(), rounding_mode="trunc").double()
+
+
 def main():
     inp = read(sys.argv[1])
     out = {}
@@ -103,6 +152,10 @@ def main():
     y = F.softmax(x, dim=-1)
     y.backward(inp["sm_dy"])
     out["sm_y"], out["sm_dx"] = y, x.grad
+    x = leaf(inp["sm3_x"])
+    y = F.softmax(x, dim=0)
+    y.backward(inp["sm3_dy"])
+    out["sm0_y"], out["sm0_dx"] = y, x.grad
 
     # embedding
     w = leaf(inp["emb_w"])
@@ -132,6 +185,7 @@ def main():
         out["adam_m%d" % i] = st["exp_avg"]
         out["adam_v%d" % i] = st["exp_avg_sq"]
 
+    tensor_ops(inp, out)
     write(sys.argv[2], out)
 
 

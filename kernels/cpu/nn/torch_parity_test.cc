@@ -3,9 +3,13 @@
 // compares our f32 kernels (bound 2e-5) and f64 references (bound 1e-9),
 // forward and gradients, as ||ours - torch|| / ||torch||. Covers layernorm,
 // rmsnorm, cross_entropy (ignore_index -100 and 3), gelu (tanh, none), silu,
-// softmax, log_softmax (two axes), embedding, rope (written out in torch) and
-// AdamW + clip_grad_norm_ over 3 steps (multi-tensor entry point and ops).
+// softmax (two axes), log_softmax (two axes), embedding, rope (written out in
+// torch) and AdamW + clip_grad_norm_ over 3 steps (multi-tensor entry point
+// and ops); and the tensor ops of ONNX graphs: erf, sin, cos, reciprocal, pow,
+// minimum, where, gather, stepped slices, sum/mean/max/min over axes
+// (gradients too), comparisons, float -> int cast and integer division (exact).
 // Fails, naming the cause, when /usr/bin/python3 cannot import torch.
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <sys/wait.h>
@@ -112,6 +116,37 @@ class TorchParity : public ::testing::Test {
     torch_ = ReadTensors(out_path);
   }
 
+  static void AddTensorOpInputs(TensorMap& in) {
+    in["un_x"] = R({5, 41}, 30, 0.3, 2.5);
+    in["un_dy"] = R({5, 41}, 31);
+    in["pow_a"] = R({3, 5, 7}, 32, 0.5, 2);
+    in["pow_b"] = R({5, 1}, 33, -2, 2);
+    in["pow_dy"] = R({3, 5, 7}, 34);
+    in["min_a"] = R({4, 6}, 35);
+    in["min_b"] = R({6}, 36);
+    in["min_dy"] = R({4, 6}, 37);
+    in["wh_c"] = V({4, 1}, {1, 0, 0, 1});
+    in["wh_a"] = R({3, 1, 5}, 38);
+    in["wh_b"] = R({5}, 39);
+    in["wh_dy"] = R({3, 4, 5}, 40);
+    in["ga_x"] = R({5, 6, 4}, 41);
+    in["ga_i"] = V({2, 3}, {0, -1, 3, 3, 5, -6});
+    in["ga_dy"] = R({5, 2, 3, 4}, 42);
+    in["sl_x"] = R({7, 10}, 43);
+    in["sl_neg_dy"] = R({7, 4}, 44);
+    in["sl_3_dy"] = R({7, 3}, 45);
+    in["red_x"] = R({4, 5, 6}, 46);
+    in["red_dy"] = R({1, 5, 1}, 47);
+    Tensor a = R({6, 7}, 48, -3, 3), b = R({7}, 49, -3, 3);  // whole numbers: ties
+    for (Tensor* t : {&a, &b})
+      for (int64_t i = 0; i < t->numel(); ++i) t->SetDouble(i, std::floor(t->GetDouble(i)));
+    in["cmp_a"] = a;
+    in["cmp_b"] = b;
+    in["cast_x"] = R({4, 9}, 50, -50, 50);
+    in["idiv_a"] = V({8}, {7, -7, 7, -7, 20, -20, 3, -1});
+    in["idiv_b"] = V({8}, {2, 2, -2, -2, 3, 3, -5, 4});
+  }
+
   static TensorMap MakeInputs() {
     TensorMap in;
     in["ln_x"] = R({7, 37}, 1, -2, 3);
@@ -138,6 +173,7 @@ class TorchParity : public ::testing::Test {
     in["emb_dy"] = R({2, 5, 6}, 17);
     in["rope_x"] = R({2, 5, 3, 8}, 18);
     in["rope_dy"] = R({2, 5, 3, 8}, 19);
+    AddTensorOpInputs(in);
     const Shape shapes[3] = {{7, 37}, {11}, {3, 5, 7}};
     for (int i = 0; i < 3; ++i) {
       in[absl::StrCat("adam_p", i)] = R(shapes[i], 20 + i);
@@ -252,7 +288,7 @@ TEST_F(TorchParity, SoftmaxAndLogSoftmax) {
     int64_t axis;
   };
   for (const C& c : {C{"lsm", "log_softmax", "sm", -1}, C{"lsm1", "log_softmax", "sm3", 1},
-                     C{"sm", "softmax", "sm", -1}}) {
+                     C{"sm", "softmax", "sm", -1}, C{"sm0", "softmax", "sm3", -3}}) {
     Attrs a{{"axis", c.axis}};
     auto [k, r] = Run(c.op, {in_[c.key + "_x"]}, a);
     ASSERT_EQ(k.size(), 1u);
@@ -261,6 +297,90 @@ TEST_F(TorchParity, SoftmaxAndLogSoftmax) {
     ASSERT_EQ(gk.size(), 1u);
     Compare(c.tag + "_dx", gk[0], gr[0]);
   }
+}
+
+TEST_F(TorchParity, ElementwiseMathAndGradients) {
+  for (auto [op, tag] : {std::pair<std::string, std::string>{"erf", "erf"}, {"sin", "sin"}, {"cos", "cos"},
+                         {"reciprocal", "recip"}}) {
+    auto [k, r] = Run(op, {in_["un_x"]});
+    ASSERT_EQ(k.size(), 1u) << op;
+    Compare(tag + "_y", k[0], r[0]);
+    auto [gk, gr] = Grad(op, {in_["un_x"]}, {in_["un_dy"]});
+    ASSERT_EQ(gk.size(), 1u) << op;
+    Compare(tag + "_dx", gk[0], gr[0]);
+  }
+  for (auto [op, tag] : {std::pair<std::string, std::string>{"pow", "pow"}, {"minimum", "min"}}) {
+    std::vector<Tensor> in = {in_[tag + "_a"], in_[tag + "_b"]};
+    auto [k, r] = Run(op, in);
+    ASSERT_EQ(k.size(), 1u) << op;
+    Compare(tag + "_y", k[0], r[0]);
+    auto [gk, gr] = Grad(op, in, {in_[tag + "_dy"]});
+    ASSERT_EQ(gk.size(), 2u) << op;
+    Compare(tag + "_da", gk[0], gr[0]);
+    Compare(tag + "_db", gk[1], gr[1]);
+  }
+}
+
+TEST_F(TorchParity, WhereGatherAndSteppedSlices) {
+  std::vector<Tensor> wh = {in_["wh_c"].To(DType::kBool), in_["wh_a"], in_["wh_b"]};
+  auto [k, r] = Run("where", wh);
+  ASSERT_EQ(k.size(), 1u);
+  Compare("wh_y", k[0], r[0]);
+  auto [gk, gr] = Grad("where", wh, {in_["wh_dy"]});
+  ASSERT_EQ(gk.size(), 3u);
+  Compare("wh_da", gk[1], gr[1]);
+  Compare("wh_db", gk[2], gr[2]);
+
+  std::vector<Tensor> ga = {in_["ga_x"], in_["ga_i"].To(DType::kI64)};
+  const Attrs axis1{{"axis", int64_t{1}}};
+  auto [gak, gar] = Run("gather", ga, axis1);
+  ASSERT_EQ(gak.size(), 1u);
+  Compare("ga_y", gak[0], gar[0]);
+  auto [gagk, gagr] = Grad("gather", ga, {in_["ga_dy"]}, axis1);
+  ASSERT_EQ(gagk.size(), 2u);
+  Compare("ga_dx", gagk[0], gagr[0]);
+
+  struct S {
+    std::string tag;
+    int64_t start, length, step;
+  };
+  for (const S& s : {S{"sl_neg", 8, 4, -2}, S{"sl_3", 1, 3, 3}}) {
+    const Attrs a{{"axis", int64_t{1}}, {"start", s.start}, {"length", s.length}, {"step", s.step}};
+    auto [sk, sr] = Run("slice", {in_["sl_x"]}, a);
+    ASSERT_EQ(sk.size(), 1u);
+    Compare(s.tag + "_y", sk[0], sr[0]);
+    auto [sgk, sgr] = Grad("slice", {in_["sl_x"]}, {in_[s.tag + "_dy"]}, a);
+    ASSERT_EQ(sgk.size(), 1u);
+    Compare(s.tag + "_dx", sgk[0], sgr[0]);
+  }
+}
+
+TEST_F(TorchParity, ReductionsOverSeveralAxesWithKeepdim) {
+  const Attrs a{{"axes", std::vector<int64_t>{0, -1}}, {"keepdim", true}};
+  for (auto [op, tag] : {std::pair<std::string, std::string>{"sum", "rsum"}, {"mean", "rmean"}, {"max", "rmax"},
+                         {"min", "rmin"}}) {
+    auto [k, r] = Run(op, {in_["red_x"]}, a);
+    ASSERT_EQ(k.size(), 1u) << op;
+    Compare(tag + "_y", k[0], r[0]);
+    auto [gk, gr] = Grad(op, {in_["red_x"]}, {in_["red_dy"]}, a);
+    ASSERT_EQ(gk.size(), 1u) << op;
+    Compare(tag + "_dx", gk[0], gr[0]);
+  }
+}
+
+// Bool and integer results must match exactly.
+TEST_F(TorchParity, ComparisonsCastsAndIntegerDivisionExactly) {
+  for (auto [op, tag] : {std::pair<std::string, std::string>{"less", "lt"}, {"equal", "eq"}, {"greater_equal", "ge"}}) {
+    auto [k, r] = Run(op, {in_["cmp_a"], in_["cmp_b"]});
+    ASSERT_EQ(k.size(), 1u) << op;
+    Compare(tag, k[0], r[0], 0, 0);
+  }
+  auto [ck, cr] = Run("cast", {in_["cast_x"]}, {{"dtype", std::string("i32")}});
+  ASSERT_EQ(ck.size(), 1u);
+  Compare("cast_i32", ck[0], cr[0], 0, 0);
+  auto [dk, dr] = Run("div", {in_["idiv_a"].To(DType::kI64), in_["idiv_b"].To(DType::kI64)});
+  ASSERT_EQ(dk.size(), 1u);
+  Compare("idiv", dk[0], dr[0], 0, 0);
 }
 
 TEST_F(TorchParity, Embedding) {

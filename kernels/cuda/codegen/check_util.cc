@@ -34,7 +34,8 @@ absl::StatusOr<Tensor> ReferenceF64(const PwBody& body, const std::vector<Tensor
 std::vector<PwCheckCase> AllCheckCases() {
   std::vector<PwCheckCase> cases;
   for (const PwOpCase& c : AllPwOpCases())
-    cases.push_back({c.label, SingleOpBody(c.op, c.attrs, c.num_inputs), c.num_inputs, c.lo, c.hi, {}});
+    cases.push_back({c.label, SingleOpBody(c.op, c.attrs, c.num_inputs), c.num_inputs, c.lo, c.hi, {},
+                     c.bool_inputs, PwOpWritesBool(c.op)});
   cases.push_back({"copy", CopyBody(), 1, -2, 2, {}});  // an empty body
   {  // fused: (x + b) -> gelu(tanh) -> * w -> scale
     PwBody g;
@@ -63,14 +64,15 @@ absl::StatusOr<PwCheckInstance> MakeCheckInstance(const PwCheckCase& c, DType dt
   inst.dtype = std::string(DTypeName(dt));
   inst.layout = layout;
   inst.tol = dt == DType::kF32 ? 1e-5 : 1e-2;
-  inst.out_dtype = dt;
+  inst.out_dtype = c.bool_output ? DType::kBool : dt;
   inst.spec.body = &c.body;
   inst.spec.out_shape = kOut;
-  inst.spec.out_dtype = dt;
+  inst.spec.out_dtype = inst.out_dtype;
   const bool is_div = c.body.nodes.size() == 1 && c.body.nodes[0].op == "div";
   std::vector<Tensor> ref_in;
   for (int k = 0; k < c.nin; ++k) {
-    const DType idt = c.in_dtypes.empty() ? dt : c.in_dtypes[k];
+    const bool bool_in = (c.bool_inputs >> k) & 1u;
+    const DType idt = bool_in ? DType::kBool : c.in_dtypes.empty() ? dt : c.in_dtypes[k];
     double lo = c.lo, hi = c.hi;
     if (is_div && k == 0) lo = -2, hi = 2;  // only the denominator stays away from 0
     Ints sshape;
@@ -81,7 +83,8 @@ absl::StatusOr<PwCheckInstance> MakeCheckInstance(const PwCheckCase& c, DType dt
     else sshape = {kOut[0] + 2, kOut[1] + 8};  // sliced
     LOOM_ASSIGN_OR_RETURN(Tensor storage, Tensor::Empty(sshape, idt));
     Philox rng(seed, 1000 + k);
-    for (int64_t i = 0; i < storage.numel(); ++i) storage.SetDouble(i, lo + (hi - lo) * rng.Uniform(i));
+    for (int64_t i = 0; i < storage.numel(); ++i)
+      storage.SetDouble(i, bool_in ? (rng.Uniform(i) < 0.5 ? 1.0 : 0.0) : lo + (hi - lo) * rng.Uniform(i));
     Tensor view;
     if (layout == "contiguous") view = storage;
     else if (layout == "broadcast") { LOOM_ASSIGN_OR_RETURN(view, storage.Expand(kOut)); }

@@ -27,6 +27,8 @@ struct PwCheckCase {
   int nin = 1;
   double lo = -2, hi = 2;        // input range (div's denominator: lo..hi, numerator -2..2)
   std::vector<DType> in_dtypes;  // empty: the row's dtype for every input
+  unsigned bool_inputs = 0;      // bit k: input k is bool whatever the row's dtype
+  bool bool_output = false;      // the body writes bool (comparisons, logical ops)
 };
 std::vector<PwCheckCase> AllCheckCases();
 

@@ -15,7 +15,21 @@ struct PwOpCase {
   int num_inputs;
   ops::Attrs attrs;
   double lo = -2.0, hi = 2.0;  // uniform input range (div: the second input 0.5..2)
+  unsigned bool_inputs = 0;    // bit k: input k is bool (the others take the row's dtype)
 };
+
+// Whether `op` writes bool (comparisons and logical ops).
+inline bool PwOpWritesBool(const std::string& op) {
+  return op == "equal" || op == "less" || op == "less_equal" || op == "greater" || op == "greater_equal" ||
+         op == "logical_and" || op == "logical_or" || op == "logical_not";
+}
+
+// The input metas of case c over `shape`: bool where c says so, else `row`.
+inline std::vector<ops::TensorMeta> PwCaseInputs(const PwOpCase& c, DType row, const Shape& shape) {
+  std::vector<ops::TensorMeta> m;
+  for (int k = 0; k < c.num_inputs; ++k) m.push_back({(c.bool_inputs >> k) & 1u ? DType::kBool : row, shape});
+  return m;
+}
 
 inline std::vector<PwOpCase> AllPwOpCases() {
   using ops::Attrs;
@@ -26,6 +40,8 @@ inline std::vector<PwOpCase> AllPwOpCases() {
       {"mul", "mul", 2, {}},
       {"div", "div", 2, {}, 0.5, 2.0},
       {"maximum", "maximum", 2, {}},
+      {"minimum", "minimum", 2, {}},
+      {"pow", "pow", 2, {}, 0.5, 2.0},
       {"relu_backward", "relu_backward", 2, {}},
       {"neg", "neg", 1, {}},
       {"exp", "exp", 1, {}},
@@ -36,6 +52,19 @@ inline std::vector<PwOpCase> AllPwOpCases() {
       {"sigmoid", "sigmoid", 1, {}},
       {"relu", "relu", 1, {}},
       {"abs", "abs", 1, {}},
+      {"erf", "erf", 1, {}},
+      {"sin", "sin", 1, {}},
+      {"cos", "cos", 1, {}},
+      {"reciprocal", "reciprocal", 1, {}, 0.5, 2.0},
+      {"equal", "equal", 2, {}},
+      {"less", "less", 2, {}},
+      {"less_equal", "less_equal", 2, {}},
+      {"greater", "greater", 2, {}},
+      {"greater_equal", "greater_equal", 2, {}},
+      {"logical_and", "logical_and", 2, {}, -2.0, 2.0, 3u},
+      {"logical_or", "logical_or", 2, {}, -2.0, 2.0, 3u},
+      {"logical_not", "logical_not", 1, {}, -2.0, 2.0, 1u},
+      {"where", "where", 3, {}, -2.0, 2.0, 1u},
       {"scale", "scale", 1, Attrs{{"s", -1.5}}},
       {"add_scalar", "add_scalar", 1, Attrs{{"s", 2.5}}},
       {"pow_scalar_2.5", "pow_scalar", 1, Attrs{{"p", 2.5}}, 0.5, 2.0},

@@ -34,7 +34,7 @@ absl::Status Bad(absl::string_view field, absl::string_view msg) { return Codege
 
 bool SupportedStorage(DType t) {
   return t == DType::kF32 || t == DType::kBF16 || t == DType::kF16 || t == DType::kI32 ||
-         t == DType::kI64;
+         t == DType::kI64 || t == DType::kBool;
 }
 bool IsInt(DType t) { return t == DType::kI32 || t == DType::kI64; }
 
@@ -44,6 +44,7 @@ const char* StorageType(DType t) {
     case DType::kBF16: case DType::kF16: return "unsigned short";
     case DType::kI32: return "int";
     case DType::kI64: return "long long";
+    case DType::kBool: return "unsigned char";
     default: return "?";
   }
 }
@@ -73,6 +74,7 @@ std::string FromFloat(DType t, const std::string& e) {
     case DType::kF16: return absl::StrCat("loom_f2h(", e, ")");
     case DType::kI32: return absl::StrCat("(int)(", e, ")");
     case DType::kI64: return absl::StrCat("(long long)(", e, ")");
+    case DType::kBool: return absl::StrCat("(unsigned char)((", e, ") != 0.0f)");
     default: return "?";
   }
 }
@@ -229,6 +231,38 @@ int64_t PlanOffset(const IndexPlan& plan, int t, int64_t i) {
   return off;
 }
 
+namespace {
+
+// The body computes in f32, where integers beyond 2^24 would silently lose
+// precision: integer values may only be moved or converted. Each value's class
+// (integer or not) follows from the operands' storage dtypes through the nodes.
+absl::Status CheckNoIntegerArithmetic(const PwSpec& spec) {
+  const PwBody& body = *spec.body;
+  std::vector<bool> is_int;
+  for (const PwOperand& op : spec.inputs) is_int.push_back(IsInt(op.dtype));
+  while (static_cast<int>(is_int.size()) < body.num_inputs) is_int.push_back(false);
+  for (size_t n = 0; n < body.nodes.size(); ++n) {
+    const PwNode& node = body.nodes[n];
+    const bool moves = node.op == "cast" || node.op == "broadcast_to" || node.op == "zeros_like" ||
+                       node.op == "ones_like" || node.op == "fill";
+    bool ints = false;
+    for (int v : node.inputs) ints = ints || is_int[v];
+    const bool last = static_cast<int>(body.num_inputs + n) == body.output;
+    if (node.op == "cast") {
+      auto to = node.attrs.Has("dtype") ? ParseDType(node.attrs.GetString("dtype")) : absl::StatusOr<DType>(spec.out_dtype);
+      is_int.push_back(to.ok() ? IsInt(*to) : last && IsInt(spec.out_dtype));
+      continue;
+    }
+    if (!moves && (ints || (last && IsInt(spec.out_dtype))))
+      return Bad(absl::StrCat("body.nodes[", n, "] (", node.op, ")"),
+                 absl::StrCat("integer ", node.op, " is not supported (the generator computes in f32)"));
+    is_int.push_back(ints);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ValidateSpec(const PwSpec& spec) {
   if (spec.body == nullptr) return Bad("body", "is null");
   const PwBody& body = *spec.body;
@@ -238,7 +272,7 @@ absl::Status ValidateSpec(const PwSpec& spec) {
       return Bad("out_shape", absl::StrCat("negative size ", spec.out_shape[d], " in dim ", d));
   if (!SupportedStorage(spec.out_dtype))
     return Bad("out_dtype", absl::StrCat("unsupported dtype ", DTypeName(spec.out_dtype),
-                                         " (expected f32, bf16, f16, i32 or i64)"));
+                                         " (expected f32, bf16, f16, i32, i64 or bool)"));
   if (!spec.out_strides.empty() && spec.out_strides.size() != rank)
     return Bad("out_strides", absl::StrCat("expected ", rank, " strides (the rank of out_shape), got ",
                                            spec.out_strides.size()));
@@ -255,7 +289,7 @@ absl::Status ValidateSpec(const PwSpec& spec) {
     const std::string f = absl::StrCat("inputs[", k, "]");
     if (!SupportedStorage(op.dtype))
       return Bad(f + ".dtype", absl::StrCat("unsupported dtype ", DTypeName(op.dtype),
-                                           " (expected f32, bf16, f16, i32 or i64)"));
+                                           " (expected f32, bf16, f16, i32, i64 or bool)"));
     if (op.strides.size() != rank)
       return Bad(f + ".strides", absl::StrCat("expected ", rank, " strides (the rank of out_shape), got ",
                                              op.strides.size()));
@@ -278,7 +312,7 @@ absl::Status ValidateSpec(const PwSpec& spec) {
       if (v < 0 || v >= body.num_inputs + static_cast<int>(n))
         return Bad(where, absl::StrCat("input value %", v, " is not defined before use"));
   }
-  return absl::OkStatus();
+  return CheckNoIntegerArithmetic(spec);
 }
 
 namespace {

@@ -1,9 +1,10 @@
 // The f32 formula of every op the pointwise generator supports (pointwise.h),
-// matching the CPU kernels (kernels/cpu/elementwise.cc, kernels/cpu/nn/
-// activations.cc): same expressions, same float constants, same special cases
+// matching the CPU kernels (kernels/cpu/elementwise.cc, kernels/cpu/compare.cc,
+// kernels/cpu/nn/activations.cc): same expressions, same float constants, same special cases
 // (pow_scalar's exponents 2, 3, 1, 0.5, -1). Math is IEEE f32 (no fast math).
 #include <cmath>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -64,15 +65,18 @@ absl::StatusOr<double> NumberAttr(const ops::Attrs& a, const std::string& name, 
 }  // namespace
 
 int OpArity(const std::string& op) {
-  static const char* kBinary[] = {"add", "sub", "mul", "div", "maximum", "relu_backward",
-                                  "gelu_backward", "silu_backward"};
+  static const char* kBinary[] = {"add", "sub", "mul", "div", "maximum", "minimum", "pow", "relu_backward",
+                                  "gelu_backward", "silu_backward", "equal", "less", "less_equal", "greater",
+                                  "greater_equal", "logical_and", "logical_or"};
   static const char* kUnary[] = {"neg", "exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid",
                                  "relu", "abs", "scale", "add_scalar", "pow_scalar", "gelu",
-                                 "silu", "cast", "zeros_like", "ones_like", "broadcast_to"};
+                                 "silu", "cast", "zeros_like", "ones_like", "broadcast_to",
+                                 "erf", "sin", "cos", "reciprocal", "logical_not"};
   for (const char* n : kBinary)
     if (op == n) return 2;
   for (const char* n : kUnary)
     if (op == n) return 1;
+  if (op == "where") return 3;
   if (op == "fill") return 0;
   return -1;
 }
@@ -90,7 +94,24 @@ absl::StatusOr<std::string> NodeExpr(const PwNode& n, const std::vector<std::str
   if (op == "div") return absl::StrCat(X(0), " / ", X(1));
   if (op == "maximum")
     return absl::StrCat("(", X(0), " > ", X(1), " || ", X(0), " != ", X(0), ") ? ", X(0), " : ", X(1));
+  if (op == "minimum")
+    return absl::StrCat("(", X(0), " < ", X(1), " || ", X(0), " != ", X(0), ") ? ", X(0), " : ", X(1));
+  if (op == "pow") return absl::StrCat("powf(", X(0), ", ", X(1), ")");
   if (op == "relu_backward") return absl::StrCat(X(1), " > 0.0f ? ", X(0), " : 0.0f");
+  // Comparisons and logical ops yield 0 or 1 (stored as bool); bool operands
+  // arrive as 0.0f / 1.0f.
+  static const std::pair<const char*, const char*> kCompare[] = {
+      {"equal", " == "}, {"less", " < "}, {"less_equal", " <= "}, {"greater", " > "}, {"greater_equal", " >= "}};
+  for (const auto& [name, rel] : kCompare)
+    if (op == name) return absl::StrCat("(", X(0), rel, X(1), ") ? 1.0f : 0.0f");
+  if (op == "logical_and") return absl::StrCat("(", X(0), " != 0.0f && ", X(1), " != 0.0f) ? 1.0f : 0.0f");
+  if (op == "logical_or") return absl::StrCat("(", X(0), " != 0.0f || ", X(1), " != 0.0f) ? 1.0f : 0.0f");
+  if (op == "logical_not") return absl::StrCat(X(0), " != 0.0f ? 0.0f : 1.0f");
+  if (op == "where") return absl::StrCat(X(0), " != 0.0f ? ", X(1), " : ", X(2));
+  if (op == "erf") return absl::StrCat("erff(", X(0), ")");
+  if (op == "sin") return absl::StrCat("sinf(", X(0), ")");
+  if (op == "cos") return absl::StrCat("cosf(", X(0), ")");
+  if (op == "reciprocal") return absl::StrCat("1.0f / ", X(0));
   if (op == "neg") return absl::StrCat("-", X(0));
   if (op == "exp") return absl::StrCat("expf(", X(0), ")");
   if (op == "log") return absl::StrCat("logf(", X(0), ")");

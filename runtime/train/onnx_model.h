@@ -1,0 +1,41 @@
+// An ONNX model (model.onnx in the job spec) as the trainer's forward graphs.
+//
+// The file is imported (compiler/import/onnx) with every [batch, seq_len]
+// data input shaped from train.batch_size and model.seq_len, then rewired to
+// the trainer's contract (compiler/import/onnx/training.h): inputs x, y,
+// outputs loss [, logits]. Parameters start from the file's initializers;
+// buffers are bound like parameters but never trained. Matrices (rank >= 2)
+// are weight-decayed, as in the built-in families.
+//
+// Errors are InvalidArgument and start with "model.onnx: " (the job spec's
+// field), so `loom submit`, `loom run` and `loom train` report them as bad
+// input.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "compiler/import/onnx/importer.h"
+#include "compiler/ir/ir.h"
+#include "compiler/models/models.h"
+#include "proto/loom/v1/job.pb.h"
+
+namespace loom::train {
+
+struct OnnxTrainingModel {
+  std::vector<models::ParamInfo> params;
+  compiler::Graph train_forward;  // outputs: loss
+  compiler::Graph eval_forward;   // outputs: loss, logits (when the model has them)
+  bool has_logits = false;
+  std::map<std::string, Tensor> initial;  // parameters and buffers
+  compiler::import::onnx::ImportReport report;
+};
+
+absl::StatusOr<OnnxTrainingModel> LoadOnnxModel(const v1::JobSpec& spec);
+
+// LoadOnnxModel's checks without keeping the result (job submission).
+absl::Status CheckOnnxJob(const v1::JobSpec& spec);
+
+}  // namespace loom::train
