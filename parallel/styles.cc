@@ -115,16 +115,21 @@ absl::StatusOr<compiler::Compilation> CompileParallel(const compiler::Graph& for
                                                       const v1::ModelSpec& model, int64_t batch,
                                                       const Layout& layout, int64_t bucket_bytes) {
   LOOM_RETURN_IF_ERROR(CheckParallelLayout(model, batch, layout));
-  if (!co.differentiate || !co.adamw)
-    return absl::InvalidArgumentError("CompileParallel: needs a training compile (differentiate and adamw)");
+  if (co.differentiate != co.adamw.has_value())
+    return absl::InvalidArgumentError(
+        "CompileParallel: a training compile sets differentiate and adamw, an evaluation compile neither");
   LOOM_RETURN_IF_ERROR(Annotate(compiler::Verify(forward), "compile: initial graph"));
-  auto j = compiler::BuildJointGraph(forward, co.autodiff);
-  if (!j.ok()) return Annotate(j.status(), "compile: autodiff");
-  LOOM_RETURN_IF_ERROR(Annotate(compiler::AppendAdamW(*j, *co.adamw), "compile: optimizer"));
-  LOOM_ASSIGN_OR_RETURN(auto specs, AnnotateInputs(model, j->graph, layout));
-  auto local = spmd::Parallelize(j->graph, SpmdOptionsFor(layout, std::move(specs)));
+  compiler::Graph global = forward;  // what sharding propagation localizes
+  if (co.differentiate) {
+    auto j = compiler::BuildJointGraph(forward, co.autodiff);
+    if (!j.ok()) return Annotate(j.status(), "compile: autodiff");
+    LOOM_RETURN_IF_ERROR(Annotate(compiler::AppendAdamW(*j, *co.adamw), "compile: optimizer"));
+    global = std::move(j->graph);
+  }
+  LOOM_ASSIGN_OR_RETURN(auto specs, AnnotateInputs(model, global, layout));
+  auto local = spmd::Parallelize(global, SpmdOptionsFor(layout, std::move(specs)));
   if (!local.ok()) return Annotate(local.status(), "compile: sharding propagation");
-  if (layout.dp > 1 && bucket_bytes > 0) {  // DDP-style buckets for the dp gradient all-reduces
+  if (co.differentiate && layout.dp > 1 && bucket_bytes > 0) {  // DDP-style buckets for the dp gradient all-reduces
     spmd::BucketOptions bo;
     bo.group = "dp";
     bo.bucket_bytes = bucket_bytes;
@@ -140,7 +145,7 @@ absl::StatusOr<compiler::Compilation> CompileParallel(const compiler::Graph& for
   auto c = compiler::Compile(*local, rest);
   if (!c.ok()) return c.status();
   c->stages["initial"] = forward;
-  c->stages["joint"] = j->graph;
+  c->stages["joint"] = std::move(global);
   c->stages["parallel"] = *local;
   return c;
 }

@@ -1,160 +1,46 @@
 #include "runtime/launch/parallel_train.h"
 
-#include "runtime/launch/parallel_ckpt.h"
-
-#include <chrono>
-#include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <map>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "compiler/comm/communicator.h"
-#include "compiler/optimizer.h"
 #include "dtensor/device_mesh.h"
 #include "parallel/styles.h"
-#include "parallel/trainer.h"
-#include "runtime/checkpoint/checkpoint.h"
-#include "runtime/data/dataset.h"
-#include "dtensor/dtensor.h"
-#include "runtime/train/evaluate.h"
 #include "runtime/train/run_reporter.h"
-#include "runtime/train/trainer.h"
+#include "runtime/train/train_loop.h"
 
 namespace loom::launch {
-namespace {
-
-int Fail(int rank, int code, absl::string_view msg) {
-  std::fprintf(stderr, "loom worker (rank %d): %s\n", rank, std::string(msg).c_str());
-  if (const char* f = std::getenv("LOOM_ERROR_FILE"); f != nullptr && *f) std::ofstream(f) << msg << "\n";
-  return code;
-}
-
-}  // namespace
 
 int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::ProcessGroup> world) {
   const int rank = world->rank();
-  const auto& tr = spec.train();
-  const auto& m = spec.model();
+  const std::string who = absl::StrCat("loom worker (rank ", rank, ")");
   if (spec.device() == "cuda")
-    return Fail(rank, 2,
-                absl::StrCat("device: cuda: a GPU job runs one rank without checkpoints for now (world size ",
-                             world->size(), spec.checkpoint().every() > 0 ? ", checkpoint.every set" : "",
-                             "); data and tensor parallelism on GPUs and GPU checkpoints are not built yet"));
-  const parallel::Layout layout = parallel::LayoutFromSpec(spec.parallel());
-  // The data: every rank reads the same corpus and draws the same batches.
-  std::string data_path = spec.data().path().empty() ? data::kDefaultCorpus : spec.data().path();
-  auto tokens = data::LoadTokens(data_path, spec.data().format(), spec.data().tokens_dtype(), m.vocab());
-  if (!tokens.ok()) return Fail(rank, 2, absl::StrCat("data.path: ", tokens.status().message()));
-  data::Split split = data::SplitTokens(*tokens, spec.data().val_fraction(), spec.data().seed());
-  auto sampler = data::Sampler::Create(&split.train, m.seq_len(), tr.seed());
-  if (!sampler.ok()) return Fail(rank, 2, sampler.status().message());
-  if (static_cast<int64_t>(split.val.size()) < m.seq_len() + 1)
-    return Fail(rank, 2,
-                absl::StrCat("data: the validation split (", split.val.size(), " tokens) is shorter than one window"));
-
-  auto mesh = dtensor::DeviceMesh::Create(world, parallel::MeshOf(layout));
-  if (!mesh.ok()) return Fail(rank, 2, absl::StrCat("device mesh: ", mesh.status().message()));
+    return train::FailRun(
+        who, 2,
+        absl::StrCat("device: cuda: a GPU job runs one rank without checkpoints for now (world size ", world->size(),
+                     spec.checkpoint().every() > 0 ? ", checkpoint.every set" : "",
+                     "); data and tensor parallelism on GPUs and GPU checkpoints are not built yet"));
+  auto mesh = dtensor::DeviceMesh::Create(world, parallel::MeshOf(parallel::LayoutFromSpec(spec.parallel())));
+  if (!mesh.ok()) return train::FailRun(who, 2, absl::StrCat("device mesh: ", mesh.status().message()));
+  train::TrainingRun run;
+  run.spec = spec;
+  run.command = "loom worker";
+  run.rank = rank;
+  run.world = world.get();
+  run.mesh = mesh->get();
+  // One communicator per mesh dimension that spans several ranks.
   std::vector<std::unique_ptr<compiler::Communicator>> owned;
-  compiler::CommunicatorMap comms;
   for (int d = 0; d < (*mesh)->ndim(); ++d) {
     if ((*mesh)->shape().sizes[d] == 1) continue;
     owned.push_back(compiler::MakeProcessGroupCommunicator((*mesh)->group(d)));
-    comms[(*mesh)->shape().names[d]] = owned.back().get();
+    run.comms[(*mesh)->shape().names[d]] = owned.back().get();
   }
   if (rank == 0) {
-    std::printf("loom worker: %s model, %d layers, d_model %d, %d heads; mesh %s over %d ranks\n",
-                m.family().c_str(), m.n_layer(), m.d_model(), m.n_head(),
-                (*mesh)->shape().ToString().c_str(), world->size());
-    std::printf("compiling...\n");
-    std::fflush(stdout);
+    run.run_dir = train::RunFolder(spec);
+    if (const char* listen = std::getenv("LOOM_WORKER_METRICS_LISTEN"); listen != nullptr) run.metrics_listen = listen;
   }
-  auto t0 = std::chrono::steady_clock::now();
-  auto trainer = parallel::ParallelTrainer::Create(spec, layout, rank, comms);
-  if (!trainer.ok()) {
-    bool config = absl::IsInvalidArgument(trainer.status()) || absl::IsUnimplemented(trainer.status());
-    return Fail(rank, config ? 2 : 1, trainer.status().message());
-  }
-  std::unique_ptr<train::RunReporter> report;
-  if (rank == 0) {
-    double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("compiled in %.2fs\n", compile_s);
-    const char* listen = std::getenv("LOOM_WORKER_METRICS_LISTEN");
-    auto r = train::RunReporter::Open(spec, train::RunFolder(spec), listen != nullptr ? listen : "");
-    if (!r.ok()) return Fail(rank, 1, r.status().message());
-    report = std::move(*r);
-  }
-  // The training state (parameters, AdamW moments, step) with checkpoint save/resume
-  // (parallel_ckpt.h): resumes from checkpoint.dir if it holds one, else starts from init_from.
-  auto state = ParallelState::Create(spec, **trainer, (*mesh)->shape(), rank);
-  if (!state.ok()) return Fail(rank, absl::IsInvalidArgument(state.status()) ? 2 : 1, state.status().message());
-  const auto& ck = spec.checkpoint();
-  int64_t ckpt_step = 0;
-  if (!ck.dir().empty()) {
-    if (rank == 0) (void)checkpoint::CleanStale(ck.dir());
-    if (auto w = world->Barrier({}); !w.ok() || !(*w)->Wait().ok())
-      return Fail(rank, 1, "barrier before loading the checkpoint failed");
-    std::string log;
-    auto resumed = (*state)->Restore(ck.dir(), &*sampler, &log);
-    if (!resumed.ok()) return Fail(rank, 1, absl::StrCat("checkpoint.dir: ", resumed.status().message()));
-    ckpt_step = *resumed;
-    if (rank == 0 && ckpt_step > 0) {
-      std::printf("%s; resuming at step %lld\n", log.c_str(), static_cast<long long>(ckpt_step + 1));
-      std::fflush(stdout);
-      train::ReportProgress(ckpt_step, ckpt_step);
-    }
-  }
-  const int64_t B = tr.batch_size(), T = m.seq_len();
-  Tensor x = Tensor::MustEmpty({B, T}, DType::kI32), y = Tensor::MustEmpty({B, T}, DType::kI32);
-  for (int step = static_cast<int>(ckpt_step) + 1; step <= tr.steps(); ++step) {
-    const auto step_start = std::chrono::steady_clock::now();
-    sampler->Next(B, &x, &y);
-    auto loss = (*state)->Step(x, y);
-    if (!loss.ok()) return Fail(rank, 1, absl::StrCat("step ", step, ": ", loss.status().message()));
-    if (report) {
-      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
-      absl::Status s = report->Step(step, *loss, compiler::ScheduledLearningRate(tr, step), dt);
-      if (!s.ok()) return Fail(rank, 1, s.message());
-    }
-    if (!ck.dir().empty() && ck.every() > 0 && step % ck.every() == 0) {
-      absl::Status s = (*state)->Save(ck.dir(), sampler->state(), ck.keep() > 0 ? ck.keep() : 3, *world);
-      if (!s.ok()) return Fail(rank, 1, absl::StrCat("checkpoint at step ", step, ": ", s.message()));
-      ckpt_step = step;
-    }
-    if (rank == 0) train::ReportProgress(step, ckpt_step);
-  }
-  // The end of the run: every rank contributes its blocks of the parameters;
-  // rank 0 evaluates and samples with the full model on one process.
-  std::map<std::string, Tensor> full;
-  const std::map<std::string, Tensor> local = (*state)->LocalParameters();
-  for (const models::ParamInfo& p : (*trainer)->param_info()) {
-    auto f = dtensor::FullTensor(local.at(p.name), std::vector<int64_t>(p.shape.begin(), p.shape.end()),
-                                 (*trainer)->specs().at(p.name), **mesh);
-    if (!f.ok()) return Fail(rank, 1, absl::StrCat("gathering ", p.name, ": ", f.status().message()));
-    if (rank == 0) full[p.name] = std::move(*f);
-  }
-  if (report) {
-    v1::JobSpec one = spec;
-    one.mutable_parallel()->set_dp(1);
-    one.mutable_parallel()->set_tp(1);
-    one.mutable_parallel()->set_zero_stage(0);
-    one.mutable_parallel()->set_sequence_parallel(false);
-    train::TrainerOptions to;
-    to.init = std::move(full);
-    auto single = train::Trainer::Create(one, std::move(to));
-    if (!single.ok()) return Fail(rank, 1, absl::StrCat("evaluation model: ", single.status().message()));
-    auto val = train::ValidationLoss(**single, spec, split.val);
-    if (!val.ok()) return Fail(rank, 1, val.status().message());
-    const double bigram = data::BigramLoss(split.train, split.val, m.vocab());
-    if (absl::Status s = report->Validation(tr.steps(), *val, bigram); !s.ok()) return Fail(rank, 1, s.message());
-    if (absl::Status s = report->Finish(); !s.ok()) return Fail(rank, 1, s.message());
-    absl::Status s = train::FinishWithSample(**single, spec, split.val, report->dir(), *val, bigram);
-    if (!s.ok()) return Fail(rank, 1, s.message());
-  }
-  // Nobody leaves before everyone is done (a late peer's last collective).
-  auto w = world->Barrier({});
-  if (w.ok()) (void)(*w)->Wait();
-  return 0;
+  return train::RunTraining(run);
 }
 
 }  // namespace loom::launch

@@ -53,11 +53,9 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
   if (!par.tp_auto() && layout != *world)
     return Fail(2, absl::StrCat("parallel: dp ", par.dp(), " x tp ", par.tp(), " = ", layout,
                                 " ranks, but the job was launched with world size ", *world));
-  // One rank without checkpoints trains exactly as `loom train`; with
-  // checkpoints (save and resume) it runs the parallel loop over a world of one.
-  const bool checkpoints = spec->checkpoint().every() > 0 && !spec->checkpoint().dir().empty();
+  // One CPU rank trains exactly as `loom train` (checkpoints included).
   const bool cuda = spec->device() == "cuda";
-  if (*world == 1 && !checkpoints && !cuda) return train::RunTrainCommand({spec_path});
+  if (*world == 1 && !cuda) return train::RunTrainCommand({spec_path});
 
   // Several ranks (or one GPU rank): meet at the job's store.
   auto timeout_s = EnvInt("LOOM_RENDEZVOUS_TIMEOUT_S", 120, false);
@@ -75,7 +73,7 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
   if (!pg.ok()) return Fail(1, absl::StrCat("process group: ", pg.status().message()));
   // One GPU rank: the CUDA training step, its loss averaged through the
   // group's CUDA backend (NCCL).
-  if (cuda && *world == 1 && !checkpoints) return train::RunTrainCommand({spec_path}, pg->get());
+  if (cuda && *world == 1) return train::RunTrainCommand({spec_path}, pg->get());
   return RunParallelTraining(*spec, std::shared_ptr<collectives::ProcessGroup>(std::move(*pg)));
 }
 

@@ -7,11 +7,12 @@
 //   LOOM_ERROR_FILE     where the failure reason goes (the job's root cause)
 //   LOOM_PROGRESS_FILE  rank 0 writes "<step> <checkpoint_step>" there
 //   LOOM_RENDEZVOUS_TIMEOUT_S  how long to wait for the peers (default 120)
-// A one-rank job trains in this process exactly as `loom train` does (with a
-// checkpoint section it runs the parallel loop over a world of one, which saves
-// and resumes). A
-// multi-rank job meets its peers at the store (a ProcessGroup with the spec's
-// backend, default cpu:gloo) and runs the distributed training step.
+// A one-rank CPU job trains in this process exactly as `loom train` does
+// (checkpoints included); a one-rank GPU job too, after meeting at the store
+// for a process group whose CUDA backend averages its loss. A multi-rank job
+// meets its peers at the store (a ProcessGroup with the spec's backend,
+// default cpu:gloo) and runs the same training loop on its rank of the layout
+// (parallel_train.h).
 //
 // Exit codes: 0 done, 1 runtime failure (retried by the coordinator), 2 bad
 // configuration (never retried).

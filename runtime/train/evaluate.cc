@@ -17,7 +17,7 @@
 
 namespace loom::train {
 
-absl::StatusOr<double> ValidationLoss(Trainer& t, const v1::JobSpec& spec, const std::vector<int32_t>& val) {
+absl::StatusOr<double> ValidationLoss(parallel::Trainer& t, const v1::JobSpec& spec, const std::vector<int32_t>& val) {
   const auto& tr = spec.train();
   const int64_t B = tr.batch_size(), T = spec.model().seq_len();
   Tensor vx = Tensor::MustEmpty({B, T}, DType::kI32), vy = Tensor::MustEmpty({B, T}, DType::kI32);
@@ -34,7 +34,7 @@ absl::StatusOr<double> ValidationLoss(Trainer& t, const v1::JobSpec& spec, const
 
 // From the evaluation program: batch row 0; later positions are padding the
 // causal mask ignores.
-absl::StatusOr<std::string> SampleText(Trainer& t, const v1::JobSpec& spec, std::vector<int32_t> prompt, int n) {
+absl::StatusOr<std::string> SampleText(parallel::Trainer& t, const v1::JobSpec& spec, std::vector<int32_t> prompt, int n) {
   const int64_t T = spec.model().seq_len(), B = spec.train().batch_size(), V = spec.model().vocab();
   Tensor x = Tensor::Zeros({B, T}, DType::kI32), y = Tensor::Zeros({B, T}, DType::kI32);
   Philox rng(spec.train().seed() + 77, 0);
@@ -65,11 +65,11 @@ absl::StatusOr<std::string> SampleText(Trainer& t, const v1::JobSpec& spec, std:
   return data::DecodeBytes(prompt) + data::DecodeBytes(out);
 }
 
-absl::Status WriteModel(const Trainer& t, const v1::JobSpec& spec, const std::string& path) {
-  const std::map<std::string, Tensor> params = t.Parameters();
+absl::Status WriteModel(const std::map<std::string, Tensor>& params, const std::vector<models::ParamInfo>& info,
+                        const v1::JobSpec& spec, const std::string& path) {
   std::vector<Tensor> keep;
   std::vector<checkpoint::TensorToWrite> w;
-  for (const models::ParamInfo& p : t.param_info()) {
+  for (const models::ParamInfo& p : info) {
     auto it = params.find(p.name);
     if (it == params.end()) return absl::InternalError(absl::StrCat("model file: no parameter '", p.name, "'"));
     keep.push_back(it->second.To(DType::kF32).Contiguous());
@@ -83,9 +83,11 @@ absl::Status WriteModel(const Trainer& t, const v1::JobSpec& spec, const std::st
   return absl::OkStatus();
 }
 
-absl::Status FinishWithSample(Trainer& t, const v1::JobSpec& spec, const std::vector<int32_t>& val,
-                              const std::string& dir, double val_loss, double baseline) {
+absl::Status FinishWithSample(parallel::Trainer& t, const v1::JobSpec& spec, const std::vector<int32_t>& val,
+                              const std::map<std::string, Tensor>& params, const std::string& dir, double val_loss,
+                              double baseline) {
   if (!t.has_logits()) {
+    if (dir.empty()) return absl::OkStatus();
     std::printf("\nfinal validation loss %.4f (bigram baseline %.4f); no sample: the model outputs no logits\n", val_loss,
                 baseline);
     return absl::OkStatus();
@@ -95,8 +97,9 @@ absl::Status FinishWithSample(Trainer& t, const v1::JobSpec& spec, const std::ve
   int n = spec.train().sample_tokens() > 0 ? spec.train().sample_tokens() : 200;
   auto sample = SampleText(t, spec, prompt, n);
   if (!sample.ok()) return sample.status();
+  if (dir.empty()) return absl::OkStatus();
   std::ofstream(dir + "/sample.txt") << *sample;
-  if (absl::Status s = WriteModel(t, spec, dir + "/model.safetensors"); !s.ok()) return s;
+  if (absl::Status s = WriteModel(params, t.param_info(), spec, dir + "/model.safetensors"); !s.ok()) return s;
   std::printf("\nfinal validation loss %.4f (bigram baseline %.4f)\n", val_loss, baseline);
   std::printf("sample:\n----\n%s\n----\n", sample->c_str());
   std::printf("run folder: %s (metrics.jsonl, metrics.prom, events.out.tfevents.*, loss.svg, sample.txt, job.yaml, "

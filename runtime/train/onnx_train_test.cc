@@ -23,7 +23,8 @@
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
 #include "runtime/jobspec/jobspec.h"
-#include "runtime/train/trainer.h"
+#include "parallel/trainer.h"
+#include "runtime/train/job_model.h"
 
 namespace loom::train {
 namespace {
@@ -97,7 +98,10 @@ v1::JobSpec Spec(const std::string& onnx_path) {
 
 // Trains kSteps on the exported batches and compares with torch's losses.
 void TrainAndCompare(const Exported& e, const std::string& model_path) {
-  auto trainer = Trainer::Create(Spec(model_path));
+  const v1::JobSpec spec = Spec(model_path);
+  auto model = BuildModel(spec);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto trainer = parallel::Trainer::Create(spec, std::move(*model));
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   std::set<std::string> loom_params;
   for (const auto& p : (*trainer)->param_info()) loom_params.insert(p.name);

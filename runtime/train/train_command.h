@@ -5,7 +5,10 @@
 // validation), loss.svg (the loss curve), sample.txt (generated text),
 // model.safetensors (the final parameters).
 // `--init FILE` (or init_from in the spec) starts from the parameters in FILE
-// (Loom's or Hugging Face's layout, runtime/checkpoint/init_from.h).
+// (Loom's or Hugging Face's layout, runtime/checkpoint/init_from.h). With
+// checkpoint.dir it saves every checkpoint.every steps and resumes from the
+// newest checkpoint there (checkpointer.h; one saved by a parallel job too).
+// The run itself is train_loop.h, which `loom worker` shares.
 // Exit codes: 0 done, 1 runtime failure, 2 bad input (the message names the key
 // and value).
 #pragma once

@@ -1,0 +1,139 @@
+// The trainer core on one rank.
+//
+// The real model's training step allocates nothing after the first step: every
+// intermediate lives in the Program's arena, kernel scratch is reused, and
+// AdamW writes parameters and state in place. Run on one thread: SDPA's scratch
+// pool is shared by the worker threads, so with several threads how many
+// buffers it holds depends on scheduling and a later step may still allocate
+// one (docs/perf.md notes this).
+#include "parallel/trainer.h"
+
+#include <cmath>
+
+#include "base/allocator.h"
+#include "base/rng.h"
+#include "base/thread_pool.h"
+#include "absl/strings/match.h"
+#include "gtest/gtest.h"
+
+namespace loom::parallel {
+namespace {
+
+Tensor Tokens(int64_t b, int64_t t, int64_t vocab, uint64_t seed) {
+  Tensor x = Tensor::MustEmpty({b, t}, DType::kI32);
+  Philox rng(seed, 0);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<int32_t>()[i] = static_cast<int32_t>(rng.Bits(i) % vocab);
+  return x;
+}
+
+v1::JobSpec Spec(const std::string& family) {
+  v1::JobSpec spec;
+  auto* m = spec.mutable_model();
+  m->set_family(family);
+  m->set_n_layer(2);
+  m->set_n_head(4);
+  m->set_n_kv_head(family == "llama" ? 2 : 4);
+  m->set_d_model(32);
+  m->set_seq_len(16);
+  m->set_vocab(64);
+  auto* t = spec.mutable_train();
+  t->set_batch_size(3);
+  t->set_lr(1e-3f);
+  t->set_beta1(0.9f);
+  t->set_beta2(0.95f);
+  t->set_eps(1e-8f);
+  t->set_grad_clip(1.0f);
+  t->set_weight_decay(0.1f);
+  return spec;
+}
+
+void ExpectNoAllocationAfterFirstStep(const std::string& family) {
+  const v1::JobSpec spec = Spec(family);
+  Tensor x = Tokens(3, 16, 64, 1), y = Tokens(3, 16, 64, 2);
+  SetNumThreads(1);
+  CountingAllocator counting(CpuAllocator::Get());
+  ScopedDefaultAllocator use(&counting);
+  auto trainer = Trainer::Create(spec);
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  auto first = (*trainer)->Step(x, y);
+  ASSERT_TRUE(first.ok()) << first.status();
+  const int64_t after_first = counting.stats().allocations;
+  float last = *first;
+  for (int s = 0; s < 3; ++s) {
+    auto l = (*trainer)->Step(x, y);
+    ASSERT_TRUE(l.ok()) << l.status();
+    last = *l;
+  }
+  EXPECT_EQ(counting.stats().allocations, after_first) << family << ": steps 2-4 allocated";
+  EXPECT_LT(last, *first) << family << ": repeated steps on one batch should lower its loss";
+}
+
+TEST(Trainer, GptStepAllocatesNothingAfterTheFirst) { ExpectNoAllocationAfterFirstStep("gpt"); }
+TEST(Trainer, LlamaStepAllocatesNothingAfterTheFirst) { ExpectNoAllocationAfterFirstStep("llama"); }
+
+// A batch must name exactly the program's data inputs, in their global shape
+// and dtype; anything else is InvalidArgument naming the input, and the step
+// count does not move.
+TEST(Trainer, BadBatchesAreRefusedByName) {
+  auto trainer = Trainer::Create(Spec("gpt"));
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  Trainer& t = **trainer;
+  const Tensor x = Tokens(3, 16, 64, 1), y = Tokens(3, 16, 64, 2);
+  struct Case {
+    const char* what;
+    Batch batch;
+    const char* names;
+  };
+  const Case cases[] = {
+      {"missing y", {{"x", x}}, "the batch has {x}"},
+      {"extra input", {{"x", x}, {"y", y}, {"mask", x}}, "the batch has {mask, x, y}"},
+      {"wrong name", {{"x", x}, {"targets", y}}, "data inputs are {x, y}"},
+      {"short sequence", {{"x", x.Narrow(1, 0, 8).Clone()}, {"y", y}}, "input 'x' is i32[3, 8]"},
+      {"wrong dtype", {{"x", x}, {"y", y.To(DType::kI64)}}, "input 'y' is i64[3, 16]"},
+  };
+  for (const Case& c : cases) {
+    auto step = t.Step(c.batch);
+    ASSERT_FALSE(step.ok()) << c.what;
+    EXPECT_TRUE(absl::IsInvalidArgument(step.status())) << c.what << ": " << step.status();
+    EXPECT_TRUE(absl::StrContains(step.status().message(), c.names)) << c.what << ": " << step.status();
+    auto eval = t.Evaluate(c.batch);
+    ASSERT_FALSE(eval.ok()) << c.what;
+    EXPECT_TRUE(absl::StrContains(eval.status().message(), c.names)) << c.what << ": " << eval.status();
+  }
+  EXPECT_EQ(t.step(), 0);
+  auto ok = t.Step(x, y);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(t.step(), 1);
+}
+
+// One rank holds every parameter and AdamW moment whole, replicated, as the
+// checkpoint state; writing into it changes what the next step computes.
+TEST(Trainer, StateIsEveryParameterAndMomentWhole) {
+  auto trainer = Trainer::Create(Spec("llama"));
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  Trainer& t = **trainer;
+  auto state = t.State();
+  ASSERT_TRUE(state.ok()) << state.status();
+  int params = 0, moments = 0;
+  for (const auto& s : *state) {
+    (s.is_param ? params : moments)++;
+    EXPECT_EQ(Shape(s.global_shape.begin(), s.global_shape.end()), s.local.shape()) << s.name;
+    EXPECT_FALSE(s.spec.has_partial()) << s.name;
+    for (const auto& p : s.spec.placements) EXPECT_TRUE(p.is_replicate()) << s.name;
+  }
+  EXPECT_EQ(params, static_cast<int>(t.param_info().size()));
+  EXPECT_EQ(moments, 2 * params);
+  const Tensor x = Tokens(3, 16, 64, 1), y = Tokens(3, 16, 64, 2);
+  auto before = t.Evaluate(x, y);
+  ASSERT_TRUE(before.ok()) << before.status();
+  for (auto& s : *state)
+    if (s.is_param) ASSERT_TRUE(s.local.CopyFrom(Tensor::Zeros(s.local.shape(), DType::kF32)).ok());
+  auto after = t.Evaluate(x, y);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_NE(*before, *after);
+  // All-zero weights give uniform logits: the loss is log(vocab).
+  EXPECT_NEAR(*after, std::log(64.0), 1e-5);
+}
+
+}  // namespace
+}  // namespace loom::parallel
