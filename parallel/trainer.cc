@@ -85,7 +85,10 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::JobSpec& spec
   t->has_logits_ = model.has_logits;
   LOOM_RETURN_IF_ERROR(t->CompileSteps(model));
   LOOM_RETURN_IF_ERROR(t->BindTrainingInputs(model));
-  LOOM_RETURN_IF_ERROR(t->BindEvaluationInputs());
+  LOOM_RETURN_IF_ERROR(t->BindEval(t->eval_));
+  // The initial values are bound; hold no second reference to them.
+  t->options_.init.clear();
+  t->options_.init_blocks = nullptr;
   return t;
 }
 
@@ -99,27 +102,23 @@ absl::Status Trainer::CompileSteps(TrainerModel& model) {
   co.lowering.in_place_updates = true;
   co.adamw = AdamWFor(tr, params_, options_.keep_gradients);
   co.lower = !cuda;  // the CUDA executor lowers the fused graph itself
-  compiler::CompileOptions eo;
-  eo.differentiate = false;
-  eo.fuse = options_.fuse;
   if (single()) {
     auto train = compiler::Compile(model.train_forward, co);
     if (!train.ok()) return Annotate(train.status(), "compiling the training step");
     train_ = std::move(*train);
-    auto eval = compiler::Compile(model.eval_forward, eo);
-    if (!eval.ok()) return Annotate(eval.status(), "compiling the evaluation step");
-    eval_ = std::move(*eval);
+    LOOM_ASSIGN_OR_RETURN(eval_, CompileEval(model.eval_forward));
   } else {
     co.lowering.communicators = options_.comms;
-    eo.lowering.communicators = options_.comms;
-    const int64_t batch = tr.batch_size();
-    auto train =
-        CompileParallel(model.train_forward, co, spec_.model(), batch, layout_, options_.bucket_bytes);
+    auto train = CompileParallel(model.train_forward, co, spec_.model(), tr.batch_size(), layout_,
+                                 options_.bucket_bytes);
     if (!train.ok()) return Annotate(train.status(), "compiling the parallel training step");
     train_ = std::move(*train);
-    auto eval = CompileParallel(model.eval_forward, eo, spec_.model(), batch, layout_);
-    if (!eval.ok()) return Annotate(eval.status(), "compiling the parallel evaluation step");
-    eval_ = std::move(*eval);
+    // Validation needs the loss only: the logits stay sharded (and are not
+    // an output) until Forward asks for them.
+    compiler::Graph loss_only = model.eval_forward;
+    loss_only.mutable_outputs().resize(1);
+    LOOM_ASSIGN_OR_RETURN(eval_, CompileEval(loss_only));
+    if (model.has_logits) logits_forward_ = std::move(model.eval_forward);
   }
   if (cuda) {
     compiler::cuda::CudaOptions o;
@@ -130,8 +129,26 @@ absl::Status Trainer::CompileSteps(TrainerModel& model) {
   } else {
     LOOM_ASSIGN_OR_RETURN(train_exec_, MakeExecutor(train_));
   }
-  LOOM_ASSIGN_OR_RETURN(eval_exec_, MakeExecutor(eval_));
   return absl::OkStatus();
+}
+
+absl::StatusOr<Trainer::EvalProgram> Trainer::CompileEval(const compiler::Graph& forward) const {
+  compiler::CompileOptions eo;
+  eo.differentiate = false;
+  eo.fuse = options_.fuse;
+  EvalProgram p;
+  if (single()) {
+    auto c = compiler::Compile(forward, eo);
+    if (!c.ok()) return Annotate(c.status(), "compiling the evaluation step");
+    p.compilation = std::move(*c);
+  } else {
+    eo.lowering.communicators = options_.comms;
+    auto c = CompileParallel(forward, eo, spec_.model(), spec_.train().batch_size(), layout_);
+    if (!c.ok()) return Annotate(c.status(), "compiling the parallel evaluation step");
+    p.compilation = std::move(*c);
+  }
+  LOOM_ASSIGN_OR_RETURN(p.exec, MakeExecutor(p.compilation));
+  return p;
 }
 
 absl::StatusOr<Tensor> Trainer::Block(const Tensor& global, const dtensor::DTensorSpec& spec) const {
@@ -272,26 +289,26 @@ absl::Status Trainer::BindTrainingInputs(TrainerModel& model) {
   return absl::OkStatus();
 }
 
-absl::Status Trainer::BindEvaluationInputs() {
+absl::Status Trainer::BindEval(EvalProgram& p) const {
   // The evaluation program shares the parameter and buffer tensors, which
   // it needs under the same spec as the training program.
   const compiler::Graph& g = train_graph();
-  const compiler::Graph& eg = eval_exec_->program().graph;
+  const compiler::Graph& eg = p.exec->program().graph;
   for (size_t k = 0; k < eg.inputs().size(); ++k) {
     const compiler::GraphInput& in = eg.inputs()[k];
     const int tk = g.FindInput(in.name);
     if (tk < 0)
       return absl::InternalError(absl::StrCat("evaluation input '", in.name, "' is not a training input"));
-    LOOM_ASSIGN_OR_RETURN(dtensor::DTensorSpec s, InputSpec(eval_, in.name, mesh_));
-    eval_specs_[in.name] = s;
+    LOOM_ASSIGN_OR_RETURN(dtensor::DTensorSpec s, InputSpec(p.compilation, in.name, mesh_));
+    p.specs[in.name] = s;
     if (IsDataInput(in)) {
-      const ops::TensorMeta& gm = GlobalMeta(eval_, eg, in.name);
-      eval_data_.push_back({in.name, static_cast<int>(k), gm.shape, gm.dtype});
+      const ops::TensorMeta& gm = GlobalMeta(p.compilation, eg, in.name);
+      p.data.push_back({in.name, static_cast<int>(k), gm.shape, gm.dtype});
     } else if (!(s == specs_.at(in.name))) {
       return absl::InternalError(absl::StrCat("evaluation input '", in.name, "' is ", s.ToString(),
                                               " but the training step holds it as ", specs_.at(in.name).ToString()));
     }
-    eval_inputs_.push_back(train_inputs_[tk]);
+    p.inputs.push_back(train_inputs_[tk]);
   }
   return absl::OkStatus();
 }
@@ -388,17 +405,31 @@ absl::Status Trainer::SyncFromDevice() const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::pair<float, Tensor>> Trainer::Forward(const Batch& batch) {
+absl::StatusOr<std::vector<Tensor>> Trainer::RunEval(EvalProgram& p, const Batch& batch) {
   LOOM_RETURN_IF_ERROR(SyncFromDevice());
-  LOOM_RETURN_IF_ERROR(SetBatch(batch, eval_data_, eval_specs_, eval_inputs_));
+  LOOM_RETURN_IF_ERROR(SetBatch(batch, p.data, p.specs, p.inputs));
   std::vector<Tensor> out;
-  LOOM_RETURN_IF_ERROR(eval_exec_->Run(eval_inputs_, &out));
+  LOOM_RETURN_IF_ERROR(p.exec->Run(p.inputs, &out));
+  return out;
+}
+
+absl::StatusOr<std::pair<float, Tensor>> Trainer::Forward(const Batch& batch) {
+  EvalProgram* p = &eval_;
+  if (!single() && has_logits_) {
+    if (!logits_) {
+      LOOM_ASSIGN_OR_RETURN(EvalProgram compiled, CompileEval(logits_forward_));
+      LOOM_RETURN_IF_ERROR(BindEval(compiled));
+      logits_ = std::make_unique<EvalProgram>(std::move(compiled));
+    }
+    p = logits_.get();
+  }
+  LOOM_ASSIGN_OR_RETURN(std::vector<Tensor> out, RunEval(*p, batch));
   return std::make_pair(out[0].data<float>()[0], out.size() > 1 ? out[1] : Tensor());
 }
 
 absl::StatusOr<float> Trainer::Evaluate(const Batch& batch) {
-  LOOM_ASSIGN_OR_RETURN(auto r, Forward(batch));
-  return r.first;
+  LOOM_ASSIGN_OR_RETURN(std::vector<Tensor> out, RunEval(eval_, batch));
+  return out[0].data<float>()[0];
 }
 
 std::map<std::string, Tensor> Trainer::LocalParameters() const {

@@ -6,8 +6,11 @@
 //   - the training step: forward + backward + AdamW update, run with the
 //     parameters, optimizer state, a batch, the learning rate and the step
 //     number as inputs; AdamW updates parameters and state in place;
-//   - the evaluation step: forward only (loss, and logits when the model
-//     has them).
+//   - the evaluation step: forward only. On one rank it outputs the loss and
+//     the logits (when the model has them). On several ranks it outputs the
+//     loss only, and Forward compiles, on its first call, a third program
+//     whose logits are gathered whole on every rank (for sampling; their
+//     arena is only paid for then).
 // A one-rank layout (dp = tp = 1, the default) is the single-process case:
 // compiler::Compile on the model's graphs, no communicators, and device:
 // cuda runs the training step on the CUDA executor. A larger layout compiles
@@ -176,9 +179,20 @@ class Trainer {
     Shape global_shape;
     DType dtype = DType::kI32;
   };
+  // A forward-only program sharing the training step's parameter and buffer
+  // tensors; its data inputs are bound per call.
+  struct EvalProgram {
+    compiler::Compilation compilation;
+    std::unique_ptr<compiler::Executor> exec;
+    std::vector<Tensor> inputs;
+    std::map<std::string, dtensor::DTensorSpec> specs;
+    std::vector<DataInput> data;
+  };
   absl::Status CompileSteps(TrainerModel& model);
+  absl::StatusOr<EvalProgram> CompileEval(const compiler::Graph& forward) const;
   absl::Status BindTrainingInputs(TrainerModel& model);
-  absl::Status BindEvaluationInputs();
+  absl::Status BindEval(EvalProgram& p) const;
+  absl::StatusOr<std::vector<Tensor>> RunEval(EvalProgram& p, const Batch& batch);
   absl::StatusOr<Tensor> InitBlock(size_t index, const dtensor::DTensorSpec& spec) const;
   // options_.init_blocks' block of parameter params_[index] under `spec`.
   absl::StatusOr<Tensor> ReadInitBlock(size_t index, const dtensor::DTensorSpec& spec) const;
@@ -204,16 +218,19 @@ class Trainer {
   std::vector<models::ParamInfo> params_;
   bool has_logits_ = true;
 
-  compiler::Compilation train_, eval_;
-  std::unique_ptr<compiler::Executor> train_exec_, eval_exec_;
+  compiler::Compilation train_;
+  std::unique_ptr<compiler::Executor> train_exec_;
+  EvalProgram eval_;
+  // Several ranks: the evaluation forward with logits, and its program once
+  // Forward has compiled it.
+  compiler::Graph logits_forward_;
+  std::unique_ptr<EvalProgram> logits_;
   std::unique_ptr<compiler::cuda::CudaExecutor> cuda_;  // device: cuda
   mutable bool host_stale_ = false;
   mutable std::vector<Tensor> train_inputs_;
-  std::vector<Tensor> eval_inputs_;
   std::vector<Tensor> outputs_;
   std::map<std::string, dtensor::DTensorSpec> specs_;  // training inputs
-  std::map<std::string, dtensor::DTensorSpec> eval_specs_;
-  std::vector<DataInput> train_data_, eval_data_;
+  std::vector<DataInput> train_data_;
   int lr_in_ = -1, step_in_ = -1;
   int dropout_step_in_ = -1;  // an imported model's dropout offset (onnx/training.h)
   int64_t step_ = 0;

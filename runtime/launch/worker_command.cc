@@ -1,8 +1,7 @@
 #include "runtime/launch/worker_command.h"
 
-#include <cstdio>
+#include <algorithm>
 #include <cstdlib>
-#include <fstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -12,15 +11,12 @@
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/launch/parallel_train.h"
 #include "runtime/train/train_command.h"
+#include "runtime/train/train_loop.h"
 
 namespace loom::launch {
 namespace {
 
-int Fail(int code, const std::string& msg) {
-  std::fprintf(stderr, "loom worker: %s\n", msg.c_str());
-  if (const char* f = std::getenv("LOOM_ERROR_FILE"); f != nullptr && *f) std::ofstream(f) << msg << "\n";
-  return code;
-}
+int Fail(int code, const std::string& msg) { return train::FailRun("loom worker", code, msg); }
 
 // An integer from the environment; `fallback` when unset.
 absl::StatusOr<int> EnvInt(const char* name, int fallback, bool required) {

@@ -1,6 +1,6 @@
 // Multi-process parity: N ranks (processes, Gloo over loopback) train a small
 // model for 20 steps with a parallel layout; at every step the loss must be
-// within 1e-5 (relative) of the single-process Trainer on the same seed and
+// within 1e-5 (relative) of a one-rank Trainer on the same seed and
 // data, and after the last step every parameter block within 1e-5
 // (||delta|| / ||ref||); then the evaluation step's loss and logits on a
 // fresh batch within 1e-5 too. Each rank runs the single-process reference
