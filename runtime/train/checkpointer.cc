@@ -74,7 +74,8 @@ absl::StatusOr<std::vector<parallel::Trainer::StateTensor>> Checkpointer::Saved(
   LOOM_ASSIGN_OR_RETURN(auto state, trainer_->State());
   for (const auto& st : state)
     if (st.spec.has_partial())
-      return absl::InternalError(absl::StrCat("checkpoint: input '", st.name, "' is partial (", st.spec.ToString(), ")"));
+      return absl::InternalError(
+          absl::StrCat("checkpoint: input '", st.name, "' is partial (", st.spec.ToString(), ")"));
   return state;
 }
 
@@ -160,7 +161,8 @@ absl::StatusOr<int64_t> Checkpointer::Restore(const std::string& root, data::Sam
     if (t == nullptr)
       return absl::FailedPreconditionError(absl::StrCat(lr.ckpt.dir, ": no tensor '", sv.name, "' for this model"));
     if (t->shape != sv.global_shape)
-      return absl::FailedPreconditionError(absl::StrCat(lr.ckpt.dir, ": tensor '", sv.name, "' has another shape than this model's"));
+      return absl::FailedPreconditionError(
+          absl::StrCat(lr.ckpt.dir, ": tensor '", sv.name, "' has another shape than this model's"));
     LOOM_ASSIGN_OR_RETURN(auto ranges, dtensor::LocalBlock(sv.global_shape, sv.spec, coords_));
     std::vector<int64_t> off, len;
     bool empty = false;

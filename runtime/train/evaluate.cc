@@ -17,7 +17,8 @@
 
 namespace loom::train {
 
-absl::StatusOr<double> ValidationLoss(parallel::Trainer& t, const v1::JobSpec& spec, const std::vector<int32_t>& val) {
+absl::StatusOr<double> ValidationLoss(parallel::Trainer& t, const v1::JobSpec& spec,
+                                      const std::vector<int32_t>& val) {
   const auto& tr = spec.train();
   const int64_t B = tr.batch_size(), T = spec.model().seq_len();
   Tensor vx = Tensor::MustEmpty({B, T}, DType::kI32), vy = Tensor::MustEmpty({B, T}, DType::kI32);
@@ -34,7 +35,8 @@ absl::StatusOr<double> ValidationLoss(parallel::Trainer& t, const v1::JobSpec& s
 
 // From the evaluation program: batch row 0; later positions are padding the
 // causal mask ignores.
-absl::StatusOr<std::string> SampleText(parallel::Trainer& t, const v1::JobSpec& spec, std::vector<int32_t> prompt, int n) {
+absl::StatusOr<std::string> SampleText(parallel::Trainer& t, const v1::JobSpec& spec, std::vector<int32_t> prompt,
+                                       int n) {
   const int64_t T = spec.model().seq_len(), B = spec.train().batch_size(), V = spec.model().vocab();
   Tensor x = Tensor::Zeros({B, T}, DType::kI32), y = Tensor::Zeros({B, T}, DType::kI32);
   Philox rng(spec.train().seed() + 77, 0);

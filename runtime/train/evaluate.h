@@ -18,11 +18,13 @@
 namespace loom::train {
 
 // Mean loss over train.eval_batches fixed windows of `val`.
-absl::StatusOr<double> ValidationLoss(parallel::Trainer& t, const v1::JobSpec& spec, const std::vector<int32_t>& val);
+absl::StatusOr<double> ValidationLoss(parallel::Trainer& t, const v1::JobSpec& spec,
+                                      const std::vector<int32_t>& val);
 
 // `n` tokens after `prompt`, sampled with temperature 0.8 (seeded by
 // train.seed), decoded as bytes.
-absl::StatusOr<std::string> SampleText(parallel::Trainer& t, const v1::JobSpec& spec, std::vector<int32_t> prompt, int n);
+absl::StatusOr<std::string> SampleText(parallel::Trainer& t, const v1::JobSpec& spec, std::vector<int32_t> prompt,
+                                       int n);
 
 // Whole parameters (`params`, by name; every one of `info`) as one
 // safetensors file under Loom's names (f32, metadata format=pt and

@@ -38,6 +38,9 @@ TEST(TrainCli, BadInputNamesKeyAndValueAndExits2) {
   ExpectBadInput("model: {d_model: 100, n_head: 3}\n", {"model.d_model", "100", "n_head"});
   ExpectBadInput("data: {path: /no/such/corpus.txt}\n", {"data.path", "/no/such/corpus.txt"});
   ExpectBadInput("train: {batch_size: many}\n", {"train.batch_size", "many"});
+  // The GPU trainer's state lives on the device: no checkpoints for it yet.
+  ExpectBadInput("device: cuda\ncheckpoint: {every: 5, dir: /tmp/loom_no_ckpt}\n",
+                 {"checkpoint.dir", "/tmp/loom_no_ckpt", "device: cuda"});
   Result r = RunLoom("train /no/such/job.yaml");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("/no/such/job.yaml"), std::string::npos);
