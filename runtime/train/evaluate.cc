@@ -6,19 +6,19 @@
 #include <fstream>
 
 #include "base/rng.h"
+#include "base/status.h"
 #include "runtime/data/dataset.h"
 
 namespace loom::train {
 
-absl::StatusOr<double> ValidationLoss(Trainer& t, const v1::JobSpec& spec, const std::vector<int32_t>& val) {
+absl::StatusOr<double> ValidationLoss(Trainer& t, const v1::JobSpec& spec, const data::Dataset& dataset) {
   const auto& tr = spec.train();
-  const int64_t B = tr.batch_size(), T = spec.model().seq_len();
-  Tensor vx = Tensor::MustEmpty({B, T}, DType::kI32), vy = Tensor::MustEmpty({B, T}, DType::kI32);
+  data::Batch b = dataset.NewBatch(tr.batch_size());
   double sum = 0;
   for (int i = 0; i < tr.eval_batches(); ++i) {
-    absl::Status s = data::ValidationBatch(val, T, B, i, &vx, &vy);
-    if (!s.ok()) return s;
-    auto l = t.Evaluate(vx, vy);
+    absl::Status s = dataset.Validation(i, tr.batch_size(), 0, &b);
+    if (!s.ok()) return Annotate(s, "validation data");
+    auto l = t.Evaluate(b.x(), b.y());
     if (!l.ok()) return l.status();
     sum += *l;
   }
@@ -58,18 +58,26 @@ absl::StatusOr<std::string> SampleText(Trainer& t, const v1::JobSpec& spec, std:
   return data::DecodeBytes(prompt) + data::DecodeBytes(out);
 }
 
-absl::Status FinishWithSample(Trainer& t, const v1::JobSpec& spec, const std::vector<int32_t>& val,
+absl::Status FinishWithSample(Trainer& t, const v1::JobSpec& spec, const data::Dataset& dataset,
                               const std::string& dir, double val_loss, double baseline) {
-  const int64_t T = spec.model().seq_len();
-  std::vector<int32_t> prompt(val.begin(), val.begin() + std::min<int64_t>({16, T / 2, static_cast<int64_t>(val.size())}));
-  int n = spec.train().sample_tokens() > 0 ? spec.train().sample_tokens() : 200;
-  auto sample = SampleText(t, spec, prompt, n);
-  if (!sample.ok()) return sample.status();
-  std::ofstream(dir + "/sample.txt") << *sample;
-  std::printf("\nfinal validation loss %.4f (bigram baseline %.4f)\n", val_loss, baseline);
-  std::printf("sample:\n----\n%s\n----\n", sample->c_str());
-  std::printf("run folder: %s (metrics.jsonl, metrics.prom, events.out.tfevents.*, loss.svg, sample.txt, job.yaml)\n",
-              dir.c_str());
+  if (std::isnan(baseline)) {
+    std::printf("\nfinal validation loss %.4f\n", val_loss);
+  } else {
+    std::printf("\nfinal validation loss %.4f (bigram baseline %.4f)\n", val_loss, baseline);
+  }
+  if (dataset.kind() == data::Kind::kCausal) {
+    const int64_t T = spec.model().seq_len();
+    std::vector<int32_t> window(static_cast<size_t>(dataset.window_tokens()));
+    LOOM_RETURN_IF_ERROR(dataset.ReadWindow(true, 0, window.data()));
+    std::vector<int32_t> prompt(window.begin(), window.begin() + std::min<int64_t>(16, std::max<int64_t>(1, T / 2)));
+    int n = spec.train().sample_tokens() > 0 ? spec.train().sample_tokens() : 200;
+    auto sample = SampleText(t, spec, prompt, n);
+    if (!sample.ok()) return sample.status();
+    std::ofstream(dir + "/sample.txt") << *sample;
+    std::printf("sample:\n----\n%s\n----\n", sample->c_str());
+  }
+  std::printf("run folder: %s (metrics.jsonl, metrics.prom, events.out.tfevents.*, loss.svg, %sjob.yaml)\n",
+              dir.c_str(), dataset.kind() == data::Kind::kCausal ? "sample.txt, " : "");
   return absl::OkStatus();
 }
 
