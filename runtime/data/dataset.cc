@@ -59,6 +59,7 @@ absl::Status Dataset::OpenTokens(const v1::JobSpec& spec) {
   const auto& d = spec.data();
   need_ = kind_ == Kind::kCausal ? seq_len_ + 1 : seq_len_;
   LOOM_ASSIGN_OR_RETURN(train_src_, TokenSource::Open(path_, d.format(), d.tokens_dtype(), "data.path"));
+  train_src_->set_random_access(d.order() != "sequential");
   const std::string window = absl::StrCat(need_, " tokens (", kind_ == Kind::kCausal ? "seq_len + 1" : "seq_len", ")");
   if (!d.val().empty()) {
     LOOM_ASSIGN_OR_RETURN(val_src_, TokenSource::Open(d.val(), d.format(), d.tokens_dtype(), "data.val"));

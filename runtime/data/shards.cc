@@ -239,7 +239,7 @@ absl::Status TokenSource::Read(int s, int64_t offset, int64_t n, int64_t vocab, 
     return absl::OutOfRangeError(absl::StrCat(field_, ": ", l.path, ": ids [", offset, ", ", offset + n, ") outside its ",
                                               l.num_tokens, " tokens"));
   if (!maps_[s]) {
-    auto m = MappedFile::Open(l.path);
+    auto m = MappedFile::Open(l.path, random_);
     if (!m.ok()) return Annotate(m.status(), field_);
     maps_[s] = std::move(*m);
     if (maps_[s]->size() != l.file_size)
@@ -272,7 +272,7 @@ absl::Status TokenSource::ScanIds(int64_t vocab, int64_t max_bytes, bool* scanne
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path) {
+absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& path, bool random) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return absl::NotFoundError(absl::StrCat(path, ": cannot open: ", std::strerror(errno)));
   struct stat st;
@@ -287,6 +287,7 @@ absl::StatusOr<std::unique_ptr<MappedFile>> MappedFile::Open(const std::string& 
   void* p = ::mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
   ::close(fd);
   if (p == MAP_FAILED) return absl::InternalError(absl::StrCat(path, ": mmap failed: ", std::strerror(errno)));
+  if (random) (void)::madvise(p, static_cast<size_t>(st.st_size), MADV_RANDOM);  // advice only: failure is harmless
   std::unique_ptr<MappedFile> m(new MappedFile());
   m->data_ = static_cast<const uint8_t*>(p);
   m->size_ = st.st_size;

@@ -88,6 +88,9 @@ class TokenSource {
   // every id is in [0, vocab). Maps the shard on its first read. Not
   // thread-safe (one reader per process).
   absl::Status Read(int s, int64_t offset, int64_t n, int64_t vocab, int32_t* out) const;
+  // Reads of shuffled windows: maps are advised MADV_RANDOM (no readahead
+  // around each window). Set before the first read.
+  void set_random_access(bool random) { random_ = random; }
   // Reads every id once, checking the range, when the ids take at most
   // `max_bytes`; *scanned says whether it did.
   absl::Status ScanIds(int64_t vocab, int64_t max_bytes, bool* scanned) const;
@@ -95,14 +98,16 @@ class TokenSource {
  private:
   TokenSource() = default;
   std::string field_;  // the spec field naming these shards, prefixing read errors
+  bool random_ = false;
   std::vector<ShardLayout> shards_;
   mutable std::vector<std::unique_ptr<MappedFile>> maps_;
 };
 
-// A read-only private memory map of a whole file.
+// A read-only private memory map of a whole file; `random` advises the
+// kernel that reads jump around (MADV_RANDOM: no readahead).
 class MappedFile {
  public:
-  static absl::StatusOr<std::unique_ptr<MappedFile>> Open(const std::string& path);
+  static absl::StatusOr<std::unique_ptr<MappedFile>> Open(const std::string& path, bool random = false);
   ~MappedFile();
   const uint8_t* data() const { return data_; }
   int64_t size() const { return size_; }
