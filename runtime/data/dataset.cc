@@ -37,6 +37,7 @@ absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const v1::JobSpec& spec) 
   ds->path_ = d.path().empty() ? kDefaultCorpus : d.path();
   ds->seq_len_ = spec.model().seq_len();
   ds->vocab_ = BuiltIn(spec.model()) ? spec.model().vocab() : std::numeric_limits<int32_t>::max();
+  ds->model_vocab_ = spec.model().vocab() > 0 ? spec.model().vocab() : ds->vocab_;
   ds->seed_ = spec.train().seed();
   if (!d.inputs().x().empty()) ds->x_name_ = d.inputs().x();
   if (!d.inputs().y().empty()) ds->y_name_ = d.inputs().y();
@@ -167,7 +168,7 @@ absl::Status Dataset::FillRow(bool val, int64_t sample, uint64_t draw, int64_t r
     std::copy(w.begin(), w.begin() + seq_len_, x);
     std::copy(w.begin() + 1, w.end(), y);
   } else {
-    MaskWindow(mlm_, val ? seed_ ^ 0x76616c6964ull : seed_, draw, vocab_, w.data(), seq_len_, x, y);
+    MaskWindow(mlm_, val ? seed_ ^ 0x76616c6964ull : seed_, draw, model_vocab_, w.data(), seq_len_, x, y);
   }
   return absl::OkStatus();
 }

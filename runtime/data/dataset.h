@@ -82,7 +82,9 @@ class Dataset {
 
   Kind kind_ = Kind::kCausal;
   std::string path_, x_name_ = "x", y_name_ = "y";
-  int64_t seq_len_ = 0, vocab_ = 0, need_ = 0;
+  int64_t seq_len_ = 0, need_ = 0;
+  int64_t vocab_ = 0;        // ids read must be below this (built-in families: model.vocab; else int32 max)
+  int64_t model_vocab_ = 0;  // the range of MLM's random replacement ids
   uint64_t seed_ = 0;
   MlmOptions mlm_;
   std::unique_ptr<TokenSource> train_src_, val_src_;  // val_src_ null: validation windows come from train_src_

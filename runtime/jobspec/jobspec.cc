@@ -215,6 +215,8 @@ absl::Status ValidateDataSection(const v1::JobSpec& s) {
                              "applies to data.kind: pairs"));
   LOOM_RETURN_IF_ERROR(Field(!pairs || !d.path().empty(), "data.path", "nothing",
                              "data.kind: pairs needs the inputs .npy"));
+  LOOM_RETURN_IF_ERROR(Field(!pairs || f == "auto" || f == "npy", "data.format", f,
+                             "data.kind: pairs reads .npy files (auto or npy)"));
   const bool builtin = m.family() == "gpt" || m.family() == "llama";
   for (const auto& [key, name, want] : {std::tuple<const char*, std::string, const char*>{"data.inputs.x", d.inputs().x(), "x"},
                                         {"data.inputs.y", d.inputs().y(), "y"}})

@@ -89,6 +89,8 @@ TEST(JobSpec, DataFieldsHaveDefaultsAndNamedErrors) {
            {"data: {kind: pairs, path: '" + dir + "/shard_a.bin'}", "data.labels: is required"},
            {"data: {labels: '" + dir + "/shard_a.bin'}", "data.labels: applies to data.kind: pairs"},
            {"data: {inputs: {x: input_ids}}", "data.inputs.x"},
+           {"data: {kind: pairs, format: llmc, path: '" + dir + "/shard_a.bin', labels: '" + dir + "/shard_a.bin'}",
+            "data.format"},
        }) {
     const std::string e = ErrorOf(c.yaml);
     EXPECT_NE(e.find(c.needle), std::string::npos) << c.yaml << " -> '" << e << "'";
