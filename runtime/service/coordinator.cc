@@ -50,7 +50,9 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
     return absl::InvalidArgumentError(
         absl::StrCat("heartbeat_interval_ms: must be positive, got ", options.heartbeat_interval_ms));
   }
-  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(options.data_dir));
+  StoreOptions so;
+  so.init = options.init;
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(options.data_dir, so));
   std::unique_ptr<Coordinator> c(new Coordinator(options, std::move(store)));
   LOOM_ASSIGN_OR_RETURN(c->incarnation_, RandomHex(8));
   // Reload: queued jobs go back in the queue; jobs that were placed keep

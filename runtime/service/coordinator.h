@@ -44,6 +44,9 @@ bool IsRetryableExit(int code);
 
 struct CoordinatorOptions {
   std::string data_dir;
+  // Start an empty job store where the data folder held one whose loom.db is
+  // now missing or empty (StoreOptions::init); refused without it.
+  bool init = false;
   int max_queued_jobs = 10000;
   // When non-empty, spec paths (data.path, run_dir, checkpoint.dir, init_from) must lie
   // inside one of these folders. `..` components are always refused.

@@ -47,6 +47,7 @@ absl::Status ParseInt(const std::string& flag, const std::string& v, int lo, int
 }  // namespace
 
 absl::StatusOr<CoordinatorFlags> ParseCoordinatorFlags(const std::vector<std::string>& args, const EnvLookup& env) {
+  CoordinatorFlags out;
   std::map<std::string, std::string> v;
   for (const FlagDef& f : kFlags) {
     if (f.env == nullptr) continue;
@@ -57,6 +58,10 @@ absl::StatusOr<CoordinatorFlags> ParseCoordinatorFlags(const std::vector<std::st
     const std::string& a = args[i];
     if (a.rfind("--", 0) != 0) return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", a, "'"));
     std::string name = a.substr(2), value;
+    if (name == "init") {  // a switch for one start; no environment variable on purpose
+      out.server.coordinator.init = true;
+      continue;
+    }
     size_t eq = name.find('=');
     if (eq != std::string::npos) {
       value = name.substr(eq + 1);
@@ -71,7 +76,6 @@ absl::StatusOr<CoordinatorFlags> ParseCoordinatorFlags(const std::vector<std::st
     if (!known) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
     v[name] = value;
   }
-  CoordinatorFlags out;
   ServerOptions& o = out.server;
   o.coordinator.data_dir = v.count("data-dir") ? v["data-dir"] : DefaultDataDir();
   o.listen_address = v.count("listen") ? v["listen"] : "127.0.0.1:7070";

@@ -13,6 +13,10 @@
 //   --tls-cert PEM --tls-key PEM     LOOM_TLS_CERT, LOOM_TLS_KEY (TLS on)
 //   --tls-client-ca PEM       LOOM_TLS_CLIENT_CA  (mutual TLS: verify clients)
 //   --port-file PATH          write "<grpc port> <metrics port>\n" once listening
+//   --init                    start an empty job store although <data-dir>/store.marker
+//                             says loom.db existed (it is missing or empty); job and agent
+//                             ids continue after the old ones. No environment variable.
+// One coordinator per data folder (<data-dir>/lock) and per port.
 // Flags take `--name=value` or `--name value`. Exit codes: 0 after a clean
 // shutdown, 1 when the server cannot start, 2 for bad flags.
 #pragma once

@@ -271,6 +271,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(cons
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder b;
+  // gRPC sets SO_REUSEPORT by default: a second coordinator would share the port.
+  b.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   b.AddListeningPort(options.listen_address, creds, &s->port_);
   b.SetMaxReceiveMessageSize(options.max_receive_bytes);
   b.RegisterService(s->job_service_.get());
