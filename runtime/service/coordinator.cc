@@ -55,6 +55,8 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(options.data_dir, so));
   std::unique_ptr<Coordinator> c(new Coordinator(options, std::move(store)));
   LOOM_ASSIGN_OR_RETURN(c->incarnation_, RandomHex(8));
+  LOOM_ASSIGN_OR_RETURN(std::vector<AgentRecord> agents, c->store_->Agents());
+  for (const AgentRecord& a : agents) c->credentials_[a.id] = {a.secret_sha256, a.cert_identity};
   // Reload: queued jobs go back in the queue; jobs that were placed keep
   // their state until agents reconnect (reconciliation is the agents' part).
   LOOM_ASSIGN_OR_RETURN(std::vector<JobRecord> active, c->store_->ActiveJobs());
@@ -103,6 +105,8 @@ Coordinator::Coordinator(const CoordinatorOptions& o, std::unique_ptr<JobStore> 
                              "Training steps completed, summed over jobs (each job's step as its rank 0 reports it).");
     m_sched_latency_ = m->AddHistogram("loom_scheduling_latency_seconds", "Time from submission to placement.",
                                        {}, metrics::DefaultBuckets());
+    m_refused_ = m->AddCounter("loom_node_calls_refused_total",
+                               "NodeService calls refused for acting for another agent's ranks or id.", {"call"});
   }
 }
 
@@ -311,6 +315,7 @@ absl::StatusOr<v1::JobStatus> Coordinator::Cancel(const std::string& job_id) {
   if (const auto* slots = sched_.Placement(id)) KillLocked(id, *slots);
   sched_.Release(id);
   live_.erase(id);
+  ForgetOwnersLaterLocked(id);
   RunScheduleLocked();
   NotifyLocked();
   return ToStatus(done);
@@ -393,6 +398,7 @@ void Coordinator::LaunchLocked(const JobRecord& r, const std::vector<Slot>& slot
     p->set_agent_id(s.agent_id);
     p->set_gpu(s.gpu);
     if (s.rank == 0) o.set_host_rendezvous(true);
+    AddRankOwnerLocked(r.id, s.rank, s.agent_id);
   }
   // The rendezvous: rank 0's agent hosts the store; the secret is new for
   // every attempt, so a stale worker of an earlier attempt cannot join.
@@ -433,7 +439,21 @@ void Coordinator::FinishLocked(int64_t id, const std::function<void(JobRecord&)>
   if (const auto* slots = sched_.Placement(id)) KillLocked(id, *slots);
   sched_.Release(id);
   live_.erase(id);
+  ForgetOwnersLaterLocked(id);
   RunScheduleLocked();
+}
+
+void Coordinator::AddRankOwnerLocked(int64_t job, int32_t rank, const std::string& agent) {
+  rank_owners_[job][rank].insert(agent);
+}
+
+void Coordinator::ForgetOwnersLaterLocked(int64_t job) {
+  constexpr size_t kKeptFinished = 4096;
+  finished_owners_.push_back(job);
+  while (finished_owners_.size() > kKeptFinished) {
+    rank_owners_.erase(finished_owners_.front());
+    finished_owners_.pop_front();
+  }
 }
 
 void Coordinator::RestartOrFailLocked(JobRecord r, int32_t rank, int32_t code, const std::string& why) {

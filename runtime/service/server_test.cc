@@ -43,7 +43,7 @@ TEST_F(ServerTest, TokenIsRequiredAndNothingChangesWithoutIt) {
 }
 
 TEST_F(ServerTest, BadInputGetsTheRightCodeAndChangesNoState) {
-  Register(4);
+  std::string agent = Register(4);
   struct Case {
     std::string what;
     v1::SubmitJobRequest req;
@@ -130,13 +130,16 @@ TEST_F(ServerTest, BadInputGetsTheRightCodeAndChangesNoState) {
   v1::RegisterAgentRequest r;
   v1::RegisterAgentResponse rr;
   r.mutable_resources()->set_cpu_slots(-3);
-  st = nodes_->RegisterAgent(Ctx().get(), r, &rr);
+  st = nodes_->RegisterAgent(JoinCtx().get(), r, &rr);
   EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(st.error_message().find("resources.cpu_slots"), std::string::npos);
+  EXPECT_EQ(server_->coordinator()->store()->Agents()->size(), 1u);  // no identity issued for it
   v1::HeartbeatRequest h;
   h.set_agent_id("ghost");
   v1::HeartbeatResponse hr;
-  EXPECT_EQ(nodes_->Heartbeat(Ctx().get(), h, &hr).error_code(), StatusCode::NOT_FOUND);
+  st = nodes_->Heartbeat(AgentCtx(agent).get(), h, &hr);
+  EXPECT_EQ(st.error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(st.error_message().find("agent_id"), std::string::npos);
   EXPECT_EQ(TotalJobs(), before);
 
   // A large job may still wait for capacity when it asks to.
@@ -264,7 +267,7 @@ TEST_F(ServerTest, AppendLogsIsIdempotentAndValidated) {
     req.set_offset(offset);
     req.set_data(data);
     v1::AppendLogsResponse resp;
-    return nodes_->AppendLogs(Ctx().get(), req, &resp);
+    return nodes_->AppendLogs(AgentCtx(agent).get(), req, &resp);
   };
   ASSERT_TRUE(append("stdout", 1, 0, "abc").ok());
   ASSERT_TRUE(append("stdout", 1, 0, "abc").ok());  // a retry
@@ -348,7 +351,9 @@ TEST_F(ServerTest, MetricsEndpointParsesWithPrometheusClient) {
   ASSERT_GT((*s)->metrics_port(), 0);
   v1::RegisterAgentRequest reg;
   reg.mutable_resources()->set_cpu_slots(2);
-  ASSERT_TRUE((*s)->coordinator()->RegisterAgent(reg).ok());
+  AgentCaller join;
+  join.join = true;
+  ASSERT_TRUE((*s)->coordinator()->RegisterAgent(reg, join).ok());
   v1::SubmitJobRequest sub;
   *sub.mutable_spec() = Spec("m", 2);
   ASSERT_TRUE((*s)->coordinator()->Submit(sub).ok());
@@ -381,7 +386,7 @@ TEST_F(ServerTest, ShutdownDoesNotWaitForLongPollsOrWatchers) {
     req.set_agent_id(agent);
     req.set_wait_ms(5000);
     v1::PollOrdersResponse resp;
-    nodes_->PollOrders(Ctx().get(), req, &resp);
+    nodes_->PollOrders(AgentCtx(agent).get(), req, &resp);
   });
   std::thread watcher([&] {
     v1::WatchJobRequest req;
@@ -400,24 +405,6 @@ TEST_F(ServerTest, ShutdownDoesNotWaitForLongPollsOrWatchers) {
   poller.join();
   watcher.join();
   EXPECT_LT(secs, 2.0);
-}
-
-// Makes a throwaway CA and a server (127.0.0.1) and client certificate with
-// the openssl CLI (EC keys: fast).
-bool MakeCerts(const std::string& d) {
-  std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
-  std::string cmd =
-      "cd " + d + " && set -e && " +
-      "openssl req -x509 " + ec + " -keyout ca.key -out ca.pem -days 1 -subj /CN=loom-test-ca && " +
-      "openssl req " + ec + " -keyout server.key -out server.csr -subj /CN=localhost && " +
-      "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost' > server.ext && " +
-      "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 1 "
-      "-extfile server.ext && " +
-      "openssl req " + ec + " -keyout client.key -out client.csr -subj /CN=client && " +
-      "printf 'extendedKeyUsage=clientAuth' > client.ext && " +
-      "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem -days 1 "
-      "-extfile client.ext) > openssl.log 2>&1";
-  return std::system(("(" + cmd).c_str()) == 0;
 }
 
 TEST_F(ServerTest, TlsAndMutualTls) {

@@ -37,7 +37,7 @@ class AgentTest : public ::testing::Test {
   std::unique_ptr<Agent> StartAgent(const std::string& script, int slots = 2) {
     AgentOptions a;
     a.coordinator = "127.0.0.1:" + std::to_string(server_->port());
-    a.token = server_->token();
+    a.join_token = server_->join_token();
     a.data_dir = root_ + "/agent";
     a.cpu_slots = slots;
     a.worker_argv = {"/bin/sh", "-c", script};
