@@ -185,8 +185,10 @@ Json CoordinatorDeployment(const Json& job, const std::string& svc, const std::s
       {"name", "coordinator"},
       {"image", image},
       {"command",
+       // One coordinator per TrainingJob, which only the operator submits to:
+       // the job's own paths (volumes of its agent pods) are not confined.
        {"loom", "coordinator", "--listen", "0.0.0.0:7070", "--metrics-listen", "0.0.0.0:7071", "--data-dir",
-        "/var/lib/loom"}},
+        "/var/lib/loom", "--allowed-roots", "/"}},
       {"ports", {{{"name", "grpc"}, {"containerPort", 7070}}, {{"name", "metrics"}, {"containerPort", 7071}}}},
       {"volumeMounts",
        {{{"name", "data"}, {"mountPath", "/var/lib/loom"}},

@@ -6,9 +6,12 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "base/status.h"
 #include "absl/time/time.h"
 #include "collectives/process_group.h"
 #include "collectives/store/tcp_store.h"
+#include "runtime/jobspec/confine.h"
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/launch/parallel_train.h"
 #include "runtime/train/train_command.h"
@@ -34,6 +37,19 @@ absl::StatusOr<int> EnvInt(const char* name, int fallback, bool required) {
   return out;
 }
 
+// The coordinator's confinement (LOOM_ALLOWED_ROOTS), checked again on this
+// node right before the files are opened: a symlink may have changed since
+// the submission, and another node's files are not the coordinator's.
+absl::Status CheckConfined(const v1::JobSpec& spec) {
+  const char* env = std::getenv("LOOM_ALLOWED_ROOTS");
+  if (env == nullptr || *env == '\0') return absl::OkStatus();
+  std::vector<std::string> roots = absl::StrSplit(env, ':', absl::SkipEmpty());
+  LOOM_RETURN_IF_ERROR(jobspec::ConfinePath("data.path", spec.data().path(), roots));
+  LOOM_RETURN_IF_ERROR(jobspec::ConfinePath("run_dir", spec.run_dir(), roots));
+  LOOM_RETURN_IF_ERROR(jobspec::ConfinePath("checkpoint.dir", spec.checkpoint().dir(), roots));
+  return jobspec::ConfinePath("init_from", spec.init_from(), roots);
+}
+
 }  // namespace
 
 int RunWorkerCommand(const std::vector<std::string>& args) {
@@ -48,6 +64,7 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
     return Fail(2, absl::StrCat("LOOM_RANK ", *rank, " is outside LOOM_WORLD_SIZE ", *world));
   auto spec = jobspec::LoadJobSpec(spec_path);
   if (!spec.ok()) return Fail(2, absl::StrCat(spec_path, ": ", spec.status().message()));
+  if (absl::Status s = CheckConfined(*spec); !s.ok()) return Fail(2, std::string(s.message()));
   const auto& par = spec->parallel();
   const int layout = std::max(1, par.dp()) * std::max(1, par.tp());
   if (!par.tp_auto() && layout != *world)

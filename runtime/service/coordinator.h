@@ -57,8 +57,19 @@ struct CoordinatorOptions {
   // now missing or empty (StoreOptions::init); refused without it.
   bool init = false;
   int max_queued_jobs = 10000;
-  // When non-empty, spec paths (data.path, run_dir, checkpoint.dir, init_from) must lie
-  // inside one of these folders. `..` components are always refused.
+  // Run folders of jobs that set no run_dir: <run_root>/<name>-<job id>, put
+  // into their launch orders. "" (the embedded coordinator of `loom run`):
+  // the worker's own default, runs/<name>-<time> under its working folder.
+  std::string run_root;
+  // Folders named at start that jobs may read from and write in (data,
+  // init_from, checkpoints, run folders).
+  std::vector<std::string> data_roots;
+  // Every path of a spec (data.path, run_dir, checkpoint.dir, init_from) must
+  // resolve, symlinks followed (jobspec/confine.h), inside one of these
+  // folders; `..` is always refused. Empty: run_root and data_roots. With all
+  // three empty, paths are not confined (`loom run`: the user's own spec, run
+  // with the user's own rights). run_root must lie inside allowed_roots. No
+  // root may contain ':' (launch orders pass them to workers as a list).
   std::vector<std::string> allowed_roots;
   int heartbeat_interval_ms = 1000;
   // After a restart, how long reloaded jobs wait for agents to reclaim their
@@ -152,7 +163,6 @@ class Coordinator {
 
   Coordinator(const CoordinatorOptions& o, std::unique_ptr<JobStore> s);
   absl::Status ValidateSpec(v1::JobSpec& spec) const;
-  absl::Status CheckPath(const std::string& field, const std::string& path) const;
   v1::JobStatus ToStatus(const JobRecord& r) const;
   void RunScheduleLocked();
   void LaunchLocked(const JobRecord& r, const std::vector<Slot>& slots);
@@ -178,6 +188,7 @@ class Coordinator {
   Scheduler sched_;
   std::map<std::string, AgentInfo> agents_;
   std::map<int64_t, LiveJob> live_;
+  std::vector<std::string> roots_;  // the folders spec paths are confined to; empty: not confined
   struct Credential {
     std::string secret_sha256;
     std::string cert_identity;

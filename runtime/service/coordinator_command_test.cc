@@ -33,7 +33,17 @@ TEST(CoordinatorFlags, DefaultsEnvAndFlags) {
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->server.coordinator.data_dir, "/d");
   EXPECT_FALSE(f->server.coordinator.init);
+  EXPECT_EQ(f->server.coordinator.run_root, "/d/runs");  // confined by default: the run root
+  EXPECT_TRUE(f->server.coordinator.data_roots.empty());
+  EXPECT_TRUE(f->server.coordinator.allowed_roots.empty());
+  EXPECT_EQ(f->server.coordinator.kill_grace_ms, 10000);
   EXPECT_TRUE(Parse({"--init"})->server.coordinator.init);
+  EXPECT_TRUE(Parse({"--data-dir=/x", "--help"})->help);
+  f = Parse({"--run-root=/r", "--data-roots", "/data1,/data2", "--kill-grace-ms=500"});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->server.coordinator.run_root, "/r");
+  EXPECT_EQ(f->server.coordinator.data_roots, (std::vector<std::string>{"/data1", "/data2"}));
+  EXPECT_EQ(f->server.coordinator.kill_grace_ms, 500);
   EXPECT_EQ(f->server.listen_address, "127.0.0.1:7070");  // loopback by default
   EXPECT_EQ(f->server.metrics_host, "127.0.0.1");
   EXPECT_EQ(f->server.metrics_port, 7071);

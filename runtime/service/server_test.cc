@@ -407,6 +407,53 @@ TEST_F(ServerTest, ShutdownDoesNotWaitForLongPollsOrWatchers) {
   EXPECT_LT(secs, 2.0);
 }
 
+// A coordinator with a run root confines spec paths to it and its data roots
+// by default, gives jobs without a run_dir a folder under the run root, and
+// names its roots in every launch order (the worker checks them again).
+TEST_F(ServerTest, RunRootAndDataRootsConfineJobsByDefault) {
+  server_.reset();
+  std::filesystem::create_directories(root_ + "/data");
+  std::ofstream(root_ + "/data/c.txt") << std::string(2048, 'z');
+  CoordinatorOptions o;
+  o.data_dir = root_ + "/confined";
+  o.run_root = root_ + "/runroot";
+  o.data_roots = {root_ + "/data"};
+  auto c = Coordinator::Create(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(std::filesystem::is_directory(root_ + "/runroot"));
+  AgentCaller join;
+  join.join = true;
+  v1::RegisterAgentRequest reg;
+  reg.mutable_resources()->set_cpu_slots(1);
+  auto agent = (*c)->RegisterAgent(reg, join);
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = Spec("assigned");
+  req.mutable_spec()->mutable_data()->set_path(root_ + "/data/c.txt");
+  auto sub = (*c)->Submit(req);
+  ASSERT_TRUE(sub.ok()) << sub.status();
+  auto orders = (*c)->PollOrders(agent->agent_id(), 0);
+  ASSERT_TRUE(orders.ok());
+  ASSERT_EQ(orders->orders_size(), 1);
+  const v1::LaunchOrder& launch = orders->orders(0).launch();
+  EXPECT_EQ(launch.spec().run_dir(), root_ + "/runroot/assigned-" + sub->job().job_id());
+  ASSERT_EQ(launch.allowed_roots_size(), 2);
+  EXPECT_EQ(launch.allowed_roots(0), root_ + "/runroot");
+  EXPECT_EQ(launch.allowed_roots(1), root_ + "/data");
+  EXPECT_TRUE((*c)->Get(sub->job().job_id())->spec().run_dir().empty());  // the stored spec is the user's
+  req.mutable_spec()->mutable_data()->set_path("/etc/passwd");
+  auto refused = (*c)->Submit(req);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("spec.data.path: '/etc/passwd' is outside"), std::string::npos)
+      << refused.status();
+  c->reset();
+  // An explicit allowed_roots replaces the default and must hold the run root.
+  o.allowed_roots = {root_ + "/data"};
+  auto bad = Coordinator::Create(o);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("run_root"), std::string::npos) << bad.status();
+}
+
 TEST_F(ServerTest, TlsAndMutualTls) {
   std::string d = root_ + "/tls";
   std::filesystem::create_directories(d);

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/status.h"
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/service/auth/token.h"
@@ -341,6 +342,7 @@ void Agent::Launch(const v1::LaunchOrder& o) {
         std::getenv("LOOM_COLLECTIVES_HOST") == nullptr) {
       env.push_back("LOOM_COLLECTIVES_HOST=" + opts_.rendezvous_host);
     }
+    if (o.allowed_roots_size() > 0) env.push_back("LOOM_ALLOWED_ROOTS=" + absl::StrJoin(o.allowed_roots(), ":"));
     if (!o.rendezvous_address().empty()) {
       env.push_back("LOOM_STORE_ADDR=" + o.rendezvous_address());
       env.push_back("LOOM_STORE_SECRET=" + o.rendezvous_secret());
@@ -366,6 +368,18 @@ void Agent::Launch(const v1::LaunchOrder& o) {
       if (fo < 0 || fe < 0) _exit(126);
       dup2(fo, 1);
       dup2(fe, 2);
+      // The agent blocks SIGTERM and SIGINT for sigwait, and a mask and
+      // ignored signals survive exec: the rank starts with neither, so a
+      // kill order's SIGTERM reaches it.
+      struct sigaction dfl;
+      std::memset(&dfl, 0, sizeof dfl);
+      dfl.sa_handler = SIG_DFL;
+      for (int sig = 1; sig < NSIG; ++sig) {
+        if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, nullptr);
+      }
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
       execve(argv[0], argv.data(), envp.data());
       _exit(127);
     }

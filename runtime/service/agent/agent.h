@@ -9,11 +9,14 @@
 // under a new id.
 //
 // Every rank runs `worker_argv` in its own process group, with
-// PR_SET_PDEATHSIG(SIGKILL) tied to the agent's order thread, stdout and
-// stderr appended to <data_dir>/logs/<job>/rank<r>.{out,err}, and env
-// LOOM_JOB_ID, LOOM_RANK, LOOM_WORLD_SIZE, LOOM_ATTEMPT, LOOM_GPU (-1 on CPU)
-// and LOOM_ERROR_FILE (a worker writes its failure reason there; the agent
-// sends it as the root cause). A kill order sends SIGTERM to each rank's
+// PR_SET_PDEATHSIG(SIGKILL) tied to the agent's order thread, an empty signal
+// mask and default signal dispositions (whatever the agent blocks or ignores,
+// a rank gets SIGTERM), stdout and stderr appended to
+// <data_dir>/logs/<job>/rank<r>.{out,err}, and env LOOM_JOB_ID, LOOM_RANK,
+// LOOM_WORLD_SIZE, LOOM_ATTEMPT, LOOM_GPU (-1 on CPU), LOOM_ERROR_FILE (a
+// worker writes its failure reason there; the agent sends it as the root
+// cause) and LOOM_ALLOWED_ROOTS (the order's allowed_roots joined with ':',
+// when the coordinator confines paths). A kill order sends SIGTERM to each rank's
 // group, then SIGKILL to the group after the order's grace period. Stop()
 // kills every group at once (SIGKILL) and reaps them.
 //
