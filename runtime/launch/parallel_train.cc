@@ -5,15 +5,19 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "base/status.h"
 #include "compiler/comm/communicator.h"
 #include "dtensor/device_mesh.h"
 #include "parallel/styles.h"
 #include "parallel/trainer.h"
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/loader.h"
 #include "runtime/data/dataset.h"
 #include "runtime/jobspec/jobspec.h"
 #include "dtensor/dtensor.h"
@@ -30,9 +34,38 @@ int Fail(int rank, int code, absl::string_view msg) {
   return code;
 }
 
+// The step to continue after (0: none). Rank 0 first removes leftovers of
+// interrupted saves and moves unusable checkpoints aside (they would block
+// saving their steps again); then every rank loads the newest usable one.
+absl::StatusOr<int64_t> Resume(const v1::JobSpec& spec, collectives::ProcessGroup& world, ParallelState& state,
+                               data::Sampler* sampler) {
+  const std::string& dir = spec.checkpoint().dir();
+  if (dir.empty()) return 0;
+  const int rank = world.rank();
+  std::optional<checkpoint::LoadResult> latest;
+  std::error_code ec;
+  if (rank == 0 && std::filesystem::is_directory(dir, ec)) {
+    LOOM_RETURN_IF_ERROR(checkpoint::CleanStale(dir));
+    LOOM_ASSIGN_OR_RETURN(checkpoint::ResumePoint point, checkpoint::PrepareResume(dir));
+    for (const std::string& q : point.quarantined) std::printf("unusable checkpoint moved aside: %s\n", q.c_str());
+    latest = std::move(point.latest);
+  }
+  LOOM_ASSIGN_OR_RETURN(auto w, world.Barrier({}));
+  LOOM_RETURN_IF_ERROR(Annotate(w->Wait(), "barrier before loading the checkpoint"));
+  std::string log;
+  LOOM_ASSIGN_OR_RETURN(int64_t step, state.Restore(dir, sampler, &log, latest ? &*latest : nullptr));
+  if (rank == 0 && step > 0) {
+    std::printf("%s; resuming at step %lld\n", log.c_str(), static_cast<long long>(step + 1));
+    std::fflush(stdout);
+    train::ReportProgress(step, step);
+  }
+  return step;
+}
+
 }  // namespace
 
-int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::ProcessGroup> world) {
+int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::ProcessGroup> world,
+                        checkpoint::CommitGate* gate) {
   const int rank = world->rank();
   const auto& tr = spec.train();
   const auto& m = spec.model();
@@ -89,21 +122,9 @@ int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::Pr
   auto state = ParallelState::Create(spec, **trainer, (*mesh)->shape(), rank);
   if (!state.ok()) return Fail(rank, absl::IsInvalidArgument(state.status()) ? 2 : 1, state.status().message());
   const auto& ck = spec.checkpoint();
-  int64_t ckpt_step = 0;
-  if (!ck.dir().empty()) {
-    if (rank == 0) (void)checkpoint::CleanStale(ck.dir());
-    if (auto w = world->Barrier({}); !w.ok() || !(*w)->Wait().ok())
-      return Fail(rank, 1, "barrier before loading the checkpoint failed");
-    std::string log;
-    auto resumed = (*state)->Restore(ck.dir(), &*sampler, &log);
-    if (!resumed.ok()) return Fail(rank, 1, absl::StrCat("checkpoint.dir: ", resumed.status().message()));
-    ckpt_step = *resumed;
-    if (rank == 0 && ckpt_step > 0) {
-      std::printf("%s; resuming at step %lld\n", log.c_str(), static_cast<long long>(ckpt_step + 1));
-      std::fflush(stdout);
-      train::ReportProgress(ckpt_step, ckpt_step);
-    }
-  }
+  auto resumed = Resume(spec, *world, **state, &*sampler);
+  if (!resumed.ok()) return Fail(rank, 1, absl::StrCat("checkpoint.dir: ", resumed.status().message()));
+  int64_t ckpt_step = *resumed;
   const int64_t B = tr.batch_size(), T = m.seq_len();
   Tensor x = Tensor::MustEmpty({B, T}, DType::kI32), y = Tensor::MustEmpty({B, T}, DType::kI32);
   for (int step = static_cast<int>(ckpt_step) + 1; step <= tr.steps(); ++step) {
@@ -117,7 +138,7 @@ int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::Pr
       if (!s.ok()) return Fail(rank, 1, s.message());
     }
     if (!ck.dir().empty() && ck.every() > 0 && step % ck.every() == 0) {
-      absl::Status s = (*state)->Save(ck.dir(), sampler->state(), ck.keep() > 0 ? ck.keep() : 3, *world);
+      absl::Status s = (*state)->Save(ck.dir(), sampler->state(), ck.keep() > 0 ? ck.keep() : 3, *world, gate);
       if (!s.ok()) return Fail(rank, 1, absl::StrCat("checkpoint at step ", step, ": ", s.message()));
       ckpt_step = step;
     }

@@ -14,6 +14,7 @@
 #include "runtime/jobspec/confine.h"
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/launch/parallel_train.h"
+#include "runtime/launch/stop_signal.h"
 #include "runtime/train/train_command.h"
 
 namespace loom::launch {
@@ -53,6 +54,8 @@ absl::Status CheckConfined(const v1::JobSpec& spec) {
 }  // namespace
 
 int RunWorkerCommand(const std::vector<std::string>& args) {
+  static checkpoint::CommitGate gate;  // lives until _exit or exit
+  StopOnSignals(&gate);
   if (!args.empty()) return Fail(2, absl::StrCat("unexpected argument '", args[0], "' (the agent passes the job through LOOM_* variables)"));
   const char* spec_path = std::getenv("LOOM_JOB_SPEC");
   if (spec_path == nullptr || *spec_path == '\0') return Fail(2, "LOOM_JOB_SPEC: not set (`loom worker` runs under an agent)");
@@ -93,7 +96,7 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
   // One GPU rank: the CUDA training step, its loss averaged through the
   // group's CUDA backend (NCCL).
   if (cuda && *world == 1 && !checkpoints) return train::RunTrainCommand({spec_path}, pg->get());
-  return RunParallelTraining(*spec, std::shared_ptr<collectives::ProcessGroup>(std::move(*pg)));
+  return RunParallelTraining(*spec, std::shared_ptr<collectives::ProcessGroup>(std::move(*pg)), &gate);
 }
 
 }  // namespace loom::launch

@@ -2,7 +2,9 @@
 // `loom train` and the ranks of a parallel job (rank 0 reports):
 //
 //   job.yaml             the spec with defaults
-//   metrics.jsonl        one JSON object per logged step and per validation
+//   metrics.jsonl        one JSON object per logged step and per validation,
+//                        flushed as each is written; appended to when the
+//                        folder has one (a restarted or resumed run)
 //   metrics.prom         Prometheus text (train_metrics.h), also served live
 //                        with --metrics-listen / LOOM_WORKER_METRICS_LISTEN
 //   events.out.tfevents.*  TensorBoard scalars (tb_events.h)
