@@ -137,12 +137,12 @@ def job_yaml(root, i, rng, steps):
     dp = rng.choice([1, 2])
     lines = ["name: %s" % name,
              "model: {family: gpt, n_layer: 1, n_head: 2, d_model: 32, seq_len: 16}",
-             "train: {steps: %d, batch_size: 4, log_every: 5, eval_every: 1000}" % steps,
+             "train: {steps: %d, batch_size: 4, log_every: 25, eval_every: 100000}" % steps,
              "parallel: {dp: %d, backend: 'cpu:gloo'}" % dp,
              "max_restarts: 1000",
              "run_dir: %s" % os.path.join(root, "runs", name)]
     if i % 2 == 0:
-        lines.append("checkpoint: {every: 10, keep: 2, dir: %s}" % os.path.join(root, "ck", name))
+        lines.append("checkpoint: {every: 50, keep: 2, dir: %s}" % os.path.join(root, "ck", name))
     path = os.path.join(root, "jobs", name + ".yaml")
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -189,10 +189,11 @@ def check(cluster, submitted, steps):
         problems.append("duplicated: %s" % dup)
     if extra:
         problems.append("unknown jobs: %s" % extra)
-    restarts = 0
+    restarts, restarted = 0, 0
     for name, js in by_name.items():
         j = js[0]
         restarts += int(j.get("restart_count", 0))
+        restarted += int(j.get("restart_count", 0)) > 0
         if j.get("state") != "SUCCEEDED":
             problems.append("%s %s: %s" % (name, j.get("state"), j.get("root_cause", "")[:200]))
         elif last_step(os.path.join(cluster.root, "runs", name)) != steps:
@@ -206,7 +207,7 @@ def check(cluster, submitted, steps):
     if leftovers:
         problems.append("checkpoint .tmp leftovers: %s" % leftovers)
     return {"jobs": len(jobs), "submitted": len(submitted), "states": states, "group_restarts": restarts,
-            "problems": problems}
+            "jobs_restarted": restarted, "problems": problems}
 
 
 def main():
@@ -216,8 +217,8 @@ def main():
     ap.add_argument("--jobs", type=int, default=100)
     ap.add_argument("--agents", type=int, default=3)
     ap.add_argument("--slots", type=int, default=2, help="CPU slots per agent")
-    ap.add_argument("--steps", type=int, default=40, help="training steps per job")
-    ap.add_argument("--kill-every-s", type=float, default=10, help="mean seconds between kills")
+    ap.add_argument("--steps", type=int, default=600, help="training steps per job (a few seconds each)")
+    ap.add_argument("--kill-every-s", type=float, default=8, help="mean seconds between kills")
     ap.add_argument("--drain-minutes", type=float, default=15, help="how long jobs may take to end after the chaos")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--root", default="")
