@@ -114,7 +114,7 @@ int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::Pr
     std::printf("compiled in %.2fs\n", compile_s);
     const char* listen = std::getenv("LOOM_WORKER_METRICS_LISTEN");
     auto r = train::RunReporter::Open(spec, train::RunFolder(spec), listen != nullptr ? listen : "");
-    if (!r.ok()) return Fail(rank, 1, r.status().message());
+    if (!r.ok()) return Fail(rank, absl::IsInvalidArgument(r.status()) ? 2 : 1, r.status().message());
     report = std::move(*r);
   }
   // The training state (parameters, AdamW moments, step) with checkpoint save/resume

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "runtime/jobspec/confine.h"
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/train/loss_plot.h"
 
@@ -44,6 +45,10 @@ void ReportProgress(int64_t step, int64_t checkpoint_step) {
 
 absl::StatusOr<std::unique_ptr<RunReporter>> RunReporter::Open(const v1::JobSpec& spec, const std::string& dir,
                                                                const std::string& metrics_listen) {
+  if (spec.run_dir().empty()) {  // the folder is named after the job: a name must not be a path
+    absl::Status name = jobspec::ValidateJobName("name", spec.name());
+    if (!name.ok()) return absl::InvalidArgumentError(absl::StrCat(name.message(), " (or set run_dir)"));
+  }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create run folder ", dir, ": ", ec.message()));

@@ -36,6 +36,8 @@ std::string RunFolder(const v1::JobSpec& spec);
 class RunReporter {
  public:
   // Creates `dir` and its files. `metrics_listen` ("" = off) serves /metrics.
+  // Without a run_dir the folder is named after the job: InvalidArgument when
+  // the name is not [a-z0-9][a-z0-9._-]{0,62} (jobspec/confine.h).
   static absl::StatusOr<std::unique_ptr<RunReporter>> Open(const v1::JobSpec& spec, const std::string& dir,
                                                            const std::string& metrics_listen);
 

@@ -4,6 +4,8 @@
 // to what the earlier attempt logged.
 #include "runtime/train/run_reporter.h"
 
+#include <unistd.h>
+
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -58,6 +60,27 @@ TEST(RunReporter, MetricsAreOnDiskAfterEachLoggedStepAndAppendedOnRestart) {
   EXPECT_EQ(lines[0].rfind("{\"step\": 1,", 0), 0u) << "the earlier attempt's metrics were truncated";
   EXPECT_EQ(lines[3].rfind("{\"step\": 4,", 0), 0u) << lines[3];
   ASSERT_TRUE((*again)->Finish().ok());
+}
+
+// Without a run_dir the run folder is runs/<name>-<time>: a name that is a
+// path is refused before anything is created (`loom train` never meets the
+// coordinator's check).
+TEST(RunReporter, JobNameThatIsAPathIsRefused) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string base = std::string(tmp ? tmp : "/tmp") + "/reporter_names";
+  std::filesystem::remove_all(base);
+  std::filesystem::create_directories(base + "/cwd");
+  ASSERT_EQ(chdir((base + "/cwd").c_str()), 0);
+  v1::JobSpec s = Spec();
+  s.set_name("../../escaped");
+  auto r = RunReporter::Open(s, RunFolder(s), "");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  EXPECT_NE(r.status().message().find("name: must match"), std::string::npos) << r.status();
+  // runs/../../escaped-<time> from base/cwd would be base/escaped-<time>.
+  for (const auto& e : std::filesystem::directory_iterator(base)) EXPECT_EQ(e.path().filename(), "cwd") << e.path();
+  EXPECT_TRUE(std::filesystem::is_empty(base + "/cwd"));
+  s.set_run_dir(base + "/explicit");  // a run_dir names the folder itself
+  EXPECT_TRUE(RunReporter::Open(s, RunFolder(s), "").ok());
 }
 
 }  // namespace
