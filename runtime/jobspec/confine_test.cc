@@ -27,8 +27,9 @@ TEST(JobName, FolderNamesOnly) {
   for (const std::string& ok : std::vector<std::string>{"a", "job", "gpt-2d", "a.b_c-1", "0", std::string(63, 'x')}) {
     EXPECT_TRUE(ValidateJobName("spec.name", ok).ok()) << ok;
   }
-  for (const std::string& bad : std::vector<std::string>{"", "-x", ".x", "_x", "A", "Job", "../../x", "..", "a/b", "a b", "x\n",
-                                std::string(64, 'x')}) {
+  const std::vector<std::string> bad_names = {"",   "-x",  ".x",  "_x",  "A", "Job", "../../x",
+                                              "..", "a/b", "a b", "x\n", std::string(64, 'x')};
+  for (const std::string& bad : bad_names) {
     absl::Status s = ValidateJobName("spec.name", bad);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_NE(s.message().find("spec.name: must match"), std::string::npos) << s;
@@ -65,7 +66,9 @@ TEST(ConfinePath, InsideRootsAfterFollowingSymlinks) {
   // through it, and a path below it that does not exist yet.
   fs::create_symlink(other + "/secret.txt", root + "/innocent.txt");
   fs::create_symlink(other, root + "/escape");
-  for (const std::string& p : std::vector<std::string>{root + "/innocent.txt", root + "/escape/secret.txt", root + "/escape/new/run"}) {
+  const std::vector<std::string> outside = {root + "/innocent.txt", root + "/escape/secret.txt",
+                                            root + "/escape/new/run"};
+  for (const std::string& p : outside) {
     s = ConfinePath("spec.data.path", p, roots);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << p;
     EXPECT_NE(s.message().find("it resolves to " + other), std::string::npos) << s;

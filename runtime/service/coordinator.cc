@@ -40,7 +40,9 @@ absl::StatusOr<std::vector<std::string>> ConfinementRoots(const CoordinatorOptio
   if (!o.run_root.empty()) {
     std::error_code ec;
     std::filesystem::create_directories(o.run_root, ec);
-    if (ec) return absl::InvalidArgumentError(absl::StrCat("run_root: cannot create '", o.run_root, "': ", ec.message()));
+    if (ec) {
+      return absl::InvalidArgumentError(absl::StrCat("run_root: cannot create '", o.run_root, "': ", ec.message()));
+    }
     LOOM_RETURN_IF_ERROR(jobspec::ConfinePath("run_root", o.run_root, roots));
   }
   return roots;

@@ -55,7 +55,8 @@ std::vector<std::string> SplitList(const std::string& v) {
 
 }  // namespace
 
-const char kCoordinatorUsage[] = R"(usage: loom coordinator [flags]   (each flag also reads the environment variable shown)
+const char kCoordinatorUsage[] = R"(usage: loom coordinator [flags]
+(each flag also reads the environment variable shown)
 Runs the coordinator daemon: job queue, scheduler, gRPC API (JobService, NodeService), /metrics.
   --data-dir DIR             LOOM_DATA_DIR (default $HOME/.loom): loom.db, logs, the user token
                              (token) and the agents' join token (join-token), both mode 0600

@@ -158,7 +158,8 @@ TEST(CoordinatorDaemon, SecondCoordinatorOnTheSameFolderOrPortIsRefused) {
   EXPECT_NE(ReadAll(dir + ".log").find("is in use by another coordinator (pid " + std::to_string(first)),
             std::string::npos)
       << ReadAll(dir + ".log");
-  EXPECT_EQ(StartDaemon(other, &port2, "127.0.0.1:" + std::to_string(port)), -1) << "a second coordinator started on port " << port;
+  EXPECT_EQ(StartDaemon(other, &port2, "127.0.0.1:" + std::to_string(port)), -1)
+      << "a second coordinator started on port " << port;
   EXPECT_NE(ReadAll(other + ".log").find("cannot listen on 127.0.0.1:" + std::to_string(port)), std::string::npos)
       << ReadAll(other + ".log");
   auto token = FindClientToken(dir);

@@ -76,7 +76,8 @@ absl::StatusOr<v1::RegisterAgentResponse> Coordinator::RegisterAgent(const v1::R
                                          "' needs that agent's own credential; the join token registers new agents"));
     }
     LOOM_ASSIGN_OR_RETURN(std::string secret, RandomHex(32));
-    LOOM_ASSIGN_OR_RETURN(AgentRecord rec, store_->InsertAgent(req.hostname(), Sha256Hex(secret), caller.cert_identity));
+    LOOM_ASSIGN_OR_RETURN(AgentRecord rec,
+                          store_->InsertAgent(req.hostname(), Sha256Hex(secret), caller.cert_identity));
     id = rec.id;
     resp.set_agent_secret(secret);
     std::lock_guard<std::mutex> l(mu_);

@@ -73,7 +73,8 @@ int TrainInChild(const std::string& name, int steps, const std::string& ckpt, co
     if (!store.ok()) _exit(122);
     auto pg = loom::collectives::ProcessGroup::Create(*store, 0, 1, {});
     if (!pg.ok()) _exit(121);
-    int code = loom::launch::RunParallelTraining(*spec, std::shared_ptr<loom::collectives::ProcessGroup>(std::move(*pg)));
+    int code =
+        loom::launch::RunParallelTraining(*spec, std::shared_ptr<loom::collectives::ProcessGroup>(std::move(*pg)));
     std::fflush(stdout);
     _exit(code);
   }
@@ -98,7 +99,8 @@ TEST(Recovery, CorruptNewestCheckpointIsMovedAsideAndSavedAgain) {
   ASSERT_EQ(TrainInChild("first", 6, ck, Tmp("first.log")), 0) << ReadAll(Tmp("first.log"));
   const std::string step6 = ck + "/step_000000000006";
   ASSERT_TRUE(fs::is_directory(step6));
-  FlipByte(step6 + "/rank00000.safetensors", static_cast<std::streamoff>(fs::file_size(step6 + "/rank00000.safetensors") / 2));
+  const std::string shard = step6 + "/rank00000.safetensors";
+  FlipByte(shard, static_cast<std::streamoff>(fs::file_size(shard) / 2));
   ASSERT_FALSE(loom::checkpoint::OpenCheckpoint(step6).ok()) << "the flipped byte went unnoticed";
 
   const std::string log = Tmp("second.log");

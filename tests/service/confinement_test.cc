@@ -52,8 +52,8 @@ class Confinement : public ::testing::Test {
   // `loom submit` of a job spec whose lines are `yaml` (plus a tiny model).
   CliResult Submit(const std::string& name, const std::string& yaml) {
     const std::string path = absl::StrCat(root_, "/job-", ++n_, ".yaml");
-    std::ofstream(path) << "name: " << name << "\nmodel: {family: gpt, n_layer: 1, n_head: 2, d_model: 32, seq_len: 16}\n"
-                        << yaml;
+    std::ofstream(path) << "name: " << name
+                        << "\nmodel: {family: gpt, n_layer: 1, n_head: 2, d_model: 32, seq_len: 16}\n" << yaml;
     return RunLoom(absl::StrCat("submit ", path, " --wait-for-capacity --key k", n_, cli_), 60);
   }
 
