@@ -138,8 +138,19 @@ std::map<std::string, Tensor> ParallelState::LocalParameters() const {
 }
 
 absl::Status ParallelState::Save(const std::string& root, const data::SamplerState& sampler, int keep,
-                                 collectives::ProcessGroup& world) {
+                                 collectives::ProcessGroup& world, checkpoint::CommitGate* gate) {
   const std::string tmp = absl::StrCat(root, "/.tmp.", checkpoint::StepDirName(trainer_->step()));
+  absl::Status s = SaveSteps(root, tmp, sampler, keep, world, gate);
+  if (!s.ok() && rank_ == 0) {
+    std::error_code ec;
+    std::filesystem::remove_all(tmp, ec);  // what the ranks wrote before one failed
+  }
+  return s;
+}
+
+absl::Status ParallelState::SaveSteps(const std::string& root, const std::string& tmp,
+                                      const data::SamplerState& sampler, int keep, collectives::ProcessGroup& world,
+                                      checkpoint::CommitGate* gate) {
   if (rank_ == 0) LOOM_RETURN_IF_ERROR(checkpoint::BeginSave(root, trainer_->step()).status());
   LOOM_RETURN_IF_ERROR(WorldBarrier(world));
   std::vector<checkpoint::RankShard> shards;
@@ -195,15 +206,22 @@ absl::Status ParallelState::Save(const std::string& root, const data::SamplerSta
   }
   checkpoint::CheckpointOptions co;
   co.keep_last = keep;
+  co.gate = gate;
   return checkpoint::CommitSave(root, tmp, m, co);
 }
 
-absl::StatusOr<int64_t> ParallelState::Restore(const std::string& root, data::Sampler* sampler, std::string* log) {
+absl::StatusOr<int64_t> ParallelState::Restore(const std::string& root, data::Sampler* sampler, std::string* log,
+                                               const checkpoint::LoadResult* chosen) {
   std::error_code ec;
   if (root.empty() || !std::filesystem::is_directory(root, ec)) return 0;
   LOOM_ASSIGN_OR_RETURN(auto list, checkpoint::ListCheckpoints(root));
   if (list.empty()) return 0;
-  LOOM_ASSIGN_OR_RETURN(checkpoint::LoadResult lr, checkpoint::LoadLatest(root, checkpoint::Verify::kFull));
+  checkpoint::LoadResult lr;
+  if (chosen != nullptr) {
+    lr = *chosen;
+  } else {
+    LOOM_ASSIGN_OR_RETURN(lr, checkpoint::LoadLatest(root, checkpoint::Verify::kFull));
+  }
   LOOM_ASSIGN_OR_RETURN(checkpoint::CheckpointReader reader, checkpoint::CheckpointReader::Open(lr.ckpt));
   for (const Saved& sv : saved_) {
     const checkpoint::TensorRecord* t = reader.manifest().Find(sv.name);

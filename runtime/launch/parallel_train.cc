@@ -5,8 +5,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
@@ -16,6 +18,7 @@
 #include "parallel/styles.h"
 #include "parallel/trainer.h"
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/loader.h"
 #include "runtime/data/dataset.h"
 #include "dtensor/dtensor.h"
 #include "runtime/train/evaluate.h"
@@ -30,6 +33,34 @@ int Fail(int rank, int code, absl::string_view msg) {
   std::fprintf(stderr, "loom worker (rank %d): %s\n", rank, std::string(msg).c_str());
   if (const char* f = std::getenv("LOOM_ERROR_FILE"); f != nullptr && *f) std::ofstream(f) << msg << "\n";
   return code;
+}
+
+// The step to continue after (0: none). Rank 0 first removes leftovers of
+// interrupted saves and moves unusable checkpoints aside (they would block
+// saving their steps again); then every rank loads the newest usable one.
+absl::StatusOr<int64_t> Resume(const v1::JobSpec& spec, collectives::ProcessGroup& world, ParallelState& state,
+                               data::Sampler* sampler) {
+  const std::string& dir = spec.checkpoint().dir();
+  if (dir.empty()) return 0;
+  const int rank = world.rank();
+  std::optional<checkpoint::LoadResult> latest;
+  std::error_code ec;
+  if (rank == 0 && std::filesystem::is_directory(dir, ec)) {
+    LOOM_RETURN_IF_ERROR(checkpoint::CleanStale(dir));
+    LOOM_ASSIGN_OR_RETURN(checkpoint::ResumePoint point, checkpoint::PrepareResume(dir));
+    for (const std::string& q : point.quarantined) std::printf("unusable checkpoint moved aside: %s\n", q.c_str());
+    latest = std::move(point.latest);
+  }
+  LOOM_ASSIGN_OR_RETURN(auto w, world.Barrier({}));
+  LOOM_RETURN_IF_ERROR(Annotate(w->Wait(), "barrier before loading the checkpoint"));
+  std::string log;
+  LOOM_ASSIGN_OR_RETURN(int64_t step, state.Restore(dir, sampler, &log, latest ? &*latest : nullptr));
+  if (rank == 0 && step > 0) {
+    std::printf("%s; resuming at step %lld\n", log.c_str(), static_cast<long long>(step + 1));
+    std::fflush(stdout);
+    train::ReportProgress(step, step);
+  }
+  return step;
 }
 
 // Gathers the parameters (every rank takes part); with a reporter (rank 0),
@@ -63,7 +94,8 @@ absl::Status FinishRun(const v1::JobSpec& spec, parallel::ParallelTrainer& train
 
 }  // namespace
 
-int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::ProcessGroup> world) {
+int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::ProcessGroup> world,
+                        checkpoint::CommitGate* gate) {
   const int rank = world->rank();
   const auto& tr = spec.train();
   const auto& m = spec.model();
@@ -106,7 +138,7 @@ int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::Pr
     std::printf("compiled in %.2fs\n", compile_s);
     const char* listen = std::getenv("LOOM_WORKER_METRICS_LISTEN");
     auto r = train::RunReporter::Open(spec, train::RunFolder(spec), listen != nullptr ? listen : "");
-    if (!r.ok()) return Fail(rank, 1, r.status().message());
+    if (!r.ok()) return Fail(rank, absl::IsInvalidArgument(r.status()) ? 2 : 1, r.status().message());
     report = std::move(*r);
   }
   // The training state (parameters, AdamW moments, step) with checkpoint save/resume
@@ -114,21 +146,9 @@ int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::Pr
   auto state = ParallelState::Create(spec, **trainer, (*mesh)->shape(), rank);
   if (!state.ok()) return Fail(rank, absl::IsInvalidArgument(state.status()) ? 2 : 1, state.status().message());
   const auto& ck = spec.checkpoint();
-  int64_t ckpt_step = 0;
-  if (!ck.dir().empty()) {
-    if (rank == 0) (void)checkpoint::CleanStale(ck.dir());
-    if (auto w = world->Barrier({}); !w.ok() || !(*w)->Wait().ok())
-      return Fail(rank, 1, "barrier before loading the checkpoint failed");
-    std::string log;
-    auto resumed = (*state)->Restore(ck.dir(), &(*dataset)->sampler(), &log);
-    if (!resumed.ok()) return Fail(rank, 1, absl::StrCat("checkpoint.dir: ", resumed.status().message()));
-    ckpt_step = *resumed;
-    if (rank == 0 && ckpt_step > 0) {
-      std::printf("%s; resuming at step %lld\n", log.c_str(), static_cast<long long>(ckpt_step + 1));
-      std::fflush(stdout);
-      train::ReportProgress(ckpt_step, ckpt_step);
-    }
-  }
+  auto resumed = Resume(spec, *world, **state, &(*dataset)->sampler());
+  if (!resumed.ok()) return Fail(rank, 1, absl::StrCat("checkpoint.dir: ", resumed.status().message()));
+  int64_t ckpt_step = *resumed;
   const auto [first_row, rows] = (*trainer)->BatchRows();
   data::Batch batch = (*dataset)->NewBatch(rows);
   for (int step = static_cast<int>(ckpt_step) + 1; step <= tr.steps(); ++step) {
@@ -143,7 +163,8 @@ int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::Pr
       if (!s.ok()) return Fail(rank, 1, s.message());
     }
     if (!ck.dir().empty() && ck.every() > 0 && step % ck.every() == 0) {
-      absl::Status s = (*state)->Save(ck.dir(), (*dataset)->sampler().state(), ck.keep() > 0 ? ck.keep() : 3, *world);
+      absl::Status s =
+          (*state)->Save(ck.dir(), (*dataset)->sampler().state(), ck.keep() > 0 ? ck.keep() : 3, *world, gate);
       if (!s.ok()) return Fail(rank, 1, absl::StrCat("checkpoint at step ", step, ": ", s.message()));
       ckpt_step = step;
     }

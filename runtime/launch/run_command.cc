@@ -252,7 +252,7 @@ int RunRunCommand(const std::vector<std::string>& args) {
   self[n] = '\0';
   service::AgentOptions ao;
   ao.coordinator = absl::StrCat("127.0.0.1:", (*server)->port());
-  ao.token = (*server)->token();
+  ao.join_token = (*server)->join_token();
   ao.data_dir = state + "/agent";
   ao.hostname = "local";
   ao.cpu_slots = world;
