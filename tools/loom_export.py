@@ -32,7 +32,9 @@ is left out with a warning.
 Exporters: torch 1.x uses torch.onnx.export's TorchScript exporter. torch 2.x
 uses whatever torch.onnx.export does by default in that version (the
 TorchScript exporter up to 2.8; from 2.9 the torch.export-based one, called
-with optimize=False so that no parameter is folded); the script prints which.
+with optimize=False so that no parameter is folded, external_data=False for
+one file, and the batch as a torch.export.Dim shared by every input's first
+axis); the script prints which, and loom.exporter records it.
 Run it with the Python that has your torch (on Debian: /usr/bin/python3).
 
 Exit codes: 0 written; 2 bad arguments or a model the exporter cannot map
@@ -230,24 +232,29 @@ def default_exporter():
 
 
 def run_export(model, example, path, opset, names, out_names, dynamic_batch):
-    args = (example,) if isinstance(example, dict) else example
-    axes = {n: {0: BATCH_DIM} for n in names + out_names} if dynamic_batch else None
     kind = default_exporter()
-    common = dict(export_params=True, opset_version=opset, input_names=names, output_names=out_names,
-                  dynamic_axes=axes)
+    common = dict(export_params=True, opset_version=opset, input_names=names, output_names=out_names)
     if kind == "torchscript":  # a dict as the last element of args is read as keyword arguments
-        torch.onnx.export(model, args, path, training=torch.onnx.TrainingMode.TRAINING,
-                          do_constant_folding=False, keep_initializers_as_inputs=False, **common)
-    else:
-        extra = {}
-        params = inspect.signature(torch.onnx.export).parameters
-        if "optimize" in params:
-            extra["optimize"] = False  # no folding: parameters stay initializers of their own
-        if "external_data" in params:
-            extra["external_data"] = False
-        kwargs = example if isinstance(example, dict) else None
-        pos = () if isinstance(example, dict) else tuple(example)
-        torch.onnx.export(model, pos, path, kwargs=kwargs, **common, **extra)
+        args = (example,) if isinstance(example, dict) else example
+        axes = {n: {0: BATCH_DIM} for n in names + out_names} if dynamic_batch else None
+        torch.onnx.export(model, args, path, training=torch.onnx.TrainingMode.TRAINING, do_constant_folding=False,
+                          keep_initializers_as_inputs=False, dynamic_axes=axes, **common)
+        return kind
+    # torch.export-based: the module is captured in the mode it is in (train);
+    # one Dim shared by every input's first axis is the batch.
+    extra = {}
+    params = inspect.signature(torch.onnx.export).parameters
+    if "optimize" in params:
+        extra["optimize"] = False  # no folding: parameters stay initializers of their own
+    if "external_data" in params:
+        extra["external_data"] = False
+    if dynamic_batch:
+        batch = torch.export.Dim(BATCH_DIM)
+        extra["dynamic_shapes"] = ({n: {0: batch} for n in example} if isinstance(example, dict)
+                                   else tuple({0: batch} for _ in example))
+    kwargs = example if isinstance(example, dict) else None
+    args = () if isinstance(example, dict) else tuple(example)
+    torch.onnx.export(model, args, path, kwargs=kwargs, dynamo=True, **common, **extra)
     return kind
 
 
