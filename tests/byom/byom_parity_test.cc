@@ -31,6 +31,7 @@
 #include "runtime/data/dataset.h"
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/train/trainer.h"
+#include "tests/byom/byom_case.h"
 #include "tests/parity/parity_runner.h"
 #include "tests/parity/tensor_dir.h"
 #include "tests/testing/loom_cli.h"
@@ -38,43 +39,18 @@
 namespace loom {
 namespace {
 
-constexpr int kSteps = 50;
+using byom::kPython;
+using byom::kSteps;
+
 constexpr double kLossBound = 1e-4, kGradBound = 1e-4;
 constexpr double kFinalFactor = 2.0, kFinalFloor = 1e-6;
-constexpr char kPython[] = "OMP_NUM_THREADS=1 timeout 300 /usr/bin/python3";
-constexpr int kBatch = 4;
-
-struct ByomCase {
-  std::string name;
-  std::string data;   // the job spec's data section, DIR for the case folder
-  std::string model;  // extra model keys
-};
-
-std::string Replace(std::string s, const std::string& from, const std::string& to) {
-  for (size_t p = s.find(from); p != std::string::npos; p = s.find(from, p + to.size())) s.replace(p, from.size(), to);
-  return s;
-}
 
 double Seconds(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// Steps 1 and 2: the model file and the data, made as a user would.
-void ExportAndMakeData(const ByomCase& c, const std::string& dir) {
-  testing::CliResult r = testing::Shell(absl::StrCat("mkdir -p ", dir, " && ", kPython, " tools/loom_export.py ",
-                                                     "tests/byom/models.py:", c.name, " --out ", dir, "/model.onnx"));
-  ASSERT_EQ(r.code, 0) << r.output;
-  EXPECT_NE(r.output.find("(torchscript), opset 17"), std::string::npos) << r.output;
-  r = testing::Shell(absl::StrCat(kPython, " tests/byom/make_data.py --model ", c.name, " --out ", dir));
-  ASSERT_EQ(r.code, 0) << r.output;
-}
-
-absl::StatusOr<v1::JobSpec> WriteJob(const ByomCase& c, const std::string& dir) {
-  const std::string yaml = absl::StrCat(
-      "name: byom-", c.name, "\nmodel: {onnx: ", dir, "/model.onnx", c.model, "}\ndata: ", Replace(c.data, "DIR", dir),
-      "\ntrain: {steps: ", kSteps, ", batch_size: ", kBatch,
-      ", lr: 2e-3, weight_decay: 0.1, grad_clip: 1.0, warmup_steps: 5, seed: 7}\n");
-  std::ofstream(dir + "/job.yaml") << yaml;
+absl::StatusOr<v1::JobSpec> WriteJob(const byom::ByomCase& c, const std::string& dir) {
+  std::ofstream(dir + "/job.yaml") << byom::JobYaml(c, dir);
   return jobspec::LoadJobSpec(dir + "/job.yaml");
 }
 
@@ -92,7 +68,7 @@ absl::StatusOr<std::map<std::string, Tensor>> DrawBatches(const v1::JobSpec& spe
 }
 
 // Step 3: torch in f32 (dir/t32) and f64 (dir/t64), side by side.
-void RunTorch(const ByomCase& c, const v1::JobSpec& spec, const std::string& dir) {
+void RunTorch(const byom::ByomCase& c, const v1::JobSpec& spec, const std::string& dir) {
   const auto& t = spec.train();
   nlohmann::json cfg = {{"steps", kSteps}, {"lr", t.lr()}, {"beta1", t.beta1()}, {"beta2", t.beta2()},
                         {"eps", t.eps()}, {"weight_decay", t.weight_decay()}, {"grad_clip", t.grad_clip()},
@@ -120,10 +96,10 @@ void ReportFinal(const parity::ParityResult& r) {
   std::printf("worst final gap over torch's own f32 gap to f64: %s\n", v.worst.c_str());
 }
 
-void RunParity(const ByomCase& c) {
+void RunParity(const byom::ByomCase& c) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string dir = absl::StrCat(::testing::TempDir(), "/byom_", c.name, "_", getpid());
-  ExportAndMakeData(c, dir);
+  byom::ExportAndMakeData(c, dir);
   if (::testing::Test::HasFatalFailure()) return;
   auto spec = WriteJob(c, dir);
   ASSERT_TRUE(spec.ok()) << spec.status();
@@ -173,24 +149,10 @@ void RunParity(const ByomCase& c) {
               setup_s, torch_s);
 }
 
-TEST(ByomParity, NanoGptWithTiedWeights) {
-  RunParity({"gpt", "{path: DIR/tokens.u16, format: tokens, tokens_dtype: u16}", ", seq_len: 12, vocab: 67"});
-}
-
-TEST(ByomParity, GptjParallelBlocksWithRotary) {
-  RunParity({"gptj", "{path: DIR/tokens.u16, format: tokens, tokens_dtype: u16}", ", seq_len: 12, vocab: 67"});
-}
-
-TEST(ByomParity, BertMaskedLmWithPaddingMasks) {
-  RunParity({"bert",
-             "{path: DIR/tokens.u16, format: tokens, tokens_dtype: u16, kind: mlm, "
-             "mlm: {rate: 0.2, mask_token: 1, random_fraction: 0.1, keep_fraction: 0.1}}",
-             ", seq_len: 12, vocab: 67"});
-}
-
-TEST(ByomParity, MlpClassifierOnNpyPairs) {
-  RunParity({"mlp", "{path: DIR/x.npy, labels: DIR/y.npy, kind: pairs}", ", vocab: 7"});
-}
+TEST(ByomParity, NanoGptWithTiedWeights) { RunParity(byom::Case("gpt")); }
+TEST(ByomParity, GptjParallelBlocksWithRotary) { RunParity(byom::Case("gptj")); }
+TEST(ByomParity, BertMaskedLmWithPaddingMasks) { RunParity(byom::Case("bert")); }
+TEST(ByomParity, MlpClassifierOnNpyPairs) { RunParity(byom::Case("mlp")); }
 
 }  // namespace
 }  // namespace loom
