@@ -84,8 +84,8 @@ TEST(TrainCli, CudaWithoutGpuFailsClearly) {
 // The default example learns: after its few hundred steps the validation loss
 // is below a bigram count model fitted on the same training split.
 TEST(TrainCli, DefaultExampleBeatsBigramBaseline) {
-  auto tokens = loom::data::LoadTokens(loom::data::kDefaultCorpus, "text", "u16", 256);
-  ASSERT_TRUE(tokens.ok()) << tokens.status() << " (scripts/setup.sh installs fortunes)";
+  ASSERT_TRUE(std::filesystem::exists(loom::data::kDefaultCorpus))
+      << loom::data::kDefaultCorpus << " is missing (scripts/setup.sh installs fortunes)";
   const std::string dir = absl::StrCat(::testing::TempDir(), "/run_", getpid());
   std::ifstream in("examples/gpt-small.yaml");
   std::stringstream ss;
