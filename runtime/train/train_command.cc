@@ -159,7 +159,7 @@ int RunTrainCommand(const std::vector<std::string>& args, collectives::ProcessGr
     if (absl::Status s = (*dataset)->Next(tr.batch_size(), 0, &batch); !s.ok())
       return Fail(absl::IsInvalidArgument(s) ? 2 : 1, absl::StrCat("step ", step, ": data: ", s.message()));
     auto loss = t.Step(batch.x(), batch.y());
-    if (!loss.ok()) return Fail(1, loss.status().message());
+    if (!loss.ok()) return Fail(absl::IsInvalidArgument(loss.status()) ? 2 : 1, loss.status().message());
     if (world != nullptr) {
       if (absl::Status s = AverageLoss(t, *world, &*loss); !s.ok())
         return Fail(1, absl::StrCat("step ", step, ": averaging the loss across ranks: ", s.message()));
