@@ -9,6 +9,7 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
+#include "base/status.h"
 #include "compiler/comm/communicator.h"
 #include "compiler/optimizer.h"
 #include "dtensor/device_mesh.h"
@@ -18,6 +19,7 @@
 #include "runtime/data/dataset.h"
 #include "dtensor/dtensor.h"
 #include "runtime/train/evaluate.h"
+#include "runtime/train/onnx_model.h"
 #include "runtime/train/run_reporter.h"
 #include "runtime/train/trainer.h"
 
@@ -28,6 +30,24 @@ int Fail(int rank, int code, absl::string_view msg) {
   std::fprintf(stderr, "loom worker (rank %d): %s\n", rank, std::string(msg).c_str());
   if (const char* f = std::getenv("LOOM_ERROR_FILE"); f != nullptr && *f) std::ofstream(f) << msg << "\n";
   return code;
+}
+
+// The rank's trainer. An imported model: every rank reads the file (a shared
+// filesystem, inside the allowed roots), keeps its blocks of the initial
+// values and drops the rest.
+absl::StatusOr<std::unique_ptr<parallel::ParallelTrainer>> CreateTrainer(const v1::JobSpec& spec,
+                                                                         const parallel::Layout& layout, int rank,
+                                                                         const compiler::CommunicatorMap& comms) {
+  parallel::ParallelTrainerOptions options;
+  parallel::ImportedForward imported;
+  if (spec.model().family() == "onnx") {
+    LOOM_ASSIGN_OR_RETURN(train::OnnxTrainingModel loaded, train::LoadOnnxModel(spec));
+    imported.forward = std::move(loaded.train_forward);
+    imported.params = std::move(loaded.params);
+    imported.initial = std::move(loaded.initial);
+    options.imported = &imported;
+  }
+  return parallel::ParallelTrainer::Create(spec, layout, rank, comms, std::move(options));
 }
 
 }  // namespace
@@ -63,14 +83,19 @@ int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::Pr
     comms[(*mesh)->shape().names[d]] = owned.back().get();
   }
   if (rank == 0) {
-    std::printf("loom worker: %s model, %d layers, d_model %d, %d heads; mesh %s over %d ranks\n",
-                m.family().c_str(), m.n_layer(), m.d_model(), m.n_head(),
-                (*mesh)->shape().ToString().c_str(), world->size());
+    if (m.family() == "onnx") {
+      std::printf("loom worker: onnx model %s; mesh %s over %d ranks\n", m.onnx().c_str(),
+                  (*mesh)->shape().ToString().c_str(), world->size());
+    } else {
+      std::printf("loom worker: %s model, %d layers, d_model %d, %d heads; mesh %s over %d ranks\n",
+                  m.family().c_str(), m.n_layer(), m.d_model(), m.n_head(), (*mesh)->shape().ToString().c_str(),
+                  world->size());
+    }
     std::printf("compiling...\n");
     std::fflush(stdout);
   }
   auto t0 = std::chrono::steady_clock::now();
-  auto trainer = parallel::ParallelTrainer::Create(spec, layout, rank, comms);
+  auto trainer = CreateTrainer(spec, layout, rank, comms);
   if (!trainer.ok()) {
     bool config = absl::IsInvalidArgument(trainer.status()) || absl::IsUnimplemented(trainer.status());
     return Fail(rank, config ? 2 : 1, trainer.status().message());
