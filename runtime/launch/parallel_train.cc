@@ -16,6 +16,7 @@
 #include "parallel/styles.h"
 #include "parallel/trainer.h"
 #include "runtime/checkpoint/checkpoint.h"
+#include "runtime/plan/planner_command.h"
 #include "runtime/data/dataset.h"
 #include "dtensor/dtensor.h"
 #include "runtime/train/evaluate.h"
@@ -52,7 +53,8 @@ absl::StatusOr<std::unique_ptr<parallel::ParallelTrainer>> CreateTrainer(const v
 
 }  // namespace
 
-int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::ProcessGroup> world) {
+int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::ProcessGroup> world,
+                        const parallel::Plan* plan) {
   const int rank = world->rank();
   const auto& tr = spec.train();
   const auto& m = spec.model();
@@ -108,6 +110,8 @@ int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::Pr
     auto r = train::RunReporter::Open(spec, train::RunFolder(spec), listen != nullptr ? listen : "");
     if (!r.ok()) return Fail(rank, 1, r.status().message());
     report = std::move(*r);
+    if (plan != nullptr)
+      if (absl::Status s = plan::WritePlan(*plan, report->dir()); !s.ok()) return Fail(rank, 1, s.message());
   }
   // The training state (parameters, AdamW moments, step) with checkpoint save/resume
   // (parallel_ckpt.h): resumes from checkpoint.dir if it holds one, else starts from init_from.
