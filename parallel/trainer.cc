@@ -139,9 +139,34 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(const v
   return t;
 }
 
+std::pair<int64_t, int64_t> ParallelTrainer::BatchRows() const {
+  auto ranges = dtensor::LocalBlock({spec_.train().batch_size(), spec_.model().seq_len()}, specs_.at("x"), coords_);
+  return ranges.ok() ? std::make_pair((*ranges)[0].offset, (*ranges)[0].length) : std::make_pair(int64_t{0}, int64_t{0});
+}
+
+absl::StatusOr<Tensor> ParallelTrainer::RowsBlock(const Tensor& rows, const std::string& name) const {
+  const int64_t B = spec_.train().batch_size(), T = spec_.model().seq_len();
+  LOOM_ASSIGN_OR_RETURN(auto ranges, dtensor::LocalBlock({B, T}, specs_.at(name), coords_));
+  if (rows.ndim() != 2 || rows.shape()[0] != ranges[0].length || rows.shape()[1] != T)
+    return absl::InvalidArgumentError(absl::StrCat(name, ": expected this rank's ", ranges[0].length,
+                                                   " rows of the global batch, [", ranges[0].length, ", ", T,
+                                                   "], got ", rows.DebugString()));
+  return rows.Narrow(1, ranges[1].offset, ranges[1].length).Clone();
+}
+
+absl::StatusOr<float> ParallelTrainer::StepRows(const Tensor& x, const Tensor& y) {
+  LOOM_ASSIGN_OR_RETURN(inputs_[x_in_], RowsBlock(x, "x"));
+  LOOM_ASSIGN_OR_RETURN(inputs_[y_in_], RowsBlock(y, "y"));
+  return Run();
+}
+
 absl::StatusOr<float> ParallelTrainer::Step(const Tensor& x, const Tensor& y) {
   LOOM_ASSIGN_OR_RETURN(inputs_[x_in_], Block(x, specs_.at("x")));
   LOOM_ASSIGN_OR_RETURN(inputs_[y_in_], Block(y, specs_.at("y")));
+  return Run();
+}
+
+absl::StatusOr<float> ParallelTrainer::Run() {
   ++step_;
   inputs_[lr_in_].data<float>()[0] = static_cast<float>(compiler::ScheduledLearningRate(spec_.train(), step_));
   inputs_[step_in_].data<float>()[0] = static_cast<float>(step_);

@@ -7,7 +7,8 @@
 // rank generates only its own block (the global tensors never exist on a rank
 // unless given in options.init or by the imported model);
 // Step takes the GLOBAL batch and uses this rank's dp block of it, so N ranks
-// reproduce the single-process run step for step.
+// reproduce the single-process run step for step; StepRows takes only this
+// rank's rows (BatchRows) for loaders that read no more than those.
 //
 //   LOOM_ASSIGN_OR_RETURN(auto t, ParallelTrainer::Create(spec, layout, rank, {{"dp", dp.get()}}));
 //   LOOM_ASSIGN_OR_RETURN(float loss, t->Step(x, y));   // x, y: global [batch, seq]
@@ -16,6 +17,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -52,6 +54,12 @@ class ParallelTrainer {
                                                                  int rank, compiler::CommunicatorMap comms,
                                                                  ParallelTrainerOptions options = {});
   absl::StatusOr<float> Step(const Tensor& x, const Tensor& y);
+  // This rank's rows of the global batch, [first, first + count) along dim 0
+  // of x and y (its dp block); a data loader reads only those rows.
+  std::pair<int64_t, int64_t> BatchRows() const;
+  // The same step as Step, given only this rank's rows of the global x and y
+  // ([count, seq_len] as BatchRows says).
+  absl::StatusOr<float> StepRows(const Tensor& x_rows, const Tensor& y_rows);
 
   // This rank's block of each parameter, and the spec it follows.
   std::map<std::string, Tensor> LocalParameters() const;
@@ -74,6 +82,8 @@ class ParallelTrainer {
 
  private:
   ParallelTrainer() = default;
+  absl::StatusOr<Tensor> RowsBlock(const Tensor& rows, const std::string& name) const;  // rows -> program input
+  absl::StatusOr<float> Run();  // the step on the inputs set
   v1::JobSpec spec_;
   Layout layout_;
   dtensor::MeshShape mesh_;

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -54,6 +55,57 @@ TEST(JobSpec, ErrorsNameTheKeyAndValue) {
   EXPECT_NE(ErrorOf("train: {precision: fp8}").find("train.precision"), std::string::npos);
   EXPECT_NE(ErrorOf("42").find("expected a mapping"), std::string::npos);
   EXPECT_NE(ErrorOf("").find("empty"), std::string::npos);
+}
+
+TEST(JobSpec, DataFieldsHaveDefaultsAndNamedErrors) {
+  auto s = ParseJobSpecYaml("data: {kind: mlm, mlm: {mask_token: 3}}\n");
+  ASSERT_TRUE(s.ok()) << s.status();
+  ApplyDefaults(*s);
+  EXPECT_TRUE(ValidateJobSpec(*s).ok()) << ValidateJobSpec(*s);
+  EXPECT_EQ(s->data().format(), "auto");
+  EXPECT_EQ(s->data().order(), "shuffle");
+  EXPECT_FLOAT_EQ(s->data().mlm().rate(), 0.15f);
+  EXPECT_EQ(s->data().mlm().ignore_index(), -100);
+  auto back = ParseJobSpecYaml(ToYaml(*s));  // presence of mask_token 0..N survives the round trip
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->SerializeAsString(), s->SerializeAsString());
+  const std::string dir = ::testing::TempDir();
+  std::ofstream(dir + "/shard_a.bin") << "x";
+  struct Case {
+    std::string yaml, needle;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"data: {format: parquet}", "data.format"},
+           {"data: {kind: images}", "data.kind"},
+           {"data: {order: random}", "data.order"},
+           {"data: {tokens_dtype: u8}", "data.tokens_dtype"},
+           {"data: {path: '" + dir + "/nothing_*.bin'}", "data.path"},
+           {"data: {val: '" + dir + "/nothing_*.bin', val_fraction: 0}", "data.val"},
+           {"data: {val: '" + dir + "/shard_*.bin', val_fraction: 0.2}", "not both"},
+           {"data: {kind: mlm}", "data.mlm.mask_token: is required"},
+           {"data: {kind: mlm, mlm: {mask_token: 256}}", "data.mlm.mask_token"},
+           {"data: {kind: mlm, mlm: {mask_token: 1, rate: 1.5}}", "data.mlm.rate"},
+           {"data: {kind: mlm, mlm: {mask_token: 1, ignore_index: -1}}", "data.mlm.ignore_index"},
+           {"data: {kind: mlm, mlm: {mask_token: 1, random_fraction: 0.7, keep_fraction: 0.5}}", "keep_fraction"},
+           {"data: {mlm: {mask_token: 1}}", "data.mlm: applies to data.kind: mlm"},
+           {"data: {kind: pairs, path: '" + dir + "/shard_a.bin'}", "data.labels: is required"},
+           {"data: {labels: '" + dir + "/shard_a.bin'}", "data.labels: applies to data.kind: pairs"},
+           {"data: {inputs: {x: input_ids}}", "data.inputs.x"},
+           {"data: {kind: pairs, format: llmc, path: '" + dir + "/shard_a.bin', labels: '" + dir + "/shard_a.bin'}",
+            "data.format"},
+       }) {
+    const std::string e = ErrorOf(c.yaml);
+    EXPECT_NE(e.find(c.needle), std::string::npos) << c.yaml << " -> '" << e << "'";
+  }
+  EXPECT_EQ(ErrorOf("data: {path: '" + dir + "/shard_*.bin'}"), "");  // a glob with a match
+  EXPECT_EQ(ErrorOf("data: {val: '" + dir + "/shard_*.bin'}"), "");    // val without val_fraction
+  const std::string f = dir + "/shard_a.bin";
+  EXPECT_EQ(ErrorOf("data: {kind: pairs, path: '" + f + "', labels: '" + f + "'}"), "");
+  EXPECT_EQ(ErrorOf("data: {kind: pairs, path: '" + f + "', labels: '" + f + "', val: '" + f + "', val_labels: '" + f +
+                    "'}"),
+            "");
+  EXPECT_NE(ErrorOf("data: {kind: pairs, path: '" + f + "', labels: '" + f + "', val: '" + f + "'}").find("data.val_labels"),
+            std::string::npos);
 }
 
 TEST(JobSpec, LoadNamesTheFile) {

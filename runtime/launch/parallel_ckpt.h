@@ -44,6 +44,8 @@ class ParallelState {
                                                                const dtensor::MeshShape& mesh, int rank);
   // One training step on the GLOBAL batch (this rank's dp block of it); step() + 1.
   absl::StatusOr<float> Step(const Tensor& x, const Tensor& y) { return trainer_->Step(x, y); }
+  // The same step given only this rank's rows of the global batch (ParallelTrainer::StepRows).
+  absl::StatusOr<float> StepRows(const Tensor& x, const Tensor& y) { return trainer_->StepRows(x, y); }
   int64_t step() const { return trainer_->step(); }
 
   // Collective over `world`: every rank calls it with the same arguments.

@@ -76,7 +76,7 @@ absl::Status RunReporter::Step(int64_t step, double loss, double lr, double step
   prom_.OnStep(step_seconds, loss, tps, lr);
   ReportProgress(step, -1);
   if (step % tr.log_every() == 0 || step == tr.steps() || step == 1) {
-    jsonl_ << absl::StrFormat("{\"step\": %d, \"loss\": %.6f, \"lr\": %.6g, \"tokens_per_s\": %.1f}\n", step, loss,
+    jsonl_ << absl::StrFormat("{\"step\": %d, \"loss\": %.9g, \"lr\": %.6g, \"tokens_per_s\": %.1f}\n", step, loss,
                               lr, tps);
     absl::Status s = events_->AddScalar("train/loss", step, loss);
     if (s.ok()) s = events_->AddScalar("train/lr", step, lr);
@@ -98,8 +98,8 @@ absl::Status RunReporter::Validation(int64_t step, double val_loss, double basel
   val_curve_.emplace_back(step, val_loss);
   jsonl_ << absl::StrFormat("{\"step\": %d, \"val_loss\": %.6f}\n", step, val_loss);
   prom_.OnValidation(val_loss);
-  std::printf("%sstep %d: validation loss %.4f (bigram %.4f)\n", tty_ ? "\r\033[K" : "", static_cast<int>(step),
-              val_loss, baseline);
+  std::printf("%sstep %d: validation loss %.4f%s\n", tty_ ? "\r\033[K" : "", static_cast<int>(step), val_loss,
+              std::isnan(baseline) ? "" : absl::StrFormat(" (bigram %.4f)", baseline).c_str());
   return events_->AddScalar("val/loss", step, val_loss);
 }
 

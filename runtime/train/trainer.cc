@@ -1,5 +1,6 @@
 #include "runtime/train/trainer.h"
 
+#include "runtime/jobspec/jobspec.h"
 #include "compiler/import/onnx/training.h"
 #include "runtime/train/onnx_model.h"
 
