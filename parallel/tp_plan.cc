@@ -305,9 +305,8 @@ std::vector<TpAssignment> ProposeTpAssignments(const Graph& forward, int tp) {
   const Dataflow df(forward);
   const std::map<int, int> weight_mm = WeightMatmuls(forward, df);
   std::map<int, std::string> style_of;  // param value -> style
-  auto fits = [&](int value, const std::string& style) {
-    return PlacementOf(forward, df, value, "", style, "", std::max(tp, 2)).ok();
-  };
+  const int t = std::max(tp, 1);
+  auto fits = [&](int value, const std::string& style) { return PlacementOf(forward, df, value, "", style, "", t).ok(); };
   for (const auto& in : forward.inputs()) {
     if (in.kind != InputKind::kParam) continue;
     std::string s = "replicate";
@@ -325,8 +324,8 @@ std::vector<TpAssignment> ProposeTpAssignments(const Graph& forward, int tp) {
     a.param = in.name;
     a.shape = forward.meta(in.value).shape;
     a.style = style_of[in.value];
-    auto p = PlacementOf(forward, df, in.value, a.param, a.style, "", std::max(tp, 2));
-    a.placement = tp > 1 && p.ok() ? *p : Placement::Replicate();
+    auto p = PlacementOf(forward, df, in.value, a.param, a.style, "", t);
+    a.placement = t > 1 && p.ok() ? *p : Placement::Replicate();
     out.push_back(std::move(a));
   }
   return out;
