@@ -3,8 +3,9 @@
 // groups ("dp", "tp"; a mesh dim of size 1 needs none).
 //
 // Parameters are initialised exactly like the single-process Trainer (from
-// train.seed, or options.init), but each rank generates only its own block
-// (the global tensors never exist on a rank unless given in options.init);
+// train.seed, or options.init, or an imported model's initializers), but each
+// rank generates only its own block (the global tensors never exist on a rank
+// unless given in options.init or by the imported model);
 // Step takes the GLOBAL batch and uses this rank's dp block of it, so N ranks
 // reproduce the single-process run step for step; StepRows takes only this
 // rank's rows (BatchRows) for loaders that read no more than those.
@@ -28,10 +29,23 @@
 
 namespace loom::parallel {
 
+// An imported model (model.family onnx): its training forward graph (inputs
+// x, y and, with dropout, dropout_step; output the loss:
+// compiler/import/onnx/training.h), its parameters and the global initial
+// values of its parameters and buffers (runtime/train/onnx_model.h loads
+// all three from the file). Each rank keeps only its block of each value.
+struct ImportedForward {
+  compiler::Graph forward;
+  std::vector<models::ParamInfo> params;
+  std::map<std::string, Tensor> initial;
+};
+
 struct ParallelTrainerOptions {
   std::map<std::string, Tensor> init;  // global initial parameters by name
   bool fuse = true;
   int64_t bucket_bytes = 0;  // > 0: bucket the dp gradient all-reduces (styles.h)
+  // Set for spec.model.family onnx (not owned; read during Create only).
+  const ImportedForward* imported = nullptr;
 };
 
 class ParallelTrainer {
@@ -80,6 +94,7 @@ class ParallelTrainer {
   std::map<std::string, dtensor::DTensorSpec> specs_;  // every graph input
   std::vector<Tensor> inputs_, outputs_;
   int x_in_ = -1, y_in_ = -1, lr_in_ = -1, step_in_ = -1;
+  int dropout_step_in_ = -1;  // an imported model's dropout offset (compiler/import/onnx/training.h)
   int64_t step_ = 0;
 };
 

@@ -85,6 +85,29 @@ absl::Status SetScalar(pb::Message& msg, const pb::FieldDescriptor* f, const YAM
   return absl::OkStatus();
 }
 
+// parallel.tp_plan: a mapping of name patterns to styles, kept in the
+// document's order (the first matching rule wins).
+absl::Status FillTpPlan(v1::ParallelSpec& p, const YAML::Node& node) {
+  p.clear_tp_plan();
+  if (node.IsNull()) return absl::OkStatus();
+  if (!node.IsMap())
+    return absl::InvalidArgumentError(
+        "parallel.tp_plan: expected a mapping of parameter-name patterns to styles, e.g. "
+        "{\"h.*.attn.qkv.weight\": colwise}");
+  for (const auto& kv : node) {
+    if (!kv.first.IsScalar() || !kv.second.IsScalar())
+      return absl::InvalidArgumentError("parallel.tp_plan: expected pattern: style pairs of plain strings");
+    const std::string pattern = kv.first.Scalar();
+    for (const auto& r : p.tp_plan())
+      if (r.pattern() == pattern)
+        return absl::InvalidArgumentError(absl::StrCat("parallel.tp_plan: pattern '", pattern, "' appears twice"));
+    v1::TpRule* r = p.add_tp_plan();
+    r->set_pattern(pattern);
+    r->set_style(kv.second.Scalar());
+  }
+  return absl::OkStatus();
+}
+
 absl::Status FillMessage(pb::Message& msg, const YAML::Node& node, const std::string& path) {
   if (!node.IsMap())
     return absl::InvalidArgumentError(
@@ -98,6 +121,10 @@ absl::Status FillMessage(pb::Message& msg, const YAML::Node& node, const std::st
       std::string known;
       for (int i = 0; i < d->field_count(); ++i) absl::StrAppend(&known, i ? ", " : "", d->field(i)->name());
       return absl::InvalidArgumentError(absl::StrCat("unknown key '", kpath, "' (known keys here: ", known, ")"));
+    }
+    if (kpath == "parallel.tp_plan") {
+      LOOM_RETURN_IF_ERROR(FillTpPlan(static_cast<v1::ParallelSpec&>(msg), kv.second));
+      continue;
     }
     if (f->is_repeated()) return absl::InvalidArgumentError(absl::StrCat(kpath, ": lists are not supported"));
     if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
@@ -122,6 +149,13 @@ void EmitMessage(YAML::Emitter& out, const pb::Message& msg) {
   r->ListFields(msg, &fields);
   for (const pb::FieldDescriptor* f : fields) {
     out << YAML::Key << f->name() << YAML::Value;
+    if (f->is_repeated() && f->message_type() == v1::TpRule::descriptor()) {  // parallel.tp_plan
+      out << YAML::BeginMap;
+      for (const auto& rule : static_cast<const v1::ParallelSpec&>(msg).tp_plan())
+        out << YAML::Key << YAML::DoubleQuoted << rule.pattern() << YAML::Value << rule.style();
+      out << YAML::EndMap;
+      continue;
+    }
     switch (f->cpp_type()) {
       case pb::FieldDescriptor::CPPTYPE_MESSAGE: EmitMessage(out, r->GetMessage(msg, f)); break;
       case pb::FieldDescriptor::CPPTYPE_INT32: out << r->GetInt32(msg, f); break;
@@ -160,11 +194,9 @@ absl::Status ValidateOnnxModel(const v1::JobSpec& s) {
   LOOM_RETURN_IF_ERROR(Field(std::filesystem::is_regular_file(m.onnx(), ec), "model.onnx", m.onnx(), "no such file"));
   LOOM_RETURN_IF_ERROR(Field(m.loss().kind().empty() || m.loss().kind() == "cross_entropy", "model.loss.kind",
                              m.loss().kind(), "expected cross_entropy (or empty: the model's own scalar loss, else cross_entropy)"));
-  // What the ONNX path does not do yet: more than one rank, the GPU,
-  // checkpoints, init_from.
-  const int ranks = std::max(1, s.parallel().dp()) * std::max(1, s.parallel().tp());
-  LOOM_RETURN_IF_ERROR(Field(ranks == 1 && !s.parallel().tp_auto(), "parallel", absl::StrCat(ranks, " ranks"),
-                             "ONNX models train in one process for now (dp = tp = 1)"));
+  // What the ONNX path does not do yet: the GPU, checkpoints, init_from.
+  // (The parallel section, tp_plan included, is checked by
+  // parallel::ValidateParallelSection.)
   LOOM_RETURN_IF_ERROR(Field(s.device() != "cuda", "device", s.device(), "ONNX models train on the CPU for now"));
   LOOM_RETURN_IF_ERROR(Field(s.checkpoint().every() == 0, "checkpoint.every", absl::StrCat(s.checkpoint().every()),
                              "checkpoints of ONNX models are not supported yet"));

@@ -1,6 +1,7 @@
 #include "runtime/jobspec/jobspec.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <vector>
 
@@ -55,6 +56,50 @@ TEST(JobSpec, ErrorsNameTheKeyAndValue) {
   EXPECT_NE(ErrorOf("train: {precision: fp8}").find("train.precision"), std::string::npos);
   EXPECT_NE(ErrorOf("42").find("expected a mapping"), std::string::npos);
   EXPECT_NE(ErrorOf("").find("empty"), std::string::npos);
+}
+
+// parallel.tp_plan: a mapping of name patterns to styles, kept in order,
+// for imported models only (runtime/jobspec validates its form; the graph
+// checks it against the model: parallel/tp_plan_test.cc).
+TEST(JobSpec, TpPlanIsAnOrderedMappingForImportedModels) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string model = std::string(tmp != nullptr ? tmp : "/tmp") + "/tp_plan_model.onnx";
+  std::ofstream(model) << "not parsed by the job-spec check";
+  const std::string onnx = "model: {onnx: " + model + ", seq_len: 8, vocab: 64}\ndata: {format: tokens}\n";
+  auto s = ParseJobSpecYaml(onnx + R"(parallel:
+  dp: 2
+  tp: 2
+  tp_plan: {"h.*.qkv.weight": colwise, "h.*.proj.weight": rowwise, 'wte.weight': vocab, "*": replicate}
+)");
+  ASSERT_TRUE(s.ok()) << s.status();
+  ApplyDefaults(*s);
+  EXPECT_TRUE(ValidateJobSpec(*s).ok()) << ValidateJobSpec(*s);
+  ASSERT_EQ(s->parallel().tp_plan_size(), 4);
+  const std::vector<std::pair<std::string, std::string>> want = {
+      {"h.*.qkv.weight", "colwise"}, {"h.*.proj.weight", "rowwise"}, {"wte.weight", "vocab"}, {"*", "replicate"}};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(s->parallel().tp_plan(i).pattern(), want[i].first);
+    EXPECT_EQ(s->parallel().tp_plan(i).style(), want[i].second);
+  }
+  auto back = ParseJobSpecYaml(ToYaml(*s));
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << ToYaml(*s);
+  EXPECT_EQ(back->SerializeAsString(), s->SerializeAsString()) << ToYaml(*s);
+  // ONNX models take dp, tp and ZeRO now.
+  EXPECT_EQ(ErrorOf(onnx + "parallel: {dp: 2, zero_stage: 3}"), "");
+  EXPECT_EQ(ErrorOf(onnx + "parallel: {tp: auto, dp: 4}"), "");
+  EXPECT_EQ(ErrorOf(onnx + "parallel: {tp: 2, tp_plan: [a, b]}"),
+            "parallel.tp_plan: expected a mapping of parameter-name patterns to styles, e.g. "
+            "{\"h.*.attn.qkv.weight\": colwise}");
+  EXPECT_EQ(ErrorOf(onnx + "parallel: {tp: 2, tp_plan: {wte: colwize}}"),
+            "parallel.tp_plan[\"wte\"]: expected colwise, rowwise, vocab or replicate (got colwize)");
+  EXPECT_EQ(ErrorOf(onnx + "parallel: {tp: 2}"),
+            "parallel.tp_plan: tp = 2 needs a plan for an ONNX model (parameter-name patterns and their styles), "
+            "or tp: auto; `loom plan JOB.yaml` proposes one (got none)");
+  EXPECT_EQ(ErrorOf(onnx + "parallel: {tp: 2, sequence_parallel: true, tp_plan: {wte: vocab}}"),
+            "parallel.sequence_parallel: is not built for imported (ONNX) models (got true)");
+  EXPECT_EQ(ErrorOf("parallel: {tp: 2, tp_plan: {wte: vocab}}"),
+            "parallel.tp_plan: applies to imported models (model.onnx); gpt uses its built-in tensor-parallel "
+            "plan (got 1 rules)");
 }
 
 TEST(JobSpec, DataFieldsHaveDefaultsAndNamedErrors) {

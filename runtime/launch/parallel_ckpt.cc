@@ -76,7 +76,10 @@ absl::StatusOr<std::unique_ptr<ParallelState>> ParallelState::Create(const v1::J
   for (size_t k = 0; k < g.inputs().size(); ++k) {
     const std::string& name = g.inputs()[k].name;
     const int ki = static_cast<int>(k);
-    if (name == "x" || name == "y" || name == "lr" || name == "step") continue;
+    // Saved: parameters and AdamW state; not the per-step inputs (batch, lr,
+    // step, an imported model's dropout step) nor its constant buffers.
+    const compiler::InputKind kind = g.inputs()[k].kind;
+    if (kind == compiler::InputKind::kInput || kind == compiler::InputKind::kConst) continue;
     std::string base = name;
     if (!shapes.count(base) && base.size() > 2 && (absl::EndsWith(base, ".m") || absl::EndsWith(base, ".v")))
       base = base.substr(0, base.size() - 2);

@@ -19,9 +19,11 @@
 #include "parallel/trainer.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/loader.h"
+#include "runtime/plan/planner_command.h"
 #include "runtime/data/dataset.h"
 #include "dtensor/dtensor.h"
 #include "runtime/train/evaluate.h"
+#include "runtime/train/onnx_model.h"
 #include "runtime/train/run_reporter.h"
 #include "runtime/train/train_data.h"
 #include "runtime/train/trainer.h"
@@ -33,6 +35,24 @@ int Fail(int rank, int code, absl::string_view msg) {
   std::fprintf(stderr, "loom worker (rank %d): %s\n", rank, std::string(msg).c_str());
   if (const char* f = std::getenv("LOOM_ERROR_FILE"); f != nullptr && *f) std::ofstream(f) << msg << "\n";
   return code;
+}
+
+// The rank's trainer. An imported model: every rank reads the file (a shared
+// filesystem, inside the allowed roots), keeps its blocks of the initial
+// values and drops the rest.
+absl::StatusOr<std::unique_ptr<parallel::ParallelTrainer>> CreateTrainer(const v1::JobSpec& spec,
+                                                                         const parallel::Layout& layout, int rank,
+                                                                         const compiler::CommunicatorMap& comms) {
+  parallel::ParallelTrainerOptions options;
+  parallel::ImportedForward imported;
+  if (spec.model().family() == "onnx") {
+    LOOM_ASSIGN_OR_RETURN(train::OnnxTrainingModel loaded, train::LoadOnnxModel(spec));
+    imported.forward = std::move(loaded.train_forward);
+    imported.params = std::move(loaded.params);
+    imported.initial = std::move(loaded.initial);
+    options.imported = &imported;
+  }
+  return parallel::ParallelTrainer::Create(spec, layout, rank, comms, std::move(options));
 }
 
 // The step to continue after (0: none). Rank 0 first removes leftovers of
@@ -95,7 +115,7 @@ absl::Status FinishRun(const v1::JobSpec& spec, parallel::ParallelTrainer& train
 }  // namespace
 
 int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::ProcessGroup> world,
-                        checkpoint::CommitGate* gate) {
+                        checkpoint::CommitGate* gate, const parallel::Plan* plan) {
   const int rank = world->rank();
   const auto& tr = spec.train();
   const auto& m = spec.model();
@@ -120,14 +140,19 @@ int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::Pr
     comms[(*mesh)->shape().names[d]] = owned.back().get();
   }
   if (rank == 0) {
-    std::printf("loom worker: %s model, %d layers, d_model %d, %d heads; mesh %s over %d ranks\n",
-                m.family().c_str(), m.n_layer(), m.d_model(), m.n_head(),
-                (*mesh)->shape().ToString().c_str(), world->size());
+    if (m.family() == "onnx") {
+      std::printf("loom worker: onnx model %s; mesh %s over %d ranks\n", m.onnx().c_str(),
+                  (*mesh)->shape().ToString().c_str(), world->size());
+    } else {
+      std::printf("loom worker: %s model, %d layers, d_model %d, %d heads; mesh %s over %d ranks\n",
+                  m.family().c_str(), m.n_layer(), m.d_model(), m.n_head(), (*mesh)->shape().ToString().c_str(),
+                  world->size());
+    }
     std::printf("compiling...\n");
     std::fflush(stdout);
   }
   auto t0 = std::chrono::steady_clock::now();
-  auto trainer = parallel::ParallelTrainer::Create(spec, layout, rank, comms);
+  auto trainer = CreateTrainer(spec, layout, rank, comms);
   if (!trainer.ok()) {
     bool config = absl::IsInvalidArgument(trainer.status()) || absl::IsUnimplemented(trainer.status());
     return Fail(rank, config ? 2 : 1, trainer.status().message());
@@ -140,6 +165,8 @@ int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::Pr
     auto r = train::RunReporter::Open(spec, train::RunFolder(spec), listen != nullptr ? listen : "");
     if (!r.ok()) return Fail(rank, absl::IsInvalidArgument(r.status()) ? 2 : 1, r.status().message());
     report = std::move(*r);
+    if (plan != nullptr)
+      if (absl::Status s = plan::WritePlan(*plan, report->dir()); !s.ok()) return Fail(rank, 1, s.message());
   }
   // The training state (parameters, AdamW moments, step) with checkpoint save/resume
   // (parallel_ckpt.h): resumes from checkpoint.dir if it holds one, else starts from init_from.

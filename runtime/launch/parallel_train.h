@@ -14,12 +14,15 @@
 #include <memory>
 
 #include "collectives/process_group.h"
+#include "parallel/planner.h"
 #include "proto/loom/v1/job.pb.h"
 #include "runtime/checkpoint/checkpoint.h"
 
 namespace loom::launch {
 
+// `plan` (optional): the tp: auto plan that chose the spec's layout; rank 0
+// writes it into the run folder (plan.txt, plan.json).
 int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::ProcessGroup> world,
-                        checkpoint::CommitGate* gate = nullptr);
+                        checkpoint::CommitGate* gate = nullptr, const parallel::Plan* plan = nullptr);
 
 }  // namespace loom::launch

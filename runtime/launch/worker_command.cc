@@ -15,6 +15,7 @@
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/launch/parallel_train.h"
 #include "runtime/launch/stop_signal.h"
+#include "runtime/plan/planner_command.h"
 #include "runtime/train/train_command.h"
 
 namespace loom::launch {
@@ -95,7 +96,13 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
   // One GPU rank: the CUDA training step, its loss averaged through the
   // group's CUDA backend (NCCL).
   if (cuda && *world == 1 && !checkpoints) return train::RunTrainCommand({spec_path}, pg->get());
-  return RunParallelTraining(*spec, std::shared_ptr<collectives::ProcessGroup>(std::move(*pg)), &gate);
+  // tp: auto: every rank runs the same deterministic planner for this world,
+  // so all of them pick the same layout (and, for an imported model, the
+  // same tp plan); rank 0 writes the plan into the run folder.
+  auto plan = plan::ResolveAutoLayout(*spec, plan::DefaultHardware(*spec), *world);
+  if (!plan.ok()) return Fail(absl::IsResourceExhausted(plan.status()) || absl::IsInvalidArgument(plan.status()) ? 2 : 1,
+                              std::string(plan.status().message()));
+  return RunParallelTraining(*spec, std::shared_ptr<collectives::ProcessGroup>(std::move(*pg)), &gate, plan->get());
 }
 
 }  // namespace loom::launch

@@ -5,6 +5,8 @@
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 #include "compiler/import/onnx/training.h"
+#include "parallel/graph_planner.h"
+#include "parallel/styles.h"
 
 namespace loom::train {
 
@@ -78,7 +80,15 @@ absl::StatusOr<OnnxTrainingModel> LoadOnnxModel(const v1::JobSpec& spec) {
 
 absl::Status CheckOnnxJob(const v1::JobSpec& spec) {
   if (spec.model().family() != "onnx") return absl::OkStatus();
-  return LoadOnnxModel(spec).status();
+  LOOM_ASSIGN_OR_RETURN(OnnxTrainingModel m, LoadOnnxModel(spec));
+  const v1::ParallelSpec& p = spec.parallel();
+  if (p.tp_auto() || p.tp() < 2) return absl::OkStatus();
+  // The tp plan against the graph, through the same resolution and
+  // propagation the ranks will run (no lowering).
+  const parallel::Layout layout = parallel::LayoutFromSpec(p);
+  return parallel::CompileParallel(m.train_forward, parallel::PlanningCompileOptions(m.train_forward, spec.train()),
+                                   spec.model(), spec.train().batch_size(), layout)
+      .status();
 }
 
 }  // namespace loom::train

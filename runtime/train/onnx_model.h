@@ -38,7 +38,10 @@ struct OnnxTrainingModel {
 
 absl::StatusOr<OnnxTrainingModel> LoadOnnxModel(const v1::JobSpec& spec);
 
-// LoadOnnxModel's checks without keeping the result (job submission).
+// LoadOnnxModel's checks without keeping the result (job submission, loom
+// run), and with tp > 1 the job's parallel.tp_plan against the graph
+// (parallel/tp_plan.h): a plan that cannot be honoured is refused here,
+// before any process starts.
 absl::Status CheckOnnxJob(const v1::JobSpec& spec);
 
 }  // namespace loom::train
