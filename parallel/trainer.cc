@@ -239,9 +239,10 @@ absl::StatusOr<Tensor> Trainer::InitialValue(const compiler::GraphInput& in, con
     return Block(given->second.To(DType::kF32), spec);
   }
   auto initial = model.initial.find(in.name);
-  if (initial != model.initial.end()) {
-    if (single()) return initial->second;
-    return Block(initial->second, spec);
+  if (initial != model.initial.end()) {  // parameters become f32; an imported model's buffers keep their dtype
+    const Tensor value = pi != param_index.end() ? initial->second.To(DType::kF32) : initial->second;
+    if (single()) return value;
+    return Block(value, spec);
   }
   if (pi != param_index.end()) return InitBlock(pi->second, spec);
   return Tensor::Zeros(local.shape, local.dtype);
@@ -279,6 +280,7 @@ absl::Status Trainer::BindTrainingInputs(TrainerModel& model) {
   }
   if (lr_in_ < 0 || step_in_ < 0 || train_data_.empty())
     return absl::InternalError("training program lacks one of the inputs lr, step or any data input");
+  LOOM_ASSIGN_OR_RETURN(rows_, RowsOf(train_data_, specs_));
   if (cuda_) {  // parameters, buffers and optimizer state live on the GPU from here on
     for (size_t k = 0; k < g.inputs().size(); ++k) {
       const int ki = static_cast<int>(k);
@@ -310,12 +312,32 @@ absl::Status Trainer::BindEval(EvalProgram& p) const {
     }
     p.inputs.push_back(train_inputs_[tk]);
   }
+  LOOM_ASSIGN_OR_RETURN(auto rows, RowsOf(p.data, p.specs));
+  if (!p.data.empty() && rows != rows_)
+    return absl::InternalError("the evaluation program splits the batch into other rows than the training step");
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::pair<int64_t, int64_t>> Trainer::RowsOf(
+    const std::vector<DataInput>& data, const std::map<std::string, dtensor::DTensorSpec>& specs) const {
+  std::pair<int64_t, int64_t> rows{-1, -1};
+  for (const DataInput& d : data) {
+    if (d.global_shape.empty()) continue;  // a scalar input is whole on every rank
+    std::vector<int64_t> shape(d.global_shape.begin(), d.global_shape.end());
+    LOOM_ASSIGN_OR_RETURN(auto ranges, dtensor::LocalBlock(shape, specs.at(d.name), coords_));
+    const std::pair<int64_t, int64_t> mine{ranges[0].offset, ranges[0].length};
+    if (rows.second >= 0 && mine != rows)
+      return absl::InternalError(absl::StrCat("data input '", d.name, "' splits the batch into other rows than ",
+                                              "the program's other data inputs"));
+    rows = mine;
+  }
+  if (rows.second < 0) return std::make_pair(int64_t{0}, int64_t{0});
+  return rows;
 }
 
 double Trainer::LearningRate(int64_t step) const { return compiler::ScheduledLearningRate(spec_.train(), step); }
 
-absl::Status Trainer::SetBatch(const Batch& batch, const std::vector<DataInput>& want,
+absl::Status Trainer::SetBatch(const Batch& batch, bool rows, const std::vector<DataInput>& want,
                                const std::map<std::string, dtensor::DTensorSpec>& specs, std::vector<Tensor>& inputs) {
   if (batch.size() != want.size() || !std::all_of(want.begin(), want.end(), [&](const DataInput& d) {
         return batch.count(d.name) > 0;
@@ -328,21 +350,41 @@ absl::Status Trainer::SetBatch(const Batch& batch, const std::vector<DataInput>&
   }
   for (const DataInput& d : want) {
     const Tensor& t = batch.at(d.name);
-    if (t.shape() != d.global_shape || t.dtype() != d.dtype)
-      return absl::InvalidArgumentError(absl::StrCat("batch: input '", d.name, "' is ", DTypeName(t.dtype()),
-                                                     ShapeToString(t.shape()), ", the program needs ",
-                                                     DTypeName(d.dtype), ShapeToString(d.global_shape)));
+    Shape need = d.global_shape;
+    const bool row_block = rows && !need.empty();
+    if (row_block) need[0] = rows_.second;
+    if (t.shape() != need || t.dtype() != d.dtype)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "batch: input '", d.name, "' is ", DTypeName(t.dtype()), ShapeToString(t.shape()), ", the program needs ",
+          DTypeName(d.dtype), ShapeToString(need), row_block ? " (this rank's rows)" : "",
+          " (data.* and model.* disagree)"));
     if (single()) {
       inputs[d.index] = t;
-    } else {
+    } else if (!row_block) {
       LOOM_ASSIGN_OR_RETURN(inputs[d.index], Block(t, specs.at(d.name)));
+    } else {  // this rank's rows already: narrow the other dims to its block
+      std::vector<int64_t> shape(d.global_shape.begin(), d.global_shape.end());
+      LOOM_ASSIGN_OR_RETURN(auto ranges, dtensor::LocalBlock(shape, specs.at(d.name), coords_));
+      Tensor b = t;
+      for (size_t k = 1; k < ranges.size(); ++k)
+        b = b.Narrow(static_cast<int>(k), ranges[k].offset, ranges[k].length);
+      inputs[d.index] = b.Clone();
     }
   }
   return absl::OkStatus();
 }
 
 absl::StatusOr<float> Trainer::Step(const Batch& batch) {
-  LOOM_RETURN_IF_ERROR(SetBatch(batch, train_data_, specs_, train_inputs_));
+  LOOM_RETURN_IF_ERROR(SetBatch(batch, /*rows=*/false, train_data_, specs_, train_inputs_));
+  return RunStep();
+}
+
+absl::StatusOr<float> Trainer::StepRows(const Batch& rows) {
+  LOOM_RETURN_IF_ERROR(SetBatch(rows, /*rows=*/true, train_data_, specs_, train_inputs_));
+  return RunStep();
+}
+
+absl::StatusOr<float> Trainer::RunStep() {
   ++step_;
   train_inputs_[lr_in_].data<float>()[0] = static_cast<float>(LearningRate(step_));
   train_inputs_[step_in_].data<float>()[0] = static_cast<float>(step_);
@@ -405,9 +447,9 @@ absl::Status Trainer::SyncFromDevice() const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<Tensor>> Trainer::RunEval(EvalProgram& p, const Batch& batch) {
+absl::StatusOr<std::vector<Tensor>> Trainer::RunEval(EvalProgram& p, const Batch& batch, bool rows) {
   LOOM_RETURN_IF_ERROR(SyncFromDevice());
-  LOOM_RETURN_IF_ERROR(SetBatch(batch, p.data, p.specs, p.inputs));
+  LOOM_RETURN_IF_ERROR(SetBatch(batch, rows, p.data, p.specs, p.inputs));
   std::vector<Tensor> out;
   LOOM_RETURN_IF_ERROR(p.exec->Run(p.inputs, &out));
   return out;
@@ -423,12 +465,17 @@ absl::StatusOr<std::pair<float, Tensor>> Trainer::Forward(const Batch& batch) {
     }
     p = logits_.get();
   }
-  LOOM_ASSIGN_OR_RETURN(std::vector<Tensor> out, RunEval(*p, batch));
+  LOOM_ASSIGN_OR_RETURN(std::vector<Tensor> out, RunEval(*p, batch, /*rows=*/false));
   return std::make_pair(out[0].data<float>()[0], out.size() > 1 ? out[1] : Tensor());
 }
 
 absl::StatusOr<float> Trainer::Evaluate(const Batch& batch) {
-  LOOM_ASSIGN_OR_RETURN(std::vector<Tensor> out, RunEval(eval_, batch));
+  LOOM_ASSIGN_OR_RETURN(std::vector<Tensor> out, RunEval(eval_, batch, /*rows=*/false));
+  return out[0].data<float>()[0];
+}
+
+absl::StatusOr<float> Trainer::EvaluateRows(const Batch& rows) {
+  LOOM_ASSIGN_OR_RETURN(std::vector<Tensor> out, RunEval(eval_, rows, /*rows=*/true));
   return out[0].data<float>()[0];
 }
 

@@ -16,8 +16,14 @@
 // cuda runs the training step on the CUDA executor. A larger layout compiles
 // both steps through sharding propagation (styles.h: CompileParallel) and
 // binds one communicator per mesh dim of size > 1 ("dp", "tp"); every call
-// that runs a program (Step, Evaluate, Forward) is then collective: every rank
-// of the mesh calls it in the same order with the same global batch.
+// that runs a program (Step, Evaluate, Forward and their Rows forms) is then
+// collective: every rank of the mesh calls it in the same order with the same
+// global batch (or its own rows of it).
+//
+// A batch comes whole (Step, Evaluate, Forward: the global tensors; each rank
+// takes its block) or as this rank's rows only (StepRows, EvaluateRows:
+// rows [first, first + count) of dim 0 of every data input, BatchRows), so a
+// data loader reads no more than its dp block; both give the same step.
 //
 // Parameters and optimizer state are owned by the Trainer, as this rank's
 // block of each (the whole tensor on one rank). Parameters start from, by
@@ -76,9 +82,11 @@ struct TrainerModel {
 // train.batch_size. An imported model's come from runtime/train/job_model.h.
 absl::StatusOr<TrainerModel> FamilyModel(const v1::JobSpec& spec);
 
-// One step's data: GLOBAL tensors by graph input name ("x", "y" [batch,
-// seq_len] i32 for the language-model families). Every data input of the
-// program must be given, and nothing else.
+// One step's data: tensors by graph input name ("x", "y" [batch, seq_len]
+// i32 for the language-model families; an imported model's x and y take the
+// shapes and dtypes of the model's inputs). Every data input of the program
+// must be given, and nothing else; a wrong name, shape or dtype is
+// InvalidArgument naming the input.
 using Batch = std::map<std::string, Tensor>;
 
 // The rectangle [offsets, offsets + lengths) of parameter `param`'s global
@@ -114,6 +122,15 @@ class Trainer {
   // Loss on the batch without updating anything.
   absl::StatusOr<float> Evaluate(const Batch& batch);
   absl::StatusOr<float> Evaluate(const Tensor& x, const Tensor& y) { return Evaluate(Batch{{"x", x}, {"y", y}}); }
+
+  // This rank's rows of the global batch, {first, count} along dim 0 of every
+  // data input (its dp block; {0, batch} on one rank).
+  std::pair<int64_t, int64_t> BatchRows() const { return rows_; }
+  // Step and Evaluate given only this rank's rows of each data input (dim 0
+  // of length BatchRows().second, the other dims global).
+  absl::StatusOr<float> StepRows(const Batch& rows);
+  absl::StatusOr<float> StepRows(const Tensor& x, const Tensor& y) { return StepRows(Batch{{"x", x}, {"y", y}}); }
+  absl::StatusOr<float> EvaluateRows(const Batch& rows);
   // The evaluation program's (loss, logits) (logits: [batch * seq_len, vocab],
   // whole on every rank; empty when the model has none).
   absl::StatusOr<std::pair<float, Tensor>> Forward(const Batch& batch);
@@ -192,7 +209,7 @@ class Trainer {
   absl::StatusOr<EvalProgram> CompileEval(const compiler::Graph& forward) const;
   absl::Status BindTrainingInputs(TrainerModel& model);
   absl::Status BindEval(EvalProgram& p) const;
-  absl::StatusOr<std::vector<Tensor>> RunEval(EvalProgram& p, const Batch& batch);
+  absl::StatusOr<std::vector<Tensor>> RunEval(EvalProgram& p, const Batch& batch, bool rows);
   absl::StatusOr<Tensor> InitBlock(size_t index, const dtensor::DTensorSpec& spec) const;
   // options_.init_blocks' block of parameter params_[index] under `spec`.
   absl::StatusOr<Tensor> ReadInitBlock(size_t index, const dtensor::DTensorSpec& spec) const;
@@ -201,9 +218,15 @@ class Trainer {
                                       const dtensor::DTensorSpec& spec, const TrainerModel& model,
                                       const std::map<std::string, size_t>& param_index) const;
   // Binds the batch to the program inputs `want` (this rank's block under
-  // `specs` on a mesh of several ranks).
-  absl::Status SetBatch(const Batch& batch, const std::vector<DataInput>& want,
+  // `specs` on a mesh of several ranks); `rows`: the batch holds only this
+  // rank's rows (BatchRows).
+  absl::Status SetBatch(const Batch& batch, bool rows, const std::vector<DataInput>& want,
                         const std::map<std::string, dtensor::DTensorSpec>& specs, std::vector<Tensor>& inputs);
+  // The rows of dim 0 that `data` (a program's data inputs under `specs`)
+  // give this rank; InternalError when they split the batch differently.
+  absl::StatusOr<std::pair<int64_t, int64_t>> RowsOf(const std::vector<DataInput>& data,
+                                                     const std::map<std::string, dtensor::DTensorSpec>& specs) const;
+  absl::StatusOr<float> RunStep();  // the training step on the bound batch
   // device: cuda: copies the parameters back into the host tensors (which the
   // evaluation program shares) when a step changed them.
   absl::Status SyncFromDevice() const;
@@ -231,6 +254,7 @@ class Trainer {
   std::vector<Tensor> outputs_;
   std::map<std::string, dtensor::DTensorSpec> specs_;  // training inputs
   std::vector<DataInput> train_data_;
+  std::pair<int64_t, int64_t> rows_{0, 0};  // BatchRows()
   int lr_in_ = -1, step_in_ = -1;
   int dropout_step_in_ = -1;  // an imported model's dropout offset (onnx/training.h)
   int64_t step_ = 0;

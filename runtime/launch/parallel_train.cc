@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/status.h"
 #include "compiler/comm/communicator.h"
 #include "dtensor/device_mesh.h"
 #include "parallel/styles.h"
@@ -12,7 +13,8 @@
 
 namespace loom::launch {
 
-int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::ProcessGroup> world) {
+int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::ProcessGroup> world,
+                        checkpoint::CommitGate* gate, const parallel::Plan* plan) {
   const int rank = world->rank();
   const std::string who = absl::StrCat("loom worker (rank ", rank, ")");
   if (spec.device() == "cuda")
@@ -29,6 +31,8 @@ int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::Pr
   run.rank = rank;
   run.world = world.get();
   run.mesh = mesh->get();
+  run.gate = gate;
+  run.plan = plan;
   // One communicator per mesh dimension that spans several ranks.
   std::vector<std::unique_ptr<compiler::Communicator>> owned;
   for (int d = 0; d < (*mesh)->ndim(); ++d) {

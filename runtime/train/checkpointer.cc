@@ -10,8 +10,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
-#include "runtime/checkpoint/checkpoint.h"
-#include "runtime/checkpoint/loader.h"
 
 namespace loom::train {
 namespace {
@@ -85,12 +83,23 @@ absl::Status Checkpointer::Barrier() {
   return w->Wait();
 }
 
-absl::Status Checkpointer::Save(const std::string& root, const data::SamplerState& sampler, int keep) {
+absl::Status Checkpointer::Save(const std::string& root, const data::SamplerState& sampler, int keep,
+                                checkpoint::CommitGate* gate) {
+  const std::string tmp = absl::StrCat(root, "/.tmp.", checkpoint::StepDirName(trainer_->step()));
+  absl::Status s = SaveSteps(root, tmp, sampler, keep, gate);
+  if (!s.ok() && trainer_->rank() == 0) {
+    std::error_code ec;
+    std::filesystem::remove_all(tmp, ec);  // what the ranks wrote before one failed
+  }
+  return s;
+}
+
+absl::Status Checkpointer::SaveSteps(const std::string& root, const std::string& tmp,
+                                     const data::SamplerState& sampler, int keep, checkpoint::CommitGate* gate) {
   const int rank = trainer_->rank();
   const int64_t world_size = trainer_->mesh().num_ranks();
   const dtensor::MeshShape& mesh = trainer_->mesh();
   LOOM_ASSIGN_OR_RETURN(auto saved, Saved());
-  const std::string tmp = absl::StrCat(root, "/.tmp.", checkpoint::StepDirName(trainer_->step()));
   if (rank == 0) LOOM_RETURN_IF_ERROR(checkpoint::BeginSave(root, trainer_->step()).status());
   LOOM_RETURN_IF_ERROR(Barrier());
   std::vector<checkpoint::RankShard> shards;
@@ -145,15 +154,22 @@ absl::Status Checkpointer::Save(const std::string& root, const data::SamplerStat
   }
   checkpoint::CheckpointOptions co;
   co.keep_last = keep;
+  co.gate = gate;
   return checkpoint::CommitSave(root, tmp, m, co);
 }
 
-absl::StatusOr<int64_t> Checkpointer::Restore(const std::string& root, data::Sampler* sampler, std::string* log) {
+absl::StatusOr<int64_t> Checkpointer::Restore(const std::string& root, data::Sampler* sampler, std::string* log,
+                                              const checkpoint::LoadResult* chosen) {
   std::error_code ec;
   if (root.empty() || !std::filesystem::is_directory(root, ec)) return 0;
   LOOM_ASSIGN_OR_RETURN(auto list, checkpoint::ListCheckpoints(root));
   if (list.empty()) return 0;
-  LOOM_ASSIGN_OR_RETURN(checkpoint::LoadResult lr, checkpoint::LoadLatest(root, checkpoint::Verify::kFull));
+  checkpoint::LoadResult lr;
+  if (chosen != nullptr) {
+    lr = *chosen;
+  } else {
+    LOOM_ASSIGN_OR_RETURN(lr, checkpoint::LoadLatest(root, checkpoint::Verify::kFull));
+  }
   LOOM_ASSIGN_OR_RETURN(checkpoint::CheckpointReader reader, checkpoint::CheckpointReader::Open(lr.ckpt));
   LOOM_ASSIGN_OR_RETURN(auto saved, Saved());
   for (const auto& sv : saved) {

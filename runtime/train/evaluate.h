@@ -1,8 +1,8 @@
 // Evaluation of a training run (train_loop.h): validation loss over the
-// validation split, a text sample and the model file. The trainer may be one
-// rank of a parallel job: ValidationLoss, SampleText and FinishWithSample run
-// its evaluation program, so every rank of the mesh calls them in the same
-// order (each gets the same loss and logits).
+// validation batches, a text sample (causal LMs) and the model file. The
+// trainer may be one rank of a parallel job: ValidationLoss, SampleText and
+// FinishWithSample run its evaluation program, so every rank of the mesh
+// calls them in the same order (each gets the same loss and logits).
 #pragma once
 
 #include <cstdint>
@@ -14,12 +14,13 @@
 #include <map>
 
 #include "parallel/trainer.h"
+#include "runtime/data/dataset.h"
 
 namespace loom::train {
 
-// Mean loss over train.eval_batches fixed windows of `val`.
-absl::StatusOr<double> ValidationLoss(parallel::Trainer& t, const v1::JobSpec& spec,
-                                      const std::vector<int32_t>& val);
+// Mean loss over train.eval_batches fixed validation batches (any data.kind);
+// each rank reads only its rows of each batch (Trainer::BatchRows).
+absl::StatusOr<double> ValidationLoss(parallel::Trainer& t, const v1::JobSpec& spec, const data::Dataset& dataset);
 
 // `n` tokens after `prompt`, sampled with temperature 0.8 (seeded by
 // train.seed), decoded as bytes.
@@ -32,11 +33,12 @@ absl::StatusOr<std::string> SampleText(parallel::Trainer& t, const v1::JobSpec& 
 absl::Status WriteModel(const std::map<std::string, Tensor>& params, const std::vector<models::ParamInfo>& info,
                         const v1::JobSpec& spec, const std::string& path);
 
-// Samples from the start of `val` (every rank), then, where `dir` is not
-// empty (the reporting rank), writes <dir>/sample.txt and
-// <dir>/model.safetensors (WriteModel of `params`, the whole parameters) and
-// prints the final validation loss, the sample and the run folder.
-absl::Status FinishWithSample(parallel::Trainer& t, const v1::JobSpec& spec, const std::vector<int32_t>& val,
+// Prints the final validation loss (and the baseline unless it is NaN); for
+// causal LMs with logits samples after the start of the first validation
+// window (every rank). Where `dir` is not empty (the reporting rank), writes
+// <dir>/sample.txt and <dir>/model.safetensors (WriteModel of `params`, the
+// whole parameters) and prints the loss, the sample and the run folder.
+absl::Status FinishWithSample(parallel::Trainer& t, const v1::JobSpec& spec, const data::Dataset& dataset,
                               const std::map<std::string, Tensor>& params, const std::string& dir, double val_loss,
                               double baseline);
 

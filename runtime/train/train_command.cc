@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <filesystem>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -21,7 +20,8 @@ int Fail(int code, absl::string_view msg) { return FailRun("loom train", code, m
 
 int RunTrainCommand(const std::vector<std::string>& args) { return RunTrainCommand(args, nullptr); }
 
-int RunTrainCommand(const std::vector<std::string>& args, collectives::ProcessGroup* world) {
+int RunTrainCommand(const std::vector<std::string>& args, collectives::ProcessGroup* world,
+                    checkpoint::CommitGate* gate) {
   std::string path;
   int steps_override = 0;
   std::string init_from;  // --init: overrides the spec's init_from
@@ -61,14 +61,10 @@ int RunTrainCommand(const std::vector<std::string>& args, collectives::ProcessGr
     return Fail(2, "parallel: `loom train` runs one process; dp and tp must be 1");
   run.command = "loom train";
   run.world = world;
+  run.gate = gate;
   run.run_dir = RunFolder(spec);
   run.metrics_listen = metrics_listen;
-  if (*plan) {
-    std::error_code ec;
-    std::filesystem::create_directories(run.run_dir, ec);
-    absl::Status written = plan::WritePlan(**plan, run.run_dir);
-    if (!written.ok()) return Fail(1, written.message());
-  }
+  run.plan = plan->get();
   return RunTraining(run);
 }
 

@@ -19,6 +19,9 @@
 namespace loom::collectives {
 class ProcessGroup;
 }
+namespace loom::checkpoint {
+class CommitGate;
+}
 
 namespace loom::train {
 
@@ -28,6 +31,9 @@ int RunTrainCommand(const std::vector<std::string>& args);
 // (world size 1): the step's loss is averaged across `world` on the GPU by the
 // process group's CUDA backend (NCCL under "cpu:gloo,cuda:nccl") before it is
 // reported. `world` must outlive the call.
-int RunTrainCommand(const std::vector<std::string>& args, collectives::ProcessGroup* world);
+// `gate` (optional): checkpoints commit through it (`loom worker` closes it
+// on SIGTERM).
+int RunTrainCommand(const std::vector<std::string>& args, collectives::ProcessGroup* world,
+                    checkpoint::CommitGate* gate = nullptr);
 
 }  // namespace loom::train

@@ -19,10 +19,12 @@
 #include "runtime/checkpoint/init_from.h"
 #include "runtime/checkpoint/loader.h"
 #include "runtime/data/dataset.h"
+#include "runtime/plan/planner_command.h"
 #include "runtime/train/checkpointer.h"
 #include "runtime/train/evaluate.h"
 #include "runtime/train/job_model.h"
 #include "runtime/train/run_reporter.h"
+#include "runtime/train/train_data.h"
 
 namespace loom::train {
 namespace {
@@ -89,10 +91,7 @@ class Session {
   const TrainingRun& run_;
   const v1::JobSpec& spec_;
   const bool lead_;  // rank 0 reports
-  std::string data_path_;
-  size_t num_tokens_ = 0;
-  data::Split split_;
-  std::optional<data::Sampler> sampler_;
+  std::unique_ptr<data::Dataset> dataset_;
   std::unique_ptr<parallel::Trainer> trainer_;
   std::unique_ptr<Checkpointer> ckpt_;
   std::unique_ptr<RunReporter> report_;
@@ -112,29 +111,22 @@ int Session::Run() {
   if (spec_.device() == "cuda" && !spec_.checkpoint().dir().empty())
     return Fail(2, absl::StrCat("checkpoint.dir: ", spec_.checkpoint().dir(),
                                 ": device: cuda trains without checkpoints for now (GPU checkpoints are not built)"));
-  if (absl::Status s = LoadData(); !s.ok()) return Fail(2, s.message());
   if (lead_) PrintBanner();
+  if (absl::Status s = LoadData(); !s.ok()) return Fail(2, s.message());
+  if (lead_) {
+    std::printf("compiling...\n");
+    std::fflush(stdout);
+  }
   if (absl::Status s = BuildTrainer(); !s.ok()) return Fail(ExitCode(s), s.message());
   if (absl::Status s = OpenReporter(); !s.ok()) return Fail(ExitCode(s), s.message());
   if (absl::Status s = Resume(); !s.ok()) return Fail(1, s.message());
-  if (absl::Status s = Loop(); !s.ok()) return Fail(1, s.message());
+  if (absl::Status s = Loop(); !s.ok()) return Fail(ExitCode(s), s.message());
   if (absl::Status s = Finish(); !s.ok()) return Fail(1, s.message());
   return 0;
 }
 
 absl::Status Session::LoadData() {
-  const auto& d = spec_.data();
-  data_path_ = d.path().empty() ? data::kDefaultCorpus : d.path();
-  auto tokens = data::LoadTokens(data_path_, d.format(), d.tokens_dtype(), spec_.model().vocab());
-  if (!tokens.ok()) return Annotate(tokens.status(), "data.path");
-  num_tokens_ = tokens->size();
-  split_ = data::SplitTokens(*tokens, d.val_fraction(), d.seed());
-  auto sampler = data::Sampler::Create(&split_.train, spec_.model().seq_len(), spec_.train().seed());
-  if (!sampler.ok()) return sampler.status();
-  sampler_.emplace(std::move(*sampler));
-  if (static_cast<int64_t>(split_.val.size()) < spec_.model().seq_len() + 1)
-    return absl::InvalidArgumentError(
-        absl::StrCat("data: the validation split (", split_.val.size(), " tokens) is shorter than one window"));
+  LOOM_ASSIGN_OR_RETURN(dataset_, OpenTrainingData(spec_, lead_));
   return absl::OkStatus();
 }
 
@@ -150,8 +142,7 @@ void Session::PrintBanner() const {
   const dtensor::MeshShape mesh = parallel::MeshOf(parallel::LayoutFromSpec(spec_.parallel()));
   if (mesh.num_ranks() > 1)
     std::printf("; mesh %s over %lld ranks", mesh.ToString().c_str(), static_cast<long long>(mesh.num_ranks()));
-  std::printf("\ndata: %s (%zu tokens: %zu train, %zu validation)\ncompiling...\n", data_path_.c_str(), num_tokens_,
-              split_.train.size(), split_.val.size());
+  std::printf("\n");
   std::fflush(stdout);
 }
 
@@ -192,8 +183,11 @@ absl::Status Session::BuildTrainer() {
 absl::Status Session::OpenReporter() {
   if (!lead_) return absl::OkStatus();
   LOOM_ASSIGN_OR_RETURN(report_, RunReporter::Open(spec_, run_.run_dir, run_.metrics_listen));
-  bigram_ = data::BigramLoss(split_.train, split_.val, spec_.model().vocab());
-  std::printf("bigram baseline validation loss: %.4f\n", bigram_);
+  if (run_.plan != nullptr)
+    LOOM_RETURN_IF_ERROR(Annotate(plan::WritePlan(*run_.plan, report_->dir()), "writing the plan"));
+  auto bigram = BaselineLoss(*dataset_, spec_, /*print=*/true);
+  if (!bigram.ok()) return absl::InvalidArgumentError(bigram.status().message());
+  bigram_ = *bigram;
   return absl::OkStatus();
 }
 
@@ -201,13 +195,23 @@ absl::Status Session::Resume() {
   if (!ckpt_) return absl::OkStatus();
   const std::string& dir = spec_.checkpoint().dir();
   ckpt_step_ = 0;
-  if (lead_) (void)checkpoint::CleanStale(dir);
+  // Rank 0 removes leftovers of interrupted saves and moves unusable
+  // checkpoints aside (they would block saving their steps again).
+  std::optional<checkpoint::LoadResult> latest;
+  std::error_code ec;
+  if (lead_ && std::filesystem::is_directory(dir, ec)) {
+    LOOM_RETURN_IF_ERROR(Annotate(checkpoint::CleanStale(dir), "checkpoint.dir"));
+    auto point = checkpoint::PrepareResume(dir);
+    if (!point.ok()) return Annotate(point.status(), "checkpoint.dir");
+    for (const std::string& q : point->quarantined) std::printf("unusable checkpoint moved aside: %s\n", q.c_str());
+    latest = std::move(point->latest);
+  }
   if (run_.world != nullptr) {
     auto w = run_.world->Barrier({});
     if (!w.ok() || !(*w)->Wait().ok()) return absl::InternalError("barrier before loading the checkpoint failed");
   }
   std::string log;
-  auto resumed = ckpt_->Restore(dir, &*sampler_, &log);
+  auto resumed = ckpt_->Restore(dir, &dataset_->sampler(), &log, latest ? &*latest : nullptr);
   if (!resumed.ok()) return Annotate(resumed.status(), "checkpoint.dir");
   ckpt_step_ = *resumed;
   if (lead_ && ckpt_step_ > 0) {
@@ -219,7 +223,7 @@ absl::Status Session::Resume() {
 }
 
 absl::Status Session::Validate(int64_t step) {
-  LOOM_ASSIGN_OR_RETURN(last_val_, ValidationLoss(*trainer_, spec_, split_.val));
+  LOOM_ASSIGN_OR_RETURN(last_val_, ValidationLoss(*trainer_, spec_, *dataset_));
   if (report_) LOOM_RETURN_IF_ERROR(report_->Validation(step, last_val_, bigram_));
   return absl::OkStatus();
 }
@@ -227,19 +231,21 @@ absl::Status Session::Validate(int64_t step) {
 absl::Status Session::Loop() {
   const auto& tr = spec_.train();
   const auto& ck = spec_.checkpoint();
-  const int64_t B = tr.batch_size(), T = spec_.model().seq_len();
-  Tensor x = Tensor::MustEmpty({B, T}, DType::kI32), y = Tensor::MustEmpty({B, T}, DType::kI32);
+  // This rank reads only its rows of each global batch.
+  const auto [first_row, rows] = trainer_->BatchRows();
+  data::Batch batch = dataset_->NewBatch(rows);
   for (int64_t step = trainer_->step() + 1; step <= tr.steps(); ++step) {
     const auto start = Clock::now();
-    sampler_->Next(B, &x, &y);
-    auto loss = trainer_->Step({{"x", x}, {"y", y}});
+    LOOM_RETURN_IF_ERROR(
+        Annotate(dataset_->Next(tr.batch_size(), first_row, &batch), absl::StrCat("step ", step, ": data")));
+    auto loss = trainer_->StepRows({{"x", batch.x()}, {"y", batch.y()}});
     if (!loss.ok()) return Annotate(loss.status(), absl::StrCat("step ", step));
     if (average_loss_)
       LOOM_RETURN_IF_ERROR(Annotate(AverageLoss(*trainer_, *run_.world, &*loss),
                                     absl::StrCat("step ", step, ": averaging the loss across ranks")));
     if (report_) LOOM_RETURN_IF_ERROR(report_->Step(step, *loss, trainer_->LearningRate(step), SecondsSince(start)));
     if (ckpt_ && ck.every() > 0 && step % ck.every() == 0) {
-      absl::Status s = ckpt_->Save(ck.dir(), sampler_->state(), ck.keep() > 0 ? ck.keep() : 3);
+      absl::Status s = ckpt_->Save(ck.dir(), dataset_->sampler().state(), ck.keep() > 0 ? ck.keep() : 3, run_.gate);
       LOOM_RETURN_IF_ERROR(Annotate(s, absl::StrCat("checkpoint at step ", step)));
       ckpt_step_ = step;
     }
@@ -270,7 +276,7 @@ absl::Status Session::Finish() {
   if (report_) LOOM_RETURN_IF_ERROR(report_->Finish());
   LOOM_ASSIGN_OR_RETURN(auto params, WholeParameters());
   LOOM_RETURN_IF_ERROR(
-      FinishWithSample(*trainer_, spec_, split_.val, params, report_ ? report_->dir() : "", last_val_, bigram_));
+      FinishWithSample(*trainer_, spec_, *dataset_, params, report_ ? report_->dir() : "", last_val_, bigram_));
   // Nobody leaves before everyone is done (a late peer's last collective).
   if (run_.world != nullptr) {
     auto w = run_.world->Barrier({});

@@ -2,21 +2,23 @@
 // `loom worker` (one rank of a job, runtime/launch/parallel_train.h) share.
 //
 // Every rank, in order:
-//   1. reads the corpus and splits it (every rank the same; runtime/data);
+//   1. opens data.* (train_data.h, runtime/data: every rank holds the same
+//      sampler state);
 //   2. builds the model's graphs (job_model.h) and the trainer core for the
 //      spec's layout (parallel/trainer.h), its parameters from init_from
 //      (this rank's block of each, checkpoint/init_from.h) unless a
 //      checkpoint will be resumed;
 //   3. with checkpoint.dir, resumes from its newest checkpoint
-//      (checkpointer.h) and continues with exactly the next batch;
-//   4. trains to train.steps: a batch from the sampler (the global batch; the
-//      trainer takes its block), a step at the schedule's learning rate, the
+//      (checkpointer.h; rank 0 first removes .tmp leftovers and moves unusable
+//      checkpoints aside) and continues with exactly the next batch;
+//   4. trains to train.steps: this rank's rows of the global batch from the
+//      dataset (Trainer::BatchRows), a step at the schedule's learning rate, the
 //      loss averaged across a GPU rank's group, a checkpoint every
 //      checkpoint.every steps, validation every train.eval_every steps and at
 //      the last one;
 //   5. samples text and gathers the whole parameters for model.safetensors.
 // Rank 0 reports (run_reporter.h: progress lines, the run folder, metrics,
-// LOOM_PROGRESS_FILE). Steps, validation, checkpoints, the sample and the
+// LOOM_PROGRESS_FILE, tp: auto's plan). Steps, validation, checkpoints, the sample and the
 // final gather are collective on a mesh of several ranks.
 #pragma once
 
@@ -26,7 +28,9 @@
 #include "collectives/process_group.h"
 #include "compiler/comm/communicator.h"
 #include "dtensor/device_mesh.h"
+#include "parallel/planner.h"
 #include "proto/loom/v1/job.pb.h"
+#include "runtime/checkpoint/checkpoint.h"
 
 namespace loom::train {
 
@@ -42,6 +46,12 @@ struct TrainingRun {
   compiler::CommunicatorMap comms;            // one per mesh dim of size > 1
   std::string run_dir;                        // rank 0's run folder (RunFolder(spec))
   std::string metrics_listen;                 // rank 0 serves /metrics there; "" = off
+  // Checkpoints commit through it when set (`loom worker` closes it on
+  // SIGTERM: no checkpoint commits after that). Must outlive the run.
+  checkpoint::CommitGate* gate = nullptr;
+  // tp: auto's plan (runtime/plan) that chose the layout, or null: rank 0
+  // writes it into the run folder (plan.txt, plan.json).
+  const parallel::Plan* plan = nullptr;
 };
 
 // Runs the job to its end and returns the exit code: 0, 1 a runtime failure,
