@@ -47,7 +47,7 @@ TEST(RunReporter, MetricsAreOnDiskAfterEachLoggedStepAndAppendedOnRestart) {
     // Before Finish and with the reporter still open.
     auto lines = Lines(dir + "/metrics.jsonl");
     ASSERT_EQ(lines.size(), 2u) << "logged steps not flushed";
-    EXPECT_EQ(lines[1].rfind("{\"step\": 2, \"loss\": 5.000000", 0), 0u) << lines[1];
+    EXPECT_EQ(lines[1].rfind("{\"step\": 2, \"loss\": 5, ", 0), 0u) << lines[1];
     ASSERT_TRUE((*r)->Validation(2, 4.9, 5.2).ok());
     EXPECT_EQ(Lines(dir + "/metrics.jsonl").size(), 3u);
   }  // the process dies here without Finish

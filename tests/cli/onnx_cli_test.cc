@@ -159,7 +159,7 @@ TEST_F(OnnxCli, PlanPrintsTheCompiledEstimateAndTheTpPlan) {
 TEST_F(OnnxCli, SubmitRefusesABadModelNamingTheField) {
   const std::string data = root_ + "/coord", port_file = root_ + "/port";
   pid_t coord = testing::Spawn({"runtime/loom", "coordinator", "--data-dir", data, "--listen", "127.0.0.1:0",
-                                "--metrics-listen", "off", "--port-file", port_file},
+                                "--metrics-listen", "off", "--port-file", port_file, "--data-roots", root_},
                                root_ + "/coord.log");
   ASSERT_GT(testing::ReadPort(port_file, 20), 0) << "coordinator did not start";
   int port = 0;
