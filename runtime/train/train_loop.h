@@ -12,14 +12,14 @@
 //      (checkpointer.h; rank 0 first removes .tmp leftovers and moves unusable
 //      checkpoints aside) and continues with exactly the next batch;
 //   4. trains to train.steps: this rank's rows of the global batch from the
-//      dataset (Trainer::BatchRows), a step at the schedule's learning rate, the
-//      loss averaged across a GPU rank's group, a checkpoint every
+//      dataset (Trainer::BatchRows), a step at the schedule's learning rate,
+//      the loss averaged across a GPU rank's group, a checkpoint every
 //      checkpoint.every steps, validation every train.eval_every steps and at
 //      the last one;
 //   5. samples text and gathers the whole parameters for model.safetensors.
 // Rank 0 reports (run_reporter.h: progress lines, the run folder, metrics,
-// LOOM_PROGRESS_FILE, tp: auto's plan). Steps, validation, checkpoints, the sample and the
-// final gather are collective on a mesh of several ranks.
+// LOOM_PROGRESS_FILE, tp: auto's plan). Steps, validation, checkpoints, the
+// sample and the final gather are collective on a mesh of several ranks.
 #pragma once
 
 #include <string>
