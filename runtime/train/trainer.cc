@@ -1,16 +1,14 @@
 #include "runtime/train/trainer.h"
 
-#include "runtime/jobspec/jobspec.h"
-#include "compiler/import/onnx/training.h"
-#include "runtime/train/onnx_model.h"
-
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
+#include "compiler/import/onnx/training.h"
 #include "compiler/optimizer.h"
+#include "runtime/train/onnx_model.h"
 
 namespace loom::train {
 namespace {
