@@ -1,5 +1,6 @@
 #include "compiler/passes/recover_attention.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -192,6 +193,7 @@ absl::StatusOr<int> MaskOf(Graph& g, const GraphIndex& idx, const Mask& mask, re
 
 absl::StatusOr<bool> RecoverAttention::Run(Graph& g) {
   bool changed = false;
+  const size_t logged = log_ != nullptr ? log_->size() : 0;
   std::optional<GraphIndex> index;
   for (int i = static_cast<int>(g.nodes().size()) - 1; i >= 0; --i) {
     if (!index) index.emplace(g, consts_);
@@ -204,7 +206,7 @@ absl::StatusOr<bool> RecoverAttention::Run(Graph& g) {
     const bool default_scale = recover::SameConstant(m->scale, 1.0 / std::sqrt(static_cast<double>(D)));
     if (!default_scale) attrs.Set("scale", m->scale);
     // Check sdpa takes these operands before changing anything.
-    const TensorMeta& qm = g.meta(m->q);
+    const TensorMeta qm = g.meta(m->q);  // a copy: the value table grows below
     std::vector<TensorMeta> metas = {qm, {qm.dtype, {qm.shape[0], qm.shape[1], m->S, D}}, g.meta(m->v)};
     for (int mv : {m->mask.keep, m->mask.drop, m->mask.additive})
       if (mv >= 0) metas.push_back(g.meta(mv));
@@ -227,6 +229,7 @@ absl::StatusOr<bool> RecoverAttention::Run(Graph& g) {
     index.reset();
     changed = true;
   }
+  if (log_ != nullptr) std::reverse(log_->begin() + logged, log_->end());  // graph order
   return changed;
 }
 

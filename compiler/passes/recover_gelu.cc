@@ -113,6 +113,7 @@ std::optional<GeluMatch> MatchGelu(const GraphIndex& idx, const Graph& g, const 
 
 absl::StatusOr<bool> RecoverGelu::Run(Graph& g) {
   bool changed = false;
+  const size_t logged = log_ != nullptr ? log_->size() : 0;
   std::optional<GraphIndex> index;
   for (int i = static_cast<int>(g.nodes().size()) - 1; i >= 0; --i) {
     if (!index) index.emplace(g, consts_);
@@ -129,6 +130,7 @@ absl::StatusOr<bool> RecoverGelu::Run(Graph& g) {
     index.reset();
     changed = true;
   }
+  if (log_ != nullptr) std::reverse(log_->begin() + logged, log_->end());  // graph order
   return changed;
 }
 

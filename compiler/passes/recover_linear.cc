@@ -1,5 +1,6 @@
 #include "compiler/passes/recover_linear.h"
 
+#include <algorithm>
 #include <set>
 #include <string>
 #include <vector>
@@ -10,15 +11,6 @@ namespace loom::compiler {
 namespace {
 
 using recover::GraphIndex;
-
-// Whether `dims` swaps the last two axes and keeps the others in place.
-bool SwapsLastTwo(const std::vector<int64_t>& dims) {
-  const size_t r = dims.size();
-  if (r < 2 || dims[r - 2] != static_cast<int64_t>(r - 1) || dims[r - 1] != static_cast<int64_t>(r - 2)) return false;
-  for (size_t i = 0; i + 2 < r; ++i)
-    if (dims[i] != static_cast<int64_t>(i)) return false;
-  return true;
-}
 
 // Rewrites 1 and 3 on matmul node n; returns the weight's name when the
 // transpose was folded ("" otherwise).
@@ -34,7 +26,7 @@ std::string FoldTranspose(const GraphIndex& idx, Node& n, std::vector<int>& reti
   }
   if (n.attrs.GetBool("trans_b", false)) return "";
   const Node* p = idx.DefOp(n.inputs[1], "permute");
-  if (p == nullptr || !SwapsLastTwo(p->attrs.GetInts("dims"))) return "";
+  if (p == nullptr || p->attrs.GetInts("dims") != std::vector<int64_t>{1, 0}) return "";
   retired.push_back(n.inputs[1]);
   n.inputs[1] = p->inputs[0];
   n.attrs.Set("trans_b", true);
@@ -46,6 +38,7 @@ std::string FoldTranspose(const GraphIndex& idx, Node& n, std::vector<int>& reti
 
 absl::StatusOr<bool> RecoverLinear::Run(Graph& g) {
   bool changed = false;
+  const size_t logged = log_ != nullptr ? log_->size() : 0;
   std::vector<int> retired;  // permutes no longer read by their matmul
   const GraphIndex idx(g, nullptr);  // the edits below move no producer
   std::vector<int> user(g.values().size(), -1);  // the last node reading each value
@@ -75,6 +68,7 @@ absl::StatusOr<bool> RecoverLinear::Run(Graph& g) {
                                    weight.empty() ? "" : "{trans_b=true}", bias.empty() ? "" : " + add"));
   }
   recover::EraseUnused(g, retired);
+  if (log_ != nullptr) std::reverse(log_->begin() + logged, log_->end());  // graph order
   return changed;
 }
 

@@ -3,12 +3,12 @@
 // the same bias / bias+GELU epilogue) runs them. Shared rules:
 // recover_util.h. Three rewrites, each exact:
 //
-// 1. A weight read through a transpose, matmul(x, permute(W)) where the
-//    permute swaps W's last two dims (dims [1, 0] for a matrix) and the
-//    matmul has no trans_b, reads W transposed instead:
+// 1. A weight read through a transpose, matmul(x, permute(W){dims=[1, 0]})
+//    with W a matrix and no trans_b, reads W transposed instead:
 //    matmul(x, W){trans_b=true}. This is how nn.Linear ([out, in]) and a tied
 //    head (x @ wte^T) export; the permute copy goes when nothing else reads it.
 //    W keeps its name and shape (tensor-parallel plans find it by name).
+//    Batched transposes (attention's k^T) are recover_attention's.
 // 2. A bias added in front, add(b, product) with b[N] the product's last
 //    dim and the product used only there, becomes add(product, b) (addition
 //    commutes exactly in floating point).

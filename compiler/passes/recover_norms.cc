@@ -1,5 +1,6 @@
 #include "compiler/passes/recover_norms.h"
 
+#include <algorithm>
 #include <set>
 #include <string>
 #include <vector>
@@ -145,6 +146,7 @@ std::optional<NormMatch> MatchRmsNorm(const GraphIndex& idx, const Graph& g, con
 
 absl::StatusOr<bool> RecoverNorms::Run(Graph& g) {
   bool changed = false;
+  const size_t logged = log_ != nullptr ? log_->size() : 0;
   std::optional<GraphIndex> index;
   for (int i = static_cast<int>(g.nodes().size()) - 1; i >= 0; --i) {
     if (!index) index.emplace(g, consts_);
@@ -167,6 +169,7 @@ absl::StatusOr<bool> RecoverNorms::Run(Graph& g) {
     index.reset();  // the graph changed
     changed = true;
   }
+  if (log_ != nullptr) std::reverse(log_->begin() + logged, log_->end());  // graph order
   return changed;
 }
 

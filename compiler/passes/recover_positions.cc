@@ -1,5 +1,6 @@
 #include "compiler/passes/recover_positions.h"
 
+#include <algorithm>
 #include <set>
 #include <vector>
 
@@ -21,6 +22,7 @@ bool IsArange(const Tensor& t) {
 
 absl::StatusOr<bool> RecoverPositions::Run(Graph& g) {
   bool changed = false;
+  const size_t logged = log_ != nullptr ? log_->size() : 0;
   for (int i = static_cast<int>(g.nodes().size()) - 1; i >= 0; --i) {
     const Node n = g.nodes()[i];  // a copy: AddOp below grows the node list
     const bool gather = n.op == "gather" && n.attrs.GetInt("axis", 0) == 0;
@@ -47,6 +49,7 @@ absl::StatusOr<bool> RecoverPositions::Run(Graph& g) {
     i = recover::Commit(g, first_new, i, n.outputs[0], y);
     changed = true;
   }
+  if (log_ != nullptr) std::reverse(log_->begin() + logged, log_->end());  // graph order
   return changed;
 }
 

@@ -8,11 +8,12 @@ namespace loom::train {
 
 namespace onnx = compiler::import::onnx;
 
-absl::StatusOr<OnnxTrainingModel> LoadOnnxModel(const v1::JobSpec& spec) {
+absl::StatusOr<OnnxTrainingModel> LoadOnnxModel(const v1::JobSpec& spec, bool recover_patterns) {
   const auto& m = spec.model();
   auto bad = [](const absl::Status& s) { return absl::InvalidArgumentError(absl::StrCat("model.onnx: ", s.message())); };
   onnx::ImportOptions io;
   io.default_input_shape = Shape{spec.train().batch_size(), m.seq_len()};
+  io.recover_patterns = recover_patterns;
   auto imported = onnx::ImportModel(m.onnx(), io);
   if (!imported.ok()) return bad(imported.status());
   onnx::TrainingGraphOptions to;

@@ -33,7 +33,8 @@ struct OnnxTrainingModel {
   compiler::import::onnx::ImportReport report;
 };
 
-absl::StatusOr<OnnxTrainingModel> LoadOnnxModel(const v1::JobSpec& spec);
+// `recover_patterns`: ImportOptions::recover_patterns (the recovery passes).
+absl::StatusOr<OnnxTrainingModel> LoadOnnxModel(const v1::JobSpec& spec, bool recover_patterns = true);
 
 // LoadOnnxModel's checks without keeping the result (job submission).
 absl::Status CheckOnnxJob(const v1::JobSpec& spec);

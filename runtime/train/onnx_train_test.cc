@@ -9,11 +9,17 @@
 //   - the parameter/buffer split: the gpt model by the reachability rule (its
 //     causal-mask buffers stay buffers), the rotary model by the exporter's
 //     metadata (its inverse-frequency buffers would otherwise train);
-//   - opsets 17 and 14 (where LayerNormalization arrives decomposed).
+//   - opsets 17 and 14 (where LayerNormalization arrives decomposed);
+//   - the recovery passes (compiler/passes/recover.h): every model trains
+//     with them (attention as sdpa, norms, GELU, linear layers fused) and
+//     without them (the graph as converted), each within the bound of torch
+//     and of each other, and the recovered forward holds the fused ops and
+//     none of the decomposed ones.
 // Skips, with the reason, when /usr/bin/python3 cannot import torch.
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -23,6 +29,7 @@
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
 #include "runtime/jobspec/jobspec.h"
+#include "runtime/train/onnx_model.h"
 #include "runtime/train/trainer.h"
 
 namespace loom::train {
@@ -95,20 +102,53 @@ v1::JobSpec Spec(const std::string& onnx_path) {
   return s;
 }
 
-// Trains kSteps on the exported batches and compares with torch's losses.
-void TrainAndCompare(const Exported& e, const std::string& model_path) {
-  auto trainer = Trainer::Create(Spec(model_path));
-  ASSERT_TRUE(trainer.ok()) << trainer.status();
+// Trains kSteps on the exported batches; returns the losses.
+std::vector<double> Train(const Exported& e, const std::string& model_path, bool recover) {
+  TrainerOptions o;
+  o.recover_patterns = recover;
+  auto trainer = Trainer::Create(Spec(model_path), o);
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  if (!trainer.ok()) return {};
   std::set<std::string> loom_params;
   for (const auto& p : (*trainer)->param_info()) loom_params.insert(p.name);
   EXPECT_EQ(loom_params, std::set<std::string>(e.params.begin(), e.params.end()));
+  std::vector<double> losses;
   for (int i = 0; i < kSteps; ++i) {
     auto loss = (*trainer)->Step(ReadI32(absl::StrCat(e.dir, "/x", i, ".i32")), ReadI32(absl::StrCat(e.dir, "/y", i, ".i32")));
-    ASSERT_TRUE(loss.ok()) << loss.status();
-    const double rel = std::abs(*loss - e.losses[i]) / std::abs(e.losses[i]);
-    std::printf("step %d: loom %.7f torch %.7f (relative %.2e)\n", i, *loss, e.losses[i], rel);
-    EXPECT_LE(rel, kBound) << "step " << i;
+    EXPECT_TRUE(loss.ok()) << loss.status();
+    if (!loss.ok()) return {};
+    losses.push_back(*loss);
   }
+  return losses;
+}
+
+// Trains with and without the recovery passes; compares both with torch's
+// losses and with each other.
+void TrainAndCompare(const Exported& e, const std::string& model_path) {
+  const std::vector<double> fused = Train(e, model_path, true), plain = Train(e, model_path, false);
+  ASSERT_EQ(fused.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(plain.size(), static_cast<size_t>(kSteps));
+  auto rel = [](double a, double b) { return std::abs(a - b) / std::abs(b); };
+  for (int i = 0; i < kSteps; ++i) {
+    std::printf("step %d: loom %.7f (as converted %.7f) torch %.7f (relative %.2e, %.2e; to each other %.2e)\n", i,
+                fused[i], plain[i], e.losses[i], rel(fused[i], e.losses[i]), rel(plain[i], e.losses[i]),
+                rel(fused[i], plain[i]));
+    EXPECT_LE(rel(fused[i], e.losses[i]), kBound) << "step " << i;
+    EXPECT_LE(rel(plain[i], e.losses[i]), kBound) << "step " << i;
+    EXPECT_LE(rel(fused[i], plain[i]), kBound) << "step " << i;
+  }
+}
+
+// The recovered training forward: `fused` ops with their counts, none of `gone`.
+void ExpectFusedForward(const std::string& model_path, const std::map<std::string, int>& fused,
+                        const std::vector<std::string>& gone) {
+  auto m = LoadOnnxModel(Spec(model_path));
+  ASSERT_TRUE(m.ok()) << m.status();
+  std::map<std::string, int> count;
+  for (const compiler::Node& n : m->train_forward.nodes()) ++count[n.op];
+  for (const auto& [op, n] : fused) EXPECT_EQ(count[op], n) << op;
+  for (const std::string& op : gone) EXPECT_EQ(count[op], 0) << op;
+  for (const std::string& p : m->report.patterns) std::printf("  %s\n", p.c_str());
 }
 
 TEST(OnnxTraining, GptMatchesTorch) {
@@ -122,6 +162,20 @@ TEST(OnnxTraining, GptMatchesTorch) {
             std::set<std::string>(e.params.begin(), e.params.end()));
   for (const char* buffer : {"h.0.bias", "h.1.bias"})
     EXPECT_TRUE(std::find(m->params.begin(), m->params.end(), buffer) == m->params.end()) << buffer;
+  // Fused as the built-in gpt family is: the causal masks became is_causal
+  // and their buffers went; positions are wpe itself; the token ids are x.
+  ExpectFusedForward(e.dir + "/model.onnx", {{"sdpa", 2}, {"gelu", 2}, {"layernorm", 5}, {"matmul", 9}, {"permute", 8}},
+                     {"softmax", "tanh", "where", "gather", "cast"});
+  TrainAndCompare(e, e.dir + "/model.onnx");
+}
+
+// Opset 14: the gpt model's LayerNorms arrive decomposed and are recovered.
+TEST(OnnxTraining, GptAtOpset14MatchesTorch) {
+  Exported e = Export("gpt", 14);
+  if (!e.skip.empty()) GTEST_SKIP() << e.skip;
+  ASSERT_TRUE(e.failure.empty()) << e.failure;
+  ExpectFusedForward(e.dir + "/model.onnx", {{"sdpa", 2}, {"gelu", 2}, {"layernorm", 5}},
+                     {"softmax", "tanh", "where", "sqrt", "pow_scalar", "mean", "div"});
   TrainAndCompare(e, e.dir + "/model.onnx");
 }
 
@@ -160,6 +214,9 @@ TEST(OnnxTraining, RotaryAtOpset14MatchesTorch) {
   Exported e = Export("rotary", 14);
   if (!e.skip.empty()) GTEST_SKIP() << e.skip;
   ASSERT_TRUE(e.failure.empty()) << e.failure;
+  // erf GELU and rotary attention (k rotated, then transposed by one permute).
+  ExpectFusedForward(e.dir + "/model.onnx", {{"sdpa", 2}, {"gelu", 2}, {"layernorm", 5}},
+                     {"softmax", "erf", "where", "sqrt", "mean"});
   TrainWithMetadata(e);
 }
 

@@ -42,13 +42,25 @@ absl::StatusOr<Roles> AssignRoles(const ImportedModel& m, const TrainingGraphOpt
   return r;
 }
 
-// x or y, as the data input `name` of the model needs it (its dtype).
-absl::StatusOr<int> Feed(Graph& g, int fed, const TensorMeta& need, const std::string& name) {
+// Whether every use of value v in src is the index operand of an embedding
+// or gather (which read i32 and i64 indices alike).
+bool OnlyIndexes(const Graph& src, int v) {
+  for (const GraphOutput& o : src.outputs())
+    if (o.value == v) return false;
+  for (const Node& n : src.nodes())
+    for (size_t k = 0; k < n.inputs.size(); ++k)
+      if (n.inputs[k] == v && !(k == 1 && (n.op == "embedding" || n.op == "gather"))) return false;
+  return true;
+}
+
+// x or y, as the data input `name` of the model needs it: its dtype, or the
+// i32 the trainer feeds when the model only looks rows up with it.
+absl::StatusOr<int> Feed(Graph& g, int fed, const TensorMeta& need, const std::string& name, bool index_only) {
   if (g.meta(fed).shape != need.shape)
     return absl::InvalidArgumentError(absl::StrCat("data input '", name, "' is ", need.ToString(),
                                                    ", the trainer feeds [batch, seq_len] = ",
                                                    ShapeToString(g.meta(fed).shape)));
-  if (need.dtype == DType::kI32) return fed;
+  if (need.dtype == DType::kI32 || (index_only && need.dtype == DType::kI64)) return fed;
   return g.AddOp1("cast", {fed}, Attrs{{"dtype", std::string(DTypeName(need.dtype))}});
 }
 
@@ -79,10 +91,11 @@ absl::StatusOr<TrainingGraph> BuildTrainingGraph(const ImportedModel& m, const T
   for (const GraphInput& in : src.inputs())
     if (in.kind != InputKind::kInput) vmap[in.value] = g.AddInput(in.name, src.meta(in.value), in.kind);
   const int x = g.AddInput("x", {DType::kI32, tok.shape}), y = g.AddInput("y", {DType::kI32, tok.shape});
-  LOOM_ASSIGN_OR_RETURN(vmap[src.inputs()[src.FindInput(roles.tokens)].value], Feed(g, x, tok, roles.tokens));
+  const int tv = src.inputs()[src.FindInput(roles.tokens)].value;
+  LOOM_ASSIGN_OR_RETURN(vmap[tv], Feed(g, x, tok, roles.tokens, OnlyIndexes(src, tv)));
   if (!roles.labels.empty()) {
     const int lv = src.inputs()[src.FindInput(roles.labels)].value;
-    LOOM_ASSIGN_OR_RETURN(vmap[lv], Feed(g, y, src.meta(lv), roles.labels));
+    LOOM_ASSIGN_OR_RETURN(vmap[lv], Feed(g, y, src.meta(lv), roles.labels, OnlyIndexes(src, lv)));
   }
   int dropout_step = -1;
   for (const Node& n : src.nodes()) {

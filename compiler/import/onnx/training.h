@@ -7,7 +7,9 @@
 //
 //   - the token input (named, or the model's only integer data input) is
 //     computed as cast(x) in its dtype; a label input, when the loss target
-//     names one, as cast(y); any other data input is an error naming it;
+//     names one, as cast(y); an i64 input that only indexes (embedding or
+//     gather indices, which take i32 alike) is x or y itself, uncast; any
+//     other data input is an error naming it;
 //   - a model whose first output is a scalar is trained on that loss as it
 //     is; otherwise its first output is the logits ([batch, seq_len, vocab]
 //     or [batch * seq_len, vocab]) and the loss is
