@@ -28,6 +28,9 @@
 #include "compiler/import/onnx/importer.h"
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
+#include "compiler/compile.h"
+#include "compiler/cuda/plan.h"
+#include "compiler/models/models.h"
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/train/onnx_model.h"
 #include "runtime/train/trainer.h"
@@ -167,6 +170,52 @@ TEST(OnnxTraining, GptMatchesTorch) {
   ExpectFusedForward(e.dir + "/model.onnx", {{"sdpa", 2}, {"gelu", 2}, {"layernorm", 5}, {"matmul", 9}, {"permute", 8}},
                      {"softmax", "tanh", "where", "gather", "cast"});
   TrainAndCompare(e, e.dir + "/model.onnx");
+}
+
+// What the CUDA planner makes of a training step (bf16): launches by what
+// they implement ("matmul+add+gelu", "sdpa", ...), with their count.
+std::map<std::string, int> CudaLaunches(const compiler::Graph& forward) {
+  compiler::CompileOptions co;
+  co.lower = false;
+  co.adamw = compiler::AdamWOptions{};
+  auto c = compiler::Compile(forward, co);
+  EXPECT_TRUE(c.ok()) << c.status();
+  if (!c.ok()) return {};
+  auto plan = compiler::cuda::PlanCuda(c->stages.at("fused"), /*bf16=*/true);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok()) return {};
+  std::map<std::string, int> launches;
+  for (const auto& l : plan->launches)
+    ++launches[absl::StrCat(compiler::cuda::LaunchKindName(l.kind), " ", l.op)];
+  return launches;
+}
+
+// The gpt export is the built-in gpt family's structure (learned positions,
+// pre-LN, tanh GELU, tied head): once recovered, the CUDA planner lowers its
+// training step to the same launches as the built-in family's (the GPU path
+// refuses masks, dropout, gather and integer arithmetic, none of which is left).
+TEST(OnnxTraining, GptPlansOnCudaAsTheBuiltInFamily) {
+  Exported e = Export("gpt", 14);
+  if (!e.skip.empty()) GTEST_SKIP() << e.skip;
+  ASSERT_TRUE(e.failure.empty()) << e.failure;
+  auto m = LoadOnnxModel(Spec(e.dir + "/model.onnx"));
+  ASSERT_TRUE(m.ok()) << m.status();
+  v1::ModelSpec builtin;
+  builtin.set_family("gpt");
+  builtin.set_n_layer(2);
+  builtin.set_n_head(4);
+  builtin.set_n_kv_head(4);
+  builtin.set_d_model(32);
+  builtin.set_seq_len(kT);
+  builtin.set_vocab(kV);
+  builtin.set_norm_eps(1e-5f);
+  models::BuildOptions bo;
+  bo.batch = kB;
+  auto forward = models::BuildForward(builtin, bo);
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  const std::map<std::string, int> imported = CudaLaunches(m->train_forward), native = CudaLaunches(*forward);
+  for (const auto& [op, n] : native) std::printf("built-in %3d x %s (imported %d)\n", n, op.c_str(), imported.count(op) ? imported.at(op) : 0);
+  EXPECT_EQ(imported, native);
 }
 
 // Opset 14: the gpt model's LayerNorms arrive decomposed and are recovered.
