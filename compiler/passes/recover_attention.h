@@ -32,8 +32,10 @@
 // its diagonal: the decomposed softmax gives a filled entry exp(fill - m),
 // m >= the row's largest kept score, which is exactly 0 in f32 once
 // m > fill + 104; sdpa's is exactly 0. The two agree unless every kept score
-// of a row lies below fill + 104 (-9896 for -1e4). The same holds for an
-// additive causal mask of 0 and finite values <= -1e4.
+// of a row lies below fill + 104 (-9896 for -1e4). An additive causal mask
+// of 0 and finite values <= -1e4 is taken the same way: its masked entries
+// exp(s + fill - m) are exactly 0 unless a masked score s exceeds the row's
+// largest kept one by more than -fill - 104.
 // A row that masks every key gives NaN in the decomposed form and zeros in
 // sdpa (kernels/sdpa/sdpa.h); no causal mask has such a row.
 //

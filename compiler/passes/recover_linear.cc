@@ -1,7 +1,6 @@
 #include "compiler/passes/recover_linear.h"
 
 #include <algorithm>
-#include <set>
 #include <string>
 #include <vector>
 
@@ -13,7 +12,7 @@ namespace {
 using recover::GraphIndex;
 
 // Rewrites 1 and 3 on matmul node n; returns the weight's name when the
-// transpose was folded ("" otherwise).
+// transpose is folded ("" otherwise).
 std::string FoldTranspose(const GraphIndex& idx, Node& n, std::vector<int>& retired, bool* changed) {
   for (const char* flag : {"trans_a", "trans_b"}) {
     if (n.attrs.Has(flag) && !n.attrs.GetBool(flag, true)) {

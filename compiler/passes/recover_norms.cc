@@ -1,6 +1,7 @@
 #include "compiler/passes/recover_norms.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>

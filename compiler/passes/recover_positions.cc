@@ -1,7 +1,6 @@
 #include "compiler/passes/recover_positions.h"
 
 #include <algorithm>
-#include <set>
 #include <vector>
 
 #include "absl/strings/str_cat.h"

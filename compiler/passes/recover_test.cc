@@ -4,7 +4,6 @@
 // parameters untouched, and the outputs equal to the decomposed block's.
 #include "compiler/passes/recover.h"
 
-#include <cmath>
 #include <limits>
 
 #include "compiler/ir/text.h"

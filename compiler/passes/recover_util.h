@@ -11,7 +11,7 @@
 //   - accepts an interior value only when the pattern is its one use (a value
 //     used elsewhere must stay computed), and any constant only when it has
 //     the value the fused op implies (SameConstant);
-//   - inserts the new nodes where the root was, moves the root's uses to the
+//   - inserts the new nodes at the root's position, moves the root's uses to the
 //     new result, and erases the matched nodes left without uses (Commit);
 //   - appends one line per match to its log ("layernorm: ...").
 //

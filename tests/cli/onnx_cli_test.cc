@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "compiler/import/onnx/testing/onnx_test_util.h"
 #include "gtest/gtest.h"
-#include "tests/service/daemons.h"
+#include "runtime/service/testing/daemons.h"
 #include "tests/testing/loom_cli.h"
 
 namespace loom {
