@@ -57,13 +57,14 @@ std::vector<std::string> Lines(const std::string& path) {
   return out;
 }
 
-Exported Export(const std::string& arch, int opset = 17) {
+// `dims`: causal_lm.py's --dims (L,H,C,T), empty for its defaults.
+Exported Export(const std::string& arch, int opset = 17, const std::string& dims = "") {
   Exported e;
   const char* tmp = std::getenv("TEST_TMPDIR");
-  e.dir = absl::StrCat(tmp ? tmp : "/tmp", "/onnx_", arch, "_", opset);
+  e.dir = absl::StrCat(tmp ? tmp : "/tmp", "/onnx_", arch, "_", opset, dims.empty() ? "" : "_dims");
   const std::string cmd = absl::StrCat("mkdir -p ", e.dir, " && OMP_NUM_THREADS=1 timeout 240 /usr/bin/python3 ", kScript,
                                        " --out ", e.dir, " --arch ", arch, " --opset ", opset, " --steps ", kSteps,
-                                       " > ", e.dir, "/export.log 2>&1");
+                                       dims.empty() ? "" : " --dims " + dims, " > ", e.dir, "/export.log 2>&1");
   const int rc = std::system(cmd.c_str());
   if (WIFEXITED(rc) && WEXITSTATUS(rc) == 3) {
     e.skip = "/usr/bin/python3 cannot import torch";
@@ -86,11 +87,11 @@ Tensor ReadI32(const std::string& path) {
   return t;
 }
 
-v1::JobSpec Spec(const std::string& onnx_path) {
+v1::JobSpec Spec(const std::string& onnx_path, int64_t seq_len = kT) {
   v1::JobSpec s;
   auto* m = s.mutable_model();
   m->set_onnx(onnx_path);
-  m->set_seq_len(kT);
+  m->set_seq_len(seq_len);
   m->set_vocab(kV);
   s.mutable_data()->set_format("tokens");  // vocab 64: not the byte tokenizer
   auto* t = s.mutable_train();
@@ -192,21 +193,25 @@ std::map<std::string, int> CudaLaunches(const compiler::Graph& forward) {
 
 // The gpt export is the built-in gpt family's structure (learned positions,
 // pre-LN, tanh GELU, tied head): once recovered, the CUDA planner lowers its
-// training step to the same launches as the built-in family's (the GPU path
-// refuses masks, dropout, gather and integer arithmetic, none of which is left).
+// training step to the built-in family's launches (the GPU path refuses
+// masks, dropout, gather and integer arithmetic; none is left). Head dim 64,
+// so flash attention reads q, k, v as views of the qkv GEMM's output on both
+// sides. The GEMMs' transpose flags differ (nn.Linear keeps [out, in]
+// weights), so launches are compared by kind and fusion.
 TEST(OnnxTraining, GptPlansOnCudaAsTheBuiltInFamily) {
-  Exported e = Export("gpt", 14);
+  constexpr int64_t kLayers = 2, kHeads = 2, kModel = 128, kSeq = 64;
+  Exported e = Export("gpt", 14, absl::StrCat(kLayers, ",", kHeads, ",", kModel, ",", kSeq));
   if (!e.skip.empty()) GTEST_SKIP() << e.skip;
   ASSERT_TRUE(e.failure.empty()) << e.failure;
-  auto m = LoadOnnxModel(Spec(e.dir + "/model.onnx"));
+  auto m = LoadOnnxModel(Spec(e.dir + "/model.onnx", kSeq));
   ASSERT_TRUE(m.ok()) << m.status();
   v1::ModelSpec builtin;
   builtin.set_family("gpt");
-  builtin.set_n_layer(2);
-  builtin.set_n_head(4);
-  builtin.set_n_kv_head(4);
-  builtin.set_d_model(32);
-  builtin.set_seq_len(kT);
+  builtin.set_n_layer(kLayers);
+  builtin.set_n_head(kHeads);
+  builtin.set_n_kv_head(kHeads);
+  builtin.set_d_model(kModel);
+  builtin.set_seq_len(kSeq);
   builtin.set_vocab(kV);
   builtin.set_norm_eps(1e-5f);
   models::BuildOptions bo;
@@ -214,8 +219,10 @@ TEST(OnnxTraining, GptPlansOnCudaAsTheBuiltInFamily) {
   auto forward = models::BuildForward(builtin, bo);
   ASSERT_TRUE(forward.ok()) << forward.status();
   const std::map<std::string, int> imported = CudaLaunches(m->train_forward), native = CudaLaunches(*forward);
-  for (const auto& [op, n] : native) std::printf("built-in %3d x %s (imported %d)\n", n, op.c_str(), imported.count(op) ? imported.at(op) : 0);
+  for (const auto& [op, n] : native)
+    std::printf("built-in %3d x %s (imported %d)\n", n, op.c_str(), imported.count(op) ? imported.at(op) : 0);
   EXPECT_EQ(imported, native);
+  EXPECT_EQ(native.count("sdpa sdpa(views)+permute"), 1u) << "attention on views of the qkv output";
 }
 
 // Opset 14: the gpt model's LayerNorms arrive decomposed and are recovered.
