@@ -13,7 +13,7 @@
 //     the value the fused op implies (SameConstant);
 //   - inserts the new nodes at the root's position, moves the root's uses to the
 //     new result, and erases the matched nodes left without uses (Commit);
-//   - appends one line per match to its log ("layernorm: ...").
+//   - appends one line per match to its log, in graph order ("layernorm: ...").
 //
 //   ConstantTable consts = imported.initial;   // const inputs' values by name
 //   MatchLog log;
@@ -23,7 +23,6 @@
 
 #include <map>
 #include <optional>
-#include <set>
 #include <string>
 #include <vector>
 
