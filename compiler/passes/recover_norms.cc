@@ -50,7 +50,7 @@ std::optional<std::pair<int, int>> TimesWeight(const GraphIndex& idx, const Grap
 // interior values (e's producers down to sq) to m.
 std::optional<double> MeanSquarePlusEps(const GraphIndex& idx, const Graph& g, int e, int x, NormMatch& m) {
   auto added = recover::AddedScalar(idx, g, e);
-  if (!added || added->c <= 0 || idx.Uses(added->value) != 1) return std::nullopt;
+  if (!added || added->c <= 0 || idx.Uses(e) != 1 || idx.Uses(added->value) != 1) return std::nullopt;
   const int sq = LastAxisMean(idx, g, added->value);
   if (sq < 0 || idx.Uses(sq) != 1 || recover::SquareOf(idx, sq) != x) return std::nullopt;
   m.interior.insert({e, added->value, sq});
