@@ -5,9 +5,9 @@
 
 namespace loom::train {
 
-absl::StatusOr<parallel::TrainerModel> BuildModel(const v1::JobSpec& spec) {
+absl::StatusOr<parallel::TrainerModel> BuildModel(const v1::JobSpec& spec, bool recover_patterns) {
   if (spec.model().family() != "onnx") return parallel::FamilyModel(spec);
-  LOOM_ASSIGN_OR_RETURN(OnnxTrainingModel m, LoadOnnxModel(spec));
+  LOOM_ASSIGN_OR_RETURN(OnnxTrainingModel m, LoadOnnxModel(spec, recover_patterns));
   parallel::TrainerModel out;
   out.params = std::move(m.params);
   out.train_forward = std::move(m.train_forward);

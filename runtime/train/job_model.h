@@ -13,6 +13,9 @@
 namespace loom::train {
 
 // Errors of an ONNX model are InvalidArgument starting with "model.onnx: ".
-absl::StatusOr<parallel::TrainerModel> BuildModel(const v1::JobSpec& spec);
+// `recover_patterns` (ONNX models): run the recovery passes at import
+// (compiler/passes/recover.h); false trains the graph as converted (a
+// reference for the fused form).
+absl::StatusOr<parallel::TrainerModel> BuildModel(const v1::JobSpec& spec, bool recover_patterns = true);
 
 }  // namespace loom::train
