@@ -11,7 +11,7 @@ PKGS=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas-dev libsqlite3-dev
   libcpp-httplib-dev nlohmann-json3-dev libyaml-cpp-dev libssl-dev
-  libonnx-dev libonnx-testdata
+  libonnx-dev libonnx-testdata libsentencepiece-dev
   python3-torch python3-numpy python3-grpcio python3-protobuf python3-prometheus-client
   python3-yaml python3-crcmod
   fortunes fortunes-min
