@@ -14,16 +14,18 @@ namespace {
 // U+2581, SentencePiece's space marker, in UTF-8.
 constexpr char kSpaceMarker[] = "\xE2\x96\x81";
 
-// The length of the run at text[pos] that SentencePiece round-trips: valid
-// UTF-8 other than U+2581.
-size_t CleanRunEnd(absl::string_view text, size_t pos) {
+// The end of the run at text[pos] that goes to SentencePiece as it is:
+// valid UTF-8 other than U+2581, up to the next `marker` (when not empty).
+size_t CleanRunEnd(absl::string_view text, size_t pos, absl::string_view marker) {
   const std::string_view t(text.data(), text.size());
-  while (pos < t.size()) {
+  const size_t stop =
+      marker.empty() ? t.size() : std::min(t.size(), t.find(std::string_view(marker.data(), marker.size()), pos));
+  while (pos < stop) {
     const internal::Utf8Char c = internal::DecodeUtf8(t, pos);
     if (!c.valid || c.cp == 0x2581) break;
     pos += c.len;
   }
-  return pos;
+  return std::min(pos, stop);
 }
 
 }  // namespace
@@ -59,6 +61,7 @@ absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> SentencePieceTokenizer::
     byte_fallback = byte_fallback && t->byte_id_[b] >= 0;
   }
   t->eot_ = t->model_->PieceId(kEndOfText);
+  t->eot_is_piece_ = t->eot_ >= 0;
   if (t->eot_ < 0) t->eot_ = t->model_->eos_id();
   t->exact_ = byte_fallback && t->ProbeExact();
   t->source_ = "trained";
@@ -89,16 +92,20 @@ absl::Status SentencePieceTokenizer::EncodeClean(absl::string_view text, std::ve
 
 absl::Status SentencePieceTokenizer::Encode(absl::string_view text, std::vector<int32_t>* ids) const {
   if (!exact_) return EncodeClean(text, ids);
+  const absl::string_view marker = eot_is_piece_ ? absl::string_view(kEndOfText) : absl::string_view();
   for (size_t pos = 0; pos < text.size();) {
-    const size_t end = CleanRunEnd(text, pos);
+    const size_t end = CleanRunEnd(text, pos, marker);
     LOOM_RETURN_IF_ERROR(EncodeClean(text.substr(pos, end - pos), ids));
     pos = end;
     if (pos == text.size()) break;
-    // An invalid byte, or the three bytes of U+2581: byte pieces.
+    // An invalid byte, the three bytes of U+2581 or the spelled-out marker:
+    // byte pieces.
     const std::string_view t(text.data(), text.size());
-    const internal::Utf8Char c = internal::DecodeUtf8(t, pos);
-    for (int i = 0; i < c.len; ++i) ids->push_back(byte_id_[static_cast<uint8_t>(text[pos + i])]);
-    pos += c.len;
+    const size_t len = !marker.empty() && text.substr(pos, marker.size()) == marker
+                           ? marker.size()
+                           : static_cast<size_t>(internal::DecodeUtf8(t, pos).len);
+    for (size_t i = 0; i < len; ++i) ids->push_back(byte_id_[static_cast<uint8_t>(text[pos + i])]);
+    pos += len;
   }
   return absl::OkStatus();
 }

@@ -10,6 +10,9 @@
 // U+FFFD and the character U+2581 (its space marker) into a space, so the
 // tokenizer encodes those bytes as byte pieces directly and decodes runs of
 // byte pieces to their raw bytes, handing everything else to SentencePiece.
+// The text "<|endoftext|>" is encoded the same way, as ordinary bytes (as
+// GPT-2's tokenizer encodes it): the end-of-text id marks document
+// boundaries only, never something the text spelled out.
 // Whether a loaded .model behaves that way is probed when it loads (byte
 // pieces present, no dummy prefix, probe texts that round-trip); any other
 // model is used as SentencePiece uses it (exact_round_trip() is false).
@@ -46,6 +49,8 @@ class SentencePieceTokenizer : public Tokenizer {
   absl::Status Encode(absl::string_view text, std::vector<int32_t>* ids) const override;
   absl::StatusOr<std::string> Decode(absl::Span<const int32_t> ids) const override;
   std::string Describe() const override;
+  // The piece of an id, as the model spells it (▁ for a space).
+  std::string Piece(int32_t id) const { return model_->IdToPiece(id); }
 
  protected:
   absl::StatusOr<std::vector<File>> Files() const override;
@@ -61,6 +66,7 @@ class SentencePieceTokenizer : public Tokenizer {
   std::array<int32_t, 256> byte_id_{};  // <0xXX>; -1 without byte fallback
   std::vector<int16_t> byte_of_id_;      // the inverse: a byte piece's byte, else -1
   int32_t eot_ = -1;
+  bool eot_is_piece_ = false;  // <|endoftext|> is a piece (not </s>)
   bool exact_ = false;
 };
 

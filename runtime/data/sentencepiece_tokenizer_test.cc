@@ -4,6 +4,7 @@
 #include "runtime/data/sentencepiece_tokenizer.h"
 
 #include <filesystem>
+#include <cstring>
 #include <fstream>
 
 #include "absl/strings/str_split.h"
@@ -56,10 +57,13 @@ TEST(SentencePieceTokenizer, TrainedBpeAndUnigramRoundTripEveryByteString) {
     ASSERT_NE(t, nullptr);
     EXPECT_EQ(t->vocab_size(), 600);
     EXPECT_TRUE(t->exact_round_trip());
-    // <|endoftext|> is a piece of its own, and the end-of-text id.
+    // <|endoftext|> is a piece of its own, the end-of-text id; spelled out
+    // in text it is ordinary bytes.
+    EXPECT_EQ(t->Piece(t->eot_id()), kEndOfText);
+    EXPECT_EQ(*t->Decode({t->eot_id()}), kEndOfText);
     std::vector<int32_t> eot;
     ASSERT_TRUE(t->Encode(kEndOfText, &eot).ok());
-    EXPECT_EQ(eot, std::vector<int32_t>{t->eot_id()});
+    EXPECT_EQ(eot.size(), std::strlen(kEndOfText));
     ExpectExactRoundTrip(*t);
     // A real subword vocabulary: English prose takes well under one id per
     // byte; an emoji it never saw falls back to its four bytes.
