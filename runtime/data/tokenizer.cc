@@ -186,4 +186,16 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerFolder(const std::string
   return t;
 }
 
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadJobTokenizer(const v1::JobSpec& spec) {
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> t, LoadTokenizer(spec.data().tokenizer()));
+  if (t->vocab_size() > spec.model().vocab())
+    return absl::InvalidArgumentError(absl::StrCat("model.vocab: ", spec.model().vocab(), " is smaller than the ",
+                                                   t->vocab_size(), " ids of data.tokenizer (", t->Describe(), ")"));
+  if (spec.data().format() == "text" && t->kind() != "bytes")
+    return absl::InvalidArgumentError(absl::StrCat(
+        "data.format: text reads bytes as ids, which only the bytes tokenizer decodes; data.tokenizer is ",
+        t->kind(), " (prepare token shards with `loom data prepare` and read those)"));
+  return t;
+}
+
 }  // namespace loom::data

@@ -104,4 +104,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const v1::TokenizerSpec
 // where the folder was given, for errors.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerFolder(const std::string& dir, absl::string_view field);
 
+// A job's tokenizer (data.tokenizer), checked against the job: the model
+// must have an output for every id (model.vocab >= vocab_size()), and
+// data.format text (bytes as ids) goes only with the bytes tokenizer.
+absl::StatusOr<std::unique_ptr<Tokenizer>> LoadJobTokenizer(const v1::JobSpec& spec);
+
 }  // namespace loom::data

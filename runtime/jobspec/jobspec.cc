@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 #include "parallel/parallel_check.h"
+#include "runtime/data/tokenizer.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/reflection.h"
 
@@ -273,6 +274,9 @@ absl::Status ValidateJobSpec(const v1::JobSpec& s) {
   LOOM_RETURN_IF_ERROR(parallel::ValidateParallelSection(s));
   LOOM_RETURN_IF_ERROR(Field(s.device() == "cpu" || s.device() == "cuda", "device", s.device(),
                              "expected cpu or cuda"));
+  // A tokenizer other than the default bytes one is loaded and checked
+  // against the model here, so a bad one fails before anything starts.
+  if (s.data().tokenizer().ByteSizeLong() > 0) LOOM_RETURN_IF_ERROR(data::LoadJobTokenizer(s).status());
   return absl::OkStatus();
 }
 

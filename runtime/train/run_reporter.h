@@ -2,6 +2,9 @@
 // `loom train` and the ranks of a parallel job (rank 0 reports):
 //
 //   job.yaml             the spec with defaults
+//   tokenizer/           the job's tokenizer (data.tokenizer) as a tokenizer
+//                        folder (runtime/data/tokenizer.h), which `loom
+//                        sample` decodes with; checked against model.vocab
 //   metrics.jsonl        one JSON object per logged step and per validation
 //   metrics.prom         Prometheus text (train_metrics.h), also served live
 //                        with --metrics-listen / LOOM_WORKER_METRICS_LISTEN
