@@ -148,8 +148,8 @@ class DocumentReader {
 // One split's shards: tokens are buffered and written shard_tokens at a time.
 class ShardWriter {
  public:
-  ShardWriter(std::string dir, std::string prefix, int64_t shard_tokens, bool wide)
-      : dir_(std::move(dir)), prefix_(std::move(prefix)), shard_tokens_(shard_tokens), wide_(wide) {}
+  ShardWriter(std::string dir, std::string prefix, int64_t shard_tokens, bool wide, bool header)
+      : dir_(std::move(dir)), prefix_(std::move(prefix)), shard_tokens_(shard_tokens), wide_(wide), header_(header) {}
 
   absl::Status Add(const std::vector<int32_t>& ids) {
     for (size_t i = 0; i < ids.size();) {
@@ -170,7 +170,7 @@ class ShardWriter {
     header[1] = wide_ ? kVersionU32 : kVersionU16;
     header[2] = static_cast<int32_t>(buffer_.size());
     std::ofstream out(tmp, std::ios::binary);
-    out.write(reinterpret_cast<const char*>(header), sizeof(header));
+    if (header_) out.write(reinterpret_cast<const char*>(header), sizeof(header));
     if (wide_) {
       std::vector<uint32_t> w(buffer_.begin(), buffer_.end());
       out.write(reinterpret_cast<const char*>(w.data()), w.size() * 4);
@@ -190,7 +190,7 @@ class ShardWriter {
  private:
   std::string dir_, prefix_;
   int64_t shard_tokens_;
-  bool wide_;
+  bool wide_, header_;
   std::vector<int32_t> buffer_;
   std::vector<std::string> names_;
 };
@@ -257,6 +257,7 @@ absl::Status CheckOptions(const PrepareOptions& o) {
   if (o.shard_tokens <= 0 || o.shard_tokens > INT32_MAX)
     return Bad("--shard-tokens", o.shard_tokens, "must be in [1, 2^31)");
   if (o.dtype != "auto" && o.dtype != "u16" && o.dtype != "u32") return Bad("--dtype", o.dtype, "expected auto, u16 or u32");
+  if (o.format != "llmc" && o.format != "raw") return Bad("--format", o.format, "expected llmc or raw");
   if (o.threads <= 0) return Bad("--threads", o.threads, "must be positive");
   if (o.train_sentences < 0) return Bad("--train-sentences", o.train_sentences, "must not be negative");
   std::error_code ec;
@@ -312,10 +313,8 @@ absl::StatusOr<bool> WideIds(const PrepareOptions& o, const Tokenizer& tok) {
 
 absl::Status WriteDatasetJson(const PrepareOptions& o, const PrepareSummary& s, const Tokenizer& tok, bool wide) {
   nlohmann::json j = {
-      {"format", "llmc"},
+      {"format", o.format},
       {"dtype", wide ? "u32" : "u16"},
-      {"magic", wide ? kMagicU32 : kMagicU16},
-      {"version", wide ? kVersionU32 : kVersionU16},
       {"tokenizer", kTokenizerDescription},
       {"eot_id", tok.eot_id()},
       {"documents_mode", o.documents},
@@ -323,6 +322,10 @@ absl::Status WriteDatasetJson(const PrepareOptions& o, const PrepareSummary& s, 
       {"val_fraction", o.val_fraction},
       {"seed", o.seed},
   };
+  if (o.format == "llmc") {
+    j["magic"] = wide ? kMagicU32 : kMagicU16;
+    j["version"] = wide ? kVersionU32 : kVersionU16;
+  }
   for (int split = 0; split < 2; ++split) {
     j["documents"][kSplitNames[split]] = s.documents[split];
     j["tokens"][kSplitNames[split]] = s.tokens[split];
@@ -359,8 +362,9 @@ absl::StatusOr<PrepareSummary> Prepare(const PrepareOptions& o, const PreparePro
   std::error_code ec;
   std::filesystem::create_directories(o.out_dir, ec);
   if (ec) return Bad("--out", o.out_dir, absl::StrCat("cannot create the folder: ", ec.message()));
-  ShardWriter writers[2] = {ShardWriter(o.out_dir, kSplitNames[0], o.shard_tokens, wide),
-                            ShardWriter(o.out_dir, kSplitNames[1], o.shard_tokens, wide)};
+  const bool header = o.format == "llmc";
+  ShardWriter writers[2] = {ShardWriter(o.out_dir, kSplitNames[0], o.shard_tokens, wide, header),
+                            ShardWriter(o.out_dir, kSplitNames[1], o.shard_tokens, wide, header)};
   ThreadPool pool(o.threads);
   std::vector<Doc> batch;
   std::vector<int32_t> ids[2];

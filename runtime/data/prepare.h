@@ -25,10 +25,11 @@
 // format: a 256-int32 little-endian header (magic, version, token count),
 // then the ids. While every id fits 16 bits (vocab_size <= 65536) the ids
 // are uint16 under GPT-2's header (magic 20240520, version 1); beyond that
-// uint32 under Llama 3's (magic 20240801, version 7). Files:
-// OUT/train_000000.bin ..., OUT/val_000000.bin ..., the tokenizer folder
-// (loom-tokenizer.json and its files, tokenizer.h) and dataset.json (counts,
-// shards, format).
+// uint32 under Llama 3's (magic 20240801, version 7). With format "raw" the
+// shards hold the ids alone (no header), as `data.format: tokens` with
+// `data.tokens_dtype` reads them. Files: OUT/train_000000.bin ...,
+// OUT/val_000000.bin ..., the tokenizer folder (loom-tokenizer.json and its
+// files, tokenizer.h) and dataset.json (counts, shards, format, dtype).
 //
 // Threads. Documents are encoded in batches of about batch_bytes of text on
 // `threads` threads; within a batch the documents are cut into contiguous
@@ -61,6 +62,7 @@ struct PrepareOptions {
   uint64_t seed = 0;
   int64_t shard_tokens = 100000000;
   std::string dtype = "auto";  // "auto", "u16" or "u32"
+  std::string format = "llmc";  // or "raw": ids without a header
   int threads = 1;
   int64_t batch_bytes = 16 << 20;
 };

@@ -24,7 +24,7 @@ constexpr char kUsage[] =
     "     | --model FILE.model | --vocab vocab.json --merges merges.txt\n"
     "     | --tokenizer-json tokenizer.json | --tokenizer-dir DIR]\n"
     "    [--documents file|blank-line|line=TEXT] [--val-fraction F] [--seed S]\n"
-    "    [--shard-tokens N] [--dtype auto|u16|u32] [--threads N] [--progress]\n";
+    "    [--shard-tokens N] [--dtype auto|u16|u32] [--format llmc|raw] [--threads N] [--progress]\n";
 
 int Fail(int code, absl::string_view msg) {
   std::fprintf(stderr, "loom data prepare: %s\n", std::string(msg).c_str());
@@ -54,6 +54,7 @@ std::string ParseFlags(const std::vector<std::string>& args, PrepareOptions* o, 
       {"--train-tokenizer", &o->train_type},
       {"--documents", &o->documents},
       {"--dtype", &o->dtype},
+      {"--format", &o->format},
   };
   for (size_t i = 0; i < args.size(); ++i) {
     std::string flag = args[i], value;
@@ -121,9 +122,10 @@ void PrintSummary(const PrepareOptions& o, const PrepareSummary& s) {
   std::printf("documents: %lld (%lld train, %lld validation; --documents %s)\n",
               static_cast<long long>(s.documents[0] + s.documents[1]), static_cast<long long>(s.documents[0]),
               static_cast<long long>(s.documents[1]), o.documents.c_str());
-  std::printf("tokens: %lld train in %s, %lld validation in %s; %s ids, llm.c format\n",
+  std::printf("tokens: %lld train in %s, %lld validation in %s; %s ids, %s\n",
               static_cast<long long>(s.tokens[0]), shards(s.shards[0]).c_str(), static_cast<long long>(s.tokens[1]),
-              shards(s.shards[1]).c_str(), s.dtype.c_str());
+              shards(s.shards[1]).c_str(), s.dtype.c_str(),
+              o.format == "raw" ? "raw (no header)" : "llm.c format");
   const double secs = std::max(1e-9, s.encode_seconds);
   std::printf("encoded %.1f MB in %.2f s on %d thread%s: %s tokens/s, %.1f MB/s\n", s.text_bytes / 1e6,
               s.encode_seconds, o.threads, o.threads == 1 ? "" : "s",

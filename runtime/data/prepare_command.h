@@ -6,7 +6,7 @@
 //        | --model FILE.model | --vocab vocab.json --merges merges.txt
 //        | --tokenizer-json tokenizer.json | --tokenizer-dir DIR]
 //       [--documents file|blank-line|line=TEXT] [--val-fraction F] [--seed S]
-//       [--shard-tokens N] [--dtype auto|u16|u32] [--threads N] [--progress]
+//       [--shard-tokens N] [--dtype auto|u16|u32] [--format llmc|raw] [--threads N] [--progress]
 //
 // A progress bar goes to stderr on a terminal or with --progress; the
 // summary (documents, tokens, shards, tokens/s) to stdout. Exit codes: 0

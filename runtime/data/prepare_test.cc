@@ -226,6 +226,13 @@ TEST(Prepare, LargeVocabulariesWriteU32ShardsAndTheByteTokenizerHasNoSeparator) 
   ASSERT_TRUE(sb.ok()) << sb.status();
   std::vector<int32_t> bytes = ReadSplit(b.out_dir, *sb, 0);
   EXPECT_EQ(*MakeByteTokenizer()->Decode(bytes), "the thing\nanother thing\n");
+  // --format raw: the same ids without the header.
+  b.format = "raw";
+  b.out_dir = Temp("prep_bytes_raw");
+  auto raw = Prepare(b, nullptr);
+  ASSERT_TRUE(raw.ok()) << raw.status();
+  EXPECT_EQ(Read(b.out_dir + "/train_000000.bin"), Read(::testing::TempDir() + "/prep_bytes/train_000000.bin").substr(1024));
+  EXPECT_EQ(nlohmann::json::parse(Read(b.out_dir + "/dataset.json"))["format"], "raw");
 }
 
 void ExpectBad(const PrepareOptions& o, const std::vector<std::string>& needles) {

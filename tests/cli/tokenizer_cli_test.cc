@@ -90,23 +90,19 @@ TEST(DataPrepareCli, BadInputExits2NamingTheFileAndFlag) {
   ExpectBadInput("data frobnicate", {"unknown subcommand"});
 }
 
-// The ids of a prepared shard without its header: raw u16 token ids, which
-// data.format tokens reads.
-std::string RawTokens(const std::string& shard) { return Read(shard).substr(1024); }
-
 TEST(SampleCli, PreparedTokenizerTrainsDecodesSamplesAndContinuesPrompts) {
   const std::string prep = Temp("sample_prep");
   CliResult p = RunLoom(absl::StrCat("data prepare --input ", kFortunes, " --documents line=% --out ", prep,
-                                     " --train-tokenizer bpe --vocab-size 600 --threads 2"),
+                                     " --train-tokenizer bpe --vocab-size 600 --format raw --threads 2"),
                         120);
   ASSERT_EQ(p.code, 0) << p.output;
   const std::string dir = Temp("sample_run");
   fs::create_directories(dir);
-  Write(dir + "/train.u16", RawTokens(prep + "/train_000000.bin"));
+  const std::string shard = prep + "/train_000000.bin";  // raw u16 ids, which data.format tokens reads
   const std::string job = dir + "/job.yaml";
   auto write_job = [&](int vocab) {
     Write(job, absl::StrCat("name: sp\nmodel: {family: gpt, n_layer: 1, n_head: 2, d_model: 32, seq_len: 32, vocab: ",
-                            vocab, "}\ndata: {path: ", dir, "/train.u16, format: tokens, tokenizer: {dir: ", prep,
+                            vocab, "}\ndata: {path: ", shard, ", format: tokens, tokenizer: {dir: ", prep,
                             "}}\ntrain: {steps: 20, batch_size: 4, eval_every: 20, eval_batches: 1, ",
                             "sample_tokens: 16, lr: 3e-3}\nrun_dir: ", dir, "/run\n"));
   };
@@ -133,7 +129,7 @@ TEST(SampleCli, PreparedTokenizerTrainsDecodesSamplesAndContinuesPrompts) {
   // The same ids without data.tokenizer: the bytes tokenizer has no text
   // for them, so the sample shows the ids.
   Write(job, absl::StrCat("model: {family: gpt, n_layer: 1, n_head: 2, d_model: 32, seq_len: 32, vocab: 640}\n",
-                          "data: {path: ", dir, "/train.u16, format: tokens}\ntrain: {steps: 2, batch_size: 4, ",
+                          "data: {path: ", shard, ", format: tokens}\ntrain: {steps: 2, batch_size: 4, ",
                           "eval_every: 2, eval_batches: 1, sample_tokens: 4}\nrun_dir: ", dir, "/ids\n"));
   CliResult ids = RunLoom("train " + job, 300);
   ASSERT_EQ(ids.code, 0) << ids.output;
