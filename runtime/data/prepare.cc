@@ -209,10 +209,11 @@ int SplitOf(int64_t index, uint64_t seed, double val_fraction) {
   return static_cast<double>(z >> 11) * 0x1.0p-53 < val_fraction ? 1 : 0;
 }
 
-// Encodes `docs` on the pool: contiguous groups of about equal bytes, each
-// group's tokens per split, joined in document order into out[split].
+// Encodes `docs` on the pool: contiguous groups of about equal bytes; the
+// tokens of group g for split s go to parts[2 * g + s], so a split's tokens
+// in document order are its parts in group order.
 absl::Status EncodeBatch(const Tokenizer& tok, const std::vector<Doc>& docs, ThreadPool& pool,
-                         std::vector<int32_t> out[2]) {
+                         std::vector<std::vector<int32_t>>* parts_out) {
   const int64_t groups = std::min<int64_t>(docs.size(), pool.num_threads() * 8);
   int64_t bytes = 0;
   for (const Doc& d : docs) bytes += d.text.size();
@@ -223,7 +224,8 @@ absl::Status EncodeBatch(const Tokenizer& tok, const std::vector<Doc>& docs, Thr
   }
   starts.push_back(docs.size());
   const int64_t n = static_cast<int64_t>(starts.size()) - 1;
-  std::vector<std::vector<int32_t>> parts(2 * n);
+  std::vector<std::vector<int32_t>>& parts = *parts_out;
+  parts.assign(2 * n, {});
   std::vector<absl::Status> status(n);
   const int32_t eot = tok.eot_id();
   pool.ParallelFor(n, 1, [&](int64_t lo, int64_t hi) {
@@ -236,10 +238,6 @@ absl::Status EncodeBatch(const Tokenizer& tok, const std::vector<Doc>& docs, Thr
     }
   });
   for (const absl::Status& s : status) LOOM_RETURN_IF_ERROR(s);
-  for (int s = 0; s < 2; ++s) {
-    out[s].clear();
-    for (int64_t g = 0; g < n; ++g) out[s].insert(out[s].end(), parts[2 * g + s].begin(), parts[2 * g + s].end());
-  }
   return absl::OkStatus();
 }
 
@@ -367,7 +365,7 @@ absl::StatusOr<PrepareSummary> Prepare(const PrepareOptions& o, const PreparePro
                             ShardWriter(o.out_dir, kSplitNames[1], o.shard_tokens, wide, header)};
   ThreadPool pool(o.threads);
   std::vector<Doc> batch;
-  std::vector<int32_t> ids[2];
+  std::vector<std::vector<int32_t>> parts;
   int64_t index = 0;
   for (bool more = true; more;) {
     batch.clear();
@@ -379,10 +377,10 @@ absl::StatusOr<PrepareSummary> Prepare(const PrepareOptions& o, const PreparePro
       ++s.documents[split];
       bytes += doc.size();
     }
-    LOOM_RETURN_IF_ERROR(EncodeBatch(*tok, batch, pool, ids));
-    for (int split = 0; split < 2; ++split) {
-      s.tokens[split] += ids[split].size();
-      LOOM_RETURN_IF_ERROR(writers[split].Add(ids[split]));
+    LOOM_RETURN_IF_ERROR(EncodeBatch(*tok, batch, pool, &parts));
+    for (size_t i = 0; i < parts.size(); ++i) {
+      s.tokens[i % 2] += parts[i].size();
+      LOOM_RETURN_IF_ERROR(writers[i % 2].Add(parts[i]));
     }
     if (progress) progress(reader->consumed(), reader->total_bytes(), s.tokens[0] + s.tokens[1]);
   }
