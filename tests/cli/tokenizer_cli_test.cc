@@ -90,12 +90,22 @@ TEST(DataPrepareCli, BadInputExits2NamingTheFileAndFlag) {
   ExpectBadInput("data frobnicate", {"unknown subcommand"});
 }
 
+// A SentencePiece BPE tokenizer of 600 ids and raw u16 shards of the
+// fortunes, prepared once for the tests below.
+const std::string& Prepared() {
+  static const std::string* prep = [] {
+    auto* dir = new std::string(Temp("sample_prep"));
+    CliResult p = RunLoom(absl::StrCat("data prepare --input ", kFortunes, " --documents line=% --out ", *dir,
+                                       " --train-tokenizer bpe --vocab-size 600 --format raw --threads 2"),
+                          120);
+    EXPECT_EQ(p.code, 0) << p.output;
+    return dir;
+  }();
+  return *prep;
+}
+
 TEST(SampleCli, PreparedTokenizerTrainsDecodesSamplesAndContinuesPrompts) {
-  const std::string prep = Temp("sample_prep");
-  CliResult p = RunLoom(absl::StrCat("data prepare --input ", kFortunes, " --documents line=% --out ", prep,
-                                     " --train-tokenizer bpe --vocab-size 600 --format raw --threads 2"),
-                        120);
-  ASSERT_EQ(p.code, 0) << p.output;
+  const std::string prep = Prepared();
   const std::string dir = Temp("sample_run");
   fs::create_directories(dir);
   const std::string shard = prep + "/train_000000.bin";  // raw u16 ids, which data.format tokens reads
@@ -140,6 +150,34 @@ TEST(SampleCli, PreparedTokenizerTrainsDecodesSamplesAndContinuesPrompts) {
   ExpectBadInput("sample " + dir + "/run --prompt x --temperature hot", {"--temperature", "hot"});
   ExpectBadInput("sample " + dir + "/nothing --prompt x", {dir + "/nothing", "not a run folder or a checkpoint"});
   ExpectBadInput("sample " + dir + "/run --prompt x --tokenizer-dir " + dir, {"--tokenizer-dir", "loom-tokenizer.json"});
+}
+
+// loom run: rank 0 decodes its sample with the job's tokenizer, and
+// loom sample reads the checkpoint the run wrote: greedy text from the final
+// checkpoint equals greedy text from the run folder's final parameters.
+TEST(SampleCli, RunDecodesItsSampleAndCheckpointsSample) {
+  const std::string prep = Prepared();
+  const std::string dir = Temp("sample_ckpt");
+  fs::create_directories(dir);
+  Write(dir + "/job.yaml",
+        absl::StrCat("name: spr\nmodel: {family: gpt, n_layer: 1, n_head: 2, d_model: 32, seq_len: 32, vocab: 640}\n",
+                     "data: {path: ", prep, "/train_000000.bin, format: tokens, tokenizer: {dir: ", prep, "}}\n",
+                     "train: {steps: 4, batch_size: 4, eval_every: 4, eval_batches: 1, sample_tokens: 8}\n",
+                     "checkpoint: {every: 2, dir: ", dir, "/ckpt}\n"));
+  CliResult r = RunLoom("run " + dir + "/job.yaml --run-dir " + dir + "/run", 300);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(fs::exists(dir + "/run/tokenizer/loom-tokenizer.json"));
+  const std::string sample = Read(dir + "/run/sample.txt");
+  EXPECT_FALSE(sample.empty());
+  EXPECT_EQ(sample.find("token ids"), std::string::npos) << sample;
+  const std::string args = " --prompt 'A computer' --tokens 10 --temperature 0";
+  CliResult from_run = RunLoom("sample " + dir + "/run" + args, 120);
+  CliResult from_ckpt = RunLoom("sample " + dir + "/ckpt" + args, 120);
+  CliResult with_dir = RunLoom("sample " + dir + "/ckpt" + args + " --tokenizer-dir " + dir + "/run/tokenizer", 120);
+  ASSERT_EQ(from_run.code, 0) << from_run.output;
+  ASSERT_EQ(from_ckpt.code, 0) << from_ckpt.output;
+  EXPECT_EQ(from_ckpt.output, from_run.output);
+  EXPECT_EQ(with_dir.output, from_run.output);
 }
 
 }  // namespace
