@@ -47,7 +47,45 @@ absl::StatusOr<ops::KernelFn> CollectiveKernel(const Node& n, const Communicator
   });
 }
 
+// The outputs written straight into the input they update (value, input
+// index): LoweringOptions::in_place_updates.
+std::vector<std::pair<int, int>> InPlaceUpdates(const Graph& g, const LoweringOptions& options) {
+  std::vector<std::pair<int, int>> out;
+  if (!options.in_place_updates) return out;
+  const int n = static_cast<int>(g.nodes().size());
+  std::vector<int> producer(g.values().size(), -1), last_use(g.values().size(), -1), out_count(g.values().size(), 0);
+  std::vector<bool> written(g.inputs().size(), false);
+  for (int i = 0; i < n; ++i) {
+    for (int v : g.nodes()[i].outputs) producer[v] = i;
+    for (int v : g.nodes()[i].inputs) last_use[v] = i;
+  }
+  for (const GraphOutput& o : g.outputs()) ++out_count[o.value];
+  for (const GraphOutput& o : g.outputs()) {
+    if (o.updates < 0) continue;
+    const int v = o.value, node = producer[v], k = o.updates;
+    if (node < 0 || out_count[v] != 1 || written[k]) continue;
+    if (last_use[g.inputs()[k].value] > node) continue;  // someone reads the old value later
+    if (out_count[g.inputs()[k].value] > 0) continue;     // the old value is itself returned
+    const Node& nd = g.nodes()[node];
+    const ops::OpDef* def = ops::OpRegistry::Global().Find(nd.op);
+    bool allowed = (def != nullptr && def->elementwise) ||
+                   std::find(options.in_place_ops.begin(), options.in_place_ops.end(), nd.op) !=
+                       options.in_place_ops.end();
+    if (!allowed) continue;
+    written[k] = true;
+    out.push_back({v, k});
+  }
+  return out;
+}
+
 }  // namespace
+
+absl::StatusOr<MemoryPlan> PlanLoweredMemory(const Graph& g, const LoweringOptions& options) {
+  LOOM_RETURN_IF_ERROR(Verify(g));
+  std::vector<int> external;
+  for (const auto& [v, k] : InPlaceUpdates(g, options)) external.push_back(v);
+  return PlanMemory(g, 64, external);
+}
 
 absl::StatusOr<std::unique_ptr<Program>> Lower(const Graph& g, const LoweringOptions& options) {
   LOOM_RETURN_IF_ERROR(Verify(g));
@@ -61,31 +99,12 @@ absl::StatusOr<std::unique_ptr<Program>> Lower(const Graph& g, const LoweringOpt
     input_index[g.inputs()[i].value] = static_cast<int>(i);
     p->input_metas.push_back(g.meta(g.inputs()[i].value));
   }
+  const std::vector<std::pair<int, int>> in_place = InPlaceUpdates(g, options);
   std::vector<int> external;
-  if (options.in_place_updates) {
-    const int n = static_cast<int>(g.nodes().size());
-    std::vector<int> producer(g.values().size(), -1), last_use(g.values().size(), -1), out_count(g.values().size(), 0);
-    for (int i = 0; i < n; ++i) {
-      for (int v : g.nodes()[i].outputs) producer[v] = i;
-      for (int v : g.nodes()[i].inputs) last_use[v] = i;
-    }
-    for (const GraphOutput& o : g.outputs()) ++out_count[o.value];
-    for (const GraphOutput& o : g.outputs()) {
-      if (o.updates < 0) continue;
-      const int v = o.value, node = producer[v], k = o.updates;
-      if (node < 0 || out_count[v] != 1 || p->input_written[k]) continue;
-      if (last_use[g.inputs()[k].value] > node) continue;  // someone reads the old value later
-      if (out_count[g.inputs()[k].value] > 0) continue;     // the old value is itself returned
-      const Node& nd = g.nodes()[node];
-      const ops::OpDef* def = ops::OpRegistry::Global().Find(nd.op);
-      bool allowed = (def != nullptr && def->elementwise) ||
-                     std::find(options.in_place_ops.begin(), options.in_place_ops.end(), nd.op) !=
-                         options.in_place_ops.end();
-      if (!allowed) continue;
-      p->input_written[k] = true;
-      input_index[v] = k;
-      external.push_back(v);
-    }
+  for (const auto& [v, k] : in_place) {
+    p->input_written[k] = true;
+    input_index[v] = k;
+    external.push_back(v);
   }
   LOOM_ASSIGN_OR_RETURN(p->plan, PlanMemory(g, 64, external));
   char* base = nullptr;

@@ -74,4 +74,9 @@ struct Program {
 
 absl::StatusOr<std::unique_ptr<Program>> Lower(const Graph& g, const LoweringOptions& options = {});
 
+// The memory plan Lower would make for `g` (in-place updates taken out of the
+// arena), without allocating the arena or binding communicators: what a
+// planner reads to size a program it will not run.
+absl::StatusOr<MemoryPlan> PlanLoweredMemory(const Graph& g, const LoweringOptions& options = {});
+
 }  // namespace loom::compiler

@@ -10,8 +10,13 @@
 //
 // The rules:
 //   dp >= 1, tp >= 1, zero_stage in 0..3;
-//   tp divides model.n_head and model.n_kv_head (heads are split over tp);
-//   sequence_parallel needs tp > 1;
+//   tp divides model.n_head and model.n_kv_head (heads are split over tp;
+//   built-in families only);
+//   sequence_parallel needs tp > 1 (and a built-in family);
+//   tp_plan: ONNX models only; each rule a non-empty pattern and a known
+//   style; an ONNX model with tp > 1 needs one (or tp: auto). Whether a plan
+//   fits the graph (patterns that match, shapes that split, placements that
+//   propagation keeps) is checked when it is compiled (tp_plan.h);
 //   train.batch_size divisible by dp (each dp rank takes batch / dp rows);
 //   with a world size (world > 0): tp divides it and dp * tp equals it.
 //
@@ -19,18 +24,33 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "proto/loom/v1/job.pb.h"
 
 namespace loom::parallel {
 
+// One rule of parallel.tp_plan (tp_plan.h gives the semantics).
+struct TpRule {
+  std::string pattern;  // a glob over parameter names (fnmatch without flags)
+  std::string style;    // one of TpStyles()
+};
+// "colwise", "rowwise", "vocab", "replicate".
+const std::vector<std::string>& TpStyles();
+
 struct ParallelLayout {
   int dp = 1;
   int tp = 1;
   int zero_stage = 0;
   bool sequence_parallel = false;
+  // Imported models: how tp shards the parameters (empty for the built-in
+  // families, whose Megatron plan is fixed in styles.cc).
+  std::vector<TpRule> tp_plan;
 };
+
+std::vector<TpRule> TpPlanFromSpec(const v1::ParallelSpec& p);
 
 // `world` <= 0: no world size is known (the layout defines it as dp * tp).
 // The model's n_kv_head of 0 means n_head.

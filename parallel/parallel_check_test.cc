@@ -55,5 +55,22 @@ TEST(ParallelCheck, EachRuleNamesTheFieldAndValue) {
   EXPECT_EQ(Error(CheckWorldSize(0, 1, 1)), "world size: must be positive (got 0)");
 }
 
+// An imported model has no head count to divide; its tp needs a plan.
+TEST(ParallelCheck, ImportedModelsTakeATpPlanInsteadOfHeadRules) {
+  v1::ModelSpec onnx = Model(4, 4);
+  onnx.set_family("onnx");
+  const std::vector<TpRule> plan = {{"*.qkv.weight", "colwise"}};
+  EXPECT_TRUE(CheckParallelLayout(onnx, 8, {1, 8, 0, false, plan}, 8).ok());  // 8 does not divide n_head = 4: unused
+  EXPECT_EQ(Error(CheckParallelLayout(onnx, 8, {1, 2, 0, false}, 2)),
+            "parallel.tp_plan: tp = 2 needs a plan for an ONNX model (parameter-name patterns and their styles), or "
+            "tp: auto; `loom plan JOB.yaml` proposes one (got none)");
+  EXPECT_EQ(Error(CheckParallelLayout(onnx, 8, {1, 2, 0, false, {{"", "colwise"}}})),
+            "parallel.tp_plan: a pattern is empty (got '': colwise)");
+  EXPECT_EQ(Error(CheckParallelLayout(Model(4, 4), 8, {1, 2, 0, false, plan})),
+            "parallel.tp_plan: applies to imported models (model.onnx); gpt uses its built-in tensor-parallel plan "
+            "(got 1 rules)");
+  EXPECT_TRUE(CheckParallelLayout(onnx, 8, {4, 1, 3, false}, 4).ok());  // dp and ZeRO need no plan
+}
+
 }  // namespace
 }  // namespace loom::parallel

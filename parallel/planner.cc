@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/match.h"
 #include "base/status.h"
 #include "compiler/models/models.h"
@@ -345,6 +346,12 @@ absl::StatusOr<Plan> MakePlan(const v1::ModelSpec& model, int64_t batch, const H
     LOOM_ASSIGN_OR_RETURN(Candidate c, Estimate(model, batch, hw, l));
     plan.ranked.push_back(std::move(c));
   }
+  LOOM_RETURN_IF_ERROR(RankCandidates(plan));
+  return plan;
+}
+
+absl::Status RankCandidates(Plan& plan) {
+  const Hardware& hw = plan.hw;
   if (plan.ranked.empty()) {
     std::string why = absl::StrCat("no legal layout for world size ", hw.world);
     for (const Skipped& s : plan.skipped) absl::StrAppend(&why, "; tp=", s.layout.tp, ": ", s.reason);
@@ -370,16 +377,22 @@ absl::StatusOr<Plan> MakePlan(const v1::ModelSpec& model, int64_t batch, const H
     plan.reason = absl::StrCat("no layout fits in ", Bytes(hw.memory_bytes), "iB per rank; the smallest, ",
                                LayoutName(first.layout), ", ", first.reason);
   }
-  return plan;
+  return absl::OkStatus();
 }
 
 std::string FormatPlanTable(const Plan& p) {
   const ModelDims& d = p.dims;
-  std::string s = absl::StrFormat(
-      "model: %s, %d layers, d_model %d, %d heads (%d kv), ffn %d, vocab %d, seq_len %d: %.2fM parameters\n"
+  std::string s =
+      !p.model_summary.empty()
+          ? absl::StrCat("model: ", p.model_summary, "\n")
+          : absl::StrFormat("model: %s, %d layers, d_model %d, %d heads (%d kv), ffn %d, vocab %d, seq_len %d: %.2fM "
+                            "parameters\n",
+                            d.family, d.n_layer, d.d_model, d.n_head, d.n_kv_head, d.ffn, d.vocab, d.seq_len,
+                            d.num_parameters / 1e6);
+  absl::StrAppendFormat(
+      &s,
       "batch %d; world %d (%d per node); budget %siB per rank; %g TFLOP/s per device; links: intra %g Gb/s, "
       "inter %g Gb/s\n\n",
-      d.family, d.n_layer, d.d_model, d.n_head, d.n_kv_head, d.ffn, d.vocab, d.seq_len, d.num_parameters / 1e6,
       p.batch, p.hw.world, p.hw.nproc_per_node > 0 ? p.hw.nproc_per_node : p.hw.world, Bytes(p.hw.memory_bytes),
       p.hw.flops / 1e12, p.hw.intra_bandwidth * 8 / 1e9, p.hw.inter_bandwidth * 8 / 1e9);
   absl::StrAppendFormat(&s, "%-4s %-20s %8s %8s %8s %8s %8s %8s %9s %9s %10s %10s  %s\n", "rank", "layout", "params",
@@ -397,7 +410,22 @@ std::string FormatPlanTable(const Plan& p) {
   }
   absl::StrAppend(&s, "\nmemory per rank in bytes (K/M/G = KiB/MiB/GiB); comm: bytes per rank per step, x = on the "
                       "inter-node link\n");
+  if (!p.model_summary.empty())
+    absl::StrAppend(&s, "memory and time from each layout's compiled per-rank program (workspace not modelled)\n");
   for (const Skipped& k : p.skipped) absl::StrAppend(&s, "skipped dp=", k.layout.dp, " tp=", k.layout.tp, ": ", k.reason, "\n");
+  for (const auto& [tp, shown] : p.tp_plans) {
+    absl::StrAppend(&s, "\ntensor-parallel plan for tp=", tp, shown.proposed ? " (proposed)" : " (the job's)",
+                    ", as parallel.tp_plan:\n", shown.rules.empty() ? "  (none: every parameter replicated)\n" : "",
+                    FormatTpRules(shown.rules));
+    if (!shown.replicated.empty())
+      absl::StrAppend(&s, "  replicated because propagation cannot keep them sharded: ",
+                      absl::StrJoin(shown.replicated, ", "), "\n");
+    std::vector<TpAssignment> sharded;
+    for (const TpAssignment& a : shown.assignments)
+      if (a.placement.is_shard()) sharded.push_back(a);
+    absl::StrAppend(&s, "sharded parameters (placement over tp; the other ", shown.assignments.size() - sharded.size(),
+                    " are replicated):\n", FormatTpAssignments(sharded));
+  }
   if (p.winner >= 0)
     absl::StrAppend(&s, "\nchoice: ", LayoutName(p.ranked[p.winner].layout), ": ", p.reason, "\n");
   else
@@ -424,6 +452,7 @@ std::string PlanToJson(const Plan& p) {
                  {"flops", p.hw.flops},
                  {"intra_bandwidth", p.hw.intra_bandwidth},
                  {"inter_bandwidth", p.hw.inter_bandwidth}};
+  if (!p.model_summary.empty()) j["inputs"]["model"] = p.model_summary;
   nlohmann::json cands = nlohmann::json::array();
   for (const Candidate& c : p.ranked) {
     const MemoryEstimate& m = c.memory;
@@ -454,6 +483,11 @@ std::string PlanToJson(const Plan& p) {
                      {"step_seconds", c.step_seconds},
                      {"feasible", c.feasible},
                      {"reason", c.reason}});
+    if (!c.layout.tp_plan.empty()) {
+      nlohmann::json rules = nlohmann::json::array();
+      for (const TpRule& r : c.layout.tp_plan) rules.push_back({{"pattern", r.pattern}, {"style", r.style}});
+      cands.back()["tp_plan"] = rules;
+    }
   }
   j["candidates"] = cands;
   nlohmann::json skipped = nlohmann::json::array();

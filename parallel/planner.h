@@ -71,12 +71,14 @@
 #include <array>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "proto/loom/v1/job.pb.h"
 #include "parallel/parallel_check.h"
+#include "parallel/tp_plan.h"
 
 namespace loom::parallel {
 
@@ -183,16 +185,31 @@ struct Enumeration {
 };
 absl::StatusOr<Enumeration> EnumerateLayouts(const v1::ModelSpec& model, int64_t batch, const Hardware& hw);
 
+// An imported model's tensor-parallel plan for one tp size (graph_planner.h).
+struct TpPlanShown {
+  std::vector<TpRule> rules;               // what the layouts of that tp use
+  std::vector<TpAssignment> assignments;   // per parameter
+  bool proposed = false;                   // tp: auto's proposal (else the job's plan)
+  std::vector<std::string> replicated;     // proposed sharded, replicated by propagation
+};
+
 struct Plan {
   ModelDims dims;
+  std::string model_summary;  // set: the model line printed instead of dims (imported graphs)
   int64_t batch = 0;
   Hardware hw;
   std::vector<Candidate> ranked;
   std::vector<Skipped> skipped;
   int winner = -1;  // index into ranked, -1 when nothing fits
   std::string reason;
+  std::map<int, TpPlanShown> tp_plans;  // by tp; imported graphs only
   const Candidate* best() const { return winner < 0 ? nullptr : &ranked[winner]; }
 };
+
+// Sorts plan.ranked (fitting layouts first, by step time, then memory, then
+// the simpler layout) and sets winner and reason; InvalidArgument when
+// nothing is ranked (the skipped reasons named).
+absl::Status RankCandidates(Plan& plan);
 
 // `only` (optional): keep only the layouts it accepts (e.g. a fixed zero stage).
 absl::StatusOr<Plan> MakePlan(const v1::ModelSpec& model, int64_t batch, const Hardware& hw,

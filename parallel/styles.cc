@@ -18,6 +18,7 @@ Layout LayoutFromSpec(const v1::ParallelSpec& p) {
   l.tp = p.tp() > 0 ? p.tp() : 1;
   l.zero_stage = p.zero_stage();
   l.sequence_parallel = p.sequence_parallel();
+  l.tp_plan = TpPlanFromSpec(p);
   return l;
 }
 
@@ -57,13 +58,28 @@ Placement ZeroPlacement(const Shape& shape, const Placement& tp, int64_t tp_size
 
 }  // namespace
 
-absl::StatusOr<std::map<std::string, DTensorSpec>> AnnotateInputs(const v1::ModelSpec& model, const compiler::Graph& joint,
-                                                            const Layout& l) {
+absl::StatusOr<std::vector<TpAssignment>> TensorParallelPlan(const v1::ModelSpec& model, const compiler::Graph& forward,
+                                                             const Layout& l) {
+  if (model.family() == "onnx") return ResolveTpPlan(forward, l.tp_plan, l.tp);
+  std::vector<TpAssignment> out;
+  for (const auto& in : forward.inputs()) {
+    if (in.kind != compiler::InputKind::kParam) continue;
+    TpAssignment a;
+    a.param = in.name;
+    a.shape = forward.meta(in.value).shape;
+    a.style = "megatron";
+    a.placement = l.tp > 1 ? TpPlacement(in.name, model.family()) : Placement::Replicate();
+    out.push_back(std::move(a));
+  }
+  return out;
+}
+
+absl::StatusOr<std::map<std::string, DTensorSpec>> AnnotateInputs(const std::vector<TpAssignment>& tp,
+                                                                  const compiler::Graph& joint, const Layout& l) {
   const dtensor::MeshShape mesh = MeshOf(l);
   std::map<std::string, DTensorSpec> out;
   std::map<std::string, Placement> tp_of;  // param name -> its tp placement
-  for (const auto& in : joint.inputs())
-    if (in.kind == compiler::InputKind::kParam) tp_of[in.name] = TpPlacement(in.name, model.family());
+  for (const TpAssignment& a : tp) tp_of[a.param] = a.placement;
   for (const auto& in : joint.inputs()) {
     const Shape& shape = joint.meta(in.value).shape;
     DTensorSpec s = DTensorSpec::Replicated(mesh);
@@ -82,7 +98,7 @@ absl::StatusOr<std::map<std::string, DTensorSpec>> AnnotateInputs(const v1::Mode
         state = true;
       }
       auto it = tp_of.find(param);
-      if (it == tp_of.end()) {
+      if (it == tp_of.end() || (!state && in.kind != compiler::InputKind::kParam)) {
         out[in.name] = s;
         continue;
       }
@@ -121,9 +137,12 @@ absl::StatusOr<compiler::Compilation> CompileParallel(const compiler::Graph& for
   auto j = compiler::BuildJointGraph(forward, co.autodiff);
   if (!j.ok()) return Annotate(j.status(), "compile: autodiff");
   LOOM_RETURN_IF_ERROR(Annotate(compiler::AppendAdamW(*j, *co.adamw), "compile: optimizer"));
-  LOOM_ASSIGN_OR_RETURN(auto specs, AnnotateInputs(model, j->graph, layout));
-  auto local = spmd::Parallelize(j->graph, SpmdOptionsFor(layout, std::move(specs)));
+  LOOM_ASSIGN_OR_RETURN(auto tp, TensorParallelPlan(model, forward, layout));
+  LOOM_ASSIGN_OR_RETURN(auto specs, AnnotateInputs(tp, j->graph, layout));
+  spmd::SpmdStats stats;
+  auto local = spmd::Parallelize(j->graph, SpmdOptionsFor(layout, std::move(specs)), &stats);
   if (!local.ok()) return Annotate(local.status(), "compile: sharding propagation");
+  if (model.family() == "onnx" && layout.tp > 1) LOOM_RETURN_IF_ERROR(CheckTpPlanHonoured(j->graph, stats, 1, tp));
   if (layout.dp > 1 && bucket_bytes > 0) {  // DDP-style buckets for the dp gradient all-reduces
     spmd::BucketOptions bo;
     bo.group = "dp";
@@ -143,6 +162,40 @@ absl::StatusOr<compiler::Compilation> CompileParallel(const compiler::Graph& for
   c->stages["joint"] = j->graph;
   c->stages["parallel"] = *local;
   return c;
+}
+
+absl::StatusOr<FittedTpPlan> FitTpPlan(const compiler::Graph& forward, const compiler::CompileOptions& co,
+                                       const v1::ModelSpec& model, int64_t batch, const Layout& layout_in) {
+  if (model.family() != "onnx" || layout_in.tp < 2)
+    return absl::InvalidArgumentError("FitTpPlan: needs an imported model and tp > 1");
+  if (!co.differentiate || !co.adamw) return absl::InvalidArgumentError("FitTpPlan: needs a training compile");
+  auto j = compiler::BuildJointGraph(forward, co.autodiff);
+  if (!j.ok()) return Annotate(j.status(), "compile: autodiff");
+  LOOM_RETURN_IF_ERROR(Annotate(compiler::AppendAdamW(*j, *co.adamw), "compile: optimizer"));
+  FittedTpPlan fit;
+  fit.assignments = ProposeTpAssignments(forward, layout_in.tp);
+  Layout layout = layout_in;
+  // Each round either holds or replicates one more parameter: at most one
+  // round per parameter.
+  for (size_t round = 0; round <= fit.assignments.size(); ++round) {
+    fit.rules = RulesFor(fit.assignments);
+    layout.tp_plan = fit.rules;
+    LOOM_RETURN_IF_ERROR(CheckParallelLayout(model, batch, layout));
+    LOOM_ASSIGN_OR_RETURN(fit.assignments, ResolveTpPlan(forward, fit.rules, layout.tp));
+    LOOM_ASSIGN_OR_RETURN(auto specs, AnnotateInputs(fit.assignments, j->graph, layout));
+    spmd::SpmdStats stats;
+    auto local = spmd::Parallelize(j->graph, SpmdOptionsFor(layout, std::move(specs)), &stats);
+    if (!local.ok()) return Annotate(local.status(), "parallel.tp: auto: sharding propagation");
+    std::string param;
+    if (CheckTpPlanHonoured(j->graph, stats, 1, fit.assignments, &param).ok()) return fit;
+    for (TpAssignment& a : fit.assignments)
+      if (a.param == param) {
+        a.style = "replicate";
+        a.placement = Placement::Replicate();
+      }
+    fit.replicated.push_back(param);
+  }
+  return absl::InternalError("parallel.tp: auto: the proposal did not settle");
 }
 
 }  // namespace loom::parallel

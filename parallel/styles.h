@@ -23,6 +23,10 @@
 //            it; each gather is marked so CSE keeps them apart), the memory
 //            plan frees each gathered copy after its use.
 //
+//   Imported (ONNX) models: no built-in plan; dp and ZeRO need none (every
+//   parameter replicated or ZeRO-sharded, the batch split over dp), tp takes
+//   layout.tp_plan (tp_plan.h), or FitTpPlan's proposal for tp: auto.
+//
 //   LOOM_ASSIGN_OR_RETURN(auto c, CompileParallel(forward, co, spec.model(), layout));
 //   c.Dump("parallel")   // the local graph with placements and collectives
 #pragma once
@@ -36,6 +40,7 @@
 #include "dtensor/spec.h"
 #include "proto/loom/v1/job.pb.h"
 #include "parallel/parallel_check.h"
+#include "parallel/tp_plan.h"
 
 namespace loom::parallel {
 
@@ -44,8 +49,15 @@ using Layout = ParallelLayout;
 Layout LayoutFromSpec(const v1::ParallelSpec& p);
 dtensor::MeshShape MeshOf(const Layout& l);  // (dp, tp)
 
-// Specs for the joint graph's inputs by name (params, "<p>.m", "<p>.v", x, y).
-absl::StatusOr<std::map<std::string, dtensor::DTensorSpec>> AnnotateInputs(const v1::ModelSpec& model,
+// The tp placement of every parameter of `forward`: for gpt and llama the
+// Megatron plan by name (style "megatron"); for an imported model
+// (family onnx) layout.tp_plan resolved against the graph (tp_plan.h).
+absl::StatusOr<std::vector<TpAssignment>> TensorParallelPlan(const v1::ModelSpec& model,
+                                                             const compiler::Graph& forward, const Layout& layout);
+
+// Specs for the joint graph's inputs by name (params, "<p>.m", "<p>.v", x, y;
+// anything else, e.g. an imported model's buffers, replicated).
+absl::StatusOr<std::map<std::string, dtensor::DTensorSpec>> AnnotateInputs(const std::vector<TpAssignment>& tp,
                                                                          const compiler::Graph& joint,
                                                                          const Layout& layout);
 
@@ -62,10 +74,26 @@ spmd::SpmdOptions SpmdOptionsFor(const Layout& layout, std::map<std::string, dte
 // placements, its reduce_scatters scheduled early) after "joint". `co` must set adamw and differentiate.
 // bucket_bytes > 0 merges the dp gradient all-reduces into buckets. The
 // layout is checked first (CheckParallelLayout, parallel_check.h), so impossible
-// layouts fail before anything is built.
+// layouts fail before anything is built; an imported model's tp_plan is
+// resolved (ResolveTpPlan) and, after propagation, held to its placements
+// (CheckTpPlanHonoured): a plan that cannot be honoured is InvalidArgument
+// naming parallel.tp_plan and the parameter.
 absl::StatusOr<compiler::Compilation> CompileParallel(const compiler::Graph& forward,
                                                       const compiler::CompileOptions& co,
                                                       const v1::ModelSpec& model, int64_t batch,
                                                       const Layout& layout, int64_t bucket_bytes = 0);
+
+// tp: auto for an imported model with layout.tp > 1: ProposeTpAssignments
+// (tp_plan.h), then sharding propagation over the joint graph built with `co`;
+// each parameter that propagation cannot keep sharded is replicated and the
+// rest propagated again, until the plan holds. Returns the plan as rules
+// (RulesFor) with the assignments they give.
+struct FittedTpPlan {
+  std::vector<TpRule> rules;
+  std::vector<TpAssignment> assignments;
+  std::vector<std::string> replicated;  // parameters the proposal sharded and propagation could not keep
+};
+absl::StatusOr<FittedTpPlan> FitTpPlan(const compiler::Graph& forward, const compiler::CompileOptions& co,
+                                       const v1::ModelSpec& model, int64_t batch, const Layout& layout);
 
 }  // namespace loom::parallel

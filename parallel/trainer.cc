@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/rng.h"
 #include "base/status.h"
+#include "compiler/import/onnx/training.h"
 #include "compiler/optimizer.h"
 
 namespace loom::parallel {
@@ -57,10 +58,19 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(const v
     return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is outside the mesh ", t->mesh_.ToString()));
   t->coords_ = t->mesh_.Coordinates(rank);
   const auto& tr = spec.train();
-  LOOM_ASSIGN_OR_RETURN(t->params_, models::Parameters(spec.model()));
-  models::BuildOptions bo;
-  bo.batch = tr.batch_size();
-  LOOM_ASSIGN_OR_RETURN(compiler::Graph forward, models::BuildForward(spec.model(), bo));
+  const ImportedForward* imported = options.imported;
+  if ((spec.model().family() == "onnx") != (imported != nullptr))
+    return absl::InvalidArgumentError("ParallelTrainer: an ONNX model (model.family onnx) comes as options.imported");
+  compiler::Graph forward;
+  if (imported != nullptr) {
+    t->params_ = imported->params;
+    forward = imported->forward;
+  } else {
+    LOOM_ASSIGN_OR_RETURN(t->params_, models::Parameters(spec.model()));
+    models::BuildOptions bo;
+    bo.batch = tr.batch_size();
+    LOOM_ASSIGN_OR_RETURN(forward, models::BuildForward(spec.model(), bo));
+  }
   std::map<std::string, bool> decays;
   for (const auto& p : t->params_) decays[p.name] = p.weight_decay;
   compiler::CompileOptions co;
@@ -100,11 +110,18 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(const v
     LOOM_ASSIGN_OR_RETURN(auto s, dtensor::ParseSpec(local.value(local.inputs()[lk].value).placement, t->mesh_));
     t->specs_[in.name] = s;
     const ops::TensorMeta& m = g.meta(in.value);
-    auto given = options.init.find(in.name);
     auto pi = param_index.find(in.name);
-    if (given != options.init.end()) {
-      LOOM_ASSIGN_OR_RETURN(Tensor b, t->Block(given->second.To(DType::kF32), s));
+    const Tensor* given = nullptr;  // options.init, else the imported model's initial values
+    if (auto it = options.init.find(in.name); it != options.init.end()) {
+      given = &it->second;
+    } else if (imported != nullptr) {
+      if (auto im = imported->initial.find(in.name); im != imported->initial.end()) given = &im->second;
+    }
+    if (given != nullptr) {  // parameters become f32; an imported model's buffers keep their dtype
+      LOOM_ASSIGN_OR_RETURN(Tensor b, t->Block(pi != param_index.end() ? given->To(DType::kF32) : *given, s));
       t->inputs_.push_back(b);
+    } else if (pi != param_index.end() && imported != nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat("imported parameter '", in.name, "' has no initial value"));
     } else if (pi != param_index.end()) {
       LOOM_ASSIGN_OR_RETURN(Tensor b, t->InitBlock(pi->second, tr.seed(), s));
       t->inputs_.push_back(b);
@@ -115,18 +132,45 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(const v
     if (in.name == "y") t->y_in_ = static_cast<int>(k);
     if (in.name == "lr") t->lr_in_ = static_cast<int>(k);
     if (in.name == "step") t->step_in_ = static_cast<int>(k);
+    if (in.name == compiler::import::onnx::kDropoutStep) t->dropout_step_in_ = static_cast<int>(k);
   }
   if (t->x_in_ < 0 || t->y_in_ < 0 || t->lr_in_ < 0 || t->step_in_ < 0)
     return absl::InternalError("training program lacks one of the inputs x, y, lr, step");
   return t;
 }
 
+std::pair<int64_t, int64_t> ParallelTrainer::BatchRows() const {
+  auto ranges = dtensor::LocalBlock({spec_.train().batch_size(), spec_.model().seq_len()}, specs_.at("x"), coords_);
+  return ranges.ok() ? std::make_pair((*ranges)[0].offset, (*ranges)[0].length) : std::make_pair(int64_t{0}, int64_t{0});
+}
+
+absl::StatusOr<Tensor> ParallelTrainer::RowsBlock(const Tensor& rows, const std::string& name) const {
+  const int64_t B = spec_.train().batch_size(), T = spec_.model().seq_len();
+  LOOM_ASSIGN_OR_RETURN(auto ranges, dtensor::LocalBlock({B, T}, specs_.at(name), coords_));
+  if (rows.ndim() != 2 || rows.shape()[0] != ranges[0].length || rows.shape()[1] != T)
+    return absl::InvalidArgumentError(absl::StrCat(name, ": expected this rank's ", ranges[0].length,
+                                                   " rows of the global batch, [", ranges[0].length, ", ", T,
+                                                   "], got ", rows.DebugString()));
+  return rows.Narrow(1, ranges[1].offset, ranges[1].length).Clone();
+}
+
+absl::StatusOr<float> ParallelTrainer::StepRows(const Tensor& x, const Tensor& y) {
+  LOOM_ASSIGN_OR_RETURN(inputs_[x_in_], RowsBlock(x, "x"));
+  LOOM_ASSIGN_OR_RETURN(inputs_[y_in_], RowsBlock(y, "y"));
+  return Run();
+}
+
 absl::StatusOr<float> ParallelTrainer::Step(const Tensor& x, const Tensor& y) {
   LOOM_ASSIGN_OR_RETURN(inputs_[x_in_], Block(x, specs_.at("x")));
   LOOM_ASSIGN_OR_RETURN(inputs_[y_in_], Block(y, specs_.at("y")));
+  return Run();
+}
+
+absl::StatusOr<float> ParallelTrainer::Run() {
   ++step_;
   inputs_[lr_in_].data<float>()[0] = static_cast<float>(compiler::ScheduledLearningRate(spec_.train(), step_));
   inputs_[step_in_].data<float>()[0] = static_cast<float>(step_);
+  if (dropout_step_in_ >= 0) inputs_[dropout_step_in_].data<float>()[0] = static_cast<float>(step_);
   LOOM_RETURN_IF_ERROR(exec_->Run(inputs_, &outputs_));
   float loss = outputs_[0].data<float>()[0];
   if (!std::isfinite(loss)) return absl::AbortedError(absl::StrCat("loss is ", loss, " at step ", step_));

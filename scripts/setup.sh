@@ -13,7 +13,7 @@ PKGS=(
   libcpp-httplib-dev nlohmann-json3-dev libyaml-cpp-dev libssl-dev
   libonnx-dev libonnx-testdata libsentencepiece-dev
   python3-torch python3-numpy python3-grpcio python3-protobuf python3-prometheus-client
-  python3-yaml python3-crcmod
+  python3-yaml python3-crcmod python3-onnx
   fortunes fortunes-min
   clang-14 libclang-rt-14-dev
   # Tools the tests run: openssl (TLS certificates), iproute2 (network

@@ -19,11 +19,12 @@ Modes:
               mode="reduce-overhead" too. Gradients are zeroed, not freed,
               between steps (zero_grad(set_to_none=False)) so that their
               addresses stay fixed for the captured update.
-If compile-ro's first step raises (a part that does not compile), the step
-reruns under the next configuration: the update in the default compile mode;
-then the model too; then the model in the default mode with the eager fused
-AdamW. The run goes on, prints each reason to stderr ("FALLBACK ..."), lists
-them in its JSON's "fallback", and its "impl" gets a "_fallback" suffix.
+If a compile-ro configuration raises during the warm-up steps (a part that does
+not compile, or a CUDA-graph replay that fails), training starts again from the
+initial weights under the next one (RO_CONFIGS: cudagraph trees off; the update
+in the default compile mode; the model too; the model in the default mode with
+the eager fused AdamW). Each reason is printed to stderr ("FALLBACK ..."), listed
+in the JSON's "fallback", and the "impl" gets a "_fallback" suffix.
 
 Each run prints and writes one JSON object: tokens/s over the timed steps, the
 per-step losses (all steps, warm-up included), MFU, and the SDPA backend used.
@@ -127,15 +128,28 @@ def param_groups(model, c):
     return [{"params": decay, "weight_decay": c["weight_decay"]}, {"params": no_decay, "weight_decay": 0.0}]
 
 
-class CompiledStep:
-    """compile-ro's training step. Tries configurations in order, the first
-    the whole step with CUDA graphs (model and update compiled with
-    mode="reduce-overhead"); when the first step under one raises (a part
-    that does not compile), the reason is printed to stderr and kept in
-    `fallbacks`, the gradients are zeroed, and the step reruns under the next
-    configuration. Later failures propagate."""
+# compile-ro's configurations, best first: (name, whole-step CUDA graphs,
+# cudagraph trees, model compile mode, update compile mode or None for the
+# eager fused AdamW).
+RO_CONFIGS = [
+    ("model and update with mode=reduce-overhead", True, "reduce-overhead", "reduce-overhead"),
+    ("model and update with mode=reduce-overhead, cudagraph trees off", False, "reduce-overhead", "reduce-overhead"),
+    ("model with mode=reduce-overhead, update with the default mode", True, "reduce-overhead", "default"),
+    ("model and update with the default mode", True, "default", "default"),
+    ("model with the default mode, eager fused AdamW update", True, "default", None),
+]
 
-    def __init__(self, c, model, eager_fused_update):
+
+class CompiledStep:
+    """compile-ro's training step under configuration RO_CONFIGS[index]: the
+    model compiled with its mode (CUDA graphs with reduce-overhead), and
+    clipping plus a capturable foreach AdamW compiled as one function."""
+
+    def __init__(self, c, model, eager_fused_update, index):
+        name, trees, model_mode, update_mode = RO_CONFIGS[index]
+        torch._dynamo.reset()
+        torch._inductor.config.triton.cudagraph_trees = trees
+        self.name = name
         self.params = list(model.parameters())
         opt = torch.optim.AdamW(param_groups(model, c), lr=c["lr"], betas=(c["beta1"], c["beta2"]), eps=c["eps"],
                                 foreach=True, capturable=True)
@@ -144,49 +158,23 @@ class CompiledStep:
             torch.nn.utils.clip_grad_norm_(self.params, c["grad_clip"], foreach=True)
             opt.step()
 
-        ro_model, ro_update = torch.compile(model, mode="reduce-overhead"), torch.compile(update, mode="reduce-overhead")
-        model_c, update_c = torch.compile(model), torch.compile(update)
-        self.configs = [
-            ("model and update with mode=reduce-overhead", ro_model, ro_update),
-            ("model with mode=reduce-overhead, update with the default mode", ro_model, update_c),
-            ("model and update with the default mode", model_c, update_c),
-            ("model with the default mode, eager fused AdamW update", model_c, eager_fused_update),
-        ]
-        self.fallbacks = []
-        self.steps = 0
+        self.fwd = torch.compile(model, mode=model_mode)
+        self.update = torch.compile(update, mode=update_mode) if update_mode else eager_fused_update
 
-    def _run(self, x, y):
-        _, fwd, update = self.configs[0]
+    def __call__(self, x, y):
         torch.compiler.cudagraph_mark_step_begin()
         with torch.autocast("cuda", dtype=torch.bfloat16):
-            loss = fwd(x, y)
+            loss = self.fwd(x, y)
         loss.backward()
-        update()
+        self.update()
         torch._foreach_zero_([p.grad for p in self.params if p.grad is not None])  # fixed grad addresses
         return loss.detach().clone()  # a CUDA-graph output is overwritten by the next replay
 
-    def __call__(self, x, y):
-        while True:
-            try:
-                loss = self._run(x, y)
-                self.steps += 1
-                return loss
-            except Exception as e:  # a compile failure surfaces in the first step
-                if self.steps > 0 or len(self.configs) == 1:
-                    raise
-                first = str(e).splitlines()[0] if str(e) else ""
-                msg = f"{self.configs[0][0]} failed ({type(e).__name__}: {first}); next: {self.configs[1][0]}"
-                print(f"gpt2_torch: FALLBACK {msg}", file=sys.stderr, flush=True)
-                self.fallbacks.append(msg)
-                for p in self.params:
-                    p.grad = None
-                self.configs.pop(0)
 
-
-def make_step(c, model, mode):
-    """The training step (forward, backward, clipping, AdamW) of `mode`: a
-    function of (x, y) returning the loss, and the fallbacks it took (a list,
-    filled as they happen)."""
+def make_step(c, model, mode, ro_index=0):
+    """The training step (forward, backward, clipping, AdamW) of `mode` (for
+    compile-ro, under RO_CONFIGS[ro_index]): a function of (x, y) returning
+    the loss."""
     params = list(model.parameters())
     fused = []
 
@@ -198,8 +186,7 @@ def make_step(c, model, mode):
         fused[0].step()
 
     if mode == "compile-ro":
-        step = CompiledStep(c, model, eager_fused_update)
-        return step, step.fallbacks
+        return CompiledStep(c, model, eager_fused_update, ro_index)
     fwd = torch.compile(model) if mode == "compile" else model
 
     def step(x, y):
@@ -211,20 +198,15 @@ def make_step(c, model, mode):
             p.grad = None  # zero_grad(set_to_none=True)
         return loss.detach()
 
-    return step, []
+    return step
 
 
-def run(c, data, mode, sdpa, warmup, steps):
-    dev = torch.device("cuda")
-    W = tensor_dir.load(os.path.join(data, "weights"))
-    Bt = tensor_dir.load(os.path.join(data, "batches"))
-    nb = len(Bt) // 2
-    model = GPT(c, W).to(dev)
-    step, fallbacks = make_step(c, model, mode)
-    xs = [Bt[f"x{i}"].long().to(dev) for i in range(nb)]
-    ys = [Bt[f"y{i}"].long().to(dev) for i in range(nb)]
-    losses = []
-    t0 = None
+def train(c, W, xs, ys, mode, sdpa, warmup, steps, ro_index=0):
+    """Trains a fresh model from W for warmup + steps steps; returns the
+    losses, the timed seconds and the parameter count."""
+    model = GPT(c, W).to(torch.device("cuda"))
+    step = make_step(c, model, mode, ro_index)
+    losses, t0, nb = [], None, len(xs)
     with sdpa_context(sdpa):
         for s in range(warmup + steps):
             if s == warmup:
@@ -232,9 +214,39 @@ def run(c, data, mode, sdpa, warmup, steps):
                 t0 = time.perf_counter()
             losses.append(step(xs[s % nb], ys[s % nb]))
         torch.cuda.synchronize()
-    dt = time.perf_counter() - t0
+    return losses, time.perf_counter() - t0, sum(p.numel() for p in model.parameters())
+
+
+def train_ro(c, W, xs, ys, sdpa, warmup, steps, fallbacks):
+    """compile-ro: RO_CONFIGS in order. A configuration that raises during
+    its warm-up steps (a part that does not compile or replay) is reported on
+    stderr and in `fallbacks`, and the run starts again from W under the next
+    one; a failure after the warm-up propagates."""
+    for i, (name, *_rest) in enumerate(RO_CONFIGS):
+        try:
+            return train(c, W, xs, ys, "compile-ro", sdpa, warmup, steps, i)
+        except Exception as e:
+            first = str(e).splitlines()[0] if str(e) else ""
+            if i + 1 == len(RO_CONFIGS):
+                raise
+            msg = f"{name} failed ({type(e).__name__}: {first[:200]}); next: {RO_CONFIGS[i + 1][0]}"
+            print(f"gpt2_torch: FALLBACK {msg}", file=sys.stderr, flush=True)
+            fallbacks.append(msg)
+
+
+def run(c, data, mode, sdpa, warmup, steps):
+    dev = torch.device("cuda")
+    W = tensor_dir.load(os.path.join(data, "weights"))
+    Bt = tensor_dir.load(os.path.join(data, "batches"))
+    nb = len(Bt) // 2
+    xs = [Bt[f"x{i}"].long().to(dev) for i in range(nb)]
+    ys = [Bt[f"y{i}"].long().to(dev) for i in range(nb)]
+    fallbacks = []
+    if mode == "compile-ro":
+        losses, dt, n_params = train_ro(c, W, xs, ys, sdpa, warmup, steps, fallbacks)
+    else:
+        losses, dt, n_params = train(c, W, xs, ys, mode, sdpa, warmup, steps)
     tok = steps * c["batch"] * c["seq_len"]
-    n_params = sum(p.numel() for p in model.parameters())
     flops_tok = 6 * n_params + 12 * c["n_layer"] * c["d_model"] * c["seq_len"]
     tps = tok / dt
     impl = f"torch_{mode.replace('-ro', '_reduce_overhead')}" + ("" if sdpa == "default" else f"_{sdpa}")

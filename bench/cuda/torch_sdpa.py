@@ -8,7 +8,8 @@
 # With --loom=FILE (sdpa_bench's output) it prints Loom's figures beside the
 # backends and the ratios to the fastest backend and to the flash backend.
 #   python3 torch_sdpa.py [--iters=N] [--loom=FILE] [--prev=FILE] [--no-math] [--idle-ms=N]
-#                         [--shape=B,H,T,D] [--only=flash,efficient,cudnn,math]
+#                         [--shape=B,H,T,D] [--only=flash,efficient,cudnn,math] [--table-only]
+# --table-only: time nothing; print the table of --loom against --prev alone.
 # --idle-ms (300): the card idles this long before every timed loop (as
 # sdpa_bench --idle-ms).
 # --prev=FILE: this script's output from earlier rounds; the table then uses
@@ -61,13 +62,14 @@ def read_results(path, impl_re):
 
 
 def main():
-    iters, loom_file, prev_file, math_ok = 20, None, None, True
+    iters, loom_file, prev_file, math_ok, table_only = 20, None, None, True, False
     shapes, only = SHAPES, None
     for a in sys.argv[1:]:
         if a.startswith("--iters="): iters = int(a[8:])
         elif a.startswith("--loom="): loom_file = a[7:]
         elif a.startswith("--prev="): prev_file = a[7:]
         elif a == "--no-math": math_ok = False
+        elif a == "--table-only": table_only = True
         elif a.startswith("--shape="):
             shapes = [tuple(int(x) for x in a[8:].split(","))]
             if len(shapes[0]) != 4:
@@ -82,10 +84,12 @@ def main():
             IDLE_S = int(a[10:]) / 1000
         else:
             sys.exit(f"unknown argument {a!r}")
+    if table_only and not (loom_file and prev_file):
+        sys.exit("--table-only needs --loom and --prev")
     print(f"torch {torch.__version__} on {torch.cuda.get_device_name(0)}; cudnn {torch.backends.cudnn.version()}")
     torch.manual_seed(0)
     results = {}
-    for (b, h, t, d) in shapes:
+    for (b, h, t, d) in ([] if table_only else shapes):
         q, k, v = (torch.randn(b, h, t, d, device="cuda", dtype=torch.bfloat16, requires_grad=True) for _ in range(3))
         dout = torch.randn(b, h, t, d, device="cuda", dtype=torch.bfloat16)
         for causal in (False, True):

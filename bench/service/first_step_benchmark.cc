@@ -63,7 +63,7 @@ int main(int argc, char** argv) {
   }
   loom::service::AgentOptions ao;
   ao.coordinator = absl::StrCat("127.0.0.1:", (*server)->port());
-  ao.token = (*server)->token();
+  ao.join_token = (*server)->join_token();
   ao.data_dir = root + "/agent";
   ao.cpu_slots = 4;
   ao.worker_argv = {loom, "worker"};

@@ -30,11 +30,16 @@ RuleResult Pointwise(const RuleInput& r, bool additive, unsigned linear_mask) {
   const TensorMeta& o = r.out[0];
   const int ond = Rank(o);
   int od = -1;
-  for (size_t i = 0; i < r.in.size() && od < 0; ++i) {
-    if (!r.place[i].is_shard()) continue;
-    const int d = r.place[i].dim, cand = d + ond - Rank(r.in[i]);
-    if (cand >= 0 && r.in[i].shape[d] == o.shape[cand] && CanShard(o, cand, r.world)) od = cand;
-  }
+  // A full-shaped input's shard first: a broadcast operand (a bias, whatever
+  // its operand position) must not move the activation's shard (ZeRO-3's
+  // dp shard of add(bias, x) would otherwise re-shard x from batch to
+  // features).
+  for (int pass = 0; pass < 2 && od < 0; ++pass)
+    for (size_t i = 0; i < r.in.size() && od < 0; ++i) {
+      if (!r.place[i].is_shard() || (pass == 0) != (r.in[i].shape == o.shape)) continue;
+      const int d = r.place[i].dim, cand = d + ond - Rank(r.in[i]);
+      if (cand >= 0 && r.in[i].shape[d] == o.shape[cand] && CanShard(o, cand, r.world)) od = cand;
+    }
   RuleResult res;
   if (od >= 0) {
     for (size_t i = 0; i < r.in.size(); ++i) {

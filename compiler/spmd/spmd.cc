@@ -64,6 +64,7 @@ class Propagator {
     for (const auto& out : g_.outputs()) {
       DTensorSpec want = DTensorSpec::Replicated(o_.mesh);
       if (out.updates >= 0) want = spec_[g_.inputs()[out.updates].value];
+      Record(out.value, -1, want);
       LOOM_ASSIGN_OR_RETURN(int v, Redistribute(out.value, want));
       l_.AddOutput(v, out.updates);
     }
@@ -88,6 +89,15 @@ class Propagator {
                                                        o_.mesh.names[k], "=", o_.mesh.sizes[k]));
     }
     return absl::OkStatus();
+  }
+
+  // Notes each mesh dim on which global value `gv` must change placement for
+  // `node` (stats' redistributions).
+  void Record(int gv, int node, const DTensorSpec& want) {
+    if (stats_ == nullptr) return;
+    for (int k = 0; k < o_.mesh.ndim(); ++k)
+      if (spec_[gv].placements[k] != want.placements[k])
+        stats_->redistributions.push_back({gv, node, k, spec_[gv].placements[k], want.placements[k]});
   }
 
   Attrs CollAttrs(int k) const {
@@ -377,6 +387,7 @@ class Propagator {
     }
     std::vector<int> in;
     for (int i = 0; i < nin; ++i) {
+      Record(n.inputs[i], index, req[i]);
       LOOM_ASSIGN_OR_RETURN(int v, Redistribute(n.inputs[i], req[i]));
       if (scale[i] != 1.0) {
         LOOM_ASSIGN_OR_RETURN(v, l_.AddOp1("scale", {v}, {{"s", scale[i]}}));

@@ -38,6 +38,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "compiler/ir/ir.h"
@@ -58,9 +59,19 @@ struct SpmdOptions {
   bool reuse_input_redistributions = true;
 };
 
+// One placement change propagation made for a node's operand (or a graph
+// output), on one mesh dim; ids are the GLOBAL graph's.
+struct Redistribution {
+  int value = -1;
+  int node = -1;  // the node that needs the new placement; -1: a graph output
+  int mesh_dim = 0;
+  dtensor::Placement from, to;
+};
+
 struct SpmdStats {
   int collectives = 0;    // all_reduce / all_gather / reduce_scatter inserted
   int shard_slices = 0;
+  std::vector<Redistribution> redistributions;  // in the order they were made
 };
 
 absl::StatusOr<compiler::Graph> Parallelize(const compiler::Graph& global, const SpmdOptions& options,

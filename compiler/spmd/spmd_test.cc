@@ -140,6 +140,47 @@ TEST(Spmd, ZeroThreeParamIsGatheredBeforeUse) {
 )");
 }
 
+// An exporter writes Add(bias, x): the bias's ZeRO-3 shard over dp comes
+// first in operand order, but the full-shaped activation's batch shard is the
+// one that follows through (the bias is gathered), never the other way round.
+TEST(Spmd, ABroadcastOperandDoesNotMoveTheActivationsShard) {
+  EXPECT_EQ(Par(R"(graph @bias(%x: f32[8, 4], %b: f32[4] param) {
+  %0 = add(%b, %x) : f32[8, 4]
+  return %0
+})", Mesh({"dp"}, {2}), {{"x", "S(0)"}, {"b", "S(0)"}}),
+            R"(graph @bias(%x: f32[4, 4] @"[dp=S(0)]", %b: f32[2] @"[dp=S(0)]" param) {
+  %0 = all_gather(%b) {axis=0, group="dp", world=2} : f32[4] @"[dp=R]"
+  %1 = add(%0, %x) : f32[4, 4] @"[dp=S(0)]"
+  %2 = all_gather(%1) {axis=0, group="dp", world=2} : f32[8, 4] @"[dp=R]"
+  return %2
+}
+)");
+}
+
+// Propagation records every placement change it makes, by global value and
+// the node that needed it (what parallel/tp_plan.h's honoured check reads).
+TEST(Spmd, RedistributionsAreRecordedWithTheNodeThatNeedsThem) {
+  auto g = ParseGraph(R"(graph @r(%x: f32[8, 4], %w: f32[4, 6] param, %n: f32[6] param) {
+  %0 = matmul(%x, %w) : f32[8, 6]
+  %1, %2, %3 = layernorm(%0, %n, %n) {eps=1e-05} : f32[8, 6], f32[8], f32[8]
+  return %1
+})");
+  ASSERT_TRUE(g.ok()) << g.status();
+  SpmdOptions o;
+  o.mesh = Mesh({"tp"}, {2});
+  o.inputs["w"] = *dtensor::ParseSpec("S(1)", o.mesh);
+  SpmdStats stats;
+  ASSERT_TRUE(Parallelize(*g, o, &stats).ok());
+  // The layernorm (node 1) needs the matmul's output (value 3) whole.
+  ASSERT_EQ(stats.redistributions.size(), 1u);
+  const Redistribution& r = stats.redistributions[0];
+  EXPECT_EQ(r.node, 1);
+  EXPECT_EQ(r.value, g->nodes()[0].outputs[0]);
+  EXPECT_EQ(r.mesh_dim, 0);
+  EXPECT_EQ(r.from, dtensor::Placement::Shard(1));
+  EXPECT_EQ(r.to, dtensor::Placement::Replicate());
+}
+
 // ---- The redistribution table -------------------------------------------------------
 
 TEST(Spmd, RedistributionsToOutputPlacements) {

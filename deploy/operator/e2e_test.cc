@@ -189,11 +189,14 @@ class TestKubelet {
     }
     if (sub == "coordinator") {
       argv->insert(argv->end(), {"--heartbeat-ms", "500"});
-      // The Secret's token mounted at <data-dir>/token (subPath, mode 0400).
-      std::string token = SecretValue(job + "-token", "token");
-      if (token.empty()) return false;
-      std::ofstream(dir + "/token") << token;
-      chmod((dir + "/token").c_str(), 0600);
+      // The Secret's tokens mounted at <data-dir>/token and
+      // <data-dir>/join-token (subPath, mode 0400).
+      for (const char* key : {"token", "join-token"}) {
+        std::string token = SecretValue(job + "-token", key);
+        if (token.empty()) return false;
+        std::ofstream(dir + "/" + key) << token;
+        chmod((dir + "/" + key).c_str(), 0600);
+      }
     } else if (loom_binary_.empty()) {
       argv->insert(argv->end(), {"--worker", "/bin/sh " + root_ + "/worker-" + job + ".sh"});
     }

@@ -154,14 +154,15 @@ bool BoolAt(const Json& j, const char* k) {
   return v.is_boolean() && v.get<bool>();
 }
 
-// The coordinator's bearer token; the reconciler fills in `data.token` when it
-// creates the Secret.
+// The coordinator's user token (`token`: JobService, the operator's own
+// client) and its agents' join token (`join-token`: NodeService registration);
+// the reconciler fills in both when it creates the Secret.
 Json TokenSecret(const Json& job, const std::string& secret) {
   return {{"apiVersion", "v1"},
           {"kind", "Secret"},
           {"metadata", Meta(job, secret, "token")},
           {"type", "Opaque"},
-          {"data", {{"token", ""}}}};
+          {"data", {{"token", ""}, {"join-token", ""}}}};
 }
 
 Json CoordinatorService(const Json& job, const std::string& svc, const Json& coord_labels) {
@@ -175,8 +176,8 @@ Json CoordinatorService(const Json& job, const std::string& svc, const Json& coo
               {{"name", "metrics"}, {"port", 7071}, {"targetPort", 7071}}}}}}};
 }
 
-// One `loom coordinator` replica (none when suspended), with the token Secret
-// mounted and, with spec.tls.secretName, TLS on its gRPC port.
+// One `loom coordinator` replica (none when suspended), with both tokens of the
+// Secret mounted and, with spec.tls.secretName, TLS on its gRPC port.
 Json CoordinatorDeployment(const Json& job, const std::string& svc, const std::string& secret,
                            const std::string& image, const Json& coord_labels, bool suspended) {
   const Json& spec = job["spec"];
@@ -184,12 +185,15 @@ Json CoordinatorDeployment(const Json& job, const std::string& svc, const std::s
       {"name", "coordinator"},
       {"image", image},
       {"command",
+       // One coordinator per TrainingJob, which only the operator submits to:
+       // the job's own paths (volumes of its agent pods) are not confined.
        {"loom", "coordinator", "--listen", "0.0.0.0:7070", "--metrics-listen", "0.0.0.0:7071", "--data-dir",
-        "/var/lib/loom"}},
+        "/var/lib/loom", "--allowed-roots", "/"}},
       {"ports", {{{"name", "grpc"}, {"containerPort", 7070}}, {{"name", "metrics"}, {"containerPort", 7071}}}},
       {"volumeMounts",
        {{{"name", "data"}, {"mountPath", "/var/lib/loom"}},
-        {{"name", "token"}, {"mountPath", "/var/lib/loom/token"}, {"subPath", "token"}}}}};
+        {{"name", "token"}, {"mountPath", "/var/lib/loom/token"}, {"subPath", "token"}},
+        {{"name", "token"}, {"mountPath", "/var/lib/loom/join-token"}, {"subPath", "join-token"}}}}};
   Json coord_volumes = {{{"name", "data"}, {"emptyDir", Json::object()}},
                         {{"name", "token"}, {"secret", {{"secretName", secret}, {"defaultMode", 0400}}}}};
   const std::string tls =
@@ -258,7 +262,9 @@ Json AgentPod(const Json& job, int i, const std::string& image, const std::strin
   const std::string address = absl::StrCat(name, "-coordinator.", job["metadata"].value("namespace", ""), ".svc:7070");
   const int nproc = IntAt(spec, "nprocPerNode", 1);
   const std::string pod = AgentName(name, i);
-  Json token_env = {{"name", "LOOM_TOKEN"}, {"valueFrom", {{"secretKeyRef", {{"name", secret}, {"key", "token"}}}}}};
+  // Agents get the join token only (never the user token).
+  Json token_env = {{"name", "LOOM_JOIN_TOKEN"},
+                    {"valueFrom", {{"secretKeyRef", {{"name", secret}, {"key", "join-token"}}}}}};
   Json container = {{"name", "agent"},
                     {"image", image},
                     {"command",
@@ -572,7 +578,10 @@ absl::Status Reconciler::EnsureChildren(const JobView& v, bool terminal, AgentPo
                  : kind == "Service"    ? kServices
                  : kind == "Deployment" ? kDeployments
                                         : kPodGroups;
-    if (kind == "Secret") desired["data"]["token"] = absl::Base64Escape(RandomToken());
+    if (kind == "Secret") {
+      desired["data"]["token"] = absl::Base64Escape(RandomToken());
+      desired["data"]["join-token"] = absl::Base64Escape(RandomToken());
+    }
     auto ok = Ensure(r, v.ns, desired);
     if (!ok.ok()) return ok.status();
     if (!*ok) result.requeue = true;

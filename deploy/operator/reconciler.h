@@ -4,7 +4,7 @@
 // toward the desired state; running it again with nothing changed makes no
 // writes. Children (all labelled loom.dev/job=<name>, owned by the job with a
 // controller ownerReference, and stamped with a loom.dev/spec-hash annotation):
-//   Secret     <name>-token        bearer token for the coordinator (made once)
+//   Secret     <name>-token        the coordinator's user token and agents' join token (made once)
 //   Service    <name>-coordinator  gRPC :7070
 //   Deployment <name>-coordinator  `loom coordinator`, replicas 0 when suspended
 //   Pod        <name>-agent-<i>    `loom agent`, i < numNodes (0 when suspended)

@@ -257,7 +257,16 @@ TEST_F(ReconcilerTest, CreatesOwnedLabelledChildrenAndSubmitsOnce) {
   const Json& pod = kids["Pod/tj-agent-1"];
   EXPECT_EQ(pod["spec"]["nodeSelector"]["pool"], "cpu");
   EXPECT_EQ(pod["metadata"]["labels"]["team"], "ml");
-  EXPECT_EQ(pod["spec"]["containers"][0]["env"].size(), 3u);  // token, node rank, overlay X
+  EXPECT_EQ(pod["spec"]["containers"][0]["env"].size(), 3u);  // join token, node rank, overlay X
+  // Agents get the join token, never the user token.
+  const Json& env0 = pod["spec"]["containers"][0]["env"][0];
+  EXPECT_EQ(env0["name"], "LOOM_JOIN_TOKEN");
+  EXPECT_EQ(env0["valueFrom"]["secretKeyRef"]["key"], "join-token");
+  EXPECT_EQ(pod.dump().find("\"key\":\"token\""), std::string::npos) << pod.dump();
+  auto secret = client_->Get(kSecrets, "ns", "tj-token");
+  ASSERT_TRUE(secret.ok()) << secret.status();
+  EXPECT_FALSE((*secret)["data"].value("join-token", "").empty());
+  EXPECT_NE((*secret)["data"].value("join-token", ""), (*secret)["data"].value("token", ""));
   EXPECT_EQ(pod["spec"]["containers"][0]["image"], "loom:test");
   EXPECT_EQ(kids["Deployment/tj-coordinator"]["spec"]["replicas"], 1);
   // The Service selects the coordinator Deployment's pods.

@@ -129,13 +129,32 @@ absl::StatusOr<std::vector<WrittenShard>> WriteRankShards(const std::string& tmp
   return out;
 }
 
+int64_t CommitGate::Close() {
+  std::lock_guard<std::mutex> l(mu_);
+  closed_ = true;
+  return last_committed_;
+}
+
+bool CommitGate::closed() {
+  std::lock_guard<std::mutex> l(mu_);
+  return closed_;
+}
+
 absl::Status CommitSave(const std::string& root, const std::string& tmp_dir, const Manifest& m,
                         const CheckpointOptions& options) {
   std::string name = StepDirName(m.step);
   LOOM_RETURN_IF_ERROR(ValidateManifest(m, absl::StrCat(tmp_dir, "/", kManifestName)));
   LOOM_RETURN_IF_ERROR(FsyncDir(tmp_dir));
   LOOM_RETURN_IF_ERROR(WriteFileAtomic(absl::StrCat(tmp_dir, "/", kManifestName), ManifestToJson(m)));
+  std::unique_lock<std::mutex> held;
+  if (options.gate != nullptr) {
+    held = std::unique_lock<std::mutex>(options.gate->mu_);
+    if (options.gate->closed_) {
+      return absl::CancelledError(absl::StrCat("checkpoint commit of ", name, " refused: the process is stopping"));
+    }
+  }
   LOOM_RETURN_IF_ERROR(RenamePath(tmp_dir, absl::StrCat(root, "/", name)));
+  if (options.gate != nullptr) options.gate->last_committed_ = m.step;
   LOOM_RETURN_IF_ERROR(FsyncDir(root));
   LOOM_RETURN_IF_ERROR(WriteFileAtomic(absl::StrCat(root, "/", kLatestName), absl::StrCat(name, "\n")));
   return ApplyRetention(root, options.keep_last);

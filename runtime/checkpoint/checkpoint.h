@@ -22,6 +22,11 @@
 // names only committed folders. CleanStale (call at start) removes leftover
 // root/.tmp.* folders and files.
 //
+// A CommitGate (CheckpointOptions::gate) ends commits for good when a worker
+// is told to stop: Close() waits for a commit past its check (steps 3-5 from
+// the rename on) to finish, and every later CommitSave fails with Cancelled
+// before it renames anything, so no checkpoint becomes visible after Close().
+//
 // A shard is a rectangle of a tensor's global index space: offsets[] and the
 // data tensor, whose shape gives lengths[]. The shards of one tensor must be
 // disjoint and cover it (the manifest checks); replicated copies are saved once.
@@ -38,6 +43,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -73,8 +79,25 @@ struct SaveRequest {
   std::vector<TensorToSave> tensors;
 };
 
+struct CheckpointOptions;
+
+class CommitGate {
+ public:
+  // Blocks while a commit holds the gate, then refuses every later one.
+  // Returns the step of the last checkpoint committed through it (-1: none).
+  int64_t Close();
+  bool closed();
+
+ private:
+  friend absl::Status CommitSave(const std::string&, const std::string&, const Manifest&, const CheckpointOptions&);
+  std::mutex mu_;
+  bool closed_ = false;
+  int64_t last_committed_ = -1;
+};
+
 struct CheckpointOptions {
-  int keep_last = 3;  // <= 0 keeps every checkpoint
+  int keep_last = 3;           // <= 0 keeps every checkpoint
+  CommitGate* gate = nullptr;  // optional; must outlive the commits that use it
 };
 
 inline constexpr const char* kManifestName = "manifest.json";

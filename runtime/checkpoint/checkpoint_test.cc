@@ -1,8 +1,10 @@
 // Save / commit / retention / async save, and resharding reads.
 #include "runtime/checkpoint/checkpoint.h"
 
+#include <atomic>
 #include <chrono>
 #include <random>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
@@ -86,6 +88,40 @@ TEST(Checkpoint, RetentionAndStaleCleanup) {
   ASSERT_TRUE(CleanStale(root).ok());
   auto names = ListDir(root);
   EXPECT_EQ(names->size(), 3u);  // two step folders + latest
+}
+
+// After Close() no checkpoint becomes visible: a saver thread commits step
+// after step while the gate is closed at a random moment; the newest folder on
+// disk is the last step Close() reports, and later saves fail as Cancelled
+// without leaving their temporary folder.
+TEST(Checkpoint, ClosedCommitGateCommitsNothingMore) {
+  std::mt19937 rng(7);
+  for (int round = 0; round < 10; ++round) {
+    std::string root = FreshDir("gate" + std::to_string(round));
+    CommitGate gate;
+    CheckpointOptions o;
+    o.keep_last = 0;
+    o.gate = &gate;
+    std::atomic<int> cancelled{0};
+    std::thread saver([&] {
+      for (int step = 1; step <= 200 && cancelled == 0; ++step) {
+        absl::Status s = SaveCheckpoint(root, SampleRequest(step), o);
+        if (absl::IsCancelled(s)) ++cancelled;
+        ASSERT_TRUE(s.ok() || absl::IsCancelled(s)) << s;
+      }
+    });
+    std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 20000)(rng)));
+    const int64_t last = gate.Close();
+    saver.join();
+    auto dirs = ListCheckpoints(root);
+    ASSERT_TRUE(dirs.ok());
+    EXPECT_EQ(dirs->empty() ? -1 : (*dirs)[0].first, last) << "round " << round;
+    auto names = ListDir(root);
+    ASSERT_TRUE(names.ok());
+    for (const std::string& n : *names) EXPECT_FALSE(absl::StartsWith(n, ".tmp.")) << n;
+    EXPECT_TRUE(gate.closed());
+    EXPECT_TRUE(absl::IsCancelled(SaveCheckpoint(root, SampleRequest(1000), o)));
+  }
 }
 
 // Saved on a 2x2 grid; read back under other shardings, bitwise.

@@ -107,6 +107,36 @@ TEST(Corruption, NothingUsable) {
   EXPECT_TRUE(absl::StrContains(r.status().message(), "rank00002.safetensors")) << r.status();
 }
 
+// PrepareResume moves every committed folder newer than the newest usable one
+// aside (so its step can be saved again), and every one when none is usable.
+TEST(Corruption, PrepareResumeMovesUnusableFoldersAside) {
+  std::string root = TwoCheckpoints("prepare");
+  ASSERT_EQ(unlink((root + "/" + kStep2 + "/rank00001.safetensors").c_str()), 0);
+  auto p = PrepareResume(root);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_TRUE(p->latest.has_value());
+  EXPECT_EQ(p->latest->ckpt.step, 1);
+  ASSERT_EQ(p->quarantined.size(), 1u);
+  EXPECT_TRUE(absl::StartsWith(p->quarantined[0], root + "/corrupt." + kStep2 + ".")) << p->quarantined[0];
+  EXPECT_TRUE(PathExists(p->quarantined[0] + "/manifest.json"));  // kept, not deleted
+  EXPECT_FALSE(PathExists(root + "/" + kStep2));
+  EXPECT_TRUE(SaveCheckpoint(root, SampleRequest(2)).ok());  // the step saves again
+  EXPECT_EQ(LoadLatest(root)->ckpt.step, 2);
+  // Nothing usable: every committed folder goes; a fresh start can save them all.
+  ASSERT_EQ(unlink((root + "/" + kStep1 + "/manifest.json").c_str()), 0);
+  ASSERT_EQ(unlink((root + "/" + kStep2 + "/manifest.json").c_str()), 0);
+  p = PrepareResume(root);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(p->latest.has_value());
+  EXPECT_EQ(p->quarantined.size(), 2u);
+  EXPECT_TRUE(ListCheckpoints(root)->empty());
+  // An empty root: nothing to do.
+  p = PrepareResume(FreshDir("prepare_empty"));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_FALSE(p->latest.has_value());
+  EXPECT_TRUE(p->quarantined.empty());
+}
+
 // Injected failures at each stage of a save: the save fails, and the previous checkpoint still loads.
 TEST(WriteFailure, InjectedErrorsFailCleanly) {
   struct Case {

@@ -6,6 +6,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "base/status.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/crc32c.h"
@@ -110,6 +112,26 @@ absl::StatusOr<LoadResult> LoadLatest(const std::string& root, Verify verify) {
   }
   return absl::NotFoundError(absl::StrCat("no usable checkpoint under ", root,
                                           result.skipped.empty() ? "" : ": ", absl::StrJoin(result.skipped, "; ")));
+}
+
+absl::StatusOr<ResumePoint> PrepareResume(const std::string& root, Verify verify) {
+  ResumePoint out;
+  LOOM_ASSIGN_OR_RETURN(auto dirs, ListCheckpoints(root));
+  if (dirs.empty()) return out;
+  absl::StatusOr<LoadResult> latest = LoadLatest(root, verify);
+  if (!latest.ok() && !absl::IsNotFound(latest.status())) return latest.status();
+  if (latest.ok()) out.latest = std::move(*latest);
+  for (const auto& [step, dir] : dirs) {
+    if (out.latest && step <= out.latest->ckpt.step) continue;
+    const std::string base = absl::StrCat(root, "/corrupt.", dir.substr(dir.rfind('/') + 1), ".",
+                                          absl::ToUnixSeconds(absl::Now()));
+    std::string to = base;
+    for (int n = 1; PathExists(to); ++n) to = absl::StrCat(base, ".", n);  // moved aside before, same second
+    LOOM_RETURN_IF_ERROR(RenamePath(dir, to));
+    out.quarantined.push_back(to);
+  }
+  if (!out.quarantined.empty()) LOOM_RETURN_IF_ERROR(FsyncDir(root));
+  return out;
 }
 
 absl::StatusOr<CheckpointReader> CheckpointReader::Open(const CheckpointInfo& ckpt) {

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,18 @@ absl::StatusOr<CheckpointInfo> OpenCheckpoint(const std::string& dir, Verify ver
 // The newest checkpoint under root that opens and verifies. NotFound when none does
 // (the message lists every reason).
 absl::StatusOr<LoadResult> LoadLatest(const std::string& root, Verify verify = Verify::kFull);
+
+// Where a run resumes, made safe to save again: picks the newest usable
+// checkpoint (LoadLatest) and renames every committed folder newer than it
+// (each one passed over as corrupt or incomplete), or every committed folder
+// when none is usable, to root/corrupt.step_N.<unix seconds>[.<n>]: kept for
+// inspection, out of the way of a new save of the same step. Run it on one
+// process before others list root.
+struct ResumePoint {
+  std::optional<LoadResult> latest;      // the checkpoint to resume from, if any
+  std::vector<std::string> quarantined;  // the folders moved aside, new paths
+};
+absl::StatusOr<ResumePoint> PrepareResume(const std::string& root, Verify verify = Verify::kFull);
 
 class CheckpointReader {
  public:

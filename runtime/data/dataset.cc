@@ -1,78 +1,221 @@
 #include "runtime/data/dataset.h"
 
 #include <algorithm>
-#include <cmath>
-#include <filesystem>
-#include <fstream>
-#include <iterator>
+#include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "base/rng.h"
+#include "absl/strings/str_join.h"
 #include "base/status.h"
 
 namespace loom::data {
 namespace {
 
-namespace fs = std::filesystem;
+bool BuiltIn(const v1::ModelSpec& m) { return m.family() == "gpt" || m.family() == "llama"; }
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open"));
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+absl::StatusOr<Kind> ParseKind(const std::string& k) {
+  if (k.empty() || k == "causal") return Kind::kCausal;
+  if (k == "mlm") return Kind::kMlm;
+  if (k == "pairs") return Kind::kPairs;
+  return absl::InvalidArgumentError(absl::StrCat("data.kind: expected causal, mlm or pairs, got '", k, "'"));
 }
 
-absl::StatusOr<std::string> ReadTextTree(const std::string& path) {
-  std::error_code ec;
-  if (!fs::is_directory(path, ec)) return ReadFile(path);
-  std::vector<std::string> files;
-  for (const auto& e : fs::directory_iterator(path, ec)) {
-    std::string name = e.path().filename().string();
-    if (!e.is_regular_file() || name.empty() || name[0] == '.') continue;
-    if (e.path().extension() == ".dat" || e.path().extension() == ".u8") continue;
-    files.push_back(e.path().string());
-  }
-  if (ec) return absl::NotFoundError(absl::StrCat(path, ": ", ec.message()));
-  std::sort(files.begin(), files.end());
-  std::string all;
-  for (const std::string& f : files) {
-    LOOM_ASSIGN_OR_RETURN(std::string text, ReadFile(f));
-    all += text;
-  }
-  if (all.empty()) return absl::InvalidArgumentError(absl::StrCat(path, ": no text found"));
-  return all;
+absl::StatusOr<Order> ParseOrder(const std::string& o) {
+  if (o.empty() || o == "shuffle") return Order::kShuffle;
+  if (o == "sequential") return Order::kSequential;
+  return absl::InvalidArgumentError(absl::StrCat("data.order: expected shuffle or sequential, got '", o, "'"));
 }
+
+std::string Shape(const std::vector<int64_t>& s) { return absl::StrCat("[", absl::StrJoin(s, ", "), "]"); }
 
 }  // namespace
 
-absl::StatusOr<std::vector<int32_t>> LoadTokens(const std::string& path, const std::string& format,
-                                                const std::string& tokens_dtype, int64_t vocab) {
-  if (format == "text") {
-    LOOM_ASSIGN_OR_RETURN(std::string text, ReadTextTree(path));
-    std::vector<int32_t> t(text.size());
-    for (size_t i = 0; i < text.size(); ++i) t[i] = static_cast<unsigned char>(text[i]);
-    return t;
+absl::StatusOr<std::unique_ptr<Dataset>> Dataset::Open(const v1::JobSpec& spec) {
+  const auto& d = spec.data();
+  std::unique_ptr<Dataset> ds(new Dataset());
+  LOOM_ASSIGN_OR_RETURN(ds->kind_, ParseKind(d.kind()));
+  LOOM_ASSIGN_OR_RETURN(Order order, ParseOrder(d.order()));
+  ds->path_ = d.path().empty() ? kDefaultCorpus : d.path();
+  ds->seq_len_ = spec.model().seq_len();
+  ds->vocab_ = BuiltIn(spec.model()) ? spec.model().vocab() : std::numeric_limits<int32_t>::max();
+  ds->model_vocab_ = spec.model().vocab() > 0 ? spec.model().vocab() : ds->vocab_;
+  ds->seed_ = spec.train().seed();
+  if (!d.inputs().x().empty()) ds->x_name_ = d.inputs().x();
+  if (!d.inputs().y().empty()) ds->y_name_ = d.inputs().y();
+  if (ds->seq_len_ <= 0)
+    return absl::InvalidArgumentError(absl::StrCat("model.seq_len must be positive, got ", ds->seq_len_));
+  if (ds->kind_ == Kind::kMlm) {
+    const auto& m = d.mlm();
+    ds->mlm_.rate = m.rate() > 0 ? m.rate() : 0.15;
+    ds->mlm_.mask_token = m.mask_token();
+    ds->mlm_.ignore_index = m.has_ignore_index() ? m.ignore_index() : -100;
+    ds->mlm_.random_fraction = m.random_fraction();
+    ds->mlm_.keep_fraction = m.keep_fraction();
   }
-  if (format != "tokens")
-    return absl::InvalidArgumentError(absl::StrCat("data.format: expected text or tokens, got '", format, "'"));
-  int width = tokens_dtype == "u16" ? 2 : tokens_dtype == "u32" ? 4 : 0;
-  if (width == 0)
-    return absl::InvalidArgumentError(
-        absl::StrCat("data.tokens_dtype: expected u16 or u32, got '", tokens_dtype, "'"));
-  LOOM_ASSIGN_OR_RETURN(std::string bytes, ReadFile(path));
-  if (bytes.size() % width != 0)
-    return absl::InvalidArgumentError(
-        absl::StrCat(path, ": size ", bytes.size(), " is not a multiple of ", width, " (", tokens_dtype, " ids)"));
-  std::vector<int32_t> t(bytes.size() / width);
-  const auto* b = reinterpret_cast<const unsigned char*>(bytes.data());
-  for (size_t i = 0; i < t.size(); ++i) {
-    uint32_t v = 0;
-    for (int k = width - 1; k >= 0; --k) v = (v << 8) | b[i * width + k];
-    if (v >= static_cast<uint64_t>(vocab))
-      return absl::InvalidArgumentError(
-          absl::StrCat(path, ": token id ", v, " at index ", i, " is outside model.vocab = ", vocab));
-    t[i] = static_cast<int32_t>(v);
+  LOOM_RETURN_IF_ERROR(ds->kind_ == Kind::kPairs ? ds->OpenPairs(spec) : ds->OpenTokens(spec));
+  LOOM_ASSIGN_OR_RETURN(ds->sampler_, Sampler::Create(ds->train_set_.size(), ds->seed_, order));
+  return ds;
+}
+
+absl::Status Dataset::OpenTokens(const v1::JobSpec& spec) {
+  const auto& d = spec.data();
+  need_ = kind_ == Kind::kCausal ? seq_len_ + 1 : seq_len_;
+  LOOM_ASSIGN_OR_RETURN(train_src_, TokenSource::Open(path_, d.format(), d.tokens_dtype(), "data.path"));
+  train_src_->set_random_access(d.order() != "sequential");
+  const std::string window = absl::StrCat(need_, " tokens (", kind_ == Kind::kCausal ? "seq_len + 1" : "seq_len", ")");
+  if (!d.val().empty()) {
+    LOOM_ASSIGN_OR_RETURN(val_src_, TokenSource::Open(d.val(), d.format(), d.tokens_dtype(), "data.val"));
+    train_set_ = AllSamples(train_src_->ShardSizes(), seq_len_, need_);
+    val_set_ = AllSamples(val_src_->ShardSizes(), seq_len_, need_);
+    if (val_set_.size() == 0)
+      return absl::InvalidArgumentError(absl::StrCat("data.val: ", d.val(), ": no shard holds a window of ", window));
+  } else {
+    auto split = SplitByFraction(train_src_->ShardSizes(), seq_len_, need_, std::max<int64_t>(1, kSplitBlock / seq_len_),
+                                 d.val_fraction() > 0 ? d.val_fraction() : 0.1, d.seed());
+    if (!split.ok()) return Annotate(split.status(), absl::StrCat("data.path: ", path_, ": windows of ", window));
+    train_set_ = std::move(split->train);
+    val_set_ = std::move(split->val);
   }
-  return t;
+  if (train_set_.size() == 0)
+    return absl::InvalidArgumentError(absl::StrCat("data.path: ", path_, ": no shard holds a window of ", window));
+  if (kind_ == Kind::kMlm && (mlm_.mask_token < 0 || mlm_.mask_token >= vocab_))
+    return absl::InvalidArgumentError(
+        absl::StrCat("data.mlm.mask_token: ", mlm_.mask_token, " is outside [0, model.vocab = ", vocab_, ")"));
+  return absl::OkStatus();
+}
+
+absl::Status Dataset::OpenPairs(const v1::JobSpec& spec) {
+  const auto& d = spec.data();
+  const bool builtin = BuiltIn(spec.model());
+  PairLimits limits;
+  if (builtin) limits.input_ids = limits.label_ids = spec.model().vocab();
+  LOOM_ASSIGN_OR_RETURN(train_pairs_, PairSource::Open(path_, d.labels(), limits, "data.path", "data.labels"));
+  if (builtin) {
+    // Built-in families take x and y as i32 [batch, seq_len].
+    const std::vector<int64_t> want = {seq_len_};
+    if (train_pairs_->input_dtype() != DType::kI32 || train_pairs_->input_shape() != want ||
+        train_pairs_->label_shape() != want)
+      return absl::InvalidArgumentError(absl::StrCat(
+          train_pairs_->Describe(), ": model family ", spec.model().family(),
+          " takes integer inputs and labels of ", Shape(want), " (model.seq_len) per record"));
+  }
+  if (!d.val().empty()) {
+    LOOM_ASSIGN_OR_RETURN(val_pairs_, PairSource::Open(d.val(), d.val_labels(), limits, "data.val", "data.val_labels"));
+    if (val_pairs_->input_shape() != train_pairs_->input_shape() ||
+        val_pairs_->label_shape() != train_pairs_->label_shape() ||
+        val_pairs_->input_dtype() != train_pairs_->input_dtype())
+      return absl::InvalidArgumentError(absl::StrCat(val_pairs_->Describe(),
+                                                     ": records differ from the training records (",
+                                                     train_pairs_->Describe(), ")"));
+    train_set_ = AllSamples({train_pairs_->size()}, 1, 1);
+    val_set_ = AllSamples({val_pairs_->size()}, 1, 1);
+    return absl::OkStatus();
+  }
+  auto split = SplitByFraction({train_pairs_->size()}, 1, 1, kPairSplitGroup,
+                               d.val_fraction() > 0 ? d.val_fraction() : 0.1, d.seed());
+  if (!split.ok()) return Annotate(split.status(), absl::StrCat("data.path: ", path_));
+  train_set_ = std::move(split->train);
+  val_set_ = std::move(split->val);
+  return absl::OkStatus();
+}
+
+std::string Dataset::Summary() const {
+  if (kind_ == Kind::kPairs)
+    return absl::StrCat(train_pairs_->Describe(), "; pairs: ", train_set_.size(), " training, ", val_set_.size(),
+                        " validation records");
+  const TokenSource& s = *train_src_;
+  return absl::StrCat(path_, " (", s.num_shards(), " ", FormatName(s.format()), " shard", s.num_shards() == 1 ? "" : "s",
+                      ", ", s.num_tokens(), " tokens", val_src_ ? absl::StrCat(" + ", val_src_->num_tokens(), " in data.val") : "",
+                      "); ", KindName(kind_), " windows of ", need_, " tokens: ", train_set_.size(), " training, ",
+                      val_set_.size(), " validation");
+}
+
+Batch Dataset::NewBatch(int64_t rows) const {
+  Batch b;
+  std::vector<int64_t> xs = {rows}, ys = {rows};
+  DType xt = DType::kI32;
+  if (kind_ == Kind::kPairs) {
+    for (int64_t v : train_pairs_->input_shape()) xs.push_back(v);
+    for (int64_t v : train_pairs_->label_shape()) ys.push_back(v);
+    xt = train_pairs_->input_dtype();
+  } else {
+    xs.push_back(seq_len_);
+    ys.push_back(seq_len_);
+  }
+  b.inputs.emplace_back(x_name_, Tensor::Zeros(xs, xt));
+  b.inputs.emplace_back(y_name_, Tensor::Zeros(ys, DType::kI32));
+  return b;
+}
+
+absl::Status Dataset::ReadWindow(bool val, int64_t i, int32_t* out) const {
+  const SampleSet& set = val ? val_set_ : train_set_;
+  const TokenSource& src = val && val_src_ ? *val_src_ : *train_src_;
+  auto [shard, offset] = set.Locate(i);
+  return src.Read(shard, offset, need_, vocab_, out);
+}
+
+absl::Status Dataset::FillRow(bool val, int64_t sample, uint64_t draw, int64_t row, Batch* out) const {
+  if (kind_ == Kind::kPairs) {
+    const PairSource& p = val && val_pairs_ ? *val_pairs_ : *train_pairs_;
+    const SampleSet& set = val ? val_set_ : train_set_;
+    return p.Read(set.Locate(sample).second, row, &out->mutable_x(), &out->mutable_y());
+  }
+  int32_t* x = out->mutable_x().data<int32_t>() + row * seq_len_;
+  int32_t* y = out->mutable_y().data<int32_t>() + row * seq_len_;
+  std::vector<int32_t>& w = scratch_;
+  w.resize(static_cast<size_t>(need_));
+  LOOM_RETURN_IF_ERROR(ReadWindow(val, sample, w.data()));
+  if (kind_ == Kind::kCausal) {
+    std::copy(w.begin(), w.begin() + seq_len_, x);
+    std::copy(w.begin() + 1, w.end(), y);
+  } else {
+    MaskWindow(mlm_, val ? seed_ ^ 0x76616c6964ull : seed_, draw, model_vocab_, w.data(), seq_len_, x, y);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Dataset::Next(int64_t global, int64_t first_row, Batch* out) {
+  const int64_t rows = out->rows();
+  if (first_row < 0 || first_row + rows > global)
+    return absl::InvalidArgumentError(absl::StrCat("rows [", first_row, ", ", first_row + rows,
+                                                   ") are not inside a batch of ", global));
+  for (int64_t r = 0; r < rows; ++r)
+    LOOM_RETURN_IF_ERROR(FillRow(false, sampler_.Peek(first_row + r), sampler_.DrawIndex(first_row + r), r, out));
+  sampler_.Advance(global);
+  return absl::OkStatus();
+}
+
+absl::Status Dataset::Validation(int64_t index, int64_t global, int64_t first_row, Batch* out) const {
+  for (int64_t r = 0; r < out->rows(); ++r) {
+    const int64_t k = index * global + first_row + r;
+    LOOM_RETURN_IF_ERROR(FillRow(true, k % val_set_.size(), static_cast<uint64_t>(k), r, out));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Dataset::ScanIds(int64_t max_bytes, bool* scanned) const {
+  if (kind_ != Kind::kPairs) {
+    const int64_t bytes = train_src_->num_bytes() + (val_src_ ? val_src_->num_bytes() : 0);
+    *scanned = bytes <= max_bytes;
+    if (!*scanned) return absl::OkStatus();
+    bool done = false;
+    LOOM_RETURN_IF_ERROR(train_src_->ScanIds(vocab_, max_bytes, &done));
+    if (val_src_) LOOM_RETURN_IF_ERROR(val_src_->ScanIds(vocab_, max_bytes, &done));
+    return absl::OkStatus();
+  }
+  Batch one = NewBatch(1);
+  const int64_t bytes = train_pairs_->size() * (one.x().nbytes() + one.y().nbytes());
+  *scanned = bytes <= max_bytes;
+  if (!*scanned) return absl::OkStatus();
+  for (const PairSource* p : {train_pairs_.get(), val_pairs_.get()})
+    for (int64_t i = 0; p != nullptr && i < p->size(); ++i)
+      LOOM_RETURN_IF_ERROR(p->Read(i, 0, &one.mutable_x(), &one.mutable_y()));
+  return absl::OkStatus();
+}
+
+absl::Status CheckData(const v1::JobSpec& spec) {
+  LOOM_ASSIGN_OR_RETURN(auto d, Dataset::Open(spec));
+  bool scanned = false;
+  return d->ScanIds(kScanLimitBytes, &scanned);
 }
 
 std::string DecodeBytes(const std::vector<int32_t>& tokens) {
@@ -80,127 +223,6 @@ std::string DecodeBytes(const std::vector<int32_t>& tokens) {
   s.reserve(tokens.size());
   for (int32_t t : tokens) s.push_back(static_cast<char>(t & 0xff));
   return s;
-}
-
-Split SplitTokens(const std::vector<int32_t>& tokens, double val_fraction, uint64_t seed) {
-  const int64_t n = static_cast<int64_t>(tokens.size());
-  const int64_t blocks = std::max<int64_t>(1, (n + kSplitBlock - 1) / kSplitBlock);
-  Philox rng(seed ^ 0x5eed5117ull, 0);
-  std::vector<bool> is_val(blocks);
-  int64_t nval = 0;
-  for (int64_t b = 0; b < blocks; ++b) nval += (is_val[b] = rng.Uniform(b) < val_fraction);
-  if (blocks >= 2 && nval == 0) is_val[blocks - 1] = true;
-  if (blocks >= 2 && nval == blocks) is_val[0] = false;
-  Split s;
-  for (int64_t b = 0; b < blocks; ++b) {
-    auto lo = tokens.begin() + std::min(n, b * kSplitBlock);
-    auto hi = tokens.begin() + std::min(n, (b + 1) * kSplitBlock);
-    auto& dst = is_val[b] ? s.val : s.train;
-    dst.insert(dst.end(), lo, hi);
-  }
-  if (blocks == 1) {  // tiny corpus: cut the one block by fraction
-    int64_t cut = static_cast<int64_t>(n * (1 - val_fraction));
-    s.train.assign(tokens.begin(), tokens.begin() + cut);
-    s.val.assign(tokens.begin() + cut, tokens.end());
-  }
-  return s;
-}
-
-Sampler::Sampler(const std::vector<int32_t>* tokens, int64_t seq_len, uint64_t seed)
-    : tokens_(tokens),
-      seq_len_(seq_len),
-      num_windows_((static_cast<int64_t>(tokens->size()) - 1) / seq_len) {
-  state_.seed = seed;
-  Shuffle();
-}
-
-absl::StatusOr<Sampler> Sampler::Create(const std::vector<int32_t>* tokens, int64_t seq_len, uint64_t seed) {
-  if (seq_len <= 0) return absl::InvalidArgumentError(absl::StrCat("model.seq_len must be positive, got ", seq_len));
-  if (static_cast<int64_t>(tokens->size()) < seq_len + 1)
-    return absl::InvalidArgumentError(absl::StrCat("the training split has ", tokens->size(),
-                                                   " tokens, fewer than one window of seq_len + 1 = ", seq_len + 1));
-  return Sampler(tokens, seq_len, seed);
-}
-
-void Sampler::Shuffle() {
-  order_.resize(num_windows_);
-  for (int64_t i = 0; i < num_windows_; ++i) order_[i] = i;
-  Philox rng(state_.seed, static_cast<uint64_t>(state_.epoch));
-  for (int64_t i = num_windows_ - 1; i > 0; --i) {
-    uint64_t r = (static_cast<uint64_t>(rng.Bits(2 * i)) << 32) | rng.Bits(2 * i + 1);
-    std::swap(order_[i], order_[r % static_cast<uint64_t>(i + 1)]);
-  }
-}
-
-int64_t Sampler::PeekWindow() const { return order_[state_.position]; }
-
-void Sampler::Next(int64_t batch, Tensor* x, Tensor* y) {
-  int32_t* xp = x->data<int32_t>();
-  int32_t* yp = y->data<int32_t>();
-  for (int64_t b = 0; b < batch; ++b) {
-    int64_t start = order_[state_.position++] * seq_len_;
-    if (state_.position == num_windows_) {  // the epoch is used up: start the next
-      ++state_.epoch;
-      state_.position = 0;
-      Shuffle();
-    }
-    for (int64_t t = 0; t < seq_len_; ++t) {
-      xp[b * seq_len_ + t] = (*tokens_)[start + t];
-      yp[b * seq_len_ + t] = (*tokens_)[start + t + 1];
-    }
-  }
-}
-
-absl::Status Sampler::Restore(const SamplerState& s) {
-  if (s.position < 0 || s.position > num_windows_ || s.epoch < 0)
-    return absl::InvalidArgumentError(absl::StrCat("sampler state (epoch ", s.epoch, ", position ", s.position,
-                                                   ") does not fit ", num_windows_, " windows"));
-  state_ = s;
-  if (state_.position == num_windows_) {
-    ++state_.epoch;
-    state_.position = 0;
-  }
-  Shuffle();
-  return absl::OkStatus();
-}
-
-absl::Status ValidationBatch(const std::vector<int32_t>& val, int64_t seq_len, int64_t batch, int64_t index,
-                             Tensor* x, Tensor* y) {
-  if (static_cast<int64_t>(val.size()) < seq_len + 1)
-    return absl::InvalidArgumentError(absl::StrCat("the validation split has ", val.size(),
-                                                   " tokens, fewer than seq_len + 1 = ", seq_len + 1));
-  int64_t windows = std::max<int64_t>(1, (static_cast<int64_t>(val.size()) - 1) / seq_len);
-  int32_t* xp = x->data<int32_t>();
-  int32_t* yp = y->data<int32_t>();
-  for (int64_t b = 0; b < batch; ++b) {
-    int64_t w = (index * batch + b) % windows;
-    for (int64_t t = 0; t < seq_len; ++t) {
-      int64_t i = (w * seq_len + t) % static_cast<int64_t>(val.size() - 1);
-      xp[b * seq_len + t] = val[i];
-      yp[b * seq_len + t] = val[i + 1];
-    }
-  }
-  return absl::OkStatus();
-}
-
-}  // namespace loom::data
-
-namespace loom::data {
-
-double BigramLoss(const std::vector<int32_t>& train, const std::vector<int32_t>& val, int64_t vocab,
-                  double alpha) {
-  std::vector<double> counts(static_cast<size_t>(vocab * vocab), 0.0), rows(static_cast<size_t>(vocab), 0.0);
-  for (size_t i = 0; i + 1 < train.size(); ++i) {
-    counts[static_cast<size_t>(train[i]) * vocab + train[i + 1]] += 1;
-    rows[train[i]] += 1;
-  }
-  double nll = 0;
-  int64_t n = 0;
-  for (size_t i = 0; i + 1 < val.size(); ++i, ++n) {
-    double c = counts[static_cast<size_t>(val[i]) * vocab + val[i + 1]];
-    nll -= std::log((c + alpha) / (rows[val[i]] + alpha * vocab));
-  }
-  return n ? nll / n : 0;
 }
 
 }  // namespace loom::data

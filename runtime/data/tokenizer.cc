@@ -188,7 +188,8 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerFolder(const std::string
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadJobTokenizer(const v1::JobSpec& spec) {
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> t, LoadTokenizer(spec.data().tokenizer()));
-  if (t->vocab_size() > spec.model().vocab())
+  const bool named = spec.data().tokenizer().ByteSizeLong() > 0;
+  if (named && t->vocab_size() > spec.model().vocab())
     return absl::InvalidArgumentError(absl::StrCat("model.vocab: ", spec.model().vocab(), " is smaller than the ",
                                                    t->vocab_size(), " ids of data.tokenizer (", t->Describe(), ")"));
   if (spec.data().format() == "text" && t->kind() != "bytes")

@@ -104,9 +104,12 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizer(const v1::TokenizerSpec
 // where the folder was given, for errors.
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerFolder(const std::string& dir, absl::string_view field);
 
-// A job's tokenizer (data.tokenizer), checked against the job: the model
-// must have an output for every id (model.vocab >= vocab_size()), and
-// data.format text (bytes as ids) goes only with the bytes tokenizer.
+// A job's tokenizer (data.tokenizer), checked against the job: a tokenizer
+// the spec names must have a model output for every id (model.vocab >=
+// vocab_size()), and data.format text (bytes as ids) goes only with the
+// bytes tokenizer. An unset data.tokenizer gives the bytes tokenizer without
+// the vocabulary check: token-id data of a smaller vocabulary makes no claim
+// about its ids' text (samples show ids above 255 as numbers).
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadJobTokenizer(const v1::JobSpec& spec);
 
 }  // namespace loom::data

@@ -102,6 +102,31 @@ std::string SavedGpt2Folder(const std::string& name) {
   return dir + "/folder";
 }
 
+// model.vocab must cover a tokenizer the spec names; an unset data.tokenizer
+// is the bytes tokenizer for any vocabulary (token ids of a small model).
+TEST(JobTokenizer, NamedTokenizersAreCheckedAgainstModelVocab) {
+  v1::JobSpec job;
+  job.mutable_model()->set_vocab(32);
+  job.mutable_data()->set_format("tokens");
+  auto unset = LoadJobTokenizer(job);
+  ASSERT_TRUE(unset.ok()) << unset.status();
+  EXPECT_EQ((*unset)->kind(), "bytes");
+  job.mutable_data()->mutable_tokenizer()->set_kind("bytes");
+  EXPECT_EQ(LoadJobTokenizer(job).status().message(),
+            "model.vocab: 32 is smaller than the 256 ids of data.tokenizer (bytes: 256 ids (id = byte value), no "
+            "end-of-text id)");
+  job.mutable_model()->set_vocab(256);
+  EXPECT_TRUE(LoadJobTokenizer(job).ok());
+  job.mutable_data()->mutable_tokenizer()->Clear();
+  job.mutable_data()->mutable_tokenizer()->set_dir(SavedGpt2Folder("job_gpt2"));  // 258 ids
+  EXPECT_NE(LoadJobTokenizer(job).status().message().find("model.vocab: 256 is smaller than the 258 ids"),
+            std::string::npos);
+  job.mutable_model()->set_vocab(258);
+  EXPECT_TRUE(LoadJobTokenizer(job).ok());
+  job.mutable_data()->set_format("text");
+  EXPECT_NE(LoadJobTokenizer(job).status().message().find("data.format: text reads bytes as ids"), std::string::npos);
+}
+
 TEST(TokenizerFolder, SavedFolderLoadsFromTheSpecAndChecksItsDescription) {
   const std::string folder = SavedGpt2Folder("gpt2_folder");
   json desc = json::parse(std::ifstream(folder + "/loom-tokenizer.json"));

@@ -1,10 +1,12 @@
 #include "runtime/jobspec/jobspec.h"
 
+#include <glob.h>
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -84,6 +86,29 @@ absl::Status SetScalar(pb::Message& msg, const pb::FieldDescriptor* f, const YAM
   return absl::OkStatus();
 }
 
+// parallel.tp_plan: a mapping of name patterns to styles, kept in the
+// document's order (the first matching rule wins).
+absl::Status FillTpPlan(v1::ParallelSpec& p, const YAML::Node& node) {
+  p.clear_tp_plan();
+  if (node.IsNull()) return absl::OkStatus();
+  if (!node.IsMap())
+    return absl::InvalidArgumentError(
+        "parallel.tp_plan: expected a mapping of parameter-name patterns to styles, e.g. "
+        "{\"h.*.attn.qkv.weight\": colwise}");
+  for (const auto& kv : node) {
+    if (!kv.first.IsScalar() || !kv.second.IsScalar())
+      return absl::InvalidArgumentError("parallel.tp_plan: expected pattern: style pairs of plain strings");
+    const std::string pattern = kv.first.Scalar();
+    for (const auto& r : p.tp_plan())
+      if (r.pattern() == pattern)
+        return absl::InvalidArgumentError(absl::StrCat("parallel.tp_plan: pattern '", pattern, "' appears twice"));
+    v1::TpRule* r = p.add_tp_plan();
+    r->set_pattern(pattern);
+    r->set_style(kv.second.Scalar());
+  }
+  return absl::OkStatus();
+}
+
 absl::Status FillMessage(pb::Message& msg, const YAML::Node& node, const std::string& path) {
   if (!node.IsMap())
     return absl::InvalidArgumentError(
@@ -97,6 +122,10 @@ absl::Status FillMessage(pb::Message& msg, const YAML::Node& node, const std::st
       std::string known;
       for (int i = 0; i < d->field_count(); ++i) absl::StrAppend(&known, i ? ", " : "", d->field(i)->name());
       return absl::InvalidArgumentError(absl::StrCat("unknown key '", kpath, "' (known keys here: ", known, ")"));
+    }
+    if (kpath == "parallel.tp_plan") {
+      LOOM_RETURN_IF_ERROR(FillTpPlan(static_cast<v1::ParallelSpec&>(msg), kv.second));
+      continue;
     }
     if (f->is_repeated()) return absl::InvalidArgumentError(absl::StrCat(kpath, ": lists are not supported"));
     if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
@@ -121,6 +150,13 @@ void EmitMessage(YAML::Emitter& out, const pb::Message& msg) {
   r->ListFields(msg, &fields);
   for (const pb::FieldDescriptor* f : fields) {
     out << YAML::Key << f->name() << YAML::Value;
+    if (f->is_repeated() && f->message_type() == v1::TpRule::descriptor()) {  // parallel.tp_plan
+      out << YAML::BeginMap;
+      for (const auto& rule : static_cast<const v1::ParallelSpec&>(msg).tp_plan())
+        out << YAML::Key << YAML::DoubleQuoted << rule.pattern() << YAML::Value << rule.style();
+      out << YAML::EndMap;
+      continue;
+    }
     switch (f->cpp_type()) {
       case pb::FieldDescriptor::CPPTYPE_MESSAGE: EmitMessage(out, r->GetMessage(msg, f)); break;
       case pb::FieldDescriptor::CPPTYPE_INT32: out << r->GetInt32(msg, f); break;
@@ -159,16 +195,100 @@ absl::Status ValidateOnnxModel(const v1::JobSpec& s) {
   LOOM_RETURN_IF_ERROR(Field(std::filesystem::is_regular_file(m.onnx(), ec), "model.onnx", m.onnx(), "no such file"));
   LOOM_RETURN_IF_ERROR(Field(m.loss().kind().empty() || m.loss().kind() == "cross_entropy", "model.loss.kind",
                              m.loss().kind(), "expected cross_entropy (or empty: the model's own scalar loss, else cross_entropy)"));
-  // What the ONNX path does not do yet: more than one rank, the GPU,
-  // checkpoints, init_from.
-  const int ranks = std::max(1, s.parallel().dp()) * std::max(1, s.parallel().tp());
-  LOOM_RETURN_IF_ERROR(Field(ranks == 1 && !s.parallel().tp_auto(), "parallel", absl::StrCat(ranks, " ranks"),
-                             "ONNX models train in one process for now (dp = tp = 1)"));
+  // What the ONNX path does not do yet: the GPU, checkpoints, init_from.
+  // (The parallel section, tp_plan included, is checked by
+  // parallel::ValidateParallelSection.)
   LOOM_RETURN_IF_ERROR(Field(s.device() != "cuda", "device", s.device(), "ONNX models train on the CPU for now"));
   LOOM_RETURN_IF_ERROR(Field(s.checkpoint().every() == 0, "checkpoint.every", absl::StrCat(s.checkpoint().every()),
                              "checkpoints of ONNX models are not supported yet"));
   LOOM_RETURN_IF_ERROR(Field(s.init_from().empty(), "init_from", s.init_from(),
                              "ONNX models start from the file's initializers"));
+  return absl::OkStatus();
+}
+
+// A file or directory exists at `path`, or (a glob) some file matches it.
+bool PathExists(const std::string& path) {
+  std::error_code ec;
+  if (path.find_first_of("*?[") == std::string::npos)
+    return std::filesystem::is_regular_file(path, ec) || std::filesystem::is_directory(path, ec);
+  glob_t g;
+  const bool any = ::glob(path.c_str(), 0, nullptr, &g) == 0 && g.gl_pathc > 0;
+  ::globfree(&g);
+  return any;
+}
+
+absl::Status ValidateMlm(const v1::JobSpec& s) {
+  const auto& d = s.data();
+  const auto& o = d.mlm();
+  const bool builtin = s.model().family() == "gpt" || s.model().family() == "llama";
+  auto str = [](auto v) { return absl::StrCat(v); };
+  if (d.kind() != "mlm")
+    return Field(!d.has_mlm(), "data.mlm", "set", absl::StrCat("applies to data.kind: mlm, not ", d.kind()));
+  LOOM_RETURN_IF_ERROR(Field(o.rate() > 0 && o.rate() <= 1, "data.mlm.rate", str(o.rate()), "must be in (0, 1]"));
+  LOOM_RETURN_IF_ERROR(Field(o.has_mask_token(), "data.mlm.mask_token", "nothing", "is required for data.kind: mlm"));
+  LOOM_RETURN_IF_ERROR(Field(o.mask_token() >= 0 && (!builtin || o.mask_token() < s.model().vocab()),
+                             "data.mlm.mask_token", str(o.mask_token()),
+                             absl::StrCat("must be in [0, model.vocab = ", s.model().vocab(), ")")));
+  LOOM_RETURN_IF_ERROR(Field(!builtin || o.ignore_index() == -100, "data.mlm.ignore_index", str(o.ignore_index()),
+                             "built-in model families ignore targets equal to -100"));
+  LOOM_RETURN_IF_ERROR(Field(o.random_fraction() >= 0 && o.keep_fraction() >= 0 &&
+                                 o.random_fraction() + o.keep_fraction() <= 1,
+                             "data.mlm.random_fraction", str(o.random_fraction()),
+                             absl::StrCat("random_fraction and keep_fraction (", o.keep_fraction(),
+                                          ") must be >= 0 and sum to at most 1")));
+  return absl::OkStatus();
+}
+
+absl::Status ValidateDataSection(const v1::JobSpec& s) {
+  const auto& d = s.data();
+  const auto& m = s.model();
+  auto str = [](auto v) { return absl::StrCat(v); };
+  const std::string& f = d.format();
+  LOOM_RETURN_IF_ERROR(Field(f == "auto" || f == "text" || f == "tokens" || f == "llmc" || f == "npy", "data.format",
+                             f, "expected auto, text, tokens, llmc or npy"));
+  LOOM_RETURN_IF_ERROR(Field(f != "text" || m.vocab() >= 256, "model.vocab", str(m.vocab()),
+                             "the byte tokenizer needs vocab >= 256"));
+  LOOM_RETURN_IF_ERROR(Field(d.tokens_dtype() == "u16" || d.tokens_dtype() == "u32", "data.tokens_dtype",
+                             d.tokens_dtype(), "expected u16 or u32"));
+  LOOM_RETURN_IF_ERROR(Field(d.kind() == "causal" || d.kind() == "mlm" || d.kind() == "pairs", "data.kind", d.kind(),
+                             "expected causal, mlm or pairs"));
+  LOOM_RETURN_IF_ERROR(Field(d.order() == "shuffle" || d.order() == "sequential", "data.order", d.order(),
+                             "expected shuffle or sequential"));
+  if (d.val().empty()) {
+    LOOM_RETURN_IF_ERROR(Field(d.val_fraction() > 0 && d.val_fraction() < 1, "data.val_fraction",
+                               str(d.val_fraction()), "must be in (0, 1)"));
+  } else {
+    LOOM_RETURN_IF_ERROR(Field(d.val_fraction() == 0, "data.val_fraction", str(d.val_fraction()),
+                               "give data.val (validation shards) or data.val_fraction, not both"));
+    LOOM_RETURN_IF_ERROR(Field(PathExists(d.val()), "data.val", d.val(), "no such file, directory or glob match"));
+  }
+  if (!d.path().empty())
+    LOOM_RETURN_IF_ERROR(Field(PathExists(d.path()), "data.path", d.path(), "no such file, directory or glob match"));
+  LOOM_RETURN_IF_ERROR(ValidateMlm(s));
+  const bool pairs = d.kind() == "pairs";
+  LOOM_RETURN_IF_ERROR(Field(pairs != d.labels().empty(), "data.labels", d.labels().empty() ? "nothing" : d.labels(),
+                             pairs ? "is required for data.kind: pairs" : "applies to data.kind: pairs"));
+  LOOM_RETURN_IF_ERROR(Field(d.labels().empty() || PathExists(d.labels()), "data.labels", d.labels(), "no such file"));
+  LOOM_RETURN_IF_ERROR(Field(d.val_labels().empty() || PathExists(d.val_labels()), "data.val_labels", d.val_labels(),
+                             "no such file"));
+  LOOM_RETURN_IF_ERROR(Field(!pairs || d.val().empty() == d.val_labels().empty(), "data.val_labels",
+                             d.val_labels().empty() ? "nothing" : d.val_labels(),
+                             "data.val and data.val_labels go together for data.kind: pairs"));
+  LOOM_RETURN_IF_ERROR(Field(pairs || d.val_labels().empty(), "data.val_labels", d.val_labels(),
+                             "applies to data.kind: pairs"));
+  LOOM_RETURN_IF_ERROR(Field(!pairs || !d.path().empty(), "data.path", "nothing",
+                             "data.kind: pairs needs the inputs .npy"));
+  LOOM_RETURN_IF_ERROR(Field(!pairs || f == "auto" || f == "npy", "data.format", f,
+                             "data.kind: pairs reads .npy files (auto or npy)"));
+  const bool builtin = m.family() == "gpt" || m.family() == "llama";
+  for (const auto& [key, name, want] : {std::tuple<const char*, std::string, const char*>{"data.inputs.x", d.inputs().x(), "x"},
+                                        {"data.inputs.y", d.inputs().y(), "y"}})
+    LOOM_RETURN_IF_ERROR(Field(!builtin || name.empty() || name == want, key, name,
+                               absl::StrCat("model family ", m.family(), " names its inputs x and y")));
+  LOOM_RETURN_IF_ERROR(Field(d.bigram().max_mib() >= 0, "data.bigram.max_mib", str(d.bigram().max_mib()),
+                             "must not be negative"));
+  LOOM_RETURN_IF_ERROR(Field(d.bigram().max_tokens() >= 0, "data.bigram.max_tokens", str(d.bigram().max_tokens()),
+                             "must not be negative"));
   return absl::OkStatus();
 }
 
@@ -209,9 +329,15 @@ void ApplyDefaults(v1::JobSpec& s) {
   if (m->rope_theta() == 0) m->set_rope_theta(10000.f);
   if (m->ffn_hidden() == 0) m->set_ffn_hidden(m->family() == "llama" ? (8 * m->d_model() / 3 + 63) / 64 * 64 : 4 * m->d_model());
   auto* d = s.mutable_data();
-  if (d->format().empty()) d->set_format("text");
-  if (d->val_fraction() == 0) d->set_val_fraction(0.1f);
+  if (d->format().empty()) d->set_format("auto");
+  if (d->val_fraction() == 0 && d->val().empty()) d->set_val_fraction(0.1f);
   if (d->tokens_dtype().empty()) d->set_tokens_dtype("u16");
+  if (d->kind().empty()) d->set_kind("causal");
+  if (d->order().empty()) d->set_order("shuffle");
+  if (d->kind() == "mlm") {
+    if (d->mlm().rate() == 0) d->mutable_mlm()->set_rate(0.15f);
+    if (!d->mlm().has_ignore_index()) d->mutable_mlm()->set_ignore_index(-100);
+  }
   auto* t = s.mutable_train();
   if (t->steps() == 0) t->set_steps(300);
   if (t->batch_size() == 0) t->set_batch_size(8);
@@ -248,18 +374,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& s) {
                              str(m.d_model()), "llama needs an even head dimension for RoPE"));
   LOOM_RETURN_IF_ERROR(Field(m.seq_len() > 0, "model.seq_len", str(m.seq_len()), "must be positive"));
   LOOM_RETURN_IF_ERROR(Field(m.vocab() > 0, "model.vocab", str(m.vocab()), "must be positive"));
-  const auto& d = s.data();
-  LOOM_RETURN_IF_ERROR(Field(d.format() == "text" || d.format() == "tokens", "data.format", d.format(),
-                             "expected text or tokens"));
-  LOOM_RETURN_IF_ERROR(Field(d.format() != "text" || m.vocab() >= 256, "model.vocab", str(m.vocab()),
-                             "the byte tokenizer needs vocab >= 256"));
-  LOOM_RETURN_IF_ERROR(Field(d.val_fraction() > 0 && d.val_fraction() < 1, "data.val_fraction",
-                             str(d.val_fraction()), "must be in (0, 1)"));
-  if (!d.path().empty()) {
-    std::error_code ec;
-    bool exists = std::filesystem::is_regular_file(d.path(), ec) || std::filesystem::is_directory(d.path(), ec);
-    LOOM_RETURN_IF_ERROR(Field(exists, "data.path", d.path(), "no such file or directory"));
-  }
+  LOOM_RETURN_IF_ERROR(ValidateDataSection(s));
   if (!s.init_from().empty()) {
     std::error_code ec;
     LOOM_RETURN_IF_ERROR(

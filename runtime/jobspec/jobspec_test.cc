@@ -1,7 +1,9 @@
 #include "runtime/jobspec/jobspec.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -80,6 +82,101 @@ TEST(JobSpec, TokenizerIsCheckedAgainstTheModel) {
   auto back = ParseJobSpecYaml(ToYaml(*s));
   ASSERT_TRUE(back.ok()) << back.status();
   EXPECT_EQ(back->data().tokenizer().kind(), "bytes");
+}
+
+// parallel.tp_plan: a mapping of name patterns to styles, kept in order,
+// for imported models only (runtime/jobspec validates its form; the graph
+// checks it against the model: parallel/tp_plan_test.cc).
+TEST(JobSpec, TpPlanIsAnOrderedMappingForImportedModels) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string model = std::string(tmp != nullptr ? tmp : "/tmp") + "/tp_plan_model.onnx";
+  std::ofstream(model) << "not parsed by the job-spec check";
+  const std::string onnx = "model: {onnx: " + model + ", seq_len: 8, vocab: 64}\ndata: {format: tokens}\n";
+  auto s = ParseJobSpecYaml(onnx + R"(parallel:
+  dp: 2
+  tp: 2
+  tp_plan: {"h.*.qkv.weight": colwise, "h.*.proj.weight": rowwise, 'wte.weight': vocab, "*": replicate}
+)");
+  ASSERT_TRUE(s.ok()) << s.status();
+  ApplyDefaults(*s);
+  EXPECT_TRUE(ValidateJobSpec(*s).ok()) << ValidateJobSpec(*s);
+  ASSERT_EQ(s->parallel().tp_plan_size(), 4);
+  const std::vector<std::pair<std::string, std::string>> want = {
+      {"h.*.qkv.weight", "colwise"}, {"h.*.proj.weight", "rowwise"}, {"wte.weight", "vocab"}, {"*", "replicate"}};
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_EQ(s->parallel().tp_plan(i).pattern(), want[i].first);
+    EXPECT_EQ(s->parallel().tp_plan(i).style(), want[i].second);
+  }
+  auto back = ParseJobSpecYaml(ToYaml(*s));
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << ToYaml(*s);
+  EXPECT_EQ(back->SerializeAsString(), s->SerializeAsString()) << ToYaml(*s);
+  // ONNX models take dp, tp and ZeRO now.
+  EXPECT_EQ(ErrorOf(onnx + "parallel: {dp: 2, zero_stage: 3}"), "");
+  EXPECT_EQ(ErrorOf(onnx + "parallel: {tp: auto, dp: 4}"), "");
+  EXPECT_EQ(ErrorOf(onnx + "parallel: {tp: 2, tp_plan: [a, b]}"),
+            "parallel.tp_plan: expected a mapping of parameter-name patterns to styles, e.g. "
+            "{\"h.*.attn.qkv.weight\": colwise}");
+  EXPECT_EQ(ErrorOf(onnx + "parallel: {tp: 2, tp_plan: {wte: colwize}}"),
+            "parallel.tp_plan[\"wte\"]: expected colwise, rowwise, vocab or replicate (got colwize)");
+  EXPECT_EQ(ErrorOf(onnx + "parallel: {tp: 2}"),
+            "parallel.tp_plan: tp = 2 needs a plan for an ONNX model (parameter-name patterns and their styles), "
+            "or tp: auto; `loom plan JOB.yaml` proposes one (got none)");
+  EXPECT_EQ(ErrorOf(onnx + "parallel: {tp: 2, sequence_parallel: true, tp_plan: {wte: vocab}}"),
+            "parallel.sequence_parallel: is not built for imported (ONNX) models (got true)");
+  EXPECT_EQ(ErrorOf("parallel: {tp: 2, tp_plan: {wte: vocab}}"),
+            "parallel.tp_plan: applies to imported models (model.onnx); gpt uses its built-in tensor-parallel "
+            "plan (got 1 rules)");
+}
+
+TEST(JobSpec, DataFieldsHaveDefaultsAndNamedErrors) {
+  auto s = ParseJobSpecYaml("data: {kind: mlm, mlm: {mask_token: 3}}\n");
+  ASSERT_TRUE(s.ok()) << s.status();
+  ApplyDefaults(*s);
+  EXPECT_TRUE(ValidateJobSpec(*s).ok()) << ValidateJobSpec(*s);
+  EXPECT_EQ(s->data().format(), "auto");
+  EXPECT_EQ(s->data().order(), "shuffle");
+  EXPECT_FLOAT_EQ(s->data().mlm().rate(), 0.15f);
+  EXPECT_EQ(s->data().mlm().ignore_index(), -100);
+  auto back = ParseJobSpecYaml(ToYaml(*s));  // presence of mask_token 0..N survives the round trip
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->SerializeAsString(), s->SerializeAsString());
+  const std::string dir = ::testing::TempDir();
+  std::ofstream(dir + "/shard_a.bin") << "x";
+  struct Case {
+    std::string yaml, needle;
+  };
+  for (const Case& c : std::vector<Case>{
+           {"data: {format: parquet}", "data.format"},
+           {"data: {kind: images}", "data.kind"},
+           {"data: {order: random}", "data.order"},
+           {"data: {tokens_dtype: u8}", "data.tokens_dtype"},
+           {"data: {path: '" + dir + "/nothing_*.bin'}", "data.path"},
+           {"data: {val: '" + dir + "/nothing_*.bin', val_fraction: 0}", "data.val"},
+           {"data: {val: '" + dir + "/shard_*.bin', val_fraction: 0.2}", "not both"},
+           {"data: {kind: mlm}", "data.mlm.mask_token: is required"},
+           {"data: {kind: mlm, mlm: {mask_token: 256}}", "data.mlm.mask_token"},
+           {"data: {kind: mlm, mlm: {mask_token: 1, rate: 1.5}}", "data.mlm.rate"},
+           {"data: {kind: mlm, mlm: {mask_token: 1, ignore_index: -1}}", "data.mlm.ignore_index"},
+           {"data: {kind: mlm, mlm: {mask_token: 1, random_fraction: 0.7, keep_fraction: 0.5}}", "keep_fraction"},
+           {"data: {mlm: {mask_token: 1}}", "data.mlm: applies to data.kind: mlm"},
+           {"data: {kind: pairs, path: '" + dir + "/shard_a.bin'}", "data.labels: is required"},
+           {"data: {labels: '" + dir + "/shard_a.bin'}", "data.labels: applies to data.kind: pairs"},
+           {"data: {inputs: {x: input_ids}}", "data.inputs.x"},
+           {"data: {kind: pairs, format: llmc, path: '" + dir + "/shard_a.bin', labels: '" + dir + "/shard_a.bin'}",
+            "data.format"},
+       }) {
+    const std::string e = ErrorOf(c.yaml);
+    EXPECT_NE(e.find(c.needle), std::string::npos) << c.yaml << " -> '" << e << "'";
+  }
+  EXPECT_EQ(ErrorOf("data: {path: '" + dir + "/shard_*.bin'}"), "");  // a glob with a match
+  EXPECT_EQ(ErrorOf("data: {val: '" + dir + "/shard_*.bin'}"), "");    // val without val_fraction
+  const std::string f = dir + "/shard_a.bin";
+  EXPECT_EQ(ErrorOf("data: {kind: pairs, path: '" + f + "', labels: '" + f + "'}"), "");
+  EXPECT_EQ(ErrorOf("data: {kind: pairs, path: '" + f + "', labels: '" + f + "', val: '" + f + "', val_labels: '" + f +
+                    "'}"),
+            "");
+  EXPECT_NE(ErrorOf("data: {kind: pairs, path: '" + f + "', labels: '" + f + "', val: '" + f + "'}").find("data.val_labels"),
+            std::string::npos);
 }
 
 TEST(JobSpec, LoadNamesTheFile) {

@@ -76,7 +76,10 @@ absl::StatusOr<std::unique_ptr<ParallelState>> ParallelState::Create(const v1::J
   for (size_t k = 0; k < g.inputs().size(); ++k) {
     const std::string& name = g.inputs()[k].name;
     const int ki = static_cast<int>(k);
-    if (name == "x" || name == "y" || name == "lr" || name == "step") continue;
+    // Saved: parameters and AdamW state; not the per-step inputs (batch, lr,
+    // step, an imported model's dropout step) nor its constant buffers.
+    const compiler::InputKind kind = g.inputs()[k].kind;
+    if (kind == compiler::InputKind::kInput || kind == compiler::InputKind::kConst) continue;
     std::string base = name;
     if (!shapes.count(base) && base.size() > 2 && (absl::EndsWith(base, ".m") || absl::EndsWith(base, ".v")))
       base = base.substr(0, base.size() - 2);
@@ -138,8 +141,19 @@ std::map<std::string, Tensor> ParallelState::LocalParameters() const {
 }
 
 absl::Status ParallelState::Save(const std::string& root, const data::SamplerState& sampler, int keep,
-                                 collectives::ProcessGroup& world) {
+                                 collectives::ProcessGroup& world, checkpoint::CommitGate* gate) {
   const std::string tmp = absl::StrCat(root, "/.tmp.", checkpoint::StepDirName(trainer_->step()));
+  absl::Status s = SaveSteps(root, tmp, sampler, keep, world, gate);
+  if (!s.ok() && rank_ == 0) {
+    std::error_code ec;
+    std::filesystem::remove_all(tmp, ec);  // what the ranks wrote before one failed
+  }
+  return s;
+}
+
+absl::Status ParallelState::SaveSteps(const std::string& root, const std::string& tmp,
+                                      const data::SamplerState& sampler, int keep, collectives::ProcessGroup& world,
+                                      checkpoint::CommitGate* gate) {
   if (rank_ == 0) LOOM_RETURN_IF_ERROR(checkpoint::BeginSave(root, trainer_->step()).status());
   LOOM_RETURN_IF_ERROR(WorldBarrier(world));
   std::vector<checkpoint::RankShard> shards;
@@ -195,15 +209,22 @@ absl::Status ParallelState::Save(const std::string& root, const data::SamplerSta
   }
   checkpoint::CheckpointOptions co;
   co.keep_last = keep;
+  co.gate = gate;
   return checkpoint::CommitSave(root, tmp, m, co);
 }
 
-absl::StatusOr<int64_t> ParallelState::Restore(const std::string& root, data::Sampler* sampler, std::string* log) {
+absl::StatusOr<int64_t> ParallelState::Restore(const std::string& root, data::Sampler* sampler, std::string* log,
+                                               const checkpoint::LoadResult* chosen) {
   std::error_code ec;
   if (root.empty() || !std::filesystem::is_directory(root, ec)) return 0;
   LOOM_ASSIGN_OR_RETURN(auto list, checkpoint::ListCheckpoints(root));
   if (list.empty()) return 0;
-  LOOM_ASSIGN_OR_RETURN(checkpoint::LoadResult lr, checkpoint::LoadLatest(root, checkpoint::Verify::kFull));
+  checkpoint::LoadResult lr;
+  if (chosen != nullptr) {
+    lr = *chosen;
+  } else {
+    LOOM_ASSIGN_OR_RETURN(lr, checkpoint::LoadLatest(root, checkpoint::Verify::kFull));
+  }
   LOOM_ASSIGN_OR_RETURN(checkpoint::CheckpointReader reader, checkpoint::CheckpointReader::Open(lr.ckpt));
   for (const Saved& sv : saved_) {
     const checkpoint::TensorRecord* t = reader.manifest().Find(sv.name);

@@ -17,10 +17,12 @@
 // Initial parameters: with init_from set and no checkpoint to resume, Create
 // reads this rank's block of every parameter from that file (in Loom's or
 // Hugging Face's layout); the AdamW moments start from zero.
-// Resume: every rank picks the newest complete checkpoint (LoadLatest, full
-// checksum verification, fallback past corrupt ones) and reads only ITS block
-// under ITS layout (rectangular reads), so a checkpoint saved under any mesh
-// loads under any other.
+// Resume: rank 0 first removes .tmp leftovers and moves committed folders
+// newer than the newest usable one aside (checkpoint::QuarantineUnusable), so
+// the run can save those steps again; then every rank picks the newest
+// complete checkpoint (LoadLatest, full checksum verification) and reads only
+// ITS block under ITS layout (rectangular reads), so a checkpoint saved under
+// any mesh loads under any other.
 #pragma once
 
 #include <cstdint>
@@ -32,6 +34,8 @@
 #include "absl/status/statusor.h"
 #include "collectives/process_group.h"
 #include "parallel/trainer.h"
+#include "runtime/checkpoint/checkpoint.h"
+#include "runtime/checkpoint/loader.h"
 #include "proto/loom/v1/job.pb.h"
 #include "runtime/data/dataset.h"
 
@@ -44,15 +48,21 @@ class ParallelState {
                                                                const dtensor::MeshShape& mesh, int rank);
   // One training step on the GLOBAL batch (this rank's dp block of it); step() + 1.
   absl::StatusOr<float> Step(const Tensor& x, const Tensor& y) { return trainer_->Step(x, y); }
+  // The same step given only this rank's rows of the global batch (ParallelTrainer::StepRows).
+  absl::StatusOr<float> StepRows(const Tensor& x, const Tensor& y) { return trainer_->StepRows(x, y); }
   int64_t step() const { return trainer_->step(); }
 
   // Collective over `world`: every rank calls it with the same arguments.
+  // When it fails, rank 0 removes the save's temporary folder (a full disk
+  // leaves no .tmp behind). `gate` (optional) is the process's commit gate.
   absl::Status Save(const std::string& root, const data::SamplerState& sampler, int keep,
-                    collectives::ProcessGroup& world);
+                    collectives::ProcessGroup& world, checkpoint::CommitGate* gate = nullptr);
   // Loads the newest complete checkpoint under root into this rank's blocks and
   // restores `sampler`; returns its step, or 0 when root holds no checkpoint.
-  // `log` gets a line about what was loaded (and what was skipped).
-  absl::StatusOr<int64_t> Restore(const std::string& root, data::Sampler* sampler, std::string* log);
+  // `log` gets a line about what was loaded (and what was skipped). `chosen`:
+  // the newest usable checkpoint when the caller has verified it already.
+  absl::StatusOr<int64_t> Restore(const std::string& root, data::Sampler* sampler, std::string* log,
+                                  const checkpoint::LoadResult* chosen = nullptr);
 
   // This rank's block of each parameter (as held now).
   std::map<std::string, Tensor> LocalParameters() const;
@@ -61,6 +71,9 @@ class ParallelState {
   ParallelState() = default;
   // This rank's block of every parameter from the file (checkpoint/init_from.h).
   absl::Status LoadInit(const std::string& path, const std::map<std::string, std::vector<int64_t>>& params);
+  // Save without the cleanup after a failure.
+  absl::Status SaveSteps(const std::string& root, const std::string& tmp, const data::SamplerState& sampler, int keep,
+                         collectives::ProcessGroup& world, checkpoint::CommitGate* gate);
   struct Saved {
     int input = -1;
     std::string name;

@@ -7,15 +7,22 @@
 // Rank 0 reports: progress lines, the run folder's metrics (run_reporter.h)
 // and LOOM_PROGRESS_FILE. Returns the worker's exit code (0, 1 runtime
 // failure, 2 bad configuration); failures also go to LOOM_ERROR_FILE.
+// Checkpoints commit through `gate` when given (a stopping worker closes it:
+// no checkpoint is committed after that).
 #pragma once
 
 #include <memory>
 
 #include "collectives/process_group.h"
+#include "parallel/planner.h"
 #include "proto/loom/v1/job.pb.h"
+#include "runtime/checkpoint/checkpoint.h"
 
 namespace loom::launch {
 
-int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::ProcessGroup> world);
+// `plan` (optional): the tp: auto plan that chose the spec's layout; rank 0
+// writes it into the run folder (plan.txt, plan.json).
+int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::ProcessGroup> world,
+                        checkpoint::CommitGate* gate = nullptr, const parallel::Plan* plan = nullptr);
 
 }  // namespace loom::launch

@@ -21,6 +21,7 @@
 #include "absl/strings/str_split.h"
 #include "runtime/jobspec/jobspec.h"
 #include "kernels/cuda/cuda_device.h"
+#include "runtime/plan/planner_command.h"
 #include "runtime/service/agent/agent.h"
 #include "runtime/service/coordinator.h"
 #include "runtime/train/onnx_model.h"
@@ -209,6 +210,20 @@ int ExitCodeOf(const v1::JobStatus& final, const std::string& job_id, const std:
   return Fail(config ? 2 : 1, absl::StrCat(job_id, " ", v1::JobState_Name(final.state()), ": ", why));
 }
 
+// tp: auto: the workers plan for themselves (the same deterministic choice
+// on every rank; rank 0 writes plan.txt into the run folder); planning here
+// first refuses a job whose layout cannot be chosen before any process
+// starts, and says what the workers will pick. 0 when the job may go.
+int CheckAutoLayout(const v1::JobSpec& spec, int world) {
+  if (!spec.parallel().tp_auto()) return 0;
+  v1::JobSpec resolved = spec;
+  auto plan = plan::ResolveAutoLayout(resolved, plan::DefaultHardware(resolved), world);
+  if (!plan.ok()) return Fail(2, std::string(plan.status().message()));
+  std::fprintf(stderr, "loom run: tp: auto over %d ranks: %s (%s)\n", world,
+               parallel::LayoutName((*plan)->ranked[(*plan)->winner].layout).c_str(), (*plan)->reason.c_str());
+  return 0;
+}
+
 }  // namespace
 
 int RunRunCommand(const std::vector<std::string>& args) {
@@ -220,6 +235,7 @@ int RunRunCommand(const std::vector<std::string>& args) {
   if (absl::Status s = ApplyFlags(*flags, &spec); !s.ok()) return Fail(2, std::string(s.message()));
   if (absl::Status s = train::CheckOnnxJob(spec); !s.ok()) return Fail(2, std::string(s.message()));
   const int world = std::max(1, spec.parallel().dp()) * std::max(1, spec.parallel().tp());
+  if (int code = CheckAutoLayout(spec, world); code != 0) return code;
 
   // The coordinator's private folder.
   std::string state = flags->keep_state;
@@ -252,7 +268,7 @@ int RunRunCommand(const std::vector<std::string>& args) {
   self[n] = '\0';
   service::AgentOptions ao;
   ao.coordinator = absl::StrCat("127.0.0.1:", (*server)->port());
-  ao.token = (*server)->token();
+  ao.join_token = (*server)->join_token();
   ao.data_dir = state + "/agent";
   ao.hostname = "local";
   ao.cpu_slots = world;

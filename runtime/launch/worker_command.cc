@@ -6,11 +6,16 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "base/status.h"
 #include "absl/time/time.h"
 #include "collectives/process_group.h"
 #include "collectives/store/tcp_store.h"
+#include "runtime/jobspec/confine.h"
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/launch/parallel_train.h"
+#include "runtime/launch/stop_signal.h"
+#include "runtime/plan/planner_command.h"
 #include "runtime/train/train_command.h"
 
 namespace loom::launch {
@@ -34,9 +39,23 @@ absl::StatusOr<int> EnvInt(const char* name, int fallback, bool required) {
   return out;
 }
 
+// The coordinator's confinement (LOOM_ALLOWED_ROOTS), checked again on this
+// node right before the files are opened: a symlink may have changed since
+// the submission, and another node's files are not the coordinator's.
+absl::Status CheckConfined(const v1::JobSpec& spec) {
+  const char* env = std::getenv("LOOM_ALLOWED_ROOTS");
+  if (env == nullptr || *env == '\0') return absl::OkStatus();
+  std::vector<std::string> roots = absl::StrSplit(env, ':', absl::SkipEmpty());
+  const v1::DataSpec& d = spec.data();
+  return jobspec::ConfineJobPaths("", d.path(), d.val(), d.labels(), d.val_labels(), spec.run_dir(),
+                                  spec.checkpoint().dir(), spec.init_from(), spec.model().onnx(), roots);
+}
+
 }  // namespace
 
 int RunWorkerCommand(const std::vector<std::string>& args) {
+  static checkpoint::CommitGate gate;  // lives until _exit or exit
+  StopOnSignals(&gate);
   if (!args.empty()) return Fail(2, absl::StrCat("unexpected argument '", args[0], "' (the agent passes the job through LOOM_* variables)"));
   const char* spec_path = std::getenv("LOOM_JOB_SPEC");
   if (spec_path == nullptr || *spec_path == '\0') return Fail(2, "LOOM_JOB_SPEC: not set (`loom worker` runs under an agent)");
@@ -48,6 +67,7 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
     return Fail(2, absl::StrCat("LOOM_RANK ", *rank, " is outside LOOM_WORLD_SIZE ", *world));
   auto spec = jobspec::LoadJobSpec(spec_path);
   if (!spec.ok()) return Fail(2, absl::StrCat(spec_path, ": ", spec.status().message()));
+  if (absl::Status s = CheckConfined(*spec); !s.ok()) return Fail(2, std::string(s.message()));
   const auto& par = spec->parallel();
   const int layout = std::max(1, par.dp()) * std::max(1, par.tp());
   if (!par.tp_auto() && layout != *world)
@@ -76,7 +96,13 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
   // One GPU rank: the CUDA training step, its loss averaged through the
   // group's CUDA backend (NCCL).
   if (cuda && *world == 1 && !checkpoints) return train::RunTrainCommand({spec_path}, pg->get());
-  return RunParallelTraining(*spec, std::shared_ptr<collectives::ProcessGroup>(std::move(*pg)));
+  // tp: auto: every rank runs the same deterministic planner for this world,
+  // so all of them pick the same layout (and, for an imported model, the
+  // same tp plan); rank 0 writes the plan into the run folder.
+  auto plan = plan::ResolveAutoLayout(*spec, plan::DefaultHardware(*spec), *world);
+  if (!plan.ok()) return Fail(absl::IsResourceExhausted(plan.status()) || absl::IsInvalidArgument(plan.status()) ? 2 : 1,
+                              std::string(plan.status().message()));
+  return RunParallelTraining(*spec, std::shared_ptr<collectives::ProcessGroup>(std::move(*pg)), &gate, plan->get());
 }
 
 }  // namespace loom::launch

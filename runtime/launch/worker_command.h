@@ -7,6 +7,10 @@
 //   LOOM_ERROR_FILE     where the failure reason goes (the job's root cause)
 //   LOOM_PROGRESS_FILE  rank 0 writes "<step> <checkpoint_step>" there
 //   LOOM_RENDEZVOUS_TIMEOUT_S  how long to wait for the peers (default 120)
+//   LOOM_ALLOWED_ROOTS  ':'-separated folders the spec's paths must resolve
+//                       into (the coordinator's confinement, checked again)
+// SIGTERM or SIGINT ends the worker at once (stop_signal.h): exit 128 + signal,
+// and no checkpoint is committed after it.
 // A one-rank job trains in this process exactly as `loom train` does (with a
 // checkpoint section it runs the parallel loop over a world of one, which saves
 // and resumes). A
@@ -14,7 +18,7 @@
 // backend, default cpu:gloo) and runs the distributed training step.
 //
 // Exit codes: 0 done, 1 runtime failure (retried by the coordinator), 2 bad
-// configuration (never retried).
+// configuration (never retried), 143 / 130 stopped by SIGTERM / SIGINT.
 #pragma once
 
 #include <string>

@@ -6,10 +6,14 @@
 #include <iostream>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/status.h"
+#include "parallel/graph_planner.h"
 #include "parallel/parallel_check.h"
 #include "runtime/jobspec/jobspec.h"
+#include "runtime/train/onnx_model.h"
 
 namespace loom::plan {
 
@@ -23,7 +27,29 @@ constexpr char kUsage[] =
     "usage: loom plan JOB.yaml [--world N] [--nproc-per-node N] [--memory-gib X] [--flops-tflops F] "
     "[--intra-gbps B] [--inter-gbps B] [--json]";
 
+// "onnx lm.onnx: 28 parameters (27.8K values), 5 buffers; seq_len 8, vocab 64".
+std::string Summary(const v1::JobSpec& spec, const train::OnnxTrainingModel& m) {
+  int64_t values = 0;
+  for (const auto& p : m.params) values += NumElements(p.shape);
+  return absl::StrFormat("onnx %s: %d parameters (%.2fM values), %d buffers; seq_len %d, vocab %d",
+                         spec.model().onnx(), m.params.size(), values / 1e6, m.initial.size() - m.params.size(),
+                         spec.model().seq_len(), spec.model().vocab());
+}
+
 }  // namespace
+
+absl::StatusOr<Plan> PlanJob(const v1::JobSpec& spec, const Hardware& hw,
+                             const std::function<bool(const Layout&)>& only) {
+  if (spec.model().family() != "onnx") return parallel::MakePlan(spec.model(), spec.train().batch_size(), hw, only);
+  LOOM_ASSIGN_OR_RETURN(train::OnnxTrainingModel m, train::LoadOnnxModel(spec));
+  parallel::GraphModel g;
+  g.summary = Summary(spec, m);
+  g.forward = std::move(m.train_forward);
+  g.model = spec.model();
+  g.train = spec.train();
+  g.tp_plan = parallel::TpPlanFromSpec(spec.parallel());
+  return parallel::MakeGraphPlan(g, spec.train().batch_size(), hw, only);
+}
 
 int SpecWorldSize(const v1::JobSpec& spec) {
   const auto& p = spec.parallel();
@@ -48,7 +74,7 @@ absl::StatusOr<std::unique_ptr<Plan>> ResolveAutoLayout(v1::JobSpec& spec, Hardw
     if (want_sp && !l.sequence_parallel) return false;
     return true;
   };
-  auto plan = parallel::MakePlan(spec.model(), spec.train().batch_size(), hw, only);
+  auto plan = PlanJob(spec, hw, only);
   if (!plan.ok()) return Annotate(plan.status(), "parallel.tp: auto");
   if (plan->winner < 0)
     return absl::ResourceExhaustedError(absl::StrCat("parallel.tp: auto: ", plan->reason));
@@ -59,6 +85,14 @@ absl::StatusOr<std::unique_ptr<Plan>> ResolveAutoLayout(v1::JobSpec& spec, Hardw
   p->set_zero_stage(l.zero_stage);
   p->set_sequence_parallel(l.sequence_parallel);
   p->set_tp_auto(false);
+  if (l.tp > 1 && !l.tp_plan.empty()) {  // an imported model: the plan that layout was estimated with
+    p->clear_tp_plan();
+    for (const parallel::TpRule& r : l.tp_plan) {
+      v1::TpRule* out = p->add_tp_plan();
+      out->set_pattern(r.pattern);
+      out->set_style(r.style);
+    }
+  }
   return std::make_unique<Plan>(std::move(*plan));
 }
 
@@ -158,8 +192,14 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
   if (tflops > 0) hw.flops = tflops * 1e12;
   if (intra > 0) hw.intra_bandwidth = intra * 1e9 / 8;
   if (inter > 0) hw.inter_bandwidth = inter * 1e9 / 8;
-  auto plan = parallel::MakePlan(spec.model(), spec.train().batch_size(), hw);
+  auto plan = PlanJob(spec, hw);
   if (!plan.ok()) return fail(2, plan.status().message());
+  // An imported model's own tp plan that the graph refuses is the job's error.
+  const auto& par = spec.parallel();
+  if (spec.model().family() == "onnx" && !par.tp_auto() && par.tp() > 1)
+    for (const parallel::Skipped& k : plan->skipped)
+      if (k.layout.tp == par.tp() && absl::StartsWith(k.reason, "parallel.tp_plan"))
+        return fail(2, absl::StrCat(path, ": ", k.reason));
   out << (json ? parallel::PlanToJson(*plan) : parallel::FormatPlanTable(*plan));
   return plan->winner >= 0 ? 0 : 1;
 }

@@ -14,7 +14,8 @@
 // names the flag or field).
 //
 // tp: auto: ResolveAutoLayout replaces the spec's parallel section by the
-// planner's choice for the world size (dp, tp, zero_stage, sequence_parallel;
+// planner's choice for the world size (dp, tp, zero_stage, sequence_parallel,
+// and for an imported model the tp_plan that layout was estimated with;
 // an explicit zero_stage > 0 or sequence_parallel: true in the spec is kept as a
 // constraint), and WritePlan records the plan in the run folder as plan.txt
 // (the table) and plan.json. A spec without tp: auto is left alone.
@@ -23,6 +24,7 @@
 //   if (plan.ok() && *plan) WritePlan(**plan, run_dir);
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -33,6 +35,13 @@
 #include "proto/loom/v1/job.pb.h"
 
 namespace loom::plan {
+
+// The ranked layouts for the job's model: gpt and llama by the planner's
+// coefficient model (planner.h); an imported model (model.onnx) from each
+// layout's compiled per-rank program (parallel/graph_planner.h), its tp
+// layouts with the job's parallel.tp_plan or, without one, the proposal.
+absl::StatusOr<parallel::Plan> PlanJob(const v1::JobSpec& spec, const parallel::Hardware& hw,
+                                       const std::function<bool(const parallel::Layout&)>& only = nullptr);
 
 // World size the spec implies: dp x tp, or dp with tp: auto.
 int SpecWorldSize(const v1::JobSpec& spec);

@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "compiler/import/onnx/testing/onnx_test_util.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "runtime/jobspec/jobspec.h"
@@ -170,6 +171,40 @@ TEST(AutoLayout, ResolvesAndWritesThePlan) {
   ASSERT_FALSE(fail.ok());
   EXPECT_NE(std::string(fail.status().message()).find("parallel.tp: auto: no layout fits"), std::string::npos)
       << fail.status();
+}
+
+// An imported model under tp: auto: the layout is chosen from compiled
+// programs and, when it has tp > 1, the spec takes the plan it was
+// estimated with (every rank of a job resolves the same one).
+TEST(AutoLayout, AnImportedModelGetsTheProposedTpPlan) {
+  compiler::import::onnx::testing::ModelBuilder mb(17);
+  mb.Input("ids", DType::kI64, {-1, 8});
+  mb.Initializer("emb", Tensor::FromVector({32, 8}, std::vector<double>(256, 0.01), DType::kF32));
+  mb.Initializer("head", Tensor::FromVector({8, 32}, std::vector<double>(256, 0.02), DType::kF32));
+  mb.Node("Gather", {"emb", "ids"}, {"h"});
+  mb.Node("MatMul", {"h", "head"}, {"logits"});
+  mb.Output("logits");
+  const std::string model = TmpDir() + "/auto_lm.onnx";
+  std::ofstream(model, std::ios::binary) << mb.Bytes();
+  // batch 1: no dp > 1 is legal, so a world of 2 must be tp=2.
+  auto spec = jobspec::LoadJobSpec(WriteSpec(
+      "onnx_auto.yaml", "model: {onnx: " + model + ", seq_len: 8, vocab: 32}\ndata: {format: tokens}\n"
+                        "train: {batch_size: 1}\nparallel: {tp: auto}\n"));
+  ASSERT_TRUE(spec.ok()) << spec.status();
+  auto plan = ResolveAutoLayout(*spec, DefaultHardware(*spec), 2);
+  ASSERT_TRUE(plan.ok()) << plan.status();
+  ASSERT_TRUE(*plan);
+  EXPECT_EQ(spec->parallel().tp(), 2);
+  EXPECT_EQ(spec->parallel().dp(), 1);
+  ASSERT_EQ(spec->parallel().tp_plan_size(), 2) << jobspec::ToYaml(*spec);
+  EXPECT_EQ(spec->parallel().tp_plan(0).pattern(), "emb");
+  EXPECT_EQ(spec->parallel().tp_plan(0).style(), "vocab");
+  EXPECT_EQ(spec->parallel().tp_plan(1).pattern(), "head");
+  EXPECT_EQ(spec->parallel().tp_plan(1).style(), "colwise");
+  EXPECT_TRUE(jobspec::ValidateJobSpec(*spec).ok());
+  const std::string table = parallel::FormatPlanTable(**plan);
+  EXPECT_NE(table.find("compiled per-rank program"), std::string::npos) << table;
+  EXPECT_NE(table.find("skipped dp=2 tp=1: train.batch_size"), std::string::npos) << table;
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "proto/loom/v1/service.grpc.pb.h"
+#include "runtime/data/dataset.h"
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/service/auth/token.h"
 #include "runtime/service/server.h"
@@ -186,6 +187,11 @@ int Submit(const Args& a, Client& c, std::ostream& out) {
   auto spec = jobspec::LoadJobSpec(a.positional[0]);
   if (!spec.ok()) {
     c.err_ << "loom: " << spec.status().message() << "\n";
+    return 2;
+  }
+  // The data as this machine sees it: headers, and every id of small data.
+  if (absl::Status s = data::CheckData(*spec); !s.ok()) {
+    c.err_ << "loom: " << s.message() << "\n";
     return 2;
   }
   if (!c.ready()) return 2;

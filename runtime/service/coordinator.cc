@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status.h"
+#include "runtime/jobspec/confine.h"
 #include "runtime/jobspec/jobspec.h"
 
 namespace loom::service {
@@ -22,6 +23,29 @@ constexpr int kMaxPriority = 1000;
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
       .count();
+}
+
+// The folders spec paths are confined to (CoordinatorOptions); creates run_root.
+absl::StatusOr<std::vector<std::string>> ConfinementRoots(const CoordinatorOptions& o) {
+  std::vector<std::string> roots = o.allowed_roots;
+  if (roots.empty()) {
+    if (!o.run_root.empty()) roots.push_back(o.run_root);
+    roots.insert(roots.end(), o.data_roots.begin(), o.data_roots.end());
+  }
+  for (const std::string& r : roots) {
+    if (r.empty() || r.find(':') != std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat("allowed_roots: '", r, "' must be a non-empty path without ':'"));
+    }
+  }
+  if (!o.run_root.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(o.run_root, ec);
+    if (ec) {
+      return absl::InvalidArgumentError(absl::StrCat("run_root: cannot create '", o.run_root, "': ", ec.message()));
+    }
+    LOOM_RETURN_IF_ERROR(jobspec::ConfinePath("run_root", o.run_root, roots));
+  }
+  return roots;
 }
 
 Demand DemandOf(const v1::JobSpec& spec) {
@@ -50,9 +74,15 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
     return absl::InvalidArgumentError(
         absl::StrCat("heartbeat_interval_ms: must be positive, got ", options.heartbeat_interval_ms));
   }
-  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(options.data_dir));
+  StoreOptions so;
+  so.init = options.init;
+  LOOM_ASSIGN_OR_RETURN(std::vector<std::string> roots, ConfinementRoots(options));
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(options.data_dir, so));
   std::unique_ptr<Coordinator> c(new Coordinator(options, std::move(store)));
+  c->roots_ = std::move(roots);
   LOOM_ASSIGN_OR_RETURN(c->incarnation_, RandomHex(8));
+  LOOM_ASSIGN_OR_RETURN(std::vector<AgentRecord> agents, c->store_->Agents());
+  for (const AgentRecord& a : agents) c->credentials_[a.id] = {a.secret_sha256, a.cert_identity};
   // Reload: queued jobs go back in the queue; jobs that were placed keep
   // their state until agents reconnect (reconciliation is the agents' part).
   LOOM_ASSIGN_OR_RETURN(std::vector<JobRecord> active, c->store_->ActiveJobs());
@@ -101,6 +131,8 @@ Coordinator::Coordinator(const CoordinatorOptions& o, std::unique_ptr<JobStore> 
                              "Training steps completed, summed over jobs (each job's step as its rank 0 reports it).");
     m_sched_latency_ = m->AddHistogram("loom_scheduling_latency_seconds", "Time from submission to placement.",
                                        {}, metrics::DefaultBuckets());
+    m_refused_ = m->AddCounter("loom_node_calls_refused_total",
+                               "NodeService calls refused for acting for another agent's ranks or id.", {"call"});
   }
 }
 
@@ -120,30 +152,17 @@ bool Coordinator::stopping() {
   return stopping_;
 }
 
-absl::Status Coordinator::CheckPath(const std::string& field, const std::string& path) const {
-  if (path.empty()) return absl::OkStatus();
-  std::filesystem::path p(path);
-  for (const auto& part : p) {
-    if (part == "..") {
-      return absl::InvalidArgumentError(absl::StrCat(field, ": '..' is not allowed (got ", path, ")"));
-    }
-  }
-  if (opts_.allowed_roots.empty()) return absl::OkStatus();
-  std::filesystem::path abs = std::filesystem::absolute(p).lexically_normal();
-  for (const std::string& root : opts_.allowed_roots) {
-    std::filesystem::path r = std::filesystem::absolute(root).lexically_normal();
-    auto rel = abs.lexically_relative(r);
-    if (!rel.empty() && *rel.begin() != "..") return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(absl::StrCat(field, ": '", path, "' is outside the allowed roots (",
-                                                 absl::StrJoin(opts_.allowed_roots, ", "), ")"));
-}
-
+// The coordinator's part of validating a spec (the one shared validator is
+// jobspec::ValidateJobSpec): the job name is a folder name, and every path is
+// confined before the spec's own checks look at the files it names.
 absl::Status Coordinator::ValidateSpec(v1::JobSpec& spec) const {
   jobspec::ApplyDefaults(spec);
+  LOOM_RETURN_IF_ERROR(jobspec::ValidateJobName("spec.name", spec.name()));
+  const v1::DataSpec& d = spec.data();
+  LOOM_RETURN_IF_ERROR(jobspec::ConfineJobPaths("spec.", d.path(), d.val(), d.labels(), d.val_labels(), spec.run_dir(),
+                                                spec.checkpoint().dir(), spec.init_from(), spec.model().onnx(), roots_));
   absl::Status s = jobspec::ValidateJobSpec(spec);
   if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("spec.", s.message()));
-  if (spec.name().size() > 128) return absl::InvalidArgumentError("spec.name: longer than 128 bytes");
   if (spec.priority() < -kMaxPriority || spec.priority() > kMaxPriority) {
     return absl::InvalidArgumentError(
         absl::StrCat("spec.priority: must be in [-1000, 1000], got ", spec.priority()));
@@ -151,11 +170,6 @@ absl::Status Coordinator::ValidateSpec(v1::JobSpec& spec) const {
   if (spec.max_restarts() < 0) {
     return absl::InvalidArgumentError(absl::StrCat("spec.max_restarts: must be >= 0, got ", spec.max_restarts()));
   }
-  LOOM_RETURN_IF_ERROR(CheckPath("spec.model.onnx", spec.model().onnx()));
-  LOOM_RETURN_IF_ERROR(CheckPath("spec.data.path", spec.data().path()));
-  LOOM_RETURN_IF_ERROR(CheckPath("spec.run_dir", spec.run_dir()));
-  LOOM_RETURN_IF_ERROR(CheckPath("spec.checkpoint.dir", spec.checkpoint().dir()));
-  LOOM_RETURN_IF_ERROR(CheckPath("spec.init_from", spec.init_from()));
   if (opts_.check_model) {
     absl::Status m = opts_.check_model(spec);
     if (!m.ok()) return absl::InvalidArgumentError(absl::StrCat("spec.", m.message()));
@@ -314,6 +328,7 @@ absl::StatusOr<v1::JobStatus> Coordinator::Cancel(const std::string& job_id) {
   if (const auto* slots = sched_.Placement(id)) KillLocked(id, *slots);
   sched_.Release(id);
   live_.erase(id);
+  ForgetOwnersLaterLocked(id);
   RunScheduleLocked();
   NotifyLocked();
   return ToStatus(done);
@@ -388,6 +403,10 @@ void Coordinator::LaunchLocked(const JobRecord& r, const std::vector<Slot>& slot
     if (o.job_id().empty()) {
       o.set_job_id(FormatJobId(r.id));
       o.mutable_spec()->ParseFromString(r.spec);
+      if (o.spec().run_dir().empty() && !opts_.run_root.empty()) {
+        o.mutable_spec()->set_run_dir(absl::StrCat(opts_.run_root, "/", o.spec().name(), "-", FormatJobId(r.id)));
+      }
+      for (const std::string& root : roots_) o.add_allowed_roots(root);
       o.set_world_size(r.world_size);
       o.set_attempt(r.restart_count);
     }
@@ -396,6 +415,7 @@ void Coordinator::LaunchLocked(const JobRecord& r, const std::vector<Slot>& slot
     p->set_agent_id(s.agent_id);
     p->set_gpu(s.gpu);
     if (s.rank == 0) o.set_host_rendezvous(true);
+    AddRankOwnerLocked(r.id, s.rank, s.agent_id);
   }
   // The rendezvous: rank 0's agent hosts the store; the secret is new for
   // every attempt, so a stale worker of an earlier attempt cannot join.
@@ -436,7 +456,21 @@ void Coordinator::FinishLocked(int64_t id, const std::function<void(JobRecord&)>
   if (const auto* slots = sched_.Placement(id)) KillLocked(id, *slots);
   sched_.Release(id);
   live_.erase(id);
+  ForgetOwnersLaterLocked(id);
   RunScheduleLocked();
+}
+
+void Coordinator::AddRankOwnerLocked(int64_t job, int32_t rank, const std::string& agent) {
+  rank_owners_[job][rank].insert(agent);
+}
+
+void Coordinator::ForgetOwnersLaterLocked(int64_t job) {
+  constexpr size_t kKeptFinished = 4096;
+  finished_owners_.push_back(job);
+  while (finished_owners_.size() > kKeptFinished) {
+    rank_owners_.erase(finished_owners_.front());
+    finished_owners_.pop_front();
+  }
 }
 
 void Coordinator::RestartOrFailLocked(JobRecord r, int32_t rank, int32_t code, const std::string& why) {

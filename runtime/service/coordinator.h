@@ -16,6 +16,15 @@
 // that had not exited when the job ended are recorded as kExitUnknown. An agent silent for 3 heartbeat intervals is lost:
 // its jobs restart elsewhere (or wait) within the same budget.
 //
+// Agents: the join token registers a new agent, which gets an id that is
+// never reused (persisted in the store) and a secret (only its SHA-256 is
+// kept); with mutual TLS the id is bound to the certificate identity it
+// registered with. Every later NodeService call authenticates as one agent
+// (AuthenticateAgent) and may act only for it: exit reports for ranks placed on
+// it, progress for a job whose rank 0 it holds, logs for ranks it ran. Anything
+// else is PERMISSION_DENIED, logged to stderr and counted in
+// loom_node_calls_refused_total{call}.
+//
 // Thread-safe: one mutex guards the in-memory state.
 #pragma once
 
@@ -45,9 +54,23 @@ bool IsRetryableExit(int code);
 
 struct CoordinatorOptions {
   std::string data_dir;
+  // Start an empty job store where the data folder held one whose loom.db is
+  // now missing or empty (StoreOptions::init); refused without it.
+  bool init = false;
   int max_queued_jobs = 10000;
-  // When non-empty, spec paths (data.path, run_dir, checkpoint.dir, init_from) must lie
-  // inside one of these folders. `..` components are always refused.
+  // Run folders of jobs that set no run_dir: <run_root>/<name>-<job id>, put
+  // into their launch orders. "" (the embedded coordinator of `loom run`):
+  // the worker's own default, runs/<name>-<time> under its working folder.
+  std::string run_root;
+  // Folders named at start that jobs may read from and write in (data,
+  // init_from, checkpoints, run folders).
+  std::vector<std::string> data_roots;
+  // Every path of a spec (data.path, run_dir, checkpoint.dir, init_from) must
+  // resolve, symlinks followed (jobspec/confine.h), inside one of these
+  // folders; `..` is always refused. Empty: run_root and data_roots. With all
+  // three empty, paths are not confined (`loom run`: the user's own spec, run
+  // with the user's own rights). run_root must lie inside allowed_roots. No
+  // root may contain ':' (launch orders pass them to workers as a list).
   std::vector<std::string> allowed_roots;
   int heartbeat_interval_ms = 1000;
   // After a restart, how long reloaded jobs wait for agents to reclaim their
@@ -60,6 +83,13 @@ struct CoordinatorOptions {
   // imported with the job's shapes: runtime/train/onnx_model.h); its error,
   // prefixed "spec.", refuses the job as InvalidArgument.
   std::function<absl::Status(const v1::JobSpec&)> check_model;
+};
+
+// Who makes a NodeService call, as the server authenticated it.
+struct AgentCaller {
+  bool join = false;          // presented the join token (RegisterAgent of a new agent)
+  std::string agent_id;       // the authenticated agent (empty with `join`)
+  std::string cert_identity;  // the peer certificate's identity under mutual TLS, else ""
 };
 
 std::string FormatJobId(int64_t id);
@@ -80,7 +110,18 @@ class Coordinator {
   // returns the current version (watchers poll Get after each change).
   uint64_t WaitForChange(uint64_t seen, std::chrono::milliseconds timeout);
 
-  absl::StatusOr<v1::RegisterAgentResponse> RegisterAgent(const v1::RegisterAgentRequest& req);
+  // OK when `secret` is agent `agent_id`'s (and, when it registered with a
+  // client certificate, `cert_identity` is that certificate's);
+  // UNAUTHENTICATED otherwise, saying no more than "wrong agent credential".
+  absl::Status AuthenticateAgent(const std::string& agent_id, const std::string& secret,
+                                 const std::string& cert_identity);
+  // A join-token caller gets a new id and secret (req.agent_id must be empty);
+  // an authenticated agent registers again under its own id.
+  absl::StatusOr<v1::RegisterAgentResponse> RegisterAgent(const v1::RegisterAgentRequest& req,
+                                                          const AgentCaller& caller);
+  // Logs a NodeService call refused for acting outside its caller's agent and
+  // returns PERMISSION_DENIED with `why`.
+  absl::Status RefuseNodeCall(const std::string& call, const std::string& agent_id, const std::string& why);
   absl::Status Heartbeat(const std::string& agent_id);
   // Long poll: waits up to min(wait_ms, 5000) ms for orders.
   absl::StatusOr<v1::PollOrdersResponse> PollOrders(const std::string& agent_id, int wait_ms);
@@ -127,7 +168,6 @@ class Coordinator {
 
   Coordinator(const CoordinatorOptions& o, std::unique_ptr<JobStore> s);
   absl::Status ValidateSpec(v1::JobSpec& spec) const;
-  absl::Status CheckPath(const std::string& field, const std::string& path) const;
   v1::JobStatus ToStatus(const JobRecord& r) const;
   void RunScheduleLocked();
   void LaunchLocked(const JobRecord& r, const std::vector<Slot>& slots);
@@ -137,6 +177,13 @@ class Coordinator {
   void FinishLocked(int64_t id, const std::function<void(JobRecord&)>& fn, const std::string& msg);
   void NotifyLocked();
   void UpdateGaugesLocked();
+  // Records that `agent` runs `rank` of `job` (its logs are accepted from it).
+  void AddRankOwnerLocked(int64_t job, int32_t rank, const std::string& agent);
+  // A finished job's owners are dropped once 4096 later jobs have finished.
+  void ForgetOwnersLaterLocked(int64_t job);
+  // Whether the current placement of live job `job` puts `rank` on `agent`.
+  bool PlacedOnLocked(int64_t job, int32_t rank, const std::string& agent) const;
+  absl::Status RefuseLocked(const std::string& call, const std::string& agent_id, const std::string& why);
 
   const CoordinatorOptions opts_;
   std::unique_ptr<JobStore> store_;
@@ -146,7 +193,16 @@ class Coordinator {
   Scheduler sched_;
   std::map<std::string, AgentInfo> agents_;
   std::map<int64_t, LiveJob> live_;
-  int64_t next_agent_ = 1;
+  std::vector<std::string> roots_;  // the folders spec paths are confined to; empty: not confined
+  struct Credential {
+    std::string secret_sha256;
+    std::string cert_identity;
+  };
+  std::map<std::string, Credential> credentials_;  // every agent identity issued
+  // Agents that ran each rank (job -> rank -> agents), kept for the most
+  // recently finished jobs too so their last log bytes are accepted.
+  std::map<int64_t, std::map<int32_t, std::set<std::string>>> rank_owners_;
+  std::deque<int64_t> finished_owners_;
   // Jobs reloaded in SCHEDULED/RUNNING/RESTARTING, awaiting their agents.
   std::set<int64_t> unclaimed_;
   std::chrono::steady_clock::time_point reclaim_deadline_ = std::chrono::steady_clock::time_point::max();
@@ -161,6 +217,7 @@ class Coordinator {
   metrics::Family<metrics::Counter>* m_restarts_ = nullptr;
   metrics::Family<metrics::Counter>* m_steps_ = nullptr;
   metrics::Family<metrics::Histogram>* m_sched_latency_ = nullptr;
+  metrics::Family<metrics::Counter>* m_refused_ = nullptr;
 };
 
 }  // namespace loom::service

@@ -28,6 +28,9 @@ const FlagDef kFlags[] = {
     {"metrics-listen", "LOOM_METRICS_LISTEN"},
     {"max-request-bytes", "LOOM_MAX_REQUEST_BYTES"},
     {"allowed-roots", "LOOM_ALLOWED_ROOTS"},
+    {"run-root", "LOOM_RUN_ROOT"},
+    {"data-roots", "LOOM_DATA_ROOTS"},
+    {"kill-grace-ms", "LOOM_KILL_GRACE_MS"},
     {"heartbeat-ms", "LOOM_HEARTBEAT_MS"},
     {"max-queued-jobs", "LOOM_MAX_QUEUED_JOBS"},
     {"reclaim-grace-ms", "LOOM_RECLAIM_GRACE_MS"},
@@ -45,9 +48,45 @@ absl::Status ParseInt(const std::string& flag, const std::string& v, int lo, int
   return absl::OkStatus();
 }
 
+std::vector<std::string> SplitList(const std::string& v) {
+  std::vector<std::string> out;
+  for (absl::string_view r : absl::StrSplit(v, ',', absl::SkipEmpty())) out.emplace_back(r);
+  return out;
+}
+
 }  // namespace
 
+const char kCoordinatorUsage[] = R"(usage: loom coordinator [flags]
+(each flag also reads the environment variable shown)
+Runs the coordinator daemon: job queue, scheduler, gRPC API (JobService, NodeService), /metrics.
+  --data-dir DIR             LOOM_DATA_DIR (default $HOME/.loom): loom.db, logs, the user token
+                             (token) and the agents' join token (join-token), both mode 0600
+  --listen HOST:PORT         LOOM_LISTEN (default 127.0.0.1:7070)
+  --metrics-listen HOST:PORT|off   LOOM_METRICS_LISTEN (default 127.0.0.1:7071)
+  --run-root DIR             LOOM_RUN_ROOT (default <data-dir>/runs): run folders of jobs that
+                             set no run_dir, <run-root>/<name>-<job id>
+  --data-roots A,B           LOOM_DATA_ROOTS: folders jobs may read data and init_from from
+  --allowed-roots A,B        LOOM_ALLOWED_ROOTS (default: the run root and the data roots):
+                             every path of a job spec must resolve inside one of these
+                             (symlinks followed; '..' always refused)
+  --max-request-bytes N      LOOM_MAX_REQUEST_BYTES (default 4194304)
+  --max-queued-jobs N        LOOM_MAX_QUEUED_JOBS (default 10000)
+  --heartbeat-ms N           LOOM_HEARTBEAT_MS (default 1000); agents silent for 3 are lost
+  --reclaim-grace-ms N       LOOM_RECLAIM_GRACE_MS (default 5000): after a restart, how long
+                             agents have to reclaim running ranks (from when it listens)
+  --kill-grace-ms N          LOOM_KILL_GRACE_MS (default 10000): SIGTERM -> SIGKILL of ranks
+  --tls-cert PEM --tls-key PEM     LOOM_TLS_CERT, LOOM_TLS_KEY (TLS on)
+  --tls-client-ca PEM        LOOM_TLS_CLIENT_CA (mutual TLS; binds agents to their certificate)
+  --port-file PATH           write "<grpc port> <metrics port>" once listening
+  --init                     start an empty job store although <data-dir>/store.marker says
+                             loom.db existed (it is missing or empty); ids continue after the
+                             old ones. No environment variable: it is meant for one start.
+One coordinator per data folder (<data-dir>/lock) and per port.
+Exit codes: 0 after SIGINT/SIGTERM, 1 when the server cannot start, 2 for bad flags.
+)";
+
 absl::StatusOr<CoordinatorFlags> ParseCoordinatorFlags(const std::vector<std::string>& args, const EnvLookup& env) {
+  CoordinatorFlags out;
   std::map<std::string, std::string> v;
   for (const FlagDef& f : kFlags) {
     if (f.env == nullptr) continue;
@@ -56,8 +95,16 @@ absl::StatusOr<CoordinatorFlags> ParseCoordinatorFlags(const std::vector<std::st
   }
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
+    if (a == "--help" || a == "-h") {
+      out.help = true;
+      return out;
+    }
     if (a.rfind("--", 0) != 0) return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", a, "'"));
     std::string name = a.substr(2), value;
+    if (name == "init") {  // a switch for one start; no environment variable on purpose
+      out.server.coordinator.init = true;
+      continue;
+    }
     size_t eq = name.find('=');
     if (eq != std::string::npos) {
       value = name.substr(eq + 1);
@@ -72,7 +119,6 @@ absl::StatusOr<CoordinatorFlags> ParseCoordinatorFlags(const std::vector<std::st
     if (!known) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
     v[name] = value;
   }
-  CoordinatorFlags out;
   ServerOptions& o = out.server;
   o.coordinator.data_dir = v.count("data-dir") ? v["data-dir"] : DefaultDataDir();
   o.listen_address = v.count("listen") ? v["listen"] : "127.0.0.1:7070";
@@ -104,12 +150,14 @@ absl::StatusOr<CoordinatorFlags> ParseCoordinatorFlags(const std::vector<std::st
     absl::Status s = ParseInt("max-queued-jobs", v["max-queued-jobs"], 1, 10000000, &o.coordinator.max_queued_jobs);
     if (!s.ok()) return s;
   }
-  if (v.count("allowed-roots")) {
-    for (absl::string_view r : absl::StrSplit(v["allowed-roots"], ',', absl::SkipEmpty())) {
-      o.coordinator.allowed_roots.emplace_back(r);
-    }
+  if (v.count("kill-grace-ms")) {
+    absl::Status s = ParseInt("kill-grace-ms", v["kill-grace-ms"], 0, 3600000, &o.coordinator.kill_grace_ms);
+    if (!s.ok()) return s;
   }
   o.coordinator.check_model = train::CheckOnnxJob;
+  o.coordinator.run_root = v.count("run-root") ? v["run-root"] : o.coordinator.data_dir + "/runs";
+  if (v.count("data-roots")) o.coordinator.data_roots = SplitList(v["data-roots"]);
+  if (v.count("allowed-roots")) o.coordinator.allowed_roots = SplitList(v["allowed-roots"]);
   if (v.count("port-file")) out.port_file = v["port-file"];
   o.tls_cert_file = v["tls-cert"];
   o.tls_key_file = v["tls-key"];
@@ -120,8 +168,12 @@ absl::StatusOr<CoordinatorFlags> ParseCoordinatorFlags(const std::vector<std::st
 int RunCoordinatorCommand(const std::vector<std::string>& args) {
   auto flags = ParseCoordinatorFlags(args, [](const char* n) { return std::getenv(n); });
   if (!flags.ok()) {
-    std::fprintf(stderr, "loom coordinator: %s\n", std::string(flags.status().message()).c_str());
+    std::fprintf(stderr, "loom coordinator: %s\n%s", std::string(flags.status().message()).c_str(), kCoordinatorUsage);
     return 2;
+  }
+  if (flags->help) {
+    std::fputs(kCoordinatorUsage, stdout);
+    return 0;
   }
   // Block the shutdown signals before gRPC starts its threads, so they all
   // inherit the mask and only sigwait below receives them.
@@ -133,7 +185,7 @@ int RunCoordinatorCommand(const std::vector<std::string>& args) {
   auto server = CoordinatorServer::Start(flags->server);
   if (!server.ok()) {
     std::fprintf(stderr, "loom coordinator: %s\n", std::string(server.status().message()).c_str());
-    return 1;
+    return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
   std::fprintf(stderr, "loom coordinator: listening on port %d (metrics port %d), data dir %s\n",
                (*server)->port(), (*server)->metrics_port(), flags->server.coordinator.data_dir.c_str());

@@ -1,20 +1,10 @@
 // `loom coordinator`: runs the coordinator daemon until SIGINT or SIGTERM.
 //
-// Every setting is a flag or an environment variable (flags win):
-//   --data-dir DIR            LOOM_DATA_DIR       (default $HOME/.loom)
-//   --listen HOST:PORT        LOOM_LISTEN         (default 127.0.0.1:7070)
-//   --metrics-listen HOST:PORT|off  LOOM_METRICS_LISTEN (default 127.0.0.1:7071)
-//   --max-request-bytes N     LOOM_MAX_REQUEST_BYTES (default 4194304)
-//   --allowed-roots A,B       LOOM_ALLOWED_ROOTS  (default: any path, no `..`)
-//   --heartbeat-ms N          LOOM_HEARTBEAT_MS   (default 1000)
-//   --max-queued-jobs N       LOOM_MAX_QUEUED_JOBS (default 10000)
-//   --reclaim-grace-ms N      LOOM_RECLAIM_GRACE_MS (default 5000): after a restart, how
-//                             long running ranks have to be reclaimed by their agents
-//   --tls-cert PEM --tls-key PEM     LOOM_TLS_CERT, LOOM_TLS_KEY (TLS on)
-//   --tls-client-ca PEM       LOOM_TLS_CLIENT_CA  (mutual TLS: verify clients)
-//   --port-file PATH          write "<grpc port> <metrics port>\n" once listening
-// Flags take `--name=value` or `--name value`. Exit codes: 0 after a clean
-// shutdown, 1 when the server cannot start, 2 for bad flags.
+// Every setting is a flag or an environment variable (flags win); the list,
+// with defaults, is kCoordinatorUsage (`loom coordinator --help`). Flags take
+// `--name=value` or `--name value`; `--init` takes no value. Exit codes: 0
+// after a clean shutdown, 1 when the server cannot start (the data folder or
+// port is in use, loom.db is lost), 2 for bad flags or settings.
 #pragma once
 
 #include <functional>
@@ -26,9 +16,12 @@
 
 namespace loom::service {
 
+extern const char kCoordinatorUsage[];
+
 struct CoordinatorFlags {
   ServerOptions server;
   std::string port_file;
+  bool help = false;
 };
 
 using EnvLookup = std::function<const char*(const char*)>;

@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <sstream>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -31,6 +32,18 @@ TEST(CoordinatorFlags, DefaultsEnvAndFlags) {
   auto f = Parse({}, {{"LOOM_DATA_DIR", "/d"}});
   ASSERT_TRUE(f.ok()) << f.status();
   EXPECT_EQ(f->server.coordinator.data_dir, "/d");
+  EXPECT_FALSE(f->server.coordinator.init);
+  EXPECT_EQ(f->server.coordinator.run_root, "/d/runs");  // confined by default: the run root
+  EXPECT_TRUE(f->server.coordinator.data_roots.empty());
+  EXPECT_TRUE(f->server.coordinator.allowed_roots.empty());
+  EXPECT_EQ(f->server.coordinator.kill_grace_ms, 10000);
+  EXPECT_TRUE(Parse({"--init"})->server.coordinator.init);
+  EXPECT_TRUE(Parse({"--data-dir=/x", "--help"})->help);
+  f = Parse({"--run-root=/r", "--data-roots", "/data1,/data2", "--kill-grace-ms=500"});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->server.coordinator.run_root, "/r");
+  EXPECT_EQ(f->server.coordinator.data_roots, (std::vector<std::string>{"/data1", "/data2"}));
+  EXPECT_EQ(f->server.coordinator.kill_grace_ms, 500);
   EXPECT_EQ(f->server.listen_address, "127.0.0.1:7070");  // loopback by default
   EXPECT_EQ(f->server.metrics_host, "127.0.0.1");
   EXPECT_EQ(f->server.metrics_port, 7071);
@@ -61,25 +74,50 @@ TEST(CoordinatorFlags, BadFlagsNameTheFlag) {
   EXPECT_FALSE(Parse({"stray"}).ok());
 }
 
-// Starts the daemon binary; returns its pid and the bound gRPC port.
-pid_t StartDaemon(const std::string& data_dir, int* port) {
+// Starts the daemon binary (stderr to <data_dir>.log); returns its pid and the
+// bound gRPC port, or -1 when it did not come up (it may have exited).
+pid_t StartDaemon(const std::string& data_dir, int* port, const std::string& listen = "127.0.0.1:0",
+                  const std::vector<std::string>& extra = {}) {
   std::string port_file = data_dir + ".port";
   std::filesystem::remove(port_file);
+  std::vector<std::string> argv = {"runtime/service/loom_coordinator", "--data-dir", data_dir, "--listen", listen,
+                                   "--metrics-listen", "off", "--port-file", port_file};
+  argv.insert(argv.end(), extra.begin(), extra.end());
   pid_t pid = fork();
   if (pid == 0) {
-    execl("runtime/service/loom_coordinator", "loom_coordinator", "--data-dir", data_dir.c_str(), "--listen",
-          "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0", "--port-file", port_file.c_str(), nullptr);
+    if (freopen((data_dir + ".log").c_str(), "a", stderr) == nullptr) _exit(126);
+    std::vector<char*> a;
+    for (auto& s : argv) a.push_back(s.data());
+    a.push_back(nullptr);
+    execv(a[0], a.data());
     _exit(127);
   }
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
   while (std::chrono::steady_clock::now() < deadline) {
     std::ifstream in(port_file);
     if (in >> *port) return pid;
+    int status = 0;
+    if (waitpid(pid, &status, WNOHANG) == pid) return -1;
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   kill(pid, SIGKILL);
   waitpid(pid, nullptr, 0);
   return -1;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string TmpDir(const std::string& name) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  std::string dir = std::string(tmp ? tmp : "/tmp") + "/" + name;
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(dir + ".log");
+  return dir;
 }
 
 int WaitExit(pid_t pid, int seconds) {
@@ -106,6 +144,67 @@ std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token) {
   c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
   AddBearer(c.get(), token);
   return c;
+}
+
+// A second coordinator on the same data folder, or on the same port, does not
+// start: it exits 1 saying why, and the first keeps serving.
+TEST(CoordinatorDaemon, SecondCoordinatorOnTheSameFolderOrPortIsRefused) {
+  std::string dir = TmpDir("single_a"), other = TmpDir("single_b");
+  int port = 0, port2 = 0;
+  pid_t first = StartDaemon(dir, &port);
+  ASSERT_GT(first, 0) << ReadAll(dir + ".log");
+  pid_t second = StartDaemon(dir, &port2);
+  EXPECT_EQ(second, -1) << "a second coordinator started on the same data folder";
+  EXPECT_NE(ReadAll(dir + ".log").find("is in use by another coordinator (pid " + std::to_string(first)),
+            std::string::npos)
+      << ReadAll(dir + ".log");
+  EXPECT_EQ(StartDaemon(other, &port2, "127.0.0.1:" + std::to_string(port)), -1)
+      << "a second coordinator started on port " << port;
+  EXPECT_NE(ReadAll(other + ".log").find("cannot listen on 127.0.0.1:" + std::to_string(port)), std::string::npos)
+      << ReadAll(other + ".log");
+  auto token = FindClientToken(dir);
+  ASSERT_TRUE(token.ok());
+  v1::ListJobsResponse all;
+  EXPECT_TRUE(Connect(port)->ListJobs(Ctx(*token).get(), {}, &all).ok());
+  // Once the first is gone, the folder is free again.
+  ASSERT_EQ(kill(first, SIGTERM), 0);
+  EXPECT_EQ(WaitExit(first, 10), 0);
+  pid_t again = StartDaemon(dir, &port2);
+  EXPECT_GT(again, 0) << ReadAll(dir + ".log");
+  if (again > 0) {
+    kill(again, SIGTERM);
+    WaitExit(again, 10);
+  }
+}
+
+// loom.db deleted after the folder held a store: the daemon refuses to start
+// empty (exit 1, naming --init) until --init; then job ids do not repeat.
+TEST(CoordinatorDaemon, LostJobStoreNeedsInitAndJobIdsContinue) {
+  std::string dir = TmpDir("lost_store");
+  int port = 0;
+  pid_t pid = StartDaemon(dir, &port);
+  ASSERT_GT(pid, 0) << ReadAll(dir + ".log");
+  auto token = FindClientToken(dir);
+  ASSERT_TRUE(token.ok());
+  v1::SubmitJobRequest req;
+  req.mutable_spec()->set_name("first");
+  req.set_wait_for_capacity(true);
+  v1::SubmitJobResponse resp;
+  ASSERT_TRUE(Connect(port)->SubmitJob(Ctx(*token).get(), req, &resp).ok());
+  EXPECT_EQ(resp.job().job_id(), "job-1");
+  kill(pid, SIGTERM);
+  ASSERT_EQ(WaitExit(pid, 10), 0);
+  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(dir + "/loom.db" + suffix);
+
+  EXPECT_EQ(StartDaemon(dir, &port), -1) << "started over a lost loom.db";
+  EXPECT_NE(ReadAll(dir + ".log").find("loom.db is missing"), std::string::npos) << ReadAll(dir + ".log");
+  EXPECT_NE(ReadAll(dir + ".log").find("--init"), std::string::npos);
+  pid = StartDaemon(dir, &port, "127.0.0.1:0", {"--init"});
+  ASSERT_GT(pid, 0) << ReadAll(dir + ".log");
+  ASSERT_TRUE(Connect(port)->SubmitJob(Ctx(*token).get(), req, &resp).ok());
+  EXPECT_NE(resp.job().job_id(), "job-1");
+  kill(pid, SIGTERM);
+  EXPECT_EQ(WaitExit(pid, 10), 0);
 }
 
 TEST(CoordinatorDaemon, AcknowledgedJobSurvivesKillDashNineThenCleanShutdown) {

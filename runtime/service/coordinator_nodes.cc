@@ -7,11 +7,50 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
+#include "runtime/service/auth/token.h"
 #include "runtime/service/coordinator.h"
 
 namespace loom::service {
 
-absl::StatusOr<v1::RegisterAgentResponse> Coordinator::RegisterAgent(const v1::RegisterAgentRequest& req) {
+absl::Status Coordinator::AuthenticateAgent(const std::string& agent_id, const std::string& secret,
+                                            const std::string& cert_identity) {
+  const std::string hash = Sha256Hex(secret);
+  std::lock_guard<std::mutex> l(mu_);
+  auto it = credentials_.find(agent_id);
+  if (it == credentials_.end() || !ConstantTimeEquals(hash, it->second.secret_sha256)) {
+    return absl::UnauthenticatedError("wrong agent credential");
+  }
+  if (!it->second.cert_identity.empty() && it->second.cert_identity != cert_identity) {
+    std::fprintf(stderr, "loom coordinator: agent %s called with certificate identity '%s', not '%s': refused\n",
+                 agent_id.c_str(), cert_identity.substr(0, 128).c_str(), it->second.cert_identity.c_str());
+    return absl::UnauthenticatedError("wrong agent credential: not the client certificate this agent registered with");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Coordinator::RefuseLocked(const std::string& call, const std::string& agent_id, const std::string& why) {
+  std::fprintf(stderr, "loom coordinator: refused %s from agent %s: %s\n", call.c_str(), agent_id.substr(0, 64).c_str(),
+               why.c_str());
+  if (m_refused_ != nullptr) m_refused_->With({call}).Inc();
+  return absl::PermissionDeniedError(why);
+}
+
+absl::Status Coordinator::RefuseNodeCall(const std::string& call, const std::string& agent_id, const std::string& why) {
+  std::lock_guard<std::mutex> l(mu_);
+  return RefuseLocked(call, agent_id, why);
+}
+
+bool Coordinator::PlacedOnLocked(int64_t job, int32_t rank, const std::string& agent) const {
+  const auto* placed = sched_.Placement(job);
+  if (placed == nullptr) return false;
+  for (const Slot& s : *placed) {
+    if (s.rank == rank && s.agent_id == agent) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<v1::RegisterAgentResponse> Coordinator::RegisterAgent(const v1::RegisterAgentRequest& req,
+                                                                     const AgentCaller& caller) {
   const auto& res = req.resources();
   if (res.cpu_slots() < 0 || res.cpu_slots() > 1 << 16) {
     return absl::InvalidArgumentError(absl::StrCat("resources.cpu_slots: must be in [0, 65536], got ", res.cpu_slots()));
@@ -28,9 +67,26 @@ absl::StatusOr<v1::RegisterAgentResponse> Coordinator::RegisterAgent(const v1::R
   if (req.rendezvous_address().size() > 256) {
     return absl::InvalidArgumentError("rendezvous_address: longer than 256 bytes");
   }
+  v1::RegisterAgentResponse resp;
+  std::string id = caller.agent_id;
+  if (caller.join) {
+    if (!req.agent_id().empty()) {
+      return RefuseNodeCall("RegisterAgent", req.agent_id(),
+                            absl::StrCat("agent_id: reconnecting as '", req.agent_id().substr(0, 64),
+                                         "' needs that agent's own credential; the join token registers new agents"));
+    }
+    LOOM_ASSIGN_OR_RETURN(std::string secret, RandomHex(32));
+    LOOM_ASSIGN_OR_RETURN(AgentRecord rec,
+                          store_->InsertAgent(req.hostname(), Sha256Hex(secret), caller.cert_identity));
+    id = rec.id;
+    resp.set_agent_secret(secret);
+    std::lock_guard<std::mutex> l(mu_);
+    credentials_[id] = {rec.secret_sha256, rec.cert_identity};
+  } else if (!req.agent_id().empty() && req.agent_id() != caller.agent_id) {
+    return RefuseNodeCall("RegisterAgent", caller.agent_id,
+                          absl::StrCat("agent_id: '", req.agent_id().substr(0, 64), "' is not the caller's id"));
+  }
   std::lock_guard<std::mutex> l(mu_);
-  std::string id = req.agent_id();
-  if (id.empty()) id = absl::StrCat("agent-", next_agent_++, req.hostname().empty() ? "" : "-", req.hostname());
   AgentInfo& a = agents_[id];
   a.resources = res;
   a.rendezvous_address = req.rendezvous_address();
@@ -39,7 +95,6 @@ absl::StatusOr<v1::RegisterAgentResponse> Coordinator::RegisterAgent(const v1::R
   for (const v1::RunningJob& running : req.running()) AdoptLocked(id, running);
   RunScheduleLocked();
   NotifyLocked();
-  v1::RegisterAgentResponse resp;
   resp.set_agent_id(id);
   resp.set_heartbeat_interval_ms(opts_.heartbeat_interval_ms);
   return resp;
@@ -86,6 +141,7 @@ void Coordinator::AdoptLocked(const std::string& agent_id, const v1::RunningJob&
     kill("no room on the agent");
     return;
   }
+  for (const Slot& s : slots) AddRankOwnerLocked(*id, s.rank, agent_id);
   std::fprintf(stderr, "loom coordinator: agent %s reclaimed %zu rank(s) of %s\n", agent_id.c_str(), slots.size(),
                running.job_id().c_str());
   const auto* placed = sched_.Placement(*id);
@@ -151,6 +207,10 @@ absl::Status Coordinator::ReportExit(const v1::ReportExitRequest& req) {
   }
   // Reports for finished jobs or earlier attempts are stale: accepted, ignored.
   if (IsTerminal(r->state) || req.attempt() != r->restart_count || !live_.count(id)) return absl::OkStatus();
+  if (!PlacedOnLocked(id, req.rank(), req.agent_id())) {
+    return RefuseLocked("ReportExit", req.agent_id(),
+                        absl::StrCat("rank: ", req.job_id(), " rank ", req.rank(), " is not placed on this agent"));
+  }
   LiveJob& live = live_[id];
   live.exits[req.rank()] = req.exit_code();
   if (req.exit_code() != 0) {
@@ -184,6 +244,10 @@ absl::Status Coordinator::ReportProgress(const v1::ReportProgressRequest& req) {
                                                                       : r.status();
   auto live = live_.find(id);
   if (IsTerminal(r->state) || req.attempt() != r->restart_count || live == live_.end()) return absl::OkStatus();
+  if (!PlacedOnLocked(id, 0, req.agent_id())) {
+    return RefuseLocked("ReportProgress", req.agent_id(),
+                        absl::StrCat("job_id: rank 0 of ", req.job_id(), " is not placed on this agent"));
+  }
   if (!req.rendezvous_address().empty()) live->second.rendezvous_address = req.rendezvous_address();
   if (m_steps_ != nullptr && req.step() > r->current_step)
     m_steps_->With({}).Inc(static_cast<double>(req.step() - std::max<int64_t>(0, r->current_step)));
@@ -204,17 +268,27 @@ absl::Status Coordinator::AppendLogs(const v1::AppendLogsRequest& req) {
   }
   if (req.offset() < 0) return absl::InvalidArgumentError(absl::StrCat("offset: must be >= 0, got ", req.offset()));
   if (req.data().size() > (1 << 20)) return absl::InvalidArgumentError("data: more than 1 MiB");
-  {
-    std::lock_guard<std::mutex> l(mu_);
-    if (agents_.find(req.agent_id()) == agents_.end()) {
-      return absl::NotFoundError(absl::StrCat("agent_id: unknown agent '", req.agent_id().substr(0, 64), "'"));
-    }
-  }
   auto r = store_->GetJob(id);
   if (!r.ok()) return r.status().code() == absl::StatusCode::kNotFound ? absl::NotFoundError(req.job_id() + " not found")
                                                                       : r.status();
   if (req.rank() < 0 || req.rank() >= r->world_size) {
     return absl::InvalidArgumentError(absl::StrCat("rank: must be in [0, ", r->world_size, "), got ", req.rank()));
+  }
+  {
+    std::lock_guard<std::mutex> l(mu_);
+    if (agents_.find(req.agent_id()) == agents_.end()) {
+      return absl::NotFoundError(absl::StrCat("agent_id: unknown agent '", req.agent_id().substr(0, 64), "'"));
+    }
+    auto job = rank_owners_.find(id);
+    bool ran = false;
+    if (job != rank_owners_.end()) {
+      auto rank = job->second.find(req.rank());
+      ran = rank != job->second.end() && rank->second.count(req.agent_id()) > 0;
+    }
+    if (!ran) {
+      return RefuseLocked("AppendLogs", req.agent_id(),
+                          absl::StrCat("rank: ", req.job_id(), " rank ", req.rank(), " never ran on this agent"));
+    }
   }
   std::string dir = absl::StrCat(opts_.data_dir, "/logs/", FormatJobId(id));
   std::string path = absl::StrCat(dir, "/rank", req.rank(), ".", req.stream() == "stdout" ? "out" : "err");

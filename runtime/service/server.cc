@@ -135,14 +135,28 @@ class JobServiceImpl final : public v1::JobService::Service {
   std::string token_;
 };
 
+// The identity of a mutual-TLS peer's verified certificate ("" without one).
+std::string PeerIdentity(const grpc::ServerContext* ctx) {
+  std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
+  if (!auth || !auth->IsPeerAuthenticated()) return "";
+  std::string out;
+  for (const grpc::string_ref& v : auth->GetPeerIdentity()) {
+    absl::StrAppend(&out, out.empty() ? "" : ",", absl::string_view(v.data(), v.size()));
+  }
+  return out;
+}
+
+// NodeService takes agent credentials only (server.h): the join token for
+// RegisterAgent of a new agent, "<agent id>:<secret>" otherwise.
 class NodeServiceImpl final : public v1::NodeService::Service {
  public:
-  NodeServiceImpl(Coordinator* c, std::string token) : c_(c), token_(std::move(token)) {}
+  NodeServiceImpl(Coordinator* c, std::string join_token) : c_(c), join_token_(std::move(join_token)) {}
 
   grpc::Status RegisterAgent(grpc::ServerContext* ctx, const v1::RegisterAgentRequest* req,
                              v1::RegisterAgentResponse* resp) override {
-    if (auto s = CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
-    auto r = c_->RegisterAgent(*req);
+    auto caller = Caller(ctx, /*registration=*/true);
+    if (!caller.ok()) return ToGrpc(caller.status());
+    auto r = c_->RegisterAgent(*req, *caller);
     if (!r.ok()) return ToGrpc(r.status());
     *resp = std::move(*r);
     resp->set_incarnation(c_->incarnation());
@@ -151,14 +165,14 @@ class NodeServiceImpl final : public v1::NodeService::Service {
 
   grpc::Status Heartbeat(grpc::ServerContext* ctx, const v1::HeartbeatRequest* req,
                          v1::HeartbeatResponse* resp) override {
-    if (auto s = CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    if (auto s = Check(ctx, "Heartbeat", req->agent_id()); !s.ok()) return s;
     resp->set_incarnation(c_->incarnation());
     return ToGrpc(c_->Heartbeat(req->agent_id()));
   }
 
   grpc::Status PollOrders(grpc::ServerContext* ctx, const v1::PollOrdersRequest* req,
                           v1::PollOrdersResponse* resp) override {
-    if (auto s = CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    if (auto s = Check(ctx, "PollOrders", req->agent_id()); !s.ok()) return s;
     auto r = c_->PollOrders(req->agent_id(), req->wait_ms());
     if (!r.ok()) return ToGrpc(r.status());
     *resp = std::move(*r);
@@ -168,28 +182,60 @@ class NodeServiceImpl final : public v1::NodeService::Service {
 
   grpc::Status ReportExit(grpc::ServerContext* ctx, const v1::ReportExitRequest* req,
                           v1::ReportExitResponse* resp) override {
-    if (auto s = CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    if (auto s = Check(ctx, "ReportExit", req->agent_id()); !s.ok()) return s;
     resp->set_incarnation(c_->incarnation());
     return ToGrpc(c_->ReportExit(*req));
   }
 
   grpc::Status ReportProgress(grpc::ServerContext* ctx, const v1::ReportProgressRequest* req,
                               v1::ReportProgressResponse* resp) override {
-    if (auto s = CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    if (auto s = Check(ctx, "ReportProgress", req->agent_id()); !s.ok()) return s;
     resp->set_incarnation(c_->incarnation());
     return ToGrpc(c_->ReportProgress(*req));
   }
 
   grpc::Status AppendLogs(grpc::ServerContext* ctx, const v1::AppendLogsRequest* req,
                           v1::AppendLogsResponse* resp) override {
-    if (auto s = CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    if (auto s = Check(ctx, "AppendLogs", req->agent_id()); !s.ok()) return s;
     resp->set_incarnation(c_->incarnation());
     return ToGrpc(c_->AppendLogs(*req));
   }
 
  private:
+  // Who calls: the join token (accepted only with `registration`) or an
+  // agent's credential; UNAUTHENTICATED for anything else, a user token too.
+  absl::StatusOr<AgentCaller> Caller(grpc::ServerContext* ctx, bool registration) {
+    const std::string bearer = BearerOf(ctx->client_metadata());
+    if (bearer.empty()) return absl::UnauthenticatedError("missing authorization: Bearer <agent credential> metadata");
+    AgentCaller caller;
+    caller.cert_identity = PeerIdentity(ctx);
+    if (ConstantTimeEquals(bearer, join_token_)) {
+      if (!registration) {
+        return absl::UnauthenticatedError("the join token only registers agents; call with the agent's credential");
+      }
+      caller.join = true;
+      return caller;
+    }
+    std::string id, secret;
+    if (!SplitAgentBearer(bearer, &id, &secret)) return absl::UnauthenticatedError("wrong agent credential");
+    LOOM_RETURN_IF_ERROR(c_->AuthenticateAgent(id, secret, caller.cert_identity));
+    caller.agent_id = id;
+    return caller;
+  }
+
+  // An authenticated agent acting for `agent_id`, its own id.
+  grpc::Status Check(grpc::ServerContext* ctx, const std::string& call, const std::string& agent_id) {
+    auto caller = Caller(ctx, /*registration=*/false);
+    if (!caller.ok()) return ToGrpc(caller.status());
+    if (agent_id != caller->agent_id) {
+      return ToGrpc(c_->RefuseNodeCall(
+          call, caller->agent_id, absl::StrCat("agent_id: '", agent_id.substr(0, 64), "' is not the caller's id")));
+    }
+    return grpc::Status::OK;
+  }
+
   Coordinator* c_;
-  std::string token_;
+  std::string join_token_;
 };
 
 }  // namespace
@@ -257,6 +303,14 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(cons
   } else {
     s->token_ = options.token;
   }
+  if (options.join_token.empty()) {
+    LOOM_ASSIGN_OR_RETURN(s->join_token_, LoadOrCreateToken(options.coordinator.data_dir, kJoinTokenFile));
+  } else {
+    s->join_token_ = options.join_token;
+  }
+  if (ConstantTimeEquals(s->token_, s->join_token_)) {
+    return absl::InvalidArgumentError("join_token: must differ from the user token");
+  }
   CoordinatorOptions copts = options.coordinator;
   s->registry_ = copts.metrics ? copts.metrics : &s->own_registry_;
   copts.metrics = s->registry_;
@@ -266,11 +320,13 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(cons
     LOOM_ASSIGN_OR_RETURN(s->metrics_port_, s->metrics_http_->Start(options.metrics_host, options.metrics_port));
   }
   s->job_service_ = std::make_unique<JobServiceImpl>(s->coordinator_.get(), s->token_);
-  s->node_service_ = std::make_unique<NodeServiceImpl>(s->coordinator_.get(), s->token_);
+  s->node_service_ = std::make_unique<NodeServiceImpl>(s->coordinator_.get(), s->join_token_);
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder b;
+  // gRPC sets SO_REUSEPORT by default: a second coordinator would share the port.
+  b.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   b.AddListeningPort(options.listen_address, creds, &s->port_);
   b.SetMaxReceiveMessageSize(options.max_receive_bytes);
   b.RegisterService(s->job_service_.get());

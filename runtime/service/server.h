@@ -1,14 +1,22 @@
 // The coordinator's gRPC server: JobService and NodeService over a
 // Coordinator, plus the standard health service (grpc.health.v1.Health) and
-// server reflection. Every JobService and NodeService call must carry
-// `authorization: Bearer <token>` (UNAUTHENTICATED otherwise); health and
-// reflection are open. Requests larger than max_receive_bytes are refused by
-// gRPC with RESOURCE_EXHAUSTED. Listens on loopback unless told otherwise.
+// server reflection. Credentials (UNAUTHENTICATED when missing or wrong):
+//   JobService   `authorization: Bearer <user token>`;
+//   NodeService  RegisterAgent of a new agent: `Bearer <join token>`; every
+//                other call: `Bearer <agent id>:<agent secret>` (the secret
+//                RegisterAgent returned), whose agent must be the request's
+//                agent_id (PERMISSION_DENIED otherwise). With mutual TLS an
+//                agent's calls must also come with the client certificate it
+//                registered with.
+// A user token never passes NodeService, nor an agent credential JobService.
+// Health and reflection are open. Requests larger than max_receive_bytes are
+// refused by gRPC with RESOURCE_EXHAUSTED. Listens on loopback unless told
+// otherwise; one server per port (no SO_REUSEPORT).
 //
 //   ServerOptions o;
 //   o.coordinator.data_dir = "/var/lib/loom";
 //   LOOM_ASSIGN_OR_RETURN(auto server, CoordinatorServer::Start(o));
-//   // server->port(), server->token(); server->Wait() or Shutdown().
+//   // server->port(), server->token(), server->join_token(); Wait() or Shutdown().
 #pragma once
 
 #include <memory>
@@ -28,6 +36,8 @@ struct ServerOptions {
   int max_receive_bytes = 4 << 20;
   // Empty: the token in <data_dir>/token (created at first start).
   std::string token;
+  // Empty: the agents' join token in <data_dir>/join-token (created at first start).
+  std::string join_token;
   // GET /metrics (Prometheus text) on metrics_host:metrics_port; -1: off,
   // 0: any free port. Uses coordinator.metrics, or a registry of its own.
   std::string metrics_host = "127.0.0.1";
@@ -46,6 +56,7 @@ class CoordinatorServer {
   int metrics_port() const { return metrics_port_; }  // -1 when off
   metrics::Registry* registry() { return registry_; }
   const std::string& token() const { return token_; }
+  const std::string& join_token() const { return join_token_; }
   Coordinator* coordinator() { return coordinator_.get(); }
   void Shutdown();
   void Wait() { server_->Wait(); }
@@ -59,7 +70,7 @@ class CoordinatorServer {
   std::unique_ptr<Coordinator> coordinator_;
   std::unique_ptr<grpc::Service> job_service_, node_service_;
   std::unique_ptr<grpc::Server> server_;
-  std::string token_;
+  std::string token_, join_token_;
   int port_ = 0;
   bool shut_down_ = false;
 };

@@ -109,7 +109,7 @@ TEST_F(ServerTest, ProgressReachesWatchersAndNeverGoesBack) {
     req.set_checkpoint_step(ckpt);
     req.set_rendezvous_address("127.0.0.1:29500");
     v1::ReportProgressResponse resp;
-    return nodes_->ReportProgress(Ctx().get(), req, &resp);
+    return nodes_->ReportProgress(AgentCtx(agent).get(), req, &resp);
   };
   ASSERT_TRUE(report(10, -1).ok());
   ASSERT_TRUE(report(20, 20).ok());
@@ -145,7 +145,7 @@ TEST_F(ServerTest, CoordinatorRestartAdoptsRunningRanks) {
   for (int rank = 0; rank < 2; ++rank) run->add_ranks()->set_rank(rank);
   reg.add_running()->set_job_id("job-999");  // unknown: must be killed
   v1::RegisterAgentResponse rr;
-  ASSERT_TRUE(nodes_->RegisterAgent(Ctx().get(), reg, &rr).ok());
+  ASSERT_TRUE(nodes_->RegisterAgent(AgentCtx(agent).get(), reg, &rr).ok());  // its credential outlives the restart
   EXPECT_EQ(rr.agent_id(), agent);
   v1::JobStatus s = Get(id);
   EXPECT_EQ(s.state(), v1::RUNNING);
@@ -192,22 +192,27 @@ TEST_F(ServerTest, EveryNodeResponseNamesTheIncarnationAndARestartChangesIt) {
   v1::RegisterAgentRequest reg;
   reg.mutable_resources()->set_cpu_slots(2);
   v1::RegisterAgentResponse rr;
-  ASSERT_TRUE(nodes_->RegisterAgent(Ctx().get(), reg, &rr).ok());
+  ASSERT_TRUE(nodes_->RegisterAgent(JoinCtx().get(), reg, &rr).ok());
+  secrets_[rr.agent_id()] = rr.agent_secret();
   const std::string first = rr.incarnation();
   EXPECT_EQ(first.size(), 16u) << first;
   EXPECT_EQ(Poll(rr.agent_id()).incarnation(), first);
   v1::HeartbeatRequest hb;
   hb.set_agent_id(rr.agent_id());
   v1::HeartbeatResponse hr;
-  ASSERT_TRUE(nodes_->Heartbeat(Ctx().get(), hb, &hr).ok());
+  ASSERT_TRUE(nodes_->Heartbeat(AgentCtx(rr.agent_id()).get(), hb, &hr).ok());
   EXPECT_EQ(hr.incarnation(), first);
   server_.reset();
   StartServer(1000, /*fresh=*/false);
   v1::PollOrdersRequest poll;
   poll.set_agent_id(rr.agent_id());
   v1::PollOrdersResponse pr;
-  EXPECT_EQ(nodes_->PollOrders(Ctx().get(), poll, &pr).error_code(), StatusCode::NOT_FOUND);
-  ASSERT_TRUE(nodes_->RegisterAgent(Ctx().get(), reg, &rr).ok());
+  EXPECT_EQ(nodes_->PollOrders(AgentCtx(rr.agent_id()).get(), poll, &pr).error_code(), StatusCode::NOT_FOUND);
+  reg.set_agent_id(rr.agent_id());
+  const std::string id = rr.agent_id();
+  ASSERT_TRUE(nodes_->RegisterAgent(AgentCtx(id).get(), reg, &rr).ok());
+  EXPECT_EQ(rr.agent_id(), id);
+  EXPECT_TRUE(rr.agent_secret().empty());  // it keeps its credential
   EXPECT_NE(rr.incarnation(), first);
   EXPECT_EQ(Poll(rr.agent_id()).incarnation(), rr.incarnation());
 }
@@ -284,7 +289,9 @@ TEST_F(ServerTest, RestartReloadsJobsFromTheStore) {
   EXPECT_EQ(job->job().state(), v1::PENDING);
   v1::RegisterAgentRequest reg;
   reg.mutable_resources()->set_cpu_slots(2);
-  ASSERT_TRUE((*s)->coordinator()->RegisterAgent(reg).ok());
+  AgentCaller join;
+  join.join = true;
+  ASSERT_TRUE((*s)->coordinator()->RegisterAgent(reg, join).ok());
   EXPECT_EQ((*s)->coordinator()->Get(r.job().job_id())->job().state(), v1::SCHEDULED);
 }
 

@@ -43,7 +43,7 @@ TEST_F(ServerTest, TokenIsRequiredAndNothingChangesWithoutIt) {
 }
 
 TEST_F(ServerTest, BadInputGetsTheRightCodeAndChangesNoState) {
-  Register(4);
+  std::string agent = Register(4);
   struct Case {
     std::string what;
     v1::SubmitJobRequest req;
@@ -130,13 +130,16 @@ TEST_F(ServerTest, BadInputGetsTheRightCodeAndChangesNoState) {
   v1::RegisterAgentRequest r;
   v1::RegisterAgentResponse rr;
   r.mutable_resources()->set_cpu_slots(-3);
-  st = nodes_->RegisterAgent(Ctx().get(), r, &rr);
+  st = nodes_->RegisterAgent(JoinCtx().get(), r, &rr);
   EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT);
   EXPECT_NE(st.error_message().find("resources.cpu_slots"), std::string::npos);
+  EXPECT_EQ(server_->coordinator()->store()->Agents()->size(), 1u);  // no identity issued for it
   v1::HeartbeatRequest h;
   h.set_agent_id("ghost");
   v1::HeartbeatResponse hr;
-  EXPECT_EQ(nodes_->Heartbeat(Ctx().get(), h, &hr).error_code(), StatusCode::NOT_FOUND);
+  st = nodes_->Heartbeat(AgentCtx(agent).get(), h, &hr);
+  EXPECT_EQ(st.error_code(), StatusCode::PERMISSION_DENIED);
+  EXPECT_NE(st.error_message().find("agent_id"), std::string::npos);
   EXPECT_EQ(TotalJobs(), before);
 
   // A large job may still wait for capacity when it asks to.
@@ -264,7 +267,7 @@ TEST_F(ServerTest, AppendLogsIsIdempotentAndValidated) {
     req.set_offset(offset);
     req.set_data(data);
     v1::AppendLogsResponse resp;
-    return nodes_->AppendLogs(Ctx().get(), req, &resp);
+    return nodes_->AppendLogs(AgentCtx(agent).get(), req, &resp);
   };
   ASSERT_TRUE(append("stdout", 1, 0, "abc").ok());
   ASSERT_TRUE(append("stdout", 1, 0, "abc").ok());  // a retry
@@ -348,7 +351,9 @@ TEST_F(ServerTest, MetricsEndpointParsesWithPrometheusClient) {
   ASSERT_GT((*s)->metrics_port(), 0);
   v1::RegisterAgentRequest reg;
   reg.mutable_resources()->set_cpu_slots(2);
-  ASSERT_TRUE((*s)->coordinator()->RegisterAgent(reg).ok());
+  AgentCaller join;
+  join.join = true;
+  ASSERT_TRUE((*s)->coordinator()->RegisterAgent(reg, join).ok());
   v1::SubmitJobRequest sub;
   *sub.mutable_spec() = Spec("m", 2);
   ASSERT_TRUE((*s)->coordinator()->Submit(sub).ok());
@@ -381,7 +386,7 @@ TEST_F(ServerTest, ShutdownDoesNotWaitForLongPollsOrWatchers) {
     req.set_agent_id(agent);
     req.set_wait_ms(5000);
     v1::PollOrdersResponse resp;
-    nodes_->PollOrders(Ctx().get(), req, &resp);
+    nodes_->PollOrders(AgentCtx(agent).get(), req, &resp);
   });
   std::thread watcher([&] {
     v1::WatchJobRequest req;
@@ -402,22 +407,51 @@ TEST_F(ServerTest, ShutdownDoesNotWaitForLongPollsOrWatchers) {
   EXPECT_LT(secs, 2.0);
 }
 
-// Makes a throwaway CA and a server (127.0.0.1) and client certificate with
-// the openssl CLI (EC keys: fast).
-bool MakeCerts(const std::string& d) {
-  std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
-  std::string cmd =
-      "cd " + d + " && set -e && " +
-      "openssl req -x509 " + ec + " -keyout ca.key -out ca.pem -days 1 -subj /CN=loom-test-ca && " +
-      "openssl req " + ec + " -keyout server.key -out server.csr -subj /CN=localhost && " +
-      "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost' > server.ext && " +
-      "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 1 "
-      "-extfile server.ext && " +
-      "openssl req " + ec + " -keyout client.key -out client.csr -subj /CN=client && " +
-      "printf 'extendedKeyUsage=clientAuth' > client.ext && " +
-      "openssl x509 -req -in client.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out client.pem -days 1 "
-      "-extfile client.ext) > openssl.log 2>&1";
-  return std::system(("(" + cmd).c_str()) == 0;
+// A coordinator with a run root confines spec paths to it and its data roots
+// by default, gives jobs without a run_dir a folder under the run root, and
+// names its roots in every launch order (the worker checks them again).
+TEST_F(ServerTest, RunRootAndDataRootsConfineJobsByDefault) {
+  server_.reset();
+  std::filesystem::create_directories(root_ + "/data");
+  std::ofstream(root_ + "/data/c.txt") << std::string(2048, 'z');
+  CoordinatorOptions o;
+  o.data_dir = root_ + "/confined";
+  o.run_root = root_ + "/runroot";
+  o.data_roots = {root_ + "/data"};
+  auto c = Coordinator::Create(o);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(std::filesystem::is_directory(root_ + "/runroot"));
+  AgentCaller join;
+  join.join = true;
+  v1::RegisterAgentRequest reg;
+  reg.mutable_resources()->set_cpu_slots(1);
+  auto agent = (*c)->RegisterAgent(reg, join);
+  ASSERT_TRUE(agent.ok()) << agent.status();
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = Spec("assigned");
+  req.mutable_spec()->mutable_data()->set_path(root_ + "/data/c.txt");
+  auto sub = (*c)->Submit(req);
+  ASSERT_TRUE(sub.ok()) << sub.status();
+  auto orders = (*c)->PollOrders(agent->agent_id(), 0);
+  ASSERT_TRUE(orders.ok());
+  ASSERT_EQ(orders->orders_size(), 1);
+  const v1::LaunchOrder& launch = orders->orders(0).launch();
+  EXPECT_EQ(launch.spec().run_dir(), root_ + "/runroot/assigned-" + sub->job().job_id());
+  ASSERT_EQ(launch.allowed_roots_size(), 2);
+  EXPECT_EQ(launch.allowed_roots(0), root_ + "/runroot");
+  EXPECT_EQ(launch.allowed_roots(1), root_ + "/data");
+  EXPECT_TRUE((*c)->Get(sub->job().job_id())->spec().run_dir().empty());  // the stored spec is the user's
+  req.mutable_spec()->mutable_data()->set_path("/etc/passwd");
+  auto refused = (*c)->Submit(req);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("spec.data.path: '/etc/passwd' is outside"), std::string::npos)
+      << refused.status();
+  c->reset();
+  // An explicit allowed_roots replaces the default and must hold the run root.
+  o.allowed_roots = {root_ + "/data"};
+  auto bad = Coordinator::Create(o);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("run_root"), std::string::npos) << bad.status();
 }
 
 TEST_F(ServerTest, TlsAndMutualTls) {

@@ -1,6 +1,7 @@
 // Shared fixture for the coordinator's gRPC tests: a real server on a
 // loopback port (fresh data folder per test), real stubs with the bearer
-// token, and helpers that play an agent through NodeService.
+// token, and helpers that play an agent through NodeService (registering with
+// the join token, then calling with the agent's own credential).
 #pragma once
 
 #include <atomic>
@@ -8,8 +9,10 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "proto/loom/v1/service.grpc.pb.h"
@@ -38,6 +41,26 @@ inline v1::JobSpec Spec(const std::string& name, int dp = 1, int tp = 1) {
   s.mutable_parallel()->set_tp(tp);
   s.set_max_restarts(1);
   return s;
+}
+
+// Makes a throwaway CA, a server certificate (127.0.0.1) and one client
+// certificate per name in `clients` (<name>.pem, <name>.key, CN=<name>) with
+// the openssl CLI (EC keys: fast). Its output goes to <d>/openssl.log.
+inline bool MakeCerts(const std::string& d, const std::vector<std::string>& clients = {"client"}) {
+  std::string ec = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+  std::string cmd =
+      "cd " + d + " && set -e && " +
+      "openssl req -x509 " + ec + " -keyout ca.key -out ca.pem -days 1 -subj /CN=loom-test-ca && " +
+      "openssl req " + ec + " -keyout server.key -out server.csr -subj /CN=localhost && " +
+      "printf 'subjectAltName=IP:127.0.0.1,DNS:localhost' > server.ext && " +
+      "openssl x509 -req -in server.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out server.pem -days 1 "
+      "-extfile server.ext && printf 'extendedKeyUsage=clientAuth' > client.ext";
+  for (const std::string& c : clients) {
+    cmd += " && openssl req " + ec + " -keyout " + c + ".key -out " + c + ".csr -subj /CN=" + c +
+           " && openssl x509 -req -in " + c + ".csr -CA ca.pem -CAkey ca.key -CAcreateserial -out " + c +
+           ".pem -days 1 -extfile client.ext";
+  }
+  return std::system(("(" + cmd + ") > " + d + "/openssl.log 2>&1").c_str()) == 0;
 }
 
 class ServerTest : public ::testing::Test {
@@ -78,6 +101,15 @@ class ServerTest : public ::testing::Test {
     return ctx;
   }
 
+  // A context carrying the join token.
+  std::unique_ptr<grpc::ClientContext> JoinCtx() { return Ctx(&server_->join_token()); }
+
+  // A context carrying `agent`'s credential (from its registration here).
+  std::unique_ptr<grpc::ClientContext> AgentCtx(const std::string& agent) {
+    const std::string bearer = AgentBearer(agent, secrets_[agent]);
+    return Ctx(&bearer);
+  }
+
   grpc::Status Submit(const v1::JobSpec& spec, const std::string& key, v1::SubmitJobResponse* resp,
                       bool wait = false) {
     v1::SubmitJobRequest req;
@@ -101,8 +133,10 @@ class ServerTest : public ::testing::Test {
     req.set_hostname(host);
     req.mutable_resources()->set_cpu_slots(slots);
     v1::RegisterAgentResponse resp;
-    grpc::Status s = nodes_->RegisterAgent(Ctx().get(), req, &resp);
+    grpc::Status s = nodes_->RegisterAgent(JoinCtx().get(), req, &resp);
     EXPECT_TRUE(s.ok()) << s.error_message();
+    EXPECT_EQ(resp.agent_secret().size(), 64u);
+    secrets_[resp.agent_id()] = resp.agent_secret();
     return resp.agent_id();
   }
 
@@ -111,7 +145,7 @@ class ServerTest : public ::testing::Test {
     req.set_agent_id(agent);
     req.set_wait_ms(wait_ms);
     v1::PollOrdersResponse resp;
-    grpc::Status s = nodes_->PollOrders(Ctx().get(), req, &resp);
+    grpc::Status s = nodes_->PollOrders(AgentCtx(agent).get(), req, &resp);
     EXPECT_TRUE(s.ok()) << s.error_message();
     return resp;
   }
@@ -125,7 +159,7 @@ class ServerTest : public ::testing::Test {
     req.set_attempt(attempt);
     req.set_error(code ? "boom on rank " + std::to_string(rank) : "");
     v1::ReportExitResponse resp;
-    return nodes_->ReportExit(Ctx().get(), req, &resp);
+    return nodes_->ReportExit(AgentCtx(agent).get(), req, &resp);
   }
 
   // Heartbeats `agent` every 50 ms until `pred` holds or 5 s pass.
@@ -136,7 +170,7 @@ class ServerTest : public ::testing::Test {
       v1::HeartbeatRequest h;
       h.set_agent_id(agent);
       v1::HeartbeatResponse hr;
-      EXPECT_TRUE(nodes_->Heartbeat(Ctx().get(), h, &hr).ok());
+      EXPECT_TRUE(nodes_->Heartbeat(AgentCtx(agent).get(), h, &hr).ok());
       if (pred()) return true;
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
@@ -161,6 +195,7 @@ class ServerTest : public ::testing::Test {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
   std::unique_ptr<v1::NodeService::Stub> nodes_;
+  std::map<std::string, std::string> secrets_;  // agent id -> secret
 };
 
 }  // namespace loom::service

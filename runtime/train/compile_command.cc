@@ -62,7 +62,7 @@ int RunCompileCommand(const std::vector<std::string>& args) {
   auto c = stage == "parallel"
                ? parallel::CompileParallel(*forward, co, spec->model(), bo.batch, layout)
                : compiler::Compile(*forward, co);
-  if (!c.ok()) return Fail(1, c.status().message());
+  if (!c.ok()) return Fail(absl::IsInvalidArgument(c.status()) ? 2 : 1, c.status().message());
   if (stage == "parallel")
     std::printf("# mesh %s, zero_stage=%d, sequence_parallel=%s; value types are per-rank (local) shapes\n",
                 parallel::MeshOf(layout).ToString().c_str(), layout.zero_stage,

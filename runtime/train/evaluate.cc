@@ -14,20 +14,20 @@
 
 #include "base/rng.h"
 #include "runtime/checkpoint/safetensors.h"
+#include "base/status.h"
 #include "runtime/data/dataset.h"
 #include "runtime/data/tokenizer.h"
 
 namespace loom::train {
 
-absl::StatusOr<double> ValidationLoss(Trainer& t, const v1::JobSpec& spec, const std::vector<int32_t>& val) {
+absl::StatusOr<double> ValidationLoss(Trainer& t, const v1::JobSpec& spec, const data::Dataset& dataset) {
   const auto& tr = spec.train();
-  const int64_t B = tr.batch_size(), T = spec.model().seq_len();
-  Tensor vx = Tensor::MustEmpty({B, T}, DType::kI32), vy = Tensor::MustEmpty({B, T}, DType::kI32);
+  data::Batch b = dataset.NewBatch(tr.batch_size());
   double sum = 0;
   for (int i = 0; i < tr.eval_batches(); ++i) {
-    absl::Status s = data::ValidationBatch(val, T, B, i, &vx, &vy);
-    if (!s.ok()) return s;
-    auto l = t.Evaluate(vx, vy);
+    absl::Status s = dataset.Validation(i, tr.batch_size(), 0, &b);
+    if (!s.ok()) return Annotate(s, "validation data");
+    auto l = t.Evaluate(b.x(), b.y());
     if (!l.ok()) return l.status();
     sum += *l;
   }
@@ -119,25 +119,30 @@ absl::Status WriteModel(const Trainer& t, const v1::JobSpec& spec, const std::st
   return absl::OkStatus();
 }
 
-absl::Status FinishWithSample(Trainer& t, const v1::JobSpec& spec, const std::vector<int32_t>& val,
+absl::Status FinishWithSample(Trainer& t, const v1::JobSpec& spec, const data::Dataset& dataset,
                               const std::string& dir, double val_loss, double baseline) {
-  if (!t.has_logits()) {
-    std::printf("\nfinal validation loss %.4f (bigram baseline %.4f); no sample: the model outputs no logits\n", val_loss,
-                baseline);
-    return absl::OkStatus();
+  if (std::isnan(baseline)) {
+    std::printf("\nfinal validation loss %.4f\n", val_loss);
+  } else {
+    std::printf("\nfinal validation loss %.4f (bigram baseline %.4f)\n", val_loss, baseline);
   }
-  const int64_t T = spec.model().seq_len();
-  std::vector<int32_t> prompt(val.begin(), val.begin() + std::min<int64_t>({16, T / 2, static_cast<int64_t>(val.size())}));
-  int n = spec.train().sample_tokens() > 0 ? spec.train().sample_tokens() : 200;
-  auto sample = SampleText(t, spec, prompt, n);
-  if (!sample.ok()) return sample.status();
-  std::ofstream(dir + "/sample.txt") << *sample;
-  if (absl::Status s = WriteModel(t, spec, dir + "/model.safetensors"); !s.ok()) return s;
-  std::printf("\nfinal validation loss %.4f (bigram baseline %.4f)\n", val_loss, baseline);
-  std::printf("sample:\n----\n%s\n----\n", sample->c_str());
-  std::printf("run folder: %s (metrics.jsonl, metrics.prom, events.out.tfevents.*, loss.svg, sample.txt, job.yaml, "
+  const bool sample = dataset.kind() == data::Kind::kCausal && t.has_logits();
+  if (dataset.kind() == data::Kind::kCausal && !t.has_logits()) std::printf("no sample: the model outputs no logits\n");
+  if (sample) {
+    const int64_t T = spec.model().seq_len();
+    std::vector<int32_t> window(static_cast<size_t>(dataset.window_tokens()));
+    LOOM_RETURN_IF_ERROR(dataset.ReadWindow(true, 0, window.data()));
+    std::vector<int32_t> prompt(window.begin(), window.begin() + std::min<int64_t>(16, std::max<int64_t>(1, T / 2)));
+    int n = spec.train().sample_tokens() > 0 ? spec.train().sample_tokens() : 200;
+    auto text = SampleText(t, spec, prompt, n);
+    if (!text.ok()) return text.status();
+    std::ofstream(dir + "/sample.txt") << *text;
+    std::printf("sample:\n----\n%s\n----\n", text->c_str());
+  }
+  LOOM_RETURN_IF_ERROR(WriteModel(t, spec, dir + "/model.safetensors"));
+  std::printf("run folder: %s (metrics.jsonl, metrics.prom, events.out.tfevents.*, loss.svg, %sjob.yaml, "
               "model.safetensors)\n",
-              dir.c_str());
+              dir.c_str(), sample ? "sample.txt, " : "");
   return absl::OkStatus();
 }
 

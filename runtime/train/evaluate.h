@@ -1,6 +1,6 @@
 // The end of a training run on one process: validation loss over the
-// validation split, and a text sample, from a single-process Trainer (also
-// used by a parallel job's rank 0 on the gathered parameters).
+// validation split, and (causal LMs) a text sample, from a single-process
+// Trainer (also used by a parallel job's rank 0 on the gathered parameters).
 #pragma once
 
 #include <cstdint>
@@ -9,12 +9,13 @@
 
 #include "absl/status/statusor.h"
 #include "proto/loom/v1/job.pb.h"
+#include "runtime/data/dataset.h"
 #include "runtime/train/trainer.h"
 
 namespace loom::train {
 
-// Mean loss over train.eval_batches fixed windows of `val`.
-absl::StatusOr<double> ValidationLoss(Trainer& t, const v1::JobSpec& spec, const std::vector<int32_t>& val);
+// Mean loss over train.eval_batches fixed validation batches (any data.kind).
+absl::StatusOr<double> ValidationLoss(Trainer& t, const v1::JobSpec& spec, const data::Dataset& dataset);
 
 // How SampleTokens picks each next token.
 struct SampleOptions {
@@ -42,10 +43,11 @@ absl::StatusOr<std::string> SampleText(Trainer& t, const v1::JobSpec& spec, std:
 // and `init_from` read it.
 absl::Status WriteModel(const Trainer& t, const v1::JobSpec& spec, const std::string& path);
 
-// Samples from the start of `val`, writes <dir>/sample.txt and
-// <dir>/model.safetensors (WriteModel) and prints the final validation loss,
-// the sample and the run folder.
-absl::Status FinishWithSample(Trainer& t, const v1::JobSpec& spec, const std::vector<int32_t>& val,
+// Prints the final validation loss (and the baseline unless it is NaN) and
+// the run folder; for causal LMs with logits also samples after the start of
+// the first validation window and writes <dir>/sample.txt; writes
+// <dir>/model.safetensors (WriteModel).
+absl::Status FinishWithSample(Trainer& t, const v1::JobSpec& spec, const data::Dataset& dataset,
                               const std::string& dir, double val_loss, double baseline);
 
 }  // namespace loom::train

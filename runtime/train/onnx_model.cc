@@ -1,26 +1,58 @@
 #include "runtime/train/onnx_model.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 #include "compiler/import/onnx/training.h"
+#include "parallel/graph_planner.h"
+#include "parallel/styles.h"
 
 namespace loom::train {
 
 namespace onnx = compiler::import::onnx;
 
+namespace {
+
+bool HasDataInput(const onnx::ImportedModel& m, const std::string& name) {
+  return std::find(m.data_inputs.begin(), m.data_inputs.end(), name) != m.data_inputs.end();
+}
+
+// Which data inputs x and y feed: model.token_input, else data.inputs.x; the
+// loss target, else data.inputs.y when the model has an input of that name.
+absl::StatusOr<onnx::TrainingGraphOptions> FeedOptions(const v1::JobSpec& spec, const onnx::ImportedModel& imported) {
+  const auto& m = spec.model();
+  const auto& inputs = spec.data().inputs();
+  onnx::TrainingGraphOptions to;
+  to.token_input = m.token_input();
+  if (to.token_input.empty() && !inputs.x().empty() && inputs.x() != "x") {
+    if (!HasDataInput(imported, inputs.x()))
+      return absl::InvalidArgumentError(absl::StrCat("data.inputs.x: '", inputs.x(), "' is not a data input of the model"));
+    to.token_input = inputs.x();
+  }
+  to.loss_kind = m.loss().kind();
+  to.target = m.loss().target().empty() ? onnx::kShiftedInputs : m.loss().target();
+  if (to.target == onnx::kShiftedInputs && HasDataInput(imported, inputs.y())) to.target = inputs.y();
+  to.ignore_index = m.loss().has_ignore_index() ? m.loss().ignore_index() : -100;
+  to.vocab = m.vocab();
+  return to;
+}
+
+}  // namespace
+
 absl::StatusOr<OnnxTrainingModel> LoadOnnxModel(const v1::JobSpec& spec) {
   const auto& m = spec.model();
   auto bad = [](const absl::Status& s) { return absl::InvalidArgumentError(absl::StrCat("model.onnx: ", s.message())); };
   onnx::ImportOptions io;
-  io.default_input_shape = Shape{spec.train().batch_size(), m.seq_len()};
+  // Token windows shape every [batch, seq_len] input; records (data.kind
+  // pairs) keep the model's own shapes with the batch as the first dim.
+  if (spec.data().kind() != "pairs") io.default_input_shape = Shape{spec.train().batch_size(), m.seq_len()};
+  io.batch = spec.train().batch_size();
   auto imported = onnx::ImportModel(m.onnx(), io);
   if (!imported.ok()) return bad(imported.status());
-  onnx::TrainingGraphOptions to;
-  to.token_input = m.token_input();
-  to.loss_kind = m.loss().kind();
-  to.target = m.loss().target().empty() ? onnx::kShiftedInputs : m.loss().target();
-  to.ignore_index = m.loss().has_ignore_index() ? m.loss().ignore_index() : -100;
-  to.vocab = m.vocab();
+  auto fed = FeedOptions(spec, *imported);
+  if (!fed.ok()) return fed.status();
+  onnx::TrainingGraphOptions to = *fed;
   OnnxTrainingModel out;
   auto train = onnx::BuildTrainingGraph(*imported, to);
   if (!train.ok()) return bad(train.status());
@@ -48,7 +80,15 @@ absl::StatusOr<OnnxTrainingModel> LoadOnnxModel(const v1::JobSpec& spec) {
 
 absl::Status CheckOnnxJob(const v1::JobSpec& spec) {
   if (spec.model().family() != "onnx") return absl::OkStatus();
-  return LoadOnnxModel(spec).status();
+  LOOM_ASSIGN_OR_RETURN(OnnxTrainingModel m, LoadOnnxModel(spec));
+  const v1::ParallelSpec& p = spec.parallel();
+  if (p.tp_auto() || p.tp() < 2) return absl::OkStatus();
+  // The tp plan against the graph, through the same resolution and
+  // propagation the ranks will run (no lowering).
+  const parallel::Layout layout = parallel::LayoutFromSpec(p);
+  return parallel::CompileParallel(m.train_forward, parallel::PlanningCompileOptions(m.train_forward, spec.train()),
+                                   spec.model(), spec.train().batch_size(), layout)
+      .status();
 }
 
 }  // namespace loom::train

@@ -1,9 +1,12 @@
 // An ONNX model (model.onnx in the job spec) as the trainer's forward graphs.
 //
 // The file is imported (compiler/import/onnx) with every [batch, seq_len]
-// data input shaped from train.batch_size and model.seq_len, then rewired to
-// the trainer's contract (compiler/import/onnx/training.h): inputs x, y,
-// outputs loss [, logits]. Parameters start from the file's initializers;
+// data input shaped from train.batch_size and model.seq_len (token windows,
+// data.kind causal or mlm), or with the model's own shapes and the batch as
+// the first dim (data.kind pairs), then rewired to the trainer's contract
+// (compiler/import/onnx/training.h): inputs x, y, outputs loss [, logits].
+// x feeds model.token_input, else data.inputs.x, else the model's only data
+// input; a data input named by data.inputs.y (or model.loss.target) is fed y. Parameters start from the file's initializers;
 // buffers are bound like parameters but never trained. Matrices (rank >= 2)
 // are weight-decayed, as in the built-in families.
 //
@@ -35,7 +38,10 @@ struct OnnxTrainingModel {
 
 absl::StatusOr<OnnxTrainingModel> LoadOnnxModel(const v1::JobSpec& spec);
 
-// LoadOnnxModel's checks without keeping the result (job submission).
+// LoadOnnxModel's checks without keeping the result (job submission, loom
+// run), and with tp > 1 the job's parallel.tp_plan against the graph
+// (parallel/tp_plan.h): a plan that cannot be honoured is refused here,
+// before any process starts.
 absl::Status CheckOnnxJob(const v1::JobSpec& spec);
 
 }  // namespace loom::train

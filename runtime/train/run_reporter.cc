@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "runtime/data/tokenizer.h"
+#include "runtime/jobspec/confine.h"
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/train/loss_plot.h"
 
@@ -60,6 +61,10 @@ absl::Status RecordTokenizer(const v1::JobSpec& spec, const std::string& dir) {
 
 absl::StatusOr<std::unique_ptr<RunReporter>> RunReporter::Open(const v1::JobSpec& spec, const std::string& dir,
                                                                const std::string& metrics_listen) {
+  if (spec.run_dir().empty()) {  // the folder is named after the job: a name must not be a path
+    absl::Status name = jobspec::ValidateJobName("name", spec.name());
+    if (!name.ok()) return absl::InvalidArgumentError(absl::StrCat(name.message(), " (or set run_dir)"));
+  }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot create run folder ", dir, ": ", ec.message()));
@@ -68,7 +73,8 @@ absl::StatusOr<std::unique_ptr<RunReporter>> RunReporter::Open(const v1::JobSpec
   r->dir_ = dir;
   std::ofstream(dir + "/job.yaml") << jobspec::ToYaml(spec);
   if (absl::Status s = RecordTokenizer(spec, dir + "/tokenizer"); !s.ok()) return s;
-  r->jsonl_.open(dir + "/metrics.jsonl");
+  // Appended: a restarted or resumed run adds to what the earlier attempts logged.
+  r->jsonl_.open(dir + "/metrics.jsonl", std::ios::app);
   if (!r->jsonl_) return absl::InternalError(absl::StrCat("cannot write ", dir, "/metrics.jsonl"));
   if (!metrics_listen.empty()) {
     auto port = r->prom_.Serve(metrics_listen);
@@ -93,8 +99,10 @@ absl::Status RunReporter::Step(int64_t step, double loss, double lr, double step
   prom_.OnStep(step_seconds, loss, tps, lr);
   ReportProgress(step, -1);
   if (step % tr.log_every() == 0 || step == tr.steps() || step == 1) {
-    jsonl_ << absl::StrFormat("{\"step\": %d, \"loss\": %.6f, \"lr\": %.6g, \"tokens_per_s\": %.1f}\n", step, loss,
-                              lr, tps);
+    jsonl_ << absl::StrFormat("{\"step\": %d, \"loss\": %.9g, \"lr\": %.6g, \"tokens_per_s\": %.1f}\n", step, loss,
+                              lr, tps)
+           << std::flush;
+    if (!jsonl_) return absl::InternalError(absl::StrCat("cannot write ", dir_, "/metrics.jsonl"));
     absl::Status s = events_->AddScalar("train/loss", step, loss);
     if (s.ok()) s = events_->AddScalar("train/lr", step, lr);
     if (s.ok()) s = events_->AddScalar("train/tokens_per_s", step, tps);
@@ -113,10 +121,10 @@ absl::Status RunReporter::Step(int64_t step, double loss, double lr, double step
 
 absl::Status RunReporter::Validation(int64_t step, double val_loss, double baseline) {
   val_curve_.emplace_back(step, val_loss);
-  jsonl_ << absl::StrFormat("{\"step\": %d, \"val_loss\": %.6f}\n", step, val_loss);
+  jsonl_ << absl::StrFormat("{\"step\": %d, \"val_loss\": %.6f}\n", step, val_loss) << std::flush;
   prom_.OnValidation(val_loss);
-  std::printf("%sstep %d: validation loss %.4f (bigram %.4f)\n", tty_ ? "\r\033[K" : "", static_cast<int>(step),
-              val_loss, baseline);
+  std::printf("%sstep %d: validation loss %.4f%s\n", tty_ ? "\r\033[K" : "", static_cast<int>(step), val_loss,
+              std::isnan(baseline) ? "" : absl::StrFormat(" (bigram %.4f)", baseline).c_str());
   return events_->AddScalar("val/loss", step, val_loss);
 }
 

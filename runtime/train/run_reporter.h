@@ -5,7 +5,9 @@
 //   tokenizer/           the job's tokenizer (data.tokenizer) as a tokenizer
 //                        folder (runtime/data/tokenizer.h), which `loom
 //                        sample` decodes with; checked against model.vocab
-//   metrics.jsonl        one JSON object per logged step and per validation
+//   metrics.jsonl        one JSON object per logged step and per validation,
+//                        flushed as each is written; appended to when the
+//                        folder has one (a restarted or resumed run)
 //   metrics.prom         Prometheus text (train_metrics.h), also served live
 //                        with --metrics-listen / LOOM_WORKER_METRICS_LISTEN
 //   events.out.tfevents.*  TensorBoard scalars (tb_events.h)
@@ -37,6 +39,8 @@ std::string RunFolder(const v1::JobSpec& spec);
 class RunReporter {
  public:
   // Creates `dir` and its files. `metrics_listen` ("" = off) serves /metrics.
+  // Without a run_dir the folder is named after the job: InvalidArgument when
+  // the name is not [a-z0-9][a-z0-9._-]{0,62} (jobspec/confine.h).
   static absl::StatusOr<std::unique_ptr<RunReporter>> Open(const v1::JobSpec& spec, const std::string& dir,
                                                            const std::string& metrics_listen);
 

@@ -24,6 +24,7 @@
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/train/evaluate.h"
 #include "runtime/train/run_reporter.h"
+#include "runtime/train/train_data.h"
 #include "runtime/train/trainer.h"
 
 namespace loom::train {
@@ -101,23 +102,14 @@ int RunTrainCommand(const std::vector<std::string>& args, collectives::ProcessGr
     return Fail(2, "parallel: `loom train` runs one process; dp and tp must be 1");
   const auto& tr = spec.train();
   const auto& m = spec.model();
-  std::string data_path = spec.data().path().empty() ? data::kDefaultCorpus : spec.data().path();
-  auto tokens = data::LoadTokens(data_path, spec.data().format(), spec.data().tokens_dtype(), m.vocab());
-  if (!tokens.ok()) return Fail(2, absl::StrCat("data.path: ", tokens.status().message()));
-  data::Split split = data::SplitTokens(*tokens, spec.data().val_fraction(), spec.data().seed());
-  auto sampler = data::Sampler::Create(&split.train, m.seq_len(), tr.seed());
-  if (!sampler.ok()) return Fail(2, sampler.status().message());
-  if (static_cast<int64_t>(split.val.size()) < m.seq_len() + 1)
-    return Fail(2, absl::StrCat("data: the validation split (", split.val.size(), " tokens) is shorter than one window"));
-
   if (m.family() == "onnx") {
     std::printf("loom train: onnx model %s, seq_len %d, vocab %d\n", m.onnx().c_str(), m.seq_len(), m.vocab());
   } else {
     std::printf("loom train: %s model, %d layers, d_model %d, %d heads, seq_len %d, vocab %d\n", m.family().c_str(),
                 m.n_layer(), m.d_model(), m.n_head(), m.seq_len(), m.vocab());
   }
-  std::printf("data: %s (%zu tokens: %zu train, %zu validation)\n", data_path.c_str(), tokens->size(),
-              split.train.size(), split.val.size());
+  auto dataset = OpenTrainingData(spec, /*print=*/true);
+  if (!dataset.ok()) return Fail(2, dataset.status().message());
   std::printf("compiling...\n");
   std::fflush(stdout);
   auto t0 = std::chrono::steady_clock::now();
@@ -157,17 +149,17 @@ int RunTrainCommand(const std::vector<std::string>& args, collectives::ProcessGr
     absl::Status written = plan::WritePlan(**plan, dir);
     if (!written.ok()) return Fail(1, written.message());
   }
-  const double bigram = data::BigramLoss(split.train, split.val, m.vocab());
-  std::printf("bigram baseline validation loss: %.4f\n", bigram);
+  auto bigram = BaselineLoss(**dataset, spec, /*print=*/true);
+  if (!bigram.ok()) return Fail(2, bigram.status().message());
 
-  const int64_t B = tr.batch_size(), T = m.seq_len();
-  Tensor x = Tensor::MustEmpty({B, T}, DType::kI32), y = Tensor::MustEmpty({B, T}, DType::kI32);
+  data::Batch batch = (*dataset)->NewBatch(tr.batch_size());
   double last_val = NAN;
   for (int step = 1; step <= tr.steps(); ++step) {
     const auto step_start = std::chrono::steady_clock::now();
-    sampler->Next(B, &x, &y);
-    auto loss = t.Step(x, y);
-    if (!loss.ok()) return Fail(1, loss.status().message());
+    if (absl::Status s = (*dataset)->Next(tr.batch_size(), 0, &batch); !s.ok())
+      return Fail(absl::IsInvalidArgument(s) ? 2 : 1, absl::StrCat("step ", step, ": data: ", s.message()));
+    auto loss = t.Step(batch.x(), batch.y());
+    if (!loss.ok()) return Fail(absl::IsInvalidArgument(loss.status()) ? 2 : 1, loss.status().message());
     if (world != nullptr) {
       if (absl::Status s = AverageLoss(t, *world, &*loss); !s.ok())
         return Fail(1, absl::StrCat("step ", step, ": averaging the loss across ranks: ", s.message()));
@@ -175,14 +167,14 @@ int RunTrainCommand(const std::vector<std::string>& args, collectives::ProcessGr
     const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_start).count();
     if (absl::Status s = report.Step(step, *loss, t.LearningRate(step), dt); !s.ok()) return Fail(1, s.message());
     if (step % tr.eval_every() == 0 || step == tr.steps()) {
-      auto v = ValidationLoss(t, spec, split.val);
-      if (!v.ok()) return Fail(1, v.status().message());
+      auto v = ValidationLoss(t, spec, **dataset);
+      if (!v.ok()) return Fail(absl::IsInvalidArgument(v.status()) ? 2 : 1, v.status().message());
       last_val = *v;
-      if (absl::Status s = report.Validation(step, *v, bigram); !s.ok()) return Fail(1, s.message());
+      if (absl::Status s = report.Validation(step, *v, *bigram); !s.ok()) return Fail(1, s.message());
     }
   }
   if (absl::Status s = report.Finish(); !s.ok()) return Fail(1, s.message());
-  if (absl::Status s = FinishWithSample(t, spec, split.val, dir, last_val, bigram); !s.ok())
+  if (absl::Status s = FinishWithSample(t, spec, **dataset, dir, last_val, *bigram); !s.ok())
     return Fail(1, s.message());
   return 0;
 }

@@ -1,6 +1,5 @@
 #include "runtime/train/trainer.h"
 
-#include "runtime/jobspec/jobspec.h"
 #include "compiler/import/onnx/training.h"
 #include "runtime/train/onnx_model.h"
 
@@ -156,7 +155,20 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::JobSpec& spec
 
 double Trainer::LearningRate(int64_t step) const { return compiler::ScheduledLearningRate(spec_.train(), step); }
 
+absl::Status Trainer::CheckBatch(const Tensor& x, const Tensor& y) const {
+  const compiler::Graph& g = train_graph();
+  for (const auto& [k, t] : {std::pair<int, const Tensor*>{x_in_, &x}, {y_in_, &y}}) {
+    const ops::TensorMeta& want = g.meta(g.inputs()[k].value);
+    if (t->dtype() == want.dtype && t->shape() == want.shape) continue;
+    return absl::InvalidArgumentError(absl::StrCat("the batch's ", g.inputs()[k].name, " is ", DTypeName(t->dtype()),
+                                                   ShapeToString(t->shape()), "; the model takes ", want.ToString(),
+                                                   " (data.* and model.* disagree)"));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<float> Trainer::Step(const Tensor& x, const Tensor& y) {
+  LOOM_RETURN_IF_ERROR(CheckBatch(x, y));
   train_inputs_[x_in_] = x;
   train_inputs_[y_in_] = y;
   ++step_;
@@ -219,6 +231,7 @@ absl::Status Trainer::SyncFromDevice() const {
 }
 
 absl::StatusOr<std::pair<float, Tensor>> Trainer::Forward(const Tensor& x, const Tensor& y) {
+  LOOM_RETURN_IF_ERROR(CheckBatch(x, y));
   LOOM_RETURN_IF_ERROR(SyncFromDevice());
   eval_inputs_[ex_in_] = x;
   eval_inputs_[ey_in_] = y;

@@ -40,8 +40,10 @@ class Trainer {
   static absl::StatusOr<std::unique_ptr<Trainer>> Create(const v1::JobSpec& spec,
                                                          TrainerOptions options = {});
 
-  // One optimizer step on (x, y) (i32 [batch, seq_len]); returns the loss
-  // before the update.
+  // One optimizer step on (x, y), the batch's model input and targets (i32
+  // [batch, seq_len] for token windows; what the model's inputs take
+  // otherwise: a batch of another dtype or shape is InvalidArgument); returns
+  // the loss before the update.
   absl::StatusOr<float> Step(const Tensor& x, const Tensor& y);
   // Loss on (x, y) without updating anything.
   absl::StatusOr<float> Evaluate(const Tensor& x, const Tensor& y);
@@ -76,6 +78,8 @@ class Trainer {
   std::vector<models::ParamInfo> params_;
   // The training graph's inputs are in this graph's order (CPU or CUDA).
   const compiler::Graph& train_graph() const;
+  // x and y have the dtypes and shapes of the training graph's inputs.
+  absl::Status CheckBatch(const Tensor& x, const Tensor& y) const;
   // device: cuda: copies the parameters back into the host tensors (which the
   // evaluation program shares) when a step changed them.
   absl::Status SyncFromDevice() const;

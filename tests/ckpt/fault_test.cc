@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/testing/processes.h"
 
 namespace {
 
@@ -57,31 +58,8 @@ std::string Job(const std::string& name, const std::string& ckpt) {
   return path;
 }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// The pid of a `loom worker` of this test (its environment holds our
-// TEST_TMPDIR, inherited through loom run) with LOOM_RANK=rank; -1 if none.
-pid_t FindWorker(int rank) {
-  std::string tmp = ::testing::TempDir();
-  while (tmp.size() > 1 && tmp.back() == '/') tmp.pop_back();
-  for (const auto& e : fs::directory_iterator("/proc")) {
-    const std::string pid = e.path().filename();
-    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    std::string cmd = ReadAll(e.path() / "cmdline");
-    if (cmd.find("worker") == std::string::npos) continue;
-    std::string env = ReadAll(e.path() / "environ");
-    if (env.find(tmp) == std::string::npos) continue;
-    if (env.find(absl::StrCat(std::string(1, '\0'), "LOOM_RANK=", rank, std::string(1, '\0'))) == std::string::npos)
-      continue;
-    return static_cast<pid_t>(std::atoi(pid.c_str()));
-  }
-  return -1;
-}
+using loom::testing::FindLoomWorker;
+using loom::testing::ReadFileBytes;
 
 TEST(WorkerDeath, RestartsFromCheckpointAndEndsBitwiseEqual) {
   const std::string ck_ref = Tmp("ck_ref"), ck_fault = Tmp("ck_fault");
@@ -96,7 +74,7 @@ TEST(WorkerDeath, RestartsFromCheckpointAndEndsBitwiseEqual) {
   while (!fs::exists(ck_fault + "/latest") && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   ASSERT_TRUE(fs::exists(ck_fault + "/latest")) << "no checkpoint within 60 s";
-  pid_t victim = FindWorker(1);
+  pid_t victim = FindLoomWorker(::testing::TempDir(), 1);
   ASSERT_GT(victim, 0) << "rank 1's worker not found";
   ASSERT_EQ(kill(victim, SIGKILL), 0);
   Result fault = job.get();
@@ -107,7 +85,7 @@ TEST(WorkerDeath, RestartsFromCheckpointAndEndsBitwiseEqual) {
   const std::string last = absl::StrCat("/step_000000000", kSteps);
   for (int rank = 0; rank < 4; ++rank) {
     const std::string f = absl::StrCat(last, "/rank0000", rank, ".safetensors");
-    std::string a = ReadAll(ck_ref + f), b = ReadAll(ck_fault + f);
+    std::string a = ReadFileBytes(ck_ref + f), b = ReadFileBytes(ck_fault + f);
     EXPECT_FALSE(a.empty()) << f;
     EXPECT_TRUE(a == b) << f << " differs from the run without a fault";
   }

@@ -1,15 +1,17 @@
 // The loom binary on ONNX models: `loom inspect`, `loom ops --onnx`,
-// `loom train` and `loom run` on a small language model written here, and the
-// issue's bad inputs at each entry point: exit 2 from inspect/train/run, and
-// INVALID_ARGUMENT naming spec.model.onnx from `loom submit` (a coordinator
-// started here).
+// `loom train`, `loom run` (one rank, and dp x tp with a tp plan) and
+// `loom plan` on a small language model written here, and the bad
+// inputs at each entry point: exit 2 from inspect/train/run/plan, and
+// INVALID_ARGUMENT naming spec.model.onnx or spec.parallel.tp_plan from
+// `loom submit` (a coordinator started here).
+#include <cmath>
 #include <csignal>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "compiler/import/onnx/testing/onnx_test_util.h"
 #include "gtest/gtest.h"
-#include "tests/service/daemons.h"
+#include "runtime/service/testing/daemons.h"
 #include "tests/testing/loom_cli.h"
 
 namespace loom {
@@ -39,15 +41,35 @@ std::string TinyLm() {
   return mb.Bytes();
 }
 
-std::string Job(const std::string& root, const std::string& model, const std::string& extra = "") {
-  const std::string path = absl::StrCat(root, "/job_", std::hash<std::string>()(model + extra), ".yaml");
+// A job on `model`; its run folder is root/runs/<run>.
+std::string Job(const std::string& root, const std::string& model, const std::string& extra = "",
+                const std::string& run = "lm") {
+  const std::string path = absl::StrCat(root, "/job_", std::hash<std::string>()(model + extra + run), ".yaml");
   std::ofstream(path) << "name: onnx-lm\nmodel: {onnx: " << model << ", seq_len: " << kT << ", vocab: " << kV
                       << "}\ndata: {path: " << root << "/tokens.u16, format: tokens}\n"
-                      << "train: {steps: 3, batch_size: 2, eval_every: 3, eval_batches: 1, sample_tokens: 4}\n"
-                      << "run_dir: " << root << "/runs/lm\n"
+                      << "train: {steps: 3, batch_size: 2, log_every: 1, eval_every: 3, eval_batches: 1, sample_tokens: 4}\n"
+                      << "run_dir: " << root << "/runs/" << run << "\n"
                       << extra;
   return path;
 }
+
+// The losses a run folder's metrics.jsonl holds, in step order.
+std::vector<double> Losses(const std::string& run_dir) {
+  std::ifstream in(run_dir + "/metrics.jsonl");
+  std::vector<double> out;
+  for (std::string line; std::getline(in, line);) {
+    const size_t at = line.find("\"loss\": ");
+    if (line.find("\"step\"") == std::string::npos || at == std::string::npos) continue;
+    out.push_back(std::stod(line.substr(at + 8)));
+  }
+  return out;
+}
+
+// tp=2 over the tiny model: the table is looked up (vocab), the head's
+// output features are the vocabulary (colwise).
+constexpr char kTpPlan[] = "parallel:\n  dp: 2\n  tp: 2\n  tp_plan: {emb: vocab, head: colwise}\n";
+// head is no lookup table: vocab cannot apply to it.
+constexpr char kBadPlan[] = "parallel:\n  tp: 2\n  tp_plan: {emb: vocab, head: vocab}\n";
 
 class OnnxCli : public ::testing::Test {
  protected:
@@ -88,16 +110,56 @@ TEST_F(OnnxCli, TrainAndRunTakeTheModelAndRefuseBadOnes) {
     EXPECT_EQ(r.code, 2) << cmd << r.output;
     EXPECT_NE(r.output.find("model.onnx: "), std::string::npos) << r.output;
     EXPECT_NE(r.output.find("truncated or malformed"), std::string::npos) << r.output;
-    r = RunLoom(cmd + Job(root_, root_ + "/lm.onnx", "parallel: {dp: 2}\n"), 300);
-    EXPECT_EQ(r.code, 2) << cmd << r.output;
-    EXPECT_NE(r.output.find("ONNX models train in one process"), std::string::npos) << r.output;
   }
+  r = RunLoom("train " + Job(root_, root_ + "/lm.onnx", "parallel: {dp: 2}\n"), 300);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("`loom train` runs one process"), std::string::npos) << r.output;
+}
+
+// `loom run` trains an ONNX job on dp=2 x tp=2 ranks with a name-pattern
+// plan to the losses of `loom train`; a plan the graph refuses stops
+// `loom run` before any rank starts, naming the parameter.
+TEST_F(OnnxCli, RunTrainsInParallelWithATpPlanAndRefusesABadOne) {
+  CliResult r = RunLoom("train " + Job(root_, root_ + "/lm.onnx", "", "one"), 300);
+  ASSERT_EQ(r.code, 0) << r.output;
+  r = RunLoom("run " + Job(root_, root_ + "/lm.onnx", kTpPlan, "tp"), 300);
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("mesh (dp=2, tp=2) over 4 ranks"), std::string::npos) << r.output;
+  const std::vector<double> one = Losses(root_ + "/runs/one"), tp = Losses(root_ + "/runs/tp");
+  ASSERT_EQ(one.size(), 3u);
+  ASSERT_EQ(tp.size(), 3u);
+  for (size_t i = 0; i < one.size(); ++i) EXPECT_NEAR(tp[i], one[i], 1e-5 * std::abs(one[i])) << "step " << i + 1;
+  r = RunLoom("run " + Job(root_, root_ + "/lm.onnx", kBadPlan, "bad"), 300);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("parallel.tp_plan: parameter 'head' [8, 32] (vocab, rule 'head')"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("submitted"), std::string::npos) << r.output;
+}
+
+// `loom plan` on an ONNX job: every layout from its compiled program, tp
+// layouts with the proposed plan (tp: auto) or the job's, which a bad one
+// stops with exit 2.
+TEST_F(OnnxCli, PlanPrintsTheCompiledEstimateAndTheTpPlan) {
+  CliResult r = RunLoom("plan " + Job(root_, root_ + "/lm.onnx", "parallel: {dp: 4, tp: auto}\n"), 120);
+  EXPECT_EQ(r.code, 0) << r.output;
+  for (const char* s : {"model: onnx ", "dp=2 tp=2 zero=0", "dp=1 tp=4 zero=0",
+                        "skipped dp=4 tp=1: train.batch_size: must be divisible by parallel.dp = 4 (got 2)",
+                        "memory and time from each layout's compiled per-rank program",
+                        "tensor-parallel plan for tp=2 (proposed), as parallel.tp_plan:", "  'emb': vocab",
+                        "  'head': colwise", "choice: "})
+    EXPECT_NE(r.output.find(s), std::string::npos) << s << " missing from:\n" << r.output;
+  r = RunLoom("plan --json " + Job(root_, root_ + "/lm.onnx", kTpPlan), 120);
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("\"tp_plan\": ["), std::string::npos) << r.output;
+  r = RunLoom("plan " + Job(root_, root_ + "/lm.onnx", kBadPlan), 120);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("parallel.tp_plan: parameter 'head'"), std::string::npos) << r.output;
 }
 
 TEST_F(OnnxCli, SubmitRefusesABadModelNamingTheField) {
   const std::string data = root_ + "/coord", port_file = root_ + "/port";
   pid_t coord = testing::Spawn({"runtime/loom", "coordinator", "--data-dir", data, "--listen", "127.0.0.1:0",
-                                "--metrics-listen", "off", "--port-file", port_file},
+                                "--metrics-listen", "off", "--port-file", port_file, "--data-roots", root_},
                                root_ + "/coord.log");
   ASSERT_GT(testing::ReadPort(port_file, 20), 0) << "coordinator did not start";
   int port = 0;
@@ -105,11 +167,16 @@ TEST_F(OnnxCli, SubmitRefusesABadModelNamingTheField) {
   const std::string submit = absl::StrCat("submit ", Job(root_, root_ + "/truncated.onnx"), " --coordinator 127.0.0.1:",
                                           port, " --data-dir ", data);
   CliResult r = RunLoom(submit, 60);
+  const std::string bad_plan = absl::StrCat("submit ", Job(root_, root_ + "/lm.onnx", kBadPlan),
+                                            " --coordinator 127.0.0.1:", port, " --data-dir ", data);
+  CliResult plan = RunLoom(bad_plan, 60);
   kill(coord, SIGTERM);
   testing::WaitExit(coord, 20);
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("spec.model.onnx: "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("truncated or malformed"), std::string::npos) << r.output;
+  EXPECT_EQ(plan.code, 2) << plan.output;
+  EXPECT_NE(plan.output.find("spec.parallel.tp_plan: parameter 'head'"), std::string::npos) << plan.output;
 }
 
 }  // namespace

@@ -113,14 +113,13 @@ void WriteFirstBatch(const std::string& job_path, const std::string& out) {
   auto spec = jobspec::ParseJobSpecYaml(text.str());
   ASSERT_TRUE(spec.ok()) << spec.status();
   jobspec::ApplyDefaults(*spec);
-  auto tokens = data::LoadTokens(spec->data().path(), "tokens", "u16", spec->model().vocab());
-  ASSERT_TRUE(tokens.ok()) << tokens.status();
-  data::Split split = data::SplitTokens(*tokens, spec->data().val_fraction(), spec->data().seed());
-  auto sampler = data::Sampler::Create(&split.train, spec->model().seq_len(), spec->train().seed());
-  ASSERT_TRUE(sampler.ok());
+  auto dataset = data::Dataset::Open(*spec);
+  ASSERT_TRUE(dataset.ok()) << dataset.status();
   const int64_t B = spec->train().batch_size(), T = spec->model().seq_len();
-  Tensor x = Tensor::MustEmpty({B, T}, DType::kI32), y = Tensor::MustEmpty({B, T}, DType::kI32);
-  sampler->Next(B, &x, &y);
+  data::Batch batch = (*dataset)->NewBatch(B);
+  ASSERT_TRUE((*dataset)->Next(B, 0, &batch).ok());
+  const Tensor& x = *batch.Find("x");
+  const Tensor& y = *batch.Find("y");
   auto w = checkpoint::WriteSafetensors(
       out, {{"x", DType::kI32, {B, T}, x.raw_data()}, {"y", DType::kI32, {B, T}, y.raw_data()}}, {});
   ASSERT_TRUE(w.ok()) << w.status();

@@ -125,7 +125,11 @@ int ParityWorker(WorkerContext& ctx) {
     Tensor x = Batch(spec, step, 0), y = Batch(spec, step, 1);
     auto lr = (*ref)->Step(x, y);
     if (!lr.ok()) return fail(lr.status());
-    auto lp = (*par)->Step(x, y);
+    // Odd steps give the trainer only this rank's rows (StepRows), as the
+    // data loader of `loom worker` does; even steps the global batch.
+    const auto [first, rows] = (*par)->BatchRows();
+    auto lp = step % 2 == 0 ? (*par)->Step(x, y)
+                            : (*par)->StepRows(x.Narrow(0, first, rows).Clone(), y.Narrow(0, first, rows).Clone());
     if (!lp.ok()) return fail(lp.status());
     const double rel = std::abs(*lp - *lr) / std::max(1e-12, static_cast<double>(std::abs(*lr)));
     worst_loss = std::max(worst_loss, rel);

@@ -30,7 +30,8 @@ TEST(BasicRun, TwoDimensionalJobThroughCliAndPython) {
   const std::string root = TestDir("basic_run");
   const std::string data = root + "/coord", port_file = root + "/port";
   pid_t coord = Spawn({"runtime/loom", "coordinator", "--data-dir", data, "--listen", "127.0.0.1:0",
-                       "--metrics-listen", "127.0.0.1:0", "--port-file", port_file, "--heartbeat-ms", "200"},
+                       "--metrics-listen", "127.0.0.1:0", "--port-file", port_file, "--heartbeat-ms", "200",
+                       "--data-roots", root},
                       root + "/coord.log");
   ASSERT_GT(ReadPort(port_file, 20), 0) << "coordinator did not start";
   int port = 0, metrics_port = 0;

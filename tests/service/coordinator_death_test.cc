@@ -72,7 +72,8 @@ class CoordinatorDeath : public ::testing::Test {
   pid_t StartCoordinatorAt(const std::string& listen) {
     std::filesystem::remove(port_file_);
     return Spawn({"runtime/loom", "coordinator", "--data-dir", data_, "--listen", listen, "--metrics-listen", "off",
-                  "--port-file", port_file_, "--heartbeat-ms", "200", "--reclaim-grace-ms", "30000"},
+                  "--port-file", port_file_, "--heartbeat-ms", "200", "--reclaim-grace-ms", "30000", "--data-roots",
+                  root_},
                  root_ + "/coord.log");
   }
 

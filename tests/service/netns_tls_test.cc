@@ -98,7 +98,8 @@ TEST(NetnsTls, TwoDimensionalJobAcrossTwoNamespacesWithTls) {
   ASSERT_EQ(Sh(ssl, &out), 0) << out;
   const std::string data = root + "/coord", port_file = root + "/port";
   pid_t coord = Spawn({"runtime/loom", "coordinator", "--data-dir", data, "--listen", net.Ip(1) + ":0",
-                       "--metrics-listen", "off", "--port-file", port_file, "--heartbeat-ms", "200", "--tls-cert",
+                       "--metrics-listen", "off", "--port-file", port_file, "--heartbeat-ms", "200", "--data-roots",
+                       root, "--tls-cert",
                        root + "/coord.pem", "--tls-key", root + "/coord.key"},
                       root + "/coord.log");
   const int port = ReadPort(port_file, 20);

@@ -1,6 +1,7 @@
 // Elementwise ONNX ops: arithmetic (Add Sub Mul Div Pow), unary math (Sqrt
 // Reciprocal Neg Erf Exp Log Abs Sin Cos), activations (Relu Tanh Sigmoid),
-// comparison and selection (Equal Where) and Cast.
+// comparison, logic and selection (Equal Less Greater LessOrEqual
+// GreaterOrEqual And Or Not Where) and Cast.
 //
 // Arithmetic with a floating scalar constant (one element, rank no higher than
 // the other operand's) becomes the registry's scalar ops, which fuse without
@@ -97,14 +98,23 @@ absl::Status Reciprocal(NodeCtx& n) {
   return n.SetOut(0, y);
 }
 
-absl::Status Equal(NodeCtx& n) {
+// A comparison or logical op of two operands of one dtype -> bool.
+absl::Status Compare(NodeCtx& n, const std::string& op) {
   LOOM_RETURN_IF_ERROR(n.OnlyAttrs({}));
   LOOM_ASSIGN_OR_RETURN(Val a, n.In(0));
   LOOM_ASSIGN_OR_RETURN(Val b, n.In(1));
   if (a.meta.dtype != b.meta.dtype)
     return n.Error(absl::StrCat("operands have different dtypes (", DTypeName(a.meta.dtype), " and ",
                                 DTypeName(b.meta.dtype), ")"));
-  LOOM_ASSIGN_OR_RETURN(Val y, n.Emit1("equal", {a, b}));
+  LOOM_ASSIGN_OR_RETURN(Val y, n.Emit1(op, {a, b}));
+  return n.SetOut(0, y);
+}
+
+absl::Status Not(NodeCtx& n) {
+  LOOM_RETURN_IF_ERROR(n.OnlyAttrs({}));
+  LOOM_ASSIGN_OR_RETURN(Val x, n.In(0));
+  LOOM_RETURN_IF_ERROR(n.Check(x.meta.dtype == DType::kBool, "expected a bool input"));
+  LOOM_ASSIGN_OR_RETURN(Val y, n.Emit1("logical_not", {x}));
   return n.SetOut(0, y);
 }
 
@@ -134,6 +144,7 @@ absl::Status Cast(NodeCtx& n) {
 
 std::vector<OpEntry> ElementwiseOps() {
   auto binary = [](std::string op) -> ConvertFn { return [op](NodeCtx& n) { return Binary(n, op); }; };
+  auto compare = [](std::string op) -> ConvertFn { return [op](NodeCtx& n) { return Compare(n, op); }; };
   auto unary = [](const char* onnx, std::string op, int since) {
     return OpEntry{onnx, "elementwise", since, op, [op](NodeCtx& n) { return Unary(n, op); }};
   };
@@ -144,7 +155,14 @@ std::vector<OpEntry> ElementwiseOps() {
       {"Div", "elementwise", 7, "div | scale", binary("div")},
       {"Pow", "elementwise", 7, "pow | pow_scalar (+ cast)", Pow},
       {"Reciprocal", "elementwise", 7, "div", Reciprocal},
-      {"Equal", "elementwise", 7, "equal", Equal},
+      {"Equal", "elementwise", 7, "equal", compare("equal")},
+      {"Less", "elementwise", 7, "less", compare("less")},
+      {"Greater", "elementwise", 7, "greater", compare("greater")},
+      {"LessOrEqual", "elementwise", 12, "less_equal", compare("less_equal")},
+      {"GreaterOrEqual", "elementwise", 12, "greater_equal", compare("greater_equal")},
+      {"And", "elementwise", 7, "logical_and", compare("logical_and")},
+      {"Or", "elementwise", 7, "logical_or", compare("logical_or")},
+      {"Not", "elementwise", 7, "logical_not", Not},
       {"Where", "elementwise", 9, "where", Where},
       {"Cast", "elementwise", 7, "cast", Cast},
       unary("Sqrt", "sqrt", 7),

@@ -77,6 +77,10 @@ absl::StatusOr<TensorMeta> DataInputMeta(const ::onnx::ValueInfoProto& in, const
         continue;
       }
       auto it = d.has_dim_param() ? o.dims.find(d.dim_param()) : o.dims.end();
+      if (it == o.dims.end() && i == 0 && o.batch > 0) {
+        meta.shape.push_back(o.batch);
+        continue;
+      }
       if (it == o.dims.end())
         return absl::InvalidArgumentError(absl::StrCat(what, ": dim ", i, " is symbolic ('", d.dim_param(),
                                                        "'); bind it in dims or give the shape in input_shapes"));

@@ -21,8 +21,9 @@
 //      run-time (data-dependent) operand (params.h). report.param_rule says
 //      which rule decided.
 //   3. Graph inputs that are not initializers are data inputs; their shapes
-//      come from input_shapes, else the model with dim_params bound by
-//      `dims`. Every shape is then static.
+//      come from input_shapes, else default_input_shape (same rank), else
+//      the model with dim_params bound by `dims` (a first dim also by
+//      `batch`). Every shape is then static.
 //   4. Nodes are converted in topological order through the op table
 //      (op_table.h); constant operands fold at import (builder.h). Errors
 //      name the node: "node 'NAME' (OpType, opset N): reason".
@@ -50,6 +51,9 @@ struct ImportOptions {
   std::optional<Shape> default_input_shape;
   // Sizes of symbolic dims (ONNX dim_param), e.g. {"batch", 8}.
   std::map<std::string, int64_t> dims;
+  // > 0: the size of a data input's symbolic first dim that `dims` does not
+  // bind, whatever its name (the batch; exporters name it freely).
+  int64_t batch = 0;
   // Values of data inputs the importer may use where an op needs a value at
   // import time (Reshape's shape, Dropout's ratio, Range's limits): such an
   // input becomes a constant. Inputs not needed that way stay data inputs.

@@ -148,6 +148,74 @@ TEST(OnnxImport, SymbolicDimsBindFromOptions) {
   ExpectInvalid(ImportModelBytes(mb.Bytes(), huge).status(), {"graph input 'x'", "exceeds the limit"});
 }
 
+TEST(OnnxImport, BatchBindsASymbolicFirstDimOfAnyName) {
+  ModelBuilder mb(17);
+  mb.Input("x", DType::kF32, {-1, -1});  // dims d0, d1
+  mb.Initializer("w", F32({3, 4}));
+  mb.Node("MatMul", {"x", "w"}, {"y"});
+  mb.Output("y");
+  ImportOptions o;
+  o.batch = 6;
+  // Only the first dim: d1 stays unbound.
+  ExpectInvalid(ImportModelBytes(mb.Bytes(), o).status(), {"graph input 'x'", "dim 1 is symbolic ('d1')"});
+  o.dims = {{"d1", 3}};
+  auto m = ImportModelBytes(mb.Bytes(), o);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->graph.meta(m->graph.outputs()[0].value).shape, (Shape{6, 4}));
+  o.dims = {{"d0", 2}, {"d1", 3}};  // dims wins over batch
+  m = ImportModelBytes(mb.Bytes(), o);
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->graph.meta(m->graph.outputs()[0].value).shape, (Shape{2, 4}));
+}
+
+// A classifier: float features [batch, 3] -> logits [batch, 5]. x takes the
+// features as f32, y the labels as i32 [batch] (not x's shape).
+TEST(OnnxImport, TrainingGraphOfAClassifierTakesFloatInputsAndOneLabelPerRow) {
+  ModelBuilder mb(17);
+  mb.Input("features", DType::kF32, {4, 3});
+  mb.Initializer("w", F32({3, 5}));
+  mb.Node("MatMul", {"features", "w"}, {"logits"});
+  mb.Output("logits");
+  auto m = ImportModelBytes(mb.Bytes());
+  ASSERT_TRUE(m.ok()) << m.status();
+  TrainingGraphOptions o;
+  auto t = BuildTrainingGraph(*m, o);
+  ASSERT_TRUE(t.ok()) << t.status();
+  const Graph& g = t->graph;
+  EXPECT_EQ(g.meta(g.inputs()[g.FindInput("x")].value).ToString(), "f32[4, 3]");
+  EXPECT_EQ(g.meta(g.inputs()[g.FindInput("y")].value).ToString(), "i32[4]");
+  o.vocab = 7;
+  ExpectInvalid(BuildTrainingGraph(*m, o).status(), {"model.vocab: 7", "5 classes"});
+  // f64 features are fed as f32 and cast.
+  ModelBuilder m64(17);
+  m64.Input("features", DType::kF64, {4, 3});
+  m64.Initializer("w", Tensor::Zeros({3, 5}, DType::kF64));
+  m64.Node("MatMul", {"features", "w"}, {"logits"});
+  m64.Output("logits");
+  auto i64 = ImportModelBytes(m64.Bytes());
+  ASSERT_TRUE(i64.ok()) << i64.status();
+  auto t64 = BuildTrainingGraph(*i64, {});
+  ASSERT_TRUE(t64.ok()) << t64.status();
+  EXPECT_EQ(t64->graph.meta(t64->graph.inputs()[t64->graph.FindInput("x")].value).dtype, DType::kF32);
+  EXPECT_EQ(t64->graph.nodes()[0].op, "cast");
+}
+
+TEST(OnnxImport, TrainingGraphNamesTheDataInputsItCannotFeed) {
+  ModelBuilder mb(17);
+  mb.Input("a", DType::kF32, {4, 3});
+  mb.Input("b", DType::kF32, {4, 3});
+  mb.Node("Add", {"a", "b"}, {"logits"});
+  mb.Output("logits");
+  auto m = ImportModelBytes(mb.Bytes());
+  ASSERT_TRUE(m.ok()) << m.status();
+  ExpectInvalid(BuildTrainingGraph(*m, {}).status(), {"2 data inputs (a, b)", "name the token input"});
+  TrainingGraphOptions o;
+  o.token_input = "a";
+  ExpectInvalid(BuildTrainingGraph(*m, o).status(), {"data input 'b' has no source"});
+  o.target = "b";  // b is the label input: floating, fed y as f32 and used as the classes of each row
+  ExpectInvalid(BuildTrainingGraph(*m, o).status(), {"the targets f32[4, 3]", "one class per row"});
+}
+
 TEST(OnnxImport, TrainingGraphFeedsDropoutTheStepAndEvaluationDropsIt) {
   // ids -> Gather(table) -> Dropout(0.5, training) -> logits [2, 4, 8] (dims as the trainer feeds).
   ModelBuilder mb(17);

@@ -13,20 +13,32 @@ struct Roles {
   std::string tokens, labels;
 };
 
+DType InputDType(const ImportedModel& m, const std::string& name) {
+  return m.graph.meta(m.graph.inputs()[m.graph.FindInput(name)].value).dtype;
+}
+
+// The data input x feeds when the options name none: the only data input
+// besides the label input, else the only integer one.
+absl::StatusOr<std::string> DefaultTokenInput(const ImportedModel& m, const std::string& labels) {
+  std::vector<std::string> all, ints;
+  for (const std::string& name : m.data_inputs) {
+    if (name == labels) continue;
+    all.push_back(name);
+    const DType dt = InputDType(m, name);
+    if (dt == DType::kI32 || dt == DType::kI64) ints.push_back(name);
+  }
+  if (all.size() == 1) return all[0];
+  if (ints.size() == 1) return ints[0];
+  return absl::InvalidArgumentError(absl::StrCat("the model has ", all.size(), " data inputs (", absl::StrJoin(all, ", "),
+                                                 ") and ", ints.size(), " integer ones; name the token input"));
+}
+
 absl::StatusOr<Roles> AssignRoles(const ImportedModel& m, const TrainingGraphOptions& o) {
   Roles r;
   if (o.target != kShiftedInputs) r.labels = o.target;
-  std::vector<std::string> ints;
-  for (const std::string& name : m.data_inputs) {
-    const DType dt = m.graph.meta(m.graph.inputs()[m.graph.FindInput(name)].value).dtype;
-    if ((dt == DType::kI32 || dt == DType::kI64) && name != r.labels) ints.push_back(name);
-  }
   r.tokens = o.token_input;
   if (r.tokens.empty()) {
-    if (ints.size() != 1)
-      return absl::InvalidArgumentError(absl::StrCat("the model has ", ints.size(), " integer data inputs (",
-                                                     absl::StrJoin(ints, ", "), "); name the token input"));
-    r.tokens = ints[0];
+    LOOM_ASSIGN_OR_RETURN(r.tokens, DefaultTokenInput(m, r.labels));
   }
   for (const std::string* name : {&r.tokens, &r.labels})
     if (!name->empty() && std::find(m.data_inputs.begin(), m.data_inputs.end(), *name) == m.data_inputs.end())
@@ -34,61 +46,56 @@ absl::StatusOr<Roles> AssignRoles(const ImportedModel& m, const TrainingGraphOpt
                                                      absl::StrJoin(m.data_inputs, ", "), ")"));
   for (const std::string& name : m.data_inputs)
     if (name != r.tokens && name != r.labels)
-      return absl::InvalidArgumentError(absl::StrCat("data input '", name, "' has no source: the trainer feeds token ids "
-                                                     "and their targets only"));
+      return absl::InvalidArgumentError(absl::StrCat("data input '", name, "' has no source: the trainer feeds the "
+                                                     "batch's inputs and targets only"));
   for (const char* reserved : {"x", "y", "lr", "step", kDropoutStep})
     if (m.graph.FindInput(reserved) >= 0 && reserved != r.tokens && reserved != r.labels)
       return absl::InvalidArgumentError(absl::StrCat("the model has an input named '", reserved, "', a name the trainer uses"));
   return r;
 }
 
+// The trainer's input for a model input of `need`: its shape, i32 for
+// integer inputs and f32 for floating ones.
+TensorMeta FedMeta(const TensorMeta& need) {
+  return TensorMeta{IsFloating(need.dtype) ? DType::kF32 : DType::kI32, need.shape};
+}
+
 // x or y, as the data input `name` of the model needs it (its dtype).
-absl::StatusOr<int> Feed(Graph& g, int fed, const TensorMeta& need, const std::string& name) {
-  if (g.meta(fed).shape != need.shape)
-    return absl::InvalidArgumentError(absl::StrCat("data input '", name, "' is ", need.ToString(),
-                                                   ", the trainer feeds [batch, seq_len] = ",
-                                                   ShapeToString(g.meta(fed).shape)));
-  if (need.dtype == DType::kI32) return fed;
+absl::StatusOr<int> Feed(Graph& g, int fed, const TensorMeta& need) {
+  if (need.dtype == g.meta(fed).dtype) return fed;
   return g.AddOp1("cast", {fed}, Attrs{{"dtype", std::string(DTypeName(need.dtype))}});
 }
 
-// The logits as [rows, vocab] (from [batch, seq, vocab] or [rows, vocab]).
-absl::StatusOr<int> Logits2D(Graph& g, int logits, int64_t rows, int64_t vocab_expected) {
+// The logits as [rows, classes] (from [..., classes]).
+absl::StatusOr<int> Logits2D(Graph& g, int logits, int64_t vocab_expected) {
   const Shape& s = g.meta(logits).shape;
-  if (s.size() < 2 || !IsFloating(g.meta(logits).dtype) || NumElements(s) != rows * s.back())
+  if (s.size() < 2 || !IsFloating(g.meta(logits).dtype))
     return absl::InvalidArgumentError(absl::StrCat("the model's first output ", g.meta(logits).ToString(),
-                                                   " is neither a scalar loss nor logits for ", rows, " positions"));
+                                                   " is neither a scalar loss nor logits [..., classes]"));
   if (vocab_expected > 0 && s.back() != vocab_expected)
     return absl::InvalidArgumentError(absl::StrCat("model.vocab: ", vocab_expected, " does not match the model's logits (",
                                                    s.back(), " classes)"));
   if (s.size() == 2) return logits;
-  return g.AddOp1("reshape", {logits}, Attrs{{"shape", std::vector<int64_t>{rows, s.back()}}});
+  return g.AddOp1("reshape", {logits}, Attrs{{"shape", std::vector<int64_t>{NumElements(s) / s.back(), s.back()}}});
+}
+
+// The shape of y for a loss over `logits` (see the top of training.h).
+Shape TargetShape(const TensorMeta& x, const Shape& logits) {
+  const int64_t rows = NumElements(logits) / logits.back();
+  if (!IsFloating(x.dtype) && NumElements(x.shape) == rows) return x.shape;
+  return Shape(logits.begin(), logits.end() - 1);
 }
 
 }  // namespace
 
-absl::StatusOr<TrainingGraph> BuildTrainingGraph(const ImportedModel& m, const TrainingGraphOptions& o) {
-  LOOM_ASSIGN_OR_RETURN(Roles roles, AssignRoles(m, o));
-  const Graph& src = m.graph;
-  const TensorMeta tok = src.meta(src.inputs()[src.FindInput(roles.tokens)].value);
-  if (tok.shape.size() != 2) return absl::InvalidArgumentError(absl::StrCat("token input '", roles.tokens, "' is ", tok.ToString(), ", not [batch, seq_len]"));
-  TrainingGraph out;
-  Graph& g = out.graph;
-  g.set_name(src.name());
-  std::map<int, int> vmap;
-  for (const GraphInput& in : src.inputs())
-    if (in.kind != InputKind::kInput) vmap[in.value] = g.AddInput(in.name, src.meta(in.value), in.kind);
-  const int x = g.AddInput("x", {DType::kI32, tok.shape}), y = g.AddInput("y", {DType::kI32, tok.shape});
-  LOOM_ASSIGN_OR_RETURN(vmap[src.inputs()[src.FindInput(roles.tokens)].value], Feed(g, x, tok, roles.tokens));
-  if (!roles.labels.empty()) {
-    const int lv = src.inputs()[src.FindInput(roles.labels)].value;
-    LOOM_ASSIGN_OR_RETURN(vmap[lv], Feed(g, y, src.meta(lv), roles.labels));
-  }
+// Copies the model's nodes into `g` (vmap: model value -> g value); dropout
+// as training.h says.
+absl::Status CopyNodes(const Graph& src, Graph& g, bool evaluation, std::map<int, int>& vmap) {
   int dropout_step = -1;
   for (const Node& n : src.nodes()) {
     std::vector<int> ins;
     for (int v : n.inputs) ins.push_back(vmap.at(v));
-    if (n.op == "dropout" && o.return_logits) {  // evaluation: no dropout
+    if (n.op == "dropout" && evaluation) {
       vmap[n.outputs[0]] = ins[0];
       continue;
     }
@@ -99,20 +106,51 @@ absl::StatusOr<TrainingGraph> BuildTrainingGraph(const ImportedModel& m, const T
     LOOM_ASSIGN_OR_RETURN(std::vector<int> outs, g.AddOp(n.op, ins, n.attrs));
     for (size_t k = 0; k < outs.size(); ++k) vmap[n.outputs[k]] = outs[k];
   }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<TrainingGraph> BuildTrainingGraph(const ImportedModel& m, const TrainingGraphOptions& o) {
+  LOOM_ASSIGN_OR_RETURN(Roles roles, AssignRoles(m, o));
+  const Graph& src = m.graph;
   if (src.outputs().empty()) return absl::InvalidArgumentError("the model has no outputs");
+  const int tok_value = src.inputs()[src.FindInput(roles.tokens)].value;
+  const TensorMeta tok = src.meta(tok_value);
+  TrainingGraph out;
+  Graph& g = out.graph;
+  g.set_name(src.name());
+  std::map<int, int> vmap;
+  for (const GraphInput& in : src.inputs())
+    if (in.kind != InputKind::kInput) vmap[in.value] = g.AddInput(in.name, src.meta(in.value), in.kind);
+  const TensorMeta first_meta = src.meta(src.outputs()[0].value);
+  const bool model_loss = first_meta.shape.empty() && o.loss_kind != "cross_entropy";
+  const int x = g.AddInput("x", FedMeta(tok));
+  LOOM_ASSIGN_OR_RETURN(vmap[tok_value], Feed(g, x, tok));
+  int y = -1;
+  if (!roles.labels.empty()) {
+    const int lv = src.inputs()[src.FindInput(roles.labels)].value;
+    y = g.AddInput("y", FedMeta(src.meta(lv)));
+    LOOM_ASSIGN_OR_RETURN(vmap[lv], Feed(g, y, src.meta(lv)));
+  } else {  // a model computing its own loss without labels is still fed y (unused)
+    const bool logits = !model_loss && first_meta.shape.size() >= 2;
+    y = g.AddInput("y", {DType::kI32, logits ? TargetShape(tok, first_meta.shape) : tok.shape});
+  }
+  LOOM_RETURN_IF_ERROR(CopyNodes(src, g, o.return_logits, vmap));
   const int first = vmap.at(src.outputs()[0].value);
-  const int64_t rows = tok.shape[0] * tok.shape[1];
   int loss = -1, logits = -1;
-  if (g.meta(first).shape.empty() && o.loss_kind != "cross_entropy") {
+  if (model_loss) {
     out.model_loss = true;
     loss = first;
     if (src.outputs().size() > 1) {
-      auto l = Logits2D(g, vmap.at(src.outputs()[1].value), rows, o.vocab);
+      auto l = Logits2D(g, vmap.at(src.outputs()[1].value), o.vocab);
       if (l.ok()) logits = *l;
     }
   } else {
-    LOOM_ASSIGN_OR_RETURN(logits, Logits2D(g, first, rows, o.vocab));
+    LOOM_ASSIGN_OR_RETURN(logits, Logits2D(g, first, o.vocab));
     const int target = roles.labels.empty() ? y : vmap.at(src.inputs()[src.FindInput(roles.labels)].value);
+    const int64_t rows = g.meta(logits).shape[0];
+    if (NumElements(g.meta(target).shape) != rows)
+      return absl::InvalidArgumentError(absl::StrCat("the targets ", g.meta(target).ToString(), " do not hold one class per "
+                                                     "row of the logits ", g.meta(logits).ToString()));
     LOOM_ASSIGN_OR_RETURN(int t1, g.AddOp1("reshape", {target}, Attrs{{"shape", std::vector<int64_t>{rows}}}));
     LOOM_ASSIGN_OR_RETURN(std::vector<int> ce, g.AddOp("cross_entropy", {logits, t1}, Attrs{{"ignore_index", o.ignore_index}}));
     loss = ce[0];

@@ -1,18 +1,25 @@
-// An imported language model as the trainer's forward graph.
+// An imported model as the trainer's forward graph.
 //
-// The trainer feeds two i32 [batch, seq_len] inputs, "x" (token ids) and "y"
-// (the next-token targets: the inputs shifted by one), and expects the scalar
-// loss as output 0 (and, for evaluation, the logits [batch * seq_len, vocab]
-// as output 1). BuildTrainingGraph rewires an ImportedModel to that contract:
+// The trainer feeds two inputs, "x" (the batch's model input) and "y" (its
+// targets), and expects the scalar loss as output 0 (and, for evaluation,
+// the logits [rows, classes] as output 1). What x and y hold depends on the
+// batch kind (runtime/data/batch.h): token ids and next-token or masked-token
+// targets, i32 [batch, seq_len]; or records of a .npy pair, e.g. f32 features
+// [batch, features] and i32 labels [batch]. BuildTrainingGraph rewires an
+// ImportedModel to that contract:
 //
-//   - the token input (named, or the model's only integer data input) is
-//     computed as cast(x) in its dtype; a label input, when the loss target
-//     names one, as cast(y); any other data input is an error naming it;
+//   - x feeds the token input (named, else the model's only data input other
+//     than the label input, else its only integer one) and takes its shape;
+//     its dtype is i32 for an integer input and f32 for a floating one, cast
+//     to the input's dtype where that differs; y feeds the label input when
+//     the loss target names one (i32, cast likewise); any other data input
+//     is an error naming it;
 //   - a model whose first output is a scalar is trained on that loss as it
-//     is; otherwise its first output is the logits ([batch, seq_len, vocab]
-//     or [batch * seq_len, vocab]) and the loss is
-//     cross_entropy(logits, targets) with ignore_index, the targets being y
-//     ("shifted_inputs") or the named label input (fed y);
+//     is; otherwise its first output is the logits ([..., classes], read as
+//     [rows, classes]) and the loss is cross_entropy(logits, y) with
+//     ignore_index. y's shape is then x's when x is integer and holds one id
+//     per row of logits (token windows: [batch, seq_len]), else the logits'
+//     leading dims (a classifier: [batch]);
 //   - parameters and buffers keep their names and kinds;
 //   - dropout nodes take the step (input kDropoutStep) as their mask offset,
 //     so each step draws a new mask; the evaluation graph (return_logits)
@@ -33,12 +40,12 @@ inline constexpr char kShiftedInputs[] = "shifted_inputs";
 inline constexpr char kDropoutStep[] = "dropout_step";
 
 struct TrainingGraphOptions {
-  std::string token_input;                  // empty: the only integer data input
+  std::string token_input;                  // empty: see the top of this file
   std::string loss_kind;                    // "" (the model's own loss or cross_entropy) | "cross_entropy"
-  std::string target = kShiftedInputs;      // or the name of a data input fed the targets
+  std::string target = kShiftedInputs;      // y, the batch's targets; or the name of a data input fed y
   int64_t ignore_index = -100;
   int64_t vocab = 0;                        // > 0: the logits' last dim must match
-  bool return_logits = false;               // output 1: logits [batch * seq_len, vocab]
+  bool return_logits = false;               // output 1: logits [rows, classes]
 };
 
 struct TrainingGraph {

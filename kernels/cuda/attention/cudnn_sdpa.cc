@@ -168,9 +168,8 @@ struct CudnnApi {
 const CudnnApi& Api() {
   static const CudnnApi* api = [] {
     auto* a = new CudnnApi();
-    std::vector<std::string> names;
-    if (const char* e = std::getenv("LOOM_CUDNN_LIB"); e != nullptr && *e) names.push_back(e);
-    names.insert(names.end(), {"libcudnn.so.9", "libcudnn.so"});
+    // The dynamic loader's search (LD_LIBRARY_PATH, the ld.so cache) finds it.
+    const std::vector<std::string> names = {"libcudnn.so.9", "libcudnn.so"};
     void* h = nullptr;
     std::string last;
     for (const std::string& n : names) {
@@ -182,7 +181,7 @@ const CudnnApi& Api() {
     }
     if (h == nullptr) {
       a->error = absl::StrCat("cuDNN not found: tried ", absl::StrJoin(names, ", "),
-                              " (set LOOM_CUDNN_LIB or LD_LIBRARY_PATH)", last.empty() ? "" : "; last: ", last);
+                              " (put its folder on LD_LIBRARY_PATH)", last.empty() ? "" : "; last: ", last);
       return a;
     }
     std::vector<std::string> missing;

@@ -94,7 +94,7 @@ absl::StatusOr<PwCheckInstance> MakeCheckInstance(const PwCheckCase& c, DType dt
     }
     else view = storage.Narrow(0, 1, kOut[0]).Narrow(1, 5, kOut[1]);
     inst.spec.inputs.push_back({idt, Ints(view.strides().begin(), view.strides().end()), view.offset()});
-    ref_in.push_back(view.To(DType::kF64));
+    ref_in.push_back(bool_in ? view.Contiguous() : view.To(DType::kF64));  // bool inputs stay bool
     inst.in_storage.push_back(storage);
   }
   if (layout == "sliced") {

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/status.h"
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/service/auth/token.h"
@@ -46,11 +47,25 @@ Agent::~Agent() { Stop(); }
 std::unique_ptr<grpc::ClientContext> Agent::Ctx(int timeout_ms) {
   auto c = std::make_unique<grpc::ClientContext>();
   c->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
-  AddBearer(c.get(), opts_.token);
+  AddBearer(c.get(), secret_.empty() ? opts_.join_token : AgentBearer(agent_id_, secret_));
   return c;
 }
 
 absl::Status Agent::Register() {
+  absl::Status s = RegisterOnce();
+  if (s.code() == absl::StatusCode::kUnauthenticated && !secret_.empty()) {
+    std::fprintf(stderr,
+                 "loom agent: the coordinator refuses the credential of %s (%s): registering as a new agent with the "
+                 "join token\n",
+                 agent_id_.c_str(), std::string(s.message()).c_str());
+    agent_id_.clear();
+    secret_.clear();
+    s = RegisterOnce();
+  }
+  return s;
+}
+
+absl::Status Agent::RegisterOnce() {
   v1::RegisterAgentRequest req;
   req.set_hostname(opts_.hostname);
   req.set_agent_id(agent_id_);
@@ -84,6 +99,7 @@ absl::Status Agent::Register() {
   grpc::Status s = stub_->RegisterAgent(Ctx(5000).get(), req, &resp);
   if (!s.ok()) return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
   agent_id_ = resp.agent_id();
+  if (!resp.agent_secret().empty()) secret_ = resp.agent_secret();
   if (resp.incarnation() != incarnation_) {
     // A coordinator that has not seen our reports or progress yet.
     for (ExitReport& e : exits_) e.delivered = false;
@@ -162,7 +178,8 @@ void Agent::Loop() {
     req.set_wait_ms(opts_.poll_wait_ms);
     v1::PollOrdersResponse resp;
     grpc::Status s = stub_->PollOrders(Ctx(opts_.poll_wait_ms + 5000).get(), req, &resp);
-    if (s.error_code() == grpc::StatusCode::NOT_FOUND || must_register_) {
+    if (s.error_code() == grpc::StatusCode::NOT_FOUND || s.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+        must_register_) {
       Reregister("the coordinator does not know this agent");
     } else if (s.ok() && NewIncarnation(resp.incarnation())) {
       // A restarted coordinator that already knows our id (another agent of
@@ -188,12 +205,12 @@ void Agent::DeliverExits() {
     e.req.set_agent_id(agent_id_);
     v1::ReportExitResponse resp;
     grpc::Status s = stub_->ReportExit(Ctx(5000).get(), e.req, &resp);
-    if (s.error_code() == grpc::StatusCode::NOT_FOUND && s.error_message().rfind("agent_id", 0) == 0) {
+    if ((s.error_code() == grpc::StatusCode::NOT_FOUND && s.error_message().rfind("agent_id", 0) == 0) ||
+        s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
       must_register_ = true;  // registered again at the next poll, then resent
       return;
     }
-    if (s.error_code() == grpc::StatusCode::UNAVAILABLE || s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED ||
-        s.error_code() == grpc::StatusCode::UNAUTHENTICATED) {
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE || s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
       return;  // the coordinator is away: resent in order later
     }
     if (s.ok() && NewIncarnation(resp.incarnation())) {
@@ -252,11 +269,17 @@ void Agent::ShipProgress() {
 
 void Agent::ShipLogs() {
   constexpr int64_t kChunk = 256 << 10;
-  for (auto& [path, lf] : logs_) {
+  for (auto it = logs_.begin(); it != logs_.end();) {
+    const std::string& path = it->first;
+    LogFile& lf = it->second;
     std::ifstream in(path, std::ios::binary);
-    if (!in) continue;
+    if (!in) {
+      ++it;
+      continue;
+    }
     in.seekg(lf.shipped);
     std::string buf(kChunk, '\0');
+    bool refused = false;
     while (in.read(&buf[0], kChunk) || in.gcount() > 0) {
       v1::AppendLogsRequest req;
       req.set_agent_id(agent_id_);
@@ -267,9 +290,17 @@ void Agent::ShipLogs() {
       req.set_data(buf.data(), in.gcount());
       v1::AppendLogsResponse resp;
       grpc::Status s = stub_->AppendLogs(Ctx(5000).get(), req, &resp);
+      refused = s.error_code() == grpc::StatusCode::PERMISSION_DENIED;  // not this agent's to ship (any more)
+      if (refused) break;
       if (!s.ok()) return;  // retried from the same offset next time
       lf.shipped += in.gcount();
     }
+    if (refused) {
+      std::fprintf(stderr, "loom agent: the coordinator refuses %s: no longer shipped\n", path.c_str());
+      it = logs_.erase(it);
+      continue;
+    }
+    ++it;
   }
 }
 
@@ -311,6 +342,7 @@ void Agent::Launch(const v1::LaunchOrder& o) {
         std::getenv("LOOM_COLLECTIVES_HOST") == nullptr) {
       env.push_back("LOOM_COLLECTIVES_HOST=" + opts_.rendezvous_host);
     }
+    if (o.allowed_roots_size() > 0) env.push_back("LOOM_ALLOWED_ROOTS=" + absl::StrJoin(o.allowed_roots(), ":"));
     if (!o.rendezvous_address().empty()) {
       env.push_back("LOOM_STORE_ADDR=" + o.rendezvous_address());
       env.push_back("LOOM_STORE_SECRET=" + o.rendezvous_secret());
@@ -336,6 +368,18 @@ void Agent::Launch(const v1::LaunchOrder& o) {
       if (fo < 0 || fe < 0) _exit(126);
       dup2(fo, 1);
       dup2(fe, 2);
+      // The agent blocks SIGTERM and SIGINT for sigwait, and a mask and
+      // ignored signals survive exec: the rank starts with neither, so a
+      // kill order's SIGTERM reaches it.
+      struct sigaction dfl;
+      std::memset(&dfl, 0, sizeof dfl);
+      dfl.sa_handler = SIG_DFL;
+      for (int sig = 1; sig < NSIG; ++sig) {
+        if (sig != SIGKILL && sig != SIGSTOP) sigaction(sig, &dfl, nullptr);
+      }
+      sigset_t none;
+      sigemptyset(&none);
+      sigprocmask(SIG_SETMASK, &none, nullptr);
       execve(argv[0], argv.data(), envp.data());
       _exit(127);
     }

@@ -2,12 +2,21 @@
 // long-polls NodeService for launch and kill orders, starts one process per
 // rank, and reports each rank's exit.
 //
+// Identity: the first registration presents the join token and receives the
+// agent's id and secret; every later call (a re-registration too) presents
+// "<id>:<secret>". When the coordinator no longer knows that credential (its
+// job store was started over) the agent registers again with the join token
+// under a new id.
+//
 // Every rank runs `worker_argv` in its own process group, with
-// PR_SET_PDEATHSIG(SIGKILL) tied to the agent's order thread, stdout and
-// stderr appended to <data_dir>/logs/<job>/rank<r>.{out,err}, and env
-// LOOM_JOB_ID, LOOM_RANK, LOOM_WORLD_SIZE, LOOM_ATTEMPT, LOOM_GPU (-1 on CPU)
-// and LOOM_ERROR_FILE (a worker writes its failure reason there; the agent
-// sends it as the root cause). A kill order sends SIGTERM to each rank's
+// PR_SET_PDEATHSIG(SIGKILL) tied to the agent's order thread, an empty signal
+// mask and default signal dispositions (whatever the agent blocks or ignores,
+// a rank gets SIGTERM), stdout and stderr appended to
+// <data_dir>/logs/<job>/rank<r>.{out,err}, and env LOOM_JOB_ID, LOOM_RANK,
+// LOOM_WORLD_SIZE, LOOM_ATTEMPT, LOOM_GPU (-1 on CPU), LOOM_ERROR_FILE (a
+// worker writes its failure reason there; the agent sends it as the root
+// cause) and LOOM_ALLOWED_ROOTS (the order's allowed_roots joined with ':',
+// when the coordinator confines paths). A kill order sends SIGTERM to each rank's
 // group, then SIGKILL to the group after the order's grace period. Stop()
 // kills every group at once (SIGKILL) and reaps them.
 //
@@ -58,7 +67,7 @@ namespace loom::service {
 
 struct AgentOptions {
   std::string coordinator = "127.0.0.1:7070";
-  std::string token;
+  std::string join_token;  // the coordinator's <data_dir>/join-token
   std::shared_ptr<grpc::ChannelCredentials> credentials;  // null: insecure
   std::string data_dir;
   std::string hostname = "localhost";
@@ -94,7 +103,10 @@ class Agent {
     bool terminating = false;
   };
   std::unique_ptr<grpc::ClientContext> Ctx(int timeout_ms);
+  // Registers with the agent's credential, or the join token while it has
+  // none (or the coordinator refuses the credential).
   absl::Status Register();
+  absl::Status RegisterOnce();
   // Registers again after a coordinator restart; logs a failure (retried at
   // the next poll).
   void Reregister(const std::string& why);
@@ -139,6 +151,7 @@ class Agent {
   AgentOptions opts_;
   std::unique_ptr<v1::NodeService::Stub> stub_;
   std::string agent_id_;
+  std::string secret_;  // from the first registration; "" until then
   std::atomic<bool> stop_{false};
   std::thread thread_;
   std::mutex mu_;

@@ -4,8 +4,11 @@
 // Flags (env in parentheses; flags win):
 //   --coordinator HOST:PORT  (LOOM_COORDINATOR, default 127.0.0.1:7070)
 //   --data-dir DIR           (LOOM_AGENT_DATA_DIR, default $HOME/.loom/agent): rank logs
-//   --token-dir DIR          where the token file is when LOOM_TOKEN is unset
-//                            (LOOM_DATA_DIR, default $HOME/.loom)
+//   --join-token-file FILE   (LOOM_JOIN_TOKEN_FILE, default <token-dir>/join-token) the
+//                            coordinator's join token (a copy of its <data-dir>/join-token,
+//                            mode 0600); env LOOM_JOIN_TOKEN holding the token wins
+//   --token-dir DIR          (LOOM_DATA_DIR, default $HOME/.loom) where join-token is when
+//                            --join-token-file is not given
 //   --cpu-slots N            (LOOM_CPU_SLOTS, default: the number of CPUs)
 //   --gpus N                 (LOOM_GPUS, default 0)
 //   --hostname NAME          (LOOM_HOSTNAME, default: gethostname)
@@ -25,9 +28,14 @@
 
 namespace loom::service {
 
+// `loom agent --help`.
+extern const char kAgentUsage[];
+
 struct AgentFlags {
   AgentOptions agent;
   std::string token_dir;
+  std::string join_token_file;
+  bool help = false;
   std::string tls_ca, tls_cert, tls_key;
 };
 

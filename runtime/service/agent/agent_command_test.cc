@@ -20,6 +20,11 @@ TEST(AgentFlags, DefaultsEnvAndFlags) {
   EXPECT_EQ(f->agent.coordinator, "127.0.0.1:7070");
   EXPECT_EQ(f->agent.data_dir, "/h/.loom/agent");
   EXPECT_EQ(f->token_dir, "/h/.loom");
+  EXPECT_EQ(f->join_token_file, "/h/.loom/join-token");
+  EXPECT_FALSE(f->help);
+  EXPECT_TRUE(Parse({"--cpu-slots=1", "--help"}, {})->help);
+  EXPECT_EQ(Parse({"--token-dir", "/t"}, {})->join_token_file, "/t/join-token");
+  EXPECT_EQ(Parse({"--token-dir", "/t"}, {{"LOOM_JOIN_TOKEN_FILE", "/j"}})->join_token_file, "/j");
   EXPECT_GT(f->agent.cpu_slots, 0);
   EXPECT_EQ(f->agent.worker_argv, (std::vector<std::string>{"/proc/self/exe", "worker"}));
   f = Parse({"--cpu-slots=2", "--gpus", "8", "--worker", "/bin/sh -c true", "--hostname=n1"},

@@ -34,13 +34,15 @@ class AgentTest : public ::testing::Test {
     server_ = std::move(*s);
   }
 
-  std::unique_ptr<Agent> StartAgent(const std::string& script, int slots = 2) {
+  // Ranks run `script` with /bin/sh, or `argv` when given.
+  std::unique_ptr<Agent> StartAgent(const std::string& script, int slots = 2,
+                                    const std::vector<std::string>& argv = {}) {
     AgentOptions a;
     a.coordinator = "127.0.0.1:" + std::to_string(server_->port());
-    a.token = server_->token();
+    a.join_token = server_->join_token();
     a.data_dir = root_ + "/agent";
     a.cpu_slots = slots;
-    a.worker_argv = {"/bin/sh", "-c", script};
+    a.worker_argv = argv.empty() ? std::vector<std::string>{"/bin/sh", "-c", script} : argv;
     auto agent = std::make_unique<Agent>(a);
     absl::Status s = agent->Start();
     EXPECT_TRUE(s.ok()) << s;
@@ -134,6 +136,33 @@ TEST_F(AgentTest, CancelTerminatesThenKillsTheWholeGroup) {
   EXPECT_GE(secs, 0.25);  // SIGTERM was ignored: only the SIGKILL after the 300 ms grace ended them
   EXPECT_LT(secs, 3.0);
   EXPECT_EQ(server_->coordinator()->Get(id)->job().state(), v1::CANCELLED);
+}
+
+// `loom agent` blocks SIGTERM and SIGINT (it sigwaits for them) and may run
+// under a parent that ignores signals; a mask and ignored signals survive
+// fork and exec, yet a rank must start with neither, or a kill order's SIGTERM
+// never reaches it.
+TEST_F(AgentTest, RanksStartWithAnEmptySignalMaskAndDefaultDispositions) {
+  sigset_t block, old;
+  sigemptyset(&block);
+  sigaddset(&block, SIGTERM);
+  sigaddset(&block, SIGINT);
+  ASSERT_EQ(pthread_sigmask(SIG_BLOCK, &block, &old), 0);
+  auto old_hup = signal(SIGHUP, SIG_IGN);
+  // grep itself, not through a shell (dash clears its signal mask at start).
+  auto agent = StartAgent("", 2, {"/bin/grep", "-E", "^Sig(Blk|Ign):", "/proc/self/status"});  // inherits both
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  signal(SIGHUP, old_hup);
+  std::string id = Submit(1);
+  ASSERT_EQ(WaitDone(id).state(), v1::SUCCEEDED);
+  // Masks of signals 1..64, bit n-1 for signal n. Signals 32 and 33 belong to
+  // the C library's threads (sigaction refuses them), so only 1..31 count.
+  unsigned long long blocked = ~0ull, ignored = ~0ull;
+  std::istringstream status(ReadFile(root_ + "/agent/logs/" + id + "/rank0.out"));
+  std::string key, hex;
+  while (status >> key >> hex) (key == "SigBlk:" ? blocked : ignored) = std::stoull(hex, nullptr, 16);
+  EXPECT_EQ(blocked & 0x7fffffffull, 0u) << std::hex << blocked;  // SIGTERM is bit 14, SIGINT bit 1
+  EXPECT_EQ(ignored & 0x7fffffffull, 0u) << std::hex << ignored;  // SIGHUP is bit 0
 }
 
 TEST_F(AgentTest, StopLeavesNoProcessBehind) {

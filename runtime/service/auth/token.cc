@@ -1,6 +1,7 @@
 #include "runtime/service/auth/token.h"
 
 #include <fcntl.h>
+#include <openssl/sha.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -21,6 +22,7 @@ namespace {
 
 constexpr int kTokenBytes = 32;
 
+}  // namespace
 
 absl::StatusOr<std::string> ReadTokenFile(const std::string& path, bool check_mode) {
   struct stat sb;
@@ -36,8 +38,6 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path, bool check_mo
   if (tok.empty()) return absl::FailedPreconditionError(absl::StrCat("token: ", path, " is empty"));
   return tok;
 }
-
-}  // namespace
 
 absl::StatusOr<std::string> RandomHex(int nbytes) {
   int fd = ::open("/dev/urandom", O_RDONLY | O_CLOEXEC);
@@ -69,11 +69,11 @@ std::string DefaultDataDir() {
   return ".loom";
 }
 
-absl::StatusOr<std::string> LoadOrCreateToken(const std::string& data_dir) {
+absl::StatusOr<std::string> LoadOrCreateToken(const std::string& data_dir, const char* file) {
   std::error_code ec;
   std::filesystem::create_directories(data_dir, ec);
   if (ec) return absl::InvalidArgumentError(absl::StrCat("data_dir: cannot create '", data_dir, "': ", ec.message()));
-  std::string path = data_dir + "/" + kTokenFile;
+  std::string path = data_dir + "/" + file;
   int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
   if (fd < 0) {
     if (errno == EEXIST) return ReadTokenFile(path, /*check_mode=*/true);
@@ -123,6 +123,39 @@ grpc::Status CheckAuthorization(const std::multimap<grpc::string_ref, grpc::stri
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "wrong bearer token");
   }
   return grpc::Status::OK;
+}
+
+std::string Sha256Hex(const std::string& data) {
+  unsigned char digest[SHA256_DIGEST_LENGTH];
+  SHA256(reinterpret_cast<const unsigned char*>(data.data()), data.size(), digest);
+  static const char* kHex = "0123456789abcdef";
+  std::string hex;
+  for (unsigned char c : digest) {
+    hex += kHex[c >> 4];
+    hex += kHex[c & 15];
+  }
+  return hex;
+}
+
+std::string BearerOf(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata) {
+  auto it = metadata.find("authorization");
+  if (it == metadata.end()) return "";
+  std::string value(it->second.data(), it->second.size());
+  constexpr absl::string_view kPrefix = "Bearer ";
+  if (value.size() <= kPrefix.size() || !absl::EqualsIgnoreCase(value.substr(0, kPrefix.size()), kPrefix)) return "";
+  return value.substr(kPrefix.size());
+}
+
+std::string AgentBearer(const std::string& agent_id, const std::string& secret) {
+  return absl::StrCat(agent_id, ":", secret);
+}
+
+bool SplitAgentBearer(const std::string& bearer, std::string* agent_id, std::string* secret) {
+  size_t colon = bearer.rfind(':');
+  if (colon == std::string::npos || colon == 0 || colon + 1 == bearer.size()) return false;
+  *agent_id = bearer.substr(0, colon);
+  *secret = bearer.substr(colon + 1);
+  return true;
 }
 
 void AddBearer(grpc::ClientContext* ctx, const std::string& token) {

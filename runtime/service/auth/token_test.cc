@@ -74,5 +74,36 @@ TEST(Token, CheckAuthorization) {
   EXPECT_FALSE(ConstantTimeEquals("", ""));  // an empty server token never matches
 }
 
+TEST(Token, JoinTokenIsAFileOfItsOwn) {
+  std::string dir = FreshDir("tokjoin");
+  auto user = LoadOrCreateToken(dir);
+  auto join = LoadOrCreateToken(dir, kJoinTokenFile);
+  ASSERT_TRUE(user.ok() && join.ok());
+  EXPECT_NE(*user, *join);
+  EXPECT_EQ(*ReadTokenFile(dir + "/join-token", /*check_mode=*/true), *join);
+  struct stat sb;
+  ASSERT_EQ(stat((dir + "/join-token").c_str(), &sb), 0);
+  EXPECT_EQ(sb.st_mode & 0777, 0600u);
+  chmod((dir + "/join-token").c_str(), 0640);
+  EXPECT_EQ(ReadTokenFile(dir + "/join-token", true).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ReadTokenFile(dir + "/none", true).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST(Token, Sha256AndAgentBearer) {
+  // FIPS 180-2 test vector.
+  EXPECT_EQ(Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  std::string id, secret;
+  EXPECT_TRUE(SplitAgentBearer(AgentBearer("agent-3-node.x", "ab12"), &id, &secret));
+  EXPECT_EQ(id, "agent-3-node.x");
+  EXPECT_EQ(secret, "ab12");
+  EXPECT_FALSE(SplitAgentBearer("abcdef", &id, &secret));
+  EXPECT_FALSE(SplitAgentBearer(":abc", &id, &secret));
+  EXPECT_FALSE(SplitAgentBearer("abc:", &id, &secret));
+  std::multimap<grpc::string_ref, grpc::string_ref> md;
+  EXPECT_EQ(BearerOf(md), "");
+  md.emplace("authorization", "Bearer x:y");
+  EXPECT_EQ(BearerOf(md), "x:y");
+}
+
 }  // namespace
 }  // namespace loom::service

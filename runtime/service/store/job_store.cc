@@ -3,6 +3,8 @@
 #include <sqlite3.h>
 #include <sys/stat.h>
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <filesystem>
 
@@ -125,6 +127,20 @@ CREATE TABLE IF NOT EXISTS logs (
   path TEXT NOT NULL,
   PRIMARY KEY (job_id, rank, stream)
 );
+CREATE TABLE IF NOT EXISTS meta (
+  key TEXT PRIMARY KEY,
+  value INTEGER NOT NULL
+);
+CREATE TABLE IF NOT EXISTS agents (
+  num INTEGER PRIMARY KEY AUTOINCREMENT,
+  id TEXT UNIQUE NOT NULL,
+  hostname TEXT NOT NULL,
+  secret_sha256 TEXT NOT NULL,
+  cert_identity TEXT NOT NULL DEFAULT '',
+  created_ms INTEGER NOT NULL
+);
+CREATE TRIGGER IF NOT EXISTS agents_never_deleted BEFORE DELETE ON agents
+  BEGIN SELECT RAISE(ABORT, 'agent identities are never deleted'); END;
 CREATE TRIGGER IF NOT EXISTS jobs_terminal_is_final BEFORE UPDATE ON jobs
   WHEN OLD.state IN (5, 6, 7)
   BEGIN SELECT RAISE(ABORT, 'job is in a terminal state'); END;
@@ -160,6 +176,36 @@ JobRecord ReadRow(Stmt& s) {
   return j;
 }
 
+const char* const kIdKinds[] = {"jobs", "agents"};
+
+// Whether loom.db is missing or empty, and, for a folder that held a store
+// before, whether that may be started over (options.init).
+absl::Status CheckStoreFile(const std::string& data_dir, const std::string& path, bool had_store,
+                            const StoreOptions& options) {
+  struct stat sb;
+  const bool exists = ::stat(path.c_str(), &sb) == 0;
+  if (exists && sb.st_size > 0) return absl::OkStatus();
+  if (!had_store) return absl::OkStatus();  // a new folder
+  if (!options.init) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "data_dir: ", path, exists ? " is empty" : " is missing", ", but ", data_dir, "/", kMarkerFile,
+        " says this folder held a job store: restore loom.db from a backup, or start with --init for an empty "
+        "store (job and agent ids continue after the old ones)"));
+  }
+  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(path + suffix);
+  return absl::OkStatus();
+}
+
+std::string HostPart(const std::string& hostname) {
+  std::string out;
+  for (char c : hostname) {
+    char l = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    if ((l >= 'a' && l <= 'z') || (l >= '0' && l <= '9') || l == '.' || l == '-') out += l;
+    if (out.size() == 32) break;
+  }
+  return out;
+}
+
 }  // namespace
 
 bool IsTerminal(v1::JobState s) { return s == v1::SUCCEEDED || s == v1::FAILED || s == v1::CANCELLED; }
@@ -178,12 +224,16 @@ bool IsAllowedTransition(v1::JobState from, v1::JobState to) {
   }
 }
 
-absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& data_dir) {
+absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& data_dir,
+                                                        const StoreOptions& options) {
   std::error_code ec;
   std::filesystem::create_directories(data_dir, ec);
   if (ec) return absl::InvalidArgumentError(absl::StrCat("data_dir: cannot create '", data_dir, "': ", ec.message()));
   ::chmod(data_dir.c_str(), 0700);
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<DataDirLock> lock, DataDirLock::Acquire(data_dir));
+  LOOM_ASSIGN_OR_RETURN(std::optional<IdMarker> marker, IdMarker::Read(data_dir));
   std::string path = data_dir + "/loom.db";
+  LOOM_RETURN_IF_ERROR(CheckStoreFile(data_dir, path, marker.has_value(), options));
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_FULLMUTEX,
                            nullptr);
@@ -194,6 +244,9 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& data
     return s;
   }
   std::unique_ptr<JobStore> store(new JobStore(db, path));
+  store->data_dir_ = data_dir;
+  store->lock_ = std::move(lock);
+  store->id_block_ = std::max<int64_t>(1, options.id_block);
   sqlite3_busy_timeout(db, 5000);
   {
     Stmt s(db, "PRAGMA journal_mode=WAL");
@@ -205,7 +258,61 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& data
   LOOM_RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=FULL"));
   LOOM_RETURN_IF_ERROR(store->Exec("PRAGMA foreign_keys=ON"));
   LOOM_RETURN_IF_ERROR(store->Exec(kSchema));
+  store->marker_ = marker.value_or(IdMarker());
+  std::lock_guard<std::mutex> l(store->mu_);
+  for (const char* kind : kIdKinds) LOOM_RETURN_IF_ERROR(store->ApplyIdFloorLocked(kind));
+  if (!marker.has_value()) LOOM_RETURN_IF_ERROR(store->marker_.Write(data_dir));
   return store;
+}
+
+// The marker's reservation is also kept in loom.db (`meta`), written in the
+// transaction that commits the id that needed it. A loom.db whose copy is
+// below the marker's is older than the marker (recreated with --init): ids up
+// to the marker's reservation may have been handed out, so its sequence
+// starts past them.
+absl::Status JobStore::ApplyIdFloorLocked(const std::string& kind) {
+  int64_t seq = 0, db_reserved = 0;
+  {
+    Stmt q(db_, "SELECT seq FROM sqlite_sequence WHERE name = ?");
+    LOOM_RETURN_IF_ERROR(q.status());
+    q.Bind(1, kind);
+    if (q.Step() == SQLITE_ROW) seq = q.Int(0);
+    Stmt m(db_, "SELECT value FROM meta WHERE key = ?");
+    LOOM_RETURN_IF_ERROR(m.status());
+    m.Bind(1, "reserved." + kind);
+    if (m.Step() == SQLITE_ROW) db_reserved = m.Int(0);
+  }
+  const int64_t marked = marker_.Get(kind);
+  if (db_reserved < marked && seq < marked) {
+    Stmt del(db_, "DELETE FROM sqlite_sequence WHERE name = ?");
+    LOOM_RETURN_IF_ERROR(del.status());
+    LOOM_RETURN_IF_ERROR(del.Bind(1, kind).Run());
+    Stmt ins(db_, "INSERT INTO sqlite_sequence(name, seq) VALUES (?, ?)");
+    LOOM_RETURN_IF_ERROR(ins.status());
+    LOOM_RETURN_IF_ERROR(ins.Bind(1, kind).Bind(2, marked).Run());
+  }
+  const int64_t high = std::max({seq, db_reserved, marked});
+  if (high > marked) {  // a marker older than its store (or none): the store's ids count
+    marker_.reserved[kind] = high;
+    LOOM_RETURN_IF_ERROR(marker_.Write(data_dir_));
+  }
+  if (high > db_reserved) LOOM_RETURN_IF_ERROR(SetReservedLocked(kind, high));
+  return absl::OkStatus();
+}
+
+absl::Status JobStore::SetReservedLocked(const std::string& kind, int64_t reserved) {
+  Stmt s(db_, "INSERT OR REPLACE INTO meta(key, value) VALUES (?, ?)");
+  LOOM_RETURN_IF_ERROR(s.status());
+  return s.Bind(1, "reserved." + kind).Bind(2, reserved).Run();
+}
+
+absl::Status JobStore::ReserveLocked(const std::string& kind, int64_t id) {
+  if (id <= marker_.Get(kind)) return absl::OkStatus();
+  IdMarker next = marker_;
+  next.reserved[kind] = id + id_block_ - 1;
+  LOOM_RETURN_IF_ERROR(Annotate(next.Write(data_dir_), "job store: reserving ids"));
+  marker_ = std::move(next);
+  return SetReservedLocked(kind, marker_.Get(kind));
 }
 
 JobStore::~JobStore() { sqlite3_close(db_); }
@@ -275,6 +382,7 @@ absl::StatusOr<JobStore::InsertResult> JobStore::InsertJob(const NewJob& job) {
   s.Bind(5, static_cast<int64_t>(job.priority)).Bind(6, static_cast<int64_t>(job.world_size)).Bind(7, now).Bind(8, now);
   LOOM_RETURN_IF_ERROR(s.Run());
   int64_t id = sqlite3_last_insert_rowid(db_);
+  LOOM_RETURN_IF_ERROR(ReserveLocked("jobs", id));
   LOOM_RETURN_IF_ERROR(AppendEventLocked(id, v1::PENDING, "submitted"));
   LOOM_ASSIGN_OR_RETURN(JobRecord rec, GetLocked(id));
   LOOM_RETURN_IF_ERROR(txn.Commit());
@@ -417,6 +525,46 @@ absl::StatusOr<std::vector<JobEventRecord>> JobStore::Events(int64_t job_id, int
   for (int rc; (rc = s.Step()) != SQLITE_DONE;) {
     if (rc != SQLITE_ROW) return SqlError(db_, "events");
     out.push_back({s.Int(0), s.Int(1), s.Int(2), static_cast<v1::JobState>(s.Int(3)), s.Text(4)});
+  }
+  return out;
+}
+
+absl::StatusOr<AgentRecord> JobStore::InsertAgent(const std::string& hostname, const std::string& secret_sha256,
+                                                  const std::string& cert_identity) {
+  std::lock_guard<std::mutex> l(mu_);
+  Txn txn(db_);
+  LOOM_RETURN_IF_ERROR(txn.Begin());
+  int64_t num = 1;
+  {
+    Stmt q(db_, "SELECT seq FROM sqlite_sequence WHERE name = 'agents'");
+    LOOM_RETURN_IF_ERROR(q.status());
+    if (q.Step() == SQLITE_ROW) num = q.Int(0) + 1;
+  }
+  LOOM_RETURN_IF_ERROR(ReserveLocked("agents", num));
+  AgentRecord a;
+  const std::string host = HostPart(hostname);
+  a.id = absl::StrCat("agent-", num, host.empty() ? "" : "-", host);
+  a.hostname = hostname;
+  a.secret_sha256 = secret_sha256;
+  a.cert_identity = cert_identity;
+  a.created_ms = NowMs();
+  Stmt s(db_,
+         "INSERT INTO agents(num, id, hostname, secret_sha256, cert_identity, created_ms) VALUES (?, ?, ?, ?, ?, ?)");
+  LOOM_RETURN_IF_ERROR(s.status());
+  s.Bind(1, num).Bind(2, a.id).Bind(3, a.hostname).Bind(4, a.secret_sha256).Bind(5, a.cert_identity);
+  LOOM_RETURN_IF_ERROR(s.Bind(6, a.created_ms).Run());
+  LOOM_RETURN_IF_ERROR(txn.Commit());
+  return a;
+}
+
+absl::StatusOr<std::vector<AgentRecord>> JobStore::Agents() {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "SELECT id, hostname, secret_sha256, cert_identity, created_ms FROM agents ORDER BY num");
+  LOOM_RETURN_IF_ERROR(s.status());
+  std::vector<AgentRecord> out;
+  for (int rc; (rc = s.Step()) != SQLITE_DONE;) {
+    if (rc != SQLITE_ROW) return SqlError(db_, "agents");
+    out.push_back({s.Text(0), s.Text(1), s.Text(2), s.Text(3), s.Int(4)});
   }
   return out;
 }

@@ -15,6 +15,19 @@
 // a terminal row as a second line of defence. Illegal transitions (e.g.
 // PENDING -> RUNNING) are FailedPrecondition too.
 //
+// The data folder (data_dir.h): Open takes <data_dir>/lock for the store's
+// life (a second store on the folder is FailedPrecondition), and refuses to
+// start over a missing or 0-byte loom.db in a folder whose store.marker says a
+// store lived there, unless StoreOptions::init. Job and agent ids come from
+// AUTOINCREMENT sequences; a loom.db recreated under a marker starts them past
+// the marker's reservations, so an id is never handed out twice, even across a
+// lost loom.db. (A backup of the whole folder brings back its own marker: ids
+// handed out after that backup can repeat once it is restored.)
+//
+// `agents` holds every agent identity ever issued: id ("agent-<n>[-<host>]",
+// never reused), the SHA-256 of its secret, and the certificate identity it
+// registered with under mutual TLS.
+//
 // Thread-safe (one connection behind a mutex). Not for use across fork().
 //
 //   LOOM_ASSIGN_OR_RETURN(auto store, JobStore::Open("/var/lib/loom"));
@@ -31,6 +44,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/loom/v1/service.pb.h"
+#include "runtime/service/store/data_dir.h"
 
 struct sqlite3;
 
@@ -82,6 +96,22 @@ struct LogRecord {
   std::string path;
 };
 
+struct AgentRecord {
+  std::string id;
+  std::string hostname;
+  std::string secret_sha256;  // hex
+  std::string cert_identity;  // "" when it registered without a client certificate
+  int64_t created_ms = 0;
+};
+
+struct StoreOptions {
+  // Start an empty store although the folder's marker says one lived there
+  // (loom.db missing or 0 bytes). Ids continue after the marker's reservations.
+  bool init = false;
+  // Ids the marker reserves per write (one fsync'd file write per block).
+  int64_t id_block = 1000;
+};
+
 struct ListQuery {
   std::vector<v1::JobState> states;  // empty: all
   std::string name_prefix;
@@ -91,8 +121,9 @@ struct ListQuery {
 
 class JobStore {
  public:
-  // Creates data_dir (mode 0700) and the schema when missing.
-  static absl::StatusOr<std::unique_ptr<JobStore>> Open(const std::string& data_dir);
+  // Creates data_dir (mode 0700), the schema and the marker when missing.
+  static absl::StatusOr<std::unique_ptr<JobStore>> Open(const std::string& data_dir,
+                                                        const StoreOptions& options = {});
   ~JobStore();
 
   struct InsertResult {
@@ -124,6 +155,12 @@ class JobStore {
   absl::Status AppendEvent(int64_t job_id, const std::string& message);
   absl::StatusOr<std::vector<JobEventRecord>> Events(int64_t job_id, int64_t after_event_id = 0);
 
+  // A new agent identity, durable when it returns. The id's host part is
+  // `hostname` reduced to [a-z0-9.-] (at most 32 bytes).
+  absl::StatusOr<AgentRecord> InsertAgent(const std::string& hostname, const std::string& secret_sha256,
+                                          const std::string& cert_identity);
+  absl::StatusOr<std::vector<AgentRecord>> Agents();
+
   absl::Status AddLog(const LogRecord& log);
   absl::StatusOr<std::vector<LogRecord>> Logs(int64_t job_id);
 
@@ -139,6 +176,13 @@ class JobStore {
 
  private:
   JobStore(sqlite3* db, std::string path) : db_(db), path_(std::move(path)) {}
+  // Starts the `kind` sequence past the marker's reservation when loom.db is
+  // older than the marker; brings marker and loom.db's copy up to date.
+  absl::Status ApplyIdFloorLocked(const std::string& kind);
+  // Inside the transaction that commits `id`: grows the reservation past it
+  // (marker first, then loom.db's copy).
+  absl::Status ReserveLocked(const std::string& kind, int64_t id);
+  absl::Status SetReservedLocked(const std::string& kind, int64_t reserved);
   absl::StatusOr<JobRecord> GetLocked(int64_t id);
   absl::StatusOr<std::vector<JobRecord>> QueryLocked(const std::string& sql,
                                                      const std::function<absl::Status(void*)>& bind);
@@ -148,6 +192,10 @@ class JobStore {
   std::mutex mu_;
   sqlite3* db_;
   std::string path_;
+  std::string data_dir_;
+  std::unique_ptr<DataDirLock> lock_;
+  IdMarker marker_;
+  int64_t id_block_ = 1000;
 };
 
 }  // namespace loom::service

@@ -9,7 +9,9 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <set>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -185,6 +187,100 @@ TEST(JobStore, ReopenKeepsEverything) {
   auto st = *JobStore::Open(dir);
   EXPECT_EQ(st->GetJob(1)->state, v1::SCHEDULED);
   EXPECT_TRUE(st->InsertJob(Job("a"))->existing);
+}
+
+TEST(JobStore, SecondStoreOnTheFolderIsRefusedUntilTheFirstCloses) {
+  std::string dir = FreshDir("lock");
+  auto first = JobStore::Open(dir);
+  ASSERT_TRUE(first.ok()) << first.status();
+  auto second = JobStore::Open(dir);
+  ASSERT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition) << second.status();
+  EXPECT_NE(second.status().message().find("in use by another coordinator (pid " + std::to_string(getpid())),
+            std::string::npos)
+      << second.status();
+  first->reset();
+  EXPECT_TRUE(JobStore::Open(dir).ok());
+}
+
+// loom.db deleted or truncated to 0 bytes in a folder that held a store: the
+// store refuses to start empty (and reuse job ids) unless told to (`init`);
+// then ids continue after every id the old store could have handed out.
+TEST(JobStore, LostDatabaseNeedsInitAndIdsNeverRepeat) {
+  for (bool truncate : {false, true}) {
+    std::string dir = FreshDir(truncate ? "lost_db_empty" : "lost_db_missing");
+    std::set<int64_t> seen;
+    {
+      auto st = *JobStore::Open(dir);
+      for (int i = 0; i < 3; ++i) seen.insert(st->InsertJob(Job("k" + std::to_string(i)))->job.id);
+      ASSERT_TRUE(st->InsertAgent("node", "h", "").ok());
+    }
+    for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(dir + "/loom.db" + suffix);
+    if (truncate) std::ofstream(dir + "/loom.db").close();
+    auto refused = JobStore::Open(dir);
+    ASSERT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+    EXPECT_NE(refused.status().message().find(truncate ? "loom.db is empty" : "loom.db is missing"),
+              std::string::npos)
+        << refused.status();
+    EXPECT_NE(refused.status().message().find("--init"), std::string::npos) << refused.status();
+    StoreOptions init;
+    init.init = true;
+    auto st = JobStore::Open(dir, init);
+    ASSERT_TRUE(st.ok()) << st.status();
+    for (int i = 0; i < 3; ++i) {
+      int64_t id = (*st)->InsertJob(Job("k" + std::to_string(i)))->job.id;
+      EXPECT_TRUE(seen.insert(id).second) << "job id " << id << " handed out twice";
+      EXPECT_GT(id, 3);
+    }
+    auto agent = (*st)->InsertAgent("node", "h", "");
+    ASSERT_TRUE(agent.ok()) << agent.status();
+    EXPECT_NE(agent->id, "agent-1-node");
+  }
+}
+
+// The marker's reservation grows block by block as ids are handed out; a
+// reopened store continues at the next id (no jump), a recreated one after the
+// whole reservation.
+TEST(JobStore, ReservationGrowsByBlocksAndReopenDoesNotJump) {
+  std::string dir = FreshDir("id_blocks");
+  StoreOptions small;
+  small.id_block = 10;
+  {
+    auto st = *JobStore::Open(dir, small);
+    for (int i = 0; i < 25; ++i) ASSERT_TRUE(st->InsertJob(Job("b" + std::to_string(i))).ok());
+  }
+  std::ifstream marker(dir + "/store.marker");
+  std::stringstream text;
+  text << marker.rdbuf();
+  EXPECT_NE(text.str().find("jobs 30\n"), std::string::npos) << text.str();
+  {
+    auto st = *JobStore::Open(dir, small);
+    EXPECT_EQ(st->InsertJob(Job("c"))->job.id, 26);
+  }
+  for (const char* suffix : {"", "-wal", "-shm"}) std::filesystem::remove(dir + "/loom.db" + suffix);
+  small.init = true;
+  auto st = *JobStore::Open(dir, small);
+  EXPECT_EQ(st->InsertJob(Job("d"))->job.id, 31);
+}
+
+TEST(JobStore, AgentIdsAreUniqueAndSurviveReopen) {
+  std::string dir = FreshDir("agents");
+  std::string first;
+  {
+    auto st = *JobStore::Open(dir);
+    auto a = st->InsertAgent("Node_0.example", "aa", "");
+    ASSERT_TRUE(a.ok()) << a.status();
+    EXPECT_EQ(a->id, "agent-1-node0.example");
+    first = a->id;
+    EXPECT_EQ(st->InsertAgent("", "bb", "cn=x")->id, "agent-2");
+  }
+  auto st = *JobStore::Open(dir);
+  auto all = *st->Agents();
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[0].id, first);
+  EXPECT_EQ(all[0].secret_sha256, "aa");
+  EXPECT_EQ(all[1].cert_identity, "cn=x");
+  EXPECT_EQ(st->InsertAgent("node", "cc", "")->id, "agent-3-node");
+  EXPECT_FALSE(st->ExecRaw("DELETE FROM agents").ok());
 }
 
 // A child inserts jobs in a loop and writes each acknowledged key's index to a
