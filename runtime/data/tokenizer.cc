@@ -175,7 +175,11 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerFolder(const std::string
     *name = absl::StrCat(where, ": files.", role);
     if (!d["files"].contains(role)) continue;
     if (!d["files"][role].is_string()) return bad(absl::StrCat("files.", role), "expected a file name");
-    *value = (std::filesystem::path(base) / d["files"][role].get<std::string>()).string();
+    const std::string file = d["files"][role].get<std::string>();
+    if (file.empty() || file == "." || file == ".." || file.find('/') != std::string::npos)
+      return bad(absl::StrCat("files.", role),
+                 absl::StrCat("expected a file name inside the folder, without '/' (got '", file, "')"));
+    *value = (std::filesystem::path(base) / file).string();
   }
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Tokenizer> t, LoadTokenizer(spec, names));
   if (d.contains("vocab_size") && d["vocab_size"] != t->vocab_size())

@@ -14,7 +14,8 @@
 // A tokenizer folder is how one travels: `loom data prepare --out DIR` writes
 // one into DIR, and a run folder keeps one in RUN/tokenizer/. It holds
 // loom-tokenizer.json and the files that description names, by name inside
-// the folder:
+// the folder (a name with '/' is refused, so the folder holds every file a
+// description reaches):
 //
 //   {"format": "loom-tokenizer", "version": 1, "kind": "gpt2",
 //    "files": {"vocab": "vocab.json", "merges": "merges.txt"},

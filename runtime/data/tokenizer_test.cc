@@ -161,6 +161,15 @@ TEST(TokenizerFolder, SavedFolderLoadsFromTheSpecAndChecksItsDescription) {
   d = desc;
   d["files"]["merges"] = "gone.txt";
   EXPECT_EQ(rewrite(d).message(), where + "files.merges: no such file (got " + folder + "/gone.txt)");
+  // Files are named inside the folder: no path leads elsewhere (the folder is
+  // what confinement checks, runtime/jobspec/confine.h).
+  for (const std::string& name : {std::string("../src/merges.txt"), folder + "/merges.txt", std::string("sub/m.txt"),
+                                  std::string(".."), std::string("")}) {
+    d = desc;
+    d["files"]["merges"] = name;
+    EXPECT_EQ(rewrite(d).message(), where + "files.merges: expected a file name inside the folder, without '/' (got '" +
+                                        name + "')");
+  }
   testing::WriteFile(folder + "/loom-tokenizer.json", "{");
   EXPECT_NE(LoadTokenizerFolder(folder, "--tokenizer-dir").status().message().find("malformed JSON"),
             std::string::npos);

@@ -46,9 +46,7 @@ absl::Status CheckConfined(const v1::JobSpec& spec) {
   const char* env = std::getenv("LOOM_ALLOWED_ROOTS");
   if (env == nullptr || *env == '\0') return absl::OkStatus();
   std::vector<std::string> roots = absl::StrSplit(env, ':', absl::SkipEmpty());
-  const v1::DataSpec& d = spec.data();
-  return jobspec::ConfineJobPaths("", d.path(), d.val(), d.labels(), d.val_labels(), spec.run_dir(),
-                                  spec.checkpoint().dir(), spec.init_from(), spec.model().onnx(), roots);
+  return jobspec::ConfineSpecPaths("", spec, roots);
 }
 
 }  // namespace
