@@ -2,6 +2,9 @@
 // sp_api.h. Only this file includes SentencePiece's headers, and it must
 // include no Abseil header, directly or through another Loom header
 // (sp_bridge.h says why the library stands apart).
+#if !__has_include(<sentencepiece_processor.h>) || !__has_include(<sentencepiece_trainer.h>)
+#error "SentencePiece's headers are missing: install Debian's libsentencepiece-dev (scripts/setup.sh)"
+#endif
 #include <sentencepiece_processor.h>
 #include <sentencepiece_trainer.h>
 

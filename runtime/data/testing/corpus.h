@@ -3,6 +3,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -11,10 +13,17 @@
 namespace loom::data::testing {
 
 // The first `bytes` bytes of a fortunes file (Debian's `fortunes` package).
+// A missing or empty file aborts the test with the package to install
+// (scripts/setup.sh installs it): the tests never run on an empty corpus.
 inline std::string FortuneText(const std::string& name, size_t bytes) {
-  std::ifstream in("/usr/share/games/fortunes/" + name, std::ios::binary);
+  const std::string path = "/usr/share/games/fortunes/" + name;
+  std::ifstream in(path, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
+  if (!in || ss.str().empty()) {
+    std::fprintf(stderr, "%s: missing or empty; install Debian's fortunes package (scripts/setup.sh)\n", path.c_str());
+    std::abort();
+  }
   return ss.str().substr(0, bytes);
 }
 
