@@ -395,7 +395,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& s) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path) {
+absl::StatusOr<v1::JobSpec> ReadJobSpec(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open job spec"));
   std::stringstream ss;
@@ -403,6 +403,12 @@ absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path) {
   auto spec = ParseJobSpecYaml(ss.str());
   if (!spec.ok()) return Annotate(spec.status(), path);
   ApplyDefaults(*spec);
+  return spec;
+}
+
+absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path) {
+  auto spec = ReadJobSpec(path);
+  if (!spec.ok()) return spec.status();
   absl::Status s = ValidateJobSpec(*spec);
   if (!s.ok()) return Annotate(s, path);
   return spec;

@@ -63,9 +63,12 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
   if (!world.ok()) return Fail(2, std::string(world.status().message()));
   if (*world < 1 || *rank < 0 || *rank >= *world)
     return Fail(2, absl::StrCat("LOOM_RANK ", *rank, " is outside LOOM_WORLD_SIZE ", *world));
-  auto spec = jobspec::LoadJobSpec(spec_path);
-  if (!spec.ok()) return Fail(2, absl::StrCat(spec_path, ": ", spec.status().message()));
+  // Confined before validation opens the files the spec names.
+  auto spec = jobspec::ReadJobSpec(spec_path);
+  if (!spec.ok()) return Fail(2, std::string(spec.status().message()));
   if (absl::Status s = CheckConfined(*spec); !s.ok()) return Fail(2, std::string(s.message()));
+  if (absl::Status s = jobspec::ValidateJobSpec(*spec); !s.ok())
+    return Fail(2, absl::StrCat(spec_path, ": ", s.message()));
   const auto& par = spec->parallel();
   const int layout = std::max(1, par.dp()) * std::max(1, par.tp());
   if (!par.tp_auto() && layout != *world)
