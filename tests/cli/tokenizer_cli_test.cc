@@ -50,9 +50,11 @@ TEST(DataPrepareCli, SameShardsOnOneAndTwoThreadsWithASummary) {
                                        "--val-fraction 0.1 --shard-tokens 40000 --threads ", threads, " --progress"),
                           120);
     ASSERT_EQ(r.code, 0) << r.output;
-    for (const char* needle : {"documents: ", "validation", "train in ", "shards", "tokens/s", "on 2 threads"})
-      if (threads == 2 || std::string(needle) != "on 2 threads")
+    for (const char* needle : {"documents: ", "validation", "train in ", "shards", "tokens/s", "on 2 threads"}) {
+      if (threads == 2 || std::string(needle) != "on 2 threads") {
         EXPECT_NE(r.output.find(needle), std::string::npos) << needle << " not in: " << r.output;
+      }
+    }
     EXPECT_NE(r.output.find("100.0%"), std::string::npos) << "the progress bar: " << r.output;
   }
   int files = 0;
@@ -154,14 +156,21 @@ TEST(SampleCli, PreparedTokenizerTrainsDecodesSamplesAndContinuesPrompts) {
 
 // loom run: rank 0 decodes its sample with the job's tokenizer, and
 // loom sample reads the checkpoint the run wrote: greedy text from the final
-// checkpoint equals greedy text from the run folder's final parameters.
+// checkpoint equals greedy text from the run folder's final parameters. The
+// data are llm.c shards (prepare's default format, with the tokenizer of
+// Prepared()), read by a glob with data.format auto.
 TEST(SampleCli, RunDecodesItsSampleAndCheckpointsSample) {
-  const std::string prep = Prepared();
+  const std::string prep = Temp("sample_llmc");
+  CliResult p = RunLoom(absl::StrCat("data prepare --input ", kFortunes, " --documents line=% --out ", prep,
+                                     " --tokenizer-dir ", Prepared(), " --shard-tokens 40000 --threads 2"),
+                        120);
+  ASSERT_EQ(p.code, 0) << p.output;
+  ASSERT_TRUE(fs::exists(prep + "/train_000001.bin")) << p.output;  // more than one shard
   const std::string dir = Temp("sample_ckpt");
   fs::create_directories(dir);
   Write(dir + "/job.yaml",
         absl::StrCat("name: spr\nmodel: {family: gpt, n_layer: 1, n_head: 2, d_model: 32, seq_len: 32, vocab: 640}\n",
-                     "data: {path: ", prep, "/train_000000.bin, format: tokens, tokenizer: {dir: ", prep, "}}\n",
+                     "data: {path: '", prep, "/train_*.bin', tokenizer: {dir: ", prep, "}}\n",
                      "train: {steps: 4, batch_size: 4, eval_every: 4, eval_batches: 1, sample_tokens: 8}\n",
                      "checkpoint: {every: 2, dir: ", dir, "/ckpt}\n"));
   CliResult r = RunLoom("run " + dir + "/job.yaml --run-dir " + dir + "/run", 300);
