@@ -8,6 +8,7 @@
 #include "base/status.h"
 #include "compiler/import/onnx/training.h"
 #include "compiler/optimizer.h"
+#include "compiler/schedule.h"
 
 namespace loom::parallel {
 

@@ -11,6 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
+#include "compiler/schedule.h"
 #include "parallel/parallel_check.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/reflection.h"
@@ -348,6 +349,7 @@ void ApplyDefaults(v1::JobSpec& s) {
   if (t->eval_batches() == 0) t->set_eval_batches(8);
   if (t->log_every() == 0) t->set_log_every(10);
   if (t->precision().empty()) t->set_precision("f32");
+  if (!t->has_sample_tokens()) t->set_sample_tokens(200);
   auto* p = s.mutable_parallel();
   if (p->dp() == 0) p->set_dp(1);
   if (p->tp() == 0 && !p->tp_auto()) p->set_tp(1);
@@ -383,11 +385,17 @@ absl::Status ValidateJobSpec(const v1::JobSpec& s) {
   LOOM_RETURN_IF_ERROR(Field(t.steps() > 0, "train.steps", str(t.steps()), "must be positive"));
   LOOM_RETURN_IF_ERROR(Field(t.batch_size() > 0, "train.batch_size", str(t.batch_size()), "must be positive"));
   LOOM_RETURN_IF_ERROR(Field(t.lr() > 0, "train.lr", str(t.lr()), "must be positive"));
+  LOOM_RETURN_IF_ERROR(compiler::ValidateSchedule(t));
+  LOOM_RETURN_IF_ERROR(
+      Field(t.sample_tokens() >= 0, "train.sample_tokens", str(t.sample_tokens()), "must not be negative (0: no sample)"));
   LOOM_RETURN_IF_ERROR(Field(t.precision() == "f32" || t.precision() == "bf16", "train.precision",
                              t.precision(), "expected f32 or bf16"));
   LOOM_RETURN_IF_ERROR(parallel::ValidateParallelSection(s));
   LOOM_RETURN_IF_ERROR(Field(s.device() == "cpu" || s.device() == "cuda", "device", s.device(),
                              "expected cpu or cuda"));
+  LOOM_RETURN_IF_ERROR(Field(t.precision() != "bf16" || s.device() == "cuda", "train.precision", t.precision(),
+                             absl::StrCat("bf16 runs on device: cuda only; device: ", s.device(),
+                                          " trains in f32 (set train.precision: f32)")));
   return absl::OkStatus();
 }
 

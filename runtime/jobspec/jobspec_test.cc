@@ -58,6 +58,35 @@ TEST(JobSpec, ErrorsNameTheKeyAndValue) {
   EXPECT_NE(ErrorOf("").find("empty"), std::string::npos);
 }
 
+// The recipe fields: the schedule, sample_tokens (unset = 200, 0 = none) and
+// bf16, which needs device: cuda.
+TEST(JobSpec, RecipeFieldsHaveDefaultsAndNamedErrors) {
+  auto s = ParseJobSpecYaml("train: {steps: 100, lr_schedule: cosine, min_lr: 1e-5, warmup_steps: 10}");
+  ASSERT_TRUE(s.ok()) << s.status();
+  ApplyDefaults(*s);
+  EXPECT_TRUE(ValidateJobSpec(*s).ok()) << ValidateJobSpec(*s);
+  EXPECT_EQ(s->train().sample_tokens(), 200);
+  auto none = ParseJobSpecYaml("train: {sample_tokens: 0}");
+  ASSERT_TRUE(none.ok()) << none.status();
+  ApplyDefaults(*none);
+  EXPECT_TRUE(none->train().has_sample_tokens());
+  EXPECT_EQ(none->train().sample_tokens(), 0);
+  auto back = ParseJobSpecYaml(ToYaml(*none));  // job.yaml keeps the 0
+  ASSERT_TRUE(back.ok()) << back.status();
+  ApplyDefaults(*back);
+  EXPECT_EQ(back->train().sample_tokens(), 0) << ToYaml(*none);
+
+  EXPECT_EQ(ErrorOf("train: {lr_schedule: step}").rfind("train.lr_schedule: expected constant, cosine", 0), 0u);
+  EXPECT_EQ(ErrorOf("train: {lr_schedule: cosine, lr: 1e-3, min_lr: 2e-3}").rfind("train.min_lr: must be in", 0), 0u);
+  EXPECT_EQ(ErrorOf("train: {lr_schedule: wsd, steps: 10}").rfind("train.decay_steps: wsd needs", 0), 0u);
+  EXPECT_EQ(ErrorOf("train: {lr_schedule: cosine, steps: 10, warmup_steps: 10}").rfind("train.warmup_steps:", 0), 0u);
+  EXPECT_EQ(ErrorOf("train: {sample_tokens: -1}").rfind("train.sample_tokens: must not be negative", 0), 0u);
+  EXPECT_EQ(ErrorOf("train: {precision: bf16}"),
+            "train.precision: bf16 runs on device: cuda only; device: cpu trains in f32 (set train.precision: f32) "
+            "(got bf16)");
+  EXPECT_EQ(ErrorOf("train: {precision: bf16}\ndevice: cuda"), "");
+}
+
 // parallel.tp_plan: a mapping of name patterns to styles, kept in order,
 // for imported models only (runtime/jobspec validates its form; the graph
 // checks it against the model: parallel/tp_plan_test.cc).

@@ -13,7 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 #include "compiler/comm/communicator.h"
-#include "compiler/optimizer.h"
+#include "compiler/schedule.h"
 #include "dtensor/device_mesh.h"
 #include "parallel/styles.h"
 #include "parallel/trainer.h"

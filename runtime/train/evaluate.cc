@@ -15,6 +15,7 @@
 #include "runtime/checkpoint/safetensors.h"
 #include "base/status.h"
 #include "runtime/data/dataset.h"
+#include "runtime/train/run_reporter.h"
 
 namespace loom::train {
 
@@ -85,19 +86,20 @@ absl::Status WriteModel(const Trainer& t, const v1::JobSpec& spec, const std::st
 
 absl::Status FinishWithSample(Trainer& t, const v1::JobSpec& spec, const data::Dataset& dataset,
                               const std::string& dir, double val_loss, double baseline) {
+  const std::string loss = LossAndPerplexity(spec, val_loss);
   if (std::isnan(baseline)) {
-    std::printf("\nfinal validation loss %.4f\n", val_loss);
+    std::printf("\nfinal validation loss %s\n", loss.c_str());
   } else {
-    std::printf("\nfinal validation loss %.4f (bigram baseline %.4f)\n", val_loss, baseline);
+    std::printf("\nfinal validation loss %s (bigram baseline %.4f)\n", loss.c_str(), baseline);
   }
-  const bool sample = dataset.kind() == data::Kind::kCausal && t.has_logits();
+  const int n = spec.train().sample_tokens();
+  const bool sample = dataset.kind() == data::Kind::kCausal && t.has_logits() && n > 0;
   if (dataset.kind() == data::Kind::kCausal && !t.has_logits()) std::printf("no sample: the model outputs no logits\n");
   if (sample) {
     const int64_t T = spec.model().seq_len();
     std::vector<int32_t> window(static_cast<size_t>(dataset.window_tokens()));
     LOOM_RETURN_IF_ERROR(dataset.ReadWindow(true, 0, window.data()));
     std::vector<int32_t> prompt(window.begin(), window.begin() + std::min<int64_t>(16, std::max<int64_t>(1, T / 2)));
-    int n = spec.train().sample_tokens() > 0 ? spec.train().sample_tokens() : 200;
     auto text = SampleText(t, spec, prompt, n);
     if (!text.ok()) return text.status();
     std::ofstream(dir + "/sample.txt") << *text;

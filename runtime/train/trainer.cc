@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 #include "compiler/optimizer.h"
+#include "compiler/schedule.h"
 
 namespace loom::train {
 namespace {
