@@ -68,9 +68,7 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(const v
     forward = imported->forward;
   } else {
     LOOM_ASSIGN_OR_RETURN(t->params_, models::Parameters(spec.model()));
-    models::BuildOptions bo;
-    bo.batch = tr.batch_size();
-    LOOM_ASSIGN_OR_RETURN(forward, models::BuildForward(spec.model(), bo));
+    LOOM_ASSIGN_OR_RETURN(forward, models::BuildForward(spec.model(), models::TrainingOptions(spec)));
   }
   std::map<std::string, bool> decays;
   for (const auto& p : t->params_) decays[p.name] = p.weight_decay;

@@ -375,6 +375,12 @@ absl::Status ValidateJobSpec(const v1::JobSpec& s) {
                              str(m.d_model()), "llama needs an even head dimension for RoPE"));
   LOOM_RETURN_IF_ERROR(Field(m.seq_len() > 0, "model.seq_len", str(m.seq_len()), "must be positive"));
   LOOM_RETURN_IF_ERROR(Field(m.vocab() > 0, "model.vocab", str(m.vocab()), "must be positive"));
+  LOOM_RETURN_IF_ERROR(Field(m.dropout() >= 0 && m.dropout() < 1, "model.dropout", str(m.dropout()),
+                             "must be in [0, 1)"));
+  LOOM_RETURN_IF_ERROR(Field(m.dropout() == 0 || m.family() != "onnx", "model.dropout", str(m.dropout()),
+                             "applies to the built-in families (gpt, llama); an ONNX model's own Dropout nodes apply"));
+  LOOM_RETURN_IF_ERROR(Field(m.dropout() == 0 || s.device() != "cuda", "model.dropout", str(m.dropout()),
+                             "device: cuda runs no dropout op yet (use device: cpu or model.dropout: 0)"));
   LOOM_RETURN_IF_ERROR(ValidateDataSection(s));
   if (!s.init_from().empty()) {
     std::error_code ec;

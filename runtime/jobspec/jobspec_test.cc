@@ -85,6 +85,10 @@ TEST(JobSpec, RecipeFieldsHaveDefaultsAndNamedErrors) {
             "train.precision: bf16 runs on device: cuda only; device: cpu trains in f32 (set train.precision: f32) "
             "(got bf16)");
   EXPECT_EQ(ErrorOf("train: {precision: bf16}\ndevice: cuda"), "");
+  EXPECT_EQ(ErrorOf("model: {dropout: 0.1}"), "");
+  EXPECT_EQ(ErrorOf("model: {dropout: 1}"), "model.dropout: must be in [0, 1) (got 1)");
+  EXPECT_EQ(ErrorOf("model: {dropout: -0.5}"), "model.dropout: must be in [0, 1) (got -0.5)");
+  EXPECT_EQ(ErrorOf("model: {dropout: 0.1}\ndevice: cuda").rfind("model.dropout: device: cuda", 0), 0u);
 }
 
 // parallel.tp_plan: a mapping of name patterns to styles, kept in order,

@@ -39,8 +39,7 @@ int RunCompileCommand(const std::vector<std::string>& args) {
                                 ", parallel)"));
   auto spec = jobspec::LoadJobSpec(path);
   if (!spec.ok()) return Fail(2, spec.status().message());
-  models::BuildOptions bo;
-  bo.batch = spec->train().batch_size();
+  const models::BuildOptions bo = models::TrainingOptions(*spec);
   absl::StatusOr<compiler::Graph> forward;
   if (spec->model().family() == "onnx") {  // the imported graph, as the trainer builds it
     auto onnx = LoadOnnxModel(*spec);

@@ -42,9 +42,9 @@ absl::StatusOr<Forwards> BuildForwards(const v1::JobSpec& spec) {
     return f;
   }
   LOOM_ASSIGN_OR_RETURN(f.params, models::Parameters(spec.model()));
-  models::BuildOptions bo;
-  bo.batch = spec.train().batch_size();
+  models::BuildOptions bo = models::TrainingOptions(spec);
   LOOM_ASSIGN_OR_RETURN(f.train, models::BuildForward(spec.model(), bo));
+  bo.dropout = 0;  // evaluation runs without dropout
   bo.return_logits = true;
   LOOM_ASSIGN_OR_RETURN(f.eval, models::BuildForward(spec.model(), bo));
   f.init = models::InitParameters(f.params, spec.train().seed());
