@@ -87,6 +87,7 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(const v
     return it != decays.end() && it->second;
   };
   co.adamw = adam;
+  if (tr.activation_checkpointing() == "blocks" && imported == nullptr) co.checkpoint_blocks = models::BlockOfParameter;
   auto c = CompileParallel(forward, co, spec.model(), tr.batch_size(), layout, options.bucket_bytes);
   if (!c.ok()) return Annotate(c.status(), "compiling the parallel training step");
   t->c_ = std::move(*c);

@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/rng.h"
 #include "base/status.h"
@@ -78,6 +80,17 @@ BuildOptions TrainingOptions(const v1::JobSpec& spec) {
   o.dropout = spec.model().dropout();
   o.dropout_seed = spec.train().seed();
   return o;
+}
+
+int BlockOfParameter(const std::string& name) {
+  for (absl::string_view prefix : {"h.", "layers."}) {
+    if (!absl::StartsWith(name, prefix)) continue;
+    const size_t dot = name.find('.', prefix.size());
+    int block = -1;
+    if (dot != std::string::npos && absl::SimpleAtoi(name.substr(prefix.size(), dot - prefix.size()), &block))
+      return block;
+  }
+  return -1;
 }
 
 uint64_t DropoutSeed(uint64_t seed, int64_t site) {

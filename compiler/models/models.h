@@ -62,6 +62,11 @@ struct BuildOptions {
 // seeded by train.seed.
 BuildOptions TrainingOptions(const v1::JobSpec& spec);
 
+// The transformer block a parameter belongs to ("h.3.attn.c_attn.weight",
+// "layers.3.attention.wq": 3), or -1 (embeddings, final norm, output): the
+// blocks of activation checkpointing (compiler/passes/checkpointing.h).
+int BlockOfParameter(const std::string& name);
+
 // The seed of dropout site `site` (see BuildOptions): a bijective mix of
 // (seed, site), so sites draw unrelated masks.
 uint64_t DropoutSeed(uint64_t seed, int64_t site);

@@ -56,6 +56,8 @@ int RunCompileCommand(const std::vector<std::string>& args) {
   adam.weight_decay = spec->train().weight_decay();
   adam.max_norm = spec->train().grad_clip();
   co.adamw = adam;
+  if (spec->train().activation_checkpointing() == "blocks" && spec->model().family() != "onnx")
+    co.checkpoint_blocks = models::BlockOfParameter;
   co.lower = false;
   const parallel::Layout layout = parallel::LayoutFromSpec(spec->parallel());
   auto c = stage == "parallel"

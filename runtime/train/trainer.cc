@@ -81,6 +81,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::JobSpec& spec
     return it != decays.end() && it->second;
   };
   co.adamw = adam;
+  if (tr.activation_checkpointing() == "blocks" && spec.model().family() != "onnx")
+    co.checkpoint_blocks = models::BlockOfParameter;
   const bool cuda = spec.device() == "cuda";
   co.lower = !cuda;  // the CUDA executor lowers the fused graph itself
   auto train = compiler::Compile(fw.train, co);
