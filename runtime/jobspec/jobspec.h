@@ -21,6 +21,11 @@ namespace loom::jobspec {
 absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml);
 // Reads, parses, applies defaults and validates. Errors name the file.
 absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path);
+// Reads, parses and applies defaults without validating, which opens the
+// files the spec names (data.tokenizer's are read): for a caller that checks
+// where those paths lead first (the worker, runtime/jobspec/confine.h), then
+// calls ValidateJobSpec. Errors name the file.
+absl::StatusOr<v1::JobSpec> ReadJobSpec(const std::string& path);
 void ApplyDefaults(v1::JobSpec& spec);
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 // The spec back as YAML (for the run folder and `loom compile`).

@@ -158,9 +158,7 @@ bool Coordinator::stopping() {
 absl::Status Coordinator::ValidateSpec(v1::JobSpec& spec) const {
   jobspec::ApplyDefaults(spec);
   LOOM_RETURN_IF_ERROR(jobspec::ValidateJobName("spec.name", spec.name()));
-  const v1::DataSpec& d = spec.data();
-  LOOM_RETURN_IF_ERROR(jobspec::ConfineJobPaths("spec.", d.path(), d.val(), d.labels(), d.val_labels(), spec.run_dir(),
-                                                spec.checkpoint().dir(), spec.init_from(), spec.model().onnx(), roots_));
+  LOOM_RETURN_IF_ERROR(jobspec::ConfineSpecPaths("spec.", spec, roots_));
   absl::Status s = jobspec::ValidateJobSpec(spec);
   if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("spec.", s.message()));
   if (spec.priority() < -kMaxPriority || spec.priority() > kMaxPriority) {
