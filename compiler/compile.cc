@@ -49,7 +49,9 @@ absl::StatusOr<Compilation> Compile(const Graph& forward, const CompileOptions& 
   if (options.cse) opt.Add<CommonSubexpressionElimination>();
   if (options.dce) opt.Add<DeadCodeElimination>();
   if (options.cast_policy) opt.Add<CastPolicyPass>(options.cast_policy);
-  if (options.checkpoint_blocks) opt.Add<ActivationCheckpointing>(options.checkpoint_blocks).Add<DeadCodeElimination>();
+  if (options.checkpoint_blocks)
+    opt.Add<ActivationCheckpointing>(options.checkpoint_blocks, options.checkpoint_selective)
+        .Add<DeadCodeElimination>();
   LOOM_ASSIGN_OR_RETURN(c.reports, opt.Run(g));
   c.stages["optimized"] = g;
   if (options.fuse) {

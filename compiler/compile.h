@@ -50,6 +50,7 @@ struct CompileOptions {
   // "optimized" stage shows the recomputed ops. The block index of a parameter
   // name, or -1 (models::BlockOfParameter).
   std::function<int(const std::string& param)> checkpoint_blocks;
+  bool checkpoint_selective = false;  // with checkpoint_blocks: recompute only the cheap ops
   bool lower = true;                  // false: stop after planning
   LoweringOptions lowering;
 };

@@ -125,7 +125,10 @@ compiler::CompileOptions PlanningCompileOptions(const compiler::Graph& forward, 
     return it != decays.end() && it->second;
   };
   co.adamw = adam;
-  if (train.activation_checkpointing() == "blocks") co.checkpoint_blocks = models::BlockOfParameter;
+  if (const std::string& ac = train.activation_checkpointing(); ac == "blocks" || ac == "selective") {
+    co.checkpoint_blocks = models::BlockOfParameter;
+    co.checkpoint_selective = ac == "selective";
+  }
   return co;
 }
 

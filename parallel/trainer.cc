@@ -87,7 +87,10 @@ absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(const v
     return it != decays.end() && it->second;
   };
   co.adamw = adam;
-  if (tr.activation_checkpointing() == "blocks" && imported == nullptr) co.checkpoint_blocks = models::BlockOfParameter;
+  if (const std::string& ac = tr.activation_checkpointing(); (ac == "blocks" || ac == "selective") && !imported) {
+    co.checkpoint_blocks = models::BlockOfParameter;
+    co.checkpoint_selective = ac == "selective";
+  }
   auto c = CompileParallel(forward, co, spec.model(), tr.batch_size(), layout, options.bucket_bytes);
   if (!c.ok()) return Annotate(c.status(), "compiling the parallel training step");
   t->c_ = std::move(*c);

@@ -50,6 +50,10 @@ std::vector<int> Segments(const Graph& g, const std::vector<bool>& fwd,
 
 }  // namespace
 
+bool IsKeptSelectively(absl::string_view op) {
+  return op == "matmul" || op == "sdpa" || op == "all_reduce" || op == "all_gather" || op == "reduce_scatter";
+}
+
 absl::StatusOr<bool> ActivationCheckpointing::Run(Graph& g) {
   const std::vector<Node>& nodes = g.nodes();
   std::vector<int> producer(g.values().size(), -1);
@@ -58,6 +62,7 @@ absl::StatusOr<bool> ActivationCheckpointing::Run(Graph& g) {
   const std::vector<bool> fwd = ForwardNodes(g, producer);
   const std::vector<int> seg = Segments(g, fwd, block_of_);
   auto seg_of_value = [&](int v) { return producer[v] < 0 ? -1 : seg[producer[v]]; };
+  auto kept_op = [&](int node) { return selective_ && IsKeptSelectively(nodes[node].op); };
 
   // Values to recompute: a segment's values that backward ops read and no
   // forward op of another segment reads. insert_at[b]: the first such read.
@@ -72,7 +77,7 @@ absl::StatusOr<bool> ActivationCheckpointing::Run(Graph& g) {
     if (fwd[i]) continue;
     for (int in : nodes[i].inputs) {
       const int b = seg_of_value(in);
-      if (b < 0 || kept[in] || !fwd[producer[in]]) continue;
+      if (b < 0 || kept[in] || !fwd[producer[in]] || kept_op(producer[in])) continue;
       recompute[in] = true;
       if (!insert_at.count(b)) insert_at[b] = static_cast<int>(i);
     }
@@ -90,6 +95,10 @@ absl::StatusOr<bool> ActivationCheckpointing::Run(Graph& g) {
     for (int b : clones_before[static_cast<int>(i)]) {
       for (size_t k = 0; k < original.size(); ++k) {
         if (!fwd[k] || seg[k] != b) continue;
+        if (kept_op(static_cast<int>(k))) {  // selective: the clones read the original outputs
+          for (int v : original[k].outputs) clone_of[v] = v;
+          continue;
+        }
         Node c = original[k];
         for (int& in : c.inputs)
           if (seg_of_value(in) == b && clone_of[in] >= 0) in = clone_of[in];

@@ -1,4 +1,5 @@
-// Activation checkpointing (train.activation_checkpointing: blocks): on a
+// Activation checkpointing (train.activation_checkpointing: blocks or
+// selective): on a
 // joint graph (forward, backward, optimizer), each transformer block keeps
 // only its input alive into the backward pass; the block's forward ops are
 // cloned right before the first backward op that reads one of the block's
@@ -30,13 +31,20 @@ namespace loom::compiler {
 
 class ActivationCheckpointing : public Pass {
  public:
-  explicit ActivationCheckpointing(std::function<int(const std::string& param)> block_of)
-      : block_of_(std::move(block_of)) {}
+  // selective: recompute only the cheap ops; the outputs of matmul, sdpa and
+  // the collectives (all_reduce, all_gather, reduce_scatter) stay alive into
+  // the backward as without checkpointing (IsKeptSelectively).
+  explicit ActivationCheckpointing(std::function<int(const std::string& param)> block_of, bool selective = false)
+      : block_of_(std::move(block_of)), selective_(selective) {}
   absl::string_view name() const override { return "activation-checkpointing"; }
   absl::StatusOr<bool> Run(Graph& g) override;
 
  private:
   std::function<int(const std::string&)> block_of_;
+  bool selective_ = false;
 };
+
+// The ops whose outputs selective checkpointing keeps.
+bool IsKeptSelectively(absl::string_view op);
 
 }  // namespace loom::compiler

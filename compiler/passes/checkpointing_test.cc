@@ -67,5 +67,56 @@ TEST(ActivationCheckpointingTest, NothingToRecomputeIsNoChange) {
   testing::ExpectPassOn(pass, g, g, false);
 }
 
+// selective: the matmul outputs (%0, %2) stay alive into the backward; only
+// the cheap ops (exp) are recomputed, reading the original matmul outputs.
+// The same graph under blocks recomputes the matmuls too.
+constexpr char kMatmulNet[] = R"IR(graph @g(%x: f32[2, 4], %a0: f32[4, 4] param, %a1: f32[4, 4] param) {
+  %0 = matmul(%x, %a0) : f32[2, 4]
+  %1 = exp(%0) : f32[2, 4]
+  %2 = matmul(%1, %a1) : f32[2, 4]
+  %3 = exp(%2) : f32[2, 4]
+  %4 = sum(%3) : f32[]
+  %5 = mul(%3, %2) : f32[2, 4]
+  %6 = mul(%5, %0) : f32[2, 4]
+  return %4, %6
+}
+)IR";
+
+TEST(ActivationCheckpointingTest, SelectiveKeepsMatmulOutputs) {
+  ActivationCheckpointing pass(BlockOf, /*selective=*/true);
+  testing::ExpectPassOn(pass, kMatmulNet, R"IR(graph @g(%x: f32[2, 4], %a0: f32[4, 4] param, %a1: f32[4, 4] param) {
+  %0 = matmul(%x, %a0) : f32[2, 4]
+  %1 = exp(%0) : f32[2, 4]
+  %2 = matmul(%1, %a1) : f32[2, 4]
+  %3 = exp(%2) : f32[2, 4]
+  %4 = sum(%3) : f32[]
+  %5 = exp(%2) : f32[2, 4]
+  %6 = sum(%5) : f32[]
+  %7 = mul(%5, %2) : f32[2, 4]
+  %8 = mul(%7, %0) : f32[2, 4]
+  return %4, %8
+}
+)IR",
+                        true);
+  ActivationCheckpointing blocks(BlockOf);
+  testing::ExpectPassOn(blocks, kMatmulNet, R"IR(graph @g(%x: f32[2, 4], %a0: f32[4, 4] param, %a1: f32[4, 4] param) {
+  %0 = matmul(%x, %a0) : f32[2, 4]
+  %1 = exp(%0) : f32[2, 4]
+  %2 = matmul(%1, %a1) : f32[2, 4]
+  %3 = exp(%2) : f32[2, 4]
+  %4 = sum(%3) : f32[]
+  %5 = matmul(%1, %a1) : f32[2, 4]
+  %6 = exp(%5) : f32[2, 4]
+  %7 = sum(%6) : f32[]
+  %8 = mul(%6, %5) : f32[2, 4]
+  %9 = matmul(%x, %a0) : f32[2, 4]
+  %10 = exp(%9) : f32[2, 4]
+  %11 = mul(%8, %9) : f32[2, 4]
+  return %4, %11
+}
+)IR",
+                        true);
+}
+
 }  // namespace
 }  // namespace loom::compiler

@@ -394,11 +394,10 @@ absl::Status ValidateJobSpec(const v1::JobSpec& s) {
   LOOM_RETURN_IF_ERROR(Field(t.lr() > 0, "train.lr", str(t.lr()), "must be positive"));
   LOOM_RETURN_IF_ERROR(compiler::ValidateSchedule(t));
   const std::string& ac = t.activation_checkpointing();
-  LOOM_RETURN_IF_ERROR(Field(ac.empty() || ac == "none" || ac == "blocks", "train.activation_checkpointing", ac,
-                             ac == "selective" ? "selective is not implemented; expected none or blocks"
-                                               : "expected none or blocks"));
-  LOOM_RETURN_IF_ERROR(Field(ac != "blocks" || m.family() != "onnx", "train.activation_checkpointing", ac,
-                             "blocks applies to the built-in families (gpt, llama)"));
+  LOOM_RETURN_IF_ERROR(Field(ac.empty() || ac == "none" || ac == "blocks" || ac == "selective",
+                             "train.activation_checkpointing", ac, "expected none, blocks or selective"));
+  LOOM_RETURN_IF_ERROR(Field(ac.empty() || ac == "none" || m.family() != "onnx", "train.activation_checkpointing", ac,
+                             "applies to the built-in families (gpt, llama)"));
   LOOM_RETURN_IF_ERROR(
       Field(t.sample_tokens() >= 0, "train.sample_tokens", str(t.sample_tokens()), "must not be negative (0: no sample)"));
   LOOM_RETURN_IF_ERROR(Field(t.precision() == "f32" || t.precision() == "bf16", "train.precision",

@@ -62,8 +62,11 @@ int RunCompileCommand(const std::vector<std::string>& args) {
   adam.weight_decay = spec->train().weight_decay();
   adam.max_norm = spec->train().grad_clip();
   co.adamw = adam;
-  if (spec->train().activation_checkpointing() == "blocks" && spec->model().family() != "onnx")
+  if (const std::string& ac = spec->train().activation_checkpointing();
+      (ac == "blocks" || ac == "selective") && spec->model().family() != "onnx") {
     co.checkpoint_blocks = models::BlockOfParameter;
+    co.checkpoint_selective = ac == "selective";
+  }
   co.lower = false;
   const parallel::Layout layout = parallel::LayoutFromSpec(spec->parallel());
   auto c = stage == "parallel"

@@ -80,8 +80,11 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::JobSpec& spec
     return it != decays.end() && it->second;
   };
   co.adamw = adam;
-  if (tr.activation_checkpointing() == "blocks" && spec.model().family() != "onnx")
+  if (const std::string& ac = tr.activation_checkpointing();
+      (ac == "blocks" || ac == "selective") && spec.model().family() != "onnx") {
     co.checkpoint_blocks = models::BlockOfParameter;
+    co.checkpoint_selective = ac == "selective";
+  }
   const bool cuda = spec.device() == "cuda";
   co.lower = !cuda;  // the CUDA executor lowers the fused graph itself
   auto train = compiler::Compile(fw.train, co);
