@@ -9,7 +9,7 @@ namespace loom::parallel {
 namespace {
 
 absl::Status Bad(absl::string_view key, absl::string_view why, absl::string_view got) {
-  return absl::InvalidArgumentError(absl::StrCat(key, ": ", why, " (got ", got, ")"));
+  return absl::InvalidArgumentError(absl::StrCat(key, ": ", why, " (got ", EchoValue(got), ")"));
 }
 
 bool IsOnnx(const v1::ModelSpec& model) { return model.family() == "onnx"; }
@@ -23,7 +23,7 @@ absl::Status CheckTpPlan(const v1::ModelSpec& model, const std::vector<TpRule>& 
     if (r.pattern.empty()) return Bad("parallel.tp_plan", "a pattern is empty", absl::StrCat("'': ", r.style));
     const auto& styles = TpStyles();
     if (std::find(styles.begin(), styles.end(), r.style) == styles.end())
-      return Bad(absl::StrCat("parallel.tp_plan[\"", r.pattern, "\"]"), "expected colwise, rowwise, vocab or replicate",
+      return Bad(absl::StrCat("parallel.tp_plan[\"", EchoValue(r.pattern), "\"]"), "expected colwise, rowwise, vocab or replicate",
                  r.style);
   }
   if (IsOnnx(model) && tp > 1 && plan.empty())

@@ -25,7 +25,7 @@ std::string Join(const std::string& prefix, const std::string& key) {
 }
 
 absl::Status Bad(const std::string& path, absl::string_view what, const std::string& value) {
-  return absl::InvalidArgumentError(absl::StrCat(path, ": expected ", what, ", got '", value, "'"));
+  return absl::InvalidArgumentError(absl::StrCat(path, ": expected ", what, ", got '", EchoValue(value), "'"));
 }
 
 absl::Status SetScalar(pb::Message& msg, const pb::FieldDescriptor* f, const YAML::Node& node,
@@ -100,7 +100,7 @@ absl::Status FillTpPlan(v1::ParallelSpec& p, const YAML::Node& node) {
     const std::string pattern = kv.first.Scalar();
     for (const auto& r : p.tp_plan())
       if (r.pattern() == pattern)
-        return absl::InvalidArgumentError(absl::StrCat("parallel.tp_plan: pattern '", pattern, "' appears twice"));
+        return absl::InvalidArgumentError(absl::StrCat("parallel.tp_plan: pattern '", EchoValue(pattern), "' appears twice"));
     v1::TpRule* r = p.add_tp_plan();
     r->set_pattern(pattern);
     r->set_style(kv.second.Scalar());
@@ -120,7 +120,7 @@ absl::Status FillMessage(pb::Message& msg, const YAML::Node& node, const std::st
     if (f == nullptr) {
       std::string known;
       for (int i = 0; i < d->field_count(); ++i) absl::StrAppend(&known, i ? ", " : "", d->field(i)->name());
-      return absl::InvalidArgumentError(absl::StrCat("unknown key '", kpath, "' (known keys here: ", known, ")"));
+      return absl::InvalidArgumentError(absl::StrCat("unknown key '", Join(path, EchoValue(key)), "' (known keys here: ", known, ")"));
     }
     if (kpath == "parallel.tp_plan") {
       LOOM_RETURN_IF_ERROR(FillTpPlan(static_cast<v1::ParallelSpec&>(msg), kv.second));
@@ -174,7 +174,7 @@ void EmitMessage(YAML::Emitter& out, const pb::Message& msg) {
 
 absl::Status Field(bool ok, const std::string& key, const std::string& value, absl::string_view why) {
   if (ok) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(key, ": ", why, " (got ", value, ")"));
+  return absl::InvalidArgumentError(absl::StrCat(key, ": ", why, " (got ", EchoValue(value), ")"));
 }
 
 // model.onnx and its loss: the file exists; the loss fields name known
@@ -291,7 +291,29 @@ absl::Status ValidateDataSection(const v1::JobSpec& s) {
   return absl::OkStatus();
 }
 
+absl::Status CheckStringSizes(const pb::Message& msg, const std::string& path) {
+  const pb::Reflection* r = msg.GetReflection();
+  std::vector<const pb::FieldDescriptor*> fields;
+  r->ListFields(msg, &fields);
+  for (const pb::FieldDescriptor* f : fields) {
+    const std::string fpath = Join(path, f->name());
+    if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+      const int n = f->is_repeated() ? r->FieldSize(msg, f) : 1;
+      for (int i = 0; i < n; ++i)
+        LOOM_RETURN_IF_ERROR(CheckStringSizes(f->is_repeated() ? r->GetRepeatedMessage(msg, f, i) : r->GetMessage(msg, f),
+                                              f->is_repeated() ? absl::StrCat(fpath, "[", i, "]") : fpath));
+    } else if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_STRING && !f->is_repeated()) {
+      const std::string v = r->GetString(msg, f);
+      LOOM_RETURN_IF_ERROR(Field(v.size() <= kMaxStringBytes, fpath, v,
+                                 absl::StrCat("longer than ", kMaxStringBytes, " bytes")));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::Status ValidateStringSizes(const v1::JobSpec& spec) { return CheckStringSizes(spec, ""); }
 
 absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml) {
   YAML::Node root;
@@ -357,6 +379,7 @@ void ApplyDefaults(v1::JobSpec& s) {
 }
 
 absl::Status ValidateJobSpec(const v1::JobSpec& s) {
+  LOOM_RETURN_IF_ERROR(ValidateStringSizes(s));
   const auto& m = s.model();
   auto str = [](auto v) { return absl::StrCat(v); };
   LOOM_RETURN_IF_ERROR(Field(m.family() == "gpt" || m.family() == "llama" || m.family() == "onnx", "model.family",

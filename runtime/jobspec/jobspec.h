@@ -23,6 +23,11 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml);
 absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path);
 void ApplyDefaults(v1::JobSpec& spec);
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
+// Every string field of the spec (paths, names, patterns, ...) holds at most
+// kMaxStringBytes. ValidateJobSpec checks it first; the coordinator also
+// checks it before it resolves any path.
+inline constexpr size_t kMaxStringBytes = 4096;
+absl::Status ValidateStringSizes(const v1::JobSpec& spec);
 // The spec back as YAML (for the run folder and `loom compile`).
 std::string ToYaml(const v1::JobSpec& spec);
 

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <vector>
 
+#include "base/status.h"
 #include "gtest/gtest.h"
 
 namespace loom::jobspec {
@@ -40,6 +41,30 @@ parallel: {tp: auto, zero_stage: 3}
   auto back = ParseJobSpecYaml(ToYaml(*s));
   ASSERT_TRUE(back.ok()) << back.status() << "\n" << ToYaml(*s);
   EXPECT_EQ(back->SerializeAsString(), s->SerializeAsString());
+}
+
+// A quoted value is cut to 200 bytes, whichever rule quotes it.
+TEST(JobSpec, ErrorsEchoAtMost200BytesOfAValue) {
+  const std::string big(5000, 'q');
+  const std::string key(1000, 'q');  // YAML caps implicit keys at 1024 characters
+  for (const std::string& yaml :
+       {"model:\n  family: " + big, "model:\n  " + key + ": 1", "model:\n  n_head: " + big,
+        "parallel:\n  tp_plan:\n    " + key + ": colwise\n    " + key + ": rowwise",
+        "parallel:\n  tp_plan:\n    \"a*\": " + big, "name: " + big, "data:\n  format: " + big}) {
+    const std::string e = ErrorOf(yaml);
+    EXPECT_FALSE(e.empty()) << yaml.substr(0, 40);
+    EXPECT_NE(e.find(std::string(200, 'q')), std::string::npos) << e;
+    EXPECT_EQ(e.find(std::string(201, 'q')), std::string::npos) << e.substr(0, 300);
+    EXPECT_LE(e.size(), 600u) << e.substr(0, 300);
+  }
+  EXPECT_NE(ErrorOf("name: " + big).find("name: longer than 4096 bytes"), std::string::npos);
+  // The cut never splits a UTF-8 character.
+  std::string accents;
+  for (int i = 0; i < 150; ++i) accents += "\xc3\xa9";  // U+00E9, two bytes each
+  EXPECT_EQ(EchoValue(accents), accents.substr(0, 200) + "... (300 bytes)");
+  EXPECT_EQ(EchoValue("x" + accents).substr(0, 199), ("x" + accents).substr(0, 199));
+  EXPECT_EQ(EchoValue("x" + accents).find("..."), 199u);
+  EXPECT_EQ(EchoValue("short"), "short");
 }
 
 TEST(JobSpec, ErrorsNameTheKeyAndValue) {

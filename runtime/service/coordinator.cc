@@ -157,6 +157,8 @@ bool Coordinator::stopping() {
 // confined before the spec's own checks look at the files it names.
 absl::Status Coordinator::ValidateSpec(v1::JobSpec& spec) const {
   jobspec::ApplyDefaults(spec);
+  if (absl::Status s = jobspec::ValidateStringSizes(spec); !s.ok())
+    return absl::InvalidArgumentError(absl::StrCat("spec.", s.message()));
   LOOM_RETURN_IF_ERROR(jobspec::ValidateJobName("spec.name", spec.name()));
   const v1::DataSpec& d = spec.data();
   LOOM_RETURN_IF_ERROR(jobspec::ConfineJobPaths("spec.", d.path(), d.val(), d.labels(), d.val_labels(), spec.run_dir(),
@@ -232,7 +234,7 @@ absl::StatusOr<v1::SubmitJobResponse> Coordinator::Submit(const v1::SubmitJobReq
     if (old.ok()) {
       if (old->spec != bytes) {
         return refuse(absl::FailedPreconditionError(absl::StrCat(
-            "idempotency_key: '", key, "' was used for ", FormatJobId(old->id), " with a different spec")));
+            "idempotency_key: '", EchoValue(key), "' was used for ", FormatJobId(old->id), " with a different spec")));
       }
       *resp.mutable_job() = ToStatus(*old);
       resp.set_existing(true);
