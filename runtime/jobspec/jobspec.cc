@@ -4,6 +4,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <sstream>
 #include <tuple>
@@ -24,55 +25,77 @@ std::string Join(const std::string& prefix, const std::string& key) {
   return prefix.empty() ? key : absl::StrCat(prefix, ".", key);
 }
 
-absl::Status Bad(const std::string& path, absl::string_view what, const std::string& value) {
-  return absl::InvalidArgumentError(absl::StrCat(path, ": expected ", what, ", got '", EchoValue(value), "'"));
+// " (line L, column C)" of a node in the document (1-based), or "" when the
+// node carries no position.
+std::string At(const YAML::Node& n) {
+  const YAML::Mark m = n.Mark();
+  if (m.is_null()) return "";
+  return absl::StrCat(" (line ", m.line + 1, ", column ", m.column + 1, ")");
+}
+
+absl::Status Bad(const std::string& path, absl::string_view what, const std::string& value, const YAML::Node& n) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(path, ": expected ", what, ", got '", EchoValue(value), "'", At(n)));
+}
+
+// A key that appears twice in one mapping (yaml-cpp keeps both).
+absl::Status CheckDuplicateKeys(const YAML::Node& map, const std::string& path) {
+  std::map<std::string, YAML::Node> seen;
+  for (const auto& kv : map) {
+    if (!kv.first.IsScalar()) return absl::InvalidArgumentError(absl::StrCat(path, ": a key must be a plain string", At(kv.first)));
+    auto [it, fresh] = seen.emplace(kv.first.Scalar(), kv.first);
+    if (!fresh)
+      return absl::InvalidArgumentError(absl::StrCat(Join(path, EchoValue(kv.first.Scalar())), ": duplicate key",
+                                                     At(kv.first), "; first given", At(it->second)));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status SetScalar(pb::Message& msg, const pb::FieldDescriptor* f, const YAML::Node& node,
                        const std::string& path) {
-  if (!node.IsScalar()) return absl::InvalidArgumentError(absl::StrCat(path, ": expected a scalar value"));
+  if (!node.IsScalar()) return absl::InvalidArgumentError(absl::StrCat(path, ": expected a scalar value", At(node)));
   const std::string v = node.Scalar();
   const pb::Reflection* r = msg.GetReflection();
   switch (f->cpp_type()) {
     case pb::FieldDescriptor::CPPTYPE_INT32: {
       int32_t x;
-      if (!absl::SimpleAtoi(v, &x)) return Bad(path, "an integer", v);
+      if (!absl::SimpleAtoi(v, &x)) return Bad(path, "an integer", v, node);
       r->SetInt32(&msg, f, x);
       break;
     }
     case pb::FieldDescriptor::CPPTYPE_INT64: {
       int64_t x;
-      if (!absl::SimpleAtoi(v, &x)) return Bad(path, "an integer", v);
+      if (!absl::SimpleAtoi(v, &x)) return Bad(path, "an integer", v, node);
       r->SetInt64(&msg, f, x);
       break;
     }
     case pb::FieldDescriptor::CPPTYPE_UINT64: {
       uint64_t x;
-      if (!absl::SimpleAtoi(v, &x)) return Bad(path, "a non-negative integer", v);
+      if (!absl::SimpleAtoi(v, &x)) return Bad(path, "a non-negative integer", v, node);
       r->SetUInt64(&msg, f, x);
       break;
     }
     case pb::FieldDescriptor::CPPTYPE_UINT32: {
       uint32_t x;
-      if (!absl::SimpleAtoi(v, &x)) return Bad(path, "a non-negative integer", v);
+      if (!absl::SimpleAtoi(v, &x)) return Bad(path, "a non-negative integer", v, node);
       r->SetUInt32(&msg, f, x);
       break;
     }
     case pb::FieldDescriptor::CPPTYPE_FLOAT: {
       float x;
-      if (!absl::SimpleAtof(v, &x)) return Bad(path, "a number", v);
+      if (!absl::SimpleAtof(v, &x)) return Bad(path, "a number", v, node);
       r->SetFloat(&msg, f, x);
       break;
     }
     case pb::FieldDescriptor::CPPTYPE_DOUBLE: {
       double x;
-      if (!absl::SimpleAtod(v, &x)) return Bad(path, "a number", v);
+      if (!absl::SimpleAtod(v, &x)) return Bad(path, "a number", v, node);
       r->SetDouble(&msg, f, x);
       break;
     }
     case pb::FieldDescriptor::CPPTYPE_BOOL: {
       bool x;
-      if (!absl::SimpleAtob(v, &x)) return Bad(path, "true or false", v);
+      if (!absl::SimpleAtob(v, &x)) return Bad(path, "true or false", v, node);
       r->SetBool(&msg, f, x);
       break;
     }
@@ -80,7 +103,7 @@ absl::Status SetScalar(pb::Message& msg, const pb::FieldDescriptor* f, const YAM
       r->SetString(&msg, f, v);
       break;
     default:
-      return absl::InvalidArgumentError(absl::StrCat(path, ": unsupported field type"));
+      return absl::InvalidArgumentError(absl::StrCat(path, ": unsupported field type", At(node)));
   }
   return absl::OkStatus();
 }
@@ -92,15 +115,18 @@ absl::Status FillTpPlan(v1::ParallelSpec& p, const YAML::Node& node) {
   if (node.IsNull()) return absl::OkStatus();
   if (!node.IsMap())
     return absl::InvalidArgumentError(
-        "parallel.tp_plan: expected a mapping of parameter-name patterns to styles, e.g. "
-        "{\"h.*.attn.qkv.weight\": colwise}");
+        absl::StrCat("parallel.tp_plan: expected a mapping of parameter-name patterns to styles, e.g. "
+                     "{\"h.*.attn.qkv.weight\": colwise}",
+                     At(node)));
   for (const auto& kv : node) {
     if (!kv.first.IsScalar() || !kv.second.IsScalar())
-      return absl::InvalidArgumentError("parallel.tp_plan: expected pattern: style pairs of plain strings");
+      return absl::InvalidArgumentError(
+          absl::StrCat("parallel.tp_plan: expected pattern: style pairs of plain strings", At(kv.first)));
     const std::string pattern = kv.first.Scalar();
-    for (const auto& r : p.tp_plan())
-      if (r.pattern() == pattern)
-        return absl::InvalidArgumentError(absl::StrCat("parallel.tp_plan: pattern '", EchoValue(pattern), "' appears twice"));
+    for (int i = 0; i < p.tp_plan_size(); ++i)
+      if (p.tp_plan(i).pattern() == pattern)
+        return absl::InvalidArgumentError(absl::StrCat("parallel.tp_plan: pattern '", EchoValue(pattern),
+                                                       "' appears twice", At(kv.first)));
     v1::TpRule* r = p.add_tp_plan();
     r->set_pattern(pattern);
     r->set_style(kv.second.Scalar());
@@ -111,22 +137,25 @@ absl::Status FillTpPlan(v1::ParallelSpec& p, const YAML::Node& node) {
 absl::Status FillMessage(pb::Message& msg, const YAML::Node& node, const std::string& path) {
   if (!node.IsMap())
     return absl::InvalidArgumentError(
-        absl::StrCat(path.empty() ? "job spec" : path, ": expected a mapping of keys to values"));
+        absl::StrCat(path.empty() ? "job spec" : path, ": expected a mapping of keys to values", At(node)));
+  LOOM_RETURN_IF_ERROR(CheckDuplicateKeys(node, path));
   const pb::Descriptor* d = msg.GetDescriptor();
   for (const auto& kv : node) {
-    const std::string key = kv.first.as<std::string>();
+    const std::string key = kv.first.Scalar();
     const std::string kpath = Join(path, key);
     const pb::FieldDescriptor* f = d->FindFieldByName(key);
     if (f == nullptr) {
       std::string known;
       for (int i = 0; i < d->field_count(); ++i) absl::StrAppend(&known, i ? ", " : "", d->field(i)->name());
-      return absl::InvalidArgumentError(absl::StrCat("unknown key '", Join(path, EchoValue(key)), "' (known keys here: ", known, ")"));
+      return absl::InvalidArgumentError(absl::StrCat("unknown key '", Join(path, EchoValue(key)), "'", At(kv.first),
+                                                     " (known keys here: ", known, ")"));
     }
     if (kpath == "parallel.tp_plan") {
       LOOM_RETURN_IF_ERROR(FillTpPlan(static_cast<v1::ParallelSpec&>(msg), kv.second));
       continue;
     }
-    if (f->is_repeated()) return absl::InvalidArgumentError(absl::StrCat(kpath, ": lists are not supported"));
+    if (f->is_repeated())
+      return absl::InvalidArgumentError(absl::StrCat(kpath, ": lists are not supported", At(kv.second)));
     if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
       if (kv.second.IsNull()) continue;
       LOOM_RETURN_IF_ERROR(FillMessage(*msg.GetReflection()->MutableMessage(&msg, f), kv.second, kpath));
@@ -328,7 +357,8 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml) {
   try {
     LOOM_RETURN_IF_ERROR(FillMessage(spec, root, ""));
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("malformed YAML at line ", e.mark.line + 1, ": ", e.msg));
+    return absl::InvalidArgumentError(absl::StrCat("malformed YAML at line ", e.mark.line + 1, ", column ",
+                                                   e.mark.column + 1, ": ", e.msg));
   }
   return spec;
 }

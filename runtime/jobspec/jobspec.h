@@ -1,9 +1,11 @@
 // Job specifications written as YAML.
 //
 // ParseJobSpecYaml maps a YAML document onto loom.v1.JobSpec by the proto's own
-// field names, recursively: an unknown key, a value of the wrong type or a
-// malformed document is an InvalidArgument that names the key path and the
-// value ("model.n_head: expected an integer, got 'four'"). Defaults are filled
+// field names, recursively: an unknown key, a key given twice in one mapping,
+// a value of the wrong type or a malformed document is an InvalidArgument that
+// names the key path, the value (at most 200 bytes of it: EchoValue) and the
+// line and column ("model.n_head: expected an integer, got 'four' (line 3,
+// column 11)"). Defaults are filled
 // by ApplyDefaults; ValidateJobSpec checks cross-field rules (d_model divisible
 // by n_head, the data file exists, ...), again naming the key and value.
 //

@@ -67,6 +67,21 @@ TEST(JobSpec, ErrorsEchoAtMost200BytesOfAValue) {
   EXPECT_EQ(EchoValue("short"), "short");
 }
 
+TEST(JobSpec, DuplicateAndUnknownKeysGiveThePathLineAndColumn) {
+  EXPECT_EQ(ErrorOf("name: a\nmodel:\n  n_head: 4\n  d_model: 64\n  n_head: 8\n"),
+            "model.n_head: duplicate key (line 5, column 3); first given (line 3, column 3)");
+  EXPECT_EQ(ErrorOf("train: {steps: 5}\ntrain: {steps: 6}\n"),
+            "train: duplicate key (line 2, column 1); first given (line 1, column 1)");
+  EXPECT_EQ(ErrorOf("parallel:\n  tp_plan:\n    \"a*\": colwise\n    \"a*\": rowwise\n"),
+            "parallel.tp_plan: pattern 'a*' appears twice (line 4, column 5)");
+  const std::string unknown = ErrorOf("model:\n  n_layer: 2\n  n_heads: 4\n");
+  EXPECT_EQ(unknown.rfind("unknown key 'model.n_heads' (line 3, column 3) (known keys here: family,", 0), 0u)
+      << unknown;
+  EXPECT_EQ(ErrorOf("train:\n  steps: many\n"), "train.steps: expected an integer, got 'many' (line 2, column 10)");
+  EXPECT_EQ(ErrorOf("model: {n_layer: [2]}"), "model.n_layer: expected a scalar value (line 1, column 18)");
+  EXPECT_EQ(ErrorOf("name: a\nmodel:\n  n_layer: {2\n"), "malformed YAML at line 4, column 1: end of map flow not found");
+}
+
 TEST(JobSpec, ErrorsNameTheKeyAndValue) {
   EXPECT_NE(ErrorOf("model: {n_heads: 4}").find("unknown key 'model.n_heads'"), std::string::npos);
   EXPECT_NE(ErrorOf("model: {n_head: four}").find("model.n_head: expected an integer, got 'four'"),
@@ -114,7 +129,7 @@ TEST(JobSpec, TpPlanIsAnOrderedMappingForImportedModels) {
   EXPECT_EQ(ErrorOf(onnx + "parallel: {tp: auto, dp: 4}"), "");
   EXPECT_EQ(ErrorOf(onnx + "parallel: {tp: 2, tp_plan: [a, b]}"),
             "parallel.tp_plan: expected a mapping of parameter-name patterns to styles, e.g. "
-            "{\"h.*.attn.qkv.weight\": colwise}");
+            "{\"h.*.attn.qkv.weight\": colwise} (line 3, column 28)");
   EXPECT_EQ(ErrorOf(onnx + "parallel: {tp: 2, tp_plan: {wte: colwize}}"),
             "parallel.tp_plan[\"wte\"]: expected colwise, rowwise, vocab or replicate (got colwize)");
   EXPECT_EQ(ErrorOf(onnx + "parallel: {tp: 2}"),
