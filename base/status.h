@@ -15,9 +15,6 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 
-#include <cstddef>
-#include <string>
-
 #define LOOM_STATUS_CONCAT_INNER(a, b) a##b
 #define LOOM_STATUS_CONCAT(a, b) LOOM_STATUS_CONCAT_INNER(a, b)
 
@@ -42,22 +39,5 @@ inline absl::Status Annotate(const absl::Status& s, absl::string_view context) {
   if (s.ok()) return s;
   return absl::Status(s.code(), absl::StrCat(context, ": ", s.message()));
 }
-
-// Error messages quote a user's value through EchoValue: at most
-// kMaxEchoBytes of it, cut at a UTF-8 character boundary, followed by
-// "... (N bytes)" when it was longer. A huge field therefore never travels
-// back whole (gRPC carries the message in a metadata header).
-inline constexpr size_t kMaxEchoBytes = 200;
-
-// The first `max` bytes of `text` (not splitting a UTF-8 sequence), with
-// "... (N bytes)" appended when something was cut.
-inline std::string Truncated(absl::string_view text, size_t max) {
-  if (text.size() <= max) return std::string(text);
-  size_t n = max;
-  while (n > 0 && (static_cast<unsigned char>(text[n]) & 0xC0) == 0x80) --n;  // a continuation byte
-  return absl::StrCat(text.substr(0, n), "... (", text.size(), " bytes)");
-}
-
-inline std::string EchoValue(absl::string_view value) { return Truncated(value, kMaxEchoBytes); }
 
 }  // namespace loom

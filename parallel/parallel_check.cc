@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "base/echo.h"
 #include "base/status.h"
 
 namespace loom::parallel {

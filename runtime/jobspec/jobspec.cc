@@ -11,6 +11,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/echo.h"
 #include "base/status.h"
 #include "parallel/parallel_check.h"
 #include "google/protobuf/descriptor.h"

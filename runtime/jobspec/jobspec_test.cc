@@ -5,6 +5,7 @@
 #include <fstream>
 #include <vector>
 
+#include "base/echo.h"
 #include "base/status.h"
 #include "gtest/gtest.h"
 

@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/echo.h"
 #include "base/status.h"
 #include "runtime/jobspec/confine.h"
 #include "runtime/jobspec/jobspec.h"

@@ -7,6 +7,7 @@
 #include <grpcpp/health_check_service_interface.h>
 
 #include "absl/strings/str_cat.h"
+#include "base/echo.h"
 #include "base/status.h"
 #include "proto/loom/v1/service.grpc.pb.h"
 #include "runtime/service/auth/token.h"
