@@ -3,6 +3,7 @@
 #include <glob.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <filesystem>
 #include <map>
 #include <fstream>
@@ -48,6 +49,109 @@ absl::Status CheckDuplicateKeys(const YAML::Node& map, const std::string& path) 
     if (!fresh)
       return absl::InvalidArgumentError(absl::StrCat(Join(path, EchoValue(kv.first.Scalar())), ": duplicate key",
                                                      At(kv.first), "; first given", At(it->second)));
+  }
+  return absl::OkStatus();
+}
+
+// The numeric fields' ranges (after defaults). `zero_is_default`: the field
+// has a default that a 0 stands for over the API (proto3 cannot tell 0 from
+// absent); in YAML an explicit 0 there is an error rather than the default.
+struct Range {
+  const char* path;
+  double lo, hi;
+  bool lo_open;          // (lo, hi] rather than [lo, hi]
+  bool zero_is_default;
+};
+constexpr double kE9 = 1e9;
+constexpr Range kRanges[] = {
+    {"model.n_layer", 1, kMaxLayers, false, true},
+    {"model.n_head", 1, kMaxHeads, false, true},
+    {"model.n_kv_head", 1, kMaxHeads, false, true},
+    {"model.d_model", 1, 65536, false, true},
+    {"model.seq_len", 1, 1 << 20, false, true},
+    {"model.vocab", 1, 1 << 24, false, true},
+    {"model.ffn_hidden", 1, 1 << 18, false, true},
+    {"model.rope_theta", 0, kE9, true, true},
+    {"model.norm_eps", 0, 1, true, true},
+    {"data.bigram.max_mib", 0, 1 << 20, false, true},      // 0 (absent): 64
+    {"data.bigram.max_tokens", 0, 1e12, false, true},      // 0 (absent): 16777216
+    {"train.steps", 1, kE9, false, true},
+    {"train.batch_size", 1, 1 << 20, false, true},
+    {"train.lr", 0, 10, true, true},
+    {"train.weight_decay", 0, 10, false, false},
+    {"train.beta1", 0, 0.999999, true, true},
+    {"train.beta2", 0, 0.999999, true, true},
+    {"train.eps", 0, 1, true, true},
+    {"train.grad_clip", 0, 1e6, false, false},
+    {"train.warmup_steps", 0, kE9, false, false},
+    {"train.eval_every", 1, kE9, false, true},
+    {"train.eval_batches", 1, 1e6, false, true},
+    {"train.log_every", 1, kE9, false, true},
+    {"train.sample_tokens", 0, 1 << 20, false, true},      // 0 (absent): 200
+    {"parallel.dp", 1, kMaxRanks, false, true},
+    {"parallel.tp", 1, kMaxTp, false, true},               // tp: auto is checked by the planner
+    // parallel.zero_stage: parallel::ValidateParallelSection
+    {"checkpoint.every", 0, kE9, false, false},
+    {"checkpoint.keep", 0, 1e6, false, true},              // 0 (absent): 3
+    {"max_restarts", 0, 1000, false, false},
+    {"priority", -1000, 1000, false, false},
+};
+
+// The field at a dotted path of JobSpec, and the message holding it.
+const pb::FieldDescriptor* FieldAt(const pb::Message& root, const std::string& path, const pb::Message** holder) {
+  const pb::Message* m = &root;
+  size_t start = 0;
+  for (;;) {
+    const size_t dot = path.find('.', start);
+    const pb::FieldDescriptor* f = m->GetDescriptor()->FindFieldByName(path.substr(start, dot - start));
+    if (f == nullptr) return nullptr;
+    if (dot == std::string::npos) {
+      *holder = m;
+      return f;
+    }
+    if (f->cpp_type() != pb::FieldDescriptor::CPPTYPE_MESSAGE) return nullptr;
+    m = &m->GetReflection()->GetMessage(*m, f);
+    start = dot + 1;
+  }
+}
+
+double NumberOf(const pb::Message& m, const pb::FieldDescriptor* f) {
+  const pb::Reflection* r = m.GetReflection();
+  switch (f->cpp_type()) {
+    case pb::FieldDescriptor::CPPTYPE_INT32: return r->GetInt32(m, f);
+    case pb::FieldDescriptor::CPPTYPE_INT64: return static_cast<double>(r->GetInt64(m, f));
+    case pb::FieldDescriptor::CPPTYPE_UINT32: return r->GetUInt32(m, f);
+    case pb::FieldDescriptor::CPPTYPE_UINT64: return static_cast<double>(r->GetUInt64(m, f));
+    case pb::FieldDescriptor::CPPTYPE_FLOAT: return r->GetFloat(m, f);
+    case pb::FieldDescriptor::CPPTYPE_DOUBLE: return r->GetDouble(m, f);
+    default: return 0;
+  }
+}
+
+// A whole number in full ("1000000000"), anything else as StrCat prints it.
+std::string Num(double x) {
+  if (std::floor(x) == x && std::fabs(x) < 9e15) return absl::StrCat(static_cast<int64_t>(x));
+  return absl::StrCat(x);
+}
+
+std::string RangeText(const Range& r) {
+  return absl::StrCat("must be in ", r.lo_open ? "(" : "[", Num(r.lo), ", ", Num(r.hi), "]");
+}
+
+// An explicit 0 where 0 would stand for the default (or is invalid): an
+// error naming the field, so that `steps: 0` is not read as 300 steps.
+absl::Status CheckExplicitZero(const pb::Message& msg, const pb::FieldDescriptor* f, const YAML::Node& node,
+                               const std::string& path) {
+  if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_STRING || f->cpp_type() == pb::FieldDescriptor::CPPTYPE_BOOL ||
+      NumberOf(msg, f) != 0)
+    return absl::OkStatus();
+  if (path == "data.val_fraction" || path == "data.mlm.rate")
+    return absl::InvalidArgumentError(absl::StrCat(path, ": must be in (0, 1], got 0", At(node),
+                                                   "; leave the key out for the default"));
+  for (const Range& r : kRanges) {
+    if (r.zero_is_default && path == r.path)
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", RangeText(r), ", got 0", At(node),
+                                                     "; leave the key out for the default"));
   }
   return absl::OkStatus();
 }
@@ -167,6 +271,7 @@ absl::Status FillMessage(pb::Message& msg, const YAML::Node& node, const std::st
         continue;
       }
       LOOM_RETURN_IF_ERROR(SetScalar(msg, f, kv.second, kpath));
+      LOOM_RETURN_IF_ERROR(CheckExplicitZero(msg, f, kv.second, kpath));
     }
   }
   return absl::OkStatus();
@@ -321,6 +426,36 @@ absl::Status ValidateDataSection(const v1::JobSpec& s) {
   return absl::OkStatus();
 }
 
+absl::Status CheckRanges(const v1::JobSpec& s) {
+  for (const Range& r : kRanges) {
+    if (absl::string_view(r.path) == "parallel.tp" && s.parallel().tp_auto()) continue;
+    const pb::Message* holder = nullptr;
+    const pb::FieldDescriptor* f = FieldAt(s, r.path, &holder);
+    if (f == nullptr) return absl::InternalError(absl::StrCat("job spec range table: no field ", r.path));
+    const double v = NumberOf(*holder, f);
+    const bool ok = (r.lo_open ? v > r.lo : v >= r.lo) && v <= r.hi;  // false for NaN
+    LOOM_RETURN_IF_ERROR(Field(ok, r.path, Num(v), RangeText(r)));
+  }
+  return absl::OkStatus();
+}
+
+// Products of sizes, in int64 (each factor is bounded above, so none
+// overflows): the world size and the parameter count.
+absl::Status CheckProducts(const v1::JobSpec& s) {
+  const auto& p = s.parallel();
+  const int64_t world = int64_t{p.dp()} * std::max<int64_t>(1, p.tp());
+  LOOM_RETURN_IF_ERROR(Field(world <= kMaxRanks, "parallel.dp", absl::StrCat("dp=", p.dp(), ", tp=", p.tp()),
+                             absl::StrCat("dp x tp must be at most ", kMaxRanks, " ranks")));
+  const auto& m = s.model();
+  if (m.family() == "onnx") return absl::OkStatus();
+  const int64_t c = m.d_model(), L = m.n_layer(), ffn = m.ffn_hidden(), v = m.vocab();
+  const int64_t kv = c / m.n_head() * m.n_kv_head();
+  const int64_t params = v * c + int64_t{m.seq_len()} * c + L * (2 * c * c + 2 * c * kv + 3 * c * ffn);
+  LOOM_RETURN_IF_ERROR(Field(params <= kMaxParameters, "model", absl::StrCat(params, " parameters"),
+                             absl::StrCat("the model may have at most ", kMaxParameters, " parameters")));
+  return absl::OkStatus();
+}
+
 absl::Status CheckStringSizes(const pb::Message& msg, const std::string& path) {
   const pb::Reflection* r = msg.GetReflection();
   std::vector<const pb::FieldDescriptor*> fields;
@@ -411,6 +546,7 @@ void ApplyDefaults(v1::JobSpec& s) {
 
 absl::Status ValidateJobSpec(const v1::JobSpec& s) {
   LOOM_RETURN_IF_ERROR(ValidateStringSizes(s));
+  LOOM_RETURN_IF_ERROR(CheckRanges(s));
   const auto& m = s.model();
   auto str = [](auto v) { return absl::StrCat(v); };
   LOOM_RETURN_IF_ERROR(Field(m.family() == "gpt" || m.family() == "llama" || m.family() == "onnx", "model.family",
@@ -440,6 +576,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& s) {
   LOOM_RETURN_IF_ERROR(Field(t.precision() == "f32" || t.precision() == "bf16", "train.precision",
                              t.precision(), "expected f32 or bf16"));
   LOOM_RETURN_IF_ERROR(parallel::ValidateParallelSection(s));
+  LOOM_RETURN_IF_ERROR(CheckProducts(s));
   LOOM_RETURN_IF_ERROR(Field(s.device() == "cpu" || s.device() == "cuda", "device", s.device(),
                              "expected cpu or cuda"));
   return absl::OkStatus();

@@ -83,6 +83,57 @@ TEST(JobSpec, DuplicateAndUnknownKeysGiveThePathLineAndColumn) {
   EXPECT_EQ(ErrorOf("name: a\nmodel:\n  n_layer: {2\n"), "malformed YAML at line 4, column 1: end of map flow not found");
 }
 
+// An absent key takes the default; an explicit 0 where 0 would stand for
+// the default is an error naming the field; negative values are refused.
+TEST(JobSpec, ExplicitZeroAndNegativeValuesAreErrors) {
+  EXPECT_EQ(ErrorOf("train: {steps: 50}"), "");
+  EXPECT_EQ(ErrorOf("train:\n  steps: 0\n"),
+            "train.steps: must be in [1, 1000000000], got 0 (line 2, column 10); leave the key out for the default");
+  for (const char* key : {"model: {n_layer: 0}", "model: {n_head: 0}", "model: {vocab: 0}", "model: {seq_len: 0}",
+                          "model: {d_model: 0}", "model: {ffn_hidden: 0}", "model: {norm_eps: 0}",
+                          "train: {batch_size: 0}", "train: {lr: 0}", "train: {lr: 0.0}", "train: {beta1: 0}",
+                          "train: {eval_every: 0}", "train: {log_every: 0}", "train: {sample_tokens: 0}",
+                          "parallel: {dp: 0}", "parallel: {tp: 0}", "checkpoint: {keep: 0}",
+                          "data: {val_fraction: 0}", "data: {bigram: {max_mib: 0}}"}) {
+    const std::string e = ErrorOf(key);
+    EXPECT_NE(e.find(", got 0 (line 1, column "), std::string::npos) << key << ": " << e;
+    EXPECT_NE(e.find("leave the key out for the default"), std::string::npos) << key << ": " << e;
+  }
+  // 0 is a value of its own here.
+  for (const char* ok : {"train: {weight_decay: 0, grad_clip: 0, warmup_steps: 0}", "checkpoint: {every: 0}",
+                         "max_restarts: 0", "priority: 0", "parallel: {zero_stage: 0}"})
+    EXPECT_EQ(ErrorOf(ok), "") << ok;
+  EXPECT_EQ(ErrorOf("train: {sample_tokens: -5}"), "train.sample_tokens: must be in [0, 1048576] (got -5)");
+  EXPECT_EQ(ErrorOf("checkpoint: {keep: -1}"), "checkpoint.keep: must be in [0, 1000000] (got -1)");
+  EXPECT_EQ(ErrorOf("train: {warmup_steps: -1}"), "train.warmup_steps: must be in [0, 1000000000] (got -1)");
+  EXPECT_EQ(ErrorOf("train: {eval_every: -10}"), "train.eval_every: must be in [1, 1000000000] (got -10)");
+  EXPECT_EQ(ErrorOf("model: {n_layer: -2}"), "model.n_layer: must be in [1, 1024] (got -2)");
+  EXPECT_EQ(ErrorOf("max_restarts: -1"), "max_restarts: must be in [0, 1000] (got -1)");
+  EXPECT_EQ(ErrorOf("train: {lr: nan}"), "train.lr: must be in (0, 10] (got nan)");
+  EXPECT_EQ(ErrorOf("train: {beta2: 1}"), "train.beta2: must be in (0, 0.999999] (got 1)");
+}
+
+TEST(JobSpec, SizesHaveUpperBoundsAndProductsDoNotOverflow) {
+  EXPECT_EQ(ErrorOf("model: {n_layer: 100000}"), "model.n_layer: must be in [1, 1024] (got 100000)");
+  EXPECT_EQ(ErrorOf("model: {n_head: 4096, d_model: 4096}"), "model.n_head: must be in [1, 1024] (got 4096)");
+  EXPECT_EQ(ErrorOf("model: {vocab: 100000000}"), "model.vocab: must be in [1, 16777216] (got 100000000)");
+  EXPECT_EQ(ErrorOf("model: {seq_len: 2000000}"), "model.seq_len: must be in [1, 1048576] (got 2000000)");
+  EXPECT_EQ(ErrorOf("train: {steps: 2000000000}"), "train.steps: must be in [1, 1000000000] (got 2000000000)");
+  EXPECT_EQ(ErrorOf("train: {batch_size: 2000000}"), "train.batch_size: must be in [1, 1048576] (got 2000000)");
+  EXPECT_EQ(ErrorOf("parallel: {tp: 2048}"), "parallel.tp: must be in [1, 1024] (got 2048)");
+  EXPECT_EQ(ErrorOf("train: {lr: 1e30}"), "train.lr: must be in (0, 10] (got 1e+30)");
+  EXPECT_EQ(ErrorOf("model: {n_layer: 99999999999}").rfind("model.n_layer: expected an integer", 0), 0u);
+  // dp x tp = 65536 x 2 does not fit an int32 world size... and is over the bound.
+  EXPECT_EQ(ErrorOf("model: {n_head: 2}\ntrain: {batch_size: 65536}\nparallel: {dp: 65536, tp: 2}"),
+            "parallel.dp: dp x tp must be at most 65536 ranks (got dp=65536, tp=2)");
+  EXPECT_EQ(ErrorOf("model: {n_head: 2}\ntrain: {batch_size: 65536}\nparallel: {dp: 65536, tp: 1}"), "");
+  // Each dimension within its bound, the product beyond any machine: the
+  // count is exact in int64 (2^24 * 2^16 + 1024 * 5 * 2^32 + ...).
+  EXPECT_EQ(ErrorOf("model: {n_layer: 1024, n_head: 64, d_model: 65536, vocab: 16777216, ffn_hidden: 262144}")
+                .rfind("model: the model may have at most 1000000000000 parameters (got ", 0),
+            0u);
+}
+
 TEST(JobSpec, ErrorsNameTheKeyAndValue) {
   EXPECT_NE(ErrorOf("model: {n_heads: 4}").find("unknown key 'model.n_heads'"), std::string::npos);
   EXPECT_NE(ErrorOf("model: {n_head: four}").find("model.n_head: expected an integer, got 'four'"),

@@ -19,7 +19,6 @@ namespace {
 constexpr int kMaxPageSize = 1000;
 constexpr int kDefaultPageSize = 50;
 constexpr size_t kMaxKeyLength = 256;
-constexpr int kMaxPriority = 1000;
 
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -49,9 +48,10 @@ absl::StatusOr<std::vector<std::string>> ConfinementRoots(const CoordinatorOptio
   return roots;
 }
 
+// The spec is validated: dp x tp is at most jobspec::kMaxRanks.
 Demand DemandOf(const v1::JobSpec& spec) {
-  int32_t tp = std::max(1, spec.parallel().tp());
-  return Demand{spec.parallel().dp() * tp, spec.device() == "cuda"};
+  const int64_t ranks = int64_t{spec.parallel().dp()} * std::max(1, spec.parallel().tp());
+  return Demand{static_cast<int32_t>(std::min<int64_t>(ranks, jobspec::kMaxRanks)), spec.device() == "cuda"};
 }
 
 }  // namespace
@@ -166,13 +166,6 @@ absl::Status Coordinator::ValidateSpec(v1::JobSpec& spec) const {
                                                 spec.checkpoint().dir(), spec.init_from(), spec.model().onnx(), roots_));
   absl::Status s = jobspec::ValidateJobSpec(spec);
   if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("spec.", s.message()));
-  if (spec.priority() < -kMaxPriority || spec.priority() > kMaxPriority) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec.priority: must be in [-1000, 1000], got ", spec.priority()));
-  }
-  if (spec.max_restarts() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("spec.max_restarts: must be >= 0, got ", spec.max_restarts()));
-  }
   if (opts_.check_model) {
     absl::Status m = opts_.check_model(spec);
     if (!m.ok()) return absl::InvalidArgumentError(absl::StrCat("spec.", m.message()));
