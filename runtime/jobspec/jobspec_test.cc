@@ -134,6 +134,17 @@ TEST(JobSpec, SizesHaveUpperBoundsAndProductsDoNotOverflow) {
             0u);
 }
 
+// What the built-in tensor-parallel plan splits is checked before launch.
+TEST(JobSpec, TpMustDivideWhatItSplits) {
+  EXPECT_EQ(ErrorOf("model: {vocab: 257}\nparallel: {tp: 2}"),
+            "parallel.tp: must divide model.vocab = 257 (vocab-parallel) (got 2)");
+  EXPECT_EQ(ErrorOf("model: {ffn_hidden: 1001}\nparallel: {tp: 2}"),
+            "parallel.tp: must divide model.ffn_hidden = 1001 (got 2)");
+  EXPECT_EQ(ErrorOf("model: {seq_len: 255}\nparallel: {tp: 2, sequence_parallel: true}"),
+            "parallel.tp: must divide model.seq_len = 255 (sequence parallel) (got 2)");
+  EXPECT_EQ(ErrorOf("model: {vocab: 257, ffn_hidden: 1001, seq_len: 255}\nparallel: {tp: 1}"), "");
+}
+
 TEST(JobSpec, ErrorsNameTheKeyAndValue) {
   EXPECT_NE(ErrorOf("model: {n_heads: 4}").find("unknown key 'model.n_heads'"), std::string::npos);
   EXPECT_NE(ErrorOf("model: {n_head: four}").find("model.n_head: expected an integer, got 'four'"),
