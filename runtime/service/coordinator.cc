@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "base/echo.h"
 #include "base/status.h"
+#include "parallel/planner.h"
 #include "runtime/jobspec/confine.h"
 #include "runtime/jobspec/jobspec.h"
 
@@ -48,11 +49,27 @@ absl::StatusOr<std::vector<std::string>> ConfinementRoots(const CoordinatorOptio
   return roots;
 }
 
+// One rank's memory by the planner's estimate (parallel/planner.h), for a CPU
+// job of a built-in family with a fixed layout; 0 (unknown) otherwise.
+int64_t BytesPerRank(const v1::JobSpec& spec) {
+  const auto& p = spec.parallel();
+  if (spec.device() == "cuda" || spec.model().family() == "onnx" || p.tp_auto()) return 0;
+  parallel::Hardware hw;
+  hw.world = p.dp() * std::max(1, p.tp());
+  hw.activation_bytes = spec.train().precision() == "bf16" ? 2 : 4;
+  const parallel::Layout l{p.dp(), std::max(1, p.tp()), p.zero_stage(), p.sequence_parallel(), {}};
+  absl::StatusOr<parallel::Candidate> c = parallel::Estimate(spec.model(), spec.train().batch_size(), hw, l);
+  return c.ok() ? c->memory.total() : 0;
+}
+
 // The spec is validated: dp x tp is at most jobspec::kMaxRanks.
 Demand DemandOf(const v1::JobSpec& spec) {
   const int64_t ranks = int64_t{spec.parallel().dp()} * std::max(1, spec.parallel().tp());
-  return Demand{static_cast<int32_t>(std::min<int64_t>(ranks, jobspec::kMaxRanks)), spec.device() == "cuda"};
+  return Demand{static_cast<int32_t>(std::min<int64_t>(ranks, jobspec::kMaxRanks)), spec.device() == "cuda",
+                BytesPerRank(spec)};
 }
+
+constexpr int64_t kMiB = int64_t{1} << 20;
 
 }  // namespace
 
@@ -236,10 +253,24 @@ absl::StatusOr<v1::SubmitJobResponse> Coordinator::Submit(const v1::SubmitJobReq
     }
     if (old.status().code() != absl::StatusCode::kNotFound) return old.status();
   }
+  // A job that can never fit is refused: one rank needs more memory than the
+  // largest agent has (every agent reports its memory), or (unless it asks
+  // to wait for capacity) it has more ranks than the agents that hold them.
+  const int64_t largest = sched_.LargestAgentMemory();
+  if (demand.bytes_per_rank > 0 && largest > 0 && sched_.TotalCapacity(demand) == 0) {
+    return refuse(absl::FailedPreconditionError(absl::StrCat(
+        "job needs about ", (demand.bytes_per_rank + kMiB - 1) / kMiB,
+        " MiB per rank (the planner's estimate for this model, batch and layout) but the largest agent has ",
+        largest / kMiB, " MiB; a smaller model or batch, more dp or tp, or ZeRO lowers it")));
+  }
   if (!req.wait_for_capacity() && !sched_.FitsCluster(demand)) {
     return refuse(absl::FailedPreconditionError(absl::StrCat(
         "job needs ", demand.ranks, demand.gpu ? " GPUs" : " CPU slots", " but all ", sched_.num_agents(),
         " registered agent(s) together have ", sched_.TotalCapacity(demand.gpu),
+        sched_.TotalCapacity(demand) < sched_.TotalCapacity(demand.gpu)
+            ? absl::StrCat(" (", sched_.TotalCapacity(demand), " on agents with the ",
+                           (demand.bytes_per_rank + kMiB - 1) / kMiB, " MiB a rank needs)")
+            : "",
         "; set wait_for_capacity to queue it anyway")));
   }
   if (sched_.queue_length() >= opts_.max_queued_jobs) {

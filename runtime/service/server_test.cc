@@ -198,6 +198,45 @@ TEST_F(ServerTest, OversizedFieldsGetAShortInvalidArgument) {
   EXPECT_EQ(TotalJobs(), before);
 }
 
+// A job that can never fit is refused at submit (per-rank memory above the
+// largest agent's, even when it would wait for capacity; more ranks than the
+// cluster unless it waits), and one that waits never holds up the queue.
+TEST_F(ServerTest, JobsThatCanNeverFitAreRefusedAndNeverBlockTheQueue) {
+  v1::RegisterAgentRequest reg;
+  reg.set_hostname("node");
+  reg.mutable_resources()->set_cpu_slots(4);
+  reg.mutable_resources()->set_memory_bytes(int64_t{1} << 30);
+  v1::RegisterAgentResponse rr;
+  ASSERT_TRUE(nodes_->RegisterAgent(JoinCtx().get(), reg, &rr).ok());
+  v1::JobSpec huge = Spec("huge-model");
+  huge.mutable_model()->set_n_layer(48);
+  huge.mutable_model()->set_n_head(16);
+  huge.mutable_model()->set_d_model(2048);  // about 2.4e9 parameters: tens of GiB per rank
+  const int before = TotalJobs();
+  for (bool wait : {false, true}) {
+    v1::SubmitJobResponse resp;
+    grpc::Status st = Submit(huge, "", &resp, wait);
+    EXPECT_EQ(st.error_code(), StatusCode::FAILED_PRECONDITION) << st.error_message();
+    EXPECT_NE(st.error_message().find("MiB per rank"), std::string::npos) << st.error_message();
+    EXPECT_NE(st.error_message().find("the largest agent has 1024 MiB"), std::string::npos) << st.error_message();
+  }
+  EXPECT_EQ(TotalJobs(), before);
+  // Waiting for capacity at the head of the queue (priority 10) ...
+  v1::JobSpec wide = Spec("wide", 8, 1);
+  wide.set_priority(10);
+  v1::SubmitJobResponse w;
+  ASSERT_TRUE(Submit(wide, "wide", &w, /*wait=*/true).ok());
+  EXPECT_EQ(w.job().state(), v1::PENDING);
+  // ... does not keep a job that fits from being placed.
+  v1::SubmitJobResponse small;
+  ASSERT_TRUE(Submit(Spec("small", 2), "small", &small).ok());
+  EXPECT_EQ(small.job().placement_size(), 2) << small.job().wait_reason();
+  EXPECT_EQ(Get(w.job().job_id()).state(), v1::PENDING);
+  // A malformed report of memory is refused.
+  reg.mutable_resources()->set_memory_bytes(-1);
+  EXPECT_EQ(nodes_->RegisterAgent(JoinCtx().get(), reg, &rr).error_code(), StatusCode::INVALID_ARGUMENT);
+}
+
 TEST_F(ServerTest, IdempotentResubmissionReturnsTheSameJob) {
   v1::SubmitJobResponse a, b, c;
   ASSERT_TRUE(Submit(Spec("idem"), "key-1", &a, true).ok());
