@@ -2,7 +2,8 @@
 //
 // Error messages quote a user's value through EchoValue: at most
 // kMaxEchoBytes of it, cut at a UTF-8 character boundary, followed by
-// "... (N bytes)" when it was longer. A huge field therefore never travels
+// "... (N bytes)" when it was longer, with control characters written as
+// \xNN (a message stays one line). A huge field therefore never travels
 // back whole (gRPC carries the message in a response header).
 //
 //   return absl::InvalidArgumentError(absl::StrCat("data.path: no such file (got ", EchoValue(p), ")"));
@@ -27,6 +28,17 @@ inline std::string Truncated(absl::string_view text, size_t max) {
   return absl::StrCat(text.substr(0, n), "... (", text.size(), " bytes)");
 }
 
-inline std::string EchoValue(absl::string_view value) { return Truncated(value, kMaxEchoBytes); }
+inline std::string EchoValue(absl::string_view value) {
+  std::string out;
+  for (char c : Truncated(value, kMaxEchoBytes)) {
+    const auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      absl::StrAppend(&out, "\\x", absl::Hex(u, absl::kZeroPad2));
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
 
 }  // namespace loom

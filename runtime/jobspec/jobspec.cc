@@ -44,7 +44,9 @@ absl::Status Bad(const std::string& path, absl::string_view what, const std::str
 absl::Status CheckDuplicateKeys(const YAML::Node& map, const std::string& path) {
   std::map<std::string, YAML::Node> seen;
   for (const auto& kv : map) {
-    if (!kv.first.IsScalar()) return absl::InvalidArgumentError(absl::StrCat(path, ": a key must be a plain string", At(kv.first)));
+    if (!kv.first.IsScalar())
+      return absl::InvalidArgumentError(
+          absl::StrCat(path.empty() ? "job spec" : path, ": a key must be a plain string", At(kv.first)));
     auto [it, fresh] = seen.emplace(kv.first.Scalar(), kv.first);
     if (!fresh)
       return absl::InvalidArgumentError(absl::StrCat(Join(path, EchoValue(kv.first.Scalar())), ": duplicate key",
@@ -486,7 +488,7 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml) {
     root = YAML::Load(std::string(yaml));
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("malformed YAML at line ", e.mark.line + 1, ", column ",
-                                                   e.mark.column + 1, ": ", e.msg));
+                                                   e.mark.column + 1, ": ", EchoValue(e.msg)));
   }
   v1::JobSpec spec;
   if (root.IsNull()) return absl::InvalidArgumentError("job spec is empty");
@@ -494,7 +496,7 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml) {
     LOOM_RETURN_IF_ERROR(FillMessage(spec, root, ""));
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("malformed YAML at line ", e.mark.line + 1, ", column ",
-                                                   e.mark.column + 1, ": ", e.msg));
+                                                   e.mark.column + 1, ": ", EchoValue(e.msg)));
   }
   return spec;
 }

@@ -66,6 +66,7 @@ TEST(JobSpec, ErrorsEchoAtMost200BytesOfAValue) {
   EXPECT_EQ(EchoValue("x" + accents).substr(0, 199), ("x" + accents).substr(0, 199));
   EXPECT_EQ(EchoValue("x" + accents).find("..."), 199u);
   EXPECT_EQ(EchoValue("short"), "short");
+  EXPECT_EQ(EchoValue("a\nb\x01"), "a\\x0ab\\x01");  // one line
 }
 
 TEST(JobSpec, DuplicateAndUnknownKeysGiveThePathLineAndColumn) {
