@@ -115,11 +115,13 @@ int RunOps(const std::vector<std::string>& args) {
 namespace {
 
 constexpr char kInspectUsage[] =
-    "usage: loom inspect MODEL.onnx [--dim NAME=N]... [--shape INPUT=D0,D1,...]... [--no-graph]\n"
+    "usage: loom inspect MODEL.onnx [--dim NAME=N]... [--shape INPUT=D0,D1,...]... [--no-graph] [--no-recover]\n"
     "  Prints the model's ops and whether Loom supports each, then imports it: parameters (and the\n"
-    "  rule that classified them), buffers, data inputs, outputs, the parameter count, matched\n"
-    "  patterns and the imported graph as Loom IR. Symbolic dims default to 1 unless --dim binds\n"
-    "  them; --shape gives an input's whole shape. Exit 0 when the model imports, 2 when it does not.\n";
+    "  rule that classified them), buffers, data inputs, outputs, the parameter count, the recovery\n"
+    "  patterns matched (attention, norms, GELU, linear layers, positions: one line each) and the\n"
+    "  imported graph as Loom IR. Symbolic dims default to 1 unless --dim binds them; --shape gives\n"
+    "  an input's whole shape; --no-recover shows the graph as converted, before the recovery passes.\n"
+    "  Exit 0 when the model imports, 2 when it does not.\n";
 
 // Parses NAME=VALUE; false on a malformed argument.
 bool SplitFlag(const std::string& arg, std::string* name, std::string* value) {
@@ -178,6 +180,8 @@ int RunInspect(const std::vector<std::string>& args) {
     }
     if (a == "--no-graph") {
       graph = false;
+    } else if (a == "--no-recover") {
+      o.recover_patterns = false;
     } else if (a == "--dim" || a == "--shape") {
       if (i + 1 >= args.size()) return InspectFail(a + " needs a value", true);
       if (std::string e = ParseInspectFlag(a, args[++i], o); !e.empty()) return InspectFail(e);

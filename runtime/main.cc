@@ -2,6 +2,8 @@
 //
 //   loom train JOB.yaml  train in this process (README command 1)
 //   loom compile JOB.yaml --dump=STAGE   print the IR after a compiler stage
+//   loom data prepare --input FILE... --out DIR   text -> tokenizer + token shards
+//   loom sample RUN|CKPT --prompt TEXT   a trained model's continuation, decoded
 //   loom plan JOB.yaml   rank parallel layouts (dp x tp, ZeRO, SP) by the cost model
 //   loom run JOB.yaml    coordinator + agent in this process: launch, follow, exit
 //   loom worker          one rank of a job (agents start it)
@@ -32,6 +34,7 @@
 #include "collectives/bench/bench_command.h"
 #include "runtime/checkpoint/ckpt_tool.h"
 #include "runtime/commands.h"
+#include "runtime/data/prepare_command.h"
 #include "runtime/launch/run_command.h"
 #include "runtime/launch/worker_command.h"
 #include "runtime/plan/planner_command.h"
@@ -39,6 +42,7 @@
 #include "runtime/service/client_commands.h"
 #include "runtime/service/coordinator_command.h"
 #include "runtime/train/compile_command.h"
+#include "runtime/train/sample_command.h"
 #include "runtime/train/train_command.h"
 
 namespace {
@@ -61,6 +65,11 @@ const Command kCommands[] = {
      loom::train::RunTrainCommand},
     {"compile", "print the IR after a compiler stage: loom compile JOB.yaml --dump=STAGE",
      loom::train::RunCompileCommand},
+    {"sample", "continue a prompt with a trained model: loom sample RUN_DIR|CHECKPOINT --prompt TEXT [--tokens N] "
+     "[--temperature T] [--top-k K] [--seed S]",
+     loom::train::RunSampleCommand},
+    {"data", "text files -> a tokenizer and token shards: loom data prepare --input FILE... --out DIR [--help]",
+     loom::data::RunDataCommand},
     {"plan", "rank parallel layouts for a job: loom plan JOB.yaml [--world N] [--memory-gib X] ... [--json]",
      loom::plan::RunPlanCommand},
     {"run", "run a job on this machine, torchrun style: loom run JOB.yaml [--nproc-per-node N]",

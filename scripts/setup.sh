@@ -12,7 +12,11 @@ PKGS=(
   libopenblas-dev libsqlite3-dev
   libcpp-httplib-dev nlohmann-json3-dev libyaml-cpp-dev libssl-dev
   libonnx-dev libonnx-testdata
-  python3-torch python3-numpy python3-grpcio python3-protobuf python3-prometheus-client
+  # The SentencePiece tokenizer (runtime/data, libloom_sentencepiece.so); its
+  # tests train on the fortunes' text and check GPT-2's BPE against a Python
+  # implementation that needs only Debian's python3.
+  libsentencepiece-dev
+  python3 python3-torch python3-numpy python3-grpcio python3-protobuf python3-prometheus-client
   python3-yaml python3-crcmod python3-onnx
   fortunes fortunes-min
   clang-14 libclang-rt-14-dev

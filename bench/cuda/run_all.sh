@@ -7,11 +7,13 @@
 #    torch.matmul), SDPA (run_sdpa.sh), GPT-2 124M training (run_gpt2.sh).
 # 3. Model parity against torch on CUDA, and `loom train` / `loom run` of a
 #    device: cuda job end to end (run_train.sh).
+# 4. The built-in GPT-2 124M written in PyTorch, exported, imported and
+#    trained against the built-in family (run_import.sh; must reach 0.95).
 # Together they take longer than one device call (600 s): RUN_PARTS picks
-# ("checks gemm sdpa gpt2 parity train", the default, is all). Logs go to $OUT.
+# ("checks gemm sdpa gpt2 parity train import", the default, is all). Logs go to $OUT.
 set -u
 . "$(dirname "$0")/device_env.sh"
-parts=" ${RUN_PARTS:-checks gemm sdpa gpt2 parity train} "
+parts=" ${RUN_PARTS:-checks gemm sdpa gpt2 parity train import} "
 want() { [[ "$parts" == *" $1 "* ]]; }
 status=0
 if want checks; then
@@ -54,6 +56,10 @@ fi
 if want train; then
   echo "== loom train / loom run, device: cuda, end to end (run_train.sh)"
   LOOM_DEVICE_DIR=$D bash bench/cuda/run_train.sh || status=1
+fi
+if want import; then
+  echo "== imported GPT-2 124M vs the built-in gpt family (run_import.sh)"
+  LOOM_DEVICE_DIR=$D bash bench/cuda/run_import.sh || status=1
 fi
 echo "run_all ($parts): $([ $status = 0 ] && echo ALL PASS || echo SOME FAILED)"
 exit $status

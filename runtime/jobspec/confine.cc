@@ -116,4 +116,28 @@ absl::Status ConfineJobPaths(const std::string& prefix, const std::string& data_
   return ConfinePath(prefix + "model.onnx", onnx, roots);
 }
 
+absl::Status ConfineTokenizerPaths(const std::string& prefix, const v1::TokenizerSpec& tokenizer,
+                                   const std::vector<std::string>& roots) {
+  const std::string field = prefix + "data.tokenizer.";
+  LOOM_RETURN_IF_ERROR(ConfinePath(field + "model", tokenizer.model(), roots));
+  LOOM_RETURN_IF_ERROR(ConfinePath(field + "vocab", tokenizer.vocab(), roots));
+  LOOM_RETURN_IF_ERROR(ConfinePath(field + "merges", tokenizer.merges(), roots));
+  LOOM_RETURN_IF_ERROR(ConfinePath(field + "json", tokenizer.json(), roots));
+  const std::string& dir = tokenizer.dir();
+  if (dir.empty()) return absl::OkStatus();
+  std::error_code ec;
+  if (fs::is_directory(dir, ec)) return ConfineDataPath(field + "dir", dir, roots);
+  LOOM_RETURN_IF_ERROR(ConfinePath(field + "dir", dir, roots));  // the description file
+  const fs::path folder = fs::path(dir).parent_path();
+  return ConfineDataPath(field + "dir", folder.empty() ? "." : folder.string(), roots);
+}
+
+absl::Status ConfineSpecPaths(const std::string& prefix, const v1::JobSpec& spec,
+                              const std::vector<std::string>& roots) {
+  const v1::DataSpec& d = spec.data();
+  LOOM_RETURN_IF_ERROR(ConfineJobPaths(prefix, d.path(), d.val(), d.labels(), d.val_labels(), spec.run_dir(),
+                                       spec.checkpoint().dir(), spec.init_from(), spec.model().onnx(), roots));
+  return ConfineTokenizerPaths(prefix, d.tokenizer(), roots);
+}
+
 }  // namespace loom::jobspec

@@ -2,7 +2,7 @@
 // and paths confined to allowed root folders after following symlinks.
 //
 // The coordinator checks every submitted spec with these (ValidateJobName,
-// ConfineJobPaths for every path field); a worker
+// ConfineSpecPaths for every path field); a worker
 // checks the same paths again, against the roots its launch order names, right
 // before it opens them (runtime/launch/worker_command.cc).
 //
@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "proto/loom/v1/job.pb.h"
 
 namespace loom::jobspec {
 
@@ -45,5 +46,18 @@ absl::Status ConfineJobPaths(const std::string& prefix, const std::string& data_
                              const std::string& labels, const std::string& val_labels, const std::string& run_dir,
                              const std::string& checkpoint_dir, const std::string& init_from,
                              const std::string& onnx, const std::vector<std::string>& roots);
+
+// data.tokenizer's paths, each named `prefix` + "data.tokenizer." + its key:
+// the files (model, vocab, merges, json) with ConfinePath, and the tokenizer
+// folder (dir) with ConfineDataPath, so that every file in it is inside the
+// roots too (its loom-tokenizer.json names files inside the folder). A dir
+// that names the description file itself confines the file and the folder
+// that holds it.
+absl::Status ConfineTokenizerPaths(const std::string& prefix, const v1::TokenizerSpec& tokenizer,
+                                   const std::vector<std::string>& roots);
+
+// Every path field of `spec`: ConfineJobPaths, then ConfineTokenizerPaths.
+absl::Status ConfineSpecPaths(const std::string& prefix, const v1::JobSpec& spec,
+                              const std::vector<std::string>& roots);
 
 }  // namespace loom::jobspec

@@ -114,5 +114,72 @@ TEST(ConfineDataPath, EveryShardAFolderOrGlobReachesIsInsideTheRoots) {
   EXPECT_NE(s.message().find("spec.model.onnx"), std::string::npos) << s;
 }
 
+// data.tokenizer's files and folder are confined like the data: each file
+// field, the folder and every file in it (a link in it that leads out is
+// refused), and the folder of a description file named directly.
+TEST(ConfineTokenizerPaths, FilesAndTheFolderAreInsideTheRoots) {
+  std::string root = FreshDir("confine_tok_root"), other = FreshDir("confine_tok_other");
+  fs::create_directories(root + "/tok");
+  std::ofstream(root + "/tok/loom-tokenizer.json") << "{}";
+  std::ofstream(root + "/tok/m.model") << "m";
+  std::ofstream(root + "/vocab.json") << "{}";
+  std::ofstream(other + "/m.model") << "m";
+  std::ofstream(other + "/loom-tokenizer.json") << "{}";
+  const std::vector<std::string> roots = {root};
+  v1::TokenizerSpec inside;
+  inside.set_kind("gpt2");
+  inside.set_vocab(root + "/vocab.json");
+  inside.set_merges(root + "/merges.txt");
+  EXPECT_TRUE(ConfineTokenizerPaths("spec.", inside, roots).ok());
+  inside.Clear();
+  inside.set_dir(root + "/tok");
+  EXPECT_TRUE(ConfineTokenizerPaths("spec.", inside, roots).ok());
+  inside.set_dir(root + "/tok/loom-tokenizer.json");
+  EXPECT_TRUE(ConfineTokenizerPaths("spec.", inside, roots).ok());
+
+  struct Case {
+    std::string key, value, resolved;
+  };
+  for (const Case& c : std::vector<Case>{{"model", other + "/m.model", other + "/m.model"},
+                                         {"vocab", "/etc/passwd", "/etc/passwd"},
+                                         {"merges", other + "/merges.txt", other + "/merges.txt"},
+                                         {"json", other + "/tokenizer.json", other + "/tokenizer.json"},
+                                         {"dir", other, other},
+                                         {"dir", other + "/loom-tokenizer.json", other + "/loom-tokenizer.json"}}) {
+    v1::TokenizerSpec t;
+    if (c.key == "model") t.set_model(c.value);
+    if (c.key == "vocab") t.set_vocab(c.value);
+    if (c.key == "merges") t.set_merges(c.value);
+    if (c.key == "json") t.set_json(c.value);
+    if (c.key == "dir") t.set_dir(c.value);
+    absl::Status s = ConfineTokenizerPaths("spec.", t, roots);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << c.key << " " << c.value;
+    EXPECT_NE(s.message().find("spec.data.tokenizer." + c.key + ": '" + c.value + "' is outside the allowed roots"),
+              std::string::npos)
+        << s;
+  }
+  // A link inside the folder that leads out, found whether the folder or its
+  // description file is named.
+  fs::create_symlink(other + "/m.model", root + "/tok/m2.model");
+  for (const std::string& dir : {root + "/tok", root + "/tok/loom-tokenizer.json"}) {
+    v1::TokenizerSpec t;
+    t.set_dir(dir);
+    absl::Status s = ConfineTokenizerPaths("spec.", t, roots);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << dir;
+    EXPECT_NE(s.message().find("spec.data.tokenizer.dir: '" + root + "/tok/m2.model' is outside the allowed roots"),
+              std::string::npos)
+        << s;
+    EXPECT_NE(s.message().find("it resolves to " + other + "/m.model"), std::string::npos) << s;
+  }
+  // The whole spec: data.path inside, the tokenizer outside.
+  v1::JobSpec spec;
+  spec.mutable_data()->set_path(root + "/vocab.json");
+  spec.mutable_data()->mutable_tokenizer()->set_model(other + "/m.model");
+  absl::Status s = ConfineSpecPaths("spec.", spec, roots);
+  EXPECT_NE(s.message().find("spec.data.tokenizer.model: '" + other + "/m.model' is outside"), std::string::npos) << s;
+  spec.mutable_data()->mutable_tokenizer()->set_model(root + "/tok/m.model");
+  EXPECT_TRUE(ConfineSpecPaths("spec.", spec, roots).ok());
+}
+
 }  // namespace
 }  // namespace loom::jobspec

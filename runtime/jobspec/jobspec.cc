@@ -15,6 +15,7 @@
 #include "base/echo.h"
 #include "base/status.h"
 #include "parallel/parallel_check.h"
+#include "runtime/data/tokenizer.h"
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/reflection.h"
 
@@ -581,10 +582,13 @@ absl::Status ValidateJobSpec(const v1::JobSpec& s) {
   LOOM_RETURN_IF_ERROR(CheckProducts(s));
   LOOM_RETURN_IF_ERROR(Field(s.device() == "cpu" || s.device() == "cuda", "device", s.device(),
                              "expected cpu or cuda"));
+  // A tokenizer other than the default bytes one is loaded and checked
+  // against the model here, so a bad one fails before anything starts.
+  if (s.data().tokenizer().ByteSizeLong() > 0) LOOM_RETURN_IF_ERROR(data::LoadJobTokenizer(s).status());
   return absl::OkStatus();
 }
 
-absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path) {
+absl::StatusOr<v1::JobSpec> ReadJobSpec(const std::string& path) {
   std::ifstream in(path);
   if (!in) return absl::NotFoundError(absl::StrCat(path, ": cannot open job spec"));
   std::stringstream ss;
@@ -592,6 +596,12 @@ absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path) {
   auto spec = ParseJobSpecYaml(ss.str());
   if (!spec.ok()) return Annotate(spec.status(), path);
   ApplyDefaults(*spec);
+  return spec;
+}
+
+absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path) {
+  auto spec = ReadJobSpec(path);
+  if (!spec.ok()) return spec.status();
   absl::Status s = ValidateJobSpec(*spec);
   if (!s.ok()) return Annotate(s, path);
   return spec;

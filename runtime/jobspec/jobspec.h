@@ -38,6 +38,11 @@ inline constexpr int64_t kMaxParameters = 1000000000000;  // a built-in model's 
 absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml);
 // Reads, parses, applies defaults and validates. Errors name the file.
 absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path);
+// Reads, parses and applies defaults without validating, which opens the
+// files the spec names (data.tokenizer's are read): for a caller that checks
+// where those paths lead first (the worker, runtime/jobspec/confine.h), then
+// calls ValidateJobSpec. Errors name the file.
+absl::StatusOr<v1::JobSpec> ReadJobSpec(const std::string& path);
 void ApplyDefaults(v1::JobSpec& spec);
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 // Every string field of the spec (paths, names, patterns, ...) holds at most

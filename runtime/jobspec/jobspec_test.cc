@@ -162,6 +162,32 @@ TEST(JobSpec, ErrorsNameTheKeyAndValue) {
   EXPECT_NE(ErrorOf("").find("empty"), std::string::npos);
 }
 
+// data.tokenizer is loaded and checked against the model when the spec is
+// validated (runtime/data/tokenizer.h).
+TEST(JobSpec, TokenizerIsCheckedAgainstTheModel) {
+  const std::string dir = ::testing::TempDir();
+  std::ofstream(dir + "/vocab.json") << "{\"a\": 0}";
+  std::ofstream(dir + "/merges.txt") << "#version: 0.2\na a\n";
+  EXPECT_EQ(ErrorOf("data: {tokenizer: {kind: bytes}}\n"), "");
+  EXPECT_EQ(ErrorOf("data: {tokenizer: {kind: wordpiece}}\n"),
+            "data.tokenizer.kind: expected bytes, sentencepiece or gpt2 (got wordpiece)");
+  EXPECT_EQ(ErrorOf("data: {format: tokens, tokenizer: {model: /no/such.model}}\n"),
+            "data.tokenizer.model: no such file (got /no/such.model)");
+  EXPECT_EQ(ErrorOf("model: {vocab: 200}\ndata: {format: tokens, tokenizer: {kind: bytes}}\n"),
+            "model.vocab: 200 is smaller than the 256 ids of data.tokenizer (bytes: 256 ids (id = byte value), no "
+            "end-of-text id)");
+  const std::string gpt2 = "data: {format: tokens, tokenizer: {vocab: " + dir + "/vocab.json, merges: " + dir +
+                           "/merges.txt}}\n";
+  EXPECT_NE(ErrorOf(gpt2).find("data.tokenizer.vocab: " + dir + "/vocab.json: no token for byte 0x00"),
+            std::string::npos)
+      << ErrorOf(gpt2);
+  auto s = ParseJobSpecYaml("data: {tokenizer: {kind: bytes}}\n");
+  ASSERT_TRUE(s.ok());
+  auto back = ParseJobSpecYaml(ToYaml(*s));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->data().tokenizer().kind(), "bytes");
+}
+
 // parallel.tp_plan: a mapping of name patterns to styles, kept in order,
 // for imported models only (runtime/jobspec validates its form; the graph
 // checks it against the model: parallel/tp_plan_test.cc).

@@ -46,9 +46,7 @@ absl::Status CheckConfined(const v1::JobSpec& spec) {
   const char* env = std::getenv("LOOM_ALLOWED_ROOTS");
   if (env == nullptr || *env == '\0') return absl::OkStatus();
   std::vector<std::string> roots = absl::StrSplit(env, ':', absl::SkipEmpty());
-  const v1::DataSpec& d = spec.data();
-  return jobspec::ConfineJobPaths("", d.path(), d.val(), d.labels(), d.val_labels(), spec.run_dir(),
-                                  spec.checkpoint().dir(), spec.init_from(), spec.model().onnx(), roots);
+  return jobspec::ConfineSpecPaths("", spec, roots);
 }
 
 }  // namespace
@@ -65,9 +63,12 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
   if (!world.ok()) return Fail(2, std::string(world.status().message()));
   if (*world < 1 || *rank < 0 || *rank >= *world)
     return Fail(2, absl::StrCat("LOOM_RANK ", *rank, " is outside LOOM_WORLD_SIZE ", *world));
-  auto spec = jobspec::LoadJobSpec(spec_path);
-  if (!spec.ok()) return Fail(2, absl::StrCat(spec_path, ": ", spec.status().message()));
+  // Confined before validation opens the files the spec names.
+  auto spec = jobspec::ReadJobSpec(spec_path);
+  if (!spec.ok()) return Fail(2, std::string(spec.status().message()));
   if (absl::Status s = CheckConfined(*spec); !s.ok()) return Fail(2, std::string(s.message()));
+  if (absl::Status s = jobspec::ValidateJobSpec(*spec); !s.ok())
+    return Fail(2, absl::StrCat(spec_path, ": ", s.message()));
   const auto& par = spec->parallel();
   const int layout = std::max(1, par.dp()) * std::max(1, par.tp());
   if (!par.tp_auto() && layout != *world)

@@ -178,9 +178,7 @@ absl::Status Coordinator::ValidateSpec(v1::JobSpec& spec) const {
   if (absl::Status s = jobspec::ValidateStringSizes(spec); !s.ok())
     return absl::InvalidArgumentError(absl::StrCat("spec.", s.message()));
   LOOM_RETURN_IF_ERROR(jobspec::ValidateJobName("spec.name", spec.name()));
-  const v1::DataSpec& d = spec.data();
-  LOOM_RETURN_IF_ERROR(jobspec::ConfineJobPaths("spec.", d.path(), d.val(), d.labels(), d.val_labels(), spec.run_dir(),
-                                                spec.checkpoint().dir(), spec.init_from(), spec.model().onnx(), roots_));
+  LOOM_RETURN_IF_ERROR(jobspec::ConfineSpecPaths("spec.", spec, roots_));
   absl::Status s = jobspec::ValidateJobSpec(spec);
   if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("spec.", s.message()));
   if (opts_.check_model) {

@@ -533,6 +533,12 @@ TEST_F(ServerTest, RunRootAndDataRootsConfineJobsByDefault) {
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(refused.status().message().find("spec.data.path: '/etc/passwd' is outside"), std::string::npos)
       << refused.status();
+  req.mutable_spec()->mutable_data()->set_path(root_ + "/data/c.txt");
+  req.mutable_spec()->mutable_data()->mutable_tokenizer()->set_model("/etc/passwd");
+  refused = (*c)->Submit(req);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("spec.data.tokenizer.model: '/etc/passwd' is outside"), std::string::npos)
+      << refused.status();
   c->reset();
   // An explicit allowed_roots replaces the default and must hold the run root.
   o.allowed_roots = {root_ + "/data"};

@@ -42,9 +42,15 @@ int RunCompileCommand(const std::vector<std::string>& args) {
   models::BuildOptions bo;
   bo.batch = spec->train().batch_size();
   absl::StatusOr<compiler::Graph> forward;
+  std::string header;  // an ONNX job: what the recovery passes matched, as IR comments
   if (spec->model().family() == "onnx") {  // the imported graph, as the trainer builds it
     auto onnx = LoadOnnxModel(*spec);
     forward = onnx.ok() ? absl::StatusOr<compiler::Graph>(std::move(onnx->train_forward)) : onnx.status();
+    if (onnx.ok()) {
+      header = absl::StrCat("# recovery passes (compiler/passes/recover.h): ", onnx->report.patterns.size(),
+                            " patterns matched\n");
+      for (const std::string& p : onnx->report.patterns) absl::StrAppend(&header, "#   ", p, "\n");
+    }
   } else {
     forward = models::BuildForward(spec->model(), bo);
   }
@@ -69,6 +75,7 @@ int RunCompileCommand(const std::vector<std::string>& args) {
                 layout.sequence_parallel ? "true" : "false");
   auto text = c->Dump(stage);
   if (!text.ok()) return Fail(2, text.status().message());
+  std::fputs(header.c_str(), stdout);
   std::fputs(text->c_str(), stdout);
   return 0;
 }

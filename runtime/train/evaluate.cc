@@ -10,11 +10,13 @@
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 
 #include "base/rng.h"
 #include "runtime/checkpoint/safetensors.h"
 #include "base/status.h"
 #include "runtime/data/dataset.h"
+#include "runtime/data/tokenizer.h"
 
 namespace loom::train {
 
@@ -32,37 +34,71 @@ absl::StatusOr<double> ValidationLoss(Trainer& t, const v1::JobSpec& spec, const
   return sum / tr.eval_batches();
 }
 
+namespace {
+
+// The next id from one row of logits (see SampleOptions).
+int32_t Pick(const float* logits, int64_t n, const SampleOptions& o, Philox& rng, int64_t draw) {
+  if (o.temperature <= 0) return static_cast<int32_t>(std::max_element(logits, logits + n) - logits);
+  double mx = -1e30;
+  for (int64_t v = 0; v < n; ++v) mx = std::max(mx, static_cast<double>(logits[v]));
+  std::vector<double> p(n);
+  for (int64_t v = 0; v < n; ++v) p[v] = std::exp((logits[v] - mx) / o.temperature);
+  if (o.top_k > 0 && o.top_k < n) {  // keep the k largest, ties to the lower id
+    std::vector<int64_t> order(n);
+    for (int64_t v = 0; v < n; ++v) order[v] = v;
+    std::nth_element(order.begin(), order.begin() + o.top_k, order.end(),
+                     [&](int64_t a, int64_t b) { return p[a] > p[b] || (p[a] == p[b] && a < b); });
+    for (auto it = order.begin() + o.top_k; it != order.end(); ++it) p[*it] = 0;
+  }
+  double z = 0;
+  for (int64_t v = 0; v < n; ++v) z += p[v];
+  double u = rng.Uniform(draw) * z, acc = 0;
+  for (int64_t v = 0; v < n; ++v)
+    if (p[v] > 0 && (acc += p[v]) >= u) return static_cast<int32_t>(v);
+  return static_cast<int32_t>(n - 1);
+}
+
+}  // namespace
+
 // From the evaluation program: batch row 0; later positions are padding the
 // causal mask ignores.
-absl::StatusOr<std::string> SampleText(Trainer& t, const v1::JobSpec& spec, std::vector<int32_t> prompt, int n) {
+absl::StatusOr<std::vector<int32_t>> SampleTokens(Trainer& t, const v1::JobSpec& spec, std::vector<int32_t> prompt,
+                                                  const SampleOptions& o, int64_t vocab) {
+  if (prompt.empty()) return absl::InvalidArgumentError("sampling needs a prompt of at least one token");
   const int64_t T = spec.model().seq_len(), B = spec.train().batch_size(), V = spec.model().vocab();
   Tensor x = Tensor::Zeros({B, T}, DType::kI32), y = Tensor::Zeros({B, T}, DType::kI32);
-  Philox rng(spec.train().seed() + 77, 0);
+  Philox rng(o.seed, 0);
   std::vector<int32_t> out;
-  std::vector<int32_t> ctx = prompt;
-  for (int i = 0; i < n; ++i) {
+  std::vector<int32_t> ctx = std::move(prompt);
+  for (int i = 0; i < o.tokens; ++i) {
     if (static_cast<int64_t>(ctx.size()) > T) ctx.erase(ctx.begin(), ctx.end() - T);
     int32_t* xp = x.data<int32_t>();
     for (int64_t j = 0; j < T; ++j) xp[j] = j < static_cast<int64_t>(ctx.size()) ? ctx[j] : 0;
     auto r = t.Forward(x, y);
     if (!r.ok()) return r.status();
     const float* logits = r->second.data<float>() + (ctx.size() - 1) * V;
-    double mx = -1e30;
-    for (int64_t v = 0; v < V; ++v) mx = std::max(mx, static_cast<double>(logits[v]));
-    std::vector<double> p(V);
-    double z = 0;
-    for (int64_t v = 0; v < V; ++v) z += p[v] = std::exp((logits[v] - mx) / 0.8);
-    double u = rng.Uniform(i) * z, acc = 0;
-    int32_t pick = static_cast<int32_t>(V - 1);
-    for (int64_t v = 0; v < V; ++v)
-      if ((acc += p[v]) >= u) {
-        pick = static_cast<int32_t>(v);
-        break;
-      }
+    const int32_t pick = Pick(logits, std::min(V, vocab), o, rng, i);
     out.push_back(pick);
     ctx.push_back(pick);
   }
-  return data::DecodeBytes(prompt) + data::DecodeBytes(out);
+  return out;
+}
+
+absl::StatusOr<std::string> SampleText(Trainer& t, const v1::JobSpec& spec, std::vector<int32_t> prompt, int n) {
+  auto tok = data::LoadJobTokenizer(spec);
+  if (!tok.ok()) return tok.status();
+  SampleOptions o;
+  o.tokens = n;
+  o.seed = spec.train().seed() + 77;
+  // Ids the tokenizer has no text for (token-id data without data.tokenizer)
+  // are sampled from the whole vocabulary and shown as numbers.
+  const bool decodable = std::all_of(prompt.begin(), prompt.end(), [&](int32_t id) { return id < (*tok)->vocab_size(); });
+  auto ids = SampleTokens(t, spec, prompt, o, decodable ? (*tok)->vocab_size() : spec.model().vocab());
+  if (!ids.ok()) return ids.status();
+  prompt.insert(prompt.end(), ids->begin(), ids->end());
+  if (decodable) return (*tok)->Decode(prompt);
+  return absl::StrCat("token ids (data.tokenizer, ", (*tok)->kind(), ", has no text for ids of ", (*tok)->vocab_size(),
+                      " and above): ", absl::StrJoin(prompt, " "));
 }
 
 absl::Status WriteModel(const Trainer& t, const v1::JobSpec& spec, const std::string& path) {

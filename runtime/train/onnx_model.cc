@@ -40,7 +40,7 @@ absl::StatusOr<onnx::TrainingGraphOptions> FeedOptions(const v1::JobSpec& spec, 
 
 }  // namespace
 
-absl::StatusOr<OnnxTrainingModel> LoadOnnxModel(const v1::JobSpec& spec) {
+absl::StatusOr<OnnxTrainingModel> LoadOnnxModel(const v1::JobSpec& spec, bool recover_patterns) {
   const auto& m = spec.model();
   auto bad = [](const absl::Status& s) { return absl::InvalidArgumentError(absl::StrCat("model.onnx: ", s.message())); };
   onnx::ImportOptions io;
@@ -48,6 +48,7 @@ absl::StatusOr<OnnxTrainingModel> LoadOnnxModel(const v1::JobSpec& spec) {
   // pairs) keep the model's own shapes with the batch as the first dim.
   if (spec.data().kind() != "pairs") io.default_input_shape = Shape{spec.train().batch_size(), m.seq_len()};
   io.batch = spec.train().batch_size();
+  io.recover_patterns = recover_patterns;
   auto imported = onnx::ImportModel(m.onnx(), io);
   if (!imported.ok()) return bad(imported.status());
   auto fed = FeedOptions(spec, *imported);

@@ -36,7 +36,8 @@ struct OnnxTrainingModel {
   compiler::import::onnx::ImportReport report;
 };
 
-absl::StatusOr<OnnxTrainingModel> LoadOnnxModel(const v1::JobSpec& spec);
+// `recover_patterns`: ImportOptions::recover_patterns (the recovery passes).
+absl::StatusOr<OnnxTrainingModel> LoadOnnxModel(const v1::JobSpec& spec, bool recover_patterns = true);
 
 // LoadOnnxModel's checks without keeping the result (job submission, loom
 // run), and with tp > 1 the job's parallel.tp_plan against the graph

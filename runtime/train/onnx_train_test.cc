@@ -9,11 +9,17 @@
 //   - the parameter/buffer split: the gpt model by the reachability rule (its
 //     causal-mask buffers stay buffers), the rotary model by the exporter's
 //     metadata (its inverse-frequency buffers would otherwise train);
-//   - opsets 17 and 14 (where LayerNormalization arrives decomposed).
+//   - opsets 17 and 14 (where LayerNormalization arrives decomposed);
+//   - the recovery passes (compiler/passes/recover.h): every model trains
+//     with them (attention as sdpa, norms, GELU, linear layers fused) and
+//     without them (the graph as converted), each within the bound of torch
+//     and of each other, and the recovered forward holds the fused ops and
+//     none of the decomposed ones.
 // Skips, with the reason, when /usr/bin/python3 cannot import torch.
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -22,7 +28,11 @@
 #include "compiler/import/onnx/importer.h"
 #include "gtest/gtest.h"
 #include "onnx/onnx_pb.h"
+#include "compiler/compile.h"
+#include "compiler/cuda/plan.h"
+#include "compiler/models/models.h"
 #include "runtime/jobspec/jobspec.h"
+#include "runtime/train/onnx_model.h"
 #include "runtime/train/trainer.h"
 
 namespace loom::train {
@@ -47,13 +57,14 @@ std::vector<std::string> Lines(const std::string& path) {
   return out;
 }
 
-Exported Export(const std::string& arch, int opset = 17) {
+// `dims`: causal_lm.py's --dims (L,H,C,T), empty for its defaults.
+Exported Export(const std::string& arch, int opset = 17, const std::string& dims = "") {
   Exported e;
   const char* tmp = std::getenv("TEST_TMPDIR");
-  e.dir = absl::StrCat(tmp ? tmp : "/tmp", "/onnx_", arch, "_", opset);
+  e.dir = absl::StrCat(tmp ? tmp : "/tmp", "/onnx_", arch, "_", opset, dims.empty() ? "" : "_dims");
   const std::string cmd = absl::StrCat("mkdir -p ", e.dir, " && OMP_NUM_THREADS=1 timeout 240 /usr/bin/python3 ", kScript,
                                        " --out ", e.dir, " --arch ", arch, " --opset ", opset, " --steps ", kSteps,
-                                       " > ", e.dir, "/export.log 2>&1");
+                                       dims.empty() ? "" : " --dims " + dims, " > ", e.dir, "/export.log 2>&1");
   const int rc = std::system(cmd.c_str());
   if (WIFEXITED(rc) && WEXITSTATUS(rc) == 3) {
     e.skip = "/usr/bin/python3 cannot import torch";
@@ -76,11 +87,11 @@ Tensor ReadI32(const std::string& path) {
   return t;
 }
 
-v1::JobSpec Spec(const std::string& onnx_path) {
+v1::JobSpec Spec(const std::string& onnx_path, int64_t seq_len = kT) {
   v1::JobSpec s;
   auto* m = s.mutable_model();
   m->set_onnx(onnx_path);
-  m->set_seq_len(kT);
+  m->set_seq_len(seq_len);
   m->set_vocab(kV);
   s.mutable_data()->set_format("tokens");  // vocab 64: not the byte tokenizer
   auto* t = s.mutable_train();
@@ -95,20 +106,53 @@ v1::JobSpec Spec(const std::string& onnx_path) {
   return s;
 }
 
-// Trains kSteps on the exported batches and compares with torch's losses.
-void TrainAndCompare(const Exported& e, const std::string& model_path) {
-  auto trainer = Trainer::Create(Spec(model_path));
-  ASSERT_TRUE(trainer.ok()) << trainer.status();
+// Trains kSteps on the exported batches; returns the losses.
+std::vector<double> Train(const Exported& e, const std::string& model_path, bool recover) {
+  TrainerOptions o;
+  o.recover_patterns = recover;
+  auto trainer = Trainer::Create(Spec(model_path), o);
+  EXPECT_TRUE(trainer.ok()) << trainer.status();
+  if (!trainer.ok()) return {};
   std::set<std::string> loom_params;
   for (const auto& p : (*trainer)->param_info()) loom_params.insert(p.name);
   EXPECT_EQ(loom_params, std::set<std::string>(e.params.begin(), e.params.end()));
+  std::vector<double> losses;
   for (int i = 0; i < kSteps; ++i) {
     auto loss = (*trainer)->Step(ReadI32(absl::StrCat(e.dir, "/x", i, ".i32")), ReadI32(absl::StrCat(e.dir, "/y", i, ".i32")));
-    ASSERT_TRUE(loss.ok()) << loss.status();
-    const double rel = std::abs(*loss - e.losses[i]) / std::abs(e.losses[i]);
-    std::printf("step %d: loom %.7f torch %.7f (relative %.2e)\n", i, *loss, e.losses[i], rel);
-    EXPECT_LE(rel, kBound) << "step " << i;
+    EXPECT_TRUE(loss.ok()) << loss.status();
+    if (!loss.ok()) return {};
+    losses.push_back(*loss);
   }
+  return losses;
+}
+
+// Trains with and without the recovery passes; compares both with torch's
+// losses and with each other.
+void TrainAndCompare(const Exported& e, const std::string& model_path) {
+  const std::vector<double> fused = Train(e, model_path, true), plain = Train(e, model_path, false);
+  ASSERT_EQ(fused.size(), static_cast<size_t>(kSteps));
+  ASSERT_EQ(plain.size(), static_cast<size_t>(kSteps));
+  auto rel = [](double a, double b) { return std::abs(a - b) / std::abs(b); };
+  for (int i = 0; i < kSteps; ++i) {
+    std::printf("step %d: loom %.7f (as converted %.7f) torch %.7f (relative %.2e, %.2e; to each other %.2e)\n", i,
+                fused[i], plain[i], e.losses[i], rel(fused[i], e.losses[i]), rel(plain[i], e.losses[i]),
+                rel(fused[i], plain[i]));
+    EXPECT_LE(rel(fused[i], e.losses[i]), kBound) << "step " << i;
+    EXPECT_LE(rel(plain[i], e.losses[i]), kBound) << "step " << i;
+    EXPECT_LE(rel(fused[i], plain[i]), kBound) << "step " << i;
+  }
+}
+
+// The recovered training forward: `fused` ops with their counts, none of `gone`.
+void ExpectFusedForward(const std::string& model_path, const std::map<std::string, int>& fused,
+                        const std::vector<std::string>& gone) {
+  auto m = LoadOnnxModel(Spec(model_path));
+  ASSERT_TRUE(m.ok()) << m.status();
+  std::map<std::string, int> count;
+  for (const compiler::Node& n : m->train_forward.nodes()) ++count[n.op];
+  for (const auto& [op, n] : fused) EXPECT_EQ(count[op], n) << op;
+  for (const std::string& op : gone) EXPECT_EQ(count[op], 0) << op;
+  for (const std::string& p : m->report.patterns) std::printf("  %s\n", p.c_str());
 }
 
 TEST(OnnxTraining, GptMatchesTorch) {
@@ -122,6 +166,72 @@ TEST(OnnxTraining, GptMatchesTorch) {
             std::set<std::string>(e.params.begin(), e.params.end()));
   for (const char* buffer : {"h.0.bias", "h.1.bias"})
     EXPECT_TRUE(std::find(m->params.begin(), m->params.end(), buffer) == m->params.end()) << buffer;
+  // Fused as the built-in gpt family is: the causal masks became is_causal
+  // and their buffers went; positions are wpe itself; the token ids are x.
+  ExpectFusedForward(e.dir + "/model.onnx", {{"sdpa", 2}, {"gelu", 2}, {"layernorm", 5}, {"matmul", 9}, {"permute", 8}},
+                     {"softmax", "tanh", "where", "gather", "cast"});
+  TrainAndCompare(e, e.dir + "/model.onnx");
+}
+
+// What the CUDA planner makes of a training step (bf16): launches by what
+// they implement ("matmul+add+gelu", "sdpa", ...), with their count.
+std::map<std::string, int> CudaLaunches(const compiler::Graph& forward) {
+  compiler::CompileOptions co;
+  co.lower = false;
+  co.adamw = compiler::AdamWOptions{};
+  auto c = compiler::Compile(forward, co);
+  EXPECT_TRUE(c.ok()) << c.status();
+  if (!c.ok()) return {};
+  auto plan = compiler::cuda::PlanCuda(c->stages.at("fused"), /*bf16=*/true);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok()) return {};
+  std::map<std::string, int> launches;
+  for (const auto& l : plan->launches)
+    ++launches[absl::StrCat(compiler::cuda::LaunchKindName(l.kind), " ", l.op)];
+  return launches;
+}
+
+// The gpt export is the built-in gpt family's structure (learned positions,
+// pre-LN, tanh GELU, tied head): once recovered, the CUDA planner lowers its
+// training step to the built-in family's launches (the GPU path refuses
+// masks, dropout, gather and integer arithmetic; none is left). Head dim 64,
+// so flash attention reads q, k, v as views of the qkv GEMM's output on both
+// sides. The GEMMs' transpose flags differ (nn.Linear keeps [out, in]
+// weights), so launches are compared by kind and fusion.
+TEST(OnnxTraining, GptPlansOnCudaAsTheBuiltInFamily) {
+  constexpr int64_t kLayers = 2, kHeads = 2, kModel = 128, kSeq = 64;
+  Exported e = Export("gpt", 14, absl::StrCat(kLayers, ",", kHeads, ",", kModel, ",", kSeq));
+  if (!e.skip.empty()) GTEST_SKIP() << e.skip;
+  ASSERT_TRUE(e.failure.empty()) << e.failure;
+  auto m = LoadOnnxModel(Spec(e.dir + "/model.onnx", kSeq));
+  ASSERT_TRUE(m.ok()) << m.status();
+  v1::ModelSpec builtin;
+  builtin.set_family("gpt");
+  builtin.set_n_layer(kLayers);
+  builtin.set_n_head(kHeads);
+  builtin.set_n_kv_head(kHeads);
+  builtin.set_d_model(kModel);
+  builtin.set_seq_len(kSeq);
+  builtin.set_vocab(kV);
+  builtin.set_norm_eps(1e-5f);
+  models::BuildOptions bo;
+  bo.batch = kB;
+  auto forward = models::BuildForward(builtin, bo);
+  ASSERT_TRUE(forward.ok()) << forward.status();
+  const std::map<std::string, int> imported = CudaLaunches(m->train_forward), native = CudaLaunches(*forward);
+  for (const auto& [op, n] : native)
+    std::printf("built-in %3d x %s (imported %d)\n", n, op.c_str(), imported.count(op) ? imported.at(op) : 0);
+  EXPECT_EQ(imported, native);
+  EXPECT_EQ(native.count("sdpa sdpa(views)+permute"), 1u) << "attention on views of the qkv output";
+}
+
+// Opset 14: the gpt model's LayerNorms arrive decomposed and are recovered.
+TEST(OnnxTraining, GptAtOpset14MatchesTorch) {
+  Exported e = Export("gpt", 14);
+  if (!e.skip.empty()) GTEST_SKIP() << e.skip;
+  ASSERT_TRUE(e.failure.empty()) << e.failure;
+  ExpectFusedForward(e.dir + "/model.onnx", {{"sdpa", 2}, {"gelu", 2}, {"layernorm", 5}},
+                     {"softmax", "tanh", "where", "sqrt", "pow_scalar", "mean", "div"});
   TrainAndCompare(e, e.dir + "/model.onnx");
 }
 
@@ -160,6 +270,9 @@ TEST(OnnxTraining, RotaryAtOpset14MatchesTorch) {
   Exported e = Export("rotary", 14);
   if (!e.skip.empty()) GTEST_SKIP() << e.skip;
   ASSERT_TRUE(e.failure.empty()) << e.failure;
+  // erf GELU and rotary attention (k rotated, then transposed by one permute).
+  ExpectFusedForward(e.dir + "/model.onnx", {{"sdpa", 2}, {"gelu", 2}, {"layernorm", 5}},
+                     {"softmax", "erf", "where", "sqrt", "mean"});
   TrainWithMetadata(e);
 }
 

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "runtime/data/tokenizer.h"
 #include "runtime/jobspec/confine.h"
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/train/loss_plot.h"
@@ -43,6 +44,21 @@ void ReportProgress(int64_t step, int64_t checkpoint_step) {
   std::rename(tmp.c_str(), file);
 }
 
+namespace {
+
+// The job's tokenizer, checked against the model, as a tokenizer folder
+// (data/tokenizer.h) inside the run folder: what `loom sample` decodes with.
+absl::Status RecordTokenizer(const v1::JobSpec& spec, const std::string& dir) {
+  auto tok = data::LoadJobTokenizer(spec);
+  if (!tok.ok()) return tok.status();
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot create ", dir, ": ", ec.message()));
+  return (*tok)->Save(dir);
+}
+
+}  // namespace
+
 absl::StatusOr<std::unique_ptr<RunReporter>> RunReporter::Open(const v1::JobSpec& spec, const std::string& dir,
                                                                const std::string& metrics_listen) {
   if (spec.run_dir().empty()) {  // the folder is named after the job: a name must not be a path
@@ -56,6 +72,7 @@ absl::StatusOr<std::unique_ptr<RunReporter>> RunReporter::Open(const v1::JobSpec
   r->spec_ = spec;
   r->dir_ = dir;
   std::ofstream(dir + "/job.yaml") << jobspec::ToYaml(spec);
+  if (absl::Status s = RecordTokenizer(spec, dir + "/tokenizer"); !s.ok()) return s;
   // Appended: a restarted or resumed run adds to what the earlier attempts logged.
   r->jsonl_.open(dir + "/metrics.jsonl", std::ios::app);
   if (!r->jsonl_) return absl::InternalError(absl::StrCat("cannot write ", dir, "/metrics.jsonl"));

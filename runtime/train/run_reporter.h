@@ -2,6 +2,9 @@
 // `loom train` and the ranks of a parallel job (rank 0 reports):
 //
 //   job.yaml             the spec with defaults
+//   tokenizer/           the job's tokenizer (data.tokenizer) as a tokenizer
+//                        folder (runtime/data/tokenizer.h), which `loom
+//                        sample` decodes with; checked against model.vocab
 //   metrics.jsonl        one JSON object per logged step and per validation,
 //                        flushed as each is written; appended to when the
 //                        folder has one (a restarted or resumed run)

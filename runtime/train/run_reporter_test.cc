@@ -29,6 +29,7 @@ v1::JobSpec Spec() {
   v1::JobSpec s;
   s.set_name("reporter");
   s.mutable_model()->set_seq_len(8);
+  s.mutable_model()->set_vocab(256);  // the run folder records the tokenizer, checked against model.vocab
   s.mutable_train()->set_steps(10);
   s.mutable_train()->set_batch_size(2);
   s.mutable_train()->set_log_every(2);

@@ -1,15 +1,14 @@
 #include "runtime/train/trainer.h"
 
-#include "compiler/import/onnx/training.h"
-#include "runtime/train/onnx_model.h"
-
 #include <cmath>
 #include <cstdio>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
+#include "compiler/import/onnx/training.h"
 #include "compiler/optimizer.h"
+#include "runtime/train/onnx_model.h"
 
 namespace loom::train {
 namespace {
@@ -29,10 +28,10 @@ struct Forwards {
   bool has_logits = true;
 };
 
-absl::StatusOr<Forwards> BuildForwards(const v1::JobSpec& spec) {
+absl::StatusOr<Forwards> BuildForwards(const v1::JobSpec& spec, const TrainerOptions& options) {
   Forwards f;
   if (spec.model().family() == "onnx") {
-    LOOM_ASSIGN_OR_RETURN(OnnxTrainingModel m, LoadOnnxModel(spec));
+    LOOM_ASSIGN_OR_RETURN(OnnxTrainingModel m, LoadOnnxModel(spec, options.recover_patterns));
     f.params = std::move(m.params);
     f.train = std::move(m.train_forward);
     f.eval = std::move(m.eval_forward);
@@ -57,7 +56,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::JobSpec& spec
   t->spec_ = spec;
   t->options_ = std::move(options);
   const auto& tr = spec.train();
-  LOOM_ASSIGN_OR_RETURN(Forwards fw, BuildForwards(spec));
+  LOOM_ASSIGN_OR_RETURN(Forwards fw, BuildForwards(spec, t->options_));
   t->params_ = fw.params;
   t->has_logits_ = fw.has_logits;
 

@@ -33,6 +33,9 @@ struct TrainerOptions {
   std::map<std::string, Tensor> init;
   bool keep_gradients = false;  // step outputs also hold d loss / d param
   bool fuse = true;
+  // ONNX models: run the recovery passes at import (compiler/passes/recover.h);
+  // false trains the graph as converted (a reference for the fused form).
+  bool recover_patterns = true;
 };
 
 class Trainer {

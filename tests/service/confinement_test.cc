@@ -3,13 +3,15 @@
 // root (<data-dir>/runs) and the --data-roots it was given, follows symlinks
 // before it checks, and takes only folder-safe job names; a job without a
 // run_dir gets <run root>/<name>-<job id>. The worker checks the paths again
-// against the roots its agent passes it (LOOM_ALLOWED_ROOTS).
+// against the roots its agent passes it (LOOM_ALLOWED_ROOTS). data.tokenizer's
+// files and folder are confined the same way.
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -74,9 +76,22 @@ TEST_F(Confinement, SpecPathsStayInsideTheRunRootAndDataRoots) {
       {"ckpt-link", absl::StrCat("checkpoint: {every: 1, dir: ", root_, "/data/innocent.txt/ck}\n"),
        "spec.checkpoint.dir"},
       {"init", "init_from: /etc/passwd\n", "spec.init_from: '/etc/passwd' is outside"},
+      {"tok-dir", absl::StrCat("data: {path: ", root_, "/data/corpus.txt, tokenizer: {dir: ", root_, "/outside}}\n"),
+       "spec.data.tokenizer.dir: '" + root_ + "/outside' is outside the allowed roots"},
+      {"tok-link", absl::StrCat("data: {path: ", root_, "/data/corpus.txt, tokenizer: {dir: ", root_, "/data/tok}}\n"),
+       "spec.data.tokenizer.dir: '" + root_ + "/data/tok/vocab.json' is outside"},
       {"'../../x'", "", "spec.name: must match [a-z0-9][a-z0-9._-]{0,62}"},
       {"Upper", "", "spec.name"},
   };
+  // Tokenizer folders (the bytes kind, so that `loom submit`'s own check of
+  // the spec reads no file): one outside the roots, one inside with a link
+  // that leads out.
+  const std::string bytes_tokenizer = R"({"format": "loom-tokenizer", "version": 1, "kind": "bytes", "files": {}})";
+  for (const std::string& dir : {root_ + "/outside", root_ + "/data/tok"}) {
+    std::filesystem::create_directories(dir);
+    std::ofstream(dir + "/loom-tokenizer.json") << bytes_tokenizer;
+  }
+  std::filesystem::create_symlink("/etc/passwd", root_ + "/data/tok/vocab.json");
   for (const Case& c : refused) {
     CliResult r = Submit(c.name, c.yaml);
     EXPECT_EQ(r.code, 2) << c.name << ": " << r.output;
@@ -94,20 +109,29 @@ TEST_F(Confinement, SpecPathsStayInsideTheRunRootAndDataRoots) {
 }
 
 // The worker refuses what its roots do not hold, whatever the coordinator saw:
-// here a data file that became a symlink out of the root after submission.
+// here a data file that became a symlink out of the root after submission,
+// and a tokenizer file outside the roots.
 TEST_F(Confinement, WorkerChecksPathsAgainstItsRoots) {
-  std::ofstream(root_ + "/worker.yaml") << "name: w\nmodel: {family: gpt, n_layer: 1, n_head: 2, d_model: 32, "
-                                          "seq_len: 16}\ndata: {path: "
-                                       << root_ << "/data/innocent.txt}\n";
-  const std::string env = absl::StrCat("LOOM_JOB_SPEC=", root_, "/worker.yaml LOOM_RANK=0 LOOM_WORLD_SIZE=1 ",
-                                       "LOOM_ERROR_FILE=", root_, "/worker.error LOOM_ALLOWED_ROOTS=", root_,
-                                       "/data:", data_, "/runs ");
-  CliResult r = Shell("cd " + root_ + " && " + env + " timeout 60 " + std::filesystem::current_path().string() +
-                      "/runtime/loom worker");
-  EXPECT_EQ(r.code, 2) << r.output;
-  EXPECT_NE(ReadAll(root_ + "/worker.error").find("data.path: '" + root_ + "/data/innocent.txt' is outside"),
-            std::string::npos)
-      << ReadAll(root_ + "/worker.error");
+  const std::string data = "data: {path: " + root_ + "/data/";
+  struct Case {
+    std::string data, needle;
+  };
+  for (const Case& c : std::vector<Case>{
+           {data + "innocent.txt}", "data.path: '" + root_ + "/data/innocent.txt' is outside"},
+           {data + "corpus.txt, tokenizer: {vocab: /etc/passwd, merges: /etc/passwd}}",
+            "data.tokenizer.vocab: '/etc/passwd' is outside"},
+       }) {
+    std::ofstream(root_ + "/worker.yaml") << "name: w\nmodel: {family: gpt, n_layer: 1, n_head: 2, d_model: 32, "
+                                            "seq_len: 16}\n"
+                                         << c.data << "\n";
+    const std::string env = absl::StrCat("LOOM_JOB_SPEC=", root_, "/worker.yaml LOOM_RANK=0 LOOM_WORLD_SIZE=1 ",
+                                         "LOOM_ERROR_FILE=", root_, "/worker.error LOOM_ALLOWED_ROOTS=", root_,
+                                         "/data:", data_, "/runs ");
+    CliResult r = Shell("cd " + root_ + " && " + env + " timeout 60 " + std::filesystem::current_path().string() +
+                        "/runtime/loom worker");
+    EXPECT_EQ(r.code, 2) << r.output;
+    EXPECT_NE(ReadAll(root_ + "/worker.error").find(c.needle), std::string::npos) << ReadAll(root_ + "/worker.error");
+  }
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include "compiler/import/onnx/op_table.h"
 #include "compiler/import/onnx/params.h"
 #include "compiler/import/onnx/shape_check.h"
+#include "compiler/passes/recover.h"
 #include "compiler/import/onnx/tensor_proto.h"
 
 namespace loom::compiler::import::onnx {
@@ -169,13 +170,20 @@ absl::StatusOr<ImportedModel> Convert(const Prepared& p, const ImportOptions& o,
   if (o.onnx_shape_check) {
     LOOM_ASSIGN_OR_RETURN(m.report.shape_checked, CrossCheckShapes(*p.model, b));
   }
+  m.initial = std::move(params);
+  for (const auto& [name, t] : b.const_inputs()) m.initial[name] = t;
+  m.report.converted_nodes = static_cast<int>(m.graph.nodes().size());
+  if (o.recover_patterns) {
+    auto log = RecoverFastOps(m.graph, m.initial);
+    if (!log.ok()) return Annotate(log.status(), "recovering fused ops");
+    m.report.recovered = true;
+    m.report.patterns = std::move(*log);
+  }
   for (const GraphInput& in : m.graph.inputs()) {
     if (in.kind == InputKind::kParam) m.params.push_back(in.name);
     if (in.kind == InputKind::kConst) m.buffers.push_back(in.name);
     if (in.kind == InputKind::kInput) m.data_inputs.push_back(in.name);
   }
-  m.initial = std::move(params);
-  for (const auto& [name, t] : b.const_inputs()) m.initial[name] = t;
   m.report.folded_ops = b.folded_ops();
   m.report.graph_nodes = static_cast<int>(m.graph.nodes().size());
   m.report.constant_inputs.assign(bound.begin(), bound.end());

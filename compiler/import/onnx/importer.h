@@ -29,6 +29,13 @@
 //      name the node: "node 'NAME' (OpType, opset N): reason".
 //   5. ONNX's own shape inference cross-checks the result: a static shape it
 //      infers that differs from Loom's is an error naming the value.
+//   6. The recovery passes (compiler/passes/recover.h) put the fused ops back
+//      where the exporter wrote them out: attention -> sdpa, LayerNorm and
+//      RMSNorm -> layernorm / rmsnorm, GELU -> gelu, transposed weights ->
+//      matmul{trans_b}, position lookups -> the table. report.patterns lists
+//      every match; const inputs nothing reads any more (a causal mask) are
+//      dropped from the graph, buffers and initial. Parameters keep their
+//      names and shapes.
 #pragma once
 
 #include <map>
@@ -70,6 +77,8 @@ struct ImportOptions {
   int max_nodes = 1 << 20;
   // Cross-check shapes with ONNX's shape inference (step 5).
   bool onnx_shape_check = true;
+  // Run the recovery passes (step 6); false: the graph as converted.
+  bool recover_patterns = true;
 };
 
 enum class ParamRule { kMetadata, kReachability };
@@ -84,7 +93,9 @@ struct ImportReport {
   int graph_nodes = 0;                   // nodes of the Loom graph
   int shape_checked = 0;                 // values ONNX shape inference agreed on
   std::vector<std::string> constant_inputs;  // data inputs bound from input_values
-  std::vector<std::string> patterns;     // matched recovery patterns (none yet)
+  bool recovered = false;                // the recovery passes ran (ImportOptions::recover_patterns)
+  std::vector<std::string> patterns;     // one line per recovery match, e.g. "gelu: tanh form -> ..."
+  int converted_nodes = 0;               // nodes before the recovery passes
 };
 
 struct ImportedModel {

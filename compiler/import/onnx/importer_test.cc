@@ -8,9 +8,12 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "compiler/import/onnx/params.h"
@@ -246,6 +249,62 @@ TEST(OnnxImport, TrainingGraphFeedsDropoutTheStepAndEvaluationDropsIt) {
   EXPECT_TRUE(eval->has_logits);
   o.token_input = "nope";
   ExpectInvalid(BuildTrainingGraph(*m, o).status(), {"'nope' is not a data input"});
+}
+
+// Attention as exporters write it (masked_fill over a tril buffer): the
+// recovery passes make it sdpa{is_causal}, drop the mask buffer and report
+// the match; without them the graph is as converted. Both compute the same.
+ModelBuilder CausalAttention() {
+  ModelBuilder mb(14);
+  for (const char* n : {"q", "k", "v"}) mb.Input(n, DType::kF32, {1, 2, 4, 8});
+  std::vector<double> tril(16);
+  for (int i = 0; i < 16; ++i) tril[i] = (i % 4) <= (i / 4) ? 1.0 : 0.0;
+  mb.Initializer("bias", Tensor::FromVector({1, 1, 4, 4}, tril, DType::kF32));
+  auto constant = [&](const std::string& name, double v) {
+    testing::AttrTensor(mb.Node("Constant", {}, {name}), "value", Tensor::FromVector({}, {v}, DType::kF32));
+  };
+  constant("scale", 1.0 / std::sqrt(8.0));
+  constant("zero", 0.0);
+  constant("ninf", -std::numeric_limits<double>::infinity());
+  AttrInts(mb.Node("Transpose", {"k"}, {"kt"}), "perm", {0, 1, 3, 2});
+  mb.Node("MatMul", {"q", "kt"}, {"s"});
+  mb.Node("Mul", {"s", "scale"}, {"scaled"});
+  mb.Node("Equal", {"bias", "zero"}, {"drop"});
+  mb.Node("Where", {"drop", "ninf", "scaled"}, {"masked"});
+  AttrInt(mb.Node("Softmax", {"masked"}, {"p"}), "axis", -1);
+  mb.Node("MatMul", {"p", "v"}, {"y"});
+  mb.Output("y");
+  return mb;
+}
+
+TEST(OnnxImport, RecoveryPassesRebuildAttentionAndDropTheMask) {
+  ModelBuilder mb = CausalAttention();
+  auto fused = ImportModelBytes(mb.Bytes());
+  ASSERT_TRUE(fused.ok()) << fused.status();
+  ImportOptions off;
+  off.recover_patterns = false;
+  auto plain = ImportModelBytes(mb.Bytes(), off);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  std::map<std::string, int> ops;
+  for (const Node& n : fused->graph.nodes()) ++ops[n.op];
+  EXPECT_EQ(ops["sdpa"], 1) << PrintGraph(fused->graph);
+  EXPECT_EQ(ops["softmax"] + ops["where"] + ops["matmul"], 0) << PrintGraph(fused->graph);
+  EXPECT_TRUE(fused->report.recovered);
+  ASSERT_EQ(fused->report.patterns.size(), 1u);
+  EXPECT_NE(fused->report.patterns[0].find("sdpa{is_causal=true}"), std::string::npos) << fused->report.patterns[0];
+  EXPECT_TRUE(fused->buffers.empty()) << "the folded mask is no longer read";
+  for (const std::string& b : plain->buffers) EXPECT_EQ(fused->initial.count(b), 0u) << b;
+  EXPECT_FALSE(plain->report.recovered);
+  EXPECT_TRUE(plain->report.patterns.empty());
+  EXPECT_FALSE(plain->buffers.empty());
+  EXPECT_EQ(fused->report.converted_nodes, plain->report.graph_nodes);
+  std::map<std::string, Tensor> data;
+  for (const char* n : {"q", "k", "v"}) data[n] = F32({1, 2, 4, 8}, n[0] == 'q' ? -1.0 : 0.25);
+  auto a = testing::RunForward(*fused, data);
+  auto b = testing::RunForward(*plain, data);
+  ASSERT_TRUE(a.ok()) << a.status();
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_LE(RelativeError((*a)[0], (*b)[0]), 1e-6);
 }
 
 // ---- Bad input -------------------------------------------------------------------

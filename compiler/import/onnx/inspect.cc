@@ -75,11 +75,12 @@ absl::StatusOr<InspectResult> InspectModel(const std::string& path, const Import
   }
   r.imported = true;
   absl::StrAppend(&r.text, InputsSection(*im));
-  absl::StrAppendFormat(&r.text, "import: %d ONNX nodes -> %d graph nodes; %d ops folded at import; "
-                        "%d values agreed with ONNX shape inference\n",
-                        im->report.onnx_nodes, im->report.graph_nodes, im->report.folded_ops, im->report.shape_checked);
-  absl::StrAppend(&r.text, "patterns matched: ",
-                  im->report.patterns.empty() ? "none (no recovery passes run at import)" : "", "\n");
+  absl::StrAppendFormat(&r.text, "import: %d ONNX nodes -> %d graph nodes (%d before recovery); %d ops folded at "
+                        "import; %d values agreed with ONNX shape inference\n",
+                        im->report.onnx_nodes, im->report.graph_nodes, im->report.converted_nodes,
+                        im->report.folded_ops, im->report.shape_checked);
+  absl::StrAppend(&r.text, "patterns matched: ", im->report.patterns.size(),
+                  im->report.recovered ? "" : " (recovery passes off)", "\n");
   for (const std::string& p : im->report.patterns) absl::StrAppend(&r.text, "  ", p, "\n");
   if (print_graph) absl::StrAppend(&r.text, "\n", PrintGraph(im->graph));
   return r;

@@ -63,6 +63,7 @@ struct CaseResult {
   bool statistical = false;
   bool formula = false;  // checked against the exact formula (WindowCases)
   bool folded = false;  // the whole case ran at import (constant folding)
+  std::vector<std::string> patterns;  // what the recovery passes matched
 };
 
 std::vector<std::string> ListDir(const std::string& dir) {
@@ -300,6 +301,7 @@ CaseResult RunCase(const std::string& dir, const std::string& name) {
   if (outs->size() != c->outputs.size())
     return fail(absl::StrCat(outs->size(), " outputs, expected ", c->outputs.size()));
   r.folded = m->graph.nodes().empty();
+  r.patterns = m->report.patterns;
   if (HasOp(m->graph, "dropout")) {
     r.statistical = true;
     const Tensor& x = c->inputs.at(c->input_order[0]);
@@ -331,7 +333,7 @@ std::string ReadGolden() {
 TEST(OnnxNodeTest, EveryClaimedCasePasses) {
   ASSERT_TRUE(Exists(kNodeRoot)) << kNodeRoot << " is missing: install libonnx-testdata (scripts/setup.sh)";
   int passed = 0, failed = 0, out_of_scope = 0, statistical = 0, folded = 0, formula = 0;
-  std::string skips, failures;
+  std::string skips, failures, recovered;
   std::map<std::string, int> unclaimed;
   for (const std::string& name : ListDir(kNodeRoot)) {
     CaseResult r = RunCase(absl::StrCat(kNodeRoot, "/", name), name);
@@ -341,6 +343,7 @@ TEST(OnnxNodeTest, EveryClaimedCasePasses) {
         statistical += r.statistical;
         formula += r.formula;
         folded += r.folded;
+        for (const std::string& p : r.patterns) absl::StrAppend(&recovered, "  ", name, ": ", p, "\n");
         break;
       case Outcome::kFail:
         ++failed;
@@ -358,6 +361,8 @@ TEST(OnnxNodeTest, EveryClaimedCasePasses) {
   std::cout << "passed cases include " << statistical << " checked statistically (random dropout masks), " << formula
             << " checked against the window formula (ONNX's data is off by ~6e-5) and " << folded
             << " that folded entirely at import\n";
+  std::cout << "recovery passes matched (their fused ops checked against ONNX's outputs like the rest): "
+            << (recovered.empty() ? "in no case\n" : "\n") << recovered;
   std::cout << "node cases: " << passed << " passed, " << failed << " failed, " << skipped << " skipped ("
             << out_of_scope << " out of scope: an op or opset Loom does not claim)\n";
   EXPECT_EQ(failed, 0) << failures;

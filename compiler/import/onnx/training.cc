@@ -54,15 +54,28 @@ absl::StatusOr<Roles> AssignRoles(const ImportedModel& m, const TrainingGraphOpt
   return r;
 }
 
+// Whether every use of value v in src is the index operand of an embedding
+// or gather (which read i32 and i64 indices alike).
+bool OnlyIndexes(const Graph& src, int v) {
+  for (const GraphOutput& o : src.outputs())
+    if (o.value == v) return false;
+  for (const Node& n : src.nodes())
+    for (size_t k = 0; k < n.inputs.size(); ++k)
+      if (n.inputs[k] == v && !(k == 1 && (n.op == "embedding" || n.op == "gather"))) return false;
+  return true;
+}
+
 // The trainer's input for a model input of `need`: its shape, i32 for
 // integer inputs and f32 for floating ones.
 TensorMeta FedMeta(const TensorMeta& need) {
   return TensorMeta{IsFloating(need.dtype) ? DType::kF32 : DType::kI32, need.shape};
 }
 
-// x or y, as the data input `name` of the model needs it (its dtype).
-absl::StatusOr<int> Feed(Graph& g, int fed, const TensorMeta& need) {
+// x or y, as the data input of the model needs it: its dtype, or the i32 the
+// trainer feeds when the model only looks rows up with an i64 input.
+absl::StatusOr<int> Feed(Graph& g, int fed, const TensorMeta& need, bool index_only) {
   if (need.dtype == g.meta(fed).dtype) return fed;
+  if (index_only && need.dtype == DType::kI64 && g.meta(fed).dtype == DType::kI32) return fed;
   return g.AddOp1("cast", {fed}, Attrs{{"dtype", std::string(DTypeName(need.dtype))}});
 }
 
@@ -124,12 +137,12 @@ absl::StatusOr<TrainingGraph> BuildTrainingGraph(const ImportedModel& m, const T
   const TensorMeta first_meta = src.meta(src.outputs()[0].value);
   const bool model_loss = first_meta.shape.empty() && o.loss_kind != "cross_entropy";
   const int x = g.AddInput("x", FedMeta(tok));
-  LOOM_ASSIGN_OR_RETURN(vmap[tok_value], Feed(g, x, tok));
+  LOOM_ASSIGN_OR_RETURN(vmap[tok_value], Feed(g, x, tok, OnlyIndexes(src, tok_value)));
   int y = -1;
   if (!roles.labels.empty()) {
     const int lv = src.inputs()[src.FindInput(roles.labels)].value;
     y = g.AddInput("y", FedMeta(src.meta(lv)));
-    LOOM_ASSIGN_OR_RETURN(vmap[lv], Feed(g, y, src.meta(lv)));
+    LOOM_ASSIGN_OR_RETURN(vmap[lv], Feed(g, y, src.meta(lv), OnlyIndexes(src, lv)));
   } else {  // a model computing its own loss without labels is still fed y (unused)
     const bool logits = !model_loss && first_meta.shape.size() >= 2;
     y = g.AddInput("y", {DType::kI32, logits ? TargetShape(tok, first_meta.shape) : tok.shape});

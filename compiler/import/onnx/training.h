@@ -11,9 +11,11 @@
 //   - x feeds the token input (named, else the model's only data input other
 //     than the label input, else its only integer one) and takes its shape;
 //     its dtype is i32 for an integer input and f32 for a floating one, cast
-//     to the input's dtype where that differs; y feeds the label input when
-//     the loss target names one (i32, cast likewise); any other data input
-//     is an error naming it;
+//     to the input's dtype where that differs, except that an i64 input
+//     that only indexes (embedding or gather indices, which take i32 alike)
+//     is x itself, uncast; y feeds the label input when the loss target
+//     names one (i32, cast or uncast likewise); any other data input is an
+//     error naming it;
 //   - a model whose first output is a scalar is trained on that loss as it
 //     is; otherwise its first output is the logits ([..., classes], read as
 //     [rows, classes]) and the loss is cross_entropy(logits, y) with

@@ -14,6 +14,7 @@ The exported graph outputs the logits; the loss is Loom's (job spec
 loss: cross_entropy against the shifted inputs) and F.cross_entropy here.
 
 Usage: causal_lm.py --out DIR [--arch gpt|rotary] [--opset 14..17] [--steps N]
+                    [--dims L,H,C,T]  (layers, heads, d_model, seq_len; default 2,4,32,8)
 Writes DIR/model.onnx, DIR/x{i}.i32 and DIR/y{i}.i32 (raw int32 [B, T]) for
 each step, DIR/params.txt (the parameters' names, one a line) and
 DIR/losses.txt: PyTorch's loss at each of N AdamW steps (lr 1e-3, betas
@@ -107,7 +108,11 @@ def main():
     ap.add_argument("--arch", default="gpt", choices=["gpt", "rotary"])
     ap.add_argument("--opset", type=int, default=17)
     ap.add_argument("--steps", type=int, default=5)
+    ap.add_argument("--dims", default="")
     a = ap.parse_args()
+    if a.dims:
+        global L, H, C, T
+        L, H, C, T = (int(v) for v in a.dims.split(","))
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model = CausalLM(a.arch)
