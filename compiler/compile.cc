@@ -5,6 +5,7 @@
 #include "base/status.h"
 #include "compiler/ir/text.h"
 #include "compiler/ir/verifier.h"
+#include "compiler/passes/checkpointing.h"
 #include "compiler/passes/cse.h"
 #include "compiler/passes/dce.h"
 #include "compiler/passes/fusion.h"
@@ -48,6 +49,9 @@ absl::StatusOr<Compilation> Compile(const Graph& forward, const CompileOptions& 
   if (options.cse) opt.Add<CommonSubexpressionElimination>();
   if (options.dce) opt.Add<DeadCodeElimination>();
   if (options.cast_policy) opt.Add<CastPolicyPass>(options.cast_policy);
+  if (options.checkpoint_blocks)
+    opt.Add<ActivationCheckpointing>(options.checkpoint_blocks, options.checkpoint_selective)
+        .Add<DeadCodeElimination>();
   LOOM_ASSIGN_OR_RETURN(c.reports, opt.Run(g));
   c.stages["optimized"] = g;
   if (options.fuse) {

@@ -16,6 +16,7 @@
 // the same result as the stage itself (tested).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -44,6 +45,12 @@ struct CompileOptions {
   bool dce = true;
   bool fuse = true;
   CastPolicy cast_policy;             // null: no compute dtypes are assigned
+  // Set: activation checkpointing of the joint graph by blocks
+  // (passes/checkpointing.h), after CSE and the cast policy, then DCE; the
+  // "optimized" stage shows the recomputed ops. The block index of a parameter
+  // name, or -1 (models::BlockOfParameter).
+  std::function<int(const std::string& param)> checkpoint_blocks;
+  bool checkpoint_selective = false;  // with checkpoint_blocks: recompute only the cheap ops
   bool lower = true;                  // false: stop after planning
   LoweringOptions lowering;
 };

@@ -63,9 +63,4 @@ absl::Status AppendAdamW(JointGraph& j, const AdamWOptions& o) {
   return Annotate(Verify(g), "optimizer produced an invalid graph");
 }
 
-double ScheduledLearningRate(const v1::TrainSpec& tr, int64_t step) {
-  double f = tr.warmup_steps() > 0 ? std::min(1.0, static_cast<double>(step) / tr.warmup_steps()) : 1.0;
-  return tr.lr() * f;
-}
-
 }  // namespace loom::compiler

@@ -38,8 +38,4 @@ struct AdamWOptions {
 
 absl::Status AppendAdamW(JointGraph& j, const AdamWOptions& options = {});
 
-// The learning rate of optimizer step `step` (1-based), the value fed to %lr:
-// linear warmup over train.warmup_steps to train.lr, then constant.
-double ScheduledLearningRate(const v1::TrainSpec& train, int64_t step);
-
 }  // namespace loom::compiler

@@ -1,3 +1,4 @@
+#include "compiler/models/models.h"
 #include "parallel/graph_planner.h"
 
 #include <algorithm>
@@ -124,6 +125,10 @@ compiler::CompileOptions PlanningCompileOptions(const compiler::Graph& forward, 
     return it != decays.end() && it->second;
   };
   co.adamw = adam;
+  if (const std::string& ac = train.activation_checkpointing(); ac == "blocks" || ac == "selective") {
+    co.checkpoint_blocks = models::BlockOfParameter;
+    co.checkpoint_selective = ac == "selective";
+  }
   return co;
 }
 
@@ -160,7 +165,7 @@ absl::StatusOr<Plan> MakeGraphPlan(const GraphModel& m, int64_t batch, const Har
     if (hw.world % tp != 0) continue;
     Layout base{hw.world / tp, tp, 0, false, {}};
     auto skip = [&](const absl::Status& s) { plan.skipped.push_back({base, std::string(s.message())}); };
-    if (tp > 1) {
+    if (tp > 1 && m.model.family() == "onnx") {  // built-in families take their Megatron placements
       TpPlanShown shown;
       if (m.tp_plan.empty()) {
         auto fit = FitTpPlan(m.forward, PlanningCompileOptions(m.forward, m.train), m.model, batch, base);

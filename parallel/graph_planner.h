@@ -1,6 +1,9 @@
-// The layout planner for an imported graph (model.family onnx): every
-// layout's memory and step time come from its compiled per-rank program, not
-// from per-family coefficients (planner.h keeps those for gpt and llama).
+// The layout planner for an imported graph (model.family onnx), and for gpt
+// and llama under train.activation_checkpointing: blocks (which the fitted
+// coefficients do not model): every layout's memory and step time come from
+// its compiled per-rank program, not from per-family coefficients (planner.h
+// keeps those for gpt and llama). Built-in families take their Megatron tp
+// placements (styles.h).
 //
 // Layouts: every dp x tp = world (no sequence parallelism for imported
 // graphs), ZeRO 0..3 with dp > 1. For tp > 1 the tensor-parallel plan is the
@@ -57,7 +60,8 @@ struct GraphModel {
 };
 
 // The training compile the trainers use for `train` (AdamW settings, weight
-// decay on parameters of rank >= 2), without lowering.
+// decay on parameters of rank >= 2, activation checkpointing), without
+// lowering.
 compiler::CompileOptions PlanningCompileOptions(const compiler::Graph& forward, const v1::TrainSpec& train);
 
 // The estimate for one layout (its tp_plan filled in when tp > 1).

@@ -3,13 +3,14 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "base/echo.h"
 #include "base/status.h"
 
 namespace loom::parallel {
 namespace {
 
 absl::Status Bad(absl::string_view key, absl::string_view why, absl::string_view got) {
-  return absl::InvalidArgumentError(absl::StrCat(key, ": ", why, " (got ", got, ")"));
+  return absl::InvalidArgumentError(absl::StrCat(key, ": ", why, " (got ", EchoValue(got), ")"));
 }
 
 bool IsOnnx(const v1::ModelSpec& model) { return model.family() == "onnx"; }
@@ -23,7 +24,7 @@ absl::Status CheckTpPlan(const v1::ModelSpec& model, const std::vector<TpRule>& 
     if (r.pattern.empty()) return Bad("parallel.tp_plan", "a pattern is empty", absl::StrCat("'': ", r.style));
     const auto& styles = TpStyles();
     if (std::find(styles.begin(), styles.end(), r.style) == styles.end())
-      return Bad(absl::StrCat("parallel.tp_plan[\"", r.pattern, "\"]"), "expected colwise, rowwise, vocab or replicate",
+      return Bad(absl::StrCat("parallel.tp_plan[\"", EchoValue(r.pattern), "\"]"), "expected colwise, rowwise, vocab or replicate",
                  r.style);
   }
   if (IsOnnx(model) && tp > 1 && plan.empty())
@@ -69,6 +70,19 @@ absl::Status CheckParallelLayout(const v1::ModelSpec& model, int64_t batch_size,
     return Bad("parallel.tp", absl::StrCat("must divide model.n_head = ", n_head), absl::StrCat(l.tp));
   if (n_kv > 0 && n_kv % l.tp != 0)
     return Bad("parallel.tp", absl::StrCat("must divide model.n_kv_head = ", n_kv), absl::StrCat(l.tp));
+  // The built-in plan splits the vocabulary (embedding, output head) and the
+  // FFN width over tp, and under sequence parallelism the sequence too.
+  if (!IsOnnx(model) && l.tp > 1) {
+    if (model.vocab() > 0 && model.vocab() % l.tp != 0)
+      return Bad("parallel.tp", absl::StrCat("must divide model.vocab = ", model.vocab(), " (vocab-parallel)"),
+                 absl::StrCat(l.tp));
+    if (model.ffn_hidden() > 0 && model.ffn_hidden() % l.tp != 0)
+      return Bad("parallel.tp", absl::StrCat("must divide model.ffn_hidden = ", model.ffn_hidden()),
+                 absl::StrCat(l.tp));
+    if (l.sequence_parallel && model.seq_len() > 0 && model.seq_len() % l.tp != 0)
+      return Bad("parallel.tp", absl::StrCat("must divide model.seq_len = ", model.seq_len(), " (sequence parallel)"),
+                 absl::StrCat(l.tp));
+  }
   if (l.sequence_parallel && l.tp < 2)
     return Bad("parallel.sequence_parallel", "needs parallel.tp > 1", absl::StrCat("tp=", l.tp));
   if (l.sequence_parallel && IsOnnx(model))

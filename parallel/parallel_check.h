@@ -10,8 +10,10 @@
 //
 // The rules:
 //   dp >= 1, tp >= 1, zero_stage in 0..3;
-//   tp divides model.n_head and model.n_kv_head (heads are split over tp;
-//   built-in families only);
+//   tp divides model.n_head and model.n_kv_head (heads are split over tp),
+//   model.vocab (the embedding and output head are vocab-parallel),
+//   model.ffn_hidden (when set) and, under sequence parallelism,
+//   model.seq_len: built-in families only;
 //   sequence_parallel needs tp > 1 (and a built-in family);
 //   tp_plan: ONNX models only; each rule a non-empty pattern and a known
 //   style; an ONNX model with tp > 1 needs one (or tp: auto). Whether a plan

@@ -19,12 +19,28 @@ v1::ModelSpec Model(int n_head, int n_kv_head) {
   return m;
 }
 
+v1::ModelSpec WithVocab(v1::ModelSpec m, int vocab) {
+  m.set_vocab(vocab);
+  return m;
+}
+v1::ModelSpec WithFfn(v1::ModelSpec m, int ffn) {
+  m.set_ffn_hidden(ffn);
+  return m;
+}
+v1::ModelSpec WithSeq(v1::ModelSpec m, int seq_len) {
+  m.set_seq_len(seq_len);
+  return m;
+}
+
 std::string Error(const absl::Status& s) { return std::string(s.message()); }
 
 TEST(ParallelCheck, AcceptsLegalLayouts) {
   EXPECT_TRUE(CheckParallelLayout(Model(4, 4), 8, {2, 2, 3, true}, 4).ok());
   EXPECT_TRUE(CheckParallelLayout(Model(8, 2), 8, {4, 2, 1, false}, 8).ok());
   EXPECT_TRUE(CheckParallelLayout(Model(4, 4), 8, {1, 1, 0, false}).ok());
+  // tp = 1 splits nothing; sequence parallel off leaves seq_len whole.
+  EXPECT_TRUE(CheckParallelLayout(WithFfn(WithVocab(Model(4, 4), 250), 170), 8, {2, 1, 0, false}).ok());
+  EXPECT_TRUE(CheckParallelLayout(WithSeq(Model(4, 4), 30), 8, {1, 4, 0, false}).ok());
 }
 
 TEST(ParallelCheck, EachRuleNamesTheFieldAndValue) {
@@ -46,6 +62,11 @@ TEST(ParallelCheck, EachRuleNamesTheFieldAndValue) {
       {Model(4, 4), 8, {3, 1, 0, false}, 0, "train.batch_size: must be divisible by parallel.dp = 3 (got 8)"},
       {Model(4, 4), 8, {0, 1, 0, false}, 0, "parallel.dp: must be positive (got 0)"},
       {Model(4, 4), 8, {1, 0, 0, false}, 0, "parallel.tp: must be positive or auto (got 0)"},
+      {WithVocab(Model(4, 4), 250), 8, {1, 4, 0, false}, 0,
+       "parallel.tp: must divide model.vocab = 250 (vocab-parallel) (got 4)"},
+      {WithFfn(Model(4, 4), 170), 8, {1, 4, 0, false}, 0, "parallel.tp: must divide model.ffn_hidden = 170 (got 4)"},
+      {WithSeq(Model(4, 4), 30), 8, {1, 4, 0, true}, 0,
+       "parallel.tp: must divide model.seq_len = 30 (sequence parallel) (got 4)"},
   };
   for (const Case& c : cases) {
     absl::Status s = CheckParallelLayout(c.model, c.batch, c.layout, c.world);

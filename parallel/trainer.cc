@@ -10,6 +10,7 @@
 #include "base/status.h"
 #include "compiler/import/onnx/training.h"
 #include "compiler/optimizer.h"
+#include "compiler/schedule.h"
 
 namespace loom::parallel {
 namespace {
@@ -51,9 +52,9 @@ std::string Names(const std::vector<std::string>& names) { return absl::StrJoin(
 absl::StatusOr<TrainerModel> FamilyModel(const v1::JobSpec& spec) {
   TrainerModel m;
   LOOM_ASSIGN_OR_RETURN(m.params, models::Parameters(spec.model()));
-  models::BuildOptions bo;
-  bo.batch = spec.train().batch_size();
+  models::BuildOptions bo = models::TrainingOptions(spec);
   LOOM_ASSIGN_OR_RETURN(m.train_forward, models::BuildForward(spec.model(), bo));
+  bo.dropout = 0;  // evaluation runs without dropout
   bo.return_logits = true;
   LOOM_ASSIGN_OR_RETURN(m.eval_forward, models::BuildForward(spec.model(), bo));
   return m;
@@ -102,6 +103,13 @@ absl::Status Trainer::CompileSteps(TrainerModel& model) {
   co.lowering.in_place_updates = true;
   co.adamw = AdamWFor(tr, params_, options_.keep_gradients);
   co.lower = !cuda;  // the CUDA executor lowers the fused graph itself
+  // train.activation_checkpointing (built-in families: their parameter names
+  // give the blocks).
+  if (const std::string& ac = tr.activation_checkpointing();
+      (ac == "blocks" || ac == "selective") && spec_.model().family() != "onnx") {
+    co.checkpoint_blocks = models::BlockOfParameter;
+    co.checkpoint_selective = ac == "selective";
+  }
   if (single()) {
     auto train = compiler::Compile(model.train_forward, co);
     if (!train.ok()) return Annotate(train.status(), "compiling the training step");

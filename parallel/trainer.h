@@ -79,7 +79,11 @@ struct TrainerModel {
 };
 
 // A built-in family's graphs (compiler/models: gpt, llama) for spec.model and
-// train.batch_size. An imported model's come from runtime/train/job_model.h.
+// train.batch_size; the training graph with model.dropout (its masks keyed by
+// train.seed and the step input AdamW shares), the evaluation graph without.
+// With train.activation_checkpointing the trainer compiles the training step
+// with block recomputation (compiler/passes/checkpointing.h). An imported
+// model's graphs come from runtime/train/job_model.h.
 absl::StatusOr<TrainerModel> FamilyModel(const v1::JobSpec& spec);
 
 // One step's data: tensors by graph input name ("x", "y" [batch, seq_len]

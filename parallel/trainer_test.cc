@@ -5,10 +5,14 @@
 // AdamW writes parameters and state in place. Run on one thread: SDPA's scratch
 // pool is shared by the worker threads, so with several threads how many
 // buffers it holds depends on scheduling and a later step may still allocate
-// one (docs/perf.md notes this).
+// one (docs/perf.md notes this). Activation checkpointing leaves the
+// parameters bitwise those of a plain run and shrinks the arena.
 #include "parallel/trainer.h"
 
 #include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
 
 #include "base/allocator.h"
 #include "base/rng.h"
@@ -133,6 +137,57 @@ TEST(Trainer, StateIsEveryParameterAndMomentWhole) {
   EXPECT_NE(*before, *after);
   // All-zero weights give uniform logits: the loss is log(vocab).
   EXPECT_NEAR(*after, std::log(64.0), 1e-5);
+}
+
+// train.activation_checkpointing: blocks (selective) recomputes each block's
+// forward ops (the cheap ones) in the backward pass: the parameters after a
+// few steps equal the plain run's bit for bit (dropout included: the clones
+// regenerate its masks), and the memory plan's arena shrinks.
+TEST(Trainer, ActivationCheckpointingKeepsParametersBitwiseAndShrinksTheArena) {
+  for (const char* family : {"gpt", "llama"}) {
+    SCOPED_TRACE(family);
+    v1::JobSpec spec;
+    auto* m = spec.mutable_model();
+    m->set_family(family);
+    m->set_n_layer(3);
+    m->set_n_head(2);
+    m->set_d_model(32);
+    m->set_seq_len(32);
+    m->set_vocab(64);
+    m->set_dropout(0.1f);
+    auto* t = spec.mutable_train();
+    t->set_batch_size(4);
+    t->set_lr(3e-3f);
+    t->set_beta1(0.9f);
+    t->set_beta2(0.95f);
+    t->set_eps(1e-8f);
+    t->set_grad_clip(1.0f);
+    const char* modes[3] = {"none", "blocks", "selective"};
+    std::map<std::string, Tensor> params[3];
+    int64_t arena[3];
+    for (int ac = 0; ac < 3; ++ac) {
+      t->set_activation_checkpointing(modes[ac]);
+      auto trainer = Trainer::Create(spec);
+      ASSERT_TRUE(trainer.ok()) << trainer.status();
+      for (int s = 0; s < 3; ++s) {
+        auto l = (*trainer)->Step(Tokens(4, 32, 64, 10 + s), Tokens(4, 32, 64, 20 + s));
+        ASSERT_TRUE(l.ok()) << l.status();
+      }
+      params[ac] = (*trainer)->Parameters();
+      arena[ac] = (*trainer)->compilation().plan.peak_bytes;
+    }
+    for (int ac = 1; ac < 3; ++ac) {
+      ASSERT_EQ(params[0].size(), params[ac].size());
+      for (const auto& [name, p] : params[0]) {
+        const Tensor& q = params[ac].at(name);
+        ASSERT_EQ(p.numel(), q.numel());
+        EXPECT_EQ(std::memcmp(p.data<float>(), q.data<float>(), sizeof(float) * p.numel()), 0) << modes[ac] << " " << name;
+      }
+      EXPECT_LT(arena[ac], arena[0]) << modes[ac];
+    }
+    std::printf("%s: arena %lld bytes plain, %lld with blocks, %lld selective\n", family,
+                static_cast<long long>(arena[0]), static_cast<long long>(arena[1]), static_cast<long long>(arena[2]));
+  }
 }
 
 }  // namespace

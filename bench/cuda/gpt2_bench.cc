@@ -4,6 +4,7 @@
 //
 //   gpt2_bench --data=DIR [--torch=eager.json,compile.json] [--warmup=5] [--steps=20]
 //              [--f32] [--no-graph] [--small] [--attention=dispatch|flash] [--no-fusions] [--profile]
+//              [--activation-checkpointing=none|blocks]
 //
 // DIR is what `gpt2_torch.py --init DIR` wrote: weights/ and batches/ in the
 // tensor_dir format, so both sides start from identical weights and train on the
@@ -15,7 +16,9 @@
 // --attention, --no-fusions and --profile set CudaOptions::attention,
 // extra_fusions (false) and profile (eager steps with per-launch times: the
 // tables go to stderr when the executor is destroyed; tokens/s is then not
-// the replayed step's).
+// the replayed step's). --activation-checkpointing=blocks compiles with
+// CompileOptions::checkpoint_blocks (RESULT impl gets "_ckpt"; device_mib
+// shows the smaller arena).
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -42,7 +45,7 @@ struct Flags {
   std::string data;
   std::vector<std::string> torch;
   int warmup = 5, steps = 20;
-  bool f32 = false, graph = true, small = false, flash = false, fusions = true, profile = false;
+  bool f32 = false, graph = true, small = false, flash = false, fusions = true, profile = false, checkpoint = false;
   double loss_tol = 2e-2;
 };
 
@@ -65,6 +68,8 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
     else if (a == "--attention=dispatch") f->flash = false;
     else if (a == "--no-fusions") f->fusions = false;
     else if (a == "--profile") f->profile = true;
+    else if (a == "--activation-checkpointing=blocks") f->checkpoint = true;
+    else if (a == "--activation-checkpointing=none") f->checkpoint = false;
     else {
       std::fprintf(stderr, "gpt2_bench: unknown flag '%s'\n", argv[i]);
       return false;
@@ -96,6 +101,7 @@ absl::Status Run(const Flags& f) {
   adam.beta1 = 0.9; adam.beta2 = 0.95; adam.eps = 1e-8; adam.weight_decay = 0.1; adam.max_norm = 1.0;
   adam.decays = [decays](const std::string& n) { auto it = decays.find(n); return it != decays.end() && it->second; };
   co.adamw = adam;
+  if (f.checkpoint) co.checkpoint_blocks = models::BlockOfParameter;  // compiler/passes/checkpointing.h
   auto t0 = std::chrono::steady_clock::now();
   LOOM_ASSIGN_OR_RETURN(compiler::Compilation c, compiler::Compile(forward, co));
   const compiler::Graph& g = c.stages.at("fused");
@@ -155,8 +161,8 @@ absl::Status Run(const Flags& f) {
   double tps = tokens / dt;
   double n = static_cast<double>(models::NumParameters(params));
   double flops_tok = 6 * n + 12.0 * spec.n_layer() * spec.d_model() * T;
-  std::printf("RESULT impl=loom_%s%s tokens_per_s=%.0f ms_per_step=%.2f mfu=%.3f params=%.0f compile_s=%.1f device_mib=%.0f\n",
-              f.f32 ? "f32" : "bf16", f.graph ? "_graph" : "", tps, 1e3 * dt / f.steps, tps * flops_tok / 989e12, n,
+  std::printf("RESULT impl=loom_%s%s%s tokens_per_s=%.0f ms_per_step=%.2f mfu=%.3f params=%.0f compile_s=%.1f device_mib=%.0f\n",
+              f.f32 ? "f32" : "bf16", f.graph ? "_graph" : "", f.checkpoint ? "_ckpt" : "", tps, 1e3 * dt / f.steps, tps * flops_tok / 989e12, n,
               compile_s, exec->device_bytes() / 1048576.0);
   // What attention ran (the SDPA dispatcher's pick per shape, when it ran).
   for (absl::string_view line : absl::StrSplit(exec->Describe(), '\n'))

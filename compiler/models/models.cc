@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/rng.h"
 #include "base/status.h"
@@ -71,6 +73,32 @@ class B {
 };
 
 }  // namespace
+
+BuildOptions TrainingOptions(const v1::JobSpec& spec) {
+  BuildOptions o;
+  o.batch = spec.train().batch_size();
+  o.dropout = spec.model().dropout();
+  o.dropout_seed = spec.train().seed();
+  return o;
+}
+
+int BlockOfParameter(const std::string& name) {
+  for (absl::string_view prefix : {"h.", "layers."}) {
+    if (!absl::StartsWith(name, prefix)) continue;
+    const size_t dot = name.find('.', prefix.size());
+    int block = -1;
+    if (dot != std::string::npos && absl::SimpleAtoi(name.substr(prefix.size(), dot - prefix.size()), &block))
+      return block;
+  }
+  return -1;
+}
+
+uint64_t DropoutSeed(uint64_t seed, int64_t site) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(site) + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
 
 absl::StatusOr<std::vector<ParamInfo>> Parameters(const v1::ModelSpec& spec) {
   LOOM_RETURN_IF_ERROR(CheckSpec(spec));
@@ -152,10 +180,19 @@ absl::StatusOr<Graph> BuildForward(const v1::ModelSpec& spec, const BuildOptions
     return b.Op("add", {m, b.P(bias)});
   };
   const Attrs eps{{"eps", d.eps}};
+  if (!(opts.dropout >= 0 && opts.dropout < 1))
+    return absl::InvalidArgumentError(absl::StrCat("model.dropout: must be in [0, 1), got ", opts.dropout));
+  const int step = opts.dropout > 0 ? g.AddInput("step", {DType::kF32, {}}) : -1;
+  auto drop = [&](int v, int64_t site) -> absl::StatusOr<int> {
+    if (step < 0) return v;
+    const Attrs a{{"p", opts.dropout}, {"seed", static_cast<int64_t>(DropoutSeed(opts.dropout_seed, site))}};
+    return b.Op("dropout", {v, step}, a);
+  };
   int h;
   if (spec.family() == "gpt") {
     LOOM_ASSIGN_OR_RETURN(int tok, b.Op("embedding", {b.P("wte"), x}));
-    LOOM_ASSIGN_OR_RETURN(h, b.Op("add", {tok, b.P("wpe")}));
+    LOOM_ASSIGN_OR_RETURN(int emb, b.Op("add", {tok, b.P("wpe")}));
+    LOOM_ASSIGN_OR_RETURN(h, drop(emb, 0));
     for (int64_t i = 0; i < d.L; ++i) {
       std::string p = absl::StrCat("h.", i, ".");
       LOOM_ASSIGN_OR_RETURN(auto ln1, b.OpN("layernorm", {h, b.P(p + "ln_1.weight"), b.P(p + "ln_1.bias")}, eps));
@@ -168,18 +205,21 @@ absl::StatusOr<Graph> BuildForward(const v1::ModelSpec& spec, const BuildOptions
       LOOM_ASSIGN_OR_RETURN(auto att, b.OpN("sdpa", {part[0], part[1], part[2]}, causal));
       LOOM_ASSIGN_OR_RETURN(int merged, merge(att[0]));
       LOOM_ASSIGN_OR_RETURN(int proj, linear(merged, p + "attn.c_proj.weight", p + "attn.c_proj.bias"));
+      LOOM_ASSIGN_OR_RETURN(proj, drop(proj, 1 + 2 * i));
       LOOM_ASSIGN_OR_RETURN(h, b.Op("add", {h, proj}));
       LOOM_ASSIGN_OR_RETURN(auto ln2, b.OpN("layernorm", {h, b.P(p + "ln_2.weight"), b.P(p + "ln_2.bias")}, eps));
       LOOM_ASSIGN_OR_RETURN(int fc, linear(ln2[0], p + "mlp.c_fc.weight", p + "mlp.c_fc.bias"));
       LOOM_ASSIGN_OR_RETURN(int act, b.Op("gelu", {fc}, {{"approximate", std::string("tanh")}}));
       LOOM_ASSIGN_OR_RETURN(int down, linear(act, p + "mlp.c_proj.weight", p + "mlp.c_proj.bias"));
+      LOOM_ASSIGN_OR_RETURN(down, drop(down, 2 + 2 * i));
       LOOM_ASSIGN_OR_RETURN(h, b.Op("add", {h, down}));
     }
     LOOM_ASSIGN_OR_RETURN(auto lnf, b.OpN("layernorm", {h, b.P("ln_f.weight"), b.P("ln_f.bias")}, eps));
     LOOM_ASSIGN_OR_RETURN(h, b.Op("matmul", {lnf[0], b.P("wte")}, {{"trans_b", true}}));
   } else {
     const Attrs rope{{"theta", d.theta}};
-    LOOM_ASSIGN_OR_RETURN(h, b.Op("embedding", {b.P("tok_embeddings"), x}));
+    LOOM_ASSIGN_OR_RETURN(int emb, b.Op("embedding", {b.P("tok_embeddings"), x}));
+    LOOM_ASSIGN_OR_RETURN(h, drop(emb, 0));
     for (int64_t i = 0; i < d.L; ++i) {
       std::string p = absl::StrCat("layers.", i, ".");
       LOOM_ASSIGN_OR_RETURN(auto n1, b.OpN("rmsnorm", {h, b.P(p + "attention_norm.weight")}, eps));
@@ -196,6 +236,7 @@ absl::StatusOr<Graph> BuildForward(const v1::ModelSpec& spec, const BuildOptions
       LOOM_ASSIGN_OR_RETURN(auto att, b.OpN("sdpa", {q, k, v}, causal));
       LOOM_ASSIGN_OR_RETURN(int merged, merge(att[0]));
       LOOM_ASSIGN_OR_RETURN(int o, linear(merged, p + "attention.wo", ""));
+      LOOM_ASSIGN_OR_RETURN(o, drop(o, 1 + 2 * i));
       LOOM_ASSIGN_OR_RETURN(h, b.Op("add", {h, o}));
       LOOM_ASSIGN_OR_RETURN(auto n2, b.OpN("rmsnorm", {h, b.P(p + "ffn_norm.weight")}, eps));
       LOOM_ASSIGN_OR_RETURN(int g1, linear(n2[0], p + "feed_forward.w1", ""));
@@ -203,6 +244,7 @@ absl::StatusOr<Graph> BuildForward(const v1::ModelSpec& spec, const BuildOptions
       LOOM_ASSIGN_OR_RETURN(int act, b.Op("silu", {g1}));
       LOOM_ASSIGN_OR_RETURN(int gated, b.Op("mul", {act, g3}));
       LOOM_ASSIGN_OR_RETURN(int down, linear(gated, p + "feed_forward.w2", ""));
+      LOOM_ASSIGN_OR_RETURN(down, drop(down, 2 + 2 * i));
       LOOM_ASSIGN_OR_RETURN(h, b.Op("add", {h, down}));
     }
     LOOM_ASSIGN_OR_RETURN(auto nf, b.OpN("rmsnorm", {h, b.P("norm.weight")}, eps));

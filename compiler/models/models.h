@@ -9,7 +9,8 @@
 // tests/parity/gpt_torch.py, linear weights stored [in, out]) and two inputs,
 // "x" and "y" (i32 [batch, seq_len] token ids and next-token targets), and
 // returns the mean cross-entropy loss (f32[]) as output 0 and, when asked, the
-// logits ([batch * seq_len, vocab]) as output 1.
+// logits ([batch * seq_len, vocab]) as output 1. With dropout it also reads
+// "step" (BuildOptions).
 #pragma once
 
 #include <map>
@@ -38,7 +39,37 @@ int64_t NumParameters(const std::vector<ParamInfo>& params);
 struct BuildOptions {
   int64_t batch = 1;
   bool return_logits = false;
+  // Dropout probability in [0, 1) (model.dropout) on the embeddings (after
+  // gpt's position add) and on each residual branch (the attention and MLP
+  // outputs before they are added to the stream); 0 adds no node. With p > 0
+  // the graph reads an f32[] input %step, the optimizer step it shares with
+  // AdamW (compiler/optimizer.h), as every mask's offset: site k's mask is
+  // Philox(DropoutSeed(dropout_seed, k), step) over the element index of the
+  // whole (global) tensor, so a step's masks depend only on the seed, the step
+  // and the batch, never on the process layout, and a restarted run draws the
+  // same ones. Sites: 0 the embeddings, 1 + 2i block i's attention, 2 + 2i its
+  // MLP. Attention probabilities get no dropout (sdpa's mask takes no step
+  // offset). Training graphs only: evaluation builds without it. In a
+  // parallel job the dropout op's sharding rule is replicated
+  // (compiler/spmd/rules.cc), so each site gathers its tensor over dp (and
+  // sequence-parallel tp) and the ops after it run on the whole batch: the
+  // masks are the one-process masks, at the cost of dp's compute split.
+  double dropout = 0;
+  uint64_t dropout_seed = 0;
 };
+
+// A job's training graph: batch train.batch_size, dropout model.dropout
+// seeded by train.seed.
+BuildOptions TrainingOptions(const v1::JobSpec& spec);
+
+// The transformer block a parameter belongs to ("h.3.attn.c_attn.weight",
+// "layers.3.attention.wq": 3), or -1 (embeddings, final norm, output): the
+// blocks of activation checkpointing (compiler/passes/checkpointing.h).
+int BlockOfParameter(const std::string& name);
+
+// The seed of dropout site `site` (see BuildOptions): a bijective mix of
+// (seed, site), so sites draw unrelated masks.
+uint64_t DropoutSeed(uint64_t seed, int64_t site);
 
 absl::StatusOr<compiler::Graph> BuildForward(const v1::ModelSpec& spec, const BuildOptions& opts);
 

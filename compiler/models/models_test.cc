@@ -1,5 +1,11 @@
 #include "compiler/models/models.h"
 
+#include <cmath>
+#include <set>
+
+#include "compiler/autodiff.h"
+#include "compiler/executor.h"
+#include "compiler/ir/text.h"
 #include "gtest/gtest.h"
 
 namespace loom::models {
@@ -58,6 +64,132 @@ TEST(Models, InitIsDeterministic) {
   EXPECT_EQ(a.at("output").ToVector(), b.at("output").ToVector());
   EXPECT_NE(a.at("output").ToVector(), c.at("output").ToVector());
   EXPECT_EQ(a.at("norm.weight").GetDouble(0), 1.0);
+}
+
+
+// Dropout (BuildOptions::dropout): p = 0 adds nothing; p > 0 puts one
+// dropout node per site, each with its own seed, reading the shared %step.
+TEST(ModelsDropout, ZeroBuildsTheSameGraphAndEachSiteHasItsOwnSeed) {
+  for (const char* fam : {"gpt", "llama"}) {
+    auto plain = BuildForward(Spec(fam), {.batch = 2});
+    auto zero = BuildForward(Spec(fam), {.batch = 2, .dropout = 0, .dropout_seed = 9});
+    ASSERT_TRUE(plain.ok() && zero.ok());
+    EXPECT_EQ(compiler::PrintGraph(*plain), compiler::PrintGraph(*zero)) << fam;
+    EXPECT_LT(plain->FindInput("step"), 0);
+    auto dropped = BuildForward(Spec(fam), {.batch = 2, .dropout = 0.1, .dropout_seed = 9});
+    ASSERT_TRUE(dropped.ok()) << dropped.status();
+    const int step = dropped->FindInput("step");
+    ASSERT_GE(step, 0);
+    std::set<int64_t> seeds;
+    for (const compiler::Node& n : dropped->nodes()) {
+      if (n.op != "dropout") continue;
+      EXPECT_DOUBLE_EQ(n.attrs.GetFloat("p", 0), 0.1);
+      EXPECT_EQ(n.inputs.at(1), dropped->inputs()[step].value);
+      seeds.insert(n.attrs.GetInt("seed", 0));
+    }
+    EXPECT_EQ(seeds.size(), 1u + 2 * 2) << fam << ": the embeddings and two sites per block";
+    auto bad = BuildForward(Spec(fam), {.batch = 2, .dropout = 1.0});
+    EXPECT_NE(std::string(bad.status().message()).find("model.dropout"), std::string::npos) << bad.status();
+  }
+}
+
+v1::ModelSpec TinySpec(const std::string& family) {
+  v1::ModelSpec s;
+  s.set_family(family);
+  s.set_n_layer(1);
+  s.set_n_head(2);
+  s.set_d_model(8);
+  s.set_seq_len(4);
+  s.set_vocab(16);
+  s.set_ffn_hidden(16);
+  return s;
+}
+
+// The graph's inputs in order: parameters from InitParameters(seed 1) in
+// `dt`, fixed tokens, and the step.
+std::vector<Tensor> TinyInputs(const compiler::Graph& g, const v1::ModelSpec& spec, double step, DType dt) {
+  auto init = InitParameters(*Parameters(spec), 1);
+  std::vector<Tensor> in;
+  for (const compiler::GraphInput& i : g.inputs()) {
+    const Shape& shape = g.meta(i.value).shape;
+    if (i.name == "x" || i.name == "y") {
+      std::vector<double> ids(static_cast<size_t>(NumElements(shape)));
+      for (size_t e = 0; e < ids.size(); ++e) ids[e] = static_cast<double>((5 * e + (i.name == "y" ? 3 : 0)) % 16);
+      in.push_back(Tensor::FromVector(shape, ids, DType::kI32));
+    } else if (i.name == "step") {
+      in.push_back(Tensor::FromVector({}, {step}, dt));
+    } else {
+      in.push_back(Tensor::FromVector(shape, init.at(i.name).ToVector(), dt));
+    }
+  }
+  return in;
+}
+
+double LossOf(const compiler::Graph& g, const std::vector<Tensor>& in) {
+  auto exec = compiler::Executor::Create(g);
+  EXPECT_TRUE(exec.ok()) << exec.status();
+  auto out = exec->Run(in);
+  EXPECT_TRUE(out.ok()) << out.status();
+  return (*out)[0].GetDouble(0);
+}
+
+// A step's masks are a function of (seed, step): a fresh executor (a restarted
+// process) at the same step computes the same loss bit for bit; another step
+// or another seed draws other masks.
+TEST(ModelsDropout, MasksFollowSeedAndStepOnly) {
+  const v1::ModelSpec spec = TinySpec("gpt");
+  auto g = BuildForward(spec, {.batch = 2, .dropout = 0.3, .dropout_seed = 4});
+  auto other_seed = BuildForward(spec, {.batch = 2, .dropout = 0.3, .dropout_seed = 5});
+  auto plain = BuildForward(spec, {.batch = 2});
+  ASSERT_TRUE(g.ok() && other_seed.ok() && plain.ok());
+  const double at3 = LossOf(*g, TinyInputs(*g, spec, 3, DType::kF32));
+  EXPECT_EQ(at3, LossOf(*g, TinyInputs(*g, spec, 3, DType::kF32)));
+  EXPECT_NE(at3, LossOf(*g, TinyInputs(*g, spec, 4, DType::kF32)));
+  EXPECT_NE(at3, LossOf(*other_seed, TinyInputs(*other_seed, spec, 3, DType::kF32)));
+  EXPECT_NE(at3, LossOf(*plain, TinyInputs(*plain, spec, 3, DType::kF32)));
+}
+
+// Gradients through the dropout sites against central finite differences, in
+// f64 (the f32 graph retyped through its text form), at a fixed step.
+TEST(ModelsDropout, GradientsMatchFiniteDifferences) {
+  for (const char* fam : {"gpt", "llama"}) {
+    SCOPED_TRACE(fam);
+    const v1::ModelSpec spec = TinySpec(fam);
+    auto g32 = BuildForward(spec, {.batch = 2, .dropout = 0.3, .dropout_seed = 11});
+    ASSERT_TRUE(g32.ok()) << g32.status();
+    std::string text = compiler::PrintGraph(*g32);
+    for (size_t p; (p = text.find("f32")) != std::string::npos;) text.replace(p, 3, "f64");
+    for (size_t p = 0; (p = text.find("= sdpa(", p)) != std::string::npos; ++p)  // its lse stays f32
+      text.replace(text.rfind("f64", text.find('\n', p)), 3, "f32");
+    auto g = compiler::ParseGraph(text);
+    ASSERT_TRUE(g.ok()) << g.status();
+    auto j = compiler::BuildJointGraph(*g);
+    ASSERT_TRUE(j.ok()) << j.status();
+    std::vector<Tensor> in = TinyInputs(*g, spec, 7, DType::kF64);
+    auto joint = compiler::Executor::Create(j->graph);
+    ASSERT_TRUE(joint.ok()) << joint.status();
+    auto outs = joint->Run(in);
+    ASSERT_TRUE(outs.ok()) << outs.status();
+    auto forward = compiler::Executor::Create(*g);
+    ASSERT_TRUE(forward.ok());
+    auto loss_at = [&] { return (*forward->Run(in))[0].GetDouble(0); };
+    int checked = 0;
+    for (size_t p = 0; p < j->wrt_inputs.size(); ++p) {
+      const int k = j->wrt_inputs[p];
+      const Tensor& grad = (*outs)[static_cast<size_t>(j->num_forward_outputs) + p];
+      for (int64_t e = 0; e < in[k].numel(); e += 7, ++checked) {
+        const double h = 1e-5, x0 = in[k].GetDouble(e);
+        in[k].SetDouble(e, x0 + h);
+        const double up = loss_at();
+        in[k].SetDouble(e, x0 - h);
+        const double down = loss_at();
+        in[k].SetDouble(e, x0);
+        const double fd = (up - down) / (2 * h), an = grad.GetDouble(e);
+        EXPECT_NEAR(an, fd, 1e-8 + 1e-6 * std::abs(fd)) << g->inputs()[k].name << "[" << e << "]";
+      }
+    }
+    EXPECT_GT(checked, 100);
+  }
 }
 
 }  // namespace

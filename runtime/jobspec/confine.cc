@@ -10,6 +10,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "base/echo.h"
 #include "base/status.h"
 #include "absl/strings/str_join.h"
 
@@ -35,17 +36,17 @@ absl::Status ValidateJobName(const std::string& field, const std::string& name) 
   for (size_t i = 0; ok && i < name.size(); ++i) ok = IsNameChar(name[i], i == 0);
   if (ok) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(field, ": must match [a-z0-9][a-z0-9._-]{0,62} (a folder name), got '",
-                                                 name.substr(0, 80), name.size() > 80 ? "...'" : "'"));
+                                                 EchoValue(name), "'"));
 }
 
 absl::StatusOr<std::string> ResolvePath(const std::string& field, const std::string& path) {
   fs::path p(path);
   for (const fs::path& part : p) {
-    if (part == "..") return absl::InvalidArgumentError(absl::StrCat(field, ": '..' is not allowed (got ", path, ")"));
+    if (part == "..") return absl::InvalidArgumentError(absl::StrCat(field, ": '..' is not allowed (got ", EchoValue(path), ")"));
   }
   std::error_code ec;
   fs::path prefix = (p.is_absolute() ? p : fs::current_path(ec) / p).lexically_normal();
-  if (ec) return absl::InvalidArgumentError(absl::StrCat(field, ": cannot resolve '", path, "': ", ec.message()));
+  if (ec) return absl::InvalidArgumentError(absl::StrCat(field, ": cannot resolve '", EchoValue(path), "': ", ec.message()));
   if (prefix.has_filename() == false && prefix != prefix.root_path()) prefix = prefix.parent_path();  // "a/b/"
   fs::path rest;
   for (;;) {
@@ -54,11 +55,11 @@ absl::StatusOr<std::string> ResolvePath(const std::string& field, const std::str
     const int err = errno;
     struct stat sb;
     if (::lstat(prefix.c_str(), &sb) == 0) {  // it exists, yet does not resolve: a dangling or looping link
-      return absl::InvalidArgumentError(absl::StrCat(field, ": cannot resolve '", prefix.string(), "' in '", path,
+      return absl::InvalidArgumentError(absl::StrCat(field, ": cannot resolve '", EchoValue(prefix.string()), "' in '", EchoValue(path),
                                                      "': ", std::strerror(err)));
     }
     if (prefix == prefix.root_path() || !prefix.has_parent_path()) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ": cannot resolve '", path, "'"));
+      return absl::InvalidArgumentError(absl::StrCat(field, ": cannot resolve '", EchoValue(path), "'"));
     }
     rest = rest.empty() ? prefix.filename() : prefix.filename() / rest;
     prefix = prefix.parent_path();
@@ -73,9 +74,9 @@ absl::Status ConfinePath(const std::string& field, const std::string& path, cons
     absl::StatusOr<std::string> r = ResolvePath("allowed root", root);
     if (r.ok() && Within(*real, *r)) return absl::OkStatus();
   }
-  return absl::InvalidArgumentError(absl::StrCat(field, ": '", path, "' is outside the allowed roots (",
+  return absl::InvalidArgumentError(absl::StrCat(field, ": '", EchoValue(path), "' is outside the allowed roots (",
                                                  absl::StrJoin(roots, ", "), ")",
-                                                 *real == path ? "" : absl::StrCat("; it resolves to ", *real)));
+                                                 *real == path ? "" : absl::StrCat("; it resolves to ", EchoValue(*real))));
 }
 
 absl::Status ConfineDataPath(const std::string& field, const std::string& path, const std::vector<std::string>& roots) {

@@ -3,14 +3,18 @@
 #include <glob.h>
 #include <yaml-cpp/yaml.h>
 
+#include <cmath>
 #include <filesystem>
+#include <map>
 #include <fstream>
 #include <sstream>
 #include <tuple>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/echo.h"
 #include "base/status.h"
+#include "compiler/schedule.h"
 #include "parallel/parallel_check.h"
 #include "runtime/data/tokenizer.h"
 #include "google/protobuf/descriptor.h"
@@ -25,55 +29,182 @@ std::string Join(const std::string& prefix, const std::string& key) {
   return prefix.empty() ? key : absl::StrCat(prefix, ".", key);
 }
 
-absl::Status Bad(const std::string& path, absl::string_view what, const std::string& value) {
-  return absl::InvalidArgumentError(absl::StrCat(path, ": expected ", what, ", got '", value, "'"));
+// " (line L, column C)" of a node in the document (1-based), or "" when the
+// node carries no position.
+std::string At(const YAML::Node& n) {
+  const YAML::Mark m = n.Mark();
+  if (m.is_null()) return "";
+  return absl::StrCat(" (line ", m.line + 1, ", column ", m.column + 1, ")");
+}
+
+absl::Status Bad(const std::string& path, absl::string_view what, const std::string& value, const YAML::Node& n) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(path, ": expected ", what, ", got '", EchoValue(value), "'", At(n)));
+}
+
+// A key that appears twice in one mapping (yaml-cpp keeps both).
+absl::Status CheckDuplicateKeys(const YAML::Node& map, const std::string& path) {
+  std::map<std::string, YAML::Node> seen;
+  for (const auto& kv : map) {
+    if (!kv.first.IsScalar())
+      return absl::InvalidArgumentError(
+          absl::StrCat(path.empty() ? "job spec" : path, ": a key must be a plain string", At(kv.first)));
+    auto [it, fresh] = seen.emplace(kv.first.Scalar(), kv.first);
+    if (!fresh)
+      return absl::InvalidArgumentError(absl::StrCat(Join(path, EchoValue(kv.first.Scalar())), ": duplicate key",
+                                                     At(kv.first), "; first given", At(it->second)));
+  }
+  return absl::OkStatus();
+}
+
+// The numeric fields' ranges (after defaults). `zero_is_default`: the field
+// has a default that a 0 stands for over the API (proto3 cannot tell 0 from
+// absent); in YAML an explicit 0 there is an error rather than the default.
+struct Range {
+  const char* path;
+  double lo, hi;
+  bool lo_open;          // (lo, hi] rather than [lo, hi]
+  bool zero_is_default;
+};
+constexpr double kE9 = 1e9;
+constexpr Range kRanges[] = {
+    {"model.n_layer", 1, kMaxLayers, false, true},
+    {"model.n_head", 1, kMaxHeads, false, true},
+    {"model.n_kv_head", 1, kMaxHeads, false, true},
+    {"model.d_model", 1, 65536, false, true},
+    {"model.seq_len", 1, 1 << 20, false, true},
+    {"model.vocab", 1, 1 << 24, false, true},
+    {"model.ffn_hidden", 1, 1 << 18, false, true},
+    {"model.rope_theta", 0, kE9, true, true},
+    {"model.norm_eps", 0, 1, true, true},
+    {"data.bigram.max_mib", 0, 1 << 20, false, true},      // 0 (absent): 64
+    {"data.bigram.max_tokens", 0, 1e12, false, true},      // 0 (absent): 16777216
+    {"train.steps", 1, kE9, false, true},
+    {"train.batch_size", 1, 1 << 20, false, true},
+    {"train.lr", 0, 10, true, true},
+    {"train.weight_decay", 0, 10, false, false},
+    {"train.beta1", 0, 0.999999, true, true},
+    {"train.beta2", 0, 0.999999, true, true},
+    {"train.eps", 0, 1, true, true},
+    {"train.grad_clip", 0, 1e6, false, false},
+    {"train.warmup_steps", 0, kE9, false, false},
+    {"train.eval_every", 1, kE9, false, true},
+    {"train.eval_batches", 1, 1e6, false, true},
+    {"train.log_every", 1, kE9, false, true},
+    {"train.sample_tokens", 0, 1 << 20, false, true},      // 0 (absent): 200
+    {"parallel.dp", 1, kMaxRanks, false, true},
+    {"parallel.tp", 1, kMaxTp, false, true},               // tp: auto is checked by the planner
+    // parallel.zero_stage: parallel::ValidateParallelSection
+    {"checkpoint.every", 0, kE9, false, false},
+    {"checkpoint.keep", 0, 1e6, false, true},              // 0 (absent): 3
+    {"max_restarts", 0, 1000, false, false},
+    {"priority", -1000, 1000, false, false},
+};
+
+// The field at a dotted path of JobSpec, and the message holding it.
+const pb::FieldDescriptor* FieldAt(const pb::Message& root, const std::string& path, const pb::Message** holder) {
+  const pb::Message* m = &root;
+  size_t start = 0;
+  for (;;) {
+    const size_t dot = path.find('.', start);
+    const pb::FieldDescriptor* f = m->GetDescriptor()->FindFieldByName(path.substr(start, dot - start));
+    if (f == nullptr) return nullptr;
+    if (dot == std::string::npos) {
+      *holder = m;
+      return f;
+    }
+    if (f->cpp_type() != pb::FieldDescriptor::CPPTYPE_MESSAGE) return nullptr;
+    m = &m->GetReflection()->GetMessage(*m, f);
+    start = dot + 1;
+  }
+}
+
+double NumberOf(const pb::Message& m, const pb::FieldDescriptor* f) {
+  const pb::Reflection* r = m.GetReflection();
+  switch (f->cpp_type()) {
+    case pb::FieldDescriptor::CPPTYPE_INT32: return r->GetInt32(m, f);
+    case pb::FieldDescriptor::CPPTYPE_INT64: return static_cast<double>(r->GetInt64(m, f));
+    case pb::FieldDescriptor::CPPTYPE_UINT32: return r->GetUInt32(m, f);
+    case pb::FieldDescriptor::CPPTYPE_UINT64: return static_cast<double>(r->GetUInt64(m, f));
+    case pb::FieldDescriptor::CPPTYPE_FLOAT: return r->GetFloat(m, f);
+    case pb::FieldDescriptor::CPPTYPE_DOUBLE: return r->GetDouble(m, f);
+    default: return 0;
+  }
+}
+
+// A whole number in full ("1000000000"), anything else as StrCat prints it.
+std::string Num(double x) {
+  if (std::floor(x) == x && std::fabs(x) < 9e15) return absl::StrCat(static_cast<int64_t>(x));
+  return absl::StrCat(x);
+}
+
+std::string RangeText(const Range& r) {
+  return absl::StrCat("must be in ", r.lo_open ? "(" : "[", Num(r.lo), ", ", Num(r.hi), "]");
+}
+
+// An explicit 0 where 0 would stand for the default (or is invalid): an
+// error naming the field, so that `steps: 0` is not read as 300 steps.
+absl::Status CheckExplicitZero(const pb::Message& msg, const pb::FieldDescriptor* f, const YAML::Node& node,
+                               const std::string& path) {
+  if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_STRING || f->cpp_type() == pb::FieldDescriptor::CPPTYPE_BOOL ||
+      NumberOf(msg, f) != 0)
+    return absl::OkStatus();
+  if (path == "data.val_fraction" || path == "data.mlm.rate")
+    return absl::InvalidArgumentError(absl::StrCat(path, ": must be in (0, 1], got 0", At(node),
+                                                   "; leave the key out for the default"));
+  for (const Range& r : kRanges) {
+    if (r.zero_is_default && path == r.path)
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", RangeText(r), ", got 0", At(node),
+                                                     "; leave the key out for the default"));
+  }
+  return absl::OkStatus();
 }
 
 absl::Status SetScalar(pb::Message& msg, const pb::FieldDescriptor* f, const YAML::Node& node,
                        const std::string& path) {
-  if (!node.IsScalar()) return absl::InvalidArgumentError(absl::StrCat(path, ": expected a scalar value"));
+  if (!node.IsScalar()) return absl::InvalidArgumentError(absl::StrCat(path, ": expected a scalar value", At(node)));
   const std::string v = node.Scalar();
   const pb::Reflection* r = msg.GetReflection();
   switch (f->cpp_type()) {
     case pb::FieldDescriptor::CPPTYPE_INT32: {
       int32_t x;
-      if (!absl::SimpleAtoi(v, &x)) return Bad(path, "an integer", v);
+      if (!absl::SimpleAtoi(v, &x)) return Bad(path, "an integer", v, node);
       r->SetInt32(&msg, f, x);
       break;
     }
     case pb::FieldDescriptor::CPPTYPE_INT64: {
       int64_t x;
-      if (!absl::SimpleAtoi(v, &x)) return Bad(path, "an integer", v);
+      if (!absl::SimpleAtoi(v, &x)) return Bad(path, "an integer", v, node);
       r->SetInt64(&msg, f, x);
       break;
     }
     case pb::FieldDescriptor::CPPTYPE_UINT64: {
       uint64_t x;
-      if (!absl::SimpleAtoi(v, &x)) return Bad(path, "a non-negative integer", v);
+      if (!absl::SimpleAtoi(v, &x)) return Bad(path, "a non-negative integer", v, node);
       r->SetUInt64(&msg, f, x);
       break;
     }
     case pb::FieldDescriptor::CPPTYPE_UINT32: {
       uint32_t x;
-      if (!absl::SimpleAtoi(v, &x)) return Bad(path, "a non-negative integer", v);
+      if (!absl::SimpleAtoi(v, &x)) return Bad(path, "a non-negative integer", v, node);
       r->SetUInt32(&msg, f, x);
       break;
     }
     case pb::FieldDescriptor::CPPTYPE_FLOAT: {
       float x;
-      if (!absl::SimpleAtof(v, &x)) return Bad(path, "a number", v);
+      if (!absl::SimpleAtof(v, &x)) return Bad(path, "a number", v, node);
       r->SetFloat(&msg, f, x);
       break;
     }
     case pb::FieldDescriptor::CPPTYPE_DOUBLE: {
       double x;
-      if (!absl::SimpleAtod(v, &x)) return Bad(path, "a number", v);
+      if (!absl::SimpleAtod(v, &x)) return Bad(path, "a number", v, node);
       r->SetDouble(&msg, f, x);
       break;
     }
     case pb::FieldDescriptor::CPPTYPE_BOOL: {
       bool x;
-      if (!absl::SimpleAtob(v, &x)) return Bad(path, "true or false", v);
+      if (!absl::SimpleAtob(v, &x)) return Bad(path, "true or false", v, node);
       r->SetBool(&msg, f, x);
       break;
     }
@@ -81,7 +212,7 @@ absl::Status SetScalar(pb::Message& msg, const pb::FieldDescriptor* f, const YAM
       r->SetString(&msg, f, v);
       break;
     default:
-      return absl::InvalidArgumentError(absl::StrCat(path, ": unsupported field type"));
+      return absl::InvalidArgumentError(absl::StrCat(path, ": unsupported field type", At(node)));
   }
   return absl::OkStatus();
 }
@@ -93,15 +224,18 @@ absl::Status FillTpPlan(v1::ParallelSpec& p, const YAML::Node& node) {
   if (node.IsNull()) return absl::OkStatus();
   if (!node.IsMap())
     return absl::InvalidArgumentError(
-        "parallel.tp_plan: expected a mapping of parameter-name patterns to styles, e.g. "
-        "{\"h.*.attn.qkv.weight\": colwise}");
+        absl::StrCat("parallel.tp_plan: expected a mapping of parameter-name patterns to styles, e.g. "
+                     "{\"h.*.attn.qkv.weight\": colwise}",
+                     At(node)));
   for (const auto& kv : node) {
     if (!kv.first.IsScalar() || !kv.second.IsScalar())
-      return absl::InvalidArgumentError("parallel.tp_plan: expected pattern: style pairs of plain strings");
+      return absl::InvalidArgumentError(
+          absl::StrCat("parallel.tp_plan: expected pattern: style pairs of plain strings", At(kv.first)));
     const std::string pattern = kv.first.Scalar();
-    for (const auto& r : p.tp_plan())
-      if (r.pattern() == pattern)
-        return absl::InvalidArgumentError(absl::StrCat("parallel.tp_plan: pattern '", pattern, "' appears twice"));
+    for (int i = 0; i < p.tp_plan_size(); ++i)
+      if (p.tp_plan(i).pattern() == pattern)
+        return absl::InvalidArgumentError(absl::StrCat("parallel.tp_plan: pattern '", EchoValue(pattern),
+                                                       "' appears twice", At(kv.first)));
     v1::TpRule* r = p.add_tp_plan();
     r->set_pattern(pattern);
     r->set_style(kv.second.Scalar());
@@ -112,22 +246,25 @@ absl::Status FillTpPlan(v1::ParallelSpec& p, const YAML::Node& node) {
 absl::Status FillMessage(pb::Message& msg, const YAML::Node& node, const std::string& path) {
   if (!node.IsMap())
     return absl::InvalidArgumentError(
-        absl::StrCat(path.empty() ? "job spec" : path, ": expected a mapping of keys to values"));
+        absl::StrCat(path.empty() ? "job spec" : path, ": expected a mapping of keys to values", At(node)));
+  LOOM_RETURN_IF_ERROR(CheckDuplicateKeys(node, path));
   const pb::Descriptor* d = msg.GetDescriptor();
   for (const auto& kv : node) {
-    const std::string key = kv.first.as<std::string>();
+    const std::string key = kv.first.Scalar();
     const std::string kpath = Join(path, key);
     const pb::FieldDescriptor* f = d->FindFieldByName(key);
     if (f == nullptr) {
       std::string known;
       for (int i = 0; i < d->field_count(); ++i) absl::StrAppend(&known, i ? ", " : "", d->field(i)->name());
-      return absl::InvalidArgumentError(absl::StrCat("unknown key '", kpath, "' (known keys here: ", known, ")"));
+      return absl::InvalidArgumentError(absl::StrCat("unknown key '", Join(path, EchoValue(key)), "'", At(kv.first),
+                                                     " (known keys here: ", known, ")"));
     }
     if (kpath == "parallel.tp_plan") {
       LOOM_RETURN_IF_ERROR(FillTpPlan(static_cast<v1::ParallelSpec&>(msg), kv.second));
       continue;
     }
-    if (f->is_repeated()) return absl::InvalidArgumentError(absl::StrCat(kpath, ": lists are not supported"));
+    if (f->is_repeated())
+      return absl::InvalidArgumentError(absl::StrCat(kpath, ": lists are not supported", At(kv.second)));
     if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
       if (kv.second.IsNull()) continue;
       LOOM_RETURN_IF_ERROR(FillMessage(*msg.GetReflection()->MutableMessage(&msg, f), kv.second, kpath));
@@ -138,6 +275,7 @@ absl::Status FillMessage(pb::Message& msg, const YAML::Node& node, const std::st
         continue;
       }
       LOOM_RETURN_IF_ERROR(SetScalar(msg, f, kv.second, kpath));
+      LOOM_RETURN_IF_ERROR(CheckExplicitZero(msg, f, kv.second, kpath));
     }
   }
   return absl::OkStatus();
@@ -175,7 +313,7 @@ void EmitMessage(YAML::Emitter& out, const pb::Message& msg) {
 
 absl::Status Field(bool ok, const std::string& key, const std::string& value, absl::string_view why) {
   if (ok) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(key, ": ", why, " (got ", value, ")"));
+  return absl::InvalidArgumentError(absl::StrCat(key, ": ", why, " (got ", EchoValue(value), ")"));
 }
 
 // model.onnx and its loss: the file exists; the loss fields name known
@@ -292,7 +430,59 @@ absl::Status ValidateDataSection(const v1::JobSpec& s) {
   return absl::OkStatus();
 }
 
+absl::Status CheckRanges(const v1::JobSpec& s) {
+  for (const Range& r : kRanges) {
+    if (absl::string_view(r.path) == "parallel.tp" && s.parallel().tp_auto()) continue;
+    const pb::Message* holder = nullptr;
+    const pb::FieldDescriptor* f = FieldAt(s, r.path, &holder);
+    if (f == nullptr) return absl::InternalError(absl::StrCat("job spec range table: no field ", r.path));
+    const double v = NumberOf(*holder, f);
+    const bool ok = (r.lo_open ? v > r.lo : v >= r.lo) && v <= r.hi;  // false for NaN
+    LOOM_RETURN_IF_ERROR(Field(ok, r.path, Num(v), RangeText(r)));
+  }
+  return absl::OkStatus();
+}
+
+// Products of sizes, in int64 (each factor is bounded above, so none
+// overflows): the world size and the parameter count.
+absl::Status CheckProducts(const v1::JobSpec& s) {
+  const auto& p = s.parallel();
+  const int64_t world = int64_t{p.dp()} * std::max<int64_t>(1, p.tp());
+  LOOM_RETURN_IF_ERROR(Field(world <= kMaxRanks, "parallel.dp", absl::StrCat("dp=", p.dp(), ", tp=", p.tp()),
+                             absl::StrCat("dp x tp must be at most ", kMaxRanks, " ranks")));
+  const auto& m = s.model();
+  if (m.family() == "onnx") return absl::OkStatus();
+  const int64_t c = m.d_model(), L = m.n_layer(), ffn = m.ffn_hidden(), v = m.vocab();
+  const int64_t kv = c / m.n_head() * m.n_kv_head();
+  const int64_t params = v * c + int64_t{m.seq_len()} * c + L * (2 * c * c + 2 * c * kv + 3 * c * ffn);
+  LOOM_RETURN_IF_ERROR(Field(params <= kMaxParameters, "model", absl::StrCat(params, " parameters"),
+                             absl::StrCat("the model may have at most ", kMaxParameters, " parameters")));
+  return absl::OkStatus();
+}
+
+absl::Status CheckStringSizes(const pb::Message& msg, const std::string& path) {
+  const pb::Reflection* r = msg.GetReflection();
+  std::vector<const pb::FieldDescriptor*> fields;
+  r->ListFields(msg, &fields);
+  for (const pb::FieldDescriptor* f : fields) {
+    const std::string fpath = Join(path, f->name());
+    if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_MESSAGE) {
+      const int n = f->is_repeated() ? r->FieldSize(msg, f) : 1;
+      for (int i = 0; i < n; ++i)
+        LOOM_RETURN_IF_ERROR(CheckStringSizes(f->is_repeated() ? r->GetRepeatedMessage(msg, f, i) : r->GetMessage(msg, f),
+                                              f->is_repeated() ? absl::StrCat(fpath, "[", i, "]") : fpath));
+    } else if (f->cpp_type() == pb::FieldDescriptor::CPPTYPE_STRING && !f->is_repeated()) {
+      const std::string v = r->GetString(msg, f);
+      LOOM_RETURN_IF_ERROR(Field(v.size() <= kMaxStringBytes, fpath, v,
+                                 absl::StrCat("longer than ", kMaxStringBytes, " bytes")));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::Status ValidateStringSizes(const v1::JobSpec& spec) { return CheckStringSizes(spec, ""); }
 
 absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml) {
   YAML::Node root;
@@ -300,14 +490,15 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml) {
     root = YAML::Load(std::string(yaml));
   } catch (const YAML::Exception& e) {
     return absl::InvalidArgumentError(absl::StrCat("malformed YAML at line ", e.mark.line + 1, ", column ",
-                                                   e.mark.column + 1, ": ", e.msg));
+                                                   e.mark.column + 1, ": ", EchoValue(e.msg)));
   }
   v1::JobSpec spec;
   if (root.IsNull()) return absl::InvalidArgumentError("job spec is empty");
   try {
     LOOM_RETURN_IF_ERROR(FillMessage(spec, root, ""));
   } catch (const YAML::Exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("malformed YAML at line ", e.mark.line + 1, ": ", e.msg));
+    return absl::InvalidArgumentError(absl::StrCat("malformed YAML at line ", e.mark.line + 1, ", column ",
+                                                   e.mark.column + 1, ": ", EchoValue(e.msg)));
   }
   return spec;
 }
@@ -349,6 +540,7 @@ void ApplyDefaults(v1::JobSpec& s) {
   if (t->eval_batches() == 0) t->set_eval_batches(8);
   if (t->log_every() == 0) t->set_log_every(10);
   if (t->precision().empty()) t->set_precision("f32");
+  if (!t->has_sample_tokens()) t->set_sample_tokens(200);
   auto* p = s.mutable_parallel();
   if (p->dp() == 0) p->set_dp(1);
   if (p->tp() == 0 && !p->tp_auto()) p->set_tp(1);
@@ -358,6 +550,8 @@ void ApplyDefaults(v1::JobSpec& s) {
 }
 
 absl::Status ValidateJobSpec(const v1::JobSpec& s) {
+  LOOM_RETURN_IF_ERROR(ValidateStringSizes(s));
+  LOOM_RETURN_IF_ERROR(CheckRanges(s));
   const auto& m = s.model();
   auto str = [](auto v) { return absl::StrCat(v); };
   LOOM_RETURN_IF_ERROR(Field(m.family() == "gpt" || m.family() == "llama" || m.family() == "onnx", "model.family",
@@ -374,6 +568,12 @@ absl::Status ValidateJobSpec(const v1::JobSpec& s) {
                              str(m.d_model()), "llama needs an even head dimension for RoPE"));
   LOOM_RETURN_IF_ERROR(Field(m.seq_len() > 0, "model.seq_len", str(m.seq_len()), "must be positive"));
   LOOM_RETURN_IF_ERROR(Field(m.vocab() > 0, "model.vocab", str(m.vocab()), "must be positive"));
+  LOOM_RETURN_IF_ERROR(Field(m.dropout() >= 0 && m.dropout() < 1, "model.dropout", str(m.dropout()),
+                             "must be in [0, 1)"));
+  LOOM_RETURN_IF_ERROR(Field(m.dropout() == 0 || m.family() != "onnx", "model.dropout", str(m.dropout()),
+                             "applies to the built-in families (gpt, llama); an ONNX model's own Dropout nodes apply"));
+  LOOM_RETURN_IF_ERROR(Field(m.dropout() == 0 || s.device() != "cuda", "model.dropout", str(m.dropout()),
+                             "device: cuda runs no dropout op yet (use device: cpu or model.dropout: 0)"));
   LOOM_RETURN_IF_ERROR(ValidateDataSection(s));
   if (!s.init_from().empty()) {
     std::error_code ec;
@@ -384,11 +584,23 @@ absl::Status ValidateJobSpec(const v1::JobSpec& s) {
   LOOM_RETURN_IF_ERROR(Field(t.steps() > 0, "train.steps", str(t.steps()), "must be positive"));
   LOOM_RETURN_IF_ERROR(Field(t.batch_size() > 0, "train.batch_size", str(t.batch_size()), "must be positive"));
   LOOM_RETURN_IF_ERROR(Field(t.lr() > 0, "train.lr", str(t.lr()), "must be positive"));
+  LOOM_RETURN_IF_ERROR(compiler::ValidateSchedule(t));
+  const std::string& ac = t.activation_checkpointing();
+  LOOM_RETURN_IF_ERROR(Field(ac.empty() || ac == "none" || ac == "blocks" || ac == "selective",
+                             "train.activation_checkpointing", ac, "expected none, blocks or selective"));
+  LOOM_RETURN_IF_ERROR(Field(ac.empty() || ac == "none" || m.family() != "onnx", "train.activation_checkpointing", ac,
+                             "applies to the built-in families (gpt, llama)"));
+  LOOM_RETURN_IF_ERROR(
+      Field(t.sample_tokens() >= 0, "train.sample_tokens", str(t.sample_tokens()), "must not be negative (0: no sample)"));
   LOOM_RETURN_IF_ERROR(Field(t.precision() == "f32" || t.precision() == "bf16", "train.precision",
                              t.precision(), "expected f32 or bf16"));
   LOOM_RETURN_IF_ERROR(parallel::ValidateParallelSection(s));
+  LOOM_RETURN_IF_ERROR(CheckProducts(s));
   LOOM_RETURN_IF_ERROR(Field(s.device() == "cpu" || s.device() == "cuda", "device", s.device(),
                              "expected cpu or cuda"));
+  LOOM_RETURN_IF_ERROR(Field(t.precision() != "bf16" || s.device() == "cuda", "train.precision", t.precision(),
+                             absl::StrCat("bf16 runs on device: cuda only; device: ", s.device(),
+                                          " trains in f32 (set train.precision: f32)")));
   // A tokenizer other than the default bytes one is loaded and checked
   // against the model here, so a bad one fails before anything starts.
   if (s.data().tokenizer().ByteSizeLong() > 0) LOOM_RETURN_IF_ERROR(data::LoadJobTokenizer(s).status());

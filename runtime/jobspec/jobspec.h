@@ -1,15 +1,24 @@
 // Job specifications written as YAML.
 //
 // ParseJobSpecYaml maps a YAML document onto loom.v1.JobSpec by the proto's own
-// field names, recursively: an unknown key, a value of the wrong type or a
-// malformed document is an InvalidArgument that names the key path and the
-// value ("model.n_head: expected an integer, got 'four'"). Defaults are filled
-// by ApplyDefaults; ValidateJobSpec checks cross-field rules (d_model divisible
-// by n_head, the data file exists, ...), again naming the key and value.
+// field names, recursively: an unknown key, a key given twice in one mapping,
+// a value of the wrong type or a malformed document is an InvalidArgument that
+// names the key path, the value (at most 200 bytes of it: EchoValue) and the
+// line and column ("model.n_head: expected an integer, got 'four' (line 3,
+// column 11)").
+//
+// ApplyDefaults fills defaults: a numeric field that has one takes it when it
+// is 0, which is how the gRPC API says "absent" (proto3 cannot tell 0 from
+// absent); in YAML such a key is left out for the default, and an explicit 0
+// is an error naming it. ValidateJobSpec checks every numeric field's range
+// (docs/user-guide.md, "Ranges"), products of sizes in 64-bit arithmetic and
+// the cross-field rules (d_model divisible by n_head, the data file exists,
+// ...), again naming the key and value.
 //
 //   LOOM_ASSIGN_OR_RETURN(loom::v1::JobSpec spec, LoadJobSpec("job.yaml"));
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -17,6 +26,14 @@
 #include "proto/loom/v1/job.pb.h"
 
 namespace loom::jobspec {
+
+// Upper bounds of sizes that other checks use too (the full table of ranges
+// is in jobspec.cc and docs/user-guide.md, "Ranges").
+inline constexpr int kMaxLayers = 1024;
+inline constexpr int kMaxHeads = 1024;
+inline constexpr int kMaxTp = 1024;
+inline constexpr int64_t kMaxRanks = 65536;               // dp x tp
+inline constexpr int64_t kMaxParameters = 1000000000000;  // a built-in model's parameter count
 
 absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml);
 // Reads, parses, applies defaults and validates. Errors name the file.
@@ -28,6 +45,11 @@ absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path);
 absl::StatusOr<v1::JobSpec> ReadJobSpec(const std::string& path);
 void ApplyDefaults(v1::JobSpec& spec);
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
+// Every string field of the spec (paths, names, patterns, ...) holds at most
+// kMaxStringBytes. ValidateJobSpec checks it first; the coordinator also
+// checks it before it resolves any path.
+inline constexpr size_t kMaxStringBytes = 4096;
+absl::Status ValidateStringSizes(const v1::JobSpec& spec);
 // The spec back as YAML (for the run folder and `loom compile`).
 std::string ToYaml(const v1::JobSpec& spec);
 

@@ -5,6 +5,8 @@
 #include <fstream>
 #include <vector>
 
+#include "base/echo.h"
+#include "base/status.h"
 #include "gtest/gtest.h"
 
 namespace loom::jobspec {
@@ -42,6 +44,108 @@ parallel: {tp: auto, zero_stage: 3}
   EXPECT_EQ(back->SerializeAsString(), s->SerializeAsString());
 }
 
+// A quoted value is cut to 200 bytes, whichever rule quotes it.
+TEST(JobSpec, ErrorsEchoAtMost200BytesOfAValue) {
+  const std::string big(5000, 'q');
+  const std::string key(1000, 'q');  // YAML caps implicit keys at 1024 characters
+  for (const std::string& yaml :
+       {"model:\n  family: " + big, "model:\n  " + key + ": 1", "model:\n  n_head: " + big,
+        "parallel:\n  tp_plan:\n    " + key + ": colwise\n    " + key + ": rowwise",
+        "parallel:\n  tp_plan:\n    \"a*\": " + big, "name: " + big, "data:\n  format: " + big}) {
+    const std::string e = ErrorOf(yaml);
+    EXPECT_FALSE(e.empty()) << yaml.substr(0, 40);
+    EXPECT_NE(e.find(std::string(200, 'q')), std::string::npos) << e;
+    EXPECT_EQ(e.find(std::string(201, 'q')), std::string::npos) << e.substr(0, 300);
+    EXPECT_LE(e.size(), 600u) << e.substr(0, 300);
+  }
+  EXPECT_NE(ErrorOf("name: " + big).find("name: longer than 4096 bytes"), std::string::npos);
+  // The cut never splits a UTF-8 character.
+  std::string accents;
+  for (int i = 0; i < 150; ++i) accents += "\xc3\xa9";  // U+00E9, two bytes each
+  EXPECT_EQ(EchoValue(accents), accents.substr(0, 200) + "... (300 bytes)");
+  EXPECT_EQ(EchoValue("x" + accents).substr(0, 199), ("x" + accents).substr(0, 199));
+  EXPECT_EQ(EchoValue("x" + accents).find("..."), 199u);
+  EXPECT_EQ(EchoValue("short"), "short");
+  EXPECT_EQ(EchoValue("a\nb\x01"), "a\\x0ab\\x01");  // one line
+}
+
+TEST(JobSpec, DuplicateAndUnknownKeysGiveThePathLineAndColumn) {
+  EXPECT_EQ(ErrorOf("name: a\nmodel:\n  n_head: 4\n  d_model: 64\n  n_head: 8\n"),
+            "model.n_head: duplicate key (line 5, column 3); first given (line 3, column 3)");
+  EXPECT_EQ(ErrorOf("train: {steps: 5}\ntrain: {steps: 6}\n"),
+            "train: duplicate key (line 2, column 1); first given (line 1, column 1)");
+  EXPECT_EQ(ErrorOf("parallel:\n  tp_plan:\n    \"a*\": colwise\n    \"a*\": rowwise\n"),
+            "parallel.tp_plan: pattern 'a*' appears twice (line 4, column 5)");
+  const std::string unknown = ErrorOf("model:\n  n_layer: 2\n  n_heads: 4\n");
+  EXPECT_EQ(unknown.rfind("unknown key 'model.n_heads' (line 3, column 3) (known keys here: family,", 0), 0u)
+      << unknown;
+  EXPECT_EQ(ErrorOf("train:\n  steps: many\n"), "train.steps: expected an integer, got 'many' (line 2, column 10)");
+  EXPECT_EQ(ErrorOf("model: {n_layer: [2]}"), "model.n_layer: expected a scalar value (line 1, column 18)");
+  EXPECT_EQ(ErrorOf("name: a\nmodel:\n  n_layer: {2\n"), "malformed YAML at line 4, column 1: end of map flow not found");
+}
+
+// An absent key takes the default; an explicit 0 where 0 would stand for
+// the default is an error naming the field; negative values are refused.
+TEST(JobSpec, ExplicitZeroAndNegativeValuesAreErrors) {
+  EXPECT_EQ(ErrorOf("train: {steps: 50}"), "");
+  EXPECT_EQ(ErrorOf("train:\n  steps: 0\n"),
+            "train.steps: must be in [1, 1000000000], got 0 (line 2, column 10); leave the key out for the default");
+  for (const char* key : {"model: {n_layer: 0}", "model: {n_head: 0}", "model: {vocab: 0}", "model: {seq_len: 0}",
+                          "model: {d_model: 0}", "model: {ffn_hidden: 0}", "model: {norm_eps: 0}",
+                          "train: {batch_size: 0}", "train: {lr: 0}", "train: {lr: 0.0}", "train: {beta1: 0}",
+                          "train: {eval_every: 0}", "train: {log_every: 0}", "train: {sample_tokens: 0}",
+                          "parallel: {dp: 0}", "parallel: {tp: 0}", "checkpoint: {keep: 0}",
+                          "data: {val_fraction: 0}", "data: {bigram: {max_mib: 0}}"}) {
+    const std::string e = ErrorOf(key);
+    EXPECT_NE(e.find(", got 0 (line 1, column "), std::string::npos) << key << ": " << e;
+    EXPECT_NE(e.find("leave the key out for the default"), std::string::npos) << key << ": " << e;
+  }
+  // 0 is a value of its own here.
+  for (const char* ok : {"train: {weight_decay: 0, grad_clip: 0, warmup_steps: 0}", "checkpoint: {every: 0}",
+                         "max_restarts: 0", "priority: 0", "parallel: {zero_stage: 0}"})
+    EXPECT_EQ(ErrorOf(ok), "") << ok;
+  EXPECT_EQ(ErrorOf("train: {sample_tokens: -5}"), "train.sample_tokens: must be in [0, 1048576] (got -5)");
+  EXPECT_EQ(ErrorOf("checkpoint: {keep: -1}"), "checkpoint.keep: must be in [0, 1000000] (got -1)");
+  EXPECT_EQ(ErrorOf("train: {warmup_steps: -1}"), "train.warmup_steps: must be in [0, 1000000000] (got -1)");
+  EXPECT_EQ(ErrorOf("train: {eval_every: -10}"), "train.eval_every: must be in [1, 1000000000] (got -10)");
+  EXPECT_EQ(ErrorOf("model: {n_layer: -2}"), "model.n_layer: must be in [1, 1024] (got -2)");
+  EXPECT_EQ(ErrorOf("max_restarts: -1"), "max_restarts: must be in [0, 1000] (got -1)");
+  EXPECT_EQ(ErrorOf("train: {lr: nan}"), "train.lr: must be in (0, 10] (got nan)");
+  EXPECT_EQ(ErrorOf("train: {beta2: 1}"), "train.beta2: must be in (0, 0.999999] (got 1)");
+}
+
+TEST(JobSpec, SizesHaveUpperBoundsAndProductsDoNotOverflow) {
+  EXPECT_EQ(ErrorOf("model: {n_layer: 100000}"), "model.n_layer: must be in [1, 1024] (got 100000)");
+  EXPECT_EQ(ErrorOf("model: {n_head: 4096, d_model: 4096}"), "model.n_head: must be in [1, 1024] (got 4096)");
+  EXPECT_EQ(ErrorOf("model: {vocab: 100000000}"), "model.vocab: must be in [1, 16777216] (got 100000000)");
+  EXPECT_EQ(ErrorOf("model: {seq_len: 2000000}"), "model.seq_len: must be in [1, 1048576] (got 2000000)");
+  EXPECT_EQ(ErrorOf("train: {steps: 2000000000}"), "train.steps: must be in [1, 1000000000] (got 2000000000)");
+  EXPECT_EQ(ErrorOf("train: {batch_size: 2000000}"), "train.batch_size: must be in [1, 1048576] (got 2000000)");
+  EXPECT_EQ(ErrorOf("parallel: {tp: 2048}"), "parallel.tp: must be in [1, 1024] (got 2048)");
+  EXPECT_EQ(ErrorOf("train: {lr: 1e30}"), "train.lr: must be in (0, 10] (got 1e+30)");
+  EXPECT_EQ(ErrorOf("model: {n_layer: 99999999999}").rfind("model.n_layer: expected an integer", 0), 0u);
+  // dp x tp = 65536 x 2 does not fit an int32 world size... and is over the bound.
+  EXPECT_EQ(ErrorOf("model: {n_head: 2}\ntrain: {batch_size: 65536}\nparallel: {dp: 65536, tp: 2}"),
+            "parallel.dp: dp x tp must be at most 65536 ranks (got dp=65536, tp=2)");
+  EXPECT_EQ(ErrorOf("model: {n_head: 2}\ntrain: {batch_size: 65536}\nparallel: {dp: 65536, tp: 1}"), "");
+  // Each dimension within its bound, the product beyond any machine: the
+  // count is exact in int64 (2^24 * 2^16 + 1024 * 5 * 2^32 + ...).
+  EXPECT_EQ(ErrorOf("model: {n_layer: 1024, n_head: 64, d_model: 65536, vocab: 16777216, ffn_hidden: 262144}")
+                .rfind("model: the model may have at most 1000000000000 parameters (got ", 0),
+            0u);
+}
+
+// What the built-in tensor-parallel plan splits is checked before launch.
+TEST(JobSpec, TpMustDivideWhatItSplits) {
+  EXPECT_EQ(ErrorOf("model: {vocab: 257}\nparallel: {tp: 2}"),
+            "parallel.tp: must divide model.vocab = 257 (vocab-parallel) (got 2)");
+  EXPECT_EQ(ErrorOf("model: {ffn_hidden: 1001}\nparallel: {tp: 2}"),
+            "parallel.tp: must divide model.ffn_hidden = 1001 (got 2)");
+  EXPECT_EQ(ErrorOf("model: {seq_len: 255}\nparallel: {tp: 2, sequence_parallel: true}"),
+            "parallel.tp: must divide model.seq_len = 255 (sequence parallel) (got 2)");
+  EXPECT_EQ(ErrorOf("model: {vocab: 257, ffn_hidden: 1001, seq_len: 255}\nparallel: {tp: 1}"), "");
+}
+
 TEST(JobSpec, ErrorsNameTheKeyAndValue) {
   EXPECT_NE(ErrorOf("model: {n_heads: 4}").find("unknown key 'model.n_heads'"), std::string::npos);
   EXPECT_NE(ErrorOf("model: {n_head: four}").find("model.n_head: expected an integer, got 'four'"),
@@ -56,6 +160,43 @@ TEST(JobSpec, ErrorsNameTheKeyAndValue) {
   EXPECT_NE(ErrorOf("train: {precision: fp8}").find("train.precision"), std::string::npos);
   EXPECT_NE(ErrorOf("42").find("expected a mapping"), std::string::npos);
   EXPECT_NE(ErrorOf("").find("empty"), std::string::npos);
+}
+
+// The recipe fields: the schedule, sample_tokens (unset = 200, 0 = none) and
+// bf16, which needs device: cuda.
+TEST(JobSpec, RecipeFieldsHaveDefaultsAndNamedErrors) {
+  auto s = ParseJobSpecYaml("train: {steps: 100, lr_schedule: cosine, min_lr: 1e-5, warmup_steps: 10}");
+  ASSERT_TRUE(s.ok()) << s.status();
+  ApplyDefaults(*s);
+  EXPECT_TRUE(ValidateJobSpec(*s).ok()) << ValidateJobSpec(*s);
+  EXPECT_EQ(s->train().sample_tokens(), 200);
+  auto none = ParseJobSpecYaml("train: {sample_tokens: 0}");
+  ASSERT_TRUE(none.ok()) << none.status();
+  ApplyDefaults(*none);
+  EXPECT_TRUE(none->train().has_sample_tokens());
+  EXPECT_EQ(none->train().sample_tokens(), 0);
+  auto back = ParseJobSpecYaml(ToYaml(*none));  // job.yaml keeps the 0
+  ASSERT_TRUE(back.ok()) << back.status();
+  ApplyDefaults(*back);
+  EXPECT_EQ(back->train().sample_tokens(), 0) << ToYaml(*none);
+
+  EXPECT_EQ(ErrorOf("train: {lr_schedule: step}").rfind("train.lr_schedule: expected constant, cosine", 0), 0u);
+  EXPECT_EQ(ErrorOf("train: {lr_schedule: cosine, lr: 1e-3, min_lr: 2e-3}").rfind("train.min_lr: must be in", 0), 0u);
+  EXPECT_EQ(ErrorOf("train: {lr_schedule: wsd, steps: 10}").rfind("train.decay_steps: wsd needs", 0), 0u);
+  EXPECT_EQ(ErrorOf("train: {lr_schedule: cosine, steps: 10, warmup_steps: 10}").rfind("train.warmup_steps:", 0), 0u);
+  EXPECT_EQ(ErrorOf("train: {sample_tokens: -1}").rfind("train.sample_tokens: must not be negative", 0), 0u);
+  EXPECT_EQ(ErrorOf("train: {precision: bf16}"),
+            "train.precision: bf16 runs on device: cuda only; device: cpu trains in f32 (set train.precision: f32) "
+            "(got bf16)");
+  EXPECT_EQ(ErrorOf("train: {precision: bf16}\ndevice: cuda"), "");
+  EXPECT_EQ(ErrorOf("model: {dropout: 0.1}"), "");
+  EXPECT_EQ(ErrorOf("train: {activation_checkpointing: blocks}"), "");
+  EXPECT_EQ(ErrorOf("train: {activation_checkpointing: selective}"), "");
+  EXPECT_EQ(ErrorOf("train: {activation_checkpointing: layers}"),
+            "train.activation_checkpointing: expected none, blocks or selective (got layers)");
+  EXPECT_EQ(ErrorOf("model: {dropout: 1}"), "model.dropout: must be in [0, 1) (got 1)");
+  EXPECT_EQ(ErrorOf("model: {dropout: -0.5}"), "model.dropout: must be in [0, 1) (got -0.5)");
+  EXPECT_EQ(ErrorOf("model: {dropout: 0.1}\ndevice: cuda").rfind("model.dropout: device: cuda", 0), 0u);
 }
 
 // data.tokenizer is loaded and checked against the model when the spec is
@@ -115,7 +256,7 @@ TEST(JobSpec, TpPlanIsAnOrderedMappingForImportedModels) {
   EXPECT_EQ(ErrorOf(onnx + "parallel: {tp: auto, dp: 4}"), "");
   EXPECT_EQ(ErrorOf(onnx + "parallel: {tp: 2, tp_plan: [a, b]}"),
             "parallel.tp_plan: expected a mapping of parameter-name patterns to styles, e.g. "
-            "{\"h.*.attn.qkv.weight\": colwise}");
+            "{\"h.*.attn.qkv.weight\": colwise} (line 3, column 28)");
   EXPECT_EQ(ErrorOf(onnx + "parallel: {tp: 2, tp_plan: {wte: colwize}}"),
             "parallel.tp_plan[\"wte\"]: expected colwise, rowwise, vocab or replicate (got colwize)");
   EXPECT_EQ(ErrorOf(onnx + "parallel: {tp: 2}"),

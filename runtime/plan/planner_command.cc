@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status.h"
+#include "compiler/models/models.h"
 #include "parallel/graph_planner.h"
 #include "parallel/parallel_check.h"
 #include "runtime/jobspec/jobspec.h"
@@ -40,6 +41,21 @@ std::string Summary(const v1::JobSpec& spec, const train::OnnxTrainingModel& m) 
 
 absl::StatusOr<Plan> PlanJob(const v1::JobSpec& spec, const Hardware& hw,
                              const std::function<bool(const Layout&)>& only) {
+  if (spec.model().family() != "onnx" && (spec.train().activation_checkpointing() == "blocks" ||
+                                           spec.train().activation_checkpointing() == "selective")) {
+    // The fitted coefficients do not model recomputation: plan from the compiled programs.
+    parallel::GraphModel g;
+    LOOM_ASSIGN_OR_RETURN(g.forward, models::BuildForward(spec.model(), models::TrainingOptions(spec)));
+    LOOM_ASSIGN_OR_RETURN(auto params, models::Parameters(spec.model()));
+    g.summary = absl::StrFormat("%s, %d layers, d_model %d, seq_len %d: %.2fM parameters; activation checkpointing "
+                                "%s (memory from the compiled plan)",
+                                spec.model().family(), spec.model().n_layer(), spec.model().d_model(),
+                                spec.model().seq_len(), models::NumParameters(params) / 1e6,
+                                spec.train().activation_checkpointing());
+    g.model = spec.model();
+    g.train = spec.train();
+    return parallel::MakeGraphPlan(g, spec.train().batch_size(), hw, only);
+  }
   if (spec.model().family() != "onnx") return parallel::MakePlan(spec.model(), spec.train().batch_size(), hw, only);
   LOOM_ASSIGN_OR_RETURN(train::OnnxTrainingModel m, train::LoadOnnxModel(spec));
   parallel::GraphModel g;

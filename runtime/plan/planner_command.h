@@ -37,9 +37,12 @@
 namespace loom::plan {
 
 // The ranked layouts for the job's model: gpt and llama by the planner's
-// coefficient model (planner.h); an imported model (model.onnx) from each
-// layout's compiled per-rank program (parallel/graph_planner.h), its tp
-// layouts with the job's parallel.tp_plan or, without one, the proposal.
+// coefficient model (planner.h), or, with train.activation_checkpointing:
+// blocks, from each layout's compiled per-rank program (which recomputes the
+// blocks; no sequence-parallel layouts, workspace not modelled); an imported
+// model (model.onnx) from each layout's compiled per-rank program
+// (parallel/graph_planner.h), its tp layouts with the job's parallel.tp_plan
+// or, without one, the proposal.
 absl::StatusOr<parallel::Plan> PlanJob(const v1::JobSpec& spec, const parallel::Hardware& hw,
                                        const std::function<bool(const parallel::Layout&)>& only = nullptr);
 

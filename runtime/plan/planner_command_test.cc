@@ -3,12 +3,15 @@
 // plan.json in the run folder.
 #include "runtime/plan/planner_command.h"
 
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "compiler/import/onnx/testing/onnx_test_util.h"
+#include "compiler/models/models.h"
+#include "parallel/graph_planner.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "runtime/jobspec/jobspec.h"
@@ -57,6 +60,46 @@ TEST(PlanCommand, PrintsTheRankedTable) {
   EXPECT_NE(r.out.find("choice: "), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("fits in memory"), std::string::npos) << r.out;
   EXPECT_NE(r.out.find("fastest estimated step"), std::string::npos) << r.out;
+}
+
+// With activation checkpointing the plan comes from the compiled programs,
+// which recompute the blocks: less activation memory than without it, at
+// every built-in tp layout.
+TEST(PlanCommand, ActivationCheckpointingPlansFromTheCompiledProgram) {
+  auto plain = jobspec::ParseJobSpecYaml(kGpt);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  jobspec::ApplyDefaults(*plain);
+  v1::JobSpec blocks = *plain;
+  blocks.mutable_train()->set_activation_checkpointing("blocks");
+  Hardware hw = DefaultHardware(*plain);
+  hw.world = 1;
+  auto a = PlanJob(*plain, hw), b = PlanJob(blocks, hw);
+  ASSERT_TRUE(a.ok() && b.ok()) << a.status() << " " << b.status();
+  ASSERT_EQ(b->ranked.size(), 1u);
+  EXPECT_NE(b->model_summary.find("activation checkpointing blocks"), std::string::npos) << b->model_summary;
+  // The same compiled estimate without checkpointing, for a like-for-like
+  // comparison (the plain plan's own figure comes from the coefficients).
+  parallel::GraphModel g;
+  auto fwd = models::BuildForward(plain->model(), models::TrainingOptions(*plain));
+  ASSERT_TRUE(fwd.ok()) << fwd.status();
+  g.forward = *fwd;
+  g.model = plain->model();
+  g.train = plain->train();
+  auto compiled = parallel::EstimateCompiled(g, plain->train().batch_size(), hw, Layout{1, 1, 0, false, {}});
+  ASSERT_TRUE(compiled.ok()) << compiled.status();
+  std::printf("activations: %lld bytes without (coefficients), %lld without (compiled), %lld with blocks\n",
+              static_cast<long long>(a->ranked[0].memory.activations),
+              static_cast<long long>(compiled->memory.activations),
+              static_cast<long long>(b->ranked[0].memory.activations));
+  EXPECT_LT(b->ranked[0].memory.activations, compiled->memory.activations);
+  EXPECT_LT(b->ranked[0].memory.activations, a->ranked[0].memory.activations);
+  hw.world = 4;
+  auto four = PlanJob(blocks, hw);
+  ASSERT_TRUE(four.ok()) << four.status();
+  std::string names;
+  for (const auto& c : four->ranked) names += LayoutName(c.layout) + "; ";
+  EXPECT_NE(names.find("dp=2 tp=2 zero=0"), std::string::npos) << names;
+  EXPECT_NE(names.find("dp=1 tp=4 zero=0"), std::string::npos) << names;
 }
 
 TEST(PlanCommand, JsonParses) {

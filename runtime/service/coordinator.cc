@@ -8,7 +8,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/echo.h"
 #include "base/status.h"
+#include "parallel/planner.h"
 #include "runtime/jobspec/confine.h"
 #include "runtime/jobspec/jobspec.h"
 
@@ -18,7 +20,6 @@ namespace {
 constexpr int kMaxPageSize = 1000;
 constexpr int kDefaultPageSize = 50;
 constexpr size_t kMaxKeyLength = 256;
-constexpr int kMaxPriority = 1000;
 
 int64_t NowMs() {
   return std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -48,10 +49,27 @@ absl::StatusOr<std::vector<std::string>> ConfinementRoots(const CoordinatorOptio
   return roots;
 }
 
-Demand DemandOf(const v1::JobSpec& spec) {
-  int32_t tp = std::max(1, spec.parallel().tp());
-  return Demand{spec.parallel().dp() * tp, spec.device() == "cuda"};
+// One rank's memory by the planner's estimate (parallel/planner.h), for a CPU
+// job of a built-in family with a fixed layout; 0 (unknown) otherwise.
+int64_t BytesPerRank(const v1::JobSpec& spec) {
+  const auto& p = spec.parallel();
+  if (spec.device() == "cuda" || spec.model().family() == "onnx" || p.tp_auto()) return 0;
+  parallel::Hardware hw;
+  hw.world = p.dp() * std::max(1, p.tp());
+  hw.activation_bytes = spec.train().precision() == "bf16" ? 2 : 4;
+  const parallel::Layout l{p.dp(), std::max(1, p.tp()), p.zero_stage(), p.sequence_parallel(), {}};
+  absl::StatusOr<parallel::Candidate> c = parallel::Estimate(spec.model(), spec.train().batch_size(), hw, l);
+  return c.ok() ? c->memory.total() : 0;
 }
+
+// The spec is validated: dp x tp is at most jobspec::kMaxRanks.
+Demand DemandOf(const v1::JobSpec& spec) {
+  const int64_t ranks = int64_t{spec.parallel().dp()} * std::max(1, spec.parallel().tp());
+  return Demand{static_cast<int32_t>(std::min<int64_t>(ranks, jobspec::kMaxRanks)), spec.device() == "cuda",
+                BytesPerRank(spec)};
+}
+
+constexpr int64_t kMiB = int64_t{1} << 20;
 
 }  // namespace
 
@@ -157,17 +175,12 @@ bool Coordinator::stopping() {
 // confined before the spec's own checks look at the files it names.
 absl::Status Coordinator::ValidateSpec(v1::JobSpec& spec) const {
   jobspec::ApplyDefaults(spec);
+  if (absl::Status s = jobspec::ValidateStringSizes(spec); !s.ok())
+    return absl::InvalidArgumentError(absl::StrCat("spec.", s.message()));
   LOOM_RETURN_IF_ERROR(jobspec::ValidateJobName("spec.name", spec.name()));
   LOOM_RETURN_IF_ERROR(jobspec::ConfineSpecPaths("spec.", spec, roots_));
   absl::Status s = jobspec::ValidateJobSpec(spec);
   if (!s.ok()) return absl::InvalidArgumentError(absl::StrCat("spec.", s.message()));
-  if (spec.priority() < -kMaxPriority || spec.priority() > kMaxPriority) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec.priority: must be in [-1000, 1000], got ", spec.priority()));
-  }
-  if (spec.max_restarts() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat("spec.max_restarts: must be >= 0, got ", spec.max_restarts()));
-  }
   if (opts_.check_model) {
     absl::Status m = opts_.check_model(spec);
     if (!m.ok()) return absl::InvalidArgumentError(absl::StrCat("spec.", m.message()));
@@ -230,7 +243,7 @@ absl::StatusOr<v1::SubmitJobResponse> Coordinator::Submit(const v1::SubmitJobReq
     if (old.ok()) {
       if (old->spec != bytes) {
         return refuse(absl::FailedPreconditionError(absl::StrCat(
-            "idempotency_key: '", key, "' was used for ", FormatJobId(old->id), " with a different spec")));
+            "idempotency_key: '", EchoValue(key), "' was used for ", FormatJobId(old->id), " with a different spec")));
       }
       *resp.mutable_job() = ToStatus(*old);
       resp.set_existing(true);
@@ -238,10 +251,24 @@ absl::StatusOr<v1::SubmitJobResponse> Coordinator::Submit(const v1::SubmitJobReq
     }
     if (old.status().code() != absl::StatusCode::kNotFound) return old.status();
   }
+  // A job that can never fit is refused: one rank needs more memory than the
+  // largest agent has (every agent reports its memory), or (unless it asks
+  // to wait for capacity) it has more ranks than the agents that hold them.
+  const int64_t largest = sched_.LargestAgentMemory();
+  if (demand.bytes_per_rank > 0 && largest > 0 && sched_.TotalCapacity(demand) == 0) {
+    return refuse(absl::FailedPreconditionError(absl::StrCat(
+        "job needs about ", (demand.bytes_per_rank + kMiB - 1) / kMiB,
+        " MiB per rank (the planner's estimate for this model, batch and layout) but the largest agent has ",
+        largest / kMiB, " MiB; a smaller model or batch, more dp or tp, or ZeRO lowers it")));
+  }
   if (!req.wait_for_capacity() && !sched_.FitsCluster(demand)) {
     return refuse(absl::FailedPreconditionError(absl::StrCat(
         "job needs ", demand.ranks, demand.gpu ? " GPUs" : " CPU slots", " but all ", sched_.num_agents(),
         " registered agent(s) together have ", sched_.TotalCapacity(demand.gpu),
+        sched_.TotalCapacity(demand) < sched_.TotalCapacity(demand.gpu)
+            ? absl::StrCat(" (", sched_.TotalCapacity(demand), " on agents with the ",
+                           (demand.bytes_per_rank + kMiB - 1) / kMiB, " MiB a rank needs)")
+            : "",
         "; set wait_for_capacity to queue it anyway")));
   }
   if (sched_.queue_length() >= opts_.max_queued_jobs) {

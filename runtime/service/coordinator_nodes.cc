@@ -58,6 +58,10 @@ absl::StatusOr<v1::RegisterAgentResponse> Coordinator::RegisterAgent(const v1::R
   if (res.gpus() < 0 || res.gpus() > 1024) {
     return absl::InvalidArgumentError(absl::StrCat("resources.gpus: must be in [0, 1024], got ", res.gpus()));
   }
+  if (res.memory_bytes() < 0 || res.memory_bytes() > (int64_t{1} << 50)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("resources.memory_bytes: must be in [0, 2^50] (0: not reported), got ", res.memory_bytes()));
+  }
   if (res.cpu_slots() == 0 && res.gpus() == 0) {
     return absl::InvalidArgumentError("resources: an agent must offer CPU slots or GPUs");
   }
@@ -91,7 +95,7 @@ absl::StatusOr<v1::RegisterAgentResponse> Coordinator::RegisterAgent(const v1::R
   a.resources = res;
   a.rendezvous_address = req.rendezvous_address();
   a.last_seen = std::chrono::steady_clock::now();
-  sched_.UpsertAgent(id, res.cpu_slots(), res.gpus());
+  sched_.UpsertAgent(id, res.cpu_slots(), res.gpus(), res.memory_bytes());
   for (const v1::RunningJob& running : req.running()) AdoptLocked(id, running);
   RunScheduleLocked();
   NotifyLocked();

@@ -16,9 +16,10 @@ int32_t Scheduler::Agent::FreeGpu() const {
   return static_cast<int32_t>(std::count(gpu_owner.begin(), gpu_owner.end(), 0));
 }
 
-void Scheduler::UpsertAgent(const std::string& id, int32_t cpu_slots, int32_t gpus) {
+void Scheduler::UpsertAgent(const std::string& id, int32_t cpu_slots, int32_t gpus, int64_t memory_bytes) {
   Agent& a = agents_[id];
   a.cpu_slots = std::max(0, cpu_slots);
+  a.memory_bytes = std::max<int64_t>(0, memory_bytes);
   gpus = std::max(0, gpus);
   if (static_cast<int32_t>(a.gpu_owner.size()) < gpus) a.gpu_owner.resize(gpus, 0);
   // Shrinking keeps GPUs that are in use until released.
@@ -46,6 +47,26 @@ int64_t Scheduler::TotalCapacity(bool gpu) const {
   int64_t n = 0;
   for (const auto& [id, a] : agents_) n += gpu ? static_cast<int64_t>(a.gpu_owner.size()) : a.cpu_slots;
   return n;
+}
+
+int64_t Scheduler::TotalCapacity(const Demand& d) const {
+  int64_t n = 0;
+  for (const auto& [id, a] : agents_)
+    if (a.Holds(d)) n += d.gpu ? static_cast<int64_t>(a.gpu_owner.size()) : a.cpu_slots;
+  return n;
+}
+
+int64_t Scheduler::FreeCapacity(const Demand& d) const {
+  int64_t n = 0;
+  for (const auto& [id, a] : agents_)
+    if (a.Holds(d)) n += d.gpu ? a.FreeGpu() : a.FreeCpu();
+  return n;
+}
+
+int64_t Scheduler::LargestAgentMemory() const {
+  int64_t most = 0;
+  for (const auto& [id, a] : agents_) most = std::max(most, a.memory_bytes);
+  return most;
 }
 
 int64_t Scheduler::FreeCapacity(bool gpu) const {
@@ -76,9 +97,10 @@ bool Scheduler::queued(int64_t job_id) const {
 }
 
 std::optional<std::vector<Slot>> Scheduler::TryPlace(int64_t job_id, const Demand& d) {
-  if (d.ranks <= 0 || d.ranks > FreeCapacity(d.gpu)) return std::nullopt;
+  if (d.ranks <= 0 || d.ranks > FreeCapacity(d)) return std::nullopt;
   std::vector<std::pair<int32_t, std::string>> order;
-  for (const auto& [id, a] : agents_) order.push_back({d.gpu ? a.FreeGpu() : a.FreeCpu(), id});
+  for (const auto& [id, a] : agents_)
+    if (a.Holds(d)) order.push_back({d.gpu ? a.FreeGpu() : a.FreeCpu(), id});
   std::sort(order.begin(), order.end(), [](const auto& x, const auto& y) {
     return x.first != y.first ? x.first > y.first : x.second < y.second;
   });
@@ -107,7 +129,10 @@ std::optional<std::vector<Slot>> Scheduler::TryPlace(int64_t job_id, const Deman
 
 std::string Scheduler::DescribeShortage(const Demand& d) const {
   const char* what = d.gpu ? "GPUs" : "CPU slots";
-  return absl::StrCat("needs ", d.ranks, " ", what, "; ", FreeCapacity(d.gpu), " free of ", TotalCapacity(d.gpu),
+  std::string memory;  // when memory keeps some agents out
+  if (!d.gpu && d.bytes_per_rank > 0 && TotalCapacity(d) < TotalCapacity(d.gpu))
+    memory = absl::StrCat(" of ", (d.bytes_per_rank + (1 << 20) - 1) >> 20, " MiB each");
+  return absl::StrCat("needs ", d.ranks, " ", what, memory, "; ", FreeCapacity(d), " free of ", TotalCapacity(d),
                       " on ", agents_.size(), " agent(s)");
 }
 

@@ -11,7 +11,13 @@
 // fits the cluster but not the free capacity blocks everything behind it (no
 // backfill, so a large high-priority job cannot starve); a job larger than the
 // whole cluster (queued only when it asked to wait for capacity) is skipped
-// over. Every job left waiting gets a human-readable reason.
+// over, and never blocks the jobs behind it. Every job left waiting gets a
+// human-readable reason.
+//
+// Memory: a CPU job states its per-rank memory (the planner's estimate;
+// 0 = unknown) and agents their host memory (0 = not reported). A rank goes
+// only to an agent whose memory holds it, so the cluster's capacity for a job
+// counts only those agents' slots.
 //
 // Not thread-safe: the coordinator calls it under its own lock.
 #pragma once
@@ -27,6 +33,7 @@ namespace loom::service {
 struct Demand {
   int32_t ranks = 0;
   bool gpu = false;
+  int64_t bytes_per_rank = 0;  // CPU jobs; 0: unknown (fits any agent)
 };
 
 struct Slot {
@@ -45,7 +52,7 @@ struct Decision {
 class Scheduler {
  public:
   // Adds or replaces an agent's offer (its running placements are kept).
-  void UpsertAgent(const std::string& id, int32_t cpu_slots, int32_t gpus);
+  void UpsertAgent(const std::string& id, int32_t cpu_slots, int32_t gpus, int64_t memory_bytes = 0);
   // Removes the agent; returns the jobs that had ranks on it (their
   // placements are released everywhere).
   std::vector<int64_t> RemoveAgent(const std::string& id);
@@ -54,7 +61,11 @@ class Scheduler {
   // Capacity of all agents together for this kind of demand.
   int64_t TotalCapacity(bool gpu) const;
   int64_t FreeCapacity(bool gpu) const;
-  bool FitsCluster(const Demand& d) const { return d.ranks <= TotalCapacity(d.gpu); }
+  // Slots (or GPUs) of the agents whose memory holds one of d's ranks.
+  int64_t TotalCapacity(const Demand& d) const;
+  bool FitsCluster(const Demand& d) const { return d.ranks <= TotalCapacity(d); }
+  // The most memory one agent reports (0 when none reports any).
+  int64_t LargestAgentMemory() const;
 
   void Enqueue(int64_t job_id, int32_t priority, int64_t seq, const Demand& d);
   bool Dequeue(int64_t job_id);  // false when not queued
@@ -77,10 +88,14 @@ class Scheduler {
  private:
   struct Agent {
     int32_t cpu_slots = 0;
+    int64_t memory_bytes = 0;
     std::vector<int64_t> gpu_owner;  // job id per GPU, 0 = free
     std::map<int64_t, int32_t> cpu_used;  // job -> slots
     int32_t FreeCpu() const;
     int32_t FreeGpu() const;
+    bool Holds(const Demand& d) const {
+      return d.gpu || d.bytes_per_rank <= 0 || memory_bytes <= 0 || d.bytes_per_rank <= memory_bytes;
+    }
   };
   struct Entry {
     int64_t job_id;
@@ -90,6 +105,7 @@ class Scheduler {
   };
   std::optional<std::vector<Slot>> TryPlace(int64_t job_id, const Demand& d);
   std::string DescribeShortage(const Demand& d) const;
+  int64_t FreeCapacity(const Demand& d) const;
 
   std::map<std::string, Agent> agents_;
   std::vector<Entry> queue_;  // kept sorted

@@ -79,6 +79,41 @@ TEST(Scheduler, LargerThanClusterIsSkippedNotBlocking) {
   EXPECT_TRUE(d[0].placed);
 }
 
+// A job whose ranks need more memory than the agents with free slots have:
+// its ranks go only where they fit, and a job no agent can hold waits
+// without blocking the queue behind it.
+TEST(Scheduler, PerRankMemoryPlacesOnlyWhereItFitsAndNeverBlocks) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  Scheduler s;
+  s.UpsertAgent("small", 4, 0, 2 * kGiB);
+  s.UpsertAgent("big", 2, 0, 16 * kGiB);
+  EXPECT_EQ(s.LargestAgentMemory(), 16 * kGiB);
+  const Demand huge{1, false, 64 * kGiB};  // no agent holds one rank
+  const Demand large{2, false, 8 * kGiB};  // only "big" does
+  const Demand small{4, false, kGiB};
+  EXPECT_FALSE(s.FitsCluster(huge));
+  EXPECT_TRUE(s.FitsCluster(large));
+  EXPECT_FALSE(s.FitsCluster(Demand{3, false, 8 * kGiB}));  // 6 slots, 2 of them on an agent that holds it
+  EXPECT_EQ(s.TotalCapacity(large), 2);
+  s.Enqueue(1, 10, 1, huge);   // highest priority: the head of the queue
+  s.Enqueue(2, 5, 2, large);
+  s.Enqueue(3, 0, 3, small);
+  auto d = s.Schedule();
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_FALSE(d[0].placed);
+  EXPECT_EQ(d[0].wait_reason,
+            "larger than the cluster: needs 1 CPU slots of 65536 MiB each; 0 free of 0 on 2 agent(s); waiting for capacity");
+  ASSERT_TRUE(d[1].placed);
+  for (const Slot& sl : d[1].placement) EXPECT_EQ(sl.agent_id, "big");
+  ASSERT_TRUE(d[2].placed);
+  for (const Slot& sl : d[2].placement) EXPECT_EQ(sl.agent_id, "small");
+  EXPECT_EQ(s.queue_length(), 1);
+  // Unknown memory on either side fits.
+  s.UpsertAgent("unreported", 1, 0);
+  EXPECT_TRUE(s.FitsCluster(huge));
+  EXPECT_TRUE(s.FitsCluster(Demand{1, false, 0}));
+}
+
 TEST(Scheduler, GpuPlacementUsesDistinctDevices) {
   Scheduler s;
   s.UpsertAgent("a", 16, 2);

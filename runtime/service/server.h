@@ -83,7 +83,10 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeClientCredentials(
                                                                               const std::string& cert_file,
                                                                               const std::string& key_file);
 
-// absl::Status -> grpc::Status (the codes are the same numbers).
+// absl::Status -> grpc::Status (the codes are the same numbers). The message
+// travels in a response header, so it is cut to kMaxStatusMessageBytes (values
+// inside it are already cut to 200 bytes where they are quoted: EchoValue).
+inline constexpr size_t kMaxStatusMessageBytes = 1024;
 grpc::Status ToGrpc(const absl::Status& s);
 
 }  // namespace loom::service

@@ -1,6 +1,7 @@
 // The coordinator's gRPC API over a real loopback server: tokens, status
 // codes for bad input (and no state change), idempotency, paging, streams,
 // health/reflection, metrics, TLS, shutdown.
+#include "runtime/jobspec/jobspec.h"
 #include "runtime/service/server_test_fixture.h"
 
 namespace loom::service {
@@ -148,6 +149,92 @@ TEST_F(ServerTest, BadInputGetsTheRightCodeAndChangesNoState) {
   EXPECT_EQ(resp.job().state(), v1::PENDING);
   EXPECT_EQ(resp.job().world_size(), 8);
   EXPECT_NE(resp.job().wait_reason().find("larger than the cluster"), std::string::npos) << resp.job().wait_reason();
+}
+
+// Fields far larger than any valid value, yet within the request size limit:
+// each is refused with a short INVALID_ARGUMENT that names the field and
+// quotes at most 200 bytes of the value.
+TEST_F(ServerTest, OversizedFieldsGetAShortInvalidArgument) {
+  server_.reset();
+  max_receive_bytes_ = 4 << 20;
+  StartServer(1000);
+  Register(4);
+  struct Case {
+    std::string field;
+    v1::JobSpec spec;
+  };
+  std::vector<Case> cases;
+  // 1 MiB: over the 4096-byte bound of every string field; 4000 bytes: within
+  // it, refused by the field's own rule.
+  for (size_t n : {size_t{1} << 20, size_t{4000}}) {
+    const std::string big(n, 'a');
+    v1::JobSpec s = Spec("x");
+    s.set_name(big);
+    cases.push_back({"spec.name", s});
+    s = Spec("run-dir");
+    s.set_run_dir("/" + big);
+    cases.push_back({"spec.run_dir", s});
+    s = Spec("data");
+    s.mutable_data()->set_path("/" + big);
+    cases.push_back({"spec.data.path", s});
+    s = Spec("family");
+    s.mutable_model()->set_family(big);
+    cases.push_back({"spec.model.family", s});
+    if (n < jobspec::kMaxStringBytes) continue;
+    s = Spec("pattern");
+    s.mutable_parallel()->add_tp_plan()->set_pattern(big);
+    cases.push_back({"spec.parallel.tp_plan[0].pattern", s});
+  }
+  const int before = TotalJobs();
+  for (const Case& c : cases) {
+    v1::SubmitJobResponse resp;
+    grpc::Status st = Submit(c.spec, "", &resp);
+    EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT) << c.field << ": " << st.error_message().substr(0, 300);
+    EXPECT_EQ(st.error_message().rfind(c.field + ":", 0), 0u) << st.error_message().substr(0, 300);
+    EXPECT_LE(st.error_message().size(), 600u) << c.field;
+    EXPECT_NE(st.error_message().find(std::string(199, 'a')), std::string::npos) << c.field;  // paths start with /
+    EXPECT_EQ(st.error_message().find(std::string(201, 'a')), std::string::npos) << c.field;
+  }
+  EXPECT_EQ(TotalJobs(), before);
+}
+
+// A job that can never fit is refused at submit (per-rank memory above the
+// largest agent's, even when it would wait for capacity; more ranks than the
+// cluster unless it waits), and one that waits never holds up the queue.
+TEST_F(ServerTest, JobsThatCanNeverFitAreRefusedAndNeverBlockTheQueue) {
+  v1::RegisterAgentRequest reg;
+  reg.set_hostname("node");
+  reg.mutable_resources()->set_cpu_slots(4);
+  reg.mutable_resources()->set_memory_bytes(int64_t{1} << 30);
+  v1::RegisterAgentResponse rr;
+  ASSERT_TRUE(nodes_->RegisterAgent(JoinCtx().get(), reg, &rr).ok());
+  v1::JobSpec huge = Spec("huge-model");
+  huge.mutable_model()->set_n_layer(48);
+  huge.mutable_model()->set_n_head(16);
+  huge.mutable_model()->set_d_model(2048);  // about 2.4e9 parameters: tens of GiB per rank
+  const int before = TotalJobs();
+  for (bool wait : {false, true}) {
+    v1::SubmitJobResponse resp;
+    grpc::Status st = Submit(huge, "", &resp, wait);
+    EXPECT_EQ(st.error_code(), StatusCode::FAILED_PRECONDITION) << st.error_message();
+    EXPECT_NE(st.error_message().find("MiB per rank"), std::string::npos) << st.error_message();
+    EXPECT_NE(st.error_message().find("the largest agent has 1024 MiB"), std::string::npos) << st.error_message();
+  }
+  EXPECT_EQ(TotalJobs(), before);
+  // Waiting for capacity at the head of the queue (priority 10) ...
+  v1::JobSpec wide = Spec("wide", 8, 1);
+  wide.set_priority(10);
+  v1::SubmitJobResponse w;
+  ASSERT_TRUE(Submit(wide, "wide", &w, /*wait=*/true).ok());
+  EXPECT_EQ(w.job().state(), v1::PENDING);
+  // ... does not keep a job that fits from being placed.
+  v1::SubmitJobResponse small;
+  ASSERT_TRUE(Submit(Spec("small", 2), "small", &small).ok());
+  EXPECT_EQ(small.job().placement_size(), 2) << small.job().wait_reason();
+  EXPECT_EQ(Get(w.job().job_id()).state(), v1::PENDING);
+  // A malformed report of memory is refused.
+  reg.mutable_resources()->set_memory_bytes(-1);
+  EXPECT_EQ(nodes_->RegisterAgent(JoinCtx().get(), reg, &rr).error_code(), StatusCode::INVALID_ARGUMENT);
 }
 
 TEST_F(ServerTest, IdempotentResubmissionReturnsTheSameJob) {

@@ -76,7 +76,7 @@ class ServerTest : public ::testing::Test {
     o.coordinator.heartbeat_interval_ms = heartbeat_ms;
     o.coordinator.reclaim_grace_ms = 0;  // reclaim within 3 heartbeats, as the tests time it
     o.coordinator.metrics = &registry_;
-    o.max_receive_bytes = 1 << 20;
+    o.max_receive_bytes = max_receive_bytes_;
     auto s = CoordinatorServer::Start(o);
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = std::move(*s);
@@ -190,6 +190,7 @@ class ServerTest : public ::testing::Test {
   }
 
   std::string root_;
+  int max_receive_bytes_ = 1 << 20;  // for the next StartServer
   metrics::Registry registry_;
   std::unique_ptr<CoordinatorServer> server_;
   std::shared_ptr<grpc::Channel> channel_;

@@ -39,8 +39,7 @@ int RunCompileCommand(const std::vector<std::string>& args) {
                                 ", parallel)"));
   auto spec = jobspec::LoadJobSpec(path);
   if (!spec.ok()) return Fail(2, spec.status().message());
-  models::BuildOptions bo;
-  bo.batch = spec->train().batch_size();
+  const models::BuildOptions bo = models::TrainingOptions(*spec);
   absl::StatusOr<compiler::Graph> forward;
   std::string header;  // an ONNX job: what the recovery passes matched, as IR comments
   if (spec->model().family() == "onnx") {  // the imported graph, as the trainer builds it
@@ -63,6 +62,11 @@ int RunCompileCommand(const std::vector<std::string>& args) {
   adam.weight_decay = spec->train().weight_decay();
   adam.max_norm = spec->train().grad_clip();
   co.adamw = adam;
+  if (const std::string& ac = spec->train().activation_checkpointing();
+      (ac == "blocks" || ac == "selective") && spec->model().family() != "onnx") {
+    co.checkpoint_blocks = models::BlockOfParameter;
+    co.checkpoint_selective = ac == "selective";
+  }
   co.lower = false;
   const parallel::Layout layout = parallel::LayoutFromSpec(spec->parallel());
   auto c = stage == "parallel"

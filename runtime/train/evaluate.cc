@@ -16,6 +16,7 @@
 #include "runtime/checkpoint/safetensors.h"
 #include "base/status.h"
 #include "runtime/data/dataset.h"
+#include "runtime/train/run_reporter.h"
 #include "runtime/data/tokenizer.h"
 
 namespace loom::train {
@@ -125,12 +126,14 @@ absl::Status FinishWithSample(parallel::Trainer& t, const v1::JobSpec& spec, con
                               const std::map<std::string, Tensor>& params, const std::string& dir, double val_loss,
                               double baseline) {
   const bool lead = !dir.empty();
+  const std::string loss = LossAndPerplexity(spec, val_loss);
   if (lead && std::isnan(baseline)) {
-    std::printf("\nfinal validation loss %.4f\n", val_loss);
+    std::printf("\nfinal validation loss %s\n", loss.c_str());
   } else if (lead) {
-    std::printf("\nfinal validation loss %.4f (bigram baseline %.4f)\n", val_loss, baseline);
+    std::printf("\nfinal validation loss %s (bigram baseline %.4f)\n", loss.c_str(), baseline);
   }
-  const bool sample = dataset.kind() == data::Kind::kCausal && t.has_logits();
+  const int n = spec.train().sample_tokens();
+  const bool sample = dataset.kind() == data::Kind::kCausal && t.has_logits() && n > 0;
   if (lead && dataset.kind() == data::Kind::kCausal && !t.has_logits())
     std::printf("no sample: the model outputs no logits\n");
   if (sample) {
@@ -138,7 +141,6 @@ absl::Status FinishWithSample(parallel::Trainer& t, const v1::JobSpec& spec, con
     std::vector<int32_t> window(static_cast<size_t>(dataset.window_tokens()));
     LOOM_RETURN_IF_ERROR(dataset.ReadWindow(true, 0, window.data()));
     std::vector<int32_t> prompt(window.begin(), window.begin() + std::min<int64_t>(16, std::max<int64_t>(1, T / 2)));
-    int n = spec.train().sample_tokens() > 0 ? spec.train().sample_tokens() : 200;
     auto text = SampleText(t, spec, prompt, n);
     if (!text.ok()) return text.status();
     if (lead) {

@@ -119,11 +119,29 @@ absl::Status RunReporter::Step(int64_t step, double loss, double lr, double step
   return absl::OkStatus();
 }
 
+namespace {
+
+bool LossIsTokenCrossEntropy(const v1::JobSpec& spec) {
+  const std::string& kind = spec.data().kind();
+  if (!kind.empty() && kind != "causal" && kind != "mlm") return false;  // empty: the default, causal
+  return spec.model().family() != "onnx" || spec.model().loss().kind() == "cross_entropy";
+}
+
+}  // namespace
+
+std::string LossAndPerplexity(const v1::JobSpec& spec, double loss) {
+  if (!LossIsTokenCrossEntropy(spec)) return absl::StrFormat("%.4f", loss);
+  return absl::StrFormat("%.4f, perplexity %.4g", loss, std::exp(loss));
+}
+
 absl::Status RunReporter::Validation(int64_t step, double val_loss, double baseline) {
   val_curve_.emplace_back(step, val_loss);
-  jsonl_ << absl::StrFormat("{\"step\": %d, \"val_loss\": %.6f}\n", step, val_loss) << std::flush;
+  const std::string ppl =
+      LossIsTokenCrossEntropy(spec_) ? absl::StrFormat(", \"val_perplexity\": %.6g", std::exp(val_loss)) : "";
+  jsonl_ << absl::StrFormat("{\"step\": %d, \"val_loss\": %.6f%s}\n", step, val_loss, ppl) << std::flush;
   prom_.OnValidation(val_loss);
-  std::printf("%sstep %d: validation loss %.4f%s\n", tty_ ? "\r\033[K" : "", static_cast<int>(step), val_loss,
+  std::printf("%sstep %d: validation loss %s%s\n", tty_ ? "\r\033[K" : "", static_cast<int>(step),
+              LossAndPerplexity(spec_, val_loss).c_str(),
               std::isnan(baseline) ? "" : absl::StrFormat(" (bigram %.4f)", baseline).c_str());
   return events_->AddScalar("val/loss", step, val_loss);
 }

@@ -5,8 +5,9 @@
 //   tokenizer/           the job's tokenizer (data.tokenizer) as a tokenizer
 //                        folder (runtime/data/tokenizer.h), which `loom
 //                        sample` decodes with; checked against model.vocab
-//   metrics.jsonl        one JSON object per logged step and per validation,
-//                        flushed as each is written; appended to when the
+//   metrics.jsonl        one JSON object per logged step and per validation
+//                        (val_loss, and val_perplexity where LossAndPerplexity
+//                        shows one), flushed as each is written; appended to when the
 //                        folder has one (a restarted or resumed run)
 //   metrics.prom         Prometheus text (train_metrics.h), also served live
 //                        with --metrics-listen / LOOM_WORKER_METRICS_LISTEN
@@ -35,6 +36,12 @@ namespace loom::train {
 
 // run_dir, or runs/<name>-<local time>.
 std::string RunFolder(const v1::JobSpec& spec);
+
+// A validation loss as printed: "2.3456, perplexity 10.45", the perplexity
+// exp(loss) shown where the loss is a token cross-entropy in nats (gpt and
+// llama, or an ONNX model with model.loss.kind cross_entropy, on data.kind
+// causal or mlm); otherwise the loss alone.
+std::string LossAndPerplexity(const v1::JobSpec& spec, double loss);
 
 class RunReporter {
  public:

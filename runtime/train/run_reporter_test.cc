@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -61,6 +62,34 @@ TEST(RunReporter, MetricsAreOnDiskAfterEachLoggedStepAndAppendedOnRestart) {
   EXPECT_EQ(lines[0].rfind("{\"step\": 1,", 0), 0u) << "the earlier attempt's metrics were truncated";
   EXPECT_EQ(lines[3].rfind("{\"step\": 4,", 0), 0u) << lines[3];
   ASSERT_TRUE((*again)->Finish().ok());
+}
+
+// Validation lines carry the perplexity exp(loss) where the loss is a token
+// cross-entropy, and only there.
+TEST(RunReporter, ValidationReportsPerplexityOfCrossEntropyLosses) {
+  v1::JobSpec s = Spec();
+  s.mutable_data()->set_kind("causal");
+  EXPECT_EQ(LossAndPerplexity(s, 2.0), "2.0000, perplexity 7.389");
+  s.mutable_data()->set_kind("mlm");
+  EXPECT_EQ(LossAndPerplexity(s, std::log(50.0)), "3.9120, perplexity 50");
+  s.mutable_data()->set_kind("pairs");  // a classification loss
+  EXPECT_EQ(LossAndPerplexity(s, 2.0), "2.0000");
+  s.mutable_data()->set_kind("causal");
+  s.mutable_model()->set_family("onnx");  // the model's own loss: unknown kind
+  EXPECT_EQ(LossAndPerplexity(s, 2.0), "2.0000");
+  s.mutable_model()->mutable_loss()->set_kind("cross_entropy");
+  EXPECT_EQ(LossAndPerplexity(s, 2.0), "2.0000, perplexity 7.389");
+
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = std::string(tmp ? tmp : "/tmp") + "/reporter_ppl";
+  std::filesystem::remove_all(dir);
+  auto r = RunReporter::Open(s, dir, "");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE((*r)->Validation(4, 2.0, 2.5).ok());
+  auto lines = Lines(dir + "/metrics.jsonl");
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_EQ(lines[0], "{\"step\": 4, \"val_loss\": 2.000000, \"val_perplexity\": 7.38906}");
+  ASSERT_TRUE((*r)->Finish().ok());
 }
 
 // Without a run_dir the run folder is runs/<name>-<time>: a name that is a

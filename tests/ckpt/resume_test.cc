@@ -4,7 +4,10 @@
 // and dp=4 ZeRO-3 (loom run), under one process twice (dp=1, tp=1: `loom
 // train`, and RunParallelTraining in this process over a world of one), and
 // check that the losses at steps 4..6 equal the uninterrupted tp=2 x dp=2
-// run's (1e-5 relative).
+// run's (1e-5 relative). The model trains with dropout (model.dropout: 0.1),
+// so the resumed runs also draw the uninterrupted run's masks at steps 4..6,
+// under every layout (compiler/models/models.h: masks keyed by seed, step and
+// the global element index).
 #include <sys/wait.h>
 
 #include <cmath>
@@ -51,7 +54,7 @@ std::string Job(const std::string& name, int dp, int tp, int steps, const std::s
                 int zero = 0) {
   std::string path = Tmp(name + ".yaml");
   std::ofstream(path) << "name: " << name
-                      << "\nmodel: {family: gpt, n_layer: 1, n_head: 2, d_model: 32, seq_len: 16}\n"
+                      << "\nmodel: {family: gpt, n_layer: 1, n_head: 2, d_model: 32, seq_len: 16, dropout: 0.1}\n"
                       << "train: {steps: " << steps
                       << ", batch_size: 8, eval_every: 100, eval_batches: 1, sample_tokens: 8, log_every: 1,"
                          " lr: 3e-3, warmup_steps: 2, weight_decay: 0.1, grad_clip: 1.0}\n"

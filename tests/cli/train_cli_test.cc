@@ -3,11 +3,13 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -43,11 +45,51 @@ TEST(TrainCli, BadInputNamesKeyAndValueAndExits2) {
   // The GPU trainer's state lives on the device: no checkpoints for it yet.
   ExpectBadInput("device: cuda\ncheckpoint: {every: 5, dir: /tmp/loom_no_ckpt}\n",
                  {"checkpoint.dir", "/tmp/loom_no_ckpt", "device: cuda"});
+  ExpectBadInput("train: {lr_schedule: exponential}\n", {"train.lr_schedule", "exponential"});
+  ExpectBadInput("train: {lr_schedule: wsd, steps: 50, decay_steps: 60}\n", {"train.decay_steps", "60"});
+  ExpectBadInput("train: {lr_schedule: cosine, min_lr: -1}\n", {"train.min_lr", "-1"});
+  ExpectBadInput("train: {sample_tokens: -5}\n", {"train.sample_tokens", "-5"});
+  ExpectBadInput("train: {precision: bf16}\n", {"train.precision", "bf16", "device: cuda"});
   Result r = RunLoom("train /no/such/job.yaml");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("/no/such/job.yaml"), std::string::npos);
   EXPECT_EQ(RunLoom("train").code, 2);
   EXPECT_EQ(RunLoom("frobnicate").code, 2);
+}
+
+// A short run with a decaying schedule and sample_tokens: 0: the logged
+// learning rates follow compiler/schedule.h to min_lr on the last step, the
+// validation lines carry the perplexity, and no sample is drawn or written.
+TEST(TrainCli, CosineScheduleNoSampleAndPerplexity) {
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/recipe_run");
+  std::filesystem::remove_all(dir);
+  std::string job = Write("recipe.yaml",
+                          "model: {family: gpt, n_layer: 1, n_head: 2, d_model: 32, seq_len: 16, vocab: 256}\n"
+                          "train: {steps: 6, batch_size: 2, eval_every: 6, eval_batches: 1, log_every: 1, "
+                          "sample_tokens: 0, lr: 1e-3, lr_schedule: cosine, min_lr: 1e-4, warmup_steps: 2}\n"
+                          "run_dir: " + dir + "\n");
+  Result r = RunLoom(absl::StrCat("train ", job));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("final validation loss"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find(", perplexity "), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("sample:"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/sample.txt"));
+  // Warmup 0.5e-3, 1e-3; then cosine over steps 3..6 from 1e-3 to 1e-4.
+  const double pi = 3.14159265358979323846;
+  const std::vector<double> want = {5e-4, 1e-3, 1e-3, 1e-4 + 9e-4 * (1 + std::cos(pi / 3)) / 2,
+                                    1e-4 + 9e-4 * (1 + std::cos(2 * pi / 3)) / 2, 1e-4};
+  std::ifstream in(dir + "/metrics.jsonl");
+  std::vector<double> lrs;
+  bool ppl = false;
+  for (std::string line; std::getline(in, line);) {
+    auto j = nlohmann::json::parse(line);
+    if (j.contains("lr")) lrs.push_back(j["lr"].get<double>());
+    if (j.contains("val_perplexity"))
+      ppl = std::abs(j["val_perplexity"].get<double>() - std::exp(j["val_loss"].get<double>())) < 1e-3;
+  }
+  ASSERT_EQ(lrs.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(lrs[i], want[i], 1e-8) << "step " << i + 1;
+  EXPECT_TRUE(ppl) << "no val_perplexity = exp(val_loss) in metrics.jsonl";
 }
 
 TEST(CompileCli, DumpsEveryStageAndRejectsUnknownOnes) {

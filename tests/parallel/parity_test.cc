@@ -1,5 +1,6 @@
 // Multi-process parity: N ranks (processes, Gloo over loopback) train a small
-// model for 20 steps with a parallel layout; at every step the loss must be
+// model for 20 steps with a parallel layout (in three cases with dropout, and
+// activation checkpointing on the parallel side); at every step the loss must be
 // within 1e-5 (relative) of a one-rank Trainer on the same seed and
 // data, and after the last step every parameter block within 1e-5
 // (||delta|| / ||ref||); then the evaluation step's loss and logits on a
@@ -79,7 +80,12 @@ int ParityWorker(WorkerContext& ctx) {
   l.tp = std::stoi(a[2]);
   l.zero_stage = std::stoi(a[3]);
   l.sequence_parallel = a[4] == "1";
-  const v1::JobSpec spec = Spec(family, l.tp);
+  v1::JobSpec spec = Spec(family, l.tp);
+  // The recipe: model.dropout in both runs; activation checkpointing in the
+  // parallel run only (its parameters are bitwise those of a run without it).
+  if (a.size() > 6) spec.mutable_model()->set_dropout(std::stof(a[6]));
+  v1::JobSpec par_spec = spec;
+  if (a.size() > 7) par_spec.mutable_train()->set_activation_checkpointing(a[7]);
   auto fail = [&](const absl::Status& s) {
     fprintf(stderr, "[rank %d] %s\n", ctx.rank, std::string(s.message()).c_str());
     return 1;
@@ -122,7 +128,7 @@ int ParityWorker(WorkerContext& ctx) {
   popts.rank = ctx.rank;
   popts.comms = cmap;
   popts.bucket_bytes = a.size() > 5 ? std::stoll(a[5]) : 0;
-  auto par = Trainer::Create(spec, popts);
+  auto par = Trainer::Create(par_spec, popts);
   if (!par.ok()) return fail(par.status());
   double worst_loss = 0;
   for (int step = 0; step < kSteps; ++step) {
@@ -209,10 +215,13 @@ struct Case {
   bool sp;
   bool fast;
   int64_t bucket_bytes = 0;
+  float dropout = 0;
+  std::string checkpointing = "none";
 };
 
 std::string Arg(const Case& c) {
-  return absl::StrCat(c.family, " ", c.dp, " ", c.tp, " ", c.zero, " ", c.sp ? 1 : 0, " ", c.bucket_bytes);
+  return absl::StrCat(c.family, " ", c.dp, " ", c.tp, " ", c.zero, " ", c.sp ? 1 : 0, " ", c.bucket_bytes, " ",
+                      c.dropout, " ", c.checkpointing);
 }
 
 void RunCase(const Case& c) {
@@ -243,6 +252,12 @@ TEST(Parity, Tp2Dp2Zero3Gpt) { RunCase({"gpt", 2, 2, 3, false, true}); }
 // Gradient buckets of 4 KiB: several buckets per step.
 TEST(Parity, Dp4BucketedGpt) { RunCase({"gpt", 4, 1, 0, false, true, 4096}); }
 TEST(Parity, Tp2Dp2BucketedLlama) { RunCase({"llama", 2, 2, 0, false, false, 4096}); }
+// Dropout masks are the one-process masks under any layout
+// (compiler/models/models.h), and activation checkpointing recomputes the
+// forward collectives too.
+TEST(Parity, Tp2Dp2GptDropoutCheckpointed) { RunCase({"gpt", 2, 2, 0, false, true, 0, 0.2f, "blocks"}); }
+TEST(Parity, Tp2SpLlamaDropoutCheckpointed) { RunCase({"llama", 1, 2, 0, true, true, 0, 0.2f, "blocks"}); }
+TEST(Parity, Dp4Zero3LlamaDropoutCheckpointed) { RunCase({"llama", 4, 1, 3, false, false, 0, 0.2f, "blocks"}); }
 TEST(Parity, Tp2SpGpt) { RunCase({"gpt", 1, 2, 0, true, true}); }
 TEST(Parity, Tp2SpLlama) { RunCase({"llama", 1, 2, 0, true, false}); }
 TEST(Parity, Tp2Dp2SpLlama) { RunCase({"llama", 2, 2, 0, true, false}); }

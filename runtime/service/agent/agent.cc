@@ -71,6 +71,7 @@ absl::Status Agent::RegisterOnce() {
   req.set_agent_id(agent_id_);
   req.mutable_resources()->set_cpu_slots(opts_.cpu_slots);
   req.mutable_resources()->set_gpus(opts_.gpus);
+  req.mutable_resources()->set_memory_bytes(opts_.memory_bytes);
   if (store_) req.set_rendezvous_address(store_->address());
   {
     // The placement as the coordinator knew it: running ranks and ranks that

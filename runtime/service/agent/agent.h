@@ -73,6 +73,7 @@ struct AgentOptions {
   std::string hostname = "localhost";
   int cpu_slots = 1;
   int gpus = 0;
+  int64_t memory_bytes = 0;  // host memory, reported at registration; 0: not reported
   std::vector<std::string> worker_argv;
   int poll_wait_ms = 200;
   // Where the rendezvous store listens: loopback unless the agent's ranks

@@ -89,6 +89,8 @@ absl::StatusOr<AgentFlags> ParseAgentFlags(const std::vector<std::string>& args,
     return absl::InvalidArgumentError(absl::StrCat("--gpus: expected a count, got '", v["gpus"], "'"));
   }
   if (o.cpu_slots == 0 && o.gpus == 0) return absl::InvalidArgumentError("--cpu-slots: the agent offers nothing");
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  o.memory_bytes = pages > 0 && page > 0 ? int64_t{pages} * page : 0;  // the coordinator's memory fit
   if (v.count("hostname")) {
     o.hostname = v["hostname"];
   } else {
