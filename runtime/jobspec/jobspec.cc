@@ -91,7 +91,9 @@ constexpr Range kRanges[] = {
     {"train.eval_every", 1, kE9, false, true},
     {"train.eval_batches", 1, 1e6, false, true},
     {"train.log_every", 1, kE9, false, true},
-    {"train.sample_tokens", 0, 1 << 20, false, true},      // 0 (absent): 200
+    {"train.sample_tokens", 0, 1 << 20, false, false},     // absent: 200; 0: no sample
+    {"train.min_lr", 0, 10, false, false},
+    {"train.decay_steps", 0, kE9, false, false},           // wsd: >= 2, checked with the schedule
     {"parallel.dp", 1, kMaxRanks, false, true},
     {"parallel.tp", 1, kMaxTp, false, true},               // tp: auto is checked by the planner
     // parallel.zero_stage: parallel::ValidateParallelSection

@@ -93,7 +93,7 @@ TEST(JobSpec, ExplicitZeroAndNegativeValuesAreErrors) {
   for (const char* key : {"model: {n_layer: 0}", "model: {n_head: 0}", "model: {vocab: 0}", "model: {seq_len: 0}",
                           "model: {d_model: 0}", "model: {ffn_hidden: 0}", "model: {norm_eps: 0}",
                           "train: {batch_size: 0}", "train: {lr: 0}", "train: {lr: 0.0}", "train: {beta1: 0}",
-                          "train: {eval_every: 0}", "train: {log_every: 0}", "train: {sample_tokens: 0}",
+                          "train: {eval_every: 0}", "train: {log_every: 0}",
                           "parallel: {dp: 0}", "parallel: {tp: 0}", "checkpoint: {keep: 0}",
                           "data: {val_fraction: 0}", "data: {bigram: {max_mib: 0}}"}) {
     const std::string e = ErrorOf(key);
@@ -184,7 +184,8 @@ TEST(JobSpec, RecipeFieldsHaveDefaultsAndNamedErrors) {
   EXPECT_EQ(ErrorOf("train: {lr_schedule: cosine, lr: 1e-3, min_lr: 2e-3}").rfind("train.min_lr: must be in", 0), 0u);
   EXPECT_EQ(ErrorOf("train: {lr_schedule: wsd, steps: 10}").rfind("train.decay_steps: wsd needs", 0), 0u);
   EXPECT_EQ(ErrorOf("train: {lr_schedule: cosine, steps: 10, warmup_steps: 10}").rfind("train.warmup_steps:", 0), 0u);
-  EXPECT_EQ(ErrorOf("train: {sample_tokens: -1}").rfind("train.sample_tokens: must not be negative", 0), 0u);
+  EXPECT_EQ(ErrorOf("train: {sample_tokens: -1}").rfind("train.sample_tokens: must be in [0, ", 0), 0u);
+  EXPECT_EQ(ErrorOf("train: {sample_tokens: 0}"), "") << "0 is no sample, not the default in disguise";
   EXPECT_EQ(ErrorOf("train: {precision: bf16}"),
             "train.precision: bf16 runs on device: cuda only; device: cpu trains in f32 (set train.precision: f32) "
             "(got bf16)");
