@@ -53,7 +53,11 @@ absl::StatusOr<TrainerModel> FamilyModel(const v1::JobSpec& spec) {
   TrainerModel m;
   LOOM_ASSIGN_OR_RETURN(m.params, models::Parameters(spec.model()));
   models::BuildOptions bo = models::TrainingOptions(spec);
+  // With train.grad_accum_steps the training graph takes one micro-batch.
+  const int64_t accum = std::max(1, spec.train().grad_accum_steps());
+  bo.batch /= accum;
   LOOM_ASSIGN_OR_RETURN(m.train_forward, models::BuildForward(spec.model(), bo));
+  bo.batch *= accum;
   bo.dropout = 0;  // evaluation runs without dropout
   bo.return_logits = true;
   LOOM_ASSIGN_OR_RETURN(m.eval_forward, models::BuildForward(spec.model(), bo));
@@ -81,11 +85,17 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::JobSpec& spec
                                                    "not built yet"));
   if (!t->single() && options.keep_gradients)
     return absl::InvalidArgumentError("keep_gradients: only a one-rank trainer keeps its gradients");
+  t->accum_ = std::max(1, spec.train().grad_accum_steps());
+  if (t->accum_ > 1 && (!t->single() || spec.device() == "cuda"))
+    return absl::InvalidArgumentError(absl::StrCat("train.grad_accum_steps: ", t->accum_,
+                                                   " runs in one process on device: cpu for now (layout ",
+                                                   t->mesh_.ToString(), ", device: ", spec.device(), ")"));
   t->options_ = std::move(options);
   t->params_ = model.params;
   t->has_logits_ = model.has_logits;
   LOOM_RETURN_IF_ERROR(t->CompileSteps(model));
   LOOM_RETURN_IF_ERROR(t->BindTrainingInputs(model));
+  if (t->accum_ > 1) LOOM_RETURN_IF_ERROR(t->BindUpdate());
   LOOM_RETURN_IF_ERROR(t->BindEval(t->eval_));
   // The initial values are bound; hold no second reference to them.
   t->options_.init.clear();
@@ -102,6 +112,7 @@ absl::Status Trainer::CompileSteps(TrainerModel& model) {
   // copy back after each step.
   co.lowering.in_place_updates = true;
   co.adamw = AdamWFor(tr, params_, options_.keep_gradients);
+  if (accum_ > 1) co.adamw.reset();  // the update program applies it
   co.lower = !cuda;  // the CUDA executor lowers the fused graph itself
   // train.activation_checkpointing (built-in families: their parameter names
   // give the blocks).
@@ -137,6 +148,7 @@ absl::Status Trainer::CompileSteps(TrainerModel& model) {
   } else {
     LOOM_ASSIGN_OR_RETURN(train_exec_, MakeExecutor(train_));
   }
+  if (accum_ > 1) LOOM_RETURN_IF_ERROR(CompileUpdate(AdamWFor(tr, params_, false)));
   return absl::OkStatus();
 }
 
@@ -286,9 +298,10 @@ absl::Status Trainer::BindTrainingInputs(TrainerModel& model) {
       train_data_.push_back({in.name, ki, gm.shape, gm.dtype});
     }
   }
-  if (lr_in_ < 0 || step_in_ < 0 || train_data_.empty())
+  if ((accum_ == 1 && (lr_in_ < 0 || step_in_ < 0)) || train_data_.empty())
     return absl::InternalError("training program lacks one of the inputs lr, step or any data input");
   LOOM_ASSIGN_OR_RETURN(rows_, RowsOf(train_data_, specs_));
+  rows_.second *= accum_;  // one update's rows (accum_ > 1: one rank)
   if (cuda_) {  // parameters, buffers and optimizer state live on the GPU from here on
     for (size_t k = 0; k < g.inputs().size(); ++k) {
       const int ki = static_cast<int>(k);
@@ -383,11 +396,13 @@ absl::Status Trainer::SetBatch(const Batch& batch, bool rows, const std::vector<
 }
 
 absl::StatusOr<float> Trainer::Step(const Batch& batch) {
+  if (accum_ > 1) return AccumulateStep(batch);
   LOOM_RETURN_IF_ERROR(SetBatch(batch, /*rows=*/false, train_data_, specs_, train_inputs_));
   return RunStep();
 }
 
 absl::StatusOr<float> Trainer::StepRows(const Batch& rows) {
+  if (accum_ > 1) return AccumulateStep(rows);  // one rank: its rows are the batch
   LOOM_RETURN_IF_ERROR(SetBatch(rows, /*rows=*/true, train_data_, specs_, train_inputs_));
   return RunStep();
 }
@@ -501,6 +516,10 @@ std::map<std::string, Tensor> Trainer::LocalParameters() const {
 std::map<std::string, Tensor> Trainer::LastGradients() const {
   std::map<std::string, Tensor> out;
   if (!options_.keep_gradients || outputs_.empty()) return out;
+  if (accum_ > 1) {
+    for (size_t i = 0; i < params_.size(); ++i) out.emplace(params_[i].name, update_.accumulators[i].Clone());
+    return out;
+  }
   // Outputs: forward outputs (1), then one gradient per parameter in order.
   for (size_t i = 0; i < params_.size() && 1 + i < outputs_.size(); ++i)
     out.emplace(params_[i].name, outputs_[1 + i].Clone());
@@ -524,6 +543,20 @@ absl::StatusOr<std::vector<Trainer::StateTensor>> Trainer::State() const {
     st.spec = specs_.at(in.name);
     st.local = train_inputs_[k];
     out.push_back(std::move(st));
+  }
+  if (accum_ > 1) {  // the moments live in the update program
+    const compiler::Graph& ug = update_.exec->program().graph;
+    for (size_t k = 0; k < ug.inputs().size(); ++k) {
+      const compiler::GraphInput& in = ug.inputs()[k];
+      if (in.kind != compiler::InputKind::kState) continue;
+      StateTensor st;
+      st.name = in.name;
+      const Shape& shape = ug.meta(in.value).shape;
+      st.global_shape.assign(shape.begin(), shape.end());
+      st.spec = specs_.at(in.name);
+      st.local = update_.inputs[k];
+      out.push_back(std::move(st));
+    }
   }
   return out;
 }

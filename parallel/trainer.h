@@ -35,6 +35,15 @@
 // The AdamW moments start from zero.
 // After the first step a training step allocates nothing.
 //
+// Gradient accumulation (train.grad_accum_steps = k > 1; one rank on the
+// CPU): Step still takes the batch of one update (train.batch_size rows) and
+// splits it into k micro-batches of consecutive rows. The training program is
+// then the micro-step, forward + backward on batch_size / k rows, whose
+// gradients the trainer adds into one f32 accumulator per parameter; an
+// update program then clips and applies AdamW to the mean of the k gradients
+// (LastGradients returns that mean). Step returns the mean of the micro-batch
+// losses. A model's dropout step input counts micro-steps, (step - 1) * k + i.
+//
 //   LOOM_ASSIGN_OR_RETURN(auto t, Trainer::Create(spec));          // one process
 //   LOOM_ASSIGN_OR_RETURN(float loss, t->Step({{"x", x}, {"y", y}}));
 //
@@ -56,6 +65,7 @@
 #include "compiler/cuda/cuda_executor.h"
 #include "compiler/executor.h"
 #include "compiler/models/models.h"
+#include "compiler/optimizer.h"
 #include "dtensor/spec.h"
 #include "parallel/styles.h"
 #include "proto/loom/v1/job.pb.h"
@@ -149,7 +159,9 @@ class Trainer {
   // device: cuda: reads that loss back (after a collective changed it).
   absl::StatusOr<float> ReadLoss();
 
-  // Gradients of the last Step (needs keep_gradients), by parameter name.
+  // Gradients of the last Step (needs keep_gradients), by parameter name;
+  // with gradient accumulation, the mean over the micro-batches that the
+  // update applied.
   std::map<std::string, Tensor> LastGradients() const;
   // This rank's block of each parameter (the whole tensors on one rank); on
   // device: cuda read back from the GPU.
@@ -231,6 +243,11 @@ class Trainer {
   absl::StatusOr<std::pair<int64_t, int64_t>> RowsOf(const std::vector<DataInput>& data,
                                                      const std::map<std::string, dtensor::DTensorSpec>& specs) const;
   absl::StatusOr<float> RunStep();  // the training step on the bound batch
+  // Gradient accumulation (trainer_accum.cc): the update program and one
+  // update over the micro-batches of `batch` (the batch of one update).
+  absl::Status CompileUpdate(const compiler::AdamWOptions& adam);
+  absl::Status BindUpdate();
+  absl::StatusOr<float> AccumulateStep(const Batch& batch);
   // device: cuda: copies the parameters back into the host tensors (which the
   // evaluation program shares) when a step changed them.
   absl::Status SyncFromDevice() const;
@@ -262,6 +279,16 @@ class Trainer {
   int lr_in_ = -1, step_in_ = -1;
   int dropout_step_in_ = -1;  // an imported model's dropout offset (onnx/training.h)
   int64_t step_ = 0;
+  // train.grad_accum_steps; above 1 the training program is the micro-step
+  // and `update_` applies the optimizer.
+  int64_t accum_ = 1;
+  struct UpdateProgram {
+    compiler::Compilation compilation;
+    std::unique_ptr<compiler::Executor> exec;
+    std::vector<Tensor> inputs, outputs;
+    std::vector<Tensor> accumulators;  // the mean gradients' inputs, in params_ order
+    int lr_in = -1, step_in = -1;
+  } update_;
 };
 
 }  // namespace loom::parallel

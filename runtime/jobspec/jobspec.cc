@@ -81,6 +81,7 @@ constexpr Range kRanges[] = {
     {"data.bigram.max_tokens", 0, 1e12, false, true},      // 0 (absent): 16777216
     {"train.steps", 1, kE9, false, true},
     {"train.batch_size", 1, 1 << 20, false, true},
+    {"train.grad_accum_steps", 1, 1024, false, true},      // 0 (absent): 1
     {"train.lr", 0, 10, true, true},
     {"train.weight_decay", 0, 10, false, false},
     {"train.beta1", 0, 0.999999, true, true},
@@ -445,6 +446,31 @@ absl::Status CheckRanges(const v1::JobSpec& s) {
   return absl::OkStatus();
 }
 
+// train.grad_accum_steps splits train.batch_size into equal micro-batches,
+// each of which the dp ranks split again.
+absl::Status CheckGradAccum(const v1::JobSpec& s) {
+  const auto& t = s.train();
+  const int k = t.grad_accum_steps();
+  LOOM_RETURN_IF_ERROR(Field(k >= 1, "train.grad_accum_steps", absl::StrCat(k), "must be positive"));
+  LOOM_RETURN_IF_ERROR(Field(t.batch_size() % k == 0, "train.grad_accum_steps", absl::StrCat(k),
+                             absl::StrCat("must divide train.batch_size = ", t.batch_size(),
+                                          " (the batch of one update, split into micro-batches)")));
+  if (k == 1) return absl::OkStatus();
+  const int dp = std::max(1, s.parallel().dp());
+  LOOM_RETURN_IF_ERROR(Field((t.batch_size() / k) % dp == 0, "train.grad_accum_steps", absl::StrCat(k),
+                             absl::StrCat("the micro-batch train.batch_size / grad_accum_steps = ",
+                                          t.batch_size() / k, " must divide by parallel.dp = ", dp)));
+  const std::string what = absl::StrCat(k);
+  LOOM_RETURN_IF_ERROR(Field(s.parallel().dp() <= 1 && s.parallel().tp() <= 1 && !s.parallel().tp_auto(),
+                             "train.grad_accum_steps", what,
+                             "accumulation runs in one process for now (parallel.dp = parallel.tp = 1)"));
+  LOOM_RETURN_IF_ERROR(Field(s.device() != "cuda", "train.grad_accum_steps", what,
+                             "accumulation runs on device: cpu for now"));
+  LOOM_RETURN_IF_ERROR(Field(s.model().family() != "onnx", "train.grad_accum_steps", what,
+                             "accumulation applies to the built-in families (gpt, llama) for now"));
+  return absl::OkStatus();
+}
+
 // Products of sizes, in int64 (each factor is bounded above, so none
 // overflows): the world size and the parameter count.
 absl::Status CheckProducts(const v1::JobSpec& s) {
@@ -534,6 +560,7 @@ void ApplyDefaults(v1::JobSpec& s) {
   auto* t = s.mutable_train();
   if (t->steps() == 0) t->set_steps(300);
   if (t->batch_size() == 0) t->set_batch_size(8);
+  if (t->grad_accum_steps() == 0) t->set_grad_accum_steps(1);
   if (t->lr() == 0) t->set_lr(1e-3f);
   if (t->beta1() == 0) t->set_beta1(0.9f);
   if (t->beta2() == 0) t->set_beta2(0.95f);
@@ -586,6 +613,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& s) {
   LOOM_RETURN_IF_ERROR(Field(t.steps() > 0, "train.steps", str(t.steps()), "must be positive"));
   LOOM_RETURN_IF_ERROR(Field(t.batch_size() > 0, "train.batch_size", str(t.batch_size()), "must be positive"));
   LOOM_RETURN_IF_ERROR(Field(t.lr() > 0, "train.lr", str(t.lr()), "must be positive"));
+  LOOM_RETURN_IF_ERROR(CheckGradAccum(s));
   LOOM_RETURN_IF_ERROR(compiler::ValidateSchedule(t));
   const std::string& ac = t.activation_checkpointing();
   LOOM_RETURN_IF_ERROR(Field(ac.empty() || ac == "none" || ac == "blocks" || ac == "selective",

@@ -162,6 +162,34 @@ TEST(JobSpec, ErrorsNameTheKeyAndValue) {
   EXPECT_NE(ErrorOf("").find("empty"), std::string::npos);
 }
 
+// train.grad_accum_steps: absent is 1; it splits train.batch_size (the batch
+// of one update) into equal micro-batches.
+TEST(JobSpec, GradAccumStepsHasARangeAndDividesTheBatch) {
+  auto s = ParseJobSpecYaml("train: {batch_size: 8}");
+  ASSERT_TRUE(s.ok()) << s.status();
+  ApplyDefaults(*s);
+  EXPECT_EQ(s->train().grad_accum_steps(), 1);
+  EXPECT_EQ(ErrorOf("train: {batch_size: 8, grad_accum_steps: 4}"), "");
+  EXPECT_EQ(ErrorOf("train: {batch_size: 8, grad_accum_steps: 8}"), "");
+  const std::string zero = ErrorOf("train: {grad_accum_steps: 0}");
+  EXPECT_EQ(zero.rfind("train.grad_accum_steps: must be in [1, 1024], got 0", 0), 0u) << zero;
+  EXPECT_EQ(ErrorOf("train: {grad_accum_steps: -2}"), "train.grad_accum_steps: must be in [1, 1024] (got -2)");
+  EXPECT_EQ(ErrorOf("train: {batch_size: 4096, grad_accum_steps: 2048}"),
+            "train.grad_accum_steps: must be in [1, 1024] (got 2048)");
+  EXPECT_EQ(ErrorOf("train: {batch_size: 8, grad_accum_steps: 3}"),
+            "train.grad_accum_steps: must divide train.batch_size = 8 (the batch of one update, split into "
+            "micro-batches) (got 3)");
+  EXPECT_EQ(ErrorOf("train: {batch_size: 8, grad_accum_steps: 8}\nparallel: {dp: 2}"),
+            "train.grad_accum_steps: the micro-batch train.batch_size / grad_accum_steps = 1 must divide by "
+            "parallel.dp = 2 (got 8)");
+  EXPECT_EQ(ErrorOf("train: {batch_size: 8, grad_accum_steps: 2}\nparallel: {dp: 2}").rfind(
+                "train.grad_accum_steps: accumulation runs in one process", 0),
+            0u);
+  EXPECT_EQ(ErrorOf("train: {batch_size: 8, grad_accum_steps: 2}\ndevice: cuda").rfind(
+                "train.grad_accum_steps: accumulation runs on device: cpu", 0),
+            0u);
+}
+
 // The recipe fields: the schedule, sample_tokens (unset = 200, 0 = none) and
 // bf16, which needs device: cuda.
 TEST(JobSpec, RecipeFieldsHaveDefaultsAndNamedErrors) {

@@ -50,6 +50,8 @@ TEST(TrainCli, BadInputNamesKeyAndValueAndExits2) {
   ExpectBadInput("train: {lr_schedule: cosine, min_lr: -1}\n", {"train.min_lr", "-1"});
   ExpectBadInput("train: {sample_tokens: -5}\n", {"train.sample_tokens", "-5"});
   ExpectBadInput("train: {precision: bf16}\n", {"train.precision", "bf16", "device: cuda"});
+  ExpectBadInput("train: {grad_accum_steps: 0}\n", {"train.grad_accum_steps", "got 0"});
+  ExpectBadInput("train: {batch_size: 8, grad_accum_steps: 3}\n", {"train.grad_accum_steps", "3", "train.batch_size"});
   Result r = RunLoom("train /no/such/job.yaml");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("/no/such/job.yaml"), std::string::npos);
