@@ -36,6 +36,8 @@ absl::Status WriteAtomically(const std::string& path, const std::string& text) {
 }  // namespace
 
 absl::Status PublishRendezvous(const NodeGroup& g, const Rendezvous& r) {
+  std::error_code ec;
+  std::filesystem::remove(g.rdzv_dir + "/result", ec);  // an earlier run's, in a reused folder
   return WriteAtomically(g.rdzv_dir + "/coordinator", absl::StrCat(r.coordinator, "\n", r.join_token, "\n"));
 }
 

@@ -1,5 +1,6 @@
 #include "runtime/launch/run_command.h"
 
+#include <netdb.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -21,6 +22,8 @@
 #include "absl/strings/str_split.h"
 #include "runtime/jobspec/jobspec.h"
 #include "kernels/cuda/cuda_device.h"
+#include "runtime/launch/node_group.h"
+#include "runtime/launch/slurm_env.h"
 #include "runtime/plan/planner_command.h"
 #include "runtime/service/agent/agent.h"
 #include "runtime/service/coordinator.h"
@@ -31,6 +34,7 @@ namespace loom::launch {
 namespace {
 
 std::atomic<bool> g_interrupted{false};
+constexpr int kKillGraceMs = 5000;  // the coordinator's SIGTERM -> SIGKILL grace for ranks
 void OnSignal(int) { g_interrupted = true; }
 
 int Fail(int code, const std::string& msg) {
@@ -82,7 +86,8 @@ absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args) {
 }
 
 // Flags over the spec, then the spec's own validation.
-absl::Status ApplyFlags(const Flags& f, v1::JobSpec* spec) {
+// --nproc-per-node counts the ranks of one of `nnodes` nodes.
+absl::Status ApplyFlags(const Flags& f, int nnodes, v1::JobSpec* spec) {
   auto* p = spec->mutable_parallel();
   if (f.tp > 0) {
     p->set_tp(f.tp);
@@ -91,15 +96,15 @@ absl::Status ApplyFlags(const Flags& f, v1::JobSpec* spec) {
   if (f.dp > 0) p->set_dp(f.dp);
   if (f.nproc > 0) {
     const int tp = std::max(1, p->tp());
-    if (f.dp == 0 && p->dp() * tp != f.nproc) {
-      if (f.nproc % tp != 0)
-        return absl::InvalidArgumentError(
-            absl::StrCat("--nproc-per-node: ", f.nproc, " ranks do not divide into tp ", tp, " groups"));
-      p->set_dp(f.nproc / tp);
+    const int total = f.nproc * nnodes;
+    const std::string what = nnodes == 1 ? absl::StrCat("--nproc-per-node: ", total, " ranks")
+                                         : absl::StrCat("--nproc-per-node: ", total, " ranks on ", nnodes, " nodes");
+    if (f.dp == 0 && p->dp() * tp != total) {
+      if (total % tp != 0) return absl::InvalidArgumentError(absl::StrCat(what, " do not divide into tp ", tp, " groups"));
+      p->set_dp(total / tp);
     }
-    if (p->dp() * tp != f.nproc)
-      return absl::InvalidArgumentError(absl::StrCat("--nproc-per-node: ", f.nproc, " ranks, but dp ", p->dp(),
-                                                     " x tp ", tp, " = ", p->dp() * tp));
+    if (p->dp() * tp != total)
+      return absl::InvalidArgumentError(absl::StrCat(what, ", but dp ", p->dp(), " x tp ", tp, " = ", p->dp() * tp));
   }
   if (f.steps > 0) spec->mutable_train()->set_steps(f.steps);
   if (f.max_restarts >= 0) spec->set_max_restarts(f.max_restarts);
@@ -161,14 +166,18 @@ int GiveGpus(const v1::JobSpec& spec, int world, service::AgentOptions* ao) {
 
 // Follows the job until it ends: copies rank 0's stdout, reports each state
 // change (as JSON with --json), and cancels the job on the first SIGINT or
-// SIGTERM. `offset` is how far rank 0's stdout has been copied.
+// SIGTERM. `offset` is how far rank 0's stdout has been copied. A job still
+// PENDING after `wait_limit_s` (0: no limit) is cancelled, and the error says
+// it was `waiting_for`.
 absl::StatusOr<v1::JobStatus> FollowJob(service::Coordinator* c, const std::string& job_id,
-                                        const std::string& rank0_out, bool json, int64_t* offset) {
+                                        const std::string& rank0_out, bool json, int64_t* offset,
+                                        const std::string& waiting_for, int wait_limit_s) {
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
   uint64_t version = 0;
   v1::JobState last_state = v1::JOB_STATE_UNSPECIFIED;
   bool cancelled = false;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(wait_limit_s);
   while (true) {
     version = c->WaitForChange(version, std::chrono::milliseconds(200));
     auto got = c->Get(job_id);
@@ -185,6 +194,10 @@ absl::StatusOr<v1::JobStatus> FollowJob(service::Coordinator* c, const std::stri
       }
     }
     if (j.state() == v1::SUCCEEDED || j.state() == v1::FAILED || j.state() == v1::CANCELLED) return j;
+    if (j.state() == v1::PENDING && wait_limit_s > 0 && std::chrono::steady_clock::now() > give_up) {
+      (void)c->Cancel(job_id);
+      return absl::DeadlineExceededError(absl::StrCat(job_id, " still PENDING after ", wait_limit_s, " s: ", waiting_for));
+    }
     if (g_interrupted && !cancelled) {
       cancelled = true;
       std::fprintf(stderr, "loom run: interrupted; cancelling %s\n", job_id.c_str());
@@ -224,20 +237,187 @@ int CheckAutoLayout(const v1::JobSpec& spec, int world) {
   return 0;
 }
 
+// This machine's address for the other nodes: its host name, resolved.
+std::string NodeAddress() {
+  char host[256] = {0};
+  if (gethostname(host, sizeof host - 1) != 0) return "127.0.0.1";
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host, nullptr, &hints, &res) != 0 || res == nullptr) return host;
+  char ip[64] = {0};
+  int rc = getnameinfo(res->ai_addr, res->ai_addrlen, ip, sizeof ip, nullptr, 0, NI_NUMERICHOST);
+  freeaddrinfo(res);
+  return rc == 0 ? ip : host;
+}
+
+// The nodes this run spans: Slurm's allocation when there is one, else this
+// machine alone. `in_batch`: the sbatch script itself (not an srun step).
+absl::StatusOr<NodeGroup> ResolveNodeGroup(bool* in_batch) {
+  *in_batch = false;
+  auto slurm = SlurmFromEnv([](const char* name) { return std::getenv(name); });
+  if (!slurm.ok()) return slurm.status();
+  if (!slurm->has_value()) return NodeGroup{};
+  const SlurmAllocation& a = **slurm;
+  *in_batch = a.step_id.empty() || a.step_id == "batch";
+  if (a.nnodes == 1 || *in_batch) {
+    NodeGroup one;
+    one.node_name = a.nodes[a.node_id];
+    one.nnodes = a.nnodes;
+    return one;
+  }
+  auto g = NodeGroupFromSlurm(a);
+  if (!g.ok()) return g.status();
+  g->advertise_host = NodeAddress();
+  return g;
+}
+
+// In an sbatch script spanning several nodes: runs this same command as an
+// srun step, one task per node (each then finds its place from the step's
+// environment). Returns only when exec fails.
+int ExecUnderSrun(const std::string& self, const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1", self, "run"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::fprintf(stderr, "loom run: in an sbatch script on %s nodes: running one loom run per node through srun\n",
+               std::getenv("SLURM_NNODES"));
+  std::fflush(stderr);
+  std::vector<char*> a;
+  for (auto& x : argv) a.push_back(x.data());
+  a.push_back(nullptr);
+  execvp("srun", a.data());
+  return Fail(1, "cannot run srun (slurm-client) from the sbatch script");
+}
+
+service::AgentOptions NodeAgentOptions(const NodeGroup& g, const std::string& state, const std::string& self,
+                                       int world) {
+  service::AgentOptions ao;
+  ao.data_dir = state + "/agent";
+  ao.hostname = g.nnodes > 1 ? g.node_name : "local";
+  ao.cpu_slots = world / g.nnodes;
+  ao.worker_argv = {self, "worker"};
+  ao.poll_wait_ms = 100;
+  if (g.nnodes > 1) ao.rendezvous_host = g.advertise_host;
+  return ao;
+}
+
+// A node other than node 0: an agent that joins node 0's coordinator and
+// runs its share of the ranks until node 0 publishes the job's exit code.
+// SIGTERM (scancel) gives node 0's cancel the coordinator's grace to stop
+// the ranks, then kills what is left.
+int RunJoiningNode(const NodeGroup& g, const v1::JobSpec& spec, int world, const std::string& state,
+                   const std::string& self) {
+  signal(SIGINT, OnSignal);
+  signal(SIGTERM, OnSignal);
+  auto rdzv = AwaitRendezvous(g);
+  if (!rdzv.ok()) return Fail(1, std::string(rdzv.status().message()));
+  service::AgentOptions ao = NodeAgentOptions(g, state, self, world);
+  ao.coordinator = rdzv->coordinator;
+  ao.join_token = rdzv->join_token;
+  if (int code = GiveGpus(spec, world / g.nnodes, &ao); code != 0) return code;
+  service::Agent agent(ao);
+  if (absl::Status s = agent.Start(std::chrono::seconds(g.rdzv_timeout_s)); !s.ok())
+    return Fail(1, absl::StrCat("node ", g.node_rank, " (", g.node_name, "): joining ", rdzv->coordinator, ": ",
+                                s.message()));
+  std::fprintf(stderr, "loom run: node %d (%s) joined %s with %d rank slot%s\n", g.node_rank, g.node_name.c_str(),
+               rdzv->coordinator.c_str(), ao.cpu_slots, ao.cpu_slots == 1 ? "" : "s");
+  std::chrono::steady_clock::time_point stop_by = std::chrono::steady_clock::time_point::max();
+  while (true) {
+    if (int code = ReadResult(g); code >= 0) {
+      agent.Stop();
+      return code;
+    }
+    if (g_interrupted && stop_by == std::chrono::steady_clock::time_point::max())
+      stop_by = std::chrono::steady_clock::now() + std::chrono::milliseconds(kKillGraceMs);
+    if (std::chrono::steady_clock::now() > stop_by || (g_interrupted && agent.running_ranks() == 0)) {
+      agent.Stop();
+      return Fail(1, "interrupted");
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+}
+
+// Node 0 (or the only node): the coordinator and an agent in this process.
+// With several nodes the coordinator listens on every interface, its address
+// and join token go into the rendezvous folder, and the job waits for the
+// other nodes' agents (up to the rendezvous timeout).
+int RunFirstNode(const Flags& flags, const v1::JobSpec& spec, int world, const NodeGroup& g, const std::string& state,
+                 const std::string& self) {
+  const bool multi = g.nnodes > 1;
+  service::ServerOptions so;
+  so.coordinator.data_dir = state + "/coordinator";
+  so.coordinator.heartbeat_interval_ms = 500;
+  so.coordinator.kill_grace_ms = kKillGraceMs;
+  so.listen_address = multi ? "0.0.0.0:0" : "127.0.0.1:0";
+  auto server = service::CoordinatorServer::Start(so);
+  if (!server.ok()) return Fail(1, absl::StrCat("coordinator: ", server.status().message()));
+  service::AgentOptions ao = NodeAgentOptions(g, state, self, world);
+  ao.coordinator = absl::StrCat("127.0.0.1:", (*server)->port());
+  ao.join_token = (*server)->join_token();
+  if (int code = GiveGpus(spec, world / g.nnodes, &ao); code != 0) return code;
+  service::Agent agent(ao);
+  if (absl::Status s = agent.Start(); !s.ok()) return Fail(1, absl::StrCat("agent: ", s.message()));
+  if (multi) {
+    absl::Status s = PublishRendezvous(g, {absl::StrCat(g.advertise_host, ":", (*server)->port()), ao.join_token});
+    if (!s.ok()) return Fail(1, std::string(s.message()));
+  }
+
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = spec;
+  req.set_idempotency_key("loom-run");
+  req.set_wait_for_capacity(multi);
+  auto submitted = (*server)->coordinator()->Submit(req);
+  if (!submitted.ok()) {
+    bool bad = submitted.status().code() == absl::StatusCode::kInvalidArgument ||
+               submitted.status().code() == absl::StatusCode::kFailedPrecondition;
+    return Fail(bad ? 2 : 1, std::string(submitted.status().message()));
+  }
+  const std::string job_id = submitted->job().job_id();
+  if (multi) {
+    std::fprintf(stderr, "loom run: %s submitted (%d ranks on %d nodes, %d each; this is node 0, %s)\n",
+                 job_id.c_str(), world, g.nnodes, world / g.nnodes, g.node_name.c_str());
+  } else {
+    std::fprintf(stderr, "loom run: %s submitted (%d rank%s on this machine)\n", job_id.c_str(), world,
+                 world == 1 ? "" : "s");
+  }
+
+  const std::string logs = ao.data_dir + "/logs/" + job_id;
+  int64_t offset = 0;  // into rank 0's stdout; restarts append to the same file
+  const std::string waiting = absl::StrCat("not all ", g.nnodes, " nodes joined (rendezvous folder ", g.rdzv_dir, ")");
+  auto final = FollowJob((*server)->coordinator(), job_id, logs + "/rank0.out", flags.json, &offset, waiting,
+                         multi ? g.rdzv_timeout_s : 0);
+  if (!final.ok()) return Fail(1, std::string(final.status().message()));
+  // Let the agent reap the ranks, then ship nothing more.
+  agent.Stop();
+  Follow(logs + "/rank0.out", &offset);
+  (*server)->Shutdown();
+  return ExitCodeOf(*final, job_id, logs);
+}
+
 }  // namespace
 
 int RunRunCommand(const std::vector<std::string>& args) {
   auto flags = ParseFlags(args);
   if (!flags.ok()) return Fail(2, std::string(flags.status().message()));
+  bool in_batch = false;
+  auto group = ResolveNodeGroup(&in_batch);
+  if (!group.ok()) return Fail(2, std::string(group.status().message()));
+  char self[4096];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return Fail(1, "cannot find this executable (/proc/self/exe)");
+  self[n] = '\0';
+  if (in_batch && group->nnodes > 1) return ExecUnderSrun(self, args);
   auto loaded = jobspec::LoadJobSpec(flags->spec_path);
   if (!loaded.ok()) return Fail(2, std::string(loaded.status().message()));
   v1::JobSpec spec = *loaded;
-  if (absl::Status s = ApplyFlags(*flags, &spec); !s.ok()) return Fail(2, std::string(s.message()));
+  if (absl::Status s = ApplyFlags(*flags, group->nnodes, &spec); !s.ok()) return Fail(2, std::string(s.message()));
   if (absl::Status s = train::CheckOnnxJob(spec); !s.ok()) return Fail(2, std::string(s.message()));
   const int world = std::max(1, spec.parallel().dp()) * std::max(1, spec.parallel().tp());
+  if (world % group->nnodes != 0)
+    return Fail(2, absl::StrCat("parallel: the job's ", world, " ranks do not divide evenly over ", group->nnodes,
+                                " nodes"));
   if (int code = CheckAutoLayout(spec, world); code != 0) return code;
 
-  // The coordinator's private folder.
+  // This node's private folder (the coordinator's and the agent's state).
   std::string state = flags->keep_state;
   bool temporary = state.empty();
   if (temporary) {
@@ -253,53 +433,10 @@ int RunRunCommand(const std::vector<std::string>& args) {
       if (on) std::filesystem::remove_all(dir, ec);
     }
   } cleanup{state, temporary};
-
-  service::ServerOptions so;
-  so.coordinator.data_dir = state + "/coordinator";
-  so.coordinator.heartbeat_interval_ms = 500;
-  so.coordinator.kill_grace_ms = 5000;
-  so.listen_address = "127.0.0.1:0";
-  auto server = service::CoordinatorServer::Start(so);
-  if (!server.ok()) return Fail(1, absl::StrCat("coordinator: ", server.status().message()));
-
-  char self[4096];
-  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0) return Fail(1, "cannot find this executable (/proc/self/exe)");
-  self[n] = '\0';
-  service::AgentOptions ao;
-  ao.coordinator = absl::StrCat("127.0.0.1:", (*server)->port());
-  ao.join_token = (*server)->join_token();
-  ao.data_dir = state + "/agent";
-  ao.hostname = "local";
-  ao.cpu_slots = world;
-  if (int code = GiveGpus(spec, world, &ao); code != 0) return code;
-  ao.worker_argv = {self, "worker"};
-  ao.poll_wait_ms = 100;
-  service::Agent agent(ao);
-  if (absl::Status s = agent.Start(); !s.ok()) return Fail(1, absl::StrCat("agent: ", s.message()));
-
-  v1::SubmitJobRequest req;
-  *req.mutable_spec() = spec;
-  req.set_idempotency_key("loom-run");
-  auto submitted = (*server)->coordinator()->Submit(req);
-  if (!submitted.ok()) {
-    bool bad = submitted.status().code() == absl::StatusCode::kInvalidArgument ||
-               submitted.status().code() == absl::StatusCode::kFailedPrecondition;
-    return Fail(bad ? 2 : 1, std::string(submitted.status().message()));
-  }
-  const std::string job_id = submitted->job().job_id();
-  std::fprintf(stderr, "loom run: %s submitted (%d rank%s on this machine)\n", job_id.c_str(), world,
-               world == 1 ? "" : "s");
-
-  const std::string logs = ao.data_dir + "/logs/" + job_id;
-  int64_t offset = 0;  // into rank 0's stdout; restarts append to the same file
-  auto final = FollowJob((*server)->coordinator(), job_id, logs + "/rank0.out", flags->json, &offset);
-  if (!final.ok()) return Fail(1, std::string(final.status().message()));
-  // Let the agent reap the ranks, then ship nothing more.
-  agent.Stop();
-  Follow(logs + "/rank0.out", &offset);
-  (*server)->Shutdown();
-  return ExitCodeOf(*final, job_id, logs);
+  if (group->node_rank > 0) return RunJoiningNode(*group, spec, world, state, self);
+  const int code = RunFirstNode(*flags, spec, world, *group, state, self);
+  if (group->nnodes > 1) (void)PublishResult(*group, code);
+  return code;
 }
 
 }  // namespace loom::launch

@@ -140,6 +140,12 @@ absl::StatusOr<std::optional<SlurmAllocation>> SlurmFromEnv(const GetEnv& env) {
     return absl::InvalidArgumentError(
         absl::StrCat("SLURM_NODEID: ", a.node_id, " is not below SLURM_NNODES (", a.nnodes, ")"));
   a.submit_dir = StrVar(env, "SLURM_SUBMIT_DIR");
+  a.cluster = StrVar(env, "SLURM_CLUSTER_NAME");
+  const std::string comm_host = StrVar(env, "SLURM_SRUN_COMM_HOST"), comm_port = StrVar(env, "SLURM_SRUN_COMM_PORT");
+  if (!comm_port.empty()) a.launcher = absl::StrCat(comm_host, "-", comm_port);
+  for (const std::string* part : {&a.job_id, &a.step_id, &a.cluster, &a.launcher})
+    if (part->find('/') != std::string::npos)
+      return absl::InvalidArgumentError(absl::StrCat("Slurm job, step or cluster name '", *part, "': contains '/'"));
   return a;
 }
 
@@ -154,8 +160,9 @@ absl::StatusOr<NodeGroup> NodeGroupFromSlurm(const SlurmAllocation& a) {
   g.nnodes = a.nnodes;
   g.node_rank = a.node_id;
   g.node_name = a.nodes[a.node_id];
-  g.rdzv_dir = absl::StrCat(a.submit_dir, "/.loom-slurm/", a.job_id, ".", a.step_id.empty() ? "batch" : a.step_id, ".",
-                            a.restart_count);
+  g.rdzv_dir = absl::StrCat(a.submit_dir, "/.loom-slurm/", a.cluster.empty() ? "slurm" : a.cluster, ".", a.job_id, ".",
+                            a.step_id.empty() ? "batch" : a.step_id, ".", a.restart_count,
+                            a.launcher.empty() ? "" : ".", a.launcher);
   g.local_cpus = a.cpus_on_node;
   g.local_gpus = a.gpus_on_node;
   return g;

@@ -31,6 +31,8 @@ struct SlurmAllocation {
   int gpus_on_node = -1;            // SLURM_GPUS_ON_NODE (-1: unset)
   int restart_count = 0;            // SLURM_RESTART_COUNT (a requeued job's run)
   std::string submit_dir;           // SLURM_SUBMIT_DIR
+  std::string cluster;              // SLURM_CLUSTER_NAME
+  std::string launcher;             // SLURM_SRUN_COMM_HOST-SLURM_SRUN_COMM_PORT: this srun
 };
 
 using GetEnv = std::function<const char*(const char*)>;
@@ -41,7 +43,10 @@ using GetEnv = std::function<const char*(const char*)>;
 absl::StatusOr<std::optional<SlurmAllocation>> SlurmFromEnv(const GetEnv& env);
 
 // One `loom run` per node: node id -> node rank, the node's name from the
-// node list, the rendezvous folder <submit dir>/.loom-slurm/<job>.<step>.<restart>.
+// node list, the rendezvous folder
+// <submit dir>/.loom-slurm/<cluster>.<job>.<step>.<restart>.<launcher>: the
+// srun's address keeps a later step (or a cluster that reuses job ids) from
+// finding an earlier step's coordinator.
 // INVALID_ARGUMENT when the step runs other than one task per node.
 absl::StatusOr<NodeGroup> NodeGroupFromSlurm(const SlurmAllocation& a);
 

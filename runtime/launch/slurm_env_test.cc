@@ -37,7 +37,8 @@ std::map<std::string, std::string> Step() {
   return {{"SLURM_JOB_ID", "42"},       {"SLURM_STEP_ID", "0"},           {"SLURM_NODELIST", "n[1-2]"},
           {"SLURM_NNODES", "2"},        {"SLURM_NODEID", "1"},            {"SLURM_NTASKS", "2"},
           {"SLURM_PROCID", "1"},        {"SLURM_LOCALID", "0"},           {"SLURM_CPUS_ON_NODE", "4"},
-          {"SLURM_SUBMIT_DIR", "/shared/me"}};
+          {"SLURM_SUBMIT_DIR", "/shared/me"},
+          {"SLURM_CLUSTER_NAME", "c1"}, {"SLURM_SRUN_COMM_HOST", "10.0.0.9"}, {"SLURM_SRUN_COMM_PORT", "40363"}};
 }
 
 TEST(SlurmFromEnv, OutsideSlurmIsNothing) {
@@ -58,7 +59,7 @@ TEST(SlurmFromEnv, MapsAStepOntoOneNodePerTask) {
   EXPECT_EQ(g->nnodes, 2);
   EXPECT_EQ(g->node_rank, 1);
   EXPECT_EQ(g->node_name, "n2");
-  EXPECT_EQ(g->rdzv_dir, "/shared/me/.loom-slurm/42.0.0");
+  EXPECT_EQ(g->rdzv_dir, "/shared/me/.loom-slurm/c1.42.0.0.10.0.0.9-40363");
   EXPECT_EQ(g->local_cpus, 4);
 }
 
@@ -69,6 +70,8 @@ TEST(SlurmFromEnv, StepVariablesWinOverTheJobs) {
   m["SLURM_STEP_NUM_TASKS"] = "1";
   m["SLURM_NODEID"] = "0";
   m["SLURM_RESTART_COUNT"] = "3";
+  m.erase("SLURM_CLUSTER_NAME");
+  m.erase("SLURM_SRUN_COMM_PORT");
   m["SLURM_GPUS_ON_NODE"] = "8";
   auto a = SlurmFromEnv(Env(m));
   ASSERT_TRUE(a.ok()) << a.status();
@@ -77,7 +80,7 @@ TEST(SlurmFromEnv, StepVariablesWinOverTheJobs) {
   auto g = NodeGroupFromSlurm(**a);
   ASSERT_TRUE(g.ok()) << g.status();
   EXPECT_EQ(g->node_name, "n2");
-  EXPECT_EQ(g->rdzv_dir, "/shared/me/.loom-slurm/42.0.3");
+  EXPECT_EQ(g->rdzv_dir, "/shared/me/.loom-slurm/slurm.42.0.3");
 }
 
 TEST(SlurmFromEnv, BadValuesNameTheVariable) {
