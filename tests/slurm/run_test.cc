@@ -4,7 +4,11 @@
 // and trains exactly as `loom run` does on one machine: the same losses and
 // the same final parameters, bitwise. A malformed allocation is an error that
 // names the variable.
+#include <unistd.h>
+
+#include <chrono>
 #include <filesystem>
+#include <thread>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -104,6 +108,53 @@ TEST_F(SlurmRun, SbatchScriptRunsAcrossTheAllocation) {
   EXPECT_NE(log.find("running one loom run per node through srun"), std::string::npos) << log;
   EXPECT_NE(log.find("node 1 (n2) joined"), std::string::npos) << log;
   ExpectSameTraining(Tmp("batch_local"), run);
+}
+
+// Processes (other than this test) whose environment holds `marker`.
+int ProcessesWith(const std::string& marker) {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string pid = e.path().filename();
+    if (pid.find_first_not_of("0123456789") != std::string::npos || std::stoi(pid) == getpid()) continue;
+    n += ReadFileBytes(e.path() / "environ").find(marker) != std::string::npos;
+  }
+  return n;
+}
+
+// scancel mid-run: Slurm signals every node's loom run, node 0 cancels the
+// job, and within KillWait (2 s) plus 1 s no Loom process is left on either
+// node; Slurm reports the job CANCELLED.
+TEST_F(SlurmRun, ScancelStopsEveryNodeWithinTheGrace) {
+  const std::string spec = Job("long", "{dp: 4}");
+  std::ofstream(spec, std::ios::app) << "max_restarts: 0\n";
+  const std::string marker = absl::StrCat("LOOM_SLURM_TEST=", getpid(), "-scancel");
+  const std::string out = Tmp("long.out"), script = Tmp("long.sbatch");
+  std::ofstream(script) << "#!/bin/bash\n#SBATCH -N2\n#SBATCH --ntasks-per-node=1\nexport " << marker << "\n"
+                        << Loom() << " run " << spec << " --steps 1000000 --run-dir " << Tmp("long_run") << "\n";
+  CliResult sub = cluster_->Run(
+      absl::StrCat("sbatch --parsable --chdir=", ::testing::TempDir(), " --output=", out, " ", script), 30);
+  ASSERT_EQ(sub.code, 0) << sub.output;
+  const std::string job = sub.output.substr(0, sub.output.find_first_of(";\n"));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (ReadFileBytes(out).find("step 1") == std::string::npos && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ASSERT_NE(ReadFileBytes(out).find("step 1"), std::string::npos) << ReadFileBytes(out);
+  const int running = ProcessesWith(marker);
+  EXPECT_GE(running, 6) << "two loom run, four workers";  // plus srun and the batch shell
+  ASSERT_EQ(cluster_->Run("scancel " + job, 10).code, 0);
+  const auto cancelled = std::chrono::steady_clock::now();
+  while (ProcessesWith(marker) > 0 && std::chrono::steady_clock::now() < cancelled + std::chrono::seconds(3))
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(ProcessesWith(marker), 0) << "Loom processes left 3 s after scancel";
+  // COMPLETING while Slurm cleans up, then CANCELLED.
+  CliResult state;
+  for (int i = 0; i < 100; ++i) {
+    state = cluster_->Run("scontrol show job " + job, 10);
+    if (state.output.find("JobState=COMPLETING") == std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  EXPECT_NE(state.output.find("JobState=CANCELLED"), std::string::npos) << state.output;
 }
 
 TEST_F(SlurmRun, SeveralTasksPerNodeIsRefused) {
