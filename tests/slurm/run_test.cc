@@ -157,6 +157,30 @@ TEST_F(SlurmRun, ScancelStopsEveryNodeWithinTheGrace) {
   EXPECT_NE(state.output.find("JobState=CANCELLED"), std::string::npos) << state.output;
 }
 
+// examples/slurm/gpt-2d.sbatch as a user submits it (from a copy of the
+// examples in a shared folder, `loom` on PATH): tp=2 x dp=2 over both nodes,
+// the same losses and parameters as `loom run examples/gpt-2d.yaml`.
+TEST_F(SlurmRun, ExampleSbatchMatchesLoomRun) {
+  const std::string root = Tmp("repo");
+  std::filesystem::create_directories(root + "/examples/slurm");
+  std::filesystem::copy_file("examples/gpt-2d.yaml", root + "/examples/gpt-2d.yaml");
+  std::filesystem::copy_file("examples/slurm/gpt-2d.sbatch", root + "/examples/slurm/gpt-2d.sbatch");
+  const std::string local = root + "/local", slurm = root + "/slurm", out = root + "/gpt-2d.out";
+  CliResult r = Shell(absl::StrCat("cd ", root, " && timeout 120 ", Loom(),
+                                   " run examples/gpt-2d.yaml --steps 4 --run-dir ", local));
+  ASSERT_EQ(r.code, 0) << r.output;
+  const std::string path = std::filesystem::path(Loom()).parent_path().string() + ":" + std::getenv("PATH");
+  CliResult b = cluster_->Run(absl::StrCat("env PATH=", path, " sbatch --wait --chdir=", root, " --output=", out,
+                                           " examples/slurm/gpt-2d.sbatch --steps 4 --run-dir ", slurm),
+                              150);
+  const std::string log = ReadFileBytes(out);
+  ASSERT_EQ(b.code, 0) << b.output << log;
+  EXPECT_NE(log.find("4 ranks on 2 nodes, 2 each"), std::string::npos) << log;
+  EXPECT_NE(log.find("node 1 (n2) joined"), std::string::npos) << log;
+  ASSERT_FALSE(Losses(local).empty());
+  ExpectSameTraining(local, slurm);
+}
+
 TEST_F(SlurmRun, SeveralTasksPerNodeIsRefused) {
   const std::string spec = Job("tasks", "{dp: 2}");
   CliResult r = cluster_->Run(absl::StrCat("srun --quiet -N2 --ntasks-per-node=2 --chdir=", ::testing::TempDir(), " ",
