@@ -6,6 +6,9 @@
 //
 // The fixture sets SLURM_CONF in this process, so every Slurm client the test
 // runs (srun, sbatch, squeue, scancel), and `loom` under them, talks to it.
+// Short timeouts: SlurmdTimeout and KillWait (options), credentials that
+// expire in 10 s (a requeued job waits that long before it may start again)
+// and a main scheduling pass every 2 s.
 #pragma once
 
 #include <netinet/in.h>
@@ -58,6 +61,13 @@ class SlurmCluster {
   // A Slurm client command (srun, sbatch, ...) bounded by `timeout_s`.
   CliResult Run(const std::string& cmd, int timeout_s = 60) const {
     return Shell(absl::StrCat("timeout ", timeout_s, " ", cmd));
+  }
+  // Node i's state as `sinfo` sees it ("idle", "mixed", "down*", ...).
+  std::string NodeState(int i) const {
+    CliResult r = Run(absl::StrCat("sinfo -h -N -n ", node(i), " -o %T"), 10);
+    std::string s = r.output;
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+    return s;
   }
   // The job's state as `squeue` sees it ("" once Slurm has forgotten it).
   std::string JobState(const std::string& job_id) const {
@@ -154,7 +164,7 @@ class SlurmCluster {
     gethostname(host, sizeof host - 1);
     std::string c = absl::StrCat(
         "ClusterName=loomtest\nSlurmctldHost=", host, "(127.0.0.1)\nSlurmctldPort=", ctld_port,
-        "\nAuthType=auth/munge\nCredType=cred/munge\nAuthInfo=socket=", dir_, "/munge.sock\n",
+        "\nAuthType=auth/munge\nCredType=cred/munge\nAuthInfo=socket=", dir_, "/munge.sock,cred_expire=10\n",
         "SlurmUser=root\nSlurmdUser=root\nStateSaveLocation=", dir_, "/state\nSlurmdSpoolDir=", dir_,
         "/spool/%n\nSlurmctldPidFile=", dir_, "/slurmctld.pid\nSlurmdPidFile=", dir_, "/slurmd-%n.pid\n",
         "SlurmctldLogFile=", dir_, "/log/slurmctld.log\nSlurmdLogFile=", dir_, "/log/slurmd-%n.log\n",
@@ -162,7 +172,7 @@ class SlurmCluster {
         "SelectTypeParameters=CR_CPU\nSchedulerType=sched/builtin\nAccountingStorageType=accounting_storage/none\n",
         "JobCompType=jobcomp/none\nMpiDefault=none\nReturnToService=2\nSlurmdTimeout=", o_.slurmd_timeout_s,
         "\nSlurmctldTimeout=5\nMessageTimeout=5\nInactiveLimit=0\nKillWait=", o_.kill_wait_s,
-        "\nMinJobAge=300\nSchedulerParameters=defer_batch=0\n");
+        "\nMinJobAge=300\nSchedulerParameters=sched_interval=2\n");
     std::vector<std::string> names;
     for (int i = 0; i < o_.nodes; ++i) {
       absl::StrAppend(&c, "NodeName=", node(i), " NodeHostname=", host, " NodeAddr=127.0.0.1 Port=", node_ports[i],
