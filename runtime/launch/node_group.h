@@ -23,6 +23,7 @@ struct NodeGroup {
   std::string advertise_host;    // this node's address, as the other nodes reach it
   std::string rdzv_dir;          // shared folder where the nodes meet
   int rdzv_timeout_s = 120;      // for the other nodes to join, and to find node 0
+  int lost_after_s = 10;         // a joined node gives up once node 0 is unreachable this long
   int local_cpus = 0;            // 0: unknown (the allocation did not say)
   int local_gpus = -1;           // -1: unknown
 };
@@ -41,5 +42,9 @@ absl::StatusOr<Rendezvous> AwaitRendezvous(const NodeGroup& g);
 absl::Status PublishResult(const NodeGroup& g, int exit_code);
 // The published exit code, or -1 while there is none.
 int ReadResult(const NodeGroup& g);
+
+// Whether a TCP connection to `host_port` (node 0's coordinator) opens
+// within `timeout_ms`.
+bool Reachable(const std::string& host_port, int timeout_ms);
 
 }  // namespace loom::launch

@@ -301,7 +301,8 @@ service::AgentOptions NodeAgentOptions(const NodeGroup& g, const std::string& st
 }
 
 // A node other than node 0: an agent that joins node 0's coordinator and
-// runs its share of the ranks until node 0 publishes the job's exit code.
+// runs its share of the ranks until node 0 publishes the job's exit code, or
+// until node 0's coordinator has been unreachable for g.lost_after_s.
 // SIGTERM (scancel) gives node 0's cancel the coordinator's grace to stop
 // the ranks, then kills what is left.
 int RunJoiningNode(const NodeGroup& g, const v1::JobSpec& spec, int world, const std::string& state,
@@ -321,10 +322,22 @@ int RunJoiningNode(const NodeGroup& g, const v1::JobSpec& spec, int world, const
   std::fprintf(stderr, "loom run: node %d (%s) joined %s with %d rank slot%s\n", g.node_rank, g.node_name.c_str(),
                rdzv->coordinator.c_str(), ao.cpu_slots, ao.cpu_slots == 1 ? "" : "s");
   std::chrono::steady_clock::time_point stop_by = std::chrono::steady_clock::time_point::max();
+  auto last_seen = std::chrono::steady_clock::now(), last_probe = last_seen;
   while (true) {
     if (int code = ReadResult(g); code >= 0) {
       agent.Stop();
       return code;
+    }
+    const auto now = std::chrono::steady_clock::now();
+    if (now - last_probe >= std::chrono::seconds(1)) {
+      last_probe = now;
+      if (Reachable(rdzv->coordinator, 1000)) last_seen = std::chrono::steady_clock::now();
+    }
+    if (now - last_seen > std::chrono::seconds(g.lost_after_s)) {
+      agent.Stop();
+      return Fail(1, absl::StrCat("node ", g.node_rank, " (", g.node_name, "): node 0's coordinator at ",
+                                  rdzv->coordinator, " has been unreachable for ", g.lost_after_s,
+                                  " s and published no result; stopping this node's ranks"));
     }
     if (g_interrupted && stop_by == std::chrono::steady_clock::time_point::max())
       stop_by = std::chrono::steady_clock::now() + std::chrono::milliseconds(kKillGraceMs);

@@ -181,6 +181,52 @@ TEST_F(SlurmRun, ExampleSbatchMatchesLoomRun) {
   ExpectSameTraining(local, slurm);
 }
 
+// The pid of a process of node `name` whose environment holds `marker` and
+// whose command line is `loom <command> ...`; -1 if none.
+pid_t FindNodeProcess(const std::string& marker, const std::string& name, const std::string& command) {
+  const std::string node_var = std::string(1, '\0') + "SLURMD_NODENAME=" + name + std::string(1, '\0');
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string pid = e.path().filename();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string cmd = ReadFileBytes(e.path() / "cmdline");
+    if (cmd.find(std::string(1, '\0') + command + std::string(1, '\0')) == std::string::npos) continue;
+    const std::string env = std::string(1, '\0') + ReadFileBytes(e.path() / "environ");
+    if (env.find(marker) != std::string::npos && env.find(node_var) != std::string::npos) return std::stoi(pid);
+  }
+  return -1;
+}
+
+// Node 0's loom run killed outright (no result published, srun keeps
+// waiting): node 1 notices its coordinator is gone and stops within its
+// 10 s, saying why, rather than waiting forever.
+TEST_F(SlurmRun, LosingNodeZeroStopsTheOtherNode) {
+  const std::string spec = Job("lost", "{dp: 2}");
+  const std::string marker = absl::StrCat("LOOM_SLURM_TEST=", getpid(), "-lost");
+  CliResult r;
+  std::thread srun([&] {
+    r = cluster_->Run(absl::StrCat("env ", marker, " srun --quiet -N2 --ntasks-per-node=1 --chdir=",
+                                   ::testing::TempDir(), " --label ", Loom(), " run ", spec,
+                                   " --steps 1000000 --run-dir ", Tmp("lost_run")),
+                      90);
+  });
+  pid_t node0 = -1;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (std::chrono::steady_clock::now() < deadline && FindNodeProcess(marker, "n2", "worker") < 0)
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  node0 = FindNodeProcess(marker, "n1", "run");
+  EXPECT_GT(FindNodeProcess(marker, "n2", "worker"), 0) << "node 1's rank never started";
+  ASSERT_GT(node0, 0);
+  kill(node0, SIGKILL);
+  const auto killed = std::chrono::steady_clock::now();
+  srun.join();
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
+  EXPECT_NE(r.code, 124) << "srun still running after 90 s\n" << r.output;
+  EXPECT_LT(took, 20.0) << r.output;
+  EXPECT_NE(r.output.find("1: loom run: node 1 (n2): node 0's coordinator at"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("has been unreachable for 10 s"), std::string::npos) << r.output;
+}
+
 TEST_F(SlurmRun, SeveralTasksPerNodeIsRefused) {
   const std::string spec = Job("tasks", "{dp: 2}");
   CliResult r = cluster_->Run(absl::StrCat("srun --quiet -N2 --ntasks-per-node=2 --chdir=", ::testing::TempDir(), " ",
