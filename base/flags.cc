@@ -1,6 +1,7 @@
 #include "base/flags.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <sstream>
 
@@ -84,6 +85,11 @@ FlagSet& FlagSet::Positionals(std::vector<std::string>* out, const std::string& 
   return *this;
 }
 
+FlagSet& FlagSet::EnvLookup(std::function<const char*(const char*)> lookup) {
+  env_ = std::move(lookup);
+  return *this;
+}
+
 FlagSet& FlagSet::Note(const std::string& text) {
   note_ = text;
   return *this;
@@ -108,6 +114,27 @@ std::string FlagSet::Suggest(const std::string& name) const {
   return best.empty() ? "" : absl::StrCat(" (did you mean --", best, "?)");
 }
 
+std::string FlagSet::IntRange(const Flag& f) {
+  const bool open_top = f.imax == std::numeric_limits<int64_t>::max() ||
+                        (f.kind == Kind::kInt && f.imax == std::numeric_limits<int>::max());
+  const bool open_bottom = f.imin == std::numeric_limits<int64_t>::min() ||
+                           (f.kind == Kind::kInt && f.imin == std::numeric_limits<int>::min());
+  if (open_top && open_bottom) return "an integer";
+  if (open_top && f.imin == 1) return "a positive integer";
+  if (open_top && f.imin == 0) return "a non-negative integer";
+  if (open_top) return absl::StrCat("an integer >= ", f.imin);
+  return absl::StrCat("an integer in [", f.imin, ", ", f.imax, "]");
+}
+
+std::string FlagSet::DoubleRange(const Flag& f) {
+  const bool open_top = f.dmax >= std::numeric_limits<double>::max();
+  if (open_top && f.dmin == std::numeric_limits<double>::min()) return "a positive number";
+  if (open_top && f.dmin == 0) return "a non-negative number";
+  if (open_top && f.dmin == -std::numeric_limits<double>::infinity()) return "a number";
+  if (open_top) return absl::StrCat("a number >= ", f.dmin);
+  return absl::StrCat("a number in [", f.dmin, ", ", f.dmax, "]");
+}
+
 std::string FlagSet::Set(const Flag& f, const std::string& value) {
   const std::string flag = "--" + f.name;
   switch (f.kind) {
@@ -123,20 +150,16 @@ std::string FlagSet::Set(const Flag& f, const std::string& value) {
     case Kind::kInt:
     case Kind::kInt64: {
       int64_t n = 0;
-      if (!absl::SimpleAtoi(value, &n) || n < f.imin || n > f.imax) {
-        std::string range = f.imax == std::numeric_limits<int64_t>::max() || f.imax == std::numeric_limits<int>::max()
-                                ? absl::StrCat(">= ", f.imin)
-                                : absl::StrCat("in [", f.imin, ", ", f.imax, "]");
-        return absl::StrCat(flag, ": expected an integer ", range, ", got '", value, "'");
-      }
+      if (!absl::SimpleAtoi(value, &n) || n < f.imin || n > f.imax)
+        return absl::StrCat(flag, ": expected ", IntRange(f), ", got '", value, "'");
       if (f.kind == Kind::kInt) *static_cast<int*>(f.out) = static_cast<int>(n);
       else *static_cast<int64_t*>(f.out) = n;
       return "";
     }
     case Kind::kDouble: {
       double d = 0;
-      if (!absl::SimpleAtod(value, &d) || !(d >= f.dmin && d <= f.dmax))
-        return absl::StrCat(flag, ": expected a number in [", f.dmin, ", ", f.dmax, "], got '", value, "'");
+      if (!absl::SimpleAtod(value, &d) || !std::isfinite(d) || !(d >= f.dmin && d <= f.dmax))
+        return absl::StrCat(flag, ": expected ", DoubleRange(f), ", got '", value, "'");
       *static_cast<double*>(f.out) = d;
       return "";
     }
@@ -144,7 +167,8 @@ std::string FlagSet::Set(const Flag& f, const std::string& value) {
   return "";
 }
 
-int FlagSet::UsageError(const std::string& message, std::ostream& err) const {
+int FlagSet::UsageError(const std::string& message, std::ostream& err) {
+  error_ = message;
   err << command_ << ": " << message << "\n(run '" << command_ << " --help' for its flags)\n";
   return 2;
 }
@@ -187,7 +211,7 @@ std::optional<int> FlagSet::Parse(const std::vector<std::string>& args, std::ost
     if (f->kind == Kind::kBool && !inline_value) {
       value = "true";
     } else if (!inline_value) {
-      if (i + 1 >= args.size()) return UsageError(absl::StrCat("--", name, ": missing its value"), err);
+      if (i + 1 >= args.size()) return UsageError(absl::StrCat("--", name, ": missing value"), err);
       value = args[++i];
     }
     if (std::string e = Set(*f, value); !e.empty()) return UsageError(e, err);
@@ -195,7 +219,7 @@ std::optional<int> FlagSet::Parse(const std::vector<std::string>& args, std::ost
   }
   for (const Flag& f : flags_) {
     if (f.env.empty() || seen_.count(f.name)) continue;
-    const char* v = std::getenv(f.env.c_str());
+    const char* v = env_(f.env.c_str());
     if (v == nullptr || *v == '\0') continue;
     if (std::string e = Set(f, v); !e.empty()) return UsageError(absl::StrCat(e, " (from $", f.env, ")"), err);
     seen_.insert(f.name);

@@ -21,6 +21,8 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <limits>
 #include <optional>
@@ -53,6 +55,8 @@ class FlagSet {
   // Positional arguments: between `min` and `max` of them, named `name` in
   // the usage. Without this declaration a positional argument is an error.
   FlagSet& Positionals(std::vector<std::string>* out, const std::string& name, size_t min, size_t max);
+  // Where Env() variables are read (default std::getenv): tests pass a map.
+  FlagSet& EnvLookup(std::function<const char*(const char*)> lookup);
   // A paragraph printed at the end of the usage.
   FlagSet& Note(const std::string& text);
 
@@ -67,7 +71,10 @@ class FlagSet {
   // "--name" for every declared flag, in declaration order.
   std::vector<std::string> FlagNames() const;
   // Prints "<command>: <message>" and the --help pointer to `err`; returns 2.
-  int UsageError(const std::string& message, std::ostream& err = std::cerr) const;
+  int UsageError(const std::string& message, std::ostream& err = std::cerr);
+  // The message of the last usage error ("" if none), for callers that
+  // return a Status rather than print.
+  const std::string& error() const { return error_; }
 
  private:
   enum class Kind { kString, kInt, kInt64, kDouble, kBool, kRepeated };
@@ -82,6 +89,9 @@ class FlagSet {
   // An error message, or "" when `value` was stored.
   std::string Set(const Flag& f, const std::string& value);
   std::string Suggest(const std::string& name) const;
+  // "a positive integer", "an integer in [0, 9]": what a value must be.
+  static std::string IntRange(const Flag& f);
+  static std::string DoubleRange(const Flag& f);
   FlagSet& Add(Flag f);
 
   std::string command_, synopsis_, about_, note_;
@@ -90,6 +100,8 @@ class FlagSet {
   std::string positional_name_;
   size_t min_positionals_ = 0, max_positionals_ = 0;
   std::set<std::string> seen_;
+  std::string error_;
+  std::function<const char*(const char*)> env_ = [](const char* n) -> const char* { return std::getenv(n); };
 };
 
 // Levenshtein distance between `a` and `b`.

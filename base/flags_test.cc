@@ -102,11 +102,12 @@ TEST(Flags, BadValuesNameTheFlagAndTheValue) {
     std::string message;
   };
   for (const Case& c : std::vector<Case>{
-           {{"a", "--steps", "0"}, "--steps: expected an integer >= 1, got '0'"},
-           {{"a", "--steps=x"}, "--steps: expected an integer >= 1, got 'x'"},
+           {{"a", "--steps", "0"}, "--steps: expected a positive integer, got '0'"},
+           {{"a", "--steps=x"}, "--steps: expected a positive integer, got 'x'"},
+           {{"a", "--lr", "nan"}, "--lr: expected a number in [0, 1], got 'nan'"},
            {{"a", "--big", "-1"}, "--big: expected an integer in [0, 1099511627776], got '-1'"},
            {{"a", "--lr", "2"}, "--lr: expected a number in [0, 1], got '2'"},
-           {{"a", "--name"}, "--name: missing its value"},
+           {{"a", "--name"}, "--name: missing value"},
            {{}, "missing FILE"},
            {{"a", "b", "c"}, "unexpected argument 'c'"},
        }) {

@@ -2,10 +2,12 @@
 
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "base/flags.h"
 #include "base/rng.h"
 #include "compiler/import/onnx/inspect.h"
 #include "compiler/import/onnx/model_check.h"
@@ -15,6 +17,13 @@
 
 namespace loom::cli {
 namespace {
+
+constexpr char kVersion[] = "0.1.0";
+#ifdef NDEBUG
+constexpr char kBuildMode[] = "optimized";
+#else
+constexpr char kBuildMode[] = "debug assertions on";
+#endif
 
 using ops::Attrs;
 using ops::Impl;
@@ -67,10 +76,8 @@ bool Check(const char* label, const char* op, const std::vector<Tensor>& in, con
 }  // namespace
 
 int RunDemo(const std::vector<std::string>& args) {
-  if (!args.empty()) {
-    std::fprintf(stderr, "loom demo: takes no arguments (got '%s')\n", args[0].c_str());
-    return 2;
-  }
+  FlagSet fs("loom demo", "", "Runs matmul and SDPA with the fast kernels, checked against the references, with timings.");
+  if (std::optional<int> rc = fs.Parse(args)) return *rc;
   std::printf("Loom kernel demo: fast CPU kernels against their references (%d threads)\n",
               NumThreads());
   absl::Status cuda = cuda::CudaAvailable();
@@ -92,13 +99,13 @@ int RunDemo(const std::vector<std::string>& args) {
 }
 
 int RunOps(const std::vector<std::string>& args) {
-  if (args.size() == 1 && args[0] == "--onnx") {
+  bool onnx = false;
+  FlagSet fs("loom ops", "", "Lists the registered ops, their kernels and gradient rules.");
+  fs.Bool("onnx", &onnx, "list the ONNX ops Loom imports instead");
+  if (std::optional<int> rc = fs.Parse(args)) return *rc;
+  if (onnx) {
     std::printf("%s", compiler::import::onnx::FormatSupportedOps().c_str());
     return 0;
-  }
-  if (!args.empty()) {
-    std::fprintf(stderr, "loom ops: unknown argument '%s' (usage: loom ops [--onnx])\n", args[0].c_str());
-    return 2;
   }
   const auto& reg = ops::OpRegistry::Global();
   std::printf("%-24s %-10s %-6s %s\n", "op", "kernels", "grad", "doc");
@@ -114,14 +121,11 @@ int RunOps(const std::vector<std::string>& args) {
 
 namespace {
 
-constexpr char kInspectUsage[] =
-    "usage: loom inspect MODEL.onnx [--dim NAME=N]... [--shape INPUT=D0,D1,...]... [--no-graph] [--no-recover]\n"
-    "  Prints the model's ops and whether Loom supports each, then imports it: parameters (and the\n"
-    "  rule that classified them), buffers, data inputs, outputs, the parameter count, the recovery\n"
-    "  patterns matched (attention, norms, GELU, linear layers, positions: one line each) and the\n"
-    "  imported graph as Loom IR. Symbolic dims default to 1 unless --dim binds them; --shape gives\n"
-    "  an input's whole shape; --no-recover shows the graph as converted, before the recovery passes.\n"
-    "  Exit 0 when the model imports, 2 when it does not.\n";
+constexpr char kInspectAbout[] =
+    "Prints the model's ops and whether Loom supports each, then imports it: parameters (and the\n"
+    "rule that classified them), buffers, data inputs, outputs, the parameter count, the recovery\n"
+    "patterns matched (attention, norms, GELU, linear layers, positions: one line each) and the\n"
+    "imported graph as Loom IR. Exit 0 when the model imports, 2 when it does not.";
 
 // Parses NAME=VALUE; false on a malformed argument.
 bool SplitFlag(const std::string& arg, std::string* name, std::string* value) {
@@ -152,8 +156,8 @@ std::string ParseInspectFlag(const std::string& flag, const std::string& arg, co
   return "";
 }
 
-int InspectFail(const std::string& msg, bool usage = false) {
-  std::fprintf(stderr, "loom inspect: %s\n%s", msg.c_str(), usage ? kInspectUsage : "");
+int InspectFail(const std::string& msg) {
+  std::fprintf(stderr, "loom inspect: %s\n", msg.c_str());
   return 2;
 }
 
@@ -170,30 +174,20 @@ void DefaultSymbolicDims(const std::string& path, compiler::import::onnx::Import
 
 int RunInspect(const std::vector<std::string>& args) {
   compiler::import::onnx::ImportOptions o;
-  std::string path;
+  std::vector<std::string> positional, dims, shapes;
   bool graph = true;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "-h" || a == "--help") {
-      std::printf("%s", kInspectUsage);
-      return 0;
-    }
-    if (a == "--no-graph") {
-      graph = false;
-    } else if (a == "--no-recover") {
-      o.recover_patterns = false;
-    } else if (a == "--dim" || a == "--shape") {
-      if (i + 1 >= args.size()) return InspectFail(a + " needs a value", true);
-      if (std::string e = ParseInspectFlag(a, args[++i], o); !e.empty()) return InspectFail(e);
-    } else if (!a.empty() && a[0] == '-') {
-      return InspectFail("unknown flag '" + a + "'", true);
-    } else if (path.empty()) {
-      path = a;
-    } else {
-      return InspectFail("one model at a time (got '" + path + "' and '" + a + "')");
-    }
-  }
-  if (path.empty()) return InspectFail("no model given", true);
+  FlagSet fs("loom inspect", "MODEL.onnx", kInspectAbout);
+  fs.Repeated("dim", &dims, "NAME=N", "bind a symbolic dim (unbound ones default to 1)")
+      .Repeated("shape", &shapes, "INPUT=D0,D1,...", "an input's whole shape")
+      .Bool("graph", &graph, "print the imported graph as Loom IR (default on)")
+      .Bool("recover", &o.recover_patterns, "run the recovery passes (default on; --no-recover: the graph as converted)")
+      .Positionals(&positional, "MODEL.onnx", 1, 1);
+  if (std::optional<int> rc = fs.Parse(args)) return *rc;
+  for (const std::string& d : dims)
+    if (std::string e = ParseInspectFlag("--dim", d, o); !e.empty()) return InspectFail(e);
+  for (const std::string& sh : shapes)
+    if (std::string e = ParseInspectFlag("--shape", sh, o); !e.empty()) return InspectFail(e);
+  const std::string& path = positional[0];
   DefaultSymbolicDims(path, o);
   auto r = compiler::import::onnx::InspectModel(path, o, graph);
   if (!r.ok()) return InspectFail(std::string(r.status().message()));
@@ -201,8 +195,11 @@ int RunInspect(const std::vector<std::string>& args) {
   return r->imported ? 0 : 2;
 }
 
-int RunVersion(const std::vector<std::string>&) {
-  std::printf("loom 0.1.0\n");
+int RunVersion(const std::vector<std::string>& args) {
+  FlagSet fs("loom version", "", "Prints the version, the build and whether CUDA is available.");
+  if (std::optional<int> rc = fs.Parse(args)) return *rc;
+  std::printf("loom %s\n", kVersion);
+  std::printf("build: compiler %s, %s\n", __VERSION__, kBuildMode);
   absl::Status cuda = cuda::CudaAvailable();
   std::printf("cuda: %s\n", cuda.ok() ? "available" : std::string(cuda.message()).c_str());
   return 0;

@@ -103,7 +103,7 @@ const Command kCommands[] = {
 };
 
 void Usage(FILE* out) {
-  std::fprintf(out, "usage: loom <command> [args]\n\ncommands:\n");
+  std::fprintf(out, "usage: loom <command> [args]    (loom <command> --help: its flags; loom --version)\n\ncommands:\n");
   for (const Command& c : kCommands) std::fprintf(out, "  %-12s %s\n", c.name, c.help);
 }
 
@@ -119,6 +119,7 @@ int main(int argc, char** argv) {
     Usage(stdout);
     return 0;
   }
+  if (cmd == "--version" || cmd == "-V") return loom::cli::RunVersion({});
   // A crash (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) writes the signal and
   // a symbolized stack trace to stderr before the process dies of it: under
   // an agent that lands in the rank's .err log, which `loom run` and

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -19,6 +20,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/flags.h"
 #include "runtime/jobspec/jobspec.h"
 #include "kernels/cuda/cuda_device.h"
 #include "runtime/plan/planner_command.h"
@@ -45,40 +47,24 @@ struct Flags {
   bool json = false;
 };
 
-absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args) {
-  Flags f;
-  const std::map<std::string, int*> ints = {{"--nproc-per-node", &f.nproc}, {"--dp", &f.dp},
-                                            {"--tp", &f.tp},                {"--steps", &f.steps},
-                                            {"--max-restarts", &f.max_restarts}};
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto need_value = [&]() -> absl::StatusOr<std::string> {
-      if (i + 1 >= args.size()) return absl::InvalidArgumentError(absl::StrCat(a, ": needs a value"));
-      return args[++i];
-    };
-    if (auto it = ints.find(a); it != ints.end()) {
-      auto v = need_value();
-      if (!v.ok()) return v.status();
-      int n = 0;
-      if (!absl::SimpleAtoi(*v, &n) || n < (a == "--max-restarts" ? 0 : 1))
-        return absl::InvalidArgumentError(absl::StrCat(a, ": expected a positive integer, got '", *v, "'"));
-      *it->second = n;
-    } else if (a == "--run-dir" || a == "--keep-state") {
-      auto v = need_value();
-      if (!v.ok()) return v.status();
-      (a == "--run-dir" ? f.run_dir : f.keep_state) = *v;
-    } else if (a == "--json") {
-      f.json = true;
-    } else if (!a.empty() && a[0] == '-') {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag '", a, "'"));
-    } else if (f.spec_path.empty()) {
-      f.spec_path = a;
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", a, "'"));
-    }
-  }
-  if (f.spec_path.empty()) return absl::InvalidArgumentError("usage: loom run JOB.yaml [--nproc-per-node N] [flags]");
-  return f;
+// nullopt when the flags parsed into `f`, else the exit code (--help: 0).
+std::optional<int> ParseFlags(const std::vector<std::string>& args, Flags& f) {
+  std::vector<std::string> positional;
+  FlagSet fs("loom run", "JOB.yaml",
+             "Runs a job on this machine, torchrun style: a coordinator and an agent in this process launch\n"
+             "`loom worker` ranks, rank 0's output is followed, and the exit code is the job's.");
+  fs.Int("nproc-per-node", &f.nproc, "N", "ranks on this machine (dp = N / tp unless --dp is given)", 1)
+      .Int("dp", &f.dp, "N", "data-parallel degree (overrides parallel.dp)", 1)
+      .Int("tp", &f.tp, "N", "tensor-parallel degree (overrides parallel.tp)", 1)
+      .Int("steps", &f.steps, "N", "train N steps (overrides train.steps)", 1)
+      .Int("max-restarts", &f.max_restarts, "N", "restarts after a rank fails (overrides max_restarts)", 0)
+      .String("run-dir", &f.run_dir, "DIR", "the run folder (overrides run_dir)")
+      .String("keep-state", &f.keep_state, "DIR", "keep the coordinator's and agent's state in DIR")
+      .Bool("json", &f.json, "state changes as JSON lines on stdout (rank 0's output goes to stderr)")
+      .Positionals(&positional, "JOB.yaml", 1, 1);
+  if (std::optional<int> rc = fs.Parse(args)) return rc;
+  f.spec_path = positional[0];
+  return std::nullopt;
 }
 
 // Flags over the spec, then the spec's own validation.
@@ -107,17 +93,17 @@ absl::Status ApplyFlags(const Flags& f, v1::JobSpec* spec) {
   return jobspec::ValidateJobSpec(*spec);
 }
 
-// Prints what rank 0 wrote since the last call.
-void Follow(const std::string& path, int64_t* offset) {
+// Copies what rank 0 wrote since the last call to `to`.
+void Follow(const std::string& path, int64_t* offset, FILE* to) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return;
   in.seekg(*offset);
   char buf[8192];
   while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-    std::fwrite(buf, 1, in.gcount(), stdout);
+    std::fwrite(buf, 1, in.gcount(), to);
     *offset += in.gcount();
   }
-  std::fflush(stdout);
+  std::fflush(to);
 }
 
 // The last `max_lines` lines of a rank's stderr log, indented, to stderr: a
@@ -159,8 +145,9 @@ int GiveGpus(const v1::JobSpec& spec, int world, service::AgentOptions* ao) {
   return 0;
 }
 
-// Follows the job until it ends: copies rank 0's stdout, reports each state
-// change (as JSON with --json), and cancels the job on the first SIGINT or
+// Follows the job until it ends: copies rank 0's stdout (to stderr with
+// --json), reports each state change (to stderr; with --json as one JSON
+// line on stdout), and cancels the job on the first SIGINT or
 // SIGTERM. `offset` is how far rank 0's stdout has been copied.
 absl::StatusOr<v1::JobStatus> FollowJob(service::Coordinator* c, const std::string& job_id,
                                         const std::string& rank0_out, bool json, int64_t* offset) {
@@ -174,11 +161,12 @@ absl::StatusOr<v1::JobStatus> FollowJob(service::Coordinator* c, const std::stri
     auto got = c->Get(job_id);
     if (!got.ok()) return got.status();
     const v1::JobStatus& j = got->job();
-    Follow(rank0_out, offset);
+    Follow(rank0_out, offset, json ? stderr : stdout);
     if (j.state() != last_state) {
       last_state = j.state();
       if (json) {
-        std::fprintf(stderr, "%s\n", Json(j).c_str());
+        std::fprintf(stdout, "%s\n", Json(j).c_str());
+        std::fflush(stdout);
       } else {
         std::fprintf(stderr, "loom run: %s %s%s\n", job_id.c_str(), v1::JobState_Name(j.state()).c_str(),
                      j.restart_count() > 0 ? absl::StrCat(" (restart ", j.restart_count(), ")").c_str() : "");
@@ -227,8 +215,9 @@ int CheckAutoLayout(const v1::JobSpec& spec, int world) {
 }  // namespace
 
 int RunRunCommand(const std::vector<std::string>& args) {
-  auto flags = ParseFlags(args);
-  if (!flags.ok()) return Fail(2, std::string(flags.status().message()));
+  Flags parsed;
+  if (std::optional<int> rc = ParseFlags(args, parsed)) return *rc;
+  const Flags* flags = &parsed;
   auto loaded = jobspec::LoadJobSpec(flags->spec_path);
   if (!loaded.ok()) return Fail(2, std::string(loaded.status().message()));
   v1::JobSpec spec = *loaded;
@@ -297,7 +286,7 @@ int RunRunCommand(const std::vector<std::string>& args) {
   if (!final.ok()) return Fail(1, std::string(final.status().message()));
   // Let the agent reap the ranks, then ship nothing more.
   agent.Stop();
-  Follow(logs + "/rank0.out", &offset);
+  Follow(logs + "/rank0.out", &offset, flags->json ? stderr : stdout);
   (*server)->Shutdown();
   return ExitCodeOf(*final, job_id, logs);
 }
