@@ -46,8 +46,8 @@ int RunExport(const std::vector<std::string>& args, std::ostream& out, std::ostr
 
 int RunCheckpointTool(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   const char* usage =
-      "usage: loom export [--format loom|hf] [--family gpt|llama] SRC OUT | loom import FILE ROOT [STEP] |\n"
-      "       loom checkpoint verify ROOT | loom checkpoint inspect FILE\n";
+      "usage: loom checkpoint verify ROOT | loom checkpoint inspect FILE.safetensors\n"
+      "       loom export [--format loom|hf] [--family gpt|llama] SRC OUT | loom import FILE ROOT [STEP]\n";
   if (args.empty() || args[0] == "--help" || args[0] == "-h") {
     (args.empty() ? err : out) << usage;
     return args.empty() ? 2 : 0;
