@@ -72,6 +72,11 @@ FlagSet& FlagSet::Repeated(const std::string& name, std::vector<std::string>* ou
   return Add({name, value_name, help, "", Kind::kRepeated, out});
 }
 
+FlagSet& FlagSet::Greedy() {
+  if (!flags_.empty() && flags_.back().kind == Kind::kRepeated) flags_.back().greedy = true;
+  return *this;
+}
+
 FlagSet& FlagSet::Env(const std::string& var) {
   if (!flags_.empty()) flags_.back().env = var;
   return *this;
@@ -215,6 +220,7 @@ std::optional<int> FlagSet::Parse(const std::vector<std::string>& args, std::ost
       value = args[++i];
     }
     if (std::string e = Set(*f, value); !e.empty()) return UsageError(e, err);
+    while (f->greedy && i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) Set(*f, args[++i]);
     seen_.insert(f->name);
   }
   for (const Flag& f : flags_) {

@@ -50,6 +50,9 @@ class FlagSet {
   FlagSet& Bool(const std::string& name, bool* out, const std::string& help);
   FlagSet& Repeated(const std::string& name, std::vector<std::string>* out, const std::string& value_name,
                     const std::string& help);
+  // The last declared (repeated) flag also takes the arguments after its
+  // value up to the next one starting with "--": `--input a b c`.
+  FlagSet& Greedy();
   // The last declared flag falls back to environment variable `var`.
   FlagSet& Env(const std::string& var);
   // Positional arguments: between `min` and `max` of them, named `name` in
@@ -82,6 +85,7 @@ class FlagSet {
     std::string name, value_name, help, env;
     Kind kind;
     void* out;
+    bool greedy = false;
     int64_t imin = 0, imax = 0;
     double dmin = 0, dmax = 0;
   };

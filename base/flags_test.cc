@@ -132,6 +132,18 @@ TEST(Flags, DoubleDashEndsFlagsAndEnvFillsAbsentFlags) {
   unsetenv("LOOM_FLAGS_TEST_ADDR");
 }
 
+TEST(Flags, GreedyRepeatedTakesArgumentsUpToTheNextFlag) {
+  std::vector<std::string> inputs, rest;
+  bool json = false;
+  FlagSet fs("loom test", "");
+  fs.Repeated("input", &inputs, "FILE", "inputs").Greedy().Bool("json", &json, "json").Positionals(&rest, "X", 0, 9);
+  std::ostringstream out, err;
+  ASSERT_FALSE(fs.Parse({"--input", "a", "b", "--json", "c", "--input=d", "e"}, out, err).has_value()) << err.str();
+  EXPECT_EQ(inputs, (std::vector<std::string>{"a", "b", "d", "e"}));
+  EXPECT_EQ(rest, (std::vector<std::string>{"c"}));
+  EXPECT_TRUE(json);
+}
+
 TEST(Flags, EditDistance) {
   EXPECT_EQ(EditDistance("", "abc"), 3u);
   EXPECT_EQ(EditDistance("steps", "setps"), 2u);
