@@ -1,20 +1,15 @@
 #include "runtime/launch/node_group.h"
 
 #include <fcntl.h>
-#include <netdb.h>
-#include <poll.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <cerrno>
 #include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
 namespace loom::launch {
@@ -40,8 +35,6 @@ absl::Status WriteAtomically(const std::string& path, const std::string& text) {
 }  // namespace
 
 absl::Status PublishRendezvous(const NodeGroup& g, const Rendezvous& r) {
-  std::error_code ec;
-  std::filesystem::remove(g.rdzv_dir + "/result", ec);  // an earlier run's, in a reused folder
   return WriteAtomically(g.rdzv_dir + "/coordinator", absl::StrCat(r.coordinator, "\n", r.join_token, "\n"));
 }
 
@@ -60,45 +53,6 @@ absl::StatusOr<Rendezvous> AwaitRendezvous(const NodeGroup& g) {
                                                       " s (is the rendezvous folder shared by every node?)"));
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
-}
-
-absl::Status PublishResult(const NodeGroup& g, int exit_code) {
-  return WriteAtomically(g.rdzv_dir + "/result", absl::StrCat(exit_code, "\n"));
-}
-
-int ReadResult(const NodeGroup& g) {
-  std::ifstream in(g.rdzv_dir + "/result");
-  std::string line;
-  int code = -1;
-  if (in && std::getline(in, line) && absl::SimpleAtoi(line, &code) && code >= 0) return code;
-  return -1;
-}
-
-bool Reachable(const std::string& host_port, int timeout_ms) {
-  const size_t colon = host_port.rfind(':');
-  if (colon == std::string::npos) return false;
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (getaddrinfo(host_port.substr(0, colon).c_str(), host_port.substr(colon + 1).c_str(), &hints, &res) != 0)
-    return false;
-  bool ok = false;
-  for (addrinfo* a = res; a != nullptr && !ok; a = a->ai_next) {
-    int fd = socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK, a->ai_protocol);
-    if (fd < 0) continue;
-    if (connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
-      ok = true;
-    } else if (errno == EINPROGRESS) {
-      pollfd p{fd, POLLOUT, 0};
-      int err = 0;
-      socklen_t len = sizeof err;
-      ok = poll(&p, 1, timeout_ms) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0;
-    }
-    close(fd);
-  }
-  freeaddrinfo(res);
-  return ok;
 }
 
 }  // namespace loom::launch

@@ -47,9 +47,10 @@ bool WaitFor(F ready, int seconds) {
 std::string Environ(pid_t pid) { return ReadFileBytes(absl::StrCat("/proc/", pid, "/environ")); }
 
 // Kills, as a node failure would, every process of node `name` whose
-// environment holds `marker`, and the slurmstepd above each. Returns how many.
-int KillNodeProcesses(const std::string& marker, const std::string& name) {
-  int killed = 0;
+// environment holds `marker`, and the slurmstepd above each. Returns the
+// command names of those it killed.
+std::string KillNodeProcesses(const std::string& marker, const std::string& name) {
+  std::string killed;
   const std::string node_var = std::string(1, '\0') + "SLURMD_NODENAME=" + name + std::string(1, '\0');
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
@@ -62,7 +63,8 @@ int KillNodeProcesses(const std::string& marker, const std::string& name) {
     pid_t ppid = 0;
     stat >> skip >> comm >> skip >> ppid;
     if (ReadFileBytes(absl::StrCat("/proc/", ppid, "/comm")).rfind("slurmstepd", 0) == 0) kill(ppid, SIGKILL);
-    killed += kill(std::stoi(pid), SIGKILL) == 0;
+    const std::string cmd = ReadFileBytes(e.path() / "cmdline");
+    if (kill(std::stoi(pid), SIGKILL) == 0) killed += cmd.substr(cmd.find('\0') + 1, cmd.find('\0', cmd.find('\0') + 1) - cmd.find('\0') - 1) + " ";
   }
   return killed;
 }
@@ -83,7 +85,9 @@ TEST(SlurmRequeue, NodeFailureResumesFromTheLastCheckpointBitwise) {
   ASSERT_TRUE(WaitFor([&] { return std::filesystem::exists(ckpt + "/step_000000001000"); }, 90))
       << ReadFileBytes(out);
   c.KillNode(1);
-  EXPECT_GE(KillNodeProcesses(marker, "n2"), 2) << "n2's loom run and worker";
+  const std::string killed = KillNodeProcesses(marker, "n2");
+  EXPECT_NE(killed.find("run "), std::string::npos) << "n2's loom run: killed " << killed;
+  EXPECT_NE(killed.find("worker "), std::string::npos) << "n2's worker: killed " << killed;
   ASSERT_TRUE(WaitFor([&] { return c.NodeState(1).rfind("down", 0) == 0; }, 40)) << c.NodeState(1);
   c.RestartNode(1);
 
