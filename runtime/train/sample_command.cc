@@ -12,13 +12,13 @@
 #include "base/status.h"
 #include "compiler/models/models.h"
 #include "google/protobuf/text_format.h"
+#include "parallel/trainer.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/init_from.h"
 #include "runtime/checkpoint/loader.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/train/evaluate.h"
-#include "runtime/train/trainer.h"
 
 namespace loom::train {
 namespace {
@@ -123,7 +123,7 @@ int RunSampleCommand(const std::vector<std::string>& args) {
   Args a;
   if (std::optional<int> rc = Parse(args, &a)) return *rc;
   v1::JobSpec spec;
-  TrainerOptions options;
+  parallel::TrainerOptions options;
   if (absl::Status s = LoadModel(a.src, &spec, &options.init); !s.ok())
     return Fail(absl::IsInvalidArgument(s) ? 2 : 1, s.message());
   if (spec.model().family() != "gpt" && spec.model().family() != "llama")
@@ -140,7 +140,7 @@ int RunSampleCommand(const std::vector<std::string>& args) {
   spec.mutable_train()->set_batch_size(1);
   if (!a.device.empty()) spec.set_device(a.device);
   spec.clear_init_from();
-  auto trainer = Trainer::Create(spec, std::move(options));
+  auto trainer = parallel::Trainer::Create(spec, std::move(options));
   if (!trainer.ok()) return Fail(1, trainer.status().message());
   auto ids = SampleTokens(**trainer, spec, prompt, a.sample, (*tok)->vocab_size());
   if (!ids.ok()) return Fail(1, ids.status().message());
