@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/flags.h"
 #include "absl/strings/str_split.h"
 #include "base/status.h"
 #include "absl/time/time.h"
@@ -50,7 +51,8 @@ absl::Status CheckConfined(const v1::JobSpec& spec) {
 int RunWorkerCommand(const std::vector<std::string>& args) {
   static checkpoint::CommitGate gate;  // lives until _exit or exit
   StopOnSignals(&gate);
-  if (!args.empty()) return Fail(2, absl::StrCat("unexpected argument '", args[0], "' (the agent passes the job through LOOM_* variables)"));
+  FlagSet fs("loom worker", "", "One rank of a job. Agents start it; the job comes through LOOM_* variables.");
+  if (std::optional<int> rc = fs.Parse(args)) return *rc;
   const char* spec_path = std::getenv("LOOM_JOB_SPEC");
   if (spec_path == nullptr || *spec_path == '\0') return Fail(2, "LOOM_JOB_SPEC: not set (`loom worker` runs under an agent)");
   auto rank = EnvInt("LOOM_RANK", 0, true);

@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/flags.h"
 #include "collectives/process_group.h"
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/plan/planner_command.h"
@@ -22,30 +23,18 @@ int RunTrainCommand(const std::vector<std::string>& args) { return RunTrainComma
 
 int RunTrainCommand(const std::vector<std::string>& args, collectives::ProcessGroup* world,
                     checkpoint::CommitGate* gate) {
-  std::string path;
+  std::vector<std::string> positional;
   int steps_override = 0;
   std::string init_from;  // --init: overrides the spec's init_from
-  // Live Prometheus metrics (also from env LOOM_WORKER_METRICS_LISTEN).
   std::string metrics_listen;
-  if (const char* e = std::getenv("LOOM_WORKER_METRICS_LISTEN"); e != nullptr) metrics_listen = e;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--steps" && i + 1 < args.size()) {
-      if (!absl::SimpleAtoi(args[++i], &steps_override) || steps_override <= 0)
-        return Fail(2, absl::StrCat("--steps: expected a positive integer, got '", args[i], "'"));
-    } else if (args[i] == "--metrics-listen" && i + 1 < args.size()) {
-      metrics_listen = args[++i];
-    } else if (args[i] == "--init" && i + 1 < args.size()) {
-      init_from = args[++i];
-    } else if (!args[i].empty() && args[i][0] == '-') {
-      return Fail(2, absl::StrCat("unknown flag '", args[i],
-                                  "' (usage: loom train JOB.yaml [--steps N] [--init FILE] [--metrics-listen HOST:PORT])"));
-    } else if (path.empty()) {
-      path = args[i];
-    } else {
-      return Fail(2, "usage: loom train JOB.yaml [--steps N]");
-    }
-  }
-  if (path.empty()) return Fail(2, "usage: loom train JOB.yaml [--steps N]");
+  FlagSet fs("loom train", "JOB.yaml", "Trains a model from a job spec in this process (dp and tp 1).");
+  fs.Int("steps", &steps_override, "N", "train N steps instead of the spec's train.steps", 1)
+      .String("init", &init_from, "FILE", "initial parameters (overrides the spec's init_from)")
+      .String("metrics-listen", &metrics_listen, "HOST:PORT", "serve live Prometheus metrics there")
+      .Env("LOOM_WORKER_METRICS_LISTEN")
+      .Positionals(&positional, "JOB.yaml", 1, 1);
+  if (std::optional<int> rc = fs.Parse(args)) return *rc;
+  const std::string& path = positional[0];
   auto loaded = jobspec::LoadJobSpec(path);
   if (!loaded.ok()) return Fail(2, loaded.status().message());
   TrainingRun run;
