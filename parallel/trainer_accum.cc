@@ -75,7 +75,6 @@ absl::Status Trainer::BindUpdate() {
 
 absl::StatusOr<float> Trainer::AccumulateStep(const Batch& batch) {
   // The batch of one update: dim 0 of every data input is k micro-batches.
-  Batch micro;
   for (const DataInput& d : train_data_) {
     auto it = batch.find(d.name);
     if (it == batch.end() || d.global_shape.empty()) continue;  // SetBatch names what is missing
@@ -86,16 +85,20 @@ absl::StatusOr<float> Trainer::AccumulateStep(const Batch& batch) {
           accum_ * d.global_shape[0], " rows (train.grad_accum_steps = ", accum_, " micro-batches of ",
           d.global_shape[0], ")"));
   }
+  // Micro-batch i: rows [i * n, (i + 1) * n) of every input.
+  std::vector<Batch> micro(accum_);
+  for (int64_t i = 0; i < accum_; ++i)
+    for (const auto& [name, t] : batch) {
+      const int64_t n = t.ndim() > 0 ? t.dim(0) / accum_ : 0;
+      micro[i][name] = n > 0 ? t.Narrow(0, i * n, n).Clone() : t;
+    }
+  // Names, shapes and dtypes are checked before anything moves.
+  LOOM_RETURN_IF_ERROR(SetBatch(micro[0], /*rows=*/false, train_data_, specs_, train_inputs_));
   for (Tensor& a : update_.accumulators) a.Fill(0);
   ++step_;
   double loss_sum = 0;
   for (int64_t i = 0; i < accum_; ++i) {
-    micro.clear();
-    for (const auto& [name, t] : batch) {
-      const int64_t n = t.ndim() > 0 ? t.dim(0) / accum_ : 0;
-      micro[name] = n > 0 ? t.Narrow(0, i * n, n).Clone() : t;
-    }
-    LOOM_RETURN_IF_ERROR(SetBatch(micro, /*rows=*/false, train_data_, specs_, train_inputs_));
+    LOOM_RETURN_IF_ERROR(SetBatch(micro[i], /*rows=*/false, train_data_, specs_, train_inputs_));
     // Dropout masks (and an imported model's offset) advance per micro-step.
     const float micro_step = static_cast<float>((step_ - 1) * accum_ + i + 1);
     if (step_in_ >= 0) train_inputs_[step_in_].data<float>()[0] = micro_step;

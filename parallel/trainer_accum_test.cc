@@ -118,6 +118,14 @@ TEST(GradAccum, WrongBatchIsRefusedByName) {
   EXPECT_TRUE(absl::StrContains(r.status().message(), "input 'x'")) << r.status();
   EXPECT_TRUE(absl::StrContains(r.status().message(), "train.grad_accum_steps = 4")) << r.status();
   EXPECT_EQ(t->step(), 0);
+  auto missing = t->Step(Batch{{"x", Tokens(kB, kT, 1)}});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_TRUE(absl::StrContains(missing.status().message(), "data inputs are {x, y}")) << missing.status();
+  Tensor f = Tensor::Zeros({kB, kT}, DType::kF32);
+  auto dtype = t->Step(Tokens(kB, kT, 1), f);
+  ASSERT_FALSE(dtype.ok());
+  EXPECT_TRUE(absl::StrContains(dtype.status().message(), "input 'y'")) << dtype.status();
+  EXPECT_EQ(t->step(), 0);
 }
 
 // Accumulation runs on one rank for now: a larger layout is refused by name.
