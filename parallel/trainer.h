@@ -287,6 +287,7 @@ class Trainer {
     std::unique_ptr<compiler::Executor> exec;
     std::vector<Tensor> inputs, outputs;
     std::vector<Tensor> accumulators;  // the mean gradients' inputs, in params_ order
+    std::vector<Batch> micro;          // the micro-batches of the last update
     int lr_in = -1, step_in = -1;
   } update_;
 };

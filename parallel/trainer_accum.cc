@@ -85,12 +85,21 @@ absl::StatusOr<float> Trainer::AccumulateStep(const Batch& batch) {
           accum_ * d.global_shape[0], " rows (train.grad_accum_steps = ", accum_, " micro-batches of ",
           d.global_shape[0], ")"));
   }
-  // Micro-batch i: rows [i * n, (i + 1) * n) of every input.
-  std::vector<Batch> micro(accum_);
+  // Micro-batch i: rows [i * n, (i + 1) * n) of every input, copied into
+  // tensors kept from one update to the next.
+  std::vector<Batch>& micro = update_.micro;
+  micro.resize(accum_);
   for (int64_t i = 0; i < accum_; ++i)
     for (const auto& [name, t] : batch) {
       const int64_t n = t.ndim() > 0 ? t.dim(0) / accum_ : 0;
-      micro[i][name] = n > 0 ? t.Narrow(0, i * n, n).Clone() : t;
+      if (n == 0) {
+        micro[i][name] = t;
+        continue;
+      }
+      const Tensor rows = t.Narrow(0, i * n, n);
+      Tensor& m = micro[i][name];
+      if (!m.defined() || m.shape() != rows.shape() || m.dtype() != rows.dtype()) m = rows.Clone();
+      else LOOM_RETURN_IF_ERROR(m.CopyFrom(rows));
     }
   // Names, shapes and dtypes are checked before anything moves.
   LOOM_RETURN_IF_ERROR(SetBatch(micro[0], /*rows=*/false, train_data_, specs_, train_inputs_));

@@ -12,6 +12,7 @@
 #include <map>
 
 #include "absl/strings/match.h"
+#include "base/allocator.h"
 #include "base/rng.h"
 #include "base/thread_pool.h"
 #include "gtest/gtest.h"
@@ -105,6 +106,22 @@ TEST(GradAccum, FourMicroBatchesMatchOneBatch) {
     if (s == 9) std::printf("update 11: losses %.7f vs %.7f\n", *b, *a);
   }
   EXPECT_EQ(accum->step(), 11);
+}
+
+// After the first update an update allocates nothing (one thread: see
+// trainer_test.cc for why).
+TEST(GradAccum, UpdateAllocatesNothingAfterTheFirst) {
+  SetNumThreads(1);
+  const Tensor x = Tokens(kB, kT, 1), y = Tokens(kB, kT, 2);
+  CountingAllocator counting(CpuAllocator::Get());
+  ScopedDefaultAllocator use(&counting);
+  auto t = Trainer::Create(Spec(4));
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_TRUE((*t)->Step(x, y).ok());
+  const int64_t after_first = counting.stats().allocations;
+  for (int s = 0; s < 3; ++s) ASSERT_TRUE((*t)->Step(x, y).ok());
+  EXPECT_EQ(counting.stats().allocations, after_first) << "updates 2-4 allocated";
+  SetNumThreads(2);
 }
 
 // An update's batch must hold k micro-batches; a wrong one is refused by name
