@@ -47,6 +47,11 @@ TEST(TrainCli, BadInputNamesKeyAndValueAndExits2) {
   ExpectBadInput("train: {lr_schedule: cosine, min_lr: -1}\n", {"train.min_lr", "-1"});
   ExpectBadInput("train: {sample_tokens: -5}\n", {"train.sample_tokens", "-5"});
   ExpectBadInput("train: {precision: bf16}\n", {"train.precision", "bf16", "device: cuda"});
+  // Settings the model builder and the run folder reject after validation:
+  // still bad input (exit 2) naming the spec field.
+  ExpectBadInput("model: {family: gpt, n_head: 4, n_kv_head: 2, d_model: 64}\n",
+                 {"model.n_kv_head", "2", "grouped-query"});
+  ExpectBadInput("run_dir: /proc/no/such/run\n", {"run_dir", "/proc/no/such/run"});
   Result r = RunLoom("train /no/such/job.yaml");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("/no/such/job.yaml"), std::string::npos);
