@@ -53,7 +53,7 @@ CXX="${CXX:-clang++-14}"
 command -v "$CXX" >/dev/null || { echo "FAIL: $CXX not found"; echo "fuzz: 0 passed, ${#TARGETS[@]} failed"; exit 1; }
 mkdir -p "$BUILD_DIR/obj"
 BAZEL_FLAGS=(--color=no --curses=no --noshow_progress)
-FLAGS=(-std=c++17 -g -O1 -fno-omit-frame-pointer -march=x86-64-v3 -mfma
+FLAGS=(-std=c++17 -gline-tables-only -O1 -fno-omit-frame-pointer -march=x86-64-v3 -mfma
        -fsanitize=fuzzer-no-link,address,undefined -fno-sanitize-recover=undefined
        -DCPPHTTPLIB_OPENSSL_SUPPORT -DCPPHTTPLIB_ZLIB_SUPPORT -DCPPHTTPLIB_BROTLI_SUPPORT
        -I. -Ibazel-bin)
@@ -76,20 +76,20 @@ sources() {
     sed -n 's|^//\([^:]*\):\(.*\.pb\.cc\)$|bazel-bin/\1/\2|p'
 }
 
-# compile SRC: prints the object's path; compiles when the object is missing,
-# older than SRC or older than the newest header of the workspace (a header
-# edit recompiles everything: objects never mix two versions of a class).
-NEWEST_HEADER=$( (git ls-files '*.h'; find bazel-bin/proto -name '*.pb.h' 2>/dev/null) |
-                 xargs stat -c %Y 2>/dev/null | sort -n | tail -n 1)
+# compile SRC: prints the object's path; compiles when the object is missing
+# or older than SRC or than any header it included (the compiler's -MMD list).
 compile() {
-  local o="$BUILD_DIR/obj/$(echo "$1" | tr '/' '_').o"
-  if [ ! -f "$o" ] || [ "$1" -nt "$o" ] || [ "$(stat -c %Y "$o")" -lt "${NEWEST_HEADER:-0}" ]; then
-    "$CXX" "${FLAGS[@]}" -c "$1" -o "$o" 2>"$o.log" || { cat "$o.log" >&2; return 1; }
+  local o="$BUILD_DIR/obj/$(echo "$1" | tr '/' '_').o" deps
+  if [ -f "$o" ] && [ -f "$o.d" ] && ! [ "$1" -nt "$o" ]; then
+    deps=$(sed -e 's/\\$//' -e '1s/^[^:]*://' "$o.d")
+    # shellcheck disable=SC2086
+    [ -z "$(find $deps -newer "$o" -print -quit 2>&1)" ] && { echo "$o"; return 0; }
   fi
+  "$CXX" "${FLAGS[@]}" -MMD -MF "$o.d" -c "$1" -o "$o" 2>"$o.log" || { cat "$o.log" >&2; return 1; }
   echo "$o"
 }
 export -f compile
-export BUILD_DIR CXX NEWEST_HEADER
+export BUILD_DIR CXX
 export FLAGS_STR="${FLAGS[*]}"
 
 passed=0 failed=0

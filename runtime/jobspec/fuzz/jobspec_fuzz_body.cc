@@ -11,10 +11,12 @@ namespace {
 
 constexpr size_t kMaxMessageBytes = 4096;
 
+// A YAML syntax error starts "malformed YAML" and must say where.
 void CheckError(const absl::Status& s, const char* stage) {
   const std::string m(s.message());
+  const bool yaml_syntax = m.rfind("malformed YAML", 0) == 0;
   const bool bad = m.empty() || m.size() > kMaxMessageBytes ||
-                   (m.find("malformed YAML") != std::string::npos && m.find("line") == std::string::npos);
+                   (yaml_syntax && (m.find("line ") == std::string::npos || m.find("column ") == std::string::npos));
   if (!bad) return;
   std::fprintf(stderr, "%s: error breaks the contract (%zu bytes): %.300s\n", stage, m.size(), m.c_str());
   std::abort();

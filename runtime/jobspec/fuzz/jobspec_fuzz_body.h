@@ -5,8 +5,8 @@
 //
 // Arbitrary bytes go through ParseJobSpecYaml, then ApplyDefaults and
 // ValidateJobSpec. Besides never crashing, it aborts when an error breaks the
-// contract of jobspec.h: an empty message, one over 4 KiB, or a malformed-YAML
-// error without its line.
+// contract of jobspec.h: an empty message, one over 4 KiB, or a YAML syntax
+// error ("malformed YAML ...") without its line and column.
 #pragma once
 
 #include <cstddef>
