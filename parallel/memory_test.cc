@@ -10,15 +10,17 @@
 //      dp=4 ZeRO-3      in [0.20, 0.35]
 //    Measured on real ranks (processes, Gloo over loopback). Each rank installs
 //    a CountingAllocator as the process's default allocator, creates its
-//    ParallelTrainer, resets the high-water mark and runs 2 steps. Then
+//    Trainer, resets the high-water mark and runs 2 steps. Then
 //      state     = the bytes of the rank's parameter, AdamW m and v blocks: the
-//                  program inputs the trainer holds (each its own contiguous
-//                  allocation from that allocator), batch / lr / step excluded;
+//                  trainer's State() (program inputs, each its own contiguous
+//                  allocation from that allocator);
 //      gradients = the arena bytes of the gradient values AdamW consumes
 //                  (the plan's buffers of each adamw node's grad input,
 //                  rounded to the plan's alignment);
 //      figure    = state + gradients, per rank (the largest over the ranks).
-//    The single-process figure is the same measurement on a world of 1.
+//    The single-process figure is the same measurement on a world of 1 (the
+//    one-rank Trainer: the single-process compile, whose joint graph is
+//    already local).
 //    Everything else the allocator holds is activations / workspace and is
 //    printed beside the figure: the executor's arena (activations, the
 //    transient full gradients before a reduce_scatter, ZeRO-3's gathered
@@ -244,7 +246,11 @@ int MemoryWorker(WorkerContext& ctx) {
   int64_t state = 0, grads = 0, peak = 0, workspace = 0, create_peak = 0;
   {
     ScopedDefaultAllocator use(&counting);
-    auto t = ParallelTrainer::Create(spec, l, ctx.rank, cmap);
+    TrainerOptions o;
+    o.layout = l;
+    o.rank = ctx.rank;
+    o.comms = cmap;
+    auto t = Trainer::Create(spec, o);
     if (!t.ok()) return fail(t.status());
     create_peak = counting.stats().peak_bytes;
     counting.ResetPeak();
@@ -252,24 +258,23 @@ int MemoryWorker(WorkerContext& ctx) {
       auto loss = (*t)->Step(Tokens(spec, step), Tokens(spec, step + 100));
       if (!loss.ok()) return fail(loss.status());
     }
-    const compiler::Program& p = (*t)->program();
+    const compiler::MemoryPlan& plan = (*t)->compilation().plan;
     const AllocatorStats st = counting.stats();
     peak = st.peak_bytes;
-    const compiler::Graph& g = p.graph;
-    for (size_t k = 0; k < g.inputs().size(); ++k) {
-      const std::string& n = g.inputs()[k].name;
-      if (n != "x" && n != "y" && n != "lr" && n != "step") state += Bytes((*t)->program_inputs()[k]);
-    }
+    auto held = (*t)->State();
+    if (!held.ok()) return fail(held.status());
+    for (const auto& s : *held) state += Bytes(s.local);
     workspace = st.bytes_in_use - state;
     // The gradients AdamW consumes, as the local (pre-fusion) graph has them.
-    const compiler::Graph& local = (*t)->compilation().stages.at("parallel");
+    const auto& stages = (*t)->compilation().stages;
+    const compiler::Graph& local = stages.count("parallel") ? stages.at("parallel") : stages.at("joint");
     for (const auto& n : local.nodes()) {
       if (n.op != "adamw") continue;
       const auto& m = local.meta(n.inputs[1]);
       int64_t b = 1;
       for (int64_t s : m.shape) b *= s;
       b *= static_cast<int64_t>(DTypeSize(m.dtype));
-      grads += (b + p.plan.alignment - 1) / p.plan.alignment * p.plan.alignment;
+      grads += (b + plan.alignment - 1) / plan.alignment * plan.alignment;
     }
   }
   std::ofstream(absl::StrCat(a[3], ".", ctx.rank)) << state << " " << grads << " " << peak << " " << workspace << " " << create_peak << "\n";

@@ -33,12 +33,11 @@
 //                overlap with the gradients) and the end of the step (the
 //                full gradients for ZeRO-0, the all-gathered updated
 //                parameters for ZeRO-1/2, the gradient shards for ZeRO-3);
-//   workspace    what the single-process Trainer allocates beyond the
-//                training step's state and arena: its evaluation program's
-//                arena, the fused loops' chunk buffers (one thread's), the
-//                kernels' transient copies. ParallelTrainer compiles no
-//                evaluation program, so compare its peak with total() -
-//                workspace.
+//   workspace    what the Trainer allocates beyond the training step's state
+//                and arena: its evaluation program's arena, the fused loops'
+//                chunk buffers (one thread's), the kernels' transient copies.
+//                The layout checks compare a rank's training program (state
+//                + arena) with total() - workspace.
 // The coefficients (MemoryCoefficients) are fitted by tests/parallel:planner_calibrate
 // on a calibration set; planner_memory_test (single-process peaks, within
 // 10%) and planner_layout_memory_test (state + arena of world-4 layouts,
@@ -147,7 +146,7 @@ absl::StatusOr<ModelDims> DimsOf(const v1::ModelSpec& model);
 // the dot product of kActivationTerms byte-valued terms with a family's
 // coefficients (in f32 units per token of the local batch unless noted), and
 // the end of the step, `end` times the bytes the optimizer phase holds. The
-// workspace (what the single-process Trainer allocates beyond the training
+// workspace (what a Trainer allocates beyond the training
 // step's state and arena) is likewise a dot product of kWorkspaceTerms terms.
 // tests/parallel:planner_calibrate fits the coefficients on its calibration set;
 // FittedMemoryCoefficients returns the values planner.cc holds.

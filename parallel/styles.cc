@@ -131,19 +131,27 @@ absl::StatusOr<compiler::Compilation> CompileParallel(const compiler::Graph& for
                                                       const v1::ModelSpec& model, int64_t batch,
                                                       const Layout& layout, int64_t bucket_bytes) {
   LOOM_RETURN_IF_ERROR(CheckParallelLayout(model, batch, layout));
-  if (!co.differentiate || !co.adamw)
-    return absl::InvalidArgumentError("CompileParallel: needs a training compile (differentiate and adamw)");
+  if (co.differentiate != co.adamw.has_value())
+    return absl::InvalidArgumentError(
+        "CompileParallel: a training compile sets differentiate and adamw, an evaluation compile neither");
   LOOM_RETURN_IF_ERROR(Annotate(compiler::Verify(forward), "compile: initial graph"));
-  auto j = compiler::BuildJointGraph(forward, co.autodiff);
-  if (!j.ok()) return Annotate(j.status(), "compile: autodiff");
-  LOOM_RETURN_IF_ERROR(Annotate(compiler::AppendAdamW(*j, *co.adamw), "compile: optimizer"));
+  compiler::Graph global = forward;  // what sharding propagation localizes
+  if (co.differentiate) {
+    auto j = compiler::BuildJointGraph(forward, co.autodiff);
+    if (!j.ok()) return Annotate(j.status(), "compile: autodiff");
+    LOOM_RETURN_IF_ERROR(Annotate(compiler::AppendAdamW(*j, *co.adamw), "compile: optimizer"));
+    global = std::move(j->graph);
+  }
   LOOM_ASSIGN_OR_RETURN(auto tp, TensorParallelPlan(model, forward, layout));
-  LOOM_ASSIGN_OR_RETURN(auto specs, AnnotateInputs(tp, j->graph, layout));
+  LOOM_ASSIGN_OR_RETURN(auto specs, AnnotateInputs(tp, global, layout));
   spmd::SpmdStats stats;
-  auto local = spmd::Parallelize(j->graph, SpmdOptionsFor(layout, std::move(specs)), &stats);
+  auto local = spmd::Parallelize(global, SpmdOptionsFor(layout, std::move(specs)), &stats);
   if (!local.ok()) return Annotate(local.status(), "compile: sharding propagation");
-  if (model.family() == "onnx" && layout.tp > 1) LOOM_RETURN_IF_ERROR(CheckTpPlanHonoured(j->graph, stats, 1, tp));
-  if (layout.dp > 1 && bucket_bytes > 0) {  // DDP-style buckets for the dp gradient all-reduces
+  // The tp plan is held to its placements in the training step; an evaluation
+  // program under the same plan may gather what it needs.
+  if (co.differentiate && model.family() == "onnx" && layout.tp > 1)
+    LOOM_RETURN_IF_ERROR(CheckTpPlanHonoured(global, stats, 1, tp));
+  if (co.differentiate && layout.dp > 1 && bucket_bytes > 0) {  // DDP-style buckets for the dp gradient all-reduces
     spmd::BucketOptions bo;
     bo.group = "dp";
     bo.bucket_bytes = bucket_bytes;
@@ -159,7 +167,7 @@ absl::StatusOr<compiler::Compilation> CompileParallel(const compiler::Graph& for
   auto c = compiler::Compile(*local, rest);
   if (!c.ok()) return c.status();
   c->stages["initial"] = forward;
-  c->stages["joint"] = j->graph;
+  c->stages["joint"] = std::move(global);
   c->stages["parallel"] = *local;
   return c;
 }

@@ -71,13 +71,16 @@ inline constexpr int64_t kGradientBucketBytes = 25 << 20;
 spmd::SpmdOptions SpmdOptionsFor(const Layout& layout, std::map<std::string, dtensor::DTensorSpec> inputs);
 
 // Compile() with the stage "parallel" (the localized joint graph, dumped with
-// placements, its reduce_scatters scheduled early) after "joint". `co` must set adamw and differentiate.
+// placements, its reduce_scatters scheduled early) after "joint". A training
+// compile sets co.differentiate and co.adamw; an evaluation compile sets
+// neither and localizes the forward graph itself ("joint" == "initial"; its
+// outputs, the loss and any logits, come out replicated on every rank).
 // bucket_bytes > 0 merges the dp gradient all-reduces into buckets. The
 // layout is checked first (CheckParallelLayout, parallel_check.h), so impossible
 // layouts fail before anything is built; an imported model's tp_plan is
-// resolved (ResolveTpPlan) and, after propagation, held to its placements
-// (CheckTpPlanHonoured): a plan that cannot be honoured is InvalidArgument
-// naming parallel.tp_plan and the parameter.
+// resolved (ResolveTpPlan) and, after propagation of a training compile, held
+// to its placements (CheckTpPlanHonoured): a plan that cannot be honoured is
+// InvalidArgument naming parallel.tp_plan and the parameter.
 absl::StatusOr<compiler::Compilation> CompileParallel(const compiler::Graph& forward,
                                                       const compiler::CompileOptions& co,
                                                       const v1::ModelSpec& model, int64_t batch,

@@ -3,6 +3,7 @@
 #include "parallel/styles.h"
 
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "compiler/ir/text.h"
 #include "compiler/models/models.h"
 #include "gtest/gtest.h"
@@ -114,6 +115,64 @@ TEST(Styles, ImpossibleLayoutsFailBeforeCompiling) {
   c = Compile(Model("gpt"), l);
   ASSERT_FALSE(c.ok());
   EXPECT_TRUE(absl::StrContains(c.status().message(), "batch")) << c.status();
+}
+
+// The evaluation step (forward only, loss and logits) localizes under every
+// layout: its parameters take the training step's specs (the trainer shares
+// the tensors), and both outputs come out replicated in their global shapes.
+TEST(Styles, EvaluationCompilesUnderEveryLayoutWithReplicatedOutputs) {
+  struct Case {
+    int dp, tp, zero;
+    bool sp;
+  };
+  for (const char* family : {"gpt", "llama"}) {
+    for (const Case& k : {Case{4, 1, 0, false}, Case{1, 2, 0, false}, Case{2, 2, 3, false}, Case{1, 2, 0, true}}) {
+      Layout l;
+      l.dp = k.dp;
+      l.tp = k.tp;
+      l.zero_stage = k.zero;
+      l.sequence_parallel = k.sp;
+      const std::string name = absl::StrCat(family, " dp=", k.dp, " tp=", k.tp, " zero=", k.zero, " sp=", k.sp);
+      models::BuildOptions bo;
+      bo.batch = 4;
+      bo.return_logits = true;
+      auto fwd = models::BuildForward(Model(family), bo);
+      ASSERT_TRUE(fwd.ok()) << name << ": " << fwd.status();
+      compiler::CompileOptions eo;
+      eo.differentiate = false;
+      eo.lower = false;
+      auto eval = CompileParallel(*fwd, eo, Model(family), bo.batch, l);
+      ASSERT_TRUE(eval.ok()) << name << ": " << eval.status();
+      auto train = Compile(Model(family), l);
+      ASSERT_TRUE(train.ok()) << name << ": " << train.status();
+      const compiler::Graph& le = eval->stages.at("parallel");
+      const compiler::Graph& lt = train->stages.at("parallel");
+      for (const auto& in : le.inputs()) {
+        const int k2 = lt.FindInput(in.name);
+        ASSERT_GE(k2, 0) << name << ": " << in.name;
+        EXPECT_EQ(le.value(in.value).placement, lt.value(lt.inputs()[k2].value).placement) << name << ": " << in.name;
+      }
+      ASSERT_EQ(le.outputs().size(), 2u) << name;
+      for (size_t o = 0; o < 2; ++o) {
+        const int v = le.outputs()[o].value;
+        EXPECT_EQ(le.value(v).placement, "[dp=R, tp=R]") << name << ": output " << o;
+        EXPECT_EQ(le.meta(v).shape, fwd->meta(fwd->outputs()[o].value).shape) << name << ": output " << o;
+      }
+    }
+  }
+}
+
+TEST(Styles, CompileIsEitherTrainingOrEvaluation) {
+  models::BuildOptions bo;
+  bo.batch = 4;
+  auto fwd = models::BuildForward(Model("gpt"), bo);
+  ASSERT_TRUE(fwd.ok());
+  Layout l;
+  l.dp = 2;
+  compiler::CompileOptions co;  // differentiate without adamw
+  auto c = CompileParallel(*fwd, co, Model("gpt"), 4, l);
+  ASSERT_FALSE(c.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(c.status())) << c.status();
 }
 
 }  // namespace

@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/rng.h"
 #include "base/status.h"
 #include "compiler/import/onnx/training.h"
@@ -11,8 +13,153 @@
 #include "compiler/schedule.h"
 
 namespace loom::parallel {
+namespace {
 
-absl::StatusOr<Tensor> ParallelTrainer::Block(const Tensor& global, const dtensor::DTensorSpec& spec) const {
+absl::StatusOr<std::unique_ptr<compiler::Executor>> MakeExecutor(compiler::Compilation& c) {
+  if (!c.program) return absl::InternalError("compilation produced no program");
+  return std::make_unique<compiler::Executor>(std::move(c.program));
+}
+
+compiler::AdamWOptions AdamWFor(const v1::TrainSpec& tr, const std::vector<models::ParamInfo>& params,
+                                bool keep_gradients) {
+  std::map<std::string, bool> decays;
+  for (const auto& p : params) decays[p.name] = p.weight_decay;
+  compiler::AdamWOptions adam;
+  adam.beta1 = tr.beta1();
+  adam.beta2 = tr.beta2();
+  adam.eps = tr.eps();
+  adam.weight_decay = tr.weight_decay();
+  adam.max_norm = tr.grad_clip();
+  adam.keep_gradients = keep_gradients;
+  adam.decays = [decays](const std::string& name) {
+    auto it = decays.find(name);
+    return it != decays.end() && it->second;
+  };
+  return adam;
+}
+
+// A program input fed per step with data: neither the schedule's lr and step
+// nor an imported model's dropout offset.
+bool IsDataInput(const compiler::GraphInput& in) {
+  return in.kind == compiler::InputKind::kInput && in.name != "lr" && in.name != "step" &&
+         in.name != compiler::import::onnx::kDropoutStep;
+}
+
+std::string Names(const std::vector<std::string>& names) { return absl::StrJoin(names, ", "); }
+
+}  // namespace
+
+absl::StatusOr<TrainerModel> FamilyModel(const v1::JobSpec& spec) {
+  TrainerModel m;
+  LOOM_ASSIGN_OR_RETURN(m.params, models::Parameters(spec.model()));
+  models::BuildOptions bo = models::TrainingOptions(spec);
+  LOOM_ASSIGN_OR_RETURN(m.train_forward, models::BuildForward(spec.model(), bo));
+  bo.dropout = 0;  // evaluation runs without dropout
+  bo.return_logits = true;
+  LOOM_ASSIGN_OR_RETURN(m.eval_forward, models::BuildForward(spec.model(), bo));
+  return m;
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::JobSpec& spec, TrainerOptions options) {
+  LOOM_ASSIGN_OR_RETURN(TrainerModel model, FamilyModel(spec));
+  return Create(spec, std::move(model), std::move(options));
+}
+
+absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::JobSpec& spec, TrainerModel model,
+                                                         TrainerOptions options) {
+  std::unique_ptr<Trainer> t(new Trainer());
+  t->spec_ = spec;
+  t->layout_ = options.layout;
+  t->mesh_ = MeshOf(options.layout);
+  t->rank_ = options.rank;
+  if (t->rank_ < 0 || t->rank_ >= t->mesh_.num_ranks())
+    return absl::InvalidArgumentError(absl::StrCat("rank ", t->rank_, " is outside the mesh ", t->mesh_.ToString()));
+  t->coords_ = t->mesh_.Coordinates(t->rank_);
+  if (!t->single() && spec.device() == "cuda")
+    return absl::InvalidArgumentError(absl::StrCat("device: cuda: the trainer runs one rank on a GPU; the layout ",
+                                                   t->mesh_.ToString(), " needs the parallel trainer on CUDA, which is "
+                                                   "not built yet"));
+  if (!t->single() && options.keep_gradients)
+    return absl::InvalidArgumentError("keep_gradients: only a one-rank trainer keeps its gradients");
+  t->options_ = std::move(options);
+  t->params_ = model.params;
+  t->has_logits_ = model.has_logits;
+  LOOM_RETURN_IF_ERROR(t->CompileSteps(model));
+  LOOM_RETURN_IF_ERROR(t->BindTrainingInputs(model));
+  LOOM_RETURN_IF_ERROR(t->BindEval(t->eval_));
+  // The initial values are bound; hold no second reference to them.
+  t->options_.init.clear();
+  t->options_.init_blocks = nullptr;
+  return t;
+}
+
+absl::Status Trainer::CompileSteps(TrainerModel& model) {
+  const auto& tr = spec_.train();
+  const bool cuda = spec_.device() == "cuda";
+  compiler::CompileOptions co;
+  co.fuse = options_.fuse;
+  // AdamW writes parameters and state in place: no arena copies of them and no
+  // copy back after each step.
+  co.lowering.in_place_updates = true;
+  co.adamw = AdamWFor(tr, params_, options_.keep_gradients);
+  co.lower = !cuda;  // the CUDA executor lowers the fused graph itself
+  // train.activation_checkpointing (built-in families: their parameter names
+  // give the blocks).
+  if (const std::string& ac = tr.activation_checkpointing();
+      (ac == "blocks" || ac == "selective") && spec_.model().family() != "onnx") {
+    co.checkpoint_blocks = models::BlockOfParameter;
+    co.checkpoint_selective = ac == "selective";
+  }
+  if (single()) {
+    auto train = compiler::Compile(model.train_forward, co);
+    if (!train.ok()) return Annotate(train.status(), "compiling the training step");
+    train_ = std::move(*train);
+    LOOM_ASSIGN_OR_RETURN(eval_, CompileEval(model.eval_forward));
+  } else {
+    co.lowering.communicators = options_.comms;
+    auto train = CompileParallel(model.train_forward, co, spec_.model(), tr.batch_size(), layout_,
+                                 options_.bucket_bytes);
+    if (!train.ok()) return Annotate(train.status(), "compiling the parallel training step");
+    train_ = std::move(*train);
+    // Validation needs the loss only: the logits stay sharded (and are not
+    // an output) until Forward asks for them.
+    compiler::Graph loss_only = model.eval_forward;
+    loss_only.mutable_outputs().resize(1);
+    LOOM_ASSIGN_OR_RETURN(eval_, CompileEval(loss_only));
+    if (model.has_logits) logits_forward_ = std::move(model.eval_forward);
+  }
+  if (cuda) {
+    compiler::cuda::CudaOptions o;
+    o.bf16 = tr.precision() == "bf16";
+    auto exec = compiler::cuda::CudaExecutor::Create(train_.stages.at("fused"), o);
+    if (!exec.ok()) return Annotate(exec.status(), "device: cuda: building the GPU training step");
+    cuda_ = std::move(*exec);
+  } else {
+    LOOM_ASSIGN_OR_RETURN(train_exec_, MakeExecutor(train_));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Trainer::EvalProgram> Trainer::CompileEval(const compiler::Graph& forward) const {
+  compiler::CompileOptions eo;
+  eo.differentiate = false;
+  eo.fuse = options_.fuse;
+  EvalProgram p;
+  if (single()) {
+    auto c = compiler::Compile(forward, eo);
+    if (!c.ok()) return Annotate(c.status(), "compiling the evaluation step");
+    p.compilation = std::move(*c);
+  } else {
+    eo.lowering.communicators = options_.comms;
+    auto c = CompileParallel(forward, eo, spec_.model(), spec_.train().batch_size(), layout_);
+    if (!c.ok()) return Annotate(c.status(), "compiling the parallel evaluation step");
+    p.compilation = std::move(*c);
+  }
+  LOOM_ASSIGN_OR_RETURN(p.exec, MakeExecutor(p.compilation));
+  return p;
+}
+
+absl::StatusOr<Tensor> Trainer::Block(const Tensor& global, const dtensor::DTensorSpec& spec) const {
   std::vector<int64_t> shape(global.shape().begin(), global.shape().end());
   LOOM_ASSIGN_OR_RETURN(auto ranges, dtensor::LocalBlock(shape, spec, coords_));
   Tensor t = global;
@@ -20,8 +167,7 @@ absl::StatusOr<Tensor> ParallelTrainer::Block(const Tensor& global, const dtenso
   return t.Clone();
 }
 
-absl::StatusOr<Tensor> ParallelTrainer::InitBlock(size_t index, uint64_t seed,
-                                                  const dtensor::DTensorSpec& spec) const {
+absl::StatusOr<Tensor> Trainer::InitBlock(size_t index, const dtensor::DTensorSpec& spec) const {
   // Element e (row-major in the global tensor) of parameter `index` is
   // init_std * Philox(seed, index).Normal(e), or init_value: exactly
   // models::InitParameters, evaluated only at this rank's block.
@@ -32,7 +178,7 @@ absl::StatusOr<Tensor> ParallelTrainer::InitBlock(size_t index, uint64_t seed,
   for (const auto& r : ranges) local_shape.push_back(r.length);
   LOOM_ASSIGN_OR_RETURN(Tensor t, Tensor::Empty(local_shape, DType::kF32));
   float* v = t.data<float>();
-  const Philox rng(seed, index);
+  const Philox rng(spec_.train().seed(), index);
   const int nd = static_cast<int>(shape.size());
   std::vector<int64_t> idx(nd, 0);
   for (int64_t k = 0; k < t.numel(); ++k) {
@@ -47,144 +193,338 @@ absl::StatusOr<Tensor> ParallelTrainer::InitBlock(size_t index, uint64_t seed,
   return t;
 }
 
-absl::StatusOr<std::unique_ptr<ParallelTrainer>> ParallelTrainer::Create(const v1::JobSpec& spec,
-                                                                         const Layout& layout, int rank,
-                                                                         compiler::CommunicatorMap comms,
-                                                                         ParallelTrainerOptions options) {
-  std::unique_ptr<ParallelTrainer> t(new ParallelTrainer());
-  t->spec_ = spec;
-  t->layout_ = layout;
-  t->mesh_ = MeshOf(layout);
-  if (rank < 0 || rank >= t->mesh_.num_ranks())
-    return absl::InvalidArgumentError(absl::StrCat("rank ", rank, " is outside the mesh ", t->mesh_.ToString()));
-  t->coords_ = t->mesh_.Coordinates(rank);
-  const auto& tr = spec.train();
-  const ImportedForward* imported = options.imported;
-  if ((spec.model().family() == "onnx") != (imported != nullptr))
-    return absl::InvalidArgumentError("ParallelTrainer: an ONNX model (model.family onnx) comes as options.imported");
-  compiler::Graph forward;
-  if (imported != nullptr) {
-    t->params_ = imported->params;
-    forward = imported->forward;
-  } else {
-    LOOM_ASSIGN_OR_RETURN(t->params_, models::Parameters(spec.model()));
-    LOOM_ASSIGN_OR_RETURN(forward, models::BuildForward(spec.model(), models::TrainingOptions(spec)));
-  }
-  std::map<std::string, bool> decays;
-  for (const auto& p : t->params_) decays[p.name] = p.weight_decay;
-  compiler::CompileOptions co;
-  co.fuse = options.fuse;
-  co.lowering.in_place_updates = true;
-  co.lowering.communicators = std::move(comms);
-  compiler::AdamWOptions adam;
-  adam.beta1 = tr.beta1();
-  adam.beta2 = tr.beta2();
-  adam.eps = tr.eps();
-  adam.weight_decay = tr.weight_decay();
-  adam.max_norm = tr.grad_clip();
-  adam.decays = [decays](const std::string& name) {
-    auto it = decays.find(name);
-    return it != decays.end() && it->second;
-  };
-  co.adamw = adam;
-  if (const std::string& ac = tr.activation_checkpointing(); (ac == "blocks" || ac == "selective") && !imported) {
-    co.checkpoint_blocks = models::BlockOfParameter;
-    co.checkpoint_selective = ac == "selective";
-  }
-  auto c = CompileParallel(forward, co, spec.model(), tr.batch_size(), layout, options.bucket_bytes);
-  if (!c.ok()) return Annotate(c.status(), "compiling the parallel training step");
-  t->c_ = std::move(*c);
-  if (!t->c_.program) return absl::InternalError("compilation produced no program");
-  const compiler::Graph local = t->c_.stages.at("parallel");
-  t->exec_ = std::make_unique<compiler::Executor>(std::move(t->c_.program));
-  const compiler::Graph& g = t->exec_->program().graph;
+namespace {
 
-  // Parameters from train.seed are generated block by block (InitBlock), so a
-  // rank never holds the full global tensors; options.init overrides by name.
+// The spec of input `name` of a localized program ("parallel" stage), or
+// replicated when the compilation has no such stage (one rank).
+absl::StatusOr<dtensor::DTensorSpec> InputSpec(const compiler::Compilation& c, const std::string& name,
+                                               const dtensor::MeshShape& mesh) {
+  auto it = c.stages.find("parallel");
+  if (it == c.stages.end()) return dtensor::DTensorSpec::Replicated(mesh);
+  const compiler::Graph& local = it->second;
+  const int k = local.FindInput(name);
+  if (k < 0) return absl::InternalError(absl::StrCat("program input '", name, "' is not in the parallel graph"));
+  return dtensor::ParseSpec(local.value(local.inputs()[k].value).placement, mesh);
+}
+
+// The global meta of input `name`: the graph before localization.
+const ops::TensorMeta& GlobalMeta(const compiler::Compilation& c, const compiler::Graph& program,
+                                  const std::string& name) {
+  auto it = c.stages.find("parallel");
+  if (it == c.stages.end()) return program.meta(program.inputs()[program.FindInput(name)].value);
+  const compiler::Graph& g = c.stages.at("joint");
+  return g.meta(g.inputs()[g.FindInput(name)].value);
+}
+
+}  // namespace
+
+absl::StatusOr<Tensor> Trainer::ReadInitBlock(size_t index, const dtensor::DTensorSpec& spec) const {
+  const models::ParamInfo& p = params_[index];
+  std::vector<int64_t> shape(p.shape.begin(), p.shape.end());
+  LOOM_ASSIGN_OR_RETURN(auto ranges, dtensor::LocalBlock(shape, spec, coords_));
+  std::vector<int64_t> offsets, lengths;
+  for (const auto& r : ranges) {
+    offsets.push_back(r.offset);
+    lengths.push_back(r.length);
+  }
+  if (std::find(lengths.begin(), lengths.end(), 0) != lengths.end())
+    return Tensor::Empty(Shape(lengths.begin(), lengths.end()), DType::kF32);
+  LOOM_ASSIGN_OR_RETURN(Tensor block, options_.init_blocks(p.name, offsets, lengths));
+  if (block.shape() != Shape(lengths.begin(), lengths.end()))
+    return absl::InternalError(absl::StrCat("initial block of '", p.name, "' has shape ", ShapeToString(block.shape()),
+                                            ", expected ", ShapeToString(Shape(lengths.begin(), lengths.end()))));
+  return block.To(DType::kF32);
+}
+
+absl::StatusOr<Tensor> Trainer::InitialValue(const compiler::GraphInput& in, const ops::TensorMeta& local,
+                                             const dtensor::DTensorSpec& spec, const TrainerModel& model,
+                                             const std::map<std::string, size_t>& param_index) const {
+  auto pi = param_index.find(in.name);
+  if (pi != param_index.end() && options_.init_blocks) return ReadInitBlock(pi->second, spec);
+  auto given = options_.init.find(in.name);
+  if (given != options_.init.end()) {
+    if (single()) return given->second.To(DType::kF32).Clone();
+    return Block(given->second.To(DType::kF32), spec);
+  }
+  auto initial = model.initial.find(in.name);
+  if (initial != model.initial.end()) {  // parameters become f32; an imported model's buffers keep their dtype
+    const Tensor value = pi != param_index.end() ? initial->second.To(DType::kF32) : initial->second;
+    if (single()) return value;
+    return Block(value, spec);
+  }
+  if (pi != param_index.end()) return InitBlock(pi->second, spec);
+  return Tensor::Zeros(local.shape, local.dtype);
+}
+
+absl::Status Trainer::BindTrainingInputs(TrainerModel& model) {
   std::map<std::string, size_t> param_index;
-  for (size_t i = 0; i < t->params_.size(); ++i) param_index[t->params_[i].name] = i;
-  for (const auto& [name, value] : options.init)
-    if (!param_index.count(name))
+  for (size_t i = 0; i < params_.size(); ++i) param_index[params_[i].name] = i;
+  for (const auto& [name, value] : options_.init) {
+    auto pi = param_index.find(name);
+    if (pi == param_index.end())
       return absl::InvalidArgumentError(absl::StrCat("initial value for unknown parameter '", name, "'"));
-  for (size_t k = 0; k < g.inputs().size(); ++k) {
-    const auto& in = g.inputs()[k];
-    const int lk = local.FindInput(in.name);
-    if (lk < 0) return absl::InternalError(absl::StrCat("program input '", in.name, "' is not in the parallel graph"));
-    LOOM_ASSIGN_OR_RETURN(auto s, dtensor::ParseSpec(local.value(local.inputs()[lk].value).placement, t->mesh_));
-    t->specs_[in.name] = s;
-    const ops::TensorMeta& m = g.meta(in.value);
-    auto pi = param_index.find(in.name);
-    const Tensor* given = nullptr;  // options.init, else the imported model's initial values
-    if (auto it = options.init.find(in.name); it != options.init.end()) {
-      given = &it->second;
-    } else if (imported != nullptr) {
-      if (auto im = imported->initial.find(in.name); im != imported->initial.end()) given = &im->second;
-    }
-    if (given != nullptr) {  // parameters become f32; an imported model's buffers keep their dtype
-      LOOM_ASSIGN_OR_RETURN(Tensor b, t->Block(pi != param_index.end() ? given->To(DType::kF32) : *given, s));
-      t->inputs_.push_back(b);
-    } else if (pi != param_index.end() && imported != nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("imported parameter '", in.name, "' has no initial value"));
-    } else if (pi != param_index.end()) {
-      LOOM_ASSIGN_OR_RETURN(Tensor b, t->InitBlock(pi->second, tr.seed(), s));
-      t->inputs_.push_back(b);
-    } else {
-      t->inputs_.push_back(Tensor::Zeros(m.shape, m.dtype));
-    }
-    if (in.name == "x") t->x_in_ = static_cast<int>(k);
-    if (in.name == "y") t->y_in_ = static_cast<int>(k);
-    if (in.name == "lr") t->lr_in_ = static_cast<int>(k);
-    if (in.name == "step") t->step_in_ = static_cast<int>(k);
-    if (in.name == compiler::import::onnx::kDropoutStep) t->dropout_step_in_ = static_cast<int>(k);
+    if (value.shape() != params_[pi->second].shape)
+      return absl::InvalidArgumentError(absl::StrCat("initial value for '", name, "' has shape ",
+                                                     ShapeToString(value.shape()), ", the model needs ",
+                                                     ShapeToString(params_[pi->second].shape)));
   }
-  if (t->x_in_ < 0 || t->y_in_ < 0 || t->lr_in_ < 0 || t->step_in_ < 0)
-    return absl::InternalError("training program lacks one of the inputs x, y, lr, step");
-  return t;
+  // Inputs of the training program, in its order: parameters (given or
+  // initialised), buffers, optimizer state (zeros), the batch, lr and step.
+  const compiler::Graph& g = train_graph();
+  for (size_t k = 0; k < g.inputs().size(); ++k) {
+    const compiler::GraphInput& in = g.inputs()[k];
+    const int ki = static_cast<int>(k);
+    LOOM_ASSIGN_OR_RETURN(dtensor::DTensorSpec s, InputSpec(train_, in.name, mesh_));
+    specs_[in.name] = s;
+    LOOM_ASSIGN_OR_RETURN(Tensor value, InitialValue(in, g.meta(in.value), s, model, param_index));
+    train_inputs_.push_back(std::move(value));
+    if (in.name == "lr") lr_in_ = ki;
+    if (in.name == "step") step_in_ = ki;
+    if (in.name == compiler::import::onnx::kDropoutStep) dropout_step_in_ = ki;
+    if (IsDataInput(in)) {
+      const ops::TensorMeta& gm = GlobalMeta(train_, g, in.name);
+      train_data_.push_back({in.name, ki, gm.shape, gm.dtype});
+    }
+  }
+  if (lr_in_ < 0 || step_in_ < 0 || train_data_.empty())
+    return absl::InternalError("training program lacks one of the inputs lr, step or any data input");
+  LOOM_ASSIGN_OR_RETURN(rows_, RowsOf(train_data_, specs_));
+  if (cuda_) {  // parameters, buffers and optimizer state live on the GPU from here on
+    for (size_t k = 0; k < g.inputs().size(); ++k) {
+      const int ki = static_cast<int>(k);
+      if (ki == lr_in_ || ki == step_in_ || IsDataInput(g.inputs()[k])) continue;
+      LOOM_RETURN_IF_ERROR(Annotate(cuda_->SetInput(ki, train_inputs_[k]), "device: cuda: uploading inputs"));
+    }
+  }
+  return absl::OkStatus();
 }
 
-std::pair<int64_t, int64_t> ParallelTrainer::BatchRows() const {
-  auto ranges = dtensor::LocalBlock({spec_.train().batch_size(), spec_.model().seq_len()}, specs_.at("x"), coords_);
-  return ranges.ok() ? std::make_pair((*ranges)[0].offset, (*ranges)[0].length) : std::make_pair(int64_t{0}, int64_t{0});
+absl::Status Trainer::BindEval(EvalProgram& p) const {
+  // The evaluation program shares the parameter and buffer tensors, which
+  // it needs under the same spec as the training program.
+  const compiler::Graph& g = train_graph();
+  const compiler::Graph& eg = p.exec->program().graph;
+  for (size_t k = 0; k < eg.inputs().size(); ++k) {
+    const compiler::GraphInput& in = eg.inputs()[k];
+    const int tk = g.FindInput(in.name);
+    if (tk < 0)
+      return absl::InternalError(absl::StrCat("evaluation input '", in.name, "' is not a training input"));
+    LOOM_ASSIGN_OR_RETURN(dtensor::DTensorSpec s, InputSpec(p.compilation, in.name, mesh_));
+    p.specs[in.name] = s;
+    if (IsDataInput(in)) {
+      const ops::TensorMeta& gm = GlobalMeta(p.compilation, eg, in.name);
+      p.data.push_back({in.name, static_cast<int>(k), gm.shape, gm.dtype});
+    } else if (!(s == specs_.at(in.name))) {
+      return absl::InternalError(absl::StrCat("evaluation input '", in.name, "' is ", s.ToString(),
+                                              " but the training step holds it as ", specs_.at(in.name).ToString()));
+    }
+    p.inputs.push_back(train_inputs_[tk]);
+  }
+  LOOM_ASSIGN_OR_RETURN(auto rows, RowsOf(p.data, p.specs));
+  if (!p.data.empty() && rows != rows_)
+    return absl::InternalError("the evaluation program splits the batch into other rows than the training step");
+  return absl::OkStatus();
 }
 
-absl::StatusOr<Tensor> ParallelTrainer::RowsBlock(const Tensor& rows, const std::string& name) const {
-  const int64_t B = spec_.train().batch_size(), T = spec_.model().seq_len();
-  LOOM_ASSIGN_OR_RETURN(auto ranges, dtensor::LocalBlock({B, T}, specs_.at(name), coords_));
-  if (rows.ndim() != 2 || rows.shape()[0] != ranges[0].length || rows.shape()[1] != T)
-    return absl::InvalidArgumentError(absl::StrCat(name, ": expected this rank's ", ranges[0].length,
-                                                   " rows of the global batch, [", ranges[0].length, ", ", T,
-                                                   "], got ", rows.DebugString()));
-  return rows.Narrow(1, ranges[1].offset, ranges[1].length).Clone();
+absl::StatusOr<std::pair<int64_t, int64_t>> Trainer::RowsOf(
+    const std::vector<DataInput>& data, const std::map<std::string, dtensor::DTensorSpec>& specs) const {
+  std::pair<int64_t, int64_t> rows{-1, -1};
+  for (const DataInput& d : data) {
+    if (d.global_shape.empty()) continue;  // a scalar input is whole on every rank
+    std::vector<int64_t> shape(d.global_shape.begin(), d.global_shape.end());
+    LOOM_ASSIGN_OR_RETURN(auto ranges, dtensor::LocalBlock(shape, specs.at(d.name), coords_));
+    const std::pair<int64_t, int64_t> mine{ranges[0].offset, ranges[0].length};
+    if (rows.second >= 0 && mine != rows)
+      return absl::InternalError(absl::StrCat("data input '", d.name, "' splits the batch into other rows than ",
+                                              "the program's other data inputs"));
+    rows = mine;
+  }
+  if (rows.second < 0) return std::make_pair(int64_t{0}, int64_t{0});
+  return rows;
 }
 
-absl::StatusOr<float> ParallelTrainer::StepRows(const Tensor& x, const Tensor& y) {
-  LOOM_ASSIGN_OR_RETURN(inputs_[x_in_], RowsBlock(x, "x"));
-  LOOM_ASSIGN_OR_RETURN(inputs_[y_in_], RowsBlock(y, "y"));
-  return Run();
+double Trainer::LearningRate(int64_t step) const { return compiler::ScheduledLearningRate(spec_.train(), step); }
+
+absl::Status Trainer::SetBatch(const Batch& batch, bool rows, const std::vector<DataInput>& want,
+                               const std::map<std::string, dtensor::DTensorSpec>& specs, std::vector<Tensor>& inputs) {
+  if (batch.size() != want.size() || !std::all_of(want.begin(), want.end(), [&](const DataInput& d) {
+        return batch.count(d.name) > 0;
+      })) {
+    std::vector<std::string> need, got;
+    for (const DataInput& d : want) need.push_back(d.name);
+    for (const auto& [name, t] : batch) got.push_back(name);
+    return absl::InvalidArgumentError(
+        absl::StrCat("batch: the program's data inputs are {", Names(need), "}, the batch has {", Names(got), "}"));
+  }
+  for (const DataInput& d : want) {
+    const Tensor& t = batch.at(d.name);
+    Shape need = d.global_shape;
+    const bool row_block = rows && !need.empty();
+    if (row_block) need[0] = rows_.second;
+    if (t.shape() != need || t.dtype() != d.dtype)
+      return absl::InvalidArgumentError(absl::StrCat(
+          "batch: input '", d.name, "' is ", DTypeName(t.dtype()), ShapeToString(t.shape()), ", the program needs ",
+          DTypeName(d.dtype), ShapeToString(need), row_block ? " (this rank's rows)" : "",
+          " (data.* and model.* disagree)"));
+    if (single()) {
+      inputs[d.index] = t;
+    } else if (!row_block) {
+      LOOM_ASSIGN_OR_RETURN(inputs[d.index], Block(t, specs.at(d.name)));
+    } else {  // this rank's rows already: narrow the other dims to its block
+      std::vector<int64_t> shape(d.global_shape.begin(), d.global_shape.end());
+      LOOM_ASSIGN_OR_RETURN(auto ranges, dtensor::LocalBlock(shape, specs.at(d.name), coords_));
+      Tensor b = t;
+      for (size_t k = 1; k < ranges.size(); ++k)
+        b = b.Narrow(static_cast<int>(k), ranges[k].offset, ranges[k].length);
+      inputs[d.index] = b.Clone();
+    }
+  }
+  return absl::OkStatus();
 }
 
-absl::StatusOr<float> ParallelTrainer::Step(const Tensor& x, const Tensor& y) {
-  LOOM_ASSIGN_OR_RETURN(inputs_[x_in_], Block(x, specs_.at("x")));
-  LOOM_ASSIGN_OR_RETURN(inputs_[y_in_], Block(y, specs_.at("y")));
-  return Run();
+absl::StatusOr<float> Trainer::Step(const Batch& batch) {
+  LOOM_RETURN_IF_ERROR(SetBatch(batch, /*rows=*/false, train_data_, specs_, train_inputs_));
+  return RunStep();
 }
 
-absl::StatusOr<float> ParallelTrainer::Run() {
+absl::StatusOr<float> Trainer::StepRows(const Batch& rows) {
+  LOOM_RETURN_IF_ERROR(SetBatch(rows, /*rows=*/true, train_data_, specs_, train_inputs_));
+  return RunStep();
+}
+
+absl::StatusOr<float> Trainer::RunStep() {
   ++step_;
-  inputs_[lr_in_].data<float>()[0] = static_cast<float>(compiler::ScheduledLearningRate(spec_.train(), step_));
-  inputs_[step_in_].data<float>()[0] = static_cast<float>(step_);
-  if (dropout_step_in_ >= 0) inputs_[dropout_step_in_].data<float>()[0] = static_cast<float>(step_);
-  LOOM_RETURN_IF_ERROR(exec_->Run(inputs_, &outputs_));
-  float loss = outputs_[0].data<float>()[0];
-  if (!std::isfinite(loss)) return absl::AbortedError(absl::StrCat("loss is ", loss, " at step ", step_));
-  LOOM_RETURN_IF_ERROR(exec_->ApplyUpdates(absl::MakeSpan(inputs_), outputs_));
+  train_inputs_[lr_in_].data<float>()[0] = static_cast<float>(LearningRate(step_));
+  train_inputs_[step_in_].data<float>()[0] = static_cast<float>(step_);
+  if (dropout_step_in_ >= 0) train_inputs_[dropout_step_in_].data<float>()[0] = static_cast<float>(step_);
+  float loss = 0;
+  if (cuda_) {  // parameters and state are updated in place on the device
+    std::vector<std::pair<int, Tensor>> step_inputs;
+    for (const DataInput& d : train_data_) step_inputs.emplace_back(d.index, train_inputs_[d.index]);
+    step_inputs.emplace_back(lr_in_, train_inputs_[lr_in_]);
+    step_inputs.emplace_back(step_in_, train_inputs_[step_in_]);
+    LOOM_RETURN_IF_ERROR(cuda_->Step(step_inputs));
+    host_stale_ = true;
+    LOOM_ASSIGN_OR_RETURN(Tensor l, cuda_->Output(0));
+    loss = l.data<float>()[0];
+    if (options_.keep_gradients) {  // the step's outputs: loss, then one gradient per parameter
+      outputs_.assign(1, l);
+      for (size_t i = 0; i < params_.size(); ++i) {
+        LOOM_ASSIGN_OR_RETURN(Tensor g, cuda_->Output(static_cast<int>(1 + i)));
+        outputs_.push_back(std::move(g));
+      }
+    }
+  } else {
+    LOOM_RETURN_IF_ERROR(train_exec_->Run(train_inputs_, &outputs_));
+    loss = outputs_[0].data<float>()[0];
+  }
+  if (!std::isfinite(loss))
+    return absl::AbortedError(absl::StrCat("loss is ", loss, " at step ", step_, "; stopping"));
+  if (!cuda_) LOOM_RETURN_IF_ERROR(train_exec_->ApplyUpdates(absl::MakeSpan(train_inputs_), outputs_));
   return loss;
 }
 
-std::map<std::string, Tensor> ParallelTrainer::LocalParameters() const {
+absl::StatusOr<Tensor> Trainer::DeviceLoss() {
+  if (!cuda_) return absl::FailedPreconditionError("DeviceLoss: the trainer runs on the CPU (device: cpu)");
+  LOOM_ASSIGN_OR_RETURN(Tensor l, cuda_->OutputDevice(0));
+  if (l.dtype() != DType::kF32) return absl::InternalError("DeviceLoss: the loss is not stored in f32");
+  return l;
+}
+
+absl::StatusOr<float> Trainer::ReadLoss() {
+  if (!cuda_) return absl::FailedPreconditionError("ReadLoss: the trainer runs on the CPU (device: cpu)");
+  LOOM_ASSIGN_OR_RETURN(Tensor l, cuda_->Output(0));
+  return l.data<float>()[0];
+}
+
+const compiler::Graph& Trainer::train_graph() const {
+  return cuda_ ? train_.stages.at("fused") : train_exec_->program().graph;
+}
+
+absl::Status Trainer::SyncFromDevice() const {
+  if (!cuda_ || !host_stale_) return absl::OkStatus();
+  // The parameters: the tensors the evaluation program shares (the AdamW
+  // state stays on the device).
+  const compiler::Graph& g = train_graph();
+  for (const auto& p : params_) {
+    const int k = g.FindInput(p.name);
+    LOOM_ASSIGN_OR_RETURN(Tensor d, cuda_->Input(k));
+    LOOM_RETURN_IF_ERROR(train_inputs_[k].CopyFrom(d));
+  }
+  host_stale_ = false;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<Tensor>> Trainer::RunEval(EvalProgram& p, const Batch& batch, bool rows) {
+  LOOM_RETURN_IF_ERROR(SyncFromDevice());
+  LOOM_RETURN_IF_ERROR(SetBatch(batch, rows, p.data, p.specs, p.inputs));
+  std::vector<Tensor> out;
+  LOOM_RETURN_IF_ERROR(p.exec->Run(p.inputs, &out));
+  return out;
+}
+
+absl::StatusOr<std::pair<float, Tensor>> Trainer::Forward(const Batch& batch) {
+  EvalProgram* p = &eval_;
+  if (!single() && has_logits_) {
+    if (!logits_) {
+      LOOM_ASSIGN_OR_RETURN(EvalProgram compiled, CompileEval(logits_forward_));
+      LOOM_RETURN_IF_ERROR(BindEval(compiled));
+      logits_ = std::make_unique<EvalProgram>(std::move(compiled));
+    }
+    p = logits_.get();
+  }
+  LOOM_ASSIGN_OR_RETURN(std::vector<Tensor> out, RunEval(*p, batch, /*rows=*/false));
+  return std::make_pair(out[0].data<float>()[0], out.size() > 1 ? out[1] : Tensor());
+}
+
+absl::StatusOr<float> Trainer::Evaluate(const Batch& batch) {
+  LOOM_ASSIGN_OR_RETURN(std::vector<Tensor> out, RunEval(eval_, batch, /*rows=*/false));
+  return out[0].data<float>()[0];
+}
+
+absl::StatusOr<float> Trainer::EvaluateRows(const Batch& rows) {
+  LOOM_ASSIGN_OR_RETURN(std::vector<Tensor> out, RunEval(eval_, rows, /*rows=*/true));
+  return out[0].data<float>()[0];
+}
+
+std::map<std::string, Tensor> Trainer::LocalParameters() const {
   std::map<std::string, Tensor> out;
-  const compiler::Graph& g = exec_->program().graph;
-  for (const auto& p : params_) out.emplace(p.name, inputs_[g.FindInput(p.name)]);
+  if (absl::Status s = SyncFromDevice(); !s.ok()) {
+    std::fprintf(stderr, "loom: reading parameters back from the GPU: %s\n", std::string(s.message()).c_str());
+    return out;
+  }
+  const compiler::Graph& g = train_graph();
+  for (const auto& p : params_) out.emplace(p.name, train_inputs_[g.FindInput(p.name)]);
+  return out;
+}
+
+std::map<std::string, Tensor> Trainer::LastGradients() const {
+  std::map<std::string, Tensor> out;
+  if (!options_.keep_gradients || outputs_.empty()) return out;
+  // Outputs: forward outputs (1), then one gradient per parameter in order.
+  for (size_t i = 0; i < params_.size() && 1 + i < outputs_.size(); ++i)
+    out.emplace(params_[i].name, outputs_[1 + i].Clone());
+  return out;
+}
+
+absl::StatusOr<std::vector<Trainer::StateTensor>> Trainer::State() const {
+  if (cuda_)
+    return absl::FailedPreconditionError("checkpoints: the training state of device: cuda lives on the GPU; GPU "
+                                         "checkpoints are not built yet");
+  std::vector<StateTensor> out;
+  const compiler::Graph& g = train_graph();
+  for (size_t k = 0; k < g.inputs().size(); ++k) {
+    const compiler::GraphInput& in = g.inputs()[k];
+    if (in.kind != compiler::InputKind::kParam && in.kind != compiler::InputKind::kState) continue;
+    StateTensor st;
+    st.name = in.name;
+    st.is_param = in.kind == compiler::InputKind::kParam;
+    const Shape& shape = GlobalMeta(train_, g, in.name).shape;
+    st.global_shape.assign(shape.begin(), shape.end());
+    st.spec = specs_.at(in.name);
+    st.local = train_inputs_[k];
+    out.push_back(std::move(st));
+  }
   return out;
 }
 

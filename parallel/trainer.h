@@ -1,19 +1,49 @@
-// One rank of a parallel training run: compiles the localized training step
-// (styles.h: CompileParallel) and runs it with the communicators of its mesh
-// groups ("dp", "tp"; a mesh dim of size 1 needs none).
+// The trainer core: one rank of a training run under a layout, shared by
+// `loom train` (one process) and `loom worker` (one rank of a parallel job;
+// both drivers run runtime/train/train_loop.h).
 //
-// Parameters are initialised exactly like the single-process Trainer (from
-// train.seed, or options.init, or an imported model's initializers), but each
-// rank generates only its own block (the global tensors never exist on a rank
-// unless given in options.init or by the imported model);
-// Step takes the GLOBAL batch and uses this rank's dp block of it, so N ranks
-// reproduce the single-process run step for step; StepRows takes only this
-// rank's rows (BatchRows) for loaders that read no more than those.
+// A Trainer compiles two programs once, for its layout:
+//   - the training step: forward + backward + AdamW update, run with the
+//     parameters, optimizer state, a batch, the learning rate and the step
+//     number as inputs; AdamW updates parameters and state in place;
+//   - the evaluation step: forward only. On one rank it outputs the loss and
+//     the logits (when the model has them). On several ranks it outputs the
+//     loss only, and Forward compiles, on its first call, a third program
+//     whose logits are gathered whole on every rank (for sampling; their
+//     arena is only paid for then).
+// A one-rank layout (dp = tp = 1, the default) is the single-process case:
+// compiler::Compile on the model's graphs, no communicators, and device:
+// cuda runs the training step on the CUDA executor. A larger layout compiles
+// both steps through sharding propagation (styles.h: CompileParallel) and
+// binds one communicator per mesh dim of size > 1 ("dp", "tp"); every call
+// that runs a program (Step, Evaluate, Forward and their Rows forms) is then
+// collective: every rank of the mesh calls it in the same order with the same
+// global batch (or its own rows of it).
 //
-//   LOOM_ASSIGN_OR_RETURN(auto t, ParallelTrainer::Create(spec, layout, rank, {{"dp", dp.get()}}));
-//   LOOM_ASSIGN_OR_RETURN(float loss, t->Step(x, y));   // x, y: global [batch, seq]
+// A batch comes whole (Step, Evaluate, Forward: the global tensors; each rank
+// takes its block) or as this rank's rows only (StepRows, EvaluateRows:
+// rows [first, first + count) of dim 0 of every data input, BatchRows), so a
+// data loader reads no more than its dp block; both give the same step.
+//
+// Parameters and optimizer state are owned by the Trainer, as this rank's
+// block of each (the whole tensor on one rank). Parameters start from, by
+// name: options.init_blocks (this rank's block read from elsewhere, e.g.
+// init_from), else options.init (global tensors), else the model's own
+// initial values (an ONNX file's initializers), else train.seed: element e of
+// parameter i is init_std * Philox(seed, i).Normal(e) (models::InitParameters),
+// evaluated only at this rank's block, so a rank never holds a global tensor.
+// The AdamW moments start from zero.
+// After the first step a training step allocates nothing.
+//
+//   LOOM_ASSIGN_OR_RETURN(auto t, Trainer::Create(spec));          // one process
+//   LOOM_ASSIGN_OR_RETURN(float loss, t->Step({{"x", x}, {"y", y}}));
+//
+//   TrainerOptions o;                                               // rank 3 of dp=2 x tp=2
+//   o.layout = LayoutFromSpec(spec.parallel()); o.rank = 3; o.comms = {{"dp", dp}, {"tp", tp}};
+//   LOOM_ASSIGN_OR_RETURN(auto t, Trainer::Create(spec, FamilyModel(spec).value(), o));
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -23,78 +53,214 @@
 #include "absl/status/statusor.h"
 #include "compiler/comm/communicator.h"
 #include "compiler/compile.h"
+#include "compiler/cuda/cuda_executor.h"
 #include "compiler/executor.h"
 #include "compiler/models/models.h"
+#include "dtensor/spec.h"
 #include "parallel/styles.h"
+#include "proto/loom/v1/job.pb.h"
 
 namespace loom::parallel {
 
-// An imported model (model.family onnx): its training forward graph (inputs
-// x, y and, with dropout, dropout_step; output the loss:
-// compiler/import/onnx/training.h), its parameters and the global initial
-// values of its parameters and buffers (runtime/train/onnx_model.h loads
-// all three from the file). Each rank keeps only its block of each value.
-struct ImportedForward {
-  compiler::Graph forward;
-  std::vector<models::ParamInfo> params;
+// What a Trainer trains: the forward graphs of a model and its parameters.
+// Training graph inputs: parameters (kParam), buffers (kConst), the batch
+// (kInput, e.g. x and y) and, for an imported model with dropout, the input
+// compiler::import::onnx::kDropoutStep; its one output is the loss. The
+// evaluation graph has the same inputs (no dropout step) and outputs the loss
+// and, when has_logits, the logits.
+struct TrainerModel {
+  std::vector<models::ParamInfo> params;  // in graph-input order
+  compiler::Graph train_forward;
+  compiler::Graph eval_forward;
+  bool has_logits = true;
+  // Global initial values by input name (parameters and buffers); parameters
+  // not in it are drawn from train.seed.
   std::map<std::string, Tensor> initial;
 };
 
-struct ParallelTrainerOptions {
-  std::map<std::string, Tensor> init;  // global initial parameters by name
+// A built-in family's graphs (compiler/models: gpt, llama) for spec.model and
+// train.batch_size; the training graph with model.dropout (its masks keyed by
+// train.seed and the step input AdamW shares), the evaluation graph without.
+// With train.activation_checkpointing the trainer compiles the training step
+// with block recomputation (compiler/passes/checkpointing.h). An imported
+// model's graphs come from runtime/train/job_model.h.
+absl::StatusOr<TrainerModel> FamilyModel(const v1::JobSpec& spec);
+
+// One step's data: tensors by graph input name ("x", "y" [batch, seq_len]
+// i32 for the language-model families; an imported model's x and y take the
+// shapes and dtypes of the model's inputs). Every data input of the program
+// must be given, and nothing else; a wrong name, shape or dtype is
+// InvalidArgument naming the input.
+using Batch = std::map<std::string, Tensor>;
+
+// The rectangle [offsets, offsets + lengths) of parameter `param`'s global
+// tensor, as f32 of shape `lengths`.
+using InitBlockFn = std::function<absl::StatusOr<Tensor>(
+    const std::string& param, const std::vector<int64_t>& offsets, const std::vector<int64_t>& lengths)>;
+
+struct TrainerOptions {
+  Layout layout;                    // default dp = tp = 1: one process
+  int rank = 0;                     // in the mesh (dp, tp), row-major
+  compiler::CommunicatorMap comms;  // by mesh dim name, for each dim of size > 1
+  // Set: every parameter's block comes from it (called once per parameter
+  // with a non-empty block, during Create).
+  InitBlockFn init_blocks;
+  // Global initial parameters by name; they take precedence over the model's.
+  std::map<std::string, Tensor> init;
+  bool keep_gradients = false;  // one rank only: the step also outputs d loss / d param
   bool fuse = true;
   int64_t bucket_bytes = 0;  // > 0: bucket the dp gradient all-reduces (styles.h)
-  // Set for spec.model.family onnx (not owned; read during Create only).
-  const ImportedForward* imported = nullptr;
 };
 
-class ParallelTrainer {
+class Trainer {
  public:
-  static absl::StatusOr<std::unique_ptr<ParallelTrainer>> Create(const v1::JobSpec& spec, const Layout& layout,
-                                                                 int rank, compiler::CommunicatorMap comms,
-                                                                 ParallelTrainerOptions options = {});
-  absl::StatusOr<float> Step(const Tensor& x, const Tensor& y);
-  // This rank's rows of the global batch, [first, first + count) along dim 0
-  // of x and y (its dp block); a data loader reads only those rows.
-  std::pair<int64_t, int64_t> BatchRows() const;
-  // The same step as Step, given only this rank's rows of the global x and y
-  // ([count, seq_len] as BatchRows says).
-  absl::StatusOr<float> StepRows(const Tensor& x_rows, const Tensor& y_rows);
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const v1::JobSpec& spec, TrainerModel model,
+                                                         TrainerOptions options = {});
+  // A built-in family (FamilyModel).
+  static absl::StatusOr<std::unique_ptr<Trainer>> Create(const v1::JobSpec& spec, TrainerOptions options = {});
 
-  // This rank's block of each parameter, and the spec it follows.
+  // One optimizer step on the global batch (this rank's block of it); returns
+  // the loss before the update. Aborted when the loss is not finite.
+  absl::StatusOr<float> Step(const Batch& batch);
+  absl::StatusOr<float> Step(const Tensor& x, const Tensor& y) { return Step(Batch{{"x", x}, {"y", y}}); }
+  // Loss on the batch without updating anything.
+  absl::StatusOr<float> Evaluate(const Batch& batch);
+  absl::StatusOr<float> Evaluate(const Tensor& x, const Tensor& y) { return Evaluate(Batch{{"x", x}, {"y", y}}); }
+
+  // This rank's rows of the global batch, {first, count} along dim 0 of every
+  // data input (its dp block; {0, batch} on one rank).
+  std::pair<int64_t, int64_t> BatchRows() const { return rows_; }
+  // Step and Evaluate given only this rank's rows of each data input (dim 0
+  // of length BatchRows().second, the other dims global).
+  absl::StatusOr<float> StepRows(const Batch& rows);
+  absl::StatusOr<float> StepRows(const Tensor& x, const Tensor& y) { return StepRows(Batch{{"x", x}, {"y", y}}); }
+  absl::StatusOr<float> EvaluateRows(const Batch& rows);
+  // The evaluation program's (loss, logits) (logits: [batch * seq_len, vocab],
+  // whole on every rank; empty when the model has none).
+  absl::StatusOr<std::pair<float, Tensor>> Forward(const Batch& batch);
+  absl::StatusOr<std::pair<float, Tensor>> Forward(const Tensor& x, const Tensor& y) {
+    return Forward(Batch{{"x", x}, {"y", y}});
+  }
+
+  // device: cuda: the last Step's loss in place on the GPU (f32 [], valid
+  // until the next Step), for averaging it across ranks through the CUDA
+  // backend of a process group. FailedPrecondition on the CPU path.
+  absl::StatusOr<Tensor> DeviceLoss();
+  // device: cuda: reads that loss back (after a collective changed it).
+  absl::StatusOr<float> ReadLoss();
+
+  // Gradients of the last Step (needs keep_gradients), by parameter name.
+  std::map<std::string, Tensor> LastGradients() const;
+  // This rank's block of each parameter (the whole tensors on one rank); on
+  // device: cuda read back from the GPU.
   std::map<std::string, Tensor> LocalParameters() const;
-  const std::map<std::string, dtensor::DTensorSpec>& specs() const { return specs_; }
+  std::map<std::string, Tensor> Parameters() const { return LocalParameters(); }
+
+  // What checkpoints need: every parameter and optimizer-state input of the
+  // training program ("<param>.m", "<param>.v" share their parameter's global
+  // shape), in program order, with this rank's block of it. The blocks are
+  // the program's own tensors: CopyFrom into them sets the state.
+  // FailedPrecondition on device: cuda (the state lives on the GPU).
+  struct StateTensor {
+    std::string name;
+    bool is_param = false;
+    std::vector<int64_t> global_shape;
+    dtensor::DTensorSpec spec;
+    Tensor local;
+  };
+  absl::StatusOr<std::vector<StateTensor>> State() const;
+  int64_t step() const { return step_; }
+  void set_step(int64_t step) { step_ = step; }  // after restoring State()
+
   // This rank's block of a global tensor under `spec` (a contiguous copy).
   absl::StatusOr<Tensor> Block(const Tensor& global, const dtensor::DTensorSpec& spec) const;
-  // This rank's block of parameter params_[index] initialised from `seed`
-  // (the same values models::InitParameters gives the global tensor).
-  absl::StatusOr<Tensor> InitBlock(size_t index, uint64_t seed, const dtensor::DTensorSpec& spec) const;
-  const compiler::Compilation& compilation() const { return c_; }  // stages; its program moved to the executor
-  const compiler::Program& program() const { return exec_->program(); }
-  // For checkpoints: the program's inputs (this rank's parameter and AdamW
-  // state blocks are updated in place there) and the optimizer step count.
-  std::vector<Tensor>& mutable_program_inputs() { return inputs_; }
-  int64_t step() const { return step_; }
-  void set_step(int64_t step) { step_ = step; }
-  // The program's inputs in order (params, AdamW state, x, y, lr, step), as held now.
-  const std::vector<Tensor>& program_inputs() const { return inputs_; }
+  // The spec of every training-program input, by name (replicated on one rank).
+  const std::map<std::string, dtensor::DTensorSpec>& specs() const { return specs_; }
+  const Layout& layout() const { return layout_; }
+  const dtensor::MeshShape& mesh() const { return mesh_; }
+  int rank() const { return rank_; }
+
   const std::vector<models::ParamInfo>& param_info() const { return params_; }
+  int64_t num_parameters() const { return models::NumParameters(params_); }
+  double LearningRate(int64_t step) const;  // 1-based step
+  // The training compilation's stages and memory plan (its program moved to
+  // the executor; on device: cuda "fused" is what the CUDA executor lowered).
+  const compiler::Compilation& compilation() const { return train_; }
+  // The training program's graph: its inputs are in this order.
+  const compiler::Graph& train_graph() const;
+  // Whether Forward returns logits (an imported model may output only its loss).
+  bool has_logits() const { return has_logits_; }
 
  private:
-  ParallelTrainer() = default;
-  absl::StatusOr<Tensor> RowsBlock(const Tensor& rows, const std::string& name) const;  // rows -> program input
-  absl::StatusOr<float> Run();  // the step on the inputs set
+  Trainer() = default;
+  // A data input of a program: its index there and global shape.
+  struct DataInput {
+    std::string name;
+    int index = -1;
+    Shape global_shape;
+    DType dtype = DType::kI32;
+  };
+  // A forward-only program sharing the training step's parameter and buffer
+  // tensors; its data inputs are bound per call.
+  struct EvalProgram {
+    compiler::Compilation compilation;
+    std::unique_ptr<compiler::Executor> exec;
+    std::vector<Tensor> inputs;
+    std::map<std::string, dtensor::DTensorSpec> specs;
+    std::vector<DataInput> data;
+  };
+  absl::Status CompileSteps(TrainerModel& model);
+  absl::StatusOr<EvalProgram> CompileEval(const compiler::Graph& forward) const;
+  absl::Status BindTrainingInputs(TrainerModel& model);
+  absl::Status BindEval(EvalProgram& p) const;
+  absl::StatusOr<std::vector<Tensor>> RunEval(EvalProgram& p, const Batch& batch, bool rows);
+  absl::StatusOr<Tensor> InitBlock(size_t index, const dtensor::DTensorSpec& spec) const;
+  // options_.init_blocks' block of parameter params_[index] under `spec`.
+  absl::StatusOr<Tensor> ReadInitBlock(size_t index, const dtensor::DTensorSpec& spec) const;
+  // The initial value of training input `in` under `spec` (this rank's block).
+  absl::StatusOr<Tensor> InitialValue(const compiler::GraphInput& in, const ops::TensorMeta& local,
+                                      const dtensor::DTensorSpec& spec, const TrainerModel& model,
+                                      const std::map<std::string, size_t>& param_index) const;
+  // Binds the batch to the program inputs `want` (this rank's block under
+  // `specs` on a mesh of several ranks); `rows`: the batch holds only this
+  // rank's rows (BatchRows).
+  absl::Status SetBatch(const Batch& batch, bool rows, const std::vector<DataInput>& want,
+                        const std::map<std::string, dtensor::DTensorSpec>& specs, std::vector<Tensor>& inputs);
+  // The rows of dim 0 that `data` (a program's data inputs under `specs`)
+  // give this rank; InternalError when they split the batch differently.
+  absl::StatusOr<std::pair<int64_t, int64_t>> RowsOf(const std::vector<DataInput>& data,
+                                                     const std::map<std::string, dtensor::DTensorSpec>& specs) const;
+  absl::StatusOr<float> RunStep();  // the training step on the bound batch
+  // device: cuda: copies the parameters back into the host tensors (which the
+  // evaluation program shares) when a step changed them.
+  absl::Status SyncFromDevice() const;
+  bool single() const { return mesh_.num_ranks() == 1; }
+
   v1::JobSpec spec_;
+  TrainerOptions options_;
   Layout layout_;
   dtensor::MeshShape mesh_;
+  int rank_ = 0;
   std::vector<int64_t> coords_;
   std::vector<models::ParamInfo> params_;
-  compiler::Compilation c_;
-  std::unique_ptr<compiler::Executor> exec_;
-  std::map<std::string, dtensor::DTensorSpec> specs_;  // every graph input
-  std::vector<Tensor> inputs_, outputs_;
-  int x_in_ = -1, y_in_ = -1, lr_in_ = -1, step_in_ = -1;
-  int dropout_step_in_ = -1;  // an imported model's dropout offset (compiler/import/onnx/training.h)
+  bool has_logits_ = true;
+
+  compiler::Compilation train_;
+  std::unique_ptr<compiler::Executor> train_exec_;
+  EvalProgram eval_;
+  // Several ranks: the evaluation forward with logits, and its program once
+  // Forward has compiled it.
+  compiler::Graph logits_forward_;
+  std::unique_ptr<EvalProgram> logits_;
+  std::unique_ptr<compiler::cuda::CudaExecutor> cuda_;  // device: cuda
+  mutable bool host_stale_ = false;
+  mutable std::vector<Tensor> train_inputs_;
+  std::vector<Tensor> outputs_;
+  std::map<std::string, dtensor::DTensorSpec> specs_;  // training inputs
+  std::vector<DataInput> train_data_;
+  std::pair<int64_t, int64_t> rows_{0, 0};  // BatchRows()
+  int lr_in_ = -1, step_in_ = -1;
+  int dropout_step_in_ = -1;  // an imported model's dropout offset (onnx/training.h)
   int64_t step_ = 0;
 };
 

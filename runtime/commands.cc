@@ -1,11 +1,16 @@
 #include "runtime/commands.h"
 
+#include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <optional>
 #include <string>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/flags.h"
 #include "base/rng.h"
 #include "compiler/import/onnx/inspect.h"
 #include "compiler/import/onnx/model_check.h"
@@ -15,6 +20,13 @@
 
 namespace loom::cli {
 namespace {
+
+constexpr char kVersion[] = "0.1.0";
+#ifdef NDEBUG
+constexpr char kBuildMode[] = "optimized";
+#else
+constexpr char kBuildMode[] = "debug assertions on";
+#endif
 
 using ops::Attrs;
 using ops::Impl;
@@ -67,10 +79,8 @@ bool Check(const char* label, const char* op, const std::vector<Tensor>& in, con
 }  // namespace
 
 int RunDemo(const std::vector<std::string>& args) {
-  if (!args.empty()) {
-    std::fprintf(stderr, "loom demo: takes no arguments (got '%s')\n", args[0].c_str());
-    return 2;
-  }
+  FlagSet fs("loom demo", "", "Runs matmul and SDPA with the fast kernels, checked against the references, with timings.");
+  if (std::optional<int> rc = fs.Parse(args)) return *rc;
   std::printf("Loom kernel demo: fast CPU kernels against their references (%d threads)\n",
               NumThreads());
   absl::Status cuda = cuda::CudaAvailable();
@@ -92,13 +102,13 @@ int RunDemo(const std::vector<std::string>& args) {
 }
 
 int RunOps(const std::vector<std::string>& args) {
-  if (args.size() == 1 && args[0] == "--onnx") {
+  bool onnx = false;
+  FlagSet fs("loom ops", "", "Lists the registered ops, their kernels and gradient rules.");
+  fs.Bool("onnx", &onnx, "list the ONNX ops Loom imports instead");
+  if (std::optional<int> rc = fs.Parse(args)) return *rc;
+  if (onnx) {
     std::printf("%s", compiler::import::onnx::FormatSupportedOps().c_str());
     return 0;
-  }
-  if (!args.empty()) {
-    std::fprintf(stderr, "loom ops: unknown argument '%s' (usage: loom ops [--onnx])\n", args[0].c_str());
-    return 2;
   }
   const auto& reg = ops::OpRegistry::Global();
   std::printf("%-24s %-10s %-6s %s\n", "op", "kernels", "grad", "doc");
@@ -114,14 +124,11 @@ int RunOps(const std::vector<std::string>& args) {
 
 namespace {
 
-constexpr char kInspectUsage[] =
-    "usage: loom inspect MODEL.onnx [--dim NAME=N]... [--shape INPUT=D0,D1,...]... [--no-graph] [--no-recover]\n"
-    "  Prints the model's ops and whether Loom supports each, then imports it: parameters (and the\n"
-    "  rule that classified them), buffers, data inputs, outputs, the parameter count, the recovery\n"
-    "  patterns matched (attention, norms, GELU, linear layers, positions: one line each) and the\n"
-    "  imported graph as Loom IR. Symbolic dims default to 1 unless --dim binds them; --shape gives\n"
-    "  an input's whole shape; --no-recover shows the graph as converted, before the recovery passes.\n"
-    "  Exit 0 when the model imports, 2 when it does not.\n";
+constexpr char kInspectAbout[] =
+    "Prints the model's ops and whether Loom supports each, then imports it: parameters (and the\n"
+    "rule that classified them), buffers, data inputs, outputs, the parameter count, the recovery\n"
+    "patterns matched (attention, norms, GELU, linear layers, positions: one line each) and the\n"
+    "imported graph as Loom IR. Exit 0 when the model imports, 2 when it does not.";
 
 // Parses NAME=VALUE; false on a malformed argument.
 bool SplitFlag(const std::string& arg, std::string* name, std::string* value) {
@@ -152,8 +159,8 @@ std::string ParseInspectFlag(const std::string& flag, const std::string& arg, co
   return "";
 }
 
-int InspectFail(const std::string& msg, bool usage = false) {
-  std::fprintf(stderr, "loom inspect: %s\n%s", msg.c_str(), usage ? kInspectUsage : "");
+int InspectFail(const std::string& msg) {
+  std::fprintf(stderr, "loom inspect: %s\n", msg.c_str());
   return 2;
 }
 
@@ -170,30 +177,20 @@ void DefaultSymbolicDims(const std::string& path, compiler::import::onnx::Import
 
 int RunInspect(const std::vector<std::string>& args) {
   compiler::import::onnx::ImportOptions o;
-  std::string path;
+  std::vector<std::string> positional, dims, shapes;
   bool graph = true;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "-h" || a == "--help") {
-      std::printf("%s", kInspectUsage);
-      return 0;
-    }
-    if (a == "--no-graph") {
-      graph = false;
-    } else if (a == "--no-recover") {
-      o.recover_patterns = false;
-    } else if (a == "--dim" || a == "--shape") {
-      if (i + 1 >= args.size()) return InspectFail(a + " needs a value", true);
-      if (std::string e = ParseInspectFlag(a, args[++i], o); !e.empty()) return InspectFail(e);
-    } else if (!a.empty() && a[0] == '-') {
-      return InspectFail("unknown flag '" + a + "'", true);
-    } else if (path.empty()) {
-      path = a;
-    } else {
-      return InspectFail("one model at a time (got '" + path + "' and '" + a + "')");
-    }
-  }
-  if (path.empty()) return InspectFail("no model given", true);
+  FlagSet fs("loom inspect", "MODEL.onnx", kInspectAbout);
+  fs.Repeated("dim", &dims, "NAME=N", "bind a symbolic dim (unbound ones default to 1)")
+      .Repeated("shape", &shapes, "INPUT=D0,D1,...", "an input's whole shape")
+      .Bool("graph", &graph, "print the imported graph as Loom IR (default on)")
+      .Bool("recover", &o.recover_patterns, "run the recovery passes (default on; --no-recover: the graph as converted)")
+      .Positionals(&positional, "MODEL.onnx", 1, 1);
+  if (std::optional<int> rc = fs.Parse(args)) return *rc;
+  for (const std::string& d : dims)
+    if (std::string e = ParseInspectFlag("--dim", d, o); !e.empty()) return InspectFail(e);
+  for (const std::string& sh : shapes)
+    if (std::string e = ParseInspectFlag("--shape", sh, o); !e.empty()) return InspectFail(e);
+  const std::string& path = positional[0];
   DefaultSymbolicDims(path, o);
   auto r = compiler::import::onnx::InspectModel(path, o, graph);
   if (!r.ok()) return InspectFail(std::string(r.status().message()));
@@ -201,11 +198,67 @@ int RunInspect(const std::vector<std::string>& args) {
   return r->imported ? 0 : 2;
 }
 
-int RunVersion(const std::vector<std::string>&) {
-  std::printf("loom 0.1.0\n");
+int RunVersion(const std::vector<std::string>& args) {
+  FlagSet fs("loom version", "", "Prints the version, the build and whether CUDA is available.");
+  if (std::optional<int> rc = fs.Parse(args)) return *rc;
+  std::printf("loom %s\n", kVersion);
+  std::printf("build: compiler %s, %s\n", __VERSION__, kBuildMode);
   absl::Status cuda = cuda::CudaAvailable();
   std::printf("cuda: %s\n", cuda.ok() ? "available" : std::string(cuda.message()).c_str());
   return 0;
+}
+
+std::vector<std::string> FlagsInUsage(const std::string& usage) {
+  std::vector<std::string> flags;
+  auto add = [&](const std::string& f) {
+    if (f != "--help" && std::find(flags.begin(), flags.end(), f) == flags.end()) flags.push_back(f);
+  };
+  for (size_t i = usage.find("--"); i != std::string::npos; i = usage.find("--", i + 2)) {
+    if (i > 0 && !std::isspace(static_cast<unsigned char>(usage[i - 1])) && usage[i - 1] != '[' &&
+        usage[i - 1] != '(')
+      continue;
+    size_t j = i + 2;
+    const bool negatable = usage.compare(j, 5, "[no-]") == 0;
+    if (negatable) j += 5;
+    size_t end = j;
+    while (end < usage.size() && (std::isalnum(static_cast<unsigned char>(usage[end])) || usage[end] == '-')) ++end;
+    if (end == j || !std::isalpha(static_cast<unsigned char>(usage[j]))) continue;
+    const std::string name = usage.substr(j, end - j);
+    add("--" + name);
+    if (negatable) add("--no-" + name);
+  }
+  return flags;
+}
+
+std::string BashCompletionScript(const std::vector<CompletionEntry>& commands) {
+  std::string names = "--help --version";
+  std::string cases;
+  for (const CompletionEntry& c : commands) {
+    absl::StrAppend(&names, " ", c.name);
+    std::vector<std::string> flags = c.flags;
+    flags.push_back("--help");
+    absl::StrAppend(&cases, "    ", c.name, ") flags=\"", absl::StrJoin(flags, " "), "\" ;;\n");
+  }
+  return absl::StrCat(
+      "# bash completion for loom, generated by `loom completion bash` from its commands and flags.\n"
+      "# Install: loom completion bash > /etc/bash_completion.d/loom (or source it from ~/.bashrc).\n"
+      "_loom() {\n"
+      "  local cur=\"${COMP_WORDS[COMP_CWORD]}\"\n"
+      "  COMPREPLY=()\n"
+      "  if [[ $COMP_CWORD -eq 1 ]]; then\n"
+      "    COMPREPLY=($(compgen -W \"",
+      names,
+      "\" -- \"$cur\"))\n"
+      "    return 0\n"
+      "  fi\n"
+      "  [[ $cur == -* ]] || return 0\n"
+      "  local flags=\"\"\n"
+      "  case \"${COMP_WORDS[1]}\" in\n",
+      cases,
+      "  esac\n"
+      "  COMPREPLY=($(compgen -W \"$flags\" -- \"$cur\"))\n"
+      "}\n"
+      "complete -o bashdefault -o default -F _loom loom\n");
 }
 
 }  // namespace loom::cli

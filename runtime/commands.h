@@ -13,4 +13,17 @@ int RunOps(const std::vector<std::string>& args);
 int RunInspect(const std::vector<std::string>& args);
 int RunVersion(const std::vector<std::string>& args);
 
+// "--name" for every flag a usage text (base/flags.h's format) names;
+// "--[no-]x" gives --x and --no-x. --help is left out.
+std::vector<std::string> FlagsInUsage(const std::string& usage);
+
+// One subcommand as completion sees it.
+struct CompletionEntry {
+  std::string name;
+  std::vector<std::string> flags;  // "--steps", ...
+};
+// A bash completion script for `loom`: subcommand names at the first word,
+// the subcommand's flags at a word starting with '-', files otherwise.
+std::string BashCompletionScript(const std::vector<CompletionEntry>& commands);
+
 }  // namespace loom::cli

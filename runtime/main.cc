@@ -15,14 +15,21 @@
 //   loom inspect M.onnx  an ONNX model's ops, Loom's support, and the imported graph
 //   loom version         print the build's version and CUDA availability
 //   loom bench collectives   collective bandwidth vs torch.distributed Gloo
+//   loom completion bash     a bash completion script for these commands and flags
+//
+// Every command takes --help (its usage on stdout, exit 0); flags are parsed
+// by base/flags.h.
 //
 // The Kubernetes operator is a binary of its own, `loom_operator`
 // (deploy/operator), so this one links nothing from deploy/.
 //
 // Exit codes: 0 success, 1 runtime failure, 2 bad usage or bad input.
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -31,6 +38,7 @@
 #include "absl/debugging/failure_signal_handler.h"
 #include "absl/debugging/symbolize.h"
 
+#include "base/flags.h"
 #include "collectives/bench/bench_command.h"
 #include "runtime/checkpoint/ckpt_tool.h"
 #include "runtime/commands.h"
@@ -60,6 +68,8 @@ struct Command {
   int (*run)(const std::vector<std::string>& args);
 };
 
+int Completion(const std::vector<std::string>& args);
+
 const Command kCommands[] = {
     {"train", "train a model from a job spec in this process: loom train JOB.yaml [--steps N] [--init FILE]",
      loom::train::RunTrainCommand},
@@ -72,12 +82,13 @@ const Command kCommands[] = {
      loom::data::RunDataCommand},
     {"plan", "rank parallel layouts for a job: loom plan JOB.yaml [--world N] [--memory-gib X] ... [--json]",
      loom::plan::RunPlanCommand},
-    {"run", "run a job on this machine, torchrun style: loom run JOB.yaml [--nproc-per-node N]",
+    {"run", "run a job here (or on several machines), torchrun style: loom run JOB.yaml [--nproc-per-node N] "
+     "[--nnodes N --node-rank R --rdzv-endpoint HOST:PORT]",
      loom::launch::RunRunCommand},
     {"worker", "one rank of a job (started by an agent; reads LOOM_* variables)", loom::launch::RunWorkerCommand},
     {"coordinator", "run the coordinator daemon (job queue, scheduler, gRPC API, /metrics)",
      loom::service::RunCoordinatorCommand},
-    {"agent", "run a node agent that launches workers: loom agent --coordinator ADDR",
+    {"agent", "run a node agent that launches workers: loom agent --coordinator|--rdzv-endpoint HOST:PORT",
      loom::service::RunAgentCommand},
     {"submit", "submit a job spec to the coordinator", loom::service::RunSubmitCommand},
     {"jobs", "list jobs (filter, paging, --json)", loom::service::RunJobsCommand},
@@ -100,10 +111,44 @@ const Command kCommands[] = {
     {"version", "print the version and whether CUDA is available", loom::cli::RunVersion},
     {"bench", "benchmarks: loom bench collectives [--full] [--backends=...] (vs torch Gloo)",
      loom::collectives::bench::RunBenchCommand},
+    {"completion", "print a shell completion script: loom completion bash", Completion},
 };
 
+// `loom completion bash`: each command's flags are read from its own --help
+// (this binary, run once per command), so the script follows the code.
+int Completion(const std::vector<std::string>& args) {
+  std::vector<std::string> shell;
+  loom::FlagSet fs("loom completion", "bash",
+                   "Prints a bash completion script generated from the commands and their flags.\n"
+                   "Install: loom completion bash > /etc/bash_completion.d/loom, or source <(loom completion bash).");
+  if (std::optional<int> rc = fs.Positionals(&shell, "SHELL", 1, 1).Parse(args)) return *rc;
+  if (shell[0] != "bash") return fs.UsageError("SHELL: only bash is supported, got '" + shell[0] + "'");
+  char self[4096] = {0};
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) {
+    std::fprintf(stderr, "loom completion: cannot find this executable (/proc/self/exe)\n");
+    return 1;
+  }
+  std::vector<loom::cli::CompletionEntry> entries;
+  for (const Command& c : kCommands) {
+    std::string usage;
+    if (std::string(c.name) != "completion") {
+      FILE* p = popen(("'" + std::string(self, n) + "' " + std::string(c.name) + " --help 2>/dev/null").c_str(), "r");
+      char buf[4096];
+      while (p != nullptr && std::fgets(buf, sizeof buf, p) != nullptr) usage += buf;
+      if (p == nullptr || pclose(p) != 0) {
+        std::fprintf(stderr, "loom completion: `loom %s --help` failed\n", c.name);
+        return 1;
+      }
+    }
+    entries.push_back({c.name, loom::cli::FlagsInUsage(usage)});
+  }
+  std::fputs(loom::cli::BashCompletionScript(entries).c_str(), stdout);
+  return 0;
+}
+
 void Usage(FILE* out) {
-  std::fprintf(out, "usage: loom <command> [args]\n\ncommands:\n");
+  std::fprintf(out, "usage: loom <command> [args]    (loom <command> --help: its flags; loom --version)\n\ncommands:\n");
   for (const Command& c : kCommands) std::fprintf(out, "  %-12s %s\n", c.name, c.help);
 }
 
@@ -119,6 +164,7 @@ int main(int argc, char** argv) {
     Usage(stdout);
     return 0;
   }
+  if (cmd == "--version" || cmd == "-V") return loom::cli::RunVersion({});
   // A crash (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) writes the signal and
   // a symbolized stack trace to stderr before the process dies of it: under
   // an agent that lands in the rank's .err log, which `loom run` and

@@ -22,8 +22,8 @@ PKGS=(
   clang-14 libclang-rt-14-dev
   # Tools the tests run: openssl (TLS certificates), iproute2 (network
   # namespaces), kubectl (the manifest test's kustomize cross-render), stress
-  # (load for the load tests).
-  openssl iproute2 kubernetes-client stress
+  # (load for the load tests), ctags (the docs' call-path check).
+  openssl iproute2 kubernetes-client stress universal-ctags
 )
 # A package whose command may come from elsewhere on the image: when the
 # command is already on PATH the package is not installed over it (the CUDA

@@ -38,7 +38,7 @@ TEST_ENV=(--test_env=HOME --test_env=PATH)
 TEST_GROUPS=(base kernels compiler collectives dtensor parallel runtime proto tests deploy bench scripts)
 
 errors=0  # setup and Bazel errors; each counts as one failed case
-checks_pass=0 checks_fail=0  # cases of checks outside Bazel (the layering check)
+checks_pass=0 checks_fail=0  # cases of checks outside Bazel (the layering and doc-path checks)
 error() { echo "ERROR: $*"; errors=$((errors + 1)); }
 
 phase_start=$(date +%s)
@@ -125,6 +125,18 @@ lp=$(grep -c '^PASS: ' "$WORK/layers.log"); lf=$(grep -c '^FAIL: ' "$WORK/layers
 if [ $rc != 0 ] && [ "$lf" = 0 ]; then lf=1; fi
 checks_pass=$((checks_pass + lp)); checks_fail=$((checks_fail + lf))
 phase "layers ($lp passed, $lf failed)"
+
+# The call path that docs/architecture.md lists ("From `loom run job.yaml` to
+# a kernel launch"): scripts/check_doc_paths.py prints one PASS:/FAIL: line per
+# named function (its self-check's planted case first), counted like the
+# layering check's.
+"$PY" scripts/check_doc_paths.py >"$WORK/doc_paths.log" 2>&1
+rc=$?
+cat "$WORK/doc_paths.log"
+dp=$(grep -c '^PASS: ' "$WORK/doc_paths.log"); df=$(grep -c '^FAIL: ' "$WORK/doc_paths.log")
+if [ $rc != 0 ] && [ "$df" = 0 ]; then df=1; fi
+checks_pass=$((checks_pass + dp)); checks_fail=$((checks_fail + df))
+phase "doc paths ($dp passed, $df failed)"
 
 query "tests(//...) except attr(tags, 'benchmark|manual', tests(//...))" "$WORK/tests.txt"
 declare -A by_group=()

@@ -42,7 +42,8 @@
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "onnx/onnx_pb.h"
-#include "runtime/train/trainer.h"
+#include "parallel/trainer.h"
+#include "runtime/train/job_model.h"
 
 namespace loom::bench {
 namespace {
@@ -191,7 +192,7 @@ Tensor RandomTokens(int64_t b, int64_t t, int64_t vocab, uint64_t seed) {
 
 struct Side {
   std::string name;
-  std::unique_ptr<train::Trainer> trainer;
+  std::unique_ptr<parallel::Trainer> trainer;
   std::vector<double> losses, rounds;
   int64_t step = 0;
 };
@@ -217,7 +218,7 @@ std::string LoadAverage() {
 absl::StatusOr<std::vector<Side>> MakeSides(const Config& c, const Flags& f, const std::string& dir) {
   std::vector<Side> sides(1);
   sides[0].name = "built-in gpt";
-  LOOM_ASSIGN_OR_RETURN(sides[0].trainer, train::Trainer::Create(BuiltinSpec(c, f)));
+  LOOM_ASSIGN_OR_RETURN(sides[0].trainer, parallel::Trainer::Create(BuiltinSpec(c, f)));
   std::string graph = f.onnx;
   if (graph.empty()) {
     LOOM_ASSIGN_OR_RETURN(graph, Export(c, f, dir));
@@ -225,11 +226,11 @@ absl::StatusOr<std::vector<Side>> MakeSides(const Config& c, const Flags& f, con
   LOOM_ASSIGN_OR_RETURN(std::string model, WithWeights(graph, sides[0].trainer->Parameters(), dir + "/model.onnx"));
   for (bool recover : {true, false}) {
     if (!recover && !f.unrecovered) continue;
-    train::TrainerOptions o;
-    o.recover_patterns = recover;
     Side s;
     s.name = recover ? "imported" : "imported, as converted";
-    LOOM_ASSIGN_OR_RETURN(s.trainer, train::Trainer::Create(OnnxSpec(c, f, model), o));
+    const v1::JobSpec spec = OnnxSpec(c, f, model);
+    LOOM_ASSIGN_OR_RETURN(parallel::TrainerModel imported, train::BuildModel(spec, recover));
+    LOOM_ASSIGN_OR_RETURN(s.trainer, parallel::Trainer::Create(spec, std::move(imported)));
     sides.push_back(std::move(s));
   }
   return sides;

@@ -24,7 +24,7 @@
 #include "base/rng.h"
 #include "base/thread_pool.h"
 #include "nlohmann/json.hpp"
-#include "runtime/train/trainer.h"
+#include "parallel/trainer.h"
 #include "tests/parity/tensor_dir.h"
 
 namespace {
@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
 
   // Hand PyTorch the same weights and first batch.
   std::string dir = absl::StrCat("/tmp/loom_train_bench_", getpid());
-  auto trainer = loom::train::Trainer::Create(spec);
+  auto trainer = loom::parallel::Trainer::Create(spec);
   if (!trainer.ok()) {
     std::fprintf(stderr, "%s\n", std::string(trainer.status().message()).c_str());
     return 1;

@@ -1,11 +1,13 @@
 #include "collectives/bench/bench_config.h"
 
 #include <algorithm>
+#include <iterator>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/flags.h"
 
 namespace loom::collectives::bench {
 namespace {
@@ -83,9 +85,12 @@ absl::StatusOr<BenchConfig> ParseBenchFlags(const std::vector<std::string>& args
       c.timeout_s = 900;
     }
   }
-  for (const std::string& a : args) {
+  static const char* kValueFlags[] = {"backends", "ranks", "ops",   "min-bytes", "max-bytes",
+                                      "step",     "iters", "warmup", "timeout",   "torch"};
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
     if (a.rfind("--", 0) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", a, "' (flags are --name=value)"));
+      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", a, "'"));
     }
     std::string name = a.substr(2), value;
     bool has_value = false;
@@ -95,6 +100,12 @@ absl::StatusOr<BenchConfig> ParseBenchFlags(const std::vector<std::string>& args
       has_value = true;
     }
     std::replace(name.begin(), name.end(), '_', '-');
+    const bool takes_value =
+        std::find(std::begin(kValueFlags), std::end(kValueFlags), name) != std::end(kValueFlags);
+    if (takes_value && !has_value && i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) {
+      value = args[++i];  // --name value
+      has_value = true;
+    }
     auto need = [&]() -> absl::Status {
       if (!has_value || value.empty()) return Bad(name, "needs a value (--" + name + "=...)", value);
       return absl::OkStatus();
@@ -163,7 +174,14 @@ absl::StatusOr<BenchConfig> ParseBenchFlags(const std::vector<std::string>& args
       else if (value == "1" || value == "true") c.torch = TorchMode::kOn;
       else return Bad(name, "expected auto, 0 or 1", value);
     } else {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
+      std::string nearest;
+      size_t best = std::max<size_t>(2, name.size() / 3) + 1;
+      for (const char* known : {"full", "json", "backends", "ranks", "ops", "min-bytes", "max-bytes", "step", "iters",
+                                "warmup", "timeout", "torch"}) {
+        if (const size_t d = EditDistance(name, known); d < best) best = d, nearest = known;
+      }
+      return absl::InvalidArgumentError(
+          absl::StrCat("unknown flag --", name, nearest.empty() ? "" : absl::StrCat(" (did you mean --", nearest, "?)")));
     }
   }
   if (c.min_bytes > c.max_bytes) {

@@ -47,6 +47,22 @@ TEST(BenchConfig, BadFlagsNameTheFlag) {
   }
 }
 
+// Both flag forms, and the nearest flag named for a typo (the parser took
+// only --name=value and named no alternative).
+TEST(BenchConfig, BothFormsAndSuggestions) {
+  auto c = ParseBenchFlags({"--ranks", "4", "--max-bytes", "1M", "--json", "--step=2"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->ranks, std::vector<int>{4});
+  EXPECT_EQ(c->max_bytes, 1 << 20);
+  EXPECT_TRUE(c->json);
+  EXPECT_EQ(c->step, 2);
+  c = ParseBenchFlags({"--rank=2"});
+  ASSERT_FALSE(c.ok());
+  EXPECT_NE(std::string(c.status().message()).find("unknown flag --rank (did you mean --ranks?)"), std::string::npos)
+      << c.status();
+  EXPECT_FALSE(ParseBenchFlags({"--ranks"}).ok());  // a value flag at the end still needs its value
+}
+
 TEST(BenchConfig, BytesAndFactors) {
   EXPECT_EQ(*ParseBytes("256M"), 256 << 20);
   EXPECT_EQ(*ParseBytes("1KiB"), 1024);

@@ -1,6 +1,9 @@
 #include "runtime/checkpoint/ckpt_tool.h"
 
+#include <optional>
+
 #include "absl/strings/numbers.h"
+#include "base/flags.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/export.h"
 #include "runtime/checkpoint/hf_export.h"
@@ -13,24 +16,15 @@ namespace {
 
 // export [--format loom|hf] [--family gpt|llama] SRC OUT
 int RunExport(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
-  const char* usage = "usage: export [--format loom|hf] [--family gpt|llama] SRC OUT.safetensors\n";
   std::string format = "loom", family;
   std::vector<std::string> pos;
-  for (size_t i = 1; i < args.size(); ++i) {
-    if ((args[i] == "--format" || args[i] == "--family") && i + 1 < args.size()) {
-      (args[i] == "--format" ? format : family) = args[i + 1];
-      ++i;
-    } else if (!args[i].empty() && args[i][0] == '-') {
-      err << "export: unknown flag '" << args[i] << "'\n" << usage;
-      return 2;
-    } else {
-      pos.push_back(args[i]);
-    }
-  }
-  if (pos.size() != 2) {
-    err << usage;
-    return 2;
-  }
+  FlagSet fs("loom export", "SRC OUT",
+             "One safetensors file from a checkpoint (--format loom), or the Hugging Face layout from a run\n"
+             "folder or checkpoint (--format hf).");
+  fs.String("format", &format, "loom|hf", "the output layout (default loom)")
+      .String("family", &family, "gpt|llama", "the Hugging Face model family (with --format hf)")
+      .Positionals(&pos, "SRC OUT", 2, 2);
+  if (std::optional<int> rc = fs.Parse(args, out, err)) return *rc;
   if (format != "loom" && format != "hf") {
     err << "export: --format: expected loom or hf, got '" << format << "'\n";
     return 2;
@@ -52,36 +46,44 @@ int RunExport(const std::vector<std::string>& args, std::ostream& out, std::ostr
 
 int RunCheckpointTool(const std::vector<std::string>& args, std::ostream& out, std::ostream& err) {
   const char* usage =
-      "usage: ckpt_tool export [--format loom|hf] [--family gpt|llama] SRC OUT.safetensors | import FILE ROOT [STEP] |"
-      " verify ROOT | inspect FILE\n";
-  if (args.empty()) {
-    err << usage;
-    return 2;
+      "usage: loom checkpoint verify ROOT | loom checkpoint inspect FILE.safetensors\n"
+      "       loom export [--format loom|hf] [--family gpt|llama] SRC OUT | loom import FILE ROOT [STEP]\n";
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    (args.empty() ? err : out) << usage;
+    return args.empty() ? 2 : 0;
   }
   const std::string& cmd = args[0];
-  if (cmd == "export") return RunExport(args, out, err);
-  if (cmd == "import" && (args.size() == 3 || args.size() == 4)) {
+  const std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (cmd == "export") return RunExport(rest, out, err);
+  std::vector<std::string> pos;
+  if (cmd == "import") {
+    FlagSet fs("loom import", "FILE ROOT [STEP]", "Turns a safetensors file into a checkpoint at step STEP (default 0).");
+    if (std::optional<int> rc = fs.Positionals(&pos, "FILE ROOT", 2, 3).Parse(rest, out, err)) return *rc;
     int64_t step = 0;
-    if (args.size() == 4 && !absl::SimpleAtoi(args[3], &step)) {
-      err << "import: STEP: not an integer: " << args[3] << "\n";
-      return 2;
-    }
-    auto imported = ImportConsolidated(args[1]);
+    if (pos.size() == 3 && !absl::SimpleAtoi(pos[2], &step)) return fs.UsageError("STEP: not an integer: " + pos[2], err);
+    auto imported = ImportConsolidated(pos[0]);
     if (!imported.ok()) {
       err << "import: " << imported.status().message() << "\n";
       return 1;
     }
-    absl::Status s = CleanStale(args[2]);
-    if (s.ok()) s = SaveCheckpoint(args[2], RequestFromTensors(imported->tensors, step));
+    absl::Status s = CleanStale(pos[1]);
+    if (s.ok()) s = SaveCheckpoint(pos[1], RequestFromTensors(imported->tensors, step));
     if (!s.ok()) {
       err << "import: " << s.message() << "\n";
       return 1;
     }
-    out << "imported " << imported->tensors.size() << " tensors into " << args[2] << "/" << StepDirName(step) << "\n";
+    out << "imported " << imported->tensors.size() << " tensors into " << pos[1] << "/" << StepDirName(step) << "\n";
     return 0;
   }
-  if (cmd == "verify" && args.size() == 2) {
-    auto r = LoadLatest(args[1], Verify::kFull);
+  if (cmd == "verify" || cmd == "inspect") {
+    FlagSet fs("loom checkpoint " + cmd, cmd == "verify" ? "ROOT" : "FILE.safetensors",
+               cmd == "verify" ? "Loads the latest checkpoint under ROOT with full verification and explains it."
+                               : "Lists a safetensors file's metadata and tensors.");
+    if (std::optional<int> rc = fs.Positionals(&pos, cmd == "verify" ? "ROOT" : "FILE", 1, 1).Parse(rest, out, err))
+      return *rc;
+  }
+  if (cmd == "verify") {
+    auto r = LoadLatest(pos[0], Verify::kFull);
     if (!r.ok()) {
       err << "verify: " << r.status().message() << "\n";
       return 1;
@@ -89,8 +91,8 @@ int RunCheckpointTool(const std::vector<std::string>& args, std::ostream& out, s
     out << r->Explain() << "\n";
     return 0;
   }
-  if (cmd == "inspect" && args.size() == 2) {
-    auto r = SafetensorsReader::Open(args[1]);
+  if (cmd == "inspect") {
+    auto r = SafetensorsReader::Open(pos[0]);
     if (!r.ok()) {
       err << "inspect: " << r.status().message() << "\n";
       return 1;
@@ -102,7 +104,7 @@ int RunCheckpointTool(const std::vector<std::string>& args, std::ostream& out, s
     }
     return 0;
   }
-  err << usage;
+  err << "unknown checkpoint command '" << cmd << "'\n" << usage;
   return 2;
 }
 

@@ -4,98 +4,51 @@
 
 #include <chrono>
 #include <cstdio>
-#include <map>
+#include <iostream>
+#include <optional>
 #include <thread>
 
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "base/flags.h"
 #include "runtime/data/prepare.h"
 
 namespace loom::data {
 namespace {
 
-constexpr char kUsage[] =
-    "usage: loom data prepare --input FILE... --out DIR\n"
-    "    [--tokenizer bytes|sentencepiece|gpt2]\n"
-    "    [--train-tokenizer bpe|unigram --vocab-size N [--train-sentences N]\n"
-    "     | --model FILE.model | --vocab vocab.json --merges merges.txt\n"
-    "     | --tokenizer-json tokenizer.json | --tokenizer-dir DIR]\n"
-    "    [--documents file|blank-line|line=TEXT] [--val-fraction F] [--seed S]\n"
-    "    [--shard-tokens N] [--dtype auto|u16|u32] [--format llmc|raw] [--threads N] [--progress]\n";
-
 int Fail(int code, absl::string_view msg) {
   std::fprintf(stderr, "loom data prepare: %s\n", std::string(msg).c_str());
-  if (code == 2 && !absl::StrContains(msg, "usage:")) std::fprintf(stderr, "%s", kUsage);
   return code;
 }
 
-template <typename T>
-bool ParseNumber(const std::string& s, T* out) {
-  if constexpr (std::is_floating_point_v<T>) {
-    return absl::SimpleAtod(s, out);
-  } else {
-    return absl::SimpleAtoi(s, out);
-  }
-}
-
-// Fills `o` from the flags; "" or the error (naming the flag).
-std::string ParseFlags(const std::vector<std::string>& args, PrepareOptions* o, bool* progress) {
-  std::map<std::string, std::string*> strings = {
-      {"--out", &o->out_dir},
-      {"--tokenizer", o->tokenizer.mutable_kind()},
-      {"--model", o->tokenizer.mutable_model()},
-      {"--vocab", o->tokenizer.mutable_vocab()},
-      {"--merges", o->tokenizer.mutable_merges()},
-      {"--tokenizer-json", o->tokenizer.mutable_json()},
-      {"--tokenizer-dir", o->tokenizer.mutable_dir()},
-      {"--train-tokenizer", &o->train_type},
-      {"--documents", &o->documents},
-      {"--dtype", &o->dtype},
-      {"--format", &o->format},
-  };
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string flag = args[i], value;
-    const size_t eq = flag.find('=');
-    const bool inline_value = absl::StartsWith(flag, "--") && eq != std::string::npos;
-    if (inline_value) value = flag.substr(eq + 1), flag = flag.substr(0, eq);
-    if (flag == "--progress") {
-      *progress = true;
-      continue;
-    }
-    if (flag == "--input") {  // every following argument up to the next flag
-      if (inline_value) o->inputs.push_back(value);
-      while (i + 1 < args.size() && !absl::StartsWith(args[i + 1], "--")) o->inputs.push_back(args[++i]);
-      continue;
-    }
-    if (!absl::StartsWith(flag, "--")) return absl::StrCat("unexpected argument '", flag, "'");
-    if (!inline_value) {
-      if (i + 1 >= args.size()) return absl::StrCat(flag, ": missing its value");
-      value = args[++i];
-    }
-    bool ok = true;
-    if (auto it = strings.find(flag); it != strings.end()) {
-      *it->second = value;
-    } else if (flag == "--vocab-size") {
-      ok = ParseNumber(value, &o->vocab_size);
-    } else if (flag == "--threads") {
-      ok = ParseNumber(value, &o->threads);
-    } else if (flag == "--shard-tokens") {
-      ok = ParseNumber(value, &o->shard_tokens);
-    } else if (flag == "--train-sentences") {
-      ok = ParseNumber(value, &o->train_sentences);
-    } else if (flag == "--val-fraction") {
-      ok = ParseNumber(value, &o->val_fraction);
-    } else if (flag == "--seed") {
-      ok = ParseNumber(value, &o->seed);
-    } else {
-      return absl::StrCat("unknown flag '", flag, "'");
-    }
-    if (!ok) return absl::StrCat(flag, ": expected a number, got '", value, "'");
-  }
-  return "";
+// The flags of `loom data prepare`, bound to `o` and `progress`.
+FlagSet PrepareFlags(PrepareOptions* o, bool* progress, int64_t* seed) {
+  FlagSet fs("loom data prepare", "",
+             "Text files -> a tokenizer and token shards (llm.c format by default), a validation split and\n"
+             "dataset.json, ready for data.path / data.val / data.tokenizer.");
+  fs.Repeated("input", &o->inputs, "FILE...", "text files, folders or globs (every argument up to the next flag)")
+      .Greedy()
+      .String("out", &o->out_dir, "DIR", "the output folder")
+      .String("tokenizer", o->tokenizer.mutable_kind(), "bytes|sentencepiece|gpt2", "the tokenizer kind")
+      .String("train-tokenizer", &o->train_type, "bpe|unigram", "train a SentencePiece tokenizer on the input")
+      .Int("vocab-size", &o->vocab_size, "N", "vocabulary of the trained tokenizer")
+      .Int64("train-sentences", &o->train_sentences, "N", "lines SentencePiece samples to train on")
+      .String("model", o->tokenizer.mutable_model(), "FILE.model", "an existing SentencePiece model")
+      .String("vocab", o->tokenizer.mutable_vocab(), "vocab.json", "GPT-2 vocabulary (with --merges)")
+      .String("merges", o->tokenizer.mutable_merges(), "merges.txt", "GPT-2 merges (with --vocab)")
+      .String("tokenizer-json", o->tokenizer.mutable_json(), "tokenizer.json", "a Hugging Face tokenizer.json")
+      .String("tokenizer-dir", o->tokenizer.mutable_dir(), "DIR", "a folder a previous prepare wrote")
+      .String("documents", &o->documents, "file|blank-line|line=TEXT", "where documents end")
+      .Double("val-fraction", &o->val_fraction, "F", "the share of documents for validation")
+      .Int64("seed", seed, "S", "the validation split's seed", 0)
+      .Int64("shard-tokens", &o->shard_tokens, "N", "tokens per shard")
+      .String("dtype", &o->dtype, "auto|u16|u32", "the shards' id type")
+      .String("format", &o->format, "llmc|raw", "llm.c shards (with a header) or raw ids")
+      .Int("threads", &o->threads, "N", "encoding threads (default: the number of CPUs)")
+      .Bool("progress", progress, "a progress bar on stderr (on when stderr is a terminal)");
+  return fs;
 }
 
 std::string Millions(double n) { return n >= 1e6 ? absl::StrFormat("%.2fM", n / 1e6) : absl::StrFormat("%.0f", n); }
@@ -136,16 +89,18 @@ void PrintSummary(const PrepareOptions& o, const PrepareSummary& s) {
 }  // namespace
 
 int RunDataCommand(const std::vector<std::string>& args) {
-  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
-    std::printf("%s", kUsage);
-    return args.empty() ? 2 : 0;
-  }
-  if (args[0] != "prepare") return Fail(2, absl::StrCat("unknown subcommand '", args[0], "'\n", kUsage));
   PrepareOptions o;
   o.threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   bool progress = false;
-  const std::vector<std::string> flags(args.begin() + 1, args.end());
-  if (std::string err = ParseFlags(flags, &o, &progress); !err.empty()) return Fail(2, err);
+  int64_t seed = static_cast<int64_t>(o.seed);
+  FlagSet fs = PrepareFlags(&o, &progress, &seed);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h") {
+    (args.empty() ? std::cerr : std::cout) << fs.Usage();
+    return args.empty() ? 2 : 0;
+  }
+  if (args[0] != "prepare") return fs.UsageError(absl::StrCat("unknown subcommand '", args[0], "' (prepare)"));
+  if (std::optional<int> rc = fs.Parse({args.begin() + 1, args.end()})) return *rc;
+  o.seed = static_cast<uint64_t>(seed);
   progress = progress || isatty(fileno(stderr));
   const auto start = std::chrono::steady_clock::now();
   PrepareProgress bar;

@@ -1,9 +1,12 @@
-// The training loop of one rank of a multi-rank job (`loom worker`, world > 1).
+// The training run of one rank of a multi-rank job (`loom worker`, world > 1,
+// or a world of one that a test drives directly).
 //
-// Every rank builds the (dp, tp) device mesh over the world process group,
-// binds a communicator per mesh dimension, compiles the localized training
-// step (parallel/trainer.h) and draws the same global batches as the
-// single-process run (same sampler and seed); each rank uses its dp block.
+// Every rank builds the (dp, tp) device mesh over the world process group and
+// binds a communicator per mesh dimension, then runs the training loop that
+// `loom train` runs too (runtime/train/train_loop.h): the trainer core
+// compiled for the layout (parallel/trainer.h), the same global batches as
+// the single-process run (same sampler and seed; each rank uses its block),
+// checkpoints and resume under any layout, validation every eval_every steps.
 // Rank 0 reports: progress lines, the run folder's metrics (run_reporter.h)
 // and LOOM_PROGRESS_FILE. Returns the worker's exit code (0, 1 runtime
 // failure, 2 bad configuration); failures also go to LOOM_ERROR_FILE.

@@ -5,24 +5,29 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <thread>
 #include <vector>
 
 #include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/flags.h"
 #include "runtime/jobspec/jobspec.h"
 #include "kernels/cuda/cuda_device.h"
 #include "runtime/plan/planner_command.h"
 #include "runtime/service/agent/agent.h"
+#include "runtime/service/auth/token.h"
 #include "runtime/service/coordinator.h"
 #include "runtime/train/onnx_model.h"
 #include "runtime/service/server.h"
@@ -43,42 +48,61 @@ struct Flags {
   int nproc = 0, dp = 0, tp = 0, steps = 0, max_restarts = -1;
   std::string run_dir, keep_state;
   bool json = false;
+  // torchrun's multi-node flags: node 0 hosts the coordinator at the
+  // rendezvous endpoint, every node an agent with --nproc-per-node slots.
+  int nnodes = 1, node_rank = 0;
+  std::string rdzv_endpoint, join_token_file, local_addr = "127.0.0.1";
+  std::string join_token;  // read from LOOM_JOIN_TOKEN or --join-token-file
 };
 
-absl::StatusOr<Flags> ParseFlags(const std::vector<std::string>& args) {
-  Flags f;
-  const std::map<std::string, int*> ints = {{"--nproc-per-node", &f.nproc}, {"--dp", &f.dp},
-                                            {"--tp", &f.tp},                {"--steps", &f.steps},
-                                            {"--max-restarts", &f.max_restarts}};
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    auto need_value = [&]() -> absl::StatusOr<std::string> {
-      if (i + 1 >= args.size()) return absl::InvalidArgumentError(absl::StrCat(a, ": needs a value"));
-      return args[++i];
-    };
-    if (auto it = ints.find(a); it != ints.end()) {
-      auto v = need_value();
-      if (!v.ok()) return v.status();
-      int n = 0;
-      if (!absl::SimpleAtoi(*v, &n) || n < (a == "--max-restarts" ? 0 : 1))
-        return absl::InvalidArgumentError(absl::StrCat(a, ": expected a positive integer, got '", *v, "'"));
-      *it->second = n;
-    } else if (a == "--run-dir" || a == "--keep-state") {
-      auto v = need_value();
-      if (!v.ok()) return v.status();
-      (a == "--run-dir" ? f.run_dir : f.keep_state) = *v;
-    } else if (a == "--json") {
-      f.json = true;
-    } else if (!a.empty() && a[0] == '-') {
-      return absl::InvalidArgumentError(absl::StrCat("unknown flag '", a, "'"));
-    } else if (f.spec_path.empty()) {
-      f.spec_path = a;
+// nullopt when the flags parsed into `f`, else the exit code (--help: 0).
+std::optional<int> ParseFlags(const std::vector<std::string>& args, Flags& f) {
+  std::vector<std::string> positional;
+  FlagSet fs("loom run", "JOB.yaml",
+             "Runs a job on this machine, torchrun style: a coordinator and an agent in this process launch\n"
+             "`loom worker` ranks, rank 0's output is followed, and the exit code is the job's.");
+  fs.Int("nproc-per-node", &f.nproc, "N", "ranks on this machine (dp = N / tp unless --dp is given)", 1)
+      .Int("dp", &f.dp, "N", "data-parallel degree (overrides parallel.dp)", 1)
+      .Int("tp", &f.tp, "N", "tensor-parallel degree (overrides parallel.tp)", 1)
+      .Int("steps", &f.steps, "N", "train N steps (overrides train.steps)", 1)
+      .Int("max-restarts", &f.max_restarts, "N", "restarts after a rank fails (overrides max_restarts)", 0)
+      .String("run-dir", &f.run_dir, "DIR", "the run folder (overrides run_dir)")
+      .String("keep-state", &f.keep_state, "DIR", "keep the coordinator's and agent's state in DIR")
+      .Bool("json", &f.json, "state changes as JSON lines on stdout (rank 0's output goes to stderr)")
+      .Int("nnodes", &f.nnodes, "N", "machines in the job (default 1)", 1)
+      .Int("node-rank", &f.node_rank, "R", "this machine's rank: 0 hosts the coordinator (default 0)", 0)
+      .String("rdzv-endpoint", &f.rdzv_endpoint, "HOST:PORT", "with --nnodes > 1: where node 0's coordinator listens")
+      .String("join-token-file", &f.join_token_file, "FILE",
+              "with --nnodes > 1: the join token every node shares (env LOOM_JOIN_TOKEN, the token itself, wins)")
+      .String("local-addr", &f.local_addr, "ADDR",
+              "this node's address for the ranks' rendezvous and collectives (default 127.0.0.1)")
+      .Positionals(&positional, "JOB.yaml", 1, 1)
+      .Note("torchrun: `loom run --nnodes 2 --node-rank R --rdzv-endpoint HOST:PORT --nproc-per-node K JOB.yaml` on\n"
+            "each machine. Node 0 runs the coordinator at HOST:PORT and an agent, submits the job (dp x tp =\n"
+            "nnodes x K) and follows it; its exit code is the job's. Other nodes run an agent that joins it,\n"
+            "and exit when node 0's coordinator is gone: 0 when ranks ran here, 1 otherwise.");
+  if (std::optional<int> rc = fs.Parse(args)) return rc;
+  f.spec_path = positional[0];
+  if (f.node_rank >= f.nnodes)
+    return fs.UsageError(absl::StrCat("--node-rank: ", f.node_rank, " is not below --nnodes ", f.nnodes));
+  if (f.nnodes > 1) {
+    if (f.rdzv_endpoint.empty() || f.rdzv_endpoint.rfind(':') == std::string::npos)
+      return fs.UsageError(absl::StrCat("--rdzv-endpoint: --nnodes ", f.nnodes, " needs HOST:PORT, got '",
+                                        f.rdzv_endpoint, "'"));
+    if (f.nproc == 0) return fs.UsageError("--nproc-per-node: --nnodes > 1 needs the ranks per node");
+    if (!f.keep_state.empty() && f.node_rank > 0)
+      return fs.UsageError("--keep-state: only node 0 keeps the coordinator's state");
+    if (const char* t = std::getenv("LOOM_JOIN_TOKEN"); t != nullptr && *t != '\0') {
+      f.join_token = t;
+    } else if (f.join_token_file.empty()) {
+      return fs.UsageError("--join-token-file: --nnodes > 1 needs a join token every node shares (or LOOM_JOIN_TOKEN)");
     } else {
-      return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", a, "'"));
+      auto token = service::ReadTokenFile(f.join_token_file, /*check_mode=*/true);
+      if (!token.ok()) return fs.UsageError(absl::StrCat("--join-token-file: ", token.status().message()));
+      f.join_token = *token;
     }
   }
-  if (f.spec_path.empty()) return absl::InvalidArgumentError("usage: loom run JOB.yaml [--nproc-per-node N] [flags]");
-  return f;
+  return std::nullopt;
 }
 
 // Flags over the spec, then the spec's own validation.
@@ -90,15 +114,16 @@ absl::Status ApplyFlags(const Flags& f, v1::JobSpec* spec) {
   }
   if (f.dp > 0) p->set_dp(f.dp);
   if (f.nproc > 0) {
-    const int tp = std::max(1, p->tp());
-    if (f.dp == 0 && p->dp() * tp != f.nproc) {
-      if (f.nproc % tp != 0)
+    const int tp = std::max(1, p->tp()), ranks = f.nproc * f.nnodes;
+    const std::string what = f.nnodes > 1 ? absl::StrCat(f.nnodes, " nodes x ", f.nproc) : absl::StrCat(f.nproc);
+    if (f.dp == 0 && p->dp() * tp != ranks) {
+      if (ranks % tp != 0)
         return absl::InvalidArgumentError(
-            absl::StrCat("--nproc-per-node: ", f.nproc, " ranks do not divide into tp ", tp, " groups"));
-      p->set_dp(f.nproc / tp);
+            absl::StrCat("--nproc-per-node: ", what, " ranks do not divide into tp ", tp, " groups"));
+      p->set_dp(ranks / tp);
     }
-    if (p->dp() * tp != f.nproc)
-      return absl::InvalidArgumentError(absl::StrCat("--nproc-per-node: ", f.nproc, " ranks, but dp ", p->dp(),
+    if (p->dp() * tp != ranks)
+      return absl::InvalidArgumentError(absl::StrCat("--nproc-per-node: ", what, " ranks, but dp ", p->dp(),
                                                      " x tp ", tp, " = ", p->dp() * tp));
   }
   if (f.steps > 0) spec->mutable_train()->set_steps(f.steps);
@@ -107,17 +132,17 @@ absl::Status ApplyFlags(const Flags& f, v1::JobSpec* spec) {
   return jobspec::ValidateJobSpec(*spec);
 }
 
-// Prints what rank 0 wrote since the last call.
-void Follow(const std::string& path, int64_t* offset) {
+// Copies what rank 0 wrote since the last call to `to`.
+void Follow(const std::string& path, int64_t* offset, FILE* to) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return;
   in.seekg(*offset);
   char buf[8192];
   while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-    std::fwrite(buf, 1, in.gcount(), stdout);
+    std::fwrite(buf, 1, in.gcount(), to);
     *offset += in.gcount();
   }
-  std::fflush(stdout);
+  std::fflush(to);
 }
 
 // The last `max_lines` lines of a rank's stderr log, indented, to stderr: a
@@ -159,8 +184,9 @@ int GiveGpus(const v1::JobSpec& spec, int world, service::AgentOptions* ao) {
   return 0;
 }
 
-// Follows the job until it ends: copies rank 0's stdout, reports each state
-// change (as JSON with --json), and cancels the job on the first SIGINT or
+// Follows the job until it ends: copies rank 0's stdout (to stderr with
+// --json), reports each state change (to stderr; with --json as one JSON
+// line on stdout), and cancels the job on the first SIGINT or
 // SIGTERM. `offset` is how far rank 0's stdout has been copied.
 absl::StatusOr<v1::JobStatus> FollowJob(service::Coordinator* c, const std::string& job_id,
                                         const std::string& rank0_out, bool json, int64_t* offset) {
@@ -174,11 +200,12 @@ absl::StatusOr<v1::JobStatus> FollowJob(service::Coordinator* c, const std::stri
     auto got = c->Get(job_id);
     if (!got.ok()) return got.status();
     const v1::JobStatus& j = got->job();
-    Follow(rank0_out, offset);
+    Follow(rank0_out, offset, json ? stderr : stdout);
     if (j.state() != last_state) {
       last_state = j.state();
       if (json) {
-        std::fprintf(stderr, "%s\n", Json(j).c_str());
+        std::fprintf(stdout, "%s\n", Json(j).c_str());
+        std::fflush(stdout);
       } else {
         std::fprintf(stderr, "loom run: %s %s%s\n", job_id.c_str(), v1::JobState_Name(j.state()).c_str(),
                      j.restart_count() > 0 ? absl::StrCat(" (restart ", j.restart_count(), ")").c_str() : "");
@@ -224,21 +251,121 @@ int CheckAutoLayout(const v1::JobSpec& spec, int world) {
   return 0;
 }
 
+// This executable's path, for the agent's worker command; "" if unknown.
+std::string SelfPath() {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  return n > 0 ? std::string(self, n) : std::string();
+}
+
+// An agent for this node's `slots` ranks, with its data under `state`.
+service::AgentOptions NodeAgent(const Flags& f, const std::string& coordinator, const std::string& join_token,
+                                const std::string& state, int slots) {
+  service::AgentOptions ao;
+  ao.coordinator = coordinator;
+  ao.join_token = join_token;
+  ao.data_dir = state + "/agent";
+  ao.hostname = f.nnodes > 1 ? absl::StrCat("node", f.node_rank) : "local";
+  ao.cpu_slots = slots;
+  ao.worker_argv = {SelfPath(), "worker"};
+  ao.poll_wait_ms = 100;
+  ao.rendezvous_host = f.local_addr;
+  return ao;
+}
+
+// --node-rank > 0: an agent that joins node 0's coordinator, until that
+// coordinator is gone (node 0 shuts it down once the job ends) or a signal.
+int RunJoiningNode(const Flags& f, const v1::JobSpec& spec, int world, const std::string& state) {
+  service::AgentOptions ao = NodeAgent(f, f.rdzv_endpoint, f.join_token, state, world / f.nnodes);
+  if (int code = GiveGpus(spec, world / f.nnodes, &ao); code != 0) return code;
+  service::Agent agent(ao);
+  if (absl::Status s = agent.Start(std::chrono::seconds(120)); !s.ok())
+    return Fail(1, absl::StrCat("node ", f.node_rank, ": cannot join ", f.rdzv_endpoint, ": ", s.message()));
+  std::fprintf(stderr, "loom run: node %d joined %s (%d rank slots)\n", f.node_rank, f.rdzv_endpoint.c_str(),
+               world / f.nnodes);
+  signal(SIGINT, OnSignal);
+  signal(SIGTERM, OnSignal);
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
+  auto channel = grpc::CreateCustomChannel(f.rdzv_endpoint, grpc::InsecureChannelCredentials(), args);
+  bool ran = false;
+  int unreachable_polls = 0;
+  while (!g_interrupted && unreachable_polls < 10) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    ran |= agent.running_ranks() > 0;
+    const grpc_connectivity_state st = channel->GetState(/*try_to_connect=*/true);
+    unreachable_polls = st == GRPC_CHANNEL_TRANSIENT_FAILURE ? unreachable_polls + 1 : 0;
+  }
+  agent.Stop();
+  if (g_interrupted) return Fail(1, absl::StrCat("node ", f.node_rank, ": interrupted"));
+  std::fprintf(stderr, "loom run: node %d: the coordinator at %s is gone\n", f.node_rank, f.rdzv_endpoint.c_str());
+  return ran ? 0 : Fail(1, absl::StrCat("node ", f.node_rank, ": no rank ran here"));
+}
+
+// Node 0 (or the only node): the coordinator, an agent, the job submitted and
+// followed to its end.
+int RunFirstNode(const Flags& f, const v1::JobSpec& spec, int world, const std::string& state) {
+  service::ServerOptions so;
+  so.coordinator.data_dir = state + "/coordinator";
+  so.coordinator.heartbeat_interval_ms = 500;
+  so.coordinator.kill_grace_ms = 5000;
+  so.listen_address = f.nnodes > 1 ? f.rdzv_endpoint : "127.0.0.1:0";
+  so.join_token = f.join_token;
+  auto server = service::CoordinatorServer::Start(so);
+  if (!server.ok()) return Fail(1, absl::StrCat("coordinator: ", server.status().message()));
+  if (SelfPath().empty()) return Fail(1, "cannot find this executable (/proc/self/exe)");
+  const std::string coordinator =
+      f.nnodes > 1 ? f.rdzv_endpoint : absl::StrCat("127.0.0.1:", (*server)->port());
+  service::AgentOptions ao = NodeAgent(f, coordinator, (*server)->join_token(), state, world / f.nnodes);
+  if (int code = GiveGpus(spec, world / f.nnodes, &ao); code != 0) return code;
+  service::Agent agent(ao);
+  if (absl::Status s = agent.Start(); !s.ok()) return Fail(1, absl::StrCat("agent: ", s.message()));
+
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = spec;
+  req.set_idempotency_key("loom-run");
+  req.set_wait_for_capacity(f.nnodes > 1);  // the other nodes' agents join when they start
+  auto submitted = (*server)->coordinator()->Submit(req);
+  if (!submitted.ok()) {
+    bool bad = submitted.status().code() == absl::StatusCode::kInvalidArgument ||
+               submitted.status().code() == absl::StatusCode::kFailedPrecondition;
+    return Fail(bad ? 2 : 1, std::string(submitted.status().message()));
+  }
+  const std::string job_id = submitted->job().job_id();
+  if (f.nnodes > 1) {
+    std::fprintf(stderr, "loom run: %s submitted (%d ranks on %d nodes; coordinator at %s)\n", job_id.c_str(),
+                 world, f.nnodes, f.rdzv_endpoint.c_str());
+  } else {
+    std::fprintf(stderr, "loom run: %s submitted (%d rank%s on this machine)\n", job_id.c_str(), world,
+                 world == 1 ? "" : "s");
+  }
+
+  const std::string logs = ao.data_dir + "/logs/" + job_id;
+  int64_t offset = 0;  // into rank 0's stdout; restarts append to the same file
+  auto final = FollowJob((*server)->coordinator(), job_id, logs + "/rank0.out", f.json, &offset);
+  if (!final.ok()) return Fail(1, std::string(final.status().message()));
+  // Let the agent reap the ranks, then ship nothing more.
+  agent.Stop();
+  Follow(logs + "/rank0.out", &offset, f.json ? stderr : stdout);
+  (*server)->Shutdown();
+  return ExitCodeOf(*final, job_id, logs);
+}
+
 }  // namespace
 
 int RunRunCommand(const std::vector<std::string>& args) {
-  auto flags = ParseFlags(args);
-  if (!flags.ok()) return Fail(2, std::string(flags.status().message()));
-  auto loaded = jobspec::LoadJobSpec(flags->spec_path);
+  Flags flags;
+  if (std::optional<int> rc = ParseFlags(args, flags)) return *rc;
+  auto loaded = jobspec::LoadJobSpec(flags.spec_path);
   if (!loaded.ok()) return Fail(2, std::string(loaded.status().message()));
   v1::JobSpec spec = *loaded;
-  if (absl::Status s = ApplyFlags(*flags, &spec); !s.ok()) return Fail(2, std::string(s.message()));
+  if (absl::Status s = ApplyFlags(flags, &spec); !s.ok()) return Fail(2, std::string(s.message()));
   if (absl::Status s = train::CheckOnnxJob(spec); !s.ok()) return Fail(2, std::string(s.message()));
   const int world = std::max(1, spec.parallel().dp()) * std::max(1, spec.parallel().tp());
   if (int code = CheckAutoLayout(spec, world); code != 0) return code;
 
-  // The coordinator's private folder.
-  std::string state = flags->keep_state;
+  // The coordinator's and agent's private folder.
+  std::string state = flags.keep_state;
   bool temporary = state.empty();
   if (temporary) {
     char tmpl[] = "/tmp/loom-run-XXXXXX";
@@ -253,53 +380,8 @@ int RunRunCommand(const std::vector<std::string>& args) {
       if (on) std::filesystem::remove_all(dir, ec);
     }
   } cleanup{state, temporary};
-
-  service::ServerOptions so;
-  so.coordinator.data_dir = state + "/coordinator";
-  so.coordinator.heartbeat_interval_ms = 500;
-  so.coordinator.kill_grace_ms = 5000;
-  so.listen_address = "127.0.0.1:0";
-  auto server = service::CoordinatorServer::Start(so);
-  if (!server.ok()) return Fail(1, absl::StrCat("coordinator: ", server.status().message()));
-
-  char self[4096];
-  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n <= 0) return Fail(1, "cannot find this executable (/proc/self/exe)");
-  self[n] = '\0';
-  service::AgentOptions ao;
-  ao.coordinator = absl::StrCat("127.0.0.1:", (*server)->port());
-  ao.join_token = (*server)->join_token();
-  ao.data_dir = state + "/agent";
-  ao.hostname = "local";
-  ao.cpu_slots = world;
-  if (int code = GiveGpus(spec, world, &ao); code != 0) return code;
-  ao.worker_argv = {self, "worker"};
-  ao.poll_wait_ms = 100;
-  service::Agent agent(ao);
-  if (absl::Status s = agent.Start(); !s.ok()) return Fail(1, absl::StrCat("agent: ", s.message()));
-
-  v1::SubmitJobRequest req;
-  *req.mutable_spec() = spec;
-  req.set_idempotency_key("loom-run");
-  auto submitted = (*server)->coordinator()->Submit(req);
-  if (!submitted.ok()) {
-    bool bad = submitted.status().code() == absl::StatusCode::kInvalidArgument ||
-               submitted.status().code() == absl::StatusCode::kFailedPrecondition;
-    return Fail(bad ? 2 : 1, std::string(submitted.status().message()));
-  }
-  const std::string job_id = submitted->job().job_id();
-  std::fprintf(stderr, "loom run: %s submitted (%d rank%s on this machine)\n", job_id.c_str(), world,
-               world == 1 ? "" : "s");
-
-  const std::string logs = ao.data_dir + "/logs/" + job_id;
-  int64_t offset = 0;  // into rank 0's stdout; restarts append to the same file
-  auto final = FollowJob((*server)->coordinator(), job_id, logs + "/rank0.out", flags->json, &offset);
-  if (!final.ok()) return Fail(1, std::string(final.status().message()));
-  // Let the agent reap the ranks, then ship nothing more.
-  agent.Stop();
-  Follow(logs + "/rank0.out", &offset);
-  (*server)->Shutdown();
-  return ExitCodeOf(*final, job_id, logs);
+  if (flags.node_rank > 0) return RunJoiningNode(flags, spec, world, state);
+  return RunFirstNode(flags, spec, world, state);
 }
 
 }  // namespace loom::launch

@@ -1,11 +1,11 @@
 #include "runtime/launch/worker_command.h"
 
-#include <cstdio>
+#include <algorithm>
 #include <cstdlib>
-#include <fstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/flags.h"
 #include "absl/strings/str_split.h"
 #include "base/status.h"
 #include "absl/time/time.h"
@@ -17,15 +17,12 @@
 #include "runtime/launch/stop_signal.h"
 #include "runtime/plan/planner_command.h"
 #include "runtime/train/train_command.h"
+#include "runtime/train/train_loop.h"
 
 namespace loom::launch {
 namespace {
 
-int Fail(int code, const std::string& msg) {
-  std::fprintf(stderr, "loom worker: %s\n", msg.c_str());
-  if (const char* f = std::getenv("LOOM_ERROR_FILE"); f != nullptr && *f) std::ofstream(f) << msg << "\n";
-  return code;
-}
+int Fail(int code, const std::string& msg) { return train::FailRun("loom worker", code, msg); }
 
 // An integer from the environment; `fallback` when unset.
 absl::StatusOr<int> EnvInt(const char* name, int fallback, bool required) {
@@ -54,7 +51,8 @@ absl::Status CheckConfined(const v1::JobSpec& spec) {
 int RunWorkerCommand(const std::vector<std::string>& args) {
   static checkpoint::CommitGate gate;  // lives until _exit or exit
   StopOnSignals(&gate);
-  if (!args.empty()) return Fail(2, absl::StrCat("unexpected argument '", args[0], "' (the agent passes the job through LOOM_* variables)"));
+  FlagSet fs("loom worker", "", "One rank of a job. Agents start it; the job comes through LOOM_* variables.");
+  if (std::optional<int> rc = fs.Parse(args)) return *rc;
   const char* spec_path = std::getenv("LOOM_JOB_SPEC");
   if (spec_path == nullptr || *spec_path == '\0') return Fail(2, "LOOM_JOB_SPEC: not set (`loom worker` runs under an agent)");
   auto rank = EnvInt("LOOM_RANK", 0, true);
@@ -74,11 +72,9 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
   if (!par.tp_auto() && layout != *world)
     return Fail(2, absl::StrCat("parallel: dp ", par.dp(), " x tp ", par.tp(), " = ", layout,
                                 " ranks, but the job was launched with world size ", *world));
-  // One rank without checkpoints trains exactly as `loom train`; with
-  // checkpoints (save and resume) it runs the parallel loop over a world of one.
-  const bool checkpoints = spec->checkpoint().every() > 0 && !spec->checkpoint().dir().empty();
+  // One CPU rank trains exactly as `loom train` (checkpoints included).
   const bool cuda = spec->device() == "cuda";
-  if (*world == 1 && !checkpoints && !cuda) return train::RunTrainCommand({spec_path});
+  if (*world == 1 && !cuda) return train::RunTrainCommand({spec_path}, nullptr, &gate);
 
   // Several ranks (or one GPU rank): meet at the job's store.
   auto timeout_s = EnvInt("LOOM_RENDEZVOUS_TIMEOUT_S", 120, false);
@@ -96,7 +92,7 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
   if (!pg.ok()) return Fail(1, absl::StrCat("process group: ", pg.status().message()));
   // One GPU rank: the CUDA training step, its loss averaged through the
   // group's CUDA backend (NCCL).
-  if (cuda && *world == 1 && !checkpoints) return train::RunTrainCommand({spec_path}, pg->get());
+  if (cuda && *world == 1) return train::RunTrainCommand({spec_path}, pg->get(), &gate);
   // tp: auto: every rank runs the same deterministic planner for this world,
   // so all of them pick the same layout (and, for an imported model, the
   // same tp plan); rank 0 writes the plan into the run folder.

@@ -11,11 +11,12 @@
 //                       into (the coordinator's confinement, checked again)
 // SIGTERM or SIGINT ends the worker at once (stop_signal.h): exit 128 + signal,
 // and no checkpoint is committed after it.
-// A one-rank job trains in this process exactly as `loom train` does (with a
-// checkpoint section it runs the parallel loop over a world of one, which saves
-// and resumes). A
-// multi-rank job meets its peers at the store (a ProcessGroup with the spec's
-// backend, default cpu:gloo) and runs the distributed training step.
+// A one-rank CPU job trains in this process exactly as `loom train` does
+// (checkpoints included); a one-rank GPU job too, after meeting at the store
+// for a process group whose CUDA backend averages its loss. A multi-rank job
+// meets its peers at the store (a ProcessGroup with the spec's backend,
+// default cpu:gloo) and runs the same training loop on its rank of the layout
+// (parallel_train.h).
 //
 // Exit codes: 0 done, 1 runtime failure (retried by the coordinator), 2 bad
 // configuration (never retried), 143 / 130 stopped by SIGTERM / SIGINT.

@@ -1,6 +1,8 @@
 #include "runtime/plan/planner_command.h"
 
 #include <cmath>
+#include <limits>
+#include <optional>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -9,6 +11,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "base/flags.h"
 #include "base/status.h"
 #include "compiler/models/models.h"
 #include "parallel/graph_planner.h"
@@ -23,10 +26,6 @@ using parallel::Layout;
 using parallel::Plan;
 
 namespace {
-
-constexpr char kUsage[] =
-    "usage: loom plan JOB.yaml [--world N] [--nproc-per-node N] [--memory-gib X] [--flops-tflops F] "
-    "[--intra-gbps B] [--inter-gbps B] [--json]";
 
 // "onnx lm.onnx: 28 parameters (27.8K values), 5 buffers; seq_len 8, vocab 64".
 std::string Summary(const v1::JobSpec& spec, const train::OnnxTrainingModel& m) {
@@ -133,63 +132,22 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
     err << "loom plan: " << msg << "\n";
     return code;
   };
-  std::string path;
+  std::vector<std::string> positional;
   bool json = false;
   int world = 0, npn = 0;
   double memory_gib = 0, tflops = 0, intra = 0, inter = 0;
-  for (size_t i = 0; i < args.size(); ++i) {
-    std::string a = args[i];
-    if (a == "-h" || a == "--help") {
-      out << kUsage << "\n";
-      return 0;
-    }
-    if (a == "--json") {
-      json = true;
-      continue;
-    }
-    if (a.size() < 2 || a.substr(0, 2) != "--") {
-      if (!a.empty() && a[0] == '-') return fail(2, absl::StrCat("unknown flag '", a, "'\n", kUsage));
-      if (!path.empty()) return fail(2, absl::StrCat("unexpected argument '", a, "'\n", kUsage));
-      path = a;
-      continue;
-    }
-    std::string value;
-    const size_t eq = a.find('=');
-    bool has_value = false;
-    if (eq != std::string::npos) {
-      value = a.substr(eq + 1);
-      a = a.substr(0, eq);
-      has_value = true;
-    }
-    auto take = [&]() -> bool {
-      if (has_value) return true;
-      if (i + 1 >= args.size()) return false;
-      value = args[++i];
-      return true;
-    };
-    auto int_flag = [&](int* dst) -> int {
-      if (!take()) return fail(2, absl::StrCat(a, ": missing value"));
-      if (!absl::SimpleAtoi(value, dst) || *dst <= 0)
-        return fail(2, absl::StrCat(a, ": expected a positive integer, got '", value, "'"));
-      return 0;
-    };
-    auto num_flag = [&](double* dst) -> int {
-      if (!take()) return fail(2, absl::StrCat(a, ": missing value"));
-      if (!absl::SimpleAtod(value, dst) || !(*dst > 0) || !std::isfinite(*dst))
-        return fail(2, absl::StrCat(a, ": expected a positive number, got '", value, "'"));
-      return 0;
-    };
-    int rc;
-    if (a == "--world") rc = int_flag(&world);
-    else if (a == "--nproc-per-node") rc = int_flag(&npn);
-    else if (a == "--memory-gib") rc = num_flag(&memory_gib);
-    else if (a == "--flops-tflops") rc = num_flag(&tflops);
-    else if (a == "--intra-gbps") rc = num_flag(&intra);
-    else if (a == "--inter-gbps") rc = num_flag(&inter);
-    else return fail(2, absl::StrCat("unknown flag '", a, "'\n", kUsage));
-    if (rc != 0) return rc;
-  }
-  if (path.empty()) return fail(2, kUsage);
+  const double tiny = std::numeric_limits<double>::min(), huge = std::numeric_limits<double>::max();
+  FlagSet fs("loom plan", "JOB.yaml", "Ranks parallel layouts (dp x tp, ZeRO, SP) for a job by the cost model.");
+  fs.Int("world", &world, "N", "ranks to plan for (default: the spec's dp x tp)", 1)
+      .Int("nproc-per-node", &npn, "N", "ranks per node (faster links inside a node)", 1)
+      .Double("memory-gib", &memory_gib, "X", "memory per rank, GiB", tiny, huge)
+      .Double("flops-tflops", &tflops, "F", "compute per rank, TFLOP/s", tiny, huge)
+      .Double("intra-gbps", &intra, "B", "bandwidth inside a node, GB/s", tiny, huge)
+      .Double("inter-gbps", &inter, "B", "bandwidth between nodes, GB/s", tiny, huge)
+      .Bool("json", &json, "the table as JSON on stdout")
+      .Positionals(&positional, "JOB.yaml", 1, 1);
+  if (std::optional<int> rc = fs.Parse(args, out, err)) return *rc;
+  const std::string& path = positional[0];
   auto loaded = jobspec::LoadJobSpec(path);
   if (!loaded.ok()) return fail(2, loaded.status().message());
   const v1::JobSpec& spec = *loaded;

@@ -136,8 +136,9 @@ TEST(PlanCommand, BadFlagsExit2NamingTheFlag) {
            {{spec, "--flops-tflops", "0"}, "--flops-tflops: expected a positive number, got '0'"},
            {{spec, "--intra-gbps", "nan"}, "--intra-gbps: expected a positive number, got 'nan'"},
            {{spec, "--inter-gbps"}, "--inter-gbps: missing value"},
-           {{spec, "--frobnicate"}, "unknown flag '--frobnicate'"},
-           {{}, "usage: loom plan JOB.yaml"},
+           {{spec, "--frobnicate"}, "unknown flag --frobnicate"},
+           {{spec, "--wrold", "2"}, "unknown flag --wrold (did you mean --world?)"},
+           {{}, "missing JOB.yaml"},
            {{"/nonexistent/job.yaml"}, "/nonexistent/job.yaml"},
        }) {
     Result r = RunPlan(c.args);

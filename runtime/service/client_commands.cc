@@ -10,7 +10,9 @@
 #include <map>
 #include <thread>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
+#include "base/flags.h"
 #include "absl/strings/str_cat.h"
 #include "proto/loom/v1/service.grpc.pb.h"
 #include "runtime/data/dataset.h"
@@ -23,46 +25,70 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The parsed command line: the common flags and each command's own.
 struct Args {
-  std::vector<std::string> positional;
-  std::multimap<std::string, std::string> flags;
-  std::string Get(const std::string& k, const std::string& def = "") const {
-    auto it = flags.find(k);
-    return it == flags.end() ? def : it->second;
-  }
-  bool Has(const std::string& k) const { return flags.count(k) > 0; }
+  std::vector<std::string> positional, states;
+  std::string coordinator, data_dir, tls_ca, tls_cert, tls_key, key, name_prefix;
+  int timeout_s = 30, limit = 1 << 30, rank = -1;
+  bool json = false, wait_for_capacity = false, watch = false, follow = false;
 };
 
-const char* kBoolFlags[] = {"json", "wait-for-capacity", "watch", "follow"};
-
-bool IsBool(const std::string& f) {
-  for (const char* b : kBoolFlags) {
-    if (f == b) return true;
+// The flags of `cmd` bound to `a`; an empty `synopsis` when `cmd` is not a
+// client command.
+FlagSet ClientFlags(const std::string& cmd, Args& a) {
+  struct Shape {
+    const char* name;
+    const char* synopsis;
+    const char* about;
+  };
+  static const Shape kShapes[] = {
+      {"submit", "JOB.yaml", "Validates a job spec here, then submits it to the coordinator."},
+      {"jobs", "", "Lists jobs, newest first."},
+      {"status", "JOB_ID", "Shows one job's status."},
+      {"cancel", "JOB_ID", "Cancels a job."},
+      {"logs", "JOB_ID", "Shows a job's logs."},
+  };
+  const Shape* shape = nullptr;
+  for (const Shape& sh : kShapes)
+    if (cmd == sh.name) shape = &sh;
+  FlagSet fs("loom " + cmd, shape ? shape->synopsis : "", shape ? shape->about : "");
+  fs.String("coordinator", &a.coordinator, "HOST:PORT", "the coordinator (default 127.0.0.1:7070)")
+      .Env("LOOM_COORDINATOR")
+      .String("data-dir", &a.data_dir, "DIR", "where the client token is found (unless LOOM_TOKEN is set)")
+      .Bool("json", &a.json, "one JSON object per line on stdout")
+      .Int("timeout-s", &a.timeout_s, "N", "give up after N seconds", 1)
+      .String("tls-ca", &a.tls_ca, "PEM", "use TLS, verify the coordinator against this CA")
+      .Env("LOOM_TLS_CA")
+      .String("tls-cert", &a.tls_cert, "PEM", "client certificate for mutual TLS")
+      .Env("LOOM_TLS_CERT")
+      .String("tls-key", &a.tls_key, "PEM", "client key for mutual TLS")
+      .Env("LOOM_TLS_KEY");
+  if (cmd == "submit") {
+    fs.String("key", &a.key, "K", "idempotency key (default: unique per invocation)")
+        .Bool("wait-for-capacity", &a.wait_for_capacity, "queue the job until agents can hold it")
+        .Bool("watch", &a.watch, "follow the job's state until it ends");
+  } else if (cmd == "jobs") {
+    fs.Repeated("state", &a.states, "STATE", "only jobs in this state (any case: running, RUNNING)")
+        .String("name-prefix", &a.name_prefix, "P", "only jobs whose name starts with P")
+        .Int("limit", &a.limit, "N", "at most N jobs", 1);
+  } else if (cmd == "status") {
+    fs.Bool("watch", &a.watch, "follow the job's state until it ends");
+  } else if (cmd == "logs") {
+    fs.Int("rank", &a.rank, "N", "only rank N's log", 0).Bool("follow", &a.follow, "keep streaming as the job runs");
   }
-  return false;
+  if (shape && *shape->synopsis) fs.Positionals(&a.positional, shape->synopsis, 1, 1);
+  return fs;
 }
 
-bool ParseArgs(const std::vector<std::string>& in, Args* a, std::string* error) {
-  for (size_t i = 0; i < in.size(); ++i) {
-    if (in[i].rfind("--", 0) != 0) {
-      a->positional.push_back(in[i]);
-      continue;
-    }
-    std::string name = in[i].substr(2), value;
-    size_t eq = name.find('=');
-    if (eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    } else if (!IsBool(name)) {
-      if (i + 1 >= in.size()) {
-        *error = "--" + name + ": missing value";
-        return false;
-      }
-      value = in[++i];
-    }
-    a->flags.emplace(name, value);
+// "PENDING, RUNNING, ...": the states --state accepts.
+std::string StateNames() {
+  std::string names;
+  const auto* d = v1::JobState_descriptor();
+  for (int i = 0; i < d->value_count(); ++i) {
+    if (d->value(i)->number() == v1::JOB_STATE_UNSPECIFIED) continue;
+    absl::StrAppend(&names, names.empty() ? "" : ", ", absl::AsciiStrToLower(d->value(i)->name()));
   }
-  return true;
+  return names;
 }
 
 int ExitCodeFor(const grpc::Status& s) {
@@ -97,22 +123,10 @@ std::string Text(const v1::JobStatus& j) {
 
 class Client {
  public:
-  Client(const Args& a, std::ostream& err) : json_(a.Has("json")), err_(err) {
-    std::string addr = a.Get("coordinator");
-    if (addr.empty()) {
-      const char* e = std::getenv("LOOM_COORDINATOR");
-      addr = e && *e ? e : "127.0.0.1:7070";
-    }
-    int t = 30;
-    if (a.Has("timeout-s") && (!absl::SimpleAtoi(a.Get("timeout-s"), &t) || t <= 0)) t = 30;
-    timeout_ = std::chrono::seconds(t);
-    auto flag_or_env = [&](const char* flag, const char* env) {
-      std::string v = a.Get(flag);
-      const char* e = std::getenv(env);
-      return !v.empty() ? v : (e ? std::string(e) : std::string());
-    };
-    auto creds = MakeClientCredentials(flag_or_env("tls-ca", "LOOM_TLS_CA"), flag_or_env("tls-cert", "LOOM_TLS_CERT"),
-                                       flag_or_env("tls-key", "LOOM_TLS_KEY"));
+  Client(const Args& a, std::ostream& err) : json_(a.json), err_(err) {
+    const std::string addr = a.coordinator.empty() ? "127.0.0.1:7070" : a.coordinator;
+    timeout_ = std::chrono::seconds(a.timeout_s);
+    auto creds = MakeClientCredentials(a.tls_ca, a.tls_cert, a.tls_key);
     if (!creds.ok()) {
       setup_error_ = std::string(creds.status().message());
       creds = grpc::InsecureChannelCredentials();
@@ -120,7 +134,7 @@ class Client {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
     stub_ = v1::JobService::NewStub(grpc::CreateCustomChannel(addr, *creds, args));
-    auto tok = FindClientToken(a.Get("data-dir"));
+    auto tok = FindClientToken(a.data_dir);
     if (tok.ok()) {
       token_ = *tok;
     } else if (setup_error_.empty()) {
@@ -180,10 +194,6 @@ class Client {
 };
 
 int Submit(const Args& a, Client& c, std::ostream& out) {
-  if (a.positional.size() != 1) {
-    c.err_ << "usage: loom submit JOB.yaml [--key K] [--wait-for-capacity] [--watch] [--json]\n";
-    return 2;
-  }
   auto spec = jobspec::LoadJobSpec(a.positional[0]);
   if (!spec.ok()) {
     c.err_ << "loom: " << spec.status().message() << "\n";
@@ -197,8 +207,8 @@ int Submit(const Args& a, Client& c, std::ostream& out) {
   if (!c.ready()) return 2;
   v1::SubmitJobRequest req;
   *req.mutable_spec() = *spec;
-  req.set_wait_for_capacity(a.Has("wait-for-capacity"));
-  std::string key = a.Get("key");
+  req.set_wait_for_capacity(a.wait_for_capacity);
+  std::string key = a.key;
   if (key.empty()) {  // unique per invocation; reused by this command's retries
     key = absl::StrCat("cli-", std::chrono::system_clock::now().time_since_epoch().count(), "-", getpid());
   }
@@ -215,27 +225,23 @@ int Submit(const Args& a, Client& c, std::ostream& out) {
   }
   if (!s.ok()) return c.Fail(s);
   out << (c.json_ ? Json(resp.job()) : Text(resp.job())) << "\n";
-  if (a.Has("watch")) return c.Watch(resp.job().job_id(), out);
+  if (a.watch) return c.Watch(resp.job().job_id(), out);
   return 0;
 }
 
 int Jobs(const Args& a, Client& c, std::ostream& out) {
   if (!c.ready()) return 2;
   v1::ListJobsRequest req;
-  for (auto [it, end] = a.flags.equal_range("state"); it != end; ++it) {
+  for (const std::string& name : a.states) {
     v1::JobState st;
-    if (!v1::JobState_Parse(it->second, &st)) {
-      c.err_ << "loom: --state: unknown state '" << it->second << "'\n";
+    if (!v1::JobState_Parse(absl::AsciiStrToUpper(name), &st) || st == v1::JOB_STATE_UNSPECIFIED) {
+      c.err_ << "loom jobs: --state: unknown state '" << name << "' (states: " << StateNames() << ")\n";
       return 2;
     }
     req.add_states(st);
   }
-  req.set_name_prefix(a.Get("name-prefix"));
-  int limit = 1 << 30;
-  if (a.Has("limit") && (!absl::SimpleAtoi(a.Get("limit"), &limit) || limit <= 0)) {
-    c.err_ << "loom: --limit: expected a positive integer\n";
-    return 2;
-  }
+  req.set_name_prefix(a.name_prefix);
+  const int limit = a.limit;
   req.set_page_size(std::min(limit, 1000));
   int shown = 0;
   for (;;) {
@@ -257,12 +263,8 @@ int Jobs(const Args& a, Client& c, std::ostream& out) {
 }
 
 int Status(const Args& a, Client& c, std::ostream& out) {
-  if (a.positional.size() != 1) {
-    c.err_ << "usage: loom status JOB_ID [--watch] [--json]\n";
-    return 2;
-  }
   if (!c.ready()) return 2;
-  if (a.Has("watch")) return c.Watch(a.positional[0], out);
+  if (a.watch) return c.Watch(a.positional[0], out);
   v1::GetJobRequest req;
   req.set_job_id(a.positional[0]);
   v1::GetJobResponse resp;
@@ -273,10 +275,6 @@ int Status(const Args& a, Client& c, std::ostream& out) {
 }
 
 int Cancel(const Args& a, Client& c, std::ostream& out) {
-  if (a.positional.size() != 1) {
-    c.err_ << "usage: loom cancel JOB_ID\n";
-    return 2;
-  }
   if (!c.ready()) return 2;
   v1::CancelJobRequest req;
   req.set_job_id(a.positional[0]);
@@ -288,21 +286,12 @@ int Cancel(const Args& a, Client& c, std::ostream& out) {
 }
 
 int Logs(const Args& a, Client& c, std::ostream& out) {
-  if (a.positional.size() != 1) {
-    c.err_ << "usage: loom logs JOB_ID [--rank N] [--follow]\n";
-    return 2;
-  }
   if (!c.ready()) return 2;
   v1::StreamLogsRequest req;
   req.set_job_id(a.positional[0]);
-  req.set_follow(a.Has("follow"));
-  if (a.Has("rank")) {
-    int rank = 0;
-    if (!absl::SimpleAtoi(a.Get("rank"), &rank)) {
-      c.err_ << "loom: --rank: expected an integer\n";
-      return 2;
-    }
-    req.set_rank(rank);
+  req.set_follow(a.follow);
+  if (a.rank >= 0) {
+    req.set_rank(a.rank);
     req.set_has_rank(true);
   }
   auto ctx = c.Ctx(/*stream=*/true);
@@ -325,11 +314,8 @@ int Logs(const Args& a, Client& c, std::ostream& out) {
 int RunClientCommand(const std::string& cmd, const std::vector<std::string>& in, std::ostream& out,
                      std::ostream& err) {
   Args a;
-  std::string error;
-  if (!ParseArgs(in, &a, &error)) {
-    err << "loom " << cmd << ": " << error << "\n";
-    return 2;
-  }
+  FlagSet fs = ClientFlags(cmd, a);
+  if (std::optional<int> rc = fs.Parse(in, out, err)) return *rc;
   Client c(a, err);
   if (cmd == "submit") return Submit(a, c, out);
   if (cmd == "jobs") return Jobs(a, c, out);

@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include "gtest/gtest.h"
 #include "runtime/service/server.h"
@@ -67,6 +68,42 @@ TEST_F(ClientCommandsTest, SubmitIsIdempotentAndValidatesLocally) {
   ASSERT_EQ(Run("jobs", {"--json"}), 0) << err_.str();
   EXPECT_NE(out_.str().find("\"job_id\":\"job-1\""), std::string::npos) << out_.str();
   EXPECT_EQ(Lines(), 1);
+}
+
+// The old parser rejected "pending" (JobState_Parse is case-sensitive) and
+// passed unknown flags through silently.
+TEST_F(ClientCommandsTest, StateNamesAnyCaseAndUnknownFlagsRefused) {
+  std::string yaml = root_ + "/job.yaml";
+  ASSERT_EQ(Run("submit", {yaml, "--wait-for-capacity"}), 0) << err_.str();
+  for (const char* state : {"pending", "Pending", "PENDING"}) {
+    ASSERT_EQ(Run("jobs", {"--state", state}), 0) << state << ": " << err_.str();
+    EXPECT_EQ(out_.str().rfind("job-1\tPENDING\tcli", 0), 0u) << state << ": " << out_.str();
+  }
+  ASSERT_EQ(Run("jobs", {"--state=running", "--state", "Succeeded"}), 0) << err_.str();
+  EXPECT_EQ(Lines(), 0) << out_.str();
+  EXPECT_EQ(Run("jobs", {"--state", "job_state_unspecified"}), 2);
+  EXPECT_EQ(Run("jobs", {"--state", "runing"}), 2);
+  EXPECT_NE(err_.str().find("--state: unknown state 'runing' (states: pending, scheduled, running"), std::string::npos)
+      << err_.str();
+  for (const auto& [cmd, args, want] : std::vector<std::tuple<std::string, std::vector<std::string>, std::string>>{
+           {"jobs", {"--stat", "pending"}, "unknown flag --stat (did you mean --state?)"},
+           {"submit", {yaml, "--wach"}, "unknown flag --wach (did you mean --watch?)"},
+           {"status", {"job-1", "--jsn"}, "unknown flag --jsn (did you mean --json?)"},
+           {"logs", {"job-1", "--folow"}, "unknown flag --folow (did you mean --follow?)"},
+           {"cancel", {"job-1", "--bogus"}, "unknown flag --bogus"},
+           {"status", {"job-1", "job-2"}, "unexpected argument 'job-2'"},
+           {"logs", {"job-1", "--rank", "x"}, "--rank: expected a non-negative integer, got 'x'"},
+           {"jobs", {"--timeout-s", "0"}, "--timeout-s: expected a positive integer, got '0'"},
+       }) {
+    EXPECT_EQ(Run(cmd, args), 2) << cmd;
+    EXPECT_NE(err_.str().find(want), std::string::npos) << cmd << ": " << err_.str();
+  }
+  // --help: the usage on stdout, exit 0, for each client command.
+  for (const char* cmd : {"submit", "jobs", "status", "cancel", "logs"}) {
+    EXPECT_EQ(Run(cmd, {"--help"}, false), 0) << cmd;
+    EXPECT_EQ(out_.str().rfind(std::string("usage: loom ") + cmd, 0), 0u) << out_.str();
+    EXPECT_NE(out_.str().find("--coordinator HOST:PORT"), std::string::npos) << out_.str();
+  }
 }
 
 TEST_F(ClientCommandsTest, TokenProblemsAreReported) {

@@ -7,10 +7,13 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
+#include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/flags.h"
 #include "runtime/service/auth/token.h"
 #include "runtime/train/onnx_model.h"
 
@@ -20,24 +23,32 @@ namespace {
 struct FlagDef {
   const char* flag;
   const char* env;
+  const char* value;
+  const char* help;
 };
 
 const FlagDef kFlags[] = {
-    {"data-dir", "LOOM_DATA_DIR"},
-    {"listen", "LOOM_LISTEN"},
-    {"metrics-listen", "LOOM_METRICS_LISTEN"},
-    {"max-request-bytes", "LOOM_MAX_REQUEST_BYTES"},
-    {"allowed-roots", "LOOM_ALLOWED_ROOTS"},
-    {"run-root", "LOOM_RUN_ROOT"},
-    {"data-roots", "LOOM_DATA_ROOTS"},
-    {"kill-grace-ms", "LOOM_KILL_GRACE_MS"},
-    {"heartbeat-ms", "LOOM_HEARTBEAT_MS"},
-    {"max-queued-jobs", "LOOM_MAX_QUEUED_JOBS"},
-    {"reclaim-grace-ms", "LOOM_RECLAIM_GRACE_MS"},
-    {"tls-cert", "LOOM_TLS_CERT"},
-    {"tls-key", "LOOM_TLS_KEY"},
-    {"tls-client-ca", "LOOM_TLS_CLIENT_CA"},
-    {"port-file", nullptr},
+    {"data-dir", "LOOM_DATA_DIR", "DIR",
+     "loom.db, logs, the user token (token) and the agents' join token (join-token), both mode 0600 "
+     "(default $HOME/.loom)"},
+    {"listen", "LOOM_LISTEN", "HOST:PORT", "the gRPC API (default 127.0.0.1:7070)"},
+    {"metrics-listen", "LOOM_METRICS_LISTEN", "HOST:PORT|off", "GET /metrics (default 127.0.0.1:7071)"},
+    {"run-root", "LOOM_RUN_ROOT", "DIR",
+     "run folders of jobs that set no run_dir, <run-root>/<name>-<job id> (default <data-dir>/runs)"},
+    {"data-roots", "LOOM_DATA_ROOTS", "A,B", "folders jobs may read data and init_from from"},
+    {"allowed-roots", "LOOM_ALLOWED_ROOTS", "A,B",
+     "every path of a job spec must resolve inside one of these (symlinks followed; '..' always refused; "
+     "default: the run root and the data roots)"},
+    {"max-request-bytes", "LOOM_MAX_REQUEST_BYTES", "N", "largest gRPC request (default 4194304)"},
+    {"max-queued-jobs", "LOOM_MAX_QUEUED_JOBS", "N", "queue bound (default 10000)"},
+    {"heartbeat-ms", "LOOM_HEARTBEAT_MS", "N", "agent heartbeat period; agents silent for 3 are lost (default 1000)"},
+    {"reclaim-grace-ms", "LOOM_RECLAIM_GRACE_MS", "N",
+     "after a restart, how long agents have to reclaim running ranks, from when it listens (default 5000)"},
+    {"kill-grace-ms", "LOOM_KILL_GRACE_MS", "N", "SIGTERM -> SIGKILL of ranks (default 10000)"},
+    {"tls-cert", "LOOM_TLS_CERT", "PEM", "server certificate (with --tls-key: TLS on)"},
+    {"tls-key", "LOOM_TLS_KEY", "PEM", "server key"},
+    {"tls-client-ca", "LOOM_TLS_CLIENT_CA", "PEM", "mutual TLS; binds agents to their certificate"},
+    {"port-file", nullptr, "PATH", "write \"<grpc port> <metrics port>\" once listening"},
 };
 
 absl::Status ParseInt(const std::string& flag, const std::string& v, int lo, int hi, int* out) {
@@ -56,69 +67,33 @@ std::vector<std::string> SplitList(const std::string& v) {
 
 }  // namespace
 
-const char kCoordinatorUsage[] = R"(usage: loom coordinator [flags]
-(each flag also reads the environment variable shown)
-Runs the coordinator daemon: job queue, scheduler, gRPC API (JobService, NodeService), /metrics.
-  --data-dir DIR             LOOM_DATA_DIR (default $HOME/.loom): loom.db, logs, the user token
-                             (token) and the agents' join token (join-token), both mode 0600
-  --listen HOST:PORT         LOOM_LISTEN (default 127.0.0.1:7070)
-  --metrics-listen HOST:PORT|off   LOOM_METRICS_LISTEN (default 127.0.0.1:7071)
-  --run-root DIR             LOOM_RUN_ROOT (default <data-dir>/runs): run folders of jobs that
-                             set no run_dir, <run-root>/<name>-<job id>
-  --data-roots A,B           LOOM_DATA_ROOTS: folders jobs may read data and init_from from
-  --allowed-roots A,B        LOOM_ALLOWED_ROOTS (default: the run root and the data roots):
-                             every path of a job spec must resolve inside one of these
-                             (symlinks followed; '..' always refused)
-  --max-request-bytes N      LOOM_MAX_REQUEST_BYTES (default 4194304)
-  --max-queued-jobs N        LOOM_MAX_QUEUED_JOBS (default 10000)
-  --heartbeat-ms N           LOOM_HEARTBEAT_MS (default 1000); agents silent for 3 are lost
-  --reclaim-grace-ms N       LOOM_RECLAIM_GRACE_MS (default 5000): after a restart, how long
-                             agents have to reclaim running ranks (from when it listens)
-  --kill-grace-ms N          LOOM_KILL_GRACE_MS (default 10000): SIGTERM -> SIGKILL of ranks
-  --tls-cert PEM --tls-key PEM     LOOM_TLS_CERT, LOOM_TLS_KEY (TLS on)
-  --tls-client-ca PEM        LOOM_TLS_CLIENT_CA (mutual TLS; binds agents to their certificate)
-  --port-file PATH           write "<grpc port> <metrics port>" once listening
-  --init                     start an empty job store although <data-dir>/store.marker says
-                             loom.db existed (it is missing or empty); ids continue after the
-                             old ones. No environment variable: it is meant for one start.
-One coordinator per data folder (<data-dir>/lock) and per port.
-Exit codes: 0 after SIGINT/SIGTERM, 1 when the server cannot start, 2 for bad flags.
-)";
-
 absl::StatusOr<CoordinatorFlags> ParseCoordinatorFlags(const std::vector<std::string>& args, const EnvLookup& env) {
   CoordinatorFlags out;
+  std::map<std::string, std::string> raw;
+  FlagSet fs("loom coordinator", "",
+             "Runs the coordinator daemon: job queue, scheduler, gRPC API (JobService, NodeService), /metrics.\n"
+             "Each flag also reads the environment variable shown; the command line wins.");
+  for (const FlagDef& d : kFlags) {
+    fs.String(d.flag, &raw[d.flag], d.value, d.help);
+    if (d.env != nullptr) fs.Env(d.env);
+  }
+  // A switch for one start; no environment variable on purpose.
+  fs.Bool("init", &out.server.coordinator.init,
+          "start an empty job store although <data-dir>/store.marker says loom.db existed (it is missing or "
+          "empty); ids continue after the old ones");
+  fs.EnvLookup(env).Note(
+      "One coordinator per data folder (<data-dir>/lock) and per port.\n"
+      "Exit codes: 0 after SIGINT/SIGTERM, 1 when the server cannot start, 2 for bad flags.");
+  std::ostringstream sink;
+  if (std::optional<int> rc = fs.Parse(args, sink, sink)) {
+    if (*rc != 0) return absl::InvalidArgumentError(fs.error());
+    out.help = true;
+    out.usage = fs.Usage();
+    return out;
+  }
   std::map<std::string, std::string> v;
-  for (const FlagDef& f : kFlags) {
-    if (f.env == nullptr) continue;
-    const char* e = env(f.env);
-    if (e != nullptr && *e != '\0') v[f.flag] = e;
-  }
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--help" || a == "-h") {
-      out.help = true;
-      return out;
-    }
-    if (a.rfind("--", 0) != 0) return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", a, "'"));
-    std::string name = a.substr(2), value;
-    if (name == "init") {  // a switch for one start; no environment variable on purpose
-      out.server.coordinator.init = true;
-      continue;
-    }
-    size_t eq = name.find('=');
-    if (eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    } else if (i + 1 < args.size()) {
-      value = args[++i];
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("--", name, ": missing value"));
-    }
-    bool known = false;
-    for (const FlagDef& f : kFlags) known = known || name == f.flag;
-    if (!known) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
-    v[name] = value;
-  }
+  for (const FlagDef& d : kFlags)
+    if (fs.Seen(d.flag)) v[d.flag] = raw[d.flag];
   ServerOptions& o = out.server;
   o.coordinator.data_dir = v.count("data-dir") ? v["data-dir"] : DefaultDataDir();
   o.listen_address = v.count("listen") ? v["listen"] : "127.0.0.1:7070";
@@ -168,11 +143,12 @@ absl::StatusOr<CoordinatorFlags> ParseCoordinatorFlags(const std::vector<std::st
 int RunCoordinatorCommand(const std::vector<std::string>& args) {
   auto flags = ParseCoordinatorFlags(args, [](const char* n) { return std::getenv(n); });
   if (!flags.ok()) {
-    std::fprintf(stderr, "loom coordinator: %s\n%s", std::string(flags.status().message()).c_str(), kCoordinatorUsage);
+    std::fprintf(stderr, "loom coordinator: %s\n(run 'loom coordinator --help' for its flags)\n",
+                 std::string(flags.status().message()).c_str());
     return 2;
   }
   if (flags->help) {
-    std::fputs(kCoordinatorUsage, stdout);
+    std::fputs(flags->usage.c_str(), stdout);
     return 0;
   }
   // Block the shutdown signals before gRPC starts its threads, so they all

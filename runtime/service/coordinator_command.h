@@ -1,7 +1,7 @@
 // `loom coordinator`: runs the coordinator daemon until SIGINT or SIGTERM.
 //
 // Every setting is a flag or an environment variable (flags win); the list,
-// with defaults, is kCoordinatorUsage (`loom coordinator --help`). Flags take
+// with defaults, is `loom coordinator --help` (base/flags.h). Flags take
 // `--name=value` or `--name value`; `--init` takes no value. Exit codes: 0
 // after a clean shutdown, 1 when the server cannot start (the data folder or
 // port is in use, loom.db is lost), 2 for bad flags or settings.
@@ -16,12 +16,11 @@
 
 namespace loom::service {
 
-extern const char kCoordinatorUsage[];
-
 struct CoordinatorFlags {
   ServerOptions server;
   std::string port_file;
   bool help = false;
+  std::string usage;  // with help: the text `loom coordinator --help` prints
 };
 
 using EnvLookup = std::function<const char*(const char*)>;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/flags.h"
 #include "compiler/compile.h"
 #include "compiler/models/models.h"
 #include "parallel/styles.h"
@@ -20,17 +21,14 @@ int Fail(int code, absl::string_view msg) {
 }  // namespace
 
 int RunCompileCommand(const std::vector<std::string>& args) {
-  std::string path, stage = "fused";
-  for (const std::string& a : args) {
-    if (a.rfind("--dump=", 0) == 0) {
-      stage = a.substr(7);
-    } else if (!a.empty() && a[0] == '-') {
-      return Fail(2, absl::StrCat("unknown flag '", a, "' (usage: loom compile JOB.yaml --dump=STAGE)"));
-    } else {
-      path = a;
-    }
-  }
-  if (path.empty()) return Fail(2, "usage: loom compile JOB.yaml --dump=STAGE");
+  std::string stage = "fused";
+  std::vector<std::string> positional;
+  FlagSet fs("loom compile", "JOB.yaml", "Prints the job's graph as Loom IR after a compiler stage.");
+  fs.String("dump", &stage, "STAGE",
+            absl::StrCat("the stage to print: ", absl::StrJoin(compiler::StageNames(), ", "), ", parallel (default fused)"))
+      .Positionals(&positional, "JOB.yaml", 1, 1);
+  if (std::optional<int> rc = fs.Parse(args)) return *rc;
+  const std::string& path = positional[0];
   const auto& stages = compiler::StageNames();
   // "parallel": the joint graph after sharding propagation with the job's
   // parallel section (parallel/styles.h), placements and collectives shown.

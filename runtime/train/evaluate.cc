@@ -21,14 +21,15 @@
 
 namespace loom::train {
 
-absl::StatusOr<double> ValidationLoss(Trainer& t, const v1::JobSpec& spec, const data::Dataset& dataset) {
+absl::StatusOr<double> ValidationLoss(parallel::Trainer& t, const v1::JobSpec& spec, const data::Dataset& dataset) {
   const auto& tr = spec.train();
-  data::Batch b = dataset.NewBatch(tr.batch_size());
+  const auto [first_row, rows] = t.BatchRows();
+  data::Batch b = dataset.NewBatch(rows);
   double sum = 0;
   for (int i = 0; i < tr.eval_batches(); ++i) {
-    absl::Status s = dataset.Validation(i, tr.batch_size(), 0, &b);
+    absl::Status s = dataset.Validation(i, tr.batch_size(), first_row, &b);
     if (!s.ok()) return Annotate(s, "validation data");
-    auto l = t.Evaluate(b.x(), b.y());
+    auto l = t.EvaluateRows({{"x", b.x()}, {"y", b.y()}});
     if (!l.ok()) return l.status();
     sum += *l;
   }
@@ -63,8 +64,8 @@ int32_t Pick(const float* logits, int64_t n, const SampleOptions& o, Philox& rng
 
 // From the evaluation program: batch row 0; later positions are padding the
 // causal mask ignores.
-absl::StatusOr<std::vector<int32_t>> SampleTokens(Trainer& t, const v1::JobSpec& spec, std::vector<int32_t> prompt,
-                                                  const SampleOptions& o, int64_t vocab) {
+absl::StatusOr<std::vector<int32_t>> SampleTokens(parallel::Trainer& t, const v1::JobSpec& spec,
+                                                  std::vector<int32_t> prompt, const SampleOptions& o, int64_t vocab) {
   if (prompt.empty()) return absl::InvalidArgumentError("sampling needs a prompt of at least one token");
   const int64_t T = spec.model().seq_len(), B = spec.train().batch_size(), V = spec.model().vocab();
   Tensor x = Tensor::Zeros({B, T}, DType::kI32), y = Tensor::Zeros({B, T}, DType::kI32);
@@ -85,7 +86,8 @@ absl::StatusOr<std::vector<int32_t>> SampleTokens(Trainer& t, const v1::JobSpec&
   return out;
 }
 
-absl::StatusOr<std::string> SampleText(Trainer& t, const v1::JobSpec& spec, std::vector<int32_t> prompt, int n) {
+absl::StatusOr<std::string> SampleText(parallel::Trainer& t, const v1::JobSpec& spec, std::vector<int32_t> prompt,
+                                       int n) {
   auto tok = data::LoadJobTokenizer(spec);
   if (!tok.ok()) return tok.status();
   SampleOptions o;
@@ -102,11 +104,11 @@ absl::StatusOr<std::string> SampleText(Trainer& t, const v1::JobSpec& spec, std:
                       " and above): ", absl::StrJoin(prompt, " "));
 }
 
-absl::Status WriteModel(const Trainer& t, const v1::JobSpec& spec, const std::string& path) {
-  const std::map<std::string, Tensor> params = t.Parameters();
+absl::Status WriteModel(const std::map<std::string, Tensor>& params, const std::vector<models::ParamInfo>& info,
+                        const v1::JobSpec& spec, const std::string& path) {
   std::vector<Tensor> keep;
   std::vector<checkpoint::TensorToWrite> w;
-  for (const models::ParamInfo& p : t.param_info()) {
+  for (const models::ParamInfo& p : info) {
     auto it = params.find(p.name);
     if (it == params.end()) return absl::InternalError(absl::StrCat("model file: no parameter '", p.name, "'"));
     keep.push_back(it->second.To(DType::kF32).Contiguous());
@@ -120,17 +122,20 @@ absl::Status WriteModel(const Trainer& t, const v1::JobSpec& spec, const std::st
   return absl::OkStatus();
 }
 
-absl::Status FinishWithSample(Trainer& t, const v1::JobSpec& spec, const data::Dataset& dataset,
-                              const std::string& dir, double val_loss, double baseline) {
+absl::Status FinishWithSample(parallel::Trainer& t, const v1::JobSpec& spec, const data::Dataset& dataset,
+                              const std::map<std::string, Tensor>& params, const std::string& dir, double val_loss,
+                              double baseline) {
+  const bool lead = !dir.empty();
   const std::string loss = LossAndPerplexity(spec, val_loss);
-  if (std::isnan(baseline)) {
+  if (lead && std::isnan(baseline)) {
     std::printf("\nfinal validation loss %s\n", loss.c_str());
-  } else {
+  } else if (lead) {
     std::printf("\nfinal validation loss %s (bigram baseline %.4f)\n", loss.c_str(), baseline);
   }
   const int n = spec.train().sample_tokens();
   const bool sample = dataset.kind() == data::Kind::kCausal && t.has_logits() && n > 0;
-  if (dataset.kind() == data::Kind::kCausal && !t.has_logits()) std::printf("no sample: the model outputs no logits\n");
+  if (lead && dataset.kind() == data::Kind::kCausal && !t.has_logits())
+    std::printf("no sample: the model outputs no logits\n");
   if (sample) {
     const int64_t T = spec.model().seq_len();
     std::vector<int32_t> window(static_cast<size_t>(dataset.window_tokens()));
@@ -138,10 +143,13 @@ absl::Status FinishWithSample(Trainer& t, const v1::JobSpec& spec, const data::D
     std::vector<int32_t> prompt(window.begin(), window.begin() + std::min<int64_t>(16, std::max<int64_t>(1, T / 2)));
     auto text = SampleText(t, spec, prompt, n);
     if (!text.ok()) return text.status();
-    std::ofstream(dir + "/sample.txt") << *text;
-    std::printf("sample:\n----\n%s\n----\n", text->c_str());
+    if (lead) {
+      std::ofstream(dir + "/sample.txt") << *text;
+      std::printf("sample:\n----\n%s\n----\n", text->c_str());
+    }
   }
-  LOOM_RETURN_IF_ERROR(WriteModel(t, spec, dir + "/model.safetensors"));
+  if (!lead) return absl::OkStatus();
+  LOOM_RETURN_IF_ERROR(WriteModel(params, t.param_info(), spec, dir + "/model.safetensors"));
   std::printf("run folder: %s (metrics.jsonl, metrics.prom, events.out.tfevents.*, loss.svg, %sjob.yaml, "
               "model.safetensors)\n",
               dir.c_str(), sample ? "sample.txt, " : "");

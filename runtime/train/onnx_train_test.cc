@@ -32,8 +32,9 @@
 #include "compiler/cuda/plan.h"
 #include "compiler/models/models.h"
 #include "runtime/jobspec/jobspec.h"
+#include "parallel/trainer.h"
+#include "runtime/train/job_model.h"
 #include "runtime/train/onnx_model.h"
-#include "runtime/train/trainer.h"
 
 namespace loom::train {
 namespace {
@@ -108,9 +109,11 @@ v1::JobSpec Spec(const std::string& onnx_path, int64_t seq_len = kT) {
 
 // Trains kSteps on the exported batches; returns the losses.
 std::vector<double> Train(const Exported& e, const std::string& model_path, bool recover) {
-  TrainerOptions o;
-  o.recover_patterns = recover;
-  auto trainer = Trainer::Create(Spec(model_path), o);
+  const v1::JobSpec spec = Spec(model_path);
+  auto model = BuildModel(spec, recover);
+  EXPECT_TRUE(model.ok()) << model.status();
+  if (!model.ok()) return {};
+  auto trainer = parallel::Trainer::Create(spec, std::move(*model));
   EXPECT_TRUE(trainer.ok()) << trainer.status();
   if (!trainer.ok()) return {};
   std::set<std::string> loom_params;

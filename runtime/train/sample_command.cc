@@ -2,28 +2,27 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <fstream>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "base/flags.h"
 #include "base/status.h"
 #include "compiler/models/models.h"
 #include "google/protobuf/text_format.h"
+#include "parallel/trainer.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/init_from.h"
 #include "runtime/checkpoint/loader.h"
 #include "runtime/data/tokenizer.h"
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/train/evaluate.h"
-#include "runtime/train/trainer.h"
 
 namespace loom::train {
 namespace {
 
-constexpr char kUsage[] =
-    "usage: loom sample RUN_DIR|CHECKPOINT --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]\n"
-    "                   [--tokenizer-dir DIR] [--device cpu|cuda]";
 
 int Fail(int code, absl::string_view msg) {
   std::fprintf(stderr, "loom sample: %s\n", std::string(msg).c_str());
@@ -36,43 +35,28 @@ struct Args {
   SampleOptions sample;
 };
 
-// "" or the error, naming the flag.
-std::string Parse(const std::vector<std::string>& args, Args* a) {
+// nullopt when the flags parsed into `a`, else the exit code (--help: 0).
+std::optional<int> Parse(const std::vector<std::string>& args, Args* a) {
   a->sample.tokens = 100;
-  a->sample.seed = 0;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& f = args[i];
-    if (f.rfind("--", 0) != 0) {
-      if (!a->src.empty()) return absl::StrCat("unexpected argument '", f, "'");
-      a->src = f;
-      continue;
-    }
-    if (i + 1 >= args.size()) return absl::StrCat(f, ": missing its value");
-    const std::string& v = args[++i];
-    bool ok = true;
-    if (f == "--prompt") {
-      a->prompt = v, a->has_prompt = true;
-    } else if (f == "--tokenizer-dir") {
-      a->tokenizer_dir = v;
-    } else if (f == "--device") {
-      a->device = v;
-      ok = v == "cpu" || v == "cuda";
-    } else if (f == "--tokens") {
-      ok = absl::SimpleAtoi(v, &a->sample.tokens) && a->sample.tokens > 0;
-    } else if (f == "--temperature") {
-      ok = absl::SimpleAtod(v, &a->sample.temperature) && a->sample.temperature >= 0;
-    } else if (f == "--top-k") {
-      ok = absl::SimpleAtoi(v, &a->sample.top_k) && a->sample.top_k >= 0;
-    } else if (f == "--seed") {
-      ok = absl::SimpleAtoi(v, &a->sample.seed);
-    } else {
-      return absl::StrCat("unknown flag '", f, "'");
-    }
-    if (!ok) return absl::StrCat(f, ": bad value '", v, "'");
-  }
-  if (a->src.empty()) return "give a run folder or a checkpoint";
-  if (!a->has_prompt) return "--prompt: give the text to continue";
-  return "";
+  int64_t seed = 0;
+  std::vector<std::string> positional;
+  FlagSet fs("loom sample", "RUN_DIR|CHECKPOINT", "Continues a prompt with a trained model and prints the decoded text.");
+  fs.String("prompt", &a->prompt, "TEXT", "the text to continue (required)")
+      .Int("tokens", &a->sample.tokens, "N", "tokens to generate (default 100)", 1)
+      .Double("temperature", &a->sample.temperature, "T", "sampling temperature (0: greedy)", 0)
+      .Int("top-k", &a->sample.top_k, "K", "sample among the K likeliest tokens (0: all)", 0)
+      .Int64("seed", &seed, "S", "sampling seed (the same seed, the same tokens)", 0)
+      .String("tokenizer-dir", &a->tokenizer_dir, "DIR", "the tokenizer folder (default: the run's)")
+      .String("device", &a->device, "cpu|cuda", "where the model runs")
+      .Positionals(&positional, "RUN_DIR|CHECKPOINT", 1, 1);
+  if (std::optional<int> rc = fs.Parse(args)) return rc;
+  a->src = positional[0];
+  a->sample.seed = static_cast<uint64_t>(seed);
+  a->has_prompt = fs.Seen("prompt");
+  if (!a->device.empty() && a->device != "cpu" && a->device != "cuda")
+    return fs.UsageError(absl::StrCat("--device: expected cpu or cuda, got '", a->device, "'"));
+  if (!a->has_prompt) return fs.UsageError("--prompt: give the text to continue");
+  return std::nullopt;
 }
 
 bool IsFile(const std::string& p) {
@@ -137,9 +121,9 @@ absl::StatusOr<std::unique_ptr<data::Tokenizer>> FindTokenizer(const Args& a, co
 
 int RunSampleCommand(const std::vector<std::string>& args) {
   Args a;
-  if (std::string err = Parse(args, &a); !err.empty()) return Fail(2, absl::StrCat(err, "\n", kUsage));
+  if (std::optional<int> rc = Parse(args, &a)) return *rc;
   v1::JobSpec spec;
-  TrainerOptions options;
+  parallel::TrainerOptions options;
   if (absl::Status s = LoadModel(a.src, &spec, &options.init); !s.ok())
     return Fail(absl::IsInvalidArgument(s) ? 2 : 1, s.message());
   if (spec.model().family() != "gpt" && spec.model().family() != "llama")
@@ -156,7 +140,7 @@ int RunSampleCommand(const std::vector<std::string>& args) {
   spec.mutable_train()->set_batch_size(1);
   if (!a.device.empty()) spec.set_device(a.device);
   spec.clear_init_from();
-  auto trainer = Trainer::Create(spec, std::move(options));
+  auto trainer = parallel::Trainer::Create(spec, std::move(options));
   if (!trainer.ok()) return Fail(1, trainer.status().message());
   auto ids = SampleTokens(**trainer, spec, prompt, a.sample, (*tok)->vocab_size());
   if (!ids.ok()) return Fail(1, ids.status().message());

@@ -5,7 +5,10 @@
 // validation), loss.svg (the loss curve), sample.txt (generated text),
 // model.safetensors (the final parameters).
 // `--init FILE` (or init_from in the spec) starts from the parameters in FILE
-// (Loom's or Hugging Face's layout, runtime/checkpoint/init_from.h).
+// (Loom's or Hugging Face's layout, runtime/checkpoint/init_from.h). With
+// checkpoint.dir it saves every checkpoint.every steps and resumes from the
+// newest checkpoint there (checkpointer.h; one saved by a parallel job too).
+// The run itself is train_loop.h, which `loom worker` shares.
 // Exit codes: 0 done, 1 runtime failure, 2 bad input (the message names the key
 // and value).
 #pragma once
@@ -16,6 +19,9 @@
 namespace loom::collectives {
 class ProcessGroup;
 }
+namespace loom::checkpoint {
+class CommitGate;
+}
 
 namespace loom::train {
 
@@ -25,6 +31,9 @@ int RunTrainCommand(const std::vector<std::string>& args);
 // (world size 1): the step's loss is averaged across `world` on the GPU by the
 // process group's CUDA backend (NCCL under "cpu:gloo,cuda:nccl") before it is
 // reported. `world` must outlive the call.
-int RunTrainCommand(const std::vector<std::string>& args, collectives::ProcessGroup* world);
+// `gate` (optional): checkpoints commit through it (`loom worker` closes it
+// on SIGTERM).
+int RunTrainCommand(const std::vector<std::string>& args, collectives::ProcessGroup* world,
+                    checkpoint::CommitGate* gate = nullptr);
 
 }  // namespace loom::train

@@ -7,9 +7,12 @@
 //                 style, where the model's layout allows it)
 //   dp=4, ZeRO-3  no plan: parameters, gradients and AdamW state sharded
 //
-// Needs ONNX jobs under dp/tp/ZeRO in `loom run` and parallel.tp_plan (helper
-// P's branch wt-P); until that is merged the target is tagged manual, so it is
-// built but not run by scripts/test.sh.
+// Tagged manual (built, not run by scripts/test.sh) while Bert fails under
+// both layouts from step 1 (relative gaps of 1e-3 to 1e-1): its masked-LM
+// loss ignores unmasked positions, and a batch-sharded cross_entropy
+// (compiler/spmd/rules.cc) averages the ranks' per-shard means, which is not
+// the global mean when the ranks hold different numbers of masked positions.
+// nanoGPT and GPT-J pass.
 #include <unistd.h>
 
 #include <cmath>
@@ -69,10 +72,10 @@ void RunLayouts(const std::string& name, const std::string& tp_plan) {
 }
 
 // nanoGPT's fused qkv projection is split into q, k and v after the matmul,
-// so the plan shards the MLP and the tied embedding (vocab).
+// so the plan shards the MLP; the tied embedding stays replicated (its 67
+// rows do not split over tp = 2, which loom run refuses by name).
 TEST(ByomParallel, NanoGpt) {
-  RunLayouts("gpt",
-             "{\"transformer.wte.weight\": vocab, \"*.mlp.c_fc.weight\": colwise, \"*.mlp.c_proj.weight\": rowwise}");
+  RunLayouts("gpt", "{\"*.mlp.c_fc.weight\": colwise, \"*.mlp.c_proj.weight\": rowwise}");
 }
 
 TEST(ByomParallel, Gptj) {

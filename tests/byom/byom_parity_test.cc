@@ -30,7 +30,8 @@
 #include "nlohmann/json.hpp"
 #include "runtime/data/dataset.h"
 #include "runtime/jobspec/jobspec.h"
-#include "runtime/train/trainer.h"
+#include "parallel/trainer.h"
+#include "runtime/train/job_model.h"
 #include "tests/byom/byom_case.h"
 #include "tests/parity/parity_runner.h"
 #include "tests/parity/tensor_dir.h"
@@ -103,11 +104,13 @@ void RunParity(const byom::ByomCase& c) {
   if (::testing::Test::HasFatalFailure()) return;
   auto spec = WriteJob(c, dir);
   ASSERT_TRUE(spec.ok()) << spec.status();
-  train::TrainerOptions topts;
+  auto model = train::BuildModel(*spec);
+  ASSERT_TRUE(model.ok()) << model.status();
+  parallel::TrainerOptions topts;
   topts.keep_gradients = true;
-  auto trainer = train::Trainer::Create(*spec, topts);
+  auto trainer = parallel::Trainer::Create(*spec, std::move(*model), topts);
   ASSERT_TRUE(trainer.ok()) << trainer.status();
-  train::Trainer& t = **trainer;
+  parallel::Trainer& t = **trainer;
   ASSERT_TRUE(parity::SaveTensorDir(dir + "/w", t.Parameters()).ok());
   auto batches = DrawBatches(*spec);
   ASSERT_TRUE(batches.ok()) << batches.status();

@@ -1,6 +1,7 @@
-// A parallel job's checkpoint folder after things went wrong, driving the
-// parallel training loop (RunParallelTraining over a world of one, in a child
-// process each time):
+// A checkpoint folder after things went wrong, driving the shared training
+// loop through each of its drivers in a child process each time: the worker's
+// (RunParallelTraining over a world of one) and `loom train`'s
+// (RunTrainCommand):
 //   - the newest checkpoint is corrupt: the run resumes from the one before,
 //     moves the corrupt folder aside and saves that step again (it used to
 //     fail with "already exists" at that step, every attempt);
@@ -26,6 +27,7 @@
 #include "runtime/checkpoint/loader.h"
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/launch/parallel_train.h"
+#include "runtime/train/train_command.h"
 
 namespace {
 
@@ -40,10 +42,12 @@ std::string ReadAll(const std::string& path) {
   return ss.str();
 }
 
+enum class Driver { kWorker, kLoomTrain };
+
 // Runs `steps` steps of a tiny GPT with checkpoints every 3 steps into `ckpt`
-// in a child process (stdout and stderr to `log`); returns its exit code.
-// `file_limit` > 0: RLIMIT_FSIZE in the child.
-int TrainInChild(const std::string& name, int steps, const std::string& ckpt, const std::string& log,
+// in a child process (stdout and stderr to `log`) through `driver`; returns
+// its exit code. `file_limit` > 0: RLIMIT_FSIZE in the child.
+int TrainInChild(Driver driver, const std::string& name, int steps, const std::string& ckpt, const std::string& log,
                  rlim_t file_limit = 0) {
   const std::string yaml = Tmp(name + ".yaml");
   std::ofstream(yaml) << "name: " << name
@@ -62,6 +66,11 @@ int TrainInChild(const std::string& name, int steps, const std::string& ckpt, co
       signal(SIGXFSZ, SIG_IGN);
       struct rlimit lim = {file_limit, file_limit};
       setrlimit(RLIMIT_FSIZE, &lim);
+    }
+    if (driver == Driver::kLoomTrain) {
+      int code = loom::train::RunTrainCommand({yaml});
+      std::fflush(stdout);
+      _exit(code);
     }
     auto spec = loom::jobspec::LoadJobSpec(yaml);
     if (!spec.ok()) _exit(124);
@@ -93,18 +102,19 @@ void FlipByte(const std::string& path, std::streamoff offset) {
   f.write(&c, 1);
 }
 
-TEST(Recovery, CorruptNewestCheckpointIsMovedAsideAndSavedAgain) {
-  const std::string ck = Tmp("ck_corrupt");
+void CorruptNewestCheckpointIsMovedAsideAndSavedAgain(Driver d, const std::string& tag) {
+  const std::string ck = Tmp("ck_corrupt" + tag);
   fs::remove_all(ck);
-  ASSERT_EQ(TrainInChild("first", 6, ck, Tmp("first.log")), 0) << ReadAll(Tmp("first.log"));
+  const std::string first = Tmp("first" + tag + ".log");
+  ASSERT_EQ(TrainInChild(d, "first" + tag, 6, ck, first), 0) << ReadAll(first);
   const std::string step6 = ck + "/step_000000000006";
   ASSERT_TRUE(fs::is_directory(step6));
   const std::string shard = step6 + "/rank00000.safetensors";
   FlipByte(shard, static_cast<std::streamoff>(fs::file_size(shard) / 2));
   ASSERT_FALSE(loom::checkpoint::OpenCheckpoint(step6).ok()) << "the flipped byte went unnoticed";
 
-  const std::string log = Tmp("second.log");
-  ASSERT_EQ(TrainInChild("second", 9, ck, log), 0) << ReadAll(log);
+  const std::string log = Tmp("second" + tag + ".log");
+  ASSERT_EQ(TrainInChild(d, "second" + tag, 9, ck, log), 0) << ReadAll(log);
   EXPECT_NE(ReadAll(log).find("unusable checkpoint moved aside: " + ck + "/corrupt.step_000000000006."),
             std::string::npos)
       << ReadAll(log);
@@ -121,19 +131,35 @@ TEST(Recovery, CorruptNewestCheckpointIsMovedAsideAndSavedAgain) {
   EXPECT_EQ(quarantined, 1);
 }
 
-TEST(Recovery, SaveThatRunsOutOfSpaceLeavesNoTemporaryFolder) {
-  const std::string ck = Tmp("ck_full_disk");
+void SaveThatRunsOutOfSpaceLeavesNoTemporaryFolder(Driver d, const std::string& tag) {
+  const std::string ck = Tmp("ck_full_disk" + tag);
   fs::remove_all(ck);
-  const std::string log = Tmp("full_disk.log");
+  const std::string log = Tmp("full_disk" + tag + ".log");
   // The step-3 shard file (parameters and AdamW moments, ~250 kB) is larger
   // than the limit; the run's own files stay far below it.
-  EXPECT_EQ(TrainInChild("full-disk", 6, ck, log, 64 << 10), 1) << ReadAll(log);
+  EXPECT_EQ(TrainInChild(d, "full-disk" + tag, 6, ck, log, 64 << 10), 1) << ReadAll(log);
   EXPECT_NE(ReadAll(log).find("checkpoint at step 3"), std::string::npos) << ReadAll(log);
   ASSERT_TRUE(fs::is_directory(ck));
   for (const auto& e : fs::directory_iterator(ck)) {
     EXPECT_FALSE(absl::StartsWith(e.path().filename().string(), ".tmp")) << e.path() << " left behind";
     EXPECT_FALSE(absl::StartsWith(e.path().filename().string(), "step_")) << e.path();
   }
+}
+
+TEST(Recovery, CorruptNewestCheckpointIsMovedAsideAndSavedAgain) {
+  CorruptNewestCheckpointIsMovedAsideAndSavedAgain(Driver::kWorker, "");
+}
+
+TEST(Recovery, SaveThatRunsOutOfSpaceLeavesNoTemporaryFolder) {
+  SaveThatRunsOutOfSpaceLeavesNoTemporaryFolder(Driver::kWorker, "");
+}
+
+TEST(Recovery, UnderLoomTrainCorruptNewestCheckpointIsMovedAsideAndSavedAgain) {
+  CorruptNewestCheckpointIsMovedAsideAndSavedAgain(Driver::kLoomTrain, "_train");
+}
+
+TEST(Recovery, UnderLoomTrainSaveThatRunsOutOfSpaceLeavesNoTemporaryFolder) {
+  SaveThatRunsOutOfSpaceLeavesNoTemporaryFolder(Driver::kLoomTrain, "_train");
 }
 
 }  // namespace

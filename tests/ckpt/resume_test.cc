@@ -1,13 +1,13 @@
-// Distributed checkpoints of parallel jobs (runtime/launch/parallel_ckpt.h):
-// save under tp=2 x dp=2 (four `loom worker` processes through `loom run`) at
-// step 3, resume under dp=4 and dp=4 ZeRO-3 (loom run) and under one process (dp=1, tp=1:
-// RunParallelTraining in this process over a world of one), and check that
-// the losses at steps 4..6 equal the uninterrupted tp=2 x dp=2 run's
-// (1e-5 relative). The model trains with dropout (model.dropout: 0.1), so the
-// resumed runs also draw the uninterrupted run's masks at steps 4..6, under
-// every layout (compiler/models/models.h: masks keyed by seed, step and the
-// global element index). `loom train` (single process) does not resume, so the
-// one-process case drives the parallel loop directly.
+// Distributed checkpoints (runtime/train/checkpointer.h, saved and resumed by
+// the training loop both drivers share): save under tp=2 x dp=2 (four
+// `loom worker` processes through `loom run`) at step 3, resume under dp=4
+// and dp=4 ZeRO-3 (loom run), under one process twice (dp=1, tp=1: `loom
+// train`, and RunParallelTraining in this process over a world of one), and
+// check that the losses at steps 4..6 equal the uninterrupted tp=2 x dp=2
+// run's (1e-5 relative). The model trains with dropout (model.dropout: 0.1),
+// so the resumed runs also draw the uninterrupted run's masks at steps 4..6,
+// under every layout (compiler/models/models.h: masks keyed by seed, step and
+// the global element index).
 #include <sys/wait.h>
 
 #include <cmath>
@@ -159,6 +159,22 @@ TEST_F(Resume, UnderOneProcessLossesMatchTheUninterruptedRun) {
   ASSERT_TRUE(pg.ok()) << pg.status();
   ASSERT_EQ(loom::launch::RunParallelTraining(*spec, std::shared_ptr<loom::collectives::ProcessGroup>(std::move(*pg))), 0);
   ExpectSameLosses(Losses(Tmp("run_full")), Losses(Tmp("run_one")), 4, 6);
+}
+
+TEST_F(Resume, UnderLoomTrainLossesMatchTheUninterruptedRun) {
+  std::string ck = CopyOfSaved("ck_train");
+  Result r = RunLoom("train " + Job("train", 1, 1, 6, ck, Tmp("run_train")));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("resuming at step 4"), std::string::npos) << r.output;
+  auto got = Losses(Tmp("run_train"));
+  EXPECT_EQ(got.count(3), 0u) << "the resumed run repeated step 3";
+  ExpectSameLosses(Losses(Tmp("run_full")), got, 4, 6);
+  // It went on checkpointing, as one process: step 6 is the latest now.
+  auto latest = loom::checkpoint::LoadLatest(ck);
+  ASSERT_TRUE(latest.ok()) << latest.status();
+  EXPECT_EQ(latest->ckpt.step, 6);
+  EXPECT_EQ(latest->ckpt.manifest.world_size, 1);
+  EXPECT_EQ(latest->ckpt.manifest.layout, "(dp=1, tp=1)");
 }
 
 TEST_F(Resume, FinalCheckpointOfResumedRunIsBitwiseTheUninterruptedOne) {

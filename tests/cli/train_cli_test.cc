@@ -42,6 +42,9 @@ TEST(TrainCli, BadInputNamesKeyAndValueAndExits2) {
   ExpectBadInput("model: {d_model: 100, n_head: 3}\n", {"model.d_model", "100", "n_head"});
   ExpectBadInput("data: {path: /no/such/corpus.txt}\n", {"data.path", "/no/such/corpus.txt"});
   ExpectBadInput("train: {batch_size: many}\n", {"train.batch_size", "many"});
+  // The GPU trainer's state lives on the device: no checkpoints for it yet.
+  ExpectBadInput("device: cuda\ncheckpoint: {every: 5, dir: /tmp/loom_no_ckpt}\n",
+                 {"checkpoint.dir", "/tmp/loom_no_ckpt", "device: cuda"});
   ExpectBadInput("train: {lr_schedule: exponential}\n", {"train.lr_schedule", "exponential"});
   ExpectBadInput("train: {lr_schedule: wsd, steps: 50, decay_steps: 60}\n", {"train.decay_steps", "60"});
   ExpectBadInput("train: {lr_schedule: cosine, min_lr: -1}\n", {"train.min_lr", "-1"});

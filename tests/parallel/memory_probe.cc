@@ -7,7 +7,7 @@
 #include "compiler/compile.h"
 #include "compiler/models/models.h"
 #include "parallel/styles.h"
-#include "runtime/train/trainer.h"
+#include "parallel/trainer.h"
 
 namespace loom::parallel::testing {
 namespace {
@@ -100,7 +100,7 @@ absl::StatusOr<int64_t> TrainerPeakBytes(const v1::JobSpec& spec, int steps) {
   CountingAllocator counting(CpuAllocator::Get());
   ScopedDefaultAllocator use(&counting);
   Tensor x = Tokens(B, m.seq_len(), m.vocab(), 1), y = Tokens(B, m.seq_len(), m.vocab(), 2);
-  LOOM_ASSIGN_OR_RETURN(auto trainer, train::Trainer::Create(spec));
+  LOOM_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(spec));
   for (int s = 0; s < steps; ++s) {
     LOOM_ASSIGN_OR_RETURN(float loss, trainer->Step(x, y));
     (void)loss;

@@ -3,12 +3,13 @@
 // (parallel:planner_calibrate) and its held-out tests
 // (planner_memory_test, planner_layout_memory_test).
 //
-//   LocalProgramBytes   one rank's training step compiled like
-//                       ParallelTrainer does (CompileParallel) and lowered
+//   LocalProgramBytes   one rank's training step compiled the way the
+//                       Trainer compiles a rank of a parallel layout
+//                       (CompileParallel, any layout here) and lowered
 //                       with do-nothing communicators (never run): the rank's
 //                       state (its parameter and AdamW m, v blocks, from the
 //                       program's inputs) and the program's arena.
-//   EvalArenaBytes      the arena of the single-process Trainer's evaluation
+//   EvalArenaBytes      the arena of a one-rank Trainer's evaluation
 //                       program (forward with logits out).
 //   TrainerPeakBytes    the high-water mark of a CountingAllocator installed as
 //                       the default allocator around Trainer::Create and
@@ -48,7 +49,7 @@ class NullCommunicator final : public compiler::Communicator {
 // rounding of 8C/3 up to a multiple of 64).
 v1::ModelSpec ModelOf(const std::string& family, int n_layer, int n_head, int n_kv_head, int d_model, int seq_len,
                       int vocab, int ffn = 0);
-// A training job for the single-process Trainer (AdamW with clipping).
+// A training job for a one-rank Trainer (AdamW with clipping).
 v1::JobSpec TrainSpec(const v1::ModelSpec& model, int64_t batch);
 // "gpt L2 H4/4 C64 F256 T32 V256 B8".
 std::string Describe(const v1::ModelSpec& model, int64_t batch);

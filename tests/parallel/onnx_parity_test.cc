@@ -31,8 +31,7 @@
 #include "parallel/styles.h"
 #include "parallel/trainer.h"
 #include "runtime/jobspec/jobspec.h"
-#include "runtime/train/onnx_model.h"
-#include "runtime/train/trainer.h"
+#include "runtime/train/job_model.h"
 
 namespace loom::parallel {
 namespace {
@@ -89,14 +88,14 @@ Tensor Batch(int step, int which) {
 
 // The layout a case names: "model dp tp zero plan" with plan names | auto | none.
 absl::StatusOr<Layout> LayoutOf(const std::vector<std::string>& a, const v1::JobSpec& spec,
-                                const ImportedForward& model) {
+                                const TrainerModel& model) {
   Layout l{std::stoi(a[1]), std::stoi(a[2]), std::stoi(a[3]), false, {}};
   if (a[4] == "names") {
     // Only the rules whose parameters this model has (gpt ties its head).
     for (const TpRule& r : NamePlan())
       if (r.pattern != "head.weight" || model.initial.count("head.weight")) l.tp_plan.push_back(r);
   } else if (a[4] == "auto") {
-    LOOM_ASSIGN_OR_RETURN(FittedTpPlan fit, FitTpPlan(model.forward, PlanningCompileOptions(model.forward, spec.train()),
+    LOOM_ASSIGN_OR_RETURN(FittedTpPlan fit, FitTpPlan(model.train_forward, PlanningCompileOptions(model.train_forward, spec.train()),
                                                       spec.model(), spec.train().batch_size(), l));
     l.tp_plan = fit.rules;
   }
@@ -105,8 +104,8 @@ absl::StatusOr<Layout> LayoutOf(const std::vector<std::string>& a, const v1::Job
 
 // Sums ||delta||^2 and ||ref||^2 of every parameter block over the ranks and
 // checks each full parameter's relative error.
-void CompareParameters(WorkerContext& ctx, collectives::ProcessGroup& pg, const ParallelTrainer& par,
-                       const train::Trainer& ref) {
+void CompareParameters(WorkerContext& ctx, collectives::ProcessGroup& pg, const Trainer& par,
+                       const Trainer& ref) {
   const auto local = par.LocalParameters();
   const auto full = ref.Parameters();
   std::vector<std::string> names;
@@ -143,9 +142,9 @@ int OnnxParityWorker(WorkerContext& ctx) {
     return 1;
   };
   const v1::JobSpec spec = Spec(a[0]);
-  auto loaded = train::LoadOnnxModel(spec);
+  auto loaded = train::BuildModel(spec);
   if (!loaded.ok()) return fail(loaded.status());
-  ImportedForward model{loaded->train_forward, loaded->params, loaded->initial};
+  const TrainerModel& model = *loaded;
   auto layout = LayoutOf(a, spec, model);
   if (!layout.ok()) return fail(layout.status());
   collectives::ProcessGroupOptions po;
@@ -162,11 +161,13 @@ int OnnxParityWorker(WorkerContext& ctx) {
     owned.push_back(compiler::MakeProcessGroupCommunicator((*mesh)->group(d), 60000));
     comms[(*mesh)->shape().names[d]] = owned.back().get();
   }
-  auto ref = train::Trainer::Create(spec);
+  auto ref = Trainer::Create(spec, model);
   if (!ref.ok()) return fail(ref.status());
-  ParallelTrainerOptions options;
-  options.imported = &model;
-  auto par = ParallelTrainer::Create(spec, *layout, ctx.rank, comms, options);
+  TrainerOptions options;
+  options.layout = *layout;
+  options.rank = ctx.rank;
+  options.comms = comms;
+  auto par = Trainer::Create(spec, model, options);
   if (!par.ok()) return fail(par.status());
   if (layout->tp > 1) {
     const dtensor::DTensorSpec& qkv = (*par)->specs().at("h.0.qkv.weight");

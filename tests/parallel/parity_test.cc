@@ -1,10 +1,12 @@
 // Multi-process parity: N ranks (processes, Gloo over loopback) train a small
 // model for 20 steps with a parallel layout (in three cases with dropout, and
 // activation checkpointing on the parallel side); at every step the loss must be
-// within 1e-5 (relative) of the single-process Trainer on the same seed and
+// within 1e-5 (relative) of a one-rank Trainer on the same seed and
 // data, and after the last step every parameter block within 1e-5
-// (||delta|| / ||ref||). Each rank runs the single-process reference itself
-// (the models are tiny) and checks its own blocks.
+// (||delta|| / ||ref||); then the evaluation step's loss and logits on a
+// fresh batch within 1e-5 too. Each rank runs the single-process reference
+// itself (the models are tiny; a Trainer of its own, compiled for one rank,
+// never the parallel object) and checks its own blocks.
 //
 // Default: a fast subset; LOOM_FULL=1 runs every layout for both families.
 #include <cmath>
@@ -21,7 +23,6 @@
 #include "collectives/testing/multiprocess.h"
 #include "gtest/gtest.h"
 #include "parallel/trainer.h"
-#include "runtime/train/trainer.h"
 
 namespace loom::parallel {
 namespace {
@@ -120,11 +121,14 @@ int ParityWorker(WorkerContext& ctx) {
     }
   }
   (void)coords;
-  auto ref = train::Trainer::Create(spec);
+  auto ref = Trainer::Create(spec);  // one rank: the single-process compile
   if (!ref.ok()) return fail(ref.status());
-  ParallelTrainerOptions popts;
+  TrainerOptions popts;
+  popts.layout = l;
+  popts.rank = ctx.rank;
+  popts.comms = cmap;
   popts.bucket_bytes = a.size() > 5 ? std::stoll(a[5]) : 0;
-  auto par = ParallelTrainer::Create(par_spec, l, ctx.rank, cmap, popts);
+  auto par = Trainer::Create(par_spec, popts);
   if (!par.ok()) return fail(par.status());
   double worst_loss = 0;
   for (int step = 0; step < kSteps; ++step) {
@@ -175,9 +179,31 @@ int ParityWorker(WorkerContext& ctx) {
       WORKER_EXPECT(ctx, rel <= 1e-5, "parameter ", names[i], " ", (*par)->specs().at(names[i]).ToString(),
                     ": rel error ", rel);
   }
+  // The evaluation step under the layout: the same loss and the whole logits
+  // on every rank.
+  const Tensor vx = Batch(spec, kSteps, 0), vy = Batch(spec, kSteps, 1);
+  auto eref = (*ref)->Forward(vx, vy);
+  if (!eref.ok()) return fail(eref.status());
+  auto epar = (*par)->Forward(vx, vy);
+  if (!epar.ok()) return fail(epar.status());
+  const double eval_rel = std::abs(epar->first - eref->first) / std::abs(eref->first);
+  WORKER_EXPECT(ctx, eval_rel <= 1e-5, "evaluation loss ", epar->first, " vs single-process ", eref->first);
+  WORKER_EXPECT(ctx, epar->second.shape() == eref->second.shape(), "logits ", ShapeToString(epar->second.shape()),
+                " vs single-process ", ShapeToString(eref->second.shape()));
+  double ld = 0, lr = 0;
+  if (epar->second.shape() == eref->second.shape()) {
+    Tensor got = epar->second.To(DType::kF64), want = eref->second.To(DType::kF64);
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      const double d = got.data<double>()[i] - want.data<double>()[i];
+      ld += d * d;
+      lr += want.data<double>()[i] * want.data<double>()[i];
+    }
+  }
+  const double logits_rel = std::sqrt(ld / std::max(lr, 1e-30));
+  WORKER_EXPECT(ctx, logits_rel <= 1e-5, "evaluation logits: rel error ", logits_rel);
   if (ctx.rank == 0)
-    fprintf(stderr, "[%s] worst loss rel %.3g, worst param rel %.3g (%s)\n", ctx.arg.c_str(), worst_loss, worst_param,
-            worst_name.c_str());
+    fprintf(stderr, "[%s] worst loss rel %.3g, worst param rel %.3g (%s), eval loss rel %.3g, logits rel %.3g\n",
+            ctx.arg.c_str(), worst_loss, worst_param, worst_name.c_str(), eval_rel, logits_rel);
   return ctx.failures == 0 ? 0 : 1;
 }
 

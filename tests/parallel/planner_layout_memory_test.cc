@@ -2,11 +2,12 @@
 // on held-out models and batches: for every world-4 layout of the parallel
 // acceptance list (dp=4; tp=4; tp=2 x dp=2; tp=2 + SP; dp=4 with ZeRO-1/2/3;
 // tp=2 x dp=2 with ZeRO-3) and the single-process layout, one rank's training
-// step is compiled exactly like ParallelTrainer does (CompileParallel) and
+// step is compiled the way the Trainer compiles a rank of a parallel layout
+// (CompileParallel; the single-process layout through the same path here) and
 // lowered with do-nothing communicators (never run), which allocates its
 // arena. The rank's state (its blocks of parameters and AdamW m, v) plus that
-// arena must be within 12% of Estimate's total() - workspace (ParallelTrainer
-// compiles no evaluation program). parallel:planner_calibrate fits the
+// arena must be within 12% of Estimate's total() - workspace (the workspace
+// term covers the evaluation program, which is not compiled here). parallel:planner_calibrate fits the
 // coefficients on layouts of world 1, 2 and 8 of other models; none of these
 // (model, batch) pairs is in its calibration set. Fast subset by default;
 // LOOM_FULL=1 adds two more models and a third batch.

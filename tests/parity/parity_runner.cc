@@ -12,7 +12,7 @@
 #include "base/rng.h"
 #include "base/status.h"
 #include "nlohmann/json.hpp"
-#include "runtime/train/trainer.h"
+#include "parallel/trainer.h"
 #include "tests/parity/tensor_dir.h"
 
 namespace loom::parity {
@@ -134,10 +134,10 @@ bool TorchAvailable(const ParityOptions& o) {
 absl::StatusOr<ParityResult> RunGptParity(const ParityCase& c, int steps, const ParityOptions& o) {
   if (steps < 1) return absl::InvalidArgumentError(absl::StrCat("steps must be >= 1, got ", steps));
   v1::JobSpec spec = SpecOf(c, o);
-  train::TrainerOptions topts;
+  parallel::TrainerOptions topts;
   topts.keep_gradients = true;
-  LOOM_ASSIGN_OR_RETURN(auto trainer, train::Trainer::Create(spec, topts));
-  train::Trainer& t = *trainer;
+  LOOM_ASSIGN_OR_RETURN(auto trainer, parallel::Trainer::Create(spec, topts));
+  parallel::Trainer& t = *trainer;
 
   const char* tmp = std::getenv("TEST_TMPDIR");
   const std::string dir = absl::StrCat(tmp != nullptr ? tmp : "/tmp", "/parity_", c.family, "_", getpid());

@@ -6,74 +6,88 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <optional>
+#include <sstream>
 #include <thread>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/flags.h"
 #include "runtime/service/auth/token.h"
 #include "runtime/service/server.h"
 
 namespace loom::service {
 namespace {
 
-const std::map<std::string, const char*> kFlags = {
-    {"coordinator", "LOOM_COORDINATOR"}, {"data-dir", "LOOM_AGENT_DATA_DIR"}, {"token-dir", "LOOM_DATA_DIR"},
-    {"cpu-slots", "LOOM_CPU_SLOTS"},     {"gpus", "LOOM_GPUS"},               {"hostname", "LOOM_HOSTNAME"},
-    {"worker", "LOOM_WORKER"},           {"tls-ca", "LOOM_TLS_CA"},           {"tls-cert", "LOOM_TLS_CERT"},
-    {"tls-key", "LOOM_TLS_KEY"},         {"rendezvous-host", "LOOM_RENDEZVOUS_HOST"},
-    {"join-token-file", "LOOM_JOIN_TOKEN_FILE"},
+struct FlagDef {
+  const char* name;
+  const char* env;
+  const char* value;
+  const char* help;
 };
+
+const FlagDef kFlags[] = {
+    {"coordinator", "LOOM_COORDINATOR", "HOST:PORT", "the coordinator (default 127.0.0.1:7070)"},
+    {"rdzv-endpoint", nullptr, "HOST:PORT", "torchrun's name for --coordinator"},
+    {"join-token-file", "LOOM_JOIN_TOKEN_FILE", "FILE",
+     "the coordinator's join token, mode 0600 (default <token-dir>/join-token; env LOOM_JOIN_TOKEN, the token "
+     "itself, wins); exchanged at registration for the agent's own id and secret"},
+    {"token-dir", "LOOM_DATA_DIR", "DIR", "where join-token is (default $HOME/.loom)"},
+    {"data-dir", "LOOM_AGENT_DATA_DIR", "DIR", "rank logs (default $HOME/.loom/agent)"},
+    {"cpu-slots", "LOOM_CPU_SLOTS", "N", "CPU ranks this node runs (default: the number of CPUs)"},
+    {"gpus", "LOOM_GPUS", "N", "GPUs this node offers (default 0)"},
+    {"nproc-per-node", nullptr, "N", "torchrun's name: N ranks here (N of the --gpus GPUs, else N CPU slots)"},
+    {"hostname", "LOOM_HOSTNAME", "NAME", "this node's name (default: gethostname)"},
+    {"rendezvous-host", "LOOM_RENDEZVOUS_HOST", "ADDR",
+     "where the store of jobs whose rank 0 runs here listens (default 127.0.0.1)"},
+    {"worker", "LOOM_WORKER", "\"CMD ARGS\"", "the worker command, split on spaces (default \"<this binary> worker\")"},
+    {"tls-ca", "LOOM_TLS_CA", "PEM", "use TLS, verify the coordinator against this CA"},
+    {"tls-cert", "LOOM_TLS_CERT", "PEM", "client certificate for mutual TLS"},
+    {"tls-key", "LOOM_TLS_KEY", "PEM", "client key for mutual TLS"},
+};
+
+// --nproc-per-node over --cpu-slots / --gpus.
+absl::Status ApplyNprocPerNode(const std::string& value, bool cpu_slots_given, AgentOptions& o) {
+  int n = 0;
+  if (!absl::SimpleAtoi(value, &n) || n < 1)
+    return absl::InvalidArgumentError(absl::StrCat("--nproc-per-node: expected a count >= 1, got '", value, "'"));
+  if (o.gpus > 0) {
+    if (n > o.gpus)
+      return absl::InvalidArgumentError(absl::StrCat("--nproc-per-node: ", n, " ranks, but --gpus offers ", o.gpus));
+    o.gpus = n;
+    return absl::OkStatus();
+  }
+  if (cpu_slots_given) return absl::InvalidArgumentError("--nproc-per-node: give it or --cpu-slots, not both");
+  o.cpu_slots = n;
+  return absl::OkStatus();
+}
 
 }  // namespace
 
-const char kAgentUsage[] = R"(usage: loom agent [flags]   (each flag also reads the environment variable shown)
-Runs a node agent: registers with the coordinator, starts one worker per rank it is given.
-  --coordinator HOST:PORT    LOOM_COORDINATOR (default 127.0.0.1:7070)
-  --join-token-file FILE     LOOM_JOIN_TOKEN_FILE (default <token-dir>/join-token): the
-                             coordinator's join token, mode 0600; LOOM_JOIN_TOKEN (the token
-                             itself) wins. Exchanged at registration for the agent's own id
-                             and secret; the user token is not accepted.
-  --token-dir DIR            LOOM_DATA_DIR (default $HOME/.loom): where join-token is
-  --data-dir DIR             LOOM_AGENT_DATA_DIR (default $HOME/.loom/agent): rank logs
-  --cpu-slots N              LOOM_CPU_SLOTS (default: the number of CPUs)
-  --gpus N                   LOOM_GPUS (default 0)
-  --hostname NAME            LOOM_HOSTNAME (default: gethostname)
-  --rendezvous-host ADDR     LOOM_RENDEZVOUS_HOST (default 127.0.0.1): where the store of
-                             jobs whose rank 0 runs here listens
-  --worker "CMD ARGS"        LOOM_WORKER (default "<this binary> worker")
-  --tls-ca PEM [--tls-cert PEM --tls-key PEM]   LOOM_TLS_CA, LOOM_TLS_CERT, LOOM_TLS_KEY
-Exit codes: 0 after SIGINT/SIGTERM, 1 when it cannot register, 2 for bad flags.
-)";
-
 absl::StatusOr<AgentFlags> ParseAgentFlags(const std::vector<std::string>& args,
                                            const std::function<const char*(const char*)>& env) {
-  std::map<std::string, std::string> v;
-  for (const auto& [flag, var] : kFlags) {
-    const char* e = env(var);
-    if (e != nullptr && *e != '\0') v[flag] = e;
-  }
   AgentFlags f;
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--help" || a == "-h") {
-      f.help = true;
-      return f;
-    }
-    if (a.rfind("--", 0) != 0) return absl::InvalidArgumentError(absl::StrCat("unexpected argument '", a, "'"));
-    std::string name = a.substr(2), value;
-    size_t eq = name.find('=');
-    if (eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    } else if (i + 1 < args.size()) {
-      value = args[++i];
-    } else {
-      return absl::InvalidArgumentError(absl::StrCat("--", name, ": missing value"));
-    }
-    if (!kFlags.count(name)) return absl::InvalidArgumentError(absl::StrCat("unknown flag --", name));
-    v[name] = value;
+  std::map<std::string, std::string> raw;
+  FlagSet fs("loom agent", "",
+             "Runs a node agent: registers with the coordinator, starts one worker per rank it is given.\n"
+             "Each flag also reads the environment variable shown; the command line wins.");
+  for (const FlagDef& d : kFlags) {
+    fs.String(d.name, &raw[d.name], d.value, d.help);
+    if (d.env != nullptr) fs.Env(d.env);
   }
+  fs.EnvLookup(env).Note("Exit codes: 0 after SIGINT/SIGTERM, 1 when it cannot register, 2 for bad flags.");
+  std::ostringstream sink;
+  if (std::optional<int> rc = fs.Parse(args, sink, sink)) {
+    if (*rc != 0) return absl::InvalidArgumentError(fs.error());
+    f.help = true;
+    f.usage = fs.Usage();
+    return f;
+  }
+  std::map<std::string, std::string> v;
+  for (const FlagDef& d : kFlags)
+    if (fs.Seen(d.name)) v[d.name] = raw[d.name];
+  if (v.count("rdzv-endpoint")) v["coordinator"] = v["rdzv-endpoint"];
   AgentOptions& o = f.agent;
   if (v.count("coordinator")) o.coordinator = v["coordinator"];
   const char* home = env("HOME");
@@ -107,6 +121,9 @@ absl::StatusOr<AgentFlags> ParseAgentFlags(const std::vector<std::string>& args,
     if (v["rendezvous-host"].empty()) return absl::InvalidArgumentError("--rendezvous-host: empty");
     o.rendezvous_host = v["rendezvous-host"];
   }
+  if (v.count("nproc-per-node")) {
+    if (absl::Status st = ApplyNprocPerNode(v["nproc-per-node"], v.count("cpu-slots") > 0, o); !st.ok()) return st;
+  }
   f.tls_ca = v["tls-ca"];
   f.tls_cert = v["tls-cert"];
   f.tls_key = v["tls-key"];
@@ -116,11 +133,12 @@ absl::StatusOr<AgentFlags> ParseAgentFlags(const std::vector<std::string>& args,
 int RunAgentCommand(const std::vector<std::string>& args) {
   auto f = ParseAgentFlags(args, [](const char* n) { return std::getenv(n); });
   if (!f.ok()) {
-    std::fprintf(stderr, "loom agent: %s\n%s", std::string(f.status().message()).c_str(), kAgentUsage);
+    std::fprintf(stderr, "loom agent: %s\n(run 'loom agent --help' for its flags)\n",
+                 std::string(f.status().message()).c_str());
     return 2;
   }
   if (f->help) {
-    std::fputs(kAgentUsage, stdout);
+    std::fputs(f->usage.c_str(), stdout);
     return 0;
   }
   if (f->agent.worker_argv[0] == "/proc/self/exe") {

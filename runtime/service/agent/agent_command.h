@@ -2,7 +2,8 @@
 // ranks' process groups and exits 0).
 //
 // Flags (env in parentheses; flags win):
-//   --coordinator HOST:PORT  (LOOM_COORDINATOR, default 127.0.0.1:7070)
+//   --coordinator HOST:PORT  (LOOM_COORDINATOR, default 127.0.0.1:7070); torchrun's
+//                            name, --rdzv-endpoint, means the same
 //   --data-dir DIR           (LOOM_AGENT_DATA_DIR, default $HOME/.loom/agent): rank logs
 //   --join-token-file FILE   (LOOM_JOIN_TOKEN_FILE, default <token-dir>/join-token) the
 //                            coordinator's join token (a copy of its <data-dir>/join-token,
@@ -11,6 +12,7 @@
 //                            --join-token-file is not given
 //   --cpu-slots N            (LOOM_CPU_SLOTS, default: the number of CPUs)
 //   --gpus N                 (LOOM_GPUS, default 0)
+//   --nproc-per-node N       torchrun's name: N of the --gpus GPUs, else N CPU slots
 //   --hostname NAME          (LOOM_HOSTNAME, default: gethostname)
 //   --rendezvous-host ADDR   (LOOM_RENDEZVOUS_HOST, default 127.0.0.1) where the
 //                            store for jobs whose rank 0 runs here listens
@@ -28,14 +30,12 @@
 
 namespace loom::service {
 
-// `loom agent --help`.
-extern const char kAgentUsage[];
-
 struct AgentFlags {
   AgentOptions agent;
   std::string token_dir;
   std::string join_token_file;
   bool help = false;
+  std::string usage;  // with help: the text `loom agent --help` prints
   std::string tls_ca, tls_cert, tls_key;
 };
 

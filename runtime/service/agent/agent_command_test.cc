@@ -46,5 +46,37 @@ TEST(AgentFlags, BadFlagsNameTheFlag) {
   EXPECT_FALSE(Parse({"stray"}, {}).ok());
 }
 
+// torchrun's flags: --rdzv-endpoint is the coordinator, --nproc-per-node the
+// rank slots (the old parser refused both as unknown flags).
+TEST(AgentFlags, TorchrunNames) {
+  auto f = Parse({"--rdzv-endpoint=10.0.0.2:29500", "--nproc-per-node", "3"}, {});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->agent.coordinator, "10.0.0.2:29500");
+  EXPECT_EQ(f->agent.cpu_slots, 3);
+  f = Parse({"--gpus", "8", "--nproc-per-node", "4"}, {});
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->agent.gpus, 4);
+  EXPECT_NE(std::string(Parse({"--gpus", "2", "--nproc-per-node", "4"}, {}).status().message())
+                .find("--nproc-per-node: 4 ranks, but --gpus offers 2"),
+            std::string::npos);
+  EXPECT_NE(std::string(Parse({"--cpu-slots", "2", "--nproc-per-node", "4"}, {}).status().message())
+                .find("not both"),
+            std::string::npos);
+  EXPECT_NE(std::string(Parse({"--nproc-per-node=0"}, {}).status().message()).find("--nproc-per-node"),
+            std::string::npos);
+}
+
+TEST(AgentFlags, HelpIsGeneratedAndUnknownFlagsSuggest) {
+  auto f = Parse({"--help"}, {});
+  ASSERT_TRUE(f.ok());
+  EXPECT_TRUE(f->help);
+  for (const char* s : {"usage: loom agent", "--rdzv-endpoint HOST:PORT", "--nproc-per-node N", "[env LOOM_CPU_SLOTS]"})
+    EXPECT_NE(f->usage.find(s), std::string::npos) << s << "\n" << f->usage;
+  EXPECT_EQ(f.status().message(), "");
+  EXPECT_NE(std::string(Parse({"--cordinator", "h:1"}, {}).status().message())
+                .find("unknown flag --cordinator (did you mean --coordinator?)"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace loom::service

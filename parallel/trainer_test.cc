@@ -1,11 +1,15 @@
+// The trainer core on one rank.
+//
 // The real model's training step allocates nothing after the first step: every
 // intermediate lives in the Program's arena, kernel scratch is reused, and
 // AdamW writes parameters and state in place. Run on one thread: SDPA's scratch
 // pool is shared by the worker threads, so with several threads how many
 // buffers it holds depends on scheduling and a later step may still allocate
-// one (docs/perf.md notes this).
-#include "runtime/train/trainer.h"
+// one (docs/perf.md notes this). Activation checkpointing leaves the
+// parameters bitwise those of a plain run and shrinks the arena.
+#include "parallel/trainer.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -13,9 +17,10 @@
 #include "base/allocator.h"
 #include "base/rng.h"
 #include "base/thread_pool.h"
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 
-namespace loom::train {
+namespace loom::parallel {
 namespace {
 
 Tensor Tokens(int64_t b, int64_t t, int64_t vocab, uint64_t seed) {
@@ -25,7 +30,7 @@ Tensor Tokens(int64_t b, int64_t t, int64_t vocab, uint64_t seed) {
   return x;
 }
 
-void ExpectNoAllocationAfterFirstStep(const std::string& family) {
+v1::JobSpec Spec(const std::string& family) {
   v1::JobSpec spec;
   auto* m = spec.mutable_model();
   m->set_family(family);
@@ -43,6 +48,11 @@ void ExpectNoAllocationAfterFirstStep(const std::string& family) {
   t->set_eps(1e-8f);
   t->set_grad_clip(1.0f);
   t->set_weight_decay(0.1f);
+  return spec;
+}
+
+void ExpectNoAllocationAfterFirstStep(const std::string& family) {
+  const v1::JobSpec spec = Spec(family);
   Tensor x = Tokens(3, 16, 64, 1), y = Tokens(3, 16, 64, 2);
   SetNumThreads(1);
   CountingAllocator counting(CpuAllocator::Get());
@@ -65,6 +75,69 @@ void ExpectNoAllocationAfterFirstStep(const std::string& family) {
 TEST(Trainer, GptStepAllocatesNothingAfterTheFirst) { ExpectNoAllocationAfterFirstStep("gpt"); }
 TEST(Trainer, LlamaStepAllocatesNothingAfterTheFirst) { ExpectNoAllocationAfterFirstStep("llama"); }
 
+// A batch must name exactly the program's data inputs, in their global shape
+// and dtype; anything else is InvalidArgument naming the input, and the step
+// count does not move.
+TEST(Trainer, BadBatchesAreRefusedByName) {
+  auto trainer = Trainer::Create(Spec("gpt"));
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  Trainer& t = **trainer;
+  const Tensor x = Tokens(3, 16, 64, 1), y = Tokens(3, 16, 64, 2);
+  struct Case {
+    const char* what;
+    Batch batch;
+    const char* names;
+  };
+  const Case cases[] = {
+      {"missing y", {{"x", x}}, "the batch has {x}"},
+      {"extra input", {{"x", x}, {"y", y}, {"mask", x}}, "the batch has {mask, x, y}"},
+      {"wrong name", {{"x", x}, {"targets", y}}, "data inputs are {x, y}"},
+      {"short sequence", {{"x", x.Narrow(1, 0, 8).Clone()}, {"y", y}}, "input 'x' is i32[3, 8]"},
+      {"wrong dtype", {{"x", x}, {"y", y.To(DType::kI64)}}, "input 'y' is i64[3, 16]"},
+  };
+  for (const Case& c : cases) {
+    auto step = t.Step(c.batch);
+    ASSERT_FALSE(step.ok()) << c.what;
+    EXPECT_TRUE(absl::IsInvalidArgument(step.status())) << c.what << ": " << step.status();
+    EXPECT_TRUE(absl::StrContains(step.status().message(), c.names)) << c.what << ": " << step.status();
+    auto eval = t.Evaluate(c.batch);
+    ASSERT_FALSE(eval.ok()) << c.what;
+    EXPECT_TRUE(absl::StrContains(eval.status().message(), c.names)) << c.what << ": " << eval.status();
+  }
+  EXPECT_EQ(t.step(), 0);
+  auto ok = t.Step(x, y);
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(t.step(), 1);
+}
+
+// One rank holds every parameter and AdamW moment whole, replicated, as the
+// checkpoint state; writing into it changes what the next step computes.
+TEST(Trainer, StateIsEveryParameterAndMomentWhole) {
+  auto trainer = Trainer::Create(Spec("llama"));
+  ASSERT_TRUE(trainer.ok()) << trainer.status();
+  Trainer& t = **trainer;
+  auto state = t.State();
+  ASSERT_TRUE(state.ok()) << state.status();
+  int params = 0, moments = 0;
+  for (const auto& s : *state) {
+    (s.is_param ? params : moments)++;
+    EXPECT_EQ(Shape(s.global_shape.begin(), s.global_shape.end()), s.local.shape()) << s.name;
+    EXPECT_FALSE(s.spec.has_partial()) << s.name;
+    for (const auto& p : s.spec.placements) EXPECT_TRUE(p.is_replicate()) << s.name;
+  }
+  EXPECT_EQ(params, static_cast<int>(t.param_info().size()));
+  EXPECT_EQ(moments, 2 * params);
+  const Tensor x = Tokens(3, 16, 64, 1), y = Tokens(3, 16, 64, 2);
+  auto before = t.Evaluate(x, y);
+  ASSERT_TRUE(before.ok()) << before.status();
+  for (auto& s : *state)
+    if (s.is_param) ASSERT_TRUE(s.local.CopyFrom(Tensor::Zeros(s.local.shape(), DType::kF32)).ok());
+  auto after = t.Evaluate(x, y);
+  ASSERT_TRUE(after.ok()) << after.status();
+  EXPECT_NE(*before, *after);
+  // All-zero weights give uniform logits: the loss is log(vocab).
+  EXPECT_NEAR(*after, std::log(64.0), 1e-5);
+}
 
 // train.activation_checkpointing: blocks (selective) recomputes each block's
 // forward ops (the cheap ones) in the backward pass: the parameters after a
@@ -118,4 +191,4 @@ TEST(Trainer, ActivationCheckpointingKeepsParametersBitwiseAndShrinksTheArena) {
 }
 
 }  // namespace
-}  // namespace loom::train
+}  // namespace loom::parallel
