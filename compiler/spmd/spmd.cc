@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/status.h"
 #include "compiler/ir/verifier.h"
 #include "compiler/spmd/rules.h"
@@ -344,7 +345,18 @@ class Propagator {
   //   backward: dloss * f enters the kernel, which divides by c again: dloss / C.
   // A rank with c = 0 contributes 0; with C = 0 everything is 0, as on one rank.
   // f is exactly 1/W when every rank counts the same (W a power of two).
+  // The forward and the backward over the same local targets share one count.
   absl::StatusOr<int> LocalShareOfCount(const Node& n, int targets, DType dt, const std::vector<int>& dims) {
+    const std::string key = absl::StrCat(targets, "/", n.attrs.GetInt("ignore_index", -100), "/", DTypeName(dt), "/",
+                                         absl::StrJoin(dims, ","));
+    auto hit = count_share_.find(key);
+    if (hit != count_share_.end()) return hit->second;
+    LOOM_ASSIGN_OR_RETURN(int share, NewShareOfCount(n, targets, dt, dims));
+    count_share_[key] = share;
+    return share;
+  }
+
+  absl::StatusOr<int> NewShareOfCount(const Node& n, int targets, DType dt, const std::vector<int>& dims) {
     const TensorMeta& tm = l_.meta(targets);
     const std::string fdt(DTypeName(dt));
     LOOM_ASSIGN_OR_RETURN(int ig, l_.AddOp1("fill", {}, {{"dtype", std::string(DTypeName(tm.dtype))},
@@ -519,6 +531,7 @@ class Propagator {
   int next_use_ = 0;
   std::map<int, std::vector<std::pair<DTensorSpec, int>>> made_;  // global value -> versions made
   std::map<int, DTensorSpec> grad_hint_;  // gradient value -> its adamw state's spec
+  std::map<std::string, int> count_share_;  // local targets, ignore_index, dtype, dims -> c / max(C, 1)
 };
 
 }  // namespace

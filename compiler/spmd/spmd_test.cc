@@ -242,6 +242,9 @@ TEST(Spmd, JointGraphDataParallelAllReducesGradients) {
   ASSERT_TRUE(compiler::AppendAdamW(*j, adam).ok());
   auto l = ParallelizeText(j->graph, Mesh({"dp"}, {2}), {{"x", "S(0)"}, {"y", "S(0)"}}, true);
   ASSERT_TRUE(l.ok()) << l.status();
+  // The loss's rows are split: the count of non-ignored targets (%2..%6) is
+  // all_reduced once (%7); its local share (%10) weights the P(avg) loss
+  // (%13, %14) and the backward's dloss (%16).
   EXPECT_EQ(PrintGraph(*l), R"(graph @lin(%w: f32[4, 3] @"[dp=R]" param, %b: f32[3] @"[dp=R]" param, %x: f32[4, 4] @"[dp=S(0)]", %y: i32[4] @"[dp=S(0)]", %lr: f32[] @"[dp=R]", %step: f32[] @"[dp=R]", %w.m: f32[4, 3] @"[dp=R]" state, %w.v: f32[4, 3] @"[dp=R]" state, %b.m: f32[3] @"[dp=R]" state, %b.v: f32[3] @"[dp=R]" state) {
   %0 = matmul(%x, %w) : f32[4, 3] @"[dp=S(0)]"
   %1 = add(%0, %b) : f32[4, 3] @"[dp=S(0)]"
@@ -258,27 +261,18 @@ TEST(Spmd, JointGraphDataParallelAllReducesGradients) {
   %13 = mul(%11, %10) : f32[]
   %14 = scale(%13) {s=2.0} : f32[] @"[dp=P(avg)]"
   %15 = fill() {dtype="f32", shape=[], value=1.0} : f32[] @"[dp=R]"
-  %16 = fill() {dtype="i32", shape=[], value=-100.0} : i32[]
-  %17 = equal(%y, %16) : bool[4]
-  %18 = logical_not(%17) : bool[4]
-  %19 = cast(%18) {dtype="f32"} : f32[4]
-  %20 = sum(%19) : f32[] @"[dp=P(sum)]"
-  %21 = all_reduce(%20) {group="dp", reduce="sum", world=2} : f32[] @"[dp=R]"
-  %22 = fill() {dtype="f32", shape=[], value=1.0} : f32[]
-  %23 = maximum(%21, %22) : f32[]
-  %24 = div(%20, %23) : f32[]
-  %25 = mul(%15, %24) : f32[] @"[dp=R]"
-  %26 = cross_entropy_backward(%25, %1, %y, %12) : f32[4, 3] @"[dp=S(0)]"
-  %27 = sum_to(%26) {shape=[3]} : f32[3] @"[dp=P(sum)]"
-  %28 = matmul(%26, %w) {trans_a=false, trans_b=true} : f32[4, 4] @"[dp=S(0)]"
-  %29 = matmul(%x, %26) {trans_a=true, trans_b=false} : f32[4, 3] @"[dp=P(sum)]"
-  %30 = all_reduce(%29) {group="dp", reduce="sum", world=2} : f32[4, 3] @"[dp=R]"
-  %31 = all_reduce(%27) {group="dp", reduce="sum", world=2} : f32[3] @"[dp=R]"
-  %32 = grad_norm(%30, %31) : f32[] @"[dp=R]"
-  %33, %34, %35 = adamw(%w, %30, %w.m, %w.v, %32, %lr, %step) {beta1=0.90000000000000002, beta2=0.999, eps=1e-08, max_norm=1.0, weight_decay=0.0} : f32[4, 3] @"[dp=R]", f32[4, 3] @"[dp=R]", f32[4, 3] @"[dp=R]"
-  %36, %37, %38 = adamw(%b, %31, %b.m, %b.v, %32, %lr, %step) {beta1=0.90000000000000002, beta2=0.999, eps=1e-08, max_norm=1.0, weight_decay=0.0} : f32[3] @"[dp=R]", f32[3] @"[dp=R]", f32[3] @"[dp=R]"
-  %39 = all_reduce(%14) {group="dp", reduce="avg", world=2} : f32[] @"[dp=R]"
-  return %39, %33 -> %w, %34 -> %w.m, %35 -> %w.v, %36 -> %b, %37 -> %b.m, %38 -> %b.v
+  %16 = mul(%15, %10) : f32[] @"[dp=R]"
+  %17 = cross_entropy_backward(%16, %1, %y, %12) : f32[4, 3] @"[dp=S(0)]"
+  %18 = sum_to(%17) {shape=[3]} : f32[3] @"[dp=P(sum)]"
+  %19 = matmul(%17, %w) {trans_a=false, trans_b=true} : f32[4, 4] @"[dp=S(0)]"
+  %20 = matmul(%x, %17) {trans_a=true, trans_b=false} : f32[4, 3] @"[dp=P(sum)]"
+  %21 = all_reduce(%20) {group="dp", reduce="sum", world=2} : f32[4, 3] @"[dp=R]"
+  %22 = all_reduce(%18) {group="dp", reduce="sum", world=2} : f32[3] @"[dp=R]"
+  %23 = grad_norm(%21, %22) : f32[] @"[dp=R]"
+  %24, %25, %26 = adamw(%w, %21, %w.m, %w.v, %23, %lr, %step) {beta1=0.90000000000000002, beta2=0.999, eps=1e-08, max_norm=1.0, weight_decay=0.0} : f32[4, 3] @"[dp=R]", f32[4, 3] @"[dp=R]", f32[4, 3] @"[dp=R]"
+  %27, %28, %29 = adamw(%b, %22, %b.m, %b.v, %23, %lr, %step) {beta1=0.90000000000000002, beta2=0.999, eps=1e-08, max_norm=1.0, weight_decay=0.0} : f32[3] @"[dp=R]", f32[3] @"[dp=R]", f32[3] @"[dp=R]"
+  %30 = all_reduce(%14) {group="dp", reduce="avg", world=2} : f32[] @"[dp=R]"
+  return %30, %24 -> %w, %25 -> %w.m, %26 -> %w.v, %27 -> %b, %28 -> %b.m, %29 -> %b.v
 }
 )");
   // ZeRO-2 over the same graph: state S(0) on dp; grads reduce_scatter; the
@@ -302,35 +296,26 @@ TEST(Spmd, JointGraphDataParallelAllReducesGradients) {
   %13 = mul(%11, %10) : f32[]
   %14 = scale(%13) {s=2.0} : f32[] @"[dp=P(avg)]"
   %15 = fill() {dtype="f32", shape=[], value=1.0} : f32[] @"[dp=R]"
-  %16 = fill() {dtype="i32", shape=[], value=-100.0} : i32[]
-  %17 = equal(%y, %16) : bool[4]
-  %18 = logical_not(%17) : bool[4]
-  %19 = cast(%18) {dtype="f32"} : f32[4]
-  %20 = sum(%19) : f32[] @"[dp=P(sum)]"
-  %21 = all_reduce(%20) {group="dp", reduce="sum", world=2} : f32[] @"[dp=R]"
-  %22 = fill() {dtype="f32", shape=[], value=1.0} : f32[]
-  %23 = maximum(%21, %22) : f32[]
-  %24 = div(%20, %23) : f32[]
-  %25 = mul(%15, %24) : f32[] @"[dp=R]"
-  %26 = cross_entropy_backward(%25, %1, %y, %12) : f32[4, 3] @"[dp=S(0)]"
-  %27 = sum_to(%26) {shape=[3]} : f32[3] @"[dp=P(sum)]"
-  %28 = matmul(%26, %w) {trans_a=false, trans_b=true} : f32[4, 4] @"[dp=S(0)]"
-  %29 = matmul(%x, %26) {trans_a=true, trans_b=false} : f32[4, 3] @"[dp=P(sum)]"
-  %30 = reduce_scatter(%29) {axis=0, group="dp", reduce="sum", world=2} : f32[2, 3] @"[dp=S(0)]"
-  %31 = all_reduce(%27) {group="dp", reduce="sum", world=2} : f32[3] @"[dp=R]"
-  %32 = grad_norm(%31) : f32[] @"[dp=R]"
-  %33 = mul(%32, %32) : f32[] @"[dp=R]"
-  %34 = grad_norm(%30) : f32[]
-  %35 = mul(%34, %34) : f32[] @"[dp=P(sum)]"
-  %36 = all_reduce(%35) {group="dp", reduce="sum", world=2} : f32[] @"[dp=R]"
-  %37 = add(%33, %36) : f32[] @"[dp=R]"
-  %38 = sqrt(%37) : f32[] @"[dp=R]"
-  %39 = shard_slice(%w) {axis=0, group="dp", world=2} : f32[2, 3] @"[dp=S(0)]"
-  %40, %41, %42 = adamw(%39, %30, %w.m, %w.v, %38, %lr, %step) {beta1=0.90000000000000002, beta2=0.999, eps=1e-08, max_norm=1.0, weight_decay=0.0} : f32[2, 3] @"[dp=S(0)]", f32[2, 3] @"[dp=S(0)]", f32[2, 3] @"[dp=S(0)]"
-  %43, %44, %45 = adamw(%b, %31, %b.m, %b.v, %38, %lr, %step) {beta1=0.90000000000000002, beta2=0.999, eps=1e-08, max_norm=1.0, weight_decay=0.0} : f32[3] @"[dp=R]", f32[3] @"[dp=R]", f32[3] @"[dp=R]"
-  %46 = all_reduce(%14) {group="dp", reduce="avg", world=2} : f32[] @"[dp=R]"
-  %47 = all_gather(%40) {axis=0, group="dp", world=2} : f32[4, 3] @"[dp=R]"
-  return %46, %47 -> %w, %41 -> %w.m, %42 -> %w.v, %43 -> %b, %44 -> %b.m, %45 -> %b.v
+  %16 = mul(%15, %10) : f32[] @"[dp=R]"
+  %17 = cross_entropy_backward(%16, %1, %y, %12) : f32[4, 3] @"[dp=S(0)]"
+  %18 = sum_to(%17) {shape=[3]} : f32[3] @"[dp=P(sum)]"
+  %19 = matmul(%17, %w) {trans_a=false, trans_b=true} : f32[4, 4] @"[dp=S(0)]"
+  %20 = matmul(%x, %17) {trans_a=true, trans_b=false} : f32[4, 3] @"[dp=P(sum)]"
+  %21 = reduce_scatter(%20) {axis=0, group="dp", reduce="sum", world=2} : f32[2, 3] @"[dp=S(0)]"
+  %22 = all_reduce(%18) {group="dp", reduce="sum", world=2} : f32[3] @"[dp=R]"
+  %23 = grad_norm(%22) : f32[] @"[dp=R]"
+  %24 = mul(%23, %23) : f32[] @"[dp=R]"
+  %25 = grad_norm(%21) : f32[]
+  %26 = mul(%25, %25) : f32[] @"[dp=P(sum)]"
+  %27 = all_reduce(%26) {group="dp", reduce="sum", world=2} : f32[] @"[dp=R]"
+  %28 = add(%24, %27) : f32[] @"[dp=R]"
+  %29 = sqrt(%28) : f32[] @"[dp=R]"
+  %30 = shard_slice(%w) {axis=0, group="dp", world=2} : f32[2, 3] @"[dp=S(0)]"
+  %31, %32, %33 = adamw(%30, %21, %w.m, %w.v, %29, %lr, %step) {beta1=0.90000000000000002, beta2=0.999, eps=1e-08, max_norm=1.0, weight_decay=0.0} : f32[2, 3] @"[dp=S(0)]", f32[2, 3] @"[dp=S(0)]", f32[2, 3] @"[dp=S(0)]"
+  %34, %35, %36 = adamw(%b, %22, %b.m, %b.v, %29, %lr, %step) {beta1=0.90000000000000002, beta2=0.999, eps=1e-08, max_norm=1.0, weight_decay=0.0} : f32[3] @"[dp=R]", f32[3] @"[dp=R]", f32[3] @"[dp=R]"
+  %37 = all_reduce(%14) {group="dp", reduce="avg", world=2} : f32[] @"[dp=R]"
+  %38 = all_gather(%31) {axis=0, group="dp", world=2} : f32[4, 3] @"[dp=R]"
+  return %37, %38 -> %w, %32 -> %w.m, %33 -> %w.v, %34 -> %b, %35 -> %b.m, %36 -> %b.v
 }
 )");
 }
