@@ -24,6 +24,9 @@ PKGS=(
   # namespaces), kubectl (the manifest test's kustomize cross-render), stress
   # (load for the load tests), ctags (the docs' call-path check).
   openssl iproute2 kubernetes-client stress universal-ctags
+  # A real Slurm for tests/slurm: the controller, the node daemon, the
+  # clients (srun, sbatch, squeue, scancel, scontrol) and munge.
+  slurmctld slurmd slurm-client munge
 )
 # A package whose command may come from elsewhere on the image: when the
 # command is already on PATH the package is not installed over it (the CUDA

@@ -1,6 +1,10 @@
 #include "runtime/launch/run_command.h"
 
+#include <netdb.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +29,8 @@
 #include "base/flags.h"
 #include "runtime/jobspec/jobspec.h"
 #include "kernels/cuda/cuda_device.h"
+#include "runtime/launch/node_group.h"
+#include "runtime/launch/slurm_env.h"
 #include "runtime/plan/planner_command.h"
 #include "runtime/service/agent/agent.h"
 #include "runtime/service/auth/token.h"
@@ -53,6 +59,10 @@ struct Flags {
   int nnodes = 1, node_rank = 0;
   std::string rdzv_endpoint, join_token_file, local_addr = "127.0.0.1";
   std::string join_token;  // read from LOOM_JOIN_TOKEN or --join-token-file
+  // Set from a scheduler's environment (Slurm), not by flags: the agent's
+  // name and how long node 0 waits for the other nodes (0: no limit).
+  std::string node_name;
+  int join_timeout_s = 0;
 };
 
 // nullopt when the flags parsed into `f`, else the exit code (--help: 0).
@@ -187,14 +197,18 @@ int GiveGpus(const v1::JobSpec& spec, int world, service::AgentOptions* ao) {
 // Follows the job until it ends: copies rank 0's stdout (to stderr with
 // --json), reports each state change (to stderr; with --json as one JSON
 // line on stdout), and cancels the job on the first SIGINT or
-// SIGTERM. `offset` is how far rank 0's stdout has been copied.
+// SIGTERM. `offset` is how far rank 0's stdout has been copied. A job still
+// PENDING after `wait_limit_s` (0: no limit) is cancelled, and the error says
+// it was `waiting_for`.
 absl::StatusOr<v1::JobStatus> FollowJob(service::Coordinator* c, const std::string& job_id,
-                                        const std::string& rank0_out, bool json, int64_t* offset) {
+                                        const std::string& rank0_out, bool json, int64_t* offset,
+                                        int wait_limit_s = 0, const std::string& waiting_for = "") {
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
   uint64_t version = 0;
   v1::JobState last_state = v1::JOB_STATE_UNSPECIFIED;
   bool cancelled = false;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(wait_limit_s);
   while (true) {
     version = c->WaitForChange(version, std::chrono::milliseconds(200));
     auto got = c->Get(job_id);
@@ -212,6 +226,10 @@ absl::StatusOr<v1::JobStatus> FollowJob(service::Coordinator* c, const std::stri
       }
     }
     if (j.state() == v1::SUCCEEDED || j.state() == v1::FAILED || j.state() == v1::CANCELLED) return j;
+    if (j.state() == v1::PENDING && wait_limit_s > 0 && std::chrono::steady_clock::now() > give_up) {
+      (void)c->Cancel(job_id);
+      return absl::DeadlineExceededError(absl::StrCat(job_id, " still PENDING after ", wait_limit_s, " s: ", waiting_for));
+    }
     if (g_interrupted && !cancelled) {
       cancelled = true;
       std::fprintf(stderr, "loom run: interrupted; cancelling %s\n", job_id.c_str());
@@ -265,12 +283,95 @@ service::AgentOptions NodeAgent(const Flags& f, const std::string& coordinator, 
   ao.coordinator = coordinator;
   ao.join_token = join_token;
   ao.data_dir = state + "/agent";
-  ao.hostname = f.nnodes > 1 ? absl::StrCat("node", f.node_rank) : "local";
+  ao.hostname = !f.node_name.empty() ? f.node_name : f.nnodes > 1 ? absl::StrCat("node", f.node_rank) : "local";
   ao.cpu_slots = slots;
   ao.worker_argv = {SelfPath(), "worker"};
   ao.poll_wait_ms = 100;
   ao.rendezvous_host = f.local_addr;
   return ao;
+}
+
+// This machine's address for the other nodes: its host name, resolved.
+std::string NodeAddress() {
+  char host[256] = {0};
+  if (gethostname(host, sizeof host - 1) != 0) return "127.0.0.1";
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host, nullptr, &hints, &res) != 0 || res == nullptr) return host;
+  char ip[64] = {0};
+  int rc = getnameinfo(res->ai_addr, res->ai_addrlen, ip, sizeof ip, nullptr, 0, NI_NUMERICHOST);
+  freeaddrinfo(res);
+  return rc == 0 ? ip : host;
+}
+
+// A TCP port free on `addr` now (bound, read back, released); 0 if none.
+int FreePort(const std::string& addr) {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  if (fd < 0 || inet_pton(AF_INET, addr.c_str(), &a.sin_addr) != 1) {
+    if (fd >= 0) close(fd);
+    return 0;
+  }
+  socklen_t len = sizeof a;
+  int port = 0;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+// Inside a Slurm allocation spanning several nodes, the multi-node flags
+// (--nnodes, --node-rank, --rdzv-endpoint, the join token, --local-addr) from
+// Slurm's environment: node 0 picks the endpoint and a fresh join token and
+// leaves them in the rendezvous folder; the other nodes read them there.
+// `*in_batch`: the sbatch script itself, outside any srun step.
+absl::Status FlagsFromSlurm(Flags* f, bool* in_batch) {
+  *in_batch = false;
+  auto slurm = SlurmFromEnv([](const char* name) { return std::getenv(name); });
+  if (!slurm.ok()) return slurm.status();
+  if (!slurm->has_value() || (*slurm)->nnodes == 1) return absl::OkStatus();
+  const SlurmAllocation& a = **slurm;
+  *in_batch = a.step_id.empty() || a.step_id == "batch";
+  if (*in_batch) return absl::OkStatus();
+  auto g = NodeGroupFromSlurm(a);
+  if (!g.ok()) return g.status();
+  f->nnodes = g->nnodes;
+  f->node_rank = g->node_rank;
+  f->node_name = g->node_name;
+  f->local_addr = NodeAddress();
+  f->join_timeout_s = g->rdzv_timeout_s;
+  if (g->node_rank > 0) {
+    auto r = AwaitRendezvous(*g);
+    if (!r.ok()) return r.status();
+    f->rdzv_endpoint = r->coordinator;
+    f->join_token = r->join_token;
+    return absl::OkStatus();
+  }
+  const int port = FreePort(f->local_addr);
+  auto token = service::RandomHex(32);
+  if (port == 0 || !token.ok()) return absl::UnavailableError(absl::StrCat("no free port on ", f->local_addr));
+  f->rdzv_endpoint = absl::StrCat(f->local_addr, ":", port);
+  f->join_token = *token;
+  return PublishRendezvous(*g, {f->rdzv_endpoint, f->join_token});
+}
+
+// In an sbatch script spanning several nodes: runs this same command as an
+// srun step, one task per node (each then finds its place from the step's
+// environment). Returns only when exec fails.
+int ExecUnderSrun(const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1", SelfPath(), "run"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  std::fprintf(stderr, "loom run: in an sbatch script on %s nodes: running one loom run per node through srun\n",
+               std::getenv("SLURM_NNODES"));
+  std::fflush(stderr);
+  std::vector<char*> a;
+  for (auto& x : argv) a.push_back(x.data());
+  a.push_back(nullptr);
+  execvp("srun", a.data());
+  return Fail(1, "cannot run srun (slurm-client) from the sbatch script");
 }
 
 // --node-rank > 0: an agent that joins node 0's coordinator, until that
@@ -342,7 +443,8 @@ int RunFirstNode(const Flags& f, const v1::JobSpec& spec, int world, const std::
 
   const std::string logs = ao.data_dir + "/logs/" + job_id;
   int64_t offset = 0;  // into rank 0's stdout; restarts append to the same file
-  auto final = FollowJob((*server)->coordinator(), job_id, logs + "/rank0.out", f.json, &offset);
+  auto final = FollowJob((*server)->coordinator(), job_id, logs + "/rank0.out", f.json, &offset, f.join_timeout_s,
+                         absl::StrCat("not all ", f.nnodes, " nodes joined"));
   if (!final.ok()) return Fail(1, std::string(final.status().message()));
   // Let the agent reap the ranks, then ship nothing more.
   agent.Stop();
@@ -356,12 +458,21 @@ int RunFirstNode(const Flags& f, const v1::JobSpec& spec, int world, const std::
 int RunRunCommand(const std::vector<std::string>& args) {
   Flags flags;
   if (std::optional<int> rc = ParseFlags(args, flags)) return *rc;
+  if (flags.nnodes == 1) {
+    bool in_batch = false;
+    if (absl::Status s = FlagsFromSlurm(&flags, &in_batch); !s.ok())
+      return Fail(s.code() == absl::StatusCode::kInvalidArgument ? 2 : 1, std::string(s.message()));
+    if (in_batch) return ExecUnderSrun(args);
+  }
   auto loaded = jobspec::LoadJobSpec(flags.spec_path);
   if (!loaded.ok()) return Fail(2, std::string(loaded.status().message()));
   v1::JobSpec spec = *loaded;
   if (absl::Status s = ApplyFlags(flags, &spec); !s.ok()) return Fail(2, std::string(s.message()));
   if (absl::Status s = train::CheckOnnxJob(spec); !s.ok()) return Fail(2, std::string(s.message()));
   const int world = std::max(1, spec.parallel().dp()) * std::max(1, spec.parallel().tp());
+  if (world % flags.nnodes != 0)
+    return Fail(2, absl::StrCat("parallel: the job's ", world, " ranks do not divide evenly over ", flags.nnodes,
+                                " nodes"));
   if (int code = CheckAutoLayout(spec, world); code != 0) return code;
 
   // The coordinator's and agent's private folder.
