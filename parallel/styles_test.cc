@@ -47,8 +47,9 @@ TEST(Styles, DataParallelAllReducesEveryGradientOverDp) {
   auto text = c->Dump("parallel");
   ASSERT_TRUE(text.ok());
   auto params = models::Parameters(Model("gpt"));
-  // One all_reduce(sum) per gradient, one all_reduce(avg) for the loss.
-  EXPECT_EQ(Count(*text, "reduce=\"sum\", world=4"), static_cast<int>(params->size())) << *text;
+  // One all_reduce(sum) per gradient and one for the loss's count of counted
+  // targets (shared by its forward and backward); one all_reduce(avg) for the loss.
+  EXPECT_EQ(Count(*text, "reduce=\"sum\", world=4"), static_cast<int>(params->size()) + 1) << *text;
   EXPECT_EQ(Count(*text, "reduce=\"avg\", world=4"), 1) << *text;
   EXPECT_TRUE(absl::StrContains(*text, "%x: i32[1, 8] @\"[dp=S(0), tp=R]\"")) << *text;
 }
@@ -66,8 +67,9 @@ TEST(Styles, BucketingMergesTheGradientAllReduces) {
   auto c = CompileParallel(*fwd, co, Model("gpt"), 4, l, kGradientBucketBytes);
   ASSERT_TRUE(c.ok()) << c.status();
   const std::string text = *c->Dump("parallel");
-  // Far below one bucket: every gradient in one concat, one all_reduce.
-  EXPECT_EQ(Count(text, "reduce=\"sum\", world=4"), 1) << text;
+  // Far below one bucket: every gradient in one concat, one all_reduce; the
+  // loss's count of counted targets is not a gradient and keeps its own.
+  EXPECT_EQ(Count(text, "reduce=\"sum\", world=4"), 2) << text;
   EXPECT_EQ(Count(text, "= concat("), 1) << text;
 }
 

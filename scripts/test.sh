@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Command 2 of the README (and .ci/run): installs what is missing, builds every
-# target (those tagged manual too), runs every test group, prints the time of
+# target (those tagged manual too), runs every test group and the fuzz targets
+# (scripts/fuzz.sh, each one case), prints the time of
 # each phase, and ends with "P passed, F failed, S skipped", counting test
 # cases from each test's test.xml (scripts/test_report.py; tests/README.md
 # says how they are counted).
@@ -163,5 +164,19 @@ for g in "${TEST_GROUPS[@]}" "${extra_groups[@]}"; do
   run_report group "$g" "$WORK/bep.$g.json" "$rc" "$RESULTS" "${targets[@]}"
   phase "test:$g ($P passed, $F failed, $S skipped)"
 done
+
+# Fuzzing: scripts/fuzz.sh builds the libFuzzer targets with clang (objects
+# kept in its build folder between runs) and runs each for FUZZ_SECONDS from
+# its committed corpus. Each target is one case: a crash or a hang fails it,
+# and its line names the reproducer. An exit without a FAIL line (setup
+# broken) counts as one failure.
+FUZZ_SECONDS=30
+bash scripts/fuzz.sh --seconds "$FUZZ_SECONDS" >"$WORK/fuzz.log" 2>&1
+rc=$?
+cat "$WORK/fuzz.log"
+fp=$(grep -c '^PASS: ' "$WORK/fuzz.log"); ff=$(grep -c '^FAIL: ' "$WORK/fuzz.log")
+if [ $rc != 0 ] && [ "$ff" = 0 ]; then ff=1; fi
+checks_pass=$((checks_pass + fp)); checks_fail=$((checks_fail + ff))
+phase "fuzz ($fp passed, $ff failed, ${FUZZ_SECONDS}s each)"
 
 finish

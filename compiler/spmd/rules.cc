@@ -325,6 +325,8 @@ bool AnyShard0(const RuleInput& r, std::initializer_list<int> idx) {
 }
 
 // Rows (N) shard: the loss is the mean of equal-sized local means.
+// Row split: the loss is P(avg) once the propagation pass (spmd.cc,
+// SplitLossRows) reweights each rank's mean by its share of the counted targets.
 absl::StatusOr<RuleResult> CrossEntropy(const RuleInput& r) {
   if (AnyShard0(r, {0, 1}) && CanShard(r.in[0], 0, r.world))
     return RuleResult{{S(0), S(0)}, {P(PartialOp::kAvg), S(0)}, {}};
@@ -334,10 +336,12 @@ absl::StatusOr<RuleResult> CrossEntropy(const RuleInput& r) {
   return AllR(r);
 }
 
-// The kernel divides by the local row count: dloss enters scaled by 1/world.
+// Row split: the kernel divides by the local count of non-ignored targets;
+// the propagation pass (spmd.cc, SplitLossRows) scales dloss by that count
+// over the global one, so the gradient is that of the global mean.
 absl::StatusOr<RuleResult> CrossEntropyBackward(const RuleInput& r) {
   if (AnyShard0(r, {1, 2, 3}) && CanShard(r.in[1], 0, r.world))
-    return RuleResult{{kR, S(0), S(0), S(0)}, {S(0)}, {1.0 / static_cast<double>(r.world), 1, 1, 1}};
+    return RuleResult{{kR, S(0), S(0), S(0)}, {S(0)}, {}};
   if (r.place[1].is_shard(1) && CanShard(r.in[1], 1, r.world)) return RuleResult{{kR, S(1), kR, kR}, {S(1)}, {}};
   return AllR(r);
 }

@@ -6,9 +6,9 @@
 //   - the placement each input must have (propagation inserts the
 //     redistribution — a collective or a shard_slice — where it differs),
 //   - the placement of each output, and
-//   - optionally a factor each input is scaled by in the local graph
-//     (cross_entropy_backward over a batch-sharded input: the op divides by
-//     the LOCAL row count, so the incoming dloss is scaled by 1/world).
+//   - optionally a constant factor each input is scaled by in the local graph.
+// A row-split cross_entropy(_backward) is reweighted by the propagation pass
+// itself (a runtime count of non-ignored targets; spmd.cc, SplitLossRows).
 // Rules prefer the current placements (no communication) and fall back to
 // Replicate. Shards must divide evenly (a rule never asks for an uneven one).
 //

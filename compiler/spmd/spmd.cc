@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "base/status.h"
 #include "compiler/ir/verifier.h"
 #include "compiler/spmd/rules.h"
@@ -266,8 +267,9 @@ class Propagator {
   //   m = all_reduce_max(max(L, 1)); s = all_reduce_sum(sum(exp(L - m), 1));
   //   lse = log(s) + m; oh, valid = vocab_onehot(t);
   //   picked = all_reduce_sum(sum(L * oh, 1));
-  //   loss = sum((lse - picked) * valid) / sum(valid)
-  //   dlogits = (exp(L - lse) - oh) * valid * dloss / sum(valid)
+  //   loss = sum((lse - picked) * valid) / max(sum(valid), 1)
+  //   dlogits = (exp(L - lse) - oh) * valid * dloss / max(sum(valid), 1)
+  // (0, not NaN, when every target is ignored, as the one-rank kernel.)
   absl::StatusOr<std::vector<int>> VocabParallel(const Node& n, const std::vector<int>& in, int k,
                                                  const std::vector<DTensorSpec>& outs) {
     const bool fwd = n.op == "cross_entropy";
@@ -299,6 +301,9 @@ class Propagator {
     l_.value(ohv[1]).placement = R;
     const Attrs last{{"axes", std::vector<int64_t>{1}}};
     LOOM_ASSIGN_OR_RETURN(int nvalid, op("sum", {ohv[1]}, {}, none));
+    const std::string dt(DTypeName(l_.meta(L).dtype));
+    LOOM_ASSIGN_OR_RETURN(int one, op("fill", {}, {{"dtype", dt}, {"shape", std::vector<int64_t>{}}, {"value", 1.0}}, none));
+    LOOM_ASSIGN_OR_RETURN(nvalid, op("maximum", {nvalid, one}, {}, none));
     const int valid = ohv[1];
     if (fwd) {
       LOOM_ASSIGN_OR_RETURN(int m, op("max", {L}, {{"axes", std::vector<int64_t>{1}}, {"keepdim", true}}, none));
@@ -329,6 +334,78 @@ class Propagator {
     LOOM_ASSIGN_OR_RETURN(int coef, op("div", {dloss, nvalid}, {}, none));
     LOOM_ASSIGN_OR_RETURN(g, op("mul", {g, coef}, {}, outs[0].ToString()));
     return std::vector<int>{g};
+  }
+
+  // Mean cross-entropy over rows split on the mesh dims in `dims` (a batch or
+  // token split): the kernel divides by this rank's count c of non-ignored
+  // targets, and ranks hold different counts when targets are ignored. With
+  // C = all_reduce_sum(c) on those dims and f = c / max(C, 1):
+  //   forward:  loss_local * f * W, so the P(avg) over W ranks is the global
+  //             sum of losses / C;
+  //   backward: dloss * f enters the kernel, which divides by c again: dloss / C.
+  // A rank with c = 0 contributes 0; with C = 0 everything is 0, as on one rank.
+  // f is exactly 1/W when every rank counts the same (W a power of two).
+  // The forward and the backward over the same local targets share one count.
+  absl::StatusOr<int> LocalShareOfCount(const Node& n, int targets, DType dt, const std::vector<int>& dims) {
+    const std::string key = absl::StrCat(targets, "/", n.attrs.GetInt("ignore_index", -100), "/", DTypeName(dt), "/",
+                                         absl::StrJoin(dims, ","));
+    auto hit = count_share_.find(key);
+    if (hit != count_share_.end()) return hit->second;
+    LOOM_ASSIGN_OR_RETURN(int share, NewShareOfCount(n, targets, dt, dims));
+    count_share_[key] = share;
+    return share;
+  }
+
+  absl::StatusOr<int> NewShareOfCount(const Node& n, int targets, DType dt, const std::vector<int>& dims) {
+    const TensorMeta& tm = l_.meta(targets);
+    const std::string fdt(DTypeName(dt));
+    LOOM_ASSIGN_OR_RETURN(int ig, l_.AddOp1("fill", {}, {{"dtype", std::string(DTypeName(tm.dtype))},
+                                                         {"shape", std::vector<int64_t>{}},
+                                                         {"value", static_cast<double>(n.attrs.GetInt("ignore_index", -100))}}));
+    LOOM_ASSIGN_OR_RETURN(int eq, l_.AddOp1("equal", {targets, ig}));
+    LOOM_ASSIGN_OR_RETURN(int ok, l_.AddOp1("logical_not", {eq}));
+    LOOM_ASSIGN_OR_RETURN(int okf, l_.AddOp1("cast", {ok}, {{"dtype", fdt}}));
+    LOOM_ASSIGN_OR_RETURN(int c, l_.AddOp1("sum", {okf}));
+    DTensorSpec part = DTensorSpec::Replicated(o_.mesh);
+    for (int k : dims) part.placements[k] = Placement::Partial();
+    l_.value(c).placement = part.ToString();
+    int total = c;
+    for (int k : dims) {
+      Attrs a = CollAttrs(k);
+      a.Set("reduce", std::string("sum"));
+      part.placements[k] = Placement::Replicate();
+      LOOM_ASSIGN_OR_RETURN(total, Emit("all_reduce", total, a, part));
+    }
+    LOOM_ASSIGN_OR_RETURN(int one, l_.AddOp1("fill", {}, {{"dtype", fdt}, {"shape", std::vector<int64_t>{}}, {"value", 1.0}}));
+    LOOM_ASSIGN_OR_RETURN(int denom, l_.AddOp1("maximum", {total, one}));
+    return l_.AddOp1("div", {c, denom});
+  }
+
+  struct LossRows {
+    int share = -1;     // local value c / max(C, 1), or -1 when the rows are whole
+    int64_t world = 1;  // ranks splitting the rows
+  };
+
+  // For cross_entropy(_backward) whose targets are split by rows: the local
+  // share of the global count, and (backward) dloss in `in` scaled by it.
+  absl::StatusOr<LossRows> SplitLossRows(const Node& n, const std::vector<DTensorSpec>& req, std::vector<int>* in) {
+    LossRows r;
+    const int tgt = n.op == "cross_entropy" ? 1 : n.op == "cross_entropy_backward" ? 2 : -1;
+    if (tgt < 0) return r;
+    std::vector<int> dims;
+    for (int k = 0; k < o_.mesh.ndim(); ++k)
+      if (o_.mesh.sizes[k] > 1 && req[tgt].placements[k].is_shard(0)) {
+        dims.push_back(k);
+        r.world *= o_.mesh.sizes[k];
+      }
+    if (dims.empty()) return r;
+    LOOM_ASSIGN_OR_RETURN(r.share, LocalShareOfCount(n, (*in)[tgt], l_.meta((*in)[0]).dtype, dims));
+    if (n.op == "cross_entropy_backward") {
+      LOOM_ASSIGN_OR_RETURN(int d, l_.AddOp1("mul", {(*in)[0], r.share}));
+      l_.value(d).placement = req[0].ToString();
+      (*in)[0] = d;
+    }
+    return r;
   }
 
   // embedding(W[V, C] rows sharded on mesh dim k, ids): this rank's rows
@@ -395,6 +472,7 @@ class Propagator {
       }
       in.push_back(v);
     }
+    LOOM_ASSIGN_OR_RETURN(LossRows rows, SplitLossRows(n, req, &in));
     std::vector<Shape> out_local;
     for (int i = 0; i < nout; ++i) {
       LOOM_RETURN_IF_ERROR(CheckSpec(g_.meta(n.outputs[i]), outs[i]));
@@ -424,6 +502,10 @@ class Propagator {
       if (!r.ok()) return Annotate(r.status(), "building the local node");
       got = *r;
     }
+    if (rows.share >= 0 && n.op == "cross_entropy") {
+      LOOM_ASSIGN_OR_RETURN(int v, l_.AddOp1("mul", {got[0], rows.share}));
+      LOOM_ASSIGN_OR_RETURN(got[0], l_.AddOp1("scale", {v}, {{"s", static_cast<double>(rows.world)}}));
+    }
     for (int i = 0; i < nout; ++i) {
       const auto& m = l_.meta(got[i]);
       if (m.shape != out_local[i])
@@ -449,6 +531,7 @@ class Propagator {
   int next_use_ = 0;
   std::map<int, std::vector<std::pair<DTensorSpec, int>>> made_;  // global value -> versions made
   std::map<int, DTensorSpec> grad_hint_;  // gradient value -> its adamw state's spec
+  std::map<std::string, int> count_share_;  // local targets, ignore_index, dtype, dims -> c / max(C, 1)
 };
 
 }  // namespace

@@ -242,23 +242,37 @@ TEST(Spmd, JointGraphDataParallelAllReducesGradients) {
   ASSERT_TRUE(compiler::AppendAdamW(*j, adam).ok());
   auto l = ParallelizeText(j->graph, Mesh({"dp"}, {2}), {{"x", "S(0)"}, {"y", "S(0)"}}, true);
   ASSERT_TRUE(l.ok()) << l.status();
+  // The loss's rows are split: the count of non-ignored targets (%2..%6) is
+  // all_reduced once (%7); its local share (%10) weights the P(avg) loss
+  // (%13, %14) and the backward's dloss (%16).
   EXPECT_EQ(PrintGraph(*l), R"(graph @lin(%w: f32[4, 3] @"[dp=R]" param, %b: f32[3] @"[dp=R]" param, %x: f32[4, 4] @"[dp=S(0)]", %y: i32[4] @"[dp=S(0)]", %lr: f32[] @"[dp=R]", %step: f32[] @"[dp=R]", %w.m: f32[4, 3] @"[dp=R]" state, %w.v: f32[4, 3] @"[dp=R]" state, %b.m: f32[3] @"[dp=R]" state, %b.v: f32[3] @"[dp=R]" state) {
   %0 = matmul(%x, %w) : f32[4, 3] @"[dp=S(0)]"
   %1 = add(%0, %b) : f32[4, 3] @"[dp=S(0)]"
-  %2, %3 = cross_entropy(%1, %y) : f32[] @"[dp=P(avg)]", f32[4] @"[dp=S(0)]"
-  %4 = fill() {dtype="f32", shape=[], value=1.0} : f32[] @"[dp=R]"
-  %5 = scale(%4) {s=0.5} : f32[] @"[dp=R]"
-  %6 = cross_entropy_backward(%5, %1, %y, %3) : f32[4, 3] @"[dp=S(0)]"
-  %7 = sum_to(%6) {shape=[3]} : f32[3] @"[dp=P(sum)]"
-  %8 = matmul(%6, %w) {trans_a=false, trans_b=true} : f32[4, 4] @"[dp=S(0)]"
-  %9 = matmul(%x, %6) {trans_a=true, trans_b=false} : f32[4, 3] @"[dp=P(sum)]"
-  %10 = all_reduce(%9) {group="dp", reduce="sum", world=2} : f32[4, 3] @"[dp=R]"
-  %11 = all_reduce(%7) {group="dp", reduce="sum", world=2} : f32[3] @"[dp=R]"
-  %12 = grad_norm(%10, %11) : f32[] @"[dp=R]"
-  %13, %14, %15 = adamw(%w, %10, %w.m, %w.v, %12, %lr, %step) {beta1=0.90000000000000002, beta2=0.999, eps=1e-08, max_norm=1.0, weight_decay=0.0} : f32[4, 3] @"[dp=R]", f32[4, 3] @"[dp=R]", f32[4, 3] @"[dp=R]"
-  %16, %17, %18 = adamw(%b, %11, %b.m, %b.v, %12, %lr, %step) {beta1=0.90000000000000002, beta2=0.999, eps=1e-08, max_norm=1.0, weight_decay=0.0} : f32[3] @"[dp=R]", f32[3] @"[dp=R]", f32[3] @"[dp=R]"
-  %19 = all_reduce(%2) {group="dp", reduce="avg", world=2} : f32[] @"[dp=R]"
-  return %19, %13 -> %w, %14 -> %w.m, %15 -> %w.v, %16 -> %b, %17 -> %b.m, %18 -> %b.v
+  %2 = fill() {dtype="i32", shape=[], value=-100.0} : i32[]
+  %3 = equal(%y, %2) : bool[4]
+  %4 = logical_not(%3) : bool[4]
+  %5 = cast(%4) {dtype="f32"} : f32[4]
+  %6 = sum(%5) : f32[] @"[dp=P(sum)]"
+  %7 = all_reduce(%6) {group="dp", reduce="sum", world=2} : f32[] @"[dp=R]"
+  %8 = fill() {dtype="f32", shape=[], value=1.0} : f32[]
+  %9 = maximum(%7, %8) : f32[]
+  %10 = div(%6, %9) : f32[]
+  %11, %12 = cross_entropy(%1, %y) : f32[], f32[4] @"[dp=S(0)]"
+  %13 = mul(%11, %10) : f32[]
+  %14 = scale(%13) {s=2.0} : f32[] @"[dp=P(avg)]"
+  %15 = fill() {dtype="f32", shape=[], value=1.0} : f32[] @"[dp=R]"
+  %16 = mul(%15, %10) : f32[] @"[dp=R]"
+  %17 = cross_entropy_backward(%16, %1, %y, %12) : f32[4, 3] @"[dp=S(0)]"
+  %18 = sum_to(%17) {shape=[3]} : f32[3] @"[dp=P(sum)]"
+  %19 = matmul(%17, %w) {trans_a=false, trans_b=true} : f32[4, 4] @"[dp=S(0)]"
+  %20 = matmul(%x, %17) {trans_a=true, trans_b=false} : f32[4, 3] @"[dp=P(sum)]"
+  %21 = all_reduce(%20) {group="dp", reduce="sum", world=2} : f32[4, 3] @"[dp=R]"
+  %22 = all_reduce(%18) {group="dp", reduce="sum", world=2} : f32[3] @"[dp=R]"
+  %23 = grad_norm(%21, %22) : f32[] @"[dp=R]"
+  %24, %25, %26 = adamw(%w, %21, %w.m, %w.v, %23, %lr, %step) {beta1=0.90000000000000002, beta2=0.999, eps=1e-08, max_norm=1.0, weight_decay=0.0} : f32[4, 3] @"[dp=R]", f32[4, 3] @"[dp=R]", f32[4, 3] @"[dp=R]"
+  %27, %28, %29 = adamw(%b, %22, %b.m, %b.v, %23, %lr, %step) {beta1=0.90000000000000002, beta2=0.999, eps=1e-08, max_norm=1.0, weight_decay=0.0} : f32[3] @"[dp=R]", f32[3] @"[dp=R]", f32[3] @"[dp=R]"
+  %30 = all_reduce(%14) {group="dp", reduce="avg", world=2} : f32[] @"[dp=R]"
+  return %30, %24 -> %w, %25 -> %w.m, %26 -> %w.v, %27 -> %b, %28 -> %b.m, %29 -> %b.v
 }
 )");
   // ZeRO-2 over the same graph: state S(0) on dp; grads reduce_scatter; the
@@ -269,28 +283,39 @@ TEST(Spmd, JointGraphDataParallelAllReducesGradients) {
   EXPECT_EQ(PrintGraph(*z), R"(graph @lin(%w: f32[4, 3] @"[dp=R]" param, %b: f32[3] @"[dp=R]" param, %x: f32[4, 4] @"[dp=S(0)]", %y: i32[4] @"[dp=S(0)]", %lr: f32[] @"[dp=R]", %step: f32[] @"[dp=R]", %w.m: f32[2, 3] @"[dp=S(0)]" state, %w.v: f32[2, 3] @"[dp=S(0)]" state, %b.m: f32[3] @"[dp=R]" state, %b.v: f32[3] @"[dp=R]" state) {
   %0 = matmul(%x, %w) : f32[4, 3] @"[dp=S(0)]"
   %1 = add(%0, %b) : f32[4, 3] @"[dp=S(0)]"
-  %2, %3 = cross_entropy(%1, %y) : f32[] @"[dp=P(avg)]", f32[4] @"[dp=S(0)]"
-  %4 = fill() {dtype="f32", shape=[], value=1.0} : f32[] @"[dp=R]"
-  %5 = scale(%4) {s=0.5} : f32[] @"[dp=R]"
-  %6 = cross_entropy_backward(%5, %1, %y, %3) : f32[4, 3] @"[dp=S(0)]"
-  %7 = sum_to(%6) {shape=[3]} : f32[3] @"[dp=P(sum)]"
-  %8 = matmul(%6, %w) {trans_a=false, trans_b=true} : f32[4, 4] @"[dp=S(0)]"
-  %9 = matmul(%x, %6) {trans_a=true, trans_b=false} : f32[4, 3] @"[dp=P(sum)]"
-  %10 = reduce_scatter(%9) {axis=0, group="dp", reduce="sum", world=2} : f32[2, 3] @"[dp=S(0)]"
-  %11 = all_reduce(%7) {group="dp", reduce="sum", world=2} : f32[3] @"[dp=R]"
-  %12 = grad_norm(%11) : f32[] @"[dp=R]"
-  %13 = mul(%12, %12) : f32[] @"[dp=R]"
-  %14 = grad_norm(%10) : f32[]
-  %15 = mul(%14, %14) : f32[] @"[dp=P(sum)]"
-  %16 = all_reduce(%15) {group="dp", reduce="sum", world=2} : f32[] @"[dp=R]"
-  %17 = add(%13, %16) : f32[] @"[dp=R]"
-  %18 = sqrt(%17) : f32[] @"[dp=R]"
-  %19 = shard_slice(%w) {axis=0, group="dp", world=2} : f32[2, 3] @"[dp=S(0)]"
-  %20, %21, %22 = adamw(%19, %10, %w.m, %w.v, %18, %lr, %step) {beta1=0.90000000000000002, beta2=0.999, eps=1e-08, max_norm=1.0, weight_decay=0.0} : f32[2, 3] @"[dp=S(0)]", f32[2, 3] @"[dp=S(0)]", f32[2, 3] @"[dp=S(0)]"
-  %23, %24, %25 = adamw(%b, %11, %b.m, %b.v, %18, %lr, %step) {beta1=0.90000000000000002, beta2=0.999, eps=1e-08, max_norm=1.0, weight_decay=0.0} : f32[3] @"[dp=R]", f32[3] @"[dp=R]", f32[3] @"[dp=R]"
-  %26 = all_reduce(%2) {group="dp", reduce="avg", world=2} : f32[] @"[dp=R]"
-  %27 = all_gather(%20) {axis=0, group="dp", world=2} : f32[4, 3] @"[dp=R]"
-  return %26, %27 -> %w, %21 -> %w.m, %22 -> %w.v, %23 -> %b, %24 -> %b.m, %25 -> %b.v
+  %2 = fill() {dtype="i32", shape=[], value=-100.0} : i32[]
+  %3 = equal(%y, %2) : bool[4]
+  %4 = logical_not(%3) : bool[4]
+  %5 = cast(%4) {dtype="f32"} : f32[4]
+  %6 = sum(%5) : f32[] @"[dp=P(sum)]"
+  %7 = all_reduce(%6) {group="dp", reduce="sum", world=2} : f32[] @"[dp=R]"
+  %8 = fill() {dtype="f32", shape=[], value=1.0} : f32[]
+  %9 = maximum(%7, %8) : f32[]
+  %10 = div(%6, %9) : f32[]
+  %11, %12 = cross_entropy(%1, %y) : f32[], f32[4] @"[dp=S(0)]"
+  %13 = mul(%11, %10) : f32[]
+  %14 = scale(%13) {s=2.0} : f32[] @"[dp=P(avg)]"
+  %15 = fill() {dtype="f32", shape=[], value=1.0} : f32[] @"[dp=R]"
+  %16 = mul(%15, %10) : f32[] @"[dp=R]"
+  %17 = cross_entropy_backward(%16, %1, %y, %12) : f32[4, 3] @"[dp=S(0)]"
+  %18 = sum_to(%17) {shape=[3]} : f32[3] @"[dp=P(sum)]"
+  %19 = matmul(%17, %w) {trans_a=false, trans_b=true} : f32[4, 4] @"[dp=S(0)]"
+  %20 = matmul(%x, %17) {trans_a=true, trans_b=false} : f32[4, 3] @"[dp=P(sum)]"
+  %21 = reduce_scatter(%20) {axis=0, group="dp", reduce="sum", world=2} : f32[2, 3] @"[dp=S(0)]"
+  %22 = all_reduce(%18) {group="dp", reduce="sum", world=2} : f32[3] @"[dp=R]"
+  %23 = grad_norm(%22) : f32[] @"[dp=R]"
+  %24 = mul(%23, %23) : f32[] @"[dp=R]"
+  %25 = grad_norm(%21) : f32[]
+  %26 = mul(%25, %25) : f32[] @"[dp=P(sum)]"
+  %27 = all_reduce(%26) {group="dp", reduce="sum", world=2} : f32[] @"[dp=R]"
+  %28 = add(%24, %27) : f32[] @"[dp=R]"
+  %29 = sqrt(%28) : f32[] @"[dp=R]"
+  %30 = shard_slice(%w) {axis=0, group="dp", world=2} : f32[2, 3] @"[dp=S(0)]"
+  %31, %32, %33 = adamw(%30, %21, %w.m, %w.v, %29, %lr, %step) {beta1=0.90000000000000002, beta2=0.999, eps=1e-08, max_norm=1.0, weight_decay=0.0} : f32[2, 3] @"[dp=S(0)]", f32[2, 3] @"[dp=S(0)]", f32[2, 3] @"[dp=S(0)]"
+  %34, %35, %36 = adamw(%b, %22, %b.m, %b.v, %29, %lr, %step) {beta1=0.90000000000000002, beta2=0.999, eps=1e-08, max_norm=1.0, weight_decay=0.0} : f32[3] @"[dp=R]", f32[3] @"[dp=R]", f32[3] @"[dp=R]"
+  %37 = all_reduce(%14) {group="dp", reduce="avg", world=2} : f32[] @"[dp=R]"
+  %38 = all_gather(%31) {axis=0, group="dp", world=2} : f32[4, 3] @"[dp=R]"
+  return %37, %38 -> %w, %32 -> %w.m, %33 -> %w.v, %34 -> %b, %35 -> %b.m, %36 -> %b.v
 }
 )");
 }
@@ -307,35 +332,39 @@ TEST(Spmd, VocabParallelCrossEntropyNeverGathersLogits) {
             R"(graph @ce(%l: f32[4, 4] @"[tp=S(1)]", %t: i32[4] @"[tp=R]") {
   %0, %1 = vocab_onehot(%t) {group="tp", ignore_index=-100, num_classes=4, world=2} : f32[4, 4] @"[tp=S(1)]", f32[4] @"[tp=R]"
   %2 = sum(%1) : f32[]
-  %3 = max(%l) {axes=[1], keepdim=true} : f32[4, 1]
-  %4 = all_reduce(%3) {group="tp", reduce="max", world=2} : f32[4, 1] @"[tp=R]"
-  %5 = sub(%l, %4) : f32[4, 4] @"[tp=S(1)]"
-  %6 = exp(%5) : f32[4, 4] @"[tp=S(1)]"
-  %7 = sum(%6) {axes=[1]} : f32[4]
-  %8 = all_reduce(%7) {group="tp", reduce="sum", world=2} : f32[4] @"[tp=R]"
-  %9 = log(%8) : f32[4] @"[tp=R]"
-  %10 = reshape(%4) {shape=[4]} : f32[4] @"[tp=R]"
-  %11 = add(%9, %10) : f32[4] @"[tp=R]"
-  %12 = mul(%l, %0) : f32[4, 4] @"[tp=S(1)]"
-  %13 = sum(%12) {axes=[1]} : f32[4]
-  %14 = all_reduce(%13) {group="tp", reduce="sum", world=2} : f32[4] @"[tp=R]"
-  %15 = sub(%11, %14) : f32[4] @"[tp=R]"
-  %16 = mul(%15, %1) : f32[4] @"[tp=R]"
-  %17 = sum(%16) : f32[]
-  %18 = div(%17, %2) : f32[] @"[tp=R]"
-  %19 = fill() {dtype="f32", shape=[], value=1.0} : f32[] @"[tp=R]"
-  %20, %21 = vocab_onehot(%t) {group="tp", ignore_index=-100, num_classes=4, world=2} : f32[4, 4] @"[tp=S(1)]", f32[4] @"[tp=R]"
-  %22 = sum(%21) : f32[]
-  %23 = reshape(%11) {shape=[4, 1]} : f32[4, 1] @"[tp=R]"
-  %24 = sub(%l, %23) : f32[4, 4] @"[tp=S(1)]"
-  %25 = exp(%24) : f32[4, 4] @"[tp=S(1)]"
-  %26 = sub(%25, %20) : f32[4, 4] @"[tp=S(1)]"
-  %27 = reshape(%21) {shape=[4, 1]} : f32[4, 1] @"[tp=R]"
-  %28 = mul(%26, %27) : f32[4, 4] @"[tp=S(1)]"
-  %29 = div(%19, %22) : f32[]
-  %30 = mul(%28, %29) : f32[4, 4] @"[tp=S(1)]"
-  %31 = all_gather(%30) {axis=1, group="tp", world=2} : f32[4, 8] @"[tp=R]"
-  return %18, %31
+  %3 = fill() {dtype="f32", shape=[], value=1.0} : f32[]
+  %4 = maximum(%2, %3) : f32[]
+  %5 = max(%l) {axes=[1], keepdim=true} : f32[4, 1]
+  %6 = all_reduce(%5) {group="tp", reduce="max", world=2} : f32[4, 1] @"[tp=R]"
+  %7 = sub(%l, %6) : f32[4, 4] @"[tp=S(1)]"
+  %8 = exp(%7) : f32[4, 4] @"[tp=S(1)]"
+  %9 = sum(%8) {axes=[1]} : f32[4]
+  %10 = all_reduce(%9) {group="tp", reduce="sum", world=2} : f32[4] @"[tp=R]"
+  %11 = log(%10) : f32[4] @"[tp=R]"
+  %12 = reshape(%6) {shape=[4]} : f32[4] @"[tp=R]"
+  %13 = add(%11, %12) : f32[4] @"[tp=R]"
+  %14 = mul(%l, %0) : f32[4, 4] @"[tp=S(1)]"
+  %15 = sum(%14) {axes=[1]} : f32[4]
+  %16 = all_reduce(%15) {group="tp", reduce="sum", world=2} : f32[4] @"[tp=R]"
+  %17 = sub(%13, %16) : f32[4] @"[tp=R]"
+  %18 = mul(%17, %1) : f32[4] @"[tp=R]"
+  %19 = sum(%18) : f32[]
+  %20 = div(%19, %4) : f32[] @"[tp=R]"
+  %21 = fill() {dtype="f32", shape=[], value=1.0} : f32[] @"[tp=R]"
+  %22, %23 = vocab_onehot(%t) {group="tp", ignore_index=-100, num_classes=4, world=2} : f32[4, 4] @"[tp=S(1)]", f32[4] @"[tp=R]"
+  %24 = sum(%23) : f32[]
+  %25 = fill() {dtype="f32", shape=[], value=1.0} : f32[]
+  %26 = maximum(%24, %25) : f32[]
+  %27 = reshape(%13) {shape=[4, 1]} : f32[4, 1] @"[tp=R]"
+  %28 = sub(%l, %27) : f32[4, 4] @"[tp=S(1)]"
+  %29 = exp(%28) : f32[4, 4] @"[tp=S(1)]"
+  %30 = sub(%29, %22) : f32[4, 4] @"[tp=S(1)]"
+  %31 = reshape(%23) {shape=[4, 1]} : f32[4, 1] @"[tp=R]"
+  %32 = mul(%30, %31) : f32[4, 4] @"[tp=S(1)]"
+  %33 = div(%21, %26) : f32[]
+  %34 = mul(%32, %33) : f32[4, 4] @"[tp=S(1)]"
+  %35 = all_gather(%34) {axis=1, group="tp", world=2} : f32[4, 8] @"[tp=R]"
+  return %20, %35
 }
 )");
 }

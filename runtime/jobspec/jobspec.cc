@@ -593,6 +593,10 @@ absl::Status ValidateJobSpec(const v1::JobSpec& s) {
                              absl::StrCat("must be divisible by model.n_head = ", m.n_head())));
   LOOM_RETURN_IF_ERROR(Field(m.n_kv_head() > 0 && m.n_head() % m.n_kv_head() == 0, "model.n_kv_head",
                              str(m.n_kv_head()), absl::StrCat("must divide model.n_head = ", m.n_head())));
+  LOOM_RETURN_IF_ERROR(Field(m.family() != "gpt" || m.n_kv_head() == m.n_head(), "model.n_kv_head",
+                             str(m.n_kv_head()),
+                             absl::StrCat("the gpt family has no grouped-query attention (leave it out or set it to "
+                                          "model.n_head = ", m.n_head(), ")")));
   LOOM_RETURN_IF_ERROR(Field(m.family() != "llama" || (m.d_model() / m.n_head()) % 2 == 0, "model.d_model",
                              str(m.d_model()), "llama needs an even head dimension for RoPE"));
   LOOM_RETURN_IF_ERROR(Field(m.seq_len() > 0, "model.seq_len", str(m.seq_len()), "must be positive"));

@@ -359,6 +359,16 @@ TEST(JobSpec, LoadNamesTheFile) {
   EXPECT_EQ(LoadJobSpec("/nonexistent.yaml").status().code(), absl::StatusCode::kNotFound);
 }
 
+// Grouped-query attention is a llama setting: on a gpt model an n_kv_head
+// other than n_head is rejected here, naming the field, not by the model builder.
+TEST(JobSpec, GptRejectsGroupedQueryHeads) {
+  EXPECT_EQ(ErrorOf("model: {family: gpt, n_head: 4, n_kv_head: 2, d_model: 64}"),
+            "model.n_kv_head: the gpt family has no grouped-query attention (leave it out or set it to "
+            "model.n_head = 4) (got 2)");
+  EXPECT_EQ(ErrorOf("model: {family: gpt, n_head: 4, n_kv_head: 4, d_model: 64}"), "");
+  EXPECT_EQ(ErrorOf("model: {family: llama, n_head: 4, n_kv_head: 2, d_model: 64}"), "");
+}
+
 // The parallel section is checked by the layout rules (parallel/parallel_check.h)
 // when a job spec is validated, before any process starts.
 TEST(JobSpec, ParallelSectionUsesTheLayoutRules) {

@@ -67,6 +67,10 @@ absl::StatusOr<std::unique_ptr<RunReporter>> RunReporter::Open(const v1::JobSpec
   }
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
+  // A run_dir the spec names is the user's input: a folder that cannot be made
+  // there is bad input naming the field.
+  if (ec && !spec.run_dir().empty())
+    return absl::InvalidArgumentError(absl::StrCat("run_dir: cannot create ", dir, ": ", ec.message()));
   if (ec) return absl::InternalError(absl::StrCat("cannot create run folder ", dir, ": ", ec.message()));
   std::unique_ptr<RunReporter> r(new RunReporter());
   r->spec_ = spec;

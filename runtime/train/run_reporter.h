@@ -48,6 +48,7 @@ class RunReporter {
   // Creates `dir` and its files. `metrics_listen` ("" = off) serves /metrics.
   // Without a run_dir the folder is named after the job: InvalidArgument when
   // the name is not [a-z0-9][a-z0-9._-]{0,62} (jobspec/confine.h).
+  // A run_dir that cannot be created is InvalidArgument naming run_dir.
   static absl::StatusOr<std::unique_ptr<RunReporter>> Open(const v1::JobSpec& spec, const std::string& dir,
                                                            const std::string& metrics_listen);
 

@@ -7,12 +7,10 @@
 //                 style, where the model's layout allows it)
 //   dp=4, ZeRO-3  no plan: parameters, gradients and AdamW state sharded
 //
-// Tagged manual (built, not run by scripts/test.sh) while Bert fails under
-// both layouts from step 1 (relative gaps of 1e-3 to 1e-1): its masked-LM
-// loss ignores unmasked positions, and a batch-sharded cross_entropy
-// (compiler/spmd/rules.cc) averages the ranks' per-shard means, which is not
-// the global mean when the ranks hold different numbers of masked positions.
-// nanoGPT and GPT-J pass.
+// Bert's masked-LM loss ignores unmasked positions, so ranks hold different
+// numbers of counted targets: the case checks that a batch-split
+// cross_entropy is the global mean over counted targets (compiler/spmd,
+// SplitLossRows), in the loss and in the gradients that drive later steps.
 #include <unistd.h>
 
 #include <cmath>

@@ -52,6 +52,11 @@ TEST(TrainCli, BadInputNamesKeyAndValueAndExits2) {
   ExpectBadInput("train: {precision: bf16}\n", {"train.precision", "bf16", "device: cuda"});
   ExpectBadInput("train: {grad_accum_steps: 0}\n", {"train.grad_accum_steps", "got 0"});
   ExpectBadInput("train: {batch_size: 8, grad_accum_steps: 3}\n", {"train.grad_accum_steps", "3", "train.batch_size"});
+  // Settings the model builder and the run folder reject after validation:
+  // still bad input (exit 2) naming the spec field.
+  ExpectBadInput("model: {family: gpt, n_head: 4, n_kv_head: 2, d_model: 64}\n",
+                 {"model.n_kv_head", "2", "grouped-query"});
+  ExpectBadInput("run_dir: /proc/no/such/run\n", {"run_dir", "/proc/no/such/run"});
   Result r = RunLoom("train /no/such/job.yaml");
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("/no/such/job.yaml"), std::string::npos);
