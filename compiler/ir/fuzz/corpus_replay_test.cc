@@ -1,36 +1,14 @@
 // Replays every committed fuzz corpus file through the IR text parser (no sanitizer
 // needed; a crash or an abort from a broken invariant fails the test).
-#include <dirent.h>
+#include "base/testing/corpus_replay.h"
 
-#include <cstdio>
-#include <fstream>
-#include <iterator>
-#include <string>
-#include <vector>
-
-#include "gtest/gtest.h"
 #include "compiler/ir/fuzz/ir_text_fuzz_body.h"
+#include "gtest/gtest.h"
 
 namespace loom::compiler::fuzz {
 namespace {
 
-TEST(CorpusReplay, FuzzIrText) {
-  const std::string dir = "compiler/ir/fuzz/corpus";
-  std::vector<std::string> files;
-  if (DIR* d = opendir(dir.c_str())) {
-    while (struct dirent* e = readdir(d)) {
-      if (e->d_name[0] != '.') files.push_back(dir + "/" + e->d_name);
-    }
-    closedir(d);
-  }
-  ASSERT_GE(files.size(), 3u) << dir;
-  for (const std::string& f : files) {
-    std::ifstream in(f, std::ios::binary);
-    const std::string b((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-    FuzzIrText(reinterpret_cast<const uint8_t*>(b.data()), b.size());
-  }
-  std::printf("replayed %zu inputs from %s\n", files.size(), dir.c_str());
-}
+TEST(CorpusReplay, FuzzIrText) { loom::testing::ReplayCorpus("compiler/ir/fuzz/corpus", FuzzIrText); }
 
 }  // namespace
 }  // namespace loom::compiler::fuzz
