@@ -32,7 +32,7 @@ absl::Status CheckRank(int r, int size, absl::string_view op, absl::string_view 
   return absl::OkStatus();
 }
 
-AlgorithmBackend::AlgorithmBackend(std::string name, std::unique_ptr<Transport> transport)
+AlgorithmBackend::AlgorithmBackend(std::string name, std::unique_ptr<transport::Transport> transport)
     : name_(std::move(name)), transport_(std::move(transport)) {
   executor_ = std::thread([this] { ExecutorLoop(); });
   waiter_ = std::thread([this] { WaiterLoop(); });
@@ -58,15 +58,14 @@ bool AlgorithmBackend::Supports(OpType, DType, DeviceKind device) const {
   return device == DeviceKind::kCPU;
 }
 
-absl::StatusOr<WorkPtr> AlgorithmBackend::Enqueue(OpType op, DType dtype, int64_t numel,
-                                                  absl::Duration timeout,
-                                                  std::function<absl::Status(const Comm&)> fn,
-                                                  PostFn post, Tensor keep_alive) {
+absl::StatusOr<WorkPtr> AlgorithmBackend::Enqueue(OpType op, DType dtype, int64_t numel, absl::Duration timeout,
+                                                  std::function<absl::Status(const algorithms::Comm&)> fn, PostFn post,
+                                                  Tensor keep_alive) {
   if (timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError(absl::StrCat(OpTypeName(op), ": options.timeout: must be positive"));
   }
   auto work = std::make_shared<Work>();
-  Transport* t = transport_.get();
+  transport::Transport* t = transport_.get();
   ChannelPool* pool = channels_.get();
   std::string what = absl::StrCat(name_, " ", OpTypeName(op));
   work->set_abort_hook([t, pool, what] {
@@ -199,7 +198,7 @@ void AlgorithmBackend::WaiterLoop() {
 
 absl::StatusOr<WorkPtr> AlgorithmBackend::AllReduce(const Tensor& t, const AllReduceOptions& o) {
   LOOM_RETURN_IF_ERROR(CheckTensorArg(t, "all_reduce", "tensor"));
-  LOOM_RETURN_IF_ERROR(Annotate(CheckReducible(t.dtype(), o.op), "all_reduce"));
+  LOOM_RETURN_IF_ERROR(Annotate(algorithms::CheckReducible(t.dtype(), o.op), "all_reduce"));
   ReduceOp op = o.op;
   return Enqueue(OpType::kAllReduce, t.dtype(), t.numel(), o.timeout,
                  [this, t, op](const Comm& c) { return RunAllReduce(c, t, op); });
@@ -216,7 +215,7 @@ absl::StatusOr<WorkPtr> AlgorithmBackend::Broadcast(const Tensor& t, const Broad
 absl::StatusOr<WorkPtr> AlgorithmBackend::Reduce(const Tensor& t, const ReduceOptions& o) {
   LOOM_RETURN_IF_ERROR(CheckTensorArg(t, "reduce", "tensor"));
   LOOM_RETURN_IF_ERROR(CheckRank(o.root, size(), "reduce", "options.root"));
-  LOOM_RETURN_IF_ERROR(Annotate(CheckReducible(t.dtype(), o.op), "reduce"));
+  LOOM_RETURN_IF_ERROR(Annotate(algorithms::CheckReducible(t.dtype(), o.op), "reduce"));
   int root = o.root;
   ReduceOp op = o.op;
   return Enqueue(OpType::kReduce, t.dtype(), t.numel(), o.timeout,
@@ -282,7 +281,7 @@ absl::StatusOr<WorkPtr> AlgorithmBackend::ReduceScatter(const Tensor& output,
                                                         absl::Span<const Tensor> inputs,
                                                         const ReduceScatterOptions& o) {
   LOOM_RETURN_IF_ERROR(CheckTensorArg(output, "reduce_scatter", "output"));
-  LOOM_RETURN_IF_ERROR(Annotate(CheckReducible(output.dtype(), o.op), "reduce_scatter"));
+  LOOM_RETURN_IF_ERROR(Annotate(algorithms::CheckReducible(output.dtype(), o.op), "reduce_scatter"));
   if (static_cast<int>(inputs.size()) != size()) {
     return absl::InvalidArgumentError(absl::StrCat("reduce_scatter: inputs: expected ", size(),
                                                    " tensors, got ", inputs.size()));
@@ -322,7 +321,7 @@ absl::StatusOr<WorkPtr> AlgorithmBackend::ReduceScatterFrom(const Tensor& output
                                                             const ReduceScatterOptions& o) {
   LOOM_RETURN_IF_ERROR(CheckTensorArg(output, "reduce_scatter_from", "output"));
   LOOM_RETURN_IF_ERROR(CheckTensorArg(input, "reduce_scatter_from", "input"));
-  LOOM_RETURN_IF_ERROR(Annotate(CheckReducible(output.dtype(), o.op), "reduce_scatter_from"));
+  LOOM_RETURN_IF_ERROR(Annotate(algorithms::CheckReducible(output.dtype(), o.op), "reduce_scatter_from"));
   if (output.dtype() != input.dtype() || input.numel() != output.numel() * size()) {
     return absl::InvalidArgumentError(absl::StrCat("reduce_scatter_from: input: expected ",
                                                    DTypeName(output.dtype()), " with ",
@@ -490,28 +489,28 @@ absl::StatusOr<WorkPtr> AlgorithmBackend::Barrier(const BarrierOptions& o) {
 
 // ---------------------------------------------------------------- default hooks
 
-absl::Status AlgorithmBackend::RunAllReduce(const Comm& c, const Tensor& t, ReduceOp op) {
+absl::Status AlgorithmBackend::RunAllReduce(const algorithms::Comm& c, const Tensor& t, ReduceOp op) {
   const int slices = channels_ ? channels_->Slices(t.nbytes()) : 1;
   if (slices <= 1) return algorithms::AllReduce(c, t.raw_data(), t.numel(), t.dtype(), op);
   // Contiguous slices, one per channel; each is an independent all_reduce.
   const size_t count = static_cast<size_t>(t.numel()), es = DTypeSize(t.dtype());
   char* base = static_cast<char*>(t.raw_data());
-  return channels_->Run(slices, c.transport, [&](int k, Transport* tr) {
+  return channels_->Run(slices, c.transport, [&](int k, transport::Transport* tr) {
     const size_t lo = count * k / slices, hi = count * (k + 1) / slices;
     algorithms::Comm ck{tr, c.tag_base, c.deadline};
     return algorithms::AllReduce(ck, base + lo * es, hi - lo, t.dtype(), op);
   });
 }
-absl::Status AlgorithmBackend::RunBroadcast(const Comm& c, const Tensor& t, int root) {
+absl::Status AlgorithmBackend::RunBroadcast(const algorithms::Comm& c, const Tensor& t, int root) {
   return algorithms::BinomialBroadcast(c, t.raw_data(), t.nbytes(), root);
 }
-absl::Status AlgorithmBackend::RunReduce(const Comm& c, const Tensor& t, ReduceOp op, int root) {
+absl::Status AlgorithmBackend::RunReduce(const algorithms::Comm& c, const Tensor& t, ReduceOp op, int root) {
   return algorithms::BinomialReduce(c, t.raw_data(), t.numel(), t.dtype(), op, root);
 }
 // Channel slice k of s of a block of n units: [n*k/s, n*(k+1)/s).
 static size_t SliceLo(size_t n, int k, int s) { return n * k / s; }
 
-absl::Status AlgorithmBackend::RunAllGather(const Comm& c, const Tensor& in, const Tensor& out_flat,
+absl::Status AlgorithmBackend::RunAllGather(const algorithms::Comm& c, const Tensor& in, const Tensor& out_flat,
                                             absl::Span<const size_t> bytes) {
   const size_t total = std::accumulate(bytes.begin(), bytes.end(), size_t{0});
   const int slices = channels_ ? channels_->Slices(total) : 1;
@@ -522,7 +521,7 @@ absl::Status AlgorithmBackend::RunAllGather(const Comm& c, const Tensor& in, con
   for (int i = 1; i < n; ++i) seg_off[i] = seg_off[i - 1] + bytes[i - 1];
   const char* src = static_cast<const char*>(in.raw_data());
   char* dst = static_cast<char*>(out_flat.raw_data());
-  return channels_->Run(slices, c.transport, [&](int k, Transport* tr) {
+  return channels_->Run(slices, c.transport, [&](int k, transport::Transport* tr) {
     std::vector<size_t> b(n), off(n);
     for (int i = 0; i < n; ++i) {
       size_t lo = SliceLo(bytes[i], k, slices);
@@ -533,7 +532,7 @@ absl::Status AlgorithmBackend::RunAllGather(const Comm& c, const Tensor& in, con
     return algorithms::RingAllGatherAt(ck, src + SliceLo(bytes[r], k, slices), dst, b, off);
   });
 }
-absl::Status AlgorithmBackend::RunReduceScatter(const Comm& c, const Tensor& in_flat, const Tensor& out,
+absl::Status AlgorithmBackend::RunReduceScatter(const algorithms::Comm& c, const Tensor& in_flat, const Tensor& out,
                                                 absl::Span<const size_t> counts, ReduceOp op) {
   const size_t es = DTypeSize(out.dtype());
   const size_t total = std::accumulate(counts.begin(), counts.end(), size_t{0});
@@ -546,7 +545,7 @@ absl::Status AlgorithmBackend::RunReduceScatter(const Comm& c, const Tensor& in_
   std::vector<size_t> block_off(n, 0);
   for (int i = 1; i < n; ++i) block_off[i] = block_off[i - 1] + counts[i - 1];
   char* dst = static_cast<char*>(out.raw_data());
-  return channels_->Run(slices, c.transport, [&](int k, Transport* tr) {
+  return channels_->Run(slices, c.transport, [&](int k, transport::Transport* tr) {
     std::vector<size_t> cnt(n), off(n);
     for (int i = 0; i < n; ++i) {
       size_t lo = SliceLo(counts[i], k, slices);
@@ -558,19 +557,19 @@ absl::Status AlgorithmBackend::RunReduceScatter(const Comm& c, const Tensor& in_
                                            cnt, out.dtype(), op);
   });
 }
-absl::Status AlgorithmBackend::RunAllToAll(const Comm& c, const Tensor& in,
+absl::Status AlgorithmBackend::RunAllToAll(const algorithms::Comm& c, const Tensor& in,
                                            absl::Span<const size_t> send_bytes, const Tensor& out,
                                            absl::Span<const size_t> recv_bytes) {
   return algorithms::PairwiseAllToAll(c, in.raw_data(), send_bytes, out.raw_data(), recv_bytes);
 }
-absl::Status AlgorithmBackend::RunGather(const Comm& c, const Tensor& in, void* out,
+absl::Status AlgorithmBackend::RunGather(const algorithms::Comm& c, const Tensor& in, void* out,
                                          absl::Span<const size_t> bytes, int root) {
   return algorithms::Gather(c, in.raw_data(), out, bytes, root);
 }
-absl::Status AlgorithmBackend::RunScatter(const Comm& c, const void* in, const Tensor& out,
+absl::Status AlgorithmBackend::RunScatter(const algorithms::Comm& c, const void* in, const Tensor& out,
                                           absl::Span<const size_t> bytes, int root) {
   return algorithms::Scatter(c, in, out.raw_data(), bytes, root);
 }
-absl::Status AlgorithmBackend::RunBarrier(const Comm& c) { return algorithms::DisseminationBarrier(c); }
+absl::Status AlgorithmBackend::RunBarrier(const algorithms::Comm& c) { return algorithms::DisseminationBarrier(c); }
 
 }  // namespace loom::collectives

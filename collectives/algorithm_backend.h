@@ -33,7 +33,7 @@ namespace loom::collectives {
 
 class AlgorithmBackend : public Backend {
  public:
-  AlgorithmBackend(std::string name, std::unique_ptr<Transport> transport);
+  AlgorithmBackend(std::string name, std::unique_ptr<transport::Transport> transport);
   ~AlgorithmBackend() override;
 
   absl::string_view name() const override { return name_; }
@@ -67,7 +67,7 @@ class AlgorithmBackend : public Backend {
   // The group's store: a failing rank records its error under "error/<rank>"
   // (before aborting its transport) and quotes the errors other ranks recorded,
   // so a survivor that only saw a neighbour drop still names the dead peer.
-  void set_store(std::shared_ptr<Store> store) { store_ = std::move(store); }
+  void set_store(std::shared_ptr<store::Store> store) { store_ = std::move(store); }
   // Extra channels (see channels.h): a large all_reduce then runs as
   // ChannelPool::Slices(bytes) slices, one per channel and thread. Call
   // before the first op.
@@ -99,18 +99,18 @@ class AlgorithmBackend : public Backend {
   virtual absl::Status RunScatter(const Comm& c, const void* in, const Tensor& out,
                                   absl::Span<const size_t> bytes, int root);
   virtual absl::Status RunBarrier(const Comm& c);
-  Transport* transport() { return transport_.get(); }
+  transport::Transport* transport() { return transport_.get(); }
   // Subclasses that own resources the executor uses call this first in their destructor.
   void StopExecutor();
 
  private:
-  using PostFn = std::function<absl::StatusOr<std::unique_ptr<TransportRequest>>(const Comm&)>;
+  using PostFn = std::function<absl::StatusOr<std::unique_ptr<transport::TransportRequest>>(const Comm&)>;
   struct Task {
     WorkPtr work;
     OpType op;
     uint64_t seq;
     absl::Duration timeout;
-    std::function<absl::Status(const Comm&)> fn;
+    std::function<absl::Status(const algorithms::Comm&)> fn;
     PostFn post;  // point-to-point: posted in order, completed by the waiter thread
     Tensor keep_alive;
     int64_t bytes = 0;
@@ -120,7 +120,7 @@ class AlgorithmBackend : public Backend {
   void Complete(Task& task, const absl::Status& s);
   struct Pending {
     Task task;
-    std::unique_ptr<TransportRequest> request;
+    std::unique_ptr<transport::TransportRequest> request;
     absl::Time deadline;
   };
   absl::StatusOr<WorkPtr> Enqueue(OpType op, DType dtype, int64_t numel, absl::Duration timeout,
@@ -132,11 +132,11 @@ class AlgorithmBackend : public Backend {
   absl::Status Fail(const Task& task, const absl::Status& s);
 
   std::string name_;
-  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<ChannelPool> channels_;  // null: one channel
   FlightRecorder recorder_;
   std::string recorder_dir_;
-  std::shared_ptr<Store> store_;
+  std::shared_ptr<store::Store> store_;
   absl::Mutex mu_;
   std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -85,7 +85,7 @@ class Backend {
 };
 
 struct BackendContext {
-  std::shared_ptr<Store> store;  // already prefixed for this group and backend
+  std::shared_ptr<store::Store> store;  // already prefixed for this group and backend
   int rank = 0;
   int size = 1;
   absl::Duration timeout = kDefaultTimeout;  // for setup (rendezvous)

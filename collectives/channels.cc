@@ -31,8 +31,7 @@ int SliceCount(size_t bytes, const ChannelConfig& c) {
   return static_cast<int>(std::max<size_t>(1, std::min<size_t>(c.channels, by_size)));
 }
 
-absl::StatusOr<ChannelConfig> AgreeChannelConfig(Store& store, int rank, int size,
-                                                 absl::Duration timeout) {
+absl::StatusOr<ChannelConfig> AgreeChannelConfig(store::Store& store, int rank, int size, absl::Duration timeout) {
   ChannelConfig c;
   if (size <= 1) return c;
   if (rank == 0) {
@@ -70,13 +69,12 @@ absl::StatusOr<ChannelConfig> AgreeChannelConfig(Store& store, int rank, int siz
   return c;
 }
 
-std::shared_ptr<Store> ChannelStore(std::shared_ptr<Store> store, int k) {
-  return std::make_shared<PrefixStore>(std::move(store), absl::StrCat("ch", k));
+std::shared_ptr<store::Store> ChannelStore(std::shared_ptr<store::Store> store, int k) {
+  return std::make_shared<store::PrefixStore>(std::move(store), absl::StrCat("ch", k));
 }
 
-absl::StatusOr<ExtraChannels> ConnectExtraChannels(std::shared_ptr<Store> store, int rank, int size,
-                                                   absl::Duration timeout,
-                                                   const TransportFactory& connect) {
+absl::StatusOr<ExtraChannels> ConnectExtraChannels(std::shared_ptr<store::Store> store, int rank, int size,
+                                                   absl::Duration timeout, const TransportFactory& connect) {
   auto c = AgreeChannelConfig(*store, rank, size, timeout);
   if (!c.ok()) return c.status();
   ExtraChannels extra;
@@ -133,8 +131,8 @@ void ChannelPool::AbortExtra(const absl::Status& reason) {
   for (auto& w : workers_) w->transport->Abort(reason);
 }
 
-absl::Status ChannelPool::Run(int slices, Transport* channel0,
-                              const std::function<absl::Status(int, Transport*)>& fn) {
+absl::Status ChannelPool::Run(int slices, transport::Transport* channel0,
+                              const std::function<absl::Status(int, transport::Transport*)>& fn) {
   slices = std::clamp(slices, 1, channels());
   // First failure aborts every channel so the other slices stop waiting.
   absl::Mutex first_mu;

@@ -53,23 +53,21 @@ int SliceCount(size_t bytes, const ChannelConfig& c);
 
 // Rank 0 picks the configuration (see the header comment) and publishes it
 // under "channels"; every rank returns the published value.
-absl::StatusOr<ChannelConfig> AgreeChannelConfig(Store& store, int rank, int size,
-                                                 absl::Duration timeout);
+absl::StatusOr<ChannelConfig> AgreeChannelConfig(store::Store& store, int rank, int size, absl::Duration timeout);
 
 // Store for channel k (k >= 1): keys under "ch<k>/" of `store`.
-std::shared_ptr<Store> ChannelStore(std::shared_ptr<Store> store, int k);
+std::shared_ptr<store::Store> ChannelStore(std::shared_ptr<store::Store> store, int k);
 
 // Agrees on the channel count and connects channels 1..K-1 with `connect`
 // (called with each channel's store). Empty when K == 1.
 using TransportFactory =
-    std::function<absl::StatusOr<std::unique_ptr<Transport>>(std::shared_ptr<Store>)>;
+    std::function<absl::StatusOr<std::unique_ptr<transport::Transport>>(std::shared_ptr<store::Store>)>;
 struct ExtraChannels {
   ChannelConfig config;
-  std::vector<std::unique_ptr<Transport>> transports;  // channels 1..K-1
+  std::vector<std::unique_ptr<transport::Transport>> transports;  // channels 1..K-1
 };
-absl::StatusOr<ExtraChannels> ConnectExtraChannels(std::shared_ptr<Store> store, int rank, int size,
-                                                   absl::Duration timeout,
-                                                   const TransportFactory& connect);
+absl::StatusOr<ExtraChannels> ConnectExtraChannels(std::shared_ptr<store::Store> store, int rank, int size,
+                                                   absl::Duration timeout, const TransportFactory& connect);
 
 class ChannelPool {
  public:
@@ -84,14 +82,14 @@ class ChannelPool {
   int Slices(size_t bytes) const { return SliceCount(bytes, config_); }
   // Runs fn(k, transport of channel k) for k in [0, slices); slices <= channels().
   // `channel0` is the backend's own transport.
-  absl::Status Run(int slices, Transport* channel0,
-                   const std::function<absl::Status(int, Transport*)>& fn);
+  absl::Status Run(int slices, transport::Transport* channel0,
+                   const std::function<absl::Status(int, transport::Transport*)>& fn);
   // Aborts channels 1..K-1 (the backend aborts channel 0 itself).
   void AbortExtra(const absl::Status& reason);
 
  private:
   struct Worker {
-    std::unique_ptr<Transport> transport;
+    std::unique_ptr<transport::Transport> transport;
     absl::Mutex mu;
     std::function<absl::Status()> job;  // guarded by mu
     bool has_job = false;               // guarded by mu

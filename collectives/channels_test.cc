@@ -17,16 +17,16 @@ namespace loom::collectives {
 namespace {
 
 // A transport that only records Abort (slices here do not send anything).
-class FakeTransport : public Transport {
+class FakeTransport : public transport::Transport {
  public:
   absl::string_view name() const override { return "fake"; }
   int rank() const override { return 0; }
   int size() const override { return 2; }
-  absl::StatusOr<std::unique_ptr<TransportRequest>> ISend(int, uint64_t, const void*, size_t,
-                                                          absl::Time) override {
+  absl::StatusOr<std::unique_ptr<transport::TransportRequest>> ISend(int, uint64_t, const void*, size_t,
+                                                                     absl::Time) override {
     return absl::UnimplementedError("fake");
   }
-  absl::StatusOr<std::unique_ptr<TransportRequest>> IRecv(int, uint64_t, void*, size_t) override {
+  absl::StatusOr<std::unique_ptr<transport::TransportRequest>> IRecv(int, uint64_t, void*, size_t) override {
     return absl::UnimplementedError("fake");
   }
   void Abort(const absl::Status& reason) override {
@@ -71,9 +71,9 @@ TEST(Channels, RunsEverySliceOnItsOwnChannel) {
   ASSERT_EQ(pool.channels(), 4);
   FakeTransport ch0;
   for (int slices : {1, 2, 4}) {
-    std::vector<Transport*> seen(4, nullptr);
+    std::vector<transport::Transport*> seen(4, nullptr);
     std::vector<std::thread::id> threads(4);
-    absl::Status s = pool.Run(slices, &ch0, [&](int k, Transport* t) {
+    absl::Status s = pool.Run(slices, &ch0, [&](int k, transport::Transport* t) {
       seen[k] = t;
       threads[k] = std::this_thread::get_id();
       return absl::OkStatus();
@@ -94,7 +94,7 @@ TEST(Channels, FirstFailureAbortsTheOtherSlices) {
   ChannelPool pool(Fakes(2, &raw));
   FakeTransport ch0;
   absl::Time t0 = absl::Now();
-  absl::Status s = pool.Run(3, &ch0, [&](int k, Transport* t) -> absl::Status {
+  absl::Status s = pool.Run(3, &ch0, [&](int k, transport::Transport* t) -> absl::Status {
     if (k == 2) return absl::UnavailableError("slice 2: connection to rank 1 lost");
     return static_cast<FakeTransport*>(t)->WaitForAbort();  // would block for 10 s
   });
@@ -104,12 +104,12 @@ TEST(Channels, FirstFailureAbortsTheOtherSlices) {
 }
 
 TEST(Channels, AgreeThroughTheStore) {
-  StoreServer::Options o;
+  store::StoreServer::Options o;
   o.secret = "x";
-  auto server = StoreServer::Start(o);
+  auto server = store::StoreServer::Start(o);
   ASSERT_TRUE(server.ok()) << server.status();
-  auto a = TcpStore::Connect((*server)->address(), "x");
-  auto b = TcpStore::Connect((*server)->address(), "x");
+  auto a = store::TcpStore::Connect((*server)->address(), "x");
+  auto b = store::TcpStore::Connect((*server)->address(), "x");
   ASSERT_TRUE(a.ok() && b.ok());
   setenv("LOOM_COLLECTIVES_CHANNELS", "3", 1);
   setenv("LOOM_COLLECTIVES_CHANNEL_MIN_SLICE", "4096", 1);

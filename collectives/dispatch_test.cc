@@ -45,20 +45,20 @@ const bool kBroken = RegisterBackend("nogpu", [](const BackendContext&) -> absl:
 class DispatchTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    StoreServer::Options o;
+    store::StoreServer::Options o;
     o.secret = "x";
-    server_ = *StoreServer::Start(o);
-    store_ = *TcpStore::Connect(server_->address(), "x");
+    server_ = *store::StoreServer::Start(o);
+    store_ = *store::TcpStore::Connect(server_->address(), "x");
   }
   std::unique_ptr<ProcessGroup> Make(const std::string& spec) {
     ProcessGroupOptions o;
     o.backend = spec;
-    auto pg = ProcessGroup::Create(std::make_shared<PrefixStore>(store_, spec), 0, 1, o);
+    auto pg = ProcessGroup::Create(std::make_shared<store::PrefixStore>(store_, spec), 0, 1, o);
     EXPECT_TRUE(pg.ok()) << pg.status();
     return pg.ok() ? std::move(*pg) : nullptr;
   }
-  std::unique_ptr<StoreServer> server_;
-  std::shared_ptr<Store> store_;
+  std::unique_ptr<store::StoreServer> server_;
+  std::shared_ptr<store::Store> store_;
 };
 
 float cuda_storage[4];

@@ -99,7 +99,7 @@ LOOM_COLLECTIVES_WORKER(extra_op, ExtraOpWorker);
 
 class FaultTest : public ::testing::TestWithParam<std::string> {};
 
-void Inject(int sig, Store& store, const std::vector<pid_t>& pids) {
+void Inject(int sig, store::Store& store, const std::vector<pid_t>& pids) {
   std::vector<std::string> ready;
   for (size_t r = 0; r < pids.size(); ++r) ready.push_back(absl::StrCat("ready/", r));
   if (!store.Wait(ready, absl::Seconds(30)).ok()) return;
@@ -116,7 +116,7 @@ void Inject(int sig, Store& store, const std::vector<pid_t>& pids) {
 TEST_P(FaultTest, KilledPeer) {
   RunResult r = RunRanks({.worker = "fault", .world = 3, .arg = GetParam() + "|kill",
                           .deadline = absl::Seconds(45),
-                          .controller = [](Store& s, const std::vector<pid_t>& p) { Inject(SIGKILL, s, p); }});
+                          .controller = [](store::Store& s, const std::vector<pid_t>& p) { Inject(SIGKILL, s, p); }});
   EXPECT_FALSE(r.timed_out);
   EXPECT_EQ(r.exit_codes[0], 0) << r.Summary();
   EXPECT_EQ(r.exit_codes[1], 128 + SIGKILL) << r.Summary();
@@ -126,7 +126,7 @@ TEST_P(FaultTest, KilledPeer) {
 TEST_P(FaultTest, StoppedPeer) {
   RunResult r = RunRanks({.worker = "fault", .world = 3, .arg = GetParam() + "|stop",
                           .deadline = absl::Seconds(45),
-                          .controller = [](Store& s, const std::vector<pid_t>& p) { Inject(SIGSTOP, s, p); }});
+                          .controller = [](store::Store& s, const std::vector<pid_t>& p) { Inject(SIGSTOP, s, p); }});
   EXPECT_FALSE(r.timed_out);
   EXPECT_EQ(r.exit_codes[0], 0) << r.Summary();
   EXPECT_EQ(r.exit_codes[2], 0) << r.Summary();
@@ -140,14 +140,14 @@ TEST_P(FaultTest, ExtraCollectiveNamedByFlightRecorder) {
   RunResult r = RunRanks({.worker = "extra_op", .world = 3, .arg = absl::StrCat(spec, "|extra|", dir),
                           .deadline = absl::Seconds(45)});
   EXPECT_TRUE(r.ok()) << r.Summary();
-  std::vector<RankDump> dumps;
+  std::vector<tools::RankDump> dumps;
   for (int rank = 0; rank < 3; ++rank) {
     std::ifstream f(absl::StrCat(dir, "/", spec.substr(4), ".rank", rank, ".txt"));
     std::stringstream ss;
     ss << f.rdbuf();
     dumps.push_back({rank, ss.str()});
   }
-  auto d = FindDivergence(dumps);
+  auto d = tools::FindDivergence(dumps);
   ASSERT_TRUE(d.ok()) << d.status();
   EXPECT_TRUE(d->found);
   EXPECT_EQ(d->kind, "extra");

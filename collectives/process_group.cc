@@ -46,9 +46,8 @@ absl::StatusOr<BackendSpec> ParseBackendSpec(absl::string_view spec) {
   return out;
 }
 
-absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(std::shared_ptr<Store> store,
-                                                                   int rank, int size,
-                                                                   ProcessGroupOptions o) {
+absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(std::shared_ptr<store::Store> store, int rank,
+                                                                   int size, ProcessGroupOptions o) {
   if (size < 1 || rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(absl::StrCat("ProcessGroup::Create: rank ", rank,
                                                    " not in a group of size ", size));
@@ -67,7 +66,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(std::shared_p
   }
   for (const std::string& name : names) {
     BackendContext ctx;
-    ctx.store = std::make_shared<PrefixStore>(pg->store_, name);
+    ctx.store = std::make_shared<store::PrefixStore>(pg->store_, name);
     ctx.rank = rank;
     ctx.size = size;
     ctx.timeout = o.timeout;
@@ -96,7 +95,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::NewGroup(std::vector
   auto it = std::find(ranks.begin(), ranks.end(), rank_);
   if (it == ranks.end()) return std::unique_ptr<ProcessGroup>();
   int new_rank = static_cast<int>(it - ranks.begin());
-  auto store = std::make_shared<PrefixStore>(store_, absl::StrCat("group", id));
+  auto store = std::make_shared<store::PrefixStore>(store_, absl::StrCat("group", id));
   LOOM_ASSIGN_OR_RETURN(auto pg, Create(store, new_rank, static_cast<int>(ranks.size()), options_));
   pg->parent_ranks_ = ranks;
   return pg;

@@ -43,8 +43,8 @@ struct ProcessGroupOptions {
 
 class ProcessGroup {
  public:
-  static absl::StatusOr<std::unique_ptr<ProcessGroup>> Create(std::shared_ptr<Store> store, int rank,
-                                                              int size, ProcessGroupOptions o);
+  static absl::StatusOr<std::unique_ptr<ProcessGroup>> Create(std::shared_ptr<store::Store> store, int rank, int size,
+                                                              ProcessGroupOptions o);
 
   int rank() const { return rank_; }
   int size() const { return size_; }
@@ -86,7 +86,7 @@ class ProcessGroup {
   ProcessGroup() = default;
   absl::StatusOr<Backend*> Pick(OpType op, const Tensor& first, absl::Span<const Tensor> others);
 
-  std::shared_ptr<Store> store_;  // prefixed for this group
+  std::shared_ptr<store::Store> store_;  // prefixed for this group
   int rank_ = 0, size_ = 1;
   std::vector<int> parent_ranks_;
   ProcessGroupOptions options_;

@@ -10,15 +10,16 @@ namespace loom::collectives {
 namespace {
 
 absl::StatusOr<std::shared_ptr<Backend>> MakeTcpBackend(const BackendContext& ctx) {
-  TcpTransport::Options o;
+  transport::TcpTransport::Options o;
   o.host = CollectivesHost();
   o.timeout = ctx.timeout;
-  LOOM_ASSIGN_OR_RETURN(auto t, TcpTransport::Connect(ctx.store, ctx.rank, ctx.size, o));
-  LOOM_ASSIGN_OR_RETURN(auto extra, ConnectExtraChannels(ctx.store, ctx.rank, ctx.size, ctx.timeout,
-                                                         [&](std::shared_ptr<Store> s)
-                                                             -> absl::StatusOr<std::unique_ptr<Transport>> {
-                                                           return TcpTransport::Connect(s, ctx.rank, ctx.size, o);
-                                                         }));
+  LOOM_ASSIGN_OR_RETURN(auto t, transport::TcpTransport::Connect(ctx.store, ctx.rank, ctx.size, o));
+  LOOM_ASSIGN_OR_RETURN(
+      auto extra, ConnectExtraChannels(
+                      ctx.store, ctx.rank, ctx.size, ctx.timeout,
+                      [&](std::shared_ptr<store::Store> s) -> absl::StatusOr<std::unique_ptr<transport::Transport>> {
+                        return transport::TcpTransport::Connect(s, ctx.rank, ctx.size, o);
+                      }));
   auto b = std::make_shared<AlgorithmBackend>("tcp", std::move(t));
   b->SetChannels(std::move(extra));
   b->Configure(ctx);

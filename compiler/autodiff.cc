@@ -8,29 +8,29 @@ namespace loom::compiler {
 namespace {
 
 // Emits gradient nodes into a graph.
-class GraphGradBuilder : public ops::GradBuilder {
+class GraphGradBuilder : public kernels::GradBuilder {
  public:
-  explicit GraphGradBuilder(Graph& g) : g_(g) {}
+  explicit GraphGradBuilder(ir::Graph& g) : g_(g) {}
   absl::StatusOr<std::vector<Value>> Emit(absl::string_view op, std::vector<Value> inputs,
-                                          ops::Attrs attrs) override {
+                                          kernels::Attrs attrs) override {
     for (Value v : inputs)
       if (v < 0 || v >= static_cast<Value>(g_.values().size()))
         return absl::InternalError(absl::StrCat("grad rule passed an invalid value to ", op));
     return g_.AddOp(op, std::move(inputs), std::move(attrs));
   }
-  TensorMeta Meta(Value v) const override { return g_.meta(v); }
+  ir::TensorMeta Meta(Value v) const override { return g_.meta(v); }
 
  private:
-  Graph& g_;
+  ir::Graph& g_;
 };
 
 }  // namespace
 
-absl::StatusOr<JointGraph> BuildJointGraph(const Graph& forward, const AutodiffOptions& options) {
-  LOOM_RETURN_IF_ERROR(Verify(forward));
+absl::StatusOr<JointGraph> BuildJointGraph(const ir::Graph& forward, const AutodiffOptions& options) {
+  LOOM_RETURN_IF_ERROR(ir::Verify(forward));
   JointGraph j;
   j.graph = forward;
-  Graph& g = j.graph;
+  ir::Graph& g = j.graph;
   j.num_forward_outputs = static_cast<int>(g.outputs().size());
   if (options.loss_output < 0 || options.loss_output >= j.num_forward_outputs)
     return absl::InvalidArgumentError(absl::StrCat("loss_output: ", options.loss_output, " is not an output of @",
@@ -41,7 +41,7 @@ absl::StatusOr<JointGraph> BuildJointGraph(const Graph& forward, const AutodiffO
 
   if (options.wrt.empty()) {
     for (size_t i = 0; i < g.inputs().size(); ++i)
-      if (g.inputs()[i].kind == InputKind::kParam) j.wrt_inputs.push_back(static_cast<int>(i));
+      if (g.inputs()[i].kind == ir::InputKind::kParam) j.wrt_inputs.push_back(static_cast<int>(i));
   } else {
     for (const std::string& name : options.wrt) {
       int k = g.FindInput(name);
@@ -73,31 +73,31 @@ absl::StatusOr<JointGraph> BuildJointGraph(const Graph& forward, const AutodiffO
   {
     const Shape& s = g.meta(loss).shape;
     auto seed = g.AddOp1(options.fill_op, {},
-                         ops::Attrs{{"shape", std::vector<int64_t>(s.begin(), s.end())},
-                                    {"dtype", std::string(DTypeName(g.meta(loss).dtype))},
-                                    {"value", 1.0}});
+                         kernels::Attrs{{"shape", std::vector<int64_t>(s.begin(), s.end())},
+                                        {"dtype", std::string(DTypeName(g.meta(loss).dtype))},
+                                        {"value", 1.0}});
     if (!seed.ok()) return Annotate(seed.status(), "autodiff: seeding the loss gradient");
     grad[loss] = *seed;
   }
   for (int i = n - 1; i >= 0; --i) {
     if (!node_requires[i]) continue;
     // Copy: emitting nodes grows the node vector.
-    const Node node = g.nodes()[i];
+    const ir::Node node = g.nodes()[i];
     bool any = false;
     for (int v : node.outputs) any = any || grad[v] >= 0;
     if (!any) continue;
     const std::string where = absl::StrCat("autodiff: node ", i, " (", node.op, ")");
-    if (node.op == kFusedOp)
+    if (node.op == ir::kFusedOp)
       return absl::FailedPreconditionError(absl::StrCat(where, ": differentiate before fusion"));
-    LOOM_ASSIGN_OR_RETURN(const ops::OpDef* def, ops::OpRegistry::Global().Get(node.op));
+    LOOM_ASSIGN_OR_RETURN(const kernels::OpDef* def, kernels::OpRegistry::Global().Get(node.op));
     if (!def->grad)
       return absl::FailedPreconditionError(
           absl::StrCat(where, " has no gradient rule: ", def->no_grad_reason.empty() ? "none given" : def->no_grad_reason));
-    ops::GradContext ctx;
+    kernels::GradContext ctx;
     ctx.inputs = node.inputs;
     ctx.outputs = node.outputs;
     ctx.attrs = node.attrs;
-    for (int v : node.outputs) ctx.grad_outputs.push_back(grad[v] >= 0 ? grad[v] : ops::GradBuilder::kNone);
+    for (int v : node.outputs) ctx.grad_outputs.push_back(grad[v] >= 0 ? grad[v] : kernels::GradBuilder::kNone);
     auto dins = def->grad(b, ctx);
     if (!dins.ok()) return Annotate(dins.status(), where);
     if (dins->size() != node.inputs.size())
@@ -105,7 +105,7 @@ absl::StatusOr<JointGraph> BuildJointGraph(const Graph& forward, const AutodiffO
                                               node.inputs.size(), " inputs"));
     for (size_t k = 0; k < node.inputs.size(); ++k) {
       int v = node.inputs[k], dv = (*dins)[k];
-      if (dv == ops::GradBuilder::kNone || !needs[v]) continue;
+      if (dv == kernels::GradBuilder::kNone || !needs[v]) continue;
       if (!(g.meta(dv) == g.meta(v)))
         return absl::InternalError(absl::StrCat(where, ": gradient of input ", k, " is ", g.meta(dv).ToString(),
                                                 " but the input is ", g.meta(v).ToString()));
@@ -117,14 +117,14 @@ absl::StatusOr<JointGraph> BuildJointGraph(const Graph& forward, const AutodiffO
     if (grad[v] < 0) {  // the loss does not depend on it
       const Shape& s = g.meta(v).shape;
       LOOM_ASSIGN_OR_RETURN(grad[v], g.AddOp1(options.fill_op, {},
-                                              ops::Attrs{{"shape", std::vector<int64_t>(s.begin(), s.end())},
-                                                         {"dtype", std::string(DTypeName(g.meta(v).dtype))},
-                                                         {"value", 0.0}}));
+                                              kernels::Attrs{{"shape", std::vector<int64_t>(s.begin(), s.end())},
+                                                             {"dtype", std::string(DTypeName(g.meta(v).dtype))},
+                                                             {"value", 0.0}}));
     }
     j.grads.push_back(grad[v]);
     g.AddOutput(grad[v]);
   }
-  LOOM_RETURN_IF_ERROR(Annotate(Verify(g), "autodiff produced an invalid graph"));
+  LOOM_RETURN_IF_ERROR(Annotate(ir::Verify(g), "autodiff produced an invalid graph"));
   return j;
 }
 

@@ -32,12 +32,12 @@ struct AutodiffOptions {
 };
 
 struct JointGraph {
-  Graph graph;                   // forward + backward
+  ir::Graph graph;               // forward + backward
   int num_forward_outputs = 0;   // outputs [0, n) are the forward outputs
   std::vector<int> wrt_inputs;   // input indices differentiated, in order
   std::vector<int> grads;        // gradient value of each, in graph; also outputs n, n+1, ...
 };
 
-absl::StatusOr<JointGraph> BuildJointGraph(const Graph& forward, const AutodiffOptions& options = {});
+absl::StatusOr<JointGraph> BuildJointGraph(const ir::Graph& forward, const AutodiffOptions& options = {});
 
 }  // namespace loom::compiler

@@ -39,10 +39,10 @@ constexpr char kNet[] = R"IR(graph @net(%x: f64[5, 3], %w1: f64[3, 4] param, %b:
 }
 )IR";
 
-std::vector<Tensor> Inputs(const Graph& g, DType dt) {
+std::vector<Tensor> Inputs(const ir::Graph& g, DType dt) {
   std::vector<Tensor> in;
   int k = 0;
-  for (const GraphInput& i : g.inputs()) {
+  for (const ir::GraphInput& i : g.inputs()) {
     const Shape& s = g.meta(i.value).shape;
     std::vector<double> v(NumElements(s));
     for (size_t e = 0; e < v.size(); ++e) v[e] = 0.8 * std::sin(1.3 * e + 2.1 * k) + 0.05;
@@ -53,7 +53,7 @@ std::vector<Tensor> Inputs(const Graph& g, DType dt) {
 }
 
 TEST(AutodiffTest, GradientsMatchFiniteDifferences) {
-  auto fwd = ParseGraph(kNet);
+  auto fwd = ir::ParseGraph(kNet);
   ASSERT_TRUE(fwd.ok()) << fwd.status();
   auto j = BuildJointGraph(*fwd, TestOptions());
   ASSERT_TRUE(j.ok()) << j.status();
@@ -100,7 +100,7 @@ namespace {
 
 TEST(AutodiffTest, JointGraphText) {
   // d/dx sum(x * w) with x used twice: the expected joint graph, beside the input.
-  auto fwd = ParseGraph(R"IR(graph @f(%x: f32[3], %w: f32[3] param) {
+  auto fwd = ir::ParseGraph(R"IR(graph @f(%x: f32[3], %w: f32[3] param) {
   %0 = test.mul(%w, %w) : f32[3]
   %1 = test.mul(%0, %x) : f32[3]
   %2 = test.sum(%1) : f32[]
@@ -110,7 +110,7 @@ TEST(AutodiffTest, JointGraphText) {
   ASSERT_TRUE(fwd.ok());
   auto j = BuildJointGraph(*fwd, TestOptions());
   ASSERT_TRUE(j.ok()) << j.status();
-  EXPECT_EQ(PrintGraph(j->graph), R"IR(graph @f(%x: f32[3], %w: f32[3] param) {
+  EXPECT_EQ(ir::PrintGraph(j->graph), R"IR(graph @f(%x: f32[3], %w: f32[3] param) {
   %0 = test.mul(%w, %w) : f32[3]
   %1 = test.mul(%0, %x) : f32[3]
   %2 = test.sum(%1) : f32[]
@@ -125,10 +125,10 @@ TEST(AutodiffTest, JointGraphText) {
 }
 )IR");
   // %6 (d/dx) is dead and %7/%8 are duplicates: DCE and CSE clean up.
-  Graph g = j->graph;
-  ASSERT_TRUE(*DeadCodeElimination().Run(g));
-  ASSERT_TRUE(*CommonSubexpressionElimination().Run(g));
-  EXPECT_EQ(PrintGraph(g), R"IR(graph @f(%x: f32[3], %w: f32[3] param) {
+  ir::Graph g = j->graph;
+  ASSERT_TRUE(*passes::DeadCodeElimination().Run(g));
+  ASSERT_TRUE(*passes::CommonSubexpressionElimination().Run(g));
+  EXPECT_EQ(ir::PrintGraph(g), R"IR(graph @f(%x: f32[3], %w: f32[3] param) {
   %0 = test.mul(%w, %w) : f32[3]
   %1 = test.mul(%0, %x) : f32[3]
   %2 = test.sum(%1) : f32[]
@@ -143,13 +143,13 @@ TEST(AutodiffTest, JointGraphText) {
 }
 
 TEST(AutodiffTest, OptimizedGraphsGiveTheSameGradients) {
-  auto fwd = ParseGraph(kNet);
+  auto fwd = ir::ParseGraph(kNet);
   auto j = BuildJointGraph(*fwd, TestOptions());
   ASSERT_TRUE(j.ok());
-  Graph g = j->graph;
-  ASSERT_TRUE(CommonSubexpressionElimination().Run(g).ok());
-  ASSERT_TRUE(DeadCodeElimination().Run(g).ok());
-  ASSERT_TRUE(*ElementwiseFusion().Run(g));
+  ir::Graph g = j->graph;
+  ASSERT_TRUE(passes::CommonSubexpressionElimination().Run(g).ok());
+  ASSERT_TRUE(passes::DeadCodeElimination().Run(g).ok());
+  ASSERT_TRUE(*passes::ElementwiseFusion().Run(g));
   std::vector<Tensor> in = Inputs(*fwd, DType::kF64);
   auto a = Executor::Create(j->graph);
   auto b = Executor::Create(g);
@@ -161,7 +161,7 @@ TEST(AutodiffTest, OptimizedGraphsGiveTheSameGradients) {
 }
 
 TEST(AutodiffTest, ErrorsNameTheOp) {
-  auto fwd = ParseGraph(R"IR(graph @f(%x: f32[3], %w: f32[3] param) {
+  auto fwd = ir::ParseGraph(R"IR(graph @f(%x: f32[3], %w: f32[3] param) {
   %0 = test.relu_grad(%x, %w) : f32[3]
   %1 = test.sum(%0) : f32[]
   return %1
@@ -189,7 +189,7 @@ TEST_P(OptimizerTest, AdamWStepsMatchAHandWrittenUpdate) {
   const bool in_place = GetParam();
   std::string text = kNet;
   for (size_t p; (p = text.find("f64")) != std::string::npos;) text.replace(p, 3, "f32");
-  auto fwd = ParseGraph(text);
+  auto fwd = ir::ParseGraph(text);
   ASSERT_TRUE(fwd.ok()) << fwd.status();
   auto grads_only = BuildJointGraph(*fwd, TestOptions());
   ASSERT_TRUE(grads_only.ok());
@@ -204,10 +204,10 @@ TEST_P(OptimizerTest, AdamWStepsMatchAHandWrittenUpdate) {
   ao.decays = [](const std::string& name) { return name != "b"; };
   absl::Status appended = AppendAdamW(*j, ao);
   ASSERT_TRUE(appended.ok()) << appended;
-  const Graph& g = j->graph;
+  const ir::Graph& g = j->graph;
   ASSERT_EQ(g.inputs().size(), 5u + 2 + 8);
   EXPECT_EQ(g.inputs()[7].name, "w1.m");
-  EXPECT_EQ(g.inputs()[8].kind, InputKind::kState);
+  EXPECT_EQ(g.inputs()[8].kind, ir::InputKind::kState);
   ASSERT_EQ(g.outputs().size(), 2u + 12);
   EXPECT_EQ(g.outputs()[2].updates, 1);
 
@@ -278,7 +278,7 @@ TEST(OptimizerSharing, AForwardStepInputIsShared) {
   for (const char* meta : {"f32[]", "i64[]", "f32[1]"}) {
     std::string with_step = text;
     with_step.replace(with_step.find(") {"), 3, absl::StrCat(", %step: ", meta, ") {"));
-    auto fwd = ParseGraph(with_step);
+    auto fwd = ir::ParseGraph(with_step);
     ASSERT_TRUE(fwd.ok()) << fwd.status();
     auto j = BuildJointGraph(*fwd, TestOptions());
     ASSERT_TRUE(j.ok()) << j.status();
@@ -294,10 +294,10 @@ TEST(OptimizerSharing, AForwardStepInputIsShared) {
     }
     ASSERT_TRUE(s.ok()) << s;
     int steps = 0;
-    for (const GraphInput& in : j->graph.inputs()) steps += in.name == "step";
+    for (const ir::GraphInput& in : j->graph.inputs()) steps += in.name == "step";
     EXPECT_EQ(steps, 1);
     EXPECT_EQ(j->graph.FindInput("step"), 5) << "the forward input keeps its place";
-    for (const Node& n : j->graph.nodes())
+    for (const ir::Node& n : j->graph.nodes())
       if (n.op == "test.adamw") EXPECT_EQ(n.inputs.back(), j->graph.inputs()[5].value);
   }
 }

@@ -24,19 +24,19 @@ absl::StatusOr<std::string> Compilation::Dump(absl::string_view stage) const {
   if (it == stages.end())
     return absl::InvalidArgumentError(
         absl::StrCat("dump: unknown stage '", stage, "' (stages: ", absl::StrJoin(StageNames(), ", "), ")"));
-  if (stage != "planned") return PrintGraph(it->second);
-  const Graph& g = it->second;
-  PrintOptions opt;
+  if (stage != "planned") return ir::PrintGraph(it->second);
+  const ir::Graph& g = it->second;
+  ir::PrintOptions opt;
   opt.node_comment = [&](int node) { return plan.Describe(g, node); };
   return absl::StrCat("# arena: peak_bytes=", plan.peak_bytes, " liveness_bound=", plan.live_bytes_bound,
-                      " alignment=", plan.alignment, "\n", PrintGraph(g, opt));
+                      " alignment=", plan.alignment, "\n", ir::PrintGraph(g, opt));
 }
 
-absl::StatusOr<Compilation> Compile(const Graph& forward, const CompileOptions& options) {
-  LOOM_RETURN_IF_ERROR(Annotate(Verify(forward), "compile: initial graph"));
+absl::StatusOr<Compilation> Compile(const ir::Graph& forward, const CompileOptions& options) {
+  LOOM_RETURN_IF_ERROR(Annotate(ir::Verify(forward), "compile: initial graph"));
   Compilation c;
   c.stages["initial"] = forward;
-  Graph g = forward;
+  ir::Graph g = forward;
   if (options.differentiate) {
     auto j = BuildJointGraph(forward, options.autodiff);
     if (!j.ok()) return Annotate(j.status(), "compile: autodiff");
@@ -44,24 +44,24 @@ absl::StatusOr<Compilation> Compile(const Graph& forward, const CompileOptions& 
     g = std::move(j->graph);
   }
   c.stages["joint"] = g;
-  PassPipeline opt;
-  if (options.simplify) opt.Add<AlgebraicSimplification>();
-  if (options.cse) opt.Add<CommonSubexpressionElimination>();
-  if (options.dce) opt.Add<DeadCodeElimination>();
-  if (options.cast_policy) opt.Add<CastPolicyPass>(options.cast_policy);
+  passes::PassPipeline opt;
+  if (options.simplify) opt.Add<passes::AlgebraicSimplification>();
+  if (options.cse) opt.Add<passes::CommonSubexpressionElimination>();
+  if (options.dce) opt.Add<passes::DeadCodeElimination>();
+  if (options.cast_policy) opt.Add<passes::CastPolicyPass>(options.cast_policy);
   if (options.checkpoint_blocks)
-    opt.Add<ActivationCheckpointing>(options.checkpoint_blocks, options.checkpoint_selective)
-        .Add<DeadCodeElimination>();
+    opt.Add<passes::ActivationCheckpointing>(options.checkpoint_blocks, options.checkpoint_selective)
+        .Add<passes::DeadCodeElimination>();
   LOOM_ASSIGN_OR_RETURN(c.reports, opt.Run(g));
   c.stages["optimized"] = g;
   if (options.fuse) {
-    PassPipeline fuse;
-    fuse.Add<ElementwiseFusion>();
-    LOOM_ASSIGN_OR_RETURN(std::vector<PassReport> r, fuse.Run(g));
+    passes::PassPipeline fuse;
+    fuse.Add<passes::ElementwiseFusion>();
+    LOOM_ASSIGN_OR_RETURN(std::vector<passes::PassReport> r, fuse.Run(g));
     c.reports.insert(c.reports.end(), r.begin(), r.end());
   }
   c.stages["fused"] = g;
-  MemoryPlanPass plan;
+  passes::MemoryPlanPass plan;
   LOOM_ASSIGN_OR_RETURN(bool changed, plan.Run(g));
   c.reports.push_back({std::string(plan.name()), changed});
   c.plan = plan.plan();

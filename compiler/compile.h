@@ -44,7 +44,7 @@ struct CompileOptions {
   bool cse = true;
   bool dce = true;
   bool fuse = true;
-  CastPolicy cast_policy;             // null: no compute dtypes are assigned
+  passes::CastPolicy cast_policy;  // null: no compute dtypes are assigned
   // Set: activation checkpointing of the joint graph by blocks
   // (passes/checkpointing.h), after CSE and the cast policy, then DCE; the
   // "optimized" stage shows the recomputed ops. The block index of a parameter
@@ -56,15 +56,15 @@ struct CompileOptions {
 };
 
 struct Compilation {
-  std::map<std::string, Graph> stages;
-  std::vector<PassReport> reports;  // the optimization passes, in order
-  MemoryPlan plan;                  // of the "fused" graph
+  std::map<std::string, ir::Graph> stages;
+  std::vector<passes::PassReport> reports;  // the optimization passes, in order
+  passes::MemoryPlan plan;                  // of the "fused" graph
   std::unique_ptr<Program> program;
   // The IR text of `stage`; an unknown name is InvalidArgument listing the
   // valid ones.
   absl::StatusOr<std::string> Dump(absl::string_view stage) const;
 };
 
-absl::StatusOr<Compilation> Compile(const Graph& forward, const CompileOptions& options = {});
+absl::StatusOr<Compilation> Compile(const ir::Graph& forward, const CompileOptions& options = {});
 
 }  // namespace loom::compiler

@@ -40,10 +40,10 @@ CompileOptions TestOptions() {
 
 // Deterministic inputs by name, so graphs with different signatures get
 // matching values.
-std::vector<Tensor> InputsFor(const Graph& g) {
+std::vector<Tensor> InputsFor(const ir::Graph& g) {
   std::vector<Tensor> in;
-  for (const GraphInput& i : g.inputs()) {
-    const TensorMeta& m = g.meta(i.value);
+  for (const ir::GraphInput& i : g.inputs()) {
+    const ir::TensorMeta& m = g.meta(i.value);
     std::vector<double> v(NumElements(m.shape));
     size_t h = std::hash<std::string>()(i.name) % 97;
     for (size_t e = 0; e < v.size(); ++e) {
@@ -55,7 +55,7 @@ std::vector<Tensor> InputsFor(const Graph& g) {
   return in;
 }
 
-std::vector<std::vector<double>> RunGraph(const Graph& g, const std::vector<Tensor>& in) {
+std::vector<std::vector<double>> RunGraph(const ir::Graph& g, const std::vector<Tensor>& in) {
   auto exec = Executor::Create(g);
   EXPECT_TRUE(exec.ok()) << exec.status();
   if (!exec.ok()) return {};
@@ -67,7 +67,7 @@ std::vector<std::vector<double>> RunGraph(const Graph& g, const std::vector<Tens
 }
 
 TEST(CompileTest, EveryDumpParsesBackAndReExecutesToTheSameResult) {
-  auto fwd = ParseGraph(kNet);
+  auto fwd = ir::ParseGraph(kNet);
   ASSERT_TRUE(fwd.ok()) << fwd.status();
   auto c = Compile(*fwd, TestOptions());
   ASSERT_TRUE(c.ok()) << c.status();
@@ -76,9 +76,9 @@ TEST(CompileTest, EveryDumpParsesBackAndReExecutesToTheSameResult) {
     SCOPED_TRACE(stage);
     auto text = c->Dump(stage);
     ASSERT_TRUE(text.ok()) << text.status();
-    auto parsed = ParseGraph(*text);
+    auto parsed = ir::ParseGraph(*text);
     ASSERT_TRUE(parsed.ok()) << parsed.status() << "\n" << *text;
-    const Graph& original = c->stages.at(stage);
+    const ir::Graph& original = c->stages.at(stage);
     std::vector<Tensor> in = InputsFor(original);
     auto want = RunGraph(original, in);
     auto got = RunGraph(*parsed, in);
@@ -100,11 +100,11 @@ TEST(CompileTest, EveryDumpParsesBackAndReExecutesToTheSameResult) {
 }
 
 TEST(CompileTest, ReportsPassesAndStages) {
-  auto fwd = ParseGraph(kNet);
+  auto fwd = ir::ParseGraph(kNet);
   auto c = Compile(*fwd, TestOptions());
   ASSERT_TRUE(c.ok()) << c.status();
   std::vector<std::string> names;
-  for (const PassReport& r : c->reports) names.push_back(r.name);
+  for (const passes::PassReport& r : c->reports) names.push_back(r.name);
   EXPECT_EQ(names, (std::vector<std::string>{"simplify", "cse", "dce", "fusion", "memory-plan"}));
   EXPECT_TRUE(c->reports[3].changed);    // something fused
   EXPECT_FALSE(c->reports[4].changed);   // planning never rewrites
@@ -122,10 +122,10 @@ TEST(CompileTest, ReportsPassesAndStages) {
 }
 
 TEST(CompileTest, InferenceAndCastPolicy) {
-  auto fwd = ParseGraph(kNet);
+  auto fwd = ir::ParseGraph(kNet);
   CompileOptions o;
   o.differentiate = false;
-  o.cast_policy = ComputeIn(DType::kBF16, {"test.matmul"});
+  o.cast_policy = passes::ComputeIn(DType::kBF16, {"test.matmul"});
   auto c = Compile(*fwd, o);
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(*c->Dump("joint"), *c->Dump("initial"));
@@ -137,7 +137,7 @@ TEST(CompileTest, InferenceAndCastPolicy) {
 }
 
 TEST(CompileTest, ErrorsCarryTheStage) {
-  auto fwd = ParseGraph(kNet);
+  auto fwd = ir::ParseGraph(kNet);
   CompileOptions o;  // default op names "add"/"fill" are not registered in this test
   o.autodiff.fill_op = "no.such.fill";
   auto c = Compile(*fwd, o);

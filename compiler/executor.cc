@@ -5,7 +5,7 @@
 
 namespace loom::compiler {
 
-absl::StatusOr<Executor> Executor::Create(const Graph& g, const LoweringOptions& options) {
+absl::StatusOr<Executor> Executor::Create(const ir::Graph& g, const LoweringOptions& options) {
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Program> p, Lower(g, options));
   return Executor(std::move(p));
 }
@@ -17,7 +17,7 @@ absl::Status Executor::Run(absl::Span<const Tensor> inputs, std::vector<Tensor>*
         absl::StrCat("inputs: expected ", p.input_metas.size(), " tensors, got ", inputs.size()));
   for (size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& t = inputs[i];
-    const TensorMeta& m = p.input_metas[i];
+    const ir::TensorMeta& m = p.input_metas[i];
     if (!t.defined() || t.dtype() != m.dtype || t.shape() != m.shape || !t.device().is_cpu())
       return absl::InvalidArgumentError(absl::StrCat(
           "input %", p.graph.inputs()[i].name, ": expected ", m.ToString(), " on cpu, got ",

@@ -29,7 +29,7 @@ namespace loom::compiler {
 class Executor {
  public:
   explicit Executor(std::unique_ptr<Program> program) : program_(std::move(program)) {}
-  static absl::StatusOr<Executor> Create(const Graph& g, const LoweringOptions& options = {});
+  static absl::StatusOr<Executor> Create(const ir::Graph& g, const LoweringOptions& options = {});
 
   absl::Status Run(absl::Span<const Tensor> inputs, std::vector<Tensor>* outputs);
   absl::StatusOr<std::vector<Tensor>> Run(absl::Span<const Tensor> inputs);

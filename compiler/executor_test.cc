@@ -31,25 +31,25 @@ std::vector<Tensor> MlpInputs(DType dt) {
 
 // The expected result, op by op through the registry.
 std::vector<Tensor> Eager(const std::vector<Tensor>& in) {
-  auto mm = ops::RunOp("test.matmul", {in[0], in[1]});
-  auto add = ops::RunOp("test.add", {(*mm)[0], in[2]});
-  auto relu = ops::RunOp("test.relu", {(*add)[0]});
-  auto sc = ops::RunOp("test.scale", {(*relu)[0]}, ops::Attrs{{"s", 0.5}});
-  auto ex = ops::RunOp("test.exp", {(*sc)[0]});
-  auto sum = ops::RunOp("test.sum", {(*ex)[0]});
+  auto mm = kernels::RunOp("test.matmul", {in[0], in[1]});
+  auto add = kernels::RunOp("test.add", {(*mm)[0], in[2]});
+  auto relu = kernels::RunOp("test.relu", {(*add)[0]});
+  auto sc = kernels::RunOp("test.scale", {(*relu)[0]}, kernels::Attrs{{"s", 0.5}});
+  auto ex = kernels::RunOp("test.exp", {(*sc)[0]});
+  auto sum = kernels::RunOp("test.sum", {(*ex)[0]});
   return {(*sum)[0], (*ex)[0]};
 }
 
 TEST(ExecutorTest, MatchesEagerExecutionWithAndWithoutFusion) {
-  auto g = ParseGraph(kMlp);
+  auto g = ir::ParseGraph(kMlp);
   ASSERT_TRUE(g.ok()) << g.status();
   std::vector<Tensor> in = MlpInputs(DType::kF32);
   std::vector<Tensor> want = Eager(in);
   for (bool fuse : {false, true}) {
     for (int64_t chunk : {int64_t{1}, int64_t{100}, int64_t{1} << 20}) {
-      Graph h = *g;
+      ir::Graph h = *g;
       if (fuse) {
-        ElementwiseFusion f;
+        passes::ElementwiseFusion f;
         ASSERT_TRUE(*f.Run(h));
       }
       LoweringOptions opt;
@@ -72,7 +72,7 @@ TEST(ExecutorTest, MatchesEagerExecutionWithAndWithoutFusion) {
 TEST(ExecutorTest, RunsF64ThroughReferences) {
   std::string text = kMlp;
   for (size_t p; (p = text.find("f32")) != std::string::npos;) text.replace(p, 3, "f64");
-  auto g = ParseGraph(text);
+  auto g = ir::ParseGraph(text);
   ASSERT_TRUE(g.ok()) << g.status();
   auto exec = Executor::Create(*g);
   ASSERT_TRUE(exec.ok()) << exec.status();
@@ -83,12 +83,12 @@ TEST(ExecutorTest, RunsF64ThroughReferences) {
 }
 
 TEST(ExecutorTest, NoAllocationAfterTheFirstStep) {
-  auto g = ParseGraph(kMlp);
+  auto g = ir::ParseGraph(kMlp);
   ASSERT_TRUE(g.ok());
   for (bool fuse : {false, true}) {
-    Graph h = *g;
+    ir::Graph h = *g;
     if (fuse) {
-      ASSERT_TRUE(*ElementwiseFusion().Run(h));
+      ASSERT_TRUE(*passes::ElementwiseFusion().Run(h));
     }
     std::vector<Tensor> in = MlpInputs(DType::kF32);
     CountingAllocator counting(CpuAllocator::Get());
@@ -107,7 +107,7 @@ TEST(ExecutorTest, NoAllocationAfterTheFirstStep) {
 }
 
 TEST(ExecutorTest, ChecksInputsAndAppliesUpdates) {
-  auto g = ParseGraph(R"IR(graph @upd(%p: f32[3] param, %g: f32[3]) {
+  auto g = ir::ParseGraph(R"IR(graph @upd(%p: f32[3] param, %g: f32[3]) {
   %0 = test.scale(%g) {s=-1} : f32[3]
   %1 = test.add(%p, %0) : f32[3]
   return %1 -> %p, %g
@@ -132,7 +132,7 @@ TEST(ExecutorTest, ChecksInputsAndAppliesUpdates) {
 }
 
 TEST(ExecutorTest, ProgramListing) {
-  auto g = ParseGraph(kMlp);
+  auto g = ir::ParseGraph(kMlp);
   auto exec = Executor::Create(*g);
   ASSERT_TRUE(exec.ok());
   std::string listing = exec->program().ToString();
@@ -148,7 +148,7 @@ namespace loom::compiler {
 namespace {
 
 TEST(ExecutorTest, FusedLoopsRunInParallelWithTheSameResult) {
-  auto g = ParseGraph(R"IR(graph @big(%x: f32[301, 17], %b: f32[17]) {
+  auto g = ir::ParseGraph(R"IR(graph @big(%x: f32[301, 17], %b: f32[17]) {
   %0 = test.add(%x, %b) : f32[301, 17]
   %1 = test.relu(%0) : f32[301, 17]
   %2 = test.exp(%1) : f32[301, 17]
@@ -157,8 +157,8 @@ TEST(ExecutorTest, FusedLoopsRunInParallelWithTheSameResult) {
 }
 )IR");
   ASSERT_TRUE(g.ok()) << g.status();
-  Graph fused = *g;
-  ASSERT_TRUE(*ElementwiseFusion().Run(fused));
+  ir::Graph fused = *g;
+  ASSERT_TRUE(*passes::ElementwiseFusion().Run(fused));
   std::vector<double> xv(301 * 17), bv(17);
   for (size_t i = 0; i < xv.size(); ++i) xv[i] = std::cos(0.1 * i);
   for (size_t i = 0; i < bv.size(); ++i) bv[i] = 0.3 - 0.05 * i;
@@ -196,7 +196,7 @@ namespace {
 TEST(ExecutorTest, InPlaceUpdatesWriteIntoTheInputs) {
   // %p is last read by the add that produces its update: in place. %q is read
   // after its update is computed: it stays a copy.
-  auto g = ParseGraph(R"IR(graph @upd(%p: f32[3] param, %q: f32[3] param, %g: f32[3]) {
+  auto g = ir::ParseGraph(R"IR(graph @upd(%p: f32[3] param, %q: f32[3] param, %g: f32[3]) {
   %0 = test.scale(%g) {s=-1} : f32[3]
   %1 = test.add(%p, %0) : f32[3]
   %2 = test.add(%q, %1) : f32[3]

@@ -10,20 +10,20 @@
 
 namespace loom::compiler {
 
-absl::StatusOr<ops::KernelFn> ResolveKernel(const ops::OpDef& def, const std::vector<TensorMeta>& inputs,
-                                            const std::vector<TensorMeta>& outputs, ops::Impl impl) {
-  if (impl == ops::Impl::kKernel) {
+absl::StatusOr<kernels::KernelFn> ResolveKernel(const kernels::OpDef& def, const std::vector<ir::TensorMeta>& inputs,
+                                                const std::vector<ir::TensorMeta>& outputs, kernels::Impl impl) {
+  if (impl == kernels::Impl::kKernel) {
     auto it = def.kernels.find(DeviceKind::kCPU);
     if (it != def.kernels.end() && it->second) {
       std::vector<DType> ok = {DType::kF32};
       auto dt = def.kernel_dtypes.find(DeviceKind::kCPU);
       if (dt != def.kernel_dtypes.end() && !dt->second.empty()) ok = dt->second;
       bool supported = true;
-      auto check = [&](const TensorMeta& m) {
+      auto check = [&](const ir::TensorMeta& m) {
         if (IsFloating(m.dtype) && std::find(ok.begin(), ok.end(), m.dtype) == ok.end()) supported = false;
       };
-      for (const TensorMeta& m : inputs) check(m);
-      for (const TensorMeta& m : outputs) check(m);
+      for (const ir::TensorMeta& m : inputs) check(m);
+      for (const ir::TensorMeta& m : outputs) check(m);
       if (supported) return it->second;
     }
   }
@@ -31,12 +31,12 @@ absl::StatusOr<ops::KernelFn> ResolveKernel(const ops::OpDef& def, const std::ve
   return def.reference;
 }
 
-absl::StatusOr<std::shared_ptr<FusedKernel>> FusedKernel::Create(const Graph& sub, ops::Impl impl,
+absl::StatusOr<std::shared_ptr<FusedKernel>> FusedKernel::Create(const ir::Graph& sub, kernels::Impl impl,
                                                                  int64_t chunk_elems) {
   if (sub.outputs().size() != 1) return absl::InvalidArgumentError("fused: the subgraph must have one output");
   auto k = std::shared_ptr<FusedKernel>(new FusedKernel());
   k->chunk_elems_ = std::max<int64_t>(1, chunk_elems);
-  const TensorMeta& out = sub.meta(sub.outputs()[0].value);
+  const ir::TensorMeta& out = sub.meta(sub.outputs()[0].value);
   Shape chunk_shape = out.shape;
   if (!chunk_shape.empty() && chunk_shape[0] > 0) {
     int64_t row = NumElements(out.shape) / chunk_shape[0];
@@ -45,14 +45,14 @@ absl::StatusOr<std::shared_ptr<FusedKernel>> FusedKernel::Create(const Graph& su
   std::map<int, int> ref;  // subgraph value -> arg code
   for (size_t i = 0; i < sub.inputs().size(); ++i) ref[sub.inputs()[i].value] = -1 - static_cast<int>(i);
   for (size_t i = 0; i < sub.nodes().size(); ++i) {
-    const Node& n = sub.nodes()[i];
-    LOOM_ASSIGN_OR_RETURN(const ops::OpDef* def, ops::OpRegistry::Global().Get(n.op));
+    const ir::Node& n = sub.nodes()[i];
+    LOOM_ASSIGN_OR_RETURN(const kernels::OpDef* def, kernels::OpRegistry::Global().Get(n.op));
     if (n.outputs.size() != 1 || !(sub.meta(n.outputs[0]) == out))
       return absl::InvalidArgumentError(absl::StrCat("fused: member ", n.op, " must produce ", out.ToString()));
     Member m;
     m.op = n.op;
     m.attrs = n.attrs;
-    std::vector<TensorMeta> in_metas;
+    std::vector<ir::TensorMeta> in_metas;
     for (int v : n.inputs) {
       auto it = ref.find(v);
       if (it == ref.end()) return absl::InvalidArgumentError(absl::StrCat("fused: ", n.op, " uses an undefined value"));
@@ -174,8 +174,8 @@ absl::Status FusedKernel::Run(absl::Span<const Tensor> inputs, absl::Span<Tensor
   return shared.first_error;
 }
 
-ops::KernelFn FusedKernel::AsKernelFn(std::shared_ptr<FusedKernel> k) {
-  return [k](absl::Span<const Tensor> in, absl::Span<Tensor> out, const Attrs&) { return k->Run(in, out); };
+kernels::KernelFn FusedKernel::AsKernelFn(std::shared_ptr<FusedKernel> k) {
+  return [k](absl::Span<const Tensor> in, absl::Span<Tensor> out, const ir::Attrs&) { return k->Run(in, out); };
 }
 
 }  // namespace loom::compiler

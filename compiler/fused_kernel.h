@@ -30,23 +30,23 @@ namespace loom::compiler {
 
 // Picks the kernel for a node: the fast CPU kernel when impl is kKernel and the
 // op has one for every floating dtype involved, otherwise the reference.
-absl::StatusOr<ops::KernelFn> ResolveKernel(const ops::OpDef& def, const std::vector<TensorMeta>& inputs,
-                                            const std::vector<TensorMeta>& outputs, ops::Impl impl);
+absl::StatusOr<kernels::KernelFn> ResolveKernel(const kernels::OpDef& def, const std::vector<ir::TensorMeta>& inputs,
+                                                const std::vector<ir::TensorMeta>& outputs, kernels::Impl impl);
 
 class FusedKernel {
  public:
-  static absl::StatusOr<std::shared_ptr<FusedKernel>> Create(const Graph& subgraph, ops::Impl impl,
+  static absl::StatusOr<std::shared_ptr<FusedKernel>> Create(const ir::Graph& subgraph, kernels::Impl impl,
                                                              int64_t chunk_elems);
   absl::Status Run(absl::Span<const Tensor> inputs, absl::Span<Tensor> outputs);
   int64_t scratch_bytes() const { return scratch_bytes_; }
   // As a KernelFn (holds a reference to this kernel).
-  static ops::KernelFn AsKernelFn(std::shared_ptr<FusedKernel> k);
+  static kernels::KernelFn AsKernelFn(std::shared_ptr<FusedKernel> k);
 
  private:
   struct Member {
     std::string op;
-    ops::KernelFn fn;
-    Attrs attrs;
+    kernels::KernelFn fn;
+    ir::Attrs attrs;
     std::vector<int> args;  // >= 0: member index (its chunk result); < 0: external input -1-k
   };
   // Per-worker state: views and chunk-sized scratch for every member.

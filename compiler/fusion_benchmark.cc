@@ -30,19 +30,19 @@ double TimeRuns(Executor& exec, const std::vector<Tensor>& in, int reps) {
 }
 
 int Main() {
-  auto g = ParseGraph(kChain);
+  auto g = ir::ParseGraph(kChain);
   if (!g.ok()) {
     std::fprintf(stderr, "%s\n", std::string(g.status().message()).c_str());
     return 1;
   }
   std::vector<Tensor> in;
-  for (const GraphInput& i : g->inputs()) {
+  for (const ir::GraphInput& i : g->inputs()) {
     Tensor t = Tensor::Zeros(g->meta(i.value).shape, DType::kF32);
     for (int64_t e = 0; e < t.numel(); ++e) t.data<float>()[e] = 0.001f * static_cast<float>(e % 997) - 0.5f;
     in.push_back(t);
   }
-  Graph fused = *g;
-  (void)ElementwiseFusion().Run(fused);
+  ir::Graph fused = *g;
+  (void)passes::ElementwiseFusion().Run(fused);
   auto a = Executor::Create(*g);
   auto b = Executor::Create(fused);
   if (!a.ok() || !b.ok()) {

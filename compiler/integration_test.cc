@@ -25,16 +25,16 @@ constexpr char kMlp[] = R"IR(graph @mlp(%x: f32[13, 7], %t: f32[13, 3], %w1: f32
 }
 )IR";
 
-std::vector<Tensor> Inputs(const Graph& g) {
+std::vector<Tensor> Inputs(const ir::Graph& g) {
   std::vector<Tensor> in;
   int k = 0;
-  for (const GraphInput& i : g.inputs()) {
-    const TensorMeta& m = g.meta(i.value);
+  for (const ir::GraphInput& i : g.inputs()) {
+    const ir::TensorMeta& m = g.meta(i.value);
     std::vector<double> v(NumElements(m.shape));
     for (size_t e = 0; e < v.size(); ++e) v[e] = 0.5 * std::sin(1.7 * e + 3.1 * k);
     if (i.name == "lr") v = {0.05};
     if (i.name == "step") v = {1};
-    if (i.kind == InputKind::kState) v.assign(v.size(), 0.0);
+    if (i.kind == ir::InputKind::kState) v.assign(v.size(), 0.0);
     in.push_back(Tensor::FromVector(m.shape, v, m.dtype));
     ++k;
   }
@@ -44,7 +44,7 @@ std::vector<Tensor> Inputs(const Graph& g) {
 TEST(IntegrationTest, GradientsOfRealOpsMatchFiniteDifferences) {
   std::string text = kMlp;
   for (size_t p; (p = text.find("f32")) != std::string::npos;) text.replace(p, 3, "f64");
-  auto fwd = ParseGraph(text);
+  auto fwd = ir::ParseGraph(text);
   ASSERT_TRUE(fwd.ok()) << fwd.status();
   CompileOptions o;
   o.fuse = true;
@@ -53,7 +53,7 @@ TEST(IntegrationTest, GradientsOfRealOpsMatchFiniteDifferences) {
   std::printf("%s", c->Dump("fused")->c_str());
   Executor joint(std::move(c->program));
   LoweringOptions ref;
-  ref.impl = ops::Impl::kReference;
+  ref.impl = kernels::Impl::kReference;
   auto forward = Executor::Create(*fwd, ref);
   ASSERT_TRUE(forward.ok()) << forward.status();
   std::vector<Tensor> in = Inputs(*fwd);
@@ -81,7 +81,7 @@ class TrainingTest : public ::testing::TestWithParam<bool> {};
 TEST_P(TrainingTest, AdamWTrainingLowersTheLossWithoutAllocating) {
   LoweringOptions lopt;
   lopt.in_place_updates = GetParam();
-  auto fwd = ParseGraph(kMlp);
+  auto fwd = ir::ParseGraph(kMlp);
   ASSERT_TRUE(fwd.ok()) << fwd.status();
   CompileOptions o;
   o.adamw = AdamWOptions{};
@@ -89,7 +89,7 @@ TEST_P(TrainingTest, AdamWTrainingLowersTheLossWithoutAllocating) {
   o.adamw->weight_decay = 0.01;
   auto c = Compile(*fwd, o);
   ASSERT_TRUE(c.ok()) << c.status();
-  const Graph g = c->stages.at("fused");
+  const ir::Graph g = c->stages.at("fused");
   std::vector<Tensor> in = Inputs(g);
   CountingAllocator counting(CpuAllocator::Get());
   ScopedDefaultAllocator use(&counting);
@@ -124,7 +124,7 @@ INSTANTIATE_TEST_SUITE_P(CopyOrInPlace, TrainingTest, ::testing::Bool());
 // and logical ops, a float chain through where) and compute what the unfused
 // graph computes.
 TEST(IntegrationTest, ComparisonsWhereAndNewMathFuse) {
-  auto fwd = ParseGraph(R"IR(graph @masks(%x: f32[6, 8], %y: f32[6, 8], %m: f32[8]) {
+  auto fwd = ir::ParseGraph(R"IR(graph @masks(%x: f32[6, 8], %y: f32[6, 8], %m: f32[8]) {
   %0 = less(%x, %m) : bool[6, 8]
   %1 = greater(%y, %m) : bool[6, 8]
   %2 = logical_and(%0, %1) : bool[6, 8]
@@ -146,7 +146,7 @@ TEST(IntegrationTest, ComparisonsWhereAndNewMathFuse) {
     auto c = Compile(*fwd, o);
     ASSERT_TRUE(c.ok()) << c.status();
     int fused = 0;
-    for (const Node& n : c->stages.at("fused").nodes()) fused += n.op == "fused";
+    for (const ir::Node& n : c->stages.at("fused").nodes()) fused += n.op == "fused";
     EXPECT_EQ(fused, fuse ? 2 : 0) << *c->Dump("fused");
     Executor exec(std::move(c->program));
     auto r = exec.Run(Inputs(*fwd));
@@ -161,7 +161,8 @@ TEST(IntegrationTest, ComparisonsWhereAndNewMathFuse) {
 // graph's %step, masks change from step to step, and the same step (a
 // restarted run) gives the same mask again.
 TEST(IntegrationTest, DropoutMasksFollowTheTrainingStep) {
-  auto fwd = ParseGraph(R"IR(graph @drop(%x: f32[13, 7], %t: f32[13, 3], %w1: f32[7, 9] param, %w2: f32[3, 9] param, %step: f32[]) {
+  auto fwd = ir::ParseGraph(
+      R"IR(graph @drop(%x: f32[13, 7], %t: f32[13, 3], %w1: f32[7, 9] param, %w2: f32[3, 9] param, %step: f32[]) {
   %0 = matmul(%x, %w1) : f32[13, 9]
   %1 = dropout(%0, %step) {p=0.5, seed=3} : f32[13, 9]
   %2 = matmul(%1, %w2) {trans_b=true} : f32[13, 3]
@@ -176,9 +177,9 @@ TEST(IntegrationTest, DropoutMasksFollowTheTrainingStep) {
   o.adamw = AdamWOptions{};
   auto c = Compile(*fwd, o);
   ASSERT_TRUE(c.ok()) << c.status();
-  const Graph g = c->stages.at("fused");
+  const ir::Graph g = c->stages.at("fused");
   int steps = 0;
-  for (const GraphInput& i : g.inputs()) steps += i.name == "step";
+  for (const ir::GraphInput& i : g.inputs()) steps += i.name == "step";
   EXPECT_EQ(steps, 1) << "the optimizer shares %step";
   auto exec = Executor::Create(g);
   ASSERT_TRUE(exec.ok()) << exec.status();
@@ -195,7 +196,7 @@ TEST(IntegrationTest, DropoutMasksFollowTheTrainingStep) {
   EXPECT_NE(l1, l2);
   EXPECT_EQ(l1, l1_again);
   // A forward %step that is not f32[] cannot be shared.
-  auto bad = ParseGraph(R"IR(graph @bad(%x: f32[4], %w: f32[4] param, %step: i64[]) {
+  auto bad = ir::ParseGraph(R"IR(graph @bad(%x: f32[4], %w: f32[4] param, %step: i64[]) {
   %0 = dropout(%x, %step) {p=0.5} : f32[4]
   %1 = mul(%0, %w) : f32[4]
   %2 = sum(%1) : f32[]

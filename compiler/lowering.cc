@@ -13,11 +13,11 @@ namespace loom::compiler {
 namespace {
 
 // Binds a collective node to the communicator of its group.
-absl::StatusOr<ops::KernelFn> CollectiveKernel(const Node& n, const CommunicatorMap& comms) {
-  static SingleRankCommunicator* single = new SingleRankCommunicator();
+absl::StatusOr<kernels::KernelFn> CollectiveKernel(const ir::Node& n, const comm::CommunicatorMap& comms) {
+  static comm::SingleRankCommunicator* single = new comm::SingleRankCommunicator();
   const std::string group = n.attrs.GetString("group", "world");
   const int64_t world = n.attrs.GetInt("world", 1);
-  Communicator* comm = single;
+  comm::Communicator* comm = single;
   if (auto it = comms.find(group); it != comms.end()) {
     comm = it->second;
   } else if (world != 1) {
@@ -27,18 +27,18 @@ absl::StatusOr<ops::KernelFn> CollectiveKernel(const Node& n, const Communicator
   if (n.attrs.Has("world") && comm->size() != world)
     return absl::FailedPreconditionError(absl::StrCat(n.op, ": group '", group, "' has ", comm->size(),
                                                       " ranks but the node says world ", world));
-  LOOM_ASSIGN_OR_RETURN(ReduceKind kind, ParseReduceKind(n.attrs.GetString("reduce", "sum")));
+  LOOM_ASSIGN_OR_RETURN(comm::ReduceKind kind, comm::ParseReduceKind(n.attrs.GetString("reduce", "sum")));
   const std::string op = n.op;
   int64_t axis = n.attrs.GetInt("axis", 0);
   const int64_t ignore = n.attrs.GetInt("ignore_index", -100);
-  return ops::KernelFn([comm, kind, op, axis, ignore](absl::Span<const Tensor> in, absl::Span<Tensor> out,
-                                              const ops::Attrs&) -> absl::Status {
+  return kernels::KernelFn([comm, kind, op, axis, ignore](absl::Span<const Tensor> in, absl::Span<Tensor> out,
+                                                          const kernels::Attrs&) -> absl::Status {
     int ax = static_cast<int>(axis < 0 ? axis + in[0].ndim() : axis);
     if (op == "all_reduce") return comm->AllReduce(in[0], out[0], kind);
     if (op == "all_gather") return comm->AllGather(in[0], out[0], ax);
     if (op == "reduce_scatter") return comm->ReduceScatter(in[0], out[0], ax, kind);
     if (op == "vocab_onehot")  // kernels/spmd_ops.cc: one-hot of this rank's vocabulary block
-      return ops::VocabOnehotBlock(in[0], out[0], out[1], comm->rank(), ignore);
+      return kernels::VocabOnehotBlock(in[0], out[0], out[1], comm->rank(), ignore);
     if (op == "shard_slice") {  // kernels/spmd_ops.cc: this rank's block, no communication
       const int64_t len = out[0].shape()[ax];
       return out[0].CopyFrom(in[0].Narrow(ax, comm->rank() * len, len));
@@ -49,7 +49,7 @@ absl::StatusOr<ops::KernelFn> CollectiveKernel(const Node& n, const Communicator
 
 // The outputs written straight into the input they update (value, input
 // index): LoweringOptions::in_place_updates.
-std::vector<std::pair<int, int>> InPlaceUpdates(const Graph& g, const LoweringOptions& options) {
+std::vector<std::pair<int, int>> InPlaceUpdates(const ir::Graph& g, const LoweringOptions& options) {
   std::vector<std::pair<int, int>> out;
   if (!options.in_place_updates) return out;
   const int n = static_cast<int>(g.nodes().size());
@@ -59,15 +59,15 @@ std::vector<std::pair<int, int>> InPlaceUpdates(const Graph& g, const LoweringOp
     for (int v : g.nodes()[i].outputs) producer[v] = i;
     for (int v : g.nodes()[i].inputs) last_use[v] = i;
   }
-  for (const GraphOutput& o : g.outputs()) ++out_count[o.value];
-  for (const GraphOutput& o : g.outputs()) {
+  for (const ir::GraphOutput& o : g.outputs()) ++out_count[o.value];
+  for (const ir::GraphOutput& o : g.outputs()) {
     if (o.updates < 0) continue;
     const int v = o.value, node = producer[v], k = o.updates;
     if (node < 0 || out_count[v] != 1 || written[k]) continue;
     if (last_use[g.inputs()[k].value] > node) continue;  // someone reads the old value later
     if (out_count[g.inputs()[k].value] > 0) continue;     // the old value is itself returned
-    const Node& nd = g.nodes()[node];
-    const ops::OpDef* def = ops::OpRegistry::Global().Find(nd.op);
+    const ir::Node& nd = g.nodes()[node];
+    const kernels::OpDef* def = kernels::OpRegistry::Global().Find(nd.op);
     bool allowed = (def != nullptr && def->elementwise) ||
                    std::find(options.in_place_ops.begin(), options.in_place_ops.end(), nd.op) !=
                        options.in_place_ops.end();
@@ -80,15 +80,15 @@ std::vector<std::pair<int, int>> InPlaceUpdates(const Graph& g, const LoweringOp
 
 }  // namespace
 
-absl::StatusOr<MemoryPlan> PlanLoweredMemory(const Graph& g, const LoweringOptions& options) {
-  LOOM_RETURN_IF_ERROR(Verify(g));
+absl::StatusOr<passes::MemoryPlan> PlanLoweredMemory(const ir::Graph& g, const LoweringOptions& options) {
+  LOOM_RETURN_IF_ERROR(ir::Verify(g));
   std::vector<int> external;
   for (const auto& [v, k] : InPlaceUpdates(g, options)) external.push_back(v);
-  return PlanMemory(g, 64, external);
+  return passes::PlanMemory(g, 64, external);
 }
 
-absl::StatusOr<std::unique_ptr<Program>> Lower(const Graph& g, const LoweringOptions& options) {
-  LOOM_RETURN_IF_ERROR(Verify(g));
+absl::StatusOr<std::unique_ptr<Program>> Lower(const ir::Graph& g, const LoweringOptions& options) {
+  LOOM_RETURN_IF_ERROR(ir::Verify(g));
   auto p = std::make_unique<Program>();
   p->graph = g;
   // value id -> the graph input whose tensor holds it (graph inputs themselves,
@@ -106,7 +106,7 @@ absl::StatusOr<std::unique_ptr<Program>> Lower(const Graph& g, const LoweringOpt
     input_index[v] = k;
     external.push_back(v);
   }
-  LOOM_ASSIGN_OR_RETURN(p->plan, PlanMemory(g, 64, external));
+  LOOM_ASSIGN_OR_RETURN(p->plan, passes::PlanMemory(g, 64, external));
   char* base = nullptr;
   if (p->plan.peak_bytes > 0) {
     Allocator* alloc = DefaultCpuAllocator();
@@ -117,19 +117,19 @@ absl::StatusOr<std::unique_ptr<Program>> Lower(const Graph& g, const LoweringOpt
   std::vector<Tensor> views(g.values().size());
   auto view_of = [&](int v) {
     if (!views[v].defined()) {
-      const BufferAssignment* b = p->plan.Find(v);
+      const passes::BufferAssignment* b = p->plan.Find(v);
       views[v] = Tensor::Wrap(base == nullptr ? nullptr : base + b->offset, g.meta(v).shape, g.meta(v).dtype);
     }
     return views[v];
   };
   for (size_t i = 0; i < g.nodes().size(); ++i) {
-    const Node& n = g.nodes()[i];
+    const ir::Node& n = g.nodes()[i];
     const std::string where = absl::StrCat("node ", i, " (", n.op, ")");
     KernelCall c;
     c.op = n.op;
     c.node = static_cast<int>(i);
     c.attrs = n.attrs;
-    std::vector<TensorMeta> in_metas, out_metas;
+    std::vector<ir::TensorMeta> in_metas, out_metas;
     for (size_t k = 0; k < n.inputs.size(); ++k) {
       int v = n.inputs[k];
       in_metas.push_back(g.meta(v));
@@ -150,13 +150,13 @@ absl::StatusOr<std::unique_ptr<Program>> Lower(const Graph& g, const LoweringOpt
         c.outputs.push_back(view_of(v));
       }
     }
-    if (n.op == kFusedOp) {
+    if (n.op == ir::kFusedOp) {
       auto k = FusedKernel::Create(*n.subgraph, options.impl, options.fused_chunk_elems);
       if (!k.ok()) return Annotate(k.status(), where);
       p->scratch_bytes += (*k)->scratch_bytes();
       c.fn = FusedKernel::AsKernelFn(*k);
     } else {
-      auto def = ops::OpRegistry::Global().Get(n.op);
+      auto def = kernels::OpRegistry::Global().Get(n.op);
       if (!def.ok()) return Annotate(def.status(), where);
       if ((*def)->collective) {
         auto fn = CollectiveKernel(n, options.communicators);
@@ -170,7 +170,7 @@ absl::StatusOr<std::unique_ptr<Program>> Lower(const Graph& g, const LoweringOpt
     }
     p->calls.push_back(std::move(c));
   }
-  for (const GraphOutput& o : g.outputs()) {
+  for (const ir::GraphOutput& o : g.outputs()) {
     Program::OutputSource src;
     src.updates = o.updates;
     if (input_index[o.value] >= 0) src.input = input_index[o.value];
@@ -187,14 +187,14 @@ std::string Program::ToString() const {
   auto where = [&](int v) -> std::string {
     for (size_t i = 0; i < graph.inputs().size(); ++i)
       if (graph.inputs()[i].value == v) return absl::StrCat("%", graph.inputs()[i].name);
-    const BufferAssignment* b = plan.Find(v);
+    const passes::BufferAssignment* b = plan.Find(v);
     if (b) return absl::StrCat("@", b->offset);
-    for (const GraphOutput& o : graph.outputs())
+    for (const ir::GraphOutput& o : graph.outputs())
       if (o.value == v && o.updates >= 0) return absl::StrCat("%", graph.inputs()[o.updates].name, " (in place)");
     return "?";
   };
   for (const KernelCall& c : calls) {
-    const Node& n = graph.nodes()[c.node];
+    const ir::Node& n = graph.nodes()[c.node];
     std::vector<std::string> ins, outs;
     for (int v : n.inputs) ins.push_back(where(v));
     for (int v : n.outputs) outs.push_back(absl::StrCat(where(v), " ", graph.meta(v).ToString()));

@@ -4,7 +4,7 @@
 // Lowering (once) plans memory (passes/memory_plan.h), allocates the arena (one
 // allocation of plan.peak_bytes), creates every node output as a tensor view
 // into it, resolves each node's KernelFn from the registry (fast CPU kernel when
-// it takes the dtypes, else the reference; ops::Impl::kReference forces the
+// it takes the dtypes, else the reference; kernels::Impl::kReference forces the
 // reference), and builds fused nodes' loops (fused_kernel.h). Running a Program
 // (executor.h) then only binds the step's inputs and calls the kernels: no
 // planning, lookup or allocation per step.
@@ -26,7 +26,7 @@
 namespace loom::compiler {
 
 struct LoweringOptions {
-  ops::Impl impl = ops::Impl::kKernel;
+  kernels::Impl impl = kernels::Impl::kKernel;
   int64_t fused_chunk_elems = 16384;  // elements per fused-loop chunk
   // In-place updates: an output that updates input k (a parameter or optimizer
   // state) is written straight into the caller's input tensor k, instead of
@@ -39,14 +39,14 @@ struct LoweringOptions {
   // Communicators for collective ops, by their "group" attribute. A collective
   // whose group has none bound runs with one-rank semantics if its "world"
   // attribute is 1 (the default); otherwise lowering fails naming the group.
-  CommunicatorMap communicators;
+  comm::CommunicatorMap communicators;
 };
 
 struct KernelCall {
   std::string op;
   int node = -1;  // position in the lowered graph
-  ops::KernelFn fn;
-  Attrs attrs;
+  kernels::KernelFn fn;
+  ir::Attrs attrs;
   std::vector<Tensor> inputs;   // arena views; graph-input positions are rebound per step
   std::vector<Tensor> outputs;  // arena views
   std::vector<std::pair<int, int>> bind;      // (input position, graph input index)
@@ -54,11 +54,11 @@ struct KernelCall {
 };
 
 struct Program {
-  Graph graph;  // what was lowered
-  MemoryPlan plan;
+  ir::Graph graph;  // what was lowered
+  passes::MemoryPlan plan;
   std::shared_ptr<void> arena;
   std::vector<KernelCall> calls;
-  std::vector<TensorMeta> input_metas;
+  std::vector<ir::TensorMeta> input_metas;
   std::vector<bool> input_written;  // per graph input: updated in place by Run
   struct OutputSource {
     int input = -1;  // >= 0: the output is graph input `input`
@@ -72,11 +72,11 @@ struct Program {
   std::string ToString() const;
 };
 
-absl::StatusOr<std::unique_ptr<Program>> Lower(const Graph& g, const LoweringOptions& options = {});
+absl::StatusOr<std::unique_ptr<Program>> Lower(const ir::Graph& g, const LoweringOptions& options = {});
 
 // The memory plan Lower would make for `g` (in-place updates taken out of the
 // arena), without allocating the arena or binding communicators: what a
 // planner reads to size a program it will not run.
-absl::StatusOr<MemoryPlan> PlanLoweredMemory(const Graph& g, const LoweringOptions& options = {});
+absl::StatusOr<passes::MemoryPlan> PlanLoweredMemory(const ir::Graph& g, const LoweringOptions& options = {});
 
 }  // namespace loom::compiler

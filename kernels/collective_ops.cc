@@ -8,7 +8,7 @@
 #include "base/status.h"
 #include "kernels/registry.h"
 
-namespace loom::ops {
+namespace loom::kernels {
 namespace {
 
 absl::Status CheckReduce(const Attrs& a, absl::string_view op) {
@@ -138,4 +138,4 @@ LOOM_REGISTER_OP(AllGather());
 LOOM_REGISTER_OP(ReduceScatter());
 
 }  // namespace
-}  // namespace loom::ops
+}  // namespace loom::kernels

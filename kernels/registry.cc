@@ -7,7 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "base/status.h"
 
-namespace loom::ops {
+namespace loom::kernels {
 
 int64_t Attrs::GetInt(const std::string& name, int64_t def) const {
   auto it = values_.find(name);
@@ -215,4 +215,4 @@ absl::StatusOr<std::vector<Tensor>> EagerGradients(absl::string_view name, absl:
   return result;
 }
 
-}  // namespace loom::ops
+}  // namespace loom::kernels

@@ -35,7 +35,7 @@
 #include "base/rng.h"
 #include "base/tensor.h"
 
-namespace loom::ops {
+namespace loom::kernels {
 
 // ---- Attributes -------------------------------------------------------------
 using AttrValue = absl::variant<int64_t, double, bool, std::string, std::vector<int64_t>>;
@@ -177,7 +177,7 @@ struct OpRegistration {
 #define LOOM_REGISTER_OP_CONCAT2(a, b) a##b
 #define LOOM_REGISTER_OP_CONCAT(a, b) LOOM_REGISTER_OP_CONCAT2(a, b)
 #define LOOM_REGISTER_OP(def_expr) \
-  static ::loom::ops::OpRegistration LOOM_REGISTER_OP_CONCAT(_loom_op_reg_, __COUNTER__)(def_expr)
+  static ::loom::kernels::OpRegistration LOOM_REGISTER_OP_CONCAT(_loom_op_reg_, __COUNTER__)(def_expr)
 
 // ---- Eager execution --------------------------------------------------------------
 enum class Impl { kKernel, kReference };
@@ -211,4 +211,4 @@ absl::StatusOr<std::vector<Tensor>> EagerGradients(absl::string_view name,
                                                    const Attrs& attrs = {},
                                                    Impl impl = Impl::kReference);
 
-}  // namespace loom::ops
+}  // namespace loom::kernels

@@ -22,7 +22,7 @@
 #include "kernels/registry.h"
 #include "kernels/spmd_ops.h"
 
-namespace loom::ops {
+namespace loom::kernels {
 
 absl::Status VocabOnehotBlock(const Tensor& targets, Tensor& onehot, Tensor& valid, int64_t rank,
                               int64_t ignore_index) {
@@ -120,4 +120,4 @@ LOOM_REGISTER_OP(ShardSlice());
 LOOM_REGISTER_OP(VocabOnehot());
 
 }  // namespace
-}  // namespace loom::ops
+}  // namespace loom::kernels

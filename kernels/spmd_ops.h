@@ -7,7 +7,7 @@
 #include "absl/status/status.h"
 #include "base/tensor.h"
 
-namespace loom::ops {
+namespace loom::kernels {
 
 // vocab_onehot for the rank holding vocabulary block `rank` (of
 // onehot.shape()[1] entries): onehot f32[N, c] and valid f32[N] (0 where the
@@ -15,4 +15,4 @@ namespace loom::ops {
 absl::Status VocabOnehotBlock(const Tensor& targets, Tensor& onehot, Tensor& valid, int64_t rank,
                               int64_t ignore_index);
 
-}  // namespace loom::ops
+}  // namespace loom::kernels

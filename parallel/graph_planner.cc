@@ -12,30 +12,30 @@
 namespace loom::parallel {
 namespace {
 
-int64_t Bytes(const compiler::TensorMeta& m) {
+int64_t Bytes(const compiler::ir::TensorMeta& m) {
   int64_t n = static_cast<int64_t>(DTypeSize(m.dtype));
   for (int64_t d : m.shape) n *= d;
   return n;
 }
 
 // Memory per rank from the local graph and the arena its program would get.
-MemoryEstimate MemoryOf(const compiler::Graph& local, int64_t arena_bytes) {
+MemoryEstimate MemoryOf(const compiler::ir::Graph& local, int64_t arena_bytes) {
   MemoryEstimate m;
   for (const auto& in : local.inputs()) {
     const int64_t b = Bytes(local.meta(in.value));
-    if (in.kind == compiler::InputKind::kParam || in.kind == compiler::InputKind::kConst) m.parameters += b;
-    if (in.kind == compiler::InputKind::kState) m.optimizer += b;
+    if (in.kind == compiler::ir::InputKind::kParam || in.kind == compiler::ir::InputKind::kConst) m.parameters += b;
+    if (in.kind == compiler::ir::InputKind::kState) m.optimizer += b;
   }
-  for (const compiler::Node& n : local.nodes())
+  for (const compiler::ir::Node& n : local.nodes())
     if (n.op == "adamw" && n.inputs.size() > 1) m.gradients += Bytes(local.meta(n.inputs[1]));
   m.activations = std::max<int64_t>(0, arena_bytes - m.gradients);
   return m;
 }
 
 // Multiply-adds x 2 of the local graph's matmuls and attention.
-double FlopsOf(const compiler::Graph& local) {
+double FlopsOf(const compiler::ir::Graph& local) {
   double f = 0;
-  for (const compiler::Node& n : local.nodes()) {
+  for (const compiler::ir::Node& n : local.nodes()) {
     if (n.op == "matmul") {
       const auto& a = local.meta(n.inputs[0]).shape;
       const auto& o = local.meta(n.outputs[0]).shape;
@@ -59,7 +59,7 @@ double FlopsOf(const compiler::Graph& local) {
 
 // The step time: compute, tp collectives on the critical path, dp traffic
 // that compute does not hide (graph_planner.h).
-void TimeOf(const compiler::Graph& local, const Hardware& hw, const Layout& l, Candidate& c) {
+void TimeOf(const compiler::ir::Graph& local, const Hardware& hw, const Layout& l, Candidate& c) {
   c.flops = FlopsOf(local);
   c.compute_seconds = c.flops / hw.flops;
   const int npn = hw.nproc_per_node > 0 ? hw.nproc_per_node : hw.world;
@@ -68,7 +68,7 @@ void TimeOf(const compiler::Graph& local, const Hardware& hw, const Layout& l, C
   cm.dp_inter_node = l.dp > 1 && l.dp * l.tp > npn;
   double dp_before = 0, dp_after = 0, dp_largest = 0;
   bool after_optimizer = false;
-  for (const compiler::Node& n : local.nodes()) {
+  for (const compiler::ir::Node& n : local.nodes()) {
     after_optimizer |= n.op == "adamw";
     const bool ar = n.op == "all_reduce", ag = n.op == "all_gather", rs = n.op == "reduce_scatter";
     if (!ar && !ag && !rs) continue;
@@ -107,10 +107,10 @@ std::string HumanBytes(double b) {
 
 }  // namespace
 
-compiler::CompileOptions PlanningCompileOptions(const compiler::Graph& forward, const v1::TrainSpec& train) {
+compiler::CompileOptions PlanningCompileOptions(const compiler::ir::Graph& forward, const v1::TrainSpec& train) {
   std::map<std::string, bool> decays;
   for (const auto& in : forward.inputs())
-    if (in.kind == compiler::InputKind::kParam) decays[in.name] = forward.meta(in.value).shape.size() >= 2;
+    if (in.kind == compiler::ir::InputKind::kParam) decays[in.name] = forward.meta(in.value).shape.size() >= 2;
   compiler::CompileOptions co;
   co.lower = false;
   co.lowering.in_place_updates = true;
@@ -126,7 +126,7 @@ compiler::CompileOptions PlanningCompileOptions(const compiler::Graph& forward, 
   };
   co.adamw = adam;
   if (const std::string& ac = train.activation_checkpointing(); ac == "blocks" || ac == "selective") {
-    co.checkpoint_blocks = models::BlockOfParameter;
+    co.checkpoint_blocks = compiler::models::BlockOfParameter;
     co.checkpoint_selective = ac == "selective";
   }
   return co;
@@ -136,7 +136,8 @@ absl::StatusOr<Candidate> EstimateCompiled(const GraphModel& m, int64_t batch, c
                                            const Layout& layout) {
   const compiler::CompileOptions co = PlanningCompileOptions(m.forward, m.train);
   LOOM_ASSIGN_OR_RETURN(compiler::Compilation c, CompileParallel(m.forward, co, m.model, batch, layout));
-  LOOM_ASSIGN_OR_RETURN(compiler::MemoryPlan arena, compiler::PlanLoweredMemory(c.stages.at("planned"), co.lowering));
+  LOOM_ASSIGN_OR_RETURN(compiler::passes::MemoryPlan arena,
+                        compiler::PlanLoweredMemory(c.stages.at("planned"), co.lowering));
   Candidate cand;
   cand.layout = layout;
   cand.memory = MemoryOf(c.stages.at("planned"), arena.peak_bytes);
@@ -157,7 +158,8 @@ absl::StatusOr<Plan> MakeGraphPlan(const GraphModel& m, int64_t batch, const Har
   plan.dims.seq_len = m.model.seq_len();
   plan.dims.vocab = m.model.vocab();
   for (const auto& in : m.forward.inputs())
-    if (in.kind == compiler::InputKind::kParam) plan.dims.num_parameters += NumElements(m.forward.meta(in.value).shape);
+    if (in.kind == compiler::ir::InputKind::kParam)
+      plan.dims.num_parameters += NumElements(m.forward.meta(in.value).shape);
   plan.model_summary = m.summary;
   plan.batch = batch;
   plan.hw = hw;

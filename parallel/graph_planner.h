@@ -52,7 +52,7 @@
 namespace loom::parallel {
 
 struct GraphModel {
-  compiler::Graph forward;      // the training forward (x, y -> loss), as the trainer compiles it
+  compiler::ir::Graph forward;  // the training forward (x, y -> loss), as the trainer compiles it
   v1::ModelSpec model;          // family onnx
   v1::TrainSpec train;          // the optimizer's settings
   std::vector<TpRule> tp_plan;  // the job's; empty: propose one per tp
@@ -62,7 +62,7 @@ struct GraphModel {
 // The training compile the trainers use for `train` (AdamW settings, weight
 // decay on parameters of rank >= 2, activation checkpointing), without
 // lowering.
-compiler::CompileOptions PlanningCompileOptions(const compiler::Graph& forward, const v1::TrainSpec& train);
+compiler::CompileOptions PlanningCompileOptions(const compiler::ir::Graph& forward, const v1::TrainSpec& train);
 
 // The estimate for one layout (its tp_plan filled in when tp > 1).
 absl::StatusOr<Candidate> EstimateCompiled(const GraphModel& m, int64_t batch, const Hardware& hw,

@@ -52,14 +52,14 @@ using collectives::testing::WorkerContext;
 
 // ---------------------------------------------------------------- 1. order
 
-class NullComm final : public compiler::Communicator {
+class NullComm final : public compiler::comm::Communicator {
  public:
   explicit NullComm(int n) : n_(n) {}
   int rank() const override { return 0; }
   int size() const override { return n_; }
-  absl::Status AllReduce(const Tensor&, Tensor&, compiler::ReduceKind) override { return absl::OkStatus(); }
+  absl::Status AllReduce(const Tensor&, Tensor&, compiler::comm::ReduceKind) override { return absl::OkStatus(); }
   absl::Status AllGather(const Tensor&, Tensor&, int) override { return absl::OkStatus(); }
-  absl::Status ReduceScatter(const Tensor&, Tensor&, int, compiler::ReduceKind) override {
+  absl::Status ReduceScatter(const Tensor&, Tensor&, int, compiler::comm::ReduceKind) override {
     return absl::OkStatus();
   }
 
@@ -88,9 +88,9 @@ struct Compiled {
 
 Compiled CompileLayout(const Layout& l) {
   Compiled r;
-  models::BuildOptions bo;
+  compiler::models::BuildOptions bo;
   bo.batch = 8;
-  auto fwd = models::BuildForward(OrderModel(), bo);
+  auto fwd = compiler::models::BuildForward(OrderModel(), bo);
   EXPECT_TRUE(fwd.ok()) << fwd.status();
   if (!fwd.ok()) return r;
   NullComm dp(l.dp), tp(l.tp);
@@ -107,7 +107,7 @@ Compiled CompileLayout(const Layout& l) {
   r.program_peak = c->program->plan.peak_bytes;
   r.fused_peak = c->plan.peak_bytes;
   for (const char* s : {"joint", "parallel", "optimized", "fused"})
-    absl::StrAppend(&r.text, "## ", s, "\n", compiler::PrintGraph(c->stages.at(s)));
+    absl::StrAppend(&r.text, "## ", s, "\n", compiler::ir::PrintGraph(c->stages.at(s)));
   absl::StrAppend(&r.text, c->program->ToString());
   return r;
 }
@@ -190,7 +190,8 @@ int64_t Bytes(const Tensor& t) { return t.numel() * static_cast<int64_t>(DTypeSi
 // Builds this rank's communicators over the mesh (dp, tp), like parity_test.
 absl::Status MakeComms(WorkerContext& ctx, const Layout& l, std::unique_ptr<collectives::ProcessGroup>* pg,
                        std::vector<std::unique_ptr<collectives::ProcessGroup>>* groups,
-                       std::vector<std::unique_ptr<compiler::Communicator>>* comms, compiler::CommunicatorMap* cmap) {
+                       std::vector<std::unique_ptr<compiler::comm::Communicator>>* comms,
+                       compiler::comm::CommunicatorMap* cmap) {
   if (ctx.world == 1) return absl::OkStatus();
   collectives::ProcessGroupOptions po;
   po.backend = "cpu:gloo";
@@ -209,7 +210,7 @@ absl::Status MakeComms(WorkerContext& ctx, const Layout& l, std::unique_ptr<coll
       }
       LOOM_ASSIGN_OR_RETURN(auto g, (*pg)->NewGroup(ranks));
       if (g) {
-        comms->push_back(compiler::MakeProcessGroupCommunicator(g.get(), 60000));
+        comms->push_back(compiler::comm::MakeProcessGroupCommunicator(g.get(), 60000));
         (*cmap)[mesh.names[k]] = comms->back().get();
         groups->push_back(std::move(g));
       }
@@ -239,8 +240,8 @@ int MemoryWorker(WorkerContext& ctx) {
   };
   std::unique_ptr<collectives::ProcessGroup> pg;
   std::vector<std::unique_ptr<collectives::ProcessGroup>> groups;
-  std::vector<std::unique_ptr<compiler::Communicator>> comms;
-  compiler::CommunicatorMap cmap;
+  std::vector<std::unique_ptr<compiler::comm::Communicator>> comms;
+  compiler::comm::CommunicatorMap cmap;
   if (auto st = MakeComms(ctx, l, &pg, &groups, &comms, &cmap); !st.ok()) return fail(st);
   CountingAllocator counting(DefaultCpuAllocator());
   int64_t state = 0, grads = 0, peak = 0, workspace = 0, create_peak = 0;
@@ -258,7 +259,7 @@ int MemoryWorker(WorkerContext& ctx) {
       auto loss = (*t)->Step(Tokens(spec, step), Tokens(spec, step + 100));
       if (!loss.ok()) return fail(loss.status());
     }
-    const compiler::MemoryPlan& plan = (*t)->compilation().plan;
+    const compiler::passes::MemoryPlan& plan = (*t)->compilation().plan;
     const AllocatorStats st = counting.stats();
     peak = st.peak_bytes;
     auto held = (*t)->State();
@@ -267,7 +268,7 @@ int MemoryWorker(WorkerContext& ctx) {
     workspace = st.bytes_in_use - state;
     // The gradients AdamW consumes, as the local (pre-fusion) graph has them.
     const auto& stages = (*t)->compilation().stages;
-    const compiler::Graph& local = stages.count("parallel") ? stages.at("parallel") : stages.at("joint");
+    const compiler::ir::Graph& local = stages.count("parallel") ? stages.at("parallel") : stages.at("joint");
     for (const auto& n : local.nodes()) {
       if (n.op != "adamw") continue;
       const auto& m = local.meta(n.inputs[1]);

@@ -22,7 +22,7 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 // Which parameters tensor parallelism shards (Megatron layout): every matrix
 // (column- or row-parallel, the vocab-parallel embedding and output) except
 // GPT's learned positions, and the biases of the column-parallel layers.
-bool ShardedByTp(const models::ParamInfo& p) {
+bool ShardedByTp(const compiler::models::ParamInfo& p) {
   if (p.name == "wpe") return false;
   if (p.shape.size() == 2) return true;
   return absl::EndsWith(p.name, "c_attn.bias") || absl::EndsWith(p.name, "c_fc.bias");
@@ -79,8 +79,8 @@ absl::StatusOr<ModelDims> DimsOf(const v1::ModelSpec& model) {
   m.set_family(d.family);
   m.set_n_kv_head(static_cast<int>(d.n_kv_head));
   m.set_ffn_hidden(static_cast<int>(d.ffn));
-  LOOM_ASSIGN_OR_RETURN(auto params, models::Parameters(m));
-  d.num_parameters = models::NumParameters(params);
+  LOOM_ASSIGN_OR_RETURN(auto params, compiler::models::Parameters(m));
+  d.num_parameters = compiler::models::NumParameters(params);
   return d;
 }
 
@@ -90,7 +90,7 @@ namespace {
 // (per tp rank) parameter count.
 struct Sized {
   ModelDims d;
-  std::vector<models::ParamInfo> params;
+  std::vector<compiler::models::ParamInfo> params;
   int64_t local = 0;    // local (per tp rank) parameter floats
   int64_t largest = 0;  // the largest local parameter
 };
@@ -103,7 +103,7 @@ absl::StatusOr<Sized> SizeOf(const v1::ModelSpec& model_in, int64_t batch, const
   model.set_family(z.d.family);
   model.set_n_kv_head(static_cast<int>(z.d.n_kv_head));
   model.set_ffn_hidden(static_cast<int>(z.d.ffn));
-  LOOM_ASSIGN_OR_RETURN(z.params, models::Parameters(model));
+  LOOM_ASSIGN_OR_RETURN(z.params, compiler::models::Parameters(model));
   for (const auto& p : z.params) {
     int64_t n = 1;
     for (int64_t s : p.shape) n *= s;

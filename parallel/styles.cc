@@ -58,12 +58,12 @@ Placement ZeroPlacement(const Shape& shape, const Placement& tp, int64_t tp_size
 
 }  // namespace
 
-absl::StatusOr<std::vector<TpAssignment>> TensorParallelPlan(const v1::ModelSpec& model, const compiler::Graph& forward,
-                                                             const Layout& l) {
+absl::StatusOr<std::vector<TpAssignment>> TensorParallelPlan(const v1::ModelSpec& model,
+                                                             const compiler::ir::Graph& forward, const Layout& l) {
   if (model.family() == "onnx") return ResolveTpPlan(forward, l.tp_plan, l.tp);
   std::vector<TpAssignment> out;
   for (const auto& in : forward.inputs()) {
-    if (in.kind != compiler::InputKind::kParam) continue;
+    if (in.kind != compiler::ir::InputKind::kParam) continue;
     TpAssignment a;
     a.param = in.name;
     a.shape = forward.meta(in.value).shape;
@@ -75,7 +75,7 @@ absl::StatusOr<std::vector<TpAssignment>> TensorParallelPlan(const v1::ModelSpec
 }
 
 absl::StatusOr<std::map<std::string, DTensorSpec>> AnnotateInputs(const std::vector<TpAssignment>& tp,
-                                                                  const compiler::Graph& joint, const Layout& l) {
+                                                                  const compiler::ir::Graph& joint, const Layout& l) {
   const dtensor::MeshShape mesh = MeshOf(l);
   std::map<std::string, DTensorSpec> out;
   std::map<std::string, Placement> tp_of;  // param name -> its tp placement
@@ -93,12 +93,12 @@ absl::StatusOr<std::map<std::string, DTensorSpec>> AnnotateInputs(const std::vec
     } else {
       std::string param = in.name;
       bool state = false;
-      if (in.kind == compiler::InputKind::kState && (absl::EndsWith(param, ".m") || absl::EndsWith(param, ".v"))) {
+      if (in.kind == compiler::ir::InputKind::kState && (absl::EndsWith(param, ".m") || absl::EndsWith(param, ".v"))) {
         param = param.substr(0, param.size() - 2);
         state = true;
       }
       auto it = tp_of.find(param);
-      if (it == tp_of.end() || (!state && in.kind != compiler::InputKind::kParam)) {
+      if (it == tp_of.end() || (!state && in.kind != compiler::ir::InputKind::kParam)) {
         out[in.name] = s;
         continue;
       }
@@ -117,8 +117,8 @@ absl::StatusOr<std::map<std::string, DTensorSpec>> AnnotateInputs(const std::vec
   return out;
 }
 
-spmd::SpmdOptions SpmdOptionsFor(const Layout& l, std::map<std::string, DTensorSpec> inputs) {
-  spmd::SpmdOptions o;
+compiler::spmd::SpmdOptions SpmdOptionsFor(const Layout& l, std::map<std::string, DTensorSpec> inputs) {
+  compiler::spmd::SpmdOptions o;
   o.mesh = MeshOf(l);
   o.inputs = std::move(inputs);
   o.reduce_scatter_grads = l.zero_stage != 1;
@@ -126,16 +126,15 @@ spmd::SpmdOptions SpmdOptionsFor(const Layout& l, std::map<std::string, DTensorS
   return o;
 }
 
-absl::StatusOr<compiler::Compilation> CompileParallel(const compiler::Graph& forward,
-                                                      const compiler::CompileOptions& co,
-                                                      const v1::ModelSpec& model, int64_t batch,
-                                                      const Layout& layout, int64_t bucket_bytes) {
+absl::StatusOr<compiler::Compilation> CompileParallel(const compiler::ir::Graph& forward,
+                                                      const compiler::CompileOptions& co, const v1::ModelSpec& model,
+                                                      int64_t batch, const Layout& layout, int64_t bucket_bytes) {
   LOOM_RETURN_IF_ERROR(CheckParallelLayout(model, batch, layout));
   if (co.differentiate != co.adamw.has_value())
     return absl::InvalidArgumentError(
         "CompileParallel: a training compile sets differentiate and adamw, an evaluation compile neither");
-  LOOM_RETURN_IF_ERROR(Annotate(compiler::Verify(forward), "compile: initial graph"));
-  compiler::Graph global = forward;  // what sharding propagation localizes
+  LOOM_RETURN_IF_ERROR(Annotate(compiler::ir::Verify(forward), "compile: initial graph"));
+  compiler::ir::Graph global = forward;  // what sharding propagation localizes
   if (co.differentiate) {
     auto j = compiler::BuildJointGraph(forward, co.autodiff);
     if (!j.ok()) return Annotate(j.status(), "compile: autodiff");
@@ -144,22 +143,22 @@ absl::StatusOr<compiler::Compilation> CompileParallel(const compiler::Graph& for
   }
   LOOM_ASSIGN_OR_RETURN(auto tp, TensorParallelPlan(model, forward, layout));
   LOOM_ASSIGN_OR_RETURN(auto specs, AnnotateInputs(tp, global, layout));
-  spmd::SpmdStats stats;
-  auto local = spmd::Parallelize(global, SpmdOptionsFor(layout, std::move(specs)), &stats);
+  compiler::spmd::SpmdStats stats;
+  auto local = compiler::spmd::Parallelize(global, SpmdOptionsFor(layout, std::move(specs)), &stats);
   if (!local.ok()) return Annotate(local.status(), "compile: sharding propagation");
   // The tp plan is held to its placements in the training step; an evaluation
   // program under the same plan may gather what it needs.
   if (co.differentiate && model.family() == "onnx" && layout.tp > 1)
     LOOM_RETURN_IF_ERROR(CheckTpPlanHonoured(global, stats, 1, tp));
   if (co.differentiate && layout.dp > 1 && bucket_bytes > 0) {  // DDP-style buckets for the dp gradient all-reduces
-    spmd::BucketOptions bo;
+    compiler::spmd::BucketOptions bo;
     bo.group = "dp";
     bo.bucket_bytes = bucket_bytes;
-    auto b = spmd::BucketAllReduces(*local, bo);
+    auto b = compiler::spmd::BucketAllReduces(*local, bo);
     if (!b.ok()) return Annotate(b.status(), "compile: gradient bucketing");
   }
   // Gradient reductions right after their producers (compiler/spmd/schedule.h).
-  if (auto s = spmd::ScheduleCollectivesEarly(*local); !s.ok())
+  if (auto s = compiler::spmd::ScheduleCollectivesEarly(*local); !s.ok())
     return Annotate(s.status(), "compile: collective scheduling");
   compiler::CompileOptions rest = co;
   rest.differentiate = false;
@@ -172,7 +171,7 @@ absl::StatusOr<compiler::Compilation> CompileParallel(const compiler::Graph& for
   return c;
 }
 
-absl::StatusOr<FittedTpPlan> FitTpPlan(const compiler::Graph& forward, const compiler::CompileOptions& co,
+absl::StatusOr<FittedTpPlan> FitTpPlan(const compiler::ir::Graph& forward, const compiler::CompileOptions& co,
                                        const v1::ModelSpec& model, int64_t batch, const Layout& layout_in) {
   if (model.family() != "onnx" || layout_in.tp < 2)
     return absl::InvalidArgumentError("FitTpPlan: needs an imported model and tp > 1");
@@ -191,8 +190,8 @@ absl::StatusOr<FittedTpPlan> FitTpPlan(const compiler::Graph& forward, const com
     LOOM_RETURN_IF_ERROR(CheckParallelLayout(model, batch, layout));
     LOOM_ASSIGN_OR_RETURN(fit.assignments, ResolveTpPlan(forward, fit.rules, layout.tp));
     LOOM_ASSIGN_OR_RETURN(auto specs, AnnotateInputs(fit.assignments, j->graph, layout));
-    spmd::SpmdStats stats;
-    auto local = spmd::Parallelize(j->graph, SpmdOptionsFor(layout, std::move(specs)), &stats);
+    compiler::spmd::SpmdStats stats;
+    auto local = compiler::spmd::Parallelize(j->graph, SpmdOptionsFor(layout, std::move(specs)), &stats);
     if (!local.ok()) return Annotate(local.status(), "parallel.tp: auto: sharding propagation");
     std::string param;
     if (CheckTpPlanHonoured(j->graph, stats, 1, fit.assignments, &param).ok()) return fit;

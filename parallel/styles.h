@@ -53,13 +53,13 @@ dtensor::MeshShape MeshOf(const Layout& l);  // (dp, tp)
 // Megatron plan by name (style "megatron"); for an imported model
 // (family onnx) layout.tp_plan resolved against the graph (tp_plan.h).
 absl::StatusOr<std::vector<TpAssignment>> TensorParallelPlan(const v1::ModelSpec& model,
-                                                             const compiler::Graph& forward, const Layout& layout);
+                                                             const compiler::ir::Graph& forward, const Layout& layout);
 
 // Specs for the joint graph's inputs by name (params, "<p>.m", "<p>.v", x, y;
 // anything else, e.g. an imported model's buffers, replicated).
 absl::StatusOr<std::map<std::string, dtensor::DTensorSpec>> AnnotateInputs(const std::vector<TpAssignment>& tp,
-                                                                         const compiler::Graph& joint,
-                                                                         const Layout& layout);
+                                                                           const compiler::ir::Graph& joint,
+                                                                           const Layout& layout);
 
 // DDP-style bucket size for the dp gradient all-reduces when bucketing is on
 // (compiler/spmd/bucketing.h). Off by default: without buffer aliasing the
@@ -68,7 +68,7 @@ absl::StatusOr<std::map<std::string, dtensor::DTensorSpec>> AnnotateInputs(const
 // so there is no overlap to win yet.
 inline constexpr int64_t kGradientBucketBytes = 25 << 20;
 
-spmd::SpmdOptions SpmdOptionsFor(const Layout& layout, std::map<std::string, dtensor::DTensorSpec> inputs);
+compiler::spmd::SpmdOptions SpmdOptionsFor(const Layout& layout, std::map<std::string, dtensor::DTensorSpec> inputs);
 
 // Compile() with the stage "parallel" (the localized joint graph, dumped with
 // placements, its reduce_scatters scheduled early) after "joint". A training
@@ -81,10 +81,9 @@ spmd::SpmdOptions SpmdOptionsFor(const Layout& layout, std::map<std::string, dte
 // resolved (ResolveTpPlan) and, after propagation of a training compile, held
 // to its placements (CheckTpPlanHonoured): a plan that cannot be honoured is
 // InvalidArgument naming parallel.tp_plan and the parameter.
-absl::StatusOr<compiler::Compilation> CompileParallel(const compiler::Graph& forward,
-                                                      const compiler::CompileOptions& co,
-                                                      const v1::ModelSpec& model, int64_t batch,
-                                                      const Layout& layout, int64_t bucket_bytes = 0);
+absl::StatusOr<compiler::Compilation> CompileParallel(const compiler::ir::Graph& forward,
+                                                      const compiler::CompileOptions& co, const v1::ModelSpec& model,
+                                                      int64_t batch, const Layout& layout, int64_t bucket_bytes = 0);
 
 // tp: auto for an imported model with layout.tp > 1: ProposeTpAssignments
 // (tp_plan.h), then sharding propagation over the joint graph built with `co`;
@@ -96,7 +95,7 @@ struct FittedTpPlan {
   std::vector<TpAssignment> assignments;
   std::vector<std::string> replicated;  // parameters the proposal sharded and propagation could not keep
 };
-absl::StatusOr<FittedTpPlan> FitTpPlan(const compiler::Graph& forward, const compiler::CompileOptions& co,
+absl::StatusOr<FittedTpPlan> FitTpPlan(const compiler::ir::Graph& forward, const compiler::CompileOptions& co,
                                        const v1::ModelSpec& model, int64_t batch, const Layout& layout);
 
 }  // namespace loom::parallel

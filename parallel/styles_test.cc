@@ -23,9 +23,9 @@ v1::ModelSpec Model(const std::string& family) {
 }
 
 absl::StatusOr<compiler::Compilation> Compile(const v1::ModelSpec& m, const Layout& l) {
-  models::BuildOptions bo;
+  compiler::models::BuildOptions bo;
   bo.batch = 4;
-  auto fwd = models::BuildForward(m, bo);
+  auto fwd = compiler::models::BuildForward(m, bo);
   if (!fwd.ok()) return fwd.status();
   compiler::CompileOptions co;
   co.adamw = compiler::AdamWOptions{};
@@ -46,7 +46,7 @@ TEST(Styles, DataParallelAllReducesEveryGradientOverDp) {
   ASSERT_TRUE(c.ok()) << c.status();
   auto text = c->Dump("parallel");
   ASSERT_TRUE(text.ok());
-  auto params = models::Parameters(Model("gpt"));
+  auto params = compiler::models::Parameters(Model("gpt"));
   // One all_reduce(sum) per gradient and one for the loss's count of counted
   // targets (shared by its forward and backward); one all_reduce(avg) for the loss.
   EXPECT_EQ(Count(*text, "reduce=\"sum\", world=4"), static_cast<int>(params->size()) + 1) << *text;
@@ -57,9 +57,9 @@ TEST(Styles, DataParallelAllReducesEveryGradientOverDp) {
 TEST(Styles, BucketingMergesTheGradientAllReduces) {
   Layout l;
   l.dp = 4;
-  models::BuildOptions bo;
+  compiler::models::BuildOptions bo;
   bo.batch = 4;
-  auto fwd = models::BuildForward(Model("gpt"), bo);
+  auto fwd = compiler::models::BuildForward(Model("gpt"), bo);
   ASSERT_TRUE(fwd.ok());
   compiler::CompileOptions co;
   co.adamw = compiler::AdamWOptions{};
@@ -85,9 +85,9 @@ TEST(Styles, TensorParallelKeepsLogitsVocabSharded) {
     // No value of the full [batch * seq, vocab] logits shape exists on a rank.
     EXPECT_FALSE(absl::StrContains(text, ": f32[32, 64]")) << family << "\n" << text;
     // The dump is valid IR text (placements included).
-    auto parsed = compiler::ParseGraph(text);
+    auto parsed = compiler::ir::ParseGraph(text);
     ASSERT_TRUE(parsed.ok()) << family << ": " << parsed.status();
-    EXPECT_EQ(compiler::PrintGraph(*parsed), text);
+    EXPECT_EQ(compiler::ir::PrintGraph(*parsed), text);
   }
 }
 
@@ -135,10 +135,10 @@ TEST(Styles, EvaluationCompilesUnderEveryLayoutWithReplicatedOutputs) {
       l.zero_stage = k.zero;
       l.sequence_parallel = k.sp;
       const std::string name = absl::StrCat(family, " dp=", k.dp, " tp=", k.tp, " zero=", k.zero, " sp=", k.sp);
-      models::BuildOptions bo;
+      compiler::models::BuildOptions bo;
       bo.batch = 4;
       bo.return_logits = true;
-      auto fwd = models::BuildForward(Model(family), bo);
+      auto fwd = compiler::models::BuildForward(Model(family), bo);
       ASSERT_TRUE(fwd.ok()) << name << ": " << fwd.status();
       compiler::CompileOptions eo;
       eo.differentiate = false;
@@ -147,8 +147,8 @@ TEST(Styles, EvaluationCompilesUnderEveryLayoutWithReplicatedOutputs) {
       ASSERT_TRUE(eval.ok()) << name << ": " << eval.status();
       auto train = Compile(Model(family), l);
       ASSERT_TRUE(train.ok()) << name << ": " << train.status();
-      const compiler::Graph& le = eval->stages.at("parallel");
-      const compiler::Graph& lt = train->stages.at("parallel");
+      const compiler::ir::Graph& le = eval->stages.at("parallel");
+      const compiler::ir::Graph& lt = train->stages.at("parallel");
       for (const auto& in : le.inputs()) {
         const int k2 = lt.FindInput(in.name);
         ASSERT_GE(k2, 0) << name << ": " << in.name;
@@ -165,9 +165,9 @@ TEST(Styles, EvaluationCompilesUnderEveryLayoutWithReplicatedOutputs) {
 }
 
 TEST(Styles, CompileIsEitherTrainingOrEvaluation) {
-  models::BuildOptions bo;
+  compiler::models::BuildOptions bo;
   bo.batch = 4;
-  auto fwd = models::BuildForward(Model("gpt"), bo);
+  auto fwd = compiler::models::BuildForward(Model("gpt"), bo);
   ASSERT_TRUE(fwd.ok());
   Layout l;
   l.dp = 2;

@@ -15,9 +15,9 @@
 namespace loom::parallel {
 namespace {
 
-using compiler::Graph;
-using compiler::InputKind;
-using compiler::Node;
+using compiler::ir::Graph;
+using compiler::ir::InputKind;
+using compiler::ir::Node;
 using dtensor::Placement;
 
 // Who reads and who produces each value.
@@ -271,7 +271,7 @@ absl::StatusOr<std::vector<TpAssignment>> ResolveTpPlan(const Graph& forward, co
   return out;
 }
 
-absl::Status CheckTpPlanHonoured(const Graph& joint, const spmd::SpmdStats& stats, int tp_dim,
+absl::Status CheckTpPlanHonoured(const Graph& joint, const compiler::spmd::SpmdStats& stats, int tp_dim,
                                  const std::vector<TpAssignment>& plan, std::string* param) {
   std::map<std::string, const TpAssignment*> sharded;
   for (const TpAssignment& a : plan)
@@ -280,7 +280,7 @@ absl::Status CheckTpPlanHonoured(const Graph& joint, const spmd::SpmdStats& stat
   const Dataflow df(joint);
   std::map<int, std::string> input_name;
   for (const auto& in : joint.inputs()) input_name[in.value] = in.name;
-  for (const spmd::Redistribution& r : stats.redistributions) {
+  for (const compiler::spmd::Redistribution& r : stats.redistributions) {
     if (r.mesh_dim != tp_dim || !r.from.is_shard() || r.to == r.from) continue;
     int v = r.value;
     while (df.producer[v] >= 0 && IsView(joint.nodes()[df.producer[v]].op)) v = joint.nodes()[df.producer[v]].inputs[0];

@@ -77,19 +77,19 @@ struct TpAssignment {
 
 // The parameters (graph inputs of kind param) of `forward`, in order, with
 // the placement `plan` gives each for tensor parallelism of size `tp`.
-absl::StatusOr<std::vector<TpAssignment>> ResolveTpPlan(const compiler::Graph& forward,
+absl::StatusOr<std::vector<TpAssignment>> ResolveTpPlan(const compiler::ir::Graph& forward,
                                                         const std::vector<TpRule>& plan, int tp);
 
-// After propagation over the joint graph (stats from spmd::Parallelize):
+// After propagation over the joint graph (stats from compiler::spmd::Parallelize):
 // OK when no tp-sharded parameter of `plan` (or a Transpose / Cast of one)
 // is redistributed away from its shard on mesh dim `tp_dim`; otherwise
 // InvalidArgument naming the parameter, the op that needs it whole and its
 // node in `joint`, and *param (when given) is set to the parameter's name.
-absl::Status CheckTpPlanHonoured(const compiler::Graph& joint, const spmd::SpmdStats& stats, int tp_dim,
+absl::Status CheckTpPlanHonoured(const compiler::ir::Graph& joint, const compiler::spmd::SpmdStats& stats, int tp_dim,
                                  const std::vector<TpAssignment>& plan, std::string* param = nullptr);
 
 // tp: auto's proposal (above), before propagation has checked it.
-std::vector<TpAssignment> ProposeTpAssignments(const compiler::Graph& forward, int tp);
+std::vector<TpAssignment> ProposeTpAssignments(const compiler::ir::Graph& forward, int tp);
 
 // Rules that give every parameter the style of `a` under first-match
 // semantics: per layer-indexed name family (digits between dots become `*`)

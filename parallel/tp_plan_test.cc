@@ -15,10 +15,10 @@ namespace {
 
 using dtensor::Placement;
 
-compiler::Graph Parse(const std::string& text) {
-  auto g = compiler::ParseGraph(text);
+compiler::ir::Graph Parse(const std::string& text) {
+  auto g = compiler::ir::ParseGraph(text);
   EXPECT_TRUE(g.ok()) << g.status();
-  return g.ok() ? *g : compiler::Graph();
+  return g.ok() ? *g : compiler::ir::Graph();
 }
 
 // A block with a tied head: wte [16, 8] is looked up and, transposed, the
@@ -159,7 +159,7 @@ TEST(TpPlan, AMegatronPlanCompilesWithLocalBlocks) {
   for (int zero : {0, 3}) {
     auto c = CompileWith(plan, 2, zero);
     ASSERT_TRUE(c.ok()) << c.status();
-    const compiler::Graph& local = c->stages.at("parallel");
+    const compiler::ir::Graph& local = c->stages.at("parallel");
     auto shape = [&](const std::string& name) { return local.meta(local.inputs()[local.FindInput(name)].value).shape; };
     // tp halves the sharded dim; ZeRO-3 also halves another dim over dp.
     const int64_t z = zero == 3 ? 2 : 1;
@@ -172,7 +172,7 @@ TEST(TpPlan, AMegatronPlanCompilesWithLocalBlocks) {
 }
 
 TEST(TpPlan, TpAutoProposesMegatronForATransformerBlock) {
-  const compiler::Graph g = Parse(kBlock);
+  const compiler::ir::Graph g = Parse(kBlock);
   auto p = Placements(ProposeTpAssignments(g, 2));
   EXPECT_EQ(p.at("wte"), Placement::Shard(0));     // looked up and tied: vocab
   EXPECT_EQ(p.at("up.w"), Placement::Shard(0));    // after the norm: colwise ([out, in])

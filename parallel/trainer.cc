@@ -20,7 +20,7 @@ absl::StatusOr<std::unique_ptr<compiler::Executor>> MakeExecutor(compiler::Compi
   return std::make_unique<compiler::Executor>(std::move(c.program));
 }
 
-compiler::AdamWOptions AdamWFor(const v1::TrainSpec& tr, const std::vector<models::ParamInfo>& params,
+compiler::AdamWOptions AdamWFor(const v1::TrainSpec& tr, const std::vector<compiler::models::ParamInfo>& params,
                                 bool keep_gradients) {
   std::map<std::string, bool> decays;
   for (const auto& p : params) decays[p.name] = p.weight_decay;
@@ -40,8 +40,8 @@ compiler::AdamWOptions AdamWFor(const v1::TrainSpec& tr, const std::vector<model
 
 // A program input fed per step with data: neither the schedule's lr and step
 // nor an imported model's dropout offset.
-bool IsDataInput(const compiler::GraphInput& in) {
-  return in.kind == compiler::InputKind::kInput && in.name != "lr" && in.name != "step" &&
+bool IsDataInput(const compiler::ir::GraphInput& in) {
+  return in.kind == compiler::ir::InputKind::kInput && in.name != "lr" && in.name != "step" &&
          in.name != compiler::import::onnx::kDropoutStep;
 }
 
@@ -51,16 +51,16 @@ std::string Names(const std::vector<std::string>& names) { return absl::StrJoin(
 
 absl::StatusOr<TrainerModel> FamilyModel(const v1::JobSpec& spec) {
   TrainerModel m;
-  LOOM_ASSIGN_OR_RETURN(m.params, models::Parameters(spec.model()));
-  models::BuildOptions bo = models::TrainingOptions(spec);
+  LOOM_ASSIGN_OR_RETURN(m.params, compiler::models::Parameters(spec.model()));
+  compiler::models::BuildOptions bo = compiler::models::TrainingOptions(spec);
   // With train.grad_accum_steps the training graph takes one micro-batch.
   const int64_t accum = std::max(1, spec.train().grad_accum_steps());
   bo.batch /= accum;
-  LOOM_ASSIGN_OR_RETURN(m.train_forward, models::BuildForward(spec.model(), bo));
+  LOOM_ASSIGN_OR_RETURN(m.train_forward, compiler::models::BuildForward(spec.model(), bo));
   bo.batch *= accum;
   bo.dropout = 0;  // evaluation runs without dropout
   bo.return_logits = true;
-  LOOM_ASSIGN_OR_RETURN(m.eval_forward, models::BuildForward(spec.model(), bo));
+  LOOM_ASSIGN_OR_RETURN(m.eval_forward, compiler::models::BuildForward(spec.model(), bo));
   return m;
 }
 
@@ -118,7 +118,7 @@ absl::Status Trainer::CompileSteps(TrainerModel& model) {
   // give the blocks).
   if (const std::string& ac = tr.activation_checkpointing();
       (ac == "blocks" || ac == "selective") && spec_.model().family() != "onnx") {
-    co.checkpoint_blocks = models::BlockOfParameter;
+    co.checkpoint_blocks = compiler::models::BlockOfParameter;
     co.checkpoint_selective = ac == "selective";
   }
   if (single()) {
@@ -134,7 +134,7 @@ absl::Status Trainer::CompileSteps(TrainerModel& model) {
     train_ = std::move(*train);
     // Validation needs the loss only: the logits stay sharded (and are not
     // an output) until Forward asks for them.
-    compiler::Graph loss_only = model.eval_forward;
+    compiler::ir::Graph loss_only = model.eval_forward;
     loss_only.mutable_outputs().resize(1);
     LOOM_ASSIGN_OR_RETURN(eval_, CompileEval(loss_only));
     if (model.has_logits) logits_forward_ = std::move(model.eval_forward);
@@ -152,7 +152,7 @@ absl::Status Trainer::CompileSteps(TrainerModel& model) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Trainer::EvalProgram> Trainer::CompileEval(const compiler::Graph& forward) const {
+absl::StatusOr<Trainer::EvalProgram> Trainer::CompileEval(const compiler::ir::Graph& forward) const {
   compiler::CompileOptions eo;
   eo.differentiate = false;
   eo.fuse = options_.fuse;
@@ -182,8 +182,8 @@ absl::StatusOr<Tensor> Trainer::Block(const Tensor& global, const dtensor::DTens
 absl::StatusOr<Tensor> Trainer::InitBlock(size_t index, const dtensor::DTensorSpec& spec) const {
   // Element e (row-major in the global tensor) of parameter `index` is
   // init_std * Philox(seed, index).Normal(e), or init_value: exactly
-  // models::InitParameters, evaluated only at this rank's block.
-  const models::ParamInfo& p = params_[index];
+  // compiler::models::InitParameters, evaluated only at this rank's block.
+  const compiler::models::ParamInfo& p = params_[index];
   std::vector<int64_t> shape(p.shape.begin(), p.shape.end());
   LOOM_ASSIGN_OR_RETURN(auto ranges, dtensor::LocalBlock(shape, spec, coords_));
   std::vector<int64_t> local_shape;
@@ -213,25 +213,25 @@ absl::StatusOr<dtensor::DTensorSpec> InputSpec(const compiler::Compilation& c, c
                                                const dtensor::MeshShape& mesh) {
   auto it = c.stages.find("parallel");
   if (it == c.stages.end()) return dtensor::DTensorSpec::Replicated(mesh);
-  const compiler::Graph& local = it->second;
+  const compiler::ir::Graph& local = it->second;
   const int k = local.FindInput(name);
   if (k < 0) return absl::InternalError(absl::StrCat("program input '", name, "' is not in the parallel graph"));
   return dtensor::ParseSpec(local.value(local.inputs()[k].value).placement, mesh);
 }
 
 // The global meta of input `name`: the graph before localization.
-const ops::TensorMeta& GlobalMeta(const compiler::Compilation& c, const compiler::Graph& program,
-                                  const std::string& name) {
+const kernels::TensorMeta& GlobalMeta(const compiler::Compilation& c, const compiler::ir::Graph& program,
+                                      const std::string& name) {
   auto it = c.stages.find("parallel");
   if (it == c.stages.end()) return program.meta(program.inputs()[program.FindInput(name)].value);
-  const compiler::Graph& g = c.stages.at("joint");
+  const compiler::ir::Graph& g = c.stages.at("joint");
   return g.meta(g.inputs()[g.FindInput(name)].value);
 }
 
 }  // namespace
 
 absl::StatusOr<Tensor> Trainer::ReadInitBlock(size_t index, const dtensor::DTensorSpec& spec) const {
-  const models::ParamInfo& p = params_[index];
+  const compiler::models::ParamInfo& p = params_[index];
   std::vector<int64_t> shape(p.shape.begin(), p.shape.end());
   LOOM_ASSIGN_OR_RETURN(auto ranges, dtensor::LocalBlock(shape, spec, coords_));
   std::vector<int64_t> offsets, lengths;
@@ -248,7 +248,7 @@ absl::StatusOr<Tensor> Trainer::ReadInitBlock(size_t index, const dtensor::DTens
   return block.To(DType::kF32);
 }
 
-absl::StatusOr<Tensor> Trainer::InitialValue(const compiler::GraphInput& in, const ops::TensorMeta& local,
+absl::StatusOr<Tensor> Trainer::InitialValue(const compiler::ir::GraphInput& in, const kernels::TensorMeta& local,
                                              const dtensor::DTensorSpec& spec, const TrainerModel& model,
                                              const std::map<std::string, size_t>& param_index) const {
   auto pi = param_index.find(in.name);
@@ -282,9 +282,9 @@ absl::Status Trainer::BindTrainingInputs(TrainerModel& model) {
   }
   // Inputs of the training program, in its order: parameters (given or
   // initialised), buffers, optimizer state (zeros), the batch, lr and step.
-  const compiler::Graph& g = train_graph();
+  const compiler::ir::Graph& g = train_graph();
   for (size_t k = 0; k < g.inputs().size(); ++k) {
-    const compiler::GraphInput& in = g.inputs()[k];
+    const compiler::ir::GraphInput& in = g.inputs()[k];
     const int ki = static_cast<int>(k);
     LOOM_ASSIGN_OR_RETURN(dtensor::DTensorSpec s, InputSpec(train_, in.name, mesh_));
     specs_[in.name] = s;
@@ -294,7 +294,7 @@ absl::Status Trainer::BindTrainingInputs(TrainerModel& model) {
     if (in.name == "step") step_in_ = ki;
     if (in.name == compiler::import::onnx::kDropoutStep) dropout_step_in_ = ki;
     if (IsDataInput(in)) {
-      const ops::TensorMeta& gm = GlobalMeta(train_, g, in.name);
+      const kernels::TensorMeta& gm = GlobalMeta(train_, g, in.name);
       train_data_.push_back({in.name, ki, gm.shape, gm.dtype});
     }
   }
@@ -315,17 +315,17 @@ absl::Status Trainer::BindTrainingInputs(TrainerModel& model) {
 absl::Status Trainer::BindEval(EvalProgram& p) const {
   // The evaluation program shares the parameter and buffer tensors, which
   // it needs under the same spec as the training program.
-  const compiler::Graph& g = train_graph();
-  const compiler::Graph& eg = p.exec->program().graph;
+  const compiler::ir::Graph& g = train_graph();
+  const compiler::ir::Graph& eg = p.exec->program().graph;
   for (size_t k = 0; k < eg.inputs().size(); ++k) {
-    const compiler::GraphInput& in = eg.inputs()[k];
+    const compiler::ir::GraphInput& in = eg.inputs()[k];
     const int tk = g.FindInput(in.name);
     if (tk < 0)
       return absl::InternalError(absl::StrCat("evaluation input '", in.name, "' is not a training input"));
     LOOM_ASSIGN_OR_RETURN(dtensor::DTensorSpec s, InputSpec(p.compilation, in.name, mesh_));
     p.specs[in.name] = s;
     if (IsDataInput(in)) {
-      const ops::TensorMeta& gm = GlobalMeta(p.compilation, eg, in.name);
+      const kernels::TensorMeta& gm = GlobalMeta(p.compilation, eg, in.name);
       p.data.push_back({in.name, static_cast<int>(k), gm.shape, gm.dtype});
     } else if (!(s == specs_.at(in.name))) {
       return absl::InternalError(absl::StrCat("evaluation input '", in.name, "' is ", s.ToString(),
@@ -452,7 +452,7 @@ absl::StatusOr<float> Trainer::ReadLoss() {
   return l.data<float>()[0];
 }
 
-const compiler::Graph& Trainer::train_graph() const {
+const compiler::ir::Graph& Trainer::train_graph() const {
   return cuda_ ? train_.stages.at("fused") : train_exec_->program().graph;
 }
 
@@ -460,7 +460,7 @@ absl::Status Trainer::SyncFromDevice() const {
   if (!cuda_ || !host_stale_) return absl::OkStatus();
   // The parameters: the tensors the evaluation program shares (the AdamW
   // state stays on the device).
-  const compiler::Graph& g = train_graph();
+  const compiler::ir::Graph& g = train_graph();
   for (const auto& p : params_) {
     const int k = g.FindInput(p.name);
     LOOM_ASSIGN_OR_RETURN(Tensor d, cuda_->Input(k));
@@ -508,7 +508,7 @@ std::map<std::string, Tensor> Trainer::LocalParameters() const {
     std::fprintf(stderr, "loom: reading parameters back from the GPU: %s\n", std::string(s.message()).c_str());
     return out;
   }
-  const compiler::Graph& g = train_graph();
+  const compiler::ir::Graph& g = train_graph();
   for (const auto& p : params_) out.emplace(p.name, train_inputs_[g.FindInput(p.name)]);
   return out;
 }
@@ -531,13 +531,13 @@ absl::StatusOr<std::vector<Trainer::StateTensor>> Trainer::State() const {
     return absl::FailedPreconditionError("checkpoints: the training state of device: cuda lives on the GPU; GPU "
                                          "checkpoints are not built yet");
   std::vector<StateTensor> out;
-  const compiler::Graph& g = train_graph();
+  const compiler::ir::Graph& g = train_graph();
   for (size_t k = 0; k < g.inputs().size(); ++k) {
-    const compiler::GraphInput& in = g.inputs()[k];
-    if (in.kind != compiler::InputKind::kParam && in.kind != compiler::InputKind::kState) continue;
+    const compiler::ir::GraphInput& in = g.inputs()[k];
+    if (in.kind != compiler::ir::InputKind::kParam && in.kind != compiler::ir::InputKind::kState) continue;
     StateTensor st;
     st.name = in.name;
-    st.is_param = in.kind == compiler::InputKind::kParam;
+    st.is_param = in.kind == compiler::ir::InputKind::kParam;
     const Shape& shape = GlobalMeta(train_, g, in.name).shape;
     st.global_shape.assign(shape.begin(), shape.end());
     st.spec = specs_.at(in.name);
@@ -545,10 +545,10 @@ absl::StatusOr<std::vector<Trainer::StateTensor>> Trainer::State() const {
     out.push_back(std::move(st));
   }
   if (accum_ > 1) {  // the moments live in the update program
-    const compiler::Graph& ug = update_.exec->program().graph;
+    const compiler::ir::Graph& ug = update_.exec->program().graph;
     for (size_t k = 0; k < ug.inputs().size(); ++k) {
-      const compiler::GraphInput& in = ug.inputs()[k];
-      if (in.kind != compiler::InputKind::kState) continue;
+      const compiler::ir::GraphInput& in = ug.inputs()[k];
+      if (in.kind != compiler::ir::InputKind::kState) continue;
       StateTensor st;
       st.name = in.name;
       const Shape& shape = ug.meta(in.value).shape;

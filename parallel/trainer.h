@@ -30,7 +30,7 @@
 // name: options.init_blocks (this rank's block read from elsewhere, e.g.
 // init_from), else options.init (global tensors), else the model's own
 // initial values (an ONNX file's initializers), else train.seed: element e of
-// parameter i is init_std * Philox(seed, i).Normal(e) (models::InitParameters),
+// parameter i is init_std * Philox(seed, i).Normal(e) (compiler::models::InitParameters),
 // evaluated only at this rank's block, so a rank never holds a global tensor.
 // The AdamW moments start from zero.
 // After the first step a training step allocates nothing.
@@ -79,9 +79,9 @@ namespace loom::parallel {
 // evaluation graph has the same inputs (no dropout step) and outputs the loss
 // and, when has_logits, the logits.
 struct TrainerModel {
-  std::vector<models::ParamInfo> params;  // in graph-input order
-  compiler::Graph train_forward;
-  compiler::Graph eval_forward;
+  std::vector<compiler::models::ParamInfo> params;  // in graph-input order
+  compiler::ir::Graph train_forward;
+  compiler::ir::Graph eval_forward;
   bool has_logits = true;
   // Global initial values by input name (parameters and buffers); parameters
   // not in it are drawn from train.seed.
@@ -111,7 +111,7 @@ using InitBlockFn = std::function<absl::StatusOr<Tensor>(
 struct TrainerOptions {
   Layout layout;                    // default dp = tp = 1: one process
   int rank = 0;                     // in the mesh (dp, tp), row-major
-  compiler::CommunicatorMap comms;  // by mesh dim name, for each dim of size > 1
+  compiler::comm::CommunicatorMap comms;  // by mesh dim name, for each dim of size > 1
   // Set: every parameter's block comes from it (called once per parameter
   // with a non-empty block, during Create).
   InitBlockFn init_blocks;
@@ -192,14 +192,14 @@ class Trainer {
   const dtensor::MeshShape& mesh() const { return mesh_; }
   int rank() const { return rank_; }
 
-  const std::vector<models::ParamInfo>& param_info() const { return params_; }
-  int64_t num_parameters() const { return models::NumParameters(params_); }
+  const std::vector<compiler::models::ParamInfo>& param_info() const { return params_; }
+  int64_t num_parameters() const { return compiler::models::NumParameters(params_); }
   double LearningRate(int64_t step) const;  // 1-based step
   // The training compilation's stages and memory plan (its program moved to
   // the executor; on device: cuda "fused" is what the CUDA executor lowered).
   const compiler::Compilation& compilation() const { return train_; }
   // The training program's graph: its inputs are in this order.
-  const compiler::Graph& train_graph() const;
+  const compiler::ir::Graph& train_graph() const;
   // Whether Forward returns logits (an imported model may output only its loss).
   bool has_logits() const { return has_logits_; }
 
@@ -222,7 +222,7 @@ class Trainer {
     std::vector<DataInput> data;
   };
   absl::Status CompileSteps(TrainerModel& model);
-  absl::StatusOr<EvalProgram> CompileEval(const compiler::Graph& forward) const;
+  absl::StatusOr<EvalProgram> CompileEval(const compiler::ir::Graph& forward) const;
   absl::Status BindTrainingInputs(TrainerModel& model);
   absl::Status BindEval(EvalProgram& p) const;
   absl::StatusOr<std::vector<Tensor>> RunEval(EvalProgram& p, const Batch& batch, bool rows);
@@ -230,7 +230,7 @@ class Trainer {
   // options_.init_blocks' block of parameter params_[index] under `spec`.
   absl::StatusOr<Tensor> ReadInitBlock(size_t index, const dtensor::DTensorSpec& spec) const;
   // The initial value of training input `in` under `spec` (this rank's block).
-  absl::StatusOr<Tensor> InitialValue(const compiler::GraphInput& in, const ops::TensorMeta& local,
+  absl::StatusOr<Tensor> InitialValue(const compiler::ir::GraphInput& in, const kernels::TensorMeta& local,
                                       const dtensor::DTensorSpec& spec, const TrainerModel& model,
                                       const std::map<std::string, size_t>& param_index) const;
   // Binds the batch to the program inputs `want` (this rank's block under
@@ -259,7 +259,7 @@ class Trainer {
   dtensor::MeshShape mesh_;
   int rank_ = 0;
   std::vector<int64_t> coords_;
-  std::vector<models::ParamInfo> params_;
+  std::vector<compiler::models::ParamInfo> params_;
   bool has_logits_ = true;
 
   compiler::Compilation train_;
@@ -267,7 +267,7 @@ class Trainer {
   EvalProgram eval_;
   // Several ranks: the evaluation forward with logits, and its program once
   // Forward has compiled it.
-  compiler::Graph logits_forward_;
+  compiler::ir::Graph logits_forward_;
   std::unique_ptr<EvalProgram> logits_;
   std::unique_ptr<compiler::cuda::CudaExecutor> cuda_;  // device: cuda
   mutable bool host_stale_ = false;

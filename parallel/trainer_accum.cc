@@ -19,15 +19,15 @@ namespace loom::parallel {
 absl::Status Trainer::CompileUpdate(const compiler::AdamWOptions& adam) {
   compiler::JointGraph j;
   j.graph.set_name("update");
-  const compiler::Graph& micro = train_graph();
+  const compiler::ir::Graph& micro = train_graph();
   for (const auto& p : params_) {
     const int k = micro.FindInput(p.name);
     if (k < 0) return absl::InternalError(absl::StrCat("micro-step program lacks parameter '", p.name, "'"));
-    j.graph.AddInput(p.name, micro.meta(micro.inputs()[k].value), compiler::InputKind::kParam);
+    j.graph.AddInput(p.name, micro.meta(micro.inputs()[k].value), compiler::ir::InputKind::kParam);
     j.wrt_inputs.push_back(static_cast<int>(j.graph.inputs().size()) - 1);
   }
   for (const auto& p : params_) {
-    const compiler::GraphInput& in = j.graph.inputs()[j.graph.FindInput(p.name)];
+    const compiler::ir::GraphInput& in = j.graph.inputs()[j.graph.FindInput(p.name)];
     j.grads.push_back(j.graph.AddInput(p.name + ".grad", j.graph.meta(in.value)));
   }
   LOOM_RETURN_IF_ERROR(Annotate(compiler::AppendAdamW(j, adam), "building the update program"));
@@ -46,12 +46,12 @@ absl::Status Trainer::CompileUpdate(const compiler::AdamWOptions& adam) {
 // Binds the update program: parameters shared with the micro-step program,
 // zeroed accumulators and moments, the lr and step scalars.
 absl::Status Trainer::BindUpdate() {
-  const compiler::Graph& micro = train_graph();
-  const compiler::Graph& ug = update_.exec->program().graph;
+  const compiler::ir::Graph& micro = train_graph();
+  const compiler::ir::Graph& ug = update_.exec->program().graph;
   for (size_t k = 0; k < ug.inputs().size(); ++k) {
-    const compiler::GraphInput& in = ug.inputs()[k];
-    const ops::TensorMeta& meta = ug.meta(in.value);
-    if (in.kind == compiler::InputKind::kParam) {
+    const compiler::ir::GraphInput& in = ug.inputs()[k];
+    const kernels::TensorMeta& meta = ug.meta(in.value);
+    if (in.kind == compiler::ir::InputKind::kParam) {
       const int mk = micro.FindInput(in.name);
       if (mk < 0) return absl::InternalError(absl::StrCat("update input '", in.name, "' is not a training input"));
       update_.inputs.push_back(train_inputs_[mk]);
@@ -60,12 +60,12 @@ absl::Status Trainer::BindUpdate() {
     Tensor t = Tensor::Zeros(meta.shape, meta.dtype);
     if (in.name == "lr") update_.lr_in = static_cast<int>(k);
     if (in.name == "step") update_.step_in = static_cast<int>(k);
-    if (in.kind == compiler::InputKind::kInput && in.name != "lr" && in.name != "step") {
+    if (in.kind == compiler::ir::InputKind::kInput && in.name != "lr" && in.name != "step") {
       if (meta.dtype != DType::kF32)
         return absl::InternalError(absl::StrCat("accumulator '", in.name, "' is not f32"));
       update_.accumulators.push_back(t);
     }
-    if (in.kind == compiler::InputKind::kState) specs_[in.name] = dtensor::DTensorSpec::Replicated(mesh_);
+    if (in.kind == compiler::ir::InputKind::kState) specs_[in.name] = dtensor::DTensorSpec::Replicated(mesh_);
     update_.inputs.push_back(std::move(t));
   }
   if (update_.lr_in < 0 || update_.step_in < 0 || update_.accumulators.size() != params_.size())

@@ -18,7 +18,7 @@
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/registry.h"
 
-namespace loom::cli {
+namespace loom::runtime {
 namespace {
 
 constexpr char kVersion[] = "0.1.0";
@@ -28,9 +28,9 @@ constexpr char kBuildMode[] = "optimized";
 constexpr char kBuildMode[] = "debug assertions on";
 #endif
 
-using ops::Attrs;
-using ops::Impl;
-using ops::RunOp;
+using kernels::Attrs;
+using kernels::Impl;
+using kernels::RunOp;
 
 Tensor Random(absl::Span<const int64_t> shape, uint64_t seed, double scale = 1.0) {
   Tensor t = Tensor::MustEmpty(shape, DType::kF32);
@@ -83,7 +83,7 @@ int RunDemo(const std::vector<std::string>& args) {
   if (std::optional<int> rc = fs.Parse(args)) return *rc;
   std::printf("Loom kernel demo: fast CPU kernels against their references (%d threads)\n",
               NumThreads());
-  absl::Status cuda = cuda::CudaAvailable();
+  absl::Status cuda = kernels::cuda::CudaAvailable();
   std::printf("CUDA: %s\n", cuda.ok() ? "available" : std::string(cuda.message()).c_str());
   bool ok = true;
   const int64_t n = 512;
@@ -110,10 +110,10 @@ int RunOps(const std::vector<std::string>& args) {
     std::printf("%s", compiler::import::onnx::FormatSupportedOps().c_str());
     return 0;
   }
-  const auto& reg = ops::OpRegistry::Global();
+  const auto& reg = kernels::OpRegistry::Global();
   std::printf("%-24s %-10s %-6s %s\n", "op", "kernels", "grad", "doc");
   for (const std::string& name : reg.Names()) {
-    const ops::OpDef* d = reg.Find(name);
+    const kernels::OpDef* d = reg.Find(name);
     std::string kernels;
     for (const auto& [kind, fn] : d->kernels) kernels += std::string(DeviceKindName(kind)) + " ";
     std::printf("%-24s %-10s %-6s %s\n", name.c_str(), kernels.c_str(), d->grad ? "yes" : "no",
@@ -203,7 +203,7 @@ int RunVersion(const std::vector<std::string>& args) {
   if (std::optional<int> rc = fs.Parse(args)) return *rc;
   std::printf("loom %s\n", kVersion);
   std::printf("build: compiler %s, %s\n", __VERSION__, kBuildMode);
-  absl::Status cuda = cuda::CudaAvailable();
+  absl::Status cuda = kernels::cuda::CudaAvailable();
   std::printf("cuda: %s\n", cuda.ok() ? "available" : std::string(cuda.message()).c_str());
   return 0;
 }
@@ -261,4 +261,4 @@ std::string BashCompletionScript(const std::vector<CompletionEntry>& commands) {
       "complete -o bashdefault -o default -F _loom loom\n");
 }
 
-}  // namespace loom::cli
+}  // namespace loom::runtime

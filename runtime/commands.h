@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-namespace loom::cli {
+namespace loom::runtime {
 
 int RunDemo(const std::vector<std::string>& args);
 // loom ops [--onnx]: the registry's ops, or the ONNX ops Loom imports.
@@ -26,4 +26,4 @@ struct CompletionEntry {
 // the subcommand's flags at a word starting with '-', files otherwise.
 std::string BashCompletionScript(const std::vector<CompletionEntry>& commands);
 
-}  // namespace loom::cli
+}  // namespace loom::runtime

@@ -59,7 +59,7 @@ int CheckpointTool(const char* sub, const std::vector<std::string>& args) {
   std::vector<std::string> a;
   if (*sub) a.push_back(sub);
   a.insert(a.end(), args.begin(), args.end());
-  return loom::checkpoint::RunCheckpointTool(a, std::cout, std::cerr);
+  return loom::runtime::checkpoint::RunCheckpointTool(a, std::cout, std::cerr);
 }
 
 struct Command {
@@ -72,43 +72,46 @@ int Completion(const std::vector<std::string>& args);
 
 const Command kCommands[] = {
     {"train", "train a model from a job spec in this process: loom train JOB.yaml [--steps N] [--init FILE]",
-     loom::train::RunTrainCommand},
+     loom::runtime::train::RunTrainCommand},
     {"compile", "print the IR after a compiler stage: loom compile JOB.yaml --dump=STAGE",
-     loom::train::RunCompileCommand},
-    {"sample", "continue a prompt with a trained model: loom sample RUN_DIR|CHECKPOINT --prompt TEXT [--tokens N] "
+     loom::runtime::train::RunCompileCommand},
+    {"sample",
+     "continue a prompt with a trained model: loom sample RUN_DIR|CHECKPOINT --prompt TEXT [--tokens N] "
      "[--temperature T] [--top-k K] [--seed S]",
-     loom::train::RunSampleCommand},
+     loom::runtime::train::RunSampleCommand},
     {"data", "text files -> a tokenizer and token shards: loom data prepare --input FILE... --out DIR [--help]",
-     loom::data::RunDataCommand},
+     loom::runtime::data::RunDataCommand},
     {"plan", "rank parallel layouts for a job: loom plan JOB.yaml [--world N] [--memory-gib X] ... [--json]",
-     loom::plan::RunPlanCommand},
-    {"run", "run a job here (or on several machines), torchrun style: loom run JOB.yaml [--nproc-per-node N] "
+     loom::runtime::plan::RunPlanCommand},
+    {"run",
+     "run a job here (or on several machines), torchrun style: loom run JOB.yaml [--nproc-per-node N] "
      "[--nnodes N --node-rank R --rdzv-endpoint HOST:PORT]",
-     loom::launch::RunRunCommand},
-    {"worker", "one rank of a job (started by an agent; reads LOOM_* variables)", loom::launch::RunWorkerCommand},
+     loom::runtime::launch::RunRunCommand},
+    {"worker", "one rank of a job (started by an agent; reads LOOM_* variables)",
+     loom::runtime::launch::RunWorkerCommand},
     {"coordinator", "run the coordinator daemon (job queue, scheduler, gRPC API, /metrics)",
-     loom::service::RunCoordinatorCommand},
+     loom::runtime::service::RunCoordinatorCommand},
     {"agent", "run a node agent that launches workers: loom agent --coordinator|--rdzv-endpoint HOST:PORT",
-     loom::service::RunAgentCommand},
-    {"submit", "submit a job spec to the coordinator", loom::service::RunSubmitCommand},
-    {"jobs", "list jobs (filter, paging, --json)", loom::service::RunJobsCommand},
-    {"status", "show one job's status", loom::service::RunStatusCommand},
-    {"cancel", "cancel a job", loom::service::RunCancelCommand},
-    {"logs", "show a job's logs (follow, rank filter)", loom::service::RunLogsCommand},
-    {"export", "one safetensors file from a checkpoint, or in Hugging Face's layout from a run or checkpoint: "
+     loom::runtime::service::agent::RunAgentCommand},
+    {"submit", "submit a job spec to the coordinator", loom::runtime::service::RunSubmitCommand},
+    {"jobs", "list jobs (filter, paging, --json)", loom::runtime::service::RunJobsCommand},
+    {"status", "show one job's status", loom::runtime::service::RunStatusCommand},
+    {"cancel", "cancel a job", loom::runtime::service::RunCancelCommand},
+    {"logs", "show a job's logs (follow, rank filter)", loom::runtime::service::RunLogsCommand},
+    {"export",
+     "one safetensors file from a checkpoint, or in Hugging Face's layout from a run or checkpoint: "
      "loom export [--format hf [--family gpt|llama]] SRC OUT",
      [](const std::vector<std::string>& a) { return CheckpointTool("export", a); }},
     {"import", "turn a safetensors file into a checkpoint: loom import FILE CKPT_DIR",
      [](const std::vector<std::string>& a) { return CheckpointTool("import", a); }},
     {"checkpoint", "inspect or verify checkpoints: loom checkpoint inspect|verify ...",
      [](const std::vector<std::string>& a) { return CheckpointTool("", a); }},
-    {"demo", "run the kernel demo: matmul and SDPA checked against references, with timings",
-     loom::cli::RunDemo},
+    {"demo", "run the kernel demo: matmul and SDPA checked against references, with timings", loom::runtime::RunDemo},
     {"ops", "list the registered ops, their kernels and gradient rules (--onnx: the ONNX ops Loom imports)",
-     loom::cli::RunOps},
+     loom::runtime::RunOps},
     {"inspect", "an ONNX model's ops, Loom's support and the imported graph: loom inspect MODEL.onnx [--help]",
-     loom::cli::RunInspect},
-    {"version", "print the version and whether CUDA is available", loom::cli::RunVersion},
+     loom::runtime::RunInspect},
+    {"version", "print the version and whether CUDA is available", loom::runtime::RunVersion},
     {"bench", "benchmarks: loom bench collectives [--full] [--backends=...] (vs torch Gloo)",
      loom::collectives::bench::RunBenchCommand},
     {"completion", "print a shell completion script: loom completion bash", Completion},
@@ -129,7 +132,7 @@ int Completion(const std::vector<std::string>& args) {
     std::fprintf(stderr, "loom completion: cannot find this executable (/proc/self/exe)\n");
     return 1;
   }
-  std::vector<loom::cli::CompletionEntry> entries;
+  std::vector<loom::runtime::CompletionEntry> entries;
   for (const Command& c : kCommands) {
     std::string usage;
     if (std::string(c.name) != "completion") {
@@ -141,9 +144,9 @@ int Completion(const std::vector<std::string>& args) {
         return 1;
       }
     }
-    entries.push_back({c.name, loom::cli::FlagsInUsage(usage)});
+    entries.push_back({c.name, loom::runtime::FlagsInUsage(usage)});
   }
-  std::fputs(loom::cli::BashCompletionScript(entries).c_str(), stdout);
+  std::fputs(loom::runtime::BashCompletionScript(entries).c_str(), stdout);
   return 0;
 }
 
@@ -164,7 +167,7 @@ int main(int argc, char** argv) {
     Usage(stdout);
     return 0;
   }
-  if (cmd == "--version" || cmd == "-V") return loom::cli::RunVersion({});
+  if (cmd == "--version" || cmd == "-V") return loom::runtime::RunVersion({});
   // A crash (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT) writes the signal and
   // a symbolized stack trace to stderr before the process dies of it: under
   // an agent that lands in the rank's .err log, which `loom run` and

@@ -38,7 +38,7 @@ TEST_ENV=(--test_env=HOME --test_env=PATH)
 TEST_GROUPS=(base kernels compiler collectives dtensor parallel runtime proto tests deploy bench scripts)
 
 errors=0  # setup and Bazel errors; each counts as one failed case
-checks_pass=0 checks_fail=0  # cases of checks outside Bazel (the layering and doc-path checks)
+checks_pass=0 checks_fail=0  # cases of checks outside Bazel (layering, doc paths, namespaces)
 error() { echo "ERROR: $*"; errors=$((errors + 1)); }
 
 phase_start=$(date +%s)
@@ -137,6 +137,18 @@ dp=$(grep -c '^PASS: ' "$WORK/doc_paths.log"); df=$(grep -c '^FAIL: ' "$WORK/doc
 if [ $rc != 0 ] && [ "$df" = 0 ]; then df=1; fi
 checks_pass=$((checks_pass + dp)); checks_fail=$((checks_fail + df))
 phase "doc paths ($dp passed, $df failed)"
+
+# Namespaces follow folders (docs/architecture.md). scripts/check_namespaces.py
+# prints one PASS:/FAIL: line per case (its self-check's planted cases first,
+# then one per source folder); each line is one case. An exit without a FAIL
+# line (bad input) counts as one failure.
+"$PY" scripts/check_namespaces.py >"$WORK/namespaces.log" 2>&1
+rc=$?
+cat "$WORK/namespaces.log"
+np=$(grep -c '^PASS: ' "$WORK/namespaces.log"); nf=$(grep -c '^FAIL: ' "$WORK/namespaces.log")
+if [ $rc != 0 ] && [ "$nf" = 0 ]; then nf=1; fi
+checks_pass=$((checks_pass + np)); checks_fail=$((checks_fail + nf))
+phase "namespaces ($np passed, $nf failed)"
 
 query "tests(//...) except attr(tags, 'benchmark|manual', tests(//...))" "$WORK/tests.txt"
 declare -A by_group=()

@@ -8,6 +8,7 @@
 #include "kernels/cuda/attention/attention_checks.h"
 
 int main(int argc, char** argv) {
-  return loom::cuda::CheckMain(argc, argv, "attention_check", "attention", loom::cuda::AttentionSourceHash(),
-                               loom::cuda::RunAttentionChecks);
+  return loom::bench::cuda::CheckMain(argc, argv, "attention_check", "attention",
+                                      loom::kernels::cuda::attention::AttentionSourceHash(),
+                                      loom::kernels::cuda::attention::RunAttentionChecks);
 }

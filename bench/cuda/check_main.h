@@ -15,14 +15,15 @@
 #include "kernels/cuda/checks.h"
 #include "kernels/cuda/cuda_device.h"
 
-namespace loom::cuda {
+namespace loom::bench::cuda {
 
-using CheckRunner = std::function<absl::StatusOr<std::vector<CheckResult>>(const CheckOptions&)>;
+using CheckRunner =
+    std::function<absl::StatusOr<std::vector<kernels::cuda::CheckResult>>(const kernels::cuda::CheckOptions&)>;
 
 // tool: the binary's name; hash_label/hash: which sources the hash covers.
 inline int CheckMain(int argc, char** argv, const char* tool, const char* hash_label, const char* hash,
                      const CheckRunner& run) {
-  CheckOptions opts;
+  kernels::cuda::CheckOptions opts;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--full") == 0) opts.full = true;
     else if (std::strncmp(argv[i], "--seed=", 7) == 0) opts.seed = std::strtoull(argv[i] + 7, nullptr, 10);
@@ -31,7 +32,7 @@ inline int CheckMain(int argc, char** argv, const char* tool, const char* hash_l
       return 2;
     }
   }
-  auto name = DeviceName(0);
+  auto name = kernels::cuda::DeviceName(0);
   if (!name.ok()) {
     std::printf("%s: no GPU: %s\n", tool, std::string(name.status().message()).c_str());
     return 3;
@@ -43,10 +44,10 @@ inline int CheckMain(int argc, char** argv, const char* tool, const char* hash_l
     std::printf("%s: %s\n", tool, std::string(rows.status().message()).c_str());
     return 1;
   }
-  std::printf("%s", FormatCheckTable(*rows).c_str());
+  std::printf("%s", kernels::cuda::FormatCheckTable(*rows).c_str());
   for (const auto& r : *rows)
     if (!r.pass) return 1;
   return 0;
 }
 
-}  // namespace loom::cuda
+}  // namespace loom::bench::cuda

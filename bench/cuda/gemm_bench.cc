@@ -45,7 +45,7 @@ bool Has(int argc, char** argv, const char* name) {
 
 int main(int argc, char** argv) {
   using namespace loom;
-  using namespace loom::cuda;
+  using namespace loom::kernels::cuda;
   const int64_t m = Flag(argc, argv, "--m", 8192), n = Flag(argc, argv, "--n", 8192), k = Flag(argc, argv, "--k", 8192);
   const int iters = static_cast<int>(Flag(argc, argv, "--iters", 100));
   const int warmup = static_cast<int>(Flag(argc, argv, "--warmup", 10));

@@ -38,7 +38,7 @@
 #include <nlohmann/json.hpp>
 #include "tests/parity/tensor_dir.h"
 
-namespace loom {
+namespace loom::bench::cuda {
 namespace {
 
 struct Flags {
@@ -89,10 +89,10 @@ absl::Status Run(const Flags& f) {
   } else {
     spec.set_n_layer(12); spec.set_n_head(12); spec.set_d_model(768); spec.set_seq_len(1024); spec.set_vocab(50304);
   }
-  LOOM_ASSIGN_OR_RETURN(std::vector<models::ParamInfo> params, models::Parameters(spec));
-  models::BuildOptions bo;
+  LOOM_ASSIGN_OR_RETURN(std::vector<compiler::models::ParamInfo> params, compiler::models::Parameters(spec));
+  compiler::models::BuildOptions bo;
   bo.batch = batch;
-  LOOM_ASSIGN_OR_RETURN(compiler::Graph forward, models::BuildForward(spec, bo));
+  LOOM_ASSIGN_OR_RETURN(compiler::ir::Graph forward, compiler::models::BuildForward(spec, bo));
   std::map<std::string, bool> decays;
   for (const auto& p : params) decays[p.name] = p.weight_decay;
   compiler::CompileOptions co;
@@ -101,10 +101,10 @@ absl::Status Run(const Flags& f) {
   adam.beta1 = 0.9; adam.beta2 = 0.95; adam.eps = 1e-8; adam.weight_decay = 0.1; adam.max_norm = 1.0;
   adam.decays = [decays](const std::string& n) { auto it = decays.find(n); return it != decays.end() && it->second; };
   co.adamw = adam;
-  if (f.checkpoint) co.checkpoint_blocks = models::BlockOfParameter;  // compiler/passes/checkpointing.h
+  if (f.checkpoint) co.checkpoint_blocks = compiler::models::BlockOfParameter;  // compiler/passes/checkpointing.h
   auto t0 = std::chrono::steady_clock::now();
   LOOM_ASSIGN_OR_RETURN(compiler::Compilation c, compiler::Compile(forward, co));
-  const compiler::Graph& g = c.stages.at("fused");
+  const compiler::ir::Graph& g = c.stages.at("fused");
   compiler::cuda::CudaOptions opt;
   opt.bf16 = !f.f32;
   opt.cuda_graph = f.graph;
@@ -114,8 +114,8 @@ absl::Status Run(const Flags& f) {
   LOOM_ASSIGN_OR_RETURN(auto exec, compiler::cuda::CudaExecutor::Create(g, opt));
   double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
-  LOOM_ASSIGN_OR_RETURN(auto weights, parity::LoadTensorDir(f.data + "/weights"));
-  LOOM_ASSIGN_OR_RETURN(auto batches, parity::LoadTensorDir(f.data + "/batches"));
+  LOOM_ASSIGN_OR_RETURN(auto weights, tests::parity::LoadTensorDir(f.data + "/weights"));
+  LOOM_ASSIGN_OR_RETURN(auto batches, tests::parity::LoadTensorDir(f.data + "/batches"));
   int nb = static_cast<int>(batches.size() / 2);
   if (nb == 0) return absl::InvalidArgumentError("--data: no batches in " + f.data + "/batches");
   int x_in = -1, y_in = -1, lr_in = -1, step_in = -1;
@@ -159,7 +159,7 @@ absl::Status Run(const Flags& f) {
   int64_t T = spec.seq_len();
   double tokens = static_cast<double>(f.steps) * batch * T;
   double tps = tokens / dt;
-  double n = static_cast<double>(models::NumParameters(params));
+  double n = static_cast<double>(compiler::models::NumParameters(params));
   double flops_tok = 6 * n + 12.0 * spec.n_layer() * spec.d_model() * T;
   std::printf("RESULT impl=loom_%s%s%s tokens_per_s=%.0f ms_per_step=%.2f mfu=%.3f params=%.0f compile_s=%.1f device_mib=%.0f\n",
               f.f32 ? "f32" : "bf16", f.graph ? "_graph" : "", f.checkpoint ? "_ckpt" : "", tps, 1e3 * dt / f.steps, tps * flops_tok / 989e12, n,
@@ -202,12 +202,12 @@ absl::Status Run(const Flags& f) {
 }
 
 }  // namespace
-}  // namespace loom
+}  // namespace loom::bench::cuda
 
 int main(int argc, char** argv) {
-  loom::Flags f;
-  if (!loom::ParseFlags(argc, argv, &f)) return 2;
-  absl::Status s = loom::Run(f);
+  loom::bench::cuda::Flags f;
+  if (!loom::bench::cuda::ParseFlags(argc, argv, &f)) return 2;
+  absl::Status s = loom::bench::cuda::Run(f);
   if (!s.ok()) {
     std::fprintf(stderr, "gpt2_bench: %s\n", std::string(s.message()).c_str());
     return 1;

@@ -30,7 +30,7 @@
 #include "kernels/cuda/cuda_device.h"
 #include "tests/parity/parity_runner.h"
 
-namespace loom {
+namespace loom::bench::cuda {
 namespace {
 
 struct Bounds {
@@ -54,21 +54,21 @@ bool Check(const char* what, double v, double bound, bool* ok) {
 
 // Prints the final-parameter figures against the f64 reference and returns
 // whether they pass the noise-relative rule.
-bool CheckFinalAgainstF64(const parity::ParityResult& r) {
-  const parity::NoiseVerdict v = parity::FinalWithinNoise(r, kFinalFactor, kFinalFloor);
+bool CheckFinalAgainstF64(const tests::parity::ParityResult& r) {
+  const tests::parity::NoiseVerdict v = tests::parity::FinalWithinNoise(r, kFinalFactor, kFinalFloor);
   std::printf("    %-28s %s  (bound %gx torch's own gap to f64, floor %.0e) %s\n", "worst final / torch's gap",
               v.worst.c_str(), kFinalFactor, kFinalFloor, v.ok ? "ok" : "FAIL");
   std::printf("    worst final gap to f64: loom %s, torch cuda %s\n",
-              parity::ParityResult::Worst(r.final_rel_f64).c_str(),
-              parity::ParityResult::Worst(r.torch_final_rel_f64).c_str());
+              tests::parity::ParityResult::Worst(r.final_rel_f64).c_str(),
+              tests::parity::ParityResult::Worst(r.torch_final_rel_f64).c_str());
   for (const std::string& f : v.failures) std::printf("      FAIL %s\n", f.c_str());
   return v.ok;
 }
 
-void PrintControl(const parity::ParityResult& r) {
+void PrintControl(const tests::parity::ParityResult& r) {
   std::printf("    noise floor, torch cpu vs torch cuda: loss %.2e, gradient %s, final %s\n", r.control_loss_rel,
-              parity::ParityResult::Worst(r.control_grad_rel).c_str(),
-              parity::ParityResult::Worst(r.control_final_rel).c_str());
+              tests::parity::ParityResult::Worst(r.control_grad_rel).c_str(),
+              tests::parity::ParityResult::Worst(r.control_final_rel).c_str());
   // Per parameter, Loom's final gap over torch's own CPU-vs-GPU gap.
   std::map<std::string, double> ratio;
   for (const auto& [name, err] : r.final_rel) {
@@ -76,7 +76,8 @@ void PrintControl(const parity::ParityResult& r) {
     if (it != r.control_final_rel.end() && it->second > 0) ratio[name] = err / it->second;
   }
   if (!ratio.empty())
-    std::printf("    worst final gap / noise floor, per parameter: %s\n", parity::ParityResult::Worst(ratio).c_str());
+    std::printf("    worst final gap / noise floor, per parameter: %s\n",
+                tests::parity::ParityResult::Worst(ratio).c_str());
 }
 
 int Main(int argc, char** argv) {
@@ -97,22 +98,22 @@ int Main(int argc, char** argv) {
     std::fprintf(stderr, "gpt_cuda_parity: --steps must be >= 1 and --only f32 or bf16\n");
     return 2;
   }
-  auto dev = cuda::DeviceName(0);
+  auto dev = kernels::cuda::DeviceName(0);
   if (!dev.ok()) {
     std::printf("gpt_cuda_parity: no GPU: %s\n", std::string(dev.status().message()).c_str());
     return 3;
   }
-  parity::ParityOptions base;
+  tests::parity::ParityOptions base;
   base.device = "cuda";
   base.torch_device = "cuda";
   base.python = python;
   base.compare_logits = false;  // the Trainer's logits come from its CPU evaluation program
-  if (!parity::TorchAvailable(base)) {
+  if (!tests::parity::TorchAvailable(base)) {
     std::printf("gpt_cuda_parity: %s cannot import torch with CUDA\n", python.c_str());
     return 3;
   }
   std::printf("device 0: %s; %d steps per case\n", dev->c_str(), steps);
-  const std::vector<parity::ParityCase> cases = {
+  const std::vector<tests::parity::ParityCase> cases = {
       {"gpt", 2, 3, 3, 96, 37, 256, 384, 2},     // odd sizes (head dim 32)
       {"llama", 2, 6, 2, 96, 37, 256, 160, 2},   // GQA, RoPE, SwiGLU
       {"gpt", 4, 4, 4, 256, 128, 512, 1024, 4},  // head dim 64: flash attention under bf16
@@ -123,12 +124,12 @@ int Main(int argc, char** argv) {
     const bool bf16 = std::strcmp(precision, "bf16") == 0;
     const Bounds b = bf16 ? Bounds{1e-2, -1, 1e-2, -1} : Bounds{1e-5, 1e-4, 1e-4, -1};
     for (const auto& c : cases) {
-      parity::ParityOptions o = base;
+      tests::parity::ParityOptions o = base;
       o.precision = precision;
       if (!bf16 && control) o.control_device = "cpu";
       o.f64_reference = !bf16;
       std::printf("%s %s:\n", precision, c.Name().c_str());
-      auto r = parity::RunGptParity(c, steps, o);
+      auto r = tests::parity::RunGptParity(c, steps, o);
       bool ok = r.ok();
       if (!ok) {
         std::printf("    ERROR %s\n", std::string(r.status().message()).c_str());
@@ -139,8 +140,8 @@ int Main(int argc, char** argv) {
         Check("worst step-0 gradient", r->WorstGrad(), b.grad, &ok);
         Check("worst loss over the curve", r->WorstLoss(), b.curve, &ok);
         Check("worst final, vs torch cuda", r->WorstFinal(), b.final_value, &ok);
-        std::printf("    worst: gradient %s, final %s\n", parity::ParityResult::Worst(r->grad_rel).c_str(),
-                    parity::ParityResult::Worst(r->final_rel).c_str());
+        std::printf("    worst: gradient %s, final %s\n", tests::parity::ParityResult::Worst(r->grad_rel).c_str(),
+                    tests::parity::ParityResult::Worst(r->final_rel).c_str());
         if (!bf16 && !CheckFinalAgainstF64(*r)) ok = false;
         if (r->control_loss_rel >= 0) PrintControl(*r);
       }
@@ -153,6 +154,6 @@ int Main(int argc, char** argv) {
 }
 
 }  // namespace
-}  // namespace loom
+}  // namespace loom::bench::cuda
 
-int main(int argc, char** argv) { return loom::Main(argc, argv); }
+int main(int argc, char** argv) { return loom::bench::cuda::Main(argc, argv); }

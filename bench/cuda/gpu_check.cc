@@ -6,6 +6,6 @@
 #include "bench/cuda/check_main.h"
 
 int main(int argc, char** argv) {
-  return loom::cuda::CheckMain(argc, argv, "gpu_check", "kernel", loom::cuda::KernelSourceHash(),
-                               loom::cuda::RunKernelChecks);
+  return loom::bench::cuda::CheckMain(argc, argv, "gpu_check", "kernel", loom::kernels::cuda::KernelSourceHash(),
+                                      loom::kernels::cuda::RunKernelChecks);
 }

@@ -30,7 +30,7 @@
 namespace {
 
 using namespace loom;
-using namespace loom::cuda;
+using namespace loom::kernels::cuda;
 
 #define CHECK_OK(expr)                                                                          \
   do {                                                                                          \

@@ -141,40 +141,43 @@ double Rel(const std::vector<float>& x, const std::vector<float>& ref) {
 }
 
 // --sweep: every variant of one case (a: the default variants, buffers set).
-bool Sweep(loom::cuda::FlashAttnArgs a, const char* tag, double fwd_flops, int iters, size_t n, int64_t ws_bytes) {
-  using namespace loom::cuda;
+bool Sweep(loom::kernels::cuda::attention::FlashAttnArgs a, const char* tag, double fwd_flops, int iters, size_t n,
+           int64_t ws_bytes) {
+  using namespace loom::kernels::cuda;
   bool ok = true;
   int best_f = 0;
   float best_f_ms = 1e30f;
-  for (int v = 1; v <= FlashForwardVariants(); ++v) {
+  for (int v = 1; v <= attention::FlashForwardVariants(); ++v) {
     a.fwd_variant = v;
-    const float ms = TimeMs(static_cast<cudaStream_t>(a.stream), iters, [&] { CS(FlashAttentionForward(a)); });
-    std::printf("SWEEP %s fwd v=%d [%s] ms=%.3f tflops=%.1f\n", tag, v, FlashForwardVariantName(v, a.head_dim).c_str(), ms,
-                fwd_flops / (ms * 1e-3) / 1e12);
+    const float ms =
+        TimeMs(static_cast<cudaStream_t>(a.stream), iters, [&] { CS(attention::FlashAttentionForward(a)); });
+    std::printf("SWEEP %s fwd v=%d [%s] ms=%.3f tflops=%.1f\n", tag, v,
+                attention::FlashForwardVariantName(v, a.head_dim).c_str(), ms, fwd_flops / (ms * 1e-3) / 1e12);
     if (ms < best_f_ms) best_f_ms = ms, best_f = v;
   }
   a.fwd_variant = 0;
-  CS(FlashAttentionForward(a));
+  CS(attention::FlashAttentionForward(a));
   a.bwd_variant = a.dq_variant = 0;
-  CS(FlashAttentionBackward(a));
+  CS(attention::FlashAttentionBackward(a));
   CK(cudaStreamSynchronize(static_cast<cudaStream_t>(a.stream)));
   const std::vector<float> rq = Sample(a.dq, n), rk = Sample(a.dk, n), rv = Sample(a.dv, n);
   float best_b_ms = 1e30f, best_q_ms = 1e30f;
   int best_b = 0, best_q = 0;
   for (int pass = 0; pass < 2; ++pass) {
-    const int count = pass == 0 ? FlashBackwardVariants() : FlashDqVariants();
+    const int count = pass == 0 ? attention::FlashBackwardVariants() : attention::FlashDqVariants();
     for (int v = 1; v <= count; ++v) {
       a.bwd_variant = pass == 0 ? v : 0;
       a.dq_variant = pass == 1 ? v : 0;
-      if (FlashAttentionBwdWorkspaceBytes(a) > ws_bytes) continue;  // the stored-dS variant past its limit
-      const float ms = TimeMs(static_cast<cudaStream_t>(a.stream), iters, [&] { CS(FlashAttentionBackward(a)); });
+      if (attention::FlashAttentionBwdWorkspaceBytes(a) > ws_bytes) continue;  // the stored-dS variant past its limit
+      const float ms =
+          TimeMs(static_cast<cudaStream_t>(a.stream), iters, [&] { CS(attention::FlashAttentionBackward(a)); });
       CK(cudaStreamSynchronize(static_cast<cudaStream_t>(a.stream)));
       const double eq = Rel(Sample(a.dq, n), rq), ek = Rel(Sample(a.dk, n), rk), ev = Rel(Sample(a.dv, n), rv);
       const bool good = eq < 1e-2 && ek < 1e-2 && ev < 1e-2;
       ok = ok && good;
-      std::printf("SWEEP %s bwd=%d dq=%d [%s] bwd_ms=%.3f bwd_tflops=%.1f rel_dq=%.1e rel_dk=%.1e rel_dv=%.1e %s\n", tag,
-                  a.bwd_variant, a.dq_variant,
-                  FlashBackwardVariantName(a.bwd_variant, a.dq_variant, a.head_dim).c_str(), ms,
+      std::printf("SWEEP %s bwd=%d dq=%d [%s] bwd_ms=%.3f bwd_tflops=%.1f rel_dq=%.1e rel_dk=%.1e rel_dv=%.1e %s\n",
+                  tag, a.bwd_variant, a.dq_variant,
+                  attention::FlashBackwardVariantName(a.bwd_variant, a.dq_variant, a.head_dim).c_str(), ms,
                   2.5 * fwd_flops / (ms * 1e-3) / 1e12, eq, ek, ev, good ? "CHECK_OK" : "CHECK_FAILED");
       if (pass == 0 && ms < best_b_ms) best_b_ms = ms, best_b = v;
       if (pass == 1 && ms < best_q_ms) best_q_ms = ms, best_q = v;
@@ -224,7 +227,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> only;  // --only=IMPL,...: measure just these rows
   float data_scale = 1.f;         // --data-scale=X: inputs' standard deviation
   int idle_ms = 300;              // --idle-ms=N: the card idles this long before each timed loop
-  loom::cuda::CudnnSdpaOptions cudnn_options;
+  loom::kernels::cuda::attention::CudnnSdpaOptions cudnn_options;
   std::vector<Shape> shapes = {{4, 16, 4096, 128}, {8, 12, 1024, 64}, {2, 16, 8192, 128}};
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--iters=", 8) == 0) {
@@ -271,7 +274,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (absl::Status st = loom::cuda::SetCudnnSdpaOptions(cudnn_options); !st.ok()) {
+  if (absl::Status st = loom::kernels::cuda::attention::SetCudnnSdpaOptions(cudnn_options); !st.ok()) {
     std::fprintf(stderr, "sdpa_bench: %s\n", std::string(st.message()).c_str());
     return 2;
   }
@@ -283,7 +286,7 @@ int main(int argc, char** argv) {
   cudaDeviceProp prop;
   CK(cudaGetDeviceProperties(&prop, 0));
   std::printf("sdpa_bench on %s: loom flash attention bf16, %d timed iterations (median); cuDNN %s\n", prop.name, iters,
-              loom::cuda::CudnnVersionString().c_str());
+              loom::kernels::cuda::attention::CudnnVersionString().c_str());
   cudaStream_t stream;
   CK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
   bool all_ok = true;
@@ -301,7 +304,7 @@ int main(int argc, char** argv) {
     CK(cudaMemcpy(v, hv.data(), n * 2, cudaMemcpyHostToDevice));
     CK(cudaMemcpy(dout, hdo.data(), n * 2, cudaMemcpyHostToDevice));
     for (bool causal : {false, true}) {
-      loom::cuda::FlashAttnArgs a;
+      loom::kernels::cuda::attention::FlashAttnArgs a;
       a.dtype = loom::DType::kBF16;
       a.batch = s.b, a.heads = a.kv_heads = s.h, a.seq_q = a.seq_k = s.t, a.head_dim = s.d;
       a.causal = causal;
@@ -311,10 +314,10 @@ int main(int argc, char** argv) {
       a.dout = dout, a.dq = dq, a.dk = dk, a.dv = dv;
       a.stream = stream;
       {
-        loom::cuda::SdpaArgs sa;
+        loom::kernels::cuda::attention::SdpaArgs sa;
         sa.batch = s.b, sa.heads = sa.kv_heads = s.h, sa.seq_q = sa.seq_k = s.t, sa.head_dim = s.d;
-        ws_bytes = std::max<int64_t>(loom::cuda::FlashAttentionBwdWorkspaceBytes(a),
-                                     loom::cuda::SdpaBackwardWorkspaceBytes(sa));
+        ws_bytes = std::max<int64_t>(loom::kernels::cuda::attention::FlashAttentionBwdWorkspaceBytes(a),
+                                     loom::kernels::cuda::attention::SdpaBackwardWorkspaceBytes(sa));
         CK(cudaMalloc(&ws, ws_bytes));
       }
       a.workspace = ws;
@@ -420,41 +423,54 @@ int main(int argc, char** argv) {
                     finite ? 1 : 0, ok ? "CHECK_OK" : "CHECK_FAILED", what_f().c_str(), what_b().c_str());
         std::fflush(stdout);
       };
-      measure(deterministic ? "loom_flash_det" : "loom_flash", [&] { return loom::cuda::FlashAttentionForward(a); },
-              [&] { return loom::cuda::FlashAttentionBackward(a); },
-              [&] { return loom::cuda::FlashForwardVariantName(fwd_v, s.d); },
-              [&] { return loom::cuda::FlashBackwardVariantName(loom::cuda::FlashResolvedBackwardVariant(a), dq_v, s.d); });
+      measure(
+          deterministic ? "loom_flash_det" : "loom_flash",
+          [&] { return loom::kernels::cuda::attention::FlashAttentionForward(a); },
+          [&] { return loom::kernels::cuda::attention::FlashAttentionBackward(a); },
+          [&] { return loom::kernels::cuda::attention::FlashForwardVariantName(fwd_v, s.d); },
+          [&] {
+            return loom::kernels::cuda::attention::FlashBackwardVariantName(
+                loom::kernels::cuda::attention::FlashResolvedBackwardVariant(a), dq_v, s.d);
+          });
       // Loom's flash with the other backward schemes too, where the default is
       // not one: stored dS (when the workspace holds it) and, unless
       // --deterministic, atomic dQ.
-      for (int bv : {loom::cuda::kFlashBwdDsVariant, loom::cuda::kFlashBwdWgmmaDsVariant,
-                     loom::cuda::kFlashBwdWgmmaDs1Variant, loom::cuda::kFlashBwdAtomicVariant}) {
-        loom::cuda::FlashAttnArgs aa = a;
+      for (int bv :
+           {loom::kernels::cuda::attention::kFlashBwdDsVariant, loom::kernels::cuda::attention::kFlashBwdWgmmaDsVariant,
+            loom::kernels::cuda::attention::kFlashBwdWgmmaDs1Variant,
+            loom::kernels::cuda::attention::kFlashBwdAtomicVariant}) {
+        loom::kernels::cuda::attention::FlashAttnArgs aa = a;
         aa.bwd_variant = bv;
-        if (bwd_v != 0 || bv == loom::cuda::FlashResolvedBackwardVariant(a) ||
-            (deterministic && bv == loom::cuda::kFlashBwdAtomicVariant) ||
-            loom::cuda::FlashAttentionBwdWorkspaceBytes(aa) > ws_bytes)
+        if (bwd_v != 0 || bv == loom::kernels::cuda::attention::FlashResolvedBackwardVariant(a) ||
+            (deterministic && bv == loom::kernels::cuda::attention::kFlashBwdAtomicVariant) ||
+            loom::kernels::cuda::attention::FlashAttentionBwdWorkspaceBytes(aa) > ws_bytes)
           continue;
-        measure(bv == loom::cuda::kFlashBwdDsVariant         ? "loom_flash_ds"
-                : bv == loom::cuda::kFlashBwdWgmmaDsVariant  ? "loom_flash_wgmma_ds"
-                : bv == loom::cuda::kFlashBwdWgmmaDs1Variant ? "loom_flash_wgmma_ds1"
-                                                             : "loom_flash_atomic",
-                [&] { return loom::cuda::FlashAttentionForward(aa); },
-                [&] { return loom::cuda::FlashAttentionBackward(aa); },
-                [&] { return loom::cuda::FlashForwardVariantName(fwd_v, s.d); },
-                [&] { return loom::cuda::FlashBackwardVariantName(aa.bwd_variant, 0, s.d); });
+        measure(
+            bv == loom::kernels::cuda::attention::kFlashBwdDsVariant         ? "loom_flash_ds"
+            : bv == loom::kernels::cuda::attention::kFlashBwdWgmmaDsVariant  ? "loom_flash_wgmma_ds"
+            : bv == loom::kernels::cuda::attention::kFlashBwdWgmmaDs1Variant ? "loom_flash_wgmma_ds1"
+                                                                             : "loom_flash_atomic",
+            [&] { return loom::kernels::cuda::attention::FlashAttentionForward(aa); },
+            [&] { return loom::kernels::cuda::attention::FlashAttentionBackward(aa); },
+            [&] { return loom::kernels::cuda::attention::FlashForwardVariantName(fwd_v, s.d); },
+            [&] { return loom::kernels::cuda::attention::FlashBackwardVariantName(aa.bwd_variant, 0, s.d); });
       }
       // The pipelined wgmma forward (default backward) where it is not the default.
-      if (fwd_v == 0 && loom::cuda::FlashDefaultForwardVariant(s.d) != loom::cuda::kFlashFwdWgmmaPipeVariant) {
-        loom::cuda::FlashAttnArgs aa = a;
-        aa.fwd_variant = loom::cuda::kFlashFwdWgmmaPipeVariant;
-        measure("loom_flash_wgmma", [&] { return loom::cuda::FlashAttentionForward(aa); },
-                [&] { return loom::cuda::FlashAttentionBackward(aa); },
-                [&] { return loom::cuda::FlashForwardVariantName(aa.fwd_variant, s.d); },
-                [&] { return loom::cuda::FlashBackwardVariantName(loom::cuda::FlashResolvedBackwardVariant(aa), 0, s.d); });
+      if (fwd_v == 0 && loom::kernels::cuda::attention::FlashDefaultForwardVariant(s.d) !=
+                            loom::kernels::cuda::attention::kFlashFwdWgmmaPipeVariant) {
+        loom::kernels::cuda::attention::FlashAttnArgs aa = a;
+        aa.fwd_variant = loom::kernels::cuda::attention::kFlashFwdWgmmaPipeVariant;
+        measure(
+            "loom_flash_wgmma", [&] { return loom::kernels::cuda::attention::FlashAttentionForward(aa); },
+            [&] { return loom::kernels::cuda::attention::FlashAttentionBackward(aa); },
+            [&] { return loom::kernels::cuda::attention::FlashForwardVariantName(aa.fwd_variant, s.d); },
+            [&] {
+              return loom::kernels::cuda::attention::FlashBackwardVariantName(
+                  loom::kernels::cuda::attention::FlashResolvedBackwardVariant(aa), 0, s.d);
+            });
       }
       if (cudnn && !deterministic) {
-        loom::cuda::CudnnSdpaArgs ca;
+        loom::kernels::cuda::attention::CudnnSdpaArgs ca;
         ca.dtype = loom::DType::kBF16;
         ca.batch = s.b, ca.heads = ca.kv_heads = s.h, ca.seq_q = ca.seq_k = s.t, ca.head_dim = s.d;
         ca.causal = causal;
@@ -462,21 +478,22 @@ int main(int argc, char** argv) {
         ca.dout = dout, ca.dq = dq, ca.dk = dk, ca.dv = dv;
         ca.stream = stream;  // workspace: the caching allocator's
         // First calls build the plans; a failure is reported, not fatal.
-        absl::Status st = loom::cuda::CudnnSdpaForward(ca);
-        if (st.ok()) st = loom::cuda::CudnnSdpaBackward(ca);
+        absl::Status st = loom::kernels::cuda::attention::CudnnSdpaForward(ca);
+        if (st.ok()) st = loom::kernels::cuda::attention::CudnnSdpaBackward(ca);
         if (st.ok()) st = cudaStreamSynchronize(stream) == cudaSuccess ? absl::OkStatus() : absl::InternalError("sync");
         if (!st.ok()) {
           std::printf("SKIP impl=loom_cudnn B=%lld H=%lld T=%lld D=%lld causal=%d: %s\n", static_cast<long long>(s.b),
                       static_cast<long long>(s.h), static_cast<long long>(s.t), static_cast<long long>(s.d),
                       causal ? 1 : 0, std::string(st.message()).c_str());
         } else {
-          measure("loom_cudnn", [&] { return loom::cuda::CudnnSdpaForward(ca); },
-                  [&] { return loom::cuda::CudnnSdpaBackward(ca); }, [] { return std::string("cudnn fwd"); },
-                  [] { return std::string("cudnn bwd"); });
+          measure(
+              "loom_cudnn", [&] { return loom::kernels::cuda::attention::CudnnSdpaForward(ca); },
+              [&] { return loom::kernels::cuda::attention::CudnnSdpaBackward(ca); },
+              [] { return std::string("cudnn fwd"); }, [] { return std::string("cudnn bwd"); });
         }
       }
       if (dispatch) {
-        loom::cuda::SdpaArgs sa;
+        loom::kernels::cuda::attention::SdpaArgs sa;
         sa.dtype = loom::DType::kBF16;
         sa.batch = s.b, sa.heads = sa.kv_heads = s.h, sa.seq_q = sa.seq_k = s.t, sa.head_dim = s.d;
         sa.causal = causal;
@@ -484,7 +501,7 @@ int main(int argc, char** argv) {
         sa.q = q, sa.k = k, sa.v = v, sa.o = o, sa.lse = lse;
         sa.dout = dout, sa.dq = dq, sa.dk = dk, sa.dv = dv, sa.workspace = ws;
         sa.stream = stream;
-        auto& disp = loom::cuda::SdpaDispatcher::Global();
+        auto& disp = loom::kernels::cuda::attention::SdpaDispatcher::Global();
         // Tuning happens on the first calls (the warm-up), outside the timed runs.
         measure("loom_sdpa", [&] { return disp.Forward(sa); }, [&] { return disp.Backward(sa); },
                 [&] { return disp.Choice(sa, false); }, [&] { return disp.Choice(sa, true); });

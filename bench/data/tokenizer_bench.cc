@@ -33,8 +33,8 @@
 namespace {
 
 namespace fs = std::filesystem;
-using loom::data::PrepareOptions;
-using loom::data::PrepareSummary;
+using loom::runtime::data::PrepareOptions;
+using loom::runtime::data::PrepareSummary;
 
 std::string Read(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -80,7 +80,7 @@ std::string GenerateCorpus(const std::string& path, int64_t bytes) {
 // A byte-level BPE learned from `text` the plain way (count every pair,
 // merge the most frequent, repeat), written as vocab.json + merges.txt.
 void TrainGpt2Files(const std::string& text, int merges, const std::string& dir) {
-  const std::array<uint32_t, 256> alphabet = loom::data::Gpt2ByteAlphabet();
+  const std::array<uint32_t, 256> alphabet = loom::runtime::data::Gpt2ByteAlphabet();
   std::vector<std::string> symbol(256);
   for (int b = 0; b < 256; ++b) {
     const uint32_t c = alphabet[b];
@@ -88,7 +88,7 @@ void TrainGpt2Files(const std::string& text, int merges, const std::string& dir)
                          : std::string{static_cast<char>(0xC0 | (c >> 6)), static_cast<char>(0x80 | (c & 0x3F))};
   }
   absl::flat_hash_map<std::string, int64_t> pieces;
-  loom::data::internal::Gpt2Pretokenize(text, [&](std::string_view p) { ++pieces[std::string(p)]; });
+  loom::runtime::data::internal::Gpt2Pretokenize(text, [&](std::string_view p) { ++pieces[std::string(p)]; });
   std::vector<std::pair<std::vector<int32_t>, int64_t>> words;
   for (const auto& [p, n] : pieces) {
     std::vector<int32_t> w;
@@ -126,7 +126,7 @@ void TrainGpt2Files(const std::string& text, int merges, const std::string& dir)
   for (size_t i = 0; i < symbol.size(); ++i)
     if (!vocab.contains(symbol[i])) vocab[symbol[i]] = vocab.size();
   const size_t eot = vocab.size();
-  vocab[loom::data::kEndOfText] = eot;
+  vocab[loom::runtime::data::kEndOfText] = eot;
   std::ofstream(dir + "/vocab.json") << vocab.dump();
   std::ofstream(dir + "/merges.txt") << merges_txt;
 }
@@ -172,7 +172,7 @@ int main(int argc, char** argv) {
   train.train_type = "bpe";
   train.vocab_size = 8000;
   train.train_sentences = 300000;
-  auto trained = loom::data::Prepare(train, nullptr);
+  auto trained = loom::runtime::data::Prepare(train, nullptr);
   if (!trained.ok()) return std::fprintf(stderr, "training sentencepiece: %s\n", trained.status().ToString().c_str()), 1;
   TrainGpt2Files(text.substr(0, 2 << 20), 2000, dir + "/gpt2");
 
@@ -193,7 +193,7 @@ int main(int argc, char** argv) {
       o.threads = t;
       o.out_dir = absl::StrCat(dir, "/out_", name, "_", t);
       const std::string load = LoadAverage();
-      auto s = loom::data::Prepare(o, nullptr);
+      auto s = loom::runtime::data::Prepare(o, nullptr);
       if (!s.ok()) return std::fprintf(stderr, "%s: %s\n", name.c_str(), s.status().ToString().c_str()), 1;
       const double tps = s->tokens[0] / s->encode_seconds;
       if (base == 0) base = tps;

@@ -73,7 +73,7 @@ double Flops(const Shape3& s) { return 2.0 * std::max<int64_t>(s.batch, 1) * s.m
 struct Problem {
   Tensor a, b, c;
   bool trans_b;
-  absl::Status Run() { return loom::cpu::MatMul(a, b, false, trans_b, c); }
+  absl::Status Run() { return loom::kernels::cpu::MatMul(a, b, false, trans_b, c); }
 };
 
 Problem MakeProblem(const Shape3& s) {

@@ -35,7 +35,7 @@
 #include "base/thread_pool.h"
 #include "kernels/sdpa/sdpa.h"
 
-namespace loom::sdpa {
+namespace loom::bench::sdpa {
 namespace {
 
 constexpr int64_t kB = 1, kH = 4, kD = 64;
@@ -68,20 +68,20 @@ long MaxRssKiB() {
   return ru.ru_maxrss;
 }
 
-int Reps(int64_t T, SdpaImpl impl) {
-  if (T >= 4096) return impl == SdpaImpl::kMath ? 1 : 5;
+int Reps(int64_t T, kernels::sdpa::SdpaImpl impl) {
+  if (T >= 4096) return impl == kernels::sdpa::SdpaImpl::kMath ? 1 : 5;
   if (T >= 1024) return 15;
   return 40;
 }
 
 // Runs in the child.
-Result RunCase(SdpaImpl impl, int64_t T, bool backward) {
+Result RunCase(kernels::sdpa::SdpaImpl impl, int64_t T, bool backward) {
   CountingAllocator counting(CpuAllocator::Get());
   ScopedDefaultAllocator use(&counting);
   Tensor q = Rand({kB, kH, T, kD}, 1), k = Rand({kB, kH, T, kD}, 2), v = Rand({kB, kH, T, kD}, 3),
          dout = Rand({kB, kH, T, kD}, 4);
-  std::vector<ops::TensorMeta> metas = {ops::MetaOf(q), ops::MetaOf(k), ops::MetaOf(v)};
-  SdpaParams p = *MakeSdpaParams(metas, {});
+  std::vector<kernels::TensorMeta> metas = {kernels::MetaOf(q), kernels::MetaOf(k), kernels::MetaOf(v)};
+  kernels::sdpa::SdpaParams p = *kernels::sdpa::MakeSdpaParams(metas, {});
   Tensor out = Tensor::MustEmpty({kB, kH, T, kD}, DType::kF32), lse = Tensor::MustEmpty({kB, kH, T}, DType::kF32);
   Tensor dq = Tensor::MustEmpty({kB, kH, T, kD}, DType::kF32), dk = Tensor::MustEmpty({kB, kH, T, kD}, DType::kF32),
          dv = Tensor::MustEmpty({kB, kH, T, kD}, DType::kF32);
@@ -90,8 +90,8 @@ Result RunCase(SdpaImpl impl, int64_t T, bool backward) {
   const long rss0 = MaxRssKiB();
   counting.ResetPeak();
   auto step = [&] {
-    absl::Status s = SdpaForward(impl, p, q, k, v, nullptr, out, lse);
-    if (s.ok() && backward) s = SdpaBackward(impl, p, dout, q, k, v, out, lse, nullptr, dq, dk, dv);
+    absl::Status s = kernels::sdpa::SdpaForward(impl, p, q, k, v, nullptr, out, lse);
+    if (s.ok() && backward) s = kernels::sdpa::SdpaBackward(impl, p, dout, q, k, v, out, lse, nullptr, dq, dk, dv);
     if (!s.ok()) {
       fprintf(stderr, "%s\n", std::string(s.message()).c_str());
       exit(1);
@@ -116,7 +116,7 @@ Result RunCase(SdpaImpl impl, int64_t T, bool backward) {
   return r;
 }
 
-Result RunInChild(SdpaImpl impl, int64_t T, bool backward) {
+Result RunInChild(kernels::sdpa::SdpaImpl impl, int64_t T, bool backward) {
   int fds[2];
   if (pipe(fds) != 0) abort();
   pid_t pid = fork();
@@ -144,10 +144,10 @@ std::vector<std::string> SplitArg(int argc, char** argv, const char* name, const
 }
 
 }  // namespace
-}  // namespace loom::sdpa
+}  // namespace loom::bench::sdpa
 
 int main(int argc, char** argv) {
-  using namespace loom::sdpa;
+  using namespace loom::bench::sdpa;
   std::vector<int64_t> Ts;
   for (const std::string& s : SplitArg(argc, argv, "T", "256,1024,4096")) {
     int64_t t;
@@ -190,7 +190,9 @@ int main(int argc, char** argv) {
       const double flops = 4.0 * kB * kH * T * T * kD * (bwd ? 3.5 : 1.0);
       std::map<std::string, Result> res;
       for (const std::string& name : impls) {
-        SdpaImpl impl = name == "flash" ? SdpaImpl::kFlash : name == "memeff" ? SdpaImpl::kMemEff : SdpaImpl::kMath;
+        loom::kernels::sdpa::SdpaImpl impl = name == "flash"    ? loom::kernels::sdpa::SdpaImpl::kFlash
+                                             : name == "memeff" ? loom::kernels::sdpa::SdpaImpl::kMemEff
+                                                                : loom::kernels::sdpa::SdpaImpl::kMath;
         res[name] = RunInChild(impl, T, bwd);
       }
       auto it = torch.find({T, mode});

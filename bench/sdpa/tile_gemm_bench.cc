@@ -31,8 +31,8 @@ double BestSeconds(Fn&& fn) {
 }  // namespace
 
 int main() {
-  using loom::sdpa::internal::GemmAcc;
-  using loom::sdpa::internal::SetAvx512ForTesting;
+  using loom::kernels::sdpa::internal::GemmAcc;
+  using loom::kernels::sdpa::internal::SetAvx512ForTesting;
   alignas(64) static float A[64 * 64], B[64 * 64], C[64 * 64];
   for (int i = 0; i < 64 * 64; ++i) {
     A[i] = 1e-4f * i;
@@ -47,7 +47,7 @@ int main() {
   report("GemmAcc AVX2 6x16 (A row-major)", BestSeconds([&] { GemmAcc<float>(64, 64, 64, A, 64, 1, B, 64, C, 64); }));
   report("GemmAcc AVX2 6x16 (A transposed)", BestSeconds([&] { GemmAcc<float>(64, 64, 64, A, 1, 64, B, 64, C, 64); }));
   SetAvx512ForTesting(1);
-  if (loom::sdpa::internal::UseAvx512()) {
+  if (loom::kernels::sdpa::internal::UseAvx512()) {
     report("GemmAcc AVX-512 8x32 (A row-major)",
            BestSeconds([&] { GemmAcc<float>(64, 64, 64, A, 64, 1, B, 64, C, 64); }));
     report("GemmAcc AVX-512 8x32 (A transposed)",

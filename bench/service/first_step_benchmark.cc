@@ -53,22 +53,22 @@ int main(int argc, char** argv) {
   if (mkdtemp(tmpl) == nullptr) return 1;
   const std::string root = tmpl;
 
-  loom::service::ServerOptions so;
+  loom::runtime::service::ServerOptions so;
   so.coordinator.data_dir = root + "/coordinator";
   so.coordinator.heartbeat_interval_ms = 500;
-  auto server = loom::service::CoordinatorServer::Start(so);
+  auto server = loom::runtime::service::CoordinatorServer::Start(so);
   if (!server.ok()) {
     std::fprintf(stderr, "coordinator: %s\n", std::string(server.status().message()).c_str());
     return 1;
   }
-  loom::service::AgentOptions ao;
+  loom::runtime::service::agent::AgentOptions ao;
   ao.coordinator = absl::StrCat("127.0.0.1:", (*server)->port());
   ao.join_token = (*server)->join_token();
   ao.data_dir = root + "/agent";
   ao.cpu_slots = 4;
   ao.worker_argv = {loom, "worker"};
   ao.poll_wait_ms = 100;
-  loom::service::Agent agent(ao);
+  loom::runtime::service::agent::Agent agent(ao);
   if (absl::Status s = agent.Start(); !s.ok()) {
     std::fprintf(stderr, "agent: %s\n", std::string(s.message()).c_str());
     return 1;
@@ -90,7 +90,7 @@ int main(int argc, char** argv) {
     spec.mutable_parallel()->set_dp(2);
     spec.mutable_parallel()->set_tp(2);
     spec.set_run_dir(absl::StrCat(root, "/run", r));
-    loom::jobspec::ApplyDefaults(spec);
+    loom::runtime::jobspec::ApplyDefaults(spec);
     loom::v1::SubmitJobRequest req;
     *req.mutable_spec() = spec;
     auto t0 = Clock::now();

@@ -45,7 +45,7 @@
 #include "parallel/trainer.h"
 #include "runtime/train/job_model.h"
 
-namespace loom::bench {
+namespace loom::bench::train {
 namespace {
 
 struct Flags {
@@ -229,7 +229,7 @@ absl::StatusOr<std::vector<Side>> MakeSides(const Config& c, const Flags& f, con
     Side s;
     s.name = recover ? "imported" : "imported, as converted";
     const v1::JobSpec spec = OnnxSpec(c, f, model);
-    LOOM_ASSIGN_OR_RETURN(parallel::TrainerModel imported, train::BuildModel(spec, recover));
+    LOOM_ASSIGN_OR_RETURN(parallel::TrainerModel imported, runtime::train::BuildModel(spec, recover));
     LOOM_ASSIGN_OR_RETURN(s.trainer, parallel::Trainer::Create(spec, std::move(imported)));
     sides.push_back(std::move(s));
   }
@@ -277,17 +277,17 @@ absl::Status Main(const Flags& f) {
 }
 
 }  // namespace
-}  // namespace loom::bench
+}  // namespace loom::bench::train
 
 int main(int argc, char** argv) {
-  loom::bench::Flags f;
-  if (!loom::bench::ParseFlags(argc, argv, &f)) {
+  loom::bench::train::Flags f;
+  if (!loom::bench::train::ParseFlags(argc, argv, &f)) {
     std::fprintf(stderr,
                  "usage: import_benchmark [--device cpu|cuda] [--config small|gpt2] [--onnx GRAPH.onnx] [--steps N] "
                  "[--warmup N] [--rounds N] [--threads N] [--unrecovered] [--opset N]\n");
     return 2;
   }
-  absl::Status s = loom::bench::Main(f);
+  absl::Status s = loom::bench::train::Main(f);
   if (!s.ok()) {
     std::fprintf(stderr, "import_benchmark: %s\n", std::string(s.message()).c_str());
     return 1;

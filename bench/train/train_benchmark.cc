@@ -85,8 +85,8 @@ int main(int argc, char** argv) {
     return 1;
   }
   Tensor x0 = RandomTokens(B, T, V, 1), y0 = RandomTokens(B, T, V, 2);
-  (void)loom::parity::SaveTensorDir(dir + "/w", (*trainer)->Parameters());
-  (void)loom::parity::SaveTensorDir(dir + "/b", {{"x0", x0}, {"y0", y0}});
+  (void)loom::tests::parity::SaveTensorDir(dir + "/w", (*trainer)->Parameters());
+  (void)loom::tests::parity::SaveTensorDir(dir + "/b", {{"x0", x0}, {"y0", y0}});
   nlohmann::json cfg = {{"family", "gpt"}, {"n_layer", 4}, {"n_head", 4}, {"d_model", 256}, {"seq_len", 256},
                         {"vocab", 256}, {"lr", 1e-3}, {"threads", threads}};
   std::ofstream(dir + "/cfg.json") << cfg.dump();

@@ -18,7 +18,7 @@ int Mod(int a, int n) { return ((a % n) + n) % n; }
 // Receives from `from` while sending to `to` (either may be -1 to skip).
 absl::Status Exchange(const Comm& c, int step, int to, const void* send, size_t send_n, int from,
                       void* recv, size_t recv_n) {
-  std::unique_ptr<TransportRequest> r;
+  std::unique_ptr<transport::TransportRequest> r;
   if (from >= 0) {
     LOOM_ASSIGN_OR_RETURN(r, c.transport->IRecv(from, c.tag(step), recv, recv_n));
   }
@@ -78,7 +78,7 @@ absl::Status RingReduceScatterCore(const Comm& c, const void* in, void* out,
     char* acc = last ? static_cast<char*>(out) : recv_dst;
     const char* mine = P(in, off[recv_seg] * es);
     size_t send_n = counts[send_seg], recv_n = counts[recv_seg];
-    std::vector<std::unique_ptr<TransportRequest>> reqs;
+    std::vector<std::unique_ptr<transport::TransportRequest>> reqs;
     for (size_t o = 0; o < recv_n || (o == 0 && recv_n == 0); o += chunk) {
       size_t len = std::min(chunk, recv_n - o);
       LOOM_ASSIGN_OR_RETURN(auto q, c.transport->IRecv(left, c.tag(step0 + s), recv_dst + o * es, len * es));
@@ -91,7 +91,7 @@ absl::Status RingReduceScatterCore(const Comm& c, const void* in, void* out,
     // Sends are started, not waited, chunk by chunk (a transport that can
     // move data while this thread reduces, like UCX's rendezvous, then
     // overlaps both); all are waited before the step's buffers are reused.
-    std::vector<std::unique_ptr<TransportRequest>> sends;
+    std::vector<std::unique_ptr<transport::TransportRequest>> sends;
     for (size_t k = 0; k < std::max(send_chunks, reqs.size()); ++k) {
       if (k < send_chunks) {
         size_t len = std::min(chunk, send_n - sent);
@@ -163,7 +163,7 @@ absl::Status RingAllReduce(const Comm& c, void* buf, size_t count, DType dtype, 
     // (and sent) its own part of segment j.
     const int r = c.rank(), left = Mod(r - 1, n), right = Mod(r + 1, n);
     std::vector<size_t> off = Offsets(bytes);
-    std::vector<std::unique_ptr<TransportRequest>> gather(n - 1);
+    std::vector<std::unique_ptr<transport::TransportRequest>> gather(n - 1);
     for (int s = 0; s < n - 1; ++s) {
       const int seg = Mod(r - s - 1, n);
       LOOM_ASSIGN_OR_RETURN(gather[s], c.transport->IRecv(left, c.tag(n + s), P(buf, off[seg]), bytes[seg]));
@@ -306,7 +306,7 @@ absl::Status Gather(const Comm& c, const void* in, void* out, absl::Span<const s
   const int n = c.size(), r = c.rank();
   if (r != root) return c.transport->Send(root, c.tag(0), in, bytes[r], c.deadline);
   std::vector<size_t> off = Offsets(bytes);
-  std::vector<std::unique_ptr<TransportRequest>> reqs;
+  std::vector<std::unique_ptr<transport::TransportRequest>> reqs;
   for (int i = 0; i < n; ++i) {
     if (i == r) continue;
     LOOM_ASSIGN_OR_RETURN(auto q, c.transport->IRecv(i, c.tag(0), P(out, off[i]), bytes[i]));

@@ -34,7 +34,7 @@ namespace loom::collectives::algorithms {
 inline constexpr size_t kSmallAllReduceBytes = 64 << 10;
 
 struct Comm {
-  Transport* transport;
+  transport::Transport* transport;
   uint64_t tag_base;  // low 16 bits zero; steps are added to it
   absl::Time deadline;
   int rank() const { return transport->rank(); }

@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace loom::collectives {
+namespace loom::collectives::algorithms {
 namespace {
 
 template <typename T, typename F>
@@ -190,4 +190,4 @@ void DivideInPlace(DType dtype, void* buf, size_t count, int divisor) {
   });
 }
 
-}  // namespace loom::collectives
+}  // namespace loom::collectives::algorithms

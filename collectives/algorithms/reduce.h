@@ -16,7 +16,7 @@
 #include "base/dtype.h"
 #include "collectives/types.h"
 
-namespace loom::collectives {
+namespace loom::collectives::algorithms {
 
 // InvalidArgument when `op` is undefined for `dtype` (avg on bool).
 absl::Status CheckReducible(DType dtype, ReduceOp op);
@@ -26,4 +26,4 @@ void DivideInPlace(DType dtype, void* buf, size_t count, int divisor);
 // the test checks the vector path against it.
 void ReduceHalfScalarForTest(DType dtype, ReduceOp op, void* acc, const void* in, size_t count);
 
-}  // namespace loom::collectives
+}  // namespace loom::collectives::algorithms

@@ -9,7 +9,7 @@
 #include "absl/time/time.h"
 #include "collectives/algorithms/reduce.h"
 
-namespace loom::collectives {
+namespace loom::collectives::algorithms {
 namespace {
 
 template <typename F>
@@ -52,9 +52,9 @@ void Run() {
 }
 
 }  // namespace
-}  // namespace loom::collectives
+}  // namespace loom::collectives::algorithms
 
 int main() {
-  loom::collectives::Run();
+  loom::collectives::algorithms::Run();
   return 0;
 }

@@ -12,7 +12,7 @@
 
 #include "gtest/gtest.h"
 
-namespace loom::collectives {
+namespace loom::collectives::algorithms {
 namespace {
 
 const ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMin, ReduceOp::kMax,
@@ -101,4 +101,4 @@ TEST(ReduceInto, PlainTypesMatchScalar) {
 }
 
 }  // namespace
-}  // namespace loom::collectives
+}  // namespace loom::collectives::algorithms

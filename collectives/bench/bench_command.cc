@@ -50,7 +50,7 @@ bool RunLoom(const BenchConfig& c, const std::string& backend, int n, BenchRepor
     }
   }
   size_t next = 0;
-  auto collect = [&](Store& store) {
+  auto collect = [&](store::Store& store) {
     while (next < items.size()) {
       BenchRow row;
       row.impl = "loom:" + backend;

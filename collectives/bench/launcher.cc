@@ -85,7 +85,7 @@ absl::StatusOr<WorkerEnv> ConnectLaunchedWorker() {
   }
   if (const char* d = std::getenv(kDeadlineVar)) (void)absl::SimpleAtoi(d, &deadline_s);
   alarm(static_cast<unsigned>(deadline_s));  // a hung rank dies by SIGALRM
-  auto store = TcpStore::FromEnv();
+  auto store = store::TcpStore::FromEnv();
   if (!store.ok()) return store.status();
   w.store = *store;
   return w;
@@ -94,9 +94,9 @@ absl::StatusOr<WorkerEnv> ConnectLaunchedWorker() {
 LaunchResult LaunchRanks(const LaunchSpec& spec) {
   LaunchResult result;
   result.exit_codes.assign(spec.world, -1);
-  StoreServer::Options so;
+  store::StoreServer::Options so;
   so.secret = RandomSecret();
-  auto server = StoreServer::Start(so);
+  auto server = store::StoreServer::Start(so);
   if (!server.ok()) {
     result.error = absl::StrCat("store server: ", server.status().message());
     return result;
@@ -142,9 +142,9 @@ LaunchResult LaunchRanks(const LaunchSpec& spec) {
     }
     pids.push_back(pid);
   }
-  std::shared_ptr<TcpStore> client;
+  std::shared_ptr<store::TcpStore> client;
   if (spec.poll) {
-    auto c = TcpStore::Connect((*server)->address(), so.secret);
+    auto c = store::TcpStore::Connect((*server)->address(), so.secret);
     if (c.ok()) client = *c;
   }
   absl::Time deadline = absl::Now() + spec.deadline;

@@ -31,7 +31,7 @@ struct LaunchSpec {
   absl::Duration deadline = absl::Seconds(300);
   // Called every ~20 ms in the launcher while the ranks run, with a store
   // client (e.g. to stream results that rank 0 publishes).
-  std::function<void(Store& store)> poll;
+  std::function<void(store::Store& store)> poll;
 };
 
 struct LaunchResult {
@@ -50,7 +50,7 @@ std::string LaunchedWorkerRole();
 struct WorkerEnv {
   int rank = 0;
   int world = 1;
-  std::shared_ptr<Store> store;
+  std::shared_ptr<store::Store> store;
 };
 // In a child: arms alarm(deadline) and connects to the launcher's store.
 absl::StatusOr<WorkerEnv> ConnectLaunchedWorker();

@@ -25,13 +25,13 @@
 #include "gloo/transport/tcp/device.h"
 #include "gloo/types.h"
 
-namespace loom::collectives {
+namespace loom::collectives::gloo {
 namespace {
 
 // gloo::rendezvous::Store over our Store. Gloo expects exceptions on failure.
-class StoreAdapter : public gloo::rendezvous::Store {
+class StoreAdapter : public ::gloo::rendezvous::Store {
  public:
-  StoreAdapter(std::shared_ptr<collectives::Store> store, absl::Duration timeout)
+  StoreAdapter(std::shared_ptr<store::Store> store, absl::Duration timeout)
       : store_(std::move(store)), timeout_(timeout) {}
   void set(const std::string& key, const std::vector<char>& data) override {
     absl::Status s = store_->Set(key, absl::string_view(data.data(), data.size()));
@@ -49,7 +49,7 @@ class StoreAdapter : public gloo::rendezvous::Store {
   }
 
  private:
-  std::shared_ptr<collectives::Store> store_;
+  std::shared_ptr<store::Store> store_;
   absl::Duration timeout_;
 };
 
@@ -71,7 +71,7 @@ void VisitGlooType(DType dt, Fn&& fn) {
   switch (dt) {
     case DType::kF32: fn(float{}); break;
     case DType::kF64: fn(double{}); break;
-    case DType::kF16: fn(gloo::float16{}); break;
+    case DType::kF16: fn(::gloo::float16{}); break;
     case DType::kI32: fn(int32_t{}); break;
     case DType::kI64: fn(int64_t{}); break;
     default: break;
@@ -81,10 +81,10 @@ void VisitGlooType(DType dt, Fn&& fn) {
 template <typename T>
 void (*ReduceFn(ReduceOp op))(void*, const void*, const void*, size_t) {
   switch (op) {
-    case ReduceOp::kProduct: return &gloo::product<T>;
-    case ReduceOp::kMin: return &gloo::min<T>;
-    case ReduceOp::kMax: return &gloo::max<T>;
-    default: return &gloo::sum<T>;
+    case ReduceOp::kProduct: return &::gloo::product<T>;
+    case ReduceOp::kMin: return &::gloo::min<T>;
+    case ReduceOp::kMax: return &::gloo::max<T>;
+    default: return &::gloo::sum<T>;
   }
 }
 
@@ -106,13 +106,13 @@ absl::Status Guard(absl::string_view what, F&& f) {
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<Backend>> GlooBackend::Create(const BackendContext& ctx) {
-  std::shared_ptr<gloo::rendezvous::Context> context;
+  std::shared_ptr<::gloo::rendezvous::Context> context;
   absl::Status s = Guard("rendezvous", [&] {
-    gloo::transport::tcp::attr attr;
+    ::gloo::transport::tcp::attr attr;
     attr.hostname = CollectivesHost();
     attr.ai_family = AF_INET;
-    auto dev = gloo::transport::tcp::CreateDevice(attr);
-    context = std::make_shared<gloo::rendezvous::Context>(ctx.rank, ctx.size);
+    auto dev = ::gloo::transport::tcp::CreateDevice(attr);
+    context = std::make_shared<::gloo::rendezvous::Context>(ctx.rank, ctx.size);
     context->setTimeout(std::chrono::milliseconds(absl::ToInt64Milliseconds(ctx.timeout)));
     StoreAdapter adapter(ctx.store, ctx.timeout);
     context->connectFullMesh(adapter, dev);
@@ -122,22 +122,23 @@ absl::StatusOr<std::shared_ptr<Backend>> GlooBackend::Create(const BackendContex
   // over Loom's TcpTransport unless LOOM_GLOO_TRANSPORT=gloo asks for Gloo's
   // unbound buffers (see the header for why).
   const char* which = std::getenv("LOOM_GLOO_TRANSPORT");
-  std::unique_ptr<Transport> transport;
+  std::unique_ptr<transport::Transport> transport;
   ExtraChannels extra;  // channels 1.. (channels.h)
   size_t native_min = kNativeMinBytes;
   if (which != nullptr && std::string(which) == "gloo") {
     transport = std::make_unique<GlooTransport>(context);
     native_min = 0;
   } else {
-    TcpTransport::Options o;
+    transport::TcpTransport::Options o;
     o.host = CollectivesHost();
     o.timeout = ctx.timeout;
-    LOOM_ASSIGN_OR_RETURN(transport, TcpTransport::Connect(ctx.store, ctx.rank, ctx.size, o));
-    LOOM_ASSIGN_OR_RETURN(extra, ConnectExtraChannels(ctx.store, ctx.rank, ctx.size, ctx.timeout,
-                                                      [&](std::shared_ptr<Store> s)
-                                                          -> absl::StatusOr<std::unique_ptr<Transport>> {
-                                                        return TcpTransport::Connect(s, ctx.rank, ctx.size, o);
-                                                      }));
+    LOOM_ASSIGN_OR_RETURN(transport, transport::TcpTransport::Connect(ctx.store, ctx.rank, ctx.size, o));
+    LOOM_ASSIGN_OR_RETURN(
+        extra, ConnectExtraChannels(
+                   ctx.store, ctx.rank, ctx.size, ctx.timeout,
+                   [&](std::shared_ptr<store::Store> s) -> absl::StatusOr<std::unique_ptr<transport::Transport>> {
+                     return transport::TcpTransport::Connect(s, ctx.rank, ctx.size, o);
+                   }));
   }
   // LOOM_GLOO_NATIVE_MIN_BYTES=<bytes>: where Gloo's own algorithms take over
   // (every op, whatever the channel count), for comparing the two.
@@ -157,7 +158,7 @@ absl::StatusOr<std::shared_ptr<Backend>> GlooBackend::Create(const BackendContex
   return std::shared_ptr<Backend>(b);
 }
 
-GlooBackend::GlooBackend(std::shared_ptr<gloo::Context> context, std::unique_ptr<Transport> transport,
+GlooBackend::GlooBackend(std::shared_ptr<::gloo::Context> context, std::unique_ptr<transport::Transport> transport,
                          size_t native_min_bytes)
     : AlgorithmBackend("gloo", std::move(transport)),
       context_(std::move(context)),
@@ -165,52 +166,52 @@ GlooBackend::GlooBackend(std::shared_ptr<gloo::Context> context, std::unique_ptr
 
 GlooBackend::~GlooBackend() { StopExecutor(); }
 
-absl::Status GlooBackend::RunAllReduce(const Comm& c, const Tensor& t, ReduceOp op) {
+absl::Status GlooBackend::RunAllReduce(const algorithms::Comm& c, const Tensor& t, ReduceOp op) {
   // With several channels Loom's sliced ring runs every all_reduce (Gloo's
   // ring drives one connection per peer from one thread).
   const size_t native_min = channels() > 1 ? allreduce_native_min_bytes_ : native_min_bytes_;
   if (!GlooReduces(t.dtype()) || t.nbytes() < native_min) return AlgorithmBackend::RunAllReduce(c, t, op);
   if (t.numel() == 0 || c.size() == 1) {
-    if (op == ReduceOp::kAvg) DivideInPlace(t.dtype(), t.raw_data(), t.numel(), c.size());
+    if (op == ReduceOp::kAvg) algorithms::DivideInPlace(t.dtype(), t.raw_data(), t.numel(), c.size());
     return absl::OkStatus();
   }
   absl::Status s = Guard("allreduce", [&] {
     VisitGlooType(t.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      gloo::AllreduceOptions o(context_);
+      ::gloo::AllreduceOptions o(context_);
       T* p = static_cast<T*>(t.raw_data());
       o.setOutput(p, t.numel());
       o.setReduceFunction(ReduceFn<T>(op));
-      o.setAlgorithm(t.nbytes() < kRingThresholdBytes ? gloo::AllreduceOptions::Algorithm::BCUBE
-                                                      : gloo::AllreduceOptions::Algorithm::RING);
+      o.setAlgorithm(t.nbytes() < kRingThresholdBytes ? ::gloo::AllreduceOptions::Algorithm::BCUBE
+                                                      : ::gloo::AllreduceOptions::Algorithm::RING);
       o.setTag(GlooTag(c));
       o.setTimeout(Remaining(c.deadline));
-      gloo::allreduce(o);
+      ::gloo::allreduce(o);
     });
   });
-  if (s.ok() && op == ReduceOp::kAvg) DivideInPlace(t.dtype(), t.raw_data(), t.numel(), c.size());
+  if (s.ok() && op == ReduceOp::kAvg) algorithms::DivideInPlace(t.dtype(), t.raw_data(), t.numel(), c.size());
   return s;
 }
 
-absl::Status GlooBackend::RunBroadcast(const Comm& c, const Tensor& t, int root) {
+absl::Status GlooBackend::RunBroadcast(const algorithms::Comm& c, const Tensor& t, int root) {
   if (t.nbytes() == 0 || c.size() == 1) return absl::OkStatus();
   if (t.nbytes() < native_min_bytes_) return AlgorithmBackend::RunBroadcast(c, t, root);
   return Guard("broadcast", [&] {
-    gloo::BroadcastOptions o(context_);
+    ::gloo::BroadcastOptions o(context_);
     uint8_t* p = static_cast<uint8_t*>(t.raw_data());
     if (c.rank() == root) o.setInput(p, t.nbytes());
     o.setOutput(p, t.nbytes());
     o.setRoot(root);
     o.setTag(GlooTag(c));
     o.setTimeout(Remaining(c.deadline));
-    gloo::broadcast(o);
+    ::gloo::broadcast(o);
   });
 }
 
-absl::Status GlooBackend::RunReduce(const Comm& c, const Tensor& t, ReduceOp op, int root) {
+absl::Status GlooBackend::RunReduce(const algorithms::Comm& c, const Tensor& t, ReduceOp op, int root) {
   if (!GlooReduces(t.dtype()) || t.nbytes() < native_min_bytes_) return AlgorithmBackend::RunReduce(c, t, op, root);
   if (t.numel() == 0 || c.size() == 1) {
-    if (op == ReduceOp::kAvg) DivideInPlace(t.dtype(), t.raw_data(), t.numel(), c.size());
+    if (op == ReduceOp::kAvg) algorithms::DivideInPlace(t.dtype(), t.raw_data(), t.numel(), c.size());
     return absl::OkStatus();
   }
   // Gloo may use the output as scratch on every rank: reduce a copy, keep inputs intact.
@@ -219,24 +220,24 @@ absl::Status GlooBackend::RunReduce(const Comm& c, const Tensor& t, ReduceOp op,
   absl::Status s = Guard("reduce", [&] {
     VisitGlooType(t.dtype(), [&](auto tag) {
       using T = decltype(tag);
-      gloo::ReduceOptions o(context_);
+      ::gloo::ReduceOptions o(context_);
       o.setInput(reinterpret_cast<T*>(in.data()), t.numel());
       o.setOutput(reinterpret_cast<T*>(out.data()), t.numel());
       o.setRoot(root);
       o.setReduceFunction(ReduceFn<T>(op));
       o.setTag(GlooTag(c));
       o.setTimeout(Remaining(c.deadline));
-      gloo::reduce(o);
+      ::gloo::reduce(o);
     });
   });
   if (s.ok() && c.rank() == root) {
     std::memcpy(t.raw_data(), out.data(), t.nbytes());
-    if (op == ReduceOp::kAvg) DivideInPlace(t.dtype(), t.raw_data(), t.numel(), c.size());
+    if (op == ReduceOp::kAvg) algorithms::DivideInPlace(t.dtype(), t.raw_data(), t.numel(), c.size());
   }
   return s;
 }
 
-absl::Status GlooBackend::RunAllGather(const Comm& c, const Tensor& in, const Tensor& out_flat,
+absl::Status GlooBackend::RunAllGather(const algorithms::Comm& c, const Tensor& in, const Tensor& out_flat,
                                        absl::Span<const size_t> bytes) {
   size_t total = 0;
   for (size_t b : bytes) total += b;
@@ -245,26 +246,26 @@ absl::Status GlooBackend::RunAllGather(const Comm& c, const Tensor& in, const Te
   return Guard("allgather", [&] {
     uint8_t* out = static_cast<uint8_t*>(out_flat.raw_data());
     if (AllEqual(bytes)) {
-      gloo::AllgatherOptions o(context_);
+      ::gloo::AllgatherOptions o(context_);
       o.setInput(static_cast<uint8_t*>(in.raw_data()), bytes[0]);
       o.setOutput(out, total);
       o.setTag(GlooTag(c));
       o.setTimeout(Remaining(c.deadline));
-      gloo::allgather(o);
+      ::gloo::allgather(o);
     } else {
-      gloo::AllgathervOptions o(context_);
+      ::gloo::AllgathervOptions o(context_);
       std::vector<size_t> counts(bytes.begin(), bytes.end());
       uint8_t dummy = 0;
       o.setInput(bytes[c.rank()] ? static_cast<uint8_t*>(in.raw_data()) : &dummy, bytes[c.rank()]);
       o.setOutput(out, counts);
       o.setTag(GlooTag(c));
       o.setTimeout(Remaining(c.deadline));
-      gloo::allgatherv(o);
+      ::gloo::allgatherv(o);
     }
   });
 }
 
-absl::Status GlooBackend::RunAllToAll(const Comm& c, const Tensor& in, absl::Span<const size_t> send_bytes,
+absl::Status GlooBackend::RunAllToAll(const algorithms::Comm& c, const Tensor& in, absl::Span<const size_t> send_bytes,
                                       const Tensor& out, absl::Span<const size_t> recv_bytes) {
   size_t total_in = 0, total_out = 0;
   for (size_t b : send_bytes) total_in += b;
@@ -276,31 +277,31 @@ absl::Status GlooBackend::RunAllToAll(const Comm& c, const Tensor& in, absl::Spa
     uint8_t* ip = static_cast<uint8_t*>(in.raw_data());
     uint8_t* op = static_cast<uint8_t*>(out.raw_data());
     if (AllEqual(send_bytes) && AllEqual(recv_bytes) && send_bytes[0] == recv_bytes[0]) {
-      gloo::AlltoallOptions o(context_);
+      ::gloo::AlltoallOptions o(context_);
       o.setInput(ip, total_in);
       o.setOutput(op, total_out);
       o.setTag(GlooTag(c));
       o.setTimeout(Remaining(c.deadline));
-      gloo::alltoall(o);
+      ::gloo::alltoall(o);
     } else {
-      gloo::AlltoallvOptions o(context_);
+      ::gloo::AlltoallvOptions o(context_);
       o.setInput(ip, std::vector<int64_t>(send_bytes.begin(), send_bytes.end()));
       o.setOutput(op, std::vector<int64_t>(recv_bytes.begin(), recv_bytes.end()));
       o.setTag(GlooTag(c));
       o.setTimeout(Remaining(c.deadline));
-      gloo::alltoallv(o);
+      ::gloo::alltoallv(o);
     }
   });
 }
 
-absl::Status GlooBackend::RunBarrier(const Comm& c) {
+absl::Status GlooBackend::RunBarrier(const algorithms::Comm& c) {
   if (c.size() == 1) return absl::OkStatus();
   if (native_min_bytes_ > 0) return AlgorithmBackend::RunBarrier(c);
   return Guard("barrier", [&] {
-    gloo::BarrierOptions o(context_);
+    ::gloo::BarrierOptions o(context_);
     o.setTag(GlooTag(c));
     o.setTimeout(Remaining(c.deadline));
-    gloo::barrier(o);
+    ::gloo::barrier(o);
   });
 }
 
@@ -308,4 +309,4 @@ namespace {
 const bool kRegistered = RegisterBackend("gloo", GlooBackend::Create);
 }  // namespace
 
-}  // namespace loom::collectives
+}  // namespace loom::collectives::gloo

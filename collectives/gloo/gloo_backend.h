@@ -43,14 +43,14 @@
 
 namespace gloo { class Context; }
 
-namespace loom::collectives {
+namespace loom::collectives::gloo {
 
 class GlooBackend : public AlgorithmBackend {
  public:
   static absl::StatusOr<std::shared_ptr<Backend>> Create(const BackendContext& ctx);
   // `transport` carries the shared algorithms; native Gloo runs for messages
   // of at least `native_min_bytes` (0: always).
-  GlooBackend(std::shared_ptr<gloo::Context> context, std::unique_ptr<Transport> transport,
+  GlooBackend(std::shared_ptr<::gloo::Context> context, std::unique_ptr<transport::Transport> transport,
               size_t native_min_bytes);
   ~GlooBackend() override;
 
@@ -68,10 +68,10 @@ class GlooBackend : public AlgorithmBackend {
   absl::Status RunBarrier(const Comm& c) override;
 
  private:
-  std::shared_ptr<gloo::Context> context_;
+  std::shared_ptr<::gloo::Context> context_;
   size_t native_min_bytes_;
   // all_reduce's threshold when the backend has several channels.
   size_t allreduce_native_min_bytes_ = SIZE_MAX;
 };
 
-}  // namespace loom::collectives
+}  // namespace loom::collectives::gloo

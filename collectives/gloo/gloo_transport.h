@@ -18,23 +18,23 @@
 
 namespace gloo { class Context; }
 
-namespace loom::collectives {
+namespace loom::collectives::gloo {
 
-class GlooTransport : public Transport {
+class GlooTransport : public transport::Transport {
  public:
-  explicit GlooTransport(std::shared_ptr<gloo::Context> context);
+  explicit GlooTransport(std::shared_ptr<::gloo::Context> context);
   absl::string_view name() const override { return "gloo"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  absl::StatusOr<std::unique_ptr<TransportRequest>> ISend(int peer, uint64_t tag, const void* data,
-                                                          size_t n, absl::Time deadline) override;
-  absl::StatusOr<std::unique_ptr<TransportRequest>> IRecv(int peer, uint64_t tag, void* data,
-                                                          size_t n) override;
+  absl::StatusOr<std::unique_ptr<transport::TransportRequest>> ISend(int peer, uint64_t tag, const void* data, size_t n,
+                                                                     absl::Time deadline) override;
+  absl::StatusOr<std::unique_ptr<transport::TransportRequest>> IRecv(int peer, uint64_t tag, void* data,
+                                                                     size_t n) override;
   void Abort(const absl::Status& reason) override;
   absl::Status aborted();
 
  private:
-  std::shared_ptr<gloo::Context> context_;
+  std::shared_ptr<::gloo::Context> context_;
   int rank_, size_;
   absl::Mutex mu_;
   absl::Status aborted_ ABSL_GUARDED_BY(mu_);
@@ -43,4 +43,4 @@ class GlooTransport : public Transport {
 // Converts a caught Gloo exception message into a Status.
 absl::Status GlooError(absl::string_view what, const std::exception& e);
 
-}  // namespace loom::collectives
+}  // namespace loom::collectives::gloo

@@ -12,7 +12,7 @@
 #include "base/status.h"
 #include "collectives/metrics.h"
 
-namespace loom::collectives {
+namespace loom::collectives::nccl {
 namespace {
 
 absl::Status CudaError(absl::string_view what, cudaError_t e) {
@@ -451,4 +451,4 @@ namespace {
 const bool kRegistered = RegisterBackend("nccl", NcclBackend::Create);
 }  // namespace
 
-}  // namespace loom::collectives
+}  // namespace loom::collectives::nccl

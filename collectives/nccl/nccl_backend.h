@@ -22,7 +22,7 @@
 
 #include "collectives/backend.h"
 
-namespace loom::collectives {
+namespace loom::collectives::nccl {
 
 class NcclBackend : public Backend {
  public:
@@ -34,4 +34,4 @@ class NcclBackend : public Backend {
   virtual void TestOnlyBlockStreamOnHostFlag(std::atomic<int>* flag) = 0;
 };
 
-}  // namespace loom::collectives
+}  // namespace loom::collectives::nccl

@@ -3,7 +3,7 @@
 #include "collectives/nccl/nccl_backend.h"
 #include "gtest/gtest.h"
 
-namespace loom::collectives {
+namespace loom::collectives::nccl {
 namespace {
 
 TEST(NcclWithoutCuda, ReportsUnavailableWithTheReason) {
@@ -14,4 +14,4 @@ TEST(NcclWithoutCuda, ReportsUnavailableWithTheReason) {
 }
 
 }  // namespace
-}  // namespace loom::collectives
+}  // namespace loom::collectives::nccl

@@ -14,18 +14,18 @@
 #include "collectives/store/tcp_store.h"
 #include "gtest/gtest.h"
 
-namespace loom::collectives {
+namespace loom::collectives::nccl {
 namespace {
 
 class NcclTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    StoreServer::Options so;
+    store::StoreServer::Options so;
     so.secret = "s";
-    server_ = *StoreServer::Start(so);
+    server_ = *store::StoreServer::Start(so);
     ProcessGroupOptions o;
     o.backend = "cpu:tcp,cuda:nccl";
-    auto pg = ProcessGroup::Create(*TcpStore::Connect(server_->address(), "s"), 0, 1, o);
+    auto pg = ProcessGroup::Create(*store::TcpStore::Connect(server_->address(), "s"), 0, 1, o);
     ASSERT_TRUE(pg.ok()) << pg.status();
     pg_ = std::move(*pg);
     auto b = pg_->BackendFor(Device::CUDA(0), OpType::kAllReduce, DType::kF32);
@@ -50,7 +50,7 @@ class NcclTest : public ::testing::Test {
     pg_.reset();
     for (void* p : ptrs_) cudaFree(p);
   }
-  std::unique_ptr<StoreServer> server_;
+  std::unique_ptr<store::StoreServer> server_;
   std::unique_ptr<ProcessGroup> pg_;
   NcclBackend* nccl_ = nullptr;
   std::vector<void*> ptrs_;
@@ -132,4 +132,4 @@ TEST_F(NcclTest, WatchdogAbortsHungOpAtItsTimeout) {
 }
 
 }  // namespace
-}  // namespace loom::collectives
+}  // namespace loom::collectives::nccl

@@ -3,7 +3,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
-namespace loom::collectives {
+namespace loom::collectives::store {
 
 absl::StatusOr<std::string> Store::WaitGet(absl::string_view key, absl::Duration timeout) {
   std::vector<std::string> keys{std::string(key)};
@@ -45,4 +45,4 @@ absl::StatusOr<int64_t> PrefixStore::DeletePrefix(absl::string_view prefix) {
   return base_->DeletePrefix(K(prefix));
 }
 
-}  // namespace loom::collectives
+}  // namespace loom::collectives::store

@@ -21,7 +21,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 
-namespace loom::collectives {
+namespace loom::collectives::store {
 
 class Store {
  public:
@@ -72,4 +72,4 @@ class PrefixStore : public Store {
   std::string prefix_;
 };
 
-}  // namespace loom::collectives
+}  // namespace loom::collectives::store

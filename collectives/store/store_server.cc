@@ -8,11 +8,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
-namespace loom::collectives {
+namespace loom::collectives::store {
 namespace {
 
-using store_wire::Decoder;
-using store_wire::Encoder;
+using wire::Decoder;
+using wire::Encoder;
 
 std::string ErrorResponse(const absl::Status& s) {
   Encoder e;
@@ -31,7 +31,7 @@ std::string Malformed(uint8_t op) {
   return ErrorResponse(absl::InvalidArgumentError(absl::StrCat("store: malformed request (op ", op, ")")));
 }
 
-bool KeyOk(const std::string& k) { return k.size() <= store_wire::kMaxKeyBytes; }
+bool KeyOk(const std::string& k) { return k.size() <= wire::kMaxKeyBytes; }
 
 bool SecretsEqual(absl::string_view a, absl::string_view b) {
   // Constant time in the length of `a` (the presented secret).
@@ -138,9 +138,9 @@ void StoreServer::Serve(int conn_index) {
   std::string req;
   std::string ns;  // the key namespace of the presented secret
   // Authenticate: the first frame must be kHello with the secret.
-  absl::Status s = store_wire::ReadFrame(fd, &req, max, absl::Now() + absl::Seconds(30));
+  absl::Status s = wire::ReadFrame(fd, &req, max, absl::Now() + absl::Seconds(30));
   if (!s.ok()) {
-    if (absl::IsResourceExhausted(s)) (void)store_wire::WriteFrame(fd, ErrorResponse(s), max, absl::Now() + absl::Seconds(1));
+    if (absl::IsResourceExhausted(s)) (void)wire::WriteFrame(fd, ErrorResponse(s), max, absl::Now() + absl::Seconds(1));
     internal::Fd* c;
     { absl::MutexLock l(&conn_mu_); c = conns_[conn_index].get(); }
     c->Shutdown();
@@ -150,12 +150,12 @@ void StoreServer::Serve(int conn_index) {
     Decoder d(req);
     uint8_t op = d.U8();
     std::string secret = d.Str();
-    std::optional<std::string> tenant = op == store_wire::kHello && d.done() ? Namespace(secret) : std::nullopt;
+    std::optional<std::string> tenant = op == wire::kHello && d.done() ? Namespace(secret) : std::nullopt;
     if (!tenant.has_value()) {
-      absl::Status denied = absl::PermissionDeniedError(
-          op != store_wire::kHello ? "store: first request must present the job secret"
-                                   : "store: wrong job secret; connection refused");
-      (void)store_wire::WriteFrame(fd, ErrorResponse(denied), max, absl::Now() + absl::Seconds(1));
+      absl::Status denied =
+          absl::PermissionDeniedError(op != wire::kHello ? "store: first request must present the job secret"
+                                                         : "store: wrong job secret; connection refused");
+      (void)wire::WriteFrame(fd, ErrorResponse(denied), max, absl::Now() + absl::Seconds(1));
       absl::MutexLock l(&conn_mu_);
       conns_[conn_index]->Shutdown();
       return;
@@ -163,18 +163,18 @@ void StoreServer::Serve(int conn_index) {
     ns = *tenant;
     Encoder ok;
     ok.U8(0);
-    if (!store_wire::WriteFrame(fd, ok.bytes(), max, absl::InfiniteFuture()).ok()) return;
+    if (!wire::WriteFrame(fd, ok.bytes(), max, absl::InfiniteFuture()).ok()) return;
   }
   while (true) {
-    s = store_wire::ReadFrame(fd, &req, max, absl::InfiniteFuture());
+    s = wire::ReadFrame(fd, &req, max, absl::InfiniteFuture());
     if (!s.ok()) {
       if (absl::IsResourceExhausted(s)) {
-        (void)store_wire::WriteFrame(fd, ErrorResponse(s), max, absl::Now() + absl::Seconds(1));
+        (void)wire::WriteFrame(fd, ErrorResponse(s), max, absl::Now() + absl::Seconds(1));
       }
       break;
     }
     std::string resp = Handle(req, ns);
-    if (!store_wire::WriteFrame(fd, resp, max, absl::InfiniteFuture()).ok()) break;
+    if (!wire::WriteFrame(fd, resp, max, absl::InfiniteFuture()).ok()) break;
   }
   absl::MutexLock l(&conn_mu_);
   conns_[conn_index]->Shutdown();
@@ -184,21 +184,21 @@ std::string StoreServer::Handle(absl::string_view request, const std::string& ns
   Decoder d(request);
   uint8_t op = d.U8();
   switch (op) {
-    case store_wire::kSet:
+    case wire::kSet:
       return HandleSet(d, ns);
-    case store_wire::kGet:
+    case wire::kGet:
       return HandleGet(d, ns);
-    case store_wire::kAdd:
+    case wire::kAdd:
       return HandleAdd(d, ns);
-    case store_wire::kWait:
+    case wire::kWait:
       return HandleWait(d, ns);
-    case store_wire::kCompareAndSet:
+    case wire::kCompareAndSet:
       return HandleCompareAndSet(d, ns);
-    case store_wire::kDelete:
+    case wire::kDelete:
       return HandleDelete(d, ns);
-    case store_wire::kList:
+    case wire::kList:
       return HandleList(d, ns);
-    case store_wire::kDeletePrefix:
+    case wire::kDeletePrefix:
       return HandleDeletePrefix(d, ns);
     default:
       return ErrorResponse(absl::InvalidArgumentError(absl::StrCat("store: unknown op ", op)));
@@ -207,7 +207,7 @@ std::string StoreServer::Handle(absl::string_view request, const std::string& ns
 
 std::string StoreServer::HandleSet(Decoder& d, const std::string& ns) {
   std::string k = d.Str(), v = d.Str();
-  if (!d.done() || !KeyOk(k)) return Malformed(store_wire::kSet);
+  if (!d.done() || !KeyOk(k)) return Malformed(wire::kSet);
   absl::MutexLock l(&mu_);
   data_[ns + k] = std::move(v);
   cv_.SignalAll();
@@ -216,7 +216,7 @@ std::string StoreServer::HandleSet(Decoder& d, const std::string& ns) {
 
 std::string StoreServer::HandleGet(Decoder& d, const std::string& ns) {
   std::string k = d.Str();
-  if (!d.done()) return Malformed(store_wire::kGet);
+  if (!d.done()) return Malformed(wire::kGet);
   absl::MutexLock l(&mu_);
   auto it = data_.find(ns + k);
   if (it == data_.end()) return ErrorResponse(absl::NotFoundError(absl::StrCat("store: key '", k, "' not found")));
@@ -226,7 +226,7 @@ std::string StoreServer::HandleGet(Decoder& d, const std::string& ns) {
 std::string StoreServer::HandleAdd(Decoder& d, const std::string& ns) {
   std::string k = d.Str();
   int64_t delta = d.I64();
-  if (!d.done() || !KeyOk(k)) return Malformed(store_wire::kAdd);
+  if (!d.done() || !KeyOk(k)) return Malformed(wire::kAdd);
   absl::MutexLock l(&mu_);
   int64_t cur = 0;
   auto it = data_.find(ns + k);
@@ -242,7 +242,7 @@ std::string StoreServer::HandleAdd(Decoder& d, const std::string& ns) {
 std::string StoreServer::HandleWait(Decoder& d, const std::string& ns) {
   std::vector<std::string> keys = d.List();
   int64_t timeout_ms = d.I64();
-  if (!d.done()) return Malformed(store_wire::kWait);
+  if (!d.done()) return Malformed(wire::kWait);
   absl::Time deadline = absl::Now() + absl::Milliseconds(timeout_ms);
   absl::MutexLock l(&mu_);
   auto ready = [&]() {
@@ -265,7 +265,7 @@ std::string StoreServer::HandleWait(Decoder& d, const std::string& ns) {
 
 std::string StoreServer::HandleCompareAndSet(Decoder& d, const std::string& ns) {
   std::string k = d.Str(), expected = d.Str(), desired = d.Str();
-  if (!d.done() || !KeyOk(k)) return Malformed(store_wire::kCompareAndSet);
+  if (!d.done() || !KeyOk(k)) return Malformed(wire::kCompareAndSet);
   absl::MutexLock l(&mu_);
   auto it = data_.find(ns + k);
   std::string cur = it == data_.end() ? std::string() : it->second;
@@ -279,14 +279,14 @@ std::string StoreServer::HandleCompareAndSet(Decoder& d, const std::string& ns) 
 
 std::string StoreServer::HandleDelete(Decoder& d, const std::string& ns) {
   std::string k = d.Str();
-  if (!d.done()) return Malformed(store_wire::kDelete);
+  if (!d.done()) return Malformed(wire::kDelete);
   absl::MutexLock l(&mu_);
   return OkResponse().I64(data_.erase(ns + k) ? 1 : 0).bytes();
 }
 
 std::string StoreServer::HandleList(Decoder& d, const std::string& ns) {
   std::string p = d.Str();
-  if (!d.done()) return Malformed(store_wire::kList);
+  if (!d.done()) return Malformed(wire::kList);
   std::vector<std::string> keys;
   {
     absl::MutexLock l(&mu_);
@@ -305,7 +305,7 @@ std::string StoreServer::HandleList(Decoder& d, const std::string& ns) {
 
 std::string StoreServer::HandleDeletePrefix(Decoder& d, const std::string& ns) {
   std::string p = d.Str();
-  if (!d.done()) return Malformed(store_wire::kDeletePrefix);
+  if (!d.done()) return Malformed(wire::kDeletePrefix);
   absl::MutexLock l(&mu_);
   int64_t n = 0;
   for (auto it = data_.begin(); it != data_.end();) {
@@ -319,4 +319,4 @@ std::string StoreServer::HandleDeletePrefix(Decoder& d, const std::string& ns) {
   return OkResponse().I64(n).bytes();
 }
 
-}  // namespace loom::collectives
+}  // namespace loom::collectives::store

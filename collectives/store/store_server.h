@@ -34,7 +34,7 @@
 #include "collectives/internal/socket.h"
 #include "collectives/store/wire.h"
 
-namespace loom::collectives {
+namespace loom::collectives::store {
 
 class StoreServer {
  public:
@@ -42,7 +42,7 @@ class StoreServer {
     std::string host = "127.0.0.1";
     int port = 0;  // 0: ephemeral
     std::string secret;
-    size_t max_message_bytes = store_wire::kDefaultMaxMessageBytes;
+    size_t max_message_bytes = wire::kDefaultMaxMessageBytes;
   };
 
   static absl::StatusOr<std::unique_ptr<StoreServer>> Start(Options options);
@@ -60,14 +60,14 @@ class StoreServer {
   // Runs one authenticated request; returns the encoded response.
   std::string Handle(absl::string_view request, const std::string& ns);
   // One per op: decode the rest of the request, run it on keys under `ns`.
-  std::string HandleSet(store_wire::Decoder& d, const std::string& ns);
-  std::string HandleGet(store_wire::Decoder& d, const std::string& ns);
-  std::string HandleAdd(store_wire::Decoder& d, const std::string& ns);
-  std::string HandleWait(store_wire::Decoder& d, const std::string& ns);
-  std::string HandleCompareAndSet(store_wire::Decoder& d, const std::string& ns);
-  std::string HandleDelete(store_wire::Decoder& d, const std::string& ns);
-  std::string HandleList(store_wire::Decoder& d, const std::string& ns);
-  std::string HandleDeletePrefix(store_wire::Decoder& d, const std::string& ns);
+  std::string HandleSet(wire::Decoder& d, const std::string& ns);
+  std::string HandleGet(wire::Decoder& d, const std::string& ns);
+  std::string HandleAdd(wire::Decoder& d, const std::string& ns);
+  std::string HandleWait(wire::Decoder& d, const std::string& ns);
+  std::string HandleCompareAndSet(wire::Decoder& d, const std::string& ns);
+  std::string HandleDelete(wire::Decoder& d, const std::string& ns);
+  std::string HandleList(wire::Decoder& d, const std::string& ns);
+  std::string HandleDeletePrefix(wire::Decoder& d, const std::string& ns);
   // The key namespace of `secret`, or nullopt when it admits nothing.
   std::optional<std::string> Namespace(absl::string_view secret);
 
@@ -89,4 +89,4 @@ class StoreServer {
   absl::flat_hash_map<std::string, std::string> data_ ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace loom::collectives
+}  // namespace loom::collectives::store

@@ -7,7 +7,7 @@
 #include "collectives/store/tcp_store.h"
 #include "gtest/gtest.h"
 
-namespace loom::collectives {
+namespace loom::collectives::store {
 namespace {
 
 class StoreTest : public ::testing::Test {
@@ -161,11 +161,11 @@ TEST_F(StoreTest, RequestBeforeHelloRefused) {
   ASSERT_TRUE(internal::SplitHostPort(server_->address(), &host, &port).ok());
   auto fd = internal::Connect(host, port, absl::Now() + absl::Seconds(5));
   ASSERT_TRUE(fd.ok());
-  store_wire::Encoder e;
-  e.U8(store_wire::kGet).Str("a");
-  ASSERT_TRUE(store_wire::WriteFrame(fd->get(), e.bytes(), 1 << 20, absl::Now() + absl::Seconds(5)).ok());
+  wire::Encoder e;
+  e.U8(wire::kGet).Str("a");
+  ASSERT_TRUE(wire::WriteFrame(fd->get(), e.bytes(), 1 << 20, absl::Now() + absl::Seconds(5)).ok());
   std::string resp;
-  ASSERT_TRUE(store_wire::ReadFrame(fd->get(), &resp, 1 << 20, absl::Now() + absl::Seconds(5)).ok());
+  ASSERT_TRUE(wire::ReadFrame(fd->get(), &resp, 1 << 20, absl::Now() + absl::Seconds(5)).ok());
   EXPECT_EQ(static_cast<absl::StatusCode>(resp[0]), absl::StatusCode::kPermissionDenied);
 }
 
@@ -193,15 +193,15 @@ TEST_F(StoreTest, OversizeMessageRefused) {
   unsigned char hdr[4] = {0xff, 0xff, 0xff, 0x7f};
   ASSERT_TRUE(internal::SendAll(fd->get(), hdr, 4, absl::Now() + absl::Seconds(5)).ok());
   std::string resp;
-  ASSERT_TRUE(store_wire::ReadFrame(fd->get(), &resp, 1 << 20, absl::Now() + absl::Seconds(5)).ok());
+  ASSERT_TRUE(wire::ReadFrame(fd->get(), &resp, 1 << 20, absl::Now() + absl::Seconds(5)).ok());
   EXPECT_EQ(static_cast<absl::StatusCode>(resp[0]), absl::StatusCode::kResourceExhausted);
 }
 
 TEST_F(StoreTest, MalformedFieldsRejected) {
-  store_wire::Decoder d(std::string("\x05\x00\x00\x00ab", 6));
+  wire::Decoder d(std::string("\x05\x00\x00\x00ab", 6));
   d.Str();
   EXPECT_FALSE(d.ok());
-  store_wire::Decoder l(std::string("\xff\xff\xff\xff", 4));
+  wire::Decoder l(std::string("\xff\xff\xff\xff", 4));
   EXPECT_TRUE(l.List().empty());
   EXPECT_FALSE(l.ok());
 }
@@ -216,34 +216,34 @@ TEST_F(StoreTest, MalformedRequestsNameTheOp) {
   ASSERT_TRUE(fd.ok());
   auto call = [&](const std::string& req) {
     std::string resp;
-    EXPECT_TRUE(store_wire::WriteFrame(fd->get(), req, 1 << 20, absl::Now() + absl::Seconds(5)).ok());
-    EXPECT_TRUE(store_wire::ReadFrame(fd->get(), &resp, 1 << 20, absl::Now() + absl::Seconds(5)).ok());
+    EXPECT_TRUE(wire::WriteFrame(fd->get(), req, 1 << 20, absl::Now() + absl::Seconds(5)).ok());
+    EXPECT_TRUE(wire::ReadFrame(fd->get(), &resp, 1 << 20, absl::Now() + absl::Seconds(5)).ok());
     return resp;
   };
   auto error_of = [](const std::string& resp) {
-    store_wire::Decoder d(resp);
+    wire::Decoder d(resp);
     const auto code = static_cast<absl::StatusCode>(d.U8());
     return absl::Status(code, d.Str());
   };
-  store_wire::Encoder hello;
-  hello.U8(store_wire::kHello).Str("s3cret");
+  wire::Encoder hello;
+  hello.U8(wire::kHello).Str("s3cret");
   ASSERT_EQ(call(hello.bytes()), std::string(1, '\0'));
-  for (uint8_t op : {store_wire::kSet, store_wire::kGet, store_wire::kAdd, store_wire::kWait,
-                     store_wire::kCompareAndSet, store_wire::kDelete, store_wire::kList, store_wire::kDeletePrefix}) {
+  for (uint8_t op : {wire::kSet, wire::kGet, wire::kAdd, wire::kWait, wire::kCompareAndSet, wire::kDelete, wire::kList,
+                     wire::kDeletePrefix}) {
     absl::Status s = error_of(call(std::string(1, static_cast<char>(op))));
     EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
     EXPECT_EQ(s.message(), absl::StrCat("store: malformed request (op ", op, ")"));
   }
-  store_wire::Encoder long_key;
-  long_key.U8(store_wire::kSet).Str(std::string(store_wire::kMaxKeyBytes + 1, 'k')).Str("v");
+  wire::Encoder long_key;
+  long_key.U8(wire::kSet).Str(std::string(wire::kMaxKeyBytes + 1, 'k')).Str("v");
   EXPECT_EQ(error_of(call(long_key.bytes())).message(), "store: malformed request (op 2)");
   absl::Status unknown = error_of(call(std::string(1, '\x2a')));
   EXPECT_TRUE(absl::IsInvalidArgument(unknown)) << unknown;
   EXPECT_EQ(unknown.message(), "store: unknown op 42");
-  store_wire::Encoder set;
-  set.U8(store_wire::kSet).Str("k").Str("v");
+  wire::Encoder set;
+  set.U8(wire::kSet).Str("k").Str("v");
   EXPECT_EQ(call(set.bytes()), std::string(1, '\0'));
 }
 
 }  // namespace
-}  // namespace loom::collectives
+}  // namespace loom::collectives::store

@@ -7,10 +7,10 @@
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 
-namespace loom::collectives {
+namespace loom::collectives::store {
 
-using store_wire::Decoder;
-using store_wire::Encoder;
+using wire::Decoder;
+using wire::Encoder;
 
 absl::StatusOr<std::shared_ptr<TcpStore>> TcpStore::Connect(absl::string_view address,
                                                             absl::string_view secret,
@@ -27,7 +27,7 @@ absl::StatusOr<std::shared_ptr<TcpStore>> TcpStore::Connect(absl::string_view ad
     std::shared_ptr<TcpStore> store(new TcpStore(std::move(*fd), options));
     store->address_ = std::string(address);
     Encoder hello;
-    hello.U8(store_wire::kHello).Str(secret);
+    hello.U8(wire::kHello).Str(secret);
     auto r = store->Call(hello.bytes(), deadline);
     if (r.ok()) return store;
     if (!options.retry_refused_secret || !absl::IsPermissionDenied(r.status()) ||
@@ -51,10 +51,10 @@ absl::StatusOr<std::shared_ptr<TcpStore>> TcpStore::FromEnv(Options options) {
 absl::StatusOr<std::string> TcpStore::Call(const std::string& request, absl::Time deadline) {
   absl::MutexLock l(&mu_);
   if (!fd_.valid()) return absl::UnavailableError(absl::StrCat("store ", address_, ": connection closed"));
-  absl::Status s = store_wire::WriteFrame(fd_.get(), request, options_.max_message_bytes, deadline);
+  absl::Status s = wire::WriteFrame(fd_.get(), request, options_.max_message_bytes, deadline);
   if (absl::IsResourceExhausted(s)) return s;  // nothing was sent: the connection is still good
   std::string resp;
-  if (s.ok()) s = store_wire::ReadFrame(fd_.get(), &resp, options_.max_message_bytes, deadline);
+  if (s.ok()) s = wire::ReadFrame(fd_.get(), &resp, options_.max_message_bytes, deadline);
   if (!s.ok()) {
     fd_.Reset();  // a half-done exchange leaves the stream out of step
     return Annotate(s, absl::StrCat("store ", address_));
@@ -74,13 +74,13 @@ absl::StatusOr<std::string> TcpStore::Call(const std::string& request, absl::Tim
 
 absl::Status TcpStore::Set(absl::string_view key, absl::string_view value) {
   Encoder e;
-  e.U8(store_wire::kSet).Str(key).Str(value);
+  e.U8(wire::kSet).Str(key).Str(value);
   return Call(e.bytes(), absl::Now() + options_.request_timeout).status();
 }
 
 absl::StatusOr<std::string> TcpStore::Get(absl::string_view key) {
   Encoder e;
-  e.U8(store_wire::kGet).Str(key);
+  e.U8(wire::kGet).Str(key);
   auto r = Call(e.bytes(), absl::Now() + options_.request_timeout);
   if (!r.ok()) return r.status();
   Decoder d(*r);
@@ -91,7 +91,7 @@ absl::StatusOr<std::string> TcpStore::Get(absl::string_view key) {
 
 absl::StatusOr<int64_t> TcpStore::Add(absl::string_view key, int64_t delta) {
   Encoder e;
-  e.U8(store_wire::kAdd).Str(key).I64(delta);
+  e.U8(wire::kAdd).Str(key).I64(delta);
   auto r = Call(e.bytes(), absl::Now() + options_.request_timeout);
   if (!r.ok()) return r.status();
   Decoder d(*r);
@@ -102,7 +102,7 @@ absl::StatusOr<int64_t> TcpStore::Add(absl::string_view key, int64_t delta) {
 
 absl::Status TcpStore::Wait(absl::Span<const std::string> keys, absl::Duration timeout) {
   Encoder e;
-  e.U8(store_wire::kWait).List(std::vector<std::string>(keys.begin(), keys.end()));
+  e.U8(wire::kWait).List(std::vector<std::string>(keys.begin(), keys.end()));
   e.I64(absl::ToInt64Milliseconds(timeout));
   return Call(e.bytes(), absl::Now() + timeout + absl::Seconds(5)).status();
 }
@@ -110,7 +110,7 @@ absl::Status TcpStore::Wait(absl::Span<const std::string> keys, absl::Duration t
 absl::StatusOr<std::string> TcpStore::CompareAndSet(absl::string_view key, absl::string_view expected,
                                                     absl::string_view desired) {
   Encoder e;
-  e.U8(store_wire::kCompareAndSet).Str(key).Str(expected).Str(desired);
+  e.U8(wire::kCompareAndSet).Str(key).Str(expected).Str(desired);
   auto r = Call(e.bytes(), absl::Now() + options_.request_timeout);
   if (!r.ok()) return r.status();
   Decoder d(*r);
@@ -121,7 +121,7 @@ absl::StatusOr<std::string> TcpStore::CompareAndSet(absl::string_view key, absl:
 
 absl::StatusOr<bool> TcpStore::Delete(absl::string_view key) {
   Encoder e;
-  e.U8(store_wire::kDelete).Str(key);
+  e.U8(wire::kDelete).Str(key);
   auto r = Call(e.bytes(), absl::Now() + options_.request_timeout);
   if (!r.ok()) return r.status();
   Decoder d(*r);
@@ -132,7 +132,7 @@ absl::StatusOr<bool> TcpStore::Delete(absl::string_view key) {
 
 absl::StatusOr<std::vector<std::string>> TcpStore::List(absl::string_view prefix) {
   Encoder e;
-  e.U8(store_wire::kList).Str(prefix);
+  e.U8(wire::kList).Str(prefix);
   auto r = Call(e.bytes(), absl::Now() + options_.request_timeout);
   if (!r.ok()) return r.status();
   Decoder d(*r);
@@ -143,7 +143,7 @@ absl::StatusOr<std::vector<std::string>> TcpStore::List(absl::string_view prefix
 
 absl::StatusOr<int64_t> TcpStore::DeletePrefix(absl::string_view prefix) {
   Encoder e;
-  e.U8(store_wire::kDeletePrefix).Str(prefix);
+  e.U8(wire::kDeletePrefix).Str(prefix);
   auto r = Call(e.bytes(), absl::Now() + options_.request_timeout);
   if (!r.ok()) return r.status();
   Decoder d(*r);
@@ -152,4 +152,4 @@ absl::StatusOr<int64_t> TcpStore::DeletePrefix(absl::string_view prefix) {
   return v;
 }
 
-}  // namespace loom::collectives
+}  // namespace loom::collectives::store

@@ -17,7 +17,7 @@
 #include "collectives/store/store.h"
 #include "collectives/store/wire.h"
 
-namespace loom::collectives {
+namespace loom::collectives::store {
 
 class TcpStore : public Store {
  public:
@@ -25,7 +25,7 @@ class TcpStore : public Store {
     absl::Duration connect_timeout = absl::Seconds(30);
     // Bound for every request except Wait (which uses its own timeout).
     absl::Duration request_timeout = absl::Seconds(60);
-    size_t max_message_bytes = store_wire::kDefaultMaxMessageBytes;
+    size_t max_message_bytes = wire::kDefaultMaxMessageBytes;
     // Keep retrying a refused secret until connect_timeout. For workers whose
     // rendezvous host admits the job's secret at about the time they start
     // (an agent hosting several jobs); a wrong secret still fails, at the
@@ -64,4 +64,4 @@ class TcpStore : public Store {
   std::string address_;
 };
 
-}  // namespace loom::collectives
+}  // namespace loom::collectives::store

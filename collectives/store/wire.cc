@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "collectives/internal/socket.h"
 
-namespace loom::collectives::store_wire {
+namespace loom::collectives::store::wire {
 
 Encoder& Encoder::U32(uint32_t v) {
   for (int i = 0; i < 4; ++i) buf_.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
@@ -95,4 +95,4 @@ absl::Status ReadFrame(int fd, std::string* payload, size_t max_bytes, absl::Tim
   return internal::RecvAll(fd, payload->data(), n, deadline);
 }
 
-}  // namespace loom::collectives::store_wire
+}  // namespace loom::collectives::store::wire

@@ -19,7 +19,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
-namespace loom::collectives::store_wire {
+namespace loom::collectives::store::wire {
 
 enum Op : uint8_t {
   kHello = 1,
@@ -73,4 +73,4 @@ absl::Status WriteFrame(int fd, absl::string_view payload, size_t max_bytes, abs
 // Reads one frame. ResourceExhausted when the announced length exceeds max_bytes.
 absl::Status ReadFrame(int fd, std::string* payload, size_t max_bytes, absl::Time deadline);
 
-}  // namespace loom::collectives::store_wire
+}  // namespace loom::collectives::store::wire

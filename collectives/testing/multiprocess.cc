@@ -47,7 +47,7 @@ bool MaybeRunWorker(int* rc) {
     *rc = 2;
     return true;
   }
-  auto store = TcpStore::FromEnv();
+  auto store = store::TcpStore::FromEnv();
   if (!store.ok()) {
     fprintf(stderr, "[rank %d] store: %s\n", ctx.rank, std::string(store.status().message()).c_str());
     *rc = 3;
@@ -76,9 +76,9 @@ std::string RunResult::Summary() const {
 RunResult RunRanks(const RunSpec& spec) {
   RunResult result;
   result.exit_codes.assign(spec.world, -1);
-  StoreServer::Options so;
+  store::StoreServer::Options so;
   so.secret = absl::StrCat("test-secret-", getpid());
-  auto server = StoreServer::Start(so);
+  auto server = store::StoreServer::Start(so);
   if (!server.ok()) {
     fprintf(stderr, "store server: %s\n", std::string(server.status().message()).c_str());
     return result;
@@ -111,9 +111,9 @@ RunResult RunRanks(const RunSpec& spec) {
     }
     pids.push_back(pid);
   }
-  std::shared_ptr<TcpStore> client;
+  std::shared_ptr<store::TcpStore> client;
   if (spec.controller) {
-    auto c = TcpStore::Connect((*server)->address(), so.secret);
+    auto c = store::TcpStore::Connect((*server)->address(), so.secret);
     if (c.ok()) {
       client = *c;
       spec.controller(*client, pids);

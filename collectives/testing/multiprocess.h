@@ -30,7 +30,7 @@ struct WorkerContext {
   int rank = 0;
   int world = 1;
   std::string arg;
-  std::shared_ptr<Store> store;
+  std::shared_ptr<store::Store> store;
   int failures = 0;
 };
 using WorkerFn = std::function<int(WorkerContext&)>;
@@ -48,7 +48,7 @@ struct RunSpec {
   std::string arg;
   absl::Duration deadline = absl::Seconds(60);
   // Runs in the parent while the ranks run (fault injection): gets the store and pids.
-  std::function<void(Store& store, const std::vector<pid_t>& pids)> controller;
+  std::function<void(store::Store& store, const std::vector<pid_t>& pids)> controller;
 };
 
 struct RunResult {

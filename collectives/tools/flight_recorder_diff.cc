@@ -8,7 +8,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 
-namespace loom::collectives {
+namespace loom::collectives::tools {
 namespace {
 
 std::string Describe(const OpRecord& r) {
@@ -116,4 +116,4 @@ absl::StatusOr<Divergence> FindDivergence(const std::vector<RankDump>& dumps) {
   return out;
 }
 
-}  // namespace loom::collectives
+}  // namespace loom::collectives::tools

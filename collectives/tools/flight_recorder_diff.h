@@ -18,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "collectives/flight_recorder.h"
 
-namespace loom::collectives {
+namespace loom::collectives::tools {
 
 struct RankDump {
   int rank = 0;
@@ -37,4 +37,4 @@ struct Divergence {
 absl::StatusOr<std::vector<OpRecord>> ParseFlightRecorderDump(absl::string_view text);
 absl::StatusOr<Divergence> FindDivergence(const std::vector<RankDump>& dumps);
 
-}  // namespace loom::collectives
+}  // namespace loom::collectives::tools

@@ -17,7 +17,7 @@ int main(int argc, char** argv) {
     fprintf(stderr, "usage: %s DUMP_DIR\n", argv[0]);
     return 2;
   }
-  std::vector<loom::collectives::RankDump> dumps;
+  std::vector<loom::collectives::tools::RankDump> dumps;
   DIR* d = opendir(argv[1]);
   if (!d) {
     fprintf(stderr, "cannot open %s\n", argv[1]);
@@ -35,7 +35,7 @@ int main(int argc, char** argv) {
     dumps.push_back({rank, ss.str()});
   }
   closedir(d);
-  auto r = loom::collectives::FindDivergence(dumps);
+  auto r = loom::collectives::tools::FindDivergence(dumps);
   if (!r.ok()) {
     fprintf(stderr, "%s\n", r.status().ToString().c_str());
     return 2;

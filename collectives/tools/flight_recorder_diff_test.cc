@@ -2,7 +2,7 @@
 
 #include "gtest/gtest.h"
 
-namespace loom::collectives {
+namespace loom::collectives::tools {
 namespace {
 
 std::string Dump(std::vector<std::tuple<int, std::string, int>> ops) {
@@ -53,4 +53,4 @@ TEST(FlightRecorderDiff, BadDumpRejected) {
 }
 
 }  // namespace
-}  // namespace loom::collectives
+}  // namespace loom::collectives::tools

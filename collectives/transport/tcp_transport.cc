@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 
-namespace loom::collectives {
+namespace loom::collectives::transport {
 namespace {
 
 constexpr uint32_t kHelloMagic = 0x4c4f4f4d;  // "LOOM"
@@ -52,8 +52,8 @@ class TcpRecvRequest : public TransportRequest {
   std::shared_ptr<TcpTransport::PostedRecv> r_;
 };
 
-absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Connect(std::shared_ptr<Store> store,
-                                                                    int rank, int size, Options o) {
+absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Connect(std::shared_ptr<store::Store> store, int rank,
+                                                                    int size, Options o) {
   if (size < 1 || rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(absl::StrCat("TcpTransport: rank ", rank, " / size ", size));
   }
@@ -322,4 +322,4 @@ absl::Status TcpTransport::WaitRecv(PostedRecv* r, absl::Time deadline) {
   return r->status;
 }
 
-}  // namespace loom::collectives
+}  // namespace loom::collectives::transport

@@ -28,7 +28,7 @@
 #include "collectives/store/store.h"
 #include "collectives/transport/transport.h"
 
-namespace loom::collectives {
+namespace loom::collectives::transport {
 
 class TcpTransport : public Transport {
  public:
@@ -36,8 +36,8 @@ class TcpTransport : public Transport {
     std::string host = "127.0.0.1";  // interface to listen on and advertise
     absl::Duration timeout = absl::Seconds(60);  // for setup
   };
-  static absl::StatusOr<std::unique_ptr<TcpTransport>> Connect(std::shared_ptr<Store> store,
-                                                               int rank, int size, Options o);
+  static absl::StatusOr<std::unique_ptr<TcpTransport>> Connect(std::shared_ptr<store::Store> store, int rank, int size,
+                                                               Options o);
   ~TcpTransport() override;
 
   absl::string_view name() const override { return "tcp"; }
@@ -84,4 +84,4 @@ class TcpTransport : public Transport {
   absl::Mutex join_mu_;
 };
 
-}  // namespace loom::collectives
+}  // namespace loom::collectives::transport

@@ -1,6 +1,6 @@
 #include "collectives/transport/transport.h"
 
-namespace loom::collectives {
+namespace loom::collectives::transport {
 
 absl::Status Transport::Send(int peer, uint64_t tag, const void* data, size_t n,
                              absl::Time deadline) {
@@ -15,4 +15,4 @@ absl::Status Transport::Recv(int peer, uint64_t tag, void* data, size_t n, absl:
   return (*r)->Wait(deadline);
 }
 
-}  // namespace loom::collectives
+}  // namespace loom::collectives::transport

@@ -28,7 +28,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 
-namespace loom::collectives {
+namespace loom::collectives::transport {
 
 inline constexpr uint64_t kMaxTransportTag = (uint64_t{1} << 48) - 1;
 
@@ -61,4 +61,4 @@ class Transport {
   [[nodiscard]] absl::Status Recv(int peer, uint64_t tag, void* data, size_t n, absl::Time deadline);
 };
 
-}  // namespace loom::collectives
+}  // namespace loom::collectives::transport

@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 
-namespace loom::collectives {
+namespace loom::collectives::ucx {
 
 struct UcxTransport::Impl {
   ucp_context_h context = nullptr;
@@ -97,7 +97,7 @@ void ErrorHandler(void* arg, ucp_ep_h, ucs_status_t status) {
   }
 }
 
-class UcxRequest : public TransportRequest {
+class UcxRequest : public transport::TransportRequest {
  public:
   UcxRequest(UcxTransport::Impl* impl, void* req, bool is_send, int peer, uint64_t tag, size_t n)
       : impl_(impl), req_(req), is_send_(is_send), peer_(peer), tag_(tag), n_(n) {}
@@ -144,7 +144,7 @@ class UcxRequest : public TransportRequest {
   absl::Status done_;
 };
 
-class DoneRequest : public TransportRequest {
+class DoneRequest : public transport::TransportRequest {
  public:
   absl::Status Wait(absl::Time) override { return absl::OkStatus(); }
 };
@@ -155,9 +155,8 @@ uint64_t UcpTag(int src, uint64_t tag) { return (static_cast<uint64_t>(src) << 4
 
 UcxTransport::UcxTransport(int rank, int size) : rank_(rank), size_(size), impl_(new Impl) {}
 
-absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Connect(std::shared_ptr<Store> store,
-                                                                    int rank, int size,
-                                                                    absl::Duration timeout) {
+absl::StatusOr<std::unique_ptr<UcxTransport>> UcxTransport::Connect(std::shared_ptr<store::Store> store, int rank,
+                                                                    int size, absl::Duration timeout) {
   std::unique_ptr<UcxTransport> t(new UcxTransport(rank, size));
   Impl& im = *t->impl_;
   im.rank = rank;
@@ -244,10 +243,10 @@ void UcxTransport::Abort(const absl::Status& reason) {
   if (impl_->aborted.ok()) impl_->aborted = reason.ok() ? absl::CancelledError("aborted") : reason;
 }
 
-absl::StatusOr<std::unique_ptr<TransportRequest>> UcxTransport::ISend(int peer, uint64_t tag,
-                                                                      const void* data, size_t n,
-                                                                      absl::Time) {
-  if (peer < 0 || peer >= size_ || peer == rank_ || tag > kMaxTransportTag) {
+absl::StatusOr<std::unique_ptr<transport::TransportRequest>> UcxTransport::ISend(int peer, uint64_t tag,
+                                                                                 const void* data, size_t n,
+                                                                                 absl::Time) {
+  if (peer < 0 || peer >= size_ || peer == rank_ || tag > transport::kMaxTransportTag) {
     return absl::InvalidArgumentError(absl::StrCat("ucx transport: send: bad peer ", peer, " or tag ", tag));
   }
   absl::MutexLock l(&impl_->mu);
@@ -255,17 +254,17 @@ absl::StatusOr<std::unique_ptr<TransportRequest>> UcxTransport::ISend(int peer, 
   if (!impl_->peers[peer]->broken.ok()) return impl_->peers[peer]->broken;
   ucp_request_param_t p{};
   void* req = ucp_tag_send_nbx(impl_->eps[peer], data, n, UcpTag(rank_, tag), &p);
-  if (req == nullptr) return std::unique_ptr<TransportRequest>(new DoneRequest());
+  if (req == nullptr) return std::unique_ptr<transport::TransportRequest>(new DoneRequest());
   if (UCS_PTR_IS_ERR(req)) {
     return absl::UnavailableError(absl::StrCat("ucx transport: send to rank ", peer, ": ",
                                                ucs_status_string(UCS_PTR_STATUS(req))));
   }
-  return std::unique_ptr<TransportRequest>(new UcxRequest(impl_.get(), req, true, peer, tag, n));
+  return std::unique_ptr<transport::TransportRequest>(new UcxRequest(impl_.get(), req, true, peer, tag, n));
 }
 
-absl::StatusOr<std::unique_ptr<TransportRequest>> UcxTransport::IRecv(int peer, uint64_t tag, void* data,
-                                                                      size_t n) {
-  if (peer < 0 || peer >= size_ || peer == rank_ || tag > kMaxTransportTag) {
+absl::StatusOr<std::unique_ptr<transport::TransportRequest>> UcxTransport::IRecv(int peer, uint64_t tag, void* data,
+                                                                                 size_t n) {
+  if (peer < 0 || peer >= size_ || peer == rank_ || tag > transport::kMaxTransportTag) {
     return absl::InvalidArgumentError(absl::StrCat("ucx transport: recv: bad peer ", peer, " or tag ", tag));
   }
   absl::MutexLock l(&impl_->mu);
@@ -278,7 +277,7 @@ absl::StatusOr<std::unique_ptr<TransportRequest>> UcxTransport::IRecv(int peer, 
     return absl::UnavailableError(absl::StrCat("ucx transport: receive from rank ", peer, ": ",
                                                ucs_status_string(UCS_PTR_STATUS(req))));
   }
-  return std::unique_ptr<TransportRequest>(new UcxRequest(impl_.get(), req, false, peer, tag, n));
+  return std::unique_ptr<transport::TransportRequest>(new UcxRequest(impl_.get(), req, false, peer, tag, n));
 }
 
-}  // namespace loom::collectives
+}  // namespace loom::collectives::ucx

@@ -28,21 +28,21 @@
 #include "collectives/store/store.h"
 #include "collectives/transport/transport.h"
 
-namespace loom::collectives {
+namespace loom::collectives::ucx {
 
-class UcxTransport : public Transport {
+class UcxTransport : public transport::Transport {
  public:
-  static absl::StatusOr<std::unique_ptr<UcxTransport>> Connect(std::shared_ptr<Store> store, int rank,
-                                                               int size, absl::Duration timeout);
+  static absl::StatusOr<std::unique_ptr<UcxTransport>> Connect(std::shared_ptr<store::Store> store, int rank, int size,
+                                                               absl::Duration timeout);
   ~UcxTransport() override;
 
   absl::string_view name() const override { return "ucx"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
-  absl::StatusOr<std::unique_ptr<TransportRequest>> ISend(int peer, uint64_t tag, const void* data,
-                                                          size_t n, absl::Time deadline) override;
-  absl::StatusOr<std::unique_ptr<TransportRequest>> IRecv(int peer, uint64_t tag, void* data,
-                                                          size_t n) override;
+  absl::StatusOr<std::unique_ptr<transport::TransportRequest>> ISend(int peer, uint64_t tag, const void* data, size_t n,
+                                                                     absl::Time deadline) override;
+  absl::StatusOr<std::unique_ptr<transport::TransportRequest>> IRecv(int peer, uint64_t tag, void* data,
+                                                                     size_t n) override;
   void Abort(const absl::Status& reason) override;
 
   struct Impl;
@@ -53,4 +53,4 @@ class UcxTransport : public Transport {
   std::unique_ptr<Impl> impl_;
 };
 
-}  // namespace loom::collectives
+}  // namespace loom::collectives::ucx

@@ -9,7 +9,7 @@
 #include "compiler/ir/text.h"
 #include "gtest/gtest.h"
 
-namespace loom::compiler {
+namespace loom::compiler::comm {
 namespace {
 
 constexpr const char* kGraph = R"(graph @coll(%x: f32[2, 3] param) {
@@ -31,7 +31,7 @@ std::string GraphText(int world) {
 }
 
 TEST(CollectiveOps, OneRankWithoutCommunicatorIsIdentity) {
-  auto g = ParseGraph(GraphText(1));
+  auto g = ir::ParseGraph(GraphText(1));
   ASSERT_TRUE(g.ok()) << g.status();
   auto exec = Executor::Create(*g);
   ASSERT_TRUE(exec.ok()) << exec.status();
@@ -42,7 +42,7 @@ TEST(CollectiveOps, OneRankWithoutCommunicatorIsIdentity) {
 }
 
 TEST(CollectiveOps, LargerWorldWithoutCommunicatorFailsNamingTheGroup) {
-  auto g = ParseGraph(GraphText(2));
+  auto g = ir::ParseGraph(GraphText(2));
   ASSERT_TRUE(g.ok()) << g.status();
   auto exec = Executor::Create(*g);
   ASSERT_FALSE(exec.ok());
@@ -50,23 +50,23 @@ TEST(CollectiveOps, LargerWorldWithoutCommunicatorFailsNamingTheGroup) {
 }
 
 TEST(CollectiveOps, TwoRanksOverTcpMatchTheDefinitions) {
-  collectives::StoreServer::Options so;
+  collectives::store::StoreServer::Options so;
   so.secret = "s";
-  auto server = collectives::StoreServer::Start(so);
+  auto server = collectives::store::StoreServer::Start(so);
   ASSERT_TRUE(server.ok()) << server.status();
   std::vector<std::vector<Tensor>> results(2);
   std::vector<Tensor> grads(2);
   std::vector<absl::Status> status(2);
   auto rank_main = [&](int rank) {
     auto fail = [&](absl::Status s) { status[rank] = s; };
-    auto store = collectives::TcpStore::Connect((*server)->address(), "s");
+    auto store = collectives::store::TcpStore::Connect((*server)->address(), "s");
     if (!store.ok()) return fail(store.status());
     collectives::ProcessGroupOptions po;
     po.backend = "tcp";
     auto pg = collectives::ProcessGroup::Create(*store, rank, 2, po);
     if (!pg.ok()) return fail(pg.status());
     auto comm = MakeProcessGroupCommunicator(pg->get(), 20000);
-    auto g = ParseGraph(GraphText(2));
+    auto g = ir::ParseGraph(GraphText(2));
     if (!g.ok()) return fail(g.status());
     LoweringOptions lo;
     lo.communicators["tp"] = comm.get();
@@ -77,7 +77,7 @@ TEST(CollectiveOps, TwoRanksOverTcpMatchTheDefinitions) {
     if (!out.ok()) return fail(out.status());
     for (const Tensor& t : *out) results[rank].push_back(t.Clone());
     // Autodiff through the collectives: loss = sum(all_gather(x)).
-    auto fg = ParseGraph(R"(graph @g(%x: f32[2, 3] param) {
+    auto fg = ir::ParseGraph(R"(graph @g(%x: f32[2, 3] param) {
   %1 = all_gather(%x) {axis=1, group="tp", world=2} : f32[2, 6]
   %2 = sum(%1) : f32[]
   return %2
@@ -117,4 +117,4 @@ TEST(CollectiveOps, TwoRanksOverTcpMatchTheDefinitions) {
 }
 
 }  // namespace
-}  // namespace loom::compiler
+}  // namespace loom::compiler::comm

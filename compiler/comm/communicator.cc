@@ -3,7 +3,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 
-namespace loom::compiler {
+namespace loom::compiler::comm {
 
 absl::StatusOr<ReduceKind> ParseReduceKind(absl::string_view s) {
   if (s == "sum") return ReduceKind::kSum;
@@ -21,4 +21,4 @@ absl::Status SingleRankCommunicator::ReduceScatter(const Tensor& in, Tensor& out
   return out.CopyFrom(in);
 }
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::comm

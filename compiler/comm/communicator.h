@@ -30,7 +30,7 @@ namespace loom::collectives {
 class ProcessGroup;
 }
 
-namespace loom::compiler {
+namespace loom::compiler::comm {
 
 enum class ReduceKind { kSum, kAvg, kMax, kMin };
 absl::StatusOr<ReduceKind> ParseReduceKind(absl::string_view s);
@@ -68,4 +68,4 @@ std::unique_ptr<Communicator> MakeProcessGroupCommunicator(collectives::ProcessG
 // Communicators by group name, handed to lowering.
 using CommunicatorMap = std::map<std::string, Communicator*>;
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::comm

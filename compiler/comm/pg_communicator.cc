@@ -6,7 +6,7 @@
 #include "collectives/process_group.h"
 #include "compiler/comm/communicator.h"
 
-namespace loom::compiler {
+namespace loom::compiler::comm {
 namespace {
 
 collectives::ReduceOp ToOp(ReduceKind k) {
@@ -93,4 +93,4 @@ std::unique_ptr<Communicator> MakeProcessGroupCommunicator(collectives::ProcessG
   return std::make_unique<PgCommunicator>(pg, timeout_ms);
 }
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::comm

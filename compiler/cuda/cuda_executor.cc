@@ -27,7 +27,7 @@ Impl::~Impl() {
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
 }
 
-absl::Status Impl::Init(const Graph& g, const CudaOptions& o) {
+absl::Status Impl::Init(const ir::Graph& g, const CudaOptions& o) {
   g_ = g;
   o_ = o;
   attention_ = o.attention;
@@ -35,13 +35,13 @@ absl::Status Impl::Init(const Graph& g, const CudaOptions& o) {
   // Without a device the whole build still runs ("dry": fake addresses, no
   // uploads), so codegen problems surface on machines without a GPU; Init
   // then returns the device error.
-  absl::StatusOr<loom::cuda::DeviceRuntime*> rt = loom::cuda::DeviceRuntime::Get(o.device);
+  absl::StatusOr<loom::kernels::cuda::DeviceRuntime*> rt = loom::kernels::cuda::DeviceRuntime::Get(o.device);
   dry_ = !rt.ok();
   if (!dry_) {
     LOOM_RETURN_IF_ERROR((*rt)->MakeCurrent());
     stream_ = static_cast<cudaStream_t>((*rt)->compute_stream());
   }
-  loom::cuda::SetGemmAutotune(o.autotune_gemm);
+  loom::kernels::cuda::SetGemmAutotune(o.autotune_gemm);
   // Buffers.
   const int ni = static_cast<int>(g.inputs().size());
   input_buf_.assign(ni, nullptr);
@@ -199,10 +199,10 @@ std::string Impl::Describe() const {
   // What the SDPA dispatcher picked for each distinct attention shape.
   std::set<std::string> keys;
   for (const AttnCall& c : attn_calls_) {
-    const std::string key = loom::cuda::SdpaDispatcher::Key(c.args, c.backward);
+    const std::string key = loom::kernels::cuda::attention::SdpaDispatcher::Key(c.args, c.backward);
     if (keys.insert(key).second)
-      absl::StrAppend(&s, "sdpa ", key, " -> ", loom::cuda::SdpaDispatcher::Global().Choice(c.args, c.backward),
-                      "\n");
+      absl::StrAppend(&s, "sdpa ", key, " -> ",
+                      loom::kernels::cuda::attention::SdpaDispatcher::Global().Choice(c.args, c.backward), "\n");
   }
   absl::StrAppend(&s, "arena ", plan_.arena_bytes, " B, device total ", device_bytes_, " B, ",
                   o_.bf16 ? "bf16" : "f32", ", ", exec_ ? "cuda graph (replaying)" : o_.cuda_graph ? "cuda graph (after the first step)" : "eager", "\n");
@@ -213,7 +213,7 @@ std::string Impl::Describe() const {
 
 namespace loom::compiler::cuda {
 
-absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const Graph& g, const CudaOptions& o) {
+absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const ir::Graph& g, const CudaOptions& o) {
   // Plan first: an unsupported op is reported by name even without a device.
   LOOM_RETURN_IF_ERROR(PlanCuda(g, o.bf16, PlanOptionsFor(o)).status());
   auto e = std::make_unique<cuda_executor_internal::Impl>();

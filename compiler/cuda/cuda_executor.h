@@ -71,7 +71,7 @@ inline PlanOptions PlanOptionsFor(const CudaOptions& o) {
 class CudaExecutor {
  public:
   // g: the optimized (or fused) joint graph, as the CPU lowering gets it.
-  static absl::StatusOr<std::unique_ptr<CudaExecutor>> Create(const Graph& g, const CudaOptions& o);
+  static absl::StatusOr<std::unique_ptr<CudaExecutor>> Create(const ir::Graph& g, const CudaOptions& o);
   virtual ~CudaExecutor() = default;
   // Uploads graph input k (parameters, optimizer state: device-resident from then on).
   virtual absl::Status SetInput(int k, const Tensor& host) = 0;

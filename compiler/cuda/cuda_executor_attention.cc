@@ -23,9 +23,9 @@ bool Impl::UseFlash(const Launch& l) const {
 // Attention arguments for a flash-able launch: from the plan's strided views
 // (Launch::attn) or from whole contiguous tensors; every pointer but the
 // workspace is set.
-loom::cuda::SdpaArgs Impl::AttnCallArgs(const Launch& l) const {
+loom::kernels::cuda::attention::SdpaArgs Impl::AttnCallArgs(const Launch& l) const {
   const bool bwd = l.kind == LaunchKind::kSdpaBackward;
-  loom::cuda::SdpaArgs a;
+  loom::kernels::cuda::attention::SdpaArgs a;
   a.causal = l.attrs.GetBool("is_causal", false);
   a.scale = l.attrs.Has("scale") ? static_cast<float>(l.attrs.GetFloat("scale", 0)) : 0.f;
   a.deterministic = o_.deterministic || attention_ == AttnRoute::kFlash;
@@ -58,8 +58,8 @@ loom::cuda::SdpaArgs Impl::AttnCallArgs(const Launch& l) const {
     return static_cast<char*>(Ptr(v.value)) + v.offset * static_cast<int64_t>(DTypeSize(Dt(v.value)));
   };
   auto strides = [](const AttnView& v) {
-    return v.strides.empty() ? loom::cuda::FlashStrides{}
-                             : loom::cuda::FlashStrides{v.strides[0], v.strides[1], v.strides[2]};
+    return v.strides.empty() ? loom::kernels::cuda::attention::FlashStrides{}
+                             : loom::kernels::cuda::attention::FlashStrides{v.strides[0], v.strides[1], v.strides[2]};
   };
   a.q = ptr(w[base]), a.k = ptr(w[base + 1]), a.v = ptr(w[base + 2]), a.o = ptr(w[base + 3]);
   a.q_strides = strides(w[base]), a.k_strides = strides(w[base + 1]), a.v_strides = strides(w[base + 2]);
@@ -77,17 +77,18 @@ loom::cuda::SdpaArgs Impl::AttnCallArgs(const Launch& l) const {
 // (AttnRoute::kFlash), or the SDPA dispatcher, which times its candidates
 // (flash variants, cuDNN) in the first, eager step and caches the pick;
 // Describe() reports it.
-void Impl::AddAttnCall(const loom::cuda::SdpaArgs& a, bool backward) {
+void Impl::AddAttnCall(const loom::kernels::cuda::attention::SdpaArgs& a, bool backward) {
   if (attention_ == AttnRoute::kFlash) {
-    const loom::cuda::FlashAttnArgs f = loom::cuda::FlashArgsFromSdpa(a);
+    const loom::kernels::cuda::attention::FlashAttnArgs f = loom::kernels::cuda::attention::FlashArgsFromSdpa(a);
     calls_.push_back([f, backward]() {
-      return backward ? loom::cuda::FlashAttentionBackward(f) : loom::cuda::FlashAttentionForward(f);
+      return backward ? loom::kernels::cuda::attention::FlashAttentionBackward(f)
+                      : loom::kernels::cuda::attention::FlashAttentionForward(f);
     });
     return;
   }
   attn_calls_.push_back({desc_.size(), a, backward});
   calls_.push_back([a, backward]() {
-    loom::cuda::SdpaDispatcher& d = loom::cuda::SdpaDispatcher::Global();
+    loom::kernels::cuda::attention::SdpaDispatcher& d = loom::kernels::cuda::attention::SdpaDispatcher::Global();
     return backward ? d.Backward(a) : d.Forward(a);
   });
 }
@@ -95,12 +96,12 @@ void Impl::AddAttnCall(const loom::cuda::SdpaArgs& a, bool backward) {
 // A launch the flash kernels do not take (f32, other head dims): contiguous
 // q, k, v, o (and gradients) for the dispatcher, whose only candidate there is
 // the math kernel. The scale is explicit: the attribute, else 1/sqrt(D) in f32.
-loom::cuda::SdpaArgs Impl::MathCallArgs(const Launch& l) const {
+loom::kernels::cuda::attention::SdpaArgs Impl::MathCallArgs(const Launch& l) const {
   const bool bwd = l.kind == LaunchKind::kSdpaBackward;
   const auto& in = l.inputs;
   const auto& out = l.outputs;
   const int q = bwd ? in[1] : in[0], k = bwd ? in[2] : in[1], v = bwd ? in[3] : in[2];
-  loom::cuda::SdpaArgs a;
+  loom::kernels::cuda::attention::SdpaArgs a;
   a.dtype = Dt(q);
   a.batch = Sh(q)[0], a.heads = Sh(q)[1], a.seq_q = Sh(q)[2], a.head_dim = Sh(q)[3];
   a.kv_heads = Sh(k)[1], a.seq_k = Sh(k)[2];
@@ -126,20 +127,20 @@ loom::cuda::SdpaArgs Impl::MathCallArgs(const Launch& l) const {
 absl::Status Impl::BuildAttention(const Launch& l, std::string* desc) {
   const bool bwd = l.kind == LaunchKind::kSdpaBackward;
   if (UseFlash(l)) {
-    loom::cuda::SdpaArgs a = AttnCallArgs(l);
+    loom::kernels::cuda::attention::SdpaArgs a = AttnCallArgs(l);
     a.workspace = scratch_;
     a.workspace_bytes = scratch_bytes_;
     *desc += attention_ == AttnRoute::kFlash ? " flash" : " dispatch";
     AddAttnCall(a, bwd);
     return absl::OkStatus();
   }
-  loom::cuda::SdpaArgs a = MathCallArgs(l);
+  loom::kernels::cuda::attention::SdpaArgs a = MathCallArgs(l);
   a.workspace = scratch_;
   a.workspace_bytes = scratch_bytes_;
   *desc += " math";
   attn_calls_.push_back({desc_.size(), a, bwd});
   calls_.push_back([a, bwd]() {
-    loom::cuda::SdpaDispatcher& d = loom::cuda::SdpaDispatcher::Global();
+    loom::kernels::cuda::attention::SdpaDispatcher& d = loom::kernels::cuda::attention::SdpaDispatcher::Global();
     return bwd ? d.Backward(a) : d.Forward(a);
   });
   return absl::OkStatus();

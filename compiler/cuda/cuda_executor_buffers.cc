@@ -48,10 +48,11 @@ absl::StatusOr<void*> Impl::Alloc(int64_t bytes) {
 absl::Status Impl::CheckInput(int k, const Tensor& t) const {
   if (k < 0 || k >= static_cast<int>(g_.inputs().size()))
     return absl::InvalidArgumentError(absl::StrCat("input: index ", k, " out of range"));
-  const TensorMeta& m = g_.meta(g_.inputs()[k].value);
+  const ir::TensorMeta& m = g_.meta(g_.inputs()[k].value);
   if (!t.defined() || t.dtype() != m.dtype || t.shape() != m.shape || !t.device().is_cpu())
     return absl::InvalidArgumentError(absl::StrCat("input ", g_.inputs()[k].name, ": expected host ", m.ToString(),
-                                                   ", got ", t.defined() ? ops::MetaOf(t).ToString() : "undefined"));
+                                                   ", got ",
+                                                   t.defined() ? kernels::MetaOf(t).ToString() : "undefined"));
   return absl::OkStatus();
 }
 
@@ -92,7 +93,7 @@ int64_t Impl::ScratchBytes(const Launch& l) const {
   switch (l.kind) {
     case LaunchKind::kLayerNormBackward: {
       const int64_t cols = Sh(l.inputs[1]).back(), rows = Numel(l.inputs[1]) / std::max<int64_t>(cols, 1);
-      return 4 * loom::cuda::LayerNormBwdWorkspaceFloats(rows, cols);
+      return 4 * loom::kernels::cuda::LayerNormBwdWorkspaceFloats(rows, cols);
     }
     case LaunchKind::kSumTo: {
       const int64_t cols = Numel(l.outputs[0]), rows = Numel(l.inputs[0]) / std::max<int64_t>(cols, 1);
@@ -113,11 +114,11 @@ int64_t Impl::ScratchBytes(const Launch& l) const {
     case LaunchKind::kSdpa:
     case LaunchKind::kSdpaBackward: {
       const bool bwd = l.kind == LaunchKind::kSdpaBackward;
-      if (!UseFlash(l)) return bwd ? loom::cuda::SdpaBackwardWorkspaceBytes(MathCallArgs(l)) : 0;
-      const loom::cuda::SdpaArgs a = AttnCallArgs(l);
+      if (!UseFlash(l)) return bwd ? loom::kernels::cuda::attention::SdpaBackwardWorkspaceBytes(MathCallArgs(l)) : 0;
+      const loom::kernels::cuda::attention::SdpaArgs a = AttnCallArgs(l);
       if (attention_ == AttnRoute::kFlash || dry_)  // dry: no device to build cuDNN plans on
-        return bwd ? loom::cuda::SdpaBackwardWorkspaceBytes(a) : 0;
-      return loom::cuda::SdpaWorkspaceBytes(a, bwd);  // builds cuDNN's plan now, outside capture
+        return bwd ? loom::kernels::cuda::attention::SdpaBackwardWorkspaceBytes(a) : 0;
+      return loom::kernels::cuda::attention::SdpaWorkspaceBytes(a, bwd);  // builds cuDNN's plan now, outside capture
     }
     default: return 0;
   }

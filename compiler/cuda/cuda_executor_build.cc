@@ -27,14 +27,14 @@ std::vector<int64_t> Contig(const Shape& s) {
   return std::vector<int64_t>(c.begin(), c.end());
 }
 
-loom::cuda::Epilogue ToEpilogue(GemmEpilogue e) {
+loom::kernels::cuda::Epilogue ToEpilogue(GemmEpilogue e) {
   switch (e) {
     case GemmEpilogue::kNone: break;
-    case GemmEpilogue::kBias: return loom::cuda::Epilogue::kBias;
-    case GemmEpilogue::kBiasGeluAux: return loom::cuda::Epilogue::kBiasGeluAux;
-    case GemmEpilogue::kDGelu: return loom::cuda::Epilogue::kDGelu;
+    case GemmEpilogue::kBias: return loom::kernels::cuda::Epilogue::kBias;
+    case GemmEpilogue::kBiasGeluAux: return loom::kernels::cuda::Epilogue::kBiasGeluAux;
+    case GemmEpilogue::kDGelu: return loom::kernels::cuda::Epilogue::kDGelu;
   }
-  return loom::cuda::Epilogue::kNone;
+  return loom::kernels::cuda::Epilogue::kNone;
 }
 
 }  // namespace
@@ -116,7 +116,7 @@ absl::Status Impl::BuildGemm(const Launch& l, std::string* desc) {
   const GemmPlan& m = l.gemm;
   const auto& in = l.inputs;
   const auto& out = l.outputs;
-  loom::cuda::GemmArgs ga;
+  loom::kernels::cuda::GemmArgs ga;
   ga.dtype = m.ab_dtype;
   ga.m = m.m;
   ga.n = m.n;
@@ -138,11 +138,11 @@ absl::Status Impl::BuildGemm(const Launch& l, std::string* desc) {
   const GemmPlan mp = m;
   calls_.push_back([ga, mp, ea, ed]() {
     for (int64_t b = 0; b < mp.batch; ++b) {
-      loom::cuda::GemmArgs x = ga;
+      loom::kernels::cuda::GemmArgs x = ga;
       x.a = static_cast<const char*>(ga.a) + b * mp.stride_a * ea;
       x.b = static_cast<const char*>(ga.b) + b * mp.stride_b * ea;
       x.d = static_cast<char*>(ga.d) + b * mp.stride_d * ed;
-      LOOM_RETURN_IF_ERROR(loom::cuda::Gemm(x));
+      LOOM_RETURN_IF_ERROR(loom::kernels::cuda::Gemm(x));
     }
     return absl::OkStatus();
   });

@@ -45,7 +45,7 @@ struct Config {
 };
 
 struct Job {
-  Graph graph;
+  ir::Graph graph;
   std::unique_ptr<Program> program;
   std::vector<Tensor> inputs;  // initial values, graph-input order
   int x = -1, y = -1, lr = -1, step = -1;
@@ -62,7 +62,7 @@ absl::StatusOr<Job> Build(const Config& c, bool lower) {
   spec.set_vocab(c.vocab);
   models::BuildOptions bo;
   bo.batch = c.batch;
-  LOOM_ASSIGN_OR_RETURN(Graph fwd, models::BuildForward(spec, bo));
+  LOOM_ASSIGN_OR_RETURN(ir::Graph fwd, models::BuildForward(spec, bo));
   LOOM_ASSIGN_OR_RETURN(std::vector<models::ParamInfo> params, models::Parameters(spec));
   CompileOptions co;
   AdamWOptions adam;
@@ -82,11 +82,11 @@ absl::StatusOr<Job> Build(const Config& c, bool lower) {
   j.graph = comp.stages.at("fused");
   j.program = std::move(comp.program);
   std::map<std::string, Tensor> init = models::InitParameters(params, 1234);
-  const Graph& g = j.graph;
+  const ir::Graph& g = j.graph;
   for (size_t k = 0; k < g.inputs().size(); ++k) {
-    const GraphInput& in = g.inputs()[k];
-    const TensorMeta& m = g.meta(in.value);
-    if (in.kind == InputKind::kParam) {
+    const ir::GraphInput& in = g.inputs()[k];
+    const ir::TensorMeta& m = g.meta(in.value);
+    if (in.kind == ir::InputKind::kParam) {
       j.inputs.push_back(init.at(in.name).To(m.dtype));
     } else {
       j.inputs.push_back(Tensor::Zeros(m.shape, m.dtype));
@@ -137,7 +137,7 @@ absl::StatusOr<RunResult> RunCpu(const Config& c) {
     LOOM_RETURN_IF_ERROR(exec.ApplyUpdates(absl::MakeSpan(j.inputs), outs));
   }
   for (size_t k = 0; k < j.inputs.size(); ++k)
-    r.params.push_back(j.graph.inputs()[k].kind == InputKind::kParam ? j.inputs[k] : Tensor());
+    r.params.push_back(j.graph.inputs()[k].kind == ir::InputKind::kParam ? j.inputs[k] : Tensor());
   return r;
 }
 
@@ -164,7 +164,7 @@ absl::StatusOr<RunResult> RunGpu(const Config& c, bool bf16, bool graph) {
   }
   if (graph && !e->graph_replay()) return absl::InternalError("the CUDA graph was not captured (see stderr)");
   for (size_t k = 0; k < j.inputs.size(); ++k) {
-    if (j.graph.inputs()[k].kind != InputKind::kParam) {
+    if (j.graph.inputs()[k].kind != ir::InputKind::kParam) {
       r.params.push_back(Tensor());
       continue;
     }

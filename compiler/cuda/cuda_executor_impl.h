@@ -38,8 +38,8 @@
 
 namespace loom::compiler::cuda::cuda_executor_internal {
 
-namespace cg = ::loom::cuda::codegen;
-namespace kern = ::loom::cuda::kern;
+namespace cg = ::loom::kernels::cuda::codegen;
+namespace kern = ::loom::kernels::cuda::kern;
 using Call = std::function<absl::Status()>;
 
 #define LOOM_CU(expr, what) LOOM_RETURN_IF_ERROR(CudaErr(static_cast<int>(expr), what))
@@ -48,7 +48,7 @@ class Impl final : public CudaExecutor {
  public:
   ~Impl() override;
 
-  absl::Status Init(const Graph& g, const CudaOptions& o);
+  absl::Status Init(const ir::Graph& g, const CudaOptions& o);
   absl::Status SetInput(int k, const Tensor& host) override;
   absl::Status Step(absl::Span<const std::pair<int, Tensor>> step_inputs) override;
   bool graph_replay() const override { return exec_ != nullptr; }
@@ -88,9 +88,9 @@ class Impl final : public CudaExecutor {
 
   // cuda_executor_attention.cc.
   bool UseFlash(const Launch& l) const;
-  loom::cuda::SdpaArgs AttnCallArgs(const Launch& l) const;
-  loom::cuda::SdpaArgs MathCallArgs(const Launch& l) const;
-  void AddAttnCall(const loom::cuda::SdpaArgs& a, bool backward);
+  loom::kernels::cuda::attention::SdpaArgs AttnCallArgs(const Launch& l) const;
+  loom::kernels::cuda::attention::SdpaArgs MathCallArgs(const Launch& l) const;
+  void AddAttnCall(const loom::kernels::cuda::attention::SdpaArgs& a, bool backward);
   absl::Status BuildAttention(const Launch& l, std::string* desc);
 
   // cuda_executor_build.cc: Build dispatches on the launch kind; each Build*
@@ -119,7 +119,7 @@ class Impl final : public CudaExecutor {
     cudaEvent_t done[2] = {nullptr, nullptr};
   };
 
-  Graph g_;
+  ir::Graph g_;
   CudaOptions o_;
   CudaPlan plan_;
   cudaStream_t stream_ = nullptr;
@@ -133,7 +133,7 @@ class Impl final : public CudaExecutor {
   AttnRoute attention_ = AttnRoute::kDispatch;
   struct AttnCall {
     size_t launch;  // index into desc_
-    loom::cuda::SdpaArgs args;
+    loom::kernels::cuda::attention::SdpaArgs args;
     bool backward;
   };
   std::vector<AttnCall> attn_calls_;  // dispatched attention launches, for Describe()

@@ -93,7 +93,7 @@ absl::Status Impl::BuildLayerNorm(const Launch& l, std::string* desc) {
 absl::Status Impl::BuildLayerNormBackward(const Launch& l) {
   const auto& in = l.inputs;
   const auto& out = l.outputs;
-  loom::cuda::LayerNormBwdArgs a;
+  loom::kernels::cuda::LayerNormBwdArgs a;
   a.dtype = Dt(in[0]);
   a.cols = Sh(in[1]).back();
   a.rows = Numel(in[1]) / a.cols;
@@ -108,7 +108,7 @@ absl::Status Impl::BuildLayerNormBackward(const Launch& l) {
   a.workspace = static_cast<float*>(scratch_);
   if (in.size() > 5) a.dresidual = Ptr(in[5]);  // layernorm_backward+add
   a.stream = stream_;
-  calls_.push_back([a]() { return loom::cuda::LayerNormBackward(a); });
+  calls_.push_back([a]() { return loom::kernels::cuda::LayerNormBackward(a); });
   return absl::OkStatus();
 }
 

@@ -6,7 +6,7 @@
 
 namespace loom::compiler::cuda {
 
-absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const Graph& g, const CudaOptions& o) {
+absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const ir::Graph& g, const CudaOptions& o) {
   LOOM_ASSIGN_OR_RETURN(CudaPlan plan, PlanCuda(g, o.bf16, PlanOptionsFor(o)));
   (void)plan;
   return absl::UnavailableError("CudaExecutor: this build has no CUDA toolkit (LOOM_NO_CUDA)");

@@ -50,7 +50,7 @@ TEST(CudaOptions, ExtraFusionsSwitchesEveryFusionPass) {
 
 TEST(CudaExecutor, CreateBuildsEveryLaunchWithoutADevice) {
   UseTestKernelCache();
-  Graph g = GptJoint(1);
+  ir::Graph g = GptJoint(1);
   for (bool bf16 : {false, true}) {
     CudaOptions o;
     o.bf16 = bf16;
@@ -75,7 +75,7 @@ class LlamaCreate : public ::testing::TestWithParam<int> {};
 // strided operands, GQA); rmsnorm and rope have their kernels.
 TEST_P(LlamaCreate, PlansAndBuilds) {
   UseTestKernelCache();
-  Graph g = LlamaJoint(GetParam());
+  ir::Graph g = LlamaJoint(GetParam());
   for (bool bf16 : {false, true}) {
     auto p = PlanCuda(g, bf16);
     ASSERT_TRUE(p.ok()) << p.status();
@@ -90,7 +90,7 @@ TEST_P(LlamaCreate, PlansAndBuilds) {
 INSTANTIATE_TEST_SUITE_P(DModel, LlamaCreate, ::testing::Values(128, 256));
 
 TEST(CudaExecutor, UnsupportedOpIsNamedWithoutADevice) {
-  auto g = ParseGraph(R"IR(graph @g(%x: f32[4, 8]) {
+  auto g = ir::ParseGraph(R"IR(graph @g(%x: f32[4, 8]) {
   %0 = softmax(%x) : f32[4, 8]
   return %0
 }
@@ -105,7 +105,7 @@ TEST(CudaExecutor, UnsupportedOpIsNamedWithoutADevice) {
 TEST(PlanCuda, SteppedSlicesAreRefusedByName) {
   for (const char* body : {"%0 = slice(%x) {axis=1, start=0, length=4, step=2} : f32[4, 4]",
                            "%0 = slice_backward(%x) {axis=1, start=7, full_len=17, step=-1} : f32[4, 17]"}) {
-    auto g = ParseGraph(absl::StrCat("graph @g(%x: f32[4, 8]) {\n  ", body, "\n  return %0\n}\n"));
+    auto g = ir::ParseGraph(absl::StrCat("graph @g(%x: f32[4, 8]) {\n  ", body, "\n  return %0\n}\n"));
     ASSERT_TRUE(g.ok()) << g.status();
     for (bool bf16 : {false, true}) {
       auto p = PlanCuda(*g, bf16);

@@ -48,9 +48,9 @@ namespace {
 
 // What no pass lowers, refused by name before any pass claims it (the copy and
 // attention-view passes would otherwise take a stepped slice for a window).
-absl::Status RefuseUnsupported(const Graph& g) {
+absl::Status RefuseUnsupported(const ir::Graph& g) {
   for (size_t i = 0; i < g.nodes().size(); ++i) {
-    const Node& n = g.nodes()[i];
+    const ir::Node& n = g.nodes()[i];
     if ((n.op == "slice" || n.op == "slice_backward") && n.attrs.GetInt("step", 1) != 1)
       return plan_internal::Unsupported(g, static_cast<int>(i), "slices with a step other than 1 are not supported");
   }
@@ -59,7 +59,7 @@ absl::Status RefuseUnsupported(const Graph& g) {
 
 }  // namespace
 
-absl::StatusOr<CudaPlan> PlanCuda(const Graph& g, bool bf16, const PlanOptions& options) {
+absl::StatusOr<CudaPlan> PlanCuda(const ir::Graph& g, bool bf16, const PlanOptions& options) {
   LOOM_RETURN_IF_ERROR(RefuseUnsupported(g));
   plan_internal::PlanState s(g, bf16, options);
   for (const auto& pass : plan_internal::PlanPipeline(options)) {

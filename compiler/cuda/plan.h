@@ -121,7 +121,7 @@ struct Launch {
   std::vector<int> nodes;    // every graph node this launch covers
   std::vector<int> inputs;   // plan value ids read (for kGemm: a, b, [bias], [aux for kDGelu])
   std::vector<int> outputs;  // plan value ids written (kGemm: d, [aux for kBiasGeluAux])
-  Attrs attrs;
+  ir::Attrs attrs;
   GemmPlan gemm;
   int copy_back_input = -1;  // kCopyBack: the graph input index written
   // kCopy: one entry; kSliceBackward: one (after zero-filling the output);
@@ -138,7 +138,7 @@ struct CudaPlan {
   bool bf16 = false;
   // Per plan value: its storage meta. Ids [0, g.values().size()) are the graph's
   // values; casts and bf16 shadows are appended after.
-  std::vector<TensorMeta> metas;
+  std::vector<ir::TensorMeta> metas;
   // Per plan value: the value that owns its bytes (itself, or for reshape and
   // in-place updates the aliased value); -1 for values never materialised
   // (matmul outputs folded into an epilogue or a weight-grad GEMM).
@@ -162,7 +162,7 @@ struct CudaPlan {
 };
 
 // The storage dtype of every graph value (see the file comment).
-std::vector<DType> StorageDTypes(const Graph& g, bool bf16);
+std::vector<DType> StorageDTypes(const ir::Graph& g, bool bf16);
 
 // Which fusion passes run (all by default; off = one launch per op for that
 // pattern, to bisect a problem).
@@ -179,6 +179,6 @@ struct PlanOptions {
 int FuseCrossEntropy(CudaPlan& p);
 
 // Unimplemented naming the op (and node) for an op with no CUDA launch.
-absl::StatusOr<CudaPlan> PlanCuda(const Graph& g, bool bf16, const PlanOptions& options = {});
+absl::StatusOr<CudaPlan> PlanCuda(const ir::Graph& g, bool bf16, const PlanOptions& options = {});
 
 }  // namespace loom::compiler::cuda

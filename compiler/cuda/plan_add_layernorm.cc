@@ -12,12 +12,12 @@ namespace {
 // is read as x by a layernorm with weight and bias of the same storage dtype
 // policy. Returns that layernorm's node, or -1.
 int AddLayerNormUser(const PlanState& s, int i) {
-  const Graph& g = s.g;
-  const Node& n = g.nodes()[i];
+  const ir::Graph& g = s.g;
+  const ir::Node& n = g.nodes()[i];
   if (n.outputs.size() != 1 || n.inputs.size() < 2 || n.inputs.size() > 4) return -1;
-  if (n.op == kFusedOp) {
+  if (n.op == ir::kFusedOp) {
     if (!n.subgraph || n.subgraph->outputs().size() != 1) return -1;
-    for (const Node& b : n.subgraph->nodes())
+    for (const ir::Node& b : n.subgraph->nodes())
       if (b.op != "add") return -1;
   } else if (n.op != "add") {
     return -1;
@@ -36,7 +36,7 @@ int AddLayerNormUser(const PlanState& s, int i) {
     if (s.p.metas[v].dtype != DType::kF32 && s.p.metas[v].dtype != DType::kBF16) return -1;
   }
   for (int j : s.users[h]) {
-    const Node& u = g.nodes()[j];
+    const ir::Node& u = g.nodes()[j];
     if (u.op != "layernorm" || u.inputs.size() != 3 || u.inputs[0] != h || u.inputs[1] == h || u.inputs[2] == h)
       continue;
     if (s.prod[u.inputs[1]] >= i || s.prod[u.inputs[2]] >= i) continue;

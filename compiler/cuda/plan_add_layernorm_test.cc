@@ -9,7 +9,7 @@ namespace {
 
 TEST(AddLayerNorm, GptAddsJoinTheirNorms) {
   for (bool bf16 : {false, true}) {
-    Graph g = GptJoint(2);
+    ir::Graph g = GptJoint(2);
     auto p = PlanCuda(g, bf16);
     ASSERT_TRUE(p.ok()) << p.status();
     // x + wpe -> ln_1 of layer 0; the fused (c_proj bias + residual) adds ->

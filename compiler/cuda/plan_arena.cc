@@ -17,7 +17,7 @@ int64_t RoundUp(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
 }  // namespace
 
 absl::StatusOr<bool> AssignArenaPass::Run(PlanState& s) {
-  const Graph& g = s.g;
+  const ir::Graph& g = s.g;
   CudaPlan& p = s.p;
   const std::vector<bool>& is_shadow = s.is_shadow;
   const int nvals = static_cast<int>(p.metas.size());
@@ -46,7 +46,7 @@ absl::StatusOr<bool> AssignArenaPass::Run(PlanState& s) {
         return absl::InternalError(absl::StrCat("cuda lowering: launch ", pos, " reads %", v, " before it is written"));
       last[r] = std::max(last[r], pos);
     }
-  for (const GraphOutput& o : g.outputs()) {
+  for (const ir::GraphOutput& o : g.outputs()) {
     const int r = p.root[o.value];
     if (r < 0) return absl::InternalError(absl::StrCat("cuda lowering: output %", o.value, " is not materialised"));
     if (in_arena(r)) last[r] = npos;

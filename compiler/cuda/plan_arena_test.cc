@@ -16,7 +16,7 @@ class ArenaIsConsistent : public ::testing::TestWithParam<int> {};
 
 // d_model 128 (D 32) and 256 (D 64: strided flash operands, o aliased by its permute).
 TEST_P(ArenaIsConsistent, NoLiveOverlap) {
-  Graph g = GptJoint(2, GetParam());
+  ir::Graph g = GptJoint(2, GetParam());
   int64_t bytes[2];
   for (bool bf16 : {false, true}) {
     auto p = PlanCuda(g, bf16);
@@ -40,7 +40,7 @@ TEST_P(ArenaIsConsistent, NoLiveOverlap) {
         if (p->offset[r] >= 0) last[r] = std::max(last[r], pos);
       }
     }
-    for (const GraphOutput& o : g.outputs())
+    for (const ir::GraphOutput& o : g.outputs())
       if (p->offset[p->root[o.value]] >= 0) last[p->root[o.value]] = npos;
     for (int a = 0; a < nv; ++a) {
       if (first[a] < 0) continue;
@@ -62,7 +62,7 @@ INSTANTIATE_TEST_SUITE_P(DModel, ArenaIsConsistent, ::testing::Values(128, 256))
 
 // A launch reading a value no launch writes is refused, not planned over.
 TEST(AssignArena, ReadingAnUnwrittenValueIsInternal) {
-  Graph g = GptJoint(1);
+  ir::Graph g = GptJoint(1);
   PlanOptions o;
   plan_internal::PlanState s(g, true, o);
   auto passes = plan_internal::PlanPipeline(o);

@@ -11,7 +11,7 @@
 namespace loom::compiler::cuda::plan_internal {
 
 bool FlashNode(const PlanState& s, int u) {
-  const Node& an = s.g.nodes()[u];
+  const ir::Node& an = s.g.nodes()[u];
   const bool fwd = an.op == "sdpa" && an.inputs.size() == 3;
   const bool bwd = an.op == "sdpa_backward" && an.inputs.size() == 6;
   if (!(fwd || bwd) || an.attrs.GetFloat("dropout_p", 0.0) != 0.0) return false;
@@ -39,7 +39,7 @@ bool FeedsFlashOnly(const PlanState& s, int v) {
   if (s.is_output[v] || s.users[v].empty()) return false;
   for (int u : s.users[v]) {
     if (!FlashNode(s, u)) return false;
-    const Node& an = s.g.nodes()[u];
+    const ir::Node& an = s.g.nodes()[u];
     for (size_t k = 4; k < an.inputs.size() && an.op == "sdpa_backward"; ++k)
       if (an.inputs[k] == v) return false;
   }
@@ -72,7 +72,7 @@ bool SliceView(PlanState& s, int i) {
 
 // A permute read only by flash (dout; q/k/v in other graphs): a view of its input.
 bool PermuteView(PlanState& s, int i) {
-  const Node& n = s.g.nodes()[i];
+  const ir::Node& n = s.g.nodes()[i];
   const int in = n.inputs[0], out = n.outputs[0];
   // The permute of a slice chain compose_copies takes is that chain's.
   if (IsSliceChainPermute(s, i)) return false;
@@ -90,7 +90,7 @@ bool PermuteView(PlanState& s, int i) {
 // sdpa: q, k, v as views; o stored [B, T, H, D] when its only readers are one
 // permute to that order (an alias from now on) and sdpa_backward.
 void SdpaViews(PlanState& s, int i) {
-  const Node& n = s.g.nodes()[i];
+  const ir::Node& n = s.g.nodes()[i];
   const int out0 = n.outputs[0];
   AttnClaim c;
   c.kind = LaunchKind::kSdpa;
@@ -101,7 +101,7 @@ void SdpaViews(PlanState& s, int i) {
   int perm = -1;
   bool others_ok = !s.is_output[out0];
   for (int u : s.users[out0]) {
-    const Node& un = s.g.nodes()[u];
+    const ir::Node& un = s.g.nodes()[u];
     if (un.op == "permute" && perm < 0 && un.attrs.GetInts("dims") == std::vector<int64_t>{0, 2, 1, 3} &&
         !s.is_output[un.outputs[0]])
       perm = u;
@@ -129,8 +129,8 @@ void SdpaViews(PlanState& s, int i) {
 // output each gradient is written into, and the nodes they replace (empty:
 // the pattern does not hold).
 std::vector<AttnView> GradsIntoConcat(const PlanState& s, int i, std::vector<int>* covered) {
-  const Graph& g = s.g;
-  const Node& n = g.nodes()[i];
+  const ir::Graph& g = s.g;
+  const ir::Node& n = g.nodes()[i];
   int concat = -1;
   std::vector<int> pm(3, -1), rs(3, -1);
   for (int k = 0; k < 3; ++k) {
@@ -142,7 +142,7 @@ std::vector<AttnView> GradsIntoConcat(const PlanState& s, int i, std::vector<int
     if (c < 0 || g.nodes()[c].op != "concat" || (concat >= 0 && c != concat)) return {};
     concat = c;
   }
-  const Node& cn = g.nodes()[concat];
+  const ir::Node& cn = g.nodes()[concat];
   if (cn.inputs.size() != 3 || s.st[cn.outputs[0]] != DType::kBF16) return {};
   const int cout = cn.outputs[0];
   const Shape& cs = g.meta(cout).shape;
@@ -172,7 +172,7 @@ std::vector<AttnView> GradsIntoConcat(const PlanState& s, int i, std::vector<int
 // their permutes, else each in [B, T, H, D] order when only a permute to that
 // order reads it (the permute becomes an alias: llama's dq/dk/dv -> rope).
 void SdpaBackwardViews(PlanState& s, int i) {
-  const Node& n = s.g.nodes()[i];
+  const ir::Node& n = s.g.nodes()[i];
   AttnClaim c;
   c.kind = LaunchKind::kSdpaBackward;
   c.op = "sdpa_backward(views)";

@@ -16,7 +16,7 @@ namespace {
 TEST(AttentionViews, GptReadsAndWritesStridedViews) {
   constexpr int kLayers = 2;
   constexpr int64_t B = 8, T = 64, C = 256, H = 4, D = 64;
-  Graph g = GptJoint(kLayers, C);
+  ir::Graph g = GptJoint(kLayers, C);
   PlanOptions copies;
   copies.attn_views = false;
   auto old = PlanCuda(g, true, copies);
@@ -81,7 +81,7 @@ TEST(AttentionViews, GptReadsAndWritesStridedViews) {
 // Without compose_copies the q/k/v chains are no single view and dq/dk/dv are
 // not written into the concat; the gradients go back to contiguous outputs.
 TEST(AttentionViews, WithoutComposedCopies) {
-  Graph g = GptJoint(1, 256);
+  ir::Graph g = GptJoint(1, 256);
   PlanOptions o;
   o.compose_copies = false;
   auto p = PlanCuda(g, true, o);
@@ -96,7 +96,7 @@ TEST(AttentionViews, WithoutComposedCopies) {
 // attention launch takes views; dq/dk/dv feed rope through permutes, which
 // become aliases of gradients written in [B, T, H, D] order.
 TEST(AttentionViews, LlamaGqa) {
-  Graph g = LlamaJoint(256);
+  ir::Graph g = LlamaJoint(256);
   auto p = PlanCuda(g, true);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(CountOp(*p, LaunchKind::kSdpa) + CountOp(*p, LaunchKind::kSdpaBackward), 2);

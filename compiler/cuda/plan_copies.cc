@@ -20,8 +20,8 @@ std::vector<int64_t> Broadcast(absl::Span<const int64_t> in, absl::Span<const in
 }
 
 // Element offset of slice node i's window in its input.
-int64_t SliceOffset(const Graph& g, int i) {
-  const Node& n = g.nodes()[i];
+int64_t SliceOffset(const ir::Graph& g, int i) {
+  const ir::Node& n = g.nodes()[i];
   const Shape& is = g.meta(n.inputs[0]).shape;
   const int64_t ax = NormAxis(n.attrs.GetInt("axis"), is.size());
   int64_t start = n.attrs.GetInt("start");
@@ -32,8 +32,8 @@ int64_t SliceOffset(const Graph& g, int i) {
 // permute -> reshape -> concat: the permute's copy straight into the concat's
 // window (its destination offset is the concat's to fill in).
 bool DeferIntoConcat(PlanState& s, int i) {
-  const Graph& g = s.g;
-  const Node& n = g.nodes()[i];
+  const ir::Graph& g = s.g;
+  const ir::Node& n = g.nodes()[i];
   const int out0 = n.outputs[0];
   const int r = s.single_user(out0);
   const int c = r >= 0 && g.nodes()[r].op == "reshape" ? s.single_user(g.nodes()[r].outputs[0]) : -1;
@@ -53,8 +53,8 @@ bool DeferIntoConcat(PlanState& s, int i) {
 
 }  // namespace
 
-std::vector<int64_t> PermuteStrides(const Graph& g, int i) {
-  const Node& n = g.nodes()[i];
+std::vector<int64_t> PermuteStrides(const ir::Graph& g, int i) {
+  const ir::Node& n = g.nodes()[i];
   const std::vector<int64_t> in = Contig(g.meta(n.inputs[0]).shape);
   std::vector<int64_t> ps;
   for (int64_t d : n.attrs.GetInts("dims")) ps.push_back(in[NormAxis(d, in.size())]);
@@ -62,8 +62,8 @@ std::vector<int64_t> PermuteStrides(const Graph& g, int i) {
 }
 
 std::optional<SliceChain> ComposeSliceChain(const PlanState& s, int i) {
-  const Graph& g = s.g;
-  const Node& n = g.nodes()[i];
+  const ir::Graph& g = s.g;
+  const ir::Node& n = g.nodes()[i];
   if (!s.options.compose_copies || n.op != "slice") return std::nullopt;
   const Shape& is = g.meta(n.inputs[0]).shape;
   const Shape& os = g.meta(n.outputs[0]).shape;
@@ -110,8 +110,8 @@ absl::StatusOr<bool> ComposeCopiesPass::Run(PlanState& s) {
 }
 
 void LowerCopy(const PlanState& s, int i, Launch& L) {
-  const Graph& g = s.g;
-  const Node& n = g.nodes()[i];
+  const ir::Graph& g = s.g;
+  const ir::Node& n = g.nodes()[i];
   L.kind = LaunchKind::kCopy;
   L.inputs = n.inputs;
   if (auto it = s.slice_chain.find(i); it != s.slice_chain.end()) {

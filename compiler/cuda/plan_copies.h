@@ -31,7 +31,7 @@ class ComposeCopiesPass : public PlanPass {
 // or nullopt (not that chain, the view rule fails, or compose_copies is off).
 std::optional<SliceChain> ComposeSliceChain(const PlanState& s, int i);
 // Permute node i's output strides over its contiguous input.
-std::vector<int64_t> PermuteStrides(const Graph& g, int i);
+std::vector<int64_t> PermuteStrides(const ir::Graph& g, int i);
 // Whether permute node pm ends a chain ComposeSliceChain takes.
 bool IsSliceChainPermute(const PlanState& s, int pm);
 // lower_nodes' kCopy launch for a permute / slice / cast / broadcast_to node

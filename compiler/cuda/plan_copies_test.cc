@@ -74,7 +74,7 @@ constexpr char kChains[] = R"IR(graph @g(%x: f32[2, 3, 12], %a: f32[2, 2, 3, 2],
 // The composed copies equal the op chains they replace (the registry's ops on
 // the same values).
 TEST(ComposeCopies, ComposedCopiesMatchTheOps) {
-  auto g = ParseGraph(kChains);
+  auto g = ir::ParseGraph(kChains);
   ASSERT_TRUE(g.ok()) << g.status();
   auto p = PlanCuda(*g, false);
   ASSERT_TRUE(p.ok()) << p.status();
@@ -90,20 +90,21 @@ TEST(ComposeCopies, ComposedCopiesMatchTheOps) {
     vals[v] = d;
     ins.push_back(Tensor::FromVector(g->meta(v).shape, d, DType::kF32));
   }
-  auto s0 = ops::RunOp("slice", {ins[0]}, Attrs{{"axis", int64_t{2}}, {"start", int64_t{4}}, {"length", int64_t{4}}});
+  auto s0 =
+      kernels::RunOp("slice", {ins[0]}, ir::Attrs{{"axis", int64_t{2}}, {"start", int64_t{4}}, {"length", int64_t{4}}});
   ASSERT_TRUE(s0.ok()) << s0.status();
-  auto r0 = ops::RunOp("reshape", {(*s0)[0]}, Attrs{{"shape", std::vector<int64_t>{2, 3, 2, 2}}});
-  auto q = ops::RunOp("permute", {(*r0)[0]}, Attrs{{"dims", std::vector<int64_t>{0, 2, 1, 3}}});
+  auto r0 = kernels::RunOp("reshape", {(*s0)[0]}, ir::Attrs{{"shape", std::vector<int64_t>{2, 3, 2, 2}}});
+  auto q = kernels::RunOp("permute", {(*r0)[0]}, ir::Attrs{{"dims", std::vector<int64_t>{0, 2, 1, 3}}});
   ASSERT_TRUE(q.ok()) << q.status();
   std::vector<double> got = HostCopy(*p, vals, g->outputs()[0].value);
   for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], (*q)[0].GetDouble(i)) << i;
   std::vector<Tensor> parts;
   for (int k = 1; k < 3; ++k) {
-    auto pm = ops::RunOp("permute", {ins[k]}, Attrs{{"dims", std::vector<int64_t>{0, 2, 1, 3}}});
-    auto rs = ops::RunOp("reshape", {(*pm)[0]}, Attrs{{"shape", std::vector<int64_t>{2, 3, 4}}});
+    auto pm = kernels::RunOp("permute", {ins[k]}, ir::Attrs{{"dims", std::vector<int64_t>{0, 2, 1, 3}}});
+    auto rs = kernels::RunOp("reshape", {(*pm)[0]}, ir::Attrs{{"shape", std::vector<int64_t>{2, 3, 4}}});
     parts.push_back((*rs)[0]);
   }
-  auto cat = ops::RunOp("concat", parts, Attrs{{"axis", int64_t{2}}});
+  auto cat = kernels::RunOp("concat", parts, ir::Attrs{{"axis", int64_t{2}}});
   ASSERT_TRUE(cat.ok()) << cat.status();
   got = HostCopy(*p, vals, g->outputs()[1].value);
   for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], (*cat)[0].GetDouble(i)) << i;
@@ -111,7 +112,7 @@ TEST(ComposeCopies, ComposedCopiesMatchTheOps) {
 
 // Off: one launch per copy op (slice, permute, two permutes + a concat).
 TEST(ComposeCopies, OffKeepsOneCopyPerOp) {
-  auto g = ParseGraph(kChains);
+  auto g = ir::ParseGraph(kChains);
   ASSERT_TRUE(g.ok()) << g.status();
   PlanOptions o;
   o.compose_copies = false;
@@ -127,7 +128,7 @@ TEST(ComposeCopies, OffKeepsOneCopyPerOp) {
 // dq, dk, dv straight into dqkv; the attention output and dout keep their
 // permute copies.
 TEST(ComposeCopies, Gpt) {
-  Graph g = GptJoint(2);
+  ir::Graph g = GptJoint(2);
   auto p = PlanCuda(g, false);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(CountOp(*p, LaunchKind::kCopy, "slice+reshape+permute"), 3 * 2) << "q, k, v: one copy each";

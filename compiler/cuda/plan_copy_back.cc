@@ -6,9 +6,9 @@
 namespace loom::compiler::cuda::plan_internal {
 
 absl::StatusOr<bool> CopyBackPass::Run(PlanState& s) {
-  const Graph& g = s.g;
+  const ir::Graph& g = s.g;
   bool changed = false;
-  for (const GraphOutput& o : g.outputs()) {
+  for (const ir::GraphOutput& o : g.outputs()) {
     if (o.updates < 0) continue;
     if (s.p.input_of[o.value] == o.updates && s.p.root[o.value] == g.inputs()[o.updates].value) continue;
     Launch c;

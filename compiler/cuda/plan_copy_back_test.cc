@@ -9,7 +9,7 @@ namespace loom::compiler::cuda {
 namespace {
 
 TEST(CopyBack, AnUpdateNotWrittenInPlaceIsCopiedBack) {
-  auto g = ParseGraph(R"IR(graph @g(%p: f32[4, 8] state, %x: f32[4, 8]) {
+  auto g = ir::ParseGraph(R"IR(graph @g(%p: f32[4, 8] state, %x: f32[4, 8]) {
   %0 = add(%p, %x) : f32[4, 8]
   return %0 -> %p
 }
@@ -27,11 +27,11 @@ TEST(CopyBack, AnUpdateNotWrittenInPlaceIsCopiedBack) {
 
 TEST(CopyBack, InPlaceUpdatesNeedNone) {
   // AdamW writes param, m and v in place: no copy_back on a training step.
-  Graph g = GptJoint(1);
+  ir::Graph g = GptJoint(1);
   auto p = PlanCuda(g, true);
   ASSERT_TRUE(p.ok()) << p.status();
   int updates = 0;
-  for (const GraphOutput& o : g.outputs()) updates += o.updates >= 0;
+  for (const ir::GraphOutput& o : g.outputs()) updates += o.updates >= 0;
   EXPECT_GT(updates, 10);
   EXPECT_EQ(CountOp(*p, LaunchKind::kCopyBack), 0);
 }

@@ -7,7 +7,7 @@
 
 namespace loom::compiler::cuda {
 
-std::vector<DType> StorageDTypes(const Graph& g, bool bf16) {
+std::vector<DType> StorageDTypes(const ir::Graph& g, bool bf16) {
   const size_t nv = g.values().size();
   std::vector<DType> st(nv);
   for (size_t v = 0; v < nv; ++v) st[v] = g.meta(v).dtype;
@@ -16,7 +16,7 @@ std::vector<DType> StorageDTypes(const Graph& g, bool bf16) {
   const std::vector<int> prod = plan_internal::Producers(g);
   std::vector<bool> pgrad(nv, false);
   std::vector<int> work;
-  for (const Node& n : g.nodes())
+  for (const ir::Node& n : g.nodes())
     if (n.op == "adamw" && n.inputs.size() > 1 && !pgrad[n.inputs[1]]) {
       pgrad[n.inputs[1]] = true;
       work.push_back(n.inputs[1]);
@@ -25,7 +25,7 @@ std::vector<DType> StorageDTypes(const Graph& g, bool bf16) {
     int v = work.back();
     work.pop_back();
     if (prod[v] < 0) continue;
-    const Node& n = g.nodes()[prod[v]];
+    const ir::Node& n = g.nodes()[prod[v]];
     if (n.op != "add") continue;
     for (int u : n.inputs)
       if (!pgrad[u] && IsFloating(g.meta(u).dtype) && prod[u] >= 0) {
@@ -33,10 +33,10 @@ std::vector<DType> StorageDTypes(const Graph& g, bool bf16) {
         work.push_back(u);
       }
   }
-  for (const Node& n : g.nodes()) {
+  for (const ir::Node& n : g.nodes()) {
     for (size_t k = 0; k < n.outputs.size(); ++k) {
       const int v = n.outputs[k];
-      const TensorMeta& m = g.meta(v);
+      const ir::TensorMeta& m = g.meta(v);
       if (m.dtype != DType::kF32) continue;  // integers, f64, already 16-bit: unchanged
       if (n.op == "reshape") {
         st[v] = st[n.inputs[0]];

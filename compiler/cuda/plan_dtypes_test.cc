@@ -11,17 +11,17 @@ namespace loom::compiler::cuda {
 namespace {
 
 TEST(StorageDTypes, F32KeepsGraphDTypes) {
-  Graph g = GptJoint();
+  ir::Graph g = GptJoint();
   std::vector<DType> st = StorageDTypes(g, false);
   for (size_t v = 0; v < st.size(); ++v) EXPECT_EQ(st[v], g.meta(v).dtype);
 }
 
 TEST(StorageDTypes, Bf16Policy) {
-  Graph g = GptJoint();
+  ir::Graph g = GptJoint();
   std::vector<DType> st = StorageDTypes(g, true);
-  for (const GraphInput& in : g.inputs()) EXPECT_EQ(st[in.value], g.meta(in.value).dtype) << in.name;
+  for (const ir::GraphInput& in : g.inputs()) EXPECT_EQ(st[in.value], g.meta(in.value).dtype) << in.name;
   std::map<std::string, int> seen;
-  for (const Node& n : g.nodes()) {
+  for (const ir::Node& n : g.nodes()) {
     ++seen[n.op];
     auto dt = [&](int k) { return st[n.outputs[k]]; };
     if (n.op == "embedding" || n.op == "gelu" || n.op == "sdpa_backward" || n.op == "cross_entropy_backward" ||
@@ -52,7 +52,7 @@ TEST(StorageDTypes, Bf16Policy) {
 // The pass fills the plan's metas from the policy (the graph's shapes, the
 // storage dtypes) and reports a change only when bf16 changed anything.
 TEST(StorageDTypesPass, FillsThePlanMetas) {
-  Graph g = GptJoint(1);
+  ir::Graph g = GptJoint(1);
   for (bool bf16 : {false, true}) {
     PlanOptions o;
     plan_internal::PlanState s(g, bf16, o);

@@ -12,7 +12,7 @@ namespace {
 
 TEST(FuseCrossEntropy, OneLaunchAtTheBackwardsPlace) {
   for (bool bf16 : {false, true}) {
-    Graph g = GptJoint(2);
+    ir::Graph g = GptJoint(2);
     PlanOptions off;
     off.fuse_cross_entropy = false;
     auto pu = PlanCuda(g, bf16, off);
@@ -47,7 +47,7 @@ TEST(FuseCrossEntropy, OneLaunchAtTheBackwardsPlace) {
 
 // Not fused when a launch in between reads the forward's loss or writes the logits.
 TEST(FuseCrossEntropy, RefusedWhenALaunchInBetweenDependsOnIt) {
-  Graph g = GptJoint(1);
+  ir::Graph g = GptJoint(1);
   PlanOptions off;
   off.fuse_cross_entropy = false;
   auto p = PlanCuda(g, true, off);

@@ -20,8 +20,8 @@ int64_t Prod(const Shape& s, size_t lo, size_t hi) {
 // The GEMM of matmul node i, with the weight-gradient sum_to folded in when it
 // follows; false for operand shapes the GEMM does not take.
 bool GemmShape(const PlanState& s, int i, GemmClaim* c) {
-  const Graph& g = s.g;
-  const Node& n = g.nodes()[i];
+  const ir::Graph& g = s.g;
+  const ir::Node& n = g.nodes()[i];
   const int a = n.inputs[0], b = n.inputs[1], out = n.outputs[0];
   const Shape& A = g.meta(a).shape;
   const Shape& B = g.meta(b).shape;
@@ -64,19 +64,19 @@ bool GemmShape(const PlanState& s, int i, GemmClaim* c) {
 
 // The bias (+ tanh GELU) or dgelu epilogue of a single-GEMM matmul.
 void Epilogue(const PlanState& s, int i, GemmClaim* c) {
-  const Graph& g = s.g;
+  const ir::Graph& g = s.g;
   const int out = g.nodes()[i].outputs[0];
   const int su = s.single_user(out);
   GemmPlan& m = c->gemm;
   if (m.weight_grad || m.batch != 1 || su < 0) return;
-  const Node& u = g.nodes()[su];
+  const ir::Node& u = g.nodes()[su];
   if (u.op == "add" && s.st[u.outputs[0]] == s.cdt && g.meta(u.outputs[0]).shape == g.meta(out).shape) {
     const int bias = u.inputs[0] == out ? u.inputs[1] : u.inputs[0];
     if (g.meta(bias).shape != Shape{m.n} || !s.available_before(bias, i) || !s.materialized(bias)) return;
     const int pre = u.outputs[0];
     int gelu = -1;
     for (int w : s.users[pre]) {
-      const Node& gn = g.nodes()[w];
+      const ir::Node& gn = g.nodes()[w];
       if (gn.op == "gelu" && gn.attrs.GetString("approximate", "none") == "tanh" && gelu < 0 &&
           s.st[gn.outputs[0]] == s.cdt)
         gelu = w;
@@ -132,7 +132,7 @@ absl::Status LowerMatmul(PlanState& s, int i, Launch L) {
     return Unsupported(s.g, i, absl::StrCat("operand shapes ", ShapeToString(A), " x ", ShapeToString(B)));
   }
   const GemmClaim& c = it->second;
-  const Node& n = s.g.nodes()[i];
+  const ir::Node& n = s.g.nodes()[i];
   L.gemm = c.gemm;
   GemmPlan& m = L.gemm;
   m.ab_dtype = s.cdt;

@@ -13,7 +13,7 @@ namespace {
 
 TEST(GemmEpilogues, FusionsOnGpt) {
   for (bool bf16 : {false, true}) {
-    Graph g = GptJoint(2);
+    ir::Graph g = GptJoint(2);
     auto p = PlanCuda(g, bf16);
     ASSERT_TRUE(p.ok()) << p.status();
     // Per layer: qkv matmul+bias (slices consume it), fc matmul+bias+gelu,
@@ -50,7 +50,7 @@ TEST(GemmEpilogues, FusionsOnGpt) {
 // The claims alone: the folded nodes are covered by the matmul, and the
 // matmul's own output is never materialised.
 TEST(GemmEpilogues, ClaimsCoverTheFoldedNodes) {
-  auto g = ParseGraph(R"IR(graph @g(%x: f32[4, 8], %w: f32[8, 16] param, %b: f32[16] param) {
+  auto g = ir::ParseGraph(R"IR(graph @g(%x: f32[4, 8], %w: f32[8, 16] param, %b: f32[16] param) {
   %0 = matmul(%x, %w) : f32[4, 16]
   %1 = add(%0, %b) : f32[4, 16]
   %2 = gelu(%1) {approximate="tanh"} : f32[4, 16]
@@ -74,7 +74,7 @@ TEST(GemmEpilogues, ClaimsCoverTheFoldedNodes) {
   EXPECT_FALSE(s.materialized(g->nodes()[0].outputs[0]));
   EXPECT_TRUE(s.materialized(g->nodes()[1].outputs[0])) << "aux: the pre-activation is stored";
   // N = 16 is a multiple of 8; with N = 12 the GELU stays its own launch.
-  auto odd = ParseGraph(R"IR(graph @g(%x: f32[4, 8], %w: f32[8, 12] param, %b: f32[12] param) {
+  auto odd = ir::ParseGraph(R"IR(graph @g(%x: f32[4, 8], %w: f32[8, 12] param, %b: f32[12] param) {
   %0 = matmul(%x, %w) : f32[4, 12]
   %1 = add(%0, %b) : f32[4, 12]
   %2 = gelu(%1) {approximate="tanh"} : f32[4, 12]
@@ -91,7 +91,7 @@ TEST(GemmEpilogues, ClaimsCoverTheFoldedNodes) {
 TEST(GemmEpilogues, MixedDTypeOperandsGetCastsAndShadows) {
   // An f32 graph input feeding a matmul under bf16 is cast (it is not a
   // param); a param gets a bf16 shadow instead.
-  auto g = ParseGraph(R"IR(graph @g(%x: f32[4, 8], %w: f32[8, 16] param) {
+  auto g = ir::ParseGraph(R"IR(graph @g(%x: f32[4, 8], %w: f32[8, 16] param) {
   %0 = matmul(%x, %w) : f32[4, 16]
   return %0
 }
@@ -106,7 +106,7 @@ TEST(GemmEpilogues, MixedDTypeOperandsGetCastsAndShadows) {
 }
 
 TEST(GemmEpilogues, UnsupportedShapesAreNamed) {
-  auto g = ParseGraph(R"IR(graph @g(%x: f32[2, 3, 4, 8], %w: f32[3, 8, 16]) {
+  auto g = ir::ParseGraph(R"IR(graph @g(%x: f32[2, 3, 4, 8], %w: f32[3, 8, 16]) {
   %0 = matmul(%x, %w) : f32[2, 3, 4, 16]
   return %0
 }

@@ -20,15 +20,15 @@ namespace {
 // Every adamw node as ONE launch: inputs param, grad, m, v per node, then the
 // shared grad_norm, lr and step.
 absl::Status LowerAdamW(PlanState& s, const std::vector<int>& adamw_nodes, Launch L) {
-  const Graph& g = s.g;
+  const ir::Graph& g = s.g;
   CudaPlan& p = s.p;
   const int last_adamw = adamw_nodes.back();
-  const Node& n0 = g.nodes()[adamw_nodes[0]];
+  const ir::Node& n0 = g.nodes()[adamw_nodes[0]];
   L.kind = LaunchKind::kAdamW;
   L.nodes = adamw_nodes;
   L.attrs = n0.attrs;
   for (int j : adamw_nodes) {
-    const Node& an = g.nodes()[j];
+    const ir::Node& an = g.nodes()[j];
     for (int k = 4; k < 7; ++k)
       if (an.inputs[k] != n0.inputs[k]) return Unsupported(g, j, "every adamw node must share grad_norm, lr and step");
     for (const char* key : {"beta1", "beta2", "eps", "max_norm"})
@@ -62,13 +62,13 @@ absl::Status LowerAdamW(PlanState& s, const std::vector<int>& adamw_nodes, Launc
 // A fused node or one elementwise op (the generated pointwise kernel), or
 // with its layernorm (add_layernorm) one generated layernorm launch.
 void LowerPointwise(PlanState& s, int i, Launch& L) {
-  const Node& n = s.g.nodes()[i];
+  const ir::Node& n = s.g.nodes()[i];
   L.kind = LaunchKind::kPointwise;
   L.inputs = n.inputs;
   auto it = s.add_layernorm.find(i);
   if (it == s.add_layernorm.end()) return;
   const int j = it->second;
-  const Node& ln = s.g.nodes()[j];
+  const ir::Node& ln = s.g.nodes()[j];
   L.kind = LaunchKind::kLayerNorm;
   L.op = absl::StrCat(n.op, "+layernorm");
   L.node = j;
@@ -82,8 +82,8 @@ void LowerPointwise(PlanState& s, int i, Launch& L) {
 // slice_backward (zero-fill + one copy into the window) and concat (one copy
 // per input into its window; a deferred permute copies from its own source).
 absl::Status LowerWindowCopies(const PlanState& s, int i, Launch& L) {
-  const Graph& g = s.g;
-  const Node& n = g.nodes()[i];
+  const ir::Graph& g = s.g;
+  const ir::Node& n = g.nodes()[i];
   const Shape& os = g.meta(n.outputs[0]).shape;
   const std::vector<int64_t> ost = Contig(os);
   const int64_t ax = NormAxis(n.attrs.GetInt("axis"), os.size());
@@ -121,7 +121,7 @@ absl::Status LowerWindowCopies(const PlanState& s, int i, Launch& L) {
 // rmsnorm, rmsnorm_backward: activations in the output's dtype, weights and
 // statistics f32.
 absl::Status LowerNorm(PlanState& s, int i, Launch& L) {
-  const Node& n = s.g.nodes()[i];
+  const ir::Node& n = s.g.nodes()[i];
   const CudaPlan& p = s.p;
   const DType dt = p.metas[n.outputs[0]].dtype;
   const DType f32 = DType::kF32;
@@ -138,7 +138,7 @@ absl::Status LowerNorm(PlanState& s, int i, Launch& L) {
     if (p.metas[n.outputs[1]].dtype != f32 || p.metas[n.outputs[2]].dtype != f32)
       return Unsupported(s.g, i, "dweight/dbias must be f32");
     if (auto it = s.residual_add.find(i); it != s.residual_add.end()) {
-      const Node& a = s.g.nodes()[it->second];
+      const ir::Node& a = s.g.nodes()[it->second];
       L.inputs.push_back(a.inputs[0] == n.outputs[0] ? a.inputs[1] : a.inputs[0]);
       L.outputs[0] = a.outputs[0];
       L.nodes.push_back(it->second);
@@ -160,7 +160,7 @@ absl::Status LowerNorm(PlanState& s, int i, Launch& L) {
 // operands in the output's dtype (no mask, no dropout: the graph op has none
 // on CUDA).
 absl::Status LowerAttention(PlanState& s, int i, Launch& L) {
-  const Node& n = s.g.nodes()[i];
+  const ir::Node& n = s.g.nodes()[i];
   if (auto it = s.attn.find(i); it != s.attn.end()) {
     const AttnClaim& c = it->second;
     L.kind = c.kind;
@@ -193,7 +193,7 @@ absl::Status LowerAttention(PlanState& s, int i, Launch& L) {
 // embedding (+backward), sum_to, rope, cross-entropy (+backward), grad_norm.
 // False: not one of them.
 absl::StatusOr<bool> LowerRowOp(PlanState& s, int i, Launch& L) {
-  const Node& n = s.g.nodes()[i];
+  const ir::Node& n = s.g.nodes()[i];
   const std::string& op = n.op;
   const CudaPlan& p = s.p;
   const int out0 = n.outputs.empty() ? -1 : n.outputs[0];
@@ -243,8 +243,8 @@ absl::StatusOr<bool> LowerRowOp(PlanState& s, int i, Launch& L) {
 
 // The launch of node i (not covered; L: op, node, attrs set), or an alias.
 absl::Status LowerNode(PlanState& s, int i, Launch L, const std::vector<int>& adamw_nodes) {
-  const Graph& g = s.g;
-  const Node& n = g.nodes()[i];
+  const ir::Graph& g = s.g;
+  const ir::Node& n = g.nodes()[i];
   const std::string& op = n.op;
   CudaPlan& p = s.p;
   if (op == "reshape") {
@@ -258,8 +258,8 @@ absl::Status LowerNode(PlanState& s, int i, Launch L, const std::vector<int>& ad
   if (op == "matmul") return LowerMatmul(s, i, std::move(L));
   if (op == "adamw") return i == adamw_nodes.back() ? LowerAdamW(s, adamw_nodes, std::move(L)) : absl::OkStatus();
   L.outputs = n.outputs;
-  const ops::OpDef* def = op == kFusedOp ? nullptr : ops::OpRegistry::Global().Find(op);
-  if (op == kFusedOp || (def && def->elementwise && n.outputs.size() == 1)) {
+  const kernels::OpDef* def = op == ir::kFusedOp ? nullptr : kernels::OpRegistry::Global().Find(op);
+  if (op == ir::kFusedOp || (def && def->elementwise && n.outputs.size() == 1)) {
     LowerPointwise(s, i, L);
   } else if (op == "permute" || op == "slice" || op == "cast" || op == "broadcast_to") {
     LowerCopy(s, i, L);
@@ -280,7 +280,7 @@ absl::Status LowerNode(PlanState& s, int i, Launch L, const std::vector<int>& ad
 }  // namespace
 
 absl::StatusOr<bool> LowerNodesPass::Run(PlanState& s) {
-  const Graph& g = s.g;
+  const ir::Graph& g = s.g;
   std::vector<int> adamw_nodes;
   for (int i = 0; i < s.nn; ++i)
     if (g.nodes()[i].op == "adamw") adamw_nodes.push_back(i);
@@ -290,7 +290,7 @@ absl::StatusOr<bool> LowerNodesPass::Run(PlanState& s) {
       for (int v : s.p.launches[rooted].outputs)
         if (s.p.root[v] < 0) s.p.root[v] = v;
     if (s.covered(i)) continue;
-    const Node& n = g.nodes()[i];
+    const ir::Node& n = g.nodes()[i];
     for (int v : n.outputs)
       if (g.meta(v).dtype == DType::kF64) return Unsupported(g, i, "f64 values are not supported on CUDA");
     Launch L;

@@ -12,11 +12,11 @@ namespace loom::compiler::cuda {
 namespace {
 
 TEST(LowerNodes, ReshapeIsAnAliasAndUpdatesAreInPlace) {
-  Graph g = GptJoint(1);
+  ir::Graph g = GptJoint(1);
   auto p = PlanCuda(g, true);
   ASSERT_TRUE(p.ok()) << p.status();
   int reshapes = 0;
-  for (const Node& n : g.nodes()) {
+  for (const ir::Node& n : g.nodes()) {
     if (n.op == "reshape") {
       ++reshapes;
       EXPECT_EQ(p->root[n.outputs[0]], p->root[n.inputs[0]]);
@@ -37,11 +37,11 @@ TEST(LowerNodes, ReshapeIsAnAliasAndUpdatesAreInPlace) {
 // epilogues fold in (gemm_epilogues is not optional), plus the casts.
 TEST(LowerNodes, OneLaunchPerNodeWithoutFusions) {
   for (bool bf16 : {false, true}) {
-    Graph g = GptJoint(1);
+    ir::Graph g = GptJoint(1);
     auto p = PlanCuda(g, bf16, NoFusions());
     ASSERT_TRUE(p.ok()) << p.status();
     int nodes = 0, matmuls = 0;
-    for (const Node& n : g.nodes()) {
+    for (const ir::Node& n : g.nodes()) {
       nodes += n.op != "reshape" && n.op != "adamw";
       matmuls += n.op == "matmul";
     }
@@ -65,7 +65,7 @@ TEST(LowerNodes, OneLaunchPerNodeWithoutFusions) {
 }
 
 TEST(LowerNodes, Bf16ShadowsOfGemmParameters) {
-  Graph g = GptJoint(2);
+  ir::Graph g = GptJoint(2);
   auto p = PlanCuda(g, true);
   ASSERT_TRUE(p.ok()) << p.status();
   int shadows = 0;
@@ -80,7 +80,7 @@ TEST(LowerNodes, Bf16ShadowsOfGemmParameters) {
 }
 
 TEST(LowerNodes, UnsupportedOpIsNamed) {
-  auto g = ParseGraph(R"IR(graph @g(%x: f32[4, 8]) {
+  auto g = ir::ParseGraph(R"IR(graph @g(%x: f32[4, 8]) {
   %0 = softmax(%x) : f32[4, 8]
   return %0
 }
@@ -94,7 +94,7 @@ TEST(LowerNodes, UnsupportedOpIsNamed) {
 }
 
 TEST(LowerNodes, F64IsUnsupported) {
-  auto g = ParseGraph(R"IR(graph @g(%x: f64[4, 8]) {
+  auto g = ir::ParseGraph(R"IR(graph @g(%x: f64[4, 8]) {
   %0 = exp(%x) : f64[4, 8]
   return %0
 }

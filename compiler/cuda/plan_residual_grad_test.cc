@@ -11,7 +11,7 @@ namespace {
 
 TEST(ResidualGrad, FoldsTheResidualAddsOfGpt) {
   for (bool bf16 : {false, true}) {
-    Graph g = GptJoint(2);
+    ir::Graph g = GptJoint(2);
     auto p = PlanCuda(g, bf16);
     ASSERT_TRUE(p.ok()) << p.status();
     // Every layer norm's but ln_f's (its dx has no add after it).
@@ -34,7 +34,8 @@ TEST(ResidualGrad, FoldsTheResidualAddsOfGpt) {
 // The add must come after both operands exist: an `other` computed after the
 // layernorm_backward is no dresidual.
 TEST(ResidualGrad, OtherMustBeAvailable) {
-  auto g = ParseGraph(R"IR(graph @g(%dy: f32[4, 8], %x: f32[4, 8], %w: f32[8], %m: f32[4], %r: f32[4], %z: f32[4, 8]) {
+  auto g =
+      ir::ParseGraph(R"IR(graph @g(%dy: f32[4, 8], %x: f32[4, 8], %w: f32[8], %m: f32[4], %r: f32[4], %z: f32[4, 8]) {
   %0, %1, %2 = layernorm_backward(%dy, %x, %w, %m, %r) : f32[4, 8], f32[8], f32[8]
   %3 = exp(%z) : f32[4, 8]
   %4 = add(%0, %3) : f32[4, 8]
@@ -46,7 +47,8 @@ TEST(ResidualGrad, OtherMustBeAvailable) {
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(CountOp(*p, LaunchKind::kLayerNormBackward, "layernorm_backward"), 1);
   EXPECT_EQ(CountOp(*p, LaunchKind::kPointwise, "add"), 1);
-  auto g2 = ParseGraph(R"IR(graph @g(%dy: f32[4, 8], %x: f32[4, 8], %w: f32[8], %m: f32[4], %r: f32[4], %z: f32[4, 8]) {
+  auto g2 =
+      ir::ParseGraph(R"IR(graph @g(%dy: f32[4, 8], %x: f32[4, 8], %w: f32[8], %m: f32[4], %r: f32[4], %z: f32[4, 8]) {
   %0, %1, %2 = layernorm_backward(%dy, %x, %w, %m, %r) : f32[4, 8], f32[8], f32[8]
   %3 = add(%0, %z) : f32[4, 8]
   return %3, %1, %2

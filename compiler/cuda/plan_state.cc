@@ -9,14 +9,14 @@
 
 namespace loom::compiler::cuda::plan_internal {
 
-std::vector<int> Producers(const Graph& g) {
+std::vector<int> Producers(const ir::Graph& g) {
   std::vector<int> prod(g.values().size(), -1);
   for (size_t i = 0; i < g.nodes().size(); ++i)
     for (int v : g.nodes()[i].outputs) prod[v] = static_cast<int>(i);
   return prod;
 }
 
-std::vector<std::vector<int>> Users(const Graph& g) {
+std::vector<std::vector<int>> Users(const ir::Graph& g) {
   std::vector<std::vector<int>> users(g.values().size());
   for (size_t i = 0; i < g.nodes().size(); ++i)
     for (int v : g.nodes()[i].inputs) {
@@ -34,12 +34,12 @@ std::vector<int64_t> Contig(absl::Span<const int64_t> shape) {
 
 int64_t NormAxis(int64_t axis, size_t rank) { return axis < 0 ? axis + static_cast<int64_t>(rank) : axis; }
 
-absl::Status Unsupported(const Graph& g, int node, absl::string_view why) {
+absl::Status Unsupported(const ir::Graph& g, int node, absl::string_view why) {
   return absl::UnimplementedError(absl::StrCat("cuda lowering: op '", g.nodes()[node].op, "' (node ", node,
                                                "): ", why));
 }
 
-PlanState::PlanState(const Graph& graph, bool bf16, const PlanOptions& opts) : g(graph), options(opts) {
+PlanState::PlanState(const ir::Graph& graph, bool bf16, const PlanOptions& opts) : g(graph), options(opts) {
   p.bf16 = bf16;
   const int nv = static_cast<int>(g.values().size());
   p.root.assign(nv, -1);
@@ -54,14 +54,14 @@ PlanState::PlanState(const Graph& graph, bool bf16, const PlanOptions& opts) : g
   prod = Producers(g);
   users = Users(g);
   is_output.assign(nv, false);
-  for (const GraphOutput& o : g.outputs()) is_output[o.value] = true;
+  for (const ir::GraphOutput& o : g.outputs()) is_output[o.value] = true;
   nn = static_cast<int>(g.nodes().size());
   covered_by.assign(nn, -1);
   virtual_value.assign(nv, false);
   cdt = bf16 ? DType::kBF16 : DType::kF32;
 }
 
-int PlanState::new_value(TensorMeta m) {
+int PlanState::new_value(ir::TensorMeta m) {
   const int id = static_cast<int>(p.metas.size());
   p.metas.push_back(std::move(m));
   p.root.push_back(id);
@@ -74,8 +74,8 @@ int PlanState::new_value(TensorMeta m) {
 int PlanState::want(int v, DType dt) {
   if (p.metas[v].dtype == dt) return v;
   const int k = p.input_of[v];
-  if (k >= 0 && p.root[v] == g.inputs()[k].value && g.inputs()[k].kind == InputKind::kParam &&
-      dt == DType::kBF16 && p.metas[v].dtype == DType::kF32 && v == g.inputs()[k].value) {
+  if (k >= 0 && p.root[v] == g.inputs()[k].value && g.inputs()[k].kind == ir::InputKind::kParam && dt == DType::kBF16 &&
+      p.metas[v].dtype == DType::kF32 && v == g.inputs()[k].value) {
     if (p.shadow[k] < 0) {
       p.shadow[k] = new_value({DType::kBF16, p.metas[v].shape});
       is_shadow[p.shadow[k]] = true;
@@ -95,7 +95,7 @@ int PlanState::want(int v, DType dt) {
 
 int PlanState::single_user(int v) const {
   if (is_output[v] || users[v].size() != 1) return -1;
-  const Node& u = g.nodes()[users[v][0]];
+  const ir::Node& u = g.nodes()[users[v][0]];
   int uses = 0;
   for (int x : u.inputs) uses += x == v;
   return uses == 1 ? users[v][0] : -1;

@@ -28,14 +28,14 @@
 namespace loom::compiler::cuda::plan_internal {
 
 // Per graph value: the node that writes it (-1 for graph inputs).
-std::vector<int> Producers(const Graph& g);
+std::vector<int> Producers(const ir::Graph& g);
 // Per graph value: the nodes that read it, in graph order, each once.
-std::vector<std::vector<int>> Users(const Graph& g);
+std::vector<std::vector<int>> Users(const ir::Graph& g);
 // Contiguous element strides of `shape`.
 std::vector<int64_t> Contig(absl::Span<const int64_t> shape);
 int64_t NormAxis(int64_t axis, size_t rank);
 // Unimplemented naming node's op: no CUDA launch for it (`why`).
-absl::Status Unsupported(const Graph& g, int node, absl::string_view why);
+absl::Status Unsupported(const ir::Graph& g, int node, absl::string_view why);
 
 // A matmul's GEMM as gemm_epilogues decided it (the dtypes are lower_nodes').
 struct GemmClaim {
@@ -63,9 +63,9 @@ struct SliceChain {
 };
 
 struct PlanState {
-  PlanState(const Graph& graph, bool bf16, const PlanOptions& opts);
+  PlanState(const ir::Graph& graph, bool bf16, const PlanOptions& opts);
 
-  int new_value(TensorMeta m);          // a plan value past the graph's
+  int new_value(ir::TensorMeta m);      // a plan value past the graph's
   int want(int v, DType dt);            // v in storage dtype dt (shadow or cast launch)
   bool available_before(int v, int node) const { return prod[v] < node; }  // inputs: prod -1
   int single_user(int v) const;         // v's only reader (reading it once), or -1
@@ -77,7 +77,7 @@ struct PlanState {
   // false for values folded away or read through a view by an earlier pass.
   bool materialized(int v) const { return !virtual_value[v]; }
 
-  const Graph& g;
+  const ir::Graph& g;
   const PlanOptions& options;
   CudaPlan p;
   std::vector<DType> st;        // storage dtype of every graph value (storage_dtypes)

@@ -8,7 +8,7 @@ namespace loom::compiler::cuda {
 
 namespace {
 
-Graph Joint(const v1::ModelSpec& spec, int64_t batch) {
+ir::Graph Joint(const v1::ModelSpec& spec, int64_t batch) {
   models::BuildOptions bo;
   bo.batch = batch;
   auto fwd = models::BuildForward(spec, bo);
@@ -26,7 +26,7 @@ Graph Joint(const v1::ModelSpec& spec, int64_t batch) {
 
 }  // namespace
 
-Graph GptJoint(int n_layer, int d_model) {
+ir::Graph GptJoint(int n_layer, int d_model) {
   v1::ModelSpec spec;
   spec.set_family("gpt");
   spec.set_n_layer(n_layer);
@@ -37,7 +37,7 @@ Graph GptJoint(int n_layer, int d_model) {
   return Joint(spec, 8);
 }
 
-Graph LlamaJoint(int d_model, int n_layer) {
+ir::Graph LlamaJoint(int d_model, int n_layer) {
   v1::ModelSpec spec;
   spec.set_family("llama");
   spec.set_n_layer(n_layer);

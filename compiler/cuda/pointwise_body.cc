@@ -7,16 +7,16 @@
 
 namespace loom::compiler::cuda {
 
-namespace cg = ::loom::cuda::codegen;
+namespace cg = ::loom::kernels::cuda::codegen;
 
-absl::StatusOr<cg::PwBody> PointwiseBodyOf(const Graph& body) {
+absl::StatusOr<cg::PwBody> PointwiseBodyOf(const ir::Graph& body) {
   cg::PwBody b;
   b.num_inputs = static_cast<int>(body.inputs().size());
   // Graph value id -> body value id (-1: not defined yet).
   std::vector<int> id(body.values().size(), -1);
   for (int k = 0; k < b.num_inputs; ++k) id[body.inputs()[k].value] = k;
   for (size_t n = 0; n < body.nodes().size(); ++n) {
-    const Node& node = body.nodes()[n];
+    const ir::Node& node = body.nodes()[n];
     auto bad = [&](const std::string& why) {
       return absl::InvalidArgumentError(
           absl::StrCat("pointwise body of ", body.name(), ": node ", n, " (", node.op, "): ", why));
@@ -43,9 +43,9 @@ absl::StatusOr<cg::PwBody> PointwiseBodyOf(const Graph& body) {
   return b;
 }
 
-absl::StatusOr<cg::PwBody> PointwiseBodyOf(const Graph& g, int node) {
-  const Node& n = g.nodes()[node];
-  if (n.op == kFusedOp) {
+absl::StatusOr<cg::PwBody> PointwiseBodyOf(const ir::Graph& g, int node) {
+  const ir::Node& n = g.nodes()[node];
+  if (n.op == ir::kFusedOp) {
     if (!n.subgraph)
       return absl::InvalidArgumentError(absl::StrCat("pointwise body: fused node ", node, " has no subgraph"));
     return PointwiseBodyOf(*n.subgraph);

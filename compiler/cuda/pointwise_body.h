@@ -17,9 +17,9 @@ namespace loom::compiler::cuda {
 // output is the result (a fused node's subgraph). InvalidArgument naming the
 // node for a node without exactly one output or reading a value no input or
 // earlier node defines, and for a graph without exactly one output.
-absl::StatusOr<loom::cuda::codegen::PwBody> PointwiseBodyOf(const Graph& body);
+absl::StatusOr<loom::kernels::cuda::codegen::PwBody> PointwiseBodyOf(const ir::Graph& body);
 // The body of graph node `node`: its subgraph for a fused node, else the one
 // op over the node's inputs.
-absl::StatusOr<loom::cuda::codegen::PwBody> PointwiseBodyOf(const Graph& g, int node);
+absl::StatusOr<loom::kernels::cuda::codegen::PwBody> PointwiseBodyOf(const ir::Graph& g, int node);
 
 }  // namespace loom::compiler::cuda

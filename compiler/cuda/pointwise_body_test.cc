@@ -13,14 +13,14 @@
 namespace loom::compiler::cuda {
 namespace {
 
-namespace cg = ::loom::cuda::codegen;
+namespace cg = ::loom::kernels::cuda::codegen;
 
 TEST(PointwiseBody, FusedChainKeepsOrderAndOperands) {
-  Graph g("fused_0");
-  const TensorMeta m{DType::kF32, {4, 8}};
+  ir::Graph g("fused_0");
+  const ir::TensorMeta m{DType::kF32, {4, 8}};
   const int x = g.AddInput("x", m), b = g.AddInput("b", m), w = g.AddInput("w", m);
   const int s = *g.AddOp1("add", {x, b});
-  const int ge = *g.AddOp1("gelu", {s}, Attrs{{"approximate", std::string("tanh")}});
+  const int ge = *g.AddOp1("gelu", {s}, ir::Attrs{{"approximate", std::string("tanh")}});
   const int y = *g.AddOp1("mul", {w, ge});
   g.AddOutput(y);
   auto body = PointwiseBodyOf(g);
@@ -44,14 +44,14 @@ TEST(PointwiseBody, FusedChainKeepsOrderAndOperands) {
 }
 
 TEST(PointwiseBody, IdentityAndSingleOps) {
-  Graph id("copy");
+  ir::Graph id("copy");
   id.AddOutput(id.AddInput("x", {DType::kBF16, {3}}));
   auto copy = PointwiseBodyOf(id);
   ASSERT_TRUE(copy.ok()) << copy.status();
   EXPECT_TRUE(copy->nodes.empty());
   EXPECT_EQ(copy->output, 0);
 
-  Graph g("g");
+  ir::Graph g("g");
   const int a = g.AddInput("a", {DType::kF32, {3}}), c = g.AddInput("c", {DType::kF32, {3}});
   g.AddOutput(*g.AddOp1("sub", {c, a}));
   auto one = PointwiseBodyOf(g, 0);
@@ -63,7 +63,7 @@ TEST(PointwiseBody, IdentityAndSingleOps) {
 }
 
 TEST(PointwiseBody, BadBodiesNameTheNode) {
-  Graph two("two");
+  ir::Graph two("two");
   const int x = two.AddInput("x", {DType::kF32, {2}});
   const int y = *two.AddOp1("exp", {x});
   two.AddOutput(y);
@@ -73,11 +73,11 @@ TEST(PointwiseBody, BadBodiesNameTheNode) {
   EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(e.status().message(), "expected 1 output, got 2")) << e.status();
 
-  Graph multi("multi");
+  ir::Graph multi("multi");
   const int v = multi.AddInput("v", {DType::kF32, {4, 8}});
   const int w = multi.AddInput("w", {DType::kF32, {8}});
   const int bb = multi.AddInput("b", {DType::kF32, {8}});
-  auto outs = multi.AddOp("layernorm", {v, w, bb}, Attrs{{"eps", 1e-5}});
+  auto outs = multi.AddOp("layernorm", {v, w, bb}, ir::Attrs{{"eps", 1e-5}});
   ASSERT_TRUE(outs.ok()) << outs.status();
   multi.AddOutput((*outs)[0]);
   e = PointwiseBodyOf(multi);
@@ -103,11 +103,11 @@ TEST(PointwiseBody, EveryFusedNodeOfAGptStepGenerates) {
   co.lower = false;
   auto c = Compile(*fwd, co);
   ASSERT_TRUE(c.ok()) << c.status();
-  const Graph& g = c->stages.at("fused");
+  const ir::Graph& g = c->stages.at("fused");
   int fused = 0;
   for (size_t i = 0; i < g.nodes().size(); ++i) {
-    const Node& n = g.nodes()[i];
-    if (n.op != kFusedOp) continue;
+    const ir::Node& n = g.nodes()[i];
+    if (n.op != ir::kFusedOp) continue;
     ++fused;
     auto body = PointwiseBodyOf(g, static_cast<int>(i));
     ASSERT_TRUE(body.ok()) << body.status();

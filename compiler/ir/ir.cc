@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 
-namespace loom::compiler {
+namespace loom::compiler::ir {
 
 absl::string_view InputKindName(InputKind k) {
   switch (k) {
@@ -51,7 +51,7 @@ absl::StatusOr<std::vector<TensorMeta>> InferOp(absl::string_view op, const std:
     for (const GraphOutput& o : subgraph->outputs()) out.push_back(subgraph->meta(o.value));
     return out;
   }
-  LOOM_ASSIGN_OR_RETURN(const ops::OpDef* def, ops::OpRegistry::Global().Get(op));
+  LOOM_ASSIGN_OR_RETURN(const kernels::OpDef* def, kernels::OpRegistry::Global().Get(op));
   if (def->num_inputs >= 0 && static_cast<int>(in.size()) != def->num_inputs)
     return absl::InvalidArgumentError(
         absl::StrCat(op, ": expected ", def->num_inputs, " inputs, got ", in.size()));
@@ -153,4 +153,4 @@ absl::Status Graph::SortTopologically() {
   return absl::OkStatus();
 }
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::ir

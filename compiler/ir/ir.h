@@ -38,10 +38,10 @@
 #include "absl/strings/string_view.h"
 #include "kernels/registry.h"
 
-namespace loom::compiler {
+namespace loom::compiler::ir {
 
-using ops::Attrs;
-using ops::TensorMeta;
+using kernels::Attrs;
+using kernels::TensorMeta;
 
 // The op name of a fusion node; its subgraph holds the fused computation.
 inline constexpr absl::string_view kFusedOp = "fused";
@@ -136,4 +136,4 @@ absl::StatusOr<std::vector<TensorMeta>> InferNode(const Graph& g, const Node& no
 absl::StatusOr<std::vector<TensorMeta>> InferOp(absl::string_view op, const std::vector<TensorMeta>& in,
                                                 const Attrs& attrs, const Graph* subgraph);
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::ir

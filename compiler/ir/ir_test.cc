@@ -4,7 +4,7 @@
 #include "compiler/ir/verifier.h"
 #include "gtest/gtest.h"
 
-namespace loom::compiler {
+namespace loom::compiler::ir {
 namespace {
 
 TEST(GraphTest, BuilderInfersShapes) {
@@ -79,4 +79,4 @@ TEST(GraphTest, TopologicalSortDetectsCycles) {
 }
 
 }  // namespace
-}  // namespace loom::compiler
+}  // namespace loom::compiler::ir

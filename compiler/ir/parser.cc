@@ -8,7 +8,7 @@
 #include "compiler/ir/text.h"
 #include "compiler/ir/verifier.h"
 
-namespace loom::compiler {
+namespace loom::compiler::ir {
 namespace {
 
 enum class Tok { kEnd, kIdent, kValue, kGlobal, kNumber, kString, kPunct };
@@ -197,15 +197,15 @@ class Parser {
     return v;
   }
 
-  absl::StatusOr<ops::AttrValue> ParseAttrValue() {
+  absl::StatusOr<kernels::AttrValue> ParseAttrValue() {
     const Token& t = Cur();
-    if (t.kind == Tok::kString) return ops::AttrValue(Next().text);
+    if (t.kind == Tok::kString) return kernels::AttrValue(Next().text);
     if (t.kind == Tok::kIdent) {
-      if (t.text == "true" || t.text == "false") return ops::AttrValue(Next().text == "true");
+      if (t.text == "true" || t.text == "false") return kernels::AttrValue(Next().text == "true");
       double d;
       if (absl::SimpleAtod(t.text, &d)) {  // inf, nan
         Next();
-        return ops::AttrValue(d);
+        return kernels::AttrValue(d);
       }
       return Error(t, "expected an attribute value");
     }
@@ -215,12 +215,12 @@ class Parser {
         int64_t v;
         if (!absl::SimpleAtoi(t.text, &v)) return Error(t, "bad integer");
         Next();
-        return ops::AttrValue(v);
+        return kernels::AttrValue(v);
       }
       double d;
       if (!absl::SimpleAtod(t.text, &d)) return Error(t, "bad number");
       Next();
-      return ops::AttrValue(d);
+      return kernels::AttrValue(d);
     }
     if (IsPunct("[")) {
       Next();
@@ -231,7 +231,7 @@ class Parser {
         v.push_back(x);
       }
       Next();
-      return ops::AttrValue(std::move(v));
+      return kernels::AttrValue(std::move(v));
     }
     return Error(t, "expected an attribute value");
   }
@@ -247,7 +247,7 @@ class Parser {
       LOOM_ASSIGN_OR_RETURN(std::string k, ExpectKind(Tok::kIdent, "an attribute name"));
       if (attrs.Has(k)) return Error(key, absl::StrCat("duplicate attribute '", k, "'"));
       LOOM_RETURN_IF_ERROR(Expect("="));
-      LOOM_ASSIGN_OR_RETURN(ops::AttrValue v, ParseAttrValue());
+      LOOM_ASSIGN_OR_RETURN(kernels::AttrValue v, ParseAttrValue());
       attrs.Set(k, std::move(v));
     }
     Next();
@@ -370,7 +370,7 @@ class Parser {
     if (types.size() != outs.size())
       return Error(start, absl::StrCat(outs.size(), " result names but ", types.size(), " result types"));
     // Check against inference here so the error carries the node's position.
-    if (n.op != kFusedOp && ops::OpRegistry::Global().Find(n.op) == nullptr)
+    if (n.op != kFusedOp && kernels::OpRegistry::Global().Find(n.op) == nullptr)
       return Error(op_tok, absl::StrCat("unknown op '", n.op, "'"));
     auto inferred = InferNode(g, n);
     if (!inferred.ok()) return Error(op_tok, inferred.status().message());
@@ -408,4 +408,4 @@ absl::StatusOr<Graph> ParseGraph(absl::string_view text) {
   return g;
 }
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::ir

@@ -5,7 +5,7 @@
 #include "absl/strings/str_join.h"
 #include "compiler/ir/text.h"
 
-namespace loom::compiler {
+namespace loom::compiler::ir {
 namespace {
 
 // "%name", or %"name" when the name has characters the parser's plain names
@@ -81,4 +81,4 @@ std::string PrintGraph(const Graph& g, const PrintOptions& options) {
   return out;
 }
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::ir

@@ -6,7 +6,7 @@
 #include "base/status.h"
 #include "compiler/ir/verifier.h"
 
-namespace loom::compiler {
+namespace loom::compiler::ir {
 namespace {
 
 void SetType(const Value& v, loom::v1::TensorType* t) {
@@ -158,4 +158,4 @@ absl::StatusOr<Graph> GraphFromProto(const loom::v1::GraphDef& def) {
   return g;
 }
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::ir

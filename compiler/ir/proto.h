@@ -10,11 +10,11 @@
 #include "compiler/ir/ir.h"
 #include "proto/loom/v1/graph.pb.h"
 
-namespace loom::compiler {
+namespace loom::compiler::ir {
 
 loom::v1::GraphDef GraphToProto(const Graph& g);
 // Validates value numbers, dtypes and attrs, then runs the verifier. Errors name
 // the node.
 absl::StatusOr<Graph> GraphFromProto(const loom::v1::GraphDef& def);
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::ir

@@ -3,7 +3,7 @@
 #include "compiler/ir/text.h"
 #include "gtest/gtest.h"
 
-namespace loom::compiler {
+namespace loom::compiler::ir {
 namespace {
 
 constexpr char kText[] = R"IR(graph @mlp(%x: f32[4, 8], %w: f32[8, 16] param, %b: f32[16] @"R" state) {
@@ -84,4 +84,4 @@ TEST(ProtoTest, RejectsBadDefinitions) {
 }
 
 }  // namespace
-}  // namespace loom::compiler
+}  // namespace loom::compiler::ir

@@ -37,7 +37,7 @@
 #include "absl/strings/string_view.h"
 #include "compiler/ir/ir.h"
 
-namespace loom::compiler {
+namespace loom::compiler::ir {
 
 struct PrintOptions {
   // Optional trailing comment per node (e.g. the memory plan's offsets);
@@ -48,4 +48,4 @@ struct PrintOptions {
 std::string PrintGraph(const Graph& g, const PrintOptions& options = {});
 absl::StatusOr<Graph> ParseGraph(absl::string_view text);
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::ir

@@ -3,7 +3,7 @@
 #include "compiler/ir/verifier.h"
 #include "gtest/gtest.h"
 
-namespace loom::compiler {
+namespace loom::compiler::ir {
 namespace {
 
 constexpr char kText[] = R"IR(graph @mlp(%x: f32[4, 8], %w: f32[8, 16] param, %b: f32[16] @"R" state) {
@@ -117,9 +117,9 @@ TEST(TextTest, ErrorsNameLineAndColumn) {
 }
 
 }  // namespace
-}  // namespace loom::compiler
+}  // namespace loom::compiler::ir
 
-namespace loom::compiler {
+namespace loom::compiler::ir {
 namespace {
 
 // Bad text never crashes the parser: every prefix, and many random edits, of a
@@ -165,4 +165,4 @@ TEST(TextTest, RejectsHugeShapesAndDeepNesting) {
 }
 
 }  // namespace
-}  // namespace loom::compiler
+}  // namespace loom::compiler::ir

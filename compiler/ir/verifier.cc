@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 
-namespace loom::compiler {
+namespace loom::compiler::ir {
 
 namespace {
 // Shapes must be non-negative and small enough that byte counts fit easily.
@@ -82,4 +82,4 @@ absl::Status Verify(const Graph& g) {
   return absl::OkStatus();
 }
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::ir

@@ -14,8 +14,8 @@
 #include "absl/status/status.h"
 #include "compiler/ir/ir.h"
 
-namespace loom::compiler {
+namespace loom::compiler::ir {
 
 absl::Status Verify(const Graph& g);
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::ir

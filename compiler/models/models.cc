@@ -8,12 +8,12 @@
 #include "base/rng.h"
 #include "base/status.h"
 
-namespace loom::models {
+namespace loom::compiler::models {
 namespace {
 
-using compiler::Graph;
-using compiler::InputKind;
-using ops::Attrs;
+using ir::Graph;
+using ir::InputKind;
+using kernels::Attrs;
 
 struct Dims {
   int64_t L, H, Hkv, C, D, T, V, F;
@@ -272,4 +272,4 @@ std::map<std::string, Tensor> InitParameters(const std::vector<ParamInfo>& param
   return out;
 }
 
-}  // namespace loom::models
+}  // namespace loom::compiler::models

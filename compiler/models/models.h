@@ -22,7 +22,7 @@
 #include "compiler/ir/ir.h"
 #include "proto/loom/v1/job.pb.h"
 
-namespace loom::models {
+namespace loom::compiler::models {
 
 struct ParamInfo {
   std::string name;
@@ -71,10 +71,10 @@ int BlockOfParameter(const std::string& name);
 // (seed, site), so sites draw unrelated masks.
 uint64_t DropoutSeed(uint64_t seed, int64_t site);
 
-absl::StatusOr<compiler::Graph> BuildForward(const v1::ModelSpec& spec, const BuildOptions& opts);
+absl::StatusOr<ir::Graph> BuildForward(const v1::ModelSpec& spec, const BuildOptions& opts);
 
 // Initial parameter values, deterministic in `seed` (GPT-2 style init: normal
 // with std 0.02, residual projections scaled by 1/sqrt(2 * n_layer)).
 std::map<std::string, Tensor> InitParameters(const std::vector<ParamInfo>& params, uint64_t seed);
 
-}  // namespace loom::models
+}  // namespace loom::compiler::models

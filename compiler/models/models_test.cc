@@ -8,7 +8,7 @@
 #include "compiler/ir/text.h"
 #include "gtest/gtest.h"
 
-namespace loom::models {
+namespace loom::compiler::models {
 namespace {
 
 v1::ModelSpec Spec(const std::string& family) {
@@ -74,14 +74,14 @@ TEST(ModelsDropout, ZeroBuildsTheSameGraphAndEachSiteHasItsOwnSeed) {
     auto plain = BuildForward(Spec(fam), {.batch = 2});
     auto zero = BuildForward(Spec(fam), {.batch = 2, .dropout = 0, .dropout_seed = 9});
     ASSERT_TRUE(plain.ok() && zero.ok());
-    EXPECT_EQ(compiler::PrintGraph(*plain), compiler::PrintGraph(*zero)) << fam;
+    EXPECT_EQ(ir::PrintGraph(*plain), ir::PrintGraph(*zero)) << fam;
     EXPECT_LT(plain->FindInput("step"), 0);
     auto dropped = BuildForward(Spec(fam), {.batch = 2, .dropout = 0.1, .dropout_seed = 9});
     ASSERT_TRUE(dropped.ok()) << dropped.status();
     const int step = dropped->FindInput("step");
     ASSERT_GE(step, 0);
     std::set<int64_t> seeds;
-    for (const compiler::Node& n : dropped->nodes()) {
+    for (const ir::Node& n : dropped->nodes()) {
       if (n.op != "dropout") continue;
       EXPECT_DOUBLE_EQ(n.attrs.GetFloat("p", 0), 0.1);
       EXPECT_EQ(n.inputs.at(1), dropped->inputs()[step].value);
@@ -107,10 +107,10 @@ v1::ModelSpec TinySpec(const std::string& family) {
 
 // The graph's inputs in order: parameters from InitParameters(seed 1) in
 // `dt`, fixed tokens, and the step.
-std::vector<Tensor> TinyInputs(const compiler::Graph& g, const v1::ModelSpec& spec, double step, DType dt) {
+std::vector<Tensor> TinyInputs(const ir::Graph& g, const v1::ModelSpec& spec, double step, DType dt) {
   auto init = InitParameters(*Parameters(spec), 1);
   std::vector<Tensor> in;
-  for (const compiler::GraphInput& i : g.inputs()) {
+  for (const ir::GraphInput& i : g.inputs()) {
     const Shape& shape = g.meta(i.value).shape;
     if (i.name == "x" || i.name == "y") {
       std::vector<double> ids(static_cast<size_t>(NumElements(shape)));
@@ -125,7 +125,7 @@ std::vector<Tensor> TinyInputs(const compiler::Graph& g, const v1::ModelSpec& sp
   return in;
 }
 
-double LossOf(const compiler::Graph& g, const std::vector<Tensor>& in) {
+double LossOf(const ir::Graph& g, const std::vector<Tensor>& in) {
   auto exec = compiler::Executor::Create(g);
   EXPECT_TRUE(exec.ok()) << exec.status();
   auto out = exec->Run(in);
@@ -157,11 +157,11 @@ TEST(ModelsDropout, GradientsMatchFiniteDifferences) {
     const v1::ModelSpec spec = TinySpec(fam);
     auto g32 = BuildForward(spec, {.batch = 2, .dropout = 0.3, .dropout_seed = 11});
     ASSERT_TRUE(g32.ok()) << g32.status();
-    std::string text = compiler::PrintGraph(*g32);
+    std::string text = ir::PrintGraph(*g32);
     for (size_t p; (p = text.find("f32")) != std::string::npos;) text.replace(p, 3, "f64");
     for (size_t p = 0; (p = text.find("= sdpa(", p)) != std::string::npos; ++p)  // its lse stays f32
       text.replace(text.rfind("f64", text.find('\n', p)), 3, "f32");
-    auto g = compiler::ParseGraph(text);
+    auto g = ir::ParseGraph(text);
     ASSERT_TRUE(g.ok()) << g.status();
     auto j = compiler::BuildJointGraph(*g);
     ASSERT_TRUE(j.ok()) << j.status();
@@ -193,4 +193,4 @@ TEST(ModelsDropout, GradientsMatchFiniteDifferences) {
 }
 
 }  // namespace
-}  // namespace loom::models
+}  // namespace loom::compiler::models

@@ -1,21 +1,21 @@
 #include "compiler/passes/cast_policy.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 
 CastPolicy KeepPrecision() {
-  return [](const Graph&, const Node&) -> std::optional<DType> { return std::nullopt; };
+  return [](const ir::Graph&, const ir::Node&) -> std::optional<DType> { return std::nullopt; };
 }
 
 CastPolicy ComputeIn(DType dtype, std::set<std::string> ops) {
-  return [dtype, ops = std::move(ops)](const Graph& g, const Node& n) -> std::optional<DType> {
+  return [dtype, ops = std::move(ops)](const ir::Graph& g, const ir::Node& n) -> std::optional<DType> {
     if (!ops.count(n.op) || n.outputs.empty() || !IsFloating(g.meta(n.outputs[0]).dtype)) return std::nullopt;
     return dtype;
   };
 }
 
-absl::StatusOr<bool> CastPolicyPass::Run(Graph& g) {
+absl::StatusOr<bool> CastPolicyPass::Run(ir::Graph& g) {
   bool changed = false;
-  for (Node& n : g.mutable_nodes()) {
+  for (ir::Node& n : g.mutable_nodes()) {
     std::optional<DType> d = policy_ ? policy_(g, n) : std::nullopt;
     if (d && n.compute_dtype != d) {
       n.compute_dtype = d;
@@ -25,4 +25,4 @@ absl::StatusOr<bool> CastPolicyPass::Run(Graph& g) {
   return changed;
 }
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

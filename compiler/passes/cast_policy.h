@@ -16,9 +16,9 @@
 
 #include "compiler/passes/pass.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 
-using CastPolicy = std::function<std::optional<DType>(const Graph& g, const Node& node)>;
+using CastPolicy = std::function<std::optional<DType>(const ir::Graph& g, const ir::Node& node)>;
 
 CastPolicy KeepPrecision();
 // Floating ops named in `ops` compute in `dtype`.
@@ -28,10 +28,10 @@ class CastPolicyPass : public Pass {
  public:
   explicit CastPolicyPass(CastPolicy policy) : policy_(std::move(policy)) {}
   absl::string_view name() const override { return "cast-policy"; }
-  absl::StatusOr<bool> Run(Graph& g) override;
+  absl::StatusOr<bool> Run(ir::Graph& g) override;
 
  private:
   CastPolicy policy_;
 };
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

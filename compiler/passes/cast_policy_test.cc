@@ -2,7 +2,7 @@
 
 #include "compiler/testing/pass_test_util.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 namespace {
 
 using testing::ExpectPassOn;
@@ -35,4 +35,4 @@ TEST(CastPolicyTest, KeepPrecisionChangesNothing) {
 }
 
 }  // namespace
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

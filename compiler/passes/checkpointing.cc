@@ -4,11 +4,11 @@
 #include <map>
 #include <vector>
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 namespace {
 
 // Whether each node is a forward op: an ancestor of output 0 (the loss).
-std::vector<bool> ForwardNodes(const Graph& g, const std::vector<int>& producer) {
+std::vector<bool> ForwardNodes(const ir::Graph& g, const std::vector<int>& producer) {
   std::vector<bool> fwd(g.nodes().size(), false);
   if (g.outputs().empty()) return fwd;
   std::vector<int> stack = {g.outputs()[0].value};
@@ -27,11 +27,11 @@ std::vector<bool> ForwardNodes(const Graph& g, const std::vector<int>& producer)
 }
 
 // The block of each forward node (-1: none), per the header's segment rule.
-std::vector<int> Segments(const Graph& g, const std::vector<bool>& fwd,
+std::vector<int> Segments(const ir::Graph& g, const std::vector<bool>& fwd,
                           const std::function<int(const std::string&)>& block_of) {
   std::map<int, int> param_block;  // value id -> block (-1 for other params)
-  for (const GraphInput& in : g.inputs())
-    if (in.kind == InputKind::kParam) param_block[in.value] = block_of(in.name);
+  for (const ir::GraphInput& in : g.inputs())
+    if (in.kind == ir::InputKind::kParam) param_block[in.value] = block_of(in.name);
   std::vector<int> seg(g.nodes().size(), -1);
   int current = -1;
   for (size_t i = 0; i < g.nodes().size(); ++i) {
@@ -54,8 +54,8 @@ bool IsKeptSelectively(absl::string_view op) {
   return op == "matmul" || op == "sdpa" || op == "all_reduce" || op == "all_gather" || op == "reduce_scatter";
 }
 
-absl::StatusOr<bool> ActivationCheckpointing::Run(Graph& g) {
-  const std::vector<Node>& nodes = g.nodes();
+absl::StatusOr<bool> ActivationCheckpointing::Run(ir::Graph& g) {
+  const std::vector<ir::Node>& nodes = g.nodes();
   std::vector<int> producer(g.values().size(), -1);
   for (size_t i = 0; i < nodes.size(); ++i)
     for (int v : nodes[i].outputs) producer[v] = static_cast<int>(i);
@@ -72,7 +72,7 @@ absl::StatusOr<bool> ActivationCheckpointing::Run(Graph& g) {
     if (fwd[i])
       for (int in : nodes[i].inputs)
         if (seg_of_value(in) != seg[i]) kept[in] = true;
-  for (const GraphOutput& o : g.outputs()) kept[o.value] = true;
+  for (const ir::GraphOutput& o : g.outputs()) kept[o.value] = true;
   for (size_t i = 0; i < nodes.size(); ++i) {
     if (fwd[i]) continue;
     for (int in : nodes[i].inputs) {
@@ -88,9 +88,9 @@ absl::StatusOr<bool> ActivationCheckpointing::Run(Graph& g) {
   std::map<int, std::vector<int>> clones_before;  // node index -> segments
   for (const auto& [b, at] : insert_at) clones_before[at].push_back(b);
   std::vector<int> clone_of(g.values().size(), -1);
-  std::vector<Node> out;
+  std::vector<ir::Node> out;
   out.reserve(nodes.size() * 2);
-  const std::vector<Node> original = nodes;
+  const std::vector<ir::Node> original = nodes;
   for (size_t i = 0; i < original.size(); ++i) {
     for (int b : clones_before[static_cast<int>(i)]) {
       for (size_t k = 0; k < original.size(); ++k) {
@@ -99,7 +99,7 @@ absl::StatusOr<bool> ActivationCheckpointing::Run(Graph& g) {
           for (int v : original[k].outputs) clone_of[v] = v;
           continue;
         }
-        Node c = original[k];
+        ir::Node c = original[k];
         for (int& in : c.inputs)
           if (seg_of_value(in) == b && clone_of[in] >= 0) in = clone_of[in];
         for (int& v : c.outputs) {
@@ -110,7 +110,7 @@ absl::StatusOr<bool> ActivationCheckpointing::Run(Graph& g) {
         out.push_back(std::move(c));
       }
     }
-    Node n = original[i];
+    ir::Node n = original[i];
     if (!fwd[i])
       for (int& in : n.inputs)
         if (recompute[in]) in = clone_of[in];
@@ -120,4 +120,4 @@ absl::StatusOr<bool> ActivationCheckpointing::Run(Graph& g) {
   return true;
 }
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

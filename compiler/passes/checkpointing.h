@@ -27,7 +27,7 @@
 
 #include "compiler/passes/pass.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 
 class ActivationCheckpointing : public Pass {
  public:
@@ -37,7 +37,7 @@ class ActivationCheckpointing : public Pass {
   explicit ActivationCheckpointing(std::function<int(const std::string& param)> block_of, bool selective = false)
       : block_of_(std::move(block_of)), selective_(selective) {}
   absl::string_view name() const override { return "activation-checkpointing"; }
-  absl::StatusOr<bool> Run(Graph& g) override;
+  absl::StatusOr<bool> Run(ir::Graph& g) override;
 
  private:
   std::function<int(const std::string&)> block_of_;
@@ -47,4 +47,4 @@ class ActivationCheckpointing : public Pass {
 // The ops whose outputs selective checkpointing keeps.
 bool IsKeptSelectively(absl::string_view op);
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

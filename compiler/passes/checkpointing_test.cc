@@ -5,7 +5,7 @@
 #include "compiler/testing/pass_test_util.h"
 #include "compiler/testing/test_ops.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 namespace {
 
 // %a0 is block 0's parameter, %a1 block 1's; %h belongs to no block.
@@ -119,4 +119,4 @@ TEST(ActivationCheckpointingTest, SelectiveKeepsMatmulOutputs) {
 }
 
 }  // namespace
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

@@ -10,12 +10,12 @@
 
 #include "compiler/passes/pass.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 
 class CommonSubexpressionElimination : public Pass {
  public:
   absl::string_view name() const override { return "cse"; }
-  absl::StatusOr<bool> Run(Graph& g) override;
+  absl::StatusOr<bool> Run(ir::Graph& g) override;
 };
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

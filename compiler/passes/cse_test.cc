@@ -2,7 +2,7 @@
 
 #include "compiler/testing/pass_test_util.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 namespace {
 
 using testing::ExpectPass;
@@ -64,4 +64,4 @@ TEST(CseTest, MergesMultiOutputNodesAndConstants) {
 }
 
 }  // namespace
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

@@ -1,10 +1,10 @@
 #include "compiler/passes/dce.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 
-absl::StatusOr<bool> DeadCodeElimination::Run(Graph& g) {
+absl::StatusOr<bool> DeadCodeElimination::Run(ir::Graph& g) {
   std::vector<bool> live(g.values().size(), false);
-  for (const GraphOutput& o : g.outputs()) live[o.value] = true;
+  for (const ir::GraphOutput& o : g.outputs()) live[o.value] = true;
   auto& nodes = g.mutable_nodes();
   std::vector<bool> keep(nodes.size(), false);
   for (int i = static_cast<int>(nodes.size()) - 1; i >= 0; --i) {
@@ -12,7 +12,7 @@ absl::StatusOr<bool> DeadCodeElimination::Run(Graph& g) {
     if (keep[i])
       for (int v : nodes[i].inputs) live[v] = true;
   }
-  std::vector<Node> kept;
+  std::vector<ir::Node> kept;
   for (size_t i = 0; i < nodes.size(); ++i)
     if (keep[i]) kept.push_back(std::move(nodes[i]));
   bool changed = kept.size() != nodes.size();
@@ -20,4 +20,4 @@ absl::StatusOr<bool> DeadCodeElimination::Run(Graph& g) {
   return changed;
 }
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

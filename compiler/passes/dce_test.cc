@@ -2,7 +2,7 @@
 
 #include "compiler/testing/pass_test_util.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 namespace {
 
 using testing::ExpectPass;
@@ -50,4 +50,4 @@ TEST(DceTest, NoChangeReported) {
 }
 
 }  // namespace
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

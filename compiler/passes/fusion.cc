@@ -6,18 +6,18 @@
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 namespace {
 
-bool Fusible(const Node& n) {
-  if (n.op == kFusedOp || n.outputs.size() != 1) return false;
-  const ops::OpDef* def = ops::OpRegistry::Global().Find(n.op);
+bool Fusible(const ir::Node& n) {
+  if (n.op == ir::kFusedOp || n.outputs.size() != 1) return false;
+  const kernels::OpDef* def = kernels::OpRegistry::Global().Find(n.op);
   return def != nullptr && def->elementwise && def->num_outputs == 1;
 }
 
 }  // namespace
 
-absl::StatusOr<bool> ElementwiseFusion::Run(Graph& g) {
+absl::StatusOr<bool> ElementwiseFusion::Run(ir::Graph& g) {
   auto& nodes = g.mutable_nodes();
   const int n = static_cast<int>(nodes.size());
   std::vector<int> producer(g.values().size(), -1);
@@ -28,16 +28,16 @@ absl::StatusOr<bool> ElementwiseFusion::Run(Graph& g) {
   std::vector<std::vector<int>> members(n);
   int fused_count = 0;
   // Name fused subgraphs after the ones already present.
-  for (const Node& node : nodes)
-    if (node.op == kFusedOp) ++fused_count;
+  for (const ir::Node& node : nodes)
+    if (node.op == ir::kFusedOp) ++fused_count;
 
   for (int root = n - 1; root >= 0; --root) {
     if (group[root] >= 0 || !Fusible(nodes[root])) continue;
-    const TensorMeta& out = g.meta(nodes[root].outputs[0]);
+    const ir::TensorMeta& out = g.meta(nodes[root].outputs[0]);
     group[root] = root;
     std::vector<int> mem = {root};
     for (size_t k = 0; k < mem.size(); ++k) {
-      const Node& m = nodes[mem[k]];
+      const ir::Node& m = nodes[mem[k]];
       for (int v : m.inputs) {
         int p = producer[v];
         if (p < 0 || group[p] >= 0 || !Fusible(nodes[p]) || !(g.meta(v) == out)) continue;
@@ -56,7 +56,7 @@ absl::StatusOr<bool> ElementwiseFusion::Run(Graph& g) {
   }
 
   bool changed = false;
-  std::vector<Node> result;
+  std::vector<ir::Node> result;
   for (int i = 0; i < n; ++i) {
     if (group[i] < 0) {
       result.push_back(std::move(nodes[i]));
@@ -64,7 +64,7 @@ absl::StatusOr<bool> ElementwiseFusion::Run(Graph& g) {
     }
     if (group[i] != i) continue;  // a non-root member: emitted with its root
     const std::vector<int>& mem = members[i];
-    auto sub = std::make_shared<Graph>(absl::StrCat("fused_", fused_count++));
+    auto sub = std::make_shared<ir::Graph>(absl::StrCat("fused_", fused_count++));
     std::map<int, int> inner;  // outer value id -> subgraph value id
     std::vector<int> external;
     for (int m : mem)
@@ -77,7 +77,7 @@ absl::StatusOr<bool> ElementwiseFusion::Run(Graph& g) {
         }
       }
     for (int m : mem) {
-      Node copy;
+      ir::Node copy;
       copy.op = nodes[m].op;
       copy.attrs = nodes[m].attrs;
       copy.compute_dtype = nodes[m].compute_dtype;
@@ -86,8 +86,8 @@ absl::StatusOr<bool> ElementwiseFusion::Run(Graph& g) {
       inner[nodes[m].outputs[0]] = sub->nodes()[idx].outputs[0];
     }
     sub->AddOutput(inner.at(nodes[i].outputs[0]));
-    Node fused;
-    fused.op = std::string(kFusedOp);
+    ir::Node fused;
+    fused.op = std::string(ir::kFusedOp);
     fused.inputs = external;
     fused.outputs = {nodes[i].outputs[0]};
     fused.subgraph = std::move(sub);
@@ -98,4 +98,4 @@ absl::StatusOr<bool> ElementwiseFusion::Run(Graph& g) {
   return changed;
 }
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

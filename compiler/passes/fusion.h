@@ -26,12 +26,12 @@
 
 #include "compiler/passes/pass.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 
 class ElementwiseFusion : public Pass {
  public:
   absl::string_view name() const override { return "fusion"; }
-  absl::StatusOr<bool> Run(Graph& g) override;
+  absl::StatusOr<bool> Run(ir::Graph& g) override;
 };
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

@@ -2,7 +2,7 @@
 
 #include "compiler/testing/pass_test_util.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 namespace {
 
 using testing::ExpectPass;
@@ -83,4 +83,4 @@ TEST(FusionTest, LeavesSingletonsAndNonElementwiseOpsAlone) {
 }
 
 }  // namespace
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

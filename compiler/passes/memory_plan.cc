@@ -8,7 +8,7 @@
 #include "base/status.h"
 #include "compiler/ir/verifier.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 namespace {
 
 int64_t RoundUp(int64_t x, int64_t a) { return (x + a - 1) / a * a; }
@@ -51,7 +51,7 @@ int64_t Place(std::vector<BufferAssignment>& bufs, const std::vector<int>& order
 
 }  // namespace
 
-std::string MemoryPlan::Describe(const Graph& g, int node) const {
+std::string MemoryPlan::Describe(const ir::Graph& g, int node) const {
   std::vector<std::string> parts;
   for (int v : g.nodes()[node].outputs) {
     const BufferAssignment* b = Find(v);
@@ -60,9 +60,9 @@ std::string MemoryPlan::Describe(const Graph& g, int node) const {
   return absl::StrJoin(parts, "; ");
 }
 
-absl::StatusOr<MemoryPlan> PlanMemory(const Graph& g, int64_t alignment, const std::vector<int>& external) {
+absl::StatusOr<MemoryPlan> PlanMemory(const ir::Graph& g, int64_t alignment, const std::vector<int>& external) {
   if (alignment <= 0) return absl::InvalidArgumentError("alignment: must be positive");
-  LOOM_RETURN_IF_ERROR(Verify(g));
+  LOOM_RETURN_IF_ERROR(ir::Verify(g));
   MemoryPlan plan;
   plan.alignment = alignment;
   plan.buffer_of_value.assign(g.values().size(), -1);
@@ -75,7 +75,7 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& g, int64_t alignment, const s
       if (is_external[v]) continue;
       BufferAssignment b;
       b.value = v;
-      const TensorMeta& m = g.meta(v);
+      const ir::TensorMeta& m = g.meta(v);
       b.size = RoundUp(NumElements(m.shape) * static_cast<int64_t>(DTypeSize(m.dtype)), alignment);
       b.first = b.last = i;
       plan.buffer_of_value[v] = static_cast<int>(plan.buffers.size());
@@ -86,7 +86,7 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& g, int64_t alignment, const s
       if (k >= 0) plan.buffers[k].last = std::max(plan.buffers[k].last, i);
     }
   }
-  for (const GraphOutput& o : g.outputs()) {
+  for (const ir::GraphOutput& o : g.outputs()) {
     int k = plan.buffer_of_value[o.value];
     if (k >= 0) plan.buffers[k].last = n;
   }
@@ -125,9 +125,9 @@ absl::StatusOr<MemoryPlan> PlanMemory(const Graph& g, int64_t alignment, const s
   return plan;
 }
 
-absl::StatusOr<bool> MemoryPlanPass::Run(Graph& g) {
+absl::StatusOr<bool> MemoryPlanPass::Run(ir::Graph& g) {
   LOOM_ASSIGN_OR_RETURN(plan_, PlanMemory(g));
   return false;
 }
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

@@ -26,7 +26,7 @@
 #include "absl/status/statusor.h"
 #include "compiler/passes/pass.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 
 struct BufferAssignment {
   int value = -1;
@@ -47,22 +47,23 @@ struct MemoryPlan {
     return &buffers[buffer_of_value[value]];
   }
   // "offset=128 size=64" for the values of node `node` (the planned dump).
-  std::string Describe(const Graph& g, int node) const;
+  std::string Describe(const ir::Graph& g, int node) const;
 };
 
 // `external` lists node outputs that live outside the arena (the lowering's
 // in-place updates); they get no buffer.
-absl::StatusOr<MemoryPlan> PlanMemory(const Graph& g, int64_t alignment = 64, const std::vector<int>& external = {});
+absl::StatusOr<MemoryPlan> PlanMemory(const ir::Graph& g, int64_t alignment = 64,
+                                      const std::vector<int>& external = {});
 
 // The planner as a pass: analyses, never changes the graph.
 class MemoryPlanPass : public Pass {
  public:
   absl::string_view name() const override { return "memory-plan"; }
-  absl::StatusOr<bool> Run(Graph& g) override;
+  absl::StatusOr<bool> Run(ir::Graph& g) override;
   const MemoryPlan& plan() const { return plan_; }
 
  private:
   MemoryPlan plan_;
 };
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

@@ -6,20 +6,20 @@
 #include "compiler/ir/text.h"
 #include "gtest/gtest.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 namespace {
 
 // Liveness bound computed independently of the planner: at each node position
 // t, the sum over values alive at t (defined at or before t, used at or after
 // t, graph outputs to the end) of their sizes rounded up to 64 bytes.
-int64_t IndependentBound(const Graph& g) {
+int64_t IndependentBound(const ir::Graph& g) {
   const int n = static_cast<int>(g.nodes().size());
   std::vector<int> def(g.values().size(), -1), last(g.values().size(), -1);
   for (int i = 0; i < n; ++i) {
     for (int v : g.nodes()[i].outputs) def[v] = last[v] = i;
     for (int v : g.nodes()[i].inputs) last[v] = i;
   }
-  for (const GraphOutput& o : g.outputs()) last[o.value] = n;
+  for (const ir::GraphOutput& o : g.outputs()) last[o.value] = n;
   int64_t bound = 0;
   for (int t = 0; t <= n; ++t) {
     int64_t sum = 0;
@@ -33,7 +33,7 @@ int64_t IndependentBound(const Graph& g) {
   return bound;
 }
 
-void CheckPlan(const Graph& g, const MemoryPlan& plan, bool expect_tight) {
+void CheckPlan(const ir::Graph& g, const MemoryPlan& plan, bool expect_tight) {
   for (const BufferAssignment& b : plan.buffers) {
     EXPECT_EQ(b.offset % 64, 0);
     EXPECT_LE(b.offset + b.size, plan.peak_bytes);
@@ -53,15 +53,15 @@ void CheckPlan(const Graph& g, const MemoryPlan& plan, bool expect_tight) {
   }
 }
 
-std::string Planned(const Graph& g, const MemoryPlan& plan) {
-  PrintOptions opt;
+std::string Planned(const ir::Graph& g, const MemoryPlan& plan) {
+  ir::PrintOptions opt;
   opt.node_comment = [&](int node) { return plan.Describe(g, node); };
-  return absl::StrCat("# peak_bytes=", plan.peak_bytes, "\n", PrintGraph(g, opt));
+  return absl::StrCat("# peak_bytes=", plan.peak_bytes, "\n", ir::PrintGraph(g, opt));
 }
 
 TEST(MemoryPlanTest, ChainReusesBuffers) {
   // Text in, planned text (offsets as comments) out.
-  auto g = ParseGraph(R"IR(graph @g(%x: f32[16]) {
+  auto g = ir::ParseGraph(R"IR(graph @g(%x: f32[16]) {
   %0 = test.exp(%x) : f32[16]
   %1 = test.relu(%0) : f32[16]
   %2 = test.exp(%1) : f32[16]
@@ -71,7 +71,7 @@ TEST(MemoryPlanTest, ChainReusesBuffers) {
 )IR");
   // (f32[4] from a f32[16] input is wrong: fix below.)
   ASSERT_FALSE(g.ok());
-  g = ParseGraph(R"IR(graph @g(%x: f32[16]) {
+  g = ir::ParseGraph(R"IR(graph @g(%x: f32[16]) {
   %0 = test.exp(%x) : f32[16]
   %1 = test.relu(%0) : f32[16]
   %2 = test.exp(%1) : f32[16]
@@ -95,11 +95,11 @@ graph @g(%x: f32[16]) {
 )IR");
   CheckPlan(*g, pass.plan(), true);
   // The planned dump is still valid IR.
-  EXPECT_TRUE(ParseGraph(Planned(*g, pass.plan())).ok());
+  EXPECT_TRUE(ir::ParseGraph(Planned(*g, pass.plan())).ok());
 }
 
 TEST(MemoryPlanTest, DiamondAndMultiOutput) {
-  auto g = ParseGraph(R"IR(graph @g(%x: f32[64], %b: f32[8, 64]) {
+  auto g = ir::ParseGraph(R"IR(graph @g(%x: f32[64], %b: f32[8, 64]) {
   %0, %1 = test.dup(%x) : f32[64], f32[64]
   %2 = test.add(%b, %0) : f32[8, 64]
   %3 = test.exp(%2) : f32[8, 64]
@@ -118,7 +118,8 @@ TEST(MemoryPlanTest, DiamondAndMultiOutput) {
 
 TEST(MemoryPlanTest, TrainingStepGraphReachesTheBound) {
   // A forward + backward + AdamW step after fusion (compile_test's "fused" stage).
-  auto g = ParseGraph(R"IR(graph @net(%x: f32[7, 3], %w1: f32[3, 5] param, %b: f32[5] param, %w2: f32[6, 5] param, %lr: f32[], %step: f32[], %w1.m: f32[3, 5] state, %w1.v: f32[3, 5] state, %b.m: f32[5] state, %b.v: f32[5] state, %w2.m: f32[6, 5] state, %w2.v: f32[6, 5] state) {
+  auto g = ir::ParseGraph(
+      R"IR(graph @net(%x: f32[7, 3], %w1: f32[3, 5] param, %b: f32[5] param, %w2: f32[6, 5] param, %lr: f32[], %step: f32[], %w1.m: f32[3, 5] state, %w1.v: f32[3, 5] state, %b.m: f32[5] state, %b.v: f32[5] state, %w2.m: f32[6, 5] state, %w2.v: f32[6, 5] state) {
   %0 = test.matmul(%x, %w1) : f32[7, 5]
   %1 = test.add(%0, %b) : f32[7, 5]
   %2 = test.relu(%1) : f32[7, 5]
@@ -166,7 +167,7 @@ TEST(MemoryPlanTest, RandomGraphsNeverOverlap) {
   int tight = 0;
   const int kGraphs = 60;
   for (int trial = 0; trial < kGraphs; ++trial) {
-    Graph g("r");
+    ir::Graph g("r");
     std::vector<int> vals = {g.AddInput("x", {DType::kF32, {int64_t(1 + rng() % 50)}})};
     int n = 5 + rng() % 30;
     for (int i = 0; i < n; ++i) {
@@ -179,7 +180,7 @@ TEST(MemoryPlanTest, RandomGraphsNeverOverlap) {
         std::vector<int64_t> s = {k};
         for (int64_t d : g.meta(a).shape) s.push_back(d);
         if (s.size() > 3) s = {k};
-        r = g.AddOp1("test.broadcast_to", {a}, ops::Attrs{{"shape", s}});
+        r = g.AddOp1("test.broadcast_to", {a}, kernels::Attrs{{"shape", s}});
       }
       if (op == 2) r = g.AddOp1("test.sum", {a});
       if (op == 3) {
@@ -200,4 +201,4 @@ TEST(MemoryPlanTest, RandomGraphsNeverOverlap) {
 }
 
 }  // namespace
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

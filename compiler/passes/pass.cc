@@ -4,19 +4,19 @@
 #include "base/status.h"
 #include "compiler/ir/verifier.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 
-absl::StatusOr<std::vector<PassReport>> PassPipeline::Run(Graph& g) {
+absl::StatusOr<std::vector<PassReport>> PassPipeline::Run(ir::Graph& g) {
   std::vector<PassReport> reports;
   for (auto& p : passes_) {
     const std::string ctx = absl::StrCat("pass ", p->name());
     auto changed = p->Run(g);
     if (!changed.ok()) return Annotate(changed.status(), ctx);
-    absl::Status s = Verify(g);
+    absl::Status s = ir::Verify(g);
     if (!s.ok()) return Annotate(s, absl::StrCat(ctx, " left an invalid graph"));
     reports.push_back({std::string(p->name()), *changed});
   }
   return reports;
 }
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

@@ -25,14 +25,14 @@
 #include "absl/strings/string_view.h"
 #include "compiler/ir/ir.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 
 class Pass {
  public:
   virtual ~Pass() = default;
   virtual absl::string_view name() const = 0;
   // Returns whether the graph changed.
-  virtual absl::StatusOr<bool> Run(Graph& g) = 0;
+  virtual absl::StatusOr<bool> Run(ir::Graph& g) = 0;
 };
 
 struct PassReport {
@@ -52,11 +52,11 @@ class PassPipeline {
     return *this;
   }
   // Runs each pass once, in order; verifies after each.
-  absl::StatusOr<std::vector<PassReport>> Run(Graph& g);
+  absl::StatusOr<std::vector<PassReport>> Run(ir::Graph& g);
   size_t size() const { return passes_.size(); }
 
  private:
   std::vector<std::unique_ptr<Pass>> passes_;
 };
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

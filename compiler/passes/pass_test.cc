@@ -6,20 +6,20 @@
 #include "compiler/passes/fusion.h"
 #include "gtest/gtest.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 namespace {
 
 class BreakEverything : public Pass {
  public:
   absl::string_view name() const override { return "break"; }
-  absl::StatusOr<bool> Run(Graph& g) override {
+  absl::StatusOr<bool> Run(ir::Graph& g) override {
     g.AddOutput(999999);
     return true;
   }
 };
 
 TEST(PassPipelineTest, ReportsPerPassChanges) {
-  auto g = ParseGraph(R"IR(graph @g(%x: f32[4]) {
+  auto g = ir::ParseGraph(R"IR(graph @g(%x: f32[4]) {
   %0 = test.exp(%x) : f32[4]
   %1 = test.exp(%x) : f32[4]
   %2 = test.add(%0, %1) : f32[4]
@@ -39,7 +39,7 @@ TEST(PassPipelineTest, ReportsPerPassChanges) {
   EXPECT_TRUE((*r)[1].changed);   // merges the exps
   EXPECT_FALSE((*r)[2].changed);  // nothing left to drop
   EXPECT_TRUE((*r)[3].changed);   // exp + add fuse
-  EXPECT_EQ(PrintGraph(*g), R"IR(graph @g(%x: f32[4]) {
+  EXPECT_EQ(ir::PrintGraph(*g), R"IR(graph @g(%x: f32[4]) {
   %0 = fused(%x) : f32[4] graph @fused_0(%x0: f32[4]) {
     %0 = test.exp(%x0) : f32[4]
     %1 = test.add(%0, %0) : f32[4]
@@ -51,7 +51,7 @@ TEST(PassPipelineTest, ReportsPerPassChanges) {
 }
 
 TEST(PassPipelineTest, VerifiesAfterEachPassAndNamesTheCulprit) {
-  auto g = ParseGraph("graph @g(%x: f32[4]) {\n  return %x\n}");
+  auto g = ir::ParseGraph("graph @g(%x: f32[4]) {\n  return %x\n}");
   ASSERT_TRUE(g.ok());
   PassPipeline p;
   p.Add<BreakEverything>();
@@ -61,4 +61,4 @@ TEST(PassPipelineTest, VerifiesAfterEachPassAndNamesTheCulprit) {
 }
 
 }  // namespace
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

@@ -11,9 +11,9 @@
 #include "compiler/passes/recover_norms.h"
 #include "compiler/passes/recover_positions.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 
-absl::StatusOr<recover::MatchLog> RecoverFastOps(Graph& g, recover::ConstantTable& consts) {
+absl::StatusOr<recover::MatchLog> RecoverFastOps(ir::Graph& g, recover::ConstantTable& consts) {
   recover::MatchLog log;
   PassPipeline p;
   p.Add<RecoverPositions>(&consts, &log)
@@ -24,13 +24,13 @@ absl::StatusOr<recover::MatchLog> RecoverFastOps(Graph& g, recover::ConstantTabl
       .Add<DeadCodeElimination>();
   LOOM_RETURN_IF_ERROR(p.Run(g).status());
   const std::vector<int> uses = g.UseCounts();
-  std::vector<GraphInput>& inputs = g.mutable_inputs();
+  std::vector<ir::GraphInput>& inputs = g.mutable_inputs();
   for (size_t i = inputs.size(); i-- > 0;) {
-    if (inputs[i].kind != InputKind::kConst || uses[inputs[i].value] > 0) continue;
+    if (inputs[i].kind != ir::InputKind::kConst || uses[inputs[i].value] > 0) continue;
     consts.erase(inputs[i].name);
     inputs.erase(inputs.begin() + static_cast<std::ptrdiff_t>(i));
   }
   return log;
 }
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

@@ -20,8 +20,8 @@
 #include "compiler/ir/ir.h"
 #include "compiler/passes/recover_util.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 
-absl::StatusOr<recover::MatchLog> RecoverFastOps(Graph& g, recover::ConstantTable& consts);
+absl::StatusOr<recover::MatchLog> RecoverFastOps(ir::Graph& g, recover::ConstantTable& consts);
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 namespace {
 
 using recover::GraphIndex;
@@ -56,14 +56,14 @@ bool IsCausal(const Tensor& m, bool negate, int64_t T, int64_t S, bool* finite) 
 }
 
 // [scale]? matmul(q, kT) at v (v's own uses checked by the caller).
-bool MatchProduct(const GraphIndex& idx, const Graph& g, int v, AttnMatch& m) {
+bool MatchProduct(const GraphIndex& idx, const ir::Graph& g, int v, AttnMatch& m) {
   int s = v;
   if (auto sc = recover::ScaledBy(idx, g, v)) {
     m.scale = sc->c;
     s = sc->value;
     if (idx.Uses(s) != 1) return false;
   }
-  const Node* mm = idx.DefOp(s, "matmul");
+  const ir::Node* mm = idx.DefOp(s, "matmul");
   if (mm == nullptr || mm->inputs.size() != 2 || mm->attrs.GetBool("trans_a", false)) return false;
   m.q = mm->inputs[0];
   m.kt = mm->inputs[1];
@@ -90,8 +90,8 @@ bool WhereMask(const GraphIndex& idx, int cond, bool negate, double fill, AttnMa
 }
 
 // [where]? [scale]? matmul at v.
-bool MatchWhere(const GraphIndex& idx, const Graph& g, int v, AttnMatch& m) {
-  const Node* w = idx.DefOp(v, "where");
+bool MatchWhere(const GraphIndex& idx, const ir::Graph& g, int v, AttnMatch& m) {
+  const ir::Node* w = idx.DefOp(v, "where");
   if (w == nullptr) return MatchProduct(idx, g, v, m);
   for (int k = 1; k <= 2; ++k) {
     const int cont = w->inputs[k], fill = w->inputs[3 - k];
@@ -107,7 +107,7 @@ bool MatchWhere(const GraphIndex& idx, const Graph& g, int v, AttnMatch& m) {
 }
 
 // The additive mask A (after any where mask).
-bool AddMask(const GraphIndex& idx, const Graph& g, int a, AttnMatch& m) {
+bool AddMask(const GraphIndex& idx, const ir::Graph& g, int a, AttnMatch& m) {
   if (m.mask.keep >= 0 || m.mask.drop >= 0 || !IsFloating(g.meta(a).dtype)) return false;  // sdpa takes one mask
   absl::StrAppend(&m.mask.text, m.mask.text.empty() ? "" : " + ", idx.Name(a));
   const Tensor* c = idx.Constant(a);
@@ -123,8 +123,8 @@ bool AddMask(const GraphIndex& idx, const Graph& g, int a, AttnMatch& m) {
 }
 
 // [add]? [where]? [scale]? matmul at z, the softmax's input.
-bool MatchMasked(const GraphIndex& idx, const Graph& g, int z, AttnMatch& m) {
-  const Node* add = idx.DefOp(z, "add");
+bool MatchMasked(const GraphIndex& idx, const ir::Graph& g, int z, AttnMatch& m) {
+  const ir::Node* add = idx.DefOp(z, "add");
   if (add != nullptr && add->inputs.size() == 2) {
     for (int k = 0; k < 2; ++k) {
       const int cont = add->inputs[k];
@@ -138,11 +138,11 @@ bool MatchMasked(const GraphIndex& idx, const Graph& g, int z, AttnMatch& m) {
   return MatchWhere(idx, g, z, m);
 }
 
-std::optional<AttnMatch> MatchAttention(const GraphIndex& idx, const Graph& g, const Node& root) {
+std::optional<AttnMatch> MatchAttention(const GraphIndex& idx, const ir::Graph& g, const ir::Node& root) {
   if (root.op != "matmul" || root.inputs.size() != 2 || root.outputs.size() != 1) return std::nullopt;
   if (root.attrs.GetBool("trans_a", false) || root.attrs.GetBool("trans_b", false)) return std::nullopt;
   const int p = root.inputs[0];
-  const Node* sm = idx.DefOp(p, "softmax");
+  const ir::Node* sm = idx.DefOp(p, "softmax");
   const Shape& ps = g.meta(p).shape;
   if (sm == nullptr || idx.Uses(p) != 1 || ps.size() != 4 || idx.Uses(sm->inputs[0]) != 1) return std::nullopt;
   int64_t axis = sm->attrs.GetInt("axis", -1);
@@ -165,21 +165,21 @@ std::optional<AttnMatch> MatchAttention(const GraphIndex& idx, const Graph& g, c
 
 // k [B,H,S,D]: kT itself (trans_b), its permute's source with the last two
 // dims swapped back, or a new permute of kT.
-absl::StatusOr<int> KeyOf(Graph& g, const GraphIndex& idx, const AttnMatch& m) {
+absl::StatusOr<int> KeyOf(ir::Graph& g, const GraphIndex& idx, const AttnMatch& m) {
   if (m.k_trans) return m.kt;
   std::vector<int64_t> dims = {0, 1, 3, 2};
   int src = m.kt;
-  if (const Node* p = idx.DefOp(m.kt, "permute")) {
+  if (const ir::Node* p = idx.DefOp(m.kt, "permute")) {
     dims = p->attrs.GetInts("dims");
     std::swap(dims[2], dims[3]);
     src = p->inputs[0];
     if (dims == std::vector<int64_t>{0, 1, 2, 3}) return src;
   }
-  return g.AddOp1("permute", {src}, Attrs{{"dims", dims}});
+  return g.AddOp1("permute", {src}, ir::Attrs{{"dims", dims}});
 }
 
 // sdpa's mask input, or -1.
-absl::StatusOr<int> MaskOf(Graph& g, const GraphIndex& idx, const Mask& mask, recover::ConstantTable* consts) {
+absl::StatusOr<int> MaskOf(ir::Graph& g, const GraphIndex& idx, const Mask& mask, recover::ConstantTable* consts) {
   if (mask.keep >= 0) return mask.keep;
   if (mask.additive >= 0) return mask.additive;
   if (mask.drop < 0) return -1;
@@ -192,7 +192,7 @@ absl::StatusOr<int> MaskOf(Graph& g, const GraphIndex& idx, const Mask& mask, re
 
 }  // namespace
 
-absl::StatusOr<bool> RecoverAttention::Run(Graph& g) {
+absl::StatusOr<bool> RecoverAttention::Run(ir::Graph& g) {
   bool changed = false;
   const size_t logged = log_ != nullptr ? log_->size() : 0;
   std::optional<GraphIndex> index;
@@ -202,16 +202,16 @@ absl::StatusOr<bool> RecoverAttention::Run(Graph& g) {
     std::optional<AttnMatch> m = MatchAttention(idx, g, g.nodes()[i]);
     if (!m) continue;
     const int64_t D = g.meta(m->q).shape[3];
-    Attrs attrs;
+    ir::Attrs attrs;
     if (m->mask.causal) attrs.Set("is_causal", true);
     const bool default_scale = recover::SameConstant(m->scale, 1.0 / std::sqrt(static_cast<double>(D)));
     if (!default_scale) attrs.Set("scale", m->scale);
     // Check sdpa takes these operands before changing anything.
-    const TensorMeta qm = g.meta(m->q);  // a copy: the value table grows below
-    std::vector<TensorMeta> metas = {qm, {qm.dtype, {qm.shape[0], qm.shape[1], m->S, D}}, g.meta(m->v)};
+    const ir::TensorMeta qm = g.meta(m->q);  // a copy: the value table grows below
+    std::vector<ir::TensorMeta> metas = {qm, {qm.dtype, {qm.shape[0], qm.shape[1], m->S, D}}, g.meta(m->v)};
     for (int mv : {m->mask.keep, m->mask.drop, m->mask.additive})
       if (mv >= 0) metas.push_back(g.meta(mv));
-    auto inferred = InferOp("sdpa", metas, attrs, nullptr);
+    auto inferred = ir::InferOp("sdpa", metas, attrs, nullptr);
     const int root = g.nodes()[i].outputs[0];
     if (!inferred.ok() || !((*inferred)[0] == g.meta(root))) continue;
     const size_t first_new = g.nodes().size();
@@ -234,4 +234,4 @@ absl::StatusOr<bool> RecoverAttention::Run(Graph& g) {
   return changed;
 }
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

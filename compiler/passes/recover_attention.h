@@ -50,7 +50,7 @@
 #include "compiler/passes/pass.h"
 #include "compiler/passes/recover_util.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 
 class RecoverAttention : public Pass {
  public:
@@ -59,11 +59,11 @@ class RecoverAttention : public Pass {
   explicit RecoverAttention(recover::ConstantTable* consts = nullptr, recover::MatchLog* log = nullptr)
       : consts_(consts), log_(log) {}
   absl::string_view name() const override { return "recover-attention"; }
-  absl::StatusOr<bool> Run(Graph& g) override;
+  absl::StatusOr<bool> Run(ir::Graph& g) override;
 
  private:
   recover::ConstantTable* consts_;
   recover::MatchLog* log_;
 };
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

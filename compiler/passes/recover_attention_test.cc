@@ -8,7 +8,7 @@
 #include "compiler/testing/recover_test_util.h"
 #include "gtest/gtest.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 namespace {
 
 using testing::CausalAdditiveMask;
@@ -194,7 +194,7 @@ TEST(RecoverAttentionTest, NearMisses) {
   // The control case matches (so the near misses below are near).
   {
     recover::ConstantTable c = consts;
-    auto g = ParseGraph(Attention(fill, "3", "%4"));
+    auto g = ir::ParseGraph(Attention(fill, "3", "%4"));
     ASSERT_TRUE(g.ok()) << g.status();
     EXPECT_TRUE(*RecoverAttention(&c).Run(*g));
   }
@@ -253,4 +253,4 @@ TEST(RecoverAttentionTest, MoreNearMisses) {
 }
 
 }  // namespace
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

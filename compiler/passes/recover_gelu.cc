@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 namespace {
 
 using recover::GraphIndex;
@@ -22,7 +22,7 @@ struct Flat {
 };
 
 // Flattens v; below the top, only values with one use are looked through.
-void Flatten(const GraphIndex& idx, const Graph& g, int v, bool top, Flat& f) {
+void Flatten(const GraphIndex& idx, const ir::Graph& g, int v, bool top, Flat& f) {
   if (!top && idx.Uses(v) != 1) {
     f.factors.push_back(v);
     return;
@@ -38,7 +38,7 @@ void Flatten(const GraphIndex& idx, const Graph& g, int v, bool top, Flat& f) {
     Flatten(idx, g, p->second, false, f);
     return;
   }
-  const Node* pw = idx.DefOp(v, "pow_scalar");
+  const ir::Node* pw = idx.DefOp(v, "pow_scalar");
   const double p = pw != nullptr ? pw->attrs.GetFloat("p") : 0;
   if (p == 2.0 || p == 3.0) {
     for (int i = 0; i < static_cast<int>(p); ++i) f.factors.push_back(pw->inputs[0]);
@@ -48,7 +48,7 @@ void Flatten(const GraphIndex& idx, const Graph& g, int v, bool top, Flat& f) {
 }
 
 // v = k * x (one factor, x itself) with k the wanted constant.
-bool IsScaledX(const GraphIndex& idx, const Graph& g, int v, int x, double k) {
+bool IsScaledX(const GraphIndex& idx, const ir::Graph& g, int v, int x, double k) {
   if (idx.Uses(v) != 1) return false;
   Flat f;
   Flatten(idx, g, v, false, f);
@@ -57,13 +57,13 @@ bool IsScaledX(const GraphIndex& idx, const Graph& g, int v, int x, double k) {
 }
 
 // The tanh argument: sqrt(2/pi) * (x + 0.044715 * x^3).
-bool IsTanhArg(const GraphIndex& idx, const Graph& g, int u, int x) {
+bool IsTanhArg(const GraphIndex& idx, const ir::Graph& g, int u, int x) {
   if (idx.Uses(u) != 1) return false;
   Flat outer;
   Flatten(idx, g, u, false, outer);
   if (outer.factors.size() != 1 || !SameConstant(outer.k, std::sqrt(2.0 / M_PI))) return false;
   const int a = outer.factors[0];
-  const Node* add = idx.DefOp(a, "add");
+  const ir::Node* add = idx.DefOp(a, "add");
   if (add == nullptr || idx.Uses(a) != 1 || add->inputs.size() != 2) return false;
   for (int k = 0; k < 2; ++k) {
     if (add->inputs[k] != x || add->inputs[1 - k] == x || idx.Uses(add->inputs[1 - k]) != 1) continue;
@@ -76,10 +76,10 @@ bool IsTanhArg(const GraphIndex& idx, const Graph& g, int u, int x) {
 }
 
 // t = 1 + erf(x / sqrt(2)) or 1 + tanh(...): "none" or "tanh", "" otherwise.
-std::string OnePlusGate(const GraphIndex& idx, const Graph& g, int t, int x) {
+std::string OnePlusGate(const GraphIndex& idx, const ir::Graph& g, int t, int x) {
   auto added = recover::AddedScalar(idx, g, t);
   if (idx.Uses(t) != 1 || !added || added->c != 1.0 || idx.Uses(added->value) != 1) return "";
-  const Node* gate = idx.Def(added->value);
+  const ir::Node* gate = idx.Def(added->value);
   if (gate == nullptr || gate->outputs.size() != 1) return "";
   if (gate->op == "erf" && IsScaledX(idx, g, gate->inputs[0], x, 1.0 / std::sqrt(2.0))) {
     return "none";
@@ -95,7 +95,7 @@ struct GeluMatch {
   std::string approximate;
 };
 
-std::optional<GeluMatch> MatchGelu(const GraphIndex& idx, const Graph& g, const Node& root) {
+std::optional<GeluMatch> MatchGelu(const GraphIndex& idx, const ir::Graph& g, const ir::Node& root) {
   if ((root.op != "mul" && root.op != "scale" && root.op != "div") || root.outputs.size() != 1) return std::nullopt;
   Flat f;
   Flatten(idx, g, root.outputs[0], true, f);
@@ -112,7 +112,7 @@ std::optional<GeluMatch> MatchGelu(const GraphIndex& idx, const Graph& g, const 
 
 }  // namespace
 
-absl::StatusOr<bool> RecoverGelu::Run(Graph& g) {
+absl::StatusOr<bool> RecoverGelu::Run(ir::Graph& g) {
   bool changed = false;
   const size_t logged = log_ != nullptr ? log_->size() : 0;
   std::optional<GraphIndex> index;
@@ -122,7 +122,7 @@ absl::StatusOr<bool> RecoverGelu::Run(Graph& g) {
     if (!m || !IsFloating(g.meta(m->x).dtype)) continue;
     const int root = g.nodes()[i].outputs[0];
     const size_t first_new = g.nodes().size();
-    LOOM_ASSIGN_OR_RETURN(int y, g.AddOp1("gelu", {m->x}, Attrs{{"approximate", m->approximate}}));
+    LOOM_ASSIGN_OR_RETURN(int y, g.AddOp1("gelu", {m->x}, ir::Attrs{{"approximate", m->approximate}}));
     if (!(g.meta(y) == g.meta(root))) return absl::InternalError("recover-gelu: the result's type changed");
     if (log_ != nullptr)
       log_->push_back(absl::StrCat("gelu: ", m->approximate == "tanh" ? "tanh" : "erf", " form -> gelu{approximate=",
@@ -135,4 +135,4 @@ absl::StatusOr<bool> RecoverGelu::Run(Graph& g) {
   return changed;
 }
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

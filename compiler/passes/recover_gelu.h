@@ -27,7 +27,7 @@
 #include "compiler/passes/pass.h"
 #include "compiler/passes/recover_util.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 
 class RecoverGelu : public Pass {
  public:
@@ -35,11 +35,11 @@ class RecoverGelu : public Pass {
   explicit RecoverGelu(const recover::ConstantTable* consts = nullptr, recover::MatchLog* log = nullptr)
       : consts_(consts), log_(log) {}
   absl::string_view name() const override { return "recover-gelu"; }
-  absl::StatusOr<bool> Run(Graph& g) override;
+  absl::StatusOr<bool> Run(ir::Graph& g) override;
 
  private:
   const recover::ConstantTable* consts_;
   recover::MatchLog* log_;
 };
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

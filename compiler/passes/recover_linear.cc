@@ -6,17 +6,17 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 namespace {
 
 using recover::GraphIndex;
 
 // Rewrites 1 and 3 on matmul node n; returns the weight's name when the
 // transpose is folded ("" otherwise).
-std::string FoldTranspose(const GraphIndex& idx, Node& n, std::vector<int>& retired, bool* changed) {
+std::string FoldTranspose(const GraphIndex& idx, ir::Node& n, std::vector<int>& retired, bool* changed) {
   for (const char* flag : {"trans_a", "trans_b"}) {
     if (n.attrs.Has(flag) && !n.attrs.GetBool(flag, true)) {
-      Attrs kept;
+      ir::Attrs kept;
       for (const auto& [k, v] : n.attrs.values())
         if (k != flag) kept.Set(k, v);
       n.attrs = kept;
@@ -24,7 +24,7 @@ std::string FoldTranspose(const GraphIndex& idx, Node& n, std::vector<int>& reti
     }
   }
   if (n.attrs.GetBool("trans_b", false)) return "";
-  const Node* p = idx.DefOp(n.inputs[1], "permute");
+  const ir::Node* p = idx.DefOp(n.inputs[1], "permute");
   if (p == nullptr || p->attrs.GetInts("dims") != std::vector<int64_t>{1, 0}) return "";
   retired.push_back(n.inputs[1]);
   n.inputs[1] = p->inputs[0];
@@ -35,7 +35,7 @@ std::string FoldTranspose(const GraphIndex& idx, Node& n, std::vector<int>& reti
 
 }  // namespace
 
-absl::StatusOr<bool> RecoverLinear::Run(Graph& g) {
+absl::StatusOr<bool> RecoverLinear::Run(ir::Graph& g) {
   bool changed = false;
   const size_t logged = log_ != nullptr ? log_->size() : 0;
   std::vector<int> retired;  // permutes no longer read by their matmul
@@ -44,14 +44,14 @@ absl::StatusOr<bool> RecoverLinear::Run(Graph& g) {
   for (size_t u = 0; u < g.nodes().size(); ++u)
     for (int v : g.nodes()[u].inputs) user[v] = static_cast<int>(u);
   for (int i = static_cast<int>(g.nodes().size()) - 1; i >= 0; --i) {
-    Node& n = g.mutable_nodes()[i];
+    ir::Node& n = g.mutable_nodes()[i];
     if (n.op != "matmul" || n.inputs.size() != 2 || n.outputs.size() != 1) continue;
     bool edited = false;
     const std::string weight = FoldTranspose(idx, n, retired, &edited);
     const int out = n.outputs[0];
     std::string bias;
     if (idx.Uses(out) == 1 && user[out] >= 0) {
-      Node& a = g.mutable_nodes()[user[out]];
+      ir::Node& a = g.mutable_nodes()[user[out]];
       const Shape& shape = g.meta(out).shape;
       if (a.op == "add" && a.inputs.size() == 2 && a.inputs[1] == out && a.inputs[0] != out &&
           g.meta(a.inputs[0]).shape == Shape{shape.back()} && g.meta(a.outputs[0]).shape == shape) {
@@ -71,4 +71,4 @@ absl::StatusOr<bool> RecoverLinear::Run(Graph& g) {
   return changed;
 }
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

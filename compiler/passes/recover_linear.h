@@ -26,16 +26,16 @@
 #include "compiler/passes/pass.h"
 #include "compiler/passes/recover_util.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 
 class RecoverLinear : public Pass {
  public:
   explicit RecoverLinear(recover::MatchLog* log = nullptr) : log_(log) {}
   absl::string_view name() const override { return "recover-linear"; }
-  absl::StatusOr<bool> Run(Graph& g) override;
+  absl::StatusOr<bool> Run(ir::Graph& g) override;
 
  private:
   recover::MatchLog* log_;
 };
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

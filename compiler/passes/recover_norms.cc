@@ -9,7 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 namespace {
 
 using recover::GraphIndex;
@@ -25,8 +25,8 @@ struct NormMatch {
 };
 
 // mean(u){axes=[last], keepdim=true} of value v (its operand, or -1).
-int LastAxisMean(const GraphIndex& idx, const Graph& g, int v) {
-  const Node* n = idx.DefOp(v, "mean");
+int LastAxisMean(const GraphIndex& idx, const ir::Graph& g, int v) {
+  const ir::Node* n = idx.DefOp(v, "mean");
   if (n == nullptr) return -1;
   const Shape& in = g.meta(n->inputs[0]).shape;
   if (in.empty() || !n->attrs.GetBool("keepdim", false)) return -1;
@@ -36,7 +36,7 @@ int LastAxisMean(const GraphIndex& idx, const Graph& g, int v) {
 
 // v = a * b with one operand a [C] vector (the affine weight), C = last dim
 // of v: {the other operand, the weight}.
-std::optional<std::pair<int, int>> TimesWeight(const GraphIndex& idx, const Graph& g, int v) {
+std::optional<std::pair<int, int>> TimesWeight(const GraphIndex& idx, const ir::Graph& g, int v) {
   auto p = recover::Product(idx, v);
   if (!p) return std::nullopt;
   const Shape& shape = g.meta(v).shape;
@@ -48,7 +48,7 @@ std::optional<std::pair<int, int>> TimesWeight(const GraphIndex& idx, const Grap
 
 // e = mean(sq) + eps with sq the square of x: eps, or nullopt. Adds the
 // interior values (e's producers down to sq) to m.
-std::optional<double> MeanSquarePlusEps(const GraphIndex& idx, const Graph& g, int e, int x, NormMatch& m) {
+std::optional<double> MeanSquarePlusEps(const GraphIndex& idx, const ir::Graph& g, int e, int x, NormMatch& m) {
   auto added = recover::AddedScalar(idx, g, e);
   if (!added || added->c <= 0 || idx.Uses(e) != 1 || idx.Uses(added->value) != 1) return std::nullopt;
   const int sq = LastAxisMean(idx, g, added->value);
@@ -59,9 +59,9 @@ std::optional<double> MeanSquarePlusEps(const GraphIndex& idx, const Graph& g, i
 
 // n = d * invsqrt(e) | invsqrt(e) * d | d / sqrt(e): e, with n's producers
 // (down to e) in m.
-int NormalizedBy(const GraphIndex& idx, const Graph& g, int n, int d, NormMatch& m) {
-  if (const Node* div = idx.DefOp(n, "div"); div != nullptr && div->inputs.size() == 2 && div->inputs[0] == d) {
-    const Node* s = idx.DefOp(div->inputs[1], "sqrt");
+int NormalizedBy(const GraphIndex& idx, const ir::Graph& g, int n, int d, NormMatch& m) {
+  if (const ir::Node* div = idx.DefOp(n, "div"); div != nullptr && div->inputs.size() == 2 && div->inputs[0] == d) {
+    const ir::Node* s = idx.DefOp(div->inputs[1], "sqrt");
     if (s == nullptr || idx.Uses(div->inputs[1]) != 1) return -1;
     m.interior.insert({n, div->inputs[1]});
     return s->inputs[0];
@@ -77,7 +77,7 @@ int NormalizedBy(const GraphIndex& idx, const Graph& g, int n, int d, NormMatch&
 }
 
 // LayerNorm rooted at node `root` (the bias add).
-std::optional<NormMatch> MatchLayerNorm(const GraphIndex& idx, const Graph& g, const Node& root) {
+std::optional<NormMatch> MatchLayerNorm(const GraphIndex& idx, const ir::Graph& g, const ir::Node& root) {
   if (root.op != "add" || root.inputs.size() != 2 || root.outputs.size() != 1) return std::nullopt;
   const int z = root.outputs[0];
   const Shape& shape = g.meta(z).shape;
@@ -88,10 +88,10 @@ std::optional<NormMatch> MatchLayerNorm(const GraphIndex& idx, const Graph& g, c
     if (!nw || idx.Uses(nw->first) != 1) continue;
     NormMatch m;
     m.interior = {z, y};
-    const Node* sub = nullptr;
+    const ir::Node* sub = nullptr;
     int d = -1;
     // n = d / sqrt(e): find d among n's operands (the one a sub produces).
-    if (const Node* nn = idx.Def(nw->first); nn != nullptr)
+    if (const ir::Node* nn = idx.Def(nw->first); nn != nullptr)
       for (int cand : nn->inputs)
         if (idx.DefOp(cand, "sub") != nullptr) d = cand;
     if (d < 0 || (sub = idx.DefOp(d, "sub")) == nullptr || sub->inputs.size() != 2) continue;
@@ -105,7 +105,7 @@ std::optional<NormMatch> MatchLayerNorm(const GraphIndex& idx, const Graph& g, c
     // d feeds the square (once, or twice as mul(d, d)) and the normalisation only.
     int inner_uses = 0;
     for (int v : m.interior)
-      if (const Node* n = idx.Def(v))
+      if (const ir::Node* n = idx.Def(v))
         for (int in : n->inputs) inner_uses += in == d;
     if (idx.Uses(d) != inner_uses) continue;
     m.interior.insert({d, mean});
@@ -119,12 +119,12 @@ std::optional<NormMatch> MatchLayerNorm(const GraphIndex& idx, const Graph& g, c
 }
 
 // RMSNorm rooted at node `root` (the weight multiply).
-std::optional<NormMatch> MatchRmsNorm(const GraphIndex& idx, const Graph& g, const Node& root) {
+std::optional<NormMatch> MatchRmsNorm(const GraphIndex& idx, const ir::Graph& g, const ir::Node& root) {
   if (root.op != "mul" || root.outputs.size() != 1) return std::nullopt;
   const int y = root.outputs[0];
   auto nw = TimesWeight(idx, g, y);
   if (!nw || idx.Uses(nw->first) != 1) return std::nullopt;
-  const Node* nn = idx.Def(nw->first);
+  const ir::Node* nn = idx.Def(nw->first);
   if (nn == nullptr || nn->inputs.size() != 2) return std::nullopt;
   for (int x : nn->inputs) {
     if (g.meta(x).shape != g.meta(y).shape) continue;
@@ -145,7 +145,7 @@ std::optional<NormMatch> MatchRmsNorm(const GraphIndex& idx, const Graph& g, con
 
 }  // namespace
 
-absl::StatusOr<bool> RecoverNorms::Run(Graph& g) {
+absl::StatusOr<bool> RecoverNorms::Run(ir::Graph& g) {
   bool changed = false;
   const size_t logged = log_ != nullptr ? log_->size() : 0;
   std::optional<GraphIndex> index;
@@ -155,10 +155,10 @@ absl::StatusOr<bool> RecoverNorms::Run(Graph& g) {
     std::optional<NormMatch> m = MatchLayerNorm(idx, g, g.nodes()[i]);
     if (!m) m = MatchRmsNorm(idx, g, g.nodes()[i]);
     if (!m) continue;
-    std::vector<TensorMeta> in;
+    std::vector<ir::TensorMeta> in;
     for (int v : m->inputs) in.push_back(g.meta(v));
-    const Attrs attrs{{"eps", m->eps}};
-    auto metas = InferOp(m->op, in, attrs, nullptr);
+    const ir::Attrs attrs{{"eps", m->eps}};
+    auto metas = ir::InferOp(m->op, in, attrs, nullptr);
     if (!metas.ok() || !((*metas)[0] == g.meta(m->root))) continue;  // a form the fused op does not take
     if (log_ != nullptr)
       log_->push_back(absl::StrCat(m->op, ": ", idx.Name(m->inputs[1]),
@@ -174,4 +174,4 @@ absl::StatusOr<bool> RecoverNorms::Run(Graph& g) {
   return changed;
 }
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

@@ -36,7 +36,7 @@
 #include "compiler/passes/pass.h"
 #include "compiler/passes/recover_util.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 
 class RecoverNorms : public Pass {
  public:
@@ -44,11 +44,11 @@ class RecoverNorms : public Pass {
   explicit RecoverNorms(const recover::ConstantTable* consts = nullptr, recover::MatchLog* log = nullptr)
       : consts_(consts), log_(log) {}
   absl::string_view name() const override { return "recover-norms"; }
-  absl::StatusOr<bool> Run(Graph& g) override;
+  absl::StatusOr<bool> Run(ir::Graph& g) override;
 
  private:
   const recover::ConstantTable* consts_;
   recover::MatchLog* log_;
 };
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

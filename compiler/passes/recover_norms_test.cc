@@ -3,7 +3,7 @@
 #include "compiler/testing/recover_test_util.h"
 #include "gtest/gtest.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 namespace {
 
 using testing::ExpectRecovered;
@@ -190,4 +190,4 @@ TEST(RecoverNormsTest, RmsNormNearMisses) {
 }
 
 }  // namespace
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

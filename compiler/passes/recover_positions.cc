@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 namespace {
 
 // Whether t holds 0, 1, ..., numel-1 in order.
@@ -19,11 +19,11 @@ bool IsArange(const Tensor& t) {
 
 }  // namespace
 
-absl::StatusOr<bool> RecoverPositions::Run(Graph& g) {
+absl::StatusOr<bool> RecoverPositions::Run(ir::Graph& g) {
   bool changed = false;
   const size_t logged = log_ != nullptr ? log_->size() : 0;
   for (int i = static_cast<int>(g.nodes().size()) - 1; i >= 0; --i) {
-    const Node n = g.nodes()[i];  // a copy: AddOp below grows the node list
+    const ir::Node n = g.nodes()[i];  // a copy: AddOp below grows the node list
     const bool gather = n.op == "gather" && n.attrs.GetInt("axis", 0) == 0;
     if ((!gather && n.op != "embedding") || n.inputs.size() != 2 || n.outputs.size() != 1) continue;
     const recover::GraphIndex idx(g, consts_);
@@ -34,12 +34,13 @@ absl::StatusOr<bool> RecoverPositions::Run(Graph& g) {
     const size_t first_new = g.nodes().size();
     int y = table;
     if (ids->numel() < rows[0]) {
-      LOOM_ASSIGN_OR_RETURN(y, g.AddOp1("slice", {y}, Attrs{{"axis", int64_t{0}}, {"start", int64_t{0}},
-                                                           {"length", ids->numel()}}));
+      LOOM_ASSIGN_OR_RETURN(
+          y, g.AddOp1("slice", {y}, ir::Attrs{{"axis", int64_t{0}}, {"start", int64_t{0}}, {"length", ids->numel()}}));
     }
     const Shape& want = g.meta(n.outputs[0]).shape;
     if (g.meta(y).shape != want) {
-      LOOM_ASSIGN_OR_RETURN(y, g.AddOp1("reshape", {y}, Attrs{{"shape", std::vector<int64_t>(want.begin(), want.end())}}));
+      LOOM_ASSIGN_OR_RETURN(
+          y, g.AddOp1("reshape", {y}, ir::Attrs{{"shape", std::vector<int64_t>(want.begin(), want.end())}}));
     }
     if (!(g.meta(y) == g.meta(n.outputs[0]))) return absl::InternalError("recover-positions: the result's type changed");
     if (log_ != nullptr)
@@ -52,4 +53,4 @@ absl::StatusOr<bool> RecoverPositions::Run(Graph& g) {
   return changed;
 }
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

@@ -24,18 +24,18 @@
 #include "compiler/passes/pass.h"
 #include "compiler/passes/recover_util.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 
 class RecoverPositions : public Pass {
  public:
   explicit RecoverPositions(const recover::ConstantTable* consts, recover::MatchLog* log = nullptr)
       : consts_(consts), log_(log) {}
   absl::string_view name() const override { return "recover-positions"; }
-  absl::StatusOr<bool> Run(Graph& g) override;
+  absl::StatusOr<bool> Run(ir::Graph& g) override;
 
  private:
   const recover::ConstantTable* consts_;
   recover::MatchLog* log_;
 };
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

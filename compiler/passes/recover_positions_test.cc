@@ -3,7 +3,7 @@
 #include "compiler/testing/recover_test_util.h"
 #include "gtest/gtest.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 namespace {
 
 using testing::ExpectRecovered;
@@ -67,4 +67,4 @@ TEST(RecoverPositionsTest, NearMisses) {
 }
 
 }  // namespace
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

@@ -10,7 +10,7 @@
 #include "compiler/testing/recover_test_util.h"
 #include "gtest/gtest.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 namespace {
 
 constexpr char kBlock[] = R"IR(graph @block(%tok: f32[2, 4, 8], %wpe: f32[4, 8] param, %ln.weight: f32[8] param, %ln.bias: f32[8] param, %qkv.weight: f32[24, 8] param, %qkv.bias: f32[24] param, %fc.weight: f32[32, 8] param, %fc.bias: f32[32] param, %pos: i64[4] const, %drop: bool[1, 1, 4, 4] const, %ninf: f32[] const) {
@@ -85,12 +85,12 @@ TEST(RecoverFastOpsTest, PreLnBlockAsExported) {
                                    {"drop", testing::CausalBoolMask(4, 4, false)},
                                    {"ninf", testing::ScalarF32(-std::numeric_limits<double>::infinity())}};
   const recover::ConstantTable before_consts = consts;
-  auto g = ParseGraph(kBlock);
+  auto g = ir::ParseGraph(kBlock);
   ASSERT_TRUE(g.ok()) << g.status();
-  Graph after = *g;
+  ir::Graph after = *g;
   auto log = RecoverFastOps(after, consts);
   ASSERT_TRUE(log.ok()) << log.status();
-  EXPECT_EQ(PrintGraph(after), kRecovered);
+  EXPECT_EQ(ir::PrintGraph(after), kRecovered);
   ASSERT_EQ(log->size(), 6u);
   EXPECT_EQ((*log)[0], "positions: gather(%wpe, 0..3) -> %wpe");
   EXPECT_EQ((*log)[1], "linear: x @ %qkv.weight^T + %qkv.bias -> matmul{trans_b=true} + add");
@@ -106,7 +106,7 @@ TEST(RecoverFastOpsTest, PreLnBlockAsExported) {
 
 TEST(RecoverFastOpsTest, NothingToRecover) {
   recover::ConstantTable consts;
-  auto g = ParseGraph(R"IR(graph @g(%x: f32[4, 8], %w: f32[8, 8] param) {
+  auto g = ir::ParseGraph(R"IR(graph @g(%x: f32[4, 8], %w: f32[8, 8] param) {
   %0 = matmul(%x, %w) : f32[4, 8]
   %1 = relu(%0) : f32[4, 8]
   return %1
@@ -119,4 +119,4 @@ TEST(RecoverFastOpsTest, NothingToRecover) {
 }
 
 }  // namespace
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

@@ -5,28 +5,31 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace loom::compiler::recover {
+namespace loom::compiler::passes::recover {
 
-GraphIndex::GraphIndex(const Graph& g, const ConstantTable* consts)
-    : g_(g), consts_(consts), producer_(g.values().size(), -1), uses_(g.UseCounts()),
+GraphIndex::GraphIndex(const ir::Graph& g, const ConstantTable* consts)
+    : g_(g),
+      consts_(consts),
+      producer_(g.values().size(), -1),
+      uses_(g.UseCounts()),
       input_of_(g.values().size(), nullptr) {
   for (size_t i = 0; i < g.nodes().size(); ++i)
     for (int v : g.nodes()[i].outputs) producer_[v] = static_cast<int>(i);
-  for (const GraphInput& in : g.inputs()) input_of_[in.value] = &in;
+  for (const ir::GraphInput& in : g.inputs()) input_of_[in.value] = &in;
 }
 
-const Node* GraphIndex::Def(int v) const { return producer_[v] < 0 ? nullptr : &g_.nodes()[producer_[v]]; }
+const ir::Node* GraphIndex::Def(int v) const { return producer_[v] < 0 ? nullptr : &g_.nodes()[producer_[v]]; }
 
-const Node* GraphIndex::DefOp(int v, absl::string_view op) const {
-  const Node* n = Def(v);
+const ir::Node* GraphIndex::DefOp(int v, absl::string_view op) const {
+  const ir::Node* n = Def(v);
   return n != nullptr && n->op == op && n->outputs.size() == 1 ? n : nullptr;
 }
 
 const Tensor* GraphIndex::Constant(int v) const {
-  const GraphInput* in = input_of_[v];
-  if (consts_ == nullptr || in == nullptr || in->kind != InputKind::kConst) return nullptr;
+  const ir::GraphInput* in = input_of_[v];
+  if (consts_ == nullptr || in == nullptr || in->kind != ir::InputKind::kConst) return nullptr;
   auto it = consts_->find(in->name);
-  if (it == consts_->end() || !(ops::MetaOf(it->second) == g_.meta(v))) return nullptr;
+  if (it == consts_->end() || !(kernels::MetaOf(it->second) == g_.meta(v))) return nullptr;
   return &it->second;
 }
 
@@ -40,9 +43,9 @@ std::string GraphIndex::Name(int v) const {
   return input_of_[v] != nullptr ? absl::StrCat("%", input_of_[v]->name) : g_.meta(v).ToString();
 }
 
-std::optional<Operand> AddedScalar(const GraphIndex& idx, const Graph& g, int v) {
-  if (const Node* n = idx.DefOp(v, "add_scalar")) return Operand{n->inputs[0], n->attrs.GetFloat("s")};
-  const Node* n = idx.DefOp(v, "add");
+std::optional<Operand> AddedScalar(const GraphIndex& idx, const ir::Graph& g, int v) {
+  if (const ir::Node* n = idx.DefOp(v, "add_scalar")) return Operand{n->inputs[0], n->attrs.GetFloat("s")};
+  const ir::Node* n = idx.DefOp(v, "add");
   if (n == nullptr || n->inputs.size() != 2) return std::nullopt;
   for (int k = 0; k < 2; ++k) {
     const int u = n->inputs[1 - k];
@@ -52,16 +55,16 @@ std::optional<Operand> AddedScalar(const GraphIndex& idx, const Graph& g, int v)
   return std::nullopt;
 }
 
-std::optional<Operand> ScaledBy(const GraphIndex& idx, const Graph& g, int v) {
-  if (const Node* n = idx.DefOp(v, "scale")) return Operand{n->inputs[0], n->attrs.GetFloat("s")};
-  if (const Node* n = idx.DefOp(v, "mul"); n != nullptr && n->inputs.size() == 2) {
+std::optional<Operand> ScaledBy(const GraphIndex& idx, const ir::Graph& g, int v) {
+  if (const ir::Node* n = idx.DefOp(v, "scale")) return Operand{n->inputs[0], n->attrs.GetFloat("s")};
+  if (const ir::Node* n = idx.DefOp(v, "mul"); n != nullptr && n->inputs.size() == 2) {
     for (int k = 0; k < 2; ++k) {
       const int u = n->inputs[1 - k];
       std::optional<double> c = idx.Scalar(n->inputs[k]);
       if (c && g.meta(u).shape == g.meta(v).shape) return Operand{u, *c};
     }
   }
-  if (const Node* n = idx.DefOp(v, "div"); n != nullptr && n->inputs.size() == 2) {
+  if (const ir::Node* n = idx.DefOp(v, "div"); n != nullptr && n->inputs.size() == 2) {
     std::optional<double> k = idx.Scalar(n->inputs[1]);
     if (k && *k != 0 && g.meta(n->inputs[0]).shape == g.meta(v).shape) return Operand{n->inputs[0], 1.0 / *k};
   }
@@ -69,27 +72,28 @@ std::optional<Operand> ScaledBy(const GraphIndex& idx, const Graph& g, int v) {
 }
 
 std::optional<int> SquareOf(const GraphIndex& idx, int v) {
-  if (const Node* n = idx.DefOp(v, "pow_scalar"); n != nullptr && n->attrs.GetFloat("p") == 2.0) return n->inputs[0];
-  if (const Node* n = idx.DefOp(v, "mul"); n != nullptr && n->inputs.size() == 2 && n->inputs[0] == n->inputs[1])
+  if (const ir::Node* n = idx.DefOp(v, "pow_scalar"); n != nullptr && n->attrs.GetFloat("p") == 2.0)
     return n->inputs[0];
-  if (const Node* n = idx.DefOp(v, "pow"); n != nullptr && n->inputs.size() == 2 && idx.Scalar(n->inputs[1]) == 2.0)
+  if (const ir::Node* n = idx.DefOp(v, "mul"); n != nullptr && n->inputs.size() == 2 && n->inputs[0] == n->inputs[1])
+    return n->inputs[0];
+  if (const ir::Node* n = idx.DefOp(v, "pow"); n != nullptr && n->inputs.size() == 2 && idx.Scalar(n->inputs[1]) == 2.0)
     return n->inputs[0];
   return std::nullopt;
 }
 
 std::optional<int> InvSqrtOf(const GraphIndex& idx, int v) {
-  if (const Node* n = idx.DefOp(v, "rsqrt")) return n->inputs[0];
+  if (const ir::Node* n = idx.DefOp(v, "rsqrt")) return n->inputs[0];
   int s = -1;
-  if (const Node* n = idx.DefOp(v, "reciprocal")) s = n->inputs[0];
-  if (const Node* n = idx.DefOp(v, "div"); n != nullptr && n->inputs.size() == 2 && idx.Scalar(n->inputs[0]) == 1.0)
+  if (const ir::Node* n = idx.DefOp(v, "reciprocal")) s = n->inputs[0];
+  if (const ir::Node* n = idx.DefOp(v, "div"); n != nullptr && n->inputs.size() == 2 && idx.Scalar(n->inputs[0]) == 1.0)
     s = n->inputs[1];
-  const Node* sq = s < 0 ? nullptr : idx.DefOp(s, "sqrt");
+  const ir::Node* sq = s < 0 ? nullptr : idx.DefOp(s, "sqrt");
   if (sq == nullptr || idx.Uses(s) != 1) return std::nullopt;
   return sq->inputs[0];
 }
 
 std::optional<std::pair<int, int>> Product(const GraphIndex& idx, int v) {
-  const Node* n = idx.DefOp(v, "mul");
+  const ir::Node* n = idx.DefOp(v, "mul");
   if (n == nullptr || n->inputs.size() != 2) return std::nullopt;
   return std::make_pair(n->inputs[0], n->inputs[1]);
 }
@@ -99,7 +103,7 @@ bool SameConstant(double got, double want) {
   return std::fabs(got - want) <= std::ldexp(std::fabs(want), -20);
 }
 
-std::vector<int64_t> ReducedAxes(const Node& n, size_t rank) {
+std::vector<int64_t> ReducedAxes(const ir::Node& n, size_t rank) {
   std::vector<int64_t> axes = n.attrs.GetInts("axes");
   for (int64_t& a : axes)
     if (a < 0) a += static_cast<int64_t>(rank);
@@ -107,12 +111,12 @@ std::vector<int64_t> ReducedAxes(const Node& n, size_t rank) {
   return axes;
 }
 
-void MoveAppended(Graph& g, size_t first_new, int at) {
-  std::vector<Node>& nodes = g.mutable_nodes();
+void MoveAppended(ir::Graph& g, size_t first_new, int at) {
+  std::vector<ir::Node>& nodes = g.mutable_nodes();
   std::rotate(nodes.begin() + at, nodes.begin() + static_cast<std::ptrdiff_t>(first_new), nodes.end());
 }
 
-int EraseUnused(Graph& g, const std::vector<int>& values, int at) {
+int EraseUnused(ir::Graph& g, const std::vector<int>& values, int at) {
   std::vector<int> uses = g.UseCounts();
   std::vector<int> producer(g.values().size(), -1);
   for (size_t i = 0; i < g.nodes().size(); ++i)
@@ -132,7 +136,7 @@ int EraseUnused(Graph& g, const std::vector<int>& values, int at) {
       if (--uses[v] == 0) work.push_back(producer[v]);
   }
   int before = 0;
-  std::vector<Node> kept;
+  std::vector<ir::Node> kept;
   for (size_t i = 0; i < g.nodes().size(); ++i) {
     if (erase[i]) {
       before += static_cast<int>(i) < at;
@@ -144,18 +148,18 @@ int EraseUnused(Graph& g, const std::vector<int>& values, int at) {
   return before;
 }
 
-int Commit(Graph& g, size_t first_new, int at, int from, int to) {
+int Commit(ir::Graph& g, size_t first_new, int at, int from, int to) {
   MoveAppended(g, first_new, at);
   g.ReplaceAllUses(from, to);
   return at - EraseUnused(g, {from}, at);
 }
 
-int AddConstant(Graph& g, ConstantTable& table, const std::string& base, Tensor value) {
+int AddConstant(ir::Graph& g, ConstantTable& table, const std::string& base, Tensor value) {
   std::string name = base;
   for (int k = 2; g.FindInput(name) >= 0 || table.count(name) > 0; ++k) name = absl::StrCat(base, "#", k);
-  const int v = g.AddInput(name, ops::MetaOf(value), InputKind::kConst);
+  const int v = g.AddInput(name, kernels::MetaOf(value), ir::InputKind::kConst);
   table[name] = std::move(value);
   return v;
 }
 
-}  // namespace loom::compiler::recover
+}  // namespace loom::compiler::passes::recover

@@ -31,7 +31,7 @@
 #include "base/tensor.h"
 #include "compiler/ir/ir.h"
 
-namespace loom::compiler::recover {
+namespace loom::compiler::passes::recover {
 
 // Values of a graph's const inputs (buffers, folded constants) by input name.
 // The passes read masks and scalars from it and add the constants they make.
@@ -43,12 +43,12 @@ using MatchLog = std::vector<std::string>;
 // Producers and uses of one graph's values; stale after any change.
 class GraphIndex {
  public:
-  GraphIndex(const Graph& g, const ConstantTable* consts);
+  GraphIndex(const ir::Graph& g, const ConstantTable* consts);
 
   // The node producing v, or nullptr for a graph input.
-  const Node* Def(int v) const;
+  const ir::Node* Def(int v) const;
   // Def(v) when its op is `op` and v is its only output, else nullptr.
-  const Node* DefOp(int v, absl::string_view op) const;
+  const ir::Node* DefOp(int v, absl::string_view op) const;
   // Node inputs plus graph outputs reading v.
   int Uses(int v) const { return uses_[v]; }
   // The value of v when it is a const input found in the table.
@@ -59,10 +59,10 @@ class GraphIndex {
   std::string Name(int v) const;
 
  private:
-  const Graph& g_;
+  const ir::Graph& g_;
   const ConstantTable* consts_;
   std::vector<int> producer_, uses_;
-  std::vector<const GraphInput*> input_of_;
+  std::vector<const ir::GraphInput*> input_of_;
 };
 
 // Operand matchers. Each looks at the node producing v and returns its
@@ -74,9 +74,9 @@ struct Operand {
 };
 // v = u + c: add_scalar(u){s=c} or add(u, c) / add(c, u), c a one-element
 // constant that leaves u's shape as it is.
-std::optional<Operand> AddedScalar(const GraphIndex& idx, const Graph& g, int v);
+std::optional<Operand> AddedScalar(const GraphIndex& idx, const ir::Graph& g, int v);
 // v = u * c: scale(u){s=c}, mul(u, c) / mul(c, u), or div(u, k) with c = 1 / k.
-std::optional<Operand> ScaledBy(const GraphIndex& idx, const Graph& g, int v);
+std::optional<Operand> ScaledBy(const GraphIndex& idx, const ir::Graph& g, int v);
 // v = x * x: pow_scalar(x){p=2}, mul(x, x) or pow(x, 2).
 std::optional<int> SquareOf(const GraphIndex& idx, int v);
 // v = 1 / sqrt(e): rsqrt(e), reciprocal(sqrt(e)) or div(1, sqrt(e)); returns e.
@@ -88,22 +88,22 @@ std::optional<std::pair<int, int>> Product(const GraphIndex& idx, int v);
 bool SameConstant(double got, double want);
 
 // The axis list of a reduction (mean/sum) normalised to [0, rank).
-std::vector<int64_t> ReducedAxes(const Node& n, size_t rank);
+std::vector<int64_t> ReducedAxes(const ir::Node& n, size_t rank);
 
 // Moves the nodes appended (Graph::AddOp) since `first_new` to position `at`, before the node
 // they replace (their inputs come before it, their users after).
-void MoveAppended(Graph& g, size_t first_new, int at);
+void MoveAppended(ir::Graph& g, size_t first_new, int at);
 // Erases the producers of `values` that have no use, then, transitively, the
 // producers of their inputs left without one. Returns how many erased nodes
 // stood before position `at`.
-int EraseUnused(Graph& g, const std::vector<int>& values, int at = 0);
+int EraseUnused(ir::Graph& g, const std::vector<int>& values, int at = 0);
 // Puts a rewrite in place: moves the nodes appended since `first_new` to `at`
 // (the replaced root's position), moves every use of `from` to `to` and
 // erases what only `from` needed (EraseUnused). Returns the position of the
 // first moved node afterwards.
-int Commit(Graph& g, size_t first_new, int at, int from, int to);
+int Commit(ir::Graph& g, size_t first_new, int at, int from, int to);
 // Adds a const input named `base` (with "#2", "#3", ... when taken) holding
 // `value`, records the value in the table and returns the input's value id.
-int AddConstant(Graph& g, ConstantTable& table, const std::string& base, Tensor value);
+int AddConstant(ir::Graph& g, ConstantTable& table, const std::string& base, Tensor value);
 
-}  // namespace loom::compiler::recover
+}  // namespace loom::compiler::passes::recover

@@ -6,11 +6,11 @@
 
 #include "base/status.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 namespace {
 
 // Index of the node defining each value (-1 for graph inputs).
-std::vector<int> Producers(const Graph& g) {
+std::vector<int> Producers(const ir::Graph& g) {
   std::vector<int> prod(g.values().size(), -1);
   for (size_t i = 0; i < g.nodes().size(); ++i)
     for (int v : g.nodes()[i].outputs) prod[v] = static_cast<int>(i);
@@ -18,12 +18,13 @@ std::vector<int> Producers(const Graph& g) {
 }
 
 // Rewrite 1. Returns whether node `i` (a sum_to) was replaced.
-absl::StatusOr<bool> BatchedWeightGrad(Graph& g, int i, const std::vector<int>& prod, const std::vector<int>& uses) {
-  const Node s = g.nodes()[i];
+absl::StatusOr<bool> BatchedWeightGrad(ir::Graph& g, int i, const std::vector<int>& prod,
+                                       const std::vector<int>& uses) {
+  const ir::Node s = g.nodes()[i];
   if (s.op != "sum_to" || s.inputs.size() != 1 || s.outputs.size() != 1) return false;
   int p = prod[s.inputs[0]];
   if (p < 0 || uses[s.inputs[0]] != 1) return false;
-  const Node m = g.nodes()[p];
+  const ir::Node m = g.nodes()[p];
   if (m.op != "matmul" || m.inputs.size() != 2 || m.outputs.size() != 1) return false;
   if (!m.attrs.GetBool("trans_a", false) || m.attrs.GetBool("trans_b", false)) return false;
   const Shape a = g.meta(m.inputs[0]).shape;  // copies: AddOp1 below grows the value table
@@ -33,9 +34,11 @@ absl::StatusOr<bool> BatchedWeightGrad(Graph& g, int i, const std::vector<int>& 
   if (a.size() != 3 || b.size() != 3 || out.size() != 3 || a[0] != b[0] || a[1] != b[1]) return false;
   if (want.size() != 2 || want[0] != out[1] || want[1] != out[2]) return false;
   if (g.meta(m.inputs[0]).dtype != g.meta(m.inputs[1]).dtype) return false;
-  LOOM_ASSIGN_OR_RETURN(int ra, g.AddOp1("reshape", {m.inputs[0]}, Attrs{{"shape", std::vector<int64_t>{a[0] * a[1], a[2]}}}));
-  LOOM_ASSIGN_OR_RETURN(int rb, g.AddOp1("reshape", {m.inputs[1]}, Attrs{{"shape", std::vector<int64_t>{b[0] * b[1], b[2]}}}));
-  Attrs attrs = m.attrs;
+  LOOM_ASSIGN_OR_RETURN(
+      int ra, g.AddOp1("reshape", {m.inputs[0]}, ir::Attrs{{"shape", std::vector<int64_t>{a[0] * a[1], a[2]}}}));
+  LOOM_ASSIGN_OR_RETURN(
+      int rb, g.AddOp1("reshape", {m.inputs[1]}, ir::Attrs{{"shape", std::vector<int64_t>{b[0] * b[1], b[2]}}}));
+  ir::Attrs attrs = m.attrs;
   attrs.Set("trans_a", true);
   attrs.Set("trans_b", false);
   LOOM_ASSIGN_OR_RETURN(int mm, g.AddOp1("matmul", {ra, rb}, attrs));
@@ -51,11 +54,11 @@ struct Leaf {
 };
 
 // Collects the slice_backward leaves of the add tree rooted at value v.
-bool CollectLeaves(const Graph& g, int v, bool root, const std::vector<int>& prod, const std::vector<int>& uses,
+bool CollectLeaves(const ir::Graph& g, int v, bool root, const std::vector<int>& prod, const std::vector<int>& uses,
                    int64_t* axis, int64_t* full, std::vector<Leaf>* leaves) {
   int p = prod[v];
   if (p < 0) return false;
-  const Node& n = g.nodes()[p];
+  const ir::Node& n = g.nodes()[p];
   if (!root && uses[v] != 1) return false;
   if (n.op == "add" && n.inputs.size() == 2) {
     return CollectLeaves(g, n.inputs[0], false, prod, uses, axis, full, leaves) &&
@@ -77,8 +80,8 @@ bool CollectLeaves(const Graph& g, int v, bool root, const std::vector<int>& pro
 }
 
 // Rewrite 2. Returns whether the add node `i` was replaced by a concat.
-absl::StatusOr<bool> SliceGradConcat(Graph& g, int i, const std::vector<int>& prod, const std::vector<int>& uses) {
-  const Node n = g.nodes()[i];
+absl::StatusOr<bool> SliceGradConcat(ir::Graph& g, int i, const std::vector<int>& prod, const std::vector<int>& uses) {
+  const ir::Node n = g.nodes()[i];
   if (n.op != "add" || n.outputs.size() != 1) return false;
   int64_t axis = 0, full = 0;
   std::vector<Leaf> leaves;
@@ -94,7 +97,7 @@ absl::StatusOr<bool> SliceGradConcat(Graph& g, int i, const std::vector<int>& pr
     if (g.meta(l.value).dtype != g.meta(n.outputs[0]).dtype) return false;
   std::vector<int> parts;
   for (const Leaf& l : leaves) parts.push_back(l.value);
-  LOOM_ASSIGN_OR_RETURN(int c, g.AddOp1("concat", parts, Attrs{{"axis", axis}}));
+  LOOM_ASSIGN_OR_RETURN(int c, g.AddOp1("concat", parts, ir::Attrs{{"axis", axis}}));
   if (g.meta(c).shape != g.meta(n.outputs[0]).shape)
     return absl::InternalError("simplify: slice-gradient concat changed the result's shape");
   g.ReplaceAllUses(n.outputs[0], c);
@@ -104,14 +107,14 @@ absl::StatusOr<bool> SliceGradConcat(Graph& g, int i, const std::vector<int>& pr
 // Moves the nodes appended since `first_new` to position `at` (before the
 // node they replace), so the rewrite keeps the schedule of the graph it was
 // given: their inputs are produced before `at` and their users come after it.
-void MoveAppendedTo(Graph& g, size_t first_new, int at) {
-  std::vector<Node>& nodes = g.mutable_nodes();
+void MoveAppendedTo(ir::Graph& g, size_t first_new, int at) {
+  std::vector<ir::Node>& nodes = g.mutable_nodes();
   std::rotate(nodes.begin() + at, nodes.begin() + static_cast<std::ptrdiff_t>(first_new), nodes.end());
 }
 
 }  // namespace
 
-absl::StatusOr<bool> AlgebraicSimplification::Run(Graph& g) {
+absl::StatusOr<bool> AlgebraicSimplification::Run(ir::Graph& g) {
   bool changed = false;
   // Outermost first: walk the original nodes backwards so an add tree is taken
   // at its root, and recompute producers/uses after each rewrite (cheap at
@@ -123,7 +126,7 @@ absl::StatusOr<bool> AlgebraicSimplification::Run(Graph& g) {
   for (int i = original - 1; i >= 0; --i) {
     std::vector<int> prod = Producers(g);
     std::vector<int> uses = g.UseCounts();
-    const Node& n = g.nodes()[i];
+    const ir::Node& n = g.nodes()[i];
     if (n.outputs.size() != 1 || uses[n.outputs[0]] == 0) continue;  // not a candidate, or already replaced
     const size_t first_new = g.nodes().size();
     LOOM_ASSIGN_OR_RETURN(bool a, BatchedWeightGrad(g, i, prod, uses));
@@ -137,4 +140,4 @@ absl::StatusOr<bool> AlgebraicSimplification::Run(Graph& g) {
   return changed;
 }
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

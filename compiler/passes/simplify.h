@@ -29,12 +29,12 @@
 
 #include "compiler/passes/pass.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 
 class AlgebraicSimplification : public Pass {
  public:
   absl::string_view name() const override { return "simplify"; }
-  absl::StatusOr<bool> Run(Graph& g) override;
+  absl::StatusOr<bool> Run(ir::Graph& g) override;
 };
 
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

@@ -7,17 +7,17 @@
 #include "compiler/ir/text.h"
 #include "compiler/passes/dce.h"
 
-namespace loom::compiler {
+namespace loom::compiler::passes {
 namespace {
 
-int Count(const Graph& g, const std::string& op) {
+int Count(const ir::Graph& g, const std::string& op) {
   int n = 0;
-  for (const Node& node : g.nodes()) n += node.op == op;
+  for (const ir::Node& node : g.nodes()) n += node.op == op;
   return n;
 }
 
 // Runs `g` on seeded random inputs and returns its outputs.
-std::vector<Tensor> RunOnRandom(const Graph& g) {
+std::vector<Tensor> RunOnRandom(const ir::Graph& g) {
   std::vector<Tensor> in;
   for (size_t k = 0; k < g.inputs().size(); ++k) {
     const auto& m = g.meta(g.inputs()[k].value);
@@ -37,10 +37,10 @@ std::vector<Tensor> RunOnRandom(const Graph& g) {
 }
 
 // Simplifies (then DCE) a parsed graph; checks outputs are unchanged.
-Graph SimplifyAndCompare(const char* text, bool expect_changed) {
-  auto g = ParseGraph(text);
+ir::Graph SimplifyAndCompare(const char* text, bool expect_changed) {
+  auto g = ir::ParseGraph(text);
   EXPECT_TRUE(g.ok()) << g.status();
-  Graph s = *g;
+  ir::Graph s = *g;
   AlgebraicSimplification pass;
   auto changed = pass.Run(s);
   EXPECT_TRUE(changed.ok()) << changed.status();
@@ -57,7 +57,7 @@ Graph SimplifyAndCompare(const char* text, bool expect_changed) {
 }
 
 TEST(SimplifyTest, BatchedWeightGradientBecomesOneGemm) {
-  Graph s = SimplifyAndCompare(R"IR(graph @g(%x: f32[3, 5, 4], %dy: f32[3, 5, 6]) {
+  ir::Graph s = SimplifyAndCompare(R"IR(graph @g(%x: f32[3, 5, 4], %dy: f32[3, 5, 6]) {
   %0 = matmul(%x, %dy) {trans_a=true, trans_b=false} : f32[3, 4, 6]
   %1 = sum_to(%0) {shape=[4, 6]} : f32[4, 6]
   return %1
@@ -66,7 +66,7 @@ TEST(SimplifyTest, BatchedWeightGradientBecomesOneGemm) {
                                true);
   EXPECT_EQ(Count(s, "sum_to"), 0);
   ASSERT_EQ(Count(s, "matmul"), 1);
-  for (const Node& n : s.nodes())
+  for (const ir::Node& n : s.nodes())
     if (n.op == "matmul") {
       EXPECT_EQ(s.meta(n.inputs[0]).shape, (Shape{15, 4}));
       EXPECT_EQ(s.meta(n.inputs[1]).shape, (Shape{15, 6}));
@@ -93,7 +93,7 @@ TEST(SimplifyTest, BatchedProductLeftAloneWhenItIsNotAReshape) {
 }
 
 TEST(SimplifyTest, SliceGradientsThatTileBecomeConcat) {
-  Graph s = SimplifyAndCompare(R"IR(graph @g(%a: f32[2, 3, 4], %b: f32[2, 3, 4], %c: f32[2, 3, 4]) {
+  ir::Graph s = SimplifyAndCompare(R"IR(graph @g(%a: f32[2, 3, 4], %b: f32[2, 3, 4], %c: f32[2, 3, 4]) {
   %0 = slice_backward(%a) {axis=2, full_len=12, start=8} : f32[2, 3, 12]
   %1 = slice_backward(%b) {axis=2, full_len=12, start=4} : f32[2, 3, 12]
   %2 = add(%0, %1) : f32[2, 3, 12]
@@ -135,7 +135,8 @@ TEST(SimplifyTest, SliceGradientsWithAGapOrSharedSumStay) {
 // (a collective scheduled right after a gradient's producer, for one), so the
 // pass keeps the schedule of the graph it is given.
 TEST(SimplifyTest, RewritesKeepTheSchedule) {
-  Graph s = SimplifyAndCompare(R"IR(graph @g(%x: f32[3, 5, 4], %dy: f32[3, 5, 6], %a: f32[2, 4], %b: f32[2, 4], %z: f32[2]) {
+  ir::Graph s =
+      SimplifyAndCompare(R"IR(graph @g(%x: f32[3, 5, 4], %dy: f32[3, 5, 6], %a: f32[2, 4], %b: f32[2, 4], %z: f32[2]) {
   %0 = matmul(%x, %dy) {trans_a=true, trans_b=false} : f32[3, 4, 6]
   %1 = sum_to(%0) {shape=[4, 6]} : f32[4, 6]
   %2 = neg(%1) : f32[4, 6]
@@ -147,8 +148,9 @@ TEST(SimplifyTest, RewritesKeepTheSchedule) {
   return %2, %6, %7
 }
 )IR",
-                               true);
-  EXPECT_EQ(PrintGraph(s), R"IR(graph @g(%x: f32[3, 5, 4], %dy: f32[3, 5, 6], %a: f32[2, 4], %b: f32[2, 4], %z: f32[2]) {
+                         true);
+  EXPECT_EQ(ir::PrintGraph(s),
+            R"IR(graph @g(%x: f32[3, 5, 4], %dy: f32[3, 5, 6], %a: f32[2, 4], %b: f32[2, 4], %z: f32[2]) {
   %0 = reshape(%x) {shape=[15, 4]} : f32[15, 4]
   %1 = reshape(%dy) {shape=[15, 6]} : f32[15, 6]
   %2 = matmul(%0, %1) {trans_a=true, trans_b=false} : f32[4, 6]
@@ -184,4 +186,4 @@ TEST(SimplifyTest, SteppedSliceGradientsStay) {
 }
 
 }  // namespace
-}  // namespace loom::compiler
+}  // namespace loom::compiler::passes

@@ -7,11 +7,11 @@
 #include "base/status.h"
 #include "compiler/ir/verifier.h"
 
-namespace loom::spmd {
+namespace loom::compiler::spmd {
 
-using compiler::Graph;
-using compiler::Node;
-using ops::TensorMeta;
+using ir::Graph;
+using ir::Node;
+using kernels::TensorMeta;
 
 namespace {
 
@@ -85,7 +85,7 @@ absl::StatusOr<BucketStats> BucketAllReduces(Graph& g, const BucketOptions& o) {
       if (pending_bytes >= o.bucket_bytes) LOOM_RETURN_IF_ERROR(flush());
       continue;
     }
-    if (n.op == compiler::kFusedOp)
+    if (n.op == ir::kFusedOp)
       return absl::InvalidArgumentError("gradient bucketing runs before fusion (found a fused node)");
     std::vector<int> in;
     for (int v : n.inputs) in.push_back(map[v]);
@@ -97,9 +97,9 @@ absl::StatusOr<BucketStats> BucketAllReduces(Graph& g, const BucketOptions& o) {
   }
   LOOM_RETURN_IF_ERROR(flush());
   for (const auto& o2 : g.outputs()) out.AddOutput(map[o2.value], o2.updates);
-  LOOM_RETURN_IF_ERROR(Annotate(compiler::Verify(out), "gradient bucketing produced an invalid graph"));
+  LOOM_RETURN_IF_ERROR(Annotate(ir::Verify(out), "gradient bucketing produced an invalid graph"));
   g = std::move(out);
   return stats;
 }
 
-}  // namespace loom::spmd
+}  // namespace loom::compiler::spmd

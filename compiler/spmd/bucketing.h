@@ -18,7 +18,7 @@
 #include "absl/status/statusor.h"
 #include "compiler/ir/ir.h"
 
-namespace loom::spmd {
+namespace loom::compiler::spmd {
 
 struct BucketOptions {
   std::string group = "dp";
@@ -30,6 +30,6 @@ struct BucketStats {
   int all_reduces_after = 0;
 };
 
-absl::StatusOr<BucketStats> BucketAllReduces(compiler::Graph& g, const BucketOptions& options = {});
+absl::StatusOr<BucketStats> BucketAllReduces(ir::Graph& g, const BucketOptions& options = {});
 
-}  // namespace loom::spmd
+}  // namespace loom::compiler::spmd

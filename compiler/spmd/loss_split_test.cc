@@ -22,7 +22,7 @@
 #include "compiler/spmd/spmd.h"
 #include "gtest/gtest.h"
 
-namespace loom::spmd {
+namespace loom::compiler::spmd {
 namespace {
 
 constexpr int64_t kRows = 8, kVocab = 6;
@@ -70,7 +70,7 @@ struct Outcome {
 };
 
 absl::StatusOr<Outcome> RunOneProcess(const std::vector<double>& y) {
-  LOOM_ASSIGN_OR_RETURN(compiler::Graph g, compiler::ParseGraph(GraphText()));
+  LOOM_ASSIGN_OR_RETURN(ir::Graph g, ir::ParseGraph(GraphText()));
   LOOM_ASSIGN_OR_RETURN(compiler::Executor ex, compiler::Executor::Create(g));
   LOOM_ASSIGN_OR_RETURN(std::vector<Tensor> out,
                         ex.Run({Tensor::FromVector({kRows, kVocab}, Logits()), Tensor::FromVector({kRows}, y, DType::kI64)}));
@@ -78,7 +78,7 @@ absl::StatusOr<Outcome> RunOneProcess(const std::vector<double>& y) {
 }
 
 absl::StatusOr<Outcome> RunRank(const Layout& l, int r, const std::string& address, const std::vector<double>& y) {
-  LOOM_ASSIGN_OR_RETURN(auto store, collectives::TcpStore::Connect(address, "s"));
+  LOOM_ASSIGN_OR_RETURN(auto store, collectives::store::TcpStore::Connect(address, "s"));
   collectives::ProcessGroupOptions po;
   po.backend = "tcp";
   LOOM_ASSIGN_OR_RETURN(auto world, collectives::ProcessGroup::Create(store, r, l.dp * l.tp, po));
@@ -96,14 +96,14 @@ absl::StatusOr<Outcome> RunRank(const Layout& l, int r, const std::string& addre
     LOOM_ASSIGN_OR_RETURN(auto g, world->NewGroup(ranks));
     if (g) tp = std::move(g);
   }
-  auto dp_comm = compiler::MakeProcessGroupCommunicator(dp.get(), 20000);
-  auto tp_comm = compiler::MakeProcessGroupCommunicator(tp.get(), 20000);
-  LOOM_ASSIGN_OR_RETURN(compiler::Graph g, compiler::ParseGraph(GraphText()));
+  auto dp_comm = comm::MakeProcessGroupCommunicator(dp.get(), 20000);
+  auto tp_comm = comm::MakeProcessGroupCommunicator(tp.get(), 20000);
+  LOOM_ASSIGN_OR_RETURN(ir::Graph g, ir::ParseGraph(GraphText()));
   SpmdOptions o;
   o.mesh = {{"dp", "tp"}, {l.dp, l.tp}};
   LOOM_ASSIGN_OR_RETURN(o.inputs["x"], dtensor::ParseSpec(absl::StrCat(l.dp > 1 ? "S(0)" : "R", ",", l.tp > 1 ? "S(1)" : "R"), o.mesh));
   LOOM_ASSIGN_OR_RETURN(o.inputs["y"], dtensor::ParseSpec(absl::StrCat(l.dp > 1 ? "S(0)" : "R", ",R"), o.mesh));
-  LOOM_ASSIGN_OR_RETURN(compiler::Graph local, Parallelize(g, o));
+  LOOM_ASSIGN_OR_RETURN(ir::Graph local, Parallelize(g, o));
   compiler::LoweringOptions lo;
   lo.communicators["dp"] = dp_comm.get();
   lo.communicators["tp"] = tp_comm.get();
@@ -118,9 +118,9 @@ absl::StatusOr<Outcome> RunRank(const Layout& l, int r, const std::string& addre
 void ExpectMatchesOneProcess(const Layout& l, const std::vector<double>& y) {
   auto ref = RunOneProcess(y);
   ASSERT_TRUE(ref.ok()) << ref.status();
-  collectives::StoreServer::Options so;
+  collectives::store::StoreServer::Options so;
   so.secret = "s";
-  auto server = collectives::StoreServer::Start(so);
+  auto server = collectives::store::StoreServer::Start(so);
   ASSERT_TRUE(server.ok()) << server.status();
   const int world = l.dp * l.tp;
   std::vector<absl::StatusOr<Outcome>> got(world, absl::UnknownError("not run"));
@@ -175,4 +175,4 @@ TEST(LossSplit, RowsAndVocabTwoByTwoUneven) { ExpectMatchesOneProcess({2, 2}, kU
 TEST(LossSplit, RowsAndVocabTwoByTwoOneAllIgnored) { ExpectMatchesOneProcess({2, 2}, kOneRankIgnored); }
 
 }  // namespace
-}  // namespace loom::spmd
+}  // namespace loom::compiler::spmd

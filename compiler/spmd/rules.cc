@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace loom::spmd {
+namespace loom::compiler::spmd {
 namespace {
 
 using dtensor::PartialOp;
@@ -489,4 +489,4 @@ const ShardingRule* FindShardingRule(absl::string_view op) {
 
 const std::vector<std::string>& UnshardableOps() { return UnshardableList(); }
 
-}  // namespace loom::spmd
+}  // namespace loom::compiler::spmd

@@ -40,11 +40,11 @@
 #include "dtensor/spec.h"
 #include "kernels/registry.h"
 
-namespace loom::spmd {
+namespace loom::compiler::spmd {
 
 using dtensor::Placement;
-using ops::Attrs;
-using ops::TensorMeta;
+using kernels::Attrs;
+using kernels::TensorMeta;
 
 struct RuleInput {
   std::string op;
@@ -71,4 +71,4 @@ const std::vector<std::string>& UnshardableOps();
 // True when dim d of `m` can be split evenly `world` ways.
 bool CanShard(const TensorMeta& m, int d, int64_t world);
 
-}  // namespace loom::spmd
+}  // namespace loom::compiler::spmd

@@ -6,10 +6,10 @@
 #include "base/status.h"
 #include "compiler/ir/verifier.h"
 
-namespace loom::spmd {
+namespace loom::compiler::spmd {
 
-absl::StatusOr<bool> ScheduleCollectivesEarly(compiler::Graph& g, const ScheduleOptions& options) {
-  std::vector<compiler::Node>& nodes = g.mutable_nodes();
+absl::StatusOr<bool> ScheduleCollectivesEarly(ir::Graph& g, const ScheduleOptions& options) {
+  std::vector<ir::Node>& nodes = g.mutable_nodes();
   const int n = static_cast<int>(nodes.size());
   std::vector<int> producer(g.values().size(), -1);  // value -> node index
   for (int i = 0; i < n; ++i)
@@ -18,7 +18,7 @@ absl::StatusOr<bool> ScheduleCollectivesEarly(compiler::Graph& g, const Schedule
   std::vector<int> anchor(n, -1);
   std::vector<bool> movable(n, false);
   for (int i = 0; i < n; ++i) {
-    const compiler::Node& node = nodes[i];
+    const ir::Node& node = nodes[i];
     int last = -1;
     for (int v : node.inputs) last = std::max(last, producer[v]);
     if (last < 0) continue;  // inputs are graph inputs only: stays
@@ -45,12 +45,12 @@ absl::StatusOr<bool> ScheduleCollectivesEarly(compiler::Graph& g, const Schedule
   bool changed = false;
   for (int i = 0; i < n; ++i) changed |= order[i] != i;
   if (!changed) return false;
-  std::vector<compiler::Node> reordered;
+  std::vector<ir::Node> reordered;
   reordered.reserve(n);
   for (int i : order) reordered.push_back(std::move(nodes[i]));
   nodes = std::move(reordered);
-  LOOM_RETURN_IF_ERROR(Annotate(compiler::Verify(g), "collective scheduling"));
+  LOOM_RETURN_IF_ERROR(Annotate(ir::Verify(g), "collective scheduling"));
   return true;
 }
 
-}  // namespace loom::spmd
+}  // namespace loom::compiler::spmd

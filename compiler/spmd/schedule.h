@@ -27,13 +27,13 @@
 #include "absl/status/statusor.h"
 #include "compiler/ir/ir.h"
 
-namespace loom::spmd {
+namespace loom::compiler::spmd {
 
 struct ScheduleOptions {
   bool all_reduce = false;  // also move all_reduce (and its shard_slice)
 };
 
 // Returns whether any node moved.
-absl::StatusOr<bool> ScheduleCollectivesEarly(compiler::Graph& g, const ScheduleOptions& options = {});
+absl::StatusOr<bool> ScheduleCollectivesEarly(ir::Graph& g, const ScheduleOptions& options = {});
 
-}  // namespace loom::spmd
+}  // namespace loom::compiler::spmd

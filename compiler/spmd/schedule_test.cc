@@ -6,18 +6,18 @@
 #include "compiler/ir/text.h"
 #include "gtest/gtest.h"
 
-namespace loom::spmd {
+namespace loom::compiler::spmd {
 namespace {
 
 std::string Schedule(const std::string& text, bool* changed = nullptr, bool all_reduce = true) {
-  auto g = compiler::ParseGraph(text);
+  auto g = ir::ParseGraph(text);
   if (!g.ok()) return "parse error: " + std::string(g.status().message());
   ScheduleOptions o;
   o.all_reduce = all_reduce;
   auto r = ScheduleCollectivesEarly(*g, o);
   if (!r.ok()) return "error: " + std::string(r.status().message());
   if (changed) *changed = *r;
-  return compiler::PrintGraph(*g);
+  return ir::PrintGraph(*g);
 }
 
 // (The printer numbers values in node order.)
@@ -82,4 +82,4 @@ TEST(Schedule, AllReducesStayByDefault) {
 }
 
 }  // namespace
-}  // namespace loom::spmd
+}  // namespace loom::compiler::spmd

@@ -9,10 +9,10 @@
 #include "compiler/ir/verifier.h"
 #include "compiler/spmd/rules.h"
 
-namespace loom::spmd {
+namespace loom::compiler::spmd {
 
-using compiler::Graph;
-using compiler::Node;
+using ir::Graph;
+using ir::Node;
 using dtensor::DTensorSpec;
 using dtensor::PartialOp;
 
@@ -69,7 +69,7 @@ class Propagator {
       LOOM_ASSIGN_OR_RETURN(int v, Redistribute(out.value, want));
       l_.AddOutput(v, out.updates);
     }
-    LOOM_RETURN_IF_ERROR(Annotate(compiler::Verify(l_), "sharding propagation produced an invalid graph"));
+    LOOM_RETURN_IF_ERROR(Annotate(ir::Verify(l_), "sharding propagation produced an invalid graph"));
     return std::move(l_);
   }
 
@@ -562,4 +562,4 @@ absl::StatusOr<Graph> Parallelize(const Graph& global, const SpmdOptions& option
   return p.Run();
 }
 
-}  // namespace loom::spmd
+}  // namespace loom::compiler::spmd

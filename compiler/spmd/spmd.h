@@ -44,7 +44,7 @@
 #include "compiler/ir/ir.h"
 #include "dtensor/spec.h"
 
-namespace loom::spmd {
+namespace loom::compiler::spmd {
 
 struct SpmdOptions {
   dtensor::MeshShape mesh;                             // dim names = communicator groups
@@ -74,14 +74,13 @@ struct SpmdStats {
   std::vector<Redistribution> redistributions;  // in the order they were made
 };
 
-absl::StatusOr<compiler::Graph> Parallelize(const compiler::Graph& global, const SpmdOptions& options,
-                                            SpmdStats* stats = nullptr);
+absl::StatusOr<ir::Graph> Parallelize(const ir::Graph& global, const SpmdOptions& options, SpmdStats* stats = nullptr);
 
 // The first node whose op has no sharding rule, as an InvalidArgument naming
 // it; OK when every op has one.
-absl::Status CheckShardable(const compiler::Graph& g);
+absl::Status CheckShardable(const ir::Graph& g);
 
 // Local (per-rank) shape of `global` under `spec` (even shards only).
 absl::StatusOr<Shape> EvenLocalShape(const Shape& global, const dtensor::DTensorSpec& spec);
 
-}  // namespace loom::spmd
+}  // namespace loom::compiler::spmd

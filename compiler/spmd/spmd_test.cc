@@ -15,12 +15,12 @@
 #include "gtest/gtest.h"
 #include "kernels/registry.h"
 
-namespace loom::spmd {
+namespace loom::compiler::spmd {
 namespace {
 
-using compiler::Graph;
-using compiler::ParseGraph;
-using compiler::PrintGraph;
+using ir::Graph;
+using ir::ParseGraph;
+using ir::PrintGraph;
 
 dtensor::MeshShape Mesh(std::vector<std::string> names, std::vector<int64_t> sizes) {
   return {std::move(names), std::move(sizes)};
@@ -425,16 +425,17 @@ TEST(Spmd, GradientAllReducesAreBucketed) {
 TEST(Spmd, OpWithoutRuleIsRefusedNamingIt) {
   // A registry op with no sharding rule (registered here for the test).
   static bool registered = [] {
-    ops::OpDef d;
+    kernels::OpDef d;
     d.name = "spmd_test.norule";
-    d.infer = [](absl::Span<const ops::TensorMeta> in, const ops::Attrs&) -> absl::StatusOr<std::vector<ops::TensorMeta>> {
-      return std::vector<ops::TensorMeta>{in[0]};
+    d.infer = [](absl::Span<const kernels::TensorMeta> in,
+                 const kernels::Attrs&) -> absl::StatusOr<std::vector<kernels::TensorMeta>> {
+      return std::vector<kernels::TensorMeta>{in[0]};
     };
-    d.reference = [](absl::Span<const Tensor> in, absl::Span<Tensor> out, const ops::Attrs&) {
+    d.reference = [](absl::Span<const Tensor> in, absl::Span<Tensor> out, const kernels::Attrs&) {
       return out[0].CopyFrom(in[0]);
     };
     d.no_grad_reason = "test op";
-    return ops::OpRegistry::Global().Register(std::move(d)).ok();
+    return kernels::OpRegistry::Global().Register(std::move(d)).ok();
   }();
   ASSERT_TRUE(registered);
   const std::string out = Par(R"(graph @n(%x: f32[4]) {
@@ -446,11 +447,11 @@ TEST(Spmd, OpWithoutRuleIsRefusedNamingIt) {
 }
 
 TEST(Spmd, EveryRegistryOpHasARule) {
-  for (const std::string& op : ops::OpRegistry::Global().Names()) {
+  for (const std::string& op : kernels::OpRegistry::Global().Names()) {
     if (absl::StartsWith(op, "spmd_test.")) continue;
     EXPECT_NE(FindShardingRule(op), nullptr) << "op '" << op << "' has no sharding rule (compiler/spmd/rules.cc)";
   }
-  EXPECT_GE(ops::OpRegistry::Global().Names().size(), 58u);
+  EXPECT_GE(kernels::OpRegistry::Global().Names().size(), 58u);
 }
 
 TEST(Spmd, UnevenOrDoubleShardsAreRefused) {
@@ -464,4 +465,4 @@ TEST(Spmd, UnevenOrDoubleShardsAreRefused) {
 }
 
 }  // namespace
-}  // namespace loom::spmd
+}  // namespace loom::compiler::spmd

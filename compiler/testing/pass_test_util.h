@@ -14,19 +14,19 @@
 
 namespace loom::compiler::testing {
 
-inline void ExpectPassOn(Pass& pass, absl::string_view before, absl::string_view expected, bool changed) {
-  auto g = ParseGraph(before);
+inline void ExpectPassOn(passes::Pass& pass, absl::string_view before, absl::string_view expected, bool changed) {
+  auto g = ir::ParseGraph(before);
   ASSERT_TRUE(g.ok()) << g.status();
   auto r = pass.Run(*g);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(*r, changed) << pass.name();
-  ASSERT_TRUE(Verify(*g).ok()) << Verify(*g);
-  std::string got = PrintGraph(*g);
+  ASSERT_TRUE(ir::Verify(*g).ok()) << ir::Verify(*g);
+  std::string got = ir::PrintGraph(*g);
   EXPECT_EQ(got, std::string(expected));
   // The result must also survive the text form.
-  auto again = ParseGraph(got);
+  auto again = ir::ParseGraph(got);
   ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_EQ(PrintGraph(*again), got);
+  EXPECT_EQ(ir::PrintGraph(*again), got);
 }
 
 template <typename P>

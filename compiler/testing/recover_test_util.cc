@@ -14,12 +14,12 @@
 namespace loom::compiler::testing {
 namespace {
 
-absl::StatusOr<std::vector<Tensor>> RunWith(const Graph& g, const recover::ConstantTable& consts) {
+absl::StatusOr<std::vector<Tensor>> RunWith(const ir::Graph& g, const passes::recover::ConstantTable& consts) {
   std::vector<Tensor> in;
   for (size_t k = 0; k < g.inputs().size(); ++k) {
-    const GraphInput& gi = g.inputs()[k];
-    const TensorMeta& m = g.meta(gi.value);
-    if (gi.kind == InputKind::kConst) {
+    const ir::GraphInput& gi = g.inputs()[k];
+    const ir::TensorMeta& m = g.meta(gi.value);
+    if (gi.kind == ir::InputKind::kConst) {
       auto it = consts.find(gi.name);
       if (it == consts.end()) return absl::NotFoundError("no value for const input " + gi.name);
       in.push_back(it->second);
@@ -45,8 +45,8 @@ absl::StatusOr<std::vector<Tensor>> RunWith(const Graph& g, const recover::Const
 
 }  // namespace
 
-double MaxRelativeDifference(const Graph& before, const Graph& after, const recover::ConstantTable& consts,
-                             std::string* why) {
+double MaxRelativeDifference(const ir::Graph& before, const ir::Graph& after,
+                             const passes::recover::ConstantTable& consts, std::string* why) {
   const double inf = std::numeric_limits<double>::infinity();
   auto want = RunWith(before, consts);
   auto got = RunWith(after, consts);
@@ -57,36 +57,36 @@ double MaxRelativeDifference(const Graph& before, const Graph& after, const reco
   if (want->size() != got->size()) return inf;
   double worst = 0;
   for (size_t i = 0; i < want->size(); ++i) {
-    if (!(ops::MetaOf((*want)[i]) == ops::MetaOf((*got)[i]))) return inf;
+    if (!(kernels::MetaOf((*want)[i]) == kernels::MetaOf((*got)[i]))) return inf;
     worst = std::max(worst, RelativeError((*got)[i], (*want)[i]));
   }
   return worst;
 }
 
-void ExpectRecovered(Pass&& pass, absl::string_view before, absl::string_view expected,
-                     const recover::ConstantTable& consts, double tol) {
-  auto g = ParseGraph(before);
+void ExpectRecovered(passes::Pass&& pass, absl::string_view before, absl::string_view expected,
+                     const passes::recover::ConstantTable& consts, double tol) {
+  auto g = ir::ParseGraph(before);
   ASSERT_TRUE(g.ok()) << g.status();
-  Graph after = *g;
+  ir::Graph after = *g;
   auto changed = pass.Run(after);
   ASSERT_TRUE(changed.ok()) << changed.status();
   EXPECT_TRUE(*changed) << pass.name();
-  ASSERT_TRUE(Verify(after).ok()) << Verify(after);
-  const std::string text = PrintGraph(after);
+  ASSERT_TRUE(ir::Verify(after).ok()) << ir::Verify(after);
+  const std::string text = ir::PrintGraph(after);
   EXPECT_EQ(text, std::string(expected));
-  auto again = ParseGraph(text);
+  auto again = ir::ParseGraph(text);
   ASSERT_TRUE(again.ok()) << again.status();
   std::string why;
   EXPECT_LE(MaxRelativeDifference(*g, after, consts, &why), tol) << why;
 }
 
-void ExpectUnchanged(Pass&& pass, absl::string_view text) {
-  auto g = ParseGraph(text);
+void ExpectUnchanged(passes::Pass&& pass, absl::string_view text) {
+  auto g = ir::ParseGraph(text);
   ASSERT_TRUE(g.ok()) << g.status();
   auto changed = pass.Run(*g);
   ASSERT_TRUE(changed.ok()) << changed.status();
   EXPECT_FALSE(*changed) << pass.name();
-  EXPECT_EQ(PrintGraph(*g), std::string(text));
+  EXPECT_EQ(ir::PrintGraph(*g), std::string(text));
 }
 
 Tensor CausalBoolMask(int64_t T, int64_t S, bool keep_lower) {

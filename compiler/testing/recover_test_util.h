@@ -2,7 +2,7 @@
 // before and the exact text expected after, plus a numerical check that the
 // rewritten graph computes what the decomposed one did.
 //
-//   recover::ConstantTable consts = {{"mask", CausalMask(8, 8)}};
+//   passes::recover::ConstantTable consts = {{"mask", CausalMask(8, 8)}};
 //   ExpectRecovered(RecoverAttention(&consts), kBefore, kAfter, consts);
 //   ExpectUnchanged(RecoverAttention(&consts), kNearMiss);
 #pragma once
@@ -22,15 +22,15 @@ namespace loom::compiler::testing {
 // const inputs from `consts` by name. Returns max over outputs of
 // RelativeError(after, before); +inf when the outputs' types differ or a
 // graph fails to run (with the reason in *why).
-double MaxRelativeDifference(const Graph& before, const Graph& after, const recover::ConstantTable& consts,
-                             std::string* why);
+double MaxRelativeDifference(const ir::Graph& before, const ir::Graph& after,
+                             const passes::recover::ConstantTable& consts, std::string* why);
 
 // Parses `before`, runs `pass`, expects a change, the printed graph to be
 // `expected`, and the two graphs to agree within `tol` (MaxRelativeDifference).
-void ExpectRecovered(Pass&& pass, absl::string_view before, absl::string_view expected,
-                     const recover::ConstantTable& consts = {}, double tol = 1e-5);
+void ExpectRecovered(passes::Pass&& pass, absl::string_view before, absl::string_view expected,
+                     const passes::recover::ConstantTable& consts = {}, double tol = 1e-5);
 // Parses `text`, runs `pass`, expects no change and the same text back.
-void ExpectUnchanged(Pass&& pass, absl::string_view text);
+void ExpectUnchanged(passes::Pass&& pass, absl::string_view text);
 
 // A [1, 1, T, S] constant: keep (true) where s <= t when `keep_lower`; its
 // negation (true above the diagonal, as masked_fill's condition) otherwise.

@@ -9,11 +9,11 @@
 namespace loom::compiler::testing {
 namespace {
 
-using ops::Attrs;
-using ops::GradBuilder;
-using ops::GradContext;
-using ops::OpDef;
-using ops::TensorMeta;
+using kernels::Attrs;
+using kernels::GradBuilder;
+using kernels::GradContext;
+using kernels::OpDef;
+using kernels::TensorMeta;
 using V = GradBuilder::Value;
 
 absl::StatusOr<Shape> BroadcastShapes(const Shape& a, const Shape& b) {
@@ -82,11 +82,11 @@ absl::StatusOr<V> ReduceTo(GradBuilder& b, V g, V like) {
 }
 
 template <typename F>
-OpDef Elementwise(std::string name, int n_in, F f, ops::GradFn grad) {
+OpDef Elementwise(std::string name, int n_in, F f, kernels::GradFn grad) {
   OpDef d;
   d.name = std::move(name);
   d.num_inputs = n_in;
-  d.infer = n_in == 2 ? ops::InferFn(InferBinary) : ops::InferFn(InferSame);
+  d.infer = n_in == 2 ? kernels::InferFn(InferBinary) : kernels::InferFn(InferSame);
   d.elementwise = true;
   auto fn = [f](absl::Span<const Tensor> in, absl::Span<Tensor> out, const Attrs& attrs) {
     return Pointwise(in, out[0], [&](double a, double b) { return f(a, b, attrs); });
@@ -366,8 +366,8 @@ std::vector<OpDef> MakeOps() {
 struct Registrar {
   Registrar() {
     for (OpDef& d : MakeOps()) {
-      if (ops::OpRegistry::Global().Find(d.name) == nullptr) {
-        absl::Status s = ops::OpRegistry::Global().Register(std::move(d));
+      if (kernels::OpRegistry::Global().Find(d.name) == nullptr) {
+        absl::Status s = kernels::OpRegistry::Global().Register(std::move(d));
         if (!s.ok()) abort();
       }
     }

@@ -10,7 +10,7 @@
 #include "deploy/operator/reconciler.h"
 #include "proto/loom/v1/service.grpc.pb.h"
 
-namespace loom::k8s {
+namespace loom::deploy::operator_ {
 namespace {
 
 absl::Status FromGrpc(const grpc::Status& s) {
@@ -96,4 +96,4 @@ std::unique_ptr<CoordinatorClient> MakeGrpcCoordinatorClient(const std::string& 
   return std::make_unique<GrpcCoordinatorClient>(address, token);
 }
 
-}  // namespace loom::k8s
+}  // namespace loom::deploy::operator_

@@ -37,7 +37,7 @@
 #include "deploy/operator/kube_client.h"
 #include "deploy/operator/testing/fake_apiserver.h"
 
-namespace loom::k8s {
+namespace loom::deploy::operator_ {
 namespace {
 
 std::string ReadAll(const std::string& p) {
@@ -121,7 +121,7 @@ int CountProcesses(const std::string& needle) {
 
 class TestKubelet {
  public:
-  TestKubelet(FakeApiServer* server, std::string ns, std::string root, std::map<std::string, int> ports)
+  TestKubelet(testing::FakeApiServer* server, std::string ns, std::string root, std::map<std::string, int> ports)
       : server_(server), ns_(std::move(ns)), root_(std::move(root)), ports_(std::move(ports)) {}
   ~TestKubelet() { Stop(); }
   // Run pods with this `loom` binary (coordinator, agent, and the agents'
@@ -277,7 +277,7 @@ class TestKubelet {
     }
   }
 
-  FakeApiServer* server_;
+  testing::FakeApiServer* server_;
   std::string ns_, root_, loom_binary_;
   std::map<std::string, int> ports_;
   std::map<std::string, Proc> procs_;  // by object uid
@@ -310,8 +310,8 @@ class OperatorE2E : public ::testing::Test {
            ::testing::UnitTest::GetInstance()->current_test_info()->name();
     std::system(("rm -rf " + root + " && mkdir -p " + root).c_str());
     std::string cert, key;
-    ASSERT_TRUE(MakeSelfSignedCert(root, &cert, &key));
-    server = std::make_unique<FakeApiServer>(cert, key, "e2e-token");
+    ASSERT_TRUE(testing::MakeSelfSignedCert(root, &cert, &key));
+    server = std::make_unique<testing::FakeApiServer>(cert, key, "e2e-token");
     auto port = server->Start();
     ASSERT_TRUE(port.ok());
     std::string kubeconfig = root + "/kubeconfig";
@@ -378,7 +378,7 @@ class OperatorE2E : public ::testing::Test {
   }
 
   std::string root, del_marker, rs_marker;
-  std::unique_ptr<FakeApiServer> server;
+  std::unique_ptr<testing::FakeApiServer> server;
   std::map<std::string, int> ports;
   std::unique_ptr<TestKubelet> kubelet;
   pid_t op = 0;
@@ -502,4 +502,4 @@ TEST_F(OperatorE2E, RealLoomTrainingJob) {
 }
 
 }  // namespace
-}  // namespace loom::k8s
+}  // namespace loom::deploy::operator_

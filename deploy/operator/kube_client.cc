@@ -16,7 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 
-namespace loom::k8s {
+namespace loom::deploy::operator_ {
 namespace {
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
@@ -426,4 +426,4 @@ void KubeClient::ListWatch(const Resource& r, const std::string& ns, const ListO
   }
 }
 
-}  // namespace loom::k8s
+}  // namespace loom::deploy::operator_

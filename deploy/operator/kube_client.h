@@ -36,7 +36,7 @@ namespace httplib {
 class SSLClient;
 }
 
-namespace loom::k8s {
+namespace loom::deploy::operator_ {
 
 using Json = nlohmann::json;
 
@@ -147,4 +147,4 @@ class KubeClient : public KubeApi {
 // Maps an HTTP status (and the Status body's reason) to an absl::Status.
 absl::Status HttpError(int code, const std::string& method, const std::string& path, const std::string& body);
 
-}  // namespace loom::k8s
+}  // namespace loom::deploy::operator_

@@ -14,7 +14,7 @@
 #include "absl/strings/escaping.h"
 #include "deploy/operator/testing/fake_apiserver.h"
 
-namespace loom::k8s {
+namespace loom::deploy::operator_ {
 namespace {
 
 std::string ReadAll(const std::string& p) {
@@ -28,8 +28,8 @@ class KubeClientTest : public ::testing::Test {
     const char* tmp = std::getenv("TEST_TMPDIR");
     dir_ = std::string(tmp ? tmp : "/tmp") + "/kube_client_test";
     std::system(("mkdir -p " + dir_).c_str());
-    ASSERT_TRUE(MakeSelfSignedCert(dir_, &cert_, &key_));
-    server_ = std::make_unique<FakeApiServer>(cert_, key_, "s3cret");
+    ASSERT_TRUE(testing::MakeSelfSignedCert(dir_, &cert_, &key_));
+    server_ = std::make_unique<testing::FakeApiServer>(cert_, key_, "s3cret");
     auto port = server_->Start();
     ASSERT_TRUE(port.ok()) << port.status();
     cfg_.host = "127.0.0.1";
@@ -48,7 +48,7 @@ class KubeClientTest : public ::testing::Test {
   }
 
   std::string dir_, cert_, key_;
-  std::unique_ptr<FakeApiServer> server_;
+  std::unique_ptr<testing::FakeApiServer> server_;
   KubeConfig cfg_;
 };
 
@@ -58,7 +58,7 @@ TEST_F(KubeClientTest, AuthAndTls) {
   EXPECT_TRUE(absl::IsUnauthenticated(KubeClient(bad).Get(kPods, "ns", "x").status()));
   // A CA that did not sign the server's certificate: the TLS handshake fails.
   std::string other_cert, other_key;
-  ASSERT_TRUE(MakeSelfSignedCert(dir_ + "/..", &other_cert, &other_key));
+  ASSERT_TRUE(testing::MakeSelfSignedCert(dir_ + "/..", &other_cert, &other_key));
   KubeConfig wrong_ca = cfg_;
   wrong_ca.ca_pem = ReadAll(other_cert);
   auto r = KubeClient(wrong_ca).Get(kPods, "ns", "x");
@@ -234,4 +234,4 @@ TEST_F(KubeClientTest, InClusterConfig) {
 }
 
 }  // namespace
-}  // namespace loom::k8s
+}  // namespace loom::deploy::operator_

@@ -19,7 +19,7 @@
 #include "absl/time/clock.h"
 #include "deploy/operator/reconciler.h"
 
-namespace loom::k8s {
+namespace loom::deploy::operator_ {
 namespace {
 
 std::atomic<bool> g_stop{false};
@@ -287,4 +287,4 @@ int RunOperatorCommand(const std::vector<std::string>& args) {
   return 0;
 }
 
-}  // namespace loom::k8s
+}  // namespace loom::deploy::operator_

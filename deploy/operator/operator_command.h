@@ -25,11 +25,11 @@
 #include "absl/status/statusor.h"
 #include "deploy/operator/kube_client.h"
 
-namespace loom::k8s {
+namespace loom::deploy::operator_ {
 
 int RunOperatorCommand(const std::vector<std::string>& args);
 
 // YAML text (one document) to JSON, keeping quoted scalars as strings.
 absl::StatusOr<Json> YamlToJson(const std::string& yaml);
 
-}  // namespace loom::k8s
+}  // namespace loom::deploy::operator_

@@ -13,7 +13,7 @@
 #include "deploy/operator/reconciler.h"
 #include "deploy/operator/testing/fake_apiserver.h"
 
-namespace loom::k8s {
+namespace loom::deploy::operator_ {
 namespace {
 
 std::string ReadAll(const std::string& p) {
@@ -70,8 +70,8 @@ TEST(OperatorCommand, OnceAgainstTheFakeApiServer) {
   std::string dir = std::string(tmp ? tmp : "/tmp") + "/operator_command_test";
   std::system(("mkdir -p " + dir).c_str());
   std::string cert, key;
-  ASSERT_TRUE(MakeSelfSignedCert(dir, &cert, &key));
-  FakeApiServer server(cert, key, "t0k");
+  ASSERT_TRUE(testing::MakeSelfSignedCert(dir, &cert, &key));
+  testing::FakeApiServer server(cert, key, "t0k");
   auto port = server.Start();
   ASSERT_TRUE(port.ok());
   std::string kubeconfig = dir + "/kubeconfig";
@@ -101,4 +101,4 @@ TEST(OperatorCommand, OnceAgainstTheFakeApiServer) {
 }
 
 }  // namespace
-}  // namespace loom::k8s
+}  // namespace loom::deploy::operator_

@@ -5,5 +5,5 @@
 #include "deploy/operator/operator_command.h"
 
 int main(int argc, char** argv) {
-  return loom::k8s::RunOperatorCommand(std::vector<std::string>(argv + 1, argv + argc));
+  return loom::deploy::operator_::RunOperatorCommand(std::vector<std::string>(argv + 1, argv + argc));
 }

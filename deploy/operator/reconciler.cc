@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/jobspec/jobspec.h"
 
-namespace loom::k8s {
+namespace loom::deploy::operator_ {
 namespace {
 
 std::string Fnv1a(const std::string& s) {
@@ -706,7 +706,7 @@ absl::StatusOr<v1::JobStatus> Reconciler::SubmitOrGet(const JobView& v, Coordina
     }
     return js;
   }
-  auto parsed = jobspec::ParseJobSpecYaml(At(v.spec, "job").dump());
+  auto parsed = runtime::jobspec::ParseJobSpecYaml(At(v.spec, "job").dump());
   if (!parsed.ok()) {
     SetState(status, "Failed", "InvalidSpec", std::string(parsed.status().message()), v.gen, v.now);
     return parsed.status();
@@ -778,4 +778,4 @@ absl::Status Reconciler::ScheduleNextPass(const JobView& v, const Json& status, 
   return absl::OkStatus();
 }
 
-}  // namespace loom::k8s
+}  // namespace loom::deploy::operator_

@@ -34,7 +34,7 @@
 #include "deploy/operator/kube_client.h"
 #include "proto/loom/v1/service.pb.h"
 
-namespace loom::k8s {
+namespace loom::deploy::operator_ {
 
 // The coordinator's JobService, as the reconciler needs it.
 class CoordinatorClient {
@@ -140,4 +140,4 @@ inline constexpr char kJobLabel[] = "loom.dev/job";
 inline constexpr char kRoleLabel[] = "loom.dev/role";
 inline constexpr char kHashAnnotation[] = "loom.dev/spec-hash";
 
-}  // namespace loom::k8s
+}  // namespace loom::deploy::operator_

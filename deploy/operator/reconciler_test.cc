@@ -15,7 +15,7 @@
 #include "deploy/operator/kube_client.h"
 #include "deploy/operator/testing/fake_apiserver.h"
 
-namespace loom::k8s {
+namespace loom::deploy::operator_ {
 namespace {
 
 // Calls left before the "operator process dies" (-1: unlimited). Shared by the
@@ -152,8 +152,8 @@ class ReconcilerTest : public ::testing::Test {
     std::string dir = std::string(tmp ? tmp : "/tmp") + "/reconciler_test";
     std::system(("mkdir -p " + dir).c_str());
     std::string cert, key;
-    ASSERT_TRUE(MakeSelfSignedCert(dir, &cert, &key));
-    server_ = std::make_unique<FakeApiServer>(cert, key, "tok");
+    ASSERT_TRUE(testing::MakeSelfSignedCert(dir, &cert, &key));
+    server_ = std::make_unique<testing::FakeApiServer>(cert, key, "tok");
     auto port = server_->Start();
     ASSERT_TRUE(port.ok());
     KubeConfig cfg;
@@ -238,7 +238,7 @@ class ReconcilerTest : public ::testing::Test {
     coord_.jobs[id].set_state(state);
   }
 
-  std::unique_ptr<FakeApiServer> server_;
+  std::unique_ptr<testing::FakeApiServer> server_;
   std::unique_ptr<KubeClient> client_;
   FakeCoordinatorState coord_;
   absl::Time now_ = absl::FromUnixSeconds(1800000000);
@@ -511,4 +511,4 @@ TEST_F(ReconcilerTest, InvalidLoomSpecFailsTheJob) {
 }
 
 }  // namespace
-}  // namespace loom::k8s
+}  // namespace loom::deploy::operator_

@@ -6,7 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "base/status.h"
 
-namespace loom::cpu {
+namespace loom::kernels::cpu {
 
 absl::Status ArgError(absl::string_view op, absl::string_view arg, absl::string_view msg) {
   return absl::InvalidArgumentError(absl::StrCat(op, ": ", arg, ": ", msg));
@@ -137,4 +137,4 @@ absl::Status CheckOutput(absl::string_view op, absl::string_view arg, const Tens
   return absl::OkStatus();
 }
 
-}  // namespace loom::cpu
+}  // namespace loom::kernels::cpu

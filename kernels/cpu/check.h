@@ -24,7 +24,7 @@
 #include "absl/types/span.h"
 #include "base/tensor.h"
 
-namespace loom::cpu {
+namespace loom::kernels::cpu {
 
 // "<op>: <arg>: <msg>" as InvalidArgument.
 absl::Status ArgError(absl::string_view op, absl::string_view arg, absl::string_view msg);
@@ -71,4 +71,4 @@ absl::StatusOr<std::vector<bool>> AxesMask(absl::string_view op, absl::string_vi
 absl::Status CheckOutput(absl::string_view op, absl::string_view arg, const Tensor& out, DType dtype,
                          absl::Span<const int64_t> shape);
 
-}  // namespace loom::cpu
+}  // namespace loom::kernels::cpu

@@ -4,7 +4,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/test_util.h"
 
-namespace loom::cpu {
+namespace loom::kernels::cpu {
 namespace {
 
 using testing::FakeCuda;
@@ -51,4 +51,4 @@ TEST(Check, Axes) {
 }
 
 }  // namespace
-}  // namespace loom::cpu
+}  // namespace loom::kernels::cpu

@@ -9,7 +9,7 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/loops.h"
 
-namespace loom::cpu {
+namespace loom::kernels::cpu {
 
 absl::string_view OpName(CompareOp op) {
   switch (op) {
@@ -107,7 +107,7 @@ void WhereLoop(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out
 absl::Status ValidateCompare(CompareOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   LOOM_RETURN_IF_ERROR(CheckCpu(OpName(op), "a", a));
   LOOM_RETURN_IF_ERROR(CheckCpu(OpName(op), "b", b));
-  LOOM_ASSIGN_OR_RETURN(ops::TensorMeta m, InferCompare(op, ops::MetaOf(a), ops::MetaOf(b)));
+  LOOM_ASSIGN_OR_RETURN(kernels::TensorMeta m, InferCompare(op, kernels::MetaOf(a), kernels::MetaOf(b)));
   return CheckOutput(OpName(op), "out", out, m.dtype, m.shape);
 }
 
@@ -115,19 +115,21 @@ absl::Status ValidateWhere(const Tensor& cond, const Tensor& a, const Tensor& b,
   LOOM_RETURN_IF_ERROR(CheckCpu("where", "cond", cond));
   LOOM_RETURN_IF_ERROR(CheckCpu("where", "a", a));
   LOOM_RETURN_IF_ERROR(CheckCpu("where", "b", b));
-  LOOM_ASSIGN_OR_RETURN(ops::TensorMeta m, InferWhere(ops::MetaOf(cond), ops::MetaOf(a), ops::MetaOf(b)));
+  LOOM_ASSIGN_OR_RETURN(kernels::TensorMeta m,
+                        InferWhere(kernels::MetaOf(cond), kernels::MetaOf(a), kernels::MetaOf(b)));
   return CheckOutput("where", "out", out, m.dtype, m.shape);
 }
 
 }  // namespace
 
-absl::StatusOr<ops::TensorMeta> InferCompare(CompareOp op, const ops::TensorMeta& a, const ops::TensorMeta& b) {
+absl::StatusOr<kernels::TensorMeta> InferCompare(CompareOp op, const kernels::TensorMeta& a,
+                                                 const kernels::TensorMeta& b) {
   const absl::string_view n = OpName(op);
   LOOM_RETURN_IF_ERROR(CheckOperand(op, "a", a.dtype));
   LOOM_RETURN_IF_ERROR(CheckOperand(op, "b", b.dtype));
   LOOM_RETURN_IF_ERROR(CheckSameDType(n, "a", a.dtype, "b", b.dtype));
   LOOM_ASSIGN_OR_RETURN(Shape s, BroadcastShapes(n, "a", a.shape, "b", b.shape));
-  return ops::TensorMeta{DType::kBool, s};
+  return kernels::TensorMeta{DType::kBool, s};
 }
 
 absl::Status CompareKernel(CompareOp op, const Tensor& a, const Tensor& b, Tensor& out) {
@@ -152,14 +154,14 @@ absl::Status CompareReference(CompareOp op, const Tensor& a, const Tensor& b, Te
   return absl::OkStatus();
 }
 
-absl::StatusOr<ops::TensorMeta> InferLogicalNot(const ops::TensorMeta& x) {
+absl::StatusOr<kernels::TensorMeta> InferLogicalNot(const kernels::TensorMeta& x) {
   LOOM_RETURN_IF_ERROR(CheckDType("logical_not", "x", x.dtype, {DType::kBool}));
   return x;
 }
 
 absl::Status LogicalNotKernel(const Tensor& x, Tensor& out) {
   LOOM_RETURN_IF_ERROR(CheckCpu("logical_not", "x", x));
-  LOOM_ASSIGN_OR_RETURN(ops::TensorMeta m, InferLogicalNot(ops::MetaOf(x)));
+  LOOM_ASSIGN_OR_RETURN(kernels::TensorMeta m, InferLogicalNot(kernels::MetaOf(x)));
   LOOM_RETURN_IF_ERROR(CheckOutput("logical_not", "out", out, m.dtype, m.shape));
   const bool* px = static_cast<const bool*>(x.raw_data());
   bool* po = static_cast<bool*>(out.raw_data());
@@ -172,19 +174,19 @@ absl::Status LogicalNotKernel(const Tensor& x, Tensor& out) {
 
 absl::Status LogicalNotReference(const Tensor& x, Tensor& out) {
   LOOM_RETURN_IF_ERROR(CheckCpu("logical_not", "x", x));
-  LOOM_ASSIGN_OR_RETURN(ops::TensorMeta m, InferLogicalNot(ops::MetaOf(x)));
+  LOOM_ASSIGN_OR_RETURN(kernels::TensorMeta m, InferLogicalNot(kernels::MetaOf(x)));
   LOOM_RETURN_IF_ERROR(CheckOutput("logical_not", "out", out, m.dtype, m.shape));
   for (int64_t i = 0; i < out.numel(); ++i) out.SetDouble(i, x.GetDouble(i) != 0 ? 0 : 1);
   return absl::OkStatus();
 }
 
-absl::StatusOr<ops::TensorMeta> InferWhere(const ops::TensorMeta& cond, const ops::TensorMeta& a,
-                                           const ops::TensorMeta& b) {
+absl::StatusOr<kernels::TensorMeta> InferWhere(const kernels::TensorMeta& cond, const kernels::TensorMeta& a,
+                                               const kernels::TensorMeta& b) {
   LOOM_RETURN_IF_ERROR(CheckDType("where", "cond", cond.dtype, {DType::kBool}));
   LOOM_RETURN_IF_ERROR(CheckSameDType("where", "a", a.dtype, "b", b.dtype));
   LOOM_ASSIGN_OR_RETURN(Shape ca, BroadcastShapes("where", "cond", cond.shape, "a", a.shape));
   LOOM_ASSIGN_OR_RETURN(Shape s, BroadcastShapes("where", "cond and a", ca, "b", b.shape));
-  return ops::TensorMeta{a.dtype, s};
+  return kernels::TensorMeta{a.dtype, s};
 }
 
 absl::Status WhereKernel(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out) {
@@ -207,4 +209,4 @@ absl::Status WhereReference(const Tensor& cond, const Tensor& a, const Tensor& b
   return absl::OkStatus();
 }
 
-}  // namespace loom::cpu
+}  // namespace loom::kernels::cpu

@@ -27,22 +27,23 @@
 #include "base/tensor.h"
 #include "kernels/registry.h"
 
-namespace loom::cpu {
+namespace loom::kernels::cpu {
 
 enum class CompareOp { kEqual, kLess, kLessEqual, kGreater, kGreaterEqual, kLogicalAnd, kLogicalOr };
 absl::string_view OpName(CompareOp op);  // "equal", ..., "logical_or"
 
-absl::StatusOr<ops::TensorMeta> InferCompare(CompareOp op, const ops::TensorMeta& a, const ops::TensorMeta& b);
+absl::StatusOr<kernels::TensorMeta> InferCompare(CompareOp op, const kernels::TensorMeta& a,
+                                                 const kernels::TensorMeta& b);
 absl::Status CompareKernel(CompareOp op, const Tensor& a, const Tensor& b, Tensor& out);
 absl::Status CompareReference(CompareOp op, const Tensor& a, const Tensor& b, Tensor& out);
 
-absl::StatusOr<ops::TensorMeta> InferLogicalNot(const ops::TensorMeta& x);
+absl::StatusOr<kernels::TensorMeta> InferLogicalNot(const kernels::TensorMeta& x);
 absl::Status LogicalNotKernel(const Tensor& x, Tensor& out);
 absl::Status LogicalNotReference(const Tensor& x, Tensor& out);
 
-absl::StatusOr<ops::TensorMeta> InferWhere(const ops::TensorMeta& cond, const ops::TensorMeta& a,
-                                           const ops::TensorMeta& b);
+absl::StatusOr<kernels::TensorMeta> InferWhere(const kernels::TensorMeta& cond, const kernels::TensorMeta& a,
+                                               const kernels::TensorMeta& b);
 absl::Status WhereKernel(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out);
 absl::Status WhereReference(const Tensor& cond, const Tensor& a, const Tensor& b, Tensor& out);
 
-}  // namespace loom::cpu
+}  // namespace loom::kernels::cpu

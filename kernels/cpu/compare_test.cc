@@ -9,13 +9,13 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/test_util.h"
 
-namespace loom::cpu {
+namespace loom::kernels::cpu {
 namespace {
 
 using testing::Eval;
 using testing::Rand;
 
-const ops::Impl kImpls[] = {ops::Impl::kKernel, ops::Impl::kReference};
+const kernels::Impl kImpls[] = {kernels::Impl::kKernel, kernels::Impl::kReference};
 
 Tensor Bools(std::vector<int64_t> shape, std::vector<double> v) { return Tensor::FromVector(shape, v, DType::kBool); }
 
@@ -74,7 +74,7 @@ TEST(Compare, WhereTakesAnyDTypeAndStridedViews) {
   Tensor cond = Bools({3, 2}, {1, 0, 0, 1, 1, 1}).Transpose(0, 1);  // [2, 3] view
   for (DType dt : {DType::kF32, DType::kF64, DType::kBF16, DType::kF16, DType::kI32, DType::kI64, DType::kBool}) {
     Tensor a = Tensor::FromVector({2, 3}, {1, 0, 3, 0, 5, 6}, dt), b = Tensor::FromVector({3}, {7, 1, 0}, dt);
-    Tensor k = Eval("where", {cond, a, b}), r = Eval("where", {cond, a, b}, {}, ops::Impl::kReference);
+    Tensor k = Eval("where", {cond, a, b}), r = Eval("where", {cond, a, b}, {}, kernels::Impl::kReference);
     EXPECT_EQ(k.dtype(), dt);
     EXPECT_EQ(k.ToVector(), r.ToVector()) << DTypeName(dt);
     // cond^T = [[1, 0, 1], [0, 1, 1]]
@@ -89,7 +89,7 @@ TEST(Compare, WhereGradientGoesToTheChosenSide) {
   Tensor a = Tensor::FromVector({3}, {1, 2, 3}, DType::kF64), b = Tensor::FromVector({2, 1}, {4, 5}, DType::kF64);
   Tensor g = Tensor::FromVector({2, 3}, {1, 2, 3, 4, 5, 6}, DType::kF64);
   for (auto impl : kImpls) {
-    auto grads = ops::EagerGradients("where", {cond, a, b}, {g}, {}, impl);
+    auto grads = kernels::EagerGradients("where", {cond, a, b}, {g}, {}, impl);
     ASSERT_TRUE(grads.ok()) << grads.status();
     EXPECT_FALSE((*grads)[0].defined());
     EXPECT_EQ((*grads)[1].ToVector(), (std::vector<double>{1, 0, 9}));  // sum_to [3]
@@ -99,23 +99,23 @@ TEST(Compare, WhereGradientGoesToTheChosenSide) {
 
 TEST(Compare, LargeInputsTakeTheParallelPath) {
   Tensor a = Rand({512, 129}), b = Rand({129}, DType::kF32, 2);
-  Tensor k = Eval("less", {a, b}), r = Eval("less", {a, b}, {}, ops::Impl::kReference);
+  Tensor k = Eval("less", {a, b}), r = Eval("less", {a, b}, {}, kernels::Impl::kReference);
   EXPECT_EQ(k.ToVector(), r.ToVector());
-  Tensor w = Eval("where", {k, a, b}), wr = Eval("where", {k, a, b}, {}, ops::Impl::kReference);
+  Tensor w = Eval("where", {k, a, b}), wr = Eval("where", {k, a, b}, {}, kernels::Impl::kReference);
   EXPECT_EQ(w.ToVector(), wr.ToVector());
 }
 
 TEST(Compare, BadInputNamesTheArgument) {
   Tensor f = Rand({2, 3}), i = Tensor::Zeros({2, 3}, DType::kI64), c = Tensor::Zeros({2, 3}, DType::kBool);
-  EXPECT_INVALID(ops::RunOp("where", {f, f, f}).status(), "where: cond: expected dtype bool, got f32");
-  EXPECT_INVALID(ops::RunOp("where", {c, f, i}).status(), "where: b: dtype i64 does not match a: f32");
-  EXPECT_INVALID(ops::RunOp("where", {c, f, Rand({4})}).status(), "where:");
-  EXPECT_INVALID(ops::RunOp("less", {f, i}).status(), "less: b: dtype i64 does not match a: f32");
-  EXPECT_INVALID(ops::RunOp("less", {c, c}).status(), "less: a: expected a floating, i32 or i64 dtype, got bool");
-  EXPECT_INVALID(ops::RunOp("logical_and", {f, c}).status(), "logical_and: a: expected dtype bool, got f32");
-  EXPECT_INVALID(ops::RunOp("logical_not", {i}).status(), "logical_not: x: expected dtype bool, got i64");
-  EXPECT_INVALID(ops::RunOp("equal", {f, Rand({4})}).status(), "equal: a [2, 3] and b [4] do not broadcast");
+  EXPECT_INVALID(kernels::RunOp("where", {f, f, f}).status(), "where: cond: expected dtype bool, got f32");
+  EXPECT_INVALID(kernels::RunOp("where", {c, f, i}).status(), "where: b: dtype i64 does not match a: f32");
+  EXPECT_INVALID(kernels::RunOp("where", {c, f, Rand({4})}).status(), "where:");
+  EXPECT_INVALID(kernels::RunOp("less", {f, i}).status(), "less: b: dtype i64 does not match a: f32");
+  EXPECT_INVALID(kernels::RunOp("less", {c, c}).status(), "less: a: expected a floating, i32 or i64 dtype, got bool");
+  EXPECT_INVALID(kernels::RunOp("logical_and", {f, c}).status(), "logical_and: a: expected dtype bool, got f32");
+  EXPECT_INVALID(kernels::RunOp("logical_not", {i}).status(), "logical_not: x: expected dtype bool, got i64");
+  EXPECT_INVALID(kernels::RunOp("equal", {f, Rand({4})}).status(), "equal: a [2, 3] and b [4] do not broadcast");
 }
 
 }  // namespace
-}  // namespace loom::cpu
+}  // namespace loom::kernels::cpu

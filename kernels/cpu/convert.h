@@ -23,7 +23,7 @@
 
 #include "base/tensor.h"
 
-namespace loom::cpu {
+namespace loom::kernels::cpu {
 
 // i32 or i64 (bool is not counted as an integer dtype).
 inline bool IsInteger(DType t) { return t == DType::kI32 || t == DType::kI64; }
@@ -99,4 +99,4 @@ inline void CopyElement(const Tensor& src, int64_t i, Tensor& dst, int64_t j) {
   }
 }
 
-}  // namespace loom::cpu
+}  // namespace loom::kernels::cpu

@@ -9,7 +9,7 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/loops.h"
 
-namespace loom::cpu {
+namespace loom::kernels::cpu {
 
 absl::string_view OpName(BinaryOp op) {
   switch (op) {
@@ -145,13 +145,13 @@ absl::Status ValidateBinary(BinaryOp op, const Tensor& a, const Tensor& b, const
   absl::string_view n = OpName(op);
   LOOM_RETURN_IF_ERROR(CheckCpu(n, ArgName(op, 0), a));
   LOOM_RETURN_IF_ERROR(CheckCpu(n, ArgName(op, 1), b));
-  LOOM_ASSIGN_OR_RETURN(ops::TensorMeta m, InferBinary(op, ops::MetaOf(a), ops::MetaOf(b)));
+  LOOM_ASSIGN_OR_RETURN(kernels::TensorMeta m, InferBinary(op, kernels::MetaOf(a), kernels::MetaOf(b)));
   return CheckOutput(n, "out", out, m.dtype, m.shape);
 }
 
 absl::Status ValidateUnary(UnaryOp op, const Tensor& x, const Tensor& out) {
   LOOM_RETURN_IF_ERROR(CheckCpu(OpName(op), "x", x));
-  LOOM_ASSIGN_OR_RETURN(ops::TensorMeta m, InferUnary(op, ops::MetaOf(x)));
+  LOOM_ASSIGN_OR_RETURN(kernels::TensorMeta m, InferUnary(op, kernels::MetaOf(x)));
   return CheckOutput(OpName(op), "out", out, m.dtype, m.shape);
 }
 
@@ -291,16 +291,17 @@ absl::Status CheckOperandDType(absl::string_view op, absl::string_view arg, DTyp
 
 }  // namespace
 
-absl::StatusOr<ops::TensorMeta> InferBinary(BinaryOp op, const ops::TensorMeta& a, const ops::TensorMeta& b) {
+absl::StatusOr<kernels::TensorMeta> InferBinary(BinaryOp op, const kernels::TensorMeta& a,
+                                                const kernels::TensorMeta& b) {
   absl::string_view n = OpName(op), an = ArgName(op, 0), bn = ArgName(op, 1);
   LOOM_RETURN_IF_ERROR(CheckOperandDType(n, an, a.dtype, TakesIntegers(op)));
   LOOM_RETURN_IF_ERROR(CheckOperandDType(n, bn, b.dtype, TakesIntegers(op)));
   LOOM_RETURN_IF_ERROR(CheckSameDType(n, an, a.dtype, bn, b.dtype));
   LOOM_ASSIGN_OR_RETURN(Shape s, BroadcastShapes(n, an, a.shape, bn, b.shape));
-  return ops::TensorMeta{a.dtype, s};
+  return kernels::TensorMeta{a.dtype, s};
 }
 
-absl::StatusOr<ops::TensorMeta> InferUnary(UnaryOp op, const ops::TensorMeta& x) {
+absl::StatusOr<kernels::TensorMeta> InferUnary(UnaryOp op, const kernels::TensorMeta& x) {
   LOOM_RETURN_IF_ERROR(CheckOperandDType(OpName(op), "x", x.dtype, TakesIntegers(op)));
   return x;
 }
@@ -358,4 +359,4 @@ absl::Status UnaryReference(UnaryOp op, const Tensor& x, double param, Tensor& o
   return absl::OkStatus();
 }
 
-}  // namespace loom::cpu
+}  // namespace loom::kernels::cpu

@@ -28,7 +28,7 @@
 #include "base/tensor.h"
 #include "kernels/registry.h"
 
-namespace loom::cpu {
+namespace loom::kernels::cpu {
 
 enum class BinaryOp { kAdd, kSub, kMul, kDiv, kMaximum, kMinimum, kPow, kReluBackward };
 enum class UnaryOp {
@@ -47,8 +47,9 @@ absl::string_view ArgName(BinaryOp op, int i);
 // The dtypes the fast kernels take (integers only for the ops above).
 inline constexpr DType kElementwiseDTypes[] = {DType::kF32, DType::kF64, DType::kBF16, DType::kI32, DType::kI64};
 
-absl::StatusOr<ops::TensorMeta> InferBinary(BinaryOp op, const ops::TensorMeta& a, const ops::TensorMeta& b);
-absl::StatusOr<ops::TensorMeta> InferUnary(UnaryOp op, const ops::TensorMeta& x);
+absl::StatusOr<kernels::TensorMeta> InferBinary(BinaryOp op, const kernels::TensorMeta& a,
+                                                const kernels::TensorMeta& b);
+absl::StatusOr<kernels::TensorMeta> InferUnary(UnaryOp op, const kernels::TensorMeta& x);
 
 // `out` must be contiguous with the inferred meta.
 absl::Status BinaryKernel(BinaryOp op, const Tensor& a, const Tensor& b, Tensor& out);
@@ -57,4 +58,4 @@ absl::Status BinaryReference(BinaryOp op, const Tensor& a, const Tensor& b, Tens
 absl::Status UnaryKernel(UnaryOp op, const Tensor& x, double param, Tensor& out);
 absl::Status UnaryReference(UnaryOp op, const Tensor& x, double param, Tensor& out);
 
-}  // namespace loom::cpu
+}  // namespace loom::kernels::cpu

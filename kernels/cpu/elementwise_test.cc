@@ -10,7 +10,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/test_util.h"
 
-namespace loom::cpu {
+namespace loom::kernels::cpu {
 namespace {
 
 using testing::FakeCuda;
@@ -39,7 +39,7 @@ TEST(Elementwise, BinaryBroadcastShapesAllDTypes) {
 TEST(Elementwise, UnaryAllOpsAllDTypes) {
   struct U {
     const char* op;
-    ops::Attrs attrs;
+    kernels::Attrs attrs;
     double lo, hi;
   };
   const U unary[] = {{"neg", {}, -1, 1},          {"exp", {}, -2, 2},          {"log", {}, 0.1, 3},
@@ -107,12 +107,13 @@ TEST(Elementwise, NaNPropagates) {
 
 TEST(Elementwise, BadInputNamesTheArgument) {
   Tensor a = Rand({2, 3}), out = Tensor::MustEmpty({2, 3}, DType::kF32);
-  EXPECT_INVALID(ops::RunOp("add", {a, Rand({4})}).status(), "add: a [2, 3] and b [4] do not broadcast");
-  EXPECT_INVALID(ops::RunOp("mul", {a, Rand({2, 3}, DType::kF64)}).status(), "mul: b: dtype f64 does not match a");
-  EXPECT_INVALID(ops::RunOp("exp", {Tensor::Zeros({2}, DType::kI32)}).status(), "exp: x: expected a floating dtype");
-  EXPECT_INVALID(ops::RunOp("scale", {a}).status(), "scale: s: missing attribute");
-  EXPECT_INVALID(ops::RunOp("pow_scalar", {a}).status(), "pow_scalar: p: missing attribute");
-  EXPECT_INVALID(ops::RunOp("relu_backward", {Tensor::Zeros({2}, DType::kI64), a}).status(), "relu_backward: dy:");
+  EXPECT_INVALID(kernels::RunOp("add", {a, Rand({4})}).status(), "add: a [2, 3] and b [4] do not broadcast");
+  EXPECT_INVALID(kernels::RunOp("mul", {a, Rand({2, 3}, DType::kF64)}).status(), "mul: b: dtype f64 does not match a");
+  EXPECT_INVALID(kernels::RunOp("exp", {Tensor::Zeros({2}, DType::kI32)}).status(),
+                 "exp: x: expected a floating dtype");
+  EXPECT_INVALID(kernels::RunOp("scale", {a}).status(), "scale: s: missing attribute");
+  EXPECT_INVALID(kernels::RunOp("pow_scalar", {a}).status(), "pow_scalar: p: missing attribute");
+  EXPECT_INVALID(kernels::RunOp("relu_backward", {Tensor::Zeros({2}, DType::kI64), a}).status(), "relu_backward: dy:");
   EXPECT_INVALID(BinaryKernel(BinaryOp::kAdd, FakeCuda({2, 3}), a, out), "add: a: expected a cpu tensor");
   EXPECT_INVALID(BinaryKernel(BinaryOp::kDiv, a, FakeCuda({2, 3}), out), "div: b: expected a cpu tensor");
   EXPECT_INVALID(UnaryKernel(UnaryOp::kExp, FakeCuda({2, 3}), 0, out), "exp: x: expected a cpu tensor");
@@ -138,7 +139,7 @@ TEST(Elementwise, PowBroadcastsAgainstItsReference) {
 
 TEST(Elementwise, MinimumPropagatesNaN) {
   Tensor x = Tensor::FromVector({3}, {NAN, 1, -1}), y = Tensor::FromVector({3}, {0, NAN, 0});
-  for (auto impl : {ops::Impl::kKernel, ops::Impl::kReference}) {
+  for (auto impl : {kernels::Impl::kKernel, kernels::Impl::kReference}) {
     auto mn = Eval("minimum", {x, y}, {}, impl).ToVector();
     EXPECT_TRUE(std::isnan(mn[0]));
     EXPECT_TRUE(std::isnan(mn[1]));
@@ -162,7 +163,7 @@ std::vector<int64_t> Ints(const Tensor& t) {
 TEST(Elementwise, IntegerDivisionTruncatesTowardZero) {
   const int64_t kMin = std::numeric_limits<int64_t>::min();
   Tensor a = I64({6}, {7, -7, 7, -7, kMin, 0}), b = I64({6}, {2, 2, -2, -2, -1, -5});
-  for (auto impl : {ops::Impl::kKernel, ops::Impl::kReference}) {
+  for (auto impl : {kernels::Impl::kKernel, kernels::Impl::kReference}) {
     EXPECT_EQ(Ints(Eval("div", {a, b}, {}, impl)), (std::vector<int64_t>{3, -3, -3, 3, kMin, 0}));
     // i32, broadcast divisor.
     Tensor a32 = Tensor::FromVector({2, 3}, {9, -9, 1, -1, 8, -8}, DType::kI32);
@@ -173,8 +174,9 @@ TEST(Elementwise, IntegerDivisionTruncatesTowardZero) {
 
 TEST(Elementwise, IntegerDivisionByZeroNamesTheElement) {
   Tensor a = I64({3}, {1, 2, 3}), b = I64({3}, {1, 0, 2});
-  for (auto impl : {ops::Impl::kKernel, ops::Impl::kReference})
-    EXPECT_INVALID(ops::RunOp("div", {a, b}, {}, impl).status(), "div: b: integer division by zero (element 1 of b [3])");
+  for (auto impl : {kernels::Impl::kKernel, kernels::Impl::kReference})
+    EXPECT_INVALID(kernels::RunOp("div", {a, b}, {}, impl).status(),
+                   "div: b: integer division by zero (element 1 of b [3])");
   // Floating division by zero stays IEEE.
   EXPECT_TRUE(std::isinf(Eval("div", {Tensor::FromVector({1}, {1}), Tensor::FromVector({1}, {0})}).ToVector()[0]));
 }
@@ -185,7 +187,7 @@ TEST(Elementwise, IntegerArithmeticWrapsAndStaysExact) {
   Tensor one = Tensor::FromVector({}, {1}, DType::kI32);
   const int64_t big = (int64_t{1} << 60) + 1;  // not representable as a double
   Tensor x = I64({2}, {big, -big}), y = I64({2}, {2, 3});
-  for (auto impl : {ops::Impl::kKernel, ops::Impl::kReference}) {
+  for (auto impl : {kernels::Impl::kKernel, kernels::Impl::kReference}) {
     EXPECT_EQ(Ints(Eval("add", {a, one}, {}, impl)), (std::vector<int64_t>{kMin32, kMin32 + 1, 65537}));
     EXPECT_EQ(Ints(Eval("sub", {a, one}, {}, impl)), (std::vector<int64_t>{kMax32 - 1, kMax32, 65535}));
     EXPECT_EQ(Ints(Eval("mul", {a, a}, {}, impl)), (std::vector<int64_t>{1, 0, 0}));  // mod 2^32
@@ -203,16 +205,17 @@ TEST(Elementwise, IntegerStridedInputs) {
   for (int64_t i = 0; i < b.numel(); ++i) b.data<int64_t>()[i] = (i % 7) + 1;
   Tensor at = a.Transpose(0, 1), bn = b.Narrow(1, 2, 7);
   for (const char* op : {"add", "sub", "mul", "div", "maximum", "minimum"})
-    EXPECT_EQ(Ints(Eval(op, {at, bn})), Ints(Eval(op, {at, bn}, {}, ops::Impl::kReference))) << op;
-  EXPECT_EQ(Ints(Eval("neg", {at})), Ints(Eval("neg", {at}, {}, ops::Impl::kReference)));
+    EXPECT_EQ(Ints(Eval(op, {at, bn})), Ints(Eval(op, {at, bn}, {}, kernels::Impl::kReference))) << op;
+  EXPECT_EQ(Ints(Eval("neg", {at})), Ints(Eval("neg", {at}, {}, kernels::Impl::kReference)));
 }
 
 TEST(Elementwise, IntegerDTypeErrors) {
   Tensor i = Tensor::Zeros({2}, DType::kI64);
-  EXPECT_INVALID(ops::RunOp("pow", {i, i}).status(), "pow: a: expected a floating dtype, got i64");
-  EXPECT_INVALID(ops::RunOp("sin", {i}).status(), "sin: x: expected a floating dtype, got i64");
-  EXPECT_INVALID(ops::RunOp("add", {i, Tensor::Zeros({2}, DType::kI32)}).status(), "add: b: dtype i32 does not match a: i64");
-  EXPECT_INVALID(ops::RunOp("add", {Tensor::Zeros({2}, DType::kBool), i}).status(),
+  EXPECT_INVALID(kernels::RunOp("pow", {i, i}).status(), "pow: a: expected a floating dtype, got i64");
+  EXPECT_INVALID(kernels::RunOp("sin", {i}).status(), "sin: x: expected a floating dtype, got i64");
+  EXPECT_INVALID(kernels::RunOp("add", {i, Tensor::Zeros({2}, DType::kI32)}).status(),
+                 "add: b: dtype i32 does not match a: i64");
+  EXPECT_INVALID(kernels::RunOp("add", {Tensor::Zeros({2}, DType::kBool), i}).status(),
                  "add: a: expected a floating, i32 or i64 dtype, got bool");
 }
 
@@ -221,8 +224,8 @@ TEST(Elementwise, IntegerDTypeErrors) {
 TEST(Elementwise, PowGradientAtTheEdgesOfItsDomain) {
   Tensor a = Tensor::FromVector({4}, {0, 0, 2, -2}, DType::kF64), b = Tensor::FromVector({4}, {2, 0, 0, 2}, DType::kF64);
   Tensor g = Tensor::FromVector({4}, {1, 1, 1, 1}, DType::kF64);
-  for (auto impl : {ops::Impl::kKernel, ops::Impl::kReference}) {
-    auto grads = ops::EagerGradients("pow", {a, b}, {g}, {}, impl);
+  for (auto impl : {kernels::Impl::kKernel, kernels::Impl::kReference}) {
+    auto grads = kernels::EagerGradients("pow", {a, b}, {g}, {}, impl);
     ASSERT_TRUE(grads.ok()) << grads.status();
     auto da = (*grads)[0].ToVector(), db = (*grads)[1].ToVector();
     EXPECT_EQ(da, (std::vector<double>{0, 0, 0, -4}));
@@ -234,4 +237,4 @@ TEST(Elementwise, PowGradientAtTheEdgesOfItsDomain) {
 }
 
 }  // namespace
-}  // namespace loom::cpu
+}  // namespace loom::kernels::cpu

@@ -10,7 +10,7 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/loops.h"
 
-namespace loom::cpu {
+namespace loom::kernels::cpu {
 namespace {
 
 constexpr DType kIndexDTypes[] = {DType::kI32, DType::kI64};
@@ -44,7 +44,8 @@ int64_t Ravel(absl::Span<const int64_t> idx, absl::Span<const int64_t> shape) {
 
 }  // namespace
 
-absl::StatusOr<GatherGeometry> InferGather(const ops::TensorMeta& x, const ops::TensorMeta& indices, int64_t axis) {
+absl::StatusOr<GatherGeometry> InferGather(const kernels::TensorMeta& x, const kernels::TensorMeta& indices,
+                                           int64_t axis) {
   LOOM_RETURN_IF_ERROR(CheckRank("gather", "x", x.shape, 1));
   LOOM_RETURN_IF_ERROR(CheckDType("gather", "indices", indices.dtype, kIndexDTypes));
   GatherGeometry g;
@@ -56,7 +57,7 @@ absl::StatusOr<GatherGeometry> InferGather(const ops::TensorMeta& x, const ops::
   return g;
 }
 
-absl::StatusOr<GatherGeometry> InferGatherBackward(const ops::TensorMeta& dy, const ops::TensorMeta& indices,
+absl::StatusOr<GatherGeometry> InferGatherBackward(const kernels::TensorMeta& dy, const kernels::TensorMeta& indices,
                                                    int64_t axis, int64_t dim_size) {
   LOOM_RETURN_IF_ERROR(CheckFloating("gather_backward", "dy", dy.dtype));
   LOOM_RETURN_IF_ERROR(CheckDType("gather_backward", "indices", indices.dtype, kIndexDTypes));
@@ -94,7 +95,7 @@ absl::StatusOr<std::vector<int64_t>> NormalizeIndices(absl::string_view op, cons
 absl::Status GatherKernel(const Tensor& x, const Tensor& indices, int axis, Tensor& out) {
   LOOM_RETURN_IF_ERROR(CheckCpu("gather", "x", x));
   LOOM_RETURN_IF_ERROR(CheckCpu("gather", "indices", indices));
-  LOOM_ASSIGN_OR_RETURN(GatherGeometry g, InferGather(ops::MetaOf(x), ops::MetaOf(indices), axis));
+  LOOM_ASSIGN_OR_RETURN(GatherGeometry g, InferGather(kernels::MetaOf(x), kernels::MetaOf(indices), axis));
   LOOM_RETURN_IF_ERROR(CheckOutput("gather", "out", out, g.out.dtype, g.out.shape));
   LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> idx, NormalizeIndices("gather", indices, x.dim(g.axis)));
   const Tensor xc = x.Contiguous();
@@ -117,7 +118,7 @@ absl::Status GatherKernel(const Tensor& x, const Tensor& indices, int axis, Tens
 absl::Status GatherReference(const Tensor& x, const Tensor& indices, int axis, Tensor& out) {
   LOOM_RETURN_IF_ERROR(CheckCpu("gather", "x", x));
   LOOM_RETURN_IF_ERROR(CheckCpu("gather", "indices", indices));
-  LOOM_ASSIGN_OR_RETURN(GatherGeometry g, InferGather(ops::MetaOf(x), ops::MetaOf(indices), axis));
+  LOOM_ASSIGN_OR_RETURN(GatherGeometry g, InferGather(kernels::MetaOf(x), kernels::MetaOf(indices), axis));
   LOOM_RETURN_IF_ERROR(CheckOutput("gather", "out", out, g.out.dtype, g.out.shape));
   LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> idx, NormalizeIndices("gather", indices, x.dim(g.axis)));
   const int q = indices.ndim();
@@ -165,8 +166,8 @@ absl::Status GatherBackwardKernel(const Tensor& dy, const Tensor& indices, int a
   if (out.ndim() != dy.ndim() - indices.ndim() + 1 || axis < 0 || axis >= out.ndim())
     return ArgError("gather_backward", "out", absl::StrCat("shape ", ShapeToString(out.shape()), " does not fit dy ",
                                                            ShapeToString(dy.shape()), " at axis ", axis));
-  LOOM_ASSIGN_OR_RETURN(GatherGeometry g, InferGatherBackward(ops::MetaOf(dy), ops::MetaOf(indices), axis,
-                                                              out.dim(axis)));
+  LOOM_ASSIGN_OR_RETURN(GatherGeometry g,
+                        InferGatherBackward(kernels::MetaOf(dy), kernels::MetaOf(indices), axis, out.dim(axis)));
   LOOM_RETURN_IF_ERROR(CheckOutput("gather_backward", "out", out, g.out.dtype, g.out.shape));
   LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> idx, NormalizeIndices("gather_backward", indices, out.dim(axis)));
   if (out.nbytes() > 0) std::memset(out.raw_data(), 0, out.nbytes());
@@ -182,8 +183,8 @@ absl::Status GatherBackwardReference(const Tensor& dy, const Tensor& indices, in
   LOOM_RETURN_IF_ERROR(CheckCpu("gather_backward", "indices", indices));
   if (out.ndim() != dy.ndim() - indices.ndim() + 1 || axis < 0 || axis >= out.ndim())
     return ArgError("gather_backward", "out", "does not fit dy");
-  LOOM_ASSIGN_OR_RETURN(GatherGeometry g, InferGatherBackward(ops::MetaOf(dy), ops::MetaOf(indices), axis,
-                                                              out.dim(axis)));
+  LOOM_ASSIGN_OR_RETURN(GatherGeometry g,
+                        InferGatherBackward(kernels::MetaOf(dy), kernels::MetaOf(indices), axis, out.dim(axis)));
   LOOM_RETURN_IF_ERROR(CheckOutput("gather_backward", "out", out, g.out.dtype, g.out.shape));
   LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> idx, NormalizeIndices("gather_backward", indices, out.dim(axis)));
   std::vector<double> acc(out.numel(), 0.0);
@@ -201,4 +202,4 @@ absl::Status GatherBackwardReference(const Tensor& dy, const Tensor& indices, in
   return absl::OkStatus();
 }
 
-}  // namespace loom::cpu
+}  // namespace loom::kernels::cpu

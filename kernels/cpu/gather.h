@@ -30,15 +30,16 @@
 #include "base/tensor.h"
 #include "kernels/registry.h"
 
-namespace loom::cpu {
+namespace loom::kernels::cpu {
 
 struct GatherGeometry {
   int axis = 0;  // normalised, in x's dims
-  ops::TensorMeta out;
+  kernels::TensorMeta out;
 };
 
-absl::StatusOr<GatherGeometry> InferGather(const ops::TensorMeta& x, const ops::TensorMeta& indices, int64_t axis);
-absl::StatusOr<GatherGeometry> InferGatherBackward(const ops::TensorMeta& dy, const ops::TensorMeta& indices,
+absl::StatusOr<GatherGeometry> InferGather(const kernels::TensorMeta& x, const kernels::TensorMeta& indices,
+                                           int64_t axis);
+absl::StatusOr<GatherGeometry> InferGatherBackward(const kernels::TensorMeta& dy, const kernels::TensorMeta& indices,
                                                    int64_t axis, int64_t dim_size);
 
 // The indices as int64 in [0, dim), or InvalidArgument naming the first bad one.
@@ -49,4 +50,4 @@ absl::Status GatherReference(const Tensor& x, const Tensor& indices, int axis, T
 absl::Status GatherBackwardKernel(const Tensor& dy, const Tensor& indices, int axis, Tensor& out);
 absl::Status GatherBackwardReference(const Tensor& dy, const Tensor& indices, int axis, Tensor& out);
 
-}  // namespace loom::cpu
+}  // namespace loom::kernels::cpu

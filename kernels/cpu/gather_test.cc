@@ -7,15 +7,15 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/test_util.h"
 
-namespace loom::cpu {
+namespace loom::kernels::cpu {
 namespace {
 
 using testing::Eval;
 using testing::KernelVsReference;
 using testing::Rand;
 
-const ops::Impl kImpls[] = {ops::Impl::kKernel, ops::Impl::kReference};
-ops::Attrs Axis(int64_t a) { return ops::Attrs{{"axis", a}}; }
+const kernels::Impl kImpls[] = {kernels::Impl::kKernel, kernels::Impl::kReference};
+kernels::Attrs Axis(int64_t a) { return kernels::Attrs{{"axis", a}}; }
 Tensor I64(std::vector<int64_t> shape, std::vector<double> v) { return Tensor::FromVector(shape, v, DType::kI64); }
 
 // The two examples of ONNX's Gather documentation.
@@ -61,12 +61,13 @@ TEST(Gather, AnyDTypeAndStridedViews) {
 TEST(Gather, OutOfRangeIndexIsAnErrorNamingIt) {
   Tensor x = Rand({2, 5});
   for (auto impl : kImpls) {
-    EXPECT_INVALID(ops::RunOp("gather", {x, I64({3}, {0, 5, 1})}, Axis(1), impl).status(),
+    EXPECT_INVALID(kernels::RunOp("gather", {x, I64({3}, {0, 5, 1})}, Axis(1), impl).status(),
                    "gather: indices: index 5 at position 1 is out of range [-5, 5)");
-    EXPECT_INVALID(ops::RunOp("gather", {x, I64({2}, {-3, 0})}, Axis(0), impl).status(),
+    EXPECT_INVALID(kernels::RunOp("gather", {x, I64({2}, {-3, 0})}, Axis(0), impl).status(),
                    "index -3 at position 0 is out of range [-2, 2)");
-    EXPECT_INVALID(ops::RunOp("gather_backward", {Rand({2, 3}), I64({3}, {0, 4, 1})},
-                              {{"axis", int64_t{1}}, {"dim_size", int64_t{4}}}, impl).status(),
+    EXPECT_INVALID(kernels::RunOp("gather_backward", {Rand({2, 3}), I64({3}, {0, 4, 1})},
+                                  {{"axis", int64_t{1}}, {"dim_size", int64_t{4}}}, impl)
+                       .status(),
                    "gather_backward: indices: index 4 at position 1 is out of range [-4, 4)");
   }
 }
@@ -74,7 +75,7 @@ TEST(Gather, OutOfRangeIndexIsAnErrorNamingIt) {
 TEST(GatherBackward, RepeatedIndicesAccumulateInOrder) {
   Tensor dy = Tensor::FromVector({2, 4}, {1, 2, 3, 4, 5, 6, 7, 8}, DType::kF64);
   Tensor idx = I64({4}, {2, -1, 0, 2});  // -1 is 2 as well
-  ops::Attrs a{{"axis", int64_t{1}}, {"dim_size", int64_t{3}}};
+  kernels::Attrs a{{"axis", int64_t{1}}, {"dim_size", int64_t{3}}};
   for (auto impl : kImpls) {
     Tensor dx = Eval("gather_backward", {dy, idx}, a, impl);
     EXPECT_EQ(dx.shape(), (Shape{2, 3}));
@@ -88,10 +89,10 @@ TEST(GatherBackward, MatchesTheReferenceOnLargeInputsAndIsDeterministic) {
   Tensor dy = Rand({3, 600, 1500}, DType::kF32, 4);
   Tensor idx = Tensor::MustEmpty({600}, DType::kI64);
   for (int64_t j = 0; j < 600; ++j) idx.data<int64_t>()[j] = (j * 7) % 11 - 5;
-  ops::Attrs a{{"axis", int64_t{1}}, {"dim_size", int64_t{11}}};
+  kernels::Attrs a{{"axis", int64_t{1}}, {"dim_size", int64_t{11}}};
   Tensor k1 = Eval("gather_backward", {dy, idx}, a), k2 = Eval("gather_backward", {dy, idx}, a);
   EXPECT_EQ(k1.ToVector(), k2.ToVector());
-  Tensor r = Eval("gather_backward", {dy, idx}, a, ops::Impl::kReference);
+  Tensor r = Eval("gather_backward", {dy, idx}, a, kernels::Impl::kReference);
   EXPECT_LE(RelativeError(k1, r), 1e-6);
 }
 
@@ -99,7 +100,7 @@ TEST(Gather, GradientIsTheScatterAdd) {
   Tensor x = Rand({4, 3}, DType::kF64), idx = I64({5}, {0, 3, 3, -1, 1});
   Tensor g = Rand({5, 3}, DType::kF64, 2);
   for (auto impl : kImpls) {
-    auto grads = ops::EagerGradients("gather", {x, idx}, {g}, Axis(0), impl);
+    auto grads = kernels::EagerGradients("gather", {x, idx}, {g}, Axis(0), impl);
     ASSERT_TRUE(grads.ok()) << grads.status();
     EXPECT_FALSE((*grads)[1].defined());
     const Tensor& dx = (*grads)[0];
@@ -115,18 +116,21 @@ TEST(Gather, GradientIsTheScatterAdd) {
 
 TEST(Gather, BadArgumentsNameTheField) {
   Tensor x = Rand({2, 5});
-  EXPECT_INVALID(ops::RunOp("gather", {x, Rand({3})}).status(), "gather: indices: expected dtype i32 or i64, got f32");
-  EXPECT_INVALID(ops::RunOp("gather", {x, I64({1}, {0})}, Axis(2)).status(), "gather: axis:");
-  EXPECT_INVALID(ops::RunOp("gather", {Rand({}), I64({1}, {0})}).status(), "gather: x: expected at least 1 dims");
-  EXPECT_INVALID(ops::RunOp("gather_backward", {Rand({2, 3}), I64({3}, {0, 1, 2})}, Axis(1)).status(),
+  EXPECT_INVALID(kernels::RunOp("gather", {x, Rand({3})}).status(),
+                 "gather: indices: expected dtype i32 or i64, got f32");
+  EXPECT_INVALID(kernels::RunOp("gather", {x, I64({1}, {0})}, Axis(2)).status(), "gather: axis:");
+  EXPECT_INVALID(kernels::RunOp("gather", {Rand({}), I64({1}, {0})}).status(), "gather: x: expected at least 1 dims");
+  EXPECT_INVALID(kernels::RunOp("gather_backward", {Rand({2, 3}), I64({3}, {0, 1, 2})}, Axis(1)).status(),
                  "gather_backward: dim_size: missing attribute");
-  EXPECT_INVALID(ops::RunOp("gather_backward", {Rand({2, 3}), I64({4}, {0, 1, 2, 0})},
-                            {{"axis", int64_t{1}}, {"dim_size", int64_t{3}}}).status(),
+  EXPECT_INVALID(kernels::RunOp("gather_backward", {Rand({2, 3}), I64({4}, {0, 1, 2, 0})},
+                                {{"axis", int64_t{1}}, {"dim_size", int64_t{3}}})
+                     .status(),
                  "gather_backward: dy: dims [1, 2) of [2, 3] do not match indices [4]");
-  EXPECT_INVALID(ops::RunOp("gather_backward", {Tensor::Zeros({2, 3}, DType::kI64), I64({3}, {0, 1, 2})},
-                            {{"axis", int64_t{1}}, {"dim_size", int64_t{3}}}).status(),
+  EXPECT_INVALID(kernels::RunOp("gather_backward", {Tensor::Zeros({2, 3}, DType::kI64), I64({3}, {0, 1, 2})},
+                                {{"axis", int64_t{1}}, {"dim_size", int64_t{3}}})
+                     .status(),
                  "gather_backward: dy: expected a floating dtype");
 }
 
 }  // namespace
-}  // namespace loom::cpu
+}  // namespace loom::kernels::cpu

@@ -9,27 +9,27 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/test_util.h"
 
-namespace loom::cpu {
+namespace loom::kernels::cpu {
 namespace {
 
 using testing::Rand;
 using Ints = std::vector<int64_t>;
 
-double Loss(const std::string& op, const std::vector<Tensor>& in, const ops::Attrs& attrs, const Tensor& w) {
-  auto out = ops::RunOp(op, in, attrs, ops::Impl::kReference);
+double Loss(const std::string& op, const std::vector<Tensor>& in, const kernels::Attrs& attrs, const Tensor& w) {
+  auto out = kernels::RunOp(op, in, attrs, kernels::Impl::kReference);
   EXPECT_TRUE(out.ok()) << out.status();
   double s = 0;
   for (int64_t i = 0; i < w.numel(); ++i) s += w.GetDouble(i) * (*out)[0].GetDouble(i);
   return s;
 }
 
-void CheckGrad(const std::string& op, std::vector<Tensor> in, const ops::Attrs& attrs = {}) {
+void CheckGrad(const std::string& op, std::vector<Tensor> in, const kernels::Attrs& attrs = {}) {
   SCOPED_TRACE(op + " " + attrs.ToString());
-  auto out = ops::RunOp(op, in, attrs, ops::Impl::kReference);
+  auto out = kernels::RunOp(op, in, attrs, kernels::Impl::kReference);
   ASSERT_TRUE(out.ok()) << out.status();
   Tensor w = Rand(std::vector<int64_t>((*out)[0].shape().begin(), (*out)[0].shape().end()), DType::kF64, 99);
-  for (ops::Impl impl : {ops::Impl::kReference, ops::Impl::kKernel}) {
-    auto grads = ops::EagerGradients(op, in, {w}, attrs, impl);
+  for (kernels::Impl impl : {kernels::Impl::kReference, kernels::Impl::kKernel}) {
+    auto grads = kernels::EagerGradients(op, in, {w}, attrs, impl);
     ASSERT_TRUE(grads.ok()) << grads.status();
     ASSERT_EQ(grads->size(), in.size());
     for (size_t i = 0; i < in.size(); ++i) {
@@ -50,7 +50,7 @@ void CheckGrad(const std::string& op, std::vector<Tensor> in, const ops::Attrs& 
         den += fd * fd;
       }
       double err = den == 0 ? std::sqrt(num) : std::sqrt(num / den);
-      EXPECT_LE(err, 1e-7) << "input " << i << (impl == ops::Impl::kKernel ? " (kernels)" : " (reference)");
+      EXPECT_LE(err, 1e-7) << "input " << i << (impl == kernels::Impl::kKernel ? " (kernels)" : " (reference)");
     }
   }
 }
@@ -59,7 +59,7 @@ Tensor R(std::vector<int64_t> shape, uint64_t seed = 1, double lo = -1, double h
   return Rand(shape, DType::kF64, seed, lo, hi);
 }
 
-ops::Attrs Trans(bool ta, bool tb) { return {{"trans_a", ta}, {"trans_b", tb}}; }
+kernels::Attrs Trans(bool ta, bool tb) { return {{"trans_a", ta}, {"trans_b", tb}}; }
 
 TEST(Grad, MatMulBroadcastBatch) {
   CheckGrad("matmul", {R({3, 5}), R({5, 4}, 2)});
@@ -112,4 +112,4 @@ TEST(Grad, Unary) {
 }
 
 }  // namespace
-}  // namespace loom::cpu
+}  // namespace loom::kernels::cpu

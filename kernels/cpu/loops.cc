@@ -5,7 +5,7 @@
 
 #include "base/thread_pool.h"
 
-namespace loom::cpu {
+namespace loom::kernels::cpu {
 
 int64_t StridedLoop::rows() const {
   int64_t r = 1;
@@ -183,4 +183,4 @@ Strides BroadcastStrides(const Tensor& t, absl::Span<const int64_t> shape) {
   return s;
 }
 
-}  // namespace loom::cpu
+}  // namespace loom::kernels::cpu

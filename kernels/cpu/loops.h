@@ -24,7 +24,7 @@
 #include "absl/types/span.h"
 #include "base/tensor.h"
 
-namespace loom::cpu {
+namespace loom::kernels::cpu {
 
 constexpr int kMaxLoopOperands = 4;
 
@@ -64,4 +64,4 @@ Strides BroadcastStrides(const Tensor& t, absl::Span<const int64_t> shape);
 // Below this many elements a loop runs on the calling thread.
 constexpr int64_t kParallelMinElements = 1 << 15;
 
-}  // namespace loom::cpu
+}  // namespace loom::kernels::cpu

@@ -12,7 +12,7 @@
 #include "kernels/cpu/loops.h"
 #include "kernels/cpu/shape_ops.h"
 
-namespace loom::cpu {
+namespace loom::kernels::cpu {
 
 absl::StatusOr<Shape> MatMulShape(absl::Span<const int64_t> a, absl::Span<const int64_t> b, bool trans_a,
                                   bool trans_b) {
@@ -279,4 +279,4 @@ absl::Status MatMulReference(const Tensor& a, const Tensor& b, bool trans_a, boo
   return absl::OkStatus();
 }
 
-}  // namespace loom::cpu
+}  // namespace loom::kernels::cpu

@@ -27,7 +27,7 @@
 #include "absl/types/span.h"
 #include "base/tensor.h"
 
-namespace loom::cpu {
+namespace loom::kernels::cpu {
 
 // Output shape; InvalidArgument naming "a"/"b" for bad ranks or mismatched K.
 absl::StatusOr<Shape> MatMulShape(absl::Span<const int64_t> a, absl::Span<const int64_t> b, bool trans_a,
@@ -38,4 +38,4 @@ absl::Status MatMul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b
 // Reference: any floating dtypes, accumulates in double.
 absl::Status MatMulReference(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b, Tensor& out);
 
-}  // namespace loom::cpu
+}  // namespace loom::kernels::cpu

@@ -9,7 +9,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/test_util.h"
 
-namespace loom::cpu {
+namespace loom::kernels::cpu {
 namespace {
 
 using testing::FakeCuda;
@@ -158,10 +158,10 @@ TEST(MatMul, BadInputNamesTheArgument) {
   Tensor ia = Tensor::Zeros({3, 4}, DType::kI32), ib = Tensor::Zeros({4, 5}, DType::kI32);
   EXPECT_INVALID(MatMul(ia, ib, false, false, out), "matmul: a: expected a floating dtype");
   // Through the registry: the InferFn rejects before any kernel runs.
-  EXPECT_INVALID(ops::RunOp("matmul", {a, Rand({5, 4})}).status(), "matmul: b: contraction dim");
-  EXPECT_INVALID(ops::RunOp("matmul", {a, b}, {{"trans_a", true}}).status(), "matmul: b:");
-  EXPECT_INVALID(ops::RunOp("matmul", {Rand({2, 2, 2, 3, 4}), Rand({3, 4, 5})}).status(), "do not broadcast");
+  EXPECT_INVALID(kernels::RunOp("matmul", {a, Rand({5, 4})}).status(), "matmul: b: contraction dim");
+  EXPECT_INVALID(kernels::RunOp("matmul", {a, b}, {{"trans_a", true}}).status(), "matmul: b:");
+  EXPECT_INVALID(kernels::RunOp("matmul", {Rand({2, 2, 2, 3, 4}), Rand({3, 4, 5})}).status(), "do not broadcast");
 }
 
 }  // namespace
-}  // namespace loom::cpu
+}  // namespace loom::kernels::cpu

@@ -16,13 +16,13 @@
 #include "base/tensor.h"
 #include "kernels/registry.h"
 
-namespace loom::cpu::internal {
+namespace loom::kernels::cpu::internal {
 
-using ops::Attrs;
-using ops::GradBuilder;
-using ops::GradContext;
-using ops::OpDef;
-using ops::TensorMeta;
+using kernels::Attrs;
+using kernels::GradBuilder;
+using kernels::GradContext;
+using kernels::OpDef;
+using kernels::TensorMeta;
 using V = GradBuilder::Value;
 using GradResult = absl::StatusOr<std::vector<V>>;
 using InferResult = absl::StatusOr<std::vector<TensorMeta>>;
@@ -36,8 +36,8 @@ inline absl::StatusOr<V> SumToShape(GradBuilder& b, V g, absl::Span<const int64_
 }
 
 // An f32 input of `shape` drawn uniformly from [lo, hi).
-inline ops::InputSpec Spec(std::vector<int64_t> shape, double lo = -1.0, double hi = 1.0) {
-  ops::InputSpec s;
+inline kernels::InputSpec Spec(std::vector<int64_t> shape, double lo = -1.0, double hi = 1.0) {
+  kernels::InputSpec s;
   s.meta = TensorMeta{DType::kF32, Shape(shape.begin(), shape.end())};
   s.lo = lo;
   s.hi = hi;
@@ -46,8 +46,8 @@ inline ops::InputSpec Spec(std::vector<int64_t> shape, double lo = -1.0, double 
 
 // An input of `dtype` (i32, i64 or bool) with values in [lo, hi) (bool: 0 or
 // 1); integer inputs take no gradient.
-inline ops::InputSpec TypedSpec(std::vector<int64_t> shape, DType dtype, double lo = -8, double hi = 8) {
-  ops::InputSpec s = Spec(std::move(shape), lo, hi);
+inline kernels::InputSpec TypedSpec(std::vector<int64_t> shape, DType dtype, double lo = -8, double hi = 8) {
+  kernels::InputSpec s = Spec(std::move(shape), lo, hi);
   s.meta.dtype = dtype;
   s.differentiable = false;
   return s;
@@ -56,8 +56,8 @@ inline ops::InputSpec TypedSpec(std::vector<int64_t> shape, DType dtype, double 
 // An f32 input holding whole numbers in [lo, hi): exact in every floating
 // dtype, so results that depend on ties or on exact values (comparisons,
 // float -> int casts) agree across dtypes.
-inline ops::InputSpec WholeSpec(std::vector<int64_t> shape, double lo = -3, double hi = 3) {
-  ops::InputSpec s = Spec(std::move(shape), lo, hi);
+inline kernels::InputSpec WholeSpec(std::vector<int64_t> shape, double lo = -3, double hi = 3) {
+  kernels::InputSpec s = Spec(std::move(shape), lo, hi);
   s.differentiable = false;
   s.fill = [lo, hi](Tensor& t, const Philox& rng) {
     for (int64_t e = 0; e < t.numel(); ++e) t.SetDouble(e, std::floor(lo + (hi - lo) * rng.Uniform(e)));
@@ -65,8 +65,8 @@ inline ops::InputSpec WholeSpec(std::vector<int64_t> shape, double lo = -3, doub
   return s;
 }
 
-inline ops::ConsistencyCase Case(std::string name, std::vector<ops::InputSpec> inputs, Attrs attrs = {}) {
-  ops::ConsistencyCase c;
+inline kernels::ConsistencyCase Case(std::string name, std::vector<kernels::InputSpec> inputs, Attrs attrs = {}) {
+  kernels::ConsistencyCase c;
   c.name = std::move(name);
   c.inputs = std::move(inputs);
   c.attrs = std::move(attrs);
@@ -78,4 +78,4 @@ inline std::map<DeviceKind, std::vector<DType>> CpuDTypes(std::vector<DType> d) 
   return {{DeviceKind::kCPU, std::move(d)}};
 }
 
-}  // namespace loom::cpu::internal
+}  // namespace loom::kernels::cpu::internal

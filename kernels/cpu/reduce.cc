@@ -12,7 +12,7 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/loops.h"
 
-namespace loom::cpu {
+namespace loom::kernels::cpu {
 
 absl::string_view OpName(ReduceOp op) {
   switch (op) {
@@ -56,15 +56,15 @@ inline A Extreme(bool is_min, A acc, B v) {
 }
 }  // namespace
 
-absl::StatusOr<ops::TensorMeta> InferReduce(ReduceOp op, const ops::TensorMeta& x,
-                                            absl::Span<const int64_t> axes, bool keepdim) {
+absl::StatusOr<kernels::TensorMeta> InferReduce(ReduceOp op, const kernels::TensorMeta& x,
+                                                absl::Span<const int64_t> axes, bool keepdim) {
   absl::string_view n = OpName(op);
   LOOM_RETURN_IF_ERROR(CheckReduceDType(op, x.dtype));
   LOOM_ASSIGN_OR_RETURN(std::vector<bool> mask, AxesMask(n, "axes", axes, static_cast<int>(x.shape.size())));
   if (IsExtremum(op) && ReducedCount(x.shape, mask) == 0)
     return ArgError(n, "x", absl::StrCat("cannot take the ", n, " over an empty reduction (shape ",
                                          ShapeToString(x.shape), ")"));
-  return ops::TensorMeta{x.dtype, ReducedShape(x.shape, mask, keepdim)};
+  return kernels::TensorMeta{x.dtype, ReducedShape(x.shape, mask, keepdim)};
 }
 
 absl::StatusOr<std::vector<bool>> SumToMask(absl::Span<const int64_t> from, absl::Span<const int64_t> to) {
@@ -347,4 +347,4 @@ absl::Status ReduceReference(ReduceOp op, const Tensor& x, const std::vector<boo
   return absl::OkStatus();
 }
 
-}  // namespace loom::cpu
+}  // namespace loom::kernels::cpu

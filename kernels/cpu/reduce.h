@@ -29,7 +29,7 @@
 #include "base/tensor.h"
 #include "kernels/registry.h"
 
-namespace loom::cpu {
+namespace loom::kernels::cpu {
 
 enum class ReduceOp { kSum, kMean, kMax, kMin };
 absl::string_view OpName(ReduceOp op);  // "sum", "mean", "max", "min"
@@ -37,8 +37,8 @@ absl::string_view OpName(ReduceOp op);  // "sum", "mean", "max", "min"
 Shape ReducedShape(absl::Span<const int64_t> shape, const std::vector<bool>& mask, bool keepdim);
 
 // Inference for sum/mean/max/min with attrs axes (empty = all) and keepdim.
-absl::StatusOr<ops::TensorMeta> InferReduce(ReduceOp op, const ops::TensorMeta& x,
-                                            absl::Span<const int64_t> axes, bool keepdim);
+absl::StatusOr<kernels::TensorMeta> InferReduce(ReduceOp op, const kernels::TensorMeta& x,
+                                                absl::Span<const int64_t> axes, bool keepdim);
 
 // The mask of dims of `from` that sum_to reduces to reach `to` (leading extra
 // dims and dims where `to` has size 1); InvalidArgument naming attr "shape"
@@ -48,4 +48,4 @@ absl::StatusOr<std::vector<bool>> SumToMask(absl::Span<const int64_t> from, absl
 absl::Status ReduceKernel(ReduceOp op, const Tensor& x, const std::vector<bool>& mask, Tensor& out);
 absl::Status ReduceReference(ReduceOp op, const Tensor& x, const std::vector<bool>& mask, Tensor& out);
 
-}  // namespace loom::cpu
+}  // namespace loom::kernels::cpu

@@ -10,7 +10,7 @@
 #include "kernels/cpu/check.h"
 #include "kernels/cpu/test_util.h"
 
-namespace loom::cpu {
+namespace loom::kernels::cpu {
 namespace {
 
 using testing::Eval;
@@ -29,7 +29,7 @@ TEST(Reduce, EveryAxisSubsetOf4D) {
         if (bits & (1 << d)) axes.push_back(d % 2 ? d - 4 : d);  // mix negative axes in
       for (bool keep : {false, true}) {
         for (const char* op : {"sum", "mean", "max", "min"}) {
-          ops::Attrs attrs{{"axes", axes}, {"keepdim", keep}};
+          kernels::Attrs attrs{{"axes", axes}, {"keepdim", keep}};
           EXPECT_LE(KernelVsReference(op, {x}, attrs), Tol(dt)) << op << " bits=" << bits << " keep=" << keep;
         }
       }
@@ -105,7 +105,7 @@ TEST(Reduce, MaxPropagatesNaN) {
 
 TEST(Reduce, MinValuesAndNaN) {
   Tensor x = Tensor::FromVector({2, 3}, {4, NAN, -3, 1, 5, 6});
-  for (auto impl : {ops::Impl::kKernel, ops::Impl::kReference}) {
+  for (auto impl : {kernels::Impl::kKernel, kernels::Impl::kReference}) {
     auto rows = Eval("min", {x}, {{"axes", Ints{-1}}, {"keepdim", true}}, impl);
     EXPECT_EQ(rows.shape(), (Shape{2, 1}));
     EXPECT_TRUE(std::isnan(rows.ToVector()[0]));
@@ -121,7 +121,7 @@ TEST(Reduce, MinValuesAndNaN) {
 TEST(Reduce, MinGradientGoesToEveryTiedMinimum) {
   Tensor x = Tensor::FromVector({2, 3}, {2, 1, 1, 0, 3, 4}, DType::kF64);
   Tensor g = Tensor::FromVector({2}, {10, 20}, DType::kF64);
-  auto grads = ops::EagerGradients("min", {x}, {g}, {{"axes", Ints{1}}});
+  auto grads = kernels::EagerGradients("min", {x}, {g}, {{"axes", Ints{1}}});
   ASSERT_TRUE(grads.ok()) << grads.status();
   EXPECT_EQ((*grads)[0].ToVector(), (std::vector<double>{0, 10, 10, 20, 0, 0}));
 }
@@ -133,7 +133,7 @@ TEST(Reduce, IntegerReductionsAreExactAndSumsWrap) {
   for (int i = 0; i < 6; ++i) x.data<int64_t>()[i] = v[i];
   const int32_t kMax32 = std::numeric_limits<int32_t>::max();
   Tensor y = Tensor::FromVector({3}, {double(kMax32), 1, 1}, DType::kI32);
-  for (auto impl : {ops::Impl::kKernel, ops::Impl::kReference}) {
+  for (auto impl : {kernels::Impl::kKernel, kernels::Impl::kReference}) {
     Tensor s = Eval("sum", {x}, {{"axes", Ints{1}}}, impl);
     EXPECT_EQ(s.dtype(), DType::kI64);
     EXPECT_EQ(s.data<int64_t>()[0], big - 3);
@@ -159,17 +159,17 @@ TEST(Reduce, IntegerReductionsAreExactAndSumsWrap) {
 
 TEST(Reduce, BadInputNamesTheArgument) {
   Tensor x = Rand({2, 3});
-  EXPECT_INVALID(ops::RunOp("sum", {x}, {{"axes", Ints{2}}}).status(), "sum: axes: axis 2 out of range for 2 dims");
-  EXPECT_INVALID(ops::RunOp("mean", {x}, {{"axes", Ints{1, -1}}}).status(), "mean: axes: axis -1 given twice");
-  EXPECT_INVALID(ops::RunOp("max", {Rand({0, 3})}, {{"axes", Ints{0}}}).status(), "max: x: cannot take the max");
-  EXPECT_INVALID(ops::RunOp("mean", {Tensor::Zeros({2}, DType::kI64)}).status(), "mean: x: expected a floating");
-  EXPECT_INVALID(ops::RunOp("sum", {Tensor::Zeros({2}, DType::kBool)}).status(),
+  EXPECT_INVALID(kernels::RunOp("sum", {x}, {{"axes", Ints{2}}}).status(), "sum: axes: axis 2 out of range for 2 dims");
+  EXPECT_INVALID(kernels::RunOp("mean", {x}, {{"axes", Ints{1, -1}}}).status(), "mean: axes: axis -1 given twice");
+  EXPECT_INVALID(kernels::RunOp("max", {Rand({0, 3})}, {{"axes", Ints{0}}}).status(), "max: x: cannot take the max");
+  EXPECT_INVALID(kernels::RunOp("mean", {Tensor::Zeros({2}, DType::kI64)}).status(), "mean: x: expected a floating");
+  EXPECT_INVALID(kernels::RunOp("sum", {Tensor::Zeros({2}, DType::kBool)}).status(),
                  "sum: x: expected a floating, i32 or i64 dtype, got bool");
-  EXPECT_INVALID(ops::RunOp("min", {Rand({0, 3})}, {{"axes", Ints{0}}}).status(), "min: x: cannot take the min");
-  EXPECT_INVALID(ops::RunOp("sum_to", {x}, {{"shape", Ints{4}}}).status(), "sum_to: shape: [4] does not broadcast");
-  EXPECT_INVALID(ops::RunOp("sum_to", {x}, {{"shape", Ints{1, 2, 3}}}).status(), "sum_to: shape:");
-  EXPECT_INVALID(ops::RunOp("sum_to", {x}).status(), "sum_to: shape: missing attribute");
-  EXPECT_INVALID(ops::RunOp("sum", {x}, {{"axes", 1.5}}).status(), "sum: axes: expected a list of ints");
+  EXPECT_INVALID(kernels::RunOp("min", {Rand({0, 3})}, {{"axes", Ints{0}}}).status(), "min: x: cannot take the min");
+  EXPECT_INVALID(kernels::RunOp("sum_to", {x}, {{"shape", Ints{4}}}).status(), "sum_to: shape: [4] does not broadcast");
+  EXPECT_INVALID(kernels::RunOp("sum_to", {x}, {{"shape", Ints{1, 2, 3}}}).status(), "sum_to: shape:");
+  EXPECT_INVALID(kernels::RunOp("sum_to", {x}).status(), "sum_to: shape: missing attribute");
+  EXPECT_INVALID(kernels::RunOp("sum", {x}, {{"axes", 1.5}}).status(), "sum: axes: expected a list of ints");
   Tensor out = Tensor::MustEmpty({2}, DType::kF32);
   std::vector<bool> mask = {false, true};
   EXPECT_INVALID(ReduceKernel(ReduceOp::kSum, FakeCuda({2, 3}), mask, out), "sum: x: expected a cpu tensor");
@@ -178,4 +178,4 @@ TEST(Reduce, BadInputNamesTheArgument) {
 }
 
 }  // namespace
-}  // namespace loom::cpu
+}  // namespace loom::kernels::cpu

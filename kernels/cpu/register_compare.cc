@@ -12,7 +12,7 @@
 #include "kernels/cpu/compare.h"
 #include "kernels/cpu/op_util.h"
 
-namespace loom::cpu::internal {
+namespace loom::kernels::cpu::internal {
 namespace {
 
 constexpr V kNone = GradBuilder::kNone;
@@ -124,4 +124,4 @@ LOOM_REGISTER_OP(MakeLogicalNot());
 LOOM_REGISTER_OP(MakeWhere());
 
 }  // namespace
-}  // namespace loom::cpu::internal
+}  // namespace loom::kernels::cpu::internal

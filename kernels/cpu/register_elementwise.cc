@@ -18,7 +18,7 @@
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/op_util.h"
 
-namespace loom::cpu::internal {
+namespace loom::kernels::cpu::internal {
 namespace {
 
 constexpr V kNone = GradBuilder::kNone;
@@ -98,9 +98,9 @@ absl::StatusOr<std::pair<V, V>> BinaryGrads(BinaryOp op, GradBuilder& b, const G
 // i64 and i32 cases; div's divisors are nonzero and of both signs, so the
 // truncation toward zero is exercised.
 void AddIntegerCases(BinaryOp op, OpDef& def) {
-  ops::InputSpec b64 = TypedSpec({5, 1}, DType::kI64, -50, 50), b32 = TypedSpec({7}, DType::kI32, -50, 50);
+  kernels::InputSpec b64 = TypedSpec({5, 1}, DType::kI64, -50, 50), b32 = TypedSpec({7}, DType::kI32, -50, 50);
   if (op == BinaryOp::kDiv) {
-    for (ops::InputSpec* s : {&b64, &b32}) {
+    for (kernels::InputSpec* s : {&b64, &b32}) {
       s->fill = [](Tensor& t, const Philox& rng) {
         for (int64_t e = 0; e < t.numel(); ++e) {
           const int64_t v = static_cast<int64_t>(rng.Uniform(e) * 18) - 9;  // [-9, 8]
@@ -148,7 +148,7 @@ OpDef MakeBinary(BinaryOp op, std::string doc) {
   };
   if (op == BinaryOp::kDiv) {
     // The denominator with a mixed sign, broadcast from the left.
-    ops::InputSpec neg_b = Spec({6}, -2.0, -0.5);
+    kernels::InputSpec neg_b = Spec({6}, -2.0, -0.5);
     def.cases.push_back(Case("neg_denominator", {Spec({5, 6}), neg_b}));
   }
   if (op == BinaryOp::kPow) {
@@ -318,4 +318,4 @@ LOOM_REGISTER_OP(MakeUnary(UnaryOp::kPowScalar, "x ** p (attr p)", 0.5, 2,
                            {Attrs{{"p", 2.5}}, Attrs{{"p", -0.5}}, Attrs{{"p", 3.0}}}));
 
 }  // namespace
-}  // namespace loom::cpu::internal
+}  // namespace loom::kernels::cpu::internal

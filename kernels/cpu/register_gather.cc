@@ -9,7 +9,7 @@
 #include "kernels/cpu/gather.h"
 #include "kernels/cpu/op_util.h"
 
-namespace loom::cpu::internal {
+namespace loom::kernels::cpu::internal {
 namespace {
 
 constexpr V kNone = GradBuilder::kNone;
@@ -28,12 +28,14 @@ OpDef MakeGather() {
     return std::vector<TensorMeta>{g.out};
   };
   def.kernels[DeviceKind::kCPU] = [](KernelSpan in, OutSpan out, const Attrs& attrs) -> absl::Status {
-    LOOM_ASSIGN_OR_RETURN(GatherGeometry g, InferGather(ops::MetaOf(in[0]), ops::MetaOf(in[1]), attrs.GetInt("axis")));
+    LOOM_ASSIGN_OR_RETURN(GatherGeometry g,
+                          InferGather(kernels::MetaOf(in[0]), kernels::MetaOf(in[1]), attrs.GetInt("axis")));
     return GatherKernel(in[0], in[1], g.axis, out[0]);
   };
   def.kernel_dtypes = CpuDTypes({DType::kF32, DType::kF64, DType::kBF16});
   def.reference = [](KernelSpan in, OutSpan out, const Attrs& attrs) -> absl::Status {
-    LOOM_ASSIGN_OR_RETURN(GatherGeometry g, InferGather(ops::MetaOf(in[0]), ops::MetaOf(in[1]), attrs.GetInt("axis")));
+    LOOM_ASSIGN_OR_RETURN(GatherGeometry g,
+                          InferGather(kernels::MetaOf(in[0]), kernels::MetaOf(in[1]), attrs.GetInt("axis")));
     return GatherReference(in[0], in[1], g.axis, out[0]);
   };
   def.grad = [](GradBuilder& b, const GradContext& ctx) -> GradResult {
@@ -68,7 +70,8 @@ OpDef MakeGatherBackward() {
     return std::vector<TensorMeta>{g.out};
   };
   auto geometry = [](KernelSpan in, const Attrs& attrs) {
-    return InferGatherBackward(ops::MetaOf(in[0]), ops::MetaOf(in[1]), attrs.GetInt("axis"), attrs.GetInt("dim_size"));
+    return InferGatherBackward(kernels::MetaOf(in[0]), kernels::MetaOf(in[1]), attrs.GetInt("axis"),
+                               attrs.GetInt("dim_size"));
   };
   def.kernels[DeviceKind::kCPU] = [geometry](KernelSpan in, OutSpan out, const Attrs& attrs) -> absl::Status {
     LOOM_ASSIGN_OR_RETURN(GatherGeometry g, geometry(in, attrs));
@@ -100,4 +103,4 @@ LOOM_REGISTER_OP(MakeGather());
 LOOM_REGISTER_OP(MakeGatherBackward());
 
 }  // namespace
-}  // namespace loom::cpu::internal
+}  // namespace loom::kernels::cpu::internal

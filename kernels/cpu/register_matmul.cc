@@ -11,7 +11,7 @@
 #include "kernels/cpu/matmul.h"
 #include "kernels/cpu/op_util.h"
 
-namespace loom::cpu::internal {
+namespace loom::kernels::cpu::internal {
 namespace {
 
 Attrs Trans(bool ta, bool tb) { return Attrs{{"trans_a", ta}, {"trans_b", tb}}; }
@@ -72,4 +72,4 @@ OpDef MakeMatMulOp() {
 LOOM_REGISTER_OP(MakeMatMulOp());
 
 }  // namespace
-}  // namespace loom::cpu::internal
+}  // namespace loom::kernels::cpu::internal

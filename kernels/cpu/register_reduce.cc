@@ -14,7 +14,7 @@
 #include "kernels/cpu/op_util.h"
 #include "kernels/cpu/reduce.h"
 
-namespace loom::cpu::internal {
+namespace loom::kernels::cpu::internal {
 namespace {
 
 constexpr V kNone = GradBuilder::kNone;
@@ -149,4 +149,4 @@ LOOM_REGISTER_OP(MakeReduce(ReduceOp::kMin, "min over attr axes (empty = all); a
 LOOM_REGISTER_OP(MakeSumTo());
 
 }  // namespace
-}  // namespace loom::cpu::internal
+}  // namespace loom::kernels::cpu::internal

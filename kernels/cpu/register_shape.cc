@@ -19,7 +19,7 @@
 #include "kernels/cpu/op_util.h"
 #include "kernels/cpu/shape_ops.h"
 
-namespace loom::cpu::internal {
+namespace loom::kernels::cpu::internal {
 namespace {
 
 constexpr V kNone = GradBuilder::kNone;
@@ -33,8 +33,8 @@ std::map<DeviceKind, std::vector<DType>> MoveDTypes() {
 }
 
 // Integer and bool inputs of `shape` (i64 values in [-1000, 1000)).
-ops::InputSpec I64(std::vector<int64_t> shape) { return TypedSpec(std::move(shape), DType::kI64, -1000, 1000); }
-ops::InputSpec Bool(std::vector<int64_t> shape) { return TypedSpec(std::move(shape), DType::kBool); }
+kernels::InputSpec I64(std::vector<int64_t> shape) { return TypedSpec(std::move(shape), DType::kI64, -1000, 1000); }
+kernels::InputSpec Bool(std::vector<int64_t> shape) { return TypedSpec(std::move(shape), DType::kBool); }
 
 absl::Status RequireAttr(absl::string_view op, const Attrs& attrs, const std::string& name,
                          absl::string_view what) {
@@ -300,19 +300,19 @@ OpDef MakeCast() {
   };
   // Narrowing casts make finite differences meaningless: those inputs are
   // checked forward only.
-  ops::InputSpec narrow = Spec({3, 5, 7});
+  kernels::InputSpec narrow = Spec({3, 5, 7});
   narrow.differentiable = false;
-  ops::InputSpec narrow_vec = Spec({13});
+  kernels::InputSpec narrow_vec = Spec({13});
   narrow_vec.differentiable = false;
   // Quarters in [-8, 8): exact in bf16, so truncation toward zero (of 2.75,
   // -2.75, ...) gives the same integers from every floating dtype.
-  ops::InputSpec quarters = Spec({3, 5, 7});
+  kernels::InputSpec quarters = Spec({3, 5, 7});
   quarters.differentiable = false;
   quarters.fill = [](Tensor& t, const Philox& rng) {
     for (int64_t e = 0; e < t.numel(); ++e) t.SetDouble(e, std::floor(64 * rng.Uniform(e)) / 4 - 8);
   };
   // i64 values past the i32 range, which the cast to i32 wraps.
-  ops::InputSpec wide = TypedSpec({13}, DType::kI64);
+  kernels::InputSpec wide = TypedSpec({13}, DType::kI64);
   wide.fill = [](Tensor& t, const Philox& rng) {
     for (int64_t e = 0; e < t.numel(); ++e)
       SetInt(t, e, static_cast<int64_t>(rng.Bits(e)) * 3 - (int64_t{3} << 31));
@@ -389,4 +389,4 @@ LOOM_REGISTER_OP(MakeConstantLike("zeros_like", 0.0));
 LOOM_REGISTER_OP(MakeConstantLike("ones_like", 1.0));
 
 }  // namespace
-}  // namespace loom::cpu::internal
+}  // namespace loom::kernels::cpu::internal

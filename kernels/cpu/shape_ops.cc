@@ -11,7 +11,7 @@
 #include "kernels/cpu/convert.h"
 #include "kernels/cpu/loops.h"
 
-namespace loom::cpu {
+namespace loom::kernels::cpu {
 
 // ---- Inference ---------------------------------------------------------------
 
@@ -113,9 +113,9 @@ absl::StatusOr<Shape> InferSliceBackward(absl::Span<const int64_t> dy, int64_t a
   return out;
 }
 
-absl::StatusOr<ops::TensorMeta> InferConcat(absl::Span<const ops::TensorMeta> inputs, int64_t axis) {
+absl::StatusOr<kernels::TensorMeta> InferConcat(absl::Span<const kernels::TensorMeta> inputs, int64_t axis) {
   if (inputs.empty()) return ArgError("concat", "inputs", "needs at least one input");
-  const ops::TensorMeta& first = inputs[0];
+  const kernels::TensorMeta& first = inputs[0];
   LOOM_ASSIGN_OR_RETURN(int a, NormalizeAxis("concat", "axis", axis, static_cast<int>(first.shape.size())));
   Shape out = first.shape;
   for (size_t i = 1; i < inputs.size(); ++i) {
@@ -129,7 +129,7 @@ absl::StatusOr<ops::TensorMeta> InferConcat(absl::Span<const ops::TensorMeta> in
                                                    ShapeToString(first.shape), " outside axis ", a));
     out[a] += s[a];
   }
-  return ops::TensorMeta{first.dtype, out};
+  return kernels::TensorMeta{first.dtype, out};
 }
 
 // ---- Fast kernels ------------------------------------------------------------------
@@ -213,12 +213,12 @@ absl::Status SliceBackwardKernel(const Tensor& dy, int axis, int64_t start, Tens
 }
 
 absl::Status ConcatKernel(absl::Span<const Tensor> inputs, int axis, Tensor& out) {
-  std::vector<ops::TensorMeta> metas;
+  std::vector<kernels::TensorMeta> metas;
   for (size_t i = 0; i < inputs.size(); ++i) {
     LOOM_RETURN_IF_ERROR(CheckCpu("concat", absl::StrCat("input ", i), inputs[i]));
-    metas.push_back(ops::MetaOf(inputs[i]));
+    metas.push_back(kernels::MetaOf(inputs[i]));
   }
-  LOOM_ASSIGN_OR_RETURN(ops::TensorMeta m, InferConcat(metas, axis));
+  LOOM_ASSIGN_OR_RETURN(kernels::TensorMeta m, InferConcat(metas, axis));
   LOOM_RETURN_IF_ERROR(CheckOutput("concat", "out", out, m.dtype, m.shape));
   int64_t off = 0;
   for (const Tensor& t : inputs) {
@@ -386,4 +386,4 @@ absl::Status FillReference(double value, Tensor& out) {
   return absl::OkStatus();
 }
 
-}  // namespace loom::cpu
+}  // namespace loom::kernels::cpu

@@ -29,7 +29,7 @@
 #include "base/tensor.h"
 #include "kernels/registry.h"
 
-namespace loom::cpu {
+namespace loom::kernels::cpu {
 
 // ---- Inference (also resolves attrs into normalised form).
 absl::StatusOr<Shape> InferReshape(absl::Span<const int64_t> x, absl::Span<const int64_t> shape);
@@ -44,7 +44,7 @@ absl::StatusOr<SliceArgs> NormalizeSlice(absl::Span<const int64_t> x, int64_t ax
 // slice_backward(dy) attrs axis, start, full_len, step: output shape.
 absl::StatusOr<Shape> InferSliceBackward(absl::Span<const int64_t> dy, int64_t axis, int64_t start,
                                          int64_t full_len, int64_t step = 1);
-absl::StatusOr<ops::TensorMeta> InferConcat(absl::Span<const ops::TensorMeta> inputs, int64_t axis);
+absl::StatusOr<kernels::TensorMeta> InferConcat(absl::Span<const kernels::TensorMeta> inputs, int64_t axis);
 
 // ---- Fast kernels (out contiguous, preallocated with the inferred meta).
 absl::Status ReshapeKernel(const Tensor& x, Tensor& out);
@@ -66,4 +66,4 @@ absl::Status BroadcastToReference(const Tensor& x, Tensor& out);
 absl::Status CastReference(const Tensor& x, Tensor& out);
 absl::Status FillReference(double value, Tensor& out);
 
-}  // namespace loom::cpu
+}  // namespace loom::kernels::cpu

@@ -9,7 +9,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cpu/test_util.h"
 
-namespace loom::cpu {
+namespace loom::kernels::cpu {
 namespace {
 
 using testing::Eval;
@@ -78,7 +78,7 @@ TEST(ShapeOps, CastFollowsTheConversionRules) {
   w.data<int64_t>()[0] = (int64_t{1} << 32) + 5;
   w.data<int64_t>()[1] = int64_t{1} << 31;
   w.data<int64_t>()[2] = -(int64_t{1} << 33) - 7;
-  for (auto impl : {ops::Impl::kKernel, ops::Impl::kReference}) {
+  for (auto impl : {kernels::Impl::kKernel, kernels::Impl::kReference}) {
     auto cast = [&](const Tensor& x, const char* to) { return Eval("cast", {x}, {{"dtype", std::string(to)}}, impl); };
     EXPECT_EQ(cast(f, "i32").ToVector(), (std::vector<double>{2, -2, kMax32, kMin32, 0, 0, 0}));
     EXPECT_EQ(cast(f, "bool").ToVector(), (std::vector<double>{1, 1, 1, 1, 1, 1, 0}));
@@ -101,7 +101,7 @@ TEST(ShapeOps, I64ElementsStayExactBeyondDoublePrecision) {
     for (int64_t& v : idx) v = (int64_t{1} << 60) + 2 * v + 1;
     return got == idx;
   };
-  for (auto impl : {ops::Impl::kKernel, ops::Impl::kReference}) {
+  for (auto impl : {kernels::Impl::kKernel, kernels::Impl::kReference}) {
     EXPECT_TRUE(same(Eval("reshape", {x}, {{"shape", Ints{3, 2}}}, impl), {0, 1, 2, 3, 4, 5}));
     EXPECT_TRUE(same(Eval("permute", {x}, {{"dims", Ints{1, 0}}}, impl), {0, 3, 1, 4, 2, 5}));
     EXPECT_TRUE(same(Eval("slice", {x}, {{"axis", int64_t{1}}, {"start", int64_t{1}}, {"length", int64_t{2}}}, impl),
@@ -112,7 +112,7 @@ TEST(ShapeOps, I64ElementsStayExactBeyondDoublePrecision) {
   }
 }
 
-ops::Attrs SliceAttrs(int64_t axis, int64_t start, int64_t length, int64_t step) {
+kernels::Attrs SliceAttrs(int64_t axis, int64_t start, int64_t length, int64_t step) {
   return {{"axis", axis}, {"start", start}, {"length", length}, {"step", step}};
 }
 
@@ -126,7 +126,7 @@ TEST(ShapeOps, SliceStepsTakeTheIndicesNumpyWould) {
                      {8, 3, -3, {8, 5, 2}},               {-2, 1, -7, {8}},
                      {0, 2, 9, {0, 9}},                   {3, 0, -2, {}}};
   for (const C& c : cases)
-    for (auto impl : {ops::Impl::kKernel, ops::Impl::kReference})
+    for (auto impl : {kernels::Impl::kKernel, kernels::Impl::kReference})
       EXPECT_EQ(Eval("slice", {x}, SliceAttrs(0, c.start, c.length, c.step), impl).ToVector(), c.want)
           << c.start << " " << c.length << " " << c.step;
   // Strided inputs, every dtype, steps on an inner and an outer axis.
@@ -139,13 +139,13 @@ TEST(ShapeOps, SliceStepsTakeTheIndicesNumpyWould) {
 
 TEST(ShapeOps, SliceBackwardHonoursTheStep) {
   Tensor dy = Tensor::FromVector({2, 3}, {1, 2, 3, 4, 5, 6});
-  ops::Attrs a{{"axis", int64_t{1}}, {"start", int64_t{5}}, {"full_len", int64_t{7}}, {"step", int64_t{-2}}};
-  for (auto impl : {ops::Impl::kKernel, ops::Impl::kReference})
+  kernels::Attrs a{{"axis", int64_t{1}}, {"start", int64_t{5}}, {"full_len", int64_t{7}}, {"step", int64_t{-2}}};
+  for (auto impl : {kernels::Impl::kKernel, kernels::Impl::kReference})
     EXPECT_EQ(Eval("slice_backward", {dy}, a, impl).ToVector(),
               (std::vector<double>{0, 3, 0, 2, 0, 1, 0, 0, 6, 0, 5, 0, 4, 0}));
   // The gradient of a stepped slice is the stepped slice_backward, and back.
   Tensor x = Rand({3, 8}, DType::kF64), g = Rand({3, 3}, DType::kF64, 2);
-  auto gx = ops::EagerGradients("slice", {x}, {g}, SliceAttrs(1, 7, 3, -3));
+  auto gx = kernels::EagerGradients("slice", {x}, {g}, SliceAttrs(1, 7, 3, -3));
   ASSERT_TRUE(gx.ok()) << gx.status();
   for (int r = 0; r < 3; ++r)
     for (int c = 0; c < 8; ++c) {
@@ -155,26 +155,27 @@ TEST(ShapeOps, SliceBackwardHonoursTheStep) {
 }
 
 // A GradBuilder that records what a rule emits (values are never computed).
-class RecordingBuilder : public ops::GradBuilder {
+class RecordingBuilder : public kernels::GradBuilder {
  public:
-  absl::StatusOr<std::vector<Value>> Emit(absl::string_view op, std::vector<Value>, ops::Attrs attrs) override {
+  absl::StatusOr<std::vector<Value>> Emit(absl::string_view op, std::vector<Value>, kernels::Attrs attrs) override {
     emitted.push_back({std::string(op), attrs});
     metas.push_back({DType::kF32, {}});
     return std::vector<Value>{static_cast<Value>(metas.size() - 1)};
   }
-  ops::TensorMeta Meta(Value v) const override { return metas[v]; }
-  std::vector<std::pair<std::string, ops::Attrs>> emitted;
-  std::vector<ops::TensorMeta> metas;
+  kernels::TensorMeta Meta(Value v) const override { return metas[v]; }
+  std::vector<std::pair<std::string, kernels::Attrs>> emitted;
+  std::vector<kernels::TensorMeta> metas;
 };
 
 // Graphs without steps keep their exact form: no step attribute appears.
 TEST(ShapeOps, UnsteppedSliceGradientsCarryNoStepAttr) {
-  const ops::OpDef* slice = ops::OpRegistry::Global().Find("slice");
-  const ops::OpDef* back = ops::OpRegistry::Global().Find("slice_backward");
+  const kernels::OpDef* slice = kernels::OpRegistry::Global().Find("slice");
+  const kernels::OpDef* back = kernels::OpRegistry::Global().Find("slice_backward");
   ASSERT_TRUE(slice && back);
   RecordingBuilder b;
   b.metas = {{DType::kF32, {3, 8}}, {DType::kF32, {3, 2}}};  // x, g
-  ops::GradContext ctx{{0}, {1}, {1}, ops::Attrs{{"axis", int64_t{1}}, {"start", int64_t{2}}, {"length", int64_t{2}}}};
+  kernels::GradContext ctx{
+      {0}, {1}, {1}, kernels::Attrs{{"axis", int64_t{1}}, {"start", int64_t{2}}, {"length", int64_t{2}}}};
   ASSERT_TRUE(slice->grad(b, ctx).ok());
   ASSERT_EQ(b.emitted.size(), 1u);
   EXPECT_EQ(b.emitted[0].second.ToString(), "{axis=1, full_len=8, start=2}");
@@ -188,17 +189,20 @@ TEST(ShapeOps, UnsteppedSliceGradientsCarryNoStepAttr) {
 
 TEST(ShapeOps, BadSliceStepsNameTheAttribute) {
   Tensor x = Rand({4, 10});
-  EXPECT_INVALID(ops::RunOp("slice", {x}, SliceAttrs(1, 0, 2, 0)).status(), "slice: step: must not be 0");
-  EXPECT_INVALID(ops::RunOp("slice", {x}, SliceAttrs(1, 1, 6, 2)).status(),
+  EXPECT_INVALID(kernels::RunOp("slice", {x}, SliceAttrs(1, 0, 2, 0)).status(), "slice: step: must not be 0");
+  EXPECT_INVALID(kernels::RunOp("slice", {x}, SliceAttrs(1, 1, 6, 2)).status(),
                  "slice: length: 6 elements from start 1 with step 2 leave dim 1 of size 10");
-  EXPECT_INVALID(ops::RunOp("slice", {x}, SliceAttrs(1, 2, 4, -1)).status(), "slice: length: 4 elements from start 2");
-  EXPECT_INVALID(ops::RunOp("slice", {x}, SliceAttrs(1, 10, 1, -1)).status(), "slice: start: 10 out of range");
-  EXPECT_INVALID(ops::RunOp("slice", {x}, SliceAttrs(1, 9, std::numeric_limits<int64_t>::max(), -(int64_t{1} << 62)))
-                     .status(),
-                 "slice: length:");
-  EXPECT_INVALID(ops::RunOp("slice_backward", {x}, {{"axis", int64_t{1}}, {"start", int64_t{0}}, {"full_len", int64_t{20}},
-                                                    {"step", int64_t{3}}}).status(),
-                 "slice_backward: full_len: dy of length 10 at start 0 with step 3 does not fit in full_len 20");
+  EXPECT_INVALID(kernels::RunOp("slice", {x}, SliceAttrs(1, 2, 4, -1)).status(),
+                 "slice: length: 4 elements from start 2");
+  EXPECT_INVALID(kernels::RunOp("slice", {x}, SliceAttrs(1, 10, 1, -1)).status(), "slice: start: 10 out of range");
+  EXPECT_INVALID(
+      kernels::RunOp("slice", {x}, SliceAttrs(1, 9, std::numeric_limits<int64_t>::max(), -(int64_t{1} << 62))).status(),
+      "slice: length:");
+  EXPECT_INVALID(
+      kernels::RunOp("slice_backward", {x},
+                     {{"axis", int64_t{1}}, {"start", int64_t{0}}, {"full_len", int64_t{20}}, {"step", int64_t{3}}})
+          .status(),
+      "slice_backward: full_len: dy of length 10 at start 0 with step 3 does not fit in full_len 20");
 }
 
 TEST(ShapeOps, LargeCopiesTakeTheParallelPath) {
@@ -215,27 +219,37 @@ TEST(ShapeOps, LargeCopiesTakeTheParallelPath) {
 
 TEST(ShapeOps, BadInputNamesTheArgument) {
   Tensor x = Rand({2, 3});
-  EXPECT_INVALID(ops::RunOp("reshape", {x}, {{"shape", Ints{4, 2}}}).status(), "reshape: shape: [4, 2] has 8 elements");
-  EXPECT_INVALID(ops::RunOp("reshape", {x}, {{"shape", Ints{-1, -1}}}).status(), "reshape: shape: more than one -1");
-  EXPECT_INVALID(ops::RunOp("reshape", {x}).status(), "reshape: shape: missing attribute");
-  EXPECT_INVALID(ops::RunOp("permute", {x}, {{"dims", Ints{0, 0}}}).status(), "permute: dims: [0, 0] is not a permutation");
-  EXPECT_INVALID(ops::RunOp("permute", {x}, {{"dims", Ints{0}}}).status(), "permute: dims:");
-  EXPECT_INVALID(ops::RunOp("permute", {x}, {{"dims", Ints{0, 2}}}).status(), "permute: dims: axis 2 out of range");
-  EXPECT_INVALID(ops::RunOp("slice", {x}, {{"axis", int64_t{1}}, {"start", int64_t{4}}, {"length", int64_t{1}}}).status(),
-                 "slice: start:");
-  EXPECT_INVALID(ops::RunOp("slice", {x}, {{"axis", int64_t{1}}, {"start", int64_t{1}}, {"length", int64_t{3}}}).status(),
-                 "slice: length:");
-  EXPECT_INVALID(ops::RunOp("slice", {x}, {{"axis", int64_t{2}}, {"start", int64_t{0}}, {"length", int64_t{1}}}).status(),
-                 "slice: axis:");
-  EXPECT_INVALID(ops::RunOp("slice_backward", {x}, {{"axis", int64_t{0}}, {"start", int64_t{1}}, {"full_len", int64_t{2}}}).status(),
-                 "slice_backward: full_len:");
-  EXPECT_INVALID(ops::RunOp("concat", {x, Rand({3, 3})}, {{"axis", int64_t{1}}}).status(),
+  EXPECT_INVALID(kernels::RunOp("reshape", {x}, {{"shape", Ints{4, 2}}}).status(),
+                 "reshape: shape: [4, 2] has 8 elements");
+  EXPECT_INVALID(kernels::RunOp("reshape", {x}, {{"shape", Ints{-1, -1}}}).status(),
+                 "reshape: shape: more than one -1");
+  EXPECT_INVALID(kernels::RunOp("reshape", {x}).status(), "reshape: shape: missing attribute");
+  EXPECT_INVALID(kernels::RunOp("permute", {x}, {{"dims", Ints{0, 0}}}).status(),
+                 "permute: dims: [0, 0] is not a permutation");
+  EXPECT_INVALID(kernels::RunOp("permute", {x}, {{"dims", Ints{0}}}).status(), "permute: dims:");
+  EXPECT_INVALID(kernels::RunOp("permute", {x}, {{"dims", Ints{0, 2}}}).status(), "permute: dims: axis 2 out of range");
+  EXPECT_INVALID(
+      kernels::RunOp("slice", {x}, {{"axis", int64_t{1}}, {"start", int64_t{4}}, {"length", int64_t{1}}}).status(),
+      "slice: start:");
+  EXPECT_INVALID(
+      kernels::RunOp("slice", {x}, {{"axis", int64_t{1}}, {"start", int64_t{1}}, {"length", int64_t{3}}}).status(),
+      "slice: length:");
+  EXPECT_INVALID(
+      kernels::RunOp("slice", {x}, {{"axis", int64_t{2}}, {"start", int64_t{0}}, {"length", int64_t{1}}}).status(),
+      "slice: axis:");
+  EXPECT_INVALID(
+      kernels::RunOp("slice_backward", {x}, {{"axis", int64_t{0}}, {"start", int64_t{1}}, {"full_len", int64_t{2}}})
+          .status(),
+      "slice_backward: full_len:");
+  EXPECT_INVALID(kernels::RunOp("concat", {x, Rand({3, 3})}, {{"axis", int64_t{1}}}).status(),
                  "concat: input 1: shape [3, 3] does not match input 0 [2, 3]");
-  EXPECT_INVALID(ops::RunOp("concat", {x, x, Rand({2, 3}, DType::kF64)}).status(), "concat: input 2: dtype f64");
-  EXPECT_INVALID(ops::RunOp("concat", {}).status(), "concat: inputs:");
-  EXPECT_INVALID(ops::RunOp("broadcast_to", {x}, {{"shape", Ints{3, 3}}}).status(), "broadcast_to: x: shape [2, 3] does not broadcast to [3, 3]");
-  EXPECT_INVALID(ops::RunOp("cast", {x}, {{"dtype", std::string("f8")}}).status(), "cast: dtype: unknown dtype 'f8'");
-  EXPECT_INVALID(ops::RunOp("fill", {}, {{"shape", Ints{-1}}}).status(), "fill: shape: negative size");
+  EXPECT_INVALID(kernels::RunOp("concat", {x, x, Rand({2, 3}, DType::kF64)}).status(), "concat: input 2: dtype f64");
+  EXPECT_INVALID(kernels::RunOp("concat", {}).status(), "concat: inputs:");
+  EXPECT_INVALID(kernels::RunOp("broadcast_to", {x}, {{"shape", Ints{3, 3}}}).status(),
+                 "broadcast_to: x: shape [2, 3] does not broadcast to [3, 3]");
+  EXPECT_INVALID(kernels::RunOp("cast", {x}, {{"dtype", std::string("f8")}}).status(),
+                 "cast: dtype: unknown dtype 'f8'");
+  EXPECT_INVALID(kernels::RunOp("fill", {}, {{"shape", Ints{-1}}}).status(), "fill: shape: negative size");
   Tensor out = Tensor::MustEmpty({3, 2}, DType::kF32);
   EXPECT_INVALID(PermuteKernel(FakeCuda({2, 3}), {1, 0}, out), "permute: x: expected a cpu tensor");
   EXPECT_INVALID(PermuteKernel(x, {1, 0, 2}, out), "permute: dims:");
@@ -244,4 +258,4 @@ TEST(ShapeOps, BadInputNamesTheArgument) {
 }
 
 }  // namespace
-}  // namespace loom::cpu
+}  // namespace loom::kernels::cpu

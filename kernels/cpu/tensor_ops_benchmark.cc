@@ -17,7 +17,7 @@ namespace {
 
 using loom::DType;
 using loom::Tensor;
-using loom::ops::Attrs;
+using loom::kernels::Attrs;
 using Ints = std::vector<int64_t>;
 
 Tensor Rand(std::vector<int64_t> shape) {
@@ -31,9 +31,9 @@ Tensor Rand(std::vector<int64_t> shape) {
 // Runs the op's CPU kernel on preallocated (already touched) outputs, so the
 // figure is the kernel's, not the allocator's page faults.
 void RunOpBench(benchmark::State& state, const std::string& op, std::vector<Tensor> in, Attrs attrs) {
-  const loom::ops::OpDef* def = loom::ops::OpRegistry::Global().Find(op);
-  std::vector<loom::ops::TensorMeta> metas;
-  for (const Tensor& t : in) metas.push_back(loom::ops::MetaOf(t));
+  const loom::kernels::OpDef* def = loom::kernels::OpRegistry::Global().Find(op);
+  std::vector<loom::kernels::TensorMeta> metas;
+  for (const Tensor& t : in) metas.push_back(loom::kernels::MetaOf(t));
   auto out_metas = def ? def->infer(metas, attrs) : absl::NotFoundError(op);
   if (!out_metas.ok()) {
     state.SkipWithError(std::string(out_metas.status().message()).c_str());

@@ -7,16 +7,16 @@
 #include "kernels/registry.h"
 #include "kernels/testing/consistency.h"
 
-namespace loom::ops::testing {
+namespace loom::kernels::cpu::testing {
 namespace {
 
 TEST(TensorOpsConsistency, EveryCase) {
   int cases = 0;
   for (const std::string& name : OpRegistry::Global().Names()) {
     const OpDef* def = OpRegistry::Global().Find(name);
-    for (const std::string& f : CheckDefinition(*def)) ADD_FAILURE() << f;
+    for (const std::string& f : kernels::testing::CheckDefinition(*def)) ADD_FAILURE() << f;
     for (const ConsistencyCase& c : def->cases) {
-      CaseReport r = CheckCase(*def, c);
+      kernels::testing::CaseReport r = kernels::testing::CheckCase(*def, c);
       ++cases;
       std::printf("%-16s %-26s fwd %9.3g  grad-fd %9.3g  grad-kern %9.3g\n", name.c_str(), c.name.c_str(),
                   r.forward_error, r.grad_fd_error, r.grad_kernel_error);
@@ -27,4 +27,4 @@ TEST(TensorOpsConsistency, EveryCase) {
 }
 
 }  // namespace
-}  // namespace loom::ops::testing
+}  // namespace loom::kernels::cpu::testing

@@ -11,7 +11,7 @@
 #include "gtest/gtest.h"
 #include "kernels/registry.h"
 
-namespace loom::cpu::testing {
+namespace loom::kernels::cpu::testing {
 
 // Uniform in [lo, hi), deterministic in seed.
 inline Tensor Rand(std::vector<int64_t> shape, DType dtype = DType::kF32, uint64_t seed = 1, double lo = -1,
@@ -23,18 +23,18 @@ inline Tensor Rand(std::vector<int64_t> shape, DType dtype = DType::kF32, uint64
 }
 
 // Runs a single-output op; fails the test (and returns an undefined tensor) on error.
-inline Tensor Eval(const std::string& op, std::vector<Tensor> inputs, const ops::Attrs& attrs = {},
-                  ops::Impl impl = ops::Impl::kKernel) {
-  auto out = ops::RunOp(op, inputs, attrs, impl);
+inline Tensor Eval(const std::string& op, std::vector<Tensor> inputs, const kernels::Attrs& attrs = {},
+                   kernels::Impl impl = kernels::Impl::kKernel) {
+  auto out = kernels::RunOp(op, inputs, attrs, impl);
   EXPECT_TRUE(out.ok()) << op << ": " << out.status();
   if (!out.ok() || out->empty()) return Tensor();
   return (*out)[0];
 }
 
 // Kernel vs reference of op on the same inputs.
-inline double KernelVsReference(const std::string& op, std::vector<Tensor> inputs, const ops::Attrs& attrs = {}) {
-  Tensor k = Eval(op, inputs, attrs, ops::Impl::kKernel);
-  Tensor r = Eval(op, inputs, attrs, ops::Impl::kReference);
+inline double KernelVsReference(const std::string& op, std::vector<Tensor> inputs, const kernels::Attrs& attrs = {}) {
+  Tensor k = Eval(op, inputs, attrs, kernels::Impl::kKernel);
+  Tensor r = Eval(op, inputs, attrs, kernels::Impl::kReference);
   if (!k.defined() || !r.defined()) return INFINITY;
   EXPECT_EQ(k.shape(), r.shape()) << op;
   EXPECT_EQ(k.dtype(), r.dtype()) << op;
@@ -59,4 +59,4 @@ inline Tensor FakeCuda(std::vector<int64_t> shape, DType dtype = DType::kF32) {
         << "message '" << _s.message() << "' lacks '" << needle << "'";                         \
   } while (0)
 
-}  // namespace loom::cpu::testing
+}  // namespace loom::kernels::cpu::testing

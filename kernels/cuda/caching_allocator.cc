@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-namespace loom::cuda {
+namespace loom::kernels::cuda {
 
 bool CachingStats::operator==(const CachingStats& o) const {
   return allocated == o.allocated && requested == o.requested && reserved == o.reserved &&
@@ -188,4 +188,4 @@ int64_t CachingAllocator::FreeBlocksInBin(StreamHandle stream, size_t size_class
   return it == bins_.end() ? 0 : static_cast<int64_t>(it->second.size());
 }
 
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda

@@ -43,7 +43,7 @@
 #include "base/allocator.h"
 #include "base/device.h"
 
-namespace loom::cuda {
+namespace loom::kernels::cuda {
 
 // Opaque stream handle (a cudaStream_t for the CUDA backend; nullptr is the
 // default stream).
@@ -137,4 +137,4 @@ class CachingAllocator final : public Allocator {
   CachingStats stats_;
 };
 
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda

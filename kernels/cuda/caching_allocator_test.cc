@@ -14,7 +14,7 @@
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/device_runtime.h"
 
-namespace loom::cuda {
+namespace loom::kernels::cuda {
 namespace {
 
 // Fake device memory: distinct addresses, a capacity, and events that complete
@@ -310,4 +310,4 @@ TEST(DeviceRuntime, BadArgumentsAreErrorsNotCrashes) {
 }
 
 }  // namespace
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda

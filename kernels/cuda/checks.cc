@@ -26,7 +26,7 @@
 #include "kernels/cuda/reductions.h"
 #include "kernels/cuda/reference.h"
 
-namespace loom::cuda {
+namespace loom::kernels::cuda {
 namespace {
 
 using Vec = std::vector<double>;
@@ -459,4 +459,4 @@ std::string FormatCheckTable(const std::vector<CheckResult>& rows) {
   return s;
 }
 
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda

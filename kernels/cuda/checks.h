@@ -18,7 +18,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace loom::cuda {
+namespace loom::kernels::cuda {
 
 struct CheckResult {
   std::string name;    // "gemm bias_gelu_aux tA=0 tB=1"
@@ -42,4 +42,4 @@ std::string FormatCheckTable(const std::vector<CheckResult>& rows);
 // sha256 prefix of kernels/cuda's sources (the code the checks ran).
 const char* KernelSourceHash();
 
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda

@@ -4,7 +4,7 @@
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/fill.h"
 
-namespace loom::cuda::kern {
+namespace loom::kernels::cuda::kern {
 namespace {
 
 // (m, s) pairs of a running max and sum of exp(x - m), combined.
@@ -281,4 +281,4 @@ int CrossEntropyBackward(Dt ldt, Dt tdt, int64_t rows, int64_t vocab, const floa
   return Err();
 }
 
-}  // namespace loom::cuda::kern
+}  // namespace loom::kernels::cuda::kern

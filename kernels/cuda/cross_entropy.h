@@ -13,7 +13,7 @@
 
 #include "kernels/cuda/dtype_code.h"
 
-namespace loom::cuda::kern {
+namespace loom::kernels::cuda::kern {
 
 // lse[r], row_loss[r] (0 for ignored rows), then loss[0] = sum(row_loss) /
 // max(1, valid rows). row_loss: rows floats of workspace.
@@ -36,4 +36,4 @@ int CrossEntropyFused(Dt ldt, Dt tdt, int64_t rows, int64_t vocab, const float* 
                       const void* targets, int64_t ignore_index, float* lse, float* loss, void* dlogits,
                       float* workspace, Stream s);
 
-}  // namespace loom::cuda::kern
+}  // namespace loom::kernels::cuda::kern

@@ -6,7 +6,7 @@
 
 #include "kernels/cuda/cuda_device.h"
 
-namespace loom::cuda {
+namespace loom::kernels::cuda {
 namespace {
 
 absl::Status FromCuda(cudaError_t e, const char* what) {
@@ -65,4 +65,4 @@ absl::StatusOr<double> SaxpySmokeTest(int n) {
   return err;
 }
 
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda

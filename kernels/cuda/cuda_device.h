@@ -11,7 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace loom::cuda {
+namespace loom::kernels::cuda {
 
 absl::Status CudaAvailable();
 absl::StatusOr<int> DeviceCount();
@@ -21,4 +21,4 @@ absl::StatusOr<std::string> DeviceName(int index);
 // maximum absolute error against the host result: the build's smoke check.
 absl::StatusOr<double> SaxpySmokeTest(int n);
 
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda

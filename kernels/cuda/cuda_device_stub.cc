@@ -1,7 +1,7 @@
 // Built when the toolkit is absent: CUDA reports itself unavailable.
 #include "kernels/cuda/cuda_device.h"
 
-namespace loom::cuda {
+namespace loom::kernels::cuda {
 namespace {
 absl::Status NoCuda() { return absl::UnavailableError("Loom was built without CUDA (nvcc not found)"); }
 }  // namespace
@@ -9,4 +9,4 @@ absl::StatusOr<int> DeviceCount() { return NoCuda(); }
 absl::Status CudaAvailable() { return NoCuda(); }
 absl::StatusOr<std::string> DeviceName(int) { return NoCuda(); }
 absl::StatusOr<double> SaxpySmokeTest(int) { return NoCuda(); }
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda

@@ -2,7 +2,7 @@
 
 #include "gtest/gtest.h"
 
-namespace loom::cuda {
+namespace loom::kernels::cuda {
 namespace {
 
 TEST(CudaDevice, SaxpyRunsOrSkipsWithReason) {
@@ -21,4 +21,4 @@ TEST(CudaDevice, SaxpyRunsOrSkipsWithReason) {
 }
 
 }  // namespace
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda

@@ -11,7 +11,7 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/layernorm.h"
 
-namespace loom::cuda {
+namespace loom::kernels::cuda {
 namespace {
 
 TEST(CudaKernels, AllChecksPassOrSkip) {
@@ -60,4 +60,4 @@ TEST(CudaKernels, BadArgumentsAreInvalidArgument) {
 }
 
 }  // namespace
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda

@@ -6,7 +6,7 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/layernorm.h"
 
-namespace loom::cuda {
+namespace loom::kernels::cuda {
 namespace {
 absl::Status NoCuda() { return absl::UnavailableError("Loom was built without CUDA (nvcc not found)"); }
 }  // namespace
@@ -58,4 +58,4 @@ std::string GemmChoice(const GemmArgs&) { return ""; }
 int64_t LayerNormBwdWorkspaceFloats(int64_t rows, int64_t cols) { return (rows < 512 ? rows : 512) * 2 * cols; }
 absl::Status LayerNormBackward(const LayerNormBwdArgs&) { return NoCuda(); }
 
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda

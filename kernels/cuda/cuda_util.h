@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 
-namespace loom::cuda {
+namespace loom::kernels::cuda {
 
 inline absl::Status CudaStatus(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return absl::OkStatus();
@@ -22,9 +22,9 @@ inline absl::Status CudaStatus(cudaError_t e, const char* what) {
 
 inline cudaStream_t AsStream(void* s) { return static_cast<cudaStream_t>(s); }
 
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda
 
-#define LOOM_CUDA_RETURN_IF_ERROR(expr) LOOM_RETURN_IF_ERROR(::loom::cuda::CudaStatus((expr), #expr))
+#define LOOM_CUDA_RETURN_IF_ERROR(expr) LOOM_RETURN_IF_ERROR(::loom::kernels::cuda::CudaStatus((expr), #expr))
 // After a kernel launch: the launch error (bad config, no device).
 #define LOOM_CUDA_RETURN_IF_LAUNCH_ERROR(what) \
-  LOOM_RETURN_IF_ERROR(::loom::cuda::CudaStatus(cudaGetLastError(), what))
+  LOOM_RETURN_IF_ERROR(::loom::kernels::cuda::CudaStatus(cudaGetLastError(), what))

@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_util.h"
 
-namespace loom::cuda {
+namespace loom::kernels::cuda {
 
 // ---- StreamEvent -------------------------------------------------------------
 absl::StatusOr<StreamEvent> StreamEvent::Create() {
@@ -202,4 +202,4 @@ absl::Status FillBytes(void* p, size_t bytes, int byte, StreamHandle stream) {
   return absl::OkStatus();
 }
 
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda

@@ -25,7 +25,7 @@
 #include "base/tensor.h"
 #include "kernels/cuda/caching_allocator.h"
 
-namespace loom::cuda {
+namespace loom::kernels::cuda {
 
 // A CUDA event (timing enabled). Movable, destroys itself.
 class StreamEvent {
@@ -93,4 +93,4 @@ absl::Status CopyDeviceToHost(const Tensor& dev, Tensor& host);
 // and bf16 with NaN) on the compute stream of the current device.
 absl::Status FillBytes(void* p, size_t bytes, int byte, StreamHandle stream);
 
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda

@@ -11,7 +11,7 @@
 
 #include "kernels/cuda/dtype_code.h"
 
-namespace loom::cuda::kern {
+namespace loom::kernels::cuda::kern {
 namespace {
 
 using bf16 = __nv_bfloat16;
@@ -83,4 +83,4 @@ __global__ void ColumnPartialsSumK(int odt, int64_t parts, int64_t cols, const f
 }
 
 }  // namespace
-}  // namespace loom::cuda::kern
+}  // namespace loom::kernels::cuda::kern

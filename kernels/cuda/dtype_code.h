@@ -8,11 +8,11 @@
 // one of them can be captured in a CUDA graph.
 #pragma once
 
-namespace loom::cuda::kern {
+namespace loom::kernels::cuda::kern {
 
 // Storage dtype of an operand: floating kF32 / kBF16, ids kI32 / kI64.
 enum Dt : int { kF32 = 0, kBF16 = 1, kI32 = 2, kI64 = 3 };
 
 using Stream = void*;
 
-}  // namespace loom::cuda::kern
+}  // namespace loom::kernels::cuda::kern

@@ -4,7 +4,7 @@
 
 #include "kernels/cuda/device_util.cuh"
 
-namespace loom::cuda::kern {
+namespace loom::kernels::cuda::kern {
 namespace {
 
 __global__ void EmbeddingK(int wdt, int odt, int idt, int64_t rows, int64_t cols, int64_t vocab, const void* w,
@@ -44,4 +44,4 @@ int EmbeddingBackward(Dt dydt, Dt idt, int64_t rows, int64_t cols, int64_t vocab
   return Err();
 }
 
-}  // namespace loom::cuda::kern
+}  // namespace loom::kernels::cuda::kern

@@ -6,7 +6,7 @@
 
 #include "kernels/cuda/dtype_code.h"
 
-namespace loom::cuda::kern {
+namespace loom::kernels::cuda::kern {
 
 // out[i, :] = w[ids[i], :]  (rows = number of ids, cols = C); w, out: wdt, odt.
 int Embedding(Dt wdt, Dt odt, Dt idt, int64_t rows, int64_t cols, int64_t vocab, const void* w,
@@ -16,4 +16,4 @@ int Embedding(Dt wdt, Dt odt, Dt idt, int64_t rows, int64_t cols, int64_t vocab,
 int EmbeddingBackward(Dt dydt, Dt idt, int64_t rows, int64_t cols, int64_t vocab, const void* dy,
                       const void* ids, float* dw, Stream s);
 
-}  // namespace loom::cuda::kern
+}  // namespace loom::kernels::cuda::kern

@@ -3,7 +3,7 @@
 
 #include "kernels/cuda/device_util.cuh"
 
-namespace loom::cuda::kern {
+namespace loom::kernels::cuda::kern {
 namespace {
 
 __global__ void FillK(int dt, int64_t n, float v, void* out) {
@@ -30,4 +30,4 @@ int CastF32ToBF16(int64_t n, const float* x, void* out, Stream s) {
   return Err();
 }
 
-}  // namespace loom::cuda::kern
+}  // namespace loom::kernels::cuda::kern

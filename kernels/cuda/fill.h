@@ -5,11 +5,11 @@
 
 #include "kernels/cuda/dtype_code.h"
 
-namespace loom::cuda::kern {
+namespace loom::kernels::cuda::kern {
 
 // n elements of dtype dt (floating or integer) set to value.
 int Fill(Dt dt, int64_t n, double value, void* out, Stream s);
 // out[i] = bf16(x[i]) (round to nearest even) for n f32 values.
 int CastF32ToBF16(int64_t n, const float* x, void* out, Stream s);
 
-}  // namespace loom::cuda::kern
+}  // namespace loom::kernels::cuda::kern

@@ -18,7 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_util.h"
 
-namespace loom::cuda {
+namespace loom::kernels::cuda {
 namespace {
 
 constexpr size_t kWorkspaceBytes = size_t{32} << 20;
@@ -298,4 +298,4 @@ absl::Status Gemm(const GemmArgs& g) {
   return Launch(g, h, ds, &best.algo, ws, best.workspace);
 }
 
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda

@@ -29,7 +29,7 @@
 #include "base/dtype.h"
 #include "kernels/cuda/caching_allocator.h"
 
-namespace loom::cuda {
+namespace loom::kernels::cuda {
 
 enum class Epilogue { kNone, kBias, kGelu, kBiasGelu, kGeluAux, kBiasGeluAux, kDGelu, kDGeluBgrad };
 const char* EpilogueName(Epilogue e);
@@ -63,4 +63,4 @@ void SetGemmAutotune(bool on);
 // cached choice of `args`'s key, or "" when not cached yet.
 std::string GemmChoice(const GemmArgs& args);
 
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda

@@ -6,7 +6,7 @@
 #include "kernels/cuda/cuda_util.h"
 #include "kernels/cuda/layernorm_kernels.h"
 
-namespace loom::cuda {
+namespace loom::kernels::cuda {
 namespace {
 
 absl::Status NonNull(const char* op, const char* name, const void* p) {
@@ -42,4 +42,4 @@ absl::Status LayerNormBackward(const LayerNormBwdArgs& a) {
                     op);
 }
 
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda

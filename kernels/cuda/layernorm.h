@@ -21,7 +21,7 @@
 #include "base/dtype.h"
 #include "kernels/cuda/caching_allocator.h"
 
-namespace loom::cuda {
+namespace loom::kernels::cuda {
 
 // dx = LayerNorm'(dy) (+ dresidual: a gradient reaching the norm's input from
 // another path, e.g. the residual branch), dweight/dbias summed over rows
@@ -44,4 +44,4 @@ struct LayerNormBwdArgs {
 int64_t LayerNormBwdWorkspaceFloats(int64_t rows, int64_t cols);
 absl::Status LayerNormBackward(const LayerNormBwdArgs& a);
 
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda

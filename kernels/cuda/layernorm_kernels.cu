@@ -8,7 +8,7 @@
 
 #include "kernels/cuda/layernorm_kernels.h"
 
-namespace loom::cuda::launch {
+namespace loom::kernels::cuda::launch {
 namespace {
 
 using bf16_t = __nv_bfloat16;
@@ -230,4 +230,4 @@ cudaError_t LayerNormBwd(int bf16, int64_t rows, int64_t cols, const void* dy, c
   return cudaGetLastError();
 }
 
-}  // namespace loom::cuda::launch
+}  // namespace loom::kernels::cuda::launch

@@ -9,7 +9,7 @@
 
 #include <cstdint>
 
-namespace loom::cuda::launch {
+namespace loom::kernels::cuda::launch {
 
 // Partial rows the workspace holds: min(rows, 512), each 2 * cols floats (dw, db).
 int64_t LayerNormBwdParts(int64_t rows);
@@ -26,4 +26,4 @@ cudaError_t LayerNormBwdVec(int64_t rows, int64_t cols, int64_t max_parts, const
                             const float* w, const float* mean, const float* rstd, const void* dres, void* dx,
                             float* part, int64_t* parts_used, cudaStream_t s);
 
-}  // namespace loom::cuda::launch
+}  // namespace loom::kernels::cuda::launch

@@ -13,7 +13,7 @@
 
 #include "kernels/cuda/layernorm_kernels.h"
 
-namespace loom::cuda::launch {
+namespace loom::kernels::cuda::launch {
 namespace {
 
 using bf16_t = __nv_bfloat16;
@@ -198,4 +198,4 @@ cudaError_t LayerNormBwdVec(int64_t rows, int64_t cols, int64_t max_parts, const
 #undef LOOM_LN_BWD_VEC
 }
 
-}  // namespace loom::cuda::launch
+}  // namespace loom::kernels::cuda::launch

@@ -6,7 +6,7 @@
 
 #include "kernels/cuda/device_util.cuh"
 
-namespace loom::cuda::kern {
+namespace loom::kernels::cuda::kern {
 namespace {
 
 // ---- column sums -----------------------------------------------------------------
@@ -179,4 +179,4 @@ int GradNormMulti(const void* dev_entries, const void* dev_chunks, int64_t num_c
   return Err();
 }
 
-}  // namespace loom::cuda::kern
+}  // namespace loom::kernels::cuda::kern

@@ -7,7 +7,7 @@
 
 #include "kernels/cuda/dtype_code.h"
 
-namespace loom::cuda::kern {
+namespace loom::kernels::cuda::kern {
 
 // out[c] = sum over r of x[r, c] (x: xdt, out: odt); a linear's bias gradient.
 // bf16 x with cols % 8 == 0 and a 16-byte aligned x: 16-byte loads, 8 rows in
@@ -33,4 +33,4 @@ int GradNormUpload(const GradNormEntry* host_entries, int n, void** dev_entries,
 int GradNormMulti(const void* dev_entries, const void* dev_chunks, int64_t num_chunks, float* partials, float* out,
                   Stream s);
 
-}  // namespace loom::cuda::kern
+}  // namespace loom::kernels::cuda::kern

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
-namespace loom::cuda::ref {
+namespace loom::kernels::cuda::ref {
 
 Vec Gemm(int64_t m, int64_t n, int64_t k, bool trans_a, bool trans_b, const Vec& a, const Vec& b) {
   Vec d(m * n, 0.0);
@@ -106,4 +106,4 @@ void CrossEntropy(int64_t rows, int64_t vocab, const Vec& logits, const std::vec
   }
 }
 
-}  // namespace loom::cuda::ref
+}  // namespace loom::kernels::cuda::ref

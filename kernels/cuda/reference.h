@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace loom::cuda::ref {
+namespace loom::kernels::cuda::ref {
 
 using Vec = std::vector<double>;
 
@@ -33,4 +33,4 @@ void LayerNormBwd(int64_t rows, int64_t cols, const Vec& dy, const Vec& x, const
 void CrossEntropy(int64_t rows, int64_t vocab, const Vec& logits, const std::vector<int32_t>& t, double scale,
                   Vec* losses, Vec* dlogits, Vec* lse = nullptr);
 
-}  // namespace loom::cuda::ref
+}  // namespace loom::kernels::cuda::ref

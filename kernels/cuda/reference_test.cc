@@ -7,7 +7,7 @@
 
 #include "gtest/gtest.h"
 
-namespace loom::cuda::ref {
+namespace loom::kernels::cuda::ref {
 namespace {
 
 Vec Seq(int64_t n, double a, double b) {
@@ -102,4 +102,4 @@ TEST(Reference, CrossEntropyGradientMatchesFiniteDifferences) {
 }
 
 }  // namespace
-}  // namespace loom::cuda::ref
+}  // namespace loom::kernels::cuda::ref

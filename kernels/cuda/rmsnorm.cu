@@ -5,7 +5,7 @@
 #include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/fill.h"
 
-namespace loom::cuda::kern {
+namespace loom::kernels::cuda::kern {
 namespace {
 
 __global__ void RmsFwdK(int dt, int64_t cols, const void* x, const float* w, float eps, void* y, float* rstd) {
@@ -64,4 +64,4 @@ int RmsNormBackward(Dt dt, int64_t rows, int64_t cols, const void* dy, const voi
   return Err();
 }
 
-}  // namespace loom::cuda::kern
+}  // namespace loom::kernels::cuda::kern

@@ -9,7 +9,7 @@
 
 #include "kernels/cuda/dtype_code.h"
 
-namespace loom::cuda::kern {
+namespace loom::kernels::cuda::kern {
 
 int RmsNormForward(Dt dt, int64_t rows, int64_t cols, const void* x, const float* w, double eps, void* y,
                    float* rstd, Stream s);
@@ -18,4 +18,4 @@ int64_t RmsNormBwdWorkspaceFloats(int64_t rows, int64_t cols);
 int RmsNormBackward(Dt dt, int64_t rows, int64_t cols, const void* dy, const void* x, const float* w,
                     const float* rstd, void* dx, float* dw, float* workspace, Stream s);
 
-}  // namespace loom::cuda::kern
+}  // namespace loom::kernels::cuda::kern

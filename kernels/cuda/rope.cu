@@ -3,7 +3,7 @@
 
 #include "kernels/cuda/device_util.cuh"
 
-namespace loom::cuda::kern {
+namespace loom::kernels::cuda::kern {
 namespace {
 
 __global__ void RopeK(int dt, int64_t T, int64_t H, int64_t D, double theta, int64_t offset, bool inverse,
@@ -32,4 +32,4 @@ int Rope(Dt dt, int64_t B, int64_t T, int64_t H, int64_t D, double theta, int64_
   return Err();
 }
 
-}  // namespace loom::cuda::kern
+}  // namespace loom::kernels::cuda::kern

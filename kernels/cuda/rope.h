@@ -5,11 +5,11 @@
 
 #include "kernels/cuda/dtype_code.h"
 
-namespace loom::cuda::kern {
+namespace loom::kernels::cuda::kern {
 
 // x, y [B, T, H, D] (dt: kF32 or kBF16), pairs (2i, 2i+1) rotated by the angle
 // (offset + t) * theta^(-2i/D), negated when inverse.
 int Rope(Dt dt, int64_t B, int64_t T, int64_t H, int64_t D, double theta, int64_t offset, bool inverse,
          const void* x, void* y, Stream s);
 
-}  // namespace loom::cuda::kern
+}  // namespace loom::kernels::cuda::kern

@@ -7,7 +7,7 @@
 #include "base/status.h"
 #include "kernels/sdpa/sdpa_internal.h"
 
-namespace loom::sdpa {
+namespace loom::kernels::sdpa {
 
 namespace {
 constexpr int64_t kFlashMaxHeadDim = 256;
@@ -31,7 +31,7 @@ std::string SdpaSelection::ToString() const {
   return absl::StrCat("sdpa: picked ", SdpaImplName(impl), " because ", reason);
 }
 
-absl::StatusOr<SdpaParams> MakeSdpaParams(absl::Span<const ops::TensorMeta> in, const ops::Attrs& attrs) {
+absl::StatusOr<SdpaParams> MakeSdpaParams(absl::Span<const kernels::TensorMeta> in, const kernels::Attrs& attrs) {
   if (in.size() != 3 && in.size() != 4)
     return Bad("inputs", absl::StrCat("expected q, k, v and an optional mask (3 or 4 inputs), got ", in.size()));
   const char* names[3] = {"q", "k", "v"};
@@ -40,7 +40,7 @@ absl::StatusOr<SdpaParams> MakeSdpaParams(absl::Span<const ops::TensorMeta> in, 
       return Bad(names[i], absl::StrCat("expected 4 dims [B, H, T, D], got ", in[i].shape.size(), " (",
                                         in[i].ToString(), ")"));
   }
-  const ops::TensorMeta &q = in[0], &k = in[1], &v = in[2];
+  const kernels::TensorMeta &q = in[0], &k = in[1], &v = in[2];
   if (q.dtype != DType::kF32 && q.dtype != DType::kF64)
     return Bad("q", absl::StrCat("dtype ", DTypeName(q.dtype), " not supported (f32, f64)"));
   if (k.dtype != q.dtype) return Bad("k", absl::StrCat("dtype ", DTypeName(k.dtype), " != q dtype ", DTypeName(q.dtype)));
@@ -62,7 +62,7 @@ absl::StatusOr<SdpaParams> MakeSdpaParams(absl::Span<const ops::TensorMeta> in, 
   if (k.shape[3] != p.D) return Bad("k", absl::StrCat("head dim ", k.shape[3], " != q head dim ", p.D));
   if (v.shape[2] != p.S) return Bad("v", absl::StrCat("length ", v.shape[2], " != k length ", p.S));
   if (in.size() == 4) {
-    const ops::TensorMeta& m = in[3];
+    const kernels::TensorMeta& m = in[3];
     if (m.dtype == DType::kBool) p.mask_kind = MaskKind::kBool;
     else if (m.dtype == DType::kF32 || m.dtype == DType::kF64) p.mask_kind = MaskKind::kAdditive;
     else return Bad("mask", absl::StrCat("dtype ", DTypeName(m.dtype), " not supported (bool, f32, f64)"));
@@ -253,9 +253,9 @@ absl::Status SdpaBackward(SdpaImpl impl, const SdpaParams& p, const Tensor& dout
 }
 
 absl::StatusOr<std::vector<Tensor>> Sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* mask,
-                                         const ops::Attrs& attrs, SdpaSelection* selection) {
-  std::vector<ops::TensorMeta> metas = {ops::MetaOf(q), ops::MetaOf(k), ops::MetaOf(v)};
-  if (mask != nullptr && mask->defined()) metas.push_back(ops::MetaOf(*mask));
+                                         const kernels::Attrs& attrs, SdpaSelection* selection) {
+  std::vector<kernels::TensorMeta> metas = {kernels::MetaOf(q), kernels::MetaOf(k), kernels::MetaOf(v)};
+  if (mask != nullptr && mask->defined()) metas.push_back(kernels::MetaOf(*mask));
   LOOM_ASSIGN_OR_RETURN(SdpaParams p, MakeSdpaParams(metas, attrs));
   p.device = q.device();
   LOOM_ASSIGN_OR_RETURN(SdpaSelection sel, SelectSdpaImpl(p));
@@ -268,9 +268,9 @@ absl::StatusOr<std::vector<Tensor>> Sdpa(const Tensor& q, const Tensor& k, const
 
 absl::StatusOr<std::vector<Tensor>> SdpaGrad(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                              const Tensor& out, const Tensor& lse, const Tensor* mask,
-                                             const ops::Attrs& attrs, SdpaSelection* selection) {
-  std::vector<ops::TensorMeta> metas = {ops::MetaOf(q), ops::MetaOf(k), ops::MetaOf(v)};
-  if (mask != nullptr && mask->defined()) metas.push_back(ops::MetaOf(*mask));
+                                             const kernels::Attrs& attrs, SdpaSelection* selection) {
+  std::vector<kernels::TensorMeta> metas = {kernels::MetaOf(q), kernels::MetaOf(k), kernels::MetaOf(v)};
+  if (mask != nullptr && mask->defined()) metas.push_back(kernels::MetaOf(*mask));
   LOOM_ASSIGN_OR_RETURN(SdpaParams p, MakeSdpaParams(metas, attrs));
   p.device = q.device();
   LOOM_ASSIGN_OR_RETURN(SdpaSelection sel, SelectSdpaImpl(p));
@@ -282,4 +282,4 @@ absl::StatusOr<std::vector<Tensor>> SdpaGrad(const Tensor& dout, const Tensor& q
   return std::vector<Tensor>{dq, dk, dv};
 }
 
-}  // namespace loom::sdpa
+}  // namespace loom::kernels::sdpa

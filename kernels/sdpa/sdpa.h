@@ -41,7 +41,7 @@
 #include "base/tensor.h"
 #include "kernels/registry.h"
 
-namespace loom::sdpa {
+namespace loom::kernels::sdpa {
 
 enum class SdpaImpl { kFlash, kMemEff, kMath };
 absl::string_view SdpaImplName(SdpaImpl impl);  // "flash", "memeff", "math"
@@ -64,8 +64,7 @@ struct SdpaParams {
 
 // Validates q, k, v[, mask] metas and the attributes. Errors are InvalidArgument
 // naming the input ("k: ...") or attribute ("dropout_p: ...").
-absl::StatusOr<SdpaParams> MakeSdpaParams(absl::Span<const ops::TensorMeta> qkv_mask,
-                                          const ops::Attrs& attrs);
+absl::StatusOr<SdpaParams> MakeSdpaParams(absl::Span<const kernels::TensorMeta> qkv_mask, const kernels::Attrs& attrs);
 
 struct SdpaSelection {
   SdpaImpl impl = SdpaImpl::kMath;
@@ -96,16 +95,14 @@ absl::Status SdpaBackward(SdpaImpl impl, const SdpaParams& p, const Tensor& dout
 
 // Convenience: validate, select (or honor attrs["impl"]), allocate and run.
 // `selection`, when non-null, receives the choice.
-absl::StatusOr<std::vector<Tensor>> Sdpa(const Tensor& q, const Tensor& k, const Tensor& v,
-                                         const Tensor* mask, const ops::Attrs& attrs,
-                                         SdpaSelection* selection = nullptr);
-absl::StatusOr<std::vector<Tensor>> SdpaGrad(const Tensor& dout, const Tensor& q, const Tensor& k,
-                                             const Tensor& v, const Tensor& out, const Tensor& lse,
-                                             const Tensor* mask, const ops::Attrs& attrs,
-                                             SdpaSelection* selection = nullptr);
+absl::StatusOr<std::vector<Tensor>> Sdpa(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* mask,
+                                         const kernels::Attrs& attrs, SdpaSelection* selection = nullptr);
+absl::StatusOr<std::vector<Tensor>> SdpaGrad(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                             const Tensor& out, const Tensor& lse, const Tensor* mask,
+                                             const kernels::Attrs& attrs, SdpaSelection* selection = nullptr);
 
 // The implementations keep their scratch buffers (linear in T and S) in a
 // process-wide cache between calls; this frees the cached buffers.
 void ReleaseSdpaWorkspace();
 
-}  // namespace loom::sdpa
+}  // namespace loom::kernels::sdpa

@@ -7,7 +7,7 @@
 
 #include "kernels/sdpa/sdpa_internal.h"
 
-namespace loom::sdpa {
+namespace loom::kernels::sdpa {
 
 namespace internal {
 
@@ -133,4 +133,4 @@ MaskView MakeMaskView(const SdpaParams& p, const Tensor* mask, Tensor* keepalive
 
 void ReleaseSdpaWorkspace() { internal::ClearScratchCache(); }
 
-}  // namespace loom::sdpa
+}  // namespace loom::kernels::sdpa

@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/sdpa/sdpa.h"
 
-namespace loom::sdpa {
+namespace loom::kernels::sdpa {
 namespace {
 
 struct Row {
@@ -13,7 +13,7 @@ struct Row {
   DType dtype;
   int64_t T, S, D;
   DType mask;  // kI32 = no mask
-  ops::Attrs attrs;
+  kernels::Attrs attrs;
   const char* want;      // impl name, or "" when an error is expected
   const char* reason_has;  // substring of the reason / error message
 };
@@ -41,7 +41,8 @@ TEST(SdpaDispatch, Table) {
   };
   for (const Row& r : rows) {
     SCOPED_TRACE(r.name);
-    std::vector<ops::TensorMeta> m = {{r.dtype, {2, 4, r.T, r.D}}, {r.dtype, {2, 2, r.S, r.D}}, {r.dtype, {2, 2, r.S, r.D}}};
+    std::vector<kernels::TensorMeta> m = {
+        {r.dtype, {2, 4, r.T, r.D}}, {r.dtype, {2, 2, r.S, r.D}}, {r.dtype, {2, 2, r.S, r.D}}};
     if (r.mask != none) m.push_back({r.mask, {r.T, r.S}});
     auto p = MakeSdpaParams(m, r.attrs);
     absl::StatusOr<SdpaSelection> sel = p.ok() ? SelectSdpaImpl(*p) : absl::StatusOr<SdpaSelection>(p.status());
@@ -59,7 +60,8 @@ TEST(SdpaDispatch, Table) {
 }
 
 TEST(SdpaDispatch, NonCpuDevice) {
-  std::vector<ops::TensorMeta> m = {{DType::kF32, {1, 1, 64, 8}}, {DType::kF32, {1, 1, 64, 8}}, {DType::kF32, {1, 1, 64, 8}}};
+  std::vector<kernels::TensorMeta> m = {
+      {DType::kF32, {1, 1, 64, 8}}, {DType::kF32, {1, 1, 64, 8}}, {DType::kF32, {1, 1, 64, 8}}};
   auto p = MakeSdpaParams(m, {{"impl", std::string("flash")}});
   ASSERT_TRUE(p.ok());
   p->device = Device::CUDA(0);
@@ -69,4 +71,4 @@ TEST(SdpaDispatch, NonCpuDevice) {
 }
 
 }  // namespace
-}  // namespace loom::sdpa
+}  // namespace loom::kernels::sdpa

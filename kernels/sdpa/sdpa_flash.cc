@@ -26,7 +26,7 @@
 #include "base/thread_pool.h"
 #include "kernels/sdpa/sdpa_internal.h"
 
-namespace loom::sdpa::internal {
+namespace loom::kernels::sdpa::internal {
 
 namespace {
 
@@ -334,4 +334,4 @@ template void FlashForward<double>(const FwdArgs<double>&);
 template void FlashBackward<float>(const BwdArgs<float>&);
 template void FlashBackward<double>(const BwdArgs<double>&);
 
-}  // namespace loom::sdpa::internal
+}  // namespace loom::kernels::sdpa::internal

@@ -14,7 +14,7 @@
 #include "kernels/sdpa/sdpa_internal.h"
 #include "kernels/sdpa/sdpa_test_util.h"
 
-namespace loom::sdpa {
+namespace loom::kernels::sdpa {
 namespace {
 
 using testing::Bwd;
@@ -56,7 +56,7 @@ std::vector<Case> Cases() {
 
 struct Inputs {
   Tensor q, k, v, dout, mask;
-  ops::Attrs attrs;
+  kernels::Attrs attrs;
   const Tensor* maskp() const { return mask.defined() ? &mask : nullptr; }
 };
 
@@ -181,7 +181,7 @@ TEST(SdpaImpl, DropoutStatistics) {
   Tensor k = Random({1, 2, S, 8}, DType::kF32, 7);
   Tensor v = Tensor::Zeros({1, 2, S, 1}, DType::kF32);
   v.Fill(1.0);
-  ops::Attrs attrs{{"dropout_p", drop}, {"seed", int64_t{42}}};
+  kernels::Attrs attrs{{"dropout_p", drop}, {"seed", int64_t{42}}};
   SdpaParams p = ParamsFor(q, k, v, nullptr, attrs);
   for (SdpaImpl impl : {SdpaImpl::kFlash, SdpaImpl::kMemEff, SdpaImpl::kMath}) {
     Fwd f = RunFwd(impl, p, q, k, v, nullptr);
@@ -292,7 +292,7 @@ TEST(SdpaImpl, ConvenienceApiReportsSelection) {
   EXPECT_EQ(RelativeError((*again)[0], (*out)[0]), 0.0);
 }
 
-void ExpectBad(std::vector<ops::TensorMeta> m, ops::Attrs attrs, const std::string& prefix) {
+void ExpectBad(std::vector<kernels::TensorMeta> m, kernels::Attrs attrs, const std::string& prefix) {
   auto p = MakeSdpaParams(m, attrs);
   ASSERT_FALSE(p.ok()) << prefix;
   EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
@@ -301,7 +301,7 @@ void ExpectBad(std::vector<ops::TensorMeta> m, ops::Attrs attrs, const std::stri
 
 TEST(SdpaImpl, BadInputs) {
   const DType f = DType::kF32;
-  ops::TensorMeta q{f, {2, 4, 5, 8}}, k{f, {2, 2, 7, 8}}, v{f, {2, 2, 7, 6}};
+  kernels::TensorMeta q{f, {2, 4, 5, 8}}, k{f, {2, 2, 7, 8}}, v{f, {2, 2, 7, 6}};
   ExpectBad({{f, {4, 5, 8}}, k, v}, {}, "q: expected 4 dims");
   ExpectBad({q, {f, {2, 2, 7}}, v}, {}, "k: expected 4 dims");
   ExpectBad({q, k, {f, {2, 1, 7, 6}}}, {}, "v: heads 1 != k heads 2");
@@ -332,4 +332,4 @@ TEST(SdpaImpl, BadInputs) {
 }
 
 }  // namespace
-}  // namespace loom::sdpa
+}  // namespace loom::kernels::sdpa

@@ -24,7 +24,7 @@
 #define LOOM_SDPA_AVX2 1
 #endif
 
-namespace loom::sdpa::internal {
+namespace loom::kernels::sdpa::internal {
 
 // A broadcast view of the mask as [B, H, T, S] with element strides (0 where
 // broadcast). kind == kNone: no mask.
@@ -403,4 +403,4 @@ template <typename T> void MemEffBackward(const BwdArgs<T>& a);
 template <typename T> void FlashForward(const FwdArgs<T>& a);
 template <typename T> void FlashBackward(const BwdArgs<T>& a);
 
-}  // namespace loom::sdpa::internal
+}  // namespace loom::kernels::sdpa::internal

@@ -7,7 +7,7 @@
 #include "base/thread_pool.h"
 #include "kernels/sdpa/sdpa_internal.h"
 
-namespace loom::sdpa::internal {
+namespace loom::kernels::sdpa::internal {
 
 namespace {
 
@@ -163,4 +163,4 @@ template void MathForward<double>(const FwdArgs<double>&);
 template void MathBackward<float>(const BwdArgs<float>&);
 template void MathBackward<double>(const BwdArgs<double>&);
 
-}  // namespace loom::sdpa::internal
+}  // namespace loom::kernels::sdpa::internal

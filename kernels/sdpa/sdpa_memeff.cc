@@ -13,7 +13,7 @@
 #include "base/thread_pool.h"
 #include "kernels/sdpa/sdpa_internal.h"
 
-namespace loom::sdpa::internal {
+namespace loom::kernels::sdpa::internal {
 
 namespace {
 
@@ -204,4 +204,4 @@ template void MemEffForward<double>(const FwdArgs<double>&);
 template void MemEffBackward<float>(const BwdArgs<float>&);
 template void MemEffBackward<double>(const BwdArgs<double>&);
 
-}  // namespace loom::sdpa::internal
+}  // namespace loom::kernels::sdpa::internal

@@ -7,13 +7,13 @@
 #include "kernels/sdpa/sdpa.h"
 #include "kernels/sdpa/sdpa_test_util.h"
 
-namespace loom::sdpa {
+namespace loom::kernels::sdpa {
 namespace {
 
-std::vector<Tensor> MakeCaseInputs(const ops::ConsistencyCase& c, DType float_dt) {
+std::vector<Tensor> MakeCaseInputs(const kernels::ConsistencyCase& c, DType float_dt) {
   std::vector<Tensor> in;
   for (size_t i = 0; i < c.inputs.size(); ++i) {
-    const ops::InputSpec& s = c.inputs[i];
+    const kernels::InputSpec& s = c.inputs[i];
     DType dt = IsFloating(s.meta.dtype) && i < 3 ? float_dt : s.meta.dtype;
     Tensor t = Tensor::MustEmpty(s.meta.shape, dt);
     Philox rng(100 + i, 0);
@@ -28,8 +28,8 @@ std::vector<Tensor> MakeCaseInputs(const ops::ConsistencyCase& c, DType float_dt
 }
 
 TEST(SdpaOp, Registered) {
-  const ops::OpDef* f = ops::OpRegistry::Global().Find("sdpa");
-  const ops::OpDef* b = ops::OpRegistry::Global().Find("sdpa_backward");
+  const kernels::OpDef* f = kernels::OpRegistry::Global().Find("sdpa");
+  const kernels::OpDef* b = kernels::OpRegistry::Global().Find("sdpa_backward");
   ASSERT_NE(f, nullptr);
   ASSERT_NE(b, nullptr);
   EXPECT_TRUE(static_cast<bool>(f->grad));
@@ -39,20 +39,20 @@ TEST(SdpaOp, Registered) {
 }
 
 TEST(SdpaOp, ConsistencyCases) {
-  const ops::OpDef* def = ops::OpRegistry::Global().Find("sdpa");
+  const kernels::OpDef* def = kernels::OpRegistry::Global().Find("sdpa");
   ASSERT_NE(def, nullptr);
-  for (const ops::ConsistencyCase& c : def->cases) {
+  for (const kernels::ConsistencyCase& c : def->cases) {
     SCOPED_TRACE(c.name);
     std::vector<Tensor> in64 = MakeCaseInputs(c, DType::kF64);
-    auto ref = ops::RunOp("sdpa", in64, c.attrs, ops::Impl::kReference);
+    auto ref = kernels::RunOp("sdpa", in64, c.attrs, kernels::Impl::kReference);
     ASSERT_TRUE(ref.ok()) << ref.status();
     for (DType dt : {DType::kF64, DType::kF32}) {
       std::vector<Tensor> in = MakeCaseInputs(c, dt);
       for (std::string impl : {"auto", "memeff", "math", "flash"}) {
         if (impl == "flash" && in.size() == 4) continue;
-        ops::Attrs attrs = c.attrs;
+        kernels::Attrs attrs = c.attrs;
         attrs.Set("impl", impl);
-        auto out = ops::RunOp("sdpa", in, attrs, ops::Impl::kKernel);
+        auto out = kernels::RunOp("sdpa", in, attrs, kernels::Impl::kKernel);
         ASSERT_TRUE(out.ok()) << out.status();
         EXPECT_LT(RelativeError((*out)[0], (*ref)[0]), dt == DType::kF64 ? 1e-12 : 1e-5) << impl;
         EXPECT_LT(RelativeError((*out)[1], (*ref)[1]), 1e-6) << impl;
@@ -63,8 +63,8 @@ TEST(SdpaOp, ConsistencyCases) {
     Philox rng(7, 0);
     for (int64_t i = 0; i < w.numel(); ++i) w.SetDouble(i, rng.Uniform(i) - 0.5);
     std::vector<Tensor> gouts = {w, Tensor()};
-    for (ops::Impl impl : {ops::Impl::kReference, ops::Impl::kKernel}) {
-      auto grads = ops::EagerGradients("sdpa", in64, gouts, c.attrs, impl);
+    for (kernels::Impl impl : {kernels::Impl::kReference, kernels::Impl::kKernel}) {
+      auto grads = kernels::EagerGradients("sdpa", in64, gouts, c.attrs, impl);
       ASSERT_TRUE(grads.ok()) << grads.status();
       ASSERT_EQ(grads->size(), in64.size());
       if (in64.size() == 4) {
@@ -77,7 +77,7 @@ TEST(SdpaOp, ConsistencyCases) {
           double l[2];
           for (int sgn = 0; sgn < 2; ++sgn) {
             in64[x].SetDouble(i, x0 + (sgn == 0 ? h : -h));
-            auto o = ops::RunOp("sdpa", in64, c.attrs, ops::Impl::kReference);
+            auto o = kernels::RunOp("sdpa", in64, c.attrs, kernels::Impl::kReference);
             ASSERT_TRUE(o.ok());
             double acc = 0;
             for (int64_t j = 0; j < w.numel(); ++j) acc += (*o)[0].GetDouble(j) * w.GetDouble(j);
@@ -96,7 +96,7 @@ TEST(SdpaOp, LseGradientIsUnimplemented) {
   std::vector<Tensor> in = {testing::Random({1, 1, 3, 4}, DType::kF64, 1), testing::Random({1, 1, 3, 4}, DType::kF64, 2),
                             testing::Random({1, 1, 3, 4}, DType::kF64, 3)};
   std::vector<Tensor> g = {Tensor(), testing::Random({1, 1, 3}, DType::kF32, 4)};
-  auto r = ops::EagerGradients("sdpa", in, g, {});
+  auto r = kernels::EagerGradients("sdpa", in, g, {});
   EXPECT_EQ(r.status().code(), absl::StatusCode::kUnimplemented);
 }
 
@@ -104,7 +104,7 @@ TEST(SdpaOp, ErrorsNameTheOpAndArgument) {
   std::vector<Tensor> in = {testing::Random({1, 4, 64, 8}, DType::kF32, 1),
                             testing::Random({1, 3, 64, 8}, DType::kF32, 2),
                             testing::Random({1, 3, 64, 8}, DType::kF32, 3)};
-  auto r = ops::RunOp("sdpa", in, {});
+  auto r = kernels::RunOp("sdpa", in, {});
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(std::string(r.status().message()).rfind("sdpa: k: q heads H=4", 0), 0u) << r.status();
@@ -112,25 +112,25 @@ TEST(SdpaOp, ErrorsNameTheOpAndArgument) {
   std::vector<Tensor> masked = {testing::Random({1, 2, 64, 8}, DType::kF32, 1),
                                 testing::Random({1, 2, 64, 8}, DType::kF32, 2),
                                 testing::Random({1, 2, 64, 8}, DType::kF32, 3), testing::RandomBoolMask({64, 64}, 4)};
-  auto f = ops::RunOp("sdpa", masked, {{"impl", std::string("flash")}});
+  auto f = kernels::RunOp("sdpa", masked, {{"impl", std::string("flash")}});
   ASSERT_FALSE(f.ok());
   EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(std::string(f.status().message()).find("flash takes no mask"), std::string::npos) << f.status();
 
   // sdpa_backward checks its extra inputs.
-  auto fwd = ops::RunOp("sdpa", {masked[0], masked[1], masked[2]}, {});
+  auto fwd = kernels::RunOp("sdpa", {masked[0], masked[1], masked[2]}, {});
   ASSERT_TRUE(fwd.ok());
   std::vector<Tensor> bin = {testing::Random({1, 2, 64, 7}, DType::kF32, 5), masked[0], masked[1], masked[2],
                              (*fwd)[0], (*fwd)[1]};
-  auto b = ops::RunOp("sdpa_backward", bin, {});
+  auto b = kernels::RunOp("sdpa_backward", bin, {});
   ASSERT_FALSE(b.ok());
   EXPECT_EQ(std::string(b.status().message()).rfind("sdpa_backward: dout: expected f32[1, 2, 64, 8]", 0), 0u)
       << b.status();
   bin[0] = testing::Random({1, 2, 64, 8}, DType::kF32, 5);
-  auto ok = ops::RunOp("sdpa_backward", bin, {});
+  auto ok = kernels::RunOp("sdpa_backward", bin, {});
   ASSERT_TRUE(ok.ok()) << ok.status();
   EXPECT_EQ(ok->size(), 3u);
 }
 
 }  // namespace
-}  // namespace loom::sdpa
+}  // namespace loom::kernels::sdpa

@@ -12,15 +12,15 @@
 #include "kernels/registry.h"
 #include "kernels/sdpa/sdpa.h"
 
-namespace loom::sdpa {
+namespace loom::kernels::sdpa {
 namespace {
 
-using ops::Attrs;
-using ops::TensorMeta;
+using kernels::Attrs;
+using kernels::TensorMeta;
 
 absl::StatusOr<SdpaParams> ParamsFromTensors(absl::Span<const Tensor> in, size_t first, const Attrs& attrs) {
   std::vector<TensorMeta> metas;
-  for (size_t i = first; i < in.size(); ++i) metas.push_back(ops::MetaOf(in[i]));
+  for (size_t i = first; i < in.size(); ++i) metas.push_back(kernels::MetaOf(in[i]));
   LOOM_ASSIGN_OR_RETURN(SdpaParams p, MakeSdpaParams(metas, attrs));
   p.device = in[first].device();
   return p;
@@ -77,12 +77,13 @@ absl::Status BackwardKernel(absl::Span<const Tensor> in, absl::Span<Tensor> out,
   return SdpaBackward(impl, p, in[0], in[1], in[2], in[3], in[4], in[5], mask, out[0], out[1], out[2]);
 }
 
-absl::StatusOr<std::vector<ops::GradBuilder::Value>> SdpaGradRule(ops::GradBuilder& b, const ops::GradContext& c) {
-  using V = ops::GradBuilder::Value;
-  std::vector<V> res(c.inputs.size(), ops::GradBuilder::kNone);
-  if (c.grad_outputs.size() > 1 && c.grad_outputs[1] != ops::GradBuilder::kNone)
+absl::StatusOr<std::vector<kernels::GradBuilder::Value>> SdpaGradRule(kernels::GradBuilder& b,
+                                                                      const kernels::GradContext& c) {
+  using V = kernels::GradBuilder::Value;
+  std::vector<V> res(c.inputs.size(), kernels::GradBuilder::kNone);
+  if (c.grad_outputs.size() > 1 && c.grad_outputs[1] != kernels::GradBuilder::kNone)
     return absl::UnimplementedError("sdpa: a gradient flowing into lse is not supported");
-  if (c.grad_outputs.empty() || c.grad_outputs[0] == ops::GradBuilder::kNone) return res;
+  if (c.grad_outputs.empty() || c.grad_outputs[0] == kernels::GradBuilder::kNone) return res;
   std::vector<V> ins = {c.grad_outputs[0], c.inputs[0], c.inputs[1], c.inputs[2], c.outputs[0], c.outputs[1]};
   if (c.inputs.size() == 4) ins.push_back(c.inputs[3]);
   LOOM_ASSIGN_OR_RETURN(std::vector<V> g, b.Emit("sdpa_backward", ins, c.attrs));
@@ -92,16 +93,16 @@ absl::StatusOr<std::vector<ops::GradBuilder::Value>> SdpaGradRule(ops::GradBuild
   return res;
 }
 
-ops::InputSpec Spec(DType dt, Shape shape, bool differentiable = true) {
-  ops::InputSpec s;
+kernels::InputSpec Spec(DType dt, Shape shape, bool differentiable = true) {
+  kernels::InputSpec s;
   s.meta = {dt, std::move(shape)};
   s.differentiable = differentiable;
   return s;
 }
 
 // Bool mask with a random pattern where key 0 is always visible.
-ops::InputSpec BoolMaskSpec(Shape shape) {
-  ops::InputSpec s = Spec(DType::kBool, std::move(shape), false);
+kernels::InputSpec BoolMaskSpec(Shape shape) {
+  kernels::InputSpec s = Spec(DType::kBool, std::move(shape), false);
   s.fill = [](Tensor& t, const Philox& rng) {
     const int64_t S = t.dim(-1);
     for (int64_t i = 0; i < t.numel(); ++i) t.SetDouble(i, (i % S == 0 || rng.Uniform(i) < 0.6f) ? 1.0 : 0.0);
@@ -109,11 +110,11 @@ ops::InputSpec BoolMaskSpec(Shape shape) {
   return s;
 }
 
-std::vector<ops::ConsistencyCase> Cases() {
+std::vector<kernels::ConsistencyCase> Cases() {
   const DType f = DType::kF64;
-  std::vector<ops::ConsistencyCase> cases;
-  auto add = [&](std::string name, std::vector<ops::InputSpec> in, Attrs attrs) {
-    ops::ConsistencyCase c;
+  std::vector<kernels::ConsistencyCase> cases;
+  auto add = [&](std::string name, std::vector<kernels::InputSpec> in, Attrs attrs) {
+    kernels::ConsistencyCase c;
     c.name = std::move(name);
     c.inputs = std::move(in);
     c.attrs = std::move(attrs);
@@ -125,7 +126,7 @@ std::vector<ops::ConsistencyCase> Cases() {
       {{"is_causal", true}});
   add("bool_mask_broadcast", {Spec(f, {1, 2, 5, 8}), Spec(f, {1, 2, 7, 8}), Spec(f, {1, 2, 7, 8}), BoolMaskSpec({1, 1, 5, 7})},
       {});
-  ops::InputSpec additive = Spec(DType::kF32, {5, 7}, false);
+  kernels::InputSpec additive = Spec(DType::kF32, {5, 7}, false);
   additive.lo = -2.0;
   additive.hi = 1.0;
   add("additive_mask_scale", {Spec(f, {2, 4, 5, 8}), Spec(f, {2, 2, 7, 8}), Spec(f, {2, 2, 7, 8}), additive},
@@ -133,8 +134,8 @@ std::vector<ops::ConsistencyCase> Cases() {
   return cases;
 }
 
-ops::OpDef MakeSdpaOp() {
-  ops::OpDef def;
+kernels::OpDef MakeSdpaOp() {
+  kernels::OpDef def;
   def.name = "sdpa";
   def.doc = "Scaled dot-product attention (PyTorch contract): (q, k, v, [mask]) -> (out, lse). See kernels/sdpa/sdpa.h.";
   def.num_inputs = -1;
@@ -152,8 +153,8 @@ ops::OpDef MakeSdpaOp() {
   return def;
 }
 
-ops::OpDef MakeSdpaBackwardOp() {
-  ops::OpDef def;
+kernels::OpDef MakeSdpaBackwardOp() {
+  kernels::OpDef def;
   def.name = "sdpa_backward";
   def.doc = "Gradient of sdpa: (dout, q, k, v, out, lse, [mask]) -> (dq, dk, dv).";
   def.num_inputs = -1;
@@ -175,4 +176,4 @@ ops::OpDef MakeSdpaBackwardOp() {
 LOOM_REGISTER_OP(MakeSdpaOp());
 LOOM_REGISTER_OP(MakeSdpaBackwardOp());
 
-}  // namespace loom::sdpa
+}  // namespace loom::kernels::sdpa

@@ -7,7 +7,7 @@
 #include "base/tensor.h"
 #include "kernels/sdpa/sdpa.h"
 
-namespace loom::sdpa::testing {
+namespace loom::kernels::sdpa::testing {
 
 // Uniform [lo, hi) tensor from Philox(seed, 0).
 inline Tensor Random(std::initializer_list<int64_t> shape, DType dt, uint64_t seed, double lo = -1, double hi = 1) {
@@ -32,9 +32,9 @@ struct Bwd {
 };
 
 inline SdpaParams ParamsFor(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor* mask,
-                            const ops::Attrs& attrs) {
-  std::vector<ops::TensorMeta> m = {ops::MetaOf(q), ops::MetaOf(k), ops::MetaOf(v)};
-  if (mask) m.push_back(ops::MetaOf(*mask));
+                            const kernels::Attrs& attrs) {
+  std::vector<kernels::TensorMeta> m = {kernels::MetaOf(q), kernels::MetaOf(k), kernels::MetaOf(v)};
+  if (mask) m.push_back(kernels::MetaOf(*mask));
   auto p = MakeSdpaParams(m, attrs);
   if (!p.ok()) {
     fprintf(stderr, "MakeSdpaParams: %s\n", std::string(p.status().message()).c_str());
@@ -66,4 +66,4 @@ inline Bwd RunBwd(SdpaImpl impl, const SdpaParams& p, const Tensor& dout, const 
   return b;
 }
 
-}  // namespace loom::sdpa::testing
+}  // namespace loom::kernels::sdpa::testing

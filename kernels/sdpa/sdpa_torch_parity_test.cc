@@ -17,7 +17,7 @@
 #include "kernels/sdpa/sdpa.h"
 #include "kernels/sdpa/sdpa_test_util.h"
 
-namespace loom::sdpa {
+namespace loom::kernels::sdpa {
 namespace {
 
 struct PCase {
@@ -83,7 +83,7 @@ TEST(SdpaTorchParity, MatchesWrittenOutAttention) {
       mask = testing::Random({c.T, c.S}, DType::kF32, 10 * ci + 5, -3, 1);
     }
     const Tensor* mp = mask.defined() ? &mask : nullptr;
-    ops::Attrs attrs{{"is_causal", c.causal}};
+    kernels::Attrs attrs{{"is_causal", c.causal}};
     if (c.scale != 0) attrs.Set("scale", c.scale);
     SdpaParams p = testing::ParamsFor(q, k, v, mp, attrs);
     std::string j = absl::StrCat("{\"name\": \"", c.name, "\", \"causal\": ", c.causal ? "true" : "false",
@@ -126,4 +126,4 @@ TEST(SdpaTorchParity, MatchesWrittenOutAttention) {
 }
 
 }  // namespace
-}  // namespace loom::sdpa
+}  // namespace loom::kernels::sdpa

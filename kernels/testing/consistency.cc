@@ -5,7 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace loom::ops::testing {
+namespace loom::kernels::testing {
 namespace {
 
 uint64_t HashName(const std::string& s) {
@@ -226,4 +226,4 @@ CaseReport CheckCase(const OpDef& def, const ConsistencyCase& c, const Bounds& b
   return r;
 }
 
-}  // namespace loom::ops::testing
+}  // namespace loom::kernels::testing

@@ -23,7 +23,7 @@
 
 #include "kernels/registry.h"
 
-namespace loom::ops::testing {
+namespace loom::kernels::testing {
 
 struct CaseReport {
   std::string op;
@@ -52,4 +52,4 @@ CaseReport CheckCase(const OpDef& def, const ConsistencyCase& c, const Bounds& b
 // Reports structural failures of `def` (no cases, no grad rule and no reason).
 std::vector<std::string> CheckDefinition(const OpDef& def);
 
-}  // namespace loom::ops::testing
+}  // namespace loom::kernels::testing

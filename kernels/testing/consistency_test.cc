@@ -8,7 +8,7 @@
 #include "kernels/registry.h"
 #include "kernels/testing/consistency.h"
 
-namespace loom::ops::testing {
+namespace loom::kernels::testing {
 namespace {
 
 TEST(OpConsistency, EveryRegisteredOp) {
@@ -77,4 +77,4 @@ TEST(OpConsistency, DetectsABrokenKernel) {
 }
 
 }  // namespace
-}  // namespace loom::ops::testing
+}  // namespace loom::kernels::testing

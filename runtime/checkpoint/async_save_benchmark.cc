@@ -43,7 +43,7 @@ void Step(std::vector<loom::Tensor>& params) {
 
 int main(int argc, char** argv) {
   using namespace loom;
-  using namespace loom::checkpoint;
+  using namespace loom::runtime::checkpoint;
   std::string root = argc > 1 ? argv[1] : "/tmp/loom_async_save_bench." + std::to_string(getpid());
   const int64_t mb = argc > 2 ? atoll(argv[2]) : 64;
   const int64_t per = 1 << 20;  // floats per tensor (4 MiB)

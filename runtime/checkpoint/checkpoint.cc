@@ -13,7 +13,7 @@
 #include "runtime/checkpoint/file_io.h"
 #include "runtime/checkpoint/safetensors.h"
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 namespace {
 
 constexpr const char* kTmpPrefix = ".tmp.";
@@ -252,4 +252,4 @@ absl::Status AsyncCheckpointer::SaveAsync(const SaveRequest& req) {
   return absl::OkStatus();
 }
 
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

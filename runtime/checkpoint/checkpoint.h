@@ -53,7 +53,7 @@
 #include "runtime/checkpoint/manifest.h"
 #include "runtime/data/dataset.h"
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 
 struct ShardData {
   int64_t rank = 0;
@@ -164,4 +164,4 @@ class AsyncCheckpointer {
   std::shared_ptr<SaveRequest> last_snapshot_;  // its buffers are reused by the next snapshot
 };
 
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

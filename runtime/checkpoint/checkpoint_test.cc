@@ -12,7 +12,7 @@
 #include "runtime/checkpoint/loader.h"
 #include "runtime/checkpoint/test_util.h"
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 namespace {
 
 using testing::BitwiseEqual;
@@ -222,4 +222,4 @@ TEST(Checkpoint, AsyncSaveUsesSnapshot) {
 }
 
 }  // namespace
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

@@ -10,7 +10,7 @@
 #include "runtime/checkpoint/loader.h"
 #include "runtime/checkpoint/safetensors.h"
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 
 namespace {
 
@@ -108,4 +108,4 @@ int RunCheckpointTool(const std::vector<std::string>& args, std::ostream& out, s
   return 2;
 }
 
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

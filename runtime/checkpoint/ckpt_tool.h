@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 
 int RunCheckpointTool(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

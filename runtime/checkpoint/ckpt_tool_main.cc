@@ -5,5 +5,5 @@
 
 int main(int argc, char** argv) {
   std::vector<std::string> args(argv + 1, argv + argc);
-  return loom::checkpoint::RunCheckpointTool(args, std::cout, std::cerr);
+  return loom::runtime::checkpoint::RunCheckpointTool(args, std::cout, std::cerr);
 }

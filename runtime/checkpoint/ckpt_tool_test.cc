@@ -7,7 +7,7 @@
 #include "runtime/checkpoint/loader.h"
 #include "runtime/checkpoint/test_util.h"
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 namespace {
 
 int Tool(const std::vector<std::string>& args, std::string* out_text) {
@@ -39,4 +39,4 @@ TEST(CkptTool, ExportImportVerifyInspect) {
 }
 
 }  // namespace
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

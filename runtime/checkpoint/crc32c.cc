@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 namespace {
 
 struct Tables {
@@ -44,4 +44,4 @@ uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t n) {
   return ~c;
 }
 
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

@@ -10,9 +10,9 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 
 uint32_t Crc32cExtend(uint32_t crc, const void* data, size_t n);
 inline uint32_t Crc32c(const void* data, size_t n) { return Crc32cExtend(0, data, n); }
 
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

@@ -5,7 +5,7 @@
 
 #include "gtest/gtest.h"
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 namespace {
 
 uint32_t BitwiseCrc(const std::string& s) {
@@ -35,4 +35,4 @@ TEST(Crc32c, MatchesBitwiseReferenceAndExtends) {
 }
 
 }  // namespace
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

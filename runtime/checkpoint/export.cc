@@ -7,7 +7,7 @@
 #include "runtime/checkpoint/file_io.h"
 #include "runtime/checkpoint/safetensors.h"
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 
 absl::Status WriteSafetensorsStreamed(const std::string& out_path, const std::vector<TensorToWrite>& entries,
                                       const std::map<std::string, std::string>& metadata,
@@ -86,4 +86,4 @@ SaveRequest RequestFromTensors(const std::vector<std::pair<std::string, Tensor>>
   return req;
 }
 
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

@@ -24,7 +24,7 @@
 #include "runtime/checkpoint/loader.h"
 #include "runtime/checkpoint/safetensors.h"
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 
 // Writes a safetensors file whose tensors `produce(i)` makes one at a time
 // (entries[i] gives the name, dtype and shape; its data pointer is unused):
@@ -50,4 +50,4 @@ absl::StatusOr<ImportedTensors> ImportConsolidated(const std::string& path);
 // start a run from an imported file.
 SaveRequest RequestFromTensors(const std::vector<std::pair<std::string, Tensor>>& tensors, int64_t step);
 
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

@@ -12,7 +12,7 @@
 #include "runtime/checkpoint/safetensors.h"
 #include "runtime/checkpoint/test_util.h"
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 namespace {
 
 using testing::BitwiseEqual;
@@ -118,4 +118,4 @@ TEST(Export, Errors) {
 }
 
 }  // namespace
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

@@ -18,7 +18,7 @@
 #include "runtime/checkpoint/loader.h"
 #include "runtime/checkpoint/test_util.h"
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 namespace {
 
 using testing::BitwiseEqual;
@@ -286,4 +286,4 @@ TEST(Crash, KilledSaverAlwaysLeavesACompleteCheckpoint) {
 }
 
 }  // namespace
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

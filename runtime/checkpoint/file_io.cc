@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 namespace {
 
 std::mutex& HookMu() {
@@ -215,4 +215,4 @@ bool IsDirectory(const std::string& path) {
   return stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
 }
 
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

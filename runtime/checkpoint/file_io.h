@@ -22,7 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 
 // op is one of "open", "write", "fsync", "rename", "mkdir".
 using IoFaultHook = std::function<absl::Status(absl::string_view op, const std::string& path)>;
@@ -69,4 +69,4 @@ absl::StatusOr<std::vector<std::string>> ListDir(const std::string& dir);
 bool PathExists(const std::string& path);
 bool IsDirectory(const std::string& path);
 
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

@@ -14,7 +14,7 @@
 #include "runtime/checkpoint/loader.h"
 #include "runtime/jobspec/jobspec.h"
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 namespace {
 
 bool IsFile(const std::string& path) {
@@ -93,4 +93,4 @@ absl::Status ExportHf(const std::string& src, const std::string& out_path, const
       spec.model(), [&](const std::string& name) { return reader.ReadFull(name); }, out_path);
 }
 
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

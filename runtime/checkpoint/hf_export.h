@@ -22,7 +22,7 @@
 #include "base/tensor.h"
 #include "proto/loom/v1/job.pb.h"
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 
 // `family` ("" = the model's) must name the model's family (InvalidArgument
 // otherwise, as for an unreadable SRC or spec).
@@ -32,4 +32,4 @@ absl::Status ExportHf(const std::string& src, const std::string& out_path, const
 absl::Status WriteHf(const v1::ModelSpec& spec, const std::function<absl::StatusOr<Tensor>(const std::string&)>& read,
                      const std::string& out_path);
 
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

@@ -17,7 +17,7 @@
 #include "runtime/checkpoint/test_util.h"
 #include "runtime/jobspec/jobspec.h"
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 namespace {
 
 v1::JobSpec Spec(const std::string& family) {
@@ -37,7 +37,7 @@ v1::JobSpec Spec(const std::string& family) {
 
 std::map<std::string, Tensor> RandomParams(const v1::JobSpec& spec) {
   std::map<std::string, Tensor> out;
-  auto params = models::Parameters(spec.model());
+  auto params = compiler::models::Parameters(spec.model());
   EXPECT_TRUE(params.ok());
   uint64_t seed = 3;
   for (const auto& p : *params) {
@@ -125,4 +125,4 @@ TEST(HfExport, CommandRejectsBadInputWithExit2) {
 }
 
 }  // namespace
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

@@ -13,7 +13,7 @@
 #include "base/status.h"
 #include "nlohmann/json.hpp"
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 namespace {
 
 constexpr absl::string_view kGptPrefix = "transformer.";
@@ -227,11 +227,11 @@ absl::Status CheckHfConfig(absl::string_view config_json, WeightLayout layout, c
 }
 
 absl::StatusOr<std::vector<ParamSource>> HfLayout(const v1::ModelSpec& spec) {
-  LOOM_ASSIGN_OR_RETURN(std::vector<models::ParamInfo> params, models::Parameters(spec));
+  LOOM_ASSIGN_OR_RETURN(std::vector<compiler::models::ParamInfo> params, compiler::models::Parameters(spec));
   const bool gpt = spec.family() == "gpt";
   const int64_t kv = spec.n_kv_head() > 0 ? spec.n_kv_head() : spec.n_head();
   std::vector<ParamSource> out;
-  for (const models::ParamInfo& p : params) {
+  for (const compiler::models::ParamInfo& p : params) {
     ParamSource s;
     s.param = p.name;
     s.shape.assign(p.shape.begin(), p.shape.end());
@@ -254,12 +254,12 @@ absl::StatusOr<std::vector<ParamSource>> HfLayout(const v1::ModelSpec& spec) {
   return out;
 }
 
-absl::StatusOr<InitPlan> PlanOneToOne(const SafetensorsIndex& file, const std::vector<models::ParamInfo>& params,
-                                      absl::string_view label) {
+absl::StatusOr<InitPlan> PlanOneToOne(const SafetensorsIndex& file,
+                                      const std::vector<compiler::models::ParamInfo>& params, absl::string_view label) {
   InitPlan plan;
   plan.layout = WeightLayout::kLoom;
   std::set<std::string> used;
-  for (const models::ParamInfo& p : params) {
+  for (const compiler::models::ParamInfo& p : params) {
     ParamSource s;
     s.param = s.tensor = p.name;
     s.shape.assign(p.shape.begin(), p.shape.end());
@@ -281,7 +281,7 @@ absl::StatusOr<InitPlan> PlanOneToOne(const SafetensorsIndex& file, const std::v
 }
 
 absl::StatusOr<InitPlan> PlanInit(const SafetensorsIndex& file, const v1::ModelSpec& spec, absl::string_view label) {
-  LOOM_ASSIGN_OR_RETURN(std::vector<models::ParamInfo> params, models::Parameters(spec));
+  LOOM_ASSIGN_OR_RETURN(std::vector<compiler::models::ParamInfo> params, compiler::models::Parameters(spec));
   const WeightLayout layout = DetectLayout(file);
   const bool gpt = spec.family() == "gpt";
   if (layout == WeightLayout::kLoom) return PlanOneToOne(file, params, label);
@@ -383,4 +383,4 @@ absl::StatusOr<Tensor> StoredFromLoom(const ParamSource& src, const Tensor& loom
   return t;
 }
 
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

@@ -49,7 +49,7 @@
 #include "proto/loom/v1/job.pb.h"
 #include "runtime/checkpoint/safetensors.h"
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 
 enum class WeightLayout { kLoom, kHfGpt2, kHfLlama };
 absl::string_view WeightLayoutName(WeightLayout layout);  // "Loom", "Hugging Face GPT-2", ...
@@ -79,8 +79,8 @@ struct InitPlan {
 // that differ from the spec (the field), a layout of the other family.
 absl::StatusOr<InitPlan> PlanInit(const SafetensorsIndex& file, const v1::ModelSpec& spec, absl::string_view label);
 // The one-to-one rule for any parameter list (Loom's names, ONNX initializers).
-absl::StatusOr<InitPlan> PlanOneToOne(const SafetensorsIndex& file, const std::vector<models::ParamInfo>& params,
-                                      absl::string_view label);
+absl::StatusOr<InitPlan> PlanOneToOne(const SafetensorsIndex& file,
+                                      const std::vector<compiler::models::ParamInfo>& params, absl::string_view label);
 
 // Hugging Face's config.json (its text) against the spec: GPT-2's n_layer,
 // n_head, n_embd, vocab_size, n_inner, layer_norm_epsilon and n_positions (at
@@ -109,4 +109,4 @@ absl::StatusOr<Tensor> LoomBlock(const ParamSource& src, const RectReader& read,
 // The stored layout (f32) of a whole parameter given in Loom's layout.
 absl::StatusOr<Tensor> StoredFromLoom(const ParamSource& src, const Tensor& loom);
 
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

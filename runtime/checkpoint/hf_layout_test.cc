@@ -17,7 +17,7 @@
 #include "runtime/checkpoint/init_from.h"
 #include "runtime/checkpoint/test_util.h"
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 namespace {
 
 struct Entry {
@@ -274,7 +274,7 @@ TEST(HfLayout, LoomNamesMapOneToOneAndIgnoreMoments) {
   m.set_d_model(8);
   m.set_seq_len(4);
   m.set_vocab(16);
-  auto params = models::Parameters(m);
+  auto params = compiler::models::Parameters(m);
   ASSERT_TRUE(params.ok());
   std::vector<Entry> f;
   for (const auto& p : *params) {
@@ -390,7 +390,7 @@ TEST(InitSource, ReadsEveryBlockBackInLoomLayout) {
 }
 
 TEST(InitSource, OneToOneForAnyParameterList) {
-  const std::vector<models::ParamInfo> params = {{"fc.weight", {3, 4}}, {"fc.bias", {4}}};
+  const std::vector<compiler::models::ParamInfo> params = {{"fc.weight", {3, 4}}, {"fc.bias", {4}}};
   Tensor w = Random({3, 4}, 1), b = Random({4}, 2);
   const std::string dir = testing::FreshDir("one_to_one");
   ASSERT_TRUE(WriteSafetensors(
@@ -464,4 +464,4 @@ TEST(InitSource, Gpt2TiedHeadMustEqualWte) {
 }
 
 }  // namespace
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

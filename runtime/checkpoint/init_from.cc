@@ -10,7 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "base/status.h"
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 
 absl::StatusOr<Tensor> ReadRect(const SafetensorsReader& reader, const TensorEntry& e,
                                 const std::vector<int64_t>& offsets, const std::vector<int64_t>& lengths) {
@@ -86,8 +86,8 @@ absl::StatusOr<std::unique_ptr<InitSource>> InitSource::Open(const std::string& 
   return s;
 }
 
-absl::StatusOr<std::unique_ptr<InitSource>> InitSource::OpenOneToOne(const std::string& path,
-                                                                     const std::vector<models::ParamInfo>& params) {
+absl::StatusOr<std::unique_ptr<InitSource>> InitSource::OpenOneToOne(
+    const std::string& path, const std::vector<compiler::models::ParamInfo>& params) {
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<InitSource> s, OpenFile(path));
   LOOM_ASSIGN_OR_RETURN(s->plan_, PlanOneToOne(s->reader_->index(), params, s->label_));
   LOOM_RETURN_IF_ERROR(s->Index());
@@ -157,4 +157,4 @@ std::string InitSource::Describe() const {
   return s;
 }
 
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

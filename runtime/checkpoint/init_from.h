@@ -28,15 +28,15 @@
 #include "runtime/checkpoint/hf_layout.h"
 #include "runtime/checkpoint/safetensors.h"
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 
 class InitSource {
  public:
   static absl::StatusOr<std::unique_ptr<InitSource>> Open(const std::string& path, const v1::ModelSpec& spec);
   // For a parameter list that is not a built-in family's (an imported ONNX
   // graph's initializers): names map one to one (PlanOneToOne).
-  static absl::StatusOr<std::unique_ptr<InitSource>> OpenOneToOne(const std::string& path,
-                                                                  const std::vector<models::ParamInfo>& params);
+  static absl::StatusOr<std::unique_ptr<InitSource>> OpenOneToOne(
+      const std::string& path, const std::vector<compiler::models::ParamInfo>& params);
 
   const InitPlan& plan() const { return plan_; }
   // The rectangle [offsets, offsets + lengths) of a parameter, f32, in Loom's layout.
@@ -65,4 +65,4 @@ class InitSource {
 absl::StatusOr<Tensor> ReadRect(const SafetensorsReader& reader, const TensorEntry& entry,
                                 const std::vector<int64_t>& offsets, const std::vector<int64_t>& lengths);
 
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

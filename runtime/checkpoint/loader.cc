@@ -13,7 +13,7 @@
 #include "runtime/checkpoint/crc32c.h"
 #include "runtime/checkpoint/file_io.h"
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 namespace {
 
 constexpr size_t kVerifyChunk = 4u << 20;
@@ -243,4 +243,4 @@ absl::StatusOr<Tensor> CheckpointReader::ReadSlice(const std::string& name, cons
   return out;
 }
 
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

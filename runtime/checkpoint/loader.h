@@ -30,7 +30,7 @@
 #include "runtime/checkpoint/manifest.h"
 #include "runtime/checkpoint/safetensors.h"
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 
 enum class Verify { kStructure, kFull };
 
@@ -86,4 +86,4 @@ class CheckpointReader {
   uint64_t bytes_read_ = 0;
 };
 
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

@@ -9,7 +9,7 @@
 #include "base/status.h"
 #include "runtime/checkpoint/safetensors.h"
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 namespace {
 
 using nlohmann::json;
@@ -291,4 +291,4 @@ absl::Status ValidateManifest(const Manifest& m, absl::string_view label) {
   return absl::OkStatus();
 }
 
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

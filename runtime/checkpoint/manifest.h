@@ -36,7 +36,7 @@
 #include "base/dtype.h"
 #include "runtime/data/dataset.h"
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 
 inline constexpr int kManifestVersion = 1;
 inline constexpr uint64_t kMaxManifestBytes = 256ull << 20;
@@ -77,4 +77,4 @@ absl::StatusOr<Manifest> ParseManifest(absl::string_view json, absl::string_view
 // The checks ParseManifest applies, for manifests built in memory.
 absl::Status ValidateManifest(const Manifest& m, absl::string_view label);
 
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

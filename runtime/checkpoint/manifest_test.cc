@@ -4,7 +4,7 @@
 #include "absl/strings/str_replace.h"
 #include "gtest/gtest.h"
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 namespace {
 
 Manifest Sample() {
@@ -132,4 +132,4 @@ TEST(Manifest, RejectsMalformedJson) {
 }
 
 }  // namespace
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

@@ -8,7 +8,7 @@
 #include "runtime/checkpoint/test_util.h"
 #include "runtime/data/dataset.h"
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 namespace {
 
 // The samples of `steps` batches drawn from `s`, in order.
@@ -48,4 +48,4 @@ TEST(Resume, DataStreamContinuesExactly) {
 }
 
 }  // namespace
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

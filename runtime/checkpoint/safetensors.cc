@@ -10,7 +10,7 @@
 #include "base/status.h"
 #include "runtime/checkpoint/crc32c.h"
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 namespace {
 
 using nlohmann::json;
@@ -380,4 +380,4 @@ absl::StatusOr<std::vector<WrittenTensor>> WriteSafetensors(const std::string& p
   return out;
 }
 
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

@@ -34,7 +34,7 @@
 #include "base/tensor.h"
 #include "runtime/checkpoint/file_io.h"
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 
 struct SafetensorsLimits {
   uint64_t max_header_bytes = 64ull << 20;
@@ -108,4 +108,4 @@ absl::StatusOr<std::vector<WrittenTensor>> WriteSafetensors(const std::string& p
                                                             const std::map<std::string, std::string>& metadata,
                                                             bool do_fsync = true);
 
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

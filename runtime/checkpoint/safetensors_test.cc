@@ -11,7 +11,7 @@
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
 
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 namespace {
 
 std::string TmpDir() {
@@ -165,4 +165,4 @@ TEST(Safetensors, HostileLengthPrefixOnDisk) {
 }
 
 }  // namespace
-}  // namespace loom::checkpoint
+}  // namespace loom::runtime::checkpoint

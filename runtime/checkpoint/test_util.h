@@ -14,7 +14,7 @@
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/checkpoint/file_io.h"
 
-namespace loom::checkpoint::testing {
+namespace loom::runtime::checkpoint::testing {
 
 inline std::string FreshDir(const std::string& name) {
   const char* t = getenv("TEST_TMPDIR");
@@ -94,4 +94,4 @@ inline SaveRequest SampleRequest(int64_t step, int salt = 0) {
   return req;
 }
 
-}  // namespace loom::checkpoint::testing
+}  // namespace loom::runtime::checkpoint::testing

@@ -2,7 +2,7 @@
 
 #include "base/rng.h"
 
-namespace loom::data {
+namespace loom::runtime::data {
 
 const char* KindName(Kind k) {
   switch (k) {
@@ -52,4 +52,4 @@ void MaskWindow(const MlmOptions& o, uint64_t seed, uint64_t draw, int64_t vocab
   if (selected == 0 && T > 0) select(smallest);
 }
 
-}  // namespace loom::data
+}  // namespace loom::runtime::data

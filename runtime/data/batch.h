@@ -24,7 +24,7 @@
 #include "absl/strings/string_view.h"
 #include "base/tensor.h"
 
-namespace loom::data {
+namespace loom::runtime::data {
 
 enum class Kind { kCausal, kMlm, kPairs };
 const char* KindName(Kind k);
@@ -58,4 +58,4 @@ struct MlmOptions {
 void MaskWindow(const MlmOptions& o, uint64_t seed, uint64_t draw, int64_t vocab, const int32_t* tokens, int64_t T,
                 int32_t* x, int32_t* y);
 
-}  // namespace loom::data
+}  // namespace loom::runtime::data

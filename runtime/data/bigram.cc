@@ -6,7 +6,7 @@
 #include "absl/strings/str_format.h"
 #include "base/status.h"
 
-namespace loom::data {
+namespace loom::runtime::data {
 namespace {
 
 uint64_t Mix(uint64_t x) {  // splitmix64's finalizer
@@ -123,4 +123,4 @@ absl::StatusOr<BigramResult> BigramBaseline(const Dataset& data, int64_t vocab, 
   return r;
 }
 
-}  // namespace loom::data
+}  // namespace loom::runtime::data

@@ -20,7 +20,7 @@
 #include "absl/status/statusor.h"
 #include "runtime/data/dataset.h"
 
-namespace loom::data {
+namespace loom::runtime::data {
 
 struct BigramOptions {
   int64_t max_bytes = 64ll << 20;     // table limit
@@ -61,4 +61,4 @@ class SparseBigram {
 // The baseline on a causal dataset's windows (see the top of this file).
 absl::StatusOr<BigramResult> BigramBaseline(const Dataset& data, int64_t vocab, const BigramOptions& o = {});
 
-}  // namespace loom::data
+}  // namespace loom::runtime::data

@@ -7,7 +7,7 @@
 #include "gtest/gtest.h"
 #include "runtime/data/testing/files.h"
 
-namespace loom::data {
+namespace loom::runtime::data {
 namespace {
 
 // The plain reference: V * V dense counts over every pair of `train`, mean
@@ -110,4 +110,4 @@ TEST(BigramBaseline, FitsCausalWindowsOrSaysWhyItSkipped) {
 }
 
 }  // namespace
-}  // namespace loom::data
+}  // namespace loom::runtime::data

@@ -7,7 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "base/status.h"
 
-namespace loom::data {
+namespace loom::runtime::data {
 namespace {
 
 bool BuiltIn(const v1::ModelSpec& m) { return m.family() == "gpt" || m.family() == "llama"; }
@@ -225,4 +225,4 @@ std::string DecodeBytes(const std::vector<int32_t>& tokens) {
   return s;
 }
 
-}  // namespace loom::data
+}  // namespace loom::runtime::data

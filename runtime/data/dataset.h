@@ -40,7 +40,7 @@
 #include "runtime/data/sampler.h"
 #include "runtime/data/shards.h"
 
-namespace loom::data {
+namespace loom::runtime::data {
 
 inline constexpr const char* kDefaultCorpus = "/usr/share/games/fortunes";
 inline constexpr int64_t kScanLimitBytes = 64ll << 20;
@@ -100,4 +100,4 @@ absl::Status CheckData(const v1::JobSpec& spec);
 
 std::string DecodeBytes(const std::vector<int32_t>& tokens);  // byte tokens back to text
 
-}  // namespace loom::data
+}  // namespace loom::runtime::data

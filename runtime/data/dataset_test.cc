@@ -8,7 +8,7 @@
 #include "gtest/gtest.h"
 #include "runtime/data/testing/files.h"
 
-namespace loom::data {
+namespace loom::runtime::data {
 namespace {
 
 namespace fs = std::filesystem;
@@ -304,4 +304,4 @@ TEST(Pairs, TokenRecordsTrainBuiltInModelsAndCheckIds) {
 }
 
 }  // namespace
-}  // namespace loom::data
+}  // namespace loom::runtime::data

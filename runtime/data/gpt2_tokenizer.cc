@@ -14,7 +14,7 @@
 #include "runtime/data/internal/gpt2_pretokenize.h"
 #include "runtime/data/internal/unicode_classes.h"
 
-namespace loom::data {
+namespace loom::runtime::data {
 namespace {
 
 using json = nlohmann::json;
@@ -341,4 +341,4 @@ std::string Gpt2Tokenizer::Describe() const {
 
 absl::StatusOr<std::vector<Tokenizer::File>> Gpt2Tokenizer::Files() const { return files_; }
 
-}  // namespace loom::data
+}  // namespace loom::runtime::data

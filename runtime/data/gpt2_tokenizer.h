@@ -36,7 +36,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "runtime/data/tokenizer.h"
 
-namespace loom::data {
+namespace loom::runtime::data {
 
 // GPT-2's byte alphabet: the code point that stands for each byte.
 std::array<uint32_t, 256> Gpt2ByteAlphabet();
@@ -94,4 +94,4 @@ class Gpt2Tokenizer : public Tokenizer {
   std::string source_;
 };
 
-}  // namespace loom::data
+}  // namespace loom::runtime::data

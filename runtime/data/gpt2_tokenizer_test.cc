@@ -19,7 +19,7 @@
 #include "nlohmann/json.hpp"
 #include "runtime/data/testing/corpus.h"
 
-namespace loom::data {
+namespace loom::runtime::data {
 namespace {
 
 using json = nlohmann::json;
@@ -236,4 +236,4 @@ TEST(Gpt2Tokenizer, BadFilesNameTheFileAndWhatIsWrong) {
 }
 
 }  // namespace
-}  // namespace loom::data
+}  // namespace loom::runtime::data

@@ -9,7 +9,7 @@
 #include "absl/strings/str_split.h"
 #include "base/dtype.h"
 
-namespace loom::data {
+namespace loom::runtime::data {
 namespace {
 
 absl::Status Bad(const std::string& path, int64_t offset, absl::string_view what) {
@@ -164,4 +164,4 @@ int64_t ElementAsInt(const uint8_t* base, const ElementType& t, int64_t i, bool*
   return static_cast<int64_t>(u);
 }
 
-}  // namespace loom::data
+}  // namespace loom::runtime::data

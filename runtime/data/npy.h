@@ -19,7 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace loom::data {
+namespace loom::runtime::data {
 
 inline constexpr absl::string_view kNpyMagic = "\x93NUMPY";
 
@@ -47,4 +47,4 @@ absl::StatusOr<NpyHeader> ParseNpyHeader(absl::string_view prefix, int64_t file_
 double ElementAsDouble(const uint8_t* base, const ElementType& t, int64_t i);
 int64_t ElementAsInt(const uint8_t* base, const ElementType& t, int64_t i, bool* exact);
 
-}  // namespace loom::data
+}  // namespace loom::runtime::data

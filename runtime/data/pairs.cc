@@ -6,7 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "base/status.h"
 
-namespace loom::data {
+namespace loom::runtime::data {
 namespace {
 
 int64_t RecordSize(const NpyHeader& h) { return h.shape.empty() || h.shape[0] == 0 ? 0 : h.count / h.shape[0]; }
@@ -111,4 +111,4 @@ absl::Status PairSource::Read(int64_t i, int64_t row, Tensor* x, Tensor* y) cons
   return absl::OkStatus();
 }
 
-}  // namespace loom::data
+}  // namespace loom::runtime::data

@@ -19,7 +19,7 @@
 #include "runtime/data/npy.h"
 #include "runtime/data/shards.h"
 
-namespace loom::data {
+namespace loom::runtime::data {
 
 struct PairLimits {
   int64_t input_ids = 0;        // > 0: integer inputs must be in [0, input_ids)
@@ -52,4 +52,4 @@ class PairSource {
   PairLimits limits_;
 };
 
-}  // namespace loom::data
+}  // namespace loom::runtime::data

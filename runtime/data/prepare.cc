@@ -22,7 +22,7 @@
 #include "runtime/data/sentencepiece_tokenizer.h"
 #include "runtime/data/tokenizer.h"
 
-namespace loom::data {
+namespace loom::runtime::data {
 namespace {
 
 constexpr int32_t kMagicU16 = 20240520, kVersionU16 = 1;  // llm.c, GPT-2 shards
@@ -400,4 +400,4 @@ absl::StatusOr<PrepareSummary> Prepare(const PrepareOptions& o, const PreparePro
   return s;
 }
 
-}  // namespace loom::data
+}  // namespace loom::runtime::data

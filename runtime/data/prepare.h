@@ -46,7 +46,7 @@
 #include "absl/status/statusor.h"
 #include "proto/loom/v1/job.pb.h"
 
-namespace loom::data {
+namespace loom::runtime::data {
 
 struct PrepareOptions {
   std::vector<std::string> inputs;
@@ -90,4 +90,4 @@ absl::StatusOr<PrepareSummary> Prepare(const PrepareOptions& options, const Prep
 // The shard file prefixes of the two splits: train_000000.bin, val_000000.bin.
 inline constexpr const char* kSplitNames[2] = {"train", "val"};
 
-}  // namespace loom::data
+}  // namespace loom::runtime::data

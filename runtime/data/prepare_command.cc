@@ -15,7 +15,7 @@
 #include "base/flags.h"
 #include "runtime/data/prepare.h"
 
-namespace loom::data {
+namespace loom::runtime::data {
 namespace {
 
 int Fail(int code, absl::string_view msg) {
@@ -112,4 +112,4 @@ int RunDataCommand(const std::vector<std::string>& args) {
   return 0;
 }
 
-}  // namespace loom::data
+}  // namespace loom::runtime::data

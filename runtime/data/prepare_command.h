@@ -17,8 +17,8 @@
 #include <string>
 #include <vector>
 
-namespace loom::data {
+namespace loom::runtime::data {
 
 int RunDataCommand(const std::vector<std::string>& args);
 
-}  // namespace loom::data
+}  // namespace loom::runtime::data

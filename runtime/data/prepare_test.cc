@@ -15,7 +15,7 @@
 #include "runtime/data/testing/gpt2_files.h"
 #include "runtime/data/tokenizer.h"
 
-namespace loom::data {
+namespace loom::runtime::data {
 namespace {
 
 namespace fs = std::filesystem;
@@ -301,4 +301,4 @@ TEST(Prepare, BadInputNamesTheFlagOrFile) {
 }
 
 }  // namespace
-}  // namespace loom::data
+}  // namespace loom::runtime::data

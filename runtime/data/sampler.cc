@@ -5,7 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/rng.h"
 
-namespace loom::data {
+namespace loom::runtime::data {
 
 void SampleSet::Add(int shard, int64_t first, int64_t count, int64_t stride) {
   if (count <= 0) return;
@@ -132,4 +132,4 @@ absl::Status Sampler::Restore(const SamplerState& s) {
   return absl::OkStatus();
 }
 
-}  // namespace loom::data
+}  // namespace loom::runtime::data

@@ -30,7 +30,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace loom::data {
+namespace loom::runtime::data {
 
 inline constexpr int64_t kSplitBlock = 4096;  // tokens per split group (at least one window)
 
@@ -100,4 +100,4 @@ class Sampler {
   SamplerState state_;
 };
 
-}  // namespace loom::data
+}  // namespace loom::runtime::data

@@ -4,7 +4,7 @@
 
 #include "gtest/gtest.h"
 
-namespace loom::data {
+namespace loom::runtime::data {
 namespace {
 
 TEST(SampleSet, WindowsStayInsideShardsAndLocateInOrder) {
@@ -134,4 +134,4 @@ TEST(Sampler, RanksDrawingTheirRowsReproduceTheGlobalBatches) {
 }
 
 }  // namespace
-}  // namespace loom::data
+}  // namespace loom::runtime::data

@@ -8,7 +8,7 @@
 #include "base/status.h"
 #include "runtime/data/internal/unicode_classes.h"
 
-namespace loom::data {
+namespace loom::runtime::data {
 namespace {
 
 // U+2581, SentencePiece's space marker, in UTF-8.
@@ -176,4 +176,4 @@ absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> TrainSentencePiece(
   return SentencePieceTokenizer::FromSerialized(std::move(serialized), where);
 }
 
-}  // namespace loom::data
+}  // namespace loom::runtime::data

@@ -31,7 +31,7 @@
 #include "runtime/data/internal/sp_bridge.h"
 #include "runtime/data/tokenizer.h"
 
-namespace loom::data {
+namespace loom::runtime::data {
 
 class SentencePieceTokenizer : public Tokenizer {
  public:
@@ -89,4 +89,4 @@ absl::StatusOr<std::unique_ptr<SentencePieceTokenizer>> TrainSentencePiece(
     const SentencePieceTrainOptions& options, const std::function<bool(std::string*)>& next,
     const std::string& where);
 
-}  // namespace loom::data
+}  // namespace loom::runtime::data

@@ -13,7 +13,7 @@
 #include "runtime/data/internal/sp_bridge.h"
 #include "runtime/data/testing/corpus.h"
 
-namespace loom::data {
+namespace loom::runtime::data {
 namespace {
 
 // The lines (with their newlines) of fortunes text, as training sentences.
@@ -159,4 +159,4 @@ TEST(SentencePieceTokenizer, ErrorsNameTheFileAndWhatIsWrong) {
 }
 
 }  // namespace
-}  // namespace loom::data
+}  // namespace loom::runtime::data

@@ -14,7 +14,7 @@
 #include "base/status.h"
 #include "runtime/data/npy.h"
 
-namespace loom::data {
+namespace loom::runtime::data {
 namespace {
 
 namespace fs = std::filesystem;
@@ -298,4 +298,4 @@ MappedFile::~MappedFile() {
   if (data_ != nullptr) ::munmap(const_cast<uint8_t*>(data_), static_cast<size_t>(size_));
 }
 
-}  // namespace loom::data
+}  // namespace loom::runtime::data

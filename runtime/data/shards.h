@@ -33,7 +33,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace loom::data {
+namespace loom::runtime::data {
 
 // llm.c's shard header (llm.c dev/data/data_common.py, HEADERS_INFO, and
 // llmc/dataloader.h): 256 int32; GPT-2 shards carry magic 20240520, version 1
@@ -118,4 +118,4 @@ class MappedFile {
   int64_t size_ = 0;
 };
 
-}  // namespace loom::data
+}  // namespace loom::runtime::data

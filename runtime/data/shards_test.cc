@@ -6,7 +6,7 @@
 #include "runtime/data/npy.h"
 #include "runtime/data/testing/files.h"
 
-namespace loom::data {
+namespace loom::runtime::data {
 namespace {
 
 namespace fs = std::filesystem;
@@ -198,4 +198,4 @@ TEST(Npy, HeaderFieldsAndUnsupportedLayouts) {
 }
 
 }  // namespace
-}  // namespace loom::data
+}  // namespace loom::runtime::data

@@ -11,7 +11,7 @@
 #include "runtime/data/gpt2_tokenizer.h"
 #include "runtime/data/sentencepiece_tokenizer.h"
 
-namespace loom::data {
+namespace loom::runtime::data {
 namespace {
 
 using json = nlohmann::json;
@@ -203,4 +203,4 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadJobTokenizer(const v1::JobSpec& s
   return t;
 }
 
-}  // namespace loom::data
+}  // namespace loom::runtime::data

@@ -43,7 +43,7 @@
 #include "absl/types/span.h"
 #include "proto/loom/v1/job.pb.h"
 
-namespace loom::data {
+namespace loom::runtime::data {
 
 inline constexpr const char kEndOfText[] = "<|endoftext|>";
 inline constexpr const char kTokenizerDescription[] = "loom-tokenizer.json";
@@ -113,4 +113,4 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> LoadTokenizerFolder(const std::string
 // about its ids' text (samples show ids above 255 as numbers).
 absl::StatusOr<std::unique_ptr<Tokenizer>> LoadJobTokenizer(const v1::JobSpec& spec);
 
-}  // namespace loom::data
+}  // namespace loom::runtime::data

@@ -11,7 +11,7 @@
 #include "runtime/data/gpt2_tokenizer.h"
 #include "runtime/data/testing/corpus.h"
 
-namespace loom::data {
+namespace loom::runtime::data {
 namespace {
 
 using json = nlohmann::json;
@@ -176,4 +176,4 @@ TEST(TokenizerFolder, SavedFolderLoadsFromTheSpecAndChecksItsDescription) {
 }
 
 }  // namespace
-}  // namespace loom::data
+}  // namespace loom::runtime::data

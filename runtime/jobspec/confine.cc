@@ -14,7 +14,7 @@
 #include "base/status.h"
 #include "absl/strings/str_join.h"
 
-namespace loom::jobspec {
+namespace loom::runtime::jobspec {
 namespace {
 
 namespace fs = std::filesystem;
@@ -140,4 +140,4 @@ absl::Status ConfineSpecPaths(const std::string& prefix, const v1::JobSpec& spec
   return ConfineTokenizerPaths(prefix, d.tokenizer(), roots);
 }
 
-}  // namespace loom::jobspec
+}  // namespace loom::runtime::jobspec

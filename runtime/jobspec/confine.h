@@ -16,7 +16,7 @@
 #include "absl/status/statusor.h"
 #include "proto/loom/v1/job.pb.h"
 
-namespace loom::jobspec {
+namespace loom::runtime::jobspec {
 
 // A job name: [a-z0-9][a-z0-9._-]{0,62}. InvalidArgument naming `field`.
 absl::Status ValidateJobName(const std::string& field, const std::string& name);
@@ -60,4 +60,4 @@ absl::Status ConfineTokenizerPaths(const std::string& prefix, const v1::Tokenize
 absl::Status ConfineSpecPaths(const std::string& prefix, const v1::JobSpec& spec,
                               const std::vector<std::string>& roots);
 
-}  // namespace loom::jobspec
+}  // namespace loom::runtime::jobspec

@@ -10,7 +10,7 @@
 
 #include "gtest/gtest.h"
 
-namespace loom::jobspec {
+namespace loom::runtime::jobspec {
 namespace {
 
 namespace fs = std::filesystem;
@@ -182,4 +182,4 @@ TEST(ConfineTokenizerPaths, FilesAndTheFolderAreInsideTheRoots) {
 }
 
 }  // namespace
-}  // namespace loom::jobspec
+}  // namespace loom::runtime::jobspec

@@ -20,7 +20,7 @@
 #include "google/protobuf/descriptor.h"
 #include "google/protobuf/reflection.h"
 
-namespace loom::jobspec {
+namespace loom::runtime::jobspec {
 namespace {
 
 namespace pb = google::protobuf;
@@ -666,4 +666,4 @@ std::string ToYaml(const v1::JobSpec& spec) {
   return std::string(out.c_str()) + "\n";
 }
 
-}  // namespace loom::jobspec
+}  // namespace loom::runtime::jobspec

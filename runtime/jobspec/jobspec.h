@@ -25,7 +25,7 @@
 #include "absl/strings/string_view.h"
 #include "proto/loom/v1/job.pb.h"
 
-namespace loom::jobspec {
+namespace loom::runtime::jobspec {
 
 // Upper bounds of sizes that other checks use too (the full table of ranges
 // is in jobspec.cc and docs/user-guide.md, "Ranges").
@@ -53,4 +53,4 @@ absl::Status ValidateStringSizes(const v1::JobSpec& spec);
 // The spec back as YAML (for the run folder and `loom compile`).
 std::string ToYaml(const v1::JobSpec& spec);
 
-}  // namespace loom::jobspec
+}  // namespace loom::runtime::jobspec

@@ -18,7 +18,7 @@
 #include "gtest/gtest.h"
 #include "runtime/jobspec/jobspec.h"
 
-namespace loom::jobspec {
+namespace loom::runtime::jobspec {
 namespace {
 
 namespace pb = google::protobuf;
@@ -187,4 +187,4 @@ TEST(JobSpecRandom, MalformedSpecsAreAnsweredWithANamedPath) {
 }
 
 }  // namespace
-}  // namespace loom::jobspec
+}  // namespace loom::runtime::jobspec

@@ -9,7 +9,7 @@
 #include "base/status.h"
 #include "gtest/gtest.h"
 
-namespace loom::jobspec {
+namespace loom::runtime::jobspec {
 namespace {
 
 std::string ErrorOf(absl::string_view yaml) {
@@ -387,4 +387,4 @@ TEST(JobSpec, ParallelSectionUsesTheLayoutRules) {
 }
 
 }  // namespace
-}  // namespace loom::jobspec
+}  // namespace loom::runtime::jobspec

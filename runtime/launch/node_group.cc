@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace loom::launch {
+namespace loom::runtime::launch {
 namespace {
 
 // Writes `text` to `path` through a private temporary file and a rename, so
@@ -55,4 +55,4 @@ absl::StatusOr<Rendezvous> AwaitRendezvous(const NodeGroup& g) {
   }
 }
 
-}  // namespace loom::launch
+}  // namespace loom::runtime::launch

@@ -16,7 +16,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-namespace loom::launch {
+namespace loom::runtime::launch {
 
 struct NodeGroup {
   int nnodes = 1;
@@ -38,4 +38,4 @@ absl::Status PublishRendezvous(const NodeGroup& g, const Rendezvous& r);
 // Other nodes: waits up to g.rdzv_timeout_s for node 0's file.
 absl::StatusOr<Rendezvous> AwaitRendezvous(const NodeGroup& g);
 
-}  // namespace loom::launch
+}  // namespace loom::runtime::launch

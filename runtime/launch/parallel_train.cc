@@ -11,7 +11,7 @@
 #include "runtime/train/run_reporter.h"
 #include "runtime/train/train_loop.h"
 
-namespace loom::launch {
+namespace loom::runtime::launch {
 
 int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::ProcessGroup> world,
                         checkpoint::CommitGate* gate, const parallel::Plan* plan) {
@@ -34,10 +34,10 @@ int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::Pr
   run.gate = gate;
   run.plan = plan;
   // One communicator per mesh dimension that spans several ranks.
-  std::vector<std::unique_ptr<compiler::Communicator>> owned;
+  std::vector<std::unique_ptr<compiler::comm::Communicator>> owned;
   for (int d = 0; d < (*mesh)->ndim(); ++d) {
     if ((*mesh)->shape().sizes[d] == 1) continue;
-    owned.push_back(compiler::MakeProcessGroupCommunicator((*mesh)->group(d)));
+    owned.push_back(compiler::comm::MakeProcessGroupCommunicator((*mesh)->group(d)));
     run.comms[(*mesh)->shape().names[d]] = owned.back().get();
   }
   if (rank == 0) {
@@ -47,4 +47,4 @@ int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::Pr
   return train::RunTraining(run);
 }
 
-}  // namespace loom::launch
+}  // namespace loom::runtime::launch

@@ -21,11 +21,11 @@
 #include "proto/loom/v1/job.pb.h"
 #include "runtime/checkpoint/checkpoint.h"
 
-namespace loom::launch {
+namespace loom::runtime::launch {
 
 // `plan` (optional): the tp: auto plan that chose the spec's layout; rank 0
 // writes it into the run folder (plan.txt, plan.json).
 int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::ProcessGroup> world,
                         checkpoint::CommitGate* gate = nullptr, const parallel::Plan* plan = nullptr);
 
-}  // namespace loom::launch
+}  // namespace loom::runtime::launch

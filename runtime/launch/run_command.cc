@@ -38,7 +38,7 @@
 #include "runtime/train/onnx_model.h"
 #include "runtime/service/server.h"
 
-namespace loom::launch {
+namespace loom::runtime::launch {
 namespace {
 
 std::atomic<bool> g_interrupted{false};
@@ -107,7 +107,7 @@ std::optional<int> ParseFlags(const std::vector<std::string>& args, Flags& f) {
     } else if (f.join_token_file.empty()) {
       return fs.UsageError("--join-token-file: --nnodes > 1 needs a join token every node shares (or LOOM_JOIN_TOKEN)");
     } else {
-      auto token = service::ReadTokenFile(f.join_token_file, /*check_mode=*/true);
+      auto token = service::auth::ReadTokenFile(f.join_token_file, /*check_mode=*/true);
       if (!token.ok()) return fs.UsageError(absl::StrCat("--join-token-file: ", token.status().message()));
       f.join_token = *token;
     }
@@ -183,9 +183,9 @@ std::string Json(const v1::JobStatus& j) {
 
 // With device: cuda, gives the agent this machine's GPUs (the coordinator
 // places a GPU job on them). Returns 0, or the exit code after saying why.
-int GiveGpus(const v1::JobSpec& spec, int world, service::AgentOptions* ao) {
+int GiveGpus(const v1::JobSpec& spec, int world, service::agent::AgentOptions* ao) {
   if (spec.device() != "cuda") return 0;
-  auto gpus = cuda::DeviceCount();
+  auto gpus = kernels::cuda::DeviceCount();
   if (!gpus.ok() || *gpus < 1)
     return Fail(1, absl::StrCat("device: cuda: no GPU on this machine (",
                                 gpus.ok() ? "0 CUDA devices" : std::string(gpus.status().message()), ")"));
@@ -277,9 +277,9 @@ std::string SelfPath() {
 }
 
 // An agent for this node's `slots` ranks, with its data under `state`.
-service::AgentOptions NodeAgent(const Flags& f, const std::string& coordinator, const std::string& join_token,
-                                const std::string& state, int slots) {
-  service::AgentOptions ao;
+service::agent::AgentOptions NodeAgent(const Flags& f, const std::string& coordinator, const std::string& join_token,
+                                       const std::string& state, int slots) {
+  service::agent::AgentOptions ao;
   ao.coordinator = coordinator;
   ao.join_token = join_token;
   ao.data_dir = state + "/agent";
@@ -351,7 +351,7 @@ absl::Status FlagsFromSlurm(Flags* f, bool* in_batch) {
     return absl::OkStatus();
   }
   const int port = FreePort(f->local_addr);
-  auto token = service::RandomHex(32);
+  auto token = service::auth::RandomHex(32);
   if (port == 0 || !token.ok()) return absl::UnavailableError(absl::StrCat("no free port on ", f->local_addr));
   f->rdzv_endpoint = absl::StrCat(f->local_addr, ":", port);
   f->join_token = *token;
@@ -377,9 +377,9 @@ int ExecUnderSrun(const std::vector<std::string>& args) {
 // --node-rank > 0: an agent that joins node 0's coordinator, until that
 // coordinator is gone (node 0 shuts it down once the job ends) or a signal.
 int RunJoiningNode(const Flags& f, const v1::JobSpec& spec, int world, const std::string& state) {
-  service::AgentOptions ao = NodeAgent(f, f.rdzv_endpoint, f.join_token, state, world / f.nnodes);
+  service::agent::AgentOptions ao = NodeAgent(f, f.rdzv_endpoint, f.join_token, state, world / f.nnodes);
   if (int code = GiveGpus(spec, world / f.nnodes, &ao); code != 0) return code;
-  service::Agent agent(ao);
+  service::agent::Agent agent(ao);
   if (absl::Status s = agent.Start(std::chrono::seconds(120)); !s.ok())
     return Fail(1, absl::StrCat("node ", f.node_rank, ": cannot join ", f.rdzv_endpoint, ": ", s.message()));
   std::fprintf(stderr, "loom run: node %d joined %s (%d rank slots)\n", f.node_rank, f.rdzv_endpoint.c_str(),
@@ -417,9 +417,9 @@ int RunFirstNode(const Flags& f, const v1::JobSpec& spec, int world, const std::
   if (SelfPath().empty()) return Fail(1, "cannot find this executable (/proc/self/exe)");
   const std::string coordinator =
       f.nnodes > 1 ? f.rdzv_endpoint : absl::StrCat("127.0.0.1:", (*server)->port());
-  service::AgentOptions ao = NodeAgent(f, coordinator, (*server)->join_token(), state, world / f.nnodes);
+  service::agent::AgentOptions ao = NodeAgent(f, coordinator, (*server)->join_token(), state, world / f.nnodes);
   if (int code = GiveGpus(spec, world / f.nnodes, &ao); code != 0) return code;
-  service::Agent agent(ao);
+  service::agent::Agent agent(ao);
   if (absl::Status s = agent.Start(); !s.ok()) return Fail(1, absl::StrCat("agent: ", s.message()));
 
   v1::SubmitJobRequest req;
@@ -495,4 +495,4 @@ int RunRunCommand(const std::vector<std::string>& args) {
   return RunFirstNode(flags, spec, world, state);
 }
 
-}  // namespace loom::launch
+}  // namespace loom::runtime::launch

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-namespace loom::launch {
+namespace loom::runtime::launch {
 
 int RunRunCommand(const std::vector<std::string>& args);
 
-}  // namespace loom::launch
+}  // namespace loom::runtime::launch

@@ -4,7 +4,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
-namespace loom::launch {
+namespace loom::runtime::launch {
 namespace {
 
 absl::Status BadList(const std::string& list, const std::string& why) {
@@ -168,4 +168,4 @@ absl::StatusOr<NodeGroup> NodeGroupFromSlurm(const SlurmAllocation& a) {
   return g;
 }
 
-}  // namespace loom::launch
+}  // namespace loom::runtime::launch

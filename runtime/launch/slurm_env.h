@@ -11,7 +11,7 @@
 #include "absl/status/statusor.h"
 #include "runtime/launch/node_group.h"
 
-namespace loom::launch {
+namespace loom::runtime::launch {
 
 // A Slurm hostlist ("n[1-3],gpu[01-02,07],login") expanded in order, as
 // `scontrol show hostnames` does. Brackets hold comma-separated numbers and
@@ -50,4 +50,4 @@ absl::StatusOr<std::optional<SlurmAllocation>> SlurmFromEnv(const GetEnv& env);
 // INVALID_ARGUMENT when the step runs other than one task per node.
 absl::StatusOr<NodeGroup> NodeGroupFromSlurm(const SlurmAllocation& a);
 
-}  // namespace loom::launch
+}  // namespace loom::runtime::launch

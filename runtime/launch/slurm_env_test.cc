@@ -4,7 +4,7 @@
 
 #include "gtest/gtest.h"
 
-namespace loom::launch {
+namespace loom::runtime::launch {
 namespace {
 
 using Strings = std::vector<std::string>;
@@ -117,4 +117,4 @@ TEST(NodeGroupFromSlurm, RefusesSeveralTasksPerNode) {
 }
 
 }  // namespace
-}  // namespace loom::launch
+}  // namespace loom::runtime::launch

@@ -9,7 +9,7 @@
 #include <cstring>
 #include <thread>
 
-namespace loom::launch {
+namespace loom::runtime::launch {
 namespace {
 
 int g_stop_pipe[2] = {-1, -1};
@@ -51,4 +51,4 @@ void StopOnSignals(checkpoint::CommitGate* gate) {
   sigaction(SIGINT, &sa, nullptr);
 }
 
-}  // namespace loom::launch
+}  // namespace loom::runtime::launch

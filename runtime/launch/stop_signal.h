@@ -15,9 +15,9 @@
 
 #include "runtime/checkpoint/checkpoint.h"
 
-namespace loom::launch {
+namespace loom::runtime::launch {
 
 // Call once, early; `gate` must outlive the process.
 void StopOnSignals(checkpoint::CommitGate* gate);
 
-}  // namespace loom::launch
+}  // namespace loom::runtime::launch

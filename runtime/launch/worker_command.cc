@@ -19,7 +19,7 @@
 #include "runtime/train/train_command.h"
 #include "runtime/train/train_loop.h"
 
-namespace loom::launch {
+namespace loom::runtime::launch {
 namespace {
 
 int Fail(int code, const std::string& msg) { return train::FailRun("loom worker", code, msg); }
@@ -79,10 +79,10 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
   // Several ranks (or one GPU rank): meet at the job's store.
   auto timeout_s = EnvInt("LOOM_RENDEZVOUS_TIMEOUT_S", 120, false);
   if (!timeout_s.ok() || *timeout_s <= 0) return Fail(2, "LOOM_RENDEZVOUS_TIMEOUT_S: expected a positive integer");
-  collectives::TcpStore::Options so;
+  collectives::store::TcpStore::Options so;
   so.retry_refused_secret = true;  // the host admits the job's secret as its order arrives
   so.connect_timeout = absl::Seconds(*timeout_s);
-  auto store = collectives::TcpStore::FromEnv(so);
+  auto store = collectives::store::TcpStore::FromEnv(so);
   if (!store.ok()) return Fail(1, absl::StrCat("rendezvous: ", store.status().message()));
   collectives::ProcessGroupOptions po;
   if (cuda) po.backend = "cpu:gloo,cuda:nccl";  // PyTorch's pairing: NCCL for the GPU's tensors
@@ -102,4 +102,4 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
   return RunParallelTraining(*spec, std::shared_ptr<collectives::ProcessGroup>(std::move(*pg)), &gate, plan->get());
 }
 
-}  // namespace loom::launch
+}  // namespace loom::runtime::launch

@@ -25,8 +25,8 @@
 #include <string>
 #include <vector>
 
-namespace loom::launch {
+namespace loom::runtime::launch {
 
 int RunWorkerCommand(const std::vector<std::string>& args);
 
-}  // namespace loom::launch
+}  // namespace loom::runtime::launch

@@ -19,7 +19,7 @@
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/train/onnx_model.h"
 
-namespace loom::plan {
+namespace loom::runtime::plan {
 
 using parallel::Hardware;
 using parallel::Layout;
@@ -44,13 +44,14 @@ absl::StatusOr<Plan> PlanJob(const v1::JobSpec& spec, const Hardware& hw,
                                            spec.train().activation_checkpointing() == "selective")) {
     // The fitted coefficients do not model recomputation: plan from the compiled programs.
     parallel::GraphModel g;
-    LOOM_ASSIGN_OR_RETURN(g.forward, models::BuildForward(spec.model(), models::TrainingOptions(spec)));
-    LOOM_ASSIGN_OR_RETURN(auto params, models::Parameters(spec.model()));
-    g.summary = absl::StrFormat("%s, %d layers, d_model %d, seq_len %d: %.2fM parameters; activation checkpointing "
-                                "%s (memory from the compiled plan)",
-                                spec.model().family(), spec.model().n_layer(), spec.model().d_model(),
-                                spec.model().seq_len(), models::NumParameters(params) / 1e6,
-                                spec.train().activation_checkpointing());
+    LOOM_ASSIGN_OR_RETURN(g.forward,
+                          compiler::models::BuildForward(spec.model(), compiler::models::TrainingOptions(spec)));
+    LOOM_ASSIGN_OR_RETURN(auto params, compiler::models::Parameters(spec.model()));
+    g.summary = absl::StrFormat(
+        "%s, %d layers, d_model %d, seq_len %d: %.2fM parameters; activation checkpointing "
+        "%s (memory from the compiled plan)",
+        spec.model().family(), spec.model().n_layer(), spec.model().d_model(), spec.model().seq_len(),
+        compiler::models::NumParameters(params) / 1e6, spec.train().activation_checkpointing());
     g.model = spec.model();
     g.train = spec.train();
     return parallel::MakeGraphPlan(g, spec.train().batch_size(), hw, only);
@@ -178,4 +179,4 @@ int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std:
   return plan->winner >= 0 ? 0 : 1;
 }
 
-}  // namespace loom::plan
+}  // namespace loom::runtime::plan

@@ -34,7 +34,7 @@
 #include "parallel/planner.h"
 #include "proto/loom/v1/job.pb.h"
 
-namespace loom::plan {
+namespace loom::runtime::plan {
 
 // The ranked layouts for the job's model: gpt and llama by the planner's
 // coefficient model (planner.h), or, with train.activation_checkpointing:
@@ -59,4 +59,4 @@ absl::Status WritePlan(const parallel::Plan& plan, const std::string& run_dir);
 int RunPlanCommand(const std::vector<std::string>& args);
 int RunPlanCommand(const std::vector<std::string>& args, std::ostream& out, std::ostream& err);
 
-}  // namespace loom::plan
+}  // namespace loom::runtime::plan

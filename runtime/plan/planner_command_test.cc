@@ -16,7 +16,7 @@
 #include "nlohmann/json.hpp"
 #include "runtime/jobspec/jobspec.h"
 
-namespace loom::plan {
+namespace loom::runtime::plan {
 namespace {
 
 using parallel::Hardware;
@@ -80,7 +80,7 @@ TEST(PlanCommand, ActivationCheckpointingPlansFromTheCompiledProgram) {
   // The same compiled estimate without checkpointing, for a like-for-like
   // comparison (the plain plan's own figure comes from the coefficients).
   parallel::GraphModel g;
-  auto fwd = models::BuildForward(plain->model(), models::TrainingOptions(*plain));
+  auto fwd = compiler::models::BuildForward(plain->model(), compiler::models::TrainingOptions(*plain));
   ASSERT_TRUE(fwd.ok()) << fwd.status();
   g.forward = *fwd;
   g.model = plain->model();
@@ -252,4 +252,4 @@ TEST(AutoLayout, AnImportedModelGetsTheProposedTpPlan) {
 }
 
 }  // namespace
-}  // namespace loom::plan
+}  // namespace loom::runtime::plan

@@ -5,7 +5,7 @@
 // mutual TLS an agent is bound to the client certificate it registered with.
 #include "runtime/service/server_test_fixture.h"
 
-namespace loom::service {
+namespace loom::runtime::service {
 namespace {
 
 using grpc::StatusCode;
@@ -104,7 +104,7 @@ TEST_F(AgentIdentityTest, JoinTokenOnlyRegistersNewAgents) {
   ExpectUntouched(job);
   // The join token and agent credentials never pass JobService.
   const std::string join = server_->join_token();
-  const std::string cred = AgentBearer(agent, secrets_[agent]);
+  const std::string cred = auth::AgentBearer(agent, secrets_[agent]);
   for (const std::string* tok : {&join, &cred}) {
     v1::ListJobsResponse lr;
     EXPECT_EQ(jobs_->ListJobs(Ctx(tok).get(), {}, &lr).error_code(), StatusCode::UNAUTHENTICATED);
@@ -136,7 +136,7 @@ TEST_F(AgentIdentityTest, AgentCannotActForAnotherAgentsRanks) {
   ExpectUntouched(job);
   const std::string text = registry_.Render();
   EXPECT_NE(text.find("loom_node_calls_refused_total{call=\"ReportExit\"} 2"), std::string::npos) << text;
-  const std::string wrong = AgentBearer(rogue, std::string(64, '0'));
+  const std::string wrong = auth::AgentBearer(rogue, std::string(64, '0'));
   v1::HeartbeatRequest hb;
   hb.set_agent_id(rogue);
   v1::HeartbeatResponse hr;
@@ -193,7 +193,7 @@ TEST_F(AgentIdentityTest, AgentIsBoundToItsClientCertificate) {
   auto ctx = [](const std::string& bearer) {
     auto c = std::make_unique<grpc::ClientContext>();
     c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    AddBearer(c.get(), bearer);
+    auth::AddBearer(c.get(), bearer);
     return c;
   };
   auto a = stub("node-a"), b = stub("node-b");
@@ -203,7 +203,7 @@ TEST_F(AgentIdentityTest, AgentIsBoundToItsClientCertificate) {
   grpc::Status st = a->RegisterAgent(ctx((*s)->join_token()).get(), reg, &rr);
   ASSERT_TRUE(st.ok()) << st.error_message();
   EXPECT_NE((*(*s)->coordinator()->store()->Agents())[0].cert_identity.find("node-a"), std::string::npos);
-  const std::string cred = AgentBearer(rr.agent_id(), rr.agent_secret());
+  const std::string cred = auth::AgentBearer(rr.agent_id(), rr.agent_secret());
   v1::HeartbeatRequest hb;
   hb.set_agent_id(rr.agent_id());
   v1::HeartbeatResponse hr;
@@ -215,4 +215,4 @@ TEST_F(AgentIdentityTest, AgentIsBoundToItsClientCertificate) {
 }
 
 }  // namespace
-}  // namespace loom::service
+}  // namespace loom::runtime::service

@@ -36,9 +36,9 @@ int main(int argc, char** argv) {
   int njobs = argc > 1 ? std::atoi(argv[1]) : 1000;
   int nreq = argc > 2 ? std::atoi(argv[2]) : 500;
   std::string dir = std::filesystem::temp_directory_path() / ("loom_api_bench_" + std::to_string(getpid()));
-  service::ServerOptions o;
+  runtime::service::ServerOptions o;
   o.coordinator.data_dir = dir;
-  auto server = service::CoordinatorServer::Start(o);
+  auto server = runtime::service::CoordinatorServer::Start(o);
   if (!server.ok()) {
     std::fprintf(stderr, "%s\n", server.status().ToString().c_str());
     return 1;
@@ -50,7 +50,7 @@ int main(int argc, char** argv) {
   auto stub = v1::JobService::NewStub(ch);
   auto ctx = [&] {
     auto c = std::make_unique<grpc::ClientContext>();
-    service::AddBearer(c.get(), (*server)->token());
+    runtime::service::auth::AddBearer(c.get(), (*server)->token());
     c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     return c;
   };

@@ -20,7 +20,7 @@
 #include "runtime/service/auth/token.h"
 #include "runtime/service/server.h"
 
-namespace loom::service {
+namespace loom::runtime::service {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -134,7 +134,7 @@ class Client {
     grpc::ChannelArguments args;
     args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
     stub_ = v1::JobService::NewStub(grpc::CreateCustomChannel(addr, *creds, args));
-    auto tok = FindClientToken(a.data_dir);
+    auto tok = auth::FindClientToken(a.data_dir);
     if (tok.ok()) {
       token_ = *tok;
     } else if (setup_error_.empty()) {
@@ -150,7 +150,7 @@ class Client {
 
   std::unique_ptr<grpc::ClientContext> Ctx(bool stream = false) {
     auto c = std::make_unique<grpc::ClientContext>();
-    AddBearer(c.get(), token_);
+    auth::AddBearer(c.get(), token_);
     if (!stream) c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     return c;
   }
@@ -332,4 +332,4 @@ int RunStatusCommand(const std::vector<std::string>& a) { return RunClientComman
 int RunCancelCommand(const std::vector<std::string>& a) { return RunClientCommand("cancel", a, std::cout, std::cerr); }
 int RunLogsCommand(const std::vector<std::string>& a) { return RunClientCommand("logs", a, std::cout, std::cerr); }
 
-}  // namespace loom::service
+}  // namespace loom::runtime::service

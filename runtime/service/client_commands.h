@@ -26,7 +26,7 @@
 #include <string>
 #include <vector>
 
-namespace loom::service {
+namespace loom::runtime::service {
 
 // `cmd` is one of submit, jobs, status, cancel, logs.
 int RunClientCommand(const std::string& cmd, const std::vector<std::string>& args, std::ostream& out,
@@ -39,4 +39,4 @@ int RunStatusCommand(const std::vector<std::string>& args);
 int RunCancelCommand(const std::vector<std::string>& args);
 int RunLogsCommand(const std::vector<std::string>& args);
 
-}  // namespace loom::service
+}  // namespace loom::runtime::service

@@ -10,7 +10,7 @@
 #include "gtest/gtest.h"
 #include "runtime/service/server.h"
 
-namespace loom::service {
+namespace loom::runtime::service {
 namespace {
 
 class ClientCommandsTest : public ::testing::Test {
@@ -161,4 +161,4 @@ TEST_F(ClientCommandsTest, UnreachableCoordinatorIsARuntimeFailure) {
 }
 
 }  // namespace
-}  // namespace loom::service
+}  // namespace loom::runtime::service

@@ -14,7 +14,7 @@
 #include "runtime/jobspec/confine.h"
 #include "runtime/jobspec/jobspec.h"
 
-namespace loom::service {
+namespace loom::runtime::service {
 namespace {
 
 constexpr int kMaxPageSize = 1000;
@@ -92,20 +92,20 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
     return absl::InvalidArgumentError(
         absl::StrCat("heartbeat_interval_ms: must be positive, got ", options.heartbeat_interval_ms));
   }
-  StoreOptions so;
+  store::StoreOptions so;
   so.init = options.init;
   LOOM_ASSIGN_OR_RETURN(std::vector<std::string> roots, ConfinementRoots(options));
-  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<JobStore> store, JobStore::Open(options.data_dir, so));
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<store::JobStore> store, store::JobStore::Open(options.data_dir, so));
   std::unique_ptr<Coordinator> c(new Coordinator(options, std::move(store)));
   c->roots_ = std::move(roots);
-  LOOM_ASSIGN_OR_RETURN(c->incarnation_, RandomHex(8));
-  LOOM_ASSIGN_OR_RETURN(std::vector<AgentRecord> agents, c->store_->Agents());
-  for (const AgentRecord& a : agents) c->credentials_[a.id] = {a.secret_sha256, a.cert_identity};
+  LOOM_ASSIGN_OR_RETURN(c->incarnation_, auth::RandomHex(8));
+  LOOM_ASSIGN_OR_RETURN(std::vector<store::AgentRecord> agents, c->store_->Agents());
+  for (const store::AgentRecord& a : agents) c->credentials_[a.id] = {a.secret_sha256, a.cert_identity};
   // Reload: queued jobs go back in the queue; jobs that were placed keep
   // their state until agents reconnect (reconciliation is the agents' part).
-  LOOM_ASSIGN_OR_RETURN(std::vector<JobRecord> active, c->store_->ActiveJobs());
+  LOOM_ASSIGN_OR_RETURN(std::vector<store::JobRecord> active, c->store_->ActiveJobs());
   std::lock_guard<std::mutex> l(c->mu_);
-  for (const JobRecord& r : active) {
+  for (const store::JobRecord& r : active) {
     v1::JobSpec spec;
     spec.ParseFromString(r.spec);
     LiveJob& live = c->live_[r.id];
@@ -138,7 +138,8 @@ void Coordinator::StartReclaimClock() {
                       std::chrono::milliseconds(std::max(3 * opts_.heartbeat_interval_ms, opts_.reclaim_grace_ms));
 }
 
-Coordinator::Coordinator(const CoordinatorOptions& o, std::unique_ptr<JobStore> s) : opts_(o), store_(std::move(s)) {
+Coordinator::Coordinator(const CoordinatorOptions& o, std::unique_ptr<store::JobStore> s)
+    : opts_(o), store_(std::move(s)) {
   if (auto* m = opts_.metrics) {
     m_jobs_ = m->AddGauge("loom_jobs", "Jobs by state.", {"state"});
     m_queue_ = m->AddGauge("loom_queue_length", "Jobs waiting in the scheduling queue.");
@@ -188,7 +189,7 @@ absl::Status Coordinator::ValidateSpec(v1::JobSpec& spec) const {
   return absl::OkStatus();
 }
 
-v1::JobStatus Coordinator::ToStatus(const JobRecord& r) const {
+v1::JobStatus Coordinator::ToStatus(const store::JobRecord& r) const {
   v1::JobStatus s;
   s.set_job_id(FormatJobId(r.id));
   s.set_name(r.name);
@@ -275,8 +276,8 @@ absl::StatusOr<v1::SubmitJobResponse> Coordinator::Submit(const v1::SubmitJobReq
     return refuse(absl::ResourceExhaustedError(
         absl::StrCat("the queue is full (", opts_.max_queued_jobs, " jobs); retry later")));
   }
-  NewJob nj{key, spec.name(), bytes, spec.priority(), demand.ranks};
-  LOOM_ASSIGN_OR_RETURN(JobStore::InsertResult ins, store_->InsertJob(nj));
+  store::NewJob nj{key, spec.name(), bytes, spec.priority(), demand.ranks};
+  LOOM_ASSIGN_OR_RETURN(store::JobStore::InsertResult ins, store_->InsertJob(nj));
   if (!ins.existing) {
     if (m_submitted_) m_submitted_->With({"accepted"}).Inc();
     live_[ins.job.id].demand = demand;
@@ -284,7 +285,7 @@ absl::StatusOr<v1::SubmitJobResponse> Coordinator::Submit(const v1::SubmitJobReq
     RunScheduleLocked();
     NotifyLocked();
   }
-  LOOM_ASSIGN_OR_RETURN(JobRecord now, store_->GetJob(ins.job.id));
+  LOOM_ASSIGN_OR_RETURN(store::JobRecord now, store_->GetJob(ins.job.id));
   *resp.mutable_job() = ToStatus(now);
   resp.set_existing(ins.existing);
   return resp;
@@ -309,7 +310,7 @@ absl::StatusOr<v1::ListJobsResponse> Coordinator::List(const v1::ListJobsRequest
     return absl::InvalidArgumentError(
         absl::StrCat("page_size: must be in [0, ", kMaxPageSize, "], got ", req.page_size()));
   }
-  ListQuery q;
+  store::ListQuery q;
   q.limit = (req.page_size() == 0 ? kDefaultPageSize : req.page_size()) + 1;  // one more: is there a next page?
   q.name_prefix = req.name_prefix();
   for (int s : req.states()) {
@@ -323,12 +324,12 @@ absl::StatusOr<v1::ListJobsResponse> Coordinator::List(const v1::ListJobsRequest
       return absl::InvalidArgumentError("page_token: not a token from a previous ListJobs");
     }
   }
-  LOOM_ASSIGN_OR_RETURN(std::vector<JobRecord> rows, store_->ListJobs(q));
+  LOOM_ASSIGN_OR_RETURN(std::vector<store::JobRecord> rows, store_->ListJobs(q));
   v1::ListJobsResponse resp;
   bool more = static_cast<int>(rows.size()) == q.limit;
   if (more) rows.pop_back();
   std::lock_guard<std::mutex> l(mu_);
-  for (const JobRecord& r : rows) *resp.add_jobs() = ToStatus(r);
+  for (const store::JobRecord& r : rows) *resp.add_jobs() = ToStatus(r);
   if (more) resp.set_next_page_token(absl::StrCat(rows.back().id));
   return resp;
 }
@@ -341,11 +342,11 @@ absl::StatusOr<v1::JobStatus> Coordinator::Cancel(const std::string& job_id) {
     if (r.status().code() == absl::StatusCode::kNotFound) return absl::NotFoundError(job_id + " not found");
     return r.status();
   }
-  if (IsTerminal(r->state)) {
+  if (store::IsTerminal(r->state)) {
     return absl::FailedPreconditionError(
         absl::StrCat(job_id, " is already ", v1::JobState_Name(r->state), "; nothing to cancel"));
   }
-  LOOM_ASSIGN_OR_RETURN(JobRecord done, store_->Update(id, [](JobRecord& j) {
+  LOOM_ASSIGN_OR_RETURN(store::JobRecord done, store_->Update(id, [](store::JobRecord& j) {
     j.state = v1::CANCELLED;
     j.wait_reason.clear();
   }, "cancelled by user"));
@@ -398,7 +399,7 @@ void Coordinator::RunScheduleLocked() {
     for (const Slot& s : d.placement) {
       if (agents.find(s.agent_id) == std::string::npos) absl::StrAppend(&agents, agents.empty() ? "" : ",", s.agent_id);
     }
-    auto r = store_->Update(d.job_id, [](JobRecord& j) {
+    auto r = store_->Update(d.job_id, [](store::JobRecord& j) {
       j.state = v1::SCHEDULED;
       j.wait_reason.clear();
     }, absl::StrCat("placed on ", agents));
@@ -417,7 +418,7 @@ void Coordinator::RunScheduleLocked() {
   }
 }
 
-void Coordinator::LaunchLocked(const JobRecord& r, const std::vector<Slot>& slots) {
+void Coordinator::LaunchLocked(const store::JobRecord& r, const std::vector<Slot>& slots) {
   LiveJob& live = live_[r.id];
   live.exits.clear();
   live.awaiting_launch.clear();
@@ -449,7 +450,7 @@ void Coordinator::LaunchLocked(const JobRecord& r, const std::vector<Slot>& slot
     if (s.rank != 0) continue;
     if (auto a = agents_.find(s.agent_id); a != agents_.end()) host_addr = a->second.rendezvous_address;
   }
-  if (auto sec = RandomHex(24); sec.ok()) secret = *sec;
+  if (auto sec = auth::RandomHex(24); sec.ok()) secret = *sec;
   live.rendezvous_address = host_addr;
   for (auto& [agent, order] : per_agent) {
     order.set_rendezvous_address(host_addr);
@@ -475,7 +476,7 @@ void Coordinator::KillLocked(int64_t job_id, const std::vector<Slot>& slots) {
   }
 }
 
-void Coordinator::FinishLocked(int64_t id, const std::function<void(JobRecord&)>& fn, const std::string& msg) {
+void Coordinator::FinishLocked(int64_t id, const std::function<void(store::JobRecord&)>& fn, const std::string& msg) {
   auto r = store_->Update(id, fn, msg);
   (void)r;  // a terminal job stays as it is
   if (const auto* slots = sched_.Placement(id)) KillLocked(id, *slots);
@@ -498,7 +499,7 @@ void Coordinator::ForgetOwnersLaterLocked(int64_t job) {
   }
 }
 
-void Coordinator::RestartOrFailLocked(JobRecord r, int32_t rank, int32_t code, const std::string& why) {
+void Coordinator::RestartOrFailLocked(store::JobRecord r, int32_t rank, int32_t code, const std::string& why) {
   v1::JobSpec spec;
   spec.ParseFromString(r.spec);
   bool retryable = IsRetryableExit(code);
@@ -508,7 +509,7 @@ void Coordinator::RestartOrFailLocked(JobRecord r, int32_t rank, int32_t code, c
     if (rk >= 0 && rk < r.world_size) codes[rk] = c;
   }
   if (!retryable || r.restart_count >= spec.max_restarts()) {
-    FinishLocked(r.id, [&](JobRecord& j) {
+    FinishLocked(r.id, [&](store::JobRecord& j) {
       j.state = v1::FAILED;
       j.exit_codes = codes;
       j.root_cause_rank = rank;
@@ -518,7 +519,7 @@ void Coordinator::RestartOrFailLocked(JobRecord r, int32_t rank, int32_t code, c
   }
   const std::vector<Slot>* slots = sched_.Placement(r.id);
   std::vector<Slot> kept = slots ? *slots : std::vector<Slot>();
-  auto restarting = store_->Update(r.id, [&](JobRecord& j) {
+  auto restarting = store_->Update(r.id, [&](store::JobRecord& j) {
     j.state = v1::RESTARTING;
     ++j.restart_count;
     j.exit_codes = codes;
@@ -532,10 +533,10 @@ void Coordinator::RestartOrFailLocked(JobRecord r, int32_t rank, int32_t code, c
     LaunchLocked(*restarting, kept);  // same placement; RUNNING once delivered
   } else {  // placement gone or partial: back in the queue
     sched_.Release(r.id);
-    auto pending = store_->Update(r.id, [](JobRecord& j) { j.state = v1::PENDING; }, "waiting for capacity");
+    auto pending = store_->Update(r.id, [](store::JobRecord& j) { j.state = v1::PENDING; }, "waiting for capacity");
     if (pending.ok()) sched_.Enqueue(r.id, r.priority, r.id, live.demand);
     RunScheduleLocked();
   }
 }
 
-}  // namespace loom::service
+}  // namespace loom::runtime::service

@@ -46,7 +46,7 @@
 #include "runtime/service/scheduler.h"
 #include "runtime/service/store/job_store.h"
 
-namespace loom::service {
+namespace loom::runtime::service {
 
 inline constexpr int kExitConfigError = 2;
 inline constexpr int kExitUnknown = -1000;
@@ -149,7 +149,7 @@ class Coordinator {
   void Stop();
   bool stopping();
 
-  JobStore* store() { return store_.get(); }
+  store::JobStore* store() { return store_.get(); }
 
  private:
   struct AgentInfo {
@@ -166,15 +166,15 @@ class Coordinator {
     std::string rendezvous_address;
   };
 
-  Coordinator(const CoordinatorOptions& o, std::unique_ptr<JobStore> s);
+  Coordinator(const CoordinatorOptions& o, std::unique_ptr<store::JobStore> s);
   absl::Status ValidateSpec(v1::JobSpec& spec) const;
-  v1::JobStatus ToStatus(const JobRecord& r) const;
+  v1::JobStatus ToStatus(const store::JobRecord& r) const;
   void RunScheduleLocked();
-  void LaunchLocked(const JobRecord& r, const std::vector<Slot>& slots);
+  void LaunchLocked(const store::JobRecord& r, const std::vector<Slot>& slots);
   void KillLocked(int64_t job_id, const std::vector<Slot>& slots);
   void AdoptLocked(const std::string& agent_id, const v1::RunningJob& running);
-  void RestartOrFailLocked(JobRecord r, int32_t rank, int32_t code, const std::string& why);
-  void FinishLocked(int64_t id, const std::function<void(JobRecord&)>& fn, const std::string& msg);
+  void RestartOrFailLocked(store::JobRecord r, int32_t rank, int32_t code, const std::string& why);
+  void FinishLocked(int64_t id, const std::function<void(store::JobRecord&)>& fn, const std::string& msg);
   void NotifyLocked();
   void UpdateGaugesLocked();
   // Records that `agent` runs `rank` of `job` (its logs are accepted from it).
@@ -186,7 +186,7 @@ class Coordinator {
   absl::Status RefuseLocked(const std::string& call, const std::string& agent_id, const std::string& why);
 
   const CoordinatorOptions opts_;
-  std::unique_ptr<JobStore> store_;
+  std::unique_ptr<store::JobStore> store_;
   std::mutex mu_;
   std::condition_variable cv_;
   uint64_t version_ = 0;
@@ -220,4 +220,4 @@ class Coordinator {
   metrics::Family<metrics::Counter>* m_refused_ = nullptr;
 };
 
-}  // namespace loom::service
+}  // namespace loom::runtime::service

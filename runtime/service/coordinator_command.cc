@@ -17,7 +17,7 @@
 #include "runtime/service/auth/token.h"
 #include "runtime/train/onnx_model.h"
 
-namespace loom::service {
+namespace loom::runtime::service {
 namespace {
 
 struct FlagDef {
@@ -95,7 +95,7 @@ absl::StatusOr<CoordinatorFlags> ParseCoordinatorFlags(const std::vector<std::st
   for (const FlagDef& d : kFlags)
     if (fs.Seen(d.flag)) v[d.flag] = raw[d.flag];
   ServerOptions& o = out.server;
-  o.coordinator.data_dir = v.count("data-dir") ? v["data-dir"] : DefaultDataDir();
+  o.coordinator.data_dir = v.count("data-dir") ? v["data-dir"] : auth::DefaultDataDir();
   o.listen_address = v.count("listen") ? v["listen"] : "127.0.0.1:7070";
   std::string m = v.count("metrics-listen") ? v["metrics-listen"] : "127.0.0.1:7071";
   if (m == "off") {
@@ -182,4 +182,4 @@ int RunCoordinatorCommand(const std::vector<std::string>& args) {
   return 0;
 }
 
-}  // namespace loom::service
+}  // namespace loom::runtime::service

@@ -14,7 +14,7 @@
 #include "absl/status/statusor.h"
 #include "runtime/service/server.h"
 
-namespace loom::service {
+namespace loom::runtime::service {
 
 struct CoordinatorFlags {
   ServerOptions server;
@@ -31,4 +31,4 @@ absl::StatusOr<CoordinatorFlags> ParseCoordinatorFlags(const std::vector<std::st
 
 int RunCoordinatorCommand(const std::vector<std::string>& args);
 
-}  // namespace loom::service
+}  // namespace loom::runtime::service

@@ -16,7 +16,7 @@
 #include "proto/loom/v1/service.grpc.pb.h"
 #include "runtime/service/auth/token.h"
 
-namespace loom::service {
+namespace loom::runtime::service {
 namespace {
 
 using Env = std::map<std::string, std::string>;
@@ -142,7 +142,7 @@ std::unique_ptr<v1::JobService::Stub> Connect(int port) {
 std::unique_ptr<grpc::ClientContext> Ctx(const std::string& token) {
   auto c = std::make_unique<grpc::ClientContext>();
   c->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
-  AddBearer(c.get(), token);
+  auth::AddBearer(c.get(), token);
   return c;
 }
 
@@ -162,7 +162,7 @@ TEST(CoordinatorDaemon, SecondCoordinatorOnTheSameFolderOrPortIsRefused) {
       << "a second coordinator started on port " << port;
   EXPECT_NE(ReadAll(other + ".log").find("cannot listen on 127.0.0.1:" + std::to_string(port)), std::string::npos)
       << ReadAll(other + ".log");
-  auto token = FindClientToken(dir);
+  auto token = auth::FindClientToken(dir);
   ASSERT_TRUE(token.ok());
   v1::ListJobsResponse all;
   EXPECT_TRUE(Connect(port)->ListJobs(Ctx(*token).get(), {}, &all).ok());
@@ -184,7 +184,7 @@ TEST(CoordinatorDaemon, LostJobStoreNeedsInitAndJobIdsContinue) {
   int port = 0;
   pid_t pid = StartDaemon(dir, &port);
   ASSERT_GT(pid, 0) << ReadAll(dir + ".log");
-  auto token = FindClientToken(dir);
+  auto token = auth::FindClientToken(dir);
   ASSERT_TRUE(token.ok());
   v1::SubmitJobRequest req;
   req.mutable_spec()->set_name("first");
@@ -215,7 +215,7 @@ TEST(CoordinatorDaemon, AcknowledgedJobSurvivesKillDashNineThenCleanShutdown) {
   pid_t pid = StartDaemon(dir, &port);
   ASSERT_GT(pid, 0) << "daemon did not start";
   // The CLI's way to the token: the data folder.
-  auto token = FindClientToken(dir);
+  auto token = auth::FindClientToken(dir);
   ASSERT_TRUE(token.ok()) << token.status();
   auto stub = Connect(port);
   v1::SubmitJobRequest req;
@@ -231,7 +231,7 @@ TEST(CoordinatorDaemon, AcknowledgedJobSurvivesKillDashNineThenCleanShutdown) {
 
   pid = StartDaemon(dir, &port);
   ASSERT_GT(pid, 0) << "daemon did not restart";
-  EXPECT_EQ(*FindClientToken(dir), *token);
+  EXPECT_EQ(*auth::FindClientToken(dir), *token);
   stub = Connect(port);
   v1::GetJobRequest get;
   get.set_job_id(resp.job().job_id());
@@ -257,4 +257,4 @@ TEST(CoordinatorDaemon, AcknowledgedJobSurvivesKillDashNineThenCleanShutdown) {
 }
 
 }  // namespace
-}  // namespace loom::service
+}  // namespace loom::runtime::service

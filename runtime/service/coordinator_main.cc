@@ -5,5 +5,5 @@
 #include "runtime/service/coordinator_command.h"
 
 int main(int argc, char** argv) {
-  return loom::service::RunCoordinatorCommand(std::vector<std::string>(argv + 1, argv + argc));
+  return loom::runtime::service::RunCoordinatorCommand(std::vector<std::string>(argv + 1, argv + argc));
 }

@@ -10,14 +10,14 @@
 #include "runtime/service/auth/token.h"
 #include "runtime/service/coordinator.h"
 
-namespace loom::service {
+namespace loom::runtime::service {
 
 absl::Status Coordinator::AuthenticateAgent(const std::string& agent_id, const std::string& secret,
                                             const std::string& cert_identity) {
-  const std::string hash = Sha256Hex(secret);
+  const std::string hash = auth::Sha256Hex(secret);
   std::lock_guard<std::mutex> l(mu_);
   auto it = credentials_.find(agent_id);
-  if (it == credentials_.end() || !ConstantTimeEquals(hash, it->second.secret_sha256)) {
+  if (it == credentials_.end() || !auth::ConstantTimeEquals(hash, it->second.secret_sha256)) {
     return absl::UnauthenticatedError("wrong agent credential");
   }
   if (!it->second.cert_identity.empty() && it->second.cert_identity != cert_identity) {
@@ -79,9 +79,9 @@ absl::StatusOr<v1::RegisterAgentResponse> Coordinator::RegisterAgent(const v1::R
                             absl::StrCat("agent_id: reconnecting as '", req.agent_id().substr(0, 64),
                                          "' needs that agent's own credential; the join token registers new agents"));
     }
-    LOOM_ASSIGN_OR_RETURN(std::string secret, RandomHex(32));
-    LOOM_ASSIGN_OR_RETURN(AgentRecord rec,
-                          store_->InsertAgent(req.hostname(), Sha256Hex(secret), caller.cert_identity));
+    LOOM_ASSIGN_OR_RETURN(std::string secret, auth::RandomHex(32));
+    LOOM_ASSIGN_OR_RETURN(store::AgentRecord rec,
+                          store_->InsertAgent(req.hostname(), auth::Sha256Hex(secret), caller.cert_identity));
     id = rec.id;
     resp.set_agent_secret(secret);
     std::lock_guard<std::mutex> l(mu_);
@@ -118,12 +118,12 @@ void Coordinator::AdoptLocked(const std::string& agent_id, const v1::RunningJob&
   if (!id.ok()) return;
   auto r = store_->GetJob(*id);
   auto live = live_.find(*id);
-  const char* why = !r.ok()                              ? "unknown job"
-                    : IsTerminal(r->state)               ? "job finished"
-                    : live == live_.end()                ? "job not live"
-                    : r->state == v1::PENDING            ? "job queued"
+  const char* why = !r.ok()                                 ? "unknown job"
+                    : store::IsTerminal(r->state)           ? "job finished"
+                    : live == live_.end()                   ? "job not live"
+                    : r->state == v1::PENDING               ? "job queued"
                     : running.attempt() != r->restart_count ? "an earlier attempt"
-                                                          : nullptr;
+                                                            : nullptr;
   if (why != nullptr) {
     kill(why);
     return;
@@ -187,7 +187,7 @@ absl::StatusOr<v1::PollOrdersResponse> Coordinator::PollOrders(const std::string
       auto id = ParseJobId(o.launch().job_id());
       auto lj = id.ok() ? live_.find(*id) : live_.end();
       if (lj != live_.end() && lj->second.awaiting_launch.erase(agent_id) && lj->second.awaiting_launch.empty()) {
-        auto r = store_->Update(*id, [](JobRecord& j) { j.state = v1::RUNNING; }, "all ranks launched");
+        auto r = store_->Update(*id, [](store::JobRecord& j) { j.state = v1::RUNNING; }, "all ranks launched");
         changed = changed || r.ok();
       }
     }
@@ -210,7 +210,7 @@ absl::Status Coordinator::ReportExit(const v1::ReportExitRequest& req) {
     return absl::InvalidArgumentError(absl::StrCat("rank: must be in [0, ", r->world_size, "), got ", req.rank()));
   }
   // Reports for finished jobs or earlier attempts are stale: accepted, ignored.
-  if (IsTerminal(r->state) || req.attempt() != r->restart_count || !live_.count(id)) return absl::OkStatus();
+  if (store::IsTerminal(r->state) || req.attempt() != r->restart_count || !live_.count(id)) return absl::OkStatus();
   if (!PlacedOnLocked(id, req.rank(), req.agent_id())) {
     return RefuseLocked("ReportExit", req.agent_id(),
                         absl::StrCat("rank: ", req.job_id(), " rank ", req.rank(), " is not placed on this agent"));
@@ -223,7 +223,7 @@ absl::Status Coordinator::ReportExit(const v1::ReportExitRequest& req) {
     RestartOrFailLocked(*r, req.rank(), req.exit_code(), why);
   } else if (static_cast<int32_t>(live.exits.size()) == r->world_size) {
     std::vector<int32_t> codes(r->world_size, 0);
-    FinishLocked(id, [&](JobRecord& j) {
+    FinishLocked(id, [&](store::JobRecord& j) {
       j.state = v1::SUCCEEDED;
       j.exit_codes = codes;
     }, "all ranks exited 0");
@@ -247,7 +247,7 @@ absl::Status Coordinator::ReportProgress(const v1::ReportProgressRequest& req) {
   if (!r.ok()) return r.status().code() == absl::StatusCode::kNotFound ? absl::NotFoundError(req.job_id() + " not found")
                                                                       : r.status();
   auto live = live_.find(id);
-  if (IsTerminal(r->state) || req.attempt() != r->restart_count || live == live_.end()) return absl::OkStatus();
+  if (store::IsTerminal(r->state) || req.attempt() != r->restart_count || live == live_.end()) return absl::OkStatus();
   if (!PlacedOnLocked(id, 0, req.agent_id())) {
     return RefuseLocked("ReportProgress", req.agent_id(),
                         absl::StrCat("job_id: rank 0 of ", req.job_id(), " is not placed on this agent"));
@@ -256,7 +256,7 @@ absl::Status Coordinator::ReportProgress(const v1::ReportProgressRequest& req) {
   if (m_steps_ != nullptr && req.step() > r->current_step)
     m_steps_->With({}).Inc(static_cast<double>(req.step() - std::max<int64_t>(0, r->current_step)));
   if (req.step() > r->current_step || req.checkpoint_step() > r->last_checkpoint_step) {
-    LOOM_RETURN_IF_ERROR(store_->Update(id, [&](JobRecord& j) {
+    LOOM_RETURN_IF_ERROR(store_->Update(id, [&](store::JobRecord& j) {
       j.current_step = std::max(j.current_step, req.step());
       j.last_checkpoint_step = std::max(j.last_checkpoint_step, req.checkpoint_step());
     }).status());
@@ -327,11 +327,11 @@ void Coordinator::CheckAgents() {
     jobs.swap(unclaimed_);
     for (int64_t job : jobs) {
       auto r = store_->GetJob(job);
-      if (!r.ok() || IsTerminal(r->state)) continue;
+      if (!r.ok() || store::IsTerminal(r->state)) continue;
       if (r->state == v1::SCHEDULED && sched_.Placement(job) == nullptr) {
         // Never launched anywhere: back in the queue, no restart counted.
-        auto p = store_->Update(job, [](JobRecord& j) { j.state = v1::PENDING; },
-                                "launch orders lost in a coordinator restart");
+        auto p = store_->Update(
+            job, [](store::JobRecord& j) { j.state = v1::PENDING; }, "launch orders lost in a coordinator restart");
         if (p.ok()) sched_.Enqueue(job, r->priority, job, live_[job].demand);
         continue;
       }
@@ -350,7 +350,7 @@ void Coordinator::CheckAgents() {
     for (int64_t job : sched_.RemoveAgent(id)) {
       KillLocked(job, before[job]);  // the ranks on surviving agents
       auto r = store_->GetJob(job);
-      if (!r.ok() || IsTerminal(r->state)) continue;
+      if (!r.ok() || store::IsTerminal(r->state)) continue;
       // Its placement is gone: restart (re-queued, placed on what remains)
       // or fail, within the job's budget.
       RestartOrFailLocked(*r, -1, -1, absl::StrCat("agent ", id, " lost (3 missed heartbeats)"));
@@ -360,4 +360,4 @@ void Coordinator::CheckAgents() {
   NotifyLocked();
 }
 
-}  // namespace loom::service
+}  // namespace loom::runtime::service

@@ -19,7 +19,7 @@
 
 #include "runtime/service/server_test_fixture.h"
 
-namespace loom::service {
+namespace loom::runtime::service {
 namespace {
 
 constexpr uint64_t kSeed = 20261204;
@@ -47,36 +47,37 @@ class MalformedRequestTest : public ServerTest {
 
   // The store's contents as one string: every job, every job's events, every agent.
   std::string StoreSnapshot() {
-    JobStore* store = server_->coordinator()->store();
+    store::JobStore* store = server_->coordinator()->store();
     std::string out;
-    ListQuery all;
+    store::ListQuery all;
     all.limit = 100000;
     auto jobs = store->ListJobs(all);
     EXPECT_TRUE(jobs.ok()) << jobs.status();
     if (!jobs.ok()) return out;
-    for (const JobRecord& j : *jobs) {
+    for (const store::JobRecord& j : *jobs) {
       out += absl::StrCat("job ", j.id, " ", j.name, " key ", j.idempotency_key, " state ", j.state, " updated ",
                           j.update_ms, " restarts ", j.restart_count, " cause ", j.root_cause_rank, " ", j.root_cause,
                           " ckpt ", j.last_checkpoint_step, " spec ", j.spec.size(), "\n");
       auto events = store->Events(j.id);
       EXPECT_TRUE(events.ok()) << events.status();
       if (events.ok())
-        for (const JobEventRecord& e : *events) out += absl::StrCat("  event ", e.id, " ", e.message, "\n");
+        for (const store::JobEventRecord& e : *events) out += absl::StrCat("  event ", e.id, " ", e.message, "\n");
     }
     auto agents = store->Agents();
     EXPECT_TRUE(agents.ok()) << agents.status();
     if (agents.ok())
-      for (const AgentRecord& a : *agents) out += absl::StrCat("agent ", a.id, " ", a.hostname, " ", a.secret_sha256, "\n");
+      for (const store::AgentRecord& a : *agents)
+        out += absl::StrCat("agent ", a.id, " ", a.hostname, " ", a.secret_sha256, "\n");
     return out;
   }
 
   void AddAuth(grpc::ClientContext* ctx, int which, const std::string& agent) {
     switch (which) {
-      case 0: AddBearer(ctx, server_->token()); break;
-      case 1: AddBearer(ctx, server_->join_token()); break;
-      case 2: AddBearer(ctx, AgentBearer(agent, secrets_[agent])); break;
-      case 3: AddBearer(ctx, AgentBearer(agent, std::string(64, 'f'))); break;
-      case 4: AddBearer(ctx, "not-the-token"); break;
+      case 0: auth::AddBearer(ctx, server_->token()); break;
+      case 1: auth::AddBearer(ctx, server_->join_token()); break;
+      case 2: auth::AddBearer(ctx, auth::AgentBearer(agent, secrets_[agent])); break;
+      case 3: auth::AddBearer(ctx, auth::AgentBearer(agent, std::string(64, 'f'))); break;
+      case 4: auth::AddBearer(ctx, "not-the-token"); break;
       case 5: ctx->AddMetadata("authorization", std::string(300, 'B')); break;
       default: break;  // no credential
     }
@@ -297,4 +298,4 @@ TEST_F(MalformedRequestTest, ThousandMalformedRequestsAreAnsweredBoundedAndChang
 }
 
 }  // namespace
-}  // namespace loom::service
+}  // namespace loom::runtime::service

@@ -4,7 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace loom::service {
+namespace loom::runtime::service {
 
 int32_t Scheduler::Agent::FreeCpu() const {
   int32_t used = 0;
@@ -205,4 +205,4 @@ const std::vector<Slot>* Scheduler::Placement(int64_t job_id) const {
   return it == placements_.end() ? nullptr : &it->second;
 }
 
-}  // namespace loom::service
+}  // namespace loom::runtime::service

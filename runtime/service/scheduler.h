@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-namespace loom::service {
+namespace loom::runtime::service {
 
 struct Demand {
   int32_t ranks = 0;
@@ -112,4 +112,4 @@ class Scheduler {
   std::map<int64_t, std::vector<Slot>> placements_;
 };
 
-}  // namespace loom::service
+}  // namespace loom::runtime::service

@@ -2,7 +2,7 @@
 
 #include "gtest/gtest.h"
 
-namespace loom::service {
+namespace loom::runtime::service {
 namespace {
 
 Demand Cpu(int n) { return Demand{n, false}; }
@@ -163,4 +163,4 @@ TEST(Scheduler, AdoptClaimsRunningRanks) {
 }
 
 }  // namespace
-}  // namespace loom::service
+}  // namespace loom::runtime::service

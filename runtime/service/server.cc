@@ -12,7 +12,7 @@
 #include "proto/loom/v1/service.grpc.pb.h"
 #include "runtime/service/auth/token.h"
 
-namespace loom::service {
+namespace loom::runtime::service {
 namespace {
 
 using std::chrono::milliseconds;
@@ -30,7 +30,7 @@ class JobServiceImpl final : public v1::JobService::Service {
 
   grpc::Status SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
                          v1::SubmitJobResponse* resp) override {
-    if (auto s = CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    if (auto s = auth::CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
     auto r = c_->Submit(*req);
     if (!r.ok()) return ToGrpc(r.status());
     *resp = std::move(*r);
@@ -38,7 +38,7 @@ class JobServiceImpl final : public v1::JobService::Service {
   }
 
   grpc::Status GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::GetJobResponse* resp) override {
-    if (auto s = CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    if (auto s = auth::CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
     auto r = c_->Get(req->job_id());
     if (!r.ok()) return ToGrpc(r.status());
     *resp = std::move(*r);
@@ -47,7 +47,7 @@ class JobServiceImpl final : public v1::JobService::Service {
 
   grpc::Status ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req,
                         v1::ListJobsResponse* resp) override {
-    if (auto s = CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    if (auto s = auth::CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
     auto r = c_->List(*req);
     if (!r.ok()) return ToGrpc(r.status());
     *resp = std::move(*r);
@@ -56,7 +56,7 @@ class JobServiceImpl final : public v1::JobService::Service {
 
   grpc::Status CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* req,
                          v1::CancelJobResponse* resp) override {
-    if (auto s = CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    if (auto s = auth::CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
     auto r = c_->Cancel(req->job_id());
     if (!r.ok()) return ToGrpc(r.status());
     *resp->mutable_job() = std::move(*r);
@@ -66,7 +66,7 @@ class JobServiceImpl final : public v1::JobService::Service {
   // One event per observed change, ending after a terminal state.
   grpc::Status WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
                         grpc::ServerWriter<v1::JobEvent>* writer) override {
-    if (auto s = CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    if (auto s = auth::CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
     uint64_t version = 0;
     bool sent = false;
     v1::JobStatus last;
@@ -81,7 +81,7 @@ class JobServiceImpl final : public v1::JobService::Service {
         last = r->job();
         sent = true;
       }
-      if (IsTerminal(last.state())) return grpc::Status::OK;
+      if (store::IsTerminal(last.state())) return grpc::Status::OK;
       if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "watch cancelled");
       if (c_->stopping()) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "coordinator shutting down");
       version = c_->WaitForChange(version, milliseconds(200));
@@ -92,7 +92,7 @@ class JobServiceImpl final : public v1::JobService::Service {
   // as they appear until the job is terminal.
   grpc::Status StreamLogs(grpc::ServerContext* ctx, const v1::StreamLogsRequest* req,
                           grpc::ServerWriter<v1::LogChunk>* writer) override {
-    if (auto s = CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    if (auto s = auth::CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
     auto job = c_->Get(req->job_id());
     if (!job.ok()) return ToGrpc(job.status());
     if (req->has_rank() && (req->rank() < 0 || req->rank() >= job->job().world_size())) {
@@ -103,11 +103,11 @@ class JobServiceImpl final : public v1::JobService::Service {
     std::map<std::string, std::streamoff> offsets;
     uint64_t version = 0;
     for (;;) {
-      bool terminal = IsTerminal(c_->Get(req->job_id())->job().state());
+      bool terminal = store::IsTerminal(c_->Get(req->job_id())->job().state());
       auto logs = c_->store()->Logs(id);
       if (!logs.ok()) return ToGrpc(logs.status());
       bool wrote = false;
-      for (const LogRecord& lr : *logs) {
+      for (const store::LogRecord& lr : *logs) {
         if (req->has_rank() && lr.rank != req->rank()) continue;
         std::ifstream in(lr.path, std::ios::binary);
         if (!in) continue;
@@ -206,11 +206,11 @@ class NodeServiceImpl final : public v1::NodeService::Service {
   // Who calls: the join token (accepted only with `registration`) or an
   // agent's credential; UNAUTHENTICATED for anything else, a user token too.
   absl::StatusOr<AgentCaller> Caller(grpc::ServerContext* ctx, bool registration) {
-    const std::string bearer = BearerOf(ctx->client_metadata());
+    const std::string bearer = auth::BearerOf(ctx->client_metadata());
     if (bearer.empty()) return absl::UnauthenticatedError("missing authorization: Bearer <agent credential> metadata");
     AgentCaller caller;
     caller.cert_identity = PeerIdentity(ctx);
-    if (ConstantTimeEquals(bearer, join_token_)) {
+    if (auth::ConstantTimeEquals(bearer, join_token_)) {
       if (!registration) {
         return absl::UnauthenticatedError("the join token only registers agents; call with the agent's credential");
       }
@@ -218,7 +218,7 @@ class NodeServiceImpl final : public v1::NodeService::Service {
       return caller;
     }
     std::string id, secret;
-    if (!SplitAgentBearer(bearer, &id, &secret)) return absl::UnauthenticatedError("wrong agent credential");
+    if (!auth::SplitAgentBearer(bearer, &id, &secret)) return absl::UnauthenticatedError("wrong agent credential");
     LOOM_RETURN_IF_ERROR(c_->AuthenticateAgent(id, secret, caller.cert_identity));
     caller.agent_id = id;
     return caller;
@@ -300,16 +300,16 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(cons
   LOOM_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds, MakeServerCredentials(options));
   std::unique_ptr<CoordinatorServer> s(new CoordinatorServer());
   if (options.token.empty()) {
-    LOOM_ASSIGN_OR_RETURN(s->token_, LoadOrCreateToken(options.coordinator.data_dir));
+    LOOM_ASSIGN_OR_RETURN(s->token_, auth::LoadOrCreateToken(options.coordinator.data_dir));
   } else {
     s->token_ = options.token;
   }
   if (options.join_token.empty()) {
-    LOOM_ASSIGN_OR_RETURN(s->join_token_, LoadOrCreateToken(options.coordinator.data_dir, kJoinTokenFile));
+    LOOM_ASSIGN_OR_RETURN(s->join_token_, auth::LoadOrCreateToken(options.coordinator.data_dir, auth::kJoinTokenFile));
   } else {
     s->join_token_ = options.join_token;
   }
-  if (ConstantTimeEquals(s->token_, s->join_token_)) {
+  if (auth::ConstantTimeEquals(s->token_, s->join_token_)) {
     return absl::InvalidArgumentError("join_token: must differ from the user token");
   }
   CoordinatorOptions copts = options.coordinator;
@@ -356,4 +356,4 @@ CoordinatorServer::~CoordinatorServer() {
   if (server_) Shutdown();
 }
 
-}  // namespace loom::service
+}  // namespace loom::runtime::service

@@ -28,7 +28,7 @@
 #include "runtime/service/coordinator.h"
 #include "runtime/service/metrics/http_server.h"
 
-namespace loom::service {
+namespace loom::runtime::service {
 
 struct ServerOptions {
   CoordinatorOptions coordinator;
@@ -89,4 +89,4 @@ absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> MakeClientCredentials(
 inline constexpr size_t kMaxStatusMessageBytes = 1024;
 grpc::Status ToGrpc(const absl::Status& s);
 
-}  // namespace loom::service
+}  // namespace loom::runtime::service

@@ -2,7 +2,7 @@
 // scheduling, restarts, progress, lost agents, coordinator restarts.
 #include "runtime/service/server_test_fixture.h"
 
-namespace loom::service {
+namespace loom::runtime::service {
 namespace {
 
 using grpc::StatusCode;
@@ -296,4 +296,4 @@ TEST_F(ServerTest, RestartReloadsJobsFromTheStore) {
 }
 
 }  // namespace
-}  // namespace loom::service
+}  // namespace loom::runtime::service

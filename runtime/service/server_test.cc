@@ -4,7 +4,7 @@
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/service/server_test_fixture.h"
 
-namespace loom::service {
+namespace loom::runtime::service {
 namespace {
 
 using grpc::StatusCode;
@@ -39,7 +39,7 @@ TEST_F(ServerTest, TokenIsRequiredAndNothingChangesWithoutIt) {
   }
   EXPECT_EQ(TotalJobs(), 0);
   // The token on disk is the one the server checks, and the CLI finds it.
-  EXPECT_EQ(*FindClientToken(root_ + "/data"), server_->token());
+  EXPECT_EQ(*auth::FindClientToken(root_ + "/data"), server_->token());
   EXPECT_EQ(server_->token().size(), 64u);
 }
 
@@ -567,7 +567,7 @@ TEST_F(ServerTest, TlsAndMutualTls) {
       auto stub = v1::JobService::NewStub(grpc::CreateCustomChannel(addr, creds, args));
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(3));
-      AddBearer(&ctx, (*s)->token());
+      auth::AddBearer(&ctx, (*s)->token());
       v1::ListJobsResponse resp;
       return stub->ListJobs(&ctx, {}, &resp).error_code();
     };
@@ -594,4 +594,4 @@ TEST_F(ServerTest, TlsAndMutualTls) {
 }
 
 }  // namespace
-}  // namespace loom::service
+}  // namespace loom::runtime::service

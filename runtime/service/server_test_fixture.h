@@ -19,7 +19,7 @@
 #include "runtime/service/auth/token.h"
 #include "runtime/service/server.h"
 
-namespace loom::service {
+namespace loom::runtime::service {
 
 using grpc::StatusCode;
 
@@ -94,9 +94,9 @@ class ServerTest : public ::testing::Test {
     auto ctx = std::make_unique<grpc::ClientContext>();
     ctx->set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
     if (token == nullptr) {
-      AddBearer(ctx.get(), server_->token());
+      auth::AddBearer(ctx.get(), server_->token());
     } else if (!token->empty()) {
-      AddBearer(ctx.get(), *token);
+      auth::AddBearer(ctx.get(), *token);
     }
     return ctx;
   }
@@ -106,7 +106,7 @@ class ServerTest : public ::testing::Test {
 
   // A context carrying `agent`'s credential (from its registration here).
   std::unique_ptr<grpc::ClientContext> AgentCtx(const std::string& agent) {
-    const std::string bearer = AgentBearer(agent, secrets_[agent]);
+    const std::string bearer = auth::AgentBearer(agent, secrets_[agent]);
     return Ctx(&bearer);
   }
 
@@ -199,4 +199,4 @@ class ServerTest : public ::testing::Test {
   std::map<std::string, std::string> secrets_;  // agent id -> secret
 };
 
-}  // namespace loom::service
+}  // namespace loom::runtime::service

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 
-namespace loom::train {
+namespace loom::runtime::train {
 namespace {
 
 std::string RecordsPath(const std::string& tmp, int64_t rank) {
@@ -198,4 +198,4 @@ absl::StatusOr<int64_t> Checkpointer::Restore(const std::string& root, data::Sam
   return trainer_->step();
 }
 
-}  // namespace loom::train
+}  // namespace loom::runtime::train

@@ -38,7 +38,7 @@
 #include "runtime/checkpoint/loader.h"
 #include "runtime/data/dataset.h"
 
-namespace loom::train {
+namespace loom::runtime::train {
 
 class Checkpointer {
  public:
@@ -74,4 +74,4 @@ class Checkpointer {
   std::vector<int64_t> coords_;
 };
 
-}  // namespace loom::train
+}  // namespace loom::runtime::train

@@ -12,7 +12,7 @@
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/train/onnx_model.h"
 
-namespace loom::train {
+namespace loom::runtime::train {
 namespace {
 int Fail(int code, absl::string_view msg) {
   std::fprintf(stderr, "loom compile: %s\n", std::string(msg).c_str());
@@ -37,19 +37,19 @@ int RunCompileCommand(const std::vector<std::string>& args) {
                                 ", parallel)"));
   auto spec = jobspec::LoadJobSpec(path);
   if (!spec.ok()) return Fail(2, spec.status().message());
-  const models::BuildOptions bo = models::TrainingOptions(*spec);
-  absl::StatusOr<compiler::Graph> forward;
+  const compiler::models::BuildOptions bo = compiler::models::TrainingOptions(*spec);
+  absl::StatusOr<compiler::ir::Graph> forward;
   std::string header;  // an ONNX job: what the recovery passes matched, as IR comments
   if (spec->model().family() == "onnx") {  // the imported graph, as the trainer builds it
     auto onnx = LoadOnnxModel(*spec);
-    forward = onnx.ok() ? absl::StatusOr<compiler::Graph>(std::move(onnx->train_forward)) : onnx.status();
+    forward = onnx.ok() ? absl::StatusOr<compiler::ir::Graph>(std::move(onnx->train_forward)) : onnx.status();
     if (onnx.ok()) {
       header = absl::StrCat("# recovery passes (compiler/passes/recover.h): ", onnx->report.patterns.size(),
                             " patterns matched\n");
       for (const std::string& p : onnx->report.patterns) absl::StrAppend(&header, "#   ", p, "\n");
     }
   } else {
-    forward = models::BuildForward(spec->model(), bo);
+    forward = compiler::models::BuildForward(spec->model(), bo);
   }
   if (!forward.ok()) return Fail(2, forward.status().message());
   compiler::CompileOptions co;
@@ -62,7 +62,7 @@ int RunCompileCommand(const std::vector<std::string>& args) {
   co.adamw = adam;
   if (const std::string& ac = spec->train().activation_checkpointing();
       (ac == "blocks" || ac == "selective") && spec->model().family() != "onnx") {
-    co.checkpoint_blocks = models::BlockOfParameter;
+    co.checkpoint_blocks = compiler::models::BlockOfParameter;
     co.checkpoint_selective = ac == "selective";
   }
   co.lower = false;
@@ -82,4 +82,4 @@ int RunCompileCommand(const std::vector<std::string>& args) {
   return 0;
 }
 
-}  // namespace loom::train
+}  // namespace loom::runtime::train

@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-namespace loom::train {
+namespace loom::runtime::train {
 
 int RunCompileCommand(const std::vector<std::string>& args);
 
-}  // namespace loom::train
+}  // namespace loom::runtime::train

@@ -19,7 +19,7 @@
 #include "runtime/train/run_reporter.h"
 #include "runtime/data/tokenizer.h"
 
-namespace loom::train {
+namespace loom::runtime::train {
 
 absl::StatusOr<double> ValidationLoss(parallel::Trainer& t, const v1::JobSpec& spec, const data::Dataset& dataset) {
   const auto& tr = spec.train();
@@ -104,11 +104,12 @@ absl::StatusOr<std::string> SampleText(parallel::Trainer& t, const v1::JobSpec& 
                       " and above): ", absl::StrJoin(prompt, " "));
 }
 
-absl::Status WriteModel(const std::map<std::string, Tensor>& params, const std::vector<models::ParamInfo>& info,
-                        const v1::JobSpec& spec, const std::string& path) {
+absl::Status WriteModel(const std::map<std::string, Tensor>& params,
+                        const std::vector<compiler::models::ParamInfo>& info, const v1::JobSpec& spec,
+                        const std::string& path) {
   std::vector<Tensor> keep;
   std::vector<checkpoint::TensorToWrite> w;
-  for (const models::ParamInfo& p : info) {
+  for (const compiler::models::ParamInfo& p : info) {
     auto it = params.find(p.name);
     if (it == params.end()) return absl::InternalError(absl::StrCat("model file: no parameter '", p.name, "'"));
     keep.push_back(it->second.To(DType::kF32).Contiguous());
@@ -156,4 +157,4 @@ absl::Status FinishWithSample(parallel::Trainer& t, const v1::JobSpec& spec, con
   return absl::OkStatus();
 }
 
-}  // namespace loom::train
+}  // namespace loom::runtime::train

@@ -16,7 +16,7 @@
 #include "parallel/trainer.h"
 #include "runtime/data/dataset.h"
 
-namespace loom::train {
+namespace loom::runtime::train {
 
 // Mean loss over train.eval_batches fixed validation batches (any data.kind);
 // each rank reads only its rows of each batch (Trainer::BatchRows).
@@ -47,8 +47,9 @@ absl::StatusOr<std::string> SampleText(parallel::Trainer& t, const v1::JobSpec& 
 // Whole parameters (`params`, by name; every one of `info`) as one
 // safetensors file under Loom's names (f32, metadata format=pt and
 // loom.family), atomically; `loom export --format hf` and `init_from` read it.
-absl::Status WriteModel(const std::map<std::string, Tensor>& params, const std::vector<models::ParamInfo>& info,
-                        const v1::JobSpec& spec, const std::string& path);
+absl::Status WriteModel(const std::map<std::string, Tensor>& params,
+                        const std::vector<compiler::models::ParamInfo>& info, const v1::JobSpec& spec,
+                        const std::string& path);
 
 // Prints the final validation loss (and the baseline unless it is NaN); for
 // causal LMs with logits samples after the start of the first validation
@@ -59,4 +60,4 @@ absl::Status FinishWithSample(parallel::Trainer& t, const v1::JobSpec& spec, con
                               const std::map<std::string, Tensor>& params, const std::string& dir, double val_loss,
                               double baseline);
 
-}  // namespace loom::train
+}  // namespace loom::runtime::train

@@ -3,7 +3,7 @@
 #include "base/status.h"
 #include "runtime/train/onnx_model.h"
 
-namespace loom::train {
+namespace loom::runtime::train {
 
 absl::StatusOr<parallel::TrainerModel> BuildModel(const v1::JobSpec& spec, bool recover_patterns) {
   if (spec.model().family() != "onnx") return parallel::FamilyModel(spec);
@@ -17,4 +17,4 @@ absl::StatusOr<parallel::TrainerModel> BuildModel(const v1::JobSpec& spec, bool 
   return out;
 }
 
-}  // namespace loom::train
+}  // namespace loom::runtime::train

@@ -10,7 +10,7 @@
 #include "parallel/trainer.h"
 #include "proto/loom/v1/job.pb.h"
 
-namespace loom::train {
+namespace loom::runtime::train {
 
 // Errors of an ONNX model are InvalidArgument starting with "model.onnx: ".
 // `recover_patterns` (ONNX models): run the recovery passes at import
@@ -18,4 +18,4 @@ namespace loom::train {
 // reference for the fused form).
 absl::StatusOr<parallel::TrainerModel> BuildModel(const v1::JobSpec& spec, bool recover_patterns = true);
 
-}  // namespace loom::train
+}  // namespace loom::runtime::train

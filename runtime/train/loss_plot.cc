@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
-namespace loom::train {
+namespace loom::runtime::train {
 
 std::string LossCurveSvg(const std::vector<std::pair<int64_t, double>>& train,
                          const std::vector<std::pair<int64_t, double>>& val, const std::string& title) {
@@ -106,4 +106,4 @@ std::string LossCurveText(const std::vector<std::pair<int64_t, double>>& train,
   return out + axis;
 }
 
-}  // namespace loom::train
+}  // namespace loom::runtime::train

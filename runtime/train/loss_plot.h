@@ -6,7 +6,7 @@
 #include <utility>
 #include <vector>
 
-namespace loom::train {
+namespace loom::runtime::train {
 
 std::string LossCurveSvg(const std::vector<std::pair<int64_t, double>>& train,
                          const std::vector<std::pair<int64_t, double>>& val, const std::string& title);
@@ -18,4 +18,4 @@ std::string LossCurveSvg(const std::vector<std::pair<int64_t, double>>& train,
 std::string LossCurveText(const std::vector<std::pair<int64_t, double>>& train,
                           const std::vector<std::pair<int64_t, double>>& val, int width = 60, int height = 12);
 
-}  // namespace loom::train
+}  // namespace loom::runtime::train

@@ -7,7 +7,7 @@
 
 #include "gtest/gtest.h"
 
-namespace loom::train {
+namespace loom::runtime::train {
 namespace {
 
 std::vector<std::string> Lines(const std::string& s) {
@@ -44,4 +44,4 @@ TEST(LossCurveText, DegenerateInputs) {
 }
 
 }  // namespace
-}  // namespace loom::train
+}  // namespace loom::runtime::train

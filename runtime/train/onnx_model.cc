@@ -8,7 +8,7 @@
 #include "parallel/graph_planner.h"
 #include "parallel/styles.h"
 
-namespace loom::train {
+namespace loom::runtime::train {
 
 namespace onnx = compiler::import::onnx;
 
@@ -68,7 +68,7 @@ absl::StatusOr<OnnxTrainingModel> LoadOnnxModel(const v1::JobSpec& spec, bool re
       return bad(absl::InvalidArgumentError(absl::StrCat("parameter '", name, "' is ",
                                                           DTypeName(imported->initial.at(name).dtype()),
                                                           "; Loom trains f32 parameters")));
-    models::ParamInfo p;
+    compiler::models::ParamInfo p;
     p.name = name;
     p.shape = imported->initial.at(name).shape();
     p.weight_decay = p.shape.size() >= 2;
@@ -92,4 +92,4 @@ absl::Status CheckOnnxJob(const v1::JobSpec& spec) {
       .status();
 }
 
-}  // namespace loom::train
+}  // namespace loom::runtime::train

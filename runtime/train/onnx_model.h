@@ -25,12 +25,12 @@
 #include "compiler/models/models.h"
 #include "proto/loom/v1/job.pb.h"
 
-namespace loom::train {
+namespace loom::runtime::train {
 
 struct OnnxTrainingModel {
-  std::vector<models::ParamInfo> params;
-  compiler::Graph train_forward;  // outputs: loss
-  compiler::Graph eval_forward;   // outputs: loss, logits (when the model has them)
+  std::vector<compiler::models::ParamInfo> params;
+  compiler::ir::Graph train_forward;  // outputs: loss
+  compiler::ir::Graph eval_forward;   // outputs: loss, logits (when the model has them)
   bool has_logits = false;
   std::map<std::string, Tensor> initial;  // parameters and buffers
   compiler::import::onnx::ImportReport report;
@@ -45,4 +45,4 @@ absl::StatusOr<OnnxTrainingModel> LoadOnnxModel(const v1::JobSpec& spec, bool re
 // before any process starts.
 absl::Status CheckOnnxJob(const v1::JobSpec& spec);
 
-}  // namespace loom::train
+}  // namespace loom::runtime::train

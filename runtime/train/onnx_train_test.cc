@@ -36,7 +36,7 @@
 #include "runtime/train/job_model.h"
 #include "runtime/train/onnx_model.h"
 
-namespace loom::train {
+namespace loom::runtime::train {
 namespace {
 
 constexpr char kScript[] = "compiler/import/onnx/testdata/causal_lm.py";
@@ -152,7 +152,7 @@ void ExpectFusedForward(const std::string& model_path, const std::map<std::strin
   auto m = LoadOnnxModel(Spec(model_path));
   ASSERT_TRUE(m.ok()) << m.status();
   std::map<std::string, int> count;
-  for (const compiler::Node& n : m->train_forward.nodes()) ++count[n.op];
+  for (const compiler::ir::Node& n : m->train_forward.nodes()) ++count[n.op];
   for (const auto& [op, n] : fused) EXPECT_EQ(count[op], n) << op;
   for (const std::string& op : gone) EXPECT_EQ(count[op], 0) << op;
   for (const std::string& p : m->report.patterns) std::printf("  %s\n", p.c_str());
@@ -178,7 +178,7 @@ TEST(OnnxTraining, GptMatchesTorch) {
 
 // What the CUDA planner makes of a training step (bf16): launches by what
 // they implement ("matmul+add+gelu", "sdpa", ...), with their count.
-std::map<std::string, int> CudaLaunches(const compiler::Graph& forward) {
+std::map<std::string, int> CudaLaunches(const compiler::ir::Graph& forward) {
   compiler::CompileOptions co;
   co.lower = false;
   co.adamw = compiler::AdamWOptions{};
@@ -217,9 +217,9 @@ TEST(OnnxTraining, GptPlansOnCudaAsTheBuiltInFamily) {
   builtin.set_seq_len(kSeq);
   builtin.set_vocab(kV);
   builtin.set_norm_eps(1e-5f);
-  models::BuildOptions bo;
+  compiler::models::BuildOptions bo;
   bo.batch = kB;
-  auto forward = models::BuildForward(builtin, bo);
+  auto forward = compiler::models::BuildForward(builtin, bo);
   ASSERT_TRUE(forward.ok()) << forward.status();
   const std::map<std::string, int> imported = CudaLaunches(m->train_forward), native = CudaLaunches(*forward);
   for (const auto& [op, n] : native)
@@ -280,4 +280,4 @@ TEST(OnnxTraining, RotaryAtOpset14MatchesTorch) {
 }
 
 }  // namespace
-}  // namespace loom::train
+}  // namespace loom::runtime::train

@@ -15,7 +15,7 @@
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/train/loss_plot.h"
 
-namespace loom::train {
+namespace loom::runtime::train {
 namespace {
 
 std::string Duration(double s) {
@@ -162,4 +162,4 @@ absl::Status RunReporter::Finish() {
   return absl::OkStatus();
 }
 
-}  // namespace loom::train
+}  // namespace loom::runtime::train

@@ -32,7 +32,7 @@
 #include "runtime/train/tb_events.h"
 #include "runtime/train/train_metrics.h"
 
-namespace loom::train {
+namespace loom::runtime::train {
 
 // run_dir, or runs/<name>-<local time>.
 std::string RunFolder(const v1::JobSpec& spec);
@@ -75,4 +75,4 @@ class RunReporter {
 // Writes "<step> <checkpoint_step>" to LOOM_PROGRESS_FILE when it is set.
 void ReportProgress(int64_t step, int64_t checkpoint_step);
 
-}  // namespace loom::train
+}  // namespace loom::runtime::train

@@ -16,7 +16,7 @@
 
 #include "gtest/gtest.h"
 
-namespace loom::train {
+namespace loom::runtime::train {
 namespace {
 
 std::vector<std::string> Lines(const std::string& path) {
@@ -114,4 +114,4 @@ TEST(RunReporter, JobNameThatIsAPathIsRefused) {
 }
 
 }  // namespace
-}  // namespace loom::train
+}  // namespace loom::runtime::train

@@ -20,7 +20,7 @@
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/train/evaluate.h"
 
-namespace loom::train {
+namespace loom::runtime::train {
 namespace {
 
 
@@ -99,9 +99,9 @@ absl::Status LoadModel(const std::string& src, v1::JobSpec* spec, std::map<std::
   if (!google::protobuf::TextFormat::ParseFromString(ckpt.manifest.job_spec, spec))
     return absl::InvalidArgumentError(absl::StrCat(ckpt.dir, ": the manifest records no readable job spec"));
   jobspec::ApplyDefaults(*spec);
-  LOOM_ASSIGN_OR_RETURN(auto infos, models::Parameters(spec->model()));
+  LOOM_ASSIGN_OR_RETURN(auto infos, compiler::models::Parameters(spec->model()));
   LOOM_ASSIGN_OR_RETURN(checkpoint::CheckpointReader reader, checkpoint::CheckpointReader::Open(ckpt));
-  for (const models::ParamInfo& p : infos) {
+  for (const compiler::models::ParamInfo& p : infos) {
     auto t = reader.ReadFull(p.name);
     if (!t.ok()) return Annotate(t.status(), ckpt.dir);
     (*params)[p.name] = t->To(DType::kF32);
@@ -150,4 +150,4 @@ int RunSampleCommand(const std::vector<std::string>& args) {
   return 0;
 }
 
-}  // namespace loom::train
+}  // namespace loom::runtime::train

@@ -20,8 +20,8 @@
 #include <string>
 #include <vector>
 
-namespace loom::train {
+namespace loom::runtime::train {
 
 int RunSampleCommand(const std::vector<std::string>& args);
 
-}  // namespace loom::train
+}  // namespace loom::runtime::train

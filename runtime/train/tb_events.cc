@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "runtime/checkpoint/crc32c.h"
 
-namespace loom::train {
+namespace loom::runtime::train {
 namespace {
 
 void PutVarint(std::string* out, uint64_t v) {
@@ -106,4 +106,4 @@ absl::Status EventWriter::Flush() {
   return absl::OkStatus();
 }
 
-}  // namespace loom::train
+}  // namespace loom::runtime::train

@@ -27,7 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace loom::train {
+namespace loom::runtime::train {
 
 class EventWriter {
  public:
@@ -51,4 +51,4 @@ uint32_t MaskedCrc32c(const void* data, size_t n);
 std::string EncodeScalarEvent(double wall_time, int64_t step, absl::string_view tag, float value);
 std::string EncodeFileVersionEvent(double wall_time);
 
-}  // namespace loom::train
+}  // namespace loom::runtime::train

@@ -8,7 +8,7 @@
 
 #include "gtest/gtest.h"
 
-namespace loom::train {
+namespace loom::runtime::train {
 namespace {
 
 std::string RunChecker(const std::string& path) {
@@ -77,4 +77,4 @@ TEST(TbEventsTest, OpenFailsWithThePath) {
 }
 
 }  // namespace
-}  // namespace loom::train
+}  // namespace loom::runtime::train

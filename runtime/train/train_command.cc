@@ -12,7 +12,7 @@
 #include "runtime/train/run_reporter.h"
 #include "runtime/train/train_loop.h"
 
-namespace loom::train {
+namespace loom::runtime::train {
 namespace {
 
 int Fail(int code, absl::string_view msg) { return FailRun("loom train", code, msg); }
@@ -57,4 +57,4 @@ int RunTrainCommand(const std::vector<std::string>& args, collectives::ProcessGr
   return RunTraining(run);
 }
 
-}  // namespace loom::train
+}  // namespace loom::runtime::train

@@ -19,11 +19,11 @@
 namespace loom::collectives {
 class ProcessGroup;
 }
-namespace loom::checkpoint {
+namespace loom::runtime::checkpoint {
 class CommitGate;
 }
 
-namespace loom::train {
+namespace loom::runtime::train {
 
 int RunTrainCommand(const std::vector<std::string>& args);
 
@@ -36,4 +36,4 @@ int RunTrainCommand(const std::vector<std::string>& args);
 int RunTrainCommand(const std::vector<std::string>& args, collectives::ProcessGroup* world,
                     checkpoint::CommitGate* gate = nullptr);
 
-}  // namespace loom::train
+}  // namespace loom::runtime::train

@@ -6,7 +6,7 @@
 #include "base/status.h"
 #include "runtime/data/bigram.h"
 
-namespace loom::train {
+namespace loom::runtime::train {
 
 absl::StatusOr<std::unique_ptr<data::Dataset>> OpenTrainingData(const v1::JobSpec& spec, bool print) {
   LOOM_ASSIGN_OR_RETURN(auto d, data::Dataset::Open(spec));
@@ -41,4 +41,4 @@ absl::StatusOr<double> BaselineLoss(const data::Dataset& d, const v1::JobSpec& s
   return r.fitted ? r.loss : NAN;
 }
 
-}  // namespace loom::train
+}  // namespace loom::runtime::train

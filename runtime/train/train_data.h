@@ -8,7 +8,7 @@
 #include "proto/loom/v1/job.pb.h"
 #include "runtime/data/dataset.h"
 
-namespace loom::train {
+namespace loom::runtime::train {
 
 // Opens data.* (data::Dataset::Open) and checks every id up front when the
 // data takes at most data::kScanLimitBytes (larger data is checked as it is
@@ -20,4 +20,4 @@ absl::StatusOr<std::unique_ptr<data::Dataset>> OpenTrainingData(const v1::JobSpe
 // (data.kind is not causal), data.bigram.skip is set, or it was skipped.
 absl::StatusOr<double> BaselineLoss(const data::Dataset& d, const v1::JobSpec& spec, bool print);
 
-}  // namespace loom::train
+}  // namespace loom::runtime::train

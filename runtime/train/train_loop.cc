@@ -26,7 +26,7 @@
 #include "runtime/train/run_reporter.h"
 #include "runtime/train/train_data.h"
 
-namespace loom::train {
+namespace loom::runtime::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
@@ -263,7 +263,7 @@ absl::StatusOr<std::map<std::string, Tensor>> Session::WholeParameters() const {
   if (trainer_->mesh().num_ranks() == 1) return trainer_->Parameters();
   std::map<std::string, Tensor> whole;
   const std::map<std::string, Tensor> local = trainer_->LocalParameters();
-  for (const models::ParamInfo& p : trainer_->param_info()) {
+  for (const compiler::models::ParamInfo& p : trainer_->param_info()) {
     auto f = dtensor::FullTensor(local.at(p.name), std::vector<int64_t>(p.shape.begin(), p.shape.end()),
                                  trainer_->specs().at(p.name), *run_.mesh);
     if (!f.ok()) return Annotate(f.status(), absl::StrCat("gathering ", p.name));
@@ -295,4 +295,4 @@ int FailRun(absl::string_view who, int code, absl::string_view msg) {
 
 int RunTraining(const TrainingRun& run) { return Session(run).Run(); }
 
-}  // namespace loom::train
+}  // namespace loom::runtime::train

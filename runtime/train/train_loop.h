@@ -32,7 +32,7 @@
 #include "proto/loom/v1/job.pb.h"
 #include "runtime/checkpoint/checkpoint.h"
 
-namespace loom::train {
+namespace loom::runtime::train {
 
 struct TrainingRun {
   v1::JobSpec spec;             // with the driver's overrides applied
@@ -43,7 +43,7 @@ struct TrainingRun {
   // the GPU through its CUDA backend (NCCL under "cpu:gloo,cuda:nccl").
   collectives::ProcessGroup* world = nullptr;
   const dtensor::DeviceMesh* mesh = nullptr;  // over world, when the layout has several ranks
-  compiler::CommunicatorMap comms;            // one per mesh dim of size > 1
+  compiler::comm::CommunicatorMap comms;      // one per mesh dim of size > 1
   std::string run_dir;                        // rank 0's run folder (RunFolder(spec))
   std::string metrics_listen;                 // rank 0 serves /metrics there; "" = off
   // Checkpoints commit through it when set (`loom worker` closes it on
@@ -63,4 +63,4 @@ int RunTraining(const TrainingRun& run);
 // set, and returns `code`.
 int FailRun(absl::string_view who, int code, absl::string_view msg);
 
-}  // namespace loom::train
+}  // namespace loom::runtime::train

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
-namespace loom::train {
+namespace loom::runtime::train {
 namespace {
 
 std::string Labels(const collectives::MetricsKey& k) {
@@ -54,7 +54,7 @@ TrainMetrics::TrainMetrics() {
   steps_ = &registry_.AddCounter("loom_train_steps_total", "Optimizer steps run.")->With({});
   step_seconds_ = &registry_
                        .AddHistogram("loom_train_step_seconds", "Wall time of one training step.", {},
-                                     metrics::ExponentialBuckets(0.001, 2, 16))
+                                     service::metrics::ExponentialBuckets(0.001, 2, 16))
                        ->With({});
   tokens_per_s_ = &registry_.AddGauge("loom_train_tokens_per_second", "Training throughput since the start.")->With({});
   loss_ = &registry_.AddGauge("loom_train_loss", "Training loss of the latest step.")->With({});
@@ -82,7 +82,7 @@ absl::StatusOr<int> TrainMetrics::Serve(const std::string& listen) {
   int port = -1;
   if (hp.size() != 2 || hp[0].empty() || !absl::SimpleAtoi(hp[1], &port) || port < 0 || port > 65535)
     return absl::InvalidArgumentError(absl::StrCat("metrics listen address: expected HOST:PORT, got '", listen, "'"));
-  http_ = std::make_unique<metrics::HttpServer>(&registry_);
+  http_ = std::make_unique<service::metrics::HttpServer>(&registry_);
   return http_->Start(hp[0], port);
 }
 
@@ -97,4 +97,4 @@ absl::Status TrainMetrics::WriteTextFile(const std::string& path) const {
   return absl::OkStatus();
 }
 
-}  // namespace loom::train
+}  // namespace loom::runtime::train

@@ -23,7 +23,7 @@
 #include "runtime/service/metrics/http_server.h"
 #include "runtime/service/metrics/metrics.h"
 
-namespace loom::train {
+namespace loom::runtime::train {
 
 class TrainMetrics {
  public:
@@ -40,14 +40,14 @@ class TrainMetrics {
   std::string Render() const { return registry_.Render(); }
 
  private:
-  metrics::Registry registry_;
-  metrics::Counter* steps_;
-  metrics::Histogram* step_seconds_;
-  metrics::Gauge *tokens_per_s_, *loss_, *val_loss_, *lr_;
-  std::unique_ptr<metrics::HttpServer> http_;
+  service::metrics::Registry registry_;
+  service::metrics::Counter* steps_;
+  service::metrics::Histogram* step_seconds_;
+  service::metrics::Gauge *tokens_per_s_, *loss_, *val_loss_, *lr_;
+  std::unique_ptr<service::metrics::HttpServer> http_;
 };
 
 // The collectives' counters and latency histograms as text-format families.
 std::string RenderCollectiveMetrics(const std::map<collectives::MetricsKey, collectives::OpMetrics>& snapshot);
 
-}  // namespace loom::train
+}  // namespace loom::runtime::train

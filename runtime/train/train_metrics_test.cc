@@ -8,7 +8,7 @@
 #include "collectives/metrics.h"
 #include "gtest/gtest.h"
 
-namespace loom::train {
+namespace loom::runtime::train {
 namespace {
 
 std::string Check(const std::string& src) {
@@ -52,4 +52,4 @@ TEST(TrainMetrics, FileAndEndpointParseWithPrometheusClient) {
 }
 
 }  // namespace
-}  // namespace loom::train
+}  // namespace loom::runtime::train

@@ -7,7 +7,7 @@
 #include "gtest/gtest.h"
 #include "tests/testing/loom_cli.h"
 
-namespace loom::byom {
+namespace loom::tests::byom {
 
 const ByomCase& Case(const std::string& name) {
   static const auto* cases = new std::vector<ByomCase>{
@@ -40,4 +40,4 @@ std::string JobYaml(const ByomCase& c, const std::string& dir, const std::string
                       "seed: 7, log_every: 1, eval_every: ", kSteps, ", eval_batches: 2}\n", extra);
 }
 
-}  // namespace loom::byom
+}  // namespace loom::tests::byom

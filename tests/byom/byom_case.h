@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-namespace loom::byom {
+namespace loom::tests::byom {
 
 inline constexpr int kSteps = 50;
 inline constexpr int kBatch = 4;
@@ -31,4 +31,4 @@ void ExportAndMakeData(const ByomCase& c, const std::string& dir);
 // (more top-level keys, one per line).
 std::string JobYaml(const ByomCase& c, const std::string& dir, const std::string& extra = "");
 
-}  // namespace loom::byom
+}  // namespace loom::tests::byom

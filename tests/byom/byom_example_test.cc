@@ -16,7 +16,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/testing/loom_cli.h"
 
-namespace loom {
+namespace loom::tests::byom {
 namespace {
 
 double StepLoss(const std::string& metrics, int step) {
@@ -44,4 +44,4 @@ TEST(ByomExample, ExportThenLoomRunTrains) {
 }
 
 }  // namespace
-}  // namespace loom
+}  // namespace loom::tests::byom

@@ -23,7 +23,7 @@
 #include "tests/byom/byom_case.h"
 #include "tests/testing/loom_cli.h"
 
-namespace loom {
+namespace loom::tests::byom {
 namespace {
 
 constexpr double kBound = 1e-5;
@@ -89,4 +89,4 @@ TEST(ByomParallel, Bert) {
 }
 
 }  // namespace
-}  // namespace loom
+}  // namespace loom::tests::byom

@@ -37,7 +37,7 @@
 #include "tests/parity/tensor_dir.h"
 #include "tests/testing/loom_cli.h"
 
-namespace loom {
+namespace loom::tests::byom {
 namespace {
 
 using byom::kPython;
@@ -52,13 +52,13 @@ double Seconds(std::chrono::steady_clock::time_point t0) {
 
 absl::StatusOr<v1::JobSpec> WriteJob(const byom::ByomCase& c, const std::string& dir) {
   std::ofstream(dir + "/job.yaml") << byom::JobYaml(c, dir);
-  return jobspec::LoadJobSpec(dir + "/job.yaml");
+  return runtime::jobspec::LoadJobSpec(dir + "/job.yaml");
 }
 
 // Loom's data path draws the batches of every step, as `loom train` does.
 absl::StatusOr<std::map<std::string, Tensor>> DrawBatches(const v1::JobSpec& spec) {
-  LOOM_ASSIGN_OR_RETURN(auto data, data::Dataset::Open(spec));
-  data::Batch b = data->NewBatch(spec.train().batch_size());
+  LOOM_ASSIGN_OR_RETURN(auto data, runtime::data::Dataset::Open(spec));
+  runtime::data::Batch b = data->NewBatch(spec.train().batch_size());
   std::map<std::string, Tensor> out;
   for (int s = 0; s < kSteps; ++s) {
     LOOM_RETURN_IF_ERROR(data->Next(spec.train().batch_size(), 0, &b));
@@ -104,7 +104,7 @@ void RunParity(const byom::ByomCase& c) {
   if (::testing::Test::HasFatalFailure()) return;
   auto spec = WriteJob(c, dir);
   ASSERT_TRUE(spec.ok()) << spec.status();
-  auto model = train::BuildModel(*spec);
+  auto model = runtime::train::BuildModel(*spec);
   ASSERT_TRUE(model.ok()) << model.status();
   parallel::TrainerOptions topts;
   topts.keep_gradients = true;
@@ -158,4 +158,4 @@ TEST(ByomParity, BertMaskedLmWithPaddingMasks) { RunParity(byom::Case("bert")); 
 TEST(ByomParity, MlpClassifierOnNpyPairs) { RunParity(byom::Case("mlp")); }
 
 }  // namespace
-}  // namespace loom
+}  // namespace loom::tests::byom

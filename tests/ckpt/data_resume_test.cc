@@ -27,8 +27,8 @@
 namespace {
 
 namespace fs = std::filesystem;
-using loom::testing::FindLoomWorker;
-using loom::testing::ReadFileBytes;
+using loom::tests::testing::FindLoomWorker;
+using loom::tests::testing::ReadFileBytes;
 
 constexpr int kSteps = 60, kBatch = 8, kWindows = 40, kSeq = 16;  // 40 windows a shard: 5 steps
 
@@ -43,7 +43,7 @@ std::string WriteShards() {
   for (const char* name : {"train_000.bin", "train_001.bin", "train_002.bin", "val_000.bin"}) {
     std::vector<uint32_t> ids(kWindows * kSeq + 1);
     for (auto& v : ids) v = id = (id * 37 + 11) % 251;
-    loom::data::testing::Write(dir + "/" + name, loom::data::testing::Llmc(ids));
+    loom::runtime::data::testing::Write(dir + "/" + name, loom::runtime::data::testing::Llmc(ids));
   }
   return dir;
 }
@@ -78,12 +78,12 @@ TEST(DataResume, KilledRunResumesAcrossShardBoundariesBitwise) {
   const std::string shards = WriteShards(), ck_ref = Tmp("ck_ref"), ck_fault = Tmp("ck_fault");
   fs::remove_all(ck_ref);
   fs::remove_all(ck_fault);
-  auto ref = loom::testing::RunLoom("run " + Job("ref", shards, ck_ref), 240);
+  auto ref = loom::tests::testing::RunLoom("run " + Job("ref", shards, ck_ref), 240);
   ASSERT_EQ(ref.code, 0) << ref.output;
   EXPECT_NE(ref.output.find("3 llmc shards"), std::string::npos) << ref.output;
 
   auto job = std::async(std::launch::async,
-                        [&] { return loom::testing::RunLoom("run " + Job("fault", shards, ck_fault), 240); });
+                        [&] { return loom::tests::testing::RunLoom("run " + Job("fault", shards, ck_fault), 240); });
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (!fs::exists(ck_fault + "/latest") && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(2));

@@ -58,8 +58,8 @@ std::string Job(const std::string& name, const std::string& ckpt) {
   return path;
 }
 
-using loom::testing::FindLoomWorker;
-using loom::testing::ReadFileBytes;
+using loom::tests::testing::FindLoomWorker;
+using loom::tests::testing::ReadFileBytes;
 
 TEST(WorkerDeath, RestartsFromCheckpointAndEndsBitwiseEqual) {
   const std::string ck_ref = Tmp("ck_ref"), ck_fault = Tmp("ck_fault");

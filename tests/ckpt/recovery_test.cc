@@ -68,22 +68,22 @@ int TrainInChild(Driver driver, const std::string& name, int steps, const std::s
       setrlimit(RLIMIT_FSIZE, &lim);
     }
     if (driver == Driver::kLoomTrain) {
-      int code = loom::train::RunTrainCommand({yaml});
+      int code = loom::runtime::train::RunTrainCommand({yaml});
       std::fflush(stdout);
       _exit(code);
     }
-    auto spec = loom::jobspec::LoadJobSpec(yaml);
+    auto spec = loom::runtime::jobspec::LoadJobSpec(yaml);
     if (!spec.ok()) _exit(124);
-    loom::collectives::StoreServer::Options so;
+    loom::collectives::store::StoreServer::Options so;
     so.secret = "s";
-    auto server = loom::collectives::StoreServer::Start(so);
+    auto server = loom::collectives::store::StoreServer::Start(so);
     if (!server.ok()) _exit(123);
-    auto store = loom::collectives::TcpStore::Connect((*server)->address(), "s");
+    auto store = loom::collectives::store::TcpStore::Connect((*server)->address(), "s");
     if (!store.ok()) _exit(122);
     auto pg = loom::collectives::ProcessGroup::Create(*store, 0, 1, {});
     if (!pg.ok()) _exit(121);
-    int code =
-        loom::launch::RunParallelTraining(*spec, std::shared_ptr<loom::collectives::ProcessGroup>(std::move(*pg)));
+    int code = loom::runtime::launch::RunParallelTraining(
+        *spec, std::shared_ptr<loom::collectives::ProcessGroup>(std::move(*pg)));
     std::fflush(stdout);
     _exit(code);
   }
@@ -111,7 +111,7 @@ void CorruptNewestCheckpointIsMovedAsideAndSavedAgain(Driver d, const std::strin
   ASSERT_TRUE(fs::is_directory(step6));
   const std::string shard = step6 + "/rank00000.safetensors";
   FlipByte(shard, static_cast<std::streamoff>(fs::file_size(shard) / 2));
-  ASSERT_FALSE(loom::checkpoint::OpenCheckpoint(step6).ok()) << "the flipped byte went unnoticed";
+  ASSERT_FALSE(loom::runtime::checkpoint::OpenCheckpoint(step6).ok()) << "the flipped byte went unnoticed";
 
   const std::string log = Tmp("second" + tag + ".log");
   ASSERT_EQ(TrainInChild(d, "second" + tag, 9, ck, log), 0) << ReadAll(log);
@@ -119,11 +119,11 @@ void CorruptNewestCheckpointIsMovedAsideAndSavedAgain(Driver d, const std::strin
             std::string::npos)
       << ReadAll(log);
   EXPECT_NE(ReadAll(log).find("resuming at step 4"), std::string::npos) << ReadAll(log);
-  auto latest = loom::checkpoint::LoadLatest(ck);
+  auto latest = loom::runtime::checkpoint::LoadLatest(ck);
   ASSERT_TRUE(latest.ok()) << latest.status();
   EXPECT_EQ(latest->ckpt.step, 9);
   EXPECT_TRUE(latest->skipped.empty());
-  EXPECT_TRUE(loom::checkpoint::OpenCheckpoint(step6).ok()) << "step 6 was not saved again";
+  EXPECT_TRUE(loom::runtime::checkpoint::OpenCheckpoint(step6).ok()) << "step 6 was not saved again";
   int quarantined = 0;
   for (const auto& e : fs::directory_iterator(ck)) {
     quarantined += absl::StartsWith(e.path().filename().string(), "corrupt.step_000000000006.");

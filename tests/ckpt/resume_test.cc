@@ -104,7 +104,7 @@ class Resume : public ::testing::Test {
 };
 
 TEST_F(Resume, SavedCheckpointHasEveryTensorOnceWithAdamState) {
-  auto r = loom::checkpoint::LoadLatest(Tmp("ck_saved"));
+  auto r = loom::runtime::checkpoint::LoadLatest(Tmp("ck_saved"));
   ASSERT_TRUE(r.ok()) << r.status();
   const auto& m = r->ckpt.manifest;
   EXPECT_EQ(m.step, 3);
@@ -131,7 +131,7 @@ TEST_F(Resume, UnderDp4LossesMatchTheUninterruptedRun) {
   EXPECT_EQ(got.count(1), 0u) << "the resumed run repeated step 1";
   ExpectSameLosses(Losses(Tmp("run_full")), got, 4, 6);
   // It went on checkpointing: step 6 is the latest now.
-  auto latest = loom::checkpoint::LoadLatest(ck);
+  auto latest = loom::runtime::checkpoint::LoadLatest(ck);
   ASSERT_TRUE(latest.ok()) << latest.status();
   EXPECT_EQ(latest->ckpt.step, 6);
 }
@@ -146,18 +146,20 @@ TEST_F(Resume, UnderDp4Zero3LossesMatchTheUninterruptedRun) {
 
 TEST_F(Resume, UnderOneProcessLossesMatchTheUninterruptedRun) {
   std::string ck = CopyOfSaved("ck_one");
-  auto spec = loom::jobspec::LoadJobSpec(Job("one", 1, 1, 6, ck, Tmp("run_one")));
+  auto spec = loom::runtime::jobspec::LoadJobSpec(Job("one", 1, 1, 6, ck, Tmp("run_one")));
   ASSERT_TRUE(spec.ok()) << spec.status();
-  loom::collectives::StoreServer::Options so;
+  loom::collectives::store::StoreServer::Options so;
   so.secret = "s";
-  auto server = loom::collectives::StoreServer::Start(so);
+  auto server = loom::collectives::store::StoreServer::Start(so);
   ASSERT_TRUE(server.ok()) << server.status();
-  auto store = loom::collectives::TcpStore::Connect((*server)->address(), "s");
+  auto store = loom::collectives::store::TcpStore::Connect((*server)->address(), "s");
   ASSERT_TRUE(store.ok()) << store.status();
   loom::collectives::ProcessGroupOptions po;
   auto pg = loom::collectives::ProcessGroup::Create(*store, 0, 1, po);
   ASSERT_TRUE(pg.ok()) << pg.status();
-  ASSERT_EQ(loom::launch::RunParallelTraining(*spec, std::shared_ptr<loom::collectives::ProcessGroup>(std::move(*pg))), 0);
+  ASSERT_EQ(loom::runtime::launch::RunParallelTraining(
+                *spec, std::shared_ptr<loom::collectives::ProcessGroup>(std::move(*pg))),
+            0);
   ExpectSameLosses(Losses(Tmp("run_full")), Losses(Tmp("run_one")), 4, 6);
 }
 
@@ -170,7 +172,7 @@ TEST_F(Resume, UnderLoomTrainLossesMatchTheUninterruptedRun) {
   EXPECT_EQ(got.count(3), 0u) << "the resumed run repeated step 3";
   ExpectSameLosses(Losses(Tmp("run_full")), got, 4, 6);
   // It went on checkpointing, as one process: step 6 is the latest now.
-  auto latest = loom::checkpoint::LoadLatest(ck);
+  auto latest = loom::runtime::checkpoint::LoadLatest(ck);
   ASSERT_TRUE(latest.ok()) << latest.status();
   EXPECT_EQ(latest->ckpt.step, 6);
   EXPECT_EQ(latest->ckpt.manifest.world_size, 1);

@@ -23,9 +23,9 @@
 
 namespace {
 
-using loom::testing::CliResult;
-using loom::testing::RunLoom;
-using loom::testing::Shell;
+using loom::tests::testing::CliResult;
+using loom::tests::testing::RunLoom;
+using loom::tests::testing::Shell;
 
 std::string Tmp(const std::string& name) { return absl::StrCat(::testing::TempDir(), "/", name); }
 

@@ -16,11 +16,11 @@
 namespace {
 
 namespace fs = std::filesystem;
-using loom::data::testing::Llmc;
-using loom::data::testing::Npy;
-using loom::data::testing::Raw;
-using loom::data::testing::Write;
-using loom::testing::RunLoom;
+using loom::runtime::data::testing::Llmc;
+using loom::runtime::data::testing::Npy;
+using loom::runtime::data::testing::Raw;
+using loom::runtime::data::testing::Write;
+using loom::tests::testing::RunLoom;
 
 std::string Dir(const std::string& name) {
   const std::string d = absl::StrCat(::testing::TempDir(), "/datacli_", name);

@@ -14,7 +14,7 @@
 #include "runtime/service/testing/daemons.h"
 #include "tests/testing/loom_cli.h"
 
-namespace loom {
+namespace loom::tests::cli {
 namespace {
 
 using compiler::import::onnx::testing::ModelBuilder;
@@ -74,7 +74,7 @@ constexpr char kBadPlan[] = "parallel:\n  tp: 2\n  tp_plan: {emb: vocab, head: v
 class OnnxCli : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = testing::TestDir("onnx_cli");
+    root_ = runtime::service::testing::TestDir("onnx_cli");
     std::ofstream(root_ + "/lm.onnx", std::ios::binary) << TinyLm();
     const std::string bytes = TinyLm();
     std::ofstream(root_ + "/truncated.onnx", std::ios::binary) << bytes.substr(0, bytes.size() / 3);
@@ -158,10 +158,11 @@ TEST_F(OnnxCli, PlanPrintsTheCompiledEstimateAndTheTpPlan) {
 
 TEST_F(OnnxCli, SubmitRefusesABadModelNamingTheField) {
   const std::string data = root_ + "/coord", port_file = root_ + "/port";
-  pid_t coord = testing::Spawn({"runtime/loom", "coordinator", "--data-dir", data, "--listen", "127.0.0.1:0",
-                                "--metrics-listen", "off", "--port-file", port_file, "--data-roots", root_},
-                               root_ + "/coord.log");
-  ASSERT_GT(testing::ReadPort(port_file, 20), 0) << "coordinator did not start";
+  pid_t coord =
+      runtime::service::testing::Spawn({"runtime/loom", "coordinator", "--data-dir", data, "--listen", "127.0.0.1:0",
+                                        "--metrics-listen", "off", "--port-file", port_file, "--data-roots", root_},
+                                       root_ + "/coord.log");
+  ASSERT_GT(runtime::service::testing::ReadPort(port_file, 20), 0) << "coordinator did not start";
   int port = 0;
   std::ifstream(port_file) >> port;
   const std::string submit = absl::StrCat("submit ", Job(root_, root_ + "/truncated.onnx"), " --coordinator 127.0.0.1:",
@@ -171,7 +172,7 @@ TEST_F(OnnxCli, SubmitRefusesABadModelNamingTheField) {
                                             " --coordinator 127.0.0.1:", port, " --data-dir ", data);
   CliResult plan = RunLoom(bad_plan, 60);
   kill(coord, SIGTERM);
-  testing::WaitExit(coord, 20);
+  runtime::service::testing::WaitExit(coord, 20);
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_NE(r.output.find("spec.model.onnx: "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("truncated or malformed"), std::string::npos) << r.output;
@@ -180,4 +181,4 @@ TEST_F(OnnxCli, SubmitRefusesABadModelNamingTheField) {
 }
 
 }  // namespace
-}  // namespace loom
+}  // namespace loom::tests::cli

@@ -22,8 +22,8 @@
 
 namespace {
 
-using Result = loom::testing::CliResult;
-using loom::testing::RunLoom;
+using Result = loom::tests::testing::CliResult;
+using loom::tests::testing::RunLoom;
 
 std::string Tmp(const std::string& name) { return absl::StrCat(::testing::TempDir(), "/", name); }
 

@@ -15,8 +15,8 @@
 namespace {
 
 namespace fs = std::filesystem;
-using loom::testing::CliResult;
-using loom::testing::RunLoom;
+using loom::tests::testing::CliResult;
+using loom::tests::testing::RunLoom;
 
 std::string Temp(const std::string& name) {
   const std::string p = absl::StrCat(::testing::TempDir(), "/", name);

@@ -21,8 +21,8 @@
 
 namespace {
 
-using Result = loom::testing::CliResult;
-using loom::testing::RunLoom;
+using Result = loom::tests::testing::CliResult;
+using loom::tests::testing::RunLoom;
 
 std::string Write(const std::string& name, const std::string& text) {
   std::string path = absl::StrCat(::testing::TempDir(), "/", name);
@@ -164,8 +164,8 @@ TEST(TrainCli, CudaWithoutGpuFailsClearly) {
 // The default example learns: after its few hundred steps the validation loss
 // is below a bigram count model fitted on the same training split.
 TEST(TrainCli, DefaultExampleBeatsBigramBaseline) {
-  ASSERT_TRUE(std::filesystem::exists(loom::data::kDefaultCorpus))
-      << loom::data::kDefaultCorpus << " is missing (scripts/setup.sh installs fortunes)";
+  ASSERT_TRUE(std::filesystem::exists(loom::runtime::data::kDefaultCorpus))
+      << loom::runtime::data::kDefaultCorpus << " is missing (scripts/setup.sh installs fortunes)";
   const std::string dir = absl::StrCat(::testing::TempDir(), "/run_", getpid());
   std::ifstream in("examples/gpt-small.yaml");
   std::stringstream ss;
@@ -174,11 +174,11 @@ TEST(TrainCli, DefaultExampleBeatsBigramBaseline) {
   Result r = RunLoom(absl::StrCat("train ", job));
   ASSERT_EQ(r.code, 0) << r.output;
   // The baseline on the example's own split, computed here through the library.
-  auto spec = loom::jobspec::LoadJobSpec("examples/gpt-small.yaml");
+  auto spec = loom::runtime::jobspec::LoadJobSpec("examples/gpt-small.yaml");
   ASSERT_TRUE(spec.ok()) << spec.status();
-  auto data = loom::data::Dataset::Open(*spec);
+  auto data = loom::runtime::data::Dataset::Open(*spec);
   ASSERT_TRUE(data.ok()) << data.status();
-  auto baseline = loom::data::BigramBaseline(**data, 256);
+  auto baseline = loom::runtime::data::BigramBaseline(**data, 256);
   ASSERT_TRUE(baseline.ok() && baseline->fitted) << baseline.status() << " " << baseline->note;
   const double bigram = baseline->loss;
   double val = -1;
@@ -199,7 +199,7 @@ TEST(TrainCli, DefaultExampleBeatsBigramBaseline) {
   for (const auto& e : std::filesystem::directory_iterator(dir))
     if (e.path().filename().string().rfind("events.out.tfevents.", 0) == 0) events = e.path().string();
   ASSERT_FALSE(events.empty()) << "no TensorBoard event file in " << dir;
-  Result tb = loom::testing::Shell("/usr/bin/python3 runtime/train/tb_events_check.py '" + events + "'");
+  Result tb = loom::tests::testing::Shell("/usr/bin/python3 runtime/train/tb_events_check.py '" + events + "'");
   ASSERT_EQ(tb.code, 0) << tb.output;
   int tb_loss = 0;
   std::istringstream tbs(tb.output);
@@ -208,7 +208,7 @@ TEST(TrainCli, DefaultExampleBeatsBigramBaseline) {
   EXPECT_EQ(tb_loss, train_points) << tb.output;
   EXPECT_NE(tb.output.find("val/loss "), std::string::npos) << tb.output;
   // metrics.prom parses with prometheus_client; its step counter is the steps run.
-  Result prom = loom::testing::Shell("/usr/bin/python3 runtime/train/prom_check.py '" + dir + "/metrics.prom'");
+  Result prom = loom::tests::testing::Shell("/usr/bin/python3 runtime/train/prom_check.py '" + dir + "/metrics.prom'");
   ASSERT_EQ(prom.code, 0) << prom.output;
   EXPECT_NE(prom.output.find(absl::StrCat("loom_train_steps_total - ", last_step, "\n")), std::string::npos)
       << prom.output;

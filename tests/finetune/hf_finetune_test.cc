@@ -33,7 +33,7 @@
 #include "runtime/jobspec/jobspec.h"
 #include "tests/testing/loom_cli.h"
 
-namespace loom {
+namespace loom::tests::finetune {
 namespace {
 
 using testing::CliResult;
@@ -110,17 +110,17 @@ void WriteFirstBatch(const std::string& job_path, const std::string& out) {
   std::ifstream in(job_path);
   std::stringstream text;
   text << in.rdbuf();
-  auto spec = jobspec::ParseJobSpecYaml(text.str());
+  auto spec = runtime::jobspec::ParseJobSpecYaml(text.str());
   ASSERT_TRUE(spec.ok()) << spec.status();
-  jobspec::ApplyDefaults(*spec);
-  auto dataset = data::Dataset::Open(*spec);
+  runtime::jobspec::ApplyDefaults(*spec);
+  auto dataset = runtime::data::Dataset::Open(*spec);
   ASSERT_TRUE(dataset.ok()) << dataset.status();
   const int64_t B = spec->train().batch_size(), T = spec->model().seq_len();
-  data::Batch batch = (*dataset)->NewBatch(B);
+  runtime::data::Batch batch = (*dataset)->NewBatch(B);
   ASSERT_TRUE((*dataset)->Next(B, 0, &batch).ok());
   const Tensor& x = *batch.Find("x");
   const Tensor& y = *batch.Find("y");
-  auto w = checkpoint::WriteSafetensors(
+  auto w = runtime::checkpoint::WriteSafetensors(
       out, {{"x", DType::kI32, {B, T}, x.raw_data()}, {"y", DType::kI32, {B, T}, y.raw_data()}}, {});
   ASSERT_TRUE(w.ok()) << w.status();
 }
@@ -131,7 +131,7 @@ TEST_P(FineTune, LoadsTrainsAndExportsInHuggingFaceLayout) {
   const Family& f = GetParam();
   const std::string dir = Dir("ft_" + f.name), cfg = dir + "/loom_model.json";
   WriteText(cfg, f.config);
-  WriteTokens(dir + "/tokens.u16", 3 * data::kSplitBlock, f.vocab);
+  WriteTokens(dir + "/tokens.u16", 3 * runtime::data::kSplitBlock, f.vocab);
   const std::string job = dir + "/job.yaml";
   WriteText(job, Job(f, dir, "run1", 8) + "init_from: " + dir + "/hf.safetensors\n");
   WriteFirstBatch(job, dir + "/batch.safetensors");
@@ -176,20 +176,20 @@ TEST(FineTuneErrors, BadFilesExit2NamingInitFromAndTheTensor) {
   for (const char* d : {"/gpt", "/llama", "/heads"}) std::filesystem::create_directories(dir + d);
   WriteText(dir + "/gpt.json", kGpt.config);
   WriteText(dir + "/llama.json", kLlama.config);
-  WriteTokens(dir + "/tokens.u16", 3 * data::kSplitBlock, 96);
+  WriteTokens(dir + "/tokens.u16", 3 * runtime::data::kSplitBlock, 96);
   ASSERT_EQ(Torch(absl::StrCat("make --config ", dir, "/gpt.json --out ", dir, "/gpt/model.safetensors")).code, 0);
   ASSERT_EQ(Torch(absl::StrCat("make --config ", dir, "/llama.json --out ", dir, "/llama/model.safetensors")).code, 0);
   // The gpt file without one tensor; the gpt file with a config.json of another head count.
-  auto r = checkpoint::SafetensorsReader::Open(dir + "/gpt/model.safetensors");
+  auto r = runtime::checkpoint::SafetensorsReader::Open(dir + "/gpt/model.safetensors");
   ASSERT_TRUE(r.ok());
   std::vector<Tensor> keep;
-  std::vector<checkpoint::TensorToWrite> w;
+  std::vector<runtime::checkpoint::TensorToWrite> w;
   for (const auto& e : r->index().tensors) {
     if (e.name == "h.1.mlp.c_proj.bias") continue;
     keep.push_back(*r->ReadTensor(e.name));
     w.push_back({e.name, e.dtype, e.shape, keep.back().raw_data()});
   }
-  ASSERT_TRUE(checkpoint::WriteSafetensors(dir + "/gpt/missing.safetensors", w, {}).ok());
+  ASSERT_TRUE(runtime::checkpoint::WriteSafetensors(dir + "/gpt/missing.safetensors", w, {}).ok());
   std::filesystem::copy_file(dir + "/gpt/model.safetensors", dir + "/heads/model.safetensors");
   std::ifstream cin(dir + "/gpt/config.json");
   nlohmann::json hc = nlohmann::json::parse(cin);
@@ -228,9 +228,9 @@ TEST(FineTuneExample, Gpt2CheckpointNamesAndShapesMapOntoTheExample) {
   std::ifstream in("examples/finetune-gpt2.yaml");
   std::stringstream ss;
   ss << in.rdbuf();
-  auto spec = jobspec::ParseJobSpecYaml(ss.str());
+  auto spec = runtime::jobspec::ParseJobSpecYaml(ss.str());
   ASSERT_TRUE(spec.ok()) << spec.status();
-  jobspec::ApplyDefaults(*spec);
+  runtime::jobspec::ApplyDefaults(*spec);
   EXPECT_FALSE(spec->init_from().empty());
   CliResult names = Torch(
       R"(names --config '{"family": "gpt", "n_layer": 12, "n_head": 12, "d_model": 768, "seq_len": 1024, "vocab": 50257}')");
@@ -243,12 +243,12 @@ TEST(FineTuneExample, Gpt2CheckpointNamesAndShapesMapOntoTheExample) {
     header[e[0].get<std::string>()] = {{"dtype", "F32"}, {"shape", e[1]}, {"data_offsets", {pos, pos + n}}};
     pos += n;
   }
-  auto index = checkpoint::ParseSafetensorsHeader(header.dump(), pos, "gpt2");
+  auto index = runtime::checkpoint::ParseSafetensorsHeader(header.dump(), pos, "gpt2");
   ASSERT_TRUE(index.ok()) << index.status();
   EXPECT_EQ(index->tensors.size(), 160u);  // 148 parameters and 12 attn.bias buffers
-  auto plan = checkpoint::PlanInit(*index, spec->model(), "init_from: gpt2");
+  auto plan = runtime::checkpoint::PlanInit(*index, spec->model(), "init_from: gpt2");
   ASSERT_TRUE(plan.ok()) << plan.status();
-  EXPECT_EQ(plan->layout, checkpoint::WeightLayout::kHfGpt2);
+  EXPECT_EQ(plan->layout, runtime::checkpoint::WeightLayout::kHfGpt2);
   EXPECT_EQ(plan->params.size(), 148u);
   EXPECT_EQ(plan->ignored.size(), 12u);
   int64_t stored = 0;
@@ -257,4 +257,4 @@ TEST(FineTuneExample, Gpt2CheckpointNamesAndShapesMapOntoTheExample) {
 }
 
 }  // namespace
-}  // namespace loom
+}  // namespace loom::tests::finetune

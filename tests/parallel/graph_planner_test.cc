@@ -12,7 +12,7 @@
 #include "parallel/styles.h"
 #include "tests/parallel/memory_probe.h"
 
-namespace loom::parallel {
+namespace loom::tests::parallel {
 namespace {
 
 // Embedding, norm, MLP, residual and a tied head over a const buffer (the
@@ -37,9 +37,9 @@ constexpr char kBlock[] = R"(graph @lm(%wte: f32[64, 16] param, %pos: f32[8, 16]
   return %17
 })";
 
-GraphModel Model() {
-  GraphModel m;
-  auto g = compiler::ParseGraph(kBlock);
+loom::parallel::GraphModel Model() {
+  loom::parallel::GraphModel m;
+  auto g = compiler::ir::ParseGraph(kBlock);
   EXPECT_TRUE(g.ok()) << g.status();
   m.forward = *g;
   m.model.set_family("onnx");
@@ -53,53 +53,56 @@ GraphModel Model() {
   return m;
 }
 
-int64_t Bytes(const compiler::Graph& g, int value) {
+int64_t Bytes(const compiler::ir::Graph& g, int value) {
   return NumElements(g.meta(value).shape) * static_cast<int64_t>(DTypeSize(g.meta(value).dtype));
 }
 
 TEST(GraphPlanner, TheEstimateIsWhatTheRanksProgramAllocates) {
-  const GraphModel m = Model();
-  const std::vector<TpRule> plan = {{"up.*", "colwise"}, {"down.w", "rowwise"}, {"wte", "vocab"}};
-  Hardware hw;
-  for (const Layout& l : {Layout{4, 1, 0, false, {}}, Layout{4, 1, 1, false, {}}, Layout{4, 1, 3, false, {}},
-                          Layout{1, 4, 0, false, plan}, Layout{2, 2, 2, false, plan}, Layout{2, 2, 3, false, plan}}) {
+  const loom::parallel::GraphModel m = Model();
+  const std::vector<loom::parallel::TpRule> plan = {{"up.*", "colwise"}, {"down.w", "rowwise"}, {"wte", "vocab"}};
+  loom::parallel::Hardware hw;
+  for (const loom::parallel::Layout& l :
+       {loom::parallel::Layout{4, 1, 0, false, {}}, loom::parallel::Layout{4, 1, 1, false, {}},
+        loom::parallel::Layout{4, 1, 3, false, {}}, loom::parallel::Layout{1, 4, 0, false, plan},
+        loom::parallel::Layout{2, 2, 2, false, plan}, loom::parallel::Layout{2, 2, 3, false, plan}}) {
     hw.world = l.dp * l.tp;
-    auto est = EstimateCompiled(m, 8, hw, l);
-    ASSERT_TRUE(est.ok()) << LayoutName(l) << ": " << est.status();
+    auto est = loom::parallel::EstimateCompiled(m, 8, hw, l);
+    ASSERT_TRUE(est.ok()) << loom::parallel::LayoutName(l) << ": " << est.status();
     testing::NullCommunicator dp(l.dp), tp(l.tp);
-    compiler::CompileOptions co = PlanningCompileOptions(m.forward, m.train);
+    compiler::CompileOptions co = loom::parallel::PlanningCompileOptions(m.forward, m.train);
     co.lower = true;
     if (l.dp > 1) co.lowering.communicators["dp"] = &dp;
     if (l.tp > 1) co.lowering.communicators["tp"] = &tp;
-    auto c = CompileParallel(m.forward, co, m.model, 8, l);
+    auto c = loom::parallel::CompileParallel(m.forward, co, m.model, 8, l);
     ASSERT_TRUE(c.ok()) << c.status();
-    const compiler::Graph& g = c->program->graph;
+    const compiler::ir::Graph& g = c->program->graph;
     int64_t state = 0;
     for (const auto& in : g.inputs())
-      if (in.kind != compiler::InputKind::kInput) state += Bytes(g, in.value);
-    EXPECT_EQ(est->memory.parameters + est->memory.optimizer, state) << LayoutName(l);
-    EXPECT_GT(est->memory.gradients, 0) << LayoutName(l);
-    EXPECT_EQ(est->memory.gradients + est->memory.activations, c->program->plan.peak_bytes) << LayoutName(l);
+      if (in.kind != compiler::ir::InputKind::kInput) state += Bytes(g, in.value);
+    EXPECT_EQ(est->memory.parameters + est->memory.optimizer, state) << loom::parallel::LayoutName(l);
+    EXPECT_GT(est->memory.gradients, 0) << loom::parallel::LayoutName(l);
+    EXPECT_EQ(est->memory.gradients + est->memory.activations, c->program->plan.peak_bytes)
+        << loom::parallel::LayoutName(l);
     EXPECT_EQ(est->memory.workspace, 0);
-    EXPECT_EQ(est->comm.tp_collectives > 0, l.tp > 1) << LayoutName(l);
-    EXPECT_EQ(est->comm.dp_collectives > 0, l.dp > 1) << LayoutName(l);
+    EXPECT_EQ(est->comm.tp_collectives > 0, l.tp > 1) << loom::parallel::LayoutName(l);
+    EXPECT_EQ(est->comm.dp_collectives > 0, l.dp > 1) << loom::parallel::LayoutName(l);
     EXPECT_GT(est->compute_seconds, 0);
   }
 }
 
 TEST(GraphPlanner, RanksEveryLayoutOfTheWorldWithTheProposedPlan) {
-  Hardware hw;
+  loom::parallel::Hardware hw;
   hw.world = 4;
-  auto p = MakeGraphPlan(Model(), 8, hw);
+  auto p = loom::parallel::MakeGraphPlan(Model(), 8, hw);
   ASSERT_TRUE(p.ok()) << p.status();
   ASSERT_GE(p->winner, 0);
-  std::map<std::string, const Candidate*> by;
-  for (const Candidate& c : p->ranked) by[LayoutName(c.layout)] = &c;
+  std::map<std::string, const loom::parallel::Candidate*> by;
+  for (const loom::parallel::Candidate& c : p->ranked) by[loom::parallel::LayoutName(c.layout)] = &c;
   // dp=4 (ZeRO 0-3), dp=2 x tp=2 (ZeRO 0-3), tp=4; no sequence parallelism.
   EXPECT_EQ(p->ranked.size(), 9u);
   ASSERT_TRUE(by.count("dp=4 tp=1 zero=0") && by.count("dp=4 tp=1 zero=1") && by.count("dp=4 tp=1 zero=3") &&
               by.count("dp=1 tp=4 zero=0"));
-  const MemoryEstimate& z0 = by["dp=4 tp=1 zero=0"]->memory;
+  const loom::parallel::MemoryEstimate& z0 = by["dp=4 tp=1 zero=0"]->memory;
   // ZeRO-1 shards the AdamW state over dp (every 2-D matrix and 1-D vector here splits by 4).
   EXPECT_EQ(by["dp=4 tp=1 zero=1"]->memory.optimizer * 4, z0.optimizer);
   // ZeRO-3 shards the parameters too; the buffer stays whole.
@@ -110,10 +113,10 @@ TEST(GraphPlanner, RanksEveryLayoutOfTheWorldWithTheProposedPlan) {
   EXPECT_TRUE(p->tp_plans.at(4).proposed);
   const int64_t sharded = (64 * 16 * 3 + 64) * 4, replicated = (16 * 3) * 4;
   EXPECT_EQ(by["dp=1 tp=4 zero=0"]->memory.parameters, sharded / 4 + replicated + buffer);
-  const std::string table = FormatPlanTable(*p);
+  const std::string table = loom::parallel::FormatPlanTable(*p);
   EXPECT_NE(table.find("model: the test block"), std::string::npos) << table;
   EXPECT_NE(table.find("tensor-parallel plan for tp=4 (proposed)"), std::string::npos) << table;
 }
 
 }  // namespace
-}  // namespace loom::parallel
+}  // namespace loom::tests::parallel

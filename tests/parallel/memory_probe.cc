@@ -9,7 +9,7 @@
 #include "parallel/styles.h"
 #include "parallel/trainer.h"
 
-namespace loom::parallel::testing {
+namespace loom::tests::parallel::testing {
 namespace {
 
 Tensor Tokens(int64_t b, int64_t t, int64_t vocab, uint64_t seed) {
@@ -57,10 +57,11 @@ std::string Describe(const v1::ModelSpec& m, int64_t batch) {
                       m.seq_len(), " V", m.vocab(), " B", batch);
 }
 
-absl::StatusOr<LocalProgram> LocalProgramBytes(const v1::ModelSpec& model, int64_t batch, const Layout& l) {
-  models::BuildOptions bo;
+absl::StatusOr<LocalProgram> LocalProgramBytes(const v1::ModelSpec& model, int64_t batch,
+                                               const loom::parallel::Layout& l) {
+  compiler::models::BuildOptions bo;
   bo.batch = batch;
-  LOOM_ASSIGN_OR_RETURN(compiler::Graph forward, models::BuildForward(model, bo));
+  LOOM_ASSIGN_OR_RETURN(compiler::ir::Graph forward, compiler::models::BuildForward(model, bo));
   NullCommunicator dp(l.dp), tp(l.tp);
   compiler::CompileOptions co;
   co.lowering.in_place_updates = true;
@@ -69,8 +70,8 @@ absl::StatusOr<LocalProgram> LocalProgramBytes(const v1::ModelSpec& model, int64
   compiler::AdamWOptions adam;
   adam.max_norm = 1.0;
   co.adamw = adam;
-  LOOM_ASSIGN_OR_RETURN(compiler::Compilation c, CompileParallel(forward, co, model, batch, l));
-  const compiler::Graph& g = c.program->graph;
+  LOOM_ASSIGN_OR_RETURN(compiler::Compilation c, loom::parallel::CompileParallel(forward, co, model, batch, l));
+  const compiler::ir::Graph& g = c.program->graph;
   LocalProgram p;
   p.arena_bytes = c.program->plan.peak_bytes;
   for (const auto& in : g.inputs()) {
@@ -84,10 +85,10 @@ absl::StatusOr<LocalProgram> LocalProgramBytes(const v1::ModelSpec& model, int64
 }
 
 absl::StatusOr<int64_t> EvalArenaBytes(const v1::ModelSpec& model, int64_t batch) {
-  models::BuildOptions bo;
+  compiler::models::BuildOptions bo;
   bo.batch = batch;
   bo.return_logits = true;
-  LOOM_ASSIGN_OR_RETURN(compiler::Graph forward, models::BuildForward(model, bo));
+  LOOM_ASSIGN_OR_RETURN(compiler::ir::Graph forward, compiler::models::BuildForward(model, bo));
   compiler::CompileOptions eo;
   eo.differentiate = false;
   LOOM_ASSIGN_OR_RETURN(compiler::Compilation c, compiler::Compile(forward, eo));
@@ -100,7 +101,7 @@ absl::StatusOr<int64_t> TrainerPeakBytes(const v1::JobSpec& spec, int steps) {
   CountingAllocator counting(CpuAllocator::Get());
   ScopedDefaultAllocator use(&counting);
   Tensor x = Tokens(B, m.seq_len(), m.vocab(), 1), y = Tokens(B, m.seq_len(), m.vocab(), 2);
-  LOOM_ASSIGN_OR_RETURN(auto trainer, Trainer::Create(spec));
+  LOOM_ASSIGN_OR_RETURN(auto trainer, loom::parallel::Trainer::Create(spec));
   for (int s = 0; s < steps; ++s) {
     LOOM_ASSIGN_OR_RETURN(float loss, trainer->Step(x, y));
     (void)loss;
@@ -108,4 +109,4 @@ absl::StatusOr<int64_t> TrainerPeakBytes(const v1::JobSpec& spec, int steps) {
   return counting.stats().peak_bytes;
 }
 
-}  // namespace loom::parallel::testing
+}  // namespace loom::tests::parallel::testing

@@ -27,17 +27,17 @@
 #include "parallel/planner.h"
 #include "proto/loom/v1/job.pb.h"
 
-namespace loom::parallel::testing {
+namespace loom::tests::parallel::testing {
 
 // A communicator of `n` ranks that moves nothing (for lowering only).
-class NullCommunicator final : public compiler::Communicator {
+class NullCommunicator final : public compiler::comm::Communicator {
  public:
   explicit NullCommunicator(int n) : n_(n) {}
   int rank() const override { return 0; }
   int size() const override { return n_; }
-  absl::Status AllReduce(const Tensor&, Tensor&, compiler::ReduceKind) override { return absl::OkStatus(); }
+  absl::Status AllReduce(const Tensor&, Tensor&, compiler::comm::ReduceKind) override { return absl::OkStatus(); }
   absl::Status AllGather(const Tensor&, Tensor&, int) override { return absl::OkStatus(); }
-  absl::Status ReduceScatter(const Tensor&, Tensor&, int, compiler::ReduceKind) override {
+  absl::Status ReduceScatter(const Tensor&, Tensor&, int, compiler::comm::ReduceKind) override {
     return absl::OkStatus();
   }
 
@@ -59,8 +59,9 @@ struct LocalProgram {
   int64_t arena_bytes = 0;
   int64_t total() const { return state_bytes + arena_bytes; }
 };
-absl::StatusOr<LocalProgram> LocalProgramBytes(const v1::ModelSpec& model, int64_t batch, const Layout& layout);
+absl::StatusOr<LocalProgram> LocalProgramBytes(const v1::ModelSpec& model, int64_t batch,
+                                               const loom::parallel::Layout& layout);
 absl::StatusOr<int64_t> EvalArenaBytes(const v1::ModelSpec& model, int64_t batch);
 absl::StatusOr<int64_t> TrainerPeakBytes(const v1::JobSpec& spec, int steps);
 
-}  // namespace loom::parallel::testing
+}  // namespace loom::tests::parallel::testing

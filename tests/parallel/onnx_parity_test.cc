@@ -33,7 +33,7 @@
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/train/job_model.h"
 
-namespace loom::parallel {
+namespace loom::tests::parallel {
 namespace {
 
 using collectives::testing::WorkerContext;
@@ -43,13 +43,10 @@ constexpr char kScript[] = "compiler/import/onnx/testdata/causal_lm.py";
 
 // The plan a user writes for these models (state_dict names: the export
 // keeps them with do_constant_folding=False).
-const std::vector<TpRule>& NamePlan() {
-  static const auto* p = new std::vector<TpRule>{{"h.*.qkv.*", "colwise"},
-                                                 {"h.*.proj.weight", "rowwise"},
-                                                 {"h.*.fc.*", "colwise"},
-                                                 {"h.*.fc_out.weight", "rowwise"},
-                                                 {"wte.weight", "vocab"},
-                                                 {"head.weight", "colwise"}};
+const std::vector<loom::parallel::TpRule>& NamePlan() {
+  static const auto* p = new std::vector<loom::parallel::TpRule>{
+      {"h.*.qkv.*", "colwise"},         {"h.*.proj.weight", "rowwise"}, {"h.*.fc.*", "colwise"},
+      {"h.*.fc_out.weight", "rowwise"}, {"wte.weight", "vocab"},        {"head.weight", "colwise"}};
   return *p;
 }
 
@@ -75,7 +72,7 @@ v1::JobSpec Spec(const std::string& model) {
   // other entry within 3e-9) while every loss agreed to 1.2e-7; 1e-5 keeps
   // noise from becoming lr-sized steps and barely changes real updates.
   t->set_eps(1e-5);
-  jobspec::ApplyDefaults(s);
+  runtime::jobspec::ApplyDefaults(s);
   return s;
 }
 
@@ -87,16 +84,19 @@ Tensor Batch(int step, int which) {
 }
 
 // The layout a case names: "model dp tp zero plan" with plan names | auto | none.
-absl::StatusOr<Layout> LayoutOf(const std::vector<std::string>& a, const v1::JobSpec& spec,
-                                const TrainerModel& model) {
-  Layout l{std::stoi(a[1]), std::stoi(a[2]), std::stoi(a[3]), false, {}};
+absl::StatusOr<loom::parallel::Layout> LayoutOf(const std::vector<std::string>& a, const v1::JobSpec& spec,
+                                                const loom::parallel::TrainerModel& model) {
+  loom::parallel::Layout l{std::stoi(a[1]), std::stoi(a[2]), std::stoi(a[3]), false, {}};
   if (a[4] == "names") {
     // Only the rules whose parameters this model has (gpt ties its head).
-    for (const TpRule& r : NamePlan())
+    for (const loom::parallel::TpRule& r : NamePlan())
       if (r.pattern != "head.weight" || model.initial.count("head.weight")) l.tp_plan.push_back(r);
   } else if (a[4] == "auto") {
-    LOOM_ASSIGN_OR_RETURN(FittedTpPlan fit, FitTpPlan(model.train_forward, PlanningCompileOptions(model.train_forward, spec.train()),
-                                                      spec.model(), spec.train().batch_size(), l));
+    LOOM_ASSIGN_OR_RETURN(
+        loom::parallel::FittedTpPlan fit,
+        loom::parallel::FitTpPlan(model.train_forward,
+                                  loom::parallel::PlanningCompileOptions(model.train_forward, spec.train()),
+                                  spec.model(), spec.train().batch_size(), l));
     l.tp_plan = fit.rules;
   }
   return l;
@@ -104,8 +104,8 @@ absl::StatusOr<Layout> LayoutOf(const std::vector<std::string>& a, const v1::Job
 
 // Sums ||delta||^2 and ||ref||^2 of every parameter block over the ranks and
 // checks each full parameter's relative error.
-void CompareParameters(WorkerContext& ctx, collectives::ProcessGroup& pg, const Trainer& par,
-                       const Trainer& ref) {
+void CompareParameters(WorkerContext& ctx, collectives::ProcessGroup& pg, const loom::parallel::Trainer& par,
+                       const loom::parallel::Trainer& ref) {
   const auto local = par.LocalParameters();
   const auto full = ref.Parameters();
   std::vector<std::string> names;
@@ -142,9 +142,9 @@ int OnnxParityWorker(WorkerContext& ctx) {
     return 1;
   };
   const v1::JobSpec spec = Spec(a[0]);
-  auto loaded = train::BuildModel(spec);
+  auto loaded = runtime::train::BuildModel(spec);
   if (!loaded.ok()) return fail(loaded.status());
-  const TrainerModel& model = *loaded;
+  const loom::parallel::TrainerModel& model = *loaded;
   auto layout = LayoutOf(a, spec, model);
   if (!layout.ok()) return fail(layout.status());
   collectives::ProcessGroupOptions po;
@@ -152,22 +152,22 @@ int OnnxParityWorker(WorkerContext& ctx) {
   auto pg = collectives::ProcessGroup::Create(ctx.store, ctx.rank, ctx.world, po);
   if (!pg.ok()) return fail(pg.status());
   std::shared_ptr<collectives::ProcessGroup> world(std::move(*pg));
-  auto mesh = dtensor::DeviceMesh::Create(world, MeshOf(*layout));
+  auto mesh = dtensor::DeviceMesh::Create(world, loom::parallel::MeshOf(*layout));
   if (!mesh.ok()) return fail(mesh.status());
-  std::vector<std::unique_ptr<compiler::Communicator>> owned;
-  compiler::CommunicatorMap comms;
+  std::vector<std::unique_ptr<compiler::comm::Communicator>> owned;
+  compiler::comm::CommunicatorMap comms;
   for (int d = 0; d < (*mesh)->ndim(); ++d) {
     if ((*mesh)->shape().sizes[d] == 1) continue;
-    owned.push_back(compiler::MakeProcessGroupCommunicator((*mesh)->group(d), 60000));
+    owned.push_back(compiler::comm::MakeProcessGroupCommunicator((*mesh)->group(d), 60000));
     comms[(*mesh)->shape().names[d]] = owned.back().get();
   }
-  auto ref = Trainer::Create(spec, model);
+  auto ref = loom::parallel::Trainer::Create(spec, model);
   if (!ref.ok()) return fail(ref.status());
-  TrainerOptions options;
+  loom::parallel::TrainerOptions options;
   options.layout = *layout;
   options.rank = ctx.rank;
   options.comms = comms;
-  auto par = Trainer::Create(spec, model, options);
+  auto par = loom::parallel::Trainer::Create(spec, model, options);
   if (!par.ok()) return fail(par.status());
   if (layout->tp > 1) {
     const dtensor::DTensorSpec& qkv = (*par)->specs().at("h.0.qkv.weight");
@@ -246,7 +246,7 @@ TEST(OnnxParity, Dp4Zero1Rotary) { RunCase({"rotary", 4, 1, 1, "none", false}); 
 TEST(OnnxParity, Dp2Tp2Zero2ProposedPlanGpt) { RunCase({"gpt", 2, 2, 2, "auto", false}); }
 
 }  // namespace
-}  // namespace loom::parallel
+}  // namespace loom::tests::parallel
 
 int main(int argc, char** argv) {
   int rc;

@@ -24,7 +24,7 @@
 #include "gtest/gtest.h"
 #include "parallel/trainer.h"
 
-namespace loom::parallel {
+namespace loom::tests::parallel {
 namespace {
 
 using collectives::testing::WorkerContext;
@@ -74,7 +74,7 @@ Tensor Batch(const v1::JobSpec& s, int step, int which) {
 // arg: "family dp tp zero sp"
 int ParityWorker(WorkerContext& ctx) {
   std::vector<std::string> a = absl::StrSplit(ctx.arg, ' ');
-  Layout l;
+  loom::parallel::Layout l;
   const std::string family = a[0];
   l.dp = std::stoi(a[1]);
   l.tp = std::stoi(a[2]);
@@ -94,12 +94,12 @@ int ParityWorker(WorkerContext& ctx) {
   po.backend = "cpu:gloo";
   auto pg = collectives::ProcessGroup::Create(ctx.store, ctx.rank, ctx.world, po);
   if (!pg.ok()) return fail(pg.status());
-  const dtensor::MeshShape mesh = MeshOf(l);
+  const dtensor::MeshShape mesh = loom::parallel::MeshOf(l);
   const auto coords = mesh.Coordinates(ctx.rank);
   // One subgroup per mesh dim of size > 1: the ranks differing only there.
   std::vector<std::unique_ptr<collectives::ProcessGroup>> groups;
-  std::vector<std::unique_ptr<compiler::Communicator>> comms;
-  compiler::CommunicatorMap cmap;
+  std::vector<std::unique_ptr<compiler::comm::Communicator>> comms;
+  compiler::comm::CommunicatorMap cmap;
   for (int k = 0; k < mesh.ndim(); ++k) {
     if (mesh.sizes[k] == 1) continue;
     const int other = 1 - k;
@@ -114,21 +114,21 @@ int ParityWorker(WorkerContext& ctx) {
       auto g = (*pg)->NewGroup(ranks);
       if (!g.ok()) return fail(g.status());
       if (*g) {
-        comms.push_back(compiler::MakeProcessGroupCommunicator(g->get(), 60000));
+        comms.push_back(compiler::comm::MakeProcessGroupCommunicator(g->get(), 60000));
         cmap[mesh.names[k]] = comms.back().get();
         groups.push_back(std::move(*g));
       }
     }
   }
   (void)coords;
-  auto ref = Trainer::Create(spec);  // one rank: the single-process compile
+  auto ref = loom::parallel::Trainer::Create(spec);  // one rank: the single-process compile
   if (!ref.ok()) return fail(ref.status());
-  TrainerOptions popts;
+  loom::parallel::TrainerOptions popts;
   popts.layout = l;
   popts.rank = ctx.rank;
   popts.comms = cmap;
   popts.bucket_bytes = a.size() > 5 ? std::stoll(a[5]) : 0;
-  auto par = Trainer::Create(par_spec, popts);
+  auto par = loom::parallel::Trainer::Create(par_spec, popts);
   if (!par.ok()) return fail(par.status());
   double worst_loss = 0;
   for (int step = 0; step < kSteps; ++step) {
@@ -264,7 +264,7 @@ TEST(Parity, Tp2Dp2SpLlama) { RunCase({"llama", 2, 2, 0, true, false}); }
 TEST(Parity, Tp2Dp2Zero3Llama) { RunCase({"llama", 2, 2, 3, false, false}); }
 
 }  // namespace
-}  // namespace loom::parallel
+}  // namespace loom::tests::parallel
 
 int main(int argc, char** argv) {
   int rc;

@@ -35,7 +35,7 @@
 #include "parallel/planner.h"
 #include "tests/parallel/memory_probe.h"
 
-namespace loom::parallel {
+namespace loom::tests::parallel {
 namespace {
 
 using testing::ModelOf;
@@ -51,7 +51,7 @@ struct ArenaRow {
   std::string what;
   double y = 0;
   double params_opt = 0, grads = 0;  // parameters + optimizer, gradients (bytes)
-  MemoryTerms terms;
+  loom::parallel::MemoryTerms terms;
 };
 
 // min_k sum_i ((y_i - known_i - terms_i . k) / y_i)^2.
@@ -102,7 +102,7 @@ std::vector<double> FitRelative(const std::vector<Row>& rows, int n) {
 
 double PhaseA(const ArenaRow& r, const std::vector<double>& k) {
   double s = r.grads;
-  for (int j = 0; j < kActivationTerms; ++j) s += r.terms.activation[j] * k[j];
+  for (int j = 0; j < loom::parallel::kActivationTerms; ++j) s += r.terms.activation[j] * k[j];
   return s;
 }
 
@@ -124,7 +124,7 @@ std::vector<double> FitArena(const std::vector<ArenaRow>& rows, double* end) {
       else
         a.push_back({r.what, r.y, r.params_opt + r.grads, {r.terms.activation.begin(), r.terms.activation.end()}});
     }
-    k = FitRelative(a, kActivationTerms);
+    k = FitRelative(a, loom::parallel::kActivationTerms);
     if (!b.empty()) *end = FitRelative(b, 1)[0];
     settled = true;
     for (size_t i = 0; i < rows.size(); ++i) {
@@ -174,7 +174,7 @@ std::vector<v1::ModelSpec> LayoutModels(const std::string& f) {
 }
 
 // Worlds 1, 2 and 8 (the held-out test uses world 4).
-std::vector<Layout> LayoutSet() {
+std::vector<loom::parallel::Layout> LayoutSet() {
   return {{1, 1, 0, false}, {2, 1, 0, false}, {1, 2, 0, false}, {1, 2, 0, true}, {2, 1, 1, false},
           {2, 1, 2, false}, {2, 1, 3, false}, {8, 1, 0, false}, {8, 1, 1, false}, {8, 1, 2, false},
           {8, 1, 3, false}, {4, 2, 0, false}, {4, 2, 3, false}, {2, 4, 0, false}, {2, 4, 0, true},
@@ -193,17 +193,17 @@ struct Measured {
   std::vector<ArenaRow> arena;
   std::vector<Row> workspace;
   std::vector<Config> peak_configs;
-  std::vector<std::pair<Config, Layout>> layouts;
+  std::vector<std::pair<Config, loom::parallel::Layout>> layouts;
 };
 
-absl::Status AddArenaRow(const v1::ModelSpec& m, int64_t b, const Layout& l, Measured& out) {
-  Hardware hw;
+absl::Status AddArenaRow(const v1::ModelSpec& m, int64_t b, const loom::parallel::Layout& l, Measured& out) {
+  loom::parallel::Hardware hw;
   hw.world = l.dp * l.tp;
-  LOOM_ASSIGN_OR_RETURN(MemoryTerms t, MemoryTermsOf(m, b, hw, l));
-  LOOM_ASSIGN_OR_RETURN(Candidate e, Estimate(m, b, hw, l));
+  LOOM_ASSIGN_OR_RETURN(loom::parallel::MemoryTerms t, loom::parallel::MemoryTermsOf(m, b, hw, l));
+  LOOM_ASSIGN_OR_RETURN(loom::parallel::Candidate e, loom::parallel::Estimate(m, b, hw, l));
   LOOM_ASSIGN_OR_RETURN(testing::LocalProgram lp, testing::LocalProgramBytes(m, b, l));
-  const MemoryEstimate& me = e.memory;
-  out.arena.push_back({testing::Describe(m, b) + " " + LayoutName(l), static_cast<double>(lp.total()),
+  const loom::parallel::MemoryEstimate& me = e.memory;
+  out.arena.push_back({testing::Describe(m, b) + " " + loom::parallel::LayoutName(l), static_cast<double>(lp.total()),
                        static_cast<double>(me.parameters + me.optimizer), static_cast<double>(me.gradients), t});
   out.layouts.push_back({{m, b}, l});
   return absl::OkStatus();
@@ -214,17 +214,19 @@ absl::StatusOr<Measured> Measure(const std::string& family) {
   for (const Config& c : PeakConfigs(family)) {
     LOOM_RETURN_IF_ERROR(AddArenaRow(c.model, c.batch, {1, 1, 0, false}, out));
     LOOM_ASSIGN_OR_RETURN(int64_t peak, testing::TrainerPeakBytes(testing::TrainSpec(c.model, c.batch), 3));
-    LOOM_ASSIGN_OR_RETURN(MemoryTerms t, MemoryTermsOf(c.model, c.batch, Hardware{}, {1, 1, 0, false}));
+    LOOM_ASSIGN_OR_RETURN(
+        loom::parallel::MemoryTerms t,
+        loom::parallel::MemoryTermsOf(c.model, c.batch, loom::parallel::Hardware{}, {1, 1, 0, false}));
     out.workspace.push_back({testing::Describe(c.model, c.batch), static_cast<double>(peak), out.arena.back().y,
                              {t.workspace.begin(), t.workspace.end()}});
     out.peak_configs.push_back(c);
   }
   for (const v1::ModelSpec& m : LayoutModels(family))
     for (int64_t b : {8, 32})
-      for (const Layout& l : LayoutSet()) {
-        Hardware hw;
+      for (const loom::parallel::Layout& l : LayoutSet()) {
+        loom::parallel::Hardware hw;
         hw.world = l.dp * l.tp;
-        if (!MemoryTermsOf(m, b, hw, l).ok()) continue;  // not a legal layout for this model
+        if (!loom::parallel::MemoryTermsOf(m, b, hw, l).ok()) continue;  // not a legal layout for this model
         LOOM_RETURN_IF_ERROR(AddArenaRow(m, b, l, out));
       }
   return out;
@@ -235,47 +237,48 @@ absl::StatusOr<Measured> Measure(const std::string& family) {
 absl::Status Calibrate(const std::string& family) {
   LOOM_ASSIGN_OR_RETURN(Measured ms, Measure(family));
   std::printf("%s: %zu arena rows, %zu peak rows\n", family.c_str(), ms.arena.size(), ms.workspace.size());
-  MemoryCoefficients k;
+  loom::parallel::MemoryCoefficients k;
   const std::vector<double> a = FitArena(ms.arena, &k.end);
   std::copy(a.begin(), a.end(), k.activation.begin());
-  const std::vector<double> w = FitRelative(ms.workspace, kWorkspaceTerms);
+  const std::vector<double> w = FitRelative(ms.workspace, loom::parallel::kWorkspaceTerms);
   std::copy(w.begin(), w.end(), k.workspace.begin());
   double worst_arena = 0, worst_peak = 0;
   for (size_t i = 0; i < ms.arena.size(); ++i) {
     const auto& [c, l] = ms.layouts[i];
-    Hardware hw;
+    loom::parallel::Hardware hw;
     hw.world = l.dp * l.tp;
-    LOOM_ASSIGN_OR_RETURN(Candidate e, Estimate(c.model, c.batch, hw, l, &k));
+    LOOM_ASSIGN_OR_RETURN(loom::parallel::Candidate e, loom::parallel::Estimate(c.model, c.batch, hw, l, &k));
     const double est = static_cast<double>(e.memory.total() - e.memory.workspace);
     worst_arena = std::max(worst_arena, Report("arena", ms.arena[i].what, ms.arena[i].y, est));
   }
   for (size_t i = 0; i < ms.workspace.size(); ++i) {
     const Config& c = ms.peak_configs[i];
-    LOOM_ASSIGN_OR_RETURN(Candidate e, Estimate(c.model, c.batch, Hardware{}, {1, 1, 0, false}, &k));
+    LOOM_ASSIGN_OR_RETURN(loom::parallel::Candidate e,
+                          loom::parallel::Estimate(c.model, c.batch, loom::parallel::Hardware{}, {1, 1, 0, false}, &k));
     worst_peak = std::max(worst_peak, Report("peak", ms.workspace[i].what, ms.workspace[i].y,
                                              static_cast<double>(e.memory.total())));
   }
   std::printf("%s worst |error| on the calibration set: state + arena %.1f%%, single-process peak %.1f%%\n",
               family.c_str(), 100 * worst_arena, 100 * worst_peak);
   std::printf("  static const MemoryCoefficients %s{{", family.c_str());
-  for (int j = 0; j < kActivationTerms; ++j) std::printf("%s%.4g", j ? ", " : "", k.activation[j]);
+  for (int j = 0; j < loom::parallel::kActivationTerms; ++j) std::printf("%s%.4g", j ? ", " : "", k.activation[j]);
   std::printf("}, %.4g, {", k.end);
-  for (int j = 0; j < kWorkspaceTerms; ++j) std::printf("%s%.4g", j ? ", " : "", k.workspace[j]);
+  for (int j = 0; j < loom::parallel::kWorkspaceTerms; ++j) std::printf("%s%.4g", j ? ", " : "", k.workspace[j]);
   std::printf("}};\n  (activation terms:");
-  for (const char* n : ActivationTermNames()) std::printf(" %s", n);
+  for (const char* n : loom::parallel::ActivationTermNames()) std::printf(" %s", n);
   std::printf("; end; workspace terms:");
-  for (const char* n : WorkspaceTermNames()) std::printf(" %s", n);
+  for (const char* n : loom::parallel::WorkspaceTermNames()) std::printf(" %s", n);
   std::printf(")\n\n");
   return absl::OkStatus();
 }
 
 }  // namespace
-}  // namespace loom::parallel
+}  // namespace loom::tests::parallel
 
 int main() {
   loom::SetNumThreads(1);
   for (const char* family : {"gpt", "llama"}) {
-    absl::Status s = loom::parallel::Calibrate(family);
+    absl::Status s = loom::tests::parallel::Calibrate(family);
     if (!s.ok()) {
       std::fprintf(stderr, "planner_calibrate: %s: %s\n", family, s.ToString().c_str());
       return 1;

@@ -21,7 +21,7 @@
 #include "base/testing/full_sweep.h"
 #include "tests/parallel/memory_probe.h"
 
-namespace loom::parallel {
+namespace loom::tests::parallel {
 namespace {
 
 using testing::ModelOf;
@@ -36,27 +36,27 @@ TEST(PlannerLayoutMemory, HeldOutLayoutsWithin12Percent) {
     models.push_back(ModelOf("llama", 2, 8, 4, 192, 24, 640));
     batches.push_back(20);
   }
-  const std::vector<Layout> layouts = {{1, 1, 0, false}, {4, 1, 0, false}, {1, 4, 0, false},
-                                       {2, 2, 0, false}, {1, 2, 0, true},  {4, 1, 1, false},
-                                       {4, 1, 2, false}, {4, 1, 3, false}, {2, 2, 3, false}};
+  const std::vector<loom::parallel::Layout> layouts = {{1, 1, 0, false}, {4, 1, 0, false}, {1, 4, 0, false},
+                                                       {2, 2, 0, false}, {1, 2, 0, true},  {4, 1, 1, false},
+                                                       {4, 1, 2, false}, {4, 1, 3, false}, {2, 2, 3, false}};
   for (const auto& m : models)
     for (int64_t b : batches)
-      for (const Layout& l : layouts) {
+      for (const loom::parallel::Layout& l : layouts) {
         auto planned = testing::LocalProgramBytes(m, b, l);
-        ASSERT_TRUE(planned.ok()) << LayoutName(l) << ": " << planned.status();
-        Hardware hw;
+        ASSERT_TRUE(planned.ok()) << loom::parallel::LayoutName(l) << ": " << planned.status();
+        loom::parallel::Hardware hw;
         hw.world = l.dp * l.tp;
-        auto est = Estimate(m, b, hw, l);
+        auto est = loom::parallel::Estimate(m, b, hw, l);
         ASSERT_TRUE(est.ok()) << est.status();
         const double e = static_cast<double>(est->memory.total() - est->memory.workspace);
         const double y = static_cast<double>(planned->total());
         const double err = (e - y) / y;
-        EXPECT_LT(std::abs(err), 0.12) << testing::Describe(m, b) << " " << LayoutName(l) << ": estimate " << e
-                                       << " planned " << y;
+        EXPECT_LT(std::abs(err), 0.12) << testing::Describe(m, b) << " " << loom::parallel::LayoutName(l)
+                                       << ": estimate " << e << " planned " << y;
         std::printf("%-40s %-18s estimate %10.0f planned %10.0f (%+.1f%%)\n", testing::Describe(m, b).c_str(),
-                    LayoutName(l).c_str(), e, y, 100 * err);
+                    loom::parallel::LayoutName(l).c_str(), e, y, 100 * err);
       }
 }
 
 }  // namespace
-}  // namespace loom::parallel
+}  // namespace loom::tests::parallel

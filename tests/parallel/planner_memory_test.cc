@@ -15,7 +15,7 @@
 #include "base/testing/full_sweep.h"
 #include "tests/parallel/memory_probe.h"
 
-namespace loom::parallel {
+namespace loom::tests::parallel {
 namespace {
 
 using testing::ModelOf;
@@ -41,8 +41,8 @@ TEST(PlannerMemory, HeldOutSingleProcessEstimatesWithin10PercentOfMeasuredPeak) 
     configs.push_back({ModelOf("llama", 1, 2, 1, 24, 12, 100), 2});
   }
   for (const Config& c : configs) {
-    Hardware hw;
-    auto est = Estimate(c.model, c.batch, hw, {1, 1, 0, false});
+    loom::parallel::Hardware hw;
+    auto est = loom::parallel::Estimate(c.model, c.batch, hw, {1, 1, 0, false});
     ASSERT_TRUE(est.ok()) << est.status();
     auto measured = testing::TrainerPeakBytes(testing::TrainSpec(c.model, c.batch), 3);
     ASSERT_TRUE(measured.ok()) << measured.status();
@@ -56,4 +56,4 @@ TEST(PlannerMemory, HeldOutSingleProcessEstimatesWithin10PercentOfMeasuredPeak) 
 }
 
 }  // namespace
-}  // namespace loom::parallel
+}  // namespace loom::tests::parallel

@@ -17,7 +17,7 @@
 #include "gtest/gtest.h"
 #include "tests/parity/parity_runner.h"
 
-namespace loom {
+namespace loom::tests::parity {
 namespace {
 
 constexpr double kFinalFactor = 2.0;
@@ -52,4 +52,4 @@ TEST(GptParity, OddSizesLlamaGqa) { RunParity({"llama", 2, 6, 2, 96, 37, 256, 16
 TEST(GptParity, SmallVocabTinyGpt) { RunParity({"gpt", 1, 2, 2, 16, 5, 11, 64, 3}, 20); }
 
 }  // namespace
-}  // namespace loom
+}  // namespace loom::tests::parity

@@ -15,7 +15,7 @@
 #include "parallel/trainer.h"
 #include "tests/parity/tensor_dir.h"
 
-namespace loom::parity {
+namespace loom::tests::parity {
 namespace {
 
 std::string FindScript(const ParityOptions& o) {
@@ -224,4 +224,4 @@ NoiseVerdict FinalWithinNoise(const ParityResult& r, double factor, double floor
   return v;
 }
 
-}  // namespace loom::parity
+}  // namespace loom::tests::parity

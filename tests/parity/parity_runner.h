@@ -25,7 +25,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace loom::parity {
+namespace loom::tests::parity {
 
 struct ParityCase {
   std::string family;
@@ -87,4 +87,4 @@ absl::StatusOr<ParityResult> RunGptParity(const ParityCase& c, int steps, const 
 // "python -c 'import torch'" succeeds (and, for torch_device cuda, CUDA is available).
 bool TorchAvailable(const ParityOptions& o);
 
-}  // namespace loom::parity
+}  // namespace loom::tests::parity

@@ -8,7 +8,7 @@
 #include "base/status.h"
 #include "nlohmann/json.hpp"
 
-namespace loom::parity {
+namespace loom::tests::parity {
 
 absl::Status SaveTensorDir(const std::string& dir, const std::map<std::string, Tensor>& tensors) {
   std::error_code ec;
@@ -49,4 +49,4 @@ absl::StatusOr<std::map<std::string, Tensor>> LoadTensorDir(const std::string& d
   return out;
 }
 
-}  // namespace loom::parity
+}  // namespace loom::tests::parity

@@ -10,9 +10,9 @@
 #include "absl/status/statusor.h"
 #include "base/tensor.h"
 
-namespace loom::parity {
+namespace loom::tests::parity {
 
 absl::Status SaveTensorDir(const std::string& dir, const std::map<std::string, Tensor>& tensors);
 absl::StatusOr<std::map<std::string, Tensor>> LoadTensorDir(const std::string& dir);
 
-}  // namespace loom::parity
+}  // namespace loom::tests::parity

@@ -15,25 +15,25 @@
 #include "runtime/service/testing/daemons.h"
 #include "tests/testing/loom_cli.h"
 
-namespace loom::testing {
+namespace loom::tests::service::testing {
 namespace {
 
 constexpr int kSteps = 12;
 
 std::string Shell(const std::string& cmd, int* rc) {
-  CliResult r = loom::testing::Shell(cmd);
+  tests::testing::CliResult r = loom::tests::testing::Shell(cmd);
   *rc = r.code;
   return r.output;
 }
 
 TEST(BasicRun, TwoDimensionalJobThroughCliAndPython) {
-  const std::string root = TestDir("basic_run");
+  const std::string root = runtime::service::testing::TestDir("basic_run");
   const std::string data = root + "/coord", port_file = root + "/port";
-  pid_t coord = Spawn({"runtime/loom", "coordinator", "--data-dir", data, "--listen", "127.0.0.1:0",
-                       "--metrics-listen", "127.0.0.1:0", "--port-file", port_file, "--heartbeat-ms", "200",
-                       "--data-roots", root},
-                      root + "/coord.log");
-  ASSERT_GT(ReadPort(port_file, 20), 0) << "coordinator did not start";
+  pid_t coord = runtime::service::testing::Spawn(
+      {"runtime/loom", "coordinator", "--data-dir", data, "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
+       "--port-file", port_file, "--heartbeat-ms", "200", "--data-roots", root},
+      root + "/coord.log");
+  ASSERT_GT(runtime::service::testing::ReadPort(port_file, 20), 0) << "coordinator did not start";
   int port = 0, metrics_port = 0;
   {
     std::ifstream in(port_file);
@@ -44,9 +44,10 @@ TEST(BasicRun, TwoDimensionalJobThroughCliAndPython) {
   std::vector<pid_t> agents;
   for (int n = 0; n < 2; ++n) {
     std::string node = absl::StrCat("node", n);
-    agents.push_back(Spawn({"runtime/loom", "agent", "--coordinator", addr, "--token-dir", data, "--data-dir",
-                            root + "/" + node, "--cpu-slots", "2", "--hostname", node},
-                           root + "/" + node + ".log"));
+    agents.push_back(
+        runtime::service::testing::Spawn({"runtime/loom", "agent", "--coordinator", addr, "--token-dir", data,
+                                          "--data-dir", root + "/" + node, "--cpu-slots", "2", "--hostname", node},
+                                         root + "/" + node + ".log"));
   }
   const std::string run_cli = root + "/run_cli", run_py = root + "/run_py";
   std::ofstream(root + "/job.yaml") << "name: cli-2d\n"
@@ -85,10 +86,10 @@ TEST(BasicRun, TwoDimensionalJobThroughCliAndPython) {
   }
 
   for (pid_t a : agents) kill(a, SIGTERM);
-  for (pid_t a : agents) EXPECT_NE(WaitExit(a, 10), -1);
+  for (pid_t a : agents) EXPECT_NE(runtime::service::testing::WaitExit(a, 10), -1);
   kill(coord, SIGTERM);
-  EXPECT_NE(WaitExit(coord, 10), -1);
+  EXPECT_NE(runtime::service::testing::WaitExit(coord, 10), -1);
 }
 
 }  // namespace
-}  // namespace loom::testing
+}  // namespace loom::tests::service::testing

@@ -20,7 +20,7 @@
 #include "runtime/service/testing/daemons.h"
 #include "tests/testing/loom_cli.h"
 
-namespace loom::testing {
+namespace loom::tests::service::testing {
 namespace {
 
 std::string ReadAll(const std::string& path) {
@@ -54,17 +54,19 @@ int64_t NewestStep(const std::string& dir) {
 }
 
 TEST(Cancel, WorkersStopOnSigtermWithinTheGraceAndCommitNothingAfter) {
-  const std::string root = std::filesystem::canonical(TestDir("cancel")).string();
+  const std::string root = std::filesystem::canonical(runtime::service::testing::TestDir("cancel")).string();
   const std::string data = root + "/coord";
-  pid_t coord = Spawn({"runtime/loom", "coordinator", "--data-dir", data, "--listen", "127.0.0.1:0", "--metrics-listen",
-                       "off", "--port-file", root + "/port", "--data-roots", root},
-                      root + "/coord.log");
-  const int port = ReadPort(root + "/port", 20);
+  pid_t coord =
+      runtime::service::testing::Spawn({"runtime/loom", "coordinator", "--data-dir", data, "--listen", "127.0.0.1:0",
+                                        "--metrics-listen", "off", "--port-file", root + "/port", "--data-roots", root},
+                                       root + "/coord.log");
+  const int port = runtime::service::testing::ReadPort(root + "/port", 20);
   ASSERT_GT(port, 0) << ReadAll(root + "/coord.log");
   const std::string addr = absl::StrCat("127.0.0.1:", port);
-  pid_t agent = Spawn({"runtime/loom", "agent", "--coordinator", addr, "--token-dir", data, "--data-dir",
-                       root + "/node", "--cpu-slots", "2", "--hostname", "node"},
-                      root + "/node.log");
+  pid_t agent =
+      runtime::service::testing::Spawn({"runtime/loom", "agent", "--coordinator", addr, "--token-dir", data,
+                                        "--data-dir", root + "/node", "--cpu-slots", "2", "--hostname", "node"},
+                                       root + "/node.log");
   std::ofstream(root + "/job.yaml") << "name: cancelled\n"
                                        "model: {family: gpt, n_layer: 1, n_head: 2, d_model: 32, seq_len: 16}\n"
                                        "train: {steps: 100000, batch_size: 4, log_every: 50}\n"
@@ -72,7 +74,7 @@ TEST(Cancel, WorkersStopOnSigtermWithinTheGraceAndCommitNothingAfter) {
                                        "checkpoint: {every: 2, keep: 3, dir: "
                                     << root << "/ck}\nrun_dir: " << root << "/run\n";
   const std::string cli = absl::StrCat(" --coordinator ", addr, " --data-dir ", data);
-  CliResult r = RunLoom("submit " + root + "/job.yaml --wait-for-capacity" + cli, 60);
+  tests::testing::CliResult r = tests::testing::RunLoom("submit " + root + "/job.yaml --wait-for-capacity" + cli, 60);
   ASSERT_EQ(r.code, 0) << r.output;
   auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (NewestStep(root + "/ck") < 4 && std::chrono::steady_clock::now() < deadline) {
@@ -82,7 +84,7 @@ TEST(Cancel, WorkersStopOnSigtermWithinTheGraceAndCommitNothingAfter) {
   ASSERT_EQ(Children(agent), 2);
 
   const auto t0 = std::chrono::steady_clock::now();
-  r = RunLoom("cancel job-1" + cli, 30);
+  r = tests::testing::RunLoom("cancel job-1" + cli, 30);
   ASSERT_EQ(r.code, 0) << r.output;
   while (Children(agent) > 0 && std::chrono::steady_clock::now() < t0 + std::chrono::seconds(12)) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -107,10 +109,10 @@ TEST(Cancel, WorkersStopOnSigtermWithinTheGraceAndCommitNothingAfter) {
   EXPECT_EQ(NewestStep(root + "/ck"), last);
 
   kill(agent, SIGTERM);
-  EXPECT_EQ(WaitExit(agent, 10), 0);
+  EXPECT_EQ(runtime::service::testing::WaitExit(agent, 10), 0);
   kill(coord, SIGTERM);
-  EXPECT_EQ(WaitExit(coord, 10), 0);
+  EXPECT_EQ(runtime::service::testing::WaitExit(coord, 10), 0);
 }
 
 }  // namespace
-}  // namespace loom::testing
+}  // namespace loom::tests::service::testing

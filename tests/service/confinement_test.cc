@@ -18,7 +18,7 @@
 #include "runtime/service/testing/daemons.h"
 #include "tests/testing/loom_cli.h"
 
-namespace loom::testing {
+namespace loom::tests::service::testing {
 namespace {
 
 std::string ReadAll(const std::string& path) {
@@ -31,15 +31,16 @@ std::string ReadAll(const std::string& path) {
 class Confinement : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ = std::filesystem::canonical(TestDir("confinement")).string();
+    root_ = std::filesystem::canonical(runtime::service::testing::TestDir("confinement")).string();
     data_ = root_ + "/coord";
     std::filesystem::create_directories(root_ + "/data");
     std::ofstream(root_ + "/data/corpus.txt") << std::string(4096, 'a');
     std::filesystem::create_symlink("/etc/passwd", root_ + "/data/innocent.txt");
-    coord_ = Spawn({"runtime/loom", "coordinator", "--data-dir", data_, "--listen", "127.0.0.1:0", "--metrics-listen",
-                    "off", "--port-file", root_ + "/port", "--data-roots", root_ + "/data"},
-                   root_ + "/coord.log");
-    const int port = ReadPort(root_ + "/port", 20);
+    coord_ = runtime::service::testing::Spawn(
+        {"runtime/loom", "coordinator", "--data-dir", data_, "--listen", "127.0.0.1:0", "--metrics-listen", "off",
+         "--port-file", root_ + "/port", "--data-roots", root_ + "/data"},
+        root_ + "/coord.log");
+    const int port = runtime::service::testing::ReadPort(root_ + "/port", 20);
     ASSERT_GT(port, 0) << ReadAll(root_ + "/coord.log");
     cli_ = absl::StrCat(" --coordinator 127.0.0.1:", port, " --data-dir ", data_);
   }
@@ -47,16 +48,16 @@ class Confinement : public ::testing::Test {
   void TearDown() override {
     if (coord_ > 0) {
       kill(coord_, SIGTERM);
-      WaitExit(coord_, 10);
+      runtime::service::testing::WaitExit(coord_, 10);
     }
   }
 
   // `loom submit` of a job spec whose lines are `yaml` (plus a tiny model).
-  CliResult Submit(const std::string& name, const std::string& yaml) {
+  tests::testing::CliResult Submit(const std::string& name, const std::string& yaml) {
     const std::string path = absl::StrCat(root_, "/job-", ++n_, ".yaml");
     std::ofstream(path) << "name: " << name
                         << "\nmodel: {family: gpt, n_layer: 1, n_head: 2, d_model: 32, seq_len: 16}\n" << yaml;
-    return RunLoom(absl::StrCat("submit ", path, " --wait-for-capacity --key k", n_, cli_), 60);
+    return tests::testing::RunLoom(absl::StrCat("submit ", path, " --wait-for-capacity --key k", n_, cli_), 60);
   }
 
   std::string root_, data_, cli_;
@@ -93,11 +94,11 @@ TEST_F(Confinement, SpecPathsStayInsideTheRunRootAndDataRoots) {
   }
   std::filesystem::create_symlink("/etc/passwd", root_ + "/data/tok/vocab.json");
   for (const Case& c : refused) {
-    CliResult r = Submit(c.name, c.yaml);
+    tests::testing::CliResult r = Submit(c.name, c.yaml);
     EXPECT_EQ(r.code, 2) << c.name << ": " << r.output;
     EXPECT_NE(r.output.find(c.needle), std::string::npos) << c.name << ": " << r.output;
   }
-  CliResult r = RunLoom("jobs --json" + cli_, 30);
+  tests::testing::CliResult r = tests::testing::RunLoom("jobs --json" + cli_, 30);
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(r.output.find("job-"), std::string::npos) << "a refused spec was stored: " << r.output;
 
@@ -127,12 +128,13 @@ TEST_F(Confinement, WorkerChecksPathsAgainstItsRoots) {
     const std::string env = absl::StrCat("LOOM_JOB_SPEC=", root_, "/worker.yaml LOOM_RANK=0 LOOM_WORLD_SIZE=1 ",
                                          "LOOM_ERROR_FILE=", root_, "/worker.error LOOM_ALLOWED_ROOTS=", root_,
                                          "/data:", data_, "/runs ");
-    CliResult r = Shell("cd " + root_ + " && " + env + " timeout 60 " + std::filesystem::current_path().string() +
-                        "/runtime/loom worker");
+    tests::testing::CliResult r =
+        tests::testing::Shell("cd " + root_ + " && " + env + " timeout 60 " + std::filesystem::current_path().string() +
+                              "/runtime/loom worker");
     EXPECT_EQ(r.code, 2) << r.output;
     EXPECT_NE(ReadAll(root_ + "/worker.error").find(c.needle), std::string::npos) << ReadAll(root_ + "/worker.error");
   }
 }
 
 }  // namespace
-}  // namespace loom::testing
+}  // namespace loom::tests::service::testing

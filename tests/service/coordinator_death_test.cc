@@ -23,7 +23,7 @@
 #include "runtime/service/testing/daemons.h"
 #include "tests/testing/loom_cli.h"
 
-namespace loom::testing {
+namespace loom::tests::service::testing {
 namespace {
 
 class CoordinatorDeath : public ::testing::Test {
@@ -31,18 +31,19 @@ class CoordinatorDeath : public ::testing::Test {
   // Starts the coordinator and two agents, submits a job of `steps` steps and
   // waits until it reports a step.
   void StartJob(const std::string& name, int steps) {
-    root_ = TestDir(name);
+    root_ = runtime::service::testing::TestDir(name);
     data_ = root_ + "/coord";
     port_file_ = root_ + "/port";
     coord_ = StartCoordinatorAt("127.0.0.1:0");
-    const int port = ReadPort(port_file_, 20);
+    const int port = runtime::service::testing::ReadPort(port_file_, 20);
     ASSERT_GT(port, 0) << "coordinator did not start";
     addr_ = absl::StrCat("127.0.0.1:", port);
     for (int n = 0; n < 2; ++n) {
       std::string node = absl::StrCat("node", n);
-      agents_.push_back(Spawn({"runtime/loom", "agent", "--coordinator", addr_, "--token-dir", data_, "--data-dir",
-                               root_ + "/" + node, "--cpu-slots", "2", "--hostname", node},
-                              root_ + "/" + node + ".log"));
+      agents_.push_back(
+          runtime::service::testing::Spawn({"runtime/loom", "agent", "--coordinator", addr_, "--token-dir", data_,
+                                            "--data-dir", root_ + "/" + node, "--cpu-slots", "2", "--hostname", node},
+                                           root_ + "/" + node + ".log"));
     }
     std::ofstream(root_ + "/job.yaml") << "name: survive\n"
                                           "model: {family: gpt, n_layer: 1, n_head: 2, d_model: 32, seq_len: 16}\n"
@@ -52,12 +53,13 @@ class CoordinatorDeath : public ::testing::Test {
                                           "parallel: {dp: 2, tp: 2}\nrun_dir: "
                                        << root_ << "/run\n";
     cli_ = absl::StrCat(" --coordinator ", addr_, " --data-dir ", data_);
-    CliResult r = RunLoom(absl::StrCat("submit ", root_, "/job.yaml --key survive-1 --wait-for-capacity", cli_), 60);
+    tests::testing::CliResult r = tests::testing::RunLoom(
+        absl::StrCat("submit ", root_, "/job.yaml --key survive-1 --wait-for-capacity", cli_), 60);
     ASSERT_EQ(r.code, 0) << r.output;
     int64_t step = 0;
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(90);
     while (step <= 0 && std::chrono::steady_clock::now() < deadline) {
-      r = RunLoom("status job-1 --json" + cli_, 10);
+      r = tests::testing::RunLoom("status job-1 --json" + cli_, 10);
       if (r.code == 0) {
         auto j = nlohmann::json::parse(r.output, nullptr, false);
         if (j.is_object() && j.contains("current_step")) step = std::stoll(j["current_step"].get<std::string>());
@@ -71,21 +73,21 @@ class CoordinatorDeath : public ::testing::Test {
   // other tests, and the agents' reconnection must not race it.
   pid_t StartCoordinatorAt(const std::string& listen) {
     std::filesystem::remove(port_file_);
-    return Spawn({"runtime/loom", "coordinator", "--data-dir", data_, "--listen", listen, "--metrics-listen", "off",
-                  "--port-file", port_file_, "--heartbeat-ms", "200", "--reclaim-grace-ms", "30000", "--data-roots",
-                  root_},
-                 root_ + "/coord.log");
+    return runtime::service::testing::Spawn(
+        {"runtime/loom", "coordinator", "--data-dir", data_, "--listen", listen, "--metrics-listen", "off",
+         "--port-file", port_file_, "--heartbeat-ms", "200", "--reclaim-grace-ms", "30000", "--data-roots", root_},
+        root_ + "/coord.log");
   }
 
   void KillCoordinator() {
     ASSERT_EQ(kill(coord_, SIGKILL), 0);
-    WaitExit(coord_, 10);
+    runtime::service::testing::WaitExit(coord_, 10);
   }
 
   void RestartCoordinator() {
     const int port = std::stoi(addr_.substr(addr_.rfind(':') + 1));
     coord_ = StartCoordinatorAt(addr_);
-    ASSERT_EQ(ReadPort(port_file_, 20), port) << "coordinator did not restart on " << addr_;
+    ASSERT_EQ(runtime::service::testing::ReadPort(port_file_, 20), port) << "coordinator did not restart on " << addr_;
   }
 
   // The last line of the run's metrics.jsonl.
@@ -112,14 +114,14 @@ class CoordinatorDeath : public ::testing::Test {
   }
 
   void ExpectSucceededOnce(int steps) {
-    CliResult r = RunLoom("status job-1 --watch --json" + cli_, 240);
+    tests::testing::CliResult r = tests::testing::RunLoom("status job-1 --watch --json" + cli_, 240);
     EXPECT_EQ(r.code, 0) << r.output;
     EXPECT_NE(r.output.find("\"state\":\"SUCCEEDED\""), std::string::npos) << r.output << Logs();
     EXPECT_EQ(r.output.find("\"restart_count\":"), std::string::npos) << "the group restarted:\n" << r.output;
     EXPECT_NE(r.output.find(absl::StrCat("\"current_step\":\"", steps, "\"")), std::string::npos)
         << "the final progress was lost:\n"
         << r.output;
-    r = RunLoom("jobs --json" + cli_, 30);
+    r = tests::testing::RunLoom("jobs --json" + cli_, 30);
     ASSERT_EQ(r.code, 0) << r.output;
     int jobs = 0;
     for (char c : r.output) jobs += c == '\n';
@@ -140,10 +142,10 @@ class CoordinatorDeath : public ::testing::Test {
 
   void TearDown() override {
     for (pid_t a : agents_) kill(a, SIGTERM);
-    for (pid_t a : agents_) WaitExit(a, 10);
+    for (pid_t a : agents_) runtime::service::testing::WaitExit(a, 10);
     if (coord_ > 0) {
       kill(coord_, SIGTERM);
-      WaitExit(coord_, 10);
+      runtime::service::testing::WaitExit(coord_, 10);
     }
   }
 
@@ -182,4 +184,4 @@ TEST_F(CoordinatorDeath, JobThatFinishesWhileTheCoordinatorIsDownSucceeds) {
 }
 
 }  // namespace
-}  // namespace loom::testing
+}  // namespace loom::tests::service::testing

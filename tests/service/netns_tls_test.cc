@@ -19,11 +19,11 @@
 #include "runtime/service/testing/daemons.h"
 #include "tests/testing/loom_cli.h"
 
-namespace loom::testing {
+namespace loom::tests::service::testing {
 namespace {
 
 int Sh(const std::string& cmd, std::string* out = nullptr) {
-  CliResult r = loom::testing::Shell(cmd);
+  tests::testing::CliResult r = loom::tests::testing::Shell(cmd);
   if (out) *out = r.output;
   return r.code;
 }
@@ -87,7 +87,7 @@ TEST(NetnsTls, TwoDimensionalJobAcrossTwoNamespacesWithTls) {
   std::string why = net.Setup();
   ASSERT_TRUE(why.empty()) << "cannot make network namespaces here (" << why
                            << "); the test needs root and iproute2 (scripts/setup.sh installs it)";
-  const std::string root = TestDir("netns_tls");
+  const std::string root = runtime::service::testing::TestDir("netns_tls");
   // A CA and a server certificate for the bridge address.
   std::string out;
   const std::string ssl = absl::StrCat(
@@ -97,22 +97,25 @@ TEST(NetnsTls, TwoDimensionalJobAcrossTwoNamespacesWithTls) {
       " && openssl x509 -req -in coord.csr -CA ca.pem -CAkey ca.key -CAcreateserial -out coord.pem -days 1 -extfile san.ext");
   ASSERT_EQ(Sh(ssl, &out), 0) << out;
   const std::string data = root + "/coord", port_file = root + "/port";
-  pid_t coord = Spawn({"runtime/loom", "coordinator", "--data-dir", data, "--listen", net.Ip(1) + ":0",
-                       "--metrics-listen", "off", "--port-file", port_file, "--heartbeat-ms", "200", "--data-roots",
-                       root, "--tls-cert",
-                       root + "/coord.pem", "--tls-key", root + "/coord.key"},
-                      root + "/coord.log");
-  const int port = ReadPort(port_file, 20);
+  pid_t coord = runtime::service::testing::Spawn(
+      {"runtime/loom", "coordinator", "--data-dir", data, "--listen", net.Ip(1) + ":0", "--metrics-listen", "off",
+       "--port-file", port_file, "--heartbeat-ms", "200", "--data-roots", root, "--tls-cert", root + "/coord.pem",
+       "--tls-key", root + "/coord.key"},
+      root + "/coord.log");
+  const int port = runtime::service::testing::ReadPort(port_file, 20);
   ASSERT_GT(port, 0) << "coordinator did not start";
   const std::string addr = absl::StrCat(net.Ip(1), ":", port);
   std::vector<pid_t> agents;
   int host = 2;
   for (const std::string& ns : {net.a(), net.b()}) {
     std::string node = absl::StrCat("node", host);
-    agents.push_back(Spawn({"/usr/sbin/ip", "netns", "exec", ns, "runtime/loom", "agent", "--coordinator", addr,
-                            "--token-dir", data, "--data-dir", root + "/" + node, "--cpu-slots", "2", "--hostname",
-                            node, "--rendezvous-host", net.Ip(host), "--tls-ca", root + "/ca.pem"},
-                           root + "/" + node + ".log"));
+    agents.push_back(
+        runtime::service::testing::Spawn({"/usr/sbin/ip",      "netns",      "exec",          ns,
+                                          "runtime/loom",      "agent",      "--coordinator", addr,
+                                          "--token-dir",       data,         "--data-dir",    root + "/" + node,
+                                          "--cpu-slots",       "2",          "--hostname",    node,
+                                          "--rendezvous-host", net.Ip(host), "--tls-ca",      root + "/ca.pem"},
+                                         root + "/" + node + ".log"));
     ++host;
   }
   std::ofstream(root + "/job.yaml") << "name: netns-2d\n"
@@ -146,10 +149,10 @@ TEST(NetnsTls, TwoDimensionalJobAcrossTwoNamespacesWithTls) {
   rc = Sh(absl::StrCat("runtime/loom jobs --timeout-s 3 --coordinator ", addr, " --data-dir ", data), &out);
   EXPECT_NE(rc, 0) << out;
   for (pid_t a : agents) kill(a, SIGTERM);
-  for (pid_t a : agents) WaitExit(a, 10);
+  for (pid_t a : agents) runtime::service::testing::WaitExit(a, 10);
   kill(coord, SIGTERM);
-  WaitExit(coord, 10);
+  runtime::service::testing::WaitExit(coord, 10);
 }
 
 }  // namespace
-}  // namespace loom::testing
+}  // namespace loom::tests::service::testing

@@ -12,14 +12,14 @@
 #include "runtime/service/testing/daemons.h"
 #include "tests/testing/loom_cli.h"
 
-namespace loom::testing {
+namespace loom::tests::service::testing {
 namespace {
 
 TEST(PythonClient, SubmitWatchLogsAndErrorCodes) {
-  const std::string root = TestDir("py_client");
+  const std::string root = runtime::service::testing::TestDir("py_client");
   const std::string data = root + "/coord", port_file = root + "/port";
-  pid_t coord = StartCoordinator(data, "127.0.0.1:0", port_file, {"--heartbeat-ms", "200"});
-  const int port = ReadPort(port_file, 20);
+  pid_t coord = runtime::service::testing::StartCoordinator(data, "127.0.0.1:0", port_file, {"--heartbeat-ms", "200"});
+  const int port = runtime::service::testing::ReadPort(port_file, 20);
   ASSERT_GT(port, 0) << "coordinator did not start";
   const std::string addr = absl::StrCat("127.0.0.1:", port);
   // Each rank records the rendezvous it was given and whether its job spec
@@ -31,15 +31,15 @@ TEST(PythonClient, SubmitWatchLogsAndErrorCodes) {
   std::vector<pid_t> agents;
   for (int n = 0; n < 2; ++n) {
     std::string node = absl::StrCat("node", n);
-    agents.push_back(Spawn({"runtime/service/agent/loom_agent", "--coordinator", addr, "--token-dir", data,
-                            "--data-dir", root + "/" + node, "--cpu-slots", "2", "--hostname", node, "--worker",
-                            "/bin/sh " + root + "/worker.sh"},
-                           root + "/" + node + ".log"));
+    agents.push_back(runtime::service::testing::Spawn(
+        {"runtime/service/agent/loom_agent", "--coordinator", addr, "--token-dir", data, "--data-dir",
+         root + "/" + node, "--cpu-slots", "2", "--hostname", node, "--worker", "/bin/sh " + root + "/worker.sh"},
+        root + "/" + node + ".log"));
   }
   // The generated modules live at proto/loom/v1 under the runfiles root.
   std::string cmd = absl::StrCat("PYTHONPATH=. timeout 120 /usr/bin/python3 tests/service/py_client.py ", addr, " ",
                                  data);
-  CliResult r = loom::testing::Shell(cmd);
+  tests::testing::CliResult r = loom::tests::testing::Shell(cmd);
   const std::string& out = r.output;
   const int rc = r.code;
   EXPECT_EQ(rc, 0) << out;
@@ -59,10 +59,10 @@ TEST(PythonClient, SubmitWatchLogsAndErrorCodes) {
     EXPECT_EQ(line, first) << "rank " << r;
   }
   for (pid_t a : agents) kill(a, SIGTERM);
-  for (pid_t a : agents) EXPECT_NE(WaitExit(a, 10), -1);
+  for (pid_t a : agents) EXPECT_NE(runtime::service::testing::WaitExit(a, 10), -1);
   kill(coord, SIGTERM);
-  EXPECT_NE(WaitExit(coord, 10), -1);
+  EXPECT_NE(runtime::service::testing::WaitExit(coord, 10), -1);
 }
 
 }  // namespace
-}  // namespace loom::testing
+}  // namespace loom::tests::service::testing

@@ -22,11 +22,11 @@
 #include "runtime/service/client_commands.h"
 #include "runtime/service/testing/daemons.h"
 
-namespace loom::service {
+namespace loom::tests::service {
 namespace {
 
-using loom::testing::ReadPort;
-using loom::testing::StartCoordinator;
+using loom::runtime::service::testing::ReadPort;
+using loom::runtime::service::testing::StartCoordinator;
 
 constexpr int kClients = 4;
 constexpr int kPerClient = 50;
@@ -38,7 +38,7 @@ void KillAndReap(pid_t pid) {
 }
 
 TEST(SubmitAcrossRestarts, TwoHundredSubmissionsEachExistExactlyOnce) {
-  const std::string root = loom::testing::TestDir("submit_restart");
+  const std::string root = loom::runtime::service::testing::TestDir("submit_restart");
   const std::string data = root + "/coord", port_file = root + "/port";
   pid_t coord = StartCoordinator(data, "127.0.0.1:0", port_file);
   const int port = ReadPort(port_file, 20);
@@ -58,11 +58,11 @@ TEST(SubmitAcrossRestarts, TwoHundredSubmissionsEachExistExactlyOnce) {
       for (int k = 0; k < kPerClient; ++k) {
         int i = c * kPerClient + k;
         std::ostringstream out, err;
-        int rc = RunClientCommand("submit",
-                                  {absl::StrCat(root, "/job", i, ".yaml"), "--key", absl::StrCat("key-", i),
-                                   "--wait-for-capacity", "--coordinator", addr, "--data-dir", data,
-                                   "--timeout-s", "60", "--json"},
-                                  out, err);
+        int rc = runtime::service::RunClientCommand(
+            "submit",
+            {absl::StrCat(root, "/job", i, ".yaml"), "--key", absl::StrCat("key-", i), "--wait-for-capacity",
+             "--coordinator", addr, "--data-dir", data, "--timeout-s", "60", "--json"},
+            out, err);
         if (rc == 0) {
           ++acknowledged;
         } else {
@@ -94,7 +94,8 @@ TEST(SubmitAcrossRestarts, TwoHundredSubmissionsEachExistExactlyOnce) {
   std::map<std::string, int> seen;
   {
     std::ostringstream out, err;
-    int rc = RunClientCommand("jobs", {"--coordinator", addr, "--data-dir", data, "--json"}, out, err);
+    int rc =
+        runtime::service::RunClientCommand("jobs", {"--coordinator", addr, "--data-dir", data, "--json"}, out, err);
     ASSERT_EQ(rc, 0) << err.str();
     std::istringstream lines(out.str());
     std::string line;
@@ -108,4 +109,4 @@ TEST(SubmitAcrossRestarts, TwoHundredSubmissionsEachExistExactlyOnce) {
 }
 
 }  // namespace
-}  // namespace loom::service
+}  // namespace loom::tests::service

@@ -18,7 +18,7 @@
 #include "tests/testing/loom_cli.h"
 #include "tests/testing/processes.h"
 
-namespace loom::testing {
+namespace loom::tests::slurm {
 namespace {
 
 std::string Tmp(const std::string& name) { return absl::StrCat(::testing::TempDir(), "/", name); }
@@ -44,7 +44,7 @@ bool WaitFor(F ready, int seconds) {
   return ready();
 }
 
-std::string Environ(pid_t pid) { return ReadFileBytes(absl::StrCat("/proc/", pid, "/environ")); }
+std::string Environ(pid_t pid) { return testing::ReadFileBytes(absl::StrCat("/proc/", pid, "/environ")); }
 
 // Kills, as a node failure would, every process of node `name` whose
 // environment holds `marker`, and the slurmstepd above each. Returns the
@@ -62,8 +62,8 @@ std::string KillNodeProcesses(const std::string& marker, const std::string& name
     std::string skip, comm;
     pid_t ppid = 0;
     stat >> skip >> comm >> skip >> ppid;
-    if (ReadFileBytes(absl::StrCat("/proc/", ppid, "/comm")).rfind("slurmstepd", 0) == 0) kill(ppid, SIGKILL);
-    const std::string cmd = ReadFileBytes(e.path() / "cmdline");
+    if (testing::ReadFileBytes(absl::StrCat("/proc/", ppid, "/comm")).rfind("slurmstepd", 0) == 0) kill(ppid, SIGKILL);
+    const std::string cmd = testing::ReadFileBytes(e.path() / "cmdline");
     if (kill(std::stoi(pid), SIGKILL) == 0) killed += cmd.substr(cmd.find('\0') + 1, cmd.find('\0', cmd.find('\0') + 1) - cmd.find('\0') - 1) + " ";
   }
   return killed;
@@ -77,13 +77,13 @@ TEST(SlurmRequeue, NodeFailureResumesFromTheLastCheckpointBitwise) {
   const std::string marker = absl::StrCat("LOOM_SLURM_TEST=", getpid(), "-requeue");
   std::ofstream(script) << "#!/bin/bash\n#SBATCH -N2\n#SBATCH --ntasks-per-node=1\nexport " << marker << "\n"
                         << Loom() << " run " << Job("rq", ckpt) << " --run-dir " << run << "\n";
-  CliResult sub = c.Run(
+  testing::CliResult sub = c.Run(
       absl::StrCat("sbatch --parsable --requeue --chdir=", ::testing::TempDir(), " --output=", out, " ", script), 30);
   ASSERT_EQ(sub.code, 0) << sub.output;
   const std::string job = sub.output.substr(0, sub.output.find_first_of(";\n"));
 
   ASSERT_TRUE(WaitFor([&] { return std::filesystem::exists(ckpt + "/step_000000001000"); }, 90))
-      << ReadFileBytes(out);
+      << testing::ReadFileBytes(out);
   c.KillNode(1);
   const std::string killed = KillNodeProcesses(marker, "n2");
   EXPECT_NE(killed.find("run "), std::string::npos) << "n2's loom run: killed " << killed;
@@ -99,19 +99,21 @@ TEST(SlurmRequeue, NodeFailureResumesFromTheLastCheckpointBitwise) {
                state.find("JobState=FAILED") != std::string::npos;
       },
       150))
-      << state << ReadFileBytes(out);
-  const std::string log = ReadFileBytes(out);
+      << state << testing::ReadFileBytes(out);
+  const std::string log = testing::ReadFileBytes(out);
   ASSERT_NE(state.find("JobState=COMPLETED"), std::string::npos) << state << log;
   EXPECT_NE(state.find("Restarts=1"), std::string::npos) << state;
   EXPECT_NE(log.find("; resuming at step"), std::string::npos) << log;
 
   const std::string ref = Tmp("rq_ref");
-  CliResult r = Shell(absl::StrCat("timeout 120 ", Loom(), " run ", Job("ref", Tmp("ck_ref")), " --run-dir ", ref));
+  testing::CliResult r =
+      testing::Shell(absl::StrCat("timeout 120 ", Loom(), " run ", Job("ref", Tmp("ck_ref")), " --run-dir ", ref));
   ASSERT_EQ(r.code, 0) << r.output;
-  const std::string want = ReadFileBytes(ref + "/model.safetensors");
+  const std::string want = testing::ReadFileBytes(ref + "/model.safetensors");
   ASSERT_FALSE(want.empty());
-  EXPECT_TRUE(want == ReadFileBytes(run + "/model.safetensors")) << "final parameters differ from a fault-free run";
+  EXPECT_TRUE(want == testing::ReadFileBytes(run + "/model.safetensors"))
+      << "final parameters differ from a fault-free run";
 }
 
 }  // namespace
-}  // namespace loom::testing
+}  // namespace loom::tests::slurm

@@ -19,7 +19,7 @@
 #include "tests/testing/loom_cli.h"
 #include "tests/testing/processes.h"
 
-namespace loom::testing {
+namespace loom::tests::slurm {
 namespace {
 
 std::string Tmp(const std::string& name) { return absl::StrCat(::testing::TempDir(), "/", name); }
@@ -51,16 +51,16 @@ std::vector<std::string> Losses(const std::string& run) {
 
 // The single-machine run of `spec` that a Slurm run must equal.
 void RunLocally(const std::string& spec, const std::string& run) {
-  CliResult r = Shell(absl::StrCat("timeout 120 ", Loom(), " run ", spec, " --run-dir ", run));
+  testing::CliResult r = testing::Shell(absl::StrCat("timeout 120 ", Loom(), " run ", spec, " --run-dir ", run));
   ASSERT_EQ(r.code, 0) << r.output;
-  ASSERT_GE(Losses(run).size(), 6u) << ReadFileBytes(run + "/metrics.jsonl");
+  ASSERT_GE(Losses(run).size(), 6u) << testing::ReadFileBytes(run + "/metrics.jsonl");
 }
 
 void ExpectSameTraining(const std::string& local, const std::string& slurm) {
   EXPECT_EQ(Losses(slurm), Losses(local));
-  const std::string a = ReadFileBytes(local + "/model.safetensors");
+  const std::string a = testing::ReadFileBytes(local + "/model.safetensors");
   ASSERT_FALSE(a.empty());
-  EXPECT_TRUE(a == ReadFileBytes(slurm + "/model.safetensors")) << "final parameters differ";
+  EXPECT_TRUE(a == testing::ReadFileBytes(slurm + "/model.safetensors")) << "final parameters differ";
 }
 
 class SlurmRun : public ::testing::Test {
@@ -83,9 +83,10 @@ TEST_F(SlurmRun, SrunTwoNodesMatchesOneMachineBitwise) {
   const std::string spec = Job("srun2d", "{dp: 2, tp: 2}");
   RunLocally(spec, Tmp("srun_local"));
   const std::string run = Tmp("srun_slurm");
-  CliResult r = cluster_->Run(absl::StrCat("srun --quiet -N2 --ntasks-per-node=1 --chdir=", ::testing::TempDir(),
-                                           " --label ", Loom(), " run ", spec, " --run-dir ", run),
-                              120);
+  testing::CliResult r =
+      cluster_->Run(absl::StrCat("srun --quiet -N2 --ntasks-per-node=1 --chdir=", ::testing::TempDir(), " --label ",
+                                 Loom(), " run ", spec, " --run-dir ", run),
+                    120);
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("0: loom run: job-1 submitted (4 ranks on 2 nodes; coordinator at"), std::string::npos)
       << r.output;
@@ -100,9 +101,9 @@ TEST_F(SlurmRun, SbatchScriptRunsAcrossTheAllocation) {
   const std::string run = Tmp("batch_slurm"), out = Tmp("batch.out"), script = Tmp("job.sbatch");
   std::ofstream(script) << "#!/bin/bash\n#SBATCH -N2\n#SBATCH --ntasks-per-node=1\n"
                         << Loom() << " run " << spec << " --run-dir " << run << "\n";
-  CliResult r = cluster_->Run(
-      absl::StrCat("sbatch --wait --chdir=", ::testing::TempDir(), " --output=", out, " ", script), 120);
-  const std::string log = ReadFileBytes(out);
+  testing::CliResult r =
+      cluster_->Run(absl::StrCat("sbatch --wait --chdir=", ::testing::TempDir(), " --output=", out, " ", script), 120);
+  const std::string log = testing::ReadFileBytes(out);
   ASSERT_EQ(r.code, 0) << r.output << log;
   EXPECT_NE(log.find("running one loom run per node through srun"), std::string::npos) << log;
   EXPECT_NE(log.find("node 1 joined"), std::string::npos) << log;
@@ -116,7 +117,7 @@ int ProcessesWith(const std::string& marker) {
   for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
     const std::string pid = e.path().filename();
     if (pid.find_first_not_of("0123456789") != std::string::npos || std::stoi(pid) == getpid()) continue;
-    n += ReadFileBytes(e.path() / "environ").find(marker) != std::string::npos;
+    n += testing::ReadFileBytes(e.path() / "environ").find(marker) != std::string::npos;
   }
   return n;
 }
@@ -131,14 +132,14 @@ TEST_F(SlurmRun, ScancelStopsEveryNodeWithinTheGrace) {
   const std::string out = Tmp("long.out"), script = Tmp("long.sbatch");
   std::ofstream(script) << "#!/bin/bash\n#SBATCH -N2\n#SBATCH --ntasks-per-node=1\nexport " << marker << "\n"
                         << Loom() << " run " << spec << " --steps 1000000 --run-dir " << Tmp("long_run") << "\n";
-  CliResult sub = cluster_->Run(
+  testing::CliResult sub = cluster_->Run(
       absl::StrCat("sbatch --parsable --chdir=", ::testing::TempDir(), " --output=", out, " ", script), 30);
   ASSERT_EQ(sub.code, 0) << sub.output;
   const std::string job = sub.output.substr(0, sub.output.find_first_of(";\n"));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (ReadFileBytes(out).find("step 1") == std::string::npos && std::chrono::steady_clock::now() < deadline)
+  while (testing::ReadFileBytes(out).find("step 1") == std::string::npos && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  ASSERT_NE(ReadFileBytes(out).find("step 1"), std::string::npos) << ReadFileBytes(out);
+  ASSERT_NE(testing::ReadFileBytes(out).find("step 1"), std::string::npos) << testing::ReadFileBytes(out);
   const int running = ProcessesWith(marker);
   EXPECT_GE(running, 6) << "two loom run, four workers";  // plus srun and the batch shell
   ASSERT_EQ(cluster_->Run("scancel " + job, 10).code, 0);
@@ -147,7 +148,7 @@ TEST_F(SlurmRun, ScancelStopsEveryNodeWithinTheGrace) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(ProcessesWith(marker), 0) << "Loom processes left 3 s after scancel";
   // COMPLETING while Slurm cleans up, then CANCELLED.
-  CliResult state;
+  testing::CliResult state;
   for (int i = 0; i < 100; ++i) {
     state = cluster_->Run("scontrol show job " + job, 10);
     if (state.output.find("JobState=COMPLETING") == std::string::npos) break;
@@ -165,14 +166,15 @@ TEST_F(SlurmRun, ExampleSbatchMatchesLoomRun) {
   std::filesystem::copy_file("examples/gpt-2d.yaml", root + "/examples/gpt-2d.yaml");
   std::filesystem::copy_file("examples/slurm/gpt-2d.sbatch", root + "/examples/slurm/gpt-2d.sbatch");
   const std::string local = root + "/local", slurm = root + "/slurm", out = root + "/gpt-2d.out";
-  CliResult r = Shell(absl::StrCat("cd ", root, " && timeout 120 ", Loom(),
-                                   " run examples/gpt-2d.yaml --steps 4 --run-dir ", local));
+  testing::CliResult r = testing::Shell(
+      absl::StrCat("cd ", root, " && timeout 120 ", Loom(), " run examples/gpt-2d.yaml --steps 4 --run-dir ", local));
   ASSERT_EQ(r.code, 0) << r.output;
   const std::string path = std::filesystem::path(Loom()).parent_path().string() + ":" + std::getenv("PATH");
-  CliResult b = cluster_->Run(absl::StrCat("env PATH=", path, " sbatch --wait --chdir=", root, " --output=", out,
-                                           " examples/slurm/gpt-2d.sbatch --steps 4 --run-dir ", slurm),
-                              150);
-  const std::string log = ReadFileBytes(out);
+  testing::CliResult b =
+      cluster_->Run(absl::StrCat("env PATH=", path, " sbatch --wait --chdir=", root, " --output=", out,
+                                 " examples/slurm/gpt-2d.sbatch --steps 4 --run-dir ", slurm),
+                    150);
+  const std::string log = testing::ReadFileBytes(out);
   ASSERT_EQ(b.code, 0) << b.output << log;
   EXPECT_NE(log.find("4 ranks on 2 nodes; coordinator at"), std::string::npos) << log;
   EXPECT_NE(log.find("node 1 joined"), std::string::npos) << log;
@@ -188,9 +190,9 @@ pid_t FindNodeProcess(const std::string& marker, const std::string& name, const 
   for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
     const std::string pid = e.path().filename();
     if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
-    const std::string cmd = ReadFileBytes(e.path() / "cmdline");
+    const std::string cmd = testing::ReadFileBytes(e.path() / "cmdline");
     if (cmd.find(std::string(1, '\0') + command + std::string(1, '\0')) == std::string::npos) continue;
-    const std::string env = std::string(1, '\0') + ReadFileBytes(e.path() / "environ");
+    const std::string env = std::string(1, '\0') + testing::ReadFileBytes(e.path() / "environ");
     if (env.find(marker) != std::string::npos && env.find(node_var) != std::string::npos) return std::stoi(pid);
   }
   return -1;
@@ -202,7 +204,7 @@ pid_t FindNodeProcess(const std::string& marker, const std::string& name, const 
 TEST_F(SlurmRun, LosingNodeZeroStopsTheOtherNode) {
   const std::string spec = Job("lost", "{dp: 2}");
   const std::string marker = absl::StrCat("LOOM_SLURM_TEST=", getpid(), "-lost");
-  CliResult r;
+  testing::CliResult r;
   std::thread srun([&] {
     r = cluster_->Run(absl::StrCat("env ", marker, " srun --quiet -N2 --ntasks-per-node=1 --chdir=",
                                    ::testing::TempDir(), " --label ", Loom(), " run ", spec,
@@ -228,9 +230,9 @@ TEST_F(SlurmRun, LosingNodeZeroStopsTheOtherNode) {
 
 TEST_F(SlurmRun, SeveralTasksPerNodeIsRefused) {
   const std::string spec = Job("tasks", "{dp: 2}");
-  CliResult r = cluster_->Run(absl::StrCat("srun --quiet -N2 --ntasks-per-node=2 --chdir=", ::testing::TempDir(), " ",
-                                           Loom(), " run ", spec),
-                              60);
+  testing::CliResult r = cluster_->Run(
+      absl::StrCat("srun --quiet -N2 --ntasks-per-node=2 --chdir=", ::testing::TempDir(), " ", Loom(), " run ", spec),
+      60);
   EXPECT_NE(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("SLURM_NTASKS: loom run runs one task per node"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--ntasks-per-node=1"), std::string::npos) << r.output;
@@ -249,11 +251,11 @@ TEST(SlurmEnvironment, MalformedVariablesAreNamed) {
       {"SLURM_NODELIST='n[1-2]' SLURM_NODEID=x", "SLURM_NODEID: expected an integer"},
   };
   for (const auto& [vars, want] : cases) {
-    CliResult r = Shell(absl::StrCat("env ", good, vars, " timeout 30 ", Loom(), " run ", spec));
+    testing::CliResult r = testing::Shell(absl::StrCat("env ", good, vars, " timeout 30 ", Loom(), " run ", spec));
     EXPECT_EQ(r.code, 2) << vars << "\n" << r.output;
     EXPECT_NE(r.output.find(want), std::string::npos) << vars << "\n" << r.output;
   }
 }
 
 }  // namespace
-}  // namespace loom::testing
+}  // namespace loom::tests::slurm

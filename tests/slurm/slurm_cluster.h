@@ -35,7 +35,7 @@
 #include "absl/strings/str_join.h"
 #include "tests/testing/loom_cli.h"
 
-namespace loom::testing {
+namespace loom::tests::slurm {
 
 struct SlurmClusterOptions {
   int nodes = 2;
@@ -59,19 +59,19 @@ class SlurmCluster {
   std::string node(int i) const { return absl::StrCat("n", i + 1); }
 
   // A Slurm client command (srun, sbatch, ...) bounded by `timeout_s`.
-  CliResult Run(const std::string& cmd, int timeout_s = 60) const {
-    return Shell(absl::StrCat("timeout ", timeout_s, " ", cmd));
+  testing::CliResult Run(const std::string& cmd, int timeout_s = 60) const {
+    return testing::Shell(absl::StrCat("timeout ", timeout_s, " ", cmd));
   }
   // Node i's state as `sinfo` sees it ("idle", "mixed", "down*", ...).
   std::string NodeState(int i) const {
-    CliResult r = Run(absl::StrCat("sinfo -h -N -n ", node(i), " -o %T"), 10);
+    testing::CliResult r = Run(absl::StrCat("sinfo -h -N -n ", node(i), " -o %T"), 10);
     std::string s = r.output;
     while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
     return s;
   }
   // The job's state as `squeue` sees it ("" once Slurm has forgotten it).
   std::string JobState(const std::string& job_id) const {
-    CliResult r = Run(absl::StrCat("squeue -h -o %T -j ", job_id), 10);
+    testing::CliResult r = Run(absl::StrCat("squeue -h -o %T -j ", job_id), 10);
     std::string s = r.output;
     while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
     return r.code == 0 ? s : "";
@@ -220,7 +220,7 @@ class SlurmCluster {
   }
 
   int IdleNodes() const {
-    CliResult r = Run("sinfo -h -N -t idle -o %N", 5);
+    testing::CliResult r = Run("sinfo -h -N -t idle -o %N", 5);
     if (r.code != 0) return 0;
     int n = 0;
     for (char ch : r.output) n += ch == '\n';
@@ -252,4 +252,4 @@ class SlurmCluster {
   bool stopped_ = false;
 };
 
-}  // namespace loom::testing
+}  // namespace loom::tests::slurm

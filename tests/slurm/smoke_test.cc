@@ -6,17 +6,17 @@
 
 #include "tests/slurm/slurm_cluster.h"
 
-namespace loom::testing {
+namespace loom::tests::slurm {
 namespace {
 
 TEST(SlurmSmoke, SrunRunsOnBothNodes) {
   auto cluster = SlurmCluster::Start();
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  CliResult r = (*cluster)->Run("srun -N2 --ntasks-per-node=1 --label bash -c 'echo $SLURMD_NODENAME'", 30);
+  testing::CliResult r = (*cluster)->Run("srun -N2 --ntasks-per-node=1 --label bash -c 'echo $SLURMD_NODENAME'", 30);
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("0: n1"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("1: n2"), std::string::npos) << r.output;
-  CliResult h = (*cluster)->Run("srun --quiet -N2 hostname", 30);
+  testing::CliResult h = (*cluster)->Run("srun --quiet -N2 hostname", 30);
   ASSERT_EQ(h.code, 0) << h.output;
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
@@ -35,4 +35,4 @@ TEST(SlurmSmoke, StopLeavesNoDaemon) {
 }
 
 }  // namespace
-}  // namespace loom::testing
+}  // namespace loom::tests::slurm

@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <string>
 
-namespace loom::testing {
+namespace loom::tests::testing {
 
 struct CliResult {
   int code = -1;       // exit status, or 128 + signal
@@ -30,4 +30,4 @@ inline CliResult RunLoom(const std::string& args, int timeout_s = 600) {
   return Shell("timeout " + std::to_string(timeout_s) + " runtime/loom " + args);
 }
 
-}  // namespace loom::testing
+}  // namespace loom::tests::testing

@@ -10,7 +10,7 @@
 #include <sstream>
 #include <string>
 
-namespace loom::testing {
+namespace loom::tests::testing {
 
 inline std::string ReadFileBytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -37,4 +37,4 @@ inline pid_t FindLoomWorker(std::string marker, int rank) {
   return -1;
 }
 
-}  // namespace loom::testing
+}  // namespace loom::tests::testing

@@ -26,16 +26,17 @@ int64_t SafeNumel(absl::Span<const int64_t> shape, int64_t cap) {
 
 // ---- Builder ----------------------------------------------------------------
 
-absl::StatusOr<std::vector<Val>> Builder::Emit(absl::string_view op, const std::vector<Val>& ins, const Attrs& attrs) {
-  std::vector<TensorMeta> metas;
+absl::StatusOr<std::vector<Val>> Builder::Emit(absl::string_view op, const std::vector<Val>& ins,
+                                               const ir::Attrs& attrs) {
+  std::vector<ir::TensorMeta> metas;
   bool all_const = true;
   for (const Val& v : ins) {
     metas.push_back(v.meta);
     all_const = all_const && v.is_const();
   }
-  LOOM_ASSIGN_OR_RETURN(std::vector<TensorMeta> outs, InferOp(op, metas, attrs, nullptr));
+  LOOM_ASSIGN_OR_RETURN(std::vector<ir::TensorMeta> outs, ir::InferOp(op, metas, attrs, nullptr));
   int64_t total = 0;
-  for (const TensorMeta& m : outs) {
+  for (const ir::TensorMeta& m : outs) {
     const int64_t n = SafeNumel(m.shape, limits_.max_elements);
     if (n < 0)
       return absl::InvalidArgumentError(absl::StrCat(op, ": result ", ShapeToString(m.shape), " exceeds the limit of ",
@@ -46,7 +47,7 @@ absl::StatusOr<std::vector<Val>> Builder::Emit(absl::string_view op, const std::
   if (all_const && Foldable(op) && total <= limits_.max_fold_elements) {
     std::vector<Tensor> ts;
     for (const Val& v : ins) ts.push_back(v.value);
-    LOOM_ASSIGN_OR_RETURN(std::vector<Tensor> vals, ops::RunOp(op, ts, attrs, ops::Impl::kReference));
+    LOOM_ASSIGN_OR_RETURN(std::vector<Tensor> vals, kernels::RunOp(op, ts, attrs, kernels::Impl::kReference));
     ++folded_;
     for (size_t i = 0; i < vals.size(); ++i) {
       result[i].meta = outs[i];
@@ -64,7 +65,7 @@ absl::StatusOr<std::vector<Val>> Builder::Emit(absl::string_view op, const std::
   return result;
 }
 
-absl::StatusOr<Val> Builder::Emit1(absl::string_view op, const std::vector<Val>& ins, const Attrs& attrs) {
+absl::StatusOr<Val> Builder::Emit1(absl::string_view op, const std::vector<Val>& ins, const ir::Attrs& attrs) {
   LOOM_ASSIGN_OR_RETURN(std::vector<Val> outs, Emit(op, ins, attrs));
   if (outs.empty()) return absl::InternalError(absl::StrCat(op, " has no outputs"));
   return outs[0];
@@ -76,7 +77,7 @@ int Builder::Materialize(const Val& v) {
   auto it = const_ids_.find(key);
   if (it != const_ids_.end()) return it->second;
   const std::string name = UniqueName(v.name.empty() ? "const" : v.name);
-  const int id = g_.AddInput(name, v.meta, InputKind::kConst);
+  const int id = g_.AddInput(name, v.meta, ir::InputKind::kConst);
   used_names_[name] = 1;
   consts_[name] = v.value.Contiguous();
   const_ids_[key] = id;
@@ -89,12 +90,12 @@ int Builder::Materialize(const Val& v) {
 
 bool Builder::IsParam(const Val& v) const {
   if (v.id < 0) return false;
-  for (const GraphInput& in : g_.inputs())
-    if (in.value == v.id) return in.kind == InputKind::kParam;
+  for (const ir::GraphInput& in : g_.inputs())
+    if (in.value == v.id) return in.kind == ir::InputKind::kParam;
   return false;
 }
 
-int Builder::AddInput(const std::string& name, TensorMeta meta, InputKind kind) {
+int Builder::AddInput(const std::string& name, ir::TensorMeta meta, ir::InputKind kind) {
   const std::string unique = UniqueName(name);
   used_names_[unique] = 1;
   return g_.AddInput(unique, std::move(meta), kind);
@@ -205,13 +206,14 @@ absl::Status NodeCtx::SetOut(int i, Val v) {
   return s.ok() ? s : Error(s.message());
 }
 
-absl::StatusOr<std::vector<Val>> NodeCtx::Emit(absl::string_view op, const std::vector<Val>& ins, const Attrs& attrs) {
+absl::StatusOr<std::vector<Val>> NodeCtx::Emit(absl::string_view op, const std::vector<Val>& ins,
+                                               const ir::Attrs& attrs) {
   auto r = b_.Emit(op, ins, attrs);
   if (!r.ok()) return Error(r.status().message());
   return r;
 }
 
-absl::StatusOr<Val> NodeCtx::Emit1(absl::string_view op, const std::vector<Val>& ins, const Attrs& attrs) {
+absl::StatusOr<Val> NodeCtx::Emit1(absl::string_view op, const std::vector<Val>& ins, const ir::Attrs& attrs) {
   auto r = b_.Emit1(op, ins, attrs);
   if (!r.ok()) return Error(r.status().message());
   return r;
@@ -219,7 +221,7 @@ absl::StatusOr<Val> NodeCtx::Emit1(absl::string_view op, const std::vector<Val>&
 
 Val NodeCtx::Const(Tensor t) const {
   Val v;
-  v.meta = ops::MetaOf(t);
+  v.meta = kernels::MetaOf(t);
   v.value = std::move(t);
   v.name = absl::StrCat(node_.output_size() > 0 ? node_.output(0) : node_.name(), "/const");
   return v;

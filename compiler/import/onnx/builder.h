@@ -9,7 +9,7 @@
 // Converters (one per ONNX op, in the family files) build through
 // Builder::Emit, which folds: when every operand of a registry op is a
 // constant, the op runs at once through the registry's f64-capable reference
-// kernel (ops::RunOp with Impl::kReference) and its results are constants;
+// kernel (kernels::RunOp with Impl::kReference) and its results are constants;
 // otherwise it becomes a graph node, and any constant operand becomes a graph
 // input of kind const (InputKind::kConst), named after its ONNX value.
 //
@@ -38,7 +38,7 @@
 namespace loom::compiler::import::onnx {
 
 struct Val {
-  TensorMeta meta;
+  ir::TensorMeta meta;
   int id = -1;       // graph value id; -1 for a constant not yet used by the graph
   Tensor value;      // defined for a constant
   std::string name;  // the ONNX value name (or a converter's hint): names its const input
@@ -54,17 +54,18 @@ struct BuilderLimits {
 
 class Builder {
  public:
-  Builder(Graph& g, BuilderLimits limits, TensorReadOptions read) : g_(g), limits_(limits), read_(std::move(read)) {}
+  Builder(ir::Graph& g, BuilderLimits limits, TensorReadOptions read)
+      : g_(g), limits_(limits), read_(std::move(read)) {}
 
-  Graph& graph() { return g_; }
+  ir::Graph& graph() { return g_; }
   const BuilderLimits& limits() const { return limits_; }
   // How tensors inside the model (Constant values) are read.
   const TensorReadOptions& read_options() const { return read_; }
 
   // Registry op `op` over `ins`: folded when every input is a constant (and
   // the op is deterministic), else a graph node.
-  absl::StatusOr<std::vector<Val>> Emit(absl::string_view op, const std::vector<Val>& ins, const Attrs& attrs = {});
-  absl::StatusOr<Val> Emit1(absl::string_view op, const std::vector<Val>& ins, const Attrs& attrs = {});
+  absl::StatusOr<std::vector<Val>> Emit(absl::string_view op, const std::vector<Val>& ins, const ir::Attrs& attrs = {});
+  absl::StatusOr<Val> Emit1(absl::string_view op, const std::vector<Val>& ins, const ir::Attrs& attrs = {});
 
   // The graph value of `v`: for a constant, a const input named after
   // v.name (made unique), shared by every use of the same constant.
@@ -72,7 +73,7 @@ class Builder {
   // Whether `v` is a parameter input of the graph.
   bool IsParam(const Val& v) const;
   // A graph input (parameter, data input or const) under `name`, made unique.
-  int AddInput(const std::string& name, TensorMeta meta, InputKind kind);
+  int AddInput(const std::string& name, ir::TensorMeta meta, ir::InputKind kind);
   // A name no graph input has yet: `base`, else "base#2", "base#3", ...
   std::string UniqueName(const std::string& base);
 
@@ -90,7 +91,7 @@ class Builder {
   void set_needs_value(const std::string& name) { needs_value_ = name; }
 
  private:
-  Graph& g_;
+  ir::Graph& g_;
   BuilderLimits limits_;
   TensorReadOptions read_;
   std::map<std::string, Val> vals_;
@@ -141,8 +142,8 @@ class NodeCtx {
   absl::Status SetOut(int i, Val v);
 
   // ---- Building -----------------------------------------------------------
-  absl::StatusOr<std::vector<Val>> Emit(absl::string_view op, const std::vector<Val>& ins, const Attrs& attrs = {});
-  absl::StatusOr<Val> Emit1(absl::string_view op, const std::vector<Val>& ins, const Attrs& attrs = {});
+  absl::StatusOr<std::vector<Val>> Emit(absl::string_view op, const std::vector<Val>& ins, const ir::Attrs& attrs = {});
+  absl::StatusOr<Val> Emit1(absl::string_view op, const std::vector<Val>& ins, const ir::Attrs& attrs = {});
   // A constant operand built by the converter (a mask, an index table).
   Val Const(Tensor t) const;
   absl::StatusOr<Val> Scalar(double v, DType dtype) const;

@@ -51,8 +51,8 @@ absl::Status ConstantOfShape(NodeCtx& n) {
   }
   auto numel = CheckedNumel(shape, n.builder().limits().max_elements, "the shape");
   if (!numel.ok()) return n.Error(numel.status().message());
-  LOOM_ASSIGN_OR_RETURN(Val y, n.Emit1("fill", {}, Attrs{{"shape", shape}, {"dtype", std::string(DTypeName(dt))},
-                                                         {"value", value}}));
+  LOOM_ASSIGN_OR_RETURN(
+      Val y, n.Emit1("fill", {}, ir::Attrs{{"shape", shape}, {"dtype", std::string(DTypeName(dt))}, {"value", value}}));
   return n.SetOut(0, y);
 }
 

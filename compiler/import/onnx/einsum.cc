@@ -61,12 +61,12 @@ absl::StatusOr<Val> Permute(NodeCtx& n, const Val& v, const std::vector<int64_t>
   bool id = true;
   for (size_t i = 0; i < perm.size(); ++i) id = id && perm[i] == static_cast<int64_t>(i);
   if (id) return v;
-  return n.Emit1("permute", {v}, Attrs{{"dims", perm}});
+  return n.Emit1("permute", {v}, ir::Attrs{{"dims", perm}});
 }
 
 absl::StatusOr<Val> Reshape(NodeCtx& n, const Val& v, std::vector<int64_t> shape) {
   if (ShapeVec(v.meta.shape) == shape) return v;
-  return n.Emit1("reshape", {v}, Attrs{{"shape", std::move(shape)}});
+  return n.Emit1("reshape", {v}, ir::Attrs{{"shape", std::move(shape)}});
 }
 
 // Sums out labels of `t` for which keep(label) is false.
@@ -75,7 +75,7 @@ absl::Status SumOut(NodeCtx& n, Term& t, const std::function<bool(int)>& keep) {
   Labels rest;
   for (size_t i = 0; i < t.labels.size(); ++i) (keep(t.labels[i]) ? rest.push_back(t.labels[i]) : axes.push_back(static_cast<int64_t>(i)));
   if (axes.empty()) return absl::OkStatus();
-  LOOM_ASSIGN_OR_RETURN(t.v, n.Emit1("sum", {t.v}, Attrs{{"axes", axes}, {"keepdim", false}}));
+  LOOM_ASSIGN_OR_RETURN(t.v, n.Emit1("sum", {t.v}, ir::Attrs{{"axes", axes}, {"keepdim", false}}));
   t.labels = rest;
   return absl::OkStatus();
 }
@@ -99,7 +99,7 @@ absl::Status Diagonals(NodeCtx& n, Term& t) {
     Tensor eye = Tensor::Zeros(mshape, t.v.meta.dtype);
     for (int64_t k = 0; k < d; ++k) eye.SetDouble(k * d + k, 1.0);
     LOOM_ASSIGN_OR_RETURN(Val m, n.Emit1("mul", {t.v, n.Const(eye)}));
-    LOOM_ASSIGN_OR_RETURN(t.v, n.Emit1("sum", {m}, Attrs{{"axes", std::vector<int64_t>{p2}}, {"keepdim", false}}));
+    LOOM_ASSIGN_OR_RETURN(t.v, n.Emit1("sum", {m}, ir::Attrs{{"axes", std::vector<int64_t>{p2}}, {"keepdim", false}}));
     t.labels.erase(t.labels.begin() + p2);
   }
 }
@@ -120,7 +120,7 @@ absl::Status MatchSizes(NodeCtx& n, Term& t, const Term& other) {
     if (to[i] == 1) to[i] = o;
   }
   if (to == ShapeVec(t.v.meta.shape)) return absl::OkStatus();
-  LOOM_ASSIGN_OR_RETURN(t.v, n.Emit1("broadcast_to", {t.v}, Attrs{{"shape", to}}));
+  LOOM_ASSIGN_OR_RETURN(t.v, n.Emit1("broadcast_to", {t.v}, ir::Attrs{{"shape", to}}));
   return absl::OkStatus();
 }
 

@@ -35,19 +35,19 @@ absl::Status Binary(NodeCtx& n, const std::string& op) {
     const double cb = b_scalar ? b.value.GetDouble(0) : 0, ca = a_scalar ? a.value.GetDouble(0) : 0;
     Val y;
     if (op == "add" && (b_scalar || a_scalar)) {
-      LOOM_ASSIGN_OR_RETURN(y, n.Emit1("add_scalar", {b_scalar ? a : b}, Attrs{{"s", b_scalar ? cb : ca}}));
+      LOOM_ASSIGN_OR_RETURN(y, n.Emit1("add_scalar", {b_scalar ? a : b}, ir::Attrs{{"s", b_scalar ? cb : ca}}));
       return n.SetOut(0, y);
     }
     if (op == "mul" && (b_scalar || a_scalar)) {
-      LOOM_ASSIGN_OR_RETURN(y, n.Emit1("scale", {b_scalar ? a : b}, Attrs{{"s", b_scalar ? cb : ca}}));
+      LOOM_ASSIGN_OR_RETURN(y, n.Emit1("scale", {b_scalar ? a : b}, ir::Attrs{{"s", b_scalar ? cb : ca}}));
       return n.SetOut(0, y);
     }
     if (op == "sub" && b_scalar) {
-      LOOM_ASSIGN_OR_RETURN(y, n.Emit1("add_scalar", {a}, Attrs{{"s", -cb}}));
+      LOOM_ASSIGN_OR_RETURN(y, n.Emit1("add_scalar", {a}, ir::Attrs{{"s", -cb}}));
       return n.SetOut(0, y);
     }
     if (op == "div" && b_scalar && cb != 0) {
-      LOOM_ASSIGN_OR_RETURN(y, n.Emit1("scale", {a}, Attrs{{"s", 1.0 / cb}}));
+      LOOM_ASSIGN_OR_RETURN(y, n.Emit1("scale", {a}, ir::Attrs{{"s", 1.0 / cb}}));
       return n.SetOut(0, y);
     }
   }
@@ -61,7 +61,7 @@ absl::Status Pow(NodeCtx& n) {
   LOOM_ASSIGN_OR_RETURN(Val e, n.In(1));
   const DType dt = x.meta.dtype;
   if (IsFloating(dt) && IsScalarConstFor(e, x)) {
-    LOOM_ASSIGN_OR_RETURN(Val y, n.Emit1("pow_scalar", {x}, Attrs{{"p", e.value.GetDouble(0)}}));
+    LOOM_ASSIGN_OR_RETURN(Val y, n.Emit1("pow_scalar", {x}, ir::Attrs{{"p", e.value.GetDouble(0)}}));
     return n.SetOut(0, y);
   }
   if (IsFloating(dt) && e.meta.dtype == dt) {
@@ -69,16 +69,16 @@ absl::Status Pow(NodeCtx& n) {
     return n.SetOut(0, y);
   }
   if (IsFloating(dt)) {  // float base, integer exponent: the exponent in the base's dtype
-    LOOM_ASSIGN_OR_RETURN(Val ec, n.Emit1("cast", {e}, Attrs{{"dtype", std::string(DTypeName(dt))}}));
+    LOOM_ASSIGN_OR_RETURN(Val ec, n.Emit1("cast", {e}, ir::Attrs{{"dtype", std::string(DTypeName(dt))}}));
     LOOM_ASSIGN_OR_RETURN(Val y, n.Emit1("pow", {x, ec}));
     return n.SetOut(0, y);
   }
   // Integer base: in f64, then back to the base's dtype.
-  const Attrs f64{{"dtype", std::string("f64")}};
+  const ir::Attrs f64{{"dtype", std::string("f64")}};
   LOOM_ASSIGN_OR_RETURN(Val xd, n.Emit1("cast", {x}, f64));
   LOOM_ASSIGN_OR_RETURN(Val ed, n.Emit1("cast", {e}, f64));
   LOOM_ASSIGN_OR_RETURN(Val yd, n.Emit1("pow", {xd, ed}));
-  LOOM_ASSIGN_OR_RETURN(Val y, n.Emit1("cast", {yd}, Attrs{{"dtype", std::string(DTypeName(dt))}}));
+  LOOM_ASSIGN_OR_RETURN(Val y, n.Emit1("cast", {yd}, ir::Attrs{{"dtype", std::string(DTypeName(dt))}}));
   return n.SetOut(0, y);
 }
 
@@ -136,7 +136,7 @@ absl::Status Cast(NodeCtx& n) {
   absl::StatusOr<DType> dt = LoomDType(static_cast<int>(to));
   if (!dt.ok()) return n.Error(absl::StrCat("attribute 'to': ", dt.status().message()));
   if (*dt == x.meta.dtype) return n.SetOut(0, x);
-  LOOM_ASSIGN_OR_RETURN(Val y, n.Emit1("cast", {x}, Attrs{{"dtype", std::string(DTypeName(*dt))}}));
+  LOOM_ASSIGN_OR_RETURN(Val y, n.Emit1("cast", {x}, ir::Attrs{{"dtype", std::string(DTypeName(*dt))}}));
   return n.SetOut(0, y);
 }
 

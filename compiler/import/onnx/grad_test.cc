@@ -86,18 +86,18 @@ absl::StatusOr<ImportedModel> Build(const GradCase& c, std::map<std::string, Ten
   for (const std::string& o : outs) mb.Output(o);
   mb.Metadata(kParametersKey, absl::StrJoin(params, ","));
   LOOM_ASSIGN_OR_RETURN(ImportedModel m, ImportModelBytes(mb.Bytes()));
-  Graph& g = m.graph;
+  ir::Graph& g = m.graph;
   int loss = -1;
   for (size_t k = 0; k < g.outputs().size(); ++k) {
     const int v = g.outputs()[k].value;
     if (!IsFloating(g.meta(v).dtype)) continue;
     const std::string r = absl::StrCat("r", k);
-    const int rv = g.AddInput(r, g.meta(v), InputKind::kInput);
+    const int rv = g.AddInput(r, g.meta(v), ir::InputKind::kInput);
     (*data)[r] = Rand(std::vector<int64_t>(g.meta(v).shape.begin(), g.meta(v).shape.end()), 100 + k);
     LOOM_ASSIGN_OR_RETURN(int prod, g.AddOp1("mul", {v, rv}));
     LOOM_ASSIGN_OR_RETURN(int s, g.AddOp1("sum", {prod}));
     if (g.meta(s).dtype != DType::kF64) {
-      LOOM_ASSIGN_OR_RETURN(s, g.AddOp1("cast", {s}, Attrs{{"dtype", std::string("f64")}}));
+      LOOM_ASSIGN_OR_RETURN(s, g.AddOp1("cast", {s}, ir::Attrs{{"dtype", std::string("f64")}}));
     }
     if (loss < 0) {
       loss = s;
@@ -113,7 +113,7 @@ absl::StatusOr<ImportedModel> Build(const GradCase& c, std::map<std::string, Ten
 absl::StatusOr<std::vector<Tensor>> Run(Executor& e, const ImportedModel& m, const std::map<std::string, Tensor>& data,
                                         const std::map<std::string, Tensor>& params) {
   std::vector<Tensor> in;
-  for (const GraphInput& gi : e.program().graph.inputs()) {
+  for (const ir::GraphInput& gi : e.program().graph.inputs()) {
     if (params.count(gi.name)) in.push_back(params.at(gi.name));
     else if (data.count(gi.name)) in.push_back(data.at(gi.name));
     else in.push_back(m.initial.at(gi.name));

@@ -49,14 +49,14 @@ absl::Status ReadInitializers(::onnx::ModelProto& m, const ImportOptions& o, Pre
   return absl::OkStatus();
 }
 
-absl::StatusOr<TensorMeta> DataInputMeta(const ::onnx::ValueInfoProto& in, const ImportOptions& o) {
+absl::StatusOr<ir::TensorMeta> DataInputMeta(const ::onnx::ValueInfoProto& in, const ImportOptions& o) {
   const std::string what = absl::StrCat("graph input '", in.name(), "'");
   if (!in.type().has_tensor_type())
     return absl::InvalidArgumentError(absl::StrCat(what, ": not a tensor (sequence, map and optional types are not supported)"));
   const auto& tt = in.type().tensor_type();
   auto dt = LoomDType(tt.elem_type());
   if (!dt.ok()) return absl::InvalidArgumentError(absl::StrCat(what, ": ", dt.status().message()));
-  TensorMeta meta{*dt, {}};
+  ir::TensorMeta meta{*dt, {}};
   auto given = o.input_shapes.find(in.name());
   const int declared_rank = tt.has_shape() ? tt.shape().dim_size() : -1;
   if (given != o.input_shapes.end()) {
@@ -98,9 +98,9 @@ absl::Status DefineInputs(Builder& b, const Prepared& p, const ImportOptions& o,
                           std::map<std::string, Tensor>& params) {
   for (const auto& [name, t] : p.inits) {
     Val v;
-    v.meta = ops::MetaOf(t);
+    v.meta = kernels::MetaOf(t);
     if (p.split.params.count(name)) {
-      v.id = b.AddInput(name, v.meta, InputKind::kParam);
+      v.id = b.AddInput(name, v.meta, ir::InputKind::kParam);
       params[name] = t;
     } else {
       v.value = t;
@@ -109,17 +109,17 @@ absl::Status DefineInputs(Builder& b, const Prepared& p, const ImportOptions& o,
   }
   for (const auto& in : p.model->graph().input()) {
     if (p.init_names.count(in.name())) continue;
-    LOOM_ASSIGN_OR_RETURN(TensorMeta meta, DataInputMeta(in, o));
+    LOOM_ASSIGN_OR_RETURN(ir::TensorMeta meta, DataInputMeta(in, o));
     Val v;
     v.meta = meta;
     if (bound.count(in.name())) {
       const Tensor& t = o.input_values.at(in.name());
-      if (!(ops::MetaOf(t) == meta))
-        return absl::InvalidArgumentError(absl::StrCat("input_values['", in.name(), "'] is ", ops::MetaOf(t).ToString(),
-                                                       ", the input is ", meta.ToString()));
+      if (!(kernels::MetaOf(t) == meta))
+        return absl::InvalidArgumentError(absl::StrCat(
+            "input_values['", in.name(), "'] is ", kernels::MetaOf(t).ToString(), ", the input is ", meta.ToString()));
       v.value = t;
     } else {
-      v.id = b.AddInput(in.name(), meta, InputKind::kInput);
+      v.id = b.AddInput(in.name(), meta, ir::InputKind::kInput);
     }
     LOOM_RETURN_IF_ERROR(b.Define(in.name(), v));
   }
@@ -174,15 +174,15 @@ absl::StatusOr<ImportedModel> Convert(const Prepared& p, const ImportOptions& o,
   for (const auto& [name, t] : b.const_inputs()) m.initial[name] = t;
   m.report.converted_nodes = static_cast<int>(m.graph.nodes().size());
   if (o.recover_patterns) {
-    auto log = RecoverFastOps(m.graph, m.initial);
+    auto log = passes::RecoverFastOps(m.graph, m.initial);
     if (!log.ok()) return Annotate(log.status(), "recovering fused ops");
     m.report.recovered = true;
     m.report.patterns = std::move(*log);
   }
-  for (const GraphInput& in : m.graph.inputs()) {
-    if (in.kind == InputKind::kParam) m.params.push_back(in.name);
-    if (in.kind == InputKind::kConst) m.buffers.push_back(in.name);
-    if (in.kind == InputKind::kInput) m.data_inputs.push_back(in.name);
+  for (const ir::GraphInput& in : m.graph.inputs()) {
+    if (in.kind == ir::InputKind::kParam) m.params.push_back(in.name);
+    if (in.kind == ir::InputKind::kConst) m.buffers.push_back(in.name);
+    if (in.kind == ir::InputKind::kInput) m.data_inputs.push_back(in.name);
   }
   m.report.folded_ops = b.folded_ops();
   m.report.graph_nodes = static_cast<int>(m.graph.nodes().size());

@@ -99,7 +99,7 @@ struct ImportReport {
 };
 
 struct ImportedModel {
-  Graph graph;
+  ir::Graph graph;
   std::vector<std::string> params;       // parameter inputs, in graph order
   std::vector<std::string> buffers;      // const inputs (buffer initializers and folded constants)
   std::vector<std::string> data_inputs;  // inputs fed per step

@@ -71,7 +71,7 @@ TEST(OnnxImport, LinearModelRunsAndClassifiesItsWeight) {
   EXPECT_GT(m->report.shape_checked, 0);
   auto out = testing::RunForward(*m, {{"x", F32({2, 3}, -1)}});
   ASSERT_TRUE(out.ok()) << out.status();
-  auto want = ops::RunOp("matmul", {F32({2, 3}, -1), F32({3, 4})});
+  auto want = kernels::RunOp("matmul", {F32({2, 3}, -1), F32({3, 4})});
   ASSERT_TRUE(want.ok());
   EXPECT_LT(RelativeError((*out)[0], (*want)[0]), 1e-6);
 }
@@ -95,7 +95,7 @@ TEST(OnnxImport, ShapeChainsFoldIntoOneReshape) {
   mb.Output("y");
   auto m = ImportModelBytes(mb.Bytes());
   ASSERT_TRUE(m.ok()) << m.status();
-  EXPECT_EQ(PrintGraph(m->graph), R"IR(graph @test(%x: f32[2, 3, 4]) {
+  EXPECT_EQ(ir::PrintGraph(m->graph), R"IR(graph @test(%x: f32[2, 3, 4]) {
   %0 = reshape(%x) {shape=[2, 12]} : f32[2, 12]
   return %0
 }
@@ -184,7 +184,7 @@ TEST(OnnxImport, TrainingGraphOfAClassifierTakesFloatInputsAndOneLabelPerRow) {
   TrainingGraphOptions o;
   auto t = BuildTrainingGraph(*m, o);
   ASSERT_TRUE(t.ok()) << t.status();
-  const Graph& g = t->graph;
+  const ir::Graph& g = t->graph;
   EXPECT_EQ(g.meta(g.inputs()[g.FindInput("x")].value).ToString(), "f32[4, 3]");
   EXPECT_EQ(g.meta(g.inputs()[g.FindInput("y")].value).ToString(), "i32[4]");
   o.vocab = 7;
@@ -236,16 +236,16 @@ TEST(OnnxImport, TrainingGraphFeedsDropoutTheStepAndEvaluationDropsIt) {
   TrainingGraphOptions o;
   auto train = BuildTrainingGraph(*m, o);
   ASSERT_TRUE(train.ok()) << train.status();
-  const Graph& g = train->graph;
+  const ir::Graph& g = train->graph;
   ASSERT_GE(g.FindInput(kDropoutStep), 0);
   bool fed = false;
-  for (const Node& n : g.nodes())
+  for (const ir::Node& n : g.nodes())
     if (n.op == "dropout") fed = n.inputs.size() == 2 && n.inputs[1] == g.inputs()[g.FindInput(kDropoutStep)].value;
-  EXPECT_TRUE(fed) << PrintGraph(g);
+  EXPECT_TRUE(fed) << ir::PrintGraph(g);
   o.return_logits = true;
   auto eval = BuildTrainingGraph(*m, o);
   ASSERT_TRUE(eval.ok()) << eval.status();
-  for (const Node& n : eval->graph.nodes()) EXPECT_NE(n.op, "dropout");
+  for (const ir::Node& n : eval->graph.nodes()) EXPECT_NE(n.op, "dropout");
   EXPECT_TRUE(eval->has_logits);
   o.token_input = "nope";
   ExpectInvalid(BuildTrainingGraph(*m, o).status(), {"'nope' is not a data input"});
@@ -286,9 +286,9 @@ TEST(OnnxImport, RecoveryPassesRebuildAttentionAndDropTheMask) {
   auto plain = ImportModelBytes(mb.Bytes(), off);
   ASSERT_TRUE(plain.ok()) << plain.status();
   std::map<std::string, int> ops;
-  for (const Node& n : fused->graph.nodes()) ++ops[n.op];
-  EXPECT_EQ(ops["sdpa"], 1) << PrintGraph(fused->graph);
-  EXPECT_EQ(ops["softmax"] + ops["where"] + ops["matmul"], 0) << PrintGraph(fused->graph);
+  for (const ir::Node& n : fused->graph.nodes()) ++ops[n.op];
+  EXPECT_EQ(ops["sdpa"], 1) << ir::PrintGraph(fused->graph);
+  EXPECT_EQ(ops["softmax"] + ops["where"] + ops["matmul"], 0) << ir::PrintGraph(fused->graph);
   EXPECT_TRUE(fused->report.recovered);
   ASSERT_EQ(fused->report.patterns.size(), 1u);
   EXPECT_NE(fused->report.patterns[0].find("sdpa{is_causal=true}"), std::string::npos) << fused->report.patterns[0];

@@ -42,7 +42,7 @@ AxisSlice Clamp(int axis, int64_t start, int64_t end, int64_t step, int64_t dim)
 absl::StatusOr<Val> SliceAxis(NodeCtx& n, const Val& x, const AxisSlice& s) {
   const int64_t dim = x.meta.shape[s.axis];
   if (s.step == 1 && s.start == 0 && s.length == dim) return x;
-  Attrs a{{"axis", int64_t{s.axis}}, {"start", s.start}, {"length", s.length}};
+  ir::Attrs a{{"axis", int64_t{s.axis}}, {"start", s.start}, {"length", s.length}};
   if (s.step != 1) a.Set("step", s.step);
   return n.Emit1("slice", {x}, a);
 }
@@ -143,7 +143,7 @@ absl::Status Gather(NodeCtx& n) {
     LOOM_ASSIGN_OR_RETURN(Val y, n.Emit1("embedding", {x, idx}));
     return n.SetOut(0, y);
   }
-  LOOM_ASSIGN_OR_RETURN(Val y, n.Emit1("gather", {x, idx}, Attrs{{"axis", int64_t{ax}}}));
+  LOOM_ASSIGN_OR_RETURN(Val y, n.Emit1("gather", {x, idx}, ir::Attrs{{"axis", int64_t{ax}}}));
   return n.SetOut(0, y);
 }
 

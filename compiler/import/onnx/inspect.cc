@@ -32,7 +32,7 @@ std::string OpsSection(const ::onnx::ModelProto& m, int* unsupported) {
 
 std::string InputsSection(const ImportedModel& im) {
   std::string s;
-  const Graph& g = im.graph;
+  const ir::Graph& g = im.graph;
   auto meta = [&](const std::string& name) { return g.meta(g.inputs()[g.FindInput(name)].value).ToString(); };
   absl::StrAppendFormat(&s, "parameters: %d tensors, %d values (rule: %s)\n", im.params.size(), im.NumParameters(),
                         im.report.param_rule == ParamRule::kMetadata
@@ -82,7 +82,7 @@ absl::StatusOr<InspectResult> InspectModel(const std::string& path, const Import
   absl::StrAppend(&r.text, "patterns matched: ", im->report.patterns.size(),
                   im->report.recovered ? "" : " (recovery passes off)", "\n");
   for (const std::string& p : im->report.patterns) absl::StrAppend(&r.text, "  ", p, "\n");
-  if (print_graph) absl::StrAppend(&r.text, "\n", PrintGraph(im->graph));
+  if (print_graph) absl::StrAppend(&r.text, "\n", ir::PrintGraph(im->graph));
   return r;
 }
 

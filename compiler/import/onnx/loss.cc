@@ -69,17 +69,17 @@ absl::StatusOr<Val> ClassLast(NodeCtx& n, const Val& x) {
   std::vector<int64_t> perm = {0};
   for (int i = 2; i < r; ++i) perm.push_back(i);
   perm.push_back(1);
-  return n.Emit1("permute", {x}, Attrs{{"dims", perm}});
+  return n.Emit1("permute", {x}, ir::Attrs{{"dims", perm}});
 }
 
 absl::StatusOr<Val> FastCrossEntropy(NodeCtx& n, const LossArgs& a) {
   LOOM_ASSIGN_OR_RETURN(Val xt, ClassLast(n, a.x));
   const int64_t c = a.x.meta.shape[1];
   const int64_t rows = NumElements(a.labels.meta.shape);
-  LOOM_ASSIGN_OR_RETURN(Val x2, n.Emit1("reshape", {xt}, Attrs{{"shape", std::vector<int64_t>{rows, c}}}));
-  LOOM_ASSIGN_OR_RETURN(Val l1, n.Emit1("reshape", {a.labels}, Attrs{{"shape", std::vector<int64_t>{rows}}}));
+  LOOM_ASSIGN_OR_RETURN(Val x2, n.Emit1("reshape", {xt}, ir::Attrs{{"shape", std::vector<int64_t>{rows, c}}}));
+  LOOM_ASSIGN_OR_RETURN(Val l1, n.Emit1("reshape", {a.labels}, ir::Attrs{{"shape", std::vector<int64_t>{rows}}}));
   const int64_t ii = a.has_ii ? a.ii : std::numeric_limits<int64_t>::min();
-  LOOM_ASSIGN_OR_RETURN(std::vector<Val> r, n.Emit("cross_entropy", {x2, l1}, Attrs{{"ignore_index", ii}}));
+  LOOM_ASSIGN_OR_RETURN(std::vector<Val> r, n.Emit("cross_entropy", {x2, l1}, ir::Attrs{{"ignore_index", ii}}));
   return r[0];
 }
 
@@ -91,11 +91,11 @@ absl::StatusOr<Val> NllFromLogProb(NodeCtx& n, const LossArgs& a, const Val& log
   for (int64_t i = 0; i < c; ++i) ids[i] = i;
   std::vector<int64_t> l_shape = ShapeVec(a.labels.meta.shape);
   l_shape.push_back(1);
-  LOOM_ASSIGN_OR_RETURN(Val l_col, n.Emit1("reshape", {a.labels}, Attrs{{"shape", l_shape}}));
+  LOOM_ASSIGN_OR_RETURN(Val l_col, n.Emit1("reshape", {a.labels}, ir::Attrs{{"shape", l_shape}}));
   LOOM_ASSIGN_OR_RETURN(Val onehot, n.Emit1("equal", {l_col, n.Const(IntTensor(ids, {c}, ldt))}));
   LOOM_ASSIGN_OR_RETURN(Val zero, n.Scalar(0, fdt));
   LOOM_ASSIGN_OR_RETURN(Val one, n.Scalar(1, fdt));
-  const Attrs last{{"axes", std::vector<int64_t>{-1}}, {"keepdim", false}};
+  const ir::Attrs last{{"axes", std::vector<int64_t>{-1}}, {"keepdim", false}};
   LOOM_ASSIGN_OR_RETURN(Val sel, n.Emit1("where", {onehot, lt, zero}));
   LOOM_ASSIGN_OR_RETURN(Val picked, n.Emit1("sum", {sel}, last));
   Val w;
@@ -103,7 +103,7 @@ absl::StatusOr<Val> NllFromLogProb(NodeCtx& n, const LossArgs& a, const Val& log
     LOOM_ASSIGN_OR_RETURN(Val wsel, n.Emit1("where", {onehot, a.weight, zero}));
     LOOM_ASSIGN_OR_RETURN(w, n.Emit1("sum", {wsel}, last));
   } else {
-    LOOM_ASSIGN_OR_RETURN(w, n.Emit1("broadcast_to", {one}, Attrs{{"shape", ShapeVec(a.labels.meta.shape)}}));
+    LOOM_ASSIGN_OR_RETURN(w, n.Emit1("broadcast_to", {one}, ir::Attrs{{"shape", ShapeVec(a.labels.meta.shape)}}));
   }
   if (a.has_ii) {
     LOOM_ASSIGN_OR_RETURN(Val iiv, n.Scalar(static_cast<double>(a.ii), ldt));
@@ -125,7 +125,7 @@ absl::Status SoftmaxCrossEntropy(NodeCtx& n) {
     LOOM_ASSIGN_OR_RETURN(Val loss, FastCrossEntropy(n, a));
     return n.SetOut(0, loss);
   }
-  LOOM_ASSIGN_OR_RETURN(Val logp, n.Emit1("log_softmax", {a.x}, Attrs{{"axis", int64_t{1}}}));
+  LOOM_ASSIGN_OR_RETURN(Val logp, n.Emit1("log_softmax", {a.x}, ir::Attrs{{"axis", int64_t{1}}}));
   LOOM_ASSIGN_OR_RETURN(Val loss, NllFromLogProb(n, a, logp));
   LOOM_RETURN_IF_ERROR(n.SetOut(0, loss));
   return n.SetOut(1, logp);

@@ -25,7 +25,7 @@ namespace {
 
 absl::StatusOr<Val> Reshape(NodeCtx& n, const Val& x, std::vector<int64_t> shape) {
   if (ShapeVec(x.meta.shape) == shape) return x;
-  return n.Emit1("reshape", {x}, Attrs{{"shape", std::move(shape)}});
+  return n.Emit1("reshape", {x}, ir::Attrs{{"shape", std::move(shape)}});
 }
 
 absl::Status MatMul(NodeCtx& n) {
@@ -59,14 +59,14 @@ absl::Status Gemm(NodeCtx& n) {
   LOOM_ASSIGN_OR_RETURN(int64_t ta, n.AttrInt("transA", 0));
   LOOM_ASSIGN_OR_RETURN(int64_t tb, n.AttrInt("transB", 0));
   LOOM_RETURN_IF_ERROR(n.Check(a.meta.shape.size() == 2 && b.meta.shape.size() == 2, "A and B must be matrices"));
-  LOOM_ASSIGN_OR_RETURN(Val y, n.Emit1("matmul", {a, b}, Attrs{{"trans_a", ta != 0}, {"trans_b", tb != 0}}));
+  LOOM_ASSIGN_OR_RETURN(Val y, n.Emit1("matmul", {a, b}, ir::Attrs{{"trans_a", ta != 0}, {"trans_b", tb != 0}}));
   if (alpha != 1.0) {
-    LOOM_ASSIGN_OR_RETURN(y, n.Emit1("scale", {y}, Attrs{{"s", alpha}}));
+    LOOM_ASSIGN_OR_RETURN(y, n.Emit1("scale", {y}, ir::Attrs{{"s", alpha}}));
   }
   if (n.HasInput(2) && beta != 0.0) {
     LOOM_ASSIGN_OR_RETURN(Val c, n.In(2));
     if (beta != 1.0) {
-      LOOM_ASSIGN_OR_RETURN(c, n.Emit1("scale", {c}, Attrs{{"s", beta}}));
+      LOOM_ASSIGN_OR_RETURN(c, n.Emit1("scale", {c}, ir::Attrs{{"s", beta}}));
     }
     LOOM_ASSIGN_OR_RETURN(Val sum, n.Emit1("add", {y, c}));
     if (sum.meta.shape != y.meta.shape) return n.Error("C does not broadcast to the product's shape");
@@ -83,13 +83,13 @@ absl::Status Softmax(NodeCtx& n, const std::string& op) {
   LOOM_ASSIGN_OR_RETURN(int64_t a, n.AttrInt("axis", coerce ? 1 : -1));
   LOOM_ASSIGN_OR_RETURN(int ax, NormAxis(n, a, rank, "axis"));
   if (!coerce || ax == rank - 1) {
-    LOOM_ASSIGN_OR_RETURN(Val y, n.Emit1(op, {x}, Attrs{{"axis", int64_t{ax}}}));
+    LOOM_ASSIGN_OR_RETURN(Val y, n.Emit1(op, {x}, ir::Attrs{{"axis", int64_t{ax}}}));
     return n.SetOut(0, y);
   }
   int64_t lead = 1, rest = 1;
   for (int i = 0; i < rank; ++i) (i < ax ? lead : rest) *= x.meta.shape[i];
   LOOM_ASSIGN_OR_RETURN(Val flat, Reshape(n, x, {lead, rest}));
-  LOOM_ASSIGN_OR_RETURN(Val s, n.Emit1(op, {flat}, Attrs{{"axis", int64_t{-1}}}));
+  LOOM_ASSIGN_OR_RETURN(Val s, n.Emit1(op, {flat}, ir::Attrs{{"axis", int64_t{-1}}}));
   LOOM_ASSIGN_OR_RETURN(Val y, Reshape(n, s, ShapeVec(x.meta.shape)));
   return n.SetOut(0, y);
 }
@@ -98,7 +98,7 @@ absl::Status Softmax(NodeCtx& n, const std::string& op) {
 absl::StatusOr<Val> NormVector(NodeCtx& n, const Val& v, const std::vector<int64_t>& norm_shape, int64_t count) {
   Val b = v;
   if (ShapeVec(v.meta.shape) != norm_shape) {
-    LOOM_ASSIGN_OR_RETURN(b, n.Emit1("broadcast_to", {v}, Attrs{{"shape", norm_shape}}));
+    LOOM_ASSIGN_OR_RETURN(b, n.Emit1("broadcast_to", {v}, ir::Attrs{{"shape", norm_shape}}));
   }
   return Reshape(n, b, {count});
 }
@@ -131,7 +131,7 @@ absl::Status LayerNorm(NodeCtx& n) {
   if (ax != rank - 1) {
     LOOM_ASSIGN_OR_RETURN(flat, Reshape(n, x, {lead, count}));
   }
-  LOOM_ASSIGN_OR_RETURN(std::vector<Val> r, n.Emit("layernorm", {flat, w, bias}, Attrs{{"eps", eps}}));
+  LOOM_ASSIGN_OR_RETURN(std::vector<Val> r, n.Emit("layernorm", {flat, w, bias}, ir::Attrs{{"eps", eps}}));
   LOOM_ASSIGN_OR_RETURN(Val y, Reshape(n, r[0], ShapeVec(x.meta.shape)));
   LOOM_RETURN_IF_ERROR(n.SetOut(0, y));
   // Mean and InvStdDev: keep-dims shape, in the stash_type dtype (default float).
@@ -148,19 +148,19 @@ absl::Status LayerNorm(NodeCtx& n) {
   if (ax == rank - 1) {
     LOOM_ASSIGN_OR_RETURN(rows, Reshape(n, x, {lead, count}));
   }
-  const Attrs last{{"axes", std::vector<int64_t>{-1}}, {"keepdim", true}};
+  const ir::Attrs last{{"axes", std::vector<int64_t>{-1}}, {"keepdim", true}};
   LOOM_ASSIGN_OR_RETURN(Val mean, n.Emit1("mean", {rows}, last));
   LOOM_ASSIGN_OR_RETURN(Val dev, n.Emit1("sub", {rows, mean}));
   LOOM_ASSIGN_OR_RETURN(Val sq, n.Emit1("mul", {dev, dev}));
   LOOM_ASSIGN_OR_RETURN(Val var, n.Emit1("mean", {sq}, last));
-  LOOM_ASSIGN_OR_RETURN(Val var_eps, n.Emit1("add_scalar", {var}, Attrs{{"s", eps}}));
+  LOOM_ASSIGN_OR_RETURN(Val var_eps, n.Emit1("add_scalar", {var}, ir::Attrs{{"s", eps}}));
   LOOM_ASSIGN_OR_RETURN(Val rstd, n.Emit1("rsqrt", {var_eps}));
   const Val stats[3] = {Val(), mean, rstd};
   for (int k = 1; k <= 2; ++k) {
     if (!n.WantsOutput(k)) continue;
     LOOM_ASSIGN_OR_RETURN(Val s, Reshape(n, stats[k], stat_shape));
     if (s.meta.dtype != *stash_dt) {
-      LOOM_ASSIGN_OR_RETURN(s, n.Emit1("cast", {s}, Attrs{{"dtype", std::string(DTypeName(*stash_dt))}}));
+      LOOM_ASSIGN_OR_RETURN(s, n.Emit1("cast", {s}, ir::Attrs{{"dtype", std::string(DTypeName(*stash_dt))}}));
     }
     LOOM_RETURN_IF_ERROR(n.SetOut(k, s));
   }
@@ -185,12 +185,14 @@ absl::Status Dropout(NodeCtx& n) {
   if (!training || ratio == 0) {
     LOOM_RETURN_IF_ERROR(n.SetOut(0, x));
     if (!n.WantsOutput(1)) return absl::OkStatus();
-    LOOM_ASSIGN_OR_RETURN(Val ones, n.Emit1("fill", {}, Attrs{{"shape", ShapeVec(x.meta.shape)},
-                                                                {"dtype", std::string("bool")}, {"value", 1.0}}));
+    LOOM_ASSIGN_OR_RETURN(
+        Val ones,
+        n.Emit1("fill", {},
+                ir::Attrs{{"shape", ShapeVec(x.meta.shape)}, {"dtype", std::string("bool")}, {"value", 1.0}}));
     return n.SetOut(1, ones);
   }
   LOOM_ASSIGN_OR_RETURN(int64_t seed, n.AttrInt("seed", 0));
-  const Attrs attrs{{"p", ratio}, {"seed", seed}};
+  const ir::Attrs attrs{{"p", ratio}, {"seed", seed}};
   LOOM_ASSIGN_OR_RETURN(Val y, n.Emit1("dropout", {x}, attrs));
   LOOM_RETURN_IF_ERROR(n.SetOut(0, y));
   if (!n.WantsOutput(1)) return absl::OkStatus();

@@ -114,7 +114,7 @@ double Bound(DType dt) {
 // "" when `got` matches `want` within the dtype's bound.
 std::string Compare(const Tensor& got, const Tensor& want) {
   if (got.dtype() != want.dtype() || got.shape() != want.shape())
-    return absl::StrCat("got ", ops::MetaOf(got).ToString(), ", expected ", ops::MetaOf(want).ToString());
+    return absl::StrCat("got ", kernels::MetaOf(got).ToString(), ", expected ", kernels::MetaOf(want).ToString());
   double num = 0, den = 0;
   for (int64_t i = 0; i < want.numel(); ++i) {
     const double a = got.GetDouble(i), b = want.GetDouble(i);
@@ -132,8 +132,8 @@ std::string Compare(const Tensor& got, const Tensor& want) {
   return "";
 }
 
-bool HasOp(const Graph& g, absl::string_view op) {
-  for (const Node& n : g.nodes())
+bool HasOp(const ir::Graph& g, absl::string_view op) {
+  for (const ir::Node& n : g.nodes())
     if (n.op == op) return true;
   return false;
 }

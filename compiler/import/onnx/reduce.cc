@@ -34,7 +34,7 @@ absl::Status Reduce(NodeCtx& n, const std::string& op, bool axes_input) {
   if (axes.empty())
     for (int i = 0; i < rank; ++i) axes.push_back(i);
   if (rank == 0) return n.SetOut(0, x);
-  LOOM_ASSIGN_OR_RETURN(Val y, n.Emit1(op, {x}, Attrs{{"axes", axes}, {"keepdim", keepdims != 0}}));
+  LOOM_ASSIGN_OR_RETURN(Val y, n.Emit1(op, {x}, ir::Attrs{{"axes", axes}, {"keepdim", keepdims != 0}}));
   return n.SetOut(0, y);
 }
 

@@ -17,7 +17,7 @@ namespace {
 
 absl::StatusOr<Val> ReshapeTo(NodeCtx& n, const Val& x, const std::vector<int64_t>& shape) {
   if (std::vector<int64_t>(x.meta.shape.begin(), x.meta.shape.end()) == shape) return x;
-  return n.Emit1("reshape", {x}, Attrs{{"shape", shape}});
+  return n.Emit1("reshape", {x}, ir::Attrs{{"shape", shape}});
 }
 
 absl::Status Reshape(NodeCtx& n) {
@@ -76,7 +76,7 @@ absl::Status Transpose(NodeCtx& n) {
   bool identity = true;
   for (int i = 0; i < rank; ++i) identity = identity && perm[i] == i;
   if (identity) return n.SetOut(0, x);
-  LOOM_ASSIGN_OR_RETURN(Val y, n.Emit1("permute", {x}, Attrs{{"dims", perm}}));
+  LOOM_ASSIGN_OR_RETURN(Val y, n.Emit1("permute", {x}, ir::Attrs{{"dims", perm}}));
   return n.SetOut(0, y);
 }
 
@@ -145,7 +145,7 @@ absl::Status Concat(NodeCtx& n) {
   LOOM_RETURN_IF_ERROR(n.Check(!ins.empty(), "needs at least one input"));
   if (ins.size() == 1) return n.SetOut(0, ins[0]);
   LOOM_ASSIGN_OR_RETURN(int ax, NormAxis(n, axis, static_cast<int>(ins[0].meta.shape.size()), "axis"));
-  LOOM_ASSIGN_OR_RETURN(Val y, n.Emit1("concat", ins, Attrs{{"axis", int64_t{ax}}}));
+  LOOM_ASSIGN_OR_RETURN(Val y, n.Emit1("concat", ins, ir::Attrs{{"axis", int64_t{ax}}}));
   return n.SetOut(0, y);
 }
 
@@ -184,7 +184,7 @@ absl::Status Expand(NodeCtx& n) {
   LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> shape, n.ConstInts(1, "the target shape"));
   LOOM_ASSIGN_OR_RETURN(std::vector<int64_t> out, Broadcast(n, x.meta.shape, shape));
   if (out == ShapeVec(x.meta.shape)) return n.SetOut(0, x);
-  LOOM_ASSIGN_OR_RETURN(Val y, n.Emit1("broadcast_to", {x}, Attrs{{"shape", out}}));
+  LOOM_ASSIGN_OR_RETURN(Val y, n.Emit1("broadcast_to", {x}, ir::Attrs{{"shape", out}}));
   return n.SetOut(0, y);
 }
 
@@ -204,7 +204,7 @@ absl::Status Tile(NodeCtx& n) {
   }
   if (out == ShapeVec(s)) return n.SetOut(0, x);
   LOOM_ASSIGN_OR_RETURN(Val a, ReshapeTo(n, x, split));
-  LOOM_ASSIGN_OR_RETURN(Val b, n.Emit1("broadcast_to", {a}, Attrs{{"shape", tiled}}));
+  LOOM_ASSIGN_OR_RETURN(Val b, n.Emit1("broadcast_to", {a}, ir::Attrs{{"shape", tiled}}));
   LOOM_ASSIGN_OR_RETURN(Val y, ReshapeTo(n, b, out));
   return n.SetOut(0, y);
 }

@@ -12,7 +12,7 @@ namespace {
 
 constexpr int64_t kKeepValueElements = 4096;
 
-void SetType(const TensorMeta& meta, ::onnx::ValueInfoProto* vi) {
+void SetType(const ir::TensorMeta& meta, ::onnx::ValueInfoProto* vi) {
   auto* tt = vi->mutable_type()->mutable_tensor_type();
   tt->set_elem_type(OnnxType(meta.dtype));
   auto* shape = tt->mutable_shape();

@@ -56,10 +56,10 @@ absl::StatusOr<Roles> AssignRoles(const ImportedModel& m, const TrainingGraphOpt
 
 // Whether every use of value v in src is the index operand of an embedding
 // or gather (which read i32 and i64 indices alike).
-bool OnlyIndexes(const Graph& src, int v) {
-  for (const GraphOutput& o : src.outputs())
+bool OnlyIndexes(const ir::Graph& src, int v) {
+  for (const ir::GraphOutput& o : src.outputs())
     if (o.value == v) return false;
-  for (const Node& n : src.nodes())
+  for (const ir::Node& n : src.nodes())
     for (size_t k = 0; k < n.inputs.size(); ++k)
       if (n.inputs[k] == v && !(k == 1 && (n.op == "embedding" || n.op == "gather"))) return false;
   return true;
@@ -67,20 +67,20 @@ bool OnlyIndexes(const Graph& src, int v) {
 
 // The trainer's input for a model input of `need`: its shape, i32 for
 // integer inputs and f32 for floating ones.
-TensorMeta FedMeta(const TensorMeta& need) {
-  return TensorMeta{IsFloating(need.dtype) ? DType::kF32 : DType::kI32, need.shape};
+ir::TensorMeta FedMeta(const ir::TensorMeta& need) {
+  return ir::TensorMeta{IsFloating(need.dtype) ? DType::kF32 : DType::kI32, need.shape};
 }
 
 // x or y, as the data input of the model needs it: its dtype, or the i32 the
 // trainer feeds when the model only looks rows up with an i64 input.
-absl::StatusOr<int> Feed(Graph& g, int fed, const TensorMeta& need, bool index_only) {
+absl::StatusOr<int> Feed(ir::Graph& g, int fed, const ir::TensorMeta& need, bool index_only) {
   if (need.dtype == g.meta(fed).dtype) return fed;
   if (index_only && need.dtype == DType::kI64 && g.meta(fed).dtype == DType::kI32) return fed;
-  return g.AddOp1("cast", {fed}, Attrs{{"dtype", std::string(DTypeName(need.dtype))}});
+  return g.AddOp1("cast", {fed}, ir::Attrs{{"dtype", std::string(DTypeName(need.dtype))}});
 }
 
 // The logits as [rows, classes] (from [..., classes]).
-absl::StatusOr<int> Logits2D(Graph& g, int logits, int64_t vocab_expected) {
+absl::StatusOr<int> Logits2D(ir::Graph& g, int logits, int64_t vocab_expected) {
   const Shape& s = g.meta(logits).shape;
   if (s.size() < 2 || !IsFloating(g.meta(logits).dtype))
     return absl::InvalidArgumentError(absl::StrCat("the model's first output ", g.meta(logits).ToString(),
@@ -89,11 +89,11 @@ absl::StatusOr<int> Logits2D(Graph& g, int logits, int64_t vocab_expected) {
     return absl::InvalidArgumentError(absl::StrCat("model.vocab: ", vocab_expected, " does not match the model's logits (",
                                                    s.back(), " classes)"));
   if (s.size() == 2) return logits;
-  return g.AddOp1("reshape", {logits}, Attrs{{"shape", std::vector<int64_t>{NumElements(s) / s.back(), s.back()}}});
+  return g.AddOp1("reshape", {logits}, ir::Attrs{{"shape", std::vector<int64_t>{NumElements(s) / s.back(), s.back()}}});
 }
 
 // The shape of y for a loss over `logits` (see the top of training.h).
-Shape TargetShape(const TensorMeta& x, const Shape& logits) {
+Shape TargetShape(const ir::TensorMeta& x, const Shape& logits) {
   const int64_t rows = NumElements(logits) / logits.back();
   if (!IsFloating(x.dtype) && NumElements(x.shape) == rows) return x.shape;
   return Shape(logits.begin(), logits.end() - 1);
@@ -103,9 +103,9 @@ Shape TargetShape(const TensorMeta& x, const Shape& logits) {
 
 // Copies the model's nodes into `g` (vmap: model value -> g value); dropout
 // as training.h says.
-absl::Status CopyNodes(const Graph& src, Graph& g, bool evaluation, std::map<int, int>& vmap) {
+absl::Status CopyNodes(const ir::Graph& src, ir::Graph& g, bool evaluation, std::map<int, int>& vmap) {
   int dropout_step = -1;
-  for (const Node& n : src.nodes()) {
+  for (const ir::Node& n : src.nodes()) {
     std::vector<int> ins;
     for (int v : n.inputs) ins.push_back(vmap.at(v));
     if (n.op == "dropout" && evaluation) {
@@ -124,17 +124,17 @@ absl::Status CopyNodes(const Graph& src, Graph& g, bool evaluation, std::map<int
 
 absl::StatusOr<TrainingGraph> BuildTrainingGraph(const ImportedModel& m, const TrainingGraphOptions& o) {
   LOOM_ASSIGN_OR_RETURN(Roles roles, AssignRoles(m, o));
-  const Graph& src = m.graph;
+  const ir::Graph& src = m.graph;
   if (src.outputs().empty()) return absl::InvalidArgumentError("the model has no outputs");
   const int tok_value = src.inputs()[src.FindInput(roles.tokens)].value;
-  const TensorMeta tok = src.meta(tok_value);
+  const ir::TensorMeta tok = src.meta(tok_value);
   TrainingGraph out;
-  Graph& g = out.graph;
+  ir::Graph& g = out.graph;
   g.set_name(src.name());
   std::map<int, int> vmap;
-  for (const GraphInput& in : src.inputs())
-    if (in.kind != InputKind::kInput) vmap[in.value] = g.AddInput(in.name, src.meta(in.value), in.kind);
-  const TensorMeta first_meta = src.meta(src.outputs()[0].value);
+  for (const ir::GraphInput& in : src.inputs())
+    if (in.kind != ir::InputKind::kInput) vmap[in.value] = g.AddInput(in.name, src.meta(in.value), in.kind);
+  const ir::TensorMeta first_meta = src.meta(src.outputs()[0].value);
   const bool model_loss = first_meta.shape.empty() && o.loss_kind != "cross_entropy";
   const int x = g.AddInput("x", FedMeta(tok));
   LOOM_ASSIGN_OR_RETURN(vmap[tok_value], Feed(g, x, tok, OnlyIndexes(src, tok_value)));
@@ -164,13 +164,14 @@ absl::StatusOr<TrainingGraph> BuildTrainingGraph(const ImportedModel& m, const T
     if (NumElements(g.meta(target).shape) != rows)
       return absl::InvalidArgumentError(absl::StrCat("the targets ", g.meta(target).ToString(), " do not hold one class per "
                                                      "row of the logits ", g.meta(logits).ToString()));
-    LOOM_ASSIGN_OR_RETURN(int t1, g.AddOp1("reshape", {target}, Attrs{{"shape", std::vector<int64_t>{rows}}}));
-    LOOM_ASSIGN_OR_RETURN(std::vector<int> ce, g.AddOp("cross_entropy", {logits, t1}, Attrs{{"ignore_index", o.ignore_index}}));
+    LOOM_ASSIGN_OR_RETURN(int t1, g.AddOp1("reshape", {target}, ir::Attrs{{"shape", std::vector<int64_t>{rows}}}));
+    LOOM_ASSIGN_OR_RETURN(std::vector<int> ce,
+                          g.AddOp("cross_entropy", {logits, t1}, ir::Attrs{{"ignore_index", o.ignore_index}}));
     loss = ce[0];
   }
   if (!IsFloating(g.meta(loss).dtype)) return absl::InvalidArgumentError("the model's loss is not floating");
   if (g.meta(loss).dtype != DType::kF32) {
-    LOOM_ASSIGN_OR_RETURN(loss, g.AddOp1("cast", {loss}, Attrs{{"dtype", std::string("f32")}}));
+    LOOM_ASSIGN_OR_RETURN(loss, g.AddOp1("cast", {loss}, ir::Attrs{{"dtype", std::string("f32")}}));
   }
   g.AddOutput(loss);
   if (o.return_logits && logits >= 0) {

@@ -51,7 +51,7 @@ struct TrainingGraphOptions {
 };
 
 struct TrainingGraph {
-  Graph graph;
+  ir::Graph graph;
   bool model_loss = false;   // the model computes its loss itself
   bool has_logits = false;   // output 1 exists (return_logits and the model has logits)
 };

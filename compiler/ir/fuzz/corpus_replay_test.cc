@@ -5,10 +5,10 @@
 #include "compiler/ir/fuzz/ir_text_fuzz_body.h"
 #include "gtest/gtest.h"
 
-namespace loom::compiler::fuzz {
+namespace loom::compiler::ir::fuzz {
 namespace {
 
 TEST(CorpusReplay, FuzzIrText) { loom::testing::ReplayCorpus("compiler/ir/fuzz/corpus", FuzzIrText); }
 
 }  // namespace
-}  // namespace loom::compiler::fuzz
+}  // namespace loom::compiler::ir::fuzz

@@ -2,6 +2,6 @@
 #include "compiler/ir/fuzz/ir_text_fuzz_body.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  loom::compiler::fuzz::FuzzIrText(data, size);
+  loom::compiler::ir::fuzz::FuzzIrText(data, size);
   return 0;
 }

@@ -6,7 +6,7 @@
 
 #include "compiler/ir/text.h"
 
-namespace loom::compiler::fuzz {
+namespace loom::compiler::ir::fuzz {
 
 void FuzzIrText(const uint8_t* data, size_t size) {
   auto g = ParseGraph(absl::string_view(reinterpret_cast<const char*>(data), size));
@@ -32,4 +32,4 @@ void FuzzIrText(const uint8_t* data, size_t size) {
   }
 }
 
-}  // namespace loom::compiler::fuzz
+}  // namespace loom::compiler::ir::fuzz

@@ -11,8 +11,8 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace loom::compiler::fuzz {
+namespace loom::compiler::ir::fuzz {
 
 void FuzzIrText(const uint8_t* data, size_t size);
 
-}  // namespace loom::compiler::fuzz
+}  // namespace loom::compiler::ir::fuzz

@@ -12,7 +12,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 
-namespace loom::k8s {
+namespace loom::deploy::operator_::testing {
 namespace {
 
 std::string Now() { return absl::FormatTime("%Y-%m-%dT%H:%M:%SZ", absl::Now(), absl::UTCTimeZone()); }
@@ -398,4 +398,4 @@ bool MakeSelfSignedCert(const std::string& dir, std::string* cert_file, std::str
   return std::system(cmd.c_str()) == 0;
 }
 
-}  // namespace loom::k8s
+}  // namespace loom::deploy::operator_::testing

@@ -41,7 +41,7 @@ namespace httplib {
 class SSLServer;
 }
 
-namespace loom::k8s {
+namespace loom::deploy::operator_::testing {
 
 class FakeApiServer {
  public:
@@ -121,4 +121,4 @@ class FakeApiServer {
 // CLI (RSA 2048); returns false on failure.
 bool MakeSelfSignedCert(const std::string& dir, std::string* cert_file, std::string* key_file);
 
-}  // namespace loom::k8s
+}  // namespace loom::deploy::operator_::testing

@@ -9,7 +9,7 @@
 #include "base/thread_pool.h"
 #include "kernels/cpu/nn/common.h"
 
-namespace loom::nn_internal {
+namespace loom::kernels::cpu::nn::internal {
 namespace {
 
 constexpr double kSqrt2OverPi = 0.79788456080286535588;
@@ -159,16 +159,16 @@ absl::Status SiluBackwardKernel(absl::Span<const Tensor> in, absl::Span<Tensor> 
 }
 
 // ---- Cases ----
-ops::InputSpec F(Shape s, double lo = -3, double hi = 3) {
-  ops::InputSpec spec;
+kernels::InputSpec F(Shape s, double lo = -3, double hi = 3) {
+  kernels::InputSpec spec;
   spec.meta = {DType::kF32, std::move(s)};
   spec.lo = lo;
   spec.hi = hi;
   return spec;
 }
 
-ops::OpDef MakeGelu() {
-  ops::OpDef d;
+kernels::OpDef MakeGelu() {
+  kernels::OpDef d;
   d.name = "gelu";
   d.doc = "gelu(x) attr approximate (\"tanh\" | \"none\", default \"none\")";
   d.num_inputs = 1;
@@ -179,8 +179,8 @@ ops::OpDef MakeGelu() {
   };
   d.kernels[DeviceKind::kCPU] = KernelOrReference(GeluKernel, d.reference);
   d.elementwise = true;
-  d.grad = [](ops::GradBuilder& b, const ops::GradContext& c) -> absl::StatusOr<std::vector<int>> {
-    if (c.grad_outputs[0] == ops::GradBuilder::kNone) return std::vector<int>{ops::GradBuilder::kNone};
+  d.grad = [](kernels::GradBuilder& b, const kernels::GradContext& c) -> absl::StatusOr<std::vector<int>> {
+    if (c.grad_outputs[0] == kernels::GradBuilder::kNone) return std::vector<int>{kernels::GradBuilder::kNone};
     LOOM_ASSIGN_OR_RETURN(int dx, b.Emit1("gelu_backward", {c.grad_outputs[0], c.inputs[0]}, c.attrs));
     return std::vector<int>{dx};
   };
@@ -190,8 +190,8 @@ ops::OpDef MakeGelu() {
   return d;
 }
 
-ops::OpDef MakeGeluBackward() {
-  ops::OpDef d;
+kernels::OpDef MakeGeluBackward() {
+  kernels::OpDef d;
   d.name = "gelu_backward";
   d.doc = "gelu_backward(dy, x) attr approximate -> dx";
   d.num_inputs = 2;
@@ -208,8 +208,8 @@ ops::OpDef MakeGeluBackward() {
   return d;
 }
 
-ops::OpDef MakeSilu() {
-  ops::OpDef d;
+kernels::OpDef MakeSilu() {
+  kernels::OpDef d;
   d.name = "silu";
   d.doc = "silu(x) = x * sigmoid(x)";
   d.num_inputs = 1;
@@ -219,8 +219,8 @@ ops::OpDef MakeSilu() {
   };
   d.kernels[DeviceKind::kCPU] = KernelOrReference(SiluKernel, d.reference);
   d.elementwise = true;
-  d.grad = [](ops::GradBuilder& b, const ops::GradContext& c) -> absl::StatusOr<std::vector<int>> {
-    if (c.grad_outputs[0] == ops::GradBuilder::kNone) return std::vector<int>{ops::GradBuilder::kNone};
+  d.grad = [](kernels::GradBuilder& b, const kernels::GradContext& c) -> absl::StatusOr<std::vector<int>> {
+    if (c.grad_outputs[0] == kernels::GradBuilder::kNone) return std::vector<int>{kernels::GradBuilder::kNone};
     LOOM_ASSIGN_OR_RETURN(int dx, b.Emit1("silu_backward", {c.grad_outputs[0], c.inputs[0]}, c.attrs));
     return std::vector<int>{dx};
   };
@@ -229,8 +229,8 @@ ops::OpDef MakeSilu() {
   return d;
 }
 
-ops::OpDef MakeSiluBackward() {
-  ops::OpDef d;
+kernels::OpDef MakeSiluBackward() {
+  kernels::OpDef d;
   d.name = "silu_backward";
   d.doc = "silu_backward(dy, x) -> dx";
   d.num_inputs = 2;
@@ -253,4 +253,4 @@ LOOM_REGISTER_OP(MakeGeluBackward());
 LOOM_REGISTER_OP(MakeSilu());
 LOOM_REGISTER_OP(MakeSiluBackward());
 
-}  // namespace loom::nn_internal
+}  // namespace loom::kernels::cpu::nn::internal

@@ -27,7 +27,7 @@
 #include "absl/types/span.h"
 #include "base/tensor.h"
 
-namespace loom::nn {
+namespace loom::kernels::cpu::nn {
 
 struct AdamWOptions {
   double lr = 1e-3;
@@ -52,4 +52,4 @@ absl::StatusOr<double> AdamWStepMulti(absl::Span<const Tensor> params, absl::Spa
 // Validates the options (names the bad field) and step >= 1.
 absl::Status ValidateAdamW(const AdamWOptions& opt, int64_t step);
 
-}  // namespace loom::nn
+}  // namespace loom::kernels::cpu::nn

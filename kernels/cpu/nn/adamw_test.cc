@@ -10,11 +10,11 @@
 #include "kernels/cpu/nn/nn_test_util.h"
 #include "kernels/registry.h"
 
-namespace loom::nn_testing {
+namespace loom::kernels::cpu::nn::testing {
 namespace {
 
-using ops::Attrs;
-using ops::Impl;
+using kernels::Attrs;
+using kernels::Impl;
 
 Tensor Scalar(double v, DType dt = DType::kF32) { return Tensor::FromVector({}, {v}, dt); }
 
@@ -27,7 +27,7 @@ TEST(AdamW, OneStepByHand) {
     std::vector<Tensor> in = {Tensor::FromVector({2}, {1, -2}), Tensor::FromVector({2}, {0.5, 0.1}),
                               Tensor::Zeros({2}, DType::kF32), Tensor::Zeros({2}, DType::kF32),
                               Scalar(norm), Scalar(lr), Scalar(1, DType::kI64)};
-    auto out = ops::RunOp("adamw", in, Attrs{{"weight_decay", wd}, {"max_norm", 0.1}}, impl);
+    auto out = kernels::RunOp("adamw", in, Attrs{{"weight_decay", wd}, {"max_norm", 0.1}}, impl);
     ASSERT_TRUE(out.ok()) << out.status();
     const double g[2] = {0.5 * clip, 0.1 * clip}, p[2] = {1, -2};
     for (int i = 0; i < 2; ++i) {
@@ -44,8 +44,8 @@ TEST(AdamW, OneStepByHand) {
                             RandomTensor({7, 37}, DType::kF32, 3, -0.1, 0.1),
                             RandomTensor({7, 37}, DType::kF32, 4, 0, 0.01), Scalar(3, DType::kF64),
                             Scalar(1e-2, DType::kF64), Scalar(4, DType::kF64)};
-  auto k = ops::RunOp("adamw", in, Attrs{{"max_norm", 1.0}}, Impl::kKernel);
-  auto r = ops::RunOp("adamw", in, Attrs{{"max_norm", 1.0}}, Impl::kReference);
+  auto k = kernels::RunOp("adamw", in, Attrs{{"max_norm", 1.0}}, Impl::kKernel);
+  auto r = kernels::RunOp("adamw", in, Attrs{{"max_norm", 1.0}}, Impl::kReference);
   ASSERT_TRUE(k.ok() && r.ok());
   for (int j = 0; j < 3; ++j) EXPECT_LE(RelativeError((*k)[j], (*r)[j]), 1e-6) << j;
   EXPECT_DOUBLE_EQ(nn::ClipCoefficient(0.5, 0), 1.0);
@@ -80,12 +80,12 @@ TEST(AdamW, MultiTensorMatchesPerTensorOps) {
     std::vector<Tensor> g = RandomList(shapes, 100 * step, -0.5, 0.5);
     auto norm = nn::AdamWStepMulti(p, g, m, v, step, opt);
     ASSERT_TRUE(norm.ok()) << norm.status();
-    auto gn = ops::RunOp("grad_norm", g);
+    auto gn = kernels::RunOp("grad_norm", g);
     ASSERT_TRUE(gn.ok()) << gn.status();
     EXPECT_NEAR((*gn)[0].GetDouble(0), *norm, 1e-5 * *norm);
     for (size_t i = 0; i < shapes.size(); ++i) {
-      auto o = ops::RunOp("adamw", {p2[i], g[i], m2[i], v2[i], (*gn)[0], Scalar(opt.lr), Scalar(step, DType::kI64)},
-                          attrs);
+      auto o = kernels::RunOp("adamw", {p2[i], g[i], m2[i], v2[i], (*gn)[0], Scalar(opt.lr), Scalar(step, DType::kI64)},
+                              attrs);
       ASSERT_TRUE(o.ok()) << o.status();
       p2[i] = (*o)[0];
       m2[i] = (*o)[1];
@@ -134,4 +134,4 @@ TEST(AdamW, MultiTensorBadInputs) {
 }
 
 }  // namespace
-}  // namespace loom::nn_testing
+}  // namespace loom::kernels::cpu::nn::testing

@@ -27,10 +27,10 @@
 #include "base/tensor.h"
 #include "kernels/registry.h"
 
-namespace loom::nn_internal {
+namespace loom::kernels::cpu::nn::internal {
 
-using ops::Attrs;
-using ops::TensorMeta;
+using kernels::Attrs;
+using kernels::TensorMeta;
 
 // ---- Validation ----------------------------------------------------------------
 inline absl::Status ExpectNumInputs(absl::Span<const TensorMeta> in, size_t n) {
@@ -94,7 +94,7 @@ enum class AttrKind { kInt, kFloat, kBool, kString };
 inline absl::Status CheckAttr(const Attrs& a, const std::string& name, AttrKind kind) {
   auto it = a.values().find(name);
   if (it == a.values().end()) return absl::OkStatus();
-  const ops::AttrValue& v = it->second;
+  const kernels::AttrValue& v = it->second;
   bool is_int = absl::holds_alternative<int64_t>(v);
   bool ok = false;
   const char* want = "";
@@ -154,7 +154,7 @@ inline bool AllF32(absl::Span<const Tensor> in, absl::Span<Tensor> out) {
 
 // Wraps an f32 kernel: other dtypes run `ref`.
 template <typename Fast>
-ops::KernelFn KernelOrReference(Fast fast, ops::KernelFn ref) {
+kernels::KernelFn KernelOrReference(Fast fast, kernels::KernelFn ref) {
   return [fast, ref](absl::Span<const Tensor> in, absl::Span<Tensor> out, const Attrs& attrs) -> absl::Status {
     if (!AllF32(in, out)) return ref(in, out, attrs);
     std::vector<Tensor> contig;
@@ -220,4 +220,4 @@ inline int64_t RowGrain(int64_t row_len, int64_t work = 16384) {
   return std::max<int64_t>(1, work / std::max<int64_t>(1, row_len));
 }
 
-}  // namespace loom::nn_internal
+}  // namespace loom::kernels::cpu::nn::internal

@@ -9,7 +9,7 @@
 #include "kernels/registry.h"
 #include "kernels/testing/consistency.h"
 
-namespace loom::nn_testing {
+namespace loom::kernels::cpu::nn::testing {
 namespace {
 
 const std::vector<std::string> kNnOps = {
@@ -21,7 +21,7 @@ const std::vector<std::string> kNnOps = {
 class NnConsistency : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(NnConsistency, AllCases) {
-  const ops::OpDef* def = ops::OpRegistry::Global().Find(GetParam());
+  const kernels::OpDef* def = kernels::OpRegistry::Global().Find(GetParam());
   ASSERT_NE(def, nullptr) << GetParam() << " not registered";
   EXPECT_GE(def->cases.size(), 2u) << "fewer than 2 consistency cases";
   EXPECT_TRUE(def->grad || !def->no_grad_reason.empty());
@@ -31,9 +31,9 @@ TEST_P(NnConsistency, AllCases) {
     EXPECT_EQ(def->no_grad_reason, "backward op of " + fwd);
   }
   // Several draws per case: the shared consistency test draws its own inputs.
-  for (const ops::ConsistencyCase& c : def->cases) {
+  for (const kernels::ConsistencyCase& c : def->cases) {
     for (uint64_t seed : {1, 7, 12345}) {
-      ops::testing::CaseReport r = ops::testing::CheckCase(*def, c, {}, seed);
+      kernels::testing::CaseReport r = kernels::testing::CheckCase(*def, c, {}, seed);
       std::printf("%-22s %-28s seed %-5d fwd %.2e  fd %.2e  kgrad %.2e\n", def->name.c_str(), c.name.c_str(),
                   static_cast<int>(seed), r.forward_error, r.grad_fd_error, r.grad_kernel_error);
       for (const std::string& f : r.failures) ADD_FAILURE() << f << " (seed " << seed << ")";
@@ -45,4 +45,4 @@ INSTANTIATE_TEST_SUITE_P(Ops, NnConsistency, ::testing::ValuesIn(kNnOps),
                          [](const ::testing::TestParamInfo<std::string>& i) { return i.param; });
 
 }  // namespace
-}  // namespace loom::nn_testing
+}  // namespace loom::kernels::cpu::nn::testing

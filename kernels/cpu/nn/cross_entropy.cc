@@ -15,7 +15,7 @@
 #include "base/thread_pool.h"
 #include "kernels/cpu/nn/common.h"
 
-namespace loom::nn_internal {
+namespace loom::kernels::cpu::nn::internal {
 namespace {
 
 absl::Status CheckTargets(const std::vector<int64_t>& t, int64_t v, int64_t ignore, int64_t* valid) {
@@ -154,8 +154,8 @@ absl::Status CEBackwardKernel(absl::Span<const Tensor> in, absl::Span<Tensor> ou
   return absl::OkStatus();
 }
 
-ops::InputSpec F(Shape s, double lo = -3, double hi = 3) {
-  ops::InputSpec spec;
+kernels::InputSpec F(Shape s, double lo = -3, double hi = 3) {
+  kernels::InputSpec spec;
   spec.meta = {DType::kF32, std::move(s)};
   spec.lo = lo;
   spec.hi = hi;
@@ -163,8 +163,8 @@ ops::InputSpec F(Shape s, double lo = -3, double hi = 3) {
 }
 
 // Targets in [0, v) with the rows in `ignored` set to `ignore`.
-ops::InputSpec Targets(int64_t n, DType dt, int64_t v, std::vector<int64_t> ignored, int64_t ignore) {
-  ops::InputSpec spec;
+kernels::InputSpec Targets(int64_t n, DType dt, int64_t v, std::vector<int64_t> ignored, int64_t ignore) {
+  kernels::InputSpec spec;
   spec.meta = {dt, Shape{n}};
   spec.differentiable = false;
   spec.fill = [v, ignored, ignore](Tensor& t, const Philox& rng) {
@@ -174,8 +174,8 @@ ops::InputSpec Targets(int64_t n, DType dt, int64_t v, std::vector<int64_t> igno
   return spec;
 }
 
-ops::OpDef MakeCE() {
-  ops::OpDef d;
+kernels::OpDef MakeCE() {
+  kernels::OpDef d;
   d.name = "cross_entropy";
   d.doc = "cross_entropy(logits[N, V], targets[N] i32|i64) attr ignore_index (default -100) -> (loss[], lse[N])";
   d.num_inputs = 2;
@@ -183,8 +183,8 @@ ops::OpDef MakeCE() {
   d.infer = InferCE;
   d.reference = CERef;
   d.kernels[DeviceKind::kCPU] = KernelOrReference(CEKernel, CERef);
-  d.grad = [](ops::GradBuilder& b, const ops::GradContext& c) -> absl::StatusOr<std::vector<int>> {
-    constexpr int kNone = ops::GradBuilder::kNone;
+  d.grad = [](kernels::GradBuilder& b, const kernels::GradContext& c) -> absl::StatusOr<std::vector<int>> {
+    constexpr int kNone = kernels::GradBuilder::kNone;
     if (c.grad_outputs[0] == kNone) return std::vector<int>{kNone, kNone};
     LOOM_ASSIGN_OR_RETURN(int dx, b.Emit1("cross_entropy_backward",
                                           {c.grad_outputs[0], c.inputs[0], c.inputs[1], c.outputs[1]}, c.attrs));
@@ -197,8 +197,8 @@ ops::OpDef MakeCE() {
   return d;
 }
 
-ops::OpDef MakeCEBackward() {
-  ops::OpDef d;
+kernels::OpDef MakeCEBackward() {
+  kernels::OpDef d;
   d.name = "cross_entropy_backward";
   d.doc = "cross_entropy_backward(dloss[], logits[N, V], targets[N], lse[N]) attr ignore_index -> dlogits";
   d.num_inputs = 4;
@@ -220,4 +220,4 @@ ops::OpDef MakeCEBackward() {
 LOOM_REGISTER_OP(MakeCE());
 LOOM_REGISTER_OP(MakeCEBackward());
 
-}  // namespace loom::nn_internal
+}  // namespace loom::kernels::cpu::nn::internal

@@ -17,7 +17,7 @@
 #include "base/thread_pool.h"
 #include "kernels/cpu/nn/common.h"
 
-namespace loom::nn_internal {
+namespace loom::kernels::cpu::nn::internal {
 namespace {
 
 struct DropoutParams {
@@ -107,32 +107,32 @@ absl::Status DropoutKernel(absl::Span<const Tensor> in, absl::Span<Tensor> out, 
   return absl::OkStatus();
 }
 
-ops::InputSpec F(Shape s) {
-  ops::InputSpec spec;
+kernels::InputSpec F(Shape s) {
+  kernels::InputSpec spec;
   spec.meta = {DType::kF32, std::move(s)};
   return spec;
 }
 
 // A non-differentiable scalar offset input holding `value`.
-ops::InputSpec Offset(DType t, double value) {
-  ops::InputSpec spec;
+kernels::InputSpec Offset(DType t, double value) {
+  kernels::InputSpec spec;
   spec.meta = {t, {}};
   spec.differentiable = false;
   spec.fill = [value](Tensor& o, const Philox&) { o.SetDouble(0, value); };
   return spec;
 }
 
-ops::OpDef MakeDropout() {
-  ops::OpDef d;
+kernels::OpDef MakeDropout() {
+  kernels::OpDef d;
   d.name = "dropout";
   d.doc = "x * mask / (1 - p), mask from Philox(seed, offset) per element; optional scalar offset input";
   d.num_inputs = -1;
   d.infer = InferDropout;
   d.reference = DropoutReference;
   d.kernels[DeviceKind::kCPU] = KernelOrReference(DropoutKernel, d.reference);
-  d.grad = [](ops::GradBuilder& b, const ops::GradContext& c) -> absl::StatusOr<std::vector<int>> {
-    std::vector<int> g(c.inputs.size(), ops::GradBuilder::kNone);
-    if (c.grad_outputs[0] == ops::GradBuilder::kNone) return g;
+  d.grad = [](kernels::GradBuilder& b, const kernels::GradContext& c) -> absl::StatusOr<std::vector<int>> {
+    std::vector<int> g(c.inputs.size(), kernels::GradBuilder::kNone);
+    if (c.grad_outputs[0] == kernels::GradBuilder::kNone) return g;
     std::vector<int> args = {c.grad_outputs[0]};
     if (c.inputs.size() == 2) args.push_back(c.inputs[1]);
     LOOM_ASSIGN_OR_RETURN(g[0], b.Emit1("dropout", args, c.attrs));
@@ -151,4 +151,4 @@ ops::OpDef MakeDropout() {
 
 LOOM_REGISTER_OP(MakeDropout());
 
-}  // namespace loom::nn_internal
+}  // namespace loom::kernels::cpu::nn::internal

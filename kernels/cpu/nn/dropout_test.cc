@@ -11,14 +11,14 @@
 #include "kernels/cpu/nn/nn_test_util.h"
 #include "kernels/registry.h"
 
-namespace loom::nn_testing {
+namespace loom::kernels::cpu::nn::testing {
 namespace {
 
-using ops::Attrs;
-using ops::Impl;
+using kernels::Attrs;
+using kernels::Impl;
 
 Tensor RunDropout(const std::vector<Tensor>& in, const Attrs& a, Impl impl = Impl::kKernel) {
-  auto out = ops::RunOp("dropout", in, a, impl);
+  auto out = kernels::RunOp("dropout", in, a, impl);
   EXPECT_TRUE(out.ok()) << out.status();
   return out.ok() ? (*out)[0] : Tensor();
 }
@@ -115,7 +115,7 @@ TEST(Dropout, GradientRegeneratesTheMask) {
   Tensor x = RandomTensor({4, 9}, DType::kF64, 6), dy = RandomTensor({4, 9}, DType::kF64, 7);
   const Attrs a{{"p", 0.4}, {"seed", int64_t{2}}};
   for (Impl impl : {Impl::kKernel, Impl::kReference}) {
-    auto g = ops::EagerGradients("dropout", {x, Step(5)}, {dy}, a, impl);
+    auto g = kernels::EagerGradients("dropout", {x, Step(5)}, {dy}, a, impl);
     ASSERT_TRUE(g.ok()) << g.status();
     EXPECT_FALSE((*g)[1].defined()) << "the offset takes no gradient";
     const Philox rng(2, 5);
@@ -128,7 +128,7 @@ TEST(Dropout, GradientRegeneratesTheMask) {
 
 TEST(Dropout, BadInputNamesTheField) {
   Tensor x = RandomTensor({4}, DType::kF32, 1);
-  auto err = [&](std::vector<Tensor> in, Attrs a) { return ErrorOf(ops::RunOp("dropout", in, a).status()); };
+  auto err = [&](std::vector<Tensor> in, Attrs a) { return ErrorOf(kernels::RunOp("dropout", in, a).status()); };
   EXPECT_NE(err({x}, {{"p", 1.0}}).find("dropout: p: must be in [0, 1), got 1"), std::string::npos);
   EXPECT_NE(err({x}, {{"p", -0.5}}).find("p: must be in [0, 1)"), std::string::npos);
   EXPECT_NE(err({x}, {{"p", 0.5}, {"seed", 1.5}}).find("seed: expected an integer"), std::string::npos);
@@ -145,4 +145,4 @@ TEST(Dropout, BadInputNamesTheField) {
 }
 
 }  // namespace
-}  // namespace loom::nn_testing
+}  // namespace loom::kernels::cpu::nn::testing

@@ -11,7 +11,7 @@
 #include "base/thread_pool.h"
 #include "kernels/cpu/nn/common.h"
 
-namespace loom::nn_internal {
+namespace loom::kernels::cpu::nn::internal {
 namespace {
 
 absl::Status CheckIds(const std::vector<int64_t>& ids, int64_t v) {
@@ -110,13 +110,13 @@ absl::Status EmbeddingBackwardKernel(absl::Span<const Tensor> in, absl::Span<Ten
   return absl::OkStatus();
 }
 
-ops::InputSpec F(Shape s) {
-  ops::InputSpec spec;
+kernels::InputSpec F(Shape s) {
+  kernels::InputSpec spec;
   spec.meta = {DType::kF32, std::move(s)};
   return spec;
 }
-ops::InputSpec Ids(Shape s, DType dt, int64_t v) {
-  ops::InputSpec spec;
+kernels::InputSpec Ids(Shape s, DType dt, int64_t v) {
+  kernels::InputSpec spec;
   spec.meta = {dt, std::move(s)};
   spec.lo = 0;
   spec.hi = static_cast<double>(v);
@@ -124,8 +124,8 @@ ops::InputSpec Ids(Shape s, DType dt, int64_t v) {
   return spec;
 }
 
-ops::OpDef MakeEmbedding() {
-  ops::OpDef d;
+kernels::OpDef MakeEmbedding() {
+  kernels::OpDef d;
   d.name = "embedding";
   d.doc = "embedding(weight[V, C], ids[...] i32|i64) -> [..., C]";
   d.num_inputs = 2;
@@ -133,8 +133,8 @@ ops::OpDef MakeEmbedding() {
   d.reference = EmbeddingRef;
   d.kernels[DeviceKind::kCPU] = EmbeddingKernel;
   d.kernel_dtypes[DeviceKind::kCPU] = {DType::kF32, DType::kBF16, DType::kF16, DType::kF64};
-  d.grad = [](ops::GradBuilder& b, const ops::GradContext& c) -> absl::StatusOr<std::vector<int>> {
-    constexpr int kNone = ops::GradBuilder::kNone;
+  d.grad = [](kernels::GradBuilder& b, const kernels::GradContext& c) -> absl::StatusOr<std::vector<int>> {
+    constexpr int kNone = kernels::GradBuilder::kNone;
     if (c.grad_outputs[0] == kNone) return std::vector<int>{kNone, kNone};
     int64_t v = b.Meta(c.inputs[0]).shape[0];
     LOOM_ASSIGN_OR_RETURN(int dw, b.Emit1("embedding_backward", {c.grad_outputs[0], c.inputs[1]},
@@ -146,8 +146,8 @@ ops::OpDef MakeEmbedding() {
   return d;
 }
 
-ops::OpDef MakeEmbeddingBackward() {
-  ops::OpDef d;
+kernels::OpDef MakeEmbeddingBackward() {
+  kernels::OpDef d;
   d.name = "embedding_backward";
   d.doc = "embedding_backward(dy[..., C], ids[...]) attr num_embeddings -> [V, C] (deterministic scatter-add)";
   d.num_inputs = 2;
@@ -165,4 +165,4 @@ ops::OpDef MakeEmbeddingBackward() {
 LOOM_REGISTER_OP(MakeEmbedding());
 LOOM_REGISTER_OP(MakeEmbeddingBackward());
 
-}  // namespace loom::nn_internal
+}  // namespace loom::kernels::cpu::nn::internal

@@ -11,10 +11,10 @@
 #include "kernels/cpu/nn/nn_test_util.h"
 #include "kernels/registry.h"
 
-namespace loom::nn_testing {
+namespace loom::kernels::cpu::nn::testing {
 namespace {
 
-using ops::Attrs;
+using kernels::Attrs;
 
 struct Setup {
   std::vector<Tensor> in;
@@ -53,17 +53,17 @@ Setup MakeSetup(const std::string& op, int64_t rows, int64_t c) {
 }
 
 void BM_Op(benchmark::State& state, std::string op, int64_t rows, int64_t c, bool reference) {
-  const ops::OpDef* def = ops::OpRegistry::Global().Find(op);
+  const kernels::OpDef* def = kernels::OpRegistry::Global().Find(op);
   Setup s = MakeSetup(op, rows, c);
   if (reference)
     for (Tensor& t : s.in)
       if (IsFloating(t.dtype())) t = t.To(DType::kF64);
-  std::vector<ops::TensorMeta> metas;
-  for (const Tensor& t : s.in) metas.push_back(ops::MetaOf(t));
+  std::vector<kernels::TensorMeta> metas;
+  for (const Tensor& t : s.in) metas.push_back(kernels::MetaOf(t));
   auto out_metas = def->infer(metas, s.attrs);
   std::vector<Tensor> out;
   for (const auto& m : *out_metas) out.push_back(Tensor::MustEmpty(m.shape, m.dtype));
-  const ops::KernelFn& fn = reference ? def->reference : def->kernels.at(DeviceKind::kCPU);
+  const kernels::KernelFn& fn = reference ? def->reference : def->kernels.at(DeviceKind::kCPU);
   (void)fn(s.in, absl::MakeSpan(out), s.attrs);  // warm-up: touch the output pages
   for (auto _ : state) {
     absl::Status st = fn(s.in, absl::MakeSpan(out), s.attrs);
@@ -111,10 +111,10 @@ void Register() {
 }
 
 }  // namespace
-}  // namespace loom::nn_testing
+}  // namespace loom::kernels::cpu::nn::testing
 
 int main(int argc, char** argv) {
-  loom::nn_testing::Register();
+  loom::kernels::cpu::nn::testing::Register();
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   return 0;

@@ -3,7 +3,7 @@
 // the registry,
 //
 //   LOOM_ASSIGN_OR_RETURN(std::vector<Tensor> out,
-//                         ops::RunOp("layernorm", {x, w, b}, {{"eps", 1e-5}}));
+//                         kernels::RunOp("layernorm", {x, w, b}, {{"eps", 1e-5}}));
 //
 // and the multi-tensor optimizer through kernels/cpu/nn/adamw.h.
 //

@@ -11,12 +11,12 @@
 #include "kernels/cpu/nn/nn_test_util.h"
 #include "kernels/registry.h"
 
-namespace loom::nn_testing {
+namespace loom::kernels::cpu::nn::testing {
 namespace {
 
-using ops::Attrs;
-using ops::Impl;
-using ops::RunOp;
+using kernels::Attrs;
+using kernels::Impl;
+using kernels::RunOp;
 
 Tensor R(Shape s, uint64_t seed, double lo = -1, double hi = 1, DType dt = DType::kF32) {
   return RandomTensor(s, dt, seed, lo, hi);
@@ -269,7 +269,7 @@ TEST(NnKernels, ZeroSizedInputsDoNotCrash) {
 }
 
 TEST(NnGrad, BackwardOpsHaveNoGradAndSayWhy) {
-  auto r = ops::EagerGradients("gelu_backward", {R({3}, 1), R({3}, 2)}, {R({3}, 3)});
+  auto r = kernels::EagerGradients("gelu_backward", {R({3}, 1), R({3}, 2)}, {R({3}, 3)});
   ASSERT_FALSE(r.ok());
   EXPECT_NE(std::string(r.status().message()).find("backward op of gelu"), std::string::npos);
 }
@@ -279,7 +279,7 @@ TEST(NnGrad, CrossEntropyLossGradientIsMeanOverValidRows) {
   // the ignored row gets nothing.
   Tensor logits = R({3, 4}, 1);
   Tensor t = Ids({3}, {1, -100, 2});
-  auto g = ops::EagerGradients("cross_entropy", {logits, t}, {Scalar(1), Tensor()}, {}, Impl::kKernel);
+  auto g = kernels::EagerGradients("cross_entropy", {logits, t}, {Scalar(1), Tensor()}, {}, Impl::kKernel);
   ASSERT_TRUE(g.ok()) << g.status();
   std::vector<double> d = (*g)[0].ToVector();
   for (int j = 0; j < 4; ++j) EXPECT_EQ(d[4 + j], 0);
@@ -290,4 +290,4 @@ TEST(NnGrad, CrossEntropyLossGradientIsMeanOverValidRows) {
 }
 
 }  // namespace
-}  // namespace loom::nn_testing
+}  // namespace loom::kernels::cpu::nn::testing

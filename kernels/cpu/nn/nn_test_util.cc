@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/rng.h"
 
-namespace loom::nn_testing {
+namespace loom::kernels::cpu::nn::testing {
 
 std::string ErrorOf(const absl::Status& s) { return s.ok() ? "" : std::string(s.message()); }
 
@@ -17,4 +17,4 @@ Tensor RandomTensor(const Shape& shape, DType dtype, uint64_t seed, double lo, d
   return t;
 }
 
-}  // namespace loom::nn_testing
+}  // namespace loom::kernels::cpu::nn::testing

@@ -7,7 +7,7 @@
 
 #include "kernels/registry.h"
 
-namespace loom::nn_testing {
+namespace loom::kernels::cpu::nn::testing {
 
 // Tensor of `shape` with uniform values in [lo, hi) from a fixed seed.
 Tensor RandomTensor(const Shape& shape, DType dtype, uint64_t seed, double lo = -1, double hi = 1);
@@ -15,4 +15,4 @@ Tensor RandomTensor(const Shape& shape, DType dtype, uint64_t seed, double lo = 
 // The message of a failed status (empty when ok).
 std::string ErrorOf(const absl::Status& s);
 
-}  // namespace loom::nn_testing
+}  // namespace loom::kernels::cpu::nn::testing

@@ -15,7 +15,7 @@
 #include "base/thread_pool.h"
 #include "kernels/cpu/nn/common.h"
 
-namespace loom::nn_internal {
+namespace loom::kernels::cpu::nn::internal {
 namespace {
 
 constexpr int64_t kChunkRows = 32;
@@ -286,16 +286,16 @@ absl::Status RmsNormBackwardKernel(absl::Span<const Tensor> in, absl::Span<Tenso
 }
 
 // ---- Definitions ----
-ops::InputSpec F(Shape s, double lo = -2, double hi = 2) {
-  ops::InputSpec spec;
+kernels::InputSpec F(Shape s, double lo = -2, double hi = 2) {
+  kernels::InputSpec spec;
   spec.meta = {DType::kF32, std::move(s)};
   spec.lo = lo;
   spec.hi = hi;
   return spec;
 }
 
-ops::OpDef MakeLayerNorm() {
-  ops::OpDef d;
+kernels::OpDef MakeLayerNorm() {
+  kernels::OpDef d;
   d.name = "layernorm";
   d.doc = "layernorm(x[..., C], w[C], b[C]) attr eps (default 1e-5) -> (y, mean[...], rstd[...])";
   d.num_inputs = 3;
@@ -303,8 +303,8 @@ ops::OpDef MakeLayerNorm() {
   d.infer = InferLayerNorm;
   d.reference = LayerNormRef;
   d.kernels[DeviceKind::kCPU] = KernelOrReference(LayerNormKernel, LayerNormRef);
-  d.grad = [](ops::GradBuilder& bld, const ops::GradContext& c) -> absl::StatusOr<std::vector<int>> {
-    constexpr int kNone = ops::GradBuilder::kNone;
+  d.grad = [](kernels::GradBuilder& bld, const kernels::GradContext& c) -> absl::StatusOr<std::vector<int>> {
+    constexpr int kNone = kernels::GradBuilder::kNone;
     if (c.grad_outputs[0] == kNone) return std::vector<int>{kNone, kNone, kNone};
     return bld.Emit("layernorm_backward",
                     {c.grad_outputs[0], c.inputs[0], c.inputs[1], c.outputs[1], c.outputs[2]}, c.attrs);
@@ -315,8 +315,8 @@ ops::OpDef MakeLayerNorm() {
   return d;
 }
 
-ops::OpDef MakeLayerNormBackward() {
-  ops::OpDef d;
+kernels::OpDef MakeLayerNormBackward() {
+  kernels::OpDef d;
   d.name = "layernorm_backward";
   d.doc = "layernorm_backward(dy, x, w, mean, rstd) -> (dx, dw, db)";
   d.num_inputs = 5;
@@ -331,8 +331,8 @@ ops::OpDef MakeLayerNormBackward() {
   return d;
 }
 
-ops::OpDef MakeRmsNorm() {
-  ops::OpDef d;
+kernels::OpDef MakeRmsNorm() {
+  kernels::OpDef d;
   d.name = "rmsnorm";
   d.doc = "rmsnorm(x[..., C], w[C]) attr eps (default 1e-6) -> (y, rstd[...])";
   d.num_inputs = 2;
@@ -340,8 +340,8 @@ ops::OpDef MakeRmsNorm() {
   d.infer = InferRmsNorm;
   d.reference = RmsNormRef;
   d.kernels[DeviceKind::kCPU] = KernelOrReference(RmsNormKernel, RmsNormRef);
-  d.grad = [](ops::GradBuilder& bld, const ops::GradContext& c) -> absl::StatusOr<std::vector<int>> {
-    constexpr int kNone = ops::GradBuilder::kNone;
+  d.grad = [](kernels::GradBuilder& bld, const kernels::GradContext& c) -> absl::StatusOr<std::vector<int>> {
+    constexpr int kNone = kernels::GradBuilder::kNone;
     if (c.grad_outputs[0] == kNone) return std::vector<int>{kNone, kNone};
     return bld.Emit("rmsnorm_backward", {c.grad_outputs[0], c.inputs[0], c.inputs[1], c.outputs[1]}, c.attrs);
   };
@@ -350,8 +350,8 @@ ops::OpDef MakeRmsNorm() {
   return d;
 }
 
-ops::OpDef MakeRmsNormBackward() {
-  ops::OpDef d;
+kernels::OpDef MakeRmsNormBackward() {
+  kernels::OpDef d;
   d.name = "rmsnorm_backward";
   d.doc = "rmsnorm_backward(dy, x, w, rstd) -> (dx, dw)";
   d.num_inputs = 4;
@@ -372,4 +372,4 @@ LOOM_REGISTER_OP(MakeLayerNormBackward());
 LOOM_REGISTER_OP(MakeRmsNorm());
 LOOM_REGISTER_OP(MakeRmsNormBackward());
 
-}  // namespace loom::nn_internal
+}  // namespace loom::kernels::cpu::nn::internal

@@ -13,7 +13,7 @@
 #include "kernels/cpu/nn/common.h"
 
 namespace loom {
-namespace nn {
+namespace kernels::cpu::nn {
 namespace {
 
 constexpr int64_t kChunk = 1 << 15;  // elements per reduction / update chunk
@@ -78,7 +78,7 @@ double SumSquares(absl::Span<const Tensor> ts) {
         part[q] = s;
       } else {
         const float* x = t.data<float>() + pc.lo;
-        part[q] = nn_internal::BlockSum(pc.hi - pc.lo, [=](int64_t i) { return x[i] * x[i]; });
+        part[q] = internal::BlockSum(pc.hi - pc.lo, [=](int64_t i) { return x[i] * x[i]; });
       }
     }
   });
@@ -163,9 +163,9 @@ absl::StatusOr<double> AdamWStepMulti(absl::Span<const Tensor> params, absl::Spa
   return norm;
 }
 
-}  // namespace nn
+}  // namespace kernels::cpu::nn
 
-namespace nn_internal {
+namespace kernels::cpu::nn::internal {
 namespace {
 
 using nn::AdamWOptions;
@@ -283,8 +283,8 @@ absl::Status AdamWKernel(absl::Span<const Tensor> in, absl::Span<Tensor> out, co
   return absl::OkStatus();
 }
 
-ops::InputSpec F(Shape s, double lo = -1, double hi = 1) {
-  ops::InputSpec spec;
+kernels::InputSpec F(Shape s, double lo = -1, double hi = 1) {
+  kernels::InputSpec spec;
   spec.meta = {DType::kF32, std::move(s)};
   spec.lo = lo;
   spec.hi = hi;
@@ -292,16 +292,16 @@ ops::InputSpec F(Shape s, double lo = -1, double hi = 1) {
   return spec;
 }
 
-ops::InputSpec Step(DType dt, int64_t value) {
-  ops::InputSpec spec;
+kernels::InputSpec Step(DType dt, int64_t value) {
+  kernels::InputSpec spec;
   spec.meta.dtype = dt;  // shape stays [] (a scalar)
   spec.differentiable = false;
   spec.fill = [value](Tensor& t, const Philox&) { t.SetDouble(0, static_cast<double>(value)); };
   return spec;
 }
 
-ops::OpDef MakeGradNorm() {
-  ops::OpDef d;
+kernels::OpDef MakeGradNorm() {
+  kernels::OpDef d;
   d.name = "grad_norm";
   d.doc = "grad_norm(g_0, ..., g_k) -> sqrt(sum_i sum g_i^2) (scalar)";
   d.num_inputs = -1;
@@ -314,8 +314,8 @@ ops::OpDef MakeGradNorm() {
   return d;
 }
 
-ops::OpDef MakeAdamW() {
-  ops::OpDef d;
+kernels::OpDef MakeAdamW() {
+  kernels::OpDef d;
   d.name = "adamw";
   d.doc =
       "adamw(param, grad, m, v, grad_norm[], lr[], step[]) attrs beta1, beta2, eps, weight_decay, max_norm "
@@ -342,5 +342,5 @@ ops::OpDef MakeAdamW() {
 LOOM_REGISTER_OP(MakeGradNorm());
 LOOM_REGISTER_OP(MakeAdamW());
 
-}  // namespace nn_internal
+}  // namespace kernels::cpu::nn::internal
 }  // namespace loom

@@ -15,7 +15,7 @@
 #include "base/thread_pool.h"
 #include "kernels/cpu/nn/common.h"
 
-namespace loom::nn_internal {
+namespace loom::kernels::cpu::nn::internal {
 namespace {
 
 struct RopeAttrs {
@@ -104,22 +104,22 @@ absl::Status RopeKernel(absl::Span<const Tensor> in, absl::Span<Tensor> out, con
   return absl::OkStatus();
 }
 
-ops::InputSpec F(Shape s) {
-  ops::InputSpec spec;
+kernels::InputSpec F(Shape s) {
+  kernels::InputSpec spec;
   spec.meta = {DType::kF32, std::move(s)};
   return spec;
 }
 
-ops::OpDef MakeRope() {
-  ops::OpDef d;
+kernels::OpDef MakeRope() {
+  kernels::OpDef d;
   d.name = "rope";
   d.doc = "rope(x[B, T, H, D]) attrs theta (10000), offset (0), inverse (false); interleaved pairs (2i, 2i+1)";
   d.num_inputs = 1;
   d.infer = InferRope;
   d.reference = RopeRef;
   d.kernels[DeviceKind::kCPU] = KernelOrReference(RopeKernel, RopeRef);
-  d.grad = [](ops::GradBuilder& b, const ops::GradContext& c) -> absl::StatusOr<std::vector<int>> {
-    if (c.grad_outputs[0] == ops::GradBuilder::kNone) return std::vector<int>{ops::GradBuilder::kNone};
+  d.grad = [](kernels::GradBuilder& b, const kernels::GradContext& c) -> absl::StatusOr<std::vector<int>> {
+    if (c.grad_outputs[0] == kernels::GradBuilder::kNone) return std::vector<int>{kernels::GradBuilder::kNone};
     Attrs a = c.attrs;
     a.Set("inverse", !c.attrs.GetBool("inverse", false));
     LOOM_ASSIGN_OR_RETURN(int dx, b.Emit1("rope", {c.grad_outputs[0]}, a));
@@ -137,4 +137,4 @@ ops::OpDef MakeRope() {
 
 LOOM_REGISTER_OP(MakeRope());
 
-}  // namespace loom::nn_internal
+}  // namespace loom::kernels::cpu::nn::internal

@@ -11,7 +11,7 @@
 #include "base/thread_pool.h"
 #include "kernels/cpu/nn/common.h"
 
-namespace loom::nn_internal {
+namespace loom::kernels::cpu::nn::internal {
 namespace {
 
 enum class Mode { kSoftmax, kLogSoftmax, kSoftmaxBwd, kLogSoftmaxBwd };
@@ -150,18 +150,18 @@ absl::Status Kernel(Mode mode, absl::Span<const Tensor> in, absl::Span<Tensor> o
   return absl::OkStatus();
 }
 
-ops::InputSpec F(Shape s, double lo = -3, double hi = 3) {
-  ops::InputSpec spec;
+kernels::InputSpec F(Shape s, double lo = -3, double hi = 3) {
+  kernels::InputSpec spec;
   spec.meta = {DType::kF32, std::move(s)};
   spec.lo = lo;
   spec.hi = hi;
   return spec;
 }
 
-ops::OpDef Make(const std::string& name, Mode mode) {
+kernels::OpDef Make(const std::string& name, Mode mode) {
   bool backward = mode == Mode::kSoftmaxBwd || mode == Mode::kLogSoftmaxBwd;
   std::string fwd = mode == Mode::kSoftmax || mode == Mode::kSoftmaxBwd ? "softmax" : "log_softmax";
-  ops::OpDef d;
+  kernels::OpDef d;
   d.name = name;
   d.num_inputs = backward ? 2 : 1;
   d.doc = backward ? absl::StrCat(name, "(dy, y) attr axis (default -1) -> dx")
@@ -181,8 +181,8 @@ ops::OpDef Make(const std::string& name, Mode mode) {
     d.cases.push_back({"3x5x7_axis1", {F({3, 5, 7}), F({3, 5, 7}, ylo, yhi)}, Attrs{{"axis", int64_t{1}}}});
   } else {
     std::string bwd = absl::StrCat(name, "_backward");
-    d.grad = [bwd](ops::GradBuilder& b, const ops::GradContext& c) -> absl::StatusOr<std::vector<int>> {
-      if (c.grad_outputs[0] == ops::GradBuilder::kNone) return std::vector<int>{ops::GradBuilder::kNone};
+    d.grad = [bwd](kernels::GradBuilder& b, const kernels::GradContext& c) -> absl::StatusOr<std::vector<int>> {
+      if (c.grad_outputs[0] == kernels::GradBuilder::kNone) return std::vector<int>{kernels::GradBuilder::kNone};
       LOOM_ASSIGN_OR_RETURN(int dx, b.Emit1(bwd, {c.grad_outputs[0], c.outputs[0]}, c.attrs));
       return std::vector<int>{dx};
     };
@@ -201,4 +201,4 @@ LOOM_REGISTER_OP(Make("log_softmax", Mode::kLogSoftmax));
 LOOM_REGISTER_OP(Make("softmax_backward", Mode::kSoftmaxBwd));
 LOOM_REGISTER_OP(Make("log_softmax_backward", Mode::kLogSoftmaxBwd));
 
-}  // namespace loom::nn_internal
+}  // namespace loom::kernels::cpu::nn::internal

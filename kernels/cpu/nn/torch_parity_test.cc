@@ -25,11 +25,11 @@
 #include "kernels/cpu/nn/nn_test_util.h"
 #include "kernels/registry.h"
 
-namespace loom::nn_testing {
+namespace loom::kernels::cpu::nn::testing {
 namespace {
 
-using ops::Attrs;
-using ops::Impl;
+using kernels::Attrs;
+using kernels::Impl;
 using TensorMap = std::map<std::string, Tensor>;
 
 void WriteTensors(const std::string& path, const TensorMap& ts) {
@@ -203,8 +203,8 @@ class TorchParity : public ::testing::Test {
   // Forward outputs of `op` via the kernel (f32) and the reference (f64).
   std::pair<std::vector<Tensor>, std::vector<Tensor>> Run(const std::string& op, const std::vector<Tensor>& in,
                                                           const Attrs& a = {}) {
-    auto k = ops::RunOp(op, As(in, DType::kF32), a, Impl::kKernel);
-    auto r = ops::RunOp(op, in, a, Impl::kReference);
+    auto k = kernels::RunOp(op, As(in, DType::kF32), a, Impl::kKernel);
+    auto r = kernels::RunOp(op, in, a, Impl::kReference);
     EXPECT_TRUE(k.ok() && r.ok()) << op << ": " << k.status() << " / " << r.status();
     if (!k.ok() || !r.ok()) return {};
     return {*k, *r};
@@ -213,8 +213,8 @@ class TorchParity : public ::testing::Test {
   // Gradients of `op` through its grad rule, on the kernels (f32) and the reference (f64).
   std::pair<std::vector<Tensor>, std::vector<Tensor>> Grad(const std::string& op, const std::vector<Tensor>& in,
                                                            const std::vector<Tensor>& gout, const Attrs& a = {}) {
-    auto k = ops::EagerGradients(op, As(in, DType::kF32), As(gout, DType::kF32), a, Impl::kKernel);
-    auto r = ops::EagerGradients(op, in, gout, a, Impl::kReference);
+    auto k = kernels::EagerGradients(op, As(in, DType::kF32), As(gout, DType::kF32), a, Impl::kKernel);
+    auto r = kernels::EagerGradients(op, in, gout, a, Impl::kReference);
     EXPECT_TRUE(k.ok() && r.ok()) << op << ": " << k.status() << " / " << r.status();
     if (!k.ok() || !r.ok()) return {};
     return {*k, *r};
@@ -433,14 +433,14 @@ TEST_F(TorchParity, AdamWWithClipGradNormThreeSteps) {
     }
     auto norm = nn::AdamWStepMulti(p, g, m, v, step, opt);
     ASSERT_TRUE(norm.ok()) << norm.status();
-    auto gn = ops::RunOp("grad_norm", g64, {}, Impl::kReference);
+    auto gn = kernels::RunOp("grad_norm", g64, {}, Impl::kReference);
     ASSERT_TRUE(gn.ok()) << gn.status();
     Compare(absl::StrCat("adam_norm_", step), Tensor::FromVector({}, {*norm}), (*gn)[0]);
     for (int i = 0; i < 3; ++i) {
-      auto o = ops::RunOp("adamw",
-                          {p64[i], g64[i], m64[i], v64[i], (*gn)[0], Tensor::FromVector({}, {opt.lr}, DType::kF64),
-                           Tensor::FromVector({}, {double(step)}, DType::kI64)},
-                          attrs, Impl::kReference);
+      auto o = kernels::RunOp("adamw",
+                              {p64[i], g64[i], m64[i], v64[i], (*gn)[0], Tensor::FromVector({}, {opt.lr}, DType::kF64),
+                               Tensor::FromVector({}, {double(step)}, DType::kI64)},
+                              attrs, Impl::kReference);
       ASSERT_TRUE(o.ok()) << o.status();
       p64[i] = (*o)[0];
       m64[i] = (*o)[1];
@@ -455,4 +455,4 @@ TEST_F(TorchParity, AdamWWithClipGradNormThreeSteps) {
 }
 
 }  // namespace
-}  // namespace loom::nn_testing
+}  // namespace loom::kernels::cpu::nn::testing

@@ -23,7 +23,7 @@
 #include <cuda_runtime.h>
 #endif
 
-namespace loom::cuda {
+namespace loom::kernels::cuda::attention {
 namespace {
 
 using Vec = std::vector<double>;
@@ -533,4 +533,4 @@ absl::StatusOr<std::vector<CheckResult>> RunAttentionChecks(const CheckOptions& 
   return rows;
 }
 
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda::attention

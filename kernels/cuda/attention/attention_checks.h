@@ -17,17 +17,20 @@
 #include "base/dtype.h"
 #include "kernels/cuda/checks.h"
 
-namespace loom::cuda {
+namespace loom::kernels::cuda {
+class DeviceRuntime;
+}  // namespace loom::kernels::cuda
+
+namespace loom::kernels::cuda::attention {
 
 // Unavailable without a device; otherwise one row per case.
 absl::StatusOr<std::vector<CheckResult>> RunAttentionChecks(const CheckOptions& opts);
 // Packed variable-length flash attention (flash_varlen.h): one row comparing
 // every sequence with the fp64 reference (attention_varlen_check.cc).
-class DeviceRuntime;
 absl::StatusOr<CheckResult> RunVarlenCheck(DeviceRuntime* rt, uint64_t seed, DType dt, int64_t heads,
                                            int64_t kv_heads, int64_t d, bool causal,
                                            const std::vector<int64_t>& lens_q, const std::vector<int64_t>& lens_k);
 // sha256 prefix of kernels/cuda/attention's sources.
 const char* AttentionSourceHash();
 
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda::attention

@@ -14,7 +14,7 @@
 #include "kernels/cuda/attention/flash_bwd_kernel.cuh"
 #include "kernels/cuda/attention/flash_fwd_kernel.cuh"
 
-namespace loom::cuda::attn {
+namespace loom::kernels::cuda::attention {
 namespace {
 
 struct Case {
@@ -308,4 +308,4 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Emulated,
                                            Case{true, 1, 2, 2, 90, 90, 128, false, 0, 6, 0, true}));
 
 }  // namespace
-}  // namespace loom::cuda::attn
+}  // namespace loom::kernels::cuda::attention

@@ -6,7 +6,7 @@
 
 #include "kernels/cuda/attention/sdpa_dropout.h"
 
-namespace loom::cuda::ref {
+namespace loom::kernels::cuda::attention::ref {
 namespace {
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -52,7 +52,7 @@ double RowProbs(const SdpaShape& s, const double* qi, const double* kh, int64_t 
 double DropFactor(const SdpaShape& s, int64_t row, int64_t j) {
   if (s.dropout_p <= 0) return 1.0;
   const uint64_t idx = static_cast<uint64_t>(row) * s.seq_k + j;
-  return attn::DropoutKeep(s.dropout_seed, s.dropout_offset, idx, static_cast<float>(s.dropout_p))
+  return attention::DropoutKeep(s.dropout_seed, s.dropout_offset, idx, static_cast<float>(s.dropout_p))
              ? 1.0 / (1.0 - static_cast<double>(static_cast<float>(s.dropout_p)))
              : 0.0;
 }
@@ -126,4 +126,4 @@ void SdpaBackward(const SdpaShape& s, const std::vector<double>& q, const std::v
     }
 }
 
-}  // namespace loom::cuda::ref
+}  // namespace loom::kernels::cuda::attention::ref

@@ -6,7 +6,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace loom::cuda::ref {
+namespace loom::kernels::cuda::attention::ref {
 
 struct SdpaShape {
   int64_t batch = 1, heads = 1, kv_heads = 1, seq_q = 1, seq_k = 1, head_dim = 1;
@@ -31,4 +31,4 @@ void SdpaBackward(const SdpaShape& s, const std::vector<double>& q, const std::v
                   const std::vector<double>& v, const std::vector<double>& dout, std::vector<double>* dq,
                   std::vector<double>* dk, std::vector<double>* dv);
 
-}  // namespace loom::cuda::ref
+}  // namespace loom::kernels::cuda::attention::ref

@@ -12,7 +12,7 @@
 #include "kernels/cuda/attention/flash_attention.h"
 #include "kernels/cuda/cuda_device.h"
 
-namespace loom::cuda {
+namespace loom::kernels::cuda::attention {
 namespace {
 
 TEST(FlashAttention, ChecksPassOrSkip) {
@@ -149,4 +149,4 @@ TEST(AttentionReference, BackwardMatchesFiniteDifferences) {
 }
 
 }  // namespace
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda::attention

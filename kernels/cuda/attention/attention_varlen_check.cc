@@ -14,7 +14,7 @@
 #include "kernels/cuda/attention/flash_varlen.h"
 #include "kernels/cuda/device_runtime.h"
 
-namespace loom::cuda {
+namespace loom::kernels::cuda::attention {
 namespace {
 
 using Vec = std::vector<double>;
@@ -126,4 +126,4 @@ absl::StatusOr<CheckResult> RunVarlenCheck(DeviceRuntime* rt, uint64_t seed, DTy
   return r;
 }
 
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda::attention

@@ -30,7 +30,7 @@
 #include "kernels/cuda/device_runtime.h"
 #endif
 
-namespace loom::cuda {
+namespace loom::kernels::cuda::attention {
 namespace {
 
 absl::Status Bad(const char* what, const std::string& why) {
@@ -863,4 +863,4 @@ std::string CudnnSdpaEngineChoice(const CudnnSdpaArgs& a, bool backward) {
 
 #endif  // LOOM_HAVE_CUDA
 
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda::attention

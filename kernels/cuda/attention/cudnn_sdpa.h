@@ -39,7 +39,7 @@
 #include "base/dtype.h"
 #include "kernels/cuda/caching_allocator.h"
 
-namespace loom::cuda {
+namespace loom::kernels::cuda::attention {
 
 struct CudnnStrides {
   int64_t batch = 0, head = 0, row = 0;  // elements; all 0: contiguous
@@ -103,4 +103,4 @@ std::string CudnnSdpaEngineChoice(const CudnnSdpaArgs& a, bool backward);
 // differ in the last bits between runs.
 inline constexpr bool kCudnnSdpaBackwardDeterministic = false;
 
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda::attention

@@ -7,7 +7,7 @@
 
 #include "gtest/gtest.h"
 
-namespace loom::cuda {
+namespace loom::kernels::cuda::attention {
 namespace {
 
 CudnnSdpaArgs Valid() {
@@ -102,4 +102,4 @@ TEST(CudnnSdpa, OptionsAreCheckedAndKept) {
 }
 
 }  // namespace
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda::attention

@@ -16,7 +16,7 @@
 #include "kernels/cuda/attention/flash_kernels.h"
 #endif
 
-namespace loom::cuda {
+namespace loom::kernels::cuda::attention {
 namespace {
 
 absl::Status Bad(const char* op, const char* what, const std::string& why) {
@@ -39,14 +39,14 @@ absl::Status Validate(const char* op, const FlashAttnArgs& a, bool backward) {
     return Bad(op, "kv_heads", absl::StrCat("must divide heads (", a.heads, "), got ", a.kv_heads));
   if (a.head_dim != 64 && a.head_dim != 128)
     return Bad(op, "head_dim", absl::StrCat("expected 64 or 128, got ", a.head_dim));
-  if (a.fwd_variant < 0 || a.fwd_variant > attn::kFwdVariants)
-    return Bad(op, "fwd_variant", absl::StrCat("must be in [0, ", attn::kFwdVariants, "], got ", a.fwd_variant));
-  if (a.bwd_variant < 0 || a.bwd_variant > attn::kBwdVariants)
-    return Bad(op, "bwd_variant", absl::StrCat("must be in [0, ", attn::kBwdVariants, "], got ", a.bwd_variant));
-  if (a.dq_variant < 0 || a.dq_variant > attn::kDqVariants)
-    return Bad(op, "dq_variant", absl::StrCat("must be in [0, ", attn::kDqVariants, "], got ", a.dq_variant));
+  if (a.fwd_variant < 0 || a.fwd_variant > attention::kFwdVariants)
+    return Bad(op, "fwd_variant", absl::StrCat("must be in [0, ", attention::kFwdVariants, "], got ", a.fwd_variant));
+  if (a.bwd_variant < 0 || a.bwd_variant > attention::kBwdVariants)
+    return Bad(op, "bwd_variant", absl::StrCat("must be in [0, ", attention::kBwdVariants, "], got ", a.bwd_variant));
+  if (a.dq_variant < 0 || a.dq_variant > attention::kDqVariants)
+    return Bad(op, "dq_variant", absl::StrCat("must be in [0, ", attention::kDqVariants, "], got ", a.dq_variant));
   if (a.ds_limit_bytes < 0) return Bad(op, "ds_limit_bytes", absl::StrCat("must be >= 0, got ", a.ds_limit_bytes));
-  if (a.deterministic && a.bwd_variant == attn::kBwdAtomicVariant)
+  if (a.deterministic && a.bwd_variant == attention::kBwdAtomicVariant)
     return Bad(op, "bwd_variant", "the atomic-dQ variant is not deterministic (deterministic is set)");
   if (!std::isfinite(a.scale) || a.scale < 0)
     return Bad(op, "scale", absl::StrCat("must be finite and > 0 (0: 1/sqrt(D)), got ", a.scale));
@@ -103,7 +103,7 @@ float Scale(const FlashAttnArgs& a) {
 int64_t Rows(const FlashAttnArgs& a) { return a.batch * a.heads * a.seq_q; }
 
 // Whether the backward runs the stored-dS variant.
-bool UsesDs(const FlashAttnArgs& a) { return attn::IsDsVariant(FlashResolvedBackwardVariant(a)); }
+bool UsesDs(const FlashAttnArgs& a) { return attention::IsDsVariant(FlashResolvedBackwardVariant(a)); }
 // The f32 dQ accumulator and delta, rounded up to 256 bytes (the dS area follows).
 int64_t BaseWorkspaceBytes(const FlashAttnArgs& a) {
   return (Rows(a) * (a.head_dim + 1) * static_cast<int64_t>(sizeof(float)) + 255) / 256 * 256;
@@ -117,8 +117,8 @@ absl::Status CudaStatus(cudaError_t e, const char* what) {
   return absl::InternalError(msg);
 }
 
-attn::FlashParams Params(const FlashAttnArgs& a) {
-  attn::FlashParams p;
+attention::FlashParams Params(const FlashAttnArgs& a) {
+  attention::FlashParams p;
   p.bf16 = a.dtype == DType::kBF16 ? 1 : 0;
   p.batch = static_cast<int>(a.batch), p.heads = static_cast<int>(a.heads);
   p.kv_heads = static_cast<int>(a.kv_heads);
@@ -130,17 +130,17 @@ attn::FlashParams Params(const FlashAttnArgs& a) {
   p.scale = Scale(a);
   p.q = a.q, p.k = a.k, p.v = a.v, p.o = a.o, p.lse = a.lse;
   p.dout = a.dout, p.dq = a.dq, p.dk = a.dk, p.dv = a.dv;
-  auto st = [](const FlashStrides& s) { return attn::TensorStrides{s.batch, s.head, s.row}; };
+  auto st = [](const FlashStrides& s) { return attention::TensorStrides{s.batch, s.head, s.row}; };
   p.sq = st(a.q_strides), p.sk = st(a.k_strides), p.sv = st(a.v_strides), p.so = st(a.o_strides);
   p.sdo = st(a.dout_strides), p.sdq = st(a.dq_strides), p.sdk = st(a.dk_strides), p.sdv = st(a.dv_strides);
-  attn::ResolveDefaultStrides(&p);
+  attention::ResolveDefaultStrides(&p);
   if (a.workspace != nullptr) {
     p.dq_accum = static_cast<float*>(a.workspace);
     p.delta = p.dq_accum + Rows(a) * a.head_dim;
     if (UsesDs(a)) {
       p.ds = static_cast<char*>(a.workspace) + BaseWorkspaceBytes(a);
-      p.ds_keys = static_cast<int>(attn::DsKeys(a.seq_k));
-      p.ds_ld = attn::DsQueries(a.seq_q);
+      p.ds_keys = static_cast<int>(attention::DsKeys(a.seq_k));
+      p.ds_ld = attention::DsQueries(a.seq_q);
       p.ds_bh = p.ds_keys * p.ds_ld;
     }
   }
@@ -150,26 +150,31 @@ attn::FlashParams Params(const FlashAttnArgs& a) {
 
 }  // namespace
 
-static_assert(kFlashBwdAtomicVariant == attn::kBwdAtomicVariant, "flash_attention.h and flash_variants.h disagree");
-static_assert(kFlashBwdDsVariant == attn::kBwdDsVariant, "flash_attention.h and flash_variants.h disagree");
-static_assert(kFlashBwdWgmmaDsVariant == attn::kBwdWgmmaDsVariant, "flash_attention.h and flash_variants.h disagree");
-static_assert(kFlashBwdWgmmaDs1Variant == attn::kBwdWgmmaDs1Variant, "flash_attention.h and flash_variants.h disagree");
-static_assert(kFlashFwdWgmmaPipe1Variant == attn::kFwdWgmmaPipe1Variant, "flash_attention.h and flash_variants.h disagree");
-static_assert(kFlashFwdWgmmaVariant == attn::kFwdWgmmaVariant, "flash_attention.h and flash_variants.h disagree");
-static_assert(kFlashFwdWgmmaPipeVariant == attn::kFwdWgmmaPipeVariant, "flash_attention.h and flash_variants.h disagree");
+static_assert(kFlashBwdAtomicVariant == attention::kBwdAtomicVariant,
+              "flash_attention.h and flash_variants.h disagree");
+static_assert(kFlashBwdDsVariant == attention::kBwdDsVariant, "flash_attention.h and flash_variants.h disagree");
+static_assert(kFlashBwdWgmmaDsVariant == attention::kBwdWgmmaDsVariant,
+              "flash_attention.h and flash_variants.h disagree");
+static_assert(kFlashBwdWgmmaDs1Variant == attention::kBwdWgmmaDs1Variant,
+              "flash_attention.h and flash_variants.h disagree");
+static_assert(kFlashFwdWgmmaPipe1Variant == attention::kFwdWgmmaPipe1Variant,
+              "flash_attention.h and flash_variants.h disagree");
+static_assert(kFlashFwdWgmmaVariant == attention::kFwdWgmmaVariant, "flash_attention.h and flash_variants.h disagree");
+static_assert(kFlashFwdWgmmaPipeVariant == attention::kFwdWgmmaPipeVariant,
+              "flash_attention.h and flash_variants.h disagree");
 
-int FlashForwardVariants() { return attn::kFwdVariants; }
-int FlashBackwardVariants() { return attn::kBwdVariants; }
-int FlashDqVariants() { return attn::kDqVariants; }
-int FlashDefaultForwardVariant(int64_t head_dim) { return attn::FwdDefaultVariant(static_cast<int>(head_dim)); }
-int FlashDefaultBackwardVariant(int64_t head_dim) { return attn::BwdDefaultVariant(static_cast<int>(head_dim)); }
-int FlashDefaultDqVariant(int64_t head_dim) { return attn::DqDefaultVariant(static_cast<int>(head_dim)); }
+int FlashForwardVariants() { return attention::kFwdVariants; }
+int FlashBackwardVariants() { return attention::kBwdVariants; }
+int FlashDqVariants() { return attention::kDqVariants; }
+int FlashDefaultForwardVariant(int64_t head_dim) { return attention::FwdDefaultVariant(static_cast<int>(head_dim)); }
+int FlashDefaultBackwardVariant(int64_t head_dim) { return attention::BwdDefaultVariant(static_cast<int>(head_dim)); }
+int FlashDefaultDqVariant(int64_t head_dim) { return attention::DqDefaultVariant(static_cast<int>(head_dim)); }
 
 std::string FlashForwardVariantName(int v, int64_t head_dim) {
   if (v == 0) v = FlashDefaultForwardVariant(head_dim);
-  if (v == attn::kFwdWgmmaVariant) return "fwd wgmma wg2 bm128 bn128";
-  if (v == attn::kFwdWgmmaPipeVariant) return "fwd wgmma-pipelined wg2 bm128 bn128";
-  if (v == attn::kFwdWgmmaPipe1Variant) return "fwd wgmma-pipelined wg1 bm64 bn128";
+  if (v == attention::kFwdWgmmaVariant) return "fwd wgmma wg2 bm128 bn128";
+  if (v == attention::kFwdWgmmaPipeVariant) return "fwd wgmma-pipelined wg2 bm128 bn128";
+  if (v == attention::kFwdWgmmaPipe1Variant) return "fwd wgmma-pipelined wg1 bm64 bn128";
   switch (v) {
 #define LOOM_FWD_NAME(id, nw, bn, mb, mw) \
   case id:                                \
@@ -183,10 +188,12 @@ std::string FlashForwardVariantName(int v, int64_t head_dim) {
 std::string FlashBackwardVariantName(int bv, int qv, int64_t head_dim) {
   if (bv == 0) bv = FlashDefaultBackwardVariant(head_dim);
   if (qv == 0) qv = FlashDefaultDqVariant(head_dim);
-  if (bv == attn::kBwdDsVariant) return "bwd stored-ds w4 bn64 bm64 + dq-from-ds w4 bm128";
-  if (bv == attn::kBwdWgmmaDsVariant) return "bwd stored-ds wgmma wg2 bn128 bm64 + dq-from-ds w4 bm128";
-  if (bv == attn::kBwdWgmmaDs1Variant) return "bwd stored-ds wgmma wg1 bn64 bm64 + dq-from-ds w4 bm128";
-  if (bv == attn::kBwdAtomicVariant) return absl::StrCat("bwd atomic-dq w", LOOM_BWD_ATOMIC_NW, " bn", 16 * LOOM_BWD_ATOMIC_NW, " bm", LOOM_BWD_ATOMIC_BM);
+  if (bv == attention::kBwdDsVariant) return "bwd stored-ds w4 bn64 bm64 + dq-from-ds w4 bm128";
+  if (bv == attention::kBwdWgmmaDsVariant) return "bwd stored-ds wgmma wg2 bn128 bm64 + dq-from-ds w4 bm128";
+  if (bv == attention::kBwdWgmmaDs1Variant) return "bwd stored-ds wgmma wg1 bn64 bm64 + dq-from-ds w4 bm128";
+  if (bv == attention::kBwdAtomicVariant)
+    return absl::StrCat("bwd atomic-dq w", LOOM_BWD_ATOMIC_NW, " bn", 16 * LOOM_BWD_ATOMIC_NW, " bm",
+                        LOOM_BWD_ATOMIC_BM);
   std::string s = absl::StrCat("bwd ?", bv);
   switch (bv) {
 #define LOOM_BWD_NAME(id, nw, bm, mb)                                        \
@@ -212,12 +219,12 @@ int64_t FlashAttentionBwdWorkspaceBytes(const FlashAttnArgs& a) {
 
 int FlashResolvedBackwardVariant(const FlashAttnArgs& a) {
   if (a.bwd_variant > 0) return a.bwd_variant;
-  return FlashDsWorkspaceBytes(a) <= a.ds_limit_bytes ? attn::kBwdWgmmaDs1Variant
-                                                          : attn::BwdDefaultVariant(static_cast<int>(a.head_dim));
+  return FlashDsWorkspaceBytes(a) <= a.ds_limit_bytes ? attention::kBwdWgmmaDs1Variant
+                                                      : attention::BwdDefaultVariant(static_cast<int>(a.head_dim));
 }
 
 int64_t FlashDsWorkspaceBytes(const FlashAttnArgs& a) {
-  return a.batch * a.heads * attn::DsKeys(a.seq_k) * attn::DsQueries(a.seq_q) * 2;
+  return a.batch * a.heads * attention::DsKeys(a.seq_k) * attention::DsQueries(a.seq_q) * 2;
 }
 
 double FlashAttentionForwardFlops(const FlashAttnArgs& a) {
@@ -232,7 +239,7 @@ absl::Status FlashAttentionValidate(const FlashAttnArgs& a, bool backward) {
 absl::Status FlashAttentionForward(const FlashAttnArgs& a) {
   LOOM_RETURN_IF_ERROR(Validate("flash_attention", a, false));
 #ifdef LOOM_HAVE_CUDA
-  return CudaStatus(attn::FlashForward(Params(a), static_cast<cudaStream_t>(a.stream)), "flash_attention forward");
+  return CudaStatus(attention::FlashForward(Params(a), static_cast<cudaStream_t>(a.stream)), "flash_attention forward");
 #else
   return absl::UnavailableError("Loom was built without CUDA (nvcc not found)");
 #endif
@@ -241,10 +248,11 @@ absl::Status FlashAttentionForward(const FlashAttnArgs& a) {
 absl::Status FlashAttentionBackward(const FlashAttnArgs& a) {
   LOOM_RETURN_IF_ERROR(Validate("flash_attention_backward", a, true));
 #ifdef LOOM_HAVE_CUDA
-  return CudaStatus(attn::FlashBackward(Params(a), static_cast<cudaStream_t>(a.stream)), "flash_attention backward");
+  return CudaStatus(attention::FlashBackward(Params(a), static_cast<cudaStream_t>(a.stream)),
+                    "flash_attention backward");
 #else
   return absl::UnavailableError("Loom was built without CUDA (nvcc not found)");
 #endif
 }
 
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda::attention

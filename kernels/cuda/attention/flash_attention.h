@@ -43,7 +43,7 @@
 #include "base/dtype.h"
 #include "kernels/cuda/caching_allocator.h"
 
-namespace loom::cuda {
+namespace loom::kernels::cuda::attention {
 
 // Element strides of one [B, heads, T, D] tensor; 0 = contiguous.
 struct FlashStrides {
@@ -134,4 +134,4 @@ std::string FlashBackwardVariantName(int bwd_variant, int dq_variant, int64_t he
 // The forward's FLOPs (4 B H Tq Tk D, halved when causal and Tq == Tk).
 double FlashAttentionForwardFlops(const FlashAttnArgs& a);
 
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda::attention

@@ -3,7 +3,7 @@
 // dq_variant (see the header of flash_bwd_kernel.cuh for the two schemes).
 #include "kernels/cuda/attention/flash_bwd_kernel.cuh"
 
-namespace loom::cuda::attn {
+namespace loom::kernels::cuda::attention {
 namespace {
 
 template <int D, class Cfg, int kMode, bool kBf16, bool kCausal>
@@ -99,4 +99,4 @@ cudaError_t FlashBackward(const FlashParams& p, cudaStream_t s) {
   return cudaErrorInvalidValue;
 }
 
-}  // namespace loom::cuda::attn
+}  // namespace loom::kernels::cuda::attention

@@ -36,7 +36,7 @@
 #include "kernels/cuda/attention/flash_kernels.h"
 #include "kernels/cuda/attention/flash_variants.h"
 
-namespace loom::cuda::attn {
+namespace loom::kernels::cuda::attention {
 
 
 // dK/dV kernel configuration: NW warps (BN = 16 NW keys), query tile BM,
@@ -564,4 +564,4 @@ __global__ void __launch_bounds__(32 * NW, 2) FlashBwdDqFromDsKernel(FlashParams
     }
 }
 
-}  // namespace loom::cuda::attn
+}  // namespace loom::kernels::cuda::attention

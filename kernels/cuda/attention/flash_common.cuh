@@ -26,7 +26,7 @@
 #include <cuda_fp16.h>
 #endif
 
-namespace loom::cuda::attn {
+namespace loom::kernels::cuda::attention {
 
 constexpr float kLog2e = 1.4426950408889634f;
 
@@ -171,4 +171,4 @@ __device__ __forceinline__ void LoadTile(T* smem, const T* g, int64_t ld, int ro
   }
 }
 
-}  // namespace loom::cuda::attn
+}  // namespace loom::kernels::cuda::attention

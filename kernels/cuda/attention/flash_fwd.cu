@@ -3,7 +3,7 @@
 // FlashParams::fwd_variant.
 #include "kernels/cuda/attention/flash_fwd_kernel.cuh"
 
-namespace loom::cuda::attn {
+namespace loom::kernels::cuda::attention {
 namespace {
 
 template <int D, class Cfg, bool kBf16, bool kCausal>
@@ -63,4 +63,4 @@ cudaError_t FlashForward(const FlashParams& p, cudaStream_t s) {
   return cudaErrorInvalidValue;
 }
 
-}  // namespace loom::cuda::attn
+}  // namespace loom::kernels::cuda::attention

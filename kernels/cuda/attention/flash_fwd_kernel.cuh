@@ -22,7 +22,7 @@
 #include "kernels/cuda/attention/flash_kernels.h"
 #include "kernels/cuda/attention/flash_variants.h"
 
-namespace loom::cuda::attn {
+namespace loom::kernels::cuda::attention {
 
 
 // NW warps, each owning MW groups of 16 query rows (BM = 16 MW NW), key tile
@@ -211,4 +211,4 @@ __global__ void __launch_bounds__(Cfg::NT, Cfg::MB) FlashFwdKernel(FlashParams p
     }
 }
 
-}  // namespace loom::cuda::attn
+}  // namespace loom::kernels::cuda::attention

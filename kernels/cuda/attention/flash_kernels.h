@@ -15,7 +15,7 @@
 #include <cuda_runtime.h>
 #endif
 
-namespace loom::cuda::attn {
+namespace loom::kernels::cuda::attention {
 
 // Element strides of one [B, heads, T, D] tensor (D contiguous).
 struct TensorStrides {
@@ -96,4 +96,4 @@ bool DeviceIsSm90();
 cudaError_t FlashBackward(const FlashParams& p, cudaStream_t s);
 #endif
 
-}  // namespace loom::cuda::attn
+}  // namespace loom::kernels::cuda::attention

@@ -42,7 +42,7 @@
 #define LOOM_BWD_ATOMIC_NW 8
 #define LOOM_BWD_ATOMIC_BM 64
 
-namespace loom::cuda::attn {
+namespace loom::kernels::cuda::attention {
 
 // Forward: the LOOM_FWD_VARIANTS (mma.sync) and the wgmma kernel
 // (flash_wgmma.cu; BN 128; compute capability 9.0 only, elsewhere
@@ -84,4 +84,4 @@ inline int FwdDefaultVariant(int d) { return d == 128 ? kFwdWgmmaPipeVariant : k
 inline int BwdDefaultVariant(int d) { return d == 128 ? 2 : 2; }
 inline int DqDefaultVariant(int d) { return d == 128 ? 2 : 1; }
 
-}  // namespace loom::cuda::attn
+}  // namespace loom::kernels::cuda::attention

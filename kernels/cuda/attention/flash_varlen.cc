@@ -10,7 +10,7 @@
 #include <cuda_runtime.h>
 #endif
 
-namespace loom::cuda {
+namespace loom::kernels::cuda::attention {
 namespace {
 
 absl::Status Bad(const char* what, const std::string& why) {
@@ -117,4 +117,4 @@ absl::Status FlashAttentionVarlenBackward(const FlashVarlenArgs& a) {
   return absl::OkStatus();
 }
 
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda::attention

@@ -25,7 +25,7 @@
 #include "absl/status/status.h"
 #include "kernels/cuda/attention/flash_attention.h"
 
-namespace loom::cuda {
+namespace loom::kernels::cuda::attention {
 
 struct FlashVarlenArgs {
   DType dtype = DType::kBF16;
@@ -58,4 +58,4 @@ absl::Status FlashAttentionVarlenBackward(const FlashVarlenArgs& a);
 // The per-sequence flash call (sequence b; lengths must be > 0); exposed for tests.
 FlashAttnArgs FlashVarlenSequence(const FlashVarlenArgs& a, int64_t b);
 
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda::attention

@@ -8,7 +8,7 @@
 
 #include "gtest/gtest.h"
 
-namespace loom::cuda {
+namespace loom::kernels::cuda::attention {
 namespace {
 
 FlashVarlenArgs Valid() {
@@ -80,4 +80,4 @@ TEST(FlashVarlen, OneStridedCallPerSequence) {
 }
 
 }  // namespace
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda::attention

@@ -23,7 +23,7 @@
 #include "kernels/cuda/attention/flash_kernels.h"
 #include "kernels/cuda/attention/wgmma.cuh"
 
-namespace loom::cuda::attn {
+namespace loom::kernels::cuda::attention {
 namespace {
 
 constexpr int kBN = 128;  // keys per tile
@@ -285,4 +285,4 @@ cudaError_t FlashForwardWgmma(const FlashParams& p, bool pipelined, int warpgrou
   return cudaErrorInvalidValue;
 }
 
-}  // namespace loom::cuda::attn
+}  // namespace loom::kernels::cuda::attention

@@ -21,7 +21,7 @@
 #include "kernels/cuda/attention/flash_kernels.h"
 #include "kernels/cuda/attention/wgmma.cuh"
 
-namespace loom::cuda::attn {
+namespace loom::kernels::cuda::attention {
 namespace {
 
 constexpr int kBM = 64;  // queries per tile
@@ -232,4 +232,4 @@ cudaError_t FlashBackwardWgmmaDkDv(const FlashParams& p, int warpgroups, cudaStr
   return cudaErrorInvalidValue;
 }
 
-}  // namespace loom::cuda::attn
+}  // namespace loom::kernels::cuda::attention

@@ -22,7 +22,7 @@
 #include <cuda_runtime.h>
 #endif
 
-namespace loom::cuda {
+namespace loom::kernels::cuda::attention {
 namespace {
 
 absl::Status Bad(const char* what, const std::string& why) {
@@ -92,8 +92,8 @@ CudnnSdpaArgs ToCudnn(const SdpaArgs& a, bool backward) {
   return c;
 }
 
-attn::MathParams ToMath(const SdpaArgs& a) {
-  attn::MathParams p;
+attention::MathParams ToMath(const SdpaArgs& a) {
+  attention::MathParams p;
   p.dtype = a.dtype == DType::kF32 ? 0 : a.dtype == DType::kBF16 ? 1 : 2;
   p.batch = static_cast<int>(a.batch), p.heads = static_cast<int>(a.heads);
   p.kv_heads = static_cast<int>(a.kv_heads);
@@ -150,7 +150,7 @@ bool DsFitsLimit(const SdpaArgs& a) {
 }  // namespace
 
 int64_t SdpaBackwardWorkspaceBytes(const SdpaArgs& a) {
-  const int64_t math = attn::MathBwdWorkspaceFloats(ToMath(a)) * static_cast<int64_t>(sizeof(float));
+  const int64_t math = attention::MathBwdWorkspaceFloats(ToMath(a)) * static_cast<int64_t>(sizeof(float));
   if (!FlashTakes(a)) return math;  // the math kernel is the only candidate
   const FlashAttnArgs f = ShapeOnly(a, DsFitsLimit(a) ? kFlashBwdDsVariant : 0);
   return std::max<int64_t>(FlashAttentionBwdWorkspaceBytes(f), math);
@@ -184,8 +184,8 @@ absl::Status SdpaValidate(const SdpaArgs& a, bool backward) {
     return Bad("q", absl::StrCat("too many rows (B*H*Tq = ", a.batch * a.heads * a.seq_q, ")"));
   if (a.heads % a.kv_heads != 0)
     return Bad("kv_heads", absl::StrCat("must divide heads (", a.heads, "), got ", a.kv_heads));
-  if (a.head_dim <= 0 || a.head_dim > attn::kMathMaxHeadDim)
-    return Bad("head_dim", absl::StrCat("must be in [1, ", attn::kMathMaxHeadDim, "], got ", a.head_dim));
+  if (a.head_dim <= 0 || a.head_dim > attention::kMathMaxHeadDim)
+    return Bad("head_dim", absl::StrCat("must be in [1, ", attention::kMathMaxHeadDim, "], got ", a.head_dim));
   if (!std::isfinite(a.scale) || a.scale < 0)
     return Bad("scale", absl::StrCat("must be finite and > 0 (0: 1/sqrt(D)), got ", a.scale));
   if (a.ds_limit_bytes < 0) return Bad("ds_limit_bytes", absl::StrCat("must be >= 0, got ", a.ds_limit_bytes));
@@ -410,9 +410,9 @@ absl::Status SdpaDispatcher::Run(const SdpaCandidate& c, const SdpaArgs& a, bool
     return backward ? CudnnSdpaBackward(x) : CudnnSdpaForward(x);
   }
 #ifdef LOOM_HAVE_CUDA
-  const attn::MathParams p = ToMath(a);
+  const attention::MathParams p = ToMath(a);
   cudaStream_t s = static_cast<cudaStream_t>(a.stream);
-  const cudaError_t e = backward ? attn::MathBackward(p, s) : attn::MathForward(p, s);
+  const cudaError_t e = backward ? attention::MathBackward(p, s) : attention::MathForward(p, s);
   if (e == cudaSuccess) return absl::OkStatus();
   return absl::InternalError(absl::StrCat("sdpa math ", backward ? "backward" : "forward", ": ", cudaGetErrorString(e)));
 #else
@@ -468,4 +468,4 @@ absl::Status SdpaDispatcher::LoadCache(const std::string& path) {
   return absl::OkStatus();
 }
 
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda::attention

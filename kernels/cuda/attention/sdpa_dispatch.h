@@ -57,7 +57,7 @@
 #include "kernels/cuda/attention/flash_attention.h"
 #include "kernels/cuda/caching_allocator.h"
 
-namespace loom::cuda {
+namespace loom::kernels::cuda::attention {
 
 struct SdpaArgs {
   DType dtype = DType::kBF16;  // kBF16, kF16 or kF32
@@ -165,4 +165,4 @@ class SdpaDispatcher {
   int timer_calls_ = 0;
 };
 
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda::attention

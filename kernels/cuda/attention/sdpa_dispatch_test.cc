@@ -13,7 +13,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cuda/attention/flash_attention.h"
 
-namespace loom::cuda {
+namespace loom::kernels::cuda::attention {
 namespace {
 
 SdpaArgs Valid(int64_t d = 128, DType dt = DType::kBF16) {
@@ -390,4 +390,4 @@ TEST(SdpaDispatch, FlashArgsFromSdpa) {
 }
 
 }  // namespace
-}  // namespace loom::cuda
+}  // namespace loom::kernels::cuda::attention

@@ -22,10 +22,10 @@
 #define LOOM_SDPA_HD inline
 #endif
 
-namespace loom::cuda::attn {
+namespace loom::kernels::cuda::attention {
 
 LOOM_SDPA_HD bool DropoutKeep(uint64_t seed, uint64_t offset, uint64_t idx, float p) {
   return Philox(seed, offset).Uniform(idx) >= p;
 }
 
-}  // namespace loom::cuda::attn
+}  // namespace loom::kernels::cuda::attention

@@ -11,7 +11,7 @@
 #include "gtest/gtest.h"
 #include "kernels/cuda/attention/attention_reference.h"
 
-namespace loom::cuda::attn {
+namespace loom::kernels::cuda::attention {
 namespace {
 
 TEST(SdpaDropout, KeptFractionIsOneMinusP) {
@@ -64,4 +64,4 @@ TEST(SdpaDropout, ReferenceIsUnbiased) {
 }
 
 }  // namespace
-}  // namespace loom::cuda::attn
+}  // namespace loom::kernels::cuda::attention

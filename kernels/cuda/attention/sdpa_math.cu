@@ -15,7 +15,7 @@
 #include "kernels/cuda/attention/sdpa_dropout.h"
 #include "kernels/cuda/attention/sdpa_math.h"
 
-namespace loom::cuda::attn {
+namespace loom::kernels::cuda::attention {
 namespace {
 
 __device__ __forceinline__ float Ld(const float* p, int64_t i) { return p[i]; }
@@ -257,4 +257,4 @@ struct BwdOp {
 cudaError_t MathForward(const MathParams& p, cudaStream_t s) { return ByType<FwdOp>(p, s); }
 cudaError_t MathBackward(const MathParams& p, cudaStream_t s) { return ByType<BwdOp>(p, s); }
 
-}  // namespace loom::cuda::attn
+}  // namespace loom::kernels::cuda::attention

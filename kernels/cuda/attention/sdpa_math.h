@@ -21,7 +21,7 @@
 #include <cuda_runtime.h>
 #endif
 
-namespace loom::cuda::attn {
+namespace loom::kernels::cuda::attention {
 
 struct MathParams {
   int dtype = 0;  // 0 f32, 1 bf16, 2 f16
@@ -60,4 +60,4 @@ cudaError_t MathForward(const MathParams& p, cudaStream_t s);
 cudaError_t MathBackward(const MathParams& p, cudaStream_t s);
 #endif
 
-}  // namespace loom::cuda::attn
+}  // namespace loom::kernels::cuda::attention

@@ -69,7 +69,7 @@ inline __half __float2half_rn(float f) {
 inline __half2 __floats2half2_rn(float a, float b) { return {__float2half_rn(a), __float2half_rn(b)}; }
 inline float __log2f(float x) { return std::log2(x); }
 
-namespace loom::cuda::attn {
+namespace loom::kernels::cuda::attention {
 
 struct EmuDim3 {
   unsigned x = 1, y = 1, z = 1;
@@ -300,4 +300,4 @@ inline float atomicAdd(float* p, float v) {
   return old;
 }
 
-}  // namespace loom::cuda::attn
+}  // namespace loom::kernels::cuda::attention

@@ -30,7 +30,7 @@
 
 #include "kernels/cuda/attention/flash_common.cuh"
 
-namespace loom::cuda::attn::wg {
+namespace loom::kernels::cuda::attention::wg {
 
 // Element offset of (r, c) in an SW128 tile of R rows (any width).
 template <int R>
@@ -146,4 +146,4 @@ LOOM_WG_DEFINE(128, false, "f16", LOOM_WG_R64, LOOM_WG_O64, "%64", "%65", "%66",
 #undef LOOM_WG_R64
 #undef LOOM_WG_R32
 
-}  // namespace loom::cuda::attn::wg
+}  // namespace loom::kernels::cuda::attention::wg

@@ -23,7 +23,7 @@
 
 #include "kernels/cuda/attention/wgmma.cuh"
 
-namespace loom::cuda::attn::wg {
+namespace loom::kernels::cuda::attention::wg {
 namespace {
 
 constexpr int kK = 128;
@@ -169,4 +169,4 @@ int RunWgmmaCheck(std::string* why) {
   return failed;
 }
 
-}  // namespace loom::cuda::attn::wg
+}  // namespace loom::kernels::cuda::attention::wg

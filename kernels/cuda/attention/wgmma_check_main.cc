@@ -6,7 +6,7 @@
 #include "gtest/gtest.h"
 
 #ifdef LOOM_HAVE_CUDA
-namespace loom::cuda::attn::wg {
+namespace loom::kernels::cuda::attention::wg {
 int RunWgmmaCheck(std::string* why);
 }
 #endif
@@ -16,7 +16,7 @@ namespace {
 TEST(Wgmma, ProductFormsAndLayoutsMatchFp64) {
 #ifdef LOOM_HAVE_CUDA
   std::string why;
-  const int failed = loom::cuda::attn::wg::RunWgmmaCheck(&why);
+  const int failed = loom::kernels::cuda::attention::wg::RunWgmmaCheck(&why);
   if (failed < 0) GTEST_SKIP() << "needs a GPU: " << why;
   EXPECT_EQ(failed, 0) << "wgmma cases failed (see the table above)";
 #else

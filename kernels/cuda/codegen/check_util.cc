@@ -8,7 +8,7 @@
 #include "kernels/cuda/codegen/op_cases.h"
 #include "kernels/registry.h"
 
-namespace loom::cuda::codegen {
+namespace loom::kernels::cuda::codegen {
 namespace {
 
 using Ints = std::vector<int64_t>;
@@ -22,7 +22,7 @@ absl::StatusOr<Tensor> ReferenceF64(const PwBody& body, const std::vector<Tensor
   for (const PwNode& n : body.nodes) {
     std::vector<Tensor> args;
     for (int v : n.inputs) args.push_back(val.at(v));
-    LOOM_ASSIGN_OR_RETURN(std::vector<Tensor> out, ops::RunOp(n.op, args, n.attrs, ops::Impl::kReference));
+    LOOM_ASSIGN_OR_RETURN(std::vector<Tensor> out, kernels::RunOp(n.op, args, n.attrs, kernels::Impl::kReference));
     val.push_back(out[0].dtype() == DType::kF64 ? out[0] : out[0].To(DType::kF64));
   }
   const Tensor& r = val.at(body.output);
@@ -41,15 +41,15 @@ std::vector<PwCheckCase> AllCheckCases() {
     PwBody g;
     g.num_inputs = 3;
     g.nodes = {{"add", {0, 1}, {}},
-               {"gelu", {3}, ops::Attrs{{"approximate", std::string("tanh")}}},
+               {"gelu", {3}, kernels::Attrs{{"approximate", std::string("tanh")}}},
                {"mul", {4, 2}, {}},
-               {"scale", {5}, ops::Attrs{{"s", 0.5}}}};
+               {"scale", {5}, kernels::Attrs{{"s", 0.5}}}};
     g.output = 6;
     cases.push_back({"fused_add_gelu_mul_scale", g, 3, -2, 2, {}});
   }
   // Mixed storage: bf16 + f32 (the row's dtype is the output's).
   cases.push_back({"mixed_add_bf16_f32", SingleOpBody("add", {}, 2), 2, -2, 2, {DType::kBF16, DType::kF32}});
-  cases.push_back({"fill_0.1", SingleOpBody("fill", ops::Attrs{{"shape", kOut}, {"value", 0.1}}, 0), 0, 0, 0, {}});
+  cases.push_back({"fill_0.1", SingleOpBody("fill", kernels::Attrs{{"shape", kOut}, {"value", 0.1}}, 0), 0, 0, 0, {}});
   return cases;
 }
 
@@ -136,4 +136,4 @@ PwCheckResult EvaluateCheck(const PwCheckInstance& inst, const Tensor& out_stora
   return res;
 }
 
-}  // namespace loom::cuda::codegen
+}  // namespace loom::kernels::cuda::codegen

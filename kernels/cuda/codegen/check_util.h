@@ -19,7 +19,7 @@
 #include "base/tensor.h"
 #include "kernels/cuda/codegen/pointwise.h"
 
-namespace loom::cuda::codegen {
+namespace loom::kernels::cuda::codegen {
 
 struct PwCheckCase {
   std::string label;
@@ -58,4 +58,4 @@ struct PwCheckResult {
 // `out_storage` is the whole output buffer copied to the host.
 PwCheckResult EvaluateCheck(const PwCheckInstance& inst, const Tensor& out_storage);
 
-}  // namespace loom::cuda::codegen
+}  // namespace loom::kernels::cuda::codegen

@@ -9,7 +9,7 @@
 #include <sstream>
 #include <string>
 
-namespace loom::cuda::codegen {
+namespace loom::kernels::cuda::codegen {
 
 // The first host C++ compiler found, or "" (the tests then fail).
 inline std::string FindHostCompiler() {
@@ -26,4 +26,4 @@ inline std::string ReadWholeFile(const std::string& path) {
   return ss.str();
 }
 
-}  // namespace loom::cuda::codegen
+}  // namespace loom::kernels::cuda::codegen

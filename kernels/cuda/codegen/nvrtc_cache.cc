@@ -33,7 +33,7 @@
 #include <nvrtc.h>
 #endif
 
-namespace loom::cuda::codegen {
+namespace loom::kernels::cuda::codegen {
 namespace {
 
 std::atomic<bool> g_nvrtc_disabled{false};
@@ -381,4 +381,4 @@ absl::Status LaunchKernel(void* kernel, int64_t grid, int block, void** args, St
 #endif
 }
 
-}  // namespace loom::cuda::codegen
+}  // namespace loom::kernels::cuda::codegen

@@ -25,9 +25,9 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
-namespace loom::cuda::codegen {
+namespace loom::kernels::cuda::codegen {
 
-// A cudaStream_t (same type as loom::cuda::StreamHandle).
+// A cudaStream_t (same type as loom::kernels::cuda::StreamHandle).
 using StreamHandle = void*;
 
 struct CodegenOptions {
@@ -82,4 +82,4 @@ absl::StatusOr<std::string> NvrtcCompileSource(const std::string& source, const 
 // Tests: behave as if NVRTC could not be opened (cache lookups only).
 void SetNvrtcDisabledForTesting(bool disabled);
 
-}  // namespace loom::cuda::codegen
+}  // namespace loom::kernels::cuda::codegen

@@ -7,13 +7,13 @@
 
 #include "kernels/registry.h"
 
-namespace loom::cuda::codegen {
+namespace loom::kernels::cuda::codegen {
 
 struct PwOpCase {
   std::string label;  // unique: op plus attribute variant
   std::string op;
   int num_inputs;
-  ops::Attrs attrs;
+  kernels::Attrs attrs;
   double lo = -2.0, hi = 2.0;  // uniform input range (div: the second input 0.5..2)
   unsigned bool_inputs = 0;    // bit k: input k is bool (the others take the row's dtype)
 };
@@ -25,14 +25,14 @@ inline bool PwOpWritesBool(const std::string& op) {
 }
 
 // The input metas of case c over `shape`: bool where c says so, else `row`.
-inline std::vector<ops::TensorMeta> PwCaseInputs(const PwOpCase& c, DType row, const Shape& shape) {
-  std::vector<ops::TensorMeta> m;
+inline std::vector<kernels::TensorMeta> PwCaseInputs(const PwOpCase& c, DType row, const Shape& shape) {
+  std::vector<kernels::TensorMeta> m;
   for (int k = 0; k < c.num_inputs; ++k) m.push_back({(c.bool_inputs >> k) & 1u ? DType::kBool : row, shape});
   return m;
 }
 
 inline std::vector<PwOpCase> AllPwOpCases() {
-  using ops::Attrs;
+  using kernels::Attrs;
   const Attrs none{{"approximate", std::string("none")}}, tanh{{"approximate", std::string("tanh")}};
   return {
       {"add", "add", 2, {}},
@@ -83,4 +83,4 @@ inline std::vector<PwOpCase> AllPwOpCases() {
   };
 }
 
-}  // namespace loom::cuda::codegen
+}  // namespace loom::kernels::cuda::codegen

@@ -10,7 +10,7 @@
 #include "kernels/cuda/codegen/pointwise.h"
 #include "kernels/cuda/codegen/pointwise_internal.h"
 
-namespace loom::cuda::codegen {
+namespace loom::kernels::cuda::codegen {
 namespace {
 // Bump when the generator changes meaning.
 constexpr char kCodegenVersion[] = "loom-pw-1";
@@ -88,4 +88,4 @@ absl::Status PointwiseKernel::Launch(absl::Span<const void* const> inputs, void*
   return LaunchKernel(kernel_, blocks, static_cast<int>(threads), args.data(), stream, gen_.name);
 }
 
-}  // namespace loom::cuda::codegen
+}  // namespace loom::kernels::cuda::codegen

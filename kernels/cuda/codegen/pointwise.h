@@ -66,7 +66,7 @@
 #include "kernels/cuda/codegen/nvrtc_cache.h"
 #include "kernels/registry.h"
 
-namespace loom::cuda::codegen {
+namespace loom::kernels::cuda::codegen {
 
 struct PwOperand {
   DType dtype = DType::kF32;     // storage dtype: kF32, kBF16, kF16, kI32, kI64
@@ -81,7 +81,7 @@ struct PwOperand {
 struct PwNode {
   std::string op;
   std::vector<int> inputs;
-  ops::Attrs attrs;
+  kernels::Attrs attrs;
 };
 // The computation of a kernel, straight-line: nodes in order, each one result.
 // An EMPTY body (no nodes, output = 0: operand 0) is a copy or cast.
@@ -91,7 +91,7 @@ struct PwBody {
   int output = 0;  // the value id returned
 };
 // The body of one op over num_inputs operands.
-PwBody SingleOpBody(const std::string& op, const ops::Attrs& attrs, int num_inputs);
+PwBody SingleOpBody(const std::string& op, const kernels::Attrs& attrs, int num_inputs);
 // A copy or cast of one operand (an empty body).
 PwBody CopyBody();
 
@@ -173,4 +173,4 @@ class PointwiseKernel {
   mutable int num_sms_ = 0;
 };
 
-}  // namespace loom::cuda::codegen
+}  // namespace loom::kernels::cuda::codegen

@@ -27,7 +27,7 @@
 #include "kernels/cuda/codegen/pointwise.h"
 #include "kernels/cuda/codegen/pointwise_internal.h"
 
-namespace loom::cuda::codegen {
+namespace loom::kernels::cuda::codegen {
 namespace {
 
 absl::Status Bad(absl::string_view field, absl::string_view msg) { return CodegenError(field, msg); }
@@ -141,7 +141,7 @@ std::vector<int64_t> BroadcastStrides(absl::Span<const int64_t> in_shape, absl::
   return out;
 }
 
-PwBody SingleOpBody(const std::string& op, const ops::Attrs& attrs, int num_inputs) {
+PwBody SingleOpBody(const std::string& op, const kernels::Attrs& attrs, int num_inputs) {
   PwBody b;
   b.num_inputs = num_inputs;
   PwNode n;
@@ -538,4 +538,4 @@ absl::StatusOr<GeneratedKernel> GeneratePointwiseSource(const PwSpec& spec) {
   return gen;
 }
 
-}  // namespace loom::cuda::codegen
+}  // namespace loom::kernels::cuda::codegen

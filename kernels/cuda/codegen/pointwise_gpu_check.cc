@@ -30,7 +30,7 @@
 #include "kernels/cuda/device_runtime.h"
 #include "kernels/registry.h"
 
-namespace loom::cuda::codegen {
+namespace loom::kernels::cuda::codegen {
 namespace {
 
 using Ints = std::vector<int64_t>;
@@ -89,7 +89,7 @@ struct BwCase {
 std::vector<BwCase> BandwidthCases() {
   const Ints big = {8192, 4096};
   const Ints contig = {4096, 1}, row_bcast = {0, 1}, perm = {1, 8192};
-  const PwBody gelu = SingleOpBody("gelu", ops::Attrs{{"approximate", std::string("tanh")}}, 1);
+  const PwBody gelu = SingleOpBody("gelu", kernels::Attrs{{"approximate", std::string("tanh")}}, 1);
   const PwBody add = SingleOpBody("add", {}, 2);
   const PwBody copy = CopyBody();
   return {
@@ -213,6 +213,6 @@ int Main(int argc, char** argv) {
 }
 
 }  // namespace
-}  // namespace loom::cuda::codegen
+}  // namespace loom::kernels::cuda::codegen
 
-int main(int argc, char** argv) { return loom::cuda::codegen::Main(argc, argv); }
+int main(int argc, char** argv) { return loom::kernels::cuda::codegen::Main(argc, argv); }

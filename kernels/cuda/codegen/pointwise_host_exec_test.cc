@@ -27,7 +27,7 @@
 #include "kernels/cuda/codegen/pointwise_internal.h"
 #include "gtest/gtest.h"
 
-namespace loom::cuda::codegen {
+namespace loom::kernels::cuda::codegen {
 namespace {
 
 constexpr char kShim[] = R"(// Host shim for generated pointwise kernels.
@@ -158,4 +158,4 @@ TEST(HostExec, EveryCaseMatchesTheF64Reference) {
 }
 
 }  // namespace
-}  // namespace loom::cuda::codegen
+}  // namespace loom::kernels::cuda::codegen

@@ -12,7 +12,7 @@
 #include "kernels/cuda/codegen/nvrtc_cache.h"
 #include "kernels/cuda/codegen/pointwise.h"
 
-namespace loom::cuda::codegen {
+namespace loom::kernels::cuda::codegen {
 
 // InvalidArgument "pointwise codegen: <field>: <msg>".
 absl::Status CodegenError(absl::string_view field, absl::string_view msg);
@@ -33,4 +33,4 @@ absl::Status ValidateSpec(const PwSpec& spec);
 int ChooseVectorPath(const GeneratedKernel& gen, absl::Span<const void* const> inputs,
                      absl::Span<const DType> in_dtypes, const void* out, DType out_dtype);
 
-}  // namespace loom::cuda::codegen
+}  // namespace loom::kernels::cuda::codegen

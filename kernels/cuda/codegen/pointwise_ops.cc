@@ -11,7 +11,7 @@
 #include "base/status.h"
 #include "kernels/cuda/codegen/pointwise_internal.h"
 
-namespace loom::cuda::codegen {
+namespace loom::kernels::cuda::codegen {
 namespace {
 
 absl::Status Bad(absl::string_view field, absl::string_view msg) { return CodegenError(field, msg); }
@@ -22,7 +22,7 @@ constexpr double kInvSqrt2 = 0.70710678118654752440;
 constexpr double kInvSqrt2Pi = 0.39894228040143267794;
 constexpr double kGeluC = 0.044715;
 
-absl::StatusOr<bool> GeluIsTanh(const ops::Attrs& a, const std::string& where) {
+absl::StatusOr<bool> GeluIsTanh(const kernels::Attrs& a, const std::string& where) {
   if (a.Has("approximate") && !absl::holds_alternative<std::string>(a.values().at("approximate")))
     return Bad(where, "approximate: expected a string");
   std::string s = a.GetString("approximate", "none");
@@ -54,9 +54,9 @@ std::string RoundExpr(DType t, const std::string& e) {
 }
 
 // A number attribute (double or integer), or an error naming it.
-absl::StatusOr<double> NumberAttr(const ops::Attrs& a, const std::string& name, const std::string& where) {
+absl::StatusOr<double> NumberAttr(const kernels::Attrs& a, const std::string& name, const std::string& where) {
   if (!a.Has(name)) return Bad(where, absl::StrCat(name, ": missing attribute (a number)"));
-  const ops::AttrValue& v = a.values().at(name);
+  const kernels::AttrValue& v = a.values().at(name);
   if (!absl::holds_alternative<double>(v) && !absl::holds_alternative<int64_t>(v))
     return Bad(where, absl::StrCat(name, ": expected a number"));
   return a.GetFloat(name);
@@ -86,7 +86,7 @@ int OpArity(const std::string& op) {
 absl::StatusOr<std::string> NodeExpr(const PwNode& n, const std::vector<std::string>& x,
                                      const std::string& where) {
   const std::string& op = n.op;
-  const ops::Attrs& a = n.attrs;
+  const kernels::Attrs& a = n.attrs;
   auto X = [&](int k) { return x[k]; };
   if (op == "add") return absl::StrCat(X(0), " + ", X(1));
   if (op == "sub") return absl::StrCat(X(0), " - ", X(1));
@@ -182,4 +182,4 @@ absl::StatusOr<std::string> NodeExpr(const PwNode& n, const std::vector<std::str
   return Bad(where, absl::StrCat("op '", op, "' is not supported by the CUDA pointwise generator"));
 }
 
-}  // namespace loom::cuda::codegen
+}  // namespace loom::kernels::cuda::codegen

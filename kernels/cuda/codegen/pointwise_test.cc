@@ -19,7 +19,7 @@
 #include "gtest/gtest.h"
 #include "kernels/registry.h"
 
-namespace loom::cuda::codegen {
+namespace loom::kernels::cuda::codegen {
 namespace {
 
 using Ints = std::vector<int64_t>;
@@ -30,7 +30,7 @@ std::vector<int64_t> Contig(const Ints& shape) {
 }
 
 // A one-op body over n inputs.
-PwBody Body(const std::string& op, int n, const ops::Attrs& attrs = {}) { return SingleOpBody(op, attrs, n); }
+PwBody Body(const std::string& op, int n, const kernels::Attrs& attrs = {}) { return SingleOpBody(op, attrs, n); }
 
 std::string TempDir(const std::string& name) {
   const char* t = std::getenv("TEST_TMPDIR");
@@ -238,8 +238,8 @@ TEST(Coverage, EveryRegisteredElementwiseOpIsSupported) {
   std::set<std::string> covered;
   for (const PwOpCase& c : AllPwOpCases()) covered.insert(c.op);
   int n = 0;
-  for (const std::string& name : ops::OpRegistry::Global().Names()) {
-    const ops::OpDef* def = ops::OpRegistry::Global().Find(name);
+  for (const std::string& name : kernels::OpRegistry::Global().Names()) {
+    const kernels::OpDef* def = kernels::OpRegistry::Global().Find(name);
     if (!def->elementwise || name.rfind("test.", 0) == 0) continue;
     ++n;
     EXPECT_TRUE(covered.count(name)) << "elementwise op '" << name << "' has no pointwise codegen case";
@@ -394,7 +394,7 @@ TEST_F(NvrtcTest, EveryOpCompilesForF32AndBF16) {
       specs.push_back({absl::StrCat(c.label, " ", DTypeName(dt)), spec});
     }
   }
-  bodies.push_back(Body("fill", 0, ops::Attrs{{"shape", Ints{6, 10}}, {"value", 0.1}}));
+  bodies.push_back(Body("fill", 0, kernels::Attrs{{"shape", Ints{6, 10}}, {"value", 0.1}}));
   {
     PwSpec spec;
     spec.body = &bodies.back();
@@ -457,7 +457,8 @@ TEST_F(NvrtcTest, FusedChainWithLargeIndexSpaceCompiles) {
   const Ints shape = {1 << 16, 1 << 16};
   PwBody g;
   g.num_inputs = 3;
-  g.nodes = {{"add", {0, 1}, {}}, {"gelu", {3}, ops::Attrs{{"approximate", std::string("tanh")}}}, {"mul", {4, 2}, {}}};
+  g.nodes = {
+      {"add", {0, 1}, {}}, {"gelu", {3}, kernels::Attrs{{"approximate", std::string("tanh")}}}, {"mul", {4, 2}, {}}};
   g.output = 5;
   PwSpec spec;
   spec.body = &g;
@@ -565,4 +566,4 @@ TEST_F(NvrtcTest, UnwritableCacheStillCompiles) {
 }
 
 }  // namespace
-}  // namespace loom::cuda::codegen
+}  // namespace loom::kernels::cuda::codegen

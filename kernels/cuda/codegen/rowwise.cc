@@ -11,7 +11,7 @@
 #include "absl/strings/str_replace.h"
 #include "base/status.h"
 
-namespace loom::cuda::codegen {
+namespace loom::kernels::cuda::codegen {
 namespace {
 
 // Bump when a template changes meaning.
@@ -449,4 +449,4 @@ absl::Status RowwiseKernel::Launch(const AdamWParams& p, StreamHandle stream) co
 static_assert(sizeof(LnParams) == 88 && sizeof(AdamWTensor) == 64 && sizeof(AdamWChunk) == 16 && sizeof(AdamWParams) == 48,
               "parameter structs must match the generated source's layouts");
 
-}  // namespace loom::cuda::codegen
+}  // namespace loom::kernels::cuda::codegen

@@ -44,7 +44,7 @@
 #include "base/dtype.h"
 #include "kernels/cuda/codegen/nvrtc_cache.h"
 
-namespace loom::cuda::codegen {
+namespace loom::kernels::cuda::codegen {
 
 // ---- Parameter structs (layouts mirrored in the generated source) ----
 constexpr int kMaxLnAddends = 4;
@@ -157,4 +157,4 @@ class RowwiseKernel {
   mutable std::vector<void*> handles_;  // per gen_.kernels, loaded on first launch
 };
 
-}  // namespace loom::cuda::codegen
+}  // namespace loom::kernels::cuda::codegen

@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/rng.h"
 
-namespace loom::cuda::codegen {
+namespace loom::kernels::cuda::codegen {
 
 void HostBuf::Init(DType t, int64_t count) {
   dtype = t;
@@ -236,4 +236,4 @@ std::string CheckAdamW(const AdamWCase& c) {
   return "";
 }
 
-}  // namespace loom::cuda::codegen
+}  // namespace loom::kernels::cuda::codegen

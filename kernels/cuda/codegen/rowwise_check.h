@@ -10,7 +10,7 @@
 #include "base/dtype.h"
 #include "kernels/cuda/codegen/rowwise.h"
 
-namespace loom::cuda::codegen {
+namespace loom::kernels::cuda::codegen {
 
 // A host buffer of f32 / bf16 / i32 / i64 storage.
 struct HostBuf {
@@ -51,4 +51,4 @@ AdamWCase MakeAdamWCase(const AdamWSpec& s, uint64_t seed);
 std::vector<AdamWTensor> AdamWTensorsFor(AdamWCase& c, const std::vector<void*>* dev = nullptr);
 std::string CheckAdamW(const AdamWCase& c);
 
-}  // namespace loom::cuda::codegen
+}  // namespace loom::kernels::cuda::codegen

@@ -25,7 +25,7 @@
 #include "kernels/cuda/codegen/rowwise.h"
 #include "kernels/cuda/codegen/rowwise_check.h"
 
-namespace loom::cuda::codegen {
+namespace loom::kernels::cuda::codegen {
 namespace {
 
 int g_failures = 0;
@@ -283,6 +283,6 @@ int Main(int argc, char** argv) {
 }
 
 }  // namespace
-}  // namespace loom::cuda::codegen
+}  // namespace loom::kernels::cuda::codegen
 
-int main(int argc, char** argv) { return loom::cuda::codegen::Main(argc, argv); }
+int main(int argc, char** argv) { return loom::kernels::cuda::codegen::Main(argc, argv); }

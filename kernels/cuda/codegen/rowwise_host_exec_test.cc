@@ -25,7 +25,7 @@
 #include "kernels/cuda/codegen/rowwise_check.h"
 #include "gtest/gtest.h"
 
-namespace loom::cuda::codegen {
+namespace loom::kernels::cuda::codegen {
 namespace {
 
 constexpr char kShim[] = R"(// Host shim for generated row-wise kernels.
@@ -203,4 +203,4 @@ TEST_F(HostExec, AdamWMatchesTheF64Reference) {
 }
 
 }  // namespace
-}  // namespace loom::cuda::codegen
+}  // namespace loom::kernels::cuda::codegen

@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 
-namespace loom::cuda::codegen {
+namespace loom::kernels::cuda::codegen {
 namespace {
 
 bool Has(const std::string& s, const std::string& sub) { return s.find(sub) != std::string::npos; }
@@ -122,4 +122,4 @@ TEST(Rowwise, EveryKindCompilesWithNvrtc) {
 }
 
 }  // namespace
-}  // namespace loom::cuda::codegen
+}  // namespace loom::kernels::cuda::codegen

@@ -5,7 +5,7 @@
 #include "gtest/gtest.h"
 #include "runtime/checkpoint/fuzz/fuzz_targets.h"
 
-namespace loom::checkpoint::fuzz {
+namespace loom::runtime::checkpoint::fuzz {
 namespace {
 
 TEST(CorpusReplay, Safetensors) {
@@ -16,4 +16,4 @@ TEST(CorpusReplay, Manifest) {
 }
 
 }  // namespace
-}  // namespace loom::checkpoint::fuzz
+}  // namespace loom::runtime::checkpoint::fuzz

@@ -10,7 +10,7 @@
 #include "runtime/checkpoint/manifest.h"
 #include "runtime/checkpoint/safetensors.h"
 
-namespace loom::checkpoint::fuzz {
+namespace loom::runtime::checkpoint::fuzz {
 namespace {
 
 void Check(bool ok, const char* what) {
@@ -59,4 +59,4 @@ void FuzzManifest(const uint8_t* data, size_t size) {
   Check(ManifestToJson(*m2) == again, "round trip is stable");
 }
 
-}  // namespace loom::checkpoint::fuzz
+}  // namespace loom::runtime::checkpoint::fuzz

@@ -11,9 +11,9 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace loom::checkpoint::fuzz {
+namespace loom::runtime::checkpoint::fuzz {
 
 void FuzzSafetensors(const uint8_t* data, size_t size);
 void FuzzManifest(const uint8_t* data, size_t size);
 
-}  // namespace loom::checkpoint::fuzz
+}  // namespace loom::runtime::checkpoint::fuzz

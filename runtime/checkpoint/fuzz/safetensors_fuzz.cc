@@ -2,6 +2,6 @@
 #include "runtime/checkpoint/fuzz/fuzz_targets.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  loom::checkpoint::fuzz::FuzzSafetensors(data, size);
+  loom::runtime::checkpoint::fuzz::FuzzSafetensors(data, size);
   return 0;
 }

@@ -2,7 +2,7 @@
 
 #include "runtime/data/internal/unicode_classes.h"
 
-namespace loom::data::internal {
+namespace loom::runtime::data::internal {
 namespace {
 
 enum class CharClass { kLetter, kNumber, kSpace, kOther };
@@ -66,4 +66,4 @@ size_t Gpt2PieceEnd(std::string_view text, size_t pos) {
   return last;
 }
 
-}  // namespace loom::data::internal
+}  // namespace loom::runtime::data::internal

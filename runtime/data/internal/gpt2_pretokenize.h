@@ -25,7 +25,7 @@
 #include <cstddef>
 #include <string_view>
 
-namespace loom::data::internal {
+namespace loom::runtime::data::internal {
 
 // The end (exclusive byte offset) of the piece that starts at `pos`
 // (pos < text.size()); always > pos.
@@ -41,4 +41,4 @@ void Gpt2Pretokenize(std::string_view text, Fn&& fn) {
   }
 }
 
-}  // namespace loom::data::internal
+}  // namespace loom::runtime::data::internal

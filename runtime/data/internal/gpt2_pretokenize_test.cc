@@ -12,7 +12,7 @@
 #include "gtest/gtest.h"
 #include "runtime/data/internal/unicode_classes.h"
 
-namespace loom::data::internal {
+namespace loom::runtime::data::internal {
 namespace {
 
 std::vector<std::string> Split(const std::string& text) {
@@ -107,4 +107,4 @@ TEST(UnicodeClasses, TableMatchesItsGeneratorAndKnownCharacters) {
 }
 
 }  // namespace
-}  // namespace loom::data::internal
+}  // namespace loom::runtime::data::internal

@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-namespace loom::data::internal {
+namespace loom::runtime::data::internal {
 
 inline constexpr int kSpApiVersion = 1;
 
@@ -44,7 +44,7 @@ struct SpApi {
                        std::string* serialized);
 };
 
-}  // namespace loom::data::internal
+}  // namespace loom::runtime::data::internal
 
 // The one symbol the library exports.
-extern "C" const loom::data::internal::SpApi* loom_sentencepiece_api();
+extern "C" const loom::runtime::data::internal::SpApi* loom_sentencepiece_api();

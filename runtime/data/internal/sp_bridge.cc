@@ -5,7 +5,7 @@
 
 #include <filesystem>
 
-namespace loom::data::internal {
+namespace loom::runtime::data::internal {
 namespace {
 
 // Where the library may be: beside the executable, or in runtime/data/ of
@@ -79,4 +79,4 @@ std::string SpTrain(const SpTrainOptions& options, const std::function<bool(std:
   return api->train(options, next, serialized);
 }
 
-}  // namespace loom::data::internal
+}  // namespace loom::runtime::data::internal

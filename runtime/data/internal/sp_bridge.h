@@ -25,7 +25,7 @@
 
 #include "runtime/data/internal/sp_api.h"
 
-namespace loom::data::internal {
+namespace loom::runtime::data::internal {
 
 inline constexpr const char kSpLibraryName[] = "libloom_sentencepiece.so";
 
@@ -66,4 +66,4 @@ class SpModel {
 std::string SpTrain(const SpTrainOptions& options, const std::function<bool(std::string*)>& next,
                     std::string* serialized);
 
-}  // namespace loom::data::internal
+}  // namespace loom::runtime::data::internal

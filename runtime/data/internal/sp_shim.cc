@@ -12,7 +12,7 @@
 
 #include "runtime/data/internal/sp_api.h"
 
-namespace loom::data::internal {
+namespace loom::runtime::data::internal {
 namespace {
 
 using Processor = sentencepiece::SentencePieceProcessor;
@@ -103,8 +103,8 @@ const SpApi kApi = {kSpApiVersion, Load, Destroy, PieceSize, PieceId, IdToPiece,
                     EosId,         Encode, Decode, Pieces,  Train};
 
 }  // namespace
-}  // namespace loom::data::internal
+}  // namespace loom::runtime::data::internal
 
-extern "C" __attribute__((visibility("default"))) const loom::data::internal::SpApi* loom_sentencepiece_api() {
-  return &loom::data::internal::kApi;
+extern "C" __attribute__((visibility("default"))) const loom::runtime::data::internal::SpApi* loom_sentencepiece_api() {
+  return &loom::runtime::data::internal::kApi;
 }

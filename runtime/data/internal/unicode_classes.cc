@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <iterator>
 
-namespace loom::data::internal {
+namespace loom::runtime::data::internal {
 namespace {
 
 const CodepointRange kLetters[] = {
@@ -159,4 +159,4 @@ const char kUnicodeVersion[] = "14.0.0";
 bool IsUnicodeLetter(uint32_t cp) { return InRanges(kLetters, cp); }
 bool IsUnicodeNumber(uint32_t cp) { return InRanges(kNumbers, cp); }
 
-}  // namespace loom::data::internal
+}  // namespace loom::runtime::data::internal

@@ -10,7 +10,7 @@
 #include <cstdint>
 #include <string_view>
 
-namespace loom::data::internal {
+namespace loom::runtime::data::internal {
 
 struct CodepointRange {
   uint32_t lo, hi;  // inclusive
@@ -64,4 +64,4 @@ inline Utf8Char DecodeUtf8(std::string_view text, size_t pos) {
   return {cp, len, true};
 }
 
-}  // namespace loom::data::internal
+}  // namespace loom::runtime::data::internal

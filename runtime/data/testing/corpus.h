@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace loom::data::testing {
+namespace loom::runtime::data::testing {
 
 // The first `bytes` bytes of a fortunes file (Debian's `fortunes` package).
 // A missing or empty file aborts the test with the package to install
@@ -58,4 +58,4 @@ inline void WriteFile(const std::string& path, const std::string& bytes) {
   out << bytes;
 }
 
-}  // namespace loom::data::testing
+}  // namespace loom::runtime::data::testing

@@ -12,7 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
-namespace loom::data::testing {
+namespace loom::runtime::data::testing {
 
 template <typename T>
 std::string Raw(const std::vector<T>& v) {
@@ -57,4 +57,4 @@ inline std::string Write(const std::string& path, const std::string& bytes) {
   return path;
 }
 
-}  // namespace loom::data::testing
+}  // namespace loom::runtime::data::testing

@@ -11,7 +11,7 @@
 #include "runtime/data/gpt2_tokenizer.h"
 #include "runtime/data/testing/corpus.h"
 
-namespace loom::data::testing {
+namespace loom::runtime::data::testing {
 
 // A code point below U+0800 in UTF-8 (the byte alphabet ends at U+0143).
 inline std::string Utf8Small(uint32_t cp) {
@@ -54,4 +54,4 @@ inline std::vector<std::pair<std::string, std::string>> EnglishMerges() {
   return {{"t", "h"}, {"th", "e"}, {g, "the"}, {g, "t"}, {"i", "n"}, {"in", "g"}, {"e", "r"}, {g, "a"}};
 }
 
-}  // namespace loom::data::testing
+}  // namespace loom::runtime::data::testing

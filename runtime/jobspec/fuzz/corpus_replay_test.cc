@@ -5,10 +5,10 @@
 #include "gtest/gtest.h"
 #include "runtime/jobspec/fuzz/jobspec_fuzz_body.h"
 
-namespace loom::jobspec::fuzz {
+namespace loom::runtime::jobspec::fuzz {
 namespace {
 
 TEST(CorpusReplay, FuzzJobSpec) { loom::testing::ReplayCorpus("runtime/jobspec/fuzz/corpus", FuzzJobSpec); }
 
 }  // namespace
-}  // namespace loom::jobspec::fuzz
+}  // namespace loom::runtime::jobspec::fuzz

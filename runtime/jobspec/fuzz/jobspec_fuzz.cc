@@ -2,6 +2,6 @@
 #include "runtime/jobspec/fuzz/jobspec_fuzz_body.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  loom::jobspec::fuzz::FuzzJobSpec(data, size);
+  loom::runtime::jobspec::fuzz::FuzzJobSpec(data, size);
   return 0;
 }

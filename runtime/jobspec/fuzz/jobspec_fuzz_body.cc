@@ -6,7 +6,7 @@
 
 #include "runtime/jobspec/jobspec.h"
 
-namespace loom::jobspec::fuzz {
+namespace loom::runtime::jobspec::fuzz {
 namespace {
 
 constexpr size_t kMaxMessageBytes = 4096;
@@ -32,4 +32,4 @@ void FuzzJobSpec(const uint8_t* data, size_t size) {
   if (!valid.ok()) CheckError(valid, "ValidateJobSpec");
 }
 
-}  // namespace loom::jobspec::fuzz
+}  // namespace loom::runtime::jobspec::fuzz

@@ -12,8 +12,8 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace loom::jobspec::fuzz {
+namespace loom::runtime::jobspec::fuzz {
 
 void FuzzJobSpec(const uint8_t* data, size_t size);
 
-}  // namespace loom::jobspec::fuzz
+}  // namespace loom::runtime::jobspec::fuzz

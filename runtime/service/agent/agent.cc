@@ -22,7 +22,7 @@
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/service/auth/token.h"
 
-namespace loom::service {
+namespace loom::runtime::service::agent {
 
 extern "C" char** environ;
 
@@ -47,7 +47,7 @@ Agent::~Agent() { Stop(); }
 std::unique_ptr<grpc::ClientContext> Agent::Ctx(int timeout_ms) {
   auto c = std::make_unique<grpc::ClientContext>();
   c->set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(timeout_ms));
-  AddBearer(c.get(), secret_.empty() ? opts_.join_token : AgentBearer(agent_id_, secret_));
+  auth::AddBearer(c.get(), secret_.empty() ? opts_.join_token : auth::AgentBearer(agent_id_, secret_));
   return c;
 }
 
@@ -127,9 +127,9 @@ bool Agent::NewIncarnation(const std::string& incarnation) const {
 absl::Status Agent::Start(std::chrono::milliseconds timeout) {
   if (opts_.worker_argv.empty()) return absl::InvalidArgumentError("worker_argv: empty");
   if (!store_) {
-    collectives::StoreServer::Options so;
+    collectives::store::StoreServer::Options so;
     so.host = opts_.rendezvous_host;
-    auto st = collectives::StoreServer::Start(so);  // tenants only: no secret of its own
+    auto st = collectives::store::StoreServer::Start(so);  // tenants only: no secret of its own
     if (!st.ok()) return Annotate(st.status(), absl::StrCat("rendezvous store on ", opts_.rendezvous_host));
     store_ = std::move(*st);
   }
@@ -455,4 +455,4 @@ void Agent::ReapAndEscalate() {
   }
 }
 
-}  // namespace loom::service
+}  // namespace loom::runtime::service::agent

@@ -63,7 +63,7 @@
 #include "collectives/store/store_server.h"
 #include "proto/loom/v1/service.grpc.pb.h"
 
-namespace loom::service {
+namespace loom::runtime::service::agent {
 
 struct AgentOptions {
   std::string coordinator = "127.0.0.1:7070";
@@ -146,7 +146,7 @@ class Agent {
   std::vector<ExitReport> exits_;  // oldest first (order thread; Register reads it under mu_)
   std::string incarnation_;        // of the coordinator this agent registered with
   bool must_register_ = false;     // a call answered NOT_FOUND for this agent
-  std::unique_ptr<collectives::StoreServer> store_;
+  std::unique_ptr<collectives::store::StoreServer> store_;
   std::map<std::string, std::string> tenants_;  // job id -> admitted secret (order thread)
 
   AgentOptions opts_;
@@ -159,4 +159,4 @@ class Agent {
   std::map<pid_t, Proc> procs_;
 };
 
-}  // namespace loom::service
+}  // namespace loom::runtime::service::agent

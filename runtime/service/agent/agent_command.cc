@@ -17,7 +17,7 @@
 #include "runtime/service/auth/token.h"
 #include "runtime/service/server.h"
 
-namespace loom::service {
+namespace loom::runtime::service::agent {
 namespace {
 
 struct FlagDef {
@@ -94,7 +94,7 @@ absl::StatusOr<AgentFlags> ParseAgentFlags(const std::vector<std::string>& args,
   std::string base = home && *home ? std::string(home) + "/.loom" : ".loom";
   o.data_dir = v.count("data-dir") ? v["data-dir"] : base + "/agent";
   f.token_dir = v.count("token-dir") ? v["token-dir"] : base;
-  f.join_token_file = v.count("join-token-file") ? v["join-token-file"] : f.token_dir + "/" + kJoinTokenFile;
+  f.join_token_file = v.count("join-token-file") ? v["join-token-file"] : f.token_dir + "/" + auth::kJoinTokenFile;
   o.cpu_slots = static_cast<int>(std::thread::hardware_concurrency());
   if (v.count("cpu-slots") && (!absl::SimpleAtoi(v["cpu-slots"], &o.cpu_slots) || o.cpu_slots < 0)) {
     return absl::InvalidArgumentError(absl::StrCat("--cpu-slots: expected a count, got '", v["cpu-slots"], "'"));
@@ -149,7 +149,7 @@ int RunAgentCommand(const std::vector<std::string>& args) {
   if (const char* t = std::getenv("LOOM_JOIN_TOKEN"); t != nullptr && *t != '\0') {
     f->agent.join_token = t;
   } else {
-    auto token = ReadTokenFile(f->join_token_file, /*check_mode=*/true);
+    auto token = auth::ReadTokenFile(f->join_token_file, /*check_mode=*/true);
     if (!token.ok()) {
       std::fprintf(stderr, "loom agent: --join-token-file: %s (or set LOOM_JOIN_TOKEN)\n",
                    std::string(token.status().message()).c_str());
@@ -183,4 +183,4 @@ int RunAgentCommand(const std::vector<std::string>& args) {
   return 0;
 }
 
-}  // namespace loom::service
+}  // namespace loom::runtime::service::agent

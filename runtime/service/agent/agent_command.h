@@ -28,7 +28,7 @@
 #include "absl/status/statusor.h"
 #include "runtime/service/agent/agent.h"
 
-namespace loom::service {
+namespace loom::runtime::service::agent {
 
 struct AgentFlags {
   AgentOptions agent;
@@ -44,4 +44,4 @@ absl::StatusOr<AgentFlags> ParseAgentFlags(const std::vector<std::string>& args,
 
 int RunAgentCommand(const std::vector<std::string>& args);
 
-}  // namespace loom::service
+}  // namespace loom::runtime::service::agent

@@ -4,7 +4,7 @@
 
 #include "gtest/gtest.h"
 
-namespace loom::service {
+namespace loom::runtime::service::agent {
 namespace {
 
 absl::StatusOr<AgentFlags> Parse(const std::vector<std::string>& args, const std::map<std::string, std::string>& env) {
@@ -79,4 +79,4 @@ TEST(AgentFlags, HelpIsGeneratedAndUnknownFlagsSuggest) {
 }
 
 }  // namespace
-}  // namespace loom::service
+}  // namespace loom::runtime::service::agent

@@ -5,5 +5,5 @@
 #include "runtime/service/agent/agent_command.h"
 
 int main(int argc, char** argv) {
-  return loom::service::RunAgentCommand(std::vector<std::string>(argv + 1, argv + argc));
+  return loom::runtime::service::agent::RunAgentCommand(std::vector<std::string>(argv + 1, argv + argc));
 }

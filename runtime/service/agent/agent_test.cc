@@ -16,7 +16,7 @@
 #include "runtime/service/auth/token.h"
 #include "runtime/service/server.h"
 
-namespace loom::service {
+namespace loom::runtime::service::agent {
 namespace {
 
 class AgentTest : public ::testing::Test {
@@ -65,7 +65,7 @@ class AgentTest : public ::testing::Test {
     v1::JobStatus s;
     while (std::chrono::steady_clock::now() < deadline) {
       s = server_->coordinator()->Get(id)->job();
-      if (IsTerminal(s.state())) break;
+      if (store::IsTerminal(s.state())) break;
       std::this_thread::sleep_for(std::chrono::milliseconds(20));
     }
     return s;
@@ -182,4 +182,4 @@ TEST_F(AgentTest, StopLeavesNoProcessBehind) {
 }
 
 }  // namespace
-}  // namespace loom::service
+}  // namespace loom::runtime::service::agent

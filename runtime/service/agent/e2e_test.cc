@@ -17,11 +17,11 @@
 #include "runtime/service/client_commands.h"
 #include "runtime/service/testing/daemons.h"
 
-namespace loom::service {
+namespace loom::runtime::service::agent {
 namespace {
 
-using loom::testing::Spawn;
-using loom::testing::WaitExit;
+using loom::runtime::service::testing::Spawn;
+using loom::runtime::service::testing::WaitExit;
 
 TEST(EndToEnd, CoordinatorTwoAgentsAndCliSubmit) {
   const char* tmp = std::getenv("TEST_TMPDIR");
@@ -94,4 +94,4 @@ TEST(EndToEnd, CoordinatorTwoAgentsAndCliSubmit) {
 }
 
 }  // namespace
-}  // namespace loom::service
+}  // namespace loom::runtime::service::agent

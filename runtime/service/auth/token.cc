@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 
-namespace loom::service {
+namespace loom::runtime::service::auth {
 namespace {
 
 constexpr int kTokenBytes = 32;
@@ -162,4 +162,4 @@ void AddBearer(grpc::ClientContext* ctx, const std::string& token) {
   ctx->AddMetadata("authorization", "Bearer " + token);
 }
 
-}  // namespace loom::service
+}  // namespace loom::runtime::service::auth

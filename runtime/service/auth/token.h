@@ -24,7 +24,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace loom::service {
+namespace loom::runtime::service::auth {
 
 inline constexpr char kTokenFile[] = "token";
 inline constexpr char kJoinTokenFile[] = "join-token";
@@ -69,4 +69,4 @@ grpc::Status CheckAuthorization(const std::multimap<grpc::string_ref, grpc::stri
 // Adds the bearer metadata to a client call.
 void AddBearer(grpc::ClientContext* ctx, const std::string& token);
 
-}  // namespace loom::service
+}  // namespace loom::runtime::service::auth

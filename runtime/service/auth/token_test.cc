@@ -8,7 +8,7 @@
 
 #include "gtest/gtest.h"
 
-namespace loom::service {
+namespace loom::runtime::service::auth {
 namespace {
 
 std::string FreshDir(const std::string& name) {
@@ -106,4 +106,4 @@ TEST(Token, Sha256AndAgentBearer) {
 }
 
 }  // namespace
-}  // namespace loom::service
+}  // namespace loom::runtime::service::auth

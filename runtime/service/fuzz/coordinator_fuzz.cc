@@ -2,6 +2,6 @@
 #include "runtime/service/fuzz/coordinator_fuzz_body.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  loom::service::fuzz::FuzzCoordinator(data, size);
+  loom::runtime::service::fuzz::FuzzCoordinator(data, size);
   return 0;
 }

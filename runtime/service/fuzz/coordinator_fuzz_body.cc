@@ -10,7 +10,7 @@
 
 #include "runtime/service/coordinator.h"
 
-namespace loom::service::fuzz {
+namespace loom::runtime::service::fuzz {
 namespace {
 
 constexpr size_t kMaxMessageBytes = 4096;
@@ -149,4 +149,4 @@ void FuzzCoordinator(const uint8_t* data, size_t size) {
   }
 }
 
-}  // namespace loom::service::fuzz
+}  // namespace loom::runtime::service::fuzz

@@ -18,8 +18,8 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace loom::service::fuzz {
+namespace loom::runtime::service::fuzz {
 
 void FuzzCoordinator(const uint8_t* data, size_t size);
 
-}  // namespace loom::service::fuzz
+}  // namespace loom::runtime::service::fuzz

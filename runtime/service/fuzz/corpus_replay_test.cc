@@ -5,10 +5,10 @@
 #include "gtest/gtest.h"
 #include "runtime/service/fuzz/coordinator_fuzz_body.h"
 
-namespace loom::service::fuzz {
+namespace loom::runtime::service::fuzz {
 namespace {
 
 TEST(CorpusReplay, FuzzCoordinator) { loom::testing::ReplayCorpus("runtime/service/fuzz/corpus", FuzzCoordinator); }
 
 }  // namespace
-}  // namespace loom::service::fuzz
+}  // namespace loom::runtime::service::fuzz

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 
-namespace loom::metrics {
+namespace loom::runtime::service::metrics {
 
 HttpServer::HttpServer(const Registry* registry) : registry_(registry) {}
 
@@ -49,4 +49,4 @@ void HttpServer::Stop() {
   server_.reset();
 }
 
-}  // namespace loom::metrics
+}  // namespace loom::runtime::service::metrics

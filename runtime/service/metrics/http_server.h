@@ -18,7 +18,7 @@ namespace httplib {
 class Server;
 }
 
-namespace loom::metrics {
+namespace loom::runtime::service::metrics {
 
 inline constexpr char kTextContentType[] = "text/plain; version=0.0.4; charset=utf-8";
 
@@ -40,4 +40,4 @@ class HttpServer {
   std::thread thread_;
 };
 
-}  // namespace loom::metrics
+}  // namespace loom::runtime::service::metrics

@@ -5,7 +5,7 @@
 
 #include "gtest/gtest.h"
 
-namespace loom::metrics {
+namespace loom::runtime::service::metrics {
 namespace {
 
 // Runs a command and returns its stdout; the exit status goes to *rc.
@@ -93,4 +93,4 @@ TEST(HttpServer, BindFailureIsAnError) {
 }
 
 }  // namespace
-}  // namespace loom::metrics
+}  // namespace loom::runtime::service::metrics

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <type_traits>
 
-namespace loom::metrics {
+namespace loom::runtime::service::metrics {
 namespace {
 
 void Die(const std::string& msg) {
@@ -265,4 +265,4 @@ std::string Registry::Render() const {
   return out;
 }
 
-}  // namespace loom::metrics
+}  // namespace loom::runtime::service::metrics

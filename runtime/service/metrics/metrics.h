@@ -28,7 +28,7 @@
 #include <string>
 #include <vector>
 
-namespace loom::metrics {
+namespace loom::runtime::service::metrics {
 
 enum class MetricType { kCounter, kGauge, kHistogram };
 
@@ -152,4 +152,4 @@ std::string FormatValue(double v);
 bool IsValidMetricName(const std::string& name);
 bool IsValidLabelName(const std::string& name);
 
-}  // namespace loom::metrics
+}  // namespace loom::runtime::service::metrics

@@ -6,7 +6,7 @@
 
 #include "gtest/gtest.h"
 
-namespace loom::metrics {
+namespace loom::runtime::service::metrics {
 namespace {
 
 TEST(Metrics, CounterWithLabelsExactText) {
@@ -135,4 +135,4 @@ TEST(Metrics, ConcurrentUpdatesAreCounted) {
 }
 
 }  // namespace
-}  // namespace loom::metrics
+}  // namespace loom::runtime::service::metrics

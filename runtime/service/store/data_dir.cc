@@ -14,7 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
-namespace loom::service {
+namespace loom::runtime::service::store {
 namespace {
 
 constexpr char kMarkerHeader[] = "# loom data folder: it has held a job store (loom.db); ids reserved so far";
@@ -110,4 +110,4 @@ absl::Status IdMarker::Write(const std::string& data_dir) const {
   return s;
 }
 
-}  // namespace loom::service
+}  // namespace loom::runtime::service::store

@@ -24,7 +24,7 @@
 
 #include "absl/status/statusor.h"
 
-namespace loom::service {
+namespace loom::runtime::service::store {
 
 inline constexpr char kLockFile[] = "lock";
 inline constexpr char kMarkerFile[] = "store.marker";
@@ -56,4 +56,4 @@ struct IdMarker {
   absl::Status Write(const std::string& data_dir) const;
 };
 
-}  // namespace loom::service
+}  // namespace loom::runtime::service::store

@@ -14,7 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "base/status.h"
 
-namespace loom::service {
+namespace loom::runtime::service::store {
 namespace {
 
 int64_t NowMs() {
@@ -620,4 +620,4 @@ absl::StatusOr<std::string> JobStore::Pragma(const std::string& name) {
   return out;
 }
 
-}  // namespace loom::service
+}  // namespace loom::runtime::service::store

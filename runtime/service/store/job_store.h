@@ -48,7 +48,7 @@
 
 struct sqlite3;
 
-namespace loom::service {
+namespace loom::runtime::service::store {
 
 bool IsTerminal(v1::JobState s);
 // Whether the lifecycle allows from -> to (same state counts as allowed).
@@ -198,4 +198,4 @@ class JobStore {
   int64_t id_block_ = 1000;
 };
 
-}  // namespace loom::service
+}  // namespace loom::runtime::service::store

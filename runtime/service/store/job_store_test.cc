@@ -17,7 +17,7 @@
 
 #include "gtest/gtest.h"
 
-namespace loom::service {
+namespace loom::runtime::service::store {
 namespace {
 
 std::string FreshDir(const std::string& name) {
@@ -349,4 +349,4 @@ TEST(JobStore, KillDashNineMidWriteLeavesConsistentDb) {
 }
 
 }  // namespace
-}  // namespace loom::service
+}  // namespace loom::runtime::service::store

@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-namespace loom::testing {
+namespace loom::runtime::service::testing {
 
 // fork + execv(argv) with stderr appended to `log`; returns the child's pid.
 inline pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
@@ -75,4 +75,4 @@ inline std::string TestDir(const std::string& name) {
   return root;
 }
 
-}  // namespace loom::testing
+}  // namespace loom::runtime::service::testing

@@ -87,7 +87,7 @@ absl::StatusOr<std::vector<Tensor>> RunForward(const ImportedModel& m, const std
   LOOM_ASSIGN_OR_RETURN(Compilation c, Compile(m.graph, co));
   Executor exec(std::move(c.program));
   std::vector<Tensor> inputs;
-  for (const GraphInput& in : exec.program().graph.inputs()) {
+  for (const ir::GraphInput& in : exec.program().graph.inputs()) {
     auto d = data.find(in.name);
     auto i = m.initial.find(in.name);
     if (d != data.end()) inputs.push_back(d->second);
