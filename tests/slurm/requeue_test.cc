@@ -11,6 +11,7 @@
 #include <fstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
@@ -47,10 +48,12 @@ bool WaitFor(F ready, int seconds) {
 std::string Environ(pid_t pid) { return testing::ReadFileBytes(absl::StrCat("/proc/", pid, "/environ")); }
 
 // Kills, as a node failure would, every process of node `name` whose
-// environment holds `marker`, and the slurmstepd above each. Returns the
-// command names of those it killed.
+// environment holds `marker`, and the slurmstepd above each. The processes
+// are found first and killed after, so a worker that dies with its parent is
+// still counted. Returns the command names of those found.
 std::string KillNodeProcesses(const std::string& marker, const std::string& name) {
-  std::string killed;
+  std::string found;
+  std::vector<pid_t> victims;
   const std::string node_var = std::string(1, '\0') + "SLURMD_NODENAME=" + name + std::string(1, '\0');
   std::error_code ec;
   for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
@@ -62,11 +65,28 @@ std::string KillNodeProcesses(const std::string& marker, const std::string& name
     std::string skip, comm;
     pid_t ppid = 0;
     stat >> skip >> comm >> skip >> ppid;
-    if (testing::ReadFileBytes(absl::StrCat("/proc/", ppid, "/comm")).rfind("slurmstepd", 0) == 0) kill(ppid, SIGKILL);
+    if (testing::ReadFileBytes(absl::StrCat("/proc/", ppid, "/comm")).rfind("slurmstepd", 0) == 0)
+      victims.push_back(ppid);
+    victims.push_back(std::stoi(pid));
     const std::string cmd = testing::ReadFileBytes(e.path() / "cmdline");
-    if (kill(std::stoi(pid), SIGKILL) == 0) killed += cmd.substr(cmd.find('\0') + 1, cmd.find('\0', cmd.find('\0') + 1) - cmd.find('\0') - 1) + " ";
+    const size_t first = cmd.find('\0');
+    found += cmd.substr(first + 1, cmd.find('\0', first + 1) - first - 1) + " ";
   }
-  return killed;
+  for (pid_t v : victims) kill(v, SIGKILL);
+  return found;
+}
+
+// Whether any process of node `name` with `marker` in its environment is left.
+bool NodeProcessesLeft(const std::string& marker, const std::string& name) {
+  const std::string node_var = std::string(1, '\0') + "SLURMD_NODENAME=" + name + std::string(1, '\0');
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string pid = e.path().filename();
+    if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    const std::string env = std::string(1, '\0') + Environ(std::stoi(pid));
+    if (env.find(marker) != std::string::npos && env.find(node_var) != std::string::npos) return true;
+  }
+  return false;
 }
 
 TEST(SlurmRequeue, NodeFailureResumesFromTheLastCheckpointBitwise) {
@@ -88,6 +108,7 @@ TEST(SlurmRequeue, NodeFailureResumesFromTheLastCheckpointBitwise) {
   const std::string killed = KillNodeProcesses(marker, "n2");
   EXPECT_NE(killed.find("run "), std::string::npos) << "n2's loom run: killed " << killed;
   EXPECT_NE(killed.find("worker "), std::string::npos) << "n2's worker: killed " << killed;
+  EXPECT_TRUE(WaitFor([&] { return !NodeProcessesLeft(marker, "n2"); }, 5)) << "n2's processes outlived the kill";
   ASSERT_TRUE(WaitFor([&] { return c.NodeState(1).rfind("down", 0) == 0; }, 40)) << c.NodeState(1);
   c.RestartNode(1);
 

@@ -50,7 +50,7 @@ def source():
         "#include <algorithm>",
         "#include <iterator>",
         "",
-        "namespace loom::data::internal {",
+        "namespace loom::runtime::data::internal {",
         "namespace {",
         "",
         table("kLetters", letters),
@@ -71,7 +71,7 @@ def source():
         "bool IsUnicodeLetter(uint32_t cp) { return InRanges(kLetters, cp); }",
         "bool IsUnicodeNumber(uint32_t cp) { return InRanges(kNumbers, cp); }",
         "",
-        "}  // namespace loom::data::internal",
+        "}  // namespace loom::runtime::data::internal",
         "",
     ])
 
