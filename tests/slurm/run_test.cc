@@ -136,10 +136,14 @@ TEST_F(SlurmRun, ScancelStopsEveryNodeWithinTheGrace) {
       absl::StrCat("sbatch --parsable --chdir=", ::testing::TempDir(), " --output=", out, " ", script), 30);
   ASSERT_EQ(sub.code, 0) << sub.output;
   const std::string job = sub.output.substr(0, sub.output.find_first_of(";\n"));
+  // Training has started once rank 0 logs step 1 in the run folder (rank 0
+  // may land on either node; only node 0's ranks print to the sbatch output).
+  const std::string metrics = Tmp("long_run") + "/metrics.jsonl";
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
-  while (testing::ReadFileBytes(out).find("step 1") == std::string::npos && std::chrono::steady_clock::now() < deadline)
+  while (testing::ReadFileBytes(metrics).find("{\"step\": 1,") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  ASSERT_NE(testing::ReadFileBytes(out).find("step 1"), std::string::npos) << testing::ReadFileBytes(out);
+  ASSERT_NE(testing::ReadFileBytes(metrics).find("{\"step\": 1,"), std::string::npos) << testing::ReadFileBytes(out);
   const int running = ProcessesWith(marker);
   EXPECT_GE(running, 6) << "two loom run, four workers";  // plus srun and the batch shell
   ASSERT_EQ(cluster_->Run("scancel " + job, 10).code, 0);
