@@ -113,42 +113,28 @@ else
 fi
 phase "build (${#manual[@]} manual targets included)"
 
-# Layering: the import order of docs/layers.txt. scripts/check_layers.py prints
-# one PASS:/FAIL: line per case (its self-check's planted cases first, then the
-# build graph, the #include lines and the docs copy); each line is one case. An
-# exit without a FAIL line (bad input, bazel query failing) counts as one
-# failure.
-"$PY" scripts/check_layers.py >"$WORK/layers.log" 2>&1
-rc=$?
-cat "$WORK/layers.log"
-lp=$(grep -c '^PASS: ' "$WORK/layers.log"); lf=$(grep -c '^FAIL: ' "$WORK/layers.log")
-if [ $rc != 0 ] && [ "$lf" = 0 ]; then lf=1; fi
-checks_pass=$((checks_pass + lp)); checks_fail=$((checks_fail + lf))
-phase "layers ($lp passed, $lf failed)"
-
+# Checks outside Bazel. Each script prints one PASS:/FAIL: line per case (its
+# self-check's planted cases first); each line is one case, and an exit without
+# a FAIL line (bad input, bazel query failing) counts as one failure.
+#   check_script NAME SCRIPT
+check_script() {
+  local log="$WORK/$1.log" rc p f
+  "$PY" "$2" >"$log" 2>&1
+  rc=$?
+  cat "$log"
+  p=$(grep -c '^PASS: ' "$log"); f=$(grep -c '^FAIL: ' "$log")
+  if [ $rc != 0 ] && [ "$f" = 0 ]; then f=1; fi
+  checks_pass=$((checks_pass + p)); checks_fail=$((checks_fail + f))
+  phase "$1 ($p passed, $f failed)"
+}
+# Layering: the import order of docs/layers.txt (build graph, #include lines,
+# the docs copy).
+check_script layers scripts/check_layers.py
 # The call path that docs/architecture.md lists ("From `loom run job.yaml` to
-# a kernel launch"): scripts/check_doc_paths.py prints one PASS:/FAIL: line per
-# named function (its self-check's planted case first), counted like the
-# layering check's.
-"$PY" scripts/check_doc_paths.py >"$WORK/doc_paths.log" 2>&1
-rc=$?
-cat "$WORK/doc_paths.log"
-dp=$(grep -c '^PASS: ' "$WORK/doc_paths.log"); df=$(grep -c '^FAIL: ' "$WORK/doc_paths.log")
-if [ $rc != 0 ] && [ "$df" = 0 ]; then df=1; fi
-checks_pass=$((checks_pass + dp)); checks_fail=$((checks_fail + df))
-phase "doc paths ($dp passed, $df failed)"
-
-# Namespaces follow folders (docs/architecture.md). scripts/check_namespaces.py
-# prints one PASS:/FAIL: line per case (its self-check's planted cases first,
-# then one per source folder); each line is one case. An exit without a FAIL
-# line (bad input) counts as one failure.
-"$PY" scripts/check_namespaces.py >"$WORK/namespaces.log" 2>&1
-rc=$?
-cat "$WORK/namespaces.log"
-np=$(grep -c '^PASS: ' "$WORK/namespaces.log"); nf=$(grep -c '^FAIL: ' "$WORK/namespaces.log")
-if [ $rc != 0 ] && [ "$nf" = 0 ]; then nf=1; fi
-checks_pass=$((checks_pass + np)); checks_fail=$((checks_fail + nf))
-phase "namespaces ($np passed, $nf failed)"
+# a kernel launch"): one case per named function.
+check_script "doc paths" scripts/check_doc_paths.py
+# Namespaces follow folders (docs/architecture.md): one case per source folder.
+check_script namespaces scripts/check_namespaces.py
 
 query "tests(//...) except attr(tags, 'benchmark|manual', tests(//...))" "$WORK/tests.txt"
 declare -A by_group=()
