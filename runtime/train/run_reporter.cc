@@ -45,10 +45,17 @@ void ReportProgress(int64_t step, int64_t checkpoint_step) {
 }
 
 void ReportMetricLine(const std::string& json) {
-  static const char* file = std::getenv("LOOM_METRICS_FILE");
+  const char* file = std::getenv("LOOM_METRICS_FILE");
   if (file == nullptr || *file == '\0') return;
-  static std::ofstream out(file, std::ios::app);
-  out << json << "\n" << std::flush;
+  static std::string path;
+  static std::ofstream out;
+  if (path != file) {
+    out.close();
+    out.clear();
+    out.open(file, std::ios::app);
+    path = file;
+  }
+  out << json << "\n" << std::flush;  // whole lines: the agent ships complete lines only
 }
 
 namespace {
