@@ -1,6 +1,7 @@
 // GET /api/v1/jobs/<id>/logs and the /events stream of the dashboard API.
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 
@@ -44,10 +45,11 @@ bool DecodeCursor(const std::string& s, Offsets* o) {
   return true;
 }
 
-// Complete lines of `chunks` as {"rank","stream","text"}; the bytes after a
-// file's last newline go back (its offset rewound) unless `flush`, or unless
-// they are a line longer than what one read returned.
-Json LinesOf(const std::vector<v1::LogChunk>& chunks, Offsets* offsets, bool flush) {
+// Complete lines of `chunks` (read with a budget of `limit` bytes) as
+// {"rank","stream","text"}; the bytes after a file's last newline go back (its
+// offset rewound) unless `flush`, or unless no newline came in `limit` or
+// kDefaultLogBytes bytes (a line longer than that comes in pieces).
+Json LinesOf(const std::vector<v1::LogChunk>& chunks, Offsets* offsets, bool flush, int64_t limit) {
   std::vector<std::string> order;
   std::map<std::string, std::pair<const v1::LogChunk*, std::string>> data;
   for (const v1::LogChunk& c : chunks) {
@@ -65,7 +67,8 @@ Json LinesOf(const std::vector<v1::LogChunk>& chunks, Offsets* offsets, bool flu
       out.push_back(Json{{"rank", c->rank()}, {"stream", c->stream()}, {"text", bytes.substr(start, nl - start)}});
     }
     if (start == bytes.size()) continue;
-    if (flush || (start == 0 && bytes.size() >= static_cast<size_t>(kDefaultLogBytes))) {
+    const size_t piece = static_cast<size_t>(std::min(limit, kDefaultLogBytes));
+    if (flush || (start == 0 && bytes.size() >= piece)) {
       out.push_back(Json{{"rank", c->rank()}, {"stream", c->stream()}, {"text", bytes.substr(start)}});
     } else {
       (*offsets)[key] -= static_cast<int64_t>(bytes.size() - start);
@@ -103,7 +106,7 @@ bool Pump(Coordinator* c, Stream& st, httplib::DataSink& sink) {
   auto chunks = c->ReadLogs(st.job_id, -1, &st.offsets, kStreamLogBytes);
   const bool logs_drained = !chunks.ok() || chunks->empty();
   if (chunks.ok()) {
-    for (const Json& line : LinesOf(*chunks, &st.offsets, terminal)) out += Event("log", line);
+    for (const Json& line : LinesOf(*chunks, &st.offsets, terminal, kStreamLogBytes)) out += Event("log", line);
   }
   std::string state = Dump(JobSummary(job->job()));
   if (state != st.last_state) {
@@ -141,7 +144,7 @@ void ServeLogs(Coordinator* c, const httplib::Request& req, httplib::Response& r
   }
   auto chunks = c->ReadLogs(id, rank, &offsets, limit);
   if (!chunks.ok()) return SendStatus(res, chunks.status());
-  Json lines = LinesOf(*chunks, &offsets, store::IsTerminal(job->job().state()));
+  Json lines = LinesOf(*chunks, &offsets, store::IsTerminal(job->job().state()), limit);
   res.set_content(Dump(Json{{"lines", lines}, {"cursor", EncodeCursor(offsets)}}), kJsonType);
 }
 

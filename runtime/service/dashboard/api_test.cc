@@ -163,6 +163,49 @@ TEST_F(ApiTest, HostileStringsRoundTripAsData) {
   EXPECT_NE(raw->body.find("\\u0001"), std::string::npos);
 }
 
+// The logs cursor continues where the last call stopped; a line still being
+// written waits for its newline unless it is longer than the limit.
+TEST_F(ApiTest, LogsCursorAndPartialLines) {
+  auto [agent, job] = RunningJob("logs");
+  int64_t offset = 0;
+  auto append = [&](int rank, const std::string& data) {
+    v1::AppendLogsRequest req;
+    req.set_agent_id(agent);
+    req.set_job_id(job);
+    req.set_rank(rank);
+    req.set_stream("stderr");
+    req.set_offset(rank == 0 ? offset : 0);
+    req.set_data(data);
+    if (rank == 0) offset += static_cast<int64_t>(data.size());
+    v1::AppendLogsResponse resp;
+    return nodes_->AppendLogs(AgentCtx(agent).get(), req, &resp).ok();
+  };
+  ASSERT_TRUE(append(0, "one\ntwo\nthr"));
+  const std::string base = "/api/v1/jobs/" + job + "/logs";
+  Json a = GetJson(base + "?limit=5");
+  ASSERT_EQ(a["lines"].size(), 1u) << a.dump();
+  EXPECT_EQ(a["lines"][0]["text"], "one");
+  EXPECT_EQ(a["lines"][0]["stream"], "stderr");
+  Json b = GetJson(base + "?after=" + a["cursor"].get<std::string>());
+  ASSERT_EQ(b["lines"].size(), 1u) << b.dump();
+  EXPECT_EQ(b["lines"][0]["text"], "two");
+  Json c = GetJson(base + "?after=" + b["cursor"].get<std::string>());
+  EXPECT_TRUE(c["lines"].empty()) << "a partial line waits: " << c.dump();
+  EXPECT_EQ(c["cursor"], b["cursor"]);
+  ASSERT_TRUE(append(0, "ee\n"));
+  Json d = GetJson(base + "?after=" + c["cursor"].get<std::string>());
+  ASSERT_EQ(d["lines"].size(), 1u) << d.dump();
+  EXPECT_EQ(d["lines"][0]["text"], "three");
+  // Longer than the limit: it comes in pieces rather than never.
+  ASSERT_TRUE(append(0, "abcdefghij\n"));
+  Json e = GetJson(base + "?limit=4&after=" + d["cursor"].get<std::string>());
+  ASSERT_EQ(e["lines"].size(), 1u) << e.dump();
+  EXPECT_EQ(e["lines"][0]["text"], "abcd");
+  GetJson(base + "?after=garbage", 400);
+  GetJson(base + "?rank=7", 400);
+  GetJson(base + "?limit=0", 400);
+}
+
 TEST_F(ApiTest, JobDetailHistoryAndSpec) {
   auto [agent, job] = RunningJob("detail");
   Json d = GetJson("/api/v1/jobs/" + job);
