@@ -276,9 +276,9 @@ TEST_F(ApiTest, EventsStreamDeliversANewPointPromptly) {
   std::mutex mu;
   std::string got;
   std::atomic<bool> ended{false};
+  httplib::Client c("127.0.0.1", server_->metrics_port());
+  c.set_read_timeout(15, 0);  // the stream's own limit if it never ended
   std::thread reader([&, job = job] {
-    httplib::Client c("127.0.0.1", server_->metrics_port());
-    c.set_read_timeout(15, 0);
     auto r = c.Get(("/api/v1/jobs/" + job + "/events").c_str(), Auth(),
                    [&](const char* data, size_t n) {
                      std::lock_guard<std::mutex> l(mu);
@@ -318,7 +318,7 @@ TEST_F(ApiTest, EventsStreamDeliversANewPointPromptly) {
   while (!ended && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   EXPECT_TRUE(ended) << "the stream ends once the job is terminal";
   EXPECT_TRUE(seen("\"state\":\"CANCELLED\""));
-  if (!ended) http_->stop();
+  if (!ended) c.stop();
   reader.join();
 }
 
