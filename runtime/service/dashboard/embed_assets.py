@@ -5,8 +5,9 @@
 
 Each FILE (under the folder ROOT) becomes one entry of the table that
 runtime/service/dashboard/assets.h declares: its path relative to ROOT, its
-Content-Type (from the file's extension; an unknown extension is an error so
-that nothing is served as the wrong type) and its bytes. The output depends
+Content-Type (from the file's extension; a file without one, such as a
+LICENSE, is text/plain; an unknown extension is an error so that nothing is
+served as the wrong type) and its bytes. The output depends
 only on the inputs, in sorted path order.
 """
 import os
@@ -15,12 +16,18 @@ import sys
 CONTENT_TYPES = {
     ".html": "text/html; charset=utf-8",
     ".js": "text/javascript; charset=utf-8",
+    ".mjs": "text/javascript; charset=utf-8",
+    ".map": "application/json",
     ".css": "text/css; charset=utf-8",
     ".svg": "image/svg+xml",
     ".png": "image/png",
+    ".jpg": "image/jpeg",
+    ".webp": "image/webp",
     ".ico": "image/x-icon",
     ".json": "application/json",
     ".txt": "text/plain; charset=utf-8",
+    ".md": "text/markdown; charset=utf-8",
+    "": "text/plain; charset=utf-8",
     ".woff2": "font/woff2",
 }
 
