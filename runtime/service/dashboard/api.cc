@@ -133,7 +133,7 @@ void CancelJob(Coordinator* c, const httplib::Request& req, httplib::Response& r
 
 }  // namespace
 
-void AddApiRoutes(httplib::Server& server, Coordinator* c, const auth::TokenSet* tokens) {
+void AddApiRoutes(httplib::Server& server, Coordinator* c, const auth::TokenSet* tokens, const ApiOptions& options) {
   auto route = [&](Handler h) { return Guard(tokens, std::move(h)); };
   const std::string job = "/api/v1/jobs/([^/]+)";
   server.Get("/api/v1/whoami", route([](const httplib::Request&, httplib::Response& res, const std::string& who) {
@@ -143,7 +143,10 @@ void AddApiRoutes(httplib::Server& server, Coordinator* c, const auth::TokenSet*
   server.Get(job, route([c](auto& req, auto& res, auto&) { GetJob(c, req, res); }));
   server.Get(job + "/metrics", route([c](auto& req, auto& res, auto&) { GetMetrics(c, req, res); }));
   server.Get(job + "/logs", route([c](auto& req, auto& res, auto&) { internal::ServeLogs(c, req, res); }));
-  server.Get(job + "/events", route([c](auto& req, auto& res, auto&) { internal::ServeEvents(c, req, res); }));
+  const auto keepalive = options.keepalive;
+  server.Get(job + "/events", route([c, keepalive](auto& req, auto& res, auto&) {
+    internal::ServeEvents(c, req, res, keepalive);
+  }));
   server.Post(job + "/cancel", route([c](auto& req, auto& res, auto&) { CancelJob(c, req, res); }));
   server.Get(job + "/cancel", route([](auto&, auto& res, auto&) {
     res.set_header("Allow", "POST");

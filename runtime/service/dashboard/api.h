@@ -19,6 +19,7 @@
 
 #include <httplib.h>
 
+#include <chrono>
 #include <string>
 
 #include "absl/status/status.h"
@@ -27,8 +28,14 @@
 
 namespace loom::runtime::service::dashboard {
 
+struct ApiOptions {
+  // An event stream silent this long gets a ": keepalive" comment.
+  std::chrono::milliseconds keepalive{10000};
+};
+
 // Adds the API routes. `coordinator` and `tokens` must outlive the server.
-void AddApiRoutes(httplib::Server& server, Coordinator* coordinator, const auth::TokenSet* tokens);
+void AddApiRoutes(httplib::Server& server, Coordinator* coordinator, const auth::TokenSet* tokens,
+                  const ApiOptions& options = {});
 
 namespace internal {
 
@@ -37,7 +44,8 @@ int HttpStatusOf(const absl::Status& s);
 void SendError(httplib::Response& res, int status, const std::string& message);
 void SendStatus(httplib::Response& res, const absl::Status& s);
 // GET /api/v1/jobs/<id>/events: the streamed response.
-void ServeEvents(Coordinator* c, const httplib::Request& req, httplib::Response& res);
+void ServeEvents(Coordinator* c, const httplib::Request& req, httplib::Response& res,
+                 std::chrono::milliseconds keepalive);
 // GET /api/v1/jobs/<id>/logs.
 void ServeLogs(Coordinator* c, const httplib::Request& req, httplib::Response& res);
 

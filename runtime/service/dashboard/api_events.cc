@@ -20,7 +20,6 @@ using Clock = std::chrono::steady_clock;
 constexpr int64_t kDefaultLogBytes = 64 * 1024;
 constexpr int64_t kMaxLogBytes = 1 << 20;
 constexpr int64_t kStreamLogBytes = 256 * 1024;  // per round of the event stream
-constexpr auto kKeepalive = std::chrono::seconds(10);
 constexpr auto kPoll = std::chrono::milliseconds(250);
 
 // Cursor: "<rank>.<stream>:<offset>" entries joined by ';' (opaque to clients).
@@ -87,6 +86,7 @@ struct Stream {
   Offsets offsets;
   std::string last_state;
   Clock::time_point last_write = Clock::now();
+  std::chrono::milliseconds keepalive{10000};
 };
 
 // One round of the event stream: waits up to kPoll for a change, then writes
@@ -113,7 +113,7 @@ bool Pump(Coordinator* c, Stream& st, httplib::DataSink& sink) {
     absl::StrAppend(&out, "event: state\ndata: ", state, "\n\n");
     st.last_state = std::move(state);
   }
-  if (out.empty() && Clock::now() - st.last_write >= kKeepalive) out = ": keepalive\n\n";
+  if (out.empty() && Clock::now() - st.last_write >= st.keepalive) out = ": keepalive\n\n";
   if (!out.empty()) {
     if (!sink.write(out.data(), out.size())) return false;
     st.last_write = Clock::now();
@@ -148,8 +148,10 @@ void ServeLogs(Coordinator* c, const httplib::Request& req, httplib::Response& r
   res.set_content(Dump(Json{{"lines", lines}, {"cursor", EncodeCursor(offsets)}}), kJsonType);
 }
 
-void ServeEvents(Coordinator* c, const httplib::Request& req, httplib::Response& res) {
+void ServeEvents(Coordinator* c, const httplib::Request& req, httplib::Response& res,
+                 std::chrono::milliseconds keepalive) {
   auto st = std::make_shared<Stream>();
+  st->keepalive = keepalive;
   st->job_id = req.matches[1];
   auto job = c->Get(st->job_id);
   if (!job.ok()) return SendStatus(res, job.status());

@@ -9,6 +9,7 @@
 
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "runtime/service/dashboard/api.h"
 #include "runtime/service/server_test_fixture.h"
 
 namespace loom::runtime::service {
@@ -388,6 +389,43 @@ TEST_F(ApiTest, ThousandJobsPageAndFilter) {
   GetJson("/api/v1/jobs?page_size=501", 400);
   GetJson("/api/v1/jobs?page_size=0", 400);
   GetJson("/api/v1/jobs?page_token=abc", 400);
+}
+
+}  // namespace
+}  // namespace loom::runtime::service
+
+namespace loom::runtime::service {
+namespace {
+
+// A silent stream gets ": keepalive" comments at the configured interval.
+TEST_F(ApiTest, SilentStreamGetsKeepalives) {
+  auto [agent, job] = RunningJob("keepalive");
+  dashboard::ApiOptions options;
+  options.keepalive = std::chrono::milliseconds(300);
+  CoordinatorServer* server = server_.get();
+  metrics::Registry registry;
+  metrics::HttpServer http(&registry, [server, options](httplib::Server& s) {
+    dashboard::AddApiRoutes(s, server->coordinator(), &server->tokens(), options);
+  });
+  auto port = http.Start("127.0.0.1", 0);
+  ASSERT_TRUE(port.ok()) << port.status();
+  httplib::Client c("127.0.0.1", *port);
+  c.set_read_timeout(10, 0);
+  std::string got;
+  int keepalives = 0;
+  auto t0 = Clock::now();
+  auto r = c.Get(("/api/v1/jobs/" + job + "/events").c_str(), Auth(), [&](const char* data, size_t n) {
+    got.append(data, n);
+    size_t at = 0;
+    keepalives = 0;
+    while ((at = got.find(": keepalive\n\n", at)) != std::string::npos) ++keepalives, ++at;
+    return keepalives < 2 && Clock::now() - t0 < std::chrono::seconds(5);  // false: the client leaves
+  });
+  EXPECT_EQ(keepalives, 2) << got;
+  const double s = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_GE(s, 0.5) << "two 300 ms silences";
+  EXPECT_EQ(got.rfind("event: state\n", 0), 0u) << "the stream opens with the state: " << got;
+  EXPECT_EQ(Get(job).state(), v1::RUNNING);
 }
 
 }  // namespace
