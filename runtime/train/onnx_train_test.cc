@@ -226,6 +226,42 @@ TEST(OnnxTraining, GptPlansOnCudaAsTheBuiltInFamily) {
     std::printf("built-in %3d x %s (imported %d)\n", n, op.c_str(), imported.count(op) ? imported.at(op) : 0);
   EXPECT_EQ(imported, native);
   EXPECT_EQ(native.count("sdpa sdpa(views)+permute"), 1u) << "attention on views of the qkv output";
+  // So the job check before launch (loom submit, loom run) takes it on cuda.
+  v1::JobSpec cuda = Spec(e.dir + "/model.onnx", kSeq);
+  cuda.set_device("cuda");
+  cuda.mutable_train()->set_precision("bf16");
+  ASSERT_TRUE(jobspec::ValidateJobSpec(cuda).ok()) << jobspec::ValidateJobSpec(cuda);
+  EXPECT_TRUE(CheckOnnxJob(cuda).ok()) << CheckOnnxJob(cuda);
+}
+
+// The rotary model's interleaved halves (x[..., ::2], x[..., 1::2]) are
+// slices with step 2, which the CUDA lowering has no launch for: device: cuda
+// is refused before launch as bad input naming the field, the op, the ONNX
+// node it comes from and the reason; the trainer itself (loom train) stops at
+// the same place, on a machine with or without a GPU.
+TEST(OnnxTraining, RotaryOnCudaIsRefusedNamingTheOnnxNode) {
+  Exported e = Export("rotary");
+  if (!e.skip.empty()) GTEST_SKIP() << e.skip;
+  ASSERT_TRUE(e.failure.empty()) << e.failure;
+  v1::JobSpec spec = Spec(e.dir + "/model.onnx");
+  spec.set_device("cuda");
+  spec.mutable_train()->set_precision("bf16");
+  ASSERT_TRUE(jobspec::ValidateJobSpec(spec).ok()) << jobspec::ValidateJobSpec(spec);
+  const absl::Status s = CheckOnnxJob(spec);
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  const std::string msg(s.message());
+  std::printf("refused: %s\n", msg.c_str());
+  EXPECT_EQ(msg.rfind("device: cuda: model.onnx " + spec.model().onnx(), 0), 0u) << msg;
+  EXPECT_NE(msg.find("op 'slice'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("from ONNX node '"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(Slice, opset 17)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("slices with a step other than 1 are not supported"), std::string::npos) << msg;
+  auto model = BuildModel(spec);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto trainer = parallel::Trainer::Create(spec, std::move(*model));
+  ASSERT_FALSE(trainer.ok());
+  EXPECT_EQ(trainer.status().code(), absl::StatusCode::kUnimplemented) << trainer.status();
+  EXPECT_NE(trainer.status().message().find("(Slice, opset 17)"), std::string::npos) << trainer.status();
 }
 
 // Opset 14: the gpt model's LayerNorms arrive decomposed and are recovered.
