@@ -79,11 +79,14 @@ compiler::cuda::CudaOptions StepCudaOptions(const v1::JobSpec& spec) {
 
 }  // namespace
 
-absl::StatusOr<compiler::cuda::CudaPlan> PlanCudaStep(const v1::JobSpec& spec, const TrainerModel& model) {
+absl::StatusOr<CudaStepPlan> PlanCudaStep(const v1::JobSpec& spec, const TrainerModel& model) {
   auto train = compiler::Compile(model.train_forward, StepCompileOptions(spec, model.params, false, true, false));
   if (!train.ok()) return Annotate(train.status(), "compiling the training step");
+  CudaStepPlan out;
+  out.step = std::move(train->stages.at("fused"));
   const compiler::cuda::CudaOptions o = StepCudaOptions(spec);
-  return compiler::cuda::PlanCuda(train->stages.at("fused"), o.bf16, compiler::cuda::PlanOptionsFor(o));
+  LOOM_ASSIGN_OR_RETURN(out.plan, compiler::cuda::PlanCuda(out.step, o.bf16, compiler::cuda::PlanOptionsFor(o)));
+  return out;
 }
 
 absl::StatusOr<TrainerModel> FamilyModel(const v1::JobSpec& spec) {
