@@ -47,7 +47,10 @@ mkdir -p "$DEST/data" && cp -rL /usr/share/games/fortunes "$DEST/data/" 2>/dev/n
 echo '{"n_layer": 12, "n_head": 12, "d_model": 768, "seq_len": 1024, "vocab": 50304, "batch": 16}' > "$DEST/data/gpt2_124m.json"
 /usr/bin/python3 bench/train/gpt2_onnx.py --cfg "$DEST/data/gpt2_124m.json" --out "$DEST/data/gpt2_124m_graph.onnx" \
   > "$DEST/data/gpt2_124m_export.log" 2>&1 || echo "stage.sh: the GPT-2 export failed (see $DEST/data/gpt2_124m_export.log)"
-# The nanoGPT of tests/byom/models.py exported by the user's tool, for
+# The nanoGPTs of tests/byom/models.py exported by the user's tool, for
 # tests/byom/byom_cuda_test (run_checks.sh).
-/usr/bin/python3 tools/loom_export.py tests/byom/models.py:gpt --out "$DEST/data/byom_gpt.onnx" \
-  > "$DEST/data/byom_gpt_export.log" 2>&1 || echo "stage.sh: the nanoGPT export failed (see $DEST/data/byom_gpt_export.log)"
+mkdir -p "$DEST/data/byom"
+for m in gpt gpt_d64; do
+  /usr/bin/python3 tools/loom_export.py "tests/byom/models.py:$m" --out "$DEST/data/byom/$m.onnx" \
+    > "$DEST/data/byom/$m.log" 2>&1 || echo "stage.sh: the $m export failed (see $DEST/data/byom/$m.log)"
+done

@@ -1,16 +1,19 @@
 // The nanoGPT of tests/byom/models.py, exported by tools/loom_export.py and
 // imported, on device: cuda (the same lowering as the built-in families:
-// parallel::Trainer hands the compiled step to the CUDA executor).
+// parallel::Trainer hands the compiled step to the CUDA executor). Two
+// exports: `gpt` (head dim 12: the math attention kernel) and `gpt_d64`
+// (head dim 64: the flash kernels under bf16).
 //
-//   byom_cuda_test [--onnx=MODEL.onnx] [--steps=N]
+//   byom_cuda_test [--models=DIR] [--steps=N]
 //
-// Without --onnx the test exports the model itself (Debian's /usr/bin/python3,
-// torch 1.13); the GPU machine has another torch, so bench/cuda/stage.sh
-// exports it here (data/byom_gpt.onnx) and bench/cuda/run_checks.sh passes it.
+// With --models the files are DIR/gpt.onnx and DIR/gpt_d64.onnx; without it
+// the test exports them itself (Debian's /usr/bin/python3, torch 1.13). The
+// GPU machine has another torch, so bench/cuda/stage.sh exports them here
+// (data/byom/) and bench/cuda/run_checks.sh passes the folder.
 //
 //   - PlansOnCuda (any machine): the job check before launch (CheckOnnxJob,
-//     device: cuda) accepts the model, and the CUDA plan of its training step
-//     covers every node of the compiled graph.
+//     device: cuda) accepts each model, and the CUDA plan of its training
+//     step covers every node of the compiled graph.
 //   - TrainsOnCudaAsOnTheCpu (needs a GPU; skips "needs a GPU: ..." without
 //     one): the same file, the same batches, `--steps` AdamW steps on the CPU
 //     (f32) and on the GPU, per-step losses compared. The bounds are
@@ -45,25 +48,27 @@ namespace {
 // models.py: VOCAB, SEQ, BATCH.
 constexpr int kVocab = 67, kSeq = 12, kBatch = 4;
 
-std::string g_onnx;  // --onnx
-int g_steps = 20;    // --steps
+constexpr const char* kModels[] = {"gpt", "gpt_d64"};  // factories of models.py
 
-// The model file: --onnx, else exported now (empty with *skip set when
-// /usr/bin/python3 has no torch).
-std::string ModelFile(std::string* skip) {
-  if (!g_onnx.empty()) return g_onnx;
+std::string g_models;  // --models
+int g_steps = 20;      // --steps
+
+// The model file: --models/NAME.onnx, else exported now (empty with *skip set
+// when /usr/bin/python3 has no torch).
+std::string ModelFile(const std::string& name, std::string* skip) {
+  if (!g_models.empty()) return absl::StrCat(g_models, "/", name, ".onnx");
   const char* tmp = std::getenv("TEST_TMPDIR");
-  const std::string dir = absl::StrCat(tmp ? tmp : "/tmp", "/byom_cuda_gpt");
+  const std::string dir = absl::StrCat(tmp ? tmp : "/tmp", "/byom_cuda");
   const std::string cmd = absl::StrCat("mkdir -p ", dir, " && OMP_NUM_THREADS=1 timeout 300 /usr/bin/python3 ",
-                                       "tools/loom_export.py tests/byom/models.py:gpt --out ", dir,
-                                       "/model.onnx > ", dir, "/export.log 2>&1");
+                                       "tools/loom_export.py tests/byom/models.py:", name, " --out ", dir, "/", name,
+                                       ".onnx > ", dir, "/", name, ".log 2>&1");
   const int rc = std::system(cmd.c_str());
   if (WIFEXITED(rc) && WEXITSTATUS(rc) == 3) {
     *skip = "/usr/bin/python3 cannot import torch";
     return "";
   }
-  EXPECT_EQ(rc, 0) << "'" << cmd << "' failed; see " << dir << "/export.log";
-  return rc == 0 ? dir + "/model.onnx" : "";
+  EXPECT_EQ(rc, 0) << "'" << cmd << "' failed; see " << dir << "/" << name << ".log";
+  return rc == 0 ? absl::StrCat(dir, "/", name, ".onnx") : "";
 }
 
 v1::JobSpec Spec(const std::string& onnx, const std::string& device, const std::string& precision) {
@@ -124,24 +129,21 @@ std::vector<double> Train(const v1::JobSpec& spec, const std::vector<std::pair<T
   return losses;
 }
 
-TEST(ByomCuda, PlansOnCuda) {
-  std::string skip;
-  const std::string onnx = ModelFile(&skip);
-  if (!skip.empty()) GTEST_SKIP() << skip;
-  ASSERT_FALSE(onnx.empty());
+void PlanCovers(const std::string& name, const std::string& onnx) {
   for (const char* precision : {"f32", "bf16"}) {
     const v1::JobSpec spec = Spec(onnx, "cuda", precision);
     const absl::Status check = runtime::train::CheckOnnxJob(spec);
-    EXPECT_TRUE(check.ok()) << precision << ": " << check;
+    EXPECT_TRUE(check.ok()) << name << " " << precision << ": " << check;
     auto model = runtime::train::BuildModel(spec);
     ASSERT_TRUE(model.ok()) << model.status();
     auto step = parallel::PlanCudaStep(spec, *model);
-    ASSERT_TRUE(step.ok()) << precision << ": " << step.status();
+    ASSERT_TRUE(step.ok()) << name << " " << precision << ": " << step.status();
     const compiler::cuda::CudaPlan& plan = step->plan;
     // Every node of the compiled step (the graph the plan was built from)
     // runs in some launch, or is a view the plan resolves without one (a
-    // reshape aliasing its input's bytes, a permute that attention reads as
-    // strides: outputs not stored on their own).
+    // reshape aliasing its input's bytes; under bf16 with 64-dim heads, the
+    // slice -> reshape -> permute windows of the qkv output that flash
+    // attention reads as strides: outputs not stored on their own).
     const compiler::ir::Graph& fused = step->step;
     std::set<int> covered;
     for (const auto& l : plan.launches) covered.insert(l.nodes.begin(), l.nodes.end());
@@ -149,37 +151,53 @@ TEST(ByomCuda, PlansOnCuda) {
     for (size_t i = 0; i < fused.nodes().size(); ++i) {
       if (covered.count(static_cast<int>(i))) continue;
       const compiler::ir::Node& n = fused.nodes()[i];
-      bool view = n.op == "reshape" || n.op == "permute";
+      bool view = n.op == "reshape" || n.op == "permute" || n.op == "slice";
       for (int v : n.outputs) view = view && plan.root[v] != v;
       views += view;
-      EXPECT_TRUE(view) << precision << ": node " << i << " (" << n.op << ") has no launch";
+      EXPECT_TRUE(view) << name << " " << precision << ": node " << i << " (" << n.op << ") has no launch";
     }
-    std::printf("%s: %zu launches cover the %zu nodes of the training step (%d of them views)\n", precision,
-                plan.launches.size(), fused.nodes().size(), views);
+    std::printf("%s %s: %zu launches cover the %zu nodes of the training step (%d of them views)\n", name.c_str(),
+                precision, plan.launches.size(), fused.nodes().size(), views);
+  }
+}
+
+TEST(ByomCuda, PlansOnCuda) {
+  for (const char* name : kModels) {
+    std::string skip;
+    const std::string onnx = ModelFile(name, &skip);
+    if (!skip.empty()) GTEST_SKIP() << skip;
+    ASSERT_FALSE(onnx.empty());
+    PlanCovers(name, onnx);
+  }
+}
+
+void TrainAndCompare(const std::string& name, const std::string& onnx) {
+  const auto batches = Batches(g_steps);
+  const std::vector<double> cpu = Train(Spec(onnx, "cpu", "f32"), batches);
+  ASSERT_EQ(cpu.size(), batches.size()) << name;
+  for (const auto& [precision, bound] : {std::pair<const char*, double>{"f32", 1e-4}, {"bf16", 1e-2}}) {
+    const std::vector<double> gpu = Train(Spec(onnx, "cuda", precision), batches);
+    ASSERT_EQ(gpu.size(), cpu.size()) << name << " " << precision;
+    double worst = 0;
+    for (size_t s = 0; s < cpu.size(); ++s) {
+      const double rel = std::abs(gpu[s] - cpu[s]) / std::abs(cpu[s]);
+      worst = std::max(worst, rel);
+      EXPECT_LT(rel, bound) << name << " " << precision << " step " << s << ": cuda " << gpu[s] << ", cpu " << cpu[s];
+    }
+    std::printf("%s %s: loss step 0 %.6f (cpu %.6f), step %zu %.6f (cpu %.6f); worst relative gap %.3e (bound %.0e)\n",
+                name.c_str(), precision, gpu[0], cpu[0], cpu.size() - 1, gpu.back(), cpu.back(), worst, bound);
   }
 }
 
 TEST(ByomCuda, TrainsOnCudaAsOnTheCpu) {
   const absl::Status avail = kernels::cuda::CudaAvailable();
   if (!avail.ok()) GTEST_SKIP() << "needs a GPU: " << avail.message();
-  std::string skip;
-  const std::string onnx = ModelFile(&skip);
-  if (!skip.empty()) GTEST_SKIP() << skip;
-  ASSERT_FALSE(onnx.empty());
-  const auto batches = Batches(g_steps);
-  const std::vector<double> cpu = Train(Spec(onnx, "cpu", "f32"), batches);
-  ASSERT_EQ(cpu.size(), batches.size());
-  for (const auto& [precision, bound] : {std::pair<const char*, double>{"f32", 1e-4}, {"bf16", 1e-2}}) {
-    const std::vector<double> gpu = Train(Spec(onnx, "cuda", precision), batches);
-    ASSERT_EQ(gpu.size(), cpu.size()) << precision;
-    double worst = 0;
-    for (size_t s = 0; s < cpu.size(); ++s) {
-      const double rel = std::abs(gpu[s] - cpu[s]) / std::abs(cpu[s]);
-      worst = std::max(worst, rel);
-      EXPECT_LT(rel, bound) << precision << " step " << s << ": cuda " << gpu[s] << ", cpu " << cpu[s];
-    }
-    std::printf("%s: loss step 0 %.6f (cpu %.6f), step %zu %.6f (cpu %.6f); worst relative gap %.3e (bound %.0e)\n",
-                precision, gpu[0], cpu[0], cpu.size() - 1, gpu.back(), cpu.back(), worst, bound);
+  for (const char* name : kModels) {
+    std::string skip;
+    const std::string onnx = ModelFile(name, &skip);
+    if (!skip.empty()) GTEST_SKIP() << skip;
+    ASSERT_FALSE(onnx.empty());
+    TrainAndCompare(name, onnx);
   }
 }
 
@@ -189,12 +207,12 @@ TEST(ByomCuda, TrainsOnCudaAsOnTheCpu) {
 int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);
   for (int i = 1; i < argc; ++i) {
-    if (std::strncmp(argv[i], "--onnx=", 7) == 0) {
-      loom::tests::byom::g_onnx = argv[i] + 7;
+    if (std::strncmp(argv[i], "--models=", 9) == 0) {
+      loom::tests::byom::g_models = argv[i] + 9;
     } else if (std::strncmp(argv[i], "--steps=", 8) == 0 && std::atoi(argv[i] + 8) > 0) {
       loom::tests::byom::g_steps = std::atoi(argv[i] + 8);
     } else {
-      std::fprintf(stderr, "usage: byom_cuda_test [gtest flags] [--onnx=MODEL.onnx] [--steps=N>0]\n");
+      std::fprintf(stderr, "usage: byom_cuda_test [gtest flags] [--models=DIR] [--steps=N>0]\n");
       return 2;
     }
   }
