@@ -176,8 +176,24 @@ TEST(OnnxTraining, GptMatchesTorch) {
   TrainAndCompare(e, e.dir + "/model.onnx");
 }
 
-// What the CUDA planner makes of a training step (bf16): launches by what
-// they implement ("matmul+add+gelu", "sdpa", ...), with their count.
+// What the CUDA planner makes of a training step (bf16): its launches in
+// order, each as what it implements ("gemm matmul+add+gelu", "sdpa ...").
+std::vector<std::string> CudaLaunchSequence(const compiler::ir::Graph& forward) {
+  compiler::CompileOptions co;
+  co.lower = false;
+  co.adamw = compiler::AdamWOptions{};
+  auto c = compiler::Compile(forward, co);
+  EXPECT_TRUE(c.ok()) << c.status();
+  if (!c.ok()) return {};
+  auto plan = compiler::cuda::PlanCuda(c->stages.at("fused"), /*bf16=*/true);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok()) return {};
+  std::vector<std::string> out;
+  for (const auto& l : plan->launches) out.push_back(absl::StrCat(compiler::cuda::LaunchKindName(l.kind), " ", l.op));
+  return out;
+}
+
+// The same launches by what they implement, with their count.
 std::map<std::string, int> CudaLaunches(const compiler::ir::Graph& forward) {
   compiler::CompileOptions co;
   co.lower = false;
@@ -200,7 +216,8 @@ std::map<std::string, int> CudaLaunches(const compiler::ir::Graph& forward) {
 // masks, dropout, gather and integer arithmetic; none is left). Head dim 64,
 // so flash attention reads q, k, v as views of the qkv GEMM's output on both
 // sides. The GEMMs' transpose flags differ (nn.Linear keeps [out, in]
-// weights), so launches are compared by kind and fusion.
+// weights), so launches are compared by kind and fusion: as counts, then op
+// for op in launch order.
 TEST(OnnxTraining, GptPlansOnCudaAsTheBuiltInFamily) {
   constexpr int64_t kLayers = 2, kHeads = 2, kModel = 128, kSeq = 64;
   Exported e = Export("gpt", 14, absl::StrCat(kLayers, ",", kHeads, ",", kModel, ",", kSeq));
@@ -226,6 +243,10 @@ TEST(OnnxTraining, GptPlansOnCudaAsTheBuiltInFamily) {
     std::printf("built-in %3d x %s (imported %d)\n", n, op.c_str(), imported.count(op) ? imported.at(op) : 0);
   EXPECT_EQ(imported, native);
   EXPECT_EQ(native.count("sdpa sdpa(views)+permute"), 1u) << "attention on views of the qkv output";
+  // Op for op, in launch order.
+  const std::vector<std::string> imported_seq = CudaLaunchSequence(m->train_forward),
+                                 native_seq = CudaLaunchSequence(*forward);
+  EXPECT_EQ(imported_seq, native_seq);
   // So the job check before launch (loom submit, loom run) takes it on cuda.
   v1::JobSpec cuda = Spec(e.dir + "/model.onnx", kSeq);
   cuda.set_device("cuda");
