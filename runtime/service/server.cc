@@ -10,6 +10,7 @@
 #include "base/echo.h"
 #include "base/status.h"
 #include "proto/loom/v1/service.grpc.pb.h"
+#include "runtime/service/dashboard/static_routes.h"
 #include "runtime/service/auth/token.h"
 
 namespace loom::runtime::service {
@@ -317,7 +318,8 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(cons
   copts.metrics = s->registry_;
   LOOM_ASSIGN_OR_RETURN(s->coordinator_, Coordinator::Create(copts));
   if (options.metrics_port >= 0) {
-    s->metrics_http_ = std::make_unique<metrics::HttpServer>(s->registry_);
+    s->metrics_http_ = std::make_unique<metrics::HttpServer>(
+        s->registry_, [](httplib::Server& http) { dashboard::AddStaticRoutes(http); });
     LOOM_ASSIGN_OR_RETURN(s->metrics_port_, s->metrics_http_->Start(options.metrics_host, options.metrics_port));
   }
   s->job_service_ = std::make_unique<JobServiceImpl>(s->coordinator_.get(), s->token_);

@@ -8,7 +8,7 @@
 
 namespace loom::runtime::service::metrics {
 
-HttpServer::HttpServer(const Registry* registry) : registry_(registry) {}
+HttpServer::HttpServer(const Registry* registry, Routes routes) : registry_(registry), routes_(std::move(routes)) {}
 
 HttpServer::~HttpServer() { Stop(); }
 
@@ -21,10 +21,12 @@ absl::StatusOr<int> HttpServer::Start(const std::string& host, int port) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
   });
+  server->new_task_queue = [] { return new httplib::ThreadPool(kHandlerThreads); };
   const Registry* reg = registry_;
   server->Get("/metrics", [reg](const httplib::Request&, httplib::Response& res) {
     res.set_content(reg->Render(), kTextContentType);
   });
+  if (routes_) routes_(*server);
   int bound = port;
   if (port == 0) {
     bound = server->bind_to_any_port(host.c_str());

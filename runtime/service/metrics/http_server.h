@@ -1,5 +1,8 @@
 // Serves a metrics Registry over HTTP: GET /metrics answers the Prometheus text
-// format; every other path is 404. Runs cpp-httplib on one background thread.
+// format. `routes`, when given, adds more handlers to the same server before it
+// listens (the coordinator's dashboard); every other path is 404. Runs
+// cpp-httplib's accept loop on one background thread and its handlers on a pool
+// of kHandlerThreads (streamed responses hold one each while they last).
 //
 //   metrics::HttpServer http(&registry);
 //   LOOM_ASSIGN_OR_RETURN(int port, http.Start("127.0.0.1", 0));  // 0: any free port
@@ -7,6 +10,7 @@
 //   http.Stop();  // also done by the destructor
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -22,9 +26,12 @@ namespace loom::runtime::service::metrics {
 
 inline constexpr char kTextContentType[] = "text/plain; version=0.0.4; charset=utf-8";
 
+inline constexpr int kHandlerThreads = 32;
+
 class HttpServer {
  public:
-  explicit HttpServer(const Registry* registry);
+  using Routes = std::function<void(httplib::Server&)>;
+  explicit HttpServer(const Registry* registry, Routes routes = nullptr);
   ~HttpServer();
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
@@ -36,6 +43,7 @@ class HttpServer {
 
  private:
   const Registry* registry_;
+  Routes routes_;
   std::unique_ptr<httplib::Server> server_;
   std::thread thread_;
 };
