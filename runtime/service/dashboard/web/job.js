@@ -10,6 +10,7 @@ import {LogTail} from './logs.js';
 import {h, fmtNum, fmtAge, stateBadge, TERMINAL} from './dom.js';
 
 const RETRY_MS = 2000;
+const FINAL_LOGS_MS = 1500;
 
 export function jobView(root, ctx, id) {
   const path = 'jobs/' + encodeURIComponent(id);
@@ -74,7 +75,14 @@ export function jobView(root, ctx, id) {
         ui.message.textContent = 'live updates interrupted: ' + e.message + '; reconnecting';
       }
       await refresh();
-      if (abort.signal.aborted || TERMINAL.has(last.state)) return;
+      if (abort.signal.aborted) return;
+      if (TERMINAL.has(last.state)) {
+        // Ranks write their last lines while they stop, which may be after
+        // the final state event: read the tail once more.
+        await new Promise((r) => setTimeout(r, FINAL_LOGS_MS));
+        if (!abort.signal.aborted) logs.start();
+        return;
+      }
       await new Promise((r) => setTimeout(r, RETRY_MS));
     }
   })();
