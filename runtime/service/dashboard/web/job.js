@@ -1,9 +1,9 @@
 // One job (#/jobs/<id>): its summary, spec and state history, live charts,
 // the per-rank table, a following log tail with a rank filter, and a cancel
 // button (a POST with the token). Live updates come from
-// /api/v1/jobs/<id>/events read with fetch(); when the stream drops before
-// the job ends it is reopened after a pause, asking /metrics for what was
-// missed.
+// /api/v1/jobs/<id>/events read with fetch(), opened at the newest point and
+// log position already shown (after_step, log_cursor); when the stream drops
+// before the job ends it is reopened after a pause the same way.
 import {call, query, stream, Unauthorized} from './api.js';
 import {LineChart} from './chart.js';
 import {LogTail} from './logs.js';
@@ -61,14 +61,16 @@ export function jobView(root, ctx, id) {
 
   (async () => {
     await refresh();
-    if (abort.signal.aborted) return;
-    await logs.start();
-    for (;;) {
+    while (!abort.signal.aborted) {
+      // The log tail, then the stream from the tail's cursor and the newest
+      // point held: nothing between the reads and the stream is missed.
+      await logs.start();
       try {
         const r = await call(path + '/metrics' + query({after_step: lastStep}), {signal: abort.signal});
         (r.points || []).forEach(addPoint);
         if (TERMINAL.has(last.state)) return;
-        await stream(path + '/events', (name, data) => onEvent(name, data), abort.signal);
+        await stream(path + '/events' + query({after_step: lastStep, log_cursor: logs.cursor}),
+                     (name, data) => onEvent(name, data), abort.signal);
       } catch (e) {
         if (abort.signal.aborted) return;
         if (e instanceof Unauthorized) return ctx.fail(e);
@@ -78,7 +80,7 @@ export function jobView(root, ctx, id) {
       if (abort.signal.aborted) return;
       if (TERMINAL.has(last.state)) {
         // Ranks write their last lines while they stop, which may be after
-        // the final state event: read the tail once more.
+        // the final state event: read the log once more.
         await new Promise((r) => setTimeout(r, FINAL_LOGS_MS));
         if (!abort.signal.aborted) logs.start();
         return;

@@ -1,11 +1,12 @@
-// The log tail of one job: the last lines (all ranks, or one), following
-// new lines from the event stream. Lines are text nodes; at most MAX_LINES
-// stay on screen.
+// The log tail of one job: its lines (all ranks, or one), following new
+// lines from the event stream. Lines are text nodes; at most MAX_LINES stay
+// on screen.
 import {call, query} from './api.js';
 import {h} from './dom.js';
 
 const MAX_LINES = 2000;
-const FIRST_BYTES = 65536;
+const READ_BYTES = 262144;
+const MAX_ROUNDS = 8;
 
 export class LogTail {
   constructor(path, ctx, signal) {
@@ -26,17 +27,27 @@ export class LogTail {
       this.start();
     });
     this.seq = 0;
+    this.cursor = '';
   }
 
-  // (Re)loads the tail for the current rank filter.
+  // (Re)loads the log for the current rank filter: reads it with the API's
+  // cursor up to its end (at most MAX_ROUNDS reads; the last MAX_LINES lines
+  // stay) and keeps the cursor, where the event stream's lines begin.
   async start() {
     const seq = ++this.seq;
     this.box.replaceChildren();
     this.box.dataset.rank = this.rank;
+    let after = '';
     try {
-      const r = await call(this.path + '/logs' + query({rank: this.rank, limit: FIRST_BYTES}), {signal: this.signal});
-      if (seq !== this.seq) return;
-      (r.lines || []).forEach((l) => this.add(l));
+      for (let round = 0; round < MAX_ROUNDS; round++) {
+        const r = await call(this.path + '/logs' + query({rank: this.rank, after, limit: READ_BYTES}), {signal: this.signal});
+        if (seq !== this.seq) return;
+        (r.lines || []).forEach((l) => this.add(l));
+        const done = !r.cursor || r.cursor === after || (r.lines || []).length === 0;
+        after = r.cursor || after;
+        if (done) break;
+      }
+      this.cursor = after;
     } catch (e) {
       if (!this.signal.aborted) this.ctx.fail(e);
     }
