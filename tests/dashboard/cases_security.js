@@ -101,14 +101,13 @@ async function hostileText(env) {
       logs: document.querySelector('#log-box').textContent,
       spec: document.querySelector('#job-spec').textContent,
     }));
+    checkClean(await audit(page), 'job page');
     for (const [where, text] of Object.entries(shown)) {
       if (where === 'ranks') continue;
       for (const [k, s] of Object.entries(HOSTILE)) {
         check(text.includes(s), `${where} does not show the ${k} string as text: ${JSON.stringify(text.slice(0, 300))}`);
       }
     }
-    const a = await audit(page);
-    checkClean(a, 'job page');
     check(page.dialogs.length === 0, 'dialogs opened: ' + page.dialogs.join('; '));
     console.log(`  root cause, log lines and spec show ${Object.keys(HOSTILE).length} hostile strings as text; ` +
                 `0 script executions, 0 CSP violations, 0 injected elements`);
