@@ -46,12 +46,14 @@ async function main() {
   const root = fs.mkdtempSync(path.join(os.tmpdir(), 'loom-dashboard-'));
   const env = {root, main: new Cluster(root, 'main'), scale: new Cluster(root, 'scale')};
   let passed = 0, failed = 0;
-  // A stop from outside (scripts/test.sh's phase limit) still stops the
-  // daemons and the browser this run started.
-  process.once('SIGTERM', async () => {
+  // A stop from outside (scripts/test.sh's phase limit) ends the run at once:
+  // the daemons get SIGTERM (the agent stops its workers), the browser is
+  // killed, and the stop counts as one failed case.
+  process.once('SIGTERM', () => {
     console.log('FAIL: dashboard: stopped by SIGTERM (time limit of the phase)');
-    if (env.browser) await env.browser.close().catch(() => {});
-    await Promise.all([env.main.stop(), env.scale.stop()]);
+    for (const p of [...env.main.procs, ...env.scale.procs]) if (p.exitCode === null) p.kill('SIGTERM');
+    if (env.browser && env.browser.process()) env.browser.process().kill('SIGKILL');
+    console.log(`scratch folder kept: ${root}`);
     console.log(`${passed} passed, ${failed + 1} failed`);
     process.exit(1);
   });
