@@ -113,6 +113,7 @@ std::string Json(const google::protobuf::Message& m) {
 std::string Text(const v1::JobStatus& j) {
   std::string s = absl::StrCat(j.job_id(), "  ", v1::JobState_Name(j.state()), "  name=", j.name(),
                                "  ranks=", j.world_size(), "  restarts=", j.restart_count(), "  step=", j.current_step());
+  if (!j.submitter().empty()) absl::StrAppend(&s, "  submitter=", j.submitter());
   if (j.last_checkpoint_step() >= 0) absl::StrAppend(&s, "  checkpoint=", j.last_checkpoint_step());
   if (!j.wait_reason().empty()) absl::StrAppend(&s, "\n  waiting: ", j.wait_reason());
   if (j.root_cause_rank() >= 0 || !j.root_cause().empty()) {
@@ -254,7 +255,7 @@ int Jobs(const Args& a, Client& c, std::ostream& out) {
         out << Json(j) << "\n";
       } else {
         out << j.job_id() << "\t" << v1::JobState_Name(j.state()) << "\t" << j.name() << "\tranks=" << j.world_size()
-            << "\trestarts=" << j.restart_count() << "\n";
+            << "\trestarts=" << j.restart_count() << "\tsubmitter=" << j.submitter() << "\n";
       }
     }
     if (resp.next_page_token().empty()) return 0;

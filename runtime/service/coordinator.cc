@@ -205,6 +205,11 @@ v1::JobStatus Coordinator::ToStatus(const store::JobRecord& r) const {
   s.set_last_checkpoint_step(r.last_checkpoint_step);
   s.set_wait_reason(r.wait_reason);
   s.set_current_step(r.current_step);
+  s.set_submitter(r.submitter);
+  v1::JobSpec spec;
+  if (spec.ParseFromString(r.spec)) s.set_total_steps(spec.train().steps());
+  if (const v1::MetricPoint* p = metrics_.LatestWithLoss(r.id)) s.set_loss(p->loss());
+  if (const v1::MetricPoint* p = metrics_.LatestWithTokensPerS(r.id)) s.set_tokens_per_s(p->tokens_per_s());
   if (auto it = live_.find(r.id); it != live_.end()) s.set_rendezvous_address(it->second.rendezvous_address);
   if (const auto* slots = sched_.Placement(r.id)) {
     for (const Slot& sl : *slots) {
@@ -217,7 +222,8 @@ v1::JobStatus Coordinator::ToStatus(const store::JobRecord& r) const {
   return s;
 }
 
-absl::StatusOr<v1::SubmitJobResponse> Coordinator::Submit(const v1::SubmitJobRequest& req) {
+absl::StatusOr<v1::SubmitJobResponse> Coordinator::Submit(const v1::SubmitJobRequest& req,
+                                                          const std::string& submitter) {
   auto refuse = [&](absl::Status s) {
     if (m_submitted_) m_submitted_->With({"refused"}).Inc();
     return s;
@@ -276,7 +282,7 @@ absl::StatusOr<v1::SubmitJobResponse> Coordinator::Submit(const v1::SubmitJobReq
     return refuse(absl::ResourceExhaustedError(
         absl::StrCat("the queue is full (", opts_.max_queued_jobs, " jobs); retry later")));
   }
-  store::NewJob nj{key, spec.name(), bytes, spec.priority(), demand.ranks};
+  store::NewJob nj{key, spec.name(), bytes, spec.priority(), demand.ranks, submitter};
   LOOM_ASSIGN_OR_RETURN(store::JobStore::InsertResult ins, store_->InsertJob(nj));
   if (!ins.existing) {
     if (m_submitted_) m_submitted_->With({"accepted"}).Inc();
@@ -313,6 +319,7 @@ absl::StatusOr<v1::ListJobsResponse> Coordinator::List(const v1::ListJobsRequest
   store::ListQuery q;
   q.limit = (req.page_size() == 0 ? kDefaultPageSize : req.page_size()) + 1;  // one more: is there a next page?
   q.name_prefix = req.name_prefix();
+  q.newest_first = req.newest_first();
   for (int s : req.states()) {
     if (!v1::JobState_IsValid(s) || s == v1::JOB_STATE_UNSPECIFIED) {
       return absl::InvalidArgumentError(absl::StrCat("states: invalid job state ", s));
@@ -326,6 +333,8 @@ absl::StatusOr<v1::ListJobsResponse> Coordinator::List(const v1::ListJobsRequest
   }
   LOOM_ASSIGN_OR_RETURN(std::vector<store::JobRecord> rows, store_->ListJobs(q));
   v1::ListJobsResponse resp;
+  LOOM_ASSIGN_OR_RETURN(int64_t total, store_->CountJobs(q));
+  resp.set_total_size(total);
   bool more = static_cast<int>(rows.size()) == q.limit;
   if (more) rows.pop_back();
   std::lock_guard<std::mutex> l(mu_);
@@ -354,6 +363,7 @@ absl::StatusOr<v1::JobStatus> Coordinator::Cancel(const std::string& job_id) {
   if (const auto* slots = sched_.Placement(id)) KillLocked(id, *slots);
   sched_.Release(id);
   live_.erase(id);
+  metrics_.Finished(id);
   ForgetOwnersLaterLocked(id);
   RunScheduleLocked();
   NotifyLocked();
@@ -482,6 +492,7 @@ void Coordinator::FinishLocked(int64_t id, const std::function<void(store::JobRe
   if (const auto* slots = sched_.Placement(id)) KillLocked(id, *slots);
   sched_.Release(id);
   live_.erase(id);
+  metrics_.Finished(id);
   ForgetOwnersLaterLocked(id);
   RunScheduleLocked();
 }

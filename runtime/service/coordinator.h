@@ -42,6 +42,7 @@
 
 #include "absl/status/statusor.h"
 #include "proto/loom/v1/service.pb.h"
+#include "runtime/service/job_metrics.h"
 #include "runtime/service/metrics/metrics.h"
 #include "runtime/service/scheduler.h"
 #include "runtime/service/store/job_store.h"
@@ -102,9 +103,25 @@ class Coordinator {
   static absl::StatusOr<std::unique_ptr<Coordinator>> Create(const CoordinatorOptions& options);
   ~Coordinator();
 
-  absl::StatusOr<v1::SubmitJobResponse> Submit(const v1::SubmitJobRequest& req);
+  // `submitter`: the name of the caller's token, recorded with a new job.
+  absl::StatusOr<v1::SubmitJobResponse> Submit(const v1::SubmitJobRequest& req,
+                                               const std::string& submitter = "default");
   absl::StatusOr<v1::GetJobResponse> Get(const std::string& job_id);
   absl::StatusOr<v1::ListJobsResponse> List(const v1::ListJobsRequest& req);
+  // The job's state history (store events), oldest first.
+  absl::StatusOr<std::vector<store::JobEventRecord>> History(const std::string& job_id);
+  // Registered agents: resources, last heartbeat, ranks placed on them.
+  v1::ListAgentsResponse ListAgents();
+  // The job's metric points with step > after_step, ascending by step.
+  absl::StatusOr<std::vector<v1::MetricPoint>> Metrics(const std::string& job_id, int64_t after_step);
+  // Points of the job that arrived after sequence number `seq`, and the
+  // sequence number to pass next time.
+  std::vector<v1::MetricPoint> MetricsAfterSeq(int64_t job, uint64_t* seq);
+  // New bytes of the job's log files after `offsets` ("<rank>.<stream>" ->
+  // bytes already read; advanced by what is returned), rank -1: all ranks;
+  // at most max_bytes in all, in chunks of at most 64 KiB.
+  absl::StatusOr<std::vector<v1::LogChunk>> ReadLogs(const std::string& job_id, int32_t rank,
+                                                     std::map<std::string, int64_t>* offsets, int64_t max_bytes);
   absl::StatusOr<v1::JobStatus> Cancel(const std::string& job_id);
   // Blocks until the state version moves past `seen` or `timeout` passes;
   // returns the current version (watchers poll Get after each change).
@@ -132,6 +149,9 @@ class Coordinator {
   // Writes a rank's log bytes at `offset` in <data_dir>/logs/<job>/rank<r>.<stream>
   // and indexes the file for StreamLogs.
   absl::Status AppendLogs(const v1::AppendLogsRequest& req);
+  // Metric points for ranks placed on the calling agent (PERMISSION_DENIED
+  // otherwise); points of earlier attempts or finished jobs are ignored.
+  absl::Status ReportMetrics(const v1::ReportMetricsRequest& req);
   // Declares agents lost after 3 missed heartbeats (also run by a background
   // thread every heartbeat interval). After a restart, it also requeues (as a
   // restart) placed jobs whose ranks no reconnecting agent reclaimed within 3
@@ -154,7 +174,9 @@ class Coordinator {
  private:
   struct AgentInfo {
     v1::AgentResources resources;
+    std::string hostname;
     std::chrono::steady_clock::time_point last_seen;
+    int64_t last_seen_unix_ms = 0;
     std::deque<v1::Order> orders;
     std::string rendezvous_address;  // the agent's store, for jobs it hosts
   };
@@ -183,6 +205,8 @@ class Coordinator {
   void ForgetOwnersLaterLocked(int64_t job);
   // Whether the current placement of live job `job` puts `rank` on `agent`.
   bool PlacedOnLocked(int64_t job, int32_t rank, const std::string& agent) const;
+  // Keeps what ListAgents shows of agent `id`, about to be dropped as lost.
+  void RememberLostLocked(const std::string& id);
   absl::Status RefuseLocked(const std::string& call, const std::string& agent_id, const std::string& why);
 
   const CoordinatorOptions opts_;
@@ -192,7 +216,9 @@ class Coordinator {
   uint64_t version_ = 0;
   Scheduler sched_;
   std::map<std::string, AgentInfo> agents_;
+  std::map<std::string, AgentInfo> lost_agents_;  // the most recently lost (ListAgents)
   std::map<int64_t, LiveJob> live_;
+  JobMetrics metrics_;
   std::vector<std::string> roots_;  // the folders spec paths are confined to; empty: not confined
   struct Credential {
     std::string secret_sha256;

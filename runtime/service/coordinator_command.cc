@@ -32,7 +32,7 @@ const FlagDef kFlags[] = {
      "loom.db, logs, the user token (token) and the agents' join token (join-token), both mode 0600 "
      "(default $HOME/.loom)"},
     {"listen", "LOOM_LISTEN", "HOST:PORT", "the gRPC API (default 127.0.0.1:7070)"},
-    {"metrics-listen", "LOOM_METRICS_LISTEN", "HOST:PORT|off", "GET /metrics (default 127.0.0.1:7071)"},
+    {"metrics-listen", "LOOM_METRICS_LISTEN", "HOST:PORT|off", "GET /metrics and the web dashboard (default 127.0.0.1:7071)"},
     {"run-root", "LOOM_RUN_ROOT", "DIR",
      "run folders of jobs that set no run_dir, <run-root>/<name>-<job id> (default <data-dir>/runs)"},
     {"data-roots", "LOOM_DATA_ROOTS", "A,B", "folders jobs may read data and init_from from"},
@@ -48,6 +48,9 @@ const FlagDef kFlags[] = {
     {"tls-cert", "LOOM_TLS_CERT", "PEM", "server certificate (with --tls-key: TLS on)"},
     {"tls-key", "LOOM_TLS_KEY", "PEM", "server key"},
     {"tls-client-ca", "LOOM_TLS_CLIENT_CA", "PEM", "mutual TLS; binds agents to their certificate"},
+    {"tokens-file", nullptr, "PATH",
+     "named user tokens, one 'name token' a line, mode 0600, accepted beside <data-dir>/token (name 'default'); "
+     "a job records the name that submitted it"},
     {"port-file", nullptr, "PATH", "write \"<grpc port> <metrics port>\" once listening"},
 };
 
@@ -134,6 +137,7 @@ absl::StatusOr<CoordinatorFlags> ParseCoordinatorFlags(const std::vector<std::st
   if (v.count("data-roots")) o.coordinator.data_roots = SplitList(v["data-roots"]);
   if (v.count("allowed-roots")) o.coordinator.allowed_roots = SplitList(v["allowed-roots"]);
   if (v.count("port-file")) out.port_file = v["port-file"];
+  if (v.count("tokens-file")) o.tokens_file = v["tokens-file"];
   o.tls_cert_file = v["tls-cert"];
   o.tls_key_file = v["tls-key"];
   o.tls_client_ca_file = v["tls-client-ca"];

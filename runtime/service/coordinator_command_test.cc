@@ -1,6 +1,7 @@
 #include "runtime/service/coordinator_command.h"
 
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -254,6 +255,109 @@ TEST(CoordinatorDaemon, AcknowledgedJobSurvivesKillDashNineThenCleanShutdown) {
   status = WaitExit(pid, 10);
   ASSERT_TRUE(WIFEXITED(status)) << status;
   EXPECT_EQ(WEXITSTATUS(status), 0);
+}
+
+}  // namespace
+}  // namespace loom::runtime::service
+
+namespace loom::runtime::service {
+namespace {
+
+void WriteFile(const std::string& path, const std::string& text, mode_t mode) {
+  std::filesystem::remove(path);
+  std::ofstream(path) << text;
+  chmod(path.c_str(), mode);
+}
+
+// A bad tokens file stops the daemon at start with exit 2 and a message that
+// names the file and line (never the token).
+TEST(CoordinatorDaemon, BadTokensFileExitsTwoNamingTheLine) {
+  const std::string dir = TmpDir("bad_tokens");
+  std::filesystem::create_directories(dir);
+  const std::string file = dir + "/tokens";
+  struct Case {
+    std::string text;
+    mode_t mode;
+    std::string says;
+  };
+  const std::vector<Case> cases = {
+      {"alice 0123456789abcdef0123\nbob\n", 0600, file + ":2: expected 'name token', got 1 field(s)"},
+      {"# ops\n\nal!ce 0123456789abcdef0123\n", 0600, file + ":3: name: must match"},
+      {"alice short\n", 0600, file + ":1: token of 'alice': must be at least 16"},
+      {"alice 0123456789abcdef0123\nalice fedcba9876543210fedc\n", 0600, file + ":2: name 'alice' appears twice"},
+      {"alice 0123456789abcdef0123\nbob 0123456789abcdef0123\n", 0600, file + ":2: token of 'bob' is also"},
+      {"alice 0123456789abcdef0123\n", 0644, file + " is readable by group or others"},
+      {"\n# nothing\n", 0600, file + " holds no token"},
+      {"default 0123456789abcdef0123\n", 0600, "'default' clashes with the default token"},
+  };
+  for (const Case& c : cases) {
+    WriteFile(file, c.text, c.mode);
+    std::filesystem::remove(dir + "/data.log");
+    int port = 0;
+    pid_t pid = StartDaemon(dir + "/data", &port, "127.0.0.1:0", {"--tokens-file", file});
+    ASSERT_EQ(pid, -1) << "started with tokens file:\n" << c.text;
+    const std::string log = ReadAll(dir + "/data.log");
+    EXPECT_NE(log.find(c.says), std::string::npos) << log;
+    EXPECT_EQ(log.find("0123456789abcdef0123"), std::string::npos) << "a token in the message: " << log;
+  }
+  std::vector<std::string> argv = {"runtime/service/loom_coordinator", "--data-dir", dir + "/exit",
+                                   "--listen", "127.0.0.1:0", "--metrics-listen", "off", "--tokens-file", file};
+  WriteFile(file, "bob\n", 0600);
+  pid_t pid = fork();
+  if (pid == 0) {
+    if (freopen("/dev/null", "w", stderr) == nullptr) _exit(126);
+    std::vector<char*> a;
+    for (auto& s : argv) a.push_back(s.data());
+    a.push_back(nullptr);
+    execv(a[0], a.data());
+    _exit(127);
+  }
+  int status = WaitExit(pid, 20);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 2);
+}
+
+// Named tokens: each is accepted, a job records the name that submitted it,
+// and the name survives a restart of the daemon.
+TEST(CoordinatorDaemon, NamedTokensRecordTheSubmitterAcrossRestart) {
+  const std::string dir = TmpDir("named_tokens");
+  std::filesystem::create_directories(dir);
+  const std::string file = dir + "/tokens";
+  WriteFile(file, "# team tokens\nalice aaaaaaaaaaaaaaaaaaaa-1\nbob   bbbbbbbbbbbbbbbbbbbb-2\n", 0600);
+  int port = 0;
+  pid_t pid = StartDaemon(dir + "/data", &port, "127.0.0.1:0", {"--tokens-file", file});
+  ASSERT_GT(pid, 0) << ReadAll(dir + "/data.log");
+  auto submit = [&](const std::string& token, const std::string& name) {
+    v1::SubmitJobRequest req;
+    req.mutable_spec()->set_name(name);
+    req.set_wait_for_capacity(true);
+    v1::SubmitJobResponse resp;
+    grpc::Status s = Connect(port)->SubmitJob(Ctx(token).get(), req, &resp);
+    EXPECT_TRUE(s.ok()) << s.error_message();
+    return resp.job();
+  };
+  auto default_token = auth::FindClientToken(dir + "/data");
+  ASSERT_TRUE(default_token.ok());
+  EXPECT_EQ(submit("aaaaaaaaaaaaaaaaaaaa-1", "by-alice").submitter(), "alice");
+  EXPECT_EQ(submit("bbbbbbbbbbbbbbbbbbbb-2", "by-bob").submitter(), "bob");
+  EXPECT_EQ(submit(*default_token, "by-default").submitter(), "default");
+  v1::ListJobsResponse refused;
+  EXPECT_EQ(Connect(port)->ListJobs(Ctx("cccccccccccccccccccc-3").get(), {}, &refused).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  kill(pid, SIGTERM);
+  ASSERT_EQ(WaitExit(pid, 10), 0);
+
+  pid = StartDaemon(dir + "/data", &port, "127.0.0.1:0", {"--tokens-file", file});
+  ASSERT_GT(pid, 0) << ReadAll(dir + "/data.log");
+  v1::ListJobsResponse all;
+  ASSERT_TRUE(Connect(port)->ListJobs(Ctx("bbbbbbbbbbbbbbbbbbbb-2").get(), {}, &all).ok());
+  ASSERT_EQ(all.jobs_size(), 3);
+  EXPECT_EQ(all.jobs(0).submitter(), "alice");
+  EXPECT_EQ(all.jobs(1).submitter(), "bob");
+  EXPECT_EQ(all.jobs(2).submitter(), "default");
+  EXPECT_EQ(all.total_size(), 3);
+  kill(pid, SIGTERM);
+  EXPECT_EQ(WaitExit(pid, 10), 0);
 }
 
 }  // namespace

@@ -92,7 +92,9 @@ absl::StatusOr<v1::RegisterAgentResponse> Coordinator::RegisterAgent(const v1::R
   }
   std::lock_guard<std::mutex> l(mu_);
   AgentInfo& a = agents_[id];
+  lost_agents_.erase(id);
   a.resources = res;
+  a.hostname = req.hostname().substr(0, 256);
   a.rendezvous_address = req.rendezvous_address();
   a.last_seen = std::chrono::steady_clock::now();
   sched_.UpsertAgent(id, res.cpu_slots(), res.gpus(), res.memory_bytes());
@@ -342,6 +344,7 @@ void Coordinator::CheckAgents() {
   }
   if (lost.empty()) return;
   for (const std::string& id : lost) {
+    RememberLostLocked(id);
     agents_.erase(id);
     std::map<int64_t, std::vector<Slot>> before;
     for (const auto& [job, live] : live_) {
@@ -358,6 +361,51 @@ void Coordinator::CheckAgents() {
   }
   RunScheduleLocked();
   NotifyLocked();
+}
+
+void Coordinator::RememberLostLocked(const std::string& id) {
+  constexpr size_t kKeptLostAgents = 256;
+  auto it = agents_.find(id);
+  if (it == agents_.end()) return;
+  AgentInfo& kept = lost_agents_[id];
+  kept = it->second;
+  kept.orders.clear();
+  while (lost_agents_.size() > kKeptLostAgents) {
+    auto oldest = std::min_element(lost_agents_.begin(), lost_agents_.end(), [](const auto& a, const auto& b) {
+      return a.second.last_seen < b.second.last_seen;
+    });
+    lost_agents_.erase(oldest);
+  }
+}
+
+absl::Status Coordinator::ReportMetrics(const v1::ReportMetricsRequest& req) {
+  constexpr int kMaxPoints = 1000;
+  LOOM_ASSIGN_OR_RETURN(int64_t id, ParseJobId(req.job_id()));
+  if (req.points_size() > kMaxPoints) {
+    return absl::InvalidArgumentError(absl::StrCat("points: at most ", kMaxPoints, " a call, got ", req.points_size()));
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  auto a = agents_.find(req.agent_id());
+  if (a == agents_.end()) {
+    return absl::NotFoundError(absl::StrCat("agent_id: unknown agent '", req.agent_id().substr(0, 64), "'"));
+  }
+  a->second.last_seen = std::chrono::steady_clock::now();
+  auto r = store_->GetJob(id);
+  if (!r.ok()) return r.status().code() == absl::StatusCode::kNotFound ? absl::NotFoundError(req.job_id() + " not found")
+                                                                      : r.status();
+  if (store::IsTerminal(r->state) || req.attempt() != r->restart_count || live_.count(id) == 0) return absl::OkStatus();
+  for (const v1::MetricPoint& p : req.points()) {
+    if (p.rank() < 0 || p.rank() >= r->world_size) {
+      return absl::InvalidArgumentError(absl::StrCat("points.rank: must be in [0, ", r->world_size, "), got ", p.rank()));
+    }
+    if (!PlacedOnLocked(id, p.rank(), req.agent_id())) {
+      return RefuseLocked("ReportMetrics", req.agent_id(),
+                          absl::StrCat("points.rank: rank ", p.rank(), " of ", req.job_id(), " is not placed on this agent"));
+    }
+  }
+  for (const v1::MetricPoint& p : req.points()) metrics_.Add(id, p);
+  NotifyLocked();
+  return absl::OkStatus();
 }
 
 }  // namespace loom::runtime::service

@@ -10,6 +10,7 @@
 #include "base/echo.h"
 #include "base/status.h"
 #include "proto/loom/v1/service.grpc.pb.h"
+#include "runtime/service/dashboard/api.h"
 #include "runtime/service/dashboard/static_routes.h"
 #include "runtime/service/auth/token.h"
 
@@ -17,6 +18,8 @@ namespace loom::runtime::service {
 namespace {
 
 using std::chrono::milliseconds;
+
+constexpr int64_t kLogReadBytes = 1 << 20;  // per ReadLogs call of StreamLogs
 
 bool SameStatus(const v1::JobStatus& a, const v1::JobStatus& b) {
   return a.state() == b.state() && a.current_step() == b.current_step() &&
@@ -27,19 +30,20 @@ bool SameStatus(const v1::JobStatus& a, const v1::JobStatus& b) {
 
 class JobServiceImpl final : public v1::JobService::Service {
  public:
-  JobServiceImpl(Coordinator* c, std::string token) : c_(c), token_(std::move(token)) {}
+  JobServiceImpl(Coordinator* c, const auth::TokenSet* tokens) : c_(c), tokens_(tokens) {}
 
   grpc::Status SubmitJob(grpc::ServerContext* ctx, const v1::SubmitJobRequest* req,
                          v1::SubmitJobResponse* resp) override {
-    if (auto s = auth::CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
-    auto r = c_->Submit(*req);
+    std::string who;
+    if (auto s = auth::CheckAuthorization(ctx->client_metadata(), *tokens_, &who); !s.ok()) return s;
+    auto r = c_->Submit(*req, who);
     if (!r.ok()) return ToGrpc(r.status());
     *resp = std::move(*r);
     return grpc::Status::OK;
   }
 
   grpc::Status GetJob(grpc::ServerContext* ctx, const v1::GetJobRequest* req, v1::GetJobResponse* resp) override {
-    if (auto s = auth::CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    if (auto s = Authorize(ctx); !s.ok()) return s;
     auto r = c_->Get(req->job_id());
     if (!r.ok()) return ToGrpc(r.status());
     *resp = std::move(*r);
@@ -48,7 +52,7 @@ class JobServiceImpl final : public v1::JobService::Service {
 
   grpc::Status ListJobs(grpc::ServerContext* ctx, const v1::ListJobsRequest* req,
                         v1::ListJobsResponse* resp) override {
-    if (auto s = auth::CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    if (auto s = Authorize(ctx); !s.ok()) return s;
     auto r = c_->List(*req);
     if (!r.ok()) return ToGrpc(r.status());
     *resp = std::move(*r);
@@ -57,7 +61,7 @@ class JobServiceImpl final : public v1::JobService::Service {
 
   grpc::Status CancelJob(grpc::ServerContext* ctx, const v1::CancelJobRequest* req,
                          v1::CancelJobResponse* resp) override {
-    if (auto s = auth::CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    if (auto s = Authorize(ctx); !s.ok()) return s;
     auto r = c_->Cancel(req->job_id());
     if (!r.ok()) return ToGrpc(r.status());
     *resp->mutable_job() = std::move(*r);
@@ -67,7 +71,7 @@ class JobServiceImpl final : public v1::JobService::Service {
   // One event per observed change, ending after a terminal state.
   grpc::Status WatchJob(grpc::ServerContext* ctx, const v1::WatchJobRequest* req,
                         grpc::ServerWriter<v1::JobEvent>* writer) override {
-    if (auto s = auth::CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    if (auto s = Authorize(ctx); !s.ok()) return s;
     uint64_t version = 0;
     bool sent = false;
     v1::JobStatus last;
@@ -93,37 +97,27 @@ class JobServiceImpl final : public v1::JobService::Service {
   // as they appear until the job is terminal.
   grpc::Status StreamLogs(grpc::ServerContext* ctx, const v1::StreamLogsRequest* req,
                           grpc::ServerWriter<v1::LogChunk>* writer) override {
-    if (auto s = auth::CheckAuthorization(ctx->client_metadata(), token_); !s.ok()) return s;
+    if (auto s = Authorize(ctx); !s.ok()) return s;
     auto job = c_->Get(req->job_id());
     if (!job.ok()) return ToGrpc(job.status());
     if (req->has_rank() && (req->rank() < 0 || req->rank() >= job->job().world_size())) {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
                           absl::StrCat("rank: must be in [0, ", job->job().world_size(), "), got ", req->rank()));
     }
-    int64_t id = *ParseJobId(req->job_id());
-    std::map<std::string, std::streamoff> offsets;
+    std::map<std::string, int64_t> offsets;
+    const int32_t rank = req->has_rank() ? req->rank() : -1;
     uint64_t version = 0;
     for (;;) {
       bool terminal = store::IsTerminal(c_->Get(req->job_id())->job().state());
-      auto logs = c_->store()->Logs(id);
-      if (!logs.ok()) return ToGrpc(logs.status());
       bool wrote = false;
-      for (const store::LogRecord& lr : *logs) {
-        if (req->has_rank() && lr.rank != req->rank()) continue;
-        std::ifstream in(lr.path, std::ios::binary);
-        if (!in) continue;
-        std::streamoff& off = offsets[lr.path];
-        in.seekg(off);
-        char buf[64 * 1024];
-        while (in.read(buf, sizeof buf) || in.gcount() > 0) {
-          v1::LogChunk chunk;
-          chunk.set_rank(lr.rank);
-          chunk.set_stream(lr.stream);
-          chunk.set_data(buf, in.gcount());
-          off += in.gcount();
+      for (;;) {
+        auto chunks = c_->ReadLogs(req->job_id(), rank, &offsets, kLogReadBytes);
+        if (!chunks.ok()) return ToGrpc(chunks.status());
+        if (chunks->empty()) break;
+        for (const v1::LogChunk& chunk : *chunks) {
           if (!writer->Write(chunk)) return grpc::Status(grpc::StatusCode::CANCELLED, "client went away");
-          wrote = true;
         }
+        wrote = true;
       }
       if (!req->follow() || (terminal && !wrote)) return grpc::Status::OK;
       if (ctx->IsCancelled()) return grpc::Status(grpc::StatusCode::CANCELLED, "log stream cancelled");
@@ -132,9 +126,21 @@ class JobServiceImpl final : public v1::JobService::Service {
     }
   }
 
+  grpc::Status ListAgents(grpc::ServerContext* ctx, const v1::ListAgentsRequest*,
+                          v1::ListAgentsResponse* resp) override {
+    if (auto s = Authorize(ctx); !s.ok()) return s;
+    *resp = c_->ListAgents();
+    return grpc::Status::OK;
+  }
+
  private:
+  grpc::Status Authorize(grpc::ServerContext* ctx) {
+    std::string who;
+    return auth::CheckAuthorization(ctx->client_metadata(), *tokens_, &who);
+  }
+
   Coordinator* c_;
-  std::string token_;
+  const auth::TokenSet* tokens_;
 };
 
 // The identity of a mutual-TLS peer's verified certificate ("" without one).
@@ -203,6 +209,13 @@ class NodeServiceImpl final : public v1::NodeService::Service {
     return ToGrpc(c_->AppendLogs(*req));
   }
 
+  grpc::Status ReportMetrics(grpc::ServerContext* ctx, const v1::ReportMetricsRequest* req,
+                             v1::ReportMetricsResponse* resp) override {
+    if (auto s = Check(ctx, "ReportMetrics", req->agent_id()); !s.ok()) return s;
+    resp->set_incarnation(c_->incarnation());
+    return ToGrpc(c_->ReportMetrics(*req));
+  }
+
  private:
   // Who calls: the join token (accepted only with `registration`) or an
   // agent's credential; UNAUTHENTICATED for anything else, a user token too.
@@ -241,6 +254,25 @@ class NodeServiceImpl final : public v1::NodeService::Service {
 };
 
 }  // namespace
+
+// The user tokens: the token file (or ServerOptions::token) as "default",
+// then the tokens file's.
+static absl::StatusOr<auth::TokenSet> UserTokens(const ServerOptions& o, const std::string& default_token) {
+  std::vector<auth::NamedToken> tokens = {{auth::kDefaultTokenName, default_token}};
+  if (!o.tokens_file.empty()) {
+    absl::StatusOr<std::vector<auth::NamedToken>> named = auth::ReadTokensFile(o.tokens_file);
+    // Any problem with the file is a configuration error (exit 2 from `loom coordinator`).
+    if (!named.ok()) return absl::InvalidArgumentError(named.status().message());
+    for (auth::NamedToken& t : *named) {
+      if (t.name == auth::kDefaultTokenName || auth::ConstantTimeEquals(t.token, default_token)) {
+        return absl::InvalidArgumentError(absl::StrCat("tokens_file: ", o.tokens_file, ": '", t.name,
+                                                       "' clashes with the default token (its name or its token)"));
+      }
+      tokens.push_back(std::move(t));
+    }
+  }
+  return auth::TokenSet(std::move(tokens));
+}
 
 static absl::StatusOr<std::string> ReadPem(const std::string& field, const std::string& path) {
   std::ifstream in(path);
@@ -310,19 +342,26 @@ absl::StatusOr<std::unique_ptr<CoordinatorServer>> CoordinatorServer::Start(cons
   } else {
     s->join_token_ = options.join_token;
   }
-  if (auth::ConstantTimeEquals(s->token_, s->join_token_)) {
-    return absl::InvalidArgumentError("join_token: must differ from the user token");
+  LOOM_ASSIGN_OR_RETURN(s->tokens_, UserTokens(options, s->token_));
+  for (const auth::NamedToken& t : s->tokens_.tokens()) {
+    if (auth::ConstantTimeEquals(t.token, s->join_token_)) {
+      return absl::InvalidArgumentError(absl::StrCat("join_token: must differ from the user token '", t.name, "'"));
+    }
   }
   CoordinatorOptions copts = options.coordinator;
   s->registry_ = copts.metrics ? copts.metrics : &s->own_registry_;
   copts.metrics = s->registry_;
   LOOM_ASSIGN_OR_RETURN(s->coordinator_, Coordinator::Create(copts));
   if (options.metrics_port >= 0) {
-    s->metrics_http_ = std::make_unique<metrics::HttpServer>(
-        s->registry_, [](httplib::Server& http) { dashboard::AddStaticRoutes(http); });
+    Coordinator* coordinator = s->coordinator_.get();
+    const auth::TokenSet* tokens = &s->tokens_;
+    s->metrics_http_ = std::make_unique<metrics::HttpServer>(s->registry_, [coordinator, tokens](httplib::Server& http) {
+      dashboard::AddStaticRoutes(http);
+      dashboard::AddApiRoutes(http, coordinator, tokens);
+    });
     LOOM_ASSIGN_OR_RETURN(s->metrics_port_, s->metrics_http_->Start(options.metrics_host, options.metrics_port));
   }
-  s->job_service_ = std::make_unique<JobServiceImpl>(s->coordinator_.get(), s->token_);
+  s->job_service_ = std::make_unique<JobServiceImpl>(s->coordinator_.get(), &s->tokens_);
   s->node_service_ = std::make_unique<NodeServiceImpl>(s->coordinator_.get(), s->join_token_);
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -356,6 +395,7 @@ void CoordinatorServer::Shutdown() {
 
 CoordinatorServer::~CoordinatorServer() {
   if (server_) Shutdown();
+  if (metrics_http_) metrics_http_->Stop();  // before the coordinator its handlers use
 }
 
 }  // namespace loom::runtime::service

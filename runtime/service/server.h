@@ -1,7 +1,11 @@
 // The coordinator's gRPC server: JobService and NodeService over a
 // Coordinator, plus the standard health service (grpc.health.v1.Health) and
-// server reflection. Credentials (UNAUTHENTICATED when missing or wrong):
-//   JobService   `authorization: Bearer <user token>`;
+// server reflection, and on the HTTP port (metrics_port) /metrics beside the
+// dashboard (runtime/service/dashboard). Credentials (UNAUTHENTICATED when
+// missing or wrong):
+//   JobService   `authorization: Bearer <user token>`: the default token or a
+//                named one from tokens_file; a job records the name as its
+//                submitter;
 //   NodeService  RegisterAgent of a new agent: `Bearer <join token>`; every
 //                other call: `Bearer <agent id>:<agent secret>` (the secret
 //                RegisterAgent returned), whose agent must be the request's
@@ -25,6 +29,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include "absl/status/statusor.h"
+#include "runtime/service/auth/token.h"
 #include "runtime/service/coordinator.h"
 #include "runtime/service/metrics/http_server.h"
 
@@ -36,6 +41,9 @@ struct ServerOptions {
   int max_receive_bytes = 4 << 20;
   // Empty: the token in <data_dir>/token (created at first start).
   std::string token;
+  // Named user tokens, lines "name token" (auth::ReadTokensFile), accepted
+  // beside the default token by JobService and the dashboard API.
+  std::string tokens_file;
   // Empty: the agents' join token in <data_dir>/join-token (created at first start).
   std::string join_token;
   // GET /metrics (Prometheus text) on metrics_host:metrics_port; -1: off,
@@ -57,6 +65,7 @@ class CoordinatorServer {
   metrics::Registry* registry() { return registry_; }
   const std::string& token() const { return token_; }
   const std::string& join_token() const { return join_token_; }
+  const auth::TokenSet& tokens() const { return tokens_; }
   Coordinator* coordinator() { return coordinator_.get(); }
   void Shutdown();
   void Wait() { server_->Wait(); }
@@ -71,6 +80,7 @@ class CoordinatorServer {
   std::unique_ptr<grpc::Service> job_service_, node_service_;
   std::unique_ptr<grpc::Server> server_;
   std::string token_, join_token_;
+  auth::TokenSet tokens_;
   int port_ = 0;
   bool shut_down_ = false;
 };

@@ -77,6 +77,8 @@ class ServerTest : public ::testing::Test {
     o.coordinator.reclaim_grace_ms = 0;  // reclaim within 3 heartbeats, as the tests time it
     o.coordinator.metrics = &registry_;
     o.max_receive_bytes = max_receive_bytes_;
+    o.metrics_port = metrics_port_;
+    o.tokens_file = tokens_file_;
     auto s = CoordinatorServer::Start(o);
     ASSERT_TRUE(s.ok()) << s.status();
     server_ = std::move(*s);
@@ -191,6 +193,8 @@ class ServerTest : public ::testing::Test {
 
   std::string root_;
   int max_receive_bytes_ = 1 << 20;  // for the next StartServer
+  int metrics_port_ = -1;            // for the next StartServer: 0 serves HTTP on a free port
+  std::string tokens_file_;          // for the next StartServer
   metrics::Registry registry_;
   std::unique_ptr<CoordinatorServer> server_;
   std::shared_ptr<grpc::Channel> channel_;

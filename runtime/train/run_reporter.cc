@@ -44,6 +44,20 @@ void ReportProgress(int64_t step, int64_t checkpoint_step) {
   std::rename(tmp.c_str(), file);
 }
 
+void ReportMetricLine(const std::string& json) {
+  const char* file = std::getenv("LOOM_METRICS_FILE");
+  if (file == nullptr || *file == '\0') return;
+  static std::string path;
+  static std::ofstream out;
+  if (path != file) {
+    out.close();
+    out.clear();
+    out.open(file, std::ios::app);
+    path = file;
+  }
+  out << json << "\n" << std::flush;  // whole lines: the agent ships complete lines only
+}
+
 namespace {
 
 // The job's tokenizer, checked against the model, as a tokenizer folder
@@ -102,6 +116,9 @@ absl::Status RunReporter::Step(int64_t step, double loss, double lr, double step
   curve_.emplace_back(step, loss);
   prom_.OnStep(step_seconds, loss, tps, lr);
   ReportProgress(step, -1);
+  ReportMetricLine(absl::StrFormat(
+      "{\"step\": %d, \"loss\": %.9g, \"lr\": %.6g, \"tokens_per_s\": %.1f, \"step_time_ms\": %.3f}", step, loss,
+      lr, tps, step_seconds * 1000.0));
   if (step % tr.log_every() == 0 || step == tr.steps() || step == 1) {
     jsonl_ << absl::StrFormat("{\"step\": %d, \"loss\": %.9g, \"lr\": %.6g, \"tokens_per_s\": %.1f}\n", step, loss,
                               lr, tps)
@@ -143,6 +160,7 @@ absl::Status RunReporter::Validation(int64_t step, double val_loss, double basel
   const std::string ppl =
       LossIsTokenCrossEntropy(spec_) ? absl::StrFormat(", \"val_perplexity\": %.6g", std::exp(val_loss)) : "";
   jsonl_ << absl::StrFormat("{\"step\": %d, \"val_loss\": %.6f%s}\n", step, val_loss, ppl) << std::flush;
+  ReportMetricLine(absl::StrFormat("{\"step\": %d, \"val_loss\": %.9g}", step, val_loss));
   prom_.OnValidation(val_loss);
   std::printf("%sstep %d: validation loss %s%s\n", tty_ ? "\r\033[K" : "", static_cast<int>(step),
               LossAndPerplexity(spec_, val_loss).c_str(),

@@ -17,7 +17,10 @@
 // model.safetensors (the final parameters under Loom's names).
 // Progress lines go to stdout ("step 10/300 | loss ... | tok/s | ETA"), one
 // line per log_every steps, or redrawn in place on a terminal. Under an agent,
-// LOOM_PROGRESS_FILE gets "<step> <checkpoint_step>" after every step.
+// LOOM_PROGRESS_FILE gets "<step> <checkpoint_step>" after every step, and
+// LOOM_METRICS_FILE one JSON line per step ({"step", "loss", "lr",
+// "tokens_per_s", "step_time_ms"}) and per validation ({"step", "val_loss"}),
+// which the agent ships to the coordinator.
 #pragma once
 
 #include <cstdint>
@@ -72,6 +75,8 @@ class RunReporter {
   std::vector<std::pair<int64_t, double>> curve_, val_curve_;
 };
 
+// Appends `json` and a newline to LOOM_METRICS_FILE when it is set.
+void ReportMetricLine(const std::string& json);
 // Writes "<step> <checkpoint_step>" to LOOM_PROGRESS_FILE when it is set.
 void ReportProgress(int64_t step, int64_t checkpoint_step);
 

@@ -115,3 +115,38 @@ TEST(RunReporter, JobNameThatIsAPathIsRefused) {
 
 }  // namespace
 }  // namespace loom::runtime::train
+
+namespace loom::runtime::train {
+namespace {
+
+// Under an agent every step (logged or not) and every validation is one JSON
+// line in LOOM_METRICS_FILE, flushed before Step returns.
+TEST(RunReporter, EveryStepGoesToTheAgentsMetricsFile) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = std::string(tmp ? tmp : "/tmp") + "/reporter_agent";
+  std::filesystem::remove_all(dir);
+  const std::string file = dir + ".metrics.jsonl";
+  std::filesystem::remove(file);
+  setenv("LOOM_METRICS_FILE", file.c_str(), 1);
+  auto r = RunReporter::Open(Spec(), dir, "");
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_TRUE((*r)->Step(1, 5.5, 1e-3, 0.02).ok());
+  ASSERT_TRUE((*r)->Step(3, 5.25, 2e-3, 0.5).ok());  // not a logged step (log_every 2)
+  auto lines = Lines(file);
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0].rfind("{\"step\": 1, \"loss\": 5.5, \"lr\": 0.001, \"tokens_per_s\": ", 0), 0u) << lines[0];
+  EXPECT_NE(lines[0].find("\"step_time_ms\": 20.000}"), std::string::npos) << lines[0];
+  EXPECT_EQ(lines[1].rfind("{\"step\": 3, \"loss\": 5.25, \"lr\": 0.002,", 0), 0u) << lines[1];
+  EXPECT_NE(lines[1].find("\"step_time_ms\": 500.000}"), std::string::npos) << lines[1];
+  ASSERT_TRUE((*r)->Validation(3, 4.75, NAN).ok());
+  lines = Lines(file);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[2], "{\"step\": 3, \"val_loss\": 4.75}");
+  unsetenv("LOOM_METRICS_FILE");
+  ASSERT_TRUE((*r)->Step(4, 5.0, 1e-3, 0.01).ok());
+  EXPECT_EQ(Lines(file).size(), 3u) << "no file named: nothing written";
+  ASSERT_TRUE((*r)->Finish().ok());
+}
+
+}  // namespace
+}  // namespace loom::runtime::train

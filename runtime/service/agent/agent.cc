@@ -58,8 +58,11 @@ absl::Status Agent::Register() {
                  "loom agent: the coordinator refuses the credential of %s (%s): registering as a new agent with the "
                  "join token\n",
                  agent_id_.c_str(), std::string(s.message()).c_str());
-    agent_id_.clear();
-    secret_.clear();
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      agent_id_.clear();
+      secret_.clear();
+    }
     s = RegisterOnce();
   }
   return s;
@@ -99,8 +102,11 @@ absl::Status Agent::RegisterOnce() {
   v1::RegisterAgentResponse resp;
   grpc::Status s = stub_->RegisterAgent(Ctx(5000).get(), req, &resp);
   if (!s.ok()) return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
-  agent_id_ = resp.agent_id();
-  if (!resp.agent_secret().empty()) secret_ = resp.agent_secret();
+  {
+    std::lock_guard<std::mutex> l(mu_);  // the metrics thread reads them
+    agent_id_ = resp.agent_id();
+    if (!resp.agent_secret().empty()) secret_ = resp.agent_secret();
+  }
   if (resp.incarnation() != incarnation_) {
     // A coordinator that has not seen our reports or progress yet.
     for (ExitReport& e : exits_) e.delivered = false;
@@ -146,12 +152,14 @@ absl::Status Agent::Start(std::chrono::milliseconds timeout) {
   }
   if (!s.ok()) return s;
   thread_ = std::thread([this] { Loop(); });
+  metrics_thread_ = std::thread([this] { MetricsLoop(); });
   return absl::OkStatus();
 }
 
 void Agent::Stop() {
   stop_ = true;
   if (thread_.joinable()) thread_.join();
+  if (metrics_thread_.joinable()) metrics_thread_.join();
   std::lock_guard<std::mutex> l(mu_);
   for (const auto& [pid, p] : procs_) kill(-pid, SIGKILL);
   for (const auto& [pid, p] : procs_) waitpid(pid, nullptr, 0);
@@ -348,6 +356,9 @@ void Agent::Launch(const v1::LaunchOrder& o) {
       env.push_back("LOOM_STORE_ADDR=" + o.rendezvous_address());
       env.push_back("LOOM_STORE_SECRET=" + o.rendezvous_secret());
     }
+    const std::string metrics_file = base + ".metrics.jsonl";
+    std::filesystem::remove(metrics_file);
+    env.push_back("LOOM_METRICS_FILE=" + metrics_file);
     const std::string progress_file = base + ".progress";
     if (r.rank() == 0) {
       std::filesystem::remove(progress_file);
@@ -395,6 +406,7 @@ void Agent::Launch(const v1::LaunchOrder& o) {
     p.attempt = o.attempt();
     p.error_file = error_file;
     if (r.rank() == 0) progress_[progress_file] = Progress{o.job_id(), o.attempt(), ""};
+    metric_files_[metrics_file] = MetricFile{o.job_id(), r.rank(), o.attempt(), 0};
   }
 }
 

@@ -31,6 +31,9 @@
 // folder. With a rendezvous host other than loopback (a multi-node setup)
 // ranks also get LOOM_COLLECTIVES_HOST, the address their collectives use. Rank 0 also gets LOOM_PROGRESS_FILE: it writes "<step>
 // <checkpoint_step>" there and the agent reports changes (ReportProgress).
+// Every rank gets LOOM_METRICS_FILE, where it appends one JSON object per
+// step; a second thread of the agent ships new lines every 100 ms
+// (ReportMetrics, agent_metrics.cc).
 //
 // Exit codes reported: the process' exit status, or -N when killed by
 // signal N. Exit reports are durable across coordinator downtime: each is
@@ -125,6 +128,10 @@ class Agent {
   void ReapAndEscalate();
   void ShipLogs();
   void ShipProgress();
+  // The metrics thread: every kMetricsPollMs ships the new lines of the
+  // ranks' metrics files (agent_metrics.cc).
+  void MetricsLoop();
+  void ShipMetrics();
 
   struct LogFile {
     std::string job_id;
@@ -155,8 +162,16 @@ class Agent {
   std::string secret_;  // from the first registration; "" until then
   std::atomic<bool> stop_{false};
   std::thread thread_;
-  std::mutex mu_;
+  std::thread metrics_thread_;
+  std::mutex mu_;  // procs_, metric_files_; agent_id_ and secret_ writes
   std::map<pid_t, Proc> procs_;
+  struct MetricFile {
+    std::string job_id;
+    int32_t rank = 0;
+    int32_t attempt = 0;
+    int64_t shipped = 0;  // bytes of complete lines reported
+  };
+  std::map<std::string, MetricFile> metric_files_;  // LOOM_METRICS_FILE of each rank
 };
 
 }  // namespace loom::runtime::service::agent

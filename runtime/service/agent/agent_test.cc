@@ -183,3 +183,60 @@ TEST_F(AgentTest, StopLeavesNoProcessBehind) {
 
 }  // namespace
 }  // namespace loom::runtime::service::agent
+
+namespace loom::runtime::service::agent {
+namespace {
+
+// A rank's lines in LOOM_METRICS_FILE reach the coordinator's series within
+// 1 s of being written, with the rank's number; bad lines are skipped.
+TEST_F(AgentTest, ShipsMetricLinesPromptly) {
+  auto agent = StartAgent(
+      "echo '{\"step\": 1, \"loss\": 4.5, \"lr\": 0.001, \"tokens_per_s\": 100.0, \"step_time_ms\": 12.5}' "
+      ">> \"$LOOM_METRICS_FILE\"; echo 'not json' >> \"$LOOM_METRICS_FILE\"; "
+      "while [ ! -e \"$LOOM_METRICS_FILE.done\" ]; do sleep 0.05; done");
+  std::string id = Submit(1);
+  auto points = [&] { return *server_->coordinator()->Metrics(id, -1); };
+  auto wait_for = [&](size_t n) {
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (points().size() < n && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return points().size() >= n;
+  };
+  ASSERT_TRUE(wait_for(1));
+  std::vector<v1::MetricPoint> p = points();
+  ASSERT_EQ(p.size(), 1u);
+  EXPECT_EQ(p[0].step(), 1);
+  EXPECT_EQ(p[0].rank(), 0);
+  EXPECT_EQ(p[0].loss(), 4.5);
+  EXPECT_EQ(p[0].lr(), 0.001);
+  EXPECT_EQ(p[0].tokens_per_s(), 100.0);
+  EXPECT_EQ(p[0].step_time_ms(), 12.5);
+  EXPECT_FALSE(p[0].has_val_loss());
+  EXPECT_GT(p[0].time_unix_ms(), 0);
+
+  // A point written now (as the worker would) reaches the coordinator within 1 s.
+  const std::string file = root_ + "/agent/logs/" + id + "/rank0.metrics.jsonl";
+  auto t0 = std::chrono::steady_clock::now();
+  std::ofstream(file, std::ios::app) << "{\"step\": 2, \"val_loss\": 3.25}\n" << std::flush;
+  ASSERT_TRUE(wait_for(2));
+  auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - t0).count();
+  std::printf("metric line reached the coordinator in %lld ms\n", static_cast<long long>(ms));
+  EXPECT_LT(ms, 1000);
+  p = points();
+  EXPECT_EQ(p[1].step(), 2);
+  EXPECT_EQ(p[1].val_loss(), 3.25);
+  EXPECT_FALSE(p[1].has_loss());
+  // A partial line waits for its newline.
+  std::ofstream(file, std::ios::app) << "{\"step\": 3, \"loss\"" << std::flush;
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  EXPECT_EQ(points().size(), 2u);
+  std::ofstream(file, std::ios::app) << ": 2.0}\n" << std::flush;
+  ASSERT_TRUE(wait_for(3));
+  EXPECT_EQ(points()[2].loss(), 2.0);
+  std::ofstream(file + ".done") << "";
+  EXPECT_EQ(WaitDone(id).state(), v1::SUCCEEDED);
+}
+
+}  // namespace
+}  // namespace loom::runtime::service::agent

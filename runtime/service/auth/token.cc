@@ -15,6 +15,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/string_view.h"
 
 namespace loom::runtime::service::auth {
@@ -110,6 +111,12 @@ bool ConstantTimeEquals(const std::string& a, const std::string& b) {
 
 grpc::Status CheckAuthorization(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata,
                                 const std::string& token) {
+  std::string name;
+  return CheckAuthorization(metadata, TokenSet({{kDefaultTokenName, token}}), &name);
+}
+
+grpc::Status CheckAuthorization(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata,
+                                const TokenSet& tokens, std::string* name) {
   auto it = metadata.find("authorization");
   if (it == metadata.end()) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "missing authorization: Bearer <token> metadata");
@@ -119,10 +126,70 @@ grpc::Status CheckAuthorization(const std::multimap<grpc::string_ref, grpc::stri
   if (value.size() < kPrefix.size() || !absl::EqualsIgnoreCase(value.substr(0, kPrefix.size()), kPrefix)) {
     return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "authorization metadata is not a Bearer token");
   }
-  if (!ConstantTimeEquals(value.substr(kPrefix.size()), token)) {
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "wrong bearer token");
-  }
+  *name = tokens.NameOf(value.substr(kPrefix.size()));
+  if (name->empty()) return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "wrong bearer token");
   return grpc::Status::OK;
+}
+
+std::string TokenSet::NameOf(const std::string& bearer) const {
+  std::string found;
+  for (const NamedToken& t : tokens_) {
+    if (ConstantTimeEquals(bearer, t.token) && found.empty()) found = t.name;
+  }
+  return found;
+}
+
+namespace {
+
+bool ValidTokenName(absl::string_view n) {
+  if (n.empty() || n.size() > 64) return false;
+  for (char c : n) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '_' && c != '-') return false;
+  }
+  return true;
+}
+
+bool ValidTokenValue(absl::string_view t) {
+  if (t.size() < kMinNamedTokenLength) return false;
+  for (char c : t) {
+    if (c <= 0x20 || c > 0x7e) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<NamedToken>> ReadTokensFile(const std::string& path) {
+  struct stat sb;
+  if (::stat(path.c_str(), &sb) != 0) return absl::NotFoundError(absl::StrCat("tokens_file: no file ", path));
+  if ((sb.st_mode & 077) != 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("tokens_file: ", path, " is readable by group or others; chmod 600 it"));
+  }
+  std::ifstream in(path);
+  std::vector<NamedToken> out;
+  std::string line;
+  for (int n = 1; std::getline(in, line); ++n) {
+    absl::string_view l = absl::StripAsciiWhitespace(line);
+    if (l.empty() || l[0] == '#') continue;
+    std::vector<absl::string_view> f = absl::StrSplit(l, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    auto bad = [&](absl::string_view why) {
+      return absl::InvalidArgumentError(absl::StrCat("tokens_file: ", path, ":", n, ": ", why));
+    };
+    if (f.size() != 2) return bad(absl::StrCat("expected 'name token', got ", f.size(), " field(s)"));
+    if (!ValidTokenName(f[0])) return bad("name: must match [A-Za-z0-9._-]{1,64}");
+    if (!ValidTokenValue(f[1])) {
+      return bad(absl::StrCat("token of '", f[0], "': must be at least ", kMinNamedTokenLength,
+                              " printable characters without spaces"));
+    }
+    for (const NamedToken& t : out) {
+      if (t.name == f[0]) return bad(absl::StrCat("name '", f[0], "' appears twice"));
+      if (t.token == f[1]) return bad(absl::StrCat("token of '", f[0], "' is also the token of '", t.name, "'"));
+    }
+    out.push_back({std::string(f[0]), std::string(f[1])});
+  }
+  if (out.empty()) return absl::FailedPreconditionError(absl::StrCat("tokens_file: ", path, " holds no token"));
+  return out;
 }
 
 std::string Sha256Hex(const std::string& data) {

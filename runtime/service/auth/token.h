@@ -12,6 +12,11 @@
 // An agent then calls NodeService with `Bearer <agent id>:<secret>`
 // (AgentBearer); the coordinator keeps only the secret's SHA-256.
 //
+// Named tokens: a tokens file (`loom coordinator --tokens-file`) maps names to
+// user tokens, one "name token" per line; the user token file is the name
+// "default". A TokenSet holds them all; the name of the token a call presents
+// is who made it (a job records it as its submitter).
+//
 // Servers check each call's `authorization: Bearer <token>` metadata with
 // CheckAuthorization (constant-time compare) and answer UNAUTHENTICATED when it
 // is missing or wrong.
@@ -19,6 +24,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include <grpcpp/grpcpp.h>
 
@@ -28,6 +34,34 @@ namespace loom::runtime::service::auth {
 
 inline constexpr char kTokenFile[] = "token";
 inline constexpr char kJoinTokenFile[] = "join-token";
+inline constexpr char kDefaultTokenName[] = "default";
+inline constexpr size_t kMinNamedTokenLength = 16;
+
+struct NamedToken {
+  std::string name;
+  std::string token;
+};
+
+class TokenSet {
+ public:
+  TokenSet() = default;
+  explicit TokenSet(std::vector<NamedToken> tokens) : tokens_(std::move(tokens)) {}
+  // The name of the token equal to `bearer` (each entry compared in constant
+  // time); empty when none is.
+  std::string NameOf(const std::string& bearer) const;
+  const std::vector<NamedToken>& tokens() const { return tokens_; }
+
+ private:
+  std::vector<NamedToken> tokens_;
+};
+
+// A tokens file: lines "name token" (blank lines and lines starting with '#'
+// are skipped). Names are [A-Za-z0-9._-]{1,64}, tokens printable ASCII without
+// spaces, at least kMinNamedTokenLength bytes; names and tokens are unique.
+// InvalidArgument "tokens_file: <path>:<line>: ..." on a bad line (the token is
+// never quoted), NotFound when missing, FailedPrecondition when readable by
+// group or others or holding no token.
+absl::StatusOr<std::vector<NamedToken>> ReadTokensFile(const std::string& path);
 
 // env LOOM_DATA_DIR, else $HOME/.loom, else ./.loom.
 std::string DefaultDataDir();
@@ -65,6 +99,11 @@ bool SplitAgentBearer(const std::string& bearer, std::string* agent_id, std::str
 // otherwise (the message says whether it was missing or wrong, never the token).
 grpc::Status CheckAuthorization(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata,
                                 const std::string& token);
+
+// Like CheckAuthorization over a TokenSet; on success sets *name to the
+// matching token's name.
+grpc::Status CheckAuthorization(const std::multimap<grpc::string_ref, grpc::string_ref>& metadata,
+                                const TokenSet& tokens, std::string* name);
 
 // Adds the bearer metadata to a client call.
 void AddBearer(grpc::ClientContext* ctx, const std::string& token);

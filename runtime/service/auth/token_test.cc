@@ -107,3 +107,42 @@ TEST(Token, Sha256AndAgentBearer) {
 
 }  // namespace
 }  // namespace loom::runtime::service::auth
+
+namespace loom::runtime::service::auth {
+namespace {
+
+TEST(TokenSet, NameOfMatchesWholeTokensOnly) {
+  TokenSet set({{"default", "d-0123456789abcdef"}, {"alice", "a-0123456789abcdef"}});
+  EXPECT_EQ(set.NameOf("d-0123456789abcdef"), "default");
+  EXPECT_EQ(set.NameOf("a-0123456789abcdef"), "alice");
+  EXPECT_EQ(set.NameOf("a-0123456789abcde"), "");
+  EXPECT_EQ(set.NameOf("a-0123456789abcdefX"), "");
+  EXPECT_EQ(set.NameOf(""), "");
+}
+
+TEST(TokensFile, ReadsNamesAndTokens) {
+  const std::string dir = FreshDir("tokensfile");
+  std::filesystem::create_directories(dir);
+  const std::string path = dir + "/tokens";
+  std::ofstream(path) << "# comment\n\n  alice\t0123456789abcdef-a  \nbob.ci 0123456789abcdef-b\n";
+  chmod(path.c_str(), 0600);
+  auto t = ReadTokensFile(path);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_EQ(t->size(), 2u);
+  EXPECT_EQ((*t)[0].name, "alice");
+  EXPECT_EQ((*t)[0].token, "0123456789abcdef-a");
+  EXPECT_EQ((*t)[1].name, "bob.ci");
+  chmod(path.c_str(), 0640);
+  EXPECT_EQ(ReadTokensFile(path).status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(ReadTokensFile(dir + "/missing").status().code(), absl::StatusCode::kNotFound);
+  std::ofstream(path, std::ios::trunc) << "alice 0123456789abcdef-a extra\n";
+  chmod(path.c_str(), 0600);
+  auto bad = ReadTokensFile(path);
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(bad.status().message()).find(path + ":1: expected 'name token', got 3 field(s)"),
+            std::string::npos)
+      << bad.status();
+}
+
+}  // namespace
+}  // namespace loom::runtime::service::auth

@@ -21,7 +21,7 @@ absl::StatusOr<int> HttpServer::Start(const std::string& host, int port) {
     int yes = 1;
     setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
   });
-  server->new_task_queue = [] { return new httplib::ThreadPool(kHandlerThreads); };
+  if (routes_) server->new_task_queue = [] { return new httplib::ThreadPool(kHandlerThreads); };
   const Registry* reg = registry_;
   server->Get("/metrics", [reg](const httplib::Request&, httplib::Response& res) {
     res.set_content(reg->Render(), kTextContentType);

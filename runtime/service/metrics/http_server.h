@@ -1,8 +1,9 @@
 // Serves a metrics Registry over HTTP: GET /metrics answers the Prometheus text
 // format. `routes`, when given, adds more handlers to the same server before it
 // listens (the coordinator's dashboard); every other path is 404. Runs
-// cpp-httplib's accept loop on one background thread and its handlers on a pool
-// of kHandlerThreads (streamed responses hold one each while they last).
+// cpp-httplib's accept loop on one background thread and its handlers on
+// httplib's default pool, or with `routes` on a pool of kHandlerThreads
+// (the dashboard's streamed responses hold one each while they last).
 //
 //   metrics::HttpServer http(&registry);
 //   LOOM_ASSIGN_OR_RETURN(int port, http.Start("127.0.0.1", 0));  // 0: any free port

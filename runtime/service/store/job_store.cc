@@ -109,7 +109,8 @@ CREATE TABLE IF NOT EXISTS jobs (
   root_cause TEXT NOT NULL DEFAULT '',
   last_checkpoint_step INTEGER NOT NULL DEFAULT -1,
   current_step INTEGER NOT NULL DEFAULT 0,
-  wait_reason TEXT NOT NULL DEFAULT ''
+  wait_reason TEXT NOT NULL DEFAULT '',
+  submitter TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS jobs_by_state ON jobs(state, id);
 CREATE TABLE IF NOT EXISTS events (
@@ -150,7 +151,7 @@ CREATE TRIGGER IF NOT EXISTS jobs_never_deleted BEFORE DELETE ON jobs
 
 constexpr char kColumns[] =
     "id, idempotency_key, name, spec, state, priority, world_size, submit_ms, update_ms, restart_count, "
-    "exit_codes, root_cause_rank, root_cause, last_checkpoint_step, current_step, wait_reason";
+    "exit_codes, root_cause_rank, root_cause, last_checkpoint_step, current_step, wait_reason, submitter";
 
 JobRecord ReadRow(Stmt& s) {
   JobRecord j;
@@ -173,6 +174,7 @@ JobRecord ReadRow(Stmt& s) {
   j.last_checkpoint_step = s.Int(13);
   j.current_step = s.Int(14);
   j.wait_reason = s.Text(15);
+  j.submitter = s.Text(16);
   return j;
 }
 
@@ -258,6 +260,7 @@ absl::StatusOr<std::unique_ptr<JobStore>> JobStore::Open(const std::string& data
   LOOM_RETURN_IF_ERROR(store->Exec("PRAGMA synchronous=FULL"));
   LOOM_RETURN_IF_ERROR(store->Exec("PRAGMA foreign_keys=ON"));
   LOOM_RETURN_IF_ERROR(store->Exec(kSchema));
+  LOOM_RETURN_IF_ERROR(store->AddColumnIfMissing("jobs", "submitter", "TEXT NOT NULL DEFAULT ''"));
   store->marker_ = marker.value_or(IdMarker());
   std::lock_guard<std::mutex> l(store->mu_);
   for (const char* kind : kIdKinds) LOOM_RETURN_IF_ERROR(store->ApplyIdFloorLocked(kind));
@@ -370,8 +373,8 @@ absl::StatusOr<JobStore::InsertResult> JobStore::InsertJob(const NewJob& job) {
   }
   int64_t now = NowMs();
   Stmt s(db_,
-         "INSERT INTO jobs(idempotency_key, name, spec, state, priority, world_size, submit_ms, update_ms) "
-         "VALUES (?, ?, ?, ?, ?, ?, ?, ?)");
+         "INSERT INTO jobs(idempotency_key, name, spec, state, priority, world_size, submit_ms, update_ms, submitter) "
+         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)");
   LOOM_RETURN_IF_ERROR(s.status());
   if (job.idempotency_key.empty()) {
     s.BindNull(1);
@@ -380,6 +383,7 @@ absl::StatusOr<JobStore::InsertResult> JobStore::InsertJob(const NewJob& job) {
   }
   s.Bind(2, job.name).BindBlob(3, job.spec).Bind(4, static_cast<int64_t>(v1::PENDING));
   s.Bind(5, static_cast<int64_t>(job.priority)).Bind(6, static_cast<int64_t>(job.world_size)).Bind(7, now).Bind(8, now);
+  s.Bind(9, job.submitter);
   LOOM_RETURN_IF_ERROR(s.Run());
   int64_t id = sqlite3_last_insert_rowid(db_);
   LOOM_RETURN_IF_ERROR(ReserveLocked("jobs", id));
@@ -420,15 +424,30 @@ absl::StatusOr<std::vector<JobRecord>> JobStore::QueryLocked(const std::string& 
   return out;
 }
 
-absl::StatusOr<std::vector<JobRecord>> JobStore::ListJobs(const ListQuery& q) {
-  std::string sql = absl::StrCat("SELECT ", kColumns, " FROM jobs WHERE id > ?");
+namespace {
+
+// The WHERE clause of a ListQuery (states and name prefix; the prefix binds ?2).
+std::string ListFilter(const ListQuery& q) {
+  std::string sql;
   if (!q.states.empty()) {
     std::vector<std::string> st;
     for (v1::JobState s : q.states) st.push_back(absl::StrCat(static_cast<int>(s)));
     absl::StrAppend(&sql, " AND state IN (", absl::StrJoin(st, ","), ")");
   }
   if (!q.name_prefix.empty()) absl::StrAppend(&sql, " AND substr(name, 1, length(?2)) = ?2");
-  absl::StrAppend(&sql, " ORDER BY id LIMIT ", q.limit);
+  return sql;
+}
+
+}  // namespace
+
+absl::StatusOr<std::vector<JobRecord>> JobStore::ListJobs(const ListQuery& q) {
+  std::string sql = absl::StrCat("SELECT ", kColumns, " FROM jobs WHERE ");
+  if (q.newest_first) {
+    absl::StrAppend(&sql, q.after_id > 0 ? "id < ?1" : "?1 = 0", ListFilter(q), " ORDER BY id DESC");
+  } else {
+    absl::StrAppend(&sql, "id > ?1", ListFilter(q), " ORDER BY id");
+  }
+  absl::StrAppend(&sql, " LIMIT ", q.limit);
   std::lock_guard<std::mutex> l(mu_);
   return QueryLocked(sql, [&](void* p) {
     Stmt& s = *static_cast<Stmt*>(p);
@@ -436,6 +455,27 @@ absl::StatusOr<std::vector<JobRecord>> JobStore::ListJobs(const ListQuery& q) {
     if (!q.name_prefix.empty()) s.Bind(2, q.name_prefix);
     return absl::OkStatus();
   });
+}
+
+absl::StatusOr<int64_t> JobStore::CountJobs(const ListQuery& q) {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, absl::StrCat("SELECT COUNT(*) FROM jobs WHERE ?1 = ?1", ListFilter(q)));
+  LOOM_RETURN_IF_ERROR(s.status());
+  s.Bind(1, int64_t{0});
+  if (!q.name_prefix.empty()) s.Bind(2, q.name_prefix);
+  if (s.Step() != SQLITE_ROW) return SqlError(db_, "count jobs");
+  return s.Int(0);
+}
+
+absl::Status JobStore::AddColumnIfMissing(const std::string& table, const std::string& column,
+                                          const std::string& type) {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt info(db_, absl::StrCat("PRAGMA table_info(", table, ")"));
+  LOOM_RETURN_IF_ERROR(info.status());
+  for (int rc = info.Step(); rc == SQLITE_ROW; rc = info.Step()) {
+    if (info.Text(1) == column) return absl::OkStatus();
+  }
+  return Exec(absl::StrCat("ALTER TABLE ", table, " ADD COLUMN ", column, " ", type));
 }
 
 absl::StatusOr<std::vector<JobRecord>> JobStore::ActiveJobs() {

@@ -24,6 +24,9 @@
 // lost loom.db. (A backup of the whole folder brings back its own marker: ids
 // handed out after that backup can repeat once it is restored.)
 //
+// A job records `submitter`, the name of the token that submitted it (a column
+// added in place to a loom.db that lacks it).
+//
 // `agents` holds every agent identity ever issued: id ("agent-<n>[-<host>]",
 // never reused), the SHA-256 of its secret, and the certificate identity it
 // registered with under mutual TLS.
@@ -71,6 +74,7 @@ struct JobRecord {
   int64_t last_checkpoint_step = -1;
   int64_t current_step = 0;
   std::string wait_reason;
+  std::string submitter;  // the name of the token that submitted the job
 };
 
 struct NewJob {
@@ -79,6 +83,7 @@ struct NewJob {
   std::string spec;
   int32_t priority = 0;
   int32_t world_size = 0;
+  std::string submitter;
 };
 
 struct JobEventRecord {
@@ -115,8 +120,11 @@ struct StoreOptions {
 struct ListQuery {
   std::vector<v1::JobState> states;  // empty: all
   std::string name_prefix;
-  int64_t after_id = 0;  // exclusive
+  // Exclusive bound of the page: ids above it, or below it with
+  // newest_first (0 there: from the newest job).
+  int64_t after_id = 0;
   int limit = 50;
+  bool newest_first = false;  // descending id
 };
 
 class JobStore {
@@ -136,7 +144,10 @@ class JobStore {
 
   absl::StatusOr<JobRecord> GetJob(int64_t id);  // NotFound when absent
   absl::StatusOr<JobRecord> FindByKey(const std::string& idempotency_key);  // NotFound when absent
-  absl::StatusOr<std::vector<JobRecord>> ListJobs(const ListQuery& q);  // ascending id
+  // Ascending id, or descending with q.newest_first.
+  absl::StatusOr<std::vector<JobRecord>> ListJobs(const ListQuery& q);
+  // How many jobs match q's states and name prefix (after_id and limit ignored).
+  absl::StatusOr<int64_t> CountJobs(const ListQuery& q);
   // Non-terminal jobs, ascending id (for reload after a restart).
   absl::StatusOr<std::vector<JobRecord>> ActiveJobs();
 
@@ -187,6 +198,8 @@ class JobStore {
   absl::StatusOr<std::vector<JobRecord>> QueryLocked(const std::string& sql,
                                                      const std::function<absl::Status(void*)>& bind);
   absl::Status Exec(const std::string& sql);
+  // Schema upgrade of a loom.db written before `column` existed.
+  absl::Status AddColumnIfMissing(const std::string& table, const std::string& column, const std::string& type);
   absl::Status AppendEventLocked(int64_t job_id, v1::JobState state, const std::string& message);
 
   std::mutex mu_;
