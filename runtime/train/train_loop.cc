@@ -11,6 +11,7 @@
 #include <optional>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "dtensor/dtensor.h"
@@ -243,7 +244,11 @@ absl::Status Session::Loop() {
     if (average_loss_)
       LOOM_RETURN_IF_ERROR(Annotate(AverageLoss(*trainer_, *run_.world, &*loss),
                                     absl::StrCat("step ", step, ": averaging the loss across ranks")));
-    if (report_) LOOM_RETURN_IF_ERROR(report_->Step(step, *loss, trainer_->LearningRate(step), SecondsSince(start)));
+    if (report_) {
+      LOOM_RETURN_IF_ERROR(report_->Step(step, *loss, trainer_->LearningRate(step), SecondsSince(start)));
+    } else {  // the other ranks' own step times (the loss and rate are rank 0's)
+      ReportMetricLine(absl::StrFormat("{\"step\": %d, \"step_time_ms\": %.3f}", step, SecondsSince(start) * 1000));
+    }
     if (ckpt_ && ck.every() > 0 && step % ck.every() == 0) {
       absl::Status s = ckpt_->Save(ck.dir(), dataset_->sampler().state(), ck.keep() > 0 ? ck.keep() : 3, run_.gate);
       LOOM_RETURN_IF_ERROR(Annotate(s, absl::StrCat("checkpoint at step ", step)));

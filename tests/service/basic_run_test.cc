@@ -3,7 +3,8 @@
 // loopback), and the 2D GPT job (tp=2 x dp=2) submitted twice: once with the
 // CLI (`loom submit --watch`), once from Python through stubs generated from
 // the project's protos. Both succeed, logs stream, and /metrics parses with
-// prometheus_client with a step counter equal to the steps run.
+// prometheus_client with a step counter equal to the steps run; every step's
+// metric points reached the dashboard API.
 #include <signal.h>
 
 #include <cstdio>
@@ -64,6 +65,23 @@ TEST(BasicRun, TwoDimensionalJobThroughCliAndPython) {
   out = Shell(absl::StrCat("runtime/loom logs job-1 --rank 0 --coordinator ", addr, " --data-dir ", data), &rc);
   EXPECT_EQ(rc, 0) << out;
   EXPECT_NE(out.find(absl::StrCat("step ", kSteps, "/", kSteps)), std::string::npos) << out;
+  // Every step's point reached the coordinator through the agents before the
+  // job ended: rank 0 with the loss (and the validation at the last step),
+  // each rank with its step time.
+  out = Shell(absl::StrCat("/usr/bin/python3 tests/service/api_points.py http://127.0.0.1:", metrics_port,
+                           "/api/v1/jobs/job-1/metrics ", data, "/token"),
+              &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find(absl::StrCat("rank 0: ", kSteps + 1, " points, steps 1..", kSteps, ", loss ", kSteps,
+                                  ", val_loss 1, step_time_ms ", kSteps, "\n")),
+            std::string::npos)
+      << out;
+  for (int r = 1; r < 4; ++r) {
+    EXPECT_NE(out.find(absl::StrCat("rank ", r, ": ", kSteps, " points, steps 1..", kSteps,
+                                    ", loss 0, val_loss 0, step_time_ms ", kSteps, "\n")),
+              std::string::npos)
+        << out;
+  }
 
   out = Shell(absl::StrCat("PYTHONPATH=. timeout 300 /usr/bin/python3 tests/service/py_client.py ", addr, " ", data,
                          " --train ", run_py, " ", kSteps),

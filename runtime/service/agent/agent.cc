@@ -461,7 +461,8 @@ void Agent::ReapAndEscalate() {
     }
   }
   if (reaped) {
-    ShipLogs();  // the exited ranks' last lines and final progress first
+    ShipLogs();  // the exited ranks' last lines, metrics and final progress first
+    ShipMetrics();
     ShipProgress();
     DeliverExits();
   }

@@ -129,9 +129,10 @@ class Agent {
   void ShipLogs();
   void ShipProgress();
   // The metrics thread: every kMetricsPollMs ships the new lines of the
-  // ranks' metrics files (agent_metrics.cc).
+  // ranks' metrics files (agent_metrics.cc). The order thread also ships
+  // them before it reports exits, so a job's last points precede its end.
   void MetricsLoop();
-  void ShipMetrics();
+  void ShipMetrics();  // one caller at a time (ship_mu_)
 
   struct LogFile {
     std::string job_id;
@@ -163,6 +164,7 @@ class Agent {
   std::atomic<bool> stop_{false};
   std::thread thread_;
   std::thread metrics_thread_;
+  std::mutex ship_mu_;  // serialises ShipMetrics
   std::mutex mu_;  // procs_, metric_files_; agent_id_ and secret_ writes
   std::map<pid_t, Proc> procs_;
   struct MetricFile {

@@ -50,6 +50,7 @@ void Agent::MetricsLoop() {
 }
 
 void Agent::ShipMetrics() {
+  std::lock_guard<std::mutex> ship(ship_mu_);
   std::map<std::string, MetricFile> files;
   std::string agent_id, bearer;
   {

@@ -2,6 +2,7 @@
 
 #include <functional>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "runtime/jobspec/jobspec.h"
@@ -57,7 +58,7 @@ httplib::Server::Handler Guard(const auth::TokenSet* tokens, Handler h) {
     const std::string auth = req.get_header_value("Authorization");
     constexpr char kPrefix[] = "Bearer ";
     std::string name;
-    if (auth.size() > sizeof kPrefix - 1 && auth.compare(0, sizeof kPrefix - 1, kPrefix) == 0) {
+    if (auth.size() > sizeof kPrefix - 1 && absl::EqualsIgnoreCase(auth.substr(0, sizeof kPrefix - 1), kPrefix)) {
       name = tokens->NameOf(auth.substr(sizeof kPrefix - 1));
     }
     if (name.empty()) {

@@ -101,6 +101,8 @@ TEST_F(ApiTest, EveryEndpointNeedsTheToken) {
   EXPECT_EQ(GetJson("/api/v1/jobs/job-999999", 404)["error"], "job-999999 not found");
   EXPECT_EQ(GetJson("/api/v1/jobs/bogus", 400)["error"].get<std::string>().rfind("job_id:", 0), 0u);
   GetJson("/api/v1/nothing", 404);
+  auto lower = http_->Get("/api/v1/whoami", httplib::Headers{{"Authorization", "bearer " + server_->token()}});
+  EXPECT_EQ(lower->status, 200) << "the scheme is case-insensitive";
   auto api = http_->Get("/api/v1/jobs", Auth());
   EXPECT_EQ(api->get_header_value("Cache-Control"), "no-store");
   EXPECT_FALSE(api->get_header_value("Content-Security-Policy").empty());

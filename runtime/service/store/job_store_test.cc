@@ -350,3 +350,63 @@ TEST(JobStore, KillDashNineMidWriteLeavesConsistentDb) {
 
 }  // namespace
 }  // namespace loom::runtime::service::store
+
+namespace loom::runtime::service::store {
+namespace {
+
+TEST(JobStore, NewestFirstPagesAndCounts) {
+  auto st = *JobStore::Open(FreshDir("newest"));
+  for (int i = 1; i <= 7; ++i) {
+    NewJob j = Job("", i % 2 ? "odd" : "even");
+    j.submitter = "user" + std::to_string(i);
+    ASSERT_TRUE(st->InsertJob(j).ok());
+  }
+  ASSERT_TRUE(st->Update(7, [](JobRecord& j) { j.state = v1::CANCELLED; }).ok());
+  ListQuery q;
+  q.newest_first = true;
+  q.limit = 3;
+  auto p1 = *st->ListJobs(q);
+  ASSERT_EQ(p1.size(), 3u);
+  EXPECT_EQ(p1[0].id, 7);
+  EXPECT_EQ(p1[2].id, 5);
+  EXPECT_EQ(p1[0].submitter, "user7");
+  q.after_id = p1.back().id;
+  auto p2 = *st->ListJobs(q);
+  ASSERT_EQ(p2.size(), 3u);
+  EXPECT_EQ(p2[0].id, 4);
+  q.after_id = 2;
+  auto last = *st->ListJobs(q);
+  ASSERT_EQ(last.size(), 1u);
+  EXPECT_EQ(last[0].id, 1);
+  EXPECT_EQ(*st->CountJobs(ListQuery()), 7);
+  q = ListQuery();
+  q.states = {v1::PENDING};
+  EXPECT_EQ(*st->CountJobs(q), 6);
+  q.name_prefix = "odd";
+  EXPECT_EQ(*st->CountJobs(q), 3);  // 1, 3, 5 (7 is cancelled)
+}
+
+// A loom.db written before jobs had a submitter gains the column at open;
+// its jobs read back with an empty one.
+TEST(JobStore, OlderDatabaseGainsTheSubmitterColumn) {
+  const std::string dir = FreshDir("old_schema");
+  {
+    auto st = *JobStore::Open(dir);
+    NewJob j = Job("k1");
+    j.submitter = "alice";
+    ASSERT_TRUE(st->InsertJob(j).ok());
+    ASSERT_TRUE(st->ExecRaw("ALTER TABLE jobs DROP COLUMN submitter").ok());
+  }
+  auto st = JobStore::Open(dir);
+  ASSERT_TRUE(st.ok()) << st.status();
+  auto old = (*st)->GetJob(1);
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->submitter, "");
+  NewJob j = Job("k2");
+  j.submitter = "bob";
+  ASSERT_TRUE((*st)->InsertJob(j).ok());
+  EXPECT_EQ((*st)->GetJob(2)->submitter, "bob");
+}
+
+}  // namespace
+}  // namespace loom::runtime::service::store
