@@ -11,11 +11,22 @@ function check(cond, msg) {
   if (!cond) throw new Error(msg);
 }
 
-async function withPage(env, fn) {
+// Runs fn(page) on a fresh page, then checks that the page raised no error
+// and that no request it made carried a token in its URL (the token travels
+// only in the Authorization header) unless `tokenInUrl` (the case that
+// checks such a request is refused), and that it holds no cookie.
+async function withPage(env, fn, {tokenInUrl = false} = {}) {
   const page = await newPage(env.browser);
+  const urls = [];
+  page.on('request', (r) => urls.push(r.url()));
   try {
     await fn(page);
     check(page.problems.length === 0, 'page errors: ' + page.problems.join('; '));
+    const tokens = [env.main.token, env.scale.token].filter(Boolean);
+    const leaked = urls.filter((u) => tokens.some((t) => u.includes(t) || u.includes(encodeURIComponent(t))));
+    check(tokenInUrl || leaked.length === 0, `a token in request URLs: ${leaked.length} of ${urls.length}`);
+    const cookies = await page.cookies();
+    check(cookies.length === 0, `cookies set: ${cookies.map((c) => c.name)}`);
   } finally {
     await page.closeAll();
   }

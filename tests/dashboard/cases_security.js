@@ -59,7 +59,7 @@ async function unauthorized(env) {
     await page.keyboard.press('Enter');
     await page.waitForFunction(() => document.querySelector('#login-error').textContent.includes('refused'));
     check(await page.evaluate(() => sessionStorage.length === 0), 'a refused token was kept in sessionStorage');
-  });
+  }, {tokenInUrl: true});
   const job = await c.job(env.shortIds[0]);
   check(job.state === 'SUCCEEDED', `${env.shortIds[0]} is ${job.state} after unauthenticated cancels`);
 }
