@@ -126,6 +126,7 @@ TEST_F(ClientCommandsTest, StatusCancelWatchJobsAndLogs) {
   EXPECT_EQ(out_.str().rfind("job-2", 0), 0u) << out_.str();
   ASSERT_EQ(Run("status", {"job-1"}), 0);
   EXPECT_NE(out_.str().find("waiting: larger than the cluster"), std::string::npos) << out_.str();
+  EXPECT_NE(out_.str().find("  submitter=default\n"), std::string::npos) << out_.str();
   EXPECT_EQ(Run("status", {"job-99"}), 2);
   EXPECT_NE(err_.str().find("NOT_FOUND"), std::string::npos);
   EXPECT_EQ(Run("status", {"garbage"}), 2);
@@ -138,6 +139,7 @@ TEST_F(ClientCommandsTest, StatusCancelWatchJobsAndLogs) {
   EXPECT_NE(out_.str().find("CANCELLED"), std::string::npos);
   ASSERT_EQ(Run("jobs", {"--state", "PENDING"}), 0);
   EXPECT_EQ(out_.str().rfind("job-2\tPENDING\tcli", 0), 0u) << out_.str();
+  EXPECT_NE(out_.str().find("\tsubmitter=default\n"), std::string::npos) << out_.str();
   EXPECT_EQ(Lines(), 1);
   EXPECT_EQ(Run("jobs", {"--state", "BOGUS"}), 2);
   ASSERT_EQ(Run("jobs", {"--limit", "1"}), 0);
