@@ -27,6 +27,9 @@ PKGS=(
   # A real Slurm for tests/slurm: the controller, the node daemon, the
   # clients (srun, sbatch, squeue, scancel, scontrol) and munge.
   slurmctld slurmd slurm-client munge
+  # The dashboard's browser tests (tests/dashboard): Debian's headless
+  # Chromium, driven by puppeteer-core from npm (installed below).
+  chromium nodejs
 )
 # A package whose command may come from elsewhere on the image: when the
 # command is already on PATH the package is not installed over it (the CUDA
@@ -43,9 +46,25 @@ for p in "${PKGS[@]}"; do
 done
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#PKGS[@]} packages present"
-  exit 0
+else
+  echo "setup: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
 fi
-echo "setup: installing ${missing[*]}"
-export DEBIAN_FRONTEND=noninteractive
-apt-get update -qq
-apt-get install -y -qq --no-install-recommends "${missing[@]}"
+
+# puppeteer-core for tests/dashboard, at the version pinned by its
+# package-lock.json, into tests/dashboard/node_modules (git-ignored and
+# .bazelignore'd). --ignore-scripts: no browser download; the tests drive
+# Debian's /usr/bin/chromium.
+DASH=$(cd "$(dirname "$0")/../tests/dashboard" && pwd)
+want=$(node -e 'console.log(require(process.argv[1]).packages["node_modules/puppeteer-core"].version)' \
+  "$DASH/package-lock.json")
+have=$(node -e 'console.log(require(process.argv[1]).version)' \
+  "$DASH/node_modules/puppeteer-core/package.json" 2>/dev/null || true)
+if [ "$have" = "$want" ]; then
+  echo "setup: puppeteer-core $have present"
+else
+  echo "setup: installing puppeteer-core $want (npm ci in tests/dashboard)"
+  (cd "$DASH" && npm ci --ignore-scripts --no-audit --no-fund --loglevel=error)
+fi

@@ -9,6 +9,8 @@
 #   scripts/test.sh            # the CI subsets of heavy matrices (LOOM_FULL unset)
 #   scripts/test.sh --full     # the full sweeps (LOOM_FULL=1 in every test)
 #
+# The dashboard's browser cases (tests/dashboard) run after the Bazel tests.
+#
 # Exit status 0 when no case failed and neither setup nor Bazel reported an
 # error (each such error counts as one failed case); 1 otherwise; 2 on a bad
 # argument.
@@ -162,6 +164,20 @@ for g in "${TEST_GROUPS[@]}" "${extra_groups[@]}"; do
   run_report group "$g" "$WORK/bep.$g.json" "$rc" "$RESULTS" "${targets[@]}"
   phase "test:$g ($P passed, $F failed, $S skipped)"
 done
+
+# The dashboard in a real headless Chromium (tests/dashboard/README.md):
+# puppeteer-core drives Debian's chromium against a real coordinator and
+# agent from the build above. One PASS:/FAIL: line per case, each case with
+# its own time limit; the whole phase is stopped after DASHBOARD_SECONDS (a
+# stop, or an exit without a FAIL line, counts as one failure).
+DASHBOARD_SECONDS=240
+timeout -k 15 "$DASHBOARD_SECONDS" node tests/dashboard/browser_test.js >"$WORK/dashboard.log" 2>&1
+rc=$?
+cat "$WORK/dashboard.log"
+dp=$(grep -c '^PASS: ' "$WORK/dashboard.log"); df=$(grep -c '^FAIL: ' "$WORK/dashboard.log")
+if [ $rc != 0 ] && [ "$df" = 0 ]; then df=1; echo "FAIL: dashboard: exited $rc (124: over ${DASHBOARD_SECONDS}s)"; fi
+checks_pass=$((checks_pass + dp)); checks_fail=$((checks_fail + df))
+phase "dashboard ($dp passed, $df failed)"
 
 # Fuzzing: scripts/fuzz.sh builds the libFuzzer targets with clang (objects
 # kept in its build folder between runs) and runs each for FUZZ_SECONDS from
