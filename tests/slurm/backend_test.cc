@@ -166,6 +166,23 @@ TEST_F(SlurmBackend, TwentyJobsReachTheirStatesInBothViews) {
                std::chrono::duration<double>(Clock::now() - start).count());
 }
 
+// The gang is Slurm's: with two ranks per node, a four-rank job is one batch
+// job of 2 nodes x 2 tasks, whose `loom run` starts one srun task per node
+// (not one per allocated task) and trains across both.
+TEST_F(SlurmBackend, FourRanksRunAsTwoNodesOfTwoTasks) {
+  Coordinator c(Tmp("gang"), {"--slurm-ranks-per-node", "2"});
+  ASSERT_GT(c.port(), 0) << c.log();
+  const std::string job = c.Submit(Spec("gang", 4, 3));
+  const std::string st = c.AwaitStatus(job, 90, Terminal);
+  EXPECT_EQ(JsonField(st, "state"), "SUCCEEDED") << st << "\n" << c.Cli("logs " + job).output;
+  const auto [slurm_id, state] = SlurmView("gang", job);
+  EXPECT_EQ(state, "COMPLETED");
+  const std::string record = cluster_->Run("scontrol show job -o " + slurm_id, 10).output;
+  EXPECT_NE(record.find(" NumNodes=2 "), std::string::npos) << record;
+  EXPECT_NE(record.find(" NumTasks=4 "), std::string::npos) << record;
+  EXPECT_NE(c.Cli("logs " + job).output.find("4 ranks on 2 nodes"), std::string::npos);
+}
+
 // The Slurm job id is stored with the Loom job: a coordinator stopped while
 // its job runs and started again on the same data folder follows the same
 // Slurm job (step progress keeps coming), and `loom cancel` still reaches it.
