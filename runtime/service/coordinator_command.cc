@@ -101,7 +101,8 @@ absl::Status ParseBackend(std::map<std::string, std::string>& v, CoordinatorFlag
   slurm::SlurmOptions& so = out->slurm;
   if (v.count("slurm-ranks-per-node"))
     LOOM_RETURN_IF_ERROR(ParseInt("slurm-ranks-per-node", v["slurm-ranks-per-node"], 1, 4096, &so.ranks_per_node));
-  if (v.count("slurm-poll-ms")) LOOM_RETURN_IF_ERROR(ParseInt("slurm-poll-ms", v["slurm-poll-ms"], 50, 600000, &so.poll_ms));
+  if (v.count("slurm-poll-ms"))
+    LOOM_RETURN_IF_ERROR(ParseInt("slurm-poll-ms", v["slurm-poll-ms"], 50, 600000, &so.poll_ms));
   if (v.count("slurm-timeout-ms"))
     LOOM_RETURN_IF_ERROR(ParseInt("slurm-timeout-ms", v["slurm-timeout-ms"], 100, 600000, &so.command_timeout_ms));
   so.partition = v["slurm-partition"];

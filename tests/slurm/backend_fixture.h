@@ -42,9 +42,9 @@ inline std::string TinyText() {
 // A tiny GPT job; `extra` adds top-level keys.
 inline std::string Spec(const std::string& name, int dp, int steps, const std::string& extra = "") {
   const std::string path = Tmp(name + ".yaml");
-  std::ofstream(path) << "name: " << name
-                      << "\nmodel: {family: gpt, n_layer: 1, n_head: 2, d_model: 32, seq_len: 16}\n"
-                      << "data: {path: " << TinyText() << "}\n"
+  std::ofstream(path) << "name: " << name << "\nmodel: {family: gpt, n_layer: 1, n_head: 2, d_model: 32, seq_len: 16}\n"
+                      << "data: {path: " << TinyText()
+                      << "}\n"
                          "train: {steps: "
                       << steps
                       << ", log_every: 1, batch_size: 4, eval_every: 1000000, eval_batches: 1, sample_tokens: 0}\n"
@@ -76,10 +76,26 @@ class Coordinator {
   // Tmp("data") as a data root, one rank per node and a 300 ms poll; `extra`
   // flags are added. port() is 0 when it did not come up within 30 s.
   explicit Coordinator(std::string data_dir, std::vector<std::string> extra = {}) : data_(std::move(data_dir)) {
-    std::vector<std::string> argv = {Loom(), "coordinator", "--backend", "slurm", "--data-dir", data_,
-                                     "--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0",
-                                     "--port-file", data_ + ".port", "--run-root", Tmp("runs"),
-                                     "--data-roots", Tmp("data"), "--slurm-ranks-per-node", "1", "--slurm-poll-ms", "300"};
+    std::vector<std::string> argv = {Loom(),
+                                     "coordinator",
+                                     "--backend",
+                                     "slurm",
+                                     "--data-dir",
+                                     data_,
+                                     "--listen",
+                                     "127.0.0.1:0",
+                                     "--metrics-listen",
+                                     "127.0.0.1:0",
+                                     "--port-file",
+                                     data_ + ".port",
+                                     "--run-root",
+                                     Tmp("runs"),
+                                     "--data-roots",
+                                     Tmp("data"),
+                                     "--slurm-ranks-per-node",
+                                     "1",
+                                     "--slurm-poll-ms",
+                                     "300"};
     argv.insert(argv.end(), extra.begin(), extra.end());
     std::filesystem::create_directories(Tmp("data"));
     std::filesystem::remove(data_ + ".port");
@@ -99,8 +115,8 @@ class Coordinator {
     return st;
   }
   testing::CliResult Cli(const std::string& args) const {
-    return testing::Shell(absl::StrCat("timeout 30 ", Loom(), " ", args, " --coordinator 127.0.0.1:", port_,
-                                       " --data-dir ", data_));
+    return testing::Shell(
+        absl::StrCat("timeout 30 ", Loom(), " ", args, " --coordinator 127.0.0.1:", port_, " --data-dir ", data_));
   }
   std::string Submit(const std::string& spec) const {
     testing::CliResult r = Cli("submit --json " + spec);

@@ -156,7 +156,8 @@ TEST_F(SlurmBackend, TwentyJobsReachTheirStatesInBothViews) {
   EXPECT_NE(logs.output.find("loom run: job-1 SUCCEEDED"), std::string::npos) << logs.output;
   const std::string metrics =
       testing::Shell(absl::StrCat("/usr/bin/python3 -c \"import urllib.request; print(urllib.request.urlopen("
-                                  "'http://127.0.0.1:", c.metrics_port(), "/metrics', timeout=10).read().decode())\""))
+                                  "'http://127.0.0.1:",
+                                  c.metrics_port(), "/metrics', timeout=10).read().decode())\""))
           .output;
   EXPECT_NE(metrics.find("loom_jobs{state=\"SUCCEEDED\"} 12"), std::string::npos) << metrics;
   EXPECT_NE(metrics.find("loom_jobs{state=\"FAILED\"} 4"), std::string::npos) << metrics;

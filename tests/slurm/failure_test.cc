@@ -25,8 +25,8 @@ struct Refusal {
 Refusal StartRefused(const std::string& data_dir, const std::string& env = "") {
   const auto start = Clock::now();
   Refusal f;
-  f.r = testing::Shell(absl::StrCat("timeout 60 ", env, " ", Loom(), " coordinator --backend slurm --data-dir ", data_dir,
-                                    " --listen 127.0.0.1:0 --metrics-listen off --slurm-timeout-ms 15000"));
+  f.r = testing::Shell(absl::StrCat("timeout 60 ", env, " ", Loom(), " coordinator --backend slurm --data-dir ",
+                                    data_dir, " --listen 127.0.0.1:0 --metrics-listen off --slurm-timeout-ms 15000"));
   f.seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return f;
 }

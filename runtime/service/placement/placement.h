@@ -27,7 +27,7 @@ namespace loom::runtime::service::placement {
 // A job as the coordinator hands it to a backend (validated, defaults applied).
 struct Job {
   int64_t id = 0;
-  std::string job_id;   // "job-<n>"
+  std::string job_id;  // "job-<n>"
   v1::JobSpec spec;
   int32_t world_size = 0;
   int32_t priority = 0;
@@ -43,11 +43,11 @@ struct Observation {
   // PENDING (waiting, with wait_reason), RUNNING, SUCCEEDED, FAILED or CANCELLED.
   v1::JobState state = v1::PENDING;
   std::string wait_reason;
-  int32_t restarts = 0;      // restarts so far, as the backend counts them
-  int32_t exit_code = 0;     // FAILED: the job's exit status (-N: signal N)
-  std::string root_cause;    // FAILED: what the backend knows of why
-  int64_t current_step = -1; // progress read by the backend; -1: unknown
-  std::string message;       // the event recorded with a state change
+  int32_t restarts = 0;       // restarts so far, as the backend counts them
+  int32_t exit_code = 0;      // FAILED: the job's exit status (-N: signal N)
+  std::string root_cause;     // FAILED: what the backend knows of why
+  int64_t current_step = -1;  // progress read by the backend; -1: unknown
+  std::string message;        // the event recorded with a state change
 };
 
 // The coordinator's side, called by a backend from its own thread.

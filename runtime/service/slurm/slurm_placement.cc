@@ -96,8 +96,8 @@ v1::JobState MapSlurmState(const std::string& slurm_state) {
   if (s == "CANCELLED") return v1::CANCELLED;
   for (const char* f : {"FAILED", "NODE_FAIL", "OUT_OF_MEMORY", "TIMEOUT", "BOOT_FAIL", "DEADLINE", "PREEMPTED"})
     if (s == f) return v1::FAILED;
-  for (const char* r : {"CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_FED",
-                        "REQUEUE_HOLD", "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "SPECIAL_EXIT"})
+  for (const char* r : {"CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD",
+                        "RESIZING", "SIGNALING", "STAGE_OUT", "STOPPED", "SPECIAL_EXIT"})
     if (s == r) return v1::RUNNING;
   return v1::JOB_STATE_UNSPECIFIED;
 }
@@ -211,7 +211,8 @@ absl::StatusOr<std::string> SlurmPlacement::Sbatch(const placement::Job& job) {
                         << Quote(spec) << " --run-dir " << Quote(job.run_dir) << "\n";
   if (!fs::exists(script)) return absl::FailedPreconditionError(absl::StrCat("cannot write ", script));
   const Gang g = GangFor(job.world_size, o_.ranks_per_node);
-  std::vector<std::string> argv = {"sbatch", "--parsable",
+  std::vector<std::string> argv = {"sbatch",
+                                   "--parsable",
                                    absl::StrCat("--job-name=loom.", job.spec.name(), ".", job.job_id),
                                    absl::StrCat("--nodes=", g.nodes),
                                    absl::StrCat("--ntasks-per-node=", g.ranks_per_node),
@@ -315,11 +316,9 @@ void SlurmPlacement::PollStates() {
   }
   for (Tracked& t : snapshot) {
     auto it = seen.find(t.slurm_id);
-    placement::Observation o =
-        it == seen.end() ? Forgotten(t) : Observe(t, it->second.first, it->second.second);
+    placement::Observation o = it == seen.end() ? Forgotten(t) : Observe(t, it->second.first, it->second.second);
     const bool ended = IsTerminal(o.state);
-    const std::string key =
-        absl::StrCat(o.state, "|", o.wait_reason, "|", o.restarts, "|", o.current_step);
+    const std::string key = absl::StrCat(o.state, "|", o.wait_reason, "|", o.restarts, "|", o.current_step);
     bool send = false;
     {
       std::lock_guard<std::mutex> l(mu_);
@@ -331,7 +330,7 @@ void SlurmPlacement::PollStates() {
       j->second.last_report = key;
       if (ended) jobs_.erase(j);
     }
-    if (send) Report(t.job.id, o);
+    if (send) Report(o);
   }
 }
 
@@ -362,8 +361,9 @@ placement::Observation SlurmPlacement::Observe(Tracked& t, const std::string& st
     return o;
   }
   o.state = v1::PENDING;
-  o.wait_reason = absl::StrCat("Slurm job ", t.slurm_id, " is ", state, mapped == v1::PENDING ? "" : " (not a state Loom knows)",
-                               reason.empty() || reason == "None" ? "" : absl::StrCat(": ", reason));
+  o.wait_reason =
+      absl::StrCat("Slurm job ", t.slurm_id, " is ", state, mapped == v1::PENDING ? "" : " (not a state Loom knows)",
+                   reason.empty() || reason == "None" ? "" : absl::StrCat(": ", reason));
   return o;
 }
 
@@ -383,10 +383,10 @@ placement::Observation SlurmPlacement::Ended(const Tracked& t, const std::string
   o.message = absl::StrCat("Slurm job ", t.slurm_id, " ", state);
   if (o.state != v1::FAILED) return o;
   const std::string last = LastLine(absl::StrCat(t.job.run_dir, "/slurm-", t.slurm_id, ".out"));
-  o.root_cause = absl::StrCat("Slurm job ", t.slurm_id, " ended ", state, ", exit code ",
-                              known ? d["ExitCode"] : "unknown",
-                              d["Reason"].empty() || d["Reason"] == "None" ? "" : absl::StrCat(", reason ", d["Reason"]),
-                              last.empty() ? "" : absl::StrCat(": ", last));
+  o.root_cause =
+      absl::StrCat("Slurm job ", t.slurm_id, " ended ", state, ", exit code ", known ? d["ExitCode"] : "unknown",
+                   d["Reason"].empty() || d["Reason"] == "None" ? "" : absl::StrCat(", reason ", d["Reason"]),
+                   last.empty() ? "" : absl::StrCat(": ", last));
   return o;
 }
 
@@ -410,7 +410,7 @@ placement::Observation SlurmPlacement::Forgotten(const Tracked& t) {
   return o;
 }
 
-void SlurmPlacement::Report(int64_t, const placement::Observation& o) {
+void SlurmPlacement::Report(const placement::Observation& o) {
   placement::Sink* sink = nullptr;
   {
     std::lock_guard<std::mutex> l(mu_);

@@ -56,10 +56,10 @@
 namespace loom::runtime::service::slurm {
 
 struct SlurmOptions {
-  std::string loom;          // the `loom` the batch scripts run (every node must have it at this path)
-  int ranks_per_node = 8;    // most ranks of one job on a node
-  std::string partition;     // sbatch --partition ("": the cluster's default)
-  std::string comment;       // sbatch --comment, e.g. which coordinator placed the job
+  std::string loom;        // the `loom` the batch scripts run (every node must have it at this path)
+  int ranks_per_node = 8;  // most ranks of one job on a node
+  std::string partition;   // sbatch --partition ("": the cluster's default)
+  std::string comment;     // sbatch --comment, e.g. which coordinator placed the job
   int poll_ms = 1000;
   int command_timeout_ms = 20000;
 };
@@ -98,13 +98,13 @@ class SlurmPlacement final : public placement::Placement {
  private:
   struct Tracked {
     placement::Job job;
-    std::string slurm_id;     // "" until sbatch answered
-    bool cancel = false;      // the user cancelled it
-    bool cancel_sent = false; // scancel succeeded
-    bool ran = false;         // seen running at least once
-    int32_t restarts = 0;     // Slurm's Restarts (requeues)
-    std::string slurm_state;  // as last seen
-    std::string last_report;  // the last observation sent, to send only changes
+    std::string slurm_id;      // "" until sbatch answered
+    bool cancel = false;       // the user cancelled it
+    bool cancel_sent = false;  // scancel succeeded
+    bool ran = false;          // seen running at least once
+    int32_t restarts = 0;      // Slurm's Restarts (requeues)
+    std::string slurm_state;   // as last seen
+    std::string last_report;   // the last observation sent, to send only changes
   };
   explicit SlurmPlacement(SlurmOptions o) : o_(std::move(o)) {}
   void Loop();
@@ -119,7 +119,8 @@ class SlurmPlacement final : public placement::Placement {
   // `scontrol show job -o <id>`'s fields (empty when it fails).
   std::map<std::string, std::string> Details(const std::string& slurm_id);
   placement::Observation Forgotten(const Tracked& t);
-  void Report(int64_t job, const placement::Observation& o);
+  // Hands `o` to the sink unless the backend is stopping.
+  void Report(const placement::Observation& o);
   std::chrono::milliseconds timeout() const { return std::chrono::milliseconds(o_.command_timeout_ms); }
 
   const SlurmOptions o_;

@@ -56,8 +56,7 @@ TEST(SlurmErrors, NameMungeAndTheController) {
   EXPECT_NE(DiagnoseSlurmError("sbatch: error: Munge encode failed: Failed to access \"/x/munge.sock\": No such file")
                 .find("munge is not reachable"),
             std::string::npos);
-  EXPECT_NE(DiagnoseSlurmError("squeue: error: Unable to contact slurm controller (connect failure)")
-                .find("slurmctld"),
+  EXPECT_NE(DiagnoseSlurmError("squeue: error: Unable to contact slurm controller (connect failure)").find("slurmctld"),
             std::string::npos);
   EXPECT_EQ(DiagnoseSlurmError("sbatch: error: invalid partition specified: gpu"), "");
 }
