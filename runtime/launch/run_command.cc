@@ -358,11 +358,35 @@ absl::Status FlagsFromSlurm(Flags* f, bool* in_batch) {
   return PublishRendezvous(*g, {f->rdzv_endpoint, f->join_token});
 }
 
+// A device: cuda job inside a Slurm allocation: the GPUs Slurm gave this node
+// (SLURM_GPUS_ON_NODE, from --gpus-per-node or --gres) must hold the job's
+// ranks per node. 0 when fine (or outside Slurm, or a CPU job), else the exit
+// code after saying why.
+int CheckSlurmGpus(const v1::JobSpec& spec, int world, int nnodes) {
+  if (spec.device() != "cuda") return 0;
+  auto slurm = SlurmFromEnv([](const char* name) { return std::getenv(name); });
+  if (!slurm.ok() || !slurm->has_value()) return 0;  // a malformed allocation was refused earlier
+  const int per_node = world / std::max(1, nnodes), gpus = (*slurm)->gpus_on_node;
+  if (gpus < 0)
+    return Fail(2, absl::StrCat("SLURM_GPUS_ON_NODE: not set, but the job is device: cuda with ", per_node,
+                                " rank(s) per node; ask Slurm for GPUs (sbatch --gpus-per-node=", per_node, ")"));
+  if (gpus < per_node)
+    return Fail(2, absl::StrCat("SLURM_GPUS_ON_NODE: Slurm gave this node ", gpus, " GPU(s), but the job puts ",
+                                per_node, " rank(s) on each node"));
+  return 0;
+}
+
 // In an sbatch script spanning several nodes: runs this same command as an
 // srun step, one task per node (each then finds its place from the step's
 // environment). Returns only when exec fails.
 int ExecUnderSrun(const std::vector<std::string>& args) {
-  std::vector<std::string> argv = {"srun", "--ntasks-per-node=1", "--kill-on-bad-exit=1", SelfPath(), "run"};
+  // One task per node whatever the allocation's task count (SLURM_NTASKS,
+  // which srun would otherwise take as its --ntasks: an allocation of
+  // `--ntasks-per-node=R` has R tasks per node, one per rank).
+  const char* nodes = std::getenv("SLURM_NNODES");
+  const std::string n = nodes != nullptr ? nodes : "1";
+  std::vector<std::string> argv = {"srun",        "--nodes=" + n, "--ntasks=" + n, "--ntasks-per-node=1",
+                                   "--kill-on-bad-exit=1", SelfPath(), "run"};
   argv.insert(argv.end(), args.begin(), args.end());
   std::fprintf(stderr, "loom run: in an sbatch script on %s nodes: running one loom run per node through srun\n",
                std::getenv("SLURM_NNODES"));
@@ -474,6 +498,7 @@ int RunRunCommand(const std::vector<std::string>& args) {
     return Fail(2, absl::StrCat("parallel: the job's ", world, " ranks do not divide evenly over ", flags.nnodes,
                                 " nodes"));
   if (int code = CheckAutoLayout(spec, world); code != 0) return code;
+  if (int code = CheckSlurmGpus(spec, world, flags.nnodes); code != 0) return code;
 
   // The coordinator's and agent's private folder.
   std::string state = flags.keep_state;

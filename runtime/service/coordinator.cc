@@ -60,6 +60,65 @@ constexpr int64_t kMiB = int64_t{1} << 20;
 
 }  // namespace
 
+// The built-in backend: the Scheduler gang-places ranks onto registered
+// agents, and launch/kill orders go out through NodeService. Called under the
+// coordinator's lock, with its private state.
+class AgentPlacement final : public placement::Placement {
+ public:
+  explicit AgentPlacement(Coordinator* c) : c_(c) {}
+  std::string name() const override { return "agents"; }
+  absl::Status Start(placement::Sink*) override { return absl::OkStatus(); }
+  void Stop() override {}
+
+  // A job that can never fit is refused: one rank needs more memory than the
+  // largest agent has (every agent reports its memory), or (unless it asks
+  // to wait for capacity) it has more ranks than the agents that hold them.
+  absl::Status Admissible(const placement::Job& job, bool wait_for_capacity) override {
+    const Demand demand = DemandOf(job.spec);
+    const Scheduler& sched = c_->sched_;
+    const int64_t largest = sched.LargestAgentMemory();
+    if (demand.bytes_per_rank > 0 && largest > 0 && sched.TotalCapacity(demand) == 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job needs about ", (demand.bytes_per_rank + kMiB - 1) / kMiB,
+          " MiB per rank (the planner's estimate for this model, batch and layout) but the largest agent has ",
+          largest / kMiB, " MiB; a smaller model or batch, more dp or tp, or ZeRO lowers it"));
+    }
+    if (!wait_for_capacity && !sched.FitsCluster(demand)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "job needs ", demand.ranks, demand.gpu ? " GPUs" : " CPU slots", " but all ", sched.num_agents(),
+          " registered agent(s) together have ", sched.TotalCapacity(demand.gpu),
+          sched.TotalCapacity(demand) < sched.TotalCapacity(demand.gpu)
+              ? absl::StrCat(" (", sched.TotalCapacity(demand), " on agents with the ",
+                             (demand.bytes_per_rank + kMiB - 1) / kMiB, " MiB a rank needs)")
+              : "",
+          "; set wait_for_capacity to queue it anyway"));
+    }
+    return absl::OkStatus();
+  }
+  void Admit(const placement::Job& job) override {
+    c_->sched_.Enqueue(job.id, job.priority, job.id, DemandOf(job.spec));
+    c_->RunScheduleLocked();
+  }
+  // Queued jobs go back in the queue; jobs that were placed keep their state
+  // until agents reconnect and reclaim their ranks (CheckAgents).
+  void Resume(const placement::Job& job, const std::string&) override {
+    if (job.state == v1::PENDING) {
+      c_->sched_.Enqueue(job.id, job.priority, job.id, DemandOf(job.spec));
+    } else {
+      c_->unclaimed_.insert(job.id);
+    }
+  }
+  void Cancel(int64_t id) override {
+    c_->sched_.Dequeue(id);
+    if (const auto* slots = c_->sched_.Placement(id)) c_->KillLocked(id, *slots);
+    c_->sched_.Release(id);
+    c_->RunScheduleLocked();
+  }
+
+ private:
+  Coordinator* c_;
+};
+
 bool IsRetryableExit(int code) { return code != kExitConfigError && code != 126 && code != 127; }
 
 std::string FormatJobId(int64_t id) { return absl::StrCat("job-", id); }
@@ -88,23 +147,28 @@ absl::StatusOr<std::unique_ptr<Coordinator>> Coordinator::Create(const Coordinat
   LOOM_ASSIGN_OR_RETURN(c->incarnation_, auth::RandomHex(8));
   LOOM_ASSIGN_OR_RETURN(std::vector<store::AgentRecord> agents, c->store_->Agents());
   for (const store::AgentRecord& a : agents) c->credentials_[a.id] = {a.secret_sha256, a.cert_identity};
-  // Reload: queued jobs go back in the queue; jobs that were placed keep
-  // their state until agents reconnect (reconciliation is the agents' part).
+  if (options.make_placement) {
+    LOOM_ASSIGN_OR_RETURN(c->placement_, options.make_placement());
+  } else {
+    c->placement_ = std::make_unique<AgentPlacement>(c.get());
+  }
+  // Reload: every unfinished job goes back to its backend, with the handle
+  // the backend gave it (the Slurm job id).
   LOOM_ASSIGN_OR_RETURN(std::vector<store::JobRecord> active, c->store_->ActiveJobs());
-  std::lock_guard<std::mutex> l(c->mu_);
+  LOOM_ASSIGN_OR_RETURN(auto refs, c->store_->PlacementRefs());
+  std::unique_lock<std::mutex> l(c->mu_);
   for (const store::JobRecord& r : active) {
     v1::JobSpec spec;
     spec.ParseFromString(r.spec);
     LiveJob& live = c->live_[r.id];
     live.demand = DemandOf(spec);
     live.last_wait_reason = r.wait_reason;
-    if (r.state == v1::PENDING) {
-      c->sched_.Enqueue(r.id, r.priority, r.id, live.demand);
-    } else {
-      c->unclaimed_.insert(r.id);
-    }
+    c->placement_->Resume(c->JobFor(r, spec), refs[r.id]);
   }
   c->UpdateGaugesLocked();
+  l.unlock();
+  LOOM_RETURN_IF_ERROR(c->placement_->Start(c.get()));
+  l.lock();
   Coordinator* raw = c.get();
   c->monitor_ = std::thread([raw] {
     std::unique_lock<std::mutex> l(raw->mu_);
@@ -144,6 +208,7 @@ Coordinator::Coordinator(const CoordinatorOptions& o, std::unique_ptr<store::Job
 
 Coordinator::~Coordinator() {
   Stop();
+  if (placement_) placement_->Stop();
   if (monitor_.joinable()) monitor_.join();
 }
 
@@ -174,6 +239,24 @@ absl::Status Coordinator::ValidateSpec(v1::JobSpec& spec) const {
     if (!m.ok()) return absl::InvalidArgumentError(absl::StrCat("spec.", m.message()));
   }
   return absl::OkStatus();
+}
+
+std::string Coordinator::RunDirFor(int64_t id, const v1::JobSpec& spec) const {
+  if (!spec.run_dir().empty() || opts_.run_root.empty()) return spec.run_dir();
+  return absl::StrCat(opts_.run_root, "/", spec.name(), "-", FormatJobId(id));
+}
+
+placement::Job Coordinator::JobFor(const store::JobRecord& r, const v1::JobSpec& spec) const {
+  placement::Job j;
+  j.id = r.id;
+  j.job_id = FormatJobId(r.id);
+  j.spec = spec;
+  j.world_size = r.world_size > 0 ? r.world_size : DemandOf(spec).ranks;
+  j.priority = r.id > 0 ? r.priority : spec.priority();
+  j.state = r.state;
+  j.restart_count = r.restart_count;
+  j.run_dir = r.id > 0 ? RunDirFor(r.id, spec) : "";
+  return j;
 }
 
 v1::JobStatus Coordinator::ToStatus(const store::JobRecord& r) const {
@@ -245,25 +328,9 @@ absl::StatusOr<v1::SubmitJobResponse> Coordinator::Submit(const v1::SubmitJobReq
     }
     if (old.status().code() != absl::StatusCode::kNotFound) return old.status();
   }
-  // A job that can never fit is refused: one rank needs more memory than the
-  // largest agent has (every agent reports its memory), or (unless it asks
-  // to wait for capacity) it has more ranks than the agents that hold them.
-  const int64_t largest = sched_.LargestAgentMemory();
-  if (demand.bytes_per_rank > 0 && largest > 0 && sched_.TotalCapacity(demand) == 0) {
-    return refuse(absl::FailedPreconditionError(absl::StrCat(
-        "job needs about ", (demand.bytes_per_rank + kMiB - 1) / kMiB,
-        " MiB per rank (the planner's estimate for this model, batch and layout) but the largest agent has ",
-        largest / kMiB, " MiB; a smaller model or batch, more dp or tp, or ZeRO lowers it")));
-  }
-  if (!req.wait_for_capacity() && !sched_.FitsCluster(demand)) {
-    return refuse(absl::FailedPreconditionError(absl::StrCat(
-        "job needs ", demand.ranks, demand.gpu ? " GPUs" : " CPU slots", " but all ", sched_.num_agents(),
-        " registered agent(s) together have ", sched_.TotalCapacity(demand.gpu),
-        sched_.TotalCapacity(demand) < sched_.TotalCapacity(demand.gpu)
-            ? absl::StrCat(" (", sched_.TotalCapacity(demand), " on agents with the ",
-                           (demand.bytes_per_rank + kMiB - 1) / kMiB, " MiB a rank needs)")
-            : "",
-        "; set wait_for_capacity to queue it anyway")));
+  if (absl::Status fits = placement_->Admissible(JobFor(store::JobRecord{}, spec), req.wait_for_capacity());
+      !fits.ok()) {
+    return refuse(fits);
   }
   if (sched_.queue_length() >= opts_.max_queued_jobs) {
     return refuse(absl::ResourceExhaustedError(
@@ -274,8 +341,7 @@ absl::StatusOr<v1::SubmitJobResponse> Coordinator::Submit(const v1::SubmitJobReq
   if (!ins.existing) {
     if (m_submitted_) m_submitted_->With({"accepted"}).Inc();
     live_[ins.job.id].demand = demand;
-    sched_.Enqueue(ins.job.id, ins.job.priority, ins.job.id, demand);
-    RunScheduleLocked();
+    placement_->Admit(JobFor(ins.job, spec));
     NotifyLocked();
   }
   LOOM_ASSIGN_OR_RETURN(store::JobRecord now, store_->GetJob(ins.job.id));
@@ -346,13 +412,10 @@ absl::StatusOr<v1::JobStatus> Coordinator::Cancel(const std::string& job_id) {
     j.state = v1::CANCELLED;
     j.wait_reason.clear();
   }, "cancelled by user"));
-  sched_.Dequeue(id);
-  if (const auto* slots = sched_.Placement(id)) KillLocked(id, *slots);
-  sched_.Release(id);
+  placement_->Cancel(id);
   live_.erase(id);
   metrics_.Finished(id);
   ForgetOwnersLaterLocked(id);
-  RunScheduleLocked();
   NotifyLocked();
   return ToStatus(done);
 }
@@ -426,9 +489,7 @@ void Coordinator::LaunchLocked(const store::JobRecord& r, const std::vector<Slot
     if (o.job_id().empty()) {
       o.set_job_id(FormatJobId(r.id));
       o.mutable_spec()->ParseFromString(r.spec);
-      if (o.spec().run_dir().empty() && !opts_.run_root.empty()) {
-        o.mutable_spec()->set_run_dir(absl::StrCat(opts_.run_root, "/", o.spec().name(), "-", FormatJobId(r.id)));
-      }
+      o.mutable_spec()->set_run_dir(RunDirFor(r.id, o.spec()));
       for (const std::string& root : roots_) o.add_allowed_roots(root);
       o.set_world_size(r.world_size);
       o.set_attempt(r.restart_count);

@@ -2,7 +2,10 @@
 // persists them in the JobStore before acknowledging, queues and gang-places
 // them with the Scheduler, hands launch/kill orders to agents, and drives the
 // lifecycle PENDING -> SCHEDULED -> RUNNING -> (RESTARTING -> RUNNING)* ->
-// SUCCEEDED | FAILED | CANCELLED from the agents' exit reports.
+// SUCCEEDED | FAILED | CANCELLED from the agents' exit reports, or from what
+// another placement backend observes (CoordinatorOptions::make_placement;
+// the Slurm backend reports Slurm's view of each job through the same
+// transitions: Observe).
 //
 // Errors follow gRPC conventions (absl codes map 1:1): InvalidArgument names
 // the field ("spec.model.n_head: ..."), NotFound, FailedPrecondition (a job
@@ -44,6 +47,7 @@
 #include "proto/loom/v1/service.pb.h"
 #include "runtime/service/job_metrics.h"
 #include "runtime/service/metrics/metrics.h"
+#include "runtime/service/placement/placement.h"
 #include "runtime/service/scheduler.h"
 #include "runtime/service/store/job_store.h"
 
@@ -84,6 +88,10 @@ struct CoordinatorOptions {
   // imported with the job's shapes: runtime/train/onnx_model.h); its error,
   // prefixed "spec.", refuses the job as InvalidArgument.
   std::function<absl::Status(const v1::JobSpec&)> check_model;
+  // Where jobs run (placement/placement.h). Unset: the built-in agents
+  // (NodeService, the Scheduler). Set: called once by Create, e.g. for the
+  // Slurm backend (runtime/service/slurm); its error stops Create.
+  std::function<absl::StatusOr<std::unique_ptr<placement::Placement>>()> make_placement;
 };
 
 // Who makes a NodeService call, as the server authenticated it.
@@ -97,7 +105,9 @@ std::string FormatJobId(int64_t id);
 // "job-<n>" -> n; InvalidArgument naming `job_id` otherwise.
 absl::StatusOr<int64_t> ParseJobId(const std::string& s);
 
-class Coordinator {
+class AgentPlacement;
+
+class Coordinator : private placement::Sink {
  public:
   // Opens the store in options.data_dir and reloads unfinished jobs.
   static absl::StatusOr<std::unique_ptr<Coordinator>> Create(const CoordinatorOptions& options);
@@ -170,8 +180,11 @@ class Coordinator {
   bool stopping();
 
   store::JobStore* store() { return store_.get(); }
+  // "agents" or the backend's name ("slurm").
+  std::string backend() const { return placement_->name(); }
 
  private:
+  friend class AgentPlacement;
   struct AgentInfo {
     v1::AgentResources resources;
     std::string hostname;
@@ -189,6 +202,17 @@ class Coordinator {
   };
 
   Coordinator(const CoordinatorOptions& o, std::unique_ptr<store::JobStore> s);
+  // placement::Sink: a backend's reports, applied under mu_.
+  void Placed(int64_t job, const std::string& ref, const std::string& log_path, const std::string& where) override;
+  void Observe(const placement::Observation& o) override;
+  // Moves a live job forward to RUNNING through the allowed transitions
+  // (PENDING -> SCHEDULED -> RUNNING, RESTARTING -> RUNNING); false when the
+  // store refused (the job ended meanwhile).
+  bool AdvanceToRunningLocked(int64_t id, const std::string& msg);
+  placement::Job JobFor(const store::JobRecord& r, const v1::JobSpec& spec) const;
+  // The run folder the job gets: its run_dir, else <run_root>/<name>-<job id>
+  // ("" when neither: the worker's own default).
+  std::string RunDirFor(int64_t id, const v1::JobSpec& spec) const;
   absl::Status ValidateSpec(v1::JobSpec& spec) const;
   v1::JobStatus ToStatus(const store::JobRecord& r) const;
   void RunScheduleLocked();
@@ -235,6 +259,7 @@ class Coordinator {
   std::string incarnation_;
   bool stopping_ = false;
   std::thread monitor_;
+  std::unique_ptr<placement::Placement> placement_;
 
   metrics::Family<metrics::Gauge>* m_jobs_ = nullptr;
   metrics::Family<metrics::Gauge>* m_queue_ = nullptr;

@@ -1,6 +1,7 @@
 #include "runtime/service/coordinator_command.h"
 
 #include <signal.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -14,7 +15,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/flags.h"
+#include "base/status.h"
 #include "runtime/service/auth/token.h"
+#include "runtime/service/slurm/command.h"
 #include "runtime/train/onnx_model.h"
 
 namespace loom::runtime::service {
@@ -52,6 +55,16 @@ const FlagDef kFlags[] = {
      "named user tokens, one 'name token' a line, mode 0600, accepted beside <data-dir>/token (name 'default'); "
      "a job records the name that submitted it"},
     {"port-file", nullptr, "PATH", "write \"<grpc port> <metrics port>\" once listening"},
+    {"backend", nullptr, "agents|slurm",
+     "where jobs run: agents (loom agent on each node; default) or slurm (each job one sbatch batch job; "
+     "docs/slurm.md)"},
+    {"slurm-ranks-per-node", nullptr, "N", "--backend slurm: most ranks of a job on one node (default 8)"},
+    {"slurm-partition", nullptr, "NAME", "--backend slurm: sbatch --partition (default: the cluster's default)"},
+    {"slurm-loom", nullptr, "PATH",
+     "--backend slurm: the loom executable the batch scripts run on the nodes (default: this one, else loom on PATH)"},
+    {"slurm-poll-ms", nullptr, "N", "--backend slurm: how often squeue is asked (default 1000)"},
+    {"slurm-timeout-ms", nullptr, "N",
+     "--backend slurm: time limit of each sbatch, squeue, scontrol, scancel (default 20000)"},
 };
 
 absl::Status ParseInt(const std::string& flag, const std::string& v, int lo, int hi, int* out) {
@@ -66,6 +79,44 @@ std::vector<std::string> SplitList(const std::string& v) {
   std::vector<std::string> out;
   for (absl::string_view r : absl::StrSplit(v, ',', absl::SkipEmpty())) out.emplace_back(r);
   return out;
+}
+
+// The `loom` the Slurm batch scripts run: this executable when it is `loom`,
+// else `loom` on PATH (the standalone loom_coordinator has no `run`).
+std::string DefaultLoom() {
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  const std::string path = n > 0 ? std::string(self, n) : "";
+  if (std::filesystem::path(path).filename() == "loom") return path;
+  absl::StatusOr<std::string> found = slurm::FindProgram("loom");
+  return found.ok() ? *found : "loom";
+}
+
+// --backend and the --slurm-* flags; with slurm, the coordinator's placement.
+absl::Status ParseBackend(std::map<std::string, std::string>& v, CoordinatorFlags* out) {
+  if (v.count("backend")) out->backend = v["backend"];
+  if (out->backend != "agents" && out->backend != "slurm")
+    return absl::InvalidArgumentError(absl::StrCat("--backend: expected agents or slurm, got '", out->backend, "'"));
+  for (const char* f : {"slurm-ranks-per-node", "slurm-partition", "slurm-loom", "slurm-poll-ms", "slurm-timeout-ms"})
+    if (v.count(f) && out->backend != "slurm")
+      return absl::InvalidArgumentError(absl::StrCat("--", f, ": applies to --backend slurm only"));
+  if (out->backend != "slurm") return absl::OkStatus();
+  slurm::SlurmOptions& so = out->slurm;
+  if (v.count("slurm-ranks-per-node"))
+    LOOM_RETURN_IF_ERROR(ParseInt("slurm-ranks-per-node", v["slurm-ranks-per-node"], 1, 4096, &so.ranks_per_node));
+  if (v.count("slurm-poll-ms"))
+    LOOM_RETURN_IF_ERROR(ParseInt("slurm-poll-ms", v["slurm-poll-ms"], 50, 600000, &so.poll_ms));
+  if (v.count("slurm-timeout-ms"))
+    LOOM_RETURN_IF_ERROR(ParseInt("slurm-timeout-ms", v["slurm-timeout-ms"], 100, 600000, &so.command_timeout_ms));
+  so.partition = v["slurm-partition"];
+  so.loom = v.count("slurm-loom") ? v["slurm-loom"] : DefaultLoom();
+  so.comment = absl::StrCat("loom coordinator ", out->server.coordinator.data_dir);
+  const slurm::SlurmOptions copy = so;
+  out->server.coordinator.make_placement = [copy]() -> absl::StatusOr<std::unique_ptr<placement::Placement>> {
+    LOOM_ASSIGN_OR_RETURN(std::unique_ptr<slurm::SlurmPlacement> p, slurm::SlurmPlacement::Create(copy));
+    return std::unique_ptr<placement::Placement>(std::move(p));
+  };
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -138,6 +189,7 @@ absl::StatusOr<CoordinatorFlags> ParseCoordinatorFlags(const std::vector<std::st
   if (v.count("allowed-roots")) o.coordinator.allowed_roots = SplitList(v["allowed-roots"]);
   if (v.count("port-file")) out.port_file = v["port-file"];
   if (v.count("tokens-file")) o.tokens_file = v["tokens-file"];
+  if (absl::Status s = ParseBackend(v, &out); !s.ok()) return s;
   o.tls_cert_file = v["tls-cert"];
   o.tls_key_file = v["tls-key"];
   o.tls_client_ca_file = v["tls-client-ca"];
@@ -167,8 +219,9 @@ int RunCoordinatorCommand(const std::vector<std::string>& args) {
     std::fprintf(stderr, "loom coordinator: %s\n", std::string(server.status().message()).c_str());
     return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
-  std::fprintf(stderr, "loom coordinator: listening on port %d (metrics port %d), data dir %s\n",
-               (*server)->port(), (*server)->metrics_port(), flags->server.coordinator.data_dir.c_str());
+  std::fprintf(stderr, "loom coordinator: listening on port %d (metrics port %d), data dir %s, backend %s\n",
+               (*server)->port(), (*server)->metrics_port(), flags->server.coordinator.data_dir.c_str(),
+               (*server)->coordinator()->backend().c_str());
   if (!flags->port_file.empty()) {
     std::string tmp = flags->port_file + ".tmp";
     std::ofstream(tmp) << (*server)->port() << " " << (*server)->metrics_port() << "\n";

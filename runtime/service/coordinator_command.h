@@ -13,11 +13,14 @@
 
 #include "absl/status/statusor.h"
 #include "runtime/service/server.h"
+#include "runtime/service/slurm/slurm_placement.h"
 
 namespace loom::runtime::service {
 
 struct CoordinatorFlags {
   ServerOptions server;
+  std::string backend = "agents";  // --backend: agents | slurm
+  slurm::SlurmOptions slurm;       // with --backend slurm
   std::string port_file;
   bool help = false;
   std::string usage;  // with help: the text `loom coordinator --help` prints

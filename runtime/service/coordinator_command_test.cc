@@ -75,6 +75,30 @@ TEST(CoordinatorFlags, BadFlagsNameTheFlag) {
   EXPECT_FALSE(Parse({"stray"}).ok());
 }
 
+TEST(CoordinatorFlags, BackendAndSlurmFlags) {
+  auto agents = Parse({});
+  ASSERT_TRUE(agents.ok()) << agents.status();
+  EXPECT_EQ(agents->backend, "agents");
+  EXPECT_FALSE(agents->server.coordinator.make_placement) << "the agents are the built-in placement";
+  auto slurm = Parse({"--backend", "slurm", "--slurm-ranks-per-node=4", "--slurm-partition", "gpu",
+                      "--slurm-loom", "/shared/bin/loom", "--slurm-poll-ms", "250", "--slurm-timeout-ms", "5000"});
+  ASSERT_TRUE(slurm.ok()) << slurm.status();
+  EXPECT_EQ(slurm->backend, "slurm");
+  EXPECT_TRUE(slurm->server.coordinator.make_placement);
+  EXPECT_EQ(slurm->slurm.ranks_per_node, 4);
+  EXPECT_EQ(slurm->slurm.partition, "gpu");
+  EXPECT_EQ(slurm->slurm.loom, "/shared/bin/loom");
+  EXPECT_EQ(slurm->slurm.poll_ms, 250);
+  EXPECT_EQ(slurm->slurm.command_timeout_ms, 5000);
+  auto message = [](const std::vector<std::string>& args) { return std::string(Parse(args).status().message()); };
+  EXPECT_NE(message({"--backend=yarn"}).find("--backend: expected agents or slurm, got 'yarn'"), std::string::npos);
+  EXPECT_NE(message({"--slurm-poll-ms=100"}).find("--slurm-poll-ms: applies to --backend slurm only"),
+            std::string::npos);
+  EXPECT_NE(message({"--backend=slurm", "--slurm-ranks-per-node=0"}).find("--slurm-ranks-per-node"),
+            std::string::npos);
+  EXPECT_NE(message({"--backend=slurm", "--slurm-timeout-ms=x"}).find("--slurm-timeout-ms"), std::string::npos);
+}
+
 // Starts the daemon binary (stderr to <data_dir>.log); returns its pid and the
 // bound gRPC port, or -1 when it did not come up (it may have exited).
 pid_t StartDaemon(const std::string& data_dir, int* port, const std::string& listen = "127.0.0.1:0",

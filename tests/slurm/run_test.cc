@@ -4,6 +4,7 @@
 // and trains exactly as `loom run` does on one machine: the same losses and
 // the same final parameters, bitwise. A malformed allocation is an error that
 // names the variable.
+#include <signal.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -186,6 +187,17 @@ TEST_F(SlurmRun, ExampleSbatchMatchesLoomRun) {
   ExpectSameTraining(local, slurm);
 }
 
+// SIGKILL to every process (other than this test) whose environment holds
+// `marker`: srun, the batch shell, loom run and its workers.
+void KillProcessesWith(const std::string& marker) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    const std::string pid = e.path().filename();
+    if (pid.find_first_not_of("0123456789") != std::string::npos || std::stoi(pid) == getpid()) continue;
+    if (testing::ReadFileBytes(e.path() / "environ").find(marker) != std::string::npos) kill(std::stoi(pid), SIGKILL);
+  }
+}
+
 // The pid of a process of node `name` whose environment holds `marker` and
 // whose command line is `loom <command> ...`; -1 if none.
 pid_t FindNodeProcess(const std::string& marker, const std::string& name, const std::string& command) {
@@ -215,16 +227,29 @@ TEST_F(SlurmRun, LosingNodeZeroStopsTheOtherNode) {
                                    " --steps 1000000 --run-dir ", Tmp("lost_run")),
                       90);
   });
-  pid_t node0 = -1;
+  // Whatever an assertion below does, the srun thread is joined: a failed
+  // assertion kills the step's processes first, so the join is prompt.
+  struct JoinSrun {
+    std::thread& t;
+    const std::string& marker;
+    bool killed = false;
+    void KillAndJoin() {
+      if (!t.joinable()) return;
+      if (!killed) KillProcessesWith(marker);
+      t.join();
+    }
+    ~JoinSrun() { KillAndJoin(); }
+  } guard{srun, marker};
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (std::chrono::steady_clock::now() < deadline && FindNodeProcess(marker, "n2", "worker") < 0)
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
-  node0 = FindNodeProcess(marker, "n1", "run");
+  const pid_t node0 = FindNodeProcess(marker, "n1", "run");
   EXPECT_GT(FindNodeProcess(marker, "n2", "worker"), 0) << "node 1's rank never started";
   ASSERT_GT(node0, 0);
   kill(node0, SIGKILL);
   const auto killed = std::chrono::steady_clock::now();
-  srun.join();
+  guard.killed = true;  // from here the test waits for srun to end by itself
+  guard.KillAndJoin();
   const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count();
   EXPECT_NE(r.code, 124) << "srun still running after 90 s\n" << r.output;
   EXPECT_LT(took, 20.0) << r.output;
@@ -240,6 +265,45 @@ TEST_F(SlurmRun, SeveralTasksPerNodeIsRefused) {
   EXPECT_NE(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("SLURM_NTASKS: loom run runs one task per node"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("--ntasks-per-node=1"), std::string::npos) << r.output;
+}
+
+// examples/slurm/gpt-gpu.sbatch cannot run here (no GPU, and the test
+// cluster has no GPU gres): its shell parses, and its #SBATCH directives,
+// less --gpus-per-node, are accepted by `sbatch --test-only` (with
+// --cpus-per-task=1 from the command line: the test nodes have 2 CPUs).
+TEST_F(SlurmRun, GpuExampleParses) {
+  const std::string script = "examples/slurm/gpt-gpu.sbatch";
+  testing::CliResult syntax = testing::Shell("bash -n " + script);
+  EXPECT_EQ(syntax.code, 0) << syntax.output;
+  const std::string text = testing::ReadFileBytes(script);
+  EXPECT_NE(text.find("\n#SBATCH --gpus-per-node=1\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("loom run examples/gpt-cuda.yaml --nproc-per-node \"${SLURM_GPUS_ON_NODE"), std::string::npos)
+      << text;
+  const std::string copy = Tmp("gpt-gpu-nogres.sbatch");
+  ASSERT_EQ(testing::Shell(absl::StrCat("sed '/--gpus-per-node/d' ", script, " > ", copy)).code, 0);
+  testing::CliResult t = cluster_->Run(
+      absl::StrCat("sbatch --test-only --cpus-per-task=1 --chdir=", ::testing::TempDir(), " ", copy), 30);
+  EXPECT_EQ(t.code, 0) << t.output;
+  EXPECT_NE(t.output.find("to start at"), std::string::npos) << t.output;
+}
+
+// A device: cuda job inside an allocation needs Slurm's GPUs for its ranks:
+// none asked for, or fewer than its ranks per node, is exit 2 naming
+// SLURM_GPUS_ON_NODE (before any GPU is looked for).
+TEST(SlurmEnvironment, GpuJobNeedsSlurmGpus) {
+  const std::string env = absl::StrCat("SLURM_JOB_ID=7 SLURM_STEP_ID=0 SLURM_NNODES=1 SLURM_NTASKS=1 SLURM_NODEID=0 "
+                                       "SLURM_PROCID=0 SLURM_LOCALID=0 SLURM_NODELIST=n1 SLURM_SUBMIT_DIR=",
+                                       ::testing::TempDir(), " ");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"", "SLURM_GPUS_ON_NODE: not set, but the job is device: cuda with 1 rank(s) per node"},
+      {"SLURM_GPUS_ON_NODE=0 ", "SLURM_GPUS_ON_NODE: Slurm gave this node 0 GPU(s), but the job puts 1 rank(s)"},
+  };
+  for (const auto& [vars, want] : cases) {
+    testing::CliResult r = testing::Shell(
+        absl::StrCat("env ", env, vars, " timeout 30 ", Loom(), " run examples/gpt-cuda.yaml --steps 1"));
+    EXPECT_EQ(r.code, 2) << vars << "\n" << r.output;
+    EXPECT_NE(r.output.find(want), std::string::npos) << vars << "\n" << r.output;
+  }
 }
 
 // Slurm's variables without Slurm: each malformed one exits 2 naming it.

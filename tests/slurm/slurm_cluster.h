@@ -6,7 +6,9 @@
 //
 // The fixture sets SLURM_CONF in this process, so every Slurm client the test
 // runs (srun, sbatch, squeue, scancel), and `loom` under them, talks to it.
-// Short timeouts: SlurmdTimeout and KillWait (options), credentials that
+// Nodes have the CPUs the options say, whatever this host has
+// (SlurmdParameters=config_overrides). Short timeouts: SlurmdTimeout and
+// KillWait (options), credentials that
 // expire in 10 s (a requeued job waits that long before it may start again)
 // and a main scheduling pass every 2 s.
 #pragma once
@@ -39,7 +41,7 @@ namespace loom::tests::slurm {
 
 struct SlurmClusterOptions {
   int nodes = 2;
-  int cpus_per_node = 2;
+  int cpus_per_node = 2;  // as configured (config_overrides: may exceed this host's)
   int slurmd_timeout_s = 5;  // SlurmdTimeout: how soon a silent node is DOWN
   int kill_wait_s = 2;       // KillWait: SIGTERM to SIGKILL on scancel
   int start_timeout_s = 30;  // until every node is idle
@@ -82,12 +84,20 @@ class SlurmCluster {
     if (stopped_) return;
     stopped_ = true;
     if (!pids_.empty()) (void)Run("scancel --full --quiet --user=root", 10);
-    for (auto it = pids_.rbegin(); it != pids_.rend(); ++it) kill(*it, SIGTERM);
-    for (auto it = pids_.rbegin(); it != pids_.rend(); ++it) Reap(*it, 5);
+    for (auto it = pids_.rbegin(); it != pids_.rend(); ++it)
+      if (*it > 0) kill(*it, SIGTERM);
+    for (auto it = pids_.rbegin(); it != pids_.rend(); ++it)
+      if (*it > 0) Reap(*it, 5);
     pids_.clear();
     std::error_code ec;
     if (!dir_.empty()) std::filesystem::remove_all(dir_, ec);
   }
+
+  // Stops munged (SIGTERM; its socket goes with it) or slurmctld, for tests
+  // of what Slurm's clients and Loom say without them.
+  void StopMunge() { StopDaemon(0); }
+  void StopController() { StopDaemon(1); }
+  std::string munge_socket() const { return dir_ + "/munge.sock"; }
 
   // Stops node i's slurmd with SIGKILL (a node failure); Restart brings it back.
   void KillNode(int i) {
@@ -98,6 +108,14 @@ class SlurmCluster {
 
  private:
   explicit SlurmCluster(SlurmClusterOptions o) : o_(o) {}
+
+  // pids_[i] (0: munged, 1: slurmctld) stopped and reaped; Stop skips it.
+  void StopDaemon(size_t i) {
+    if (i >= pids_.size() || pids_[i] <= 0) return;
+    kill(pids_[i], SIGTERM);
+    Reap(pids_[i], 5);
+    pids_[i] = -1;
+  }
 
   static void Reap(pid_t pid, int seconds) {
     auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(seconds);
@@ -170,7 +188,8 @@ class SlurmCluster {
         "SlurmctldLogFile=", dir_, "/log/slurmctld.log\nSlurmdLogFile=", dir_, "/log/slurmd-%n.log\n",
         "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\nSelectType=select/cons_tres\n",
         "SelectTypeParameters=CR_CPU\nSchedulerType=sched/builtin\nAccountingStorageType=accounting_storage/none\n",
-        "JobCompType=jobcomp/none\nMpiDefault=none\nReturnToService=2\nSlurmdTimeout=", o_.slurmd_timeout_s,
+        "JobCompType=jobcomp/none\nMpiDefault=none\nReturnToService=2\nSlurmdParameters=config_overrides\n",
+        "SlurmdTimeout=", o_.slurmd_timeout_s,
         "\nSlurmctldTimeout=5\nMessageTimeout=5\nInactiveLimit=0\nKillWait=", o_.kill_wait_s,
         "\nMinJobAge=300\nSchedulerParameters=sched_interval=2\n");
     std::vector<std::string> names;

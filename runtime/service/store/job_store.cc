@@ -128,6 +128,10 @@ CREATE TABLE IF NOT EXISTS logs (
   path TEXT NOT NULL,
   PRIMARY KEY (job_id, rank, stream)
 );
+CREATE TABLE IF NOT EXISTS placement_refs (
+  job_id INTEGER PRIMARY KEY REFERENCES jobs(id),
+  ref TEXT NOT NULL
+);
 CREATE TABLE IF NOT EXISTS meta (
   key TEXT PRIMARY KEY,
   value INTEGER NOT NULL
@@ -626,6 +630,26 @@ absl::StatusOr<std::vector<LogRecord>> JobStore::Logs(int64_t job_id) {
   for (int rc; (rc = s.Step()) != SQLITE_DONE;) {
     if (rc != SQLITE_ROW) return SqlError(db_, "logs");
     out.push_back({s.Int(0), static_cast<int32_t>(s.Int(1)), s.Text(2), s.Text(3)});
+  }
+  return out;
+}
+
+absl::Status JobStore::SetPlacementRef(int64_t job_id, const std::string& ref) {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "INSERT OR REPLACE INTO placement_refs(job_id, ref) VALUES (?, ?)");
+  LOOM_RETURN_IF_ERROR(s.status());
+  s.Bind(1, job_id).Bind(2, ref);
+  return s.Run();
+}
+
+absl::StatusOr<std::map<int64_t, std::string>> JobStore::PlacementRefs() {
+  std::lock_guard<std::mutex> l(mu_);
+  Stmt s(db_, "SELECT job_id, ref FROM placement_refs");
+  LOOM_RETURN_IF_ERROR(s.status());
+  std::map<int64_t, std::string> out;
+  for (int rc; (rc = s.Step()) != SQLITE_DONE;) {
+    if (rc != SQLITE_ROW) return SqlError(db_, "placement_refs");
+    out[s.Int(0)] = s.Text(1);
   }
   return out;
 }

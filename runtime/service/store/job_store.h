@@ -4,8 +4,9 @@
 // Tables: `jobs` (one row per submission: idempotency key UNIQUE, serialized
 // JobSpec, state, priority, timestamps, restart count, per-rank exit codes,
 // root cause, last checkpoint step, wait reason), `events` (append-only history
-// of every job's state changes and notes) and `logs` (index of per-rank log
-// files). Every mutating call commits before it returns, so a caller that
+// of every job's state changes and notes), `logs` (index of per-rank log
+// files) and `placement_refs` (a backend's handle of a job, e.g. its Slurm
+// job id). Every mutating call commits before it returns, so a caller that
 // acknowledges after the call returns only acknowledges durable data: the
 // row survives kill -9 of the process and power loss (synchronous=FULL fsyncs
 // the WAL at each commit).
@@ -174,6 +175,11 @@ class JobStore {
 
   absl::Status AddLog(const LogRecord& log);
   absl::StatusOr<std::vector<LogRecord>> Logs(int64_t job_id);
+
+  // The placement backend's handle of a job (the Slurm job id), kept so a
+  // restarted coordinator finds its jobs again (placement/placement.h).
+  absl::Status SetPlacementRef(int64_t job_id, const std::string& ref);
+  absl::StatusOr<std::map<int64_t, std::string>> PlacementRefs();  // job id -> ref
 
   absl::StatusOr<std::map<v1::JobState, int64_t>> CountByState();
   // "ok" when PRAGMA integrity_check finds nothing wrong.

@@ -113,6 +113,25 @@ TEST(JobStore, LifecycleAndTerminalStatesNeverChange) {
   EXPECT_EQ(events.back().state, v1::FAILED);
 }
 
+TEST(JobStore, PlacementRefsSurviveReopen) {
+  std::string dir = FreshDir("refs");
+  int64_t a = 0, b = 0;
+  {
+    auto st = JobStore::Open(dir);
+    ASSERT_TRUE(st.ok()) << st.status();
+    a = (*st)->InsertJob(Job("ka", "a"))->job.id;
+    b = (*st)->InsertJob(Job("kb", "b"))->job.id;
+    ASSERT_TRUE((*st)->SetPlacementRef(a, "17").ok());
+    ASSERT_TRUE((*st)->SetPlacementRef(a, "18").ok());  // replaced, not added
+  }
+  auto st = JobStore::Open(dir);
+  ASSERT_TRUE(st.ok()) << st.status();
+  auto refs = (*st)->PlacementRefs();
+  ASSERT_TRUE(refs.ok()) << refs.status();
+  EXPECT_EQ(*refs, (std::map<int64_t, std::string>{{a, "18"}}));
+  EXPECT_FALSE((*st)->SetPlacementRef(b + 100, "1").ok()) << "a ref for a job that does not exist";
+}
+
 TEST(JobStore, TransitionTable) {
   EXPECT_TRUE(IsAllowedTransition(v1::PENDING, v1::SCHEDULED));
   EXPECT_TRUE(IsAllowedTransition(v1::PENDING, v1::CANCELLED));
