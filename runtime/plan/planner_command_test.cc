@@ -102,6 +102,40 @@ TEST(PlanCommand, ActivationCheckpointingPlansFromTheCompiledProgram) {
   EXPECT_NE(names.find("dp=1 tp=4 zero=0"), std::string::npos) << names;
 }
 
+// train.grad_accum_steps: the table has an accum column and a line naming
+// the micro-batches; the JSON carries the accumulators in each total; the
+// compiled-program plan (activation checkpointing) counts them too.
+TEST(PlanCommand, GradientAccumulatorsAreShownAndCounted) {
+  const std::string model = "model: {family: gpt, n_layer: 2, n_head: 4, d_model: 128, seq_len: 64, vocab: 256}\n";
+  std::string spec = WriteSpec("accum.yaml", model + "train: {batch_size: 8, grad_accum_steps: 4}\n");
+  Result r = RunPlan({spec, "--world", "2"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("gradient accumulation: 4 micro-batches of 2 per update"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("   accum "), std::string::npos) << r.out;
+  Result j = RunPlan({spec, "--world", "2", "--json"});
+  ASSERT_EQ(j.rc, 0) << j.err;
+  nlohmann::json plan = nlohmann::json::parse(j.out);
+  EXPECT_EQ(plan["inputs"]["grad_accum_steps"], 4);
+  for (const auto& c : plan["candidates"]) {
+    const auto& m = c["memory"];
+    EXPECT_GT(m["accumulators"].get<int64_t>(), 0) << c["layout"];
+    EXPECT_EQ(m["total"].get<int64_t>(), m["parameters"].get<int64_t>() + m["gradients"].get<int64_t>() +
+                                             m["optimizer"].get<int64_t>() + m["activations"].get<int64_t>() +
+                                             m["workspace"].get<int64_t>() + m["accumulators"].get<int64_t>())
+        << c["layout"];
+  }
+  auto parsed =
+      jobspec::ParseJobSpecYaml(model + "train: {batch_size: 8, grad_accum_steps: 4, activation_checkpointing: blocks}\n");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  jobspec::ApplyDefaults(*parsed);
+  Hardware hw = DefaultHardware(*parsed);
+  hw.world = 1;
+  auto blocks = PlanJob(*parsed, hw);
+  ASSERT_TRUE(blocks.ok()) << blocks.status();
+  EXPECT_EQ(blocks->batch, 8);
+  EXPECT_EQ(blocks->ranked[0].memory.accumulators, blocks->ranked[0].memory.parameters);
+}
+
 TEST(PlanCommand, JsonParses) {
   std::string spec = WriteSpec("gpt.yaml", kGpt);
   Result r = RunPlan({spec, "--world=8", "--nproc-per-node", "4", "--memory-gib", "2", "--flops-tflops", "1",
