@@ -456,6 +456,10 @@ absl::StatusOr<float> Trainer::ReadLoss() {
   return l.data<float>()[0];
 }
 
+int64_t Trainer::ArenaBytes() const {
+  return train_exec_ ? train_exec_->program().plan.peak_bytes : train_.plan.peak_bytes;
+}
+
 const compiler::ir::Graph& Trainer::train_graph() const {
   return cuda_ ? train_.stages.at("fused") : train_exec_->program().graph;
 }

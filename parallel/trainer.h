@@ -206,6 +206,10 @@ class Trainer {
   // The training compilation's stages and memory plan (its program moved to
   // the executor; on device: cuda "fused" is what the CUDA executor lowered).
   const compiler::Compilation& compilation() const { return train_; }
+  // The arena the training program runs in (the lowered program's memory
+  // plan peak: in-place parameter and state updates outside it); on device:
+  // cuda the compilation's plan of the fused graph.
+  int64_t ArenaBytes() const;
   // The training program's graph: its inputs are in this order.
   const compiler::ir::Graph& train_graph() const;
   // Whether Forward returns logits (an imported model may output only its loss).

@@ -3,17 +3,20 @@
 // plan.json in the run folder.
 #include "runtime/plan/planner_command.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "compiler/import/onnx/testing/onnx_test_util.h"
 #include "compiler/models/models.h"
 #include "parallel/graph_planner.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "parallel/trainer.h"
 #include "runtime/jobspec/jobspec.h"
 
 namespace loom::runtime::plan {
@@ -134,6 +137,34 @@ TEST(PlanCommand, GradientAccumulatorsAreShownAndCounted) {
   ASSERT_TRUE(blocks.ok()) << blocks.status();
   EXPECT_EQ(blocks->batch, 8);
   EXPECT_EQ(blocks->ranked[0].memory.accumulators, blocks->ranked[0].memory.parameters);
+}
+
+// What `loom plan` predicts for one rank's training step arena (gradients +
+// activations: from the compiled program under blocks / selective, from the
+// fitted coefficients without checkpointing) against the arena the Trainer's
+// compiled program gets (Trainer::ArenaBytes, the lowered program's plan),
+// within 15% for every mode.
+TEST(PlanCommand, PredictedArenaWithin15PercentOfTheCompiledOne) {
+  for (const char* mode : {"none", "blocks", "selective"}) {
+    auto spec = jobspec::ParseJobSpecYaml(absl::StrCat(
+        "model: {family: gpt, n_layer: 6, n_head: 4, d_model: 128, seq_len: 128, vocab: 256}\n"
+        "train: {batch_size: 4, activation_checkpointing: ",
+        mode, "}\n"));
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    jobspec::ApplyDefaults(*spec);
+    Hardware hw = DefaultHardware(*spec);
+    auto plan = PlanJob(*spec, hw);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const parallel::MemoryEstimate& m = plan->ranked.at(0).memory;
+    const double predicted = static_cast<double>(m.gradients + m.activations);
+    auto trainer = parallel::Trainer::Create(*spec);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    const double arena = static_cast<double>((*trainer)->ArenaBytes());
+    const double err = (predicted - arena) / arena;
+    std::printf("%-9s arena %.1f MiB, loom plan %.1f MiB (%+.1f%%)\n", mode, arena / (1 << 20),
+                predicted / (1 << 20), 100 * err);
+    EXPECT_LT(std::abs(err), 0.15) << mode << ": predicted " << predicted << " compiled " << arena;
+  }
 }
 
 TEST(PlanCommand, JsonParses) {
