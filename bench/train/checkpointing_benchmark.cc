@@ -29,6 +29,7 @@
 // round's mean step time. Every mode sees the same batches in the same
 // order, so the losses must be bitwise equal (checked: the run fails if not).
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -130,11 +131,14 @@ int main(int argc, char** argv) {
   loom::SetNumThreads(threads);
   if (!rss_mode.empty()) return RssChild(rss_mode);
 
+  char self[4096] = {0};  // this binary, for the RSS children (popen runs a shell)
+  if (readlink("/proc/self/exe", self, sizeof(self) - 1) <= 0) return Fail(absl::InternalError("readlink /proc/self/exe"));
   std::vector<Mode> modes;
   for (const char* name : kModes) {
     Mode m;
     m.name = name;
-    m.rss_mib = ChildRssMiB("/proc/self/exe", name, threads);
+    m.rss_mib = ChildRssMiB(self, name, threads);
+    if (m.rss_mib <= 0) return Fail(absl::InternalError(absl::StrCat("the RSS child for ", name, " failed")));
     auto spec = Spec(name);
     if (!spec.ok()) return Fail(spec.status());
     loom::parallel::Hardware hw = loom::runtime::plan::DefaultHardware(*spec);
