@@ -98,6 +98,7 @@ absl::StatusOr<JointGraph> BuildJointGraph(const ir::Graph& forward, const Autod
     ctx.outputs = node.outputs;
     ctx.attrs = node.attrs;
     for (int v : node.outputs) ctx.grad_outputs.push_back(grad[v] >= 0 ? grad[v] : kernels::GradBuilder::kNone);
+    const size_t first_new = g.nodes().size();
     auto dins = def->grad(b, ctx);
     if (!dins.ok()) return Annotate(dins.status(), where);
     if (dins->size() != node.inputs.size())
@@ -111,6 +112,8 @@ absl::StatusOr<JointGraph> BuildJointGraph(const ir::Graph& forward, const Autod
                                                 " but the input is ", g.meta(v).ToString()));
       LOOM_RETURN_IF_ERROR(Annotate(accumulate(v, dv), where));
     }
+    // The gradient nodes (and the adds accumulating them) come from the node.
+    for (size_t k = first_new; k < g.nodes().size(); ++k) g.mutable_nodes()[k].origin = node.origin;
   }
   for (int k : j.wrt_inputs) {
     int v = g.inputs()[k].value;

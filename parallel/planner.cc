@@ -332,6 +332,18 @@ absl::StatusOr<Candidate> Estimate(const v1::ModelSpec& model, int64_t batch, co
   return c;
 }
 
+int64_t BytesPerRank(const v1::JobSpec& spec) {
+  const auto& p = spec.parallel();
+  if (spec.device() == "cuda" || spec.model().family() == "onnx" || p.tp_auto()) return 0;
+  Hardware hw;
+  hw.world = p.dp() * std::max(1, p.tp());
+  hw.activation_bytes = spec.train().precision() == "bf16" ? 2 : 4;
+  const Layout l{p.dp(), std::max(1, p.tp()), p.zero_stage(), p.sequence_parallel(), {}};
+  absl::StatusOr<Candidate> c = Estimate(spec.model(), spec.train().batch_size(), hw, l, nullptr,
+                                         std::max(1, spec.train().grad_accum_steps()));
+  return c.ok() ? c->memory.total() : 0;
+}
+
 absl::StatusOr<Enumeration> EnumerateLayouts(const v1::ModelSpec& model, int64_t batch, const Hardware& hw) {
   LOOM_RETURN_IF_ERROR(CheckWorldSize(hw.world, hw.world, 1));
   if (hw.nproc_per_node < 0) return absl::InvalidArgumentError(absl::StrCat("nproc_per_node: must be positive (got ", hw.nproc_per_node, ")"));

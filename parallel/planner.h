@@ -184,6 +184,14 @@ absl::StatusOr<Candidate> Estimate(const v1::ModelSpec& model, int64_t batch, co
                                    const Layout& layout, const MemoryCoefficients* coefficients = nullptr,
                                    int grad_accum_steps = 1);
 
+// One rank's memory by Estimate for a job spec: a CPU job of a built-in
+// family with a fixed layout (parallel.dp, tp, zero_stage,
+// sequence_parallel), its batch, precision and train.grad_accum_steps (the
+// accumulators counted); 0 (unknown) for device: cuda,
+// an ONNX model or tp: auto. The coordinator fits jobs to agents with it and
+// `loom train` to its machine.
+int64_t BytesPerRank(const v1::JobSpec& spec);
+
 struct Skipped {
   Layout layout;
   std::string reason;

@@ -47,7 +47,47 @@ bool IsDataInput(const compiler::ir::GraphInput& in) {
 
 std::string Names(const std::vector<std::string>& names) { return absl::StrJoin(names, ", "); }
 
+// How the training step compiles (one rank or several; the parallel compile
+// adds its communicators).
+compiler::CompileOptions StepCompileOptions(const v1::JobSpec& spec,
+                                            const std::vector<compiler::models::ParamInfo>& params,
+                                            bool keep_gradients, bool fuse, bool accumulate) {
+  const auto& tr = spec.train();
+  compiler::CompileOptions co;
+  co.fuse = fuse;
+  // AdamW writes parameters and state in place: no arena copies of them and no
+  // copy back after each step.
+  co.lowering.in_place_updates = true;
+  co.adamw = AdamWFor(tr, params, keep_gradients);
+  if (accumulate) co.adamw.reset();  // the update program applies it
+  co.lower = spec.device() != "cuda";  // the CUDA executor lowers the fused graph itself
+  // train.activation_checkpointing (built-in families: their parameter names
+  // give the blocks).
+  if (const std::string& ac = tr.activation_checkpointing();
+      (ac == "blocks" || ac == "selective") && spec.model().family() != "onnx") {
+    co.checkpoint_blocks = compiler::models::BlockOfParameter;
+    co.checkpoint_selective = ac == "selective";
+  }
+  return co;
+}
+
+compiler::cuda::CudaOptions StepCudaOptions(const v1::JobSpec& spec) {
+  compiler::cuda::CudaOptions o;
+  o.bf16 = spec.train().precision() == "bf16";
+  return o;
+}
+
 }  // namespace
+
+absl::StatusOr<CudaStepPlan> PlanCudaStep(const v1::JobSpec& spec, const TrainerModel& model) {
+  auto train = compiler::Compile(model.train_forward, StepCompileOptions(spec, model.params, false, true, false));
+  if (!train.ok()) return Annotate(train.status(), "compiling the training step");
+  CudaStepPlan out;
+  out.step = std::move(train->stages.at("fused"));
+  const compiler::cuda::CudaOptions o = StepCudaOptions(spec);
+  LOOM_ASSIGN_OR_RETURN(out.plan, compiler::cuda::PlanCuda(out.step, o.bf16, compiler::cuda::PlanOptionsFor(o)));
+  return out;
+}
 
 absl::StatusOr<TrainerModel> FamilyModel(const v1::JobSpec& spec) {
   TrainerModel m;
@@ -106,21 +146,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::JobSpec& spec
 absl::Status Trainer::CompileSteps(TrainerModel& model) {
   const auto& tr = spec_.train();
   const bool cuda = spec_.device() == "cuda";
-  compiler::CompileOptions co;
-  co.fuse = options_.fuse;
-  // AdamW writes parameters and state in place: no arena copies of them and no
-  // copy back after each step.
-  co.lowering.in_place_updates = true;
-  co.adamw = AdamWFor(tr, params_, options_.keep_gradients);
-  if (accum_ > 1) co.adamw.reset();  // the update program applies it
-  co.lower = !cuda;  // the CUDA executor lowers the fused graph itself
-  // train.activation_checkpointing (built-in families: their parameter names
-  // give the blocks).
-  if (const std::string& ac = tr.activation_checkpointing();
-      (ac == "blocks" || ac == "selective") && spec_.model().family() != "onnx") {
-    co.checkpoint_blocks = compiler::models::BlockOfParameter;
-    co.checkpoint_selective = ac == "selective";
-  }
+  compiler::CompileOptions co = StepCompileOptions(spec_, params_, options_.keep_gradients, options_.fuse, accum_ > 1);
   if (single()) {
     auto train = compiler::Compile(model.train_forward, co);
     if (!train.ok()) return Annotate(train.status(), "compiling the training step");
@@ -140,9 +166,7 @@ absl::Status Trainer::CompileSteps(TrainerModel& model) {
     if (model.has_logits) logits_forward_ = std::move(model.eval_forward);
   }
   if (cuda) {
-    compiler::cuda::CudaOptions o;
-    o.bf16 = tr.precision() == "bf16";
-    auto exec = compiler::cuda::CudaExecutor::Create(train_.stages.at("fused"), o);
+    auto exec = compiler::cuda::CudaExecutor::Create(train_.stages.at("fused"), StepCudaOptions(spec_));
     if (!exec.ok()) return Annotate(exec.status(), "device: cuda: building the GPU training step");
     cuda_ = std::move(*exec);
   } else {

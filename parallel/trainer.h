@@ -102,6 +102,17 @@ struct TrainerModel {
 // model's graphs come from runtime/train/job_model.h.
 absl::StatusOr<TrainerModel> FamilyModel(const v1::JobSpec& spec);
 
+// device: cuda: the training step that Trainer::Create hands to the CUDA
+// executor for one rank (the compiled "fused" graph) and its plan
+// (compiler/cuda/plan.h), built without a device, so a job is checked before
+// launch. Unimplemented names the op with no CUDA lowering, its node and, for
+// an imported model, the ONNX node it comes from (ir::Node::origin).
+struct CudaStepPlan {
+  compiler::ir::Graph step;
+  compiler::cuda::CudaPlan plan;
+};
+absl::StatusOr<CudaStepPlan> PlanCudaStep(const v1::JobSpec& spec, const TrainerModel& model);
+
 // One step's data: tensors by graph input name ("x", "y" [batch, seq_len]
 // i32 for the language-model families; an imported model's x and y take the
 // shapes and dtypes of the model's inputs). Every data input of the program

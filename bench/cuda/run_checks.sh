@@ -29,6 +29,8 @@ check attention_check 120 80 "$D/bin/attention_check"                # flash, ma
 check pointwise_gpu_check 120 6 "$D/bin/pointwise_gpu_check"         # generated pointwise kernels
 check rowwise_gpu_check 120 6 "$D/bin/rowwise_gpu_check"             # generated layernorm (+ adds), AdamW
 check cuda_executor_gpu_check 300 30 "$D/bin/cuda_executor_gpu_check"  # whole steps vs the CPU executor
+# The imported nanoGPTs (stage.sh exports them) on cuda, f32 and bf16, vs the CPU.
+check byom_cuda_test 300 16 "$D/bin/byom_cuda_test" --models="$D/data/byom"
 echo "== summary"
 printf "%b\n" "$summary"
 echo "checks: $passed passed, $failed failed"

@@ -3,8 +3,10 @@
 # process (bench/train/import_benchmark --device cuda, bf16): the graph
 # bench/train/gpt2_onnx.py exported on the build machine (torch 1.13; staged
 # by bench/cuda/stage.sh as data/gpt2_124m_graph.onnx, without weights), Loom's
-# initial parameters written into it, trained alternately with the built-in
-# family, best round each. Must reach: the imported side at >= 0.95 of the
+# initial parameters written into it, checked as `loom run` checks a job
+# (device: cuda: its step plans onto the CUDA launches), trained alternately
+# with the built-in family through the Trainer as `loom train` does, best
+# round each. Must reach: the imported side at >= 0.95 of the
 # built-in family's tokens/s, with the two sides' losses agreeing.
 #   device tool: run(command="bash bench/cuda/run_import.sh", carry=[".device/gpu"])
 # Env: IMPORT_STEPS (20), IMPORT_ROUNDS (3), IMPORT_FLAGS (extra flags, e.g. --unrecovered).

@@ -15,7 +15,7 @@ DEST=${LOOM_DEVICE_DIR:-.device/gpu}
 bins=${STAGE_BINS:-"bench/cuda/gpu_check bench/cuda/gemm_bench bench/cuda/kernel_bench kernels/cuda/caching_allocator_test
   kernels/cuda/cuda_kernels_test bench/cuda/attention_check bench/cuda/sdpa_bench bench/cuda/gpt2_bench
   compiler/cuda/cuda_executor_gpu_check bench/cuda/gpt_cuda_parity kernels/cuda/codegen/pointwise_gpu_check kernels/cuda/codegen/rowwise_gpu_check
-  kernels/cuda/attention/wgmma_check runtime/loom bench/train/import_benchmark"}
+  kernels/cuda/attention/wgmma_check runtime/loom bench/train/import_benchmark tests/byom/byom_cuda_test"}
 targets=$(for b in $bins; do echo "//${b%/*}:${b##*/}"; done)
 bazel $BAZEL_ARGS build --jobs=2 $targets
 bin=$(bazel $BAZEL_ARGS info bazel-bin 2>/dev/null)
@@ -47,3 +47,10 @@ mkdir -p "$DEST/data" && cp -rL /usr/share/games/fortunes "$DEST/data/" 2>/dev/n
 echo '{"n_layer": 12, "n_head": 12, "d_model": 768, "seq_len": 1024, "vocab": 50304, "batch": 16}' > "$DEST/data/gpt2_124m.json"
 /usr/bin/python3 bench/train/gpt2_onnx.py --cfg "$DEST/data/gpt2_124m.json" --out "$DEST/data/gpt2_124m_graph.onnx" \
   > "$DEST/data/gpt2_124m_export.log" 2>&1 || echo "stage.sh: the GPT-2 export failed (see $DEST/data/gpt2_124m_export.log)"
+# The nanoGPTs of tests/byom/models.py exported by the user's tool, for
+# tests/byom/byom_cuda_test (run_checks.sh).
+mkdir -p "$DEST/data/byom"
+for m in gpt gpt_d64; do
+  /usr/bin/python3 tools/loom_export.py "tests/byom/models.py:$m" --out "$DEST/data/byom/$m.onnx" \
+    > "$DEST/data/byom/$m.log" 2>&1 || echo "stage.sh: the $m export failed (see $DEST/data/byom/$m.log)"
+done

@@ -20,6 +20,10 @@
 // --onnx: a graph gpt2_onnx.py exported beforehand (for a machine without
 // torch 1.13, such as the GPU machine: bench/cuda/stage.sh exports one);
 // otherwise /usr/bin/python3 bench/train/gpt2_onnx.py exports it now.
+// The imported side passes the job check `loom run` makes first
+// (runtime/train/onnx_model.h CheckOnnxJob: on cuda, its training step plans
+// onto the CUDA executor's launches), then trains through the Trainer as
+// `loom train` does.
 // --unrecovered adds a third side: the imported graph as converted (no
 // recovery passes), to show what they are worth.
 #include <sys/wait.h>
@@ -44,6 +48,7 @@
 #include "onnx/onnx_pb.h"
 #include "parallel/trainer.h"
 #include "runtime/train/job_model.h"
+#include "runtime/train/onnx_model.h"
 
 namespace loom::bench::train {
 namespace {
@@ -229,6 +234,10 @@ absl::StatusOr<std::vector<Side>> MakeSides(const Config& c, const Flags& f, con
     Side s;
     s.name = recover ? "imported" : "imported, as converted";
     const v1::JobSpec spec = OnnxSpec(c, f, model);
+    if (recover) {  // the check `loom submit` and `loom run` make (on cuda: the model lowers to CUDA)
+      LOOM_RETURN_IF_ERROR(runtime::train::CheckOnnxJob(spec));
+      std::printf("job check passed (model.onnx, device %s)\n", f.device.c_str());
+    }
     LOOM_ASSIGN_OR_RETURN(parallel::TrainerModel imported, runtime::train::BuildModel(spec, recover));
     LOOM_ASSIGN_OR_RETURN(s.trainer, parallel::Trainer::Create(spec, std::move(imported)));
     sides.push_back(std::move(s));

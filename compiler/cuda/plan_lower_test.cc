@@ -93,6 +93,24 @@ TEST(LowerNodes, UnsupportedOpIsNamed) {
   EXPECT_NE(std::string(p.status().message()).find("node 0"), std::string::npos) << p.status();
 }
 
+// A node of an imported model names its source node too (ir::Node::origin).
+TEST(LowerNodes, UnsupportedNamesTheSourceNode) {
+  auto g = ir::ParseGraph(R"IR(graph @g(%x: f32[4, 8]) {
+  %0 = softmax(%x) {axis=-1} : f32[4, 8]
+  return %0
+}
+)IR");
+  ASSERT_TRUE(g.ok()) << g.status();
+  g->mutable_nodes()[0].origin = "ONNX node '/attn/Softmax' (Softmax, opset 14)";
+  auto p = PlanCuda(*g, false);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_EQ(p.status().message(),
+            "cuda lowering: op 'softmax' (node 0, from ONNX node '/attn/Softmax' (Softmax, opset 14)): no CUDA launch "
+            "for this op")
+      << p.status();
+}
+
 TEST(LowerNodes, F64IsUnsupported) {
   auto g = ir::ParseGraph(R"IR(graph @g(%x: f64[4, 8]) {
   %0 = exp(%x) : f64[4, 8]

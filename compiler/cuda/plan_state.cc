@@ -35,8 +35,10 @@ std::vector<int64_t> Contig(absl::Span<const int64_t> shape) {
 int64_t NormAxis(int64_t axis, size_t rank) { return axis < 0 ? axis + static_cast<int64_t>(rank) : axis; }
 
 absl::Status Unsupported(const ir::Graph& g, int node, absl::string_view why) {
-  return absl::UnimplementedError(absl::StrCat("cuda lowering: op '", g.nodes()[node].op, "' (node ", node,
-                                               "): ", why));
+  const ir::Node& n = g.nodes()[node];
+  std::string where = absl::StrCat("node ", node);
+  if (!n.origin.empty()) absl::StrAppend(&where, ", from ", n.origin);
+  return absl::UnimplementedError(absl::StrCat("cuda lowering: op '", n.op, "' (", where, "): ", why));
 }
 
 PlanState::PlanState(const ir::Graph& graph, bool bf16, const PlanOptions& opts) : g(graph), options(opts) {

@@ -63,6 +63,11 @@ struct Node {
   std::vector<int> outputs;  // value ids
   std::optional<DType> compute_dtype;  // cast policy slot; nullopt = the inputs' dtype
   std::shared_ptr<Graph> subgraph;     // set for kFusedOp nodes
+  // Where the node comes from in a source model, for error messages: an
+  // imported ONNX node ("ONNX node 'NAME' (OpType, opset N)"), kept by the passes
+  // that rewrite or differentiate it; empty for nodes Loom wrote itself. Not
+  // part of the text form.
+  std::string origin;
 };
 
 struct GraphInput {

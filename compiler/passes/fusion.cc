@@ -81,6 +81,7 @@ absl::StatusOr<bool> ElementwiseFusion::Run(ir::Graph& g) {
       copy.op = nodes[m].op;
       copy.attrs = nodes[m].attrs;
       copy.compute_dtype = nodes[m].compute_dtype;
+      copy.origin = nodes[m].origin;
       for (int v : nodes[m].inputs) copy.inputs.push_back(inner.at(v));
       int idx = sub->AddNodeUnchecked(std::move(copy), {g.meta(nodes[m].outputs[0])});
       inner[nodes[m].outputs[0]] = sub->nodes()[idx].outputs[0];
@@ -90,6 +91,8 @@ absl::StatusOr<bool> ElementwiseFusion::Run(ir::Graph& g) {
     fused.op = std::string(ir::kFusedOp);
     fused.inputs = external;
     fused.outputs = {nodes[i].outputs[0]};
+    fused.origin = nodes[i].origin;  // the root's (the op the group ends in)
+    for (size_t k = 0; k < mem.size() && fused.origin.empty(); ++k) fused.origin = nodes[mem[k]].origin;
     fused.subgraph = std::move(sub);
     result.push_back(std::move(fused));
     changed = true;

@@ -113,6 +113,10 @@ std::vector<int64_t> ReducedAxes(const ir::Node& n, size_t rank) {
 
 void MoveAppended(ir::Graph& g, size_t first_new, int at) {
   std::vector<ir::Node>& nodes = g.mutable_nodes();
+  // The new nodes come from the source node they replace.
+  if (static_cast<size_t>(at) < first_new)
+    for (size_t i = first_new; i < nodes.size(); ++i)
+      if (nodes[i].origin.empty()) nodes[i].origin = nodes[at].origin;
   std::rotate(nodes.begin() + at, nodes.begin() + static_cast<std::ptrdiff_t>(first_new), nodes.end());
 }
 

@@ -91,7 +91,8 @@ bool SameConstant(double got, double want);
 std::vector<int64_t> ReducedAxes(const ir::Node& n, size_t rank);
 
 // Moves the nodes appended (Graph::AddOp) since `first_new` to position `at`, before the node
-// they replace (their inputs come before it, their users after).
+// they replace (their inputs come before it, their users after); they take
+// that node's origin (ir::Node::origin).
 void MoveAppended(ir::Graph& g, size_t first_new, int at);
 // Erases the producers of `values` that have no use, then, transitively, the
 // producers of their inputs left without one. Returns how many erased nodes

@@ -49,26 +49,11 @@ absl::StatusOr<std::vector<std::string>> ConfinementRoots(const CoordinatorOptio
   return roots;
 }
 
-// One rank's memory by the planner's estimate (parallel/planner.h), for a CPU
-// job of a built-in family with a fixed layout (gradient accumulators
-// included); 0 (unknown) otherwise.
-int64_t BytesPerRank(const v1::JobSpec& spec) {
-  const auto& p = spec.parallel();
-  if (spec.device() == "cuda" || spec.model().family() == "onnx" || p.tp_auto()) return 0;
-  parallel::Hardware hw;
-  hw.world = p.dp() * std::max(1, p.tp());
-  hw.activation_bytes = spec.train().precision() == "bf16" ? 2 : 4;
-  const parallel::Layout l{p.dp(), std::max(1, p.tp()), p.zero_stage(), p.sequence_parallel(), {}};
-  absl::StatusOr<parallel::Candidate> c = parallel::Estimate(spec.model(), spec.train().batch_size(), hw, l, nullptr,
-                                                             std::max(1, spec.train().grad_accum_steps()));
-  return c.ok() ? c->memory.total() : 0;
-}
-
 // The spec is validated: dp x tp is at most jobspec::kMaxRanks.
 Demand DemandOf(const v1::JobSpec& spec) {
   const int64_t ranks = int64_t{spec.parallel().dp()} * std::max(1, spec.parallel().tp());
   return Demand{static_cast<int32_t>(std::min<int64_t>(ranks, jobspec::kMaxRanks)), spec.device() == "cuda",
-                BytesPerRank(spec)};
+                parallel::BytesPerRank(spec)};
 }
 
 constexpr int64_t kMiB = int64_t{1} << 20;

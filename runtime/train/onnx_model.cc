@@ -7,6 +7,7 @@
 #include "compiler/import/onnx/training.h"
 #include "parallel/graph_planner.h"
 #include "parallel/styles.h"
+#include "parallel/trainer.h"
 
 namespace loom::runtime::train {
 
@@ -36,6 +37,20 @@ absl::StatusOr<onnx::TrainingGraphOptions> FeedOptions(const v1::JobSpec& spec, 
   to.ignore_index = m.loss().has_ignore_index() ? m.loss().ignore_index() : -100;
   to.vocab = m.vocab();
   return to;
+}
+
+// device: cuda: the training step plans onto the CUDA executor's launches
+// (parallel::PlanCudaStep); an op with no CUDA lowering is bad input naming
+// the fields, the op, the ONNX node it comes from and the reason.
+absl::Status CheckCudaLowering(const v1::JobSpec& spec, const OnnxTrainingModel& m) {
+  parallel::TrainerModel model;
+  model.params = m.params;
+  model.train_forward = m.train_forward;
+  auto plan = parallel::PlanCudaStep(spec, model);
+  if (plan.ok()) return absl::OkStatus();
+  if (!absl::IsUnimplemented(plan.status())) return plan.status();
+  return absl::InvalidArgumentError(absl::StrCat("device: cuda: model.onnx ", spec.model().onnx(),
+                                                 " does not lower to CUDA: ", plan.status().message()));
 }
 
 }  // namespace
@@ -82,6 +97,7 @@ absl::StatusOr<OnnxTrainingModel> LoadOnnxModel(const v1::JobSpec& spec, bool re
 absl::Status CheckOnnxJob(const v1::JobSpec& spec) {
   if (spec.model().family() != "onnx") return absl::OkStatus();
   LOOM_ASSIGN_OR_RETURN(OnnxTrainingModel m, LoadOnnxModel(spec));
+  if (spec.device() == "cuda") LOOM_RETURN_IF_ERROR(CheckCudaLowering(spec, m));
   const v1::ParallelSpec& p = spec.parallel();
   if (p.tp_auto() || p.tp() < 2) return absl::OkStatus();
   // The tp plan against the graph, through the same resolution and

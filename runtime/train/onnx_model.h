@@ -40,9 +40,11 @@ struct OnnxTrainingModel {
 absl::StatusOr<OnnxTrainingModel> LoadOnnxModel(const v1::JobSpec& spec, bool recover_patterns = true);
 
 // LoadOnnxModel's checks without keeping the result (job submission, loom
-// run), and with tp > 1 the job's parallel.tp_plan against the graph
-// (parallel/tp_plan.h): a plan that cannot be honoured is refused here,
-// before any process starts.
+// run); with device: cuda the training step's CUDA plan
+// (parallel::PlanCudaStep: an op with no CUDA lowering is refused naming the
+// op, its ONNX node and the reason); with tp > 1 the job's parallel.tp_plan
+// against the graph (parallel/tp_plan.h): a plan that cannot be honoured is
+// refused here, before any process starts.
 absl::Status CheckOnnxJob(const v1::JobSpec& spec);
 
 }  // namespace loom::runtime::train

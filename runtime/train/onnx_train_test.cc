@@ -176,8 +176,24 @@ TEST(OnnxTraining, GptMatchesTorch) {
   TrainAndCompare(e, e.dir + "/model.onnx");
 }
 
-// What the CUDA planner makes of a training step (bf16): launches by what
-// they implement ("matmul+add+gelu", "sdpa", ...), with their count.
+// What the CUDA planner makes of a training step (bf16): its launches in
+// order, each as what it implements ("gemm matmul+add+gelu", "sdpa ...").
+std::vector<std::string> CudaLaunchSequence(const compiler::ir::Graph& forward) {
+  compiler::CompileOptions co;
+  co.lower = false;
+  co.adamw = compiler::AdamWOptions{};
+  auto c = compiler::Compile(forward, co);
+  EXPECT_TRUE(c.ok()) << c.status();
+  if (!c.ok()) return {};
+  auto plan = compiler::cuda::PlanCuda(c->stages.at("fused"), /*bf16=*/true);
+  EXPECT_TRUE(plan.ok()) << plan.status();
+  if (!plan.ok()) return {};
+  std::vector<std::string> out;
+  for (const auto& l : plan->launches) out.push_back(absl::StrCat(compiler::cuda::LaunchKindName(l.kind), " ", l.op));
+  return out;
+}
+
+// The same launches by what they implement, with their count.
 std::map<std::string, int> CudaLaunches(const compiler::ir::Graph& forward) {
   compiler::CompileOptions co;
   co.lower = false;
@@ -200,7 +216,8 @@ std::map<std::string, int> CudaLaunches(const compiler::ir::Graph& forward) {
 // masks, dropout, gather and integer arithmetic; none is left). Head dim 64,
 // so flash attention reads q, k, v as views of the qkv GEMM's output on both
 // sides. The GEMMs' transpose flags differ (nn.Linear keeps [out, in]
-// weights), so launches are compared by kind and fusion.
+// weights), so launches are compared by kind and fusion: as counts, then op
+// for op in launch order.
 TEST(OnnxTraining, GptPlansOnCudaAsTheBuiltInFamily) {
   constexpr int64_t kLayers = 2, kHeads = 2, kModel = 128, kSeq = 64;
   Exported e = Export("gpt", 14, absl::StrCat(kLayers, ",", kHeads, ",", kModel, ",", kSeq));
@@ -226,6 +243,46 @@ TEST(OnnxTraining, GptPlansOnCudaAsTheBuiltInFamily) {
     std::printf("built-in %3d x %s (imported %d)\n", n, op.c_str(), imported.count(op) ? imported.at(op) : 0);
   EXPECT_EQ(imported, native);
   EXPECT_EQ(native.count("sdpa sdpa(views)+permute"), 1u) << "attention on views of the qkv output";
+  // Op for op, in launch order.
+  const std::vector<std::string> imported_seq = CudaLaunchSequence(m->train_forward),
+                                 native_seq = CudaLaunchSequence(*forward);
+  EXPECT_EQ(imported_seq, native_seq);
+  // So the job check before launch (loom submit, loom run) takes it on cuda.
+  v1::JobSpec cuda = Spec(e.dir + "/model.onnx", kSeq);
+  cuda.set_device("cuda");
+  cuda.mutable_train()->set_precision("bf16");
+  ASSERT_TRUE(jobspec::ValidateJobSpec(cuda).ok()) << jobspec::ValidateJobSpec(cuda);
+  EXPECT_TRUE(CheckOnnxJob(cuda).ok()) << CheckOnnxJob(cuda);
+}
+
+// The rotary model's interleaved halves (x[..., ::2], x[..., 1::2]) are
+// slices with step 2, which the CUDA lowering has no launch for: device: cuda
+// is refused before launch as bad input naming the field, the op, the ONNX
+// node it comes from and the reason; the trainer itself (loom train) stops at
+// the same place, on a machine with or without a GPU.
+TEST(OnnxTraining, RotaryOnCudaIsRefusedNamingTheOnnxNode) {
+  Exported e = Export("rotary");
+  if (!e.skip.empty()) GTEST_SKIP() << e.skip;
+  ASSERT_TRUE(e.failure.empty()) << e.failure;
+  v1::JobSpec spec = Spec(e.dir + "/model.onnx");
+  spec.set_device("cuda");
+  spec.mutable_train()->set_precision("bf16");
+  ASSERT_TRUE(jobspec::ValidateJobSpec(spec).ok()) << jobspec::ValidateJobSpec(spec);
+  const absl::Status s = CheckOnnxJob(spec);
+  ASSERT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  const std::string msg(s.message());
+  std::printf("refused: %s\n", msg.c_str());
+  EXPECT_EQ(msg.rfind("device: cuda: model.onnx " + spec.model().onnx(), 0), 0u) << msg;
+  EXPECT_NE(msg.find("op 'slice'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("from ONNX node '"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("(Slice, opset 17)"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("slices with a step other than 1 are not supported"), std::string::npos) << msg;
+  auto model = BuildModel(spec);
+  ASSERT_TRUE(model.ok()) << model.status();
+  auto trainer = parallel::Trainer::Create(spec, std::move(*model));
+  ASSERT_FALSE(trainer.ok());
+  EXPECT_EQ(trainer.status().code(), absl::StatusCode::kUnimplemented) << trainer.status();
+  EXPECT_NE(trainer.status().message().find("(Slice, opset 17)"), std::string::npos) << trainer.status();
 }
 
 // Opset 14: the gpt model's LayerNorms arrive decomposed and are recovered.

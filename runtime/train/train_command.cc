@@ -1,5 +1,7 @@
 #include "runtime/train/train_command.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 
@@ -7,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/flags.h"
 #include "collectives/process_group.h"
+#include "parallel/planner.h"
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/plan/planner_command.h"
 #include "runtime/train/run_reporter.h"
@@ -16,6 +19,21 @@ namespace loom::runtime::train {
 namespace {
 
 int Fail(int code, absl::string_view msg) { return FailRun("loom train", code, msg); }
+
+// The run fits this machine's memory by the planner's estimate for one rank
+// (parallel::BytesPerRank, the figure the coordinator fits jobs to agents
+// with); bad input naming train.batch_size otherwise.
+absl::Status CheckMemoryFits(const v1::JobSpec& spec) {
+  const int64_t need = parallel::BytesPerRank(spec);
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  const int64_t have = pages > 0 && page > 0 ? int64_t{pages} * page : 0;
+  if (need == 0 || have == 0 || need <= have) return absl::OkStatus();
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  return absl::InvalidArgumentError(absl::StrCat(
+      "train.batch_size: ", spec.train().batch_size(), ": the run needs about ", (need + kMiB - 1) / kMiB,
+      " MiB (the planner's estimate for this model, batch and precision) but this machine has ", have / kMiB,
+      " MiB; a smaller batch or model lowers it (or `loom run` with more dp or tp, or ZeRO)"));
+}
 
 }  // namespace
 
@@ -48,6 +66,7 @@ int RunTrainCommand(const std::vector<std::string>& args, collectives::ProcessGr
   if (!plan.ok()) return Fail(2, plan.status().message());
   if (spec.parallel().dp() * std::max(1, spec.parallel().tp()) != 1)
     return Fail(2, "parallel: `loom train` runs one process; dp and tp must be 1");
+  if (absl::Status s = CheckMemoryFits(spec); !s.ok()) return Fail(2, s.message());
   run.command = "loom train";
   run.world = world;
   run.gate = gate;

@@ -9,6 +9,7 @@ bring-your-own-model parity suite (tests/byom). Each FACTORY returns
            causal-mask buffer, tanh-GELU MLP, tied token embedding and head.
            nanoGPT's `bias=False` configuration (no biases in Linear and
            LayerNorm).
+  gpt_d64  the same nanoGPT with 64-dim heads (the CUDA flash kernels' size).
   gptj     GPT-J: attention and MLP read the same LayerNorm output and are
            added in parallel; rotary embeddings on the first half of each
            head's dims (interleaved pairs, from an inverse-frequency buffer);
@@ -315,6 +316,13 @@ def gpt():
     return GPT(), _tokens()
 
 
+def gpt_d64():
+    """The nanoGPT with 64-dim heads (C128, 2 heads): the head size the CUDA
+    flash-attention kernels take, for tests/byom/byom_cuda_test."""
+    torch.manual_seed(1)
+    return GPT(n_embd=128, n_head=2), _tokens()
+
+
 def gptj():
     torch.manual_seed(2)
     return GPTJ(), _tokens()
@@ -330,4 +338,4 @@ def mlp():
     return MLPClassifier(), torch.randn(BATCH, MLP_FEATURES, generator=torch.Generator().manual_seed(6))
 
 
-FACTORIES = {"gpt": gpt, "gptj": gptj, "bert": bert, "mlp": mlp}
+FACTORIES = {"gpt": gpt, "gpt_d64": gpt_d64, "gptj": gptj, "bert": bert, "mlp": mlp}

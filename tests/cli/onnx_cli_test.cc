@@ -41,6 +41,25 @@ std::string TinyLm() {
   return mb.Bytes();
 }
 
+// TinyLm with every other feature of the embedding dropped (Slice with step
+// 2, as interleaved rotary embeddings export): the CUDA lowering has no
+// launch for a stepped slice.
+std::string SteppedSliceLm() {
+  ModelBuilder mb(17);
+  mb.Input("ids", DType::kI64, {-1, kT});
+  mb.Initializer("emb", Weights({kV, kC}, 0.1));
+  mb.Initializer("head", Weights({kC / 2, kV}, 0.1));
+  mb.Initializer("starts", Tensor::FromVector({1}, std::vector<double>{0}, DType::kI64));
+  mb.Initializer("ends", Tensor::FromVector({1}, std::vector<double>{kC}, DType::kI64));
+  mb.Initializer("axes", Tensor::FromVector({1}, std::vector<double>{2}, DType::kI64));
+  mb.Initializer("steps", Tensor::FromVector({1}, std::vector<double>{2}, DType::kI64));
+  mb.Node("Gather", {"emb", "ids"}, {"h"}, "embed");
+  mb.Node("Slice", {"h", "starts", "ends", "axes", "steps"}, {"even"}, "even_features");
+  mb.Node("MatMul", {"even", "head"}, {"logits"}, "lm_head");
+  mb.Output("logits");
+  return mb.Bytes();
+}
+
 // A job on `model`; its run folder is root/runs/<run>.
 std::string Job(const std::string& root, const std::string& model, const std::string& extra = "",
                 const std::string& run = "lm") {
@@ -85,6 +104,30 @@ class OnnxCli : public ::testing::Test {
   }
   std::string root_;
 };
+
+// device: cuda takes ONNX models through the CUDA lowering; an op it cannot
+// lower stops `loom run` before launch and `loom train` at compile time, as
+// bad input naming the op, the ONNX node and the reason. (The tiny model
+// itself lowers: without a GPU, `loom train` then fails for want of a device,
+// not of a lowering.)
+TEST_F(OnnxCli, CudaRefusesAnOpWithNoCudaLoweringNamingTheOnnxNode) {
+  std::ofstream(root_ + "/sliced.onnx", std::ios::binary) << SteppedSliceLm();
+  for (const char* cmd : {"run ", "train "}) {
+    CliResult r = RunLoom(cmd + Job(root_, root_ + "/sliced.onnx", "device: cuda\n", "sliced"), 300);
+    EXPECT_EQ(r.code, 2) << cmd << r.output;
+    for (const char* s : {"device: cuda", "op 'slice'", "from ONNX node 'even_features' (Slice, opset 17)",
+                          "slices with a step other than 1 are not supported"})
+      EXPECT_NE(r.output.find(s), std::string::npos) << cmd << s << " missing from:\n" << r.output;
+  }
+  CliResult r = RunLoom("train " + Job(root_, root_ + "/lm.onnx", "device: cuda\n", "lm_cuda"), 300);
+  if (r.code == 0) {  // a machine with a GPU
+    EXPECT_NE(r.output.find("device cuda"), std::string::npos) << r.output;
+    return;
+  }
+  EXPECT_EQ(r.code, 1) << "no device is a runtime failure, not bad input:\n" << r.output;
+  EXPECT_NE(r.output.find("device: cuda"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("lower"), std::string::npos) << r.output;
+}
 
 TEST_F(OnnxCli, InspectAndOps) {
   CliResult r = RunLoom(absl::StrCat("inspect ", root_, "/lm.onnx --dim d0=2"));

@@ -52,6 +52,10 @@ TEST(TrainCli, BadInputNamesKeyAndValueAndExits2) {
   ExpectBadInput("train: {precision: bf16}\n", {"train.precision", "bf16", "device: cuda"});
   ExpectBadInput("train: {grad_accum_steps: 0}\n", {"train.grad_accum_steps", "got 0"});
   ExpectBadInput("train: {batch_size: 8, grad_accum_steps: 3}\n", {"train.grad_accum_steps", "3", "train.batch_size"});
+  // More memory than any machine has (the planner's estimate for one rank,
+  // about 2 TiB of activations): refused before anything is loaded.
+  ExpectBadInput("model: {n_layer: 32, d_model: 4096, n_head: 32, seq_len: 1024}\ntrain: {batch_size: 512}\n",
+                 {"train.batch_size", "512", "MiB", "the planner's estimate", "this machine has"});
   // Settings the model builder and the run folder reject after validation:
   // still bad input (exit 2) naming the spec field.
   ExpectBadInput("model: {family: gpt, n_head: 4, n_kv_head: 2, d_model: 64}\n",

@@ -135,7 +135,10 @@ absl::Status ConvertNode(Builder& b, const ::onnx::NodeProto& node, int index, i
   if (opset < e->since)
     return absl::InvalidArgumentError(absl::StrCat(display, ": Loom reads ", node.op_type(), " from opset ", e->since));
   NodeCtx ctx(b, node, index, opset, display);
+  const size_t first_new = b.graph().nodes().size();
   LOOM_RETURN_IF_ERROR(e->convert(ctx));
+  std::vector<ir::Node>& nodes = b.graph().mutable_nodes();
+  for (size_t i = first_new; i < nodes.size(); ++i) nodes[i].origin = absl::StrCat("ONNX ", display);
   for (int k = 0; k < node.output_size(); ++k)
     if (!node.output(k).empty() && !b.Has(node.output(k)))
       return absl::InvalidArgumentError(absl::StrCat(display, ": output ", k, " ('", node.output(k),

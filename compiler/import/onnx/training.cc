@@ -117,6 +117,7 @@ absl::Status CopyNodes(const ir::Graph& src, ir::Graph& g, bool evaluation, std:
       ins.push_back(dropout_step);
     }
     LOOM_ASSIGN_OR_RETURN(std::vector<int> outs, g.AddOp(n.op, ins, n.attrs));
+    g.mutable_nodes().back().origin = n.origin;
     for (size_t k = 0; k < outs.size(); ++k) vmap[n.outputs[k]] = outs[k];
   }
   return absl::OkStatus();
