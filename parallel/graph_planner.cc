@@ -7,6 +7,7 @@
 #include "absl/strings/str_format.h"
 #include "base/status.h"
 #include "compiler/lowering.h"
+#include "dtensor/spec.h"
 #include "parallel/styles.h"
 
 namespace loom::parallel {
@@ -98,6 +99,23 @@ void TimeOf(const compiler::ir::Graph& local, const Hardware& hw, const Layout& 
   c.step_seconds = c.compute_seconds + cm.tp_seconds + cm.dp_exposed_seconds;
 }
 
+// train.grad_accum_steps > 1: the trainer's accumulators (each parameter's
+// tp-local shape in f32, unreduced over dp) plus, on dp > 1, the update
+// program's reduced gradients (`reduced`: those AdamW consumes).
+absl::StatusOr<int64_t> AccumulatorBytes(const compiler::Compilation& c, const Layout& l, int64_t reduced) {
+  const compiler::ir::Graph& joint = c.stages.at("joint");
+  const compiler::ir::Graph& local = c.stages.at("parallel");
+  const dtensor::MeshShape mesh = MeshOf(l);
+  int64_t bytes = 0;
+  for (const auto& in : local.inputs()) {
+    if (in.kind != compiler::ir::InputKind::kParam) continue;
+    LOOM_ASSIGN_OR_RETURN(dtensor::DTensorSpec spec, dtensor::ParseSpec(local.value(in.value).placement, mesh));
+    const int64_t n = NumElements(joint.meta(joint.inputs()[joint.FindInput(in.name)].value).shape);
+    bytes += 4 * (spec.placements[1].is_shard() ? n / l.tp : n);
+  }
+  return bytes + (l.dp > 1 ? reduced : 0);
+}
+
 // As the planner's table prints sizes: "12.3MiB".
 std::string HumanBytes(double b) {
   if (b >= 1024.0 * 1024 * 1024) return absl::StrFormat("%.2fGiB", b / (1024.0 * 1024 * 1024));
@@ -141,6 +159,9 @@ absl::StatusOr<Candidate> EstimateCompiled(const GraphModel& m, int64_t batch, c
   Candidate cand;
   cand.layout = layout;
   cand.memory = MemoryOf(c.stages.at("planned"), arena.peak_bytes);
+  if (m.train.grad_accum_steps() > 1) {
+    LOOM_ASSIGN_OR_RETURN(cand.memory.accumulators, AccumulatorBytes(c, layout, cand.memory.gradients));
+  }
   TimeOf(c.stages.at("parallel"), hw, layout, cand);
   if (cand.memory.total() > hw.memory_bytes) {
     cand.feasible = false;
@@ -161,7 +182,8 @@ absl::StatusOr<Plan> MakeGraphPlan(const GraphModel& m, int64_t batch, const Har
     if (in.kind == compiler::ir::InputKind::kParam)
       plan.dims.num_parameters += NumElements(m.forward.meta(in.value).shape);
   plan.model_summary = m.summary;
-  plan.batch = batch;
+  plan.grad_accum_steps = std::max(1, m.train.grad_accum_steps());
+  plan.batch = batch * plan.grad_accum_steps;
   plan.hw = hw;
   for (int tp = 1; tp <= hw.world; ++tp) {
     if (hw.world % tp != 0) continue;

@@ -68,6 +68,9 @@ compiler::CompileOptions PlanningCompileOptions(const compiler::ir::Graph& forwa
 absl::StatusOr<Candidate> EstimateCompiled(const GraphModel& m, int64_t batch, const Hardware& hw,
                                            const Layout& layout);
 
+// `batch`: the rows `forward` takes, one micro-batch under
+// train.grad_accum_steps = k > 1 (the plan shows batch * k, and each
+// estimate counts MemoryEstimate::accumulators).
 absl::StatusOr<Plan> MakeGraphPlan(const GraphModel& m, int64_t batch, const Hardware& hw,
                                    const std::function<bool(const Layout&)>& only = nullptr);
 

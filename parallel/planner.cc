@@ -294,12 +294,28 @@ absl::StatusOr<MemoryTerms> MemoryTermsOf(const v1::ModelSpec& model, int64_t ba
 }
 
 absl::StatusOr<Candidate> Estimate(const v1::ModelSpec& model, int64_t batch, const Hardware& hw, const Layout& l,
-                                   const MemoryCoefficients* coefficients) {
-  LOOM_ASSIGN_OR_RETURN(Sized z, SizeOf(model, batch, hw, l));
+                                   const MemoryCoefficients* coefficients, int grad_accum_steps) {
+  const int64_t accum = std::max(1, grad_accum_steps);
+  if (batch % accum != 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("train.grad_accum_steps: ", accum, " must divide train.batch_size = ", batch));
+  LOOM_ASSIGN_OR_RETURN(Sized z, SizeOf(model, batch / accum, hw, l));
   Candidate c;
   c.layout = l;
   const MemoryCoefficients& k = coefficients != nullptr ? *coefficients : FittedMemoryCoefficients(z.d.family);
-  c.memory = EstimateMemory(z, TermsOf(z, batch, hw, l), k, l);
+  c.memory = EstimateMemory(z, TermsOf(z, batch / accum, hw, l), k, l);
+  if (accum > 1) {
+    // The micro-step keeps every local gradient (no reduce_scatter), so its
+    // gradients and arena are those of ZeRO-0/1 on the micro-batch; the
+    // evaluation program (the workspace) still runs the whole batch.
+    Layout micro = l;
+    micro.zero_stage = std::min(l.zero_stage, 1);
+    const MemoryEstimate m = EstimateMemory(z, TermsOf(z, batch / accum, hw, micro), k, micro);
+    c.memory.gradients = m.gradients;
+    c.memory.activations = m.activations;
+    c.memory.workspace = EstimateMemory(z, TermsOf(z, batch, hw, l), k, l).workspace;
+    c.memory.accumulators = 4 * (z.local + (l.dp > 1 ? GradientFloats(z, l) : 0));
+  }
   EstimateTime(z.d, z.local, batch, hw, l, c);
   const MemoryEstimate& m = c.memory;
   if (m.total() > hw.memory_bytes) {
@@ -307,7 +323,8 @@ absl::StatusOr<Candidate> Estimate(const v1::ModelSpec& model, int64_t batch, co
     std::string what = "activations";
     int64_t most = m.activations;
     for (auto [name, v] : {std::pair<const char*, int64_t>{"parameters", m.parameters}, {"gradients", m.gradients},
-                           {"optimizer state", m.optimizer}, {"workspace", m.workspace}})
+                           {"optimizer state", m.optimizer}, {"workspace", m.workspace},
+                           {"gradient accumulators", m.accumulators}})
       if (v > most) most = v, what = name;
     c.reason = absl::StrCat("needs ", Bytes(m.total()), "iB per rank > budget ", Bytes(hw.memory_bytes),
                             "iB (largest: ", what, " ", Bytes(most), "iB)");
@@ -322,7 +339,8 @@ int64_t BytesPerRank(const v1::JobSpec& spec) {
   hw.world = p.dp() * std::max(1, p.tp());
   hw.activation_bytes = spec.train().precision() == "bf16" ? 2 : 4;
   const Layout l{p.dp(), std::max(1, p.tp()), p.zero_stage(), p.sequence_parallel(), {}};
-  absl::StatusOr<Candidate> c = Estimate(spec.model(), spec.train().batch_size(), hw, l);
+  absl::StatusOr<Candidate> c = Estimate(spec.model(), spec.train().batch_size(), hw, l, nullptr,
+                                         std::max(1, spec.train().grad_accum_steps()));
   return c.ok() ? c->memory.total() : 0;
 }
 
@@ -345,16 +363,17 @@ absl::StatusOr<Enumeration> EnumerateLayouts(const v1::ModelSpec& model, int64_t
 }
 
 absl::StatusOr<Plan> MakePlan(const v1::ModelSpec& model, int64_t batch, const Hardware& hw,
-                              const std::function<bool(const Layout&)>& only) {
+                              const std::function<bool(const Layout&)>& only, int grad_accum_steps) {
   Plan plan;
   LOOM_ASSIGN_OR_RETURN(plan.dims, DimsOf(model));
   plan.batch = batch;
+  plan.grad_accum_steps = std::max(1, grad_accum_steps);
   plan.hw = hw;
   LOOM_ASSIGN_OR_RETURN(Enumeration e, EnumerateLayouts(model, batch, hw));
   plan.skipped = e.skipped;
   for (const Layout& l : e.layouts) {
     if (only && !only(l)) continue;
-    LOOM_ASSIGN_OR_RETURN(Candidate c, Estimate(model, batch, hw, l));
+    LOOM_ASSIGN_OR_RETURN(Candidate c, Estimate(model, batch, hw, l, nullptr, plan.grad_accum_steps));
     plan.ranked.push_back(std::move(c));
   }
   LOOM_RETURN_IF_ERROR(RankCandidates(plan));
@@ -406,15 +425,23 @@ std::string FormatPlanTable(const Plan& p) {
       "inter %g Gb/s\n\n",
       p.batch, p.hw.world, p.hw.nproc_per_node > 0 ? p.hw.nproc_per_node : p.hw.world, Bytes(p.hw.memory_bytes),
       p.hw.flops / 1e12, p.hw.intra_bandwidth * 8 / 1e9, p.hw.inter_bandwidth * 8 / 1e9);
-  absl::StrAppendFormat(&s, "%-4s %-20s %8s %8s %8s %8s %8s %8s %9s %9s %10s %10s  %s\n", "rank", "layout", "params",
-                        "grads", "optim", "activ", "work", "total", "dp-comm", "tp-comm", "compute", "step", "fits");
+  const bool accum = std::any_of(p.ranked.begin(), p.ranked.end(),
+                                 [](const Candidate& c) { return c.memory.accumulators > 0; });
+  if (accum)
+    absl::StrAppendFormat(&s, "gradient accumulation: %d micro-batches of %d per update (accum: the accumulators "
+                              "and the update's reduced gradients)\n",
+                          p.grad_accum_steps, p.batch / std::max(1, p.grad_accum_steps));
+  absl::StrAppendFormat(&s, "%-4s %-20s %8s %8s %8s %8s %8s %8s%s %9s %9s %10s %10s  %s\n", "rank", "layout",
+                        "params", "grads", "optim", "activ", "work", "total", accum ? "    accum" : "", "dp-comm",
+                        "tp-comm", "compute", "step", "fits");
   for (size_t i = 0; i < p.ranked.size(); ++i) {
     const Candidate& c = p.ranked[i];
     const MemoryEstimate& m = c.memory;
-    absl::StrAppendFormat(&s, "%-4s %-20s %8s %8s %8s %8s %8s %8s %9s %9s %10s %10s  %s\n",
+    absl::StrAppendFormat(&s, "%-4s %-20s %8s %8s %8s %8s %8s %8s%s %9s %9s %10s %10s  %s\n",
                           absl::StrCat(i + 1, static_cast<int>(i) == p.winner ? "*" : ""), LayoutName(c.layout),
                           Bytes(m.parameters), Bytes(m.gradients), Bytes(m.optimizer), Bytes(m.activations),
                           Bytes(m.workspace), Bytes(m.total()),
+                          accum ? absl::StrFormat(" %8s", Bytes(m.accumulators)) : std::string(),
                           Bytes(c.comm.dp_bytes) + (c.comm.dp_inter_node ? "x" : ""),
                           Bytes(c.comm.tp_bytes) + (c.comm.tp_inter_node ? "x" : ""), Seconds(c.compute_seconds),
                           Seconds(c.step_seconds), c.feasible ? "yes" : "no: " + c.reason);
@@ -457,6 +484,7 @@ std::string PlanToJson(const Plan& p) {
                  {"seq_len", d.seq_len},
                  {"num_parameters", d.num_parameters},
                  {"batch", p.batch},
+                 {"grad_accum_steps", p.grad_accum_steps},
                  {"world", p.hw.world},
                  {"nproc_per_node", p.hw.nproc_per_node > 0 ? p.hw.nproc_per_node : p.hw.world},
                  {"memory_bytes", p.hw.memory_bytes},
@@ -478,6 +506,7 @@ std::string PlanToJson(const Plan& p) {
                        {"optimizer", m.optimizer},
                        {"activations", m.activations},
                        {"workspace", m.workspace},
+                       {"accumulators", m.accumulators},
                        {"total", m.total()}}},
                      {"comm",
                       {{"dp_bytes", c.comm.dp_bytes},

@@ -105,8 +105,13 @@ struct MemoryEstimate {
   int64_t optimizer = 0;
   int64_t activations = 0;
   int64_t workspace = 0;
+  // train.grad_accum_steps > 1: the trainer's f32 accumulators (one per
+  // parameter, its tp-local shape, unreduced over dp so never divided by it)
+  // plus, on dp > 1, the update program's reduced copy of the mean gradients
+  // (the 1/dp shards under ZeRO-2/3). 0 without accumulation.
+  int64_t accumulators = 0;
   int64_t state() const { return parameters + gradients + optimizer; }
-  int64_t total() const { return state() + activations + workspace; }
+  int64_t total() const { return state() + accumulators + activations + workspace; }
 };
 
 struct CommEstimate {
@@ -170,12 +175,19 @@ absl::StatusOr<MemoryTerms> MemoryTermsOf(const v1::ModelSpec& model, int64_t ba
 
 // The estimate for one layout (which must be legal; see EnumerateLayouts),
 // with the fitted coefficients unless `coefficients` is given.
+// grad_accum_steps = k > 1 (train.grad_accum_steps): the training step's
+// activations are those of one micro-batch (batch / k rows), its gradients
+// the full local ones for every ZeRO stage (a micro-step reduces none), the
+// workspace still that of the whole batch (the evaluation program), and
+// MemoryEstimate::accumulators is counted.
 absl::StatusOr<Candidate> Estimate(const v1::ModelSpec& model, int64_t batch, const Hardware& hw,
-                                   const Layout& layout, const MemoryCoefficients* coefficients = nullptr);
+                                   const Layout& layout, const MemoryCoefficients* coefficients = nullptr,
+                                   int grad_accum_steps = 1);
 
 // One rank's memory by Estimate for a job spec: a CPU job of a built-in
 // family with a fixed layout (parallel.dp, tp, zero_stage,
-// sequence_parallel), its batch and precision; 0 (unknown) for device: cuda,
+// sequence_parallel), its batch, precision and train.grad_accum_steps (the
+// accumulators counted); 0 (unknown) for device: cuda,
 // an ONNX model or tp: auto. The coordinator fits jobs to agents with it and
 // `loom train` to its machine.
 int64_t BytesPerRank(const v1::JobSpec& spec);
@@ -201,6 +213,7 @@ struct TpPlanShown {
 
 struct Plan {
   ModelDims dims;
+  int grad_accum_steps = 1;   // train.grad_accum_steps the estimates assume
   std::string model_summary;  // set: the model line printed instead of dims (imported graphs)
   int64_t batch = 0;
   Hardware hw;
@@ -218,8 +231,9 @@ struct Plan {
 absl::Status RankCandidates(Plan& plan);
 
 // `only` (optional): keep only the layouts it accepts (e.g. a fixed zero stage).
+// grad_accum_steps: see Estimate.
 absl::StatusOr<Plan> MakePlan(const v1::ModelSpec& model, int64_t batch, const Hardware& hw,
-                              const std::function<bool(const Layout&)>& only = nullptr);
+                              const std::function<bool(const Layout&)>& only = nullptr, int grad_accum_steps = 1);
 
 // The ranked table (one row per candidate) and the winner's reason.
 std::string FormatPlanTable(const Plan& plan);

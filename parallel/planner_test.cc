@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "absl/strings/match.h"
 #include "gtest/gtest.h"
 
 namespace loom::parallel {
@@ -84,6 +85,35 @@ TEST(Enumerate, EveryLayoutIsLegalAndDistinct) {
     }
   }
   EXPECT_FALSE(EnumerateLayouts(Gpt(2, 4, 64), 8, World(0)).ok());
+}
+
+// train.grad_accum_steps = 4: the activations of a quarter of the batch, the
+// full local gradients of a micro-step for every ZeRO stage, and the
+// accumulators (f32 per local parameter, plus the update's reduced gradients
+// on dp > 1) counted in the total.
+TEST(Estimate, GradientAccumulatorsAreCounted) {
+  v1::ModelSpec m = Gpt(4, 4, 128, 64, 256);
+  auto plain = Estimate(m, 16, World(1), {1, 1, 0, false});
+  auto accum = Estimate(m, 16, World(1), {1, 1, 0, false}, nullptr, 4);
+  auto quarter = Estimate(m, 4, World(1), {1, 1, 0, false});
+  ASSERT_TRUE(plain.ok() && accum.ok() && quarter.ok());
+  EXPECT_EQ(plain->memory.accumulators, 0);
+  EXPECT_EQ(accum->memory.accumulators, accum->memory.parameters);
+  EXPECT_EQ(accum->memory.activations, quarter->memory.activations);
+  EXPECT_EQ(accum->memory.workspace, plain->memory.workspace);
+  EXPECT_EQ(accum->memory.total(), accum->memory.state() + accum->memory.accumulators +
+                                       accum->memory.activations + accum->memory.workspace);
+  for (int s = 0; s <= 3; ++s) {
+    auto c = Estimate(m, 16, World(4), {4, 1, s, false}, nullptr, 4);
+    auto z0 = Estimate(m, 16, World(4), {4, 1, 0, false});
+    auto zs = Estimate(m, 16, World(4), {4, 1, s, false});
+    ASSERT_TRUE(c.ok() && z0.ok() && zs.ok()) << s;
+    EXPECT_EQ(c->memory.gradients, z0->memory.gradients) << "ZeRO-" << s << ": a micro-step reduces no gradient";
+    EXPECT_EQ(c->memory.accumulators, z0->memory.gradients + zs->memory.gradients) << "ZeRO-" << s;
+  }
+  auto odd = Estimate(m, 16, World(1), {1, 1, 0, false}, nullptr, 3);
+  ASSERT_FALSE(odd.ok());
+  EXPECT_TRUE(absl::StrContains(odd.status().message(), "train.grad_accum_steps")) << odd.status();
 }
 
 TEST(Estimate, MemoryShrinksAsTheLayoutShards) {

@@ -1,5 +1,7 @@
 #include "parallel/styles.h"
 
+#include <set>
+
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
@@ -130,21 +132,29 @@ absl::StatusOr<compiler::Compilation> CompileParallel(const compiler::ir::Graph&
                                                       const compiler::CompileOptions& co, const v1::ModelSpec& model,
                                                       int64_t batch, const Layout& layout, int64_t bucket_bytes) {
   LOOM_RETURN_IF_ERROR(CheckParallelLayout(model, batch, layout));
-  if (co.differentiate != co.adamw.has_value())
+  if (!co.differentiate && co.adamw.has_value())
     return absl::InvalidArgumentError(
-        "CompileParallel: a training compile sets differentiate and adamw, an evaluation compile neither");
+        "CompileParallel: adamw needs differentiate (a training compile sets both, a micro-step differentiate "
+        "only, an evaluation compile neither)");
   LOOM_RETURN_IF_ERROR(Annotate(compiler::ir::Verify(forward), "compile: initial graph"));
   compiler::ir::Graph global = forward;  // what sharding propagation localizes
+  std::set<int> unreduced;               // a micro-step's gradient outputs
   if (co.differentiate) {
     auto j = compiler::BuildJointGraph(forward, co.autodiff);
     if (!j.ok()) return Annotate(j.status(), "compile: autodiff");
-    LOOM_RETURN_IF_ERROR(Annotate(compiler::AppendAdamW(*j, *co.adamw), "compile: optimizer"));
+    if (co.adamw) {
+      LOOM_RETURN_IF_ERROR(Annotate(compiler::AppendAdamW(*j, *co.adamw), "compile: optimizer"));
+    } else {
+      for (size_t g = 0; g < j->grads.size(); ++g) unreduced.insert(j->num_forward_outputs + static_cast<int>(g));
+    }
     global = std::move(j->graph);
   }
   LOOM_ASSIGN_OR_RETURN(auto tp, TensorParallelPlan(model, forward, layout));
   LOOM_ASSIGN_OR_RETURN(auto specs, AnnotateInputs(tp, global, layout));
   compiler::spmd::SpmdStats stats;
-  auto local = compiler::spmd::Parallelize(global, SpmdOptionsFor(layout, std::move(specs)), &stats);
+  compiler::spmd::SpmdOptions so = SpmdOptionsFor(layout, std::move(specs));
+  so.unreduced_outputs = std::move(unreduced);
+  auto local = compiler::spmd::Parallelize(global, so, &stats);
   if (!local.ok()) return Annotate(local.status(), "compile: sharding propagation");
   // The tp plan is held to its placements in the training step; an evaluation
   // program under the same plan may gather what it needs.
@@ -167,6 +177,29 @@ absl::StatusOr<compiler::Compilation> CompileParallel(const compiler::ir::Graph&
   if (!c.ok()) return c.status();
   c->stages["initial"] = forward;
   c->stages["joint"] = std::move(global);
+  c->stages["parallel"] = *local;
+  return c;
+}
+
+absl::StatusOr<compiler::Compilation> CompileParallelUpdate(
+    const compiler::ir::Graph& update, const compiler::CompileOptions& co, const std::vector<TpAssignment>& tp,
+    const Layout& layout, const std::map<std::string, dtensor::DTensorSpec>& gradient_specs) {
+  if (co.differentiate || co.adamw)
+    return absl::InvalidArgumentError("CompileParallelUpdate: the update graph carries its optimizer already");
+  LOOM_RETURN_IF_ERROR(Annotate(compiler::ir::Verify(update), "compile: update graph"));
+  LOOM_ASSIGN_OR_RETURN(auto specs, AnnotateInputs(tp, update, layout));
+  for (const auto& [name, s] : gradient_specs) {
+    if (update.FindInput(name) < 0)
+      return absl::InvalidArgumentError(absl::StrCat("CompileParallelUpdate: no update input '", name, "'"));
+    specs[name] = s;
+  }
+  auto local = compiler::spmd::Parallelize(update, SpmdOptionsFor(layout, std::move(specs)));
+  if (!local.ok()) return Annotate(local.status(), "compile: sharding propagation of the update");
+  if (auto s = compiler::spmd::ScheduleCollectivesEarly(*local); !s.ok())
+    return Annotate(s.status(), "compile: collective scheduling of the update");
+  auto c = compiler::Compile(*local, co);
+  if (!c.ok()) return c.status();
+  c->stages["joint"] = update;
   c->stages["parallel"] = *local;
   return c;
 }

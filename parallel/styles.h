@@ -74,7 +74,10 @@ compiler::spmd::SpmdOptions SpmdOptionsFor(const Layout& layout, std::map<std::s
 // placements, its reduce_scatters scheduled early) after "joint". A training
 // compile sets co.differentiate and co.adamw; an evaluation compile sets
 // neither and localizes the forward graph itself ("joint" == "initial"; its
-// outputs, the loss and any logits, come out replicated on every rank).
+// outputs, the loss and any logits, come out replicated on every rank). A
+// micro-step of gradient accumulation sets co.differentiate only: its outputs
+// are the loss (replicated) and one gradient per parameter, each left in the
+// placement propagation gives it (Partial over dp: no gradient reduction).
 // bucket_bytes > 0 merges the dp gradient all-reduces into buckets. The
 // layout is checked first (CheckParallelLayout, parallel_check.h), so impossible
 // layouts fail before anything is built; an imported model's tp_plan is
@@ -84,6 +87,17 @@ compiler::spmd::SpmdOptions SpmdOptionsFor(const Layout& layout, std::map<std::s
 absl::StatusOr<compiler::Compilation> CompileParallel(const compiler::ir::Graph& forward,
                                                       const compiler::CompileOptions& co, const v1::ModelSpec& model,
                                                       int64_t batch, const Layout& layout, int64_t bucket_bytes = 0);
+
+// The update program of gradient accumulation under `layout`: `update` (the
+// parameters, one "<param>.grad" input each and AppendAdamW's nodes, built by
+// the trainer) localized with the layout's specs for the parameters and their
+// moments (tp: each parameter's tp placement) and `gradient_specs` for the
+// gradient inputs (the micro-step's unreduced gradient placements), so the
+// gradients are reduced once per update, where AdamW (or ZeRO's sharded
+// state) needs them. co must set neither differentiate nor adamw.
+absl::StatusOr<compiler::Compilation> CompileParallelUpdate(
+    const compiler::ir::Graph& update, const compiler::CompileOptions& co, const std::vector<TpAssignment>& tp,
+    const Layout& layout, const std::map<std::string, dtensor::DTensorSpec>& gradient_specs);
 
 // tp: auto for an imported model with layout.tp > 1: ProposeTpAssignments
 // (tp_plan.h), then sharding propagation over the joint graph built with `co`;

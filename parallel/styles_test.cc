@@ -164,17 +164,35 @@ TEST(Styles, EvaluationCompilesUnderEveryLayoutWithReplicatedOutputs) {
   }
 }
 
-TEST(Styles, CompileIsEitherTrainingOrEvaluation) {
+// adamw needs differentiate; differentiate alone is gradient accumulation's
+// micro-step, whose gradients stay Partial over dp (no reduction) while the
+// loss is replicated.
+TEST(Styles, MicroStepLeavesGradientsUnreduced) {
   compiler::models::BuildOptions bo;
   bo.batch = 4;
   auto fwd = compiler::models::BuildForward(Model("gpt"), bo);
   ASSERT_TRUE(fwd.ok());
   Layout l;
   l.dp = 2;
-  compiler::CompileOptions co;  // differentiate without adamw
+  compiler::CompileOptions co;
+  co.differentiate = false;
+  co.adamw = compiler::AdamWOptions{};
+  auto refused = CompileParallel(*fwd, co, Model("gpt"), 4, l);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(refused.status())) << refused.status();
+  co.differentiate = true;
+  co.adamw.reset();
+  co.lower = false;  // no communicators here: the localized graph is what is checked
   auto c = CompileParallel(*fwd, co, Model("gpt"), 4, l);
-  ASSERT_FALSE(c.ok());
-  EXPECT_TRUE(absl::IsInvalidArgument(c.status())) << c.status();
+  ASSERT_TRUE(c.ok()) << c.status();
+  const compiler::ir::Graph& local = c->stages.at("parallel");
+  ASSERT_GT(local.outputs().size(), 1u);
+  EXPECT_EQ(local.value(local.outputs()[0].value).placement, "[dp=R, tp=R]");
+  for (size_t i = 1; i < local.outputs().size(); ++i)
+    EXPECT_EQ(local.value(local.outputs()[i].value).placement, "[dp=P(sum), tp=R]") << "gradient output " << i;
+  for (const auto& n : local.nodes())
+    if (n.op == "all_reduce")
+      EXPECT_EQ(local.meta(n.outputs[0]).shape.size(), 0u) << "only the loss is reduced";
 }
 
 }  // namespace

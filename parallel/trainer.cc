@@ -123,13 +123,13 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::JobSpec& spec
     return absl::InvalidArgumentError(absl::StrCat("device: cuda: the trainer runs one rank on a GPU; the layout ",
                                                    t->mesh_.ToString(), " needs the parallel trainer on CUDA, which is "
                                                    "not built yet"));
-  if (!t->single() && options.keep_gradients)
-    return absl::InvalidArgumentError("keep_gradients: only a one-rank trainer keeps its gradients");
   t->accum_ = std::max(1, spec.train().grad_accum_steps());
-  if (t->accum_ > 1 && (!t->single() || spec.device() == "cuda"))
+  if (!t->single() && options.keep_gradients && t->accum_ == 1)
+    return absl::InvalidArgumentError(
+        "keep_gradients: only a one-rank trainer or one that accumulates gradients keeps its gradients");
+  if (t->accum_ > 1 && spec.device() == "cuda")
     return absl::InvalidArgumentError(absl::StrCat("train.grad_accum_steps: ", t->accum_,
-                                                   " runs in one process on device: cpu for now (layout ",
-                                                   t->mesh_.ToString(), ", device: ", spec.device(), ")"));
+                                                   " runs on device: cpu for now (device: ", spec.device(), ")"));
   t->options_ = std::move(options);
   t->params_ = model.params;
   t->has_logits_ = model.has_logits;
@@ -172,7 +172,7 @@ absl::Status Trainer::CompileSteps(TrainerModel& model) {
   } else {
     LOOM_ASSIGN_OR_RETURN(train_exec_, MakeExecutor(train_));
   }
-  if (accum_ > 1) LOOM_RETURN_IF_ERROR(CompileUpdate(AdamWFor(tr, params_, false)));
+  if (accum_ > 1) LOOM_RETURN_IF_ERROR(CompileUpdate(AdamWFor(tr, params_, options_.keep_gradients && !single())));
   return absl::OkStatus();
 }
 
@@ -325,7 +325,10 @@ absl::Status Trainer::BindTrainingInputs(TrainerModel& model) {
   if ((accum_ == 1 && (lr_in_ < 0 || step_in_ < 0)) || train_data_.empty())
     return absl::InternalError("training program lacks one of the inputs lr, step or any data input");
   LOOM_ASSIGN_OR_RETURN(rows_, RowsOf(train_data_, specs_));
-  rows_.second *= accum_;  // one update's rows (accum_ > 1: one rank)
+  // One update's rows: the micro-step's program holds one micro-batch of
+  // this rank's block.
+  rows_.first *= accum_;
+  rows_.second *= accum_;
   if (cuda_) {  // parameters, buffers and optimizer state live on the GPU from here on
     for (size_t k = 0; k < g.inputs().size(); ++k) {
       const int ki = static_cast<int>(k);
@@ -397,7 +400,8 @@ absl::Status Trainer::SetBatch(const Batch& batch, bool rows, const std::vector<
     const Tensor& t = batch.at(d.name);
     Shape need = d.global_shape;
     const bool row_block = rows && !need.empty();
-    if (row_block) need[0] = rows_.second;
+    // The training program takes one micro-batch of this rank's rows.
+    if (row_block) need[0] = &want == &train_data_ ? rows_.second / accum_ : rows_.second;
     if (t.shape() != need || t.dtype() != d.dtype)
       return absl::InvalidArgumentError(absl::StrCat(
           "batch: input '", d.name, "' is ", DTypeName(t.dtype()), ShapeToString(t.shape()), ", the program needs ",
@@ -420,13 +424,13 @@ absl::Status Trainer::SetBatch(const Batch& batch, bool rows, const std::vector<
 }
 
 absl::StatusOr<float> Trainer::Step(const Batch& batch) {
-  if (accum_ > 1) return AccumulateStep(batch);
+  if (accum_ > 1) return AccumulateStep(batch, /*rows=*/false);
   LOOM_RETURN_IF_ERROR(SetBatch(batch, /*rows=*/false, train_data_, specs_, train_inputs_));
   return RunStep();
 }
 
 absl::StatusOr<float> Trainer::StepRows(const Batch& rows) {
-  if (accum_ > 1) return AccumulateStep(rows);  // one rank: its rows are the batch
+  if (accum_ > 1) return AccumulateStep(rows, /*rows=*/true);
   LOOM_RETURN_IF_ERROR(SetBatch(rows, /*rows=*/true, train_data_, specs_, train_inputs_));
   return RunStep();
 }
@@ -474,6 +478,10 @@ absl::StatusOr<float> Trainer::ReadLoss() {
   if (!cuda_) return absl::FailedPreconditionError("ReadLoss: the trainer runs on the CPU (device: cpu)");
   LOOM_ASSIGN_OR_RETURN(Tensor l, cuda_->Output(0));
   return l.data<float>()[0];
+}
+
+int64_t Trainer::ArenaBytes() const {
+  return train_exec_ ? train_exec_->program().plan.peak_bytes : train_.plan.peak_bytes;
 }
 
 const compiler::ir::Graph& Trainer::train_graph() const {
@@ -540,8 +548,13 @@ std::map<std::string, Tensor> Trainer::LocalParameters() const {
 std::map<std::string, Tensor> Trainer::LastGradients() const {
   std::map<std::string, Tensor> out;
   if (!options_.keep_gradients || outputs_.empty()) return out;
-  if (accum_ > 1) {
+  if (accum_ > 1 && single()) {
     for (size_t i = 0; i < params_.size(); ++i) out.emplace(params_[i].name, update_.accumulators[i].Clone());
+    return out;
+  }
+  if (accum_ > 1) {  // the update program's outputs: the reduced mean gradients, whole, then the updates
+    for (size_t i = 0; i < params_.size() && i < update_.outputs.size(); ++i)
+      out.emplace(params_[i].name, update_.outputs[i].Clone());
     return out;
   }
   // Outputs: forward outputs (1), then one gradient per parameter in order.
@@ -575,7 +588,7 @@ absl::StatusOr<std::vector<Trainer::StateTensor>> Trainer::State() const {
       if (in.kind != compiler::ir::InputKind::kState) continue;
       StateTensor st;
       st.name = in.name;
-      const Shape& shape = ug.meta(in.value).shape;
+      const Shape& shape = GlobalMeta(update_.compilation, ug, in.name).shape;
       st.global_shape.assign(shape.begin(), shape.end());
       st.spec = specs_.at(in.name);
       st.local = update_.inputs[k];

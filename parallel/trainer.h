@@ -35,14 +35,20 @@
 // The AdamW moments start from zero.
 // After the first step a training step allocates nothing.
 //
-// Gradient accumulation (train.grad_accum_steps = k > 1; one rank on the
-// CPU): Step still takes the batch of one update (train.batch_size rows) and
-// splits it into k micro-batches of consecutive rows. The training program is
-// then the micro-step, forward + backward on batch_size / k rows, whose
-// gradients the trainer adds into one f32 accumulator per parameter; an
-// update program then clips and applies AdamW to the mean of the k gradients
-// (LastGradients returns that mean). Step returns the mean of the micro-batch
-// losses. A model's dropout step input counts micro-steps, (step - 1) * k + i.
+// Gradient accumulation (train.grad_accum_steps = k > 1; device: cpu): Step
+// still takes the batch of one update (train.batch_size rows; StepRows this
+// rank's BatchRows of it) and each rank splits its own rows into k
+// micro-batches of consecutive rows (on one rank: consecutive rows of the
+// batch). The training program is then the micro-step, forward + backward on
+// one micro-batch, whose gradients the trainer adds into one f32 accumulator
+// per parameter; on several ranks they stay unreduced over dp (Partial, the
+// placement sharding propagation gives them), so a micro-step sends no
+// gradient. An update program then reduces the mean of the k gradients once
+// (all_reduce, or reduce_scatter into ZeRO's sharded state), clips and applies
+// AdamW. LastGradients returns that mean (on several ranks, whole: the update
+// program then also outputs the reduced gradients). Step returns the mean of
+// the micro-batch losses. A model's dropout step input counts micro-steps,
+// (step - 1) * k + i.
 //
 //   LOOM_ASSIGN_OR_RETURN(auto t, Trainer::Create(spec));          // one process
 //   LOOM_ASSIGN_OR_RETURN(float loss, t->Step({{"x", x}, {"y", y}}));
@@ -128,7 +134,9 @@ struct TrainerOptions {
   InitBlockFn init_blocks;
   // Global initial parameters by name; they take precedence over the model's.
   std::map<std::string, Tensor> init;
-  bool keep_gradients = false;  // one rank only: the step also outputs d loss / d param
+  // The step also outputs d loss / d param: one rank, or several with
+  // gradient accumulation (the reduced mean gradients, whole).
+  bool keep_gradients = false;
   bool fuse = true;
   int64_t bucket_bytes = 0;  // > 0: bucket the dp gradient all-reduces (styles.h)
 };
@@ -172,7 +180,7 @@ class Trainer {
 
   // Gradients of the last Step (needs keep_gradients), by parameter name;
   // with gradient accumulation, the mean over the micro-batches that the
-  // update applied.
+  // update applied (whole tensors on every rank).
   std::map<std::string, Tensor> LastGradients() const;
   // This rank's block of each parameter (the whole tensors on one rank); on
   // device: cuda read back from the GPU.
@@ -209,6 +217,10 @@ class Trainer {
   // The training compilation's stages and memory plan (its program moved to
   // the executor; on device: cuda "fused" is what the CUDA executor lowered).
   const compiler::Compilation& compilation() const { return train_; }
+  // The arena the training program runs in (the lowered program's memory
+  // plan peak: in-place parameter and state updates outside it); on device:
+  // cuda the compilation's plan of the fused graph.
+  int64_t ArenaBytes() const;
   // The training program's graph: its inputs are in this order.
   const compiler::ir::Graph& train_graph() const;
   // Whether Forward returns logits (an imported model may output only its loss).
@@ -258,7 +270,7 @@ class Trainer {
   // update over the micro-batches of `batch` (the batch of one update).
   absl::Status CompileUpdate(const compiler::AdamWOptions& adam);
   absl::Status BindUpdate();
-  absl::StatusOr<float> AccumulateStep(const Batch& batch);
+  absl::StatusOr<float> AccumulateStep(const Batch& batch, bool rows);
   // device: cuda: copies the parameters back into the host tensors (which the
   // evaluation program shares) when a step changed them.
   absl::Status SyncFromDevice() const;

@@ -145,14 +145,16 @@ TEST(GradAccum, WrongBatchIsRefusedByName) {
   EXPECT_EQ(t->step(), 0);
 }
 
-// Accumulation runs on one rank for now: a larger layout is refused by name.
-TEST(GradAccum, ParallelLayoutIsRefusedByName) {
-  TrainerOptions o;
-  o.layout.dp = 2;
-  auto t = Trainer::Create(Spec(2), o);
+// Accumulation runs on the CPU: device: cuda is refused by name (parallel
+// layouts are checked in tests/parallel/accum_parity_test.cc).
+TEST(GradAccum, CudaIsRefusedByName) {
+  v1::JobSpec spec = Spec(2);
+  spec.set_device("cuda");
+  auto t = Trainer::Create(spec);
   ASSERT_FALSE(t.ok());
   EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(absl::StrContains(t.status().message(), "train.grad_accum_steps")) << t.status();
+  EXPECT_TRUE(absl::StrContains(t.status().message(), "device: cuda")) << t.status();
 }
 
 // State() holds parameters and both moments (the update program's): copying

@@ -62,9 +62,11 @@ class Propagator {
       if (n.op == "adamw" && n.inputs.size() >= 3) grad_hint_[n.inputs[1]] = spec_[n.inputs[2]];
     for (int i = 0; i < static_cast<int>(g_.nodes().size()); ++i)
       LOOM_RETURN_IF_ERROR(Annotate(Visit(i), absl::StrCat("sharding propagation at ", NodeName(g_, i))));
-    for (const auto& out : g_.outputs()) {
+    for (size_t i = 0; i < g_.outputs().size(); ++i) {
+      const auto& out = g_.outputs()[i];
       DTensorSpec want = DTensorSpec::Replicated(o_.mesh);
       if (out.updates >= 0) want = spec_[g_.inputs()[out.updates].value];
+      if (out.updates < 0 && o_.unreduced_outputs.count(static_cast<int>(i))) want = spec_[out.value];
       Record(out.value, -1, want);
       LOOM_ASSIGN_OR_RETURN(int v, Redistribute(out.value, want));
       l_.AddOutput(v, out.updates);

@@ -30,13 +30,16 @@
 //      vocab-parallel loss (max / sum-exp / target-pick all_reduces), so the
 //      full logits never exist on a rank;
 //   5. outputs that update an input take that input's placement; the other
-//      outputs (the loss) are replicated.
+//      outputs (the loss) are replicated, except those listed in
+//      SpmdOptions::unreduced_outputs, which keep the placement propagation
+//      gave them (a micro-step's gradients stay Partial over dp).
 // Every value of the result carries its spec as the placement annotation
 // ("[dp=S(0), tp=R]"), so the IR text shows placements and collectives.
 // Shards must be even; a tensor dim sharded by two mesh dims is refused.
 #pragma once
 
 #include <map>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -57,6 +60,10 @@ struct SpmdOptions {
   // the graph) so that CSE does not merge the gathers back into one copy
   // that lives from the first forward use to the last backward use.
   bool reuse_input_redistributions = true;
+  // Output indices that keep their propagated placement (no redistribution):
+  // gradient accumulation's micro-step leaves its gradients unreduced, and
+  // the update program reduces their sum once.
+  std::set<int> unreduced_outputs;
 };
 
 // One placement change propagation made for a node's operand (or a graph

@@ -461,9 +461,6 @@ absl::Status CheckGradAccum(const v1::JobSpec& s) {
                              absl::StrCat("the micro-batch train.batch_size / grad_accum_steps = ",
                                           t.batch_size() / k, " must divide by parallel.dp = ", dp)));
   const std::string what = absl::StrCat(k);
-  LOOM_RETURN_IF_ERROR(Field(s.parallel().dp() <= 1 && s.parallel().tp() <= 1 && !s.parallel().tp_auto(),
-                             "train.grad_accum_steps", what,
-                             "accumulation runs in one process for now (parallel.dp = parallel.tp = 1)"));
   LOOM_RETURN_IF_ERROR(Field(s.device() != "cuda", "train.grad_accum_steps", what,
                              "accumulation runs on device: cpu for now"));
   LOOM_RETURN_IF_ERROR(Field(s.model().family() != "onnx", "train.grad_accum_steps", what,

@@ -182,9 +182,9 @@ TEST(JobSpec, GradAccumStepsHasARangeAndDividesTheBatch) {
   EXPECT_EQ(ErrorOf("train: {batch_size: 8, grad_accum_steps: 8}\nparallel: {dp: 2}"),
             "train.grad_accum_steps: the micro-batch train.batch_size / grad_accum_steps = 1 must divide by "
             "parallel.dp = 2 (got 8)");
-  EXPECT_EQ(ErrorOf("train: {batch_size: 8, grad_accum_steps: 2}\nparallel: {dp: 2}").rfind(
-                "train.grad_accum_steps: accumulation runs in one process", 0),
-            0u);
+  // Parallel layouts accumulate too (parallel/trainer.h).
+  EXPECT_EQ(ErrorOf("train: {batch_size: 8, grad_accum_steps: 2}\nparallel: {dp: 2, tp: 2}"), "");
+  EXPECT_EQ(ErrorOf("train: {batch_size: 8, grad_accum_steps: 2}\nparallel: {dp: 2, zero_stage: 3}"), "");
   EXPECT_EQ(ErrorOf("train: {batch_size: 8, grad_accum_steps: 2}\ndevice: cuda").rfind(
                 "train.grad_accum_steps: accumulation runs on device: cpu", 0),
             0u);

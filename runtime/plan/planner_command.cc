@@ -44,8 +44,11 @@ absl::StatusOr<Plan> PlanJob(const v1::JobSpec& spec, const Hardware& hw,
                                            spec.train().activation_checkpointing() == "selective")) {
     // The fitted coefficients do not model recomputation: plan from the compiled programs.
     parallel::GraphModel g;
-    LOOM_ASSIGN_OR_RETURN(g.forward,
-                          compiler::models::BuildForward(spec.model(), compiler::models::TrainingOptions(spec)));
+    // With train.grad_accum_steps the training step runs one micro-batch.
+    const int accum = std::max(1, spec.train().grad_accum_steps());
+    compiler::models::BuildOptions bo = compiler::models::TrainingOptions(spec);
+    bo.batch /= accum;
+    LOOM_ASSIGN_OR_RETURN(g.forward, compiler::models::BuildForward(spec.model(), bo));
     LOOM_ASSIGN_OR_RETURN(auto params, compiler::models::Parameters(spec.model()));
     g.summary = absl::StrFormat(
         "%s, %d layers, d_model %d, seq_len %d: %.2fM parameters; activation checkpointing "
@@ -54,9 +57,11 @@ absl::StatusOr<Plan> PlanJob(const v1::JobSpec& spec, const Hardware& hw,
         compiler::models::NumParameters(params) / 1e6, spec.train().activation_checkpointing());
     g.model = spec.model();
     g.train = spec.train();
-    return parallel::MakeGraphPlan(g, spec.train().batch_size(), hw, only);
+    return parallel::MakeGraphPlan(g, spec.train().batch_size() / accum, hw, only);
   }
-  if (spec.model().family() != "onnx") return parallel::MakePlan(spec.model(), spec.train().batch_size(), hw, only);
+  if (spec.model().family() != "onnx")
+    return parallel::MakePlan(spec.model(), spec.train().batch_size(), hw, only,
+                              std::max(1, spec.train().grad_accum_steps()));
   LOOM_ASSIGN_OR_RETURN(train::OnnxTrainingModel m, train::LoadOnnxModel(spec));
   parallel::GraphModel g;
   g.summary = Summary(spec, m);

@@ -3,17 +3,20 @@
 // plan.json in the run folder.
 #include "runtime/plan/planner_command.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "compiler/import/onnx/testing/onnx_test_util.h"
 #include "compiler/models/models.h"
 #include "parallel/graph_planner.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
+#include "parallel/trainer.h"
 #include "runtime/jobspec/jobspec.h"
 
 namespace loom::runtime::plan {
@@ -100,6 +103,68 @@ TEST(PlanCommand, ActivationCheckpointingPlansFromTheCompiledProgram) {
   for (const auto& c : four->ranked) names += LayoutName(c.layout) + "; ";
   EXPECT_NE(names.find("dp=2 tp=2 zero=0"), std::string::npos) << names;
   EXPECT_NE(names.find("dp=1 tp=4 zero=0"), std::string::npos) << names;
+}
+
+// train.grad_accum_steps: the table has an accum column and a line naming
+// the micro-batches; the JSON carries the accumulators in each total; the
+// compiled-program plan (activation checkpointing) counts them too.
+TEST(PlanCommand, GradientAccumulatorsAreShownAndCounted) {
+  const std::string model = "model: {family: gpt, n_layer: 2, n_head: 4, d_model: 128, seq_len: 64, vocab: 256}\n";
+  std::string spec = WriteSpec("accum.yaml", model + "train: {batch_size: 8, grad_accum_steps: 4}\n");
+  Result r = RunPlan({spec, "--world", "2"});
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find("gradient accumulation: 4 micro-batches of 2 per update"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("   accum "), std::string::npos) << r.out;
+  Result j = RunPlan({spec, "--world", "2", "--json"});
+  ASSERT_EQ(j.rc, 0) << j.err;
+  nlohmann::json plan = nlohmann::json::parse(j.out);
+  EXPECT_EQ(plan["inputs"]["grad_accum_steps"], 4);
+  for (const auto& c : plan["candidates"]) {
+    const auto& m = c["memory"];
+    EXPECT_GT(m["accumulators"].get<int64_t>(), 0) << c["layout"];
+    EXPECT_EQ(m["total"].get<int64_t>(), m["parameters"].get<int64_t>() + m["gradients"].get<int64_t>() +
+                                             m["optimizer"].get<int64_t>() + m["activations"].get<int64_t>() +
+                                             m["workspace"].get<int64_t>() + m["accumulators"].get<int64_t>())
+        << c["layout"];
+  }
+  auto parsed =
+      jobspec::ParseJobSpecYaml(model + "train: {batch_size: 8, grad_accum_steps: 4, activation_checkpointing: blocks}\n");
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  jobspec::ApplyDefaults(*parsed);
+  Hardware hw = DefaultHardware(*parsed);
+  hw.world = 1;
+  auto blocks = PlanJob(*parsed, hw);
+  ASSERT_TRUE(blocks.ok()) << blocks.status();
+  EXPECT_EQ(blocks->batch, 8);
+  EXPECT_EQ(blocks->ranked[0].memory.accumulators, blocks->ranked[0].memory.parameters);
+}
+
+// What `loom plan` predicts for one rank's training step arena (gradients +
+// activations: from the compiled program under blocks / selective, from the
+// fitted coefficients without checkpointing) against the arena the Trainer's
+// compiled program gets (Trainer::ArenaBytes, the lowered program's plan),
+// within 15% for every mode.
+TEST(PlanCommand, PredictedArenaWithin15PercentOfTheCompiledOne) {
+  for (const char* mode : {"none", "blocks", "selective"}) {
+    auto spec = jobspec::ParseJobSpecYaml(absl::StrCat(
+        "model: {family: gpt, n_layer: 6, n_head: 4, d_model: 128, seq_len: 128, vocab: 256}\n"
+        "train: {batch_size: 4, activation_checkpointing: ",
+        mode, "}\n"));
+    ASSERT_TRUE(spec.ok()) << spec.status();
+    jobspec::ApplyDefaults(*spec);
+    Hardware hw = DefaultHardware(*spec);
+    auto plan = PlanJob(*spec, hw);
+    ASSERT_TRUE(plan.ok()) << plan.status();
+    const parallel::MemoryEstimate& m = plan->ranked.at(0).memory;
+    const double predicted = static_cast<double>(m.gradients + m.activations);
+    auto trainer = parallel::Trainer::Create(*spec);
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    const double arena = static_cast<double>((*trainer)->ArenaBytes());
+    const double err = (predicted - arena) / arena;
+    std::printf("%-9s arena %.1f MiB, loom plan %.1f MiB (%+.1f%%)\n", mode, arena / (1 << 20),
+                predicted / (1 << 20), 100 * err);
+    EXPECT_LT(std::abs(err), 0.15) << mode << ": predicted " << predicted << " compiled " << arena;
+  }
 }
 
 TEST(PlanCommand, JsonParses) {

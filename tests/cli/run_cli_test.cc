@@ -110,6 +110,32 @@ TEST(RunCli, TwoDimensionalJobMatchesOneProcess) {
   }
 }
 
+TEST(RunCli, GradientAccumulationAtTp2Dp2MatchesOneProcessBatch) {
+  // train.grad_accum_steps: 4 micro-batches of 2 rows (1 per dp rank) per
+  // update, tp=2 x dp=2 with ZeRO-2, each rank reading its rows of the
+  // update's batch, against `loom train` with batch 8 in one step: the same
+  // losses at every logged step.
+  std::string one = Tmp("accum_one"), four = Tmp("accum_four");
+  std::string spec1 = Tmp("a1.yaml"), spec4 = Tmp("a4.yaml");
+  const std::string model = "model: {family: gpt, n_layer: 1, n_head: 2, d_model: 32, seq_len: 16}\n";
+  std::ofstream(spec1) << "name: a1\n" << model << "train: {steps: 8, batch_size: 8, log_every: 2}\nrun_dir: " << one
+                       << "\n";
+  std::ofstream(spec4) << "name: a4\n" << model
+                       << "train: {steps: 8, batch_size: 8, log_every: 2, grad_accum_steps: 4}\nrun_dir: " << four
+                       << "\nparallel: {dp: 2, tp: 2, zero_stage: 2}\n";
+  Result r1 = RunLoom("train " + spec1);
+  ASSERT_EQ(r1.code, 0) << r1.output;
+  Result r4 = RunLoom("run " + spec4);
+  ASSERT_EQ(r4.code, 0) << r4.output;
+  auto a = Losses(one), b = Losses(four);
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_GE(a.size(), 4u);
+  for (const auto& [step, loss] : a) {
+    ASSERT_TRUE(b.count(step)) << step;
+    EXPECT_NEAR(b[step], loss, 1e-5 * std::abs(loss)) << "step " << step;
+  }
+}
+
 TEST(RunCli, FlagsOverrideTheSpecAndBadOnesExit2) {
   Result r = RunLoom(absl::StrCat("run ", Job("flags", "parallel: {tp: 2}\n"), " --nproc-per-node 3"));
   EXPECT_EQ(r.code, 2) << r.output;

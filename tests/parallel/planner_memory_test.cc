@@ -55,5 +55,31 @@ TEST(PlannerMemory, HeldOutSingleProcessEstimatesWithin10PercentOfMeasuredPeak) 
   }
 }
 
+// train.grad_accum_steps: a one-rank Trainer's peak with its micro-step,
+// update program and accumulators against Estimate with the same k, within
+// the same 10% (the accumulators are 15% of these totals).
+TEST(PlannerMemory, GradientAccumulationEstimatesWithin10PercentOfMeasuredPeak) {
+  SetNumThreads(1);
+  const std::vector<Config> configs = {{ModelOf("gpt", 3, 6, 6, 96, 48, 384), 8},
+                                       {ModelOf("llama", 3, 6, 2, 96, 48, 384), 8}};
+  for (const Config& c : configs) {
+    const int k = 4;
+    loom::parallel::Hardware hw;
+    auto est = loom::parallel::Estimate(c.model, c.batch, hw, {1, 1, 0, false}, nullptr, k);
+    ASSERT_TRUE(est.ok()) << est.status();
+    v1::JobSpec spec = testing::TrainSpec(c.model, c.batch);
+    spec.mutable_train()->set_grad_accum_steps(k);
+    auto measured = testing::TrainerPeakBytes(spec, 3);
+    ASSERT_TRUE(measured.ok()) << measured.status();
+    const double estimate = static_cast<double>(est->memory.total());
+    const double err = (estimate - *measured) / *measured;
+    EXPECT_LT(std::abs(err), 0.10) << testing::Describe(c.model, c.batch) << " k=" << k << ": estimate " << estimate
+                                   << " measured " << *measured;
+    std::printf("%-42s k=%d estimate %11.0f (accumulators %lld) measured %11lld (%+.1f%%)\n",
+                testing::Describe(c.model, c.batch).c_str(), k, estimate,
+                static_cast<long long>(est->memory.accumulators), static_cast<long long>(*measured), 100 * err);
+  }
+}
+
 }  // namespace
 }  // namespace loom::tests::parallel
