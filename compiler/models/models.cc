@@ -1,6 +1,7 @@
 #include "compiler/models/models.h"
 
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -71,6 +72,53 @@ class B {
  private:
   Graph& g_;
 };
+
+// The causal keep mask bool[T, T] (true where key s <= query t), made from
+// shape ops only: a row of T trues then T falses, repeated T times and read
+// back in rows of 2T - 1, starts each row r one place earlier, so its first T
+// entries are r falses then trues (s >= r); the transpose keeps s <= t.
+absl::StatusOr<int> CausalKeep(B& b, int64_t T) {
+  const auto fill = [&](double value) {
+    return b.Op("fill", {}, {{"shape", std::vector<int64_t>{T, T}}, {"dtype", std::string("bool")}, {"value", value}});
+  };
+  LOOM_ASSIGN_OR_RETURN(int ones, fill(1));
+  LOOM_ASSIGN_OR_RETURN(int zeros, fill(0));
+  LOOM_ASSIGN_OR_RETURN(int rows, b.Op("concat", {ones, zeros}, {{"axis", int64_t{1}}}));
+  LOOM_ASSIGN_OR_RETURN(int flat, b.Op("reshape", {rows}, {{"shape", std::vector<int64_t>{2 * T * T}}}));
+  LOOM_ASSIGN_OR_RETURN(int head, b.Op("slice", {flat}, {{"axis", int64_t{0}}, {"start", int64_t{0}},
+                                                        {"length", T * (2 * T - 1)}}));
+  LOOM_ASSIGN_OR_RETURN(int skew, b.Op("reshape", {head}, {{"shape", std::vector<int64_t>{T, 2 * T - 1}}}));
+  LOOM_ASSIGN_OR_RETURN(int upper, b.Op("slice", {skew}, {{"axis", int64_t{1}}, {"start", int64_t{0}},
+                                                          {"length", T}}));
+  return b.Op("permute", {upper}, {{"dims", std::vector<int64_t>{1, 0}}});
+}
+
+// Causal attention written out with dropout on the probabilities:
+//   P = dropout(softmax(where(keep, q k^T / sqrt(D), -inf)), step); out = P v
+// q [B,H,T,D]; k, v [B,Hkv,T,D] with each kv head repeated for its H / Hkv
+// query heads (head h reads kv head h / (H / Hkv), as sdpa does). The
+// dropout op keys its mask by the element's index in the whole [B,H,T,T]
+// tensor, i.e. by the global (batch, head, query, key) position.
+absl::StatusOr<int> AttentionWithDropout(B& b, int q, int k, int v, int keep, int step, const Attrs& drop,
+                                         const Dims& d, int64_t Bn) {
+  const int64_t G = d.H / d.Hkv;
+  auto expand = [&](int x) -> absl::StatusOr<int> {  // [B,Hkv,T,D] -> [B,H,T,D]
+    if (G == 1) return x;
+    LOOM_ASSIGN_OR_RETURN(int r, b.Op("reshape", {x}, {{"shape", std::vector<int64_t>{Bn, d.Hkv, 1, d.T, d.D}}}));
+    LOOM_ASSIGN_OR_RETURN(int e, b.Op("broadcast_to", {r}, {{"shape", std::vector<int64_t>{Bn, d.Hkv, G, d.T, d.D}}}));
+    return b.Op("reshape", {e}, {{"shape", std::vector<int64_t>{Bn, d.H, d.T, d.D}}});
+  };
+  LOOM_ASSIGN_OR_RETURN(int kx, expand(k));
+  LOOM_ASSIGN_OR_RETURN(int vx, expand(v));
+  LOOM_ASSIGN_OR_RETURN(int s, b.Op("matmul", {q, kx}, {{"trans_b", true}}));
+  LOOM_ASSIGN_OR_RETURN(int scaled, b.Op("scale", {s}, {{"s", 1.0 / std::sqrt(static_cast<double>(d.D))}}));
+  LOOM_ASSIGN_OR_RETURN(int ninf, b.Op("fill", {}, {{"shape", std::vector<int64_t>{}}, {"dtype", std::string("f32")},
+                                                     {"value", -std::numeric_limits<double>::infinity()}}));
+  LOOM_ASSIGN_OR_RETURN(int masked, b.Op("where", {keep, scaled, ninf}));
+  LOOM_ASSIGN_OR_RETURN(int p, b.Op("softmax", {masked}, {{"axis", int64_t{-1}}}));
+  LOOM_ASSIGN_OR_RETURN(int dropped, b.Op("dropout", {p, step}, drop));
+  return b.Op("matmul", {dropped, vx});
+}
 
 }  // namespace
 
@@ -188,6 +236,21 @@ absl::StatusOr<Graph> BuildForward(const v1::ModelSpec& spec, const BuildOptions
     const Attrs a{{"p", opts.dropout}, {"seed", static_cast<int64_t>(DropoutSeed(opts.dropout_seed, site))}};
     return b.Op("dropout", {v, step}, a);
   };
+  // Causal attention of block i: the fused sdpa without dropout, else written
+  // out with attention dropout at site 1 + 2 L + i.
+  int keep = -1;
+  auto attend = [&](int q, int k, int v, int64_t i) -> absl::StatusOr<int> {
+    if (step < 0) {
+      LOOM_ASSIGN_OR_RETURN(auto att, b.OpN("sdpa", {q, k, v}, causal));
+      return att[0];
+    }
+    if (keep < 0) {
+      LOOM_ASSIGN_OR_RETURN(keep, CausalKeep(b, T));
+    }
+    const Attrs a{{"p", opts.dropout},
+                  {"seed", static_cast<int64_t>(DropoutSeed(opts.dropout_seed, 1 + 2 * d.L + i))}};
+    return AttentionWithDropout(b, q, k, v, keep, step, a, d, Bn);
+  };
   int h;
   if (spec.family() == "gpt") {
     LOOM_ASSIGN_OR_RETURN(int tok, b.Op("embedding", {b.P("wte"), x}));
@@ -202,8 +265,8 @@ absl::StatusOr<Graph> BuildForward(const v1::ModelSpec& spec, const BuildOptions
         LOOM_ASSIGN_OR_RETURN(int s, b.Op("slice", {qkv}, {{"axis", int64_t{2}}, {"start", j * C}, {"length", C}}));
         LOOM_ASSIGN_OR_RETURN(part[j], heads(s, H));
       }
-      LOOM_ASSIGN_OR_RETURN(auto att, b.OpN("sdpa", {part[0], part[1], part[2]}, causal));
-      LOOM_ASSIGN_OR_RETURN(int merged, merge(att[0]));
+      LOOM_ASSIGN_OR_RETURN(int att, attend(part[0], part[1], part[2], i));
+      LOOM_ASSIGN_OR_RETURN(int merged, merge(att));
       LOOM_ASSIGN_OR_RETURN(int proj, linear(merged, p + "attn.c_proj.weight", p + "attn.c_proj.bias"));
       LOOM_ASSIGN_OR_RETURN(proj, drop(proj, 1 + 2 * i));
       LOOM_ASSIGN_OR_RETURN(h, b.Op("add", {h, proj}));
@@ -233,8 +296,8 @@ absl::StatusOr<Graph> BuildForward(const v1::ModelSpec& spec, const BuildOptions
       LOOM_ASSIGN_OR_RETURN(int k, rotated(p + "attention.wk", Hkv));
       LOOM_ASSIGN_OR_RETURN(int vm, linear(n1[0], p + "attention.wv", ""));
       LOOM_ASSIGN_OR_RETURN(int v, heads(vm, Hkv));
-      LOOM_ASSIGN_OR_RETURN(auto att, b.OpN("sdpa", {q, k, v}, causal));
-      LOOM_ASSIGN_OR_RETURN(int merged, merge(att[0]));
+      LOOM_ASSIGN_OR_RETURN(int att, attend(q, k, v, i));
+      LOOM_ASSIGN_OR_RETURN(int merged, merge(att));
       LOOM_ASSIGN_OR_RETURN(int o, linear(merged, p + "attention.wo", ""));
       LOOM_ASSIGN_OR_RETURN(o, drop(o, 1 + 2 * i));
       LOOM_ASSIGN_OR_RETURN(h, b.Op("add", {h, o}));

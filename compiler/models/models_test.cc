@@ -67,8 +67,16 @@ TEST(Models, InitIsDeterministic) {
 }
 
 
-// Dropout (BuildOptions::dropout): p = 0 adds nothing; p > 0 puts one
-// dropout node per site, each with its own seed, reading the shared %step.
+int CountOps(const ir::Graph& g, const std::string& op) {
+  int n = 0;
+  for (const ir::Node& node : g.nodes()) n += node.op == op;
+  return n;
+}
+
+// Dropout (BuildOptions::dropout): p = 0 adds nothing and keeps the fused
+// sdpa; p > 0 puts one dropout node per site, each with its own seed, reading
+// the shared %step, and writes attention out with dropout on its
+// probabilities [B, H, T, T].
 TEST(ModelsDropout, ZeroBuildsTheSameGraphAndEachSiteHasItsOwnSeed) {
   for (const char* fam : {"gpt", "llama"}) {
     auto plain = BuildForward(Spec(fam), {.batch = 2});
@@ -76,6 +84,8 @@ TEST(ModelsDropout, ZeroBuildsTheSameGraphAndEachSiteHasItsOwnSeed) {
     ASSERT_TRUE(plain.ok() && zero.ok());
     EXPECT_EQ(ir::PrintGraph(*plain), ir::PrintGraph(*zero)) << fam;
     EXPECT_LT(plain->FindInput("step"), 0);
+    EXPECT_EQ(CountOps(*zero, "sdpa"), 2) << fam;
+    for (const char* op : {"softmax", "where", "dropout"}) EXPECT_EQ(CountOps(*zero, op), 0) << fam << " " << op;
     auto dropped = BuildForward(Spec(fam), {.batch = 2, .dropout = 0.1, .dropout_seed = 9});
     ASSERT_TRUE(dropped.ok()) << dropped.status();
     const int step = dropped->FindInput("step");
@@ -87,7 +97,19 @@ TEST(ModelsDropout, ZeroBuildsTheSameGraphAndEachSiteHasItsOwnSeed) {
       EXPECT_EQ(n.inputs.at(1), dropped->inputs()[step].value);
       seeds.insert(n.attrs.GetInt("seed", 0));
     }
-    EXPECT_EQ(seeds.size(), 1u + 2 * 2) << fam << ": the embeddings and two sites per block";
+    EXPECT_EQ(seeds.size(), 1u + 3 * 2) << fam << ": the embeddings and three sites per block";
+    EXPECT_EQ(CountOps(*dropped, "sdpa"), 0) << fam;
+    int on_probs = 0;
+    for (const ir::Node& n : dropped->nodes()) {
+      if (n.op != "dropout" || dropped->meta(n.inputs[0]).shape != Shape{2, 3, 37, 37}) continue;
+      const ir::Node* sm = nullptr;
+      for (const ir::Node& m : dropped->nodes())
+        if (m.outputs.size() == 1 && m.outputs[0] == n.inputs[0]) sm = &m;
+      ASSERT_NE(sm, nullptr);
+      EXPECT_EQ(sm->op, "softmax");
+      ++on_probs;
+    }
+    EXPECT_EQ(on_probs, 2) << fam << ": one attention-probability site per block";
     auto bad = BuildForward(Spec(fam), {.batch = 2, .dropout = 1.0});
     EXPECT_NE(std::string(bad.status().message()).find("model.dropout"), std::string::npos) << bad.status();
   }
@@ -149,12 +171,43 @@ TEST(ModelsDropout, MasksFollowSeedAndStepOnly) {
   EXPECT_NE(at3, LossOf(*plain, TinyInputs(*plain, spec, 3, DType::kF32)));
 }
 
-// Gradients through the dropout sites against central finite differences, in
-// f64 (the f32 graph retyped through its text form), at a fixed step.
+// Attention written out (the dropout graph with every p set to 0) against
+// the fused sdpa graph, in gpt and in llama with grouped-query attention
+// (3 query heads per kv head): the causal mask, scale and kv-head expansion.
+TEST(ModelsDropout, WrittenOutAttentionMatchesSdpaAtPZero) {
+  for (const char* fam : {"gpt", "llama"}) {
+    SCOPED_TRACE(fam);
+    v1::ModelSpec spec = TinySpec(fam);
+    spec.set_n_head(fam == std::string("llama") ? 6 : 2);
+    spec.set_d_model(fam == std::string("llama") ? 24 : 8);
+    spec.set_n_kv_head(fam == std::string("llama") ? 2 : 0);
+    spec.set_seq_len(5);
+    auto fused = BuildForward(spec, {.batch = 2});
+    auto dropped = BuildForward(spec, {.batch = 2, .dropout = 0.5, .dropout_seed = 3});
+    ASSERT_TRUE(fused.ok() && dropped.ok()) << dropped.status();
+    std::string text = ir::PrintGraph(*dropped);
+    int replaced = 0;
+    for (size_t p; (p = text.find("{p=0.5,")) != std::string::npos; ++replaced) text.replace(p, 7, "{p=0,");
+    EXPECT_EQ(replaced, 1 + 3 * 1);
+    auto open = ir::ParseGraph(text);
+    ASSERT_TRUE(open.ok()) << open.status();
+    const double want = LossOf(*fused, TinyInputs(*fused, spec, 0, DType::kF32));
+    const double got = LossOf(*open, TinyInputs(*open, spec, 2, DType::kF32));
+    EXPECT_NEAR(got, want, 1e-5 * std::abs(want));
+    const double dropped_loss = LossOf(*dropped, TinyInputs(*dropped, spec, 2, DType::kF32));
+    EXPECT_GT(std::abs(dropped_loss - want), 1e-5 * std::abs(want)) << "p = 0.5 leaves the loss unchanged";
+  }
+}
+
+// Gradients through the dropout sites (embeddings, residual branches and
+// attention probabilities) against central finite differences, in f64 (the
+// f32 graph retyped through its text form), at a fixed step; llama with
+// grouped-query attention (2 query heads per kv head).
 TEST(ModelsDropout, GradientsMatchFiniteDifferences) {
   for (const char* fam : {"gpt", "llama"}) {
     SCOPED_TRACE(fam);
-    const v1::ModelSpec spec = TinySpec(fam);
+    v1::ModelSpec spec = TinySpec(fam);
+    if (fam == std::string("llama")) spec.set_n_kv_head(1);
     auto g32 = BuildForward(spec, {.batch = 2, .dropout = 0.3, .dropout_seed = 11});
     ASSERT_TRUE(g32.ok()) << g32.status();
     std::string text = ir::PrintGraph(*g32);
