@@ -40,20 +40,25 @@ struct BuildOptions {
   int64_t batch = 1;
   bool return_logits = false;
   // Dropout probability in [0, 1) (model.dropout) on the embeddings (after
-  // gpt's position add) and on each residual branch (the attention and MLP
-  // outputs before they are added to the stream); 0 adds no node. With p > 0
+  // gpt's position add), on each residual branch (the attention and MLP
+  // outputs before they are added to the stream) and on the attention
+  // probabilities; 0 adds no node and keeps the fused causal sdpa. With p > 0
   // the graph reads an f32[] input %step, the optimizer step it shares with
   // AdamW (compiler/optimizer.h), as every mask's offset: site k's mask is
   // Philox(DropoutSeed(dropout_seed, k), step) over the element index of the
   // whole (global) tensor, so a step's masks depend only on the seed, the step
   // and the batch, never on the process layout, and a restarted run draws the
-  // same ones. Sites: 0 the embeddings, 1 + 2i block i's attention, 2 + 2i its
-  // MLP. Attention probabilities get no dropout (sdpa's mask takes no step
-  // offset). Training graphs only: evaluation builds without it. In a
-  // parallel job the dropout op's sharding rule is replicated
-  // (compiler/spmd/rules.cc), so each site gathers its tensor over dp (and
-  // sequence-parallel tp) and the ops after it run on the whole batch: the
-  // masks are the one-process masks, at the cost of dp's compute split.
+  // same ones. Sites: 0 the embeddings, 1 + 2i block i's attention output,
+  // 2 + 2i its MLP output, 1 + 2L + i its attention probabilities. For the
+  // last, attention is written out (matmul, scale, causal where, softmax,
+  // dropout, matmul; kv heads repeated for grouped-query attention) so the
+  // probabilities [B, H, T, T] are one tensor whose element index is the
+  // global (batch, head, query, key) position. Training graphs only:
+  // evaluation builds without it. In a parallel job the dropout op's sharding
+  // rule is replicated (compiler/spmd/rules.cc), so each site gathers its
+  // tensor over dp (and over tp for the heads and sequence parallelism) and
+  // the ops after it run on the whole tensor: the masks are the one-process
+  // masks, at the cost of the compute split.
   double dropout = 0;
   uint64_t dropout_seed = 0;
 };

@@ -50,6 +50,10 @@ void RunParity(const parity::ParityCase& c, int steps) {
 TEST(GptParity, OddSizesGpt) { RunParity({"gpt", 2, 3, 3, 96, 37, 256, 384, 2}, 50); }
 TEST(GptParity, OddSizesLlamaGqa) { RunParity({"llama", 2, 6, 2, 96, 37, 256, 160, 2}, 50); }
 TEST(GptParity, SmallVocabTinyGpt) { RunParity({"gpt", 1, 2, 2, 16, 5, 11, 64, 3}, 20); }
+// model.dropout 0.2: embedding, residual and attention-probability masks,
+// drawn by gpt_torch.py from Loom's mask definition, under the same bounds.
+TEST(GptParity, DropoutGpt) { RunParity({"gpt", 2, 3, 3, 96, 37, 256, 384, 2, 0.2f}, 20); }
+TEST(GptParity, DropoutLlamaGqa) { RunParity({"llama", 2, 6, 2, 96, 37, 256, 160, 2, 0.2f}, 20); }
 
 }  // namespace
 }  // namespace loom::tests::parity

@@ -13,8 +13,12 @@ Usage:
 --dtype f64 trains in double precision: the reference the parity checks measure
 both Loom's and torch's own f32 final parameters against.
 cfg.json: the model keys (family, n_layer, n_head, n_kv_head, d_model, seq_len,
-vocab, ffn_hidden, norm_eps, rope_theta) and train keys (lr, beta1, beta2, eps,
-weight_decay, grad_clip, warmup_steps, threads).
+vocab, ffn_hidden, norm_eps, rope_theta, dropout) and train keys (lr, beta1,
+beta2, eps, weight_decay, grad_clip, warmup_steps, threads, seed).
+With dropout > 0 the training steps draw Loom's masks (LoomDropout: the
+embeddings, every residual branch and the attention probabilities, keyed by
+the seed, the 1-based step and the element's row-major index); the logits
+written are those of a forward without dropout (Loom's evaluation graph).
 Batches DIR holds x{i}, y{i} (i32 [B, T]) for i in 0..steps-1.
 Writes to --out: logits and loss of batch 0 at the initial weights, grad.<name>
 for every parameter, and losses (f64 [steps]) of training for --steps steps.
@@ -24,6 +28,7 @@ import json
 import math
 import sys
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -50,7 +55,57 @@ def param_names(cfg):
     return names + ["norm.weight", "output"]
 
 
-def attention(q, k, v, n_head, n_kv_head):
+M32, M64 = 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF
+
+
+def dropout_seed(seed, site):
+    # Site `site`'s seed: compiler/models DropoutSeed (a splitmix64 step).
+    z = (seed + 0x9E3779B97F4A7C15 * (site + 1)) & M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & M64
+    return z ^ (z >> 31)
+
+
+def philox_bits(seed, offset, n):
+    # Word i of the Philox-4x32-10 stream (seed, offset) for i < n: base/rng.h,
+    # counter (block, offset), key (seed low, seed high), word i of block i / 4.
+    u = np.uint64
+    blocks = np.arange((n + 3) // 4, dtype=np.uint64)
+    c = [blocks & u(M32), blocks >> u(32), np.full_like(blocks, offset & M32), np.full_like(blocks, offset >> 32)]
+    k0, k1 = seed & M32, seed >> 32
+    for _ in range(10):
+        p0 = u(0xD2511F53) * c[0]
+        p1 = u(0xCD9E8D57) * c[2]
+        c = [(p1 >> u(32)) ^ c[1] ^ u(k0), p1 & u(M32), (p0 >> u(32)) ^ c[3] ^ u(k1), p0 & u(M32)]
+        k0, k1 = (k0 + 0x9E3779B9) & M32, (k1 + 0xBB67AE85) & M32
+    return np.stack(c, axis=1).reshape(-1)[:n]
+
+
+class LoomDropout:
+    """Loom's dropout op (kernels/cpu/nn/dropout.cc) at Loom's model sites:
+    element i of a site's tensor is kept iff Philox(DropoutSeed(seed, site),
+    step).Uniform(i) >= float32(p), and kept elements are scaled by 1/(1-p).
+    Sites: 0 the embeddings, 1 + 2i block i's attention output, 2 + 2i its MLP
+    output, 1 + 2L + i its attention probabilities."""
+
+    def __init__(self, p, seed, n_layer):
+        self.p, self.seed, self.n_layer, self.step = p, seed, n_layer, None
+
+    def __call__(self, x, site):
+        if self.step is None or self.p == 0:
+            return x
+        bits = philox_bits(dropout_seed(self.seed, site), self.step, x.numel())
+        keep = (bits >> np.uint64(8)).astype(np.float32) * np.float32(1.0 / 16777216.0) >= np.float32(self.p)
+        scale = float(np.float32(1.0 / (1.0 - self.p)))
+        mask = torch.from_numpy(keep.reshape(tuple(x.shape))).to(device=x.device, dtype=x.dtype)
+        return x * (mask * scale)
+
+
+def no_dropout(x, site):
+    return x
+
+
+def attention(q, k, v, n_head, n_kv_head, drop=no_dropout, site=0):
     # q [B, H, T, D], k/v [B, Hkv, T, D]; causal, scale 1/sqrt(D).
     rep = n_head // n_kv_head
     if rep > 1:
@@ -60,7 +115,7 @@ def attention(q, k, v, n_head, n_kv_head):
     s = (q @ k.transpose(-2, -1)) / math.sqrt(D)
     mask = torch.ones(T, T, dtype=torch.bool, device=q.device).tril()
     s = s.masked_fill(~mask, float("-inf"))
-    return torch.softmax(s, dim=-1) @ v
+    return drop(torch.softmax(s, dim=-1), site) @ v
 
 
 def rope(x, theta):
@@ -79,47 +134,48 @@ def rmsnorm(x, w, eps):
     return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * w
 
 
-def forward(cfg, P, x):
+def forward(cfg, P, x, drop=no_dropout):
     B, T = x.shape
+    L = cfg["n_layer"]
     C, H = cfg["d_model"], cfg["n_head"]
     Hkv = cfg.get("n_kv_head") or H
     D = C // H
     eps = cfg.get("norm_eps") or 1e-5
     xl = x.long()
     if cfg["family"] == "gpt":
-        h = P["wte"][xl] + P["wpe"][:T][None]
+        h = drop(P["wte"][xl] + P["wpe"][:T][None], 0)
         for i in range(cfg["n_layer"]):
             p = f"h.{i}."
             a = F.layer_norm(h, (C,), P[p + "ln_1.weight"], P[p + "ln_1.bias"], eps)
             qkv = a @ P[p + "attn.c_attn.weight"] + P[p + "attn.c_attn.bias"]
             q, k, v = qkv.split(C, dim=-1)
             q, k, v = (t.reshape(B, T, H, D).transpose(1, 2) for t in (q, k, v))
-            y = attention(q, k, v, H, H).transpose(1, 2).reshape(B, T, C)
-            h = h + y @ P[p + "attn.c_proj.weight"] + P[p + "attn.c_proj.bias"]
+            y = attention(q, k, v, H, H, drop, 1 + 2 * L + i).transpose(1, 2).reshape(B, T, C)
+            h = h + drop(y @ P[p + "attn.c_proj.weight"] + P[p + "attn.c_proj.bias"], 1 + 2 * i)
             m = F.layer_norm(h, (C,), P[p + "ln_2.weight"], P[p + "ln_2.bias"], eps)
             m = F.gelu(m @ P[p + "mlp.c_fc.weight"] + P[p + "mlp.c_fc.bias"], approximate="tanh")
-            h = h + m @ P[p + "mlp.c_proj.weight"] + P[p + "mlp.c_proj.bias"]
+            h = h + drop(m @ P[p + "mlp.c_proj.weight"] + P[p + "mlp.c_proj.bias"], 2 + 2 * i)
         h = F.layer_norm(h, (C,), P["ln_f.weight"], P["ln_f.bias"], eps)
         return h @ P["wte"].t()
     theta = cfg.get("rope_theta") or 10000.0
-    h = P["tok_embeddings"][xl]
+    h = drop(P["tok_embeddings"][xl], 0)
     for i in range(cfg["n_layer"]):
         p = f"layers.{i}."
         a = rmsnorm(h, P[p + "attention_norm.weight"], eps)
         q = rope((a @ P[p + "attention.wq"]).reshape(B, T, H, D), theta).transpose(1, 2)
         k = rope((a @ P[p + "attention.wk"]).reshape(B, T, Hkv, D), theta).transpose(1, 2)
         v = (a @ P[p + "attention.wv"]).reshape(B, T, Hkv, D).transpose(1, 2)
-        y = attention(q, k, v, H, Hkv).transpose(1, 2).reshape(B, T, C)
-        h = h + y @ P[p + "attention.wo"]
+        y = attention(q, k, v, H, Hkv, drop, 1 + 2 * L + i).transpose(1, 2).reshape(B, T, C)
+        h = h + drop(y @ P[p + "attention.wo"], 1 + 2 * i)
         m = rmsnorm(h, P[p + "ffn_norm.weight"], eps)
         m = F.silu(m @ P[p + "feed_forward.w1"]) * (m @ P[p + "feed_forward.w3"])
-        h = h + m @ P[p + "feed_forward.w2"]
+        h = h + drop(m @ P[p + "feed_forward.w2"], 2 + 2 * i)
     h = rmsnorm(h, P["norm.weight"], eps)
     return h @ P["output"]
 
 
-def loss_fn(cfg, P, x, y):
-    logits = forward(cfg, P, x)
+def loss_fn(cfg, P, x, y, drop=no_dropout):
+    logits = forward(cfg, P, x, drop)
     return logits, F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.long().reshape(-1))
 
 
@@ -140,11 +196,11 @@ def main():
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
 
-    def run(cfg, P, x, y):
+    def run(cfg, P, x, y, drop=no_dropout):
         if a.amp == "none":
-            return loss_fn(cfg, P, x, y)
+            return loss_fn(cfg, P, x, y, drop)
         with torch.autocast(device_type=dev.type, dtype=torch.bfloat16):
-            logits, loss = loss_fn(cfg, P, x, y)
+            logits, loss = loss_fn(cfg, P, x, y, drop)
         return logits, loss.float()
     cfg = json.load(open(a.config))
     torch.set_num_threads(int(cfg.get("threads", 1)))
@@ -153,9 +209,14 @@ def main():
     B = tensor_dir.load(a.batches)
     P = {n: W[n].to(device=dev, dtype=dt).clone().requires_grad_(True) for n in param_names(cfg)}
     B = {k: v.to(dev) for k, v in B.items()}
+    drop = LoomDropout(cfg.get("dropout", 0.0), cfg.get("seed", 0), cfg["n_layer"])
     out = {}
-    logits, loss = run(cfg, P, B["x0"], B["y0"])
+    drop.step = 1
+    logits, loss = run(cfg, P, B["x0"], B["y0"], drop)
     loss.backward()
+    if drop.p > 0:
+        with torch.no_grad():
+            logits, _ = run(cfg, P, B["x0"], B["y0"])
     out["logits"] = logits.detach().float()
     out["loss"] = loss.detach().reshape(1).double()
     for n, p in P.items():
@@ -172,7 +233,8 @@ def main():
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm > 0 else 1.0)
         losses = []
         for s in range(a.steps):
-            _, loss = run(cfg, P, B[f"x{s}"], B[f"y{s}"])
+            drop.step = s + 1
+            _, loss = run(cfg, P, B[f"x{s}"], B[f"y{s}"], drop)
             opt.zero_grad()
             loss.backward()
             if cfg.get("grad_clip", 0) > 0:

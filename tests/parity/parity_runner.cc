@@ -39,6 +39,7 @@ v1::JobSpec SpecOf(const ParityCase& c, const ParityOptions& o) {
   m->set_ffn_hidden(c.ffn);
   m->set_norm_eps(1e-5f);
   m->set_rope_theta(10000.f);
+  m->set_dropout(c.dropout);
   auto* t = s.mutable_train();
   t->set_batch_size(c.batch);
   t->set_lr(2e-3f);
@@ -108,7 +109,7 @@ absl::StatusOr<std::map<std::string, Tensor>> RunTorch(const ParityOptions& o, c
 
 std::string ParityCase::Name() const {
   return absl::StrCat(family, " L", n_layer, " H", n_head, "/", n_kv_head, " C", d_model, " T", seq_len, " V",
-                      vocab, " B", batch);
+                      vocab, " B", batch, dropout > 0 ? absl::StrCat(" dropout ", dropout) : "");
 }
 
 std::string ParityResult::Worst(const std::map<std::string, double>& m) {
@@ -149,7 +150,8 @@ absl::StatusOr<ParityResult> RunGptParity(const ParityCase& c, int steps, const 
                         {"vocab", c.vocab}, {"ffn_hidden", c.ffn}, {"norm_eps", 1e-5}, {"rope_theta", 10000.0},
                         {"lr", spec.train().lr()}, {"beta1", 0.9}, {"beta2", spec.train().beta2()},
                         {"eps", 1e-8}, {"weight_decay", spec.train().weight_decay()},
-                        {"grad_clip", 1.0}, {"warmup_steps", 5}, {"threads", o.threads}};
+                        {"grad_clip", 1.0}, {"warmup_steps", 5}, {"threads", o.threads},
+                        {"dropout", c.dropout}, {"seed", spec.train().seed()}};
   std::ofstream(dir + "/cfg.json") << cfg.dump();
   LOOM_ASSIGN_OR_RETURN(auto ref, RunTorch(o, dir, steps, o.torch_device, "f32", "out"));
 

@@ -30,7 +30,9 @@ namespace loom::tests::parity {
 struct ParityCase {
   std::string family;
   int n_layer, n_head, n_kv_head, d_model, seq_len, vocab, ffn, batch;
-  std::string Name() const;  // "gpt L2 H3/3 C96 T37 V256 B2"
+  // model.dropout of both runs: gpt_torch.py draws Loom's masks (its LoomDropout).
+  float dropout = 0;
+  std::string Name() const;  // "gpt L2 H3/3 C96 T37 V256 B2" (+ " dropout 0.2")
 };
 
 struct ParityOptions {
