@@ -6,6 +6,7 @@
 #include "compiler/autodiff.h"
 #include "compiler/executor.h"
 #include "compiler/ir/text.h"
+#include "compiler/passes/recover.h"
 #include "gtest/gtest.h"
 
 namespace loom::compiler::models {
@@ -196,6 +197,27 @@ TEST(ModelsDropout, WrittenOutAttentionMatchesSdpaAtPZero) {
     EXPECT_NEAR(got, want, 1e-5 * std::abs(want));
     const double dropped_loss = LossOf(*dropped, TinyInputs(*dropped, spec, 2, DType::kF32));
     EXPECT_GT(std::abs(dropped_loss - want), 1e-5 * std::abs(want)) << "p = 0.5 leaves the loss unchanged";
+  }
+}
+
+// The recovery passes (run on imported graphs) applied to a built-in graph
+// with dropout: no sdpa appears, every dropout node stays and the loss is
+// unchanged. (recover_attention_test has the pattern with a constant fill,
+// where only the dropout stops the match.)
+TEST(ModelsDropout, RecoveryPassesKeepAttentionDropout) {
+  for (const char* fam : {"gpt", "llama"}) {
+    SCOPED_TRACE(fam);
+    auto g = BuildForward(Spec(fam), {.batch = 2, .dropout = 0.2, .dropout_seed = 5});
+    ASSERT_TRUE(g.ok()) << g.status();
+    ir::Graph recovered = *g;
+    passes::recover::ConstantTable consts;
+    auto log = passes::RecoverFastOps(recovered, consts);
+    ASSERT_TRUE(log.ok()) << log.status();
+    EXPECT_EQ(CountOps(recovered, "sdpa"), 0);
+    EXPECT_EQ(CountOps(recovered, "dropout"), CountOps(*g, "dropout"));
+    EXPECT_EQ(CountOps(recovered, "dropout"), 1 + 3 * 2);
+    EXPECT_EQ(LossOf(recovered, TinyInputs(recovered, Spec(fam), 3, DType::kF32)),
+              LossOf(*g, TinyInputs(*g, Spec(fam), 3, DType::kF32)));
   }
 }
 

@@ -232,6 +232,19 @@ TEST(RecoverAttentionTest, MoreNearMisses) {
   return %3
 }
 )IR");
+  // The built-in families' attention with dropout (compiler/models): keep
+  // mask, scale, softmax, dropout keyed by the step, product. Without the
+  // dropout this is a boolean-mask match (Masks, in the header).
+  ExpectUnchanged(RecoverAttention(&consts), R"IR(graph @g(%q: f32[1, 2, 4, 8], %k: f32[1, 2, 4, 8], %v: f32[1, 2, 4, 8], %keep: bool[4, 4], %step: f32[], %ninf: f32[] const) {
+  %0 = matmul(%q, %k) {trans_b=true} : f32[1, 2, 4, 4]
+  %1 = scale(%0) {s=0.35355339059327379} : f32[1, 2, 4, 4]
+  %2 = where(%keep, %1, %ninf) : f32[1, 2, 4, 4]
+  %3 = softmax(%2) {axis=-1} : f32[1, 2, 4, 4]
+  %4 = dropout(%3, %step) {p=0.20000000000000001, seed=7} : f32[1, 2, 4, 4]
+  %5 = matmul(%4, %v) : f32[1, 2, 4, 8]
+  return %5
+}
+)IR");
   // Keys and values broadcast over heads (one head for two queries' heads).
   ExpectUnchanged(RecoverAttention(&consts), R"IR(graph @g(%q: f32[1, 2, 4, 8], %k: f32[1, 1, 4, 8], %v: f32[1, 1, 4, 8]) {
   %0 = matmul(%q, %k) {trans_b=true} : f32[1, 2, 4, 4]
