@@ -4,8 +4,9 @@
 // and dp=4 ZeRO-3 (loom run), under one process twice (dp=1, tp=1: `loom
 // train`, and RunParallelTraining in this process over a world of one), and
 // check that the losses at steps 4..6 equal the uninterrupted tp=2 x dp=2
-// run's (1e-5 relative). The model trains with dropout (model.dropout: 0.1),
-// so the resumed runs also draw the uninterrupted run's masks at steps 4..6,
+// run's (1e-5 relative). The model trains with dropout (model.dropout: 0.1,
+// on the embeddings, residual branches and attention probabilities), so the
+// resumed runs also draw the uninterrupted run's masks at steps 4..6,
 // under every layout (compiler/models/models.h: masks keyed by seed, step and
 // the global element index).
 #include <sys/wait.h>

@@ -252,7 +252,8 @@ TEST(Parity, Tp2Dp2Zero3Gpt) { RunCase({"gpt", 2, 2, 3, false, true}); }
 // Gradient buckets of 4 KiB: several buckets per step.
 TEST(Parity, Dp4BucketedGpt) { RunCase({"gpt", 4, 1, 0, false, true, 4096}); }
 TEST(Parity, Tp2Dp2BucketedLlama) { RunCase({"llama", 2, 2, 0, false, false, 4096}); }
-// Dropout masks are the one-process masks under any layout
+// Dropout masks (embeddings, residual branches, attention probabilities with
+// the heads split over tp) are the one-process masks under any layout
 // (compiler/models/models.h), and activation checkpointing recomputes the
 // forward collectives too.
 TEST(Parity, Tp2Dp2GptDropoutCheckpointed) { RunCase({"gpt", 2, 2, 0, false, true, 0, 0.2f, "blocks"}); }
