@@ -258,6 +258,7 @@ TEST(Parity, Tp2Dp2BucketedLlama) { RunCase({"llama", 2, 2, 0, false, false, 409
 // forward collectives too.
 TEST(Parity, Tp2Dp2GptDropoutCheckpointed) { RunCase({"gpt", 2, 2, 0, false, true, 0, 0.2f, "blocks"}); }
 TEST(Parity, Tp2SpLlamaDropoutCheckpointed) { RunCase({"llama", 1, 2, 0, true, true, 0, 0.2f, "blocks"}); }
+TEST(Parity, Tp2Dp2LlamaGqaDropout) { RunCase({"llama", 2, 2, 0, false, true, 0, 0.2f}); }
 TEST(Parity, Dp4Zero3LlamaDropoutCheckpointed) { RunCase({"llama", 4, 1, 3, false, false, 0, 0.2f, "blocks"}); }
 TEST(Parity, Tp2SpGpt) { RunCase({"gpt", 1, 2, 0, true, true}); }
 TEST(Parity, Tp2SpLlama) { RunCase({"llama", 1, 2, 0, true, false}); }
