@@ -232,6 +232,10 @@ class Coordinator : private placement::Sink {
   // Keeps what ListAgents shows of agent `id`, about to be dropped as lost.
   void RememberLostLocked(const std::string& id);
   absl::Status RefuseLocked(const std::string& call, const std::string& agent_id, const std::string& why);
+  // A report's prelude: `agent_id` must be a known agent (its heartbeat is
+  // refreshed), and job `id` (named `job_id` in errors) must exist.
+  absl::StatusOr<store::JobRecord> ReportedJobLocked(const std::string& agent_id, int64_t id,
+                                                     const std::string& job_id);
 
   const CoordinatorOptions opts_;
   std::unique_ptr<store::JobStore> store_;

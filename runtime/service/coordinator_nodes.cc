@@ -234,20 +234,26 @@ absl::Status Coordinator::ReportExit(const v1::ReportExitRequest& req) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<store::JobRecord> Coordinator::ReportedJobLocked(const std::string& agent_id, int64_t id,
+                                                              const std::string& job_id) {
+  auto a = agents_.find(agent_id);
+  if (a == agents_.end()) {
+    return absl::NotFoundError(absl::StrCat("agent_id: unknown agent '", agent_id.substr(0, 64), "'"));
+  }
+  a->second.last_seen = std::chrono::steady_clock::now();
+  auto r = store_->GetJob(id);
+  if (!r.ok() && r.status().code() == absl::StatusCode::kNotFound) return absl::NotFoundError(job_id + " not found");
+  return r;
+}
+
 absl::Status Coordinator::ReportProgress(const v1::ReportProgressRequest& req) {
   LOOM_ASSIGN_OR_RETURN(int64_t id, ParseJobId(req.job_id()));
   if (req.rendezvous_address().size() > 256) {
     return absl::InvalidArgumentError("rendezvous_address: longer than 256 bytes");
   }
   std::lock_guard<std::mutex> l(mu_);
-  auto a = agents_.find(req.agent_id());
-  if (a == agents_.end()) {
-    return absl::NotFoundError(absl::StrCat("agent_id: unknown agent '", req.agent_id().substr(0, 64), "'"));
-  }
-  a->second.last_seen = std::chrono::steady_clock::now();
-  auto r = store_->GetJob(id);
-  if (!r.ok()) return r.status().code() == absl::StatusCode::kNotFound ? absl::NotFoundError(req.job_id() + " not found")
-                                                                      : r.status();
+  auto r = ReportedJobLocked(req.agent_id(), id, req.job_id());
+  if (!r.ok()) return r.status();
   auto live = live_.find(id);
   if (store::IsTerminal(r->state) || req.attempt() != r->restart_count || live == live_.end()) return absl::OkStatus();
   if (!PlacedOnLocked(id, 0, req.agent_id())) {
@@ -385,14 +391,8 @@ absl::Status Coordinator::ReportMetrics(const v1::ReportMetricsRequest& req) {
     return absl::InvalidArgumentError(absl::StrCat("points: at most ", kMaxPoints, " a call, got ", req.points_size()));
   }
   std::lock_guard<std::mutex> l(mu_);
-  auto a = agents_.find(req.agent_id());
-  if (a == agents_.end()) {
-    return absl::NotFoundError(absl::StrCat("agent_id: unknown agent '", req.agent_id().substr(0, 64), "'"));
-  }
-  a->second.last_seen = std::chrono::steady_clock::now();
-  auto r = store_->GetJob(id);
-  if (!r.ok()) return r.status().code() == absl::StatusCode::kNotFound ? absl::NotFoundError(req.job_id() + " not found")
-                                                                      : r.status();
+  auto r = ReportedJobLocked(req.agent_id(), id, req.job_id());
+  if (!r.ok()) return r.status();
   if (store::IsTerminal(r->state) || req.attempt() != r->restart_count || live_.count(id) == 0) return absl::OkStatus();
   for (const v1::MetricPoint& p : req.points()) {
     if (p.rank() < 0 || p.rank() >= r->world_size) {
