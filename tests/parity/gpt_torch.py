@@ -28,7 +28,6 @@ import json
 import math
 import sys
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -69,6 +68,7 @@ def dropout_seed(seed, site):
 def philox_bits(seed, offset, n):
     # Word i of the Philox-4x32-10 stream (seed, offset) for i < n: base/rng.h,
     # counter (block, offset), key (seed low, seed high), word i of block i / 4.
+    import numpy as np  # only with dropout: the GPU parity check runs without it
     u = np.uint64
     blocks = np.arange((n + 3) // 4, dtype=np.uint64)
     c = [blocks & u(M32), blocks >> u(32), np.full_like(blocks, offset & M32), np.full_like(blocks, offset >> 32)]
@@ -94,6 +94,7 @@ class LoomDropout:
     def __call__(self, x, site):
         if self.step is None or self.p == 0:
             return x
+        import numpy as np
         bits = philox_bits(dropout_seed(self.seed, site), self.step, x.numel())
         keep = (bits >> np.uint64(8)).astype(np.float32) * np.float32(1.0 / 16777216.0) >= np.float32(self.p)
         scale = float(np.float32(1.0 / (1.0 - self.p)))
