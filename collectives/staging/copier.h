@@ -1,0 +1,35 @@
+// Copier: the copy engine the staged backend drives (device <-> pinned host).
+//
+// A copy is issued at once and returns a CopyEvent to wait on. Copies of one
+// direction run in issue order; the two directions may run concurrently (the
+// CUDA copier uses one stream per direction). Host memory comes from
+// HostBuffer: page-locked for CUDA, so cudaMemcpyAsync runs as DMA.
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace loom::collectives::staging {
+
+class CopyEvent {
+ public:
+  virtual ~CopyEvent() = default;
+  // OK once the copy has landed; DeadlineExceeded if `deadline` passes first.
+  [[nodiscard]] virtual absl::Status Wait(absl::Time deadline) = 0;
+};
+
+class Copier {
+ public:
+  virtual ~Copier() = default;
+  // Host staging memory of at least `bytes`, owned by the copier. A later
+  // call may replace it (the earlier pointer is then invalid).
+  virtual absl::StatusOr<void*> HostBuffer(size_t bytes) = 0;
+  virtual absl::StatusOr<std::unique_ptr<CopyEvent>> ToHost(void* host, const void* device, size_t bytes) = 0;
+  virtual absl::StatusOr<std::unique_ptr<CopyEvent>> ToDevice(void* device, const void* host, size_t bytes) = 0;
+};
+
+}  // namespace loom::collectives::staging

@@ -1,0 +1,135 @@
+// Backend "cuda:gloo": collectives on device buffers staged through pinned
+// host memory, run by a CPU backend (Gloo) on the host copies.
+//
+// Each op cuts its message into buckets of StagingOptions::bucket_bytes and
+// pipelines them through the Copier (copier.h):
+//
+//   ToHost(0)
+//   for i in 0..n-1:
+//     wait ToHost(i); issue the inner op on host bucket i   (async Work)
+//     ToHost(i+1)                      -- overlaps the reduction of bucket i
+//     wait inner op i-1; ToDevice(i-1) -- overlaps the reduction of bucket i
+//   wait inner op n-1; ToDevice(n-1); wait every ToDevice
+//
+// The algorithms are the inner backend's (created by name, "gloo" for
+// cuda:gloo, on its own store prefix and connections so its op order is this
+// backend's bucket order). Ops: all_reduce, broadcast, reduce,
+// all_gather_into, reduce_scatter_from (bucket j of every rank's block is one
+// inner all_gather / reduce_scatter over per-rank host slices), barrier.
+//
+// Work semantics are Backend's: validated on the caller's thread, run in
+// issue order on one executor thread with deadline = start + options.timeout
+// (copies and inner ops share that deadline). A failed op is recorded in this
+// backend's flight recorder (dumped to "<dir>/cuda:gloo.rank<R>.txt" when a
+// directory is set) and every later op fails with FailedPrecondition quoting
+// it. Abort() on a running op aborts its inner ops.
+#pragma once
+
+#include <cstddef>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "collectives/backend.h"
+#include "collectives/flight_recorder.h"
+#include "collectives/staging/copier.h"
+
+namespace loom::collectives::staging {
+
+struct StagingOptions {
+  // Bytes per bucket (rounded down to whole elements, at least one): the unit
+  // that one copy and one inner op move. Smaller buckets overlap more and pay
+  // more per-op latency.
+  size_t bucket_bytes = size_t{4} << 20;
+  std::string flight_recorder_dir;  // "" = never dump
+};
+
+class StagedBackend : public Backend {
+ public:
+  StagedBackend(std::string name, std::shared_ptr<Backend> inner, std::unique_ptr<Copier> copier,
+                StagingOptions options);
+  ~StagedBackend() override;
+
+  absl::string_view name() const override { return name_; }
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  bool Supports(OpType op, DType dtype, DeviceKind device) const override;
+  FlightRecorder* flight_recorder() override { return &recorder_; }
+  // The CPU backend that runs the algorithms on the host buckets.
+  Backend* inner() { return inner_.get(); }
+
+  absl::StatusOr<WorkPtr> AllReduce(const Tensor& tensor, const AllReduceOptions& o) override;
+  absl::StatusOr<WorkPtr> Broadcast(const Tensor& tensor, const BroadcastOptions& o) override;
+  absl::StatusOr<WorkPtr> Reduce(const Tensor& tensor, const ReduceOptions& o) override;
+  absl::StatusOr<WorkPtr> AllGather(absl::Span<const Tensor> outputs, const Tensor& input,
+                                    const AllGatherOptions& o) override;
+  absl::StatusOr<WorkPtr> AllGatherInto(const Tensor& output, const Tensor& input,
+                                        const AllGatherOptions& o) override;
+  absl::StatusOr<WorkPtr> ReduceScatter(const Tensor& output, absl::Span<const Tensor> inputs,
+                                        const ReduceScatterOptions& o) override;
+  absl::StatusOr<WorkPtr> ReduceScatterFrom(const Tensor& output, const Tensor& input,
+                                            const ReduceScatterOptions& o) override;
+  absl::StatusOr<WorkPtr> AllToAll(const Tensor& output, const Tensor& input,
+                                   const AllToAllOptions& o) override;
+  absl::StatusOr<WorkPtr> Gather(absl::Span<const Tensor> outputs, const Tensor& input,
+                                 const GatherOptions& o) override;
+  absl::StatusOr<WorkPtr> Scatter(const Tensor& output, absl::Span<const Tensor> inputs,
+                                  const ScatterOptions& o) override;
+  absl::StatusOr<WorkPtr> Send(const Tensor& tensor, int dst, const SendRecvOptions& o) override;
+  absl::StatusOr<WorkPtr> Recv(const Tensor& tensor, int src, const SendRecvOptions& o) override;
+  absl::StatusOr<WorkPtr> Barrier(const BarrierOptions& o) override;
+
+  // One copy between a device range and a host range.
+  struct Copy {
+    char* dst;
+    const char* src;
+    size_t bytes;
+  };
+  // One bucket: copies to the host, the inner op on the host copies (given
+  // the time left), copies back to the device.
+  struct Bucket {
+    std::vector<Copy> to_host;
+    std::function<absl::StatusOr<WorkPtr>(absl::Duration)> run;
+    std::vector<Copy> to_device;
+  };
+  // Builds the buckets of an op once the host buffer is known.
+  using Plan = std::function<std::vector<Bucket>(char* host)>;
+
+ private:
+  struct Task {
+    WorkPtr work;
+    OpType op;
+    uint64_t seq = 0;
+    absl::Duration timeout;
+    size_t host_bytes = 0;
+    Plan plan;
+  };
+  absl::StatusOr<WorkPtr> Enqueue(OpType op, DType dtype, int64_t numel, absl::Duration timeout,
+                                  size_t host_bytes, Plan plan);
+  void ExecutorLoop();
+  absl::Status RunTask(const Task& task, absl::Time deadline);
+  absl::Status Pipeline(std::vector<Bucket>& buckets, absl::Time deadline);
+  absl::StatusOr<WorkPtr> Issue(Bucket& b, absl::Time deadline);
+  void Fail(const Task& task, const absl::Status& s);
+  size_t BucketBytes(DType dtype) const;
+  absl::Status CheckDevice(const Tensor& t, absl::string_view op, absl::string_view arg) const;
+
+  std::string name_;
+  std::shared_ptr<Backend> inner_;
+  std::unique_ptr<Copier> copier_;
+  StagingOptions options_;
+  FlightRecorder recorder_;
+  absl::Mutex mu_;
+  std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status failed_ ABSL_GUARDED_BY(mu_);
+  std::vector<WorkPtr> in_flight_ ABSL_GUARDED_BY(mu_);  // inner ops of the running task
+  std::thread executor_;
+};
+
+}  // namespace loom::collectives::staging

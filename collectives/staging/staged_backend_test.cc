@@ -1,0 +1,333 @@
+// The staged backend's real pipeline over real Gloo ranks (threads of this
+// process), with a host-memory copier: memcpy on one worker thread per
+// direction, each copy after an injected delay, every copy's interval logged.
+#include "collectives/staging/staged_backend.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <functional>
+#include <sstream>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
+#include "collectives/store/store_server.h"
+#include "collectives/store/tcp_store.h"
+#include "gtest/gtest.h"
+
+namespace loom::collectives::staging {
+namespace {
+
+struct CopyLog {
+  bool to_host;
+  const char* host;  // the host end of the copy
+  absl::Time start, end;
+};
+
+class HostCopyEvent : public CopyEvent {
+ public:
+  explicit HostCopyEvent(std::shared_ptr<absl::Notification> done) : done_(std::move(done)) {}
+  absl::Status Wait(absl::Time deadline) override {
+    if (!done_->WaitForNotificationWithDeadline(deadline)) return absl::DeadlineExceededError("host copy");
+    return absl::OkStatus();
+  }
+
+ private:
+  std::shared_ptr<absl::Notification> done_;
+};
+
+// One direction: a worker thread running memcpy jobs in issue order, each
+// after `delay`, appending its interval to `log`.
+class Lane {
+ public:
+  Lane(bool to_host, absl::Duration delay, absl::Mutex* log_mu, std::vector<CopyLog>* log)
+      : to_host_(to_host), delay_(delay), log_mu_(log_mu), log_(log), worker_([this] { Loop(); }) {}
+  ~Lane() {
+    {
+      absl::MutexLock l(&mu_);
+      stop_ = true;
+    }
+    worker_.join();
+  }
+  std::unique_ptr<CopyEvent> Push(void* dst, const void* src, size_t bytes) {
+    auto done = std::make_shared<absl::Notification>();
+    absl::MutexLock l(&mu_);
+    jobs_.push_back(Job{dst, src, bytes, done});
+    return std::make_unique<HostCopyEvent>(done);
+  }
+
+ private:
+  struct Job {
+    void* dst;
+    const void* src;
+    size_t bytes;
+    std::shared_ptr<absl::Notification> done;
+  };
+  void Loop() {
+    while (true) {
+      Job job;
+      {
+        absl::MutexLock l(&mu_);
+        mu_.Await(absl::Condition(
+            +[](Lane* a) ABSL_NO_THREAD_SAFETY_ANALYSIS { return a->stop_ || !a->jobs_.empty(); }, this));
+        if (jobs_.empty()) return;
+        job = jobs_.front();
+        jobs_.pop_front();
+      }
+      absl::Time start = absl::Now();
+      absl::SleepFor(delay_);
+      if (job.bytes) std::memcpy(job.dst, job.src, job.bytes);
+      absl::Time end = absl::Now();
+      {
+        absl::MutexLock l(log_mu_);
+        log_->push_back({to_host_, static_cast<const char*>(to_host_ ? job.dst : job.src), start, end});
+      }
+      job.done->Notify();
+    }
+  }
+
+  const bool to_host_;
+  const absl::Duration delay_;
+  absl::Mutex* log_mu_;
+  std::vector<CopyLog>* log_;
+  absl::Mutex mu_;
+  std::deque<Job> jobs_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread worker_;
+};
+
+class HostCopier : public Copier {
+ public:
+  explicit HostCopier(absl::Duration delay)
+      : to_host_(true, delay, &log_mu_, &log_), to_device_(false, delay, &log_mu_, &log_) {}
+  absl::StatusOr<void*> HostBuffer(size_t bytes) override {
+    if (buffer_.size() < bytes) buffer_.assign(bytes, 0);
+    return buffer_.data();
+  }
+  absl::StatusOr<std::unique_ptr<CopyEvent>> ToHost(void* host, const void* dev, size_t bytes) override {
+    return to_host_.Push(host, dev, bytes);
+  }
+  absl::StatusOr<std::unique_ptr<CopyEvent>> ToDevice(void* dev, const void* host, size_t bytes) override {
+    return to_device_.Push(dev, host, bytes);
+  }
+  std::vector<CopyLog> Log() {
+    absl::MutexLock l(&log_mu_);
+    return log_;
+  }
+  const char* host_base() const { return buffer_.data(); }
+
+ private:
+  std::vector<char> buffer_;
+  absl::Mutex log_mu_;
+  std::vector<CopyLog> log_;
+  Lane to_host_, to_device_;
+};
+
+struct Rank {
+  std::shared_ptr<StagedBackend> backend;
+  HostCopier* copier = nullptr;
+};
+
+// Runs fn(rank, world, Rank&) on `world` threads, each with its own Gloo
+// backend (real rendezvous over a TCP store) behind a StagedBackend.
+void RunRanks(int world, size_t bucket_bytes, std::function<absl::Duration(int)> delay,
+              const std::string& recorder_dir, const std::function<void(int, Rank&)>& fn) {
+  store::StoreServer::Options so;
+  so.secret = "s";
+  auto server = store::StoreServer::Start(so);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      auto store = store::TcpStore::Connect((*server)->address(), "s");
+      ASSERT_TRUE(store.ok()) << store.status();
+      BackendContext ctx;
+      ctx.store = std::make_shared<store::PrefixStore>(*store, "inner");
+      ctx.rank = r;
+      ctx.size = world;
+      ctx.timeout = absl::Seconds(30);
+      auto inner = CreateBackend("gloo", ctx);
+      ASSERT_TRUE(inner.ok()) << inner.status();
+      auto copier = std::make_unique<HostCopier>(delay(r));
+      Rank rank;
+      rank.copier = copier.get();
+      StagingOptions o;
+      o.bucket_bytes = bucket_bytes;
+      o.flight_recorder_dir = recorder_dir;
+      rank.backend = std::make_shared<StagedBackend>("cuda:gloo", *inner, std::move(copier), o);
+      fn(r, rank);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+Tensor Dev(std::vector<float>& v) {
+  return Tensor::Wrap(v.data(), {static_cast<int64_t>(v.size())}, DType::kF32, Device::CUDA(0));
+}
+
+absl::Duration NoDelay(int) { return absl::ZeroDuration(); }
+
+void ExpectOk(absl::StatusOr<WorkPtr> w) {
+  ASSERT_TRUE(w.ok()) << w.status();
+  absl::Status s = (*w)->Wait(absl::Now() + absl::Seconds(30));
+  EXPECT_TRUE(s.ok()) << s;
+}
+
+// Sizes below, at and above the bucket (40 bytes = 10 floats), none a multiple
+// of it except 20; 0 moves nothing.
+const int64_t kSizes[] = {0, 1, 7, 10, 13, 20, 101};
+
+void CheckOps(int world) {
+  RunRanks(world, 40, NoDelay, "", [world](int r, Rank& k) {
+    for (int64_t n : kSizes) {
+      SCOPED_TRACE(testing::Message() << "rank " << r << " numel " << n);
+      std::vector<float> x(n);
+      for (int64_t i = 0; i < n; ++i) x[i] = static_cast<float>((r + 1) * 1000 + i);
+      std::vector<float> avg = x;
+      AllReduceOptions sum;
+      ExpectOk(k.backend->AllReduce(Dev(x), sum));
+      AllReduceOptions ao;
+      ao.op = ReduceOp::kAvg;
+      ExpectOk(k.backend->AllReduce(Dev(avg), ao));
+      const float ranks_sum = world * (world + 1) / 2.0f;
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_EQ(x[i], ranks_sum * 1000 + world * i) << i;
+        ASSERT_FLOAT_EQ(avg[i], (ranks_sum * 1000 + world * i) / world) << i;
+      }
+      // broadcast from the last rank
+      std::vector<float> b(n, static_cast<float>(r));
+      BroadcastOptions bo;
+      bo.root = world - 1;
+      ExpectOk(k.backend->Broadcast(Dev(b), bo));
+      for (float v : b) ASSERT_EQ(v, world - 1);
+      // reduce (max) to rank 0; non-roots keep their input
+      std::vector<float> m(n, static_cast<float>(r * 3));
+      ReduceOptions ro;
+      ro.op = ReduceOp::kMax;
+      ExpectOk(k.backend->Reduce(Dev(m), ro));
+      for (float v : m) ASSERT_EQ(v, r == 0 ? 3 * (world - 1) : 3 * r);
+      // all_gather_into: rank j's block holds j*100 + i
+      std::vector<float> in(n), out(n * world, -1);
+      for (int64_t i = 0; i < n; ++i) in[i] = r * 100.0f + i;
+      ExpectOk(k.backend->AllGatherInto(Dev(out), Dev(in), {}));
+      for (int j = 0; j < world; ++j)
+        for (int64_t i = 0; i < n; ++i) ASSERT_EQ(out[j * n + i], j * 100.0f + i) << j << "," << i;
+      // reduce_scatter_from (sum): input block j on rank r holds r + j*10 + i
+      std::vector<float> rin(n * world), rout(n, -1);
+      for (int j = 0; j < world; ++j)
+        for (int64_t i = 0; i < n; ++i) rin[j * n + i] = r + j * 10.0f + i;
+      ExpectOk(k.backend->ReduceScatterFrom(Dev(rout), Dev(rin), {}));
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(rout[i], ranks_sum - world + world * (r * 10.0f + i)) << i;
+    }
+    ExpectOk(k.backend->Barrier({}));
+  });
+}
+
+TEST(StagedBackend, EveryOpTwoRanks) { CheckOps(2); }
+TEST(StagedBackend, EveryOpThreeRanks) { CheckOps(3); }
+
+TEST(StagedBackend, RefusesWhatItCannotStage) {
+  RunRanks(1, 40, NoDelay, "", [](int, Rank& k) {
+    std::vector<float> x(4);
+    Tensor cpu = Tensor::Wrap(x.data(), {4}, DType::kF32, Device::CPU());
+    auto w = k.backend->AllReduce(cpu, {});
+    EXPECT_TRUE(absl::IsInvalidArgument(w.status())) << w.status();
+    EXPECT_NE(w.status().message().find("cpu"), std::string::npos) << w.status();
+    EXPECT_FALSE(k.backend->Supports(OpType::kAllToAll, DType::kF32, DeviceKind::kCUDA));
+    EXPECT_FALSE(k.backend->Supports(OpType::kAllReduce, DType::kF32, DeviceKind::kCPU));
+    EXPECT_TRUE(k.backend->Supports(OpType::kAllReduce, DType::kF32, DeviceKind::kCUDA));
+    AllReduceOptions o;
+    o.timeout = absl::ZeroDuration();
+    auto z = k.backend->AllReduce(Dev(x), o);
+    EXPECT_TRUE(absl::IsInvalidArgument(z.status())) << z.status();
+    EXPECT_NE(z.status().message().find("options.timeout"), std::string::npos) << z.status();
+  });
+}
+
+// Rank 1's copies each take 30 ms, rank 0's none: rank 0's reduction of
+// bucket i waits for rank 1's copy of bucket i, and rank 0 meanwhile copies
+// bucket i+1 to the host and bucket i-1 back. The reductions' real start and
+// end times come from the inner Gloo backend's flight recorder: each copy
+// runs between the reduction's issue (queued) and its end (finished).
+TEST(StagedBackend, CopiesOverlapReductions) {
+  constexpr int kBuckets = 5;
+  RunRanks(2, 400, [](int r) { return r == 1 ? absl::Milliseconds(30) : absl::ZeroDuration(); }, "",
+           [](int r, Rank& k) {
+             std::vector<float> x(kBuckets * 100, 1.0f);
+             ExpectOk(k.backend->AllReduce(Dev(x), {}));
+             for (float v : x) ASSERT_EQ(v, 2.0f);
+             if (r != 0) return;
+             std::vector<OpRecord> inner = k.backend->inner()->flight_recorder()->Snapshot();
+             ASSERT_EQ(inner.size(), static_cast<size_t>(kBuckets));
+             const char* base = k.copier->host_base();
+             auto copy_of = [&](bool to_host, int bucket) {
+               for (const CopyLog& c : k.copier->Log())
+                 if (c.to_host == to_host && c.host == base + bucket * 400) return c;
+               ADD_FAILURE() << "no copy of bucket " << bucket;
+               return CopyLog{};
+             };
+             for (int i = 0; i + 1 < kBuckets; ++i) {
+               SCOPED_TRACE(testing::Message() << "bucket " << i);
+               ASSERT_EQ(inner[i].state, OpRecord::State::kOk);
+               CopyLog next_in = copy_of(true, i + 1);
+               EXPECT_LT(next_in.start, inner[i].finished) << "bucket i+1's copy to the host starts after bucket i's reduction ends";
+               EXPECT_LE(inner[i].queued, next_in.start) << "bucket i+1's copy starts before bucket i's reduction is issued";
+               if (i > 0) {
+                 CopyLog prev_out = copy_of(false, i - 1);
+                 EXPECT_LT(prev_out.start, inner[i].finished) << "bucket i-1's copy back starts after bucket i's reduction ends";
+               }
+             }
+           });
+}
+
+// Rank 1 never joins the op: rank 0's op fails by its own timeout, Work::Wait
+// with an earlier deadline says DeadlineExceeded while it runs, the flight
+// recorder (in memory and dumped) shows the op failed, and later ops fail
+// quoting it.
+TEST(StagedBackend, TimeoutFailsTheOpAndRecordsIt) {
+  char tmpl[] = "/tmp/staged_fr_XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  const std::string dir = tmpl;
+  absl::Notification rank0_done;
+  RunRanks(2, 40, NoDelay, dir, [&](int r, Rank& k) {
+    if (r == 1) {
+      rank0_done.WaitForNotification();
+      return;
+    }
+    std::vector<float> x(25, 1.0f);
+    AllReduceOptions o;
+    o.timeout = absl::Milliseconds(500);
+    absl::Time t0 = absl::Now();
+    auto w = k.backend->AllReduce(Dev(x), o);
+    ASSERT_TRUE(w.ok()) << w.status();
+    EXPECT_TRUE(absl::IsDeadlineExceeded((*w)->Wait(absl::Now() + absl::Milliseconds(50))));
+    EXPECT_FALSE((*w)->IsCompleted());
+    absl::Status s = (*w)->Wait(absl::Now() + absl::Seconds(20));
+    EXPECT_FALSE(s.ok());
+    EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
+    EXPECT_NE(s.message().find("cuda:gloo all_reduce #0 on rank 0"), std::string::npos) << s;
+    std::vector<OpRecord> rec = k.backend->flight_recorder()->Snapshot();
+    ASSERT_EQ(rec.size(), 1u);
+    EXPECT_EQ(rec[0].state, OpRecord::State::kFailed);
+    EXPECT_EQ(rec[0].op, "all_reduce");
+    EXPECT_EQ(rec[0].numel, 25);
+    std::ifstream f(dir + "/cuda:gloo.rank0.txt");
+    std::stringstream dump;
+    dump << f.rdbuf();
+    EXPECT_NE(dump.str().find("seq=0 op=all_reduce dtype=f32 numel=25 state=failed"), std::string::npos)
+        << dump.str();
+    auto later = k.backend->AllReduce(Dev(x), {});
+    ASSERT_TRUE(later.ok());
+    absl::Status ls = (*later)->Wait(absl::Now() + absl::Seconds(20));
+    EXPECT_TRUE(absl::IsFailedPrecondition(ls)) << ls;
+    EXPECT_NE(ls.message().find("earlier op failed"), std::string::npos) << ls;
+    rank0_done.Notify();
+  });
+  std::remove((dir + "/cuda:gloo.rank0.txt").c_str());
+  rmdir(dir.c_str());
+}
+
+}  // namespace
+}  // namespace loom::collectives::staging
