@@ -32,6 +32,8 @@ namespace loom::collectives {
 
 using WorkPtr = std::shared_ptr<Work>;
 
+inline constexpr size_t kDefaultStagingBucketBytes = size_t{4} << 20;
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -90,6 +92,9 @@ struct BackendContext {
   int size = 1;
   absl::Duration timeout = kDefaultTimeout;  // for setup (rendezvous)
   std::string flight_recorder_dir;  // where to dump the flight recorder on failure ("" = nowhere)
+  // Bucket size of backends that stage device buffers through host memory
+  // ("cuda:gloo", collectives/staging): one copy and one host op per bucket.
+  size_t staging_bucket_bytes = kDefaultStagingBucketBytes;
 };
 
 // The address this process' collective endpoints listen on and advertise
@@ -101,7 +106,9 @@ std::string CollectivesHost();
 using BackendFactory =
     std::function<absl::StatusOr<std::shared_ptr<Backend>>(const BackendContext&)>;
 
-// Registers a backend under `name` (e.g. "gloo"). Returns true (for static init).
+// Registers a backend under `name` (e.g. "gloo"). A name "cuda:<backend>"
+// (e.g. "cuda:gloo") is the CUDA variant of <backend>: a spec entry
+// "cuda:<backend>" selects it (process_group.h). Returns true (for static init).
 bool RegisterBackend(absl::string_view name, BackendFactory factory);
 // Creates a registered backend; NotFound lists the registered names.
 absl::StatusOr<std::shared_ptr<Backend>> CreateBackend(absl::string_view name,

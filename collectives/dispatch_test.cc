@@ -8,14 +8,15 @@
 namespace loom::collectives {
 namespace {
 
-// A backend that claims only f32 all_reduce on the CPU (to test Supports()).
+// A backend that claims only f32 all_reduce on one device (to test Supports()).
 class NarrowBackend : public Backend {
  public:
-  absl::string_view name() const override { return "narrow"; }
+  NarrowBackend(std::string name, DeviceKind device) : name_(std::move(name)), device_(device) {}
+  absl::string_view name() const override { return name_; }
   int rank() const override { return 0; }
   int size() const override { return 1; }
   bool Supports(OpType op, DType dt, DeviceKind d) const override {
-    return op == OpType::kAllReduce && dt == DType::kF32 && d == DeviceKind::kCPU;
+    return op == OpType::kAllReduce && dt == DType::kF32 && d == device_;
   }
 #define NARROW_UNUSED(...) { return absl::InternalError("not reached"); }
   absl::StatusOr<WorkPtr> AllReduce(const Tensor&, const AllReduceOptions&) override {
@@ -33,10 +34,18 @@ class NarrowBackend : public Backend {
   absl::StatusOr<WorkPtr> Send(const Tensor&, int, const SendRecvOptions&) override NARROW_UNUSED()
   absl::StatusOr<WorkPtr> Recv(const Tensor&, int, const SendRecvOptions&) override NARROW_UNUSED()
   absl::StatusOr<WorkPtr> Barrier(const BarrierOptions&) override NARROW_UNUSED()
+
+ private:
+  std::string name_;
+  DeviceKind device_;
 };
 
 const bool kNarrow = RegisterBackend("narrow", [](const BackendContext&) -> absl::StatusOr<std::shared_ptr<Backend>> {
-  return std::shared_ptr<Backend>(std::make_shared<NarrowBackend>());
+  return std::shared_ptr<Backend>(std::make_shared<NarrowBackend>("narrow", DeviceKind::kCPU));
+});
+// The CUDA variant of "narrow", which a "cuda:narrow" spec entry selects.
+const bool kNarrowCuda = RegisterBackend("cuda:narrow", [](const BackendContext&) -> absl::StatusOr<std::shared_ptr<Backend>> {
+  return std::shared_ptr<Backend>(std::make_shared<NarrowBackend>("cuda:narrow", DeviceKind::kCUDA));
 });
 const bool kBroken = RegisterBackend("nogpu", [](const BackendContext&) -> absl::StatusOr<std::shared_ptr<Backend>> {
   return absl::UnavailableError("no CUDA device");
@@ -63,6 +72,25 @@ class DispatchTest : public ::testing::Test {
 
 float cuda_storage[4];
 Tensor CudaTensor() { return Tensor::Wrap(cuda_storage, {4}, DType::kF32, Device::CUDA(0)); }
+
+TEST_F(DispatchTest, CudaEntryPicksTheCudaVariant) {
+  auto pg = Make("cpu:narrow,cuda:narrow");
+  ASSERT_TRUE(pg);
+  auto b = pg->BackendFor(Device::CUDA(0), OpType::kAllReduce, DType::kF32);
+  ASSERT_TRUE(b.ok()) << b.status();
+  EXPECT_EQ((*b)->name(), "cuda:narrow");
+  auto c = pg->BackendFor(Device::CPU(), OpType::kAllReduce, DType::kF32);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ((*c)->name(), "narrow");
+  auto w = pg->AllReduce(CudaTensor(), {});
+  EXPECT_TRUE(w.ok()) << w.status();
+  // A bare "narrow" serves every device with the plain backend, which has no CUDA.
+  auto plain = Make("narrow");
+  ASSERT_TRUE(plain);
+  auto u = plain->AllReduce(CudaTensor(), {});
+  EXPECT_TRUE(absl::IsUnimplemented(u.status())) << u.status();
+  EXPECT_NE(u.status().message().find("backend narrow "), std::string::npos) << u.status();
+}
 
 TEST_F(DispatchTest, PicksBackendByDevice) {
   auto pg = Make("cpu:narrow,cuda:nogpu");

@@ -53,6 +53,13 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(std::shared_p
                                                    " not in a group of size ", size));
   }
   LOOM_ASSIGN_OR_RETURN(BackendSpec spec, ParseBackendSpec(o.backend));
+  const std::vector<std::string> registered = RegisteredBackends();
+  for (auto& [kind, name] : spec.by_device) {
+    std::string variant = absl::StrCat("cuda:", name);
+    if (kind == DeviceKind::kCUDA && std::find(registered.begin(), registered.end(), variant) != registered.end()) {
+      name = variant;
+    }
+  }
   std::unique_ptr<ProcessGroup> pg(new ProcessGroup());
   pg->store_ = std::move(store);
   pg->rank_ = rank;
@@ -71,6 +78,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(std::shared_p
     ctx.size = size;
     ctx.timeout = o.timeout;
     ctx.flight_recorder_dir = o.flight_recorder_dir;
+    ctx.staging_bucket_bytes = o.staging_bucket_bytes;
     auto b = CreateBackend(name, ctx);
     if (b.ok()) {
       pg->backends_[name] = *b;

@@ -7,7 +7,10 @@
 //   LOOM_RETURN_IF_ERROR(w->Wait());
 //
 // Dispatch: the backend spec maps device kinds to backend names, PyTorch style:
-// "gloo" (every device), "cpu:gloo,cuda:nccl", "cpu:ucx". Each call picks the
+// "gloo" (every device), "cpu:gloo,cuda:nccl", "cpu:ucx". A "cuda:<name>"
+// entry selects the backend registered as "cuda:<name>" where there is one
+// ("cuda:gloo": device buffers staged through host memory, collectives/staging),
+// else "<name>". Each call picks the
 // backend by its tensors' device; barrier uses the first backend of the spec.
 // A device with no backend, or a backend that does not support the op/dtype,
 // fails at the call with Unimplemented naming op, device, dtype and backend.
@@ -39,6 +42,8 @@ struct ProcessGroupOptions {
   std::string backend = "cpu:gloo";
   absl::Duration timeout = absl::Seconds(60);  // rendezvous / setup
   std::string flight_recorder_dir;
+  // Bytes per bucket of staging backends ("cuda:gloo"): BackendContext.
+  size_t staging_bucket_bytes = kDefaultStagingBucketBytes;
 };
 
 class ProcessGroup {

@@ -44,7 +44,7 @@ struct StagingOptions {
   // Bytes per bucket (rounded down to whole elements, at least one): the unit
   // that one copy and one inner op move. Smaller buckets overlap more and pay
   // more per-op latency.
-  size_t bucket_bytes = size_t{4} << 20;
+  size_t bucket_bytes = kDefaultStagingBucketBytes;
   std::string flight_recorder_dir;  // "" = never dump
 };
 
