@@ -58,16 +58,24 @@ bool RunLoom(const BenchConfig& c, const std::string& backend, int n, BenchRepor
       row.op = c.ops[items[next].oi];
       row.bytes = ElementsFor(row.op, sizes[items[next].si], n) * 4;
       int64_t wrong = 0;
+      BenchRow d2h = row, h2d = row;  // cuda:gloo all_reduce: the pinned copies
+      d2h.impl = "pinned:d2h";
+      h2d.impl = "pinned:h2d";
       for (int r = 0; r < n; ++r) {
         auto v = store.Get(ResultKey(items[next].oi, items[next].si, r));
         if (!v.ok()) return;
         std::vector<std::string> w = absl::StrSplit(*v, ' ');
-        double us = 0;
+        double us = 0, d2h_us = 0, h2d_us = 0;
         int64_t bad = 0;
-        if (w.size() != 2 || !absl::SimpleAtod(w[0], &us) || !absl::SimpleAtoi(w[1], &bad)) return;
+        if ((w.size() != 2 && w.size() != 4) || !absl::SimpleAtod(w[0], &us) || !absl::SimpleAtoi(w[1], &bad)) return;
+        if (w.size() == 4 && (!absl::SimpleAtod(w[2], &d2h_us) || !absl::SimpleAtod(w[3], &h2d_us))) return;
         row.time_us = std::max(row.time_us, us);
+        d2h.time_us = std::max(d2h.time_us, d2h_us);
+        h2d.time_us = std::max(h2d.time_us, h2d_us);
         wrong += bad;
       }
+      if (d2h.time_us > 0) report->rows.push_back(d2h);
+      if (h2d.time_us > 0) report->rows.push_back(h2d);
       row.ok = wrong == 0;
       ++report->checks;
       if (!row.ok) ++report->wrong;
@@ -151,6 +159,7 @@ int RunCollectivesBench(const std::vector<std::string>& args) {
     if (!c.json) {
       if (n == c.ranks.front()) printf("# %s\n", report.torch_status.c_str());
       fputs(FormatTables(report, n, c.ops).c_str(), stdout);
+      fputs(FormatStagingBound(report, n).c_str(), stdout);
       fflush(stdout);
     }
   }

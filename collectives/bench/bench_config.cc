@@ -36,7 +36,10 @@ const char kBenchUsage[] =
     "usage: loom bench collectives [flags]\n"
     "  nccl-tests style all_reduce / all_gather / reduce_scatter bandwidth of Loom's CPU\n"
     "  backends, side by side with torch.distributed Gloo (Debian's /usr/bin/python3).\n"
-    "  --backends=gloo,ucx,tcp   Loom backends to run (default gloo)\n"
+    "  --backends=gloo,ucx,tcp   Loom backends to run (default gloo); cuda:gloo stages CUDA\n"
+    "                            buffers through pinned host memory (adds gloo, and pinned\n"
+    "                            D2H/H2D rows, to its all_reduce table)\n"
+    "  --bucket-bytes=4M         cuda:gloo's staging bucket (ProcessGroupOptions)\n"
     "  --ranks=2,4               process counts (default 2)\n"
     "  --ops=all_reduce,all_gather,reduce_scatter\n"
     "  --min-bytes=1K --max-bytes=4M --step=4   the size sweep (K/M/G suffixes; step 2 or 4)\n"
@@ -86,7 +89,7 @@ absl::StatusOr<BenchConfig> ParseBenchFlags(const std::vector<std::string>& args
     }
   }
   static const char* kValueFlags[] = {"backends", "ranks", "ops",   "min-bytes", "max-bytes",
-                                      "step",     "iters", "warmup", "timeout",   "torch"};
+                                      "step",     "iters", "warmup", "timeout",   "torch", "bucket-bytes"};
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a.rfind("--", 0) != 0) {
@@ -121,9 +124,15 @@ absl::StatusOr<BenchConfig> ParseBenchFlags(const std::vector<std::string>& args
       if (auto s = need(); !s.ok()) return s;
       c.backends = List(value);
       for (const std::string& b : c.backends) {
-        if (b != "gloo" && b != "ucx" && b != "tcp") return Bad(name, "expected a list of gloo, ucx, tcp", value);
+        if (b != "gloo" && b != "ucx" && b != "tcp" && b != "cuda:gloo") {
+          return Bad(name, "expected a list of gloo, ucx, tcp, cuda:gloo", value);
+        }
       }
       if (c.backends.empty()) return Bad(name, "expected at least one backend", value);
+      if (std::count(c.backends.begin(), c.backends.end(), "cuda:gloo") &&
+          !std::count(c.backends.begin(), c.backends.end(), "gloo")) {
+        c.backends.push_back("gloo");  // the CPU Gloo busbw that cuda:gloo is measured against
+      }
     } else if (name == "ranks") {
       if (auto s = need(); !s.ok()) return s;
       c.ranks.clear();
@@ -142,11 +151,11 @@ absl::StatusOr<BenchConfig> ParseBenchFlags(const std::vector<std::string>& args
         }
       }
       if (c.ops.empty()) return Bad(name, "expected at least one op", value);
-    } else if (name == "min-bytes" || name == "max-bytes") {
+    } else if (name == "min-bytes" || name == "max-bytes" || name == "bucket-bytes") {
       if (auto s = need(); !s.ok()) return s;
       auto b = ParseBytes(value);
       if (!b.ok()) return Bad(name, std::string(b.status().message()), value);
-      (name == "min-bytes" ? c.min_bytes : c.max_bytes) = *b;
+      (name == "min-bytes" ? c.min_bytes : name == "max-bytes" ? c.max_bytes : c.bucket_bytes) = *b;
     } else if (name == "step") {
       if (auto s = need(); !s.ok()) return s;
       auto v = ParseInt(name, value, 2, 4);
@@ -177,7 +186,7 @@ absl::StatusOr<BenchConfig> ParseBenchFlags(const std::vector<std::string>& args
       std::string nearest;
       size_t best = std::max<size_t>(2, name.size() / 3) + 1;
       for (const char* known : {"full", "json", "backends", "ranks", "ops", "min-bytes", "max-bytes", "step", "iters",
-                                "warmup", "timeout", "torch"}) {
+                                "warmup", "timeout", "torch", "bucket-bytes"}) {
         if (const size_t d = EditDistance(name, known); d < best) best = d, nearest = known;
       }
       return absl::InvalidArgumentError(
@@ -202,6 +211,7 @@ std::vector<std::string> ToFlags(const BenchConfig& c) {
       absl::StrCat("--iters=", c.iters == 0 ? 0 : c.iters),
       absl::StrCat("--warmup=", c.warmup),
       absl::StrCat("--timeout=", c.timeout_s),
+      absl::StrCat("--bucket-bytes=", c.bucket_bytes),
   };
   if (c.iters == 0) f.erase(f.begin() + 6);
   if (c.full) f.push_back("--full");

@@ -5,12 +5,14 @@
 //   loom bench collectives [--backends=gloo,ucx,tcp] [--ranks=2,4]
 //       [--ops=all_reduce,all_gather,reduce_scatter] [--min-bytes=1K]
 //       [--max-bytes=4M] [--step=4] [--iters=N] [--warmup=N] [--full]
-//       [--torch=auto|0|1] [--json] [--timeout=SECONDS]
+//       [--torch=auto|0|1] [--json] [--timeout=SECONDS] [--bucket-bytes=4M]
 //
 // Sizes take K/M/G suffixes (powers of 1024). Defaults are the fast sweep
 // (backend gloo, 2 ranks, 1 KiB..4 MiB x4, iterations sized by bytes); --full
 // is backends gloo,ucx,tcp at 2 and 4 ranks from 1 KiB to 256 MiB, with a
-// 900 s limit per run. Flags given
+// 900 s limit per run. Backend cuda:gloo (CUDA buffers staged through
+// pinned host memory, --bucket-bytes per bucket) brings gloo along and adds
+// pinned D2H / H2D rows to its all_reduce table. Flags given
 // explicitly override what --full sets, whatever their order.
 #pragma once
 
@@ -37,6 +39,7 @@ struct BenchConfig {
   bool json = false;
   TorchMode torch = TorchMode::kAuto;
   int timeout_s = 300;  // per (backend, ranks) run and per torch run
+  int64_t bucket_bytes = 4 << 20;  // cuda:gloo: ProcessGroupOptions::staging_bucket_bytes
 };
 
 // `args` are the words after "collectives" (flags only).

@@ -94,5 +94,37 @@ TEST(BenchResult, TableHasRatiosAndNa) {
   EXPECT_NE(FormatJson(r).find("\"verified\": false"), std::string::npos);
 }
 
+TEST(BenchConfig, CudaGlooBringsGlooAndABucket) {
+  auto c = ParseBenchFlags({"--backends=cuda:gloo", "--bucket-bytes=256K"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->backends, (std::vector<std::string>{"cuda:gloo", "gloo"}));
+  EXPECT_EQ(c->bucket_bytes, 256 << 10);
+  auto round = ParseBenchFlags(ToFlags(*c));
+  ASSERT_TRUE(round.ok()) << round.status();
+  EXPECT_EQ(round->backends, c->backends);
+  EXPECT_EQ(round->bucket_bytes, c->bucket_bytes);
+  auto bad = ParseBenchFlags({"--bucket-bytes=0"});
+  EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
+  EXPECT_NE(bad.status().message().find("--bucket-bytes"), std::string::npos) << bad.status();
+}
+
+TEST(BenchResult, StagingBoundIsTheMinOfCopiesAndGloo) {
+  BenchReport r;
+  const int64_t mib = 1 << 20;
+  // 1 MiB: cuda:gloo busbw 1.049 (x1 at 2 ranks), pinned d2h 2.097 (algbw),
+  // h2d 4.194, loom:gloo 1.311: the bound is gloo's, 80%.
+  r.rows.push_back({"loom:cuda:gloo", 2, "all_reduce", mib, 1000.0, true, ""});
+  r.rows.push_back({"pinned:d2h", 2, "all_reduce", mib, 500.0, true, ""});
+  r.rows.push_back({"pinned:h2d", 2, "all_reduce", mib, 250.0, true, ""});
+  r.rows.push_back({"loom:gloo", 2, "all_reduce", mib, 800.0, true, ""});
+  std::string t = FormatStagingBound(r, 2);
+  EXPECT_NE(t.find("# cuda:gloo all_reduce 1 MiB x2: busbw 1.049 GB/s = 80% of min(pinned d2h 2.097, "
+                   "pinned h2d 4.194, loom:gloo 1.311) GB/s"),
+            std::string::npos)
+      << t;
+  EXPECT_EQ(FormatStagingBound(r, 4), "");
+  EXPECT_NE(FormatTables(r, 2, {"all_reduce"}).find("pinned:d2h"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace loom::collectives::bench

@@ -1,5 +1,6 @@
 #include "collectives/bench/bench_result.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <map>
 
@@ -34,7 +35,32 @@ const BenchRow* TorchRow(const BenchReport& r, const BenchRow& x) {
 
 }  // namespace
 
-double BenchRow::busbw() const { return algbw() * BusFactor(op, ranks); }
+double BenchRow::busbw() const {
+  return impl.rfind("pinned:", 0) == 0 ? algbw() : algbw() * BusFactor(op, ranks);
+}
+
+std::string FormatStagingBound(const BenchReport& r, int ranks) {
+  std::string out;
+  auto find = [&](const std::string& impl, int64_t bytes) -> const BenchRow* {
+    for (const BenchRow& x : r.rows)
+      if (x.impl == impl && x.ranks == ranks && x.op == "all_reduce" && x.bytes == bytes && x.na.empty()) return &x;
+    return nullptr;
+  };
+  for (const BenchRow& x : r.rows) {
+    if (x.impl != "loom:cuda:gloo" || x.ranks != ranks || x.op != "all_reduce") continue;
+    const BenchRow* d2h = find("pinned:d2h", x.bytes);
+    const BenchRow* h2d = find("pinned:h2d", x.bytes);
+    const BenchRow* gloo = find("loom:gloo", x.bytes);
+    if (!d2h || !h2d || !gloo) continue;
+    double bound = std::min({d2h->busbw(), h2d->busbw(), gloo->busbw()});
+    absl::StrAppend(&out, absl::StrFormat("# cuda:gloo all_reduce %s x%d: busbw %.3f GB/s = %.0f%% of min(pinned d2h "
+                                          "%.3f, pinned h2d %.3f, loom:gloo %.3f) GB/s\n",
+                                          FormatBytes(x.bytes), ranks, x.busbw(),
+                                          bound > 0 ? 100 * x.busbw() / bound : 0.0, d2h->busbw(), h2d->busbw(),
+                                          gloo->busbw()));
+  }
+  return out;
+}
 
 std::string FormatTables(const BenchReport& r, int ranks, const std::vector<std::string>& ops) {
   std::string out;

@@ -14,7 +14,7 @@
 namespace loom::collectives::bench {
 
 struct BenchRow {
-  std::string impl;  // "loom:gloo", "torch:gloo"
+  std::string impl;  // "loom:gloo", "torch:gloo", "pinned:d2h", "pinned:h2d"
   int ranks = 0;
   std::string op;
   int64_t bytes = 0;      // the full buffer
@@ -22,7 +22,7 @@ struct BenchRow {
   bool ok = true;         // every rank's checks passed
   std::string na;         // non-empty: not measured, and why
   double algbw() const { return time_us > 0 ? bytes / time_us / 1e3 : 0; }  // GB/s
-  double busbw() const;
+  double busbw() const;  // pinned copy rows: algbw (one copy, no bus factor)
 };
 
 struct BenchReport {
@@ -38,6 +38,12 @@ struct BenchReport {
 // The tables for `ranks`, in the order of `ops`, over every impl present.
 std::string FormatTables(const BenchReport& r, int ranks, const std::vector<std::string>& ops);
 std::string FormatJson(const BenchReport& r);
+// cuda:gloo all_reduce against its bound, one line per size at `ranks`:
+//   # cuda:gloo all_reduce 4 MiB x2: busbw 9.1 GB/s = 87% of min(pinned d2h 20.3,
+//     pinned h2d 19.8, loom:gloo 10.4) GB/s
+// (pinned rows give bytes / time of one copy per rank, every rank copying at
+// once). "" when there is no cuda:gloo row.
+std::string FormatStagingBound(const BenchReport& r, int ranks);
 // "verification: ..." (one line, no newline).
 std::string VerificationLine(const BenchReport& r);
 

@@ -4,8 +4,11 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/tensor.h"
+#include "base/status.h"
+#include "collectives/bench/device_buffer.h"
 #include "collectives/bench/launcher.h"
 #include "collectives/process_group.h"
+#include "collectives/staging/cuda_copier.h"
 
 namespace loom::collectives::bench {
 namespace {
@@ -24,9 +27,24 @@ struct Case {
   std::string op;
   int n, rank;
   int64_t count;  // elements of the full buffer
-  Tensor big, small;
+  Tensor big, small;  // host: the pattern and the check
+  // cuda:gloo: the device copies the ops run on (run_* = big/small otherwise).
+  std::unique_ptr<DeviceBuffer> dbig, dsmall;
+  Tensor run_big, run_small;
 
-  void Fill() {
+  absl::Status Allocate(bool on_device) {
+    big = Tensor::MustEmpty({count}, DType::kF32);
+    small = Tensor::MustEmpty({count / n}, DType::kF32);
+    run_big = big;
+    run_small = small;
+    if (!on_device) return absl::OkStatus();
+    LOOM_ASSIGN_OR_RETURN(dbig, DeviceBuffer::Create(big.nbytes()));
+    LOOM_ASSIGN_OR_RETURN(dsmall, DeviceBuffer::Create(small.nbytes()));
+    run_big = Tensor::Wrap(dbig->data(), {count}, DType::kF32, Device::CUDA(0));
+    run_small = Tensor::Wrap(dsmall->data(), {count / n}, DType::kF32, Device::CUDA(0));
+    return absl::OkStatus();
+  }
+  absl::Status Fill() {
     float* b = big.data<float>();
     if (op == "all_gather") {
       float* s = small.data<float>();
@@ -34,13 +52,20 @@ struct Case {
     } else {
       for (int64_t i = 0; i < count; ++i) b[i] = ReduceInput(rank, i);
     }
+    if (!dbig) return absl::OkStatus();
+    LOOM_RETURN_IF_ERROR(dbig->Upload(big.raw_data(), big.nbytes()));
+    return dsmall->Upload(small.raw_data(), small.nbytes());
   }
   absl::Status Once(ProcessGroup& g) {
-    if (op == "all_reduce") return Run(g.AllReduce(big, {}));
-    if (op == "all_gather") return Run(g.AllGatherInto(big, small, {}));
-    return Run(g.ReduceScatterFrom(small, big, {}));
+    if (op == "all_reduce") return Run(g.AllReduce(run_big, {}));
+    if (op == "all_gather") return Run(g.AllGatherInto(run_big, run_small, {}));
+    return Run(g.ReduceScatterFrom(run_small, run_big, {}));
   }
-  int64_t Wrong() const {
+  absl::StatusOr<int64_t> Wrong() const {
+    if (dbig) {
+      LOOM_RETURN_IF_ERROR(dbig->Download(big.raw_data(), big.nbytes()));
+      LOOM_RETURN_IF_ERROR(dsmall->Download(small.raw_data(), small.nbytes()));
+    }
     int64_t bad = 0;
     const int64_t m = count / n;
     if (op == "all_reduce") {
@@ -56,6 +81,50 @@ struct Case {
     return bad;
   }
 };
+
+// cuda:gloo: microseconds per pinned copy of the all_reduce buffer to the
+// host and back, every rank copying at once (the staging path's ceiling).
+absl::Status TimeCopies(ProcessGroup& g, staging::Copier& copier, const Case& c, int iters, double* d2h_us,
+                        double* h2d_us) {
+  const size_t bytes = c.big.nbytes();
+  LOOM_ASSIGN_OR_RETURN(void* host, copier.HostBuffer(bytes));
+  for (int dir = 0; dir < 2; ++dir) {
+    LOOM_RETURN_IF_ERROR(Run(g.Barrier({})));
+    absl::Time t0 = absl::Now();
+    for (int i = 0; i < iters; ++i) {
+      auto e = dir == 0 ? copier.ToHost(host, c.dbig->data(), bytes) : copier.ToDevice(c.dbig->data(), host, bytes);
+      if (!e.ok()) return e.status();
+      LOOM_RETURN_IF_ERROR((*e)->Wait(absl::InfiniteFuture()));
+    }
+    (dir == 0 ? *d2h_us : *h2d_us) = absl::ToDoubleMicroseconds(absl::Now() - t0) / iters;
+  }
+  return absl::OkStatus();
+}
+
+// One (op, size): check, warm up, time, check again; publishes the result.
+absl::Status RunCase(ProcessGroup& g, store::Store& store, staging::Copier* copier, const BenchConfig& config,
+                     Case& c, const std::string& key) {
+  LOOM_RETURN_IF_ERROR(c.Allocate(copier != nullptr));
+  LOOM_RETURN_IF_ERROR(c.Fill());
+  LOOM_RETURN_IF_ERROR(c.Once(g));
+  LOOM_ASSIGN_OR_RETURN(int64_t wrong, c.Wrong());
+  for (int i = 1; i < config.warmup; ++i) LOOM_RETURN_IF_ERROR(c.Once(g));
+  const int iters = ItersFor(config, c.count * 4);
+  LOOM_RETURN_IF_ERROR(Run(g.Barrier({})));
+  absl::Time t0 = absl::Now();
+  for (int i = 0; i < iters; ++i) LOOM_RETURN_IF_ERROR(c.Once(g));
+  double us = absl::ToDoubleMicroseconds(absl::Now() - t0) / iters;
+  LOOM_RETURN_IF_ERROR(c.Fill());  // the timed calls changed the data: check a fresh call too
+  LOOM_RETURN_IF_ERROR(c.Once(g));
+  LOOM_ASSIGN_OR_RETURN(int64_t wrong2, c.Wrong());
+  std::string value = absl::StrCat(us, " ", wrong + wrong2);
+  if (copier != nullptr && c.op == "all_reduce") {
+    double d2h = 0, h2d = 0;
+    LOOM_RETURN_IF_ERROR(TimeCopies(g, *copier, c, iters, &d2h, &h2d));
+    absl::StrAppend(&value, " ", d2h, " ", h2d);
+  }
+  return store.Set(key, value);
+}
 
 }  // namespace
 
@@ -76,8 +145,19 @@ int RunBenchWorker(const std::string& backend, const BenchConfig& config) {
     return 3;
   }
   const int n = env->world, rank = env->rank;
+  const bool staged = backend == "cuda:gloo";
   ProcessGroupOptions po;
-  po.backend = "cpu:" + backend;
+  po.backend = staged ? "cpu:gloo,cuda:gloo" : "cpu:" + backend;
+  po.staging_bucket_bytes = static_cast<size_t>(config.bucket_bytes);
+  std::unique_ptr<staging::Copier> copier;
+  if (staged) {
+    auto cp = staging::CreateCudaCopier();
+    if (!cp.ok()) {
+      fprintf(stderr, "[rank %d] %s: %s\n", rank, backend.c_str(), cp.status().ToString().c_str());
+      return 1;
+    }
+    copier = std::move(*cp);
+  }
   auto pg = ProcessGroup::Create(env->store, rank, n, po);
   if (!pg.ok()) {
     fprintf(stderr, "[rank %d] %s: %s\n", rank, backend.c_str(), pg.status().ToString().c_str());
@@ -87,34 +167,15 @@ int RunBenchWorker(const std::string& backend, const BenchConfig& config) {
   std::vector<int64_t> sizes = Sizes(config);
   for (size_t oi = 0; oi < config.ops.size(); ++oi) {
     for (size_t si = 0; si < sizes.size(); ++si) {
-      Case c{config.ops[oi], n, rank, ElementsFor(config.ops[oi], sizes[si], n), {}, {}};
+      Case c{config.ops[oi], n, rank, ElementsFor(config.ops[oi], sizes[si], n), {}, {}, nullptr, nullptr, {}, {}};
       if (c.count == 0) continue;
-      c.big = Tensor::MustEmpty({c.count}, DType::kF32);
-      c.small = Tensor::MustEmpty({c.count / n}, DType::kF32);
-      auto fail = [&](const absl::Status& s) {
+      absl::Status s = RunCase(g, *env->store, copier.get(), config, c,
+                               ResultKey(static_cast<int>(oi), static_cast<int>(si), rank));
+      if (!s.ok()) {
         fprintf(stderr, "[rank %d] %s %s %lld bytes: %s\n", rank, backend.c_str(), c.op.c_str(),
                 static_cast<long long>(c.count * 4), s.ToString().c_str());
         return 1;
-      };
-      c.Fill();
-      if (absl::Status s = c.Once(g); !s.ok()) return fail(s);
-      int64_t wrong = c.Wrong();
-      for (int i = 1; i < config.warmup; ++i) {
-        if (absl::Status s = c.Once(g); !s.ok()) return fail(s);
       }
-      const int iters = ItersFor(config, c.count * 4);
-      if (absl::Status s = Run(g.Barrier({})); !s.ok()) return fail(s);
-      absl::Time t0 = absl::Now();
-      for (int i = 0; i < iters; ++i) {
-        if (absl::Status s = c.Once(g); !s.ok()) return fail(s);
-      }
-      double us = absl::ToDoubleMicroseconds(absl::Now() - t0) / iters;
-      c.Fill();  // the timed calls changed the data: check a fresh call too
-      if (absl::Status s = c.Once(g); !s.ok()) return fail(s);
-      wrong += c.Wrong();
-      absl::Status s = env->store->Set(ResultKey(static_cast<int>(oi), static_cast<int>(si), rank),
-                                       absl::StrCat(us, " ", wrong));
-      if (!s.ok()) return fail(s);
     }
   }
   absl::Status s = Run(g.Barrier({}));
