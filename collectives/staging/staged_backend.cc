@@ -86,11 +86,13 @@ absl::StatusOr<WorkPtr> StagedBackend::Enqueue(OpType op, DType dtype, int64_t n
     return absl::InvalidArgumentError(absl::StrCat(OpTypeName(op), ": options.timeout: must be positive"));
   }
   auto work = std::make_shared<Work>();
-  work->set_abort_hook([this] {
+  work->set_abort_hook([weak = weak_from_this()] {
+    std::shared_ptr<StagedBackend> self = weak.lock();
+    if (!self) return;
     std::vector<WorkPtr> running;
     {
-      absl::MutexLock l(&mu_);
-      running = in_flight_;
+      absl::MutexLock l(&self->mu_);
+      running = self->in_flight_;
     }
     for (const WorkPtr& w : running) w->Abort();
   });

@@ -22,7 +22,8 @@
 // (copies and inner ops share that deadline). A failed op is recorded in this
 // backend's flight recorder (dumped to "<dir>/cuda:gloo.rank<R>.txt" when a
 // directory is set) and every later op fails with FailedPrecondition quoting
-// it. Abort() on a running op aborts its inner ops.
+// it. Abort() on a running op aborts its inner ops (a no-op once the backend
+// is gone). Create it with std::make_shared.
 #pragma once
 
 #include <cstddef>
@@ -48,7 +49,7 @@ struct StagingOptions {
   std::string flight_recorder_dir;  // "" = never dump
 };
 
-class StagedBackend : public Backend {
+class StagedBackend : public Backend, public std::enable_shared_from_this<StagedBackend> {
  public:
   StagedBackend(std::string name, std::shared_ptr<Backend> inner, std::unique_ptr<Copier> copier,
                 StagingOptions options);

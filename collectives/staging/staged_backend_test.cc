@@ -329,5 +329,30 @@ TEST(StagedBackend, TimeoutFailsTheOpAndRecordsIt) {
   rmdir(dir.c_str());
 }
 
+// Abort() of a running op (rank 1 never joins) aborts its inner op: the op
+// ends Cancelled long before its own 30 s timeout.
+TEST(StagedBackend, AbortEndsARunningOp) {
+  absl::Notification rank0_done;
+  RunRanks(2, 40, NoDelay, "", [&](int r, Rank& k) {
+    if (r == 1) {
+      rank0_done.WaitForNotification();
+      return;
+    }
+    std::vector<float> x(25, 1.0f);
+    AllReduceOptions o;
+    o.timeout = absl::Seconds(30);
+    auto w = k.backend->AllReduce(Dev(x), o);
+    ASSERT_TRUE(w.ok()) << w.status();
+    absl::SleepFor(absl::Milliseconds(200));
+    EXPECT_FALSE((*w)->IsCompleted());
+    absl::Time t0 = absl::Now();
+    (*w)->Abort();
+    absl::Status s = (*w)->Wait(absl::Now() + absl::Seconds(10));
+    EXPECT_TRUE(absl::IsCancelled(s)) << s;
+    EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
+    rank0_done.Notify();
+  });
+}
+
 }  // namespace
 }  // namespace loom::collectives::staging
