@@ -2,7 +2,8 @@
 # On the GPU machine, after bench/cuda/stage.sh (which stages the corpus too):
 #   1. `loom train examples/gpt-cuda.yaml` (device: cuda, bf16) end to end;
 #   2. `loom run` of a small device: cuda job (coordinator + agent + one worker
-#      rank, NCCL as the CUDA backend, world size 1), end to end;
+#      rank, NCCL as the CUDA backend, world size 1), end to end, saving a
+#      checkpoint every 10 steps (at least one must be there at the end);
 #   3. checkpoints through `loom train` (f32): 8 steps on cuda saving at 4 and
 #      8; the step-4 checkpoint resumed on cuda and, in another folder, on the
 #      cpu. Passes when both resume at step 5 and their losses at steps 5..8
@@ -34,11 +35,17 @@ model: {family: gpt, n_layer: 2, n_head: 4, d_model: 128, seq_len: 128, vocab: 2
 train: {batch_size: 16, steps: 100, lr: 0.003, eval_every: 100, eval_batches: 2, sample_tokens: 64, precision: bf16}
 data: {path: $corpus, format: text}
 device: cuda
+checkpoint: {every: 10, keep: 2, dir: /tmp/loom_run_cuda_ck}
 YAML
+  rm -rf /tmp/loom_run_cuda_ck
   timeout 300 "$bin" run /tmp/loom_run_cuda.yaml --steps "${RUN_STEPS:-100}" --run-dir /tmp/loom_run_cuda 2>&1 |
     tee "$O/loom_run_cuda.txt" | grep -Ev '^step [0-9]+/' | tail -25
   s=${PIPESTATUS[0]}
   grep -q "CUDA collectives through nccl" "$O/loom_run_cuda.txt" || s=${s/#0/1}
+  if [ "${RUN_STEPS:-100}" -ge 10 ] && ! ls -d /tmp/loom_run_cuda_ck/step_* > /dev/null 2>&1; then
+    echo "loom run: no checkpoint in /tmp/loom_run_cuda_ck"
+    s=${s/#0/1}
+  fi
   echo "run_train (loom run, NCCL world 1): $([ "$s" = 0 ] && echo PASS || echo "FAILED (exit $s)")"
   [ "$s" = 0 ] || status=1
 fi
