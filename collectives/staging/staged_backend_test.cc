@@ -228,6 +228,23 @@ void CheckOps(int world) {
 TEST(StagedBackend, EveryOpTwoRanks) { CheckOps(2); }
 TEST(StagedBackend, EveryOpThreeRanks) { CheckOps(3); }
 
+// Other dtypes, with a 6-byte bucket: rounded down to whole elements (3 bf16,
+// and one i64 since 6 bytes hold none).
+TEST(StagedBackend, BucketsHoldWholeElements) {
+  RunRanks(2, 6, NoDelay, "", [](int r, Rank& k) {
+    std::vector<int64_t> a(11);
+    std::vector<BF16> h(13);
+    for (size_t i = 0; i < a.size(); ++i) a[i] = (int64_t{1} << 40) * (r + 1) + static_cast<int64_t>(i);
+    for (size_t i = 0; i < h.size(); ++i) h[i] = BF16(static_cast<float>(r + 1 + i));
+    ExpectOk(k.backend->AllReduce(Tensor::Wrap(a.data(), {11}, DType::kI64, Device::CUDA(0)), {}));
+    ExpectOk(k.backend->AllReduce(Tensor::Wrap(h.data(), {13}, DType::kBF16, Device::CUDA(0)), {}));
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], (int64_t{1} << 40) * 3 + 2 * static_cast<int64_t>(i)) << i;
+    for (size_t i = 0; i < h.size(); ++i) ASSERT_EQ(static_cast<float>(h[i]), 3.0f + 2 * i) << i;
+    // 11 one-element buckets, each an inner all_reduce; then 5 of 3, 3, 3, 3, 1 bf16.
+    EXPECT_EQ(k.backend->inner()->flight_recorder()->Snapshot().size(), 11u + 5u);
+  });
+}
+
 TEST(StagedBackend, RefusesWhatItCannotStage) {
   RunRanks(1, 40, NoDelay, "", [](int, Rank& k) {
     std::vector<float> x(4);
