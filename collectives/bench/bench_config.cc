@@ -30,6 +30,19 @@ std::vector<std::string> List(const std::string& v) {
   return out;
 }
 
+// --backends: cuda:gloo brings gloo along (the CPU Gloo busbw it is measured against).
+absl::StatusOr<std::vector<std::string>> ParseBackends(const std::string& value) {
+  std::vector<std::string> v = List(value);
+  for (const std::string& b : v) {
+    if (b != "gloo" && b != "ucx" && b != "tcp" && b != "cuda:gloo") {
+      return Bad("backends", "expected a list of gloo, ucx, tcp, cuda:gloo", value);
+    }
+  }
+  if (v.empty()) return Bad("backends", "expected at least one backend", value);
+  if (std::count(v.begin(), v.end(), "cuda:gloo") && !std::count(v.begin(), v.end(), "gloo")) v.push_back("gloo");
+  return v;
+}
+
 }  // namespace
 
 const char kBenchUsage[] =
@@ -122,17 +135,9 @@ absl::StatusOr<BenchConfig> ParseBenchFlags(const std::vector<std::string>& args
       c.json = !has_value || value == "1" || value == "true";
     } else if (name == "backends") {
       if (auto s = need(); !s.ok()) return s;
-      c.backends = List(value);
-      for (const std::string& b : c.backends) {
-        if (b != "gloo" && b != "ucx" && b != "tcp" && b != "cuda:gloo") {
-          return Bad(name, "expected a list of gloo, ucx, tcp, cuda:gloo", value);
-        }
-      }
-      if (c.backends.empty()) return Bad(name, "expected at least one backend", value);
-      if (std::count(c.backends.begin(), c.backends.end(), "cuda:gloo") &&
-          !std::count(c.backends.begin(), c.backends.end(), "gloo")) {
-        c.backends.push_back("gloo");  // the CPU Gloo busbw that cuda:gloo is measured against
-      }
+      auto b = ParseBackends(value);
+      if (!b.ok()) return b.status();
+      c.backends = *b;
     } else if (name == "ranks") {
       if (auto s = need(); !s.ok()) return s;
       c.ranks.clear();
