@@ -22,12 +22,19 @@ class CudaCopyEvent : public CopyEvent {
   }
   absl::Status Wait(absl::Time deadline) override {
     cudaSetDevice(device_);
-    while (true) {
+    // Polls (the deadline rules out cudaEventSynchronize): yields for the
+    // first polls, then sleeps between them so that a long copy leaves the
+    // cores to the host reductions it overlaps.
+    for (int polls = 0;; ++polls) {
       cudaError_t e = cudaEventQuery(event_);
       if (e == cudaSuccess) return absl::OkStatus();
       if (e != cudaErrorNotReady) return CudaError("copy", e);
       if (absl::Now() >= deadline) return absl::DeadlineExceededError("cuda:gloo: copy did not finish in time");
-      std::this_thread::yield();
+      if (polls < 64) {
+        std::this_thread::yield();
+      } else {
+        absl::SleepFor(absl::Microseconds(10));
+      }
     }
   }
 
