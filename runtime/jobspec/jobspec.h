@@ -32,6 +32,7 @@ namespace loom::runtime::jobspec {
 inline constexpr int kMaxLayers = 1024;
 inline constexpr int kMaxHeads = 1024;
 inline constexpr int kMaxTp = 1024;
+inline constexpr int kMaxRanksPerGpu = 64;              // resources.ranks_per_gpu
 inline constexpr int64_t kMaxRanks = 65536;               // dp x tp
 inline constexpr int64_t kMaxParameters = 1000000000000;  // a built-in model's parameter count
 
