@@ -545,6 +545,10 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml) {
   return spec;
 }
 
+std::string DefaultBackend(int32_t ranks_per_gpu) {
+  return ranks_per_gpu > 1 ? "cpu:gloo,cuda:gloo" : "cpu:gloo,cuda:nccl";
+}
+
 void ApplyDefaults(v1::JobSpec& s) {
   auto* m = s.mutable_model();
   if (m->family().empty()) m->set_family(m->onnx().empty() ? "gpt" : "onnx");
@@ -589,8 +593,7 @@ void ApplyDefaults(v1::JobSpec& s) {
   if (p->tp() == 0 && !p->tp_auto()) p->set_tp(1);
   auto* r = s.mutable_resources();
   if (r->ranks_per_gpu() == 0) r->set_ranks_per_gpu(1);
-  // NCCL serves one rank per GPU; ranks that share a GPU meet through Gloo.
-  if (p->backend().empty()) p->set_backend(r->ranks_per_gpu() > 1 ? "cpu:gloo,cuda:gloo" : "cpu:gloo,cuda:nccl");
+  if (p->backend().empty()) p->set_backend(DefaultBackend(r->ranks_per_gpu()));
   if (s.device().empty()) s.set_device("cpu");
   if (s.name().empty()) s.set_name("job");
 }

@@ -45,6 +45,9 @@ absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path);
 // calls ValidateJobSpec. Errors name the file.
 absl::StatusOr<v1::JobSpec> ReadJobSpec(const std::string& path);
 void ApplyDefaults(v1::JobSpec& spec);
+// parallel.backend when the spec names none: NCCL serves one rank per GPU, so
+// ranks sharing a GPU (ranks_per_gpu > 1) meet through Gloo.
+std::string DefaultBackend(int32_t ranks_per_gpu);
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 // Every string field of the spec (paths, names, patterns, ...) holds at most
 // kMaxStringBytes. ValidateJobSpec checks it first; the coordinator also
