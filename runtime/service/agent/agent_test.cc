@@ -99,7 +99,8 @@ TEST_F(AgentTest, RunsRanksAndKeepsTheirLogs) {
 
 // A device: cuda job on an agent offering GPUs (no GPU is touched: the ranks
 // are shell scripts): with resources.ranks_per_gpu 2, ranks 0 and 1 get
-// LOOM_GPU=0 and ranks 2 and 3 LOOM_GPU=1.
+// LOOM_GPU=0 and ranks 2 and 3 LOOM_GPU=1, each with CUDA_VISIBLE_DEVICES
+// naming its GPU only.
 TEST_F(AgentTest, RanksSharingAGpuGetItsDeviceIndex) {
   AgentOptions a;
   a.coordinator = "127.0.0.1:" + std::to_string(server_->port());
@@ -107,7 +108,7 @@ TEST_F(AgentTest, RanksSharingAGpuGetItsDeviceIndex) {
   a.data_dir = root_ + "/agent";
   a.cpu_slots = 1;
   a.gpus = 2;
-  a.worker_argv = {"/bin/sh", "-c", "echo rank $LOOM_RANK gpu $LOOM_GPU"};
+  a.worker_argv = {"/bin/sh", "-c", "echo rank $LOOM_RANK gpu $LOOM_GPU visible $CUDA_VISIBLE_DEVICES"};
   Agent agent(a);
   ASSERT_TRUE(agent.Start().ok());
   v1::SubmitJobRequest req;
@@ -122,7 +123,16 @@ TEST_F(AgentTest, RanksSharingAGpuGetItsDeviceIndex) {
   EXPECT_EQ(s.state(), v1::SUCCEEDED) << s.DebugString();
   for (int rank = 0; rank < 4; ++rank)
     EXPECT_EQ(ReadFile(root_ + "/agent/logs/" + id + "/rank" + std::to_string(rank) + ".out"),
-              "rank " + std::to_string(rank) + " gpu " + std::to_string(rank / 2) + "\n");
+              "rank " + std::to_string(rank) + " gpu " + std::to_string(rank / 2) + " visible " +
+                  RankVisibleDevices(rank / 2, std::getenv("CUDA_VISIBLE_DEVICES")) + "\n");
+}
+
+TEST(RankVisibleDevices, NamesTheAgentsOwnDeviceAtThatIndex) {
+  EXPECT_EQ(RankVisibleDevices(1, nullptr), "1");
+  EXPECT_EQ(RankVisibleDevices(0, ""), "0");
+  EXPECT_EQ(RankVisibleDevices(1, "2,3"), "3");
+  EXPECT_EQ(RankVisibleDevices(0, "GPU-5e1f"), "GPU-5e1f");
+  EXPECT_EQ(RankVisibleDevices(2, "2,3"), "2");  // beyond the list: the index as offered
 }
 
 TEST_F(AgentTest, RankFailureRestartsTheGroupWithTheErrorFile) {
