@@ -166,7 +166,9 @@ absl::Status Trainer::CompileSteps(TrainerModel& model) {
     if (model.has_logits) logits_forward_ = std::move(model.eval_forward);
   }
   if (cuda) {
-    auto exec = compiler::cuda::CudaExecutor::Create(train_.stages.at("fused"), StepCudaOptions(spec_));
+    const compiler::ir::Graph& fused = train_.stages.at("fused");
+    auto exec = options_.make_cuda_executor ? options_.make_cuda_executor(fused, StepCudaOptions(spec_))
+                                            : compiler::cuda::CudaExecutor::Create(fused, StepCudaOptions(spec_));
     if (!exec.ok()) return Annotate(exec.status(), "device: cuda: building the GPU training step");
     cuda_ = std::move(*exec);
   } else {
@@ -563,10 +565,26 @@ std::map<std::string, Tensor> Trainer::LastGradients() const {
   return out;
 }
 
+std::vector<int> Trainer::DeviceStateInputs() const {
+  std::vector<int> out;
+  const compiler::ir::Graph& g = train_graph();
+  for (size_t k = 0; k < g.inputs().size(); ++k) {
+    const compiler::ir::InputKind kind = g.inputs()[k].kind;
+    if (kind == compiler::ir::InputKind::kParam || kind == compiler::ir::InputKind::kState)
+      out.push_back(static_cast<int>(k));
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<Trainer::StateTensor>> Trainer::State() const {
-  if (cuda_)
-    return absl::FailedPreconditionError("checkpoints: the training state of device: cuda lives on the GPU; GPU "
-                                         "checkpoints are not built yet");
+  if (cuda_) {  // device -> host, into the tensors returned below
+    for (int k : DeviceStateInputs()) {
+      auto d = cuda_->Input(k);
+      if (!d.ok()) return Annotate(d.status(), "device: cuda: reading the training state back");
+      LOOM_RETURN_IF_ERROR(train_inputs_[k].CopyFrom(*d));
+    }
+    host_stale_ = false;
+  }
   std::vector<StateTensor> out;
   const compiler::ir::Graph& g = train_graph();
   for (size_t k = 0; k < g.inputs().size(); ++k) {
@@ -596,6 +614,14 @@ absl::StatusOr<std::vector<Trainer::StateTensor>> Trainer::State() const {
     }
   }
   return out;
+}
+
+absl::Status Trainer::StateChanged() {
+  if (!cuda_) return absl::OkStatus();  // State()'s tensors are the program's own
+  for (int k : DeviceStateInputs())
+    LOOM_RETURN_IF_ERROR(Annotate(cuda_->SetInput(k, train_inputs_[k]), "device: cuda: uploading the training state"));
+  host_stale_ = false;
+  return absl::OkStatus();
 }
 
 }  // namespace loom::parallel

@@ -139,6 +139,12 @@ struct TrainerOptions {
   bool keep_gradients = false;
   bool fuse = true;
   int64_t bucket_bytes = 0;  // > 0: bucket the dp gradient all-reduces (styles.h)
+  // device: cuda: builds the executor of the training step; unset:
+  // compiler::cuda::CudaExecutor::Create. A seam for tests, which put a
+  // host-memory executor behind the same interface (parallel/testing/).
+  std::function<absl::StatusOr<std::unique_ptr<compiler::cuda::CudaExecutor>>(const compiler::ir::Graph&,
+                                                                              const compiler::cuda::CudaOptions&)>
+      make_cuda_executor;
 };
 
 class Trainer {
@@ -190,8 +196,10 @@ class Trainer {
   // What checkpoints need: every parameter and optimizer-state input of the
   // training program ("<param>.m", "<param>.v" share their parameter's global
   // shape), in program order, with this rank's block of it. The blocks are
-  // the program's own tensors: CopyFrom into them sets the state.
-  // FailedPrecondition on device: cuda (the state lives on the GPU).
+  // the program's own tensors: CopyFrom into them, then StateChanged, sets
+  // the state. On device: cuda the state lives on the GPU: State copies every
+  // parameter and moment device -> host into those tensors first (the f32
+  // master weights under train.precision: bf16).
   struct StateTensor {
     std::string name;
     bool is_param = false;
@@ -202,6 +210,10 @@ class Trainer {
   absl::StatusOr<std::vector<StateTensor>> State() const;
   int64_t step() const { return step_; }
   void set_step(int64_t step) { step_ = step; }  // after restoring State()
+  // After CopyFrom into State()'s tensors: on device: cuda copies them host ->
+  // device (the executor derives its bf16 copies of the parameters from the
+  // f32 masters, as at the start); nothing to do on the CPU.
+  absl::Status StateChanged();
 
   // This rank's block of a global tensor under `spec` (a contiguous copy).
   absl::StatusOr<Tensor> Block(const Tensor& global, const dtensor::DTensorSpec& spec) const;
@@ -274,6 +286,9 @@ class Trainer {
   // device: cuda: copies the parameters back into the host tensors (which the
   // evaluation program shares) when a step changed them.
   absl::Status SyncFromDevice() const;
+  // device: cuda: the indices of the training inputs that live on the GPU
+  // and checkpoints hold (parameters and optimizer state).
+  std::vector<int> DeviceStateInputs() const;
   bool single() const { return mesh_.num_ranks() == 1; }
 
   v1::JobSpec spec_;

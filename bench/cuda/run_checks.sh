@@ -31,6 +31,8 @@ check rowwise_gpu_check 120 6 "$D/bin/rowwise_gpu_check"             # generated
 check cuda_executor_gpu_check 300 30 "$D/bin/cuda_executor_gpu_check"  # whole steps vs the CPU executor
 # The imported nanoGPTs (stage.sh exports them) on cuda, f32 and bf16, vs the CPU.
 check byom_cuda_test 300 16 "$D/bin/byom_cuda_test" --models="$D/data/byom"
+# GPU checkpoints: save, resume on cuda (bitwise where deterministic) and on the cpu.
+check cuda_resume_test 300 14 "$D/bin/cuda_resume_test"
 echo "== summary"
 printf "%b\n" "$summary"
 echo "checks: $passed passed, $failed failed"

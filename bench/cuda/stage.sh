@@ -15,7 +15,8 @@ DEST=${LOOM_DEVICE_DIR:-.device/gpu}
 bins=${STAGE_BINS:-"bench/cuda/gpu_check bench/cuda/gemm_bench bench/cuda/kernel_bench kernels/cuda/caching_allocator_test
   kernels/cuda/cuda_kernels_test bench/cuda/attention_check bench/cuda/sdpa_bench bench/cuda/gpt2_bench
   compiler/cuda/cuda_executor_gpu_check bench/cuda/gpt_cuda_parity kernels/cuda/codegen/pointwise_gpu_check kernels/cuda/codegen/rowwise_gpu_check
-  kernels/cuda/attention/wgmma_check runtime/loom bench/train/import_benchmark tests/byom/byom_cuda_test"}
+  kernels/cuda/attention/wgmma_check runtime/loom bench/train/import_benchmark tests/byom/byom_cuda_test
+  tests/ckpt/cuda_resume_test"}
 targets=$(for b in $bins; do echo "//${b%/*}:${b##*/}"; done)
 bazel $BAZEL_ARGS build --jobs=2 $targets
 bin=$(bazel $BAZEL_ARGS info bazel-bin 2>/dev/null)

@@ -20,9 +20,8 @@ int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::Pr
   if (spec.device() == "cuda")
     return train::FailRun(
         who, 2,
-        absl::StrCat("device: cuda: a GPU job runs one rank without checkpoints for now (world size ", world->size(),
-                     spec.checkpoint().every() > 0 ? ", checkpoint.every set" : "",
-                     "); data and tensor parallelism on GPUs and GPU checkpoints are not built yet"));
+        absl::StrCat("device: cuda: a GPU job runs one rank for now (world size ", world->size(),
+                     "); data and tensor parallelism on GPUs are not built yet"));
   auto mesh = dtensor::DeviceMesh::Create(world, parallel::MeshOf(parallel::LayoutFromSpec(spec.parallel())));
   if (!mesh.ok()) return train::FailRun(who, 2, absl::StrCat("device mesh: ", mesh.status().message()));
   train::TrainingRun run;

@@ -192,6 +192,7 @@ absl::StatusOr<int64_t> Checkpointer::Restore(const std::string& root, data::Sam
     Tensor local = sv.local;
     LOOM_RETURN_IF_ERROR(local.CopyFrom(part.dtype() == local.dtype() ? part : part.To(local.dtype())));
   }
+  LOOM_RETURN_IF_ERROR(trainer_->StateChanged());  // device: cuda: host -> device
   LOOM_RETURN_IF_ERROR(sampler->Restore(reader.manifest().sampler));
   trainer_->set_step(lr.ckpt.step);
   if (log) *log = lr.Explain();

@@ -9,6 +9,12 @@
 // on that dim, so each element is written once; on one process every tensor
 // is one whole shard.
 //
+// On device: cuda the same tensors go through the host: State() copies the
+// GPU's parameters and moments (bf16 runs: the f32 masters) device -> host
+// before a save, and Restore hands the loaded blocks to the GPU
+// (Trainer::StateChanged), so a checkpoint does not say which device wrote
+// it and resumes on either.
+//
 // Save protocol (checkpoint.h does the atomic commit):
 //   rank 0: BeginSave -> barrier -> every rank: WriteRankShards + a records
 //   file "<tmp>/.records.RRRRR" -> barrier -> rank 0 reads the records,

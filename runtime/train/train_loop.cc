@@ -109,9 +109,6 @@ int Session::Fail(int code, absl::string_view msg) const {
 }
 
 int Session::Run() {
-  if (spec_.device() == "cuda" && !spec_.checkpoint().dir().empty())
-    return Fail(2, absl::StrCat("checkpoint.dir: ", spec_.checkpoint().dir(),
-                                ": device: cuda trains without checkpoints for now (GPU checkpoints are not built)"));
   if (lead_) PrintBanner();
   if (absl::Status s = LoadData(); !s.ok()) return Fail(2, s.message());
   if (lead_) {

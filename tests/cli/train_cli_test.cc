@@ -42,9 +42,6 @@ TEST(TrainCli, BadInputNamesKeyAndValueAndExits2) {
   ExpectBadInput("model: {d_model: 100, n_head: 3}\n", {"model.d_model", "100", "n_head"});
   ExpectBadInput("data: {path: /no/such/corpus.txt}\n", {"data.path", "/no/such/corpus.txt"});
   ExpectBadInput("train: {batch_size: many}\n", {"train.batch_size", "many"});
-  // The GPU trainer's state lives on the device: no checkpoints for it yet.
-  ExpectBadInput("device: cuda\ncheckpoint: {every: 5, dir: /tmp/loom_no_ckpt}\n",
-                 {"checkpoint.dir", "/tmp/loom_no_ckpt", "device: cuda"});
   ExpectBadInput("train: {lr_schedule: exponential}\n", {"train.lr_schedule", "exponential"});
   ExpectBadInput("train: {lr_schedule: wsd, steps: 50, decay_steps: 60}\n", {"train.decay_steps", "60"});
   ExpectBadInput("train: {lr_schedule: cosine, min_lr: -1}\n", {"train.min_lr", "-1"});
@@ -66,6 +63,29 @@ TEST(TrainCli, BadInputNamesKeyAndValueAndExits2) {
   EXPECT_NE(r.output.find("/no/such/job.yaml"), std::string::npos);
   EXPECT_EQ(RunLoom("train").code, 2);
   EXPECT_EQ(RunLoom("frobnicate").code, 2);
+}
+
+// device: cuda takes checkpoint.dir like the CPU: the job is accepted and the
+// run goes on to the GPU. Without one it stops there (exit 1, naming the
+// device step); with one it trains and writes its checkpoints.
+TEST(TrainCli, CudaJobWithCheckpointsIsAccepted) {
+  const std::string ck = absl::StrCat(::testing::TempDir(), "/cuda_ckpt");
+  std::filesystem::remove_all(ck);
+  Result r = RunLoom(absl::StrCat(
+      "train ",
+      Write("cuda_ckpt.yaml", absl::StrCat("device: cuda\n"
+                                           "model: {n_layer: 1, n_head: 2, d_model: 16, seq_len: 8, vocab: 256}\n"
+                                           "train: {steps: 2, batch_size: 2, eval_every: 2, eval_batches: 1, "
+                                           "sample_tokens: 0}\n"
+                                           "checkpoint: {every: 1, dir: ",
+                                           ck, "}\n"))));
+  EXPECT_EQ(r.output.find("checkpoint.dir"), std::string::npos) << r.output;
+  if (r.code == 0) {
+    EXPECT_TRUE(std::filesystem::exists(absl::StrCat(ck, "/step_000000000002"))) << r.output;
+  } else {
+    EXPECT_EQ(r.code, 1) << r.output;
+    EXPECT_NE(r.output.find("device: cuda: building the GPU training step"), std::string::npos) << r.output;
+  }
 }
 
 // A short run with a decaying schedule and sample_tokens: 0: the logged
