@@ -60,6 +60,7 @@ struct Flags {
   std::string kubeconfig, context, ns, image, render;
   int resync_s = 30;
   int poll_ms = 5000;
+  int max_gpus_per_node = 0;
   bool once = false;
 };
 
@@ -100,6 +101,14 @@ absl::StatusOr<Flags> Parse(const std::vector<std::string>& args) {
       if (!s.ok()) return s.status();
       if (!absl::SimpleAtoi(*s, &f.poll_ms) || f.poll_ms <= 0)
         return absl::InvalidArgumentError(absl::StrCat("--poll-ms: expected a positive integer, got '", *s, "'"));
+      continue;
+    }
+    if (a == "--max-gpus-per-node") {
+      auto s = value();
+      if (!s.ok()) return s.status();
+      if (!absl::SimpleAtoi(*s, &f.max_gpus_per_node) || f.max_gpus_per_node <= 0)
+        return absl::InvalidArgumentError(
+            absl::StrCat("--max-gpus-per-node: expected a positive integer, got '", *s, "'"));
       continue;
     }
     if (a == "--resync-s") {
@@ -209,6 +218,7 @@ int RunOperatorCommand(const std::vector<std::string>& args) {
   ReconcilerOptions opts;
   if (!f.image.empty()) opts.default_image = f.image;
   opts.poll_interval = absl::Milliseconds(f.poll_ms);
+  opts.max_gpus_per_node = f.max_gpus_per_node;
   WorkQueue queue;
   // Each live job's WatchJob stream re-queues its TrainingJob on every event,
   // so status follows the coordinator without waiting for the poll.

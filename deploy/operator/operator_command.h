@@ -1,7 +1,7 @@
 // `loom_operator`: the Kubernetes operator for TrainingJobs (loom.dev/v1).
 //
 //   loom_operator [--kubeconfig PATH] [--context NAME] [--namespace NS]
-//                 [--image IMAGE] [--resync-s N] [--poll-ms N] [--once]
+//                 [--image IMAGE] [--resync-s N] [--poll-ms N] [--max-gpus-per-node N] [--once]
 //   loom_operator --render TRAININGJOB.yaml   print the child objects (JSON list)
 //
 // Credentials: --kubeconfig (env KUBECONFIG) when given, else in-cluster (the
@@ -14,6 +14,9 @@
 // job of every event, reconciles one job at a time (reconciler.h) and requeues
 // per the result, with a full resync every --resync-s seconds (default 30);
 // a live job's coordinator status is polled every --poll-ms (default 5000).
+// --max-gpus-per-node N: the most nvidia.com/gpu a node of the cluster offers;
+// a device: cuda job whose agent pod asks for more fails before it is
+// submitted (unset: not checked).
 // SIGINT/SIGTERM stop it (exit 0). --once reconciles every job once and exits.
 // Exit codes: 0 ok, 1 runtime failure (no credentials, API unreachable), 2 bad
 // usage.

@@ -12,6 +12,7 @@
 #include "deploy/operator/kube_client.h"
 #include "deploy/operator/reconciler.h"
 #include "deploy/operator/testing/fake_apiserver.h"
+#include "runtime/jobspec/jobspec.h"
 
 namespace loom::deploy::operator_ {
 namespace {
@@ -26,8 +27,8 @@ TEST(OperatorCommand, YamlToJsonKeepsTypes) {
   ASSERT_TRUE(j.ok()) << j.status();
   const Json& spec = (*j)["spec"];
   EXPECT_EQ(spec["numNodes"], 2);
-  EXPECT_EQ(spec["resources"]["requests"]["cpu"], "16");  // quoted: a string
-  EXPECT_EQ(spec["resources"]["requests"]["nvidia.com/gpu"], 8);
+  EXPECT_EQ(spec["resources"]["requests"]["cpu"], "8");  // quoted: a string
+  EXPECT_EQ(spec["resources"]["requests"]["nvidia.com/gpu"], 4);
   EXPECT_EQ(spec["job"]["train"]["lr"], 0.003);
   EXPECT_EQ(spec["scheduling"]["gang"]["podGroup"], true);
   EXPECT_FALSE(YamlToJson("a: [").ok());
@@ -47,18 +48,70 @@ TEST(OperatorCommand, DesiredChildrenOfTheGpuSample) {
   EXPECT_EQ(pod["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"], "llama-small-gpu");
   EXPECT_EQ(pod["spec"]["schedulerName"], "scheduler-plugins-scheduler");
   EXPECT_EQ(pod["spec"]["containers"][0]["image"], "ghcr.io/loom-dev/loom:cuda");
-  EXPECT_EQ(pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"], 8);
+  EXPECT_EQ(pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"], 4);
   EXPECT_EQ(pod["spec"]["tolerations"][0]["key"], "nvidia.com/gpu");
   const Json& cmd = pod["spec"]["containers"][0]["command"];
   std::string joined;
   for (const Json& c : cmd) joined += c.get<std::string>() + " ";
-  EXPECT_NE(joined.find("--gpus 8"), std::string::npos) << joined;
+  EXPECT_NE(joined.find("--cpu-slots 4 --gpus 4 "), std::string::npos) << joined;
   EXPECT_NE(joined.find("llama-small-gpu-coordinator.loom.svc:7070"), std::string::npos) << joined;
+}
+
+// The GPU sample is a job Loom accepts (as `loom submit` would read spec.job)
+// whose pods ask for the GPUs its ranks need.
+TEST(OperatorCommand, TheGpuSampleIsAValidCudaJob) {
+  auto j = YamlToJson(ReadAll("deploy/overlays/gpu/trainingjob-gpu.yaml"));
+  ASSERT_TRUE(j.ok()) << j.status();
+  const Json& spec = (*j)["spec"];
+  auto job = runtime::jobspec::ParseJobSpecYaml(spec["job"].dump());
+  ASSERT_TRUE(job.ok()) << job.status();
+  runtime::jobspec::ApplyDefaults(*job);
+  EXPECT_EQ(job->device(), "cuda");
+  // data.path lies on the cluster's volume: a local text file stands in.
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string text = std::string(tmp ? tmp : "/tmp") + "/gpu_sample_data.txt";
+  std::ofstream(text) << "a fortune\n";
+  job->mutable_data()->set_path(text);
+  absl::Status valid = runtime::jobspec::ValidateJobSpec(*job);
+  EXPECT_TRUE(valid.ok()) << valid;
+  EXPECT_EQ(job->parallel().dp() * job->parallel().tp(),
+            spec["numNodes"].get<int>() * spec["nprocPerNode"].get<int>());
+  EXPECT_TRUE(CheckPodGpus(spec, *job, 8).ok()) << CheckPodGpus(spec, *job, 8);
+}
+
+// A job whose pods cannot hold its ranks' GPUs is refused naming parallel.tp
+// and nvidia.com/gpu: too few per pod for tp x ranks per pod, or more than a
+// node offers.
+TEST(OperatorCommand, CheckPodGpusRefusesGpusTheClusterCannotProvide) {
+  Json spec = Json::parse(R"({"numNodes": 2, "nprocPerNode": 4,
+                              "resources": {"limits": {"nvidia.com/gpu": 2}}})");
+  v1::JobSpec job;
+  job.set_device("cuda");
+  job.mutable_parallel()->set_dp(2);
+  job.mutable_parallel()->set_tp(4);
+  absl::Status s = CheckPodGpus(spec, job, 0);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_EQ(s.message(),
+            "parallel.tp: dp 2 x tp 4 ranks over numNodes 2 agent pod(s) put 4 on each, 1 per GPU "
+            "(resources.ranks_per_gpu): each pod needs 4 GPUs, but spec.resources asks for nvidia.com/gpu: 2");
+  job.mutable_resources()->set_ranks_per_gpu(2);
+  EXPECT_TRUE(CheckPodGpus(spec, job, 0).ok()) << CheckPodGpus(spec, job, 0);
+  EXPECT_TRUE(CheckPodGpus(spec, job, 2).ok());
+  s = CheckPodGpus(spec, job, 1);
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("parallel.tp: "), std::string::npos) << s;
+  EXPECT_NE(s.message().find("each pod asks for nvidia.com/gpu: 2, more than any node offers (1"), std::string::npos)
+      << s;
+  spec["resources"] = Json::object();  // no GPUs asked for at all
+  EXPECT_NE(CheckPodGpus(spec, job, 0).message().find("nvidia.com/gpu: 0"), std::string::npos);
+  job.set_device("cpu");
+  EXPECT_TRUE(CheckPodGpus(spec, job, 0).ok());
 }
 
 TEST(OperatorCommand, BadFlags) {
   EXPECT_EQ(RunOperatorCommand({"--bogus"}), 2);
   EXPECT_EQ(RunOperatorCommand({"--resync-s", "0"}), 2);
+  EXPECT_EQ(RunOperatorCommand({"--max-gpus-per-node", "0"}), 2);
   EXPECT_EQ(RunOperatorCommand({"--render", "/nonexistent.yaml"}), 2);
   unsetenv("KUBERNETES_SERVICE_HOST");
   unsetenv("KUBECONFIG");

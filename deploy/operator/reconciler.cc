@@ -1,5 +1,6 @@
 #include "deploy/operator/reconciler.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -97,6 +98,28 @@ int GpusOf(const Json& spec) {
   }
   return 0;
 }
+
+}  // namespace
+
+absl::Status CheckPodGpus(const Json& spec, const v1::JobSpec& job, int max_gpus_per_node) {
+  if (job.device() != "cuda") return absl::OkStatus();
+  const int64_t dp = std::max(1, job.parallel().dp()), tp = std::max(1, job.parallel().tp());
+  const int64_t nodes = std::max(1, IntAt(spec, "numNodes", 1)), per_gpu = std::max(1, job.resources().ranks_per_gpu());
+  const int64_t per_pod = (dp * tp + nodes - 1) / nodes, need = (per_pod + per_gpu - 1) / per_gpu;
+  const int gpus = GpusOf(spec);
+  const std::string layout = absl::StrCat("dp ", dp, " x tp ", tp, " ranks over numNodes ", nodes, " agent pod(s) put ",
+                                          per_pod, " on each, ", per_gpu, " per GPU (resources.ranks_per_gpu)");
+  if (gpus < need)
+    return absl::InvalidArgumentError(absl::StrCat("parallel.tp: ", layout, ": each pod needs ", need,
+                                                   " GPUs, but spec.resources asks for nvidia.com/gpu: ", gpus));
+  if (max_gpus_per_node > 0 && gpus > max_gpus_per_node)
+    return absl::InvalidArgumentError(absl::StrCat("parallel.tp: ", layout, ": each pod asks for nvidia.com/gpu: ", gpus,
+                                                   ", more than any node offers (", max_gpus_per_node,
+                                                   ", loom_operator --max-gpus-per-node)"));
+  return absl::OkStatus();
+}
+
+namespace {
 
 void SetCondition(Json& status, const std::string& type, bool value, const std::string& reason,
                   const std::string& message, int64_t generation, absl::Time now) {
@@ -269,7 +292,7 @@ Json AgentPod(const Json& job, int i, const std::string& image, const std::strin
                     {"image", image},
                     {"command",
                      {"loom", "agent", "--coordinator", address, "--cpu-slots", std::to_string(nproc), "--gpus",
-                      std::to_string(GpusOf(spec) > 0 ? nproc : 0), "--hostname", pod, "--data-dir",
+                      std::to_string(GpusOf(spec)), "--hostname", pod, "--data-dir",
                       "/var/lib/loom/agent"}},
                     {"env", {token_env, {{"name", "LOOM_NODE_RANK"}, {"value", std::to_string(i)}}}}};
   if (spec.contains("resources")) container["resources"] = spec["resources"];
@@ -712,6 +735,10 @@ absl::StatusOr<v1::JobStatus> Reconciler::SubmitOrGet(const JobView& v, Coordina
     return parsed.status();
   }
   v1::JobSpec jspec = *parsed;
+  if (absl::Status g = CheckPodGpus(v.spec, jspec, opts_.max_gpus_per_node); !g.ok()) {
+    SetState(status, "Failed", "GpusUnavailable", std::string(g.message()), v.gen, v.now);
+    return g;
+  }
   if (jspec.name().empty()) jspec.set_name(v.name);
   jspec.set_max_restarts(IntAt(v.run_policy, "backoffLimit", jspec.max_restarts()));
   const Json& sched = At(v.spec, "scheduling");

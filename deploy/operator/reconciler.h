@@ -72,7 +72,18 @@ struct ReconcilerOptions {
   // Coordinator address for a job; default "<name>-coordinator.<ns>.svc:7070".
   // The annotation loom.dev/coordinator-address overrides it per job.
   std::function<std::string(const std::string& ns, const std::string& name)> coordinator_address;
+  // The most nvidia.com/gpu one node of the cluster offers (loom_operator
+  // --max-gpus-per-node); a device: cuda job whose agent pod asks for more is
+  // refused. 0: not checked.
+  int max_gpus_per_node = 0;
 };
+
+// A device: cuda job's GPUs, checked before it is submitted: each of the
+// numNodes agent pods holds ceil(dp x tp / numNodes) ranks, ranks_per_gpu of
+// them to a GPU, so it must ask for at least that many GPUs
+// (spec.resources nvidia.com/gpu), and no more than a node offers.
+// InvalidArgument naming parallel.tp and nvidia.com/gpu otherwise.
+absl::Status CheckPodGpus(const Json& spec, const v1::JobSpec& job, int max_gpus_per_node);
 
 struct ReconcileResult {
   bool requeue = false;

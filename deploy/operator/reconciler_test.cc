@@ -510,5 +510,21 @@ TEST_F(ReconcilerTest, InvalidLoomSpecFailsTheJob) {
   EXPECT_TRUE(coord_.jobs.empty());
 }
 
+TEST_F(ReconcilerTest, CudaJobWithoutItsGpusFailsBeforeSubmit) {
+  Json j = SampleJob("tj");
+  j["spec"]["job"]["device"] = "cuda";
+  j["spec"]["resources"] = Json::parse(R"({"limits": {"nvidia.com/gpu": 1}})");
+  ASSERT_TRUE(client_->Create(kTrainingJobs, "ns", j).ok());
+  Converge("ns", "tj");
+  Json st = Job("ns", "tj")["status"];
+  EXPECT_EQ(st["state"], "Failed");
+  std::string message;
+  for (const Json& c : st["conditions"])
+    if (c["reason"] == "GpusUnavailable") message = c["message"];
+  EXPECT_EQ(message.rfind("parallel.tp: dp 2 x tp 2 ranks over numNodes ", 0), 0u) << st.dump();
+  EXPECT_NE(message.find("but spec.resources asks for nvidia.com/gpu: 1"), std::string::npos) << st.dump();
+  EXPECT_TRUE(coord_.jobs.empty());
+}
+
 }  // namespace
 }  // namespace loom::deploy::operator_

@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/echo.h"
 #include "base/status.h"
+#include "collectives/process_group.h"
 #include "compiler/schedule.h"
 #include "parallel/parallel_check.h"
 #include "runtime/data/tokenizer.h"
@@ -100,6 +101,7 @@ constexpr Range kRanges[] = {
     // parallel.zero_stage: parallel::ValidateParallelSection
     {"checkpoint.every", 0, kE9, false, false},
     {"checkpoint.keep", 0, 1e6, false, true},              // 0 (absent): 3
+    {"resources.ranks_per_gpu", 1, kMaxRanksPerGpu, false, true},  // 0 (absent): 1
     {"max_restarts", 0, 1000, false, false},
     {"priority", -1000, 1000, false, false},
 };
@@ -485,6 +487,21 @@ absl::Status CheckProducts(const v1::JobSpec& s) {
   return absl::OkStatus();
 }
 
+// parallel.backend parses as the process group reads it, and its CUDA
+// backend can serve the job's placement: NCCL takes one rank per GPU.
+absl::Status CheckBackend(const v1::JobSpec& s) {
+  const std::string& b = s.parallel().backend();
+  auto spec = collectives::ParseBackendSpec(b);
+  LOOM_RETURN_IF_ERROR(Field(spec.ok(), "parallel.backend", b, spec.ok() ? "" : std::string(spec.status().message())));
+  auto it = spec->by_device.find(DeviceKind::kCUDA);
+  const std::string& cuda = it == spec->by_device.end() ? spec->default_backend : it->second;
+  const int32_t per_gpu = s.resources().ranks_per_gpu();
+  LOOM_RETURN_IF_ERROR(Field(s.device() != "cuda" || per_gpu <= 1 || cuda != "nccl", "parallel.backend", b,
+                             absl::StrCat("NCCL takes one rank per GPU, but resources.ranks_per_gpu = ", per_gpu,
+                                          "; use cuda:gloo (\"cpu:gloo,cuda:gloo\") or ranks_per_gpu: 1")));
+  return absl::OkStatus();
+}
+
 absl::Status CheckStringSizes(const pb::Message& msg, const std::string& path) {
   const pb::Reflection* r = msg.GetReflection();
   std::vector<const pb::FieldDescriptor*> fields;
@@ -526,6 +543,10 @@ absl::StatusOr<v1::JobSpec> ParseJobSpecYaml(absl::string_view yaml) {
                                                    e.mark.column + 1, ": ", EchoValue(e.msg)));
   }
   return spec;
+}
+
+std::string DefaultBackend(int32_t ranks_per_gpu) {
+  return ranks_per_gpu > 1 ? "cpu:gloo,cuda:gloo" : "cpu:gloo,cuda:nccl";
 }
 
 void ApplyDefaults(v1::JobSpec& s) {
@@ -570,7 +591,9 @@ void ApplyDefaults(v1::JobSpec& s) {
   auto* p = s.mutable_parallel();
   if (p->dp() == 0) p->set_dp(1);
   if (p->tp() == 0 && !p->tp_auto()) p->set_tp(1);
-  if (p->backend().empty()) p->set_backend("cpu:gloo,cuda:nccl");
+  auto* r = s.mutable_resources();
+  if (r->ranks_per_gpu() == 0) r->set_ranks_per_gpu(1);
+  if (p->backend().empty()) p->set_backend(DefaultBackend(r->ranks_per_gpu()));
   if (s.device().empty()) s.set_device("cpu");
   if (s.name().empty()) s.set_name("job");
 }
@@ -629,6 +652,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& s) {
   LOOM_RETURN_IF_ERROR(CheckProducts(s));
   LOOM_RETURN_IF_ERROR(Field(s.device() == "cpu" || s.device() == "cuda", "device", s.device(),
                              "expected cpu or cuda"));
+  LOOM_RETURN_IF_ERROR(CheckBackend(s));
   LOOM_RETURN_IF_ERROR(Field(t.precision() != "bf16" || s.device() == "cuda", "train.precision", t.precision(),
                              absl::StrCat("bf16 runs on device: cuda only; device: ", s.device(),
                                           " trains in f32 (set train.precision: f32)")));

@@ -32,6 +32,7 @@ namespace loom::runtime::jobspec {
 inline constexpr int kMaxLayers = 1024;
 inline constexpr int kMaxHeads = 1024;
 inline constexpr int kMaxTp = 1024;
+inline constexpr int kMaxRanksPerGpu = 64;              // resources.ranks_per_gpu
 inline constexpr int64_t kMaxRanks = 65536;               // dp x tp
 inline constexpr int64_t kMaxParameters = 1000000000000;  // a built-in model's parameter count
 
@@ -44,6 +45,9 @@ absl::StatusOr<v1::JobSpec> LoadJobSpec(const std::string& path);
 // calls ValidateJobSpec. Errors name the file.
 absl::StatusOr<v1::JobSpec> ReadJobSpec(const std::string& path);
 void ApplyDefaults(v1::JobSpec& spec);
+// parallel.backend when the spec names none: NCCL serves one rank per GPU, so
+// ranks sharing a GPU (ranks_per_gpu > 1) meet through Gloo.
+std::string DefaultBackend(int32_t ranks_per_gpu);
 absl::Status ValidateJobSpec(const v1::JobSpec& spec);
 // Every string field of the spec (paths, names, patterns, ...) holds at most
 // kMaxStringBytes. ValidateJobSpec checks it first; the coordinator also

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "base/echo.h"
 #include "base/status.h"
 #include "gtest/gtest.h"
@@ -112,6 +113,50 @@ TEST(JobSpec, ExplicitZeroAndNegativeValuesAreErrors) {
   EXPECT_EQ(ErrorOf("max_restarts: -1"), "max_restarts: must be in [0, 1000] (got -1)");
   EXPECT_EQ(ErrorOf("train: {lr: nan}"), "train.lr: must be in (0, 10] (got nan)");
   EXPECT_EQ(ErrorOf("train: {beta2: 1}"), "train.beta2: must be in (0, 0.999999] (got 1)");
+}
+
+TEST(JobSpec, RanksPerGpuDefaultsToOneAndIsRangeChecked) {
+  auto s = ParseJobSpecYaml("device: cuda\n");
+  ASSERT_TRUE(s.ok()) << s.status();
+  ApplyDefaults(*s);
+  EXPECT_EQ(s->resources().ranks_per_gpu(), 1);
+  EXPECT_EQ(s->parallel().backend(), "cpu:gloo,cuda:nccl");
+  EXPECT_EQ(ErrorOf("resources: {ranks_per_gpu: 4}"), "");
+  EXPECT_EQ(ErrorOf("resources: {ranks_per_gpu: 64}"), "");
+  EXPECT_EQ(ErrorOf("resources: {ranks_per_gpu: 65}"), "resources.ranks_per_gpu: must be in [1, 64] (got 65)");
+  EXPECT_EQ(ErrorOf("resources: {ranks_per_gpu: -1}"), "resources.ranks_per_gpu: must be in [1, 64] (got -1)");
+  EXPECT_NE(ErrorOf("resources: {ranks_per_gpu: 0}").find("leave the key out for the default"), std::string::npos);
+  EXPECT_NE(ErrorOf("resources: {gpus: 2}").find("resources.gpus"), std::string::npos);
+}
+
+TEST(JobSpec, SharedGpusDefaultToCudaGlooAndRefuseNccl) {
+  auto s = ParseJobSpecYaml("device: cuda\nresources: {ranks_per_gpu: 2}\nparallel: {dp: 2}\n");
+  ASSERT_TRUE(s.ok()) << s.status();
+  ApplyDefaults(*s);
+  EXPECT_EQ(s->parallel().backend(), "cpu:gloo,cuda:gloo");
+  EXPECT_TRUE(ValidateJobSpec(*s).ok()) << ValidateJobSpec(*s);
+  // Written backends are kept as written.
+  for (const char* b : {"cuda:gloo", "cpu:gloo,cuda:gloo", "gloo"}) {
+    auto w = ParseJobSpecYaml(absl::StrCat("device: cuda\nresources: {ranks_per_gpu: 2}\nparallel: {backend: \"",
+                                           b, "\"}\n"));
+    ASSERT_TRUE(w.ok()) << w.status();
+    ApplyDefaults(*w);
+    EXPECT_EQ(w->parallel().backend(), b);
+    EXPECT_TRUE(ValidateJobSpec(*w).ok()) << b << ": " << ValidateJobSpec(*w);
+  }
+  // NCCL with two ranks on one GPU: refused, naming the field.
+  for (const char* b : {"cpu:gloo,cuda:nccl", "cuda:nccl", "nccl"}) {
+    const std::string e = ErrorOf(absl::StrCat("device: cuda\nresources: {ranks_per_gpu: 2}\nparallel: {backend: \"",
+                                               b, "\"}\n"));
+    EXPECT_EQ(e.rfind("parallel.backend: NCCL takes one rank per GPU, but resources.ranks_per_gpu = 2", 0), 0u)
+        << b << ": " << e;
+  }
+  // One rank per GPU, or CPU ranks: NCCL is fine as written.
+  EXPECT_EQ(ErrorOf("device: cuda\nparallel: {backend: \"cuda:nccl\"}\n"), "");
+  EXPECT_EQ(ErrorOf("resources: {ranks_per_gpu: 2}\nparallel: {backend: \"cpu:gloo,cuda:nccl\"}\n"), "");
+  // A malformed backend names the field.
+  EXPECT_EQ(ErrorOf("parallel: {backend: \"gpu:nccl\"}").rfind("parallel.backend: backend spec 'gpu:nccl'", 0), 0u)
+      << ErrorOf("parallel: {backend: \"gpu:nccl\"}");
 }
 
 TEST(JobSpec, SizesHaveUpperBoundsAndProductsDoNotOverflow) {

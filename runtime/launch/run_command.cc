@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <iterator>
 #include <map>
 #include <optional>
@@ -63,6 +64,8 @@ struct Flags {
   // name and how long node 0 waits for the other nodes (0: no limit).
   std::string node_name;
   int join_timeout_s = 0;
+  int ranks_per_gpu = 0;         // 0: the spec's resources.ranks_per_gpu
+  bool backend_written = true;   // JOB.yaml names parallel.backend itself
 };
 
 // nullopt when the flags parsed into `f`, else the exit code (--help: 0).
@@ -74,6 +77,10 @@ std::optional<int> ParseFlags(const std::vector<std::string>& args, Flags& f) {
   fs.Int("nproc-per-node", &f.nproc, "N", "ranks on this machine (dp = N / tp unless --dp is given)", 1)
       .Int("dp", &f.dp, "N", "data-parallel degree (overrides parallel.dp)", 1)
       .Int("tp", &f.tp, "N", "tensor-parallel degree (overrides parallel.tp)", 1)
+      .Int("ranks-per-gpu", &f.ranks_per_gpu, "N",
+           "device: cuda: ranks sharing one GPU (overrides resources.ranks_per_gpu; above 1 the default backend is "
+           "cpu:gloo,cuda:gloo)",
+           1)
       .Int("steps", &f.steps, "N", "train N steps (overrides train.steps)", 1)
       .Int("max-restarts", &f.max_restarts, "N", "restarts after a rank fails (overrides max_restarts)", 0)
       .String("run-dir", &f.run_dir, "DIR", "the run folder (overrides run_dir)")
@@ -115,6 +122,16 @@ std::optional<int> ParseFlags(const std::vector<std::string>& args, Flags& f) {
   return std::nullopt;
 }
 
+// Whether the job file names parallel.backend (else its default follows
+// resources.ranks_per_gpu, which --ranks-per-gpu may change).
+bool BackendWritten(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  auto raw = jobspec::ParseJobSpecYaml(text.str());
+  return !raw.ok() || !raw->parallel().backend().empty();
+}
+
 // Flags over the spec, then the spec's own validation.
 absl::Status ApplyFlags(const Flags& f, v1::JobSpec* spec) {
   auto* p = spec->mutable_parallel();
@@ -135,6 +152,10 @@ absl::Status ApplyFlags(const Flags& f, v1::JobSpec* spec) {
     if (p->dp() * tp != ranks)
       return absl::InvalidArgumentError(absl::StrCat("--nproc-per-node: ", what, " ranks, but dp ", p->dp(),
                                                      " x tp ", tp, " = ", p->dp() * tp));
+  }
+  if (f.ranks_per_gpu > 0) {
+    spec->mutable_resources()->set_ranks_per_gpu(f.ranks_per_gpu);
+    if (!f.backend_written) spec->mutable_parallel()->set_backend(jobspec::DefaultBackend(f.ranks_per_gpu));
   }
   if (f.steps > 0) spec->mutable_train()->set_steps(f.steps);
   if (f.max_restarts >= 0) spec->set_max_restarts(f.max_restarts);
@@ -189,7 +210,10 @@ int GiveGpus(const v1::JobSpec& spec, int world, service::agent::AgentOptions* a
   if (!gpus.ok() || *gpus < 1)
     return Fail(1, absl::StrCat("device: cuda: no GPU on this machine (",
                                 gpus.ok() ? "0 CUDA devices" : std::string(gpus.status().message()), ")"));
-  if (*gpus < world) return Fail(2, absl::StrCat("device: cuda: the job needs ", world, " GPUs, this machine has ", *gpus));
+  const int per_gpu = std::max(1, spec.resources().ranks_per_gpu()), need = (world + per_gpu - 1) / per_gpu;
+  if (*gpus < need)
+    return Fail(2, absl::StrCat("device: cuda: the job needs ", need, " GPUs (", world, " ranks, resources.ranks_per_gpu ",
+                                per_gpu, "), this machine has ", *gpus));
   ao->gpus = *gpus;
   return 0;
 }
@@ -367,12 +391,13 @@ int CheckSlurmGpus(const v1::JobSpec& spec, int world, int nnodes) {
   auto slurm = SlurmFromEnv([](const char* name) { return std::getenv(name); });
   if (!slurm.ok() || !slurm->has_value()) return 0;  // a malformed allocation was refused earlier
   const int per_node = world / std::max(1, nnodes), gpus = (*slurm)->gpus_on_node;
+  const int per_gpu = std::max(1, spec.resources().ranks_per_gpu()), need = (per_node + per_gpu - 1) / per_gpu;
   if (gpus < 0)
     return Fail(2, absl::StrCat("SLURM_GPUS_ON_NODE: not set, but the job is device: cuda with ", per_node,
-                                " rank(s) per node; ask Slurm for GPUs (sbatch --gpus-per-node=", per_node, ")"));
-  if (gpus < per_node)
+                                " rank(s) per node; ask Slurm for GPUs (sbatch --gpus-per-node=", need, ")"));
+  if (gpus < need)
     return Fail(2, absl::StrCat("SLURM_GPUS_ON_NODE: Slurm gave this node ", gpus, " GPU(s), but the job puts ",
-                                per_node, " rank(s) on each node"));
+                                per_node, " rank(s) on each node, ", per_gpu, " per GPU"));
   return 0;
 }
 
@@ -491,6 +516,7 @@ int RunRunCommand(const std::vector<std::string>& args) {
   auto loaded = jobspec::LoadJobSpec(flags.spec_path);
   if (!loaded.ok()) return Fail(2, std::string(loaded.status().message()));
   v1::JobSpec spec = *loaded;
+  flags.backend_written = BackendWritten(flags.spec_path);
   if (absl::Status s = ApplyFlags(flags, &spec); !s.ok()) return Fail(2, std::string(s.message()));
   if (absl::Status s = train::CheckOnnxJob(spec); !s.ok()) return Fail(2, std::string(s.message()));
   const int world = std::max(1, spec.parallel().dp()) * std::max(1, spec.parallel().tp());

@@ -11,6 +11,7 @@
 //   --nproc-per-node N   ranks on this machine (default: dp x tp of the spec);
 //                        with a spec of dp=1, it sets dp = N / tp
 //   --dp N, --tp N, --steps N, --max-restarts N, --run-dir DIR
+//   --ranks-per-gpu N    device: cuda ranks sharing one GPU (resources.ranks_per_gpu)
 //   --keep-state DIR     keep the coordinator's folder (default: a temporary
 //                        folder removed at exit)
 //   --json               one JSON object per state change instead of text

@@ -53,7 +53,7 @@ absl::StatusOr<std::vector<std::string>> ConfinementRoots(const CoordinatorOptio
 Demand DemandOf(const v1::JobSpec& spec) {
   const int64_t ranks = int64_t{spec.parallel().dp()} * std::max(1, spec.parallel().tp());
   return Demand{static_cast<int32_t>(std::min<int64_t>(ranks, jobspec::kMaxRanks)), spec.device() == "cuda",
-                parallel::BytesPerRank(spec)};
+                parallel::BytesPerRank(spec), std::max(1, spec.resources().ranks_per_gpu())};
 }
 
 constexpr int64_t kMiB = int64_t{1} << 20;
@@ -84,6 +84,11 @@ class AgentPlacement final : public placement::Placement {
           largest / kMiB, " MiB; a smaller model or batch, more dp or tp, or ZeRO lowers it"));
     }
     if (!wait_for_capacity && !sched.FitsCluster(demand)) {
+      if (demand.gpu && demand.ranks_per_gpu > 1)
+        return absl::FailedPreconditionError(absl::StrCat(
+            "job needs ", (demand.ranks + demand.ranks_per_gpu - 1) / demand.ranks_per_gpu, " GPUs (", demand.ranks,
+            " ranks, resources.ranks_per_gpu = ", demand.ranks_per_gpu, ") but all ", sched.num_agents(),
+            " registered agent(s) together have ", sched.TotalCapacity(true), "; set wait_for_capacity to queue it anyway"));
       return absl::FailedPreconditionError(absl::StrCat(
           "job needs ", demand.ranks, demand.gpu ? " GPUs" : " CPU slots", " but all ", sched.num_agents(),
           " registered agent(s) together have ", sched.TotalCapacity(demand.gpu),

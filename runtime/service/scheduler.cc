@@ -16,6 +16,12 @@ int32_t Scheduler::Agent::FreeGpu() const {
   return static_cast<int32_t>(std::count(gpu_owner.begin(), gpu_owner.end(), 0));
 }
 
+int64_t Scheduler::Agent::Capacity(const Demand& d, bool free) const {
+  if (!d.gpu) return free ? FreeCpu() : cpu_slots;
+  const int64_t gpus = free ? FreeGpu() : static_cast<int64_t>(gpu_owner.size());
+  return gpus * std::max(1, d.ranks_per_gpu);
+}
+
 void Scheduler::UpsertAgent(const std::string& id, int32_t cpu_slots, int32_t gpus, int64_t memory_bytes) {
   Agent& a = agents_[id];
   a.cpu_slots = std::max(0, cpu_slots);
@@ -52,14 +58,14 @@ int64_t Scheduler::TotalCapacity(bool gpu) const {
 int64_t Scheduler::TotalCapacity(const Demand& d) const {
   int64_t n = 0;
   for (const auto& [id, a] : agents_)
-    if (a.Holds(d)) n += d.gpu ? static_cast<int64_t>(a.gpu_owner.size()) : a.cpu_slots;
+    if (a.Holds(d)) n += a.Capacity(d, false);
   return n;
 }
 
 int64_t Scheduler::FreeCapacity(const Demand& d) const {
   int64_t n = 0;
   for (const auto& [id, a] : agents_)
-    if (a.Holds(d)) n += d.gpu ? a.FreeGpu() : a.FreeCpu();
+    if (a.Holds(d)) n += a.Capacity(d, true);
   return n;
 }
 
@@ -98,9 +104,9 @@ bool Scheduler::queued(int64_t job_id) const {
 
 std::optional<std::vector<Slot>> Scheduler::TryPlace(int64_t job_id, const Demand& d) {
   if (d.ranks <= 0 || d.ranks > FreeCapacity(d)) return std::nullopt;
-  std::vector<std::pair<int32_t, std::string>> order;
+  std::vector<std::pair<int64_t, std::string>> order;
   for (const auto& [id, a] : agents_)
-    if (a.Holds(d)) order.push_back({d.gpu ? a.FreeGpu() : a.FreeCpu(), id});
+    if (a.Holds(d)) order.push_back({a.Capacity(d, true), id});
   std::sort(order.begin(), order.end(), [](const auto& x, const auto& y) {
     return x.first != y.first ? x.first > y.first : x.second < y.second;
   });
@@ -109,14 +115,14 @@ std::optional<std::vector<Slot>> Scheduler::TryPlace(int64_t job_id, const Deman
   for (const auto& [free, id] : order) {
     if (rank == d.ranks) break;
     Agent& a = agents_[id];
-    int32_t take = std::min(free, d.ranks - rank);
+    int32_t take = static_cast<int32_t>(std::min<int64_t>(free, d.ranks - rank));
     if (take <= 0) continue;
     if (d.gpu) {
+      const int32_t per_gpu = std::max(1, d.ranks_per_gpu);
       for (int32_t g = 0; g < static_cast<int32_t>(a.gpu_owner.size()) && take > 0; ++g) {
         if (a.gpu_owner[g] != 0) continue;
         a.gpu_owner[g] = job_id;
-        slots.push_back({rank++, id, g});
-        --take;
+        for (int32_t k = 0; k < per_gpu && take > 0; ++k, --take) slots.push_back({rank++, id, g});
       }
     } else {
       a.cpu_used[job_id] += take;
@@ -128,6 +134,12 @@ std::optional<std::vector<Slot>> Scheduler::TryPlace(int64_t job_id, const Deman
 }
 
 std::string Scheduler::DescribeShortage(const Demand& d) const {
+  if (d.gpu && d.ranks_per_gpu > 1) {
+    const int64_t gpus = (d.ranks + d.ranks_per_gpu - 1) / d.ranks_per_gpu;
+    return absl::StrCat("needs ", gpus, " GPUs (", d.ranks, " ranks, ", d.ranks_per_gpu, " per GPU); ",
+                        FreeCapacity(d) / d.ranks_per_gpu, " free of ", TotalCapacity(d) / d.ranks_per_gpu, " on ",
+                        agents_.size(), " agent(s)");
+  }
   const char* what = d.gpu ? "GPUs" : "CPU slots";
   std::string memory;  // when memory keeps some agents out
   if (!d.gpu && d.bytes_per_rank > 0 && TotalCapacity(d) < TotalCapacity(d.gpu))
@@ -174,7 +186,8 @@ bool Scheduler::Adopt(int64_t job_id, const std::string& agent_id, const std::ve
   Agent& a = it->second;
   if (gpu) {
     for (const Slot& s : slots) {
-      if (s.gpu < 0 || s.gpu >= static_cast<int32_t>(a.gpu_owner.size()) || a.gpu_owner[s.gpu] != 0) return false;
+      if (s.gpu < 0 || s.gpu >= static_cast<int32_t>(a.gpu_owner.size())) return false;
+      if (a.gpu_owner[s.gpu] != 0 && a.gpu_owner[s.gpu] != job_id) return false;
     }
     for (const Slot& s : slots) a.gpu_owner[s.gpu] = job_id;
   } else {

@@ -1,7 +1,9 @@
 // Gang scheduling of jobs onto registered agents.
 //
 // Agents offer CPU slots and GPUs. A CPU job needs one slot per rank; a CUDA
-// job needs one GPU per rank. Placement is all ranks or none: agents are
+// job needs one GPU per `ranks_per_gpu` ranks (its Demand): its ranks fill
+// each GPU it takes up to that many before the next GPU (ranks 0..k-1 on the
+// first), and a GPU holds one job's ranks only. Placement is all ranks or none: agents are
 // filled in order of most free capacity first (ties by id), so a job spans as
 // few agents as possible, and ranks are numbered contiguously per agent (rank
 // 0 on the first agent).
@@ -34,6 +36,7 @@ struct Demand {
   int32_t ranks = 0;
   bool gpu = false;
   int64_t bytes_per_rank = 0;  // CPU jobs; 0: unknown (fits any agent)
+  int32_t ranks_per_gpu = 1;   // CUDA jobs: ranks sharing one GPU (resources.ranks_per_gpu)
 };
 
 struct Slot {
@@ -61,7 +64,8 @@ class Scheduler {
   // Capacity of all agents together for this kind of demand.
   int64_t TotalCapacity(bool gpu) const;
   int64_t FreeCapacity(bool gpu) const;
-  // Slots (or GPUs) of the agents whose memory holds one of d's ranks.
+  // Ranks of d the agents can hold: their slots, or their GPUs times
+  // d.ranks_per_gpu (CPU jobs: only agents whose memory holds one rank).
   int64_t TotalCapacity(const Demand& d) const;
   bool FitsCluster(const Demand& d) const { return d.ranks <= TotalCapacity(d); }
   // The most memory one agent reports (0 when none reports any).
@@ -79,7 +83,8 @@ class Scheduler {
   // does not fit.
   std::optional<std::vector<Slot>> PlaceNow(int64_t job_id, const Demand& d);
   // Claims resources for ranks that already run on `agent_id` (adopted after
-  // a coordinator restart) and adds them to the job's placement. False, and
+  // a coordinator restart) and adds them to the job's placement. Slots may
+  // share a GPU; a GPU the job already holds may be named again. False, and
   // nothing claimed, when the agent is unknown or lacks the free resources.
   bool Adopt(int64_t job_id, const std::string& agent_id, const std::vector<Slot>& slots, bool gpu);
   void Release(int64_t job_id);
@@ -93,6 +98,8 @@ class Scheduler {
     std::map<int64_t, int32_t> cpu_used;  // job -> slots
     int32_t FreeCpu() const;
     int32_t FreeGpu() const;
+    // Ranks of d this agent can take now (free) or at most (total).
+    int64_t Capacity(const Demand& d, bool free) const;
     bool Holds(const Demand& d) const {
       return d.gpu || d.bytes_per_rank <= 0 || memory_bytes <= 0 || d.bytes_per_rank <= memory_bytes;
     }

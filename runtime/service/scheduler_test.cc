@@ -1,5 +1,9 @@
 #include "runtime/service/scheduler.h"
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "gtest/gtest.h"
 
 namespace loom::runtime::service {
@@ -127,6 +131,66 @@ TEST(Scheduler, GpuPlacementUsesDistinctDevices) {
   EXPECT_FALSE(s.PlaceNow(2, Demand{2, true}).has_value());
   EXPECT_EQ(s.FreeCapacity(true), 1);
   EXPECT_EQ(s.FreeCapacity(false), 32);  // GPU ranks take no CPU slots
+}
+
+Demand SharedGpu(int ranks, int per_gpu) { return Demand{ranks, true, 0, per_gpu}; }
+
+TEST(Scheduler, RanksPerGpuPacksRanksOntoEachGpuInTurn) {
+  Scheduler s;
+  s.UpsertAgent("a", 16, 2);
+  s.UpsertAgent("b", 16, 1);
+  EXPECT_EQ(s.TotalCapacity(SharedGpu(1, 4)), 12);
+  // 5 ranks, 2 per GPU: a's GPU 0 (ranks 0, 1), a's GPU 1 (2, 3), b's GPU 0 (4).
+  auto p = s.PlaceNow(1, SharedGpu(5, 2));
+  ASSERT_TRUE(p.has_value());
+  ASSERT_EQ(p->size(), 5u);
+  const std::vector<std::pair<std::string, int>> want = {{"a", 0}, {"a", 0}, {"a", 1}, {"a", 1}, {"b", 0}};
+  for (int r = 0; r < 5; ++r) {
+    EXPECT_EQ((*p)[r].rank, r);
+    EXPECT_EQ((*p)[r].agent_id, want[r].first) << r;
+    EXPECT_EQ((*p)[r].gpu, want[r].second) << r;
+  }
+  // b's GPU holds one rank of job 1 and is still not shared with another job.
+  EXPECT_EQ(s.FreeCapacity(true), 0);
+  EXPECT_FALSE(s.PlaceNow(2, SharedGpu(1, 2)).has_value());
+  s.Release(1);
+  EXPECT_EQ(s.FreeCapacity(true), 3);
+  // Four ranks on one GPU of four: one GPU taken, three left for others.
+  auto q = s.PlaceNow(3, SharedGpu(4, 4));
+  ASSERT_TRUE(q.has_value());
+  for (const Slot& sl : *q) {
+    EXPECT_EQ(sl.agent_id, "a");
+    EXPECT_EQ(sl.gpu, 0);
+  }
+  EXPECT_EQ(s.FreeCapacity(true), 2);
+  // With ranks_per_gpu 1 the same job does not fit the two GPUs left.
+  EXPECT_FALSE(s.PlaceNow(4, Demand{4, true}).has_value());
+  EXPECT_TRUE(s.PlaceNow(4, SharedGpu(4, 2)).has_value());
+}
+
+TEST(Scheduler, SharedGpuShortageIsCountedInGpus) {
+  Scheduler s;
+  s.UpsertAgent("a", 4, 1);
+  s.Enqueue(1, 0, 1, SharedGpu(2, 2));
+  s.Enqueue(2, 0, 2, SharedGpu(4, 2));
+  auto d = s.Schedule();
+  ASSERT_EQ(d.size(), 2u);
+  EXPECT_TRUE(d[0].placed);
+  EXPECT_FALSE(d[1].placed);
+  EXPECT_EQ(d[1].wait_reason,
+            "larger than the cluster: needs 2 GPUs (4 ranks, 2 per GPU); 0 free of 1 on 1 agent(s); waiting for "
+            "capacity");
+}
+
+TEST(Scheduler, AdoptTakesRanksSharingAGpu) {
+  Scheduler s;
+  s.UpsertAgent("a", 1, 2);
+  ASSERT_TRUE(s.Adopt(5, "a", {{0, "", 1}, {1, "", 1}}, true));
+  ASSERT_TRUE(s.Adopt(5, "a", {{2, "", 1}}, true));  // the job's own GPU, named again
+  EXPECT_FALSE(s.Adopt(6, "a", {{0, "", 1}}, true));  // another job's GPU
+  EXPECT_EQ(s.FreeCapacity(true), 1);
+  ASSERT_EQ(s.Placement(5)->size(), 3u);
+  EXPECT_EQ((*s.Placement(5))[2].gpu, 1);
 }
 
 TEST(Scheduler, RemoveAgentReleasesItsJobs) {

@@ -237,6 +237,49 @@ TEST_F(ServerTest, JobsThatCanNeverFitAreRefusedAndNeverBlockTheQueue) {
   EXPECT_EQ(nodes_->RegisterAgent(JoinCtx().get(), reg, &rr).error_code(), StatusCode::INVALID_ARGUMENT);
 }
 
+// A device: cuda job's ranks share the agent's GPUs up to
+// resources.ranks_per_gpu; the launch order gives each rank its device index
+// (the agent's LOOM_GPU). NCCL with ranks sharing a GPU is refused at submit.
+TEST_F(ServerTest, CudaRanksShareAGpuUpToRanksPerGpu) {
+  v1::RegisterAgentRequest reg;
+  reg.set_hostname("gpu-node");
+  reg.mutable_resources()->set_cpu_slots(8);
+  reg.mutable_resources()->set_gpus(1);
+  v1::RegisterAgentResponse rr;
+  ASSERT_TRUE(nodes_->RegisterAgent(JoinCtx().get(), reg, &rr).ok());
+  secrets_[rr.agent_id()] = rr.agent_secret();
+  v1::JobSpec one = Spec("one-per-gpu", 2);
+  one.set_device("cuda");
+  v1::SubmitJobResponse resp;
+  grpc::Status st = Submit(one, "", &resp);
+  EXPECT_EQ(st.error_code(), StatusCode::FAILED_PRECONDITION) << st.error_message();
+  EXPECT_NE(st.error_message().find("job needs 2 GPUs"), std::string::npos) << st.error_message();
+  v1::JobSpec nccl = one;
+  nccl.mutable_resources()->set_ranks_per_gpu(2);
+  nccl.mutable_parallel()->set_backend("cpu:gloo,cuda:nccl");
+  st = Submit(nccl, "", &resp);
+  EXPECT_EQ(st.error_code(), StatusCode::INVALID_ARGUMENT) << st.error_message();
+  EXPECT_EQ(st.error_message().rfind("spec.parallel.backend: NCCL takes one rank per GPU", 0), 0u) << st.error_message();
+  v1::JobSpec shared = one;
+  shared.mutable_resources()->set_ranks_per_gpu(2);
+  ASSERT_TRUE(Submit(shared, "shared", &resp).ok());
+  ASSERT_EQ(resp.job().placement_size(), 2) << resp.job().wait_reason();
+  for (const auto& p : resp.job().placement()) EXPECT_EQ(p.gpu(), 0) << p.rank();
+  auto orders = Poll(rr.agent_id());
+  ASSERT_EQ(orders.orders_size(), 1);
+  const v1::LaunchOrder& launch = orders.orders(0).launch();
+  ASSERT_EQ(launch.ranks_size(), 2);
+  EXPECT_EQ(launch.ranks(0).gpu(), 0);
+  EXPECT_EQ(launch.ranks(1).gpu(), 0);
+  EXPECT_EQ(launch.spec().parallel().backend(), "cpu:gloo,cuda:gloo");
+  // The GPU is the job's: a second shared job waits for it.
+  shared.set_name("second");
+  ASSERT_TRUE(Submit(shared, "second", &resp).ok());
+  EXPECT_EQ(resp.job().placement_size(), 0);
+  EXPECT_NE(resp.job().wait_reason().find("needs 1 GPUs (2 ranks, 2 per GPU); 0 free of 1"), std::string::npos)
+      << resp.job().wait_reason();
+}
+
 TEST_F(ServerTest, IdempotentResubmissionReturnsTheSameJob) {
   v1::SubmitJobResponse a, b, c;
   ASSERT_TRUE(Submit(Spec("idem"), "key-1", &a, true).ok());

@@ -87,6 +87,36 @@ TEST(RunCli, CudaJobRunsOnNcclOrFailsClearlyWithoutGpu) {
   EXPECT_NE(r.output.find("device: cuda: no GPU"), std::string::npos) << r.output;
 }
 
+// --ranks-per-gpu (resources.ranks_per_gpu): ranks sharing a GPU cannot use
+// NCCL, so a job file that names it is refused (exit 2, naming
+// parallel.backend) by `loom run` and `loom train` before anything starts;
+// without a written backend the default becomes cuda:gloo and the job goes on
+// to look for its one GPU.
+TEST(RunCli, RanksPerGpuRefusesNcclAndDefaultsToCudaGloo) {
+  const std::string nccl = Job("share_nccl", "device: cuda\nparallel: {dp: 2, backend: \"cpu:gloo,cuda:nccl\"}\n");
+  Result r = RunLoom(absl::StrCat("run ", nccl, " --ranks-per-gpu 2 --run-dir ", Tmp("run_share_nccl")));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("parallel.backend: NCCL takes one rank per GPU, but resources.ranks_per_gpu = 2"),
+            std::string::npos)
+      << r.output;
+  const std::string in_file =
+      Job("share_train", "device: cuda\nresources: {ranks_per_gpu: 2}\nparallel: {backend: \"cuda:nccl\"}\n");
+  r = RunLoom("train " + in_file);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("parallel.backend: NCCL takes one rank per GPU"), std::string::npos) << r.output;
+  r = RunLoom(absl::StrCat("run ", Job("share_range", "device: cuda\n"), " --ranks-per-gpu 65"));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("resources.ranks_per_gpu: must be in [1, 64] (got 65)"), std::string::npos) << r.output;
+  r = RunLoom(absl::StrCat("run ", Job("share_zero", "device: cuda\n"), " --ranks-per-gpu 0"));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("--ranks-per-gpu"), std::string::npos) << r.output;
+  // No written backend: accepted; here it stops at the missing GPU.
+  const std::string gloo = Job("share_gloo", "device: cuda\nparallel: {dp: 2}\n");
+  r = RunLoom(absl::StrCat("run ", gloo, " --ranks-per-gpu 2 --run-dir ", Tmp("run_share_gloo")));
+  EXPECT_EQ(r.output.find("parallel.backend"), std::string::npos) << r.output;
+  if (r.code == 1) EXPECT_NE(r.output.find("device: cuda: no GPU"), std::string::npos) << r.output;
+}
+
 TEST(RunCli, TwoDimensionalJobMatchesOneProcess) {
   // tp=2 x dp=2 on four `loom worker` processes (gloo over loopback) against
   // `loom train` on one process: the same losses at every logged step.

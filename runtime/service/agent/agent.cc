@@ -15,9 +15,11 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
 #include "base/status.h"
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/service/auth/token.h"
@@ -29,6 +31,12 @@ extern "C" char** environ;
 namespace {
 constexpr size_t kMaxKeptExits = 4096;
 }  // namespace
+
+std::string RankVisibleDevices(int gpu, const char* inherited) {
+  if (inherited == nullptr || *inherited == '\0') return std::to_string(gpu);
+  std::vector<std::string> listed = absl::StrSplit(inherited, ',');
+  return gpu < static_cast<int>(listed.size()) ? listed[gpu] : std::to_string(gpu);
+}
 
 Agent::Agent(AgentOptions o) : opts_(std::move(o)) {
   grpc::ChannelArguments args;
@@ -338,7 +346,10 @@ void Agent::Launch(const v1::LaunchOrder& o) {
     // Everything the child needs is built before fork (only async-signal-safe
     // calls between fork and exec).
     std::vector<std::string> env;
-    for (char** e = environ; *e; ++e) env.emplace_back(*e);
+    const bool gpu = r.gpu() >= 0;
+    for (char** e = environ; *e; ++e)
+      if (!gpu || std::string_view(*e).rfind("CUDA_VISIBLE_DEVICES=", 0) != 0) env.emplace_back(*e);
+    if (gpu) env.push_back("CUDA_VISIBLE_DEVICES=" + RankVisibleDevices(r.gpu(), std::getenv("CUDA_VISIBLE_DEVICES")));
     env.push_back("LOOM_JOB_ID=" + o.job_id());
     env.push_back("LOOM_RANK=" + std::to_string(r.rank()));
     env.push_back("LOOM_WORLD_SIZE=" + std::to_string(o.world_size()));

@@ -13,7 +13,8 @@
 // mask and default signal dispositions (whatever the agent blocks or ignores,
 // a rank gets SIGTERM), stdout and stderr appended to
 // <data_dir>/logs/<job>/rank<r>.{out,err}, and env LOOM_JOB_ID, LOOM_RANK,
-// LOOM_WORLD_SIZE, LOOM_ATTEMPT, LOOM_GPU (-1 on CPU), LOOM_ERROR_FILE (a
+// LOOM_WORLD_SIZE, LOOM_ATTEMPT, LOOM_GPU (-1 on CPU; GPU ranks also get
+// CUDA_VISIBLE_DEVICES naming that GPU only, RankVisibleDevices), LOOM_ERROR_FILE (a
 // worker writes its failure reason there; the agent sends it as the root
 // cause) and LOOM_ALLOWED_ROOTS (the order's allowed_roots joined with ':',
 // when the coordinator confines paths). A kill order sends SIGTERM to each rank's
@@ -67,6 +68,12 @@
 #include "proto/loom/v1/service.grpc.pb.h"
 
 namespace loom::runtime::service::agent {
+
+// CUDA_VISIBLE_DEVICES for a rank placed on the agent's GPU `gpu`: that
+// entry of the agent's own list when it has one (`inherited`, e.g. "2,3"
+// from a container runtime), else the index itself. The rank's device 0 is
+// then the GPU the scheduler gave it; ranks sharing a GPU get the same value.
+std::string RankVisibleDevices(int gpu, const char* inherited);
 
 struct AgentOptions {
   std::string coordinator = "127.0.0.1:7070";

@@ -97,6 +97,44 @@ TEST_F(AgentTest, RunsRanksAndKeepsTheirLogs) {
   EXPECT_EQ(logs->size(), 4u);  // 2 ranks x stdout, stderr
 }
 
+// A device: cuda job on an agent offering GPUs (no GPU is touched: the ranks
+// are shell scripts): with resources.ranks_per_gpu 2, ranks 0 and 1 get
+// LOOM_GPU=0 and ranks 2 and 3 LOOM_GPU=1, each with CUDA_VISIBLE_DEVICES
+// naming its GPU only.
+TEST_F(AgentTest, RanksSharingAGpuGetItsDeviceIndex) {
+  AgentOptions a;
+  a.coordinator = "127.0.0.1:" + std::to_string(server_->port());
+  a.join_token = server_->join_token();
+  a.data_dir = root_ + "/agent";
+  a.cpu_slots = 1;
+  a.gpus = 2;
+  a.worker_argv = {"/bin/sh", "-c", "echo rank $LOOM_RANK gpu $LOOM_GPU visible $CUDA_VISIBLE_DEVICES"};
+  Agent agent(a);
+  ASSERT_TRUE(agent.Start().ok());
+  v1::SubmitJobRequest req;
+  req.mutable_spec()->set_name("shared-gpu");
+  req.mutable_spec()->set_device("cuda");
+  req.mutable_spec()->mutable_parallel()->set_dp(4);
+  req.mutable_spec()->mutable_resources()->set_ranks_per_gpu(2);
+  auto r = server_->coordinator()->Submit(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const std::string id = r->job().job_id();
+  v1::JobStatus s = WaitDone(id);
+  EXPECT_EQ(s.state(), v1::SUCCEEDED) << s.DebugString();
+  for (int rank = 0; rank < 4; ++rank)
+    EXPECT_EQ(ReadFile(root_ + "/agent/logs/" + id + "/rank" + std::to_string(rank) + ".out"),
+              "rank " + std::to_string(rank) + " gpu " + std::to_string(rank / 2) + " visible " +
+                  RankVisibleDevices(rank / 2, std::getenv("CUDA_VISIBLE_DEVICES")) + "\n");
+}
+
+TEST(RankVisibleDevices, NamesTheAgentsOwnDeviceAtThatIndex) {
+  EXPECT_EQ(RankVisibleDevices(1, nullptr), "1");
+  EXPECT_EQ(RankVisibleDevices(0, ""), "0");
+  EXPECT_EQ(RankVisibleDevices(1, "2,3"), "3");
+  EXPECT_EQ(RankVisibleDevices(0, "GPU-5e1f"), "GPU-5e1f");
+  EXPECT_EQ(RankVisibleDevices(2, "2,3"), "2");  // beyond the list: the index as offered
+}
+
 TEST_F(AgentTest, RankFailureRestartsTheGroupWithTheErrorFile) {
   auto agent = StartAgent(
       "if [ \"$LOOM_RANK\" = 1 ] && [ \"$LOOM_ATTEMPT\" = 0 ]; then echo 'rank 1: disk full' > $LOOM_ERROR_FILE; exit 3; fi;"

@@ -199,6 +199,12 @@ void SlurmPlacement::Loop() {
   }
 }
 
+int GpusPerNode(const v1::JobSpec& spec, const Gang& g) {
+  if (spec.device() != "cuda") return 0;
+  const int per_gpu = std::max(1, spec.resources().ranks_per_gpu());
+  return (g.ranks_per_node + per_gpu - 1) / per_gpu;
+}
+
 absl::StatusOr<std::string> SlurmPlacement::Sbatch(const placement::Job& job) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -219,7 +225,7 @@ absl::StatusOr<std::string> SlurmPlacement::Sbatch(const placement::Job& job) {
                                    absl::StrCat("--output=", job.run_dir, "/slurm-%j.out"),
                                    absl::StrCat("--chdir=", job.run_dir),
                                    job.spec.max_restarts() > 0 ? "--requeue" : "--no-requeue"};
-  if (job.spec.device() == "cuda") argv.push_back(absl::StrCat("--gpus-per-node=", g.ranks_per_node));
+  if (const int gpus = GpusPerNode(job.spec, g); gpus > 0) argv.push_back(absl::StrCat("--gpus-per-node=", gpus));
   if (!o_.partition.empty()) argv.push_back("--partition=" + o_.partition);
   if (!o_.comment.empty()) argv.push_back("--comment=" + o_.comment);
   argv.push_back(script);

@@ -70,6 +70,9 @@ struct Gang {
   int ranks_per_node = 1;
 };
 Gang GangFor(int ranks, int ranks_per_node);
+// GPUs a node of the gang asks Slurm for: none for device: cpu, else its
+// ranks packed resources.ranks_per_gpu to a GPU (rounded up).
+int GpusPerNode(const v1::JobSpec& spec, const Gang& g);
 
 // Slurm's state name (a trailing '+' or " by <uid>" ignored) -> Loom's state:
 // PENDING, RUNNING or a terminal state; JOB_STATE_UNSPECIFIED when unknown.

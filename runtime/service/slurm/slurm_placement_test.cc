@@ -25,6 +25,18 @@ TEST(SlurmGang, SplitsRanksEvenlyOverAsFewNodesAsFit) {
   EXPECT_EQ(g(7, 4), std::make_pair(7, 1));  // a prime count spreads one per node
 }
 
+TEST(SlurmGang, CudaNodesAskForTheirRanksPackedRanksPerGpu) {
+  v1::JobSpec spec;
+  EXPECT_EQ(GpusPerNode(spec, Gang{2, 4}), 0);  // device: cpu
+  spec.set_device("cuda");
+  EXPECT_EQ(GpusPerNode(spec, Gang{2, 4}), 4);  // ranks_per_gpu unset: one each
+  spec.mutable_resources()->set_ranks_per_gpu(2);
+  EXPECT_EQ(GpusPerNode(spec, Gang{2, 4}), 2);
+  spec.mutable_resources()->set_ranks_per_gpu(4);
+  EXPECT_EQ(GpusPerNode(spec, Gang{1, 3}), 1);
+  EXPECT_EQ(GpusPerNode(spec, Gang{1, 5}), 2);
+}
+
 TEST(SlurmStates, MapOntoLoomStates) {
   EXPECT_EQ(MapSlurmState("PENDING"), v1::PENDING);
   for (const char* s : {"CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "SUSPENDED"})
