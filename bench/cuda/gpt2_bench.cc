@@ -17,8 +17,8 @@
 // extra_fusions (false) and profile (eager steps with per-launch times: the
 // tables go to stderr when the executor is destroyed; tokens/s is then not
 // the replayed step's). --activation-checkpointing=blocks compiles with
-// CompileOptions::checkpoint_blocks (RESULT impl gets "_ckpt"; device_mib
-// shows the smaller arena).
+// CompileOptions::checkpoint_blocks (RESULT impl gets "_ckpt"). device_mib is
+// all device memory the executor holds; arena_mib its activation arena.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -161,9 +161,10 @@ absl::Status Run(const Flags& f) {
   double tps = tokens / dt;
   double n = static_cast<double>(compiler::models::NumParameters(params));
   double flops_tok = 6 * n + 12.0 * spec.n_layer() * spec.d_model() * T;
-  std::printf("RESULT impl=loom_%s%s%s tokens_per_s=%.0f ms_per_step=%.2f mfu=%.3f params=%.0f compile_s=%.1f device_mib=%.0f\n",
+  std::printf("RESULT impl=loom_%s%s%s tokens_per_s=%.0f ms_per_step=%.2f mfu=%.3f params=%.0f compile_s=%.1f device_mib=%.0f arena_mib=%.0f\n",
               f.f32 ? "f32" : "bf16", f.graph ? "_graph" : "", f.checkpoint ? "_ckpt" : "", tps, 1e3 * dt / f.steps, tps * flops_tok / 989e12, n,
-              compile_s, exec->device_bytes() / 1048576.0);
+              compile_s, exec->device_bytes() / 1048576.0,
+              exec->plan().arena_bytes / 1048576.0);
   // What attention ran (the SDPA dispatcher's pick per shape, when it ran).
   for (absl::string_view line : absl::StrSplit(exec->Describe(), '\n'))
     if (absl::StartsWith(line, "sdpa ")) std::printf("%s\n", std::string(line).c_str());

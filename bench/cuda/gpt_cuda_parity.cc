@@ -2,20 +2,23 @@
 // (Trainer, device: cuda) against the GPU machine's PyTorch on CUDA, on
 // identical weights and batches (tests/parity/parity_runner.h runs both).
 //
-//   gpt_cuda_parity [--steps=50] [--python=python3] [--only=f32|bf16] [--control]
+//   gpt_cuda_parity [--steps=50] [--python=python3] [--only=f32|bf16]
 //
-// --control: the fp32 cases also run torch on the CPU and print the gaps
-// between torch on the CPU and torch on the GPU (the noise floor that
-// summation order alone gives, for reading Loom's gaps against).
+// The fp32 cases also run torch on the CPU, and print the gaps between torch
+// on the CPU and torch on the GPU (the noise floor that summation order alone
+// gives, for reading Loom's gaps against).
 //
 // fp32 (Loom's true-f32 GEMMs, torch with TF32 off), the compiler issue's
 // bounds: step-0 loss 1e-5, every step-0 gradient 1e-4, the loss at every
 // step of the curve 1e-4. The final parameters are held to PyTorch's own
 // precision, as in tests/parity/gpt_parity_test.cc: torch also trains in f64
 // on the CPU from the same weights and batches, and per parameter Loom's
-// relative gap to that f64 run must be within 2x the gap of torch's own fp32
-// CUDA run to it (or under 1e-6, f32 resolution). Loom's final gap to torch
-// on CUDA is printed beside it.
+// relative gap to that f64 run must be within 2x PyTorch's own f32 gap to it
+// (or under 1e-6, f32 resolution). PyTorch's own gap is the larger of its two
+// f32 runs on this machine, on CUDA and on the CPU: both are PyTorch's f32
+// training, and their gaps to f64 differ severalfold per parameter (the
+// check prints how torch's CPU run fares against torch's CUDA gap alone).
+// Loom's final gap to torch on CUDA is printed beside it.
 // bf16 (Loom's mixed-precision policy, torch autocast bf16): the loss at every
 // step within 1e-2 relative; gradient and final-parameter gaps are printed.
 // Exit status: 0 all passed, 1 a bound failed or a side errored, 2 bad usage,
@@ -58,9 +61,18 @@ bool CheckFinalAgainstF64(const tests::parity::ParityResult& r) {
   const tests::parity::NoiseVerdict v = tests::parity::FinalWithinNoise(r, kFinalFactor, kFinalFloor);
   std::printf("    %-28s %s  (bound %gx torch's own gap to f64, floor %.0e) %s\n", "worst final / torch's gap",
               v.worst.c_str(), kFinalFactor, kFinalFloor, v.ok ? "ok" : "FAIL");
-  std::printf("    worst final gap to f64: loom %s, torch cuda %s\n",
+  std::printf("    worst final gap to f64: loom %s, torch cuda %s, torch cpu %s\n",
               tests::parity::ParityResult::Worst(r.final_rel_f64).c_str(),
-              tests::parity::ParityResult::Worst(r.torch_final_rel_f64).c_str());
+              tests::parity::ParityResult::Worst(r.torch_final_rel_f64).c_str(),
+              tests::parity::ParityResult::Worst(r.control_final_rel_f64).c_str());
+  // The evidence for taking the larger of torch's two gaps: torch's own CPU
+  // run, held to 2x torch's CUDA gap alone.
+  tests::parity::ParityResult cpu_as_loom = r;
+  cpu_as_loom.final_rel_f64 = r.control_final_rel_f64;
+  cpu_as_loom.control_final_rel_f64.clear();
+  const tests::parity::NoiseVerdict c = tests::parity::FinalWithinNoise(cpu_as_loom, kFinalFactor, kFinalFloor);
+  std::printf("    torch cpu / torch cuda gap   %s  (torch's CPU run under the CUDA-only rule: %s)\n",
+              c.worst.c_str(), c.ok ? "within it" : "outside it");
   for (const std::string& f : v.failures) std::printf("      FAIL %s\n", f.c_str());
   return v.ok;
 }
@@ -83,14 +95,12 @@ void PrintControl(const tests::parity::ParityResult& r) {
 int Main(int argc, char** argv) {
   int steps = 50;
   std::string python = "python3", only;
-  bool control = false;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--steps=", 8) == 0) steps = std::atoi(argv[i] + 8);
     else if (std::strncmp(argv[i], "--python=", 9) == 0) python = argv[i] + 9;
     else if (std::strncmp(argv[i], "--only=", 7) == 0) only = argv[i] + 7;
-    else if (std::strcmp(argv[i], "--control") == 0) control = true;
     else {
-      std::fprintf(stderr, "usage: gpt_cuda_parity [--steps=50] [--python=python3] [--only=f32|bf16] [--control]\n");
+      std::fprintf(stderr, "usage: gpt_cuda_parity [--steps=50] [--python=python3] [--only=f32|bf16]\n");
       return 2;
     }
   }
@@ -126,7 +136,7 @@ int Main(int argc, char** argv) {
     for (const auto& c : cases) {
       tests::parity::ParityOptions o = base;
       o.precision = precision;
-      if (!bf16 && control) o.control_device = "cpu";
+      if (!bf16) o.control_device = "cpu";
       o.f64_reference = !bf16;
       std::printf("%s %s:\n", precision, c.Name().c_str());
       auto r = tests::parity::RunGptParity(c, steps, o);

@@ -50,7 +50,7 @@ if want gpt2; then
 fi
 if want parity; then
   echo "== model parity vs the GPU machine's PyTorch on CUDA (fp32 and bf16, 50 steps)"
-  timeout 400 "$D/bin/gpt_cuda_parity" --python="$PY" --control 2>&1 | tee "$O/gpt_cuda_parity.txt"
+  timeout 400 "$D/bin/gpt_cuda_parity" --python="$PY" 2>&1 | tee "$O/gpt_cuda_parity.txt"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 if want train; then

@@ -6,13 +6,18 @@
 //   - the restore is exact: the restored trainer's state, read back from the
 //     GPU, equals what was saved bitwise (bf16: the f32 master weights);
 //   - the resumed cuda run repeats the uninterrupted one: losses and final
-//     parameters and moments bitwise where the kernels are deterministic
-//     (f32, and bf16 with head_dim 32: attention runs the exact math kernels;
-//     GEMM algorithms are chosen once per shape and cached for the process,
-//     so both runs use the same ones); with head_dim 64 under bf16 attention
-//     goes through the SDPA dispatcher, whose backward may sum with atomics,
-//     so there the losses are held to the bf16 parity bound (1e-2 relative)
-//     and whether they are bitwise is printed;
+//     parameters and moments bitwise where the step is deterministic (bf16
+//     with head_dim 32: attention runs the exact math kernels; GEMM
+//     algorithms are chosen once per shape and cached for the process, so
+//     both runs use the same ones; the embedding backward sums bf16
+//     gradients with f32 atomics, and sums of a few bf16 values are exact in
+//     f32 here, so their order does not show). Elsewhere the continuation is held to the
+//     parity bound of its precision, and whether it is bitwise is printed:
+//     f32 (1e-4 relative), whose embedding-backward atomics round in an
+//     order that changes run to run (measured on the H200: two fresh f32
+//     runs first differ at step 3), and bf16 with head_dim 64 (1e-2), where
+//     attention goes through the SDPA dispatcher, whose backward may sum
+//     with atomics;
 //   - the CPU resume follows the cuda run within the cuda-vs-cpu parity
 //     bound per step (bench/cuda/gpt_cuda_parity's: 1e-4 relative for f32,
 //     1e-2 for bf16, whose cuda run rounds activations to bf16).
@@ -51,6 +56,7 @@ struct Case {
   std::string precision;
   int d_model = 64, n_head = 2;  // head_dim = d_model / n_head
   bool bitwise = true;           // the continuation must repeat bitwise
+  double bound = 0;              // else: its losses within this, relative
 };
 
 v1::JobSpec Spec(const Case& c, const std::string& device) {
@@ -178,7 +184,7 @@ void SaveResumeAndCompare(const Case& c) {
     for (size_t i = 0; i < tail.size(); ++i) EXPECT_EQ(tail[i], want_tail[i]) << name << ": step " << kSaveAt + 1 + i;
     EXPECT_EQ(differing, 0) << name << ": final parameters and moments after the resume";
   } else {
-    EXPECT_LT(gap, 1e-2) << name;
+    EXPECT_LT(gap, c.bound) << name;
   }
   std::printf("%s: cuda resume at step %d: losses %s (worst relative gap %.3e), %lld final state elements differ\n",
               name.c_str(), kSaveAt + 1, gap == 0 ? "bitwise equal" : "differ", gap,
@@ -203,9 +209,9 @@ void SaveResumeAndCompare(const Case& c) {
 TEST(CudaResume, SavesResumesOnCudaAndOnTheCpu) {
   const absl::Status avail = kernels::cuda::CudaAvailable();
   if (!avail.ok()) GTEST_SKIP() << "needs a GPU: " << avail.message();
-  SaveResumeAndCompare({"f32", 64, 2, true});
+  SaveResumeAndCompare({"f32", 64, 2, false, 1e-4});
   SaveResumeAndCompare({"bf16", 64, 2, true});
-  SaveResumeAndCompare({"bf16", 128, 2, false});
+  SaveResumeAndCompare({"bf16", 128, 2, false, 1e-2});
 }
 
 }  // namespace

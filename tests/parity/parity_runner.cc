@@ -156,8 +156,9 @@ absl::StatusOr<ParityResult> RunGptParity(const ParityCase& c, int steps, const 
   LOOM_ASSIGN_OR_RETURN(auto ref, RunTorch(o, dir, steps, o.torch_device, "f32", "out"));
 
   ParityResult r;
+  std::map<std::string, Tensor> ctl;
   if (!o.control_device.empty()) {
-    LOOM_ASSIGN_OR_RETURN(auto ctl, RunTorch(o, dir, steps, o.control_device, "f32", "control"));
+    LOOM_ASSIGN_OR_RETURN(ctl, RunTorch(o, dir, steps, o.control_device, "f32", "control"));
     r.control_loss_rel = 0;
     for (int s = 0; s < steps; ++s)
       r.control_loss_rel = std::max(r.control_loss_rel,
@@ -201,6 +202,7 @@ absl::StatusOr<ParityResult> RunGptParity(const ParityCase& c, int steps, const 
     const Tensor& ref64 = f64.at(key);  // RelativeError reads both sides as doubles
     r.final_rel_f64[name] = FinalGap(name, p, ref64, c.d_model);
     r.torch_final_rel_f64[name] = FinalGap(name, ref.at(key), ref64, c.d_model);
+    if (!ctl.empty()) r.control_final_rel_f64[name] = FinalGap(name, ctl.at(key), ref64, c.d_model);
   }
   return r;
 }
@@ -208,7 +210,9 @@ absl::StatusOr<ParityResult> RunGptParity(const ParityCase& c, int steps, const 
 NoiseVerdict FinalWithinNoise(const ParityResult& r, double factor, double floor) {
   NoiseVerdict v;
   for (const auto& [name, loom_gap] : r.final_rel_f64) {
-    const double torch_gap = r.torch_final_rel_f64.at(name);
+    double torch_gap = r.torch_final_rel_f64.at(name);
+    auto ctl = r.control_final_rel_f64.find(name);
+    if (ctl != r.control_final_rel_f64.end()) torch_gap = std::max(torch_gap, ctl->second);
     const double ratio = torch_gap > 0 ? loom_gap / torch_gap : (loom_gap > 0 ? INFINITY : 0);
     if (v.worst.empty() || ratio > v.worst_ratio) {
       v.worst_ratio = ratio;
