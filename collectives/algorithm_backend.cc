@@ -33,26 +33,22 @@ absl::Status CheckRank(int r, int size, absl::string_view op, absl::string_view 
 }
 
 AlgorithmBackend::AlgorithmBackend(std::string name, std::unique_ptr<transport::Transport> transport)
-    : name_(std::move(name)), transport_(std::move(transport)) {
-  executor_ = std::thread([this] { ExecutorLoop(); });
-  waiter_ = std::thread([this] { WaiterLoop(); });
+    : name_(std::move(name)),
+      transport_(std::move(transport)),
+      executor_(ExecutorOptions()) {}
+
+internal::OpExecutorOptions AlgorithmBackend::ExecutorOptions() {
+  internal::OpExecutorOptions o;
+  o.backend = name_;
+  o.rank = transport_->rank();
+  o.describe_failure = [this](const absl::Status& e) { return DescribeFailure(e); };
+  o.abort = [this](const absl::Status& e) { AbortTransports(e); };
+  return o;
 }
 
 AlgorithmBackend::~AlgorithmBackend() { StopExecutor(); }
 
-void AlgorithmBackend::StopExecutor() {
-  {
-    absl::MutexLock l(&mu_);
-    if (stopping_) return;
-    stopping_ = true;
-  }
-  executor_.join();
-  {
-    absl::MutexLock l(&mu_);
-    executor_done_ = true;
-  }
-  waiter_.join();
-}
+void AlgorithmBackend::StopExecutor() { executor_.Stop(); }
 
 bool AlgorithmBackend::Supports(OpType, DType, DeviceKind device) const {
   return device == DeviceKind::kCPU;
@@ -61,137 +57,55 @@ bool AlgorithmBackend::Supports(OpType, DType, DeviceKind device) const {
 absl::StatusOr<WorkPtr> AlgorithmBackend::Enqueue(OpType op, DType dtype, int64_t numel, absl::Duration timeout,
                                                   std::function<absl::Status(const algorithms::Comm&)> fn, PostFn post,
                                                   Tensor keep_alive) {
-  if (timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrCat(OpTypeName(op), ": options.timeout: must be positive"));
-  }
-  auto work = std::make_shared<Work>();
   transport::Transport* t = transport_.get();
   ChannelPool* pool = channels_.get();
   std::string what = absl::StrCat(name_, " ", OpTypeName(op));
-  work->set_abort_hook([t, pool, what] {
+  auto abort_hook = [t, pool, what] {
     absl::Status reason = absl::CancelledError(absl::StrCat(what, ": aborted by the user"));
     if (pool) pool->AbortExtra(reason);
     t->Abort(reason);
-  });
-  absl::MutexLock l(&mu_);
-  if (stopping_) return absl::FailedPreconditionError(absl::StrCat(what, ": backend is shutting down"));
-  uint64_t seq = next_seq_++;
-  recorder_.Queued(seq, std::string(OpTypeName(op)), std::string(DTypeName(dtype)), numel);
-  queue_.push_back(Task{work, op, seq, timeout, std::move(fn), std::move(post), std::move(keep_alive),
-                        numel * static_cast<int64_t>(DTypeSize(dtype)), absl::Time()});
+  };
+  internal::OpExecutor::RunFn run;
+  internal::OpExecutor::PostFn posted;
+  if (post) {
+    posted = [t, post = std::move(post), keep_alive = std::move(keep_alive)](
+                 uint64_t seq, absl::Time deadline) -> absl::StatusOr<internal::OpExecutor::Completion> {
+      auto req = post(Comm{t, algorithms::CollectiveTagBase(seq), deadline});
+      if (!req.ok()) return req.status();
+      std::shared_ptr<transport::TransportRequest> r(std::move(*req));
+      return internal::OpExecutor::Completion([r](absl::Time d) { return r->Wait(d); });
+    };
+  } else {
+    run = [t, fn = std::move(fn)](uint64_t seq, absl::Time deadline) {
+      return fn(Comm{t, algorithms::CollectiveTagBase(seq), deadline});
+    };
+  }
+  const int64_t bytes = numel * static_cast<int64_t>(DTypeSize(dtype));
+  auto work = executor_.Submit({op, dtype, numel, bytes, timeout}, std::move(abort_hook), std::move(run),
+                               std::move(posted));
+  if (absl::IsFailedPrecondition(work.status())) return Annotate(work.status(), what);
   return work;
 }
 
-absl::Status AlgorithmBackend::Fail(const Task& task, const absl::Status& s) {
-  absl::Status e(s.code(), absl::StrCat(name_, " ", OpTypeName(task.op), " #", task.seq, " on rank ",
-                                        rank(), " (timeout ", absl::FormatDuration(task.timeout),
-                                        "): ", s.message()));
-  if (store_ && size() > 1) {
-    std::string mine = absl::StrCat("error/", rank());
-    (void)store_->Set(mine, e.message());
-    std::string others;
-    if (auto keys = store_->List("error/"); keys.ok()) {
-      for (const std::string& k : *keys) {
-        if (k == mine) continue;
-        if (auto v = store_->Get(k); v.ok()) absl::StrAppend(&others, "; earlier: ", *v);
-      }
+absl::Status AlgorithmBackend::DescribeFailure(const absl::Status& e) {
+  if (!store_ || size() <= 1) return e;
+  std::string mine = absl::StrCat("error/", rank());
+  (void)store_->Set(mine, e.message());
+  std::string others;
+  if (auto keys = store_->List("error/"); keys.ok()) {
+    for (const std::string& k : *keys) {
+      if (k == mine) continue;
+      if (auto v = store_->Get(k); v.ok()) absl::StrAppend(&others, "; earlier: ", *v);
     }
-    if (!others.empty()) e = absl::Status(e.code(), absl::StrCat(e.message(), others));
   }
-  {
-    absl::MutexLock l(&mu_);
-    if (failed_.ok()) failed_ = e;
-  }
+  if (others.empty()) return e;
+  return absl::Status(e.code(), absl::StrCat(e.message(), others));
+}
+
+void AlgorithmBackend::AbortTransports(const absl::Status& e) {
   // Peers are out of step: stop every transport thread before buffers go away.
   if (channels_) channels_->AbortExtra(e);
   transport_->Abort(e);
-  recorder_.Finished(task.seq, e);
-  GlobalCollectiveMetrics().Record(name_, std::string(OpTypeName(task.op)), task.bytes,
-                                   absl::Now() - task.started, false);
-  if (!recorder_dir_.empty()) {
-    (void)recorder_.DumpToFile(absl::StrCat(recorder_dir_, "/", name_, ".rank", rank(), ".txt"));
-  }
-  task.work->Finish(e);
-  return e;
-}
-
-void AlgorithmBackend::ExecutorLoop() {
-  while (true) {
-    Task task;
-    absl::Status failed;
-    {
-      absl::MutexLock l(&mu_);
-      mu_.Await(absl::Condition(
-          +[](AlgorithmBackend* b) ABSL_NO_THREAD_SAFETY_ANALYSIS { return b->stopping_ || !b->queue_.empty(); },
-          this));
-      if (queue_.empty()) return;  // stopping and drained
-      task = std::move(queue_.front());
-      queue_.pop_front();
-      failed = failed_;
-    }
-    if (!task.work->Start()) {
-      recorder_.Finished(task.seq, absl::CancelledError("aborted before it started"));
-      continue;
-    }
-    recorder_.Started(task.seq);
-    task.started = absl::Now();
-    if (!failed.ok()) {
-      absl::Status s = absl::FailedPreconditionError(absl::StrCat(
-          name_, " ", OpTypeName(task.op), " #", task.seq, ": not run, an earlier op failed: ",
-          failed.message()));
-      recorder_.Finished(task.seq, s);
-      task.work->Finish(s);
-      continue;
-    }
-    Comm c{transport_.get(), algorithms::CollectiveTagBase(task.seq), absl::Now() + task.timeout};
-    if (task.post) {
-      auto req = task.post(c);
-      if (!req.ok()) {
-        (void)Fail(task, req.status());
-        continue;
-      }
-      absl::MutexLock l(&mu_);
-      pending_.push_back(Pending{std::move(task), std::move(*req), c.deadline});
-      continue;
-    }
-    absl::Status s = task.fn(c);
-    if (!s.ok()) {
-      (void)Fail(task, s);
-      continue;
-    }
-    Complete(task, s);
-  }
-}
-
-void AlgorithmBackend::Complete(Task& task, const absl::Status& s) {
-  recorder_.Finished(task.seq, s);
-  GlobalCollectiveMetrics().Record(name_, std::string(OpTypeName(task.op)), task.bytes,
-                                   absl::Now() - task.started, s.ok());
-  task.work->Finish(s);
-}
-
-void AlgorithmBackend::WaiterLoop() {
-  while (true) {
-    Pending p;
-    {
-      absl::MutexLock l(&mu_);
-      mu_.Await(absl::Condition(
-          +[](AlgorithmBackend* b) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-            return b->executor_done_ || !b->pending_.empty();
-          },
-          this));
-      if (pending_.empty()) return;
-      p = std::move(pending_.front());
-      pending_.pop_front();
-    }
-    absl::Status s = p.request->Wait(p.deadline);
-    if (!s.ok()) {
-      (void)Fail(p.task, s);
-      continue;
-    }
-    p.request.reset();
-    Complete(p.task, s);
-  }
 }
 
 // ---------------------------------------------------------------- ops

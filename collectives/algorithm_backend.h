@@ -5,28 +5,26 @@
 // hooks with Gloo's native algorithms where libgloo has the op and dtype.
 //
 // Execution: calls are validated on the caller's thread (InvalidArgument naming
-// the argument), then queued to one executor thread that runs them in issue
-// order, each with deadline = start + options.timeout. When an op fails the
-// backend aborts its transport (the peers are out of step) and fails every
-// later op with FailedPrecondition quoting the first error: recreate the group.
+// the argument), then queued to one executor thread (internal/op_executor.h)
+// that runs them in issue order, each with deadline = start + options.timeout.
+// When an op fails the backend aborts its transport (the peers are out of
+// step) and fails every later op with FailedPrecondition quoting the first
+// error: recreate the group.
 //
 // Channels (SetChannels, channels.h): with extra transports, the default
 // all_reduce / all_gather / reduce_scatter hooks cut a large message into
 // slices that run concurrently, one per channel and thread.
 #pragma once
 
-#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 
-#include "absl/synchronization/mutex.h"
 #include "collectives/algorithms/algorithms.h"
 #include "collectives/backend.h"
 #include "collectives/channels.h"
 #include "collectives/flight_recorder.h"
-#include "collectives/metrics.h"
+#include "collectives/internal/op_executor.h"
 #include "collectives/transport/transport.h"
 
 namespace loom::collectives {
@@ -62,8 +60,8 @@ class AlgorithmBackend : public Backend {
   absl::StatusOr<WorkPtr> Recv(const Tensor& tensor, int src, const SendRecvOptions& o) override;
   absl::StatusOr<WorkPtr> Barrier(const BarrierOptions& o) override;
 
-  FlightRecorder* flight_recorder() override { return &recorder_; }
-  void set_flight_recorder_dir(std::string dir) { recorder_dir_ = std::move(dir); }
+  FlightRecorder* flight_recorder() override { return executor_.recorder(); }
+  void set_flight_recorder_dir(std::string dir) { executor_.set_flight_recorder_dir(std::move(dir)); }
   // The group's store: a failing rank records its error under "error/<rank>"
   // (before aborting its transport) and quotes the errors other ranks recorded,
   // so a survivor that only saw a neighbour drop still names the dead peer.
@@ -105,47 +103,24 @@ class AlgorithmBackend : public Backend {
 
  private:
   using PostFn = std::function<absl::StatusOr<std::unique_ptr<transport::TransportRequest>>(const Comm&)>;
-  struct Task {
-    WorkPtr work;
-    OpType op;
-    uint64_t seq;
-    absl::Duration timeout;
-    std::function<absl::Status(const algorithms::Comm&)> fn;
-    PostFn post;  // point-to-point: posted in order, completed by the waiter thread
-    Tensor keep_alive;
-    int64_t bytes = 0;
-    absl::Time started;
-  };
-  // Completes the op: flight recorder, metrics, Work.
-  void Complete(Task& task, const absl::Status& s);
-  struct Pending {
-    Task task;
-    std::unique_ptr<transport::TransportRequest> request;
-    absl::Time deadline;
-  };
+  // Queues an op on the executor: `fn` runs it to completion; `post` (point
+  // to point) posts it in order and the executor's waiter thread completes it,
+  // keeping `keep_alive` until then.
   absl::StatusOr<WorkPtr> Enqueue(OpType op, DType dtype, int64_t numel, absl::Duration timeout,
                                   std::function<absl::Status(const Comm&)> fn, PostFn post = nullptr,
                                   Tensor keep_alive = Tensor());
-  void ExecutorLoop();
-  void WaiterLoop();
-  // Records a failed op: aborts the transport, dumps the recorder, finishes the work.
-  absl::Status Fail(const Task& task, const absl::Status& s);
+  // Run by the constructor once name_ and transport_ are set.
+  internal::OpExecutorOptions ExecutorOptions();
+  // The executor's failure hooks: record this rank's error in the store and
+  // quote the other ranks'; abort the transports.
+  absl::Status DescribeFailure(const absl::Status& e);
+  void AbortTransports(const absl::Status& e);
 
   std::string name_;
   std::unique_ptr<transport::Transport> transport_;
   std::unique_ptr<ChannelPool> channels_;  // null: one channel
-  FlightRecorder recorder_;
-  std::string recorder_dir_;
   std::shared_ptr<store::Store> store_;
-  absl::Mutex mu_;
-  std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  bool executor_done_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Status failed_ ABSL_GUARDED_BY(mu_);
-  std::deque<Pending> pending_ ABSL_GUARDED_BY(mu_);
-  std::thread executor_;
-  std::thread waiter_;
+  internal::OpExecutor executor_;  // last: its threads use the members above
 };
 
 // Validation helpers shared by backends: InvalidArgument naming op and argument.

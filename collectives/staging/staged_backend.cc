@@ -6,7 +6,6 @@
 #include "base/status.h"
 #include "collectives/algorithm_backend.h"
 #include "collectives/algorithms/reduce.h"
-#include "collectives/metrics.h"
 
 namespace loom::collectives::staging {
 namespace {
@@ -31,21 +30,30 @@ absl::Duration Left(absl::Time deadline) {
   return std::max(deadline - absl::Now(), absl::Milliseconds(1));
 }
 
+// A failed op is recorded with zero latency, and an op not run because an
+// earlier one failed counts as a failure; the backend has nothing to abort
+// (the inner backend fails on its own).
+internal::OpExecutorOptions ExecutorOptions(std::string name, int rank, std::string flight_recorder_dir) {
+  internal::OpExecutorOptions o;
+  o.backend = std::move(name);
+  o.rank = rank;
+  o.flight_recorder_dir = std::move(flight_recorder_dir);
+  o.count_ops_not_run = true;
+  o.failure_latency = false;
+  return o;
+}
+
 }  // namespace
 
 StagedBackend::StagedBackend(std::string name, std::shared_ptr<Backend> inner, std::unique_ptr<Copier> copier,
                              StagingOptions options)
-    : name_(std::move(name)), inner_(std::move(inner)), copier_(std::move(copier)), options_(std::move(options)) {
-  executor_ = std::thread([this] { ExecutorLoop(); });
-}
+    : name_(std::move(name)),
+      inner_(std::move(inner)),
+      copier_(std::move(copier)),
+      options_(std::move(options)),
+      executor_(ExecutorOptions(name_, inner_->rank(), options_.flight_recorder_dir)) {}
 
-StagedBackend::~StagedBackend() {
-  {
-    absl::MutexLock l(&mu_);
-    stopping_ = true;
-  }
-  executor_.join();
-}
+StagedBackend::~StagedBackend() { executor_.Stop(); }
 
 bool StagedBackend::Supports(OpType op, DType dtype, DeviceKind device) const {
   if (device != DeviceKind::kCUDA) return false;
@@ -82,11 +90,7 @@ absl::Status StagedBackend::CheckDevice(const Tensor& t, absl::string_view op, a
 
 absl::StatusOr<WorkPtr> StagedBackend::Enqueue(OpType op, DType dtype, int64_t numel, absl::Duration timeout,
                                                size_t host_bytes, Plan plan) {
-  if (timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError(absl::StrCat(OpTypeName(op), ": options.timeout: must be positive"));
-  }
-  auto work = std::make_shared<Work>();
-  work->set_abort_hook([weak = weak_from_this()] {
+  auto abort_hook = [weak = weak_from_this()] {
     std::shared_ptr<StagedBackend> self = weak.lock();
     if (!self) return;
     std::vector<WorkPtr> running;
@@ -95,77 +99,26 @@ absl::StatusOr<WorkPtr> StagedBackend::Enqueue(OpType op, DType dtype, int64_t n
       running = self->in_flight_;
     }
     for (const WorkPtr& w : running) w->Abort();
-  });
-  absl::MutexLock l(&mu_);
-  if (stopping_) return absl::FailedPreconditionError(absl::StrCat(name_, ": backend is shutting down"));
-  uint64_t seq = next_seq_++;
-  recorder_.Queued(seq, std::string(OpTypeName(op)), std::string(DTypeName(dtype)), numel);
-  queue_.push_back(Task{work, op, seq, timeout, host_bytes, std::move(plan)});
+  };
+  auto run = [this, host_bytes, plan = std::move(plan)](uint64_t, absl::Time deadline) {
+    absl::Status s = RunTask(host_bytes, plan, deadline);
+    absl::MutexLock l(&mu_);
+    in_flight_.clear();
+    return s;
+  };
+  auto work = executor_.Submit({op, dtype, numel, static_cast<int64_t>(host_bytes), timeout}, std::move(abort_hook),
+                               std::move(run));
+  if (absl::IsFailedPrecondition(work.status())) return Annotate(work.status(), name_);
   return work;
 }
 
-void StagedBackend::ExecutorLoop() {
-  while (true) {
-    Task task;
-    absl::Status failed;
-    {
-      absl::MutexLock l(&mu_);
-      mu_.Await(absl::Condition(
-          +[](StagedBackend* b) ABSL_NO_THREAD_SAFETY_ANALYSIS { return b->stopping_ || !b->queue_.empty(); },
-          this));
-      if (queue_.empty()) return;
-      task = std::move(queue_.front());
-      queue_.pop_front();
-      failed = failed_;
-    }
-    if (!task.work->Start()) {
-      recorder_.Finished(task.seq, absl::CancelledError("aborted before it started"));
-      continue;
-    }
-    recorder_.Started(task.seq);
-    absl::Time started = absl::Now();
-    absl::Status s = failed.ok() ? RunTask(task, started + task.timeout)
-                                 : absl::FailedPreconditionError(absl::StrCat(
-                                       "not run, an earlier op failed: ", failed.message()));
-    {
-      absl::MutexLock l(&mu_);
-      in_flight_.clear();
-    }
-    if (!s.ok() && failed.ok()) {
-      Fail(task, s);
-      continue;
-    }
-    if (!s.ok()) s = absl::Status(s.code(), absl::StrCat(name_, " ", OpTypeName(task.op), " #", task.seq, ": ", s.message()));
-    recorder_.Finished(task.seq, s);
-    GlobalCollectiveMetrics().Record(name_, std::string(OpTypeName(task.op)), static_cast<int64_t>(task.host_bytes),
-                                     absl::Now() - started, s.ok());
-    task.work->Finish(s);
-  }
-}
-
-void StagedBackend::Fail(const Task& task, const absl::Status& s) {
-  absl::Status e(s.code(), absl::StrCat(name_, " ", OpTypeName(task.op), " #", task.seq, " on rank ", rank(),
-                                        " (timeout ", absl::FormatDuration(task.timeout), "): ", s.message()));
-  {
-    absl::MutexLock l(&mu_);
-    if (failed_.ok()) failed_ = e;
-  }
-  recorder_.Finished(task.seq, e);
-  GlobalCollectiveMetrics().Record(name_, std::string(OpTypeName(task.op)), static_cast<int64_t>(task.host_bytes),
-                                   absl::ZeroDuration(), false);
-  if (!options_.flight_recorder_dir.empty()) {
-    (void)recorder_.DumpToFile(absl::StrCat(options_.flight_recorder_dir, "/", name_, ".rank", rank(), ".txt"));
-  }
-  task.work->Finish(e);
-}
-
-absl::Status StagedBackend::RunTask(const Task& task, absl::Time deadline) {
+absl::Status StagedBackend::RunTask(size_t host_bytes, const Plan& plan, absl::Time deadline) {
   char* host = nullptr;
-  if (task.host_bytes > 0) {
-    LOOM_ASSIGN_OR_RETURN(void* h, copier_->HostBuffer(task.host_bytes));
+  if (host_bytes > 0) {
+    LOOM_ASSIGN_OR_RETURN(void* h, copier_->HostBuffer(host_bytes));
     host = static_cast<char*>(h);
   }
-  std::vector<Bucket> buckets = task.plan(host);
+  std::vector<Bucket> buckets = plan(host);
   return Pipeline(buckets, deadline);
 }
 

@@ -18,8 +18,9 @@
 // inner all_gather / reduce_scatter over per-rank host slices), barrier.
 //
 // Work semantics are Backend's: validated on the caller's thread, run in
-// issue order on one executor thread with deadline = start + options.timeout
-// (copies and inner ops share that deadline). A failed op is recorded in this
+// issue order on one executor thread (internal/op_executor.h) with
+// deadline = start + options.timeout (copies and inner ops share that
+// deadline). A failed op is recorded in this
 // backend's flight recorder (dumped to "<dir>/cuda:gloo.rank<R>.txt" when a
 // directory is set) and every later op fails with FailedPrecondition quoting
 // it. Abort() on a running op aborts its inner ops (a no-op once the backend
@@ -27,16 +28,15 @@
 #pragma once
 
 #include <cstddef>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
 #include "collectives/backend.h"
 #include "collectives/flight_recorder.h"
+#include "collectives/internal/op_executor.h"
 #include "collectives/staging/copier.h"
 
 namespace loom::collectives::staging {
@@ -59,7 +59,7 @@ class StagedBackend : public Backend, public std::enable_shared_from_this<Staged
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
   bool Supports(OpType op, DType dtype, DeviceKind device) const override;
-  FlightRecorder* flight_recorder() override { return &recorder_; }
+  FlightRecorder* flight_recorder() override { return executor_.recorder(); }
   // The CPU backend that runs the algorithms on the host buckets.
   Backend* inner() { return inner_.get(); }
 
@@ -101,21 +101,12 @@ class StagedBackend : public Backend, public std::enable_shared_from_this<Staged
   using Plan = std::function<std::vector<Bucket>(char* host)>;
 
  private:
-  struct Task {
-    WorkPtr work;
-    OpType op;
-    uint64_t seq = 0;
-    absl::Duration timeout;
-    size_t host_bytes = 0;
-    Plan plan;
-  };
+  // Queues an op on the executor; it runs as RunTask(host_bytes, plan).
   absl::StatusOr<WorkPtr> Enqueue(OpType op, DType dtype, int64_t numel, absl::Duration timeout,
                                   size_t host_bytes, Plan plan);
-  void ExecutorLoop();
-  absl::Status RunTask(const Task& task, absl::Time deadline);
+  absl::Status RunTask(size_t host_bytes, const Plan& plan, absl::Time deadline);
   absl::Status Pipeline(std::vector<Bucket>& buckets, absl::Time deadline);
   absl::StatusOr<WorkPtr> Issue(Bucket& b, absl::Time deadline);
-  void Fail(const Task& task, const absl::Status& s);
   size_t BucketBytes(DType dtype) const;
   absl::Status CheckDevice(const Tensor& t, absl::string_view op, absl::string_view arg) const;
 
@@ -123,14 +114,9 @@ class StagedBackend : public Backend, public std::enable_shared_from_this<Staged
   std::shared_ptr<Backend> inner_;
   std::unique_ptr<Copier> copier_;
   StagingOptions options_;
-  FlightRecorder recorder_;
   absl::Mutex mu_;
-  std::deque<Task> queue_ ABSL_GUARDED_BY(mu_);
-  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
-  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
-  absl::Status failed_ ABSL_GUARDED_BY(mu_);
   std::vector<WorkPtr> in_flight_ ABSL_GUARDED_BY(mu_);  // inner ops of the running task
-  std::thread executor_;
+  internal::OpExecutor executor_;  // last: its thread uses the members above
 };
 
 }  // namespace loom::collectives::staging
