@@ -18,13 +18,13 @@
 // inner all_gather / reduce_scatter over per-rank host slices), barrier.
 //
 // Work semantics are Backend's: validated on the caller's thread, run in
-// issue order on one executor thread (internal/op_executor.h) with
-// deadline = start + options.timeout (copies and inner ops share that
-// deadline). A failed op is recorded in this
-// backend's flight recorder (dumped to "<dir>/cuda:gloo.rank<R>.txt" when a
-// directory is set) and every later op fails with FailedPrecondition quoting
-// it. Abort() on a running op aborts its inner ops (a no-op once the backend
-// is gone). Create it with std::make_shared.
+// issue order on one executor thread (internal/op_executor.h) with deadline =
+// start + options.timeout (copies and inner ops share that deadline). A failed
+// op is recorded in this backend's flight recorder (dumped to
+// "<dir>/cuda:gloo.rank<R>.txt" when a directory is set) and every later op
+// fails with FailedPrecondition quoting it. Abort() on a running op aborts
+// its inner ops (a no-op once the backend is gone). Create it with
+// std::make_shared.
 #pragma once
 
 #include <cstddef>
