@@ -51,7 +51,8 @@ struct CudaOptions {
   enum class Attention { kDispatch, kFlash } attention = Attention::kDispatch;
   // Only kernels whose results are bit-identical run to run: the attention
   // backward then never sums dQ with atomics (no cuDNN backward, no atomic
-  // flash variant).
+  // flash variant) and embedding_backward is the sorted kernel
+  // (PlanOptions::deterministic, kernels/cuda/embedding.h kEmbBwdSorted).
   bool deterministic = false;
   // Debug aid: every step runs eagerly with an event between launches, and
   // the per-kind and costliest-launch tables are printed to stderr when the
@@ -61,10 +62,11 @@ struct CudaOptions {
 
 using AttnRoute = CudaOptions::Attention;
 
-// The plan options a CudaOptions stands for (extra_fusions).
+// The plan options a CudaOptions stands for (extra_fusions, deterministic).
 inline PlanOptions PlanOptionsFor(const CudaOptions& o) {
   PlanOptions p;
   p.compose_copies = p.fold_residual_grad = p.add_layernorm = p.attn_views = p.fuse_cross_entropy = o.extra_fusions;
+  p.deterministic = o.deterministic;
   return p;
 }
 
