@@ -31,10 +31,10 @@ __global__ void EmbeddingBwdK(int dydt, int idt, int64_t rows, int64_t cols, int
 
 // The sort's input: key = the id (out-of-range ids: `vocab`, which sorts
 // after every valid id and is skipped), value = the row.
-__global__ void SortPairsInK(int idt, int64_t rows, int64_t vocab, const void* ids, int32_t* keys, int32_t* vals) {
+__global__ void SortPairsInK(int idt, int64_t rows, int64_t vocab, const void* ids, uint32_t* keys, int32_t* vals) {
   for (int64_t r = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; r < rows; r += int64_t(gridDim.x) * blockDim.x) {
     const int64_t id = LdId(ids, idt, r);
-    keys[r] = static_cast<int32_t>(id >= 0 && id < vocab ? id : vocab);
+    keys[r] = static_cast<uint32_t>(id >= 0 && id < vocab ? id : vocab);
     vals[r] = static_cast<int32_t>(r);
   }
 }
@@ -43,10 +43,10 @@ __global__ void SortPairsInK(int idt, int64_t rows, int64_t vocab, const void* i
 // thread takes columns c, c + blockDim, ... and adds the run's dy rows in
 // ascending row order (the radix sort is stable), then stores dw[id, c]. A
 // fixed order and one writer per element: no atomics, the same bits every run.
-__global__ void SumRunsK(int dydt, int64_t rows, int64_t cols, int64_t vocab, const void* dy, const int32_t* keys,
+__global__ void SumRunsK(int dydt, int64_t rows, int64_t cols, int64_t vocab, const void* dy, const uint32_t* keys,
                          const int32_t* vals, float* dw) {
   for (int64_t b = blockIdx.x; b < rows; b += gridDim.x) {
-    const int32_t id = keys[b];
+    const uint32_t id = keys[b];
     if (id >= vocab || (b > 0 && keys[b - 1] == id)) continue;
     int64_t end = b + 1;
     while (end < rows && keys[end] == id) ++end;
@@ -68,21 +68,21 @@ int KeyBits(int64_t vocab) {
   return bits;
 }
 
-// The sorted backward's workspace: keys and rows before and after the sort,
-// then CUB's temporary storage.
+// The sorted backward's workspace: keys (uint32) and rows (int32) before and
+// after the sort, then CUB's temporary storage.
 struct SortedLayout {
-  size_t pairs = 0;  // bytes of one of the four int32[rows] arrays, aligned
+  size_t pairs = 0;  // bytes of one of the four 4-byte [rows] arrays, aligned
   size_t cub = 0;    // CUB's temporary storage
   size_t total() const { return 4 * pairs + cub; }
 };
 
 int SortedWorkspace(int64_t rows, int64_t vocab, SortedLayout* l) {
   if (rows > INT32_MAX || vocab >= INT32_MAX) return static_cast<int>(cudaErrorInvalidValue);
-  l->pairs = AlignUp(sizeof(int32_t) * static_cast<size_t>(rows));
+  l->pairs = AlignUp(sizeof(uint32_t) * static_cast<size_t>(rows));
   l->cub = 0;
   if (rows == 0) return 0;
   return static_cast<int>(cub::DeviceRadixSort::SortPairs(
-      nullptr, l->cub, static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr),
+      nullptr, l->cub, static_cast<const uint32_t*>(nullptr), static_cast<uint32_t*>(nullptr),
       static_cast<const int32_t*>(nullptr), static_cast<int32_t*>(nullptr), static_cast<int>(rows), 0,
       KeyBits(vocab)));
 }
@@ -95,8 +95,8 @@ int EmbeddingBackwardSorted(Dt dydt, Dt idt, int64_t rows, int64_t cols, int64_t
   cudaError_t e = cudaMemsetAsync(dw, 0, sizeof(float) * vocab * cols, s);
   if (e != cudaSuccess || rows == 0) return static_cast<int>(e);
   char* w = static_cast<char*>(workspace);
-  int32_t* keys_in = reinterpret_cast<int32_t*>(w);
-  int32_t* keys_out = reinterpret_cast<int32_t*>(w + l.pairs);
+  uint32_t* keys_in = reinterpret_cast<uint32_t*>(w);
+  uint32_t* keys_out = reinterpret_cast<uint32_t*>(w + l.pairs);
   int32_t* vals_in = reinterpret_cast<int32_t*>(w + 2 * l.pairs);
   int32_t* vals_out = reinterpret_cast<int32_t*>(w + 3 * l.pairs);
   SortPairsInK<<<Blocks(rows), kThreads, 0, s>>>(idt, rows, vocab, ids, keys_in, vals_in);
