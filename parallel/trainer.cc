@@ -74,6 +74,7 @@ compiler::CompileOptions StepCompileOptions(const v1::JobSpec& spec,
 compiler::cuda::CudaOptions StepCudaOptions(const v1::JobSpec& spec) {
   compiler::cuda::CudaOptions o;
   o.bf16 = spec.train().precision() == "bf16";
+  o.deterministic = spec.train().deterministic();
   return o;
 }
 

@@ -190,5 +190,43 @@ TEST(Trainer, ActivationCheckpointingKeepsParametersBitwiseAndShrinksTheArena) {
   }
 }
 
+// train.deterministic reaches the CUDA executor's options (through the
+// executor seam, no GPU) and the plan PlanCudaStep checks a job with: the
+// sorted embedding backward instead of the atomic one.
+TEST(Trainer, DeterministicReachesTheCudaExecutorAndPlan) {
+  for (bool det : {false, true}) {
+    v1::JobSpec spec = Spec("gpt");
+    spec.set_device("cuda");
+    spec.mutable_train()->set_deterministic(det);
+    auto model = FamilyModel(spec);
+    ASSERT_TRUE(model.ok()) << model.status();
+    auto step = PlanCudaStep(spec, *model);
+    ASSERT_TRUE(step.ok()) << step.status();
+    int atomic = 0, sorted = 0;
+    for (const compiler::cuda::Launch& l : step->plan.launches) {
+      atomic += l.kind == compiler::cuda::LaunchKind::kEmbeddingBackward;
+      sorted += l.kind == compiler::cuda::LaunchKind::kEmbeddingBackwardSorted;
+    }
+    EXPECT_EQ(atomic, det ? 0 : 1) << step->plan.Describe();
+    EXPECT_EQ(sorted, det ? 1 : 0) << step->plan.Describe();
+
+    bool called = false;
+    compiler::cuda::CudaOptions seen;
+    TrainerOptions o;
+    o.make_cuda_executor = [&](const compiler::ir::Graph&, const compiler::cuda::CudaOptions& co)
+        -> absl::StatusOr<std::unique_ptr<compiler::cuda::CudaExecutor>> {
+      called = true;
+      seen = co;
+      return absl::FailedPreconditionError("options recorded");
+    };
+    auto t = Trainer::Create(spec, std::move(*model), std::move(o));
+    ASSERT_FALSE(t.ok());
+    EXPECT_TRUE(absl::StrContains(t.status().message(), "options recorded")) << t.status();
+    ASSERT_TRUE(called);
+    EXPECT_EQ(seen.deterministic, det);
+    EXPECT_FALSE(seen.bf16);
+  }
+}
+
 }  // namespace
 }  // namespace loom::parallel

@@ -4,7 +4,7 @@
 //
 //   gpt2_bench --data=DIR [--torch=eager.json,compile.json] [--warmup=5] [--steps=20]
 //              [--f32] [--no-graph] [--small] [--attention=dispatch|flash] [--no-fusions] [--profile]
-//              [--activation-checkpointing=none|blocks]
+//              [--activation-checkpointing=none|blocks] [--deterministic]
 //
 // DIR is what `gpt2_torch.py --init DIR` wrote: weights/ and batches/ in the
 // tensor_dir format, so both sides start from identical weights and train on the
@@ -19,6 +19,10 @@
 // the replayed step's). --activation-checkpointing=blocks compiles with
 // CompileOptions::checkpoint_blocks (RESULT impl gets "_ckpt"). device_mib is
 // all device memory the executor holds; arena_mib its activation arena.
+// --deterministic sets CudaOptions::deterministic (train.deterministic: the
+// sorted embedding backward, flash attention's default variants, untimed
+// cuBLASLt heuristics; RESULT impl gets "_det"): the same run with and
+// without it measures what deterministic costs.
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -46,6 +50,7 @@ struct Flags {
   std::vector<std::string> torch;
   int warmup = 5, steps = 20;
   bool f32 = false, graph = true, small = false, flash = false, fusions = true, profile = false, checkpoint = false;
+  bool deterministic = false;
   double loss_tol = 2e-2;
 };
 
@@ -68,6 +73,7 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
     else if (a == "--attention=dispatch") f->flash = false;
     else if (a == "--no-fusions") f->fusions = false;
     else if (a == "--profile") f->profile = true;
+    else if (a == "--deterministic") f->deterministic = true;
     else if (a == "--activation-checkpointing=blocks") f->checkpoint = true;
     else if (a == "--activation-checkpointing=none") f->checkpoint = false;
     else {
@@ -111,6 +117,7 @@ absl::Status Run(const Flags& f) {
   opt.attention = f.flash ? compiler::cuda::AttnRoute::kFlash : compiler::cuda::AttnRoute::kDispatch;
   opt.extra_fusions = f.fusions;
   opt.profile = f.profile;
+  opt.deterministic = f.deterministic;
   LOOM_ASSIGN_OR_RETURN(auto exec, compiler::cuda::CudaExecutor::Create(g, opt));
   double compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
@@ -161,8 +168,9 @@ absl::Status Run(const Flags& f) {
   double tps = tokens / dt;
   double n = static_cast<double>(compiler::models::NumParameters(params));
   double flops_tok = 6 * n + 12.0 * spec.n_layer() * spec.d_model() * T;
-  std::printf("RESULT impl=loom_%s%s%s tokens_per_s=%.0f ms_per_step=%.2f mfu=%.3f params=%.0f compile_s=%.1f device_mib=%.0f arena_mib=%.0f\n",
-              f.f32 ? "f32" : "bf16", f.graph ? "_graph" : "", f.checkpoint ? "_ckpt" : "", tps, 1e3 * dt / f.steps, tps * flops_tok / 989e12, n,
+  std::printf("RESULT impl=loom_%s%s%s%s tokens_per_s=%.0f ms_per_step=%.2f mfu=%.3f params=%.0f compile_s=%.1f device_mib=%.0f arena_mib=%.0f\n",
+              f.f32 ? "f32" : "bf16", f.graph ? "_graph" : "", f.checkpoint ? "_ckpt" : "",
+              f.deterministic ? "_det" : "", tps, 1e3 * dt / f.steps, tps * flops_tok / 989e12, n,
               compile_s, exec->device_bytes() / 1048576.0,
               exec->plan().arena_bytes / 1048576.0);
   // What attention ran (the SDPA dispatcher's pick per shape, when it ran).

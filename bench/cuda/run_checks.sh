@@ -21,7 +21,7 @@ check() {  # name, time limit (s), lines of its output to show, command...
   if [ $rc = 0 ]; then passed=$((passed + 1)); summary="$summary\n  PASS  $name"
   else failed=$((failed + 1)); summary="$summary\n  FAIL  $name (exit $rc; log $O/$name.txt)"; fi
 }
-check gpu_check 120 200 "$D/bin/gpu_check"                          # GEMM epilogues, layernorm bwd, column sums, grad norm, CE
+check gpu_check 120 200 "$D/bin/gpu_check"                          # GEMM epilogues, layernorm bwd, column sums, grad norm, CE, embedding bwd
 check cuda_kernels_test 120 3 "$D/bin/cuda_kernels_test"             # the same kernels through gtest
 check caching_allocator_test 120 3 "$D/bin/caching_allocator_test"   # allocator and streams on real memory
 check wgmma_check 60 12 "$D/bin/wgmma_check"                        # warpgroup products and layouts the wgmma forward uses
@@ -32,7 +32,7 @@ check cuda_executor_gpu_check 300 30 "$D/bin/cuda_executor_gpu_check"  # whole s
 # The imported nanoGPTs (stage.sh exports them) on cuda, f32 and bf16, vs the CPU.
 check byom_cuda_test 300 16 "$D/bin/byom_cuda_test" --models="$D/data/byom"
 # GPU checkpoints: save, resume on cuda (bitwise where deterministic) and on the cpu.
-check cuda_resume_test 300 14 "$D/bin/cuda_resume_test"
+check cuda_resume_test 300 22 "$D/bin/cuda_resume_test"
 # cuda:gloo with 2 and 4 ranks (processes) sharing the GPU, every staged op.
 check cuda_gloo_gpu_test 300 6 "$D/bin/cuda_gloo_gpu_test"
 echo "== summary"

@@ -30,7 +30,10 @@ Impl::~Impl() {
 absl::Status Impl::Init(const ir::Graph& g, const CudaOptions& o) {
   g_ = g;
   o_ = o;
-  attention_ = o.attention;
+  // deterministic: no choice made by timing either, so another process (a
+  // resumed run) picks the same kernels: attention on the flash kernels'
+  // default variants, GEMMs on cuBLASLt's first heuristic choice.
+  attention_ = o.deterministic ? AttnRoute::kFlash : o.attention;
   LOOM_ASSIGN_OR_RETURN(plan_, PlanCuda(g, o.bf16, PlanOptionsFor(o)));
   // Without a device the whole build still runs ("dry": fake addresses, no
   // uploads), so codegen problems surface on machines without a GPU; Init
@@ -41,7 +44,7 @@ absl::Status Impl::Init(const ir::Graph& g, const CudaOptions& o) {
     LOOM_RETURN_IF_ERROR((*rt)->MakeCurrent());
     stream_ = static_cast<cudaStream_t>((*rt)->compute_stream());
   }
-  loom::kernels::cuda::SetGemmAutotune(o.autotune_gemm);
+  loom::kernels::cuda::SetGemmAutotune(o.autotune_gemm && !o.deterministic);
   // Buffers.
   const int ni = static_cast<int>(g.inputs().size());
   input_buf_.assign(ni, nullptr);

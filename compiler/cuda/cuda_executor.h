@@ -49,9 +49,14 @@ struct CudaOptions {
   // and keeps the fastest per shape; kFlash runs Loom's flash kernels with
   // their default variants (no cuDNN, no timing).
   enum class Attention { kDispatch, kFlash } attention = Attention::kDispatch;
-  // Only kernels whose results are bit-identical run to run: the attention
-  // backward then never sums dQ with atomics (no cuDNN backward, no atomic
-  // flash variant).
+  // Only kernels whose results are bit-identical run to run, and no kernel
+  // choice made by timing, so a step repeats bitwise in another process too
+  // (same GPU model, toolkit and plan): embedding_backward is the sorted
+  // kernel (PlanOptions::deterministic, kernels/cuda/embedding.h
+  // kEmbBwdSorted) instead of f32 atomics; attention runs Loom's flash
+  // kernels with their default variants (as kFlash: no cuDNN, no atomic-dQ
+  // backward, no timed pick), whatever `attention` says; GEMMs take
+  // cuBLASLt's first heuristic algorithm (autotune_gemm is ignored).
   bool deterministic = false;
   // Debug aid: every step runs eagerly with an event between launches, and
   // the per-kind and costliest-launch tables are printed to stderr when the
@@ -61,10 +66,11 @@ struct CudaOptions {
 
 using AttnRoute = CudaOptions::Attention;
 
-// The plan options a CudaOptions stands for (extra_fusions).
+// The plan options a CudaOptions stands for (extra_fusions, deterministic).
 inline PlanOptions PlanOptionsFor(const CudaOptions& o) {
   PlanOptions p;
   p.compose_copies = p.fold_residual_grad = p.add_layernorm = p.attn_views = p.fuse_cross_entropy = o.extra_fusions;
+  p.deterministic = o.deterministic;
   return p;
 }
 

@@ -11,6 +11,7 @@
 #include "base/status.h"
 #include "compiler/cuda/cuda_executor_impl.h"
 #include "kernels/cuda/attention/sdpa_dispatch.h"
+#include "kernels/cuda/embedding.h"
 #include "kernels/cuda/layernorm.h"
 #include "kernels/cuda/reductions.h"
 #include "kernels/cuda/rmsnorm.h"
@@ -107,6 +108,16 @@ int64_t Impl::ScratchBytes(const Launch& l) const {
       int64_t t = 0;
       for (int v : l.inputs) t += kern::GradNormChunks(Numel(v));
       return 4 * std::max<int64_t>(t, 1);
+    }
+    case LaunchKind::kEmbeddingBackwardSorted: {
+      // CUB's size query needs a device; dry (none): the four pair arrays,
+      // 256-byte aligned, without CUB's part.
+      const int64_t rows = Numel(l.inputs[1]), vocab = Sh(l.outputs[0])[0];
+      if (dry_) return 4 * ((4 * rows + 255) / 256 * 256);
+      size_t bytes = 0;
+      const int e = kern::EmbeddingBackwardWorkspaceBytes(kern::kEmbBwdSorted, rows, vocab, &bytes);
+      // An error here surfaces at the launch, which checks its workspace.
+      return e == 0 ? static_cast<int64_t>(bytes) : 0;
     }
     case LaunchKind::kCrossEntropy: return 4 * Sh(l.inputs[0])[0];
     case LaunchKind::kCrossEntropyBackward: return 256;

@@ -90,7 +90,8 @@ absl::Status Impl::Build(const Launch& l) {
       break;
     }
     case LaunchKind::kEmbedding:
-    case LaunchKind::kEmbeddingBackward: st = BuildEmbedding(l); break;
+    case LaunchKind::kEmbeddingBackward:
+    case LaunchKind::kEmbeddingBackwardSorted: st = BuildEmbedding(l); break;
     case LaunchKind::kSumTo: st = BuildSumTo(l); break;
     case LaunchKind::kLayerNorm: st = BuildLayerNorm(l, &desc); break;
     case LaunchKind::kLayerNormBackward: st = BuildLayerNormBackward(l); break;

@@ -9,6 +9,10 @@
 //   f32 eager vs graph replay: losses identical (reported; tolerance 1e-6
 //                            because embedding_backward uses f32 atomics)
 //   bf16 graph replay vs CPU: losses within 2e-2 relative
+//   deterministic (CudaOptions::deterministic): f32 graph replay vs CPU as
+//                            above; f32 eager vs graph replay and two bf16
+//                            graph-replay runs: losses and final params
+//                            bitwise equal
 // Exit code 0 when everything passes.
 //
 // Bench mode: --bench [--family=gpt|llama --n_layer=12 --d_model=768 --heads=12 --vocab=50304
@@ -141,11 +145,12 @@ absl::StatusOr<RunResult> RunCpu(const Config& c) {
   return r;
 }
 
-absl::StatusOr<RunResult> RunGpu(const Config& c, bool bf16, bool graph) {
+absl::StatusOr<RunResult> RunGpu(const Config& c, bool bf16, bool graph, bool deterministic = false) {
   LOOM_ASSIGN_OR_RETURN(Job j, Build(c, false));
   CudaOptions o;
   o.bf16 = bf16;
   o.cuda_graph = graph;
+  o.deterministic = deterministic;
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<CudaExecutor> e, CudaExecutor::Create(j.graph, o));
   for (size_t k = 0; k < j.inputs.size(); ++k) {
     const int ki = static_cast<int>(k);
@@ -187,6 +192,18 @@ double ParamError(const RunResult& a, const RunResult& ref) {
   return std::sqrt(num / std::max(den, 1e-300));
 }
 
+// Whether two runs' losses and final parameters are equal bit for bit.
+bool Bitwise(const RunResult& a, const RunResult& b) {
+  if (a.losses != b.losses || a.params.size() != b.params.size()) return false;
+  for (size_t k = 0; k < a.params.size(); ++k) {
+    if (!a.params[k].defined()) continue;
+    if (a.params[k].nbytes() != b.params[k].nbytes() ||
+        std::memcmp(a.params[k].raw_data(), b.params[k].raw_data(), a.params[k].nbytes()) != 0)
+      return false;
+  }
+  return true;
+}
+
 double MaxLossRel(const RunResult& a, const RunResult& ref) {
   double m = 0;
   for (size_t i = 0; i < ref.losses.size(); ++i)
@@ -221,6 +238,18 @@ int Check(const Config& c) {
   row("f32 eager vs cpu", f32_eager, *cpu, 1e-4, 1e-3);
   if (f32_graph.ok()) row("f32 eager vs cuda-graph", f32_eager, *f32_graph, 1e-6, 0);
   row("bf16 cuda-graph vs cpu", bf16_graph, *cpu, 2e-2, 0);
+  {
+    auto det_graph = RunGpu(c, false, true, true), det_eager = RunGpu(c, false, false, true);
+    auto det_bf16 = RunGpu(c, true, true, true), det_bf16_again = RunGpu(c, true, true, true);
+    row("f32 det cuda-graph vs cpu", det_graph, *cpu, 1e-4, 1e-3);
+    auto same = [&](const char* name, const absl::StatusOr<RunResult>& a, const absl::StatusOr<RunResult>& b) {
+      const bool ok = a.ok() && b.ok() && Bitwise(*a, *b);
+      failures += !ok;
+      std::printf("%-28s %-29s %-8s\n", name, ok ? "bitwise equal" : "differ (or failed)", ok ? "ok" : "FAIL");
+    };
+    same("f32 det eager vs graph", det_eager, det_graph);
+    same("bf16 det graph vs rerun", det_bf16, det_bf16_again);
+  }
   {
     // The llama family (rmsnorm, rope, SwiGLU, grouped-query attention).
     Config l = c;

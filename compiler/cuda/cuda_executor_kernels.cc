@@ -38,8 +38,15 @@ absl::Status Impl::BuildEmbedding(const Launch& l) {
   const void* dy = Ptr(in[0]);
   const void* ids = Ptr(in[1]);
   float* o = static_cast<float*>(Ptr(out[0]));
+  // The sorted (deterministic) kernel works in the shared scratch buffer
+  // (ScratchBytes sized it), so a step allocates nothing.
+  const bool sorted = l.kind == LaunchKind::kEmbeddingBackwardSorted;
+  const kern::EmbeddingBwdMode mode = sorted ? kern::kEmbBwdSorted : kern::kEmbBwdAtomic;
+  void* ws = sorted ? scratch_ : nullptr;
+  const size_t ws_bytes = sorted ? static_cast<size_t>(scratch_bytes_) : 0;
+  const char* what = sorted ? "embedding_backward_sorted" : "embedding_backward";
   calls_.push_back([=]() {
-    return CudaErr(kern::EmbeddingBackward(ddt, idt, rows, cols, vocab, dy, ids, o, s), "embedding_backward");
+    return CudaErr(kern::EmbeddingBackward(ddt, idt, rows, cols, vocab, dy, ids, o, s, mode, ws, ws_bytes), what);
   });
   return absl::OkStatus();
 }

@@ -48,6 +48,15 @@ TEST(CudaOptions, ExtraFusionsSwitchesEveryFusionPass) {
   EXPECT_EQ(CountOp(*p, LaunchKind::kGemm, "matmul+gelu_backward"), 1) << "the GEMM epilogues stay";
 }
 
+TEST(CudaOptions, DeterministicReachesThePlan) {
+  EXPECT_FALSE(PlanOptionsFor(CudaOptions{}).deterministic);
+  CudaOptions o;
+  o.deterministic = true;
+  EXPECT_TRUE(PlanOptionsFor(o).deterministic);
+  o.extra_fusions = false;
+  EXPECT_TRUE(PlanOptionsFor(o).deterministic) << "not a fusion: extra_fusions leaves it alone";
+}
+
 TEST(CudaExecutor, CreateBuildsEveryLaunchWithoutADevice) {
   UseTestKernelCache();
   ir::Graph g = GptJoint(1);
@@ -57,6 +66,8 @@ TEST(CudaExecutor, CreateBuildsEveryLaunchWithoutADevice) {
     ExpectBuilt(CudaExecutor::Create(g, o));
     o.extra_fusions = false;
     o.attention = AttnRoute::kFlash;
+    ExpectBuilt(CudaExecutor::Create(g, o));
+    o.deterministic = true;  // the sorted embedding backward and its scratch
     ExpectBuilt(CudaExecutor::Create(g, o));
   }
 }

@@ -54,7 +54,8 @@ enum class LaunchKind {
   kConcat,         // one strided copy per input into its window of the output
   kFill,
   kEmbedding,
-  kEmbeddingBackward,
+  kEmbeddingBackward,        // f32 atomics (kernels/cuda/embedding.h kEmbBwdAtomic)
+  kEmbeddingBackwardSorted,  // sort + per-id sums, no atomics (PlanOptions::deterministic)
   kSumTo,
   kLayerNorm,
   kLayerNormBackward,
@@ -172,6 +173,10 @@ struct PlanOptions {
   bool add_layernorm = true;       // add_layernorm (plan_add_layernorm.h)
   bool attn_views = true;          // attention_views (plan_attention.h)
   bool fuse_cross_entropy = true;  // fuse_cross_entropy (plan_fuse_ce.h)
+  // Not a fusion: lower_nodes picks launches without atomics where there is a
+  // choice (embedding_backward -> kEmbeddingBackwardSorted), so the step's
+  // bits repeat run to run (CudaOptions::deterministic).
+  bool deterministic = false;
 };
 
 // The fuse_cross_entropy rewrite over a finished launch list (before the

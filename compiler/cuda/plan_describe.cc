@@ -19,6 +19,7 @@ const char* LaunchKindName(LaunchKind k) {
     case LaunchKind::kFill: return "fill";
     case LaunchKind::kEmbedding: return "embedding";
     case LaunchKind::kEmbeddingBackward: return "embedding_backward";
+    case LaunchKind::kEmbeddingBackwardSorted: return "embedding_backward_sorted";
     case LaunchKind::kSumTo: return "sum_to";
     case LaunchKind::kLayerNorm: return "layernorm";
     case LaunchKind::kLayerNormBackward: return "layernorm_backward";

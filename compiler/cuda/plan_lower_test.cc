@@ -64,6 +64,35 @@ TEST(LowerNodes, OneLaunchPerNodeWithoutFusions) {
   }
 }
 
+// PlanOptions::deterministic: the embedding gradient is the sorted launch (no
+// atomics), in both precisions, with the same operands as the atomic one;
+// nothing else changes.
+TEST(LowerNodes, DeterministicPicksTheSortedEmbeddingBackward) {
+  for (bool bf16 : {false, true}) {
+    ir::Graph g = GptJoint(1);
+    auto fast = PlanCuda(g, bf16);
+    ASSERT_TRUE(fast.ok()) << fast.status();
+    PlanOptions o;
+    o.deterministic = true;
+    auto det = PlanCuda(g, bf16, o);
+    ASSERT_TRUE(det.ok()) << det.status();
+    EXPECT_EQ(CountOp(*fast, LaunchKind::kEmbeddingBackward), 1) << "wte (wpe: a column sum)";
+    EXPECT_EQ(CountOp(*fast, LaunchKind::kEmbeddingBackwardSorted), 0);
+    EXPECT_EQ(CountOp(*det, LaunchKind::kEmbeddingBackward), 0) << det->Describe();
+    EXPECT_EQ(CountOp(*det, LaunchKind::kEmbeddingBackwardSorted), 1);
+    ASSERT_EQ(fast->launches.size(), det->launches.size());
+    for (size_t i = 0; i < det->launches.size(); ++i) {
+      const Launch &a = fast->launches[i], &b = det->launches[i];
+      EXPECT_EQ(a.inputs, b.inputs) << i;
+      EXPECT_EQ(a.outputs, b.outputs) << i;
+      if (a.kind == LaunchKind::kEmbeddingBackward) EXPECT_EQ(b.kind, LaunchKind::kEmbeddingBackwardSorted);
+      else EXPECT_EQ(a.kind, b.kind) << i;
+    }
+    EXPECT_NE(det->Describe().find("embedding_backward_sorted embedding_backward"), std::string::npos)
+        << det->Describe();
+  }
+}
+
 TEST(LowerNodes, Bf16ShadowsOfGemmParameters) {
   ir::Graph g = GptJoint(2);
   auto p = PlanCuda(g, true);

@@ -20,6 +20,7 @@
 #include "kernels/cuda/cross_entropy.h"
 #include "kernels/cuda/cuda_device.h"
 #include "kernels/cuda/device_runtime.h"
+#include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/kernel_source_hash.h"
 #include "kernels/cuda/layernorm.h"
@@ -349,7 +350,77 @@ absl::StatusOr<Errors> CheckCrossEntropy(Checker& c, DType dt, DType tdt, int64_
                 {"rerun", RerunBits(grad[0], grad[1])}};
 }
 
-// The step-kernel rows of the table (column sums, grad norm, cross-entropy).
+// ---- Embedding backward (embedding.h) -------------------------------------------
+// `rows` ids drawn from the first `distinct` ids of the table (few distinct:
+// many repeats), every 11th row out of range (-1 or vocab: adds nothing).
+// Against the fp64 sums; the sorted kernel also runs twice ("rerun": the same
+// bits) and must equal, bit for bit, the f32 sum of each id's rows in
+// ascending row order from 0 ("row order"), the order embedding.h documents.
+absl::StatusOr<Errors> CheckEmbeddingBwd(Checker& c, DType dt, DType idt, int64_t rows, int64_t cols, int64_t vocab,
+                                         int64_t distinct, kern::EmbeddingBwdMode mode) {
+  HostInput dy = c.Normal({rows, cols}, dt, 1.0);
+  HostInput u = c.Uniform({rows}, DType::kF64, 0.0, 1.0);
+  std::vector<double> ids(rows);
+  for (int64_t r = 0; r < rows; ++r)
+    ids[r] = r % 11 == 5 ? (r % 2 ? -1.0 : static_cast<double>(vocab))
+                         : static_cast<double>(static_cast<int64_t>(u.values[r] * distinct) % distinct);
+  Vec ref(vocab * cols, 0.0);
+  std::vector<float> ordered(vocab * cols, 0.f);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t id = static_cast<int64_t>(ids[r]);
+    if (id < 0 || id >= vocab) continue;
+    for (int64_t k = 0; k < cols; ++k) {
+      ref[id * cols + k] += dy.values[r * cols + k];
+      ordered[id * cols + k] += static_cast<float>(dy.values[r * cols + k]);
+    }
+  }
+  LOOM_ASSIGN_OR_RETURN(Tensor d_dy, c.Up(dy.host));
+  LOOM_ASSIGN_OR_RETURN(Tensor d_ids, c.Up(Tensor::FromVector({rows}, ids, idt)));
+  size_t ws_bytes = 0;
+  LOOM_RETURN_IF_ERROR(CudaErrorStatus(kern::EmbeddingBackwardWorkspaceBytes(mode, rows, vocab, &ws_bytes),
+                                       "embedding_backward workspace"));
+  LOOM_ASSIGN_OR_RETURN(Tensor ws, c.Poisoned({static_cast<int64_t>(ws_bytes / 4 + 1)}, DType::kF32));
+  const kern::Dt ddt = dt == DType::kBF16 ? kern::kBF16 : kern::kF32, kt = idt == DType::kI64 ? kern::kI64 : kern::kI32;
+  Tensor out[2];
+  for (Tensor& o : out) {
+    LOOM_ASSIGN_OR_RETURN(o, c.Poisoned({vocab, cols}, DType::kF32));
+    LOOM_RETURN_IF_ERROR(CudaErrorStatus(
+        kern::EmbeddingBackward(ddt, kt, rows, cols, vocab, d_dy.raw_data(), d_ids.raw_data(),
+                                static_cast<float*>(o.raw_data()), c.stream(), mode, ws.raw_data(), ws_bytes),
+        "embedding_backward"));
+    LOOM_ASSIGN_OR_RETURN(o, ToHostSync(c, o));
+  }
+  Errors e = {{"dw", RelErr(out[0].ToVector(), ref)}};
+  if (mode == kern::kEmbBwdSorted) {
+    e.push_back({"rerun", RerunBits(out[0], out[1])});
+    const bool same = std::memcmp(out[0].raw_data(), ordered.data(), ordered.size() * sizeof(float)) == 0;
+    e.push_back({"row order", same ? 0.0 : INFINITY});
+  }
+  return e;
+}
+
+void AddEmbeddingChecks(Checker& c, const RunFn& run) {
+  struct EmbCase {
+    DType dt, idt;
+    int64_t rows, cols, vocab, distinct;
+  };
+  const DType bf = DType::kBF16, f32 = DType::kF32;
+  // GPT-2's table at B16 T1024 (all ids), a handful of ids repeated thousands
+  // of times, odd columns over a tiny table, one row.
+  const std::vector<EmbCase> cases = {{bf, DType::kI64, 16384, 768, 50304, 50304},
+                                      {f32, DType::kI32, 16384, 768, 50304, 7},
+                                      {f32, DType::kI64, 1000, 33, 5, 5},
+                                      {bf, DType::kI32, 1, 64, 10, 10}};
+  for (kern::EmbeddingBwdMode mode : {kern::kEmbBwdSorted, kern::kEmbBwdAtomic})
+    for (const EmbCase& e : cases)
+      run(mode == kern::kEmbBwdSorted ? "embedding_backward sorted" : "embedding_backward atomic", e.dt,
+          absl::StrCat(ShapeStr({{"rows", e.rows}, {"cols", e.cols}, {"vocab", e.vocab}, {"ids", e.distinct}}), " ",
+                       DTypeName(e.idt)),
+          1e-4, [&] { return CheckEmbeddingBwd(c, e.dt, e.idt, e.rows, e.cols, e.vocab, e.distinct, mode); });
+}
+
+// The step-kernel rows of the table (column sums, grad norm, cross-entropy,
+// embedding backward).
 void AddStepKernelChecks(Checker& c, const RunFn& run) {
   const DType bf = DType::kBF16, f32 = DType::kF32;
   struct SumCase {
@@ -376,6 +447,7 @@ void AddStepKernelChecks(Checker& c, const RunFn& run) {
       run(fused ? "cross_entropy fused fwd+bwd" : "cross_entropy fwd, bwd", e.dt,
           absl::StrCat(ShapeStr({{"rows", e.rows}, {"vocab", e.vocab}}), " ", DTypeName(e.tdt)),
           e.dt == f32 ? 1e-4 : 1e-2, [&] { return CheckCrossEntropy(c, e.dt, e.tdt, e.rows, e.vocab, fused); });
+  AddEmbeddingChecks(c, run);
 }
 #else
 void AddStepKernelChecks(Checker&, const RunFn&) {}  // the raw kernels exist only in CUDA builds

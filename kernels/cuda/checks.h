@@ -1,14 +1,18 @@
 // Every hand-written CUDA kernel of this folder (gemm.h, layernorm.h, and the
-// raw-pointer kernels: reductions.h, cross_entropy.h) against its fp64 CPU
-// reference (reference.h).
+// raw-pointer kernels: reductions.h, cross_entropy.h, embedding.h's backward
+// in both modes) against its fp64 CPU reference (reference.h, or the sums
+// written out in checks.cc).
 //
 // Each check draws fresh random inputs (Philox, seeded), rounds them to the
 // kernel's dtype, uploads them, poisons every output with 0xFF bytes (NaN in
 // f32 and bf16), runs the kernel and compares each output by
 // ||out - ref|| / ||ref||. A check passes when every output is finite and its
 // error is under the tolerance: 1e-4 for f32 (true f32, no TF32), 1e-2 for
-// bf16 (column sums and the grad norm: 1e-5). The reductions and the
-// cross-entropy also run twice and must give the same bits ("rerun" 0 or inf).
+// bf16 (column sums and the grad norm: 1e-5; the embedding gradient, an f32
+// sum of dy rows: 1e-4). The reductions, the cross-entropy and the sorted
+// embedding backward also run twice and must give the same bits ("rerun" 0 or
+// inf); the sorted embedding backward must also equal the host's f32 sum of
+// each id's rows in row order bit for bit ("row order").
 // Used by cuda_kernels_test (skips without a GPU) and bench/cuda/gpu_check.
 #pragma once
 

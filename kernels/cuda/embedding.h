@@ -2,6 +2,7 @@
 // Ids out of [0, vocab) read as zero rows and add nothing to the gradient.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "kernels/cuda/dtype_code.h"
@@ -11,9 +12,30 @@ namespace loom::kernels::cuda::kern {
 // out[i, :] = w[ids[i], :]  (rows = number of ids, cols = C); w, out: wdt, odt.
 int Embedding(Dt wdt, Dt odt, Dt idt, int64_t rows, int64_t cols, int64_t vocab, const void* w,
               const void* ids, void* out, Stream s);
-// dw[V, C] (f32) = 0, then dw[ids[i], :] += dy[i, :]. f32 atomics: the one
-// kernel of a training step whose bits may differ run to run.
+// Which embedding backward runs (both: dw[V, C] (f32) = 0, then
+// dw[ids[i], :] += dy[i, :]):
+//   kEmbBwdAtomic  one thread per dy element, f32 atomicAdd into dw: the
+//                  order of the additions into one id's row varies, so the
+//                  last bits of dw may differ run to run. No workspace.
+//   kEmbBwdSorted  deterministic, no atomics: (id, row) pairs are sorted by
+//                  id with CUB's stable radix sort, then one block per
+//                  distinct id adds its rows in ascending row order (threads
+//                  over columns) and stores dw[id, :] once. Costs the sort
+//                  (key bits: those of vocab) and a workspace
+//                  (EmbeddingBackwardWorkspaceBytes); an id repeated n times
+//                  is summed by one block serially over its n rows. Needs
+//                  rows < 2^31 and vocab < 2^31 - 1.
+enum EmbeddingBwdMode : int { kEmbBwdAtomic = 0, kEmbBwdSorted = 1 };
+
+// The workspace EmbeddingBackward(mode) needs for `rows` ids into a
+// `vocab`-row table, in *bytes (0 for kEmbBwdAtomic). Returns a CUDA error
+// code: CUB's size query needs a device.
+int EmbeddingBackwardWorkspaceBytes(EmbeddingBwdMode mode, int64_t rows, int64_t vocab, size_t* bytes);
+// workspace: at least EmbeddingBackwardWorkspaceBytes bytes, 256-byte aligned
+// (kEmbBwdSorted; less is cudaErrorInvalidValue). Allocates nothing, so it
+// can be captured in a CUDA graph.
 int EmbeddingBackward(Dt dydt, Dt idt, int64_t rows, int64_t cols, int64_t vocab, const void* dy,
-                      const void* ids, float* dw, Stream s);
+                      const void* ids, float* dw, Stream s, EmbeddingBwdMode mode = kEmbBwdAtomic,
+                      void* workspace = nullptr, size_t workspace_bytes = 0);
 
 }  // namespace loom::kernels::cuda::kern

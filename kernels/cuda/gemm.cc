@@ -49,7 +49,9 @@ struct LtState {
   std::mutex mu;
   std::map<int, cublasLtHandle_t> handles;                  // per device
   std::map<std::pair<int, void*>, void*> workspaces;        // per (device, stream)
-  std::map<std::pair<int, Key>, Choice> cache;
+  // Per (device, shape key, autotune): a timed choice is never reused while
+  // autotuning is off, whose choices must not depend on timing.
+  std::map<std::tuple<int, Key, bool>, Choice> cache;
   bool autotune = true;
 };
 
@@ -205,7 +207,7 @@ std::string GemmChoice(const GemmArgs& g) {
   cudaGetDevice(&dev);
   LtState& st = State();
   std::lock_guard<std::mutex> l(st.mu);
-  auto it = st.cache.find({dev, MakeKey(g)});
+  auto it = st.cache.find({dev, MakeKey(g), st.autotune});
   if (it == st.cache.end()) return "";
   const Choice& c = it->second;
   return absl::StrCat(DTypeName(g.dtype), " m=", g.m, " n=", g.n, " k=", g.k, " tA=", g.trans_a,
@@ -241,7 +243,7 @@ absl::Status Gemm(const GemmArgs& g) {
   }
   Descs ds;
   LOOM_RETURN_IF_ERROR(BuildDescs(g, ds));
-  const auto key = std::make_pair(dev, MakeKey(g));
+  const auto key = std::make_tuple(dev, MakeKey(g), autotune);
   {
     std::lock_guard<std::mutex> l(st.mu);
     auto it = st.cache.find(key);

@@ -57,7 +57,10 @@ struct GemmArgs {
 absl::Status Gemm(const GemmArgs& args);
 
 // Autotuning of new shapes (default on): times up to 8 heuristic candidates
-// three times each and keeps the fastest. Off: the heuristic's first choice.
+// three times each and keeps the fastest, so the algorithm (and with it the
+// last bits of D) may differ between processes. Off: the heuristic's first
+// choice, the same for the same shape, GPU and cuBLASLt (what
+// CudaOptions::deterministic runs); choices are cached per setting.
 void SetGemmAutotune(bool on);
 // "bf16 m=.. n=.. k=.. tA=0 tB=0 epi=bias algo=#i of n (tuned) ws=..B" for the
 // cached choice of `args`'s key, or "" when not cached yet.

@@ -648,6 +648,13 @@ absl::Status ValidateJobSpec(const v1::JobSpec& s) {
       Field(t.sample_tokens() >= 0, "train.sample_tokens", str(t.sample_tokens()), "must not be negative (0: no sample)"));
   LOOM_RETURN_IF_ERROR(Field(t.precision() == "f32" || t.precision() == "bf16", "train.precision",
                              t.precision(), "expected f32 or bf16"));
+  // The sorted embedding backward (kernels/cuda/embedding.h) sorts int32 row
+  // indices: a step's ids (checked over the global batch) must number < 2^31.
+  const int64_t ids = int64_t{t.batch_size()} * m.seq_len();
+  LOOM_RETURN_IF_ERROR(Field(!t.deterministic() || s.device() != "cuda" || ids < (int64_t{1} << 31),
+                             "train.deterministic", "true",
+                             absl::StrCat("the sorted embedding backward takes fewer than 2^31 ids per step; "
+                                          "train.batch_size x model.seq_len = ", ids)));
   LOOM_RETURN_IF_ERROR(parallel::ValidateParallelSection(s));
   LOOM_RETURN_IF_ERROR(CheckProducts(s));
   LOOM_RETURN_IF_ERROR(Field(s.device() == "cpu" || s.device() == "cuda", "device", s.device(),

@@ -273,6 +273,30 @@ TEST(JobSpec, RecipeFieldsHaveDefaultsAndNamedErrors) {
   EXPECT_EQ(ErrorOf("model: {dropout: 0.1}\ndevice: cuda").rfind("model.dropout: device: cuda", 0), 0u);
 }
 
+// train.deterministic: a bool (default false), kept by job.yaml, accepted on
+// both devices; on cuda a step's ids must fit the sorted embedding backward.
+TEST(JobSpec, DeterministicIsABoolCheckedAgainstTheBatch) {
+  auto s = ParseJobSpecYaml("train: {deterministic: true}\ndevice: cuda");
+  ASSERT_TRUE(s.ok()) << s.status();
+  ApplyDefaults(*s);
+  EXPECT_TRUE(s->train().deterministic());
+  EXPECT_TRUE(ValidateJobSpec(*s).ok()) << ValidateJobSpec(*s);
+  auto back = ParseJobSpecYaml(ToYaml(*s));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_TRUE(back->train().deterministic()) << ToYaml(*s);
+  auto off = ParseJobSpecYaml("train: {steps: 3}");
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_FALSE(off->train().deterministic()) << "default off";
+  EXPECT_EQ(ErrorOf("train: {deterministic: true}"), "") << "device: cpu: accepted, nothing changes";
+  EXPECT_NE(ErrorOf("train: {deterministic: maybe}").find("train.deterministic"), std::string::npos)
+      << ErrorOf("train: {deterministic: maybe}");
+  const std::string big = "model: {seq_len: 4096}\ntrain: {batch_size: 524288, deterministic: true}\n";
+  EXPECT_EQ(ErrorOf(big + "device: cuda"),
+            "train.deterministic: the sorted embedding backward takes fewer than 2^31 ids per step; "
+            "train.batch_size x model.seq_len = 2147483648 (got true)");
+  EXPECT_EQ(ErrorOf("model: {seq_len: 4096}\ntrain: {batch_size: 524287, deterministic: true}\ndevice: cuda"), "");
+}
+
 // data.tokenizer is loaded and checked against the model when the spec is
 // validated (runtime/data/tokenizer.h).
 TEST(JobSpec, TokenizerIsCheckedAgainstTheModel) {

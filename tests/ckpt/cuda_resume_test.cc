@@ -18,6 +18,11 @@
 //     runs first differ at step 3), and bf16 with head_dim 64 (1e-2), where
 //     attention goes through the SDPA dispatcher, whose backward may sum
 //     with atomics;
+//   - with train.deterministic (CudaOptions::deterministic: the sorted
+//     embedding backward, flash attention's default variants, untimed GEMM
+//     heuristics) both of those repeat bitwise: f32 (head_dim 32) and bf16
+//     with head_dim 64 (the flash kernels) are held bitwise, run to run and
+//     across the resume;
 //   - the CPU resume follows the cuda run within the cuda-vs-cpu parity
 //     bound per step (bench/cuda/gpt_cuda_parity's: 1e-4 relative for f32,
 //     1e-2 for bf16, whose cuda run rounds activations to bf16).
@@ -57,6 +62,7 @@ struct Case {
   int d_model = 64, n_head = 2;  // head_dim = d_model / n_head
   bool bitwise = true;           // the continuation must repeat bitwise
   double bound = 0;              // else: its losses within this, relative
+  bool deterministic = false;    // train.deterministic
 };
 
 v1::JobSpec Spec(const Case& c, const std::string& device) {
@@ -79,6 +85,7 @@ v1::JobSpec Spec(const Case& c, const std::string& device) {
   t->set_grad_clip(1.0f);
   t->set_weight_decay(0.1f);
   t->set_precision(device == "cuda" ? c.precision : "f32");
+  t->set_deterministic(c.deterministic);
   return spec;
 }
 
@@ -140,8 +147,10 @@ std::unique_ptr<runtime::train::Checkpointer> CheckpointerFor(const v1::JobSpec&
 }
 
 void SaveResumeAndCompare(const Case& c) {
-  const std::string name = absl::StrCat(c.precision, " head_dim ", c.d_model / c.n_head);
-  const std::string dir = absl::StrCat(::testing::TempDir(), "/cuda_ckpt_", c.precision, "_", c.d_model / c.n_head);
+  const std::string name =
+      absl::StrCat(c.precision, " head_dim ", c.d_model / c.n_head, c.deterministic ? " deterministic" : "");
+  const std::string dir = absl::StrCat(::testing::TempDir(), "/cuda_ckpt_", c.precision, "_", c.d_model / c.n_head,
+                                       c.deterministic ? "_det" : "");
   std::filesystem::remove_all(dir);
   const v1::JobSpec cuda = Spec(c, "cuda"), cpu = Spec(c, "cpu");
   auto sampler = runtime::data::Sampler::Create(1000, 1);
@@ -160,8 +169,9 @@ void SaveResumeAndCompare(const Case& c) {
     ASSERT_NE(first, nullptr);
     const std::vector<float> head = Train(*first, 1, kSaveAt);
     ASSERT_EQ(head.size(), static_cast<size_t>(kSaveAt));
-    if (c.bitwise)
+    if (c.bitwise) {
       for (int s = 0; s < kSaveAt; ++s) ASSERT_EQ(head[s], want[s]) << name << ": run to run, step " << s + 1;
+    }
     auto ck = CheckpointerFor(cuda, *first);
     ASSERT_NE(ck, nullptr);
     ASSERT_TRUE(ck->Save(dir, sampler->state(), 2).ok());
@@ -212,6 +222,8 @@ TEST(CudaResume, SavesResumesOnCudaAndOnTheCpu) {
   SaveResumeAndCompare({"f32", 64, 2, false, 1e-4});
   SaveResumeAndCompare({"bf16", 64, 2, true});
   SaveResumeAndCompare({"bf16", 128, 2, false, 1e-2});
+  SaveResumeAndCompare({"f32", 64, 2, true, 0, true});
+  SaveResumeAndCompare({"bf16", 128, 2, true, 0, true});
 }
 
 }  // namespace
