@@ -1,5 +1,6 @@
 #include "bench/cuda/train_config.h"
 
+#include <fstream>
 #include <map>
 
 #include "absl/strings/match.h"
@@ -7,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/status.h"
+#include <nlohmann/json.hpp>
 
 namespace loom::bench::cuda {
 
@@ -74,24 +76,26 @@ absl::Status ParseShapeOrRunFlag(absl::string_view a, TrainFlags* f) {
   struct IntField {
     const char* name;
     int64_t lo;
+    bool shape;  // a model or batch field: the run is no longer the preset
     void (*set)(TrainFlags*, int64_t);
   };
   static const IntField fields[] = {
-      {"n_layer", 1, [](TrainFlags* t, int64_t v) { t->spec.set_n_layer(v); }},
-      {"n_head", 1, [](TrainFlags* t, int64_t v) { t->spec.set_n_head(v); }},
-      {"n_kv_head", 0, [](TrainFlags* t, int64_t v) { t->spec.set_n_kv_head(v); }},
-      {"d_model", 1, [](TrainFlags* t, int64_t v) { t->spec.set_d_model(v); }},
-      {"ffn", 0, [](TrainFlags* t, int64_t v) { t->spec.set_ffn_hidden(v); }},
-      {"seq_len", 1, [](TrainFlags* t, int64_t v) { t->spec.set_seq_len(v); }},
-      {"vocab", 1, [](TrainFlags* t, int64_t v) { t->spec.set_vocab(v); }},
-      {"batch", 1, [](TrainFlags* t, int64_t v) { t->batch = v; }},
-      {"warmup", 0, [](TrainFlags* t, int64_t v) { t->warmup = static_cast<int>(v); }},
-      {"steps", 1, [](TrainFlags* t, int64_t v) { t->steps = static_cast<int>(v); }},
+      {"n_layer", 1, true, [](TrainFlags* t, int64_t v) { t->spec.set_n_layer(v); }},
+      {"n_head", 1, true, [](TrainFlags* t, int64_t v) { t->spec.set_n_head(v); }},
+      {"n_kv_head", 0, true, [](TrainFlags* t, int64_t v) { t->spec.set_n_kv_head(v); }},
+      {"d_model", 1, true, [](TrainFlags* t, int64_t v) { t->spec.set_d_model(v); }},
+      {"ffn", 0, true, [](TrainFlags* t, int64_t v) { t->spec.set_ffn_hidden(v); }},
+      {"seq_len", 1, true, [](TrainFlags* t, int64_t v) { t->spec.set_seq_len(v); }},
+      {"vocab", 1, true, [](TrainFlags* t, int64_t v) { t->spec.set_vocab(v); }},
+      {"batch", 1, true, [](TrainFlags* t, int64_t v) { t->batch = v; }},
+      {"warmup", 0, false, [](TrainFlags* t, int64_t v) { t->warmup = static_cast<int>(v); }},
+      {"steps", 1, false, [](TrainFlags* t, int64_t v) { t->steps = static_cast<int>(v); }},
   };
   for (const IntField& fld : fields) {
     LOOM_ASSIGN_OR_RETURN(bool hit, IntFlag(a, fld.name, fld.lo, &x));
     if (hit) {
       fld.set(f, x);
+      if (fld.shape) f->preset = "custom";
       return absl::OkStatus();
     }
   }
@@ -99,6 +103,7 @@ absl::Status ParseShapeOrRunFlag(absl::string_view a, TrainFlags* f) {
     absl::string_view v = a.substr(9);
     if (v != "gpt" && v != "llama") return Bad("--family", absl::StrCat("expected gpt or llama, got '", v, "'"));
     s.set_family(std::string(v));
+    f->preset = "custom";
   } else if (absl::StartsWith(a, "--data=")) {
     f->data = std::string(a.substr(7));
   } else if (absl::StartsWith(a, "--torch=")) {
@@ -131,6 +136,9 @@ absl::StatusOr<TrainFlags> ParseTrainFlags(int argc, const char* const* argv) {
     if (absl::StartsWith(argv[i], "--preset=")) LOOM_RETURN_IF_ERROR(ApplyPreset(argv[i] + 9, &f));
   for (int i = 1; i < argc; ++i)
     if (!absl::StartsWith(argv[i], "--preset=")) LOOM_RETURN_IF_ERROR(ParseShapeOrRunFlag(argv[i], &f));
+  bool kv_given = false;
+  for (int i = 1; i < argc; ++i) kv_given = kv_given || absl::StartsWith(argv[i], "--n_kv_head=");
+  if (f.spec.family() == "gpt" && !kv_given) f.spec.set_n_kv_head(0);  // gpt's kv heads are its heads
   if (f.data.empty()) return Bad("--data", "required (the folder train_torch.py --init wrote)");
   absl::StatusOr<std::vector<compiler::models::ParamInfo>> params = compiler::models::Parameters(f.spec);
   if (!params.ok()) {
@@ -140,6 +148,27 @@ absl::StatusOr<TrainFlags> ParseTrainFlags(int argc, const char* const* argv) {
     return absl::InvalidArgumentError(msg);
   }
   return f;
+}
+
+absl::Status CheckDataConfig(const TrainFlags& f) {
+  const std::string path = f.data + "/config.json";
+  std::ifstream in(path);
+  if (!in) return absl::FailedPreconditionError(absl::StrCat("--data: ", path, " is missing (train_torch.py --init)"));
+  nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) return absl::FailedPreconditionError("--data: " + path + " is not JSON");
+  const v1::ModelSpec& s = f.spec;
+  const std::vector<std::pair<const char*, int64_t>> want = {
+      {"n_layer", s.n_layer()}, {"n_head", s.n_head()}, {"n_kv_head", s.n_kv_head() > 0 ? s.n_kv_head() : s.n_head()},
+      {"d_model", s.d_model()}, {"ffn", s.ffn_hidden() > 0 ? s.ffn_hidden() : 4 * s.d_model()},
+      {"seq_len", s.seq_len()}, {"vocab", s.vocab()}, {"batch", f.batch}};
+  if (j.value("family", std::string()) != s.family())
+    return absl::FailedPreconditionError(absl::StrCat("--data: ", path, " has family '", j.value("family", ""),
+                                                      "', this run ", s.family()));
+  for (const auto& [key, v] : want)
+    if (!j.contains(key) || !j[key].is_number_integer() || j[key].get<int64_t>() != v)
+      return absl::FailedPreconditionError(absl::StrCat("--data: ", path, " has ", key, " = ",
+                                                        j.contains(key) ? j[key].dump() : "nothing", ", this run ", v));
+  return absl::OkStatus();
 }
 
 double TrainFlopsPerToken(const v1::ModelSpec& spec, const std::vector<compiler::models::ParamInfo>& params) {

@@ -20,8 +20,10 @@
 // Every preset trains on 16,384 tokens per step.
 //
 // Flags (`--name=value`): --preset=NAME first sets every shape field; then
-// --family, --n_layer, --n_head, --n_kv_head (0: n_head), --d_model, --ffn
-// (0: the family's default), --seq_len, --vocab, --batch override fields.
+// --family, --n_layer, --n_head, --n_kv_head (0: n_head; gpt's follows
+// n_head unless given), --d_model, --ffn (0: the family's default),
+// --seq_len, --vocab, --batch override fields; with any of them the run's
+// preset is reported as "custom".
 // The run: --data=DIR (required), --torch=A.json,B.json, --warmup, --steps,
 // --loss-tol, --f32, --no-graph, --attention=dispatch|flash, --no-fusions,
 // --profile, --activation-checkpointing=none|blocks. Every error is
@@ -62,6 +64,11 @@ struct TrainFlags {
 // (compiler::models::Parameters), so a shape it refuses is an error here,
 // naming the flag of the field.
 absl::StatusOr<TrainFlags> ParseTrainFlags(int argc, const char* const* argv);
+
+// DIR/config.json, written by train_torch.py --init with the model and batch
+// of the weights and batches beside it, against this run's (f.data, f.spec,
+// f.batch): FAILED_PRECONDITION naming the first field that differs.
+absl::Status CheckDataConfig(const TrainFlags& f);
 
 // Training FLOPs per token: 6 per parameter that a GEMM multiplies (every
 // matrix except the lookup-only tables: gpt's wpe, llama's tok_embeddings;

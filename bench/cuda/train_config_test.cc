@@ -5,6 +5,9 @@
 
 #include <unistd.h>
 
+#include <sys/wait.h>
+
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -15,6 +18,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include <nlohmann/json.hpp>
+#include "tests/parity/tensor_dir.h"
 
 namespace loom::bench::cuda {
 namespace {
@@ -55,7 +60,10 @@ TEST(TrainConfig, FlagsOverrideThePresetWhereverItStands) {
   EXPECT_EQ(f->spec.ffn_hidden(), 64);
   EXPECT_EQ(f->batch, 3);
   EXPECT_EQ(f->steps, 7);
-  EXPECT_EQ(f->preset, "llama-1b");
+  EXPECT_EQ(f->preset, "custom");  // a preset with flags over it
+  absl::StatusOr<TrainFlags> plain = Parse({"--data=/d", "--preset=llama-350m", "--steps=3"});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  EXPECT_EQ(plain->preset, "llama-350m");
 }
 
 TEST(TrainConfig, BadFlagsAreInvalidArgumentNamingTheFlag) {
@@ -105,6 +113,128 @@ TEST(TrainConfig, FlopsPerTokenCountsGemmParametersAndAttention) {
   // w1 and w3 8x12, w2 12x8.
   const double l_mm = 80 + 2 * (64 + 32 + 32 + 64 + 96 + 96 + 96);
   EXPECT_DOUBLE_EQ(TrainFlopsPerToken(l->spec, *lp), 6 * l_mm + 12.0 * 2 * 8 * 4);
+}
+
+
+// train_torch.py under Debian's torch (CPU): `python3 bench/cuda/train_torch.py ARGS`, its exit code and
+// its output (stdout and stderr).
+constexpr char kPython[] = "/usr/bin/python3";
+
+std::string Script() {
+  for (const char* p : {"bench/cuda/train_torch.py", "loom/bench/cuda/train_torch.py"})
+    if (access(p, R_OK) == 0) return p;
+  return "bench/cuda/train_torch.py";
+}
+
+std::string TmpDir(const std::string& name) {
+  const char* t = std::getenv("TEST_TMPDIR");
+  return absl::StrCat(t != nullptr ? t : "/tmp", "/", name);
+}
+
+int RunTorch(const std::string& args, std::string* output) {
+  const std::string log = TmpDir("train_torch.log");
+  // timeout: a wedged interpreter fails the case instead of hanging the test.
+  const std::string cmd = absl::StrCat("timeout 120 ", kPython, " ", Script(), " ", args, " >", log, " 2>&1");
+  int rc = std::system(cmd.c_str());
+  std::ifstream in(log);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  *output = ss.str();
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+TEST(TrainTorch, PresetsAreTrainConfigs) {
+  std::string out;
+  ASSERT_EQ(RunTorch("--print-presets", &out), 0) << out;
+  nlohmann::json j = nlohmann::json::parse(out, nullptr, false);
+  ASSERT_FALSE(j.is_discarded()) << out;
+  ASSERT_EQ(j.size(), TrainPresets().size());
+  for (const TrainPreset& p : TrainPresets()) {
+    ASSERT_TRUE(j.contains(p.name)) << p.name;
+    const nlohmann::json& t = j[p.name];
+    EXPECT_EQ(t["family"], p.family) << p.name;
+    const std::vector<std::pair<const char*, int>> fields = {
+        {"n_layer", p.n_layer}, {"n_head", p.n_head}, {"n_kv_head", p.n_kv_head}, {"d_model", p.d_model},
+        {"ffn", p.ffn},         {"seq_len", p.seq_len}, {"vocab", p.vocab},     {"batch", p.batch}};
+    for (const auto& [k, v] : fields) EXPECT_EQ(t[k].get<int>(), v) << p.name << " " << k;
+  }
+}
+
+// For each family, a tiny config: the weights --init writes and the eager
+// model's parameters have Loom's names and shapes, its parameter and FLOP
+// counts are Loom's, it trains (finite losses, one per step), and
+// config.json is what train_bench checks.
+TEST(TrainTorch, ModelsHaveLoomsParametersAndTrainEagerOnTheCpu) {
+  const std::vector<std::string> cases = {
+      "--family gpt --n_layer 2 --n_head 2 --d_model 16 --ffn 40 --seq_len 8 --vocab 32 --batch 2",
+      "--family llama --n_layer 2 --n_head 4 --n_kv_head 2 --d_model 16 --ffn 24 --seq_len 8 --vocab 32 --batch 2"};
+  for (size_t i = 0; i < cases.size(); ++i) {
+    const std::string dir = TmpDir(absl::StrCat("model", i));
+    std::string out;
+    ASSERT_EQ(RunTorch(absl::StrCat("--init ", dir, " --steps 2 --warmup 1 ", cases[i]), &out), 0) << out;
+    std::vector<std::string> flags = {"--data=" + dir};
+    std::istringstream words(cases[i]);
+    for (std::string k, v; words >> k >> v;) flags.push_back(k + "=" + v);
+    absl::StatusOr<TrainFlags> f = Parse(flags);
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_TRUE(CheckDataConfig(*f).ok()) << CheckDataConfig(*f);
+    auto params = compiler::models::Parameters(f->spec);
+    ASSERT_TRUE(params.ok());
+    auto weights = tests::parity::LoadTensorDir(dir + "/weights");
+    ASSERT_TRUE(weights.ok()) << weights.status();
+    EXPECT_EQ(weights->size(), params->size()) << cases[i];
+    for (const auto& p : *params) {
+      auto it = weights->find(p.name);
+      ASSERT_NE(it, weights->end()) << p.name;
+      EXPECT_EQ(it->second.shape(), p.shape) << p.name;
+    }
+
+    const std::string json = dir + "/eager.json";
+    ASSERT_EQ(RunTorch(absl::StrCat("--data ", dir, " --device cpu --mode eager --steps 2 --warmup 1 --out ", json),
+                       &out), 0) << out;
+    std::ifstream in(json);
+    nlohmann::json r = nlohmann::json::parse(in, nullptr, false);
+    ASSERT_FALSE(r.is_discarded()) << out;
+    const nlohmann::json& shapes = r["param_shapes"];
+    EXPECT_EQ(shapes.size(), params->size());
+    for (const auto& p : *params) {
+      ASSERT_TRUE(shapes.contains(p.name)) << p.name;
+      std::vector<int64_t> want(p.shape.begin(), p.shape.end());
+      EXPECT_EQ(shapes[p.name].get<std::vector<int64_t>>(), want) << p.name;
+    }
+    EXPECT_EQ(r["params"].get<int64_t>(), compiler::models::NumParameters(*params));
+    EXPECT_DOUBLE_EQ(r["flops_per_token"].get<double>(), TrainFlopsPerToken(f->spec, *params));
+    std::vector<double> losses = r["losses"].get<std::vector<double>>();
+    ASSERT_EQ(losses.size(), 3u);
+    for (double l : losses) EXPECT_TRUE(std::isfinite(l) && l > 0) << l;
+
+    // The data of another model is refused, naming the field.
+    TrainFlags other = *f;
+    other.spec.set_n_layer(3);
+    absl::Status st = CheckDataConfig(other);
+    EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition);
+    EXPECT_NE(std::string(st.message()).find("n_layer"), std::string::npos) << st;
+  }
+}
+
+TEST(TrainTorch, BadFlagsExit2NamingTheFlag) {
+  const std::string dir = TmpDir("bad");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--init " + dir + " --preset gpt2-7b", "--preset"},
+      {"--init " + dir + " --n_layer 0", "--n_layer"},
+      {"--init " + dir + " --n_head x", "--n_head"},
+      {"--init " + dir + " --n_kv_head 5 --preset llama-124m", "--n_kv_head"},
+      {"--init " + dir + " --d_model 100", "--d_model"},
+      {"--data " + dir + "/nothing --device cpu", "--data"},
+      {"--init " + dir + " --steps 0", "--steps"},
+      {"--init " + dir + " --mode fast", "--mode"},
+      {"--init " + dir + " --bogus 1", "--bogus"},
+  };
+  for (const auto& [args, flag] : cases) {
+    std::string out;
+    EXPECT_EQ(RunTorch(args, &out), 2) << args << "\n" << out;
+    EXPECT_NE(out.find(flag), std::string::npos) << args << "\n" << out;
+  }
 }
 
 }  // namespace
