@@ -48,13 +48,15 @@ $PY bench/cuda/train_torch.py --init "$data" --preset "$preset" "${shape[@]}" --
 declare -A took=()
 loom_logs="" torch_all=""
 # run NAME CMD...: runs CMD under the budget (ran=1), or skips it (ran=0) when
-# its previous round took longer than what is left. Its exit status is CMD's.
+# its previous round took longer than what is left. Its exit status is CMD's;
+# its own lines go to fd 3, the script's stdout (CMD's output is redirected).
+exec 3>&1
 run() {
   local name=$1; shift
   local rest; rest=$(left)
   ran=0
   if [ "$rest" -le 5 ] || { [ -n "${took[$name]:-}" ] && [ "${took[$name]}" -ge "$rest" ]; }; then
-    echo "SKIP $name: ${rest}s left of --budget=$budget (it took ${took[$name]:-?}s before)"
+    echo "SKIP $name: ${rest}s left of --budget=$budget (it took ${took[$name]:-?}s before)" >&3
     return 0
   fi
   local s rc; s=$(date +%s)
@@ -62,7 +64,7 @@ run() {
   rc=$?
   ran=1
   took[$name]=$(($(date +%s) - s))
-  echo "($name: ${took[$name]}s, exit $rc, $(left)s left)"
+  echo "($name: ${took[$name]}s, exit $rc, $(left)s left)" >&3
   return $rc
 }
 for r in $(seq 1 "$rounds"); do
