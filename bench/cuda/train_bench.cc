@@ -88,6 +88,8 @@ absl::StatusOr<Setup> Compile(const TrainFlags& f) {
   s.compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 
   LOOM_ASSIGN_OR_RETURN(auto weights, tests::parity::LoadTensorDir(f.data + "/weights"));
+  for (const auto& p : s.params)  // the optimizer's state starts at zero; every parameter comes from DIR
+    if (!weights.count(p.name)) return absl::FailedPreconditionError("--data: no weight '" + p.name + "' in " + f.data);
   for (size_t k = 0; k < g.inputs().size(); ++k) {
     const auto& in = g.inputs()[k];
     const auto& m = g.meta(in.value);
