@@ -126,6 +126,12 @@ std::string Script() {
   return "bench/cuda/train_torch.py";
 }
 
+std::string RefScript() {
+  for (const char* p : {"tests/parity/gpt_torch.py", "loom/tests/parity/gpt_torch.py"})
+    if (access(p, R_OK) == 0) return p;
+  return "tests/parity/gpt_torch.py";
+}
+
 std::string TmpDir(const std::string& name) {
   const char* t = std::getenv("TEST_TMPDIR");
   return absl::StrCat(t != nullptr ? t : "/tmp", "/", name);
@@ -207,6 +213,28 @@ TEST(TrainTorch, ModelsHaveLoomsParametersAndTrainEagerOnTheCpu) {
     std::vector<double> losses = r["losses"].get<std::vector<double>>();
     ASSERT_EQ(losses.size(), 3u);
     for (double l : losses) EXPECT_TRUE(std::isfinite(l) && l > 0) << l;
+
+    // The same training as the parity reference's (tests/parity/gpt_torch.py, whose model the parity
+    // tests hold Loom to): same model, optimizer and clipping, so the same losses up to f32 rounding
+    // (they agree exactly on one machine; 1e-6 leaves room for another thread count's sums).
+    nlohmann::json cfg = {{"family", f->spec.family()}, {"n_layer", f->spec.n_layer()},
+                          {"n_head", f->spec.n_head()}, {"n_kv_head", f->spec.n_kv_head()},
+                          {"d_model", f->spec.d_model()}, {"ffn_hidden", f->spec.ffn_hidden()},
+                          {"seq_len", f->spec.seq_len()}, {"vocab", f->spec.vocab()}, {"lr", 3e-4},
+                          {"beta1", 0.9}, {"beta2", 0.95}, {"eps", 1e-8}, {"weight_decay", 0.1},
+                          {"grad_clip", 1.0}};
+    std::ofstream(dir + "/ref.json") << cfg.dump();
+    const std::string ref_cmd = absl::StrCat("timeout 120 ", kPython, " ", RefScript(), " --config ", dir,
+                                             "/ref.json --weights ", dir, "/weights --batches ", dir,
+                                             "/batches --out ", dir, "/ref --steps 3 >", dir, "/ref.log 2>&1");
+    ASSERT_EQ(std::system(ref_cmd.c_str()), 0) << ref_cmd;
+    auto ref = tests::parity::LoadTensorDir(dir + "/ref");
+    ASSERT_TRUE(ref.ok()) << ref.status();
+    const Tensor& ref_losses = ref->at("losses");
+    ASSERT_EQ(ref_losses.numel(), 3);
+    for (int s = 0; s < 3; ++s)
+      EXPECT_NEAR(losses[s], ref_losses.data<double>()[s], 1e-6 * std::fabs(ref_losses.data<double>()[s]))
+          << cases[i] << " step " << s + 1;
 
     // The data of another model is refused, naming the field.
     TrainFlags other = *f;
