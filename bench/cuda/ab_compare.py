@@ -1,7 +1,7 @@
 # Compares two trees' benchmark logs (bench/cuda/ab.sh): each figure's best
 # over the rounds in A's log and in B's, and B / A.
 #   python3 ab_compare.py sdpa A_LOG B_LOG   # sdpa_bench RESULT lines (TFLOP/s)
-#   python3 ab_compare.py gpt2 A_LOG B_LOG   # gpt2_bench RESULT lines (tokens/s)
+#   python3 ab_compare.py gpt2 A_LOG B_LOG   # train_bench RESULT lines (tokens/s)
 import re
 import sys
 

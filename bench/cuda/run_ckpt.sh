@@ -12,14 +12,14 @@ set -u
 . "$(dirname "$0")/device_env.sh"
 steps=${GPT2_STEPS:-20}; warm=${GPT2_WARMUP:-5}
 data=/tmp/loom_gpt2_data
-[ -d "$data/batches" ] || $PY bench/cuda/gpt2_torch.py --init "$data" --steps "$steps" --warmup "$warm" || exit 1
+[ -d "$data/batches" ] || $PY bench/cuda/train_torch.py --init "$data" --preset gpt2-124m --steps "$steps" --warmup "$warm" || exit 1
 status=0
 : > "$O/ckpt_none.txt"; : > "$O/ckpt_blocks.txt"
 for r in $(seq 1 "${CKPT_ROUNDS:-2}"); do
   for mode in none blocks; do
     echo "== round $r: --activation-checkpointing=$mode"
-    timeout 240 "$D/bin/gpt2_bench" --data="$data" --steps="$steps" --warmup="$warm" \
-      --activation-checkpointing=$mode 2>&1 | tee -a "$O/ckpt_$mode.txt" | grep -E "^RESULT|gpt2_bench:"
+    timeout 240 "$D/bin/train_bench" --preset=gpt2-124m --data="$data" --steps="$steps" --warmup="$warm" \
+      --activation-checkpointing=$mode 2>&1 | tee -a "$O/ckpt_$mode.txt" | grep -E "^RESULT|train_bench:"
     [ "${PIPESTATUS[0]}" = 0 ] || status=1
   done
 done

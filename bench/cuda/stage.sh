@@ -13,7 +13,7 @@ BAZEL_ARGS=${BAZEL_ARGS:-}
 DEST=${LOOM_DEVICE_DIR:-.device/gpu}
 # STAGE_BINS overrides the list (a subset for a quick run).
 bins=${STAGE_BINS:-"bench/cuda/gpu_check bench/cuda/gemm_bench bench/cuda/kernel_bench kernels/cuda/caching_allocator_test
-  kernels/cuda/cuda_kernels_test bench/cuda/attention_check bench/cuda/sdpa_bench bench/cuda/gpt2_bench
+  kernels/cuda/cuda_kernels_test bench/cuda/attention_check bench/cuda/sdpa_bench bench/cuda/train_bench
   compiler/cuda/cuda_executor_gpu_check bench/cuda/gpt_cuda_parity kernels/cuda/codegen/pointwise_gpu_check kernels/cuda/codegen/rowwise_gpu_check
   kernels/cuda/attention/wgmma_check runtime/loom bench/train/import_benchmark tests/byom/byom_cuda_test
   tests/ckpt/cuda_resume_test collectives/staging/cuda_gloo_gpu_test"}

@@ -54,6 +54,29 @@ def param_names(cfg):
     return names + ["norm.weight", "output"]
 
 
+def param_shapes(cfg):
+    """Every parameter's shape, in param_names order (compiler/models
+    Parameters): ffn_hidden 0 or absent means 4 * d_model."""
+    C, V, T, H = cfg["d_model"], cfg["vocab"], cfg["seq_len"], cfg["n_head"]
+    Hkv = cfg.get("n_kv_head") or H
+    F_ = cfg.get("ffn_hidden") or 4 * C
+    D = C // H
+    by_suffix = {"wte": (V, C), "wpe": (T, C), "ln_1.weight": (C,), "ln_1.bias": (C,),
+                 "attn.c_attn.weight": (C, 3 * C), "attn.c_attn.bias": (3 * C,), "attn.c_proj.weight": (C, C),
+                 "attn.c_proj.bias": (C,), "ln_2.weight": (C,), "ln_2.bias": (C,), "mlp.c_fc.weight": (C, F_),
+                 "mlp.c_fc.bias": (F_,), "mlp.c_proj.weight": (F_, C), "mlp.c_proj.bias": (C,),
+                 "ln_f.weight": (C,), "ln_f.bias": (C,), "tok_embeddings": (V, C),
+                 "attention_norm.weight": (C,), "attention.wq": (C, H * D), "attention.wk": (C, Hkv * D),
+                 "attention.wv": (C, Hkv * D), "attention.wo": (H * D, C), "ffn_norm.weight": (C,),
+                 "feed_forward.w1": (C, F_), "feed_forward.w3": (C, F_), "feed_forward.w2": (F_, C),
+                 "norm.weight": (C,), "output": (C, V)}
+    out = {}
+    for n in param_names(cfg):
+        parts = n.split(".")
+        out[n] = by_suffix[".".join(parts[2:]) if parts[0] in ("h", "layers") else n]
+    return out
+
+
 M32, M64 = 0xFFFFFFFF, 0xFFFFFFFFFFFFFFFF
 
 
@@ -135,7 +158,9 @@ def rmsnorm(x, w, eps):
     return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * w
 
 
-def forward(cfg, P, x, drop=no_dropout):
+def forward(cfg, P, x, drop=no_dropout, attn=attention):
+    """The logits of batch x; `attn` has attention's signature (a fused
+    kernel in the benchmarks, bench/cuda/train_torch.py)."""
     B, T = x.shape
     L = cfg["n_layer"]
     C, H = cfg["d_model"], cfg["n_head"]
@@ -151,7 +176,7 @@ def forward(cfg, P, x, drop=no_dropout):
             qkv = a @ P[p + "attn.c_attn.weight"] + P[p + "attn.c_attn.bias"]
             q, k, v = qkv.split(C, dim=-1)
             q, k, v = (t.reshape(B, T, H, D).transpose(1, 2) for t in (q, k, v))
-            y = attention(q, k, v, H, H, drop, 1 + 2 * L + i).transpose(1, 2).reshape(B, T, C)
+            y = attn(q, k, v, H, H, drop, 1 + 2 * L + i).transpose(1, 2).reshape(B, T, C)
             h = h + drop(y @ P[p + "attn.c_proj.weight"] + P[p + "attn.c_proj.bias"], 1 + 2 * i)
             m = F.layer_norm(h, (C,), P[p + "ln_2.weight"], P[p + "ln_2.bias"], eps)
             m = F.gelu(m @ P[p + "mlp.c_fc.weight"] + P[p + "mlp.c_fc.bias"], approximate="tanh")
@@ -166,7 +191,7 @@ def forward(cfg, P, x, drop=no_dropout):
         q = rope((a @ P[p + "attention.wq"]).reshape(B, T, H, D), theta).transpose(1, 2)
         k = rope((a @ P[p + "attention.wk"]).reshape(B, T, Hkv, D), theta).transpose(1, 2)
         v = (a @ P[p + "attention.wv"]).reshape(B, T, Hkv, D).transpose(1, 2)
-        y = attention(q, k, v, H, Hkv, drop, 1 + 2 * L + i).transpose(1, 2).reshape(B, T, C)
+        y = attn(q, k, v, H, Hkv, drop, 1 + 2 * L + i).transpose(1, 2).reshape(B, T, C)
         h = h + drop(y @ P[p + "attention.wo"], 1 + 2 * i)
         m = rmsnorm(h, P[p + "ffn_norm.weight"], eps)
         m = F.silu(m @ P[p + "feed_forward.w1"]) * (m @ P[p + "feed_forward.w3"])
@@ -175,8 +200,8 @@ def forward(cfg, P, x, drop=no_dropout):
     return h @ P["output"]
 
 
-def loss_fn(cfg, P, x, y, drop=no_dropout):
-    logits = forward(cfg, P, x, drop)
+def loss_fn(cfg, P, x, y, drop=no_dropout, attn=attention):
+    logits = forward(cfg, P, x, drop, attn)
     return logits, F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.long().reshape(-1))
 
 

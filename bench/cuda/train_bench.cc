@@ -1,0 +1,220 @@
+// Training throughput of one GPT or Llama model on one GPU: Loom's compiled
+// training step on the CUDA executor, side by side with PyTorch
+// (bench/cuda/train_torch.py on the same weights and batches; run_model.sh
+// alternates the two in one device call).
+//
+//   train_bench --data=DIR [--preset=gpt2-124m|gpt2-350m|llama-124m|llama-350m|llama-1b]
+//               [--family=gpt|llama --n_layer=N --n_head=N --n_kv_head=N --d_model=N --ffn=N
+//                --seq_len=N --vocab=N --batch=N]
+//               [--torch=A.json,B.json] [--warmup=5] [--steps=20] [--loss-tol=2e-2]
+//               [--f32] [--no-graph] [--attention=dispatch|flash] [--no-fusions] [--profile]
+//               [--activation-checkpointing=none|blocks] [--deterministic]
+//
+// The presets, their shapes and parameter counts: train_config.h (default
+// gpt2-124m). DIR is what `train_torch.py --init DIR` wrote for the same
+// preset and flags: weights/ and batches/ in the tensor_dir format and
+// config.json, which must match this run's model and batch. Prints one RESULT
+// line (tokens/s, ms/step, MFU against 989 TFLOP/s with TrainFlopsPerToken,
+// parameters, compile seconds, device and arena MiB), then for each PyTorch
+// result the ratio, and the loss check: Loom's per-step losses must stay
+// within --loss-tol (relative) of PyTorch's at every step, or the line says
+// CHECK_FAILED and the exit code is 1 (tokens/s only count when it tracks).
+// --attention, --no-fusions and --profile set CudaOptions::attention,
+// extra_fusions (false) and profile (eager steps with per-launch times: the
+// tables go to stderr when the executor is destroyed; tokens/s is then not
+// the replayed step's). --activation-checkpointing=blocks compiles with
+// CompileOptions::checkpoint_blocks (RESULT impl gets "_ckpt"). device_mib is
+// all device memory the executor holds; arena_mib its activation arena.
+// --deterministic sets CudaOptions::deterministic (train.deterministic: the
+// sorted embedding backward, flash attention's default variants, untimed
+// cuBLASLt heuristics; RESULT impl gets "_det"): the same run with and
+// without it measures what deterministic costs.
+// Exit codes: 0 done, 1 a failure while running (or the loss check), 2 a bad
+// flag (the message names it).
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "base/status.h"
+#include "bench/cuda/train_config.h"
+#include "compiler/compile.h"
+#include "compiler/cuda/cuda_executor.h"
+#include "compiler/models/models.h"
+#include <nlohmann/json.hpp>
+#include "tests/parity/tensor_dir.h"
+
+namespace loom::bench::cuda {
+namespace {
+
+struct Setup {
+  std::unique_ptr<compiler::cuda::CudaExecutor> exec;
+  std::vector<compiler::models::ParamInfo> params;
+  double compile_s = 0;
+  int x_in = -1, y_in = -1, lr_in = -1, step_in = -1;
+};
+
+// Compiles the training step (AdamW with clipping, as train_torch.py) and
+// creates the executor.
+absl::StatusOr<Setup> Compile(const TrainFlags& f) {
+  Setup s;
+  LOOM_ASSIGN_OR_RETURN(s.params, compiler::models::Parameters(f.spec));
+  compiler::models::BuildOptions bo;
+  bo.batch = f.batch;
+  LOOM_ASSIGN_OR_RETURN(compiler::ir::Graph forward, compiler::models::BuildForward(f.spec, bo));
+  std::map<std::string, bool> decays;
+  for (const auto& p : s.params) decays[p.name] = p.weight_decay;
+  compiler::CompileOptions co;
+  co.lower = false;  // the CUDA executor lowers the fused graph itself
+  compiler::AdamWOptions adam;
+  adam.beta1 = 0.9; adam.beta2 = 0.95; adam.eps = 1e-8; adam.weight_decay = 0.1; adam.max_norm = 1.0;
+  adam.decays = [decays](const std::string& n) { auto it = decays.find(n); return it != decays.end() && it->second; };
+  co.adamw = adam;
+  if (f.checkpoint) co.checkpoint_blocks = compiler::models::BlockOfParameter;  // compiler/passes/checkpointing.h
+  auto t0 = std::chrono::steady_clock::now();
+  LOOM_ASSIGN_OR_RETURN(compiler::Compilation c, compiler::Compile(forward, co));
+  const compiler::ir::Graph& g = c.stages.at("fused");
+  compiler::cuda::CudaOptions opt;
+  opt.bf16 = !f.f32;
+  opt.cuda_graph = f.graph;
+  opt.attention = f.flash ? compiler::cuda::AttnRoute::kFlash : compiler::cuda::AttnRoute::kDispatch;
+  opt.extra_fusions = f.fusions;
+  opt.profile = f.profile;
+  opt.deterministic = f.deterministic;
+  LOOM_ASSIGN_OR_RETURN(s.exec, compiler::cuda::CudaExecutor::Create(g, opt));
+  s.compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+
+  LOOM_ASSIGN_OR_RETURN(auto weights, tests::parity::LoadTensorDir(f.data + "/weights"));
+  for (const auto& p : s.params)  // the optimizer's state starts at zero; every parameter comes from DIR
+    if (!weights.count(p.name)) return absl::FailedPreconditionError("--data: no weight '" + p.name + "' in " + f.data);
+  for (size_t k = 0; k < g.inputs().size(); ++k) {
+    const auto& in = g.inputs()[k];
+    const auto& m = g.meta(in.value);
+    int* slot = in.name == "x" ? &s.x_in : in.name == "y" ? &s.y_in : in.name == "lr" ? &s.lr_in
+              : in.name == "step" ? &s.step_in : nullptr;
+    if (slot != nullptr) { *slot = static_cast<int>(k); continue; }
+    auto it = weights.find(in.name);
+    if (it != weights.end()) {
+      LOOM_RETURN_IF_ERROR(s.exec->SetInput(static_cast<int>(k), it->second));
+    } else {
+      LOOM_RETURN_IF_ERROR(s.exec->SetInput(static_cast<int>(k), Tensor::Zeros(m.shape, m.dtype)));
+    }
+  }
+  if (s.x_in < 0 || s.y_in < 0 || s.lr_in < 0 || s.step_in < 0) return absl::InternalError("graph lacks x, y, lr or step");
+  return s;
+}
+
+// Trains warmup + steps steps; returns the per-step losses and the timed seconds.
+absl::StatusOr<std::pair<std::vector<double>, double>> Train(const TrainFlags& f, Setup& s) {
+  LOOM_ASSIGN_OR_RETURN(auto batches, tests::parity::LoadTensorDir(f.data + "/batches"));
+  int nb = static_cast<int>(batches.size() / 2);
+  if (nb == 0) return absl::InvalidArgumentError("--data: no batches in " + f.data + "/batches");
+  std::vector<double> losses;
+  Tensor lr = Tensor::Zeros({}, DType::kF32), step = Tensor::Zeros({}, DType::kF32);
+  lr.data<float>()[0] = 3e-4f;
+  std::chrono::steady_clock::time_point start;
+  for (int i = 0; i < f.warmup + f.steps; ++i) {
+    if (i == f.warmup) {
+      LOOM_RETURN_IF_ERROR(s.exec->Synchronize());
+      start = std::chrono::steady_clock::now();
+    }
+    step.data<float>()[0] = static_cast<float>(i + 1);
+    std::vector<std::pair<int, Tensor>> in = {{s.x_in, batches.at("x" + std::to_string(i % nb))},
+                                              {s.y_in, batches.at("y" + std::to_string(i % nb))},
+                                              {s.lr_in, lr},
+                                              {s.step_in, step}};
+    LOOM_RETURN_IF_ERROR(s.exec->Step(in));
+    LOOM_ASSIGN_OR_RETURN(Tensor loss, s.exec->Output(0));
+    losses.push_back(loss.data<float>()[0]);
+    if (!std::isfinite(losses.back())) return absl::AbortedError("loss is not finite at step " + std::to_string(i + 1));
+  }
+  LOOM_RETURN_IF_ERROR(s.exec->Synchronize());
+  double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  return std::make_pair(losses, dt);
+}
+
+// Each PyTorch result against Loom's: the ratio and the loss check. False
+// when a result is missing or its losses do not track.
+bool CompareWithTorch(const TrainFlags& f, const std::vector<double>& losses, double tps) {
+  bool ok = true;
+  std::string best_impl;
+  double best_tps = 0;
+  for (const std::string& path : f.torch) {
+    std::ifstream in(path);
+    if (!in) { std::printf("torch result %s: missing\n", path.c_str()); ok = false; continue; }
+    nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+    if (j.is_discarded() || !j.contains("tokens_per_s")) { std::printf("torch result %s: unreadable\n", path.c_str()); ok = false; continue; }
+    std::vector<double> tl = j["losses"].get<std::vector<double>>();
+    double worst = 0;
+    for (size_t s = 0; s < tl.size() && s < losses.size(); ++s)
+      worst = std::max(worst, std::fabs(losses[s] - tl[s]) / std::max(1e-12, std::fabs(tl[s])));
+    bool tracks = worst <= f.loss_tol && tl.size() >= losses.size();
+    ok = ok && tracks;
+    double ttps = j["tokens_per_s"].get<double>();
+    const std::string impl = j["impl"].get<std::string>();
+    std::printf("vs %-22s torch %.0f tok/s (mfu %.3f)  loom/torch = %.3fx  loss max rel diff %.2e %s\n",
+                impl.c_str(), ttps, j["mfu"].get<double>(), tps / ttps, worst, tracks ? "CHECK_OK" : "CHECK_FAILED");
+    if (j.contains("fallback") && j["fallback"].is_array())
+      for (const auto& note : j["fallback"]) std::printf("   %s FALLBACK: %s\n", impl.c_str(), note.get<std::string>().c_str());
+    if (impl.rfind("torch_eager", 0) != 0 && ttps > best_tps) best_tps = ttps, best_impl = impl;
+  }
+  // The ratio that matters: against the fastest compiled PyTorch mode of this call.
+  if (best_tps > 0)
+    std::printf("vs fastest torch.compile mode (%s, %.0f tok/s): loom/torch = %.3fx\n", best_impl.c_str(), best_tps,
+                tps / best_tps);
+  return ok;
+}
+
+absl::Status Run(const TrainFlags& f) {
+  LOOM_RETURN_IF_ERROR(CheckDataConfig(f));
+  LOOM_ASSIGN_OR_RETURN(Setup s, Compile(f));
+  LOOM_ASSIGN_OR_RETURN(auto trained, Train(f, s));
+  const auto& [losses, dt] = trained;
+  const v1::ModelSpec& spec = f.spec;
+  double tokens = static_cast<double>(f.steps) * f.batch * spec.seq_len();
+  double tps = tokens / dt;
+  double n = static_cast<double>(compiler::models::NumParameters(s.params));
+  double flops_tok = TrainFlopsPerToken(spec, s.params);
+  std::printf("RESULT impl=loom_%s%s%s%s preset=%s family=%s tokens_per_s=%.0f ms_per_step=%.2f mfu=%.3f params=%.0f "
+              "compile_s=%.1f device_mib=%.0f arena_mib=%.0f\n",
+              f.f32 ? "f32" : "bf16", f.graph ? "_graph" : "", f.checkpoint ? "_ckpt" : "", f.deterministic ? "_det" : "", f.preset.c_str(),
+              spec.family().c_str(), tps, 1e3 * dt / f.steps, tps * flops_tok / 989e12, n, s.compile_s,
+              s.exec->device_bytes() / 1048576.0, s.exec->plan().arena_bytes / 1048576.0);
+  std::printf("model: %s L%d H%d Hkv%d C%d ffn%d T%d V%d B%lld, %.0f training FLOPs per token\n",
+              spec.family().c_str(), spec.n_layer(), spec.n_head(), spec.n_kv_head() > 0 ? spec.n_kv_head() : spec.n_head(),
+              spec.d_model(), spec.ffn_hidden() > 0 ? spec.ffn_hidden() : 4 * spec.d_model(), spec.seq_len(),
+              spec.vocab(), static_cast<long long>(f.batch), flops_tok);
+  // What attention ran (the SDPA dispatcher's pick per shape, when it ran).
+  for (absl::string_view line : absl::StrSplit(s.exec->Describe(), '\n'))
+    if (absl::StartsWith(line, "sdpa ")) std::printf("%s\n", std::string(line).c_str());
+  std::printf("losses:");
+  for (double l : losses) std::printf(" %.4f", l);
+  std::printf("\n");
+  if (!CompareWithTorch(f, losses, tps)) return absl::InternalError("the loss check failed (see CHECK_FAILED above)");
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace loom::bench::cuda
+
+int main(int argc, char** argv) {
+  absl::StatusOr<loom::bench::cuda::TrainFlags> f = loom::bench::cuda::ParseTrainFlags(argc, argv);
+  if (!f.ok()) {
+    std::fprintf(stderr, "train_bench: %s\n", std::string(f.status().message()).c_str());
+    return 2;
+  }
+  absl::Status s = loom::bench::cuda::Run(*f);
+  if (!s.ok()) {
+    std::fprintf(stderr, "train_bench: %s\n", std::string(s.message()).c_str());
+    return 1;
+  }
+  return 0;
+}
