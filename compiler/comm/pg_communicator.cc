@@ -33,8 +33,11 @@ class PgCommunicator final : public Communicator {
   int rank() const override { return pg_->rank(); }
   int size() const override { return pg_->size(); }
 
+  // Device tensors (e.g. a CUDA executor's buffers) take the paths that
+  // copy nothing on the host: all_reduce in place (in and out the same
+  // tensor) and the leading-axis gather and scatter of contiguous tensors.
   absl::Status AllReduce(const Tensor& in, Tensor& out, ReduceKind kind) override {
-    LOOM_RETURN_IF_ERROR(out.CopyFrom(in));
+    if (!SameTensor(in, out)) LOOM_RETURN_IF_ERROR(out.CopyFrom(in));
     collectives::AllReduceOptions o;
     o.op = ToOp(kind);
     o.timeout = absl::Milliseconds(timeout_ms_);
@@ -64,6 +67,10 @@ class PgCommunicator final : public Communicator {
     collectives::ReduceScatterOptions o;
     o.op = ToOp(kind);
     o.timeout = absl::Milliseconds(timeout_ms_);
+    if (axis == 0 && in.is_contiguous() && out.is_contiguous()) {
+      LOOM_ASSIGN_OR_RETURN(auto w, pg_->ReduceScatterFrom(out, in, o));
+      return w->Wait();
+    }
     Tensor& src = Staging(2, AxisFirst(in, axis));
     LOOM_RETURN_IF_ERROR(src.CopyFrom(AxisFirst(in, axis)));
     Tensor& dst = Staging(3, AxisFirst(out, axis));
@@ -74,6 +81,10 @@ class PgCommunicator final : public Communicator {
   }
 
  private:
+  static bool SameTensor(const Tensor& a, const Tensor& b) {
+    return a.raw_data() == b.raw_data() && a.shape() == b.shape() && a.strides() == b.strides() &&
+           a.dtype() == b.dtype();
+  }
   // A contiguous buffer shaped like `like`, kept per (slot, shape, dtype).
   Tensor& Staging(int slot, const Tensor& like) {
     std::string key = absl::StrCat(slot, DTypeName(like.dtype()), ShapeToString(like.shape()));

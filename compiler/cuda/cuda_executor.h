@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "base/tensor.h"
+#include "compiler/comm/communicator.h"
 #include "compiler/cuda/plan.h"
 #include "compiler/ir/ir.h"
 
@@ -62,6 +63,16 @@ struct CudaOptions {
   // the per-kind and costliest-launch tables are printed to stderr when the
   // executor is destroyed (steps are then much slower than graph replay).
   bool profile = false;
+  // One communicator per process group that the graph's collective ops name
+  // (compiler/comm/communicator.h: "dp", "tp", ...), for a rank of a parallel
+  // program; a group of world 1 needs none. The executor calls them between
+  // its launches, after synchronising its stream, on this device's buffers
+  // (Device::CUDA tensors, contiguous, the collective axis leading):
+  // AllReduce(t, t, kind) in place, AllGather(in, out, 0) and
+  // ReduceScatter(in, out, 0, kind). Their ranks also place shard_slice and
+  // vocab_onehot (PlanOptions::group_rank). Not owned; they outlive the
+  // executor.
+  comm::CommunicatorMap communicators;
 };
 
 using AttnRoute = CudaOptions::Attention;
@@ -71,6 +82,8 @@ inline PlanOptions PlanOptionsFor(const CudaOptions& o) {
   PlanOptions p;
   p.compose_copies = p.fold_residual_grad = p.add_layernorm = p.attn_views = p.fuse_cross_entropy = o.extra_fusions;
   p.deterministic = o.deterministic;
+  for (const auto& [group, c] : o.communicators)
+    if (c != nullptr) p.group_rank[group] = c->rank();
   return p;
 }
 

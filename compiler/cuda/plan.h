@@ -35,6 +35,7 @@
 //   std::cout << p.Describe();
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -177,6 +178,11 @@ struct PlanOptions {
   // choice (embedding_backward -> kEmbeddingBackwardSorted), so the step's
   // bits repeat run to run (CudaOptions::deterministic).
   bool deterministic = false;
+  // This rank's index in each process group the graph's rank-dependent ops
+  // name (shard_slice: its block's offset; vocab_onehot: its vocabulary
+  // block). A group not listed is rank 0, which plans the same launches and
+  // buffers (only offsets differ), so a job is checked without its ranks.
+  std::map<std::string, int> group_rank;
 };
 
 // The fuse_cross_entropy rewrite over a finished launch list (before the
