@@ -106,6 +106,8 @@ absl::Status Impl::Build(const Launch& l) {
     case LaunchKind::kGradNorm: st = BuildGradNorm(l, &desc); break;
     case LaunchKind::kAdamW: st = BuildAdamW(l, &desc); break;
     case LaunchKind::kCopyBack: st = BuildCopyBack(l); break;
+    case LaunchKind::kCollective: st = BuildCollective(l); break;
+    case LaunchKind::kVocabOnehot: st = BuildVocabOnehot(l); break;
   }
   LOOM_RETURN_IF_ERROR(st);
   desc_.push_back(std::move(desc));

@@ -71,6 +71,11 @@ enum class LaunchKind {
   kGradNorm,
   kAdamW,
   kCopyBack,  // an output that updates an input but was not written in place
+  // all_reduce / all_gather / reduce_scatter (op) on the leading axis, run
+  // on the host between launches through the group's communicator
+  // (plan_collectives.h, CudaOptions::communicators).
+  kCollective,
+  kVocabOnehot,  // this rank's vocabulary block one-hot (attrs: rank, num_classes, ignore_index)
 };
 const char* LaunchKindName(LaunchKind k);
 

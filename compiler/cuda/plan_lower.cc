@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
+#include "compiler/cuda/plan_collectives.h"
 #include "compiler/cuda/plan_copies.h"
 #include "compiler/cuda/plan_gemm.h"
 #include "kernels/registry.h"
@@ -36,8 +37,11 @@ absl::Status LowerAdamW(PlanState& s, const std::vector<int>& adamw_nodes, Launc
         return Unsupported(g, j, absl::StrCat("adamw nodes differ in attr ", key));
     for (int k : {0, 2, 3}) {
       const int v = an.inputs[k];
-      if (p.input_of[v] < 0 || p.root[v] != v || p.metas[v].dtype != DType::kF32)
-        return Unsupported(g, j, "param, m and v must be f32 graph inputs");
+      // The param may also be a value of the step (ZeRO-1/2: this rank's
+      // shard_slice of a replicated param), updated in place there.
+      const bool own = p.root[v] == v && (p.input_of[v] >= 0 || (k == 0 && s.prod[v] >= 0));
+      if (!own || p.metas[v].dtype != DType::kF32)
+        return Unsupported(g, j, "param, m and v must be f32 graph inputs (or, for the param, an f32 value of the step)");
       for (int u : s.users[v])
         if (u > last_adamw) return Unsupported(g, u, "reads a parameter after its adamw update");
       const int o = an.outputs[k == 0 ? 0 : k == 2 ? 1 : 2];
@@ -257,6 +261,7 @@ absl::Status LowerNode(PlanState& s, int i, Launch L, const std::vector<int>& ad
   }
   if (op == "matmul") return LowerMatmul(s, i, std::move(L));
   if (op == "adamw") return i == adamw_nodes.back() ? LowerAdamW(s, adamw_nodes, std::move(L)) : absl::OkStatus();
+  if (IsSpmdOp(op)) return LowerSpmdOp(s, i, std::move(L));
   L.outputs = n.outputs;
   const kernels::OpDef* def = op == ir::kFusedOp ? nullptr : kernels::OpRegistry::Global().Find(op);
   if (op == ir::kFusedOp || (def && def->elementwise && n.outputs.size() == 1)) {
