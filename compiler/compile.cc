@@ -1,5 +1,7 @@
 #include "compiler/compile.h"
 
+#include <chrono>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "base/status.h"
@@ -37,10 +39,16 @@ absl::StatusOr<Compilation> Compile(const ir::Graph& forward, const CompileOptio
   Compilation c;
   c.stages["initial"] = forward;
   ir::Graph g = forward;
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   if (options.differentiate) {
+    auto t0 = Clock::now();
     auto j = BuildJointGraph(forward, options.autodiff);
     if (!j.ok()) return Annotate(j.status(), "compile: autodiff");
+    c.autodiff_seconds = since(t0);
+    t0 = Clock::now();
     if (options.adamw) LOOM_RETURN_IF_ERROR(Annotate(AppendAdamW(*j, *options.adamw), "compile: optimizer"));
+    c.optimizer_seconds = since(t0);
     g = std::move(j->graph);
   }
   c.stages["joint"] = g;
@@ -62,8 +70,9 @@ absl::StatusOr<Compilation> Compile(const ir::Graph& forward, const CompileOptio
   }
   c.stages["fused"] = g;
   passes::MemoryPlanPass plan;
+  const auto t_plan = Clock::now();
   LOOM_ASSIGN_OR_RETURN(bool changed, plan.Run(g));
-  c.reports.push_back({std::string(plan.name()), changed});
+  c.reports.push_back({std::string(plan.name()), changed, since(t_plan)});
   c.plan = plan.plan();
   c.stages["planned"] = g;
   if (options.lower) {

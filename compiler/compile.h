@@ -58,6 +58,9 @@ struct CompileOptions {
 struct Compilation {
   std::map<std::string, ir::Graph> stages;
   std::vector<passes::PassReport> reports;  // the optimization passes, in order
+  // Wall seconds of the steps before the passes: autodiff (BuildJointGraph)
+  // and the optimizer update (AppendAdamW); 0 when not run.
+  double autodiff_seconds = 0, optimizer_seconds = 0;
   passes::MemoryPlan plan;                  // of the "fused" graph
   std::unique_ptr<Program> program;
   // The IR text of `stage`; an unknown name is InvalidArgument listing the

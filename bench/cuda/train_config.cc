@@ -130,6 +130,12 @@ absl::Status ParseShapeOrRunFlag(absl::string_view a, TrainFlags* f) {
 }  // namespace
 
 absl::StatusOr<TrainFlags> ParseTrainFlags(int argc, const char* const* argv) {
+  LOOM_ASSIGN_OR_RETURN(TrainFlags f, ParseModelFlags(argc, argv));
+  if (f.data.empty()) return Bad("--data", "required (the folder train_torch.py --init wrote)");
+  return f;
+}
+
+absl::StatusOr<TrainFlags> ParseModelFlags(int argc, const char* const* argv) {
   TrainFlags f;
   LOOM_RETURN_IF_ERROR(ApplyPreset(f.preset, &f));
   // The preset first, wherever it stands, so the other flags override it.
@@ -140,7 +146,6 @@ absl::StatusOr<TrainFlags> ParseTrainFlags(int argc, const char* const* argv) {
   bool kv_given = false;
   for (int i = 1; i < argc; ++i) kv_given = kv_given || absl::StartsWith(argv[i], "--n_kv_head=");
   if (f.spec.family() == "gpt" && !kv_given) f.spec.set_n_kv_head(0);  // gpt's kv heads are its heads
-  if (f.data.empty()) return Bad("--data", "required (the folder train_torch.py --init wrote)");
   absl::StatusOr<std::vector<compiler::models::ParamInfo>> params = compiler::models::Parameters(f.spec);
   if (!params.ok()) {
     std::string msg(params.status().message());

@@ -61,6 +61,11 @@ struct TrainFlags {
   double loss_tol = 2e-2;
 };
 
+// The model and run flags of argv[1..argc) (everything ParseTrainFlags takes),
+// without requiring --data: the compile benchmark (compile_bench_flags.h)
+// shares the model flags.
+absl::StatusOr<TrainFlags> ParseModelFlags(int argc, const char* const* argv);
+
 // Parses argv[1..argc). The spec is checked by the model builder
 // (compiler::models::Parameters), so a shape it refuses is an error here,
 // naming the flag of the field.

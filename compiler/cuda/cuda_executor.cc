@@ -7,6 +7,7 @@
 
 #include <cuda_runtime.h>
 
+#include <chrono>
 #include <cstdio>
 #include <set>
 
@@ -31,43 +32,35 @@ Impl::~Impl() {
 absl::Status Impl::Init(const ir::Graph& g, const CudaOptions& o) {
   g_ = g;
   o_ = o;
+  CudaBuildStats stats;
+  using Clock = std::chrono::steady_clock;
+  auto since = [](Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); };
   // deterministic: no choice made by timing either, so another process (a
   // resumed run) picks the same kernels: attention on the flash kernels'
   // default variants, GEMMs on cuBLASLt's first heuristic choice.
   attention_ = o.deterministic ? AttnRoute::kFlash : o.attention;
+  auto t0 = Clock::now();
   LOOM_ASSIGN_OR_RETURN(plan_, PlanCuda(g, o.bf16, PlanOptionsFor(o)));
+  stats.plan_seconds = since(t0);
   // Without a device the whole build still runs ("dry": fake addresses, no
   // uploads), so codegen problems surface on machines without a GPU; Init
   // then returns the device error.
+  t0 = Clock::now();
   absl::StatusOr<loom::kernels::cuda::DeviceRuntime*> rt = loom::kernels::cuda::DeviceRuntime::Get(o.device);
-  dry_ = !rt.ok();
+  dry_ = stats.dry = !rt.ok();
   if (!dry_) {
     LOOM_RETURN_IF_ERROR((*rt)->MakeCurrent());
     stream_ = static_cast<cudaStream_t>((*rt)->compute_stream());
   }
+  stats.device_seconds = since(t0);
   loom::kernels::cuda::SetGemmAutotune(o.autotune_gemm && !o.deterministic);
-  // Buffers.
-  const int ni = static_cast<int>(g.inputs().size());
-  input_buf_.assign(ni, nullptr);
-  shadow_buf_.assign(ni, nullptr);
-  input_set_.assign(ni, false);
-  for (int k = 0; k < ni; ++k) {
-    const int v = g.inputs()[k].value;
-    LOOM_ASSIGN_OR_RETURN(input_buf_[k], Alloc(plan_.Bytes(v)));
-    if (plan_.shadow[k] >= 0) {
-      LOOM_ASSIGN_OR_RETURN(shadow_buf_[k], Alloc(plan_.Bytes(plan_.shadow[k])));
-    }
-  }
-  shadow_of_.assign(plan_.metas.size(), -1);
-  for (int k = 0; k < ni; ++k)
-    if (plan_.shadow[k] >= 0) shadow_of_[plan_.shadow[k]] = k;
-  LOOM_ASSIGN_OR_RETURN(arena_, Alloc(plan_.arena_bytes));
-  // Scratch (shared by every launch: they run in stream order).
-  int64_t scratch = 0;
-  for (const Launch& l : plan_.launches) scratch = std::max(scratch, ScratchBytes(l));
-  LOOM_ASSIGN_OR_RETURN(scratch_, Alloc(scratch));
-  scratch_bytes_ = scratch;
+  LOOM_RETURN_IF_ERROR(AllocBuffers(&stats));
+  t0 = Clock::now();
   for (const Launch& l : plan_.launches) LOOM_RETURN_IF_ERROR(Build(l));
+  stats.build_seconds = since(t0);
+  stats.launches = static_cast<int>(plan_.launches.size());
+  CountKernels(&stats);
+  if (o.stats != nullptr) *o.stats = stats;
   return dry_ ? rt.status() : absl::OkStatus();
 }
 

@@ -33,6 +33,27 @@
 
 namespace loom::compiler::cuda {
 
+// Where CudaExecutor::Create spent its time (CudaOptions::stats). Filled in
+// also when Create then fails for want of a device (a "dry" build: fake
+// addresses, no uploads), so the host side is measurable without a GPU.
+struct CudaBuildStats {
+  bool dry = false;
+  double plan_seconds = 0;     // PlanCuda
+  double device_seconds = 0;   // the device runtime (context) of CudaOptions::device
+  double scratch_seconds = 0;  // every launch's workspace size (on a GPU this
+                               // builds cuDNN's SDPA plans, when cuDNN is a candidate)
+  double buffers_seconds = 0;  // device buffers (inputs, shadows, arena, scratch)
+  double build_seconds = 0;    // a closure per launch, with the kernel sources generated
+  double kernels_seconds = 0;  // the generated kernels' CUBINs (disk cache or NVRTC)
+  int launches = 0;
+  int kernels = 0;             // generated kernels (pointwise and row-wise)
+  int distinct_sources = 0;    // distinct sources among them
+  int cache_hits = 0;          // distinct sources whose CUBIN came from the disk cache
+  int nvrtc_compiles = 0;      // distinct sources NVRTC compiled
+  int compile_threads = 0;     // threads that compiled them
+  double nvrtc_seconds = 0;    // NVRTC alone, summed over those threads
+};
+
 struct CudaOptions {
   int device = 0;
   bool bf16 = false;        // mixed precision: fp32 master weights + AdamW state, bf16
@@ -73,6 +94,12 @@ struct CudaOptions {
   // vocab_onehot (PlanOptions::group_rank). Not owned; they outlive the
   // executor.
   comm::CommunicatorMap communicators;
+  // The on-disk CUBIN cache of the generated kernels
+  // (kernels/cuda/codegen/nvrtc_cache.h CodegenOptions::cache_dir): "" is
+  // its default, $LOOM_KERNEL_CACHE or ~/.cache/loom/kernels.
+  std::string kernel_cache;
+  // When set, Create fills it in (CudaBuildStats). Not owned.
+  CudaBuildStats* stats = nullptr;
 };
 
 using AttnRoute = CudaOptions::Attention;

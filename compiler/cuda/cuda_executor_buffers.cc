@@ -4,8 +4,11 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <cstring>
+
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
@@ -44,6 +47,51 @@ absl::StatusOr<void*> Impl::Alloc(int64_t bytes) {
   owned_.push_back(p);
   device_bytes_ += bytes;
   return p;
+}
+
+// Every device buffer of the plan: inputs (and their bf16 shadows), the
+// arena, and the scratch shared by every launch (they run in stream order).
+absl::Status Impl::AllocBuffers(CudaBuildStats* stats) {
+  using Clock = std::chrono::steady_clock;
+  auto t0 = Clock::now();
+  const int ni = static_cast<int>(g_.inputs().size());
+  input_buf_.assign(ni, nullptr);
+  shadow_buf_.assign(ni, nullptr);
+  input_set_.assign(ni, false);
+  for (int k = 0; k < ni; ++k) {
+    const int v = g_.inputs()[k].value;
+    LOOM_ASSIGN_OR_RETURN(input_buf_[k], Alloc(plan_.Bytes(v)));
+    if (plan_.shadow[k] >= 0) {
+      LOOM_ASSIGN_OR_RETURN(shadow_buf_[k], Alloc(plan_.Bytes(plan_.shadow[k])));
+    }
+  }
+  shadow_of_.assign(plan_.metas.size(), -1);
+  for (int k = 0; k < ni; ++k)
+    if (plan_.shadow[k] >= 0) shadow_of_[plan_.shadow[k]] = k;
+  LOOM_ASSIGN_OR_RETURN(arena_, Alloc(plan_.arena_bytes));
+  stats->buffers_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  t0 = Clock::now();
+  int64_t scratch = 0;
+  for (const Launch& l : plan_.launches) scratch = std::max(scratch, ScratchBytes(l));
+  stats->scratch_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  LOOM_ASSIGN_OR_RETURN(scratch_, Alloc(scratch));
+  scratch_bytes_ = scratch;
+  return absl::OkStatus();
+}
+
+// The generated kernels of the build, for CudaBuildStats.
+void Impl::CountKernels(CudaBuildStats* stats) const {
+  std::set<std::string> sources, hits;
+  auto add = [&](const std::string& src, bool from_cache) {
+    ++stats->kernels;
+    if (sources.insert(src).second && from_cache) hits.insert(src);
+  };
+  for (const auto& k : kernels_) add(k->source(), k->from_cache());
+  for (const auto& k : row_kernels_) add(k->gen().source, k->from_cache());
+  stats->distinct_sources = static_cast<int>(sources.size());
+  stats->cache_hits = static_cast<int>(hits.size());
+  stats->nvrtc_compiles = stats->distinct_sources - stats->cache_hits;
+  stats->compile_threads = 1;
 }
 
 absl::Status Impl::CheckInput(int k, const Tensor& t) const {

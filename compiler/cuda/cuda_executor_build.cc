@@ -50,7 +50,7 @@ absl::StatusOr<Call> Impl::CopyCall(int in, int64_t in_offset, std::vector<int64
   spec.out_dtype = Dt(out);
   spec.out_strides = std::move(out_strides);
   spec.out_offset = out_offset;
-  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<cg::PointwiseKernel> k, cg::PointwiseKernel::Compile(spec));
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<cg::PointwiseKernel> k, cg::PointwiseKernel::Compile(spec, Codegen()));
   const cg::PointwiseKernel* kp = k.get();
   kernels_.push_back(std::move(k));
   const void* src = Ptr(in);
@@ -165,7 +165,7 @@ absl::Status Impl::BuildPointwise(const Launch& l) {
   for (int v : in) spec.inputs.push_back({Dt(v), cg::BroadcastStrides(Sh(v), os), 0});
   spec.out_shape = std::vector<int64_t>(os.begin(), os.end());
   spec.out_dtype = Dt(out);
-  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<cg::PointwiseKernel> k, cg::PointwiseKernel::Compile(spec));
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<cg::PointwiseKernel> k, cg::PointwiseKernel::Compile(spec, Codegen()));
   const cg::PointwiseKernel* kp = k.get();
   kernels_.push_back(std::move(k));
   std::vector<const void*> ptrs;

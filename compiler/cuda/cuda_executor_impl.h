@@ -68,9 +68,17 @@ class Impl final : public CudaExecutor {
   // cuda_executor_buffers.cc: helpers.
   static absl::Status CudaErr(int e, absl::string_view what);
   static kern::Dt ToDt(DType d);
+  // The generators' options: CudaOptions::kernel_cache.
+  cg::CodegenOptions Codegen() const {
+    cg::CodegenOptions c;
+    c.cache_dir = o_.kernel_cache;
+    return c;
+  }
 
   // cuda_executor_buffers.cc: buffers and copies.
   absl::StatusOr<void*> Alloc(int64_t bytes);
+  absl::Status AllocBuffers(CudaBuildStats* stats);
+  void CountKernels(CudaBuildStats* stats) const;
   void* Ptr(int v) const {
     const int r = plan_.root[v];
     if (plan_.input_of[r] >= 0) return input_buf_[plan_.input_of[r]];

@@ -38,6 +38,7 @@ class Pass {
 struct PassReport {
   std::string name;
   bool changed = false;
+  double seconds = 0;  // wall time of the pass and the verification after it
 };
 
 class PassPipeline {
