@@ -129,6 +129,7 @@ absl::StatusOr<Run> OneRun(const CompileBenchFlags& f, const std::string& cache,
   o.extra_fusions = f.model.fusions;
   o.deterministic = f.model.deterministic;
   o.kernel_cache = cache;
+  o.compile_threads = f.compile_threads;
   compiler::cuda::CudaBuildStats st;
   o.stats = &st;
   t0 = Clock::now();
@@ -140,7 +141,7 @@ absl::StatusOr<Run> OneRun(const CompileBenchFlags& f, const std::string& cache,
   run.Add("executor: device init", st.device_seconds);
   run.Add("executor: buffers", st.buffers_seconds);
   run.Add("executor: scratch sizes (cuDNN plans)", st.scratch_seconds);
-  run.Add("executor: build (closures, codegen)", st.build_seconds);
+  run.Add("executor: build (closures, sources)", st.build_seconds);
   run.Add("executor: kernels (cache / NVRTC)", st.kernels_seconds);
   run.Add("executor: rest", create_s - st.plan_seconds - st.device_seconds - st.buffers_seconds -
                                         st.scratch_seconds - st.build_seconds - st.kernels_seconds);

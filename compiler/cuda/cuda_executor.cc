@@ -59,7 +59,10 @@ absl::Status Impl::Init(const ir::Graph& g, const CudaOptions& o) {
   for (const Launch& l : plan_.launches) LOOM_RETURN_IF_ERROR(Build(l));
   stats.build_seconds = since(t0);
   stats.launches = static_cast<int>(plan_.launches.size());
-  CountKernels(&stats);
+  t0 = Clock::now();
+  absl::Status compiled = CompileKernels(&stats);
+  stats.kernels_seconds = since(t0);
+  LOOM_RETURN_IF_ERROR(compiled);
   if (o.stats != nullptr) *o.stats = stats;
   return dry_ ? rt.status() : absl::OkStatus();
 }
@@ -262,8 +265,7 @@ std::string Impl::Describe() const {
 namespace loom::compiler::cuda {
 
 absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const ir::Graph& g, const CudaOptions& o) {
-  // Plan first: an unsupported op is reported by name even without a device.
-  LOOM_RETURN_IF_ERROR(PlanCuda(g, o.bf16, PlanOptionsFor(o)).status());
+  // Init plans first: an unsupported op is reported by name even without a device.
   auto e = std::make_unique<cuda_executor_internal::Impl>();
   LOOM_RETURN_IF_ERROR(e->Init(g, o));
   return std::unique_ptr<CudaExecutor>(std::move(e));

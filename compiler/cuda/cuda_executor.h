@@ -9,7 +9,10 @@
 //   LOOM_ASSIGN_OR_RETURN(Tensor loss, exec->Output(0));   // synchronises
 //
 // Create plans everything once (plan.h: storage dtypes, pattern fusions, one
-// device arena), compiles the pointwise kernels (codegen/pointwise.h) and
+// device arena), generates the pointwise and row-wise kernels
+// (codegen/pointwise.h, rowwise.h), compiles their distinct sources in
+// parallel (CudaOptions::compile_threads; on-disk cache:
+// CudaOptions::kernel_cache) and
 // uploads the multi-tensor AdamW table; an op without a CUDA launch is
 // Unimplemented naming it (also in builds without CUDA, where a plannable graph
 // then gets Unavailable). Parameters and optimizer state stay on the device;
@@ -98,6 +101,10 @@ struct CudaOptions {
   // (kernels/cuda/codegen/nvrtc_cache.h CodegenOptions::cache_dir): "" is
   // its default, $LOOM_KERNEL_CACHE or ~/.cache/loom/kernels.
   std::string kernel_cache;
+  // Threads that compile the generated kernels' distinct sources with NVRTC
+  // (codegen's CompileAll): 0 is the hardware concurrency, 1 compiles them in
+  // the calling thread. The kernels are the same whatever the count.
+  int compile_threads = 0;
   // When set, Create fills it in (CudaBuildStats). Not owned.
   CudaBuildStats* stats = nullptr;
 };

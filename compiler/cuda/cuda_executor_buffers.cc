@@ -8,8 +8,6 @@
 #include <cstdint>
 #include <cstring>
 
-#include <set>
-
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 #include "compiler/cuda/cuda_executor_impl.h"
@@ -77,21 +75,6 @@ absl::Status Impl::AllocBuffers(CudaBuildStats* stats) {
   LOOM_ASSIGN_OR_RETURN(scratch_, Alloc(scratch));
   scratch_bytes_ = scratch;
   return absl::OkStatus();
-}
-
-// The generated kernels of the build, for CudaBuildStats.
-void Impl::CountKernels(CudaBuildStats* stats) const {
-  std::set<std::string> sources, hits;
-  auto add = [&](const std::string& src, bool from_cache) {
-    ++stats->kernels;
-    if (sources.insert(src).second && from_cache) hits.insert(src);
-  };
-  for (const auto& k : kernels_) add(k->source(), k->from_cache());
-  for (const auto& k : row_kernels_) add(k->gen().source, k->from_cache());
-  stats->distinct_sources = static_cast<int>(sources.size());
-  stats->cache_hits = static_cast<int>(hits.size());
-  stats->nvrtc_compiles = stats->distinct_sources - stats->cache_hits;
-  stats->compile_threads = 1;
 }
 
 absl::Status Impl::CheckInput(int k, const Tensor& t) const {

@@ -50,7 +50,7 @@ absl::StatusOr<Call> Impl::CopyCall(int in, int64_t in_offset, std::vector<int64
   spec.out_dtype = Dt(out);
   spec.out_strides = std::move(out_strides);
   spec.out_offset = out_offset;
-  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<cg::PointwiseKernel> k, cg::PointwiseKernel::Compile(spec, Codegen()));
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<cg::PointwiseKernel> k, cg::PointwiseKernel::Uncompiled(spec));
   const cg::PointwiseKernel* kp = k.get();
   kernels_.push_back(std::move(k));
   const void* src = Ptr(in);
@@ -115,6 +115,28 @@ absl::Status Impl::Build(const Launch& l) {
   return absl::OkStatus();
 }
 
+// The CUBINs of every kernel Build generated (kernels_, row_kernels_): all
+// at once through codegen's CompileAll, each distinct source once, on
+// CudaOptions::compile_threads threads.
+absl::Status Impl::CompileKernels(CudaBuildStats* stats) {
+  std::vector<cg::CompileJob> jobs;
+  for (const auto& k : kernels_) jobs.push_back(k->job());
+  for (const auto& k : row_kernels_) jobs.push_back(k->job());
+  cg::CompileAllStats cs;
+  absl::StatusOr<std::vector<cg::CompiledCubin>> done = cg::CompileAll(jobs, Codegen(), o_.compile_threads, &cs);
+  stats->kernels = cs.jobs;
+  stats->distinct_sources = cs.distinct;
+  stats->cache_hits = cs.cache_hits;
+  stats->nvrtc_compiles = cs.compiled;
+  stats->compile_threads = cs.threads;
+  stats->nvrtc_seconds = cs.nvrtc_seconds;
+  if (!done.ok()) return Annotate(done.status(), "CudaExecutor: generated kernels");
+  size_t i = 0;
+  for (const auto& k : kernels_) k->SetCompiled(std::move((*done)[i++]));
+  for (const auto& k : row_kernels_) k->SetCompiled(std::move((*done)[i++]));
+  return absl::OkStatus();
+}
+
 // One cuBLASLt GEMM (or `batch` of them) with the plan's epilogue.
 absl::Status Impl::BuildGemm(const Launch& l, std::string* desc) {
   const GemmPlan& m = l.gemm;
@@ -165,7 +187,7 @@ absl::Status Impl::BuildPointwise(const Launch& l) {
   for (int v : in) spec.inputs.push_back({Dt(v), cg::BroadcastStrides(Sh(v), os), 0});
   spec.out_shape = std::vector<int64_t>(os.begin(), os.end());
   spec.out_dtype = Dt(out);
-  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<cg::PointwiseKernel> k, cg::PointwiseKernel::Compile(spec, Codegen()));
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<cg::PointwiseKernel> k, cg::PointwiseKernel::Uncompiled(spec));
   const cg::PointwiseKernel* kp = k.get();
   kernels_.push_back(std::move(k));
   std::vector<const void*> ptrs;

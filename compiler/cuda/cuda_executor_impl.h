@@ -78,7 +78,6 @@ class Impl final : public CudaExecutor {
   // cuda_executor_buffers.cc: buffers and copies.
   absl::StatusOr<void*> Alloc(int64_t bytes);
   absl::Status AllocBuffers(CudaBuildStats* stats);
-  void CountKernels(CudaBuildStats* stats) const;
   void* Ptr(int v) const {
     const int r = plan_.root[v];
     if (plan_.input_of[r] >= 0) return input_buf_[plan_.input_of[r]];
@@ -111,6 +110,7 @@ class Impl final : public CudaExecutor {
   absl::StatusOr<Call> CopyCall(int in, int64_t in_offset, std::vector<int64_t> in_strides, Shape out_shape,
                                 int out, int64_t out_offset, std::vector<int64_t> out_strides);
   absl::Status Build(const Launch& l);
+  absl::Status CompileKernels(CudaBuildStats* stats);
   absl::Status BuildGemm(const Launch& l, std::string* desc);
   absl::Status BuildPointwise(const Launch& l);
   absl::Status BuildCopies(const Launch& l);

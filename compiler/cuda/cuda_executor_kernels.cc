@@ -90,7 +90,7 @@ absl::Status Impl::BuildLayerNorm(const Launch& l, std::string* desc) {
   if (fused)
     for (size_t q = 0; q < na; ++q)
       sp.addends.push_back({Dt(in[q]), Numel(in[q]) == rows * sp.cols ? 0 : Numel(in[q]) / sp.cols});
-  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<cg::RowwiseKernel> k, cg::RowwiseKernel::LayerNorm(sp, Codegen()));
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<cg::RowwiseKernel> k, cg::RowwiseKernel::Uncompiled(cg::GenerateLayerNorm(sp)));
   cg::LnParams p;
   for (size_t q = 0; q < (fused ? na : 1); ++q) p.in[q] = Ptr(in[q]);
   p.gamma = static_cast<const float*>(Ptr(in[na]));

@@ -55,7 +55,7 @@ absl::Status Impl::BuildAdamW(const Launch& l, std::string* desc) {
   sp.eps = l.attrs.GetFloat("eps", 1e-8);
   sp.max_norm = l.attrs.GetFloat("max_norm", 0.0);
   sp.step_dtype = Dt(in[base + 2]);
-  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<cg::RowwiseKernel> k, cg::RowwiseKernel::AdamW(sp, Codegen()));
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<cg::RowwiseKernel> k, cg::RowwiseKernel::Uncompiled(cg::GenerateAdamW(sp)));
   std::vector<cg::AdamWTensor> tensors;
   for (int t = 0; t < nt; ++t) {
     cg::AdamWTensor e;

@@ -4,10 +4,14 @@
 // plan itself is tested pass by pass (plan_*_test.cc).
 #include "compiler/cuda/cuda_executor.h"
 
+#include <dirent.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "compiler/cuda/plan.h"
 #include "compiler/cuda/plan_test_util.h"
@@ -78,6 +82,46 @@ TEST(CudaExecutor, CreateBuildsTheStridedAttentionPlan) {
   CudaOptions o;
   o.bf16 = true;
   ExpectBuilt(CudaExecutor::Create(GptJoint(1, 256), o));
+}
+
+// CudaOptions::kernel_cache and ::stats: a fresh folder gets one cache file
+// per distinct source; a second Create (4 compile threads instead of 1)
+// loads them all and generates the same kernels.
+TEST(CudaExecutor, StatsAndKernelCacheFolder) {
+  const char* tmp = std::getenv("TEST_TMPDIR");
+  const std::string dir = absl::StrCat(tmp ? tmp : "/tmp", "/exec_kernels_", ::getpid());
+  ir::Graph g = LlamaJoint(256);
+  CudaBuildStats first, second;
+  CudaOptions o;
+  o.bf16 = true;
+  o.kernel_cache = dir;
+  o.stats = &first;
+  o.compile_threads = 1;
+  auto e1 = CudaExecutor::Create(g, o);
+  ExpectBuilt(e1);
+  if (first.launches == 0) GTEST_SKIP() << "needs a GPU: this build has no CUDA toolkit (the executor is a stub)";
+  EXPECT_EQ(first.dry, !e1.ok());
+  EXPECT_GT(first.kernels, 0);
+  EXPECT_GT(first.distinct_sources, 0);
+  EXPECT_LT(first.distinct_sources, first.kernels) << "the layers' identical regions share sources";
+  EXPECT_EQ(first.nvrtc_compiles, first.distinct_sources);
+  EXPECT_EQ(first.cache_hits, 0);
+  EXPECT_EQ(first.compile_threads, 1);
+  int files = 0;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (struct dirent* ent = ::readdir(d))
+      files += absl::EndsWith(ent->d_name, ".cubin") ? 1 : 0;
+    ::closedir(d);
+  }
+  EXPECT_EQ(files, first.distinct_sources);
+  o.stats = &second;
+  o.compile_threads = 4;
+  ExpectBuilt(CudaExecutor::Create(g, o));
+  EXPECT_EQ(second.kernels, first.kernels);
+  EXPECT_EQ(second.distinct_sources, first.distinct_sources);
+  EXPECT_EQ(second.cache_hits, first.distinct_sources);
+  EXPECT_EQ(second.nvrtc_compiles, 0);
+  EXPECT_EQ(second.launches, first.launches);
 }
 
 class LlamaCreate : public ::testing::TestWithParam<int> {};

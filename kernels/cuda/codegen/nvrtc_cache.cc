@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -19,6 +20,7 @@
 #include <map>
 #include <mutex>
 #include <sstream>
+#include <thread>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -275,9 +277,13 @@ absl::StatusOr<std::string> NvrtcCompileSource(const std::string& source, const 
 #endif
 }
 
-absl::StatusOr<CompiledCubin> CompileCached(const std::string& source, const std::string& name,
-                                            absl::string_view version, const CodegenOptions& o,
-                                            absl::string_view who) {
+namespace {
+
+// CompileCached; *nvrtc_seconds gets the time spent inside NVRTC.
+absl::StatusOr<CompiledCubin> CompileCachedTimed(const std::string& source, const std::string& name,
+                                                 absl::string_view version, const CodegenOptions& o,
+                                                 absl::string_view who, double* nvrtc_seconds) {
+  *nvrtc_seconds = 0;
   if (o.arch.rfind("sm_", 0) != 0)
     return absl::InvalidArgumentError(
         absl::StrCat(who, ": arch: expected a real architecture like \"sm_90\", got \"", o.arch, "\""));
@@ -323,11 +329,81 @@ absl::StatusOr<CompiledCubin> CompileCached(const std::string& source, const std
   }
   const std::string path = absl::StrCat(dir, "/", prefix, api.version, ".cubin");
   if (try_load(path)) return out;
-  LOOM_ASSIGN_OR_RETURN(out.cubin, NvrtcCompile(source, name, o.arch, who));
+  const auto t0 = std::chrono::steady_clock::now();
+  absl::StatusOr<std::string> cubin = NvrtcCompile(source, name, o.arch, who);
+  *nvrtc_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (!cubin.ok()) return cubin.status();
+  out.cubin = std::move(*cubin);
   // The cache is an optimisation: a folder we cannot write is not an error.
   if (MakeDirs(dir) && WriteFileAtomic(path, EncodeCacheEntry(out.cubin))) out.cache_path = path;
   return out;
 #endif
+}
+
+}  // namespace
+
+absl::StatusOr<CompiledCubin> CompileCached(const std::string& source, const std::string& name,
+                                            absl::string_view version, const CodegenOptions& o,
+                                            absl::string_view who) {
+  double nvrtc_seconds = 0;
+  return CompileCachedTimed(source, name, version, o, who, &nvrtc_seconds);
+}
+
+absl::StatusOr<std::vector<CompiledCubin>> CompileAll(const std::vector<CompileJob>& jobs, const CodegenOptions& o,
+                                                      int threads, CompileAllStats* stats) {
+  // The distinct sources, in order of first appearance, and each job's.
+  std::map<std::pair<std::string, std::string>, size_t> index;  // (version, source) -> distinct
+  std::vector<size_t> first_job, of_job(jobs.size());
+  std::vector<int> sharing;
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    auto [it, added] = index.emplace(std::make_pair(jobs[i].version, jobs[i].source), first_job.size());
+    if (added) {
+      first_job.push_back(i);
+      sharing.push_back(0);
+    }
+    of_job[i] = it->second;
+    ++sharing[it->second];
+  }
+  const size_t n = first_job.size();
+  if (threads <= 0) threads = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  threads = static_cast<int>(std::min<size_t>(static_cast<size_t>(threads), std::max<size_t>(n, 1)));
+  std::vector<absl::StatusOr<CompiledCubin>> done(n, absl::UnknownError("not compiled"));
+  std::vector<double> nvrtc_seconds(n, 0.0);
+  std::atomic<size_t> next{0};
+  auto work = [&]() {
+    for (size_t d = next.fetch_add(1); d < n; d = next.fetch_add(1)) {
+      const CompileJob& j = jobs[first_job[d]];
+      done[d] = CompileCachedTimed(j.source, j.name, j.version, o, j.who, &nvrtc_seconds[d]);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 1; t < threads; ++t) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  if (stats != nullptr) {
+    *stats = CompileAllStats();
+    stats->jobs = static_cast<int>(jobs.size());
+    stats->distinct = static_cast<int>(n);
+    stats->threads = threads;
+    for (size_t d = 0; d < n; ++d) {
+      stats->nvrtc_seconds += nvrtc_seconds[d];
+      if (done[d].ok()) ++(done[d]->from_cache ? stats->cache_hits : stats->compiled);
+    }
+  }
+  std::vector<CompiledCubin> out;
+  out.reserve(jobs.size());
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const absl::StatusOr<CompiledCubin>& r = done[of_job[i]];
+    if (!r.ok()) {
+      const int others = sharing[of_job[i]] - 1;
+      return absl::Status(r.status().code(),
+                          absl::StrCat("kernel ", jobs[i].name,
+                                       others > 0 ? absl::StrCat(" (and ", others, " other kernels of its source)") : "",
+                                       ": ", r.status().message()));
+    }
+    out.push_back(*r);
+  }
+  return out;
 }
 
 absl::StatusOr<void*> LoadKernel(const std::string& cubin, const std::string& name) {

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -47,6 +48,31 @@ struct CompiledCubin {
 absl::StatusOr<CompiledCubin> CompileCached(const std::string& source, const std::string& name,
                                             absl::string_view version, const CodegenOptions& o,
                                             absl::string_view who);
+
+// One generated kernel waiting for its CUBIN (CompileAll).
+struct CompileJob {
+  std::string source;
+  std::string name;     // the kernel symbol, named in errors
+  std::string version;  // the generator's version (hashed with the source)
+  std::string who;      // prefixes error messages ("pointwise codegen")
+};
+struct CompileAllStats {
+  int jobs = 0;
+  int distinct = 0;    // distinct (version, source) among the jobs
+  int cache_hits = 0;  // distinct sources loaded from the disk cache
+  int compiled = 0;    // distinct sources NVRTC compiled
+  int threads = 0;     // threads that worked on them
+  double nvrtc_seconds = 0;  // inside NVRTC, summed over the threads
+};
+// CompileCached for every job, each distinct (version, source) once: the
+// distinct sources on up to `threads` threads (0: the hardware concurrency;
+// 1: the calling thread alone), and every job of a source gets its result.
+// The i-th result is job i's, the same CUBIN (and cache file) a one-by-one
+// CompileCached in job order gives. When sources fail, the call fails with the
+// first failing job's error (in job order), naming that kernel and how many
+// other jobs share its source.
+absl::StatusOr<std::vector<CompiledCubin>> CompileAll(const std::vector<CompileJob>& jobs, const CodegenOptions& o,
+                                                      int threads, CompileAllStats* stats = nullptr);
 
 // The kernel `name` of `cubin` (a cudaKernel_t). Modules are loaded once per
 // process per (CUBIN hash) and never unloaded, so handles stay valid for

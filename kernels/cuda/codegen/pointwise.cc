@@ -2,6 +2,7 @@
 // (nvrtc_cache.h) and the launch (see pointwise.h). Builds without the toolkit
 // stop after generating the source with Unavailable.
 #include <algorithm>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -34,17 +35,28 @@ int ChooseVectorPath(const GeneratedKernel& gen, absl::Span<const void* const> i
   return 1;
 }
 
-absl::StatusOr<std::unique_ptr<PointwiseKernel>> PointwiseKernel::Compile(const PwSpec& spec,
-                                                                          const CodegenOptions& o) {
+absl::StatusOr<std::unique_ptr<PointwiseKernel>> PointwiseKernel::Uncompiled(const PwSpec& spec) {
   std::unique_ptr<PointwiseKernel> k(new PointwiseKernel());
   LOOM_ASSIGN_OR_RETURN(k->gen_, GeneratePointwiseSource(spec));
   for (const PwOperand& op : spec.inputs) k->in_dtypes_.push_back(op.dtype);
   k->out_dtype_ = spec.out_dtype;
+  return k;
+}
+
+CompileJob PointwiseKernel::job() const { return {gen_.source, gen_.name, kCodegenVersion, "pointwise codegen"}; }
+
+void PointwiseKernel::SetCompiled(CompiledCubin c) {
+  cubin_ = std::move(c.cubin);
+  cache_path_ = std::move(c.cache_path);
+  from_cache_ = c.from_cache;
+}
+
+absl::StatusOr<std::unique_ptr<PointwiseKernel>> PointwiseKernel::Compile(const PwSpec& spec,
+                                                                          const CodegenOptions& o) {
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<PointwiseKernel> k, Uncompiled(spec));
   LOOM_ASSIGN_OR_RETURN(CompiledCubin c,
                         CompileCached(k->gen_.source, k->gen_.name, kCodegenVersion, o, "pointwise codegen"));
-  k->cubin_ = std::move(c.cubin);
-  k->cache_path_ = std::move(c.cache_path);
-  k->from_cache_ = c.from_cache;
+  k->SetCompiled(std::move(c));
   return k;
 }
 
@@ -56,6 +68,9 @@ PointwiseKernel::~PointwiseKernel() = default;
 absl::Status PointwiseKernel::EnsureLoaded() const {
   std::lock_guard<std::mutex> lock(mu_);
   if (kernel_ != nullptr) return absl::OkStatus();
+  if (cubin_.empty())
+    return absl::FailedPreconditionError(
+        absl::StrCat("pointwise launch ", gen_.name, ": not compiled (Uncompiled without SetCompiled)"));
   LOOM_ASSIGN_OR_RETURN(void* kern, LoadKernel(cubin_, gen_.name));
   num_sms_ = DeviceSmCount();
   kernel_ = kern;

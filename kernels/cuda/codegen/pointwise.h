@@ -143,6 +143,12 @@ class PointwiseKernel {
   // GPU. InvalidArgument naming the op/operand for anything unsupported.
   static absl::StatusOr<std::unique_ptr<PointwiseKernel>> Compile(const PwSpec& spec,
                                                                   const CodegenOptions& o = {});
+  // Generates the source only; the CUBIN comes later from SetCompiled (with
+  // job() through CompileAll, which compiles many kernels in parallel, each
+  // distinct source once). Launch refuses a kernel without its CUBIN.
+  static absl::StatusOr<std::unique_ptr<PointwiseKernel>> Uncompiled(const PwSpec& spec);
+  CompileJob job() const;
+  void SetCompiled(CompiledCubin c);
   ~PointwiseKernel();
   const std::string& source() const { return gen_.source; }
   const std::string& name() const { return gen_.name; }  // kernel symbol
@@ -165,7 +171,7 @@ class PointwiseKernel {
   GeneratedKernel gen_;
   std::vector<DType> in_dtypes_;
   DType out_dtype_ = DType::kF32;
-  std::string cubin_;
+  std::string cubin_;  // empty until compiled
   std::string cache_path_;
   bool from_cache_ = false;
   mutable std::mutex mu_;

@@ -367,15 +367,26 @@ absl::StatusOr<RowSource> GenerateAdamW(const AdamWSpec& s) {
 
 // ---- Compile / launch -------------------------------------------------------------
 
-absl::StatusOr<std::unique_ptr<RowwiseKernel>> RowwiseKernel::Build(absl::StatusOr<RowSource> gen,
-                                                                    const CodegenOptions& o) {
+absl::StatusOr<std::unique_ptr<RowwiseKernel>> RowwiseKernel::Uncompiled(absl::StatusOr<RowSource> gen) {
   if (!gen.ok()) return gen.status();
   std::unique_ptr<RowwiseKernel> k(new RowwiseKernel());
   k->gen_ = std::move(*gen);
+  return k;
+}
+
+CompileJob RowwiseKernel::job() const { return {gen_.source, gen_.kernels[0], kRowVersion, "rowwise codegen"}; }
+
+void RowwiseKernel::SetCompiled(CompiledCubin c) {
+  cubin_ = std::move(c.cubin);
+  from_cache_ = c.from_cache;
+}
+
+absl::StatusOr<std::unique_ptr<RowwiseKernel>> RowwiseKernel::Build(absl::StatusOr<RowSource> gen,
+                                                                    const CodegenOptions& o) {
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<RowwiseKernel> k, Uncompiled(std::move(gen)));
   LOOM_ASSIGN_OR_RETURN(CompiledCubin c,
                         CompileCached(k->gen_.source, k->gen_.kernels[0], kRowVersion, o, "rowwise codegen"));
-  k->cubin_ = std::move(c.cubin);
-  k->from_cache_ = c.from_cache;
+  k->SetCompiled(std::move(c));
   return k;
 }
 
@@ -391,6 +402,9 @@ absl::Status RowwiseKernel::Ensure(RowKind kind) const {
     return absl::InvalidArgumentError(absl::StrCat("rowwise launch ", name(), ": parameters of another kernel kind"));
   std::lock_guard<std::mutex> lock(mu_);
   if (!handles_.empty()) return absl::OkStatus();
+  if (cubin_.empty())
+    return absl::FailedPreconditionError(
+        absl::StrCat("rowwise launch ", name(), ": not compiled (Uncompiled without SetCompiled)"));
   std::vector<void*> h;
   for (const std::string& n : gen_.kernels) {
     LOOM_ASSIGN_OR_RETURN(void* k, LoadKernel(cubin_, n));

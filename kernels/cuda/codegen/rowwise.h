@@ -134,6 +134,12 @@ class RowwiseKernel {
  public:
   static absl::StatusOr<std::unique_ptr<RowwiseKernel>> LayerNorm(const LnSpec& s, const CodegenOptions& o = {});
   static absl::StatusOr<std::unique_ptr<RowwiseKernel>> AdamW(const AdamWSpec& s, const CodegenOptions& o = {});
+  // A kernel of a generated source (GenerateLayerNorm, GenerateAdamW) without
+  // its CUBIN, which comes from SetCompiled (job() through CompileAll, see
+  // nvrtc_cache.h). Launch refuses a kernel without its CUBIN.
+  static absl::StatusOr<std::unique_ptr<RowwiseKernel>> Uncompiled(absl::StatusOr<RowSource> gen);
+  CompileJob job() const;
+  void SetCompiled(CompiledCubin c);
 
   const RowSource& gen() const { return gen_; }
   const std::string& name() const { return gen_.kernels[0]; }
