@@ -16,6 +16,7 @@
 #include "compiler/cuda/cuda_executor_impl.h"
 #include "kernels/cuda/device_runtime.h"
 #include "kernels/cuda/gemm.h"
+#include "kernels/cuda/tuning_cache.h"
 
 namespace loom::compiler::cuda::cuda_executor_internal {
 
@@ -53,6 +54,13 @@ absl::Status Impl::Init(const ir::Graph& g, const CudaOptions& o) {
     stream_ = static_cast<cudaStream_t>((*rt)->compute_stream());
   }
   stats.device_seconds = since(t0);
+  // Choices made by timing (GEMM algorithms, SDPA kernels, cuDNN engine
+  // configs) are kept beside the kernels: <kernel cache>/choices.tsv.
+  if (!dry_) {
+    const std::string choices = cg::KernelCacheDir(o.kernel_cache) + "/choices.tsv";
+    loom::kernels::cuda::TuningCache& tc = loom::kernels::cuda::TuningCache::Global();
+    if (tc.path() != choices && cg::MakeCacheDir(cg::KernelCacheDir(o.kernel_cache))) tc.Open(choices).IgnoreError();
+  }
   loom::kernels::cuda::SetGemmAutotune(o.autotune_gemm && !o.deterministic);
   LOOM_RETURN_IF_ERROR(AllocBuffers(&stats));
   t0 = Clock::now();

@@ -10,6 +10,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <optional>
+#include <string>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -17,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_util.h"
+#include "kernels/cuda/tuning_cache.h"
 
 namespace loom::kernels::cuda {
 namespace {
@@ -64,6 +68,29 @@ Key MakeKey(const GemmArgs& g) {
   return Key(static_cast<int>(g.dtype), g.m, g.n, g.k, g.trans_a, g.trans_b,
              static_cast<int>(g.epilogue), Alignment(g.a), Alignment(g.b), Alignment(g.d),
              g.aux ? Alignment(g.aux) : 0, g.beta != 0.0f, g.d_f32);
+}
+
+// The TuningCache key of a tuned shape: the device, cuBLASLt's version and
+// every field of the shape key.
+std::string TuningKey(int dev, const Key& k) {
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, dev) != cudaSuccess) return "";
+  const auto& [dt, m, n, kk, ta, tb, epi, al_a, al_b, al_d, al_aux, beta, d_f32] = k;
+  return absl::StrCat("gemm ", DeviceTag(p.name, p.major, p.minor), " cublasLt ", cublasLtGetVersion(), " dt", dt,
+                      " m", m, " n", n, " k", kk, " t", ta, tb, " epi", epi, " al", al_a, ",", al_b, ",", al_d, ",",
+                      al_aux, " beta", beta, " df32", d_f32);
+}
+
+// The index of the heuristic's candidate a previous process timed fastest
+// for this key, when the heuristic still offers the same number of them and
+// that one is usable; -1 otherwise.
+int CachedIndex(const std::string& tkey, int found, const cublasLtMatmulHeuristicResult_t* res) {
+  if (tkey.empty()) return -1;
+  std::optional<std::string> v = TuningCache::Global().Get(tkey);
+  int index = -1, candidates = -1;
+  if (!v || std::sscanf(v->c_str(), "%d %d", &index, &candidates) != 2) return -1;
+  if (candidates != found || index < 0 || index >= found || res[index].state != CUBLAS_STATUS_SUCCESS) return -1;
+  return index;
 }
 
 cublasLtEpilogue_t LtEpilogue(Epilogue e) {
@@ -267,7 +294,15 @@ absl::Status Gemm(const GemmArgs& g) {
   best.workspace = res[0].workspaceSize;
   best.candidates = found;
   const bool aliases = g.d == g.a || g.d == g.b || (g.aux && g.d == g.aux);
-  if (autotune && found > 1 && g.beta == 0.0f && !aliases) {
+  const bool tune = autotune && found > 1 && g.beta == 0.0f && !aliases;
+  const std::string tkey = tune ? TuningKey(dev, std::get<1>(key)) : "";
+  if (const int cached = tune ? CachedIndex(tkey, found, res) : -1; cached >= 0) {
+    // Timed by an earlier process (TuningCache): the same candidate, untimed.
+    best.algo = res[cached].algo;
+    best.workspace = res[cached].workspaceSize;
+    best.index = cached;
+    best.tuned = true;
+  } else if (tune) {
     cudaEvent_t e0, e1;
     LOOM_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e0));
     LOOM_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e1));
@@ -292,6 +327,7 @@ absl::Status Gemm(const GemmArgs& g) {
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     best.tuned = true;
+    if (!tkey.empty()) TuningCache::Global().Put(tkey, absl::StrCat(best.index, " ", found));
   }
   {
     std::lock_guard<std::mutex> l(st.mu);

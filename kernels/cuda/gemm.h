@@ -19,7 +19,10 @@
 // GELU is the tanh approximation (cuBLASLt's). Aux epilogues need N % 8 == 0.
 // The algorithm for each (dtype, shape, transposes, epilogue) is chosen once by
 // cuBLASLt's heuristic (optionally timing the top candidates when autotune is
-// on and D does not alias an input) and cached for the process.
+// on and D does not alias an input) and cached for the process. A timed choice
+// is also kept in the TuningCache (tuning_cache.h) by device, cuBLASLt
+// version and shape: another process with that file takes the same
+// candidate of the heuristic's list without timing.
 #pragma once
 
 #include <cstdint>

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,7 @@
 #include <dlfcn.h>
 
 #include "kernels/cuda/device_runtime.h"
+#include "kernels/cuda/tuning_cache.h"
 #endif
 
 namespace loom::kernels::cuda::attention {
@@ -368,12 +370,20 @@ class Builder {
     int64_t workspace = 0;
     int64_t engine = -1;  // cuDNN's global engine index
     std::string name;     // "engine 8 (heuristics mode 0, config 1)"
+    int mode = 0;         // the heuristics mode and the index in its list
+    int64_t index = 0;
+  };
+  // The one engine config to build (a choice from the TuningCache).
+  struct Wanted {
+    int mode = 0;
+    int64_t index = 0, engine = -1;
   };
 
   // Operation graph -> heuristics (mode A, then the fallback list) -> every
   // engine config whose plan finalizes, up to max_configs, best-ranked first
   // (the fallback list adds only engines mode A did not offer). Sets configs_.
-  absl::Status BuildPlans(cudnnHandle_t handle, int max_configs) {
+  // With `want`, only that config, when it still finalizes as the same engine.
+  absl::Status BuildPlans(cudnnHandle_t handle, int max_configs, const Wanted* want = nullptr) {
     LOOM_ASSIGN_OR_RETURN(cudnnBackendDescriptor_t g, New(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR, "operation graph"));
     LOOM_RETURN_IF_ERROR(Set(g, CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR,
                              static_cast<int64_t>(ops_.size()), ops_.data(), "operation graph"));
@@ -414,7 +424,9 @@ class Builder {
           what + " results"));
       const size_t from_mode_a = configs_.size();
       for (int64_t i = 0; i < got && static_cast<int>(configs_.size()) < max_configs; ++i) {
+        if (want != nullptr && (static_cast<int>(mode) != want->mode || i != want->index)) continue;
         const int64_t engine = EngineIndex(cfgs[i]);
+        if (want != nullptr && engine != want->engine) continue;
         if (mode == CUDNN_HEUR_MODE_FALLBACK) {
           bool seen = false;
           for (size_t c = 0; c < from_mode_a; ++c) seen = seen || configs_[c].engine == engine;
@@ -433,7 +445,8 @@ class Builder {
             Api().GetAttr(p, CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws), pw + " workspace"));
         configs_.push_back({p, ws, engine,
                             absl::StrCat("engine ", engine, " (heuristics mode ", static_cast<int>(mode), ", config ",
-                                         i, ")")});
+                                         i, ")"),
+                            static_cast<int>(mode), i});
       }
     }
     if (!configs_.empty()) return absl::OkStatus();
@@ -624,6 +637,8 @@ struct Plan {
   int64_t accum_bytes = 0;  // f32 dQ accumulator at the start of the workspace (0: none)
   int chosen = -1;          // the engine config that runs (graph->configs()); -1: not timed yet
   std::string choice;       // which one and why
+  std::string tuning_key;   // its TuningCache key ("" without a device tag)
+  bool from_tuning = false;  // built with the one config the TuningCache names
   static int64_t Align(int64_t n) { return (n + 255) / 256 * 256; }
   int64_t Workspace() const { return Align(accum_bytes) + plan_workspace; }
 };
@@ -647,6 +662,26 @@ std::string PlanKey(const CudnnSdpaArgs& a, const Shape& s, bool backward, int d
   if (backward)
     absl::StrAppend(&k, " do", str(s.dout), " dq", str(s.dq), " dk", str(s.dk), " dv", str(s.dv));
   return k;
+}
+
+// The TuningCache key of a plan: the device, cuDNN's version, how many
+// configs are timed, and the plan key. "" when the device is unknown.
+std::string TuningKey(const std::string& plan_key, int dev, int max_configs) {
+  cudaDeviceProp p{};
+  if (cudaGetDeviceProperties(&p, dev) != cudaSuccess) return "";
+  return absl::StrCat("cudnn ", DeviceTag(p.name, p.major, p.minor), " cudnn ", Api().version, " max", max_configs,
+                      " ", plan_key);
+}
+
+// The engine config recorded for `tuning_key` ("mode index engine").
+bool TunedConfig(const std::string& tuning_key, Builder::Wanted* w) {
+  if (tuning_key.empty()) return false;
+  std::optional<std::string> v = TuningCache::Global().Get(tuning_key);
+  long long index = 0, engine = 0;
+  if (!v || std::sscanf(v->c_str(), "%d %lld %lld", &w->mode, &index, &engine) != 3) return false;
+  w->index = index;
+  w->engine = engine;
+  return index >= 0;
 }
 
 // The cached plan for `a` (built on first use; mu held).
@@ -675,9 +710,18 @@ absl::StatusOr<std::shared_ptr<Plan>> GetPlanLocked(State& st, const CudnnSdpaAr
   const cudnnDataType_t io = IoType(a.dtype);
   auto g = std::make_unique<Builder>();
   absl::Status built = backward ? BuildBackward(*g, s, io, a.causal) : BuildForward(*g, s, io, a.causal);
-  if (built.ok()) built = g->BuildPlans(handle, GetCudnnSdpaOptions().max_engine_configs);
+  const int max_configs = GetCudnnSdpaOptions().max_engine_configs;
+  const std::string tuning_key = TuningKey(key, dev, max_configs);
+  Builder::Wanted want;
+  const bool cached = built.ok() && TunedConfig(tuning_key, &want);
+  // A recorded choice builds only its config; if that fails, every config.
+  if (cached) built = g->BuildPlans(handle, max_configs, &want);
+  const bool from_tuning = cached && built.ok();
+  if (built.ok() && !from_tuning) built = g->BuildPlans(handle, max_configs);
   if (built.ok()) {
     auto plan = std::make_shared<Plan>();
+    plan->tuning_key = tuning_key;
+    plan->from_tuning = from_tuning;
     for (const Builder::Config& c : g->configs()) plan->plan_workspace = std::max(plan->plan_workspace, c.workspace);
     plan->accum_bytes = backward ? s.b * s.h * s.tq * s.d * int64_t{4} : 0;
     plan->graph = std::move(g);
@@ -697,9 +741,16 @@ absl::StatusOr<std::shared_ptr<Plan>> GetPlanLocked(State& st, const CudnnSdpaAr
 absl::Status ChooseConfig(Plan& plan, cudaStream_t stream, bool verbose,
                           const std::function<absl::Status(int)>& execute) {
   const std::vector<Builder::Config>& cfgs = plan.graph->configs();
+  auto record = [&plan, &cfgs]() {
+    const Builder::Config& c = cfgs[plan.chosen];
+    if (!plan.tuning_key.empty())
+      TuningCache::Global().Put(plan.tuning_key, absl::StrCat(c.mode, " ", c.index, " ", c.engine));
+  };
   if (cfgs.size() == 1) {
     plan.chosen = 0;
-    plan.choice = absl::StrCat(cfgs[0].name, ", the only config that finalized");
+    plan.choice = absl::StrCat(cfgs[0].name, plan.from_tuning ? ", from the tuning cache"
+                                                              : ", the only config that finalized");
+    if (!plan.from_tuning) record();
     return absl::OkStatus();
   }
   constexpr int kRuns = 3;
@@ -734,6 +785,7 @@ absl::Status ChooseConfig(Plan& plan, cudaStream_t stream, bool verbose,
   std::sort(times.begin(), times.end());
   plan.chosen = times[0].second;
   plan.choice = absl::StrCat(cfgs[plan.chosen].name, ", fastest of ", times.size(), " timed (", all, ")");
+  record();
   if (verbose) std::fprintf(stderr, "cudnn sdpa: %s\n", plan.choice.c_str());
   return absl::OkStatus();
 }

@@ -22,7 +22,11 @@
 // max_engine_configs (4) engine configs that finalize) and cached for the
 // process; the first run outside a
 // CUDA graph capture times each config on the caller's buffers and keeps the
-// fastest (CudnnSdpaEngineChoice says which). Building a plan may allocate and
+// fastest (CudnnSdpaEngineChoice says which). The choice is kept in the
+// TuningCache (kernels/cuda/tuning_cache.h) by device, cuDNN version,
+// max_engine_configs and shape key; a later process with that file builds
+// only the recorded config (when it still finalizes as the same engine, else
+// every config, timed again) and runs it untimed. Building a plan may allocate and
 // synchronize, so the first call of a shape must not be inside CUDA graph
 // stream capture (refused with FailedPrecondition); later calls are: they only
 // set the stream (cuDNN before 9.6: memset the dQ accumulator) and launch.

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <sstream>
 #include <utility>
 
@@ -159,7 +160,8 @@ int64_t SdpaBackwardWorkspaceBytes(const SdpaArgs& a) {
 int64_t SdpaWorkspaceBytes(const SdpaArgs& a, bool backward) {
   int64_t bytes = backward ? SdpaBackwardWorkspaceBytes(a) : 0;
   const bool cudnn_ok = !backward || !a.deterministic || kCudnnSdpaBackwardDeterministic;
-  if (FlashTakes(a) && cudnn_ok && CudnnAvailable().ok()) {
+  // A shape whose known pick is not cuDNN (SdpaDispatcher::MayRunCudnn) needs no cuDNN plan.
+  if (FlashTakes(a) && cudnn_ok && CudnnAvailable().ok() && SdpaDispatcher::Global().MayRunCudnn(a, backward)) {
     absl::StatusOr<int64_t> c = CudnnSdpaWorkspaceBytes(ToCudnn(a, backward), backward);
     if (c.ok()) bytes = std::max(bytes, *c);  // else cuDNN fails the shape when timed, and is skipped
   }
@@ -227,6 +229,7 @@ SdpaDispatcher::SdpaDispatcher(Timer timer) : timer_(std::move(timer)) {}
 SdpaDispatcher& SdpaDispatcher::Global() {
   static SdpaDispatcher* d = [] {
     auto* disp = new SdpaDispatcher();
+    disp->tuning_ = &TuningCache::Global();
     if (const char* path = std::getenv("LOOM_SDPA_CACHE"); path != nullptr && path[0] != 0) {
       disp->LoadCache(path).IgnoreError();  // a missing or stale file just means tuning again
       disp->cache_file_ = path;
@@ -315,8 +318,13 @@ absl::StatusOr<SdpaDecision> SdpaDispatcher::Select(const SdpaArgs& a, bool back
   const std::string key = Key(a, backward);
   std::lock_guard<std::mutex> lock(mu_);
   if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+  const std::string tuning_key = TuningKey(key);
   std::vector<SdpaCandidate> cands = Candidates(a, backward);
   SdpaDecision d;
+  if (TunedDecision(tuning_key, &d)) {
+    cache_[key] = d;
+    return d;
+  }
   if (cands.size() == 1) {
     d.pick = cands[0];
     d.reason = cands[0].kind != SdpaCandidate::kMath ? "only candidate"
@@ -364,6 +372,9 @@ absl::StatusOr<SdpaDecision> SdpaDispatcher::Select(const SdpaArgs& a, bool back
       }
     }
     d.reason = absl::StrCat("fastest of ", d.timings.size(), " timed");
+    if (!tuning_key.empty())
+      tuning_->Put(tuning_key, absl::StrCat(static_cast<int>(d.pick.kind), " ", d.pick.fwd_variant, " ",
+                                            d.pick.bwd_variant, " ", d.pick.dq_variant, " ", d.ms));
   }
   cache_[key] = d;
   if (!cache_file_.empty()) {
@@ -440,32 +451,72 @@ absl::Status SdpaDispatcher::SaveCache(const std::string& path) const {
   return f ? absl::OkStatus() : absl::UnavailableError(absl::StrCat("sdpa: write failed: ", path));
 }
 
+// "kind fwd bwd dq ms" (a cache line's fields) into d.pick and d.ms, when
+// valid in this build (and cuDNN loads, for a cuDNN pick).
+bool SdpaDispatcher::ParseDecision(const std::string& fields, SdpaDecision* d) const {
+  std::istringstream in(fields);
+  int kind = -1;
+  if (!(in >> kind >> d->pick.fwd_variant >> d->pick.bwd_variant >> d->pick.dq_variant >> d->ms)) return false;
+  if (kind != SdpaCandidate::kFlash && kind != SdpaCandidate::kMath && kind != SdpaCandidate::kCudnn) return false;
+  // A cuDNN pick needs the library in this process too (else: tune again).
+  if (kind == SdpaCandidate::kCudnn && !timer_ && !CudnnAvailable().ok()) return false;
+  if (d->pick.fwd_variant < 0 || d->pick.fwd_variant > FlashForwardVariants() || d->pick.bwd_variant < 0 ||
+      d->pick.bwd_variant > FlashBackwardVariants() || d->pick.dq_variant < 0 ||
+      d->pick.dq_variant > FlashDqVariants())
+    return false;  // written by a build with other variants
+  d->pick.kind = static_cast<SdpaCandidate::Kind>(kind);
+  return true;
+}
+
 absl::Status SdpaDispatcher::LoadCache(const std::string& path) {
   std::ifstream f(path);
   if (!f) return absl::NotFoundError(absl::StrCat("sdpa: no cache file ", path));
   std::lock_guard<std::mutex> lock(mu_);
   std::string line;
-  int n = 0;
   while (std::getline(f, line)) {
     std::vector<std::string> parts = absl::StrSplit(line, '\t');
     if (parts.size() != 3) continue;
-    std::istringstream in(parts[1] + " " + parts[2]);
-    int kind = -1;
     SdpaDecision d;
-    if (!(in >> kind >> d.pick.fwd_variant >> d.pick.bwd_variant >> d.pick.dq_variant >> d.ms)) continue;
-    if (kind != SdpaCandidate::kFlash && kind != SdpaCandidate::kMath && kind != SdpaCandidate::kCudnn) continue;
-    // A cuDNN pick needs the library in this process too (else: tune again).
-    if (kind == SdpaCandidate::kCudnn && !timer_ && !CudnnAvailable().ok()) continue;
-    if (d.pick.fwd_variant < 0 || d.pick.fwd_variant > FlashForwardVariants() || d.pick.bwd_variant < 0 ||
-        d.pick.bwd_variant > FlashBackwardVariants() || d.pick.dq_variant < 0 ||
-        d.pick.dq_variant > FlashDqVariants())
-      continue;  // written by a build with other variants
-    d.pick.kind = static_cast<SdpaCandidate::Kind>(kind);
+    if (!ParseDecision(parts[1] + " " + parts[2], &d)) continue;
     d.reason = absl::StrCat("from cache file ", path);
     cache_[parts[0]] = d;
-    ++n;
   }
   return absl::OkStatus();
+}
+
+void SdpaDispatcher::SetTuningCache(TuningCache* cache, std::string device_tag) {
+  std::lock_guard<std::mutex> lock(mu_);
+  tuning_ = cache;
+  tuning_tag_ = std::move(device_tag);
+}
+
+std::string SdpaDispatcher::TuningKey(const std::string& key) const {
+  if (tuning_ == nullptr) return "";
+  std::string tag = tuning_tag_;
+#ifdef LOOM_HAVE_CUDA
+  int dev = 0;
+  cudaDeviceProp p{};
+  if (tag.empty() && cudaGetDevice(&dev) == cudaSuccess && cudaGetDeviceProperties(&p, dev) == cudaSuccess)
+    tag = DeviceTag(p.name, p.major, p.minor);
+#endif
+  return tag.empty() ? "" : absl::StrCat("sdpa ", tag, " ", key);
+}
+
+bool SdpaDispatcher::TunedDecision(const std::string& tuning_key, SdpaDecision* d) const {
+  if (tuning_key.empty()) return false;
+  std::optional<std::string> v = tuning_->Get(tuning_key);
+  if (!v || !ParseDecision(*v, d)) return false;
+  d->reason = "from the tuning cache";
+  return true;
+}
+
+bool SdpaDispatcher::MayRunCudnn(const SdpaArgs& a, bool backward) const {
+  const std::string key = Key(a, backward);
+  std::lock_guard<std::mutex> lock(mu_);
+  if (auto it = cache_.find(key); it != cache_.end()) return it->second.pick.kind == SdpaCandidate::kCudnn;
+  SdpaDecision d;
+  if (TunedDecision(TuningKey(key), &d)) return d.pick.kind == SdpaCandidate::kCudnn;
+  return true;
 }
 
 }  // namespace loom::kernels::cuda::attention

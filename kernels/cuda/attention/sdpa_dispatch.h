@@ -27,8 +27,9 @@
 // The first call for a shape key (dtype, B, H, Hkv, Tq, Tk, D, causal,
 // deterministic, forward or backward) times the candidates on the caller's own
 // buffers (CUDA events, the median of a few runs after a warm-up), caches the
-// fastest in-process (and in the file named by LOOM_SDPA_CACHE, when set) and
-// runs it; later calls run the cached choice. The backward is tuned by
+// fastest in-process (and in the file named by LOOM_SDPA_CACHE, when set, and
+// in the TuningCache: see SetTuningCache) and runs it; later calls run the
+// cached choice. The backward is tuned by
 // coordinate descent: the dK/dV variant with the default dQ pass (and the
 // atomic-dQ single pass unless `deterministic`), then the dQ variant.
 // Choice() always says what runs and why:
@@ -56,6 +57,7 @@
 #include "base/dtype.h"
 #include "kernels/cuda/attention/flash_attention.h"
 #include "kernels/cuda/caching_allocator.h"
+#include "kernels/cuda/tuning_cache.h"
 
 namespace loom::kernels::cuda::attention {
 
@@ -154,8 +156,23 @@ class SdpaDispatcher {
   absl::Status LoadCache(const std::string& path);
   int timer_calls() const { return timer_calls_; }
 
+  // Timed decisions also go to a TuningCache (tuning_cache.h) under "sdpa
+  // <device tag> <Key>", and a shape found there runs its recorded pick
+  // untimed. Global() uses TuningCache::Global() and the current device's
+  // tag; tests pass their own cache and tag. nullptr: none.
+  void SetTuningCache(TuningCache* cache, std::string device_tag = "");
+  // False when this shape's decision is known (in memory or in the
+  // TuningCache) and is not cuDNN: SdpaWorkspaceBytes then builds no cuDNN
+  // plan for it.
+  bool MayRunCudnn(const SdpaArgs& a, bool backward) const;
+
  private:
   absl::StatusOr<double> Time(const SdpaCandidate& c, const SdpaArgs& a, bool backward);
+  // "sdpa <device tag> <key>", or "" without a TuningCache or device.
+  std::string TuningKey(const std::string& key) const;
+  // The decision recorded under `tuning_key` in the TuningCache, if valid here.
+  bool TunedDecision(const std::string& tuning_key, SdpaDecision* d) const;
+  bool ParseDecision(const std::string& fields, SdpaDecision* d) const;
   absl::Status Run(const SdpaCandidate& c, const SdpaArgs& a, bool backward) const;
 
   Timer timer_;
@@ -163,6 +180,8 @@ class SdpaDispatcher {
   std::map<std::string, SdpaDecision> cache_;
   std::string cache_file_;
   int timer_calls_ = 0;
+  TuningCache* tuning_ = nullptr;
+  std::string tuning_tag_;
 };
 
 }  // namespace loom::kernels::cuda::attention

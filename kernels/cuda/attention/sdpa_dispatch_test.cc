@@ -7,6 +7,7 @@
 #include "kernels/cuda/attention/sdpa_dispatch.h"
 
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <string>
 
@@ -329,6 +330,69 @@ TEST(SdpaDispatch, CacheFileRoundTrip) {
   EXPECT_EQ(calls, 0);
   EXPECT_NE(e.Choice(a, false).find("from cache file"), std::string::npos) << e.Choice(a, false);
   EXPECT_EQ(e.LoadCache(path + ".missing").code(), absl::StatusCode::kNotFound);
+  std::remove(path.c_str());
+}
+
+// The TuningCache: a timed decision is recorded under the device's tag; a
+// later dispatcher (another process: the file reopened) with the same tag runs
+// the same pick untimed, one with another tag times again. MayRunCudnn says
+// whether a cuDNN plan can be needed.
+TEST(SdpaDispatch, TuningCacheAcrossProcessesAndDevices) {
+  const std::string path = ::testing::TempDir() + "/sdpa_tuning.tsv";
+  std::remove(path.c_str());
+  auto timer = [](const SdpaCandidate& c, const SdpaArgs&, bool) -> absl::StatusOr<double> {
+    if (c.kind == SdpaCandidate::kCudnn) return 0.5;
+    return c.fwd_variant == 2 ? 0.8 : 1.0;
+  };
+  SdpaArgs flash_shape = Valid(64), cudnn_shape = Valid(128);
+  {
+    TuningCache tc;
+    ASSERT_TRUE(tc.Open(path).ok());
+    // cuDNN is fastest for D128 only here: D64 picks flash variant 2.
+    SdpaDispatcher d([&](const SdpaCandidate& c, const SdpaArgs& a, bool b) -> absl::StatusOr<double> {
+      if (c.kind == SdpaCandidate::kCudnn && a.head_dim == 64) return 2.0;
+      return timer(c, a, b);
+    });
+    d.SetTuningCache(&tc, "GPU-A sm90");
+    EXPECT_TRUE(d.MayRunCudnn(flash_shape, false)) << "undecided";
+    auto f = d.Select(flash_shape, false);
+    auto c = d.Select(cudnn_shape, false);
+    ASSERT_TRUE(f.ok() && c.ok());
+    EXPECT_EQ(f->pick.kind, SdpaCandidate::kFlash);
+    EXPECT_EQ(f->pick.fwd_variant, 2);
+    EXPECT_EQ(c->pick.kind, SdpaCandidate::kCudnn);
+    EXPECT_FALSE(d.MayRunCudnn(flash_shape, false));
+    EXPECT_TRUE(d.MayRunCudnn(cudnn_shape, false));
+    EXPECT_EQ(tc.size(), 2u);
+  }
+  TuningCache again;
+  ASSERT_TRUE(again.Open(path).ok());
+  int calls = 0;
+  SdpaDispatcher same([&](const SdpaCandidate&, const SdpaArgs&, bool) -> absl::StatusOr<double> {
+    ++calls;
+    return 1.0;
+  });
+  same.SetTuningCache(&again, "GPU-A sm90");
+  EXPECT_FALSE(same.MayRunCudnn(flash_shape, false)) << "known from the file before any Select";
+  EXPECT_TRUE(same.MayRunCudnn(cudnn_shape, false));
+  EXPECT_TRUE(same.MayRunCudnn(flash_shape, true)) << "the backward was never tuned";
+  auto f = same.Select(flash_shape, false);
+  auto c = same.Select(cudnn_shape, false);
+  ASSERT_TRUE(f.ok() && c.ok());
+  EXPECT_EQ(calls, 0);
+  EXPECT_EQ(f->pick.kind, SdpaCandidate::kFlash);
+  EXPECT_EQ(f->pick.fwd_variant, 2);
+  EXPECT_DOUBLE_EQ(f->ms, 0.8);
+  EXPECT_EQ(c->pick.kind, SdpaCandidate::kCudnn);
+  EXPECT_NE(same.Choice(flash_shape, false).find("from the tuning cache"), std::string::npos);
+  SdpaDispatcher other([&](const SdpaCandidate&, const SdpaArgs&, bool) -> absl::StatusOr<double> {
+    ++calls;
+    return 1.0;
+  });
+  other.SetTuningCache(&again, "GPU-B sm80");
+  EXPECT_TRUE(other.MayRunCudnn(flash_shape, false));
+  ASSERT_TRUE(other.Select(flash_shape, false).ok());
+  EXPECT_GT(calls, 0) << "another device tunes again";
   std::remove(path.c_str());
 }
 

@@ -229,6 +229,10 @@ std::string DecodeCacheEntry(const std::string& file) {
   return payload;
 }
 
+std::string KernelCacheDir(const std::string& cache_dir) { return cache_dir.empty() ? DefaultCacheDir() : cache_dir; }
+
+bool MakeCacheDir(const std::string& dir) { return MakeDirs(dir); }
+
 void SetNvrtcDisabledForTesting(bool disabled) { g_nvrtc_disabled.store(disabled); }
 
 std::string NvrtcInfo() {
@@ -293,7 +297,7 @@ absl::StatusOr<CompiledCubin> CompileCachedTimed(const std::string& source, cons
       absl::StrCat(who, ": this build has no CUDA toolkit (NVRTC); generated ", name, " but cannot compile it"));
 #else
   CompiledCubin out;
-  const std::string dir = o.cache_dir.empty() ? DefaultCacheDir() : o.cache_dir;
+  const std::string dir = KernelCacheDir(o.cache_dir);
   // <hash of codegen version, arch, source>_nvrtc<version>.cubin
   char hex[17];
   std::snprintf(hex, sizeof(hex), "%016llx",

@@ -36,6 +36,12 @@ struct CodegenOptions {
   std::string arch = "sm_90";
 };
 
+// The cache folder `cache_dir` stands for: itself, or when "" the default
+// ($LOOM_KERNEL_CACHE, else ~/.cache/loom/kernels, else /tmp/loom_kernels).
+std::string KernelCacheDir(const std::string& cache_dir);
+// mkdir -p `dir`; true when the folder exists afterwards.
+bool MakeCacheDir(const std::string& dir);
+
 struct CompiledCubin {
   std::string cubin;
   std::string cache_path;  // "" when not cached (unwritable folder)
