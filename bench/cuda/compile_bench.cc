@@ -37,6 +37,7 @@
 #include "compiler/compile.h"
 #include "compiler/cuda/cuda_executor.h"
 #include "compiler/models/models.h"
+#include "kernels/cuda/tuning_cache.h"
 
 namespace loom::bench::cuda {
 namespace {
@@ -54,6 +55,7 @@ struct Run {
   };
   std::vector<Row> rows;
   double total = 0;  // seconds from the model to a ready executor
+  bool dry = true;   // no GPU: the executor's build ran without a device
   void Add(const std::string& row, double v) { rows.push_back({row, v, false}); }
   void Count(const std::string& row, int n) { rows.push_back({row, static_cast<double>(n), true}); }
 };
@@ -84,7 +86,7 @@ absl::Status RunSteps(const compiler::ir::Graph& g, compiler::cuda::CudaExecutor
     const auto& m = g.meta(in.value);
     Tensor z = Tensor::Zeros(m.shape, m.dtype);
     if (in.name == "x" || in.name == "y" || in.name == "lr" || in.name == "step") {
-      if (in.name == "step") z.data<float>()[0] = 1;
+      if (in.name == "step" && m.dtype == DType::kF32) z.data<float>()[0] = 1;
       per_step.push_back({static_cast<int>(k), z});
     } else {
       LOOM_RETURN_IF_ERROR(exec.SetInput(static_cast<int>(k), z));
@@ -146,6 +148,7 @@ absl::StatusOr<Run> OneRun(const CompileBenchFlags& f, const std::string& cache,
   run.Add("executor: rest", create_s - st.plan_seconds - st.device_seconds - st.buffers_seconds -
                                         st.scratch_seconds - st.build_seconds - st.kernels_seconds);
   run.total = Since(start);
+  run.dry = st.dry;
   run.Add("TOTAL to a ready executor", run.total);
   run.Count("launches", st.launches);
   run.Count("generated kernels", st.kernels);
@@ -154,7 +157,11 @@ absl::StatusOr<Run> OneRun(const CompileBenchFlags& f, const std::string& cache,
   run.Count("NVRTC compiles", st.nvrtc_compiles);
   run.Count("compile threads", st.compile_threads);
   run.Add("NVRTC seconds (sum over threads)", st.nvrtc_seconds);
-  if (exec.ok()) LOOM_RETURN_IF_ERROR(RunSteps(g, **exec, &run));
+  run.Count("timed choices on disk (choices.tsv)", static_cast<int>(kernels::cuda::TuningCache::Global().size()));
+  if (exec.ok()) {
+    LOOM_RETURN_IF_ERROR(RunSteps(g, **exec, &run));
+    run.Count("timed choices on disk after the steps", static_cast<int>(kernels::cuda::TuningCache::Global().size()));
+  }
   std::printf("RESULT run=%s preset=%s dry=%d total_s=%.3f create_s=%.3f kernels=%d distinct=%d hits=%d nvrtc=%d "
               "threads=%d\n",
               name.c_str(), f.model.preset.c_str(), st.dry ? 1 : 0, run.total, create_s, st.kernels,
@@ -234,6 +241,9 @@ int Main(int argc, char** argv) {
     runs.push_back(std::move(*run));
   }
   if (!runs.empty()) PrintTable(runs);
+  if (runs.size() > 1 && !runs[0].dry)
+    std::printf("note: the warm runs of one process also reuse in-process choices (cuBLASLt, SDPA, cuDNN plans); "
+                "a recompile in a new process: --no-cold over the same --kernel-cache\n");
   if (made) RemoveFolder(cache);
   return rc;
 }

@@ -40,6 +40,9 @@ check cuda_gloo_gpu_test 300 6 "$D/bin/cuda_gloo_gpu_test"
 # The test runs `runtime/loom` from its working directory.
 mkdir -p "$O/fault/runtime" && ln -sf "$D/bin/loom" "$O/fault/runtime/loom"
 check fault_test_cuda 400 12 bash -c "cd '$O/fault' && '$D/bin/fault_test' --gtest_filter='*Cuda*'"
+# Compile time, GPT-2 124M: the whole build and two steps with an empty
+# kernel cache, then warm (the full measurement: run_compile.sh).
+check compile_bench 300 40 "$D/bin/compile_bench" --preset=gpt2-124m --warm=1
 echo "== summary"
 printf "%b\n" "$summary"
 echo "checks: $passed passed, $failed failed"
