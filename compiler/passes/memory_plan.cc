@@ -17,24 +17,24 @@ bool Overlap(const BufferAssignment& a, const BufferAssignment& b) {
   return a.first <= b.last && b.first <= a.last;
 }
 
-// Places buffers in `order` (best fit among the buffers each overlaps in
-// time); returns the arena size.
-int64_t Place(std::vector<BufferAssignment>& bufs, const std::vector<int>& order) {
-  std::vector<int> placed;
+// The placed buffers are kept sorted by
+// (offset, end), so those a buffer overlaps in time come out in address order.
+}  // namespace
+
+int64_t internal::PlaceBuffers(std::vector<BufferAssignment>& bufs, const std::vector<int>& order) {
+  using Placed = std::pair<std::pair<int64_t, int64_t>, int>;  // ((offset, end), buffer)
+  std::vector<Placed> placed;
   int64_t peak = 0;
-  std::vector<std::pair<int64_t, int64_t>> busy;  // (offset, end) of overlapping placed buffers
   for (int i : order) {
     BufferAssignment& b = bufs[i];
     if (b.size == 0) {
       b.offset = 0;
       continue;
     }
-    busy.clear();
-    for (int j : placed)
-      if (Overlap(b, bufs[j])) busy.push_back({bufs[j].offset, bufs[j].offset + bufs[j].size});
-    std::sort(busy.begin(), busy.end());
     int64_t best = -1, best_gap = 0, prev_end = 0;
-    for (const auto& [off, end] : busy) {
+    for (const Placed& p : placed) {
+      if (!Overlap(b, bufs[p.second])) continue;
+      const auto [off, end] = p.first;
       int64_t gap = off - prev_end;
       if (gap >= b.size && (best < 0 || gap < best_gap)) {
         best = prev_end;
@@ -44,12 +44,13 @@ int64_t Place(std::vector<BufferAssignment>& bufs, const std::vector<int>& order
     }
     b.offset = best >= 0 ? best : prev_end;
     peak = std::max(peak, b.offset + b.size);
-    placed.push_back(i);
+    const Placed p{{b.offset, b.offset + b.size}, i};
+    placed.insert(std::upper_bound(placed.begin(), placed.end(), p,
+                                   [](const Placed& x, const Placed& y) { return x.first < y.first; }),
+                  p);
   }
   return peak;
 }
-
-}  // namespace
 
 std::string MemoryPlan::Describe(const ir::Graph& g, int node) const {
   std::vector<std::string> parts;
@@ -90,10 +91,16 @@ absl::StatusOr<MemoryPlan> PlanMemory(const ir::Graph& g, int64_t alignment, con
     int k = plan.buffer_of_value[o.value];
     if (k >= 0) plan.buffers[k].last = n;
   }
+  // The most bytes live at once: a sweep over the nodes, each buffer added
+  // at its first node and dropped after its last.
+  std::vector<int64_t> delta(n + 2, 0);
+  for (const BufferAssignment& b : plan.buffers) {
+    delta[b.first] += b.size;
+    delta[b.last + 1] -= b.size;
+  }
+  int64_t live = 0;
   for (int t = 0; t <= n; ++t) {
-    int64_t live = 0;
-    for (const BufferAssignment& b : plan.buffers)
-      if (b.first <= t && t <= b.last) live += b.size;
+    live += delta[t];
     plan.live_bytes_bound = std::max(plan.live_bytes_bound, live);
   }
   // Several greedy orders; keep the smallest arena (ties: the first order).
@@ -113,7 +120,7 @@ absl::StatusOr<MemoryPlan> PlanMemory(const ir::Graph& g, int64_t alignment, con
     for (int i = 0; i < nb; ++i) order[i] = i;
     std::stable_sort(order.begin(), order.end(), less);
     std::vector<BufferAssignment> trial = plan.buffers;
-    int64_t peak = Place(trial, order);
+    int64_t peak = internal::PlaceBuffers(trial, order);
     if (peak_size < 0 || peak < peak_size) {
       peak_size = peak;
       best = std::move(trial);

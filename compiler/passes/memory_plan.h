@@ -66,4 +66,11 @@ class MemoryPlanPass : public Pass {
   MemoryPlan plan_;
 };
 
+namespace internal {
+// The placement PlanMemory runs for each of its orders: buffers in `order`,
+// each at the best-fitting gap among the already placed buffers it overlaps
+// in time (else above them); sets the offsets, returns the arena size.
+int64_t PlaceBuffers(std::vector<BufferAssignment>& bufs, const std::vector<int>& order);
+}  // namespace internal
+
 }  // namespace loom::compiler::passes
