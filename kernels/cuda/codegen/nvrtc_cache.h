@@ -1,6 +1,7 @@
 // The machinery every code generator here shares: NVRTC (dlopen'ed at run
 // time), the on-disk CUBIN cache keyed by a hash of (generator version, arch,
-// source), and loading / launching a kernel of a CUBIN.
+// source), CompileAll (many kernels at once: each distinct source once, on
+// several threads), and loading / launching a kernel of a CUBIN.
 //
 //   LOOM_ASSIGN_OR_RETURN(CompiledCubin c,
 //                         CompileCached(source, "loom_ln_ab12", "loom-row-1", opts, "rowwise codegen"));
