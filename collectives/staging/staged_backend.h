@@ -5,8 +5,8 @@
 // host buffer, each copied to the host before the inner op, back to the
 // device after it, or both. Bucket j of an op is bytes [j*B, (j+1)*B) of
 // every segment (B = StagingOptions::bucket_bytes, whole elements; a segment
-// shorter than that has an empty slice in bucket j), and runs as one inner op
-// on the host slices. The buckets pipeline through the Copier (copier.h):
+// that ends before j*B has an empty slice there), and runs as one inner op on
+// the host slices. The buckets pipeline through the Copier (copier.h):
 //
 //   ToHost(0)
 //   for i in 0..n-1:
@@ -24,7 +24,8 @@
 //                                      ranks and may differ per rank)
 //   send, recv                         the tensor (both ends the same size)
 //   all_to_all, gather, scatter        one bucket: a rank knows only its own
-//                                      split sizes / its own block
+//                                      split sizes (all_to_all) or, off the
+//                                      root, its own block
 //   barrier                            one inner barrier
 //
 // The algorithms are the inner backend's (created by name, "gloo" for
@@ -34,14 +35,15 @@
 // Work semantics are Backend's: validated on the caller's thread, run in
 // issue order on one executor thread (internal/op_executor.h) with deadline =
 // start + options.timeout (copies and inner ops share that deadline). Send and
-// recv run there too, each to completion, so a send holds back this rank's
-// later ops until the peer receives it (as on cuda:nccl, where they share one
-// stream): two ranks that exchange order send and recv oppositely. A failed
-// op is recorded in this backend's flight recorder (dumped to
-// "<dir>/cuda:gloo.rank<R>.txt" when a directory is set) and every later op
-// fails with FailedPrecondition quoting it. Abort() on a running op aborts
-// its inner ops (a no-op once the backend is gone). Create it with
-// std::make_shared.
+// recv run there too, each to completion: a send that the inner transport
+// cannot complete before its receiver posts the recv (Loom's TCP transport
+// completes small sends at once) holds back this rank's later ops meanwhile,
+// as on cuda:nccl, where both share one stream; ranks that exchange order
+// send and recv oppositely. A failed op is recorded in this backend's flight
+// recorder (dumped to "<dir>/cuda:gloo.rank<R>.txt" when a directory is set)
+// and every later op fails with FailedPrecondition quoting it. Abort() on a
+// running op aborts its inner ops (a no-op once the backend is gone). Create
+// it with std::make_shared.
 #pragma once
 
 #include <cstddef>
