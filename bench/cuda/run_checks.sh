@@ -40,6 +40,8 @@ check cuda_gloo_gpu_test 300 6 "$D/bin/cuda_gloo_gpu_test"
 # The test runs `runtime/loom` from its working directory.
 mkdir -p "$O/fault/runtime" && ln -sf "$D/bin/loom" "$O/fault/runtime/loom"
 check fault_test_cuda 400 12 bash -c "cd '$O/fault' && '$D/bin/fault_test' --gtest_filter='*Cuda*'"
+# A cuda dp=2 checkpoint resumed on the CPU at tp=2, and the reverse.
+check resume_across_devices 400 12 bash -c "cd '$O/fault' && '$D/bin/resume_test' --gtest_filter='ResumeAcrossDevices.*'"
 echo "== summary"
 printf "%b\n" "$summary"
 echo "checks: $passed passed, $failed failed"
