@@ -219,6 +219,32 @@ TEST(PlanCollectives, ZeroUpdatesThisRanksShardThenGathersIntoTheParameter) {
   EXPECT_LT(gather, back);
 }
 
+TEST(PlanCollectives, GatheredShardsKeepTheirDtype) {
+  // ZeRO-3 under bf16: the f32 parameter shard is gathered as f32 (a norm
+  // may read it); the GEMM reads a bf16 cast of the gathered copy. An
+  // activation gathered under sequence parallelism stays bf16.
+  CudaPlan p = MustPlan(R"IR(graph @g(%w: f32[2, 4] param, %x: f32[8, 4], %h: f32[4, 4]) {
+  %0 = all_gather(%w) {axis=0, group="dp", world=2} : f32[4, 4]
+  %1 = matmul(%x, %0) : f32[8, 4]
+  %2 = exp(%h) : f32[4, 4]
+  %3 = all_gather(%2) {axis=0, group="tp", world=2} : f32[8, 4]
+  return %1, %3
+}
+)IR",
+                        /*bf16=*/true);
+  ASSERT_FALSE(p.launches.empty());
+  EXPECT_EQ(p.metas[3].dtype, DType::kF32) << p.Describe();
+  EXPECT_EQ(p.metas[5].dtype, DType::kBF16) << p.Describe();
+  EXPECT_EQ(p.metas[6].dtype, DType::kBF16) << p.Describe();
+  int weight_cast = 0;  // a cast of the gathered weight, read by the GEMM
+  for (const Launch& l : p.launches)
+    if (l.op == "cast" && l.inputs == std::vector<int>{3})
+      for (const Launch& m : p.launches)
+        if (m.kind == LaunchKind::kGemm && m.inputs.size() > 1 && m.inputs[1] == l.outputs[0]) ++weight_cast;
+  EXPECT_EQ(weight_cast, 1) << p.Describe();
+  EXPECT_EQ(CountOp(p, LaunchKind::kCollective, "all_gather"), 2);
+}
+
 TEST(PlanCollectives, OnlyTheParallelOpsAreSpmdOps) {
   for (const char* op : {"all_reduce", "all_gather", "reduce_scatter", "shard_slice", "vocab_onehot"})
     EXPECT_TRUE(plan_internal::IsSpmdOp(op)) << op;
