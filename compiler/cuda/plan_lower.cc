@@ -65,7 +65,7 @@ absl::Status LowerAdamW(PlanState& s, const std::vector<int>& adamw_nodes, Launc
 }
 
 // A fused node or one elementwise op (the generated pointwise kernel), or
-// with its layernorm (add_layernorm) one generated layernorm launch.
+// with its layernorm or rmsnorm (add_layernorm) one generated norm launch.
 void LowerPointwise(PlanState& s, int i, Launch& L) {
   const ir::Node& n = s.g.nodes()[i];
   L.kind = LaunchKind::kPointwise;
@@ -75,12 +75,12 @@ void LowerPointwise(PlanState& s, int i, Launch& L) {
   const int j = it->second;
   const ir::Node& ln = s.g.nodes()[j];
   L.kind = LaunchKind::kLayerNorm;
-  L.op = absl::StrCat(n.op, "+layernorm");
+  L.op = absl::StrCat(n.op, "+", ln.op);
   L.node = j;
   L.nodes = {i, j};
   L.attrs = ln.attrs;
-  L.inputs.push_back(s.want(ln.inputs[1], DType::kF32));
-  L.inputs.push_back(s.want(ln.inputs[2], DType::kF32));
+  if (ln.op == "rmsnorm") L.attrs.Set("rms", true);
+  for (size_t k = 1; k < ln.inputs.size(); ++k) L.inputs.push_back(s.want(ln.inputs[k], DType::kF32));
   L.outputs.insert(L.outputs.end(), ln.outputs.begin(), ln.outputs.end());
 }
 
