@@ -156,11 +156,12 @@ absl::Status Impl::BuildRmsNorm(const Launch& l) {
   const void* x = Ptr(in[1]);
   const float* w = static_cast<const float*>(Ptr(in[2]));
   const float* rstd = static_cast<const float*>(Ptr(in[3]));
+  const void* dres = in.size() > 4 ? Ptr(in[4]) : nullptr;  // rmsnorm_backward+add
   void* dx = Ptr(out[0]);
   float* dw = static_cast<float*>(Ptr(out[1]));
   float* ws = static_cast<float*>(scratch_);
   calls_.push_back([=]() {
-    return CudaErr(kern::RmsNormBackward(dt, rows, cols, dy, x, w, rstd, dx, dw, ws, s), "rmsnorm_backward");
+    return CudaErr(kern::RmsNormBackward(dt, rows, cols, dy, x, w, rstd, dx, dw, ws, s, dres), "rmsnorm_backward");
   });
   return absl::OkStatus();
 }
