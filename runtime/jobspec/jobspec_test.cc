@@ -144,12 +144,17 @@ TEST(JobSpec, SharedGpusDefaultToCudaGlooAndRefuseNccl) {
     EXPECT_EQ(w->parallel().backend(), b);
     EXPECT_TRUE(ValidateJobSpec(*w).ok()) << b << ": " << ValidateJobSpec(*w);
   }
-  // NCCL with two ranks on one GPU: refused, naming the field.
-  for (const char* b : {"cpu:gloo,cuda:nccl", "cuda:nccl", "nccl"}) {
-    const std::string e = ErrorOf(absl::StrCat("device: cuda\nresources: {ranks_per_gpu: 2}\nparallel: {backend: \"",
-                                               b, "\"}\n"));
-    EXPECT_EQ(e.rfind("parallel.backend: NCCL takes one rank per GPU, but resources.ranks_per_gpu = 2", 0), 0u)
-        << b << ": " << e;
+  // NCCL with two ranks on one GPU: refused, naming the field, under every
+  // layout that runs on CUDA.
+  for (const char* layout : {"", "dp: 2, ", "tp: 2, ", "dp: 2, tp: 2, ", "dp: 2, zero_stage: 3, "}) {
+    for (const char* b : {"cpu:gloo,cuda:nccl", "cuda:nccl", "nccl"}) {
+      const std::string e = ErrorOf(absl::StrCat("device: cuda\nresources: {ranks_per_gpu: 2}\nparallel: {", layout,
+                                                 "backend: \"", b, "\"}\n"));
+      EXPECT_EQ(e.rfind("parallel.backend: NCCL takes one rank per GPU, but resources.ranks_per_gpu = 2", 0), 0u)
+          << layout << b << ": " << e;
+    }
+    EXPECT_EQ(ErrorOf(absl::StrCat("device: cuda\nparallel: {", layout, "backend: \"cpu:gloo,cuda:nccl\"}\n")), "")
+        << layout;
   }
   // One rank per GPU, or CPU ranks: NCCL is fine as written.
   EXPECT_EQ(ErrorOf("device: cuda\nparallel: {backend: \"cuda:nccl\"}\n"), "");
