@@ -3,7 +3,8 @@
 // host memory, a stand-in step, no collective runs), so what is checked is
 // what the Trainer hands the executor and moves between host and device on
 // one rank of a layout:
-//   - dp=2 and tp=2 (and ZeRO-3): the executor gets the localized "fused"
+//   - dp=2, tp=2 (with loss-parallel cross-entropy, and with SP) and ZeRO-3
+//     dp=2: the executor gets the localized "fused"
 //     graph with the layout's collective ops (group "dp" / "tp"), this
 //     rank's block of every parameter, the communicators by group name and
 //     TrainerOptions::cuda_device; PlanCudaStep compiles the same program;
@@ -81,6 +82,7 @@ v1::JobSpec Spec(const std::string& family, const Layout& l) {
   p->set_dp(l.dp);
   p->set_tp(l.tp);
   p->set_zero_stage(l.zero_stage);
+  p->set_sequence_parallel(l.sequence_parallel);
   return s;
 }
 
@@ -157,15 +159,19 @@ struct LayoutCase {
 };
 
 std::vector<LayoutCase> Cases() {
-  Layout dp2{2, 1, 0, false}, tp2{1, 2, 0, false}, zero3{2, 1, 3, false};
+  Layout dp2{2, 1, 0, false}, tp2{1, 2, 0, false}, sp2{1, 2, 0, true}, zero3{2, 1, 3, false};
+  // tp: Megatron's all-reduces and the loss computed on the vocabulary
+  // shards (vocab_onehot); SP: the sequence gathered and scattered.
   return {{"gpt", dp2, "dp", {"all_reduce/dp"}},
-          {"llama", tp2, "tp", {"all_reduce/tp"}},
-          {"gpt", tp2, "tp", {"all_reduce/tp"}},
+          {"llama", tp2, "tp", {"all_reduce/tp", "vocab_onehot/tp"}},
+          {"gpt", tp2, "tp", {"all_reduce/tp", "vocab_onehot/tp"}},
+          {"gpt", sp2, "tp", {"all_gather/tp", "reduce_scatter/tp", "vocab_onehot/tp"}},
           {"gpt", zero3, "dp", {"all_gather/dp", "reduce_scatter/dp"}}};
 }
 
 std::string Name(const LayoutCase& c) {
-  return absl::StrCat(c.family, " dp", c.layout.dp, " tp", c.layout.tp, " zero", c.layout.zero_stage);
+  return absl::StrCat(c.family, " dp", c.layout.dp, " tp", c.layout.tp, " zero", c.layout.zero_stage,
+                      c.layout.sequence_parallel ? " sp" : "");
 }
 
 // What Create hands the executor on each rank of a dp=2 / tp=2 layout.

@@ -35,10 +35,10 @@ check byom_cuda_test 300 16 "$D/bin/byom_cuda_test" --models="$D/data/byom"
 check cuda_resume_test 300 22 "$D/bin/cuda_resume_test"
 # cuda:gloo with 2 and 4 ranks (processes) sharing the GPU, every staged op.
 check cuda_gloo_gpu_test 300 6 "$D/bin/cuda_gloo_gpu_test"
-# The parallel trainer on cuda: dp2, tp2, tp2xdp2, ZeRO-1/2/3 ranks sharing the
+# The parallel trainer on cuda: dp2, tp2, tp2xdp2, tp2 + SP, ZeRO-1/2/3 ranks sharing the
 # GPU (cuda:gloo) vs the 1-rank CUDA run, gpt and llama, f32 and bf16, 50 steps
 # (every loss in the log; it stops itself after 560 s).
-check parallel_cuda_gpu_check 580 28 "$D/bin/parallel_cuda_gpu_check"
+check parallel_cuda_gpu_check 580 32 "$D/bin/parallel_cuda_gpu_check"
 echo "== summary"
 printf "%b\n" "$summary"
 echo "checks: $passed passed, $failed failed"

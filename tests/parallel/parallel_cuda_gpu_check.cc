@@ -10,7 +10,9 @@
 //
 // Models: the model sections of examples/gpt-small.yaml and
 // examples/llama-small.yaml (their batch sizes too: 32 and 8). Layouts, with
-// their rank counts: dp2 (2), tp2 (2), tp2xdp2 (4), zero1, zero2, zero3 (dp=2).
+// their rank counts: dp2 (2), tp2 (2), tp2xdp2 (4), tp2sp (tp=2 with sequence
+// parallelism), zero1, zero2, zero3 (dp=2); every tp layout computes the loss
+// on the vocabulary shards (loss-parallel).
 // Every run, the one-rank reference included, is the same code in fresh rank
 // processes (collectives/testing/multiprocess.h: a store in this process,
 // ranks fork+exec'ed): each rank builds the process group
@@ -84,24 +86,25 @@ struct Run {
 
   int world() const { return layout.dp * layout.tp; }
   std::string Arg() const {
-    return absl::StrCat(family, " ", precision, " ", layout.dp, " ", layout.tp, " ", layout.zero_stage, " ", steps,
-                        " ", deterministic ? 1 : 0, " ", out, " ", device);
+    return absl::StrCat(family, " ", precision, " ", layout.dp, " ", layout.tp, " ", layout.zero_stage, " ",
+                        layout.sequence_parallel ? 1 : 0, " ", steps, " ", deterministic ? 1 : 0, " ", out, " ", device);
   }
 };
 
 absl::StatusOr<Run> ParseRun(const std::string& arg) {
   std::vector<std::string> a = absl::StrSplit(arg, ' ');
   Run r;
-  int det = 1;
-  if (a.size() != 9 || !absl::SimpleAtoi(a[2], &r.layout.dp) || !absl::SimpleAtoi(a[3], &r.layout.tp) ||
-      !absl::SimpleAtoi(a[4], &r.layout.zero_stage) || !absl::SimpleAtoi(a[5], &r.steps) ||
-      !absl::SimpleAtoi(a[6], &det))
+  int sp = 0, det = 1;
+  if (a.size() != 10 || !absl::SimpleAtoi(a[2], &r.layout.dp) || !absl::SimpleAtoi(a[3], &r.layout.tp) ||
+      !absl::SimpleAtoi(a[4], &r.layout.zero_stage) || !absl::SimpleAtoi(a[5], &sp) ||
+      !absl::SimpleAtoi(a[6], &r.steps) || !absl::SimpleAtoi(a[7], &det))
     return absl::InvalidArgumentError(absl::StrCat("bad run argument '", arg, "'"));
   r.family = a[0];
   r.precision = a[1];
+  r.layout.sequence_parallel = sp != 0;
   r.deterministic = det != 0;
-  r.out = a[7];
-  r.device = a[8];
+  r.out = a[8];
+  r.device = a[9];
   return r;
 }
 
@@ -133,6 +136,7 @@ v1::JobSpec Spec(const Run& r) {
   p->set_dp(r.layout.dp);
   p->set_tp(r.layout.tp);
   p->set_zero_stage(r.layout.zero_stage);
+  p->set_sequence_parallel(r.layout.sequence_parallel);
   return s;
 }
 
@@ -216,8 +220,9 @@ struct LayoutCase {
 
 const std::vector<LayoutCase>& AllLayouts() {
   static const auto* v = new std::vector<LayoutCase>{
-      {"dp2", {2, 1, 0, false}},    {"tp2", {1, 2, 0, false}},   {"tp2xdp2", {2, 2, 0, false}},
-      {"zero1", {2, 1, 1, false}},  {"zero2", {2, 1, 2, false}}, {"zero3", {2, 1, 3, false}}};
+      {"dp2", {2, 1, 0, false}},   {"tp2", {1, 2, 0, false}},   {"tp2xdp2", {2, 2, 0, false}},
+      {"tp2sp", {1, 2, 0, true}},  {"zero1", {2, 1, 1, false}}, {"zero2", {2, 1, 2, false}},
+      {"zero3", {2, 1, 3, false}}};
   return *v;
 }
 
