@@ -35,6 +35,13 @@ check byom_cuda_test 300 16 "$D/bin/byom_cuda_test" --models="$D/data/byom"
 check cuda_resume_test 300 22 "$D/bin/cuda_resume_test"
 # cuda:gloo with 2 and 4 ranks (processes) sharing the GPU, every staged op.
 check cuda_gloo_gpu_test 300 6 "$D/bin/cuda_gloo_gpu_test"
+# 4 cuda ranks sharing the GPU (deterministic), rank 1 killed at a random
+# moment after the first checkpoint: the restarted job ends bitwise equal.
+# The test runs `runtime/loom` from its working directory.
+mkdir -p "$O/fault/runtime" && ln -sf "$D/bin/loom" "$O/fault/runtime/loom"
+check fault_test_cuda 400 12 bash -c "cd '$O/fault' && '$D/bin/fault_test' --gtest_filter='*Cuda*'"
+# A cuda dp=2 checkpoint resumed on the CPU at tp=2, and the reverse.
+check resume_across_devices 400 12 bash -c "cd '$O/fault' && '$D/bin/resume_test' --gtest_filter='ResumeAcrossDevices.*'"
 # The parallel trainer on cuda: dp2, tp2, tp2xdp2, tp2 + SP, ZeRO-1/2/3 ranks sharing the
 # GPU (cuda:gloo) vs the 1-rank CUDA run, gpt and llama, f32 and bf16, 50 steps
 # (every loss in the log; it stops itself after 560 s).

@@ -20,8 +20,9 @@ namespace loom::compiler::cuda::cuda_executor_internal {
 
 Impl::~Impl() {
   if (profiled_steps_ > 0) PrintProfile();
-  if (exec_) cudaGraphExecDestroy(exec_);
-  if (graph_) cudaGraphDestroy(graph_);
+  for (cudaGraphExec_t e : execs_)
+    if (e) cudaGraphExecDestroy(e);
+  for (cudaGraph_t g : graphs_) cudaGraphDestroy(g);
   for (void* p : owned_) cudaFree(p);
   for (void* p : pinned_) cudaFreeHost(p);
   for (cudaEvent_t e : events_) cudaEventDestroy(e);
@@ -107,7 +108,7 @@ absl::Status Impl::Step(absl::Span<const std::pair<int, Tensor>> step_inputs) {
   if (!o_.cuda_graph || steps_ == 0 || o_.profile) {
     LOOM_RETURN_IF_ERROR(RunCalls(o_.profile && steps_ > 0));  // step 1 warms up (autotuning)
   } else {
-    if (!exec_) {
+    if (execs_.empty()) {
       absl::Status s = Capture();
       if (!s.ok()) {
         // Nothing captured ran: fall back to eager launches for good, loudly.
@@ -120,29 +121,76 @@ absl::Status Impl::Step(absl::Span<const std::pair<int, Tensor>> step_inputs) {
         return absl::OkStatus();
       }
     }
-    LOOM_CU(cudaGraphLaunch(exec_, stream_), "graph launch");
+    LOOM_RETURN_IF_ERROR(Replay());
   }
   ++steps_;
   return absl::OkStatus();
 }
 
+std::vector<std::pair<size_t, size_t>> Impl::Segments() const {
+  std::vector<std::pair<size_t, size_t>> seg;
+  size_t begin = 0;
+  for (size_t h : host_calls_) {
+    seg.push_back({begin, h});
+    begin = h + 1;
+  }
+  seg.push_back({begin, calls_.size()});
+  return seg;
+}
+
+// Records every segment's launches as a CUDA graph (nothing runs); on failure
+// none is kept.
 absl::Status Impl::Capture() {
-  LOOM_CU(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal), "begin capture");
-  absl::Status s = RunCalls();
-  cudaGraph_t graph = nullptr;
-  cudaError_t e = cudaStreamEndCapture(stream_, &graph);
-  if (!s.ok() || e != cudaSuccess) {
-    if (graph) cudaGraphDestroy(graph);
-    return s.ok() ? CudaErr(e, "end capture") : s;
+  std::vector<cudaGraph_t> graphs;
+  std::vector<cudaGraphExec_t> execs;
+  auto drop = [&]() {
+    for (cudaGraphExec_t e : execs)
+      if (e) cudaGraphExecDestroy(e);
+    for (cudaGraph_t g : graphs) cudaGraphDestroy(g);
+  };
+  for (const auto& [begin, end] : Segments()) {
+    if (begin == end) {  // two host calls in a row: nothing to replay between them
+      execs.push_back(nullptr);
+      continue;
+    }
+    LOOM_CU(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeGlobal), "begin capture");
+    absl::Status s;
+    for (size_t i = begin; i < end && s.ok(); ++i) {
+      s = calls_[i]();
+      if (!s.ok()) s = absl::Status(s.code(), absl::StrCat("launch ", i, " (", desc_[i], "): ", s.message()));
+    }
+    cudaGraph_t graph = nullptr;
+    cudaError_t e = cudaStreamEndCapture(stream_, &graph);
+    if (graph) graphs.push_back(graph);
+    if (!s.ok() || e != cudaSuccess) {
+      drop();
+      return s.ok() ? CudaErr(e, "end capture") : s;
+    }
+    cudaGraphExec_t exec = nullptr;
+    e = cudaGraphInstantiate(&exec, graph, 0);
+    if (e != cudaSuccess) {
+      drop();
+      return CudaErr(e, "graph instantiate");
+    }
+    execs.push_back(exec);
   }
-  cudaGraphExec_t exec = nullptr;
-  e = cudaGraphInstantiate(&exec, graph, 0);
-  if (e != cudaSuccess) {
-    cudaGraphDestroy(graph);
-    return CudaErr(e, "graph instantiate");
+  graphs_ = std::move(graphs);
+  execs_ = std::move(execs);
+  return absl::OkStatus();
+}
+
+// One step from the captured graphs: each segment's graph, then the host
+// call that ends it.
+absl::Status Impl::Replay() {
+  const auto seg = Segments();
+  for (size_t k = 0; k < seg.size(); ++k) {
+    if (execs_[k]) LOOM_CU(cudaGraphLaunch(execs_[k], stream_), "graph launch");
+    if (k < host_calls_.size()) {
+      const size_t h = host_calls_[k];
+      absl::Status s = calls_[h]();
+      if (!s.ok()) return absl::Status(s.code(), absl::StrCat("launch ", h, " (", desc_[h], "): ", s.message()));
+    }
   }
-  graph_ = graph;
-  exec_ = exec;
   return absl::OkStatus();
 }
 
@@ -207,8 +255,12 @@ std::string Impl::Describe() const {
       absl::StrAppend(&s, "sdpa ", key, " -> ",
                       loom::kernels::cuda::attention::SdpaDispatcher::Global().Choice(c.args, c.backward), "\n");
   }
+  const std::string mode = !execs_.empty() ? absl::StrCat(execs_.size(), " cuda graph(s) (replaying)")
+                           : o_.cuda_graph  ? "cuda graph (after the first step)"
+                                            : "eager";
   absl::StrAppend(&s, "arena ", plan_.arena_bytes, " B, device total ", device_bytes_, " B, ",
-                  o_.bf16 ? "bf16" : "f32", ", ", exec_ ? "cuda graph (replaying)" : o_.cuda_graph ? "cuda graph (after the first step)" : "eager", "\n");
+                  o_.bf16 ? "bf16" : "f32", ", ", mode, "\n");
+  if (!host_calls_.empty()) absl::StrAppend(&s, host_calls_.size(), " collective host call(s) between them\n");
   return s;
 }
 

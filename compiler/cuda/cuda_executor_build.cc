@@ -93,6 +93,7 @@ absl::Status Impl::Build(const Launch& l) {
     case LaunchKind::kEmbeddingBackward:
     case LaunchKind::kEmbeddingBackwardSorted: st = BuildEmbedding(l); break;
     case LaunchKind::kSumTo: st = BuildSumTo(l); break;
+    case LaunchKind::kRowReduce: st = BuildRowReduce(l); break;
     case LaunchKind::kLayerNorm: st = BuildLayerNorm(l, &desc); break;
     case LaunchKind::kLayerNormBackward: st = BuildLayerNormBackward(l); break;
     case LaunchKind::kRmsNorm:
@@ -106,6 +107,8 @@ absl::Status Impl::Build(const Launch& l) {
     case LaunchKind::kGradNorm: st = BuildGradNorm(l, &desc); break;
     case LaunchKind::kAdamW: st = BuildAdamW(l, &desc); break;
     case LaunchKind::kCopyBack: st = BuildCopyBack(l); break;
+    case LaunchKind::kCollective: st = BuildCollective(l); break;
+    case LaunchKind::kVocabOnehot: st = BuildVocabOnehot(l); break;
   }
   LOOM_RETURN_IF_ERROR(st);
   desc_.push_back(std::move(desc));

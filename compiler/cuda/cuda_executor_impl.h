@@ -7,6 +7,8 @@
 //   cuda_executor_kernels.cc    ... embedding, sum_to, layernorm, rmsnorm, rope, cross-entropy
 //   cuda_executor_attention.cc  ... attention (flash kernels / the SDPA dispatcher)
 //   cuda_executor_optimizer.cc  ... grad norm and the multi-tensor AdamW
+//   cuda_executor_collectives.cc ... a parallel program's collectives (host
+//                               calls between launches) and vocab_onehot
 // Every kernel they launch lives in kernels/cuda (raw-pointer kernels,
 // layernorm.h, gemm.h, attention/, and the generators in codegen/).
 // Helpers are static members so that no other symbol leaves these files.
@@ -51,8 +53,9 @@ class Impl final : public CudaExecutor {
   absl::Status Init(const ir::Graph& g, const CudaOptions& o);
   absl::Status SetInput(int k, const Tensor& host) override;
   absl::Status Step(absl::Span<const std::pair<int, Tensor>> step_inputs) override;
-  bool graph_replay() const override { return exec_ != nullptr; }
+  bool graph_replay() const override { return !execs_.empty(); }
   absl::Status Capture();
+  absl::Status Replay();
   absl::StatusOr<Tensor> Output(int i) override;
   absl::StatusOr<Tensor> OutputDevice(int i) override;
   absl::StatusOr<Tensor> Input(int k) override;
@@ -84,6 +87,8 @@ class Impl final : public CudaExecutor {
 
   // cuda_executor.cc / cuda_executor_profile.cc: running the calls.
   absl::Status RunCalls(bool profile = false);
+  // The device launches between host calls: [begin, end) of calls_.
+  std::vector<std::pair<size_t, size_t>> Segments() const;
   void PrintProfile() const;
 
   // cuda_executor_attention.cc.
@@ -105,6 +110,7 @@ class Impl final : public CudaExecutor {
   // cuda_executor_kernels.cc.
   absl::Status BuildEmbedding(const Launch& l);
   absl::Status BuildSumTo(const Launch& l);
+  absl::Status BuildRowReduce(const Launch& l);
   absl::Status BuildLayerNorm(const Launch& l, std::string* desc);
   absl::Status BuildLayerNormBackward(const Launch& l);
   absl::Status BuildRmsNorm(const Launch& l);
@@ -113,6 +119,9 @@ class Impl final : public CudaExecutor {
   // cuda_executor_optimizer.cc.
   absl::Status BuildGradNorm(const Launch& l, std::string* desc);
   absl::Status BuildAdamW(const Launch& l, std::string* desc);
+  // cuda_executor_collectives.cc.
+  absl::Status BuildCollective(const Launch& l);
+  absl::Status BuildVocabOnehot(const Launch& l);
 
   struct Staging {
     void* host[2] = {nullptr, nullptr};
@@ -138,6 +147,9 @@ class Impl final : public CudaExecutor {
   };
   std::vector<AttnCall> attn_calls_;  // dispatched attention launches, for Describe()
   std::vector<Call> calls_;
+  // Indices of calls_ that run on the host (collectives): the step's CUDA
+  // graphs are the runs of device launches between them.
+  std::vector<size_t> host_calls_;
   std::vector<std::string> desc_;
   std::vector<double> prof_ms_;  // per launch, summed over profiled steps
   int profiled_steps_ = 0;
@@ -149,8 +161,10 @@ class Impl final : public CudaExecutor {
   std::map<int, Staging> staging_;
   int64_t slot_ = 0, steps_ = 0;
   int64_t device_bytes_ = 0;
-  cudaGraph_t graph_ = nullptr;
-  cudaGraphExec_t exec_ = nullptr;
+  // One captured graph per segment (Segments()), replayed in order with the
+  // host calls between them.
+  std::vector<cudaGraph_t> graphs_;
+  std::vector<cudaGraphExec_t> execs_;
 };
 
 }  // namespace loom::compiler::cuda::cuda_executor_internal

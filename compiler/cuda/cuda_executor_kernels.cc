@@ -51,6 +51,17 @@ absl::Status Impl::BuildEmbedding(const Launch& l) {
   return absl::OkStatus();
 }
 
+absl::Status Impl::BuildRowReduce(const Launch& l) {
+  const kern::Dt xdt = ToDt(Dt(l.inputs[0])), odt = ToDt(Dt(l.outputs[0]));
+  const int64_t rows = Numel(l.outputs[0]), cols = Numel(l.inputs[0]) / std::max<int64_t>(rows, 1);
+  const kern::RowReduceKind kind = l.op == "max" ? kern::kRowMax : kern::kRowSum;
+  const void* x = Ptr(l.inputs[0]);
+  void* o = Ptr(l.outputs[0]);
+  cudaStream_t s = stream_;
+  calls_.push_back([=]() { return CudaErr(kern::RowReduce(kind, xdt, odt, rows, cols, x, o, s), "row_reduce"); });
+  return absl::OkStatus();
+}
+
 absl::Status Impl::BuildSumTo(const Launch& l) {
   const kern::Dt xdt = ToDt(Dt(l.inputs[0])), odt = ToDt(Dt(l.outputs[0]));
   const int64_t cols = Numel(l.outputs[0]), rows = Numel(l.inputs[0]) / std::max<int64_t>(cols, 1);

@@ -71,6 +71,12 @@ enum class LaunchKind {
   kGradNorm,
   kAdamW,
   kCopyBack,  // an output that updates an input but was not written in place
+  // all_reduce / all_gather / reduce_scatter (op) on the leading axis, run
+  // on the host between launches through the group's communicator
+  // (plan_collectives.h, CudaOptions::communicators).
+  kCollective,
+  kVocabOnehot,  // this rank's vocabulary block one-hot (attrs: rank, num_classes, ignore_index)
+  kRowReduce,    // sum / max (op) over trailing axes: rows = numel(out), cols = numel(in) / rows
 };
 const char* LaunchKindName(LaunchKind k);
 

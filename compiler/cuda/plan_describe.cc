@@ -34,6 +34,9 @@ const char* LaunchKindName(LaunchKind k) {
     case LaunchKind::kGradNorm: return "grad_norm";
     case LaunchKind::kAdamW: return "adamw_multi_tensor";
     case LaunchKind::kCopyBack: return "copy_back";
+    case LaunchKind::kCollective: return "collective";
+    case LaunchKind::kVocabOnehot: return "vocab_onehot";
+    case LaunchKind::kRowReduce: return "row_reduce";
   }
   return "?";
 }

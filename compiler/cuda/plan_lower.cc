@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
+#include "compiler/cuda/plan_collectives.h"
 #include "compiler/cuda/plan_copies.h"
 #include "compiler/cuda/plan_gemm.h"
 #include "kernels/registry.h"
@@ -36,8 +37,12 @@ absl::Status LowerAdamW(PlanState& s, const std::vector<int>& adamw_nodes, Launc
         return Unsupported(g, j, absl::StrCat("adamw nodes differ in attr ", key));
     for (int k : {0, 2, 3}) {
       const int v = an.inputs[k];
-      if (p.input_of[v] < 0 || p.root[v] != v || p.metas[v].dtype != DType::kF32)
-        return Unsupported(g, j, "param, m and v must be f32 graph inputs");
+      // Each may also be a value of the step, updated in place there: this
+      // rank's shard_slice of a replicated param (ZeRO-1/2) or of its state
+      // (a sequence-parallel gradient), all_gathered back afterwards.
+      const bool own = p.root[v] == v && (p.input_of[v] >= 0 || s.prod[v] >= 0);
+      if (!own || p.metas[v].dtype != DType::kF32)
+        return Unsupported(g, j, "param, m and v must be f32 graph inputs or f32 values of the step");
       for (int u : s.users[v])
         if (u > last_adamw) return Unsupported(g, u, "reads a parameter after its adamw update");
       const int o = an.outputs[k == 0 ? 0 : k == 2 ? 1 : 2];
@@ -189,8 +194,23 @@ absl::Status LowerAttention(PlanState& s, int i, Launch& L) {
   return absl::OkStatus();
 }
 
+// Whether sum / max node i reduces a suffix of its input's axes (axes empty:
+// all of them).
+bool ReducesTrailingAxes(const ir::Graph& g, int i) {
+  const ir::Node& n = g.nodes()[i];
+  const size_t nd = g.meta(n.inputs[0]).shape.size();
+  std::vector<int64_t> axes = n.attrs.GetInts("axes");
+  if (axes.empty()) return true;
+  for (int64_t& a : axes) a = NormAxis(a, nd);
+  std::sort(axes.begin(), axes.end());
+  for (size_t k = 0; k < axes.size(); ++k)
+    if (axes[k] != static_cast<int64_t>(nd - axes.size() + k)) return false;
+  return true;
+}
+
 // The row kernels that take their operands as the graph has them: fill,
-// embedding (+backward), sum_to, rope, cross-entropy (+backward), grad_norm.
+// embedding (+backward), sum_to, rope, cross-entropy (+backward), sum and max
+// over trailing axes, grad_norm.
 // False: not one of them.
 absl::StatusOr<bool> LowerRowOp(PlanState& s, int i, Launch& L) {
   const ir::Node& n = s.g.nodes()[i];
@@ -229,6 +249,11 @@ absl::StatusOr<bool> LowerRowOp(PlanState& s, int i, Launch& L) {
     L.kind = LaunchKind::kCrossEntropyBackward;
     L.inputs = {s.want(n.inputs[0], DType::kF32), s.want(n.inputs[1], p.metas[out0].dtype), n.inputs[2],
                 s.want(n.inputs[3], DType::kF32)};
+  } else if (op == "sum" || op == "max") {
+    if (!ReducesTrailingAxes(s.g, i))
+      return Unsupported(s.g, i, "only reductions over trailing axes are supported");
+    L.kind = LaunchKind::kRowReduce;
+    L.inputs = n.inputs;
   } else if (op == "grad_norm") {
     L.kind = LaunchKind::kGradNorm;
     for (int v : n.inputs) {
@@ -257,6 +282,7 @@ absl::Status LowerNode(PlanState& s, int i, Launch L, const std::vector<int>& ad
   }
   if (op == "matmul") return LowerMatmul(s, i, std::move(L));
   if (op == "adamw") return i == adamw_nodes.back() ? LowerAdamW(s, adamw_nodes, std::move(L)) : absl::OkStatus();
+  if (IsSpmdOp(op)) return LowerSpmdOp(s, i, std::move(L));
   L.outputs = n.outputs;
   const kernels::OpDef* def = op == ir::kFusedOp ? nullptr : kernels::OpRegistry::Global().Find(op);
   if (op == ir::kFusedOp || (def && def->elementwise && n.outputs.size() == 1)) {

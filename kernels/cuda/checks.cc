@@ -256,6 +256,51 @@ absl::StatusOr<Errors> CheckSumRows(Checker& c, DType dt, int64_t rows, int64_t 
   return Errors{{"out", RelErr(out[0].ToVector(), ref)}, {"rerun", RerunBits(out[0], out[1])}};
 }
 
+// Row sums and maxima (reductions.h RowReduce), run twice (bitwise rerun).
+absl::StatusOr<Errors> CheckRowReduce(Checker& c, kern::RowReduceKind kind, DType dt, int64_t rows, int64_t cols) {
+  HostInput x = c.Normal({rows, cols}, dt, 1.0, 0.25);
+  Vec ref(rows, kind == kern::kRowMax ? -INFINITY : 0.0);
+  for (int64_t i = 0; i < rows * cols; ++i)
+    ref[i / cols] = kind == kern::kRowMax ? std::max(ref[i / cols], x.values[i]) : ref[i / cols] + x.values[i];
+  LOOM_ASSIGN_OR_RETURN(Tensor dx, c.Up(x.host));
+  Tensor out[2];
+  for (Tensor& o : out) {
+    LOOM_ASSIGN_OR_RETURN(o, c.Poisoned({rows}, DType::kF32));
+    LOOM_RETURN_IF_ERROR(CudaErrorStatus(kern::RowReduce(kind, dt == DType::kBF16 ? kern::kBF16 : kern::kF32,
+                                                         kern::kF32, rows, cols, dx.raw_data(), o.raw_data(),
+                                                         c.stream()),
+                                         "row_reduce"));
+    LOOM_ASSIGN_OR_RETURN(o, ToHostSync(c, o));
+  }
+  return Errors{{"out", RelErr(out[0].ToVector(), ref)}, {"rerun", RerunBits(out[0], out[1])}};
+}
+
+// A vocabulary-parallel rank's one-hot block (embedding.h VocabOnehot): ids
+// inside and outside the block and ignored ones; exact.
+absl::StatusOr<Errors> CheckVocabOnehot(Checker& c, DType odt, DType idt, int64_t rows, int64_t cols, int64_t rank) {
+  HostInput u = c.Uniform({rows}, DType::kF64, 0.0, 1.0);
+  const int64_t ignore = -100, vocab = 4 * cols;
+  std::vector<double> ids(rows);
+  for (int64_t r = 0; r < rows; ++r)
+    ids[r] = r % 7 == 3 ? static_cast<double>(ignore) : std::floor(u.values[r] * vocab);
+  Vec ref_oh(rows * cols, 0.0), ref_ok(rows, 1.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t id = static_cast<int64_t>(ids[r]);
+    if (id == ignore) ref_ok[r] = 0.0;
+    else if (id >= rank * cols && id < (rank + 1) * cols) ref_oh[r * cols + id - rank * cols] = 1.0;
+  }
+  LOOM_ASSIGN_OR_RETURN(Tensor d_ids, c.Up(Tensor::FromVector({rows}, ids, idt)));
+  LOOM_ASSIGN_OR_RETURN(Tensor oh, c.Poisoned({rows, cols}, odt));
+  LOOM_ASSIGN_OR_RETURN(Tensor ok, c.Poisoned({rows}, odt));
+  const kern::Dt o = odt == DType::kBF16 ? kern::kBF16 : kern::kF32, it = idt == DType::kI64 ? kern::kI64 : kern::kI32;
+  LOOM_RETURN_IF_ERROR(CudaErrorStatus(
+      kern::VocabOnehot(it, o, o, rows, cols, rank, ignore, d_ids.raw_data(), oh.raw_data(), ok.raw_data(), c.stream()),
+      "vocab_onehot"));
+  LOOM_ASSIGN_OR_RETURN(oh, ToHostSync(c, oh));
+  LOOM_ASSIGN_OR_RETURN(ok, ToHostSync(c, ok));
+  return Errors{{"onehot", RelErr(oh.ToVector(), ref_oh)}, {"valid", RelErr(ok.ToVector(), ref_ok)}};
+}
+
 // f32 and bf16 gradients, aligned and not, sizes that end mid-chunk.
 absl::StatusOr<Errors> CheckGradNorm(Checker& c) {
   struct T {
@@ -448,6 +493,15 @@ void AddStepKernelChecks(Checker& c, const RunFn& run) {
           absl::StrCat(ShapeStr({{"rows", e.rows}, {"vocab", e.vocab}}), " ", DTypeName(e.tdt)),
           e.dt == f32 ? 1e-4 : 1e-2, [&] { return CheckCrossEntropy(c, e.dt, e.tdt, e.rows, e.vocab, fused); });
   AddEmbeddingChecks(c, run);
+  // Row sums and maxima: a vocabulary block's rows, one row of everything, odd columns.
+  for (kern::RowReduceKind kind : {kern::kRowSum, kern::kRowMax})
+    for (const SumCase& s : std::vector<SumCase>{{bf, 8192, 25152, 0}, {f32, 1, 100003, 0}, {f32, 513, 77, 0}})
+      run(kind == kern::kRowMax ? "row_reduce max" : "row_reduce sum", s.dt,
+          ShapeStr({{"rows", s.rows}, {"cols", s.cols}}), s.dt == f32 ? 1e-5 : 1e-4,
+          [&] { return CheckRowReduce(c, kind, s.dt, s.rows, s.cols); });
+  for (DType odt : {f32, bf})
+    run("vocab_onehot (rank 1)", odt, "rows=4099 cols=333", 0.0,
+        [&] { return CheckVocabOnehot(c, odt, DType::kI32, 4099, 333, 1); });
 }
 #else
 void AddStepKernelChecks(Checker&, const RunFn&) {}  // the raw kernels exist only in CUDA builds

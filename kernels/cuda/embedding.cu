@@ -29,6 +29,17 @@ __global__ void EmbeddingBwdK(int dydt, int idt, int64_t rows, int64_t cols, int
   }
 }
 
+__global__ void VocabOnehotK(int idt, int odt, int vdt, int64_t rows, int64_t cols, int64_t rank, int64_t ignore,
+                             const void* ids, void* onehot, void* valid) {
+  const int64_t n = rows * cols;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols, c = i - r * cols;
+    const int64_t id = LdId(ids, idt, r);
+    St(onehot, odt, i, id != ignore && id - rank * cols == c ? 1.f : 0.f);
+    if (c == 0) St(valid, vdt, r, id == ignore ? 0.f : 1.f);
+  }
+}
+
 // The sort's input: key = the id (out-of-range ids: `vocab`, which sorts
 // after every valid id and is skipped), value = the row.
 __global__ void SortPairsInK(int idt, int64_t rows, int64_t vocab, const void* ids, uint32_t* keys, int32_t* vals) {
@@ -116,6 +127,13 @@ int Embedding(Dt wdt, Dt odt, Dt idt, int64_t rows, int64_t cols, int64_t vocab,
               void* out, Stream s) {
   EmbeddingK<<<Blocks(rows * cols), kThreads, 0, static_cast<cudaStream_t>(s)>>>(wdt, odt, idt, rows, cols, vocab,
                                                                                  w, ids, out);
+  return Err();
+}
+
+int VocabOnehot(Dt idt, Dt odt, Dt vdt, int64_t rows, int64_t cols, int64_t rank, int64_t ignore_index,
+                const void* ids, void* onehot, void* valid, Stream s) {
+  VocabOnehotK<<<Blocks(rows * cols), kThreads, 0, static_cast<cudaStream_t>(s)>>>(idt, odt, vdt, rows, cols, rank,
+                                                                                   ignore_index, ids, onehot, valid);
   return Err();
 }
 

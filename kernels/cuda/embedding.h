@@ -38,4 +38,11 @@ int EmbeddingBackward(Dt dydt, Dt idt, int64_t rows, int64_t cols, int64_t vocab
                       const void* ids, float* dw, Stream s, EmbeddingBwdMode mode = kEmbBwdAtomic,
                       void* workspace = nullptr, size_t workspace_bytes = 0);
 
+// The one-hot rows of a vocabulary-parallel rank (kernels/spmd_ops.cc
+// vocab_onehot): this rank holds ids [rank * cols, (rank + 1) * cols);
+// onehot[i, j] = 1 where ids[i] == rank * cols + j, else 0 (onehot: odt,
+// rows x cols); valid[i] = 0 where ids[i] == ignore_index, else 1 (vdt).
+int VocabOnehot(Dt idt, Dt odt, Dt vdt, int64_t rows, int64_t cols, int64_t rank, int64_t ignore_index,
+                const void* ids, void* onehot, void* valid, Stream s);
+
 }  // namespace loom::kernels::cuda::kern
