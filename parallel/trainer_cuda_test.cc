@@ -221,7 +221,7 @@ TEST(TrainerCuda, ParallelStepGoesToTheExecutorWithItsCommunicatorsAndDevice) {
 }
 
 // PlanCudaStep's program (the check before launch) is the trainer's parallel
-// step: the same collectives, planned for rank 0.
+// step: the same collectives, planned for rank 0 as collective launches.
 TEST(TrainerCuda, PlanCudaStepCompilesTheParallelProgram) {
   for (const LayoutCase& c : Cases()) {
     SCOPED_TRACE(Name(c));
@@ -233,6 +233,13 @@ TEST(TrainerCuda, PlanCudaStepCompilesTheParallelProgram) {
     Made m = Make(spec, c.layout, 0);
     ASSERT_NE(m.dev, nullptr);
     EXPECT_EQ(compiler::ir::PrintGraph(*step), compiler::ir::PrintGraph(m.dev->graph()));
+    auto planned = PlanCudaStep(spec, *model);
+    ASSERT_TRUE(planned.ok()) << planned.status();
+    EXPECT_EQ(compiler::ir::PrintGraph(planned->step), compiler::ir::PrintGraph(*step));
+    int collectives = 0;
+    for (const compiler::cuda::Launch& l : planned->plan.launches)
+      collectives += l.kind == compiler::cuda::LaunchKind::kCollective;
+    EXPECT_GT(collectives, 0) << planned->plan.Describe();
     v1::JobSpec one = spec;
     one.clear_parallel();
     auto single = CompileCudaStep(one, *model);
