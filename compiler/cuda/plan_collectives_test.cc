@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "compiler/cuda/plan_test_util.h"
 #include "compiler/ir/text.h"
 #include "gtest/gtest.h"
@@ -50,6 +51,14 @@ CudaPlan MustPlan(const std::string& text, bool bf16 = false, PlanOptions o = {}
   return p.ok() ? *p : CudaPlan{};
 }
 
+// The plan of one node %0 = `node` over %x: f32[x_shape], returned; ASSERTs
+// it has `launches` launches.
+CudaPlan PlanOfOneNode(const std::string& x_shape, const std::string& node, size_t launches) {
+  CudaPlan p = MustPlan(absl::StrCat("graph @g(%x: f32[", x_shape, "]) {\n  %0 = ", node, "\n  return %0\n}\n"));
+  EXPECT_EQ(p.launches.size(), launches) << p.Describe();
+  return p.launches.size() == launches ? p : CudaPlan{};
+}
+
 TEST(PlanCollectives, AllReduceIsOneHostLaunchOnTheGraphValues) {
   CudaPlan p = MustPlan(R"IR(graph @g(%x: f32[4, 8]) {
   %0 = all_reduce(%x) {group="dp", reduce="avg", world=2} : f32[4, 8]
@@ -69,12 +78,8 @@ TEST(PlanCollectives, AllReduceIsOneHostLaunchOnTheGraphValues) {
 
 TEST(PlanCollectives, AllGatherOnAnInnerAxisGathersBlocksThenPlacesThem) {
   const int world = 2;
-  CudaPlan p = MustPlan(R"IR(graph @g(%x: f32[3, 4]) {
-  %0 = all_gather(%x) {axis=1, group="tp", world=2} : f32[3, 8]
-  return %0
-}
-)IR");
-  ASSERT_EQ(p.launches.size(), 2u) << p.Describe();
+  CudaPlan p = PlanOfOneNode("3, 4", R"(all_gather(%x) {axis=1, group="tp", world=2} : f32[3, 8])", 2);
+  ASSERT_EQ(p.launches.size(), 2u);
   const Launch& c = p.launches[0];
   const Launch& place = p.launches[1];
   ASSERT_EQ(c.kind, LaunchKind::kCollective);
@@ -100,12 +105,8 @@ TEST(PlanCollectives, AllGatherOnAnInnerAxisGathersBlocksThenPlacesThem) {
 
 TEST(PlanCollectives, ReduceScatterOnAnInnerAxisLaysOutBlocksFirst) {
   const int world = 2;
-  CudaPlan p = MustPlan(R"IR(graph @g(%x: f32[3, 8]) {
-  %0 = reduce_scatter(%x) {axis=1, group="tp", reduce="sum", world=2} : f32[3, 4]
-  return %0
-}
-)IR");
-  ASSERT_EQ(p.launches.size(), 2u) << p.Describe();
+  CudaPlan p = PlanOfOneNode("3, 8", R"(reduce_scatter(%x) {axis=1, group="tp", reduce="sum", world=2} : f32[3, 4])", 2);
+  ASSERT_EQ(p.launches.size(), 2u);
   const Launch& lay = p.launches[0];
   const Launch& c = p.launches[1];
   ASSERT_EQ(lay.kind, LaunchKind::kCopy);
