@@ -42,6 +42,10 @@ mkdir -p "$O/fault/runtime" && ln -sf "$D/bin/loom" "$O/fault/runtime/loom"
 check fault_test_cuda 400 12 bash -c "cd '$O/fault' && '$D/bin/fault_test' --gtest_filter='*Cuda*'"
 # A cuda dp=2 checkpoint resumed on the CPU at tp=2, and the reverse.
 check resume_across_devices 400 12 bash -c "cd '$O/fault' && '$D/bin/resume_test' --gtest_filter='ResumeAcrossDevices.*'"
+# The parallel trainer on cuda: dp2, tp2, tp2xdp2, tp2 + SP, ZeRO-1/2/3 ranks sharing the
+# GPU (cuda:gloo) vs the 1-rank CUDA run, gpt and llama, f32 and bf16, 50 steps
+# (every loss in the log; it stops itself after 560 s).
+check parallel_cuda_gpu_check 580 32 "$D/bin/parallel_cuda_gpu_check"
 echo "== summary"
 printf "%b\n" "$summary"
 echo "checks: $passed passed, $failed failed"
