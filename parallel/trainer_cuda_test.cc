@@ -33,6 +33,7 @@
 #include "dtensor/spec.h"
 #include "gtest/gtest.h"
 #include "parallel/testing/host_cuda_executor.h"
+#include "parallel/testing/small_spec.h"
 #include "parallel/trainer.h"
 
 namespace loom::parallel {
@@ -58,26 +59,13 @@ class NoPeers final : public compiler::comm::Communicator {
 };
 
 v1::JobSpec Spec(const std::string& family, const Layout& l) {
-  v1::JobSpec s;
-  s.set_device("cuda");
-  auto* m = s.mutable_model();
-  m->set_family(family);
-  m->set_n_layer(1);
-  m->set_n_head(4);
-  m->set_n_kv_head(family == "llama" ? 2 : 4);
-  m->set_d_model(16);
-  m->set_seq_len(8);
-  m->set_vocab(32);
-  if (family == "llama") m->set_ffn_hidden(24);
-  auto* t = s.mutable_train();
-  t->set_batch_size(4);
-  t->set_lr(1e-2f);
-  t->set_beta1(0.9f);
-  t->set_beta2(0.95f);
-  t->set_eps(1e-8f);
-  t->set_grad_clip(1.0f);
-  t->set_weight_decay(0.1f);
-  t->set_seed(3);
+  testing::SmallModel sm;
+  sm.family = family;
+  sm.n_head = 4;
+  sm.n_kv_head = family == "llama" ? 2 : 4;
+  v1::JobSpec s = testing::SmallSpec(sm, 4, 1e-2f, "cuda");
+  if (family == "llama") s.mutable_model()->set_ffn_hidden(24);
+  s.mutable_train()->set_seed(3);
   auto* p = s.mutable_parallel();
   p->set_dp(l.dp);
   p->set_tp(l.tp);

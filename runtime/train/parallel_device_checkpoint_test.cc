@@ -22,6 +22,7 @@
 #include "compiler/comm/communicator.h"
 #include "gtest/gtest.h"
 #include "parallel/testing/host_cuda_executor.h"
+#include "parallel/testing/small_spec.h"
 #include "parallel/trainer.h"
 #include "runtime/data/sampler.h"
 #include "runtime/train/checkpointer.h"
@@ -33,24 +34,7 @@ using collectives::testing::WorkerContext;
 using parallel::testing::HostCudaExecutor;
 
 v1::JobSpec Spec(int dp, int tp, int zero) {
-  v1::JobSpec spec;
-  spec.set_device("cuda");
-  auto* m = spec.mutable_model();
-  m->set_family("gpt");
-  m->set_n_layer(1);
-  m->set_n_head(2);
-  m->set_n_kv_head(2);
-  m->set_d_model(16);
-  m->set_seq_len(8);
-  m->set_vocab(32);
-  auto* t = spec.mutable_train();
-  t->set_batch_size(4);
-  t->set_lr(1e-2f);
-  t->set_beta1(0.9f);
-  t->set_beta2(0.95f);
-  t->set_eps(1e-8f);
-  t->set_grad_clip(1.0f);
-  t->set_weight_decay(0.1f);
+  v1::JobSpec spec = parallel::testing::SmallSpec({}, 4, 1e-2f, "cuda");
   auto* p = spec.mutable_parallel();
   p->set_dp(dp);
   p->set_tp(tp);
