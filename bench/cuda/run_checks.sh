@@ -48,9 +48,9 @@ if want restart; then
 # moment after the first checkpoint: the restarted job ends bitwise equal.
 # The test runs `runtime/loom` from its working directory.
 mkdir -p "$O/fault/runtime" && ln -sf "$D/bin/loom" "$O/fault/runtime/loom"
-check fault_test_cuda 400 12 bash -c "cd '$O/fault' && '$D/bin/fault_test' --gtest_filter='*Cuda*'"
+check fault_test_cuda 260 12 bash -c "cd '$O/fault' && '$D/bin/fault_test' --gtest_filter='*Cuda*'"
 # A cuda dp=2 checkpoint resumed on the CPU at tp=2, and the reverse.
-check resume_across_devices 400 12 bash -c "cd '$O/fault' && '$D/bin/resume_test' --gtest_filter='ResumeAcrossDevices.*'"
+check resume_across_devices 260 12 bash -c "cd '$O/fault' && '$D/bin/resume_test' --gtest_filter='ResumeAcrossDevices.*'"
 fi
 if want parity; then
 # The parallel trainer on cuda: dp2, tp2, tp2xdp2, tp2 + SP, ZeRO-1/2/3 ranks sharing the
