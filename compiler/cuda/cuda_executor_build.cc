@@ -93,6 +93,7 @@ absl::Status Impl::Build(const Launch& l) {
     case LaunchKind::kEmbeddingBackward:
     case LaunchKind::kEmbeddingBackwardSorted: st = BuildEmbedding(l); break;
     case LaunchKind::kSumTo: st = BuildSumTo(l); break;
+    case LaunchKind::kRowReduce: st = BuildRowReduce(l); break;
     case LaunchKind::kLayerNorm: st = BuildLayerNorm(l, &desc); break;
     case LaunchKind::kLayerNormBackward: st = BuildLayerNormBackward(l); break;
     case LaunchKind::kRmsNorm:

@@ -110,6 +110,7 @@ class Impl final : public CudaExecutor {
   // cuda_executor_kernels.cc.
   absl::Status BuildEmbedding(const Launch& l);
   absl::Status BuildSumTo(const Launch& l);
+  absl::Status BuildRowReduce(const Launch& l);
   absl::Status BuildLayerNorm(const Launch& l, std::string* desc);
   absl::Status BuildLayerNormBackward(const Launch& l);
   absl::Status BuildRmsNorm(const Launch& l);

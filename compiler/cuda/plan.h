@@ -76,6 +76,7 @@ enum class LaunchKind {
   // (plan_collectives.h, CudaOptions::communicators).
   kCollective,
   kVocabOnehot,  // this rank's vocabulary block one-hot (attrs: rank, num_classes, ignore_index)
+  kRowReduce,    // sum / max (op) over trailing axes: rows = numel(out), cols = numel(in) / rows
 };
 const char* LaunchKindName(LaunchKind k);
 

@@ -36,6 +36,7 @@ const char* LaunchKindName(LaunchKind k) {
     case LaunchKind::kCopyBack: return "copy_back";
     case LaunchKind::kCollective: return "collective";
     case LaunchKind::kVocabOnehot: return "vocab_onehot";
+    case LaunchKind::kRowReduce: return "row_reduce";
   }
   return "?";
 }

@@ -20,7 +20,7 @@ std::vector<DType> StorageDTypes(const ir::Graph& g, bool bf16) {
   std::vector<int> work;
   for (const ir::Node& n : g.nodes())
     if (n.op == "adamw" && n.inputs.size() > 3) {
-      master[n.inputs[0]] = true;  // the param it updates (ZeRO: a shard of the step)
+      for (int k : {0, 2, 3}) master[n.inputs[k]] = true;  // param, m, v (or this rank's shards of them)
       if (pgrad[n.inputs[1]]) continue;
       pgrad[n.inputs[1]] = true;
       work.push_back(n.inputs[1]);
@@ -48,13 +48,16 @@ std::vector<DType> StorageDTypes(const ir::Graph& g, bool bf16) {
       const int v = n.outputs[k];
       const ir::TensorMeta& m = g.meta(v);
       if (m.dtype != DType::kF32) continue;  // integers, f64, already 16-bit: unchanged
-      if (n.op == "reshape") {
+      // Data movement keeps its operand's dtype: reshape, and a parallel
+      // program's gather of shards (ZeRO-3's f32 parameters stay f32 for
+      // the norms that read them; a GEMM casts its copy).
+      if (n.op == "reshape" || n.op == "all_gather" || n.op == "shard_slice") {
         st[v] = st[n.inputs[0]];
         continue;
       }
       const std::string& op = n.op;
       const bool keep32 =
-          m.shape.empty() || pgrad[v] || master[v] || op == "grad_norm" || op == "adamw" || op == "embedding_backward" ||
+          m.shape.empty() || pgrad[v] || master[v] || op == "grad_norm" || op == "adamw" || op == "sum" || op == "max" || op == "embedding_backward" ||
           op == "cross_entropy" || ((op == "layernorm" || op == "rmsnorm") && k > 0) ||
           (op == "sdpa" && k == 1) || ((op == "layernorm_backward" || op == "rmsnorm_backward") && k > 0);
       st[v] = keep32 ? DType::kF32 : DType::kBF16;

@@ -37,11 +37,12 @@ absl::Status LowerAdamW(PlanState& s, const std::vector<int>& adamw_nodes, Launc
         return Unsupported(g, j, absl::StrCat("adamw nodes differ in attr ", key));
     for (int k : {0, 2, 3}) {
       const int v = an.inputs[k];
-      // The param may also be a value of the step (ZeRO-1/2: this rank's
-      // shard_slice of a replicated param), updated in place there.
-      const bool own = p.root[v] == v && (p.input_of[v] >= 0 || (k == 0 && s.prod[v] >= 0));
+      // Each may also be a value of the step, updated in place there: this
+      // rank's shard_slice of a replicated param (ZeRO-1/2) or of its state
+      // (a sequence-parallel gradient), all_gathered back afterwards.
+      const bool own = p.root[v] == v && (p.input_of[v] >= 0 || s.prod[v] >= 0);
       if (!own || p.metas[v].dtype != DType::kF32)
-        return Unsupported(g, j, "param, m and v must be f32 graph inputs (or, for the param, an f32 value of the step)");
+        return Unsupported(g, j, "param, m and v must be f32 graph inputs or f32 values of the step");
       for (int u : s.users[v])
         if (u > last_adamw) return Unsupported(g, u, "reads a parameter after its adamw update");
       const int o = an.outputs[k == 0 ? 0 : k == 2 ? 1 : 2];
@@ -64,7 +65,7 @@ absl::Status LowerAdamW(PlanState& s, const std::vector<int>& adamw_nodes, Launc
 }
 
 // A fused node or one elementwise op (the generated pointwise kernel), or
-// with its layernorm (add_layernorm) one generated layernorm launch.
+// with its layernorm or rmsnorm (add_layernorm) one generated norm launch.
 void LowerPointwise(PlanState& s, int i, Launch& L) {
   const ir::Node& n = s.g.nodes()[i];
   L.kind = LaunchKind::kPointwise;
@@ -74,12 +75,12 @@ void LowerPointwise(PlanState& s, int i, Launch& L) {
   const int j = it->second;
   const ir::Node& ln = s.g.nodes()[j];
   L.kind = LaunchKind::kLayerNorm;
-  L.op = absl::StrCat(n.op, "+layernorm");
+  L.op = absl::StrCat(n.op, "+", ln.op);
   L.node = j;
   L.nodes = {i, j};
   L.attrs = ln.attrs;
-  L.inputs.push_back(s.want(ln.inputs[1], DType::kF32));
-  L.inputs.push_back(s.want(ln.inputs[2], DType::kF32));
+  if (ln.op == "rmsnorm") L.attrs.Set("rms", true);
+  for (size_t k = 1; k < ln.inputs.size(); ++k) L.inputs.push_back(s.want(ln.inputs[k], DType::kF32));
   L.outputs.insert(L.outputs.end(), ln.outputs.begin(), ln.outputs.end());
 }
 
@@ -141,13 +142,6 @@ absl::Status LowerNorm(PlanState& s, int i, Launch& L) {
                 s.want(n.inputs[3], f32), s.want(n.inputs[4], f32)};
     if (p.metas[n.outputs[1]].dtype != f32 || p.metas[n.outputs[2]].dtype != f32)
       return Unsupported(s.g, i, "dweight/dbias must be f32");
-    if (auto it = s.residual_add.find(i); it != s.residual_add.end()) {
-      const ir::Node& a = s.g.nodes()[it->second];
-      L.inputs.push_back(a.inputs[0] == n.outputs[0] ? a.inputs[1] : a.inputs[0]);
-      L.outputs[0] = a.outputs[0];
-      L.nodes.push_back(it->second);
-      L.op = "layernorm_backward+add";
-    }
   } else if (n.op == "rmsnorm") {
     if (p.metas[n.outputs[1]].dtype != f32) return Unsupported(s.g, i, "rstd must be f32");
     L.kind = LaunchKind::kRmsNorm;
@@ -156,6 +150,13 @@ absl::Status LowerNorm(PlanState& s, int i, Launch& L) {
     if (p.metas[n.outputs[1]].dtype != f32) return Unsupported(s.g, i, "dweight must be f32");
     L.kind = LaunchKind::kRmsNormBackward;
     L.inputs = {s.want(n.inputs[0], dt), s.want(n.inputs[1], dt), s.want(n.inputs[2], f32), s.want(n.inputs[3], f32)};
+  }
+  if (auto it = s.residual_add.find(i); it != s.residual_add.end()) {  // the norm backward + add (residual_grad)
+    const ir::Node& a = s.g.nodes()[it->second];
+    L.inputs.push_back(a.inputs[0] == n.outputs[0] ? a.inputs[1] : a.inputs[0]);
+    L.outputs[0] = a.outputs[0];
+    L.nodes.push_back(it->second);
+    L.op = absl::StrCat(n.op, "+add");
   }
   return absl::OkStatus();
 }
@@ -193,8 +194,23 @@ absl::Status LowerAttention(PlanState& s, int i, Launch& L) {
   return absl::OkStatus();
 }
 
+// Whether sum / max node i reduces a suffix of its input's axes (axes empty:
+// all of them).
+bool ReducesTrailingAxes(const ir::Graph& g, int i) {
+  const ir::Node& n = g.nodes()[i];
+  const size_t nd = g.meta(n.inputs[0]).shape.size();
+  std::vector<int64_t> axes = n.attrs.GetInts("axes");
+  if (axes.empty()) return true;
+  for (int64_t& a : axes) a = NormAxis(a, nd);
+  std::sort(axes.begin(), axes.end());
+  for (size_t k = 0; k < axes.size(); ++k)
+    if (axes[k] != static_cast<int64_t>(nd - axes.size() + k)) return false;
+  return true;
+}
+
 // The row kernels that take their operands as the graph has them: fill,
-// embedding (+backward), sum_to, rope, cross-entropy (+backward), grad_norm.
+// embedding (+backward), sum_to, rope, cross-entropy (+backward), sum and max
+// over trailing axes, grad_norm.
 // False: not one of them.
 absl::StatusOr<bool> LowerRowOp(PlanState& s, int i, Launch& L) {
   const ir::Node& n = s.g.nodes()[i];
@@ -233,6 +249,11 @@ absl::StatusOr<bool> LowerRowOp(PlanState& s, int i, Launch& L) {
     L.kind = LaunchKind::kCrossEntropyBackward;
     L.inputs = {s.want(n.inputs[0], DType::kF32), s.want(n.inputs[1], p.metas[out0].dtype), n.inputs[2],
                 s.want(n.inputs[3], DType::kF32)};
+  } else if (op == "sum" || op == "max") {
+    if (!ReducesTrailingAxes(s.g, i))
+      return Unsupported(s.g, i, "only reductions over trailing axes are supported");
+    L.kind = LaunchKind::kRowReduce;
+    L.inputs = n.inputs;
   } else if (op == "grad_norm") {
     L.kind = LaunchKind::kGradNorm;
     for (int v : n.inputs) {

@@ -153,5 +153,31 @@ TEST(LowerNodes, F64IsUnsupported) {
   EXPECT_NE(std::string(p.status().message()).find("f64"), std::string::npos) << p.status();
 }
 
+TEST(LowerNodes, SumAndMaxOverTrailingAxesAreRowReductions) {
+  auto g = ir::ParseGraph(R"IR(graph @g(%x: f32[6, 10]) {
+  %0 = max(%x) {axes=[1], keepdim=true} : f32[6, 1]
+  %1 = sum(%x) {axes=[-1]} : f32[6]
+  %2 = sum(%x) : f32[]
+  return %0, %1, %2
+}
+)IR");
+  ASSERT_TRUE(g.ok()) << g.status();
+  auto p = PlanCuda(*g, true);
+  ASSERT_TRUE(p.ok()) << p.status();
+  ASSERT_EQ(p->launches.size(), 3u) << p->Describe();
+  for (const Launch& l : p->launches) EXPECT_EQ(l.kind, LaunchKind::kRowReduce) << p->Describe();
+  EXPECT_EQ(p->launches[0].op, "max");
+  for (int v : {1, 2}) EXPECT_EQ(p->metas[v].dtype, DType::kF32) << "row statistics stay f32 under bf16";
+  auto lead = ir::ParseGraph(R"IR(graph @g(%x: f32[6, 10]) {
+  %0 = sum(%x) {axes=[0]} : f32[10]
+  return %0
+}
+)IR");
+  ASSERT_TRUE(lead.ok()) << lead.status();
+  auto q = PlanCuda(*lead, false);
+  ASSERT_FALSE(q.ok());
+  EXPECT_NE(std::string(q.status().message()).find("trailing axes"), std::string::npos) << q.status();
+}
+
 }  // namespace
 }  // namespace loom::compiler::cuda

@@ -23,6 +23,7 @@
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/kernel_source_hash.h"
+#include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/layernorm.h"
 #include "kernels/cuda/reductions.h"
 #include "kernels/cuda/reference.h"
@@ -256,6 +257,103 @@ absl::StatusOr<Errors> CheckSumRows(Checker& c, DType dt, int64_t rows, int64_t 
   return Errors{{"out", RelErr(out[0].ToVector(), ref)}, {"rerun", RerunBits(out[0], out[1])}};
 }
 
+// RMSNorm forward and backward (rmsnorm.h), the backward with and without a
+// residual gradient added to dx; references in f64 from the rounded inputs.
+absl::StatusOr<Errors> CheckRmsNorm(Checker& c, DType dt, int64_t rows, int64_t cols, bool residual) {
+  const double eps = 1e-6;
+  HostInput x = c.Normal({rows, cols}, dt, 1.0, 0.1), dy = c.Normal({rows, cols}, dt, 1.0);
+  HostInput w = c.Normal({cols}, DType::kF32, 0.2, 1.0), dres = c.Normal({rows, cols}, dt, 0.5);
+  Vec ry(rows * cols), rrs(rows), rdx(rows * cols), rdw(cols, 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    double ss = 0, s = 0;
+    for (int64_t j = 0; j < cols; ++j) ss += x.values[r * cols + j] * x.values[r * cols + j];
+    const double rs = 1.0 / std::sqrt(ss / cols + eps);
+    rrs[r] = rs;
+    for (int64_t j = 0; j < cols; ++j) {
+      const int64_t i = r * cols + j;
+      ry[i] = x.values[i] * rs * w.values[j];
+      s += dy.values[i] * w.values[j] * x.values[i] * rs;
+      rdw[j] += dy.values[i] * x.values[i] * rs;
+    }
+    for (int64_t j = 0; j < cols; ++j) {
+      const int64_t i = r * cols + j;
+      rdx[i] = rs * (dy.values[i] * w.values[j] - x.values[i] * rs * s / cols) + (residual ? dres.values[i] : 0.0);
+    }
+  }
+  LOOM_ASSIGN_OR_RETURN(Tensor dx_in, c.Up(x.host));
+  LOOM_ASSIGN_OR_RETURN(Tensor ddy, c.Up(dy.host));
+  LOOM_ASSIGN_OR_RETURN(Tensor dw_in, c.Up(w.host));
+  LOOM_ASSIGN_OR_RETURN(Tensor ddres, c.Up(dres.host));
+  LOOM_ASSIGN_OR_RETURN(Tensor y, c.Poisoned({rows, cols}, dt));
+  LOOM_ASSIGN_OR_RETURN(Tensor rs, c.Poisoned({rows}, DType::kF32));
+  LOOM_ASSIGN_OR_RETURN(Tensor dx, c.Poisoned({rows, cols}, dt));
+  LOOM_ASSIGN_OR_RETURN(Tensor dw, c.Poisoned({cols}, DType::kF32));
+  LOOM_ASSIGN_OR_RETURN(Tensor ws, c.Poisoned({kern::RmsNormBwdWorkspaceFloats(rows, cols)}, DType::kF32));
+  const kern::Dt k = dt == DType::kBF16 ? kern::kBF16 : kern::kF32;
+  const float* wp = static_cast<const float*>(dw_in.raw_data());
+  float* rsp = static_cast<float*>(rs.raw_data());
+  LOOM_RETURN_IF_ERROR(CudaErrorStatus(
+      kern::RmsNormForward(k, rows, cols, dx_in.raw_data(), wp, eps, y.raw_data(), rsp, c.stream()), "rmsnorm"));
+  LOOM_RETURN_IF_ERROR(CudaErrorStatus(
+      kern::RmsNormBackward(k, rows, cols, ddy.raw_data(), dx_in.raw_data(), wp, rsp, dx.raw_data(),
+                            static_cast<float*>(dw.raw_data()), static_cast<float*>(ws.raw_data()), c.stream(),
+                            residual ? ddres.raw_data() : nullptr),
+      "rmsnorm_backward"));
+  LOOM_ASSIGN_OR_RETURN(y, ToHostSync(c, y));
+  LOOM_ASSIGN_OR_RETURN(rs, ToHostSync(c, rs));
+  LOOM_ASSIGN_OR_RETURN(dx, ToHostSync(c, dx));
+  LOOM_ASSIGN_OR_RETURN(dw, ToHostSync(c, dw));
+  return Errors{{"y", RelErr(y.ToVector(), ry)},
+                {"rstd", RelErr(rs.ToVector(), rrs)},
+                {"dx", RelErr(dx.ToVector(), rdx)},
+                {"dw", RelErr(dw.ToVector(), rdw)}};
+}
+
+// Row sums and maxima (reductions.h RowReduce), run twice (bitwise rerun).
+absl::StatusOr<Errors> CheckRowReduce(Checker& c, kern::RowReduceKind kind, DType dt, int64_t rows, int64_t cols) {
+  HostInput x = c.Normal({rows, cols}, dt, 1.0, 0.25);
+  Vec ref(rows, kind == kern::kRowMax ? -INFINITY : 0.0);
+  for (int64_t i = 0; i < rows * cols; ++i)
+    ref[i / cols] = kind == kern::kRowMax ? std::max(ref[i / cols], x.values[i]) : ref[i / cols] + x.values[i];
+  LOOM_ASSIGN_OR_RETURN(Tensor dx, c.Up(x.host));
+  Tensor out[2];
+  for (Tensor& o : out) {
+    LOOM_ASSIGN_OR_RETURN(o, c.Poisoned({rows}, DType::kF32));
+    LOOM_RETURN_IF_ERROR(CudaErrorStatus(kern::RowReduce(kind, dt == DType::kBF16 ? kern::kBF16 : kern::kF32,
+                                                         kern::kF32, rows, cols, dx.raw_data(), o.raw_data(),
+                                                         c.stream()),
+                                         "row_reduce"));
+    LOOM_ASSIGN_OR_RETURN(o, ToHostSync(c, o));
+  }
+  return Errors{{"out", RelErr(out[0].ToVector(), ref)}, {"rerun", RerunBits(out[0], out[1])}};
+}
+
+// A vocabulary-parallel rank's one-hot block (embedding.h VocabOnehot): ids
+// inside and outside the block and ignored ones; exact.
+absl::StatusOr<Errors> CheckVocabOnehot(Checker& c, DType odt, DType idt, int64_t rows, int64_t cols, int64_t rank) {
+  HostInput u = c.Uniform({rows}, DType::kF64, 0.0, 1.0);
+  const int64_t ignore = -100, vocab = 4 * cols;
+  std::vector<double> ids(rows);
+  for (int64_t r = 0; r < rows; ++r)
+    ids[r] = r % 7 == 3 ? static_cast<double>(ignore) : std::floor(u.values[r] * vocab);
+  Vec ref_oh(rows * cols, 0.0), ref_ok(rows, 1.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t id = static_cast<int64_t>(ids[r]);
+    if (id == ignore) ref_ok[r] = 0.0;
+    else if (id >= rank * cols && id < (rank + 1) * cols) ref_oh[r * cols + id - rank * cols] = 1.0;
+  }
+  LOOM_ASSIGN_OR_RETURN(Tensor d_ids, c.Up(Tensor::FromVector({rows}, ids, idt)));
+  LOOM_ASSIGN_OR_RETURN(Tensor oh, c.Poisoned({rows, cols}, odt));
+  LOOM_ASSIGN_OR_RETURN(Tensor ok, c.Poisoned({rows}, odt));
+  const kern::Dt o = odt == DType::kBF16 ? kern::kBF16 : kern::kF32, it = idt == DType::kI64 ? kern::kI64 : kern::kI32;
+  LOOM_RETURN_IF_ERROR(CudaErrorStatus(
+      kern::VocabOnehot(it, o, o, rows, cols, rank, ignore, d_ids.raw_data(), oh.raw_data(), ok.raw_data(), c.stream()),
+      "vocab_onehot"));
+  LOOM_ASSIGN_OR_RETURN(oh, ToHostSync(c, oh));
+  LOOM_ASSIGN_OR_RETURN(ok, ToHostSync(c, ok));
+  return Errors{{"onehot", RelErr(oh.ToVector(), ref_oh)}, {"valid", RelErr(ok.ToVector(), ref_ok)}};
+}
+
 // f32 and bf16 gradients, aligned and not, sizes that end mid-chunk.
 absl::StatusOr<Errors> CheckGradNorm(Checker& c) {
   struct T {
@@ -448,6 +546,20 @@ void AddStepKernelChecks(Checker& c, const RunFn& run) {
           absl::StrCat(ShapeStr({{"rows", e.rows}, {"vocab", e.vocab}}), " ", DTypeName(e.tdt)),
           e.dt == f32 ? 1e-4 : 1e-2, [&] { return CheckCrossEntropy(c, e.dt, e.tdt, e.rows, e.vocab, fused); });
   AddEmbeddingChecks(c, run);
+  for (bool residual : {false, true})
+    for (const SumCase& s : std::vector<SumCase>{{bf, 4096, 2048, 0}, {f32, 300, 768, 0}, {f32, 7, 37, 0}})
+      run(residual ? "rmsnorm fwd, bwd + residual" : "rmsnorm fwd, bwd", s.dt,
+          ShapeStr({{"rows", s.rows}, {"cols", s.cols}}), s.dt == f32 ? 1e-4 : 1e-2,
+          [&] { return CheckRmsNorm(c, s.dt, s.rows, s.cols, residual); });
+  // Row sums and maxima: a vocabulary block's rows, one row of everything, odd columns.
+  for (kern::RowReduceKind kind : {kern::kRowSum, kern::kRowMax})
+    for (const SumCase& s : std::vector<SumCase>{{bf, 8192, 25152, 0}, {f32, 1, 100003, 0}, {f32, 513, 77, 0}})
+      run(kind == kern::kRowMax ? "row_reduce max" : "row_reduce sum", s.dt,
+          ShapeStr({{"rows", s.rows}, {"cols", s.cols}}), s.dt == f32 ? 1e-5 : 1e-4,
+          [&] { return CheckRowReduce(c, kind, s.dt, s.rows, s.cols); });
+  for (DType odt : {f32, bf})
+    run("vocab_onehot (rank 1)", odt, "rows=4099 cols=333", 0.0,
+        [&] { return CheckVocabOnehot(c, odt, DType::kI32, 4099, 333, 1); });
 }
 #else
 void AddStepKernelChecks(Checker&, const RunFn&) {}  // the raw kernels exist only in CUDA builds

@@ -122,6 +122,37 @@ __global__ void __launch_bounds__(256) SumSquaresMultiK(const GradNormEntry* ent
   if (threadIdx.x == 0) partials[blockIdx.x] = s;
 }
 
+// One block of kRowThreads per row (grid-stride over rows): a strided pass
+// per thread, then warp shuffles and one combine over the warps' partials.
+constexpr int kRowThreads = 256;
+__global__ void __launch_bounds__(kRowThreads) RowReduceK(int kind, int xdt, int odt, int64_t rows, int64_t cols,
+                                                          const void* x, void* out) {
+  __shared__ float part[kRowThreads / 32];
+  const float init = kind == kRowMax ? -INFINITY : 0.f;
+  for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    float acc = init;
+    for (int64_t c = threadIdx.x; c < cols; c += blockDim.x) {
+      const float v = Ld(x, xdt, r * cols + c);
+      acc = kind == kRowMax ? fmaxf(acc, v) : acc + v;
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+      const float u = __shfl_down_sync(0xffffffffu, acc, o);
+      acc = kind == kRowMax ? fmaxf(acc, u) : acc + u;
+    }
+    if ((threadIdx.x & 31) == 0) part[threadIdx.x >> 5] = acc;
+    __syncthreads();
+    if (threadIdx.x < 32) {
+      acc = threadIdx.x < blockDim.x / 32 ? part[threadIdx.x] : init;
+      for (int o = 16; o > 0; o >>= 1) {
+        const float u = __shfl_down_sync(0xffffffffu, acc, o);
+        acc = kind == kRowMax ? fmaxf(acc, u) : acc + u;
+      }
+      if (threadIdx.x == 0) St(out, odt, r, acc);
+    }
+    __syncthreads();
+  }
+}
+
 __global__ void SqrtSumK(const float* partials, int64_t total, float* out) {
   float s = 0.f;
   for (int64_t i = threadIdx.x; i < total; i += blockDim.x) s += partials[i];
@@ -176,6 +207,14 @@ int GradNormMulti(const void* dev_entries, const void* dev_chunks, int64_t num_c
     SumSquaresMultiK<<<static_cast<unsigned>(num_chunks), kThreads, 0, st>>>(
         static_cast<const GradNormEntry*>(dev_entries), static_cast<const NormChunk*>(dev_chunks), partials);
   SqrtSumK<<<1, 1024, 0, st>>>(partials, num_chunks, out);
+  return Err();
+}
+
+int RowReduce(RowReduceKind kind, Dt xdt, Dt odt, int64_t rows, int64_t cols, const void* x, void* out, Stream s) {
+  if (rows <= 0) return 0;
+  const int64_t blocks = rows < 65536 ? rows : 65536;
+  RowReduceK<<<static_cast<unsigned>(blocks), kRowThreads, 0, static_cast<cudaStream_t>(s)>>>(kind, xdt, odt, rows,
+                                                                                              cols, x, out);
   return Err();
 }
 

@@ -16,6 +16,13 @@ namespace loom::kernels::cuda::kern {
 int64_t SumRowsWorkspaceFloats(int64_t rows, int64_t cols);
 int SumRows(Dt xdt, Dt odt, int64_t rows, int64_t cols, const void* x, void* out, float* workspace, Stream s);
 
+// out[r] = sum (kind kRowSum) or max (kRowMax) of x[r, 0..cols) (x: xdt,
+// out: odt; f32 accumulation). One block per row, a fixed-order tree within
+// it: the same bits on every run. The trailing-axes sum and max of a
+// parallel program (a vocabulary-parallel loss); rows = 1 reduces all.
+enum RowReduceKind : int { kRowSum = 0, kRowMax = 1 };
+int RowReduce(RowReduceKind kind, Dt xdt, Dt odt, int64_t rows, int64_t cols, const void* x, void* out, Stream s);
+
 // out[0] = sqrt(sum of squares of every tensor), in one launch over 64 Ki-element
 // chunks of every tensor (16-byte loads where a tensor is aligned), then a
 // fixed-order sum of the per-chunk partials (partials: the total of

@@ -233,9 +233,23 @@ int64_t PlanOffset(const IndexPlan& plan, int t, int64_t i) {
 
 namespace {
 
+bool IsComparison(const std::string& op) {
+  return op == "equal" || op == "less" || op == "less_equal" || op == "greater" || op == "greater_equal";
+}
+
+// Whether node compares integer inputs of the kernel only: it then compares
+// them exactly, as 64-bit integers (PwEmitter::BodyCode).
+bool ComparesIntegerInputs(const PwSpec& spec, const PwNode& node) {
+  if (!IsComparison(node.op) || node.inputs.empty()) return false;
+  for (int v : node.inputs)
+    if (v >= static_cast<int>(spec.inputs.size()) || !IsInt(spec.inputs[v].dtype)) return false;
+  return true;
+}
+
 // The body computes in f32, where integers beyond 2^24 would silently lose
-// precision: integer values may only be moved or converted. Each value's class
-// (integer or not) follows from the operands' storage dtypes through the nodes.
+// precision: integer values may only be moved or converted, or, when they are
+// the kernel's inputs, compared (exactly). Each value's class (integer or
+// not) follows from the operands' storage dtypes through the nodes.
 absl::Status CheckNoIntegerArithmetic(const PwSpec& spec) {
   const PwBody& body = *spec.body;
   std::vector<bool> is_int;
@@ -248,6 +262,10 @@ absl::Status CheckNoIntegerArithmetic(const PwSpec& spec) {
     bool ints = false;
     for (int v : node.inputs) ints = ints || is_int[v];
     const bool last = static_cast<int>(body.num_inputs + n) == body.output;
+    if (ComparesIntegerInputs(spec, node)) {
+      is_int.push_back(false);  // 0 or 1
+      continue;
+    }
     if (node.op == "cast") {
       auto to = node.attrs.Has("dtype") ? ParseDType(node.attrs.GetString("dtype")) : absl::StatusOr<DType>(spec.out_dtype);
       is_int.push_back(to.ok() ? IsInt(*to) : last && IsInt(spec.out_dtype));
@@ -374,7 +392,8 @@ class PwEmitter {
       const PwNode& node = body_.nodes[n];
       const std::string where = absl::StrCat("body.nodes[", n, "] (", node.op, ")");
       std::vector<std::string> args;
-      for (int v : node.inputs) args.push_back(name[v]);
+      const bool exact = ComparesIntegerInputs(spec_, node);
+      for (int v : node.inputs) args.push_back(exact ? absl::StrCat(name[v], "i") : name[v]);
       LOOM_ASSIGN_OR_RETURN(std::string e, NodeExpr(node, args, where));
       const std::string var = absl::StrCat("t", n);
       absl::StrAppend(&code, "      const float ", var, " = ", e, ";\n");
@@ -488,7 +507,10 @@ class PwEmitter {
   static std::string InName(int k) { return absl::StrCat("in", k); }
   std::string LoadStatement(const std::string& indent, int k, const std::string& elem) const {
     if (raw_) return absl::StrCat(indent, "const ", StorageType(spec_.inputs[k].dtype), " x", k, " = ", elem, ";\n");
-    return absl::StrCat(indent, "const float x", k, " = ", ToFloat(spec_.inputs[k].dtype, elem), ";\n");
+    std::string s = absl::StrCat(indent, "const float x", k, " = ", ToFloat(spec_.inputs[k].dtype, elem), ";\n");
+    // Integer inputs also as exact 64-bit values, for comparisons.
+    if (IsInt(spec_.inputs[k].dtype)) absl::StrAppend(&s, indent, "const long long x", k, "i = (long long)(", elem, ");\n");
+    return s;
   }
 
   const PwSpec& spec_;

@@ -299,14 +299,29 @@ TEST(Validation, BadSpecsNameTheField) {
   s.body = &unknown;
   ExpectInvalid(s, "matmul");
 
-  // Integer arithmetic and comparisons would run in f32: refused, naming the node.
-  for (const char* op : {"add", "less"}) {
-    PwBody ints = Body(op, 2);
+  // Integer arithmetic would run in f32: refused, naming the node. A
+  // comparison of integer inputs compares them exactly, as 64-bit integers;
+  // one of an integer with a computed float value is refused.
+  {
+    PwBody ints = Body("add", 2);
     s = good;
     s.body = &ints;
     s.inputs = {{DType::kI64, Contig(shape)}, {DType::kI64, Contig(shape)}};
-    s.out_dtype = std::string(op) == "less" ? DType::kBool : DType::kI64;
-    ExpectInvalid(s, absl::StrCat("body.nodes[0] (", op, "): integer ", op, " is not supported"));
+    s.out_dtype = DType::kI64;
+    ExpectInvalid(s, "body.nodes[0] (add): integer add is not supported");
+    PwBody less = Body("less", 2);
+    s.body = &less;
+    s.out_dtype = DType::kBool;
+    auto gen = GeneratePointwiseSource(s);
+    ASSERT_TRUE(gen.ok()) << gen.status();
+    EXPECT_NE(gen->source.find("(x0i < x1i)"), std::string::npos) << gen->source;
+    EXPECT_NE(gen->source.find("const long long x1i = (long long)("), std::string::npos) << gen->source;
+    PwBody mixed;
+    mixed.num_inputs = 2;
+    mixed.nodes = {{"neg", {1}, {}}, {"less", {0, 2}, {}}};
+    mixed.output = 3;
+    s.body = &mixed;
+    ExpectInvalid(s, "body.nodes[0] (neg): integer neg is not supported");
   }
   // A node reading a value defined after it, and an output out of range.
   PwBody later;
