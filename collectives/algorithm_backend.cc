@@ -99,15 +99,15 @@ absl::StatusOr<WorkPtr> AlgorithmBackend::Enqueue(OpType op, DType dtype, int64_
   internal::OpExecutor::PostFn posted;
   if (post) {
     posted = [t, post = std::move(post), keep_alive = std::move(keep_alive)](
-                 uint64_t seq, absl::Time deadline) -> absl::StatusOr<internal::OpExecutor::Completion> {
-      auto req = post(Comm{t, algorithms::CollectiveTagBase(seq), deadline});
+                 uint64_t tag_seq, absl::Time deadline) -> absl::StatusOr<internal::OpExecutor::Completion> {
+      auto req = post(Comm{t, algorithms::CollectiveTagBase(tag_seq), deadline});
       if (!req.ok()) return req.status();
       std::shared_ptr<transport::TransportRequest> r(std::move(*req));
       return internal::OpExecutor::Completion([r](absl::Time d) { return r->Wait(d); });
     };
   } else {
-    run = [t, fn = std::move(fn)](uint64_t seq, absl::Time deadline) {
-      return fn(Comm{t, algorithms::CollectiveTagBase(seq), deadline});
+    run = [t, fn = std::move(fn)](uint64_t tag_seq, absl::Time deadline) {
+      return fn(Comm{t, algorithms::CollectiveTagBase(tag_seq), deadline});
     };
   }
   const int64_t bytes = numel * static_cast<int64_t>(DTypeSize(dtype));
