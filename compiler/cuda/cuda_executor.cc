@@ -68,6 +68,7 @@ absl::Status Impl::Init(const ir::Graph& g, const CudaOptions& o) {
   LOOM_ASSIGN_OR_RETURN(scratch_, Alloc(scratch));
   scratch_bytes_ = scratch;
   for (const Launch& l : plan_.launches) LOOM_RETURN_IF_ERROR(Build(l));
+  segments_ = Segments();
   return dry_ ? rt.status() : absl::OkStatus();
 }
 
@@ -148,7 +149,7 @@ absl::Status Impl::Capture() {
       if (e) cudaGraphExecDestroy(e);
     for (cudaGraph_t g : graphs) cudaGraphDestroy(g);
   };
-  for (const auto& [begin, end] : Segments()) {
+  for (const auto& [begin, end] : segments_) {
     if (begin == end) {  // two host calls in a row: nothing to replay between them
       execs.push_back(nullptr);
       continue;
@@ -182,8 +183,7 @@ absl::Status Impl::Capture() {
 // One step from the captured graphs: each segment's graph, then the host
 // call that ends it.
 absl::Status Impl::Replay() {
-  const auto seg = Segments();
-  for (size_t k = 0; k < seg.size(); ++k) {
+  for (size_t k = 0; k < segments_.size(); ++k) {
     if (execs_[k]) LOOM_CU(cudaGraphLaunch(execs_[k], stream_), "graph launch");
     if (k < host_calls_.size()) {
       const size_t h = host_calls_[k];
