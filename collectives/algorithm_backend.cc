@@ -32,6 +32,36 @@ absl::Status CheckRank(int r, int size, absl::string_view op, absl::string_view 
   return absl::OkStatus();
 }
 
+absl::StatusOr<std::vector<size_t>> AllToAllSplitBytes(const Tensor& t, absl::Span<const int64_t> given, int n,
+                                                       absl::string_view arg) {
+  int64_t rows = t.ndim() == 0 ? 1 : t.dim(0);
+  size_t row_bytes = rows == 0 ? 0 : t.nbytes() / rows;
+  std::vector<int64_t> s(given.begin(), given.end());
+  if (s.empty()) {
+    if (rows % n != 0) {
+      return absl::InvalidArgumentError(absl::StrCat("all_to_all: ", arg, ": ", rows,
+                                                     " rows do not split evenly over ", n, " ranks"));
+    }
+    s.assign(n, rows / n);
+  }
+  if (static_cast<int>(s.size()) != n) {
+    return absl::InvalidArgumentError(absl::StrCat("all_to_all: options.", arg, "_split_sizes: expected ", n,
+                                                   " entries, got ", s.size()));
+  }
+  int64_t sum = 0;
+  for (int64_t v : s) {
+    if (v < 0) return absl::InvalidArgumentError(absl::StrCat("all_to_all: options.", arg, "_split_sizes: negative entry"));
+    sum += v;
+  }
+  if (sum != rows) {
+    return absl::InvalidArgumentError(absl::StrCat("all_to_all: options.", arg, "_split_sizes: sum ", sum, " != ",
+                                                   rows, " rows of ", arg));
+  }
+  std::vector<size_t> bytes;
+  for (int64_t v : s) bytes.push_back(static_cast<size_t>(v) * row_bytes);
+  return bytes;
+}
+
 AlgorithmBackend::AlgorithmBackend(std::string name, std::unique_ptr<transport::Transport> transport)
     : name_(std::move(name)),
       transport_(std::move(transport)),
@@ -69,15 +99,15 @@ absl::StatusOr<WorkPtr> AlgorithmBackend::Enqueue(OpType op, DType dtype, int64_
   internal::OpExecutor::PostFn posted;
   if (post) {
     posted = [t, post = std::move(post), keep_alive = std::move(keep_alive)](
-                 uint64_t seq, absl::Time deadline) -> absl::StatusOr<internal::OpExecutor::Completion> {
-      auto req = post(Comm{t, algorithms::CollectiveTagBase(seq), deadline});
+                 uint64_t tag_seq, absl::Time deadline) -> absl::StatusOr<internal::OpExecutor::Completion> {
+      auto req = post(Comm{t, algorithms::CollectiveTagBase(tag_seq), deadline});
       if (!req.ok()) return req.status();
       std::shared_ptr<transport::TransportRequest> r(std::move(*req));
       return internal::OpExecutor::Completion([r](absl::Time d) { return r->Wait(d); });
     };
   } else {
-    run = [t, fn = std::move(fn)](uint64_t seq, absl::Time deadline) {
-      return fn(Comm{t, algorithms::CollectiveTagBase(seq), deadline});
+    run = [t, fn = std::move(fn)](uint64_t tag_seq, absl::Time deadline) {
+      return fn(Comm{t, algorithms::CollectiveTagBase(tag_seq), deadline});
     };
   }
   const int64_t bytes = numel * static_cast<int64_t>(DTypeSize(dtype));
@@ -257,38 +287,10 @@ absl::StatusOr<WorkPtr> AlgorithmBackend::AllToAll(const Tensor& output, const T
   if (output.dtype() != input.dtype()) {
     return absl::InvalidArgumentError("all_to_all: output: dtype differs from input");
   }
-  const int n = size();
-  auto splits = [&](const Tensor& t, const std::vector<int64_t>& given, const char* arg,
-                    std::vector<size_t>* bytes) -> absl::Status {
-    int64_t rows = t.ndim() == 0 ? 1 : t.dim(0);
-    size_t row_bytes = rows == 0 ? 0 : t.nbytes() / rows;
-    std::vector<int64_t> s = given;
-    if (s.empty()) {
-      if (rows % n != 0) {
-        return absl::InvalidArgumentError(absl::StrCat("all_to_all: ", arg, ": ", rows,
-                                                       " rows do not split evenly over ", n, " ranks"));
-      }
-      s.assign(n, rows / n);
-    }
-    if (static_cast<int>(s.size()) != n) {
-      return absl::InvalidArgumentError(absl::StrCat("all_to_all: options.", arg, "_split_sizes: expected ",
-                                                     n, " entries, got ", s.size()));
-    }
-    int64_t sum = 0;
-    for (int64_t v : s) {
-      if (v < 0) return absl::InvalidArgumentError(absl::StrCat("all_to_all: options.", arg, "_split_sizes: negative entry"));
-      sum += v;
-    }
-    if (sum != rows) {
-      return absl::InvalidArgumentError(absl::StrCat("all_to_all: options.", arg, "_split_sizes: sum ",
-                                                     sum, " != ", rows, " rows of ", arg));
-    }
-    for (int64_t v : s) bytes->push_back(static_cast<size_t>(v) * row_bytes);
-    return absl::OkStatus();
-  };
-  std::vector<size_t> send_bytes, recv_bytes;
-  LOOM_RETURN_IF_ERROR(splits(input, o.input_split_sizes, "input", &send_bytes));
-  LOOM_RETURN_IF_ERROR(splits(output, o.output_split_sizes, "output", &recv_bytes));
+  LOOM_ASSIGN_OR_RETURN(std::vector<size_t> send_bytes,
+                        AllToAllSplitBytes(input, o.input_split_sizes, size(), "input"));
+  LOOM_ASSIGN_OR_RETURN(std::vector<size_t> recv_bytes,
+                        AllToAllSplitBytes(output, o.output_split_sizes, size(), "output"));
   return Enqueue(OpType::kAllToAll, input.dtype(), input.numel(), o.timeout,
                  [this, output, input, send_bytes, recv_bytes](const Comm& c) {
                    return RunAllToAll(c, input, send_bytes, output, recv_bytes);

@@ -19,6 +19,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "collectives/algorithms/algorithms.h"
 #include "collectives/backend.h"
@@ -126,5 +127,9 @@ class AlgorithmBackend : public Backend {
 // Validation helpers shared by backends: InvalidArgument naming op and argument.
 absl::Status CheckTensorArg(const Tensor& t, absl::string_view op, absl::string_view arg);
 absl::Status CheckRank(int r, int size, absl::string_view op, absl::string_view arg);
+// all_to_all's bytes per peer for `t` (arg "input" or "output"): `given` rows
+// per rank (empty: equal splits), checked against t's leading dimension.
+absl::StatusOr<std::vector<size_t>> AllToAllSplitBytes(const Tensor& t, absl::Span<const int64_t> given, int n,
+                                                       absl::string_view arg);
 
 }  // namespace loom::collectives

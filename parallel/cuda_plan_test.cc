@@ -13,6 +13,7 @@
 #include "base/status.h"
 #include "compiler/cuda/cuda_executor.h"
 #include "compiler/cuda/plan.h"
+#include "compiler/cuda/plan_test_util.h"
 #include "compiler/models/models.h"
 #include "gtest/gtest.h"
 #include "parallel/styles.h"
@@ -109,6 +110,7 @@ TEST(ParallelCudaPlan, EveryLayoutPlansWithItsCollectivesAsCollectiveLaunches) {
         int launches = 0;
         for (const auto& l : p->launches) launches += l.kind == compiler::cuda::LaunchKind::kCollective;
         EXPECT_EQ(launches, nodes) << p->Describe();
+        EXPECT_EQ(compiler::cuda::ArenaProblems(*g, *p), std::vector<std::string>{});
       }
     }
   }

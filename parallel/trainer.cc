@@ -80,11 +80,22 @@ compiler::cuda::CudaOptions StepCudaOptions(const v1::JobSpec& spec) {
 
 }  // namespace
 
+absl::StatusOr<compiler::ir::Graph> CompileCudaStep(const v1::JobSpec& spec, const TrainerModel& model) {
+  const compiler::CompileOptions co = StepCompileOptions(spec, model.params, false, true, false);
+  const Layout layout = LayoutFromSpec(spec.parallel());
+  if (MeshOf(layout).num_ranks() == 1) {
+    auto train = compiler::Compile(model.train_forward, co);
+    if (!train.ok()) return Annotate(train.status(), "compiling the training step");
+    return std::move(train->stages.at("fused"));
+  }
+  auto train = CompileParallel(model.train_forward, co, spec.model(), spec.train().batch_size(), layout);
+  if (!train.ok()) return Annotate(train.status(), "compiling the parallel training step");
+  return std::move(train->stages.at("fused"));
+}
+
 absl::StatusOr<CudaStepPlan> PlanCudaStep(const v1::JobSpec& spec, const TrainerModel& model) {
-  auto train = compiler::Compile(model.train_forward, StepCompileOptions(spec, model.params, false, true, false));
-  if (!train.ok()) return Annotate(train.status(), "compiling the training step");
   CudaStepPlan out;
-  out.step = std::move(train->stages.at("fused"));
+  LOOM_ASSIGN_OR_RETURN(out.step, CompileCudaStep(spec, model));
   const compiler::cuda::CudaOptions o = StepCudaOptions(spec);
   LOOM_ASSIGN_OR_RETURN(out.plan, compiler::cuda::PlanCuda(out.step, o.bf16, compiler::cuda::PlanOptionsFor(o)));
   return out;
@@ -120,10 +131,6 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::JobSpec& spec
   if (t->rank_ < 0 || t->rank_ >= t->mesh_.num_ranks())
     return absl::InvalidArgumentError(absl::StrCat("rank ", t->rank_, " is outside the mesh ", t->mesh_.ToString()));
   t->coords_ = t->mesh_.Coordinates(t->rank_);
-  if (!t->single() && spec.device() == "cuda")
-    return absl::InvalidArgumentError(absl::StrCat("device: cuda: the trainer runs one rank on a GPU; the layout ",
-                                                   t->mesh_.ToString(), " needs the parallel trainer on CUDA, which is "
-                                                   "not built yet"));
   t->accum_ = std::max(1, spec.train().grad_accum_steps());
   if (!t->single() && options.keep_gradients && t->accum_ == 1)
     return absl::InvalidArgumentError(
@@ -166,10 +173,13 @@ absl::Status Trainer::CompileSteps(TrainerModel& model) {
     LOOM_ASSIGN_OR_RETURN(eval_, CompileEval(loss_only));
     if (model.has_logits) logits_forward_ = std::move(model.eval_forward);
   }
-  if (cuda) {
+  if (cuda) {  // the fused graph (on several ranks the localized one, with its collectives)
     const compiler::ir::Graph& fused = train_.stages.at("fused");
-    auto exec = options_.make_cuda_executor ? options_.make_cuda_executor(fused, StepCudaOptions(spec_))
-                                            : compiler::cuda::CudaExecutor::Create(fused, StepCudaOptions(spec_));
+    compiler::cuda::CudaOptions o = StepCudaOptions(spec_);
+    o.device = options_.cuda_device;
+    o.communicators = options_.comms;
+    auto exec = options_.make_cuda_executor ? options_.make_cuda_executor(fused, o)
+                                            : compiler::cuda::CudaExecutor::Create(fused, o);
     if (!exec.ok()) return Annotate(exec.status(), "device: cuda: building the GPU training step");
     cuda_ = std::move(*exec);
   } else {

@@ -12,10 +12,13 @@
 //     whose logits are gathered whole on every rank (for sampling; their
 //     arena is only paid for then).
 // A one-rank layout (dp = tp = 1, the default) is the single-process case:
-// compiler::Compile on the model's graphs, no communicators, and device:
-// cuda runs the training step on the CUDA executor. A larger layout compiles
-// both steps through sharding propagation (styles.h: CompileParallel) and
-// binds one communicator per mesh dim of size > 1 ("dp", "tp"); every call
+// compiler::Compile on the model's graphs, no communicators. A larger layout
+// compiles both steps through sharding propagation (styles.h: CompileParallel)
+// and binds one communicator per mesh dim of size > 1 ("dp", "tp"). With
+// device: cuda the training step (its "fused" graph, collectives included)
+// runs on the CUDA executor, which calls the same communicators on device
+// buffers; evaluation and Forward run the CPU program on a host copy of this
+// rank's parameter blocks, read back after a step changed them. Every call
 // that runs a program (Step, Evaluate, Forward and their Rows forms) is then
 // collective: every rank of the mesh calls it in the same order with the same
 // global batch (or its own rows of it).
@@ -103,14 +106,17 @@ struct TrainerModel {
 absl::StatusOr<TrainerModel> FamilyModel(const v1::JobSpec& spec);
 
 // device: cuda: the training step that Trainer::Create hands to the CUDA
-// executor for one rank (the compiled "fused" graph) and its plan
-// (compiler/cuda/plan.h), built without a device, so a job is checked before
-// launch. Unimplemented names the op with no CUDA lowering, its node and, for
-// an imported model, the ONNX node it comes from (ir::Node::origin).
+// executor (the compiled "fused" graph: under a parallel layout, spec.parallel,
+// the localized program with its collective ops, the same on every rank) and
+// its plan (compiler/cuda/plan.h), built without a device or communicators
+// (every group's rank-dependent ops planned as rank 0's), so a job is checked
+// before launch. Unimplemented names the op with no CUDA lowering, its node
+// and, for an imported model, the ONNX node it comes from (ir::Node::origin).
 struct CudaStepPlan {
   compiler::ir::Graph step;
   compiler::cuda::CudaPlan plan;
 };
+absl::StatusOr<compiler::ir::Graph> CompileCudaStep(const v1::JobSpec& spec, const TrainerModel& model);
 absl::StatusOr<CudaStepPlan> PlanCudaStep(const v1::JobSpec& spec, const TrainerModel& model);
 
 // One step's data: tensors by graph input name ("x", "y" [batch, seq_len]
@@ -139,7 +145,12 @@ struct TrainerOptions {
   bool keep_gradients = false;
   bool fuse = true;
   int64_t bucket_bytes = 0;  // > 0: bucket the dp gradient all-reduces (styles.h)
-  // device: cuda: builds the executor of the training step; unset:
+  // device: cuda: the CUDA device ordinal this rank's executor runs on
+  // (CudaOptions::device; a worker's pick, runtime/launch/rank_gpu.h).
+  int cuda_device = 0;
+  // device: cuda: builds the executor of the training step, given the fused
+  // graph and the options (the spec's precision and determinism, cuda_device
+  // and, on several ranks, `comms` as CudaOptions::communicators); unset:
   // compiler::cuda::CudaExecutor::Create. A seam for tests, which put a
   // host-memory executor behind the same interface (parallel/testing/).
   std::function<absl::StatusOr<std::unique_ptr<compiler::cuda::CudaExecutor>>(const compiler::ir::Graph&,

@@ -19,6 +19,7 @@
 #include "base/thread_pool.h"
 #include "absl/strings/match.h"
 #include "gtest/gtest.h"
+#include "parallel/testing/small_spec.h"
 
 namespace loom::parallel {
 namespace {
@@ -31,24 +32,15 @@ Tensor Tokens(int64_t b, int64_t t, int64_t vocab, uint64_t seed) {
 }
 
 v1::JobSpec Spec(const std::string& family) {
-  v1::JobSpec spec;
-  auto* m = spec.mutable_model();
-  m->set_family(family);
-  m->set_n_layer(2);
-  m->set_n_head(4);
-  m->set_n_kv_head(family == "llama" ? 2 : 4);
-  m->set_d_model(32);
-  m->set_seq_len(16);
-  m->set_vocab(64);
-  auto* t = spec.mutable_train();
-  t->set_batch_size(3);
-  t->set_lr(1e-3f);
-  t->set_beta1(0.9f);
-  t->set_beta2(0.95f);
-  t->set_eps(1e-8f);
-  t->set_grad_clip(1.0f);
-  t->set_weight_decay(0.1f);
-  return spec;
+  testing::SmallModel m;
+  m.family = family;
+  m.n_layer = 2;
+  m.n_head = 4;
+  m.n_kv_head = family == "llama" ? 2 : 4;
+  m.d_model = 32;
+  m.seq_len = 16;
+  m.vocab = 64;
+  return testing::SmallSpec(m, 3, 1e-3f);
 }
 
 void ExpectNoAllocationAfterFirstStep(const std::string& family) {

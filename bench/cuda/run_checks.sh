@@ -7,7 +7,13 @@
 # in $OUT), then one line per binary and "checks: N passed, N failed" (binaries),
 # with the kernel source hash the tables name. Exit status 1 if any failed.
 # Here (no GPU) `bazel test` builds the same checks and skips them with the reason.
+# CHECKS picks groups (default all three), so that each call fits the device
+# tool's 600 s: kernels (kernels, executor, ONNX, one-rank GPU resume,
+# cuda:gloo ops), restart (several cuda ranks: kill and restart, resume
+# across devices), parity (the parallel trainer against one rank).
 set -u
+groups=" ${CHECKS:-kernels restart parity} "
+want() { [[ "$groups" == *" $1 "* ]]; }
 . "$(dirname "$0")/device_env.sh"
 echo "== device"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
@@ -21,6 +27,7 @@ check() {  # name, time limit (s), lines of its output to show, command...
   if [ $rc = 0 ]; then passed=$((passed + 1)); summary="$summary\n  PASS  $name"
   else failed=$((failed + 1)); summary="$summary\n  FAIL  $name (exit $rc; log $O/$name.txt)"; fi
 }
+if want kernels; then
 check gpu_check 120 200 "$D/bin/gpu_check"                          # GEMM epilogues, layernorm bwd, column sums, grad norm, CE, embedding bwd
 check cuda_kernels_test 120 3 "$D/bin/cuda_kernels_test"             # the same kernels through gtest
 check caching_allocator_test 120 3 "$D/bin/caching_allocator_test"   # allocator and streams on real memory
@@ -35,14 +42,25 @@ check byom_cuda_test 300 16 "$D/bin/byom_cuda_test" --models="$D/data/byom"
 check cuda_resume_test 300 22 "$D/bin/cuda_resume_test"
 # cuda:gloo with 2 and 4 ranks (processes) sharing the GPU, every staged op.
 check cuda_gloo_gpu_test 300 6 "$D/bin/cuda_gloo_gpu_test"
+# Compile time, GPT-2 124M: the build and two steps with an empty kernel
+# cache, then again warm in the same process (the measurement: run_compile.sh).
+check compile_bench 120 40 "$D/bin/compile_bench" --preset=gpt2-124m --warm=1
+fi
+if want restart; then
 # 4 cuda ranks sharing the GPU (deterministic), rank 1 killed at a random
 # moment after the first checkpoint: the restarted job ends bitwise equal.
 # The test runs `runtime/loom` from its working directory.
 mkdir -p "$O/fault/runtime" && ln -sf "$D/bin/loom" "$O/fault/runtime/loom"
-check fault_test_cuda 400 12 bash -c "cd '$O/fault' && '$D/bin/fault_test' --gtest_filter='*Cuda*'"
-# Compile time, GPT-2 124M: the whole build and two steps with an empty
-# kernel cache, then warm (the full measurement: run_compile.sh).
-check compile_bench 300 40 "$D/bin/compile_bench" --preset=gpt2-124m --warm=1
+check fault_test_cuda 260 12 bash -c "cd '$O/fault' && '$D/bin/fault_test' --gtest_filter='*Cuda*'"
+# A cuda dp=2 checkpoint resumed on the CPU at tp=2, and the reverse.
+check resume_across_devices 260 12 bash -c "cd '$O/fault' && '$D/bin/resume_test' --gtest_filter='ResumeAcrossDevices.*'"
+fi
+if want parity; then
+# The parallel trainer on cuda: dp2, tp2, tp2xdp2, tp2 + SP, ZeRO-1/2/3 ranks sharing the
+# GPU (cuda:gloo) vs the 1-rank CUDA run, gpt and llama, f32 and bf16, 50 steps
+# (every loss in the log; it stops itself after 560 s).
+check parallel_cuda_gpu_check 580 32 "$D/bin/parallel_cuda_gpu_check"
+fi
 echo "== summary"
 printf "%b\n" "$summary"
 echo "checks: $passed passed, $failed failed"

@@ -11,9 +11,15 @@
 #      relative of the uninterrupted run's; prints whether the cuda resume's
 #      step-8 checkpoint is bitwise the uninterrupted one's (separate
 #      processes: the GEMM autotuner may pick other algorithms in each).
+#   4. `loom run` of the job of 2. with a parallel layout whose ranks share
+#      the GPU (cuda:gloo): dp=2 (--ranks-per-gpu 2) and tp=2 x dp=2
+#      (--ranks-per-gpu 4), end to end (worker GPU pick, device mesh, the
+#      CUDA trainer, a checkpoint); with part 2 run too, their losses at every
+#      logged step within 2e-2 relative of its world-1 run's (bf16: the
+#      one-rank CUDA-against-CPU bound of cuda_executor_gpu_check).
 #   device tool: run(command="bash bench/cuda/run_train.sh", carry=[".device/gpu"])
 # Env: TRAIN_STEPS (the yaml's steps unless set), RUN_STEPS (loom run: 100),
-#      PARTS ("train run ckpt": which of the three).
+#      PARTS ("train run ckpt parallel": which of the four).
 set -u
 . "$(dirname "$0")/device_env.sh"
 Dabs=$(cd "$D" && pwd)
@@ -21,22 +27,26 @@ corpus=$Dabs/data/fortunes
 bin=$Dabs/bin/loom
 cd /tmp
 status=0
-if [[ " ${PARTS:-train run ckpt} " == *" train "* ]]; then
+parts=" ${PARTS:-train run ckpt parallel} "
+if [[ "$parts" == *" train "* ]]; then
   sed "s|/usr/share/games/fortunes|$corpus|" "$OLDPWD/examples/gpt-cuda.yaml" > /tmp/loom_gpt_cuda.yaml
   timeout 400 "$bin" train /tmp/loom_gpt_cuda.yaml ${TRAIN_STEPS:+--steps "$TRAIN_STEPS"} 2>&1 | tee "$O/loom_train_cuda.txt"
   s=${PIPESTATUS[0]}
   echo "run_train (loom train): $([ "$s" = 0 ] && echo PASS || echo "FAILED (exit $s)")"
   [ "$s" = 0 ] || status=1
 fi
-if [[ " ${PARTS:-train run ckpt} " == *" run "* ]]; then
-  cat > /tmp/loom_run_cuda.yaml <<YAML
-name: gpt-cuda-run
+run_yaml() {  # the small loom run job: name, checkpoint folder
+  cat <<YAML
+name: $1
 model: {family: gpt, n_layer: 2, n_head: 4, d_model: 128, seq_len: 128, vocab: 256}
 train: {batch_size: 16, steps: 100, lr: 0.003, eval_every: 100, eval_batches: 2, sample_tokens: 64, precision: bf16}
 data: {path: $corpus, format: text}
 device: cuda
-checkpoint: {every: 10, keep: 2, dir: /tmp/loom_run_cuda_ck}
+checkpoint: {every: 10, keep: 2, dir: $2}
 YAML
+}
+if [[ "$parts" == *" run "* ]]; then
+  run_yaml gpt-cuda-run /tmp/loom_run_cuda_ck > /tmp/loom_run_cuda.yaml
   rm -rf /tmp/loom_run_cuda_ck
   timeout 300 "$bin" run /tmp/loom_run_cuda.yaml --steps "${RUN_STEPS:-100}" --run-dir /tmp/loom_run_cuda 2>&1 |
     tee "$O/loom_run_cuda.txt" | grep -Ev '^step [0-9]+/' | tail -25
@@ -49,7 +59,7 @@ YAML
   echo "run_train (loom run, NCCL world 1): $([ "$s" = 0 ] && echo PASS || echo "FAILED (exit $s)")"
   [ "$s" = 0 ] || status=1
 fi
-if [[ " ${PARTS:-train run ckpt} " == *" ckpt "* ]]; then
+if [[ "$parts" == *" ckpt "* ]]; then
   ck=/tmp/loom_ckpt_cuda
   rm -rf "$ck"
   job() {  # name, device
@@ -96,5 +106,39 @@ PY
   fi
   echo "run_train (checkpoints, cuda resume and cpu resume): $([ "$s" = 0 ] && echo PASS || echo "FAILED (logs $O/loom_ckpt_*.txt)")"
   [ "$s" = 0 ] || status=1
+fi
+if [[ "$parts" == *" parallel "* ]]; then
+  for layout in "dp2:--dp 2 --ranks-per-gpu 2" "tp2xdp2:--dp 2 --tp 2 --ranks-per-gpu 4"; do
+    name=${layout%%:*}
+    flags=${layout#*:}
+    rm -rf "/tmp/loom_run_cuda_ck_$name" "/tmp/loom_run_cuda_$name"
+    run_yaml "gpt-cuda-$name" "/tmp/loom_run_cuda_ck_$name" > "/tmp/loom_run_cuda_$name.yaml"
+    # shellcheck disable=SC2086
+    timeout 300 "$bin" run "/tmp/loom_run_cuda_$name.yaml" $flags --steps "${RUN_STEPS:-100}" \
+      --run-dir "/tmp/loom_run_cuda_$name" 2>&1 | tee "$O/loom_run_cuda_$name.txt" | grep -Ev '^step [0-9]+/' | tail -25
+    s=${PIPESTATUS[0]}
+    grep -q "CUDA collectives through cuda:gloo" "$O/loom_run_cuda_$name.txt" || s=${s/#0/1}
+    if [ "${RUN_STEPS:-100}" -ge 10 ] && ! ls -d "/tmp/loom_run_cuda_ck_$name"/step_* > /dev/null 2>&1; then
+      echo "loom run $name: no checkpoint in /tmp/loom_run_cuda_ck_$name"
+      s=${s/#0/1}
+    fi
+    if [ -f /tmp/loom_run_cuda/metrics.jsonl ]; then
+      "$PY" - /tmp/loom_run_cuda/metrics.jsonl "/tmp/loom_run_cuda_$name/metrics.jsonl" "$name" <<'PY' || s=${s/#0/1}
+import json, sys
+def losses(path):
+    return {r["step"]: r["loss"] for r in map(json.loads, open(path)) if "loss" in r}
+one, par = losses(sys.argv[1]), losses(sys.argv[2])
+steps = sorted(set(one) & set(par))
+gaps = [abs(par[s] - one[s]) / abs(one[s]) for s in steps]
+for s, g in zip(steps, gaps):
+    print(f"  step {s}: world 1 {one[s]:.6f}  {sys.argv[3]} {par[s]:.6f}  rel gap {g:.3e}")
+worst = max(gaps) if gaps else float("nan")
+print(f"{sys.argv[3]}: {len(steps)} logged steps, worst relative gap to the world-1 run {worst:.3e} (bound 2e-2)")
+sys.exit(0 if steps and worst <= 2e-2 else 1)
+PY
+    fi
+    echo "run_train (loom run, $name sharing the GPU, cuda:gloo): $([ "$s" = 0 ] && echo PASS || echo "FAILED (exit $s)")"
+    [ "$s" = 0 ] || status=1
+  done
 fi
 exit $status

@@ -16,7 +16,8 @@ bins=${STAGE_BINS:-"bench/cuda/gpu_check bench/cuda/gemm_bench bench/cuda/kernel
   kernels/cuda/cuda_kernels_test bench/cuda/attention_check bench/cuda/sdpa_bench bench/cuda/train_bench
   compiler/cuda/cuda_executor_gpu_check bench/cuda/gpt_cuda_parity kernels/cuda/codegen/pointwise_gpu_check kernels/cuda/codegen/rowwise_gpu_check
   kernels/cuda/attention/wgmma_check runtime/loom bench/train/import_benchmark tests/byom/byom_cuda_test
-  tests/ckpt/cuda_resume_test collectives/staging/cuda_gloo_gpu_test tests/ckpt/fault_test bench/cuda/compile_bench"}
+  tests/ckpt/cuda_resume_test collectives/staging/cuda_gloo_gpu_test tests/ckpt/fault_test tests/ckpt/resume_test
+  tests/parallel/parallel_cuda_gpu_check bench/cuda/compile_bench"}
 targets=$(for b in $bins; do echo "//${b%/*}:${b##*/}"; done)
 bazel $BAZEL_ARGS build --jobs=2 $targets
 bin=$(bazel $BAZEL_ARGS info bazel-bin 2>/dev/null)

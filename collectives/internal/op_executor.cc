@@ -43,9 +43,12 @@ absl::StatusOr<std::shared_ptr<Work>> OpExecutor::Submit(const OpInfo& info, std
   absl::MutexLock l(&mu_);
   if (stopping_) return absl::FailedPreconditionError("backend is shutting down");
   if (post && !waiter_.joinable()) waiter_ = std::thread([this] { WaiterLoop(); });
-  uint64_t seq = next_seq_++;
+  const uint64_t seq = next_seq_++;
+  const bool p2p = info.op == OpType::kSend || info.op == OpType::kRecv;
+  const uint64_t tag_seq = p2p ? 0 : next_tag_seq_++;
   recorder_.Queued(seq, std::string(OpTypeName(info.op)), std::string(DTypeName(info.dtype)), info.numel);
-  queue_.push_back(Task{work, info.op, seq, info.timeout, info.bytes, std::move(run), std::move(post), absl::Time()});
+  queue_.push_back(
+      Task{work, info.op, seq, tag_seq, info.timeout, info.bytes, std::move(run), std::move(post), absl::Time()});
   return work;
 }
 
@@ -87,7 +90,7 @@ void OpExecutor::ExecutorLoop() {
 void OpExecutor::Execute(Task& task) {
   const absl::Time deadline = task.started + task.timeout;
   if (task.post) {
-    absl::StatusOr<Completion> completion = task.post(task.seq, deadline);
+    absl::StatusOr<Completion> completion = task.post(task.tag_seq, deadline);
     if (!completion.ok()) {
       Fail(task, completion.status());
       return;
@@ -96,7 +99,7 @@ void OpExecutor::Execute(Task& task) {
     posted_.push_back(Posted{std::move(task), std::move(*completion), deadline});
     return;
   }
-  absl::Status s = task.run(task.seq, deadline);
+  absl::Status s = task.run(task.tag_seq, deadline);
   if (!s.ok()) {
     Fail(task, s);
     return;

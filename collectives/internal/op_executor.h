@@ -10,8 +10,8 @@
 //   recorder: started; deadline = now + timeout
 //   if failed:  FailedPrecondition "<backend> <op> #<seq>: not run, an earlier
 //               op failed: <first error>"                      (no run, no hooks)
-//   run(seq, deadline)                        -- blocking ops, on this thread
-//   or post(seq, deadline) -> completion      -- point-to-point: posted in issue
+//   run(tag_seq, deadline)                    -- blocking ops, on this thread
+//   or post(tag_seq, deadline) -> completion  -- point-to-point: posted in issue
 //               order, completion(deadline) waited on the waiter thread, so
 //               later ops are not held back
 //   error -> Fail, else recorder ok, metrics ok, work.Finish(OK)
@@ -22,6 +22,11 @@
 //                 abort(e)                     (e.g. abort the transport)
 //                 recorder failed, metrics failure, dump the recorder to
 //                 "<dir>/<backend>.rank<r>.txt" when a dir is set, work.Finish(e)
+//
+// seq numbers every op in issue order (the flight recorder's and the error's
+// "#<seq>"); tag_seq, what run and post get, numbers the collective ops only
+// (send and recv take none), so ranks that ran different point-to-point ops
+// still agree on the tags of the collectives after them.
 //
 // Stop() (also run by the destructor) refuses new ops, lets the executor
 // drain the queue, then the waiter drain the posted ops. A backend whose run
@@ -74,11 +79,11 @@ struct OpInfo {
 class OpExecutor {
  public:
   // Runs an op to completion on the executor thread.
-  using RunFn = std::function<absl::Status(uint64_t seq, absl::Time deadline)>;
+  using RunFn = std::function<absl::Status(uint64_t tag_seq, absl::Time deadline)>;
   // Waits for a posted op until the deadline.
   using Completion = std::function<absl::Status(absl::Time deadline)>;
   // Posts an op on the executor thread; its completion runs on the waiter.
-  using PostFn = std::function<absl::StatusOr<Completion>(uint64_t seq, absl::Time deadline)>;
+  using PostFn = std::function<absl::StatusOr<Completion>(uint64_t tag_seq, absl::Time deadline)>;
 
   explicit OpExecutor(OpExecutorOptions options);
   ~OpExecutor();
@@ -100,6 +105,7 @@ class OpExecutor {
     std::shared_ptr<Work> work;
     OpType op;
     uint64_t seq = 0;
+    uint64_t tag_seq = 0;
     absl::Duration timeout;
     int64_t bytes = 0;
     RunFn run;
@@ -127,6 +133,7 @@ class OpExecutor {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   bool executor_done_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t next_tag_seq_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status failed_ ABSL_GUARDED_BY(mu_);
   std::thread executor_;
   std::thread waiter_;  // started with the first posted op

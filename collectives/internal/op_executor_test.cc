@@ -209,6 +209,34 @@ TEST(OpExecutorTest, RefusesBadTimeoutAndDrainsTheQueueOnStop) {
   ex.Stop();  // a second Stop is a no-op
 }
 
+// run and post get the op's number among the collectives: a send or a recv
+// (which only some ranks issue) takes none, so every rank tags its later
+// collectives alike. The flight recorder still numbers every op.
+TEST(OpExecutorTest, PointToPointOpsTakeNoCollectiveTagNumber) {
+  OpExecutor ex(Named("exec_tag_seq"));
+  absl::Mutex mu;
+  std::vector<uint64_t> got;
+  auto coll = [&](uint64_t tag_seq, absl::Time) {
+    absl::MutexLock l(&mu);
+    got.push_back(tag_seq);
+    return absl::OkStatus();
+  };
+  auto p2p = [](uint64_t, absl::Time) { return OpExecutor::Completion([](absl::Time) { return absl::OkStatus(); }); };
+  std::vector<std::shared_ptr<Work>> works;
+  for (OpType op : {OpType::kAllReduce, OpType::kSend, OpType::kRecv, OpType::kBarrier, OpType::kSend,
+                    OpType::kAllGather}) {
+    const bool pt = op == OpType::kSend || op == OpType::kRecv;
+    auto w = pt ? ex.Submit(Info(op), nullptr, nullptr, p2p) : ex.Submit(Info(op), nullptr, coll);
+    ASSERT_TRUE(w.ok()) << w.status();
+    works.push_back(*w);
+  }
+  for (auto& w : works) ASSERT_TRUE(w->Wait(absl::Now() + kWait).ok());
+  EXPECT_EQ(got, (std::vector<uint64_t>{0, 1, 2}));
+  std::vector<uint64_t> recorded;
+  for (const OpRecord& r : ex.recorder()->Snapshot()) recorded.push_back(r.seq);
+  EXPECT_EQ(recorded, (std::vector<uint64_t>{0, 1, 2, 3, 4, 5}));
+}
+
 TEST(OpExecutorTest, PostedOpsCompleteOnTheWaiterWithoutHoldingBackLaterOps) {
   OpExecutor ex(Named("exec_post"));
   auto peer = std::make_shared<absl::Notification>();

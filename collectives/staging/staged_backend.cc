@@ -14,11 +14,7 @@ Tensor HostSlice(char* p, size_t bytes, DType dtype) {
   return Tensor::Wrap(p, {static_cast<int64_t>(bytes / DTypeSize(dtype))}, dtype, Device::CPU());
 }
 
-absl::Status Unsupported(absl::string_view name, OpType op) {
-  return absl::UnimplementedError(absl::StrCat(name, ": ", OpTypeName(op),
-                                               " is not staged (supported: all_reduce, broadcast, reduce, "
-                                               "all_gather_into, reduce_scatter_from, barrier)"));
-}
+char* Bytes(const Tensor& t) { return static_cast<char*>(t.raw_data()); }
 
 absl::Status WaitAll(std::vector<std::unique_ptr<CopyEvent>>& events, absl::Time deadline) {
   for (auto& e : events) LOOM_RETURN_IF_ERROR(e->Wait(deadline));
@@ -57,19 +53,10 @@ StagedBackend::~StagedBackend() { executor_.Stop(); }
 
 bool StagedBackend::Supports(OpType op, DType dtype, DeviceKind device) const {
   if (device != DeviceKind::kCUDA) return false;
-  switch (op) {
-    case OpType::kAllReduce:
-    case OpType::kBroadcast:
-    case OpType::kReduce:
-    case OpType::kBarrier:
-      return inner_->Supports(op, dtype, DeviceKind::kCPU);
-    case OpType::kAllGatherInto:
-      return inner_->Supports(OpType::kAllGather, dtype, DeviceKind::kCPU);
-    case OpType::kReduceScatterFrom:
-      return inner_->Supports(OpType::kReduceScatter, dtype, DeviceKind::kCPU);
-    default:
-      return false;
-  }
+  // The flat forms run as the inner backend's list forms.
+  if (op == OpType::kAllGatherInto) op = OpType::kAllGather;
+  if (op == OpType::kReduceScatterFrom) op = OpType::kReduceScatter;
+  return inner_->Supports(op, dtype, DeviceKind::kCPU);
 }
 
 size_t StagedBackend::BucketBytes(DType dtype) const {
@@ -82,6 +69,23 @@ absl::Status StagedBackend::CheckDevice(const Tensor& t, absl::string_view op, a
   if (!t.device().is_cuda()) {
     return absl::InvalidArgumentError(absl::StrCat(op, ": ", arg, ": ", name_, " stages CUDA tensors, got ",
                                                    t.device().ToString()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StagedBackend::CheckList(absl::Span<const Tensor> list, const Tensor& like, absl::string_view op,
+                                      absl::string_view arg, absl::string_view like_arg) const {
+  if (static_cast<int>(list.size()) != size()) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": ", arg, ": expected ", size(), " tensors, got ",
+                                                   list.size()));
+  }
+  for (size_t i = 0; i < list.size(); ++i) {
+    const std::string name = absl::StrCat(arg, "[", i, "]");
+    LOOM_RETURN_IF_ERROR(CheckDevice(list[i], op, name));
+    if (list[i].dtype() != like.dtype()) {
+      return absl::InvalidArgumentError(absl::StrCat(op, ": ", name, ": dtype ", DTypeName(list[i].dtype()), " != ",
+                                                     like_arg, " ", DTypeName(like.dtype())));
+    }
   }
   return absl::OkStatus();
 }
@@ -164,93 +168,129 @@ absl::Status StagedBackend::Pipeline(std::vector<Bucket>& buckets, absl::Time de
   return Annotate(WaitAll(storing, deadline), "copy to device");
 }
 
+// ---------------------------------------------------------------- segments
+
+absl::StatusOr<WorkPtr> StagedBackend::Stage(OpType op, DType dtype, int64_t numel, absl::Duration timeout,
+                                             std::vector<Segment> segments, Bucketing bucketing, BucketOp run) {
+  if (!Supports(op, dtype, DeviceKind::kCUDA)) {
+    return absl::UnimplementedError(absl::StrCat(OpTypeName(op), ": backend ", name_, " (inner ", inner_->name(),
+                                                 ") does not support dtype ", DTypeName(dtype)));
+  }
+  size_t host_bytes = 0, longest = 0;
+  for (const Segment& s : segments) {
+    host_bytes += s.bytes;
+    longest = std::max(longest, s.bytes);
+  }
+  const bool one = bucketing == Bucketing::kOne;
+  const size_t step = one ? std::max<size_t>(longest, 1) : BucketBytes(dtype);
+  const size_t count = one ? 1 : (longest + step - 1) / step;
+  Plan plan = [segments = std::move(segments), run = std::move(run), step, count, dtype](char* host) {
+    std::vector<Bucket> out(count);
+    for (size_t j = 0; j < count; ++j) {
+      const size_t off = j * step;
+      std::vector<Tensor> slices;
+      char* base = host;
+      for (const Segment& s : segments) {
+        const size_t len = s.bytes > off ? std::min(step, s.bytes - off) : 0;
+        char* h = base + std::min(off, s.bytes);
+        if (len > 0 && s.to_host) out[j].to_host.push_back({h, s.dev + off, len});
+        if (len > 0 && s.to_device) out[j].to_device.push_back({s.dev + off, h, len});
+        slices.push_back(HostSlice(h, len, dtype));
+        base += s.bytes;
+      }
+      out[j].run = [run, slices = std::move(slices)](absl::Duration left) { return run(slices, left); };
+    }
+    return out;
+  };
+  return Enqueue(op, dtype, numel, timeout, host_bytes, std::move(plan));
+}
+
+// Segments: [input, outputs[0..n)]; bucket j gathers slice j of every rank's block.
+absl::StatusOr<WorkPtr> StagedBackend::StageAllGather(OpType op, const Tensor& input, std::vector<Segment> segments,
+                                                      absl::Duration timeout) {
+  Backend* inner = inner_.get();
+  return Stage(op, input.dtype(), input.numel(), timeout, std::move(segments), Bucketing::kBuckets,
+               [inner](absl::Span<const Tensor> h, absl::Duration left) {
+                 AllGatherOptions io;
+                 io.timeout = left;
+                 return inner->AllGather(h.subspan(1), h[0], io);
+               });
+}
+
+// Segments: [inputs[0..n), output]; bucket j reduces slice j of every block.
+absl::StatusOr<WorkPtr> StagedBackend::StageReduceScatter(OpType op, const Tensor& output,
+                                                          std::vector<Segment> segments,
+                                                          const ReduceScatterOptions& o) {
+  Backend* inner = inner_.get();
+  const ReduceOp rop = o.op;
+  return Stage(op, output.dtype(), output.numel(), o.timeout, std::move(segments), Bucketing::kBuckets,
+               [inner, rop](absl::Span<const Tensor> h, absl::Duration left) {
+                 ReduceScatterOptions io;
+                 io.op = rop;
+                 io.timeout = left;
+                 return inner->ReduceScatter(h.back(), h.first(h.size() - 1), io);
+               });
+}
+
 // ---------------------------------------------------------------- ops
 
 absl::StatusOr<WorkPtr> StagedBackend::AllReduce(const Tensor& t, const AllReduceOptions& o) {
   LOOM_RETURN_IF_ERROR(CheckDevice(t, "all_reduce", "tensor"));
   LOOM_RETURN_IF_ERROR(Annotate(algorithms::CheckReducible(t.dtype(), o.op), "all_reduce"));
-  const size_t total = t.nbytes(), step = BucketBytes(t.dtype());
-  char* dev = static_cast<char*>(t.raw_data());
   Backend* inner = inner_.get();
-  ReduceOp op = o.op;
-  DType dt = t.dtype();
-  return Enqueue(OpType::kAllReduce, dt, t.numel(), o.timeout, total, [=](char* host) {
-    std::vector<Bucket> out;
-    for (size_t off = 0; off < total; off += step) {
-      size_t len = std::min(step, total - off);
-      char* h = host + off;
-      out.push_back(Bucket{{{h, dev + off, len}},
-                           [=](absl::Duration left) {
-                             AllReduceOptions io;
-                             io.op = op;
-                             io.timeout = left;
-                             return inner->AllReduce(HostSlice(h, len, dt), io);
-                           },
-                           {{dev + off, h, len}}});
-    }
-    return out;
-  });
+  const ReduceOp op = o.op;
+  return Stage(OpType::kAllReduce, t.dtype(), t.numel(), o.timeout, {{Bytes(t), t.nbytes(), true, true}},
+               Bucketing::kBuckets, [inner, op](absl::Span<const Tensor> h, absl::Duration left) {
+                 AllReduceOptions io;
+                 io.op = op;
+                 io.timeout = left;
+                 return inner->AllReduce(h[0], io);
+               });
 }
 
 absl::StatusOr<WorkPtr> StagedBackend::Broadcast(const Tensor& t, const BroadcastOptions& o) {
   LOOM_RETURN_IF_ERROR(CheckDevice(t, "broadcast", "tensor"));
   LOOM_RETURN_IF_ERROR(CheckRank(o.root, size(), "broadcast", "options.root"));
-  const size_t total = t.nbytes(), step = BucketBytes(t.dtype());
-  char* dev = static_cast<char*>(t.raw_data());
   Backend* inner = inner_.get();
   const int root = o.root;
   const bool is_root = rank() == root;
-  DType dt = t.dtype();
-  return Enqueue(OpType::kBroadcast, dt, t.numel(), o.timeout, total, [=](char* host) {
-    std::vector<Bucket> out;
-    for (size_t off = 0; off < total; off += step) {
-      size_t len = std::min(step, total - off);
-      char* h = host + off;
-      Bucket b;
-      if (is_root) b.to_host.push_back({h, dev + off, len});
-      else b.to_device.push_back({dev + off, h, len});
-      b.run = [=](absl::Duration left) {
-        BroadcastOptions io;
-        io.root = root;
-        io.timeout = left;
-        return inner->Broadcast(HostSlice(h, len, dt), io);
-      };
-      out.push_back(std::move(b));
-    }
-    return out;
-  });
+  return Stage(OpType::kBroadcast, t.dtype(), t.numel(), o.timeout, {{Bytes(t), t.nbytes(), is_root, !is_root}},
+               Bucketing::kBuckets, [inner, root](absl::Span<const Tensor> h, absl::Duration left) {
+                 BroadcastOptions io;
+                 io.root = root;
+                 io.timeout = left;
+                 return inner->Broadcast(h[0], io);
+               });
 }
 
 absl::StatusOr<WorkPtr> StagedBackend::Reduce(const Tensor& t, const ReduceOptions& o) {
   LOOM_RETURN_IF_ERROR(CheckDevice(t, "reduce", "tensor"));
   LOOM_RETURN_IF_ERROR(CheckRank(o.root, size(), "reduce", "options.root"));
   LOOM_RETURN_IF_ERROR(Annotate(algorithms::CheckReducible(t.dtype(), o.op), "reduce"));
-  const size_t total = t.nbytes(), step = BucketBytes(t.dtype());
-  char* dev = static_cast<char*>(t.raw_data());
   Backend* inner = inner_.get();
   const int root = o.root;
-  const bool is_root = rank() == root;
-  ReduceOp op = o.op;
-  DType dt = t.dtype();
-  return Enqueue(OpType::kReduce, dt, t.numel(), o.timeout, total, [=](char* host) {
-    std::vector<Bucket> out;
-    for (size_t off = 0; off < total; off += step) {
-      size_t len = std::min(step, total - off);
-      char* h = host + off;
-      Bucket b;
-      b.to_host.push_back({h, dev + off, len});
-      if (is_root) b.to_device.push_back({dev + off, h, len});
-      b.run = [=](absl::Duration left) {
-        ReduceOptions io;
-        io.root = root;
-        io.op = op;
-        io.timeout = left;
-        return inner->Reduce(HostSlice(h, len, dt), io);
-      };
-      out.push_back(std::move(b));
-    }
-    return out;
-  });
+  const ReduceOp op = o.op;
+  return Stage(OpType::kReduce, t.dtype(), t.numel(), o.timeout, {{Bytes(t), t.nbytes(), true, rank() == root}},
+               Bucketing::kBuckets, [inner, root, op](absl::Span<const Tensor> h, absl::Duration left) {
+                 ReduceOptions io;
+                 io.root = root;
+                 io.op = op;
+                 io.timeout = left;
+                 return inner->Reduce(h[0], io);
+               });
+}
+
+absl::StatusOr<WorkPtr> StagedBackend::AllGather(absl::Span<const Tensor> outputs, const Tensor& input,
+                                                 const AllGatherOptions& o) {
+  LOOM_RETURN_IF_ERROR(CheckDevice(input, "all_gather", "input"));
+  LOOM_RETURN_IF_ERROR(CheckList(outputs, input, "all_gather", "outputs", "input"));
+  if (outputs[rank()].numel() != input.numel()) {
+    return absl::InvalidArgumentError(absl::StrCat("all_gather: outputs[", rank(), "] has ", outputs[rank()].numel(),
+                                                   " elements, input ", input.numel()));
+  }
+  std::vector<Segment> segs{{Bytes(input), input.nbytes(), true, false}};
+  for (const Tensor& t : outputs) segs.push_back({Bytes(t), t.nbytes(), false, true});
+  return StageAllGather(OpType::kAllGather, input, std::move(segs), o.timeout);
 }
 
 absl::StatusOr<WorkPtr> StagedBackend::AllGatherInto(const Tensor& output, const Tensor& input,
@@ -263,31 +303,25 @@ absl::StatusOr<WorkPtr> StagedBackend::AllGatherInto(const Tensor& output, const
                                                    " with ", input.numel() * n, " elements, got ",
                                                    output.DebugString()));
   }
-  const size_t block = input.nbytes(), step = BucketBytes(input.dtype());
-  const char* in = static_cast<const char*>(input.raw_data());
-  char* dev_out = static_cast<char*>(output.raw_data());
-  Backend* inner = inner_.get();
-  DType dt = input.dtype();
-  // Host layout: [input block | n output blocks].
-  return Enqueue(OpType::kAllGatherInto, dt, input.numel(), o.timeout, block * (n + 1), [=](char* host) {
-    std::vector<Bucket> out;
-    char* host_out = host + block;
-    for (size_t off = 0; off < block; off += step) {
-      size_t len = std::min(step, block - off);
-      Bucket b;
-      b.to_host.push_back({host + off, in + off, len});
-      for (int r = 0; r < n; ++r) b.to_device.push_back({dev_out + r * block + off, host_out + r * block + off, len});
-      b.run = [=](absl::Duration left) {
-        std::vector<Tensor> outs;
-        for (int r = 0; r < n; ++r) outs.push_back(HostSlice(host_out + r * block + off, len, dt));
-        AllGatherOptions io;
-        io.timeout = left;
-        return inner->AllGather(outs, HostSlice(host + off, len, dt), io);
-      };
-      out.push_back(std::move(b));
-    }
-    return out;
-  });
+  const size_t block = input.nbytes();
+  std::vector<Segment> segs{{Bytes(input), block, true, false}};
+  for (int r = 0; r < n; ++r) segs.push_back({Bytes(output) + r * block, block, false, true});
+  return StageAllGather(OpType::kAllGatherInto, input, std::move(segs), o.timeout);
+}
+
+absl::StatusOr<WorkPtr> StagedBackend::ReduceScatter(const Tensor& output, absl::Span<const Tensor> inputs,
+                                                     const ReduceScatterOptions& o) {
+  LOOM_RETURN_IF_ERROR(CheckDevice(output, "reduce_scatter", "output"));
+  LOOM_RETURN_IF_ERROR(Annotate(algorithms::CheckReducible(output.dtype(), o.op), "reduce_scatter"));
+  LOOM_RETURN_IF_ERROR(CheckList(inputs, output, "reduce_scatter", "inputs", "output"));
+  if (inputs[rank()].numel() != output.numel()) {
+    return absl::InvalidArgumentError(absl::StrCat("reduce_scatter: output: expected ", inputs[rank()].numel(),
+                                                   " elements (inputs[", rank(), "]), got ", output.numel()));
+  }
+  std::vector<Segment> segs;
+  for (const Tensor& t : inputs) segs.push_back({Bytes(t), t.nbytes(), true, false});
+  segs.push_back({Bytes(output), output.nbytes(), false, true});
+  return StageReduceScatter(OpType::kReduceScatter, output, std::move(segs), o);
 }
 
 absl::StatusOr<WorkPtr> StagedBackend::ReduceScatterFrom(const Tensor& output, const Tensor& input,
@@ -301,69 +335,125 @@ absl::StatusOr<WorkPtr> StagedBackend::ReduceScatterFrom(const Tensor& output, c
                                                    DTypeName(output.dtype()), " with ", output.numel() * n,
                                                    " elements, got ", input.DebugString()));
   }
-  const size_t block = output.nbytes(), step = BucketBytes(output.dtype());
-  const char* in = static_cast<const char*>(input.raw_data());
-  char* dev_out = static_cast<char*>(output.raw_data());
+  const size_t block = output.nbytes();
+  std::vector<Segment> segs;
+  for (int r = 0; r < n; ++r) segs.push_back({Bytes(input) + r * block, block, true, false});
+  segs.push_back({Bytes(output), block, false, true});
+  return StageReduceScatter(OpType::kReduceScatterFrom, output, std::move(segs), o);
+}
+
+absl::StatusOr<WorkPtr> StagedBackend::AllToAll(const Tensor& output, const Tensor& input, const AllToAllOptions& o) {
+  LOOM_RETURN_IF_ERROR(CheckDevice(output, "all_to_all", "output"));
+  LOOM_RETURN_IF_ERROR(CheckDevice(input, "all_to_all", "input"));
+  if (output.dtype() != input.dtype()) {
+    return absl::InvalidArgumentError(absl::StrCat("all_to_all: output: dtype ", DTypeName(output.dtype()),
+                                                   " != input ", DTypeName(input.dtype())));
+  }
+  LOOM_ASSIGN_OR_RETURN(std::vector<size_t> send, AllToAllSplitBytes(input, o.input_split_sizes, size(), "input"));
+  LOOM_ASSIGN_OR_RETURN(std::vector<size_t> recv,
+                        AllToAllSplitBytes(output, o.output_split_sizes, size(), "output"));
+  // The host copies are 1-D: their splits count elements.
+  AllToAllOptions io;
+  const size_t es = DTypeSize(input.dtype());
+  for (size_t b : send) io.input_split_sizes.push_back(static_cast<int64_t>(b / es));
+  for (size_t b : recv) io.output_split_sizes.push_back(static_cast<int64_t>(b / es));
   Backend* inner = inner_.get();
-  ReduceOp op = o.op;
-  DType dt = output.dtype();
-  // Host layout: [n input blocks | output block].
-  return Enqueue(OpType::kReduceScatterFrom, dt, output.numel(), o.timeout, block * (n + 1), [=](char* host) {
-    std::vector<Bucket> out;
-    char* host_out = host + n * block;
-    for (size_t off = 0; off < block; off += step) {
-      size_t len = std::min(step, block - off);
-      Bucket b;
-      for (int r = 0; r < n; ++r) b.to_host.push_back({host + r * block + off, in + r * block + off, len});
-      b.to_device.push_back({dev_out + off, host_out + off, len});
-      b.run = [=](absl::Duration left) {
-        std::vector<Tensor> ins;
-        for (int r = 0; r < n; ++r) ins.push_back(HostSlice(host + r * block + off, len, dt));
-        ReduceScatterOptions io;
-        io.op = op;
-        io.timeout = left;
-        return inner->ReduceScatter(HostSlice(host_out + off, len, dt), ins, io);
-      };
-      out.push_back(std::move(b));
+  return Stage(OpType::kAllToAll, input.dtype(), input.numel(), o.timeout,
+               {{Bytes(input), input.nbytes(), true, false}, {Bytes(output), output.nbytes(), false, true}},
+               Bucketing::kOne, [inner, io](absl::Span<const Tensor> h, absl::Duration left) {
+                 AllToAllOptions x = io;
+                 x.timeout = left;
+                 return inner->AllToAll(h[1], h[0], x);
+               });
+}
+
+absl::StatusOr<WorkPtr> StagedBackend::Gather(absl::Span<const Tensor> outputs, const Tensor& input,
+                                              const GatherOptions& o) {
+  LOOM_RETURN_IF_ERROR(CheckDevice(input, "gather", "input"));
+  LOOM_RETURN_IF_ERROR(CheckRank(o.root, size(), "gather", "options.root"));
+  std::vector<Segment> segs{{Bytes(input), input.nbytes(), true, false}};
+  if (rank() == o.root) {
+    LOOM_RETURN_IF_ERROR(CheckList(outputs, input, "gather", "outputs", "input"));
+    if (outputs[rank()].numel() != input.numel()) {
+      return absl::InvalidArgumentError(absl::StrCat("gather: outputs[", rank(), "] has ", outputs[rank()].numel(),
+                                                     " elements, input ", input.numel()));
     }
-    return out;
-  });
+    for (const Tensor& t : outputs) segs.push_back({Bytes(t), t.nbytes(), false, true});
+  }
+  Backend* inner = inner_.get();
+  const int root = o.root;
+  return Stage(OpType::kGather, input.dtype(), input.numel(), o.timeout, std::move(segs), Bucketing::kOne,
+               [inner, root](absl::Span<const Tensor> h, absl::Duration left) {
+                 GatherOptions io;
+                 io.root = root;
+                 io.timeout = left;
+                 return inner->Gather(h.subspan(1), h[0], io);
+               });
+}
+
+absl::StatusOr<WorkPtr> StagedBackend::Scatter(const Tensor& output, absl::Span<const Tensor> inputs,
+                                               const ScatterOptions& o) {
+  LOOM_RETURN_IF_ERROR(CheckDevice(output, "scatter", "output"));
+  LOOM_RETURN_IF_ERROR(CheckRank(o.root, size(), "scatter", "options.root"));
+  std::vector<Segment> segs;
+  if (rank() == o.root) {
+    LOOM_RETURN_IF_ERROR(CheckList(inputs, output, "scatter", "inputs", "output"));
+    if (inputs[rank()].numel() != output.numel()) {
+      return absl::InvalidArgumentError(absl::StrCat("scatter: inputs[", rank(), "] has ", inputs[rank()].numel(),
+                                                     " elements, output ", output.numel()));
+    }
+    for (const Tensor& t : inputs) segs.push_back({Bytes(t), t.nbytes(), true, false});
+  }
+  segs.push_back({Bytes(output), output.nbytes(), false, true});
+  Backend* inner = inner_.get();
+  const int root = o.root;
+  return Stage(OpType::kScatter, output.dtype(), output.numel(), o.timeout, std::move(segs), Bucketing::kOne,
+               [inner, root](absl::Span<const Tensor> h, absl::Duration left) {
+                 ScatterOptions io;
+                 io.root = root;
+                 io.timeout = left;
+                 return inner->Scatter(h.back(), h.first(h.size() - 1), io);
+               });
+}
+
+absl::StatusOr<WorkPtr> StagedBackend::Send(const Tensor& t, int dst, const SendRecvOptions& o) {
+  LOOM_RETURN_IF_ERROR(CheckDevice(t, "send", "tensor"));
+  LOOM_RETURN_IF_ERROR(CheckRank(dst, size(), "send", "dst"));
+  if (dst == rank()) return absl::InvalidArgumentError("send: dst: cannot send to self");
+  Backend* inner = inner_.get();
+  const uint32_t tag = o.tag;
+  return Stage(OpType::kSend, t.dtype(), t.numel(), o.timeout, {{Bytes(t), t.nbytes(), true, false}},
+               Bucketing::kBuckets, [inner, dst, tag](absl::Span<const Tensor> h, absl::Duration left) {
+                 SendRecvOptions io;
+                 io.tag = tag;
+                 io.timeout = left;
+                 return inner->Send(h[0], dst, io);
+               });
+}
+
+absl::StatusOr<WorkPtr> StagedBackend::Recv(const Tensor& t, int src, const SendRecvOptions& o) {
+  LOOM_RETURN_IF_ERROR(CheckDevice(t, "recv", "tensor"));
+  LOOM_RETURN_IF_ERROR(CheckRank(src, size(), "recv", "src"));
+  if (src == rank()) return absl::InvalidArgumentError("recv: src: cannot receive from self");
+  Backend* inner = inner_.get();
+  const uint32_t tag = o.tag;
+  return Stage(OpType::kRecv, t.dtype(), t.numel(), o.timeout, {{Bytes(t), t.nbytes(), false, true}},
+               Bucketing::kBuckets, [inner, src, tag](absl::Span<const Tensor> h, absl::Duration left) {
+                 SendRecvOptions io;
+                 io.tag = tag;
+                 io.timeout = left;
+                 return inner->Recv(h[0], src, io);
+               });
 }
 
 absl::StatusOr<WorkPtr> StagedBackend::Barrier(const BarrierOptions& o) {
   Backend* inner = inner_.get();
-  return Enqueue(OpType::kBarrier, DType::kBool, 0, o.timeout, 0, [inner](char*) {
-    std::vector<Bucket> out(1);
-    out[0].run = [inner](absl::Duration left) {
-      BarrierOptions io;
-      io.timeout = left;
-      return inner->Barrier(io);
-    };
-    return out;
-  });
-}
-
-absl::StatusOr<WorkPtr> StagedBackend::AllGather(absl::Span<const Tensor>, const Tensor&, const AllGatherOptions&) {
-  return Unsupported(name_, OpType::kAllGather);
-}
-absl::StatusOr<WorkPtr> StagedBackend::ReduceScatter(const Tensor&, absl::Span<const Tensor>,
-                                                     const ReduceScatterOptions&) {
-  return Unsupported(name_, OpType::kReduceScatter);
-}
-absl::StatusOr<WorkPtr> StagedBackend::AllToAll(const Tensor&, const Tensor&, const AllToAllOptions&) {
-  return Unsupported(name_, OpType::kAllToAll);
-}
-absl::StatusOr<WorkPtr> StagedBackend::Gather(absl::Span<const Tensor>, const Tensor&, const GatherOptions&) {
-  return Unsupported(name_, OpType::kGather);
-}
-absl::StatusOr<WorkPtr> StagedBackend::Scatter(const Tensor&, absl::Span<const Tensor>, const ScatterOptions&) {
-  return Unsupported(name_, OpType::kScatter);
-}
-absl::StatusOr<WorkPtr> StagedBackend::Send(const Tensor&, int, const SendRecvOptions&) {
-  return Unsupported(name_, OpType::kSend);
-}
-absl::StatusOr<WorkPtr> StagedBackend::Recv(const Tensor&, int, const SendRecvOptions&) {
-  return Unsupported(name_, OpType::kRecv);
+  return Stage(OpType::kBarrier, DType::kBool, 0, o.timeout, {}, Bucketing::kOne,
+               [inner](absl::Span<const Tensor>, absl::Duration left) {
+                 BarrierOptions io;
+                 io.timeout = left;
+                 return inner->Barrier(io);
+               });
 }
 
 }  // namespace loom::collectives::staging

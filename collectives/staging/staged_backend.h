@@ -1,8 +1,12 @@
 // Backend "cuda:gloo": collectives on device buffers staged through pinned
 // host memory, run by a CPU backend (Gloo) on the host copies.
 //
-// Each op cuts its message into buckets of StagingOptions::bucket_bytes and
-// pipelines them through the Copier (copier.h):
+// An op is a list of segments: device ranges laid out back to back in the
+// host buffer, each copied to the host before the inner op, back to the
+// device after it, or both. Bucket j of an op is bytes [j*B, (j+1)*B) of
+// every segment (B = StagingOptions::bucket_bytes, whole elements; a segment
+// that ends before j*B has an empty slice there), and runs as one inner op on
+// the host slices. The buckets pipeline through the Copier (copier.h):
 //
 //   ToHost(0)
 //   for i in 0..n-1:
@@ -11,20 +15,35 @@
 //     wait inner op i-1; ToDevice(i-1) -- overlaps the reduction of bucket i
 //   wait inner op n-1; ToDevice(n-1); wait every ToDevice
 //
+// Every rank must run the same number of inner ops, so an op is cut into
+// buckets only where each rank knows the longest segment of the group:
+//
+//   all_reduce, broadcast, reduce      the tensor (the same size everywhere)
+//   all_gather(_into), reduce_scatter(_from)
+//                                      the per-rank list (sizes agree across
+//                                      ranks and may differ per rank)
+//   send, recv                         the tensor (both ends the same size)
+//   all_to_all, gather, scatter        one bucket: a rank knows only its own
+//                                      split sizes (all_to_all) or, off the
+//                                      root, its own block
+//   barrier                            one inner barrier
+//
 // The algorithms are the inner backend's (created by name, "gloo" for
 // cuda:gloo, on its own store prefix and connections so its op order is this
-// backend's bucket order). Ops: all_reduce, broadcast, reduce,
-// all_gather_into, reduce_scatter_from (bucket j of every rank's block is one
-// inner all_gather / reduce_scatter over per-rank host slices), barrier.
+// backend's bucket order).
 //
 // Work semantics are Backend's: validated on the caller's thread, run in
 // issue order on one executor thread (internal/op_executor.h) with deadline =
-// start + options.timeout (copies and inner ops share that deadline). A failed
-// op is recorded in this backend's flight recorder (dumped to
-// "<dir>/cuda:gloo.rank<R>.txt" when a directory is set) and every later op
-// fails with FailedPrecondition quoting it. Abort() on a running op aborts
-// its inner ops (a no-op once the backend is gone). Create it with
-// std::make_shared.
+// start + options.timeout (copies and inner ops share that deadline). Send and
+// recv run there too, each to completion: a send that the inner transport
+// cannot complete before its receiver posts the recv (Loom's TCP transport
+// completes small sends at once) holds back this rank's later ops meanwhile,
+// as on cuda:nccl, where both share one stream; ranks that exchange order
+// send and recv oppositely. A failed op is recorded in this backend's flight
+// recorder (dumped to "<dir>/cuda:gloo.rank<R>.txt" when a directory is set)
+// and every later op fails with FailedPrecondition quoting it. Abort() on a
+// running op aborts its inner ops (a no-op once the backend is gone). Create
+// it with std::make_shared.
 #pragma once
 
 #include <cstddef>
@@ -84,6 +103,7 @@ class StagedBackend : public Backend, public std::enable_shared_from_this<Staged
   absl::StatusOr<WorkPtr> Recv(const Tensor& tensor, int src, const SendRecvOptions& o) override;
   absl::StatusOr<WorkPtr> Barrier(const BarrierOptions& o) override;
 
+ private:
   // One copy between a device range and a host range.
   struct Copy {
     char* dst;
@@ -99,8 +119,26 @@ class StagedBackend : public Backend, public std::enable_shared_from_this<Staged
   };
   // Builds the buckets of an op once the host buffer is known.
   using Plan = std::function<std::vector<Bucket>(char* host)>;
+  // A device range of an op and the copies it needs (see the top).
+  struct Segment {
+    char* dev;
+    size_t bytes;
+    bool to_host;
+    bool to_device;
+  };
+  // The inner op of one bucket on its host slices (one per segment, in order).
+  using BucketOp = std::function<absl::StatusOr<WorkPtr>(absl::Span<const Tensor> host, absl::Duration left)>;
+  enum class Bucketing { kBuckets, kOne };
 
- private:
+  // Lays out the segments, cuts them into buckets (or one) and enqueues the
+  // op; Unimplemented when the inner backend cannot run it for `dtype`.
+  absl::StatusOr<WorkPtr> Stage(OpType op, DType dtype, int64_t numel, absl::Duration timeout,
+                                std::vector<Segment> segments, Bucketing bucketing, BucketOp run);
+  // Every list-form all_gather and reduce_scatter: one inner op per bucket.
+  absl::StatusOr<WorkPtr> StageAllGather(OpType op, const Tensor& input, std::vector<Segment> segments,
+                                         absl::Duration timeout);
+  absl::StatusOr<WorkPtr> StageReduceScatter(OpType op, const Tensor& output, std::vector<Segment> segments,
+                                             const ReduceScatterOptions& o);
   // Queues an op on the executor; it runs as RunTask(host_bytes, plan).
   absl::StatusOr<WorkPtr> Enqueue(OpType op, DType dtype, int64_t numel, absl::Duration timeout,
                                   size_t host_bytes, Plan plan);
@@ -109,6 +147,9 @@ class StagedBackend : public Backend, public std::enable_shared_from_this<Staged
   absl::StatusOr<WorkPtr> Issue(Bucket& b, absl::Time deadline);
   size_t BucketBytes(DType dtype) const;
   absl::Status CheckDevice(const Tensor& t, absl::string_view op, absl::string_view arg) const;
+  // `list` holds size() CUDA tensors of like's dtype (`like_arg` names like).
+  absl::Status CheckList(absl::Span<const Tensor> list, const Tensor& like, absl::string_view op,
+                         absl::string_view arg, absl::string_view like_arg) const;
 
   std::string name_;
   std::shared_ptr<Backend> inner_;

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "collectives/store/store_server.h"
 #include "collectives/store/tcp_store.h"
@@ -128,10 +129,12 @@ class HostCopier : public Copier {
 struct Rank {
   std::shared_ptr<StagedBackend> backend;
   HostCopier* copier = nullptr;
+  std::shared_ptr<Backend> plain;  // a plain CPU Gloo backend of the same ranks: the reference
 };
 
 // Runs fn(rank, world, Rank&) on `world` threads, each with its own Gloo
-// backend (real rendezvous over a TCP store) behind a StagedBackend.
+// backend (real rendezvous over a TCP store) behind a StagedBackend, and a
+// second, plain one.
 void RunRanks(int world, size_t bucket_bytes, std::function<absl::Duration(int)> delay,
               const std::string& recorder_dir, const std::function<void(int, Rank&)>& fn) {
   store::StoreServer::Options so;
@@ -150,9 +153,14 @@ void RunRanks(int world, size_t bucket_bytes, std::function<absl::Duration(int)>
       ctx.timeout = absl::Seconds(30);
       auto inner = CreateBackend("gloo", ctx);
       ASSERT_TRUE(inner.ok()) << inner.status();
+      BackendContext plain_ctx = ctx;
+      plain_ctx.store = std::make_shared<store::PrefixStore>(*store, "plain");
+      auto plain = CreateBackend("gloo", plain_ctx);
+      ASSERT_TRUE(plain.ok()) << plain.status();
       auto copier = std::make_unique<HostCopier>(delay(r));
       Rank rank;
       rank.copier = copier.get();
+      rank.plain = *plain;
       StagingOptions o;
       o.bucket_bytes = bucket_bytes;
       o.flight_recorder_dir = recorder_dir;
@@ -252,7 +260,7 @@ TEST(StagedBackend, RefusesWhatItCannotStage) {
     auto w = k.backend->AllReduce(cpu, {});
     EXPECT_TRUE(absl::IsInvalidArgument(w.status())) << w.status();
     EXPECT_NE(w.status().message().find("cpu"), std::string::npos) << w.status();
-    EXPECT_FALSE(k.backend->Supports(OpType::kAllToAll, DType::kF32, DeviceKind::kCUDA));
+    EXPECT_TRUE(k.backend->Supports(OpType::kAllToAll, DType::kF32, DeviceKind::kCUDA));
     EXPECT_FALSE(k.backend->Supports(OpType::kAllReduce, DType::kF32, DeviceKind::kCPU));
     EXPECT_TRUE(k.backend->Supports(OpType::kAllReduce, DType::kF32, DeviceKind::kCUDA));
     AllReduceOptions o;
@@ -368,6 +376,324 @@ TEST(StagedBackend, AbortEndsARunningOp) {
     EXPECT_TRUE(absl::IsCancelled(s)) << s;
     EXPECT_LT(absl::Now() - t0, absl::Seconds(5));
     rank0_done.Notify();
+  });
+}
+
+// ---------------------------------------------------------------- list forms, all_to_all, gather, scatter, send/recv
+//
+// Each op runs on the staged backend (outputs poisoned with -1) and on the
+// plain CPU Gloo backend of the same ranks (outputs poisoned with -2), on the
+// same inputs; the results must be equal, and the plain ones what the op
+// means. The bucket is 10 floats.
+
+// Per-rank block sizes of the list forms: uneven, one empty, one of three buckets.
+int64_t ListSize(int r) {
+  static const int64_t kList[] = {13, 0, 25, 7};
+  return kList[r];
+}
+
+std::vector<float> Fill(int64_t n, int r, int salt) {
+  std::vector<float> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(r * 1000 + salt * 100 + i);
+  return v;
+}
+
+Tensor Cpu(std::vector<float>& v) { return Tensor::Wrap(v.data(), {static_cast<int64_t>(v.size())}, DType::kF32); }
+
+// Per-rank outputs of the given sizes, poisoned, and their tensors.
+struct Outputs {
+  std::vector<std::vector<float>> dev, cpu;
+  std::vector<Tensor> dev_t, cpu_t;
+  explicit Outputs(const std::vector<int64_t>& sizes) : dev(sizes.size()), cpu(sizes.size()) {
+    for (size_t j = 0; j < sizes.size(); ++j) {
+      dev[j].assign(sizes[j], -1.0f);
+      cpu[j].assign(sizes[j], -2.0f);
+    }
+    for (size_t j = 0; j < sizes.size(); ++j) {
+      dev_t.push_back(Dev(dev[j]));
+      cpu_t.push_back(Cpu(cpu[j]));
+    }
+  }
+};
+
+std::vector<int64_t> ListSizes(int world) {
+  std::vector<int64_t> s;
+  for (int j = 0; j < world; ++j) s.push_back(ListSize(j));
+  return s;
+}
+
+size_t InnerOps(Rank& k) { return k.backend->inner()->flight_recorder()->Snapshot().size(); }
+
+void CheckListForms(int world, int r, Rank& k) {
+  // all_gather: outputs[j] = rank j's input; 25 floats = 3 buckets.
+  std::vector<float> in = Fill(ListSize(r), r, 1);
+  Outputs ag(ListSizes(world));
+  size_t before = InnerOps(k);
+  ExpectOk(k.backend->AllGather(ag.dev_t, Dev(in), {}));
+  const size_t buckets = world > 2 ? 3 : 2;  // the longest block: 13 or 25 floats
+  EXPECT_EQ(InnerOps(k) - before, buckets) << "all_gather buckets";
+  ExpectOk(k.plain->AllGather(ag.cpu_t, Cpu(in), {}));
+  for (int j = 0; j < world; ++j) {
+    EXPECT_EQ(ag.cpu[j], Fill(ListSize(j), j, 1)) << "plain all_gather " << j;
+    EXPECT_EQ(ag.dev[j], ag.cpu[j]) << "all_gather outputs[" << j << "]";
+  }
+  // reduce_scatter (max): inputs[j] on rank r holds Fill(ListSize(j), r, j).
+  std::vector<std::vector<float>> ins;
+  for (int j = 0; j < world; ++j) ins.push_back(Fill(ListSize(j), r, j));
+  std::vector<Tensor> dev_in, cpu_in;
+  for (auto& v : ins) {
+    dev_in.push_back(Dev(v));
+    cpu_in.push_back(Cpu(v));
+  }
+  Outputs rs({ListSize(r)});
+  ReduceScatterOptions ro;
+  ro.op = ReduceOp::kMax;
+  before = InnerOps(k);
+  ExpectOk(k.backend->ReduceScatter(rs.dev_t[0], dev_in, ro));
+  EXPECT_EQ(InnerOps(k) - before, buckets) << "reduce_scatter buckets";
+  ExpectOk(k.plain->ReduceScatter(rs.cpu_t[0], cpu_in, ro));
+  EXPECT_EQ(rs.cpu[0], Fill(ListSize(r), world - 1, r)) << "plain reduce_scatter";
+  EXPECT_EQ(rs.dev[0], rs.cpu[0]) << "reduce_scatter";
+}
+
+// Rows (of 3 floats) that rank s sends to rank d: uneven, some none.
+int64_t Rows(int s, int d) { return (s + 2 * d + 1) % 4; }
+
+void CheckAllToAll(int world, int r, Rank& k) {
+  for (bool even : {false, true}) {
+    SCOPED_TRACE(even ? "equal splits" : "uneven splits");
+    AllToAllOptions o;
+    int64_t in_rows = 0, out_rows = 0;
+    for (int j = 0; j < world; ++j) {
+      o.input_split_sizes.push_back(even ? 2 : Rows(r, j));
+      o.output_split_sizes.push_back(even ? 2 : Rows(j, r));
+      in_rows += o.input_split_sizes.back();
+      out_rows += o.output_split_sizes.back();
+    }
+    if (even) o = AllToAllOptions();  // empty: equal splits
+    std::vector<float> in = Fill(in_rows * 3, r, 5);
+    Outputs out({out_rows * 3});
+    auto dev2 = [](std::vector<float>& v, int64_t rows) {
+      return Tensor::Wrap(v.data(), {rows, 3}, DType::kF32, Device::CUDA(0));
+    };
+    size_t before = InnerOps(k);
+    ExpectOk(k.backend->AllToAll(dev2(out.dev[0], out_rows), dev2(in, in_rows), o));
+    EXPECT_EQ(InnerOps(k) - before, 1u) << "all_to_all is one bucket";
+    ExpectOk(k.plain->AllToAll(Tensor::Wrap(out.cpu[0].data(), {out_rows, 3}, DType::kF32),
+                               Tensor::Wrap(in.data(), {in_rows, 3}, DType::kF32), o));
+    // Row block j of the output is rank j's block for r: its first element.
+    int64_t row = 0;
+    for (int j = 0; j < world; ++j) {
+      int64_t first_row_at_j = 0;
+      for (int d = 0; d < r; ++d) first_row_at_j += even ? 2 : Rows(j, d);
+      if ((even ? 2 : Rows(j, r)) > 0) {
+        EXPECT_EQ(out.cpu[0][row * 3], j * 1000 + 500 + first_row_at_j * 3) << "plain all_to_all from " << j;
+      }
+      row += even ? 2 : Rows(j, r);
+    }
+    EXPECT_EQ(out.dev[0], out.cpu[0]) << "all_to_all";
+  }
+}
+
+void CheckGatherScatter(int world, int r, Rank& k) {
+  // gather to the last rank
+  std::vector<float> in = Fill(ListSize(r), r, 3);
+  const bool groot = r == world - 1;
+  Outputs g(groot ? ListSizes(world) : std::vector<int64_t>{});
+  GatherOptions go;
+  go.root = world - 1;
+  size_t before = InnerOps(k);
+  ExpectOk(k.backend->Gather(g.dev_t, Dev(in), go));
+  EXPECT_EQ(InnerOps(k) - before, 1u) << "gather is one bucket";
+  ExpectOk(k.plain->Gather(g.cpu_t, Cpu(in), go));
+  for (size_t j = 0; j < g.dev.size(); ++j) {
+    EXPECT_EQ(g.cpu[j], Fill(ListSize(j), j, 3)) << "plain gather " << j;
+    EXPECT_EQ(g.dev[j], g.cpu[j]) << "gather outputs[" << j << "]";
+  }
+  // scatter from rank 1: inputs[j] = Fill(ListSize(j), 1, j)
+  std::vector<std::vector<float>> ins;
+  std::vector<Tensor> dev_in, cpu_in;
+  if (r == 1) {
+    for (int j = 0; j < world; ++j) ins.push_back(Fill(ListSize(j), 1, j));
+    for (auto& v : ins) {
+      dev_in.push_back(Dev(v));
+      cpu_in.push_back(Cpu(v));
+    }
+  }
+  Outputs s({ListSize(r)});
+  ScatterOptions so;
+  so.root = 1;
+  before = InnerOps(k);
+  ExpectOk(k.backend->Scatter(s.dev_t[0], dev_in, so));
+  EXPECT_EQ(InnerOps(k) - before, 1u) << "scatter is one bucket";
+  ExpectOk(k.plain->Scatter(s.cpu_t[0], cpu_in, so));
+  EXPECT_EQ(s.cpu[0], Fill(ListSize(r), 1, r)) << "plain scatter";
+  EXPECT_EQ(s.dev[0], s.cpu[0]) << "scatter";
+}
+
+// A ring: rank r sends to r+1 and receives from r-1 at every size, rank 0
+// sending first and the others receiving first (a send may wait for its
+// receiver); ceil(n / 10) buckets each way.
+void CheckSendRecv(int world, int r, Rank& k) {
+  const int next = (r + 1) % world, prev = (r + world - 1) % world;
+  for (int64_t n : kSizes) {
+    SCOPED_TRACE(testing::Message() << "numel " << n);
+    std::vector<float> mine = Fill(n, r, 7);
+    Outputs got({n});
+    SendRecvOptions o;
+    o.tag = 9;
+    for (Backend* b : {static_cast<Backend*>(k.backend.get()), k.plain.get()}) {
+      const bool plain = b == k.plain.get();
+      Tensor dst = plain ? got.cpu_t[0] : got.dev_t[0];
+      Tensor src = plain ? Cpu(mine) : Dev(mine);
+      size_t before = InnerOps(k);
+      if (r == 0) ExpectOk(b->Send(src, next, o));
+      ExpectOk(b->Recv(dst, prev, o));
+      if (r != 0) ExpectOk(b->Send(src, next, o));
+      if (!plain) EXPECT_EQ(InnerOps(k) - before, 2 * static_cast<size_t>((n + 9) / 10)) << "send/recv buckets";
+    }
+    EXPECT_EQ(got.cpu[0], Fill(n, prev, 7)) << "plain recv";
+    EXPECT_EQ(got.dev[0], got.cpu[0]) << "recv";
+  }
+}
+
+void CheckNewOps(int world) {
+  RunRanks(world, 40, NoDelay, "", [world](int r, Rank& k) {
+    SCOPED_TRACE(testing::Message() << "rank " << r);
+    CheckListForms(world, r, k);
+    CheckAllToAll(world, r, k);
+    CheckGatherScatter(world, r, k);
+    CheckSendRecv(world, r, k);
+    ExpectOk(k.backend->Barrier({}));
+  });
+}
+
+TEST(StagedBackend, ListFormsAllToAllGatherScatterSendRecvMatchCpuTwoRanks) { CheckNewOps(2); }
+TEST(StagedBackend, ListFormsAllToAllGatherScatterSendRecvMatchCpuThreeRanks) { CheckNewOps(3); }
+
+// Issues `op` on rank 0 of two ranks, with the given timeout (rank 1 never
+// joins). Each waits for rank 1: gather's root and scatter's receiver, recv.
+// (A send is not here: the inner TCP transport completes a small send without
+// its receiver.)
+absl::StatusOr<WorkPtr> IssueAlone(OpType op, Rank& k, absl::Duration timeout, std::vector<float>& a,
+                                   std::vector<float>& b, std::vector<float>& c) {
+  std::vector<Tensor> list{Dev(b), Dev(c)};
+  switch (op) {
+    case OpType::kAllGather: {
+      AllGatherOptions o;
+      o.timeout = timeout;
+      return k.backend->AllGather(list, Dev(a), o);
+    }
+    case OpType::kReduceScatter: {
+      ReduceScatterOptions o;
+      o.timeout = timeout;
+      return k.backend->ReduceScatter(Dev(a), list, o);
+    }
+    case OpType::kAllToAll: {
+      AllToAllOptions o;
+      o.timeout = timeout;
+      return k.backend->AllToAll(Dev(b), Dev(a), o);
+    }
+    case OpType::kGather: {
+      GatherOptions o;
+      o.timeout = timeout;
+      return k.backend->Gather(list, Dev(a), o);
+    }
+    case OpType::kScatter: {
+      ScatterOptions o;
+      o.root = 1;
+      o.timeout = timeout;
+      return k.backend->Scatter(Dev(a), list, o);
+    }
+    case OpType::kRecv: {
+      SendRecvOptions o;
+      o.timeout = timeout;
+      return k.backend->Recv(Dev(a), 1, o);
+    }
+    default:
+      return absl::InternalError("not in this test");
+  }
+}
+
+class StagedTimeout : public testing::TestWithParam<OpType> {};
+
+// Rank 1 never joins: rank 0's op fails with DeadlineExceeded by its own
+// timeout, the flight recorder shows it failed, and a later op fails quoting it.
+TEST_P(StagedTimeout, RankThatNeverJoins) {
+  const OpType op = GetParam();
+  const std::string name(OpTypeName(op));
+  absl::Notification rank0_done;
+  RunRanks(2, 40, NoDelay, "", [&](int r, Rank& k) {
+    if (r == 1) {
+      rank0_done.WaitForNotification();
+      return;
+    }
+    std::vector<float> a(26, 1.0f), b(26, 2.0f), c(26, 3.0f);
+    absl::Time t0 = absl::Now();
+    auto w = IssueAlone(op, k, absl::Milliseconds(400), a, b, c);
+    ASSERT_TRUE(w.ok()) << w.status();
+    absl::Status s = (*w)->Wait(absl::Now() + absl::Seconds(20));
+    EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+    EXPECT_LT(absl::Now() - t0, absl::Seconds(10));
+    EXPECT_NE(s.message().find(absl::StrCat("cuda:gloo ", name, " #0 on rank 0")), std::string::npos) << s;
+    std::vector<OpRecord> rec = k.backend->flight_recorder()->Snapshot();
+    ASSERT_EQ(rec.size(), 1u);
+    EXPECT_EQ(rec[0].op, name);
+    EXPECT_EQ(rec[0].state, OpRecord::State::kFailed);
+    auto later = k.backend->AllReduce(Dev(a), {});
+    ASSERT_TRUE(later.ok()) << later.status();
+    absl::Status ls = (*later)->Wait(absl::Now() + absl::Seconds(20));
+    EXPECT_TRUE(absl::IsFailedPrecondition(ls)) << ls;
+    EXPECT_NE(ls.message().find(absl::StrCat("earlier op failed: cuda:gloo ", name, " #0")), std::string::npos) << ls;
+    rank0_done.Notify();
+  });
+}
+
+INSTANTIATE_TEST_SUITE_P(NewOps, StagedTimeout,
+                         testing::Values(OpType::kAllGather, OpType::kReduceScatter, OpType::kAllToAll,
+                                         OpType::kGather, OpType::kScatter, OpType::kRecv),
+                         [](const testing::TestParamInfo<OpType>& p) { return std::string(OpTypeName(p.param)); });
+
+void ExpectInvalid(absl::StatusOr<WorkPtr> w, absl::string_view text) {
+  EXPECT_TRUE(absl::IsInvalidArgument(w.status())) << w.status();
+  EXPECT_NE(w.status().message().find(text), std::string::npos) << "want '" << text << "' in " << w.status();
+}
+
+// Bad arguments are refused on the caller's thread, naming the argument;
+// nothing is queued.
+TEST(StagedBackend, NewOpsNameBadArguments) {
+  RunRanks(2, 40, NoDelay, "", [](int r, Rank& k) {
+    std::vector<float> a(4), b(4), c(4), odd(3), host(4);
+    std::vector<int32_t> ints(4);
+    Tensor cpu = Cpu(host);
+    Tensor i32 = Tensor::Wrap(ints.data(), {4}, DType::kI32, Device::CUDA(0));
+    std::vector<Tensor> one{Dev(b)}, with_cpu{Dev(b), cpu}, with_i32{i32, Dev(c)}, two{Dev(b), Dev(c)};
+    ExpectInvalid(k.backend->AllGather(one, Dev(a), {}), "all_gather: outputs: expected 2 tensors, got 1");
+    ExpectInvalid(k.backend->AllGather(with_cpu, Dev(a), {}), "all_gather: outputs[1]: cuda:gloo stages CUDA tensors");
+    ExpectInvalid(k.backend->AllGather(with_i32, Dev(a), {}), "all_gather: outputs[0]: dtype i32 != input f32");
+    ExpectInvalid(k.backend->AllGather(two, Dev(odd), {}), absl::StrCat("all_gather: outputs[", r, "] has 4"));
+    ExpectInvalid(k.backend->ReduceScatter(Dev(a), one, {}), "reduce_scatter: inputs: expected 2 tensors");
+    ExpectInvalid(k.backend->ReduceScatter(Dev(odd), two, {}), "reduce_scatter: output: expected 4 elements");
+    ExpectInvalid(k.backend->ReduceScatter(cpu, two, {}), "reduce_scatter: output: cuda:gloo stages CUDA");
+    AllToAllOptions ao;
+    ao.input_split_sizes = {1, 2};
+    ExpectInvalid(k.backend->AllToAll(Dev(b), Dev(a), ao), "all_to_all: options.input_split_sizes: sum 3 != 4");
+    ExpectInvalid(k.backend->AllToAll(Dev(b), Dev(odd), {}), "all_to_all: input: 3 rows do not split evenly");
+    ExpectInvalid(k.backend->AllToAll(i32, Dev(a), {}), "all_to_all: output: dtype i32 != input f32");
+    GatherOptions go;
+    go.root = 2;
+    ExpectInvalid(k.backend->Gather(two, Dev(a), go), "gather: options.root: rank 2 out of range");
+    go.root = r;
+    ExpectInvalid(k.backend->Gather(one, Dev(a), go), "gather: outputs: expected 2 tensors, got 1");
+    ScatterOptions so;
+    so.root = r;
+    ExpectInvalid(k.backend->Scatter(Dev(a), with_cpu, so), "scatter: inputs[1]: cuda:gloo stages CUDA tensors");
+    ExpectInvalid(k.backend->Scatter(Dev(odd), two, so), absl::StrCat("scatter: inputs[", r, "] has 4"));
+    ExpectInvalid(k.backend->Send(Dev(a), r, {}), "send: dst: cannot send to self");
+    ExpectInvalid(k.backend->Send(Dev(a), 5, {}), "send: dst: rank 5 out of range");
+    ExpectInvalid(k.backend->Recv(cpu, 1 - r, {}), "recv: tensor: cuda:gloo stages CUDA tensors");
+    ExpectInvalid(k.backend->Recv(Dev(a), -1, {}), "recv: src: rank -1 out of range");
+    EXPECT_TRUE(k.backend->flight_recorder()->Snapshot().empty());
   });
 }
 

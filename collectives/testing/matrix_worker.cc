@@ -273,6 +273,23 @@ void RunMatrix(WorkerContext& ctx, ProcessGroup& pg, bool smoke) {
       }
     }
   }
+  // send/recv between ranks 0 and 1 only, then a collective of every rank:
+  // point-to-point ops take no collective tag number, so ranks that ran
+  // none still meet the others.
+  if (n > 2 && r < 2) {
+    Tensor s = Make(DType::kF32, 5, r, 3), v = Tensor::MustEmpty({5}, DType::kF32);
+    SendRecvOptions o;
+    o.tag = 9;
+    auto ws = pg.Send(s, 1 - r, o);
+    auto wr = pg.Recv(v, 1 - r, o);
+    WORKER_EXPECT(ctx, ws.ok() && wr.ok() && (*ws)->Wait(absl::Now() + absl::Seconds(30)).ok() &&
+                           (*wr)->Wait(absl::Now() + absl::Seconds(30)).ok(),
+                  "send/recv of ranks 0 and 1");
+  }
+  Tensor t = Make(DType::kF32, 33, r);
+  if (RUN_OP(ctx, "all_reduce after a pair's send/recv", pg.AllReduce(t, {})))
+    CHECK_MATCH(ctx, "all_reduce after a pair's send/recv", t, RefReduce(ReduceOp::kSum, DType::kF32, n, 33),
+                DType::kF32);
   WORKER_EXPECT(ctx, RUN_OP(ctx, "barrier", pg.Barrier({})), "barrier");
 }
 

@@ -71,6 +71,7 @@ absl::Status Impl::Init(const ir::Graph& g, const CudaOptions& o) {
   absl::Status compiled = CompileKernels(&stats);
   stats.kernels_seconds = since(t0);
   LOOM_RETURN_IF_ERROR(compiled);
+  segments_ = Segments();
   if (o.stats != nullptr) *o.stats = stats;
   return dry_ ? rt.status() : absl::OkStatus();
 }
@@ -152,7 +153,7 @@ absl::Status Impl::Capture() {
       if (e) cudaGraphExecDestroy(e);
     for (cudaGraph_t g : graphs) cudaGraphDestroy(g);
   };
-  for (const auto& [begin, end] : Segments()) {
+  for (const auto& [begin, end] : segments_) {
     if (begin == end) {  // two host calls in a row: nothing to replay between them
       execs.push_back(nullptr);
       continue;
@@ -186,8 +187,7 @@ absl::Status Impl::Capture() {
 // One step from the captured graphs: each segment's graph, then the host
 // call that ends it.
 absl::Status Impl::Replay() {
-  const auto seg = Segments();
-  for (size_t k = 0; k < seg.size(); ++k) {
+  for (size_t k = 0; k < segments_.size(); ++k) {
     if (execs_[k]) LOOM_CU(cudaGraphLaunch(execs_[k], stream_), "graph launch");
     if (k < host_calls_.size()) {
       const size_t h = host_calls_[k];

@@ -158,6 +158,7 @@ class Impl final : public CudaExecutor {
   // Indices of calls_ that run on the host (collectives): the step's CUDA
   // graphs are the runs of device launches between them.
   std::vector<size_t> host_calls_;
+  std::vector<std::pair<size_t, size_t>> segments_;  // Segments(), after Build
   std::vector<std::string> desc_;
   std::vector<double> prof_ms_;  // per launch, summed over profiled steps
   int profiled_steps_ = 0;

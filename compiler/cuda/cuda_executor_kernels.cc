@@ -79,14 +79,18 @@ absl::Status Impl::BuildSumTo(const Launch& l) {
 absl::Status Impl::BuildLayerNorm(const Launch& l, std::string* desc) {
   const auto& in = l.inputs;
   const auto& out = l.outputs;
-  const bool fused = in.size() > 3;
+  // in: addends (or x), weight[, bias]; out: [sum,] y[, mean], rstd.
+  const bool rms = l.attrs.GetBool("rms", false);
+  const size_t na = in.size() - (rms ? 1 : 2);
+  const bool fused = na > 1;
   const int y = out[fused ? 1 : 0];
-  const size_t na = in.size() - 2;
   cg::LnSpec sp;
   sp.cols = Sh(y).back();
   const int64_t rows = Numel(y) / std::max<int64_t>(sp.cols, 1);
   sp.dtype = Dt(y);
-  sp.eps = l.attrs.GetFloat("eps", 1e-5);
+  sp.eps = l.attrs.GetFloat("eps", rms ? 1e-6 : 1e-5);  // the ops' defaults (kernels/cpu/nn/norms.cc)
+  sp.rms = rms;
+  sp.has_bias = !rms;
   if (fused)
     for (size_t q = 0; q < na; ++q)
       sp.addends.push_back({Dt(in[q]), Numel(in[q]) == rows * sp.cols ? 0 : Numel(in[q]) / sp.cols});
@@ -94,11 +98,11 @@ absl::Status Impl::BuildLayerNorm(const Launch& l, std::string* desc) {
   cg::LnParams p;
   for (size_t q = 0; q < (fused ? na : 1); ++q) p.in[q] = Ptr(in[q]);
   p.gamma = static_cast<const float*>(Ptr(in[na]));
-  p.beta = static_cast<const float*>(Ptr(in[na + 1]));
+  p.beta = rms ? nullptr : static_cast<const float*>(Ptr(in[na + 1]));
   p.h = fused ? Ptr(out[0]) : nullptr;
   p.y = Ptr(y);
-  p.mean = static_cast<float*>(Ptr(out[fused ? 2 : 1]));
-  p.rstd = static_cast<float*>(Ptr(out[fused ? 3 : 2]));
+  p.mean = rms ? nullptr : static_cast<float*>(Ptr(out[fused ? 2 : 1]));
+  p.rstd = static_cast<float*>(Ptr(out.back()));
   p.rows = rows;
   const cg::RowwiseKernel* kp = k.get();
   row_kernels_.push_back(std::move(k));
@@ -152,11 +156,12 @@ absl::Status Impl::BuildRmsNorm(const Launch& l) {
   const void* x = Ptr(in[1]);
   const float* w = static_cast<const float*>(Ptr(in[2]));
   const float* rstd = static_cast<const float*>(Ptr(in[3]));
+  const void* dres = in.size() > 4 ? Ptr(in[4]) : nullptr;  // rmsnorm_backward+add
   void* dx = Ptr(out[0]);
   float* dw = static_cast<float*>(Ptr(out[1]));
   float* ws = static_cast<float*>(scratch_);
   calls_.push_back([=]() {
-    return CudaErr(kern::RmsNormBackward(dt, rows, cols, dy, x, w, rstd, dx, dw, ws, s), "rmsnorm_backward");
+    return CudaErr(kern::RmsNormBackward(dt, rows, cols, dy, x, w, rstd, dx, dw, ws, s, dres), "rmsnorm_backward");
   });
   return absl::OkStatus();
 }

@@ -9,8 +9,9 @@ namespace {
 
 // Node i is an `add`, or a fused node made of adds only, of 2..4 float
 // operands that are [.., C] and broadcast only over leading dims, whose output
-// is read as x by a layernorm with weight and bias of the same storage dtype
-// policy. Returns that layernorm's node, or -1.
+// is read as x by a layernorm (weight and bias) or an rmsnorm (weight) whose
+// output has the sum's storage dtype and whose statistics are f32. Returns
+// that norm's node, or -1.
 int AddLayerNormUser(const PlanState& s, int i) {
   const ir::Graph& g = s.g;
   const ir::Node& n = g.nodes()[i];
@@ -37,13 +38,12 @@ int AddLayerNormUser(const PlanState& s, int i) {
   }
   for (int j : s.users[h]) {
     const ir::Node& u = g.nodes()[j];
-    if (u.op != "layernorm" || u.inputs.size() != 3 || u.inputs[0] != h || u.inputs[1] == h || u.inputs[2] == h)
-      continue;
-    if (s.prod[u.inputs[1]] >= i || s.prod[u.inputs[2]] >= i) continue;
-    if (s.p.metas[u.outputs[0]].dtype != dt || s.p.metas[u.outputs[1]].dtype != DType::kF32 ||
-        s.p.metas[u.outputs[2]].dtype != DType::kF32)
-      continue;
-    return j;
+    const size_t nin = u.op == "layernorm" ? 3 : u.op == "rmsnorm" ? 2 : 0;
+    if (nin == 0 || u.inputs.size() != nin || u.inputs[0] != h) continue;
+    bool ok = s.p.metas[u.outputs[0]].dtype == dt;
+    for (size_t k = 1; k < nin; ++k) ok = ok && u.inputs[k] != h && s.prod[u.inputs[k]] < i;
+    for (size_t k = 1; k < u.outputs.size(); ++k) ok = ok && s.p.metas[u.outputs[k]].dtype == DType::kF32;
+    if (ok) return j;
   }
   return -1;
 }

@@ -1,10 +1,11 @@
 // Pass add_layernorm (PlanOptions::add_layernorm):
 //   add / fused adds (2..4 float operands, [.., C] broadcast only over leading
-//   dims) -> layernorm (the add's output as x)
-// becomes one launch of the generated layernorm (kernels/cuda/codegen/
-// rowwise.h) at the add's place, inputs {addends.., weight, bias}, outputs
-// {sum, y, mean, rstd}: the sum is still stored (it is the next residual).
-// The layernorm node is covered.
+//   dims) -> layernorm or rmsnorm (the add's output as x)
+// becomes one launch of the generated norm (kernels/cuda/codegen/rowwise.h)
+// at the add's place: layernorm inputs {addends.., weight, bias}, outputs
+// {sum, y, mean, rstd}; rmsnorm (attr rms) inputs {addends.., weight},
+// outputs {sum, y, rstd}. The sum is still stored (it is the next residual).
+// The norm node is covered.
 #pragma once
 
 #include "compiler/cuda/plan_state.h"

@@ -44,5 +44,37 @@ TEST(AddLayerNorm, GptAddsJoinTheirNorms) {
   }
 }
 
+TEST(AddLayerNorm, LlamaResidualAddsJoinTheirRmsNorms) {
+  for (bool bf16 : {false, true}) {
+    ir::Graph g = LlamaJoint(128, 2);
+    auto p = PlanCuda(g, bf16);
+    ASSERT_TRUE(p.ok()) << p.status();
+    int fused = 0;
+    for (const Launch& l : p->launches) {
+      if (l.kind != LaunchKind::kLayerNorm) continue;
+      ++fused;
+      EXPECT_TRUE(l.attrs.GetBool("rms", false)) << l.op;
+      EXPECT_EQ(g.nodes()[l.nodes.back()].op, "rmsnorm");
+      ASSERT_EQ(l.outputs.size(), 3u) << "sum, y, rstd";
+      const size_t na = l.inputs.size() - 1;
+      EXPECT_GE(na, 2u);
+      EXPECT_EQ(p->metas[l.inputs[na]].dtype, DType::kF32) << "weight: the f32 master";
+      EXPECT_EQ(p->metas[l.outputs[2]].dtype, DType::kF32) << "rstd";
+      EXPECT_EQ(l.outputs[0], g.nodes()[l.nodes[0]].outputs[0]) << "the sum is stored (the next residual)";
+    }
+    // 2 layers: the attention residual -> ffn_norm in each, the ffn residual
+    // -> the next layer's attention_norm, and -> the final norm.
+    EXPECT_EQ(fused, 4) << p->Describe();
+    const int plain = CountOp(*p, LaunchKind::kRmsNorm);
+    EXPECT_EQ(plain, 1) << "the first attention_norm reads the embedding, no add\n" << p->Describe();
+    PlanOptions no;
+    no.add_layernorm = false;
+    auto off = PlanCuda(g, bf16, no);
+    ASSERT_TRUE(off.ok());
+    EXPECT_EQ(CountOp(*off, LaunchKind::kRmsNorm), 5);
+    EXPECT_EQ(CountOp(*off, LaunchKind::kLayerNorm), 0);
+  }
+}
+
 }  // namespace
 }  // namespace loom::compiler::cuda

@@ -24,34 +24,7 @@ TEST_P(ArenaIsConsistent, NoLiveOverlap) {
     EXPECT_GE(p->arena_bytes, p->live_bytes_bound);
     EXPECT_LE(p->arena_bytes, p->live_bytes_bound * 5 / 4);
     // Lifetimes: recompute and check no two live buffers overlap.
-    const int nv = static_cast<int>(p->metas.size());
-    std::vector<int> first(nv, -1), last(nv, -1);
-    const int npos = static_cast<int>(p->launches.size());
-    for (int pos = 0; pos < npos; ++pos) {
-      for (int v : p->launches[pos].outputs) {
-        int r = p->root[v];
-        if (p->offset[r] < 0) continue;
-        if (first[r] < 0) first[r] = pos;
-        last[r] = std::max(last[r], pos);
-      }
-      for (int v : p->launches[pos].inputs) {
-        int r = p->root[v];
-        ASSERT_GE(r, 0);
-        if (p->offset[r] >= 0) last[r] = std::max(last[r], pos);
-      }
-    }
-    for (const ir::GraphOutput& o : g.outputs())
-      if (p->offset[p->root[o.value]] >= 0) last[p->root[o.value]] = npos;
-    for (int a = 0; a < nv; ++a) {
-      if (first[a] < 0) continue;
-      EXPECT_EQ(p->offset[a] % 256, 0);
-      EXPECT_LE(p->offset[a] + p->Bytes(a), p->arena_bytes);
-      for (int b = a + 1; b < nv; ++b) {
-        if (first[b] < 0 || first[a] > last[b] || first[b] > last[a]) continue;
-        const bool disjoint = p->offset[a] + p->Bytes(a) <= p->offset[b] || p->offset[b] + p->Bytes(b) <= p->offset[a];
-        EXPECT_TRUE(disjoint) << "%" << a << " and %" << b;
-      }
-    }
+    EXPECT_EQ(ArenaProblems(g, *p), std::vector<std::string>{});
     bytes[bf16] = p->arena_bytes;
     std::printf("bf16=%d arena %lld bytes, live bound %lld\n", bf16, static_cast<long long>(p->arena_bytes),
                 static_cast<long long>(p->live_bytes_bound));

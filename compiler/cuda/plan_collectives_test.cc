@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "compiler/cuda/plan_test_util.h"
 #include "compiler/ir/text.h"
 #include "gtest/gtest.h"
@@ -50,6 +51,14 @@ CudaPlan MustPlan(const std::string& text, bool bf16 = false, PlanOptions o = {}
   return p.ok() ? *p : CudaPlan{};
 }
 
+// The plan of one node %0 = `node` over %x: f32[x_shape], returned; ASSERTs
+// it has `launches` launches.
+CudaPlan PlanOfOneNode(const std::string& x_shape, const std::string& node, size_t launches) {
+  CudaPlan p = MustPlan(absl::StrCat("graph @g(%x: f32[", x_shape, "]) {\n  %0 = ", node, "\n  return %0\n}\n"));
+  EXPECT_EQ(p.launches.size(), launches) << p.Describe();
+  return p.launches.size() == launches ? p : CudaPlan{};
+}
+
 TEST(PlanCollectives, AllReduceIsOneHostLaunchOnTheGraphValues) {
   CudaPlan p = MustPlan(R"IR(graph @g(%x: f32[4, 8]) {
   %0 = all_reduce(%x) {group="dp", reduce="avg", world=2} : f32[4, 8]
@@ -69,12 +78,8 @@ TEST(PlanCollectives, AllReduceIsOneHostLaunchOnTheGraphValues) {
 
 TEST(PlanCollectives, AllGatherOnAnInnerAxisGathersBlocksThenPlacesThem) {
   const int world = 2;
-  CudaPlan p = MustPlan(R"IR(graph @g(%x: f32[3, 4]) {
-  %0 = all_gather(%x) {axis=1, group="tp", world=2} : f32[3, 8]
-  return %0
-}
-)IR");
-  ASSERT_EQ(p.launches.size(), 2u) << p.Describe();
+  CudaPlan p = PlanOfOneNode("3, 4", R"(all_gather(%x) {axis=1, group="tp", world=2} : f32[3, 8])", 2);
+  ASSERT_EQ(p.launches.size(), 2u);
   const Launch& c = p.launches[0];
   const Launch& place = p.launches[1];
   ASSERT_EQ(c.kind, LaunchKind::kCollective);
@@ -100,12 +105,8 @@ TEST(PlanCollectives, AllGatherOnAnInnerAxisGathersBlocksThenPlacesThem) {
 
 TEST(PlanCollectives, ReduceScatterOnAnInnerAxisLaysOutBlocksFirst) {
   const int world = 2;
-  CudaPlan p = MustPlan(R"IR(graph @g(%x: f32[3, 8]) {
-  %0 = reduce_scatter(%x) {axis=1, group="tp", reduce="sum", world=2} : f32[3, 4]
-  return %0
-}
-)IR");
-  ASSERT_EQ(p.launches.size(), 2u) << p.Describe();
+  CudaPlan p = PlanOfOneNode("3, 8", R"(reduce_scatter(%x) {axis=1, group="tp", reduce="sum", world=2} : f32[3, 4])", 2);
+  ASSERT_EQ(p.launches.size(), 2u);
   const Launch& lay = p.launches[0];
   const Launch& c = p.launches[1];
   ASSERT_EQ(lay.kind, LaunchKind::kCopy);
@@ -217,6 +218,32 @@ TEST(PlanCollectives, ZeroUpdatesThisRanksShardThenGathersIntoTheParameter) {
   EXPECT_LT(scatter, adamw);
   EXPECT_LT(adamw, gather);
   EXPECT_LT(gather, back);
+}
+
+TEST(PlanCollectives, GatheredShardsKeepTheirDtype) {
+  // ZeRO-3 under bf16: the f32 parameter shard is gathered as f32 (a norm
+  // may read it); the GEMM reads a bf16 cast of the gathered copy. An
+  // activation gathered under sequence parallelism stays bf16.
+  CudaPlan p = MustPlan(R"IR(graph @g(%w: f32[2, 4] param, %x: f32[8, 4], %h: f32[4, 4]) {
+  %0 = all_gather(%w) {axis=0, group="dp", world=2} : f32[4, 4]
+  %1 = matmul(%x, %0) : f32[8, 4]
+  %2 = exp(%h) : f32[4, 4]
+  %3 = all_gather(%2) {axis=0, group="tp", world=2} : f32[8, 4]
+  return %1, %3
+}
+)IR",
+                        /*bf16=*/true);
+  ASSERT_FALSE(p.launches.empty());
+  EXPECT_EQ(p.metas[3].dtype, DType::kF32) << p.Describe();
+  EXPECT_EQ(p.metas[5].dtype, DType::kBF16) << p.Describe();
+  EXPECT_EQ(p.metas[6].dtype, DType::kBF16) << p.Describe();
+  int weight_cast = 0;  // a cast of the gathered weight, read by the GEMM
+  for (const Launch& l : p.launches)
+    if (l.op == "cast" && l.inputs == std::vector<int>{3})
+      for (const Launch& m : p.launches)
+        if (m.kind == LaunchKind::kGemm && m.inputs.size() > 1 && m.inputs[1] == l.outputs[0]) ++weight_cast;
+  EXPECT_EQ(weight_cast, 1) << p.Describe();
+  EXPECT_EQ(CountOp(p, LaunchKind::kCollective, "all_gather"), 2);
 }
 
 TEST(PlanCollectives, OnlyTheParallelOpsAreSpmdOps) {

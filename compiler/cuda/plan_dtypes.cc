@@ -48,7 +48,10 @@ std::vector<DType> StorageDTypes(const ir::Graph& g, bool bf16) {
       const int v = n.outputs[k];
       const ir::TensorMeta& m = g.meta(v);
       if (m.dtype != DType::kF32) continue;  // integers, f64, already 16-bit: unchanged
-      if (n.op == "reshape") {
+      // Data movement keeps its operand's dtype: reshape, and a parallel
+      // program's gather of shards (ZeRO-3's f32 parameters stay f32 for
+      // the norms that read them; a GEMM casts its copy).
+      if (n.op == "reshape" || n.op == "all_gather" || n.op == "shard_slice") {
         st[v] = st[n.inputs[0]];
         continue;
       }

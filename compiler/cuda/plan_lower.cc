@@ -65,7 +65,7 @@ absl::Status LowerAdamW(PlanState& s, const std::vector<int>& adamw_nodes, Launc
 }
 
 // A fused node or one elementwise op (the generated pointwise kernel), or
-// with its layernorm (add_layernorm) one generated layernorm launch.
+// with its layernorm or rmsnorm (add_layernorm) one generated norm launch.
 void LowerPointwise(PlanState& s, int i, Launch& L) {
   const ir::Node& n = s.g.nodes()[i];
   L.kind = LaunchKind::kPointwise;
@@ -75,12 +75,12 @@ void LowerPointwise(PlanState& s, int i, Launch& L) {
   const int j = it->second;
   const ir::Node& ln = s.g.nodes()[j];
   L.kind = LaunchKind::kLayerNorm;
-  L.op = absl::StrCat(n.op, "+layernorm");
+  L.op = absl::StrCat(n.op, "+", ln.op);
   L.node = j;
   L.nodes = {i, j};
   L.attrs = ln.attrs;
-  L.inputs.push_back(s.want(ln.inputs[1], DType::kF32));
-  L.inputs.push_back(s.want(ln.inputs[2], DType::kF32));
+  if (ln.op == "rmsnorm") L.attrs.Set("rms", true);
+  for (size_t k = 1; k < ln.inputs.size(); ++k) L.inputs.push_back(s.want(ln.inputs[k], DType::kF32));
   L.outputs.insert(L.outputs.end(), ln.outputs.begin(), ln.outputs.end());
 }
 
@@ -142,13 +142,6 @@ absl::Status LowerNorm(PlanState& s, int i, Launch& L) {
                 s.want(n.inputs[3], f32), s.want(n.inputs[4], f32)};
     if (p.metas[n.outputs[1]].dtype != f32 || p.metas[n.outputs[2]].dtype != f32)
       return Unsupported(s.g, i, "dweight/dbias must be f32");
-    if (auto it = s.residual_add.find(i); it != s.residual_add.end()) {
-      const ir::Node& a = s.g.nodes()[it->second];
-      L.inputs.push_back(a.inputs[0] == n.outputs[0] ? a.inputs[1] : a.inputs[0]);
-      L.outputs[0] = a.outputs[0];
-      L.nodes.push_back(it->second);
-      L.op = "layernorm_backward+add";
-    }
   } else if (n.op == "rmsnorm") {
     if (p.metas[n.outputs[1]].dtype != f32) return Unsupported(s.g, i, "rstd must be f32");
     L.kind = LaunchKind::kRmsNorm;
@@ -157,6 +150,13 @@ absl::Status LowerNorm(PlanState& s, int i, Launch& L) {
     if (p.metas[n.outputs[1]].dtype != f32) return Unsupported(s.g, i, "dweight must be f32");
     L.kind = LaunchKind::kRmsNormBackward;
     L.inputs = {s.want(n.inputs[0], dt), s.want(n.inputs[1], dt), s.want(n.inputs[2], f32), s.want(n.inputs[3], f32)};
+  }
+  if (auto it = s.residual_add.find(i); it != s.residual_add.end()) {  // the norm backward + add (residual_grad)
+    const ir::Node& a = s.g.nodes()[it->second];
+    L.inputs.push_back(a.inputs[0] == n.outputs[0] ? a.inputs[1] : a.inputs[0]);
+    L.outputs[0] = a.outputs[0];
+    L.nodes.push_back(it->second);
+    L.op = absl::StrCat(n.op, "+add");
   }
   return absl::OkStatus();
 }

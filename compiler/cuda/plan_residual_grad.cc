@@ -9,7 +9,7 @@ absl::StatusOr<bool> ResidualGradPass::Run(PlanState& s) {
   bool changed = false;
   for (int i = 0; i < s.nn; ++i) {
     const ir::Node& n = g.nodes()[i];
-    if (n.op != "layernorm_backward" || s.covered(i) || n.outputs.empty()) continue;
+    if ((n.op != "layernorm_backward" && n.op != "rmsnorm_backward") || s.covered(i) || n.outputs.empty()) continue;
     const int dx = n.outputs[0];
     const DType dt = s.p.metas[dx].dtype;
     const int su = s.single_user(dx);

@@ -1,8 +1,8 @@
 // Pass residual_grad (PlanOptions::fold_residual_grad):
-//   layernorm_backward -> add(other, dx)
-// becomes one layernorm backward launch that adds the residual branch's
-// gradient itself (the kernel's dresidual) and writes the sum; the add is
-// covered and dx is never materialised.
+//   layernorm_backward / rmsnorm_backward -> add(other, dx)
+// becomes one norm backward launch that adds the residual branch's gradient
+// itself (the kernel's dresidual) and writes the sum; the add is covered and
+// dx is never materialised.
 #pragma once
 
 #include "compiler/cuda/plan_state.h"

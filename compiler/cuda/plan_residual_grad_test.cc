@@ -1,4 +1,4 @@
-// residual_grad: layernorm_backward -> add(other, dx) as one launch writing
+// residual_grad: layernorm_backward / rmsnorm_backward -> add(other, dx) as one launch writing
 // the sum.
 #include "compiler/cuda/plan_residual_grad.h"
 
@@ -28,6 +28,30 @@ TEST(ResidualGrad, FoldsTheResidualAddsOfGpt) {
     ASSERT_TRUE(off.ok()) << off.status();
     EXPECT_EQ(CountOp(*off, LaunchKind::kLayerNormBackward, "layernorm_backward+add"), 0);
     EXPECT_EQ(off->launches.size(), p->launches.size() + 2 * 2);
+  }
+}
+
+TEST(ResidualGrad, FoldsTheResidualAddsOfLlama) {
+  for (bool bf16 : {false, true}) {
+    ir::Graph g = LlamaJoint(128, 2);
+    auto p = PlanCuda(g, bf16);
+    ASSERT_TRUE(p.ok()) << p.status();
+    const int folded = CountOp(*p, LaunchKind::kRmsNormBackward, "rmsnorm_backward+add");
+    // Every norm of the 2 layers (their dx joins the residual stream's gradient);
+    // not the final norm's, whose dx has no add after it.
+    EXPECT_EQ(folded, 2 * 2) << p->Describe();
+    for (const Launch& l : p->launches)
+      if (l.op == "rmsnorm_backward+add") {
+        EXPECT_EQ(l.inputs.size(), 5u) << "dy, x, weight, rstd, then dresidual";
+        EXPECT_EQ(l.outputs[0], g.nodes()[l.nodes[1]].outputs[0]) << "the sum is written";
+        EXPECT_EQ(p->metas[l.inputs[4]].dtype, p->metas[l.outputs[0]].dtype);
+      }
+    PlanOptions o;
+    o.fold_residual_grad = false;
+    auto off = PlanCuda(g, bf16, o);
+    ASSERT_TRUE(off.ok()) << off.status();
+    EXPECT_EQ(CountOp(*off, LaunchKind::kRmsNormBackward, "rmsnorm_backward+add"), 0);
+    EXPECT_EQ(off->launches.size(), p->launches.size() + folded);
   }
 }
 

@@ -1,5 +1,8 @@
 #include "compiler/cuda/plan_test_util.h"
 
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
 #include "compiler/compile.h"
 #include "compiler/models/models.h"
 #include "gtest/gtest.h"
@@ -59,6 +62,44 @@ PlanOptions NoFusions() {
   PlanOptions o;
   o.compose_copies = o.fold_residual_grad = o.add_layernorm = o.attn_views = o.fuse_cross_entropy = false;
   return o;
+}
+
+std::vector<std::string> ArenaProblems(const ir::Graph& g, const CudaPlan& p) {
+  std::vector<std::string> out;
+  const int nv = static_cast<int>(p.metas.size());
+  std::vector<int> first(nv, -1), last(nv, -1);
+  const int npos = static_cast<int>(p.launches.size());
+  for (int pos = 0; pos < npos; ++pos) {
+    for (int v : p.launches[pos].outputs) {
+      const int r = p.root[v];
+      if (r < 0 || p.offset[r] < 0) continue;
+      if (first[r] < 0) first[r] = pos;
+      last[r] = std::max(last[r], pos);
+    }
+    for (int v : p.launches[pos].inputs) {
+      const int r = p.root[v];
+      if (r < 0) {
+        out.push_back(absl::StrCat("launch ", pos, " reads %", v, ", which has no root"));
+        continue;
+      }
+      if (p.offset[r] >= 0) last[r] = std::max(last[r], pos);
+    }
+  }
+  for (const ir::GraphOutput& o : g.outputs()) {
+    const int r = p.root[o.value];
+    if (r >= 0 && p.offset[r] >= 0) last[r] = npos;
+  }
+  for (int a = 0; a < nv; ++a) {
+    if (first[a] < 0) continue;
+    if (p.offset[a] % 256 != 0) out.push_back(absl::StrCat("%", a, " at offset ", p.offset[a], " is not 256-aligned"));
+    if (p.offset[a] + p.Bytes(a) > p.arena_bytes) out.push_back(absl::StrCat("%", a, " ends past the arena"));
+    for (int b = a + 1; b < nv; ++b) {
+      if (first[b] < 0 || first[a] > last[b] || first[b] > last[a]) continue;
+      if (p.offset[a] + p.Bytes(a) > p.offset[b] && p.offset[b] + p.Bytes(b) > p.offset[a])
+        out.push_back(absl::StrCat("%", a, " and %", b, " overlap while both are live"));
+    }
+  }
+  return out;
 }
 
 }  // namespace loom::compiler::cuda

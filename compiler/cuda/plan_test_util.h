@@ -2,6 +2,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "compiler/cuda/plan.h"
 #include "compiler/ir/ir.h"
@@ -17,5 +18,11 @@ ir::Graph LlamaJoint(int d_model, int n_layer = 1);
 int CountOp(const CudaPlan& p, LaunchKind k, const std::string& op = "");
 // Every fusion pass off.
 PlanOptions NoFusions();
+// What is wrong with p's arena, one line per problem (empty: nothing): two
+// buffers live at the same launch that overlap, an offset not 256-aligned, a
+// buffer past arena_bytes, a launch reading a value with no root. Live: from
+// the first launch writing a root value to the last launch reading it (the
+// end for graph outputs).
+std::vector<std::string> ArenaProblems(const ir::Graph& g, const CudaPlan& p);
 
 }  // namespace loom::compiler::cuda

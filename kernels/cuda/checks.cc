@@ -23,6 +23,7 @@
 #include "kernels/cuda/embedding.h"
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/kernel_source_hash.h"
+#include "kernels/cuda/rmsnorm.h"
 #include "kernels/cuda/layernorm.h"
 #include "kernels/cuda/reductions.h"
 #include "kernels/cuda/reference.h"
@@ -254,6 +255,58 @@ absl::StatusOr<Errors> CheckSumRows(Checker& c, DType dt, int64_t rows, int64_t 
     LOOM_ASSIGN_OR_RETURN(o, ToHostSync(c, o));
   }
   return Errors{{"out", RelErr(out[0].ToVector(), ref)}, {"rerun", RerunBits(out[0], out[1])}};
+}
+
+// RMSNorm forward and backward (rmsnorm.h), the backward with and without a
+// residual gradient added to dx; references in f64 from the rounded inputs.
+absl::StatusOr<Errors> CheckRmsNorm(Checker& c, DType dt, int64_t rows, int64_t cols, bool residual) {
+  const double eps = 1e-6;
+  HostInput x = c.Normal({rows, cols}, dt, 1.0, 0.1), dy = c.Normal({rows, cols}, dt, 1.0);
+  HostInput w = c.Normal({cols}, DType::kF32, 0.2, 1.0), dres = c.Normal({rows, cols}, dt, 0.5);
+  Vec ry(rows * cols), rrs(rows), rdx(rows * cols), rdw(cols, 0.0);
+  for (int64_t r = 0; r < rows; ++r) {
+    double ss = 0, s = 0;
+    for (int64_t j = 0; j < cols; ++j) ss += x.values[r * cols + j] * x.values[r * cols + j];
+    const double rs = 1.0 / std::sqrt(ss / cols + eps);
+    rrs[r] = rs;
+    for (int64_t j = 0; j < cols; ++j) {
+      const int64_t i = r * cols + j;
+      ry[i] = x.values[i] * rs * w.values[j];
+      s += dy.values[i] * w.values[j] * x.values[i] * rs;
+      rdw[j] += dy.values[i] * x.values[i] * rs;
+    }
+    for (int64_t j = 0; j < cols; ++j) {
+      const int64_t i = r * cols + j;
+      rdx[i] = rs * (dy.values[i] * w.values[j] - x.values[i] * rs * s / cols) + (residual ? dres.values[i] : 0.0);
+    }
+  }
+  LOOM_ASSIGN_OR_RETURN(Tensor dx_in, c.Up(x.host));
+  LOOM_ASSIGN_OR_RETURN(Tensor ddy, c.Up(dy.host));
+  LOOM_ASSIGN_OR_RETURN(Tensor dw_in, c.Up(w.host));
+  LOOM_ASSIGN_OR_RETURN(Tensor ddres, c.Up(dres.host));
+  LOOM_ASSIGN_OR_RETURN(Tensor y, c.Poisoned({rows, cols}, dt));
+  LOOM_ASSIGN_OR_RETURN(Tensor rs, c.Poisoned({rows}, DType::kF32));
+  LOOM_ASSIGN_OR_RETURN(Tensor dx, c.Poisoned({rows, cols}, dt));
+  LOOM_ASSIGN_OR_RETURN(Tensor dw, c.Poisoned({cols}, DType::kF32));
+  LOOM_ASSIGN_OR_RETURN(Tensor ws, c.Poisoned({kern::RmsNormBwdWorkspaceFloats(rows, cols)}, DType::kF32));
+  const kern::Dt k = dt == DType::kBF16 ? kern::kBF16 : kern::kF32;
+  const float* wp = static_cast<const float*>(dw_in.raw_data());
+  float* rsp = static_cast<float*>(rs.raw_data());
+  LOOM_RETURN_IF_ERROR(CudaErrorStatus(
+      kern::RmsNormForward(k, rows, cols, dx_in.raw_data(), wp, eps, y.raw_data(), rsp, c.stream()), "rmsnorm"));
+  LOOM_RETURN_IF_ERROR(CudaErrorStatus(
+      kern::RmsNormBackward(k, rows, cols, ddy.raw_data(), dx_in.raw_data(), wp, rsp, dx.raw_data(),
+                            static_cast<float*>(dw.raw_data()), static_cast<float*>(ws.raw_data()), c.stream(),
+                            residual ? ddres.raw_data() : nullptr),
+      "rmsnorm_backward"));
+  LOOM_ASSIGN_OR_RETURN(y, ToHostSync(c, y));
+  LOOM_ASSIGN_OR_RETURN(rs, ToHostSync(c, rs));
+  LOOM_ASSIGN_OR_RETURN(dx, ToHostSync(c, dx));
+  LOOM_ASSIGN_OR_RETURN(dw, ToHostSync(c, dw));
+  return Errors{{"y", RelErr(y.ToVector(), ry)},
+                {"rstd", RelErr(rs.ToVector(), rrs)},
+                {"dx", RelErr(dx.ToVector(), rdx)},
+                {"dw", RelErr(dw.ToVector(), rdw)}};
 }
 
 // Row sums and maxima (reductions.h RowReduce), run twice (bitwise rerun).
@@ -493,6 +546,11 @@ void AddStepKernelChecks(Checker& c, const RunFn& run) {
           absl::StrCat(ShapeStr({{"rows", e.rows}, {"vocab", e.vocab}}), " ", DTypeName(e.tdt)),
           e.dt == f32 ? 1e-4 : 1e-2, [&] { return CheckCrossEntropy(c, e.dt, e.tdt, e.rows, e.vocab, fused); });
   AddEmbeddingChecks(c, run);
+  for (bool residual : {false, true})
+    for (const SumCase& s : std::vector<SumCase>{{bf, 4096, 2048, 0}, {f32, 300, 768, 0}, {f32, 7, 37, 0}})
+      run(residual ? "rmsnorm fwd, bwd + residual" : "rmsnorm fwd, bwd", s.dt,
+          ShapeStr({{"rows", s.rows}, {"cols", s.cols}}), s.dt == f32 ? 1e-4 : 1e-2,
+          [&] { return CheckRmsNorm(c, s.dt, s.rows, s.cols, residual); });
   // Row sums and maxima: a vocabulary block's rows, one row of everything, odd columns.
   for (kern::RowReduceKind kind : {kern::kRowSum, kern::kRowMax})
     for (const SumCase& s : std::vector<SumCase>{{bf, 8192, 25152, 0}, {f32, 1, 100003, 0}, {f32, 513, 77, 0}})

@@ -1,7 +1,9 @@
 // Every hand-written CUDA kernel of this folder (gemm.h, layernorm.h, and the
-// raw-pointer kernels: reductions.h, cross_entropy.h, embedding.h's backward
-// in both modes) against its fp64 CPU reference (reference.h, or the sums
-// written out in checks.cc).
+// raw-pointer kernels: reductions.h (column sums, grad norm, row sums and
+// maxima), cross_entropy.h, embedding.h's backward in both modes and its
+// vocabulary one-hot, rmsnorm.h with and without the residual gradient)
+// against its fp64 CPU reference (reference.h, or the sums written out in
+// checks.cc).
 //
 // Each check draws fresh random inputs (Philox, seeded), rounds them to the
 // kernel's dtype, uploads them, poisons every output with 0xFF bytes (NaN in

@@ -21,14 +21,16 @@ __global__ void RmsFwdK(int dt, int64_t cols, const void* x, const float* w, flo
   if (threadIdx.x == 0) rstd[blockIdx.x] = rs;
 }
 __global__ void RmsBwdDxK(int dt, int64_t cols, const void* dy, const void* x, const float* w, const float* rstd,
-                          void* dx) {
+                          const void* dres, void* dx) {
   const int64_t base = blockIdx.x * cols;
   const float rs = rstd[blockIdx.x];
   float s = 0.f;
   for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) s += Ld(dy, dt, base + j) * w[j] * Ld(x, dt, base + j) * rs;
   const float mgx = BlockSum(s) / static_cast<float>(cols);
-  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x)
-    St(dx, dt, base + j, rs * (Ld(dy, dt, base + j) * w[j] - Ld(x, dt, base + j) * rs * mgx));
+  for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) {
+    const float g = rs * (Ld(dy, dt, base + j) * w[j] - Ld(x, dt, base + j) * rs * mgx);
+    St(dx, dt, base + j, dres ? g + Ld(dres, dt, base + j) : g);
+  }
 }
 __global__ void RmsBwdDwPartK(int dt, int64_t rows, int64_t cols, int64_t chunk, const void* dy, const void* x,
                               const float* rstd, float* ws) {
@@ -53,10 +55,10 @@ int RmsNormForward(Dt dt, int64_t rows, int64_t cols, const void* x, const float
 int64_t RmsNormBwdWorkspaceFloats(int64_t rows, int64_t cols) { return SumParts(rows) * cols; }
 
 int RmsNormBackward(Dt dt, int64_t rows, int64_t cols, const void* dy, const void* x, const float* w,
-                    const float* rstd, void* dx, float* dw, float* ws, Stream s) {
+                    const float* rstd, void* dx, float* dw, float* ws, Stream s, const void* dresidual) {
   if (rows <= 0) return Fill(kF32, cols, 0.0, dw, s);
   cudaStream_t st = static_cast<cudaStream_t>(s);
-  RmsBwdDxK<<<static_cast<unsigned>(rows), kThreads, 0, st>>>(dt, cols, dy, x, w, rstd, dx);
+  RmsBwdDxK<<<static_cast<unsigned>(rows), kThreads, 0, st>>>(dt, cols, dy, x, w, rstd, dresidual, dx);
   const int64_t parts = SumParts(rows), chunk = (rows + parts - 1) / parts;
   dim3 grid(static_cast<unsigned>((cols + kThreads - 1) / kThreads), static_cast<unsigned>(parts));
   RmsBwdDwPartK<<<grid, kThreads, 0, st>>>(dt, rows, cols, chunk, dy, x, rstd, ws);

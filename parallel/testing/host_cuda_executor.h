@@ -14,9 +14,13 @@
 // by element in f32, so the stored state depends on every step's inputs and
 // on the state before; Output(0) is the f32 sum of the first element of each
 // of those inputs. Nothing else of the real executor is there (OutputDevice
-// and further outputs are Unimplemented).
+// and further outputs are Unimplemented; no collective op of the graph runs,
+// so ranks of a parallel program step without their peers). It keeps the
+// graph and options it was created with, for tests of what the trainer hands
+// over.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -37,15 +41,16 @@ class HostCudaExecutor : public compiler::cuda::CudaExecutor {
   // A factory for TrainerOptions::make_cuda_executor; *made points at the
   // executor it made last (owned by the trainer).
   static FactoryFn Factory(HostCudaExecutor** made) {
-    return [made](const compiler::ir::Graph& g, const compiler::cuda::CudaOptions&)
+    return [made](const compiler::ir::Graph& g, const compiler::cuda::CudaOptions& o)
                -> absl::StatusOr<std::unique_ptr<compiler::cuda::CudaExecutor>> {
-      auto e = std::make_unique<HostCudaExecutor>(g);
+      auto e = std::make_unique<HostCudaExecutor>(g, o);
       *made = e.get();
       return std::unique_ptr<compiler::cuda::CudaExecutor>(std::move(e));
     };
   }
 
-  explicit HostCudaExecutor(const compiler::ir::Graph& g) : g_(g) {}
+  explicit HostCudaExecutor(const compiler::ir::Graph& g, compiler::cuda::CudaOptions o = {})
+      : g_(g), options_(std::move(o)) {}
 
   absl::Status SetInput(int k, const Tensor& host) override {
     if (k < 0 || k >= static_cast<int>(g_.inputs().size()))
@@ -104,10 +109,13 @@ class HostCudaExecutor : public compiler::cuda::CudaExecutor {
     return it == stored_.end() ? Tensor() : it->second;
   }
   const compiler::ir::Graph& graph() const { return g_; }
+  // The options it was created with (device, communicators, ...).
+  const compiler::cuda::CudaOptions& options() const { return options_; }
   int uploads() const { return uploads_; }
 
  private:
   compiler::ir::Graph g_;
+  compiler::cuda::CudaOptions options_;
   compiler::cuda::CudaPlan plan_;
   std::map<int, Tensor> stored_;
   float loss_ = 0;

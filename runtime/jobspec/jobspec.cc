@@ -488,7 +488,10 @@ absl::Status CheckProducts(const v1::JobSpec& s) {
 }
 
 // parallel.backend parses as the process group reads it, and its CUDA
-// backend can serve the job's placement: NCCL takes one rank per GPU.
+// backend can serve the job's placement: NCCL takes one rank per GPU. A
+// device: cuda job's collectives run on CUDA tensors, which only NCCL and
+// cuda:gloo (a "cuda:gloo" entry; plain gloo, ucx and tcp are CPU
+// backends) take.
 absl::Status CheckBackend(const v1::JobSpec& s) {
   const std::string& b = s.parallel().backend();
   auto spec = collectives::ParseBackendSpec(b);
@@ -496,6 +499,11 @@ absl::Status CheckBackend(const v1::JobSpec& s) {
   auto it = spec->by_device.find(DeviceKind::kCUDA);
   const std::string& cuda = it == spec->by_device.end() ? spec->default_backend : it->second;
   const int32_t per_gpu = s.resources().ranks_per_gpu();
+  const bool takes_cuda = cuda == "nccl" || (it != spec->by_device.end() && cuda == "gloo");
+  LOOM_RETURN_IF_ERROR(Field(s.device() != "cuda" || takes_cuda, "parallel.backend", b,
+                             absl::StrCat("device: cuda needs a backend for CUDA tensors, cuda:nccl or cuda:gloo (\"",
+                                          DefaultBackend(std::max(1, per_gpu)), "\"); this spec sends them to ", cuda,
+                                          ", which runs on the CPU only")));
   LOOM_RETURN_IF_ERROR(Field(s.device() != "cuda" || per_gpu <= 1 || cuda != "nccl", "parallel.backend", b,
                              absl::StrCat("NCCL takes one rank per GPU, but resources.ranks_per_gpu = ", per_gpu,
                                           "; use cuda:gloo (\"cpu:gloo,cuda:gloo\") or ranks_per_gpu: 1")));

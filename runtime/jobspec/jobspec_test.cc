@@ -136,7 +136,7 @@ TEST(JobSpec, SharedGpusDefaultToCudaGlooAndRefuseNccl) {
   EXPECT_EQ(s->parallel().backend(), "cpu:gloo,cuda:gloo");
   EXPECT_TRUE(ValidateJobSpec(*s).ok()) << ValidateJobSpec(*s);
   // Written backends are kept as written.
-  for (const char* b : {"cuda:gloo", "cpu:gloo,cuda:gloo", "gloo"}) {
+  for (const char* b : {"cuda:gloo", "cpu:gloo,cuda:gloo", "cpu:ucx,cuda:gloo"}) {
     auto w = ParseJobSpecYaml(absl::StrCat("device: cuda\nresources: {ranks_per_gpu: 2}\nparallel: {backend: \"",
                                            b, "\"}\n"));
     ASSERT_TRUE(w.ok()) << w.status();
@@ -144,13 +144,32 @@ TEST(JobSpec, SharedGpusDefaultToCudaGlooAndRefuseNccl) {
     EXPECT_EQ(w->parallel().backend(), b);
     EXPECT_TRUE(ValidateJobSpec(*w).ok()) << b << ": " << ValidateJobSpec(*w);
   }
-  // NCCL with two ranks on one GPU: refused, naming the field.
-  for (const char* b : {"cpu:gloo,cuda:nccl", "cuda:nccl", "nccl"}) {
-    const std::string e = ErrorOf(absl::StrCat("device: cuda\nresources: {ranks_per_gpu: 2}\nparallel: {backend: \"",
-                                               b, "\"}\n"));
-    EXPECT_EQ(e.rfind("parallel.backend: NCCL takes one rank per GPU, but resources.ranks_per_gpu = 2", 0), 0u)
-        << b << ": " << e;
+  // NCCL with two ranks on one GPU: refused, naming the field, under every
+  // layout that runs on CUDA.
+  for (const char* layout : {"", "dp: 2, ", "tp: 2, ", "dp: 2, tp: 2, ", "dp: 2, zero_stage: 3, "}) {
+    for (const char* b : {"cpu:gloo,cuda:nccl", "cuda:nccl", "nccl"}) {
+      const std::string e = ErrorOf(absl::StrCat("device: cuda\nresources: {ranks_per_gpu: 2}\nparallel: {", layout,
+                                                 "backend: \"", b, "\"}\n"));
+      EXPECT_EQ(e.rfind("parallel.backend: NCCL takes one rank per GPU, but resources.ranks_per_gpu = 2", 0), 0u)
+          << layout << b << ": " << e;
+    }
+    EXPECT_EQ(ErrorOf(absl::StrCat("device: cuda\nparallel: {", layout, "backend: \"cpu:gloo,cuda:nccl\"}\n")), "")
+        << layout;
   }
+  // CUDA tensors need a CUDA backend: a spec that sends them to a CPU
+  // backend is refused on device: cuda (any layout) and fine on the CPU.
+  for (const char* b : {"gloo", "cpu:gloo", "cpu:ucx", "cuda:ucx", "cpu:gloo,cuda:tcp"}) {
+    for (const char* layout : {"", "dp: 2, "}) {
+      const std::string e = ErrorOf(absl::StrCat("device: cuda\nparallel: {", layout, "backend: \"", b, "\"}\n"));
+      EXPECT_EQ(e.rfind(absl::StrCat("parallel.backend: device: cuda needs a backend for CUDA tensors, cuda:nccl or "
+                                     "cuda:gloo (\"cpu:gloo,cuda:nccl\"); this spec sends them to "),
+                        0),
+                0u)
+          << b << ": " << e;
+    }
+    EXPECT_EQ(ErrorOf(absl::StrCat("parallel: {dp: 2, backend: \"", b, "\"}\n")), "") << b;
+  }
+  EXPECT_EQ(ErrorOf("device: cuda\nparallel: {backend: nccl}\n"), "");
   // One rank per GPU, or CPU ranks: NCCL is fine as written.
   EXPECT_EQ(ErrorOf("device: cuda\nparallel: {backend: \"cuda:nccl\"}\n"), "");
   EXPECT_EQ(ErrorOf("resources: {ranks_per_gpu: 2}\nparallel: {backend: \"cpu:gloo,cuda:nccl\"}\n"), "");

@@ -14,14 +14,11 @@
 namespace loom::runtime::launch {
 
 int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::ProcessGroup> world,
-                        checkpoint::CommitGate* gate, const parallel::Plan* plan) {
+                        checkpoint::CommitGate* gate, const parallel::Plan* plan, int cuda_device) {
   const int rank = world->rank();
   const std::string who = absl::StrCat("loom worker (rank ", rank, ")");
-  if (spec.device() == "cuda")
-    return train::FailRun(
-        who, 2,
-        absl::StrCat("device: cuda: a GPU job runs one rank for now (world size ", world->size(),
-                     "); data and tensor parallelism on GPUs are not built yet"));
+  // The subgroups take the world's backend spec (ProcessGroup::NewGroup), so
+  // device: cuda collectives of a mesh dim go through its CUDA backend too.
   auto mesh = dtensor::DeviceMesh::Create(world, parallel::MeshOf(parallel::LayoutFromSpec(spec.parallel())));
   if (!mesh.ok()) return train::FailRun(who, 2, absl::StrCat("device mesh: ", mesh.status().message()));
   train::TrainingRun run;
@@ -32,6 +29,7 @@ int RunParallelTraining(const v1::JobSpec& spec, std::shared_ptr<collectives::Pr
   run.mesh = mesh->get();
   run.gate = gate;
   run.plan = plan;
+  run.cuda_device = cuda_device;
   // One communicator per mesh dimension that spans several ranks.
   std::vector<std::unique_ptr<compiler::comm::Communicator>> owned;
   for (int d = 0; d < (*mesh)->ndim(); ++d) {

@@ -14,6 +14,7 @@
 #include "runtime/jobspec/confine.h"
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/launch/parallel_train.h"
+#include "runtime/launch/rank_gpu.h"
 #include "runtime/launch/stop_signal.h"
 #include "runtime/plan/planner_command.h"
 #include "runtime/train/train_command.h"
@@ -84,14 +85,25 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
   so.connect_timeout = absl::Seconds(*timeout_s);
   auto store = collectives::store::TcpStore::FromEnv(so);
   if (!store.ok()) return Fail(1, absl::StrCat("rendezvous: ", store.status().message()));
+  // A GPU rank sees only its GPU (rank_gpu.h) before any backend binds a device.
+  RankGpu gpu;
+  if (cuda) {
+    auto picked = PickRankGpu(std::getenv("LOOM_GPU"), std::getenv("CUDA_VISIBLE_DEVICES"), *rank,
+                              std::max(1, spec->resources().ranks_per_gpu()));
+    if (!picked.ok()) return Fail(2, std::string(picked.status().message()));
+    if (absl::Status s = ApplyRankGpu(*picked); !s.ok()) return Fail(1, std::string(s.message()));
+    gpu = *picked;
+  }
   collectives::ProcessGroupOptions po;
-  if (cuda) po.backend = "cpu:gloo,cuda:nccl";  // PyTorch's pairing: NCCL for the GPU's tensors
+  // PyTorch's pairing, NCCL for the GPU's tensors, where each rank has a GPU
+  // of its own; Gloo staged through the host where ranks share one.
+  if (cuda) po.backend = jobspec::DefaultBackend(std::max(1, spec->resources().ranks_per_gpu()));
   if (!par.backend().empty()) po.backend = par.backend();
   po.timeout = absl::Seconds(*timeout_s);
   auto pg = collectives::ProcessGroup::Create(*store, *rank, *world, po);
   if (!pg.ok()) return Fail(1, absl::StrCat("process group: ", pg.status().message()));
   // One GPU rank: the CUDA training step, its loss averaged through the
-  // group's CUDA backend (NCCL).
+  // group's CUDA backend.
   if (cuda && *world == 1) return train::RunTrainCommand({spec_path}, pg->get(), &gate);
   // tp: auto: every rank runs the same deterministic planner for this world,
   // so all of them pick the same layout (and, for an imported model, the
@@ -99,7 +111,8 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
   auto plan = plan::ResolveAutoLayout(*spec, plan::DefaultHardware(*spec), *world);
   if (!plan.ok()) return Fail(absl::IsResourceExhausted(plan.status()) || absl::IsInvalidArgument(plan.status()) ? 2 : 1,
                               std::string(plan.status().message()));
-  return RunParallelTraining(*spec, std::shared_ptr<collectives::ProcessGroup>(std::move(*pg)), &gate, plan->get());
+  return RunParallelTraining(*spec, std::shared_ptr<collectives::ProcessGroup>(std::move(*pg)), &gate, plan->get(),
+                             gpu.device);
 }
 
 }  // namespace loom::runtime::launch

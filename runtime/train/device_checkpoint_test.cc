@@ -17,6 +17,7 @@
 #include "base/tensor.h"
 #include "gtest/gtest.h"
 #include "parallel/testing/host_cuda_executor.h"
+#include "parallel/testing/small_spec.h"
 #include "parallel/trainer.h"
 #include "runtime/checkpoint/checkpoint.h"
 #include "runtime/data/sampler.h"
@@ -35,24 +36,8 @@ Tensor Tokens(int64_t b, int64_t t, int64_t vocab, uint64_t seed) {
 }
 
 v1::JobSpec Spec(const std::string& device) {
-  v1::JobSpec spec;
+  v1::JobSpec spec = parallel::testing::SmallSpec({}, 2, 1e-2f);
   spec.set_device(device);
-  auto* m = spec.mutable_model();
-  m->set_family("gpt");
-  m->set_n_layer(1);
-  m->set_n_head(2);
-  m->set_n_kv_head(2);
-  m->set_d_model(16);
-  m->set_seq_len(8);
-  m->set_vocab(32);
-  auto* t = spec.mutable_train();
-  t->set_batch_size(2);
-  t->set_lr(1e-2f);
-  t->set_beta1(0.9f);
-  t->set_beta2(0.95f);
-  t->set_eps(1e-8f);
-  t->set_grad_clip(1.0f);
-  t->set_weight_decay(0.1f);
   return spec;
 }
 

@@ -38,7 +38,7 @@ double SecondsSince(Clock::time_point t0) { return std::chrono::duration<double>
 int ExitCode(const absl::Status& s) { return absl::IsInvalidArgument(s) || absl::IsUnimplemented(s) ? 2 : 1; }
 
 // The loss of the step just run, averaged across the world's ranks on the GPU
-// (the process group's CUDA backend: NCCL), written back into *loss.
+// (the process group's CUDA backend), written back into *loss.
 absl::Status AverageLoss(parallel::Trainer& t, collectives::ProcessGroup& world, float* loss) {
   LOOM_ASSIGN_OR_RETURN(Tensor dev, t.DeviceLoss());
   collectives::AllReduceOptions o;
@@ -150,6 +150,7 @@ absl::Status Session::BuildTrainer() {
   o.layout = parallel::LayoutFromSpec(spec_.parallel());
   o.rank = run_.rank;
   o.comms = run_.comms;
+  o.cuda_device = run_.cuda_device;
   LOOM_ASSIGN_OR_RETURN(const bool resume, WillResume(spec_));
   if (!spec_.init_from().empty() && !resume) {
     LOOM_ASSIGN_OR_RETURN(o.init_blocks, InitBlocks(spec_, lead_));
@@ -168,9 +169,10 @@ absl::Status Session::BuildTrainer() {
     std::printf("compiled in %.2fs: %.2fM parameters, training arena %.1f MiB, %d threads\n", SecondsSince(t0),
                 trainer_->num_parameters() / 1e6, trainer_->compilation().plan.peak_bytes / 1048576.0, NumThreads());
   }
-  average_loss_ = spec_.device() == "cuda" && run_.world != nullptr;
-  if (average_loss_) {
-    auto b = run_.world->BackendFor(Device::CUDA(0), collectives::OpType::kAllReduce, DType::kF32);
+  // On a mesh of several ranks the program's loss is already the global one.
+  average_loss_ = spec_.device() == "cuda" && run_.world != nullptr && trainer_->mesh().num_ranks() == 1;
+  if (spec_.device() == "cuda" && run_.world != nullptr) {
+    auto b = run_.world->BackendFor(Device::CUDA(run_.cuda_device), collectives::OpType::kAllReduce, DType::kF32);
     if (!b.ok()) return absl::InternalError(absl::StrCat("process group: no CUDA backend: ", b.status().message()));
     std::printf("process group: rank %d of %d, CUDA collectives through %s\n", run_.world->rank(),
                 run_.world->size(), std::string((*b)->name()).c_str());

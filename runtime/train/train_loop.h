@@ -13,7 +13,7 @@
 //      checkpoints aside) and continues with exactly the next batch;
 //   4. trains to train.steps: this rank's rows of the global batch from the
 //      dataset (Trainer::BatchRows), a step at the schedule's learning rate,
-//      the loss averaged across a GPU rank's group, a checkpoint every
+//      the loss averaged across a one-rank GPU job's group, a checkpoint every
 //      checkpoint.every steps, validation every train.eval_every steps and at
 //      the last one;
 //   5. samples text and gathers the whole parameters for model.safetensors.
@@ -39,9 +39,12 @@ struct TrainingRun {
   std::string command;          // "loom train" or "loom worker": the prefix of messages
   int rank = 0;                 // in the mesh of spec.parallel (dp, tp)
   // The job's ranks; null for one process without a group (`loom train`).
-  // With device: cuda (one rank), the step's loss is averaged across it on
-  // the GPU through its CUDA backend (NCCL under "cpu:gloo,cuda:nccl").
+  // With device: cuda and one rank, the step's loss is averaged across it on
+  // the GPU through its CUDA backend (NCCL under "cpu:gloo,cuda:nccl"); on a
+  // mesh of several ranks the training program's loss is the global one on
+  // every rank already.
   collectives::ProcessGroup* world = nullptr;
+  int cuda_device = 0;  // device: cuda: this rank's CUDA ordinal (TrainerOptions::cuda_device)
   const dtensor::DeviceMesh* mesh = nullptr;  // over world, when the layout has several ranks
   compiler::comm::CommunicatorMap comms;      // one per mesh dim of size > 1
   std::string run_dir;                        // rank 0's run folder (RunFolder(spec))

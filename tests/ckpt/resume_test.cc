@@ -9,6 +9,12 @@
 // resumed runs also draw the uninterrupted run's masks at steps 4..6,
 // under every layout (compiler/models/models.h: masks keyed by seed, step and
 // the global element index).
+// Across devices (needs a GPU: skips "needs a GPU" without one; on the GPU
+// machine bench/cuda/run_checks.sh runs it): a device: cuda dp=2 checkpoint
+// (2 ranks sharing the GPU, cuda:gloo, f32, no dropout) resumes on the CPU
+// at tp=2, and a CPU tp=2 checkpoint resumes on cuda at dp=2; the resumed
+// losses at steps 4..6 follow the saving job's uninterrupted run within the
+// cuda-vs-cpu f32 parity bound (1e-4 relative, bench/cuda/gpt_cuda_parity).
 #include <sys/wait.h>
 
 #include <cmath>
@@ -23,6 +29,7 @@
 #include "collectives/store/store_server.h"
 #include "collectives/store/tcp_store.h"
 #include "gtest/gtest.h"
+#include "kernels/cuda/cuda_device.h"
 #include "runtime/checkpoint/loader.h"
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/launch/parallel_train.h"
@@ -51,15 +58,18 @@ std::string Tmp(const std::string& name) { return absl::StrCat(::testing::TempDi
 
 // A job spec file: the small GPT under (dp, tp), `steps` steps, checkpoints
 // every 3 steps into `ckpt`, losses logged at every step into `run`.
+// cuda: device: cuda, every rank on the one GPU (cuda:gloo), no dropout.
 std::string Job(const std::string& name, int dp, int tp, int steps, const std::string& ckpt, const std::string& run,
-                int zero = 0) {
+                int zero = 0, bool cuda = false) {
   std::string path = Tmp(name + ".yaml");
-  std::ofstream(path) << "name: " << name
-                      << "\nmodel: {family: gpt, n_layer: 1, n_head: 2, d_model: 32, seq_len: 16, dropout: 0.1}\n"
+  std::ofstream(path) << "name: " << name << "\nmodel: {family: gpt, n_layer: 1, n_head: 2, d_model: 32, seq_len: 16"
+                      << (cuda ? "}\n" : ", dropout: 0.1}\n")
+                      << (cuda ? absl::StrCat("device: cuda\nresources: {ranks_per_gpu: ", dp * tp, "}\n") : "")
                       << "train: {steps: " << steps
                       << ", batch_size: 8, eval_every: 100, eval_batches: 1, sample_tokens: 8, log_every: 1,"
                          " lr: 3e-3, warmup_steps: 2, weight_decay: 0.1, grad_clip: 1.0}\n"
-                      << "parallel: {dp: " << dp << ", tp: " << tp << ", zero_stage: " << zero << ", backend: cpu:gloo}\n"
+                      << "parallel: {dp: " << dp << ", tp: " << tp << ", zero_stage: " << zero
+                      << (cuda ? ", backend: \"cpu:gloo,cuda:gloo\"}\n" : ", backend: cpu:gloo}\n")
                       << "checkpoint: {every: 3, keep: 2, dir: " << ckpt << "}\n"
                       << "run_dir: " << run << "\n";
   return path;
@@ -77,10 +87,11 @@ std::map<int, double> Losses(const std::string& dir) {
   return out;
 }
 
-void ExpectSameLosses(const std::map<int, double>& ref, const std::map<int, double>& got, int from, int to) {
+void ExpectSameLosses(const std::map<int, double>& ref, const std::map<int, double>& got, int from, int to,
+                      double rel = 1e-5) {
   for (int s = from; s <= to; ++s) {
     ASSERT_TRUE(ref.count(s) && got.count(s)) << "step " << s;
-    EXPECT_NEAR(got.at(s), ref.at(s), 1e-5 * std::abs(ref.at(s))) << "step " << s;
+    EXPECT_NEAR(got.at(s), ref.at(s), rel * std::abs(ref.at(s))) << "step " << s;
   }
 }
 
@@ -194,6 +205,35 @@ TEST_F(Resume, FinalCheckpointOfResumedRunIsBitwiseTheUninterruptedOne) {
     EXPECT_FALSE(sa.empty()) << f;
     EXPECT_TRUE(sa == sb) << f << " differs";
   }
+}
+
+// Saves at step 3 under (from_dp, from_tp) on `from_cuda`'s device, resumes
+// to step 6 under (to_dp, to_tp) on the other device, and compares with the
+// saving job run uninterrupted to step 6.
+void ReshardAcrossDevices(const std::string& tag, bool from_cuda, int from_dp, int from_tp, int to_dp, int to_tp) {
+  const std::string ck = Tmp(tag + "_ck"), ref_ck = Tmp(tag + "_ref_ck");
+  fs::remove_all(ck);
+  fs::remove_all(ref_ck);
+  Result save = RunLoom("run " + Job(tag + "_save", from_dp, from_tp, 3, ck, Tmp(tag + "_run_save"), 0, from_cuda));
+  ASSERT_EQ(save.code, 0) << save.output;
+  Result ref = RunLoom("run " + Job(tag + "_ref", from_dp, from_tp, 6, ref_ck, Tmp(tag + "_run_ref"), 0, from_cuda));
+  ASSERT_EQ(ref.code, 0) << ref.output;
+  Result r = RunLoom("run " + Job(tag + "_resume", to_dp, to_tp, 6, ck, Tmp(tag + "_run_resume"), 0, !from_cuda));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("resuming at step 4"), std::string::npos) << r.output;
+  ExpectSameLosses(Losses(Tmp(tag + "_run_ref")), Losses(Tmp(tag + "_run_resume")), 4, 6, 1e-4);
+}
+
+TEST(ResumeAcrossDevices, CudaDp2CheckpointResumesOnCpuTp2) {
+  const absl::Status avail = loom::kernels::cuda::CudaAvailable();
+  if (!avail.ok()) GTEST_SKIP() << "needs a GPU: " << avail.message();
+  ReshardAcrossDevices("cuda_to_cpu", true, 2, 1, 1, 2);
+}
+
+TEST(ResumeAcrossDevices, CpuTp2CheckpointResumesOnCudaDp2) {
+  const absl::Status avail = loom::kernels::cuda::CudaAvailable();
+  if (!avail.ok()) GTEST_SKIP() << "needs a GPU: " << avail.message();
+  ReshardAcrossDevices("cpu_to_cuda", false, 1, 2, 2, 1);
 }
 
 }  // namespace

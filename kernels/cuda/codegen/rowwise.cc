@@ -98,7 +98,7 @@ struct LoomLnParams { const void* in[4]; const float* gamma; const float* beta;
   void* h; void* y; float* mean; float* rstd; long long rows; };
 static_assert(sizeof(LoomLnParams) == 88, "LoomLnParams layout");
 #endif
-// layernorm cols=$C$ dtype=$DT$ addends=$RES$ bias=$BIAS$ eps=$EPS$ threads=$T$ vec=$W$
+// $KIND$ cols=$C$ dtype=$DT$ addends=$RES$ bias=$BIAS$ eps=$EPS$ threads=$T$ vec=$W$
 extern "C" __global__ void __launch_bounds__($T$) $NAME$(LoomLnParams p) {
   __shared__ float loom_red[32];
   typedef $ST$ T;
@@ -121,7 +121,7 @@ $LOAD_X$
         for (int j = 0; j < $W$; ++j) x[k][j] = 0.f;
       }
     }
-    const float mean = loom_block_sum<$NW$>(sum, loom_red) / $CF$;
+    const float mean = $MEAN$;
     float sq = 0.f;
 #pragma unroll
     for (int k = 0; k < $K$; ++k) {
@@ -132,7 +132,7 @@ $LOAD_X$
       }
     }
     const float rstd = rsqrtf(loom_block_sum<$NW$>(sq, loom_red) / $CF$ + $EPS$);
-    if (tid == 0) { p.mean[row] = mean; p.rstd[row] = rstd; }
+    if (tid == 0) { $STORE_STATS$ }
 #pragma unroll
     for (int k = 0; k < $K$; ++k) {
       const int c = (k * $T$ + tid) * $W$;
@@ -260,8 +260,10 @@ absl::StatusOr<RowSource> GenerateLayerNorm(const LnSpec& s) {
   if (s.cols <= 0) return Bad("cols", absl::StrCat("expected > 0, got ", s.cols));
   if (!FloatStorage(s.dtype)) return Bad("dtype", absl::StrCat("expected f32 or bf16, got ", DTypeName(s.dtype)));
   if (!(s.eps >= 0)) return Bad("eps", "expected >= 0");
+  if (s.rms && s.has_bias) return Bad("has_bias", "RMSNorm has no bias");
   RowSource r;
   r.kind = RowKind::kLayerNorm;
+  r.rms = s.rms;
   r.cols = s.cols;
   r.dtype = s.dtype;
   r.addends = s.addends;
@@ -307,7 +309,10 @@ absl::StatusOr<RowSource> GenerateLayerNorm(const LnSpec& s) {
   std::string name;
   std::string body = Finish(
       kLnTemplate,
-      {{"$C$", absl::StrCat(s.cols)},
+      {{"$KIND$", s.rms ? "rmsnorm" : "layernorm"},
+       {"$MEAN$", s.rms ? "0.f" : absl::StrCat("loom_block_sum<", t / 32, ">(sum, loom_red) / ", s.cols, ".0f")},
+       {"$STORE_STATS$", s.rms ? "p.rstd[row] = rstd;" : "p.mean[row] = mean; p.rstd[row] = rstd;"},
+       {"$C$", absl::StrCat(s.cols)},
        {"$CF$", absl::StrCat(s.cols, ".0f")},
        {"$DT$", std::string(DTypeName(s.dtype))},
        {"$RES$", absl::StrCat(s.addends.size())},
@@ -432,7 +437,7 @@ absl::Status RowwiseKernel::Launch(const LnParams& p, StreamHandle stream) const
   const int64_t sa = std::min<int64_t>(16, gen_.vec * es), fa = std::min<int64_t>(16, gen_.vec * 4);
   LOOM_RETURN_IF_ERROR(Ptr(name(), "y", p.y, sa));
   LOOM_RETURN_IF_ERROR(Ptr(name(), "gamma", p.gamma, fa));
-  LOOM_RETURN_IF_ERROR(Ptr(name(), "mean", p.mean, 4));
+  if (!gen_.rms) LOOM_RETURN_IF_ERROR(Ptr(name(), "mean", p.mean, 4));
   LOOM_RETURN_IF_ERROR(Ptr(name(), "rstd", p.rstd, 4));
   if (gen_.addends.empty()) {
     LOOM_RETURN_IF_ERROR(Ptr(name(), "in[0]", p.in[0], sa));

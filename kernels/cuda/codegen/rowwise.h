@@ -9,7 +9,7 @@
 //   LOOM_RETURN_IF_ERROR(k->Launch(p, stream));
 //
 // Kernels (f32 statistics; storage dtypes f32 or bf16, rounded once, RN):
-//  - LayerNorm: one block of `threads` per row (grid-stride over rows), the row
+//  - LayerNorm (and RMSNorm, LnSpec::rms): one block of `threads` per row (grid-stride over rows), the row
 //    held in registers with 16-byte vector accesses, cols baked in.
 //      addends: h = in[0] + in[1] + ... (f32, rounded to dtype, stored: the
 //                next residual; operands may broadcast over rows), x = h
@@ -54,7 +54,7 @@ struct LnParams {
   const float* beta = nullptr;         // [C] (has_bias only)
   void* h = nullptr;                   // [rows, C] dtype: the sum of the addends (not plain)
   void* y = nullptr;                   // [rows, C] dtype
-  float* mean = nullptr;         // [rows]
+  float* mean = nullptr;         // [rows] (not for RMSNorm)
   float* rstd = nullptr;         // [rows]
   int64_t rows = 0;
 };
@@ -102,6 +102,9 @@ struct LnSpec {
   // stored and normalised (the `add -> layernorm` fusion).
   std::vector<LnAddend> addends;
   bool has_bias = true;
+  // RMSNorm instead (no mean subtracted, no bias; mean is not written):
+  //   rstd = 1 / sqrt(sum(x^2)/C + eps),  y = x * rstd * gamma
+  bool rms = false;
   double eps = 1e-5;
   int threads = 0;  // 0 = chosen by the generator (multiple of 32, <= 1024)
 };
@@ -124,6 +127,7 @@ struct RowSource {
   DType dtype = DType::kF32;  // row storage dtype
   std::vector<LnAddend> addends;  // layernorm
   bool has_bias = false;         // layernorm
+  bool rms = false;              // layernorm: the RMSNorm form
 };
 absl::StatusOr<RowSource> GenerateLayerNorm(const LnSpec& s);
 absl::StatusOr<RowSource> GenerateAdamW(const AdamWSpec& s);

@@ -81,13 +81,13 @@ void CheckLnCase(const LnSpec& s, int64_t rows, const char* what) {
   p.beta = s.has_bias ? be.as<float>() : nullptr;
   p.h = s.addends.empty() ? nullptr : h.p;
   p.y = y.p;
-  p.mean = mean.as<float>();
+  p.mean = s.rms ? nullptr : mean.as<float>();
   p.rstd = rstd.as<float>();
   p.rows = rows;
   OkOrDie((*k)->Launch(p, nullptr), "launch layernorm");
   CK(cudaDeviceSynchronize());
   h.Back(), y.Back(), mean.Back(), rstd.Back();
-  Report(absl::StrCat("layernorm ", DTypeName(s.dtype), " C=", s.cols, " ", what, s.has_bias ? "" : " no-bias",
+  Report(absl::StrCat(s.rms ? "rmsnorm " : "layernorm ", DTypeName(s.dtype), " C=", s.cols, " ", what, s.has_bias ? "" : " no-bias",
                       " rows=", rows, " threads=", (*k)->gen().threads),
          CheckLn(c));
 }
@@ -270,6 +270,11 @@ int Main(int argc, char** argv) {
         if (prologue == 2) s.addends = {{dt, 0}, {DType::kF32, 1}, {dt, 0}};
         if (prologue == 3) s.addends = {{dt, 0}, {DType::kF32, 64}};
         CheckLnCase(s, 259, what[prologue]);
+        if (prologue < 2) {  // RMSNorm (llama): plain and x + residual
+          s.rms = true;
+          s.has_bias = false;
+          CheckLnCase(s, 259, what[prologue]);
+        }
       }
   AdamWSpec a;
   a.max_norm = 1.0;

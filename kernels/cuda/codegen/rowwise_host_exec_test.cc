@@ -138,15 +138,17 @@ TEST_F(HostExec, LayerNormMatchesTheF64Reference) {
   for (DType dt : {DType::kF32, DType::kBF16})
     for (int prologue : {0, 1, 2, 3})
       for (int64_t cols : {768, 100, 37, 2048})
-        for (int threads : {0, 64}) {
+        for (int threads : {0, 64})
+          for (bool rms : {false, true}) {
           LnSpec s;
+          s.rms = rms;
           s.cols = cols;
           s.dtype = dt;
           // 0 plain; 1 x + residual; 2 mm + bias[C] (other dtype) + residual; 3 x + pos[3, C]
           if (prologue == 1) s.addends = {{dt, 0}, {dt, 0}};
           if (prologue == 2) s.addends = {{dt, 0}, {other[dt == DType::kBF16 ? 1 : 0], 1}, {dt, 0}};
           if (prologue == 3) s.addends = {{dt, 0}, {other[dt == DType::kBF16 ? 1 : 0], 3}};
-          s.has_bias = cols != 37;
+          s.has_bias = cols != 37 && !rms;
           s.threads = threads;
           auto gen = GenerateLayerNorm(s);
           ASSERT_TRUE(gen.ok()) << gen.status();
@@ -161,7 +163,8 @@ TEST_F(HostExec, LayerNormMatchesTheF64Reference) {
     RunFn f = Fn(it.gen.kernels[0]);
     ASSERT_NE(f, nullptr);
     f(&p, 2, it.gen.threads);
-    EXPECT_EQ(CheckLn(c), "") << it.gen.kernels[0] << " cols " << it.spec.cols << " " << DTypeName(it.spec.dtype)
+    EXPECT_EQ(CheckLn(c), "") << it.gen.kernels[0] << (it.spec.rms ? " rms" : "") << " cols " << it.spec.cols << " "
+                              << DTypeName(it.spec.dtype)
                               << " addends " << it.spec.addends.size() << " threads " << it.gen.threads;
   }
 }
