@@ -713,10 +713,9 @@ absl::StatusOr<std::shared_ptr<Plan>> GetPlanLocked(State& st, const CudnnSdpaAr
   const int max_configs = GetCudnnSdpaOptions().max_engine_configs;
   const std::string tuning_key = TuningKey(key, dev, max_configs);
   Builder::Wanted want;
-  const bool cached = built.ok() && TunedConfig(tuning_key, &want);
   // A recorded choice builds only its config; if that fails, every config.
-  if (cached) built = g->BuildPlans(handle, max_configs, &want);
-  const bool from_tuning = cached && built.ok();
+  const bool from_tuning =
+      built.ok() && TunedConfig(tuning_key, &want) && g->BuildPlans(handle, max_configs, &want).ok();
   if (built.ok() && !from_tuning) built = g->BuildPlans(handle, max_configs);
   if (built.ok()) {
     auto plan = std::make_shared<Plan>();
