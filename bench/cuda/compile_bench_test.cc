@@ -1,11 +1,24 @@
 // The compile benchmark's flags (compile_bench_flags.h): its own flags, the
 // model flags it shares with train_bench, and train_bench's run flags refused
-// by name.
+// by name; and the binary on a small Llama here (dry: no GPU): the cold run
+// compiles every distinct source, the warm run loads them all, bad flags exit 2.
 #include "bench/cuda/compile_bench_flags.h"
 
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 
 namespace loom::bench::cuda {
@@ -67,6 +80,87 @@ TEST(CompileBenchFlags, TrainBenchRunFlagsAreRefused) {
     ExpectBad({std::string(flag) + "=1"}, flag);
   ExpectBad({"--no-graph"}, "--no-graph");
   ExpectBad({"--profile"}, "--profile");
+}
+
+
+// ---- the binary --------------------------------------------------------------------
+
+std::string TmpPath(const std::string& name) {
+  const char* t = std::getenv("TEST_TMPDIR");
+  return absl::StrCat(t != nullptr ? t : "/tmp", "/", name, "_", ::getpid());
+}
+
+// Runs compile_bench ARGS (time-limited); its exit code and output.
+int RunBench(const std::string& args, std::string* output) {
+  const std::string log = TmpPath("compile_bench.log");
+  const std::string cmd = absl::StrCat("timeout 120 bench/cuda/compile_bench ", args, " >", log, " 2>&1");
+  const int rc = std::system(cmd.c_str());
+  std::ifstream in(log);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  *output = ss.str();
+  return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+}
+
+// The RESULT line of run `run`: its key=value fields.
+std::map<std::string, std::string> Result(const std::string& output, const std::string& run) {
+  for (absl::string_view line : absl::StrSplit(output, '\n')) {
+    if (line.rfind("RESULT run=" + run + " ", 0) != 0) continue;
+    std::map<std::string, std::string> kv;
+    for (absl::string_view f : absl::StrSplit(line, ' ')) {
+      const size_t eq = f.find('=');
+      if (eq != absl::string_view::npos) kv[std::string(f.substr(0, eq))] = std::string(f.substr(eq + 1));
+    }
+    return kv;
+  }
+  return {};
+}
+
+int Int(const std::map<std::string, std::string>& kv, const std::string& key) {
+  int v = -1;
+  auto it = kv.find(key);
+  return it != kv.end() && absl::SimpleAtoi(it->second, &v) ? v : -1;
+}
+
+constexpr char kSmallLlama[] =
+    "--family=llama --n_layer=2 --n_head=4 --n_kv_head=2 --d_model=256 --ffn=512 --seq_len=64 --vocab=512 --batch=2";
+
+TEST(CompileBenchBinary, ColdCompilesWarmLoads) {
+  const std::string cache = TmpPath("kernels");
+  std::string out;
+  const int rc = RunBench(absl::StrCat(kSmallLlama, " --warm=1 --compile-threads=2 --kernel-cache=", cache), &out);
+  if (rc == 1 && out.find("this build has no CUDA toolkit") != std::string::npos)
+    GTEST_SKIP() << "needs a GPU: built without the CUDA toolkit (the executor is a stub)";
+  ASSERT_EQ(rc, 0) << out;
+  const auto cold = Result(out, "cold"), warm = Result(out, "warm1");
+  ASSERT_FALSE(cold.empty()) << out;
+  ASSERT_FALSE(warm.empty()) << out;
+  EXPECT_EQ(cold.at("preset"), "custom");
+  const int distinct = Int(cold, "distinct");
+  EXPECT_GT(distinct, 0) << out;
+  EXPECT_GT(Int(cold, "kernels"), distinct) << "two identical layers share their kernels' sources";
+  EXPECT_EQ(Int(cold, "nvrtc"), distinct) << out;
+  EXPECT_EQ(Int(cold, "hits"), 0) << out;
+  EXPECT_EQ(Int(cold, "threads"), 2) << out;
+  EXPECT_EQ(Int(warm, "kernels"), Int(cold, "kernels"));
+  EXPECT_EQ(Int(warm, "hits"), distinct) << out;
+  EXPECT_EQ(Int(warm, "nvrtc"), 0) << out;
+  EXPECT_NE(out.find("executor: kernels (cache / NVRTC)"), std::string::npos) << out;
+  EXPECT_NE(out.find("pass memory-plan"), std::string::npos) << out;
+  // The folder now holds entries: another cold run is refused, a warm one runs.
+  EXPECT_EQ(RunBench(absl::StrCat(kSmallLlama, " --kernel-cache=", cache), &out), 2) << out;
+  EXPECT_NE(out.find("--kernel-cache: "), std::string::npos) << out;
+  ASSERT_EQ(RunBench(absl::StrCat(kSmallLlama, " --no-cold --kernel-cache=", cache), &out), 0) << out;
+  EXPECT_EQ(Int(Result(out, "warm1"), "hits"), distinct) << out;
+  EXPECT_TRUE(Result(out, "cold").empty()) << out;
+}
+
+TEST(CompileBenchBinary, BadFlagExitsTwoNamingIt) {
+  std::string out;
+  EXPECT_EQ(RunBench("--warm=-3", &out), 2) << out;
+  EXPECT_NE(out.find("--warm: "), std::string::npos) << out;
+  EXPECT_EQ(RunBench("--data=/x", &out), 2) << out;
+  EXPECT_NE(out.find("--data: "), std::string::npos) << out;
 }
 
 }  // namespace
