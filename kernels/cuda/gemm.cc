@@ -11,10 +11,10 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <optional>
-#include <string>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <string>
 #include <tuple>
 #include <vector>
 
