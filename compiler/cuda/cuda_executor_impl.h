@@ -168,6 +168,7 @@ class Impl final : public CudaExecutor {
   std::vector<void*> owned_, pinned_;
   std::vector<cudaEvent_t> events_;
   std::map<int, Staging> staging_;
+  std::map<std::string, float*> rope_tables_;  // by "T D theta offset" (BuildRope)
   int64_t slot_ = 0, steps_ = 0;
   int64_t device_bytes_ = 0;
   // One captured graph per segment (Segments()), replayed in order with the

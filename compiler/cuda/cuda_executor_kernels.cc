@@ -173,10 +173,19 @@ absl::Status Impl::BuildRope(const Launch& l) {
   const double theta = l.attrs.GetFloat("theta", 10000.0);
   const int64_t offset = l.attrs.GetInt("offset", 0);
   const bool inverse = l.attrs.GetBool("inverse", false);
+  // One angle table per (T, D, theta, offset), filled now, outside any step.
+  const std::string key = absl::StrCat(T, " ", D, " ", theta, " ", offset);
+  float*& table = rope_tables_[key];
+  if (table == nullptr) {
+    LOOM_ASSIGN_OR_RETURN(void* t, Alloc(4 * kern::RopeTableFloats(T, D)));
+    table = static_cast<float*>(t);
+    if (!dry_) LOOM_RETURN_IF_ERROR(CudaErr(kern::RopeTable(T, D, theta, offset, table, stream_), "rope table"));
+  }
+  const float* tab = table;
   const void* x = Ptr(l.inputs[0]);
   void* y = Ptr(l.outputs[0]);
   cudaStream_t s = stream_;
-  calls_.push_back([=]() { return CudaErr(kern::Rope(dt, B, T, H, D, theta, offset, inverse, x, y, s), "rope"); });
+  calls_.push_back([=]() { return CudaErr(kern::Rope(dt, B, T, H, D, inverse, tab, x, y, s), "rope"); });
   return absl::OkStatus();
 }
 

@@ -24,6 +24,7 @@
 #include "kernels/cuda/gemm.h"
 #include "kernels/cuda/kernel_source_hash.h"
 #include "kernels/cuda/rmsnorm.h"
+#include "kernels/cuda/rope.h"
 #include "kernels/cuda/layernorm.h"
 #include "kernels/cuda/reductions.h"
 #include "kernels/cuda/reference.h"
@@ -309,6 +310,37 @@ absl::StatusOr<Errors> CheckRmsNorm(Checker& c, DType dt, int64_t rows, int64_t 
                 {"dw", RelErr(dw.ToVector(), rdw)}};
 }
 
+// Rotary embedding (rope.h): the angle table, then the rotation (and its
+// inverse) of x [B, T, H, D], against the f64 rotation by the f64 angles.
+absl::StatusOr<Errors> CheckRope(Checker& c, DType dt, int64_t B, int64_t T, int64_t H, int64_t D, int64_t offset) {
+  const double theta = 10000.0;
+  HostInput x = c.Normal({B, T, H, D}, dt, 1.0);
+  Vec ry(x.values.size()), rinv(x.values.size());
+  for (int64_t p = 0; p < B * T * H * (D / 2); ++p) {
+    const int64_t i = p % (D / 2), t = (p / ((D / 2) * H)) % T;
+    const double a = static_cast<double>(offset + t) * std::pow(theta, -2.0 * static_cast<double>(i) / D);
+    const double x0 = x.values[2 * p], x1 = x.values[2 * p + 1];
+    ry[2 * p] = x0 * std::cos(a) - x1 * std::sin(a);
+    ry[2 * p + 1] = x0 * std::sin(a) + x1 * std::cos(a);
+    rinv[2 * p] = x0 * std::cos(a) + x1 * std::sin(a);
+    rinv[2 * p + 1] = -x0 * std::sin(a) + x1 * std::cos(a);
+  }
+  LOOM_ASSIGN_OR_RETURN(Tensor dx, c.Up(x.host));
+  LOOM_ASSIGN_OR_RETURN(Tensor table, c.Poisoned({kern::RopeTableFloats(T, D)}, DType::kF32));
+  LOOM_ASSIGN_OR_RETURN(Tensor y, c.Poisoned({B, T, H, D}, dt));
+  LOOM_ASSIGN_OR_RETURN(Tensor yi, c.Poisoned({B, T, H, D}, dt));
+  const kern::Dt k = dt == DType::kBF16 ? kern::kBF16 : kern::kF32;
+  float* tp = static_cast<float*>(table.raw_data());
+  LOOM_RETURN_IF_ERROR(CudaErrorStatus(kern::RopeTable(T, D, theta, offset, tp, c.stream()), "rope table"));
+  LOOM_RETURN_IF_ERROR(
+      CudaErrorStatus(kern::Rope(k, B, T, H, D, false, tp, dx.raw_data(), y.raw_data(), c.stream()), "rope"));
+  LOOM_RETURN_IF_ERROR(
+      CudaErrorStatus(kern::Rope(k, B, T, H, D, true, tp, dx.raw_data(), yi.raw_data(), c.stream()), "rope inverse"));
+  LOOM_ASSIGN_OR_RETURN(y, ToHostSync(c, y));
+  LOOM_ASSIGN_OR_RETURN(yi, ToHostSync(c, yi));
+  return Errors{{"y", RelErr(y.ToVector(), ry)}, {"inverse", RelErr(yi.ToVector(), rinv)}};
+}
+
 // Row sums and maxima (reductions.h RowReduce), run twice (bitwise rerun).
 absl::StatusOr<Errors> CheckRowReduce(Checker& c, kern::RowReduceKind kind, DType dt, int64_t rows, int64_t cols) {
   HostInput x = c.Normal({rows, cols}, dt, 1.0, 0.25);
@@ -546,6 +578,10 @@ void AddStepKernelChecks(Checker& c, const RunFn& run) {
           absl::StrCat(ShapeStr({{"rows", e.rows}, {"vocab", e.vocab}}), " ", DTypeName(e.tdt)),
           e.dt == f32 ? 1e-4 : 1e-2, [&] { return CheckCrossEntropy(c, e.dt, e.tdt, e.rows, e.vocab, fused); });
   AddEmbeddingChecks(c, run);
+  run("rope (table) fwd, inverse", bf, "B=8 T=2048 H=32 D=64", 1e-2,
+      [&] { return CheckRope(c, bf, 8, 2048, 32, 64, 0); });
+  run("rope (table) fwd, inverse", f32, "B=2 T=37 H=3 D=128 offset=5", 1e-5,
+      [&] { return CheckRope(c, f32, 2, 37, 3, 128, 5); });
   for (bool residual : {false, true})
     for (const SumCase& s : std::vector<SumCase>{{bf, 4096, 2048, 0}, {f32, 300, 768, 0}, {f32, 7, 37, 0}})
       run(residual ? "rmsnorm fwd, bwd + residual" : "rmsnorm fwd, bwd", s.dt,

@@ -1,7 +1,8 @@
 // Every hand-written CUDA kernel of this folder (gemm.h, layernorm.h, and the
 // raw-pointer kernels: reductions.h (column sums, grad norm, row sums and
 // maxima), cross_entropy.h, embedding.h's backward in both modes and its
-// vocabulary one-hot, rmsnorm.h with and without the residual gradient)
+// vocabulary one-hot, rmsnorm.h with and without the residual gradient,
+// rope.h's table and rotation)
 // against its fp64 CPU reference (reference.h, or the sums written out in
 // checks.cc).
 //
