@@ -114,7 +114,8 @@ using AttnRoute = CudaOptions::Attention;
 // The plan options a CudaOptions stands for (extra_fusions, deterministic).
 inline PlanOptions PlanOptionsFor(const CudaOptions& o) {
   PlanOptions p;
-  p.compose_copies = p.fold_residual_grad = p.add_layernorm = p.attn_views = p.fuse_cross_entropy = o.extra_fusions;
+  p.compose_copies = p.fold_residual_grad = p.add_layernorm = p.attn_views = p.fuse_cross_entropy =
+      p.accumulate_gemms = o.extra_fusions;
   p.deterministic = o.deterministic;
   for (const auto& [group, c] : o.communicators)
     if (c != nullptr) p.group_rank[group] = c->rank();

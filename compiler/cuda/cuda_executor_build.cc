@@ -155,6 +155,7 @@ absl::Status Impl::BuildGemm(const Launch& l, std::string* desc) {
   ga.d_f32 = m.ab_dtype == DType::kBF16 && m.d_dtype == DType::kF32;
   ga.stream = stream_;
   ga.epilogue = ToEpilogue(m.epilogue);
+  if (m.accumulate) ga.beta = 1.0f;  // D += product (gemm_accumulate); in[2] is D itself
   if (m.epilogue == GemmEpilogue::kBias || m.epilogue == GemmEpilogue::kBiasGeluAux) ga.bias = Ptr(in[2]);
   if (m.epilogue == GemmEpilogue::kBiasGeluAux) ga.aux = Ptr(out[1]);
   if (m.epilogue == GemmEpilogue::kDGelu) ga.aux = const_cast<void*>(Ptr(in[2]));

@@ -17,6 +17,7 @@
 #include "compiler/cuda/plan_dtypes.h"
 #include "compiler/cuda/plan_fuse_ce.h"
 #include "compiler/cuda/plan_gemm.h"
+#include "compiler/cuda/plan_gemm_accumulate.h"
 #include "compiler/cuda/plan_lower.h"
 #include "compiler/cuda/plan_residual_grad.h"
 #include "compiler/cuda/plan_state.h"
@@ -32,6 +33,7 @@ std::vector<std::unique_ptr<PlanPass>> PlanPipeline(const PlanOptions& o) {
   if (o.compose_copies) passes.push_back(std::make_unique<ComposeCopiesPass>());
   if (o.fold_residual_grad) passes.push_back(std::make_unique<ResidualGradPass>());
   if (o.add_layernorm) passes.push_back(std::make_unique<AddLayerNormPass>());
+  if (o.accumulate_gemms) passes.push_back(std::make_unique<GemmAccumulatePass>());
   // The launch list, then what rewrites it, then memory.
   passes.push_back(std::make_unique<LowerNodesPass>());
   passes.push_back(std::make_unique<CopyBackPass>());

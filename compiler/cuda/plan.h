@@ -18,8 +18,10 @@
 //                       with aux), dgelu, the weight gradient matmul + sum_to
 //   attention_views     flash attention on strided windows (no copies)   [attn_views]
 //   compose_copies      slice+reshape+permute, permute+reshape+concat    [compose_copies]
-//   residual_grad       layernorm_backward + add -> dresidual            [fold_residual_grad]
-//   add_layernorm       add / fused adds -> layernorm as one launch      [add_layernorm]
+//   residual_grad       layernorm_backward / rmsnorm_backward + add -> dresidual [fold_residual_grad]
+//   add_layernorm       add / fused adds -> layernorm or rmsnorm as one launch [add_layernorm]
+//   gemm_accumulate     a sum of plain GEMM products as GEMMs adding into
+//                       one buffer (beta 1)                              [accumulate_gemms]
 //   lower_nodes         one launch per node in graph order (fusions at
 //                       their head node), casts and bf16 shadows, reshape
 //                       aliases, ONE multi-tensor AdamW launch
@@ -92,6 +94,9 @@ struct GemmPlan {
   DType ab_dtype = DType::kF32;  // A and B storage dtype (= compute dtype)
   DType d_dtype = DType::kF32;   // D storage dtype (f32 with bf16 A/B: mixed GEMM)
   bool weight_grad = false;      // the matmul+sum_to pattern
+  // D += op(A) op(B) (beta 1): the GEMM adds its product into D, which an
+  // earlier GEMM of the same sum wrote (gemm_accumulate).
+  bool accumulate = false;
 };
 
 // One strided copy: for every index of `shape`, dst[dst_offset + idx . dst_strides]
@@ -180,6 +185,7 @@ struct PlanOptions {
   bool add_layernorm = true;       // add_layernorm (plan_add_layernorm.h)
   bool attn_views = true;          // attention_views (plan_attention.h)
   bool fuse_cross_entropy = true;  // fuse_cross_entropy (plan_fuse_ce.h)
+  bool accumulate_gemms = true;    // gemm_accumulate (plan_gemm_accumulate.h)
   // Not a fusion: lower_nodes picks launches without atomics where there is a
   // choice (embedding_backward -> kEmbeddingBackwardSorted), so the step's
   // bits repeat run to run (CudaOptions::deterministic).

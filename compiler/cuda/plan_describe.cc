@@ -68,7 +68,8 @@ std::string CudaPlan::Describe() const {
     if (l.kind == LaunchKind::kGemm) {
       const GemmPlan& m = l.gemm;
       absl::StrAppend(&s, " ", DTypeName(m.ab_dtype), "->", DTypeName(m.d_dtype), " m=", m.m, " n=", m.n,
-                      " k=", m.k, " tA=", m.trans_a, " tB=", m.trans_b, " epi=", GemmEpilogueName(m.epilogue));
+                      " k=", m.k, " tA=", m.trans_a, " tB=", m.trans_b, " epi=", GemmEpilogueName(m.epilogue),
+                      m.accumulate ? " acc" : "");
       if (m.batch > 1) absl::StrAppend(&s, " batch=", m.batch);
     }
     absl::StrAppend(&s, " (", vals(l.inputs), ") -> (", vals(l.outputs), ")");

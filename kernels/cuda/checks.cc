@@ -119,6 +119,29 @@ struct GemmCase {
   Epilogue epi;
 };
 
+// D = A B + D (beta 1, the plan's gemm_accumulate) from a random D.
+absl::StatusOr<Errors> CheckGemmAccumulate(Checker& c, const GemmCase& g) {
+  const DType dt = g.dtype;
+  HostInput a = c.Normal(g.ta ? std::vector<int64_t>{g.k, g.m} : std::vector<int64_t>{g.m, g.k}, dt, 1.0);
+  HostInput b = c.Normal(g.tb ? std::vector<int64_t>{g.n, g.k} : std::vector<int64_t>{g.k, g.n}, dt, 1.0);
+  HostInput d0 = c.Normal({g.m, g.n}, dt, 8.0);
+  LOOM_ASSIGN_OR_RETURN(Tensor da, c.Up(a.host));
+  LOOM_ASSIGN_OR_RETURN(Tensor db, c.Up(b.host));
+  LOOM_ASSIGN_OR_RETURN(Tensor dd, c.Up(d0.host));
+  GemmArgs args;
+  args.dtype = dt;
+  args.m = g.m, args.n = g.n, args.k = g.k;
+  args.trans_a = g.ta, args.trans_b = g.tb;
+  args.a = da.raw_data(), args.b = db.raw_data(), args.d = dd.raw_data();
+  args.beta = 1.0f;
+  args.stream = c.stream();
+  LOOM_RETURN_IF_ERROR(Gemm(args));
+  Vec want = ref::Gemm(g.m, g.n, g.k, g.ta, g.tb, a.values, b.values);
+  for (size_t i = 0; i < want.size(); ++i) want[i] += d0.values[i];
+  LOOM_ASSIGN_OR_RETURN(Vec out, c.Down(dd));
+  return Errors{{"d", RelErr(out, want)}};
+}
+
 absl::StatusOr<Errors> CheckGemm(Checker& c, const GemmCase& g) {
   const DType dt = g.dtype;
   HostInput a = c.Normal(g.ta ? std::vector<int64_t>{g.k, g.m} : std::vector<int64_t>{g.m, g.k}, dt, 1.0);
@@ -650,6 +673,11 @@ absl::StatusOr<std::vector<CheckResult>> RunKernelChecks(const CheckOptions& opt
     run(absl::StrCat("gemm ", EpilogueName(g.epi), " tA=", g.ta, " tB=", g.tb), g.dtype,
         ShapeStr({{"m", g.m}, {"n", g.n}, {"k", g.k}}), Tol(g.dtype), [&] { return CheckGemm(c, g); });
   }
+  // Accumulating into D (beta 1): the input-gradient GEMMs of a sum (tB=1).
+  for (const GemmCase& g : std::vector<GemmCase>{{DType::kBF16, 2048, 1024, 2816, false, true, Epilogue::kNone},
+                                                 {DType::kF32, 192, 320, 256, false, true, Epilogue::kNone}})
+    run(absl::StrCat("gemm accumulate (beta 1) tA=", g.ta, " tB=", g.tb), g.dtype,
+        ShapeStr({{"m", g.m}, {"n", g.n}, {"k", g.k}}), Tol(g.dtype), [&] { return CheckGemmAccumulate(c, g); });
   for (DType dt : {DType::kF32, DType::kBF16}) {
     struct LnCase {
       int64_t rows, cols;

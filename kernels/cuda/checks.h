@@ -1,4 +1,5 @@
-// Every hand-written CUDA kernel of this folder (gemm.h, layernorm.h, and the
+// Every hand-written CUDA kernel of this folder (gemm.h with every epilogue
+// and accumulating into D, layernorm.h, and the
 // raw-pointer kernels: reductions.h (column sums, grad norm, row sums and
 // maxima), cross_entropy.h, embedding.h's backward in both modes and its
 // vocabulary one-hot, rmsnorm.h with and without the residual gradient,
