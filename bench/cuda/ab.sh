@@ -12,9 +12,10 @@
 #   sdpa:   AB_ROUNDS rounds of sdpa_bench A, sdpa_bench B, PyTorch's backends;
 #           then the table of each tree against PyTorch's best backend;
 #   gpt2:   PyTorch (GPT2_TORCH modes, once each), then AB_ROUNDS rounds of
-#           GPT-2 124M training, tree A, tree B, on the same weights and
-#           batches (each tree's train_bench, or gpt2_bench in a tree older
-#           than it).
+#           training the AB_PRESET model (train_config.h's presets; default
+#           gpt2-124m, e.g. llama-124m), tree A, tree B, on the same weights
+#           and batches (each tree's train_bench, or gpt2_bench in a tree
+#           older than it, which trains GPT-2 124M only).
 # Prints, last, one line per figure with A, B and B / A. Logs go to $OUT.
 set -u
 A=${AB_A:-.device/gpu-base}
@@ -57,11 +58,12 @@ if want sdpa; then
 fi
 if want gpt2; then
   steps=${GPT2_STEPS:-20}; warm=${GPT2_WARMUP:-5}
-  data=/tmp/loom_gpt2_data
-  $PY bench/cuda/train_torch.py --init "$data" --preset gpt2-124m --steps "$steps" --warmup "$warm" || exit 1
+  preset=${AB_PRESET:-gpt2-124m}
+  data=/tmp/loom_${preset}_data
+  $PY bench/cuda/train_torch.py --init "$data" --preset "$preset" --steps "$steps" --warmup "$warm" || exit 1
   results=""
   for mode in ${GPT2_TORCH:-compile compile-ro}; do
-    echo "== GPT-2 PyTorch $mode (sdpa cudnn)"
+    echo "== $preset PyTorch $mode (sdpa cudnn)"
     timeout "${GPT2_TORCH_TIMEOUT:-300}" $PY bench/cuda/train_torch.py --data "$data" --mode "$mode" --sdpa cudnn \
       --steps "$steps" --warmup "$warm" --out "$O/ab_torch_$mode.json" 2>"$O/ab_torch_$mode.err" | cut -c1-300
     if [ -s "$O/ab_torch_$mode.json" ]; then results="$results,$O/ab_torch_$mode.json"; else tail -5 "$O/ab_torch_$mode.err"; fi
@@ -69,10 +71,12 @@ if want gpt2; then
   : > "$O/ab_gpt2_A.txt"; : > "$O/ab_gpt2_B.txt"
   for r in $(seq 1 "$rounds"); do
     for side in A B; do
-      echo "== GPT-2 round $r/$rounds: tree $side"
+      echo "== $preset round $r/$rounds: tree $side"
       bench=/tmp/ab_$side/bin/train_bench
       [ -x "$bench" ] || bench=/tmp/ab_$side/bin/gpt2_bench  # a tree from before train_bench
-      timeout 240 "$bench" --data="$data" --torch="${results#,}" --steps="$steps" \
+      preset_flag=--preset="$preset"
+      [ "${bench##*/}" = gpt2_bench ] && preset_flag=""
+      timeout 240 "$bench" $preset_flag --data="$data" --torch="${results#,}" --steps="$steps" \
         --warmup="$warm" 2>&1 | tee -a "$O/ab_gpt2_$side.txt" | grep -E "tokens/s|ratio|CHECK" | cut -c1-200
       [ "${PIPESTATUS[0]}" = 0 ] || status=1
     done
