@@ -1,12 +1,12 @@
 // The assign_arena pass (plan_arena.h): liveness of every launch output over
-// launch positions, then best-fit offsets (the best of three placement orders).
+// launch positions, then the offsets of compiler/passes/memory_plan.h's
+// placement (PlaceBest: best fit, the best of its orders).
 #include <algorithm>
-#include <functional>
-#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "compiler/cuda/plan_arena.h"
+#include "compiler/passes/memory_plan.h"
 
 namespace loom::compiler::cuda::plan_internal {
 
@@ -51,59 +51,13 @@ absl::StatusOr<bool> AssignArenaPass::Run(PlanState& s) {
     if (r < 0) return absl::InternalError(absl::StrCat("cuda lowering: output %", o.value, " is not materialised"));
     if (in_arena(r)) last[r] = npos;
   }
-  struct Buf {
-    int v;
-    int64_t size;
-    int first, last;
-    int64_t offset = 0;
-  };
-  std::vector<Buf> bufs;
+  std::vector<passes::BufferAssignment> bufs;
   for (int v = 0; v < nvals; ++v)
-    if (first[v] >= 0) bufs.push_back({v, RoundUp(std::max<int64_t>(p.Bytes(v), 1), p.alignment), first[v], last[v]});
-  for (int t = 0; t <= npos; ++t) {
-    int64_t live = 0;
-    for (const Buf& b : bufs)
-      if (b.first <= t && t <= b.last) live += b.size;
-    p.live_bytes_bound = std::max(p.live_bytes_bound, live);
-  }
-  std::vector<std::function<bool(const Buf&, const Buf&)>> orders = {
-      [](const Buf& a, const Buf& b) { return a.size > b.size; },
-      [](const Buf& a, const Buf& b) { return a.first < b.first; },
-      [](const Buf& a, const Buf& b) { return a.size * (a.last - a.first + 1) > b.size * (b.last - b.first + 1); },
-  };
-  std::vector<Buf> best;
-  int64_t best_peak = -1;
-  for (const auto& less : orders) {
-    std::vector<Buf> order = bufs;
-    std::stable_sort(order.begin(), order.end(), less);
-    std::vector<const Buf*> placed;
-    int64_t peak = 0;
-    std::vector<std::pair<int64_t, int64_t>> busy;
-    for (Buf& b : order) {
-      busy.clear();
-      for (const Buf* q : placed)
-        if (q->first <= b.last && b.first <= q->last) busy.push_back({q->offset, q->offset + q->size});
-      std::sort(busy.begin(), busy.end());
-      int64_t best_off = -1, best_gap = 0, prev_end = 0;
-      for (const auto& [off, end] : busy) {
-        const int64_t gap = off - prev_end;
-        if (gap >= b.size && (best_off < 0 || gap < best_gap)) {
-          best_off = prev_end;
-          best_gap = gap;
-        }
-        prev_end = std::max(prev_end, end);
-      }
-      b.offset = best_off >= 0 ? best_off : prev_end;
-      peak = std::max(peak, b.offset + b.size);
-      placed.push_back(&b);
-    }
-    if (best_peak < 0 || peak < best_peak) {
-      best_peak = peak;
-      best = order;
-    }
-  }
-  for (const Buf& b : best) p.offset[b.v] = b.offset;
-  p.arena_bytes = std::max<int64_t>(best_peak, 0);
+    if (first[v] >= 0) bufs.push_back({v, 0, RoundUp(std::max<int64_t>(p.Bytes(v), 1), p.alignment), first[v], last[v]});
+  const passes::Placement placed = passes::PlaceBest(bufs, npos);
+  for (const passes::BufferAssignment& b : bufs) p.offset[b.value] = b.offset;
+  p.live_bytes_bound = placed.live_bytes_bound;
+  p.arena_bytes = placed.peak_bytes;
   return true;
 }
 

@@ -1,9 +1,9 @@
 // Pass assign_arena (last): every launch output that is neither a graph
 // input's buffer nor a bf16 shadow lives in one arena; its offset comes from
-// a best-fit liveness planner over launch positions (the best of three
-// placement orders; the algorithm family of compiler/passes/memory_plan.h,
-// which verifies its graph against the registry and so cannot take a launch
-// list with storage dtypes and fused patterns). Sets CudaPlan::offset,
+// the best-fit placement of compiler/passes/memory_plan.h (PlaceBest) over
+// the liveness of launch positions (PlanMemory itself verifies a graph
+// against the registry, so it cannot take a launch list with storage dtypes
+// and fused patterns; the placement takes plain buffers). Sets CudaPlan::offset,
 // arena_bytes and live_bytes_bound; Internal when a launch reads a value no
 // earlier launch wrote.
 #pragma once

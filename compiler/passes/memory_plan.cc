@@ -91,21 +91,29 @@ absl::StatusOr<MemoryPlan> PlanMemory(const ir::Graph& g, int64_t alignment, con
     int k = plan.buffer_of_value[o.value];
     if (k >= 0) plan.buffers[k].last = n;
   }
-  // The most bytes live at once: a sweep over the nodes, each buffer added
-  // at its first node and dropped after its last.
-  std::vector<int64_t> delta(n + 2, 0);
-  for (const BufferAssignment& b : plan.buffers) {
+  const Placement placed = PlaceBest(plan.buffers, n);
+  plan.live_bytes_bound = placed.live_bytes_bound;
+  plan.peak_bytes = placed.peak_bytes;
+  return plan;
+}
+
+Placement PlaceBest(std::vector<BufferAssignment>& bufs_io, int positions) {
+  Placement out;
+  // The most bytes live at once: a sweep over the positions, each buffer
+  // added at its first position and dropped after its last.
+  std::vector<int64_t> delta(positions + 2, 0);
+  for (const BufferAssignment& b : bufs_io) {
     delta[b.first] += b.size;
     delta[b.last + 1] -= b.size;
   }
   int64_t live = 0;
-  for (int t = 0; t <= n; ++t) {
+  for (int t = 0; t <= positions; ++t) {
     live += delta[t];
-    plan.live_bytes_bound = std::max(plan.live_bytes_bound, live);
+    out.live_bytes_bound = std::max(out.live_bytes_bound, live);
   }
   // Several greedy orders; keep the smallest arena (ties: the first order).
-  const int nb = static_cast<int>(plan.buffers.size());
-  const auto& bufs = plan.buffers;
+  const int nb = static_cast<int>(bufs_io.size());
+  const auto& bufs = bufs_io;
   auto span = [&](int i) { return int64_t{bufs[i].last - bufs[i].first + 1}; };
   std::vector<std::function<bool(int, int)>> orders = {
       [&](int a, int b) { return bufs[a].size != bufs[b].size ? bufs[a].size > bufs[b].size : span(a) > span(b); },
@@ -119,17 +127,17 @@ absl::StatusOr<MemoryPlan> PlanMemory(const ir::Graph& g, int64_t alignment, con
     std::vector<int> order(nb);
     for (int i = 0; i < nb; ++i) order[i] = i;
     std::stable_sort(order.begin(), order.end(), less);
-    std::vector<BufferAssignment> trial = plan.buffers;
+    std::vector<BufferAssignment> trial = bufs;
     int64_t peak = internal::PlaceBuffers(trial, order);
     if (peak_size < 0 || peak < peak_size) {
       peak_size = peak;
       best = std::move(trial);
     }
-    if (peak_size == plan.live_bytes_bound) break;  // cannot do better
+    if (peak_size == out.live_bytes_bound) break;  // cannot do better
   }
-  plan.buffers = std::move(best);
-  plan.peak_bytes = peak_size;
-  return plan;
+  bufs_io = std::move(best);
+  out.peak_bytes = std::max<int64_t>(peak_size, 0);
+  return out;
 }
 
 absl::StatusOr<bool> MemoryPlanPass::Run(ir::Graph& g) {

@@ -66,8 +66,20 @@ class MemoryPlanPass : public Pass {
   MemoryPlan plan_;
 };
 
+// Offsets for buffers whose size, first and last positions are set (positions
+// 0..`positions`): the live-bytes bound by a sweep, then the best of the
+// greedy orders (by size, by first use, by lifetime, by size x lifetime), each
+// placed by internal::PlaceBuffers, stopping early at the bound. Sets every
+// offset. PlanMemory runs it over a graph's values, and the CUDA plan's arena
+// pass over its launch list.
+struct Placement {
+  int64_t peak_bytes = 0;        // the arena size
+  int64_t live_bytes_bound = 0;  // max over positions of the live bytes
+};
+Placement PlaceBest(std::vector<BufferAssignment>& bufs, int positions);
+
 namespace internal {
-// The placement PlanMemory runs for each of its orders: buffers in `order`,
+// The placement PlaceBest runs for each of its orders: buffers in `order`,
 // each at the best-fitting gap among the already placed buffers it overlaps
 // in time (else above them); sets the offsets, returns the arena size.
 int64_t PlaceBuffers(std::vector<BufferAssignment>& bufs, const std::vector<int>& order);
