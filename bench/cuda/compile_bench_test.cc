@@ -129,8 +129,8 @@ TEST(CompileBenchBinary, ColdCompilesWarmLoads) {
   const std::string cache = TmpPath("kernels");
   std::string out;
   const int rc = RunBench(absl::StrCat(kSmallLlama, " --warm=1 --compile-threads=2 --kernel-cache=", cache), &out);
-  if (rc == 1 && out.find("this build has no CUDA toolkit") != std::string::npos)
-    GTEST_SKIP() << "needs a GPU: built without the CUDA toolkit (the executor is a stub)";
+  // The build links the real executor (the CUDA toolkit is part of the
+  // machine's image), which builds dry without a GPU; a stub build fails here.
   ASSERT_EQ(rc, 0) << out;
   const auto cold = Result(out, "cold"), warm = Result(out, "warm1");
   ASSERT_FALSE(cold.empty()) << out;
