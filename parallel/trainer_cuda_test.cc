@@ -32,6 +32,7 @@
 #include "compiler/ir/text.h"
 #include "dtensor/spec.h"
 #include "gtest/gtest.h"
+#include "parallel/testing/cpu_rank_group.h"
 #include "parallel/testing/host_cuda_executor.h"
 #include "parallel/testing/small_spec.h"
 #include "parallel/trainer.h"
@@ -320,11 +321,9 @@ int HostCopyWorker(WorkerContext& ctx) {
     std::fprintf(stderr, "[rank %d] %s\n", ctx.rank, std::string(s.message()).c_str());
     return 1;
   };
-  collectives::ProcessGroupOptions po;
-  po.backend = "cpu:gloo";
-  auto pg = collectives::ProcessGroup::Create(ctx.store, ctx.rank, ctx.world, po);
-  if (!pg.ok()) return fail(pg.status());
-  auto comm = compiler::comm::MakeProcessGroupCommunicator(pg->get(), 60000);
+  auto ranks = parallel::testing::MakeCpuRankGroup(ctx);
+  if (!ranks.ok()) return fail(ranks.status());
+  const auto& comm = ranks->comm;
   const std::string group = l.dp > 1 ? "dp" : "tp";
   auto make = [&](const v1::JobSpec& s, HostCudaExecutor** dev) -> absl::StatusOr<std::unique_ptr<Trainer>> {
     TrainerOptions o;

@@ -21,6 +21,7 @@
 #include "collectives/testing/multiprocess.h"
 #include "compiler/comm/communicator.h"
 #include "gtest/gtest.h"
+#include "parallel/testing/cpu_rank_group.h"
 #include "parallel/testing/host_cuda_executor.h"
 #include "parallel/testing/small_spec.h"
 #include "parallel/trainer.h"
@@ -85,12 +86,10 @@ int SaveRestoreWorker(WorkerContext& ctx) {
     std::fprintf(stderr, "[rank %d] %s\n", ctx.rank, std::string(s.message()).c_str());
     return 1;
   };
-  collectives::ProcessGroupOptions po;
-  po.backend = "cpu:gloo";
-  auto pg = collectives::ProcessGroup::Create(ctx.store, ctx.rank, ctx.world, po);
-  if (!pg.ok()) return fail(pg.status());
-  auto comm = compiler::comm::MakeProcessGroupCommunicator(pg->get(), 60000);
-  auto saver = MakeRank(spec, ctx.rank, comm.get(), pg->get());
+  auto group = parallel::testing::MakeCpuRankGroup(ctx);
+  if (!group.ok()) return fail(group.status());
+  const auto& comm = group->comm;
+  auto saver = MakeRank(spec, ctx.rank, comm.get(), group->pg.get());
   if (!saver.ok()) return fail(saver.status());
   const auto [first, rows] = saver->trainer->BatchRows();
   for (int s = 0; s < 3; ++s) {
@@ -104,10 +103,10 @@ int SaveRestoreWorker(WorkerContext& ctx) {
   if (absl::Status s = saver->ckpt->Save(dir, sampler->state(), 3); !s.ok()) return fail(s);
   // Rank 0 commits after the save's last barrier; the loop's resume waits at
   // a barrier too (train_loop.cc) before any rank loads.
-  auto w = (*pg)->Barrier({});
+  auto w = group->pg->Barrier({});
   if (!w.ok() || !(*w)->Wait().ok()) return fail(absl::InternalError("barrier after the save failed"));
 
-  auto restorer = MakeRank(spec, ctx.rank, comm.get(), pg->get());
+  auto restorer = MakeRank(spec, ctx.rank, comm.get(), group->pg.get());
   if (!restorer.ok()) return fail(restorer.status());
   auto fresh = data::Sampler::Create(100, 7);
   if (!fresh.ok()) return fail(fresh.status());
