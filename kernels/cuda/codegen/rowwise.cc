@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -15,7 +16,7 @@ namespace loom::kernels::cuda::codegen {
 namespace {
 
 // Bump when a template changes meaning.
-constexpr char kRowVersion[] = "loom-row-1";
+constexpr char kRowVersion[] = "loom-row-2";
 
 absl::Status Bad(absl::string_view field, absl::string_view msg) {
   return absl::InvalidArgumentError(absl::StrCat("rowwise codegen: ", field, ": ", msg));
@@ -152,9 +153,9 @@ $LOAD_BETA$
 constexpr char kAdamWTemplate[] = R"(
 #ifndef LOOM_ROW_ADAMW_PARAMS
 #define LOOM_ROW_ADAMW_PARAMS
-struct LoomAdamWTensor { float* param; const void* grad; float* m; float* v; void* param_bf16;
-  long long numel; double weight_decay; int grad_bf16; int vec4; };
-static_assert(sizeof(LoomAdamWTensor) == 64, "LoomAdamWTensor layout");
+struct LoomAdamWTensor { void* param; const void* grad; void* m; void* v; void* param_bf16;
+  long long numel; double weight_decay; int grad_bf16; int vec4; int states_bf16; int split; unsigned seed; int pad; };
+static_assert(sizeof(LoomAdamWTensor) == 80, "LoomAdamWTensor layout");
 struct LoomAdamWChunk { int tensor; int pad; long long start; };
 struct LoomAdamWParams { const LoomAdamWTensor* tensors; const LoomAdamWChunk* chunks; const float* lr;
   const void* step; const float* grad_norm; long long num_chunks; };
@@ -172,8 +173,63 @@ __device__ __forceinline__ float loom_adam_one(float g, float& m, float& v, floa
   v = vi;
   return p * decay - step_size * mi / denom;
 }
+__device__ __forceinline__ unsigned loom_mix32(unsigned x) {
+  x ^= x >> 16; x *= 0x7feb352du; x ^= x >> 15; x *= 0x846ca68bu; x ^= x >> 16;
+  return x;
+}
+// x rounded to bf16 stochastically: `r` (16 random bits) added below the kept
+// bits, then truncated; NaN and infinities round to nearest.
+__device__ __forceinline__ unsigned short loom_sr_bf16(float x, unsigned r) {
+  const unsigned u = __float_as_uint(x);
+  if ((u & 0x7f800000u) == 0x7f800000u) return loom_rf2bf(x);
+  return (unsigned short)((u + (r & 0xffffu)) >> 16);
+}
+// The rounding bits of element i of a stream (the stream key mixes seed, m or v, and the step).
+__device__ __forceinline__ unsigned loom_sr_bits(unsigned key, long long i) {
+  return loom_mix32(key ^ (unsigned)i ^ loom_mix32((unsigned)((unsigned long long)i >> 32) + 0x9e3779b9u));
+}
+// Four elements at i of an f32 or bf16 buffer.
+__device__ __forceinline__ void loom_adam_ld4(const void* p, long long i, int bf, float* o) {
+  if (bf) {
+    const LoomRv<unsigned short, 4, 8> h = *(const LoomRv<unsigned short, 4, 8>*)((const unsigned short*)p + i);
+    for (int k = 0; k < 4; ++k) o[k] = loom_rbf2f(h.v[k]);
+  } else {
+    const LoomRv<float, 4, 16> f = *(const LoomRv<float, 4, 16>*)((const float*)p + i);
+    for (int k = 0; k < 4; ++k) o[k] = f.v[k];
+  }
+}
+// Four elements at i: f32, or bf16 rounded stochastically with the bits of stream `key`.
+__device__ __forceinline__ void loom_adam_st4(void* p, long long i, int bf, const float* x, unsigned key) {
+  if (bf) {
+    LoomRv<unsigned short, 4, 8> h;
+    for (int k = 0; k < 4; ++k) h.v[k] = loom_sr_bf16(x[k], loom_sr_bits(key, i + k));
+    *(LoomRv<unsigned short, 4, 8>*)((unsigned short*)p + i) = h;
+  } else {
+    LoomRv<float, 4, 16> f;
+    for (int k = 0; k < 4; ++k) f.v[k] = x[k];
+    *(LoomRv<float, 4, 16>*)((float*)p + i) = f;
+  }
+}
+__device__ __forceinline__ float loom_adam_ld1(const void* p, long long i, int bf) {
+  return bf ? loom_rbf2f(((const unsigned short*)p)[i]) : ((const float*)p)[i];
+}
+__device__ __forceinline__ void loom_adam_st1(void* p, long long i, int bf, float x, unsigned key) {
+  if (bf) ((unsigned short*)p)[i] = loom_sr_bf16(x, loom_sr_bits(key, i));
+  else ((float*)p)[i] = x;
+}
+// The split layout: hi (bf16, half away from zero) and the signed remainder lo.
+__device__ __forceinline__ float loom_join(unsigned short hi, unsigned short lo) {
+  return __uint_as_float((((unsigned)hi) << 16) + (unsigned)(int)(short)lo);
+}
+__device__ __forceinline__ void loom_split(float x, unsigned short* hi, unsigned short* lo) {
+  const unsigned u = __float_as_uint(x);
+  const unsigned h = (u + 0x8000u) >> 16;
+  *hi = (unsigned short)h;
+  *lo = (unsigned short)(u - (h << 16));
+}
 #endif
 extern "C" __global__ void __launch_bounds__($T$) $NAME$(LoomAdamWParams p) {
+  typedef LoomRv<unsigned short, 4, 8> H4;
   const double lr = p.lr[0];
   const double step = (double)((const $STEP$*)p.step)[0];
   const double clipd = $CLIP$;
@@ -183,44 +239,59 @@ extern "C" __global__ void __launch_bounds__($T$) $NAME$(LoomAdamWParams p) {
   const float step_size = (float)(lr / bc1);
   const float inv_sqrt_bc2 = (float)(1 / sqrt(bc2));
   const float eps = (float)$EPS$;
+  const unsigned step_key = loom_mix32((unsigned)(long long)step * 0x85ebca6bu + 0x632be5abu);
   for (long long c = blockIdx.x; c < p.num_chunks; c += gridDim.x) {
     const LoomAdamWChunk ch = p.chunks[c];
     const LoomAdamWTensor e = p.tensors[ch.tensor];
     const float decay = (float)(1 - lr * e.weight_decay);
     const long long end = e.numel < ch.start + $CHUNK$LL ? e.numel : ch.start + $CHUNK$LL;
+    const unsigned key_m = loom_mix32(step_key ^ (2u * e.seed)), key_v = loom_mix32(step_key ^ (2u * e.seed + 1u));
+    unsigned short* const hi = (unsigned short*)e.param;
+    unsigned short* const lo = hi + e.numel;
     if (e.vec4) {
-      typedef LoomRv<float, 4, 16> F4;
-      typedef LoomRv<unsigned short, 4, 8> H4;
       for (long long i = ch.start + 4 * threadIdx.x; i < end; i += 4 * $T$) {
-        float g[4];
-        if (e.grad_bf16) {
-          const H4 gh = *(const H4*)((const unsigned short*)e.grad + i);
-          for (int k = 0; k < 4; ++k) g[k] = loom_rbf2f(gh.v[k]) * clip;
+        float g[4], pp[4], mm[4], vv[4];
+        loom_adam_ld4(e.grad, i, e.grad_bf16, g);
+        loom_adam_ld4(e.m, i, e.states_bf16, mm);
+        loom_adam_ld4(e.v, i, e.states_bf16, vv);
+        if (e.split) {
+          const H4 h = *(const H4*)(hi + i), l = *(const H4*)(lo + i);
+          for (int k = 0; k < 4; ++k) pp[k] = loom_join(h.v[k], l.v[k]);
         } else {
-          const F4 gf = *(const F4*)((const float*)e.grad + i);
-          for (int k = 0; k < 4; ++k) g[k] = gf.v[k] * clip;
+          loom_adam_ld4(e.param, i, 0, pp);
         }
-        F4 pp = *(const F4*)(e.param + i), mm = *(const F4*)(e.m + i), vv = *(const F4*)(e.v + i);
         for (int k = 0; k < 4; ++k)
-          pp.v[k] = loom_adam_one(g[k], mm.v[k], vv.v[k], pp.v[k], b1, b2, omb1, omb2, decay, step_size, inv_sqrt_bc2, eps);
-        *(F4*)(e.param + i) = pp;
-        *(F4*)(e.m + i) = mm;
-        *(F4*)(e.v + i) = vv;
-        if (e.param_bf16) {
-          H4 sh;
-          for (int k = 0; k < 4; ++k) sh.v[k] = loom_rf2bf(pp.v[k]);
-          *(H4*)((unsigned short*)e.param_bf16 + i) = sh;
+          pp[k] = loom_adam_one(g[k] * clip, mm[k], vv[k], pp[k], b1, b2, omb1, omb2, decay, step_size, inv_sqrt_bc2, eps);
+        loom_adam_st4(e.m, i, e.states_bf16, mm, key_m);
+        loom_adam_st4(e.v, i, e.states_bf16, vv, key_v);
+        if (e.split) {
+          H4 h, l;
+          for (int k = 0; k < 4; ++k) loom_split(pp[k], &h.v[k], &l.v[k]);
+          *(H4*)(hi + i) = h;
+          *(H4*)(lo + i) = l;
+        } else {
+          loom_adam_st4(e.param, i, 0, pp, 0u);
+          if (e.param_bf16) {
+            H4 sh;
+            for (int k = 0; k < 4; ++k) sh.v[k] = loom_rf2bf(pp[k]);
+            *(H4*)((unsigned short*)e.param_bf16 + i) = sh;
+          }
         }
       }
     } else {
       for (long long i = ch.start + threadIdx.x; i < end; i += $T$) {
-        const float g = (e.grad_bf16 ? loom_rbf2f(((const unsigned short*)e.grad)[i]) : ((const float*)e.grad)[i]) * clip;
-        float mi = e.m[i], vi = e.v[i];
-        const float pn = loom_adam_one(g, mi, vi, e.param[i], b1, b2, omb1, omb2, decay, step_size, inv_sqrt_bc2, eps);
-        e.param[i] = pn;
-        e.m[i] = mi;
-        e.v[i] = vi;
-        if (e.param_bf16) ((unsigned short*)e.param_bf16)[i] = loom_rf2bf(pn);
+        const float g = loom_adam_ld1(e.grad, i, e.grad_bf16) * clip;
+        float mi = loom_adam_ld1(e.m, i, e.states_bf16), vi = loom_adam_ld1(e.v, i, e.states_bf16);
+        const float p0 = e.split ? loom_join(hi[i], lo[i]) : ((const float*)e.param)[i];
+        const float pn = loom_adam_one(g, mi, vi, p0, b1, b2, omb1, omb2, decay, step_size, inv_sqrt_bc2, eps);
+        loom_adam_st1(e.m, i, e.states_bf16, mi, key_m);
+        loom_adam_st1(e.v, i, e.states_bf16, vi, key_v);
+        if (e.split) {
+          loom_split(pn, hi + i, lo + i);
+        } else {
+          ((float*)e.param)[i] = pn;
+          if (e.param_bf16) ((unsigned short*)e.param_bf16)[i] = loom_rf2bf(pn);
+        }
       }
     }
   }
@@ -247,11 +318,29 @@ std::vector<AdamWChunk> AdamWTable(std::vector<AdamWTensor>& tensors) {
   for (size_t t = 0; t < tensors.size(); ++t) {
     AdamWTensor& e = tensors[t];
     auto al = [](const void* p, uintptr_t a) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % a == 0; };
-    e.vec4 = e.numel % 4 == 0 && al(e.param, 16) && al(e.m, 16) && al(e.v, 16) &&
-             al(e.grad, e.grad_bf16 ? 8 : 16) && al(e.param_bf16, 8);
+    e.vec4 = e.numel % 4 == 0 && al(e.param, e.split ? 8 : 16) && al(e.m, e.states_bf16 ? 8 : 16) &&
+             al(e.v, e.states_bf16 ? 8 : 16) && al(e.grad, e.grad_bf16 ? 8 : 16) && al(e.param_bf16, 8);
     for (int64_t s = 0; s < e.numel; s += kAdamWChunk) chunks.push_back({static_cast<int32_t>(t), 0, s});
   }
   return chunks;
+}
+
+void SplitF32(const float* x, int64_t n, uint16_t* planes) {
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u;
+    std::memcpy(&u, x + i, 4);
+    const uint32_t h = (u + 0x8000u) >> 16;
+    planes[i] = static_cast<uint16_t>(h);
+    planes[n + i] = static_cast<uint16_t>(u - (h << 16));
+  }
+}
+
+void JoinF32(const uint16_t* planes, int64_t n, float* x) {
+  for (int64_t i = 0; i < n; ++i) {
+    const uint32_t u = (static_cast<uint32_t>(planes[i]) << 16) +
+                       static_cast<uint32_t>(static_cast<int32_t>(static_cast<int16_t>(planes[n + i])));
+    std::memcpy(x + i, &u, 4);
+  }
 }
 
 int64_t RowGrid(int64_t rows) { return std::max<int64_t>(1, std::min<int64_t>(rows, int64_t{1} << 30)); }
@@ -465,7 +554,7 @@ absl::Status RowwiseKernel::Launch(const AdamWParams& p, StreamHandle stream) co
   return LaunchKernel(handles_[0], RowGrid(p.num_chunks), gen_.threads, args, stream, name());
 }
 
-static_assert(sizeof(LnParams) == 88 && sizeof(AdamWTensor) == 64 && sizeof(AdamWChunk) == 16 && sizeof(AdamWParams) == 48,
+static_assert(sizeof(LnParams) == 88 && sizeof(AdamWTensor) == 80 && sizeof(AdamWChunk) == 16 && sizeof(AdamWParams) == 48,
               "parameter structs must match the generated source's layouts");
 
 }  // namespace loom::kernels::cuda::codegen

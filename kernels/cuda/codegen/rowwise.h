@@ -25,6 +25,14 @@
 //    weight decay per tensor, optional bf16 shadow refreshed; betas/eps/
 //    max_norm and the step dtype are baked into the source; float4 path per
 //    tensor when its pointers are aligned and numel % 4 == 0.
+//    Per tensor, for a smaller training state (CudaOptions::memory, lean):
+//    m and v stored bf16 (states_bf16), each rounded stochastically from the
+//    f32 value the update used: 16 bits of a counter-based hash of (seed,
+//    stream m or v, element, step) added to the f32 bits before truncation,
+//    so the rounding is unbiased (round to nearest would freeze v wherever
+//    (1 - b2) g^2 is under half a bf16 ulp of v) and repeats bitwise; the
+//    parameter in the split layout (split, SplitF32): exact f32 arithmetic,
+//    and the hi plane is the bf16 weight the GEMMs read, with no shadow.
 //
 // Every kernel takes one parameter struct by value (below; the generated
 // source declares the same layout and checks its size). Tests:
@@ -59,15 +67,21 @@ struct LnParams {
   int64_t rows = 0;
 };
 struct AdamWTensor {
-  float* param = nullptr;
+  // f32 [numel]; split: the two 16-bit planes of SplitF32 (hi, which a GEMM
+  // reads as the bf16 weight, then lo), 4 * numel bytes either way.
+  void* param = nullptr;
   const void* grad = nullptr;
-  float* m = nullptr;
-  float* v = nullptr;
-  void* param_bf16 = nullptr;  // optional shadow
+  void* m = nullptr;           // f32, or bf16 with states_bf16
+  void* v = nullptr;
+  void* param_bf16 = nullptr;  // optional shadow (null with split: hi is the shadow)
   int64_t numel = 0;
   double weight_decay = 0.0;
   int32_t grad_bf16 = 0;
-  int32_t vec4 = 0;  // set by AdamWTable: float4 path allowed
+  int32_t vec4 = 0;         // set by AdamWTable: float4 path allowed
+  int32_t states_bf16 = 0;  // m and v stored bf16, stochastically rounded
+  int32_t split = 0;        // param in the split layout
+  uint32_t seed = 0;        // this tensor's rounding stream (distinct per tensor)
+  int32_t pad = 0;
 };
 struct AdamWChunk {
   int32_t tensor = 0;
@@ -83,6 +97,12 @@ struct AdamWParams {
   int64_t num_chunks = 0;
 };
 constexpr int64_t kAdamWChunk = 65536;
+// The split layout of f32 values (AdamWTensor::split): planes[0, n) holds hi,
+// the value's bf16 rounding (half away from zero on the bits), and planes[n,
+// 2n) lo = bits - (hi << 16) as a signed 16-bit remainder, so that JoinF32
+// gives back every f32 bit pattern exactly. Host side of the device code.
+void SplitF32(const float* x, int64_t n, uint16_t* planes);
+void JoinF32(const uint16_t* planes, int64_t n, float* x);
 // Host side of the tables: sets vec4 per tensor and lists the chunks.
 std::vector<AdamWChunk> AdamWTable(std::vector<AdamWTensor>& tensors);
 

@@ -1,6 +1,7 @@
 // Inputs and f64 references of the row-wise kernels (rowwise_check.h).
 #include "kernels/cuda/codegen/rowwise_check.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -147,7 +148,7 @@ std::string CheckLn(const LnCase& c) {
 
 // ---- AdamW ----
 
-AdamWCase MakeAdamWCase(const AdamWSpec& s, uint64_t seed) {
+AdamWCase MakeAdamWCase(const AdamWSpec& s, uint64_t seed, bool lean) {
   AdamWCase c;
   c.spec = s;
   c.numels = {1, 7, 64, 4099, 70000, 131076};
@@ -156,27 +157,38 @@ AdamWCase MakeAdamWCase(const AdamWSpec& s, uint64_t seed) {
   for (size_t t = 0; t < c.numels.size(); ++t) {
     const int64_t n = c.numels[t];
     const DType gdt = t % 2 == 1 ? DType::kBF16 : DType::kF32;
+    const bool split = lean && t % 3 != 2, sbf = lean && t != 3;
+    const DType sdt = sbf ? DType::kBF16 : DType::kF32;
     HostBuf p, g, m, v, sh;
-    p.Init(DType::kF32, n);
     g.Init(gdt, n);
-    m.Init(DType::kF32, n);
-    v.Init(DType::kF32, n);
+    m.Init(sdt, n);
+    v.Init(sdt, n);
+    std::vector<float> p32(n);
     for (int64_t i = 0; i < n; ++i) {
-      p.Set(i, 0.3 * rng.Normal(k++));
+      p32[i] = static_cast<float>(0.3 * rng.Normal(k++));
       g.Set(i, 0.05 * rng.Normal(k++));
       m.Set(i, 0.01 * rng.Normal(k++));
       v.Set(i, 1e-4 * std::fabs(rng.Normal(k++)));
+      c.param0.push_back(p32[i]);
+      c.m0.push_back(m.Get(i));
+      c.v0.push_back(v.Get(i));
     }
-    if (t % 3 != 2) Fill(sh, DType::kBF16, n, kNaN);
-    c.param0.push_back(p);
-    c.m0.push_back(m);
-    c.v0.push_back(v);
+    if (split) {
+      p.Init(DType::kBF16, 2 * n);
+      SplitF32(p32.data(), n, static_cast<uint16_t*>(p.data()));
+    } else {
+      p.Init(DType::kF32, n);
+      for (int64_t i = 0; i < n; ++i) p.Set(i, p32[i]);
+    }
+    if (t % 3 != 2 && !split) Fill(sh, DType::kBF16, n, kNaN);
     c.param.push_back(std::move(p));
     c.grad.push_back(std::move(g));
     c.m.push_back(std::move(m));
     c.v.push_back(std::move(v));
     c.shadow.push_back(std::move(sh));
     c.weight_decay.push_back(t % 2 == 0 ? 0.1 : 0.0);
+    c.states_bf16.push_back(sbf);
+    c.split.push_back(split);
   }
   Fill(c.lr, DType::kF32, 1, 3e-3);
   Fill(c.step, s.step_dtype, 1, 5);
@@ -184,54 +196,87 @@ AdamWCase MakeAdamWCase(const AdamWSpec& s, uint64_t seed) {
   return c;
 }
 
+double AdamWCase::ParamAt(size_t t, int64_t i) const {
+  if (!split[t]) return param[t].Get(i);
+  const uint16_t* planes = static_cast<const uint16_t*>(param[t].data());
+  const uint16_t two[2] = {planes[i], planes[numels[t] + i]};
+  float x;
+  JoinF32(two, 1, &x);
+  return x;
+}
+
 std::vector<AdamWTensor> AdamWTensorsFor(AdamWCase& c, const std::vector<void*>* dev) {
   std::vector<AdamWTensor> out;
   for (size_t t = 0; t < c.numels.size(); ++t) {
     AdamWTensor e;
     if (dev != nullptr) {
-      e.param = static_cast<float*>((*dev)[5 * t]);
+      e.param = (*dev)[5 * t];
       e.grad = (*dev)[5 * t + 1];
-      e.m = static_cast<float*>((*dev)[5 * t + 2]);
-      e.v = static_cast<float*>((*dev)[5 * t + 3]);
+      e.m = (*dev)[5 * t + 2];
+      e.v = (*dev)[5 * t + 3];
       e.param_bf16 = (*dev)[5 * t + 4];
     } else {
-      e.param = static_cast<float*>(c.param[t].data());
+      e.param = c.param[t].data();
       e.grad = c.grad[t].data();
-      e.m = static_cast<float*>(c.m[t].data());
-      e.v = static_cast<float*>(c.v[t].data());
+      e.m = c.m[t].data();
+      e.v = c.v[t].data();
       e.param_bf16 = c.shadow[t].n > 0 ? c.shadow[t].data() : nullptr;
     }
     e.numel = c.numels[t];
     e.weight_decay = c.weight_decay[t];
     e.grad_bf16 = c.grad[t].dtype == DType::kBF16 ? 1 : 0;
+    e.states_bf16 = c.states_bf16[t] ? 1 : 0;
+    e.split = c.split[t] ? 1 : 0;
+    e.seed = static_cast<uint32_t>(t);
     out.push_back(e);
   }
   return out;
 }
+
+namespace {
+
+// The spacing of bf16 values at |x| (the bracket a stochastic rounding of x lands in).
+double Bf16Spacing(double x) {
+  int e = 0;
+  std::frexp(std::fabs(x), &e);
+  return std::ldexp(1.0, e - 8);
+}
+
+// A bf16-stored state against its f64 value: within one spacing of it (plus
+// the f32 tolerance of the value the kernel rounded).
+bool StateClose(double got, double want, double tol) {
+  return std::fabs(got - want) <= Bf16Spacing(std::fabs(want) + tol) + tol;
+}
+
+}  // namespace
 
 std::string CheckAdamW(const AdamWCase& c) {
   const AdamWSpec& s = c.spec;
   const double lr = c.lr.Get(0), step = c.step.Get(0), gn = c.grad_norm.Get(0);
   const double clip = s.max_norm > 0 ? std::min(1.0, s.max_norm / (gn + 1e-6)) : 1.0;
   const double bc1 = 1 - std::pow(s.beta1, step), bc2 = 1 - std::pow(s.beta2, step);
-  for (size_t t = 0; t < c.numels.size(); ++t)
+  size_t base = 0;
+  for (size_t t = 0; t < c.numels.size(); base += c.numels[t], ++t)
     for (int64_t i = 0; i < c.numels[t]; ++i) {
-      const double g = c.grad[t].Get(i) * clip;
-      const double m = s.beta1 * c.m0[t].Get(i) + (1 - s.beta1) * g;
-      const double v = s.beta2 * c.v0[t].Get(i) + (1 - s.beta2) * g * g;
+      const double g = c.grad[t].Get(i) * clip, m0 = c.m0[base + i], v0 = c.v0[base + i], p0 = c.param0[base + i];
+      const double m = s.beta1 * m0 + (1 - s.beta1) * g;
+      const double v = s.beta2 * v0 + (1 - s.beta2) * g * g;
       const double denom = std::sqrt(v) / std::sqrt(bc2) + s.eps;
-      const double p = c.param0[t].Get(i) * (1 - lr * c.weight_decay[t]) - lr / bc1 * m / denom;
+      const double p = p0 * (1 - lr * c.weight_decay[t]) - lr / bc1 * m / denom;
       // f32 tolerances scaled by the magnitudes of the terms (m and v cancel).
-      const double tm = 1e-6 * (std::fabs(s.beta1 * c.m0[t].Get(i)) + std::fabs((1 - s.beta1) * g));
-      const double tv = 1e-6 * (s.beta2 * c.v0[t].Get(i) + (1 - s.beta2) * g * g);
-      const double tp = 1e-6 * std::fabs(c.param0[t].Get(i)) + lr / bc1 * (2 * tm + 1e-5 * std::fabs(m)) / denom +
+      const double tm = 1e-6 * (std::fabs(s.beta1 * m0) + std::fabs((1 - s.beta1) * g));
+      const double tv = 1e-6 * (s.beta2 * v0 + (1 - s.beta2) * g * g);
+      const double tp = 1e-6 * std::fabs(p0) + lr / bc1 * (2 * tm + 1e-5 * std::fabs(m)) / denom +
                         lr / bc1 * std::fabs(m) * tv / (denom * denom * 2 * std::sqrt(v * bc2) + 1e-30);
       const std::string at = absl::StrCat("tensor ", t, " ");
-      if (!Close(c.m[t].Get(i), m, 0, tm + 1e-30)) return at + Fail("m", i, c.m[t].Get(i), m);
-      if (!Close(c.v[t].Get(i), v, 0, tv + 1e-30)) return at + Fail("v", i, c.v[t].Get(i), v);
-      if (!Close(c.param[t].Get(i), p, 0, tp)) return at + Fail("param", i, c.param[t].Get(i), p);
-      if (c.shadow[t].n > 0 && !Close(c.shadow[t].Get(i), c.param[t].Get(i), 1.0 / 256, 0))
-        return at + Fail("param_bf16", i, c.shadow[t].Get(i), c.param[t].Get(i));
+      const double gm = c.m[t].Get(i), gv = c.v[t].Get(i), gp = c.ParamAt(t, i);
+      if (c.states_bf16[t] ? !StateClose(gm, m, tm) : !Close(gm, m, 0, tm + 1e-30)) return at + Fail("m", i, gm, m);
+      if (c.states_bf16[t] ? !StateClose(gv, v, tv) : !Close(gv, v, 0, tv + 1e-30)) return at + Fail("v", i, gv, v);
+      if (!Close(gp, p, 0, tp)) return at + Fail("param", i, gp, p);
+      if (c.shadow[t].n > 0 && !Close(c.shadow[t].Get(i), gp, 1.0 / 256, 0))
+        return at + Fail("param_bf16", i, c.shadow[t].Get(i), gp);
+      if (c.split[t] && !Close(c.param[t].Get(i), gp, 1.0 / 256, 0))  // the hi plane: the bf16 weight
+        return at + Fail("param hi", i, c.param[t].Get(i), gp);
     }
   return "";
 }

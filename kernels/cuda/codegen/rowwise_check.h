@@ -40,12 +40,18 @@ std::string CheckLn(const LnCase& c);
 struct AdamWCase {
   AdamWSpec spec;
   std::vector<int64_t> numels;
-  std::vector<HostBuf> param, grad, m, v, shadow;  // shadow.n == 0: none
+  // param: f32, or with split[t] the SplitF32 planes (bf16 storage, 2 * numel
+  // words); m, v: f32, or bf16 with states_bf16[t]; shadow.n == 0: none.
+  std::vector<HostBuf> param, grad, m, v, shadow;
   std::vector<double> weight_decay;
-  std::vector<HostBuf> param0, m0, v0;  // the inputs (param/m/v are updated in place)
+  std::vector<bool> states_bf16, split;
+  std::vector<double> param0, m0, v0;  // the inputs as values (param/m/v are updated in place)
   HostBuf lr, step, grad_norm;
+  double ParamAt(size_t t, int64_t i) const;  // the stored parameter, joined when split
 };
-AdamWCase MakeAdamWCase(const AdamWSpec& s, uint64_t seed);
+// lean: most tensors keep m and v in bf16 and the parameter split (no
+// shadow), with one f32-state split tensor and one plain tensor among them.
+AdamWCase MakeAdamWCase(const AdamWSpec& s, uint64_t seed, bool lean = false);
 // The tensor table over the case's host buffers (or over `dev` pointers when given:
 // param, grad, m, v, shadow per tensor, in that order).
 std::vector<AdamWTensor> AdamWTensorsFor(AdamWCase& c, const std::vector<void*>* dev = nullptr);

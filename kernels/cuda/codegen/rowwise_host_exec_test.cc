@@ -11,8 +11,10 @@
 #include <dlfcn.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <set>
 #include <sstream>
@@ -20,6 +22,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/dtype.h"
 #include "kernels/cuda/codegen/host_exec_util.h"
 #include "kernels/cuda/codegen/rowwise.h"
 #include "kernels/cuda/codegen/rowwise_check.h"
@@ -60,6 +63,7 @@ static inline float __shfl_xor_sync(unsigned, float v, int m) {
 static inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 static inline float __uint_as_float(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
 static inline float __int_as_float(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
+static inline unsigned int __float_as_uint(float f) { unsigned int u; memcpy(&u, &f, 4); return u; }
 static inline float loom_rbf2f(unsigned short h) { return __uint_as_float(((unsigned int)h) << 16); }
 static inline unsigned short loom_rf2bf(float f) {
   unsigned int u; memcpy(&u, &f, 4);
@@ -187,8 +191,9 @@ TEST_F(HostExec, AdamWMatchesTheF64Reference) {
   }
   CompileAll();
   int vec_tensors = 0;
-  for (size_t k = 0; k < specs.size(); ++k) {
-    AdamWCase c = MakeAdamWCase(specs[k], 100 + k);
+  for (size_t k = 0; k < 2 * specs.size(); ++k) {  // each spec plain, then with the lean layouts
+    const bool lean = k >= specs.size();
+    AdamWCase c = MakeAdamWCase(specs[k % specs.size()], 100 + k, lean);
     std::vector<AdamWTensor> tensors = AdamWTensorsFor(c);
     std::vector<AdamWChunk> chunks = AdamWTable(tensors);
     for (const AdamWTensor& t : tensors) vec_tensors += t.vec4;
@@ -199,10 +204,68 @@ TEST_F(HostExec, AdamWMatchesTheF64Reference) {
     p.step = c.step.data();
     p.grad_norm = static_cast<const float*>(c.grad_norm.data());
     p.num_chunks = static_cast<int64_t>(chunks.size());
-    Fn(gens[k].kernels[0])(&p, 2, gens[k].threads);
-    EXPECT_EQ(CheckAdamW(c), "") << gens[k].kernels[0];
+    Fn(gens[k % specs.size()].kernels[0])(&p, 2, gens[k % specs.size()].threads);
+    EXPECT_EQ(CheckAdamW(c), "") << gens[k % specs.size()].kernels[0] << (lean ? " lean" : "");
   }
-  EXPECT_GT(vec_tensors, 3);  // both the float4 and the scalar path ran
+  EXPECT_GT(vec_tensors, 6);  // both the float4 and the scalar path ran, plain and lean
+}
+
+// bf16 states are rounded stochastically: with g = 0, v = b2^n exactly.
+// Round to nearest would leave v at 1 for ever (1 - b2 = 1e-3 is under half
+// a bf16 ulp below 1) and truncation would pull it down by half an ulp a
+// step; the stochastic rounding keeps the mean of 8192 elements on b2^n. The
+// parameter (split, lr 0) must come back bit for bit every step, and the
+// float4 (tensor 0) and scalar (tensor 1) paths must agree.
+TEST_F(HostExec, BF16StatesRoundStochasticallyAndSplitParamsAreExact) {
+  AdamWSpec s;
+  s.beta2 = 0.999;
+  s.threads = 64;
+  auto gen = GenerateAdamW(s);
+  ASSERT_TRUE(gen.ok()) << gen.status();
+  Add(*gen, "LoomAdamWParams");
+  CompileAll();
+  const int64_t n = 8192;
+  std::vector<float> p0(n);
+  for (int64_t i = 0; i < n; ++i) p0[i] = std::ldexp(1.0f + static_cast<float>(i) / n, static_cast<int>(i % 40) - 20);
+  std::vector<std::vector<uint16_t>> planes(2, std::vector<uint16_t>(2 * n)), m(2, std::vector<uint16_t>(n, 0)),
+      v(2, std::vector<uint16_t>(n, BF16::FromFloat(1.0f)));
+  std::vector<float> grad(n + 1, 0.0f);
+  std::vector<AdamWTensor> tensors(2);
+  for (int t = 0; t < 2; ++t) {
+    SplitF32(p0.data(), n, planes[t].data());
+    AdamWTensor& e = tensors[t];
+    e.param = planes[t].data();
+    e.grad = t == 0 ? grad.data() : grad.data() + 1;  // tensor 1: misaligned grad, the scalar path
+    e.m = m[t].data();
+    e.v = v[t].data();
+    e.numel = n;
+    e.states_bf16 = e.split = 1;
+    e.seed = t;
+  }
+  std::vector<AdamWChunk> chunks = AdamWTable(tensors);
+  ASSERT_EQ(tensors[0].vec4, 1);
+  ASSERT_EQ(tensors[1].vec4, 0);
+  float lr = 0.0f, step = 0.0f;
+  AdamWParams p{tensors.data(), chunks.data(), &lr, &step, nullptr, static_cast<int64_t>(chunks.size())};
+  const int steps = 200;
+  for (int k = 1; k <= steps; ++k) {
+    step = static_cast<float>(k);
+    Fn(gen->kernels[0])(&p, 2, gen->threads);
+  }
+  const double want = std::pow(0.999, steps);
+  for (int t = 0; t < 2; ++t) {
+    double mean = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      BF16 b;
+      b.bits = v[t][i];
+      mean += static_cast<float>(b);
+    }
+    mean /= n;
+    EXPECT_NEAR(mean, want, 0.01 * want) << "tensor " << t;
+    std::vector<float> back(n);
+    JoinF32(planes[t].data(), n, back.data());
+    EXPECT_EQ(std::memcmp(back.data(), p0.data(), 4 * n), 0) << "tensor " << t;
+  }
 }
 
 }  // namespace

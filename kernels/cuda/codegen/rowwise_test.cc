@@ -6,6 +6,8 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cmath>
+#include <cstring>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -90,6 +92,33 @@ TEST(Rowwise, AdamWTableChunksAndVectorFlags) {
   t[1].m = buf;
   AdamWTable(t);
   EXPECT_EQ(t[1].vec4, 1);
+}
+
+// The split layout gives back every bit pattern, and hi is the bf16 nearest
+// the value (ties away from zero, where round-to-nearest-even may differ).
+TEST(Rowwise, SplitF32JoinsExactlyAndHiIsTheNearestBf16) {
+  std::vector<uint32_t> bits = {0u, 0x80000000u, 0x3f800000u, 0x3f808000u, 0x3f818000u, 0x3f807fffu, 0x7f7fffffu,
+                                0xff7fffffu, 0x7f800000u, 0x7fc00001u, 0x00000001u, 0x807f8000u, 0xffffffffu};
+  for (uint32_t k = 0; k < 200000; ++k) bits.push_back(k * 2654435761u);
+  const int64_t n = static_cast<int64_t>(bits.size());
+  std::vector<float> x(n), back(n);
+  std::memcpy(x.data(), bits.data(), 4 * n);
+  std::vector<uint16_t> planes(2 * n);
+  SplitF32(x.data(), n, planes.data());
+  JoinF32(planes.data(), n, back.data());
+  ASSERT_EQ(std::memcmp(x.data(), back.data(), 4 * n), 0);
+  int ties = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (!std::isfinite(x[i]) || std::fabs(x[i]) >= 3.38e38f) continue;
+    const bool tie = (bits[i] & 0xffffu) == 0x8000u;
+    ties += tie;
+    if (!tie) {
+      EXPECT_EQ(planes[i], BF16::FromFloat(x[i])) << std::hex << bits[i];
+    } else {  // away from zero
+      EXPECT_EQ(planes[i], static_cast<uint16_t>((bits[i] >> 16) + 1)) << std::hex << bits[i];
+    }
+  }
+  EXPECT_GE(ties, 3);
 }
 
 TEST(Rowwise, EveryKindCompilesWithNvrtc) {
