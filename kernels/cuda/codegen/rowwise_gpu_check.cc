@@ -92,8 +92,8 @@ void CheckLnCase(const LnSpec& s, int64_t rows, const char* what) {
          CheckLn(c));
 }
 
-void CheckAdamWCase(const AdamWSpec& s, const char* label) {
-  AdamWCase c = MakeAdamWCase(s, 77);
+void CheckAdamWCase(const AdamWSpec& s, const char* label, bool lean = false) {
+  AdamWCase c = MakeAdamWCase(s, 77, lean);
   auto k = RowwiseKernel::AdamW(s);
   OkOrDie(k.status(), "compile adamw");
   std::vector<std::unique_ptr<Dev>> bufs;
@@ -118,7 +118,7 @@ void CheckAdamWCase(const AdamWSpec& s, const char* label) {
   for (auto& b : bufs) b->Back();
   cudaFree(dt);
   cudaFree(dc);
-  Report(absl::StrCat("adamw ", label), CheckAdamW(c));
+  Report(absl::StrCat("adamw ", label, lean ? " lean (bf16 states, split params)" : ""), CheckAdamW(c));
 }
 
 // ---- timing ----
@@ -153,6 +153,57 @@ void* Alloc(int64_t bytes) {
 
 void Row(const std::string& what, double bytes, float us) {
   std::printf("  %-44s %8.1f us (%6.0f GB/s)\n", what.c_str(), us, bytes / us * 1e-3);
+}
+
+// One multi-tensor AdamW launch over `shapes` (numel, a matmul weight), timed
+// with the bytes it must move: plain, param/grad/m/v f32 (read all, write
+// param, m, v) and the matmul weights' bf16 shadows; lean, grads and states
+// bf16 and the matmul weights split (4 bytes read and written, no shadow).
+void TimeAdamW(const std::vector<std::pair<int64_t, bool>>& shapes, bool lean) {
+  std::vector<AdamWTensor> gt;
+  std::vector<void*> owned;
+  int64_t total = 0;
+  double bytes = 0;
+  const int64_t sb = lean ? 2 : 4;  // grad and state bytes
+  for (auto [n, matrix] : shapes) {
+    AdamWTensor e;
+    e.param = Alloc(n * 4);
+    e.grad = Alloc(n * sb);
+    e.m = Alloc(n * sb);
+    e.v = Alloc(n * sb);
+    e.param_bf16 = matrix && !lean ? Alloc(n * 2) : nullptr;
+    e.grad_bf16 = e.states_bf16 = lean;
+    e.split = lean && matrix;
+    e.seed = static_cast<uint32_t>(gt.size());
+    e.numel = n;
+    e.weight_decay = matrix ? 0.1 : 0.0;
+    owned.insert(owned.end(), {e.param, const_cast<void*>(e.grad), e.m, e.v, e.param_bf16});
+    gt.push_back(e);
+    total += n;
+    bytes += n * (8.0 + 5 * sb) + (e.param_bf16 ? 2.0 * n : 0.0);
+  }
+  std::vector<AdamWChunk> chunks = AdamWTable(gt);
+  void* dt = Alloc(sizeof(AdamWTensor) * gt.size());
+  void* dc = Alloc(sizeof(AdamWChunk) * chunks.size());
+  CK(cudaMemcpy(dt, gt.data(), sizeof(AdamWTensor) * gt.size(), cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(dc, chunks.data(), sizeof(AdamWChunk) * chunks.size(), cudaMemcpyHostToDevice));
+  float* lr = static_cast<float*>(Alloc(16));
+  float* stepv = static_cast<float*>(Alloc(16));
+  float* gn = static_cast<float*>(Alloc(16));
+  const float one = 1.f, lrv = 1e-4f;
+  CK(cudaMemcpy(stepv, &one, 4, cudaMemcpyHostToDevice));
+  CK(cudaMemcpy(lr, &lrv, 4, cudaMemcpyHostToDevice));
+  AdamWSpec s;
+  s.max_norm = 1.0;
+  s.beta2 = 0.95;
+  auto k = RowwiseKernel::AdamW(s);
+  OkOrDie(k.status(), "adamw");
+  AdamWParams p{static_cast<const AdamWTensor*>(dt), static_cast<const AdamWChunk*>(dc), lr, stepv, gn,
+                static_cast<int64_t>(chunks.size())};
+  const float us = TimeUs([&] { OkOrDie((*k)->Launch(p, nullptr), "adamw"); });
+  Row(absl::StrCat("adamw ", lean ? "lean " : "", gt.size(), " tensors ", total, " params"), bytes, us);
+  for (void* q : owned) cudaFree(q);
+  for (void* q : {dt, dc, static_cast<void*>(lr), static_cast<void*>(stepv), static_cast<void*>(gn)}) cudaFree(q);
 }
 
 void Timing() {
@@ -195,60 +246,19 @@ void Timing() {
   cudaFree(bias);
   for (void* p : {a, b, h, y}) cudaFree(p);
   for (float* p : {g, be, mean, rstd}) cudaFree(p);
-  // AdamW over GPT-2 124M (f32 params/grads/m/v, bf16 shadows of the matmul weights)
-  {
-    std::vector<std::pair<int64_t, bool>> shapes = {{V * C, true}, {1024 * C, false}};
-    for (int l = 0; l < 12; ++l)
-      for (auto sh : std::vector<std::pair<int64_t, bool>>{{C, false},     {C, false},    {C * 3 * C, true},
-                                                           {3 * C, false}, {C * C, true}, {C, false},
-                                                           {C, false},     {C, false},    {C * 4 * C, true},
-                                                           {4 * C, false}, {4 * C * C, true}, {C, false}})
-        shapes.push_back(sh);
-    shapes.push_back({C, false});
-    shapes.push_back({C, false});
-    std::vector<AdamWTensor> gt;
-    std::vector<void*> owned;
-    int64_t total = 0;
-    for (auto [n, shadow] : shapes) {
-      AdamWTensor e;
-      e.param = static_cast<float*>(Alloc(n * 4));
-      e.grad = Alloc(n * 4);
-      e.m = static_cast<float*>(Alloc(n * 4));
-      e.v = static_cast<float*>(Alloc(n * 4));
-      e.param_bf16 = shadow ? Alloc(n * 2) : nullptr;
-      e.numel = n;
-      e.weight_decay = shadow ? 0.1 : 0.0;
-      owned.insert(owned.end(), {e.param, const_cast<void*>(e.grad), e.m, e.v, e.param_bf16});
-      gt.push_back(e);
-      total += n;
-    }
-    std::vector<AdamWChunk> chunks = AdamWTable(gt);
-    void* dt = Alloc(sizeof(AdamWTensor) * gt.size());
-    void* dc = Alloc(sizeof(AdamWChunk) * chunks.size());
-    CK(cudaMemcpy(dt, gt.data(), sizeof(AdamWTensor) * gt.size(), cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(dc, chunks.data(), sizeof(AdamWChunk) * chunks.size(), cudaMemcpyHostToDevice));
-    float* lr = static_cast<float*>(Alloc(16));
-    float* stepv = static_cast<float*>(Alloc(16));
-    float* gn = static_cast<float*>(Alloc(16));
-    const float one = 1.f, lrv = 1e-4f;
-    CK(cudaMemcpy(stepv, &one, 4, cudaMemcpyHostToDevice));
-    CK(cudaMemcpy(lr, &lrv, 4, cudaMemcpyHostToDevice));
-    AdamWSpec s;
-    s.max_norm = 1.0;
-    s.beta2 = 0.95;
-    auto k = RowwiseKernel::AdamW(s);
-    OkOrDie(k.status(), "adamw");
-    AdamWParams p{static_cast<const AdamWTensor*>(dt), static_cast<const AdamWChunk*>(dc), lr, stepv, gn,
-                  static_cast<int64_t>(chunks.size())};
-    const float us = TimeUs([&] { OkOrDie((*k)->Launch(p, nullptr), "adamw"); });
-    // Read param, grad, m, v; write param, m, v (f32), and the bf16 shadows.
-    int64_t shadowed = 0;
-    for (const AdamWTensor& e : gt) shadowed += e.param_bf16 ? e.numel : 0;
-    Row(absl::StrCat("adamw ", gt.size(), " tensors ", total, " params"), total * 4.0 * 7 + shadowed * 2.0, us);
-    for (void* q : owned) cudaFree(q);
-    for (void* q : {dt, dc, static_cast<void*>(lr), static_cast<void*>(stepv), static_cast<void*>(gn)})
-      cudaFree(q);
-  }
+  // AdamW over GPT-2 124M: f32 params/grads/m/v with bf16 shadows of the
+  // matmul weights, then the lean layouts (bf16 grads, m, v; split matmul weights).
+  std::vector<std::pair<int64_t, bool>> shapes = {{V * C, true}, {1024 * C, false}};
+  for (int l = 0; l < 12; ++l)
+    for (auto sh : std::vector<std::pair<int64_t, bool>>{{C, false},     {C, false},    {C * 3 * C, true},
+                                                         {3 * C, false}, {C * C, true}, {C, false},
+                                                         {C, false},     {C, false},    {C * 4 * C, true},
+                                                         {4 * C, false}, {4 * C * C, true}, {C, false}})
+      shapes.push_back(sh);
+  shapes.push_back({C, false});
+  shapes.push_back({C, false});
+  TimeAdamW(shapes, false);
+  TimeAdamW(shapes, true);
 }
 
 int Main(int argc, char** argv) {
@@ -282,6 +292,7 @@ int Main(int argc, char** argv) {
   a.max_norm = 0;
   a.step_dtype = DType::kI64;
   CheckAdamWCase(a, "no clipping, step i64");
+  CheckAdamWCase(a, "no clipping, step i64", /*lean=*/true);
   std::printf("%s: %d failure(s)\n", g_failures ? "FAIL" : "PASS", g_failures);
   if (!(argc > 1 && std::string(argv[1]) == "--no-timing")) Timing();
   return g_failures ? 1 : 0;
