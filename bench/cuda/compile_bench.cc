@@ -130,6 +130,7 @@ absl::StatusOr<Run> OneRun(const CompileBenchFlags& f, const std::string& cache,
   o.attention = f.model.flash ? compiler::cuda::AttnRoute::kFlash : compiler::cuda::AttnRoute::kDispatch;
   o.extra_fusions = f.model.fusions;
   o.deterministic = f.model.deterministic;
+  if (f.model.lean) o.memory = compiler::cuda::CudaOptions::Memory::kLean;
   o.kernel_cache = cache;
   o.compile_threads = f.compile_threads;
   compiler::cuda::CudaBuildStats st;
@@ -158,14 +159,22 @@ absl::StatusOr<Run> OneRun(const CompileBenchFlags& f, const std::string& cache,
   run.Count("compile threads", st.compile_threads);
   run.Add("NVRTC seconds (sum over threads)", st.nvrtc_seconds);
   run.Count("timed choices on disk (choices.tsv)", static_cast<int>(kernels::cuda::TuningCache::Global().size()));
+  const compiler::cuda::CudaBuildStats::Memory& mem = st.memory;
+  for (auto [row, bytes] : std::vector<std::pair<const char*, int64_t>>{
+           {"device GiB: parameters", mem.params},   {"device GiB: bf16 shadows", mem.shadows},
+           {"device GiB: optimizer state", mem.states}, {"device GiB: other inputs", mem.other_inputs},
+           {"device GiB: arena (activations, grads)", mem.arena}, {"device GiB: scratch", mem.scratch},
+           {"device GiB: TOTAL", mem.total}})
+    run.Add(row, bytes / double(1 << 30));
   if (exec.ok()) {
     LOOM_RETURN_IF_ERROR(RunSteps(g, **exec, &run));
     run.Count("timed choices on disk after the steps", static_cast<int>(kernels::cuda::TuningCache::Global().size()));
   }
   std::printf("RESULT run=%s preset=%s dry=%d total_s=%.3f create_s=%.3f kernels=%d distinct=%d hits=%d nvrtc=%d "
-              "threads=%d\n",
+              "threads=%d memory=%s device_gib=%.2f\n",
               name.c_str(), f.model.preset.c_str(), st.dry ? 1 : 0, run.total, create_s, st.kernels,
-              st.distinct_sources, st.cache_hits, st.nvrtc_compiles, st.compile_threads);
+              st.distinct_sources, st.cache_hits, st.nvrtc_compiles, st.compile_threads,
+              f.model.lean ? "lean" : "standard", mem.total / double(1 << 30));
   return run;
 }
 

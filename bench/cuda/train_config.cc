@@ -120,6 +120,8 @@ absl::Status ParseShapeOrRunFlag(absl::string_view a, TrainFlags* f) {
   } else if (a == "--deterministic") { f->deterministic = true;
   } else if (a == "--activation-checkpointing=blocks") { f->checkpoint = true;
   } else if (a == "--activation-checkpointing=none") { f->checkpoint = false;
+  } else if (a == "--memory=lean") { f->lean = true;
+  } else if (a == "--memory=standard") { f->lean = false;
   } else {
     std::string name(a.substr(0, a.find('=')));
     return Bad(name, absl::StrCat("unknown flag or value '", a, "'"));

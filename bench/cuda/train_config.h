@@ -26,7 +26,8 @@
 // preset is reported as "custom".
 // The run: --data=DIR (required), --torch=A.json,B.json, --warmup, --steps,
 // --loss-tol, --f32, --no-graph, --attention=dispatch|flash, --no-fusions,
-// --profile, --activation-checkpointing=none|blocks, --deterministic. Every error is
+// --profile, --activation-checkpointing=none|blocks, --deterministic,
+// --memory=standard|lean. Every error is
 // INVALID_ARGUMENT and names the flag.
 #pragma once
 
@@ -58,6 +59,7 @@ struct TrainFlags {
   int warmup = 5, steps = 20;
   bool f32 = false, graph = true, flash = false, fusions = true, profile = false, checkpoint = false;
   bool deterministic = false;  // CudaOptions::deterministic (--deterministic)
+  bool lean = false;           // CudaOptions::memory kLean (--memory=lean; default standard)
   double loss_tol = 2e-2;
 };
 

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <cstdio>
 #include <set>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
@@ -72,6 +73,7 @@ absl::Status Impl::Init(const ir::Graph& g, const CudaOptions& o) {
   stats.kernels_seconds = since(t0);
   LOOM_RETURN_IF_ERROR(compiled);
   segments_ = Segments();
+  stats.memory.total = device_bytes_;
   if (o.stats != nullptr) *o.stats = stats;
   return dry_ ? rt.status() : absl::OkStatus();
 }
@@ -80,12 +82,19 @@ absl::Status Impl::SetInput(int k, const Tensor& host) {
   LOOM_RETURN_IF_ERROR(CheckInput(k, host));
   // Copies on the compute stream (non-blocking: the legacy stream would not
   // order against it), then wait so the host tensors may go away.
-  Tensor c = host.Contiguous();
-  LOOM_CU(cudaMemcpyAsync(input_buf_[k], c.raw_data(), plan_.Bytes(g_.inputs()[k].value), cudaMemcpyHostToDevice,
-                          stream_),
-          "SetInput: copy");
+  const int v = g_.inputs()[k].value;
+  // In the storage layout: converted (bf16 states), or the split planes.
+  Tensor c = Dt(v) == host.dtype() ? host.Contiguous() : host.To(Dt(v)).Contiguous();
+  std::vector<uint16_t> planes;
+  const void* src = c.raw_data();
+  if (plan_.split[k]) {
+    planes.resize(2 * c.numel());
+    cg::SplitF32(c.data<float>(), c.numel(), planes.data());
+    src = planes.data();
+  }
+  LOOM_CU(cudaMemcpyAsync(input_buf_[k], src, plan_.Bytes(v), cudaMemcpyHostToDevice, stream_), "SetInput: copy");
   Tensor b;
-  if (shadow_buf_[k]) {
+  if (shadow_buf_[k] && !plan_.split[k]) {
     b = host.To(DType::kBF16);
     LOOM_CU(cudaMemcpyAsync(shadow_buf_[k], b.raw_data(), b.numel() * 2, cudaMemcpyHostToDevice, stream_),
             "SetInput: shadow");
@@ -98,7 +107,7 @@ absl::Status Impl::SetInput(int k, const Tensor& host) {
 absl::Status Impl::Step(absl::Span<const std::pair<int, Tensor>> step_inputs) {
   for (const auto& [k, t] : step_inputs) {
     LOOM_RETURN_IF_ERROR(CheckInput(k, t));
-    if (shadow_buf_[k]) {  // a parameter given per step: refresh synchronously
+    if (shadow_buf_[k] || Dt(g_.inputs()[k].value) != t.dtype()) {  // a parameter, or converted: synchronously
       LOOM_RETURN_IF_ERROR(SetInput(k, t));
       continue;
     }
@@ -234,6 +243,10 @@ absl::StatusOr<Tensor> Impl::OutputDevice(int i) {
     return absl::InvalidArgumentError(absl::StrCat("OutputDevice: i: ", i, " out of range"));
   LOOM_CU(cudaStreamSynchronize(stream_), "sync");
   const int v = g_.outputs()[i].value;
+  const int k = plan_.root[v] >= 0 ? plan_.input_of[plan_.root[v]] : -1;
+  if (k >= 0 && plan_.split[k])
+    return absl::FailedPreconditionError(absl::StrCat("OutputDevice: output ", i, " is the parameter ",
+                                                      g_.inputs()[k].name, ", stored split (no f32 view)"));
   return Tensor::Wrap(Ptr(v), Sh(v), Dt(v), loom::Device::CUDA(o_.device));
 }
 

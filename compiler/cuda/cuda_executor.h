@@ -55,6 +55,18 @@ struct CudaBuildStats {
   int nvrtc_compiles = 0;      // distinct sources NVRTC compiled
   int compile_threads = 0;     // threads that compiled them
   double nvrtc_seconds = 0;    // NVRTC alone, summed over those threads
+  // Device memory by what it holds, in bytes (a dry build counts the same
+  // buffers; the CUDA context and cuBLASLt's and cuDNN's own workspaces are
+  // not the executor's and not counted).
+  struct Memory {
+    int64_t params = 0;       // parameters (split ones included)
+    int64_t shadows = 0;      // bf16 shadows with a buffer of their own
+    int64_t states = 0;       // optimizer state (AdamW's m and v)
+    int64_t other_inputs = 0; // buffers, the batch, lr, step
+    int64_t arena = 0;        // activations and gradients: the plan's arena
+    int64_t scratch = 0;      // the workspace the launches share
+    int64_t total = 0;        // everything the executor allocated (tables too)
+  } memory;
 };
 
 struct CudaOptions {
@@ -107,6 +119,14 @@ struct CudaOptions {
   int compile_threads = 0;
   // When set, Create fills it in (CudaBuildStats). Not owned.
   CudaBuildStats* stats = nullptr;
+  // The training state's device memory under bf16 (plan.h MemoryPolicy).
+  // kStandard: f32 parameters with a bf16 shadow per GEMM weight, f32 AdamW
+  // states and f32 parameter gradients (18 bytes a GEMM weight). kLean: the
+  // parameter gradients and AdamW's m and v stored bf16 (m and v rounded
+  // stochastically), the GEMM-only weights split (exact f32 updates, the
+  // shadow is half of the parameter's own bytes): 10 bytes a GEMM weight.
+  // Input(k) and SetInput convert, so the host sees f32 either way.
+  enum class Memory { kStandard, kLean } memory = Memory::kStandard;
 };
 
 using AttnRoute = CudaOptions::Attention;
@@ -117,6 +137,7 @@ inline PlanOptions PlanOptionsFor(const CudaOptions& o) {
   p.compose_copies = p.fold_residual_grad = p.add_layernorm = p.attn_views = p.fuse_cross_entropy =
       p.accumulate_gemms = o.extra_fusions;
   p.deterministic = o.deterministic;
+  if (o.memory == CudaOptions::Memory::kLean) p.memory = MemoryPolicy{true, true, true};
   for (const auto& [group, c] : o.communicators)
     if (c != nullptr) p.group_rank[group] = c->rank();
   return p;

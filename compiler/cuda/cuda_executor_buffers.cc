@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
@@ -56,13 +57,21 @@ absl::Status Impl::AllocBuffers(CudaBuildStats* stats) {
   input_buf_.assign(ni, nullptr);
   shadow_buf_.assign(ni, nullptr);
   input_set_.assign(ni, false);
+  CudaBuildStats::Memory& mem = stats->memory;
   for (int k = 0; k < ni; ++k) {
     const int v = g_.inputs()[k].value;
     LOOM_ASSIGN_OR_RETURN(input_buf_[k], Alloc(plan_.Bytes(v)));
-    if (plan_.shadow[k] >= 0) {
+    const ir::InputKind kind = g_.inputs()[k].kind;
+    (kind == ir::InputKind::kParam ? mem.params : kind == ir::InputKind::kState ? mem.states : mem.other_inputs) +=
+        plan_.Bytes(v);
+    if (plan_.split[k]) {
+      shadow_buf_[k] = input_buf_[k];  // the hi plane
+    } else if (plan_.shadow[k] >= 0) {
       LOOM_ASSIGN_OR_RETURN(shadow_buf_[k], Alloc(plan_.Bytes(plan_.shadow[k])));
+      mem.shadows += plan_.Bytes(plan_.shadow[k]);
     }
   }
+  mem.arena = plan_.arena_bytes;
   shadow_of_.assign(plan_.metas.size(), -1);
   for (int k = 0; k < ni; ++k)
     if (plan_.shadow[k] >= 0) shadow_of_[plan_.shadow[k]] = k;
@@ -74,6 +83,7 @@ absl::Status Impl::AllocBuffers(CudaBuildStats* stats) {
   stats->scratch_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   LOOM_ASSIGN_OR_RETURN(scratch_, Alloc(scratch));
   scratch_bytes_ = scratch;
+  mem.scratch = scratch;
   return absl::OkStatus();
 }
 
@@ -114,6 +124,16 @@ absl::Status Impl::StageCopy(int k, const Tensor& t) {
 
 absl::StatusOr<Tensor> Impl::ToHost(int v) {
   LOOM_CU(cudaStreamSynchronize(stream_), "sync");
+  const int k = plan_.root[v] >= 0 ? plan_.input_of[plan_.root[v]] : -1;
+  if (k >= 0 && plan_.split[k]) {  // the two planes, joined
+    const int64_t n = Numel(v);
+    std::vector<uint16_t> planes(2 * n);
+    LOOM_CU(cudaMemcpyAsync(planes.data(), Ptr(v), 4 * n, cudaMemcpyDeviceToHost, stream_), "copy to host");
+    LOOM_CU(cudaStreamSynchronize(stream_), "sync");
+    Tensor h = Tensor::MustEmpty(Sh(v), DType::kF32);
+    cg::JoinF32(planes.data(), n, h.data<float>());
+    return h;
+  }
   Tensor h = Tensor::MustEmpty(Sh(v), Dt(v));
   LOOM_CU(cudaMemcpyAsync(h.raw_data(), Ptr(v), plan_.Bytes(v), cudaMemcpyDeviceToHost, stream_), "copy to host");
   LOOM_CU(cudaStreamSynchronize(stream_), "sync");

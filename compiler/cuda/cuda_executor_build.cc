@@ -235,6 +235,8 @@ absl::Status Impl::BuildCopies(const Launch& l) {
 absl::Status Impl::BuildCopyBack(const Launch& l) {
   const int k = l.copy_back_input;
   const int iv = g_.inputs()[k].value;
+  if (plan_.split[k])  // split_master leaves a parameter that is copied back plain
+    return absl::InternalError(absl::StrCat("copy_back: input ", g_.inputs()[k].name, " is stored split"));
   const int src_v = l.inputs[0];
   cudaStream_t s = stream_;
   if (Dt(src_v) != Dt(iv)) {

@@ -59,15 +59,18 @@ absl::Status Impl::BuildAdamW(const Launch& l, std::string* desc) {
   std::vector<cg::AdamWTensor> tensors;
   for (int t = 0; t < nt; ++t) {
     cg::AdamWTensor e;
-    e.param = static_cast<float*>(Ptr(in[4 * t]));
+    e.param = Ptr(in[4 * t]);
     e.grad = Ptr(in[4 * t + 1]);
     e.grad_bf16 = Dt(in[4 * t + 1]) == DType::kBF16;
-    e.m = static_cast<float*>(Ptr(in[4 * t + 2]));
-    e.v = static_cast<float*>(Ptr(in[4 * t + 3]));
+    e.m = Ptr(in[4 * t + 2]);
+    e.v = Ptr(in[4 * t + 3]);
+    e.states_bf16 = Dt(in[4 * t + 2]) == DType::kBF16;
     e.numel = Numel(in[4 * t]);
     e.weight_decay = g_.nodes()[l.nodes[t]].attrs.GetFloat("weight_decay", 0.01);
+    e.seed = static_cast<uint32_t>(t);
     const int input = plan_.input_of[in[4 * t]];
-    e.param_bf16 = input >= 0 ? shadow_buf_[input] : nullptr;
+    e.split = input >= 0 && plan_.split[input];
+    e.param_bf16 = input >= 0 && !e.split ? shadow_buf_[input] : nullptr;
     tensors.push_back(e);
   }
   std::vector<cg::AdamWChunk> chunks = cg::AdamWTable(tensors);

@@ -126,6 +126,57 @@ TEST(CudaExecutor, StatsAndKernelCacheFolder) {
   EXPECT_EQ(second.launches, first.launches);
 }
 
+TEST(CudaOptions, LeanMemoryReachesThePlan) {
+  const MemoryPolicy standard = PlanOptionsFor(CudaOptions{}).memory;
+  EXPECT_FALSE(standard.bf16_param_grads || standard.bf16_adam_states || standard.split_master);
+  CudaOptions o;
+  o.memory = CudaOptions::Memory::kLean;
+  const MemoryPolicy lean = PlanOptionsFor(o).memory;
+  EXPECT_TRUE(lean.bf16_param_grads && lean.bf16_adam_states && lean.split_master);
+}
+
+// The device memory of the lean policy, counted by a dry build
+// (CudaBuildStats::memory): the training state of a 40-layer Llama (C 5120,
+// F 13824, 40 heads, 8 kv heads, V 32000: 11.3B parameters) at T 2048,
+// batch 8 (16,384 tokens a step), block checkpointing. The H200 has 141 GB
+// (131.3 GiB); 4 GiB are left for what the executor does not count (the CUDA
+// context, cuBLASLt's and cuDNN's workspaces), so the lean build must stay
+// within 127 GiB, while the standard one (f32 states and gradients, bf16
+// shadows) needs more than the whole card.
+TEST(CudaMemory, LeanFitsAnElevenBillionLlamaOnOneH200AndStandardDoesNot) {
+  UseTestKernelCache();
+  v1::ModelSpec spec;
+  spec.set_family("llama");
+  spec.set_n_layer(40);
+  spec.set_n_head(40);
+  spec.set_n_kv_head(8);
+  spec.set_d_model(5120);
+  spec.set_ffn_hidden(13824);
+  spec.set_seq_len(2048);
+  spec.set_vocab(32000);
+  const ir::Graph g = ModelJoint(spec, 8, /*checkpoint_blocks=*/true);
+  CudaBuildStats standard, lean;
+  CudaOptions o;
+  o.bf16 = true;
+  o.stats = &standard;
+  ExpectBuilt(CudaExecutor::Create(g, o));
+  o.stats = &lean;
+  o.memory = CudaOptions::Memory::kLean;
+  ExpectBuilt(CudaExecutor::Create(g, o));
+  const double gib = double(1 << 30), params = standard.memory.params / 4.0;
+  EXPECT_GT(params, 11.3e9);
+  EXPECT_EQ(lean.memory.params, standard.memory.params) << "split parameters keep their 4 bytes";
+  EXPECT_EQ(lean.memory.shadows, 0) << "every GEMM weight's shadow is its own hi plane";
+  EXPECT_GT(standard.memory.shadows, params * 2 * 0.95);
+  EXPECT_EQ(2 * lean.memory.states, standard.memory.states);
+  // Parameter gradients: f32 in the standard arena, bf16 in the lean one.
+  EXPECT_LT(lean.memory.arena, standard.memory.arena - params * 2 * 0.9);
+  std::printf("device GiB: standard %.2f (arena %.2f), lean %.2f (arena %.2f)\n", standard.memory.total / gib,
+              standard.memory.arena / gib, lean.memory.total / gib, lean.memory.arena / gib);
+  EXPECT_LE(lean.memory.total, 127 * gib);
+  EXPECT_GT(standard.memory.total, 131.3 * gib);
+}
+
 class LlamaCreate : public ::testing::TestWithParam<int> {};
 
 // d_model 128 (D 32: the math attention kernel) and 256 (D 64: flash with

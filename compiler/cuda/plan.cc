@@ -20,6 +20,7 @@
 #include "compiler/cuda/plan_gemm_accumulate.h"
 #include "compiler/cuda/plan_lower.h"
 #include "compiler/cuda/plan_residual_grad.h"
+#include "compiler/cuda/plan_split.h"
 #include "compiler/cuda/plan_state.h"
 
 namespace loom::compiler::cuda::plan_internal {
@@ -38,6 +39,7 @@ std::vector<std::unique_ptr<PlanPass>> PlanPipeline(const PlanOptions& o) {
   passes.push_back(std::make_unique<LowerNodesPass>());
   passes.push_back(std::make_unique<CopyBackPass>());
   if (o.fuse_cross_entropy) passes.push_back(std::make_unique<FuseCrossEntropyPass>());
+  passes.push_back(std::make_unique<SplitMasterPass>());
   passes.push_back(std::make_unique<AssignArenaPass>());
   return passes;
 }

@@ -27,6 +27,7 @@
 //                       aliases, ONE multi-tensor AdamW launch
 //   copy_back           outputs that update an input not written in place
 //   fuse_cross_entropy  cross_entropy + its backward as one launch       [fuse_cross_entropy]
+//   split_master        the parameters stored split (MemoryPolicy::split_master)
 //   assign_arena        one device arena, best-fit offsets over launch
 //                       liveness; graph inputs and bf16 shadows have their
 //                       own buffers
@@ -164,6 +165,12 @@ struct CudaPlan {
   // Per graph input: the plan value of its bf16 shadow (a param read by a
   // GEMM under bf16), or -1.
   std::vector<int> shadow;
+  // Per graph input: its f32 parameter is stored in the split layout
+  // (MemoryPolicy::split_master; kernels/cuda/codegen/rowwise.h SplitF32):
+  // the same 4 bytes an element, whose first half is the bf16 shadow the
+  // GEMMs read, so the shadow takes no buffer of its own. Only the AdamW
+  // launch touches the parameter itself.
+  std::vector<bool> split;
   std::vector<Launch> launches;
   int64_t arena_bytes = 0;
   int64_t live_bytes_bound = 0;
@@ -174,8 +181,25 @@ struct CudaPlan {
   std::string Describe() const;
 };
 
-// The storage dtype of every graph value (see the file comment).
-std::vector<DType> StorageDTypes(const ir::Graph& g, bool bf16);
+// What the training state costs on the device under bf16: the default is
+// f32 parameters with bf16 shadows, f32 AdamW states and f32 parameter
+// gradients (18 bytes a GEMM weight); all three together, 10 bytes.
+struct MemoryPolicy {
+  // Parameter gradients stored bf16 (a weight-gradient GEMM accumulates in
+  // f32 and rounds once; the norms' weight gradients, the embedding
+  // backward's and sums stay f32).
+  bool bf16_param_grads = false;
+  // AdamW's m and v (graph inputs and their updates) stored bf16, rounded
+  // stochastically by the AdamW kernel.
+  bool bf16_adam_states = false;
+  // Parameters that only GEMMs (through the shadow) and AdamW read are
+  // stored split (CudaPlan::split): exact f32 updates, no shadow buffer.
+  bool split_master = false;
+};
+
+// The storage dtype of every graph value (see the file comment), and under
+// `memory` the gradients and AdamW states it names.
+std::vector<DType> StorageDTypes(const ir::Graph& g, bool bf16, const MemoryPolicy& memory = {});
 
 // Which fusion passes run (all by default; off = one launch per op for that
 // pattern, to bisect a problem).
@@ -195,6 +219,8 @@ struct PlanOptions {
   // block). A group not listed is rank 0, which plans the same launches and
   // buffers (only offsets differ), so a job is checked without its ranks.
   std::map<std::string, int> group_rank;
+  // The training state's device memory (bf16 plans only).
+  MemoryPolicy memory;
 };
 
 // The fuse_cross_entropy rewrite over a finished launch list (before the

@@ -7,7 +7,7 @@
 
 namespace loom::compiler::cuda {
 
-std::vector<DType> StorageDTypes(const ir::Graph& g, bool bf16) {
+std::vector<DType> StorageDTypes(const ir::Graph& g, bool bf16, const MemoryPolicy& memory) {
   const size_t nv = g.values().size();
   std::vector<DType> st(nv);
   for (size_t v = 0; v < nv; ++v) st[v] = g.meta(v).dtype;
@@ -16,11 +16,15 @@ std::vector<DType> StorageDTypes(const ir::Graph& g, bool bf16) {
   // reaches it unchanged (adds, the gradient collectives of a parallel
   // program, reshapes, slices and concats of gradient buckets).
   const std::vector<int> prod = plan_internal::Producers(g);
-  std::vector<bool> pgrad(nv, false), master(nv, false);
+  // state: AdamW's m and v and their updates, bf16 under the memory policy.
+  std::vector<bool> pgrad(nv, false), master(nv, false), state(nv, false);
   std::vector<int> work;
   for (const ir::Node& n : g.nodes())
     if (n.op == "adamw" && n.inputs.size() > 3) {
-      for (int k : {0, 2, 3}) master[n.inputs[k]] = true;  // param, m, v (or this rank's shards of them)
+      master[n.inputs[0]] = true;  // param, m, v (or this rank's shards of them)
+      for (int k : {2, 3}) (memory.bf16_adam_states ? state : master)[n.inputs[k]] = true;
+      if (memory.bf16_adam_states)
+        for (size_t k = 1; k < n.outputs.size() && k < 3; ++k) state[n.outputs[k]] = true;
       if (pgrad[n.inputs[1]]) continue;
       pgrad[n.inputs[1]] = true;
       work.push_back(n.inputs[1]);
@@ -28,7 +32,9 @@ std::vector<DType> StorageDTypes(const ir::Graph& g, bool bf16) {
   // An output written back into an input keeps the input's dtype (ZeRO:
   // the all_gather of updated shards into the f32 parameter).
   for (const ir::GraphOutput& o : g.outputs())
-    if (o.updates >= 0) master[o.value] = true;
+    if (o.updates >= 0) (state[g.inputs()[o.updates].value] ? state : master)[o.value] = true;
+  for (const ir::GraphInput& in : g.inputs())
+    if (state[in.value] && g.meta(in.value).dtype == DType::kF32) st[in.value] = DType::kBF16;
   while (!work.empty()) {
     int v = work.back();
     work.pop_back();
@@ -48,6 +54,10 @@ std::vector<DType> StorageDTypes(const ir::Graph& g, bool bf16) {
       const int v = n.outputs[k];
       const ir::TensorMeta& m = g.meta(v);
       if (m.dtype != DType::kF32) continue;  // integers, f64, already 16-bit: unchanged
+      if (state[v]) {
+        st[v] = DType::kBF16;
+        continue;
+      }
       // Data movement keeps its operand's dtype: reshape, and a parallel
       // program's gather of shards (ZeRO-3's f32 parameters stay f32 for
       // the norms that read them; a GEMM casts its copy).
@@ -57,7 +67,7 @@ std::vector<DType> StorageDTypes(const ir::Graph& g, bool bf16) {
       }
       const std::string& op = n.op;
       const bool keep32 =
-          m.shape.empty() || pgrad[v] || master[v] || op == "grad_norm" || op == "adamw" || op == "sum" || op == "max" || op == "embedding_backward" ||
+          m.shape.empty() || (pgrad[v] && !memory.bf16_param_grads) || master[v] || op == "grad_norm" || op == "adamw" || op == "sum" || op == "max" || op == "embedding_backward" ||
           op == "cross_entropy" || ((op == "layernorm" || op == "rmsnorm") && k > 0) ||
           (op == "sdpa" && k == 1) || ((op == "layernorm_backward" || op == "rmsnorm_backward") && k > 0);
       st[v] = keep32 ? DType::kF32 : DType::kBF16;
@@ -71,7 +81,17 @@ std::vector<DType> StorageDTypes(const ir::Graph& g, bool bf16) {
 namespace loom::compiler::cuda::plan_internal {
 
 absl::StatusOr<bool> StorageDTypesPass::Run(PlanState& s) {
-  s.st = StorageDTypes(s.g, s.p.bf16);
+  const MemoryPolicy& mem = s.options.memory;
+  if ((mem.bf16_param_grads || mem.bf16_adam_states || mem.split_master) && !s.p.bf16)
+    return absl::InvalidArgumentError("memory policy: bf16 gradients, states or split parameters need a bf16 plan");
+  if (mem.bf16_adam_states)
+    for (size_t i = 0; i < s.g.nodes().size(); ++i) {
+      const ir::Node& n = s.g.nodes()[i];
+      if (n.op == "adamw" && n.inputs.size() > 3 && (s.prod[n.inputs[2]] >= 0 || s.prod[n.inputs[3]] >= 0))
+        return Unsupported(s.g, static_cast<int>(i),
+                           "bf16 AdamW states need m and v as graph inputs (not shards of them: ZeRO)");
+    }
+  s.st = StorageDTypes(s.g, s.p.bf16, mem);
   s.p.metas.clear();
   for (size_t v = 0; v < s.st.size(); ++v) s.p.metas.push_back({s.st[v], s.g.meta(v).shape});
   s.attn_views = s.options.attn_views && s.p.bf16;

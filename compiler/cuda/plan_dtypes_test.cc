@@ -70,5 +70,44 @@ TEST(StorageDTypesPass, FillsThePlanMetas) {
   }
 }
 
+// The lean memory policy: AdamW's m and v (inputs and updates) bf16, the
+// parameter gradients bf16 where a GEMM or an add makes them, parameters f32.
+TEST(StorageDTypes, LeanPolicyStoresStatesAndGradientsBf16) {
+  ir::Graph g = LlamaJoint(64, 2);
+  MemoryPolicy lean{true, true, true};
+  std::vector<DType> st = StorageDTypes(g, true, lean);
+  const std::vector<int> prod = plan_internal::Producers(g);
+  int states = 0, bf16_grads = 0, f32_grads = 0;
+  for (const ir::Node& n : g.nodes()) {
+    if (n.op != "adamw") continue;
+    EXPECT_EQ(st[n.inputs[0]], DType::kF32) << "parameters stay f32";
+    for (int k : {2, 3}) {
+      EXPECT_EQ(st[n.inputs[k]], DType::kBF16);
+      EXPECT_EQ(st[n.outputs[k - 1]], DType::kBF16) << "an update keeps its input's dtype";
+      ++states;
+    }
+    EXPECT_EQ(st[n.outputs[0]], DType::kF32);
+    const ir::Node& gp = g.nodes()[prod[n.inputs[1]]];
+    const bool f32_op = gp.op == "embedding_backward" || gp.op == "rmsnorm_backward" || gp.op == "sum";
+    EXPECT_EQ(st[n.inputs[1]], f32_op ? DType::kF32 : DType::kBF16) << gp.op;
+    (f32_op ? f32_grads : bf16_grads)++;
+  }
+  EXPECT_GT(states, 20);
+  EXPECT_GE(bf16_grads, 15);  // 7 matrices a layer, and the output head
+  EXPECT_GE(f32_grads, 2);    // the embedding's and the norms' weights
+  for (const ir::GraphOutput& o : g.outputs())
+    if (o.updates >= 0) EXPECT_EQ(st[o.value], st[g.inputs()[o.updates].value]) << g.inputs()[o.updates].name;
+}
+
+TEST(StorageDTypesPass, TheMemoryPolicyNeedsABf16Plan) {
+  ir::Graph g = LlamaJoint(64);
+  PlanOptions o;
+  o.memory.bf16_adam_states = true;
+  auto p = PlanCuda(g, false, o);
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(p.status().message()).find("bf16 plan"), std::string::npos) << p.status();
+}
+
 }  // namespace
 }  // namespace loom::compiler::cuda

@@ -41,8 +41,10 @@ absl::Status LowerAdamW(PlanState& s, const std::vector<int>& adamw_nodes, Launc
       // rank's shard_slice of a replicated param (ZeRO-1/2) or of its state
       // (a sequence-parallel gradient), all_gathered back afterwards.
       const bool own = p.root[v] == v && (p.input_of[v] >= 0 || s.prod[v] >= 0);
-      if (!own || p.metas[v].dtype != DType::kF32)
-        return Unsupported(g, j, "param, m and v must be f32 graph inputs or f32 values of the step");
+      const DType want = k > 0 && s.options.memory.bf16_adam_states ? DType::kBF16 : DType::kF32;
+      if (!own || p.metas[v].dtype != want)
+        return Unsupported(g, j, "param, m and v must be graph inputs or values of the step, f32 (m and v: bf16 "
+                                 "under the bf16-state memory policy)");
       for (int u : s.users[v])
         if (u > last_adamw) return Unsupported(g, u, "reads a parameter after its adamw update");
       const int o = an.outputs[k == 0 ? 0 : k == 2 ? 1 : 2];

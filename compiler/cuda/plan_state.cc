@@ -52,6 +52,7 @@ PlanState::PlanState(const ir::Graph& graph, bool bf16, const PlanOptions& opts)
     p.input_of[v] = static_cast<int>(k);
   }
   p.shadow.assign(g.inputs().size(), -1);
+  p.split.assign(g.inputs().size(), false);
   is_shadow.assign(nv, false);
   prod = Producers(g);
   users = Users(g);

@@ -9,9 +9,7 @@
 
 namespace loom::compiler::cuda {
 
-namespace {
-
-ir::Graph Joint(const v1::ModelSpec& spec, int64_t batch) {
+ir::Graph ModelJoint(const v1::ModelSpec& spec, int64_t batch, bool checkpoint_blocks) {
   models::BuildOptions bo;
   bo.batch = batch;
   auto fwd = models::BuildForward(spec, bo);
@@ -22,12 +20,11 @@ ir::Graph Joint(const v1::ModelSpec& spec, int64_t batch) {
   adam.max_norm = 1.0;
   co.adamw = adam;
   co.lower = false;
+  if (checkpoint_blocks) co.checkpoint_blocks = models::BlockOfParameter;
   auto c = Compile(*fwd, co);
   EXPECT_TRUE(c.ok()) << c.status();
   return c->stages.at("fused");
 }
-
-}  // namespace
 
 ir::Graph GptJoint(int n_layer, int d_model) {
   v1::ModelSpec spec;
@@ -37,7 +34,7 @@ ir::Graph GptJoint(int n_layer, int d_model) {
   spec.set_d_model(d_model);
   spec.set_seq_len(64);
   spec.set_vocab(256);
-  return Joint(spec, 8);
+  return ModelJoint(spec, 8);
 }
 
 ir::Graph LlamaJoint(int d_model, int n_layer) {
@@ -49,7 +46,7 @@ ir::Graph LlamaJoint(int d_model, int n_layer) {
   spec.set_d_model(d_model);
   spec.set_seq_len(64);
   spec.set_vocab(256);
-  return Joint(spec, 4);
+  return ModelJoint(spec, 4);
 }
 
 int CountOp(const CudaPlan& p, LaunchKind k, const std::string& op) {

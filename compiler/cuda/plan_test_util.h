@@ -6,6 +6,7 @@
 
 #include "compiler/cuda/plan.h"
 #include "compiler/ir/ir.h"
+#include "proto/loom/v1/job.pb.h"
 
 namespace loom::compiler::cuda {
 
@@ -13,6 +14,8 @@ namespace loom::compiler::cuda {
 // AdamW with clipping) of a GPT (4 heads, T 64, vocab 256, batch 8) or a
 // llama (4 heads, 2 kv heads, batch 4).
 ir::Graph GptJoint(int n_layer = 2, int d_model = 128);
+// Any model's (compiler/models), optionally with block activation checkpointing.
+ir::Graph ModelJoint(const v1::ModelSpec& spec, int64_t batch, bool checkpoint_blocks = false);
 ir::Graph LlamaJoint(int d_model, int n_layer = 1);
 // Launches of kind k (and, when given, with that op name).
 int CountOp(const CudaPlan& p, LaunchKind k, const std::string& op = "");
