@@ -75,6 +75,7 @@ compiler::cuda::CudaOptions StepCudaOptions(const v1::JobSpec& spec) {
   compiler::cuda::CudaOptions o;
   o.bf16 = spec.train().precision() == "bf16";
   o.deterministic = spec.train().deterministic();
+  if (spec.train().memory() == "lean") o.memory = compiler::cuda::CudaOptions::Memory::kLean;
   return o;
 }
 
@@ -347,6 +348,9 @@ absl::Status Trainer::BindTrainingInputs(TrainerModel& model) {
       const int ki = static_cast<int>(k);
       if (ki == lr_in_ || ki == step_in_ || IsDataInput(g.inputs()[k])) continue;
       LOOM_RETURN_IF_ERROR(Annotate(cuda_->SetInput(ki, train_inputs_[k]), "device: cuda: uploading inputs"));
+      // The host keeps no copy of the optimizer state (twice the parameters'
+      // bytes): State() reads it back when a checkpoint needs it.
+      if (g.inputs()[k].kind == compiler::ir::InputKind::kState) train_inputs_[k] = Tensor();
     }
   }
   return absl::OkStatus();
@@ -592,6 +596,10 @@ absl::StatusOr<std::vector<Trainer::StateTensor>> Trainer::State() const {
     for (int k : DeviceStateInputs()) {
       auto d = cuda_->Input(k);
       if (!d.ok()) return Annotate(d.status(), "device: cuda: reading the training state back");
+      if (!train_inputs_[k].defined()) {
+        train_inputs_[k] = std::move(*d);
+        continue;
+      }
       LOOM_RETURN_IF_ERROR(train_inputs_[k].CopyFrom(*d));
     }
     host_stale_ = false;

@@ -210,7 +210,9 @@ class Trainer {
   // the program's own tensors: CopyFrom into them, then StateChanged, sets
   // the state. On device: cuda the state lives on the GPU: State copies every
   // parameter and moment device -> host into those tensors first (the f32
-  // master weights under train.precision: bf16).
+  // master weights under train.precision: bf16; f32 whatever the storage
+  // under train.memory: lean). The host holds no copy of the moments until
+  // the first State() call: after the upload they live on the GPU only.
   struct StateTensor {
     std::string name;
     bool is_param = false;

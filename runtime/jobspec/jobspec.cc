@@ -492,6 +492,23 @@ absl::Status CheckProducts(const v1::JobSpec& s) {
 // device: cuda job's collectives run on CUDA tensors, which only NCCL and
 // cuda:gloo (a "cuda:gloo" entry; plain gloo, ucx and tcp are CPU
 // backends) take.
+// train.memory: standard or lean; lean needs one CUDA rank in bf16.
+absl::Status CheckMemory(const v1::JobSpec& s) {
+  const std::string& mem = s.train().memory();
+  LOOM_RETURN_IF_ERROR(
+      Field(mem.empty() || mem == "standard" || mem == "lean", "train.memory", mem, "expected standard or lean"));
+  if (mem != "lean") return absl::OkStatus();
+  LOOM_RETURN_IF_ERROR(Field(s.device() == "cuda", "train.memory", mem,
+                             absl::StrCat("lean stores the training state on a GPU (device: cuda); device: ", s.device())));
+  LOOM_RETURN_IF_ERROR(Field(s.train().precision() == "bf16", "train.memory", mem,
+                             "lean keeps bf16 gradients and states: set train.precision: bf16"));
+  const int64_t ranks = int64_t{std::max(1, s.parallel().dp())} * std::max(1, s.parallel().tp());
+  LOOM_RETURN_IF_ERROR(Field(ranks == 1 && !s.parallel().tp_auto(), "train.memory", mem,
+                             absl::StrCat("lean runs one rank for now (parallel.dp x parallel.tp = ", ranks,
+                                          s.parallel().tp_auto() ? ", tp_auto" : "", ")")));
+  return absl::OkStatus();
+}
+
 absl::Status CheckBackend(const v1::JobSpec& s) {
   const std::string& b = s.parallel().backend();
   auto spec = collectives::ParseBackendSpec(b);
@@ -668,6 +685,7 @@ absl::Status ValidateJobSpec(const v1::JobSpec& s) {
   LOOM_RETURN_IF_ERROR(Field(s.device() == "cpu" || s.device() == "cuda", "device", s.device(),
                              "expected cpu or cuda"));
   LOOM_RETURN_IF_ERROR(CheckBackend(s));
+  LOOM_RETURN_IF_ERROR(CheckMemory(s));
   LOOM_RETURN_IF_ERROR(Field(t.precision() != "bf16" || s.device() == "cuda", "train.precision", t.precision(),
                              absl::StrCat("bf16 runs on device: cuda only; device: ", s.device(),
                                           " trains in f32 (set train.precision: f32)")));

@@ -316,6 +316,26 @@ TEST(JobSpec, DeterministicIsABoolCheckedAgainstTheBatch) {
   EXPECT_EQ(ErrorOf("model: {seq_len: 4096}\ntrain: {batch_size: 524287, deterministic: true}\ndevice: cuda"), "");
 }
 
+// train.memory: standard (the default, also when absent) or lean, which
+// needs one CUDA rank in bf16; job.yaml keeps it; each refusal names the field.
+TEST(JobSpec, MemoryIsStandardOrLeanOnOneCudaRank) {
+  const std::string cuda = "device: cuda\n";
+  EXPECT_EQ(ErrorOf("train: {memory: standard}"), "");
+  EXPECT_EQ(ErrorOf("train: {memory: lean, precision: bf16}\n" + cuda), "");
+  auto s = ParseJobSpecYaml("train: {memory: lean, precision: bf16}\n" + cuda);
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto back = ParseJobSpecYaml(ToYaml(*s));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->train().memory(), "lean") << ToYaml(*s);
+  EXPECT_EQ(ErrorOf("train: {memory: tiny}"), "train.memory: expected standard or lean (got tiny)");
+  EXPECT_EQ(ErrorOf("train: {memory: lean}"),
+            "train.memory: lean stores the training state on a GPU (device: cuda); device: cpu (got lean)");
+  EXPECT_EQ(ErrorOf("train: {memory: lean}\n" + cuda),
+            "train.memory: lean keeps bf16 gradients and states: set train.precision: bf16 (got lean)");
+  EXPECT_EQ(ErrorOf("train: {memory: lean, precision: bf16, batch_size: 8}\nparallel: {dp: 2}\n" + cuda),
+            "train.memory: lean runs one rank for now (parallel.dp x parallel.tp = 2) (got lean)");
+}
+
 // data.tokenizer is loaded and checked against the model when the spec is
 // validated (runtime/data/tokenizer.h).
 TEST(JobSpec, TokenizerIsCheckedAgainstTheModel) {
