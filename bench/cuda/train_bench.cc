@@ -36,14 +36,18 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
+#include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/rng.h"
 #include "base/status.h"
 #include "bench/cuda/train_config.h"
 #include "compiler/compile.h"
@@ -58,7 +62,8 @@ namespace {
 struct Setup {
   std::unique_ptr<compiler::cuda::CudaExecutor> exec;
   std::vector<compiler::models::ParamInfo> params;
-  double compile_s = 0;
+  compiler::ir::Graph graph;  // the fused training step
+  double compile_s = 0, init_s = 0;
   int x_in = -1, y_in = -1, lr_in = -1, step_in = -1;
 };
 
@@ -89,12 +94,27 @@ absl::StatusOr<Setup> Compile(const TrainFlags& f) {
   opt.extra_fusions = f.fusions;
   opt.profile = f.profile;
   opt.deterministic = f.deterministic;
+  if (f.lean) opt.memory = compiler::cuda::CudaOptions::Memory::kLean;
   LOOM_ASSIGN_OR_RETURN(s.exec, compiler::cuda::CudaExecutor::Create(g, opt));
   s.compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  s.graph = g;
+  return s;
+}
 
-  LOOM_ASSIGN_OR_RETURN(auto weights, tests::parity::LoadTensorDir(f.data + "/weights"));
-  for (const auto& p : s.params)  // the optimizer's state starts at zero; every parameter comes from DIR
-    if (!weights.count(p.name)) return absl::FailedPreconditionError("--data: no weight '" + p.name + "' in " + f.data);
+// Uploads every parameter (from --data's weights, or Loom's initialisation
+// one parameter at a time for --text) and zero optimizer state.
+absl::Status Upload(const TrainFlags& f, Setup& s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const compiler::ir::Graph& g = s.graph;
+  std::map<std::string, Tensor> weights;
+  std::map<std::string, size_t> index;
+  if (f.text.empty()) {
+    LOOM_ASSIGN_OR_RETURN(weights, tests::parity::LoadTensorDir(f.data + "/weights"));
+    for (const auto& p : s.params)  // the optimizer's state starts at zero; every parameter comes from DIR
+      if (!weights.count(p.name)) return absl::FailedPreconditionError("--data: no weight '" + p.name + "' in " + f.data);
+  }
+  for (size_t i = 0; i < s.params.size(); ++i) index[s.params[i].name] = i;
+  const int threads = std::max(1u, std::thread::hardware_concurrency());
   for (size_t k = 0; k < g.inputs().size(); ++k) {
     const auto& in = g.inputs()[k];
     const auto& m = g.meta(in.value);
@@ -102,21 +122,58 @@ absl::StatusOr<Setup> Compile(const TrainFlags& f) {
               : in.name == "step" ? &s.step_in : nullptr;
     if (slot != nullptr) { *slot = static_cast<int>(k); continue; }
     auto it = weights.find(in.name);
-    if (it != weights.end()) {
-      LOOM_RETURN_IF_ERROR(s.exec->SetInput(static_cast<int>(k), it->second));
-    } else {
-      LOOM_RETURN_IF_ERROR(s.exec->SetInput(static_cast<int>(k), Tensor::Zeros(m.shape, m.dtype)));
-    }
+    auto pi = index.find(in.name);
+    Tensor value = it != weights.end() ? it->second
+                   : !f.text.empty() && pi != index.end()
+                       ? compiler::models::InitParameter(s.params, pi->second, /*seed=*/1, threads)
+                       : Tensor::Zeros(m.shape, m.dtype);
+    LOOM_RETURN_IF_ERROR(s.exec->SetInput(static_cast<int>(k), value));
   }
   if (s.x_in < 0 || s.y_in < 0 || s.lr_in < 0 || s.step_in < 0) return absl::InternalError("graph lacks x, y, lr or step");
-  return s;
+  s.init_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return absl::OkStatus();
+}
+
+// Step i's batch (0-based): --data's batches in turn, or for --text windows
+// of the file's bytes at offsets drawn per (step, row): x the window, y the
+// next byte of each position.
+using BatchFn = std::function<std::pair<Tensor, Tensor>(int)>;
+absl::StatusOr<BatchFn> Batches(const TrainFlags& f, const Setup& s) {
+  if (f.text.empty()) {
+    LOOM_ASSIGN_OR_RETURN(auto batches, tests::parity::LoadTensorDir(f.data + "/batches"));
+    const int nb = static_cast<int>(batches.size() / 2);
+    if (nb == 0) return absl::InvalidArgumentError("--data: no batches in " + f.data + "/batches");
+    return BatchFn([batches, nb](int i) {
+      return std::make_pair(batches.at("x" + std::to_string(i % nb)), batches.at("y" + std::to_string(i % nb)));
+    });
+  }
+  std::ifstream in(f.text, std::ios::binary);
+  if (!in) return absl::NotFoundError("--text: cannot read " + f.text);
+  auto bytes = std::make_shared<std::string>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const int64_t t = f.spec.seq_len(), rows = f.batch;
+  if (static_cast<int64_t>(bytes->size()) < t + 2)
+    return absl::InvalidArgumentError(absl::StrCat("--text: ", f.text, " has ", bytes->size(), " bytes, fewer than seq_len + 2"));
+  if (f.spec.vocab() < 256) return absl::InvalidArgumentError("--text: the vocabulary must hold every byte (>= 256)");
+  const compiler::ir::TensorMeta xm = s.graph.meta(s.graph.inputs()[s.x_in].value);
+  const compiler::ir::TensorMeta ym = s.graph.meta(s.graph.inputs()[s.y_in].value);
+  return BatchFn([bytes, t, rows, xm, ym](int i) {
+    Tensor x = Tensor::MustEmpty(xm.shape, xm.dtype), y = Tensor::MustEmpty(ym.shape, ym.dtype);
+    Philox rng(2, static_cast<uint64_t>(i));
+    const uint64_t span = bytes->size() - t - 1;
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t off = static_cast<int64_t>(((uint64_t{rng.Bits(2 * r)} << 32) | rng.Bits(2 * r + 1)) % span);
+      for (int64_t j = 0; j < t; ++j) {
+        x.SetDouble(r * t + j, static_cast<unsigned char>((*bytes)[off + j]));
+        y.SetDouble(r * t + j, static_cast<unsigned char>((*bytes)[off + j + 1]));
+      }
+    }
+    return std::make_pair(x, y);
+  });
 }
 
 // Trains warmup + steps steps; returns the per-step losses and the timed seconds.
 absl::StatusOr<std::pair<std::vector<double>, double>> Train(const TrainFlags& f, Setup& s) {
-  LOOM_ASSIGN_OR_RETURN(auto batches, tests::parity::LoadTensorDir(f.data + "/batches"));
-  int nb = static_cast<int>(batches.size() / 2);
-  if (nb == 0) return absl::InvalidArgumentError("--data: no batches in " + f.data + "/batches");
+  LOOM_ASSIGN_OR_RETURN(BatchFn batch, Batches(f, s));
   std::vector<double> losses;
   Tensor lr = Tensor::Zeros({}, DType::kF32), step = Tensor::Zeros({}, DType::kF32);
   lr.data<float>()[0] = 3e-4f;
@@ -127,10 +184,8 @@ absl::StatusOr<std::pair<std::vector<double>, double>> Train(const TrainFlags& f
       start = std::chrono::steady_clock::now();
     }
     step.data<float>()[0] = static_cast<float>(i + 1);
-    std::vector<std::pair<int, Tensor>> in = {{s.x_in, batches.at("x" + std::to_string(i % nb))},
-                                              {s.y_in, batches.at("y" + std::to_string(i % nb))},
-                                              {s.lr_in, lr},
-                                              {s.step_in, step}};
+    auto [x, y] = batch(i);
+    std::vector<std::pair<int, Tensor>> in = {{s.x_in, x}, {s.y_in, y}, {s.lr_in, lr}, {s.step_in, step}};
     LOOM_RETURN_IF_ERROR(s.exec->Step(in));
     LOOM_ASSIGN_OR_RETURN(Tensor loss, s.exec->Output(0));
     losses.push_back(loss.data<float>()[0]);
@@ -174,8 +229,9 @@ bool CompareWithTorch(const TrainFlags& f, const std::vector<double>& losses, do
 }
 
 absl::Status Run(const TrainFlags& f) {
-  LOOM_RETURN_IF_ERROR(CheckDataConfig(f));
+  if (f.text.empty()) LOOM_RETURN_IF_ERROR(CheckDataConfig(f));
   LOOM_ASSIGN_OR_RETURN(Setup s, Compile(f));
+  LOOM_RETURN_IF_ERROR(Upload(f, s));
   LOOM_ASSIGN_OR_RETURN(auto trained, Train(f, s));
   const auto& [losses, dt] = trained;
   const v1::ModelSpec& spec = f.spec;
@@ -183,11 +239,12 @@ absl::Status Run(const TrainFlags& f) {
   double tps = tokens / dt;
   double n = static_cast<double>(compiler::models::NumParameters(s.params));
   double flops_tok = TrainFlopsPerToken(spec, s.params);
-  std::printf("RESULT impl=loom_%s%s%s%s preset=%s family=%s tokens_per_s=%.0f ms_per_step=%.2f mfu=%.3f params=%.0f "
-              "compile_s=%.1f device_mib=%.0f arena_mib=%.0f\n",
-              f.f32 ? "f32" : "bf16", f.graph ? "_graph" : "", f.checkpoint ? "_ckpt" : "", f.deterministic ? "_det" : "", f.preset.c_str(),
-              spec.family().c_str(), tps, 1e3 * dt / f.steps, tps * flops_tok / 989e12, n, s.compile_s,
-              s.exec->device_bytes() / 1048576.0, s.exec->plan().arena_bytes / 1048576.0);
+  std::printf("RESULT impl=loom_%s%s%s%s%s preset=%s family=%s tokens_per_s=%.0f ms_per_step=%.2f mfu=%.3f params=%.0f "
+              "compile_s=%.1f init_s=%.1f device_mib=%.0f arena_mib=%.0f\n",
+              f.f32 ? "f32" : "bf16", f.graph ? "_graph" : "", f.checkpoint ? "_ckpt" : "", f.deterministic ? "_det" : "",
+              f.lean ? "_lean" : "", f.preset.c_str(), spec.family().c_str(), tps, 1e3 * dt / f.steps,
+              tps * flops_tok / 989e12, n, s.compile_s, s.init_s, s.exec->device_bytes() / 1048576.0,
+              s.exec->plan().arena_bytes / 1048576.0);
   std::printf("model: %s L%d H%d Hkv%d C%d ffn%d T%d V%d B%lld, %.0f training FLOPs per token\n",
               spec.family().c_str(), spec.n_layer(), spec.n_head(), spec.n_kv_head() > 0 ? spec.n_kv_head() : spec.n_head(),
               spec.d_model(), spec.ffn_hidden() > 0 ? spec.ffn_hidden() : 4 * spec.d_model(), spec.seq_len(),
@@ -198,6 +255,12 @@ absl::Status Run(const TrainFlags& f) {
   std::printf("losses:");
   for (double l : losses) std::printf(" %.4f", l);
   std::printf("\n");
+  if (!f.text.empty()) {  // no PyTorch side: whether the loss fell (the first five steps' mean against the last five's)
+    const size_t k = std::min<size_t>(5, losses.size() / 2);
+    double first = 0, last = 0;
+    for (size_t i = 0; i < k; ++i) first += losses[i] / k, last += losses[losses.size() - 1 - i] / k;
+    std::printf("loss: first %zu steps %.4f, last %zu %.4f: %s\n", k, first, k, last, last < first ? "FELL" : "DID NOT FALL");
+  }
   if (!CompareWithTorch(f, losses, tps)) return absl::InternalError("the loss check failed (see CHECK_FAILED above)");
   return absl::OkStatus();
 }

@@ -106,6 +106,8 @@ absl::Status ParseShapeOrRunFlag(absl::string_view a, TrainFlags* f) {
     f->preset = "custom";
   } else if (absl::StartsWith(a, "--data=")) {
     f->data = std::string(a.substr(7));
+  } else if (absl::StartsWith(a, "--text=")) {
+    f->text = std::string(a.substr(7));
   } else if (absl::StartsWith(a, "--torch=")) {
     f->torch = absl::StrSplit(a.substr(8), ',', absl::SkipEmpty());
   } else if (absl::StartsWith(a, "--loss-tol=")) {
@@ -133,7 +135,10 @@ absl::Status ParseShapeOrRunFlag(absl::string_view a, TrainFlags* f) {
 
 absl::StatusOr<TrainFlags> ParseTrainFlags(int argc, const char* const* argv) {
   LOOM_ASSIGN_OR_RETURN(TrainFlags f, ParseModelFlags(argc, argv));
-  if (f.data.empty()) return Bad("--data", "required (the folder train_torch.py --init wrote)");
+  if (f.data.empty() == f.text.empty())
+    return Bad("--data", "give exactly one of --data=DIR (the folder train_torch.py --init wrote) and --text=FILE "
+                         "(Loom's own initialisation, batches of the file's bytes)");
+  if (!f.text.empty() && !f.torch.empty()) return Bad("--torch", "compares against --data runs only, not --text");
   return f;
 }
 

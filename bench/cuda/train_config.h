@@ -24,7 +24,8 @@
 // n_head unless given), --d_model, --ffn (0: the family's default),
 // --seq_len, --vocab, --batch override fields; with any of them the run's
 // preset is reported as "custom".
-// The run: --data=DIR (required), --torch=A.json,B.json, --warmup, --steps,
+// The run: --data=DIR or --text=FILE (one of them), --torch=A.json,B.json
+// (with --data), --warmup, --steps,
 // --loss-tol, --f32, --no-graph, --attention=dispatch|flash, --no-fusions,
 // --profile, --activation-checkpointing=none|blocks, --deterministic,
 // --memory=standard|lean. Every error is
@@ -55,6 +56,11 @@ struct TrainFlags {
   v1::ModelSpec spec;  // from the preset, then the shape flags
   int64_t batch = 0;
   std::string data;
+  // --text=FILE instead of --data: parameters from Loom's initialisation
+  // (compiler/models InitParameter, seed 1, one at a time), every step a
+  // fresh batch of windows of FILE's bytes (token = byte; for models PyTorch
+  // cannot hold, where there is no --torch side).
+  std::string text;
   std::vector<std::string> torch;
   int warmup = 5, steps = 20;
   bool f32 = false, graph = true, flash = false, fusions = true, profile = false, checkpoint = false;

@@ -80,6 +80,7 @@ TEST(TrainConfig, BadFlagsAreInvalidArgumentNamingTheFlag) {
       {{"--n_kv_head=4"}, "--n_kv_head"},                         // gpt has no GQA
       {{"--bogus=1"}, "--bogus"},
       {{"--attention=slow"}, "--attention"},
+      {{"--memory=small"}, "--memory"},
   };
   for (const auto& [args, flag] : cases) {
     std::vector<std::string> with_data = args;
@@ -92,6 +93,18 @@ TEST(TrainConfig, BadFlagsAreInvalidArgumentNamingTheFlag) {
   absl::StatusOr<TrainFlags> no_data = Parse({});
   ASSERT_FALSE(no_data.ok());
   EXPECT_NE(std::string(no_data.status().message()).find("--data"), std::string::npos);
+  // --text instead of --data (not both), without a PyTorch side; --memory.
+  absl::StatusOr<TrainFlags> text = Parse({"--text=/t.txt", "--memory=lean"});
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->text, "/t.txt");
+  EXPECT_TRUE(text->lean);
+  EXPECT_FALSE(Parse({"--text=/t.txt"})->lean) << "standard by default";
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"--text=/t.txt", "--data=/d"}, {"--text=/t.txt", "--torch=a.json"}}) {
+    absl::StatusOr<TrainFlags> f = Parse(bad);
+    ASSERT_FALSE(f.ok()) << bad[1];
+    EXPECT_EQ(f.status().code(), absl::StatusCode::kInvalidArgument);
+  }
 }
 
 // 6 x (GEMM parameters) + 12 L C T, by hand for two small shapes.

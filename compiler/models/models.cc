@@ -1,7 +1,10 @@
 #include "compiler/models/models.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
+#include <thread>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -321,17 +324,28 @@ absl::StatusOr<Graph> BuildForward(const v1::ModelSpec& spec, const BuildOptions
   return g;
 }
 
+Tensor InitParameter(const std::vector<ParamInfo>& params, size_t index, uint64_t seed, int threads) {
+  const ParamInfo& p = params[index];
+  Tensor t = Tensor::MustEmpty(p.shape, DType::kF32);
+  float* v = t.data<float>();
+  const int64_t n = t.numel();
+  // Philox is counter-based: element e's value is the same whichever thread draws it.
+  auto fill = [&](int64_t begin, int64_t end) {
+    Philox rng(seed, index);
+    for (int64_t e = begin; e < end; ++e)
+      v[e] = static_cast<float>(p.init_std > 0 ? p.init_std * rng.Normal(e) : p.init_value);
+  };
+  const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(threads, n / (1 << 16)));
+  std::vector<std::thread> pool;
+  for (int64_t k = 1; k < parts; ++k) pool.emplace_back(fill, n * k / parts, n * (k + 1) / parts);
+  fill(0, n / parts);
+  for (std::thread& th : pool) th.join();
+  return t;
+}
+
 std::map<std::string, Tensor> InitParameters(const std::vector<ParamInfo>& params, uint64_t seed) {
   std::map<std::string, Tensor> out;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const ParamInfo& p = params[i];
-    Tensor t = Tensor::MustEmpty(p.shape, DType::kF32);
-    float* v = t.data<float>();
-    Philox rng(seed, i);
-    for (int64_t e = 0; e < t.numel(); ++e)
-      v[e] = static_cast<float>(p.init_std > 0 ? p.init_std * rng.Normal(e) : p.init_value);
-    out.emplace(p.name, std::move(t));
-  }
+  for (size_t i = 0; i < params.size(); ++i) out.emplace(params[i].name, InitParameter(params, i, seed));
   return out;
 }
 

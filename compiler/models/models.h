@@ -81,5 +81,9 @@ absl::StatusOr<ir::Graph> BuildForward(const v1::ModelSpec& spec, const BuildOpt
 // Initial parameter values, deterministic in `seed` (GPT-2 style init: normal
 // with std 0.02, residual projections scaled by 1/sqrt(2 * n_layer)).
 std::map<std::string, Tensor> InitParameters(const std::vector<ParamInfo>& params, uint64_t seed);
+// params[index]'s initial value alone, the same as InitParameters gives it,
+// filled by `threads` threads (the values do not depend on the count): for
+// models whose parameters should not all be on the host at once.
+Tensor InitParameter(const std::vector<ParamInfo>& params, size_t index, uint64_t seed, int threads = 1);
 
 }  // namespace loom::compiler::models

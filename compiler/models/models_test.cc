@@ -67,6 +67,20 @@ TEST(Models, InitIsDeterministic) {
   EXPECT_EQ(a.at("norm.weight").GetDouble(0), 1.0);
 }
 
+// One parameter at a time, by any number of threads: the same values.
+TEST(Models, InitParameterAloneAndThreadedMatchesInitParameters) {
+  v1::ModelSpec s = Spec("llama");
+  s.set_vocab(4096);  // a table of 4096 x C elements: several threads' ranges
+  auto p = Parameters(s);
+  ASSERT_TRUE(p.ok());
+  auto all = InitParameters(*p, 7);
+  for (size_t i = 0; i < p->size(); ++i)
+    for (int threads : {1, 3, 8}) {
+      Tensor one = InitParameter(*p, i, 7, threads);
+      EXPECT_EQ(one.ToVector(), all.at((*p)[i].name).ToVector()) << (*p)[i].name << " threads " << threads;
+    }
+}
+
 
 int CountOps(const ir::Graph& g, const std::string& op) {
   int n = 0;
