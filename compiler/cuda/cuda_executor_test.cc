@@ -138,10 +138,11 @@ TEST(CudaOptions, LeanMemoryReachesThePlan) {
 // The device memory of the lean policy, counted by a dry build
 // (CudaBuildStats::memory): the training state of a 40-layer Llama (C 5120,
 // F 13824, 40 heads, 8 kv heads, V 32000: 11.3B parameters) at T 2048,
-// batch 8 (16,384 tokens a step), block checkpointing. The H200 has 141 GB
-// (131.3 GiB); 4 GiB are left for what the executor does not count (the CUDA
+// batch 8 (16,384 tokens a step), block checkpointing. An H200 holds about
+// 139 GiB for a process (PyTorch's 8.8B run of the capacity issue fits at
+// 130.8 GiB); 4 GiB are left for what the executor does not count (the CUDA
 // context, cuBLASLt's and cuDNN's workspaces), so the lean build must stay
-// within 127 GiB, while the standard one (f32 states and gradients, bf16
+// within 135 GiB, while the standard one (f32 states and gradients, bf16
 // shadows) needs more than the whole card.
 TEST(CudaMemory, LeanFitsAnElevenBillionLlamaOnOneH200AndStandardDoesNot) {
   UseTestKernelCache();
@@ -173,8 +174,8 @@ TEST(CudaMemory, LeanFitsAnElevenBillionLlamaOnOneH200AndStandardDoesNot) {
   EXPECT_LT(lean.memory.arena, standard.memory.arena - params * 2 * 0.9);
   std::printf("device GiB: standard %.2f (arena %.2f), lean %.2f (arena %.2f)\n", standard.memory.total / gib,
               standard.memory.arena / gib, lean.memory.total / gib, lean.memory.arena / gib);
-  EXPECT_LE(lean.memory.total, 127 * gib);
-  EXPECT_GT(standard.memory.total, 131.3 * gib);
+  EXPECT_LE(lean.memory.total, 135 * gib);
+  EXPECT_GT(standard.memory.total, 139 * gib);
 }
 
 class LlamaCreate : public ::testing::TestWithParam<int> {};
