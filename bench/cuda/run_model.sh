@@ -9,7 +9,7 @@
 #
 #   run_model.sh [--rounds=2] [--steps=20] [--warmup=5] [--modes="compile compile-ro"]
 #                [--sdpa=default|cudnn|flash] [--budget=540] [--loom-flags="--no-graph ..."]
-#                PRESET [--n_layer=N --batch=N ...]
+#                [--activation-checkpointing=none|blocks] PRESET [--n_layer=N --batch=N ...]
 # PRESET: gpt2-124m, gpt2-350m, llama-124m, llama-350m, llama-1b
 # (bench/cuda/train_config.h). Shape flags after it go to both sides
 # (train_torch.py --init and train_bench). --modes may add eager.
@@ -17,15 +17,19 @@
 # staging's unpacking and a margin). Every run is given at most what is left
 # (timeout), and a run whose previous round took longer than what is left is
 # skipped with a "SKIP" line instead of being cut short; the summary uses
-# the rounds that ran. Logs and results go to $OUT.
+# the rounds that ran. --activation-checkpointing=blocks: both sides
+# recompute each block in the backward (PyTorch's torch.utils.checkpoint per
+# block, Loom's block checkpointing): the recipe of the capacity comparison.
+# Logs and results go to $OUT.
 set -u
-rounds=2 steps=20 warm=5 modes="compile compile-ro" sdpa=default budget=540 loom_flags=""
-usage() { echo "usage: run_model.sh [--rounds=N] [--steps=N] [--warmup=N] [--modes=LIST] [--sdpa=S] [--budget=S] [--loom-flags=F] PRESET [shape flags]" >&2; exit 2; }
+rounds=2 steps=20 warm=5 modes="compile compile-ro" sdpa=default budget=540 loom_flags="" ckpt=none
+usage() { echo "usage: run_model.sh [--rounds=N] [--steps=N] [--warmup=N] [--modes=LIST] [--sdpa=S] [--budget=S] [--loom-flags=F] [--activation-checkpointing=none|blocks] PRESET [shape flags]" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds=*) rounds=${1#*=} ;; --steps=*) steps=${1#*=} ;; --warmup=*) warm=${1#*=} ;;
     --modes=*) modes=${1#*=} ;; --sdpa=*) sdpa=${1#*=} ;; --budget=*) budget=${1#*=} ;;
     --loom-flags=*) loom_flags=${1#*=} ;;
+    --activation-checkpointing=none|--activation-checkpointing=blocks) ckpt=${1#*=} ;;
     --*) echo "run_model.sh: unknown option '$1'" >&2; usage ;;
     *) break ;;
   esac
@@ -73,7 +77,7 @@ for r in $(seq 1 "$rounds"); do
     base="$O/model_${preset}_torch_${mode}_r$r"
     echo "== round $r/$rounds: torch $mode (sdpa $sdpa)"
     run "torch_$mode" $PY bench/cuda/train_torch.py --data "$data" --mode "$mode" --sdpa "$sdpa" --steps "$steps" \
-      --warmup "$warm" --out "$base.json" >"$base.out" 2>"$base.err"
+      --warmup "$warm" --activation-checkpointing "$ckpt" --out "$base.json" >"$base.out" 2>"$base.err"
     [ "$ran" = 1 ] || continue
     cut -c1-300 "$base.out"
     grep 'FALLBACK' "$base.err"  # a part that did not compile as asked, said out loud
@@ -84,7 +88,7 @@ for r in $(seq 1 "$rounds"); do
   echo "== round $r/$rounds: loom"
   # shellcheck disable=SC2086
   run loom "$D/bin/train_bench" --preset="$preset" "${shape[@]}" --data="$data" --torch="${results#,}" \
-    --steps="$steps" --warmup="$warm" $loom_flags >"$log" 2>&1
+    --steps="$steps" --warmup="$warm" --activation-checkpointing="$ckpt" $loom_flags >"$log" 2>&1
   rc=$?
   [ "$ran" = 1 ] || continue
   [ "$rc" = 0 ] || status=1

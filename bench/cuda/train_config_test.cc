@@ -250,6 +250,22 @@ TEST(TrainTorch, ModelsHaveLoomsParametersAndTrainEagerOnTheCpu) {
       EXPECT_NEAR(losses[s], ref_losses.data<double>()[s], 1e-6 * std::fabs(ref_losses.data<double>()[s]))
           << cases[i] << " step " << s + 1;
 
+    // Activation checkpointing (--activation-checkpointing blocks) recomputes
+    // each block's forward in the backward: the same arithmetic, so the same
+    // losses up to f32 rounding.
+    const std::string ckpt_json = dir + "/ckpt.json";
+    ASSERT_EQ(RunTorch(absl::StrCat("--data ", dir, " --device cpu --mode eager --steps 2 --warmup 1 "
+                                    "--activation-checkpointing blocks --out ", ckpt_json),
+                       &out), 0) << out;
+    std::ifstream ckpt_in(ckpt_json);
+    nlohmann::json ck = nlohmann::json::parse(ckpt_in, nullptr, false);
+    ASSERT_FALSE(ck.is_discarded()) << out;
+    EXPECT_EQ(ck["impl"].get<std::string>(), "torch_eager_ckpt");
+    const std::vector<double> ckpt_losses = ck["losses"].get<std::vector<double>>();
+    ASSERT_EQ(ckpt_losses.size(), losses.size());
+    for (size_t s = 0; s < losses.size(); ++s)
+      EXPECT_NEAR(ckpt_losses[s], losses[s], 1e-6 * std::fabs(losses[s])) << cases[i] << " step " << s + 1;
+
     // The data of another model is refused, naming the field.
     TrainFlags other = *f;
     other.spec.set_n_layer(3);

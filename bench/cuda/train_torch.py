@@ -10,11 +10,15 @@ AdamW and gradient clipping at 1.0, on random token ids.
                  --d_model N --ffn N --seq_len N --vocab N --batch N] [--warmup N --steps N]
       writes DIR/weights, DIR/batches (tensor_dir format) and DIR/config.json
   train_torch.py --data DIR --mode eager|compile|compile-ro [--sdpa default|cudnn|flash]
-                 [--gqa auto|repeat|native] [--device cuda|cpu] --out F.json
+                 [--gqa auto|repeat|native] [--device cuda|cpu]
+                 [--activation-checkpointing none|blocks] --out F.json
       trains the model of DIR/config.json from DIR's weights on DIR's batches
   train_torch.py --print-presets      # the presets as JSON (train_config.h has the same)
 
 Presets and their shapes: bench/cuda/train_config.h (default gpt2-124m).
+
+--activation-checkpointing blocks: each transformer block through torch.utils.checkpoint
+(the recipe of the capacity comparison; run_model.sh passes it to both sides).
 
 Modes:
   eager       the model and a fused AdamW, eagerly.
@@ -134,15 +138,21 @@ class Model(torch.nn.Module):
     """gpt_torch's model over trainable parameters (names with '.' as '_',
     ParameterDict's rule); forward returns the mean cross-entropy loss."""
 
-    def __init__(self, c, W, attn):
+    def __init__(self, c, W, attn, checkpoint_blocks=False):
         super().__init__()
         self.cfg, self.attn = model_cfg(c), attn
         self.names = gpt_torch.param_names(self.cfg)
         self.p = torch.nn.ParameterDict({n.replace(".", "_"): torch.nn.Parameter(W[n].clone()) for n in self.names})
+        # Activation checkpointing: each block keeps only its input and
+        # recomputes its forward in the backward (torch.utils.checkpoint).
+        self.wrap = None
+        if checkpoint_blocks:
+            import torch.utils.checkpoint as ckpt
+            self.wrap = lambda f, h: ckpt.checkpoint(f, h, use_reentrant=False)
 
     def forward(self, x, y):
         P = {n: self.p[n.replace(".", "_")] for n in self.names}
-        return gpt_torch.loss_fn(self.cfg, P, x, y, attn=self.attn)[1]
+        return gpt_torch.loss_fn(self.cfg, P, x, y, attn=self.attn, wrap=self.wrap)[1]
 
 
 def sdpa_context(name):
@@ -243,7 +253,7 @@ def sync(dev):
 def train(c, W, xs, ys, a, dev, ro_index=0):
     """Trains a fresh model from W for warmup + steps steps; returns the
     losses, the timed seconds and the model."""
-    model = Model(c, W, make_attention(a.sdpa, a.gqa)).to(dev)
+    model = Model(c, W, make_attention(a.sdpa, a.gqa), a.activation_checkpointing == "blocks").to(dev)
     step = make_step(c, model, a.mode, dev, ro_index)
     losses, t0, nb = [], None, len(xs)
     with sdpa_context(a.sdpa):
@@ -292,6 +302,8 @@ def run(a):
     tps = tok / dt
     flops = flops_per_token(c, shapes)
     impl = f"torch_{a.mode.replace('-ro', '_reduce_overhead')}" + ("" if a.sdpa == "default" else f"_{a.sdpa}")
+    if a.activation_checkpointing == "blocks":
+        impl += "_ckpt"
     if fallbacks:
         impl += "_fallback"
     return {"impl": impl, "preset": c.get("preset", ""), "family": c["family"], "tokens_per_s": tps,
@@ -316,6 +328,7 @@ def parse_args(argv=None):
     ap.add_argument("--sdpa", default="default", choices=["default", "cudnn", "flash"])
     ap.add_argument("--gqa", default="auto", choices=["auto", "repeat", "native"])
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
+    ap.add_argument("--activation-checkpointing", default="none", choices=["none", "blocks"])
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--out")

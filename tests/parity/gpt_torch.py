@@ -158,9 +158,11 @@ def rmsnorm(x, w, eps):
     return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * w
 
 
-def forward(cfg, P, x, drop=no_dropout, attn=attention):
+def forward(cfg, P, x, drop=no_dropout, attn=attention, wrap=None):
     """The logits of batch x; `attn` has attention's signature (a fused
-    kernel in the benchmarks, bench/cuda/train_torch.py)."""
+    kernel in the benchmarks, bench/cuda/train_torch.py). `wrap(f, h)`, when
+    given, runs each transformer block f on the residual stream h (activation
+    checkpointing: torch.utils.checkpoint); None calls f(h)."""
     B, T = x.shape
     L = cfg["n_layer"]
     C, H = cfg["d_model"], cfg["n_head"]
@@ -168,40 +170,54 @@ def forward(cfg, P, x, drop=no_dropout, attn=attention):
     D = C // H
     eps = cfg.get("norm_eps") or 1e-5
     xl = x.long()
+    run = wrap or (lambda f, h: f(h))
     if cfg["family"] == "gpt":
+        def gpt_block(i):
+            p = f"h.{i}."
+
+            def block(h):
+                a = F.layer_norm(h, (C,), P[p + "ln_1.weight"], P[p + "ln_1.bias"], eps)
+                qkv = a @ P[p + "attn.c_attn.weight"] + P[p + "attn.c_attn.bias"]
+                q, k, v = qkv.split(C, dim=-1)
+                q, k, v = (t.reshape(B, T, H, D).transpose(1, 2) for t in (q, k, v))
+                y = attn(q, k, v, H, H, drop, 1 + 2 * L + i).transpose(1, 2).reshape(B, T, C)
+                h = h + drop(y @ P[p + "attn.c_proj.weight"] + P[p + "attn.c_proj.bias"], 1 + 2 * i)
+                m = F.layer_norm(h, (C,), P[p + "ln_2.weight"], P[p + "ln_2.bias"], eps)
+                m = F.gelu(m @ P[p + "mlp.c_fc.weight"] + P[p + "mlp.c_fc.bias"], approximate="tanh")
+                return h + drop(m @ P[p + "mlp.c_proj.weight"] + P[p + "mlp.c_proj.bias"], 2 + 2 * i)
+            return block
+
         h = drop(P["wte"][xl] + P["wpe"][:T][None], 0)
         for i in range(cfg["n_layer"]):
-            p = f"h.{i}."
-            a = F.layer_norm(h, (C,), P[p + "ln_1.weight"], P[p + "ln_1.bias"], eps)
-            qkv = a @ P[p + "attn.c_attn.weight"] + P[p + "attn.c_attn.bias"]
-            q, k, v = qkv.split(C, dim=-1)
-            q, k, v = (t.reshape(B, T, H, D).transpose(1, 2) for t in (q, k, v))
-            y = attn(q, k, v, H, H, drop, 1 + 2 * L + i).transpose(1, 2).reshape(B, T, C)
-            h = h + drop(y @ P[p + "attn.c_proj.weight"] + P[p + "attn.c_proj.bias"], 1 + 2 * i)
-            m = F.layer_norm(h, (C,), P[p + "ln_2.weight"], P[p + "ln_2.bias"], eps)
-            m = F.gelu(m @ P[p + "mlp.c_fc.weight"] + P[p + "mlp.c_fc.bias"], approximate="tanh")
-            h = h + drop(m @ P[p + "mlp.c_proj.weight"] + P[p + "mlp.c_proj.bias"], 2 + 2 * i)
+            h = run(gpt_block(i), h)
         h = F.layer_norm(h, (C,), P["ln_f.weight"], P["ln_f.bias"], eps)
         return h @ P["wte"].t()
     theta = cfg.get("rope_theta") or 10000.0
+
+    def llama_block(i):
+        p = f"layers.{i}."
+
+        def block(h):
+            a = rmsnorm(h, P[p + "attention_norm.weight"], eps)
+            q = rope((a @ P[p + "attention.wq"]).reshape(B, T, H, D), theta).transpose(1, 2)
+            k = rope((a @ P[p + "attention.wk"]).reshape(B, T, Hkv, D), theta).transpose(1, 2)
+            v = (a @ P[p + "attention.wv"]).reshape(B, T, Hkv, D).transpose(1, 2)
+            y = attn(q, k, v, H, Hkv, drop, 1 + 2 * L + i).transpose(1, 2).reshape(B, T, C)
+            h = h + drop(y @ P[p + "attention.wo"], 1 + 2 * i)
+            m = rmsnorm(h, P[p + "ffn_norm.weight"], eps)
+            m = F.silu(m @ P[p + "feed_forward.w1"]) * (m @ P[p + "feed_forward.w3"])
+            return h + drop(m @ P[p + "feed_forward.w2"], 2 + 2 * i)
+        return block
+
     h = drop(P["tok_embeddings"][xl], 0)
     for i in range(cfg["n_layer"]):
-        p = f"layers.{i}."
-        a = rmsnorm(h, P[p + "attention_norm.weight"], eps)
-        q = rope((a @ P[p + "attention.wq"]).reshape(B, T, H, D), theta).transpose(1, 2)
-        k = rope((a @ P[p + "attention.wk"]).reshape(B, T, Hkv, D), theta).transpose(1, 2)
-        v = (a @ P[p + "attention.wv"]).reshape(B, T, Hkv, D).transpose(1, 2)
-        y = attn(q, k, v, H, Hkv, drop, 1 + 2 * L + i).transpose(1, 2).reshape(B, T, C)
-        h = h + drop(y @ P[p + "attention.wo"], 1 + 2 * i)
-        m = rmsnorm(h, P[p + "ffn_norm.weight"], eps)
-        m = F.silu(m @ P[p + "feed_forward.w1"]) * (m @ P[p + "feed_forward.w3"])
-        h = h + drop(m @ P[p + "feed_forward.w2"], 2 + 2 * i)
+        h = run(llama_block(i), h)
     h = rmsnorm(h, P["norm.weight"], eps)
     return h @ P["output"]
 
 
-def loss_fn(cfg, P, x, y, drop=no_dropout, attn=attention):
-    logits = forward(cfg, P, x, drop, attn)
+def loss_fn(cfg, P, x, y, drop=no_dropout, attn=attention, wrap=None):
+    logits = forward(cfg, P, x, drop, attn, wrap)
     return logits, F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.long().reshape(-1))
 
 
