@@ -74,6 +74,14 @@ TEST(CudaExecutor, CreateBuildsEveryLaunchWithoutADevice) {
     o.deterministic = true;  // the sorted embedding backward and its scratch
     ExpectBuilt(CudaExecutor::Create(g, o));
   }
+  CudaOptions lean;  // bf16 gradients and states, split weights (the tied wte stays plain)
+  lean.bf16 = true;
+  lean.memory = CudaOptions::Memory::kLean;
+  ExpectBuilt(CudaExecutor::Create(g, lean));
+  lean.bf16 = false;  // the policy is a bf16 matter: refused by name in an f32 plan
+  auto f32 = CudaExecutor::Create(g, lean);
+  ASSERT_FALSE(f32.ok());
+  EXPECT_EQ(f32.status().code(), absl::StatusCode::kInvalidArgument) << f32.status();
 }
 
 // D 64: flash attention on strided views, o aliased by its permute.
