@@ -76,6 +76,7 @@ compiler::cuda::CudaOptions StepCudaOptions(const v1::JobSpec& spec) {
   o.bf16 = spec.train().precision() == "bf16";
   o.deterministic = spec.train().deterministic();
   if (spec.train().memory() == "lean") o.memory = compiler::cuda::CudaOptions::Memory::kLean;
+  o.offload_optimizer_state = spec.train().offload_optimizer_state();
   return o;
 }
 

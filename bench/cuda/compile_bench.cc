@@ -131,6 +131,7 @@ absl::StatusOr<Run> OneRun(const CompileBenchFlags& f, const std::string& cache,
   o.extra_fusions = f.model.fusions;
   o.deterministic = f.model.deterministic;
   if (f.model.lean) o.memory = compiler::cuda::CudaOptions::Memory::kLean;
+  o.offload_optimizer_state = f.model.offload;
   o.kernel_cache = cache;
   o.compile_threads = f.compile_threads;
   compiler::cuda::CudaBuildStats st;
@@ -164,7 +165,7 @@ absl::StatusOr<Run> OneRun(const CompileBenchFlags& f, const std::string& cache,
            {"device GiB: parameters", mem.params},   {"device GiB: bf16 shadows", mem.shadows},
            {"device GiB: optimizer state", mem.states}, {"device GiB: other inputs", mem.other_inputs},
            {"device GiB: arena (activations, grads)", mem.arena}, {"device GiB: scratch", mem.scratch},
-           {"device GiB: TOTAL", mem.total}})
+           {"device GiB: TOTAL", mem.total}, {"host GiB: optimizer state (offloaded)", mem.host_states}})
     run.Add(row, bytes / double(1 << 30));
   if (exec.ok()) {
     LOOM_RETURN_IF_ERROR(RunSteps(g, **exec, &run));

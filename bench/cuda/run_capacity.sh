@@ -9,15 +9,18 @@
 # whether the loss fell over the steps. After bench/cuda/stage.sh:
 #   device tool: run(command="bash bench/cuda/run_capacity.sh", carry=[".device/gpu"])
 #
-#   run_capacity.sh [--steps=50] [--batch=8] [--budget=560] [train_bench shape flags]
+#   run_capacity.sh [--steps=50] [--batch=8] [--budget=560] [--offload] [train_bench shape flags]
+# --offload: the optimizer state in pinned host memory as well
+# (--offload-optimizer-state), for models lean memory alone cannot hold.
 # Default shape: Llama, 40 layers, C 5120, F 13824, 40 heads, 8 kv heads,
 # V 32000, T 2048 (11.3B parameters); batch 8 is 16,384 tokens a step.
 # Logs go to $OUT.
 set -u
-steps=50 batch=8 budget=560
+steps=50 batch=8 budget=560 offload=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --steps=*) steps=${1#*=} ;; --batch=*) batch=${1#*=} ;; --budget=*) budget=${1#*=} ;;
+    --offload) offload=--offload-optimizer-state ;;
     --*=*) break ;;
     *) echo "run_capacity.sh: unknown argument '$1'" >&2; exit 2 ;;
   esac
@@ -35,12 +38,12 @@ find "$D/data/fortunes" -type f ! -name '*.dat' ! -name '*.u8' -print0 | sort -z
 echo "corpus: $(wc -c < "$text") bytes"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 start=$(date +%s)
-"$D/bin/compile_bench" "${shape[@]}" --batch="$batch" --activation-checkpointing=blocks --memory=lean \
-  --warm=0 --kernel-cache="$LOOM_KERNEL_CACHE/capacity-dry" 2>&1 | grep -E "device GiB|RESULT" | tee "$O/capacity_memory.txt"
+"$D/bin/compile_bench" "${shape[@]}" --batch="$batch" --activation-checkpointing=blocks --memory=lean $offload \
+  --warm=0 --kernel-cache="$LOOM_KERNEL_CACHE/capacity-dry" 2>&1 | grep -E "GiB|RESULT" | tee "$O/capacity_memory.txt"
 left=$((budget - ($(date +%s) - start)))
 (set -o pipefail
  timeout "$left" "$D/bin/train_bench" "${shape[@]}" --batch="$batch" --text="$text" --memory=lean \
-   --activation-checkpointing=blocks --warmup=2 --steps="$steps" 2>&1 | tee "$O/capacity.txt") &
+   --activation-checkpointing=blocks --warmup=2 --steps="$steps" $offload 2>&1 | tee "$O/capacity.txt") &
 bench=$!
 # Peak device memory while it runs (nvidia-smi's used, MiB), every 5 s.
 peak=0

@@ -95,6 +95,7 @@ absl::StatusOr<Setup> Compile(const TrainFlags& f) {
   opt.profile = f.profile;
   opt.deterministic = f.deterministic;
   if (f.lean) opt.memory = compiler::cuda::CudaOptions::Memory::kLean;
+  opt.offload_optimizer_state = f.offload;
   LOOM_ASSIGN_OR_RETURN(s.exec, compiler::cuda::CudaExecutor::Create(g, opt));
   s.compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   s.graph = g;
@@ -242,7 +243,7 @@ absl::Status Run(const TrainFlags& f) {
   std::printf("RESULT impl=loom_%s%s%s%s%s preset=%s family=%s tokens_per_s=%.0f ms_per_step=%.2f mfu=%.3f params=%.0f "
               "compile_s=%.1f init_s=%.1f device_mib=%.0f arena_mib=%.0f\n",
               f.f32 ? "f32" : "bf16", f.graph ? "_graph" : "", f.checkpoint ? "_ckpt" : "", f.deterministic ? "_det" : "",
-              f.lean ? "_lean" : "", f.preset.c_str(), spec.family().c_str(), tps, 1e3 * dt / f.steps,
+              f.lean ? (f.offload ? "_lean_offload" : "_lean") : f.offload ? "_offload" : "", f.preset.c_str(), spec.family().c_str(), tps, 1e3 * dt / f.steps,
               tps * flops_tok / 989e12, n, s.compile_s, s.init_s, s.exec->device_bytes() / 1048576.0,
               s.exec->plan().arena_bytes / 1048576.0);
   std::printf("model: %s L%d H%d Hkv%d C%d ffn%d T%d V%d B%lld, %.0f training FLOPs per token\n",

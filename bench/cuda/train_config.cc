@@ -122,6 +122,7 @@ absl::Status ParseShapeOrRunFlag(absl::string_view a, TrainFlags* f) {
   } else if (a == "--deterministic") { f->deterministic = true;
   } else if (a == "--activation-checkpointing=blocks") { f->checkpoint = true;
   } else if (a == "--activation-checkpointing=none") { f->checkpoint = false;
+  } else if (a == "--offload-optimizer-state") { f->offload = true;
   } else if (a == "--memory=lean") { f->lean = true;
   } else if (a == "--memory=standard") { f->lean = false;
   } else {

@@ -28,7 +28,7 @@
 // (with --data), --warmup, --steps,
 // --loss-tol, --f32, --no-graph, --attention=dispatch|flash, --no-fusions,
 // --profile, --activation-checkpointing=none|blocks, --deterministic,
-// --memory=standard|lean. Every error is
+// --memory=standard|lean, --offload-optimizer-state. Every error is
 // INVALID_ARGUMENT and names the flag.
 #pragma once
 
@@ -66,6 +66,7 @@ struct TrainFlags {
   bool f32 = false, graph = true, flash = false, fusions = true, profile = false, checkpoint = false;
   bool deterministic = false;  // CudaOptions::deterministic (--deterministic)
   bool lean = false;           // CudaOptions::memory kLean (--memory=lean; default standard)
+  bool offload = false;        // CudaOptions::offload_optimizer_state (--offload-optimizer-state)
   double loss_tol = 2e-2;
 };
 

@@ -94,11 +94,13 @@ TEST(TrainConfig, BadFlagsAreInvalidArgumentNamingTheFlag) {
   ASSERT_FALSE(no_data.ok());
   EXPECT_NE(std::string(no_data.status().message()).find("--data"), std::string::npos);
   // --text instead of --data (not both), without a PyTorch side; --memory.
-  absl::StatusOr<TrainFlags> text = Parse({"--text=/t.txt", "--memory=lean"});
+  absl::StatusOr<TrainFlags> text = Parse({"--text=/t.txt", "--memory=lean", "--offload-optimizer-state"});
   ASSERT_TRUE(text.ok()) << text.status();
   EXPECT_EQ(text->text, "/t.txt");
   EXPECT_TRUE(text->lean);
+  EXPECT_TRUE(text->offload);
   EXPECT_FALSE(Parse({"--text=/t.txt"})->lean) << "standard by default";
+  EXPECT_FALSE(Parse({"--text=/t.txt"})->offload) << "on the device by default";
   for (const std::vector<std::string>& bad :
        {std::vector<std::string>{"--text=/t.txt", "--data=/d"}, {"--text=/t.txt", "--torch=a.json"}}) {
     absl::StatusOr<TrainFlags> f = Parse(bad);

@@ -9,6 +9,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <set>
 #include <vector>
 
@@ -92,7 +93,12 @@ absl::Status Impl::SetInput(int k, const Tensor& host) {
     cg::SplitF32(c.data<float>(), c.numel(), planes.data());
     src = planes.data();
   }
-  LOOM_CU(cudaMemcpyAsync(input_buf_[k], src, plan_.Bytes(v), cudaMemcpyHostToDevice, stream_), "SetInput: copy");
+  if (OnHost(k)) {  // mapped host memory: no kernel may be using it while it is written
+    LOOM_CU(cudaStreamSynchronize(stream_), "SetInput: sync");
+    std::memcpy(input_buf_[k], src, plan_.Bytes(v));
+  } else {
+    LOOM_CU(cudaMemcpyAsync(input_buf_[k], src, plan_.Bytes(v), cudaMemcpyHostToDevice, stream_), "SetInput: copy");
+  }
   Tensor b;
   if (shadow_buf_[k] && !plan_.split[k]) {
     b = host.To(DType::kBF16);
@@ -107,7 +113,8 @@ absl::Status Impl::SetInput(int k, const Tensor& host) {
 absl::Status Impl::Step(absl::Span<const std::pair<int, Tensor>> step_inputs) {
   for (const auto& [k, t] : step_inputs) {
     LOOM_RETURN_IF_ERROR(CheckInput(k, t));
-    if (shadow_buf_[k] || Dt(g_.inputs()[k].value) != t.dtype()) {  // a parameter, or converted: synchronously
+    // A parameter, converted, or in host memory: synchronously.
+    if (shadow_buf_[k] || OnHost(k) || Dt(g_.inputs()[k].value) != t.dtype()) {
       LOOM_RETURN_IF_ERROR(SetInput(k, t));
       continue;
     }
@@ -276,6 +283,7 @@ std::string Impl::Describe() const {
                            : o_.cuda_graph  ? "cuda graph (after the first step)"
                                             : "eager";
   absl::StrAppend(&s, "arena ", plan_.arena_bytes, " B, device total ", device_bytes_, " B, ",
+                  host_bytes_ > 0 ? absl::StrCat("optimizer state on the host ", host_bytes_, " B, ") : "",
                   o_.bf16 ? "bf16" : "f32", ", ", mode, "\n");
   if (!host_calls_.empty()) absl::StrAppend(&s, host_calls_.size(), " collective host call(s) between them\n");
   return s;

@@ -66,6 +66,7 @@ struct CudaBuildStats {
     int64_t arena = 0;        // activations and gradients: the plan's arena
     int64_t scratch = 0;      // the workspace the launches share
     int64_t total = 0;        // everything the executor allocated (tables too)
+    int64_t host_states = 0;  // optimizer state in pinned host memory (offloaded)
   } memory;
 };
 
@@ -127,6 +128,12 @@ struct CudaOptions {
   // shadow is half of the parameter's own bytes): 10 bytes a GEMM weight.
   // Input(k) and SetInput convert, so the host sees f32 either way.
   enum class Memory { kStandard, kLean } memory = Memory::kStandard;
+  // The optimizer state (AdamW's m and v: the graph's state inputs) in
+  // pinned, mapped host memory instead of on the device: the AdamW kernel
+  // reads and writes it over the bus (zero-copy) as it updates each chunk,
+  // the transfers overlapped with its arithmetic. Frees the states' device
+  // bytes (8 a parameter, 4 under kLean) for a slower update.
+  bool offload_optimizer_state = false;
 };
 
 using AttnRoute = CudaOptions::Attention;

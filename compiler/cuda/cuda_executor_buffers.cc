@@ -48,6 +48,21 @@ absl::StatusOr<void*> Impl::Alloc(int64_t bytes) {
   return p;
 }
 
+absl::StatusOr<void*> Impl::AllocMappedHost(int64_t bytes) {
+  if (bytes <= 0) bytes = 256;
+  if (dry_) {
+    host_bytes_ += (bytes + 4095) / 4096 * 4096;
+    return reinterpret_cast<void*>(uintptr_t{3} << 40 | static_cast<uintptr_t>(host_bytes_));
+  }
+  void* h = nullptr;
+  LOOM_CU(cudaHostAlloc(&h, bytes, cudaHostAllocMapped), absl::StrCat("cudaHostAlloc ", bytes, " bytes"));
+  pinned_.push_back(h);
+  host_bytes_ += bytes;
+  void* d = nullptr;
+  LOOM_CU(cudaHostGetDevicePointer(&d, h, 0), "cudaHostGetDevicePointer");
+  return d;
+}
+
 // Every device buffer of the plan: inputs (and their bf16 shadows), the
 // arena, and the scratch shared by every launch (they run in stream order).
 absl::Status Impl::AllocBuffers(CudaBuildStats* stats) {
@@ -58,10 +73,17 @@ absl::Status Impl::AllocBuffers(CudaBuildStats* stats) {
   shadow_buf_.assign(ni, nullptr);
   input_set_.assign(ni, false);
   CudaBuildStats::Memory& mem = stats->memory;
+  on_host_.assign(ni, false);
   for (int k = 0; k < ni; ++k) {
     const int v = g_.inputs()[k].value;
-    LOOM_ASSIGN_OR_RETURN(input_buf_[k], Alloc(plan_.Bytes(v)));
     const ir::InputKind kind = g_.inputs()[k].kind;
+    if (kind == ir::InputKind::kState && o_.offload_optimizer_state) {
+      LOOM_ASSIGN_OR_RETURN(input_buf_[k], AllocMappedHost(plan_.Bytes(v)));
+      on_host_[k] = true;
+      mem.host_states += plan_.Bytes(v);
+      continue;
+    }
+    LOOM_ASSIGN_OR_RETURN(input_buf_[k], Alloc(plan_.Bytes(v)));
     (kind == ir::InputKind::kParam ? mem.params : kind == ir::InputKind::kState ? mem.states : mem.other_inputs) +=
         plan_.Bytes(v);
     if (plan_.split[k]) {
@@ -135,7 +157,12 @@ absl::StatusOr<Tensor> Impl::ToHost(int v) {
     return h;
   }
   Tensor h = Tensor::MustEmpty(Sh(v), Dt(v));
-  LOOM_CU(cudaMemcpyAsync(h.raw_data(), Ptr(v), plan_.Bytes(v), cudaMemcpyDeviceToHost, stream_), "copy to host");
+  // An offloaded input is host memory already (the stream is synchronised).
+  if (k >= 0 && OnHost(k)) {
+    std::memcpy(h.raw_data(), Ptr(v), plan_.Bytes(v));
+  } else {
+    LOOM_CU(cudaMemcpyAsync(h.raw_data(), Ptr(v), plan_.Bytes(v), cudaMemcpyDeviceToHost, stream_), "copy to host");
+  }
   LOOM_CU(cudaStreamSynchronize(stream_), "sync");
   const DType want = g_.meta(v).dtype;
   return want == h.dtype() ? h : h.To(want);

@@ -11,7 +11,9 @@
 //   bf16 graph replay vs CPU: losses within 2e-2 relative
 //   bf16 lean (CudaOptions::memory kLean) vs CPU: the same bound, gpt and
 //                            llama; every parameter read back bitwise after
-//                            SetInput, whatever its layout
+//                            SetInput, whatever its layout; with the
+//                            optimizer state offloaded to host memory,
+//                            bitwise the deterministic lean run
 //   deterministic (CudaOptions::deterministic): f32 graph replay vs CPU as
 //                            above; f32 eager vs graph replay and two bf16
 //                            graph-replay runs: losses and final params
@@ -149,13 +151,14 @@ absl::StatusOr<RunResult> RunCpu(const Config& c) {
 }
 
 absl::StatusOr<RunResult> RunGpu(const Config& c, bool bf16, bool graph, bool deterministic = false,
-                                 bool lean = false) {
+                                 bool lean = false, bool offload = false) {
   LOOM_ASSIGN_OR_RETURN(Job j, Build(c, false));
   CudaOptions o;
   o.bf16 = bf16;
   o.cuda_graph = graph;
   o.deterministic = deterministic;
   if (lean) o.memory = CudaOptions::Memory::kLean;
+  o.offload_optimizer_state = offload;
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<CudaExecutor> e, CudaExecutor::Create(j.graph, o));
   int split = 0;
   for (size_t k = 0; k < j.inputs.size(); ++k) {
@@ -270,6 +273,9 @@ int Check(const Config& c) {
     };
     same("f32 det eager vs graph", det_eager, det_graph);
     same("bf16 det graph vs rerun", det_bf16, det_bf16_again);
+    // The optimizer state in mapped host memory runs the same kernels on
+    // the same values: bitwise the run with it on the device.
+    same("lean det: offloaded vs not", RunGpu(c, true, true, true, true, true), RunGpu(c, true, true, true, true));
   }
   {
     // The llama family (rmsnorm, rope, SwiGLU, grouped-query attention).

@@ -184,6 +184,17 @@ TEST(CudaMemory, LeanFitsAnElevenBillionLlamaOnOneH200AndStandardDoesNot) {
               standard.memory.arena / gib, lean.memory.total / gib, lean.memory.arena / gib);
   EXPECT_LE(lean.memory.total, 135 * gib);
   EXPECT_GT(standard.memory.total, 139 * gib);
+  // The optimizer state offloaded to pinned host memory: off the device.
+  CudaBuildStats off;
+  o.stats = &off;
+  o.offload_optimizer_state = true;
+  ExpectBuilt(CudaExecutor::Create(g, o));
+  EXPECT_EQ(off.memory.states, 0);
+  EXPECT_EQ(off.memory.host_states, lean.memory.states);
+  EXPECT_EQ(lean.memory.host_states, 0);
+  EXPECT_LE(off.memory.total, lean.memory.total - lean.memory.states);
+  std::printf("lean with the optimizer state on the host: device %.2f GiB, host %.2f GiB\n", off.memory.total / gib,
+              off.memory.host_states / gib);
 }
 
 class LlamaCreate : public ::testing::TestWithParam<int> {};

@@ -493,7 +493,11 @@ absl::Status CheckProducts(const v1::JobSpec& s) {
 // cuda:gloo (a "cuda:gloo" entry; plain gloo, ucx and tcp are CPU
 // backends) take.
 // train.memory: standard or lean; lean needs one CUDA rank in bf16.
+// train.offload_optimizer_state: device: cuda.
 absl::Status CheckMemory(const v1::JobSpec& s) {
+  LOOM_RETURN_IF_ERROR(Field(!s.train().offload_optimizer_state() || s.device() == "cuda",
+                             "train.offload_optimizer_state", "true",
+                             absl::StrCat("moves the optimizer state off a GPU (device: cuda); device: ", s.device())));
   const std::string& mem = s.train().memory();
   LOOM_RETURN_IF_ERROR(
       Field(mem.empty() || mem == "standard" || mem == "lean", "train.memory", mem, "expected standard or lean"));

@@ -317,7 +317,8 @@ TEST(JobSpec, DeterministicIsABoolCheckedAgainstTheBatch) {
 }
 
 // train.memory: standard (the default, also when absent) or lean, which
-// needs one CUDA rank in bf16; job.yaml keeps it; each refusal names the field.
+// needs one CUDA rank in bf16; job.yaml keeps it; each refusal names the
+// field. train.offload_optimizer_state likewise, on device: cuda.
 TEST(JobSpec, MemoryIsStandardOrLeanOnOneCudaRank) {
   const std::string cuda = "device: cuda\n";
   EXPECT_EQ(ErrorOf("train: {memory: standard}"), "");
@@ -334,6 +335,16 @@ TEST(JobSpec, MemoryIsStandardOrLeanOnOneCudaRank) {
             "train.memory: lean keeps bf16 gradients and states: set train.precision: bf16 (got lean)");
   EXPECT_EQ(ErrorOf("train: {memory: lean, precision: bf16, batch_size: 8}\nparallel: {dp: 2}\n" + cuda),
             "train.memory: lean runs one rank for now (parallel.dp x parallel.tp = 2) (got lean)");
+  // train.offload_optimizer_state: a bool, device: cuda.
+  EXPECT_EQ(ErrorOf("train: {offload_optimizer_state: true}\n" + cuda), "");
+  EXPECT_EQ(ErrorOf("train: {offload_optimizer_state: true, memory: lean, precision: bf16}\n" + cuda), "");
+  EXPECT_EQ(ErrorOf("train: {offload_optimizer_state: true}"),
+            "train.offload_optimizer_state: moves the optimizer state off a GPU (device: cuda); device: cpu (got true)");
+  auto off = ParseJobSpecYaml("train: {offload_optimizer_state: true}\n" + cuda);
+  ASSERT_TRUE(off.ok()) << off.status();
+  auto off_back = ParseJobSpecYaml(ToYaml(*off));
+  ASSERT_TRUE(off_back.ok()) << off_back.status();
+  EXPECT_TRUE(off_back->train().offload_optimizer_state()) << ToYaml(*off);
 }
 
 // data.tokenizer is loaded and checked against the model when the spec is
