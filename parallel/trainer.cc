@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -222,6 +223,10 @@ absl::StatusOr<Tensor> Trainer::InitBlock(size_t index, const dtensor::DTensorSp
   // Element e (row-major in the global tensor) of parameter `index` is
   // init_std * Philox(seed, index).Normal(e), or init_value: exactly
   // compiler::models::InitParameters, evaluated only at this rank's block.
+  // One rank holds the whole tensor: drawn by every core (the same values).
+  if (single())
+    return compiler::models::InitParameter(params_, index, spec_.train().seed(),
+                                           static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   const compiler::models::ParamInfo& p = params_[index];
   std::vector<int64_t> shape(p.shape.begin(), p.shape.end());
   LOOM_ASSIGN_OR_RETURN(auto ranges, dtensor::LocalBlock(shape, spec, coords_));

@@ -95,7 +95,7 @@ absl::Status Impl::SetInput(int k, const Tensor& host) {
   }
   if (OnHost(k)) {  // mapped host memory: no kernel may be using it while it is written
     LOOM_CU(cudaStreamSynchronize(stream_), "SetInput: sync");
-    std::memcpy(input_buf_[k], src, plan_.Bytes(v));
+    std::memcpy(OnHost(k), src, plan_.Bytes(v));
   } else {
     LOOM_CU(cudaMemcpyAsync(input_buf_[k], src, plan_.Bytes(v), cudaMemcpyHostToDevice, stream_), "SetInput: copy");
   }

@@ -48,13 +48,14 @@ absl::StatusOr<void*> Impl::Alloc(int64_t bytes) {
   return p;
 }
 
-absl::StatusOr<void*> Impl::AllocMappedHost(int64_t bytes) {
+absl::StatusOr<void*> Impl::AllocMappedHost(int64_t bytes, void** host) {
   if (bytes <= 0) bytes = 256;
   if (dry_) {
     host_bytes_ += (bytes + 4095) / 4096 * 4096;
-    return reinterpret_cast<void*>(uintptr_t{3} << 40 | static_cast<uintptr_t>(host_bytes_));
+    *host = reinterpret_cast<void*>(uintptr_t{3} << 40 | static_cast<uintptr_t>(host_bytes_));
+    return *host;
   }
-  void* h = nullptr;
+  void*& h = *host;
   LOOM_CU(cudaHostAlloc(&h, bytes, cudaHostAllocMapped), absl::StrCat("cudaHostAlloc ", bytes, " bytes"));
   pinned_.push_back(h);
   host_bytes_ += bytes;
@@ -73,13 +74,12 @@ absl::Status Impl::AllocBuffers(CudaBuildStats* stats) {
   shadow_buf_.assign(ni, nullptr);
   input_set_.assign(ni, false);
   CudaBuildStats::Memory& mem = stats->memory;
-  on_host_.assign(ni, false);
+  host_view_.assign(ni, nullptr);
   for (int k = 0; k < ni; ++k) {
     const int v = g_.inputs()[k].value;
     const ir::InputKind kind = g_.inputs()[k].kind;
     if (kind == ir::InputKind::kState && o_.offload_optimizer_state) {
-      LOOM_ASSIGN_OR_RETURN(input_buf_[k], AllocMappedHost(plan_.Bytes(v)));
-      on_host_[k] = true;
+      LOOM_ASSIGN_OR_RETURN(input_buf_[k], AllocMappedHost(plan_.Bytes(v), &host_view_[k]));
       mem.host_states += plan_.Bytes(v);
       continue;
     }
@@ -159,7 +159,7 @@ absl::StatusOr<Tensor> Impl::ToHost(int v) {
   Tensor h = Tensor::MustEmpty(Sh(v), Dt(v));
   // An offloaded input is host memory already (the stream is synchronised).
   if (k >= 0 && OnHost(k)) {
-    std::memcpy(h.raw_data(), Ptr(v), plan_.Bytes(v));
+    std::memcpy(h.raw_data(), OnHost(k), plan_.Bytes(v));
   } else {
     LOOM_CU(cudaMemcpyAsync(h.raw_data(), Ptr(v), plan_.Bytes(v), cudaMemcpyDeviceToHost, stream_), "copy to host");
   }

@@ -77,10 +77,12 @@ class Impl final : public CudaExecutor {
 
   // cuda_executor_buffers.cc: buffers and copies.
   absl::StatusOr<void*> Alloc(int64_t bytes);
-  // Pinned host memory the device reads and writes in place (its device
-  // address; CudaOptions::offload_optimizer_state). Dry: a fake address.
-  absl::StatusOr<void*> AllocMappedHost(int64_t bytes);
-  bool OnHost(int k) const { return !on_host_.empty() && on_host_[k]; }  // input k offloaded
+  // Pinned host memory the device reads and writes in place
+  // (CudaOptions::offload_optimizer_state): its device address, and its host
+  // address in *host. Dry: fake addresses.
+  absl::StatusOr<void*> AllocMappedHost(int64_t bytes, void** host);
+  // Input k offloaded: its host address (null: on the device).
+  void* OnHost(int k) const { return host_view_.empty() ? nullptr : host_view_[k]; }
   absl::Status AllocBuffers(CudaBuildStats* stats);
   void* Ptr(int v) const {
     const int r = plan_.root[v];
@@ -175,8 +177,8 @@ class Impl final : public CudaExecutor {
   std::map<std::string, float*> rope_tables_;  // by "T D theta offset" (BuildRope)
   int64_t slot_ = 0, steps_ = 0;
   int64_t device_bytes_ = 0;
-  int64_t host_bytes_ = 0;     // mapped host memory (offloaded inputs)
-  std::vector<bool> on_host_;  // per graph input: in mapped host memory
+  int64_t host_bytes_ = 0;         // mapped host memory (offloaded inputs)
+  std::vector<void*> host_view_;   // per graph input: its host address when offloaded
   // One captured graph per segment (Segments()), replayed in order with the
   // host calls between them.
   std::vector<cudaGraph_t> graphs_;

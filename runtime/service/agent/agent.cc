@@ -138,6 +138,11 @@ bool Agent::NewIncarnation(const std::string& incarnation) const {
   return !incarnation.empty() && incarnation != incarnation_;
 }
 
+bool TransientRegisterError(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kDeadlineExceeded ||
+         s.code() == absl::StatusCode::kUnknown;
+}
+
 absl::Status Agent::Start(std::chrono::milliseconds timeout) {
   if (opts_.worker_argv.empty()) return absl::InvalidArgumentError("worker_argv: empty");
   if (!store_) {
@@ -149,13 +154,7 @@ absl::Status Agent::Start(std::chrono::milliseconds timeout) {
   }
   auto deadline = std::chrono::steady_clock::now() + timeout;
   absl::Status s;
-  // Transient until the deadline: no server yet (Unavailable), or a connection
-  // still being made when the attempt's own 5 s ran out (DeadlineExceeded: a
-  // slow TLS handshake or a network that is just coming up).
-  auto transient = [](const absl::Status& st) {
-    return st.code() == absl::StatusCode::kUnavailable || st.code() == absl::StatusCode::kDeadlineExceeded;
-  };
-  while (transient(s = Register()) && std::chrono::steady_clock::now() < deadline) {
+  while (TransientRegisterError(s = Register()) && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   if (!s.ok()) return s;

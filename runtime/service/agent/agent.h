@@ -91,6 +91,13 @@ struct AgentOptions {
   std::string rendezvous_host = "127.0.0.1";
 };
 
+// Whether a failed registration is worth another try before Start's
+// deadline: no server yet (Unavailable), an attempt whose own 5 s ran out
+// (DeadlineExceeded), or a transport failure gRPC reports without a code
+// (Unknown: a TLS handshake cut short on a loaded machine). Anything the
+// coordinator itself answers (a refused token, a bad request) is final.
+bool TransientRegisterError(const absl::Status& s);
+
 class Agent {
  public:
   explicit Agent(AgentOptions o);

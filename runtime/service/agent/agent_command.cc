@@ -171,8 +171,8 @@ int RunAgentCommand(const std::vector<std::string>& args) {
   Agent agent(f->agent);
   absl::Status s = agent.Start(std::chrono::seconds(30));
   if (!s.ok()) {
-    std::fprintf(stderr, "loom agent: cannot register with %s: %s\n", f->agent.coordinator.c_str(),
-                 std::string(s.message()).c_str());
+    std::fprintf(stderr, "loom agent: cannot register with %s: %s: %s\n", f->agent.coordinator.c_str(),
+                 absl::StatusCodeToString(s.code()).c_str(), std::string(s.message()).c_str());
     return 1;
   }
   std::fprintf(stderr, "loom agent: registered as %s with %s (%d CPU slots, %d GPUs)\n", agent.agent_id().c_str(),

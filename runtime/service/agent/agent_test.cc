@@ -82,6 +82,20 @@ std::string ReadFile(const std::string& p) {
   return ss.str();
 }
 
+// Start retries a registration until its deadline only for failures that
+// may pass: no coordinator yet, an attempt that ran out of time, or a
+// transport failure without a code (an interrupted TLS handshake under load
+// came back as Unknown and ended the agent). A refusal is final.
+TEST(AgentRegister, TransportFailuresAreRetriedAndRefusalsAreNot) {
+  for (absl::StatusCode c : {absl::StatusCode::kUnavailable, absl::StatusCode::kDeadlineExceeded,
+                             absl::StatusCode::kUnknown})
+    EXPECT_TRUE(TransientRegisterError(absl::Status(c, "x"))) << absl::StatusCodeToString(c);
+  for (absl::StatusCode c : {absl::StatusCode::kOk, absl::StatusCode::kUnauthenticated,
+                             absl::StatusCode::kPermissionDenied, absl::StatusCode::kInvalidArgument,
+                             absl::StatusCode::kFailedPrecondition, absl::StatusCode::kResourceExhausted})
+    EXPECT_FALSE(TransientRegisterError(absl::Status(c, "x"))) << absl::StatusCodeToString(c);
+}
+
 TEST_F(AgentTest, RunsRanksAndKeepsTheirLogs) {
   auto agent = StartAgent("echo rank $LOOM_RANK of $LOOM_WORLD_SIZE; echo oops >&2");
   std::string id = Submit(2);
