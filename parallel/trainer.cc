@@ -72,7 +72,9 @@ compiler::CompileOptions StepCompileOptions(const v1::JobSpec& spec,
   return co;
 }
 
-compiler::cuda::CudaOptions StepCudaOptions(const v1::JobSpec& spec) {
+}  // namespace
+
+compiler::cuda::CudaOptions CudaStepOptions(const v1::JobSpec& spec) {
   compiler::cuda::CudaOptions o;
   o.bf16 = spec.train().precision() == "bf16";
   o.deterministic = spec.train().deterministic();
@@ -80,8 +82,6 @@ compiler::cuda::CudaOptions StepCudaOptions(const v1::JobSpec& spec) {
   o.offload_optimizer_state = spec.train().offload_optimizer_state();
   return o;
 }
-
-}  // namespace
 
 absl::StatusOr<compiler::ir::Graph> CompileCudaStep(const v1::JobSpec& spec, const TrainerModel& model) {
   const compiler::CompileOptions co = StepCompileOptions(spec, model.params, false, true, false);
@@ -99,7 +99,7 @@ absl::StatusOr<compiler::ir::Graph> CompileCudaStep(const v1::JobSpec& spec, con
 absl::StatusOr<CudaStepPlan> PlanCudaStep(const v1::JobSpec& spec, const TrainerModel& model) {
   CudaStepPlan out;
   LOOM_ASSIGN_OR_RETURN(out.step, CompileCudaStep(spec, model));
-  const compiler::cuda::CudaOptions o = StepCudaOptions(spec);
+  const compiler::cuda::CudaOptions o = CudaStepOptions(spec);
   LOOM_ASSIGN_OR_RETURN(out.plan, compiler::cuda::PlanCuda(out.step, o.bf16, compiler::cuda::PlanOptionsFor(o)));
   return out;
 }
@@ -178,7 +178,7 @@ absl::Status Trainer::CompileSteps(TrainerModel& model) {
   }
   if (cuda) {  // the fused graph (on several ranks the localized one, with its collectives)
     const compiler::ir::Graph& fused = train_.stages.at("fused");
-    compiler::cuda::CudaOptions o = StepCudaOptions(spec_);
+    compiler::cuda::CudaOptions o = CudaStepOptions(spec_);
     o.device = options_.cuda_device;
     o.communicators = options_.comms;
     auto exec = options_.make_cuda_executor ? options_.make_cuda_executor(fused, o)

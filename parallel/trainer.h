@@ -117,6 +117,9 @@ struct CudaStepPlan {
   compiler::cuda::CudaPlan plan;
 };
 absl::StatusOr<compiler::ir::Graph> CompileCudaStep(const v1::JobSpec& spec, const TrainerModel& model);
+// The CUDA executor's options for the job: train.precision, train.deterministic,
+// train.memory and train.offload_optimizer_state.
+compiler::cuda::CudaOptions CudaStepOptions(const v1::JobSpec& spec);
 absl::StatusOr<CudaStepPlan> PlanCudaStep(const v1::JobSpec& spec, const TrainerModel& model);
 
 // One step's data: tensors by graph input name ("x", "y" [batch, seq_len]

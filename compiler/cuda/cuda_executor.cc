@@ -49,7 +49,9 @@ absl::Status Impl::Init(const ir::Graph& g, const CudaOptions& o) {
   // uploads), so codegen problems surface on machines without a GPU; Init
   // then returns the device error.
   t0 = Clock::now();
-  absl::StatusOr<loom::kernels::cuda::DeviceRuntime*> rt = loom::kernels::cuda::DeviceRuntime::Get(o.device);
+  absl::StatusOr<loom::kernels::cuda::DeviceRuntime*> rt =
+      force_dry_ ? absl::StatusOr<loom::kernels::cuda::DeviceRuntime*>(absl::UnavailableError("a dry build (DryBuild)"))
+                 : loom::kernels::cuda::DeviceRuntime::Get(o.device);
   dry_ = stats.dry = !rt.ok();
   if (!dry_) {
     LOOM_RETURN_IF_ERROR((*rt)->MakeCurrent());
@@ -292,6 +294,20 @@ std::string Impl::Describe() const {
 }  // namespace loom::compiler::cuda::cuda_executor_internal
 
 namespace loom::compiler::cuda {
+
+absl::StatusOr<CudaBuildStats> DryBuild(const ir::Graph& g, const CudaOptions& o) {
+  cuda_executor_internal::Impl e;
+  e.ForceDry();
+  CudaBuildStats stats;
+  CudaOptions dry = o;
+  dry.stats = &stats;
+  absl::Status s = e.Init(g, dry);
+  // Init ends with the (forced) device error once everything is built.
+  if (!(stats.dry && stats.launches > 0 && s.code() == absl::StatusCode::kUnavailable))
+    return s.ok() ? absl::InternalError("DryBuild: built with a device") : s;
+  if (o.stats != nullptr) *o.stats = stats;
+  return stats;
+}
 
 absl::StatusOr<std::unique_ptr<CudaExecutor>> CudaExecutor::Create(const ir::Graph& g, const CudaOptions& o) {
   // Init plans first: an unsupported op is reported by name even without a device.

@@ -150,6 +150,14 @@ inline PlanOptions PlanOptionsFor(const CudaOptions& o) {
   return p;
 }
 
+// Everything CudaExecutor::Create does without touching a device, even on a
+// machine that has one: the plan, every launch built over fake addresses, the
+// generated kernels compiled (or read from the cache). Returns where the time
+// went and the device memory by kind (CudaBuildStats::memory): whether a job
+// fits before it runs. Errors as Create's (an op without a launch:
+// Unimplemented naming it); Unavailable in a build without the toolkit.
+absl::StatusOr<CudaBuildStats> DryBuild(const ir::Graph& g, const CudaOptions& o);
+
 class CudaExecutor {
  public:
   // g: the optimized (or fused) joint graph, as the CPU lowering gets it.

@@ -51,6 +51,7 @@ class Impl final : public CudaExecutor {
   ~Impl() override;
 
   absl::Status Init(const ir::Graph& g, const CudaOptions& o);
+  void ForceDry() { force_dry_ = true; }  // Init builds without a device (DryBuild)
   absl::Status SetInput(int k, const Tensor& host) override;
   absl::Status Step(absl::Span<const std::pair<int, Tensor>> step_inputs) override;
   bool graph_replay() const override { return !execs_.empty(); }
@@ -177,6 +178,7 @@ class Impl final : public CudaExecutor {
   std::map<std::string, float*> rope_tables_;  // by "T D theta offset" (BuildRope)
   int64_t slot_ = 0, steps_ = 0;
   int64_t device_bytes_ = 0;
+  bool force_dry_ = false;
   int64_t host_bytes_ = 0;         // mapped host memory (offloaded inputs)
   std::vector<void*> host_view_;   // per graph input: its host address when offloaded
   // One captured graph per segment (Segments()), replayed in order with the

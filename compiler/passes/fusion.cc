@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
@@ -15,9 +16,67 @@ bool Fusible(const ir::Node& n) {
   return def != nullptr && def->elementwise && def->num_outputs == 1;
 }
 
+// Recomputes a unary elementwise op in each of its consumers instead of
+// keeping its output, when that lets every consumer's group take it in:
+// P = op(X) with X kept anyway (a graph input, or read by more than P), P
+// read only by fusible ops of P's dtype and shape (so each copy joins its
+// consumer's group), and not a graph output. Each consumer gets its own copy
+// of P, placed just before it; the original goes. SwiGLU is the case: silu(g)
+// feeds the forward's multiply and, saved, the backward's; with a copy each,
+// the forward is one launch and silu(g) is never stored (g is, for the
+// backward). Returns whether anything changed.
+bool RematerializeUnary(ir::Graph& g) {
+  auto& nodes = g.mutable_nodes();
+  const std::vector<int> uses = g.UseCounts();
+  std::vector<std::vector<int>> readers(g.values().size());
+  for (size_t i = 0; i < nodes.size(); ++i)
+    for (int v : nodes[i].inputs)
+      if (readers[v].empty() || readers[v].back() != static_cast<int>(i)) readers[v].push_back(static_cast<int>(i));
+  std::vector<bool> is_input(g.values().size(), false), remat(g.values().size(), false);
+  for (const ir::GraphInput& in : g.inputs()) is_input[in.value] = true;
+  std::vector<int> producer(g.values().size(), -1);
+  bool any = false;
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const ir::Node& p = nodes[i];
+    for (int v : p.outputs) producer[v] = static_cast<int>(i);
+    if (!Fusible(p) || p.inputs.size() != 1) continue;
+    const int x = p.inputs[0], v = p.outputs[0];
+    int node_uses = 0;  // uses by nodes (UseCounts also counts graph outputs)
+    for (int c : readers[v]) node_uses += static_cast<int>(std::count(nodes[c].inputs.begin(), nodes[c].inputs.end(), v));
+    if (readers[v].size() < 2 || uses[v] != node_uses) continue;  // read once (fusion takes it), or a graph output
+    if (!is_input[x] && uses[x] < 2) continue;  // X would be kept only for the copies
+    bool all_join = true;
+    for (int c : readers[v]) all_join = all_join && Fusible(nodes[c]) && g.meta(nodes[c].outputs[0]) == g.meta(v);
+    if (!all_join) continue;
+    remat[v] = true;
+    any = true;
+  }
+  if (!any) return false;
+  std::vector<ir::Node> result;
+  for (ir::Node& node : nodes) {
+    if (node.outputs.size() == 1 && remat[node.outputs[0]]) continue;  // each reader has its own copy
+    std::map<int, int> copy_of;  // rematerialized value -> this reader's copy
+    for (int& v : node.inputs) {
+      if (!remat[v]) continue;
+      auto it = copy_of.find(v);
+      if (it == copy_of.end()) {
+        ir::Node copy = nodes[producer[v]];
+        copy.outputs = {g.NewValue(g.meta(v))};
+        it = copy_of.emplace(v, copy.outputs[0]).first;
+        result.push_back(std::move(copy));
+      }
+      v = it->second;
+    }
+    result.push_back(std::move(node));
+  }
+  nodes = std::move(result);
+  return true;
+}
+
 }  // namespace
 
 absl::StatusOr<bool> ElementwiseFusion::Run(ir::Graph& g) {
+  const bool rematerialized = RematerializeUnary(g);
   auto& nodes = g.mutable_nodes();
   const int n = static_cast<int>(nodes.size());
   std::vector<int> producer(g.values().size(), -1);
@@ -98,7 +157,7 @@ absl::StatusOr<bool> ElementwiseFusion::Run(ir::Graph& g) {
     changed = true;
   }
   nodes = std::move(result);
-  return changed;
+  return changed || rematerialized;
 }
 
 }  // namespace loom::compiler::passes
