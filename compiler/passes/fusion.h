@@ -13,6 +13,15 @@
 // Groups of one node are left alone. The fused node takes the group's external
 // inputs in order of first use and sits where the root was.
 //
+// Before grouping, a unary elementwise op read by several fusible ops of its
+// dtype and shape (and by nothing else), whose input is kept anyway (a graph
+// input, or read by more than the op), is recomputed in each reader instead
+// of stored: each reader gets its own copy, which then joins its group.
+// SwiGLU's silu(g) is the case: the forward's multiply and the backward's
+// both read it, and g is kept for the backward anyway; the forward becomes
+// one loop and silu(g) is never stored. The arithmetic is the same, so
+// results are bitwise those without it.
+//
 //   graph @g(%x: f32[4, 8], %b: f32[8]) {        graph @g(%x: f32[4, 8], %b: f32[8]) {
 //     %0 = add(%x, %b) : f32[4, 8]                  %0 = fused(%x, %b) : f32[4, 8] graph @fused_0(
 //     %1 = relu(%0) : f32[4, 8]          ==>            %x0: f32[4, 8], %x1: f32[8]) {
