@@ -47,7 +47,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "base/rng.h"
 #include "base/status.h"
 #include "bench/cuda/train_config.h"
 #include "compiler/compile.h"
@@ -148,28 +147,10 @@ absl::StatusOr<BatchFn> Batches(const TrainFlags& f, const Setup& s) {
       return std::make_pair(batches.at("x" + std::to_string(i % nb)), batches.at("y" + std::to_string(i % nb)));
     });
   }
-  std::ifstream in(f.text, std::ios::binary);
-  if (!in) return absl::NotFoundError("--text: cannot read " + f.text);
-  auto bytes = std::make_shared<std::string>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const int64_t t = f.spec.seq_len(), rows = f.batch;
-  if (static_cast<int64_t>(bytes->size()) < t + 2)
-    return absl::InvalidArgumentError(absl::StrCat("--text: ", f.text, " has ", bytes->size(), " bytes, fewer than seq_len + 2"));
-  if (f.spec.vocab() < 256) return absl::InvalidArgumentError("--text: the vocabulary must hold every byte (>= 256)");
-  const compiler::ir::TensorMeta xm = s.graph.meta(s.graph.inputs()[s.x_in].value);
-  const compiler::ir::TensorMeta ym = s.graph.meta(s.graph.inputs()[s.y_in].value);
-  return BatchFn([bytes, t, rows, xm, ym](int i) {
-    Tensor x = Tensor::MustEmpty(xm.shape, xm.dtype), y = Tensor::MustEmpty(ym.shape, ym.dtype);
-    Philox rng(2, static_cast<uint64_t>(i));
-    const uint64_t span = bytes->size() - t - 1;
-    for (int64_t r = 0; r < rows; ++r) {
-      const int64_t off = static_cast<int64_t>(((uint64_t{rng.Bits(2 * r)} << 32) | rng.Bits(2 * r + 1)) % span);
-      for (int64_t j = 0; j < t; ++j) {
-        x.SetDouble(r * t + j, static_cast<unsigned char>((*bytes)[off + j]));
-        y.SetDouble(r * t + j, static_cast<unsigned char>((*bytes)[off + j + 1]));
-      }
-    }
-    return std::make_pair(x, y);
-  });
+  LOOM_ASSIGN_OR_RETURN(TextBatches text, TextBatches::Open(f.text, f.spec.seq_len(), f.batch, f.spec.vocab()));
+  const DType xdt = s.graph.meta(s.graph.inputs()[s.x_in].value).dtype;
+  const DType ydt = s.graph.meta(s.graph.inputs()[s.y_in].value).dtype;
+  return BatchFn([text, xdt, ydt](int i) { return text.Batch(i, xdt, ydt); });
 }
 
 // Trains warmup + steps steps; returns the per-step losses and the timed seconds.

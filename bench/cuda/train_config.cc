@@ -1,12 +1,15 @@
 #include "bench/cuda/train_config.h"
 
 #include <fstream>
+#include <iterator>
 #include <map>
+#include <memory>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/rng.h"
 #include "base/status.h"
 #include <nlohmann/json.hpp>
 
@@ -183,6 +186,36 @@ absl::Status CheckDataConfig(const TrainFlags& f) {
       return absl::FailedPreconditionError(absl::StrCat("--data: ", path, " has ", key, " = ",
                                                         j.contains(key) ? j[key].dump() : "nothing", ", this run ", v));
   return absl::OkStatus();
+}
+
+absl::StatusOr<TextBatches> TextBatches::Open(const std::string& path, int64_t seq_len, int64_t batch,
+                                              int64_t vocab) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(absl::StrCat("--text: cannot read ", path));
+  auto bytes = std::make_shared<std::string>((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (static_cast<int64_t>(bytes->size()) < seq_len + 2)
+    return Bad("--text", absl::StrCat(path, " has ", bytes->size(), " bytes, fewer than seq_len + 2 = ", seq_len + 2));
+  if (vocab < 256) return Bad("--vocab", absl::StrCat("--text takes a token per byte: the vocabulary must be >= 256, got ", vocab));
+  TextBatches t;
+  t.bytes_ = std::move(bytes);
+  t.seq_len_ = seq_len;
+  t.batch_ = batch;
+  return t;
+}
+
+std::pair<Tensor, Tensor> TextBatches::Batch(int64_t step, DType x_dtype, DType y_dtype) const {
+  Tensor x = Tensor::Zeros({batch_, seq_len_}, x_dtype), y = Tensor::Zeros({batch_, seq_len_}, y_dtype);
+  const Philox rng(2, static_cast<uint64_t>(step));
+  const uint64_t span = bytes_->size() - seq_len_ - 1;  // offsets [0, span]
+  for (int64_t r = 0; r < batch_; ++r) {
+    const uint64_t draw = (uint64_t{rng.Bits(2 * r)} << 32) | rng.Bits(2 * r + 1);
+    const int64_t off = static_cast<int64_t>(draw % (span + 1));
+    for (int64_t j = 0; j < seq_len_; ++j) {
+      x.SetDouble(r * seq_len_ + j, static_cast<unsigned char>((*bytes_)[off + j]));
+      y.SetDouble(r * seq_len_ + j, static_cast<unsigned char>((*bytes_)[off + j + 1]));
+    }
+  }
+  return {x, y};
 }
 
 double TrainFlopsPerToken(const v1::ModelSpec& spec, const std::vector<compiler::models::ParamInfo>& params) {

@@ -33,10 +33,13 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "base/tensor.h"
 #include "compiler/models/models.h"
 #include "proto/loom/v1/job.pb.h"
 
@@ -79,6 +82,23 @@ absl::StatusOr<TrainFlags> ParseModelFlags(int argc, const char* const* argv);
 // (compiler::models::Parameters), so a shape it refuses is an error here,
 // naming the flag of the field.
 absl::StatusOr<TrainFlags> ParseTrainFlags(int argc, const char* const* argv);
+
+// --text's batches: windows of a file's bytes, a token per byte. Step i's
+// row r starts at an offset drawn from (i, r) (Philox, fixed seed): x is the
+// window's seq_len bytes, y the byte after each. The same step gives the
+// same batch in any run.
+class TextBatches {
+ public:
+  // The file must hold seq_len + 2 bytes or more, and vocab be >= 256
+  // (InvalidArgument naming --text or --vocab; NotFound when unreadable).
+  static absl::StatusOr<TextBatches> Open(const std::string& path, int64_t seq_len, int64_t batch, int64_t vocab);
+  // x and y of step i as [batch, seq_len] tensors of the given dtypes.
+  std::pair<Tensor, Tensor> Batch(int64_t step, DType x_dtype, DType y_dtype) const;
+
+ private:
+  std::shared_ptr<const std::string> bytes_;
+  int64_t seq_len_ = 0, batch_ = 0;
+};
 
 // DIR/config.json, written by train_torch.py --init with the model and batch
 // of the weights and batches beside it, against this run's (f.data, f.spec,

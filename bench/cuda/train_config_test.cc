@@ -297,5 +297,38 @@ TEST(TrainTorch, BadFlagsExit2NamingTheFlag) {
   }
 }
 
+// --text's batches: y is x shifted by one byte of the file, every window a
+// run of the file's bytes; a step's batch is the same every time and steps
+// differ; a short file or a vocabulary under 256 is refused by flag.
+TEST(TrainConfig, TextBatchesAreWindowsOfTheFile) {
+  const std::string path = TmpDir("text.txt");
+  std::string text;
+  for (int i = 0; i < 5000; ++i) text.push_back(static_cast<char>((i * 7 + i / 13) % 251));
+  std::ofstream(path, std::ios::binary) << text;
+  auto t = TextBatches::Open(path, 64, 4, 32000);
+  ASSERT_TRUE(t.ok()) << t.status();
+  auto [x, y] = t->Batch(3, DType::kI32, DType::kI64);
+  EXPECT_EQ(x.shape(), Shape({4, 64}));
+  EXPECT_EQ(y.dtype(), DType::kI64);
+  for (int64_t r = 0; r < 4; ++r) {
+    const std::string window(1, static_cast<char>(x.GetDouble(r * 64)));
+    size_t off = std::string::npos;
+    for (size_t o = text.find(window); o != std::string::npos; o = text.find(window, o + 1)) {
+      bool match = o + 65 <= text.size();
+      for (int64_t j = 0; match && j < 64; ++j)
+        match = static_cast<unsigned char>(text[o + j]) == x.GetDouble(r * 64 + j) &&
+                static_cast<unsigned char>(text[o + j + 1]) == y.GetDouble(r * 64 + j);
+      if (match) { off = o; break; }
+    }
+    EXPECT_NE(off, std::string::npos) << "row " << r << " is not a window of the file";
+  }
+  auto [x2, y2] = t->Batch(3, DType::kI32, DType::kI64);
+  EXPECT_EQ(x2.ToVector(), x.ToVector());
+  EXPECT_NE(t->Batch(4, DType::kI32, DType::kI64).first.ToVector(), x.ToVector());
+  EXPECT_EQ(TextBatches::Open(path, 4999, 1, 32000).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(std::string(TextBatches::Open(path, 64, 4, 100).status().message()).find("--vocab"), std::string::npos);
+  EXPECT_EQ(TextBatches::Open(path + ".missing", 64, 4, 32000).status().code(), absl::StatusCode::kNotFound);
+}
+
 }  // namespace
 }  // namespace loom::bench::cuda
