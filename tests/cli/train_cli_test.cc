@@ -168,6 +168,45 @@ TEST(CompileCli, DumpsEveryStageAndRejectsUnknownOnes) {
   EXPECT_NE(bad.output.find("bogus"), std::string::npos);
 }
 
+// --dump=cuda: the CUDA launch plan and the device memory by kind, from a
+// dry build (no GPU needed); train.memory: lean halves the optimizer state
+// and drops the shadows of the llama's GEMM-only weights; the state moves
+// to the host with train.offload_optimizer_state.
+TEST(CompileCli, DumpCudaPrintsThePlanAndItsDeviceMemory) {
+  const std::string model =
+      "model: {family: llama, n_layer: 2, n_head: 4, n_kv_head: 2, d_model: 128, seq_len: 64, vocab: 256}\n"
+      "device: cuda\n";
+  // A figure of the "# device memory (GiB): what X, ..." line; -1 when absent.
+  auto memory = [](const std::string& out, const std::string& what) {
+    const size_t line = out.find("# device memory (GiB): ");
+    const size_t at = line == std::string::npos ? line : out.find(what + " ", line);
+    if (at == std::string::npos) return -1.0;
+    return std::strtod(out.c_str() + at + what.size() + 1, nullptr);
+  };
+  Result std_run = RunLoom(absl::StrCat(
+      "compile ", Write("cuda_std.yaml", model + "train: {batch_size: 4, precision: bf16}\n"), " --dump=cuda"));
+  ASSERT_EQ(std_run.code, 0) << std_run.output;
+  EXPECT_NE(std_run.output.find(": gemm "), std::string::npos) << std_run.output;
+  EXPECT_NE(std_run.output.find("adamw"), std::string::npos);
+  Result lean = RunLoom(absl::StrCat(
+      "compile ", Write("cuda_lean.yaml", model + "train: {batch_size: 4, precision: bf16, memory: lean}\n"),
+      " --dump=cuda"));
+  ASSERT_EQ(lean.code, 0) << lean.output;
+  EXPECT_NE(lean.output.find("train.memory lean"), std::string::npos);
+  const double std_state = memory(std_run.output, "optimizer state"), lean_state = memory(lean.output, "optimizer state");
+  ASSERT_GT(std_state, 0) << std_run.output;
+  EXPECT_NEAR(lean_state, std_state / 2, 1e-3) << lean.output;
+  EXPECT_GT(memory(std_run.output, "bf16 shadows"), 0);
+  EXPECT_EQ(memory(lean.output, "bf16 shadows"), 0);
+  Result off = RunLoom(absl::StrCat(
+      "compile ",
+      Write("cuda_off.yaml", model + "train: {batch_size: 4, precision: bf16, offload_optimizer_state: true}\n"),
+      " --dump=cuda"));
+  ASSERT_EQ(off.code, 0) << off.output;
+  EXPECT_EQ(memory(off.output, "optimizer state"), 0);
+  EXPECT_NEAR(memory(off.output, "optimizer state on the host"), std_state, 1e-3) << off.output;
+}
+
 // device: cuda on a machine without a usable GPU (CI): a clear error naming
 // the device, never a crash or a silent CPU run. With a GPU it trains.
 TEST(TrainCli, CudaWithoutGpuFailsClearly) {
