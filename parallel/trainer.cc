@@ -597,6 +597,38 @@ std::vector<int> Trainer::DeviceStateInputs() const {
   return out;
 }
 
+std::vector<Trainer::StateTensor> Trainer::StateEntries(bool with_data) const {
+  std::vector<StateTensor> out;
+  const compiler::ir::Graph& g = train_graph();
+  for (size_t k = 0; k < g.inputs().size(); ++k) {
+    const compiler::ir::GraphInput& in = g.inputs()[k];
+    if (in.kind != compiler::ir::InputKind::kParam && in.kind != compiler::ir::InputKind::kState) continue;
+    StateTensor st;
+    st.name = in.name;
+    st.is_param = in.kind == compiler::ir::InputKind::kParam;
+    const Shape& shape = GlobalMeta(train_, g, in.name).shape;
+    st.global_shape.assign(shape.begin(), shape.end());
+    st.spec = specs_.at(in.name);
+    if (with_data) st.local = train_inputs_[k];
+    out.push_back(std::move(st));
+  }
+  if (accum_ > 1) {  // the moments live in the update program
+    const compiler::ir::Graph& ug = update_.exec->program().graph;
+    for (size_t k = 0; k < ug.inputs().size(); ++k) {
+      const compiler::ir::GraphInput& in = ug.inputs()[k];
+      if (in.kind != compiler::ir::InputKind::kState) continue;
+      StateTensor st;
+      st.name = in.name;
+      const Shape& shape = GlobalMeta(update_.compilation, ug, in.name).shape;
+      st.global_shape.assign(shape.begin(), shape.end());
+      st.spec = specs_.at(in.name);
+      if (with_data) st.local = update_.inputs[k];
+      out.push_back(std::move(st));
+    }
+  }
+  return out;
+}
+
 absl::StatusOr<std::vector<Trainer::StateTensor>> Trainer::State() const {
   if (cuda_) {  // device -> host, into the tensors returned below
     for (int k : DeviceStateInputs()) {
@@ -610,35 +642,7 @@ absl::StatusOr<std::vector<Trainer::StateTensor>> Trainer::State() const {
     }
     host_stale_ = false;
   }
-  std::vector<StateTensor> out;
-  const compiler::ir::Graph& g = train_graph();
-  for (size_t k = 0; k < g.inputs().size(); ++k) {
-    const compiler::ir::GraphInput& in = g.inputs()[k];
-    if (in.kind != compiler::ir::InputKind::kParam && in.kind != compiler::ir::InputKind::kState) continue;
-    StateTensor st;
-    st.name = in.name;
-    st.is_param = in.kind == compiler::ir::InputKind::kParam;
-    const Shape& shape = GlobalMeta(train_, g, in.name).shape;
-    st.global_shape.assign(shape.begin(), shape.end());
-    st.spec = specs_.at(in.name);
-    st.local = train_inputs_[k];
-    out.push_back(std::move(st));
-  }
-  if (accum_ > 1) {  // the moments live in the update program
-    const compiler::ir::Graph& ug = update_.exec->program().graph;
-    for (size_t k = 0; k < ug.inputs().size(); ++k) {
-      const compiler::ir::GraphInput& in = ug.inputs()[k];
-      if (in.kind != compiler::ir::InputKind::kState) continue;
-      StateTensor st;
-      st.name = in.name;
-      const Shape& shape = GlobalMeta(update_.compilation, ug, in.name).shape;
-      st.global_shape.assign(shape.begin(), shape.end());
-      st.spec = specs_.at(in.name);
-      st.local = update_.inputs[k];
-      out.push_back(std::move(st));
-    }
-  }
-  return out;
+  return StateEntries(/*with_data=*/true);
 }
 
 absl::Status Trainer::StateChanged() {

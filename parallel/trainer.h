@@ -224,6 +224,9 @@ class Trainer {
     Tensor local;
   };
   absl::StatusOr<std::vector<StateTensor>> State() const;
+  // State()'s entries without their data (`local` undefined): names, global
+  // shapes and specs, read from nothing (no device copy).
+  std::vector<StateTensor> StateLayout() const { return StateEntries(/*with_data=*/false); }
   int64_t step() const { return step_; }
   void set_step(int64_t step) { step_ = step; }  // after restoring State()
   // After CopyFrom into State()'s tensors: on device: cuda copies them host ->
@@ -306,6 +309,7 @@ class Trainer {
   // and checkpoints hold (parameters and optimizer state).
   std::vector<int> DeviceStateInputs() const;
   bool single() const { return mesh_.num_ranks() == 1; }
+  std::vector<StateTensor> StateEntries(bool with_data) const;
 
   v1::JobSpec spec_;
   TrainerOptions options_;

@@ -110,6 +110,16 @@ TEST(Trainer, StateIsEveryParameterAndMomentWhole) {
   Trainer& t = **trainer;
   auto state = t.State();
   ASSERT_TRUE(state.ok()) << state.status();
+  // StateLayout: the same entries without their data.
+  const std::vector<Trainer::StateTensor> layout = t.StateLayout();
+  ASSERT_EQ(layout.size(), state->size());
+  for (size_t i = 0; i < layout.size(); ++i) {
+    EXPECT_EQ(layout[i].name, (*state)[i].name);
+    EXPECT_EQ(layout[i].is_param, (*state)[i].is_param);
+    EXPECT_EQ(layout[i].global_shape, (*state)[i].global_shape);
+    EXPECT_TRUE(layout[i].spec == (*state)[i].spec) << layout[i].name;
+    EXPECT_FALSE(layout[i].local.defined()) << layout[i].name;
+  }
   int params = 0, moments = 0;
   for (const auto& s : *state) {
     (s.is_param ? params : moments)++;

@@ -64,7 +64,11 @@ absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Create(const v1::Job
   if (trainer.mesh().num_ranks() != world_size)
     return absl::InternalError(absl::StrCat("checkpoint: the mesh ", trainer.mesh().ToString(), " is not the world of ",
                                             world_size, " rank(s)"));
-  LOOM_RETURN_IF_ERROR(c->Saved().status());
+  // The state's specs are checked now; its data is read only when saved.
+  for (const auto& st : trainer.StateLayout())
+    if (st.spec.has_partial())
+      return absl::InternalError(
+          absl::StrCat("checkpoint: input '", st.name, "' is partial (", st.spec.ToString(), ")"));
   return c;
 }
 
