@@ -606,6 +606,7 @@ std::vector<Trainer::StateTensor> Trainer::StateEntries(bool with_data) const {
     StateTensor st;
     st.name = in.name;
     st.is_param = in.kind == compiler::ir::InputKind::kParam;
+    st.dtype = g.meta(in.value).dtype;
     const Shape& shape = GlobalMeta(train_, g, in.name).shape;
     st.global_shape.assign(shape.begin(), shape.end());
     st.spec = specs_.at(in.name);
@@ -619,6 +620,7 @@ std::vector<Trainer::StateTensor> Trainer::StateEntries(bool with_data) const {
       if (in.kind != compiler::ir::InputKind::kState) continue;
       StateTensor st;
       st.name = in.name;
+      st.dtype = ug.meta(in.value).dtype;
       const Shape& shape = GlobalMeta(update_.compilation, ug, in.name).shape;
       st.global_shape.assign(shape.begin(), shape.end());
       st.spec = specs_.at(in.name);
@@ -627,6 +629,24 @@ std::vector<Trainer::StateTensor> Trainer::StateEntries(bool with_data) const {
     }
   }
   return out;
+}
+
+absl::StatusOr<Tensor> Trainer::ReadState(const std::string& name) const {
+  const int k = train_graph().FindInput(name);
+  if (!cuda_ || k < 0)
+    return absl::FailedPreconditionError(absl::StrCat("ReadState: '", name, "' is not a GPU-resident state input"));
+  absl::StatusOr<Tensor> t = cuda_->Input(k);
+  if (!t.ok()) return Annotate(t.status(), absl::StrCat("device: cuda: reading ", name, " back"));
+  return t;
+}
+
+absl::Status Trainer::WriteState(const std::string& name, const Tensor& local) {
+  const int k = train_graph().FindInput(name);
+  if (!cuda_ || k < 0)
+    return absl::FailedPreconditionError(absl::StrCat("WriteState: '", name, "' is not a GPU-resident state input"));
+  LOOM_RETURN_IF_ERROR(Annotate(cuda_->SetInput(k, local), absl::StrCat("device: cuda: uploading ", name)));
+  host_stale_ = true;  // the host copy of the parameters (evaluation's) is behind now
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::vector<Trainer::StateTensor>> Trainer::State() const {

@@ -219,6 +219,7 @@ class Trainer {
   struct StateTensor {
     std::string name;
     bool is_param = false;
+    DType dtype = DType::kF32;  // of `local` (the program's input dtype)
     std::vector<int64_t> global_shape;
     dtensor::DTensorSpec spec;
     Tensor local;
@@ -227,6 +228,13 @@ class Trainer {
   // State()'s entries without their data (`local` undefined): names, global
   // shapes and specs, read from nothing (no device copy).
   std::vector<StateTensor> StateLayout() const { return StateEntries(/*with_data=*/false); }
+  // device: cuda: the state lives on the GPU, and checkpoints move it one
+  // tensor at a time (so the host never holds all of it): ReadState gives a
+  // fresh host copy of one entry's local block (f32), WriteState sets it on
+  // the device. False on the CPU, where State()'s tensors are the program's.
+  bool state_on_device() const { return cuda_ != nullptr; }
+  absl::StatusOr<Tensor> ReadState(const std::string& name) const;
+  absl::Status WriteState(const std::string& name, const Tensor& local);
   int64_t step() const { return step_; }
   void set_step(int64_t step) { step_ = step; }  // after restoring State()
   // After CopyFrom into State()'s tensors: on device: cuda copies them host ->

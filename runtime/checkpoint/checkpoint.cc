@@ -96,18 +96,34 @@ absl::StatusOr<std::vector<WrittenShard>> WriteRankShards(const std::string& tmp
   std::vector<Tensor> contiguous;
   std::vector<TensorToWrite> w;
   for (const RankShard& s : shards) {
-    if (!s.data.defined() || s.data.device() != Device::CPU()) {
+    const bool loaded = !s.data.defined() && s.load;
+    if (!loaded && (!s.data.defined() || s.data.device() != Device::CPU())) {
       return absl::InvalidArgumentError(
           absl::StrCat("checkpoint save: tensor '", s.tensor, "' rank ", rank, ": shard data must be a host tensor"));
     }
-    if (s.offsets.size() != static_cast<size_t>(s.data.ndim())) {
+    const std::vector<int64_t> shape = loaded ? s.shape : ShapeVec(s.data);
+    if (s.offsets.size() != shape.size()) {
       return absl::InvalidArgumentError(absl::StrCat("checkpoint save: tensor '", s.tensor, "' rank ", rank,
                                                      ": offsets has ", s.offsets.size(), " entries for a ",
-                                                     s.data.ndim(), "-d shard"));
+                                                     shape.size(), "-d shard"));
     }
-    contiguous.push_back(s.data.Contiguous());
     std::string key = per_tensor[s.tensor] == 1 ? s.tensor : absl::StrCat(s.tensor, "@", absl::StrJoin(s.offsets, ","));
-    w.push_back({key, s.data.dtype(), ShapeVec(s.data), contiguous.back().raw_data()});
+    if (!loaded) {
+      contiguous.push_back(s.data.Contiguous());
+      w.push_back({key, s.data.dtype(), shape, contiguous.back().raw_data(), nullptr});
+      continue;
+    }
+    TensorToWrite t{key, s.dtype, shape, nullptr, nullptr};
+    t.produce = [&s, shape, rank](const std::function<absl::Status(const void*)>& sink) -> absl::Status {
+      LOOM_ASSIGN_OR_RETURN(Tensor data, s.load());
+      if (!data.defined() || data.device() != Device::CPU() || data.dtype() != s.dtype || ShapeVec(data) != shape)
+        return absl::InternalError(absl::StrCat("checkpoint save: tensor '", s.tensor, "' rank ", rank,
+                                                ": loaded data is not the declared host ", DTypeName(s.dtype), " [",
+                                                absl::StrJoin(shape, ", "), "]"));
+      const Tensor c = data.Contiguous();
+      return sink(c.raw_data());
+    };
+    w.push_back(std::move(t));
   }
   std::string file = RankFileName(rank);
   LOOM_ASSIGN_OR_RETURN(std::vector<WrittenTensor> written,

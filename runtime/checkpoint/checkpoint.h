@@ -41,6 +41,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -119,6 +120,11 @@ struct RankShard {
   std::string tensor;
   std::vector<int64_t> offsets;
   Tensor data;
+  // Without `data`: the shard's dtype and shape, and `load`, called when its
+  // bytes are written (WriteRankShards holds one loaded shard at a time).
+  DType dtype = DType::kF32;
+  std::vector<int64_t> shape;
+  std::function<absl::StatusOr<Tensor>()> load;
 };
 struct WrittenShard {
   std::string tensor;

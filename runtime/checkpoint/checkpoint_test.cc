@@ -199,6 +199,47 @@ TEST(Checkpoint, MultiRankProtocol) {
   EXPECT_TRUE(BitwiseEqual(*CheckpointReader::Open(r->ckpt)->ReadFull("w"), w));
 }
 
+// Shards given by `load` instead of data (a GPU's state, read back when its
+// bytes are due): the same records and bytes as with the data in hand, each
+// shard loaded once, in order, and released before the next is loaded.
+TEST(Checkpoint, LoadedShardsAreWrittenOneAtATime) {
+  const Tensor w = Pattern({4, 6}, DType::kF32, 1), b = Pattern({6}, DType::kF32, 2);
+  std::string dir_a = FreshDir("loaded_a"), dir_b = FreshDir("loaded_b");
+  auto plain = WriteRankShards(dir_a, 0, {{"w", {0, 0}, w}, {"b", {0}, b}});
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  std::vector<std::string> order;
+  std::vector<std::weak_ptr<Storage>> earlier;
+  bool overlapped = false;
+  auto loader = [&](const std::string& name, const Tensor& t) {
+    return [&, name, t]() -> absl::StatusOr<Tensor> {
+      for (const auto& e : earlier) overlapped |= !e.expired();
+      order.push_back(name);
+      Tensor copy = t.Clone();
+      earlier.push_back(copy.storage());
+      return copy;
+    };
+  };
+  std::vector<RankShard> shards(2);
+  shards[0].tensor = "w", shards[0].offsets = {0, 0}, shards[0].shape = {4, 6}, shards[0].load = loader("w", w);
+  shards[1].tensor = "b", shards[1].offsets = {0}, shards[1].shape = {6}, shards[1].load = loader("b", b);
+  auto loaded = WriteRankShards(dir_b, 0, shards);
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ(order, (std::vector<std::string>{"w", "b"}));
+  EXPECT_FALSE(overlapped) << "a loaded shard was still held when the next was loaded";
+  ASSERT_EQ(loaded->size(), plain->size());
+  for (size_t i = 0; i < plain->size(); ++i) {
+    EXPECT_EQ((*loaded)[i].record.key, (*plain)[i].record.key);
+    EXPECT_EQ((*loaded)[i].record.lengths, (*plain)[i].record.lengths);
+    EXPECT_EQ((*loaded)[i].record.byte_begin, (*plain)[i].record.byte_begin);
+    EXPECT_EQ((*loaded)[i].record.crc32c, (*plain)[i].record.crc32c);
+  }
+  // A load that gives another shape than declared fails the save, naming the tensor.
+  shards[1].shape = {7};
+  auto bad = WriteRankShards(FreshDir("loaded_c"), 0, shards);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message()).find("'b'"), std::string::npos) << bad.status();
+}
+
 TEST(Checkpoint, AsyncSaveUsesSnapshot) {
   std::string root = FreshDir("async");
   AsyncCheckpointer saver(root, {2});

@@ -371,8 +371,20 @@ absl::StatusOr<std::vector<WrittenTensor>> WriteSafetensors(const std::string& p
     w.name = t.name;
     w.file_begin = pos;
     w.file_end = pos + n;
-    w.crc32c = Crc32c(t.data, n);
-    LOOM_RETURN_IF_ERROR(WriteAll(fd.get(), path, t.data, n));
+    int sunk = 0;
+    auto sink = [&](const void* bytes) {
+      ++sunk;
+      w.crc32c = Crc32c(bytes, n);
+      return WriteAll(fd.get(), path, bytes, n);
+    };
+    if (t.data == nullptr && t.produce) {
+      LOOM_RETURN_IF_ERROR(t.produce(sink));
+    } else {
+      LOOM_RETURN_IF_ERROR(sink(t.data));  // null only for an empty tensor
+    }
+    if (sunk != 1)
+      return absl::InternalError(absl::StrCat(path, ": tensor '", t.name, "': its bytes were given ", sunk,
+                                              " times (expected once)"));
     pos += n;
     out.push_back(std::move(w));
   }

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -90,6 +91,11 @@ struct TensorToWrite {
   DType dtype = DType::kF32;
   std::vector<int64_t> shape;
   const void* data = nullptr;  // numel(shape) * DTypeSize(dtype) bytes
+  // Without `data`: called once, when the tensor's bytes are due, with a sink
+  // to call once on numel(shape) * DTypeSize(dtype) bytes, which may be freed
+  // after. So a file of many large tensors is written with one of them in
+  // memory at a time (a GPU's training state, read back tensor by tensor).
+  std::function<absl::Status(const std::function<absl::Status(const void* bytes)>& sink)> produce;
 };
 
 struct WrittenTensor {

@@ -103,7 +103,15 @@ absl::Status Checkpointer::SaveSteps(const std::string& root, const std::string&
   const int rank = trainer_->rank();
   const int64_t world_size = trainer_->mesh().num_ranks();
   const dtensor::MeshShape& mesh = trainer_->mesh();
-  LOOM_ASSIGN_OR_RETURN(auto saved, Saved());
+  // device: cuda: each tensor is read back from the GPU when its bytes are
+  // written, so the host holds one at a time; on the CPU the program's own.
+  const bool streamed = trainer_->state_on_device();
+  std::vector<parallel::Trainer::StateTensor> saved;
+  if (streamed) {
+    saved = trainer_->StateLayout();
+  } else {
+    LOOM_ASSIGN_OR_RETURN(saved, Saved());
+  }
   if (rank == 0) LOOM_RETURN_IF_ERROR(checkpoint::BeginSave(root, trainer_->step()).status());
   LOOM_RETURN_IF_ERROR(Barrier());
   std::vector<checkpoint::RankShard> shards;
@@ -121,7 +129,13 @@ absl::Status Checkpointer::SaveSteps(const std::string& root, const std::string&
       empty |= r.length == 0;
     }
     if (empty) continue;
-    rs.data = sv.local.is_contiguous() ? sv.local : sv.local.Clone();
+    if (streamed) {
+      rs.dtype = sv.dtype;
+      for (const auto& r : ranges) rs.shape.push_back(r.length);
+      rs.load = [trainer = trainer_, name = sv.name] { return trainer->ReadState(name); };
+    } else {
+      rs.data = sv.local.is_contiguous() ? sv.local : sv.local.Clone();
+    }
     shards.push_back(std::move(rs));
   }
   {
@@ -150,7 +164,7 @@ absl::Status Checkpointer::SaveSteps(const std::string& root, const std::string&
   for (const auto& sv : saved) {
     checkpoint::TensorRecord tr;
     tr.name = sv.name;
-    tr.dtype = sv.local.dtype();
+    tr.dtype = streamed ? sv.dtype : sv.local.dtype();
     tr.shape = sv.global_shape;
     tr.spec = sv.spec.ToString();
     tr.shards = std::move(records[sv.name]);
@@ -175,7 +189,15 @@ absl::StatusOr<int64_t> Checkpointer::Restore(const std::string& root, data::Sam
     LOOM_ASSIGN_OR_RETURN(lr, checkpoint::LoadLatest(root, checkpoint::Verify::kFull));
   }
   LOOM_ASSIGN_OR_RETURN(checkpoint::CheckpointReader reader, checkpoint::CheckpointReader::Open(lr.ckpt));
-  LOOM_ASSIGN_OR_RETURN(auto saved, Saved());
+  // device: cuda: each tensor goes to the GPU as it is read (one on the
+  // host at a time); on the CPU into the program's own tensors.
+  const bool streamed = trainer_->state_on_device();
+  std::vector<parallel::Trainer::StateTensor> saved;
+  if (streamed) {
+    saved = trainer_->StateLayout();
+  } else {
+    LOOM_ASSIGN_OR_RETURN(saved, Saved());
+  }
   for (const auto& sv : saved) {
     const checkpoint::TensorRecord* t = reader.manifest().Find(sv.name);
     if (t == nullptr)
@@ -193,10 +215,14 @@ absl::StatusOr<int64_t> Checkpointer::Restore(const std::string& root, data::Sam
     }
     if (empty) continue;
     LOOM_ASSIGN_OR_RETURN(Tensor part, reader.ReadSlice(sv.name, off, len));
+    if (streamed) {
+      LOOM_RETURN_IF_ERROR(trainer_->WriteState(sv.name, part.dtype() == sv.dtype ? part : part.To(sv.dtype)));
+      continue;
+    }
     Tensor local = sv.local;
     LOOM_RETURN_IF_ERROR(local.CopyFrom(part.dtype() == local.dtype() ? part : part.To(local.dtype())));
   }
-  LOOM_RETURN_IF_ERROR(trainer_->StateChanged());  // device: cuda: host -> device
+  if (!streamed) LOOM_RETURN_IF_ERROR(trainer_->StateChanged());
   LOOM_RETURN_IF_ERROR(sampler->Restore(reader.manifest().sampler));
   trainer_->set_step(lr.ckpt.step);
   if (log) *log = lr.Explain();
