@@ -97,6 +97,9 @@ absl::Status CheckParallelLayout(const v1::ModelSpec& model, int64_t batch_size,
 
 absl::Status ValidateParallelSection(const v1::JobSpec& spec) {
   const auto& p = spec.parallel();
+  if (p.bucket_mb() < 0 || p.bucket_mb() > 4096)
+    return Bad("parallel.bucket_mb", "must be in [0, 4096] (MiB; 0: one all-reduce per gradient)",
+               absl::StrCat(p.bucket_mb()));
   if (p.tp_auto()) {
     if (p.dp() < 1) return Bad("parallel.dp", "must be positive", absl::StrCat(p.dp()));
     if (p.zero_stage() < 0 || p.zero_stage() > 3)

@@ -84,6 +84,9 @@ compiler::spmd::SpmdOptions SpmdOptionsFor(const Layout& layout, std::map<std::s
 // resolved (ResolveTpPlan) and, after propagation of a training compile, held
 // to its placements (CheckTpPlanHonoured): a plan that cannot be honoured is
 // InvalidArgument naming parallel.tp_plan and the parameter.
+// parallel.bucket_mb in bytes (0: no buckets).
+inline int64_t DpBucketBytes(const v1::JobSpec& spec) { return int64_t{spec.parallel().bucket_mb()} << 20; }
+
 absl::StatusOr<compiler::Compilation> CompileParallel(const compiler::ir::Graph& forward,
                                                       const compiler::CompileOptions& co, const v1::ModelSpec& model,
                                                       int64_t batch, const Layout& layout, int64_t bucket_bytes = 0);

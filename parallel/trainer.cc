@@ -91,7 +91,8 @@ absl::StatusOr<compiler::ir::Graph> CompileCudaStep(const v1::JobSpec& spec, con
     if (!train.ok()) return Annotate(train.status(), "compiling the training step");
     return std::move(train->stages.at("fused"));
   }
-  auto train = CompileParallel(model.train_forward, co, spec.model(), spec.train().batch_size(), layout);
+  auto train = CompileParallel(model.train_forward, co, spec.model(), spec.train().batch_size(), layout,
+                               DpBucketBytes(spec));
   if (!train.ok()) return Annotate(train.status(), "compiling the parallel training step");
   return std::move(train->stages.at("fused"));
 }
@@ -165,8 +166,8 @@ absl::Status Trainer::CompileSteps(TrainerModel& model) {
     LOOM_ASSIGN_OR_RETURN(eval_, CompileEval(model.eval_forward));
   } else {
     co.lowering.communicators = options_.comms;
-    auto train = CompileParallel(model.train_forward, co, spec_.model(), tr.batch_size(), layout_,
-                                 options_.bucket_bytes);
+    const int64_t bucket = options_.bucket_bytes > 0 ? options_.bucket_bytes : DpBucketBytes(spec_);
+    auto train = CompileParallel(model.train_forward, co, spec_.model(), tr.batch_size(), layout_, bucket);
     if (!train.ok()) return Annotate(train.status(), "compiling the parallel training step");
     train_ = std::move(*train);
     // Validation needs the loss only: the logits stay sharded (and are not

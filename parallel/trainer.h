@@ -147,7 +147,7 @@ struct TrainerOptions {
   // gradient accumulation (the reduced mean gradients, whole).
   bool keep_gradients = false;
   bool fuse = true;
-  int64_t bucket_bytes = 0;  // > 0: bucket the dp gradient all-reduces (styles.h)
+  int64_t bucket_bytes = 0;  // > 0: bucket the dp gradient all-reduces (styles.h); 0: parallel.bucket_mb
   // device: cuda: the CUDA device ordinal this rank's executor runs on
   // (CudaOptions::device; a worker's pick, runtime/launch/rank_gpu.h).
   int cuda_device = 0;

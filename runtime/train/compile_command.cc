@@ -99,7 +99,8 @@ int RunCompileCommand(const std::vector<std::string>& args) {
   co.lower = false;
   const parallel::Layout layout = parallel::LayoutFromSpec(spec->parallel());
   auto c = stage == "parallel"
-               ? parallel::CompileParallel(*forward, co, spec->model(), bo.batch, layout)
+               ? parallel::CompileParallel(*forward, co, spec->model(), bo.batch, layout,
+                                           parallel::DpBucketBytes(*spec))
                : compiler::Compile(*forward, co);
   if (!c.ok()) return Fail(absl::IsInvalidArgument(c.status()) ? 2 : 1, c.status().message());
   if (stage == "parallel")

@@ -168,6 +168,32 @@ TEST(CompileCli, DumpsEveryStageAndRejectsUnknownOnes) {
   EXPECT_NE(bad.output.find("bogus"), std::string::npos);
 }
 
+// parallel.bucket_mb merges the dp gradient all-reduces into buckets: the
+// parallel program has fewer of them (one per gradient without it); a size
+// out of range is refused naming the field.
+TEST(CompileCli, BucketMbMergesTheDpGradientAllReduces) {
+  const std::string base =
+      "model: {family: gpt, n_layer: 2, n_head: 2, d_model: 32, seq_len: 16, vocab: 256}\n"
+      "train: {batch_size: 4}\n";
+  auto count = [](const std::string& out) {
+    int n = 0;
+    for (size_t at = out.find("all_reduce("); at != std::string::npos; at = out.find("all_reduce(", at + 1)) ++n;
+    return n;
+  };
+  Result plain = RunLoom(absl::StrCat("compile ", Write("dp2.yaml", base + "parallel: {dp: 2}\n"), " --dump=parallel"));
+  ASSERT_EQ(plain.code, 0) << plain.output;
+  Result bucketed = RunLoom(absl::StrCat(
+      "compile ", Write("dp2_bucket.yaml", base + "parallel: {dp: 2, bucket_mb: 1}\n"), " --dump=parallel"));
+  ASSERT_EQ(bucketed.code, 0) << bucketed.output;
+  EXPECT_GT(count(plain.output), 10) << "one per gradient";
+  EXPECT_GE(count(bucketed.output), 1);
+  EXPECT_LT(count(bucketed.output), count(plain.output) / 2) << bucketed.output.substr(0, 2000);
+  Result bad = RunLoom(absl::StrCat(
+      "compile ", Write("dp2_bad.yaml", base + "parallel: {dp: 2, bucket_mb: -1}\n"), " --dump=parallel"));
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_NE(bad.output.find("parallel.bucket_mb"), std::string::npos) << bad.output;
+}
+
 // --dump=cuda: the CUDA launch plan and the device memory by kind, from a
 // dry build (no GPU needed); train.memory: lean halves the optimizer state
 // and drops the shadows of the llama's GEMM-only weights; the state moves
