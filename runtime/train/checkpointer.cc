@@ -73,6 +73,7 @@ absl::StatusOr<std::unique_ptr<Checkpointer>> Checkpointer::Create(const v1::Job
 }
 
 absl::StatusOr<std::vector<parallel::Trainer::StateTensor>> Checkpointer::Saved() const {
+  if (trainer_->state_on_device()) return trainer_->StateLayout();  // no data: moved a tensor at a time
   LOOM_ASSIGN_OR_RETURN(auto state, trainer_->State());
   for (const auto& st : state)
     if (st.spec.has_partial())
@@ -104,14 +105,9 @@ absl::Status Checkpointer::SaveSteps(const std::string& root, const std::string&
   const int64_t world_size = trainer_->mesh().num_ranks();
   const dtensor::MeshShape& mesh = trainer_->mesh();
   // device: cuda: each tensor is read back from the GPU when its bytes are
-  // written, so the host holds one at a time; on the CPU the program's own.
+  // written, so the host holds one at a time (Saved).
   const bool streamed = trainer_->state_on_device();
-  std::vector<parallel::Trainer::StateTensor> saved;
-  if (streamed) {
-    saved = trainer_->StateLayout();
-  } else {
-    LOOM_ASSIGN_OR_RETURN(saved, Saved());
-  }
+  LOOM_ASSIGN_OR_RETURN(auto saved, Saved());
   if (rank == 0) LOOM_RETURN_IF_ERROR(checkpoint::BeginSave(root, trainer_->step()).status());
   LOOM_RETURN_IF_ERROR(Barrier());
   std::vector<checkpoint::RankShard> shards;
@@ -190,14 +186,9 @@ absl::StatusOr<int64_t> Checkpointer::Restore(const std::string& root, data::Sam
   }
   LOOM_ASSIGN_OR_RETURN(checkpoint::CheckpointReader reader, checkpoint::CheckpointReader::Open(lr.ckpt));
   // device: cuda: each tensor goes to the GPU as it is read (one on the
-  // host at a time); on the CPU into the program's own tensors.
+  // host at a time); on the CPU into the program's own tensors (Saved).
   const bool streamed = trainer_->state_on_device();
-  std::vector<parallel::Trainer::StateTensor> saved;
-  if (streamed) {
-    saved = trainer_->StateLayout();
-  } else {
-    LOOM_ASSIGN_OR_RETURN(saved, Saved());
-  }
+  LOOM_ASSIGN_OR_RETURN(auto saved, Saved());
   for (const auto& sv : saved) {
     const checkpoint::TensorRecord* t = reader.manifest().Find(sv.name);
     if (t == nullptr)

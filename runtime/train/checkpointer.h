@@ -68,7 +68,9 @@ class Checkpointer {
 
  private:
   Checkpointer() = default;
-  // What a checkpoint holds of the trainer: its State() less partial specs.
+  // What a checkpoint holds of the trainer: its State() (no partial specs),
+  // or on a GPU its StateLayout(), whose tensors a save reads and a restore
+  // writes one at a time.
   absl::StatusOr<std::vector<parallel::Trainer::StateTensor>> Saved() const;
   absl::Status Barrier();
   // Save without the cleanup after a failure.
