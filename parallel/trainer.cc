@@ -356,7 +356,7 @@ absl::Status Trainer::BindTrainingInputs(TrainerModel& model) {
       if (ki == lr_in_ || ki == step_in_ || IsDataInput(g.inputs()[k])) continue;
       LOOM_RETURN_IF_ERROR(Annotate(cuda_->SetInput(ki, train_inputs_[k]), "device: cuda: uploading inputs"));
       // The host keeps no copy of the optimizer state (twice the parameters'
-      // bytes): State() reads it back when a checkpoint needs it.
+      // bytes): checkpoints read it back a tensor at a time (ReadState).
       if (g.inputs()[k].kind == compiler::ir::InputKind::kState) train_inputs_[k] = Tensor();
     }
   }
