@@ -3,7 +3,8 @@
 //
 //   compile_bench [--preset=llama-1b | shape flags] [--f32] [--attention=dispatch|flash]
 //                 [--no-fusions] [--deterministic] [--activation-checkpointing=none|blocks]
-//                 [--kernel-cache=DIR] [--compile-threads=N] [--warm=N] [--no-cold]
+//                 [--memory=standard|lean] [--offload-optimizer-state]
+//                 [--kernel-cache=DIR] [--compile-threads=N] [--warm=N] [--no-cold] [--dry]
 //
 // Flags: compile_bench_flags.h. Each run builds the model's forward graph
 // (compiler/models), compiles the training step as train_bench does (autodiff,
@@ -137,7 +138,14 @@ absl::StatusOr<Run> OneRun(const CompileBenchFlags& f, const std::string& cache,
   compiler::cuda::CudaBuildStats st;
   o.stats = &st;
   t0 = Clock::now();
-  auto exec = compiler::cuda::CudaExecutor::Create(g, o);
+  absl::StatusOr<std::unique_ptr<compiler::cuda::CudaExecutor>> exec =
+      absl::UnavailableError("compile_bench --dry: built without a device");
+  if (f.dry) {
+    absl::StatusOr<compiler::cuda::CudaBuildStats> d = compiler::cuda::DryBuild(g, o);
+    if (!d.ok()) return d.status();
+  } else {
+    exec = compiler::cuda::CudaExecutor::Create(g, o);
+  }
   const double create_s = Since(t0);
   if (!exec.ok() && !(st.dry && st.launches > 0 && exec.status().code() == absl::StatusCode::kUnavailable))
     return exec.status();

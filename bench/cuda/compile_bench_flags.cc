@@ -48,6 +48,10 @@ absl::StatusOr<CompileBenchFlags> ParseCompileBenchFlags(int argc, const char* c
       f.cold = false;
       continue;
     }
+    if (a == "--dry") {
+      f.dry = true;
+      continue;
+    }
     for (const char* t : kTrainOnly)
       if (name == t) return Bad(name, "a train_bench flag; compile_bench does not train");
     model.push_back(argv[i]);

@@ -14,6 +14,9 @@
 //                         concurrency, 1: serial). Default 0.
 //   --warm=N              warm runs after the cold one (default 1).
 //   --no-cold             no cold run: only warm runs, over what DIR holds.
+//   --dry                 build without touching a GPU even where there is one
+//                         (cuda_executor.h DryBuild): the plan, the kernels and
+//                         the device memory by kind; no uploads, no steps.
 // Every error is INVALID_ARGUMENT and names the flag.
 #pragma once
 
@@ -30,6 +33,7 @@ struct CompileBenchFlags {
   int compile_threads = 0;
   int warm = 1;
   bool cold = true;
+  bool dry = false;  // --dry
 };
 
 // Parses argv[1..argc).

@@ -62,6 +62,10 @@ TEST(CompileBenchFlags, OwnAndModelFlags) {
   EXPECT_EQ(f->model.spec.n_layer(), 2);
   EXPECT_EQ(f->model.spec.d_model(), 2048);
   EXPECT_TRUE(f->model.f32 && f->model.flash && !f->model.fusions && f->model.deterministic);
+  EXPECT_FALSE(f->dry);
+  absl::StatusOr<CompileBenchFlags> dry = Parse({"--dry", "--memory=lean"});
+  ASSERT_TRUE(dry.ok()) << dry.status();
+  EXPECT_TRUE(dry->dry && dry->model.lean);
 }
 
 TEST(CompileBenchFlags, BadValuesNameTheFlag) {

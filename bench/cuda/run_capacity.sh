@@ -39,7 +39,7 @@ echo "corpus: $(wc -c < "$text") bytes"
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
 start=$(date +%s)
 "$D/bin/compile_bench" "${shape[@]}" --batch="$batch" --activation-checkpointing=blocks --memory=lean $offload \
-  --warm=0 --kernel-cache="$LOOM_KERNEL_CACHE/capacity-dry" 2>&1 | grep -E "GiB|RESULT" | tee "$O/capacity_memory.txt"
+  --warm=0 --dry --kernel-cache="$LOOM_KERNEL_CACHE/capacity-dry" 2>&1 | grep -E "GiB|RESULT" | tee "$O/capacity_memory.txt"
 left=$((budget - ($(date +%s) - start)))
 (set -o pipefail
  timeout "$left" "$D/bin/train_bench" "${shape[@]}" --batch="$batch" --text="$text" --memory=lean \
