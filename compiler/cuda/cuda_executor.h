@@ -55,19 +55,11 @@ struct CudaBuildStats {
   int nvrtc_compiles = 0;      // distinct sources NVRTC compiled
   int compile_threads = 0;     // threads that compiled them
   double nvrtc_seconds = 0;    // NVRTC alone, summed over those threads
-  // Device memory by what it holds, in bytes (a dry build counts the same
-  // buffers; the CUDA context and cuBLASLt's and cuDNN's own workspaces are
-  // not the executor's and not counted).
-  struct Memory {
-    int64_t params = 0;       // parameters (split ones included)
-    int64_t shadows = 0;      // bf16 shadows with a buffer of their own
-    int64_t states = 0;       // optimizer state (AdamW's m and v)
-    int64_t other_inputs = 0; // buffers, the batch, lr, step
-    int64_t arena = 0;        // activations and gradients: the plan's arena
-    int64_t scratch = 0;      // the workspace the launches share
-    int64_t total = 0;        // everything the executor allocated (tables too)
-    int64_t host_states = 0;  // optimizer state in pinned host memory (offloaded)
-  } memory;
+  // Device memory by what it holds (plan.h DeviceMemory; a dry build counts
+  // the same buffers; the CUDA context and cuBLASLt's and cuDNN's own
+  // workspaces are not the executor's and not counted).
+  using Memory = DeviceMemory;
+  Memory memory;
 };
 
 struct CudaOptions {

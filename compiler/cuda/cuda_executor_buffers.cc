@@ -74,6 +74,12 @@ absl::Status Impl::AllocBuffers(CudaBuildStats* stats) {
   shadow_buf_.assign(ni, nullptr);
   input_set_.assign(ni, false);
   CudaBuildStats::Memory& mem = stats->memory;
+  if (!dry_) {  // a step that cannot fit fails here, saying why, not in a cudaMalloc halfway
+    size_t free_bytes = 0, total_bytes = 0;
+    LOOM_CU(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+    LOOM_RETURN_IF_ERROR(CheckDeviceMemory(PlannedMemory(g_, plan_, o_.offload_optimizer_state),
+                                           static_cast<int64_t>(free_bytes)));
+  }
   host_view_.assign(ni, nullptr);
   for (int k = 0; k < ni; ++k) {
     const int v = g_.inputs()[k].value;

@@ -197,6 +197,42 @@ TEST(CudaMemory, LeanFitsAnElevenBillionLlamaOnOneH200AndStandardDoesNot) {
               off.memory.host_states / gib);
 }
 
+// PlannedMemory, which the executor checks against the GPU's free memory
+// before it allocates anything, counts what the build then allocates; a step
+// that does not fit is ResourceExhausted naming its needs and the options
+// that need less.
+TEST(CudaMemory, PlannedMemoryIsWhatTheBuildAllocatesAndAShortfallSaysWhy) {
+  UseTestKernelCache();
+  const ir::Graph g = LlamaJoint(128, 2);
+  for (bool lean : {false, true})
+    for (bool offload : {false, true}) {
+      CudaOptions o;
+      o.bf16 = true;
+      if (lean) o.memory = CudaOptions::Memory::kLean;
+      o.offload_optimizer_state = offload;
+      auto built = DryBuild(g, o);
+      ASSERT_TRUE(built.ok()) << built.status();
+      auto plan = PlanCuda(g, true, PlanOptionsFor(o));
+      ASSERT_TRUE(plan.ok()) << plan.status();
+      const DeviceMemory need = PlannedMemory(g, *plan, offload);
+      const DeviceMemory& got = built->memory;
+      EXPECT_EQ(need.params, got.params);
+      EXPECT_EQ(need.shadows, got.shadows);
+      EXPECT_EQ(need.states, got.states);
+      EXPECT_EQ(need.other_inputs, got.other_inputs);
+      EXPECT_EQ(need.arena, got.arena);
+      EXPECT_EQ(need.host_states, got.host_states);
+      EXPECT_EQ(need.total, need.params + need.shadows + need.states + need.other_inputs + need.arena);
+      EXPECT_LE(need.total, got.total) << "the build adds the scratch and its tables";
+      EXPECT_TRUE(CheckDeviceMemory(need, need.total).ok());
+      const absl::Status short_by_one = CheckDeviceMemory(need, need.total - 1);
+      EXPECT_EQ(short_by_one.code(), absl::StatusCode::kResourceExhausted);
+      for (const char* word : {"needs", "GiB free", "train.memory: lean", "train.offload_optimizer_state",
+                               "--dump=cuda"})
+        EXPECT_NE(std::string(short_by_one.message()).find(word), std::string::npos) << word << ": " << short_by_one;
+    }
+}
+
 class LlamaCreate : public ::testing::TestWithParam<int> {};
 
 // d_model 128 (D 32: the math attention kernel) and 256 (D 64: flash with

@@ -38,6 +38,7 @@
 //   std::cout << p.Describe();
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
@@ -45,6 +46,7 @@
 
 #include "absl/types/span.h"
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "compiler/ir/ir.h"
 
@@ -196,6 +198,28 @@ struct MemoryPolicy {
   // stored split (CudaPlan::split): exact f32 updates, no shadow buffer.
   bool split_master = false;
 };
+
+// Device memory by what it holds, in bytes (CudaBuildStats::memory).
+struct DeviceMemory {
+  int64_t params = 0;       // parameters (split ones included)
+  int64_t shadows = 0;      // bf16 shadows with a buffer of their own
+  int64_t states = 0;       // optimizer state (AdamW's m and v)
+  int64_t other_inputs = 0; // buffers, the batch, lr, step
+  int64_t arena = 0;        // activations and gradients: the plan's arena
+  int64_t scratch = 0;      // the workspace the launches share
+  int64_t total = 0;        // everything the executor allocated (tables too)
+  int64_t host_states = 0;  // optimizer state in pinned host memory (offloaded)
+};
+
+// What the plan's buffers of graph `g` take before any is allocated: the
+// inputs, shadows and arena (total is their sum; scratch, sized per launch at
+// build, is left 0). With offload_optimizer_state the state is host_states.
+DeviceMemory PlannedMemory(const ir::Graph& g, const CudaPlan& p, bool offload_optimizer_state);
+// OK when `need.total` fits `free_bytes`; else ResourceExhausted naming what
+// the step needs by kind, what the GPU has free, and the options that need
+// less (train.memory: lean, train.offload_optimizer_state, activation
+// checkpointing, a smaller batch).
+absl::Status CheckDeviceMemory(const DeviceMemory& need, int64_t free_bytes);
 
 // The storage dtype of every graph value (see the file comment), and under
 // `memory` the gradients and AdamW states it names.

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "compiler/cuda/plan.h"
 
@@ -49,6 +50,34 @@ const char* GemmEpilogueName(GemmEpilogue e) {
     case GemmEpilogue::kDGelu: return "dgelu";
   }
   return "?";
+}
+
+DeviceMemory PlannedMemory(const ir::Graph& g, const CudaPlan& p, bool offload_optimizer_state) {
+  DeviceMemory m;
+  for (size_t k = 0; k < g.inputs().size(); ++k) {
+    const int64_t bytes = p.Bytes(g.inputs()[k].value);
+    const ir::InputKind kind = g.inputs()[k].kind;
+    if (kind == ir::InputKind::kState && offload_optimizer_state) {
+      m.host_states += bytes;
+      continue;
+    }
+    (kind == ir::InputKind::kParam ? m.params : kind == ir::InputKind::kState ? m.states : m.other_inputs) += bytes;
+    if (!p.split[k] && p.shadow[k] >= 0) m.shadows += p.Bytes(p.shadow[k]);
+  }
+  m.arena = p.arena_bytes;
+  m.total = m.params + m.shadows + m.states + m.other_inputs + m.arena;
+  return m;
+}
+
+absl::Status CheckDeviceMemory(const DeviceMemory& need, int64_t free_bytes) {
+  if (need.total <= free_bytes) return absl::OkStatus();
+  auto gib = [](int64_t b) { return absl::StrFormat("%.2f", b / double(1 << 30)); };
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "device memory: the training step needs ", gib(need.total), " GiB (parameters ", gib(need.params),
+      ", bf16 shadows ", gib(need.shadows), ", optimizer state ", gib(need.states), ", arena ", gib(need.arena),
+      ") and the GPU has ", gib(free_bytes), " GiB free; less is needed with train.memory: lean, "
+      "train.offload_optimizer_state, train.activation_checkpointing or a smaller train.batch_size "
+      "(loom compile JOB.yaml --dump=cuda prints each one's figures)"));
 }
 
 int64_t CudaPlan::Bytes(int v) const {
