@@ -75,13 +75,6 @@ v1::JobSpec Spec(const std::string& family, const Layout& l) {
   return s;
 }
 
-Tensor Tokens(int64_t b, int64_t t, int64_t vocab, uint64_t seed) {
-  Tensor x = Tensor::MustEmpty({b, t}, DType::kI32);
-  Philox rng(seed, 0);
-  for (int64_t i = 0; i < x.numel(); ++i) x.data<int32_t>()[i] = static_cast<int32_t>(rng.Bits(i) % vocab);
-  return x;
-}
-
 // Top-level ops of `g` by "op/group" (collectives) or "op".
 std::map<std::string, int> Ops(const compiler::ir::Graph& g) {
   std::map<std::string, int> n;
@@ -241,8 +234,8 @@ absl::Status Steps(Trainer& t, int n) {
   const auto [first, rows] = t.BatchRows();
   for (int i = 0; i < n; ++i) {
     const uint64_t s = static_cast<uint64_t>(t.step());
-    Tensor x = Tokens(4, 8, 32, 10 + s).Narrow(0, first, rows).Clone();
-    Tensor y = Tokens(4, 8, 32, 50 + s).Narrow(0, first, rows).Clone();
+    Tensor x = testing::RandomTokens(4, 8, 32, 10 + s).Narrow(0, first, rows).Clone();
+    Tensor y = testing::RandomTokens(4, 8, 32, 50 + s).Narrow(0, first, rows).Clone();
     auto loss = t.StepRows(x, y);
     if (!loss.ok()) return loss.status();
   }
@@ -344,7 +337,7 @@ int HostCopyWorker(WorkerContext& ctx) {
   // The state the steps left, taken from the executor directly (not through
   // the cuda trainer, whose host copy stays as the steps left it).
   if (absl::Status s = TakeState(**cpu, *dev); !s.ok()) return fail(s);
-  const Tensor x = Tokens(4, 8, 32, 900), y = Tokens(4, 8, 32, 901);
+  const Tensor x = testing::RandomTokens(4, 8, 32, 900), y = testing::RandomTokens(4, 8, 32, 901);
   // Evaluate right after the steps: the first call after a step that reads
   // the host copy, so it must fetch the executor's parameters itself.
   auto ev = (*cuda)->Evaluate(x, y);

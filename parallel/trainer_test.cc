@@ -24,13 +24,6 @@
 namespace loom::parallel {
 namespace {
 
-Tensor Tokens(int64_t b, int64_t t, int64_t vocab, uint64_t seed) {
-  Tensor x = Tensor::MustEmpty({b, t}, DType::kI32);
-  Philox rng(seed, 0);
-  for (int64_t i = 0; i < x.numel(); ++i) x.data<int32_t>()[i] = static_cast<int32_t>(rng.Bits(i) % vocab);
-  return x;
-}
-
 v1::JobSpec Spec(const std::string& family) {
   testing::SmallModel m;
   m.family = family;
@@ -45,7 +38,7 @@ v1::JobSpec Spec(const std::string& family) {
 
 void ExpectNoAllocationAfterFirstStep(const std::string& family) {
   const v1::JobSpec spec = Spec(family);
-  Tensor x = Tokens(3, 16, 64, 1), y = Tokens(3, 16, 64, 2);
+  Tensor x = testing::RandomTokens(3, 16, 64, 1), y = testing::RandomTokens(3, 16, 64, 2);
   SetNumThreads(1);
   CountingAllocator counting(CpuAllocator::Get());
   ScopedDefaultAllocator use(&counting);
@@ -74,7 +67,7 @@ TEST(Trainer, BadBatchesAreRefusedByName) {
   auto trainer = Trainer::Create(Spec("gpt"));
   ASSERT_TRUE(trainer.ok()) << trainer.status();
   Trainer& t = **trainer;
-  const Tensor x = Tokens(3, 16, 64, 1), y = Tokens(3, 16, 64, 2);
+  const Tensor x = testing::RandomTokens(3, 16, 64, 1), y = testing::RandomTokens(3, 16, 64, 2);
   struct Case {
     const char* what;
     Batch batch;
@@ -129,7 +122,7 @@ TEST(Trainer, StateIsEveryParameterAndMomentWhole) {
   }
   EXPECT_EQ(params, static_cast<int>(t.param_info().size()));
   EXPECT_EQ(moments, 2 * params);
-  const Tensor x = Tokens(3, 16, 64, 1), y = Tokens(3, 16, 64, 2);
+  const Tensor x = testing::RandomTokens(3, 16, 64, 1), y = testing::RandomTokens(3, 16, 64, 2);
   auto before = t.Evaluate(x, y);
   ASSERT_TRUE(before.ok()) << before.status();
   for (auto& s : *state)
@@ -172,7 +165,7 @@ TEST(Trainer, ActivationCheckpointingKeepsParametersBitwiseAndShrinksTheArena) {
       auto trainer = Trainer::Create(spec);
       ASSERT_TRUE(trainer.ok()) << trainer.status();
       for (int s = 0; s < 3; ++s) {
-        auto l = (*trainer)->Step(Tokens(4, 32, 64, 10 + s), Tokens(4, 32, 64, 20 + s));
+        auto l = (*trainer)->Step(testing::RandomTokens(4, 32, 64, 10 + s), testing::RandomTokens(4, 32, 64, 20 + s));
         ASSERT_TRUE(l.ok()) << l.status();
       }
       params[ac] = (*trainer)->Parameters();

@@ -9,8 +9,11 @@
 // many as n_head); everything else the spec's defaults.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
+#include "base/rng.h"
+#include "base/tensor.h"
 #include "proto/loom/v1/job.pb.h"
 
 namespace loom::parallel::testing {
@@ -40,6 +43,15 @@ inline v1::JobSpec SmallSpec(const SmallModel& sm, int batch, float lr, const st
   t->set_grad_clip(1.0f);
   t->set_weight_decay(0.1f);
   return spec;
+}
+
+// A [b, t] i32 batch of token ids in [0, vocab), deterministic in `seed`
+// (Philox): the small models' inputs in the trainer and checkpoint tests.
+inline Tensor RandomTokens(int64_t b, int64_t t, int64_t vocab, uint64_t seed) {
+  Tensor x = Tensor::MustEmpty({b, t}, DType::kI32);
+  Philox rng(seed, 0);
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<int32_t>()[i] = static_cast<int32_t>(rng.Bits(i) % vocab);
+  return x;
 }
 
 }  // namespace loom::parallel::testing

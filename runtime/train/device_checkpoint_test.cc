@@ -26,14 +26,9 @@
 namespace loom::runtime::train {
 namespace {
 
-using parallel::testing::HostCudaExecutor;
+using loom::parallel::testing::RandomTokens;
 
-Tensor Tokens(int64_t b, int64_t t, int64_t vocab, uint64_t seed) {
-  Tensor x = Tensor::MustEmpty({b, t}, DType::kI32);
-  Philox rng(seed, 0);
-  for (int64_t i = 0; i < x.numel(); ++i) x.data<int32_t>()[i] = static_cast<int32_t>(rng.Bits(i) % vocab);
-  return x;
-}
+using parallel::testing::HostCudaExecutor;
 
 v1::JobSpec Spec(const std::string& device) {
   v1::JobSpec spec = parallel::testing::SmallSpec({}, 2, 1e-2f);
@@ -98,7 +93,8 @@ void ExpectBitwiseEqual(const std::map<std::string, Tensor>& want, const std::ma
 
 absl::Status Steps(Session& r, int n) {
   for (int i = 0; i < n; ++i) {
-    auto loss = r.trainer->Step(Tokens(2, 8, 32, 10 + r.trainer->step()), Tokens(2, 8, 32, 50 + r.trainer->step()));
+    const int64_t s = r.trainer->step();
+    auto loss = r.trainer->Step(RandomTokens(2, 8, 32, 10 + s), RandomTokens(2, 8, 32, 50 + s));
     if (!loss.ok()) return loss.status();
   }
   return absl::OkStatus();

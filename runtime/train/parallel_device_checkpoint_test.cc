@@ -31,6 +31,8 @@
 namespace loom::runtime::train {
 namespace {
 
+using loom::parallel::testing::RandomTokens;
+
 using collectives::testing::WorkerContext;
 using parallel::testing::HostCudaExecutor;
 
@@ -41,13 +43,6 @@ v1::JobSpec Spec(int dp, int tp, int zero) {
   p->set_tp(tp);
   p->set_zero_stage(zero);
   return spec;
-}
-
-Tensor Tokens(int64_t b, int64_t t, int64_t vocab, uint64_t seed) {
-  Tensor x = Tensor::MustEmpty({b, t}, DType::kI32);
-  Philox rng(seed, 0);
-  for (int64_t i = 0; i < x.numel(); ++i) x.data<int32_t>()[i] = static_cast<int32_t>(rng.Bits(i) % vocab);
-  return x;
 }
 
 struct Rank {
@@ -93,8 +88,8 @@ int SaveRestoreWorker(WorkerContext& ctx) {
   if (!saver.ok()) return fail(saver.status());
   const auto [first, rows] = saver->trainer->BatchRows();
   for (int s = 0; s < 3; ++s) {
-    auto loss = saver->trainer->StepRows(Tokens(4, 8, 32, 10 + s).Narrow(0, first, rows).Clone(),
-                                         Tokens(4, 8, 32, 50 + s).Narrow(0, first, rows).Clone());
+    auto loss = saver->trainer->StepRows(RandomTokens(4, 8, 32, 10 + s).Narrow(0, first, rows).Clone(),
+                                         RandomTokens(4, 8, 32, 50 + s).Narrow(0, first, rows).Clone());
     if (!loss.ok()) return fail(loss.status());
   }
   auto sampler = data::Sampler::Create(100, 7);

@@ -41,6 +41,7 @@
 #include "base/tensor.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_device.h"
+#include "parallel/testing/small_spec.h"
 #include "parallel/trainer.h"
 #include "runtime/data/sampler.h"
 #include "runtime/train/checkpointer.h"
@@ -48,14 +49,9 @@
 namespace loom::tests::ckpt {
 namespace {
 
-constexpr int kSteps = 8, kSaveAt = 4;
+using loom::parallel::testing::RandomTokens;
 
-Tensor Tokens(int64_t b, int64_t t, int64_t vocab, uint64_t seed) {
-  Tensor x = Tensor::MustEmpty({b, t}, DType::kI32);
-  Philox rng(seed, 0);
-  for (int64_t i = 0; i < x.numel(); ++i) x.data<int32_t>()[i] = static_cast<int32_t>(rng.Bits(i) % vocab);
-  return x;
-}
+constexpr int kSteps = 8, kSaveAt = 4;
 
 struct Case {
   std::string precision;
@@ -99,7 +95,7 @@ std::unique_ptr<parallel::Trainer> Make(const v1::JobSpec& spec) {
 std::vector<float> Train(parallel::Trainer& t, int first, int last) {
   std::vector<float> losses;
   for (int s = first; s <= last; ++s) {
-    auto loss = t.Step(Tokens(4, 32, 128, 100 + s), Tokens(4, 32, 128, 200 + s));
+    auto loss = t.Step(RandomTokens(4, 32, 128, 100 + s), RandomTokens(4, 32, 128, 200 + s));
     EXPECT_TRUE(loss.ok()) << "step " << s << ": " << loss.status();
     if (!loss.ok()) break;
     losses.push_back(*loss);

@@ -7,17 +7,13 @@
 #include "compiler/compile.h"
 #include "compiler/models/models.h"
 #include "parallel/styles.h"
+#include "parallel/testing/small_spec.h"
 #include "parallel/trainer.h"
 
 namespace loom::tests::parallel::testing {
 namespace {
 
-Tensor Tokens(int64_t b, int64_t t, int64_t vocab, uint64_t seed) {
-  Tensor x = Tensor::MustEmpty({b, t}, DType::kI32);
-  Philox rng(seed, 0);
-  for (int64_t i = 0; i < x.numel(); ++i) x.data<int32_t>()[i] = static_cast<int32_t>(rng.Bits(i) % vocab);
-  return x;
-}
+using loom::parallel::testing::RandomTokens;
 
 }  // namespace
 
@@ -100,7 +96,7 @@ absl::StatusOr<int64_t> TrainerPeakBytes(const v1::JobSpec& spec, int steps) {
   const int64_t B = spec.train().batch_size();
   CountingAllocator counting(CpuAllocator::Get());
   ScopedDefaultAllocator use(&counting);
-  Tensor x = Tokens(B, m.seq_len(), m.vocab(), 1), y = Tokens(B, m.seq_len(), m.vocab(), 2);
+  Tensor x = RandomTokens(B, m.seq_len(), m.vocab(), 1), y = RandomTokens(B, m.seq_len(), m.vocab(), 2);
   LOOM_ASSIGN_OR_RETURN(auto trainer, loom::parallel::Trainer::Create(spec));
   for (int s = 0; s < steps; ++s) {
     LOOM_ASSIGN_OR_RETURN(float loss, trainer->Step(x, y));
