@@ -11,8 +11,9 @@
 // the global element index).
 // Across devices (needs a GPU: skips "needs a GPU" without one; on the GPU
 // machine bench/cuda/run_checks.sh runs it): a device: cuda dp=2 checkpoint
-// (2 ranks sharing the GPU, cuda:gloo, f32, no dropout) resumes on the CPU
-// at tp=2, and a CPU tp=2 checkpoint resumes on cuda at dp=2; the resumed
+// (2 ranks sharing the GPU, cuda:gloo, f32) resumes on the CPU at tp=2, and
+// a CPU tp=2 checkpoint resumes on cuda at dp=2, every job of the pair without
+// dropout (the CUDA step has none, so both devices train one model); the resumed
 // losses at steps 4..6 follow the saving job's uninterrupted run within the
 // cuda-vs-cpu f32 parity bound (1e-4 relative, bench/cuda/gpt_cuda_parity).
 #include <sys/wait.h>
@@ -58,12 +59,14 @@ std::string Tmp(const std::string& name) { return absl::StrCat(::testing::TempDi
 
 // A job spec file: the small GPT under (dp, tp), `steps` steps, checkpoints
 // every 3 steps into `ckpt`, losses logged at every step into `run`.
-// cuda: device: cuda, every rank on the one GPU (cuda:gloo), no dropout.
+// cuda: device: cuda, every rank on the one GPU (cuda:gloo). dropout: 0.1 on
+// the model, on the CPU only (the CUDA step has no dropout, so jobs that
+// continue each other across devices leave it off on both).
 std::string Job(const std::string& name, int dp, int tp, int steps, const std::string& ckpt, const std::string& run,
-                int zero = 0, bool cuda = false) {
+                int zero = 0, bool cuda = false, bool dropout = true) {
   std::string path = Tmp(name + ".yaml");
   std::ofstream(path) << "name: " << name << "\nmodel: {family: gpt, n_layer: 1, n_head: 2, d_model: 32, seq_len: 16"
-                      << (cuda ? "}\n" : ", dropout: 0.1}\n")
+                      << (cuda || !dropout ? "}\n" : ", dropout: 0.1}\n")
                       << (cuda ? absl::StrCat("device: cuda\nresources: {ranks_per_gpu: ", dp * tp, "}\n") : "")
                       << "train: {steps: " << steps
                       << ", batch_size: 8, eval_every: 100, eval_batches: 1, sample_tokens: 8, log_every: 1,"
@@ -214,11 +217,15 @@ void ReshardAcrossDevices(const std::string& tag, bool from_cuda, int from_dp, i
   const std::string ck = Tmp(tag + "_ck"), ref_ck = Tmp(tag + "_ref_ck");
   fs::remove_all(ck);
   fs::remove_all(ref_ck);
-  Result save = RunLoom("run " + Job(tag + "_save", from_dp, from_tp, 3, ck, Tmp(tag + "_run_save"), 0, from_cuda));
+  const bool dropout = false;
+  Result save =
+      RunLoom("run " + Job(tag + "_save", from_dp, from_tp, 3, ck, Tmp(tag + "_run_save"), 0, from_cuda, dropout));
   ASSERT_EQ(save.code, 0) << save.output;
-  Result ref = RunLoom("run " + Job(tag + "_ref", from_dp, from_tp, 6, ref_ck, Tmp(tag + "_run_ref"), 0, from_cuda));
+  Result ref =
+      RunLoom("run " + Job(tag + "_ref", from_dp, from_tp, 6, ref_ck, Tmp(tag + "_run_ref"), 0, from_cuda, dropout));
   ASSERT_EQ(ref.code, 0) << ref.output;
-  Result r = RunLoom("run " + Job(tag + "_resume", to_dp, to_tp, 6, ck, Tmp(tag + "_run_resume"), 0, !from_cuda));
+  Result r =
+      RunLoom("run " + Job(tag + "_resume", to_dp, to_tp, 6, ck, Tmp(tag + "_run_resume"), 0, !from_cuda, dropout));
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("resuming at step 4"), std::string::npos) << r.output;
   ExpectSameLosses(Losses(Tmp(tag + "_run_ref")), Losses(Tmp(tag + "_run_resume")), 4, 6, 1e-4);
