@@ -1,5 +1,5 @@
 // The shared driver of the GPU check binaries (gpu_check, attention_check):
-// parses [--full] [--seed=N], prints the device, seed and source hash, runs
+// parses [--full] [--progress] [--seed=N], prints the device, seed and source hash, runs
 // the checks and their table. Exit status: 0 every check passed, 1 a failure,
 // 2 bad usage, 3 no GPU.
 #pragma once
@@ -26,9 +26,10 @@ inline int CheckMain(int argc, char** argv, const char* tool, const char* hash_l
   kernels::cuda::CheckOptions opts;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--full") == 0) opts.full = true;
+    else if (std::strcmp(argv[i], "--progress") == 0) opts.progress = true;
     else if (std::strncmp(argv[i], "--seed=", 7) == 0) opts.seed = std::strtoull(argv[i] + 7, nullptr, 10);
     else {
-      std::fprintf(stderr, "usage: %s [--full] [--seed=N]\n", tool);
+      std::fprintf(stderr, "usage: %s [--full] [--progress] [--seed=N]\n", tool);
       return 2;
     }
   }

@@ -2,7 +2,7 @@
 // the table of relative errors against the fp64 CPU references, the device and
 // the hash of the kernel sources. Exit status 0 only when every check passed.
 //
-//   gpu_check [--full] [--seed=N]
+//   gpu_check [--full] [--progress] [--seed=N]
 #include "bench/cuda/check_main.h"
 
 int main(int argc, char** argv) {

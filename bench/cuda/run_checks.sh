@@ -28,7 +28,7 @@ check() {  # name, time limit (s), lines of its output to show, command...
   else failed=$((failed + 1)); summary="$summary\n  FAIL  $name (exit $rc; log $O/$name.txt)"; fi
 }
 if want kernels; then
-check gpu_check 120 200 "$D/bin/gpu_check"                          # GEMM epilogues, layernorm bwd, column sums, grad norm, CE, embedding bwd
+check gpu_check 120 200 "$D/bin/gpu_check" --progress                         # GEMM epilogues, layernorm bwd, column sums, grad norm, CE, embedding bwd
 check cuda_kernels_test 120 3 "$D/bin/cuda_kernels_test"             # the same kernels through gtest
 check caching_allocator_test 120 3 "$D/bin/caching_allocator_test"   # allocator and streams on real memory
 check wgmma_check 60 12 "$D/bin/wgmma_check"                        # warpgroup products and layouts the wgmma forward uses

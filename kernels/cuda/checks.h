@@ -41,6 +41,9 @@ struct CheckResult {
 struct CheckOptions {
   uint64_t seed = 1234;
   bool full = false;  // larger shapes (LOOM_FULL=1)
+  // Prints each check to stderr as it starts, with the seconds since the
+  // first began (which one a slow or stuck run is in).
+  bool progress = false;
 };
 
 // Unavailable when there is no device; otherwise one row per check.

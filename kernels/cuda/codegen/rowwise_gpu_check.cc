@@ -207,7 +207,9 @@ void TimeAdamW(const std::vector<std::pair<int64_t, bool>>& shapes, bool lean) {
 }
 
 void Timing() {
-  std::printf("timing (H200, GPT-2 124M shapes, median of 20):\n");
+  cudaDeviceProp prop{};
+  const bool named = cudaGetDeviceProperties(&prop, 0) == cudaSuccess;
+  std::printf("timing (%s, GPT-2 124M shapes, median of 20):\n", named ? prop.name : "device 0");
   const int64_t R = 16384, C = 768, V = 50304;
   // layernorm (+residual), bf16
   void* a = Alloc(R * C * 2);
