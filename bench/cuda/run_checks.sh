@@ -47,6 +47,10 @@ check cuda_gloo_gpu_test 300 6 "$D/bin/cuda_gloo_gpu_test"
 check compile_bench 120 40 "$D/bin/compile_bench" --preset=gpt2-124m --warm=1
 fi
 if want restart; then
+# The tests' jobs read Debian's fortunes; the GPU machine has the staged copy.
+if [ ! -e /usr/share/games/fortunes ] && [ -d "$D/data/fortunes" ]; then
+  mkdir -p /usr/share/games && ln -s "$(cd "$D/data/fortunes" && pwd)" /usr/share/games/fortunes
+fi
 # 4 cuda ranks sharing the GPU (deterministic), rank 1 killed at a random
 # moment after the first checkpoint: the restarted job ends bitwise equal.
 # The test runs `runtime/loom` from its working directory.
