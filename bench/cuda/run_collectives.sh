@@ -5,7 +5,9 @@
 # One `loom bench collectives` run prints, per size and rank count, cuda:gloo
 # busbw next to pinned D2H, pinned H2D (every rank copying at once) and CPU
 # Gloo busbw, then one line per size against the bound of issue 25
-# (busbw >= 80% of the minimum of the three, from 1 MiB up). Exit 1 if the
+# (busbw >= 80% of the minimum of the three, from 1 MiB up), each with where
+# the op's time went on the staging thread (waits for the copies each way,
+# the inner Gloo ops, the pipeline's own cost). Exit 1 if the
 # run failed or a size from 1 MiB up is under 80%. BUCKET (default 4M) is
 # --bucket-bytes; MAX (default 64M) the largest size.
 set -u

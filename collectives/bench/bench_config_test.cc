@@ -122,8 +122,18 @@ TEST(BenchResult, StagingBoundIsTheMinOfCopiesAndGloo) {
                    "pinned h2d 4.194, loom:gloo 1.311) GB/s"),
             std::string::npos)
       << t;
+  EXPECT_EQ(t.find("per op"), std::string::npos) << "no phases measured: no phase line";
   EXPECT_EQ(FormatStagingBound(r, 4), "");
   EXPECT_NE(FormatTables(r, 2, {"all_reduce"}).find("pinned:d2h"), std::string::npos);
+  // With the staging thread's phases: the pipeline's own cost is what the
+  // run leaves after the three waits.
+  BenchRow& x = r.rows[0];
+  x.to_host_us = 100, x.inner_us = 600, x.to_device_us = 120, x.run_us = 950;
+  t = FormatStagingBound(r, 2);
+  EXPECT_NE(t.find("#   per op 1000 us: staging run 950 = wait for copies to host 100 + inner ops 600 + "
+                   "wait for copies to device 120 + pipeline 130"),
+            std::string::npos)
+      << t;
 }
 
 }  // namespace

@@ -58,6 +58,12 @@ std::string FormatStagingBound(const BenchReport& r, int ranks) {
                                           FormatBytes(x.bytes), ranks, x.busbw(),
                                           bound > 0 ? 100 * x.busbw() / bound : 0.0, d2h->busbw(), h2d->busbw(),
                                           gloo->busbw()));
+    if (x.run_us > 0) {
+      const double rest = x.run_us - x.to_host_us - x.inner_us - x.to_device_us;
+      absl::StrAppend(&out, absl::StrFormat("#   per op %.0f us: staging run %.0f = wait for copies to host %.0f + "
+                                            "inner ops %.0f + wait for copies to device %.0f + pipeline %.0f\n",
+                                            x.time_us, x.run_us, x.to_host_us, x.inner_us, x.to_device_us, rest));
+    }
   }
   return out;
 }

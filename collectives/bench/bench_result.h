@@ -21,6 +21,10 @@ struct BenchRow {
   double time_us = 0;     // per op, slowest rank
   bool ok = true;         // every rank's checks passed
   std::string na;         // non-empty: not measured, and why
+  // cuda:gloo all_reduce, the slowest rank: per op, us on the staging thread
+  // waiting for the copies to the host, in the inner ops, waiting for the
+  // copies back, and the op's whole run (StagedBackend::Stats).
+  double to_host_us = 0, inner_us = 0, to_device_us = 0, run_us = 0;
   double algbw() const { return time_us > 0 ? bytes / time_us / 1e3 : 0; }  // GB/s
   double busbw() const;  // pinned copy rows: algbw (one copy, no bus factor)
 };
@@ -42,7 +46,10 @@ std::string FormatJson(const BenchReport& r);
 //   # cuda:gloo all_reduce 4 MiB x2: busbw 9.1 GB/s = 87% of min(pinned d2h 20.3,
 //     pinned h2d 19.8, loom:gloo 10.4) GB/s
 // (pinned rows give bytes / time of one copy per rank, every rank copying at
-// once). "" when there is no cuda:gloo row.
+// once), each followed by where the op's time went on the staging thread:
+//   #   per op 1880 us: staging run 1850 = wait for copies to host 160 +
+//     inner ops 1000 + wait for copies to device 160 + pipeline 530
+// "" when there is no cuda:gloo row.
 std::string FormatStagingBound(const BenchReport& r, int ranks);
 // "verification: ..." (one line, no newline).
 std::string VerificationLine(const BenchReport& r);

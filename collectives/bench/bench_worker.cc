@@ -9,6 +9,7 @@
 #include "collectives/bench/launcher.h"
 #include "collectives/process_group.h"
 #include "collectives/staging/cuda_copier.h"
+#include "collectives/staging/staged_backend.h"
 
 namespace loom::collectives::bench {
 namespace {
@@ -110,10 +111,17 @@ absl::Status RunCase(ProcessGroup& g, store::Store& store, staging::Copier* copi
   LOOM_ASSIGN_OR_RETURN(int64_t wrong, c.Wrong());
   for (int i = 1; i < config.warmup; ++i) LOOM_RETURN_IF_ERROR(c.Once(g));
   const int iters = ItersFor(config, c.count * 4);
+  staging::StagedBackend* staged = nullptr;
+  if (copier != nullptr) {
+    auto b = g.BackendFor(Device::CUDA(0), OpType::kAllReduce, DType::kF32);
+    if (b.ok()) staged = dynamic_cast<staging::StagedBackend*>(*b);
+  }
+  const staging::StagingStats before = staged ? staged->Stats() : staging::StagingStats{};
   LOOM_RETURN_IF_ERROR(Run(g.Barrier({})));
   absl::Time t0 = absl::Now();
   for (int i = 0; i < iters; ++i) LOOM_RETURN_IF_ERROR(c.Once(g));
   double us = absl::ToDoubleMicroseconds(absl::Now() - t0) / iters;
+  const staging::StagingStats after = staged ? staged->Stats() : staging::StagingStats{};
   LOOM_RETURN_IF_ERROR(c.Fill());  // the timed calls changed the data: check a fresh call too
   LOOM_RETURN_IF_ERROR(c.Once(g));
   LOOM_ASSIGN_OR_RETURN(int64_t wrong2, c.Wrong());
@@ -122,6 +130,14 @@ absl::Status RunCase(ProcessGroup& g, store::Store& store, staging::Copier* copi
     double d2h = 0, h2d = 0;
     LOOM_RETURN_IF_ERROR(TimeCopies(g, *copier, c, iters, &d2h, &h2d));
     absl::StrAppend(&value, " ", d2h, " ", h2d);
+    // Where the timed ops' time went on the staging thread (per op, us).
+    const double ops = std::max<int64_t>(after.ops - before.ops, 1);
+    auto per_op = [&](absl::Duration staging::StagingStats::*f) {
+      return absl::ToDoubleMicroseconds(after.*f - before.*f) / ops;
+    };
+    absl::StrAppend(&value, " ", per_op(&staging::StagingStats::to_host_wait), " ",
+                    per_op(&staging::StagingStats::inner), " ", per_op(&staging::StagingStats::to_device_wait), " ",
+                    per_op(&staging::StagingStats::run));
   }
   return store.Set(key, value);
 }

@@ -117,13 +117,30 @@ absl::StatusOr<WorkPtr> StagedBackend::Enqueue(OpType op, DType dtype, int64_t n
 }
 
 absl::Status StagedBackend::RunTask(size_t host_bytes, const Plan& plan, absl::Time deadline) {
+  const absl::Time start = absl::Now();
   char* host = nullptr;
   if (host_bytes > 0) {
     LOOM_ASSIGN_OR_RETURN(void* h, copier_->HostBuffer(host_bytes));
     host = static_cast<char*>(h);
   }
   std::vector<Bucket> buckets = plan(host);
-  return Pipeline(buckets, deadline);
+  absl::Status s = Pipeline(buckets, deadline);
+  absl::MutexLock l(&mu_);
+  ++stats_.ops;
+  stats_.run += absl::Now() - start;
+  return s;
+}
+
+StagingStats StagedBackend::Stats() const {
+  absl::MutexLock l(&mu_);
+  return stats_;
+}
+
+absl::Status StagedBackend::Timed(absl::Duration StagingStats::*field, absl::Status s, absl::Time since) {
+  const absl::Duration d = absl::Now() - since;
+  absl::MutexLock l(&mu_);
+  stats_.*field += d;
+  return s;
 }
 
 absl::StatusOr<WorkPtr> StagedBackend::Issue(Bucket& b, absl::Time deadline) {
@@ -151,21 +168,37 @@ absl::Status StagedBackend::Pipeline(std::vector<Bucket>& buckets, absl::Time de
   };
   std::vector<std::unique_ptr<CopyEvent>> loading, storing;
   std::vector<WorkPtr> works(n);
+  // Each wait, and each inner op's issue, is added to its StagingStats field.
+  auto wait_host = [&] {
+    const absl::Time t = absl::Now();
+    return Timed(&StagingStats::to_host_wait, WaitAll(loading, deadline), t);
+  };
+  auto issue = [&](size_t i) -> absl::Status {
+    const absl::Time t = absl::Now();
+    absl::StatusOr<WorkPtr> w = Issue(buckets[i], deadline);
+    if (w.ok()) works[i] = *std::move(w);
+    return Timed(&StagingStats::inner, w.status(), t);
+  };
+  auto finish = [&](size_t i) {
+    const absl::Time t = absl::Now();
+    return Timed(&StagingStats::inner, works[i]->Wait(deadline), t);
+  };
   if (n > 0) LOOM_RETURN_IF_ERROR(to_host(0, &loading));
   for (size_t i = 0; i < n; ++i) {
-    LOOM_RETURN_IF_ERROR(Annotate(WaitAll(loading, deadline), absl::StrCat("bucket ", i, ": copy to host")));
-    LOOM_ASSIGN_OR_RETURN(works[i], Issue(buckets[i], deadline));
+    LOOM_RETURN_IF_ERROR(Annotate(wait_host(), absl::StrCat("bucket ", i, ": copy to host")));
+    LOOM_RETURN_IF_ERROR(issue(i));
     if (i + 1 < n) LOOM_RETURN_IF_ERROR(to_host(i + 1, &loading));
     if (i > 0) {
-      LOOM_RETURN_IF_ERROR(Annotate(works[i - 1]->Wait(deadline), absl::StrCat("bucket ", i - 1)));
+      LOOM_RETURN_IF_ERROR(Annotate(finish(i - 1), absl::StrCat("bucket ", i - 1)));
       LOOM_RETURN_IF_ERROR(to_device(i - 1, &storing));
     }
   }
   if (n > 0) {
-    LOOM_RETURN_IF_ERROR(Annotate(works[n - 1]->Wait(deadline), absl::StrCat("bucket ", n - 1)));
+    LOOM_RETURN_IF_ERROR(Annotate(finish(n - 1), absl::StrCat("bucket ", n - 1)));
     LOOM_RETURN_IF_ERROR(to_device(n - 1, &storing));
   }
-  return Annotate(WaitAll(storing, deadline), "copy to device");
+  const absl::Time t = absl::Now();
+  return Annotate(Timed(&StagingStats::to_device_wait, WaitAll(storing, deadline), t), "copy to device");
 }
 
 // ---------------------------------------------------------------- segments

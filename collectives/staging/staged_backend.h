@@ -53,6 +53,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "collectives/backend.h"
 #include "collectives/flight_recorder.h"
 #include "collectives/internal/op_executor.h"
@@ -68,6 +69,16 @@ struct StagingOptions {
   std::string flight_recorder_dir;  // "" = never dump
 };
 
+// Where staged ops spent their time on the executor thread, summed over the
+// ops run so far: waiting for copies to the host, issuing and waiting for
+// inner ops, waiting for copies to the device, and each op's whole run
+// (host buffer, bucket plan and pipeline). `run` less the three waits is the
+// pipeline's own cost.
+struct StagingStats {
+  int64_t ops = 0;
+  absl::Duration to_host_wait, inner, to_device_wait, run;
+};
+
 class StagedBackend : public Backend, public std::enable_shared_from_this<StagedBackend> {
  public:
   StagedBackend(std::string name, std::shared_ptr<Backend> inner, std::unique_ptr<Copier> copier,
@@ -81,6 +92,7 @@ class StagedBackend : public Backend, public std::enable_shared_from_this<Staged
   FlightRecorder* flight_recorder() override { return executor_.recorder(); }
   // The CPU backend that runs the algorithms on the host buckets.
   Backend* inner() { return inner_.get(); }
+  StagingStats Stats() const;
 
   absl::StatusOr<WorkPtr> AllReduce(const Tensor& tensor, const AllReduceOptions& o) override;
   absl::StatusOr<WorkPtr> Broadcast(const Tensor& tensor, const BroadcastOptions& o) override;
@@ -145,6 +157,8 @@ class StagedBackend : public Backend, public std::enable_shared_from_this<Staged
   absl::Status RunTask(size_t host_bytes, const Plan& plan, absl::Time deadline);
   absl::Status Pipeline(std::vector<Bucket>& buckets, absl::Time deadline);
   absl::StatusOr<WorkPtr> Issue(Bucket& b, absl::Time deadline);
+  // Adds the time since `since` to stats_.*field; returns `s`.
+  absl::Status Timed(absl::Duration StagingStats::*field, absl::Status s, absl::Time since);
   size_t BucketBytes(DType dtype) const;
   absl::Status CheckDevice(const Tensor& t, absl::string_view op, absl::string_view arg) const;
   // `list` holds size() CUDA tensors of like's dtype (`like_arg` names like).
@@ -155,8 +169,9 @@ class StagedBackend : public Backend, public std::enable_shared_from_this<Staged
   std::shared_ptr<Backend> inner_;
   std::unique_ptr<Copier> copier_;
   StagingOptions options_;
-  absl::Mutex mu_;
+  mutable absl::Mutex mu_;
   std::vector<WorkPtr> in_flight_ ABSL_GUARDED_BY(mu_);  // inner ops of the running task
+  StagingStats stats_ ABSL_GUARDED_BY(mu_);
   internal::OpExecutor executor_;  // last: its thread uses the members above
 };
 

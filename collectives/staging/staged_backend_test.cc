@@ -697,5 +697,27 @@ TEST(StagedBackend, NewOpsNameBadArguments) {
   });
 }
 
+// Stats(): each op's waits for its copies (every copy takes at least 3 ms
+// here), its inner ops and its whole run, summed over the ops; the run
+// covers the three.
+TEST(StagedBackend, StatsSplitEachOpsTimeIntoItsPhases) {
+  const absl::Duration delay = absl::Milliseconds(3);
+  RunRanks(2, 1 << 20, [&](int) { return delay; }, "", [&](int r, Rank& k) {
+    const StagingStats none = k.backend->Stats();
+    EXPECT_EQ(none.ops, 0);
+    EXPECT_EQ(none.run, absl::ZeroDuration());
+    std::vector<float> x(1000, static_cast<float>(r + 1));
+    for (int i = 0; i < 3; ++i) ExpectOk(k.backend->AllReduce(Dev(x), {}));
+    EXPECT_EQ(x[999], 12.0f) << "1 + 2, then doubled by each later sum";
+    const StagingStats s = k.backend->Stats();
+    EXPECT_EQ(s.ops, 3);
+    // One bucket per op: one copy each way, each waited for from its issue.
+    EXPECT_GE(s.to_host_wait, 3 * delay);
+    EXPECT_GE(s.to_device_wait, 3 * delay);
+    EXPECT_GT(s.inner, absl::ZeroDuration());
+    EXPECT_GE(s.run, s.to_host_wait + s.inner + s.to_device_wait);
+  });
+}
+
 }  // namespace
 }  // namespace loom::collectives::staging
