@@ -145,7 +145,7 @@ absl::StatusOr<WorkPtr> AlgorithmBackend::AllReduce(const Tensor& t, const AllRe
   LOOM_RETURN_IF_ERROR(Annotate(algorithms::CheckReducible(t.dtype(), o.op), "all_reduce"));
   ReduceOp op = o.op;
   return Enqueue(OpType::kAllReduce, t.dtype(), t.numel(), o.timeout,
-                 [this, t, op](const Comm& c) { return RunAllReduce(c, t, op); });
+                 [this, t, op, stage = o.stage](const Comm& c) { return RunAllReduce(c, t, op, stage.get()); });
 }
 
 absl::StatusOr<WorkPtr> AlgorithmBackend::Broadcast(const Tensor& t, const BroadcastOptions& o) {
@@ -405,16 +405,37 @@ absl::StatusOr<WorkPtr> AlgorithmBackend::Barrier(const BarrierOptions& o) {
 
 // ---------------------------------------------------------------- default hooks
 
-absl::Status AlgorithmBackend::RunAllReduce(const algorithms::Comm& c, const Tensor& t, ReduceOp op) {
+absl::Status AlgorithmBackend::RunAllReduce(const algorithms::Comm& c, const Tensor& t, ReduceOp op,
+                                            const StageHooks* hooks) {
   const int slices = channels_ ? channels_->Slices(t.nbytes()) : 1;
-  if (slices <= 1) return algorithms::AllReduce(c, t.raw_data(), t.numel(), t.dtype(), op);
+  if (slices <= 1) return algorithms::AllReduce(c, t.raw_data(), t.numel(), t.dtype(), op, hooks);
   // Contiguous slices, one per channel; each is an independent all_reduce.
   const size_t count = static_cast<size_t>(t.numel()), es = DTypeSize(t.dtype());
   char* base = static_cast<char*>(t.raw_data());
+  auto lo = [&](int k) { return count * k / slices; };
+  // Staged: every slice's first reads are announced before any slice's
+  // later ones, and each slice's ranges are offset to the whole buffer.
+  std::vector<StageHooks> slice_hooks;
+  if (hooks) {
+    std::vector<std::vector<algorithms::ByteRange>> needs(slices);
+    size_t longest = 0;
+    for (int k = 0; k < slices; ++k) {
+      needs[k] = algorithms::AllReduceNeeds(c.size(), c.rank(), lo(k + 1) - lo(k), t.dtype());
+      longest = std::max(longest, needs[k].size());
+    }
+    for (size_t i = 0; hooks->need && i < longest; ++i)
+      for (int k = 0; k < slices; ++k)
+        if (i < needs[k].size()) hooks->need(lo(k) * es + needs[k][i].offset, needs[k][i].bytes);
+    for (int k = 0; k < slices; ++k) {
+      const size_t at = lo(k) * es;
+      slice_hooks.push_back({nullptr, [hooks, at](size_t o, size_t b) { return hooks->ready(at + o, b); },
+                             [hooks, at](size_t o, size_t b) { hooks->done(at + o, b); }});
+    }
+  }
   return channels_->Run(slices, c.transport, [&](int k, transport::Transport* tr) {
-    const size_t lo = count * k / slices, hi = count * (k + 1) / slices;
     algorithms::Comm ck{tr, c.tag_base, c.deadline};
-    return algorithms::AllReduce(ck, base + lo * es, hi - lo, t.dtype(), op);
+    return algorithms::AllReduce(ck, base + lo(k) * es, lo(k + 1) - lo(k), t.dtype(), op,
+                                 hooks ? &slice_hooks[k] : nullptr);
   });
 }
 absl::Status AlgorithmBackend::RunBroadcast(const algorithms::Comm& c, const Tensor& t, int root) {

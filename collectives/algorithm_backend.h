@@ -41,6 +41,7 @@ class AlgorithmBackend : public Backend {
   bool Supports(OpType op, DType dtype, DeviceKind device) const override;
 
   absl::StatusOr<WorkPtr> AllReduce(const Tensor& tensor, const AllReduceOptions& o) override;
+  bool TakesStageHooks() const override { return true; }
   absl::StatusOr<WorkPtr> Broadcast(const Tensor& tensor, const BroadcastOptions& o) override;
   absl::StatusOr<WorkPtr> Reduce(const Tensor& tensor, const ReduceOptions& o) override;
   absl::StatusOr<WorkPtr> AllGather(absl::Span<const Tensor> outputs, const Tensor& input,
@@ -84,7 +85,8 @@ class AlgorithmBackend : public Backend {
   using Comm = algorithms::Comm;
   // Hooks run on the executor thread with validated, contiguous CPU tensors.
   // The defaults use the shared algorithms over transport().
-  virtual absl::Status RunAllReduce(const Comm& c, const Tensor& t, ReduceOp op);
+  // `hooks` (may be null): AllReduceOptions::stage, for every path.
+  virtual absl::Status RunAllReduce(const Comm& c, const Tensor& t, ReduceOp op, const StageHooks* hooks);
   virtual absl::Status RunBroadcast(const Comm& c, const Tensor& t, int root);
   virtual absl::Status RunReduce(const Comm& c, const Tensor& t, ReduceOp op, int root);
   virtual absl::Status RunAllGather(const Comm& c, const Tensor& in, const Tensor& out_flat,

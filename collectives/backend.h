@@ -45,6 +45,9 @@ class Backend {
   virtual bool Supports(OpType op, DType dtype, DeviceKind device) const = 0;
   // The per-rank record of recent ops (nullptr if the backend keeps none).
   virtual FlightRecorder* flight_recorder() { return nullptr; }
+  // Whether AllReduce honours AllReduceOptions::stage (types.h StageHooks);
+  // a backend that does not refuses options that set it.
+  virtual bool TakesStageHooks() const { return false; }
 
   [[nodiscard]] virtual absl::StatusOr<WorkPtr> AllReduce(const Tensor& tensor,
                                                           const AllReduceOptions& o) = 0;

@@ -148,6 +148,10 @@ absl::StatusOr<Backend*> ProcessGroup::Pick(OpType op, const Tensor& first,
   return b->__VA_ARGS__
 
 absl::StatusOr<WorkPtr> ProcessGroup::AllReduce(const Tensor& t, const AllReduceOptions& o) {
+  if (o.stage) {
+    return absl::InvalidArgumentError(
+        "all_reduce: options.stage is set only by a staging backend for its inner backend, not through a group");
+  }
   LOOM_PG_DISPATCH(OpType::kAllReduce, t, {}, AllReduce(t, o));
 }
 absl::StatusOr<WorkPtr> ProcessGroup::Broadcast(const Tensor& t, const BroadcastOptions& o) {

@@ -4,9 +4,13 @@
 // deadline is its start time + timeout). Defaults follow c10d: root 0, sum.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "base/dtype.h"
@@ -43,8 +47,25 @@ inline constexpr absl::Duration kDefaultTimeout = absl::Minutes(5);
 struct CollectiveOptions {
   absl::Duration timeout = kDefaultTimeout;
 };
+// How a staging backend (collectives/staging) fills and drains the host
+// buffer of an all_reduce in pieces while the algorithm runs. Offsets and
+// sizes are bytes of the buffer. `need` announces a range the algorithm
+// will read (in the order it will read them; it must not block),
+// `ready` returns once a range holds this rank's input (or the copy's
+// error), and `done` reports a range that holds the result. An algorithm
+// announces and waits for every byte before it reads it, and reports every
+// byte once, after its last write there. Calls may come from several threads.
+struct StageHooks {
+  std::function<void(size_t offset, size_t bytes)> need;
+  std::function<absl::Status(size_t offset, size_t bytes)> ready;
+  std::function<void(size_t offset, size_t bytes)> done;
+};
+
 struct AllReduceOptions : CollectiveOptions {
   ReduceOp op = ReduceOp::kSum;
+  // Set only by a staging backend, and only for an inner backend whose
+  // TakesStageHooks() is true; the others refuse it.
+  std::shared_ptr<const StageHooks> stage;
 };
 struct BroadcastOptions : CollectiveOptions {
   int root = 0;

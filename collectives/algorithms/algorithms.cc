@@ -55,9 +55,11 @@ constexpr size_t kChunkBytes = 1 << 20;
 // overlaps the transfer of the next chunk.
 // `in_off[i]`: element offset of block i in `in` (Offsets(counts) when the
 // blocks are contiguous; a channel slice passes its sub-blocks' offsets).
+// `hooks` (may be null): every chunk of `in` is waited for with ready (byte
+// offsets from `in`) just before it is first sent or reduced.
 absl::Status RingReduceScatterCore(const Comm& c, const void* in, void* out,
                                    absl::Span<const size_t> counts, DType dtype, ReduceOp op,
-                                   int step0, absl::Span<const size_t> off) {
+                                   int step0, absl::Span<const size_t> off, const StageHooks* hooks = nullptr) {
   const int n = c.size(), r = c.rank();
   const size_t es = DTypeSize(dtype);
   size_t max_count = 0;
@@ -85,7 +87,14 @@ absl::Status RingReduceScatterCore(const Comm& c, const void* in, void* out,
       reqs.push_back(std::move(q));
       if (recv_n == 0) break;
     }
-    if (last && acc != mine && recv_n) std::memmove(acc, mine, recv_n * es);
+    auto ready = [&](const char* p, size_t n_elems) {
+      const size_t at = static_cast<size_t>(p - static_cast<const char*>(in));
+      return hooks && n_elems ? hooks->ready(at, n_elems * es) : absl::OkStatus();
+    };
+    if (last && acc != mine && recv_n) {
+      LOOM_RETURN_IF_ERROR(ready(mine, recv_n));
+      std::memmove(acc, mine, recv_n * es);
+    }
     size_t sent = 0, done = 0;
     size_t send_chunks = send_n == 0 ? 1 : (send_n + chunk - 1) / chunk;
     // Sends are started, not waited, chunk by chunk (a transport that can
@@ -95,6 +104,7 @@ absl::Status RingReduceScatterCore(const Comm& c, const void* in, void* out,
     for (size_t k = 0; k < std::max(send_chunks, reqs.size()); ++k) {
       if (k < send_chunks) {
         size_t len = std::min(chunk, send_n - sent);
+        if (s == 0) LOOM_RETURN_IF_ERROR(ready(send_src + sent * es, len));  // later steps send `acc`
         LOOM_ASSIGN_OR_RETURN(auto q, c.transport->ISend(right, c.tag(step0 + s), send_src + sent * es, len * es,
                                                          c.deadline));
         sends.push_back(std::move(q));
@@ -105,8 +115,10 @@ absl::Status RingReduceScatterCore(const Comm& c, const void* in, void* out,
         size_t len = std::min(chunk, recv_n - done);
         if (len) {
           if (last) {
+            if (acc == mine) LOOM_RETURN_IF_ERROR(ready(mine + done * es, len));
             ReduceInto(dtype, op, acc + done * es, recv_dst + done * es, len);
           } else {
+            LOOM_RETURN_IF_ERROR(ready(mine + done * es, len));
             ReduceInto(dtype, op, acc + done * es, mine + done * es, len);
           }
         }
@@ -141,26 +153,83 @@ std::vector<size_t> EvenSplit(size_t count, int n) {
 
 }  // namespace
 
-absl::Status AllReduce(const Comm& c, void* buf, size_t count, DType dtype, ReduceOp op) {
-  if (count * DTypeSize(dtype) < kSmallAllReduceBytes || count < static_cast<size_t>(c.size())) {
-    return RecursiveDoublingAllReduce(c, buf, count, dtype, op);
-  }
-  return RingAllReduce(c, buf, count, dtype, op);
+namespace {
+bool SmallAllReduce(size_t count, DType dtype, int n) {
+  return count * DTypeSize(dtype) < kSmallAllReduceBytes || count < static_cast<size_t>(n);
+}
+}  // namespace
+
+std::vector<ByteRange> AllReduceNeeds(int n, int r, size_t count, DType dtype) {
+  if (!SmallAllReduce(count, dtype, n)) return RingAllReduceNeeds(n, r, count, dtype);
+  if (count == 0) return {};
+  return {{0, count * DTypeSize(dtype)}};
 }
 
-absl::Status RingAllReduce(const Comm& c, void* buf, size_t count, DType dtype, ReduceOp op) {
+absl::Status AllReduce(const Comm& c, void* buf, size_t count, DType dtype, ReduceOp op, const StageHooks* hooks) {
+  if (SmallAllReduce(count, dtype, c.size())) {
+    const size_t bytes = count * DTypeSize(dtype);
+    if (hooks && bytes) {  // one range: read first, final at the end
+      if (hooks->need) hooks->need(0, bytes);
+      LOOM_RETURN_IF_ERROR(hooks->ready(0, bytes));
+    }
+    LOOM_RETURN_IF_ERROR(RecursiveDoublingAllReduce(c, buf, count, dtype, op));
+    if (hooks && bytes) hooks->done(0, bytes);
+    return absl::OkStatus();
+  }
+  return RingAllReduce(c, buf, count, dtype, op, hooks);
+}
+
+std::vector<ByteRange> RingAllReduceNeeds(int n, int r, size_t count, DType dtype) {
+  const size_t es = DTypeSize(dtype), chunk = std::max<size_t>(kChunkBytes / es, 1) * es;
+  std::vector<ByteRange> out;
+  if (n <= 1) {
+    if (count) out.push_back({0, count * es});
+    return out;
+  }
+  std::vector<size_t> bytes(n);
+  std::vector<size_t> counts = EvenSplit(count, n);
+  for (int i = 0; i < n; ++i) bytes[i] = counts[i] * es;
+  const std::vector<size_t> off = Offsets(bytes);
+  auto piece = [&](int seg, size_t k) -> ByteRange {
+    const size_t at = k * chunk;
+    return {off[seg] + at, std::min(chunk, bytes[seg] - at)};
+  };
+  auto pieces = [&](int seg) { return (bytes[seg] + chunk - 1) / chunk; };
+  // Step 0 sends segment r-1 chunk by chunk, each followed by reducing the
+  // matching chunk of segment r-2; step s >= 1 reduces segment r-2-s.
+  const int first = Mod(r - 1, n), second = Mod(r - 2, n);
+  for (size_t k = 0; k < std::max(pieces(first), pieces(second)); ++k) {
+    if (k < pieces(first)) out.push_back(piece(first, k));
+    if (k < pieces(second)) out.push_back(piece(second, k));
+  }
+  for (int s = 1; s < n - 1; ++s)
+    for (size_t k = 0; k < pieces(Mod(r - 2 - s, n)); ++k) out.push_back(piece(Mod(r - 2 - s, n), k));
+  return out;
+}
+
+absl::Status RingAllReduce(const Comm& c, void* buf, size_t count, DType dtype, ReduceOp op,
+                           const StageHooks* hooks) {
   const int n = c.size();
+  const size_t es = DTypeSize(dtype);
+  // Staged: a segment is divided (avg) and reported once this rank no longer
+  // sends it; the wire carries the same bytes as without hooks.
+  auto final_segment = [&](size_t at, size_t bytes) {
+    if (op == ReduceOp::kAvg) DivideInPlace(dtype, P(buf, at), bytes / es, n);
+    if (bytes) hooks->done(at, bytes);
+  };
+  if (hooks && hooks->need)
+    for (const ByteRange& b : RingAllReduceNeeds(n, c.rank(), count, dtype)) hooks->need(b.offset, b.bytes);
   if (n > 1) {
     std::vector<size_t> counts = EvenSplit(count, n);
     size_t my_off = 0;
     for (int i = 0; i < c.rank(); ++i) my_off += counts[i];
     std::vector<size_t> bytes(n);
-    for (int i = 0; i < n; ++i) bytes[i] = counts[i] * DTypeSize(dtype);
+    for (int i = 0; i < n; ++i) bytes[i] = counts[i] * es;
     // The all-gather receives are posted before the reduce-scatter starts, so
     // a neighbour that finishes its half first streams straight into `buf`
     // instead of into a transport's unexpected-message buffer. Safe: segment j
     // arrives only once it is fully reduced, i.e. after this rank has read
-    // (and sent) its own part of segment j.
+    // (and sent) its own part of segment j (staged: after its copy landed).
     const int r = c.rank(), left = Mod(r - 1, n), right = Mod(r + 1, n);
     std::vector<size_t> off = Offsets(bytes);
     std::vector<std::unique_ptr<transport::TransportRequest>> gather(n - 1);
@@ -169,15 +238,21 @@ absl::Status RingAllReduce(const Comm& c, void* buf, size_t count, DType dtype, 
       LOOM_ASSIGN_OR_RETURN(gather[s], c.transport->IRecv(left, c.tag(n + s), P(buf, off[seg]), bytes[seg]));
     }
     std::vector<size_t> elem_off = Offsets(counts);
-    LOOM_RETURN_IF_ERROR(RingReduceScatterCore(c, buf, P(buf, my_off * DTypeSize(dtype)), counts, dtype, op, 0,
-                                               elem_off));
+    LOOM_RETURN_IF_ERROR(RingReduceScatterCore(c, buf, P(buf, my_off * es), counts, dtype, op, 0, elem_off, hooks));
     for (int s = 0; s < n - 1; ++s) {
       const int seg = Mod(r - s, n);
       LOOM_RETURN_IF_ERROR(c.transport->Send(right, c.tag(n + s), P(buf, off[seg]), bytes[seg], c.deadline));
+      if (hooks) final_segment(off[seg], bytes[seg]);
       LOOM_RETURN_IF_ERROR(gather[s]->Wait(c.deadline));
     }
+    if (hooks) final_segment(off[Mod(r + 1, n)], bytes[Mod(r + 1, n)]);  // received last, never sent on
+    if (!hooks && op == ReduceOp::kAvg) DivideInPlace(dtype, buf, count, n);
+    return absl::OkStatus();
   }
-  if (op == ReduceOp::kAvg) DivideInPlace(dtype, buf, count, n);
+  if (hooks && count) {
+    LOOM_RETURN_IF_ERROR(hooks->ready(0, count * es));
+    hooks->done(0, count * es);
+  }
   return absl::OkStatus();
 }
 

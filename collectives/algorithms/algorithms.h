@@ -21,6 +21,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
@@ -49,8 +50,25 @@ inline uint64_t CollectiveTagBase(uint64_t seq) {
 }
 
 // In place on `buf` (count elements). kAvg divides at the end.
-absl::Status AllReduce(const Comm& c, void* buf, size_t count, DType dtype, ReduceOp op);
-absl::Status RingAllReduce(const Comm& c, void* buf, size_t count, DType dtype, ReduceOp op);
+// `hooks` (collectives/types.h StageHooks, may be null): the buffer arrives
+// and leaves in pieces. The ring announces its chunks in the order it reads
+// them (RingAllReduceNeeds), waits for each just before its first read, and
+// reports each segment once this rank no longer sends it (divided first for
+// avg; the wire carries the same bytes as without hooks). The small-message
+// path takes the whole buffer at the start and reports it at the end.
+absl::Status AllReduce(const Comm& c, void* buf, size_t count, DType dtype, ReduceOp op,
+                       const StageHooks* hooks = nullptr);
+absl::Status RingAllReduce(const Comm& c, void* buf, size_t count, DType dtype, ReduceOp op,
+                           const StageHooks* hooks = nullptr);
+struct ByteRange {
+  size_t offset, bytes;
+};
+// The byte ranges of a `count`-element ring all_reduce at rank r of n, in the
+// order the ring first reads them (<= 1 MiB pieces).
+std::vector<ByteRange> RingAllReduceNeeds(int n, int r, size_t count, DType dtype);
+// The same for AllReduce, whichever path it takes (the small-message path
+// reads the whole buffer at once).
+std::vector<ByteRange> AllReduceNeeds(int n, int r, size_t count, DType dtype);
 absl::Status RecursiveDoublingAllReduce(const Comm& c, void* buf, size_t count, DType dtype,
                                         ReduceOp op);
 

@@ -67,13 +67,14 @@ bool RunLoom(const BenchConfig& c, const std::string& backend, int n, BenchRepor
         std::vector<std::string> w = absl::StrSplit(*v, ' ');
         double us = 0, d2h_us = 0, h2d_us = 0;
         int64_t bad = 0;
-        if ((w.size() != 2 && w.size() != 4 && w.size() != 8) || !absl::SimpleAtod(w[0], &us) ||
+        if ((w.size() != 2 && w.size() != 4 && w.size() != 9) || !absl::SimpleAtod(w[0], &us) ||
             !absl::SimpleAtoi(w[1], &bad))
           return;
         if (w.size() >= 4 && (!absl::SimpleAtod(w[2], &d2h_us) || !absl::SimpleAtod(w[3], &h2d_us))) return;
-        if (w.size() == 8 && us >= row.time_us) {  // the phases of the slowest rank
+        if (w.size() == 9 && us >= row.time_us) {  // the phases of the slowest rank
           if (!absl::SimpleAtod(w[4], &row.to_host_us) || !absl::SimpleAtod(w[5], &row.inner_us) ||
-              !absl::SimpleAtod(w[6], &row.to_device_us) || !absl::SimpleAtod(w[7], &row.run_us))
+              !absl::SimpleAtod(w[6], &row.to_device_us) || !absl::SimpleAtod(w[7], &row.run_us) ||
+              !absl::SimpleAtod(w[8], &row.algorithm_host_us))
             return;
         }
         row.time_us = std::max(row.time_us, us);

@@ -128,10 +128,10 @@ TEST(BenchResult, StagingBoundIsTheMinOfCopiesAndGloo) {
   // With the staging thread's phases: the pipeline's own cost is what the
   // run leaves after the three waits.
   BenchRow& x = r.rows[0];
-  x.to_host_us = 100, x.inner_us = 600, x.to_device_us = 120, x.run_us = 950;
+  x.to_host_us = 100, x.inner_us = 600, x.to_device_us = 120, x.run_us = 950, x.algorithm_host_us = 40;
   t = FormatStagingBound(r, 2);
   EXPECT_NE(t.find("#   per op 1000 us: staging run 950 = wait for copies to host 100 + inner ops 600 + "
-                   "wait for copies to device 120 + pipeline 130"),
+                   "wait for copies to device 120 + pipeline 130; the algorithm waited 40 us for pieces"),
             std::string::npos)
       << t;
 }

@@ -23,8 +23,9 @@ struct BenchRow {
   std::string na;         // non-empty: not measured, and why
   // cuda:gloo all_reduce, the slowest rank: per op, us on the staging thread
   // waiting for the copies to the host, in the inner ops, waiting for the
-  // copies back, and the op's whole run (StagedBackend::Stats).
-  double to_host_us = 0, inner_us = 0, to_device_us = 0, run_us = 0;
+  // copies back, and the op's whole run; and the inner algorithm's threads'
+  // own waits for pieces to land (StagedBackend::Stats).
+  double to_host_us = 0, inner_us = 0, to_device_us = 0, run_us = 0, algorithm_host_us = 0;
   double algbw() const { return time_us > 0 ? bytes / time_us / 1e3 : 0; }  // GB/s
   double busbw() const;  // pinned copy rows: algbw (one copy, no bus factor)
 };
@@ -48,7 +49,8 @@ std::string FormatJson(const BenchReport& r);
 // (pinned rows give bytes / time of one copy per rank, every rank copying at
 // once), each followed by where the op's time went on the staging thread:
 //   #   per op 1880 us: staging run 1850 = wait for copies to host 160 +
-//     inner ops 1000 + wait for copies to device 160 + pipeline 530
+//     inner ops 1000 + wait for copies to device 160 + pipeline 530; the
+//     algorithm waited 80 us for pieces (inside the inner ops)
 // "" when there is no cuda:gloo row.
 std::string FormatStagingBound(const BenchReport& r, int ranks);
 // "verification: ..." (one line, no newline).

@@ -137,7 +137,8 @@ absl::Status RunCase(ProcessGroup& g, store::Store& store, staging::Copier* copi
     };
     absl::StrAppend(&value, " ", per_op(&staging::StagingStats::to_host_wait), " ",
                     per_op(&staging::StagingStats::inner), " ", per_op(&staging::StagingStats::to_device_wait), " ",
-                    per_op(&staging::StagingStats::run));
+                    per_op(&staging::StagingStats::run), " ",
+                    per_op(&staging::StagingStats::algorithm_host_wait));
   }
   return store.Set(key, value);
 }

@@ -9,8 +9,8 @@
 // cuda:gloo runs the ops on device buffers ("cpu:gloo,cuda:gloo") and, for
 // all_reduce, appends "<d2h us> <h2d us>": pinned copies of the buffer timed
 // with every rank copying at once, then the timed ops' staging phases per op,
-// "<to-host wait us> <inner us> <to-device wait us> <run us>"
-// (StagedBackend::Stats).
+// "<to-host wait us> <inner us> <to-device wait us> <run us> <algorithm's
+// to-host wait us>" (StagedBackend::Stats).
 #pragma once
 
 #include <cstdint>

@@ -166,11 +166,22 @@ GlooBackend::GlooBackend(std::shared_ptr<::gloo::Context> context, std::unique_p
 
 GlooBackend::~GlooBackend() { StopExecutor(); }
 
-absl::Status GlooBackend::RunAllReduce(const algorithms::Comm& c, const Tensor& t, ReduceOp op) {
+absl::Status GlooBackend::RunAllReduce(const algorithms::Comm& c, const Tensor& t, ReduceOp op,
+                                       const StageHooks* hooks) {
   // With several channels Loom's sliced ring runs every all_reduce (Gloo's
   // ring drives one connection per peer from one thread).
   const size_t native_min = channels() > 1 ? allreduce_native_min_bytes_ : native_min_bytes_;
-  if (!GlooReduces(t.dtype()) || t.nbytes() < native_min) return AlgorithmBackend::RunAllReduce(c, t, op);
+  if (!GlooReduces(t.dtype()) || t.nbytes() < native_min) return AlgorithmBackend::RunAllReduce(c, t, op, hooks);
+  if (hooks && t.nbytes()) {  // Gloo's own algorithms read the whole buffer at once
+    if (hooks->need) hooks->need(0, t.nbytes());
+    LOOM_RETURN_IF_ERROR(hooks->ready(0, t.nbytes()));
+  }
+  absl::Status s = RunNativeAllReduce(c, t, op);
+  if (s.ok() && hooks && t.nbytes()) hooks->done(0, t.nbytes());
+  return s;
+}
+
+absl::Status GlooBackend::RunNativeAllReduce(const algorithms::Comm& c, const Tensor& t, ReduceOp op) {
   if (t.numel() == 0 || c.size() == 1) {
     if (op == ReduceOp::kAvg) algorithms::DivideInPlace(t.dtype(), t.raw_data(), t.numel(), c.size());
     return absl::OkStatus();

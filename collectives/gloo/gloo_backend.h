@@ -58,7 +58,9 @@ class GlooBackend : public AlgorithmBackend {
   static constexpr size_t kNativeMinBytes = size_t{64} << 20;
 
  protected:
-  absl::Status RunAllReduce(const Comm& c, const Tensor& t, ReduceOp op) override;
+  absl::Status RunAllReduce(const Comm& c, const Tensor& t, ReduceOp op, const StageHooks* hooks) override;
+  // libgloo's allreduce (BCUBE below kRingThresholdBytes, ring above).
+  absl::Status RunNativeAllReduce(const Comm& c, const Tensor& t, ReduceOp op);
   absl::Status RunBroadcast(const Comm& c, const Tensor& t, int root) override;
   absl::Status RunReduce(const Comm& c, const Tensor& t, ReduceOp op, int root) override;
   absl::Status RunAllGather(const Comm& c, const Tensor& in, const Tensor& out_flat,

@@ -100,6 +100,7 @@ class NcclBackendImpl : public NcclBackend {
 
   absl::StatusOr<WorkPtr> AllReduce(const Tensor& t, const AllReduceOptions& o) override {
     LOOM_RETURN_IF_ERROR(CheckCuda(t, "all_reduce", "tensor"));
+    if (o.stage) return absl::InvalidArgumentError("all_reduce: nccl takes no options.stage (it reads device memory)");
     return Issue(OpType::kAllReduce, t.dtype(), t.nbytes(), o.timeout, [&](ncclDataType_t dt) {
       return ncclAllReduce(t.raw_data(), t.raw_data(), t.numel(), dt, ToNccl(o.op), comm_, stream_);
     });

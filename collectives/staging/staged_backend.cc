@@ -6,6 +6,7 @@
 #include "base/status.h"
 #include "collectives/algorithm_backend.h"
 #include "collectives/algorithms/reduce.h"
+#include "collectives/staging/overlap_hooks.h"
 
 namespace loom::collectives::staging {
 namespace {
@@ -179,9 +180,12 @@ absl::Status StagedBackend::Pipeline(std::vector<Bucket>& buckets, absl::Time de
     if (w.ok()) works[i] = *std::move(w);
     return Timed(&StagingStats::inner, w.status(), t);
   };
-  auto finish = [&](size_t i) {
-    const absl::Time t = absl::Now();
-    return Timed(&StagingStats::inner, works[i]->Wait(deadline), t);
+  auto finish = [&](size_t i) -> absl::Status {
+    absl::Time t = absl::Now();
+    LOOM_RETURN_IF_ERROR(Timed(&StagingStats::inner, works[i]->Wait(deadline), t));
+    if (!buckets[i].settle) return absl::OkStatus();
+    t = absl::Now();
+    return Timed(&StagingStats::to_device_wait, buckets[i].settle(deadline), t);
   };
   if (n > 0) LOOM_RETURN_IF_ERROR(to_host(0, &loading));
   for (size_t i = 0; i < n; ++i) {
@@ -270,8 +274,10 @@ absl::StatusOr<WorkPtr> StagedBackend::StageReduceScatter(OpType op, const Tenso
 absl::StatusOr<WorkPtr> StagedBackend::AllReduce(const Tensor& t, const AllReduceOptions& o) {
   LOOM_RETURN_IF_ERROR(CheckDevice(t, "all_reduce", "tensor"));
   LOOM_RETURN_IF_ERROR(Annotate(algorithms::CheckReducible(t.dtype(), o.op), "all_reduce"));
+  if (o.stage) return absl::InvalidArgumentError("all_reduce: options.stage is set by a staging backend only");
   Backend* inner = inner_.get();
   const ReduceOp op = o.op;
+  if (inner->TakesStageHooks()) return OverlappedAllReduce(t, op, o.timeout);
   return Stage(OpType::kAllReduce, t.dtype(), t.numel(), o.timeout, {{Bytes(t), t.nbytes(), true, true}},
                Bucketing::kBuckets, [inner, op](absl::Span<const Tensor> h, absl::Duration left) {
                  AllReduceOptions io;
@@ -279,6 +285,34 @@ absl::StatusOr<WorkPtr> StagedBackend::AllReduce(const Tensor& t, const AllReduc
                  io.timeout = left;
                  return inner->AllReduce(h[0], io);
                });
+}
+
+absl::StatusOr<WorkPtr> StagedBackend::OverlappedAllReduce(const Tensor& t, ReduceOp op, absl::Duration timeout) {
+  Backend* inner = inner_.get();
+  Copier* copier = copier_.get();
+  char* dev = Bytes(t);
+  const size_t bytes = t.nbytes();
+  const DType dtype = t.dtype();
+  Plan plan = [this, inner, copier, dev, bytes, dtype, op](char* host) {
+    auto hooks = std::make_shared<OverlapHooks>(copier, dev, host);
+    std::vector<Bucket> out(1);
+    out[0].run = [inner, hooks, host, bytes, dtype, op](absl::Duration left) {
+      AllReduceOptions io;
+      io.op = op;
+      io.timeout = left;
+      io.stage = hooks->Hooks(absl::Now() + left);
+      return inner->AllReduce(HostSlice(host, bytes, dtype), io);
+    };
+    out[0].settle = [this, hooks](absl::Time deadline) {
+      absl::Status s = hooks->Finish(deadline);
+      const absl::Duration waited = hooks->ready_wait();
+      absl::MutexLock l(&mu_);
+      stats_.algorithm_host_wait += waited;
+      return s;
+    };
+    return out;
+  };
+  return Enqueue(OpType::kAllReduce, dtype, t.numel(), timeout, bytes, std::move(plan));
 }
 
 absl::StatusOr<WorkPtr> StagedBackend::Broadcast(const Tensor& t, const BroadcastOptions& o) {

@@ -15,6 +15,13 @@
 //     wait inner op i-1; ToDevice(i-1) -- overlaps the reduction of bucket i
 //   wait inner op n-1; ToDevice(n-1); wait every ToDevice
 //
+// all_reduce over an inner backend that takes StageHooks (types.h; Gloo's
+// does) runs as one inner op on the whole buffer instead: the copies to the
+// host are issued in the order the algorithm reads the buffer, each read
+// waits only for its own piece, and each piece goes back to the device as
+// soon as it is final (overlap_hooks.h), so both copies overlap the
+// reduction.
+//
 // Every rank must run the same number of inner ops, so an op is cut into
 // buckets only where each rank knows the longest segment of the group:
 //
@@ -77,6 +84,9 @@ struct StagingOptions {
 struct StagingStats {
   int64_t ops = 0;
   absl::Duration to_host_wait, inner, to_device_wait, run;
+  // The overlapped all_reduce: time the inner algorithm's threads spent
+  // waiting for copies to the host, summed over them (part of `inner`).
+  absl::Duration algorithm_host_wait;
 };
 
 class StagedBackend : public Backend, public std::enable_shared_from_this<StagedBackend> {
@@ -128,6 +138,9 @@ class StagedBackend : public Backend, public std::enable_shared_from_this<Staged
     std::vector<Copy> to_host;
     std::function<absl::StatusOr<WorkPtr>(absl::Duration)> run;
     std::vector<Copy> to_device;
+    // Once the inner op is done: waits for copies its algorithm issued
+    // itself (the overlapped all_reduce's copies back), if any.
+    std::function<absl::Status(absl::Time deadline)> settle;
   };
   // Builds the buckets of an op once the host buffer is known.
   using Plan = std::function<std::vector<Bucket>(char* host)>;
@@ -155,6 +168,8 @@ class StagedBackend : public Backend, public std::enable_shared_from_this<Staged
   absl::StatusOr<WorkPtr> Enqueue(OpType op, DType dtype, int64_t numel, absl::Duration timeout,
                                   size_t host_bytes, Plan plan);
   absl::Status RunTask(size_t host_bytes, const Plan& plan, absl::Time deadline);
+  // all_reduce as one inner op whose algorithm drives the copies (see the top).
+  absl::StatusOr<WorkPtr> OverlappedAllReduce(const Tensor& t, ReduceOp op, absl::Duration timeout);
   absl::Status Pipeline(std::vector<Bucket>& buckets, absl::Time deadline);
   absl::StatusOr<WorkPtr> Issue(Bucket& b, absl::Time deadline);
   // Adds the time since `since` to stats_.*field; returns `s`.

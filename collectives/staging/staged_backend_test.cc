@@ -25,6 +25,7 @@ struct CopyLog {
   bool to_host;
   const char* host;  // the host end of the copy
   absl::Time start, end;
+  absl::Time issued;  // when the backend asked for it
 };
 
 class HostCopyEvent : public CopyEvent {
@@ -55,7 +56,7 @@ class Lane {
   std::unique_ptr<CopyEvent> Push(void* dst, const void* src, size_t bytes) {
     auto done = std::make_shared<absl::Notification>();
     absl::MutexLock l(&mu_);
-    jobs_.push_back(Job{dst, src, bytes, done});
+    jobs_.push_back(Job{dst, src, bytes, done, absl::Now()});
     return std::make_unique<HostCopyEvent>(done);
   }
 
@@ -65,6 +66,7 @@ class Lane {
     const void* src;
     size_t bytes;
     std::shared_ptr<absl::Notification> done;
+    absl::Time issued;
   };
   void Loop() {
     while (true) {
@@ -83,7 +85,7 @@ class Lane {
       absl::Time end = absl::Now();
       {
         absl::MutexLock l(log_mu_);
-        log_->push_back({to_host_, static_cast<const char*>(to_host_ ? job.dst : job.src), start, end});
+        log_->push_back({to_host_, static_cast<const char*>(to_host_ ? job.dst : job.src), start, end, job.issued});
       }
       job.done->Notify();
     }
@@ -248,8 +250,15 @@ TEST(StagedBackend, BucketsHoldWholeElements) {
     ExpectOk(k.backend->AllReduce(Tensor::Wrap(h.data(), {13}, DType::kBF16, Device::CUDA(0)), {}));
     for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], (int64_t{1} << 40) * 3 + 2 * static_cast<int64_t>(i)) << i;
     for (size_t i = 0; i < h.size(); ++i) ASSERT_EQ(static_cast<float>(h[i]), 3.0f + 2 * i) << i;
-    // 11 one-element buckets, each an inner all_reduce; then 5 of 3, 3, 3, 3, 1 bf16.
-    EXPECT_EQ(k.backend->inner()->flight_recorder()->Snapshot().size(), 11u + 5u);
+    // An all_reduce is one inner op over the whole buffer (overlapped).
+    EXPECT_EQ(k.backend->inner()->flight_recorder()->Snapshot().size(), 2u);
+    // A broadcast runs in buckets: 11 one-element ones, then 5 of 3, 3, 3, 3, 1 bf16.
+    BroadcastOptions bo;
+    bo.root = 1;
+    ExpectOk(k.backend->Broadcast(Tensor::Wrap(a.data(), {11}, DType::kI64, Device::CUDA(0)), bo));
+    ExpectOk(k.backend->Broadcast(Tensor::Wrap(h.data(), {13}, DType::kBF16, Device::CUDA(0)), bo));
+    for (size_t i = 0; i < a.size(); ++i) ASSERT_EQ(a[i], (int64_t{1} << 40) * 3 + 2 * static_cast<int64_t>(i)) << i;
+    EXPECT_EQ(k.backend->inner()->flight_recorder()->Snapshot().size(), 2u + 11u + 5u);
   });
 }
 
@@ -271,40 +280,93 @@ TEST(StagedBackend, RefusesWhatItCannotStage) {
   });
 }
 
-// Rank 1's copies each take 30 ms, rank 0's none: rank 0's reduction of
-// bucket i waits for rank 1's copy of bucket i, and rank 0 meanwhile copies
-// bucket i+1 to the host and bucket i-1 back. The reductions' real start and
-// end times come from the inner Gloo backend's flight recorder: each copy
-// runs between the reduction's issue (queued) and its end (finished).
-TEST(StagedBackend, CopiesOverlapReductions) {
+// Rank 1's copies each take 30 ms, rank 0's none. Broadcast runs in buckets:
+// rank 0's reduction of bucket i waits for rank 1's copy of bucket i, and
+// rank 0 meanwhile copies bucket i+1 to the host and bucket i-1 back. The
+// inner ops' real start and end times come from the inner Gloo backend's
+// flight recorder: each copy runs between the op's issue (queued) and its end.
+TEST(StagedBackend, CopiesOverlapBucketedOps) {
   constexpr int kBuckets = 5;
   RunRanks(2, 400, [](int r) { return r == 1 ? absl::Milliseconds(30) : absl::ZeroDuration(); }, "",
            [](int r, Rank& k) {
-             std::vector<float> x(kBuckets * 100, 1.0f);
-             ExpectOk(k.backend->AllReduce(Dev(x), {}));
-             for (float v : x) ASSERT_EQ(v, 2.0f);
+             std::vector<float> x(kBuckets * 100, static_cast<float>(r));
+             BroadcastOptions bo;
+             bo.root = 1;
+             ExpectOk(k.backend->Broadcast(Dev(x), bo));
+             for (float v : x) ASSERT_EQ(v, 1.0f);
              if (r != 0) return;
              std::vector<OpRecord> inner = k.backend->inner()->flight_recorder()->Snapshot();
              ASSERT_EQ(inner.size(), static_cast<size_t>(kBuckets));
              const char* base = k.copier->host_base();
-             auto copy_of = [&](bool to_host, int bucket) {
+             auto copy_back = [&](int bucket) {
                for (const CopyLog& c : k.copier->Log())
-                 if (c.to_host == to_host && c.host == base + bucket * 400) return c;
-               ADD_FAILURE() << "no copy of bucket " << bucket;
+                 if (!c.to_host && c.host == base + bucket * 400) return c;
+               ADD_FAILURE() << "no copy back of bucket " << bucket;
                return CopyLog{};
              };
-             for (int i = 0; i + 1 < kBuckets; ++i) {
+             for (int i = 1; i < kBuckets; ++i) {
                SCOPED_TRACE(testing::Message() << "bucket " << i);
                ASSERT_EQ(inner[i].state, OpRecord::State::kOk);
-               CopyLog next_in = copy_of(true, i + 1);
-               EXPECT_LT(next_in.start, inner[i].finished) << "bucket i+1's copy to the host starts after bucket i's reduction ends";
-               EXPECT_LE(inner[i].queued, next_in.start) << "bucket i+1's copy starts before bucket i's reduction is issued";
-               if (i > 0) {
-                 CopyLog prev_out = copy_of(false, i - 1);
-                 EXPECT_LT(prev_out.start, inner[i].finished) << "bucket i-1's copy back starts after bucket i's reduction ends";
-               }
+               EXPECT_LT(copy_back(i - 1).start, inner[i].finished)
+                   << "bucket i-1's copy back starts after bucket i's broadcast ends";
              }
            });
+}
+
+// The overlapped all_reduce (one inner ring over the whole 4 MiB buffer, its
+// pieces copied in the order the ring reads them): on rank 1, whose copies
+// each take 30 ms, the ring is already running while later pieces are still
+// being copied in, and the first final segment is on its way back before
+// the ring ends. Rank 0's copies take none.
+TEST(StagedBackend, AllReduceCopiesOverlapTheRing) {
+  RunRanks(2, 4 << 20, [](int r) { return r == 1 ? absl::Milliseconds(30) : absl::ZeroDuration(); }, "",
+           [](int r, Rank& k) {
+             std::vector<float> x(1 << 20, static_cast<float>(r + 1));
+             ExpectOk(k.backend->AllReduce(Dev(x), {}));
+             for (float v : x) ASSERT_EQ(v, 3.0f);
+             std::vector<OpRecord> inner = k.backend->inner()->flight_recorder()->Snapshot();
+             ASSERT_EQ(inner.size(), 1u) << "one inner op";
+             ASSERT_EQ(inner[0].state, OpRecord::State::kOk);
+             std::vector<CopyLog> in, out;
+             for (const CopyLog& c : k.copier->Log()) (c.to_host ? in : out).push_back(c);
+             // 2 segments of 2 MiB, each read in two 1 MiB pieces; each
+             // segment goes back in one copy.
+             EXPECT_EQ(in.size(), 4u);
+             EXPECT_EQ(out.size(), 2u);
+             if (r != 1) return;
+             absl::Time last_in = absl::InfinitePast(), first_out = absl::InfiniteFuture();
+             for (const CopyLog& c : in) last_in = std::max(last_in, c.end);
+             for (const CopyLog& c : out) first_out = std::min(first_out, c.issued);
+             EXPECT_GT(last_in, inner[0].started) << "every piece landed before the ring began";
+             EXPECT_LT(first_out, inner[0].finished) << "nothing was sent back before the ring ended";
+           });
+}
+
+// The overlapped all_reduce against a plain CPU Gloo all_reduce of the same
+// data, bitwise: 3 ranks, sum and avg, the small path, the ring with one and
+// with several pieces per segment (odd counts), and the inner backend cut
+// into 3 channel slices as well as unsliced.
+TEST(StagedBackend, OverlappedAllReduceEqualsPlainGlooBitwise) {
+  for (const char* channels : {"1", "3"}) {
+    setenv("LOOM_COLLECTIVES_CHANNELS", channels, 1);
+    setenv("LOOM_COLLECTIVES_CHANNEL_MIN_SLICE", "4096", 1);
+    RunRanks(3, 1 << 20, NoDelay, "", [&](int r, Rank& k) {
+      for (int64_t n : {int64_t{100}, int64_t{70001}, int64_t{(3 << 20) / 4 * 3 + 7}})
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
+          SCOPED_TRACE(testing::Message() << "channels " << channels << " numel " << n << " "
+                                          << ReduceOpName(op));
+          std::vector<float> staged(n), plain(n);
+          for (int64_t i = 0; i < n; ++i) staged[i] = plain[i] = 0.1f * (r + 1) + 1e-3f * static_cast<float>(i % 977);
+          AllReduceOptions o;
+          o.op = op;
+          ExpectOk(k.backend->AllReduce(Dev(staged), o));
+          ExpectOk(k.plain->AllReduce(Tensor::Wrap(plain.data(), {n}, DType::kF32, Device::CPU()), o));
+          ASSERT_EQ(std::memcmp(staged.data(), plain.data(), n * sizeof(float)), 0);
+        }
+    });
+  }
+  unsetenv("LOOM_COLLECTIVES_CHANNELS");
+  unsetenv("LOOM_COLLECTIVES_CHANNEL_MIN_SLICE");
 }
 
 // Rank 1 never joins the op: rank 0's op fails by its own timeout, Work::Wait
@@ -709,13 +771,29 @@ TEST(StagedBackend, StatsSplitEachOpsTimeIntoItsPhases) {
     std::vector<float> x(1000, static_cast<float>(r + 1));
     for (int i = 0; i < 3; ++i) ExpectOk(k.backend->AllReduce(Dev(x), {}));
     EXPECT_EQ(x[999], 12.0f) << "1 + 2, then doubled by each later sum";
-    const StagingStats s = k.backend->Stats();
+    StagingStats s = k.backend->Stats();
     EXPECT_EQ(s.ops, 3);
-    // One bucket per op: one copy each way, each waited for from its issue.
-    EXPECT_GE(s.to_host_wait, 3 * delay);
+    // The overlapped all_reduce: the ring itself waits for its one piece
+    // (under 64 KiB: read whole), and the executor thread for the copy back.
+    EXPECT_LT(s.to_host_wait, delay) << "the executor thread has no copy in to wait for";
+    EXPECT_GE(s.algorithm_host_wait, 3 * delay);
     EXPECT_GE(s.to_device_wait, 3 * delay);
-    EXPECT_GT(s.inner, absl::ZeroDuration());
+    EXPECT_GE(s.inner, s.algorithm_host_wait) << "the ring's waits are part of the inner op";
     EXPECT_GE(s.run, s.to_host_wait + s.inner + s.to_device_wait);
+    // A broadcast runs in buckets: one copy each way, each waited for from its issue.
+    const StagingStats before = s;
+    BroadcastOptions bo;
+    for (int i = 0; i < 3; ++i) ExpectOk(k.backend->Broadcast(Dev(x), bo));
+    s = k.backend->Stats();
+    EXPECT_EQ(s.ops, 6);
+    if (r == bo.root) {
+      EXPECT_GE(s.to_host_wait - before.to_host_wait, 3 * delay) << "the root copies in";
+    } else {
+      EXPECT_GE(s.to_device_wait - before.to_device_wait, 3 * delay) << "the others copy back";
+    }
+    EXPECT_EQ(s.algorithm_host_wait, before.algorithm_host_wait);
+    EXPECT_GE(s.run - before.run, (s.to_host_wait - before.to_host_wait) + (s.inner - before.inner) +
+                                      (s.to_device_wait - before.to_device_wait));
   });
 }
 
