@@ -23,14 +23,19 @@ class CudaCopyEvent : public CopyEvent {
   absl::Status Wait(absl::Time deadline) override {
     cudaSetDevice(device_);
     // Polls (the deadline rules out cudaEventSynchronize): yields for the
-    // first polls, then sleeps between them so that a long copy leaves the
-    // cores to the host reductions it overlaps.
-    for (int polls = 0;; ++polls) {
+    // first kSpin, which covers a 1 MiB piece's copy (about 40-80 us), so a
+    // ring waiting for its next piece wakes as it lands; then sleeps between
+    // polls (each sleep lasts the timer slack, about 50 us, at least), so
+    // that a long copy leaves the cores to the host reductions it overlaps.
+    constexpr absl::Duration kSpin = absl::Microseconds(300);
+    const absl::Time start = absl::Now();
+    while (true) {
       cudaError_t e = cudaEventQuery(event_);
       if (e == cudaSuccess) return absl::OkStatus();
       if (e != cudaErrorNotReady) return CudaError("copy", e);
-      if (absl::Now() >= deadline) return absl::DeadlineExceededError("cuda:gloo: copy did not finish in time");
-      if (polls < 64) {
+      const absl::Time now = absl::Now();
+      if (now >= deadline) return absl::DeadlineExceededError("cuda:gloo: copy did not finish in time");
+      if (now - start < kSpin) {
         std::this_thread::yield();
       } else {
         absl::SleepFor(absl::Microseconds(10));
