@@ -29,6 +29,7 @@ void OverlapHooks::IssueToHost(size_t offset, size_t bytes) {
 void OverlapHooks::Need(size_t offset, size_t bytes) {
   if (bytes == 0) return;
   absl::MutexLock l(&mu_);
+  if (closed_) return;
   // An announced range that overlaps one already copied is left to Ready.
   auto next = loaded_.lower_bound(offset);
   if (next != loaded_.end() && next->first < offset + bytes) return;
@@ -42,6 +43,7 @@ absl::Status OverlapHooks::Ready(size_t offset, size_t bytes, absl::Time deadlin
   {
     absl::MutexLock l(&mu_);
     if (!error_.ok()) return error_;
+    if (closed_) return absl::FailedPreconditionError("cuda:gloo: the staged all_reduce has ended");
     // Copy the gaps no announced range covers, then wait for every piece
     // that overlaps [offset, offset + bytes).
     size_t at = offset;
@@ -76,6 +78,7 @@ absl::Status OverlapHooks::Ready(size_t offset, size_t bytes, absl::Time deadlin
 void OverlapHooks::Done(size_t offset, size_t bytes) {
   if (bytes == 0) return;
   absl::MutexLock l(&mu_);
+  if (closed_) return;
   absl::StatusOr<std::unique_ptr<CopyEvent>> e = copier_->ToDevice(device_ + offset, host_ + offset, bytes);
   if (!e.ok()) {
     if (error_.ok()) error_ = e.status();
@@ -85,14 +88,28 @@ void OverlapHooks::Done(size_t offset, size_t bytes) {
 }
 
 absl::Status OverlapHooks::Finish(absl::Time deadline) {
-  std::vector<std::shared_ptr<CopyEvent>> waits;
+  std::vector<std::shared_ptr<CopyEvent>> loads, stores;
+  absl::Status first;
   {
     absl::MutexLock l(&mu_);
-    if (!error_.ok()) return error_;
-    waits.swap(stored_);
+    closed_ = true;  // an algorithm still running (it failed) issues no more copies
+    first = error_;
+    for (const auto& [offset, piece] : loaded_) loads.push_back(piece.event);
+    stores.swap(stored_);
   }
-  for (const auto& e : waits) LOOM_RETURN_IF_ERROR(Annotate(e->Wait(deadline), "copy to device"));
-  return absl::OkStatus();
+  // Every issued copy is waited for, also after an error or past the op's
+  // deadline (copies always end, within a grace of 10 s): none may still
+  // touch the host buffer or the caller's device memory once the op ends.
+  const absl::Time grace = std::max(deadline, absl::Now() + absl::Seconds(10));
+  for (const auto& e : loads) {
+    absl::Status s = e->Wait(grace);
+    if (first.ok() && !s.ok()) first = Annotate(s, "copy to host");
+  }
+  for (const auto& e : stores) {
+    absl::Status s = e->Wait(absl::Now() < deadline ? deadline : grace);
+    if (first.ok() && !s.ok()) first = Annotate(s, "copy to device");
+  }
+  return first;
 }
 
 absl::Duration OverlapHooks::ready_wait() const {

@@ -9,8 +9,9 @@
 //                 never announced);
 //   done(range)   issues the copy of that host range back to the device.
 //
-// Finish() waits for every copy back. The hooks may be called from several
-// threads (one per channel of the inner backend).
+// Finish() waits for every copy issued, and no copy is issued after it. The
+// hooks may be called from several threads (one per channel of the inner
+// backend).
 #pragma once
 
 #include <cstddef>
@@ -38,7 +39,9 @@ class OverlapHooks : public std::enable_shared_from_this<OverlapHooks> {
   void Need(size_t offset, size_t bytes);
   absl::Status Ready(size_t offset, size_t bytes, absl::Time deadline);
   void Done(size_t offset, size_t bytes);
-  // Waits for every copy back to the device; the first error of any copy.
+  // Waits for every copy issued, the copies back by `deadline`; the first
+  // error of any copy. Call it once the algorithm has ended, also when it
+  // failed.
   absl::Status Finish(absl::Time deadline);
 
   // Summed over the calling threads: time blocked in Ready.
@@ -59,6 +62,7 @@ class OverlapHooks : public std::enable_shared_from_this<OverlapHooks> {
   std::map<size_t, Piece> loaded_ ABSL_GUARDED_BY(mu_);  // by offset; ranges never overlap
   std::vector<std::shared_ptr<CopyEvent>> stored_ ABSL_GUARDED_BY(mu_);
   absl::Status error_ ABSL_GUARDED_BY(mu_);
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;  // Finish ran: no copy is issued after it
   absl::Duration ready_wait_ ABSL_GUARDED_BY(mu_);
 };
 

@@ -180,12 +180,15 @@ absl::Status StagedBackend::Pipeline(std::vector<Bucket>& buckets, absl::Time de
     if (w.ok()) works[i] = *std::move(w);
     return Timed(&StagingStats::inner, w.status(), t);
   };
+  // settle runs also when the inner op failed: no copy it issued may
+  // outlive the op.
   auto finish = [&](size_t i) -> absl::Status {
     absl::Time t = absl::Now();
-    LOOM_RETURN_IF_ERROR(Timed(&StagingStats::inner, works[i]->Wait(deadline), t));
-    if (!buckets[i].settle) return absl::OkStatus();
+    absl::Status s = Timed(&StagingStats::inner, works[i]->Wait(deadline), t);
+    if (!buckets[i].settle) return s;
     t = absl::Now();
-    return Timed(&StagingStats::to_device_wait, buckets[i].settle(deadline), t);
+    absl::Status settled = Timed(&StagingStats::to_device_wait, buckets[i].settle(deadline), t);
+    return s.ok() ? settled : s;
   };
   if (n > 0) LOOM_RETURN_IF_ERROR(to_host(0, &loading));
   for (size_t i = 0; i < n; ++i) {
