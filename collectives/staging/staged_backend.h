@@ -25,7 +25,9 @@
 // Every rank must run the same number of inner ops, so an op is cut into
 // buckets only where each rank knows the longest segment of the group:
 //
-//   all_reduce, broadcast, reduce      the tensor (the same size everywhere)
+//   broadcast, reduce (and all_reduce  the tensor (the same size everywhere)
+//   over an inner backend without
+//   StageHooks)
 //   all_gather(_into), reduce_scatter(_from)
 //                                      the per-rank list (sizes agree across
 //                                      ranks and may differ per rank)
