@@ -35,6 +35,9 @@ import xml.etree.ElementTree as ET
 
 ALLOWED_SKIPS = ("needs a GPU", "runs with --full")
 LOG_TAIL = 30
+DETAIL_LINES = 16  # of a failure's message, each cut to DETAIL_LINE_CHARS
+DETAIL_LINE_CHARS = 600
+SANDBOX_NOISE = "src/main/tools/linux-sandbox"  # Bazel's sandbox debug lines in test logs
 
 
 def uri_path(uri):
@@ -180,13 +183,14 @@ def print_target(rec):
         rec["status"], rec["target"], rec["passed"], rec["failed"], rec["skipped"], rec["seconds"],
         " (cached)" if rec["cached"] else ""))
     for name, detail in rec["failures"]:
-        first = detail.strip().split("\n")
-        print("    FAILED %s: %s" % (name, " | ".join(x.strip() for x in first[:6] if x.strip())))
+        lines = [x.strip()[:DETAIL_LINE_CHARS] for x in detail.strip().split("\n") if x.strip()]
+        print("    FAILED %s: %s" % (name, " | ".join(lines[:DETAIL_LINES])))
     for log in rec["logs"]:
         print("    ---- last %d lines of %s" % (LOG_TAIL, log))
         try:
             with open(log, errors="replace") as f:
-                for line in f.readlines()[-LOG_TAIL:]:
+                kept = [line for line in f.readlines() if SANDBOX_NOISE not in line]
+                for line in kept[-LOG_TAIL:]:
                     print("    " + line.rstrip("\n"))
         except OSError as e:
             print("    (cannot read: %s)" % e)

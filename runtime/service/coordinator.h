@@ -150,7 +150,13 @@ class Coordinator : private placement::Sink {
   // returns PERMISSION_DENIED with `why`.
   absl::Status RefuseNodeCall(const std::string& call, const std::string& agent_id, const std::string& why);
   absl::Status Heartbeat(const std::string& agent_id);
-  // Long poll: waits up to min(wait_ms, 5000) ms for orders.
+  // Records that an authenticated NodeService call of agent `agent_id`
+  // arrived at `at`. The server stamps each call on arrival, before it waits
+  // for anything, so time a call spends queued behind the coordinator's own
+  // work never counts as the agent's silence.
+  void NoteHeard(const std::string& agent_id, std::chrono::steady_clock::time_point at);
+  // Long poll: waits up to min(wait_ms, 5000, the heartbeat interval) ms for
+  // orders, so a waiting agent is never silent for longer than an interval.
   absl::StatusOr<v1::PollOrdersResponse> PollOrders(const std::string& agent_id, int wait_ms);
   absl::Status ReportExit(const v1::ReportExitRequest& req);
   // Step and checkpoint progress (never moves backwards) and the rendezvous
@@ -163,7 +169,10 @@ class Coordinator : private placement::Sink {
   // otherwise); points of earlier attempts or finished jobs are ignored.
   absl::Status ReportMetrics(const v1::ReportMetricsRequest& req);
   // Declares agents lost after 3 missed heartbeats (also run by a background
-  // thread every heartbeat interval). After a restart, it also requeues (as a
+  // thread every heartbeat interval). Silence counts only while the
+  // coordinator could hear: after a stall of its own (checks more than two
+  // intervals apart: a slow store write holding its lock, the process paused)
+  // every agent has 3 fresh intervals to call in. After a restart, it also requeues (as a
   // restart) placed jobs whose ranks no reconnecting agent reclaimed within 3
   // heartbeat intervals.
   void CheckAgents();
@@ -259,6 +268,12 @@ class Coordinator : private placement::Sink {
   std::deque<int64_t> finished_owners_;
   // Jobs reloaded in SCHEDULED/RUNNING/RESTARTING, awaiting their agents.
   std::set<int64_t> unclaimed_;
+  // CheckAgents' previous run, and the end of the coordinator's last stall.
+  std::chrono::steady_clock::time_point last_check_{}, responsive_since_{};
+  // When each agent's latest call arrived (NoteHeard); its own lock, so a
+  // stamp never waits for mu_.
+  std::mutex heard_mu_;
+  std::map<std::string, std::chrono::steady_clock::time_point> heard_;
   std::chrono::steady_clock::time_point reclaim_deadline_ = std::chrono::steady_clock::time_point::max();
   std::string incarnation_;
   bool stopping_ = false;

@@ -164,9 +164,16 @@ absl::Status Coordinator::Heartbeat(const std::string& agent_id) {
   return absl::OkStatus();
 }
 
+void Coordinator::NoteHeard(const std::string& agent_id, std::chrono::steady_clock::time_point at) {
+  std::lock_guard<std::mutex> l(heard_mu_);
+  auto [it, fresh] = heard_.try_emplace(agent_id, at);
+  if (!fresh) it->second = std::max(it->second, at);
+}
+
 absl::StatusOr<v1::PollOrdersResponse> Coordinator::PollOrders(const std::string& agent_id, int wait_ms) {
   std::unique_lock<std::mutex> l(mu_);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::clamp(wait_ms, 0, 5000));
+  const int longest = std::min(5000, opts_.heartbeat_interval_ms);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(std::clamp(wait_ms, 0, longest));
   for (;;) {
     auto it = agents_.find(agent_id);
     if (it == agents_.end()) {
@@ -323,10 +330,25 @@ absl::Status Coordinator::AppendLogs(const v1::AppendLogsRequest& req) {
 void Coordinator::CheckAgents() {
   std::lock_guard<std::mutex> l(mu_);
   auto now = std::chrono::steady_clock::now();
-  auto limit = std::chrono::milliseconds(3 * opts_.heartbeat_interval_ms);
+  const auto interval = std::chrono::milliseconds(opts_.heartbeat_interval_ms);
+  if (last_check_ != std::chrono::steady_clock::time_point{} && now - last_check_ > 2 * interval) {
+    // The coordinator itself was stalled: its agents may have called and not
+    // been heard, and reloaded jobs' agents may not have reclaimed yet.
+    responsive_since_ = now;
+    if (reclaim_deadline_ != std::chrono::steady_clock::time_point::max()) {
+      reclaim_deadline_ = std::max(reclaim_deadline_, now + 3 * interval);
+    }
+  }
+  last_check_ = now;
   std::vector<std::string> lost;
-  for (const auto& [id, a] : agents_) {
-    if (now - a.last_seen > limit) lost.push_back(id);
+  {
+    std::lock_guard<std::mutex> h(heard_mu_);
+    for (const auto& [id, a] : agents_) {
+      auto heard = heard_.find(id);
+      auto seen = std::max(a.last_seen, responsive_since_);
+      if (heard != heard_.end()) seen = std::max(seen, heard->second);
+      if (now - seen > 3 * interval) lost.push_back(id);
+    }
   }
   if (!unclaimed_.empty() && now > reclaim_deadline_) {
     // Reloaded jobs whose ranks were not all reclaimed: stop what was adopted
@@ -350,6 +372,8 @@ void Coordinator::CheckAgents() {
   }
   if (lost.empty()) return;
   for (const std::string& id : lost) {
+    std::fprintf(stderr, "loom coordinator: agent %s lost: silent for 3 heartbeat intervals (%d ms)\n", id.c_str(),
+                 3 * opts_.heartbeat_interval_ms);
     RememberLostLocked(id);
     agents_.erase(id);
     std::map<int64_t, std::vector<Slot>> before;

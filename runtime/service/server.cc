@@ -1,5 +1,6 @@
 #include "runtime/service/server.h"
 
+#include <chrono>
 #include <fstream>
 #include <sstream>
 
@@ -239,13 +240,16 @@ class NodeServiceImpl final : public v1::NodeService::Service {
   }
 
   // An authenticated agent acting for `agent_id`, its own id.
+  // The call counts as a sign of life from the time it arrived.
   grpc::Status Check(grpc::ServerContext* ctx, const std::string& call, const std::string& agent_id) {
+    const auto arrived = std::chrono::steady_clock::now();
     auto caller = Caller(ctx, /*registration=*/false);
     if (!caller.ok()) return ToGrpc(caller.status());
     if (agent_id != caller->agent_id) {
       return ToGrpc(c_->RefuseNodeCall(
           call, caller->agent_id, absl::StrCat("agent_id: '", agent_id.substr(0, 64), "' is not the caller's id")));
     }
+    c_->NoteHeard(agent_id, arrived);
     return grpc::Status::OK;
   }
 

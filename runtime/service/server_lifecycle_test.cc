@@ -274,6 +274,24 @@ TEST_F(ServerTest, LostAgentRequeuesItsJobs) {
   EXPECT_EQ(s.placement(0).agent_id(), b);
 }
 
+// An agent that only long-polls, asking to wait far longer than the
+// heartbeat interval, is never silent for a whole interval: each poll ends
+// within it, and the agent is never declared lost.
+TEST_F(ServerTest, LongPollEndsWithinTheHeartbeatInterval) {
+  server_.reset();
+  StartServer(/*heartbeat_ms=*/100);
+  std::string a = Register(2, "a");
+  auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(1500);
+  while (std::chrono::steady_clock::now() < end) {
+    auto start = std::chrono::steady_clock::now();
+    Poll(a, /*wait_ms=*/5000);  // fails the test with NOT_FOUND once `a` is lost
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(2500));
+  }
+  v1::ListAgentsResponse agents = server_->coordinator()->ListAgents();
+  ASSERT_EQ(agents.agents_size(), 1);
+  EXPECT_EQ(agents.agents(0).state(), "alive") << agents.DebugString();
+}
+
 TEST_F(ServerTest, RestartReloadsJobsFromTheStore) {
   v1::SubmitJobResponse r;
   ASSERT_TRUE(Submit(Spec("durable", 2), "d", &r, true).ok());

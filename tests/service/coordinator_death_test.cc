@@ -7,7 +7,9 @@
 //   - every rank finished while no coordinator was up: the agents keep the
 //     exit reports and deliver them to the new coordinator.
 // Either way the job ends SUCCEEDED with no group restart, its run folder
-// reaches the final step, and the job list holds exactly one job.
+// reaches the final step, and the job list holds exactly one job. A third
+// case pauses the coordinator instead: it must not take its own silence for
+// its agents'.
 #include <signal.h>
 
 #include <chrono>
@@ -115,8 +117,8 @@ class CoordinatorDeath : public ::testing::Test {
 
   void ExpectSucceededOnce(int steps) {
     tests::testing::CliResult r = tests::testing::RunLoom("status job-1 --watch --json" + cli_, 240);
-    EXPECT_EQ(r.code, 0) << r.output;
-    EXPECT_NE(r.output.find("\"state\":\"SUCCEEDED\""), std::string::npos) << r.output << Logs();
+    EXPECT_EQ(r.code, 0) << r.output << Logs();
+    EXPECT_NE(r.output.find("\"state\":\"SUCCEEDED\""), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find("\"restart_count\":"), std::string::npos) << "the group restarted:\n" << r.output;
     EXPECT_NE(r.output.find(absl::StrCat("\"current_step\":\"", steps, "\"")), std::string::npos)
         << "the final progress was lost:\n"
@@ -165,6 +167,23 @@ TEST_F(CoordinatorDeath, RunningRanksAreAdoptedByTheRestartedCoordinator) {
   std::stringstream ss;
   ss << log.rdbuf();
   EXPECT_NE(ss.str().find("reclaimed 2 rank(s) of job-1"), std::string::npos) << Logs();
+}
+
+// A coordinator that stops answering for a while (paused here; in practice a
+// slow disk under its store writes) has not heard its agents for many
+// heartbeat intervals when it resumes. That silence is its own, not theirs:
+// it keeps the agents and the job runs on.
+TEST_F(CoordinatorDeath, PausedCoordinatorKeepsItsAgents) {
+  constexpr int kSteps = 400;
+  ASSERT_NO_FATAL_FAILURE(StartJob("coord_paused", kSteps));
+  ASSERT_EQ(kill(coord_, SIGSTOP), 0);
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // 15 heartbeat intervals
+  ASSERT_EQ(kill(coord_, SIGCONT), 0);
+  ExpectSucceededOnce(kSteps);
+  std::ifstream log(root_ + "/coord.log");
+  std::stringstream ss;
+  ss << log.rdbuf();
+  EXPECT_EQ(ss.str().find(" lost: silent"), std::string::npos) << Logs();
 }
 
 TEST_F(CoordinatorDeath, JobThatFinishesWhileTheCoordinatorIsDownSucceeds) {

@@ -121,6 +121,7 @@ absl::Status Agent::RegisterOnce() {
     for (auto& [path, p] : progress_) p.last.clear();
   }
   incarnation_ = resp.incarnation();
+  if (resp.heartbeat_interval_ms() > 0) heartbeat_ms_ = resp.heartbeat_interval_ms();
   must_register_ = false;
   return absl::OkStatus();
 }
@@ -158,8 +159,10 @@ absl::Status Agent::Start(std::chrono::milliseconds timeout) {
     std::this_thread::sleep_for(std::chrono::milliseconds(100));
   }
   if (!s.ok()) return s;
+  order_pass_ms_ = SteadyMs();
   thread_ = std::thread([this] { Loop(); });
   metrics_thread_ = std::thread([this] { MetricsLoop(); });
+  heartbeat_thread_ = std::thread([this] { HeartbeatLoop(); });
   return absl::OkStatus();
 }
 
@@ -167,6 +170,7 @@ void Agent::Stop() {
   stop_ = true;
   if (thread_.joinable()) thread_.join();
   if (metrics_thread_.joinable()) metrics_thread_.join();
+  if (heartbeat_thread_.joinable()) heartbeat_thread_.join();
   std::lock_guard<std::mutex> l(mu_);
   for (const auto& [pid, p] : procs_) kill(-pid, SIGKILL);
   for (const auto& [pid, p] : procs_) waitpid(pid, nullptr, 0);
@@ -212,6 +216,7 @@ void Agent::Loop() {
     ShipLogs();
     ShipProgress();
     DeliverExits();
+    order_pass_ms_ = SteadyMs();
   }
 }
 

@@ -98,6 +98,9 @@ struct AgentOptions {
 // coordinator itself answers (a refused token, a bad request) is final.
 bool TransientRegisterError(const absl::Status& s);
 
+// Milliseconds on the steady clock (the agent's thread timestamps).
+int64_t SteadyMs();
+
 class Agent {
  public:
   explicit Agent(AgentOptions o);
@@ -147,6 +150,12 @@ class Agent {
   // them before it reports exits, so a job's last points precede its end.
   void MetricsLoop();
   void ShipMetrics();  // one caller at a time (ship_mu_)
+  // The heartbeat thread: a Heartbeat call every interval the coordinator
+  // gave at registration, so a slow pass of the order thread (a log upload
+  // to a busy coordinator) never reads as a dead agent. It beats only while
+  // the order thread has finished a pass within kStuckOrderLoop, so an agent
+  // whose order thread is wedged is still declared lost (agent_heartbeat.cc).
+  void HeartbeatLoop();
 
   struct LogFile {
     std::string job_id;
@@ -168,6 +177,8 @@ class Agent {
   std::vector<ExitReport> exits_;  // oldest first (order thread; Register reads it under mu_)
   std::string incarnation_;        // of the coordinator this agent registered with
   bool must_register_ = false;     // a call answered NOT_FOUND for this agent
+  std::atomic<int> heartbeat_ms_{1000};          // the coordinator's interval, from registration
+  std::atomic<int64_t> order_pass_ms_{0};        // steady-clock ms when the order thread last finished a pass
   std::unique_ptr<collectives::store::StoreServer> store_;
   std::map<std::string, std::string> tenants_;  // job id -> admitted secret (order thread)
 
@@ -178,6 +189,7 @@ class Agent {
   std::atomic<bool> stop_{false};
   std::thread thread_;
   std::thread metrics_thread_;
+  std::thread heartbeat_thread_;
   std::mutex ship_mu_;  // serialises ShipMetrics
   std::mutex mu_;  // procs_, metric_files_; agent_id_ and secret_ writes
   std::map<pid_t, Proc> procs_;
