@@ -271,10 +271,7 @@ absl::Status Coordinator::ReportProgress(const v1::ReportProgressRequest& req) {
   if (m_steps_ != nullptr && req.step() > r->current_step)
     m_steps_->With({}).Inc(static_cast<double>(req.step() - std::max<int64_t>(0, r->current_step)));
   if (req.step() > r->current_step || req.checkpoint_step() > r->last_checkpoint_step) {
-    LOOM_RETURN_IF_ERROR(store_->Update(id, [&](store::JobRecord& j) {
-      j.current_step = std::max(j.current_step, req.step());
-      j.last_checkpoint_step = std::max(j.last_checkpoint_step, req.checkpoint_step());
-    }).status());
+    LOOM_RETURN_IF_ERROR(store_->UpdateProgress(id, req.step(), req.checkpoint_step()));
   }
   NotifyLocked();
   return absl::OkStatus();

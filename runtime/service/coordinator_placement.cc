@@ -76,8 +76,7 @@ void Coordinator::Observe(const placement::Observation& o) {
       if (o.current_step > r->current_step) {
         if (m_steps_)
           m_steps_->With({}).Inc(static_cast<double>(o.current_step - std::max<int64_t>(0, r->current_step)));
-        (void)store_->Update(o.job,
-                             [&](store::JobRecord& j) { j.current_step = std::max(j.current_step, o.current_step); });
+        (void)store_->UpdateProgress(o.job, o.current_step, /*checkpoint_step=*/-1);
       }
       if (o.state == v1::SUCCEEDED)
         FinishLocked(

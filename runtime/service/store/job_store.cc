@@ -92,6 +92,23 @@ class Txn {
   bool active_ = false;
 };
 
+// Writes of advisory fields (progress, wait reasons) commit without an fsync:
+// synchronous=NORMAL for the scope (set outside any transaction, as SQLite
+// requires), FULL again after it. In WAL mode a later FULL commit syncs the
+// earlier frames with its own.
+class DeferredSync {
+ public:
+  explicit DeferredSync(sqlite3* db) : db_(db) {
+    ok_ = sqlite3_exec(db_, "PRAGMA synchronous=NORMAL", nullptr, nullptr, nullptr) == SQLITE_OK;
+  }
+  ~DeferredSync() { sqlite3_exec(db_, "PRAGMA synchronous=FULL", nullptr, nullptr, nullptr); }
+  absl::Status status() const { return ok_ ? absl::OkStatus() : SqlError(db_, "synchronous=NORMAL"); }
+
+ private:
+  sqlite3* db_;
+  bool ok_ = false;
+};
+
 constexpr char kSchema[] = R"SQL(
 CREATE TABLE IF NOT EXISTS jobs (
   id INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -536,9 +553,23 @@ absl::StatusOr<JobRecord> JobStore::Update(int64_t id, const std::function<void(
   return out;
 }
 
+absl::Status JobStore::UpdateProgress(int64_t id, int64_t step, int64_t checkpoint_step) {
+  std::lock_guard<std::mutex> l(mu_);
+  DeferredSync deferred(db_);
+  LOOM_RETURN_IF_ERROR(deferred.status());
+  Stmt s(db_,
+         "UPDATE jobs SET current_step = MAX(current_step, ?), last_checkpoint_step = MAX(last_checkpoint_step, ?), "
+         "update_ms = ? WHERE id = ? AND state NOT IN (5, 6, 7) AND (current_step < ? OR last_checkpoint_step < ?)");
+  LOOM_RETURN_IF_ERROR(s.status());
+  s.Bind(1, step).Bind(2, checkpoint_step).Bind(3, NowMs()).Bind(4, id).Bind(5, step).Bind(6, checkpoint_step);
+  return s.Run();
+}
+
 absl::Status JobStore::SetWaitReasons(const std::vector<std::pair<int64_t, std::string>>& reasons) {
   if (reasons.empty()) return absl::OkStatus();
   std::lock_guard<std::mutex> l(mu_);
+  DeferredSync deferred(db_);
+  LOOM_RETURN_IF_ERROR(deferred.status());
   Txn txn(db_);
   LOOM_RETURN_IF_ERROR(txn.Begin());
   int64_t now = NowMs();

@@ -160,8 +160,18 @@ class JobStore {
   absl::StatusOr<JobRecord> Update(int64_t id, const std::function<void(JobRecord&)>& fn,
                                    const std::string& message = "");
 
-  // Sets the wait reason of many live jobs in one transaction (one fsync);
-  // terminal jobs are skipped.
+  // Progress of a live job: its step and checkpoint step, each raised to the
+  // given value if larger (never lowered); terminal jobs are left as they
+  // are. Written without an fsync of its own (synchronous=NORMAL for this
+  // transaction): progress comes often, agents report it again to a
+  // restarted coordinator, and the WAL keeps commits in order, so the next
+  // durable write (any state change) makes it durable too. What a power cut
+  // can cost is the progress since the last durable write, never a state.
+  absl::Status UpdateProgress(int64_t id, int64_t step, int64_t checkpoint_step);
+
+  // Sets the wait reason of many live jobs in one transaction; terminal jobs
+  // are skipped. Written like UpdateProgress, without an fsync of its own:
+  // the reasons are recomputed at every scheduling pass.
   absl::Status SetWaitReasons(const std::vector<std::pair<int64_t, std::string>>& reasons);
 
   absl::Status AppendEvent(int64_t job_id, const std::string& message);
