@@ -334,8 +334,35 @@ absl::StatusOr<Errors> CheckRmsNorm(Checker& c, DType dt, int64_t rows, int64_t 
                 {"dw", RelErr(dw.ToVector(), rdw)}};
 }
 
+// With D % 8 == 0 and aligned buffers Rope takes its vector path; the same
+// rotation of `x` through buffers one element off 16-byte alignment takes
+// the per-pair path and must give `vec_y` bitwise.
+absl::Status CheckRopePairPath(Checker& c, DType dt, int64_t B, int64_t T, int64_t H, int64_t D, const float* table,
+                               const Vec& x, const Vec& vec_y) {
+  const int64_t n = B * T * H * D;
+  Vec padded(n + 8, 0.0);
+  std::copy(x.begin(), x.end(), padded.begin() + 1);
+  LOOM_ASSIGN_OR_RETURN(Tensor dx, c.Up(Tensor::FromVector({n + 8}, padded, dt)));
+  LOOM_ASSIGN_OR_RETURN(Tensor dy, c.Poisoned({n + 8}, dt));
+  const int64_t es = dt == DType::kBF16 ? 2 : 4;
+  const kern::Dt k = dt == DType::kBF16 ? kern::kBF16 : kern::kF32;
+  LOOM_RETURN_IF_ERROR(CudaErrorStatus(kern::Rope(k, B, T, H, D, false, table, static_cast<char*>(dx.raw_data()) + es,
+                                                  static_cast<char*>(dy.raw_data()) + es, c.stream()),
+                                       "rope, unaligned"));
+  LOOM_ASSIGN_OR_RETURN(dy, ToHostSync(c, dy));
+  const Vec pair_y = dy.ToVector();
+  for (int64_t i = 0; i < n; ++i) {
+    if (pair_y[i + 1] != vec_y[i]) {
+      return absl::InternalError(absl::StrCat("rope: the per-pair path gives ", pair_y[i + 1], " at element ", i,
+                                              ", the vector path ", vec_y[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // Rotary embedding (rope.h): the angle table, then the rotation (and its
-// inverse) of x [B, T, H, D], against the f64 rotation by the f64 angles.
+// inverse) of x [B, T, H, D], against the f64 rotation by the f64 angles;
+// with D % 8 == 0 also the per-pair path against the vector path, bitwise.
 absl::StatusOr<Errors> CheckRope(Checker& c, DType dt, int64_t B, int64_t T, int64_t H, int64_t D, int64_t offset) {
   const double theta = 10000.0;
   HostInput x = c.Normal({B, T, H, D}, dt, 1.0);
@@ -362,7 +389,9 @@ absl::StatusOr<Errors> CheckRope(Checker& c, DType dt, int64_t B, int64_t T, int
       CudaErrorStatus(kern::Rope(k, B, T, H, D, true, tp, dx.raw_data(), yi.raw_data(), c.stream()), "rope inverse"));
   LOOM_ASSIGN_OR_RETURN(y, ToHostSync(c, y));
   LOOM_ASSIGN_OR_RETURN(yi, ToHostSync(c, yi));
-  return Errors{{"y", RelErr(y.ToVector(), ry)}, {"inverse", RelErr(yi.ToVector(), rinv)}};
+  const Vec yv = y.ToVector();
+  if (D % 8 == 0) LOOM_RETURN_IF_ERROR(CheckRopePairPath(c, dt, B, T, H, D, tp, x.values, yv));
+  return Errors{{"y", RelErr(yv, ry)}, {"inverse", RelErr(yi.ToVector(), rinv)}};
 }
 
 // Row sums and maxima (reductions.h RowReduce), run twice (bitwise rerun).
@@ -606,8 +635,13 @@ void AddStepKernelChecks(Checker& c, const RunFn& run) {
       [&] { return CheckRope(c, bf, 2, 2048, 32, 64, 0); });
   run("rope (table) fwd, inverse", f32, "B=2 T=37 H=3 D=128 offset=5", 1e-5,
       [&] { return CheckRope(c, f32, 2, 37, 3, 128, 5); });
+  run("rope (table) fwd, inverse, per pair", bf, "B=1 T=33 H=5 D=12", 1e-2,
+      [&] { return CheckRope(c, bf, 1, 33, 5, 12, 0); });
   for (bool residual : {false, true})
-    for (const SumCase& s : std::vector<SumCase>{{bf, 4096, 2048, 0}, {f32, 300, 768, 0}, {f32, 7, 37, 0}})
+    // bf16 with cols % 8 == 0 takes the vector path (1, 1 and 4 vectors a
+    // thread; 333 rows put several rows on each block); the rest the other.
+    for (const SumCase& s : std::vector<SumCase>{{bf, 4096, 2048, 0}, {bf, 333, 768, 0}, {bf, 64, 5120, 0},
+                                                 {bf, 50, 100, 0}, {f32, 300, 768, 0}, {f32, 7, 37, 0}})
       run(residual ? "rmsnorm fwd, bwd + residual" : "rmsnorm fwd, bwd", s.dt,
           ShapeStr({{"rows", s.rows}, {"cols", s.cols}}), s.dt == f32 ? 1e-4 : 1e-2,
           [&] { return CheckRmsNorm(c, s.dt, s.rows, s.cols, residual); });
