@@ -153,7 +153,7 @@ class Agent {
   // The heartbeat thread: a Heartbeat call every interval the coordinator
   // gave at registration, so a slow pass of the order thread (a log upload
   // to a busy coordinator) never reads as a dead agent. It beats only while
-  // the order thread has finished a pass within kStuckOrderLoop, so an agent
+  // the order thread has finished a pass within kStuckOrderLoopMs, so an agent
   // whose order thread is wedged is still declared lost (agent_heartbeat.cc).
   void HeartbeatLoop();
 
