@@ -31,35 +31,10 @@
 namespace loom::kernels::cuda::codegen {
 namespace {
 
+// After kBlockThreadsShim (host_exec_util.h): the bit casts, atomics and
+// bf16 conversions the generated row-wise kernels use.
 constexpr char kShim[] = R"(// Host shim for generated row-wise kernels.
 #define LOOM_ROW_HOST 1
-#include <math.h>
-#include <pthread.h>
-#include <stdint.h>
-#include <string.h>
-#include <functional>
-#include <thread>
-#include <vector>
-#define __global__
-#define __device__
-#define __forceinline__ inline
-#define __launch_bounds__(n)
-#define __shared__ static
-struct LoomDim3 { unsigned int x, y, z; };
-static LoomDim3 gridDim = {1, 1, 1}, blockDim = {1, 1, 1}, blockIdx = {0, 0, 0};
-static thread_local LoomDim3 threadIdx = {0, 0, 0};
-static pthread_barrier_t loom_bar;
-static float loom_xchg[1024];
-static inline void __syncthreads() { pthread_barrier_wait(&loom_bar); }
-static inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
-static inline float __shfl_xor_sync(unsigned, float v, int m) {
-  const unsigned t = threadIdx.x;
-  loom_xchg[t] = v;
-  __syncthreads();
-  const float r = loom_xchg[t ^ (unsigned)m];
-  __syncthreads();
-  return r;
-}
 static inline unsigned atomicAdd(unsigned* p, unsigned v) { return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST); }
 static inline float __uint_as_float(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
 static inline float __int_as_float(unsigned int u) { float f; memcpy(&f, &u, 4); return f; }
@@ -73,18 +48,6 @@ static inline unsigned short loom_rf2bf(float f) {
 }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 #define __expf(x) expf(x)
-static void loom_host_run(unsigned grid, unsigned block, const std::function<void()>& f) {
-  gridDim = {grid, 1, 1};
-  blockDim = {block, 1, 1};
-  pthread_barrier_init(&loom_bar, nullptr, block);
-  for (unsigned b = 0; b < grid; ++b) {
-    blockIdx = {b, 0, 0};
-    std::vector<std::thread> th;
-    for (unsigned t = 0; t < block; ++t) th.emplace_back([&f, t] { threadIdx = {t, 0, 0}; f(); });
-    for (std::thread& x : th) x.join();
-  }
-  pthread_barrier_destroy(&loom_bar);
-}
 )";
 
 
@@ -110,7 +73,7 @@ class HostExec : public ::testing::Test {
     const std::string dir = absl::StrCat(tmp ? tmp : "/tmp", "/row_host_exec_", ::getpid());
     ASSERT_EQ(std::system(absl::StrCat("mkdir -p '", dir, "'").c_str()), 0);
     const std::string src = dir + "/kernels.cc", so = dir + "/kernels.so", log = dir + "/cc.log";
-    std::ofstream(src) << kShim << tu_;
+    std::ofstream(src) << kBlockThreadsShim << kShim << tu_;
     const std::string cmd = absl::StrCat(cxx_, " -std=c++17 -O1 -w -fPIC -shared -pthread -o '", so, "' '", src,
                                          "' > '", log, "' 2>&1");
     ASSERT_EQ(std::system(cmd.c_str()), 0) << "host compile failed:\n" << ReadWholeFile(log).substr(0, 6000);
