@@ -1,5 +1,6 @@
 // Device helpers shared by the raw-pointer kernels (dtype_code.h): loads and
-// stores by dtype code (bf16 read as f32, rounded once on store, RN), fixed-
+// stores by dtype code (bf16 read as f32, rounded once on store, RN), 16-byte
+// vector loads and stores, fixed-
 // order block reductions (deterministic), the grid size of grid-stride loops,
 // and the fixed-order sum of column partials. Include only from .cu files.
 #pragma once
@@ -24,6 +25,29 @@ __device__ __forceinline__ void St(void* p, int dt, int64_t i, float v) {
   if (dt == kBF16) static_cast<bf16*>(p)[i] = __float2bfloat16_rn(v);
   else static_cast<float*>(p)[i] = v;
 }
+// 16-byte vectors: 8 bf16 from one load as floats, 8 floats rounded (to
+// nearest even) into one bf16 store, and 8 f32 from two loads. The pointers
+// behind them must be 16-byte aligned.
+__device__ __forceinline__ void Unpack8(const uint4& u, float* f) {
+  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    const float2 t = __bfloat1622float2(h[k]);
+    f[2 * k] = t.x, f[2 * k + 1] = t.y;
+  }
+}
+__device__ __forceinline__ uint4 Pack8(const float* f) {
+  uint4 u;
+  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
+  return u;
+}
+__device__ __forceinline__ void Load8(const float* p, float* f) {
+  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
+  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+}
+
 __device__ __forceinline__ int64_t LdId(const void* p, int dt, int64_t i) {
   return dt == kI64 ? static_cast<const int64_t*>(p)[i] : static_cast<int64_t>(static_cast<const int32_t*>(p)[i]);
 }

@@ -11,6 +11,7 @@
 // deterministic, no atomics).
 #include <cuda_bf16.h>
 
+#include "kernels/cuda/device_util.cuh"
 #include "kernels/cuda/layernorm_kernels.h"
 
 namespace loom::kernels::cuda::launch {
@@ -20,30 +21,10 @@ using bf16_t = __nv_bfloat16;
 
 constexpr int kThreads = 256;  // 8 warps, 8 rows in flight per block
 
-__device__ __forceinline__ float WarpSum(float v) {
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-__device__ __forceinline__ void Unpack8(const uint4& u, float* f) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const float2 t = __bfloat1622float2(h[k]);
-    f[2 * k] = t.x;
-    f[2 * k + 1] = t.y;
-  }
-}
-__device__ __forceinline__ uint4 Pack8(const float* f) {
-  uint4 u;
-  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
-#pragma unroll
-  for (int k = 0; k < 4; ++k) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
-  return u;
-}
-__device__ __forceinline__ void Load8(const float* p, float* f) {
-  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
-  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
-}
+using kern::Load8;
+using kern::Pack8;
+using kern::Unpack8;
+using kern::WarpSum;
 
 template <int kVec, bool kRes, int kMinBlocks>
 __global__ void __launch_bounds__(kThreads, kMinBlocks)

@@ -56,27 +56,6 @@ __global__ void RmsBwdDwPartK(int dt, int64_t rows, int64_t cols, int64_t chunk,
 
 constexpr int64_t kVecMaxCols = 8 * 4 * kThreads;  // 4 vectors a thread
 
-// 8 bf16 from a 16-byte load, and back (rounded to nearest even).
-__device__ __forceinline__ void Unpack8(const uint4& u, float* f) {
-  const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&u);
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const float2 t = __bfloat1622float2(h[k]);
-    f[2 * k] = t.x, f[2 * k + 1] = t.y;
-  }
-}
-__device__ __forceinline__ uint4 Pack8(const float* f) {
-  uint4 u;
-  __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&u);
-#pragma unroll
-  for (int k = 0; k < 4; ++k) h[k] = __floats2bfloat162_rn(f[2 * k], f[2 * k + 1]);
-  return u;
-}
-__device__ __forceinline__ void Load8(const float* p, float* f) {
-  const float4 a = reinterpret_cast<const float4*>(p)[0], b = reinterpret_cast<const float4*>(p)[1];
-  f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
-}
-
 // Forward, vector path: thread t owns column vectors t, t + blockDim, ... (at
 // most kVec of them); rows grid-stride.
 template <int kVec>

@@ -45,19 +45,8 @@ __global__ void RopeK(int dt, int64_t T, int64_t H, int64_t D, bool inverse, con
 }
 
 // 16 bytes of x as floats, and back (bf16 rounded to nearest even).
-__device__ __forceinline__ void Load16(const bf16* p, float (&v)[8]) {
-  const uint4 u = *reinterpret_cast<const uint4*>(p);
-  const bf16* e = reinterpret_cast<const bf16*>(&u);
-#pragma unroll
-  for (int k = 0; k < 8; ++k) v[k] = __bfloat162float(e[k]);
-}
-__device__ __forceinline__ void Store16(bf16* p, const float (&v)[8]) {
-  uint4 u;
-  bf16* e = reinterpret_cast<bf16*>(&u);
-#pragma unroll
-  for (int k = 0; k < 8; ++k) e[k] = __float2bfloat16_rn(v[k]);
-  *reinterpret_cast<uint4*>(p) = u;
-}
+__device__ __forceinline__ void Load16(const bf16* p, float (&v)[8]) { Unpack8(*reinterpret_cast<const uint4*>(p), v); }
+__device__ __forceinline__ void Store16(bf16* p, const float (&v)[8]) { *reinterpret_cast<uint4*>(p) = Pack8(v); }
 __device__ __forceinline__ void Load16(const float* p, float (&v)[4]) {
   const float4 u = *reinterpret_cast<const float4*>(p);
   v[0] = u.x, v[1] = u.y, v[2] = u.z, v[3] = u.w;
