@@ -86,6 +86,53 @@ void Row(const char* name, const std::string& shape, double bytes, double ms) {
   std::printf("%-34s %-28s %9.3f %9.1f %7.0f%%\n", name, shape.c_str(), ms, gbs, copy_gbs > 0 ? 100 * gbs / copy_gbs : 0);
 }
 
+#ifdef LOOM_HAVE_CUDA  // the raw-pointer kernels exist only in CUDA builds
+// RMSNorm at llama-1b's rows (B 8 x T 2048, C 2048), bf16, forward and
+// backward with the residual gradient: the vector path (aligned buffers)
+// and the other (the same buffers one element off 16-byte alignment).
+void BenchRmsNorm(StreamHandle s) {
+  const DType bf = DType::kBF16;
+  const int64_t R = 16384, Cn = 2048, n = R * Cn;
+  Tensor x = Buf(n + 8, bf), y = Buf(n + 8, bf), dy = Buf(n + 8, bf), dres = Buf(n + 8, bf), dx = Buf(n + 8, bf);
+  Tensor w = Buf(Cn, DType::kF32), rs = Buf(R, DType::kF32), dw = Buf(Cn, DType::kF32),
+         ws = Buf(kern::RmsNormBwdWorkspaceFloats(R, Cn), DType::kF32);
+  const float* wp = static_cast<const float*>(w.raw_data());
+  float* rsp = static_cast<float*>(rs.raw_data());
+  auto at = [](Tensor& t, int64_t off) { return static_cast<char*>(t.raw_data()) + 2 * off; };
+  for (int64_t off : {int64_t{0}, int64_t{1}}) {
+    const std::string path = off == 0 ? " (vector path)" : " (other path)";
+    Row(("rmsnorm fwd bf16" + path).c_str(), "16384x2048", 2.0 * n * 2, MedianMs([&] {
+          if (kern::RmsNormForward(kern::kBF16, R, Cn, at(x, off), wp, 1e-6, at(y, off), rsp, s) != 0) std::exit(1);
+        }));
+    Row(("rmsnorm bwd +dres bf16" + path).c_str(), "16384x2048", 4.0 * n * 2, MedianMs([&] {
+          if (kern::RmsNormBackward(kern::kBF16, R, Cn, at(dy, off), at(x, off), wp, rsp, at(dx, off),
+                                    static_cast<float*>(dw.raw_data()), static_cast<float*>(ws.raw_data()), s,
+                                    at(dres, off)) != 0)
+            std::exit(1);
+        }));
+  }
+}
+
+// RoPE of llama-1b's queries (B 8, T 2048, 32 heads, D 64), bf16: the
+// vector path (aligned buffers) and the per-pair path (the same buffers
+// one element off 16-byte alignment), each reading x once and writing y.
+void BenchRope(StreamHandle s) {
+  const DType bf = DType::kBF16;
+  const int64_t B = 8, T = 2048, H = 32, D = 64, n = B * T * H * D;
+  Tensor x = Buf(n + 8, bf), y = Buf(n + 8, bf), table = Buf(kern::RopeTableFloats(T, D), DType::kF32);
+  float* tp = static_cast<float*>(table.raw_data());
+  if (kern::RopeTable(T, D, 10000.0, 0, tp, s) != 0) std::exit(1);
+  for (int64_t off : {int64_t{0}, int64_t{1}}) {
+    const void* xp = static_cast<const char*>(x.raw_data()) + 2 * off;
+    void* yp = static_cast<char*>(y.raw_data()) + 2 * off;
+    Row(off == 0 ? "rope bf16 (vector path)" : "rope bf16 (per-pair path)", "8x2048x32x64", 2.0 * n * 2,
+        MedianMs([&] {
+          if (kern::Rope(kern::kBF16, B, T, H, D, false, tp, xp, yp, s) != 0) std::exit(1);
+        }));
+  }
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -161,47 +208,8 @@ int main(int argc, char** argv) {
             std::exit(1);
         }));
   }
-  {
-    // RMSNorm at llama-1b's rows (B 8 x T 2048, C 2048), bf16, forward and
-    // backward with the residual gradient: the vector path (aligned buffers)
-    // and the other (the same buffers one element off 16-byte alignment).
-    const int64_t R = 16384, Cn = 2048, n = R * Cn;
-    Tensor x = Buf(n + 8, bf), y = Buf(n + 8, bf), dy = Buf(n + 8, bf), dres = Buf(n + 8, bf), dx = Buf(n + 8, bf);
-    Tensor w = Buf(Cn, DType::kF32), rs = Buf(R, DType::kF32), dw = Buf(Cn, DType::kF32),
-           ws = Buf(kern::RmsNormBwdWorkspaceFloats(R, Cn), DType::kF32);
-    const float* wp = static_cast<const float*>(w.raw_data());
-    float* rsp = static_cast<float*>(rs.raw_data());
-    auto at = [](Tensor& t, int64_t off) { return static_cast<char*>(t.raw_data()) + 2 * off; };
-    for (int64_t off : {int64_t{0}, int64_t{1}}) {
-      const std::string path = off == 0 ? " (vector path)" : " (other path)";
-      Row(("rmsnorm fwd bf16" + path).c_str(), "16384x2048", 2.0 * n * 2, MedianMs([&] {
-            if (kern::RmsNormForward(kern::kBF16, R, Cn, at(x, off), wp, 1e-6, at(y, off), rsp, s) != 0) std::exit(1);
-          }));
-      Row(("rmsnorm bwd +dres bf16" + path).c_str(), "16384x2048", 4.0 * n * 2, MedianMs([&] {
-            if (kern::RmsNormBackward(kern::kBF16, R, Cn, at(dy, off), at(x, off), wp, rsp, at(dx, off),
-                                      static_cast<float*>(dw.raw_data()), static_cast<float*>(ws.raw_data()), s,
-                                      at(dres, off)) != 0)
-              std::exit(1);
-          }));
-    }
-  }
-  {
-    // RoPE of llama-1b's queries (B 8, T 2048, 32 heads, D 64), bf16: the
-    // vector path (aligned buffers) and the per-pair path (the same buffers
-    // one element off 16-byte alignment), each reading x once and writing y.
-    const int64_t B = 8, T = 2048, H = 32, D = 64, n = B * T * H * D;
-    Tensor x = Buf(n + 8, bf), y = Buf(n + 8, bf), table = Buf(kern::RopeTableFloats(T, D), DType::kF32);
-    float* tp = static_cast<float*>(table.raw_data());
-    if (kern::RopeTable(T, D, 10000.0, 0, tp, s) != 0) std::exit(1);
-    for (int64_t off : {int64_t{0}, int64_t{1}}) {
-      const void* xp = static_cast<const char*>(x.raw_data()) + 2 * off;
-      void* yp = static_cast<char*>(y.raw_data()) + 2 * off;
-      Row(off == 0 ? "rope bf16 (vector path)" : "rope bf16 (per-pair path)", "8x2048x32x64", 2.0 * n * 2,
-          MedianMs([&] {
-            if (kern::Rope(kern::kBF16, B, T, H, D, false, tp, xp, yp, s) != 0) std::exit(1);
-          }));
-    }
-  }
+  BenchRmsNorm(s);
+  BenchRope(s);
   {
     // Grad norm over the GPT-2 124M parameter gradients (12 layers + embeddings), f32.
     std::vector<int64_t> sizes = {50304 * 768, 1024 * 768};
