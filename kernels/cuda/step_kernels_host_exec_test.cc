@@ -1,8 +1,10 @@
-// Runs the hand-written RoPE and RMSNorm kernels (rope.cu, rmsnorm.cu, with
-// fill.cu which rmsnorm.cu calls) on the host, so that their index math and
-// paths are checked without a GPU. The sources are compiled unchanged by the
-// host C++ compiler after one rewrite: each launch `K<<<grid, block, ...>>>(args)`
-// becomes `loom_launch(grid, block, [&] { K(args); })`. A shim supplies the
+// Runs the hand-written RoPE, RMSNorm and cross-entropy kernels (rope.cu,
+// rmsnorm.cu, cross_entropy.cu, with fill.cu which they call) on the host,
+// so that their index math and paths are checked without a GPU. The sources
+// are compiled unchanged by the host C++ compiler after two rewrites: each
+// launch `K<<<grid, block, ...>>>(args)` becomes
+// `loom_launch(grid, block, [&] { K(args); })`, and dynamic shared memory a
+// static array. A shim supplies the
 // CUDA execution model (kBlockThreadsShim: host threads, barriers, shuffles)
 // and the CUDA types and intrinsics these files use (bf16 with
 // round-to-nearest-even, uint4/float4, dim3, __fmaf_rn). Outputs are checked
@@ -61,6 +63,9 @@ static inline __nv_bfloat162 __floats2bfloat162_rn(float a, float b) {
   return __nv_bfloat162{__float2bfloat16_rn(a), __float2bfloat16_rn(b)};
 }
 static inline float __fmaf_rn(float a, float b, float c) { return fmaf(a, b, c); }
+#define __expf(x) expf(x)
+enum cudaFuncAttribute { cudaFuncAttributeMaxDynamicSharedMemorySize = 8 };
+template <typename F> static inline cudaError_t cudaFuncSetAttribute(F, cudaFuncAttribute, int) { return cudaSuccess; }
 static inline float __fmul_rn(float a, float b) { return a * b; }
 template <typename T> static inline T min(T a, T b) { return a < b ? a : b; }
 template <typename T> static inline T max(T a, T b) { return a < b ? b : a; }
@@ -108,6 +113,19 @@ std::string HostLaunches(const std::string& src) {
   return out + src.substr(from);
 }
 
+// `src` with each `extern __shared__ T name[];` (dynamic shared memory) as a
+// static array of 256 KiB, more than any launch here asks for.
+std::string StaticDynamicShared(std::string src) {
+  const std::string key = "extern __shared__ ";
+  for (size_t at; (at = src.find(key)) != std::string::npos;) {
+    const size_t end = src.find("[];", at);
+    const std::string decl = src.substr(at + key.size(), end - at - key.size());  // "T name"
+    const std::string type = decl.substr(0, decl.find(' '));
+    src.replace(at, end + 3 - at, absl::StrCat("static ", decl, "[262144 / sizeof(", type, ")];"));
+  }
+  return src;
+}
+
 TEST(HostLaunches, RewritesEachLaunchForm) {
   EXPECT_EQ(HostLaunches("A<<<g(1, 2), 256, 0, s>>>(x, f(y));"), "loom_launch(g(1, 2),  256, [&] { A(x, f(y)); });");
   EXPECT_EQ(HostLaunches("if (p) B<T, 4><<<n, t>>>(a);"), "if (p) loom_launch(n,  t, [&] { B<T, 4>(a); });");
@@ -122,6 +140,11 @@ class StepKernels : public ::testing::Test {
   using RmsWsFn = int64_t (*)(int64_t, int64_t);
   using RmsBwdFn = int (*)(int, int64_t, int64_t, const void*, const void*, const float*, const float*, void*,
                            float*, float*, const void*);
+  using CeFwdFn = int (*)(int, int64_t, int64_t, const void*, const int32_t*, float*, float*, float*);
+  using CeBwdFn = int (*)(int, int64_t, int64_t, const float*, const void*, const int32_t*, const float*, void*,
+                          float*);
+  using CeFusedFn = int (*)(int, int64_t, int64_t, const float*, const void*, const int32_t*, float*, float*, void*,
+                            float*);
 
   static void SetUpTestSuite() {
     const std::string cxx = FindHostCompiler();
@@ -132,10 +155,11 @@ class StepKernels : public ::testing::Test {
     std::ofstream(dir + "/inc/cuda_runtime.h") << "";
     std::ofstream(dir + "/inc/cuda_bf16.h") << "";
     std::string tu = std::string(codegen::kBlockThreadsShim) + kCudaShim;
-    for (const char* f : {"kernels/cuda/fill.cu", "kernels/cuda/rope.cu", "kernels/cuda/rmsnorm.cu"}) {
+    for (const char* f : {"kernels/cuda/fill.cu", "kernels/cuda/rope.cu", "kernels/cuda/rmsnorm.cu",
+                          "kernels/cuda/cross_entropy.cu"}) {
       const std::string src = ReadWholeFile(f);
       ASSERT_FALSE(src.empty()) << "cannot read " << f;
-      absl::StrAppend(&tu, "#line 1 \"", f, "\"\n", HostLaunches(src));
+      absl::StrAppend(&tu, "#line 1 \"", f, "\"\n", StaticDynamicShared(HostLaunches(src)));
     }
     tu += R"(
 namespace k = loom::kernels::cuda::kern;
@@ -151,6 +175,19 @@ extern "C" int rms_fwd(int dt, int64_t rows, int64_t cols, const void* x, const 
   return k::RmsNormForward(k::Dt(dt), rows, cols, x, w, eps, y, rstd, nullptr);
 }
 extern "C" int64_t rms_ws(int64_t rows, int64_t cols) { return k::RmsNormBwdWorkspaceFloats(rows, cols); }
+extern "C" int ce_fwd(int ldt, int64_t rows, int64_t vocab, const void* logits, const int32_t* t, float* lse,
+                      float* row_loss, float* loss) {
+  return k::CrossEntropyForward(k::Dt(ldt), k::kI32, rows, vocab, logits, t, -100, lse, row_loss, loss, nullptr);
+}
+extern "C" int ce_bwd(int ldt, int64_t rows, int64_t vocab, const float* dloss, const void* logits, const int32_t* t,
+                      const float* lse, void* dlogits, float* ws) {
+  return k::CrossEntropyBackward(k::Dt(ldt), k::kI32, rows, vocab, dloss, logits, t, lse, -100, dlogits, ws, nullptr);
+}
+extern "C" int ce_fused(int ldt, int64_t rows, int64_t vocab, const float* dloss, const void* logits,
+                        const int32_t* t, float* lse, float* loss, void* dlogits, float* ws) {
+  return k::CrossEntropyFused(k::Dt(ldt), k::kI32, rows, vocab, dloss, logits, t, -100, lse, loss, dlogits, ws,
+                              nullptr);
+}
 extern "C" int rms_bwd(int dt, int64_t rows, int64_t cols, const void* dy, const void* x, const float* w,
                        const float* rstd, void* dx, float* dw, float* ws, const void* dres) {
   return k::RmsNormBackward(k::Dt(dt), rows, cols, dy, x, w, rstd, dx, dw, ws, nullptr, dres);
@@ -337,6 +374,60 @@ TEST_F(StepKernels, RmsNormForwardAndBackwardMatchF64OnEveryPath) {
       EXPECT_LT(RelErr(Read(dx, c.dt, n), rdx), tol) << name << ": dx";
       EXPECT_LT(RelErr(Read(dw, kF32, C), rdw), 1e-5) << name << ": dw";
     }
+  }
+}
+
+struct CeCase {
+  int dt;
+  int64_t rows, vocab;
+  int shift;  // 1: logits and dlogits off 16-byte alignment (the element kernels)
+};
+
+// Forward, backward and fused on each path: bf16 with vocab % 8 == 0 takes
+// the vector kernels (the fused one keeping rows in shared memory up to
+// vocab 102400, re-reading them beyond); the rest the element kernels. Row 1
+// is ignored (-100) and row 2's target is out of range (ignored too).
+TEST_F(StepKernels, CrossEntropyMatchesF64OnEveryPath) {
+  auto fwd = Fn<CeFwdFn>("ce_fwd");
+  auto bwd = Fn<CeBwdFn>("ce_bwd");
+  auto fused = Fn<CeFusedFn>("ce_fused");
+  ASSERT_TRUE(fwd && bwd && fused);
+  for (const CeCase& c : {CeCase{kBF16, 5, 64, 0}, CeCase{kBF16, 4, 102408, 0}, CeCase{kBF16, 4, 64, 1},
+                          CeCase{kBF16, 3, 100, 0}, CeCase{kF32, 4, 37, 0}}) {
+    const int64_t R = c.rows, V = c.vocab, n = R * V, es = c.dt == kBF16 ? 2 : 4;
+    const std::string name =
+        absl::StrCat(c.dt == kBF16 ? "bf16 " : "f32 ", R, "x", V, c.shift ? " unaligned" : "");
+    Buffer logits(n, es, c.shift), dl(n, es, c.shift), dl2(n, es, c.shift);
+    const std::vector<double> x = Fill(logits, c.dt, n, 5, 4.0);
+    std::vector<int32_t> t(R);
+    for (int64_t r = 0; r < R; ++r) t[r] = r == 1 ? -100 : r == 2 ? static_cast<int32_t>(V) : static_cast<int32_t>((r * 7919) % V);
+    Buffer lse(R, 4), lse2(R, 4), rl(R + 1, 4), loss(1, 4), loss2(1, 4), ws(R + 1, 4), dloss(1, 4);
+    dloss.f32()[0] = 1.5f;
+    ASSERT_EQ(fwd(c.dt, R, V, logits.get(), t.data(), lse.f32(), rl.f32(), loss.f32()), 0);
+    ASSERT_EQ(bwd(c.dt, R, V, dloss.f32(), logits.get(), t.data(), lse.f32(), dl.get(), ws.f32()), 0);
+    ASSERT_EQ(fused(c.dt, R, V, dloss.f32(), logits.get(), t.data(), lse2.f32(), loss2.f32(), dl2.get(), ws.f32()), 0);
+    std::vector<double> rlse(R), rdl(n, 0.0);
+    double rloss = 0;
+    int valid = 0;
+    for (int64_t r = 0; r < R; ++r) valid += t[r] >= 0 && t[r] < V;
+    for (int64_t r = 0; r < R; ++r) {
+      double mx = -INFINITY, sum = 0;
+      for (int64_t j = 0; j < V; ++j) mx = std::max(mx, x[r * V + j]);
+      for (int64_t j = 0; j < V; ++j) sum += std::exp(x[r * V + j] - mx);
+      rlse[r] = mx + std::log(sum);
+      if (t[r] < 0 || t[r] >= V) continue;
+      rloss += rlse[r] - x[r * V + t[r]];
+      for (int64_t j = 0; j < V; ++j)
+        rdl[r * V + j] = 1.5 / valid * (std::exp(x[r * V + j] - rlse[r]) - (j == t[r] ? 1.0 : 0.0));
+    }
+    rloss /= std::max(1, valid);
+    const double tol = c.dt == kBF16 ? 1e-2 : 1e-5;
+    EXPECT_LT(RelErr(Read(lse, kF32, R), rlse), 1e-5) << name << ": lse";
+    EXPECT_LT(RelErr(Read(loss, kF32, 1), {rloss}), 1e-5) << name << ": loss";
+    EXPECT_LT(RelErr(Read(dl, c.dt, n), rdl), tol) << name << ": dlogits";
+    EXPECT_LT(RelErr(Read(lse2, kF32, R), rlse), 1e-5) << name << ": fused lse";
+    EXPECT_LT(RelErr(Read(loss2, kF32, 1), {rloss}), 1e-5) << name << ": fused loss";
+    EXPECT_LT(RelErr(Read(dl2, c.dt, n), rdl), tol) << name << ": fused dlogits";
   }
 }
 
