@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/tensor.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/codegen/host_exec_util.h"
 
@@ -277,14 +278,10 @@ std::vector<double> Read(Buffer& b, int dt, int64_t n) {
     v[i] = dt == kBF16 ? FromBf16(static_cast<uint16_t*>(b.get())[i]) : static_cast<float*>(b.get())[i];
   return v;
 }
+// ||out - ref|| / ||ref|| (base/tensor.h's RelativeError).
 double RelErr(const std::vector<double>& out, const std::vector<double>& ref) {
-  double num = 0, den = 0;
-  for (size_t i = 0; i < ref.size(); ++i) {
-    if (!std::isfinite(out[i])) return INFINITY;
-    num += (out[i] - ref[i]) * (out[i] - ref[i]);
-    den += ref[i] * ref[i];
-  }
-  return den == 0 ? (num == 0 ? 0 : INFINITY) : std::sqrt(num / den);
+  const int64_t n = static_cast<int64_t>(ref.size());
+  return RelativeError(Tensor::FromVector({n}, out, DType::kF64), Tensor::FromVector({n}, ref, DType::kF64));
 }
 
 struct RopeCase {
