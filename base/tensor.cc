@@ -3,11 +3,54 @@
 #include <cmath>
 #include <cstring>
 #include <numeric>
+#include <type_traits>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "base/thread_pool.h"
 
 namespace loom {
+namespace {
+
+// One element through double, as GetDouble and SetDouble convert it.
+template <typename S>
+double AsDouble(S x) {
+  if constexpr (std::is_same_v<S, BF16> || std::is_same_v<S, F16>) {
+    return static_cast<double>(static_cast<float>(x));
+  } else {
+    return static_cast<double>(x);
+  }
+}
+template <typename D>
+D FromDouble(double v) {
+  if constexpr (std::is_same_v<D, BF16> || std::is_same_v<D, F16>) {
+    return D(static_cast<float>(v));
+  } else {
+    return static_cast<D>(v);
+  }
+}
+
+// Element loops over contiguous host buffers are split over the global
+// thread pool in pieces of at least this many elements (bytes for memset).
+constexpr int64_t kParallelGrain = int64_t{1} << 18;
+
+// dst[i] = src[i] converted, for n contiguous elements: the values that
+// SetDouble(i, GetDouble(i)) gives, without the per-element dispatch.
+void ConvertContiguous(const void* src, DType sdt, void* dst, DType ddt, int64_t n) {
+  VisitDType(sdt, [&](auto stag) {
+    using S = decltype(stag);
+    VisitDType(ddt, [&](auto dtag) {
+      using D = decltype(dtag);
+      const S* s = static_cast<const S*>(src);
+      D* d = static_cast<D*>(dst);
+      ThreadPool::Global().ParallelFor(n, kParallelGrain, [&](int64_t lo, int64_t hi) {
+        for (int64_t i = lo; i < hi; ++i) d[i] = FromDouble<D>(AsDouble(s[i]));
+      });
+    });
+  });
+}
+
+}  // namespace
 
 std::string ShapeToString(absl::Span<const int64_t> shape) {
   return absl::StrCat("[", absl::StrJoin(shape, ", "), "]");
@@ -83,7 +126,9 @@ Tensor Tensor::MustEmpty(absl::Span<const int64_t> shape, DType dtype) {
 
 Tensor Tensor::Zeros(absl::Span<const int64_t> shape, DType dtype) {
   Tensor t = MustEmpty(shape, dtype);
-  if (t.nbytes() > 0) std::memset(t.raw_data(), 0, t.nbytes());
+  char* p = static_cast<char*>(t.raw_data());
+  ThreadPool::Global().ParallelFor(static_cast<int64_t>(t.nbytes()), 16 * kParallelGrain,
+                                   [p](int64_t lo, int64_t hi) { std::memset(p + lo, 0, hi - lo); });
   return t;
 }
 
@@ -272,6 +317,10 @@ absl::Status Tensor::CopyFrom(const Tensor& src) {
     return absl::UnimplementedError("copy: Tensor::CopyFrom handles host tensors only");
   if (src.dtype_ == dtype_ && is_contiguous() && src.is_contiguous()) {
     if (nbytes() > 0) std::memmove(raw_data(), src.raw_data(), nbytes());
+    return absl::OkStatus();
+  }
+  if (is_contiguous() && src.is_contiguous()) {
+    ConvertContiguous(src.raw_data(), src.dtype_, raw_data(), dtype_, numel_);
     return absl::OkStatus();
   }
   for (int64_t i = 0; i < numel_; ++i) SetDouble(i, src.GetDouble(i));

@@ -1,6 +1,7 @@
 #include "base/tensor.h"
 
 #include <cmath>
+#include <cstring>
 
 #include "gtest/gtest.h"
 
@@ -83,6 +84,56 @@ TEST(Tensor, DTypeConversionAndRelativeError) {
   EXPECT_EQ(RelativeError(h, t), 0);
   Tensor u = Tensor::FromVector({3}, {1.5, -2, 4}, DType::kF64);
   EXPECT_NEAR(RelativeError(u, t), 1.0 / std::sqrt(1.5 * 1.5 + 4 + 9), 1e-12);
+}
+
+// To() of contiguous tensors converts in typed loops split over the thread
+// pool; it must give exactly the element-by-element values of
+// SetDouble(i, GetDouble(i)), for every pair of dtypes, on values that
+// round (bf16/f16 ties, overflow to inf), NaN and infinities, over enough
+// elements (2^19 + 3) that several threads take part.
+TEST(Tensor, ContiguousConversionMatchesTheElementPath) {
+  const int64_t n = (int64_t{1} << 19) + 3;
+  Tensor src = Tensor::MustEmpty({n}, DType::kF64);
+  const double special[] = {0.0, -0.0, 1.0 + 1.0 / 256, 1.0 + 3.0 / 256, 65504.0, 65520.0, 1e39, -1e39,
+                            1e-40, 3.4e38, std::nan(""), INFINITY, -INFINITY, 2147483647.0, -3.75, 255.5};
+  uint64_t x = 88172645463325252ull;
+  for (int64_t i = 0; i < n; ++i) {
+    x ^= x << 13, x ^= x >> 7, x ^= x << 17;
+    const double r = static_cast<double>(x % 2000001) / 1000.0 - 1000.0;  // [-1000, 1000], 3 decimals
+    src.data<double>()[i] = i < 16 ? special[i] : r;
+  }
+  for (DType from : kAllDTypes) {
+    // The source in `from`, through the element path (the reference's own input).
+    Tensor a = Tensor::MustEmpty({n}, from);
+    for (int64_t i = 0; i < n; ++i) a.SetDouble(i, from == DType::kI32 || from == DType::kI64 || from == DType::kBool
+                                                        ? (std::isfinite(src.GetDouble(i)) ? std::trunc(src.GetDouble(i) / 4) : 0)
+                                                        : src.GetDouble(i));
+    for (DType to : kAllDTypes) {
+      if (to == from) continue;
+      // Out-of-range float -> int is undefined in C++: an integer target gets
+      // the source with those elements (NaN, infinities, 1e39...) set to 0.
+      Tensor in = a;
+      if (to == DType::kI32 || to == DType::kI64) {
+        in = a.Clone();
+        for (int64_t i = 0; i < n; ++i)
+          if (!(std::fabs(in.GetDouble(i)) < 2e9)) in.SetDouble(i, 0);
+      }
+      Tensor want = Tensor::MustEmpty({n}, to);
+      for (int64_t i = 0; i < n; ++i) want.SetDouble(i, in.GetDouble(i));
+      Tensor got = in.To(to);
+      ASSERT_EQ(got.dtype(), to);
+      ASSERT_EQ(std::memcmp(got.raw_data(), want.raw_data(), got.nbytes()), 0)
+          << DTypeName(from) << " -> " << DTypeName(to);
+    }
+  }
+}
+
+TEST(Tensor, ZerosOfEveryByte) {
+  Tensor z = Tensor::Zeros({(int64_t{1} << 22) + 5}, DType::kF32);  // 16 MiB + 20 bytes: several memset pieces
+  const unsigned char* b = static_cast<const unsigned char*>(z.raw_data());
+  int64_t nonzero = 0;
+  for (size_t i = 0; i < z.nbytes(); ++i) nonzero += b[i] != 0;
+  EXPECT_EQ(nonzero, 0);
 }
 
 TEST(Allocator, CountingAllocatorCounts) {
