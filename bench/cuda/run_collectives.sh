@@ -9,12 +9,14 @@
 # the op's time went on the staging thread (waits for the copies each way,
 # the inner Gloo ops, the pipeline's own cost). Exit 1 if the
 # run failed or a size from 1 MiB up is under 80%. BUCKET (default 4M) is
-# --bucket-bytes; MAX (default 64M) the largest size.
+# --bucket-bytes; MAX (default 64M) the largest size; ROUNDS (default 3) is
+# --rounds: cuda:gloo and Gloo run that many times in alternating order, and
+# each row keeps its fastest round.
 set -u
 . "$(dirname "$0")/device_env.sh"
 echo "== cuda:gloo all_reduce vs pinned copies and CPU Gloo"
 "$D/bin/loom" bench collectives --backends=cuda:gloo --ranks=2,4 --ops=all_reduce --min-bytes=1M \
-  --max-bytes="${MAX:-64M}" --bucket-bytes="${BUCKET:-4M}" --torch=0 --timeout=240 2>"$O/collectives.err" |
+  --max-bytes="${MAX:-64M}" --bucket-bytes="${BUCKET:-4M}" --rounds="${ROUNDS:-3}" --torch=0 --timeout=240 2>"$O/collectives.err" |
   tee "$O/collectives.txt"
 rc=${PIPESTATUS[0]}
 [ "$rc" = 0 ] || tail -20 "$O/collectives.err"

@@ -135,9 +135,10 @@ int RunCollectivesBench(const std::vector<std::string>& args) {
   report.cores = static_cast<int>(std::thread::hardware_concurrency());
   report.memcpy_gbps = MemcpyGBps();
   if (!c.json) {
-    printf("# loom bench collectives: f32 sum; ops %s; sizes %s..%s x%d; backends %s; ranks %s\n",
+    printf("# loom bench collectives: f32 sum; ops %s; sizes %s..%s x%d; backends %s; ranks %s%s\n",
            absl::StrJoin(c.ops, ",").c_str(), FormatBytes(c.min_bytes).c_str(), FormatBytes(c.max_bytes).c_str(),
-           c.step, absl::StrJoin(c.backends, ",").c_str(), absl::StrJoin(c.ranks, ",").c_str());
+           c.step, absl::StrJoin(c.backends, ",").c_str(), absl::StrJoin(c.ranks, ",").c_str(),
+           c.rounds > 1 ? absl::StrCat("; fastest of ", c.rounds, " alternating rounds").c_str() : "");
     printf("# memcpy bandwidth (one thread, 256 MiB): %.2f GB/s  (the ceiling for busbw over loopback)\n",
            report.memcpy_gbps);
     printf("# this host: %d cores%s\n", report.cores,
@@ -147,7 +148,14 @@ int RunCollectivesBench(const std::vector<std::string>& args) {
     fflush(stdout);
   }
   for (int n : c.ranks) {
-    for (const std::string& b : c.backends) RunLoom(c, b, n, &report);
+    // Alternating order (A B, B A, A B, ...), so that no backend always runs
+    // first; each row keeps its fastest round.
+    for (int round = 0; round < c.rounds; ++round) {
+      std::vector<std::string> order = c.backends;
+      if (round % 2 == 1) std::reverse(order.begin(), order.end());
+      for (const std::string& b : order) RunLoom(c, b, n, &report);
+    }
+    if (c.rounds > 1) KeepFastest(&report.rows);
     if (c.torch != TorchMode::kOff) {
       if (!c.json) fprintf(stderr, "# running torch.distributed gloo with %d ranks ...\n", n);
       TorchRun t = RunTorchPeer(c, n);

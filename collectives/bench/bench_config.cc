@@ -57,6 +57,8 @@ const char kBenchUsage[] =
     "  --ops=all_reduce,all_gather,reduce_scatter\n"
     "  --min-bytes=1K --max-bytes=4M --step=4   the size sweep (K/M/G suffixes; step 2 or 4)\n"
     "  --iters=N --warmup=N      timed / untimed iterations per size (default: by size, 2)\n"
+    "  --rounds=N                run the backends N times, alternating, and keep each\n"
+    "                            row's fastest round (default 1)\n"
     "  --full                    backends gloo,ucx,tcp, ranks 2,4, 1K..256M, timeout 900\n"
     "  --torch=auto|0|1          run the PyTorch peer (auto: when torch imports)\n"
     "  --json                    print one JSON document instead of the tables\n"
@@ -89,6 +91,26 @@ std::string FormatBytes(int64_t b) {
   return absl::StrCat(b, " B");
 }
 
+namespace {
+
+// The integer flags: name, range, field.
+struct IntFlag {
+  const char* name;
+  int min, max;
+  int BenchConfig::*field;
+};
+IntFlag* FindIntFlag(const std::string& name) {
+  static IntFlag flags[] = {{"iters", 1, 100000, &BenchConfig::iters},
+                            {"warmup", 0, 100000, &BenchConfig::warmup},
+                            {"timeout", 1, 86400, &BenchConfig::timeout_s},
+                            {"rounds", 1, 100, &BenchConfig::rounds}};
+  for (IntFlag& f : flags)
+    if (name == f.name) return &f;
+  return nullptr;
+}
+
+}  // namespace
+
 absl::StatusOr<BenchConfig> ParseBenchFlags(const std::vector<std::string>& args) {
   BenchConfig c;
   // Pass 1: --full sets the defaults that explicit flags then override.
@@ -102,7 +124,7 @@ absl::StatusOr<BenchConfig> ParseBenchFlags(const std::vector<std::string>& args
     }
   }
   static const char* kValueFlags[] = {"backends", "ranks", "ops",   "min-bytes", "max-bytes",
-                                      "step",     "iters", "warmup", "timeout",   "torch", "bucket-bytes"};
+                                      "step",     "iters", "warmup", "timeout",   "torch", "bucket-bytes", "rounds"};
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a.rfind("--", 0) != 0) {
@@ -166,21 +188,11 @@ absl::StatusOr<BenchConfig> ParseBenchFlags(const std::vector<std::string>& args
       auto v = ParseInt(name, value, 2, 4);
       if (!v.ok() || *v == 3) return Bad(name, "expected 2 or 4", value);
       c.step = *v;
-    } else if (name == "iters") {
-      if (auto s = need(); !s.ok()) return s;
-      auto v = ParseInt(name, value, 1, 100000);
+    } else if (IntFlag* f = FindIntFlag(name); f != nullptr) {
+      if (auto st = need(); !st.ok()) return st;
+      auto v = ParseInt(name, value, f->min, f->max);
       if (!v.ok()) return v.status();
-      c.iters = *v;
-    } else if (name == "warmup") {
-      if (auto s = need(); !s.ok()) return s;
-      auto v = ParseInt(name, value, 0, 100000);
-      if (!v.ok()) return v.status();
-      c.warmup = *v;
-    } else if (name == "timeout") {
-      if (auto s = need(); !s.ok()) return s;
-      auto v = ParseInt(name, value, 1, 86400);
-      if (!v.ok()) return v.status();
-      c.timeout_s = *v;
+      c.*(f->field) = *v;
     } else if (name == "torch") {
       if (auto s = need(); !s.ok()) return s;
       if (value == "auto") c.torch = TorchMode::kAuto;
@@ -191,7 +203,7 @@ absl::StatusOr<BenchConfig> ParseBenchFlags(const std::vector<std::string>& args
       std::string nearest;
       size_t best = std::max<size_t>(2, name.size() / 3) + 1;
       for (const char* known : {"full", "json", "backends", "ranks", "ops", "min-bytes", "max-bytes", "step", "iters",
-                                "warmup", "timeout", "torch", "bucket-bytes"}) {
+                                "warmup", "timeout", "torch", "bucket-bytes", "rounds"}) {
         if (const size_t d = EditDistance(name, known); d < best) best = d, nearest = known;
       }
       return absl::InvalidArgumentError(
@@ -217,6 +229,7 @@ std::vector<std::string> ToFlags(const BenchConfig& c) {
       absl::StrCat("--warmup=", c.warmup),
       absl::StrCat("--timeout=", c.timeout_s),
       absl::StrCat("--bucket-bytes=", c.bucket_bytes),
+      absl::StrCat("--rounds=", c.rounds),
   };
   if (c.iters == 0) f.erase(f.begin() + 6);
   if (c.full) f.push_back("--full");

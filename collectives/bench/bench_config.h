@@ -40,6 +40,10 @@ struct BenchConfig {
   TorchMode torch = TorchMode::kAuto;
   int timeout_s = 300;  // per (backend, ranks) run and per torch run
   int64_t bucket_bytes = 4 << 20;  // cuda:gloo: ProcessGroupOptions::staging_bucket_bytes
+  // Each (ranks) sweep runs every backend this many times, alternating
+  // (backend A, B, A, B, ...), and keeps each row's fastest round: backends
+  // compared in one table then saw the same machine state.
+  int rounds = 1;
 };
 
 // `args` are the words after "collectives" (flags only).

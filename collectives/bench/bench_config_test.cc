@@ -37,6 +37,8 @@ TEST(BenchConfig, BadFlagsNameTheFlag) {
            {{"--min-bytes=4M", "--max-bytes=1M"}, "--min-bytes"},
            {{"--step=3"}, "--step"},
            {{"--iters=0"}, "--iters"},
+           {{"--rounds=0"}, "--rounds"},
+           {{"--rounds"}, "--rounds"},
            {{"--torch=maybe"}, "--torch"},
            {{"--ops=broadcast"}, "--ops"},
            {{"positional"}, "positional"}}) {
@@ -134,6 +136,40 @@ TEST(BenchResult, StagingBoundIsTheMinOfCopiesAndGloo) {
                    "wait for copies to device 120 + pipeline 130; the algorithm waited 40 us for pieces"),
             std::string::npos)
       << t;
+}
+
+// --rounds: kept through ToFlags; the rows of several rounds collapse to the
+// fastest of each (impl, ranks, op, size), phases with it, in first-seen
+// order; a wrong result in any round keeps the row marked wrong.
+TEST(BenchResult, RoundsKeepEachRowsFastest) {
+  auto c = ParseBenchFlags({"--rounds=3"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->rounds, 3);
+  auto again = ParseBenchFlags(ToFlags(*c));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->rounds, 3);
+  EXPECT_EQ(ParseBenchFlags({})->rounds, 1);
+
+  const int64_t mib = 1 << 20;
+  std::vector<BenchRow> rows;
+  rows.push_back({"loom:cuda:gloo", 2, "all_reduce", mib, 900.0, true, ""});
+  rows.back().inner_us = 800;
+  rows.push_back({"loom:gloo", 2, "all_reduce", mib, 700.0, true, ""});
+  rows.push_back({"loom:gloo", 2, "all_reduce", 4 * mib, 2000.0, true, ""});
+  rows.push_back({"loom:gloo", 2, "all_reduce", mib, 650.0, true, ""});  // round 2: faster
+  rows.push_back({"loom:cuda:gloo", 2, "all_reduce", mib, 950.0, true, ""});  // round 2: slower
+  rows.push_back({"loom:gloo", 2, "all_reduce", 4 * mib, 2100.0, false, ""});  // slower, and wrong
+  rows.push_back({"loom:gloo", 4, "all_reduce", mib, 500.0, true, ""});  // another rank count
+  KeepFastest(&rows);
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_EQ(rows[0].impl, "loom:cuda:gloo");
+  EXPECT_EQ(rows[0].time_us, 900.0);
+  EXPECT_EQ(rows[0].inner_us, 800.0) << "the phases of the kept round";
+  EXPECT_EQ(rows[1].time_us, 650.0);
+  EXPECT_EQ(rows[2].bytes, 4 * mib);
+  EXPECT_EQ(rows[2].time_us, 2000.0);
+  EXPECT_FALSE(rows[2].ok) << "a wrong round stays visible";
+  EXPECT_EQ(rows[3].ranks, 4);
 }
 
 }  // namespace

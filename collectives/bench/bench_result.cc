@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstdio>
 #include <map>
+#include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -68,6 +70,28 @@ std::string FormatStagingBound(const BenchReport& r, int ranks) {
     }
   }
   return out;
+}
+
+void KeepFastest(std::vector<BenchRow>* rows) {
+  std::vector<BenchRow> out;
+  std::map<std::tuple<std::string, int, std::string, int64_t>, size_t> at;
+  for (BenchRow& r : *rows) {
+    auto [it, fresh] = at.try_emplace({r.impl, r.ranks, r.op, r.bytes}, out.size());
+    if (fresh) {
+      out.push_back(std::move(r));
+      continue;
+    }
+    BenchRow& kept = out[it->second];
+    const bool measured = r.na.empty() && r.time_us > 0;
+    if (measured && (!kept.na.empty() || kept.time_us <= 0 || r.time_us < kept.time_us)) {
+      const bool ok = kept.ok && r.ok;  // a wrong result in any round stays visible
+      kept = std::move(r);
+      kept.ok = ok;
+    } else if (!r.ok) {
+      kept.ok = false;
+    }
+  }
+  *rows = std::move(out);
 }
 
 std::string FormatTables(const BenchReport& r, int ranks, const std::vector<std::string>& ops) {

@@ -40,6 +40,11 @@ struct BenchReport {
   int wrong = 0;                      // of which had wrong elements
 };
 
+// Rows of the same (impl, ranks, op, bytes) from several rounds, collapsed
+// into the fastest measured one (its phases with it), in the order each key
+// first appeared. Rows not measured (`na` set) keep their first.
+void KeepFastest(std::vector<BenchRow>* rows);
+
 // The tables for `ranks`, in the order of `ops`, over every impl present.
 std::string FormatTables(const BenchReport& r, int ranks, const std::vector<std::string>& ops);
 std::string FormatJson(const BenchReport& r);
