@@ -234,6 +234,9 @@ struct PlanOptions {
   bool attn_views = true;          // attention_views (plan_attention.h)
   bool fuse_cross_entropy = true;  // fuse_cross_entropy (plan_fuse_ce.h)
   bool accumulate_gemms = true;    // gemm_accumulate (plan_gemm_accumulate.h)
+  // gemm_epilogues' fusions (bias, bias + tanh GELU, dgelu); false: every
+  // GEMM plain, the bias add and GELU (backward) their own launches.
+  bool gemm_epilogues = true;
   // Not a fusion: lower_nodes picks launches without atomics where there is a
   // choice (embedding_backward -> kEmbeddingBackwardSorted), so the step's
   // bits repeat run to run (CudaOptions::deterministic).

@@ -118,7 +118,7 @@ absl::StatusOr<bool> GemmEpiloguesPass::Run(PlanState& s) {
     if (s.g.nodes()[i].op != "matmul" || s.covered(i)) continue;
     GemmClaim c;
     if (!GemmShape(s, i, &c)) continue;
-    Epilogue(s, i, &c);
+    if (s.options.gemm_epilogues) Epilogue(s, i, &c);
     for (size_t k = 1; k < c.nodes.size(); ++k) s.Cover(c.nodes[k], i);
     if (c.nodes.size() > 1) {
       s.virtual_value[s.g.nodes()[i].outputs[0]] = true;

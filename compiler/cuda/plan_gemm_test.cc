@@ -55,6 +55,34 @@ TEST(GemmEpilogues, FusionsOnGpt) {
 
 // The claims alone: the folded nodes are covered by the matmul, and the
 // matmul's own output is never materialised.
+// PlanOptions::gemm_epilogues off (CudaOptions::extra_fusions false): every
+// GEMM plain, and the bias add, GELU and its backward in launches of their own.
+TEST(GemmEpilogues, OffLeavesEveryGemmPlain) {
+  for (bool bf16 : {false, true}) {
+    ir::Graph g = GptJoint(2);
+    PlanOptions o;
+    o.gemm_epilogues = false;
+    auto p = PlanCuda(g, bf16, o);
+    ASSERT_TRUE(p.ok()) << p.status();
+    int gelu = 0, gelu_backward = 0;
+    for (const Launch& l : p->launches) {
+      if (l.kind == LaunchKind::kGemm) {
+        EXPECT_EQ(l.gemm.epilogue, GemmEpilogue::kNone) << l.op;
+        continue;
+      }
+      for (int n : l.nodes) {
+        gelu += g.nodes()[n].op == "gelu";
+        gelu_backward += g.nodes()[n].op == "gelu_backward";
+      }
+    }
+    EXPECT_EQ(gelu, 2) << "one per layer, outside the GEMMs";
+    EXPECT_EQ(gelu_backward, 2);
+    auto on = PlanCuda(g, bf16);
+    ASSERT_TRUE(on.ok()) << on.status();
+    EXPECT_GT(p->launches.size(), on->launches.size()) << "the fusions removed launches";
+  }
+}
+
 TEST(GemmEpilogues, ClaimsCoverTheFoldedNodes) {
   auto g = ir::ParseGraph(R"IR(graph @g(%x: f32[4, 8], %w: f32[8, 16] param, %b: f32[16] param) {
   %0 = matmul(%x, %w) : f32[4, 16]

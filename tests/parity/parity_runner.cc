@@ -11,6 +11,7 @@
 #include "absl/strings/str_format.h"
 #include "base/rng.h"
 #include "base/status.h"
+#include "compiler/cuda/cuda_executor.h"
 #include "nlohmann/json.hpp"
 #include "parallel/trainer.h"
 #include "tests/parity/tensor_dir.h"
@@ -51,6 +52,7 @@ v1::JobSpec SpecOf(const ParityCase& c, const ParityOptions& o) {
   t->set_warmup_steps(5);
   t->set_seed(11);
   t->set_precision(o.precision);
+  t->set_deterministic(o.deterministic);
   return s;
 }
 
@@ -137,6 +139,12 @@ absl::StatusOr<ParityResult> RunGptParity(const ParityCase& c, int steps, const 
   v1::JobSpec spec = SpecOf(c, o);
   parallel::TrainerOptions topts;
   topts.keep_gradients = true;
+  if (!o.cuda_fusions)
+    topts.make_cuda_executor = [](const compiler::ir::Graph& g, const compiler::cuda::CudaOptions& base) {
+      compiler::cuda::CudaOptions unfused = base;
+      unfused.extra_fusions = false;
+      return compiler::cuda::CudaExecutor::Create(g, unfused);
+    };
   LOOM_ASSIGN_OR_RETURN(auto trainer, parallel::Trainer::Create(spec, topts));
   parallel::Trainer& t = *trainer;
 

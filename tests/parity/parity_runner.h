@@ -48,6 +48,11 @@ struct ParityOptions {
   std::string control_device;
   // true: torch also trains in f64 on the CPU (the reference of step 4).
   bool f64_reference = false;
+  // Loom's side, to bisect a gap on the GPU: train.deterministic (kernels
+  // without atomics), and with cuda_fusions false the CUDA plan's pattern
+  // fusions off (CudaOptions::extra_fusions).
+  bool deterministic = false;
+  bool cuda_fusions = true;
 };
 
 struct ParityResult {
