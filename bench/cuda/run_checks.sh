@@ -11,21 +11,36 @@
 # tool's 600 s: kernels (kernels, executor, ONNX, one-rank GPU resume,
 # cuda:gloo ops), restart (several cuda ranks: kill and restart, resume
 # across devices), parity (the parallel trainer against one rank).
+# JOBS=N (default 1) runs up to N checks at once, each its own process (none
+# is timed; on 2026-12-05 every group side by side took 149 s of one call),
+# and prints their tails in the order above once all have ended.
 set -u
 groups=" ${CHECKS:-kernels restart parity} "
 want() { [[ "$groups" == *" $1 "* ]]; }
 . "$(dirname "$0")/device_env.sh"
 echo "== device"
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
-passed=0; failed=0; summary=""
+passed=0; failed=0; summary=""; jobs=${JOBS:-1}; started=()
+[[ "$jobs" =~ ^[1-9][0-9]*$ ]] || { echo "run_checks.sh: JOBS takes a positive integer (got '$jobs')" >&2; exit 2; }
+report() {  # name, lines of its output to show: its tail and verdict, from $O/NAME.txt and .rc
+  local name=$1 show=$2 rc
+  rc=$(cat "$O/$name.rc")
+  echo "== $name"
+  tail -n "$show" "$O/$name.txt"
+  if [ "$rc" = 0 ]; then passed=$((passed + 1)); summary="$summary\n  PASS  $name"
+  else failed=$((failed + 1)); summary="$summary\n  FAIL  $name (exit $rc; log $O/$name.txt)"; fi
+}
 check() {  # name, time limit (s), lines of its output to show, command...
   local name=$1 limit=$2 show=$3; shift 3
-  echo "== $name"
-  timeout "$limit" "$@" > "$O/$name.txt" 2>&1
-  local rc=$?
-  tail -n "$show" "$O/$name.txt"
-  if [ $rc = 0 ]; then passed=$((passed + 1)); summary="$summary\n  PASS  $name"
-  else failed=$((failed + 1)); summary="$summary\n  FAIL  $name (exit $rc; log $O/$name.txt)"; fi
+  if [ "$jobs" = 1 ]; then
+    timeout "$limit" "$@" > "$O/$name.txt" 2>&1
+    echo $? > "$O/$name.rc"
+    report "$name" "$show"
+    return
+  fi
+  while [ "$(jobs -rp | wc -l)" -ge "$jobs" ]; do wait -n; done
+  ( timeout "$limit" "$@" > "$O/$name.txt" 2>&1; echo $? > "$O/$name.rc" ) &
+  started+=("$name $show")
 }
 if want kernels; then
 check gpu_check 120 200 "$D/bin/gpu_check" --progress                         # GEMM epilogues, layernorm bwd, column sums, grad norm, CE, embedding bwd
@@ -54,11 +69,11 @@ if [ ! -e /usr/share/games/fortunes ] && [ -d "$D/data/fortunes" ]; then
 fi
 # 4 cuda ranks sharing the GPU (deterministic), rank 1 killed at a random
 # moment after the first checkpoint: the restarted job ends bitwise equal.
-# The test runs `runtime/loom` from its working directory.
-mkdir -p "$O/fault/runtime" && ln -sf "$D/bin/loom" "$O/fault/runtime/loom"
+# Each test runs `runtime/loom` from its own working directory.
+for w in fault resume; do mkdir -p "$O/$w/runtime" && ln -sf "$D/bin/loom" "$O/$w/runtime/loom"; done
 check fault_test_cuda 260 12 bash -c "cd '$O/fault' && '$D/bin/fault_test' --gtest_filter='*Cuda*'"
 # A cuda dp=2 checkpoint resumed on the CPU at tp=2, and the reverse.
-check resume_across_devices 260 12 bash -c "cd '$O/fault' && '$D/bin/resume_test' --gtest_filter='ResumeAcrossDevices.*'"
+check resume_across_devices 260 12 bash -c "cd '$O/resume' && '$D/bin/resume_test' --gtest_filter='ResumeAcrossDevices.*'"
 fi
 if want parity; then
 # The parallel trainer on cuda: dp2, tp2, tp2xdp2, tp2 + SP, ZeRO-1/2/3 ranks sharing the
@@ -66,6 +81,8 @@ if want parity; then
 # (every loss in the log; it stops itself after 560 s).
 check parallel_cuda_gpu_check 580 32 "$D/bin/parallel_cuda_gpu_check"
 fi
+wait
+for s in "${started[@]}"; do report ${s% *} ${s##* }; done
 echo "== summary"
 printf "%b\n" "$summary"
 echo "checks: $passed passed, $failed failed"
