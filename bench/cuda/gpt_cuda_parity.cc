@@ -3,11 +3,13 @@
 // identical weights and batches (tests/parity/parity_runner.h runs both).
 //
 //   gpt_cuda_parity [--steps=50] [--python=python3] [--only=f32|bf16] [--deterministic] [--no-fusions]
+//                   [--no-epilogues]
 //
-// --deterministic and --no-fusions change Loom's side only, to bisect a gap:
-// train.deterministic (kernels without atomics: the embedding backward
-// sorted), and the CUDA plan's pattern fusions off (GEMM epilogues, add ->
-// norm, residual-gradient folding, composed copies, fused cross-entropy).
+// The last three change Loom's side only, to bisect a gap: train.deterministic
+// (kernels without atomics: the embedding backward sorted), the CUDA plan's
+// pattern fusions off (add -> norm, residual-gradient folding, composed
+// copies, strided attention operands, fused cross-entropy), and its GEMM
+// epilogues off (bias, bias + GELU, dgelu).
 //
 // The fp32 cases also run torch on the CPU, and print the gaps between torch
 // on the CPU and torch on the GPU (the noise floor that summation order alone
@@ -100,17 +102,18 @@ void PrintControl(const tests::parity::ParityResult& r) {
 int Main(int argc, char** argv) {
   int steps = 50;
   std::string python = "python3", only;
-  bool deterministic = false, fusions = true;
+  bool deterministic = false, fusions = true, epilogues = true;
   for (int i = 1; i < argc; ++i) {
     if (std::strncmp(argv[i], "--steps=", 8) == 0) steps = std::atoi(argv[i] + 8);
     else if (std::strncmp(argv[i], "--python=", 9) == 0) python = argv[i] + 9;
     else if (std::strncmp(argv[i], "--only=", 7) == 0) only = argv[i] + 7;
     else if (std::strcmp(argv[i], "--deterministic") == 0) deterministic = true;
     else if (std::strcmp(argv[i], "--no-fusions") == 0) fusions = false;
+    else if (std::strcmp(argv[i], "--no-epilogues") == 0) epilogues = false;
     else {
       std::fprintf(stderr,
                    "gpt_cuda_parity: unknown argument '%s'\nusage: gpt_cuda_parity [--steps=50] [--python=python3] "
-                   "[--only=f32|bf16] [--deterministic] [--no-fusions]\n",
+                   "[--only=f32|bf16] [--deterministic] [--no-fusions] [--no-epilogues]\n",
                    argv[i]);
       return 2;
     }
@@ -131,12 +134,13 @@ int Main(int argc, char** argv) {
   base.compare_logits = false;  // the Trainer's logits come from its CPU evaluation program
   base.deterministic = deterministic;
   base.cuda_fusions = fusions;
+  base.cuda_epilogues = epilogues;
   if (!tests::parity::TorchAvailable(base)) {
     std::printf("gpt_cuda_parity: %s cannot import torch with CUDA\n", python.c_str());
     return 3;
   }
-  std::printf("device 0: %s; %d steps per case%s%s\n", dev->c_str(), steps, deterministic ? "; deterministic" : "",
-              fusions ? "" : "; plan fusions off");
+  std::printf("device 0: %s; %d steps per case%s%s%s\n", dev->c_str(), steps, deterministic ? "; deterministic" : "",
+              fusions ? "" : "; plan fusions off", epilogues ? "" : "; GEMM epilogues off");
   const std::vector<tests::parity::ParityCase> cases = {
       {"gpt", 2, 3, 3, 96, 37, 256, 384, 2},     // odd sizes (head dim 32)
       {"llama", 2, 6, 2, 96, 37, 256, 160, 2},   // GQA, RoPE, SwiGLU

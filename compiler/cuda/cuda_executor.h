@@ -68,11 +68,15 @@ struct CudaOptions {
                             // matmul/attention/activations, f32 norm stats/softmax/loss
   bool cuda_graph = true;   // capture the step once (after one eager warm-up), replay
   bool autotune_gemm = true;
-  // The pattern fusions of the plan (plan.h PlanOptions: GEMM epilogues,
-  // composed copies, residual-gradient folding, add -> layernorm, strided
-  // attention operands, fused cross-entropy). false: one launch per node for
-  // those patterns, a debug aid to bisect a problem on the GPU.
+  // The pattern fusions of the plan (plan.h PlanOptions: composed copies,
+  // residual-gradient folding, add -> layernorm, strided attention operands,
+  // fused cross-entropy). false: one launch per node for those patterns, a
+  // debug aid to bisect a problem on the GPU.
   bool extra_fusions = true;
+  // The GEMM epilogues (bias, bias + tanh GELU, dgelu in bf16 plans). false:
+  // every GEMM plain, the bias add and GELU (backward) launches of their own;
+  // the same kind of debug aid, apart from extra_fusions.
+  bool gemm_epilogues = true;
   // Attention (bf16, head_dim 64 or 128): kDispatch runs the SDPA dispatcher
   // (kernels/cuda/attention/sdpa_dispatch.h), which times its candidates
   // (Loom's flash variants, cuDNN's fused attention) in the first, eager step
@@ -134,7 +138,8 @@ using AttnRoute = CudaOptions::Attention;
 inline PlanOptions PlanOptionsFor(const CudaOptions& o) {
   PlanOptions p;
   p.compose_copies = p.fold_residual_grad = p.add_layernorm = p.attn_views = p.fuse_cross_entropy =
-      p.accumulate_gemms = p.gemm_epilogues = o.extra_fusions;
+      p.accumulate_gemms = o.extra_fusions;
+  p.gemm_epilogues = o.gemm_epilogues;
   p.deterministic = o.deterministic;
   if (o.memory == CudaOptions::Memory::kLean) p.memory = MemoryPolicy{true, true, true};
   for (const auto& [group, c] : o.communicators)

@@ -52,6 +52,18 @@ TEST(CudaOptions, ExtraFusionsSwitchesEveryFusionPass) {
   EXPECT_EQ(CountOp(*p, LaunchKind::kGemm, "matmul+gelu_backward"), 1) << "the GEMM epilogues stay";
 }
 
+TEST(CudaOptions, GemmEpiloguesReachThePlan) {
+  EXPECT_TRUE(PlanOptionsFor(CudaOptions{}).gemm_epilogues);
+  CudaOptions o;
+  o.gemm_epilogues = false;
+  EXPECT_FALSE(PlanOptionsFor(o).gemm_epilogues);
+  EXPECT_TRUE(PlanOptionsFor(o).compose_copies) << "apart from extra_fusions";
+  auto p = PlanCuda(GptJoint(1), true, PlanOptionsFor(o));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(CountOp(*p, LaunchKind::kGemm, "matmul+gelu_backward"), 0);
+  EXPECT_EQ(CountOp(*p, LaunchKind::kGemm, "matmul+add+gelu"), 0);
+}
+
 TEST(CudaOptions, DeterministicReachesThePlan) {
   EXPECT_FALSE(PlanOptionsFor(CudaOptions{}).deterministic);
   CudaOptions o;

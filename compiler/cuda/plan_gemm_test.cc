@@ -55,7 +55,7 @@ TEST(GemmEpilogues, FusionsOnGpt) {
 
 // The claims alone: the folded nodes are covered by the matmul, and the
 // matmul's own output is never materialised.
-// PlanOptions::gemm_epilogues off (CudaOptions::extra_fusions false): every
+// PlanOptions::gemm_epilogues off (CudaOptions::gemm_epilogues false): every
 // GEMM plain, and the bias add, GELU and its backward in launches of their own.
 TEST(GemmEpilogues, OffLeavesEveryGemmPlain) {
   for (bool bf16 : {false, true}) {

@@ -139,10 +139,11 @@ absl::StatusOr<ParityResult> RunGptParity(const ParityCase& c, int steps, const 
   v1::JobSpec spec = SpecOf(c, o);
   parallel::TrainerOptions topts;
   topts.keep_gradients = true;
-  if (!o.cuda_fusions)
-    topts.make_cuda_executor = [](const compiler::ir::Graph& g, const compiler::cuda::CudaOptions& base) {
+  if (!o.cuda_fusions || !o.cuda_epilogues)
+    topts.make_cuda_executor = [o](const compiler::ir::Graph& g, const compiler::cuda::CudaOptions& base) {
       compiler::cuda::CudaOptions unfused = base;
-      unfused.extra_fusions = false;
+      unfused.extra_fusions = o.cuda_fusions;
+      unfused.gemm_epilogues = o.cuda_epilogues;
       return compiler::cuda::CudaExecutor::Create(g, unfused);
     };
   LOOM_ASSIGN_OR_RETURN(auto trainer, parallel::Trainer::Create(spec, topts));

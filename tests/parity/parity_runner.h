@@ -49,10 +49,12 @@ struct ParityOptions {
   // true: torch also trains in f64 on the CPU (the reference of step 4).
   bool f64_reference = false;
   // Loom's side, to bisect a gap on the GPU: train.deterministic (kernels
-  // without atomics), and with cuda_fusions false the CUDA plan's pattern
-  // fusions off (CudaOptions::extra_fusions).
+  // without atomics); cuda_fusions false: the CUDA plan's pattern fusions off
+  // (CudaOptions::extra_fusions); cuda_epilogues false: its GEMM epilogues
+  // off (CudaOptions::gemm_epilogues).
   bool deterministic = false;
   bool cuda_fusions = true;
+  bool cuda_epilogues = true;
 };
 
 struct ParityResult {
