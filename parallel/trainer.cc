@@ -335,6 +335,10 @@ absl::Status Trainer::BindTrainingInputs(TrainerModel& model) {
     specs_[in.name] = s;
     LOOM_ASSIGN_OR_RETURN(Tensor value, InitialValue(in, g.meta(in.value), s, model, param_index));
     train_inputs_.push_back(std::move(value));
+    // Optimizer state that starts at zero: a CUDA executor fills it on the
+    // device instead of copying host zeros.
+    zero_state_.push_back(in.kind == compiler::ir::InputKind::kState && !param_index.count(in.name) &&
+                          !options_.init.count(in.name) && !model.initial.count(in.name));
     if (in.name == "lr") lr_in_ = ki;
     if (in.name == "step") step_in_ = ki;
     if (in.name == compiler::import::onnx::kDropoutStep) dropout_step_in_ = ki;
@@ -354,7 +358,8 @@ absl::Status Trainer::BindTrainingInputs(TrainerModel& model) {
     for (size_t k = 0; k < g.inputs().size(); ++k) {
       const int ki = static_cast<int>(k);
       if (ki == lr_in_ || ki == step_in_ || IsDataInput(g.inputs()[k])) continue;
-      LOOM_RETURN_IF_ERROR(Annotate(cuda_->SetInput(ki, train_inputs_[k]), "device: cuda: uploading inputs"));
+      LOOM_RETURN_IF_ERROR(Annotate(zero_state_[k] ? cuda_->ZeroInput(ki) : cuda_->SetInput(ki, train_inputs_[k]),
+                                    "device: cuda: uploading inputs"));
       // The host keeps no copy of the optimizer state (twice the parameters'
       // bytes): checkpoints read it back a tensor at a time (ReadState).
       if (g.inputs()[k].kind == compiler::ir::InputKind::kState) train_inputs_[k] = Tensor();

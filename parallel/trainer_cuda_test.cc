@@ -204,6 +204,31 @@ TEST(TrainerCuda, ParallelStepGoesToTheExecutorWithItsCommunicatorsAndDevice) {
 
 // PlanCudaStep's program (the check before launch) is the trainer's parallel
 // step: the same collectives, planned for rank 0 as collective launches.
+// Fresh optimizer state is zero-filled by the executor (ZeroInput), not
+// copied from host zeros; parameters and buffers are uploaded; the stored
+// state reads back as zeros of its meta.
+TEST(TrainerCuda, FreshOptimizerStateIsFilledOnTheDevice) {
+  const Layout one{1, 1, 0, false};
+  Made m = Make(Spec("gpt", one), one, 0);
+  ASSERT_NE(m.dev, nullptr);
+  const compiler::ir::Graph& g = m.dev->graph();
+  int states = 0, uploaded = 0;
+  for (const auto& in : g.inputs()) {
+    states += in.kind == compiler::ir::InputKind::kState;
+    uploaded += in.kind == compiler::ir::InputKind::kParam || in.kind == compiler::ir::InputKind::kConst;
+  }
+  ASSERT_GT(states, 0);
+  EXPECT_EQ(m.dev->zero_fills(), states);
+  EXPECT_EQ(m.dev->uploads(), uploaded) << "only parameters and buffers travel from the host";
+  for (const auto& in : g.inputs()) {
+    if (in.kind != compiler::ir::InputKind::kState) continue;
+    const Tensor v = m.dev->Value(in.name);
+    ASSERT_TRUE(v.defined()) << in.name;
+    EXPECT_EQ(kernels::MetaOf(v), g.meta(in.value)) << in.name;
+    for (int64_t e = 0; e < v.numel(); ++e) ASSERT_EQ(v.GetDouble(e), 0.0) << in.name;
+  }
+}
+
 TEST(TrainerCuda, PlanCudaStepCompilesTheParallelProgram) {
   for (const LayoutCase& c : Cases()) {
     SCOPED_TRACE(Name(c));

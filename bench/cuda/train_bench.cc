@@ -102,7 +102,8 @@ absl::StatusOr<Setup> Compile(const TrainFlags& f) {
 }
 
 // Uploads every parameter (from --data's weights, or Loom's initialisation
-// one parameter at a time for --text) and zero optimizer state.
+// one parameter at a time for --text); the optimizer state is zero-filled on
+// the device.
 absl::Status Upload(const TrainFlags& f, Setup& s) {
   const auto t0 = std::chrono::steady_clock::now();
   const compiler::ir::Graph& g = s.graph;
@@ -117,16 +118,17 @@ absl::Status Upload(const TrainFlags& f, Setup& s) {
   const int threads = std::max(1u, std::thread::hardware_concurrency());
   for (size_t k = 0; k < g.inputs().size(); ++k) {
     const auto& in = g.inputs()[k];
-    const auto& m = g.meta(in.value);
     int* slot = in.name == "x" ? &s.x_in : in.name == "y" ? &s.y_in : in.name == "lr" ? &s.lr_in
               : in.name == "step" ? &s.step_in : nullptr;
     if (slot != nullptr) { *slot = static_cast<int>(k); continue; }
     auto it = weights.find(in.name);
     auto pi = index.find(in.name);
+    if (it == weights.end() && (f.text.empty() || pi == index.end())) {  // optimizer state: zeros, filled there
+      LOOM_RETURN_IF_ERROR(s.exec->ZeroInput(static_cast<int>(k)));
+      continue;
+    }
     Tensor value = it != weights.end() ? it->second
-                   : !f.text.empty() && pi != index.end()
-                       ? compiler::models::InitParameter(s.params, pi->second, /*seed=*/1, threads)
-                       : Tensor::Zeros(m.shape, m.dtype);
+                                       : compiler::models::InitParameter(s.params, pi->second, /*seed=*/1, threads);
     LOOM_RETURN_IF_ERROR(s.exec->SetInput(static_cast<int>(k), value));
   }
   if (s.x_in < 0 || s.y_in < 0 || s.lr_in < 0 || s.step_in < 0) return absl::InternalError("graph lacks x, y, lr or step");

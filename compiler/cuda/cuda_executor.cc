@@ -112,6 +112,23 @@ absl::Status Impl::SetInput(int k, const Tensor& host) {
   return absl::OkStatus();
 }
 
+absl::Status Impl::ZeroInput(int k) {
+  if (k < 0 || k >= static_cast<int>(g_.inputs().size()))
+    return absl::InvalidArgumentError(absl::StrCat("ZeroInput: index ", k, " out of range"));
+  const int v = g_.inputs()[k].value;
+  if (OnHost(k)) {  // mapped host memory: no kernel may be using it while it is written
+    LOOM_CU(cudaStreamSynchronize(stream_), "ZeroInput: sync");
+    std::memset(OnHost(k), 0, plan_.Bytes(v));
+  } else {
+    LOOM_CU(cudaMemsetAsync(input_buf_[k], 0, plan_.Bytes(v), stream_), "ZeroInput: fill");
+  }
+  if (shadow_buf_[k] && !plan_.split[k])
+    LOOM_CU(cudaMemsetAsync(shadow_buf_[k], 0, plan_.Bytes(plan_.shadow[k]), stream_), "ZeroInput: shadow");
+  LOOM_CU(cudaStreamSynchronize(stream_), "ZeroInput: sync");
+  input_set_[k] = true;
+  return absl::OkStatus();
+}
+
 absl::Status Impl::Step(absl::Span<const std::pair<int, Tensor>> step_inputs) {
   for (const auto& [k, t] : step_inputs) {
     LOOM_RETURN_IF_ERROR(CheckInput(k, t));

@@ -162,6 +162,10 @@ class CudaExecutor {
   virtual ~CudaExecutor() = default;
   // Uploads graph input k (parameters, optimizer state: device-resident from then on).
   virtual absl::Status SetInput(int k, const Tensor& host) = 0;
+  // Input k set to zeros on the device, without a host tensor or a copy:
+  // what SetInput of host zeros stores, in every storage layout (fresh
+  // optimizer state; zero bits are zero in f32, bf16 and the split planes).
+  virtual absl::Status ZeroInput(int k) = 0;
   // One step; per-step inputs are copied into fixed device buffers. Asynchronous.
   virtual absl::Status Step(absl::Span<const std::pair<int, Tensor>> step_inputs) = 0;
   virtual absl::StatusOr<Tensor> Output(int i) = 0;  // device -> host (synchronises)

@@ -164,7 +164,20 @@ absl::StatusOr<RunResult> RunGpu(const Config& c, bool bf16, bool graph, bool de
   for (size_t k = 0; k < j.inputs.size(); ++k) {
     const int ki = static_cast<int>(k);
     if (ki == j.x || ki == j.y || ki == j.lr || ki == j.step) continue;
-    LOOM_RETURN_IF_ERROR(e->SetInput(ki, j.inputs[k]));
+    // Zero optimizer state goes through ZeroInput, as the Trainer's fresh
+    // state does; it must read back as zeros, and the steps below then
+    // check it against the CPU.
+    const Tensor& host = j.inputs[k];
+    bool zero = j.graph.inputs()[k].kind == ir::InputKind::kState;
+    for (int64_t i = 0; zero && i < host.numel(); ++i) zero = host.GetDouble(i) == 0;
+    LOOM_RETURN_IF_ERROR(zero ? e->ZeroInput(ki) : e->SetInput(ki, host));
+    if (zero) {
+      LOOM_ASSIGN_OR_RETURN(Tensor back, e->Input(ki));
+      for (int64_t i = 0; i < back.numel(); ++i)
+        if (back.GetDouble(i) != 0)
+          return absl::InternalError(absl::StrCat("Input(", ki, ") after ZeroInput is ", back.GetDouble(i),
+                                                  " at element ", i, " (", j.graph.inputs()[k].name, ")"));
+    }
     split += e->plan().split[k];
     if (j.graph.inputs()[k].kind != ir::InputKind::kParam) continue;
     // Whatever the storage layout, Input gives back the parameter bit for bit.

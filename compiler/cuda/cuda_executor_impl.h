@@ -53,6 +53,7 @@ class Impl final : public CudaExecutor {
   absl::Status Init(const ir::Graph& g, const CudaOptions& o);
   void ForceDry() { force_dry_ = true; }  // Init builds without a device (DryBuild)
   absl::Status SetInput(int k, const Tensor& host) override;
+  absl::Status ZeroInput(int k) override;
   absl::Status Step(absl::Span<const std::pair<int, Tensor>> step_inputs) override;
   bool graph_replay() const override { return !execs_.empty(); }
   absl::Status Capture();

@@ -64,6 +64,15 @@ class HostCudaExecutor : public compiler::cuda::CudaExecutor {
     return absl::OkStatus();
   }
 
+  absl::Status ZeroInput(int k) override {
+    if (k < 0 || k >= static_cast<int>(g_.inputs().size()))
+      return absl::InvalidArgumentError(absl::StrCat("ZeroInput: index ", k, " out of range"));
+    const compiler::ir::TensorMeta& m = g_.meta(g_.inputs()[k].value);
+    stored_[k] = Tensor::Zeros(m.shape, m.dtype);
+    ++zero_fills_;
+    return absl::OkStatus();
+  }
+
   absl::Status Step(absl::Span<const std::pair<int, Tensor>> step_inputs) override {
     float lr = 0, step = 0;
     for (const auto& [k, t] : step_inputs) {
@@ -112,6 +121,7 @@ class HostCudaExecutor : public compiler::cuda::CudaExecutor {
   // The options it was created with (device, communicators, ...).
   const compiler::cuda::CudaOptions& options() const { return options_; }
   int uploads() const { return uploads_; }
+  int zero_fills() const { return zero_fills_; }
 
  private:
   compiler::ir::Graph g_;
@@ -120,6 +130,7 @@ class HostCudaExecutor : public compiler::cuda::CudaExecutor {
   std::map<int, Tensor> stored_;
   float loss_ = 0;
   int uploads_ = 0;
+  int zero_fills_ = 0;
 };
 
 }  // namespace loom::parallel::testing
