@@ -328,17 +328,22 @@ absl::Status Trainer::BindTrainingInputs(TrainerModel& model) {
   // Inputs of the training program, in its order: parameters (given or
   // initialised), buffers, optimizer state (zeros), the batch, lr and step.
   const compiler::ir::Graph& g = train_graph();
+  std::vector<bool> zero_state;  // per input
   for (size_t k = 0; k < g.inputs().size(); ++k) {
     const compiler::ir::GraphInput& in = g.inputs()[k];
     const int ki = static_cast<int>(k);
     LOOM_ASSIGN_OR_RETURN(dtensor::DTensorSpec s, InputSpec(train_, in.name, mesh_));
     specs_[in.name] = s;
-    LOOM_ASSIGN_OR_RETURN(Tensor value, InitialValue(in, g.meta(in.value), s, model, param_index));
-    train_inputs_.push_back(std::move(value));
     // Optimizer state that starts at zero: a CUDA executor fills it on the
-    // device instead of copying host zeros.
-    zero_state_.push_back(in.kind == compiler::ir::InputKind::kState && !param_index.count(in.name) &&
-                          !options_.init.count(in.name) && !model.initial.count(in.name));
+    // device, so no host zeros are made for it.
+    zero_state.push_back(in.kind == compiler::ir::InputKind::kState && !param_index.count(in.name) &&
+                         !options_.init.count(in.name) && !model.initial.count(in.name));
+    if (zero_state.back() && cuda_) {
+      train_inputs_.emplace_back();
+    } else {
+      LOOM_ASSIGN_OR_RETURN(Tensor value, InitialValue(in, g.meta(in.value), s, model, param_index));
+      train_inputs_.push_back(std::move(value));
+    }
     if (in.name == "lr") lr_in_ = ki;
     if (in.name == "step") step_in_ = ki;
     if (in.name == compiler::import::onnx::kDropoutStep) dropout_step_in_ = ki;
@@ -358,7 +363,7 @@ absl::Status Trainer::BindTrainingInputs(TrainerModel& model) {
     for (size_t k = 0; k < g.inputs().size(); ++k) {
       const int ki = static_cast<int>(k);
       if (ki == lr_in_ || ki == step_in_ || IsDataInput(g.inputs()[k])) continue;
-      LOOM_RETURN_IF_ERROR(Annotate(zero_state_[k] ? cuda_->ZeroInput(ki) : cuda_->SetInput(ki, train_inputs_[k]),
+      LOOM_RETURN_IF_ERROR(Annotate(zero_state[k] ? cuda_->ZeroInput(ki) : cuda_->SetInput(ki, train_inputs_[k]),
                                     "device: cuda: uploading inputs"));
       // The host keeps no copy of the optimizer state (twice the parameters'
       // bytes): checkpoints read it back a tensor at a time (ReadState).

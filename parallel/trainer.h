@@ -338,7 +338,6 @@ class Trainer {
   std::unique_ptr<compiler::cuda::CudaExecutor> cuda_;  // device: cuda
   mutable bool host_stale_ = false;
   mutable std::vector<Tensor> train_inputs_;
-  std::vector<bool> zero_state_;  // per input: optimizer state starting at zero (BindTrainingInputs)
   std::vector<Tensor> outputs_;
   std::map<std::string, dtensor::DTensorSpec> specs_;  // training inputs
   std::vector<DataInput> train_data_;
