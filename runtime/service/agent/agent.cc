@@ -144,7 +144,7 @@ bool TransientRegisterError(const absl::Status& s) {
          s.code() == absl::StatusCode::kUnknown;
 }
 
-absl::Status Agent::Start(std::chrono::milliseconds timeout) {
+absl::Status Agent::Start(std::chrono::milliseconds timeout, const std::function<bool()>& cancelled) {
   if (opts_.worker_argv.empty()) return absl::InvalidArgumentError("worker_argv: empty");
   if (!store_) {
     collectives::store::StoreServer::Options so;
@@ -153,10 +153,22 @@ absl::Status Agent::Start(std::chrono::milliseconds timeout) {
     if (!st.ok()) return Annotate(st.status(), absl::StrCat("rendezvous store on ", opts_.rendezvous_host));
     store_ = std::move(*st);
   }
-  auto deadline = std::chrono::steady_clock::now() + timeout;
+  const auto start = std::chrono::steady_clock::now();
+  auto wait = std::chrono::milliseconds(100);
   absl::Status s;
-  while (TransientRegisterError(s = Register()) && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  for (int tries = 1; TransientRegisterError(s = Register()); ++tries) {
+    const auto now = std::chrono::steady_clock::now();
+    if (timeout.count() > 0 && now - start >= timeout) break;
+    if (cancelled && cancelled()) return absl::CancelledError("stopped before the agent could register");
+    if (tries >= 4) {  // the first few cover a coordinator still starting
+      std::fprintf(stderr, "loom agent: registering with %s (try %d, %lld s): %s: %s; trying again in %lld ms\n",
+                   opts_.coordinator.c_str(), tries,
+                   static_cast<long long>(std::chrono::duration_cast<std::chrono::seconds>(now - start).count()),
+                   absl::StatusCodeToString(s.code()).c_str(), std::string(s.message()).c_str(),
+                   static_cast<long long>(wait.count()));
+    }
+    std::this_thread::sleep_for(wait);
+    wait = std::min<std::chrono::milliseconds>(wait * 2, std::chrono::seconds(5));
   }
   if (!s.ok()) return s;
   order_pass_ms_ = SteadyMs();

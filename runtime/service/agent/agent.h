@@ -54,6 +54,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -105,8 +106,13 @@ class Agent {
  public:
   explicit Agent(AgentOptions o);
   ~Agent();
-  // Registers (retrying until `timeout`) and starts the order thread.
-  absl::Status Start(std::chrono::milliseconds timeout = std::chrono::seconds(10));
+  // Registers and starts the order thread. A transient failure
+  // (TransientRegisterError) is retried, the wait between tries doubling from
+  // 100 ms to 5 s, until `timeout` has passed (a timeout <= 0: no deadline)
+  // or `cancelled` returns true (checked between tries); each try after the
+  // first few that fails is reported on stderr.
+  absl::Status Start(std::chrono::milliseconds timeout = std::chrono::seconds(10),
+                     const std::function<bool()>& cancelled = {});
   void Stop();
   const std::string& agent_id() const { return agent_id_; }
   // Ranks currently running (for tests and status).

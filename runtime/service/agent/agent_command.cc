@@ -45,6 +45,9 @@ const FlagDef kFlags[] = {
     {"tls-ca", "LOOM_TLS_CA", "PEM", "use TLS, verify the coordinator against this CA"},
     {"tls-cert", "LOOM_TLS_CERT", "PEM", "client certificate for mutual TLS"},
     {"tls-key", "LOOM_TLS_KEY", "PEM", "client key for mutual TLS"},
+    {"register-timeout-s", "LOOM_REGISTER_TIMEOUT_S", "N",
+     "give up (exit 1) when the coordinator cannot be reached for N seconds at start; default 0: keep trying, "
+     "the wait between tries growing to 5 s, until SIGINT/SIGTERM"},
 };
 
 // --nproc-per-node over --cpu-slots / --gpus.
@@ -76,7 +79,7 @@ absl::StatusOr<AgentFlags> ParseAgentFlags(const std::vector<std::string>& args,
     fs.String(d.name, &raw[d.name], d.value, d.help);
     if (d.env != nullptr) fs.Env(d.env);
   }
-  fs.EnvLookup(env).Note("Exit codes: 0 after SIGINT/SIGTERM, 1 when it cannot register, 2 for bad flags.");
+  fs.EnvLookup(env).Note("Exit codes: 0 after SIGINT/SIGTERM, 1 when the coordinator refuses it or --register-timeout-s runs out, 2 for bad flags.");
   std::ostringstream sink;
   if (std::optional<int> rc = fs.Parse(args, sink, sink)) {
     if (*rc != 0) return absl::InvalidArgumentError(fs.error());
@@ -124,6 +127,11 @@ absl::StatusOr<AgentFlags> ParseAgentFlags(const std::vector<std::string>& args,
   if (v.count("nproc-per-node")) {
     if (absl::Status st = ApplyNprocPerNode(v["nproc-per-node"], v.count("cpu-slots") > 0, o); !st.ok()) return st;
   }
+  if (v.count("register-timeout-s") &&
+      (!absl::SimpleAtoi(v["register-timeout-s"], &f.register_timeout_s) || f.register_timeout_s < 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--register-timeout-s: expected seconds >= 0, got '", v["register-timeout-s"], "'"));
+  }
   f.tls_ca = v["tls-ca"];
   f.tls_cert = v["tls-cert"];
   f.tls_key = v["tls-key"];
@@ -169,7 +177,18 @@ int RunAgentCommand(const std::vector<std::string>& args) {
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &set, nullptr);
   Agent agent(f->agent);
-  absl::Status s = agent.Start(std::chrono::seconds(30));
+  // SIGINT/SIGTERM are blocked: one that arrives while registering stays pending.
+  auto signalled = [&set] {
+    sigset_t pending;
+    sigemptyset(&pending);
+    if (sigpending(&pending) != 0) return false;
+    return sigismember(&pending, SIGINT) == 1 || sigismember(&pending, SIGTERM) == 1;
+  };
+  absl::Status s = agent.Start(std::chrono::seconds(f->register_timeout_s), signalled);
+  if (s.code() == absl::StatusCode::kCancelled) {
+    std::fprintf(stderr, "loom agent: %s\n", std::string(s.message()).c_str());
+    return 0;
+  }
   if (!s.ok()) {
     std::fprintf(stderr, "loom agent: cannot register with %s: %s: %s\n", f->agent.coordinator.c_str(),
                  absl::StatusCodeToString(s.code()).c_str(), std::string(s.message()).c_str());

@@ -18,7 +18,11 @@
 //                            store for jobs whose rank 0 runs here listens
 //   --worker "CMD ARGS"      (LOOM_WORKER, default "<this binary> worker"), split on spaces
 //   --tls-ca PEM [--tls-cert PEM --tls-key PEM]  (LOOM_TLS_CA, LOOM_TLS_CERT, LOOM_TLS_KEY)
-// Exit codes: 0 after a clean shutdown, 1 when it cannot register, 2 for bad flags.
+//   --register-timeout-s N   (LOOM_REGISTER_TIMEOUT_S, default 0) give up registering after
+//                            N s of unreachable coordinator; 0 keeps trying (backoff to 5 s)
+//                            until SIGINT/SIGTERM
+// Exit codes: 0 after a clean shutdown (also when signalled while still registering),
+// 1 when the coordinator refuses it or --register-timeout-s ran out, 2 for bad flags.
 #pragma once
 
 #include <functional>
@@ -37,6 +41,7 @@ struct AgentFlags {
   bool help = false;
   std::string usage;  // with help: the text `loom agent --help` prints
   std::string tls_ca, tls_cert, tls_key;
+  int register_timeout_s = 0;  // 0: retry a transient failure until signalled
 };
 
 absl::StatusOr<AgentFlags> ParseAgentFlags(const std::vector<std::string>& args,

@@ -35,6 +35,9 @@ TEST(AgentFlags, DefaultsEnvAndFlags) {
   EXPECT_EQ(f->agent.gpus, 8);
   EXPECT_EQ(f->agent.hostname, "n1");
   EXPECT_EQ(f->agent.worker_argv, (std::vector<std::string>{"/bin/sh", "-c", "true"}));
+  EXPECT_EQ(f->register_timeout_s, 0);  // keep trying until signalled
+  EXPECT_EQ(Parse({"--register-timeout-s=30"}, {})->register_timeout_s, 30);
+  EXPECT_EQ(Parse({}, {{"LOOM_REGISTER_TIMEOUT_S", "7"}})->register_timeout_s, 7);
 }
 
 TEST(AgentFlags, BadFlagsNameTheFlag) {
@@ -43,6 +46,9 @@ TEST(AgentFlags, BadFlagsNameTheFlag) {
   EXPECT_NE(std::string(Parse({"--cpu-slots=0"}, {}).status().message()).find("offers nothing"), std::string::npos);
   EXPECT_NE(std::string(Parse({"--nope=1"}, {}).status().message()).find("--nope"), std::string::npos);
   EXPECT_FALSE(Parse({"--worker="}, {}).ok());
+  for (const char* bad : {"--register-timeout-s=-1", "--register-timeout-s=soon"})
+    EXPECT_NE(std::string(Parse({bad}, {}).status().message()).find("--register-timeout-s"), std::string::npos)
+        << bad;
   EXPECT_FALSE(Parse({"stray"}, {}).ok());
 }
 

@@ -3,8 +3,13 @@
 // SIGKILL escalation, and no process left behind.
 #include "runtime/service/agent/agent.h"
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
@@ -94,6 +99,80 @@ TEST(AgentRegister, TransportFailuresAreRetriedAndRefusalsAreNot) {
                              absl::StatusCode::kPermissionDenied, absl::StatusCode::kInvalidArgument,
                              absl::StatusCode::kFailedPrecondition, absl::StatusCode::kResourceExhausted})
     EXPECT_FALSE(TransientRegisterError(absl::Status(c, "x"))) << absl::StatusCodeToString(c);
+}
+
+// A port nothing listens on (bound, then closed).
+int FreePort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = -1;
+  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  close(fd);
+  return port;
+}
+
+AgentOptions UnreachableAgent(const std::string& root, int port) {
+  AgentOptions a;
+  a.coordinator = "127.0.0.1:" + std::to_string(port);
+  a.join_token = "join-token-of-a-coordinator-not-started-yet";
+  a.data_dir = root + "/agent";
+  a.worker_argv = {"/bin/true"};
+  return a;
+}
+
+// An agent started before its coordinator keeps trying, with a growing
+// wait, and registers once the coordinator listens (here 2.5 s later); it
+// gives up at its deadline when it has one, and returns Cancelled as soon as
+// its cancel check says so.
+TEST_F(AgentTest, RegistrationWaitsForALateCoordinatorUntilDeadlineOrCancel) {
+  const int port = FreePort();
+  ASSERT_GT(port, 0);
+  {
+    Agent agent(UnreachableAgent(root_, port));
+    auto t0 = std::chrono::steady_clock::now();
+    absl::Status s = agent.Start(std::chrono::milliseconds(1500));
+    double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+    EXPECT_GE(took, 1.5);
+    EXPECT_LT(took, 15.0);  // the deadline, one wait of at most 5 s, one 5 s try
+  }
+  {
+    Agent agent(UnreachableAgent(root_, port));
+    std::atomic<bool> stop{false};
+    std::thread canceller([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(800));
+      stop = true;
+    });
+    auto t0 = std::chrono::steady_clock::now();
+    absl::Status s = agent.Start(std::chrono::milliseconds(0), [&] { return stop.load(); });
+    double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    canceller.join();
+    EXPECT_EQ(s.code(), absl::StatusCode::kCancelled) << s;
+    EXPECT_GE(took, 0.8);
+    EXPECT_LT(took, 15.0);
+  }
+  AgentOptions late = UnreachableAgent(root_, port);
+  absl::Status registered = absl::UnknownError("Start did not return");
+  std::thread starter([&] {
+    Agent agent(late);
+    registered = agent.Start(std::chrono::milliseconds(0));
+    agent.Stop();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));
+  ServerOptions o;
+  o.coordinator.data_dir = root_ + "/late-coord";
+  o.listen_address = "127.0.0.1:" + std::to_string(port);
+  o.join_token = late.join_token;
+  auto server = CoordinatorServer::Start(o);
+  ASSERT_TRUE(server.ok()) << server.status();
+  starter.join();  // the retry wait is at most 5 s: this returns within seconds
+  EXPECT_TRUE(registered.ok()) << registered;
+  EXPECT_EQ((*server)->coordinator()->ListAgents().agents_size(), 1);
 }
 
 TEST_F(AgentTest, RunsRanksAndKeepsTheirLogs) {
