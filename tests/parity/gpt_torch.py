@@ -9,7 +9,7 @@ Linear weights are stored [in, out] (y = x @ W + b), as Loom stores them.
 
 Usage:
   gpt_torch.py --config cfg.json --weights DIR --batches DIR --out DIR [--steps N]
-               [--dtype f32|f64] [--device cpu|cuda] [--amp none|bf16]
+               [--dtype f32|f64] [--device cpu|cuda] [--amp none|bf16] [--reverse-batch]
 --dtype f64 trains in double precision: the reference the parity checks measure
 both Loom's and torch's own f32 final parameters against.
 cfg.json: the model keys (family, n_layer, n_head, n_kv_head, d_model, seq_len,
@@ -19,6 +19,10 @@ With dropout > 0 the training steps draw Loom's masks (LoomDropout: the
 embeddings, every residual branch and the attention probabilities, keyed by
 the seed, the 1-based step and the element's row-major index); the logits
 written are those of a forward without dropout (Loom's evaluation graph).
+--reverse-batch trains on every batch with its rows in reverse order (and
+each dropout mask's rows with them): the same training mathematically, the
+sums over rows in another order; a second f32 run whose gap to the f64 run
+shows how far f32 rounding alone moves the final parameters.
 Batches DIR holds x{i}, y{i} (i32 [B, T]) for i in 0..steps-1.
 Writes to --out: logits and loss of batch 0 at the initial weights, grad.<name>
 for every parameter, and losses (f64 [steps]) of training for --steps steps.
@@ -111,8 +115,9 @@ class LoomDropout:
     Sites: 0 the embeddings, 1 + 2i block i's attention output, 2 + 2i its MLP
     output, 1 + 2L + i its attention probabilities."""
 
-    def __init__(self, p, seed, n_layer):
+    def __init__(self, p, seed, n_layer, reverse_batch=False):
         self.p, self.seed, self.n_layer, self.step = p, seed, n_layer, None
+        self.reverse_batch = reverse_batch  # rows reversed: mask rows reversed with them
 
     def __call__(self, x, site):
         if self.step is None or self.p == 0:
@@ -122,6 +127,8 @@ class LoomDropout:
         keep = (bits >> np.uint64(8)).astype(np.float32) * np.float32(1.0 / 16777216.0) >= np.float32(self.p)
         scale = float(np.float32(1.0 / (1.0 - self.p)))
         mask = torch.from_numpy(keep.reshape(tuple(x.shape))).to(device=x.device, dtype=x.dtype)
+        if self.reverse_batch:
+            mask = mask.flip(0)
         return x * (mask * scale)
 
 
@@ -228,6 +235,8 @@ def main():
     ap.add_argument("--batches", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=0)
+    ap.add_argument("--reverse-batch", action="store_true",
+                    help="rows of every batch (and dropout mask) in reverse order: the same training, other sums")
     ap.add_argument("--dtype", default="f32", choices=["f32", "f64"])
     ap.add_argument("--device", default="cpu", help="cpu or cuda (the GPU parity check)")
     ap.add_argument("--amp", default="none", choices=["none", "bf16"],
@@ -250,8 +259,8 @@ def main():
     W = tensor_dir.load(a.weights)
     B = tensor_dir.load(a.batches)
     P = {n: W[n].to(device=dev, dtype=dt).clone().requires_grad_(True) for n in param_names(cfg)}
-    B = {k: v.to(dev) for k, v in B.items()}
-    drop = LoomDropout(cfg.get("dropout", 0.0), cfg.get("seed", 0), cfg["n_layer"])
+    B = {k: (v.flip(0).contiguous() if a.reverse_batch else v).to(dev) for k, v in B.items()}
+    drop = LoomDropout(cfg.get("dropout", 0.0), cfg.get("seed", 0), cfg["n_layer"], a.reverse_batch)
     out = {}
     drop.step = 1
     logits, loss = run(cfg, P, B["x0"], B["y0"], drop)
@@ -259,7 +268,7 @@ def main():
     if drop.p > 0:
         with torch.no_grad():
             logits, _ = run(cfg, P, B["x0"], B["y0"])
-    out["logits"] = logits.detach().float()
+    out["logits"] = (logits.flip(0) if a.reverse_batch else logits).detach().float()
     out["loss"] = loss.detach().reshape(1).double()
     for n, p in P.items():
         out["grad." + n] = p.grad.detach().clone()

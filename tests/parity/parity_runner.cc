@@ -97,8 +97,9 @@ std::map<std::string, Tensor> Batches(const ParityCase& c, int steps) {
 // gpt_torch.py on the inputs in `dir`, writing dir/out.
 absl::StatusOr<std::map<std::string, Tensor>> RunTorch(const ParityOptions& o, const std::string& dir, int steps,
                                                        const std::string& device, const std::string& dtype,
-                                                       const std::string& out) {
-  const std::string amp = o.precision == "bf16" && dtype == "f32" ? " --amp bf16" : "";
+                                                       const std::string& out, bool reverse_batch = false) {
+  std::string amp = o.precision == "bf16" && dtype == "f32" ? " --amp bf16" : "";
+  if (reverse_batch) amp += " --reverse-batch";
   const std::string cmd = absl::StrCat(o.python, " ", FindScript(o), " --config ", dir, "/cfg.json --weights ", dir,
                                        "/w --batches ", dir, "/b --out ", dir, "/", out, " --steps ", steps,
                                        " --device ", device, " --dtype ", dtype, amp);
@@ -157,9 +158,9 @@ absl::StatusOr<ParityResult> RunGptParity(const ParityCase& c, int steps, const 
   nlohmann::json cfg = {{"family", c.family}, {"n_layer", c.n_layer}, {"n_head", c.n_head},
                         {"n_kv_head", c.n_kv_head}, {"d_model", c.d_model}, {"seq_len", c.seq_len},
                         {"vocab", c.vocab}, {"ffn_hidden", c.ffn}, {"norm_eps", 1e-5}, {"rope_theta", 10000.0},
-                        {"lr", spec.train().lr()}, {"beta1", 0.9}, {"beta2", spec.train().beta2()},
-                        {"eps", 1e-8}, {"weight_decay", spec.train().weight_decay()},
-                        {"grad_clip", 1.0}, {"warmup_steps", 5}, {"threads", o.threads},
+                        {"lr", spec.train().lr()}, {"beta1", spec.train().beta1()}, {"beta2", spec.train().beta2()},
+                        {"eps", spec.train().eps()}, {"weight_decay", spec.train().weight_decay()},
+                        {"grad_clip", spec.train().grad_clip()}, {"warmup_steps", spec.train().warmup_steps()}, {"threads", o.threads},
                         {"dropout", c.dropout}, {"seed", spec.train().seed()}};
   std::ofstream(dir + "/cfg.json") << cfg.dump();
   LOOM_ASSIGN_OR_RETURN(auto ref, RunTorch(o, dir, steps, o.torch_device, "f32", "out"));
@@ -167,7 +168,7 @@ absl::StatusOr<ParityResult> RunGptParity(const ParityCase& c, int steps, const 
   ParityResult r;
   std::map<std::string, Tensor> ctl;
   if (!o.control_device.empty()) {
-    LOOM_ASSIGN_OR_RETURN(ctl, RunTorch(o, dir, steps, o.control_device, "f32", "control"));
+    LOOM_ASSIGN_OR_RETURN(ctl, RunTorch(o, dir, steps, o.control_device, "f32", "control", o.control_reverse_batch));
     r.control_loss_rel = 0;
     for (int s = 0; s < steps; ++s)
       r.control_loss_rel = std::max(r.control_loss_rel,
@@ -190,7 +191,14 @@ absl::StatusOr<ParityResult> RunGptParity(const ParityCase& c, int steps, const 
   LOOM_ASSIGN_OR_RETURN(float loss0, t.Step(batches["x0"], batches["y0"]));
   r.loss0 = loss0;
   r.loss0_rel = Rel(loss0, r.torch_loss0);
-  for (const auto& [name, g] : t.LastGradients()) r.grad_rel[name] = RelativeError(g, ref.at("grad." + name));
+  LOOM_RETURN_IF_ERROR(SaveTensorDir(dir + "/loom_grad0", t.LastGradients()));
+  for (const auto& [name, g] : t.LastGradients()) {
+    r.grad_rel[name] = RelativeError(g, ref.at("grad." + name));
+    if (!o.f64_reference) continue;
+    r.grad_rel_f64[name] = RelativeError(g, f64.at("grad." + name));
+    r.torch_grad_rel_f64[name] = RelativeError(ref.at("grad." + name), f64.at("grad." + name));
+    if (!ctl.empty()) r.control_grad_rel_f64[name] = RelativeError(ctl.at("grad." + name), f64.at("grad." + name));
+  }
   if (r.grad_rel.size() != t.param_info().size())
     return absl::InternalError(absl::StrCat("the trainer kept ", r.grad_rel.size(), " gradients for ",
                                             t.param_info().size(), " parameters"));
@@ -204,6 +212,8 @@ absl::StatusOr<ParityResult> RunGptParity(const ParityCase& c, int steps, const 
     r.torch_losses.push_back(losses.GetDouble(s));
     r.loss_rel.push_back(Rel(r.losses[s], r.torch_losses[s]));
   }
+  // Beside torch's outputs, for a look at a gap element by element.
+  LOOM_RETURN_IF_ERROR(SaveTensorDir(dir + "/loom_final", t.Parameters()));
   for (const auto& [name, p] : t.Parameters()) {
     const std::string key = "final." + name;
     r.final_rel[name] = FinalGap(name, p, ref.at(key), c.d_model);

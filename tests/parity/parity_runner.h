@@ -46,6 +46,10 @@ struct ParityOptions {
   // Non-empty: torch also runs on this device (e.g. "cpu"), and the gaps
   // between the two torch runs are returned as the noise floor.
   std::string control_device;
+  // With a control: it trains on every batch with its rows reversed
+  // (gpt_torch.py --reverse-batch), the same training summed in another
+  // order, so that its f32 gap to the f64 run is a second sample of f32's.
+  bool control_reverse_batch = false;
   // true: torch also trains in f64 on the CPU (the reference of step 4).
   bool f64_reference = false;
   // Loom's side, to bisect a gap on the GPU: train.deterministic (kernels
@@ -74,6 +78,10 @@ struct ParityResult {
   // With f64_reference and a control device: torch's f32 run there against
   // the f64 run (PyTorch's second f32 implementation on the same batches).
   std::map<std::string, double> control_final_rel_f64;
+  // With f64_reference, per parameter: the step-0 gradient of Loom and of
+  // torch's f32 run against the f64 run's (one step's rounding, before any
+  // training amplifies it).
+  std::map<std::string, double> grad_rel_f64, torch_grad_rel_f64, control_grad_rel_f64;
   double WorstGrad() const;
   double WorstLoss() const;
   double WorstFinal() const;
