@@ -10,6 +10,7 @@ Linear weights are stored [in, out] (y = x @ W + b), as Loom stores them.
 Usage:
   gpt_torch.py --config cfg.json --weights DIR --batches DIR --out DIR [--steps N]
                [--dtype f32|f64] [--device cpu|cuda] [--amp none|bf16] [--reverse-batch]
+               [--loss-scale S]
 --dtype f64 trains in double precision: the reference the parity checks measure
 both Loom's and torch's own f32 final parameters against.
 cfg.json: the model keys (family, n_layer, n_head, n_kv_head, d_model, seq_len,
@@ -23,6 +24,10 @@ written are those of a forward without dropout (Loom's evaluation graph).
 each dropout mask's rows with them): the same training mathematically, the
 sums over rows in another order; a second f32 run whose gap to the f64 run
 shows how far f32 rounding alone moves the final parameters.
+--loss-scale S backpropagates S x the loss and gives AdamW eps and the clip
+norm S x theirs: the same updates mathematically (AdamW divides m by
+sqrt(v), so only eps and the clip see the scale), with every gradient's
+rounding redrawn. The gradients written are divided by S again.
 Batches DIR holds x{i}, y{i} (i32 [B, T]) for i in 0..steps-1.
 Writes to --out: logits and loss of batch 0 at the initial weights, grad.<name>
 for every parameter, and losses (f64 [steps]) of training for --steps steps.
@@ -235,6 +240,8 @@ def main():
     ap.add_argument("--batches", required=True)
     ap.add_argument("--out", required=True)
     ap.add_argument("--steps", type=int, default=0)
+    ap.add_argument("--loss-scale", type=float, default=1.0,
+                    help="backpropagate S x the loss, with eps and the clip norm S x theirs: the same training")
     ap.add_argument("--reverse-batch", action="store_true",
                     help="rows of every batch (and dropout mask) in reverse order: the same training, other sums")
     ap.add_argument("--dtype", default="f32", choices=["f32", "f64"])
@@ -242,6 +249,8 @@ def main():
     ap.add_argument("--amp", default="none", choices=["none", "bf16"],
                     help="bf16: autocast (fp32 master weights and AdamW state), as Loom's bf16 policy")
     a = ap.parse_args()
+    if not a.loss_scale > 0:
+        ap.error(f"--loss-scale: expected a positive factor, got {a.loss_scale}")
     dev = torch.device(a.device)
     if dev.type == "cuda":  # true fp32 GEMMs, as Loom's f32 path
         torch.backends.cuda.matmul.allow_tf32 = False
@@ -264,14 +273,14 @@ def main():
     out = {}
     drop.step = 1
     logits, loss = run(cfg, P, B["x0"], B["y0"], drop)
-    loss.backward()
+    (loss * a.loss_scale).backward()
     if drop.p > 0:
         with torch.no_grad():
             logits, _ = run(cfg, P, B["x0"], B["y0"])
     out["logits"] = (logits.flip(0) if a.reverse_batch else logits).detach().float()
     out["loss"] = loss.detach().reshape(1).double()
     for n, p in P.items():
-        out["grad." + n] = p.grad.detach().clone()
+        out["grad." + n] = p.grad.detach().clone() / a.loss_scale
         p.grad = None
     if a.steps > 0:
         decay = [p for n, p in P.items() if p.dim() >= 2]
@@ -279,7 +288,7 @@ def main():
         opt = torch.optim.AdamW(
             [{"params": decay, "weight_decay": cfg.get("weight_decay", 0.0)},
              {"params": no_decay, "weight_decay": 0.0}],
-            lr=cfg["lr"], betas=(cfg.get("beta1", 0.9), cfg.get("beta2", 0.95)), eps=cfg.get("eps", 1e-8))
+            lr=cfg["lr"], betas=(cfg.get("beta1", 0.9), cfg.get("beta2", 0.95)), eps=cfg.get("eps", 1e-8) * a.loss_scale)
         warm = cfg.get("warmup_steps", 0)
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / warm) if warm > 0 else 1.0)
         losses = []
@@ -287,9 +296,9 @@ def main():
             drop.step = s + 1
             _, loss = run(cfg, P, B[f"x{s}"], B[f"y{s}"], drop)
             opt.zero_grad()
-            loss.backward()
+            (loss * a.loss_scale).backward()
             if cfg.get("grad_clip", 0) > 0:
-                torch.nn.utils.clip_grad_norm_(list(P.values()), cfg["grad_clip"])
+                torch.nn.utils.clip_grad_norm_(list(P.values()), cfg["grad_clip"] * a.loss_scale)
             opt.step()
             sched.step()
             losses.append(loss.item())

@@ -97,9 +97,9 @@ std::map<std::string, Tensor> Batches(const ParityCase& c, int steps) {
 // gpt_torch.py on the inputs in `dir`, writing dir/out.
 absl::StatusOr<std::map<std::string, Tensor>> RunTorch(const ParityOptions& o, const std::string& dir, int steps,
                                                        const std::string& device, const std::string& dtype,
-                                                       const std::string& out, bool reverse_batch = false) {
+                                                       const std::string& out, const std::string& flags = "") {
   std::string amp = o.precision == "bf16" && dtype == "f32" ? " --amp bf16" : "";
-  if (reverse_batch) amp += " --reverse-batch";
+  if (!flags.empty()) amp += " " + flags;
   const std::string cmd = absl::StrCat(o.python, " ", FindScript(o), " --config ", dir, "/cfg.json --weights ", dir,
                                        "/w --batches ", dir, "/b --out ", dir, "/", out, " --steps ", steps,
                                        " --device ", device, " --dtype ", dtype, amp);
@@ -168,7 +168,7 @@ absl::StatusOr<ParityResult> RunGptParity(const ParityCase& c, int steps, const 
   ParityResult r;
   std::map<std::string, Tensor> ctl;
   if (!o.control_device.empty()) {
-    LOOM_ASSIGN_OR_RETURN(ctl, RunTorch(o, dir, steps, o.control_device, "f32", "control", o.control_reverse_batch));
+    LOOM_ASSIGN_OR_RETURN(ctl, RunTorch(o, dir, steps, o.control_device, "f32", "control"));
     r.control_loss_rel = 0;
     for (int s = 0; s < steps; ++s)
       r.control_loss_rel = std::max(r.control_loss_rel,
@@ -182,6 +182,13 @@ absl::StatusOr<ParityResult> RunGptParity(const ParityCase& c, int steps, const 
   if (o.f64_reference) {
     LOOM_ASSIGN_OR_RETURN(f64, RunTorch(o, dir, steps, "cpu", "f64", "f64"));
   }
+  std::vector<std::map<std::string, Tensor>> noise;
+  if (o.f64_reference)
+    for (size_t i = 0; i < o.noise_runs.size(); ++i) {
+      LOOM_ASSIGN_OR_RETURN(auto run, RunTorch(o, dir, steps, o.torch_device, "f32", absl::StrCat("noise", i),
+                                               o.noise_runs[i]));
+      noise.push_back(std::move(run));
+    }
   r.torch_loss0 = ref.at("loss").GetDouble(0);
   if (o.compare_logits) {
     LOOM_ASSIGN_OR_RETURN(auto fwd, t.Forward(batches["x0"], batches["y0"]));
@@ -198,6 +205,9 @@ absl::StatusOr<ParityResult> RunGptParity(const ParityCase& c, int steps, const 
     r.grad_rel_f64[name] = RelativeError(g, f64.at("grad." + name));
     r.torch_grad_rel_f64[name] = RelativeError(ref.at("grad." + name), f64.at("grad." + name));
     if (!ctl.empty()) r.control_grad_rel_f64[name] = RelativeError(ctl.at("grad." + name), f64.at("grad." + name));
+    for (const auto& run : noise)
+      r.noise_grad_rel_f64[name] =
+          std::max(r.noise_grad_rel_f64[name], RelativeError(run.at("grad." + name), f64.at("grad." + name)));
   }
   if (r.grad_rel.size() != t.param_info().size())
     return absl::InternalError(absl::StrCat("the trainer kept ", r.grad_rel.size(), " gradients for ",
@@ -222,6 +232,8 @@ absl::StatusOr<ParityResult> RunGptParity(const ParityCase& c, int steps, const 
     r.final_rel_f64[name] = FinalGap(name, p, ref64, c.d_model);
     r.torch_final_rel_f64[name] = FinalGap(name, ref.at(key), ref64, c.d_model);
     if (!ctl.empty()) r.control_final_rel_f64[name] = FinalGap(name, ctl.at(key), ref64, c.d_model);
+    for (const auto& run : noise)
+      r.noise_final_rel_f64[name] = std::max(r.noise_final_rel_f64[name], FinalGap(name, run.at(key), ref64, c.d_model));
   }
   return r;
 }
@@ -232,6 +244,8 @@ NoiseVerdict FinalWithinNoise(const ParityResult& r, double factor, double floor
     double torch_gap = r.torch_final_rel_f64.at(name);
     auto ctl = r.control_final_rel_f64.find(name);
     if (ctl != r.control_final_rel_f64.end()) torch_gap = std::max(torch_gap, ctl->second);
+    auto nz = r.noise_final_rel_f64.find(name);
+    if (nz != r.noise_final_rel_f64.end()) torch_gap = std::max(torch_gap, nz->second);
     const double ratio = torch_gap > 0 ? loom_gap / torch_gap : (loom_gap > 0 ? INFINITY : 0);
     if (v.worst.empty() || ratio > v.worst_ratio) {
       v.worst_ratio = ratio;

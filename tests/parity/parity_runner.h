@@ -46,10 +46,12 @@ struct ParityOptions {
   // Non-empty: torch also runs on this device (e.g. "cpu"), and the gaps
   // between the two torch runs are returned as the noise floor.
   std::string control_device;
-  // With a control: it trains on every batch with its rows reversed
-  // (gpt_torch.py --reverse-batch), the same training summed in another
-  // order, so that its f32 gap to the f64 run is a second sample of f32's.
-  bool control_reverse_batch = false;
+  // With f64_reference: further torch f32 runs on torch_device, each with
+  // these gpt_torch.py flags (e.g. "--reverse-batch", "--loss-scale 3"):
+  // the same training mathematically with its rounding redrawn. Their gaps
+  // to the f64 run sample how far f32 rounding alone moves a run (the
+  // largest per parameter: ParityResult::noise_*).
+  std::vector<std::string> noise_runs;
   // true: torch also trains in f64 on the CPU (the reference of step 4).
   bool f64_reference = false;
   // Loom's side, to bisect a gap on the GPU: train.deterministic (kernels
@@ -82,6 +84,9 @@ struct ParityResult {
   // torch's f32 run against the f64 run's (one step's rounding, before any
   // training amplifies it).
   std::map<std::string, double> grad_rel_f64, torch_grad_rel_f64, control_grad_rel_f64;
+  // With noise_runs, per parameter: the largest final and step-0 gradient
+  // gap to the f64 run over those runs.
+  std::map<std::string, double> noise_final_rel_f64, noise_grad_rel_f64;
   double WorstGrad() const;
   double WorstLoss() const;
   double WorstFinal() const;
@@ -92,8 +97,8 @@ struct ParityResult {
 // The final-parameter verdict against the f64 reference, per parameter:
 // Loom's gap is within `factor` times torch's own f32 gap, or below `floor`
 // (for parameters where torch's gap is itself at the level of f32 rounding).
-// Torch's own gap is the larger of its f32 runs' gaps: on torch_device and,
-// when a control ran, on control_device. Both are PyTorch f32 training, and
+// Torch's own gap is the largest of its f32 runs' gaps: on torch_device,
+// on control_device when a control ran, and the noise runs'. Both are PyTorch f32 training, and
 // after 50 AdamW steps they drift from the f64 run by amounts that differ
 // severalfold (bench/cuda/gpt_cuda_parity prints both).
 struct NoiseVerdict {
