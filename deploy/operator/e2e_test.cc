@@ -36,6 +36,7 @@
 #include "absl/strings/str_cat.h"
 #include "deploy/operator/kube_client.h"
 #include "deploy/operator/testing/fake_apiserver.h"
+#include "runtime/service/testing/daemons.h"
 
 namespace loom::deploy::operator_ {
 namespace {
@@ -43,18 +44,6 @@ namespace {
 std::string ReadAll(const std::string& p) {
   std::ifstream f(p);
   return std::string(std::istreambuf_iterator<char>(f), {});
-}
-
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a);
-  socklen_t len = sizeof a;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
 }
 
 pid_t Spawn(const std::vector<std::string>& argv, const std::map<std::string, std::string>& env,
@@ -337,7 +326,8 @@ class OperatorE2E : public ::testing::Test {
         << "if [ \"$LOOM_RANK\" = 0 ]; then echo \"resumed from $from\" > " << root << "/rs-resumed;"
         << " echo \"40 $from\" > $LOOM_PROGRESS_FILE; fi\n"
         << "sleep 1\n";
-    ports = {{"ok", FreePort()}, {"del", FreePort()}, {"rs", FreePort()}, {"real", FreePort()}};
+    using runtime::service::testing::FreeLoopbackPort;
+    ports = {{"ok", FreeLoopbackPort()}, {"del", FreeLoopbackPort()}, {"rs", FreeLoopbackPort()}, {"real", FreeLoopbackPort()}};
     kubelet = std::make_unique<TestKubelet>(server.get(), "e2e", root, ports);
     const bool real = std::string(::testing::UnitTest::GetInstance()->current_test_info()->name()).find("RealLoom") !=
                       std::string::npos;

@@ -16,6 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "runtime/service/testing/daemons.h"
 #include "tests/testing/loom_cli.h"
 
 namespace {
@@ -30,22 +31,6 @@ std::string Read(const std::string& path) {
   std::stringstream ss;
   ss << std::ifstream(path).rdbuf();
   return ss.str();
-}
-
-// A loopback port free at the time of the call.
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
-    close(fd);
-    return 0;
-  }
-  close(fd);
-  return ntohs(a.sin_port);
 }
 
 // Losses at each logged step, from a run folder's metrics.jsonl.
@@ -76,7 +61,7 @@ TEST(Torchrun, TwoNodesOnLoopbackMatchOneNode) {
   CliResult r1 = RunLoom(absl::StrCat("run ", spec, " --nproc-per-node 4 --run-dir ", one), 300);
   ASSERT_EQ(r1.code, 0) << r1.output;
 
-  const int port = FreePort();
+  const int port = loom::runtime::service::testing::FreeLoopbackPort();
   ASSERT_GT(port, 0);
   const std::string token = Tmp("join-token");
   std::ofstream(token) << "torchrun-test-join-token-5f0c2a9e";

@@ -3,10 +3,7 @@
 // SIGKILL escalation, and no process left behind.
 #include "runtime/service/agent/agent.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -20,6 +17,7 @@
 #include "gtest/gtest.h"
 #include "runtime/service/auth/token.h"
 #include "runtime/service/server.h"
+#include "runtime/service/testing/daemons.h"
 
 namespace loom::runtime::service::agent {
 namespace {
@@ -101,21 +99,6 @@ TEST(AgentRegister, TransportFailuresAreRetriedAndRefusalsAreNot) {
     EXPECT_FALSE(TransientRegisterError(absl::Status(c, "x"))) << absl::StatusCodeToString(c);
 }
 
-// A port nothing listens on (bound, then closed).
-int FreePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  int port = -1;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    port = ntohs(a.sin_port);
-  close(fd);
-  return port;
-}
-
 AgentOptions UnreachableAgent(const std::string& root, int port) {
   AgentOptions a;
   a.coordinator = "127.0.0.1:" + std::to_string(port);
@@ -130,7 +113,7 @@ AgentOptions UnreachableAgent(const std::string& root, int port) {
 // gives up at its deadline when it has one, and returns Cancelled as soon as
 // its cancel check says so.
 TEST_F(AgentTest, RegistrationWaitsForALateCoordinatorUntilDeadlineOrCancel) {
-  const int port = FreePort();
+  const int port = runtime::service::testing::FreeLoopbackPort();
   ASSERT_GT(port, 0);
   {
     Agent agent(UnreachableAgent(root_, port));

@@ -1,9 +1,12 @@
 // Helpers for end-to-end tests that run the service's real daemons as child
 // processes: spawn with stderr to a log, wait with a deadline, read the port
-// a daemon wrote to its --port-file.
+// a daemon wrote to its --port-file, pick a free loopback port.
 #pragma once
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -16,6 +19,21 @@
 #include <vector>
 
 namespace loom::runtime::service::testing {
+
+// A loopback port nothing listened on at the time of the call (bound, then
+// closed); 0 when none could be bound.
+inline int FreeLoopbackPort() {
+  int fd = socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 0;
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  const bool ok = bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+                  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0;
+  close(fd);
+  return ok ? ntohs(a.sin_port) : 0;
+}
 
 // fork + execv(argv) with stderr appended to `log`; returns the child's pid.
 inline pid_t Spawn(const std::vector<std::string>& argv, const std::string& log) {
