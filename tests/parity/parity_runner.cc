@@ -98,11 +98,11 @@ std::map<std::string, Tensor> Batches(const ParityCase& c, int steps) {
 absl::StatusOr<std::map<std::string, Tensor>> RunTorch(const ParityOptions& o, const std::string& dir, int steps,
                                                        const std::string& device, const std::string& dtype,
                                                        const std::string& out, const std::string& flags = "") {
-  std::string amp = o.precision == "bf16" && dtype == "f32" ? " --amp bf16" : "";
-  if (!flags.empty()) amp += " " + flags;
+  std::string extra = o.precision == "bf16" && dtype == "f32" ? " --amp bf16" : "";
+  if (!flags.empty()) extra += " " + flags;
   const std::string cmd = absl::StrCat(o.python, " ", FindScript(o), " --config ", dir, "/cfg.json --weights ", dir,
                                        "/w --batches ", dir, "/b --out ", dir, "/", out, " --steps ", steps,
-                                       " --device ", device, " --dtype ", dtype, amp);
+                                        " --device ", device, " --dtype ", dtype, extra);
   if (int rc = std::system(cmd.c_str()); rc != 0)
     return absl::InternalError(absl::StrCat("the PyTorch reference failed (exit ", rc, "): ", cmd));
   return LoadTensorDir(absl::StrCat(dir, "/", out));
@@ -204,7 +204,6 @@ absl::StatusOr<ParityResult> RunGptParity(const ParityCase& c, int steps, const 
     if (!o.f64_reference) continue;
     r.grad_rel_f64[name] = RelativeError(g, f64.at("grad." + name));
     r.torch_grad_rel_f64[name] = RelativeError(ref.at("grad." + name), f64.at("grad." + name));
-    if (!ctl.empty()) r.control_grad_rel_f64[name] = RelativeError(ctl.at("grad." + name), f64.at("grad." + name));
     for (const auto& run : noise)
       r.noise_grad_rel_f64[name] =
           std::max(r.noise_grad_rel_f64[name], RelativeError(run.at("grad." + name), f64.at("grad." + name)));

@@ -83,7 +83,7 @@ struct ParityResult {
   // With f64_reference, per parameter: the step-0 gradient of Loom and of
   // torch's f32 run against the f64 run's (one step's rounding, before any
   // training amplifies it).
-  std::map<std::string, double> grad_rel_f64, torch_grad_rel_f64, control_grad_rel_f64;
+  std::map<std::string, double> grad_rel_f64, torch_grad_rel_f64;
   // With noise_runs, per parameter: the largest final and step-0 gradient
   // gap to the f64 run over those runs.
   std::map<std::string, double> noise_final_rel_f64, noise_grad_rel_f64;
