@@ -1,5 +1,7 @@
 #include "compiler/autodiff.h"
 
+#include <cmath>
+
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 #include "compiler/ir/verifier.h"
@@ -71,11 +73,13 @@ absl::StatusOr<JointGraph> BuildJointGraph(const ir::Graph& forward, const Autod
     return absl::OkStatus();
   };
   {
+    if (!std::isfinite(options.seed) || options.seed == 0)
+      return absl::InvalidArgumentError(absl::StrCat("autodiff: seed must be finite and nonzero, got ", options.seed));
     const Shape& s = g.meta(loss).shape;
     auto seed = g.AddOp1(options.fill_op, {},
                          kernels::Attrs{{"shape", std::vector<int64_t>(s.begin(), s.end())},
                                         {"dtype", std::string(DTypeName(g.meta(loss).dtype))},
-                                        {"value", 1.0}});
+                                        {"value", options.seed}});
     if (!seed.ok()) return Annotate(seed.status(), "autodiff: seeding the loss gradient");
     grad[loss] = *seed;
   }

@@ -27,7 +27,10 @@ namespace loom::compiler {
 struct AutodiffOptions {
   int loss_output = 0;            // which forward output is the (scalar) loss
   std::string add_op = "add";     // accumulates gradients of multiply-used values
-  std::string fill_op = "fill";   // seeds d loss / d loss = 1 (attrs shape, dtype, value)
+  std::string fill_op = "fill";   // seeds d loss / d loss (attrs shape, dtype, value)
+  // d loss / d loss, the backward's starting value: finite and nonzero. Every
+  // gradient is that multiple of the loss's own (a static loss scale).
+  double seed = 1.0;
   std::vector<std::string> wrt;   // input names to differentiate; empty = every param
 };
 

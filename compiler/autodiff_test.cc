@@ -160,6 +160,39 @@ TEST(AutodiffTest, OptimizedGraphsGiveTheSameGradients) {
   for (size_t k = 0; k < oa->size(); ++k) EXPECT_LT(RelativeError((*ob)[k], (*oa)[k]), 1e-14) << k;
 }
 
+// AutodiffOptions::seed scales every gradient by itself (f64: the products
+// by 2.5 differ from the plain gradients only by rounding); a seed that is
+// zero or not finite is refused.
+TEST(AutodiffTest, SeedScalesEveryGradient) {
+  auto fwd = ir::ParseGraph(kNet);
+  ASSERT_TRUE(fwd.ok());
+  AutodiffOptions o = TestOptions();
+  auto plain = BuildJointGraph(*fwd, o);
+  o.seed = 2.5;
+  auto scaled = BuildJointGraph(*fwd, o);
+  ASSERT_TRUE(plain.ok() && scaled.ok()) << scaled.status();
+  std::vector<Tensor> in = Inputs(*fwd, DType::kF64);
+  auto a = Executor::Create(plain->graph);
+  auto b = Executor::Create(scaled->graph);
+  ASSERT_TRUE(a.ok() && b.ok());
+  auto oa = a->Run(in);
+  auto ob = b->Run(in);
+  ASSERT_TRUE(oa.ok() && ob.ok());
+  EXPECT_EQ((*ob)[0].GetDouble(0), (*oa)[0].GetDouble(0));  // the loss itself is not scaled
+  for (size_t k = 2; k < oa->size(); ++k) {
+    std::vector<double> want = (*oa)[k].ToVector();
+    for (double& v : want) v *= 2.5;
+    EXPECT_LT(RelativeError((*ob)[k], Tensor::FromVector((*oa)[k].shape(), want, DType::kF64)), 1e-14) << k;
+  }
+  for (double bad : {0.0, std::nan(""), double{INFINITY}}) {
+    o.seed = bad;
+    auto j = BuildJointGraph(*fwd, o);
+    ASSERT_FALSE(j.ok()) << bad;
+    EXPECT_NE(std::string(j.status().message()).find("seed must be finite and nonzero"), std::string::npos)
+        << j.status();
+  }
+}
+
 TEST(AutodiffTest, ErrorsNameTheOp) {
   auto fwd = ir::ParseGraph(R"IR(graph @f(%x: f32[3], %w: f32[3] param) {
   %0 = test.relu_grad(%x, %w) : f32[3]

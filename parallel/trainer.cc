@@ -159,6 +159,7 @@ absl::Status Trainer::CompileSteps(TrainerModel& model) {
   const auto& tr = spec_.train();
   const bool cuda = spec_.device() == "cuda";
   compiler::CompileOptions co = StepCompileOptions(spec_, params_, options_.keep_gradients, options_.fuse, accum_ > 1);
+  co.autodiff.seed = options_.loss_seed;
   if (single()) {
     auto train = compiler::Compile(model.train_forward, co);
     if (!train.ok()) return Annotate(train.status(), "compiling the training step");

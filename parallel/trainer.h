@@ -146,6 +146,12 @@ struct TrainerOptions {
   // The step also outputs d loss / d param: one rank, or several with
   // gradient accumulation (the reduced mean gradients, whole).
   bool keep_gradients = false;
+  // d loss / d loss that starts the backward (compiler AutodiffOptions::seed):
+  // the gradients, their norm and AdamW's m and v are all this multiple of
+  // the loss's own; the loss is not. Paired with train.eps and
+  // train.grad_clip scaled alike it is the same training with other f32
+  // roundings, which tests/parity uses to sample Loom's rounding noise.
+  double loss_seed = 1.0;
   bool fuse = true;
   int64_t bucket_bytes = 0;  // > 0: bucket the dp gradient all-reduces (styles.h); 0: parallel.bucket_mb
   // device: cuda: the CUDA device ordinal this rank's executor runs on

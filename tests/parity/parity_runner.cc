@@ -108,7 +108,40 @@ absl::StatusOr<std::map<std::string, Tensor>> RunTorch(const ParityOptions& o, c
   return LoadTensorDir(absl::StrCat(dir, "/", out));
 }
 
+// Loom again from the same weights (dir/w) and batches, once per
+// o.loom_seeds value S (loss seed S, eps and clip times S): each run's final
+// gap to the f64 run goes to r.loom_noise_final_rel_f64.
+absl::Status LoomNoiseRuns(const ParityCase& c, int steps, const ParityOptions& o, const v1::JobSpec& spec,
+                           const parallel::TrainerOptions& topts, const std::string& dir,
+                           std::map<std::string, Tensor>& batches, const std::map<std::string, Tensor>& f64,
+                           ParityResult& r) {
+  for (double S : o.loom_seeds) {
+    v1::JobSpec scaled = spec;
+    scaled.mutable_train()->set_eps(static_cast<float>(spec.train().eps() * S));
+    scaled.mutable_train()->set_grad_clip(static_cast<float>(spec.train().grad_clip() * S));
+    parallel::TrainerOptions so = topts;
+    so.keep_gradients = false;
+    so.loss_seed = S;
+    LOOM_ASSIGN_OR_RETURN(so.init, LoadTensorDir(dir + "/w"));
+    LOOM_ASSIGN_OR_RETURN(auto trainer, parallel::Trainer::Create(scaled, so));
+    for (int s = 0; s < steps; ++s)
+      LOOM_RETURN_IF_ERROR(trainer->Step(batches[absl::StrCat("x", s)], batches[absl::StrCat("y", s)]).status());
+    for (const auto& [name, p] : trainer->Parameters())
+      r.loom_noise_final_rel_f64[name].push_back(FinalGap(name, p, f64.at("final." + name), c.d_model));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+double ParityResult::LoomFinalGap(const std::string& name) const {
+  std::vector<double> v = {final_rel_f64.at(name)};
+  if (auto it = loom_noise_final_rel_f64.find(name); it != loom_noise_final_rel_f64.end())
+    v.insert(v.end(), it->second.begin(), it->second.end());
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 std::string ParityCase::Name() const {
   return absl::StrCat(family, " L", n_layer, " H", n_head, "/", n_kv_head, " C", d_model, " T", seq_len, " V",
@@ -234,12 +267,15 @@ absl::StatusOr<ParityResult> RunGptParity(const ParityCase& c, int steps, const 
     for (const auto& run : noise)
       r.noise_final_rel_f64[name] = std::max(r.noise_final_rel_f64[name], FinalGap(name, run.at(key), ref64, c.d_model));
   }
+  if (o.f64_reference) LOOM_RETURN_IF_ERROR(LoomNoiseRuns(c, steps, o, spec, topts, dir, batches, f64, r));
   return r;
 }
 
 NoiseVerdict FinalWithinNoise(const ParityResult& r, double factor, double floor) {
   NoiseVerdict v;
-  for (const auto& [name, loom_gap] : r.final_rel_f64) {
+  for (const auto& entry : r.final_rel_f64) {
+    const std::string& name = entry.first;
+    const double loom_gap = r.LoomFinalGap(name);
     double torch_gap = r.torch_final_rel_f64.at(name);
     auto ctl = r.control_final_rel_f64.find(name);
     if (ctl != r.control_final_rel_f64.end()) torch_gap = std::max(torch_gap, ctl->second);

@@ -52,6 +52,11 @@ struct ParityOptions {
   // to the f64 run sample how far f32 rounding alone moves a run (the
   // largest per parameter: ParityResult::noise_*).
   std::vector<std::string> noise_runs;
+  // With f64_reference: further Loom runs, one per value S, with
+  // TrainerOptions::loss_seed S and train.eps and train.grad_clip times S:
+  // the same training with Loom's rounding redrawn (ParityResult::
+  // loom_noise_final_rel_f64; FinalWithinNoise takes Loom's median).
+  std::vector<double> loom_seeds;
   // true: torch also trains in f64 on the CPU (the reference of step 4).
   bool f64_reference = false;
   // Loom's side, to bisect a gap on the GPU: train.deterministic (kernels
@@ -87,6 +92,13 @@ struct ParityResult {
   // With noise_runs, per parameter: the largest final and step-0 gradient
   // gap to the f64 run over those runs.
   std::map<std::string, double> noise_final_rel_f64, noise_grad_rel_f64;
+  // With loom_seeds, per parameter: each of those Loom runs' final gap to the
+  // f64 run, in the order of loom_seeds.
+  std::map<std::string, std::vector<double>> loom_noise_final_rel_f64;
+  // Loom's final gap to the f64 run that FinalWithinNoise bounds: the median
+  // over final_rel_f64 and loom_noise_final_rel_f64 (final_rel_f64 alone
+  // without Loom noise runs).
+  double LoomFinalGap(const std::string& name) const;
   double WorstGrad() const;
   double WorstLoss() const;
   double WorstFinal() const;
@@ -95,8 +107,9 @@ struct ParityResult {
 };
 
 // The final-parameter verdict against the f64 reference, per parameter:
-// Loom's gap is within `factor` times torch's own f32 gap, or below `floor`
-// (for parameters where torch's gap is itself at the level of f32 rounding).
+// Loom's gap (LoomFinalGap: the median over its runs when it ran several) is
+// within `factor` times torch's own f32 gap, or below `floor` (for
+// parameters where torch's gap is itself at the level of f32 rounding).
 // Torch's own gap is the largest of its f32 runs' gaps: on torch_device,
 // on control_device when a control ran, and the noise runs'. Both are PyTorch f32 training, and
 // after 50 AdamW steps they drift from the f64 run by amounts that differ
