@@ -6,7 +6,7 @@
 // Precision against PyTorch's own, with torch also training in f64 from the
 // same weights and batches as the reference, and training again in f32 in
 // four ways that are the same training mathematically with the rounding
-// redrawn (kNoiseRuns: the batch rows reversed, and the loss scaled by S
+// redrawn (StandardTorchNoiseRuns: the batch rows reversed, and the loss scaled by S
 // with AdamW's eps and the clip norm scaled alike, which leaves every update
 // unchanged in exact arithmetic). Torch's own f32 gap is the largest over
 // its five f32 runs.
@@ -17,7 +17,7 @@
 //  - After the last step: Loom's final-parameter gap to the f64 run stays
 //    within 2x torch's own (the largest over its five f32 runs), or under
 //    kFinalFloor. Loom's gap is the median over five Loom runs that redraw
-//    its rounding the same way (kLoomSeeds: the backward seeded with S, eps
+//    its rounding the same way (StandardLoomSeeds: the backward seeded with S, eps
 //    and the clip norm times S; TrainerOptions::loss_seed).
 //    Why a median and not one run: the final gap of one run is a draw from
 //    a wide, two-humped distribution. AdamW divides each update by
@@ -50,15 +50,12 @@ constexpr double kFinalFactor = 2.0;
 constexpr double kFinalFloor = 1e-6;
 constexpr double kGradFactor = 2.0;
 constexpr double kGradFloor = 1e-7;
-const std::vector<std::string> kNoiseRuns = {"--reverse-batch", "--loss-scale 3", "--loss-scale 0.37",
-                                             "--reverse-batch --loss-scale 7.1"};
-const std::vector<double> kLoomSeeds = {3, 0.37, 7.1, 0.6};
 
 void RunParity(const parity::ParityCase& c, int steps) {
   parity::ParityOptions o;
   o.f64_reference = true;
-  o.noise_runs = kNoiseRuns;
-  o.loom_seeds = kLoomSeeds;
+  o.noise_runs = parity::StandardTorchNoiseRuns();
+  o.loom_seeds = parity::StandardLoomSeeds();
   ASSERT_TRUE(parity::TorchAvailable(o))
       << o.python << " cannot import torch (scripts/setup.sh installs python3-torch)";
   auto r = parity::RunGptParity(c, steps, o);

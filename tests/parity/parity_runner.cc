@@ -134,6 +134,12 @@ absl::Status LoomNoiseRuns(const ParityCase& c, int steps, const ParityOptions& 
 
 }  // namespace
 
+std::vector<std::string> StandardTorchNoiseRuns() {
+  return {"--reverse-batch", "--loss-scale 3", "--loss-scale 0.37", "--reverse-batch --loss-scale 7.1"};
+}
+
+std::vector<double> StandardLoomSeeds() { return {3, 0.37, 7.1, 0.6}; }
+
 double ParityResult::LoomFinalGap(const std::string& name) const {
   std::vector<double> v = {final_rel_f64.at(name)};
   if (auto it = loom_noise_final_rel_f64.find(name); it != loom_noise_final_rel_f64.end())

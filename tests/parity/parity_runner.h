@@ -122,6 +122,13 @@ struct NoiseVerdict {
 };
 NoiseVerdict FinalWithinNoise(const ParityResult& r, double factor, double floor);
 
+// The rounding redraws of the final-parameter rule, shared by
+// gpt_parity_test and gpt_cuda_parity: torch's four further f32 runs (rows
+// reversed; loss times 3, 0.37; rows reversed and loss times 7.1) and Loom's
+// four further loss seeds (3, 0.37, 7.1, 0.6).
+std::vector<std::string> StandardTorchNoiseRuns();
+std::vector<double> StandardLoomSeeds();
+
 // Errors: torch missing or failing (the command and its exit code), Loom's
 // trainer failing (its status).
 absl::StatusOr<ParityResult> RunGptParity(const ParityCase& c, int steps, const ParityOptions& o);
