@@ -104,8 +104,11 @@ phase "install"
 # stay out of the test run.
 query 'attr(tags, "\bmanual\b", //...)' "$WORK/manual.txt"
 mapfile -t manual <"$WORK/manual.txt"
-bazel build "${BAZEL_FLAGS[@]}" --keep_going -- //... "${manual[@]}" >"$WORK/build.log" 2>&1
+bazel build "${BAZEL_FLAGS[@]}" --keep_going --profile="$WORK/build_profile.gz" -- //... "${manual[@]}" \
+  >"$WORK/build.log" 2>&1
 rc=$?
+# Where the build's time went: action kinds, the slowest actions, the critical path.
+$PY scripts/build_profile.py "$WORK/build_profile.gz" --top 12 || echo "build profile: not readable"
 if [ $rc != 0 ]; then
   # Each error with the compiler's or linker's lines that follow it.
   unsandbox <"$WORK/build.log" | grep -E -A 15 '^ERROR' | head -n 150
