@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Builds Loom's libFuzzer targets with clang++-14 (-fsanitize=fuzzer,address,
 # undefined; outside Bazel, which configures gcc) and runs each for a bounded
-# time from its committed seed corpus. The corpus in the repository is only
-# read: new inputs go to a work folder under BUILD_DIR.
+# time from its committed seed corpus, two targets at a time. The corpus in
+# the repository is only read: new inputs go to a work folder under BUILD_DIR.
 #
 #   scripts/fuzz.sh [--seconds N] [--build-dir DIR] [TARGET...]
 #     --seconds N     run time of each target (default 40, at most 60)
@@ -92,43 +92,68 @@ export -f compile
 export BUILD_DIR CXX
 export FLAGS_STR="${FLAGS[*]}"
 
-passed=0 failed=0
-for t in "${TARGETS[@]}"; do
+# build TARGET: compiles its sources (two compilers at a time, the machine's
+# two cores) and links $BUILD_DIR/TARGET; prints the link log's tail and
+# returns 1 when it did not build. Sets `built` (seconds) and `nsrcs`.
+build() {
+  local t=$1 lib entry corpus start srcs objs ok=1
   IFS='|' read -r lib entry corpus <<<"${TABLE[$t]}"
   start=$(date +%s)
   mapfile -t srcs < <(sources "$lib" | sort -u)
-  objs=()
-  ok=1
-  # Two compilers at a time (the machine's two cores).
+  nsrcs=${#srcs[@]}
   mapfile -t objs < <(printf '%s\n' "${srcs[@]}" | xargs -P 2 -I{} bash -c 'FLAGS=($FLAGS_STR); compile "$@"' _ {}) || ok=0
   [ ${#objs[@]} = ${#srcs[@]} ] || ok=0
-  bin="$BUILD_DIR/$t"
   if [ $ok = 1 ]; then
-    "$CXX" "${FLAGS[@]}" -fsanitize=fuzzer "$entry" "${objs[@]}" "${LIBS[@]}" -o "$bin" 2>"$BUILD_DIR/$t.link.log" || ok=0
+    "$CXX" "${FLAGS[@]}" -fsanitize=fuzzer "$entry" "${objs[@]}" "${LIBS[@]}" -o "$BUILD_DIR/$t" 2>"$BUILD_DIR/$t.link.log" || ok=0
   fi
   built=$(( $(date +%s) - start ))
-  if [ $ok = 0 ]; then
-    tail -n 20 "$BUILD_DIR/$t.link.log" 2>/dev/null
-    echo "FAIL: $t did not build (${#srcs[@]} sources; logs in $BUILD_DIR)"
-    failed=$((failed + 1)); continue
-  fi
+  [ $ok = 1 ] || { tail -n 20 "$BUILD_DIR/$t.link.log" 2>/dev/null; return 1; }
+}
+
+# fuzz TARGET: runs it for SECONDS_EACH from its corpus (new inputs to a work
+# folder) and writes its verdict line to $BUILD_DIR/TARGET.verdict.
+fuzz() {
+  local t=$1 lib entry corpus work crashes rc runs repro
+  IFS='|' read -r lib entry corpus <<<"${TABLE[$t]}"
   work="$BUILD_DIR/work_$t" crashes="$BUILD_DIR/crashes_$t"
   rm -rf "$work" "$crashes" && mkdir -p "$work" "$crashes"
   # -timeout: one input running over 10 s is a hang, reported like a crash.
-  (cd "$BUILD_DIR" && TMPDIR="$BUILD_DIR" "$bin" -max_total_time="$SECONDS_EACH" -max_len=4096 -timeout=10 \
+  (cd "$BUILD_DIR" && TMPDIR="$BUILD_DIR" "./$t" -max_total_time="$SECONDS_EACH" -max_len=4096 -timeout=10 \
      -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix="$crashes/" "$work" "$OLDPWD/$corpus" \
      >"$BUILD_DIR/$t.log" 2>&1)
   rc=$?
   runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$BUILD_DIR/$t.log")
   if [ $rc = 0 ]; then
-    echo "PASS: $t ${runs:-?} executions in ${SECONDS_EACH}s (built in ${built}s, $(ls "$corpus" | wc -l) seeds)"
-    passed=$((passed + 1))
+    echo "PASS: $t ${runs:-?} executions in ${SECONDS_EACH}s (built in ${BUILT[$t]}s, $(ls "$corpus" | wc -l) seeds)"
   else
     repro=$(ls "$crashes"/* 2>/dev/null | head -n 1)
     grep -E "ERROR:|SUMMARY:|abort|error message|round trip|contract" "$BUILD_DIR/$t.log" | head -n 10
     echo "FAIL: $t exited $rc; reproducer ${repro:-none} (log $BUILD_DIR/$t.log)"
+  fi >"$BUILD_DIR/$t.verdict"
+}
+
+# Build every target first, then fuzz two at a time (each fuzzer is one process
+# on one core).
+passed=0 failed=0
+declare -A BUILT
+runnable=()
+for t in "${TARGETS[@]}"; do
+  if build "$t"; then
+    BUILT[$t]=$built
+    runnable+=("$t")
+  else
+    echo "FAIL: $t did not build ($nsrcs sources; logs in $BUILD_DIR)"
     failed=$((failed + 1))
   fi
+done
+for ((i = 0; i < ${#runnable[@]}; i += 2)); do
+  fuzz "${runnable[$i]}" &
+  [ $((i + 1)) -lt ${#runnable[@]} ] && fuzz "${runnable[$((i + 1))]}" &
+  wait
+done
+for t in "${runnable[@]}"; do
+  cat "$BUILD_DIR/$t.verdict"
+  if grep -q '^PASS: ' "$BUILD_DIR/$t.verdict"; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
 done
 echo "fuzz: $passed passed, $failed failed"
 [ $failed = 0 ]
