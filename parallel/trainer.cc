@@ -117,6 +117,10 @@ absl::StatusOr<TrainerModel> FamilyModel(const v1::JobSpec& spec) {
   bo.dropout = 0;  // evaluation runs without dropout
   bo.return_logits = true;
   LOOM_ASSIGN_OR_RETURN(m.eval_forward, compiler::models::BuildForward(spec.model(), bo));
+  m.sample_forward = [model = spec.model(), bo](int64_t rows) mutable {
+    bo.batch = rows;
+    return compiler::models::BuildForward(model, bo);
+  };
   return m;
 }
 
@@ -145,6 +149,7 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(const v1::JobSpec& spec
   t->options_ = std::move(options);
   t->params_ = model.params;
   t->has_logits_ = model.has_logits;
+  if (model.has_logits) t->sample_forward_ = std::move(model.sample_forward);
   LOOM_RETURN_IF_ERROR(t->CompileSteps(model));
   LOOM_RETURN_IF_ERROR(t->BindTrainingInputs(model));
   if (t->accum_ > 1) LOOM_RETURN_IF_ERROR(t->BindUpdate());
@@ -194,7 +199,7 @@ absl::Status Trainer::CompileSteps(TrainerModel& model) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Trainer::EvalProgram> Trainer::CompileEval(const compiler::ir::Graph& forward) const {
+absl::StatusOr<Trainer::EvalProgram> Trainer::CompileEval(const compiler::ir::Graph& forward, int64_t batch) const {
   compiler::CompileOptions eo;
   eo.differentiate = false;
   eo.fuse = options_.fuse;
@@ -205,7 +210,7 @@ absl::StatusOr<Trainer::EvalProgram> Trainer::CompileEval(const compiler::ir::Gr
     p.compilation = std::move(*c);
   } else {
     eo.lowering.communicators = options_.comms;
-    auto c = CompileParallel(forward, eo, spec_.model(), spec_.train().batch_size(), layout_);
+    auto c = CompileParallel(forward, eo, spec_.model(), batch > 0 ? batch : spec_.train().batch_size(), layout_);
     if (!c.ok()) return Annotate(c.status(), "compiling the parallel evaluation step");
     p.compilation = std::move(*c);
   }
@@ -374,7 +379,7 @@ absl::Status Trainer::BindTrainingInputs(TrainerModel& model) {
   return absl::OkStatus();
 }
 
-absl::Status Trainer::BindEval(EvalProgram& p) const {
+absl::Status Trainer::BindEval(EvalProgram& p, bool same_rows) const {
   // The evaluation program shares the parameter and buffer tensors, which
   // it needs under the same spec as the training program.
   const compiler::ir::Graph& g = train_graph();
@@ -396,7 +401,7 @@ absl::Status Trainer::BindEval(EvalProgram& p) const {
     p.inputs.push_back(train_inputs_[tk]);
   }
   LOOM_ASSIGN_OR_RETURN(auto rows, RowsOf(p.data, p.specs));
-  if (!p.data.empty() && rows != rows_)
+  if (same_rows && !p.data.empty() && rows != rows_)
     return absl::InternalError("the evaluation program splits the batch into other rows than the training step");
   return absl::OkStatus();
 }
@@ -557,6 +562,28 @@ absl::StatusOr<std::pair<float, Tensor>> Trainer::Forward(const Batch& batch) {
   }
   LOOM_ASSIGN_OR_RETURN(std::vector<Tensor> out, RunEval(*p, batch, /*rows=*/false));
   return std::make_pair(out[0].data<float>()[0], out.size() > 1 ? out[1] : Tensor());
+}
+
+int64_t Trainer::SampleRows() const {
+  const int64_t batch = spec_.train().batch_size(), rows = std::max(1, layout_.dp);
+  return sample_forward_ && rows < batch ? rows : batch;
+}
+
+absl::StatusOr<Tensor> Trainer::SampleLogits(const Tensor& x) {
+  const Tensor y = Tensor::Zeros(x.shape(), DType::kI32);
+  const int64_t rows = SampleRows();
+  if (rows == spec_.train().batch_size()) {
+    LOOM_ASSIGN_OR_RETURN(auto out, Forward(x, y));
+    return out.second;
+  }
+  if (!sample_) {
+    LOOM_ASSIGN_OR_RETURN(compiler::ir::Graph forward, sample_forward_(rows));
+    LOOM_ASSIGN_OR_RETURN(EvalProgram compiled, CompileEval(forward, rows));
+    LOOM_RETURN_IF_ERROR(BindEval(compiled, /*same_rows=*/false));
+    sample_ = std::make_unique<EvalProgram>(std::move(compiled));
+  }
+  LOOM_ASSIGN_OR_RETURN(std::vector<Tensor> out, RunEval(*sample_, Batch{{"x", x}, {"y", y}}, /*rows=*/false));
+  return out[1];
 }
 
 absl::StatusOr<float> Trainer::Evaluate(const Batch& batch) {

@@ -9,8 +9,10 @@
 //   - the evaluation step: forward only. On one rank it outputs the loss and
 //     the logits (when the model has them). On several ranks it outputs the
 //     loss only, and Forward compiles, on its first call, a third program
-//     whose logits are gathered whole on every rank (for sampling; their
-//     arena is only paid for then).
+//     whose logits are gathered whole on every rank (their arena is only
+//     paid for then). SampleLogits compiles, on its first call, the same
+//     forward at one row per dp block, so that sampling a token costs one
+//     sequence's forward rather than the whole batch's.
 // A one-rank layout (dp = tp = 1, the default) is the single-process case:
 // compiler::Compile on the model's graphs, no communicators. A larger layout
 // compiles both steps through sharding propagation (styles.h: CompileParallel)
@@ -91,6 +93,10 @@ struct TrainerModel {
   std::vector<compiler::models::ParamInfo> params;  // in graph-input order
   compiler::ir::Graph train_forward;
   compiler::ir::Graph eval_forward;
+  // Optional: builds eval_forward at a smaller batch of `rows` rows, for
+  // sampling one sequence at a time (Trainer::SampleLogits asks for one row
+  // per dp block); unset: sampling runs eval_forward at the training batch.
+  std::function<absl::StatusOr<compiler::ir::Graph>(int64_t rows)> sample_forward;
   bool has_logits = true;
   // Global initial values by input name (parameters and buffers); parameters
   // not in it are drawn from train.seed.
@@ -196,6 +202,13 @@ class Trainer {
   absl::StatusOr<std::pair<float, Tensor>> Forward(const Tensor& x, const Tensor& y) {
     return Forward(Batch{{"x", x}, {"y", y}});
   }
+  // Sampling: the rows SampleLogits takes (one per dp block when the model
+  // can build a sampling graph, else the training batch), and the logits of token
+  // ids x [SampleRows(), seq_len] as Forward gives them ([rows * seq_len,
+  // vocab], whole on every rank). Collective like Forward; the sampling
+  // program is compiled on the first call.
+  int64_t SampleRows() const;
+  absl::StatusOr<Tensor> SampleLogits(const Tensor& x);
 
   // device: cuda: the last Step's loss in place on the GPU (f32 [], valid
   // until the next Step), for averaging it across ranks through the CUDA
@@ -290,9 +303,12 @@ class Trainer {
     std::vector<DataInput> data;
   };
   absl::Status CompileSteps(TrainerModel& model);
-  absl::StatusOr<EvalProgram> CompileEval(const compiler::ir::Graph& forward) const;
+  // batch: the forward's global batch (0: train.batch_size).
+  absl::StatusOr<EvalProgram> CompileEval(const compiler::ir::Graph& forward, int64_t batch = 0) const;
   absl::Status BindTrainingInputs(TrainerModel& model);
-  absl::Status BindEval(EvalProgram& p) const;
+  // same_rows: the program must split its batch into the training step's rows
+  // (every program but the sampling one, whose batch is smaller).
+  absl::Status BindEval(EvalProgram& p, bool same_rows = true) const;
   absl::StatusOr<std::vector<Tensor>> RunEval(EvalProgram& p, const Batch& batch, bool rows);
   absl::StatusOr<Tensor> InitBlock(size_t index, const dtensor::DTensorSpec& spec) const;
   // options_.init_blocks' block of parameter params_[index] under `spec`.
@@ -341,6 +357,10 @@ class Trainer {
   // Forward has compiled it.
   compiler::ir::Graph logits_forward_;
   std::unique_ptr<EvalProgram> logits_;
+  // The model's sampling graph builder (TrainerModel::sample_forward) and the
+  // program once SampleLogits has compiled it.
+  std::function<absl::StatusOr<compiler::ir::Graph>(int64_t rows)> sample_forward_;
+  std::unique_ptr<EvalProgram> sample_;
   std::unique_ptr<compiler::cuda::CudaExecutor> cuda_;  // device: cuda
   mutable bool host_stale_ = false;
   mutable std::vector<Tensor> train_inputs_;

@@ -63,6 +63,24 @@ TEST(Trainer, LlamaStepAllocatesNothingAfterTheFirst) { ExpectNoAllocationAfterF
 // A batch must name exactly the program's data inputs, in their global shape
 // and dtype; anything else is InvalidArgument naming the input, and the step
 // count does not move.
+// Sampling runs a one-row program on one rank: row 0's logits equal those of
+// the evaluation program at the training batch (3 rows) to f32 rounding.
+TEST(Trainer, SampleLogitsIsRowZeroOfTheEvaluation) {
+  for (const char* family : {"gpt", "llama"}) {
+    SCOPED_TRACE(family);
+    auto trainer = Trainer::Create(Spec(family));
+    ASSERT_TRUE(trainer.ok()) << trainer.status();
+    ASSERT_EQ((*trainer)->SampleRows(), 1);
+    Tensor x = testing::RandomTokens(3, 16, 64, 5), y = testing::RandomTokens(3, 16, 64, 6);
+    auto whole = (*trainer)->Forward(x, y);
+    ASSERT_TRUE(whole.ok()) << whole.status();
+    auto row = (*trainer)->SampleLogits(x.Narrow(0, 0, 1).Clone());
+    ASSERT_TRUE(row.ok()) << row.status();
+    ASSERT_EQ(row->shape(), (Shape{16, 64}));
+    EXPECT_LT(RelativeError(*row, whole->second.Narrow(0, 0, 16).Clone()), 1e-6);
+  }
+}
+
 TEST(Trainer, BadBatchesAreRefusedByName) {
   auto trainer = Trainer::Create(Spec("gpt"));
   ASSERT_TRUE(trainer.ok()) << trainer.status();

@@ -62,13 +62,13 @@ int32_t Pick(const float* logits, int64_t n, const SampleOptions& o, Philox& rng
 
 }  // namespace
 
-// From the evaluation program: batch row 0; later positions are padding the
-// causal mask ignores.
+// From the sampling program (Trainer::SampleLogits): row 0; later positions
+// are padding the causal mask ignores.
 absl::StatusOr<std::vector<int32_t>> SampleTokens(parallel::Trainer& t, const v1::JobSpec& spec,
                                                   std::vector<int32_t> prompt, const SampleOptions& o, int64_t vocab) {
   if (prompt.empty()) return absl::InvalidArgumentError("sampling needs a prompt of at least one token");
-  const int64_t T = spec.model().seq_len(), B = spec.train().batch_size(), V = spec.model().vocab();
-  Tensor x = Tensor::Zeros({B, T}, DType::kI32), y = Tensor::Zeros({B, T}, DType::kI32);
+  const int64_t T = spec.model().seq_len(), V = spec.model().vocab();
+  Tensor x = Tensor::Zeros({t.SampleRows(), T}, DType::kI32);
   Philox rng(o.seed, 0);
   std::vector<int32_t> out;
   std::vector<int32_t> ctx = std::move(prompt);
@@ -76,9 +76,9 @@ absl::StatusOr<std::vector<int32_t>> SampleTokens(parallel::Trainer& t, const v1
     if (static_cast<int64_t>(ctx.size()) > T) ctx.erase(ctx.begin(), ctx.end() - T);
     int32_t* xp = x.data<int32_t>();
     for (int64_t j = 0; j < T; ++j) xp[j] = j < static_cast<int64_t>(ctx.size()) ? ctx[j] : 0;
-    auto r = t.Forward(x, y);
+    auto r = t.SampleLogits(x);
     if (!r.ok()) return r.status();
-    const float* logits = r->second.data<float>() + (ctx.size() - 1) * V;
+    const float* logits = r->data<float>() + (ctx.size() - 1) * V;
     const int32_t pick = Pick(logits, std::min(V, vocab), o, rng, i);
     out.push_back(pick);
     ctx.push_back(pick);

@@ -31,7 +31,8 @@ struct SampleOptions {
 };
 
 // `o.tokens` ids after `prompt` (non-empty; the last seq_len ids are the
-// context), from row 0 of the evaluation program. Only ids below `vocab`
+// context), from row 0 of the sampling program (Trainer::SampleLogits: one
+// row per dp block, not the whole training batch). Only ids below `vocab`
 // (the tokenizer's size: ids past it have no text) are drawn.
 absl::StatusOr<std::vector<int32_t>> SampleTokens(parallel::Trainer& t, const v1::JobSpec& spec,
                                                   std::vector<int32_t> prompt, const SampleOptions& o, int64_t vocab);

@@ -4,13 +4,15 @@
 // within 1e-5 (relative) of a one-rank Trainer on the same seed and
 // data, and after the last step every parameter block within 1e-5
 // (||delta|| / ||ref||); then the evaluation step's loss and logits on a
-// fresh batch within 1e-5 too. Each rank runs the single-process reference
+// fresh batch within 1e-5 too, and the sampling program's (one row per dp
+// block) logits of that batch's row 0. Each rank runs the single-process reference
 // itself (the models are tiny; a Trainer of its own, compiled for one rank,
 // never the parallel object) and checks its own blocks.
 //
 // Default: a fast subset; LOOM_FULL=1 runs every layout for both families.
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -201,9 +203,28 @@ int ParityWorker(WorkerContext& ctx) {
   }
   const double logits_rel = std::sqrt(ld / std::max(lr, 1e-30));
   WORKER_EXPECT(ctx, logits_rel <= 1e-5, "evaluation logits: rel error ", logits_rel);
+  // Sampling under the layout: a batch of one row per dp block, row 0 the
+  // evaluation batch's row 0, gives that row's single-process logits.
+  const int64_t T = spec.model().seq_len(), V = spec.model().vocab();
+  WORKER_EXPECT(ctx, (*par)->SampleRows() == l.dp, "sample rows ", (*par)->SampleRows(), " for dp ", l.dp);
+  Tensor sx = Tensor::Zeros({(*par)->SampleRows(), T}, DType::kI32);
+  std::memcpy(sx.data<int32_t>(), vx.data<int32_t>(), sizeof(int32_t) * T);
+  auto sampled = (*par)->SampleLogits(sx);
+  if (!sampled.ok()) return fail(sampled.status());
+  double sd = 0, sr = 0;
+  const Tensor srow = sampled->To(DType::kF64), wrow = eref->second.To(DType::kF64);
+  for (int64_t i = 0; i < T * V; ++i) {
+    const double d = srow.data<double>()[i] - wrow.data<double>()[i];
+    sd += d * d;
+    sr += wrow.data<double>()[i] * wrow.data<double>()[i];
+  }
+  const double sample_rel = std::sqrt(sd / std::max(sr, 1e-30));
+  WORKER_EXPECT(ctx, sample_rel <= 1e-5, "sampling logits of row 0: rel error ", sample_rel);
   if (ctx.rank == 0)
-    fprintf(stderr, "[%s] worst loss rel %.3g, worst param rel %.3g (%s), eval loss rel %.3g, logits rel %.3g\n",
-            ctx.arg.c_str(), worst_loss, worst_param, worst_name.c_str(), eval_rel, logits_rel);
+    fprintf(stderr,
+            "[%s] worst loss rel %.3g, worst param rel %.3g (%s), eval loss rel %.3g, logits rel %.3g, sampling "
+            "row 0 rel %.3g\n",
+            ctx.arg.c_str(), worst_loss, worst_param, worst_name.c_str(), eval_rel, logits_rel, sample_rel);
   return ctx.failures == 0 ? 0 : 1;
 }
 
