@@ -4,13 +4,7 @@
 # time from its committed seed corpus, two targets at a time. The corpus in
 # the repository is only read: new inputs go to a work folder under BUILD_DIR.
 #
-#   scripts/fuzz.sh [--stage sources|build|run] [--seconds N] [--build-dir DIR] [TARGET...]
-#     --stage S       one stage only (default: all three in order): `sources`
-#                     builds the fuzz bodies with bazel and lists each target's
-#                     sources in BUILD_DIR; `build` compiles and links from
-#                     those lists (no bazel: it may run beside other bazel
-#                     commands); `run` fuzzes what was built and prints every
-#                     target's line, build failures included
+#   scripts/fuzz.sh [--seconds N] [--build-dir DIR] [TARGET...]
 #     --seconds N     run time of each target (default 40, at most 60)
 #     --build-dir DIR objects, binaries, logs, work corpora (default /tmp/loom_fuzz)
 #     TARGET          safetensors_fuzz, manifest_fuzz, jobspec_fuzz, ir_text_fuzz,
@@ -27,20 +21,16 @@ cd "$(dirname "$0")/.."
 
 SECONDS_EACH=40
 BUILD_DIR=/tmp/loom_fuzz
-STAGE=all
 TARGETS=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    --stage)
-      STAGE="${2:-}"; shift 2 || { echo "--stage needs a value" >&2; exit 2; }
-      case "$STAGE" in sources|build|run|all) ;; *) echo "--stage: expected sources, build or run, got '$STAGE'" >&2; exit 2 ;; esac ;;
     --seconds)
       SECONDS_EACH="${2:-}"; shift 2 || { echo "--seconds needs a value" >&2; exit 2; }
       if ! [[ $SECONDS_EACH =~ ^[0-9]+$ ]] || [ "$SECONDS_EACH" -lt 1 ] || [ "$SECONDS_EACH" -gt 60 ]; then
         echo "--seconds: expected 1..60, got '$SECONDS_EACH'" >&2; exit 2
       fi ;;
     --build-dir) BUILD_DIR="${2:-}"; shift 2 || { echo "--build-dir needs a value" >&2; exit 2; } ;;
-    -*) echo "unknown flag '$1' (usage: scripts/fuzz.sh [--stage S] [--seconds N] [--build-dir DIR] [TARGET...])" >&2; exit 2 ;;
+    -*) echo "unknown flag '$1' (usage: scripts/fuzz.sh [--seconds N] [--build-dir DIR] [TARGET...])" >&2; exit 2 ;;
     *) TARGETS+=("$1"); shift ;;
   esac
 done
@@ -70,6 +60,13 @@ FLAGS=(-std=c++17 -gline-tables-only -O1 -fno-omit-frame-pointer -march=x86-64-v
 ABSL_LIBS=$(ls /usr/lib/x86_64-linux-gnu/ | sed -n 's/^lib\(absl_.*\)\.so$/-l\1/p' | tr '\n' ' ')
 LIBS=(-lgrpc++ -lgrpc -lgpr -lprotobuf -lyaml-cpp -lsentencepiece -lsentencepiece_train -lsqlite3 -lcpp-httplib -lz -lbrotlidec
       -lbrotlienc -lssl -lcrypto -lopenblas $ABSL_LIBS -lpthread)
+
+libs=()
+for t in "${TARGETS[@]}"; do libs+=("${TABLE[$t]%%|*}"); done
+if ! bazel build "${BAZEL_FLAGS[@]}" --jobs=2 -- "${libs[@]}" >"$BUILD_DIR/bazel.log" 2>&1; then
+  grep -v linux-sandbox "$BUILD_DIR/bazel.log" | grep -A 10 '^ERROR' | head -n 40
+  echo "FAIL: bazel build of the fuzz bodies"; echo "fuzz: 0 passed, ${#TARGETS[@]} failed"; exit 1
+fi
 
 # sources LABEL: the workspace .cc files and generated .pb.cc it depends on.
 sources() {
@@ -102,7 +99,7 @@ build() {
   local t=$1 lib entry corpus start srcs objs ok=1
   IFS='|' read -r lib entry corpus <<<"${TABLE[$t]}"
   start=$(date +%s)
-  mapfile -t srcs <"$BUILD_DIR/$t.srcs"
+  mapfile -t srcs < <(sources "$lib" | sort -u)
   nsrcs=${#srcs[@]}
   mapfile -t objs < <(printf '%s\n' "${srcs[@]}" | xargs -P 2 -I{} bash -c 'FLAGS=($FLAGS_STR); compile "$@"' _ {}) || ok=0
   [ ${#objs[@]} = ${#srcs[@]} ] || ok=0
@@ -135,66 +132,28 @@ fuzz() {
   fi >"$BUILD_DIR/$t.verdict"
 }
 
-# Stage sources: the fuzz bodies built by bazel (their generated .pb.cc with
-# them) and each target's source list, BUILD_DIR/TARGET.srcs.
-stage_sources() {
-  local libs=() t
-  for t in "${TARGETS[@]}"; do libs+=("${TABLE[$t]%%|*}"); done
-  if ! bazel build "${BAZEL_FLAGS[@]}" --jobs=2 -- "${libs[@]}" >"$BUILD_DIR/bazel.log" 2>&1; then
-    grep -v linux-sandbox "$BUILD_DIR/bazel.log" | grep -A 10 '^ERROR' | head -n 40
-    echo "FAIL: bazel build of the fuzz bodies"; echo "fuzz: 0 passed, ${#TARGETS[@]} failed"; return 1
-  fi
-  for t in "${TARGETS[@]}"; do
-    rm -f "$BUILD_DIR/$t.built" "$BUILD_DIR/$t.verdict"
-    sources "${TABLE[$t]%%|*}" | sort -u >"$BUILD_DIR/$t.srcs"
-  done
-}
-
-# Stage build: BUILD_DIR/TARGET.built holds the build's seconds, or
-# TARGET.verdict its FAIL line.
-stage_build() {
-  local t
-  for t in "${TARGETS[@]}"; do
-    if [ ! -s "$BUILD_DIR/$t.srcs" ]; then
-      echo "FAIL: $t has no source list (run --stage sources first)" >"$BUILD_DIR/$t.verdict"
-    elif build "$t"; then
-      echo "$built" >"$BUILD_DIR/$t.built"
-    else
-      echo "FAIL: $t did not build ($nsrcs sources; logs in $BUILD_DIR)" >"$BUILD_DIR/$t.verdict"
-    fi
-  done
-}
-
-# Stage run: fuzz what was built, two at a time (each fuzzer is one process
-# on one core), then one line per target.
-stage_run() {
-  local t i runnable=()
-  declare -gA BUILT
-  for t in "${TARGETS[@]}"; do
-    if [ -f "$BUILD_DIR/$t.built" ]; then
-      BUILT[$t]=$(cat "$BUILD_DIR/$t.built")
-      runnable+=("$t")
-    elif [ ! -f "$BUILD_DIR/$t.verdict" ]; then
-      echo "FAIL: $t was not built (run --stage build first)" >"$BUILD_DIR/$t.verdict"
-    fi
-  done
-  for ((i = 0; i < ${#runnable[@]}; i += 2)); do
-    fuzz "${runnable[$i]}" &
-    [ $((i + 1)) -lt ${#runnable[@]} ] && fuzz "${runnable[$((i + 1))]}" &
-    wait
-  done
-  for t in "${TARGETS[@]}"; do
-    cat "$BUILD_DIR/$t.verdict"
-    if grep -q '^PASS: ' "$BUILD_DIR/$t.verdict"; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
-  done
-}
-
+# Build every target first, then fuzz two at a time (each fuzzer is one process
+# on one core).
 passed=0 failed=0
-case "$STAGE" in
-  sources) stage_sources; exit $? ;;
-  build) stage_build; exit 0 ;;
-  run) stage_run ;;
-  all) stage_sources || exit 1; stage_build; stage_run ;;
-esac
+declare -A BUILT
+runnable=()
+for t in "${TARGETS[@]}"; do
+  if build "$t"; then
+    BUILT[$t]=$built
+    runnable+=("$t")
+  else
+    echo "FAIL: $t did not build ($nsrcs sources; logs in $BUILD_DIR)"
+    failed=$((failed + 1))
+  fi
+done
+for ((i = 0; i < ${#runnable[@]}; i += 2)); do
+  fuzz "${runnable[$i]}" &
+  [ $((i + 1)) -lt ${#runnable[@]} ] && fuzz "${runnable[$((i + 1))]}" &
+  wait
+done
+for t in "${runnable[@]}"; do
+  cat "$BUILD_DIR/$t.verdict"
+  if grep -q '^PASS: ' "$BUILD_DIR/$t.verdict"; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+done
 echo "fuzz: $passed passed, $failed failed"
 [ $failed = 0 ]

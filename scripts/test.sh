@@ -1,8 +1,7 @@
 #!/usr/bin/env bash
 # Command 2 of the README (and .ci/run): installs what is missing, builds every
 # target (those tagged manual too), runs every test group and the fuzz targets
-# (scripts/fuzz.sh, compiled in the background at the lowest priority while
-# the tests run, then run; each one case), prints the time of
+# (scripts/fuzz.sh, each one case), prints the time of
 # each phase, and ends with "P passed, F failed, S skipped", counting test
 # cases from each test's test.xml (scripts/test_report.py; tests/README.md
 # says how they are counted).
@@ -119,21 +118,6 @@ else
 fi
 phase "build (${#manual[@]} manual targets included)"
 
-# The fuzz targets (scripts/fuzz.sh) are compiled with clang outside Bazel:
-# their source lists now, their compiling in the background at the lowest
-# priority while the tests run (the tests keep the cores they ask for), and
-# their runs after the tests.
-FUZZ_DIR=/tmp/loom_fuzz
-bash scripts/fuzz.sh --stage sources --build-dir "$FUZZ_DIR" >"$WORK/fuzz_sources.log" 2>&1
-fuzz_sources_rc=$?
-fuzz_build_pid=
-if [ $fuzz_sources_rc = 0 ]; then
-  nice -n 19 bash scripts/fuzz.sh --stage build --build-dir "$FUZZ_DIR" >"$WORK/fuzz_build.log" 2>&1 &
-  fuzz_build_pid=$!
-fi
-trap 'rm -rf "$WORK"; [ -n "$fuzz_build_pid" ] && kill "$fuzz_build_pid" 2>/dev/null' EXIT
-phase "fuzz sources (compiling in the background)"
-
 # Checks outside Bazel. Each script prints one PASS:/FAIL: line per case (its
 # self-check's planted cases first); each line is one case, and an exit without
 # a FAIL line (bad input, bazel query failing) counts as one failure.
@@ -198,21 +182,14 @@ if [ $rc != 0 ] && [ "$df" = 0 ]; then df=1; echo "FAIL: dashboard: exited $rc (
 checks_pass=$((checks_pass + dp)); checks_fail=$((checks_fail + df))
 phase "dashboard ($dp passed, $df failed)"
 
-# Fuzzing: the background compile is waited for, then each target runs for
-# FUZZ_SECONDS from its committed corpus. Each target is one case: a crash, a
-# hang or a failed build fails it, and its line names the reproducer. An exit
-# without a FAIL line (setup broken) counts as one failure.
+# Fuzzing: scripts/fuzz.sh builds the libFuzzer targets with clang (objects
+# kept in its build folder between runs) and runs each for FUZZ_SECONDS from
+# its committed corpus. Each target is one case: a crash or a hang fails it,
+# and its line names the reproducer. An exit without a FAIL line (setup
+# broken) counts as one failure.
 FUZZ_SECONDS=30
-if [ $fuzz_sources_rc = 0 ]; then
-  wait "$fuzz_build_pid"
-  fuzz_build_pid=
-  phase "fuzz build (what the tests left of it)"
-  bash scripts/fuzz.sh --stage run --seconds "$FUZZ_SECONDS" --build-dir "$FUZZ_DIR" >"$WORK/fuzz.log" 2>&1
-  rc=$?
-else
-  cp "$WORK/fuzz_sources.log" "$WORK/fuzz.log"
-  rc=1
-fi
+bash scripts/fuzz.sh --seconds "$FUZZ_SECONDS" >"$WORK/fuzz.log" 2>&1
+rc=$?
 cat "$WORK/fuzz.log"
 fp=$(grep -c '^PASS: ' "$WORK/fuzz.log"); ff=$(grep -c '^FAIL: ' "$WORK/fuzz.log")
 if [ $rc != 0 ] && [ "$ff" = 0 ]; then ff=1; fi
