@@ -115,6 +115,8 @@ absl::Status LoomNoiseRuns(const ParityCase& c, int steps, const ParityOptions& 
                            const parallel::TrainerOptions& topts, const std::string& dir,
                            std::map<std::string, Tensor>& batches, const std::map<std::string, Tensor>& f64,
                            ParityResult& r) {
+  if (o.loom_seeds.empty()) return absl::OkStatus();
+  LOOM_ASSIGN_OR_RETURN(auto init, LoadTensorDir(dir + "/w"));  // the same start for every run
   for (double S : o.loom_seeds) {
     v1::JobSpec scaled = spec;
     scaled.mutable_train()->set_eps(static_cast<float>(spec.train().eps() * S));
@@ -122,7 +124,7 @@ absl::Status LoomNoiseRuns(const ParityCase& c, int steps, const ParityOptions& 
     parallel::TrainerOptions so = topts;
     so.keep_gradients = false;
     so.loss_seed = S;
-    LOOM_ASSIGN_OR_RETURN(so.init, LoadTensorDir(dir + "/w"));
+    so.init = init;
     LOOM_ASSIGN_OR_RETURN(auto trainer, parallel::Trainer::Create(scaled, so));
     for (int s = 0; s < steps; ++s)
       LOOM_RETURN_IF_ERROR(trainer->Step(batches[absl::StrCat("x", s)], batches[absl::StrCat("y", s)]).status());
