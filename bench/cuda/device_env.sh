@@ -17,7 +17,10 @@ fi
 _libs="$D/lib"
 if [ -f "$D/lib.tar.xz" ]; then
   _libs=/tmp/loom_staged_libs
-  mkdir -p "$_libs" && tar -C "$_libs" -xJf "$D/lib.tar.xz" --strip-components=1
+  # Once: a second unpack would replace libraries under a running binary.
+  if [ ! -f "$_libs/.unpacked" ]; then
+    mkdir -p "$_libs" && tar -C "$_libs" -xJf "$D/lib.tar.xz" --strip-components=1 && touch "$_libs/.unpacked"
+  fi
 fi
 _nv=$($PY -c 'import nvidia, os; print(os.path.dirname(list(nvidia.__path__)[0]) + "/nvidia")' 2>/dev/null)
 _nvlibs=$(find "$_nv" -name 'lib*.so*' -printf '%h\n' 2>/dev/null | sort -u | tr '\n' ':')

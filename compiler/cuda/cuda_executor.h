@@ -73,7 +73,7 @@ struct CudaOptions {
   // fused cross-entropy). false: one launch per node for those patterns, a
   // debug aid to bisect a problem on the GPU.
   bool extra_fusions = true;
-  // The GEMM epilogues (bias, bias + tanh GELU, dgelu in bf16 plans). false:
+  // The GEMM epilogues of bf16 plans (bias, bias + tanh GELU, dgelu). false:
   // every GEMM plain, the bias add and GELU (backward) launches of their own;
   // the same kind of debug aid, apart from extra_fusions.
   bool gemm_epilogues = true;

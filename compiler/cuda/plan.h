@@ -14,7 +14,7 @@
 //                       the norms' weight grads), which stay f32. Graph inputs
 //                       keep their dtype. Without bf16 every value keeps its
 //                       graph dtype.
-//   gemm_epilogues      matmul -> GEMM with its fusions: bias (+ tanh GELU
+//   gemm_epilogues      matmul -> GEMM with its fusions (bf16): bias (+ tanh GELU
 //                       with aux), dgelu, the weight gradient matmul + sum_to
 //   attention_views     flash attention on strided windows (no copies)   [attn_views]
 //   compose_copies      slice+reshape+permute, permute+reshape+concat    [compose_copies]
@@ -234,7 +234,7 @@ struct PlanOptions {
   bool attn_views = true;          // attention_views (plan_attention.h)
   bool fuse_cross_entropy = true;  // fuse_cross_entropy (plan_fuse_ce.h)
   bool accumulate_gemms = true;    // gemm_accumulate (plan_gemm_accumulate.h)
-  // gemm_epilogues' fusions (bias, bias + tanh GELU, dgelu); false: every
+  // gemm_epilogues' fusions in bf16 plans (bias, bias + tanh GELU, dgelu); false: every
   // GEMM plain, the bias add and GELU (backward) their own launches.
   bool gemm_epilogues = true;
   // Not a fusion: lower_nodes picks launches without atomics where there is a

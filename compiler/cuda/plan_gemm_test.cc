@@ -16,17 +16,21 @@ TEST(GemmEpilogues, FusionsOnGpt) {
     ir::Graph g = GptJoint(2);
     auto p = PlanCuda(g, bf16);
     ASSERT_TRUE(p.ok()) << p.status();
-    // Per layer: qkv matmul+bias (slices consume it), fc matmul+bias+gelu,
-    // and in bf16 dgelu in the backward (c_proj's bias goes with the
-    // residual add). f32 keeps gelu_backward out of the GEMM, whose f32
-    // DGELU epilogue is the less accurate one.
-    EXPECT_EQ(CountOp(*p, LaunchKind::kGemm, "matmul+add"), 2);
-    EXPECT_EQ(CountOp(*p, LaunchKind::kGemm, "matmul+add+gelu"), 2);
+    // bf16, per layer: qkv matmul+bias (slices consume it), fc
+    // matmul+bias+gelu, and dgelu in the backward (c_proj's bias goes with
+    // the residual add). f32 keeps every GEMM plain: its epilogues are the
+    // less accurate ones.
+    EXPECT_EQ(CountOp(*p, LaunchKind::kGemm, "matmul+add"), bf16 ? 2 : 0);
+    EXPECT_EQ(CountOp(*p, LaunchKind::kGemm, "matmul+add+gelu"), bf16 ? 2 : 0);
     EXPECT_EQ(CountOp(*p, LaunchKind::kGemm, "matmul+gelu_backward"), bf16 ? 2 : 0) << "dgelu in the GEMM epilogue";
-    int dgelu_pointwise = 0;
+    int gelu_outside = 0, dgelu_outside = 0;
     for (const Launch& l : p->launches)
-      for (int n : l.nodes) dgelu_pointwise += l.kind != LaunchKind::kGemm && g.nodes()[n].op == "gelu_backward";
-    EXPECT_EQ(dgelu_pointwise, bf16 ? 0 : 2) << "f32: gelu_backward in a pointwise kernel";
+      for (int n : l.nodes) {
+        gelu_outside += l.kind != LaunchKind::kGemm && g.nodes()[n].op == "gelu";
+        dgelu_outside += l.kind != LaunchKind::kGemm && g.nodes()[n].op == "gelu_backward";
+      }
+    EXPECT_EQ(gelu_outside, bf16 ? 0 : 2) << "f32: gelu in a kernel of its own";
+    EXPECT_EQ(dgelu_outside, bf16 ? 0 : 2) << "f32: gelu_backward in a kernel of its own";
     // Weight gradients: 4 per layer + the tied wte (the simplify pass already
     // turns matmul+sum_to into one 2-D matmul with K = batch * T).
     int wgrad = 0;
@@ -79,7 +83,10 @@ TEST(GemmEpilogues, OffLeavesEveryGemmPlain) {
     EXPECT_EQ(gelu_backward, 2);
     auto on = PlanCuda(g, bf16);
     ASSERT_TRUE(on.ok()) << on.status();
-    EXPECT_GT(p->launches.size(), on->launches.size()) << "the fusions removed launches";
+    if (bf16)
+      EXPECT_GT(p->launches.size(), on->launches.size()) << "the fusions removed launches";
+    else
+      EXPECT_EQ(p->launches.size(), on->launches.size()) << "f32 plans take no epilogue either way";
   }
 }
 
@@ -93,7 +100,7 @@ TEST(GemmEpilogues, ClaimsCoverTheFoldedNodes) {
 )IR");
   ASSERT_TRUE(g.ok()) << g.status();
   PlanOptions o;
-  plan_internal::PlanState s(*g, false, o);
+  plan_internal::PlanState s(*g, /*bf16=*/true, o);
   auto passes = plan_internal::PlanPipeline(o);
   ASSERT_EQ(passes[0]->name(), "storage_dtypes");
   ASSERT_EQ(passes[1]->name(), "gemm_epilogues");
@@ -116,10 +123,15 @@ TEST(GemmEpilogues, ClaimsCoverTheFoldedNodes) {
 }
 )IR");
   ASSERT_TRUE(odd.ok()) << odd.status();
-  auto p = PlanCuda(*odd, false);
+  auto p = PlanCuda(*odd, true);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(CountOp(*p, LaunchKind::kGemm, "matmul+add"), 1);
   EXPECT_EQ(CountOp(*p, LaunchKind::kPointwise, "gelu"), 1);
+  // An f32 plan takes no epilogue: the matmul, bias add and GELU stay apart.
+  auto f32 = PlanCuda(*g, false);
+  ASSERT_TRUE(f32.ok()) << f32.status();
+  EXPECT_EQ(CountOp(*f32, LaunchKind::kGemm, "matmul"), 1);
+  EXPECT_EQ(CountOp(*f32, LaunchKind::kGemm, "matmul+add+gelu"), 0);
 }
 
 TEST(GemmEpilogues, MixedDTypeOperandsGetCastsAndShadows) {
