@@ -30,6 +30,13 @@
 
 namespace loom::collectives {
 
+static_assert(kDefaultChannelMinSliceBytes == kMinChannelSliceBytes);
+
+// BackendContext's channel options, for ConnectExtraChannels.
+inline ChannelOptions ChannelOptionsOf(const BackendContext& ctx) {
+  return {ctx.channels, ctx.channel_min_slice_bytes};
+}
+
 class AlgorithmBackend : public Backend {
  public:
   AlgorithmBackend(std::string name, std::unique_ptr<transport::Transport> transport);

@@ -33,6 +33,8 @@ namespace loom::collectives {
 using WorkPtr = std::shared_ptr<Work>;
 
 inline constexpr size_t kDefaultStagingBucketBytes = size_t{4} << 20;
+inline constexpr size_t kDefaultChannelMinSliceBytes = size_t{512} << 10;  // channels.h
+inline constexpr int64_t kAutomatic = -1;  // gloo_native_min_bytes, tcp_socket_buffer_bytes
 
 class Backend {
  public:
@@ -98,6 +100,14 @@ struct BackendContext {
   // Bucket size of backends that stage device buffers through host memory
   // ("cuda:gloo", collectives/staging): one copy and one host op per bucket.
   size_t staging_bucket_bytes = kDefaultStagingBucketBytes;
+  // Tuning of the tcp, gloo and ucx backends; ProcessGroupOptions documents
+  // each. A backend that does not use one ignores it; one it uses refuses a
+  // bad value with InvalidArgument naming the option and the value.
+  int channels = 0;
+  size_t channel_min_slice_bytes = kDefaultChannelMinSliceBytes;
+  int64_t gloo_native_min_bytes = kAutomatic;
+  std::string gloo_transport = "tcp";
+  int64_t tcp_socket_buffer_bytes = kAutomatic;
 };
 
 // The address this process' collective endpoints listen on and advertise

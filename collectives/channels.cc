@@ -3,7 +3,6 @@
 #include <sched.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -24,6 +23,19 @@ int UsableCpus() {
   return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
 }
 
+// InvalidArgument naming the option (ProcessGroupOptions' name) and the value.
+absl::Status ValidateChannelOptions(const ChannelOptions& o) {
+  if (o.channels < 0 || o.channels > 8) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("channels: expected 0 (automatic) or an integer in [1, 8], got ", o.channels));
+  }
+  if (o.min_slice_bytes < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("channel_min_slice_bytes: expected a positive byte count, got ", o.min_slice_bytes));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 int SliceCount(size_t bytes, const ChannelConfig& c) {
@@ -31,28 +43,14 @@ int SliceCount(size_t bytes, const ChannelConfig& c) {
   return static_cast<int>(std::max<size_t>(1, std::min<size_t>(c.channels, by_size)));
 }
 
-absl::StatusOr<ChannelConfig> AgreeChannelConfig(store::Store& store, int rank, int size, absl::Duration timeout) {
+absl::StatusOr<ChannelConfig> AgreeChannelConfig(store::Store& store, int rank, int size, absl::Duration timeout,
+                                                 const ChannelOptions& options) {
+  if (absl::Status s = ValidateChannelOptions(options); !s.ok()) return s;
   ChannelConfig c;
   if (size <= 1) return c;
   if (rank == 0) {
-    const char* env = std::getenv("LOOM_COLLECTIVES_CHANNELS");
-    if (env != nullptr && *env != '\0') {
-      if (!absl::SimpleAtoi(env, &c.channels) || c.channels < 1 || c.channels > 8) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "LOOM_COLLECTIVES_CHANNELS: expected an integer in [1, 8], got '", env, "'"));
-      }
-    } else {
-      c.channels = std::clamp(UsableCpus() / (2 * size), 1, 4);
-    }
-    const char* min_env = std::getenv("LOOM_COLLECTIVES_CHANNEL_MIN_SLICE");
-    if (min_env != nullptr && *min_env != '\0') {
-      int64_t v = 0;
-      if (!absl::SimpleAtoi(min_env, &v) || v < 1) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "LOOM_COLLECTIVES_CHANNEL_MIN_SLICE: expected a positive byte count, got '", min_env, "'"));
-      }
-      c.min_slice_bytes = static_cast<size_t>(v);
-    }
+    c.channels = options.channels != 0 ? options.channels : std::clamp(UsableCpus() / (2 * size), 1, 4);
+    c.min_slice_bytes = options.min_slice_bytes;
     absl::Status s = store.Set("channels", absl::StrCat(c.channels, " ", c.min_slice_bytes));
     if (!s.ok()) return s;
     return c;
@@ -74,8 +72,9 @@ std::shared_ptr<store::Store> ChannelStore(std::shared_ptr<store::Store> store, 
 }
 
 absl::StatusOr<ExtraChannels> ConnectExtraChannels(std::shared_ptr<store::Store> store, int rank, int size,
-                                                   absl::Duration timeout, const TransportFactory& connect) {
-  auto c = AgreeChannelConfig(*store, rank, size, timeout);
+                                                   absl::Duration timeout, const ChannelOptions& options,
+                                                   const TransportFactory& connect) {
+  auto c = AgreeChannelConfig(*store, rank, size, timeout, options);
   if (!c.ok()) return c.status();
   ExtraChannels extra;
   extra.config = *c;

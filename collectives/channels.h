@@ -8,14 +8,16 @@
 // channels a message of B bytes runs as K independent collectives of B/K
 // bytes, spreading copies and reductions over K cores per rank.
 //
-// The channel count must agree across the group: rank 0 decides it
-// (AgreeChannelCount) and publishes it in the store. Default: env
-// LOOM_COLLECTIVES_CHANNELS (1..8) if set, else usable CPUs (rank 0's
-// affinity mask) / (2 * group size), clamped to [1, 4] (1 on the 2-core development machine: slices would
-// only fight for the same cores). Channel 0 is the backend's own transport.
+// The configuration must agree across the group: rank 0 decides it
+// (AgreeChannelConfig) from its ChannelOptions and publishes it in the store;
+// the other ranks take the published value whatever their own options say.
+// Channel count: ChannelOptions::channels (1..8; ProcessGroupOptions::channels)
+// if non-zero, else usable CPUs (rank 0's affinity mask) / (2 * group size),
+// clamped to [1, 4] (1 on the 2-core development machine: slices would only
+// fight for the same cores). Channel 0 is the backend's own transport.
 //
 // Usage (AlgorithmBackend does this for all_reduce):
-//   ChannelPool pool(*ConnectExtraChannels(store, rank, size, timeout, connect));
+//   ChannelPool pool(*ConnectExtraChannels(store, rank, size, timeout, options, connect));
 //   int slices = pool.Slices(bytes);
 //   absl::Status s = pool.Run(slices, transport0, [&](int k, Transport* t) {...});
 // Run executes slice 0 on the calling thread and slice k on channel k's
@@ -37,11 +39,20 @@
 
 namespace loom::collectives {
 
-// Smallest slice worth its own channel: below this, per-message latency and
-// thread hand-off cost more than the parallel copies gain. Tests lower it with
-// env LOOM_COLLECTIVES_CHANNEL_MIN_SLICE=<bytes> (read by rank 0, published).
+// Smallest slice worth its own channel by default: below this, per-message
+// latency and thread hand-off cost more than the parallel copies gain. Tests
+// lower it with ChannelOptions::min_slice_bytes.
 inline constexpr size_t kMinChannelSliceBytes = 512 << 10;
 
+// What a rank asks for (from BackendContext::channels and
+// ::channel_min_slice_bytes). Only rank 0's options count; every rank
+// validates its own (InvalidArgument naming the option and the value).
+struct ChannelOptions {
+  int channels = 0;  // 1..8, or 0: automatic (see the header comment)
+  size_t min_slice_bytes = kMinChannelSliceBytes;  // > 0
+};
+
+// The agreed configuration.
 struct ChannelConfig {
   int channels = 1;
   size_t min_slice_bytes = kMinChannelSliceBytes;
@@ -51,15 +62,16 @@ struct ChannelConfig {
 // every rank for the same arguments.
 int SliceCount(size_t bytes, const ChannelConfig& c);
 
-// Rank 0 picks the configuration (see the header comment) and publishes it
-// under "channels"; every rank returns the published value.
-absl::StatusOr<ChannelConfig> AgreeChannelConfig(store::Store& store, int rank, int size, absl::Duration timeout);
+// Rank 0 picks the configuration from `options` (see the header comment) and
+// publishes it under "channels"; every rank returns the published value.
+absl::StatusOr<ChannelConfig> AgreeChannelConfig(store::Store& store, int rank, int size, absl::Duration timeout,
+                                                 const ChannelOptions& options);
 
 // Store for channel k (k >= 1): keys under "ch<k>/" of `store`.
 std::shared_ptr<store::Store> ChannelStore(std::shared_ptr<store::Store> store, int k);
 
-// Agrees on the channel count and connects channels 1..K-1 with `connect`
-// (called with each channel's store). Empty when K == 1.
+// Agrees on the configuration (AgreeChannelConfig) and connects channels
+// 1..K-1 with `connect` (called with each channel's store). Empty when K == 1.
 using TransportFactory =
     std::function<absl::StatusOr<std::unique_ptr<transport::Transport>>(std::shared_ptr<store::Store>)>;
 struct ExtraChannels {
@@ -67,7 +79,8 @@ struct ExtraChannels {
   std::vector<std::unique_ptr<transport::Transport>> transports;  // channels 1..K-1
 };
 absl::StatusOr<ExtraChannels> ConnectExtraChannels(std::shared_ptr<store::Store> store, int rank, int size,
-                                                   absl::Duration timeout, const TransportFactory& connect);
+                                                   absl::Duration timeout, const ChannelOptions& options,
+                                                   const TransportFactory& connect);
 
 class ChannelPool {
  public:

@@ -4,7 +4,6 @@
 #include "collectives/channels.h"
 
 #include <atomic>
-#include <cstdlib>
 #include <thread>
 
 #include "absl/synchronization/mutex.h"
@@ -111,26 +110,35 @@ TEST(Channels, AgreeThroughTheStore) {
   auto a = store::TcpStore::Connect((*server)->address(), "x");
   auto b = store::TcpStore::Connect((*server)->address(), "x");
   ASSERT_TRUE(a.ok() && b.ok());
-  setenv("LOOM_COLLECTIVES_CHANNELS", "3", 1);
-  setenv("LOOM_COLLECTIVES_CHANNEL_MIN_SLICE", "4096", 1);
-  auto c0 = AgreeChannelConfig(**a, 0, 2, absl::Seconds(5));
-  unsetenv("LOOM_COLLECTIVES_CHANNELS");  // rank 1 follows rank 0, not its own env
-  unsetenv("LOOM_COLLECTIVES_CHANNEL_MIN_SLICE");
-  auto c1 = AgreeChannelConfig(**b, 1, 2, absl::Seconds(5));
+  ChannelOptions o0;
+  o0.channels = 3;
+  o0.min_slice_bytes = 4096;
+  auto c0 = AgreeChannelConfig(**a, 0, 2, absl::Seconds(5), o0);
+  ChannelOptions o1;  // rank 1 follows rank 0, not its own options
+  o1.channels = 5;
+  auto c1 = AgreeChannelConfig(**b, 1, 2, absl::Seconds(5), o1);
   ASSERT_TRUE(c0.ok() && c1.ok());
   EXPECT_EQ(c0->channels, 3);
   EXPECT_EQ(c1->channels, 3);
   EXPECT_EQ(c1->min_slice_bytes, 4096u);
 
-  auto single = AgreeChannelConfig(**a, 0, 1, absl::Seconds(5));
+  auto single = AgreeChannelConfig(**a, 0, 1, absl::Seconds(5), ChannelOptions{});
   ASSERT_TRUE(single.ok());
   EXPECT_EQ(single->channels, 1);
 
-  setenv("LOOM_COLLECTIVES_CHANNELS", "9", 1);
-  auto bad = AgreeChannelConfig(**a, 0, 2, absl::Seconds(5));
-  unsetenv("LOOM_COLLECTIVES_CHANNELS");
+  ChannelOptions nine;
+  nine.channels = 9;
+  auto bad = AgreeChannelConfig(**a, 0, 2, absl::Seconds(5), nine);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_NE(bad.status().message().find("LOOM_COLLECTIVES_CHANNELS"), absl::string_view::npos);
+  EXPECT_NE(bad.status().message().find("channels: expected"), absl::string_view::npos) << bad.status();
+  EXPECT_NE(bad.status().message().find("got 9"), absl::string_view::npos) << bad.status();
+
+  ChannelOptions no_floor;
+  no_floor.min_slice_bytes = 0;
+  auto bad_floor = AgreeChannelConfig(**a, 0, 2, absl::Seconds(5), no_floor);
+  EXPECT_EQ(bad_floor.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad_floor.status().message().find("channel_min_slice_bytes"), absl::string_view::npos)
+      << bad_floor.status();
 }
 
 }  // namespace

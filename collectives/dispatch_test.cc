@@ -1,4 +1,7 @@
 // Per-device dispatch and loud failures, in one process (world size 1).
+#include <functional>
+
+#include "absl/strings/str_cat.h"
 #include "collectives/metrics.h"
 #include "collectives/process_group.h"
 #include "collectives/store/store_server.h"
@@ -50,6 +53,14 @@ const bool kNarrowCuda = RegisterBackend("cuda:narrow", [](const BackendContext&
 const bool kBroken = RegisterBackend("nogpu", [](const BackendContext&) -> absl::StatusOr<std::shared_ptr<Backend>> {
   return absl::UnavailableError("no CUDA device");
 });
+
+// Records the BackendContext it was created with.
+BackendContext last_ctx;
+absl::StatusOr<std::shared_ptr<Backend>> MakeRecord(const BackendContext& ctx) {
+  last_ctx = ctx;
+  return std::shared_ptr<Backend>(std::make_shared<NarrowBackend>("record", DeviceKind::kCPU));
+}
+const bool kRecord = RegisterBackend("record", MakeRecord);
 
 class DispatchTest : public ::testing::Test {
  protected:
@@ -137,6 +148,54 @@ TEST_F(DispatchTest, UnknownBackendListsRegistered) {
   auto pg = ProcessGroup::Create(store_, 0, 1, o);
   EXPECT_TRUE(absl::IsNotFound(pg.status())) << pg.status();
   EXPECT_NE(std::string(pg.status().message()).find("narrow"), std::string::npos);
+}
+
+TEST_F(DispatchTest, TuningOptionsReachTheBackend) {
+  ProcessGroupOptions o;
+  o.backend = "cpu:record";
+  o.staging_bucket_bytes = 1 << 10;
+  o.channels = 3;
+  o.channel_min_slice_bytes = 64;
+  o.gloo_native_min_bytes = 0;
+  o.gloo_transport = "gloo";
+  o.tcp_socket_buffer_bytes = 1 << 20;
+  auto pg = ProcessGroup::Create(store_, 0, 1, o);
+  ASSERT_TRUE(pg.ok()) << pg.status();
+  EXPECT_EQ(last_ctx.staging_bucket_bytes, 1u << 10);
+  EXPECT_EQ(last_ctx.channels, 3);
+  EXPECT_EQ(last_ctx.channel_min_slice_bytes, 64u);
+  EXPECT_EQ(last_ctx.gloo_native_min_bytes, 0);
+  EXPECT_EQ(last_ctx.gloo_transport, "gloo");
+  EXPECT_EQ(last_ctx.tcp_socket_buffer_bytes, 1 << 20);
+}
+
+// A bad tuning value fails Create naming the option and the value.
+TEST_F(DispatchTest, BackendsRefuseBadTuning) {
+  struct Case {
+    std::string spec;
+    std::function<void(ProcessGroupOptions&)> set;
+    std::string want;
+  };
+  int i = 0;
+  for (const Case& c : std::vector<Case>{
+           {"cpu:tcp", [](ProcessGroupOptions& o) { o.channels = 9; },
+            "channels: expected 0 (automatic) or an integer in [1, 8], got 9"},
+           {"cpu:tcp", [](ProcessGroupOptions& o) { o.channel_min_slice_bytes = 0; },
+            "channel_min_slice_bytes: expected a positive byte count, got 0"},
+           {"cpu:tcp", [](ProcessGroupOptions& o) { o.tcp_socket_buffer_bytes = -2; },
+            "tcp_socket_buffer_bytes: expected -1 (automatic), 0 (the kernel's autotuning) or a byte count up to "
+            "1 GiB, got -2"},
+           {"cpu:gloo", [](ProcessGroupOptions& o) { o.gloo_transport = "mpi"; },
+            "gloo_transport: expected tcp or gloo, got 'mpi'"},
+           {"cpu:gloo", [](ProcessGroupOptions& o) { o.gloo_native_min_bytes = -2; },
+            "gloo_native_min_bytes: expected a byte count or -1 (automatic), got -2"}}) {
+    ProcessGroupOptions o;
+    o.backend = c.spec;
+    c.set(o);
+    auto pg = ProcessGroup::Create(std::make_shared<store::PrefixStore>(store_, absl::StrCat("bad", i++)), 0, 1, o);
+    EXPECT_TRUE(absl::IsInvalidArgument(pg.status())) << pg.status();
+    EXPECT_NE(std::string(pg.status().message()).find(c.want), std::string::npos) << pg.status();
+  }
 }
 
 TEST_F(DispatchTest, TcpBackendValidatesArguments) {

@@ -44,6 +44,34 @@ struct ProcessGroupOptions {
   std::string flight_recorder_dir;
   // Bytes per bucket of staging backends ("cuda:gloo"): BackendContext.
   size_t staging_bucket_bytes = kDefaultStagingBucketBytes;
+
+  // Tuning of the CPU backends (each is copied into BackendContext). The
+  // defaults suit every host; change them to compare layouts or to exercise a
+  // path in tests. A backend that uses an option refuses a bad value at Create
+  // with InvalidArgument naming the option and the value.
+  //
+  // Channels (collectives/channels.h) of the tcp, gloo and ucx backends: how
+  // many independent connections a large all_reduce, all_gather or
+  // reduce_scatter is sliced over, 1..8, or 0 = automatic (rank 0's usable
+  // CPUs / (2 * group size), clamped to [1, 4]). Rank 0's value (and slice
+  // floor) is the group's; the other ranks follow it.
+  int channels = 0;
+  // The smallest slice worth its own channel (> 0 bytes).
+  size_t channel_min_slice_bytes = kDefaultChannelMinSliceBytes;
+  // gloo: the message size from which libgloo's own algorithms run each op
+  // libgloo has (0: always). kAutomatic: GlooBackend::kNativeMinBytes
+  // (64 MiB), except all_reduce with several channels, which stays on the
+  // sliced ring.
+  int64_t gloo_native_min_bytes = kAutomatic;
+  // gloo: what carries the shared algorithms: "tcp" (Loom's TcpTransport
+  // beside Gloo's mesh, with channels) or "gloo" (Gloo's unbound buffers, one
+  // channel, and libgloo's algorithms at every size unless
+  // gloo_native_min_bytes says otherwise).
+  std::string gloo_transport = "tcp";
+  // SO_SNDBUF/SO_RCVBUF of the TcpTransport sockets (tcp and gloo backends):
+  // bytes up to 1 GiB, 0 = the kernel's autotuning, kAutomatic = 4 MiB where
+  // net.core.{w,r}mem_max allow it, else the kernel's autotuning.
+  int64_t tcp_socket_buffer_bytes = kAutomatic;
 };
 
 class ProcessGroup {

@@ -9,14 +9,17 @@
 namespace loom::collectives {
 namespace {
 
+static_assert(kAutomatic == internal::kAutoSocketBuffer);  // tcp_socket_buffer_bytes
+
 absl::StatusOr<std::shared_ptr<Backend>> MakeTcpBackend(const BackendContext& ctx) {
   transport::TcpTransport::Options o;
   o.host = CollectivesHost();
   o.timeout = ctx.timeout;
+  o.socket_buffer_bytes = ctx.tcp_socket_buffer_bytes;
   LOOM_ASSIGN_OR_RETURN(auto t, transport::TcpTransport::Connect(ctx.store, ctx.rank, ctx.size, o));
   LOOM_ASSIGN_OR_RETURN(
       auto extra, ConnectExtraChannels(
-                      ctx.store, ctx.rank, ctx.size, ctx.timeout,
+                      ctx.store, ctx.rank, ctx.size, ctx.timeout, ChannelOptionsOf(ctx),
                       [&](std::shared_ptr<store::Store> s) -> absl::StatusOr<std::unique_ptr<transport::Transport>> {
                         return transport::TcpTransport::Connect(s, ctx.rank, ctx.size, o);
                       }));

@@ -1,11 +1,9 @@
 #include "collectives/gloo/gloo_backend.h"
 
 #include <chrono>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/status.h"
 #include "collectives/algorithms/reduce.h"
@@ -27,6 +25,8 @@
 
 namespace loom::collectives::gloo {
 namespace {
+
+static_assert(kAutomatic == internal::kAutoSocketBuffer);  // tcp_socket_buffer_bytes
 
 // gloo::rendezvous::Store over our Store. Gloo expects exceptions on failure.
 class StoreAdapter : public ::gloo::rendezvous::Store {
@@ -106,6 +106,14 @@ absl::Status Guard(absl::string_view what, F&& f) {
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<Backend>> GlooBackend::Create(const BackendContext& ctx) {
+  if (ctx.gloo_transport != "tcp" && ctx.gloo_transport != "gloo") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo_transport: expected tcp or gloo, got '", ctx.gloo_transport, "'"));
+  }
+  if (ctx.gloo_native_min_bytes < kAutomatic) {
+    return absl::InvalidArgumentError(absl::StrCat("gloo_native_min_bytes: expected a byte count or ", kAutomatic,
+                                                   " (automatic), got ", ctx.gloo_native_min_bytes));
+  }
   std::shared_ptr<::gloo::rendezvous::Context> context;
   absl::Status s = Guard("rendezvous", [&] {
     ::gloo::transport::tcp::attr attr;
@@ -119,37 +127,32 @@ absl::StatusOr<std::shared_ptr<Backend>> GlooBackend::Create(const BackendContex
   });
   if (!s.ok()) return s;
   // The shared algorithms (latency-bound sizes and what libgloo lacks) run
-  // over Loom's TcpTransport unless LOOM_GLOO_TRANSPORT=gloo asks for Gloo's
-  // unbound buffers (see the header for why).
-  const char* which = std::getenv("LOOM_GLOO_TRANSPORT");
+  // over Loom's TcpTransport, or over Gloo's unbound buffers with
+  // gloo_transport "gloo" (see the header for why).
   std::unique_ptr<transport::Transport> transport;
   ExtraChannels extra;  // channels 1.. (channels.h)
   size_t native_min = kNativeMinBytes;
-  if (which != nullptr && std::string(which) == "gloo") {
+  if (ctx.gloo_transport == "gloo") {
     transport = std::make_unique<GlooTransport>(context);
     native_min = 0;
   } else {
     transport::TcpTransport::Options o;
     o.host = CollectivesHost();
     o.timeout = ctx.timeout;
+    o.socket_buffer_bytes = ctx.tcp_socket_buffer_bytes;
     LOOM_ASSIGN_OR_RETURN(transport, transport::TcpTransport::Connect(ctx.store, ctx.rank, ctx.size, o));
     LOOM_ASSIGN_OR_RETURN(
         extra, ConnectExtraChannels(
-                   ctx.store, ctx.rank, ctx.size, ctx.timeout,
+                   ctx.store, ctx.rank, ctx.size, ctx.timeout, ChannelOptionsOf(ctx),
                    [&](std::shared_ptr<store::Store> s) -> absl::StatusOr<std::unique_ptr<transport::Transport>> {
                      return transport::TcpTransport::Connect(s, ctx.rank, ctx.size, o);
                    }));
   }
-  // LOOM_GLOO_NATIVE_MIN_BYTES=<bytes>: where Gloo's own algorithms take over
-  // (every op, whatever the channel count), for comparing the two.
+  // gloo_native_min_bytes: where Gloo's own algorithms take over (every op,
+  // whatever the channel count), for comparing the two.
   size_t allreduce_native_min = SIZE_MAX;
-  if (const char* env = std::getenv("LOOM_GLOO_NATIVE_MIN_BYTES"); env != nullptr && *env != '\0') {
-    int64_t v = 0;
-    if (!absl::SimpleAtoi(env, &v) || v < 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("LOOM_GLOO_NATIVE_MIN_BYTES: expected a byte count, got '", env, "'"));
-    }
-    native_min = allreduce_native_min = static_cast<size_t>(v);
+  if (ctx.gloo_native_min_bytes != kAutomatic) {
+    native_min = allreduce_native_min = static_cast<size_t>(ctx.gloo_native_min_bytes);
   }
   auto b = std::make_shared<GlooBackend>(context, std::move(transport), native_min);
   b->allreduce_native_min_bytes_ = allreduce_native_min;

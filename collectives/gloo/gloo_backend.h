@@ -26,10 +26,11 @@
 // (collectives/channels.h: extra TcpTransports, one thread each; the default
 // where there are >= 4 usable CPUs per rank): then a large all_reduce runs
 // as one ring slice per channel, several cores per rank copying and reducing,
-// at every size. LOOM_GLOO_NATIVE_MIN_BYTES=<bytes> moves Gloo's takeover
-// point for every op (for A/B runs). LOOM_GLOO_TRANSPORT=gloo puts
-// everything on Gloo (native algorithms at every size, the shared ones over
-// Gloo's unbound buffers, GlooTransport).
+// at every size. BackendContext::gloo_native_min_bytes
+// (ProcessGroupOptions) moves Gloo's takeover point for every op (for A/B
+// runs); gloo_transport "gloo" puts everything on Gloo (native algorithms at
+// every size, the shared ones over Gloo's unbound buffers, GlooTransport, one
+// channel).
 //
 // gather/scatter stay on the shared direct algorithm because only the root
 // knows every rank's size, while gloo::gather/scatter need equal sizes agreed

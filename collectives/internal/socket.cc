@@ -11,8 +11,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
-#include <cstdlib>
 #include <thread>
 
 #include "absl/strings/numbers.h"
@@ -85,19 +85,14 @@ int64_t SysctlCore(const char* name) {
   return v;
 }
 
-// The socket buffer size to force, or 0 to leave the kernel's autotuning on.
-// Forcing SO_SNDBUF/SO_RCVBUF turns autotuning off and is silently capped at
-// net.core.{w,r}mem_max (often 208 KiB), which would leave a large transfer
-// with a small fixed window; so the size is forced only where both maxima
-// allow it. Env LOOM_TCP_SOCKET_BUFFER=<bytes> overrides (0: autotune).
-int ForcedSocketBuffer() {
+// The automatic socket buffer size: 4 MiB, or 0 to leave the kernel's
+// autotuning on. Forcing SO_SNDBUF/SO_RCVBUF turns autotuning off and is
+// silently capped at net.core.{w,r}mem_max (often 208 KiB), which would leave
+// a large transfer with a small fixed window; so the size is forced only where
+// both maxima allow it.
+int AutoSocketBuffer() {
   static const int bytes = [] {
-    const char* env = std::getenv("LOOM_TCP_SOCKET_BUFFER");
-    int64_t want = 4 << 20;
-    if (env != nullptr && *env != '\0') {
-      int64_t v;
-      if (absl::SimpleAtoi(env, &v) && v >= 0 && v <= (int64_t{1} << 30)) return static_cast<int>(v);
-    }
+    const int64_t want = 4 << 20;
     if (SysctlCore("wmem_max") < want || SysctlCore("rmem_max") < want) return 0;
     return static_cast<int>(want);
   }();
@@ -106,10 +101,12 @@ int ForcedSocketBuffer() {
 
 }  // namespace
 
-void TuneSocket(int fd) {
+void TuneSocket(int fd, int64_t buffer_bytes) {
   int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  int buf = ForcedSocketBuffer();
+  int buf = buffer_bytes == kAutoSocketBuffer
+                ? AutoSocketBuffer()
+                : static_cast<int>(std::clamp<int64_t>(buffer_bytes, 0, kMaxSocketBuffer));
   if (buf > 0) {
     setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &buf, sizeof(buf));
     setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &buf, sizeof(buf));
@@ -134,7 +131,7 @@ absl::StatusOr<Fd> Listen(absl::string_view host, int port, int* bound_port) {
   return fd;
 }
 
-absl::StatusOr<Fd> Accept(const Fd& listener, absl::Time deadline) {
+absl::StatusOr<Fd> Accept(const Fd& listener, absl::Time deadline, int64_t buffer_bytes) {
   while (true) {
     pollfd p{listener.get(), POLLIN, 0};
     int ms = PollMs(deadline);
@@ -144,7 +141,7 @@ absl::StatusOr<Fd> Accept(const Fd& listener, absl::Time deadline) {
       if (p.revents & (POLLERR | POLLNVAL)) return absl::CancelledError("listener closed");
       int c = ::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC);
       if (c >= 0) {
-        TuneSocket(c);
+        TuneSocket(c, buffer_bytes);
         return Fd(c);
       }
       if (errno != EINTR && errno != EAGAIN && errno != ECONNABORTED) return Errno("accept");
@@ -153,7 +150,7 @@ absl::StatusOr<Fd> Accept(const Fd& listener, absl::Time deadline) {
   }
 }
 
-absl::StatusOr<Fd> Connect(absl::string_view host, int port, absl::Time deadline) {
+absl::StatusOr<Fd> Connect(absl::string_view host, int port, absl::Time deadline, int64_t buffer_bytes) {
   auto addr = Resolve(host, port);
   if (!addr.ok()) return addr.status();
   absl::Duration backoff = absl::Milliseconds(5);
@@ -161,7 +158,7 @@ absl::StatusOr<Fd> Connect(absl::string_view host, int port, absl::Time deadline
     Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!fd.valid()) return Errno("socket");
     if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&*addr), sizeof(*addr)) == 0) {
-      TuneSocket(fd.get());
+      TuneSocket(fd.get(), buffer_bytes);
       return fd;
     }
     int err = errno;

@@ -42,16 +42,24 @@ class Fd {
 
 // Listens on host:port (port 0 = ephemeral). Returns the socket and the bound port.
 absl::StatusOr<Fd> Listen(absl::string_view host, int port, int* bound_port);
+// SO_SNDBUF/SO_RCVBUF of a connection: kAutoSocketBuffer = 4 MiB where
+// net.core.{w,r}mem_max allow it, else the kernel's autotuning; 0 = the
+// kernel's autotuning; else that many bytes (up to kMaxSocketBuffer).
+inline constexpr int64_t kAutoSocketBuffer = -1;
+inline constexpr int64_t kMaxSocketBuffer = int64_t{1} << 30;
+
 // Accepts one connection, waiting until `deadline`.
-absl::StatusOr<Fd> Accept(const Fd& listener, absl::Time deadline);
+absl::StatusOr<Fd> Accept(const Fd& listener, absl::Time deadline,
+                          int64_t buffer_bytes = kAutoSocketBuffer);
 // Connects to host:port, retrying refused connections until `deadline`.
-absl::StatusOr<Fd> Connect(absl::string_view host, int port, absl::Time deadline);
+absl::StatusOr<Fd> Connect(absl::string_view host, int port, absl::Time deadline,
+                           int64_t buffer_bytes = kAutoSocketBuffer);
 // Splits "host:port".
 absl::Status SplitHostPort(absl::string_view addr, std::string* host, int* port);
 
-// Sets TCP_NODELAY, and 4 MiB socket buffers where net.core.{w,r}mem_max allow
-// (else the kernel autotunes; env LOOM_TCP_SOCKET_BUFFER=<bytes> overrides).
-void TuneSocket(int fd);
+// Sets TCP_NODELAY and the socket buffers (`buffer_bytes` as above; Accept and
+// Connect call it).
+void TuneSocket(int fd, int64_t buffer_bytes);
 
 // Writes/reads exactly n bytes. Unavailable on a closed/broken connection.
 absl::Status SendAll(int fd, const void* data, size_t n, absl::Time deadline);

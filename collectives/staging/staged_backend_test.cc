@@ -136,9 +136,10 @@ struct Rank {
 
 // Runs fn(rank, world, Rank&) on `world` threads, each with its own Gloo
 // backend (real rendezvous over a TCP store) behind a StagedBackend, and a
-// second, plain one.
+// second, plain one. Both Gloo backends take `base`'s tuning options.
 void RunRanks(int world, size_t bucket_bytes, std::function<absl::Duration(int)> delay,
-              const std::string& recorder_dir, const std::function<void(int, Rank&)>& fn) {
+              const std::string& recorder_dir, const std::function<void(int, Rank&)>& fn,
+              const BackendContext& base = BackendContext()) {
   store::StoreServer::Options so;
   so.secret = "s";
   auto server = store::StoreServer::Start(so);
@@ -148,7 +149,7 @@ void RunRanks(int world, size_t bucket_bytes, std::function<absl::Duration(int)>
     threads.emplace_back([&, r] {
       auto store = store::TcpStore::Connect((*server)->address(), "s");
       ASSERT_TRUE(store.ok()) << store.status();
-      BackendContext ctx;
+      BackendContext ctx = base;
       ctx.store = std::make_shared<store::PrefixStore>(*store, "inner");
       ctx.rank = r;
       ctx.size = world;
@@ -347,9 +348,10 @@ TEST(StagedBackend, AllReduceCopiesOverlapTheRing) {
 // with several pieces per segment (odd counts), and the inner backend cut
 // into 3 channel slices as well as unsliced.
 TEST(StagedBackend, OverlappedAllReduceEqualsPlainGlooBitwise) {
-  for (const char* channels : {"1", "3"}) {
-    setenv("LOOM_COLLECTIVES_CHANNELS", channels, 1);
-    setenv("LOOM_COLLECTIVES_CHANNEL_MIN_SLICE", "4096", 1);
+  for (int channels : {1, 3}) {
+    BackendContext base;
+    base.channels = channels;
+    base.channel_min_slice_bytes = 4096;
     RunRanks(3, 1 << 20, NoDelay, "", [&](int r, Rank& k) {
       for (int64_t n : {int64_t{100}, int64_t{70001}, int64_t{(3 << 20) / 4 * 3 + 7}})
         for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
@@ -363,10 +365,8 @@ TEST(StagedBackend, OverlappedAllReduceEqualsPlainGlooBitwise) {
           ExpectOk(k.plain->AllReduce(Tensor::Wrap(plain.data(), {n}, DType::kF32, Device::CPU()), o));
           ASSERT_EQ(std::memcmp(staged.data(), plain.data(), n * sizeof(float)), 0);
         }
-    });
+    }, base);
   }
-  unsetenv("LOOM_COLLECTIVES_CHANNELS");
-  unsetenv("LOOM_COLLECTIVES_CHANNEL_MIN_SLICE");
 }
 
 // Rank 1 never joins the op: rank 0's op fails by its own timeout, Work::Wait

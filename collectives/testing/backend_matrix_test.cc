@@ -3,8 +3,8 @@
 // (see matrix_worker.cc). The backend spec comes from the test's args, e.g.
 //   cc_test(name = "ucx_backend_test", args = ["cpu:ucx"],
 //           deps = [":ucx_backend", "//collectives/testing:backend_matrix_test"])
-// Further args NAME=VALUE are set in the environment the ranks inherit.
-#include <cstdlib>
+// Further args option=value set ProcessGroupOptions tuning fields on every
+// rank (e.g. "channels=3", "gloo_transport=gloo").
 #include <string>
 
 #include "collectives/testing/multiprocess.h"
@@ -35,13 +35,9 @@ int main(int argc, char** argv) {
   int rc;
   if (loom::collectives::testing::MaybeRunWorker(&rc)) return rc;
   ::testing::InitGoogleTest(&argc, argv);
-  // argv: the backend spec, then optional NAME=VALUE settings exported to the
-  // ranks (e.g. LOOM_GLOO_TRANSPORT=gloo).
+  // argv: the backend spec, then optional option=value settings, handed to
+  // the ranks with the spec (matrix_worker.cc parses them).
   if (argc > 1) loom::collectives::testing::Spec() = argv[1];
-  for (int i = 2; i < argc; ++i) {
-    std::string kv = argv[i];
-    size_t eq = kv.find('=');
-    if (eq != std::string::npos) setenv(kv.substr(0, eq).c_str(), kv.substr(eq + 1).c_str(), 1);
-  }
+  for (int i = 2; i < argc; ++i) loom::collectives::testing::Spec() += std::string(" ") + argv[i];
   return RUN_ALL_TESTS();
 }

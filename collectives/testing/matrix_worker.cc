@@ -1,12 +1,16 @@
-// Worker "matrix": creates one ProcessGroup with the backend spec in ctx.arg
-// and loops over every op x dtype x size, checking each result against a
-// local reference (floats within tolerance, integers and bools exactly).
-// LOOM_FULL=1 adds larger sizes. Also exercises a subgroup.
+// Worker "matrix": creates one ProcessGroup from ctx.arg ("<backend spec>
+// [option=value ...]", e.g. "cpu:tcp channels=3 channel_min_slice_bytes=64":
+// ProcessGroupOptions tuning fields) and loops over every op x dtype x size,
+// checking each result against a local reference (floats within tolerance,
+// integers and bools exactly). LOOM_FULL=1 adds larger sizes. Also exercises
+// a subgroup.
 #include <cmath>
 #include <cstdlib>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "base/testing/full_sweep.h"
 #include "collectives/process_group.h"
 #include "collectives/testing/multiprocess.h"
@@ -293,9 +297,41 @@ void RunMatrix(WorkerContext& ctx, ProcessGroup& pg, bool smoke) {
   WORKER_EXPECT(ctx, RUN_OP(ctx, "barrier", pg.Barrier({})), "barrier");
 }
 
-int MatrixWorker(WorkerContext& ctx) {
+// "<spec> [option=value ...]" -> ProcessGroupOptions (the tuning fields).
+absl::StatusOr<ProcessGroupOptions> ParseMatrixArg(const std::string& arg) {
+  std::vector<std::string> words = absl::StrSplit(arg, ' ', absl::SkipEmpty());
   ProcessGroupOptions o;
-  o.backend = ctx.arg;
+  if (words.empty()) return absl::InvalidArgumentError("matrix: no backend spec");
+  o.backend = words[0];
+  for (size_t i = 1; i < words.size(); ++i) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(words[i], absl::MaxSplits('=', 1));
+    const auto& [key, value] = kv;
+    int64_t n = 0;
+    const bool number = absl::SimpleAtoi(value, &n);
+    if (key == "gloo_transport") {
+      o.gloo_transport = value;
+    } else if (key == "channels" && number) {
+      o.channels = static_cast<int>(n);
+    } else if (key == "channel_min_slice_bytes" && number && n >= 0) {
+      o.channel_min_slice_bytes = static_cast<size_t>(n);
+    } else if (key == "gloo_native_min_bytes" && number) {
+      o.gloo_native_min_bytes = n;
+    } else if (key == "tcp_socket_buffer_bytes" && number) {
+      o.tcp_socket_buffer_bytes = n;
+    } else {
+      return absl::InvalidArgumentError(absl::StrCat("matrix: bad option '", words[i], "'"));
+    }
+  }
+  return o;
+}
+
+int MatrixWorker(WorkerContext& ctx) {
+  auto parsed = ParseMatrixArg(ctx.arg);
+  if (!parsed.ok()) {
+    fprintf(stderr, "[rank %d] %s\n", ctx.rank, parsed.status().ToString().c_str());
+    return 1;
+  }
+  ProcessGroupOptions o = *parsed;
   o.timeout = absl::Seconds(30);
   auto pg = ProcessGroup::Create(ctx.store, ctx.rank, ctx.world, o);
   if (!pg.ok()) {

@@ -57,6 +57,13 @@ absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Connect(std::shared_
   if (size < 1 || rank < 0 || rank >= size) {
     return absl::InvalidArgumentError(absl::StrCat("TcpTransport: rank ", rank, " / size ", size));
   }
+  if (o.socket_buffer_bytes != internal::kAutoSocketBuffer &&
+      (o.socket_buffer_bytes < 0 || o.socket_buffer_bytes > internal::kMaxSocketBuffer)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tcp_socket_buffer_bytes: expected ", internal::kAutoSocketBuffer,
+                     " (automatic), 0 (the kernel's autotuning) or a byte count up to 1 GiB, got ",
+                     o.socket_buffer_bytes));
+  }
   std::unique_ptr<TcpTransport> t(new TcpTransport(rank, size));
   for (auto& p : t->peers_) p = std::make_unique<Peer>();
   absl::Time deadline = absl::Now() + o.timeout;
@@ -70,7 +77,7 @@ absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Connect(std::shared_
     std::string host;
     int p;
     LOOM_RETURN_IF_ERROR(internal::SplitHostPort(*addr, &host, &p));
-    auto fd = internal::Connect(host, p, deadline);
+    auto fd = internal::Connect(host, p, deadline, o.socket_buffer_bytes);
     if (!fd.ok()) return Annotate(fd.status(), absl::StrCat("tcp transport: connect to rank ", j));
     uint32_t hello[3] = {kHelloMagic, static_cast<uint32_t>(rank), static_cast<uint32_t>(size)};
     LOOM_RETURN_IF_ERROR(internal::SendAll(fd->get(), hello, sizeof(hello), deadline));
@@ -78,7 +85,7 @@ absl::StatusOr<std::unique_ptr<TcpTransport>> TcpTransport::Connect(std::shared_
   }
   // Accept higher ranks.
   for (int k = rank + 1; k < size; ++k) {
-    auto fd = internal::Accept(listener, deadline);
+    auto fd = internal::Accept(listener, deadline, o.socket_buffer_bytes);
     if (!fd.ok()) {
       return Annotate(fd.status(), absl::StrCat("tcp transport: rank ", rank, " waiting for ",
                                                 size - k, " higher rank(s) to connect"));

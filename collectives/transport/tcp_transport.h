@@ -35,6 +35,10 @@ class TcpTransport : public Transport {
   struct Options {
     std::string host = "127.0.0.1";  // interface to listen on and advertise
     absl::Duration timeout = absl::Seconds(60);  // for setup
+    // Socket buffers (internal::TuneSocket; ProcessGroupOptions::
+    // tcp_socket_buffer_bytes): kAutoSocketBuffer, 0 (the kernel's
+    // autotuning) or bytes up to 1 GiB; anything else fails Connect.
+    int64_t socket_buffer_bytes = internal::kAutoSocketBuffer;
   };
   static absl::StatusOr<std::unique_ptr<TcpTransport>> Connect(std::shared_ptr<store::Store> store, int rank, int size,
                                                                Options o);

@@ -14,7 +14,7 @@ absl::StatusOr<std::shared_ptr<Backend>> MakeUcxBackend(const BackendContext& ct
   // shared-memory copies (channels.h).
   LOOM_ASSIGN_OR_RETURN(
       auto extra, ConnectExtraChannels(
-                      ctx.store, ctx.rank, ctx.size, ctx.timeout,
+                      ctx.store, ctx.rank, ctx.size, ctx.timeout, ChannelOptionsOf(ctx),
                       [&](std::shared_ptr<store::Store> s) -> absl::StatusOr<std::unique_ptr<transport::Transport>> {
                         return UcxTransport::Connect(s, ctx.rank, ctx.size, ctx.timeout);
                       }));
