@@ -1,8 +1,8 @@
 #!/bin/bash
 # Runs `loom bench collectives` (as bench_collectives_main) with tiny sizes and
 # 2 ranks. Mode "table" (bench_command_test): exit 0, the tables, the
-# verification line. Mode "flags" (bench_flags_test): --json, and a bad flag
-# or value exits 2 naming it. Every run is bounded by `timeout`.
+# verification line. Mode "flags" (bench_flags_test): --json with --channels,
+# and a bad flag or value exits 2 naming it. Every run is bounded by `timeout`.
 set -u
 BIN="$1"
 MODE="${2:-table}"
@@ -32,7 +32,7 @@ check "says why there is no torch column" $(grep -q '^# no torch column: --torch
 else
 
 timeout -k 5 50 "$BIN" --backends=tcp --ranks=2 --min-bytes=1K --max-bytes=1K --iters=2 --torch=0 \
-    --json >"$out" 2>"$err"
+    --channels=2 --json >"$out" 2>"$err"
 rc=$?
 check "json run exits 0 (got $rc)" $([ $rc = 0 ]; echo $?)
 check "json verified" $(grep -q '"verified": true' "$out"; echo $?)

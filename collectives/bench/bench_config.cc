@@ -53,6 +53,8 @@ const char kBenchUsage[] =
     "                            buffers through pinned host memory (adds gloo, and pinned\n"
     "                            D2H/H2D rows, to its all_reduce table)\n"
     "  --bucket-bytes=4M         cuda:gloo's staging bucket (ProcessGroupOptions)\n"
+    "  --channels=N              connections a large op is sliced over, 1..8 (tcp, gloo,\n"
+    "                            ucx; ProcessGroupOptions); 0 or absent: automatic\n"
     "  --ranks=2,4               process counts (default 2)\n"
     "  --ops=all_reduce,all_gather,reduce_scatter\n"
     "  --min-bytes=1K --max-bytes=4M --step=4   the size sweep (K/M/G suffixes; step 2 or 4)\n"
@@ -103,7 +105,8 @@ IntFlag* FindIntFlag(const std::string& name) {
   static IntFlag flags[] = {{"iters", 1, 100000, &BenchConfig::iters},
                             {"warmup", 0, 100000, &BenchConfig::warmup},
                             {"timeout", 1, 86400, &BenchConfig::timeout_s},
-                            {"rounds", 1, 100, &BenchConfig::rounds}};
+                            {"rounds", 1, 100, &BenchConfig::rounds},
+                            {"channels", 0, 8, &BenchConfig::channels}};
   for (IntFlag& f : flags)
     if (name == f.name) return &f;
   return nullptr;
@@ -124,7 +127,8 @@ absl::StatusOr<BenchConfig> ParseBenchFlags(const std::vector<std::string>& args
     }
   }
   static const char* kValueFlags[] = {"backends", "ranks", "ops",   "min-bytes", "max-bytes",
-                                      "step",     "iters", "warmup", "timeout",   "torch", "bucket-bytes", "rounds"};
+                                      "step",     "iters", "warmup", "timeout",   "torch", "bucket-bytes", "rounds",
+                                      "channels"};
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a.rfind("--", 0) != 0) {
@@ -203,7 +207,7 @@ absl::StatusOr<BenchConfig> ParseBenchFlags(const std::vector<std::string>& args
       std::string nearest;
       size_t best = std::max<size_t>(2, name.size() / 3) + 1;
       for (const char* known : {"full", "json", "backends", "ranks", "ops", "min-bytes", "max-bytes", "step", "iters",
-                                "warmup", "timeout", "torch", "bucket-bytes", "rounds"}) {
+                                "warmup", "timeout", "torch", "bucket-bytes", "rounds", "channels"}) {
         if (const size_t d = EditDistance(name, known); d < best) best = d, nearest = known;
       }
       return absl::InvalidArgumentError(
@@ -230,6 +234,7 @@ std::vector<std::string> ToFlags(const BenchConfig& c) {
       absl::StrCat("--timeout=", c.timeout_s),
       absl::StrCat("--bucket-bytes=", c.bucket_bytes),
       absl::StrCat("--rounds=", c.rounds),
+      absl::StrCat("--channels=", c.channels),
   };
   if (c.iters == 0) f.erase(f.begin() + 6);
   if (c.full) f.push_back("--full");

@@ -110,6 +110,26 @@ TEST(BenchConfig, CudaGlooBringsGlooAndABucket) {
   EXPECT_NE(bad.status().message().find("--bucket-bytes"), std::string::npos) << bad.status();
 }
 
+TEST(BenchConfig, ChannelsAreAutomaticUnlessGiven) {
+  auto none = ParseBenchFlags({});
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->channels, 0);
+  auto c = ParseBenchFlags({"--backends=tcp", "--channels=3"});
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->channels, 3);
+  auto round = ParseBenchFlags(ToFlags(*c));
+  ASSERT_TRUE(round.ok()) << round.status();
+  EXPECT_EQ(round->channels, 3);
+  auto spaced = ParseBenchFlags({"--channels", "0"});
+  ASSERT_TRUE(spaced.ok()) << spaced.status();
+  EXPECT_EQ(spaced->channels, 0);
+  for (const char* bad : {"--channels=9", "--channels=-1", "--channels=two", "--channels"}) {
+    auto b = ParseBenchFlags({bad});
+    EXPECT_TRUE(absl::IsInvalidArgument(b.status())) << bad;
+    EXPECT_NE(b.status().message().find("--channels"), std::string::npos) << b.status();
+  }
+}
+
 TEST(BenchResult, StagingBoundIsTheMinOfCopiesAndGloo) {
   BenchReport r;
   const int64_t mib = 1 << 20;

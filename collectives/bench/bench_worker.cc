@@ -166,6 +166,7 @@ int RunBenchWorker(const std::string& backend, const BenchConfig& config) {
   ProcessGroupOptions po;
   po.backend = staged ? "cpu:gloo,cuda:gloo" : "cpu:" + backend;
   po.staging_bucket_bytes = static_cast<size_t>(config.bucket_bytes);
+  po.channels = config.channels;
   std::unique_ptr<staging::Copier> copier;
   if (staged) {
     auto cp = staging::CreateCudaCopier();
