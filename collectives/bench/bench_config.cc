@@ -55,6 +55,8 @@ const char kBenchUsage[] =
     "  --bucket-bytes=4M         cuda:gloo's staging bucket (ProcessGroupOptions)\n"
     "  --channels=N              connections a large op is sliced over, 1..8 (tcp, gloo,\n"
     "                            ucx; ProcessGroupOptions); 0 or absent: automatic\n"
+    "  --gloo-native-min-bytes=64M   gloo: the size from which libgloo's own algorithms\n"
+    "                            run (ProcessGroupOptions; 0: always); absent: automatic\n"
     "  --ranks=2,4               process counts (default 2)\n"
     "  --ops=all_reduce,all_gather,reduce_scatter\n"
     "  --min-bytes=1K --max-bytes=4M --step=4   the size sweep (K/M/G suffixes; step 2 or 4)\n"
@@ -128,7 +130,7 @@ absl::StatusOr<BenchConfig> ParseBenchFlags(const std::vector<std::string>& args
   }
   static const char* kValueFlags[] = {"backends", "ranks", "ops",   "min-bytes", "max-bytes",
                                       "step",     "iters", "warmup", "timeout",   "torch", "bucket-bytes", "rounds",
-                                      "channels"};
+                                      "channels", "gloo-native-min-bytes"};
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a.rfind("--", 0) != 0) {
@@ -182,6 +184,11 @@ absl::StatusOr<BenchConfig> ParseBenchFlags(const std::vector<std::string>& args
         }
       }
       if (c.ops.empty()) return Bad(name, "expected at least one op", value);
+    } else if (name == "gloo-native-min-bytes") {
+      if (auto s = need(); !s.ok()) return s;
+      auto b = value == "0" ? absl::StatusOr<int64_t>(0) : ParseBytes(value);
+      if (!b.ok()) return Bad(name, std::string(b.status().message()), value);
+      c.gloo_native_min_bytes = *b;
     } else if (name == "min-bytes" || name == "max-bytes" || name == "bucket-bytes") {
       if (auto s = need(); !s.ok()) return s;
       auto b = ParseBytes(value);
@@ -207,7 +214,8 @@ absl::StatusOr<BenchConfig> ParseBenchFlags(const std::vector<std::string>& args
       std::string nearest;
       size_t best = std::max<size_t>(2, name.size() / 3) + 1;
       for (const char* known : {"full", "json", "backends", "ranks", "ops", "min-bytes", "max-bytes", "step", "iters",
-                                "warmup", "timeout", "torch", "bucket-bytes", "rounds", "channels"}) {
+                                "warmup", "timeout", "torch", "bucket-bytes", "rounds", "channels",
+                                "gloo-native-min-bytes"}) {
         if (const size_t d = EditDistance(name, known); d < best) best = d, nearest = known;
       }
       return absl::InvalidArgumentError(
@@ -237,6 +245,7 @@ std::vector<std::string> ToFlags(const BenchConfig& c) {
       absl::StrCat("--channels=", c.channels),
   };
   if (c.iters == 0) f.erase(f.begin() + 6);
+  if (c.gloo_native_min_bytes >= 0) f.push_back(absl::StrCat("--gloo-native-min-bytes=", c.gloo_native_min_bytes));
   if (c.full) f.push_back("--full");
   return f;
 }

@@ -6,7 +6,7 @@
 //       [--ops=all_reduce,all_gather,reduce_scatter] [--min-bytes=1K]
 //       [--max-bytes=4M] [--step=4] [--iters=N] [--warmup=N] [--full]
 //       [--torch=auto|0|1] [--json] [--timeout=SECONDS] [--bucket-bytes=4M]
-//       [--channels=N]
+//       [--channels=N] [--gloo-native-min-bytes=SIZE]
 //
 // Sizes take K/M/G suffixes (powers of 1024). Defaults are the fast sweep
 // (backend gloo, 2 ranks, 1 KiB..4 MiB x4, iterations sized by bytes); --full
@@ -42,6 +42,7 @@ struct BenchConfig {
   int timeout_s = 300;  // per (backend, ranks) run and per torch run
   int64_t bucket_bytes = 4 << 20;  // cuda:gloo: ProcessGroupOptions::staging_bucket_bytes
   int channels = 0;  // ProcessGroupOptions::channels (1..8; 0: automatic)
+  int64_t gloo_native_min_bytes = -1;  // ProcessGroupOptions::gloo_native_min_bytes (-1: automatic)
   // Each (ranks) sweep runs every backend this many times, alternating
   // (backend A, B, A, B, ...), and keeps each row's fastest round: backends
   // compared in one table then saw the same machine state.

@@ -1,6 +1,10 @@
 // Flag parsing, size sweep and report formatting of `loom bench collectives`.
 #include "collectives/bench/bench_config.h"
 
+#include <string>
+#include <utility>
+#include <vector>
+
 #include "collectives/bench/bench_result.h"
 #include "gtest/gtest.h"
 
@@ -108,6 +112,24 @@ TEST(BenchConfig, CudaGlooBringsGlooAndABucket) {
   auto bad = ParseBenchFlags({"--bucket-bytes=0"});
   EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
   EXPECT_NE(bad.status().message().find("--bucket-bytes"), std::string::npos) << bad.status();
+}
+
+TEST(BenchConfig, GlooNativeMinBytesIsAutomaticUnlessGiven) {
+  auto none = ParseBenchFlags({});
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_EQ(none->gloo_native_min_bytes, -1);
+  for (const auto& [flag, want] : std::vector<std::pair<std::string, int64_t>>{
+           {"--gloo-native-min-bytes=64M", int64_t{64} << 20}, {"--gloo-native-min-bytes=0", 0}}) {
+    auto c = ParseBenchFlags({flag});
+    ASSERT_TRUE(c.ok()) << flag << ": " << c.status();
+    EXPECT_EQ(c->gloo_native_min_bytes, want) << flag;
+    auto round = ParseBenchFlags(ToFlags(*c));
+    ASSERT_TRUE(round.ok()) << round.status();
+    EXPECT_EQ(round->gloo_native_min_bytes, want) << flag;
+  }
+  auto bad = ParseBenchFlags({"--gloo-native-min-bytes=lots"});
+  EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
+  EXPECT_NE(bad.status().message().find("--gloo-native-min-bytes"), std::string::npos) << bad.status();
 }
 
 TEST(BenchConfig, ChannelsAreAutomaticUnlessGiven) {
