@@ -2,7 +2,8 @@
 (train_bench logs, one per round) and PyTorch's JSON results (train_torch.py,
 one per mode and round), each implementation's best tokens/s over the rounds,
 and Loom's ratio to the faster PyTorch mode (eager is listed, never the one
-compared against while a compiled mode has a result).
+compared against while a compiled mode has a result). With two rounds or
+more it also prints each implementation's loss spread between its runs.
 
   python3 model_summary.py --loom R1.txt,R2.txt --torch a.json,b.json,...
 
@@ -30,6 +31,46 @@ def loom_results(paths):
         if "CHECK_FAILED" in text:
             failures.append(f"{p}: the loss check failed (CHECK_FAILED)")
     return results, failures
+
+
+def loom_losses(paths):
+    """{impl: [losses of each log]}, from each log's RESULT impl and its
+    'losses:' line."""
+    out = {}
+    for p in paths:
+        text = open(p, errors="replace").read() if os.path.isfile(p) else ""
+        impl = re.search(r"^RESULT impl=(\S+)", text, re.M)
+        line = re.search(r"^losses:(.*)$", text, re.M)
+        if impl and line:
+            out.setdefault(impl.group(1), []).append([float(v) for v in line.group(1).split()])
+    return out
+
+
+def spread(curves):
+    """The largest relative difference between two runs' losses at the same
+    step, over every pair of runs and every step both have; None for fewer
+    than two runs."""
+    if len(curves) < 2:
+        return None
+    worst = 0.0
+    for i in range(len(curves)):
+        for j in range(i + 1, len(curves)):
+            for a, b in zip(curves[i], curves[j]):
+                worst = max(worst, abs(a - b) / max(abs(b), 1e-12))
+    return worst
+
+
+def print_spreads(loom_curves, torch_rows):
+    """Each implementation's run-to-run loss spread (its own noise, the scale
+    the loss check's tolerance is read against)."""
+    curves = dict(loom_curves)
+    for r in torch_rows:
+        if r.get("losses"):
+            curves.setdefault(r["impl"], []).append([float(v) for v in r["losses"]])
+    for impl, c in sorted(curves.items()):
+        s = spread(c)
+        if s is not None:
+            print(f"loss spread between runs of {impl}: {s:.2e} ({len(c)} runs)")
 
 
 def best_by_impl(rows):
@@ -66,6 +107,7 @@ def main():
         li, lr = max(lb.items(), key=lambda kv: float(kv[1]["tokens_per_s"]))
         ti, tr = max(compiled.items(), key=lambda kv: float(kv[1]["tokens_per_s"]))
         print(f"{li} / fastest torch mode ({ti}): {float(lr['tokens_per_s']) / float(tr['tokens_per_s']):.3f}x")
+    print_spreads(loom_losses([p for p in a.loom.split(",") if p]), torch_rows)
     for f in failures:
         print(f"FAILED: {f}")
     print(f"loss check: {'FAILED' if any('CHECK_FAILED' in f for f in failures) else 'OK'} "
