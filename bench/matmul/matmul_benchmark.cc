@@ -10,7 +10,8 @@
 // After the Google Benchmark runs (means per iteration), a side-by-side table
 // times every shape again best-of-N for Loom, the sgemm ceiling and torch (the
 // same statistic on all three) and prints the ratios.
-// Env: LOOM_BENCH_NO_TORCH=1 skips torch; LOOM_BENCH_NO_TABLE=1 skips the table.
+// Flags (after Google Benchmark's own): --no-torch skips torch, --no-table
+// skips the table, --torch-script=PATH names torch_matmul.py.
 #include <cblas.h>
 
 #include <chrono>
@@ -132,10 +133,9 @@ void BM_OpenBlasSgemm(benchmark::State& state) {
       benchmark::Counter(2.0 * n * n * double(n), benchmark::Counter::kIsIterationInvariantRate);
 }
 
-std::string FindTorchScript(const char* argv0) {
-  const char* env = std::getenv("LOOM_TORCH_SCRIPT");
+std::string FindTorchScript(const char* argv0, const std::string& given) {
   std::vector<std::string> candidates;
-  if (env) candidates.push_back(env);
+  if (!given.empty()) candidates.push_back(given);
   candidates.push_back("bench/matmul/torch_matmul.py");  // bazel run: cwd is the runfiles root
   candidates.push_back(absl::StrCat(argv0, ".runfiles/loom/bench/matmul/torch_matmul.py"));
   for (const std::string& c : candidates)
@@ -147,9 +147,9 @@ std::string FindTorchScript(const char* argv0) {
 }
 
 // Runs the torch script over every shape; name -> GFLOP/s.
-std::map<std::string, double> RunTorch(const char* argv0) {
+std::map<std::string, double> RunTorch(const char* argv0, const std::string& given_script) {
   std::map<std::string, double> out;
-  std::string script = FindTorchScript(argv0);
+  std::string script = FindTorchScript(argv0, given_script);
   if (script.empty()) {
     std::printf("torch side-by-side skipped: torch_matmul.py not found\n");
     return out;
@@ -168,6 +168,32 @@ std::map<std::string, double> RunTorch(const char* argv0) {
   return out;
 }
 
+struct Flags {
+  bool torch = true, table = true;
+  std::string torch_script;
+};
+
+// This benchmark's flags, from what Google Benchmark left in argv; exit 2 on
+// any other argument.
+Flags ParseFlags(int argc, char** argv) {
+  Flags f;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--no-torch") {
+      f.torch = false;
+    } else if (a == "--no-table") {
+      f.table = false;
+    } else if (a.rfind("--torch-script=", 0) == 0) {
+      f.torch_script = a.substr(std::string("--torch-script=").size());
+    } else {
+      std::fprintf(stderr, "matmul_benchmark: unknown argument '%s' (--no-torch, --no-table, --torch-script=PATH, "
+                   "or Google Benchmark's --benchmark_* flags)\n", a.c_str());
+      std::exit(2);
+    }
+  }
+  return f;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -175,10 +201,11 @@ int main(int argc, char** argv) {
     benchmark::RegisterBenchmark(("LoomMatMul/" + s.name).c_str(), BM_LoomMatMul, s)->Unit(benchmark::kMillisecond)->UseRealTime();
   benchmark::RegisterBenchmark("OpenBlasSgemm", BM_OpenBlasSgemm)->Arg(2048)->Unit(benchmark::kMillisecond)->UseRealTime();
   benchmark::Initialize(&argc, argv);
+  const Flags flags = ParseFlags(argc, argv);
   benchmark::RunSpecifiedBenchmarks();
 
   std::printf("\nOpenBLAS threads: %d\n", openblas_get_num_threads());
-  if (std::getenv("LOOM_BENCH_NO_TABLE") != nullptr) return 0;
+  if (!flags.table) return 0;
   // Side by side, best-of-N for every column (Google Benchmark above reports means).
   double ceiling = 0;
   {
@@ -192,7 +219,7 @@ int main(int argc, char** argv) {
     loom[s.name] = Flops(s) / BestSeconds([&] { (void)p.Run(); }) / 1e9;
   }
   std::map<std::string, double> torch;
-  if (std::getenv("LOOM_BENCH_NO_TORCH") == nullptr) torch = RunTorch(argv[0]);
+  if (flags.torch) torch = RunTorch(argv[0], flags.torch_script);
   std::printf("\nbest-of-N GFLOP/s (f32)\n%-32s %12s %13s %11s %15s\n", "shape", "loom", "torch(2 thr)",
               "loom/torch", "loom/sgemm2048");
   for (const Shape3& s : Shapes()) {

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Builds and runs the matmul benchmark (Loom vs raw OpenBLAS vs torch.matmul),
-# printing GFLOP/s and ratios. Extra arguments go to Google Benchmark, e.g.
+# printing GFLOP/s and ratios. Extra arguments go to Google Benchmark or, for
+# --no-torch, --no-table and --torch-script=PATH, to the benchmark itself, e.g.
 #   bench/matmul/run.sh --benchmark_filter=square
 set -e
 cd "$(dirname "$0")/../.."
