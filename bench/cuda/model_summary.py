@@ -19,8 +19,9 @@ import sys
 
 
 def loom_results(paths):
-    """(results, failures): each RESULT line's fields, and why a log failed."""
-    results, failures = [], []
+    """(results, failures, curves): each RESULT line's fields, why a log
+    failed, and {impl: [each log's 'losses:' line]}."""
+    results, failures, curves = [], [], {}
     for p in paths:
         text = open(p, errors="replace").read() if os.path.isfile(p) else ""
         found = re.findall(r"^RESULT (.*)$", text, re.M)
@@ -30,20 +31,11 @@ def loom_results(paths):
             results.append(dict(kv.split("=", 1) for kv in line.split() if "=" in kv))
         if "CHECK_FAILED" in text:
             failures.append(f"{p}: the loss check failed (CHECK_FAILED)")
-    return results, failures
-
-
-def loom_losses(paths):
-    """{impl: [losses of each log]}, from each log's RESULT impl and its
-    'losses:' line."""
-    out = {}
-    for p in paths:
-        text = open(p, errors="replace").read() if os.path.isfile(p) else ""
-        impl = re.search(r"^RESULT impl=(\S+)", text, re.M)
-        line = re.search(r"^losses:(.*)$", text, re.M)
-        if impl and line:
-            out.setdefault(impl.group(1), []).append([float(v) for v in line.group(1).split()])
-    return out
+        losses = re.search(r"^losses:(.*)$", text, re.M)
+        if found and losses:
+            impl = results[-1].get("impl", "loom")
+            curves.setdefault(impl, []).append([float(v) for v in losses.group(1).split()])
+    return results, failures, curves
 
 
 def spread(curves):
@@ -86,7 +78,7 @@ def main():
     ap.add_argument("--loom", required=True, help="train_bench logs, comma-separated")
     ap.add_argument("--torch", default="", help="train_torch.py --out files, comma-separated (missing ones are skipped)")
     a = ap.parse_args()
-    loom, failures = loom_results([p for p in a.loom.split(",") if p])
+    loom, failures, loom_curves = loom_results([p for p in a.loom.split(",") if p])
     torch_rows = []
     for p in [p for p in a.torch.split(",") if p]:
         if os.path.isfile(p) and os.path.getsize(p) > 0:
@@ -107,7 +99,7 @@ def main():
         li, lr = max(lb.items(), key=lambda kv: float(kv[1]["tokens_per_s"]))
         ti, tr = max(compiled.items(), key=lambda kv: float(kv[1]["tokens_per_s"]))
         print(f"{li} / fastest torch mode ({ti}): {float(lr['tokens_per_s']) / float(tr['tokens_per_s']):.3f}x")
-    print_spreads(loom_losses([p for p in a.loom.split(",") if p]), torch_rows)
+    print_spreads(loom_curves, torch_rows)
     for f in failures:
         print(f"FAILED: {f}")
     print(f"loss check: {'FAILED' if any('CHECK_FAILED' in f for f in failures) else 'OK'} "
