@@ -60,9 +60,6 @@ void ExpectNoAllocationAfterFirstStep(const std::string& family) {
 TEST(Trainer, GptStepAllocatesNothingAfterTheFirst) { ExpectNoAllocationAfterFirstStep("gpt"); }
 TEST(Trainer, LlamaStepAllocatesNothingAfterTheFirst) { ExpectNoAllocationAfterFirstStep("llama"); }
 
-// A batch must name exactly the program's data inputs, in their global shape
-// and dtype; anything else is InvalidArgument naming the input, and the step
-// count does not move.
 // Sampling runs a one-row program on one rank: row 0's logits equal those of
 // the evaluation program at the training batch (3 rows) to f32 rounding.
 TEST(Trainer, SampleLogitsIsRowZeroOfTheEvaluation) {
@@ -81,6 +78,9 @@ TEST(Trainer, SampleLogitsIsRowZeroOfTheEvaluation) {
   }
 }
 
+// A batch must name exactly the program's data inputs, in their global shape
+// and dtype; anything else is InvalidArgument naming the input, and the step
+// count does not move.
 TEST(Trainer, BadBatchesAreRefusedByName) {
   auto trainer = Trainer::Create(Spec("gpt"));
   ASSERT_TRUE(trainer.ok()) << trainer.status();

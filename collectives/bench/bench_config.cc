@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <iterator>
+#include <string>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -213,10 +215,10 @@ absl::StatusOr<BenchConfig> ParseBenchFlags(const std::vector<std::string>& args
     } else {
       std::string nearest;
       size_t best = std::max<size_t>(2, name.size() / 3) + 1;
-      for (const char* known : {"full", "json", "backends", "ranks", "ops", "min-bytes", "max-bytes", "step", "iters",
-                                "warmup", "timeout", "torch", "bucket-bytes", "rounds", "channels",
-                                "gloo-native-min-bytes"}) {
-        if (const size_t d = EditDistance(name, known); d < best) best = d, nearest = known;
+      std::vector<std::string> known = {"full", "json"};
+      known.insert(known.end(), std::begin(kValueFlags), std::end(kValueFlags));
+      for (const std::string& k : known) {
+        if (const size_t d = EditDistance(name, k); d < best) best = d, nearest = k;
       }
       return absl::InvalidArgumentError(
           absl::StrCat("unknown flag --", name, nearest.empty() ? "" : absl::StrCat(" (did you mean --", nearest, "?)")));
