@@ -2,6 +2,8 @@
 # staged folder, with bin/ unpacked from bin.tar.xz), O (where logs go), PY, and LD_LIBRARY_PATH = the staged
 # non-CUDA shared libraries (lib/ or lib.tar.xz, unpacked once) + the CUDA
 # libraries of the PyTorch environment there (cuBLAS/cuBLASLt, NVRTC, NCCL).
+# Both archives are unpacked once per machine (/tmp/loom_staged*): a call that
+# brings another staging to a machine still held removes those folders first.
 D=${LOOM_DEVICE_DIR:-.device/gpu}
 O=${OUT:-/tmp/loom_cuda_out}
 mkdir -p "$O"
