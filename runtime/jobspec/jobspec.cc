@@ -3,10 +3,12 @@
 #include <glob.h>
 #include <yaml-cpp/yaml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <map>
 #include <fstream>
+#include <limits>
 #include <sstream>
 #include <tuple>
 
@@ -578,6 +580,16 @@ std::string DefaultBackend(int32_t ranks_per_gpu) {
   return ranks_per_gpu > 1 ? "cpu:gloo,cuda:gloo" : "cpu:gloo,cuda:nccl";
 }
 
+// Llama's SwiGLU width rounds 8/3 d up to a multiple of 64; GPT's is 4 d.
+// Computed in 64 bits and clamped, since defaults apply before the range
+// checks: an out-of-range d_model is then reported under its own name.
+int32_t DefaultFfnHidden(const std::string& family, int32_t d_model) {
+  const int64_t d = d_model;
+  const int64_t ffn = family == "llama" ? (8 * d / 3 + 63) / 64 * 64 : 4 * d;
+  return static_cast<int32_t>(std::clamp<int64_t>(ffn, std::numeric_limits<int32_t>::min(),
+                                                  std::numeric_limits<int32_t>::max()));
+}
+
 void ApplyDefaults(v1::JobSpec& s) {
   auto* m = s.mutable_model();
   if (m->family().empty()) m->set_family(m->onnx().empty() ? "gpt" : "onnx");
@@ -593,7 +605,7 @@ void ApplyDefaults(v1::JobSpec& s) {
   if (m->n_kv_head() == 0) m->set_n_kv_head(m->n_head());
   if (m->norm_eps() == 0) m->set_norm_eps(1e-5f);
   if (m->rope_theta() == 0) m->set_rope_theta(10000.f);
-  if (m->ffn_hidden() == 0) m->set_ffn_hidden(m->family() == "llama" ? (8 * m->d_model() / 3 + 63) / 64 * 64 : 4 * m->d_model());
+  if (m->ffn_hidden() == 0) m->set_ffn_hidden(DefaultFfnHidden(m->family(), m->d_model()));
   auto* d = s.mutable_data();
   if (d->format().empty()) d->set_format("auto");
   if (d->val_fraction() == 0 && d->val().empty()) d->set_val_fraction(0.1f);

@@ -188,6 +188,12 @@ TEST(JobSpec, SizesHaveUpperBoundsAndProductsDoNotOverflow) {
   EXPECT_EQ(ErrorOf("parallel: {tp: 2048}"), "parallel.tp: must be in [1, 1024] (got 2048)");
   EXPECT_EQ(ErrorOf("train: {lr: 1e30}"), "train.lr: must be in (0, 10] (got 1e+30)");
   EXPECT_EQ(ErrorOf("model: {n_layer: 99999999999}").rfind("model.n_layer: expected an integer", 0), 0u);
+  // The default ffn_hidden (8/3 or 4 x d_model) of an out-of-range d_model
+  // must not overflow before the range check names d_model.
+  EXPECT_EQ(ErrorOf("model: {family: llama, d_model: 1073741824}"),
+            "model.d_model: must be in [1, 65536] (got 1073741824)");
+  EXPECT_EQ(ErrorOf("model: {family: gpt, d_model: -2147483648}"),
+            "model.d_model: must be in [1, 65536] (got -2147483648)");
   // dp x tp = 65536 x 2 does not fit an int32 world size... and is over the bound.
   EXPECT_EQ(ErrorOf("model: {n_head: 2}\ntrain: {batch_size: 65536}\nparallel: {dp: 65536, tp: 2}"),
             "parallel.dp: dp x tp must be at most 65536 ranks (got dp=65536, tp=2)");
