@@ -1,5 +1,7 @@
 #include "base/thread_pool.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
@@ -14,7 +16,7 @@ int DefaultThreads() {
     int n = std::atoi(env);
     if (n > 0) return n;
   }
-  return std::max(1u, std::thread::hardware_concurrency());
+  return UsableCpus();
 }
 
 std::mutex g_mu;
@@ -97,6 +99,13 @@ ThreadPool& ThreadPool::Global() {
   std::lock_guard<std::mutex> l(g_mu);
   if (!g_pool) g_pool = std::make_unique<ThreadPool>(DefaultThreads());
   return *g_pool;
+}
+
+int UsableCpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 int NumThreads() { return ThreadPool::Global().num_threads(); }

@@ -1,8 +1,8 @@
 // A fixed pool of worker threads for data-parallel loops on the host.
 //
-// The global pool has NumThreads() threads: LOOM_NUM_THREADS if set, otherwise
-// the machine's hardware concurrency. SetNumThreads() resizes it (not while a
-// ParallelFor is running). ParallelFor splits [0, n) into chunks of at least
+// The global pool has NumThreads() threads: LOOM_NUM_THREADS if set (an agent
+// sets it for each rank it starts, from resources.threads_per_rank), otherwise
+// UsableCpus(). SetNumThreads() resizes it (not while a ParallelFor is running). ParallelFor splits [0, n) into chunks of at least
 // `grain` iterations; the calling thread takes part, so a pool of size 1 runs
 // everything inline.
 //
@@ -53,6 +53,9 @@ class ThreadPool {
   std::mutex run_mu_;  // one ParallelFor at a time per pool
 };
 
+// The CPUs this process may run on (its affinity mask, which taskset and
+// cgroup cpusets narrow), at least 1.
+int UsableCpus();
 int NumThreads();
 void SetNumThreads(int n);
 inline void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {

@@ -104,6 +104,7 @@ constexpr Range kRanges[] = {
     {"checkpoint.every", 0, kE9, false, false},
     {"checkpoint.keep", 0, 1e6, false, true},              // 0 (absent): 3
     {"resources.ranks_per_gpu", 1, kMaxRanksPerGpu, false, true},  // 0 (absent): 1
+    {"resources.threads_per_rank", 0, kMaxThreadsPerRank, false, false},  // 0: a share of the node's CPUs
     {"max_restarts", 0, 1000, false, false},
     {"priority", -1000, 1000, false, false},
 };

@@ -33,6 +33,7 @@ inline constexpr int kMaxLayers = 1024;
 inline constexpr int kMaxHeads = 1024;
 inline constexpr int kMaxTp = 1024;
 inline constexpr int kMaxRanksPerGpu = 64;              // resources.ranks_per_gpu
+inline constexpr int kMaxThreadsPerRank = 1024;         // resources.threads_per_rank
 inline constexpr int64_t kMaxRanks = 65536;               // dp x tp
 inline constexpr int64_t kMaxParameters = 1000000000000;  // a built-in model's parameter count
 

@@ -186,6 +186,11 @@ TEST(JobSpec, SizesHaveUpperBoundsAndProductsDoNotOverflow) {
   EXPECT_EQ(ErrorOf("train: {steps: 2000000000}"), "train.steps: must be in [1, 1000000000] (got 2000000000)");
   EXPECT_EQ(ErrorOf("train: {batch_size: 2000000}"), "train.batch_size: must be in [1, 1048576] (got 2000000)");
   EXPECT_EQ(ErrorOf("parallel: {tp: 2048}"), "parallel.tp: must be in [1, 1024] (got 2048)");
+  EXPECT_EQ(ErrorOf("resources: {threads_per_rank: 4096}"),
+            "resources.threads_per_rank: must be in [0, 1024] (got 4096)");
+  EXPECT_EQ(ErrorOf("resources: {threads_per_rank: -1}"), "resources.threads_per_rank: must be in [0, 1024] (got -1)");
+  EXPECT_EQ(ErrorOf("resources: {threads_per_rank: 0}"), "");
+  EXPECT_EQ(ErrorOf("resources: {threads_per_rank: 3}"), "");
   EXPECT_EQ(ErrorOf("train: {lr: 1e30}"), "train.lr: must be in (0, 10] (got 1e+30)");
   EXPECT_EQ(ErrorOf("model: {n_layer: 99999999999}").rfind("model.n_layer: expected an integer", 0), 0u);
   // The default ffn_hidden (8/3 or 4 x d_model) of an out-of-range d_model

@@ -65,6 +65,7 @@ struct Flags {
   std::string node_name;
   int join_timeout_s = 0;
   int ranks_per_gpu = 0;         // 0: the spec's resources.ranks_per_gpu
+  int threads_per_rank = 0;      // 0: the spec's resources.threads_per_rank
   bool backend_written = true;   // JOB.yaml names parallel.backend itself
 };
 
@@ -80,6 +81,10 @@ std::optional<int> ParseFlags(const std::vector<std::string>& args, Flags& f) {
       .Int("ranks-per-gpu", &f.ranks_per_gpu, "N",
            "device: cuda: ranks sharing one GPU (overrides resources.ranks_per_gpu; above 1 the default backend is "
            "cpu:gloo,cuda:gloo)",
+           1)
+      .Int("threads-per-rank", &f.threads_per_rank, "N",
+           "host threads of each rank (overrides resources.threads_per_rank; default: the machine's CPUs shared "
+           "among the ranks)",
            1)
       .Int("steps", &f.steps, "N", "train N steps (overrides train.steps)", 1)
       .Int("max-restarts", &f.max_restarts, "N", "restarts after a rank fails (overrides max_restarts)", 0)
@@ -157,6 +162,7 @@ absl::Status ApplyFlags(const Flags& f, v1::JobSpec* spec) {
     spec->mutable_resources()->set_ranks_per_gpu(f.ranks_per_gpu);
     if (!f.backend_written) spec->mutable_parallel()->set_backend(jobspec::DefaultBackend(f.ranks_per_gpu));
   }
+  if (f.threads_per_rank > 0) spec->mutable_resources()->set_threads_per_rank(f.threads_per_rank);
   if (f.steps > 0) spec->mutable_train()->set_steps(f.steps);
   if (f.max_restarts >= 0) spec->set_max_restarts(f.max_restarts);
   if (!f.run_dir.empty()) spec->set_run_dir(f.run_dir);

@@ -12,6 +12,8 @@
 //                        with a spec of dp=1, it sets dp = N / tp
 //   --dp N, --tp N, --steps N, --max-restarts N, --run-dir DIR
 //   --ranks-per-gpu N    device: cuda ranks sharing one GPU (resources.ranks_per_gpu)
+//   --threads-per-rank N host threads of each rank (resources.threads_per_rank;
+//                        default: the machine's usable CPUs shared among them)
 //   --keep-state DIR     keep the coordinator's folder (default: a temporary
 //                        folder removed at exit)
 //   --json               one JSON object per state change instead of text

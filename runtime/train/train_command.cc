@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/flags.h"
+#include "base/thread_pool.h"
 #include "collectives/process_group.h"
 #include "parallel/planner.h"
 #include "runtime/jobspec/jobspec.h"
@@ -60,6 +61,7 @@ int RunTrainCommand(const std::vector<std::string>& args, collectives::ProcessGr
   v1::JobSpec& spec = run.spec;
   if (steps_override > 0) spec.mutable_train()->set_steps(steps_override);
   if (!init_from.empty()) spec.set_init_from(init_from);
+  if (spec.resources().threads_per_rank() > 0) SetNumThreads(spec.resources().threads_per_rank());
   // parallel: {tp: auto}: the planner picks the layout (runtime/plan/planner_command.h);
   // its table goes into the run folder as plan.txt / plan.json.
   auto plan = plan::ResolveAutoLayout(spec, plan::DefaultHardware(spec));

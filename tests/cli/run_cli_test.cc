@@ -1,10 +1,12 @@
 // `loom run` as a user runs it: the real binary holding a coordinator and an
 // agent, launching `loom worker` ranks, following the job and exiting with its
 // result; Ctrl-C cancels and leaves no worker behind.
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -115,6 +117,41 @@ TEST(RunCli, RanksPerGpuRefusesNcclAndDefaultsToCudaGloo) {
   r = RunLoom(absl::StrCat("run ", gloo, " --ranks-per-gpu 2 --run-dir ", Tmp("run_share_gloo")));
   EXPECT_EQ(r.output.find("parallel.backend"), std::string::npos) << r.output;
   if (r.code == 1) EXPECT_NE(r.output.find("device: cuda: no GPU"), std::string::npos) << r.output;
+}
+
+// The thread count in a compile line ("..., 3 threads").
+int ThreadsOf(const std::string& output) {
+  const size_t at = output.find(" threads\n");
+  if (at == std::string::npos) return -1;
+  const size_t comma = output.rfind(", ", at);
+  return comma == std::string::npos ? -1 : std::atoi(output.c_str() + comma + 2);
+}
+
+// Ranks of one machine share its usable CPUs (at least one thread each)
+// unless resources.threads_per_rank, or --threads-per-rank, sets the count;
+// `loom train` takes them all. Rank 0's compile line says how many it has.
+TEST(RunCli, RanksShareTheMachinesCpusUnlessTheSpecSetsThreads) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
+  const int cpus = std::max(1, CPU_COUNT(&set));
+  Result r = RunLoom(absl::StrCat("run ", Job("threads_dp2", "parallel: {dp: 2}\n"), " --run-dir ", Tmp("run_thr2")));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(ThreadsOf(r.output), std::max(1, cpus / 2)) << r.output;
+  r = RunLoom(absl::StrCat("run ", Job("threads_flag", "parallel: {dp: 2}\n"), " --threads-per-rank 3 --run-dir ",
+                           Tmp("run_thr3")));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(ThreadsOf(r.output), 3) << r.output;
+  r = RunLoom("train " + Job("threads_train", ""));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(ThreadsOf(r.output), cpus) << r.output;
+  r = RunLoom("train " + Job("threads_train1", "resources: {threads_per_rank: 1}\n"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_EQ(ThreadsOf(r.output), 1) << r.output;
+  r = RunLoom(absl::StrCat("run ", Job("threads_range", ""), " --threads-per-rank 2000"));
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_NE(r.output.find("resources.threads_per_rank: must be in [0, 1024] (got 2000)"), std::string::npos)
+      << r.output;
 }
 
 TEST(RunCli, TwoDimensionalJobMatchesOneProcess) {

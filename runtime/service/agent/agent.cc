@@ -21,6 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/status.h"
+#include "base/thread_pool.h"
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/service/auth/token.h"
 
@@ -189,6 +190,18 @@ void Agent::Stop() {
   procs_.clear();
 }
 
+int RankThreads(int32_t threads_per_rank, int usable_cpus, int running, int starting) {
+  if (threads_per_rank > 0) return threads_per_rank;
+  return std::max(1, usable_cpus / std::max(1, running + starting));
+}
+
+int Agent::live_ranks() {
+  std::lock_guard<std::mutex> l(mu_);
+  int n = 0;
+  for (const auto& [pid, p] : procs_) n += p.terminating ? 0 : 1;
+  return n;
+}
+
 int Agent::running_ranks() {
   std::lock_guard<std::mutex> l(mu_);
   return static_cast<int>(procs_.size());
@@ -355,6 +368,7 @@ void Agent::Launch(const v1::LaunchOrder& o) {
     std::ofstream(spec_file + ".tmp") << jobspec::ToYaml(o.spec());
     std::filesystem::rename(spec_file + ".tmp", spec_file);
   }
+  const int threads = RankThreads(o.spec().resources().threads_per_rank(), UsableCpus(), live_ranks(), o.ranks_size());
   for (const v1::RankPlacement& r : o.ranks()) {
     std::string base = dir + "/rank" + std::to_string(r.rank());
     std::string out = base + ".out", err = base + ".err", error_file = base + ".error";
@@ -363,8 +377,12 @@ void Agent::Launch(const v1::LaunchOrder& o) {
     // calls between fork and exec).
     std::vector<std::string> env;
     const bool gpu = r.gpu() >= 0;
-    for (char** e = environ; *e; ++e)
-      if (!gpu || std::string_view(*e).rfind("CUDA_VISIBLE_DEVICES=", 0) != 0) env.emplace_back(*e);
+    for (char** e = environ; *e; ++e) {
+      const std::string_view var(*e);
+      if (var.rfind("LOOM_NUM_THREADS=", 0) == 0 || (gpu && var.rfind("CUDA_VISIBLE_DEVICES=", 0) == 0)) continue;
+      env.emplace_back(*e);
+    }
+    env.push_back("LOOM_NUM_THREADS=" + std::to_string(threads));
     if (gpu) env.push_back("CUDA_VISIBLE_DEVICES=" + RankVisibleDevices(r.gpu(), std::getenv("CUDA_VISIBLE_DEVICES")));
     env.push_back("LOOM_JOB_ID=" + o.job_id());
     env.push_back("LOOM_RANK=" + std::to_string(r.rank()));

@@ -99,6 +99,12 @@ struct AgentOptions {
 // coordinator itself answers (a refused token, a bad request) is final.
 bool TransientRegisterError(const absl::Status& s);
 
+// The host threads of each rank an order starts (LOOM_NUM_THREADS in its
+// environment): resources.threads_per_rank when set, otherwise the node's
+// usable CPUs shared among the ranks that run once the order's start
+// (`running` before it, `starting` in it), at least 1.
+int RankThreads(int32_t threads_per_rank, int usable_cpus, int running, int starting);
+
 // Milliseconds on the steady clock (the agent's thread timestamps).
 int64_t SteadyMs();
 
@@ -117,6 +123,8 @@ class Agent {
   const std::string& agent_id() const { return agent_id_; }
   // Ranks currently running (for tests and status).
   int running_ranks();
+  // Ranks running and not being stopped (a share of the node's CPUs each).
+  int live_ranks();
   // Process group ids of a job's running ranks.
   std::vector<pid_t> process_groups(const std::string& job_id);
 

@@ -14,6 +14,7 @@
 #include <sstream>
 #include <thread>
 
+#include "base/thread_pool.h"
 #include "gtest/gtest.h"
 #include "runtime/service/auth/token.h"
 #include "runtime/service/server.h"
@@ -201,6 +202,39 @@ TEST_F(AgentTest, RanksSharingAGpuGetItsDeviceIndex) {
     EXPECT_EQ(ReadFile(root_ + "/agent/logs/" + id + "/rank" + std::to_string(rank) + ".out"),
               "rank " + std::to_string(rank) + " gpu " + std::to_string(rank / 2) + " visible " +
                   RankVisibleDevices(rank / 2, std::getenv("CUDA_VISIBLE_DEVICES")) + "\n");
+}
+
+// Each rank's LOOM_NUM_THREADS: by default the node's usable CPUs shared
+// among the ranks running once the order's start (at least 1), so ranks do
+// not oversubscribe the node; resources.threads_per_rank as written; never a
+// value the agent itself inherited.
+TEST(RankThreads, SharesTheUsableCpusUnlessTheSpecSetsThem) {
+  EXPECT_EQ(RankThreads(0, 16, 0, 1), 16);
+  EXPECT_EQ(RankThreads(0, 16, 0, 4), 4);
+  EXPECT_EQ(RankThreads(0, 16, 2, 4), 2);
+  EXPECT_EQ(RankThreads(0, 16, 0, 3), 5);
+  EXPECT_EQ(RankThreads(0, 2, 0, 4), 1);
+  EXPECT_EQ(RankThreads(0, 2, 6, 0), 1);
+  EXPECT_EQ(RankThreads(3, 2, 0, 4), 3);
+}
+
+TEST_F(AgentTest, RanksGetTheirThreadCountInTheirEnvironment) {
+  ASSERT_EQ(setenv("LOOM_NUM_THREADS", "77", 1), 0);  // the agent's own: not passed on
+  auto agent = StartAgent("echo threads $LOOM_NUM_THREADS", 2);
+  const std::string shared = Submit(2);
+  EXPECT_EQ(WaitDone(shared).state(), v1::SUCCEEDED);
+  const std::string expect = "threads " + std::to_string(RankThreads(0, UsableCpus(), 0, 2)) + "\n";
+  for (int rank = 0; rank < 2; ++rank)
+    EXPECT_EQ(ReadFile(root_ + "/agent/logs/" + shared + "/rank" + std::to_string(rank) + ".out"), expect);
+  v1::SubmitJobRequest req;
+  req.mutable_spec()->set_name("three-threads");
+  req.mutable_spec()->mutable_resources()->set_threads_per_rank(3);
+  auto r = server_->coordinator()->Submit(req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(WaitDone(r->job().job_id()).state(), v1::SUCCEEDED);
+  EXPECT_EQ(ReadFile(root_ + "/agent/logs/" + r->job().job_id() + "/rank0.out"), "threads 3\n");
+  agent->Stop();
+  unsetenv("LOOM_NUM_THREADS");
 }
 
 TEST(RankVisibleDevices, NamesTheAgentsOwnDeviceAtThatIndex) {
