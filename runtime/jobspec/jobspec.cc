@@ -225,28 +225,40 @@ absl::Status SetScalar(pb::Message& msg, const pb::FieldDescriptor* f, const YAM
   return absl::OkStatus();
 }
 
+// Appends one rule of parallel.tp_plan; a pattern may appear once.
+absl::Status AddTpRule(v1::ParallelSpec& p, const YAML::Node& pattern, const YAML::Node& style) {
+  if (!pattern.IsScalar() || !style.IsScalar())
+    return absl::InvalidArgumentError(
+        absl::StrCat("parallel.tp_plan: expected pattern: style pairs of plain strings", At(pattern)));
+  for (int i = 0; i < p.tp_plan_size(); ++i)
+    if (p.tp_plan(i).pattern() == pattern.Scalar())
+      return absl::InvalidArgumentError(absl::StrCat("parallel.tp_plan: pattern '", EchoValue(pattern.Scalar()),
+                                                     "' appears twice", At(pattern)));
+  v1::TpRule* r = p.add_tp_plan();
+  r->set_pattern(pattern.Scalar());
+  r->set_style(style.Scalar());
+  return absl::OkStatus();
+}
+
 // parallel.tp_plan: a mapping of name patterns to styles, kept in the
-// document's order (the first matching rule wins).
+// document's order (the first matching rule wins); or, for a document whose
+// mappings lose their order (JSON through Kubernetes), a list of
+// {pattern: P, style: S} entries.
 absl::Status FillTpPlan(v1::ParallelSpec& p, const YAML::Node& node) {
   p.clear_tp_plan();
   if (node.IsNull()) return absl::OkStatus();
-  if (!node.IsMap())
-    return absl::InvalidArgumentError(
-        absl::StrCat("parallel.tp_plan: expected a mapping of parameter-name patterns to styles, e.g. "
-                     "{\"h.*.attn.qkv.weight\": colwise}",
-                     At(node)));
-  for (const auto& kv : node) {
-    if (!kv.first.IsScalar() || !kv.second.IsScalar())
-      return absl::InvalidArgumentError(
-          absl::StrCat("parallel.tp_plan: expected pattern: style pairs of plain strings", At(kv.first)));
-    const std::string pattern = kv.first.Scalar();
-    for (int i = 0; i < p.tp_plan_size(); ++i)
-      if (p.tp_plan(i).pattern() == pattern)
-        return absl::InvalidArgumentError(absl::StrCat("parallel.tp_plan: pattern '", EchoValue(pattern),
-                                                       "' appears twice", At(kv.first)));
-    v1::TpRule* r = p.add_tp_plan();
-    r->set_pattern(pattern);
-    r->set_style(kv.second.Scalar());
+  if (node.IsMap()) {
+    for (const auto& kv : node) LOOM_RETURN_IF_ERROR(AddTpRule(p, kv.first, kv.second));
+    return absl::OkStatus();
+  }
+  const char* kExpected =
+      "parallel.tp_plan: expected a mapping of parameter-name patterns to styles, e.g. "
+      "{\"h.*.attn.qkv.weight\": colwise}, or a list of {pattern: P, style: S}";
+  if (!node.IsSequence()) return absl::InvalidArgumentError(absl::StrCat(kExpected, At(node)));
+  for (const auto& entry : node) {
+    if (!entry.IsMap() || entry.size() != 2 || !entry["pattern"] || !entry["style"])
+      return absl::InvalidArgumentError(absl::StrCat(kExpected, At(entry)));
+    LOOM_RETURN_IF_ERROR(AddTpRule(p, entry["pattern"], entry["style"]));
   }
   return absl::OkStatus();
 }

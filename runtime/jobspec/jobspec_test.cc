@@ -415,7 +415,30 @@ TEST(JobSpec, TpPlanIsAnOrderedMappingForImportedModels) {
   EXPECT_EQ(ErrorOf(onnx + "parallel: {tp: auto, dp: 4}"), "");
   EXPECT_EQ(ErrorOf(onnx + "parallel: {tp: 2, tp_plan: [a, b]}"),
             "parallel.tp_plan: expected a mapping of parameter-name patterns to styles, e.g. "
-            "{\"h.*.attn.qkv.weight\": colwise} (line 3, column 28)");
+            "{\"h.*.attn.qkv.weight\": colwise}, or a list of {pattern: P, style: S} (line 3, column 29)");
+  EXPECT_EQ(ErrorOf(onnx + "parallel: {tp: 2, tp_plan: [{pattern: a, style: colwise, x: 1}]}"),
+            "parallel.tp_plan: expected a mapping of parameter-name patterns to styles, e.g. "
+            "{\"h.*.attn.qkv.weight\": colwise}, or a list of {pattern: P, style: S} (line 3, column 29)");
+  EXPECT_EQ(ErrorOf(onnx + "parallel: {tp: 2, tp_plan: 7}"),
+            "parallel.tp_plan: expected a mapping of parameter-name patterns to styles, e.g. "
+            "{\"h.*.attn.qkv.weight\": colwise}, or a list of {pattern: P, style: S} (line 3, column 28)");
+  EXPECT_EQ(ErrorOf(onnx + "parallel: {tp: 2, tp_plan: [{pattern: a, style: colwise}, {pattern: a, style: vocab}]}")
+                .rfind("parallel.tp_plan: pattern 'a' appears twice", 0),
+            0u);
+  // The list form (a Kubernetes TrainingJob's, whose JSON mappings lose their
+  // order) gives the same rules in the same order.
+  auto listed = ParseJobSpecYaml(onnx + R"(parallel:
+  dp: 2
+  tp: 2
+  tp_plan:
+    - {pattern: "h.*.qkv.weight", style: colwise}
+    - {style: rowwise, pattern: "h.*.proj.weight"}
+    - {pattern: wte.weight, style: vocab}
+    - {pattern: "*", style: replicate}
+)");
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  ApplyDefaults(*listed);
+  EXPECT_EQ(listed->SerializeAsString(), s->SerializeAsString()) << ToYaml(*listed);
   EXPECT_EQ(ErrorOf(onnx + "parallel: {tp: 2, tp_plan: {wte: colwize}}"),
             "parallel.tp_plan[\"wte\"]: expected colwise, rowwise, vocab or replicate (got colwize)");
   EXPECT_EQ(ErrorOf(onnx + "parallel: {tp: 2}"),
