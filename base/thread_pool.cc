@@ -1,10 +1,10 @@
 #include "base/thread_pool.h"
 
-#include <sched.h>
-
 #include <algorithm>
 #include <cstdlib>
 #include <memory>
+
+#include "base/usable_cpus.h"
 
 namespace loom {
 namespace {
@@ -99,13 +99,6 @@ ThreadPool& ThreadPool::Global() {
   std::lock_guard<std::mutex> l(g_mu);
   if (!g_pool) g_pool = std::make_unique<ThreadPool>(DefaultThreads());
   return *g_pool;
-}
-
-int UsableCpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
-  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
 }
 
 int NumThreads() { return ThreadPool::Global().num_threads(); }

@@ -2,7 +2,8 @@
 //
 // The global pool has NumThreads() threads: LOOM_NUM_THREADS if set (an agent
 // sets it for each rank it starts, from resources.threads_per_rank), otherwise
-// UsableCpus(). SetNumThreads() resizes it (not while a ParallelFor is running). ParallelFor splits [0, n) into chunks of at least
+// UsableCpus() (base/usable_cpus.h). SetNumThreads() resizes it (not while a
+// ParallelFor is running). ParallelFor splits [0, n) into chunks of at least
 // `grain` iterations; the calling thread takes part, so a pool of size 1 runs
 // everything inline.
 //
@@ -53,9 +54,6 @@ class ThreadPool {
   std::mutex run_mu_;  // one ParallelFor at a time per pool
 };
 
-// The CPUs this process may run on (its affinity mask, which taskset and
-// cgroup cpusets narrow), at least 1.
-int UsableCpus();
 int NumThreads();
 void SetNumThreads(int n);
 inline void ParallelFor(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {

@@ -1,27 +1,15 @@
 #include "collectives/channels.h"
 
-#include <sched.h>
-
 #include <algorithm>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "base/usable_cpus.h"
 
 namespace loom::collectives {
 
 namespace {
-
-// CPUs this process may run on (its affinity mask: taskset, cpusets), else
-// the machine's count.
-int UsableCpus() {
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
-    int n = CPU_COUNT(&set);
-    if (n > 0) return n;
-  }
-  return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-}
 
 // InvalidArgument naming the option (ProcessGroupOptions' name) and the value.
 absl::Status ValidateChannelOptions(const ChannelOptions& o) {

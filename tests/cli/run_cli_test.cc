@@ -1,7 +1,6 @@
 // `loom run` as a user runs it: the real binary holding a coordinator and an
 // agent, launching `loom worker` ranks, following the job and exiting with its
 // result; Ctrl-C cancels and leaves no worker behind.
-#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,6 +18,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "base/usable_cpus.h"
 #include "gtest/gtest.h"
 #include "tests/testing/loom_cli.h"
 
@@ -131,10 +131,7 @@ int ThreadsOf(const std::string& output) {
 // unless resources.threads_per_rank, or --threads-per-rank, sets the count;
 // `loom train` takes them all. Rank 0's compile line says how many it has.
 TEST(RunCli, RanksShareTheMachinesCpusUnlessTheSpecSetsThreads) {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  ASSERT_EQ(sched_getaffinity(0, sizeof set, &set), 0);
-  const int cpus = std::max(1, CPU_COUNT(&set));
+  const int cpus = loom::UsableCpus();
   Result r = RunLoom(absl::StrCat("run ", Job("threads_dp2", "parallel: {dp: 2}\n"), " --run-dir ", Tmp("run_thr2")));
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_EQ(ThreadsOf(r.output), std::max(1, cpus / 2)) << r.output;

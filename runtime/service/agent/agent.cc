@@ -21,7 +21,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "base/status.h"
-#include "base/thread_pool.h"
+#include "base/usable_cpus.h"
 #include "runtime/jobspec/jobspec.h"
 #include "runtime/service/auth/token.h"
 

@@ -14,7 +14,7 @@
 #include <sstream>
 #include <thread>
 
-#include "base/thread_pool.h"
+#include "base/usable_cpus.h"
 #include "gtest/gtest.h"
 #include "runtime/service/auth/token.h"
 #include "runtime/service/server.h"
