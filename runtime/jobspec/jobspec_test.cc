@@ -45,6 +45,55 @@ parallel: {tp: auto, zero_stage: 3}
   EXPECT_EQ(back->SerializeAsString(), s->SerializeAsString());
 }
 
+// Every field of the spec, set by reflection to a value unlike its default
+// (floats that need all nine digits, negative and 64-bit integers, strings a
+// YAML writer must quote), survives ToYaml and ParseJobSpecYaml: the job.yaml
+// an agent writes for its workers says what was submitted.
+void FillEveryField(google::protobuf::Message& m, int* counter) {
+  namespace pb = google::protobuf;
+  const pb::Descriptor* d = m.GetDescriptor();
+  const pb::Reflection* r = m.GetReflection();
+  const char* strings[] = {"plain", "a: b # c", "'quoted' \"twice\"", "-", "yes", "1e5", " lead and trail ", "[x]"};
+  for (int i = 0; i < d->field_count(); ++i) {
+    const pb::FieldDescriptor* f = d->field(i);
+    const int k = ++*counter;
+    if (f->is_repeated()) {
+      if (f->message_type() == v1::TpRule::descriptor()) {
+        for (int j = 0; j < 3; ++j) {
+          auto* rule = static_cast<v1::TpRule*>(r->AddMessage(&m, f));
+          rule->set_pattern(absl::StrCat(strings[(k + j) % 8], j));
+          rule->set_style(j % 2 ? "rowwise" : "colwise");
+        }
+      }
+      continue;
+    }
+    switch (f->cpp_type()) {
+      case pb::FieldDescriptor::CPPTYPE_MESSAGE: FillEveryField(*r->MutableMessage(&m, f), counter); break;
+      case pb::FieldDescriptor::CPPTYPE_INT32: r->SetInt32(&m, f, k % 2 ? -k * 7919 : k * 104729); break;
+      case pb::FieldDescriptor::CPPTYPE_INT64: r->SetInt64(&m, f, -(int64_t{1} << 40) - k); break;
+      case pb::FieldDescriptor::CPPTYPE_UINT32: r->SetUInt32(&m, f, 4000000000u - k); break;
+      case pb::FieldDescriptor::CPPTYPE_UINT64: r->SetUInt64(&m, f, (uint64_t{1} << 60) + k); break;
+      case pb::FieldDescriptor::CPPTYPE_FLOAT: r->SetFloat(&m, f, 1.0f / (3.0f + k) + 1e-7f * k); break;
+      case pb::FieldDescriptor::CPPTYPE_DOUBLE: r->SetDouble(&m, f, 1.0 / (7.0 + k)); break;
+      case pb::FieldDescriptor::CPPTYPE_BOOL: r->SetBool(&m, f, true); break;
+      case pb::FieldDescriptor::CPPTYPE_STRING: r->SetString(&m, f, strings[k % 8]); break;
+      default: break;
+    }
+  }
+}
+
+TEST(JobSpec, EveryFieldSurvivesTheYamlRoundTrip) {
+  v1::JobSpec spec;
+  int counter = 0;
+  FillEveryField(spec, &counter);
+  spec.mutable_parallel()->set_tp_auto(false);  // `tp: auto` stands for tp_auto with tp unset
+  const std::string yaml = ToYaml(spec);
+  auto back = ParseJobSpecYaml(yaml);
+  ASSERT_TRUE(back.ok()) << back.status() << "\n" << yaml;
+  EXPECT_EQ(back->DebugString(), spec.DebugString()) << yaml;
+  EXPECT_EQ(back->SerializeAsString(), spec.SerializeAsString());
+}
+
 // A quoted value is cut to 200 bytes, whichever rule quotes it.
 TEST(JobSpec, ErrorsEchoAtMost200BytesOfAValue) {
   const std::string big(5000, 'q');
