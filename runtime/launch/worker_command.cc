@@ -8,7 +8,6 @@
 #include "base/flags.h"
 #include "absl/strings/str_split.h"
 #include "base/status.h"
-#include "base/thread_pool.h"
 #include "absl/time/time.h"
 #include "collectives/process_group.h"
 #include "collectives/store/tcp_store.h"
@@ -69,7 +68,6 @@ int RunWorkerCommand(const std::vector<std::string>& args) {
   if (absl::Status s = CheckConfined(*spec); !s.ok()) return Fail(2, std::string(s.message()));
   if (absl::Status s = jobspec::ValidateJobSpec(*spec); !s.ok())
     return Fail(2, absl::StrCat(spec_path, ": ", s.message()));
-  if (spec->resources().threads_per_rank() > 0) SetNumThreads(spec->resources().threads_per_rank());
   const auto& par = spec->parallel();
   const int layout = std::max(1, par.dp()) * std::max(1, par.tp());
   if (!par.tp_auto() && layout != *world)
