@@ -420,7 +420,7 @@ absl::Status AlgorithmBackend::RunAllReduce(const algorithms::Comm& c, const Ten
     std::vector<std::vector<algorithms::ByteRange>> needs(slices);
     size_t longest = 0;
     for (int k = 0; k < slices; ++k) {
-      needs[k] = algorithms::AllReduceNeeds(c.size(), c.rank(), lo(k + 1) - lo(k), t.dtype());
+      needs[k] = algorithms::AllReduceNeeds(c.size(), c.rank(), lo(k + 1) - lo(k), t.dtype(), hooks->piece_bytes);
       longest = std::max(longest, needs[k].size());
     }
     for (size_t i = 0; hooks->need && i < longest; ++i)
@@ -429,7 +429,7 @@ absl::Status AlgorithmBackend::RunAllReduce(const algorithms::Comm& c, const Ten
     for (int k = 0; k < slices; ++k) {
       const size_t at = lo(k) * es;
       slice_hooks.push_back({nullptr, [hooks, at](size_t o, size_t b) { return hooks->ready(at + o, b); },
-                             [hooks, at](size_t o, size_t b) { hooks->done(at + o, b); }});
+                             [hooks, at](size_t o, size_t b) { hooks->done(at + o, b); }, hooks->piece_bytes});
     }
   }
   return channels_->Run(slices, c.transport, [&](int k, transport::Transport* tr) {

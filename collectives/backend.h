@@ -33,6 +33,8 @@ namespace loom::collectives {
 using WorkPtr = std::shared_ptr<Work>;
 
 inline constexpr size_t kDefaultStagingBucketBytes = size_t{4} << 20;
+// The pieces a staged ring all_reduce moves and copies (StageHooks::piece_bytes).
+inline constexpr size_t kDefaultStagingPieceBytes = size_t{1} << 20;
 inline constexpr size_t kDefaultChannelMinSliceBytes = size_t{512} << 10;  // channels.h
 inline constexpr int64_t kAutomatic = -1;  // gloo_native_min_bytes, tcp_socket_buffer_bytes
 
@@ -100,6 +102,8 @@ struct BackendContext {
   // Bucket size of backends that stage device buffers through host memory
   // ("cuda:gloo", collectives/staging): one copy and one host op per bucket.
   size_t staging_bucket_bytes = kDefaultStagingBucketBytes;
+  // Piece size of their overlapped all_reduce: ProcessGroupOptions.
+  size_t staging_piece_bytes = kDefaultStagingPieceBytes;
   // Tuning of the tcp, gloo and ucx backends; ProcessGroupOptions documents
   // each. A backend that does not use one ignores it; one it uses refuses a
   // bad value with InvalidArgument naming the option and the value.

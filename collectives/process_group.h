@@ -44,6 +44,11 @@ struct ProcessGroupOptions {
   std::string flight_recorder_dir;
   // Bytes per bucket of staging backends ("cuda:gloo"): BackendContext.
   size_t staging_bucket_bytes = kDefaultStagingBucketBytes;
+  // Bytes per piece of a staging backend's all_reduce over the ring: the unit
+  // of its copies to the host, of its messages and of its copies back, so a
+  // smaller piece starts the ring and ends the copies back sooner and costs
+  // more messages and copies.
+  size_t staging_piece_bytes = kDefaultStagingPieceBytes;
 
   // Tuning of the CPU backends (each is copied into BackendContext). The
   // defaults suit every host; change them to compare layouts or to exercise a

@@ -59,6 +59,10 @@ struct StageHooks {
   std::function<void(size_t offset, size_t bytes)> need;
   std::function<absl::Status(size_t offset, size_t bytes)> ready;
   std::function<void(size_t offset, size_t bytes)> done;
+  // Bytes per piece (whole elements are taken): the ring moves the buffer in
+  // messages of this size and announces, waits for and reports it in such
+  // pieces. 0: the ring's own message size.
+  size_t piece_bytes = 0;
 };
 
 struct AllReduceOptions : CollectiveOptions {

@@ -1,5 +1,6 @@
 #include "collectives/algorithms/algorithms.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <vector>
@@ -48,9 +49,16 @@ char* Scratch(int slot, size_t bytes) {
 
 constexpr size_t kChunkBytes = 1 << 20;
 
+// Elements per ring message: `piece_bytes` (0: kChunkBytes), whole elements,
+// at least one.
+size_t ChunkElems(size_t piece_bytes, size_t es) {
+  return std::max<size_t>((piece_bytes ? piece_bytes : kChunkBytes) / es, 1);
+}
+
 // Ring reduce-scatter of `in` (segments of counts[i] elements); rank r's fully
 // reduced segment r lands in `out` (which may alias in + offset(r)). Each step's
-// segment travels in <= 1 MiB chunks: all receives are posted first, then every
+// segment travels in <= 1 MiB chunks (staged: the hooks' pieces): all receives
+// are posted first, then every
 // sent chunk is followed by reducing the matching received chunk, so reduction
 // overlaps the transfer of the next chunk.
 // `in_off[i]`: element offset of block i in `in` (Offsets(counts) when the
@@ -69,7 +77,7 @@ absl::Status RingReduceScatterCore(const Comm& c, const void* in, void* out,
     return absl::OkStatus();
   }
   char* bufs[2] = {Scratch(0, max_count * es), Scratch(1, max_count * es)};
-  const size_t chunk = std::max<size_t>(kChunkBytes / es, 1);
+  const size_t chunk = ChunkElems(hooks ? hooks->piece_bytes : 0, es);
   const int right = Mod(r + 1, n), left = Mod(r - 1, n);
   const char* send_src = P(in, off[Mod(r - 1, n)] * es);
   for (int s = 0; s < n - 1; ++s) {
@@ -159,8 +167,8 @@ bool SmallAllReduce(size_t count, DType dtype, int n) {
 }
 }  // namespace
 
-std::vector<ByteRange> AllReduceNeeds(int n, int r, size_t count, DType dtype) {
-  if (!SmallAllReduce(count, dtype, n)) return RingAllReduceNeeds(n, r, count, dtype);
+std::vector<ByteRange> AllReduceNeeds(int n, int r, size_t count, DType dtype, size_t piece_bytes) {
+  if (!SmallAllReduce(count, dtype, n)) return RingAllReduceNeeds(n, r, count, dtype, piece_bytes);
   if (count == 0) return {};
   return {{0, count * DTypeSize(dtype)}};
 }
@@ -179,8 +187,8 @@ absl::Status AllReduce(const Comm& c, void* buf, size_t count, DType dtype, Redu
   return RingAllReduce(c, buf, count, dtype, op, hooks);
 }
 
-std::vector<ByteRange> RingAllReduceNeeds(int n, int r, size_t count, DType dtype) {
-  const size_t es = DTypeSize(dtype), chunk = std::max<size_t>(kChunkBytes / es, 1) * es;
+std::vector<ByteRange> RingAllReduceNeeds(int n, int r, size_t count, DType dtype, size_t piece_bytes) {
+  const size_t es = DTypeSize(dtype), chunk = ChunkElems(piece_bytes, es) * es;
   std::vector<ByteRange> out;
   if (n <= 1) {
     if (count) out.push_back({0, count * es});
@@ -207,47 +215,114 @@ std::vector<ByteRange> RingAllReduceNeeds(int n, int r, size_t count, DType dtyp
   return out;
 }
 
+namespace {
+
+// [offset, offset + bytes) in pieces of at most `piece` bytes; one (empty)
+// piece for an empty range, so that both ends exchange the same messages.
+std::vector<ByteRange> Pieces(size_t offset, size_t bytes, size_t piece) {
+  std::vector<ByteRange> out;
+  for (size_t o = 0; o < bytes || o == 0; o += piece) {
+    out.push_back({offset + o, std::min(piece, bytes - o)});
+    if (bytes == 0) break;
+  }
+  return out;
+}
+
+// The all-gather half of the ring (segment s of `buf` at off[s], bytes[s]
+// long, rank r's own segment r reduced). The receives are posted before the
+// reduce-scatter starts (`post` runs first), so a neighbour that finishes its
+// half first streams straight into `buf` instead of into a transport's
+// unexpected-message buffer. Safe: segment j arrives only once it is fully
+// reduced, i.e. after this rank has read (and sent) its own part of segment j
+// (staged: after its copy landed).
+//
+// Staged (`hooks`): a segment is final as soon as it is in this rank's buffer,
+// because its owner divides it (avg) before sending it: the own segment is
+// reported when the reduce-scatter ends, a received one piece by piece as it
+// lands. Both ends move segments in the hooks' pieces, so the copy back of a
+// received segment runs while the rest of it arrives.
+class RingGather {
+ public:
+  RingGather(const Comm& c, void* buf, absl::Span<const size_t> bytes, absl::Span<const size_t> off, size_t es,
+             const StageHooks* hooks)
+      : c_(c), buf_(buf), bytes_(bytes), off_(off), piece_(ChunkElems(hooks ? hooks->piece_bytes : 0, es) * es),
+        hooks_(hooks) {}
+
+  absl::Status Post() {
+    const int n = c_.size(), r = c_.rank(), left = Mod(r - 1, n);
+    recvs_.resize(n - 1);
+    for (int s = 0; s < n - 1; ++s) {
+      for (const ByteRange& p : SegmentPieces(Mod(r - s - 1, n))) {
+        LOOM_ASSIGN_OR_RETURN(auto q, c_.transport->IRecv(left, c_.tag(n + s), P(buf_, p.offset), p.bytes));
+        recvs_[s].push_back(std::move(q));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // After the reduce-scatter: the own segment is final (divided first for
+  // avg when staged).
+  absl::Status Run(DType dtype, ReduceOp op) {
+    const int n = c_.size(), r = c_.rank(), right = Mod(r + 1, n);
+    const size_t es = DTypeSize(dtype);
+    if (hooks_) {
+      if (op == ReduceOp::kAvg) DivideInPlace(dtype, P(buf_, off_[r]), bytes_[r] / es, n);
+      if (bytes_[r]) hooks_->done(off_[r], bytes_[r]);
+    }
+    for (int s = 0; s < n - 1; ++s) {
+      const int seg = Mod(r - s, n), recv_seg = Mod(r - s - 1, n);
+      std::vector<std::unique_ptr<transport::TransportRequest>> sends;
+      for (const ByteRange& p : SegmentPieces(seg)) {
+        LOOM_ASSIGN_OR_RETURN(auto q, c_.transport->ISend(right, c_.tag(n + s), P(buf_, p.offset), p.bytes,
+                                                          c_.deadline));
+        sends.push_back(std::move(q));
+      }
+      std::vector<ByteRange> got = SegmentPieces(recv_seg);
+      for (size_t k = 0; k < recvs_[s].size(); ++k) {
+        LOOM_RETURN_IF_ERROR(recvs_[s][k]->Wait(c_.deadline));
+        if (hooks_ && got[k].bytes) hooks_->done(got[k].offset, got[k].bytes);
+      }
+      for (auto& q : sends) LOOM_RETURN_IF_ERROR(q->Wait(c_.deadline));
+    }
+    if (!hooks_ && op == ReduceOp::kAvg) DivideInPlace(dtype, buf_, off_[n] / es, n);
+    return absl::OkStatus();
+  }
+
+ private:
+  // Unstaged: one message per segment.
+  std::vector<ByteRange> SegmentPieces(int seg) const {
+    return Pieces(off_[seg], bytes_[seg], hooks_ ? piece_ : std::max<size_t>(bytes_[seg], 1));
+  }
+
+  const Comm& c_;
+  void* buf_;
+  absl::Span<const size_t> bytes_, off_;
+  size_t piece_;
+  const StageHooks* hooks_;
+  std::vector<std::vector<std::unique_ptr<transport::TransportRequest>>> recvs_;
+};
+
+}  // namespace
+
 absl::Status RingAllReduce(const Comm& c, void* buf, size_t count, DType dtype, ReduceOp op,
                            const StageHooks* hooks) {
   const int n = c.size();
   const size_t es = DTypeSize(dtype);
-  // Staged: a segment is divided (avg) and reported once this rank no longer
-  // sends it; the wire carries the same bytes as without hooks.
-  auto final_segment = [&](size_t at, size_t bytes) {
-    if (op == ReduceOp::kAvg) DivideInPlace(dtype, P(buf, at), bytes / es, n);
-    if (bytes) hooks->done(at, bytes);
-  };
   if (hooks && hooks->need)
-    for (const ByteRange& b : RingAllReduceNeeds(n, c.rank(), count, dtype)) hooks->need(b.offset, b.bytes);
+    for (const ByteRange& b : RingAllReduceNeeds(n, c.rank(), count, dtype, hooks->piece_bytes))
+      hooks->need(b.offset, b.bytes);
   if (n > 1) {
     std::vector<size_t> counts = EvenSplit(count, n);
     size_t my_off = 0;
     for (int i = 0; i < c.rank(); ++i) my_off += counts[i];
     std::vector<size_t> bytes(n);
     for (int i = 0; i < n; ++i) bytes[i] = counts[i] * es;
-    // The all-gather receives are posted before the reduce-scatter starts, so
-    // a neighbour that finishes its half first streams straight into `buf`
-    // instead of into a transport's unexpected-message buffer. Safe: segment j
-    // arrives only once it is fully reduced, i.e. after this rank has read
-    // (and sent) its own part of segment j (staged: after its copy landed).
-    const int r = c.rank(), left = Mod(r - 1, n), right = Mod(r + 1, n);
-    std::vector<size_t> off = Offsets(bytes);
-    std::vector<std::unique_ptr<transport::TransportRequest>> gather(n - 1);
-    for (int s = 0; s < n - 1; ++s) {
-      const int seg = Mod(r - s - 1, n);
-      LOOM_ASSIGN_OR_RETURN(gather[s], c.transport->IRecv(left, c.tag(n + s), P(buf, off[seg]), bytes[seg]));
-    }
+    const std::vector<size_t> off = Offsets(bytes);
+    RingGather gather(c, buf, bytes, off, es, hooks);
+    LOOM_RETURN_IF_ERROR(gather.Post());
     std::vector<size_t> elem_off = Offsets(counts);
     LOOM_RETURN_IF_ERROR(RingReduceScatterCore(c, buf, P(buf, my_off * es), counts, dtype, op, 0, elem_off, hooks));
-    for (int s = 0; s < n - 1; ++s) {
-      const int seg = Mod(r - s, n);
-      LOOM_RETURN_IF_ERROR(c.transport->Send(right, c.tag(n + s), P(buf, off[seg]), bytes[seg], c.deadline));
-      if (hooks) final_segment(off[seg], bytes[seg]);
-      LOOM_RETURN_IF_ERROR(gather[s]->Wait(c.deadline));
-    }
-    if (hooks) final_segment(off[Mod(r + 1, n)], bytes[Mod(r + 1, n)]);  // received last, never sent on
-    if (!hooks && op == ReduceOp::kAvg) DivideInPlace(dtype, buf, count, n);
-    return absl::OkStatus();
+    return gather.Run(dtype, op);
   }
   if (hooks && count) {
     LOOM_RETURN_IF_ERROR(hooks->ready(0, count * es));

@@ -53,9 +53,11 @@ inline uint64_t CollectiveTagBase(uint64_t seq) {
 // `hooks` (collectives/types.h StageHooks, may be null): the buffer arrives
 // and leaves in pieces. The ring announces its chunks in the order it reads
 // them (RingAllReduceNeeds), waits for each just before its first read, and
-// reports each segment once this rank no longer sends it (divided first for
-// avg; the wire carries the same bytes as without hooks). The small-message
-// path takes the whole buffer at the start and reports it at the end.
+// reports each segment as soon as it is final: its own once the
+// reduce-scatter ends, a received one piece by piece as it lands (for avg the
+// owner divides its segment before the all-gather sends it). The result is
+// bitwise the one without hooks. The small-message path takes the whole
+// buffer at the start and reports it at the end.
 absl::Status AllReduce(const Comm& c, void* buf, size_t count, DType dtype, ReduceOp op,
                        const StageHooks* hooks = nullptr);
 absl::Status RingAllReduce(const Comm& c, void* buf, size_t count, DType dtype, ReduceOp op,
@@ -64,11 +66,12 @@ struct ByteRange {
   size_t offset, bytes;
 };
 // The byte ranges of a `count`-element ring all_reduce at rank r of n, in the
-// order the ring first reads them (<= 1 MiB pieces).
-std::vector<ByteRange> RingAllReduceNeeds(int n, int r, size_t count, DType dtype);
+// order the ring first reads them, in pieces of `piece_bytes` (whole
+// elements; 0: the ring's own 1 MiB messages), as StageHooks::piece_bytes.
+std::vector<ByteRange> RingAllReduceNeeds(int n, int r, size_t count, DType dtype, size_t piece_bytes = 0);
 // The same for AllReduce, whichever path it takes (the small-message path
 // reads the whole buffer at once).
-std::vector<ByteRange> AllReduceNeeds(int n, int r, size_t count, DType dtype);
+std::vector<ByteRange> AllReduceNeeds(int n, int r, size_t count, DType dtype, size_t piece_bytes = 0);
 absl::Status RecursiveDoublingAllReduce(const Comm& c, void* buf, size_t count, DType dtype,
                                         ReduceOp op);
 

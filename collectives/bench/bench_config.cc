@@ -55,6 +55,8 @@ const char kBenchUsage[] =
     "                            buffers through pinned host memory (adds gloo, and pinned\n"
     "                            D2H/H2D rows, to its all_reduce table)\n"
     "  --bucket-bytes=4M         cuda:gloo's staging bucket (ProcessGroupOptions)\n"
+    "  --piece-bytes=1M          cuda:gloo's all_reduce piece: its copies and messages\n"
+    "                            (ProcessGroupOptions::staging_piece_bytes)\n"
     "  --channels=N              connections a large op is sliced over, 1..8 (tcp, gloo,\n"
     "                            ucx; ProcessGroupOptions); 0 or absent: automatic\n"
     "  --gloo-native-min-bytes=64M   gloo: the size from which libgloo's own algorithms\n"
@@ -132,7 +134,7 @@ absl::StatusOr<BenchConfig> ParseBenchFlags(const std::vector<std::string>& args
   }
   static const char* kValueFlags[] = {"backends", "ranks", "ops",   "min-bytes", "max-bytes",
                                       "step",     "iters", "warmup", "timeout",   "torch", "bucket-bytes", "rounds",
-                                      "channels", "gloo-native-min-bytes"};
+                                      "channels", "gloo-native-min-bytes", "piece-bytes"};
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a.rfind("--", 0) != 0) {
@@ -191,11 +193,14 @@ absl::StatusOr<BenchConfig> ParseBenchFlags(const std::vector<std::string>& args
       auto b = value == "0" ? absl::StatusOr<int64_t>(0) : ParseBytes(value);
       if (!b.ok()) return Bad(name, std::string(b.status().message()), value);
       c.gloo_native_min_bytes = *b;
-    } else if (name == "min-bytes" || name == "max-bytes" || name == "bucket-bytes") {
+    } else if (name == "min-bytes" || name == "max-bytes" || name == "bucket-bytes" || name == "piece-bytes") {
       if (auto s = need(); !s.ok()) return s;
       auto b = ParseBytes(value);
       if (!b.ok()) return Bad(name, std::string(b.status().message()), value);
-      (name == "min-bytes" ? c.min_bytes : name == "max-bytes" ? c.max_bytes : c.bucket_bytes) = *b;
+      (name == "min-bytes"      ? c.min_bytes
+       : name == "max-bytes"    ? c.max_bytes
+       : name == "bucket-bytes" ? c.bucket_bytes
+                                : c.piece_bytes) = *b;
     } else if (name == "step") {
       if (auto s = need(); !s.ok()) return s;
       auto v = ParseInt(name, value, 2, 4);
@@ -243,6 +248,7 @@ std::vector<std::string> ToFlags(const BenchConfig& c) {
       absl::StrCat("--warmup=", c.warmup),
       absl::StrCat("--timeout=", c.timeout_s),
       absl::StrCat("--bucket-bytes=", c.bucket_bytes),
+      absl::StrCat("--piece-bytes=", c.piece_bytes),
       absl::StrCat("--rounds=", c.rounds),
       absl::StrCat("--channels=", c.channels),
   };

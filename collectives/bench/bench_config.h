@@ -6,13 +6,14 @@
 //       [--ops=all_reduce,all_gather,reduce_scatter] [--min-bytes=1K]
 //       [--max-bytes=4M] [--step=4] [--iters=N] [--warmup=N] [--full]
 //       [--torch=auto|0|1] [--json] [--timeout=SECONDS] [--bucket-bytes=4M]
-//       [--channels=N] [--gloo-native-min-bytes=SIZE]
+//       [--piece-bytes=1M] [--channels=N] [--gloo-native-min-bytes=SIZE]
 //
 // Sizes take K/M/G suffixes (powers of 1024). Defaults are the fast sweep
 // (backend gloo, 2 ranks, 1 KiB..4 MiB x4, iterations sized by bytes); --full
 // is backends gloo,ucx,tcp at 2 and 4 ranks from 1 KiB to 256 MiB, with a
 // 900 s limit per run. Backend cuda:gloo (CUDA buffers staged through
-// pinned host memory, --bucket-bytes per bucket) brings gloo along and adds
+// pinned host memory, --bucket-bytes per bucket, its all_reduce in
+// --piece-bytes pieces) brings gloo along and adds
 // pinned D2H / H2D rows to its all_reduce table. Flags given
 // explicitly override what --full sets, whatever their order.
 #pragma once
@@ -41,6 +42,7 @@ struct BenchConfig {
   TorchMode torch = TorchMode::kAuto;
   int timeout_s = 300;  // per (backend, ranks) run and per torch run
   int64_t bucket_bytes = 4 << 20;  // cuda:gloo: ProcessGroupOptions::staging_bucket_bytes
+  int64_t piece_bytes = 1 << 20;   // cuda:gloo: ProcessGroupOptions::staging_piece_bytes
   int channels = 0;  // ProcessGroupOptions::channels (1..8; 0: automatic)
   int64_t gloo_native_min_bytes = -1;  // ProcessGroupOptions::gloo_native_min_bytes (-1: automatic)
   // Each (ranks) sweep runs every backend this many times, alternating

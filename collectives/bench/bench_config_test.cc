@@ -101,17 +101,21 @@ TEST(BenchResult, TableHasRatiosAndNa) {
 }
 
 TEST(BenchConfig, CudaGlooBringsGlooAndABucket) {
-  auto c = ParseBenchFlags({"--backends=cuda:gloo", "--bucket-bytes=256K"});
+  auto c = ParseBenchFlags({"--backends=cuda:gloo", "--bucket-bytes=256K", "--piece-bytes=128K"});
   ASSERT_TRUE(c.ok()) << c.status();
   EXPECT_EQ(c->backends, (std::vector<std::string>{"cuda:gloo", "gloo"}));
   EXPECT_EQ(c->bucket_bytes, 256 << 10);
+  EXPECT_EQ(c->piece_bytes, 128 << 10);
   auto round = ParseBenchFlags(ToFlags(*c));
   ASSERT_TRUE(round.ok()) << round.status();
   EXPECT_EQ(round->backends, c->backends);
   EXPECT_EQ(round->bucket_bytes, c->bucket_bytes);
-  auto bad = ParseBenchFlags({"--bucket-bytes=0"});
-  EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
-  EXPECT_NE(bad.status().message().find("--bucket-bytes"), std::string::npos) << bad.status();
+  EXPECT_EQ(round->piece_bytes, c->piece_bytes);
+  for (const char* flag : {"--bucket-bytes", "--piece-bytes"}) {
+    auto bad = ParseBenchFlags({std::string(flag) + "=0"});
+    EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
+    EXPECT_NE(bad.status().message().find(flag), std::string::npos) << bad.status();
+  }
 }
 
 TEST(BenchConfig, GlooNativeMinBytesIsAutomaticUnlessGiven) {

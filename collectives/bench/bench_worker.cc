@@ -166,6 +166,7 @@ int RunBenchWorker(const std::string& backend, const BenchConfig& config) {
   ProcessGroupOptions po;
   po.backend = staged ? "cpu:gloo,cuda:gloo" : "cpu:" + backend;
   po.staging_bucket_bytes = static_cast<size_t>(config.bucket_bytes);
+  po.staging_piece_bytes = static_cast<size_t>(config.piece_bytes);
   po.channels = config.channels;
   if (config.gloo_native_min_bytes >= 0) po.gloo_native_min_bytes = config.gloo_native_min_bytes;
   std::unique_ptr<staging::Copier> copier;

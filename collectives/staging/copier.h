@@ -30,6 +30,12 @@ class Copier {
   virtual absl::StatusOr<void*> HostBuffer(size_t bytes) = 0;
   virtual absl::StatusOr<std::unique_ptr<CopyEvent>> ToHost(void* host, const void* device, size_t bytes) = 0;
   virtual absl::StatusOr<std::unique_ptr<CopyEvent>> ToDevice(void* device, const void* host, size_t bytes) = 0;
+  // A copy to the device without an event of its own, for callers that issue
+  // many and wait for them together: ToDeviceFence covers it.
+  virtual absl::Status ToDeviceQueued(void* device, const void* host, size_t bytes) = 0;
+  // An event that completes once every copy to the device issued before it
+  // has landed.
+  virtual absl::StatusOr<std::unique_ptr<CopyEvent>> ToDeviceFence() = 0;
 };
 
 }  // namespace loom::collectives::staging

@@ -82,6 +82,17 @@ class CudaCopier : public Copier {
   absl::StatusOr<std::unique_ptr<CopyEvent>> ToDevice(void* device, const void* host, size_t bytes) override {
     return Copy(device, host, bytes, cudaMemcpyHostToDevice, to_device_);
   }
+  absl::Status ToDeviceQueued(void* device, const void* host, size_t bytes) override {
+    cudaSetDevice(device_);
+    if (cudaError_t e = cudaMemcpyAsync(device, host, bytes, cudaMemcpyHostToDevice, to_device_); e != cudaSuccess) {
+      return CudaError("cudaMemcpyAsync", e);
+    }
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<CopyEvent>> ToDeviceFence() override {
+    cudaSetDevice(device_);
+    return Record(to_device_);
+  }
 
  private:
   absl::StatusOr<std::unique_ptr<CopyEvent>> Copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,
@@ -90,6 +101,10 @@ class CudaCopier : public Copier {
     if (cudaError_t e = cudaMemcpyAsync(dst, src, bytes, kind, stream); e != cudaSuccess) {
       return CudaError("cudaMemcpyAsync", e);
     }
+    return Record(stream);
+  }
+  // An event after everything issued on `stream` so far.
+  absl::StatusOr<std::unique_ptr<CopyEvent>> Record(cudaStream_t stream) {
     cudaEvent_t event;
     if (cudaError_t e = cudaEventCreateWithFlags(&event, cudaEventDisableTiming); e != cudaSuccess) {
       return CudaError("cudaEventCreate", e);

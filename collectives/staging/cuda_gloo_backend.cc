@@ -19,6 +19,7 @@ absl::StatusOr<std::shared_ptr<Backend>> CreateCudaGloo(const BackendContext& ct
   if (!inner.ok()) return Annotate(inner.status(), "cuda:gloo: creating the inner gloo backend");
   StagingOptions o;
   o.bucket_bytes = ctx.staging_bucket_bytes;
+  o.piece_bytes = ctx.staging_piece_bytes;
   o.flight_recorder_dir = ctx.flight_recorder_dir;
   return std::shared_ptr<Backend>(std::make_shared<StagedBackend>("cuda:gloo", *inner, std::move(copier), o));
 }

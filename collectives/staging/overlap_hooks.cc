@@ -8,8 +8,9 @@
 
 namespace loom::collectives::staging {
 
-std::shared_ptr<const StageHooks> OverlapHooks::Hooks(absl::Time deadline) {
+std::shared_ptr<const StageHooks> OverlapHooks::Hooks(absl::Time deadline, size_t piece_bytes) {
   auto h = std::make_shared<StageHooks>();
+  h->piece_bytes = piece_bytes;
   std::shared_ptr<OverlapHooks> self = shared_from_this();
   h->need = [self](size_t o, size_t b) { self->Need(o, b); };
   h->ready = [self, deadline](size_t o, size_t b) { return self->Ready(o, b, deadline); };
@@ -79,23 +80,31 @@ void OverlapHooks::Done(size_t offset, size_t bytes) {
   if (bytes == 0) return;
   absl::MutexLock l(&mu_);
   if (closed_) return;
-  absl::StatusOr<std::unique_ptr<CopyEvent>> e = copier_->ToDevice(device_ + offset, host_ + offset, bytes);
-  if (!e.ok()) {
-    if (error_.ok()) error_ = e.status();
+  absl::Status s = copier_->ToDeviceQueued(device_ + offset, host_ + offset, bytes);
+  if (!s.ok()) {
+    if (error_.ok()) error_ = s;
     return;
   }
-  stored_.push_back(std::shared_ptr<CopyEvent>(std::move(*e)));
+  stores_issued_ = true;
 }
 
 absl::Status OverlapHooks::Finish(absl::Time deadline) {
-  std::vector<std::shared_ptr<CopyEvent>> loads, stores;
+  std::vector<std::shared_ptr<CopyEvent>> loads;
+  std::unique_ptr<CopyEvent> stores;  // after every copy back (one direction runs in issue order)
   absl::Status first;
   {
     absl::MutexLock l(&mu_);
     closed_ = true;  // an algorithm still running (it failed) issues no more copies
     first = error_;
     for (const auto& [offset, piece] : loaded_) loads.push_back(piece.event);
-    stores.swap(stored_);
+    if (stores_issued_) {
+      absl::StatusOr<std::unique_ptr<CopyEvent>> fence = copier_->ToDeviceFence();
+      if (fence.ok()) {
+        stores = *std::move(fence);
+      } else if (first.ok()) {
+        first = fence.status();
+      }
+    }
   }
   // Every issued copy is waited for, also after an error or past the op's
   // deadline (copies always end, within a grace of 10 s): none may still
@@ -105,8 +114,8 @@ absl::Status OverlapHooks::Finish(absl::Time deadline) {
     absl::Status s = e->Wait(grace);
     if (first.ok() && !s.ok()) first = Annotate(s, "copy to host");
   }
-  for (const auto& e : stores) {
-    absl::Status s = e->Wait(absl::Now() < deadline ? deadline : grace);
+  if (stores) {
+    absl::Status s = stores->Wait(absl::Now() < deadline ? deadline : grace);
     if (first.ok() && !s.ok()) first = Annotate(s, "copy to device");
   }
   return first;

@@ -7,7 +7,9 @@
 //                 it will read them, so the copy engine works ahead of it);
 //   ready(range)  waits for the copies covering it (copying first what was
 //                 never announced);
-//   done(range)   issues the copy of that host range back to the device.
+//   done(range)   issues the copy of that host range back to the device
+//                 (without an event: Finish waits for every copy back
+//                 behind one fence).
 //
 // Finish() waits for every copy issued, and no copy is issued after it. The
 // hooks may be called from several threads (one per channel of the inner
@@ -33,8 +35,9 @@ class OverlapHooks : public std::enable_shared_from_this<OverlapHooks> {
   // outlives the op.
   OverlapHooks(Copier* copier, char* device, char* host) : copier_(copier), device_(device), host_(host) {}
 
-  // The StageHooks over this object, whose ready() waits until `deadline`.
-  std::shared_ptr<const StageHooks> Hooks(absl::Time deadline);
+  // The StageHooks over this object, whose ready() waits until `deadline`,
+  // asking for pieces of `piece_bytes`.
+  std::shared_ptr<const StageHooks> Hooks(absl::Time deadline, size_t piece_bytes);
 
   void Need(size_t offset, size_t bytes);
   absl::Status Ready(size_t offset, size_t bytes, absl::Time deadline);
@@ -60,7 +63,7 @@ class OverlapHooks : public std::enable_shared_from_this<OverlapHooks> {
   char* host_;
   mutable absl::Mutex mu_;
   std::map<size_t, Piece> loaded_ ABSL_GUARDED_BY(mu_);  // by offset; ranges never overlap
-  std::vector<std::shared_ptr<CopyEvent>> stored_ ABSL_GUARDED_BY(mu_);
+  bool stores_issued_ ABSL_GUARDED_BY(mu_) = false;  // Finish waits for them behind one fence
   absl::Status error_ ABSL_GUARDED_BY(mu_);
   bool closed_ ABSL_GUARDED_BY(mu_) = false;  // Finish ran: no copy is issued after it
   absl::Duration ready_wait_ ABSL_GUARDED_BY(mu_);

@@ -296,14 +296,15 @@ absl::StatusOr<WorkPtr> StagedBackend::OverlappedAllReduce(const Tensor& t, Redu
   char* dev = Bytes(t);
   const size_t bytes = t.nbytes();
   const DType dtype = t.dtype();
-  Plan plan = [this, inner, copier, dev, bytes, dtype, op](char* host) {
+  const size_t piece = options_.piece_bytes;
+  Plan plan = [this, inner, copier, dev, bytes, dtype, op, piece](char* host) {
     auto hooks = std::make_shared<OverlapHooks>(copier, dev, host);
     std::vector<Bucket> out(1);
-    out[0].run = [inner, hooks, host, bytes, dtype, op](absl::Duration left) {
+    out[0].run = [inner, hooks, host, bytes, dtype, op, piece](absl::Duration left) {
       AllReduceOptions io;
       io.op = op;
       io.timeout = left;
-      io.stage = hooks->Hooks(absl::Now() + left);
+      io.stage = hooks->Hooks(absl::Now() + left, piece);
       return inner->AllReduce(HostSlice(host, bytes, dtype), io);
     };
     out[0].settle = [this, hooks](absl::Time deadline) {

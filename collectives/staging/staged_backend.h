@@ -75,6 +75,8 @@ struct StagingOptions {
   // that one copy and one inner op move. Smaller buckets overlap more and pay
   // more per-op latency.
   size_t bucket_bytes = kDefaultStagingBucketBytes;
+  // The overlapped all_reduce's pieces (StageHooks::piece_bytes).
+  size_t piece_bytes = kDefaultStagingPieceBytes;
   std::string flight_recorder_dir;  // "" = never dump
 };
 

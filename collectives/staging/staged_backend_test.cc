@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -24,6 +25,7 @@ namespace {
 struct CopyLog {
   bool to_host;
   const char* host;  // the host end of the copy
+  size_t bytes;
   absl::Time start, end;
   absl::Time issued;  // when the backend asked for it
 };
@@ -53,10 +55,11 @@ class Lane {
     }
     worker_.join();
   }
-  std::unique_ptr<CopyEvent> Push(void* dst, const void* src, size_t bytes) {
+  // A job without a copy (`fence`) is neither delayed nor logged.
+  std::unique_ptr<CopyEvent> Push(void* dst, const void* src, size_t bytes, bool fence = false) {
     auto done = std::make_shared<absl::Notification>();
     absl::MutexLock l(&mu_);
-    jobs_.push_back(Job{dst, src, bytes, done, absl::Now()});
+    jobs_.push_back(Job{dst, src, bytes, done, absl::Now(), fence});
     return std::make_unique<HostCopyEvent>(done);
   }
 
@@ -67,6 +70,7 @@ class Lane {
     size_t bytes;
     std::shared_ptr<absl::Notification> done;
     absl::Time issued;
+    bool fence;
   };
   void Loop() {
     while (true) {
@@ -79,13 +83,18 @@ class Lane {
         job = jobs_.front();
         jobs_.pop_front();
       }
+      if (job.fence) {
+        job.done->Notify();
+        continue;
+      }
       absl::Time start = absl::Now();
       absl::SleepFor(delay_);
       if (job.bytes) std::memcpy(job.dst, job.src, job.bytes);
       absl::Time end = absl::Now();
       {
         absl::MutexLock l(log_mu_);
-        log_->push_back({to_host_, static_cast<const char*>(to_host_ ? job.dst : job.src), start, end, job.issued});
+        log_->push_back(
+            {to_host_, static_cast<const char*>(to_host_ ? job.dst : job.src), job.bytes, start, end, job.issued});
       }
       job.done->Notify();
     }
@@ -115,6 +124,13 @@ class HostCopier : public Copier {
   absl::StatusOr<std::unique_ptr<CopyEvent>> ToDevice(void* dev, const void* host, size_t bytes) override {
     return to_device_.Push(dev, host, bytes);
   }
+  absl::Status ToDeviceQueued(void* dev, const void* host, size_t bytes) override {
+    to_device_.Push(dev, host, bytes);  // the lane runs it; ToDeviceFence's event covers it
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<CopyEvent>> ToDeviceFence() override {
+    return to_device_.Push(nullptr, nullptr, 0, /*fence=*/true);
+  }
   std::vector<CopyLog> Log() {
     absl::MutexLock l(&log_mu_);
     return log_;
@@ -136,7 +152,8 @@ struct Rank {
 
 // Runs fn(rank, world, Rank&) on `world` threads, each with its own Gloo
 // backend (real rendezvous over a TCP store) behind a StagedBackend, and a
-// second, plain one. Both Gloo backends take `base`'s tuning options.
+// second, plain one. Both Gloo backends take `base`'s tuning options, and the
+// staged one its staging_piece_bytes.
 void RunRanks(int world, size_t bucket_bytes, std::function<absl::Duration(int)> delay,
               const std::string& recorder_dir, const std::function<void(int, Rank&)>& fn,
               const BackendContext& base = BackendContext()) {
@@ -166,6 +183,7 @@ void RunRanks(int world, size_t bucket_bytes, std::function<absl::Duration(int)>
       rank.plain = *plain;
       StagingOptions o;
       o.bucket_bytes = bucket_bytes;
+      o.piece_bytes = base.staging_piece_bytes;
       o.flight_recorder_dir = recorder_dir;
       rank.backend = std::make_shared<StagedBackend>("cuda:gloo", *inner, std::move(copier), o);
       fn(r, rank);
@@ -320,6 +338,8 @@ TEST(StagedBackend, CopiesOverlapBucketedOps) {
 // being copied in, and the first final segment is on its way back before
 // the ring ends. Rank 0's copies take none.
 TEST(StagedBackend, AllReduceCopiesOverlapTheRing) {
+  BackendContext base;
+  base.staging_piece_bytes = 256 << 10;
   RunRanks(2, 4 << 20, [](int r) { return r == 1 ? absl::Milliseconds(30) : absl::ZeroDuration(); }, "",
            [](int r, Rank& k) {
              std::vector<float> x(1 << 20, static_cast<float>(r + 1));
@@ -330,32 +350,50 @@ TEST(StagedBackend, AllReduceCopiesOverlapTheRing) {
              ASSERT_EQ(inner[0].state, OpRecord::State::kOk);
              std::vector<CopyLog> in, out;
              for (const CopyLog& c : k.copier->Log()) (c.to_host ? in : out).push_back(c);
-             // 2 segments of 2 MiB, each read in two 1 MiB pieces; each
-             // segment goes back in one copy.
-             EXPECT_EQ(in.size(), 4u);
-             EXPECT_EQ(out.size(), 2u);
+             // 2 segments of 2 MiB, each read in eight 256 KiB pieces. This
+             // rank's own segment goes back in one copy when the
+             // reduce-scatter ends, the received one piece by piece as they
+             // land; together they cover the buffer once.
+             EXPECT_EQ(in.size(), 16u);
+             ASSERT_EQ(out.size(), 9u);
+             const char* host0 = k.copier->host_base();
+             std::vector<std::pair<size_t, size_t>> ranges;  // (offset, bytes)
+             for (const CopyLog& c : out) ranges.push_back({static_cast<size_t>(c.host - host0), c.bytes});
+             EXPECT_EQ(ranges[0], std::make_pair(static_cast<size_t>(r) << 21, size_t{2} << 20)) << "own segment first";
+             std::sort(ranges.begin(), ranges.end());
+             size_t at = 0;
+             for (const auto& [o, b] : ranges) {
+               EXPECT_EQ(o, at) << "the copies back tile the buffer";
+               at = o + b;
+             }
+             EXPECT_EQ(at, size_t{4} << 20);
+             for (size_t i = 1; i < out.size(); ++i)
+               EXPECT_EQ(out[i].bytes, size_t{256} << 10) << "a received piece";
              if (r != 1) return;
              absl::Time last_in = absl::InfinitePast(), first_out = absl::InfiniteFuture();
              for (const CopyLog& c : in) last_in = std::max(last_in, c.end);
              for (const CopyLog& c : out) first_out = std::min(first_out, c.issued);
              EXPECT_GT(last_in, inner[0].started) << "every piece landed before the ring began";
              EXPECT_LT(first_out, inner[0].finished) << "nothing was sent back before the ring ended";
-           });
+           }, base);
 }
 
 // The overlapped all_reduce against a plain CPU Gloo all_reduce of the same
 // data, bitwise: 3 ranks, sum and avg, the small path, the ring with one and
-// with several pieces per segment (odd counts), and the inner backend cut
-// into 3 channel slices as well as unsliced.
+// with several pieces per segment (odd counts), the default 1 MiB pieces and
+// pieces of an odd number of elements, and the inner backend cut into 3
+// channel slices as well as unsliced.
 TEST(StagedBackend, OverlappedAllReduceEqualsPlainGlooBitwise) {
-  for (int channels : {1, 3}) {
+  for (int channels : {1, 3})
+    for (size_t piece : {kDefaultStagingPieceBytes, size_t{12 << 10} + 4}) {
     BackendContext base;
     base.channels = channels;
     base.channel_min_slice_bytes = 4096;
+    base.staging_piece_bytes = piece;
     RunRanks(3, 1 << 20, NoDelay, "", [&](int r, Rank& k) {
       for (int64_t n : {int64_t{100}, int64_t{70001}, int64_t{(3 << 20) / 4 * 3 + 7}})
         for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg}) {
-          SCOPED_TRACE(testing::Message() << "channels " << channels << " numel " << n << " "
+          SCOPED_TRACE(testing::Message() << "channels " << channels << " piece " << piece << " numel " << n << " "
                                           << ReduceOpName(op));
           std::vector<float> staged(n), plain(n);
           for (int64_t i = 0; i < n; ++i) staged[i] = plain[i] = 0.1f * (r + 1) + 1e-3f * static_cast<float>(i % 977);
@@ -366,7 +404,7 @@ TEST(StagedBackend, OverlappedAllReduceEqualsPlainGlooBitwise) {
           ASSERT_EQ(std::memcmp(staged.data(), plain.data(), n * sizeof(float)), 0);
         }
     }, base);
-  }
+    }
 }
 
 // Rank 1 never joins the op: rank 0's op fails by its own timeout, Work::Wait
