@@ -9,6 +9,8 @@
 //               [--torch=A.json,B.json] [--warmup=5] [--steps=20] [--loss-tol=2e-2]
 //               [--f32] [--no-graph] [--attention=dispatch|flash] [--no-fusions] [--profile]
 //               [--activation-checkpointing=none|blocks] [--deterministic]
+//               [--memory=standard|lean] [--offload-optimizer-state] [--arena-offset-gib=N]
+//               [--poison-arena]
 //
 // The presets, their shapes and parameter counts: train_config.h (default
 // gpt2-124m). DIR is what `train_torch.py --init DIR` wrote for the same
@@ -28,7 +30,11 @@
 // --deterministic sets CudaOptions::deterministic (train.deterministic: the
 // sorted embedding backward, flash attention's default variants, untimed
 // cuBLASLt heuristics; RESULT impl gets "_det"): the same run with and
-// without it measures what deterministic costs.
+// without it measures what deterministic costs. --memory, --offload-optimizer-state
+// and --arena-offset-gib set CudaOptions::memory, offload_optimizer_state and
+// arena_offset_bytes (N GiB left unused before the arena: the same run must
+// give the same losses wherever its buffers sit). --poison-arena sets
+// CudaOptions::poison_arena (a read of what the step did not write shows as NaN).
 // Exit codes: 0 done, 1 a failure while running (or the loss check), 2 a bad
 // flag (the message names it).
 #include <algorithm>
@@ -95,6 +101,8 @@ absl::StatusOr<Setup> Compile(const TrainFlags& f) {
   opt.deterministic = f.deterministic;
   if (f.lean) opt.memory = compiler::cuda::CudaOptions::Memory::kLean;
   opt.offload_optimizer_state = f.offload;
+  opt.arena_offset_bytes = f.arena_offset_gib << 30;
+  opt.poison_arena = f.poison_arena;
   LOOM_ASSIGN_OR_RETURN(s.exec, compiler::cuda::CudaExecutor::Create(g, opt));
   s.compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   s.graph = g;

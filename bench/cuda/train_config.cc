@@ -93,6 +93,7 @@ absl::Status ParseShapeOrRunFlag(absl::string_view a, TrainFlags* f) {
       {"batch", 1, true, [](TrainFlags* t, int64_t v) { t->batch = v; }},
       {"warmup", 0, false, [](TrainFlags* t, int64_t v) { t->warmup = static_cast<int>(v); }},
       {"steps", 1, false, [](TrainFlags* t, int64_t v) { t->steps = static_cast<int>(v); }},
+      {"arena-offset-gib", 0, false, [](TrainFlags* t, int64_t v) { t->arena_offset_gib = v; }},
   };
   for (const IntField& fld : fields) {
     LOOM_ASSIGN_OR_RETURN(bool hit, IntFlag(a, fld.name, fld.lo, &x));
@@ -123,6 +124,7 @@ absl::Status ParseShapeOrRunFlag(absl::string_view a, TrainFlags* f) {
   } else if (a == "--no-fusions") { f->fusions = false;
   } else if (a == "--profile") { f->profile = true;
   } else if (a == "--deterministic") { f->deterministic = true;
+  } else if (a == "--poison-arena") { f->poison_arena = true;
   } else if (a == "--activation-checkpointing=blocks") { f->checkpoint = true;
   } else if (a == "--activation-checkpointing=none") { f->checkpoint = false;
   } else if (a == "--offload-optimizer-state") { f->offload = true;

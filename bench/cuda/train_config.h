@@ -70,6 +70,8 @@ struct TrainFlags {
   bool deterministic = false;  // CudaOptions::deterministic (--deterministic)
   bool lean = false;           // CudaOptions::memory kLean (--memory=lean; default standard)
   bool offload = false;        // CudaOptions::offload_optimizer_state (--offload-optimizer-state)
+  int64_t arena_offset_gib = 0;  // CudaOptions::arena_offset_bytes / 2^30 (--arena-offset-gib)
+  bool poison_arena = false;     // CudaOptions::poison_arena (--poison-arena)
   double loss_tol = 2e-2;
 };
 

@@ -81,6 +81,7 @@ TEST(TrainConfig, BadFlagsAreInvalidArgumentNamingTheFlag) {
       {{"--bogus=1"}, "--bogus"},
       {{"--attention=slow"}, "--attention"},
       {{"--memory=small"}, "--memory"},
+      {{"--arena-offset-gib=-1"}, "--arena-offset-gib"},
   };
   for (const auto& [args, flag] : cases) {
     std::vector<std::string> with_data = args;
@@ -101,6 +102,13 @@ TEST(TrainConfig, BadFlagsAreInvalidArgumentNamingTheFlag) {
   EXPECT_TRUE(text->offload);
   EXPECT_FALSE(Parse({"--text=/t.txt"})->lean) << "standard by default";
   EXPECT_FALSE(Parse({"--text=/t.txt"})->offload) << "on the device by default";
+  // The placement checks' flags.
+  absl::StatusOr<TrainFlags> placed = Parse({"--data=/d", "--arena-offset-gib=17", "--poison-arena"});
+  ASSERT_TRUE(placed.ok()) << placed.status();
+  EXPECT_EQ(placed->arena_offset_gib, 17);
+  EXPECT_TRUE(placed->poison_arena);
+  EXPECT_EQ(Parse({"--data=/d"})->arena_offset_gib, 0);
+  EXPECT_FALSE(Parse({"--data=/d"})->poison_arena);
   for (const std::vector<std::string>& bad :
        {std::vector<std::string>{"--text=/t.txt", "--data=/d"}, {"--text=/t.txt", "--torch=a.json"}}) {
     absl::StatusOr<TrainFlags> f = Parse(bad);

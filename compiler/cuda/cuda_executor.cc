@@ -145,6 +145,10 @@ absl::Status Impl::Step(absl::Span<const std::pair<int, Tensor>> step_inputs) {
       return absl::FailedPreconditionError(
           absl::StrCat("CudaExecutor::Step: input ", k, " (", g_.inputs()[k].name, ") was never set"));
   ++slot_;
+  if (o_.poison_arena && !dry_) {
+    LOOM_CU(cudaMemsetAsync(arena_, 0xFF, plan_.arena_bytes, stream_), "poison_arena: arena");
+    LOOM_CU(cudaMemsetAsync(scratch_, 0xFF, scratch_bytes_, stream_), "poison_arena: scratch");
+  }
   if (!o_.cuda_graph || steps_ == 0 || o_.profile) {
     LOOM_RETURN_IF_ERROR(RunCalls(o_.profile && steps_ > 0));  // step 1 warms up (autotuning)
   } else {

@@ -130,6 +130,16 @@ struct CudaOptions {
   // the transfers overlapped with its arithmetic. Frees the states' device
   // bytes (8 a parameter, 4 under kLean) for a slower update.
   bool offload_optimizer_state = false;
+  // Bytes left unused before the arena in its allocation, so that the plan's
+  // activations and gradients sit that far into device memory. For checks
+  // that no kernel's addressing depends on where its buffers sit (a step
+  // must give the same results at any offset); 0 in training.
+  int64_t arena_offset_bytes = 0;
+  // Before every step, the arena and the shared scratch are filled with 0xFF
+  // bytes (NaN in f32 and bf16): a launch that reads what no launch of the
+  // step wrote then turns the loss into NaN instead of reading the previous
+  // step's leftovers. For checks; off in training.
+  bool poison_arena = false;
 };
 
 using AttnRoute = CudaOptions::Attention;

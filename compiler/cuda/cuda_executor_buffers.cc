@@ -77,8 +77,10 @@ absl::Status Impl::AllocBuffers(CudaBuildStats* stats) {
   if (!dry_) {  // a step that cannot fit fails here, saying why, not in a cudaMalloc halfway
     size_t free_bytes = 0, total_bytes = 0;
     LOOM_CU(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
-    LOOM_RETURN_IF_ERROR(CheckDeviceMemory(PlannedMemory(g_, plan_, o_.offload_optimizer_state),
-                                           static_cast<int64_t>(free_bytes)));
+    DeviceMemory need = PlannedMemory(g_, plan_, o_.offload_optimizer_state);
+    need.arena += o_.arena_offset_bytes;
+    need.total += o_.arena_offset_bytes;
+    LOOM_RETURN_IF_ERROR(CheckDeviceMemory(need, static_cast<int64_t>(free_bytes)));
   }
   host_view_.assign(ni, nullptr);
   for (int k = 0; k < ni; ++k) {
@@ -103,7 +105,11 @@ absl::Status Impl::AllocBuffers(CudaBuildStats* stats) {
   shadow_of_.assign(plan_.metas.size(), -1);
   for (int k = 0; k < ni; ++k)
     if (plan_.shadow[k] >= 0) shadow_of_[plan_.shadow[k]] = k;
-  LOOM_ASSIGN_OR_RETURN(arena_, Alloc(plan_.arena_bytes));
+  if (o_.arena_offset_bytes < 0 || o_.arena_offset_bytes % 256 != 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("arena_offset_bytes: expected a multiple of 256 >= 0, got ", o_.arena_offset_bytes));
+  LOOM_ASSIGN_OR_RETURN(void* arena, Alloc(plan_.arena_bytes + o_.arena_offset_bytes));
+  arena_ = static_cast<char*>(arena) + o_.arena_offset_bytes;
   stats->buffers_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   t0 = Clock::now();
   int64_t scratch = 0;

@@ -32,6 +32,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <functional>
 #include <random>
 #include <string>
 
@@ -49,7 +50,7 @@ namespace {
 struct Config {
   int64_t n_layer = 2, d_model = 128, heads = 4, vocab = 256, batch = 8, seq = 64, steps = 20;
   bool bench = false, f32 = false, eager = false, describe = false, flash = false, no_fusions = false,
-       profile = false;
+       profile = false, checkpoint = false;
   std::string family = "gpt";  // llama: n_kv_head = heads / 2
 };
 
@@ -86,6 +87,7 @@ absl::StatusOr<Job> Build(const Config& c, bool lower) {
   };
   co.adamw = adam;
   co.lower = lower;
+  if (c.checkpoint) co.checkpoint_blocks = models::BlockOfParameter;
   LOOM_ASSIGN_OR_RETURN(Compilation comp, Compile(fwd, co));
   Job j;
   j.graph = comp.stages.at("fused");
@@ -150,8 +152,10 @@ absl::StatusOr<RunResult> RunCpu(const Config& c) {
   return r;
 }
 
+// `tweak`, when given, changes the executor's options last.
 absl::StatusOr<RunResult> RunGpu(const Config& c, bool bf16, bool graph, bool deterministic = false,
-                                 bool lean = false, bool offload = false) {
+                                 bool lean = false, bool offload = false,
+                                 const std::function<void(CudaOptions*)>& tweak = {}) {
   LOOM_ASSIGN_OR_RETURN(Job j, Build(c, false));
   CudaOptions o;
   o.bf16 = bf16;
@@ -159,6 +163,7 @@ absl::StatusOr<RunResult> RunGpu(const Config& c, bool bf16, bool graph, bool de
   o.deterministic = deterministic;
   if (lean) o.memory = CudaOptions::Memory::kLean;
   o.offload_optimizer_state = offload;
+  if (tweak) tweak(&o);
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<CudaExecutor> e, CudaExecutor::Create(j.graph, o));
   int split = 0;
   for (size_t k = 0; k < j.inputs.size(); ++k) {
@@ -241,6 +246,35 @@ double MaxLossRel(const RunResult& a, const RunResult& ref) {
   return m;
 }
 
+// Neither where the step's buffers sit nor what they held before may change a
+// run: deterministic bf16 runs (gpt; llama with block checkpointing, standard
+// and lean memory) with the arena and scratch poisoned before every step
+// (NaN wherever a launch reads what its step did not write), and with the
+// arena 1 GiB into its allocation, each bitwise the plain run. Returns the
+// number of failures.
+int CheckPlacement(const Config& c) {
+  Config l = c;
+  l.family = "llama";
+  l.checkpoint = true;
+  auto poison = [](CudaOptions* o) { o->poison_arena = true; };
+  auto offset = [](CudaOptions* o) { o->arena_offset_bytes = int64_t{1} << 30; };
+  int failures = 0;
+  auto same = [&](const char* name, const absl::StatusOr<RunResult>& a, const absl::StatusOr<RunResult>& b) {
+    const bool ok = a.ok() && b.ok() && Bitwise(*a, *b);
+    failures += !ok;
+    std::printf("%-28s %-29s %-8s\n", name, ok ? "bitwise equal" : "differ (or failed)", ok ? "ok" : "FAIL");
+    if (!a.ok()) std::printf("  %s\n", std::string(a.status().message()).c_str());
+  };
+  const auto gpt = RunGpu(c, true, true, true);
+  same("bf16 det: poisoned arena", RunGpu(c, true, true, true, false, false, poison), gpt);
+  same("bf16 det: arena at +1 GiB", RunGpu(c, true, true, true, false, false, offset), gpt);
+  const auto llama = RunGpu(l, true, true, true);
+  same("llama ckpt det: poisoned", RunGpu(l, true, true, true, false, false, poison), llama);
+  same("llama ckpt det: +1 GiB", RunGpu(l, true, true, true, false, false, offset), llama);
+  same("llama ckpt lean: poisoned", RunGpu(l, true, true, true, true, false, poison), RunGpu(l, true, true, true, true));
+  return failures;
+}
+
 int Check(const Config& c) {
   auto cpu = RunCpu(c);
   if (!cpu.ok()) {
@@ -304,6 +338,7 @@ int Check(const Config& c) {
       row("llama bf16 lean vs cpu", RunGpu(l, true, true, false, true), *lcpu, 2e-2, 0);
     }
   }
+  failures += CheckPlacement(c);
   if (f32_graph.ok() && f32_eager.ok()) {
     bool identical = f32_graph->losses == f32_eager->losses;
     std::printf("f32 eager and graph-replay losses bit-identical: %s\n", identical ? "yes" : "no");

@@ -245,6 +245,30 @@ TEST(CudaMemory, PlannedMemoryIsWhatTheBuildAllocatesAndAShortfallSaysWhy) {
     }
 }
 
+// CudaOptions::arena_offset_bytes moves the arena that far into a larger
+// allocation: the build allocates exactly that much more, and an offset that
+// is negative or not a multiple of 256 is refused naming the option.
+TEST(CudaMemory, ArenaOffsetAddsItsBytesAndRefusesBadValues) {
+  UseTestKernelCache();
+  const ir::Graph g = LlamaJoint(128, 2);
+  CudaOptions o;
+  o.bf16 = true;
+  auto plain = DryBuild(g, o);
+  ASSERT_TRUE(plain.ok()) << plain.status();
+  o.arena_offset_bytes = int64_t{3} << 30;
+  auto moved = DryBuild(g, o);
+  ASSERT_TRUE(moved.ok()) << moved.status();
+  EXPECT_EQ(moved->memory.total - plain->memory.total, int64_t{3} << 30);
+  EXPECT_EQ(moved->memory.arena, plain->memory.arena) << "the arena itself is the plan's";
+  for (int64_t bad : {int64_t{-256}, int64_t{100}}) {
+    o.arena_offset_bytes = bad;
+    auto r = DryBuild(g, o);
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(std::string(r.status().message()).find("arena_offset_bytes"), std::string::npos) << r.status();
+  }
+}
+
 class LlamaCreate : public ::testing::TestWithParam<int> {};
 
 // d_model 128 (D 32: the math attention kernel) and 256 (D 64: flash with
