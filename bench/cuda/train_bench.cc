@@ -10,7 +10,7 @@
 //               [--f32] [--no-graph] [--attention=dispatch|flash] [--no-fusions] [--profile]
 //               [--activation-checkpointing=none|blocks] [--deterministic]
 //               [--memory=standard|lean] [--offload-optimizer-state] [--arena-offset-gib=N]
-//               [--poison-arena]
+//               [--poison-arena] [--arena-guard-bytes=N]
 //
 // The presets, their shapes and parameter counts: train_config.h (default
 // gpt2-124m). DIR is what `train_torch.py --init DIR` wrote for the same
@@ -34,7 +34,9 @@
 // and --arena-offset-gib set CudaOptions::memory, offload_optimizer_state and
 // arena_offset_bytes (N GiB left unused before the arena: the same run must
 // give the same losses wherever its buffers sit). --poison-arena sets
-// CudaOptions::poison_arena (a read of what the step did not write shows as NaN).
+// CudaOptions::poison_arena (a read of what the step did not write shows as NaN),
+// and with --arena-guard-bytes=N every arena buffer is followed by N free bytes
+// (NaN when poisoned; one written fails the step naming the buffer).
 // Exit codes: 0 done, 1 a failure while running (or the loss check), 2 a bad
 // flag (the message names it).
 #include <algorithm>
@@ -103,6 +105,7 @@ absl::StatusOr<Setup> Compile(const TrainFlags& f) {
   opt.offload_optimizer_state = f.offload;
   opt.arena_offset_bytes = f.arena_offset_gib << 30;
   opt.poison_arena = f.poison_arena;
+  opt.arena_guard_bytes = f.arena_guard_bytes;
   LOOM_ASSIGN_OR_RETURN(s.exec, compiler::cuda::CudaExecutor::Create(g, opt));
   s.compile_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   s.graph = g;

@@ -94,6 +94,7 @@ absl::Status ParseShapeOrRunFlag(absl::string_view a, TrainFlags* f) {
       {"warmup", 0, false, [](TrainFlags* t, int64_t v) { t->warmup = static_cast<int>(v); }},
       {"steps", 1, false, [](TrainFlags* t, int64_t v) { t->steps = static_cast<int>(v); }},
       {"arena-offset-gib", 0, false, [](TrainFlags* t, int64_t v) { t->arena_offset_gib = v; }},
+      {"arena-guard-bytes", 0, false, [](TrainFlags* t, int64_t v) { t->arena_guard_bytes = v; }},
   };
   for (const IntField& fld : fields) {
     LOOM_ASSIGN_OR_RETURN(bool hit, IntFlag(a, fld.name, fld.lo, &x));

@@ -72,6 +72,7 @@ struct TrainFlags {
   bool offload = false;        // CudaOptions::offload_optimizer_state (--offload-optimizer-state)
   int64_t arena_offset_gib = 0;  // CudaOptions::arena_offset_bytes / 2^30 (--arena-offset-gib)
   bool poison_arena = false;     // CudaOptions::poison_arena (--poison-arena)
+  int64_t arena_guard_bytes = 0; // CudaOptions::arena_guard_bytes (--arena-guard-bytes)
   double loss_tol = 2e-2;
 };
 

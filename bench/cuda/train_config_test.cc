@@ -82,6 +82,7 @@ TEST(TrainConfig, BadFlagsAreInvalidArgumentNamingTheFlag) {
       {{"--attention=slow"}, "--attention"},
       {{"--memory=small"}, "--memory"},
       {{"--arena-offset-gib=-1"}, "--arena-offset-gib"},
+      {{"--arena-guard-bytes=x"}, "--arena-guard-bytes"},
   };
   for (const auto& [args, flag] : cases) {
     std::vector<std::string> with_data = args;
@@ -103,9 +104,11 @@ TEST(TrainConfig, BadFlagsAreInvalidArgumentNamingTheFlag) {
   EXPECT_FALSE(Parse({"--text=/t.txt"})->lean) << "standard by default";
   EXPECT_FALSE(Parse({"--text=/t.txt"})->offload) << "on the device by default";
   // The placement checks' flags.
-  absl::StatusOr<TrainFlags> placed = Parse({"--data=/d", "--arena-offset-gib=17", "--poison-arena"});
+  absl::StatusOr<TrainFlags> placed =
+      Parse({"--data=/d", "--arena-offset-gib=17", "--poison-arena", "--arena-guard-bytes=4096"});
   ASSERT_TRUE(placed.ok()) << placed.status();
   EXPECT_EQ(placed->arena_offset_gib, 17);
+  EXPECT_EQ(placed->arena_guard_bytes, 4096);
   EXPECT_TRUE(placed->poison_arena);
   EXPECT_EQ(Parse({"--data=/d"})->arena_offset_gib, 0);
   EXPECT_FALSE(Parse({"--data=/d"})->poison_arena);

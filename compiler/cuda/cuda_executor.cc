@@ -168,6 +168,7 @@ absl::Status Impl::Step(absl::Span<const std::pair<int, Tensor>> step_inputs) {
     LOOM_RETURN_IF_ERROR(Replay());
   }
   ++steps_;
+  if (o_.poison_arena && !dry_) LOOM_RETURN_IF_ERROR(CheckGuards());
   return absl::OkStatus();
 }
 

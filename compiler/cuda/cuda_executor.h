@@ -140,6 +140,12 @@ struct CudaOptions {
   // step wrote then turns the loss into NaN instead of reading the previous
   // step's leftovers. For checks; off in training.
   bool poison_arena = false;
+  // Bytes kept free after every arena buffer (PlanOptions::guard_bytes). With
+  // poison_arena they hold NaN, so a launch reading past an operand reads NaN,
+  // and after every step a guard no longer all 0xFF fails the step naming
+  // the buffer it follows and the launch that writes it. For checks; 0 in
+  // training.
+  int64_t arena_guard_bytes = 0;
 };
 
 using AttnRoute = CudaOptions::Attention;
@@ -151,6 +157,7 @@ inline PlanOptions PlanOptionsFor(const CudaOptions& o) {
       p.accumulate_gemms = o.extra_fusions;
   p.gemm_epilogues = o.gemm_epilogues;
   p.deterministic = o.deterministic;
+  p.guard_bytes = o.arena_guard_bytes;
   if (o.memory == CudaOptions::Memory::kLean) p.memory = MemoryPolicy{true, true, true};
   for (const auto& [group, c] : o.communicators)
     if (c != nullptr) p.group_rank[group] = c->rank();

@@ -121,6 +121,35 @@ absl::Status Impl::AllocBuffers(CudaBuildStats* stats) {
   return absl::OkStatus();
 }
 
+absl::Status Impl::CheckGuards() {
+  if (plan_.guards.empty()) return absl::OkStatus();
+  int64_t total = 0;
+  for (const CudaPlan::Guard& gd : plan_.guards) total += gd.bytes;
+  if (guard_host_ == nullptr) {
+    LOOM_CU(cudaMallocHost(&guard_host_, total > 0 ? total : 1), "cudaMallocHost (arena guards)");
+    pinned_.push_back(guard_host_);
+  }
+  unsigned char* h = static_cast<unsigned char*>(guard_host_);
+  int64_t at = 0;
+  for (const CudaPlan::Guard& gd : plan_.guards) {
+    LOOM_CU(cudaMemcpyAsync(h + at, static_cast<char*>(arena_) + gd.offset, gd.bytes, cudaMemcpyDeviceToHost, stream_),
+            "arena guard: copy");
+    at += gd.bytes;
+  }
+  LOOM_CU(cudaStreamSynchronize(stream_), "arena guard: sync");
+  at = 0;
+  for (const CudaPlan::Guard& gd : plan_.guards) {
+    for (int64_t i = 0; i < gd.bytes; ++i)
+      if (h[at + i] != 0xFF)
+        return absl::InternalError(absl::StrCat(
+            "arena guard: byte ", i, " after %", gd.value, " (", plan_.metas[gd.value].ToString(), ", ",
+            plan_.Bytes(gd.value), " bytes) was written in step ", steps_, "; launch ", gd.writer, " (",
+            plan_.launches[gd.writer].op, ") is the first to write it (--dump=cuda lists the launches)"));
+    at += gd.bytes;
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Impl::CheckInput(int k, const Tensor& t) const {
   if (k < 0 || k >= static_cast<int>(g_.inputs().size()))
     return absl::InvalidArgumentError(absl::StrCat("input: index ", k, " out of range"));

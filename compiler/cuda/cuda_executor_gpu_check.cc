@@ -249,15 +249,21 @@ double MaxLossRel(const RunResult& a, const RunResult& ref) {
 // Neither where the step's buffers sit nor what they held before may change a
 // run: deterministic bf16 runs (gpt; llama with block checkpointing, standard
 // and lean memory) with the arena and scratch poisoned before every step
-// (NaN wherever a launch reads what its step did not write), and with the
-// arena 1 GiB into its allocation, each bitwise the plain run. Returns the
-// number of failures.
+// (NaN wherever a launch reads what its step did not write), with the arena
+// 1 GiB into its allocation, and with 4 KiB poisoned guards after every arena
+// buffer (a launch reading past an operand reads NaN; one writing past its
+// output fails the step), each bitwise the plain run. Returns the number of
+// failures.
 int CheckPlacement(const Config& c) {
   Config l = c;
   l.family = "llama";
   l.checkpoint = true;
   auto poison = [](CudaOptions* o) { o->poison_arena = true; };
   auto offset = [](CudaOptions* o) { o->arena_offset_bytes = int64_t{1} << 30; };
+  auto guarded = [](CudaOptions* o) {
+    o->poison_arena = true;
+    o->arena_guard_bytes = 4096;
+  };
   int failures = 0;
   auto same = [&](const char* name, const absl::StatusOr<RunResult>& a, const absl::StatusOr<RunResult>& b) {
     const bool ok = a.ok() && b.ok() && Bitwise(*a, *b);
@@ -271,6 +277,7 @@ int CheckPlacement(const Config& c) {
   const auto llama = RunGpu(l, true, true, true);
   same("llama ckpt det: poisoned", RunGpu(l, true, true, true, false, false, poison), llama);
   same("llama ckpt det: +1 GiB", RunGpu(l, true, true, true, false, false, offset), llama);
+  same("llama ckpt det: guarded", RunGpu(l, true, true, true, false, false, guarded), llama);
   same("llama ckpt lean: poisoned", RunGpu(l, true, true, true, true, false, poison), RunGpu(l, true, true, true, true));
   return failures;
 }

@@ -96,6 +96,9 @@ class Impl final : public CudaExecutor {
   const Shape& Sh(int v) const { return plan_.metas[v].shape; }
   int64_t Numel(int v) const { return NumElements(Sh(v)); }
   absl::Status CheckInput(int k, const Tensor& t) const;
+  // After a poisoned step (CudaOptions::arena_guard_bytes): Internal naming
+  // the first guard some launch wrote.
+  absl::Status CheckGuards();
   absl::Status StageCopy(int k, const Tensor& t);
   absl::StatusOr<Tensor> ToHost(int v);
   int64_t ScratchBytes(const Launch& l) const;
@@ -155,6 +158,7 @@ class Impl final : public CudaExecutor {
   void* arena_ = nullptr;
   void* scratch_ = nullptr;
   int64_t scratch_bytes_ = 0;
+  void* guard_host_ = nullptr;  // pinned: every guard's bytes after a poisoned step (CheckGuards)
   AttnRoute attention_ = AttnRoute::kDispatch;
   struct AttnCall {
     size_t launch;  // index into desc_

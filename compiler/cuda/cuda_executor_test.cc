@@ -248,6 +248,7 @@ TEST(CudaMemory, PlannedMemoryIsWhatTheBuildAllocatesAndAShortfallSaysWhy) {
 // CudaOptions::arena_offset_bytes moves the arena that far into a larger
 // allocation: the build allocates exactly that much more, and an offset that
 // is negative or not a multiple of 256 is refused naming the option.
+// arena_guard_bytes makes the arena itself larger.
 TEST(CudaMemory, ArenaOffsetAddsItsBytesAndRefusesBadValues) {
   UseTestKernelCache();
   const ir::Graph g = LlamaJoint(128, 2);
@@ -260,6 +261,11 @@ TEST(CudaMemory, ArenaOffsetAddsItsBytesAndRefusesBadValues) {
   ASSERT_TRUE(moved.ok()) << moved.status();
   EXPECT_EQ(moved->memory.total - plain->memory.total, int64_t{3} << 30);
   EXPECT_EQ(moved->memory.arena, plain->memory.arena) << "the arena itself is the plan's";
+  o.arena_offset_bytes = 0;
+  o.arena_guard_bytes = 4096;
+  auto guarded = DryBuild(g, o);
+  ASSERT_TRUE(guarded.ok()) << guarded.status();
+  EXPECT_GT(guarded->memory.arena, plain->memory.arena) << "guards take arena bytes";
   for (int64_t bad : {int64_t{-256}, int64_t{100}}) {
     o.arena_offset_bytes = bad;
     auto r = DryBuild(g, o);

@@ -177,6 +177,15 @@ struct CudaPlan {
   int64_t arena_bytes = 0;
   int64_t live_bytes_bound = 0;
   int64_t alignment = 256;
+  // With PlanOptions::guard_bytes: the free bytes after each arena buffer,
+  // from the end of its storage to the next aligned buffer at the earliest.
+  struct Guard {
+    int value;       // the root value the guard follows
+    int writer;      // the first launch writing it
+    int64_t offset;  // arena byte offset of the guard
+    int64_t bytes;
+  };
+  std::vector<Guard> guards;
 
   int64_t Bytes(int v) const;  // storage bytes of plan value v
   // One line per launch: "12: gemm matmul+add+gelu bf16 m=.. n=.. k=.. epi=bias_gelu_aux -> %26,%27".
@@ -248,6 +257,10 @@ struct PlanOptions {
   std::map<std::string, int> group_rank;
   // The training state's device memory (bf16 plans only).
   MemoryPolicy memory;
+  // Bytes kept free after every arena buffer (rounded up to the alignment),
+  // listed in CudaPlan::guards: a check for launches that read or write past
+  // their operands (CudaOptions::arena_guard_bytes). 0 in training.
+  int64_t guard_bytes = 0;
 };
 
 // The fuse_cross_entropy rewrite over a finished launch list (before the

@@ -51,11 +51,19 @@ absl::StatusOr<bool> AssignArenaPass::Run(PlanState& s) {
     if (r < 0) return absl::InternalError(absl::StrCat("cuda lowering: output %", o.value, " is not materialised"));
     if (in_arena(r)) last[r] = npos;
   }
+  if (s.options.guard_bytes < 0)
+    return absl::InvalidArgumentError(absl::StrCat("guard_bytes: expected >= 0, got ", s.options.guard_bytes));
+  const int64_t guard = RoundUp(s.options.guard_bytes, p.alignment);
   std::vector<passes::BufferAssignment> bufs;
   for (int v = 0; v < nvals; ++v)
-    if (first[v] >= 0) bufs.push_back({v, 0, RoundUp(std::max<int64_t>(p.Bytes(v), 1), p.alignment), first[v], last[v]});
+    if (first[v] >= 0)
+      bufs.push_back({v, 0, RoundUp(std::max<int64_t>(p.Bytes(v), 1), p.alignment) + guard, first[v], last[v]});
   const passes::Placement placed = passes::PlaceBest(bufs, npos);
-  for (const passes::BufferAssignment& b : bufs) p.offset[b.value] = b.offset;
+  p.guards.clear();
+  for (const passes::BufferAssignment& b : bufs) {
+    p.offset[b.value] = b.offset;
+    if (guard > 0) p.guards.push_back({b.value, first[b.value], b.offset + p.Bytes(b.value), b.size - p.Bytes(b.value)});
+  }
   p.live_bytes_bound = placed.live_bytes_bound;
   p.arena_bytes = placed.peak_bytes;
   return true;

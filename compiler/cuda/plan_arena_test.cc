@@ -60,6 +60,48 @@ TEST(ArenaIsConsistent, DeepLlamaWithBlockCheckpointing) {
   }
 }
 
+// PlanOptions::guard_bytes: every arena buffer is followed by at least that
+// many free bytes (rounded to the alignment) that no buffer live at the same
+// time touches, listed with the buffer's first writer; the arena grows.
+TEST(AssignArena, GuardsFollowEveryBufferAndNothingLiveTouchesThem) {
+  ir::Graph g = GptJoint(2, 128);
+  PlanOptions o;
+  o.guard_bytes = 1000;  // rounds up to 1024
+  auto plain = PlanCuda(g, true);
+  auto guarded = PlanCuda(g, true, o);
+  ASSERT_TRUE(plain.ok() && guarded.ok());
+  EXPECT_TRUE(plain->guards.empty());
+  EXPECT_GT(guarded->arena_bytes, plain->arena_bytes);
+  EXPECT_EQ(ArenaProblems(g, *guarded), std::vector<std::string>{});
+  const CudaPlan& p = *guarded;
+  // Lifetimes as ArenaProblems takes them: first write to last read.
+  std::vector<int> first(p.metas.size(), -1), last(p.metas.size(), -1);
+  for (int pos = 0; pos < static_cast<int>(p.launches.size()); ++pos) {
+    for (int v : p.launches[pos].outputs)
+      if (p.root[v] >= 0 && first[p.root[v]] < 0) first[p.root[v]] = pos;
+    for (int v : p.launches[pos].inputs)
+      if (p.root[v] >= 0) last[p.root[v]] = std::max(last[p.root[v]], pos);
+  }
+  ASSERT_FALSE(p.guards.empty());
+  for (const CudaPlan::Guard& gd : p.guards) {
+    EXPECT_GE(gd.bytes, 1024) << "%" << gd.value;
+    EXPECT_EQ(gd.offset, p.offset[gd.value] + p.Bytes(gd.value));
+    EXPECT_EQ(gd.writer, first[gd.value]);
+    for (int v = 0; v < static_cast<int>(p.metas.size()); ++v) {
+      if (p.offset[v] < 0 || v == gd.value || first[v] < 0) continue;
+      const int lo = std::max(first[v], first[gd.value]), hi = std::min(std::max(last[v], first[v]),
+                                                                         std::max(last[gd.value], first[gd.value]));
+      if (lo > hi) continue;  // never live together
+      const bool apart = p.offset[v] + p.Bytes(v) <= gd.offset || gd.offset + gd.bytes <= p.offset[v];
+      EXPECT_TRUE(apart) << "%" << v << " touches the guard after %" << gd.value;
+    }
+  }
+  o.guard_bytes = -1;
+  auto bad = PlanCuda(g, true, o);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(std::string(bad.status().message()).find("guard_bytes"), std::string::npos) << bad.status();
+}
+
 // A launch reading a value no launch writes is refused, not planned over.
 TEST(AssignArena, ReadingAnUnwrittenValueIsInternal) {
   ir::Graph g = GptJoint(1);
