@@ -171,6 +171,7 @@ TEST(BenchResult, StagingBoundIsTheMinOfCopiesAndGloo) {
             std::string::npos)
       << t;
   EXPECT_EQ(t.find("per op"), std::string::npos) << "no phases measured: no phase line";
+  EXPECT_EQ(t.find("median"), std::string::npos) << "one round: no median line";
   EXPECT_EQ(FormatStagingBound(r, 4), "");
   EXPECT_NE(FormatTables(r, 2, {"all_reduce"}).find("pinned:d2h"), std::string::npos);
   // With the staging thread's phases: the pipeline's own cost is what the
@@ -180,6 +181,12 @@ TEST(BenchResult, StagingBoundIsTheMinOfCopiesAndGloo) {
   t = FormatStagingBound(r, 2);
   EXPECT_NE(t.find("#   per op 1000 us: staging run 950 = wait for copies to host 100 + inner ops 600 + "
                    "wait for copies to device 120 + pipeline 130; the algorithm waited 40 us for pieces"),
+            std::string::npos)
+      << t;
+  // Several rounds: the same bound over the rounds' medians, on its own line.
+  r.rows[0].median_us = 2000, r.rows[1].median_us = 500, r.rows[2].median_us = 250, r.rows[3].median_us = 1000;
+  t = FormatStagingBound(r, 2);
+  EXPECT_NE(t.find("#   median of the rounds: busbw 0.524 GB/s = 50% of min(2.097, 4.194, 1.049) GB/s"),
             std::string::npos)
       << t;
 }
@@ -216,6 +223,18 @@ TEST(BenchResult, RoundsKeepEachRowsFastest) {
   EXPECT_EQ(rows[2].time_us, 2000.0);
   EXPECT_FALSE(rows[2].ok) << "a wrong round stays visible";
   EXPECT_EQ(rows[3].ranks, 4);
+  // The median of each row's rounds (two here: the mean of both); none for one round.
+  EXPECT_EQ(rows[0].median_us, 925.0);
+  EXPECT_EQ(rows[1].median_us, 675.0);
+  EXPECT_EQ(rows[2].median_us, 2050.0);
+  EXPECT_EQ(rows[3].median_us, 0.0);
+  std::vector<BenchRow> three = {{"loom:gloo", 2, "all_reduce", mib, 500.0, true, ""},
+                                 {"loom:gloo", 2, "all_reduce", mib, 1500.0, true, ""},
+                                 {"loom:gloo", 2, "all_reduce", mib, 600.0, true, ""}};
+  KeepFastest(&three);
+  ASSERT_EQ(three.size(), 1u);
+  EXPECT_EQ(three[0].time_us, 500.0);
+  EXPECT_EQ(three[0].median_us, 600.0) << "an odd count: the middle round";
 }
 
 }  // namespace

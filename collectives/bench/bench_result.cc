@@ -41,6 +41,13 @@ double BenchRow::busbw() const {
   return impl.rfind("pinned:", 0) == 0 ? algbw() : algbw() * BusFactor(op, ranks);
 }
 
+double BenchRow::median_busbw() const {
+  if (median_us <= 0) return 0;
+  BenchRow m = *this;
+  m.time_us = median_us;
+  return m.busbw();
+}
+
 std::string FormatStagingBound(const BenchReport& r, int ranks) {
   std::string out;
   auto find = [&](const std::string& impl, int64_t bytes) -> const BenchRow* {
@@ -60,6 +67,13 @@ std::string FormatStagingBound(const BenchReport& r, int ranks) {
                                           FormatBytes(x.bytes), ranks, x.busbw(),
                                           bound > 0 ? 100 * x.busbw() / bound : 0.0, d2h->busbw(), h2d->busbw(),
                                           gloo->busbw()));
+    if (x.median_us > 0 && d2h->median_us > 0 && h2d->median_us > 0 && gloo->median_us > 0) {
+      const double mb = std::min({d2h->median_busbw(), h2d->median_busbw(), gloo->median_busbw()});
+      absl::StrAppend(&out, absl::StrFormat("#   median of the rounds: busbw %.3f GB/s = %.0f%% of min(%.3f, %.3f, "
+                                            "%.3f) GB/s\n",
+                                            x.median_busbw(), mb > 0 ? 100 * x.median_busbw() / mb : 0.0,
+                                            d2h->median_busbw(), h2d->median_busbw(), gloo->median_busbw()));
+    }
     if (x.run_us > 0) {
       const double rest = x.run_us - x.to_host_us - x.inner_us - x.to_device_us;
       absl::StrAppend(&out, absl::StrFormat("#   per op %.0f us: staging run %.0f = wait for copies to host %.0f + "
@@ -75,8 +89,11 @@ std::string FormatStagingBound(const BenchReport& r, int ranks) {
 void KeepFastest(std::vector<BenchRow>* rows) {
   std::vector<BenchRow> out;
   std::map<std::tuple<std::string, int, std::string, int64_t>, size_t> at;
+  std::vector<std::vector<double>> times;  // per kept row: every measured round's time
   for (BenchRow& r : *rows) {
     auto [it, fresh] = at.try_emplace({r.impl, r.ranks, r.op, r.bytes}, out.size());
+    if (fresh) times.emplace_back();
+    if (r.na.empty() && r.time_us > 0) times[it->second].push_back(r.time_us);
     if (fresh) {
       out.push_back(std::move(r));
       continue;
@@ -90,6 +107,13 @@ void KeepFastest(std::vector<BenchRow>* rows) {
     } else if (!r.ok) {
       kept.ok = false;
     }
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    std::vector<double>& t = times[i];
+    if (t.size() < 2) continue;
+    std::sort(t.begin(), t.end());
+    const size_t h = t.size() / 2;
+    out[i].median_us = t.size() % 2 ? t[h] : (t[h - 1] + t[h]) / 2;
   }
   *rows = std::move(out);
 }

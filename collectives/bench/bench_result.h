@@ -26,8 +26,12 @@ struct BenchRow {
   // copies back, and the op's whole run; and the inner algorithm's threads'
   // own waits for pieces to land (StagedBackend::Stats).
   double to_host_us = 0, inner_us = 0, to_device_us = 0, run_us = 0, algorithm_host_us = 0;
+  // With several rounds (KeepFastest): the median of the rounds' times, the
+  // mean of the middle two for an even count; 0 for one round.
+  double median_us = 0;
   double algbw() const { return time_us > 0 ? bytes / time_us / 1e3 : 0; }  // GB/s
   double busbw() const;  // pinned copy rows: algbw (one copy, no bus factor)
+  double median_busbw() const;  // busbw at median_us (0 without one)
 };
 
 struct BenchReport {
@@ -42,7 +46,8 @@ struct BenchReport {
 
 // Rows of the same (impl, ranks, op, bytes) from several rounds, collapsed
 // into the fastest measured one (its phases with it), in the order each key
-// first appeared. Rows not measured (`na` set) keep their first.
+// first appeared, with the median of the measured rounds in median_us (two
+// or more). Rows not measured (`na` set) keep their first.
 void KeepFastest(std::vector<BenchRow>* rows);
 
 // The tables for `ranks`, in the order of `ops`, over every impl present.
