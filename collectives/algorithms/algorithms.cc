@@ -230,7 +230,7 @@ std::vector<ByteRange> Pieces(size_t offset, size_t bytes, size_t piece) {
 
 // The all-gather half of the ring (segment s of `buf` at off[s], bytes[s]
 // long, rank r's own segment r reduced). The receives are posted before the
-// reduce-scatter starts (`post` runs first), so a neighbour that finishes its
+// reduce-scatter starts (Post runs first), so a neighbour that finishes its
 // half first streams straight into `buf` instead of into a transport's
 // unexpected-message buffer. Safe: segment j arrives only once it is fully
 // reduced, i.e. after this rank has read (and sent) its own part of segment j

@@ -74,6 +74,9 @@ absl::Status Impl::AllocBuffers(CudaBuildStats* stats) {
   shadow_buf_.assign(ni, nullptr);
   input_set_.assign(ni, false);
   CudaBuildStats::Memory& mem = stats->memory;
+  if (o_.arena_offset_bytes < 0 || o_.arena_offset_bytes % 256 != 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("arena_offset_bytes: expected a multiple of 256 >= 0, got ", o_.arena_offset_bytes));
   if (!dry_) {  // a step that cannot fit fails here, saying why, not in a cudaMalloc halfway
     size_t free_bytes = 0, total_bytes = 0;
     LOOM_CU(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
@@ -105,9 +108,6 @@ absl::Status Impl::AllocBuffers(CudaBuildStats* stats) {
   shadow_of_.assign(plan_.metas.size(), -1);
   for (int k = 0; k < ni; ++k)
     if (plan_.shadow[k] >= 0) shadow_of_[plan_.shadow[k]] = k;
-  if (o_.arena_offset_bytes < 0 || o_.arena_offset_bytes % 256 != 0)
-    return absl::InvalidArgumentError(
-        absl::StrCat("arena_offset_bytes: expected a multiple of 256 >= 0, got ", o_.arena_offset_bytes));
   LOOM_ASSIGN_OR_RETURN(void* arena, Alloc(plan_.arena_bytes + o_.arena_offset_bytes));
   arena_ = static_cast<char*>(arena) + o_.arena_offset_bytes;
   stats->buffers_seconds = std::chrono::duration<double>(Clock::now() - t0).count();
