@@ -37,15 +37,10 @@ const BenchRow* TorchRow(const BenchReport& r, const BenchRow& x) {
 
 }  // namespace
 
-double BenchRow::busbw() const {
-  return impl.rfind("pinned:", 0) == 0 ? algbw() : algbw() * BusFactor(op, ranks);
-}
-
-double BenchRow::median_busbw() const {
-  if (median_us <= 0) return 0;
-  BenchRow m = *this;
-  m.time_us = median_us;
-  return m.busbw();
+double BenchRow::BusbwAt(double us) const {
+  if (us <= 0) return 0;
+  const double algbw = bytes / us / 1e3;
+  return impl.rfind("pinned:", 0) == 0 ? algbw : algbw * BusFactor(op, ranks);
 }
 
 std::string FormatStagingBound(const BenchReport& r, int ranks) {

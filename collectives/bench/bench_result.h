@@ -30,8 +30,9 @@ struct BenchRow {
   // mean of the middle two for an even count; 0 for one round.
   double median_us = 0;
   double algbw() const { return time_us > 0 ? bytes / time_us / 1e3 : 0; }  // GB/s
-  double busbw() const;  // pinned copy rows: algbw (one copy, no bus factor)
-  double median_busbw() const;  // busbw at median_us (0 without one)
+  double busbw() const { return BusbwAt(time_us); }  // pinned copy rows: algbw (one copy, no bus factor)
+  double median_busbw() const { return BusbwAt(median_us); }  // 0 without a median
+  double BusbwAt(double us) const;  // busbw of an op taking `us` (0 for us <= 0)
 };
 
 struct BenchReport {
