@@ -11,7 +11,7 @@ AdamW and gradient clipping at 1.0, on random token ids.
       writes DIR/weights, DIR/batches (tensor_dir format) and DIR/config.json
   train_torch.py --data DIR --mode eager|compile|compile-ro [--sdpa default|cudnn|flash]
                  [--gqa auto|repeat|native] [--device cuda|cpu]
-                 [--activation-checkpointing none|blocks] --out F.json
+                 [--activation-checkpointing none|blocks] [--residual f32|bf16] --out F.json
       trains the model of DIR/config.json from DIR's weights on DIR's batches
   train_torch.py --print-presets      # the presets as JSON (train_config.h has the same)
 
@@ -19,6 +19,12 @@ Presets and their shapes: bench/cuda/train_config.h (default gpt2-124m).
 
 --activation-checkpointing blocks: each transformer block through torch.utils.checkpoint
 (the recipe of the capacity comparison; run_model.sh passes it to both sides).
+
+--residual bf16 (CUDA): the residual stream stored bf16 as Loom's bf16 policy
+stores it (the embedding output and every residual add rounded to bf16, the
+norms computed in f32 from it); the default f32 is what autocast does (the
+stream stays f32 because the embedding's output is). A control for loss
+comparisons, not a mode to time: gpt_torch.forward's `residual`.
 
 Modes:
   eager       the model and a fused AdamW, eagerly.
@@ -138,9 +144,9 @@ class Model(torch.nn.Module):
     """gpt_torch's model over trainable parameters (names with '.' as '_',
     ParameterDict's rule); forward returns the mean cross-entropy loss."""
 
-    def __init__(self, c, W, attn, checkpoint_blocks=False):
+    def __init__(self, c, W, attn, checkpoint_blocks=False, residual=None):
         super().__init__()
-        self.cfg, self.attn = model_cfg(c), attn
+        self.cfg, self.attn, self.residual = model_cfg(c), attn, residual
         self.names = gpt_torch.param_names(self.cfg)
         self.p = torch.nn.ParameterDict({n.replace(".", "_"): torch.nn.Parameter(W[n].clone()) for n in self.names})
         # Activation checkpointing: each block keeps only its input and
@@ -152,7 +158,7 @@ class Model(torch.nn.Module):
 
     def forward(self, x, y):
         P = {n: self.p[n.replace(".", "_")] for n in self.names}
-        return gpt_torch.loss_fn(self.cfg, P, x, y, attn=self.attn, wrap=self.wrap)[1]
+        return gpt_torch.loss_fn(self.cfg, P, x, y, attn=self.attn, wrap=self.wrap, residual=self.residual)[1]
 
 
 def sdpa_context(name):
@@ -253,7 +259,8 @@ def sync(dev):
 def train(c, W, xs, ys, a, dev, ro_index=0):
     """Trains a fresh model from W for warmup + steps steps; returns the
     losses, the timed seconds and the model."""
-    model = Model(c, W, make_attention(a.sdpa, a.gqa), a.activation_checkpointing == "blocks").to(dev)
+    residual = torch.bfloat16 if a.residual == "bf16" else None
+    model = Model(c, W, make_attention(a.sdpa, a.gqa), a.activation_checkpointing == "blocks", residual).to(dev)
     step = make_step(c, model, a.mode, dev, ro_index)
     losses, t0, nb = [], None, len(xs)
     with sdpa_context(a.sdpa):
@@ -304,6 +311,8 @@ def run(a):
     impl = f"torch_{a.mode.replace('-ro', '_reduce_overhead')}" + ("" if a.sdpa == "default" else f"_{a.sdpa}")
     if a.activation_checkpointing == "blocks":
         impl += "_ckpt"
+    if a.residual == "bf16":
+        impl += "_bf16_residual"
     if fallbacks:
         impl += "_fallback"
     return {"impl": impl, "preset": c.get("preset", ""), "family": c["family"], "tokens_per_s": tps,
@@ -329,6 +338,7 @@ def parse_args(argv=None):
     ap.add_argument("--gqa", default="auto", choices=["auto", "repeat", "native"])
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--activation-checkpointing", default="none", choices=["none", "blocks"])
+    ap.add_argument("--residual", default="f32", choices=["f32", "bf16"])
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--out")
@@ -345,6 +355,8 @@ def parse_args(argv=None):
             ap.error(f"--data: {a.data}/config.json is missing (write it with --init)")
         if a.device == "cpu" and a.mode != "eager":
             ap.error(f"--mode: {a.mode} needs --device cuda (the CPU runs eager only)")
+        if a.device == "cpu" and a.residual != "f32":
+            ap.error("--residual: bf16 needs --device cuda (the CPU runs f32 without autocast)")
         if a.mode != "eager" and not hasattr(torch, "compile"):
             ap.error(f"--mode: {a.mode} needs torch.compile (torch {torch.__version__} has none)")
     return ap, a

@@ -170,11 +170,16 @@ def rmsnorm(x, w, eps):
     return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * w
 
 
-def forward(cfg, P, x, drop=no_dropout, attn=attention, wrap=None):
+def forward(cfg, P, x, drop=no_dropout, attn=attention, wrap=None, residual=None):
     """The logits of batch x; `attn` has attention's signature (a fused
     kernel in the benchmarks, bench/cuda/train_torch.py). `wrap(f, h)`, when
     given, runs each transformer block f on the residual stream h (activation
-    checkpointing: torch.utils.checkpoint); None calls f(h)."""
+    checkpointing: torch.utils.checkpoint); None calls f(h). `residual`, when
+    given (torch.bfloat16), is the residual stream's dtype: the embedding
+    output and every residual add are rounded to it (so their gradients are
+    stored in it too), and each norm computes in f32 from it and rounds its output
+    to it (Loom's bf16 storage policy; None: the autocast rules, an f32
+    stream)."""
     B, T = x.shape
     L = cfg["n_layer"]
     C, H = cfg["d_model"], cfg["n_head"]
@@ -183,26 +188,33 @@ def forward(cfg, P, x, drop=no_dropout, attn=attention, wrap=None):
     eps = cfg.get("norm_eps") or 1e-5
     xl = x.long()
     run = wrap or (lambda f, h: f(h))
+    stream = (lambda h: h.to(residual)) if residual is not None else (lambda h: h)
+    if residual is not None:
+        def norm_in_f32(f):
+            return lambda h, *a: f(h.float(), *a).to(residual)
+        layer_norm, rms = norm_in_f32(F.layer_norm), norm_in_f32(rmsnorm)
+    else:
+        layer_norm, rms = F.layer_norm, rmsnorm
     if cfg["family"] == "gpt":
         def gpt_block(i):
             p = f"h.{i}."
 
             def block(h):
-                a = F.layer_norm(h, (C,), P[p + "ln_1.weight"], P[p + "ln_1.bias"], eps)
+                a = layer_norm(h, (C,), P[p + "ln_1.weight"], P[p + "ln_1.bias"], eps)
                 qkv = a @ P[p + "attn.c_attn.weight"] + P[p + "attn.c_attn.bias"]
                 q, k, v = qkv.split(C, dim=-1)
                 q, k, v = (t.reshape(B, T, H, D).transpose(1, 2) for t in (q, k, v))
                 y = attn(q, k, v, H, H, drop, 1 + 2 * L + i).transpose(1, 2).reshape(B, T, C)
-                h = h + drop(y @ P[p + "attn.c_proj.weight"] + P[p + "attn.c_proj.bias"], 1 + 2 * i)
-                m = F.layer_norm(h, (C,), P[p + "ln_2.weight"], P[p + "ln_2.bias"], eps)
+                h = stream(h + drop(y @ P[p + "attn.c_proj.weight"] + P[p + "attn.c_proj.bias"], 1 + 2 * i))
+                m = layer_norm(h, (C,), P[p + "ln_2.weight"], P[p + "ln_2.bias"], eps)
                 m = F.gelu(m @ P[p + "mlp.c_fc.weight"] + P[p + "mlp.c_fc.bias"], approximate="tanh")
-                return h + drop(m @ P[p + "mlp.c_proj.weight"] + P[p + "mlp.c_proj.bias"], 2 + 2 * i)
+                return stream(h + drop(m @ P[p + "mlp.c_proj.weight"] + P[p + "mlp.c_proj.bias"], 2 + 2 * i))
             return block
 
-        h = drop(P["wte"][xl] + P["wpe"][:T][None], 0)
+        h = stream(drop(P["wte"][xl] + P["wpe"][:T][None], 0))
         for i in range(cfg["n_layer"]):
             h = run(gpt_block(i), h)
-        h = F.layer_norm(h, (C,), P["ln_f.weight"], P["ln_f.bias"], eps)
+        h = layer_norm(h, (C,), P["ln_f.weight"], P["ln_f.bias"], eps)
         return h @ P["wte"].t()
     theta = cfg.get("rope_theta") or 10000.0
 
@@ -210,26 +222,26 @@ def forward(cfg, P, x, drop=no_dropout, attn=attention, wrap=None):
         p = f"layers.{i}."
 
         def block(h):
-            a = rmsnorm(h, P[p + "attention_norm.weight"], eps)
+            a = rms(h, P[p + "attention_norm.weight"], eps)
             q = rope((a @ P[p + "attention.wq"]).reshape(B, T, H, D), theta).transpose(1, 2)
             k = rope((a @ P[p + "attention.wk"]).reshape(B, T, Hkv, D), theta).transpose(1, 2)
             v = (a @ P[p + "attention.wv"]).reshape(B, T, Hkv, D).transpose(1, 2)
             y = attn(q, k, v, H, Hkv, drop, 1 + 2 * L + i).transpose(1, 2).reshape(B, T, C)
-            h = h + drop(y @ P[p + "attention.wo"], 1 + 2 * i)
-            m = rmsnorm(h, P[p + "ffn_norm.weight"], eps)
+            h = stream(h + drop(y @ P[p + "attention.wo"], 1 + 2 * i))
+            m = rms(h, P[p + "ffn_norm.weight"], eps)
             m = F.silu(m @ P[p + "feed_forward.w1"]) * (m @ P[p + "feed_forward.w3"])
-            return h + drop(m @ P[p + "feed_forward.w2"], 2 + 2 * i)
+            return stream(h + drop(m @ P[p + "feed_forward.w2"], 2 + 2 * i))
         return block
 
-    h = drop(P["tok_embeddings"][xl], 0)
+    h = stream(drop(P["tok_embeddings"][xl], 0))
     for i in range(cfg["n_layer"]):
         h = run(llama_block(i), h)
-    h = rmsnorm(h, P["norm.weight"], eps)
+    h = rms(h, P["norm.weight"], eps)
     return h @ P["output"]
 
 
-def loss_fn(cfg, P, x, y, drop=no_dropout, attn=attention, wrap=None):
-    logits = forward(cfg, P, x, drop, attn, wrap)
+def loss_fn(cfg, P, x, y, drop=no_dropout, attn=attention, wrap=None, residual=None):
+    logits = forward(cfg, P, x, drop, attn, wrap, residual)
     return logits, F.cross_entropy(logits.reshape(-1, logits.shape[-1]), y.long().reshape(-1))
 
 
