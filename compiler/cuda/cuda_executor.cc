@@ -68,7 +68,10 @@ absl::Status Impl::Init(const ir::Graph& g, const CudaOptions& o) {
   loom::kernels::cuda::SetGemmAutotune(o.autotune_gemm && !o.deterministic);
   LOOM_RETURN_IF_ERROR(AllocBuffers(&stats));
   t0 = Clock::now();
-  for (const Launch& l : plan_.launches) LOOM_RETURN_IF_ERROR(Build(l));
+  for (size_t pos = 0; pos < plan_.launches.size(); ++pos) {
+    LOOM_RETURN_IF_ERROR(Build(plan_.launches[pos]));
+    if (o.poison_arena) WrapGuards(static_cast<int>(pos));
+  }
   stats.build_seconds = since(t0);
   stats.launches = static_cast<int>(plan_.launches.size());
   t0 = Clock::now();

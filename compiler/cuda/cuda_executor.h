@@ -140,11 +140,12 @@ struct CudaOptions {
   // step wrote then turns the loss into NaN instead of reading the previous
   // step's leftovers. For checks; off in training.
   bool poison_arena = false;
-  // Bytes kept free after every arena buffer (PlanOptions::guard_bytes). With
-  // poison_arena they hold NaN, so a launch reading past an operand reads NaN,
-  // and after every step a guard no longer all 0xFF fails the step naming
-  // the buffer it follows and the launch that writes it. For checks; 0 in
-  // training.
+  // Bytes kept free after every arena buffer while it lives
+  // (PlanOptions::guard_bytes). With poison_arena they are filled with 0xFF
+  // (NaN) before the buffer's first writer runs, so a launch reading past an
+  // operand reads NaN, and read back after its last reader: a guard no
+  // longer all 0xFF fails the step naming the buffer it follows and the
+  // launches that ran while it lived. For checks; 0 in training.
   int64_t arena_guard_bytes = 0;
 };
 

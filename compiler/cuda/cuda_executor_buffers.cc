@@ -7,6 +7,8 @@
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -118,33 +120,54 @@ absl::Status Impl::AllocBuffers(CudaBuildStats* stats) {
   LOOM_ASSIGN_OR_RETURN(scratch_, Alloc(scratch));
   scratch_bytes_ = scratch;
   mem.scratch = scratch;
+  if (o_.poison_arena && !plan_.guards.empty() && !dry_) {  // WrapGuards' copies land here
+    int64_t total = 0;
+    for (const CudaPlan::Guard& gd : plan_.guards) total += gd.bytes;
+    LOOM_CU(cudaMallocHost(&guard_host_, total), "cudaMallocHost (arena guards)");
+    pinned_.push_back(guard_host_);
+  }
   return absl::OkStatus();
+}
+
+void Impl::WrapGuards(int pos) {
+  if (plan_.guards.empty()) return;
+  const int npos = static_cast<int>(plan_.launches.size());
+  std::vector<std::pair<void*, int64_t>> fill;            // guards born here
+  std::vector<std::tuple<void*, const void*, int64_t>> back;  // guards dying here: host, device, bytes
+  int64_t at = 0;
+  for (const CudaPlan::Guard& gd : plan_.guards) {
+    void* dev = static_cast<char*>(arena_) + gd.offset;
+    if (gd.writer == pos) fill.push_back({dev, gd.bytes});
+    if (gd.last == pos || (pos == npos - 1 && gd.last >= npos))
+      back.push_back({guard_host_ ? static_cast<char*>(guard_host_) + at : nullptr, dev, gd.bytes});
+    at += gd.bytes;
+  }
+  if (fill.empty() && back.empty()) return;
+  cudaStream_t s = stream_;
+  calls_.back() = [launch = calls_.back(), fill, back, s]() {
+    for (const auto& [dev, bytes] : fill) LOOM_CU(cudaMemsetAsync(dev, 0xFF, bytes, s), "arena guard: fill");
+    LOOM_RETURN_IF_ERROR(launch());
+    for (const auto& [host, dev, bytes] : back)
+      LOOM_CU(cudaMemcpyAsync(host, dev, bytes, cudaMemcpyDeviceToHost, s), "arena guard: copy");
+    return absl::OkStatus();
+  };
 }
 
 absl::Status Impl::CheckGuards() {
   if (plan_.guards.empty()) return absl::OkStatus();
-  int64_t total = 0;
-  for (const CudaPlan::Guard& gd : plan_.guards) total += gd.bytes;
-  if (guard_host_ == nullptr) {
-    LOOM_CU(cudaMallocHost(&guard_host_, total > 0 ? total : 1), "cudaMallocHost (arena guards)");
-    pinned_.push_back(guard_host_);
-  }
-  unsigned char* h = static_cast<unsigned char*>(guard_host_);
+  LOOM_CU(cudaStreamSynchronize(stream_), "arena guard: sync");
+  const unsigned char* h = static_cast<const unsigned char*>(guard_host_);
   int64_t at = 0;
   for (const CudaPlan::Guard& gd : plan_.guards) {
-    LOOM_CU(cudaMemcpyAsync(h + at, static_cast<char*>(arena_) + gd.offset, gd.bytes, cudaMemcpyDeviceToHost, stream_),
-            "arena guard: copy");
-    at += gd.bytes;
-  }
-  LOOM_CU(cudaStreamSynchronize(stream_), "arena guard: sync");
-  at = 0;
-  for (const CudaPlan::Guard& gd : plan_.guards) {
     for (int64_t i = 0; i < gd.bytes; ++i)
-      if (h[at + i] != 0xFF)
+      if (h[at + i] != 0xFF) {
+        const int last = std::min<int>(gd.last, static_cast<int>(plan_.launches.size()) - 1);
         return absl::InternalError(absl::StrCat(
             "arena guard: byte ", i, " after %", gd.value, " (", plan_.metas[gd.value].ToString(), ", ",
-            plan_.Bytes(gd.value), " bytes) was written in step ", steps_, "; launch ", gd.writer, " (",
-            plan_.launches[gd.writer].op, ") is the first to write it (--dump=cuda lists the launches)"));
+            plan_.Bytes(gd.value), " bytes) was written in step ", steps_, " while it lived: by one of launches ",
+            gd.writer, " (", plan_.launches[gd.writer].op, ", its first writer) to ", last, " (",
+            plan_.launches[last].op, "), writing past an operand (--dump=cuda lists the launches)"));
+      }
     at += gd.bytes;
   }
   return absl::OkStatus();

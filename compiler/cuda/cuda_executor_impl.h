@@ -96,6 +96,9 @@ class Impl final : public CudaExecutor {
   const Shape& Sh(int v) const { return plan_.metas[v].shape; }
   int64_t Numel(int v) const { return NumElements(Sh(v)); }
   absl::Status CheckInput(int k, const Tensor& t) const;
+  // With poison_arena and guards: launch `pos`'s call also fills the guards
+  // its buffers are born with and copies those that die with it to the host.
+  void WrapGuards(int pos);
   // After a poisoned step (CudaOptions::arena_guard_bytes): Internal naming
   // the first guard some launch wrote.
   absl::Status CheckGuards();

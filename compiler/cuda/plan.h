@@ -179,9 +179,13 @@ struct CudaPlan {
   int64_t alignment = 256;
   // With PlanOptions::guard_bytes: the free bytes after each arena buffer,
   // from the end of its storage to the next aligned buffer at the earliest.
+  // They are the buffer's only while it lives: from its first writer to its
+  // last reader (launches.size() for a graph output), after which another
+  // buffer may take them.
   struct Guard {
     int value;       // the root value the guard follows
     int writer;      // the first launch writing it
+    int last;        // the last launch reading or writing it
     int64_t offset;  // arena byte offset of the guard
     int64_t bytes;
   };

@@ -62,7 +62,9 @@ absl::StatusOr<bool> AssignArenaPass::Run(PlanState& s) {
   p.guards.clear();
   for (const passes::BufferAssignment& b : bufs) {
     p.offset[b.value] = b.offset;
-    if (guard > 0) p.guards.push_back({b.value, first[b.value], b.offset + p.Bytes(b.value), b.size - p.Bytes(b.value)});
+    if (guard > 0)
+      p.guards.push_back(
+          {b.value, first[b.value], last[b.value], b.offset + p.Bytes(b.value), b.size - p.Bytes(b.value)});
   }
   p.live_bytes_bound = placed.live_bytes_bound;
   p.arena_bytes = placed.peak_bytes;

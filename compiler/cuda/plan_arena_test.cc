@@ -87,6 +87,7 @@ TEST(AssignArena, GuardsFollowEveryBufferAndNothingLiveTouchesThem) {
     EXPECT_GE(gd.bytes, 1024) << "%" << gd.value;
     EXPECT_EQ(gd.offset, p.offset[gd.value] + p.Bytes(gd.value));
     EXPECT_EQ(gd.writer, first[gd.value]);
+    EXPECT_GE(gd.last, std::max(last[gd.value], gd.writer));
     for (int v = 0; v < static_cast<int>(p.metas.size()); ++v) {
       if (p.offset[v] < 0 || v == gd.value || first[v] < 0) continue;
       const int lo = std::max(first[v], first[gd.value]), hi = std::min(std::max(last[v], first[v]),
