@@ -3,7 +3,7 @@
 //
 //   compile_bench [--preset=llama-1b | shape flags] [--f32] [--attention=dispatch|flash]
 //                 [--no-fusions] [--deterministic] [--activation-checkpointing=none|blocks]
-//                 [--memory=standard|lean] [--offload-optimizer-state]
+//                 [--memory=standard|lean] [--offload-optimizer-state] [--residual=bf16|f32]
 //                 [--kernel-cache=DIR] [--compile-threads=N] [--warm=N] [--no-cold] [--dry]
 //
 // Flags: compile_bench_flags.h. Each run builds the model's forward graph
@@ -136,6 +136,7 @@ absl::StatusOr<Run> OneRun(const CompileBenchFlags& f, const std::string& cache,
   o.attention = f.model.flash ? compiler::cuda::AttnRoute::kFlash : compiler::cuda::AttnRoute::kDispatch;
   o.extra_fusions = f.model.fusions;
   o.deterministic = f.model.deterministic;
+  o.f32_residual = f.model.f32_residual;
   if (f.model.lean) o.memory = compiler::cuda::CudaOptions::Memory::kLean;
   o.offload_optimizer_state = f.model.offload;
   o.kernel_cache = cache;

@@ -3,7 +3,7 @@
 //
 // Model flags are train_bench's (train_config.h): --preset=NAME and the shape
 // flags, --f32, --attention=dispatch|flash, --no-fusions, --deterministic,
-// --activation-checkpointing=none|blocks. train_bench's run flags (--data,
+// --activation-checkpointing=none|blocks, --residual=bf16|f32. train_bench's run flags (--data,
 // --torch, --warmup, --steps, --loss-tol, --no-graph, --profile) are refused
 // by name. Its own:
 //   --kernel-cache=DIR    the generated kernels' CUBIN cache the runs use

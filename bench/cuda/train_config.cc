@@ -129,6 +129,8 @@ absl::Status ParseShapeOrRunFlag(absl::string_view a, TrainFlags* f) {
   } else if (a == "--activation-checkpointing=blocks") { f->checkpoint = true;
   } else if (a == "--activation-checkpointing=none") { f->checkpoint = false;
   } else if (a == "--offload-optimizer-state") { f->offload = true;
+  } else if (a == "--residual=f32") { f->f32_residual = true;
+  } else if (a == "--residual=bf16") { f->f32_residual = false;
   } else if (a == "--memory=lean") { f->lean = true;
   } else if (a == "--memory=standard") { f->lean = false;
   } else {

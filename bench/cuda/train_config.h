@@ -28,7 +28,7 @@
 // (with --data), --warmup, --steps,
 // --loss-tol, --f32, --no-graph, --attention=dispatch|flash, --no-fusions,
 // --profile, --activation-checkpointing=none|blocks, --deterministic,
-// --memory=standard|lean, --offload-optimizer-state. Every error is
+// --memory=standard|lean, --offload-optimizer-state, --residual=bf16|f32. Every error is
 // INVALID_ARGUMENT and names the flag.
 #pragma once
 
@@ -68,6 +68,7 @@ struct TrainFlags {
   int warmup = 5, steps = 20;
   bool f32 = false, graph = true, flash = false, fusions = true, profile = false, checkpoint = false;
   bool deterministic = false;  // CudaOptions::deterministic (--deterministic)
+  bool f32_residual = false;   // CudaOptions::f32_residual (--residual=f32; default bf16)
   bool lean = false;           // CudaOptions::memory kLean (--memory=lean; default standard)
   bool offload = false;        // CudaOptions::offload_optimizer_state (--offload-optimizer-state)
   int64_t arena_offset_gib = 0;  // CudaOptions::arena_offset_bytes / 2^30 (--arena-offset-gib)

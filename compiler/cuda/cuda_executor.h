@@ -92,6 +92,9 @@ struct CudaOptions {
   // backward, no timed pick), whatever `attention` says; GEMMs take
   // cuBLASLt's first heuristic algorithm (autotune_gemm is ignored).
   bool deterministic = false;
+  // bf16 plans: the residual stream and its gradient stored f32, as PyTorch's
+  // autocast keeps them (PlanOptions::f32_residual; train.residual: f32).
+  bool f32_residual = false;
   // Debug aid: every step runs eagerly with an event between launches, and
   // the per-kind and costliest-launch tables are printed to stderr when the
   // executor is destroyed (steps are then much slower than graph replay).
@@ -158,6 +161,7 @@ inline PlanOptions PlanOptionsFor(const CudaOptions& o) {
       p.accumulate_gemms = o.extra_fusions;
   p.gemm_epilogues = o.gemm_epilogues;
   p.deterministic = o.deterministic;
+  p.f32_residual = o.f32_residual;
   p.guard_bytes = o.arena_guard_bytes;
   if (o.memory == CudaOptions::Memory::kLean) p.memory = MemoryPolicy{true, true, true};
   for (const auto& [group, c] : o.communicators)

@@ -14,6 +14,10 @@
 //                            SetInput, whatever its layout; with the
 //                            optimizer state offloaded to host memory,
 //                            bitwise the deterministic lean run
+//   bf16 with the f32 residual stream (CudaOptions::f32_residual) vs CPU: the
+//                            same bound, gpt and llama (with block
+//                            checkpointing too); the parameters' distance
+//                            to the CPU's is printed beside the bf16 run's
 //   deterministic (CudaOptions::deterministic): f32 graph replay vs CPU as
 //                            above; f32 eager vs graph replay and two bf16
 //                            graph-replay runs: losses and final params
@@ -279,6 +283,42 @@ int CheckPlacement(const Config& c) {
   same("llama ckpt det: +1 GiB", RunGpu(l, true, true, true, false, false, offset), llama);
   same("llama ckpt det: guarded", RunGpu(l, true, true, true, false, false, guarded), llama);
   same("llama ckpt lean: poisoned", RunGpu(l, true, true, true, true, false, poison), RunGpu(l, true, true, true, true));
+  auto f32res = [](CudaOptions* o) { o->f32_residual = true; };
+  auto f32res_guarded = [](CudaOptions* o) {
+    o->f32_residual = o->poison_arena = true;
+    o->arena_guard_bytes = 4096;
+  };
+  same("llama ckpt f32res: guarded", RunGpu(l, true, true, true, false, false, f32res_guarded),
+       RunGpu(l, true, true, true, false, false, f32res));
+  return failures;
+}
+
+// The f32 residual stream (CudaOptions::f32_residual) against the CPU's f32
+// run: the bf16 loss bound, for gpt, llama and llama with block
+// checkpointing; each run's parameter distance to the CPU's is printed beside
+// the bf16-stream run's (not bounded). Returns the failures `row` did not
+// count (a CPU run that failed).
+template <typename Row>
+int CheckF32Residual(const Config& c, Row& row) {
+  auto f32res = [](CudaOptions* o) { o->f32_residual = true; };
+  int failures = 0;
+  for (int k = 0; k < 3; ++k) {
+    Config m = c;
+    m.family = k == 0 ? "gpt" : "llama";
+    m.checkpoint = k == 2;
+    const std::string name = k == 0 ? "gpt" : k == 1 ? "llama" : "llama ckpt";
+    auto cpu = RunCpu(m);
+    if (!cpu.ok()) {
+      std::printf("%s CPU run failed: %s\n", name.c_str(), std::string(cpu.status().message()).c_str());
+      ++failures;
+      continue;
+    }
+    auto res = RunGpu(m, true, true, false, false, false, f32res), plain = RunGpu(m, true, true);
+    row((name + " bf16 f32res vs cpu").c_str(), res, *cpu, 2e-2, 0);
+    if (res.ok() && plain.ok())
+      std::printf("%-28s param rel to cpu: f32 stream %.3e, bf16 stream %.3e\n", name.c_str(), ParamError(*res, *cpu),
+                  ParamError(*plain, *cpu));
+  }
   return failures;
 }
 
@@ -345,6 +385,7 @@ int Check(const Config& c) {
       row("llama bf16 lean vs cpu", RunGpu(l, true, true, false, true), *lcpu, 2e-2, 0);
     }
   }
+  failures += CheckF32Residual(c, row);
   failures += CheckPlacement(c);
   if (f32_graph.ok() && f32_eager.ok()) {
     bool identical = f32_graph->losses == f32_eager->losses;

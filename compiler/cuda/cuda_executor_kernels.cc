@@ -87,7 +87,8 @@ absl::Status Impl::BuildLayerNorm(const Launch& l, std::string* desc) {
   cg::LnSpec sp;
   sp.cols = Sh(y).back();
   const int64_t rows = Numel(y) / std::max<int64_t>(sp.cols, 1);
-  sp.dtype = Dt(y);
+  sp.dtype = Dt(fused ? out[0] : in[0]);  // x or h; y may differ (an f32 stream into bf16)
+  if (Dt(y) != sp.dtype) sp.y_dtype = Dt(y);
   sp.eps = l.attrs.GetFloat("eps", rms ? 1e-6 : 1e-5);  // the ops' defaults (kernels/cpu/nn/norms.cc)
   sp.rms = rms;
   sp.has_bias = !rms;

@@ -7,7 +7,8 @@
 // own test, over one PlanState (plan_state.h):
 //   storage_dtypes      the mixed-precision policy (StorageDTypes): with bf16,
 //                       every floating activation (forward and backward) is
-//                       stored bf16, except layernorm mean/rstd, cross-entropy
+//                       stored bf16 (the residual stream and its gradient
+//                       too, unless f32_residual), except layernorm mean/rstd, cross-entropy
 //                       loss/lse, sdpa lse, scalars (rank 0), grad_norm and
 //                       adamw outputs, and parameter gradients (the grad
 //                       operand of adamw, through adds; embedding_backward and
@@ -236,7 +237,9 @@ absl::Status CheckDeviceMemory(const DeviceMemory& need, int64_t free_bytes);
 
 // The storage dtype of every graph value (see the file comment), and under
 // `memory` the gradients and AdamW states it names.
-std::vector<DType> StorageDTypes(const ir::Graph& g, bool bf16, const MemoryPolicy& memory = {});
+// f32_residual: the residual stream and its gradient stay f32 (PlanOptions::f32_residual).
+std::vector<DType> StorageDTypes(const ir::Graph& g, bool bf16, const MemoryPolicy& memory = {},
+                                 bool f32_residual = false);
 
 // Which fusion passes run (all by default; off = one launch per op for that
 // pattern, to bisect a problem).
@@ -261,6 +264,12 @@ struct PlanOptions {
   std::map<std::string, int> group_rank;
   // The training state's device memory (bf16 plans only).
   MemoryPolicy memory;
+  // bf16 plans: the residual stream (the embedding output and the adds that
+  // build what the norms read) and its gradient stored f32, as autocast keeps
+  // them; the norms read it in f32 and write their bf16 GEMM operand
+  // directly. Costs bandwidth on the stream's adds and norms; keeps the deep
+  // models' sums of many layer outputs from rounding to bf16 at every add.
+  bool f32_residual = false;
   // Bytes kept free after every arena buffer (rounded up to the alignment),
   // listed in CudaPlan::guards: a check for launches that read or write past
   // their operands (CudaOptions::arena_guard_bytes). 0 in training.

@@ -10,8 +10,8 @@ namespace {
 // Node i is an `add`, or a fused node made of adds only, of 2..4 float
 // operands that are [.., C] and broadcast only over leading dims, whose output
 // is read as x by a layernorm (weight and bias) or an rmsnorm (weight) whose
-// output has the sum's storage dtype and whose statistics are f32. Returns
-// that norm's node, or -1.
+// output is f32 or bf16 (the sum's dtype, or bf16 from an f32 residual
+// stream) and whose statistics are f32. Returns that norm's node, or -1.
 int AddLayerNormUser(const PlanState& s, int i) {
   const ir::Graph& g = s.g;
   const ir::Node& n = g.nodes()[i];
@@ -40,7 +40,8 @@ int AddLayerNormUser(const PlanState& s, int i) {
     const ir::Node& u = g.nodes()[j];
     const size_t nin = u.op == "layernorm" ? 3 : u.op == "rmsnorm" ? 2 : 0;
     if (nin == 0 || u.inputs.size() != nin || u.inputs[0] != h) continue;
-    bool ok = s.p.metas[u.outputs[0]].dtype == dt;
+    const DType ydt = s.p.metas[u.outputs[0]].dtype;
+    bool ok = ydt == DType::kF32 || ydt == DType::kBF16;
     for (size_t k = 1; k < nin; ++k) ok = ok && u.inputs[k] != h && s.prod[u.inputs[k]] < i;
     for (size_t k = 1; k < u.outputs.size(); ++k) ok = ok && s.p.metas[u.outputs[k]].dtype == DType::kF32;
     if (ok) return j;

@@ -2,12 +2,61 @@
 // storage_dtypes pass (plan_dtypes.h).
 #include "compiler/cuda/plan_dtypes.h"
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
-namespace loom::compiler::cuda {
+#include "absl/strings/string_view.h"
 
-std::vector<DType> StorageDTypes(const ir::Graph& g, bool bf16, const MemoryPolicy& memory) {
+namespace loom::compiler::cuda {
+namespace {
+
+// The residual stream and its gradient: f32 under PlanOptions::f32_residual,
+// as autocast keeps them (the embedding's f32 output promotes every add).
+// Forward: what a norm reads, back through the adds that build it, to the
+// embedding lookups; an add's operand made by another op (a GEMM's branch)
+// is not the stream. Backward: what embedding_backward reads, back through
+// the adds that sum the stream's gradient, to the norm backwards' dx that
+// start each term.
+std::vector<bool> ResidualStream(const ir::Graph& g, const std::vector<int>& prod) {
+  std::vector<bool> stream(g.values().size(), false);
+  // An add, or a fused node of adds only (a bias add joined to the residual's), reads as "add".
+  auto op_of = [&](int v) -> absl::string_view {
+    if (prod[v] < 0) return absl::string_view();
+    const ir::Node& n = g.nodes()[prod[v]];
+    if (n.op == ir::kFusedOp && n.subgraph && n.subgraph->outputs().size() == 1 &&
+        std::all_of(n.subgraph->nodes().begin(), n.subgraph->nodes().end(),
+                    [](const ir::Node& b) { return b.op == "add"; }))
+      return "add";
+    return n.op;
+  };
+  auto walk = [&](std::vector<int> work, auto joins) {
+    while (!work.empty()) {
+      const int v = work.back();
+      work.pop_back();
+      if (stream[v] || !IsFloating(g.meta(v).dtype) || !joins(v)) continue;
+      stream[v] = true;
+      if (op_of(v) == "add")
+        for (int u : g.nodes()[prod[v]].inputs) work.push_back(u);
+    }
+  };
+  std::vector<int> fwd, bwd;
+  for (const ir::Node& n : g.nodes()) {
+    if (n.op == "rmsnorm" || n.op == "layernorm") fwd.push_back(n.inputs[0]);
+    if (n.op == "embedding_backward") bwd.push_back(n.inputs[0]);
+  }
+  walk(fwd, [&](int v) { return op_of(v) == "add" || op_of(v) == "embedding"; });
+  walk(bwd, [&](int v) {
+    const absl::string_view op = op_of(v);
+    return op == "add" ||
+           ((op == "rmsnorm_backward" || op == "layernorm_backward") && g.nodes()[prod[v]].outputs[0] == v);
+  });
+  return stream;
+}
+
+}  // namespace
+
+std::vector<DType> StorageDTypes(const ir::Graph& g, bool bf16, const MemoryPolicy& memory, bool f32_residual) {
   const size_t nv = g.values().size();
   std::vector<DType> st(nv);
   for (size_t v = 0; v < nv; ++v) st[v] = g.meta(v).dtype;
@@ -35,6 +84,7 @@ std::vector<DType> StorageDTypes(const ir::Graph& g, bool bf16, const MemoryPoli
     if (o.updates >= 0) (state[g.inputs()[o.updates].value] ? state : master)[o.value] = true;
   for (const ir::GraphInput& in : g.inputs())
     if (state[in.value] && g.meta(in.value).dtype == DType::kF32) st[in.value] = DType::kBF16;
+  const std::vector<bool> stream = f32_residual ? ResidualStream(g, prod) : std::vector<bool>(nv, false);
   while (!work.empty()) {
     int v = work.back();
     work.pop_back();
@@ -67,7 +117,7 @@ std::vector<DType> StorageDTypes(const ir::Graph& g, bool bf16, const MemoryPoli
       }
       const std::string& op = n.op;
       const bool keep32 =
-          m.shape.empty() || (pgrad[v] && !memory.bf16_param_grads) || master[v] || op == "grad_norm" || op == "adamw" || op == "sum" || op == "max" || op == "embedding_backward" ||
+          m.shape.empty() || stream[v] || (pgrad[v] && !memory.bf16_param_grads) || master[v] || op == "grad_norm" || op == "adamw" || op == "sum" || op == "max" || op == "embedding_backward" ||
           op == "cross_entropy" || ((op == "layernorm" || op == "rmsnorm") && k > 0) ||
           (op == "sdpa" && k == 1) || ((op == "layernorm_backward" || op == "rmsnorm_backward") && k > 0);
       st[v] = keep32 ? DType::kF32 : DType::kBF16;
@@ -91,7 +141,7 @@ absl::StatusOr<bool> StorageDTypesPass::Run(PlanState& s) {
         return Unsupported(s.g, static_cast<int>(i),
                            "bf16 AdamW states need m and v as graph inputs (not shards of them: ZeRO)");
     }
-  s.st = StorageDTypes(s.g, s.p.bf16, mem);
+  s.st = StorageDTypes(s.g, s.p.bf16, mem, s.options.f32_residual);
   s.p.metas.clear();
   for (size_t v = 0; v < s.st.size(); ++v) s.p.metas.push_back({s.st[v], s.g.meta(v).shape});
   s.attn_views = s.options.attn_views && s.p.bf16;

@@ -3,6 +3,7 @@
 
 #include <map>
 #include <string>
+#include <vector>
 
 #include "compiler/cuda/plan_test_util.h"
 #include "gtest/gtest.h"
@@ -97,6 +98,112 @@ TEST(StorageDTypes, LeanPolicyStoresStatesAndGradientsBf16) {
   EXPECT_GE(f32_grads, 2);    // the embedding's and the norms' weights
   for (const ir::GraphOutput& o : g.outputs())
     if (o.updates >= 0) EXPECT_EQ(st[o.value], st[g.inputs()[o.updates].value]) << g.inputs()[o.updates].name;
+}
+
+// f32_residual: the values a norm reads (the embedding output and the adds
+// that build the stream) and the stream's gradient (the adds that sum it, the
+// norm backwards' dx, what embedding_backward reads) are f32; the norms'
+// outputs, the GEMMs' outputs and the rest of the activations stay bf16.
+// Without it every one of them is bf16.
+void ExpectF32Residual(const ir::Graph& g, int n_layer, const std::string& name) {
+  const std::vector<int> prod = plan_internal::Producers(g);
+  for (bool on : {false, true}) {
+    const std::vector<DType> st = StorageDTypes(g, true, {}, on);
+    const DType want = on ? DType::kF32 : DType::kBF16;
+    int norm_inputs = 0, stream_grads = 0, f32_activations = 0;
+    for (const ir::Node& n : g.nodes()) {
+      if (n.op == "layernorm" || n.op == "rmsnorm") {
+        EXPECT_EQ(st[n.inputs[0]], want) << name << ": a norm's x";
+        EXPECT_EQ(st[n.outputs[0]], DType::kBF16) << name << ": a norm's y (a GEMM's operand)";
+        ++norm_inputs;
+      } else if (n.op == "layernorm_backward" || n.op == "rmsnorm_backward") {
+        EXPECT_EQ(st[n.outputs[0]], want) << name << ": a norm backward's dx";
+        ++stream_grads;
+      } else if (n.op == "embedding_backward") {
+        EXPECT_EQ(st[n.inputs[0]], want) << name << ": the stream's gradient at the bottom";
+      } else if (n.op == "embedding" && g.meta(n.outputs[0]).shape.size() == 3) {
+        EXPECT_EQ(st[n.outputs[0]], want) << name << ": the token embedding";
+      } else if (n.op == "matmul" || n.op == "sdpa" || n.op == "rope") {
+        if (n.op != "matmul" || st[n.outputs[0]] == DType::kBF16)  // a weight gradient may be f32
+          EXPECT_EQ(st[n.outputs[0]], DType::kBF16) << name << ": " << n.op;
+      }
+      for (int v : n.outputs)
+        f32_activations += st[v] == DType::kF32 && g.meta(v).shape.size() == 3 && n.op != "matmul" && n.op != "adamw";
+    }
+    EXPECT_EQ(norm_inputs, 2 * n_layer + 1) << name;
+    EXPECT_EQ(stream_grads, 2 * n_layer + 1) << name;
+    // Per layer: 2 adds and 2 norm dx forward and backward, +1 each for the final norm.
+    if (on) EXPECT_GE(f32_activations, 4 * n_layer + 2) << name;
+  }
+}
+
+TEST(StorageDTypes, F32ResidualKeepsTheStreamAndItsGradientF32) {
+  ExpectF32Residual(LlamaJoint(64, 3), 3, "llama");
+  ExpectF32Residual(GptJoint(3), 3, "gpt");
+  v1::ModelSpec spec;
+  spec.set_family("llama");
+  spec.set_n_layer(2);
+  spec.set_n_head(4);
+  spec.set_n_kv_head(2);
+  spec.set_d_model(64);
+  spec.set_seq_len(32);
+  spec.set_vocab(128);
+  // Block checkpointing: the recomputed forward's norms read f32 too.
+  const ir::Graph ck = ModelJoint(spec, 2, /*checkpoint_blocks=*/true);
+  int norms = 0;
+  for (const ir::Node& n : ck.nodes()) norms += n.op == "rmsnorm";
+  EXPECT_GT(norms, 2 * 2 + 1) << "the blocks' norms are recomputed";
+  const std::vector<DType> st = StorageDTypes(ck, true, {}, true);
+  for (const ir::Node& n : ck.nodes())
+    if (n.op == "rmsnorm") EXPECT_EQ(st[n.inputs[0]], DType::kF32) << "checkpointed llama";
+}
+
+// The f32_residual plan keeps every fusion of the default one: each add and
+// its norm are one generated launch that stores the f32 sum and writes the
+// bf16 GEMM operand directly (so no cast rounds the stream before a norm reads
+// it), and each norm backward still folds the stream gradient's add. What it
+// adds are casts between the f32 stream gradient and the bf16 GEMMs.
+TEST(StorageDTypes, F32ResidualPlanKeepsTheNormFusions) {
+  for (bool ckpt : {false, true}) {
+    v1::ModelSpec spec;
+    spec.set_family("llama");
+    spec.set_n_layer(3);
+    spec.set_n_head(4);
+    spec.set_n_kv_head(2);
+    spec.set_d_model(64);
+    spec.set_seq_len(32);
+    spec.set_vocab(128);
+    const ir::Graph g = ModelJoint(spec, 2, ckpt);
+    PlanOptions on;
+    on.f32_residual = true;
+    auto base = PlanCuda(g, true);
+    auto p = PlanCuda(g, true, on);
+    ASSERT_TRUE(base.ok() && p.ok()) << base.status() << p.status();
+    EXPECT_EQ(ArenaProblems(g, *p), std::vector<std::string>{});
+    const int fused = CountOp(*base, LaunchKind::kLayerNorm, "add+rmsnorm");
+    EXPECT_GE(fused, 2 * 3) << "ckpt " << ckpt;
+    EXPECT_EQ(CountOp(*p, LaunchKind::kLayerNorm, "add+rmsnorm"), fused);
+    EXPECT_EQ(CountOp(*p, LaunchKind::kRmsNormBackward, "rmsnorm_backward+add"),
+              CountOp(*base, LaunchKind::kRmsNormBackward, "rmsnorm_backward+add"));
+    std::vector<int> writer(p->metas.size(), -1);
+    for (size_t i = 0; i < p->launches.size(); ++i)
+      for (int v : p->launches[i].outputs) writer[v] = static_cast<int>(i);
+    int norms = 0;
+    for (const Launch& l : p->launches) {
+      if (l.kind == LaunchKind::kLayerNorm) {
+        const bool add = l.op == "add+rmsnorm";
+        const int x = add ? l.outputs[0] : l.inputs[0];
+        EXPECT_EQ(p->metas[x].dtype, DType::kF32) << l.op << ": the stream, f32";
+        EXPECT_EQ(p->metas[l.outputs[add ? 1 : 0]].dtype, DType::kBF16) << l.op << ": the GEMM operand";
+        if (!add) EXPECT_NE(p->launches[writer[x]].op, "cast") << "the stream is not rounded before its norm";
+        ++norms;
+      }
+      if (l.kind == LaunchKind::kRmsNormBackward) EXPECT_EQ(p->metas[l.outputs[0]].dtype, DType::kF32) << l.op;
+      if (l.kind == LaunchKind::kRmsNorm) ADD_FAILURE() << "an f32 stream normalised into bf16 is the generated norm";
+    }
+    EXPECT_EQ(norms, CountOp(*base, LaunchKind::kLayerNorm) + CountOp(*base, LaunchKind::kRmsNorm));
+    EXPECT_GT(CountOp(*p, LaunchKind::kCopy, "cast"), CountOp(*base, LaunchKind::kCopy, "cast"));
+  }
 }
 
 TEST(StorageDTypesPass, TheMemoryPolicyNeedsABf16Plan) {

@@ -126,7 +126,15 @@ absl::Status LowerWindowCopies(const PlanState& s, int i, Launch& L) {
 
 // layernorm, layernorm_backward (+ the residual add residual_grad folded),
 // rmsnorm, rmsnorm_backward: activations in the output's dtype, weights and
-// statistics f32.
+// statistics f32; except a forward norm's x, read in its own float dtype (an
+// f32 residual stream normalised into bf16: the generated norm, whose rmsnorm
+// form is a kLayerNorm launch with attr rms).
+// v as stored when that is f32 or bf16, else cast to dt.
+int FloatOr(PlanState& s, int v, DType dt) {
+  const DType have = s.p.metas[v].dtype;
+  return have == DType::kF32 || have == DType::kBF16 ? v : s.want(v, dt);
+}
+
 absl::Status LowerNorm(PlanState& s, int i, Launch& L) {
   const ir::Node& n = s.g.nodes()[i];
   const CudaPlan& p = s.p;
@@ -135,7 +143,7 @@ absl::Status LowerNorm(PlanState& s, int i, Launch& L) {
   if (n.op == "layernorm") {
     if (n.inputs.size() != 3) return Unsupported(s.g, i, "layernorm without bias");
     L.kind = LaunchKind::kLayerNorm;
-    L.inputs = {s.want(n.inputs[0], dt), s.want(n.inputs[1], f32), s.want(n.inputs[2], f32)};
+    L.inputs = {FloatOr(s, n.inputs[0], dt), s.want(n.inputs[1], f32), s.want(n.inputs[2], f32)};
     if (p.metas[n.outputs[1]].dtype != f32 || p.metas[n.outputs[2]].dtype != f32)
       return Unsupported(s.g, i, "mean/rstd must be f32");
   } else if (n.op == "layernorm_backward") {
@@ -146,8 +154,13 @@ absl::Status LowerNorm(PlanState& s, int i, Launch& L) {
       return Unsupported(s.g, i, "dweight/dbias must be f32");
   } else if (n.op == "rmsnorm") {
     if (p.metas[n.outputs[1]].dtype != f32) return Unsupported(s.g, i, "rstd must be f32");
+    const int x = FloatOr(s, n.inputs[0], dt);
     L.kind = LaunchKind::kRmsNorm;
-    L.inputs = {s.want(n.inputs[0], dt), s.want(n.inputs[1], f32)};
+    if (p.metas[x].dtype != dt) {
+      L.kind = LaunchKind::kLayerNorm;
+      L.attrs.Set("rms", true);
+    }
+    L.inputs = {x, s.want(n.inputs[1], f32)};
   } else {
     if (p.metas[n.outputs[1]].dtype != f32) return Unsupported(s.g, i, "dweight must be f32");
     L.kind = LaunchKind::kRmsNormBackward;

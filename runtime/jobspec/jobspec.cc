@@ -702,6 +702,11 @@ absl::Status ValidateJobSpec(const v1::JobSpec& s) {
       Field(t.sample_tokens() >= 0, "train.sample_tokens", str(t.sample_tokens()), "must not be negative (0: no sample)"));
   LOOM_RETURN_IF_ERROR(Field(t.precision() == "f32" || t.precision() == "bf16", "train.precision",
                              t.precision(), "expected f32 or bf16"));
+  const std::string& rp = t.residual_precision();
+  LOOM_RETURN_IF_ERROR(Field(rp.empty() || rp == "f32" || rp == "bf16", "train.residual_precision", rp,
+                             "expected f32 or bf16"));
+  LOOM_RETURN_IF_ERROR(Field(rp != "bf16" || t.precision() == "bf16", "train.residual_precision", rp,
+                             "a bf16 stream needs train.precision: bf16"));
   // The sorted embedding backward (kernels/cuda/embedding.h) sorts int32 row
   // indices: a step's ids (checked over the global batch) must number < 2^31.
   const int64_t ids = int64_t{t.batch_size()} * m.seq_len();

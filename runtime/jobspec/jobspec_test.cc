@@ -407,6 +407,24 @@ TEST(JobSpec, MemoryIsStandardOrLeanOnOneCudaRank) {
   EXPECT_TRUE(off_back->train().offload_optimizer_state()) << ToYaml(*off);
 }
 
+// train.residual_precision: bf16 (the default under precision bf16) or f32;
+// a bf16 stream needs bf16 precision; job.yaml keeps it.
+TEST(JobSpec, ResidualPrecisionIsF32OrBf16) {
+  const std::string cuda = "device: cuda\n";
+  EXPECT_EQ(ErrorOf("train: {precision: bf16, residual_precision: f32}\n" + cuda), "");
+  EXPECT_EQ(ErrorOf("train: {precision: bf16, residual_precision: bf16}\n" + cuda), "");
+  EXPECT_EQ(ErrorOf("train: {residual_precision: f32}"), "");
+  EXPECT_EQ(ErrorOf("train: {precision: bf16, residual_precision: fp8}\n" + cuda),
+            "train.residual_precision: expected f32 or bf16 (got fp8)");
+  EXPECT_EQ(ErrorOf("train: {residual_precision: bf16}"),
+            "train.residual_precision: a bf16 stream needs train.precision: bf16 (got bf16)");
+  auto s = ParseJobSpecYaml("train: {precision: bf16, residual_precision: f32}\n" + cuda);
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto back = ParseJobSpecYaml(ToYaml(*s));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->train().residual_precision(), "f32") << ToYaml(*s);
+}
+
 // data.tokenizer is loaded and checked against the model when the spec is
 // validated (runtime/data/tokenizer.h).
 TEST(JobSpec, TokenizerIsCheckedAgainstTheModel) {

@@ -99,11 +99,13 @@ struct LoomLnParams { const void* in[4]; const float* gamma; const float* beta;
   void* h; void* y; float* mean; float* rstd; long long rows; };
 static_assert(sizeof(LoomLnParams) == 88, "LoomLnParams layout");
 #endif
-// $KIND$ cols=$C$ dtype=$DT$ addends=$RES$ bias=$BIAS$ eps=$EPS$ threads=$T$ vec=$W$
+// $KIND$ cols=$C$ dtype=$DT$ y=$DTY$ addends=$RES$ bias=$BIAS$ eps=$EPS$ threads=$T$ vec=$W$
 extern "C" __global__ void __launch_bounds__($T$) $NAME$(LoomLnParams p) {
   __shared__ float loom_red[32];
   typedef $ST$ T;
   typedef $VT$ V;
+  typedef $STY$ TY;
+  typedef $VTY$ VY;
   typedef $VF$ VF;
   const int tid = threadIdx.x;
   for (long long row = blockIdx.x; row < p.rows; row += gridDim.x) {
@@ -140,10 +142,10 @@ $LOAD_X$
       if ($INSIDE$) {
         const VF g = *(const VF*)(p.gamma + c);
 $LOAD_BETA$
-        V vy;
+        VY vy;
 #pragma unroll
         for (int j = 0; j < $W$; ++j) vy.v[j] = $STORE_Y$;
-        *(V*)((T*)p.y + base + c) = vy;
+        *(VY*)((TY*)p.y + base + c) = vy;
       }
     }
   }
@@ -348,6 +350,8 @@ int64_t RowGrid(int64_t rows) { return std::max<int64_t>(1, std::min<int64_t>(ro
 absl::StatusOr<RowSource> GenerateLayerNorm(const LnSpec& s) {
   if (s.cols <= 0) return Bad("cols", absl::StrCat("expected > 0, got ", s.cols));
   if (!FloatStorage(s.dtype)) return Bad("dtype", absl::StrCat("expected f32 or bf16, got ", DTypeName(s.dtype)));
+  const DType ydt = s.y_dtype.value_or(s.dtype);
+  if (!FloatStorage(ydt)) return Bad("y_dtype", absl::StrCat("expected f32 or bf16, got ", DTypeName(ydt)));
   if (!(s.eps >= 0)) return Bad("eps", "expected >= 0");
   if (s.rms && s.has_bias) return Bad("has_bias", "RMSNorm has no bias");
   RowSource r;
@@ -355,9 +359,11 @@ absl::StatusOr<RowSource> GenerateLayerNorm(const LnSpec& s) {
   r.rms = s.rms;
   r.cols = s.cols;
   r.dtype = s.dtype;
+  r.y_dtype = ydt;
   r.addends = s.addends;
   r.has_bias = s.has_bias;
-  r.vec = VecWidth(s.dtype, s.cols);
+  // One width for x, h and y: an f32 one among them bounds it to 4.
+  r.vec = VecWidth(s.dtype == DType::kF32 || ydt == DType::kF32 ? DType::kF32 : DType::kBF16, s.cols);
   const int64_t nvec = s.cols / r.vec;
   int t = s.threads;
   if (t == 0) {
@@ -404,6 +410,7 @@ absl::StatusOr<RowSource> GenerateLayerNorm(const LnSpec& s) {
        {"$C$", absl::StrCat(s.cols)},
        {"$CF$", absl::StrCat(s.cols, ".0f")},
        {"$DT$", std::string(DTypeName(s.dtype))},
+       {"$DTY$", std::string(DTypeName(ydt))},
        {"$RES$", absl::StrCat(s.addends.size())},
        {"$BIAS$", s.has_bias ? "1" : "0"},
        {"$EPS$", FloatLit(s.eps)},
@@ -413,11 +420,13 @@ absl::StatusOr<RowSource> GenerateLayerNorm(const LnSpec& s) {
        {"$NW$", absl::StrCat(t / 32)},
        {"$ST$", Storage(s.dtype)},
        {"$VT$", VecType(s.dtype, r.vec)},
+       {"$STY$", Storage(ydt)},
+       {"$VTY$", VecType(ydt, r.vec)},
        {"$VF$", VecType(DType::kF32, r.vec)},
        {"$INSIDE$", k * t == nvec ? "true" : absl::StrCat("c < ", s.cols)},
        {"$LOAD_X$", load_x},
        {"$LOAD_BETA$", s.has_bias ? "        const VF bb = *(const VF*)(p.beta + c);" : ""},
-       {"$STORE_Y$", Store(s.dtype, y)}},
+       {"$STORE_Y$", Store(ydt, y)}},
       "loom_ln_", &name);
   r.source = absl::StrCat(kPrelude, body);
   r.kernels = {name};
@@ -524,7 +533,8 @@ absl::Status RowwiseKernel::Launch(const LnParams& p, StreamHandle stream) const
   // Vector widths: storage (vec * elem size) and f32 gamma/beta (vec * 4), capped at 16.
   const int64_t es = DTypeSize(gen_.dtype);
   const int64_t sa = std::min<int64_t>(16, gen_.vec * es), fa = std::min<int64_t>(16, gen_.vec * 4);
-  LOOM_RETURN_IF_ERROR(Ptr(name(), "y", p.y, sa));
+  const int64_t ya = std::min<int64_t>(16, gen_.vec * DTypeSize(gen_.y_dtype));
+  LOOM_RETURN_IF_ERROR(Ptr(name(), "y", p.y, ya));
   LOOM_RETURN_IF_ERROR(Ptr(name(), "gamma", p.gamma, fa));
   if (!gen_.rms) LOOM_RETURN_IF_ERROR(Ptr(name(), "mean", p.mean, 4));
   LOOM_RETURN_IF_ERROR(Ptr(name(), "rstd", p.rstd, 4));

@@ -45,6 +45,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -117,6 +118,9 @@ struct LnAddend {
 struct LnSpec {
   int64_t cols = 0;
   DType dtype = DType::kF32;  // x (plain), h and y storage: kF32 or kBF16
+  // y's storage when it differs from x's and h's: an f32 residual stream
+  // normalised into a bf16 GEMM operand (PlanOptions::f32_residual).
+  std::optional<DType> y_dtype;
   // Empty: plain layernorm of x = in[0]. Two or more: the prologue
   // h = in[0] + in[1] + ... (f32, left to right, rounded once to dtype) is
   // stored and normalised (the `add -> layernorm` fusion).
@@ -145,6 +149,7 @@ struct RowSource {
   int vec = 1;  // elements per vector access
   int64_t cols = 0;
   DType dtype = DType::kF32;  // row storage dtype
+  DType y_dtype = DType::kF32;   // layernorm: y's storage (dtype unless LnSpec::y_dtype)
   std::vector<LnAddend> addends;  // layernorm
   bool has_bias = false;         // layernorm
   bool rms = false;              // layernorm: the RMSNorm form

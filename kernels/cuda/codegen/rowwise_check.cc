@@ -85,7 +85,7 @@ LnCase MakeLnCase(const LnSpec& s, int64_t rows, uint64_t seed) {
     c.beta.Set(j, 0.1 * rng.Normal(k + 2 * j + 1));
   }
   Fill(c.h, s.dtype, n, kNaN);
-  Fill(c.y, s.dtype, n, kNaN);
+  Fill(c.y, s.y_dtype.value_or(s.dtype), n, kNaN);
   Fill(c.mean, DType::kF32, rows, kNaN);
   Fill(c.rstd, DType::kF32, rows, kNaN);
   return c;
@@ -106,7 +106,7 @@ LnParams LnParamsFor(LnCase& c) {
 
 std::string CheckLn(const LnCase& c) {
   const int64_t C = c.spec.cols;
-  const bool bf = c.spec.dtype == DType::kBF16;
+  const bool bf = c.spec.y_dtype.value_or(c.spec.dtype) == DType::kBF16;  // y's tolerance
   std::vector<double> x(C);
   HostBuf round;
   round.Init(c.spec.dtype, 1);

@@ -136,6 +136,48 @@ TEST_F(HostExec, LayerNormMatchesTheF64Reference) {
   }
 }
 
+// y stored in another dtype than x and h: an f32 residual stream (plain, or
+// the sum of an f32 stream and a bf16 branch) normalised into bf16, and the
+// reverse; h keeps the stream's exact f32 sum.
+TEST_F(HostExec, LayerNormWithItsOwnOutputDTypeMatchesTheF64Reference) {
+  struct Item {
+    LnSpec spec;
+    RowSource gen;
+  };
+  std::vector<Item> items;
+  for (DType dt : {DType::kF32, DType::kBF16})
+    for (bool fused : {false, true})
+      for (int64_t cols : {768, 100, 37})
+        for (bool rms : {false, true}) {
+          LnSpec s;
+          s.rms = rms;
+          s.cols = cols;
+          s.dtype = dt;
+          s.y_dtype = dt == DType::kF32 ? DType::kBF16 : DType::kF32;
+          if (fused) s.addends = {{dt, 0}, {DType::kBF16, 0}};
+          s.has_bias = !rms;
+          auto gen = GenerateLayerNorm(s);
+          ASSERT_TRUE(gen.ok()) << gen.status();
+          EXPECT_EQ(gen->y_dtype, *s.y_dtype);
+          EXPECT_EQ(gen->vec, cols % 4 == 0 ? 4 : 1);  // the f32 side bounds the width
+          Add(*gen, "LoomLnParams");
+          items.push_back({s, *gen});
+        }
+  CompileAll();
+  uint64_t seed = 70;
+  for (Item& it : items) {
+    LnCase c = MakeLnCase(it.spec, 5, ++seed);
+    ASSERT_EQ(c.y.dtype, *it.spec.y_dtype);
+    LnParams p = LnParamsFor(c);
+    RunFn f = Fn(it.gen.kernels[0]);
+    ASSERT_NE(f, nullptr);
+    f(&p, 2, it.gen.threads);
+    EXPECT_EQ(CheckLn(c), "") << it.gen.kernels[0] << (it.spec.rms ? " rms" : "") << " cols " << it.spec.cols << " "
+                              << DTypeName(it.spec.dtype) << " -> " << DTypeName(*it.spec.y_dtype) << " addends "
+                              << it.spec.addends.size();
+  }
+}
+
 TEST_F(HostExec, AdamWMatchesTheF64Reference) {
   std::vector<AdamWSpec> specs(3);
   specs[0].max_norm = 1.0;
