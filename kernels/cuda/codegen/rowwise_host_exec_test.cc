@@ -90,61 +90,67 @@ class HostExec : public ::testing::Test {
   void TearDown() override {
     if (h_) ::dlclose(h_);
   }
+  void RunLn(const std::vector<LnSpec>& specs, uint64_t seed);
   std::string cxx_, tu_;
   std::set<std::string> names_;
   void* h_ = nullptr;
 };
 
+// Generates each spec's norm, compiles them all on the host, runs each on a
+// case of 5 rows and checks it against the f64 reference.
+void HostExec::RunLn(const std::vector<LnSpec>& specs, uint64_t seed) {
+  std::vector<RowSource> gens;
+  for (const LnSpec& s : specs) {
+    auto gen = GenerateLayerNorm(s);
+    ASSERT_TRUE(gen.ok()) << gen.status();
+    EXPECT_EQ(gen->y_dtype, s.y_dtype.value_or(s.dtype));
+    Add(*gen, "LoomLnParams");
+    gens.push_back(*gen);
+  }
+  CompileAll();
+  for (size_t k = 0; k < specs.size(); ++k) {
+    const LnSpec& s = specs[k];
+    LnCase c = MakeLnCase(s, 5, seed + k);
+    ASSERT_EQ(c.y.dtype, s.y_dtype.value_or(s.dtype));
+    LnParams p = LnParamsFor(c);
+    RunFn f = Fn(gens[k].kernels[0]);
+    ASSERT_NE(f, nullptr);
+    f(&p, 2, gens[k].threads);
+    EXPECT_EQ(CheckLn(c), "") << gens[k].kernels[0] << (s.rms ? " rms" : "") << " cols " << s.cols << " "
+                              << DTypeName(s.dtype) << " -> " << DTypeName(s.y_dtype.value_or(s.dtype))
+                              << " addends " << s.addends.size() << " threads " << gens[k].threads;
+  }
+}
+
 TEST_F(HostExec, LayerNormMatchesTheF64Reference) {
-  struct Item {
-    LnSpec spec;
-    RowSource gen;
-  };
-  std::vector<Item> items;
+  std::vector<LnSpec> specs;
   const DType other[] = {DType::kBF16, DType::kF32};
   for (DType dt : {DType::kF32, DType::kBF16})
     for (int prologue : {0, 1, 2, 3})
       for (int64_t cols : {768, 100, 37, 2048})
         for (int threads : {0, 64})
           for (bool rms : {false, true}) {
-          LnSpec s;
-          s.rms = rms;
-          s.cols = cols;
-          s.dtype = dt;
-          // 0 plain; 1 x + residual; 2 mm + bias[C] (other dtype) + residual; 3 x + pos[3, C]
-          if (prologue == 1) s.addends = {{dt, 0}, {dt, 0}};
-          if (prologue == 2) s.addends = {{dt, 0}, {other[dt == DType::kBF16 ? 1 : 0], 1}, {dt, 0}};
-          if (prologue == 3) s.addends = {{dt, 0}, {other[dt == DType::kBF16 ? 1 : 0], 3}};
-          s.has_bias = cols != 37 && !rms;
-          s.threads = threads;
-          auto gen = GenerateLayerNorm(s);
-          ASSERT_TRUE(gen.ok()) << gen.status();
-          Add(*gen, "LoomLnParams");
-          items.push_back({s, *gen});
-        }
-  CompileAll();
-  uint64_t seed = 7;
-  for (Item& it : items) {
-    LnCase c = MakeLnCase(it.spec, 5, ++seed);
-    LnParams p = LnParamsFor(c);
-    RunFn f = Fn(it.gen.kernels[0]);
-    ASSERT_NE(f, nullptr);
-    f(&p, 2, it.gen.threads);
-    EXPECT_EQ(CheckLn(c), "") << it.gen.kernels[0] << (it.spec.rms ? " rms" : "") << " cols " << it.spec.cols << " "
-                              << DTypeName(it.spec.dtype)
-                              << " addends " << it.spec.addends.size() << " threads " << it.gen.threads;
-  }
+            LnSpec s;
+            s.rms = rms;
+            s.cols = cols;
+            s.dtype = dt;
+            // 0 plain; 1 x + residual; 2 mm + bias[C] (other dtype) + residual; 3 x + pos[3, C]
+            if (prologue == 1) s.addends = {{dt, 0}, {dt, 0}};
+            if (prologue == 2) s.addends = {{dt, 0}, {other[dt == DType::kBF16 ? 1 : 0], 1}, {dt, 0}};
+            if (prologue == 3) s.addends = {{dt, 0}, {other[dt == DType::kBF16 ? 1 : 0], 3}};
+            s.has_bias = cols != 37 && !rms;
+            s.threads = threads;
+            specs.push_back(s);
+          }
+  RunLn(specs, 8);
 }
 
 // y stored in another dtype than x and h: an f32 residual stream (plain, or
 // the sum of an f32 stream and a bf16 branch) normalised into bf16, and the
-// reverse; h keeps the stream's exact f32 sum.
+// reverse; h keeps the stream's exact f32 sum. The f32 side bounds the
+// vector width.
 TEST_F(HostExec, LayerNormWithItsOwnOutputDTypeMatchesTheF64Reference) {
-  struct Item {
-    LnSpec spec;
-    RowSource gen;
-  };
-  std::vector<Item> items;
+  std::vector<LnSpec> specs;
   for (DType dt : {DType::kF32, DType::kBF16})
     for (bool fused : {false, true})
       for (int64_t cols : {768, 100, 37})
@@ -158,24 +164,10 @@ TEST_F(HostExec, LayerNormWithItsOwnOutputDTypeMatchesTheF64Reference) {
           s.has_bias = !rms;
           auto gen = GenerateLayerNorm(s);
           ASSERT_TRUE(gen.ok()) << gen.status();
-          EXPECT_EQ(gen->y_dtype, *s.y_dtype);
-          EXPECT_EQ(gen->vec, cols % 4 == 0 ? 4 : 1);  // the f32 side bounds the width
-          Add(*gen, "LoomLnParams");
-          items.push_back({s, *gen});
+          EXPECT_EQ(gen->vec, cols % 4 == 0 ? 4 : 1);
+          specs.push_back(s);
         }
-  CompileAll();
-  uint64_t seed = 70;
-  for (Item& it : items) {
-    LnCase c = MakeLnCase(it.spec, 5, ++seed);
-    ASSERT_EQ(c.y.dtype, *it.spec.y_dtype);
-    LnParams p = LnParamsFor(c);
-    RunFn f = Fn(it.gen.kernels[0]);
-    ASSERT_NE(f, nullptr);
-    f(&p, 2, it.gen.threads);
-    EXPECT_EQ(CheckLn(c), "") << it.gen.kernels[0] << (it.spec.rms ? " rms" : "") << " cols " << it.spec.cols << " "
-                              << DTypeName(it.spec.dtype) << " -> " << DTypeName(*it.spec.y_dtype) << " addends "
-                              << it.spec.addends.size();
-  }
+  RunLn(specs, 71);
 }
 
 TEST_F(HostExec, AdamWMatchesTheF64Reference) {
