@@ -124,17 +124,17 @@ absl::Status LowerWindowCopies(const PlanState& s, int i, Launch& L) {
   return absl::OkStatus();
 }
 
-// layernorm, layernorm_backward (+ the residual add residual_grad folded),
-// rmsnorm, rmsnorm_backward: activations in the output's dtype, weights and
-// statistics f32; except a forward norm's x, read in its own float dtype (an
-// f32 residual stream normalised into bf16: the generated norm, whose rmsnorm
-// form is a kLayerNorm launch with attr rms).
 // v as stored when that is f32 or bf16, else cast to dt.
 int FloatOr(PlanState& s, int v, DType dt) {
   const DType have = s.p.metas[v].dtype;
   return have == DType::kF32 || have == DType::kBF16 ? v : s.want(v, dt);
 }
 
+// layernorm, layernorm_backward (+ the residual add residual_grad folded),
+// rmsnorm, rmsnorm_backward: activations in the output's dtype, weights and
+// statistics f32; except a forward norm's x, read in its own float dtype (an
+// f32 residual stream normalised into bf16: the generated norm, whose rmsnorm
+// form is a kLayerNorm launch with attr rms).
 absl::Status LowerNorm(PlanState& s, int i, Launch& L) {
   const ir::Node& n = s.g.nodes()[i];
   const CudaPlan& p = s.p;
