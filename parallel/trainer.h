@@ -124,7 +124,7 @@ struct CudaStepPlan {
 };
 absl::StatusOr<compiler::ir::Graph> CompileCudaStep(const v1::JobSpec& spec, const TrainerModel& model);
 // The CUDA executor's options for the job: train.precision, train.deterministic,
-// train.memory and train.offload_optimizer_state.
+// train.memory, train.offload_optimizer_state and train.residual_precision.
 compiler::cuda::CudaOptions CudaStepOptions(const v1::JobSpec& spec);
 absl::StatusOr<CudaStepPlan> PlanCudaStep(const v1::JobSpec& spec, const TrainerModel& model);
 

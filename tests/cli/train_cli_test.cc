@@ -197,7 +197,8 @@ TEST(CompileCli, BucketMbMergesTheDpGradientAllReduces) {
 // --dump=cuda: the CUDA launch plan and the device memory by kind, from a
 // dry build (no GPU needed); train.memory: lean halves the optimizer state
 // and drops the shadows of the llama's GEMM-only weights; the state moves
-// to the host with train.offload_optimizer_state.
+// to the host with train.offload_optimizer_state; train.residual_precision:
+// f32 keeps the stream f32 and casts its gradient for the GEMMs.
 TEST(CompileCli, DumpCudaPrintsThePlanAndItsDeviceMemory) {
   const std::string model =
       "model: {family: llama, n_layer: 2, n_head: 4, n_kv_head: 2, d_model: 128, seq_len: 64, vocab: 256}\n"
@@ -231,6 +232,23 @@ TEST(CompileCli, DumpCudaPrintsThePlanAndItsDeviceMemory) {
   ASSERT_EQ(off.code, 0) << off.output;
   EXPECT_EQ(memory(off.output, "optimizer state"), 0);
   EXPECT_NEAR(memory(off.output, "optimizer state on the host"), std_state, 1e-3) << off.output;
+  // train.residual_precision: f32: the header says so, the add+norm launches
+  // stay fused, and the backward casts the stream gradient for the GEMMs.
+  Result res = RunLoom(absl::StrCat(
+      "compile ",
+      Write("cuda_res.yaml", model + "train: {batch_size: 4, precision: bf16, residual_precision: f32}\n"),
+      " --dump=cuda"));
+  ASSERT_EQ(res.code, 0) << res.output;
+  EXPECT_NE(res.output.find("bf16 (f32 residual stream)"), std::string::npos) << res.output;
+  EXPECT_EQ(std_run.output.find("f32 residual stream"), std::string::npos);
+  EXPECT_NE(res.output.find("add+rmsnorm (%"), std::string::npos);
+  // The backward's casts between the f32 stream gradient and the bf16 GEMMs.
+  auto casts = [](const std::string& out) {
+    int c = 0;
+    for (size_t at = out.find(": copy cast ("); at != std::string::npos; at = out.find(": copy cast (", at + 1)) ++c;
+    return c;
+  };
+  EXPECT_GT(casts(res.output), casts(std_run.output)) << res.output;
 }
 
 // device: cuda on a machine without a usable GPU (CI): a clear error naming
