@@ -89,9 +89,11 @@ void Row(const char* name, const std::string& shape, double bytes, double ms) {
 #ifdef LOOM_HAVE_CUDA  // the raw-pointer kernels exist only in CUDA builds
 // RMSNorm at llama-1b's rows (B 8 x T 2048, C 2048), bf16, forward and
 // backward with the residual gradient: the vector path (aligned buffers)
-// and the other (the same buffers one element off 16-byte alignment).
+// and the other (the same buffers one element off 16-byte alignment); then
+// the f32 residual stream's backward (bf16 dy, f32 x, dresidual and dx, and
+// dx's bf16 copy) on the vector path.
 void BenchRmsNorm(StreamHandle s) {
-  const DType bf = DType::kBF16;
+  const DType bf = DType::kBF16, f32 = DType::kF32;
   const int64_t R = 16384, Cn = 2048, n = R * Cn;
   Tensor x = Buf(n + 8, bf), y = Buf(n + 8, bf), dy = Buf(n + 8, bf), dres = Buf(n + 8, bf), dx = Buf(n + 8, bf);
   Tensor w = Buf(Cn, DType::kF32), rs = Buf(R, DType::kF32), dw = Buf(Cn, DType::kF32),
@@ -99,18 +101,26 @@ void BenchRmsNorm(StreamHandle s) {
   const float* wp = static_cast<const float*>(w.raw_data());
   float* rsp = static_cast<float*>(rs.raw_data());
   auto at = [](Tensor& t, int64_t off) { return static_cast<char*>(t.raw_data()) + 2 * off; };
+  kern::RmsNormBwdArgs a;
+  a.rows = R, a.cols = Cn, a.w = wp, a.rstd = rsp, a.stream = s;
+  a.dw = static_cast<float*>(dw.raw_data()), a.workspace = static_cast<float*>(ws.raw_data());
+  auto bwd = [&a] {
+    if (kern::RmsNormBackward(a) != 0) std::exit(1);
+  };
   for (int64_t off : {int64_t{0}, int64_t{1}}) {
     const std::string path = off == 0 ? " (vector path)" : " (other path)";
     Row(("rmsnorm fwd bf16" + path).c_str(), "16384x2048", 2.0 * n * 2, MedianMs([&] {
           if (kern::RmsNormForward(kern::kBF16, R, Cn, at(x, off), wp, 1e-6, at(y, off), rsp, s) != 0) std::exit(1);
         }));
-    Row(("rmsnorm bwd +dres bf16" + path).c_str(), "16384x2048", 4.0 * n * 2, MedianMs([&] {
-          if (kern::RmsNormBackward(kern::kBF16, R, Cn, at(dy, off), at(x, off), wp, rsp, at(dx, off),
-                                    static_cast<float*>(dw.raw_data()), static_cast<float*>(ws.raw_data()), s,
-                                    at(dres, off)) != 0)
-            std::exit(1);
-        }));
+    a.dy = at(dy, off), a.x = at(x, off), a.dresidual = at(dres, off), a.dx = at(dx, off);
+    Row(("rmsnorm bwd +dres bf16" + path).c_str(), "16384x2048", 4.0 * n * 2, MedianMs(bwd));
   }
+  Tensor x32 = Buf(n, f32), dres32 = Buf(n, f32), dx32 = Buf(n, f32);
+  a.x_dt = a.dres_dt = a.dx_dt = kern::kF32;
+  a.dy = dy.raw_data(), a.x = x32.raw_data(), a.dresidual = dres32.raw_data(), a.dx = dx32.raw_data();
+  a.dx_bf16 = dx.raw_data();
+  // Bytes: dy 2, x 4, dresidual 4, dx 4, its copy 2.
+  Row("rmsnorm bwd +dres f32 stream, copy", "16384x2048", 16.0 * n, MedianMs(bwd));
 }
 
 // RoPE of llama-1b's queries (B 8, T 2048, 32 heads, D 64), bf16: the

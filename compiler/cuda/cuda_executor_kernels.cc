@@ -151,19 +151,28 @@ absl::Status Impl::BuildRmsNorm(const Launch& l) {
         [=]() { return CudaErr(kern::RmsNormForward(dt, rows, cols, x, w, eps, y, rstd, s), "rmsnorm"); });
     return absl::OkStatus();
   }
-  const kern::Dt dt = ToDt(Dt(in[0]));
-  const int64_t cols = Sh(in[1]).back(), rows = Numel(in[1]) / std::max<int64_t>(cols, 1);
-  const void* dy = Ptr(in[0]);
-  const void* x = Ptr(in[1]);
-  const float* w = static_cast<const float*>(Ptr(in[2]));
-  const float* rstd = static_cast<const float*>(Ptr(in[3]));
-  const void* dres = in.size() > 4 ? Ptr(in[4]) : nullptr;  // rmsnorm_backward+add
-  void* dx = Ptr(out[0]);
-  float* dw = static_cast<float*>(Ptr(out[1]));
-  float* ws = static_cast<float*>(scratch_);
-  calls_.push_back([=]() {
-    return CudaErr(kern::RmsNormBackward(dt, rows, cols, dy, x, w, rstd, dx, dw, ws, s, dres), "rmsnorm_backward");
-  });
+  // {dy, x, weight, rstd[, dresidual]} -> {dx, dweight[, dx in bf16]}, each
+  // float operand in its own dtype (the f32 residual stream's norm).
+  kern::RmsNormBwdArgs a;
+  a.dy_dt = ToDt(Dt(in[0]));
+  a.x_dt = ToDt(Dt(in[1]));
+  a.dx_dt = ToDt(Dt(out[0]));
+  a.cols = Sh(in[1]).back();
+  a.rows = Numel(in[1]) / std::max<int64_t>(a.cols, 1);
+  a.dy = Ptr(in[0]);
+  a.x = Ptr(in[1]);
+  a.w = static_cast<const float*>(Ptr(in[2]));
+  a.rstd = static_cast<const float*>(Ptr(in[3]));
+  if (in.size() > 4) {  // rmsnorm_backward+add
+    a.dres_dt = ToDt(Dt(in[4]));
+    a.dresidual = Ptr(in[4]);
+  }
+  a.dx = Ptr(out[0]);
+  a.dw = static_cast<float*>(Ptr(out[1]));
+  if (out.size() > 2) a.dx_bf16 = Ptr(out[2]);
+  a.workspace = static_cast<float*>(scratch_);
+  a.stream = s;
+  calls_.push_back([a]() { return CudaErr(kern::RmsNormBackward(a), "rmsnorm_backward"); });
   return absl::OkStatus();
 }
 

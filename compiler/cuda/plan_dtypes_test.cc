@@ -161,8 +161,9 @@ TEST(StorageDTypes, F32ResidualKeepsTheStreamAndItsGradientF32) {
 // The f32_residual plan keeps every fusion of the default one: each add and
 // its norm are one generated launch that stores the f32 sum and writes the
 // bf16 GEMM operand directly (so no cast rounds the stream before a norm reads
-// it), and each norm backward still folds the stream gradient's add. What it
-// adds are casts between the f32 stream gradient and the bf16 GEMMs.
+// it), and each norm backward still folds the stream gradient's add, reads
+// the GEMMs' bf16 gradient and writes the bf16 copy of the stream gradient
+// that the GEMMs read: no launch more than the bf16 stream's plan.
 TEST(StorageDTypes, F32ResidualPlanKeepsTheNormFusions) {
   for (bool ckpt : {false, true}) {
     v1::ModelSpec spec;
@@ -188,7 +189,7 @@ TEST(StorageDTypes, F32ResidualPlanKeepsTheNormFusions) {
     std::vector<int> writer(p->metas.size(), -1);
     for (size_t i = 0; i < p->launches.size(); ++i)
       for (int v : p->launches[i].outputs) writer[v] = static_cast<int>(i);
-    int norms = 0;
+    int norms = 0, copies = 0;
     for (const Launch& l : p->launches) {
       if (l.kind == LaunchKind::kLayerNorm) {
         const bool add = l.op == "add+rmsnorm";
@@ -198,11 +199,25 @@ TEST(StorageDTypes, F32ResidualPlanKeepsTheNormFusions) {
         if (!add) EXPECT_NE(p->launches[writer[x]].op, "cast") << "the stream is not rounded before its norm";
         ++norms;
       }
-      if (l.kind == LaunchKind::kRmsNormBackward) EXPECT_EQ(p->metas[l.outputs[0]].dtype, DType::kF32) << l.op;
+      if (l.kind == LaunchKind::kRmsNormBackward) {
+        EXPECT_EQ(p->metas[l.outputs[0]].dtype, DType::kF32) << l.op;
+        // dy as the GEMM wrote it (no cast); the copy of dx for the GEMMs.
+        EXPECT_EQ(p->metas[l.inputs[0]].dtype, DType::kBF16) << l.op;
+        EXPECT_NE(p->launches[writer[l.inputs[0]]].kind, LaunchKind::kCopy) << l.op;
+        if (l.outputs.size() > 2) {
+          EXPECT_EQ(p->metas[l.outputs[2]].dtype, DType::kBF16) << l.op;
+          ++copies;
+        }
+      }
       if (l.kind == LaunchKind::kRmsNorm) ADD_FAILURE() << "an f32 stream normalised into bf16 is the generated norm";
     }
     EXPECT_EQ(norms, CountOp(*base, LaunchKind::kLayerNorm) + CountOp(*base, LaunchKind::kRmsNorm));
-    EXPECT_GT(CountOp(*p, LaunchKind::kCopy, "cast"), CountOp(*base, LaunchKind::kCopy, "cast"));
+    // Every norm backward but the first one's writes the bf16 copy (the
+    // first's dx only reaches the embedding's backward), and the f32 stream
+    // adds no cast launch.
+    EXPECT_EQ(copies, CountOp(*p, LaunchKind::kRmsNormBackward) - 1) << "ckpt " << ckpt;
+    EXPECT_EQ(CountOp(*p, LaunchKind::kCopy, "cast"), CountOp(*base, LaunchKind::kCopy, "cast"));
+    EXPECT_EQ(p->launches.size(), base->launches.size());
   }
 }
 

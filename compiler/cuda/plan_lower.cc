@@ -134,7 +134,9 @@ int FloatOr(PlanState& s, int v, DType dt) {
 // rmsnorm, rmsnorm_backward: activations in the output's dtype, weights and
 // statistics f32; except a forward norm's x, read in its own float dtype (an
 // f32 residual stream normalised into bf16: the generated norm, whose rmsnorm
-// form is a kLayerNorm launch with attr rms).
+// form is a kLayerNorm launch with attr rms), and rmsnorm_backward's dy, x
+// and residual gradient, each read as stored (the kernel takes a dtype for
+// each; the f32 stream's GEMMs read a bf16 dy).
 absl::Status LowerNorm(PlanState& s, int i, Launch& L) {
   const ir::Node& n = s.g.nodes()[i];
   const CudaPlan& p = s.p;
@@ -163,12 +165,14 @@ absl::Status LowerNorm(PlanState& s, int i, Launch& L) {
     L.inputs = {x, s.want(n.inputs[1], f32)};
   } else {
     if (p.metas[n.outputs[1]].dtype != f32) return Unsupported(s.g, i, "dweight must be f32");
-    L.kind = LaunchKind::kRmsNormBackward;
-    L.inputs = {s.want(n.inputs[0], dt), s.want(n.inputs[1], dt), s.want(n.inputs[2], f32), s.want(n.inputs[3], f32)};
+    L.kind = LaunchKind::kRmsNormBackward;  // dy and x as stored (the f32 stream's norm reads bf16 dy)
+    L.inputs = {FloatOr(s, n.inputs[0], dt), FloatOr(s, n.inputs[1], dt), s.want(n.inputs[2], f32),
+                s.want(n.inputs[3], f32)};
   }
   if (auto it = s.residual_add.find(i); it != s.residual_add.end()) {  // the norm backward + add (residual_grad)
     const ir::Node& a = s.g.nodes()[it->second];
-    L.inputs.push_back(a.inputs[0] == n.outputs[0] ? a.inputs[1] : a.inputs[0]);
+    const int dres = a.inputs[0] == n.outputs[0] ? a.inputs[1] : a.inputs[0];
+    L.inputs.push_back(L.kind == LaunchKind::kRmsNormBackward ? FloatOr(s, dres, dt) : dres);
     L.outputs[0] = a.outputs[0];
     L.nodes.push_back(it->second);
     L.op = absl::StrCat(n.op, "+add");
@@ -314,6 +318,10 @@ absl::Status LowerNode(PlanState& s, int i, Launch L, const std::vector<int>& ad
     LOOM_ASSIGN_OR_RETURN(const bool row_op, LowerRowOp(s, i, L));
     if (!row_op) return Unsupported(g, i, "no CUDA launch for this op");
   }
+  // An f32 dx of a bf16 plan (the f32 residual stream's gradient): the
+  // launch can write its bf16 copy too, for the GEMMs that read it (want).
+  if (L.kind == LaunchKind::kRmsNormBackward && p.bf16 && p.metas[L.outputs[0]].dtype == DType::kF32)
+    s.bf16_copy_at[L.outputs[0]] = static_cast<int>(p.launches.size());
   p.launches.push_back(std::move(L));
   return absl::OkStatus();
 }

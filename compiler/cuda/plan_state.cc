@@ -73,9 +73,33 @@ int PlanState::new_value(ir::TensorMeta m) {
   return id;
 }
 
-// `v` in storage dtype `dt`: itself, a param's bf16 shadow, or a cast.
+// The bf16 copy of f32 value v (or of the value v reshapes) that the launch
+// writing it adds as an output (bf16_copy_at), or -1: no such launch, or a
+// later launch wrote v's buffer again.
+int PlanState::bf16_copy_of(int v) {
+  const int r = v < static_cast<int>(p.root.size()) ? p.root[v] : -1;
+  auto at = r < 0 ? bf16_copy_at.end() : bf16_copy_at.find(r);
+  if (at == bf16_copy_at.end() || NumElements(p.metas[v].shape) != NumElements(p.metas[r].shape)) return -1;
+  for (size_t pos = at->second + 1; pos < p.launches.size(); ++pos)
+    for (int o : p.launches[pos].outputs)
+      if (o == r || (o < static_cast<int>(p.root.size()) && p.root[o] == r)) return -1;
+  auto [it, added] = bf16_copy.try_emplace(r, -1);
+  if (added) {
+    it->second = new_value({DType::kBF16, p.metas[r].shape});
+    p.launches[at->second].outputs.push_back(it->second);
+  }
+  if (v == r) return it->second;
+  const int view = new_value({DType::kBF16, p.metas[v].shape});  // v's shape over the copy's bytes
+  p.root[view] = it->second;
+  return view;
+}
+
+// `v` in storage dtype `dt`: itself, a param's bf16 shadow, the bf16 copy
+// its launch writes, or a cast.
 int PlanState::want(int v, DType dt) {
   if (p.metas[v].dtype == dt) return v;
+  if (dt == DType::kBF16 && p.metas[v].dtype == DType::kF32)
+    if (const int c = bf16_copy_of(v); c >= 0) return c;
   const int k = p.input_of[v];
   if (k >= 0 && p.root[v] == g.inputs()[k].value && g.inputs()[k].kind == ir::InputKind::kParam && dt == DType::kBF16 &&
       p.metas[v].dtype == DType::kF32 && v == g.inputs()[k].value) {

@@ -66,7 +66,8 @@ struct PlanState {
   PlanState(const ir::Graph& graph, bool bf16, const PlanOptions& opts);
 
   int new_value(ir::TensorMeta m);      // a plan value past the graph's
-  int want(int v, DType dt);            // v in storage dtype dt (shadow or cast launch)
+  int want(int v, DType dt);            // v in storage dtype dt (shadow, bf16 copy or cast launch)
+  int bf16_copy_of(int v);              // v's bf16 copy written with it (bf16_copy_at), or -1
   bool available_before(int v, int node) const { return prod[v] < node; }  // inputs: prod -1
   int single_user(int v) const;         // v's only reader (reading it once), or -1
   bool covered(int node) const { return covered_by[node] >= 0; }
@@ -100,6 +101,12 @@ struct PlanState {
   std::map<int, int> deferred_src;         // reshape output -> the value that copy reads
   std::map<int, int> residual_add;         // layernorm_backward node -> the add it folds
   std::map<int, int> add_layernorm;        // add (or fused adds) node -> its layernorm
+
+  // Set by lower_nodes, read by want: an f32 value whose writing launch
+  // can also write it in bf16 (value -> that launch's index), and the bf16
+  // copies added to such launches (value -> its copy).
+  std::map<int, int> bf16_copy_at;
+  std::map<int, int> bf16_copy;
 };
 
 // One step of PlanCuda. Run returns whether it changed anything (a decision

@@ -284,9 +284,12 @@ absl::StatusOr<Errors> CheckSumRows(Checker& c, DType dt, int64_t rows, int64_t 
 
 // RMSNorm forward and backward (rmsnorm.h), the backward with and without a
 // residual gradient added to dx; references in f64 from the rounded inputs.
-absl::StatusOr<Errors> CheckRmsNorm(Checker& c, DType dt, int64_t rows, int64_t cols, bool residual) {
+// dy_dt bf16 with dt f32: the f32 residual stream's backward, whose bf16 copy
+// of dx (copy) must be dx rounded to nearest even.
+absl::StatusOr<Errors> CheckRmsNorm(Checker& c, DType dt, DType dy_dt, int64_t rows, int64_t cols, bool residual,
+                                    bool copy) {
   const double eps = 1e-6;
-  HostInput x = c.Normal({rows, cols}, dt, 1.0, 0.1), dy = c.Normal({rows, cols}, dt, 1.0);
+  HostInput x = c.Normal({rows, cols}, dt, 1.0, 0.1), dy = c.Normal({rows, cols}, dy_dt, 1.0);
   HostInput w = c.Normal({cols}, DType::kF32, 0.2, 1.0), dres = c.Normal({rows, cols}, dt, 0.5);
   Vec ry(rows * cols), rrs(rows), rdx(rows * cols), rdw(cols, 0.0);
   for (int64_t r = 0; r < rows; ++r) {
@@ -312,26 +315,38 @@ absl::StatusOr<Errors> CheckRmsNorm(Checker& c, DType dt, int64_t rows, int64_t 
   LOOM_ASSIGN_OR_RETURN(Tensor y, c.Poisoned({rows, cols}, dt));
   LOOM_ASSIGN_OR_RETURN(Tensor rs, c.Poisoned({rows}, DType::kF32));
   LOOM_ASSIGN_OR_RETURN(Tensor dx, c.Poisoned({rows, cols}, dt));
+  LOOM_ASSIGN_OR_RETURN(Tensor dx16, c.Poisoned({rows, cols}, DType::kBF16));
   LOOM_ASSIGN_OR_RETURN(Tensor dw, c.Poisoned({cols}, DType::kF32));
   LOOM_ASSIGN_OR_RETURN(Tensor ws, c.Poisoned({kern::RmsNormBwdWorkspaceFloats(rows, cols)}, DType::kF32));
-  const kern::Dt k = dt == DType::kBF16 ? kern::kBF16 : kern::kF32;
+  auto code = [](DType d) { return d == DType::kBF16 ? kern::kBF16 : kern::kF32; };
   const float* wp = static_cast<const float*>(dw_in.raw_data());
   float* rsp = static_cast<float*>(rs.raw_data());
   LOOM_RETURN_IF_ERROR(CudaErrorStatus(
-      kern::RmsNormForward(k, rows, cols, dx_in.raw_data(), wp, eps, y.raw_data(), rsp, c.stream()), "rmsnorm"));
-  LOOM_RETURN_IF_ERROR(CudaErrorStatus(
-      kern::RmsNormBackward(k, rows, cols, ddy.raw_data(), dx_in.raw_data(), wp, rsp, dx.raw_data(),
-                            static_cast<float*>(dw.raw_data()), static_cast<float*>(ws.raw_data()), c.stream(),
-                            residual ? ddres.raw_data() : nullptr),
-      "rmsnorm_backward"));
+      kern::RmsNormForward(code(dt), rows, cols, dx_in.raw_data(), wp, eps, y.raw_data(), rsp, c.stream()),
+      "rmsnorm"));
+  kern::RmsNormBwdArgs a;
+  a.dy_dt = code(dy_dt);
+  a.x_dt = a.dres_dt = a.dx_dt = code(dt);
+  a.rows = rows, a.cols = cols;
+  a.dy = ddy.raw_data(), a.x = dx_in.raw_data(), a.w = wp, a.rstd = rsp;
+  a.dresidual = residual ? ddres.raw_data() : nullptr;
+  a.dx = dx.raw_data(), a.dx_bf16 = copy ? dx16.raw_data() : nullptr;
+  a.dw = static_cast<float*>(dw.raw_data()), a.workspace = static_cast<float*>(ws.raw_data());
+  a.stream = c.stream();
+  LOOM_RETURN_IF_ERROR(CudaErrorStatus(kern::RmsNormBackward(a), "rmsnorm_backward"));
   LOOM_ASSIGN_OR_RETURN(y, ToHostSync(c, y));
   LOOM_ASSIGN_OR_RETURN(rs, ToHostSync(c, rs));
   LOOM_ASSIGN_OR_RETURN(dx, ToHostSync(c, dx));
   LOOM_ASSIGN_OR_RETURN(dw, ToHostSync(c, dw));
-  return Errors{{"y", RelErr(y.ToVector(), ry)},
-                {"rstd", RelErr(rs.ToVector(), rrs)},
-                {"dx", RelErr(dx.ToVector(), rdx)},
-                {"dw", RelErr(dw.ToVector(), rdw)}};
+  Errors e = {{"y", RelErr(y.ToVector(), ry)},
+              {"rstd", RelErr(rs.ToVector(), rrs)},
+              {"dx", RelErr(dx.ToVector(), rdx)},
+              {"dw", RelErr(dw.ToVector(), rdw)}};
+  if (copy) {
+    LOOM_ASSIGN_OR_RETURN(dx16, ToHostSync(c, dx16));
+    e.push_back({"dx_bf16 vs dx rounded", RelErr(dx16.ToVector(), dx.To(DType::kBF16).ToVector())});
+  }
+  return e;
 }
 
 // With D % 8 == 0 and aligned buffers Rope takes its vector path; the same
@@ -637,14 +652,23 @@ void AddStepKernelChecks(Checker& c, const RunFn& run) {
       [&] { return CheckRope(c, f32, 2, 37, 3, 128, 5); });
   run("rope (table) fwd, inverse, per pair", bf, "B=1 T=33 H=5 D=12", 1e-2,
       [&] { return CheckRope(c, bf, 1, 33, 5, 12, 0); });
-  for (bool residual : {false, true})
+  for (bool residual : {false, true}) {
     // bf16 with cols % 8 == 0 takes the vector path (1, 1 and 4 vectors a
-    // thread; 333 rows put several rows on each block); the rest the other.
+    // thread; 333 rows put several rows on each block), and so does f32 with
+    // cols % 8 == 0 in the backward; the rest the other.
     for (const SumCase& s : std::vector<SumCase>{{bf, 4096, 2048, 0}, {bf, 333, 768, 0}, {bf, 64, 5120, 0},
                                                  {bf, 50, 100, 0}, {f32, 300, 768, 0}, {f32, 7, 37, 0}})
       run(residual ? "rmsnorm fwd, bwd + residual" : "rmsnorm fwd, bwd", s.dt,
           ShapeStr({{"rows", s.rows}, {"cols", s.cols}}), s.dt == f32 ? 1e-4 : 1e-2,
-          [&] { return CheckRmsNorm(c, s.dt, s.rows, s.cols, residual); });
+          [&] { return CheckRmsNorm(c, s.dt, s.dt, s.rows, s.cols, residual, false); });
+    // The f32 residual stream: bf16 dy, f32 x and dx, and dx's bf16 copy
+    // (the vector path; 100 columns the other).
+    for (const SumCase& s : std::vector<SumCase>{{f32, 4096, 2048, 0}, {f32, 64, 5120, 0}, {f32, 50, 100, 0}})
+      run(residual ? "rmsnorm bwd (bf16 dy, f32 stream) + residual, bf16 copy"
+                   : "rmsnorm bwd (bf16 dy, f32 stream), bf16 copy",
+          s.dt, ShapeStr({{"rows", s.rows}, {"cols", s.cols}}), 1e-4,
+          [&] { return CheckRmsNorm(c, f32, bf, s.rows, s.cols, residual, true); });
+  }
   // Row sums and maxima: a vocabulary block's rows, one row of everything, odd columns.
   for (kern::RowReduceKind kind : {kern::kRowSum, kern::kRowMax})
     for (const SumCase& s : std::vector<SumCase>{{bf, 1024, 25152, 0}, {f32, 1, 100003, 0}, {f32, 513, 77, 0}})

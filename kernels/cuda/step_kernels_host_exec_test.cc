@@ -139,8 +139,8 @@ class StepKernels : public ::testing::Test {
   using RopeFn = int (*)(int, int64_t, int64_t, int64_t, int64_t, int, const float*, const void*, void*);
   using RmsFwdFn = int (*)(int, int64_t, int64_t, const void*, const float*, double, void*, float*);
   using RmsWsFn = int64_t (*)(int64_t, int64_t);
-  using RmsBwdFn = int (*)(int, int64_t, int64_t, const void*, const void*, const float*, const float*, void*,
-                           float*, float*, const void*);
+  using RmsBwdFn = int (*)(int, int, int64_t, int64_t, const void*, const void*, const float*, const float*,
+                           void*, void*, float*, float*, const void*);
   using CeFwdFn = int (*)(int, int64_t, int64_t, const void*, const int32_t*, float*, float*, float*);
   using CeBwdFn = int (*)(int, int64_t, int64_t, const float*, const void*, const int32_t*, const float*, void*,
                           float*);
@@ -189,9 +189,16 @@ extern "C" int ce_fused(int ldt, int64_t rows, int64_t vocab, const float* dloss
   return k::CrossEntropyFused(k::Dt(ldt), k::kI32, rows, vocab, dloss, logits, t, -100, lse, loss, dlogits, ws,
                               nullptr);
 }
-extern "C" int rms_bwd(int dt, int64_t rows, int64_t cols, const void* dy, const void* x, const float* w,
-                       const float* rstd, void* dx, float* dw, float* ws, const void* dres) {
-  return k::RmsNormBackward(k::Dt(dt), rows, cols, dy, x, w, rstd, dx, dw, ws, nullptr, dres);
+extern "C" int rms_bwd(int dy_dt, int xdt, int64_t rows, int64_t cols, const void* dy, const void* x,
+                       const float* w, const float* rstd, void* dx, void* dx16, float* dw, float* ws,
+                       const void* dres) {
+  k::RmsNormBwdArgs a;
+  a.dy_dt = k::Dt(dy_dt);
+  a.x_dt = a.dres_dt = a.dx_dt = k::Dt(xdt);
+  a.rows = rows, a.cols = cols;
+  a.dy = dy, a.x = x, a.w = w, a.rstd = rstd, a.dresidual = dres;
+  a.dx = dx, a.dx_bf16 = dx16, a.dw = dw, a.workspace = ws;
+  return k::RmsNormBackward(a);
 }
 )";
     const std::string src = dir + "/step_kernels.cc", so = dir + "/step_kernels.so", log = dir + "/cc.log";
@@ -320,9 +327,11 @@ TEST_F(StepKernels, RopeMatchesTheF64RotationOnBothPaths) {
 }
 
 struct RmsCase {
-  int dt;
+  int dt;  // x, y, dx and dresidual
   int64_t rows, cols;
-  int shift;  // 1: buffers off 16-byte alignment (the element path)
+  int shift;      // 1: buffers off 16-byte alignment (the element path)
+  int dy_dt = -1;  // -1: dt
+  bool copy = false;  // dx rounded to bf16 as well
 };
 
 TEST_F(StepKernels, RmsNormForwardAndBackwardMatchF64OnEveryPath) {
@@ -333,20 +342,27 @@ TEST_F(StepKernels, RmsNormForwardAndBackwardMatchF64OnEveryPath) {
   const double eps = 1e-6;
   // The vector path with 1 (768: 96 threads; 2048), 2 (4096) and 4 (5120)
   // vectors a thread and several rows a block (40 rows); the element path.
-  for (const RmsCase& c : {RmsCase{kBF16, 40, 768, 0}, RmsCase{kBF16, 3, 2048, 0}, RmsCase{kBF16, 20, 4096, 0},
-                           RmsCase{kBF16, 17, 5120, 0}, RmsCase{kBF16, 9, 768, 1}, RmsCase{kBF16, 5, 100, 0},
-                           RmsCase{kF32, 7, 64, 0}}) {
+  // The f32 residual stream: bf16 dy with f32 x and dx (and its bf16 copy)
+  // on both paths; everything f32 on the vector path.
+  for (const RmsCase& c :
+       {RmsCase{kBF16, 40, 768, 0}, RmsCase{kBF16, 3, 2048, 0}, RmsCase{kBF16, 20, 4096, 0},
+        RmsCase{kBF16, 17, 5120, 0}, RmsCase{kBF16, 9, 768, 1}, RmsCase{kBF16, 5, 100, 0}, RmsCase{kF32, 7, 64, 0},
+        RmsCase{kF32, 9, 64, 1}, RmsCase{kF32, 40, 768, 0, kBF16, true}, RmsCase{kF32, 17, 5120, 0, kBF16, true},
+        RmsCase{kF32, 20, 4096, 0, kBF16, false}, RmsCase{kF32, 9, 768, 1, kBF16, true},
+        RmsCase{kF32, 5, 100, 0, kBF16, true}}) {
     for (bool residual : {false, true}) {
-      const int64_t R = c.rows, C = c.cols, n = R * C, es = c.dt == kBF16 ? 2 : 4;
-      const std::string name = absl::StrCat(c.dt == kBF16 ? "bf16 " : "f32 ", R, "x", C, c.shift ? " unaligned" : "",
-                                            residual ? " + residual" : "");
-      Buffer x(n, es, c.shift), dy(n, es, c.shift), dres(n, es, c.shift), y(n, es, c.shift), dx(n, es, c.shift);
-      Buffer w(C, 4), rstd(R, 4), dw(C, 4), ws(ws_fn(R, C), 4);
-      const std::vector<double> xv = Fill(x, c.dt, n, 1, 1.0, 0.1), dyv = Fill(dy, c.dt, n, 2, 1.0);
+      const int ddt = c.dy_dt < 0 ? c.dt : c.dy_dt;
+      const int64_t R = c.rows, C = c.cols, n = R * C, es = c.dt == kBF16 ? 2 : 4, ds = ddt == kBF16 ? 2 : 4;
+      const std::string name =
+          absl::StrCat(c.dt == kBF16 ? "bf16 " : "f32 ", ddt != c.dt ? "(bf16 dy) " : "", R, "x", C,
+                       c.shift ? " unaligned" : "", residual ? " + residual" : "", c.copy ? " + bf16 copy" : "");
+      Buffer x(n, es, c.shift), dy(n, ds, c.shift), dres(n, es, c.shift), y(n, es, c.shift), dx(n, es, c.shift);
+      Buffer dx16(n, 2, c.shift), w(C, 4), rstd(R, 4), dw(C, 4), ws(ws_fn(R, C), 4);
+      const std::vector<double> xv = Fill(x, c.dt, n, 1, 1.0, 0.1), dyv = Fill(dy, ddt, n, 2, 1.0);
       const std::vector<double> rv = Fill(dres, c.dt, n, 3, 0.5), wv = Fill(w, kF32, C, 4, 0.2, 1.0);
       ASSERT_EQ(fwd(c.dt, R, C, x.get(), w.f32(), eps, y.get(), rstd.f32()), 0);
-      ASSERT_EQ(bwd(c.dt, R, C, dy.get(), x.get(), w.f32(), rstd.f32(), dx.get(), dw.f32(), ws.f32(),
-                    residual ? dres.get() : nullptr),
+      ASSERT_EQ(bwd(ddt, c.dt, R, C, dy.get(), x.get(), w.f32(), rstd.f32(), dx.get(), c.copy ? dx16.get() : nullptr,
+                    dw.f32(), ws.f32(), residual ? dres.get() : nullptr),
                 0);
       std::vector<double> ry(n), rrs(R), rdx(n), rdw(C, 0.0);
       for (int64_t r = 0; r < R; ++r) {
@@ -368,8 +384,15 @@ TEST_F(StepKernels, RmsNormForwardAndBackwardMatchF64OnEveryPath) {
       const double tol = c.dt == kBF16 ? 1e-2 : 1e-5;
       EXPECT_LT(RelErr(Read(y, c.dt, n), ry), tol) << name << ": y";
       EXPECT_LT(RelErr(Read(rstd, kF32, R), rrs), 1e-5) << name << ": rstd";
-      EXPECT_LT(RelErr(Read(dx, c.dt, n), rdx), tol) << name << ": dx";
+      const std::vector<double> got = Read(dx, c.dt, n);
+      EXPECT_LT(RelErr(got, rdx), tol) << name << ": dx";
       EXPECT_LT(RelErr(Read(dw, kF32, C), rdw), 1e-5) << name << ": dw";
+      if (!c.copy) continue;
+      // The copy is dx itself rounded to nearest even, bit for bit.
+      const std::vector<double> copy = Read(dx16, kBF16, n);
+      int64_t differ = 0;
+      for (int64_t i = 0; i < n; ++i) differ += copy[i] != FromBf16(ToBf16(got[i]));
+      EXPECT_EQ(differ, 0) << name << ": the bf16 copy is not dx rounded";
     }
   }
 }
