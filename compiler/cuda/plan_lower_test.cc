@@ -3,7 +3,9 @@
 #include "compiler/cuda/plan_lower.h"
 
 #include <string>
+#include <vector>
 
+#include "compiler/cuda/plan_state.h"
 #include "compiler/cuda/plan_test_util.h"
 #include "compiler/ir/text.h"
 #include "gtest/gtest.h"
@@ -30,6 +32,46 @@ TEST(LowerNodes, ReshapeIsAnAliasAndUpdatesAreInPlace) {
   EXPECT_GT(reshapes, 4);
   for (const Launch& l : p->launches) EXPECT_NE(l.op, "reshape");
   EXPECT_EQ(CountOp(*p, LaunchKind::kCopyBack), 0) << "every update is in place";
+}
+
+// want(v, bf16) of an f32 value whose launch can write it in bf16 too
+// (bf16_copy_at, the f32 residual stream's norm backward): the copy joins
+// that launch's outputs once, a reshape of v reads it through a view of the
+// same bytes, and no cast is launched; once another launch has written v's
+// buffer again, the copy would be stale, so v is cast.
+TEST(PlanState, Bf16CopyOnlyWhileTheValueIsUnchanged) {
+  ir::Graph g = GptJoint(1);
+  PlanOptions o;
+  plan_internal::PlanState s(g, true, o);
+  auto passes = plan_internal::PlanPipeline(o);
+  ASSERT_EQ(passes.front()->name(), "storage_dtypes");
+  ASSERT_TRUE(passes.front()->Run(s).ok());
+  const int v = s.new_value({DType::kF32, {4, 8}});
+  Launch w;
+  w.kind = LaunchKind::kRmsNormBackward;
+  w.outputs = {v};
+  s.bf16_copy_at[v] = static_cast<int>(s.p.launches.size());
+  s.p.launches.push_back(w);
+  const int c = s.want(v, DType::kBF16);
+  EXPECT_EQ(s.p.launches[0].outputs, (std::vector<int>{v, c}));
+  EXPECT_EQ(s.p.metas[c].dtype, DType::kBF16);
+  EXPECT_EQ(s.want(v, DType::kBF16), c) << "one copy";
+  const int reshaped = s.new_value({DType::kF32, {32}});
+  s.p.root[reshaped] = v;
+  const int view = s.want(reshaped, DType::kBF16);
+  EXPECT_EQ(s.p.root[view], c);
+  EXPECT_EQ(s.p.metas[view].shape, (Shape{32}));
+  EXPECT_EQ(s.p.metas[view].dtype, DType::kBF16);
+  EXPECT_EQ(s.p.launches.size(), 1u) << "no cast";
+  EXPECT_EQ(s.p.launches[0].outputs.size(), 2u);
+  Launch again;  // accumulates into v
+  again.outputs = {v};
+  s.p.launches.push_back(again);
+  const int cast = s.want(v, DType::kBF16);
+  EXPECT_NE(cast, c);
+  ASSERT_EQ(s.p.launches.size(), 3u);
+  EXPECT_EQ(s.p.launches.back().op, "cast");
+  EXPECT_EQ(s.p.launches.back().inputs, (std::vector<int>{v}));
 }
 
 // Every optional fusion pass off: one launch per node that is not a reshape

@@ -77,12 +77,12 @@ int PlanState::new_value(ir::TensorMeta m) {
 // writing it adds as an output (bf16_copy_at), or -1: no such launch, or a
 // later launch wrote v's buffer again.
 int PlanState::bf16_copy_of(int v) {
-  const int r = v < static_cast<int>(p.root.size()) ? p.root[v] : -1;
+  const int r = p.root[v];
   auto at = r < 0 ? bf16_copy_at.end() : bf16_copy_at.find(r);
   if (at == bf16_copy_at.end() || NumElements(p.metas[v].shape) != NumElements(p.metas[r].shape)) return -1;
   for (size_t pos = at->second + 1; pos < p.launches.size(); ++pos)
     for (int o : p.launches[pos].outputs)
-      if (o == r || (o < static_cast<int>(p.root.size()) && p.root[o] == r)) return -1;
+      if (o == r || p.root[o] == r) return -1;
   auto [it, added] = bf16_copy.try_emplace(r, -1);
   if (added) {
     it->second = new_value({DType::kBF16, p.metas[r].shape});
