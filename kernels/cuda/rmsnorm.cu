@@ -4,10 +4,11 @@
 //    aligned, in bf16 (the forward; the backward also with bf16 dy and an f32
 //    stream x/dresidual/dx, or all f32): one block per row at a time, each
 //    thread holding its 8-column vectors of the row in registers, so x (and
-//    dy) are read once. The backward also keeps its columns' dw partials in registers over
-//    the rows its block visits and writes one partial row per block, then
-//    sums the blocks' rows in order: dy and x are read once in all (3 passes
-//    over [rows, cols] with dx's write, where the other path makes 5).
+//    dy) are read once. The backward also keeps its columns' dw partials in
+//    registers over the rows its block visits and writes one partial row per
+//    block, then sums the blocks' rows in order: dy and x are read once in
+//    all (3 passes over [rows, cols] with dx's write, where the other path
+//    makes 5).
 //  - otherwise: one block per row with element loads; dw through per-chunk
 //    column partials that read dy and x again.
 #include "kernels/cuda/rmsnorm.h"
@@ -259,8 +260,8 @@ void LaunchRmsBwdVecAs(const RmsNormBwdArgs& a, unsigned blocks, int threads, cu
   auto* o = static_cast<TS*>(a.dx);
   auto* o16 = static_cast<bf16*>(a.dx_bf16);
   const int c = static_cast<int>(a.cols);
-  if (r) RmsBwdVecK<kVec, TD, TS, true, kCopy><<<blocks, threads, 0, s>>>(a.rows, c, d, x, a.w, a.rstd, r, o, o16, a.workspace);
-  else RmsBwdVecK<kVec, TD, TS, false, kCopy><<<blocks, threads, 0, s>>>(a.rows, c, d, x, a.w, a.rstd, r, o, o16, a.workspace);
+  auto* kernel = r ? RmsBwdVecK<kVec, TD, TS, true, kCopy> : RmsBwdVecK<kVec, TD, TS, false, kCopy>;
+  kernel<<<blocks, threads, 0, s>>>(a.rows, c, d, x, a.w, a.rstd, r, o, o16, a.workspace);
 }
 
 template <int kVec>
