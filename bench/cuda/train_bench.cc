@@ -37,7 +37,7 @@
 // CudaOptions::poison_arena (a read of what the step did not write shows as NaN),
 // and with --arena-guard-bytes=N every arena buffer is followed by N free bytes
 // (NaN when poisoned; one written fails the step naming the buffer).
-// --residual=f32 sets CudaOptions::f32_residual (train.residual: the residual
+// --residual=f32 sets CudaOptions::f32_residual (train.residual_precision: the residual
 // stream and its gradient stored f32, as autocast keeps them; RESULT impl
 // gets "_f32res"); the default bf16 stores them bf16.
 // Exit codes: 0 done, 1 a failure while running (or the loss check), 2 a bad

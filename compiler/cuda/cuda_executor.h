@@ -93,7 +93,7 @@ struct CudaOptions {
   // cuBLASLt's first heuristic algorithm (autotune_gemm is ignored).
   bool deterministic = false;
   // bf16 plans: the residual stream and its gradient stored f32, as PyTorch's
-  // autocast keeps them (PlanOptions::f32_residual; train.residual: f32).
+  // autocast keeps them (PlanOptions::f32_residual; train.residual_precision: f32).
   bool f32_residual = false;
   // Debug aid: every step runs eagerly with an event between launches, and
   // the per-kind and costliest-launch tables are printed to stderr when the
