@@ -3,7 +3,7 @@
 //
 //   compile_bench [--preset=llama-1b | shape flags] [--f32] [--attention=dispatch|flash]
 //                 [--no-fusions] [--deterministic] [--activation-checkpointing=none|blocks]
-//                 [--memory=standard|lean] [--offload-optimizer-state] [--residual=bf16|f32]
+//                 [--memory=standard|lean] [--offload-optimizer-state] [--residual=bf16|f32] [--grads=f32|bf16]
 //                 [--kernel-cache=DIR] [--compile-threads=N] [--warm=N] [--no-cold] [--dry]
 //
 // Flags: compile_bench_flags.h. Each run builds the model's forward graph
@@ -137,6 +137,7 @@ absl::StatusOr<Run> OneRun(const CompileBenchFlags& f, const std::string& cache,
   o.extra_fusions = f.model.fusions;
   o.deterministic = f.model.deterministic;
   o.f32_residual = f.model.f32_residual;
+  o.bf16_grads = f.model.bf16_grads;
   if (f.model.lean) o.memory = compiler::cuda::CudaOptions::Memory::kLean;
   o.offload_optimizer_state = f.model.offload;
   o.kernel_cache = cache;

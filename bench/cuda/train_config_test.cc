@@ -81,6 +81,7 @@ TEST(TrainConfig, BadFlagsAreInvalidArgumentNamingTheFlag) {
       {{"--bogus=1"}, "--bogus"},
       {{"--attention=slow"}, "--attention"},
       {{"--memory=small"}, "--memory"},
+      {{"--grads=f16"}, "--grads"},
       {{"--arena-offset-gib=-1"}, "--arena-offset-gib"},
       {{"--arena-guard-bytes=x"}, "--arena-guard-bytes"},
   };
@@ -103,6 +104,9 @@ TEST(TrainConfig, BadFlagsAreInvalidArgumentNamingTheFlag) {
   EXPECT_TRUE(text->offload);
   EXPECT_FALSE(Parse({"--text=/t.txt"})->lean) << "standard by default";
   EXPECT_FALSE(Parse({"--text=/t.txt"})->offload) << "on the device by default";
+  EXPECT_TRUE(Parse({"--text=/t.txt", "--grads=bf16"})->bf16_grads);
+  EXPECT_FALSE(Parse({"--text=/t.txt", "--grads=bf16", "--grads=f32"})->bf16_grads);
+  EXPECT_FALSE(Parse({"--text=/t.txt"})->bf16_grads) << "f32 gradients by default";
   // The placement checks' flags.
   absl::StatusOr<TrainFlags> placed =
       Parse({"--data=/d", "--arena-offset-gib=17", "--poison-arena", "--arena-guard-bytes=4096"});

@@ -127,6 +127,14 @@ struct CudaOptions {
   // shadow is half of the parameter's own bytes): 10 bytes a GEMM weight.
   // Input(k) and SetInput convert, so the host sees f32 either way.
   enum class Memory { kStandard, kLean } memory = Memory::kStandard;
+  // kStandard with the parameter gradients of the GEMM weights stored bf16:
+  // each weight-gradient GEMM accumulates in f32 and rounds once to bf16, as
+  // the bf16 GEMM under PyTorch's autocast does before its f32 .grad copy,
+  // so the values AdamW reads are the same and 2 bytes a GEMM weight fewer
+  // move through the backward, the gradient norm and the update. The norms'
+  // and the embedding's gradients stay f32 (MemoryPolicy::bf16_param_grads;
+  // train.grad_precision: bf16). kLean stores them bf16 either way.
+  bool bf16_grads = false;
   // The optimizer state (AdamW's m and v: the graph's state inputs) in
   // pinned, mapped host memory instead of on the device: the AdamW kernel
   // reads and writes it over the bus (zero-copy) as it updates each chunk,
@@ -164,6 +172,7 @@ inline PlanOptions PlanOptionsFor(const CudaOptions& o) {
   p.f32_residual = o.f32_residual;
   p.guard_bytes = o.arena_guard_bytes;
   if (o.memory == CudaOptions::Memory::kLean) p.memory = MemoryPolicy{true, true, true};
+  if (o.bf16_grads) p.memory.bf16_param_grads = true;
   for (const auto& [group, c] : o.communicators)
     if (c != nullptr) p.group_rank[group] = c->rank();
   return p;

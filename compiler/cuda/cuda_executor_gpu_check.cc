@@ -14,6 +14,10 @@
 //                            SetInput, whatever its layout; with the
 //                            optimizer state offloaded to host memory,
 //                            bitwise the deterministic lean run
+//   bf16 grads16 (CudaOptions::bf16_grads) vs CPU: the same bound, gpt
+//                            (tied embedding: an f32 sum) and llama; the
+//                            parameters' distance to the f32-gradient run
+//                            is printed
 //   bf16 with the f32 residual stream (CudaOptions::f32_residual) vs CPU: the
 //                            same bound, gpt and llama (with block
 //                            checkpointing too); the parameters' distance
@@ -356,6 +360,14 @@ int Check(const Config& c) {
   row("bf16 lean vs cpu", lean, *cpu, 2e-2, 0);
   if (lean.ok() && bf16_graph.ok())
     std::printf("%-28s param rel to bf16 standard %.3e\n", "bf16 lean", ParamError(*lean, *bf16_graph));
+  // bf16 gradients under the standard policy (CudaOptions::bf16_grads): the
+  // values autocast's GEMMs give, AdamW in f32; the same loss bound, and the
+  // parameters' distance to the f32-gradient run printed.
+  const auto grads16 = [](CudaOptions* o) { o->bf16_grads = true; };
+  auto bf16_grads = RunGpu(c, true, true, false, false, false, grads16);
+  row("bf16 grads16 vs cpu", bf16_grads, *cpu, 2e-2, 0);
+  if (bf16_grads.ok() && bf16_graph.ok())
+    std::printf("%-28s param rel to bf16 standard %.3e\n", "bf16 grads16", ParamError(*bf16_grads, *bf16_graph));
   {
     auto det_graph = RunGpu(c, false, true, true), det_eager = RunGpu(c, false, false, true);
     auto det_bf16 = RunGpu(c, true, true, true), det_bf16_again = RunGpu(c, true, true, true);
@@ -383,6 +395,7 @@ int Check(const Config& c) {
       row("llama f32 cuda-graph vs cpu", RunGpu(l, false, true), *lcpu, 1e-4, 1e-3);
       row("llama bf16 cuda-graph vs cpu", RunGpu(l, true, true), *lcpu, 2e-2, 0);
       row("llama bf16 lean vs cpu", RunGpu(l, true, true, false, true), *lcpu, 2e-2, 0);
+      row("llama bf16 grads16 vs cpu", RunGpu(l, true, true, false, false, false, grads16), *lcpu, 2e-2, 0);
     }
   }
   failures += CheckF32Residual(c, row);

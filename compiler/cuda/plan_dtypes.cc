@@ -116,8 +116,15 @@ std::vector<DType> StorageDTypes(const ir::Graph& g, bool bf16, const MemoryPoli
         continue;
       }
       const std::string& op = n.op;
+      // A parameter gradient summed from an f32 addend (a tied embedding's
+      // lookup gradient) stays f32 under bf16 gradients, as autocast's f32
+      // .grad accumulation keeps it.
+      bool f32_addend = false;
+      if (pgrad[v] && op == "add")
+        for (int u : n.inputs) f32_addend = f32_addend || st[u] == DType::kF32;
       const bool keep32 =
-          m.shape.empty() || stream[v] || (pgrad[v] && !memory.bf16_param_grads) || master[v] || op == "grad_norm" || op == "adamw" || op == "sum" || op == "max" || op == "embedding_backward" ||
+          m.shape.empty() || stream[v] || (pgrad[v] && (!memory.bf16_param_grads || f32_addend)) || master[v] ||
+          op == "grad_norm" || op == "adamw" || op == "sum" || op == "max" || op == "embedding_backward" ||
           op == "cross_entropy" || ((op == "layernorm" || op == "rmsnorm") && k > 0) ||
           (op == "sdpa" && k == 1) || ((op == "layernorm_backward" || op == "rmsnorm_backward") && k > 0);
       st[v] = keep32 ? DType::kF32 : DType::kBF16;

@@ -100,6 +100,47 @@ TEST(StorageDTypes, LeanPolicyStoresStatesAndGradientsBf16) {
     if (o.updates >= 0) EXPECT_EQ(st[o.value], st[g.inputs()[o.updates].value]) << g.inputs()[o.updates].name;
 }
 
+// Gradients stored bf16 under the standard policy (CudaOptions::bf16_grads):
+// a weight-gradient GEMM's output is bf16, as autocast's bf16 GEMM rounds
+// it; the embedding's, the norms' and the biases' gradients stay f32, and so
+// does a sum with an f32 addend (GPT's tied embedding and output head);
+// parameters, m and v stay f32.
+void ExpectBf16Grads(const ir::Graph& g, const std::string& name) {
+  const std::vector<int> prod = plan_internal::Producers(g);
+  const std::vector<DType> plain = StorageDTypes(g, true);
+  MemoryPolicy grads;
+  grads.bf16_param_grads = true;
+  const std::vector<DType> st = StorageDTypes(g, true, grads);
+  int bf16 = 0, f32 = 0, tied = 0;
+  for (const ir::Node& n : g.nodes()) {
+    if (n.op != "adamw") continue;
+    for (int k : {0, 2, 3}) EXPECT_EQ(st[n.inputs[k]], DType::kF32) << name << ": params, m and v stay f32";
+    for (size_t k = 0; k < 3; ++k) EXPECT_EQ(st[n.outputs[k]], DType::kF32) << name;
+    EXPECT_EQ(plain[n.inputs[1]], DType::kF32) << name << ": the default keeps every gradient f32";
+    const ir::Node& gp = g.nodes()[prod[n.inputs[1]]];
+    bool f32_op = gp.op == "embedding_backward" || gp.op == "rmsnorm_backward" || gp.op == "layernorm_backward" ||
+                  gp.op == "sum";
+    if (gp.op == "add") {
+      bool f32_addend = false;
+      for (int u : gp.inputs) f32_addend = f32_addend || g.nodes()[prod[u]].op == "embedding_backward";
+      f32_op = f32_addend;
+      tied += f32_addend;
+    }
+    EXPECT_EQ(st[n.inputs[1]], f32_op ? DType::kF32 : DType::kBF16) << name << ": " << gp.op;
+    (f32_op ? f32 : bf16)++;
+  }
+  EXPECT_GE(bf16, 4) << name << ": the GEMM weights";
+  EXPECT_GE(f32, 2) << name << ": the embedding's and the norms' weights";
+  if (name == "gpt") EXPECT_EQ(tied, 1) << "GPT's tied embedding sums an f32 and a bf16 gradient";
+  for (size_t v = 0; v < st.size(); ++v)
+    if (st[v] != plain[v]) EXPECT_EQ(st[v], DType::kBF16) << name << ": only gradients change, to bf16";
+}
+
+TEST(StorageDTypes, Bf16GradsKeepParametersAndStatesF32) {
+  ExpectBf16Grads(GptJoint(), "gpt");
+  ExpectBf16Grads(LlamaJoint(64, 2), "llama");
+}
+
 // f32_residual: the values a norm reads (the embedding output and the adds
 // that build the stream) and the stream's gradient (the adds that sum it, the
 // norm backwards' dx, what embedding_backward reads) are f32; the norms'
