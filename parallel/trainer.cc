@@ -79,6 +79,7 @@ compiler::cuda::CudaOptions CudaStepOptions(const v1::JobSpec& spec) {
   o.bf16 = spec.train().precision() == "bf16";
   o.deterministic = spec.train().deterministic();
   o.f32_residual = o.bf16 && spec.train().residual_precision() == "f32";
+  o.bf16_grads = o.bf16 && spec.train().grad_precision() == "bf16";
   if (spec.train().memory() == "lean") o.memory = compiler::cuda::CudaOptions::Memory::kLean;
   o.offload_optimizer_state = spec.train().offload_optimizer_state();
   return o;

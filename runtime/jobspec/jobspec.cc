@@ -507,8 +507,24 @@ absl::Status CheckProducts(const v1::JobSpec& s) {
 // device: cuda job's collectives run on CUDA tensors, which only NCCL and
 // cuda:gloo (a "cuda:gloo" entry; plain gloo, ucx and tcp are CPU
 // backends) take.
+// A training state kept in bf16 on the GPU (`field`: `value`): device: cuda,
+// precision bf16 and one rank for now. `gpu`, `bf16` and `one`: what the
+// error says for each ("<field>: <gpu>; device: cpu (got <value>)").
+absl::Status CheckOneBf16CudaRank(const v1::JobSpec& s, const char* field, const std::string& value,
+                                  const char* gpu, const char* bf16, const char* one) {
+  LOOM_RETURN_IF_ERROR(
+      Field(s.device() == "cuda", field, value, absl::StrCat(gpu, " (device: cuda); device: ", s.device())));
+  LOOM_RETURN_IF_ERROR(Field(s.train().precision() == "bf16", field, value, bf16));
+  const int64_t ranks = int64_t{std::max(1, s.parallel().dp())} * std::max(1, s.parallel().tp());
+  return Field(ranks == 1 && !s.parallel().tp_auto(), field, value,
+               absl::StrCat(one, " one rank for now (parallel.dp x parallel.tp = ", ranks,
+                            s.parallel().tp_auto() ? ", tp_auto" : "", ")"));
+}
+
 // train.memory: standard or lean; lean needs one CUDA rank in bf16.
 // train.offload_optimizer_state: device: cuda.
+// train.grad_precision: f32 or bf16; bf16 needs one CUDA rank in bf16, lean
+// takes no f32.
 absl::Status CheckMemory(const v1::JobSpec& s) {
   LOOM_RETURN_IF_ERROR(Field(!s.train().offload_optimizer_state() || s.device() == "cuda",
                              "train.offload_optimizer_state", "true",
@@ -516,15 +532,19 @@ absl::Status CheckMemory(const v1::JobSpec& s) {
   const std::string& mem = s.train().memory();
   LOOM_RETURN_IF_ERROR(
       Field(mem.empty() || mem == "standard" || mem == "lean", "train.memory", mem, "expected standard or lean"));
-  if (mem != "lean") return absl::OkStatus();
-  LOOM_RETURN_IF_ERROR(Field(s.device() == "cuda", "train.memory", mem,
-                             absl::StrCat("lean stores the training state on a GPU (device: cuda); device: ", s.device())));
-  LOOM_RETURN_IF_ERROR(Field(s.train().precision() == "bf16", "train.memory", mem,
-                             "lean keeps bf16 gradients and states: set train.precision: bf16"));
-  const int64_t ranks = int64_t{std::max(1, s.parallel().dp())} * std::max(1, s.parallel().tp());
-  LOOM_RETURN_IF_ERROR(Field(ranks == 1 && !s.parallel().tp_auto(), "train.memory", mem,
-                             absl::StrCat("lean runs one rank for now (parallel.dp x parallel.tp = ", ranks,
-                                          s.parallel().tp_auto() ? ", tp_auto" : "", ")")));
+  const std::string& gp = s.train().grad_precision();
+  LOOM_RETURN_IF_ERROR(
+      Field(gp.empty() || gp == "f32" || gp == "bf16", "train.grad_precision", gp, "expected f32 or bf16"));
+  LOOM_RETURN_IF_ERROR(Field(gp != "f32" || mem != "lean", "train.grad_precision", gp,
+                             "train.memory: lean stores the gradients bf16; drop the field or set bf16"));
+  if (mem == "lean")
+    LOOM_RETURN_IF_ERROR(CheckOneBf16CudaRank(s, "train.memory", mem, "lean stores the training state on a GPU",
+                                              "lean keeps bf16 gradients and states: set train.precision: bf16",
+                                              "lean runs"));
+  if (gp == "bf16")
+    LOOM_RETURN_IF_ERROR(CheckOneBf16CudaRank(s, "train.grad_precision", gp, "bf16 gradients live on a GPU",
+                                              "bf16 gradients need train.precision: bf16",
+                                              "bf16 gradients run"));
   return absl::OkStatus();
 }
 

@@ -425,6 +425,32 @@ TEST(JobSpec, ResidualPrecisionIsF32OrBf16) {
   EXPECT_EQ(back->train().residual_precision(), "f32") << ToYaml(*s);
 }
 
+// train.grad_precision: f32 (the default under memory: standard) or bf16;
+// bf16 needs one CUDA rank in bf16; lean takes no f32; job.yaml keeps it;
+// each refusal names the field.
+TEST(JobSpec, GradPrecisionIsF32OrBf16OnOneCudaRank) {
+  const std::string cuda = "device: cuda\n";
+  EXPECT_EQ(ErrorOf("train: {precision: bf16, grad_precision: bf16}\n" + cuda), "");
+  EXPECT_EQ(ErrorOf("train: {precision: bf16, grad_precision: f32}\n" + cuda), "");
+  EXPECT_EQ(ErrorOf("train: {grad_precision: f32}"), "");
+  EXPECT_EQ(ErrorOf("train: {precision: bf16, memory: lean, grad_precision: bf16}\n" + cuda), "");
+  EXPECT_EQ(ErrorOf("train: {precision: bf16, grad_precision: fp8}\n" + cuda),
+            "train.grad_precision: expected f32 or bf16 (got fp8)");
+  EXPECT_EQ(ErrorOf("train: {precision: bf16, memory: lean, grad_precision: f32}\n" + cuda),
+            "train.grad_precision: train.memory: lean stores the gradients bf16; drop the field or set bf16 (got f32)");
+  EXPECT_EQ(ErrorOf("train: {grad_precision: bf16}"),
+            "train.grad_precision: bf16 gradients live on a GPU (device: cuda); device: cpu (got bf16)");
+  EXPECT_EQ(ErrorOf("train: {grad_precision: bf16}\n" + cuda),
+            "train.grad_precision: bf16 gradients need train.precision: bf16 (got bf16)");
+  EXPECT_EQ(ErrorOf("train: {grad_precision: bf16, precision: bf16, batch_size: 8}\nparallel: {tp: 2}\n" + cuda),
+            "train.grad_precision: bf16 gradients run one rank for now (parallel.dp x parallel.tp = 2) (got bf16)");
+  auto s = ParseJobSpecYaml("train: {precision: bf16, grad_precision: bf16}\n" + cuda);
+  ASSERT_TRUE(s.ok()) << s.status();
+  auto back = ParseJobSpecYaml(ToYaml(*s));
+  ASSERT_TRUE(back.ok()) << back.status();
+  EXPECT_EQ(back->train().grad_precision(), "bf16") << ToYaml(*s);
+}
+
 // data.tokenizer is loaded and checked against the model when the spec is
 // validated (runtime/data/tokenizer.h).
 TEST(JobSpec, TokenizerIsCheckedAgainstTheModel) {

@@ -35,8 +35,9 @@ int DumpCuda(const v1::JobSpec& spec) {
   if (!plan.ok()) return Fail(1, plan.status().message());
   auto stats = compiler::cuda::DryBuild(*step, o);
   if (!stats.ok()) return Fail(1, stats.status().message());
-  std::printf("# CUDA plan of %s: %zu launches, %s%s, train.memory %s%s\n", spec.name().c_str(),
+  std::printf("# CUDA plan of %s: %zu launches, %s%s%s, train.memory %s%s\n", spec.name().c_str(),
               plan->launches.size(), o.bf16 ? "bf16" : "f32", o.f32_residual ? " (f32 residual stream)" : "",
+              o.bf16_grads ? " (bf16 gradients)" : "",
               spec.train().memory().empty() ? "standard" : spec.train().memory().c_str(),
               o.offload_optimizer_state ? ", optimizer state on the host" : "");
   std::fputs(plan->Describe().c_str(), stdout);

@@ -199,7 +199,8 @@ TEST(CompileCli, BucketMbMergesTheDpGradientAllReduces) {
 // dry build (no GPU needed); train.memory: lean halves the optimizer state
 // and drops the shadows of the llama's GEMM-only weights; the state moves
 // to the host with train.offload_optimizer_state; train.residual_precision:
-// f32 keeps the stream f32 and casts its gradient for the GEMMs.
+// f32 keeps the stream f32 and casts its gradient for the GEMMs;
+// train.grad_precision: bf16 halves the GEMM weights' gradients.
 TEST(CompileCli, DumpCudaPrintsThePlanAndItsDeviceMemory) {
   const std::string model =
       "model: {family: llama, n_layer: 2, n_head: 4, n_kv_head: 2, d_model: 128, seq_len: 64, vocab: 256}\n"
@@ -258,6 +259,26 @@ TEST(CompileCli, DumpCudaPrintsThePlanAndItsDeviceMemory) {
   const auto copies = std::distance(std::sregex_iterator(res.output.begin(), res.output.end(), with_copy),
                                     std::sregex_iterator());
   EXPECT_EQ(copies, 4) << res.output;
+  // train.grad_precision: bf16: the header says so, and the gradient norm
+  // reads the 7 GEMM weights' gradients of each layer and the output head's
+  // in bf16 (none in the standard plan), the embedding's and the norms' f32;
+  // parameters and state keep their size.
+  Result g16 = RunLoom(absl::StrCat(
+      "compile ", Write("cuda_g16.yaml", model + "train: {batch_size: 4, precision: bf16, grad_precision: bf16}\n"),
+      " --dump=cuda"));
+  ASSERT_EQ(g16.code, 0) << g16.output;
+  EXPECT_NE(g16.output.find("bf16 (bf16 gradients)"), std::string::npos) << g16.output;
+  EXPECT_EQ(std_run.output.find("bf16 gradients"), std::string::npos);
+  auto norm_reads = [&count](const std::string& out, const std::string& dt) {
+    const size_t at = out.find(": grad_norm grad_norm (");
+    if (at == std::string::npos) return -1;
+    return count(out.substr(at, out.find(") ->", at) - at), dt);
+  };
+  EXPECT_EQ(norm_reads(std_run.output, ":bf16"), 0) << std_run.output;
+  EXPECT_EQ(norm_reads(g16.output, ":bf16"), 2 * 7 + 1) << g16.output;
+  EXPECT_EQ(norm_reads(g16.output, ":f32"), 1 + 2 * 2 + 1) << g16.output;
+  EXPECT_EQ(memory(g16.output, "optimizer state"), std_state);
+  EXPECT_EQ(memory(g16.output, "parameters"), memory(std_run.output, "parameters"));
 }
 
 // device: cuda on a machine without a usable GPU (CI): a clear error naming
