@@ -138,6 +138,7 @@ absl::StatusOr<Run> OneRun(const CompileBenchFlags& f, const std::string& cache,
   o.deterministic = f.model.deterministic;
   o.f32_residual = f.model.f32_residual;
   o.bf16_grads = f.model.bf16_grads;
+  o.sorted_embedding_backward = f.model.sorted_embedding;
   if (f.model.lean) o.memory = compiler::cuda::CudaOptions::Memory::kLean;
   o.offload_optimizer_state = f.model.offload;
   o.kernel_cache = cache;

@@ -4,8 +4,9 @@
 // Model flags are train_bench's (train_config.h): --preset=NAME and the shape
 // flags, --f32, --attention=dispatch|flash, --no-fusions, --deterministic,
 // --activation-checkpointing=none|blocks, --residual=bf16|f32,
-// --grads=f32|bf16. train_bench's run flags (--data, --torch, --warmup,
-// --steps, --loss-tol, --no-graph, --profile) are refused by name. Its own:
+// --grads=f32|bf16, --embedding-backward=atomic|sorted. train_bench's run
+// flags (--data, --torch, --warmup, --steps, --loss-tol, --no-graph,
+// --profile) are refused by name. Its own:
 //   --kernel-cache=DIR    the generated kernels' CUBIN cache the runs use
 //                         (CudaOptions::kernel_cache). Default: a fresh
 //                         folder under /tmp, removed at the end. For the

@@ -11,6 +11,7 @@
 //               [--activation-checkpointing=none|blocks] [--deterministic]
 //               [--memory=standard|lean] [--offload-optimizer-state] [--arena-offset-gib=N]
 //               [--poison-arena] [--arena-guard-bytes=N] [--residual=bf16|f32] [--grads=f32|bf16]
+//               [--embedding-backward=atomic|sorted]
 //
 // The presets, their shapes and parameter counts: train_config.h (default
 // gpt2-124m). DIR is what `train_torch.py --init DIR` wrote for the same
@@ -42,6 +43,10 @@
 // gets "_f32res"); the default bf16 stores them bf16. --grads=bf16 sets
 // CudaOptions::bf16_grads (train.grad_precision: the GEMM weights' gradients
 // stored bf16, as autocast's GEMMs round them; RESULT impl gets "_bf16grad").
+// --embedding-backward=sorted sets CudaOptions::sorted_embedding_backward (the
+// embedding gradient without atomics, the rest as without --deterministic;
+// RESULT impl gets "_sortemb"): two runs of it against two runs without it
+// show what the atomics add to a run's variation.
 // Exit codes: 0 done, 1 a failure while running (or the loss check), 2 a bad
 // flag (the message names it).
 #include <algorithm>
@@ -108,6 +113,7 @@ absl::StatusOr<Setup> Compile(const TrainFlags& f) {
   opt.deterministic = f.deterministic;
   opt.f32_residual = f.f32_residual;
   opt.bf16_grads = f.bf16_grads;
+  opt.sorted_embedding_backward = f.sorted_embedding;
   if (f.lean) opt.memory = compiler::cuda::CudaOptions::Memory::kLean;
   opt.offload_optimizer_state = f.offload;
   opt.arena_offset_bytes = f.arena_offset_gib << 30;
@@ -241,10 +247,11 @@ absl::Status Run(const TrainFlags& f) {
   double tps = tokens / dt;
   double n = static_cast<double>(compiler::models::NumParameters(s.params));
   double flops_tok = TrainFlopsPerToken(spec, s.params);
-  std::printf("RESULT impl=loom_%s%s%s%s%s%s%s preset=%s family=%s tokens_per_s=%.0f ms_per_step=%.2f mfu=%.3f params=%.0f "
+  std::printf("RESULT impl=loom_%s%s%s%s%s%s%s%s preset=%s family=%s tokens_per_s=%.0f ms_per_step=%.2f mfu=%.3f params=%.0f "
               "compile_s=%.1f init_s=%.1f device_mib=%.0f arena_mib=%.0f\n",
               f.f32 ? "f32" : "bf16", f.graph ? "_graph" : "", f.checkpoint ? "_ckpt" : "", f.deterministic ? "_det" : "",
-              f.f32_residual ? "_f32res" : "", f.bf16_grads ? "_bf16grad" : "", f.lean ? (f.offload ? "_lean_offload" : "_lean") : f.offload ? "_offload" : "", f.preset.c_str(), spec.family().c_str(), tps, 1e3 * dt / f.steps,
+              f.f32_residual ? "_f32res" : "", f.bf16_grads ? "_bf16grad" : "", f.sorted_embedding ? "_sortemb" : "",
+              f.lean ? (f.offload ? "_lean_offload" : "_lean") : f.offload ? "_offload" : "", f.preset.c_str(), spec.family().c_str(), tps, 1e3 * dt / f.steps,
               tps * flops_tok / 989e12, n, s.compile_s, s.init_s, s.exec->device_bytes() / 1048576.0,
               s.exec->plan().arena_bytes / 1048576.0);
   std::printf("model: %s L%d H%d Hkv%d C%d ffn%d T%d V%d B%lld, %.0f training FLOPs per token\n",

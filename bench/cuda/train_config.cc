@@ -134,6 +134,8 @@ absl::Status ParseShapeOrRunFlag(absl::string_view a, TrainFlags* f) {
   } else if (a == "--memory=lean") { f->lean = true;
   } else if (a == "--grads=bf16") { f->bf16_grads = true;
   } else if (a == "--grads=f32") { f->bf16_grads = false;
+  } else if (a == "--embedding-backward=sorted") { f->sorted_embedding = true;
+  } else if (a == "--embedding-backward=atomic") { f->sorted_embedding = false;
   } else if (a == "--memory=standard") { f->lean = false;
   } else {
     std::string name(a.substr(0, a.find('=')));

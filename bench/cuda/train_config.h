@@ -28,7 +28,8 @@
 // (with --data), --warmup, --steps,
 // --loss-tol, --f32, --no-graph, --attention=dispatch|flash, --no-fusions,
 // --profile, --activation-checkpointing=none|blocks, --deterministic,
-// --memory=standard|lean, --offload-optimizer-state, --residual=bf16|f32, --grads=f32|bf16.
+// --memory=standard|lean, --offload-optimizer-state, --residual=bf16|f32, --grads=f32|bf16,
+// --embedding-backward=atomic|sorted.
 // Every error is
 // INVALID_ARGUMENT and names the flag.
 #pragma once
@@ -72,6 +73,7 @@ struct TrainFlags {
   bool f32_residual = false;   // CudaOptions::f32_residual (--residual=f32; default bf16)
   bool lean = false;           // CudaOptions::memory kLean (--memory=lean; default standard)
   bool bf16_grads = false;     // CudaOptions::bf16_grads (--grads=bf16; default f32)
+  bool sorted_embedding = false;  // CudaOptions::sorted_embedding_backward (--embedding-backward=sorted)
   bool offload = false;        // CudaOptions::offload_optimizer_state (--offload-optimizer-state)
   int64_t arena_offset_gib = 0;  // CudaOptions::arena_offset_bytes / 2^30 (--arena-offset-gib)
   bool poison_arena = false;     // CudaOptions::poison_arena (--poison-arena)

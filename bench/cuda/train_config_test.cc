@@ -82,6 +82,7 @@ TEST(TrainConfig, BadFlagsAreInvalidArgumentNamingTheFlag) {
       {{"--attention=slow"}, "--attention"},
       {{"--memory=small"}, "--memory"},
       {{"--grads=f16"}, "--grads"},
+      {{"--embedding-backward=fast"}, "--embedding-backward"},
       {{"--arena-offset-gib=-1"}, "--arena-offset-gib"},
       {{"--arena-guard-bytes=x"}, "--arena-guard-bytes"},
   };
@@ -107,6 +108,8 @@ TEST(TrainConfig, BadFlagsAreInvalidArgumentNamingTheFlag) {
   EXPECT_TRUE(Parse({"--text=/t.txt", "--grads=bf16"})->bf16_grads);
   EXPECT_FALSE(Parse({"--text=/t.txt", "--grads=bf16", "--grads=f32"})->bf16_grads);
   EXPECT_FALSE(Parse({"--text=/t.txt"})->bf16_grads) << "f32 gradients by default";
+  EXPECT_TRUE(Parse({"--text=/t.txt", "--embedding-backward=sorted"})->sorted_embedding);
+  EXPECT_FALSE(Parse({"--text=/t.txt"})->sorted_embedding) << "atomics by default";
   // The placement checks' flags.
   absl::StatusOr<TrainFlags> placed =
       Parse({"--data=/d", "--arena-offset-gib=17", "--poison-arena", "--arena-guard-bytes=4096"});

@@ -92,6 +92,12 @@ struct CudaOptions {
   // backward, no timed pick), whatever `attention` says; GEMMs take
   // cuBLASLt's first heuristic algorithm (autotune_gemm is ignored).
   bool deterministic = false;
+  // Only the embedding gradient without atomics (the sorted kernel, as under
+  // `deterministic`), attention and GEMMs as chosen otherwise: PyTorch's
+  // CUDA embedding backward sorts its ids too. Costs the sort of a step's
+  // ids; removes one of the step's two sources of run-to-run variation
+  // (the other: cuDNN's attention backward, whose dQ sums in f32 atomics).
+  bool sorted_embedding_backward = false;
   // bf16 plans: the residual stream and its gradient stored f32, as PyTorch's
   // autocast keeps them (PlanOptions::f32_residual; train.residual_precision: f32).
   bool f32_residual = false;
@@ -169,6 +175,7 @@ inline PlanOptions PlanOptionsFor(const CudaOptions& o) {
       p.accumulate_gemms = o.extra_fusions;
   p.gemm_epilogues = o.gemm_epilogues;
   p.deterministic = o.deterministic;
+  p.sorted_embedding_backward = o.sorted_embedding_backward;
   p.f32_residual = o.f32_residual;
   p.guard_bytes = o.arena_guard_bytes;
   if (o.memory == CudaOptions::Memory::kLean) p.memory = MemoryPolicy{true, true, true};

@@ -257,6 +257,9 @@ struct PlanOptions {
   // choice (embedding_backward -> kEmbeddingBackwardSorted), so the step's
   // bits repeat run to run (CudaOptions::deterministic).
   bool deterministic = false;
+  // embedding_backward -> kEmbeddingBackwardSorted alone, the rest as chosen
+  // (CudaOptions::sorted_embedding_backward); deterministic implies it.
+  bool sorted_embedding_backward = false;
   // This rank's index in each process group the graph's rank-dependent ops
   // name (shard_slice: its block's offset; vocab_onehot: its vocabulary
   // block). A group not listed is rank 0, which plans the same launches and

@@ -244,7 +244,8 @@ absl::StatusOr<bool> LowerRowOp(PlanState& s, int i, Launch& L) {
     L.inputs = n.inputs;
   } else if (op == "embedding_backward") {
     if (p.metas[out0].dtype != DType::kF32) return Unsupported(s.g, i, "output must be f32");
-    L.kind = s.options.deterministic ? LaunchKind::kEmbeddingBackwardSorted : LaunchKind::kEmbeddingBackward;
+    L.kind = s.options.deterministic || s.options.sorted_embedding_backward ? LaunchKind::kEmbeddingBackwardSorted
+                                                                             : LaunchKind::kEmbeddingBackward;
     L.inputs = n.inputs;
   } else if (op == "sum_to") {
     const Shape& in = s.g.meta(n.inputs[0]).shape;

@@ -138,6 +138,19 @@ TEST(LowerNodes, DeterministicPicksTheSortedEmbeddingBackward) {
   }
 }
 
+// PlanOptions::sorted_embedding_backward alone: the same plan as
+// deterministic's, launch for launch.
+TEST(LowerNodes, SortedEmbeddingBackwardAlone) {
+  ir::Graph g = GptJoint(1);
+  PlanOptions det, sorted;
+  det.deterministic = true;
+  sorted.sorted_embedding_backward = true;
+  auto a = PlanCuda(g, true, det), b = PlanCuda(g, true, sorted);
+  ASSERT_TRUE(a.ok() && b.ok());
+  EXPECT_EQ(CountOp(*b, LaunchKind::kEmbeddingBackwardSorted), 1) << b->Describe();
+  EXPECT_EQ(a->Describe(), b->Describe());
+}
+
 TEST(LowerNodes, Bf16ShadowsOfGemmParameters) {
   ir::Graph g = GptJoint(2);
   auto p = PlanCuda(g, true);
