@@ -138,8 +138,9 @@ struct CudaOptions {
   // the bf16 GEMM under PyTorch's autocast does before its f32 .grad copy,
   // so the values AdamW reads are the same and 2 bytes a GEMM weight fewer
   // move through the backward, the gradient norm and the update. The norms'
-  // and the embedding's gradients stay f32 (MemoryPolicy::bf16_param_grads;
-  // train.grad_precision: bf16). kLean stores them bf16 either way.
+  // and the embedding's gradients, and sums with them (a tied weight's), stay
+  // f32 (MemoryPolicy::bf16_param_grads; train.grad_precision: bf16). kLean
+  // stores them bf16 either way.
   bool bf16_grads = false;
   // The optimizer state (AdamW's m and v: the graph's state inputs) in
   // pinned, mapped host memory instead of on the device: the AdamW kernel

@@ -502,11 +502,6 @@ absl::Status CheckProducts(const v1::JobSpec& s) {
   return absl::OkStatus();
 }
 
-// parallel.backend parses as the process group reads it, and its CUDA
-// backend can serve the job's placement: NCCL takes one rank per GPU. A
-// device: cuda job's collectives run on CUDA tensors, which only NCCL and
-// cuda:gloo (a "cuda:gloo" entry; plain gloo, ucx and tcp are CPU
-// backends) take.
 // A training state kept in bf16 on the GPU (`field`: `value`): device: cuda,
 // precision bf16 and one rank for now. `gpu`, `bf16` and `one`: what the
 // error says for each ("<field>: <gpu>; device: cpu (got <value>)").
@@ -548,6 +543,11 @@ absl::Status CheckMemory(const v1::JobSpec& s) {
   return absl::OkStatus();
 }
 
+// parallel.backend parses as the process group reads it, and its CUDA
+// backend can serve the job's placement: NCCL takes one rank per GPU. A
+// device: cuda job's collectives run on CUDA tensors, which only NCCL and
+// cuda:gloo (a "cuda:gloo" entry; plain gloo, ucx and tcp are CPU
+// backends) take.
 absl::Status CheckBackend(const v1::JobSpec& s) {
   const std::string& b = s.parallel().backend();
   auto spec = collectives::ParseBackendSpec(b);
