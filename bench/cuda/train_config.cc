@@ -132,11 +132,11 @@ absl::Status ParseShapeOrRunFlag(absl::string_view a, TrainFlags* f) {
   } else if (a == "--residual=f32") { f->f32_residual = true;
   } else if (a == "--residual=bf16") { f->f32_residual = false;
   } else if (a == "--memory=lean") { f->lean = true;
+  } else if (a == "--memory=standard") { f->lean = false;
   } else if (a == "--grads=bf16") { f->bf16_grads = true;
   } else if (a == "--grads=f32") { f->bf16_grads = false;
   } else if (a == "--embedding-backward=sorted") { f->sorted_embedding = true;
   } else if (a == "--embedding-backward=atomic") { f->sorted_embedding = false;
-  } else if (a == "--memory=standard") { f->lean = false;
   } else {
     std::string name(a.substr(0, a.find('=')));
     return Bad(name, absl::StrCat("unknown flag or value '", a, "'"));
