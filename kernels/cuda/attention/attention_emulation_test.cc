@@ -13,6 +13,8 @@
 #include "kernels/cuda/attention/attention_reference.h"
 #include "kernels/cuda/attention/flash_bwd_kernel.cuh"
 #include "kernels/cuda/attention/flash_fwd_kernel.cuh"
+#include "kernels/cuda/attention/flash_wgmma_bwd_kernel.cuh"
+#include "kernels/cuda/attention/flash_wgmma_fwd_kernel.cuh"
 
 namespace loom::kernels::cuda::attention {
 namespace {
@@ -33,13 +35,20 @@ void ForwardCfg(const FlashParams& p) {
                static_cast<unsigned>(p.batch)},
               Cfg::NT, [&] { FlashFwdKernel<D, Cfg, kBf16, kCausal>(p); });
 }
+// Mirrors flash_wgmma.cu's Launch: blocks of NWG warpgroups, 64 NWG queries.
+template <int D, int NWG, bool kBf16, bool kCausal, bool kPipe>
+void ForwardWgmma(const FlashParams& p) {
+  emu::Launch({static_cast<unsigned>((p.seq_q + 64 * NWG - 1) / (64 * NWG)), static_cast<unsigned>(p.heads),
+               static_cast<unsigned>(p.batch)},
+              128 * NWG, [&] { FlashFwdWgmmaKernel<D, NWG, kBf16, kCausal, kPipe>(p); });
+}
+// Mirrors flash_fwd.cu on a compute-capability-9.0 device.
 template <int D, bool kBf16, bool kCausal>
 void Forward(const FlashParams& p) {
-  int v = p.fwd_variant > 0 ? p.fwd_variant : FwdDefaultVariant(D);
-  // The wgmma kernels (warpgroup products) have no emulation: the CPU runs
-  // what FlashForward runs off compute capability 9.0; attention_check and
-  // wgmma_check cover them on the GPU.
-  if (IsWgmmaFwdVariant(v)) v = FwdMmaDefaultVariant(D);
+  const int v = p.fwd_variant > 0 ? p.fwd_variant : FwdDefaultVariant(D);
+  if (v == kFwdWgmmaVariant) return ForwardWgmma<D, 2, kBf16, kCausal, false>(p);
+  if (v == kFwdWgmmaPipeVariant) return ForwardWgmma<D, 2, kBf16, kCausal, true>(p);
+  if (v == kFwdWgmmaPipe1Variant) return ForwardWgmma<D, 1, kBf16, kCausal, true>(p);
   switch (v) {
 #define LOOM_FWD_CASE(id, nw, bn, mb, mw) \
   case id:                            \
@@ -79,8 +88,18 @@ void Backward(const FlashParams& p) {
   emu::Launch({static_cast<unsigned>((p.seq_q + kPreRows<D> - 1) / kPreRows<D>), static_cast<unsigned>(p.heads),
                static_cast<unsigned>(p.batch)},
               256, [&] { BwdPreprocessKernel<D, kBf16, false>(p); });
-  if (IsDsVariant(bv)) {  // the wgmma dK/dV pass has no emulation: mma.sync's runs (as off sm_90)
-    DkDv<D, BwdDsCfg, kDqStoreDs, kBf16, kCausal>(p);
+  if (IsDsVariant(bv)) {  // the dK/dV pass on wgmma (as on compute capability 9.0) or mma.sync
+    if (bv == kBwdDsVariant) {
+      DkDv<D, BwdDsCfg, kDqStoreDs, kBf16, kCausal>(p);
+    } else {
+      const int nwg = bv == kBwdWgmmaDs1Variant ? 1 : 2;
+      emu::Launch({static_cast<unsigned>((p.seq_k + 64 * nwg - 1) / (64 * nwg)), static_cast<unsigned>(p.kv_heads),
+                   static_cast<unsigned>(p.batch)},
+                  128 * nwg, [&] {
+                    if (nwg == 1) FlashBwdWgmmaKernel<D, 1, kBf16, kCausal>(p);
+                    else FlashBwdWgmmaKernel<D, 2, kBf16, kCausal>(p);
+                  });
+    }
     constexpr int BM = 32 * kDqFromDsWarps;
     emu::Launch({static_cast<unsigned>((p.seq_q + BM - 1) / BM), static_cast<unsigned>(p.heads),
                  static_cast<unsigned>(p.batch)},
@@ -303,9 +322,17 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Emulated,
                                            // Atomic dQ over several key blocks (rotated query-tile order), GQA.
                                            Case{true, 1, 2, 1, 150, 290, 128, false, 0, 6, 0},
                                            Case{false, 1, 2, 1, 270, 270, 64, true, 0, 6, 0},
+                                           // The wgmma kernels (the defaults above): each schedule and
+                                           // block size, forward and dK/dV, GQA, causal, Tq != Tk.
+                                           Case{true, 1, 2, 1, 150, 290, 128, false, 8, 8, 0},
+                                           Case{false, 1, 2, 2, 200, 200, 64, true, 8, 9, 0},
+                                           Case{true, 1, 2, 1, 270, 200, 64, true, 9, 8, 0},
+                                           Case{true, 2, 2, 2, 130, 130, 128, true, 10, 9, 0},
+                                           Case{false, 1, 3, 1, 100, 170, 128, false, 9, 9, 0},
                                            // Strided views ([B, T, 3, H, D] qkv, [B, T, H, D] o/dout).
                                            Case{true, 2, 2, 2, 70, 70, 64, true, 0, 0, 0, true},
-                                           Case{true, 1, 2, 2, 90, 90, 128, false, 0, 6, 0, true}));
+                                           Case{true, 1, 2, 2, 90, 90, 128, false, 0, 6, 0, true},
+                                           Case{true, 1, 2, 2, 90, 90, 64, true, 10, 9, 0, true}));
 
 }  // namespace
 }  // namespace loom::kernels::cuda::attention

@@ -80,6 +80,7 @@ inline uint32_t SmemAddr(const void* p) { return emu::SmemAddr(p); }
 inline void Ldsm4(uint32_t* r, uint32_t addr) { emu::Ldsm4(r, addr, false); }
 inline void Ldsm4T(uint32_t* r, uint32_t addr) { emu::Ldsm4(r, addr, true); }
 inline void CpAsync16(uint32_t dst, const void* src, bool valid) { emu::CpAsync16(dst, src, valid); }
+inline void CpAsync4(uint32_t dst, const void* src) { emu::CpAsync4(dst, src); }
 inline void CpAsyncCommit() {}
 template <int N>
 inline void CpAsyncWait() {}

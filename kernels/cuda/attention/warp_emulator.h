@@ -6,6 +6,11 @@
 // the documented fragment layouts. Shared memory is one static array; cp.async
 // copies at once. Slow (microseconds per collective) but exact in indexing:
 // it checks the kernels' fragment and tile arithmetic without a GPU.
+// Hopper's warpgroup products (wgmma.cuh) are warpgroup collectives the same
+// way: the 128 threads deposit their descriptors (and A registers) and each
+// computes its own accumulators, reading shared memory through the
+// descriptors' 128-byte swizzle. A product completes when it is issued, so
+// the emulation checks what the kernels compute, not their fences and waits.
 #pragma once
 
 #include <setjmp.h>
@@ -75,7 +80,8 @@ struct EmuDim3 {
   unsigned x = 1, y = 1, z = 1;
 };
 inline EmuDim3 threadIdx, blockIdx, gridDim, blockDim;
-alignas(128) inline unsigned char smem_raw[1 << 18];
+// 1024-byte aligned, as the 128-byte swizzle's 8-row pattern requires.
+alignas(1024) inline unsigned char smem_raw[1 << 18];
 inline int min(int a, int b) { return a < b ? a : b; }
 inline int max(int a, int b) { return a > b ? a : b; }
 
@@ -97,7 +103,10 @@ struct State {
   int warp_arrived[32] = {};
   long warp_gen[32] = {};
   int warp_live[32] = {};
+  int wg_arrived[8] = {};
+  long wg_gen[8] = {};
   uint32_t slot_u[1024][6];
+  uint64_t slot_d[1024][2];
   float slot_f[1024];
   std::function<void()> body;
 };
@@ -122,6 +131,22 @@ inline void WarpBarrier() {
   }
   while (s.warp_gen[w] == gen) Yield();
 }
+// Barrier over the four warps of this thread's warpgroup (the live ones).
+inline int WarpgroupLive(int wg) {
+  const State& s = S();
+  return s.warp_live[4 * wg] + s.warp_live[4 * wg + 1] + s.warp_live[4 * wg + 2] + s.warp_live[4 * wg + 3];
+}
+inline void WarpgroupBarrier() {
+  State& s = S();
+  const int wg = threadIdx.x >> 7;
+  const long gen = s.wg_gen[wg];
+  if (++s.wg_arrived[wg] == WarpgroupLive(wg)) {
+    s.wg_arrived[wg] = 0;
+    ++s.wg_gen[wg];
+    return;
+  }
+  while (s.wg_gen[wg] == gen) Yield();
+}
 inline void BlockBarrier() {
   State& s = S();
   const long gen = s.block_gen;
@@ -142,6 +167,11 @@ inline void Trampoline() {
   if (s.warp_arrived[w] > 0 && s.warp_arrived[w] == s.warp_live[w]) {
     s.warp_arrived[w] = 0;
     ++s.warp_gen[w];
+  }
+  const int wg = threadIdx.x >> 7;  // and a warpgroup barrier
+  if (s.wg_arrived[wg] > 0 && s.wg_arrived[wg] == WarpgroupLive(wg)) {
+    s.wg_arrived[wg] = 0;
+    ++s.wg_gen[wg];
   }
   _longjmp(s.sched, 1);
 }
@@ -166,6 +196,7 @@ inline void Launch(EmuDim3 grid, int threads, const std::function<void()>& fn) {
         std::memset(smem_raw, 0xFF, sizeof(smem_raw));  // poison shared memory
         s.block_arrived = 0;
         for (int w = 0; w < 32; ++w) s.warp_arrived[w] = 0, s.warp_live[w] = 0;
+        for (int w = 0; w < 8; ++w) s.wg_arrived[w] = 0;
         for (int t = 0; t < threads; ++t) {
           s.done[t] = 0;
           s.started[t] = 0;
@@ -215,6 +246,10 @@ inline void CpAsync16(uint32_t dst, const void* src, bool valid) {
   if (dst % 16 != 0 || dst + 16 > sizeof(smem_raw)) std::abort();
   if (valid) std::memcpy(smem_raw + dst, src, 16);
   else std::memset(smem_raw + dst, 0, 16);
+}
+inline void CpAsync4(uint32_t dst, const void* src) {
+  if (dst % 4 != 0 || dst + 4 > sizeof(smem_raw)) std::abort();
+  std::memcpy(smem_raw + dst, src, 4);
 }
 inline int Lane() { return threadIdx.x & 31; }
 inline int WarpBase() { return threadIdx.x & ~31u; }
@@ -274,6 +309,87 @@ inline void Mma(float* c, const uint32_t* a, uint32_t b0, uint32_t b1, bool bf16
   WarpBarrier();
 }
 
+// A wgmma shared-memory descriptor (wgmma.cuh's Desc): start address,
+// leading and stride byte offsets. Only the 128-byte swizzle is modelled, with
+// starts whose row bits (7-9) are zero: the pattern's phase is then the
+// address's own, as with the tiles' 1024-byte-aligned panels.
+struct WgDesc {
+  uint32_t start, lbo, sbo;
+};
+inline WgDesc DecodeDesc(uint64_t d) {
+  const WgDesc r{static_cast<uint32_t>(d & 0x3FFF) << 4, static_cast<uint32_t>((d >> 16) & 0x3FFF) << 4,
+                 static_cast<uint32_t>((d >> 32) & 0x3FFF) << 4};
+  if ((d >> 62) != 1 || ((r.start >> 7) & 7) != 0) {
+    std::fprintf(stderr, "emulator: a wgmma descriptor outside the modelled forms "
+                         "(128-byte swizzle, pattern-aligned start)\n");
+    std::abort();
+  }
+  return r;
+}
+// The 128-byte swizzle: 16-byte chunk bits 4-6 of an address XOR its row bits 7-9.
+inline uint32_t Sw128(uint32_t a) { return a ^ (((a >> 7) & 7) << 4); }
+// Element (row r, k) of a K-major operand: 8-row groups sbo apart, rows 128
+// bytes apart, k contiguous.
+inline float KMajor(const WgDesc& d, int r, int k, bool bf16) {
+  const uint16_t h = Ld16(Sw128(d.start + (r >> 3) * d.sbo + (r & 7) * 128 + 2 * k));
+  return bf16 ? __bfloat162float({h}) : __half2float({h});
+}
+// Element (k, n) of an MN-major operand (the transpose bit): k's 8-row groups
+// sbo apart, rows 128 bytes apart, n in 64-element panels lbo apart.
+inline float MnMajor(const WgDesc& d, int k, int n, bool bf16) {
+  const uint16_t h = Ld16(Sw128(d.start + (k >> 3) * d.sbo + (k & 7) * 128 + (n >> 6) * d.lbo + 2 * (n & 63)));
+  return bf16 ? __bfloat162float({h}) : __half2float({h});
+}
+
+// wgmma.mma_async m64nNk16, f32 accumulators: d (+)= A B. A is 64 x 16, from
+// shared memory (a_desc, K-major; a_reg null) or from registers (a_reg: this
+// thread's four, mma.sync's A layout for its warp's 16 rows); B is 16 x N
+// from shared memory, K-major or (trans_b) MN-major. Thread (warp w of the
+// group, g, t) owns d[4i + 2r + c] = (row 16w + g + 8r, column 8i + 2t + c).
+// Every thread of the warpgroup must pass the same descriptors.
+inline void Wgmma(float* d, int n, uint64_t a_desc, const uint32_t* a_reg, uint64_t b_desc, bool trans_b,
+                  bool accumulate, bool bf16) {
+  State& s = S();
+  const int me = threadIdx.x, base = me & ~127;
+  for (int i = 0; i < 4; ++i) s.slot_u[me][i] = a_reg != nullptr ? a_reg[i] : 0;
+  s.slot_d[me][0] = a_desc, s.slot_d[me][1] = b_desc;
+  WarpgroupBarrier();
+  for (int o = base; o < base + 128; ++o)
+    if (s.slot_d[o][0] != a_desc || s.slot_d[o][1] != b_desc) {
+      std::fprintf(stderr, "emulator: wgmma descriptors differ across the warpgroup\n");
+      std::abort();
+    }
+  const int w = (me >> 5) & 3, lane = me & 31, g = lane >> 2, t = lane & 3;
+  float A[2][16];
+  if (a_reg == nullptr) {
+    const WgDesc da = DecodeDesc(a_desc);
+    for (int r = 0; r < 2; ++r)
+      for (int k = 0; k < 16; ++k) A[r][k] = KMajor(da, 16 * w + g + 8 * r, k, bf16);
+  } else {
+    for (int tt = 0; tt < 4; ++tt) {
+      const uint32_t* u = s.slot_u[(me & ~31) + 4 * g + tt];
+      for (int j = 0; j < 2; ++j) {
+        A[0][2 * tt + j] = Half(u[0], j, bf16), A[1][2 * tt + j] = Half(u[1], j, bf16);
+        A[0][2 * tt + 8 + j] = Half(u[2], j, bf16), A[1][2 * tt + 8 + j] = Half(u[3], j, bf16);
+      }
+    }
+  }
+  const WgDesc db = DecodeDesc(b_desc);
+  for (int i = 0; i < n / 8; ++i)
+    for (int c = 0; c < 2; ++c) {
+      const int col = 8 * i + 2 * t + c;
+      float B[16];
+      for (int k = 0; k < 16; ++k) B[k] = trans_b ? MnMajor(db, k, col, bf16) : KMajor(db, col, k, bf16);
+      for (int r = 0; r < 2; ++r) {
+        float sum = 0.f;
+        for (int k = 0; k < 16; ++k) sum += A[r][k] * B[k];
+        float& out = d[4 * i + 2 * r + c];
+        out = accumulate ? out + sum : sum;
+      }
+    }
+  WarpgroupBarrier();
+}
+
 inline float ShflXor(float v, int off) {
   State& s = S();
   s.slot_f[threadIdx.x] = v;
@@ -294,6 +410,7 @@ inline void RedAddV4(float* p, float a, float b, float c, float d) {
 
 inline float __shfl_xor_sync(unsigned, float v, int off) { return emu::ShflXor(v, off); }
 inline void __syncthreads() { emu::BlockBarrier(); }
+inline void __syncwarp(unsigned = 0xffffffffu) { emu::WarpBarrier(); }
 inline float atomicAdd(float* p, float v) {
   const float old = *p;
   *p = old + v;

@@ -1,7 +1,11 @@
 // Warpgroup matrix products (sm_90a `wgmma.mma_async`) and the shared-memory
-// layout they read: the pieces the wgmma flash forward is built from. Only a
-// file compiled for sm_90a may include this (flash_wgmma.cu; its BUILD target
-// passes -gencode arch=compute_90a,code=sm_90a).
+// layout they read: the pieces the wgmma flash kernels are built from. Only a
+// file compiled for sm_90a may include this (flash_wgmma.cu and
+// flash_wgmma_bwd.cu; their BUILD target passes -gencode
+// arch=compute_90a,code=sm_90a), or a host compile with LOOM_ATTN_EMULATE
+// (attention_emulation_test), where warp_emulator.h carries out the products
+// and the fences and waits do nothing (an emulated product is complete when
+// it is issued).
 //
 // Shapes: m64 nN k16, N = 64 or 128, f32 accumulators, bf16 or f16 inputs.
 // One warpgroup (4 consecutive warps, 128 threads) issues each product; warp w
@@ -72,6 +76,26 @@ __device__ __forceinline__ uint64_t Desc(uint32_t smem_addr, uint32_t lbo, uint3
          (static_cast<uint64_t>((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
 }
 
+#ifdef LOOM_ATTN_EMULATE
+inline void Fence() {}
+inline void Commit() {}
+template <int N>
+inline void Wait() {}
+template <int N>
+inline void FenceRegs(float*) {}
+inline void FenceProxyAsync() {}
+
+template <int N, bool kBf16>
+struct Mma {
+  static void SS(float* d, uint64_t a, uint64_t b, int accumulate) {
+    emu::Wgmma(d, N, a, nullptr, b, /*trans_b=*/false, accumulate != 0, kBf16);
+  }
+  template <int kTransB>
+  static void RS(float* d, const uint32_t* a, uint64_t b, int accumulate) {
+    emu::Wgmma(d, N, 0, a, b, kTransB != 0, accumulate != 0, kBf16);
+  }
+};
+#else
 __device__ __forceinline__ void Fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void Commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>
@@ -145,5 +169,6 @@ LOOM_WG_DEFINE(128, false, "f16", LOOM_WG_R64, LOOM_WG_O64, "%64", "%65", "%66",
 #undef LOOM_WG_O8
 #undef LOOM_WG_R64
 #undef LOOM_WG_R32
+#endif  // LOOM_ATTN_EMULATE
 
 }  // namespace loom::kernels::cuda::attention::wg
