@@ -81,9 +81,11 @@ inline void Ldsm4(uint32_t* r, uint32_t addr) { emu::Ldsm4(r, addr, false); }
 inline void Ldsm4T(uint32_t* r, uint32_t addr) { emu::Ldsm4(r, addr, true); }
 inline void CpAsync16(uint32_t dst, const void* src, bool valid) { emu::CpAsync16(dst, src, valid); }
 inline void CpAsync4(uint32_t dst, const void* src) { emu::CpAsync4(dst, src); }
-inline void CpAsyncCommit() {}
+inline void CpAsyncCommit() { emu::CpAsyncCommit(); }
 template <int N>
-inline void CpAsyncWait() {}
+inline void CpAsyncWait() {
+  emu::CpAsyncWait(N);
+}
 inline float Exp2(float x) { return exp2f(x); }
 inline void RedAddV4(float* p, float a, float b, float c, float d) { emu::RedAddV4(p, a, b, c, d); }
 inline void Copy16(void* dst, const void* src) { std::memcpy(dst, src, 16); }

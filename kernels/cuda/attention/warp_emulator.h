@@ -3,14 +3,20 @@
 // of a block is a ucontext fiber on one OS thread, __syncthreads and the warp
 // collectives (ldmatrix, mma.sync m16n8k16, __shfl_xor_sync) are barriers at
 // which every lane deposits its operands and then computes its own result with
-// the documented fragment layouts. Shared memory is one static array; cp.async
-// copies at once. Slow (microseconds per collective) but exact in indexing:
+// the documented fragment layouts. Shared memory is one static array. Slow
+// (microseconds per collective) but exact in indexing:
 // it checks the kernels' fragment and tile arithmetic without a GPU.
 // Hopper's warpgroup products (wgmma.cuh) are warpgroup collectives the same
 // way: the 128 threads deposit their descriptors (and A registers) and each
 // computes its own accumulators, reading shared memory through the
-// descriptors' 128-byte swizzle. A product completes when it is issued, so
-// the emulation checks what the kernels compute, not their fences and waits.
+// descriptors' 128-byte swizzle.
+// Both asynchronous kinds of work take effect at the latest moment the
+// hardware allows: a cp.async copy lands when its thread's cp.async.wait_group
+// retires its group, and a warpgroup product is computed when wgmma's
+// wait_group retires its group, reading shared memory and its accumulators
+// then (its A registers are taken at issue). A kernel that reads a tile or an
+// accumulator before waiting for it, or overwrites a product's operands
+// before its wait, computes from poison or stale values and fails its check.
 #pragma once
 
 #include <setjmp.h>
@@ -108,6 +114,23 @@ struct State {
   uint32_t slot_u[1024][6];
   uint64_t slot_d[1024][2];
   float slot_f[1024];
+  // Per thread: cp.async copies and wgmma products issued but not yet
+  // retired, in commit groups (the last one open).
+  struct Copy {
+    uint32_t dst;
+    const void* src;
+    int bytes;
+    bool valid;
+  };
+  struct Product {
+    float* d;
+    int n;
+    uint64_t a_desc, b_desc;
+    uint32_t a_reg[4];
+    bool has_a_reg, trans_b, accumulate, bf16;
+  };
+  std::vector<std::vector<std::vector<Copy>>> copies;
+  std::vector<std::vector<std::vector<Product>>> products;
   std::function<void()> body;
 };
 inline State& S() {
@@ -186,6 +209,8 @@ inline void Launch(EmuDim3 grid, int threads, const std::function<void()>& fn) {
   s.started.assign(threads, 0);
   s.stacks.resize(threads);
   s.done.assign(threads, 0);
+  s.copies.resize(threads);
+  s.products.resize(threads);
   s.body = fn;
   gridDim = grid;
   blockDim = {static_cast<unsigned>(threads), 1, 1};
@@ -199,6 +224,8 @@ inline void Launch(EmuDim3 grid, int threads, const std::function<void()>& fn) {
         for (int w = 0; w < 8; ++w) s.wg_arrived[w] = 0;
         for (int t = 0; t < threads; ++t) {
           s.done[t] = 0;
+          s.copies[t].assign(1, {});
+          s.products[t].assign(1, {});
           s.started[t] = 0;
           ++s.warp_live[t >> 5];
           s.stacks[t].resize(kStack);
@@ -244,12 +271,23 @@ inline uint16_t Ld16(uint32_t addr) {
 }
 inline void CpAsync16(uint32_t dst, const void* src, bool valid) {
   if (dst % 16 != 0 || dst + 16 > sizeof(smem_raw)) std::abort();
-  if (valid) std::memcpy(smem_raw + dst, src, 16);
-  else std::memset(smem_raw + dst, 0, 16);
+  S().copies[threadIdx.x].back().push_back({dst, src, 16, valid});
 }
 inline void CpAsync4(uint32_t dst, const void* src) {
   if (dst % 4 != 0 || dst + 4 > sizeof(smem_raw)) std::abort();
-  std::memcpy(smem_raw + dst, src, 4);
+  S().copies[threadIdx.x].back().push_back({dst, src, 4, true});
+}
+inline void CpAsyncCommit() { S().copies[threadIdx.x].emplace_back(); }
+// Lands this thread's committed groups but the newest n.
+inline void CpAsyncWait(int n) {
+  auto& groups = S().copies[threadIdx.x];
+  while (static_cast<int>(groups.size()) - 1 > n) {
+    for (const State::Copy& c : groups.front()) {
+      if (c.valid) std::memcpy(smem_raw + c.dst, c.src, c.bytes);
+      else std::memset(smem_raw + c.dst, 0, c.bytes);
+    }
+    groups.erase(groups.begin());
+  }
 }
 inline int Lane() { return threadIdx.x & 31; }
 inline int WarpBase() { return threadIdx.x & ~31u; }
@@ -347,8 +385,8 @@ inline float MnMajor(const WgDesc& d, int k, int n, bool bf16) {
 // from shared memory, K-major or (trans_b) MN-major. Thread (warp w of the
 // group, g, t) owns d[4i + 2r + c] = (row 16w + g + 8r, column 8i + 2t + c).
 // Every thread of the warpgroup must pass the same descriptors.
-inline void Wgmma(float* d, int n, uint64_t a_desc, const uint32_t* a_reg, uint64_t b_desc, bool trans_b,
-                  bool accumulate, bool bf16) {
+inline void WgmmaRun(float* d, int n, uint64_t a_desc, const uint32_t* a_reg, uint64_t b_desc, bool trans_b,
+                     bool accumulate, bool bf16) {
   State& s = S();
   const int me = threadIdx.x, base = me & ~127;
   for (int i = 0; i < 4; ++i) s.slot_u[me][i] = a_reg != nullptr ? a_reg[i] : 0;
@@ -388,6 +426,26 @@ inline void Wgmma(float* d, int n, uint64_t a_desc, const uint32_t* a_reg, uint6
       }
     }
   WarpgroupBarrier();
+}
+// wgmma.mma_async: queued in this thread's open group, computed at the wait
+// that retires it.
+inline void Wgmma(float* d, int n, uint64_t a_desc, const uint32_t* a_reg, uint64_t b_desc, bool trans_b,
+                  bool accumulate, bool bf16) {
+  State::Product p{d, n, a_desc, b_desc, {0, 0, 0, 0}, a_reg != nullptr, trans_b, accumulate, bf16};
+  if (a_reg != nullptr) std::memcpy(p.a_reg, a_reg, sizeof(p.a_reg));
+  S().products[threadIdx.x].back().push_back(p);
+}
+inline void WgmmaCommit() { S().products[threadIdx.x].emplace_back(); }
+// Computes this thread's committed groups but the newest n, in issue order
+// (every thread of the warpgroup holds the same list: the calls are aligned).
+inline void WgmmaWait(int n) {
+  auto& groups = S().products[threadIdx.x];
+  while (static_cast<int>(groups.size()) - 1 > n) {
+    const std::vector<State::Product> g = groups.front();
+    groups.erase(groups.begin());
+    for (const State::Product& p : g)
+      WgmmaRun(p.d, p.n, p.a_desc, p.has_a_reg ? p.a_reg : nullptr, p.b_desc, p.trans_b, p.accumulate, p.bf16);
+  }
 }
 
 inline float ShflXor(float v, int off) {

@@ -4,8 +4,7 @@
 // flash_wgmma_bwd.cu; their BUILD target passes -gencode
 // arch=compute_90a,code=sm_90a), or a host compile with LOOM_ATTN_EMULATE
 // (attention_emulation_test), where warp_emulator.h carries out the products
-// and the fences and waits do nothing (an emulated product is complete when
-// it is issued).
+// at the waits that retire them (the fences do nothing).
 //
 // Shapes: m64 nN k16, N = 64 or 128, f32 accumulators, bf16 or f16 inputs.
 // One warpgroup (4 consecutive warps, 128 threads) issues each product; warp w
@@ -78,9 +77,11 @@ __device__ __forceinline__ uint64_t Desc(uint32_t smem_addr, uint32_t lbo, uint3
 
 #ifdef LOOM_ATTN_EMULATE
 inline void Fence() {}
-inline void Commit() {}
+inline void Commit() { emu::WgmmaCommit(); }
 template <int N>
-inline void Wait() {}
+inline void Wait() {
+  emu::WgmmaWait(N);
+}
 template <int N>
 inline void FenceRegs(float*) {}
 inline void FenceProxyAsync() {}
