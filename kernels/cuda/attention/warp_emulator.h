@@ -4,8 +4,8 @@
 // collectives (ldmatrix, mma.sync m16n8k16, __shfl_xor_sync) are barriers at
 // which every lane deposits its operands and then computes its own result with
 // the documented fragment layouts. Shared memory is one static array. Slow
-// (microseconds per collective) but exact in indexing:
-// it checks the kernels' fragment and tile arithmetic without a GPU.
+// (microseconds per collective) but exact in indexing: it checks the kernels'
+// fragment and tile arithmetic without a GPU.
 // Hopper's warpgroup products (wgmma.cuh) are warpgroup collectives the same
 // way: the 128 threads deposit their descriptors (and A registers) and each
 // computes its own accumulators, reading shared memory through the
@@ -15,8 +15,9 @@
 // retires its group, and a warpgroup product is computed when wgmma's
 // wait_group retires its group, reading shared memory and its accumulators
 // then (its A registers are taken at issue). A kernel that reads a tile or an
-// accumulator before waiting for it, or overwrites a product's operands
-// before its wait, computes from poison or stale values and fails its check.
+// accumulator before waiting for it, or writes over a product's operands
+// before the product's wait (a store, or a copy whose own wait comes first),
+// computes from poison or stale values and fails its check.
 #pragma once
 
 #include <setjmp.h>
