@@ -29,6 +29,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <utility>
 #include <vector>
 
 #define __global__
@@ -442,7 +443,7 @@ inline void WgmmaCommit() { S().products[threadIdx.x].emplace_back(); }
 inline void WgmmaWait(int n) {
   auto& groups = S().products[threadIdx.x];
   while (static_cast<int>(groups.size()) - 1 > n) {
-    const std::vector<State::Product> g = groups.front();
+    const std::vector<State::Product> g = std::move(groups.front());
     groups.erase(groups.begin());
     for (const State::Product& p : g)
       WgmmaRun(p.d, p.n, p.a_desc, p.has_a_reg ? p.a_reg : nullptr, p.b_desc, p.trans_b, p.accumulate, p.bf16);
