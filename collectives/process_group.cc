@@ -80,6 +80,7 @@ absl::StatusOr<std::unique_ptr<ProcessGroup>> ProcessGroup::Create(std::shared_p
     ctx.flight_recorder_dir = o.flight_recorder_dir;
     ctx.staging_bucket_bytes = o.staging_bucket_bytes;
     ctx.staging_piece_bytes = o.staging_piece_bytes;
+    ctx.staging_path = o.staging_path;
     ctx.channels = o.channels;
     ctx.channel_min_slice_bytes = o.channel_min_slice_bytes;
     ctx.gloo_native_min_bytes = o.gloo_native_min_bytes;

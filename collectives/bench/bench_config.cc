@@ -57,6 +57,9 @@ const char kBenchUsage[] =
     "  --bucket-bytes=4M         cuda:gloo's staging bucket (ProcessGroupOptions)\n"
     "  --piece-bytes=1M          cuda:gloo's all_reduce piece: its copies and messages\n"
     "                            (ProcessGroupOptions::staging_piece_bytes)\n"
+    "  --staging-path=auto       cuda:gloo's all_reduce: auto, shm (each rank reduces from\n"
+    "                            the others' staging buffers in shared memory) or ring\n"
+    "                            (the inner Gloo ring; ProcessGroupOptions::staging_path)\n"
     "  --channels=N              connections a large op is sliced over, 1..8 (tcp, gloo,\n"
     "                            ucx; ProcessGroupOptions); 0 or absent: automatic\n"
     "  --gloo-native-min-bytes=64M   gloo: the size from which libgloo's own algorithms\n"
@@ -134,7 +137,7 @@ absl::StatusOr<BenchConfig> ParseBenchFlags(const std::vector<std::string>& args
   }
   static const char* kValueFlags[] = {"backends", "ranks", "ops",   "min-bytes", "max-bytes",
                                       "step",     "iters", "warmup", "timeout",   "torch", "bucket-bytes", "rounds",
-                                      "channels", "gloo-native-min-bytes", "piece-bytes"};
+                                      "channels", "gloo-native-min-bytes", "piece-bytes", "staging-path"};
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a.rfind("--", 0) != 0) {
@@ -201,6 +204,10 @@ absl::StatusOr<BenchConfig> ParseBenchFlags(const std::vector<std::string>& args
        : name == "max-bytes"    ? c.max_bytes
        : name == "bucket-bytes" ? c.bucket_bytes
                                 : c.piece_bytes) = *b;
+    } else if (name == "staging-path") {
+      if (auto s = need(); !s.ok()) return s;
+      if (value != "auto" && value != "shm" && value != "ring") return Bad(name, "expected auto, shm or ring", value);
+      c.staging_path = value;
     } else if (name == "step") {
       if (auto s = need(); !s.ok()) return s;
       auto v = ParseInt(name, value, 2, 4);
@@ -249,6 +256,7 @@ std::vector<std::string> ToFlags(const BenchConfig& c) {
       absl::StrCat("--timeout=", c.timeout_s),
       absl::StrCat("--bucket-bytes=", c.bucket_bytes),
       absl::StrCat("--piece-bytes=", c.piece_bytes),
+      absl::StrCat("--staging-path=", c.staging_path),
       absl::StrCat("--rounds=", c.rounds),
       absl::StrCat("--channels=", c.channels),
   };

@@ -43,6 +43,7 @@ struct BenchConfig {
   int timeout_s = 300;  // per (backend, ranks) run and per torch run
   int64_t bucket_bytes = 4 << 20;  // cuda:gloo: ProcessGroupOptions::staging_bucket_bytes
   int64_t piece_bytes = 1 << 20;   // cuda:gloo: ProcessGroupOptions::staging_piece_bytes
+  std::string staging_path = "auto";  // cuda:gloo: ProcessGroupOptions::staging_path
   int channels = 0;  // ProcessGroupOptions::channels (1..8; 0: automatic)
   int64_t gloo_native_min_bytes = -1;  // ProcessGroupOptions::gloo_native_min_bytes (-1: automatic)
   // Each (ranks) sweep runs every backend this many times, alternating

@@ -101,8 +101,9 @@ TEST(BenchResult, TableHasRatiosAndNa) {
 }
 
 TEST(BenchConfig, CudaGlooBringsGlooAndABucket) {
-  auto c = ParseBenchFlags({"--backends=cuda:gloo", "--bucket-bytes=256K", "--piece-bytes=128K"});
+  auto c = ParseBenchFlags({"--backends=cuda:gloo", "--bucket-bytes=256K", "--piece-bytes=128K", "--staging-path=ring"});
   ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->staging_path, "ring");
   EXPECT_EQ(c->backends, (std::vector<std::string>{"cuda:gloo", "gloo"}));
   EXPECT_EQ(c->bucket_bytes, 256 << 10);
   EXPECT_EQ(c->piece_bytes, 128 << 10);
@@ -111,6 +112,11 @@ TEST(BenchConfig, CudaGlooBringsGlooAndABucket) {
   EXPECT_EQ(round->backends, c->backends);
   EXPECT_EQ(round->bucket_bytes, c->bucket_bytes);
   EXPECT_EQ(round->piece_bytes, c->piece_bytes);
+  EXPECT_EQ(round->staging_path, "ring");
+  EXPECT_EQ(ParseBenchFlags({})->staging_path, "auto");
+  auto bad_path = ParseBenchFlags({"--staging-path=nvlink"});
+  EXPECT_TRUE(absl::IsInvalidArgument(bad_path.status()));
+  EXPECT_NE(bad_path.status().message().find("--staging-path"), std::string::npos) << bad_path.status();
   for (const char* flag : {"--bucket-bytes", "--piece-bytes"}) {
     auto bad = ParseBenchFlags({std::string(flag) + "=0"});
     EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
@@ -180,7 +186,7 @@ TEST(BenchResult, StagingBoundIsTheMinOfCopiesAndGloo) {
   x.to_host_us = 100, x.inner_us = 600, x.to_device_us = 120, x.run_us = 950, x.algorithm_host_us = 40;
   t = FormatStagingBound(r, 2);
   EXPECT_NE(t.find("#   per op 1000 us: staging run 950 = wait for copies to host 100 + inner ops 600 + "
-                   "wait for copies to device 120 + pipeline 130; the algorithm waited 40 us for pieces"),
+                   "wait for copies to device 120 + pipeline 130; the algorithm waited 40 us for pieces or other ranks"),
             std::string::npos)
       << t;
   // Several rounds: the same bound over the rounds' medians, on its own line.

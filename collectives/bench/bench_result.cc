@@ -73,7 +73,7 @@ std::string FormatStagingBound(const BenchReport& r, int ranks) {
       const double rest = x.run_us - x.to_host_us - x.inner_us - x.to_device_us;
       absl::StrAppend(&out, absl::StrFormat("#   per op %.0f us: staging run %.0f = wait for copies to host %.0f + "
                                             "inner ops %.0f + wait for copies to device %.0f + pipeline %.0f; the "
-                                            "algorithm waited %.0f us for pieces (inside the inner ops)\n",
+                                            "algorithm waited %.0f us for pieces or other ranks (inside the inner ops)\n",
                                             x.time_us, x.run_us, x.to_host_us, x.inner_us, x.to_device_us, rest,
                                             x.algorithm_host_us));
     }

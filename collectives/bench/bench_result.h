@@ -24,7 +24,8 @@ struct BenchRow {
   // cuda:gloo all_reduce, the slowest rank: per op, us on the staging thread
   // waiting for the copies to the host, in the inner ops, waiting for the
   // copies back, and the op's whole run; and the inner algorithm's threads'
-  // own waits for pieces to land (StagedBackend::Stats).
+  // own waits for pieces to land, or the shared-memory all_reduce's waits for
+  // the other ranks (StagedBackend::Stats).
   double to_host_us = 0, inner_us = 0, to_device_us = 0, run_us = 0, algorithm_host_us = 0;
   // With several rounds (KeepFastest): the median of the rounds' times, the
   // mean of the middle two for an even count; 0 for one round.
@@ -61,7 +62,7 @@ std::string FormatJson(const BenchReport& r);
 // once), each followed by where the op's time went on the staging thread:
 //   #   per op 1880 us: staging run 1850 = wait for copies to host 160 +
 //     inner ops 1000 + wait for copies to device 160 + pipeline 530; the
-//     algorithm waited 80 us for pieces (inside the inner ops)
+//     algorithm waited 80 us for pieces or other ranks (inside the inner ops)
 // "" when there is no cuda:gloo row.
 std::string FormatStagingBound(const BenchReport& r, int ranks);
 // "verification: ..." (one line, no newline).

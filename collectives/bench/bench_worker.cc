@@ -138,7 +138,7 @@ absl::Status RunCase(ProcessGroup& g, store::Store& store, staging::Copier* copi
     absl::StrAppend(&value, " ", per_op(&staging::StagingStats::to_host_wait), " ",
                     per_op(&staging::StagingStats::inner), " ", per_op(&staging::StagingStats::to_device_wait), " ",
                     per_op(&staging::StagingStats::run), " ",
-                    per_op(&staging::StagingStats::algorithm_host_wait));
+                    per_op(&staging::StagingStats::algorithm_host_wait) + per_op(&staging::StagingStats::peer_wait));
   }
   return store.Set(key, value);
 }
@@ -167,6 +167,7 @@ int RunBenchWorker(const std::string& backend, const BenchConfig& config) {
   po.backend = staged ? "cpu:gloo,cuda:gloo" : "cpu:" + backend;
   po.staging_bucket_bytes = static_cast<size_t>(config.bucket_bytes);
   po.staging_piece_bytes = static_cast<size_t>(config.piece_bytes);
+  po.staging_path = config.staging_path;
   po.channels = config.channels;
   if (config.gloo_native_min_bytes >= 0) po.gloo_native_min_bytes = config.gloo_native_min_bytes;
   std::unique_ptr<staging::Copier> copier;

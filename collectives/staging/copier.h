@@ -36,6 +36,11 @@ class Copier {
   // An event that completes once every copy to the device issued before it
   // has landed.
   virtual absl::StatusOr<std::unique_ptr<CopyEvent>> ToDeviceFence() = 0;
+  // Makes host memory the caller mapped (another rank's shared staging
+  // arena, local_group.h) a source and target of copies at DMA speed, until
+  // UnregisterHost. A copier over plain host memory needs nothing.
+  virtual absl::Status RegisterHost(void* /*host*/, size_t /*bytes*/) { return absl::OkStatus(); }
+  virtual void UnregisterHost(void* /*host*/) {}
 };
 
 }  // namespace loom::collectives::staging

@@ -93,6 +93,17 @@ class CudaCopier : public Copier {
     cudaSetDevice(device_);
     return Record(to_device_);
   }
+  absl::Status RegisterHost(void* host, size_t bytes) override {
+    cudaSetDevice(device_);
+    if (cudaError_t e = cudaHostRegister(host, bytes, cudaHostRegisterPortable); e != cudaSuccess) {
+      return CudaError(absl::StrCat("cudaHostRegister(", bytes, " bytes)"), e);
+    }
+    return absl::OkStatus();
+  }
+  void UnregisterHost(void* host) override {
+    cudaSetDevice(device_);
+    cudaHostUnregister(host);
+  }
 
  private:
   absl::StatusOr<std::unique_ptr<CopyEvent>> Copy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind,

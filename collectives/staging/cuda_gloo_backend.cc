@@ -8,6 +8,25 @@
 namespace loom::collectives::staging {
 namespace {
 
+// The shared-memory group for ctx.staging_path: null for "ring", and for
+// "auto" when some rank cannot share memory with the others.
+absl::StatusOr<std::unique_ptr<LocalGroup>> CreateLocalGroup(const BackendContext& ctx, Copier* copier) {
+  LOOM_ASSIGN_OR_RETURN(StagingPath path, ParseStagingPath(ctx.staging_path));
+  if (path == StagingPath::kRing || ctx.size == 1) return std::unique_ptr<LocalGroup>();
+  store::PrefixStore local_store(ctx.store, "local");
+  LocalGroup::Options lo;
+  lo.chunk_bytes = ctx.staging_piece_bytes;
+  lo.timeout = ctx.timeout;
+  std::string why_not;
+  absl::StatusOr<std::unique_ptr<LocalGroup>> local =
+      LocalGroup::Create(local_store, ctx.rank, ctx.size, copier, lo, &why_not);
+  if (!local.ok()) return Annotate(local.status(), "cuda:gloo: the shared-memory group");
+  if (*local == nullptr && path == StagingPath::kSharedMemory) {
+    return absl::UnavailableError(absl::StrCat("cuda:gloo: staging_path shm: the ranks cannot share memory: ", why_not));
+  }
+  return local;
+}
+
 absl::StatusOr<std::shared_ptr<Backend>> CreateCudaGloo(const BackendContext& ctx) {
   LOOM_ASSIGN_OR_RETURN(std::unique_ptr<Copier> copier, CreateCudaCopier());
   BackendContext inner_ctx = ctx;
@@ -21,7 +40,9 @@ absl::StatusOr<std::shared_ptr<Backend>> CreateCudaGloo(const BackendContext& ct
   o.bucket_bytes = ctx.staging_bucket_bytes;
   o.piece_bytes = ctx.staging_piece_bytes;
   o.flight_recorder_dir = ctx.flight_recorder_dir;
-  return std::shared_ptr<Backend>(std::make_shared<StagedBackend>("cuda:gloo", *inner, std::move(copier), o));
+  LOOM_ASSIGN_OR_RETURN(std::unique_ptr<LocalGroup> local, CreateLocalGroup(ctx, copier.get()));
+  return std::shared_ptr<Backend>(
+      std::make_shared<StagedBackend>("cuda:gloo", *inner, std::move(copier), o, std::move(local)));
 }
 
 const bool kRegistered = RegisterBackend("cuda:gloo", CreateCudaGloo);

@@ -43,11 +43,12 @@ internal::OpExecutorOptions ExecutorOptions(std::string name, int rank, std::str
 }  // namespace
 
 StagedBackend::StagedBackend(std::string name, std::shared_ptr<Backend> inner, std::unique_ptr<Copier> copier,
-                             StagingOptions options)
+                             StagingOptions options, std::unique_ptr<LocalGroup> local)
     : name_(std::move(name)),
       inner_(std::move(inner)),
       copier_(std::move(copier)),
       options_(std::move(options)),
+      local_(std::move(local)),
       executor_(ExecutorOptions(name_, inner_->rank(), options_.flight_recorder_dir)) {}
 
 StagedBackend::~StagedBackend() { executor_.Stop(); }
@@ -95,7 +96,17 @@ absl::Status StagedBackend::CheckList(absl::Span<const Tensor> list, const Tenso
 
 absl::StatusOr<WorkPtr> StagedBackend::Enqueue(OpType op, DType dtype, int64_t numel, absl::Duration timeout,
                                                size_t host_bytes, Plan plan) {
-  auto abort_hook = [weak = weak_from_this()] {
+  return EnqueueBody(op, dtype, numel, timeout, host_bytes,
+                     [this, host_bytes, plan = std::move(plan)](absl::Time deadline, const std::atomic<bool>&) {
+                       return RunTask(host_bytes, plan, deadline);
+                     });
+}
+
+absl::StatusOr<WorkPtr> StagedBackend::EnqueueBody(OpType op, DType dtype, int64_t numel, absl::Duration timeout,
+                                                   size_t bytes, Body body) {
+  auto aborted = std::make_shared<std::atomic<bool>>(false);
+  auto abort_hook = [weak = weak_from_this(), aborted] {
+    aborted->store(true);
     std::shared_ptr<StagedBackend> self = weak.lock();
     if (!self) return;
     std::vector<WorkPtr> running;
@@ -105,13 +116,13 @@ absl::StatusOr<WorkPtr> StagedBackend::Enqueue(OpType op, DType dtype, int64_t n
     }
     for (const WorkPtr& w : running) w->Abort();
   };
-  auto run = [this, host_bytes, plan = std::move(plan)](uint64_t, absl::Time deadline) {
-    absl::Status s = RunTask(host_bytes, plan, deadline);
+  auto run = [this, aborted, body = std::move(body)](uint64_t, absl::Time deadline) {
+    absl::Status s = body(deadline, *aborted);
     absl::MutexLock l(&mu_);
     in_flight_.clear();
     return s;
   };
-  auto work = executor_.Submit({op, dtype, numel, static_cast<int64_t>(host_bytes), timeout}, std::move(abort_hook),
+  auto work = executor_.Submit({op, dtype, numel, static_cast<int64_t>(bytes), timeout}, std::move(abort_hook),
                                std::move(run));
   if (absl::IsFailedPrecondition(work.status())) return Annotate(work.status(), name_);
   return work;
@@ -280,6 +291,7 @@ absl::StatusOr<WorkPtr> StagedBackend::AllReduce(const Tensor& t, const AllReduc
   if (o.stage) return absl::InvalidArgumentError("all_reduce: options.stage is set by a staging backend only");
   Backend* inner = inner_.get();
   const ReduceOp op = o.op;
+  if (local_ != nullptr) return LocalAllReduce(t, op, o.timeout);
   if (inner->TakesStageHooks()) return OverlappedAllReduce(t, op, o.timeout);
   return Stage(OpType::kAllReduce, t.dtype(), t.numel(), o.timeout, {{Bytes(t), t.nbytes(), true, true}},
                Bucketing::kBuckets, [inner, op](absl::Span<const Tensor> h, absl::Duration left) {
@@ -288,6 +300,26 @@ absl::StatusOr<WorkPtr> StagedBackend::AllReduce(const Tensor& t, const AllReduc
                  io.timeout = left;
                  return inner->AllReduce(h[0], io);
                });
+}
+
+absl::StatusOr<WorkPtr> StagedBackend::LocalAllReduce(const Tensor& t, ReduceOp op, absl::Duration timeout) {
+  char* dev = Bytes(t);
+  const size_t bytes = t.nbytes();
+  const DType dtype = t.dtype();
+  return EnqueueBody(OpType::kAllReduce, dtype, t.numel(), timeout, bytes,
+                     [this, dev, bytes, dtype, op](absl::Time deadline, const std::atomic<bool>& aborted) {
+                       const absl::Time start = absl::Now();
+                       LocalStats ls;
+                       absl::Status s = local_->AllReduce(dev, bytes, dtype, op, deadline, aborted, &ls);
+                       absl::MutexLock l(&mu_);
+                       ++stats_.ops;
+                       stats_.run += absl::Now() - start;
+                       stats_.to_host_wait += ls.to_host_wait;
+                       stats_.to_device_wait += ls.to_device_wait;
+                       stats_.inner += ls.peer_wait + ls.reduce;
+                       stats_.peer_wait += ls.peer_wait;
+                       return s;
+                     });
 }
 
 absl::StatusOr<WorkPtr> StagedBackend::OverlappedAllReduce(const Tensor& t, ReduceOp op, absl::Duration timeout) {

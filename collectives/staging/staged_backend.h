@@ -15,6 +15,9 @@
 //     wait inner op i-1; ToDevice(i-1) -- overlaps the reduction of bucket i
 //   wait inner op n-1; ToDevice(n-1); wait every ToDevice
 //
+// all_reduce runs over a LocalGroup (local_group.h) when one is given: the
+// ranks share one host, and each reduces its part of every chunk straight from
+// the others' staging arenas in shared memory. Otherwise,
 // all_reduce over an inner backend that takes StageHooks (types.h; Gloo's
 // does) runs as one inner op on the whole buffer instead: the copies to the
 // host are issued in the order the algorithm reads the buffer, each read
@@ -55,6 +58,7 @@
 // it with std::make_shared.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <functional>
 #include <memory>
@@ -67,6 +71,7 @@
 #include "collectives/flight_recorder.h"
 #include "collectives/internal/op_executor.h"
 #include "collectives/staging/copier.h"
+#include "collectives/staging/local_group.h"
 
 namespace loom::collectives::staging {
 
@@ -91,12 +96,16 @@ struct StagingStats {
   // The overlapped all_reduce: time the inner algorithm's threads spent
   // waiting for copies to the host, summed over them (part of `inner`).
   absl::Duration algorithm_host_wait;
+  // The shared-memory all_reduce: time waiting for the other ranks'
+  // progress (part of `inner`, which is this plus its own reductions).
+  absl::Duration peer_wait;
 };
 
 class StagedBackend : public Backend, public std::enable_shared_from_this<StagedBackend> {
  public:
+  // `local` (may be null) runs every all_reduce; it uses `copier`.
   StagedBackend(std::string name, std::shared_ptr<Backend> inner, std::unique_ptr<Copier> copier,
-                StagingOptions options);
+                StagingOptions options, std::unique_ptr<LocalGroup> local = nullptr);
   ~StagedBackend() override;
 
   absl::string_view name() const override { return name_; }
@@ -107,6 +116,8 @@ class StagedBackend : public Backend, public std::enable_shared_from_this<Staged
   // The CPU backend that runs the algorithms on the host buckets.
   Backend* inner() { return inner_.get(); }
   StagingStats Stats() const;
+  // Whether all_reduce runs over shared memory (a LocalGroup).
+  bool shared_memory() const { return local_ != nullptr; }
 
   absl::StatusOr<WorkPtr> AllReduce(const Tensor& tensor, const AllReduceOptions& o) override;
   absl::StatusOr<WorkPtr> Broadcast(const Tensor& tensor, const BroadcastOptions& o) override;
@@ -171,6 +182,13 @@ class StagedBackend : public Backend, public std::enable_shared_from_this<Staged
   // Queues an op on the executor; it runs as RunTask(host_bytes, plan).
   absl::StatusOr<WorkPtr> Enqueue(OpType op, DType dtype, int64_t numel, absl::Duration timeout,
                                   size_t host_bytes, Plan plan);
+  // Queues `body(deadline, aborted)`; aborted turns true when the op's Work
+  // is aborted while it runs.
+  using Body = std::function<absl::Status(absl::Time, const std::atomic<bool>&)>;
+  absl::StatusOr<WorkPtr> EnqueueBody(OpType op, DType dtype, int64_t numel, absl::Duration timeout, size_t bytes,
+                                      Body body);
+  // all_reduce over local_.
+  absl::StatusOr<WorkPtr> LocalAllReduce(const Tensor& t, ReduceOp op, absl::Duration timeout);
   absl::Status RunTask(size_t host_bytes, const Plan& plan, absl::Time deadline);
   // all_reduce as one inner op whose algorithm drives the copies (see the top).
   absl::StatusOr<WorkPtr> OverlappedAllReduce(const Tensor& t, ReduceOp op, absl::Duration timeout);
@@ -188,6 +206,7 @@ class StagedBackend : public Backend, public std::enable_shared_from_this<Staged
   std::shared_ptr<Backend> inner_;
   std::unique_ptr<Copier> copier_;
   StagingOptions options_;
+  std::unique_ptr<LocalGroup> local_;  // after copier_, which it uses until destroyed
   mutable absl::Mutex mu_;
   std::vector<WorkPtr> in_flight_ ABSL_GUARDED_BY(mu_);  // inner ops of the running task
   StagingStats stats_ ABSL_GUARDED_BY(mu_);

@@ -1,0 +1,401 @@
+// LocalGroup (local_group.h): the shared-memory all_reduce of ranks on one
+// host, run by threads that each create and map real shared-memory arenas
+// (shm_open, over a real TCP store), with a copier that copies on a worker
+// thread per direction after an injected delay, so that a read of a slot
+// before its copy lands, or a slot reused before every rank is done with it,
+// shows as a wrong result.
+#include "collectives/staging/local_group.h"
+
+#include <dirent.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <functional>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "base/dtype.h"
+#include "collectives/gloo/gloo_backend.h"
+#include "collectives/staging/staged_backend.h"
+#include "collectives/store/store_server.h"
+#include "collectives/store/tcp_store.h"
+#include "gtest/gtest.h"
+
+namespace loom::collectives::staging {
+namespace {
+
+// One copy direction: jobs run in issue order on a worker thread, each after
+// `delay`. Every copy is logged (direction, issue order) for the overlap test.
+class Lane {
+ public:
+  struct State {
+    absl::Mutex mu;
+    bool done = false;
+  };
+  class Event : public CopyEvent {
+   public:
+    explicit Event(std::shared_ptr<State> s) : s_(std::move(s)) {}
+    absl::Status Wait(absl::Time deadline) override {
+      absl::MutexLock l(&s_->mu);
+      if (!s_->mu.AwaitWithDeadline(absl::Condition(&s_->done), deadline)) {
+        return absl::DeadlineExceededError("copy did not land");
+      }
+      return absl::OkStatus();
+    }
+
+   private:
+    std::shared_ptr<State> s_;
+  };
+
+  explicit Lane(absl::Duration delay) : delay_(delay), worker_([this] { Loop(); }) {}
+  ~Lane() {
+    {
+      absl::MutexLock l(&mu_);
+      stop_ = true;
+    }
+    worker_.join();
+  }
+  std::unique_ptr<CopyEvent> Push(void* dst, const void* src, size_t bytes) {
+    auto s = std::make_shared<State>();
+    absl::MutexLock l(&mu_);
+    jobs_.push_back({dst, src, bytes, s});
+    return std::make_unique<Event>(s);
+  }
+
+ private:
+  struct Job {
+    void* dst;
+    const void* src;
+    size_t bytes;
+    std::shared_ptr<State> state;
+  };
+  void Loop() {
+    while (true) {
+      Job j;
+      {
+        absl::MutexLock l(&mu_);
+        mu_.Await(absl::Condition(
+            +[](Lane* self) { return self->stop_ || !self->jobs_.empty(); }, this));
+        if (jobs_.empty()) return;
+        j = jobs_.front();
+        jobs_.pop_front();
+      }
+      if (delay_ > absl::ZeroDuration()) absl::SleepFor(delay_);
+      if (j.bytes > 0) std::memcpy(j.dst, j.src, j.bytes);
+      absl::MutexLock l(&j.state->mu);
+      j.state->done = true;
+    }
+  }
+
+  absl::Duration delay_;
+  absl::Mutex mu_;
+  std::deque<Job> jobs_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread worker_;
+};
+
+class ThreadCopier : public Copier {
+ public:
+  explicit ThreadCopier(absl::Duration delay) : to_host_(delay), to_device_(delay) {}
+  absl::StatusOr<void*> HostBuffer(size_t bytes) override {
+    if (buffer_.size() < bytes) buffer_.assign(bytes, 0);
+    return buffer_.data();
+  }
+  absl::StatusOr<std::unique_ptr<CopyEvent>> ToHost(void* host, const void* dev, size_t bytes) override {
+    Log('H');
+    return to_host_.Push(host, dev, bytes);
+  }
+  absl::StatusOr<std::unique_ptr<CopyEvent>> ToDevice(void* dev, const void* host, size_t bytes) override {
+    Log('D');
+    return to_device_.Push(dev, host, bytes);
+  }
+  absl::Status ToDeviceQueued(void* dev, const void* host, size_t bytes) override {
+    Log('D');
+    to_device_.Push(dev, host, bytes);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::unique_ptr<CopyEvent>> ToDeviceFence() override {
+    Log('F');
+    return to_device_.Push(nullptr, nullptr, 0);
+  }
+  absl::Status RegisterHost(void* host, size_t bytes) override {
+    absl::MutexLock l(&mu_);
+    ++registered_;
+    EXPECT_NE(host, nullptr);
+    EXPECT_GT(bytes, 0u);
+    return absl::OkStatus();
+  }
+  void UnregisterHost(void*) override {
+    absl::MutexLock l(&mu_);
+    --registered_;
+  }
+  // 'H' copy to the host, 'D' copy back, 'F' fence, in issue order.
+  std::string log() {
+    absl::MutexLock l(&mu_);
+    return log_;
+  }
+  int registered() {
+    absl::MutexLock l(&mu_);
+    return registered_;
+  }
+
+ private:
+  void Log(char c) {
+    absl::MutexLock l(&mu_);
+    log_ += c;
+  }
+  std::vector<char> buffer_;
+  absl::Mutex mu_;
+  std::string log_ ABSL_GUARDED_BY(mu_);
+  int registered_ ABSL_GUARDED_BY(mu_) = 0;
+  Lane to_host_, to_device_;
+};
+
+struct Member {
+  std::unique_ptr<ThreadCopier> copier;
+  std::unique_ptr<LocalGroup> group;
+  std::shared_ptr<store::Store> store;
+};
+
+// Runs fn(rank, Member&) on `world` threads, each with its LocalGroup over one
+// TCP store. `delay(r)` is rank r's copy delay.
+void RunGroup(int world, size_t chunk_bytes, const std::function<absl::Duration(int)>& delay,
+              const std::function<void(int, Member&)>& fn) {
+  store::StoreServer::Options so;
+  so.secret = "s";
+  auto server = store::StoreServer::Start(so);
+  ASSERT_TRUE(server.ok()) << server.status();
+  std::vector<std::thread> threads;
+  for (int r = 0; r < world; ++r) {
+    threads.emplace_back([&, r] {
+      auto store = store::TcpStore::Connect((*server)->address(), "s");
+      ASSERT_TRUE(store.ok()) << store.status();
+      Member m;
+      m.store = *store;
+      m.copier = std::make_unique<ThreadCopier>(delay(r));
+      LocalGroup::Options o;
+      o.chunk_bytes = chunk_bytes;
+      o.timeout = absl::Seconds(30);
+      std::string why_not;
+      auto g = LocalGroup::Create(**store, r, world, m.copier.get(), o, &why_not);
+      ASSERT_TRUE(g.ok()) << g.status();
+      ASSERT_NE(*g, nullptr) << why_not;
+      m.group = *std::move(g);
+      EXPECT_EQ(m.copier->registered(), world) << "its own arena and every other rank's";
+      fn(r, m);
+      m.group.reset();
+      EXPECT_EQ(m.copier->registered(), 0);
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+absl::Duration Zero(int) { return absl::ZeroDuration(); }
+
+// The expected result of element i: its part's owner p (local_group.h) starts
+// from its own value, then applies the others' in rank order.
+size_t Owner(size_t i, size_t chunk_elems, size_t total, int world) {
+  const size_t k = i / chunk_elems;
+  const size_t elems = std::min(chunk_elems, total - k * chunk_elems), at = i - k * chunk_elems;
+  const size_t per = elems / world, rem = elems % world;
+  for (int p = 0; p < world; ++p) {
+    const size_t first = p * per + std::min<size_t>(p, rem), count = per + (static_cast<size_t>(p) < rem);
+    if (at >= first && at < first + count) return p;
+  }
+  return world;  // unreachable
+}
+
+float Value(int rank, size_t i, uint32_t seed) {
+  std::mt19937 g(seed * 7919 + rank * 104729 + static_cast<uint32_t>(i));
+  return std::uniform_real_distribution<float>(-1, 1)(g) * std::pow(2.0f, static_cast<float>(g() % 20) - 10);
+}
+
+const std::atomic<bool> kNoAbort{false};
+
+// f32 sum, avg and max over sizes around the chunk (1024 floats at 4 KiB):
+// every rank ends with the same bits, equal to the order the header gives.
+void CheckF32(int world, const std::function<absl::Duration(int)>& delay) {
+  const size_t chunk_bytes = 4096, chunk_elems = chunk_bytes / 4;
+  const std::vector<size_t> sizes = {1, 3, 1023, 1024, 1025, 4 * 1024 + 7, 3, 9 * 1024};
+  RunGroup(world, chunk_bytes, delay, [&](int r, Member& m) {
+    uint32_t seed = 1;
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+      for (size_t n : sizes) {
+        SCOPED_TRACE(testing::Message() << "rank " << r << " of " << world << " op " << static_cast<int>(op)
+                                        << " numel " << n);
+        ++seed;
+        std::vector<float> x(n);
+        for (size_t i = 0; i < n; ++i) x[i] = Value(r, i, seed);
+        LocalStats st;
+        absl::Status s = m.group->AllReduce(reinterpret_cast<char*>(x.data()), n * 4, DType::kF32, op,
+                                            absl::Now() + absl::Seconds(30), kNoAbort, &st);
+        ASSERT_TRUE(s.ok()) << s;
+        for (size_t i = 0; i < n; ++i) {
+          const int p = static_cast<int>(Owner(i, chunk_elems, n, world));
+          float want = Value(p, i, seed);
+          for (int q = 0; q < world; ++q) {
+            if (q == p) continue;
+            const float v = Value(q, i, seed);
+            want = op == ReduceOp::kMax ? std::max(want, v) : want + v;
+          }
+          if (op == ReduceOp::kAvg) want /= static_cast<float>(world);
+          ASSERT_EQ(std::memcmp(&x[i], &want, 4), 0) << "element " << i << ": " << x[i] << " != " << want;
+        }
+      }
+    }
+  });
+}
+
+TEST(LocalGroup, F32TwoRanks) { CheckF32(2, Zero); }
+TEST(LocalGroup, F32ThreeRanks) { CheckF32(3, Zero); }
+TEST(LocalGroup, F32FourRanksUnevenCopies) {
+  // Rank 1 copies slowly, rank 3 a little: the others reach every wait first.
+  CheckF32(4, [](int r) { return r == 1 ? absl::Microseconds(300) : r == 3 ? absl::Microseconds(50) : absl::ZeroDuration(); });
+}
+
+TEST(LocalGroup, Bf16AndInt64) {
+  RunGroup(3, 4096, Zero, [](int r, Member& m) {
+    const size_t n = 5000;  // 2 bytes an element: three chunks of 2048 and a rest
+    std::vector<BF16> h(n);
+    for (size_t i = 0; i < n; ++i) h[i] = BF16(static_cast<float>((r + 1) * (i % 7)));
+    LocalStats st;
+    ASSERT_TRUE(m.group->AllReduce(reinterpret_cast<char*>(h.data()), n * 2, DType::kBF16, ReduceOp::kSum,
+                                   absl::Now() + absl::Seconds(30), kNoAbort, &st).ok());
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(static_cast<float>(h[i]), 6.0f * (i % 7)) << i;
+    std::vector<int64_t> v(n);
+    for (size_t i = 0; i < n; ++i) v[i] = (r + 2) * static_cast<int64_t>(i + 1);
+    ASSERT_TRUE(m.group->AllReduce(reinterpret_cast<char*>(v.data()), n * 8, DType::kI64, ReduceOp::kProduct,
+                                   absl::Now() + absl::Seconds(30), kNoAbort, &st).ok());
+    for (size_t i = 0; i < n; ++i) ASSERT_EQ(v[i], 24 * static_cast<int64_t>(i + 1) * (i + 1) * (i + 1)) << i;
+  });
+}
+
+TEST(LocalGroup, CopiesOverlapTheReduction) {
+  // Three chunks: chunk 1's copy to the host is issued before chunk 0's
+  // copies back, and chunk 2's before chunk 1's.
+  RunGroup(2, 4096, Zero, [](int r, Member& m) {
+    std::vector<float> x(3 * 1024, 1.0f);
+    LocalStats st;
+    ASSERT_TRUE(m.group->AllReduce(reinterpret_cast<char*>(x.data()), x.size() * 4, DType::kF32, ReduceOp::kSum,
+                                   absl::Now() + absl::Seconds(30), kNoAbort, &st).ok());
+    for (float v : x) ASSERT_EQ(v, 2.0f);
+    // H(0) H(1) D D F(0) H(2) D D F(1) D D F(2): two parts a chunk.
+    EXPECT_EQ(m.copier->log(), "HHDDFHDDFDDF") << "rank " << r;
+  });
+}
+
+int ArenaNames() {
+  const std::string prefix = absl::StrCat("loom-stage-", getpid(), "-");
+  DIR* d = opendir("/dev/shm");
+  if (d == nullptr) return -1;
+  int n = 0;
+  while (dirent* e = readdir(d)) n += std::string(e->d_name).rfind(prefix, 0) == 0;
+  closedir(d);
+  return n;
+}
+
+TEST(LocalGroup, ArenasAreUnlinkedOnceMapped) {
+  RunGroup(3, 4096, Zero, [](int r, Member& m) {
+    // Once every rank's Create has returned, no arena has a name left: a
+    // crash from here on leaks no shared memory.
+    ASSERT_TRUE(m.store->Set(absl::StrCat("created/", r), "1").ok());
+    ASSERT_TRUE(m.store->Wait({"created/0", "created/1", "created/2"}, absl::Seconds(30)).ok());
+    EXPECT_EQ(ArenaNames(), 0);
+  });
+}
+
+TEST(LocalGroup, AbsentRankTimesOutNamingIt) {
+  RunGroup(2, 4096, Zero, [](int r, Member& m) {
+    if (r == 1) return;  // never joins the op
+    std::vector<float> x(100, 1.0f);
+    LocalStats st;
+    absl::Status s = m.group->AllReduce(reinterpret_cast<char*>(x.data()), 400, DType::kF32, ReduceOp::kSum,
+                                        absl::Now() + absl::Milliseconds(300), kNoAbort, &st);
+    EXPECT_TRUE(absl::IsDeadlineExceeded(s)) << s;
+    EXPECT_NE(s.message().find("rank 1 has not copied its chunk to the host"), std::string::npos) << s;
+    s = m.group->AllReduce(reinterpret_cast<char*>(x.data()), 400, DType::kF32, ReduceOp::kSum,
+                           absl::Now() + absl::Seconds(1), kNoAbort, &st);
+    EXPECT_TRUE(absl::IsFailedPrecondition(s)) << "a failed group is not used again: " << s;
+  });
+}
+
+TEST(LocalGroup, AbortedRankFailsTheOthersAtOnce) {
+  RunGroup(3, 4096, Zero, [](int r, Member& m) {
+    std::vector<float> x(100, 1.0f);
+    LocalStats st;
+    std::atomic<bool> abort{r == 0};
+    const absl::Time start = absl::Now();
+    absl::Status s = m.group->AllReduce(reinterpret_cast<char*>(x.data()), 400, DType::kF32, ReduceOp::kSum,
+                                        absl::Now() + absl::Seconds(60), r == 0 ? abort : kNoAbort, &st);
+    EXPECT_TRUE(absl::IsAborted(s)) << s;
+    if (r != 0) EXPECT_NE(s.message().find("rank 0 failed"), std::string::npos) << s;
+    EXPECT_LT(absl::Now() - start, absl::Seconds(30)) << "the others must not wait out their deadline";
+  });
+}
+
+TEST(LocalGroup, BadOptionsAndPaths) {
+  store::StoreServer::Options so;
+  so.secret = "s";
+  auto server = store::StoreServer::Start(so);
+  ASSERT_TRUE(server.ok());
+  auto store = store::TcpStore::Connect((*server)->address(), "s");
+  ASSERT_TRUE(store.ok());
+  ThreadCopier copier(absl::ZeroDuration());
+  LocalGroup::Options o;
+  o.chunk_bytes = 100;
+  auto g = LocalGroup::Create(**store, 0, 2, &copier, o, nullptr);
+  EXPECT_TRUE(absl::IsInvalidArgument(g.status())) << g.status();
+  EXPECT_NE(g.status().message().find("staging_piece_bytes"), std::string::npos) << g.status();
+  EXPECT_TRUE(ParseStagingPath("auto").ok());
+  EXPECT_EQ(*ParseStagingPath("shm"), StagingPath::kSharedMemory);
+  EXPECT_EQ(*ParseStagingPath("ring"), StagingPath::kRing);
+  auto bad = ParseStagingPath("nvlink");
+  EXPECT_TRUE(absl::IsInvalidArgument(bad.status()));
+  EXPECT_NE(bad.status().message().find("staging_path"), std::string::npos) << bad.status();
+}
+
+TEST(LocalGroup, RunsTheStagedBackendsAllReduce) {
+  store::StoreServer::Options so;
+  so.secret = "s";
+  auto server = store::StoreServer::Start(so);
+  ASSERT_TRUE(server.ok());
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      auto store = store::TcpStore::Connect((*server)->address(), "s");
+      ASSERT_TRUE(store.ok());
+      BackendContext ctx;
+      ctx.store = std::make_shared<store::PrefixStore>(*store, "inner");
+      ctx.rank = r;
+      ctx.size = 2;
+      auto inner = CreateBackend("gloo", ctx);
+      ASSERT_TRUE(inner.ok()) << inner.status();
+      auto copier = std::make_unique<ThreadCopier>(absl::ZeroDuration());
+      LocalGroup::Options o;
+      o.chunk_bytes = 4096;
+      auto group = LocalGroup::Create(**store, r, 2, copier.get(), o, nullptr);
+      ASSERT_TRUE(group.ok() && *group != nullptr);
+      auto b = std::make_shared<StagedBackend>("cuda:gloo", *inner, std::move(copier), StagingOptions(),
+                                               *std::move(group));
+      EXPECT_TRUE(b->shared_memory());
+      std::vector<float> x(5000, static_cast<float>(r + 1));
+      AllReduceOptions ao;
+      auto w = b->AllReduce(Tensor::Wrap(x.data(), {5000}, DType::kF32, Device::CUDA(0)), ao);
+      ASSERT_TRUE(w.ok()) << w.status();
+      ASSERT_TRUE((*w)->Wait(absl::Now() + absl::Seconds(30)).ok());
+      for (float v : x) ASSERT_EQ(v, 3.0f);
+      const StagingStats st = b->Stats();
+      EXPECT_EQ(st.ops, 1);
+      EXPECT_GE(st.inner, st.peer_wait);
+      EXPECT_GT(st.run, absl::ZeroDuration());
+    });
+  }
+  for (auto& t : threads) t.join();
+}
+
+}  // namespace
+}  // namespace loom::collectives::staging
