@@ -205,6 +205,12 @@ std::pair<size_t, size_t> Part(size_t elems, int n, int p) {
 
 absl::Duration Since(absl::Time t) { return absl::Now() - t; }
 
+// An op of `bytes` moves in chunks of this many bytes (local_group.h).
+size_t ChunkBytes(size_t bytes, size_t slot_bytes) {
+  constexpr size_t kMinChunk = size_t{256} << 10;
+  return std::min(slot_bytes, std::max(kMinChunk, (bytes + 3) / 4));
+}
+
 }  // namespace
 
 // One all_reduce's pipeline over chunks base .. base + chunks - 1.
@@ -218,7 +224,7 @@ class LocalGroup::Run {
         dtype_(dtype),
         op_(op),
         es_(DTypeSize(dtype)),
-        chunk_elems_(g.chunk_bytes_ / es_),
+        chunk_elems_(ChunkBytes(bytes, g.chunk_bytes_) / es_),
         total_(bytes / es_),
         chunks_((total_ + chunk_elems_ - 1) / chunk_elems_),
         base_(g.next_chunk_),

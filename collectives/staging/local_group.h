@@ -5,9 +5,11 @@
 //
 // Each rank owns one arena: a header of progress counters (one cache line
 // each) and `slots` chunk slots. Only the owner writes its arena; the others
-// map it read-only and register it with the copier, so the copy engine reads
-// from it directly. An all_reduce of B bytes runs in chunks of at most
-// chunk_bytes, numbered g = 0, 1, ... over the group's life (every rank runs
+// map it and register it with the copier, so the copy engine reads from it
+// directly. An all_reduce of B bytes runs in chunks of
+// min(chunk_bytes, max(256 KiB, B / 4)) bytes (so that an op of up to 4
+// slots still has 4 chunks to overlap), whole elements, numbered
+// g = 0, 1, ... over the group's life (every rank runs
 // the same ops in the same order, so the numbers agree), chunk g in slot
 // g % slots of every arena. Chunk g's elements are cut into one part per
 // rank (as evenly as whole elements allow), and on rank r:

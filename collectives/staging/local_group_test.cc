@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <deque>
@@ -285,6 +286,24 @@ TEST(LocalGroup, CopiesOverlapTheReduction) {
     for (float v : x) ASSERT_EQ(v, 2.0f);
     // H(0) H(1) D D F(0) H(2) D D F(1) D D F(2): two parts a chunk.
     EXPECT_EQ(m.copier->log(), "HHDDFHDDFDDF") << "rank " << r;
+  });
+}
+
+TEST(LocalGroup, AnOpOfOneSlotStillMovesInFourChunks) {
+  // 1 MiB slots: 1 MiB runs as 4 chunks of 256 KiB, 3 MiB as 4 of 768 KiB,
+  // 8 MiB as 8 whole slots, and 100 KiB (under the 256 KiB floor) as one.
+  RunGroup(2, size_t{1} << 20, Zero, [](int r, Member& m) {
+    for (const auto& [bytes, chunks] : std::vector<std::pair<size_t, size_t>>{{1 << 20, 4}, {100 << 10, 1}, {3 << 20, 4}, {8 << 20, 8}}) {
+      std::vector<float> x(bytes / 4);
+      for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>((r + 1) * (i % 1000));
+      const size_t before = m.copier->log().size();
+      LocalStats st;
+      ASSERT_TRUE(m.group->AllReduce(reinterpret_cast<char*>(x.data()), bytes, DType::kF32, ReduceOp::kSum,
+                                     absl::Now() + absl::Seconds(30), kNoAbort, &st).ok());
+      for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(x[i], 3.0f * (i % 1000)) << i;
+      const std::string log = m.copier->log().substr(before);
+      EXPECT_EQ(static_cast<size_t>(std::count(log.begin(), log.end(), 'H')), chunks) << bytes << " bytes: " << log;
+    }
   });
 }
 
