@@ -6,10 +6,13 @@
 #include <cuda_runtime.h>
 
 #include <memory>
+#include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "collectives/process_group.h"
+#include "collectives/staging/staged_backend.h"
 #include "collectives/testing/multiprocess.h"
 #include "gtest/gtest.h"
 
@@ -136,11 +139,13 @@ void CheckUnevenOps(WorkerContext& ctx, ProcessGroup& pg, int64_t base) {
   if (ok) WORKER_EXPECT(ctx, r_buf.host() == Block(prev, r, base * 3 + 1), "recv base ", base);
 }
 
-int StagedWorker(WorkerContext& ctx) {
+// Every staged op, all_reduce over `staging_path` (shm or ring).
+int StagedWorker(WorkerContext& ctx, const std::string& staging_path) {
   const int r = ctx.rank, n = ctx.world;
   ProcessGroupOptions po;
   po.backend = "cpu:gloo,cuda:gloo";
   po.staging_bucket_bytes = 64 << 10;
+  po.staging_path = staging_path;
   auto pg = ProcessGroup::Create(ctx.store, r, n, po);
   if (!pg.ok()) {
     fprintf(stderr, "[rank %d] %s\n", r, pg.status().ToString().c_str());
@@ -148,6 +153,10 @@ int StagedWorker(WorkerContext& ctx) {
   }
   auto b = (*pg)->BackendFor(Device::CUDA(0), OpType::kAllReduce, DType::kF32);
   WORKER_EXPECT(ctx, b.ok() && (*b)->name() == "cuda:gloo", "dispatch: ", b.status().ToString());
+  if (!b.ok()) return 1;
+  auto* staged = dynamic_cast<StagedBackend*>(*b);
+  WORKER_EXPECT(ctx, staged != nullptr && staged->shared_memory() == (staging_path == "shm"),
+                "all_reduce over ", staging_path);
   const float ranks_sum = n * (n + 1) / 2.0f;
   for (int64_t numel : {int64_t{1}, int64_t{16383}, int64_t{16384}, int64_t{100003}, int64_t{(1 << 20) + 3}}) {
     std::vector<float> x(numel);
@@ -196,22 +205,28 @@ int StagedWorker(WorkerContext& ctx) {
   for (int64_t base : {int64_t{1}, int64_t{16384 + 3}, int64_t{(1 << 18) + 1}}) CheckUnevenOps(ctx, **pg, base);
   return ctx.failures == 0 ? 0 : 1;
 }
-LOOM_COLLECTIVES_WORKER(staged_gpu, StagedWorker);
+int StagedShmWorker(WorkerContext& ctx) { return StagedWorker(ctx, "shm"); }
+int StagedRingWorker(WorkerContext& ctx) { return StagedWorker(ctx, "ring"); }
+LOOM_COLLECTIVES_WORKER(staged_gpu_shm, StagedShmWorker);
+LOOM_COLLECTIVES_WORKER(staged_gpu_ring, StagedRingWorker);
 
 bool HasGpu() {
   int count = 0;
   return cudaGetDeviceCount(&count) == cudaSuccess && count > 0;
 }
 
-class CudaGlooGpu : public ::testing::TestWithParam<int> {};
+// (world, all_reduce path)
+class CudaGlooGpu : public ::testing::TestWithParam<std::tuple<int, std::string>> {};
 
 TEST_P(CudaGlooGpu, RanksShareOneGpu) {
   if (!HasGpu()) GTEST_SKIP() << "needs a GPU";
-  auto r = testing::RunRanks({.worker = "staged_gpu", .world = GetParam(), .deadline = absl::Seconds(240)});
+  const auto& [world, path] = GetParam();
+  auto r = testing::RunRanks({.worker = "staged_gpu_" + path, .world = world, .deadline = absl::Seconds(240)});
   EXPECT_TRUE(r.ok()) << r.Summary();
 }
 
-INSTANTIATE_TEST_SUITE_P(World, CudaGlooGpu, ::testing::Values(2, 4));
+INSTANTIATE_TEST_SUITE_P(WorldAndPath, CudaGlooGpu,
+                         ::testing::Combine(::testing::Values(2, 4), ::testing::Values(std::string("shm"), std::string("ring"))));
 
 }  // namespace
 }  // namespace loom::collectives::staging
