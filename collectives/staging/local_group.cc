@@ -159,8 +159,7 @@ namespace {
 
 // Waits until every rank's `stage` counter reaches `target`. Fails at once
 // when another rank has failed or `abort` is set, and at `deadline`.
-absl::Status WaitPeers(const std::vector<std::unique_ptr<LocalGroup::Arena>>& arenas, int self,
-                       std::atomic<uint64_t>& (*counter)(const LocalGroup::Arena&, Stage), Stage stage,
+absl::Status WaitPeers(const std::vector<std::unique_ptr<LocalGroup::Arena>>& arenas, int self, Stage stage,
                        uint64_t target, absl::Time deadline, const std::atomic<bool>& abort) {
   const absl::Time start = absl::Now();
   for (int spins = 0;; ++spins) {
@@ -171,7 +170,7 @@ absl::Status WaitPeers(const std::vector<std::unique_ptr<LocalGroup::Arena>>& ar
       if (arenas[p]->header()->failed.value.load(std::memory_order_acquire) != 0) {
         return absl::AbortedError(absl::StrCat("rank ", p, " failed its part of the all_reduce"));
       }
-      if (counter(*arenas[p], stage).load(std::memory_order_acquire) < target) {
+      if (arenas[p]->counter(stage).load(std::memory_order_acquire) < target) {
         behind = static_cast<int>(p);
         break;
       }
@@ -193,8 +192,6 @@ absl::Status WaitPeers(const std::vector<std::unique_ptr<LocalGroup::Arena>>& ar
     }
   }
 }
-
-std::atomic<uint64_t>& CounterOf(const LocalGroup::Arena& a, Stage s) { return a.counter(s); }
 
 // Elements [first, first + count) of a chunk of `elems` that part p of n covers.
 std::pair<size_t, size_t> Part(size_t elems, int n, int p) {
@@ -254,7 +251,7 @@ class LocalGroup::Run {
 
   absl::Status WaitFor(Stage st, uint64_t target) {
     const absl::Time t = absl::Now();
-    absl::Status s = WaitPeers(g_.arenas_, g_.rank_, CounterOf, st, target, deadline_, abort_);
+    absl::Status s = WaitPeers(g_.arenas_, g_.rank_, st, target, deadline_, abort_);
     stats_.peer_wait += Since(t);
     return s;
   }
