@@ -124,6 +124,12 @@ absl::StatusOr<std::unique_ptr<LocalGroup>> LocalGroup::Create(store::Store& sto
     a->copier = copier;
     group->arenas_.push_back(std::move(a));
   }
+  // The name goes when Create returns: by then every rank has mapped this
+  // arena, or the group is not used (a failed Create also leaves none behind).
+  struct Unlink {
+    const std::string& name;
+    ~Unlink() { shm_unlink(name.c_str()); }
+  } unlink_on_return{own_name};
   // Round 1: every rank creates its arena and publishes its name (or why not).
   Arena& own = *group->arenas_[rank];
   own.name = own_name;
@@ -146,8 +152,6 @@ absl::StatusOr<std::unique_ptr<LocalGroup>> LocalGroup::Create(store::Store& sto
     LOOM_ASSIGN_OR_RETURN(std::string v, store.WaitGet(absl::StrCat("mapped/", p), o.timeout));
     if (v != "ok") errors.push_back(absl::StrCat("rank ", p, ": ", v));
   }
-  // Every rank has mapped (or given up on) this one: the name can go.
-  if (own.base != nullptr) shm_unlink(own_name.c_str());
   if (!errors.empty()) {
     if (why_not != nullptr) *why_not = absl::StrJoin(errors, "; ");
     return std::unique_ptr<LocalGroup>();
