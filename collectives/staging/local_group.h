@@ -92,9 +92,6 @@ class LocalGroup {
   absl::Status AllReduce(char* device, size_t bytes, DType dtype, ReduceOp op, absl::Time deadline,
                          const std::atomic<bool>& abort, LocalStats* stats);
 
-  // Bytes of one slot (chunk_bytes as given, before rounding per dtype).
-  size_t chunk_bytes() const { return chunk_bytes_; }
-
   struct Arena;  // one rank's mapping (local_group.cc)
 
  private:

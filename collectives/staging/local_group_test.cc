@@ -156,6 +156,13 @@ class ThreadCopier : public Copier {
   Lane to_host_, to_device_;
 };
 
+// A store server for one test's ranks (secret "s").
+auto StartStore() {
+  store::StoreServer::Options so;
+  so.secret = "s";
+  return store::StoreServer::Start(so);
+}
+
 struct Member {
   std::unique_ptr<ThreadCopier> copier;
   std::unique_ptr<LocalGroup> group;
@@ -166,9 +173,7 @@ struct Member {
 // TCP store. `delay(r)` is rank r's copy delay.
 void RunGroup(int world, size_t chunk_bytes, const std::function<absl::Duration(int)>& delay,
               const std::function<void(int, Member&)>& fn) {
-  store::StoreServer::Options so;
-  so.secret = "s";
-  auto server = store::StoreServer::Start(so);
+  auto server = StartStore();
   ASSERT_TRUE(server.ok()) << server.status();
   std::vector<std::thread> threads;
   for (int r = 0; r < world; ++r) {
@@ -357,9 +362,7 @@ TEST(LocalGroup, AbortedRankFailsTheOthersAtOnce) {
 }
 
 TEST(LocalGroup, BadOptionsAndPaths) {
-  store::StoreServer::Options so;
-  so.secret = "s";
-  auto server = store::StoreServer::Start(so);
+  auto server = StartStore();
   ASSERT_TRUE(server.ok());
   auto store = store::TcpStore::Connect((*server)->address(), "s");
   ASSERT_TRUE(store.ok());
@@ -378,9 +381,7 @@ TEST(LocalGroup, BadOptionsAndPaths) {
 }
 
 TEST(LocalGroup, RunsTheStagedBackendsAllReduce) {
-  store::StoreServer::Options so;
-  so.secret = "s";
-  auto server = store::StoreServer::Start(so);
+  auto server = StartStore();
   ASSERT_TRUE(server.ok());
   std::vector<std::thread> threads;
   for (int r = 0; r < 2; ++r) {
