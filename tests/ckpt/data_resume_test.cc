@@ -82,13 +82,15 @@ TEST(DataResume, KilledRunResumesAcrossShardBoundariesBitwise) {
   ASSERT_EQ(ref.code, 0) << ref.output;
   EXPECT_NE(ref.output.find("3 llmc shards"), std::string::npos) << ref.output;
 
-  auto job = std::async(std::launch::async,
-                        [&] { return loom::tests::testing::RunLoom("run " + Job("fault", shards, ck_fault), 240); });
+  const std::string marker = loom::tests::testing::WorkerMarker("data_resume_fault");
+  auto job = std::async(std::launch::async, [&] {
+    return loom::tests::testing::RunLoom("run " + Job("fault", shards, ck_fault), 240, marker);
+  });
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   while (!fs::exists(ck_fault + "/latest") && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   ASSERT_TRUE(fs::exists(ck_fault + "/latest")) << "no checkpoint within 120 s";
-  const pid_t victim = FindLoomWorker(::testing::TempDir(), 1);
+  const pid_t victim = FindLoomWorker(marker, 1);
   ASSERT_GT(victim, 0) << "rank 1's worker not found";
   ASSERT_EQ(kill(victim, SIGKILL), 0);
   auto fault = job.get();

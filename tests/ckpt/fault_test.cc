@@ -29,31 +29,20 @@
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "kernels/cuda/cuda_device.h"
+#include "tests/testing/loom_cli.h"
 #include "tests/testing/processes.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-struct Result {
-  int code = -1;
-  std::string output;
-};
-
-Result RunLoom(const std::string& args) {
-  std::string cmd = absl::StrCat("timeout 120 runtime/loom ", args, " 2>&1");
-  Result r;
-  FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  while (p && fgets(buf, sizeof(buf), p)) r.output += buf;
-  int st = p ? pclose(p) : -1;
-  r.code = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-  return r;
-}
+using loom::tests::testing::CliResult;
+using loom::tests::testing::RunLoom;
 
 std::string Tmp(const std::string& name) { return absl::StrCat(::testing::TempDir(), "/fault_", name); }
 
 constexpr int kSteps = 120;
+constexpr int kJobSeconds = 120;  // each `loom run`'s time limit
 
 std::string Job(const std::string& name, const std::string& ckpt, bool cuda = false) {
   std::string path = Tmp(name + ".yaml");
@@ -73,6 +62,7 @@ std::string Job(const std::string& name, const std::string& ckpt, bool cuda = fa
 
 using loom::tests::testing::FindLoomWorker;
 using loom::tests::testing::ReadFileBytes;
+using loom::tests::testing::WorkerMarker;
 
 // Runs the job twice, the second time killing rank 1's worker `delay_ms`
 // after its first checkpoint commits, and compares the final checkpoints.
@@ -80,20 +70,22 @@ void KillOneRankAndCompare(const std::string& tag, bool cuda, int delay_ms) {
   const std::string ck_ref = Tmp(tag + "ck_ref"), ck_fault = Tmp(tag + "ck_fault");
   fs::remove_all(ck_ref);
   fs::remove_all(ck_fault);
-  Result ref = RunLoom("run " + Job(tag + "ref", ck_ref, cuda));
+  CliResult ref = RunLoom("run " + Job(tag + "ref", ck_ref, cuda), kJobSeconds);
   ASSERT_EQ(ref.code, 0) << ref.output;
 
-  auto job = std::async(std::launch::async, [&] { return RunLoom("run " + Job(tag + "fault", ck_fault, cuda)); });
+  const std::string marker = WorkerMarker(tag + "fault");
+  auto job = std::async(std::launch::async,
+                        [&] { return RunLoom("run " + Job(tag + "fault", ck_fault, cuda), kJobSeconds, marker); });
   // Wait for the first committed checkpoint, then kill -9 rank 1's worker.
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (!fs::exists(ck_fault + "/latest") && std::chrono::steady_clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
   ASSERT_TRUE(fs::exists(ck_fault + "/latest")) << "no checkpoint within 60 s";
   std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
-  pid_t victim = FindLoomWorker(::testing::TempDir(), 1);
+  pid_t victim = FindLoomWorker(marker, 1);
   ASSERT_GT(victim, 0) << "rank 1's worker not found";
   ASSERT_EQ(kill(victim, SIGKILL), 0);
-  Result fault = job.get();
+  CliResult fault = job.get();
   ASSERT_EQ(fault.code, 0) << fault.output;
   EXPECT_NE(fault.output.find("SUCCEEDED (restart 1)"), std::string::npos) << fault.output;
   EXPECT_NE(fault.output.find("resuming at step"), std::string::npos) << fault.output;

@@ -25,9 +25,10 @@ inline CliResult Shell(const std::string& cmd) {
   return r;
 }
 
-// `runtime/loom ARGS` (a data dependency of the test), bounded by `timeout_s`.
-inline CliResult RunLoom(const std::string& args, int timeout_s = 600) {
-  return Shell("timeout " + std::to_string(timeout_s) + " runtime/loom " + args);
+// `runtime/loom ARGS` (a data dependency of the test), bounded by `timeout_s`,
+// with `env` (NAME=VALUE entries, space-separated) added to its environment.
+inline CliResult RunLoom(const std::string& args, int timeout_s = 600, const std::string& env = "") {
+  return Shell((env.empty() ? "" : env + " ") + "timeout " + std::to_string(timeout_s) + " runtime/loom " + args);
 }
 
 }  // namespace loom::tests::testing

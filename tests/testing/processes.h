@@ -3,6 +3,7 @@
 #pragma once
 
 #include <sys/types.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
@@ -19,19 +20,30 @@ inline std::string ReadFileBytes(const std::string& path) {
   return ss.str();
 }
 
-// The pid of a `loom worker` whose environment holds `marker` (a test's
-// TEST_TMPDIR, inherited through loom run) and LOOM_RANK=rank; -1 if none.
-inline pid_t FindLoomWorker(std::string marker, int rank) {
+// An environment entry that names one test's `loom run`: prefixed to its
+// command (RunLoom's `env`), every worker of that job inherits it, and
+// FindLoomWorker looks for it. TEST_TMPDIR alone does not do: outside bazel
+// it is /tmp for every test binary, so a kill meant for one job could land
+// on another's worker.
+inline std::string WorkerMarker(const std::string& tag) {
+  return "LOOM_TEST_MARKER=" + tag + "." + std::to_string(getpid());
+}
+
+// The pid of a `loom worker` whose environment holds the entry `marker`
+// (WorkerMarker's) and LOOM_RANK=rank; -1 if none.
+inline pid_t FindLoomWorker(const std::string& marker, int rank) {
   namespace fs = std::filesystem;
-  while (marker.size() > 1 && marker.back() == '/') marker.pop_back();
-  const std::string rank_var = std::string(1, '\0') + "LOOM_RANK=" + std::to_string(rank) + std::string(1, '\0');
+  const std::string nul(1, '\0');
+  const std::string want = nul + marker + nul, rank_var = nul + "LOOM_RANK=" + std::to_string(rank) + nul;
   std::error_code ec;
   for (const auto& e : fs::directory_iterator("/proc", ec)) {
     const std::string pid = e.path().filename();
     if (pid.find_first_not_of("0123456789") != std::string::npos) continue;
     if (ReadFileBytes(e.path() / "cmdline").find("worker") == std::string::npos) continue;
-    const std::string env = ReadFileBytes(e.path() / "environ");
-    if (env.find(marker) == std::string::npos || env.find(rank_var) == std::string::npos) continue;
+    // Each entry of environ ends in a NUL; one in front makes the first
+    // entry match like the others.
+    const std::string env = nul + ReadFileBytes(e.path() / "environ");
+    if (env.find(want) == std::string::npos || env.find(rank_var) == std::string::npos) continue;
     return static_cast<pid_t>(std::atoi(pid.c_str()));
   }
   return -1;
