@@ -10,6 +10,7 @@
 #include <deque>
 #include <random>
 #include <thread>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -214,20 +215,40 @@ size_t ChunkBytes(size_t bytes, size_t slot_bytes) {
 
 }  // namespace
 
-// One all_reduce's pipeline over chunks base .. base + chunks - 1.
+// What one op moves. Block i of `in` (in_count[i] elements on the device) is
+// copied to the host; block i of `out` (out_count[i] elements) receives a
+// result. all_reduce: one block each, the same buffer. reduce_scatter: one
+// input block per rank, this rank's output. all_gather: this rank's input, one
+// output block per rank. Every rank has the same counts, except all_gather's
+// own input, which is out_count[rank].
+struct LocalGroup::Op {
+  enum Kind { kAllReduce, kReduceScatter, kAllGather } kind;
+  DType dtype;
+  ReduceOp op = ReduceOp::kSum;
+  std::vector<const char*> in;
+  std::vector<size_t> in_count;
+  std::vector<char*> out;
+  std::vector<size_t> out_count;
+
+  // The longest block: elements [k * chunk, (k + 1) * chunk) of every block
+  // make up chunk k.
+  size_t Longest() const {
+    const std::vector<size_t>& c = kind == kAllGather ? out_count : in_count;
+    return c.empty() ? 0 : *std::max_element(c.begin(), c.end());
+  }
+};
+
+// One op's pipeline over chunks base .. base + chunks - 1.
 class LocalGroup::Run {
  public:
-  Run(LocalGroup& g, char* device, size_t bytes, DType dtype, ReduceOp op, absl::Time deadline,
-      const std::atomic<bool>& abort, LocalStats* stats)
+  Run(LocalGroup& g, const Op& op, size_t chunk_elems, absl::Time deadline, const std::atomic<bool>& abort,
+      LocalStats* stats)
       : g_(g),
         mine_(*g.arenas_[g.rank_]),
-        device_(device),
-        dtype_(dtype),
-        op_(op),
-        es_(DTypeSize(dtype)),
-        chunk_elems_(ChunkBytes(bytes, g.chunk_bytes_) / es_),
-        total_(bytes / es_),
-        chunks_((total_ + chunk_elems_ - 1) / chunk_elems_),
+        o_(op),
+        es_(DTypeSize(op.dtype)),
+        chunk_elems_(chunk_elems),
+        chunks_((op.Longest() + chunk_elems - 1) / chunk_elems),
         base_(g.next_chunk_),
         slots_(static_cast<uint64_t>(g.slots_)),
         deadline_(deadline),
@@ -251,7 +272,17 @@ class LocalGroup::Run {
 
  private:
   char* Slot(const Arena& a, uint64_t g) const { return a.slot(g % slots_, g_.chunk_bytes_); }
-  size_t ElemsOf(uint64_t k) const { return std::min<size_t>(chunk_elems_, total_ - k * chunk_elems_); }
+  // Elements of a block of `count` in chunk k.
+  size_t Len(size_t count, uint64_t k) const {
+    const size_t first = k * chunk_elems_;
+    return count > first ? std::min(chunk_elems_, count - first) : 0;
+  }
+  // Where input block i's slice of chunk k starts in a slot, in elements.
+  size_t InOffset(size_t i, uint64_t k) const {
+    size_t at = 0;
+    for (size_t j = 0; j < i; ++j) at += Len(o_.in_count[j], k);
+    return at;
+  }
 
   absl::Status WaitFor(Stage st, uint64_t target) {
     const absl::Time t = absl::Now();
@@ -272,56 +303,103 @@ class LocalGroup::Run {
     return absl::OkStatus();
   }
 
-  // Issues chunk k's copy to the host once every rank is done with its slot.
+  // Issues chunk k's copies to the host once every rank is done with its slot.
+  // Copies of one direction land in issue order, so the last one's event
+  // covers them all.
   absl::Status Load(uint64_t k) {
     const uint64_t g = base_ + k;
     if (g >= slots_) {
       LOOM_RETURN_IF_ERROR(ReleaseBefore(g - slots_ + 1));
       LOOM_RETURN_IF_ERROR(WaitFor(Stage::kReleased, g - slots_ + 1));
     }
-    LOOM_ASSIGN_OR_RETURN(loading_,
-                          g_.copier_->ToHost(Slot(mine_, g), device_ + k * chunk_elems_ * es_, ElemsOf(k) * es_));
+    char* slot = Slot(mine_, g);
+    for (size_t i = 0; i < o_.in.size(); ++i) {
+      const size_t len = Len(o_.in_count[i], k);
+      if (len == 0) continue;
+      LOOM_ASSIGN_OR_RETURN(loading_, g_.copier_->ToHost(slot + InOffset(i, k) * es_,
+                                                         o_.in[i] + k * chunk_elems_ * es_, len * es_));
+    }
     return absl::OkStatus();
   }
 
-  // Chunk k: lands, is reduced (this rank's part), and goes back.
-  absl::Status Step(uint64_t k) {
+  // Reduces this rank's share of chunk k in its own slot, reading the same
+  // elements of every other rank's slot, in rank order.
+  void Reduce(uint64_t k) {
     const uint64_t g = base_ + k;
-    absl::Time t = absl::Now();
-    LOOM_RETURN_IF_ERROR(loading_->Wait(deadline_));
-    loading_.reset();
-    stats_.to_host_wait += Since(t);
-    mine_.counter(Stage::kLanded).store(g + 1, std::memory_order_release);
-    if (k + 1 < chunks_) LOOM_RETURN_IF_ERROR(Load(k + 1));
-    LOOM_RETURN_IF_ERROR(WaitFor(Stage::kLanded, g + 1));
-    const size_t elems = ElemsOf(k);
-    t = absl::Now();
-    const auto [first, count] = Part(elems, g_.size_, g_.rank_);
-    char* acc = Slot(mine_, g) + first * es_;
-    for (int p = 0; p < g_.size_ && count > 0; ++p) {
-      if (p != g_.rank_) algorithms::ReduceInto(dtype_, op_, acc, Slot(*g_.arenas_[p], g) + first * es_, count);
+    size_t first = 0, count = 0;
+    if (o_.kind == Op::kAllReduce) {
+      std::tie(first, count) = Part(Len(o_.in_count[0], k), g_.size_, g_.rank_);
+    } else {
+      first = InOffset(g_.rank_, k);
+      count = Len(o_.in_count[g_.rank_], k);
     }
-    if (op_ == ReduceOp::kAvg && count > 0) algorithms::DivideInPlace(dtype_, acc, count, g_.size_);
-    stats_.reduce += Since(t);
-    mine_.counter(Stage::kReduced).store(g + 1, std::memory_order_release);
-    LOOM_RETURN_IF_ERROR(WaitFor(Stage::kReduced, g + 1));
-    char* dev = device_ + k * chunk_elems_ * es_;
+    if (count == 0) return;
+    char* acc = Slot(mine_, g) + first * es_;
     for (int p = 0; p < g_.size_; ++p) {
-      const auto [pf, pc] = Part(elems, g_.size_, p);
-      if (pc == 0) continue;
-      LOOM_RETURN_IF_ERROR(g_.copier_->ToDeviceQueued(dev + pf * es_, Slot(*g_.arenas_[p], g) + pf * es_, pc * es_));
+      if (p != g_.rank_) algorithms::ReduceInto(o_.dtype, o_.op, acc, Slot(*g_.arenas_[p], g) + first * es_, count);
+    }
+    if (o_.op == ReduceOp::kAvg) algorithms::DivideInPlace(o_.dtype, acc, count, g_.size_);
+  }
+
+  // Queues chunk k's copies back to the device: all_reduce, part p from rank
+  // p's slot; reduce_scatter, this rank's block from its own slot;
+  // all_gather, block p from rank p's slot.
+  absl::Status Store(uint64_t k) {
+    const uint64_t g = base_ + k;
+    const size_t at = k * chunk_elems_ * es_;
+    if (o_.kind == Op::kReduceScatter) {
+      const size_t len = Len(o_.in_count[g_.rank_], k);
+      if (len > 0) {
+        LOOM_RETURN_IF_ERROR(
+            g_.copier_->ToDeviceQueued(o_.out[0] + at, Slot(mine_, g) + InOffset(g_.rank_, k) * es_, len * es_));
+      }
+    } else {
+      for (int p = 0; p < g_.size_; ++p) {
+        size_t first = 0, len = 0;
+        char* dst = nullptr;
+        if (o_.kind == Op::kAllReduce) {
+          std::tie(first, len) = Part(Len(o_.in_count[0], k), g_.size_, p);
+          dst = o_.out[0] + at + first * es_;
+        } else {
+          len = Len(o_.out_count[p], k);
+          dst = o_.out[p] + at;
+        }
+        if (len == 0) continue;
+        LOOM_RETURN_IF_ERROR(g_.copier_->ToDeviceQueued(dst, Slot(*g_.arenas_[p], g) + first * es_, len * es_));
+      }
     }
     LOOM_ASSIGN_OR_RETURN(std::unique_ptr<CopyEvent> fence, g_.copier_->ToDeviceFence());
     storing_.emplace_back(g, std::move(fence));
     return absl::OkStatus();
   }
 
+  // Chunk k: lands, is reduced (this rank's share), and goes back. A rank
+  // reads other ranks' slots only before it releases the chunk, and a slot is
+  // reused only once every rank has released it.
+  absl::Status Step(uint64_t k) {
+    const uint64_t g = base_ + k;
+    absl::Time t = absl::Now();
+    if (loading_ != nullptr) LOOM_RETURN_IF_ERROR(loading_->Wait(deadline_));
+    loading_.reset();
+    stats_.to_host_wait += Since(t);
+    mine_.counter(Stage::kLanded).store(g + 1, std::memory_order_release);
+    if (k + 1 < chunks_) LOOM_RETURN_IF_ERROR(Load(k + 1));
+    LOOM_RETURN_IF_ERROR(WaitFor(Stage::kLanded, g + 1));
+    if (o_.kind != Op::kAllGather) {
+      t = absl::Now();
+      Reduce(k);
+      stats_.reduce += Since(t);
+    }
+    mine_.counter(Stage::kReduced).store(g + 1, std::memory_order_release);
+    // all_reduce copies back the other ranks' parts: they must be final.
+    if (o_.kind == Op::kAllReduce) LOOM_RETURN_IF_ERROR(WaitFor(Stage::kReduced, g + 1));
+    return Store(k);
+  }
+
   LocalGroup& g_;
   Arena& mine_;
-  char* device_;
-  DType dtype_;
-  ReduceOp op_;
-  size_t es_, chunk_elems_, total_;
+  const Op& o_;
+  size_t es_, chunk_elems_;
   uint64_t chunks_, base_, slots_;
   absl::Time deadline_;
   const std::atomic<bool>& abort_;
@@ -330,17 +408,56 @@ class LocalGroup::Run {
   std::deque<std::pair<uint64_t, std::unique_ptr<CopyEvent>>> storing_;  // chunk g's copies back, in order
 };
 
-absl::Status LocalGroup::AllReduce(char* device, size_t bytes, DType dtype, ReduceOp op, absl::Time deadline,
-                                   const std::atomic<bool>& abort, LocalStats* stats) {
+absl::Status LocalGroup::Execute(const Op& op, absl::Time deadline, const std::atomic<bool>& abort,
+                                 LocalStats* stats) {
   if (failed_) return absl::FailedPreconditionError("the shared-memory group failed in an earlier op");
-  LOOM_RETURN_IF_ERROR(algorithms::CheckReducible(dtype, op));
-  if (bytes == 0) return absl::OkStatus();
-  absl::Status s = Run(*this, device, bytes, dtype, op, deadline, abort, stats).Go();
+  const size_t es = DTypeSize(op.dtype), blocks = op.in.size(), longest = op.Longest();
+  if (longest == 0) return absl::OkStatus();
+  if (blocks * es > chunk_bytes_) {
+    return absl::InvalidArgumentError(absl::StrCat("a chunk slot of ", chunk_bytes_, " bytes cannot hold one element of ",
+                                                   blocks, " blocks"));
+  }
+  const size_t chunk_elems = ChunkBytes(blocks * longest * es, chunk_bytes_) / (blocks * es);
+  absl::Status s = Run(*this, op, std::max<size_t>(chunk_elems, 1), deadline, abort, stats).Go();
   if (!s.ok()) {
     failed_ = true;
     arenas_[rank_]->header()->failed.value.store(1, std::memory_order_release);
   }
   return s;
+}
+
+absl::Status LocalGroup::AllReduce(char* device, size_t bytes, DType dtype, ReduceOp op, absl::Time deadline,
+                                   const std::atomic<bool>& abort, LocalStats* stats) {
+  LOOM_RETURN_IF_ERROR(algorithms::CheckReducible(dtype, op));
+  const size_t n = bytes / DTypeSize(dtype);
+  return Execute({Op::kAllReduce, dtype, op, {device}, {n}, {device}, {n}}, deadline, abort, stats);
+}
+
+absl::Status LocalGroup::ReduceScatter(char* output, absl::Span<const char* const> inputs,
+                                       absl::Span<const size_t> counts, DType dtype, ReduceOp op, absl::Time deadline,
+                                       const std::atomic<bool>& abort, LocalStats* stats) {
+  LOOM_RETURN_IF_ERROR(algorithms::CheckReducible(dtype, op));
+  LOOM_RETURN_IF_ERROR(CheckBlocks(inputs.size(), counts.size(), "reduce_scatter"));
+  Op o{Op::kReduceScatter, dtype, op, {inputs.begin(), inputs.end()}, {counts.begin(), counts.end()}, {output}, {}};
+  o.out_count = {counts[rank_]};
+  return Execute(o, deadline, abort, stats);
+}
+
+absl::Status LocalGroup::AllGather(absl::Span<char* const> outputs, absl::Span<const size_t> counts,
+                                   const char* input, DType dtype, absl::Time deadline,
+                                   const std::atomic<bool>& abort, LocalStats* stats) {
+  LOOM_RETURN_IF_ERROR(CheckBlocks(outputs.size(), counts.size(), "all_gather"));
+  Op o{Op::kAllGather, dtype, ReduceOp::kSum, {input}, {counts[rank_]}, {outputs.begin(), outputs.end()}, {}};
+  o.out_count.assign(counts.begin(), counts.end());
+  return Execute(o, deadline, abort, stats);
+}
+
+absl::Status LocalGroup::CheckBlocks(size_t blocks, size_t counts, absl::string_view op) const {
+  if (blocks != static_cast<size_t>(size_) || counts != blocks) {
+    return absl::InvalidArgumentError(absl::StrCat(op, ": expected ", size_, " blocks and counts, got ", blocks,
+                                                   " and ", counts));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace loom::collectives::staging

@@ -29,6 +29,22 @@
 // rank, in a fixed order, and every rank copies the same result: the result
 // is the same on every rank and the same from run to run.
 //
+// reduce_scatter and all_gather run the same pipeline over blocks (one per
+// rank, the sizes the same on every rank and free to differ between blocks).
+// Chunk g holds elements [k * c, (k + 1) * c) of every block (k = g - the
+// op's first chunk), so an op has as many chunks as its longest block needs:
+//
+//   reduce_scatter: a rank's slot holds its slices of all the input blocks,
+//     back to back; rank r reduces block r's slice from every slot into its
+//     own and copies it back to its output. No rank reads another's result,
+//     so there is no wait for `reduced`.
+//   all_gather: a rank's slot holds its slice of its own input; once every
+//     rank has landed chunk g, rank r copies rank p's slice to output block
+//     p, for every p. Nothing is reduced.
+//
+// A rank reads another rank's slot only before it releases the chunk, and a
+// slot is reused only once every rank has released it.
+//
 // A rank whose op fails (a deadline, an abort, a copy error) marks its arena
 // failed; the others then fail at their next wait, naming it, instead of
 // waiting out their own deadlines. A failed group is not used again
@@ -45,6 +61,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "absl/types/span.h"
 #include "base/dtype.h"
 #include "collectives/staging/copier.h"
 #include "collectives/store/store.h"
@@ -61,7 +78,7 @@ enum class StagingPath {
 // "auto", "shm" or "ring"; InvalidArgument names the value otherwise.
 absl::StatusOr<StagingPath> ParseStagingPath(absl::string_view s);
 
-// Time a rank spent in LocalGroup::AllReduce, by phase.
+// Time a rank spent in one LocalGroup op, by phase.
 struct LocalStats {
   absl::Duration to_host_wait;    // waiting for its copies to the host
   absl::Duration peer_wait;       // waiting for other ranks' progress
@@ -91,12 +108,24 @@ class LocalGroup {
   // `abort` set by another thread fails it with Aborted at its next wait.
   absl::Status AllReduce(char* device, size_t bytes, DType dtype, ReduceOp op, absl::Time deadline,
                          const std::atomic<bool>& abort, LocalStats* stats);
+  // reduce_scatter: `output` (counts[rank] elements) = op over the ranks of
+  // their inputs[rank]. inputs[p] holds counts[p] elements on the device.
+  absl::Status ReduceScatter(char* output, absl::Span<const char* const> inputs, absl::Span<const size_t> counts,
+                             DType dtype, ReduceOp op, absl::Time deadline, const std::atomic<bool>& abort,
+                             LocalStats* stats);
+  // all_gather: outputs[p] (counts[p] elements) = rank p's `input` (this
+  // rank's holds counts[rank]).
+  absl::Status AllGather(absl::Span<char* const> outputs, absl::Span<const size_t> counts, const char* input,
+                         DType dtype, absl::Time deadline, const std::atomic<bool>& abort, LocalStats* stats);
 
   struct Arena;  // one rank's mapping (local_group.cc)
 
  private:
-  class Run;  // one all_reduce (local_group.cc)
+  struct Op;  // what one op moves (local_group.cc)
+  class Run;  // one op's pipeline (local_group.cc)
   LocalGroup(int rank, int size, size_t chunk_bytes, int slots, Copier* copier);
+  absl::Status Execute(const Op& op, absl::Time deadline, const std::atomic<bool>& abort, LocalStats* stats);
+  absl::Status CheckBlocks(size_t blocks, size_t counts, absl::string_view op) const;
 
   int rank_, size_;
   size_t chunk_bytes_;

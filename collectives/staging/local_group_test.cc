@@ -1,5 +1,5 @@
-// LocalGroup (local_group.h): the shared-memory all_reduce of ranks on one
-// host, run by threads that each create and map real shared-memory arenas
+// LocalGroup (local_group.h): the shared-memory all_reduce, reduce_scatter
+// and all_gather of ranks on one host, run by threads that each create and map real shared-memory arenas
 // (shm_open, over a real TCP store), with a copier that copies on a worker
 // thread per direction after an injected delay, so that a read of a slot
 // before its copy lands, or a slot reused before every rank is done with it,
@@ -312,6 +312,125 @@ TEST(LocalGroup, AnOpOfOneSlotStillMovesInFourChunks) {
   });
 }
 
+// Element i of block b of rank r's input (reduce_scatter) or of rank b's
+// input (all_gather, where r == b).
+float BlockValue(int rank, int block, size_t i, uint32_t seed) {
+  return Value(rank, static_cast<size_t>(block) * 100003 + i, seed);
+}
+
+// Block sizes around the chunk (at 4 KiB a slot, world blocks share it):
+// equal ones, and uneven ones with an empty block.
+std::vector<std::vector<size_t>> BlockShapes(int world) {
+  std::vector<std::vector<size_t>> shapes;
+  for (size_t n : {size_t{1}, size_t{255}, static_cast<size_t>(1024 / world), size_t{3000}, size_t{20000}}) shapes.emplace_back(world, n);
+  std::vector<size_t> uneven(world);
+  for (int p = 0; p < world; ++p) uneven[p] = (p * 1237 + 5) % 2600;
+  uneven[world - 1] = 0;
+  shapes.push_back(uneven);
+  return shapes;
+}
+
+// reduce_scatter of one shape: rank r's output equals, bit for bit, its own
+// block r, then every other rank's block r applied in rank order.
+void ReduceScatterOnce(int r, Member& m, int world, const std::vector<size_t>& counts, ReduceOp op, uint32_t seed) {
+  std::vector<std::vector<float>> in(world);
+  std::vector<const char*> ptrs;
+  for (int b = 0; b < world; ++b) {
+    in[b].resize(counts[b]);
+    for (size_t i = 0; i < counts[b]; ++i) in[b][i] = BlockValue(r, b, i, seed);
+    ptrs.push_back(reinterpret_cast<const char*>(in[b].data()));
+  }
+  std::vector<float> out(counts[r], std::nanf(""));
+  LocalStats st;
+  absl::Status s = m.group->ReduceScatter(reinterpret_cast<char*>(out.data()), ptrs, counts, DType::kF32, op,
+                                          absl::Now() + absl::Seconds(30), kNoAbort, &st);
+  ASSERT_TRUE(s.ok()) << s;
+  for (size_t i = 0; i < counts[r]; ++i) {
+    float want = BlockValue(r, r, i, seed);
+    for (int q = 0; q < world; ++q) {
+      if (q == r) continue;
+      const float v = BlockValue(q, r, i, seed);
+      want = op == ReduceOp::kMax ? std::max(want, v) : want + v;
+    }
+    if (op == ReduceOp::kAvg) want /= static_cast<float>(world);
+    ASSERT_EQ(std::memcmp(&out[i], &want, 4), 0) << "element " << i << ": " << out[i] << " != " << want;
+  }
+}
+
+// all_gather of one shape: output block p equals rank p's input, bit for bit.
+void AllGatherOnce(int r, Member& m, int world, const std::vector<size_t>& counts, uint32_t seed) {
+  std::vector<float> in(counts[r]);
+  for (size_t i = 0; i < counts[r]; ++i) in[i] = BlockValue(r, r, i, seed);
+  std::vector<std::vector<float>> out(world);
+  std::vector<char*> ptrs;
+  for (int p = 0; p < world; ++p) {
+    out[p].assign(counts[p], std::nanf(""));
+    ptrs.push_back(reinterpret_cast<char*>(out[p].data()));
+  }
+  LocalStats st;
+  absl::Status s = m.group->AllGather(ptrs, counts, reinterpret_cast<const char*>(in.data()), DType::kF32,
+                                      absl::Now() + absl::Seconds(30), kNoAbort, &st);
+  ASSERT_TRUE(s.ok()) << s;
+  for (int p = 0; p < world; ++p) {
+    for (size_t i = 0; i < counts[p]; ++i) {
+      const float want = BlockValue(p, p, i, seed);
+      ASSERT_EQ(std::memcmp(&out[p][i], &want, 4), 0) << "block " << p << " element " << i;
+    }
+  }
+}
+
+// Every shape with sum, avg and max, then an all_gather of it, and an
+// all_reduce between shapes: the three kinds share the chunk numbering.
+void CheckBlocks(int world, const std::function<absl::Duration(int)>& delay) {
+  RunGroup(world, 4096, delay, [&](int r, Member& m) {
+    uint32_t seed = 100;
+    for (const std::vector<size_t>& counts : BlockShapes(world)) {
+      SCOPED_TRACE(testing::Message() << "rank " << r << " of " << world << ", block 0 of " << counts[0]);
+      for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kAvg, ReduceOp::kMax}) {
+        ReduceScatterOnce(r, m, world, counts, op, ++seed);
+        if (::testing::Test::HasFatalFailure()) return;
+      }
+      AllGatherOnce(r, m, world, counts, ++seed);
+      if (::testing::Test::HasFatalFailure()) return;
+      std::vector<float> x(777, static_cast<float>(r + 1));
+      LocalStats st;
+      ASSERT_TRUE(m.group->AllReduce(reinterpret_cast<char*>(x.data()), x.size() * 4, DType::kF32, ReduceOp::kSum,
+                                     absl::Now() + absl::Seconds(30), kNoAbort, &st).ok());
+      for (float v : x) ASSERT_EQ(v, static_cast<float>(world * (world + 1) / 2));
+    }
+  });
+}
+
+TEST(LocalGroup, ReduceScatterAndAllGatherTwoRanks) { CheckBlocks(2, Zero); }
+TEST(LocalGroup, ReduceScatterAndAllGatherThreeRanksUnevenCopies) {
+  CheckBlocks(3, [](int r) { return r == 0 ? absl::Microseconds(200) : absl::ZeroDuration(); });
+}
+TEST(LocalGroup, ReduceScatterAndAllGatherFourRanksUnevenCopies) {
+  CheckBlocks(4, [](int r) { return r == 2 ? absl::Microseconds(300) : r == 1 ? absl::Microseconds(40) : absl::ZeroDuration(); });
+}
+
+TEST(LocalGroup, BlockOpsNeedOneBlockPerRank) {
+  RunGroup(2, 4096, Zero, [](int, Member& m) {
+    float a[4] = {}, b[4] = {};
+    const std::vector<size_t> one = {4};
+    const std::vector<const char*> in = {reinterpret_cast<const char*>(a)};
+    LocalStats st;
+    absl::Status s = m.group->ReduceScatter(reinterpret_cast<char*>(b), in, one, DType::kF32, ReduceOp::kSum,
+                                            absl::Now() + absl::Seconds(5), kNoAbort, &st);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_NE(s.message().find("expected 2 blocks"), std::string::npos) << s;
+    const std::vector<char*> out = {reinterpret_cast<char*>(b)};
+    s = m.group->AllGather(out, one, reinterpret_cast<const char*>(a), DType::kF32, absl::Now() + absl::Seconds(5),
+                           kNoAbort, &st);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    // Bad arguments leave the group usable.
+    std::vector<float> x(10, 1.0f);
+    ASSERT_TRUE(m.group->AllReduce(reinterpret_cast<char*>(x.data()), 40, DType::kF32, ReduceOp::kSum,
+                                   absl::Now() + absl::Seconds(30), kNoAbort, &st).ok());
+    EXPECT_EQ(x[9], 2.0f);
+  });
+}
+
 int ArenaNames() {
   const std::string prefix = absl::StrCat("loom-stage-", getpid(), "-");
   DIR* d = opendir("/dev/shm");
@@ -356,7 +475,9 @@ TEST(LocalGroup, AbortedRankFailsTheOthersAtOnce) {
     absl::Status s = m.group->AllReduce(reinterpret_cast<char*>(x.data()), 400, DType::kF32, ReduceOp::kSum,
                                         absl::Now() + absl::Seconds(60), r == 0 ? abort : kNoAbort, &st);
     EXPECT_TRUE(absl::IsAborted(s)) << s;
-    if (r != 0) EXPECT_NE(s.message().find("rank 0 failed"), std::string::npos) << s;
+    if (r != 0) {
+      EXPECT_NE(s.message().find("rank 0 failed"), std::string::npos) << s;
+    }
     EXPECT_LT(absl::Now() - start, absl::Seconds(30)) << "the others must not wait out their deadline";
   });
 }
@@ -380,7 +501,7 @@ TEST(LocalGroup, BadOptionsAndPaths) {
   EXPECT_NE(bad.status().message().find("staging_path"), std::string::npos) << bad.status();
 }
 
-TEST(LocalGroup, RunsTheStagedBackendsAllReduce) {
+TEST(LocalGroup, RunsTheStagedBackendsOps) {
   auto server = StartStore();
   ASSERT_TRUE(server.ok());
   std::vector<std::thread> threads;
@@ -408,8 +529,24 @@ TEST(LocalGroup, RunsTheStagedBackendsAllReduce) {
       ASSERT_TRUE(w.ok()) << w.status();
       ASSERT_TRUE((*w)->Wait(absl::Now() + absl::Seconds(30)).ok());
       for (float v : x) ASSERT_EQ(v, 3.0f);
+      // reduce_scatter_from and all_gather_into over the same group.
+      std::vector<float> blocks(2 * 3000), mine(3000, -1.0f);
+      for (size_t i = 0; i < blocks.size(); ++i) blocks[i] = static_cast<float>((r + 1) * (i % 97));
+      ReduceScatterOptions ro;
+      auto rs = b->ReduceScatterFrom(Tensor::Wrap(mine.data(), {3000}, DType::kF32, Device::CUDA(0)),
+                                     Tensor::Wrap(blocks.data(), {6000}, DType::kF32, Device::CUDA(0)), ro);
+      ASSERT_TRUE(rs.ok()) << rs.status();
+      ASSERT_TRUE((*rs)->Wait(absl::Now() + absl::Seconds(30)).ok());
+      for (size_t i = 0; i < mine.size(); ++i) ASSERT_EQ(mine[i], 3.0f * ((r * 3000 + i) % 97)) << i;
+      std::vector<float> all(6000, -1.0f);
+      AllGatherOptions go;
+      auto ag = b->AllGatherInto(Tensor::Wrap(all.data(), {6000}, DType::kF32, Device::CUDA(0)),
+                                 Tensor::Wrap(mine.data(), {3000}, DType::kF32, Device::CUDA(0)), go);
+      ASSERT_TRUE(ag.ok()) << ag.status();
+      ASSERT_TRUE((*ag)->Wait(absl::Now() + absl::Seconds(30)).ok());
+      for (size_t i = 0; i < all.size(); ++i) ASSERT_EQ(all[i], 3.0f * (i % 97)) << i;
       const StagingStats st = b->Stats();
-      EXPECT_EQ(st.ops, 1);
+      EXPECT_EQ(st.ops, 3);
       EXPECT_GE(st.inner, st.peer_wait);
       EXPECT_GT(st.run, absl::ZeroDuration());
     });

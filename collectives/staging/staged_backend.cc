@@ -259,6 +259,22 @@ absl::StatusOr<WorkPtr> StagedBackend::Stage(OpType op, DType dtype, int64_t num
 // Segments: [input, outputs[0..n)]; bucket j gathers slice j of every rank's block.
 absl::StatusOr<WorkPtr> StagedBackend::StageAllGather(OpType op, const Tensor& input, std::vector<Segment> segments,
                                                       absl::Duration timeout) {
+  if (local_ != nullptr) {
+    const DType dtype = input.dtype();
+    const size_t es = DTypeSize(dtype);
+    const char* in = segments[0].dev;
+    std::vector<char*> outs;
+    std::vector<size_t> counts;
+    for (size_t i = 1; i < segments.size(); ++i) {
+      outs.push_back(segments[i].dev);
+      counts.push_back(segments[i].bytes / es);
+    }
+    return LocalOp(op, dtype, input.numel(), timeout, input.nbytes(),
+                   [this, outs, counts, in, dtype](absl::Time deadline, const std::atomic<bool>& aborted,
+                                                   LocalStats* ls) {
+                     return local_->AllGather(outs, counts, in, dtype, deadline, aborted, ls);
+                   });
+  }
   Backend* inner = inner_.get();
   return Stage(op, input.dtype(), input.numel(), timeout, std::move(segments), Bucketing::kBuckets,
                [inner](absl::Span<const Tensor> h, absl::Duration left) {
@@ -272,8 +288,24 @@ absl::StatusOr<WorkPtr> StagedBackend::StageAllGather(OpType op, const Tensor& i
 absl::StatusOr<WorkPtr> StagedBackend::StageReduceScatter(OpType op, const Tensor& output,
                                                           std::vector<Segment> segments,
                                                           const ReduceScatterOptions& o) {
-  Backend* inner = inner_.get();
   const ReduceOp rop = o.op;
+  if (local_ != nullptr) {
+    const DType dtype = output.dtype();
+    const size_t es = DTypeSize(dtype);
+    char* out = segments.back().dev;
+    std::vector<const char*> ins;
+    std::vector<size_t> counts;
+    for (size_t i = 0; i + 1 < segments.size(); ++i) {
+      ins.push_back(segments[i].dev);
+      counts.push_back(segments[i].bytes / es);
+    }
+    return LocalOp(op, dtype, output.numel(), o.timeout, output.nbytes(),
+                   [this, out, ins, counts, dtype, rop](absl::Time deadline, const std::atomic<bool>& aborted,
+                                                        LocalStats* ls) {
+                     return local_->ReduceScatter(out, ins, counts, dtype, rop, deadline, aborted, ls);
+                   });
+  }
+  Backend* inner = inner_.get();
   return Stage(op, output.dtype(), output.numel(), o.timeout, std::move(segments), Bucketing::kBuckets,
                [inner, rop](absl::Span<const Tensor> h, absl::Duration left) {
                  ReduceScatterOptions io;
@@ -306,11 +338,20 @@ absl::StatusOr<WorkPtr> StagedBackend::LocalAllReduce(const Tensor& t, ReduceOp 
   char* dev = Bytes(t);
   const size_t bytes = t.nbytes();
   const DType dtype = t.dtype();
-  return EnqueueBody(OpType::kAllReduce, dtype, t.numel(), timeout, bytes,
-                     [this, dev, bytes, dtype, op](absl::Time deadline, const std::atomic<bool>& aborted) {
+  return LocalOp(OpType::kAllReduce, dtype, t.numel(), timeout, bytes,
+                 [this, dev, bytes, dtype, op](absl::Time deadline, const std::atomic<bool>& aborted,
+                                              LocalStats* ls) {
+                   return local_->AllReduce(dev, bytes, dtype, op, deadline, aborted, ls);
+                 });
+}
+
+absl::StatusOr<WorkPtr> StagedBackend::LocalOp(OpType op, DType dtype, int64_t numel, absl::Duration timeout,
+                                               size_t bytes, LocalBody body) {
+  return EnqueueBody(op, dtype, numel, timeout, bytes,
+                     [this, body = std::move(body)](absl::Time deadline, const std::atomic<bool>& aborted) {
                        const absl::Time start = absl::Now();
                        LocalStats ls;
-                       absl::Status s = local_->AllReduce(dev, bytes, dtype, op, deadline, aborted, &ls);
+                       absl::Status s = body(deadline, aborted, &ls);
                        absl::MutexLock l(&mu_);
                        ++stats_.ops;
                        stats_.run += absl::Now() - start;

@@ -15,9 +15,11 @@
 //     wait inner op i-1; ToDevice(i-1) -- overlaps the reduction of bucket i
 //   wait inner op n-1; ToDevice(n-1); wait every ToDevice
 //
-// all_reduce runs over a LocalGroup (local_group.h) when one is given: the
-// ranks share one host, and each reduces its part of every chunk straight from
-// the others' staging arenas in shared memory. Otherwise,
+// all_reduce, reduce_scatter(_from) and all_gather(_into) run over a
+// LocalGroup (local_group.h) when one is given: the ranks share one host, and
+// each reads the others' staging arenas in shared memory, reducing its part of
+// every chunk there, or copying the other ranks' blocks back from them.
+// Otherwise,
 // all_reduce over an inner backend that takes StageHooks (types.h; Gloo's
 // does) runs as one inner op on the whole buffer instead: the copies to the
 // host are issued in the order the algorithm reads the buffer, each read
@@ -189,6 +191,10 @@ class StagedBackend : public Backend, public std::enable_shared_from_this<Staged
                                       Body body);
   // all_reduce over local_.
   absl::StatusOr<WorkPtr> LocalAllReduce(const Tensor& t, ReduceOp op, absl::Duration timeout);
+  // Queues `body`, an op over local_, adding its LocalStats to stats_.
+  using LocalBody = std::function<absl::Status(absl::Time, const std::atomic<bool>&, LocalStats*)>;
+  absl::StatusOr<WorkPtr> LocalOp(OpType op, DType dtype, int64_t numel, absl::Duration timeout, size_t bytes,
+                                  LocalBody body);
   absl::Status RunTask(size_t host_bytes, const Plan& plan, absl::Time deadline);
   // all_reduce as one inner op whose algorithm drives the copies (see the top).
   absl::StatusOr<WorkPtr> OverlappedAllReduce(const Tensor& t, ReduceOp op, absl::Duration timeout);
