@@ -104,7 +104,8 @@ struct BackendContext {
   size_t staging_bucket_bytes = kDefaultStagingBucketBytes;
   // Piece size of their overlapped all_reduce: ProcessGroupOptions.
   size_t staging_piece_bytes = kDefaultStagingPieceBytes;
-  // Where their all_reduce runs: ProcessGroupOptions::staging_path.
+  // Where their all_reduce, reduce_scatter and all_gather run:
+  // ProcessGroupOptions::staging_path.
   std::string staging_path = "auto";
   // Tuning of the tcp, gloo and ucx backends; ProcessGroupOptions documents
   // each. A backend that does not use one ignores it; one it uses refuses a

@@ -49,13 +49,15 @@ struct ProcessGroupOptions {
   // smaller piece starts the ring and ends the copies back sooner and costs
   // more messages and copies.
   size_t staging_piece_bytes = kDefaultStagingPieceBytes;
-  // Where a staging backend's all_reduce runs: "auto" (the default) reduces
-  // in shared memory when every rank of the group is on this host, each rank
-  // reading the others' staging buffers directly, in pieces of
-  // staging_piece_bytes (collectives/staging/local_group.h), and falls back
-  // to "ring" otherwise; "shm" requires shared memory (creating the backend
-  // fails, saying why, when some rank cannot map it); "ring" runs the inner
-  // backend's ring over each rank's own staging buffer.
+  // Where a staging backend's all_reduce, reduce_scatter and all_gather run:
+  // "auto" (the default) runs them in shared memory when every rank of the
+  // group is on this host, each rank reading the others' staging buffers
+  // directly, in pieces of staging_piece_bytes
+  // (collectives/staging/local_group.h), and falls back to "ring" otherwise;
+  // "shm" requires shared memory (creating the backend fails, saying why,
+  // when some rank cannot map it); "ring" runs the inner backend's ring over
+  // each rank's own staging buffer for all_reduce, and its buckets for the
+  // other two.
   std::string staging_path = "auto";
 
   // Tuning of the CPU backends (each is copied into BackendContext). The

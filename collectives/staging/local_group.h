@@ -69,11 +69,12 @@
 
 namespace loom::collectives::staging {
 
-// Where a staged all_reduce runs (ProcessGroupOptions::staging_path).
+// Where a staged all_reduce, reduce_scatter and all_gather run
+// (ProcessGroupOptions::staging_path).
 enum class StagingPath {
   kAuto,          // shared memory when every rank is on this host, else the ring
   kSharedMemory,  // shared memory; creating the backend fails if it cannot
-  kRing,          // the inner backend's ring over each rank's own buffer
+  kRing,          // the inner backend: its ring over each rank's own buffer (all_reduce), its buckets (the others)
 };
 // "auto", "shm" or "ring"; InvalidArgument names the value otherwise.
 absl::StatusOr<StagingPath> ParseStagingPath(absl::string_view s);
