@@ -14,12 +14,14 @@
 # each row keeps its fastest round; a second line per size gives the bound
 # over the rounds' medians. --full times each size over 256 MiB of traffic
 # (64 MiB without it), which steadies the CPU Gloo reference. STAGING
-# (default auto) is --staging-path: auto or shm (the shared-memory
-# all_reduce), or ring (the inner Gloo ring over each rank's staging buffer).
+# (default auto) is --staging-path: auto or shm (shared memory), or ring (the
+# inner Gloo ring over each rank's staging buffer for all_reduce, Gloo's
+# buckets for the other ops). OPS (default all_reduce) is --ops, e.g.
+# OPS=all_reduce,reduce_scatter,all_gather; the bound applies to all_reduce.
 set -u
 . "$(dirname "$0")/device_env.sh"
 echo "== cuda:gloo all_reduce vs pinned copies and CPU Gloo"
-"$D/bin/loom" bench collectives --full --backends=cuda:gloo --ranks=2,4 --ops=all_reduce --min-bytes=1M \
+"$D/bin/loom" bench collectives --full --backends=cuda:gloo --ranks=2,4 --ops="${OPS:-all_reduce}" --min-bytes=1M \
   --max-bytes="${MAX:-64M}" --bucket-bytes="${BUCKET:-4M}" --staging-path="${STAGING:-auto}" --rounds="${ROUNDS:-3}" --torch=0 --timeout=240 2>"$O/collectives.err" |
   tee "$O/collectives.txt"
 rc=${PIPESTATUS[0]}
