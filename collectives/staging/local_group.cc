@@ -163,17 +163,18 @@ absl::StatusOr<std::unique_ptr<LocalGroup>> LocalGroup::Create(store::Store& sto
 namespace {
 
 // Waits until every rank's `stage` counter reaches `target`. Fails at once
-// when another rank has failed or `abort` is set, and at `deadline`.
+// when another rank has failed or `abort` is set, and at `deadline`; `op`
+// names the op in the errors.
 absl::Status WaitPeers(const std::vector<std::unique_ptr<LocalGroup::Arena>>& arenas, int self, Stage stage,
-                       uint64_t target, absl::Time deadline, const std::atomic<bool>& abort) {
+                       uint64_t target, absl::Time deadline, const std::atomic<bool>& abort, const char* op) {
   const absl::Time start = absl::Now();
   for (int spins = 0;; ++spins) {
-    if (abort.load(std::memory_order_relaxed)) return absl::AbortedError("all_reduce aborted");
+    if (abort.load(std::memory_order_relaxed)) return absl::AbortedError(absl::StrCat(op, " aborted"));
     int behind = -1;
     for (size_t p = 0; p < arenas.size(); ++p) {
       if (static_cast<int>(p) == self) continue;
       if (arenas[p]->header()->failed.value.load(std::memory_order_acquire) != 0) {
-        return absl::AbortedError(absl::StrCat("rank ", p, " failed its part of the all_reduce"));
+        return absl::AbortedError(absl::StrCat("rank ", p, " failed its part of the ", op));
       }
       if (arenas[p]->counter(stage).load(std::memory_order_acquire) < target) {
         behind = static_cast<int>(p);
@@ -216,11 +217,11 @@ size_t ChunkBytes(size_t bytes, size_t slot_bytes) {
 }  // namespace
 
 // What one op moves. Block i of `in` (in_count[i] elements on the device) is
-// copied to the host; block i of `out` (out_count[i] elements) receives a
-// result. all_reduce: one block each, the same buffer. reduce_scatter: one
-// input block per rank, this rank's output. all_gather: this rank's input, one
-// output block per rank. Every rank has the same counts, except all_gather's
-// own input, which is out_count[rank].
+// copied to the host; the blocks of `out` receive the result. all_reduce: one
+// block each, the same buffer. reduce_scatter: one input block per rank, this
+// rank's output (in_count[rank] elements). all_gather: this rank's input, one
+// output block per rank (out_count[p] elements; in_count[0] is
+// out_count[rank]). Every rank has the same counts.
 struct LocalGroup::Op {
   enum Kind { kAllReduce, kReduceScatter, kAllGather } kind;
   DType dtype;
@@ -235,6 +236,9 @@ struct LocalGroup::Op {
   size_t Longest() const {
     const std::vector<size_t>& c = kind == kAllGather ? out_count : in_count;
     return c.empty() ? 0 : *std::max_element(c.begin(), c.end());
+  }
+  const char* Name() const {
+    return kind == kAllReduce ? "all_reduce" : kind == kReduceScatter ? "reduce_scatter" : "all_gather";
   }
 };
 
@@ -286,7 +290,7 @@ class LocalGroup::Run {
 
   absl::Status WaitFor(Stage st, uint64_t target) {
     const absl::Time t = absl::Now();
-    absl::Status s = WaitPeers(g_.arenas_, g_.rank_, st, target, deadline_, abort_);
+    absl::Status s = WaitPeers(g_.arenas_, g_.rank_, st, target, deadline_, abort_, o_.Name());
     stats_.peer_wait += Since(t);
     return s;
   }
@@ -430,7 +434,7 @@ absl::Status LocalGroup::AllReduce(char* device, size_t bytes, DType dtype, Redu
                                    const std::atomic<bool>& abort, LocalStats* stats) {
   LOOM_RETURN_IF_ERROR(algorithms::CheckReducible(dtype, op));
   const size_t n = bytes / DTypeSize(dtype);
-  return Execute({Op::kAllReduce, dtype, op, {device}, {n}, {device}, {n}}, deadline, abort, stats);
+  return Execute({Op::kAllReduce, dtype, op, {device}, {n}, {device}, {}}, deadline, abort, stats);
 }
 
 absl::Status LocalGroup::ReduceScatter(char* output, absl::Span<const char* const> inputs,
@@ -438,18 +442,18 @@ absl::Status LocalGroup::ReduceScatter(char* output, absl::Span<const char* cons
                                        const std::atomic<bool>& abort, LocalStats* stats) {
   LOOM_RETURN_IF_ERROR(algorithms::CheckReducible(dtype, op));
   LOOM_RETURN_IF_ERROR(CheckBlocks(inputs.size(), counts.size(), "reduce_scatter"));
-  Op o{Op::kReduceScatter, dtype, op, {inputs.begin(), inputs.end()}, {counts.begin(), counts.end()}, {output}, {}};
-  o.out_count = {counts[rank_]};
-  return Execute(o, deadline, abort, stats);
+  return Execute({Op::kReduceScatter, dtype, op, {inputs.begin(), inputs.end()}, {counts.begin(), counts.end()},
+                  {output}, {}},
+                 deadline, abort, stats);
 }
 
 absl::Status LocalGroup::AllGather(absl::Span<char* const> outputs, absl::Span<const size_t> counts,
                                    const char* input, DType dtype, absl::Time deadline,
                                    const std::atomic<bool>& abort, LocalStats* stats) {
   LOOM_RETURN_IF_ERROR(CheckBlocks(outputs.size(), counts.size(), "all_gather"));
-  Op o{Op::kAllGather, dtype, ReduceOp::kSum, {input}, {counts[rank_]}, {outputs.begin(), outputs.end()}, {}};
-  o.out_count.assign(counts.begin(), counts.end());
-  return Execute(o, deadline, abort, stats);
+  return Execute({Op::kAllGather, dtype, ReduceOp::kSum, {input}, {counts[rank_]}, {outputs.begin(), outputs.end()},
+                  {counts.begin(), counts.end()}},
+                 deadline, abort, stats);
 }
 
 absl::Status LocalGroup::CheckBlocks(size_t blocks, size_t counts, absl::string_view op) const {

@@ -11,7 +11,6 @@
 //     "needs a GPU" without one; on the GPU machine bench/cuda/run_checks.sh
 //     runs it.
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -20,7 +19,6 @@
 #include <filesystem>
 #include <fstream>
 #include <future>
-#include <sstream>
 #include <string>
 #include <thread>
 
