@@ -387,6 +387,19 @@ absl::StatusOr<std::vector<CheckResult>> RunAttentionChecks(const CheckOptions& 
     c.bwd_variant = i % 2 ? kFlashBwdWgmmaDs1Variant : kFlashBwdWgmmaDsVariant;
     cases.push_back(c);
   }
+  // The warp-specialised forward (TMA), both block sizes: several stages of
+  // the K/V ring, ragged tile ends, GQA, Tq != Tk both ways, f16, strided
+  // views ([B, T, H, D] and the fused qkv buffer).
+  const std::vector<Case> ws_cases = {
+      {bf, 2, 4, 2, 1000, 1000, 128, false}, {bf, 2, 4, 2, 1000, 1000, 128, true}, {bf, 1, 4, 4, 300, 1300, 64, false},
+      {bf, 1, 4, 1, 1300, 300, 64, true},    {hf, 1, 6, 2, 777, 777, 128, true},   {hf, 2, 2, 2, 520, 520, 64, false},
+      {bf, 1, 3, 3, 17, 40, 128, false},     {bf, 1, 2, 2, 640, 640, 64, true}};
+  for (size_t i = 0; i < ws_cases.size(); ++i) {
+    Case c = ws_cases[i];
+    c.fwd_variant = i % 2 ? kFlashFwdWs3Variant : kFlashFwdWsVariant;
+    c.layout = i == 5 ? 1 : i == 7 ? 2 : 0;
+    cases.push_back(c);
+  }
   // Through the dispatcher: the math fallback (D or dtype flash does not take)
   // and an autotuned flash case.
   const DType f32 = DType::kF32;

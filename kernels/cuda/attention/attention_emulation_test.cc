@@ -15,6 +15,7 @@
 #include "kernels/cuda/attention/flash_fwd_kernel.cuh"
 #include "kernels/cuda/attention/flash_wgmma_bwd_kernel.cuh"
 #include "kernels/cuda/attention/flash_wgmma_fwd_kernel.cuh"
+#include "kernels/cuda/attention/flash_ws_fwd_kernel.cuh"
 
 namespace loom::kernels::cuda::attention {
 namespace {
@@ -42,6 +43,27 @@ void ForwardWgmma(const FlashParams& p) {
                static_cast<unsigned>(p.batch)},
               128 * NWG, [&] { FlashFwdWgmmaKernel<D, NWG, kBf16, kCausal, kPipe>(p); });
 }
+// Mirrors flash_ws.cu's EncodeTmaMap: a [B, heads, T, D] operand as a 4-d map.
+tma::TmaMap WsMap(const void* base, int d, int t, int heads, int batch, const TensorStrides& st, int box_rows) {
+  tma::TmaMap m;
+  m.base = static_cast<const unsigned char*>(base);
+  m.dim[0] = d, m.dim[1] = t, m.dim[2] = heads, m.dim[3] = batch;
+  m.stride[1] = st.r * 2, m.stride[2] = st.h * 2, m.stride[3] = st.b * 2;
+  m.box_rows = box_rows;
+  return m;
+}
+// Mirrors flash_ws.cu's launcher: a producer warpgroup and NWG consumers.
+template <int D, int NWG, bool kBf16, bool kCausal>
+void ForwardWs(const FlashParams& p) {
+  FlashWsParams w;
+  w.p = p;
+  w.q = WsMap(p.q, D, p.seq_q, p.heads, p.batch, p.sq, 64 * NWG);
+  w.k = WsMap(p.k, D, p.seq_k, p.kv_heads, p.batch, p.sk, kWgFwdBN);
+  w.v = WsMap(p.v, D, p.seq_k, p.kv_heads, p.batch, p.sv, kWgFwdBN);
+  emu::Launch({static_cast<unsigned>((p.seq_q + 64 * NWG - 1) / (64 * NWG)), static_cast<unsigned>(p.heads),
+               static_cast<unsigned>(p.batch)},
+              128 * (NWG + 1), [&] { FlashFwdWsKernel<D, NWG, kBf16, kCausal>(w); });
+}
 // Mirrors flash_fwd.cu on a compute-capability-9.0 device.
 template <int D, bool kBf16, bool kCausal>
 void Forward(const FlashParams& p) {
@@ -49,6 +71,8 @@ void Forward(const FlashParams& p) {
   if (v == kFwdWgmmaVariant) return ForwardWgmma<D, 2, kBf16, kCausal, false>(p);
   if (v == kFwdWgmmaPipeVariant) return ForwardWgmma<D, 2, kBf16, kCausal, true>(p);
   if (v == kFwdWgmmaPipe1Variant) return ForwardWgmma<D, 1, kBf16, kCausal, true>(p);
+  if (v == kFwdWsVariant || (v == kFwdWs3Variant && D == 128)) return ForwardWs<D, 2, kBf16, kCausal>(p);
+  if (v == kFwdWs3Variant) return ForwardWs<D, 3, kBf16, kCausal>(p);
   switch (v) {
 #define LOOM_FWD_CASE(id, nw, bn, mb, mw) \
   case id:                            \
@@ -329,6 +353,15 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Emulated,
                                            Case{true, 1, 2, 1, 270, 200, 64, true, 9, 8, 0},
                                            Case{true, 2, 2, 2, 130, 130, 128, true, 10, 9, 0},
                                            Case{false, 1, 3, 1, 100, 170, 128, false, 9, 9, 0},
+                                           // The warp-specialised forward (TMA): both block sizes,
+                                           // one and several key tiles (ring stages reused), GQA,
+                                           // causal, Tq != Tk, ragged ends, strided views.
+                                           Case{true, 1, 2, 1, 150, 290, 128, false, 11, 0, 0},
+                                           Case{false, 1, 2, 2, 200, 200, 64, true, 11, 0, 0},
+                                           Case{true, 1, 2, 1, 270, 530, 64, true, 12, 0, 0},
+                                           Case{true, 2, 2, 2, 130, 100, 128, true, 12, 0, 0},
+                                           Case{false, 1, 3, 1, 100, 520, 64, false, 12, 0, 0},
+                                           Case{true, 1, 2, 2, 90, 90, 128, true, 11, 0, 0, true},
                                            // Strided views ([B, T, 3, H, D] qkv, [B, T, H, D] o/dout).
                                            Case{true, 2, 2, 2, 70, 70, 64, true, 0, 0, 0, true},
                                            Case{true, 1, 2, 2, 90, 90, 128, false, 0, 6, 0, true},

@@ -26,6 +26,11 @@ cudaError_t Fwd2(const FlashParams& p, cudaStream_t s) {
 template <int D>
 cudaError_t Fwd1(const FlashParams& p, cudaStream_t s) {
   int v = p.fwd_variant > 0 ? p.fwd_variant : FwdDefaultVariant(D);
+  if (IsWsFwdVariant(v) && DeviceIsSm90()) {
+    const cudaError_t e = FlashForwardWs(p, v == kFwdWs3Variant ? 3 : 2, s);
+    if (e != cudaErrorNotSupported) return e;
+    v = kFwdWgmmaPipeVariant;
+  }
   if (IsWgmmaFwdVariant(v)) {
     if (DeviceIsSm90()) return FlashForwardWgmma(p, v != kFwdWgmmaVariant, v == kFwdWgmmaPipe1Variant ? 1 : 2, s);
     v = FwdMmaDefaultVariant(D);

@@ -133,6 +133,23 @@ struct State {
   };
   std::vector<std::vector<std::vector<Copy>>> copies;
   std::vector<std::vector<std::vector<Product>>> products;
+  // Shared-memory barriers (mbarrier), by address: arrivals still expected in
+  // the current phase, bytes of tensor copies still expected, phases
+  // completed, the current phase's tensor copies, and those of a completed
+  // phase that no thread has waited for yet.
+  struct Mbar {
+    int count = 0, pending = 0;
+    int64_t tx = 0;
+    long completed = 0;
+    std::vector<std::pair<uint32_t, std::vector<unsigned char>>> landing, unlanded;
+  };
+  std::vector<std::pair<uint32_t, Mbar>> mbars;
+  // Named barriers (bar.sync / bar.arrive ids 0-15): threads arrived, generation.
+  int named_arrived[16] = {};
+  long named_gen[16] = {};
+  // Bumped by every arrival at any barrier and every fiber's end: a pass of
+  // the scheduler over the live fibers that leaves it unchanged is a deadlock.
+  long progress = 0;
   std::function<void()> body;
 };
 inline State& S() {
@@ -149,6 +166,7 @@ inline void WarpBarrier() {
   State& s = S();
   const int w = threadIdx.x >> 5;
   const long gen = s.warp_gen[w];
+  ++s.progress;
   if (++s.warp_arrived[w] == s.warp_live[w]) {
     s.warp_arrived[w] = 0;
     ++s.warp_gen[w];
@@ -165,6 +183,7 @@ inline void WarpgroupBarrier() {
   State& s = S();
   const int wg = threadIdx.x >> 7;
   const long gen = s.wg_gen[wg];
+  ++s.progress;
   if (++s.wg_arrived[wg] == WarpgroupLive(wg)) {
     s.wg_arrived[wg] = 0;
     ++s.wg_gen[wg];
@@ -175,6 +194,7 @@ inline void WarpgroupBarrier() {
 inline void BlockBarrier() {
   State& s = S();
   const long gen = s.block_gen;
+  ++s.progress;
   if (++s.block_arrived == s.nthreads) {
     s.block_arrived = 0;
     ++s.block_gen;
@@ -186,6 +206,7 @@ inline void Trampoline() {
   State& s = S();
   s.body();
   s.done[s.cur] = 1;
+  ++s.progress;
   --s.warp_live[threadIdx.x >> 5];
   // A warp barrier may now be complete without this thread.
   const int w = threadIdx.x >> 5;
@@ -222,6 +243,8 @@ inline void Launch(EmuDim3 grid, int threads, const std::function<void()>& fn) {
         blockIdx = {x, y, z};
         std::memset(smem_raw, 0xFF, sizeof(smem_raw));  // poison shared memory
         s.block_arrived = 0;
+        s.mbars.clear();
+        for (int i = 0; i < 16; ++i) s.named_arrived[i] = 0;
         for (int w = 0; w < 32; ++w) s.warp_arrived[w] = 0, s.warp_live[w] = 0;
         for (int w = 0; w < 8; ++w) s.wg_arrived[w] = 0;
         for (int t = 0; t < threads; ++t) {
@@ -239,6 +262,7 @@ inline void Launch(EmuDim3 grid, int threads, const std::function<void()>& fn) {
         }
         int live = threads;
         while (live > 0) {
+          const long before = s.progress;
           live = 0;
           for (int t = 0; t < threads; ++t) {
             if (s.done[t]) continue;
@@ -252,6 +276,11 @@ inline void Launch(EmuDim3 grid, int threads, const std::function<void()>& fn) {
               _longjmp(s.fiber[t].b, 1);
             }
             live += s.done[t] ? 0 : 1;
+          }
+          if (live > 0 && s.progress == before) {
+            std::fprintf(stderr, "emulator: deadlock: %d threads of block (%u, %u, %u) wait and none can go on\n", live,
+                         blockIdx.x, blockIdx.y, blockIdx.z);
+            std::abort();
           }
         }
       }
@@ -448,6 +477,117 @@ inline void WgmmaWait(int n) {
     for (const State::Product& p : g)
       WgmmaRun(p.d, p.n, p.a_desc, p.has_a_reg ? p.a_reg : nullptr, p.b_desc, p.trans_b, p.accumulate, p.bf16);
   }
+}
+
+// --- Hopper's asynchronous barriers and tensor copies (tma.cuh) ---------
+
+inline State::Mbar& FindMbar(uint32_t addr) {
+  for (auto& [a, m] : S().mbars)
+    if (a == addr) return m;
+  std::fprintf(stderr, "emulator: mbarrier at %u used before init\n", addr);
+  std::abort();
+}
+inline void MbarInit(uint32_t addr, int count) {
+  if (addr % 8 != 0 || count < 1) std::abort();
+  for (auto& [a, m] : S().mbars)
+    if (a == addr) {
+      std::fprintf(stderr, "emulator: mbarrier at %u initialised twice\n", addr);
+      std::abort();
+    }
+  State::Mbar m;
+  m.count = m.pending = count;
+  S().mbars.emplace_back(addr, std::move(m));
+}
+// Writes the copies of completed phases to shared memory.
+inline void MbarLand(State::Mbar& m) {
+  for (auto& [dst, bytes] : m.unlanded) std::memcpy(smem_raw + dst, bytes.data(), bytes.size());
+  m.unlanded.clear();
+}
+// Completes the phase once every arrival and every expected byte is in. Its
+// tensor copies land at the latest moment the hardware allows: when a thread
+// sees the phase complete in a wait (or, unwaited for, when the next phase
+// completes), so a thread that reads a tile without waiting reads poison or
+// the stage's previous tile.
+inline void MbarTryComplete(State::Mbar& m) {
+  if (m.pending > 0 || m.tx != 0) return;
+  MbarLand(m);
+  m.unlanded = std::move(m.landing);
+  m.landing.clear();
+  ++m.completed;
+  m.pending = m.count;
+  ++S().progress;
+}
+inline void MbarArrive(uint32_t addr) {
+  State::Mbar& m = FindMbar(addr);
+  if (m.pending <= 0) std::abort();
+  --m.pending;
+  ++S().progress;
+  MbarTryComplete(m);
+}
+inline void MbarArriveExpectTx(uint32_t addr, int64_t bytes) {
+  FindMbar(addr).tx += bytes;
+  MbarArrive(addr);
+}
+// Returns once the phase of the given parity has completed: a fresh
+// barrier is in phase 0, so waiting on parity 1 returns at once.
+inline void MbarWait(uint32_t addr, int parity) {
+  while ((FindMbar(addr).completed & 1) == parity) Yield();
+  MbarLand(FindMbar(addr));
+}
+// bar.sync / bar.arrive: `n` threads in all, some waiting, some only arriving.
+inline void NamedArrive(int id, int n) {
+  State& s = S();
+  if (id < 0 || id > 15 || n % 32 != 0) std::abort();
+  ++s.progress;
+  if (++s.named_arrived[id] == n) s.named_arrived[id] = 0, ++s.named_gen[id];
+}
+inline void NamedSync(int id, int n) {
+  State& s = S();
+  const long gen = s.named_gen[id];
+  NamedArrive(id, n);
+  while (s.named_gen[id] == gen) Yield();
+}
+// A 4-d tensor map as tma.cuh's TmaMap describes it on the host: element
+// size, dims (innermost first), byte strides of dims 1-3, and the box: 64
+// elements (128 bytes) of dim 0 by box_rows of dim 1, stored with the
+// 128-byte swizzle.
+struct TmaMap {
+  const unsigned char* base = nullptr;
+  int64_t dim[4] = {};
+  int64_t stride[4] = {};
+  int box_rows = 0, elem = 2;
+};
+// cp.async.bulk.tensor: the box at (c0, c1, c2, c3) into shared memory at
+// dst (1024-byte aligned), elements outside the tensor as zeros; the bytes
+// count against `bar`'s expected bytes and land when its phase completes.
+inline void TmaLoad(uint32_t dst, const TmaMap& map, int c0, int c1, int c2, int c3, uint32_t bar) {
+  if (dst % 1024 != 0 || map.elem * 64 != 128) std::abort();
+  const int64_t bytes = static_cast<int64_t>(map.box_rows) * 128;
+  if (dst + bytes > sizeof(smem_raw)) std::abort();
+  std::vector<unsigned char> box(bytes, 0);
+  const bool outer_in = c2 >= 0 && c2 < map.dim[2] && c3 >= 0 && c3 < map.dim[3];
+  for (int r = 0; r < map.box_rows; ++r) {
+    const int64_t row = static_cast<int64_t>(c1) + r;
+    for (int c = 0; c < 8; ++c) {
+      unsigned char* to = box.data() + r * 128 + ((c ^ (r & 7)) << 4);
+      for (int e = 0; e < 8; ++e) {
+        const int64_t col = static_cast<int64_t>(c0) + 8 * c + e;
+        if (!outer_in || row < 0 || row >= map.dim[1] || col < 0 || col >= map.dim[0]) continue;
+        std::memcpy(to + e * map.elem,
+                    map.base + col * map.elem + row * map.stride[1] + c2 * map.stride[2] + c3 * map.stride[3],
+                    map.elem);
+      }
+    }
+  }
+  State::Mbar& m = FindMbar(bar);
+  m.landing.emplace_back(dst, std::move(box));
+  m.tx -= bytes;
+  if (m.tx < 0) {
+    std::fprintf(stderr, "emulator: a tensor copy of %lld bytes not announced to its mbarrier\n",
+                 static_cast<long long>(bytes));
+    std::abort();
+  }
+  MbarTryComplete(m);
 }
 
 inline float ShflXor(float v, int off) {

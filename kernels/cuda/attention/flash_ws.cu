@@ -1,0 +1,82 @@
+// Launchers of the warp-specialised flash forward (flash_ws_fwd_kernel.cuh):
+// variants kFwdWsVariant and kFwdWs3Variant. Built for sm_90a only; the
+// tensor maps are encoded here, on the host, through the driver's
+// cuTensorMapEncodeTiled (found through the runtime, so nothing links
+// libcuda directly).
+#include <cudaTypedefs.h>
+
+#include "kernels/cuda/attention/flash_ws_fwd_kernel.cuh"
+
+namespace loom::kernels::cuda::attention {
+namespace {
+
+PFN_cuTensorMapEncodeTiled_v12000 Encoder() {
+  static PFN_cuTensorMapEncodeTiled_v12000 fn = [] {
+    void* f = nullptr;
+    cudaDriverEntryPointQueryResult q;
+    if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &f, 12000, cudaEnableDefault, &q) != cudaSuccess ||
+        q != cudaDriverEntryPointSuccess)
+      f = nullptr;
+    return reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(f);
+  }();
+  return fn;
+}
+
+// A [B, heads, T, D] operand (element strides `st`) as a 4-d tensor map
+// (D innermost), read in boxes of 64 columns by `box_rows` rows, stored with
+// the 128-byte swizzle; false when TMA cannot address it (alignment).
+bool EncodeTmaMap(tma::TmaMap* m, const void* base, bool bf16, int d, int64_t t, int64_t heads, int64_t batch,
+                  const TensorStrides& st, int box_rows) {
+  PFN_cuTensorMapEncodeTiled_v12000 encode = Encoder();
+  if (encode == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0) return false;
+  const cuuint64_t dims[4] = {static_cast<cuuint64_t>(d), static_cast<cuuint64_t>(t),
+                              static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(st.r) * 2, static_cast<cuuint64_t>(st.h) * 2,
+                                 static_cast<cuuint64_t>(st.b) * 2};
+  for (cuuint64_t s : strides)
+    if (s % 16 != 0 || s >= (cuuint64_t{1} << 40)) return false;
+  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
+  const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
+  return encode(&m->map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
+                const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
+                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+template <int D, int NWG, bool kBf16, bool kCausal>
+cudaError_t Launch(const FlashWsParams& w, cudaStream_t s) {
+  constexpr int smem = WsLayout<D, NWG>::kSmemBytes;
+  auto kernel = FlashFwdWsKernel<D, NWG, kBf16, kCausal>;
+  static bool configured = false;  // per instantiation, first launch
+  if (cudaError_t e = ConfigureSmem(kernel, smem, &configured); e != cudaSuccess) return e;
+  const FlashParams& p = w.p;
+  dim3 grid((p.seq_q + 64 * NWG - 1) / (64 * NWG), p.heads, p.batch);
+  kernel<<<grid, 128 * (NWG + 1), smem, s>>>(w);
+  return cudaGetLastError();
+}
+
+template <int D, int NWG>
+cudaError_t Dispatch(const FlashWsParams& w, cudaStream_t s) {
+  if (w.p.bf16)
+    return w.p.causal ? Launch<D, NWG, true, true>(w, s) : Launch<D, NWG, true, false>(w, s);
+  return w.p.causal ? Launch<D, NWG, false, true>(w, s) : Launch<D, NWG, false, false>(w, s);
+}
+
+}  // namespace
+
+cudaError_t FlashForwardWs(const FlashParams& p, int warpgroups, cudaStream_t s) {
+  if (p.head_dim != 64 && p.head_dim != 128) return cudaErrorInvalidValue;
+  if (warpgroups != 2 && warpgroups != 3) return cudaErrorInvalidValue;
+  FlashWsParams w;
+  w.p = p;
+  const bool bf = p.bf16 != 0;
+  if (p.head_dim == 128) warpgroups = 2;
+  if (!EncodeTmaMap(&w.q, p.q, bf, p.head_dim, p.seq_q, p.heads, p.batch, p.sq, 64 * warpgroups) ||
+      !EncodeTmaMap(&w.k, p.k, bf, p.head_dim, p.seq_k, p.kv_heads, p.batch, p.sk, kWgFwdBN) ||
+      !EncodeTmaMap(&w.v, p.v, bf, p.head_dim, p.seq_k, p.kv_heads, p.batch, p.sv, kWgFwdBN))
+    return cudaErrorNotSupported;
+  if (p.head_dim == 64) return warpgroups == 2 ? Dispatch<64, 2>(w, s) : Dispatch<64, 3>(w, s);
+  return Dispatch<128, 2>(w, s);  // three warpgroups' 160 registers would not hold D 128's O, S and P
+}
+
+}  // namespace loom::kernels::cuda::attention
