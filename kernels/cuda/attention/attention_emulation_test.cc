@@ -71,8 +71,12 @@ void Forward(const FlashParams& p) {
   if (v == kFwdWgmmaVariant) return ForwardWgmma<D, 2, kBf16, kCausal, false>(p);
   if (v == kFwdWgmmaPipeVariant) return ForwardWgmma<D, 2, kBf16, kCausal, true>(p);
   if (v == kFwdWgmmaPipe1Variant) return ForwardWgmma<D, 1, kBf16, kCausal, true>(p);
-  if (v == kFwdWsVariant || (v == kFwdWs3Variant && D == 128)) return ForwardWs<D, 2, kBf16, kCausal>(p);
-  if (v == kFwdWs3Variant) return ForwardWs<D, 3, kBf16, kCausal>(p);
+  if (IsWsFwdVariant(v)) {
+    if (D == 128) return ForwardWs<D, 2, kBf16, kCausal>(p);
+    const int wgs = WsWarpgroups(v, D);
+    if (wgs == 1) return ForwardWs<D, 1, kBf16, kCausal>(p);
+    return wgs == 2 ? ForwardWs<D, 2, kBf16, kCausal>(p) : ForwardWs<D, 3, kBf16, kCausal>(p);
+  }
   switch (v) {
 #define LOOM_FWD_CASE(id, nw, bn, mb, mw) \
   case id:                            \
@@ -362,6 +366,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Emulated,
                                            Case{true, 2, 2, 2, 130, 100, 128, true, 12, 0, 0},
                                            Case{false, 1, 3, 1, 100, 520, 64, false, 12, 0, 0},
                                            Case{true, 1, 2, 2, 90, 90, 128, true, 11, 0, 0, true},
+                                           Case{true, 1, 2, 1, 150, 300, 64, true, 13, 0, 0},
+                                           Case{false, 1, 2, 2, 130, 400, 64, false, 13, 0, 0, false},
                                            // Strided views ([B, T, 3, H, D] qkv, [B, T, H, D] o/dout).
                                            Case{true, 2, 2, 2, 70, 70, 64, true, 0, 0, 0, true},
                                            Case{true, 1, 2, 2, 90, 90, 128, false, 0, 6, 0, true},

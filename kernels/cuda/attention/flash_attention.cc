@@ -160,7 +160,8 @@ static_assert(kFlashBwdWgmmaDs1Variant == attention::kBwdWgmmaDs1Variant,
 static_assert(kFlashFwdWgmmaPipe1Variant == attention::kFwdWgmmaPipe1Variant,
               "flash_attention.h and flash_variants.h disagree");
 static_assert(kFlashFwdWgmmaVariant == attention::kFwdWgmmaVariant, "flash_attention.h and flash_variants.h disagree");
-static_assert(kFlashFwdWsVariant == attention::kFwdWsVariant && kFlashFwdWs3Variant == attention::kFwdWs3Variant,
+static_assert(kFlashFwdWsVariant == attention::kFwdWsVariant && kFlashFwdWs3Variant == attention::kFwdWs3Variant &&
+                  kFlashFwdWs1Variant == attention::kFwdWs1Variant,
               "flash_attention.h and flash_variants.h disagree");
 static_assert(kFlashFwdWgmmaPipeVariant == attention::kFwdWgmmaPipeVariant,
               "flash_attention.h and flash_variants.h disagree");
@@ -177,9 +178,10 @@ std::string FlashForwardVariantName(int v, int64_t head_dim) {
   if (v == attention::kFwdWgmmaVariant) return "fwd wgmma wg2 bm128 bn128";
   if (v == attention::kFwdWgmmaPipeVariant) return "fwd wgmma-pipelined wg2 bm128 bn128";
   if (v == attention::kFwdWgmmaPipe1Variant) return "fwd wgmma-pipelined wg1 bm64 bn128";
-  if (v == attention::kFwdWsVariant || (v == attention::kFwdWs3Variant && head_dim == 128))
-    return "fwd warp-specialised tma wg2 bm128 bn128";
-  if (v == attention::kFwdWs3Variant) return "fwd warp-specialised tma wg3 bm192 bn128";
+  if (attention::IsWsFwdVariant(v)) {
+    const int wgs = attention::WsWarpgroups(v, static_cast<int>(head_dim));
+    return absl::StrCat("fwd warp-specialised tma wg", wgs, " bm", 64 * wgs, " bn128", wgs == 1 ? " mb2" : "");
+  }
   switch (v) {
 #define LOOM_FWD_NAME(id, nw, bn, mb, mw) \
   case id:                                \

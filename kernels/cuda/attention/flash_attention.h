@@ -124,6 +124,7 @@ inline constexpr int kFlashFwdWgmmaPipeVariant = 9;   // pipelined schedule
 inline constexpr int kFlashFwdWgmmaPipe1Variant = 10; // pipelined, one warpgroup per block
 inline constexpr int kFlashFwdWsVariant = 11;          // warp-specialised: TMA producer, two consumer warpgroups
 inline constexpr int kFlashFwdWs3Variant = 12;         // the same with three consumers (two at D 128)
+inline constexpr int kFlashFwdWs1Variant = 13;         // one consumer, two blocks per SM (two consumers at D 128)
 // The variant a 0 resolves to for this head_dim, and readable descriptions,
 // e.g. "fwd w8 bn64 mb1", "bwd w4 bm32 mb1 + dq w4 bn64 mb1", "bwd atomic-dq ...",
 // "bwd stored-ds ...".

@@ -1,5 +1,5 @@
 // Launchers of the warp-specialised flash forward (flash_ws_fwd_kernel.cuh):
-// variants kFwdWsVariant and kFwdWs3Variant. Built for sm_90a only; the
+// the kFwdWs*Variant. Built for sm_90a only; the
 // tensor maps are encoded here, on the host, through the driver's
 // cuTensorMapEncodeTiled (found through the runtime, so nothing links
 // libcuda directly).
@@ -66,17 +66,16 @@ cudaError_t Dispatch(const FlashWsParams& w, cudaStream_t s) {
 
 cudaError_t FlashForwardWs(const FlashParams& p, int warpgroups, cudaStream_t s) {
   if (p.head_dim != 64 && p.head_dim != 128) return cudaErrorInvalidValue;
-  if (warpgroups != 2 && warpgroups != 3) return cudaErrorInvalidValue;
+  if (warpgroups < 1 || warpgroups > 3 || (p.head_dim == 128 && warpgroups != 2)) return cudaErrorInvalidValue;
   FlashWsParams w;
   w.p = p;
   const bool bf = p.bf16 != 0;
-  if (p.head_dim == 128) warpgroups = 2;
   if (!EncodeTmaMap(&w.q, p.q, bf, p.head_dim, p.seq_q, p.heads, p.batch, p.sq, 64 * warpgroups) ||
       !EncodeTmaMap(&w.k, p.k, bf, p.head_dim, p.seq_k, p.kv_heads, p.batch, p.sk, kWgFwdBN) ||
       !EncodeTmaMap(&w.v, p.v, bf, p.head_dim, p.seq_k, p.kv_heads, p.batch, p.sv, kWgFwdBN))
     return cudaErrorNotSupported;
-  if (p.head_dim == 64) return warpgroups == 2 ? Dispatch<64, 2>(w, s) : Dispatch<64, 3>(w, s);
-  return Dispatch<128, 2>(w, s);  // three warpgroups' 160 registers would not hold D 128's O, S and P
+  if (p.head_dim == 128) return Dispatch<128, 2>(w, s);
+  return warpgroups == 1 ? Dispatch<64, 1>(w, s) : warpgroups == 2 ? Dispatch<64, 2>(w, s) : Dispatch<64, 3>(w, s);
 }
 
 }  // namespace loom::kernels::cuda::attention

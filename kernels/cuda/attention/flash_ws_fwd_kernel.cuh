@@ -1,6 +1,6 @@
 // Warp-specialised flash-attention forward for Hopper (sm_90a): variants
-// kFwdWsVariant (two consumer warpgroups, BM 128) and kFwdWs3Variant (three,
-// BM 192). Same contract and outputs as flash_wgmma_fwd_kernel.cuh (O and
+// kFwdWsVariant (two consumer warpgroups, BM 128), kFwdWs3Variant (three,
+// BM 192) and kFwdWs1Variant (one, BM 64, two blocks per SM). Same contract and outputs as flash_wgmma_fwd_kernel.cuh (O and
 // lse, causal top-left, GQA, strided operands, ragged ends); different
 // division of labour:
 //   - warpgroup 0 is the producer: it gives most of its registers away
@@ -45,11 +45,14 @@ struct WsLayout {
   // the barriers: q_full, k_full[S], k_empty[S], v_full[S], v_empty[S].
   static constexpr int kBarOffset = kQBytes + 2 * kWsStages * kTileBytes;
   static constexpr int kSmemBytes = kBarOffset + 8 * (1 + 4 * kWsStages) + 1024;  // + alignment slack
+  // Blocks per multiprocessor: one consumer warpgroup runs two blocks side
+  // by side (their turns are not coordinated), more run one.
+  static constexpr int kMinBlocks = NWG == 1 ? 2 : 1;
   // Registers per thread after reallocation: the producer keeps few, the
-  // consumers share the rest of the 64K (FA3's split).
-  static constexpr int kLoadRegs = NWG == 2 ? 24 : 32;
-  static constexpr int kMmaRegs = NWG == 2 ? 240 : 160;
-  static_assert(kLoadRegs * 128 + kMmaRegs * 128 * NWG <= 65536, "register split exceeds the file");
+  // consumers share the rest of the block's part of the 64K (FA3's split).
+  static constexpr int kLoadRegs = NWG == 3 ? 32 : 24;
+  static constexpr int kMmaRegs = NWG == 1 ? 232 : NWG == 2 ? 240 : 160;
+  static_assert((kLoadRegs * 128 + kMmaRegs * 128 * NWG) * kMinBlocks <= 65536, "register split exceeds the file");
 };
 
 // The producer's one thread: Q, then every K and V tile of the block in turn.
@@ -168,7 +171,7 @@ __device__ __forceinline__ void WsConsume(const FlashParams& p, uint32_t sq, uin
 // Blocks of 128 (NWG + 1) threads over (query tiles of 64 NWG rows, heads,
 // batch); dynamic shared memory WsLayout<D, NWG>::kSmemBytes.
 template <int D, int NWG, bool kBf16, bool kCausal>
-__global__ void __launch_bounds__(128 * (NWG + 1), 1) FlashFwdWsKernel(const LOOM_GRID_CONSTANT FlashWsParams w) {
+__global__ void __launch_bounds__(128 * (NWG + 1), WsLayout<D, NWG>::kMinBlocks) FlashFwdWsKernel(const LOOM_GRID_CONSTANT FlashWsParams w) {
   using L = WsLayout<D, NWG>;
   const FlashParams& p = w.p;
   extern __shared__ unsigned char smem_raw[];

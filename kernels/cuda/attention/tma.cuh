@@ -43,7 +43,7 @@ inline void RegAlloc() {}
 #else
 // A tensor map made on the host (flash_ws.cu: EncodeTmaMap) and passed by
 // value in a __grid_constant__ kernel parameter, whose address TMA reads.
-struct alignas(64) TmaMap {
+struct TmaMap {
   CUtensorMap map;
 };
 #define LOOM_GRID_CONSTANT __grid_constant__
