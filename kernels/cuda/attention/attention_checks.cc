@@ -387,8 +387,8 @@ absl::StatusOr<std::vector<CheckResult>> RunAttentionChecks(const CheckOptions& 
     c.bwd_variant = i % 2 ? kFlashBwdWgmmaDs1Variant : kFlashBwdWgmmaDsVariant;
     cases.push_back(c);
   }
-  // The warp-specialised forward (TMA), both block sizes: several stages of
-  // the K/V ring, ragged tile ends, GQA, Tq != Tk both ways, f16, strided
+  // The warp-specialised forward and dK/dV pass (TMA), every block size:
+  // several stages of the rings, ragged tile ends, GQA, Tq != Tk both ways, f16, strided
   // views ([B, T, H, D] and the fused qkv buffer).
   const std::vector<Case> ws_cases = {
       {bf, 2, 4, 2, 1000, 1000, 128, false}, {bf, 2, 4, 2, 1000, 1000, 128, true}, {bf, 1, 4, 4, 300, 1300, 64, false},
@@ -398,6 +398,7 @@ absl::StatusOr<std::vector<CheckResult>> RunAttentionChecks(const CheckOptions& 
     Case c = ws_cases[i];
     const int ws[] = {kFlashFwdWsVariant, kFlashFwdWs3Variant, kFlashFwdWs1Variant};
     c.fwd_variant = ws[i % 3];
+    c.bwd_variant = i % 2 ? kFlashBwdWsDs1Variant : kFlashBwdWsDsVariant;
     c.layout = i == 5 ? 1 : i == 7 ? 2 : 0;
     cases.push_back(c);
   }

@@ -15,6 +15,7 @@
 #include "kernels/cuda/attention/flash_fwd_kernel.cuh"
 #include "kernels/cuda/attention/flash_wgmma_bwd_kernel.cuh"
 #include "kernels/cuda/attention/flash_wgmma_fwd_kernel.cuh"
+#include "kernels/cuda/attention/flash_ws_bwd_kernel.cuh"
 #include "kernels/cuda/attention/flash_ws_fwd_kernel.cuh"
 
 namespace loom::kernels::cuda::attention {
@@ -63,6 +64,31 @@ void ForwardWs(const FlashParams& p) {
   emu::Launch({static_cast<unsigned>((p.seq_q + 64 * NWG - 1) / (64 * NWG)), static_cast<unsigned>(p.heads),
                static_cast<unsigned>(p.batch)},
               128 * (NWG + 1), [&] { FlashFwdWsKernel<D, NWG, kBf16, kCausal>(w); });
+}
+// Mirrors flash_ws.cu's EncodeTmaMap1d: a flat f32 array.
+tma::TmaMap WsMap1d(const float* base, int64_t n) {
+  tma::TmaMap m;
+  m.base = reinterpret_cast<const unsigned char*>(base);
+  m.dim[0] = n;
+  m.elem = 4, m.swizzle = false;
+  return m;
+}
+// Mirrors flash_ws.cu's backward launcher: the dK/dV pass with a producer
+// warpgroup and NWG consumers.
+template <int D, int NWG, bool kBf16, bool kCausal>
+void BackwardWs(const FlashParams& p) {
+  FlashWsBwdParams w;
+  w.p = p;
+  w.k = WsMap(p.k, D, p.seq_k, p.kv_heads, p.batch, p.sk, 64 * NWG);
+  w.v = WsMap(p.v, D, p.seq_k, p.kv_heads, p.batch, p.sv, 64 * NWG);
+  w.q = WsMap(p.q, D, p.seq_q, p.heads, p.batch, p.sq, kWgBwdBM);
+  w.dout = WsMap(p.dout, D, p.seq_q, p.heads, p.batch, p.sdo, kWgBwdBM);
+  const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seq_q;
+  w.lse = WsMap1d(p.lse, rows);
+  w.delta = WsMap1d(p.delta, rows);
+  emu::Launch({static_cast<unsigned>((p.seq_k + 64 * NWG - 1) / (64 * NWG)), static_cast<unsigned>(p.kv_heads),
+               static_cast<unsigned>(p.batch)},
+              128 * (NWG + 1), [&] { FlashBwdWsKernel<D, NWG, kBf16, kCausal>(w); });
 }
 // Mirrors flash_fwd.cu on a compute-capability-9.0 device.
 template <int D, bool kBf16, bool kCausal>
@@ -119,6 +145,9 @@ void Backward(const FlashParams& p) {
   if (IsDsVariant(bv)) {  // the dK/dV pass on wgmma (as on compute capability 9.0) or mma.sync
     if (bv == kBwdDsVariant) {
       DkDv<D, BwdDsCfg, kDqStoreDs, kBf16, kCausal>(p);
+    } else if (IsWsBwdVariant(bv)) {
+      if (bv == kBwdWsDs1Variant) BackwardWs<D, 1, kBf16, kCausal>(p);
+      else BackwardWs<D, 2, kBf16, kCausal>(p);
     } else {
       const int nwg = bv == kBwdWgmmaDs1Variant ? 1 : 2;
       emu::Launch({static_cast<unsigned>((p.seq_k + 64 * nwg - 1) / (64 * nwg)), static_cast<unsigned>(p.kv_heads),
@@ -366,8 +395,16 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Emulated,
                                            Case{true, 2, 2, 2, 130, 100, 128, true, 12, 0, 0},
                                            Case{false, 1, 3, 1, 100, 520, 64, false, 12, 0, 0},
                                            Case{true, 1, 2, 2, 90, 90, 128, true, 11, 0, 0, true},
-                                           Case{true, 1, 2, 1, 150, 300, 64, true, 13, 0, 0},
-                                           Case{false, 1, 2, 2, 130, 400, 64, false, 13, 0, 0, false},
+                                           Case{true, 1, 2, 1, 150, 300, 64, true, 13, 10, 0},
+                                           Case{false, 1, 2, 2, 130, 400, 64, false, 13, 11, 0, false},
+                                           // The warp-specialised dK/dV pass: both block sizes, GQA
+                                           // (several query heads a block), causal, Tq != Tk both
+                                           // ways, ragged ends, D 64 and 128, strided views.
+                                           Case{true, 1, 2, 1, 150, 290, 128, false, 11, 10, 0},
+                                           Case{true, 1, 4, 2, 270, 200, 64, true, 0, 11, 0},
+                                           Case{false, 2, 2, 2, 200, 330, 128, true, 0, 11, 0},
+                                           Case{true, 1, 3, 1, 130, 130, 64, false, 0, 10, 0},
+                                           Case{true, 1, 2, 2, 90, 90, 128, true, 0, 10, 0, true},
                                            // Strided views ([B, T, 3, H, D] qkv, [B, T, H, D] o/dout).
                                            Case{true, 2, 2, 2, 70, 70, 64, true, 0, 0, 0, true},
                                            Case{true, 1, 2, 2, 90, 90, 128, false, 0, 6, 0, true},

@@ -155,6 +155,8 @@ static_assert(kFlashBwdAtomicVariant == attention::kBwdAtomicVariant,
 static_assert(kFlashBwdDsVariant == attention::kBwdDsVariant, "flash_attention.h and flash_variants.h disagree");
 static_assert(kFlashBwdWgmmaDsVariant == attention::kBwdWgmmaDsVariant,
               "flash_attention.h and flash_variants.h disagree");
+static_assert(kFlashBwdWsDsVariant == attention::kBwdWsDsVariant && kFlashBwdWsDs1Variant == attention::kBwdWsDs1Variant,
+              "flash_attention.h and flash_variants.h disagree");
 static_assert(kFlashBwdWgmmaDs1Variant == attention::kBwdWgmmaDs1Variant,
               "flash_attention.h and flash_variants.h disagree");
 static_assert(kFlashFwdWgmmaPipe1Variant == attention::kFwdWgmmaPipe1Variant,
@@ -198,6 +200,9 @@ std::string FlashBackwardVariantName(int bv, int qv, int64_t head_dim) {
   if (bv == attention::kBwdDsVariant) return "bwd stored-ds w4 bn64 bm64 + dq-from-ds w4 bm128";
   if (bv == attention::kBwdWgmmaDsVariant) return "bwd stored-ds wgmma wg2 bn128 bm64 + dq-from-ds w4 bm128";
   if (bv == attention::kBwdWgmmaDs1Variant) return "bwd stored-ds wgmma wg1 bn64 bm64 + dq-from-ds w4 bm128";
+  if (bv == attention::kBwdWsDsVariant) return "bwd stored-ds warp-specialised tma wg2 bn128 bm64 + dq-from-ds w4 bm128";
+  if (bv == attention::kBwdWsDs1Variant)
+    return "bwd stored-ds warp-specialised tma wg1 bn64 bm64 mb2 + dq-from-ds w4 bm128";
   if (bv == attention::kBwdAtomicVariant)
     return absl::StrCat("bwd atomic-dq w", LOOM_BWD_ATOMIC_NW, " bn", 16 * LOOM_BWD_ATOMIC_NW, " bm",
                         LOOM_BWD_ATOMIC_BM);

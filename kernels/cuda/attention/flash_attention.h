@@ -114,9 +114,11 @@ inline constexpr int kFlashBwdDsVariant = 7;
 // capability 9.0; elsewhere it runs kFlashBwdDsVariant's): same workspace.
 inline constexpr int kFlashBwdWgmmaDsVariant = 8;
 inline constexpr int kFlashBwdWgmmaDs1Variant = 9;  // one warpgroup (64 keys) per block
-inline constexpr bool FlashBwdUsesDs(int v) {
-  return v == kFlashBwdDsVariant || v == kFlashBwdWgmmaDsVariant || v == kFlashBwdWgmmaDs1Variant;
-}
+// The same with the warp-specialised dK/dV pass (a TMA producer warpgroup;
+// compute capability 9.0): two consumer warpgroups, or one.
+inline constexpr int kFlashBwdWsDsVariant = 10;
+inline constexpr int kFlashBwdWsDs1Variant = 11;
+inline constexpr bool FlashBwdUsesDs(int v) { return v >= kFlashBwdDsVariant && v <= kFlashBwdWsDs1Variant; }
 // The wgmma forward (Hopper warpgroup products; on a device other than
 // compute capability 9.0 it runs the mma.sync default instead).
 inline constexpr int kFlashFwdWgmmaVariant = 8;

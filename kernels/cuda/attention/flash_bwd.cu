@@ -58,10 +58,13 @@ cudaError_t Bwd3(const FlashParams& p, cudaStream_t s) {
     return cudaGetLastError();
   }
   BwdPreprocessKernel<D, kBf16, false><<<pre_grid, 256, 0, s>>>(p);
-  if (IsDsVariant(bv)) {  // the wgmma dK/dV pass on compute capability 9.0, else mma.sync's
-    cudaError_t e = bv != kBwdDsVariant && DeviceIsSm90()
-                        ? FlashBackwardWgmmaDkDv(p, bv == kBwdWgmmaDs1Variant ? 1 : 2, s)
-                        : LaunchDkDv<D, BwdDsCfg, kDqStoreDs, kBf16, kCausal>(p, s);
+  if (IsDsVariant(bv)) {  // the wgmma or warp-specialised dK/dV pass on compute capability 9.0, else mma.sync's
+    const bool sm90 = bv != kBwdDsVariant && DeviceIsSm90();
+    cudaError_t e = cudaErrorNotSupported;
+    if (sm90 && IsWsBwdVariant(bv)) e = FlashBackwardWsDkDv(p, bv == kBwdWsDs1Variant ? 1 : 2, s);
+    if (e == cudaErrorNotSupported)
+      e = sm90 ? FlashBackwardWgmmaDkDv(p, bv == kBwdWgmmaDs1Variant || bv == kBwdWsDs1Variant ? 1 : 2, s)
+               : LaunchDkDv<D, BwdDsCfg, kDqStoreDs, kBf16, kCausal>(p, s);
     return e != cudaSuccess ? e : LaunchDqFromDs<D, kBf16, kCausal>(p, s);
   }
   cudaError_t e = cudaErrorInvalidValue;

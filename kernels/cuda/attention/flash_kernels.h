@@ -95,6 +95,11 @@ cudaError_t FlashForwardWs(const FlashParams& p, int warpgroups, cudaStream_t s)
 // and dS^T to p.ds, as FlashBwdKernel<kDqStoreDs> does (delta precomputed).
 // warpgroups: per block (2: kBwdWgmmaDsVariant, 1: kBwdWgmmaDs1Variant).
 cudaError_t FlashBackwardWgmmaDkDv(const FlashParams& p, int warpgroups, cudaStream_t s);
+// The warp-specialised dK/dV pass (flash_ws.cu), the same outputs:
+// warpgroups = consumers per block (2: kBwdWsDsVariant, 1:
+// kBwdWsDs1Variant). cudaErrorNotSupported when TMA cannot address an
+// operand.
+cudaError_t FlashBackwardWsDkDv(const FlashParams& p, int warpgroups, cudaStream_t s);
 // Whether the current device is compute capability 9.0 (runs sm_90a code).
 bool DeviceIsSm90();
 // Needs o and lse of the forward, and dq_accum/delta workspace.

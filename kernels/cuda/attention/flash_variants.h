@@ -67,7 +67,7 @@ constexpr bool IsWsFwdVariant(int v) { return v >= kFwdWsVariant && v <= kFwdWs1
 // Consumer warpgroups of a warp-specialised variant at head dim d.
 constexpr int WsWarpgroups(int v, int d) { return d == 128 ? 2 : v == kFwdWs3Variant ? 3 : v == kFwdWs1Variant ? 1 : 2; }
 constexpr bool IsWgmmaFwdVariant(int v) { return v >= kFwdWgmmaVariant && v <= kFwdWs1Variant; }
-constexpr int kBwdVariants = 9;       // the five dK/dV configurations and:
+constexpr int kBwdVariants = 11;      // the five dK/dV configurations and:
 constexpr int kBwdAtomicVariant = 6;  // single pass, f32 atomic dQ
 constexpr int kBwdDsVariant = 7;      // dS stored to the workspace, dQ from it
 // The same with the dK/dV pass on wgmma (flash_wgmma_bwd.cu; compute
@@ -75,7 +75,14 @@ constexpr int kBwdDsVariant = 7;      // dS stored to the workspace, dQ from it
 // two warpgroups (128 keys) per block, or one (64 keys).
 constexpr int kBwdWgmmaDsVariant = 8;
 constexpr int kBwdWgmmaDs1Variant = 9;
-constexpr bool IsDsVariant(int v) { return v == kBwdDsVariant || v == kBwdWgmmaDsVariant || v == kBwdWgmmaDs1Variant; }
+// The same with the warp-specialised dK/dV pass (flash_ws.cu; compute
+// capability 9.0): a producer warpgroup loading by TMA for two consumer
+// warpgroups (128 keys a block), or one (64 keys, two blocks per SM). Where
+// TMA cannot address an operand the wgmma pass runs instead.
+constexpr int kBwdWsDsVariant = 10;
+constexpr int kBwdWsDs1Variant = 11;
+constexpr bool IsWsBwdVariant(int v) { return v == kBwdWsDsVariant || v == kBwdWsDs1Variant; }
+constexpr bool IsDsVariant(int v) { return v >= kBwdDsVariant && v <= kBwdWsDs1Variant; }
 
 // The stored-dS variant's workspace: dS^T of every (batch, head) padded to
 // DsKeys(seq_k) x DsQueries(seq_q) (the first pass's 64-key tiles, the dQ

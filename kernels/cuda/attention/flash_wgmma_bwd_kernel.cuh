@@ -59,6 +59,85 @@ __device__ __forceinline__ void IssueAccumulate(float* acc, const uint32_t (*a)[
     wg::Mma<D, kBf16>::template RS<1>(acc, a[kk], wg::Desc(query_addr + kk * 16 * 128, kWgBwdBM * 128, 1024), 1);
 }
 
+// P^T and dS^T = P^T (dP^T - delta) on the accumulators of S^T and dP^T
+// for this thread's keys key0, key0 + 8 and the tile's 64 queries from m0:
+// element 4i + 2rr + c is key key0 + 8rr, query m0 + 8i + 2t + c. stat: the
+// tile's lse, then its delta (kWgBwdBM further). P is 0 past seq_q, past
+// seq_k and (causal) above the diagonal.
+template <bool kCausal>
+__device__ __forceinline__ void BwdTileProbs(float* st, float* dpt, const float* stat, int m0, int key0, int seq_q,
+                                             int seq_k, float scale_log2, int t) {
+#pragma unroll
+  for (int i = 0; i < kWgBwdBM / 8; ++i)
+#pragma unroll
+    for (int c = 0; c < 2; ++c) {
+      const int q = m0 + 8 * i + 2 * t + c;
+      const float l2 = stat[8 * i + 2 * t + c] * kLog2e;
+      const float dl = stat[kWgBwdBM + 8 * i + 2 * t + c];
+#pragma unroll
+      for (int rr = 0; rr < 2; ++rr) {
+        const int e = 4 * i + 2 * rr + c, key = key0 + 8 * rr;
+        float pv = Exp2(st[e] * scale_log2 - l2);
+        if (q >= seq_q || key >= seq_k || (kCausal && key > q)) pv = 0.f;
+        st[e] = pv;
+        dpt[e] = pv * (dpt[e] - dl);
+      }
+    }
+}
+
+// dS^T of this warp's 16 keys (from key_base) x the tile's 64 queries to the
+// workspace (ds: the tile's first query of row 0; rows ds_ld apart, those
+// from ds_keys on skipped), through the warp's staging rows sDs: fragment
+// kk, register j holds key g + 8 (j & 1) of the warp's 16, queries
+// 16kk + 8 (j >> 1) + 2t, +1 of the tile; then each row goes out as eight
+// 16-byte stores, whole sectors (the fragments' own 4-byte stores
+// half-filled each one: the backward took 0.290 ms, not 0.249, at B8 H12
+// T1024 D64; docs/perf.md).
+template <typename T>
+__device__ __forceinline__ void BwdStoreDs(const uint32_t (*as)[4], T* sDs, T* ds, int key_base, int ds_keys,
+                                           int64_t ds_ld, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr)
+#pragma unroll
+    for (int kk = 0; kk < kWgBwdBM / 16; ++kk) {
+      *reinterpret_cast<uint32_t*>(sDs + (g + 8 * rr) * kWgBwdDsRow + 16 * kk + 2 * t) = as[kk][rr];
+      *reinterpret_cast<uint32_t*>(sDs + (g + 8 * rr) * kWgBwdDsRow + 16 * kk + 8 + 2 * t) = as[kk][2 + rr];
+    }
+  __syncwarp();
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int c = j * 32 + lane, r = c >> 3, col = (c & 7) * 8;
+    if (key_base + r < ds_keys)
+      *reinterpret_cast<uint4*>(ds + static_cast<int64_t>(key_base + r) * ds_ld + col) =
+          *reinterpret_cast<const uint4*>(sDs + r * kWgBwdDsRow + col);
+  }
+}
+
+// dK (times scale) and dV of keys key0, key0 + 8 of kv head hk: element
+// 4i + 2rr + c is key key0 + 8rr, column 8i + 2t + c.
+template <int D, bool kBf16>
+__device__ __forceinline__ void BwdStoreDkDv(const float* dk, const float* dv, const FlashParams& p, int b, int hk,
+                                             int key0, int t) {
+  using E = Elem<kBf16>;
+  using T = typename E::T;
+  T* dkp = static_cast<T*>(p.dk) + b * p.sdk.b + hk * p.sdk.h;
+  T* dvp = static_cast<T*>(p.dv) + b * p.sdv.b + hk * p.sdv.h;
+#pragma unroll
+  for (int rr = 0; rr < 2; ++rr) {
+    const int key = key0 + 8 * rr;
+    if (key < p.seq_k) {
+#pragma unroll
+      for (int i = 0; i < D / 8; ++i) {
+        const int col = 8 * i + 2 * t;
+        *reinterpret_cast<uint32_t*>(dkp + key * p.sdk.r + col) =
+            E::Pack(dk[4 * i + 2 * rr] * p.scale, dk[4 * i + 2 * rr + 1] * p.scale);
+        *reinterpret_cast<uint32_t*>(dvp + key * p.sdv.r + col) = E::Pack(dv[4 * i + 2 * rr], dv[4 * i + 2 * rr + 1]);
+      }
+    }
+  }
+}
+
 // Blocks per multiprocessor the register budget is set for. At D 64 one
 // warpgroup needs 198-201 registers unbounded (two blocks per SM); capped at
 // 168 (three blocks, 0-12 bytes of spills) the backward runs 6% faster on the
@@ -70,8 +149,7 @@ constexpr int kBwdMinBlocks = (D == 64 && NWG == 1) ? 3 : 1;
 template <int D, int NWG, bool kBf16, bool kCausal>
 __global__ void __launch_bounds__(128 * NWG, kBwdMinBlocks<D, NWG>) FlashBwdWgmmaKernel(FlashParams p) {
   constexpr int kBN = 64 * NWG, kNT = 128 * NWG;
-  using E = Elem<kBf16>;
-  using T = typename E::T;
+  using T = typename Elem<kBf16>::T;
   extern __shared__ unsigned char smem_raw[];
   T* sK = reinterpret_cast<T*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
   T* sV = sK + kBN * D;
@@ -140,25 +218,7 @@ __global__ void __launch_bounds__(128 * NWG, kBwdMinBlocks<D, NWG>) FlashBwdWgmm
     wg::Wait<0>();
     wg::FenceRegs<kWgBwdBM / 2>(st);
     wg::FenceRegs<kWgBwdBM / 2>(dpt);
-    // P^T and dS^T = P^T (dP^T - delta): element 4i + 2rr + c is key
-    // key0 + 8rr, query m0 + 8i + 2t + c.
-    const float* s_lse = sStat + stage * 2 * kWgBwdBM;  // then delta, kWgBwdBM further
-#pragma unroll
-    for (int i = 0; i < kWgBwdBM / 8; ++i)
-#pragma unroll
-      for (int c = 0; c < 2; ++c) {
-        const int q = m0 + 8 * i + 2 * t + c;
-        const float l2 = s_lse[8 * i + 2 * t + c] * kLog2e;
-        const float dl = s_lse[kWgBwdBM + 8 * i + 2 * t + c];
-#pragma unroll
-        for (int rr = 0; rr < 2; ++rr) {
-          const int e = 4 * i + 2 * rr + c, key = key0 + 8 * rr;
-          float pv = Exp2(st[e] * scale_log2 - l2);
-          if (key >= p.seq_k || (kCausal && key > q)) pv = 0.f;
-          st[e] = pv;
-          dpt[e] = pv * (dpt[e] - dl);
-        }
-      }
+    BwdTileProbs<kCausal>(st, dpt, sStat + stage * 2 * kWgBwdBM, m0, key0, p.seq_q, p.seq_k, scale_log2, t);
     uint32_t ap[kWgBwdBM / 16][4], as[kWgBwdBM / 16][4];
     wg::PackA<kWgBwdBM, kBf16>(st, ap);
     wg::PackA<kWgBwdBM, kBf16>(dpt, as);
@@ -166,51 +226,15 @@ __global__ void __launch_bounds__(128 * NWG, kBwdMinBlocks<D, NWG>) FlashBwdWgmm
     IssueAccumulate<D, kBf16>(dv, ap, do_addr);
     IssueAccumulate<D, kBf16>(dk, as, q_addr);
     wg::Commit();
-    // dS^T to the workspace ([bh][key][query], rows ds_ld apart) meanwhile,
-    // through this warp's staging rows: fragment kk, register j holds key
-    // g + 8 (j & 1) of the warp's 16, queries 16kk + 8 (j >> 1) + 2t, +1 of
-    // the tile; then each row goes out as eight 16-byte stores, whole
-    // sectors (the fragments' own 4-byte stores half-filled each one: the
-    // backward took 0.290 ms, not 0.249, at B8 H12 T1024 D64; docs/perf.md).
-#pragma unroll
-    for (int rr = 0; rr < 2; ++rr)
-#pragma unroll
-      for (int kk = 0; kk < kWgBwdBM / 16; ++kk) {
-        *reinterpret_cast<uint32_t*>(sDs + (g + 8 * rr) * kWgBwdDsRow + 16 * kk + 2 * t) = as[kk][rr];
-        *reinterpret_cast<uint32_t*>(sDs + (g + 8 * rr) * kWgBwdDsRow + 16 * kk + 8 + 2 * t) = as[kk][2 + rr];
-      }
-    __syncwarp();
-    T* ds = static_cast<T*>(p.ds) + bh * p.ds_bh + m0;
-    const int key_base = n0 + wgi * 64 + warp * 16;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int c = j * 32 + lane, r = c >> 3, col = (c & 7) * 8;
-      if (key_base + r < p.ds_keys)
-        *reinterpret_cast<uint4*>(ds + static_cast<int64_t>(key_base + r) * p.ds_ld + col) =
-            *reinterpret_cast<const uint4*>(sDs + r * kWgBwdDsRow + col);
-    }
+    BwdStoreDs(as, sDs, static_cast<T*>(p.ds) + bh * p.ds_bh + m0, n0 + wgi * 64 + warp * 16, p.ds_keys, p.ds_ld,
+               lane);
     wg::Wait<0>();
     wg::FenceRegs<D / 2>(dv);
     wg::FenceRegs<D / 2>(dk);
     __syncthreads();  // this stage's reads done before it is refilled
   }
 
-  // dK (times scale) and dV: element 4i + 2rr + c is key key0 + 8rr, column 8i + 2t + c.
-  T* dkp = static_cast<T*>(p.dk) + b * p.sdk.b + hk * p.sdk.h;
-  T* dvp = static_cast<T*>(p.dv) + b * p.sdv.b + hk * p.sdv.h;
-#pragma unroll
-  for (int rr = 0; rr < 2; ++rr) {
-    const int key = key0 + 8 * rr;
-    if (key < p.seq_k) {
-#pragma unroll
-      for (int i = 0; i < D / 8; ++i) {
-        const int col = 8 * i + 2 * t;
-        *reinterpret_cast<uint32_t*>(dkp + key * p.sdk.r + col) =
-            E::Pack(dk[4 * i + 2 * rr] * p.scale, dk[4 * i + 2 * rr + 1] * p.scale);
-        *reinterpret_cast<uint32_t*>(dvp + key * p.sdv.r + col) = E::Pack(dv[4 * i + 2 * rr], dv[4 * i + 2 * rr + 1]);
-      }
-    }
-  }
+  BwdStoreDkDv<D, kBf16>(dk, dv, p, b, hk, key0, t);
 }
 
 }  // namespace loom::kernels::cuda::attention

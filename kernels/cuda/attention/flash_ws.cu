@@ -1,10 +1,12 @@
-// Launchers of the warp-specialised flash forward (flash_ws_fwd_kernel.cuh):
-// the kFwdWs*Variant. Built for sm_90a only; the
+// Launchers of the warp-specialised flash forward (flash_ws_fwd_kernel.cuh:
+// the kFwdWs*Variant) and dK/dV pass (flash_ws_bwd_kernel.cuh:
+// kBwdWsDsVariant, kBwdWsDs1Variant). Built for sm_90a only; the
 // tensor maps are encoded here, on the host, through the driver's
 // cuTensorMapEncodeTiled (found through the runtime, so nothing links
 // libcuda directly).
 #include <cudaTypedefs.h>
 
+#include "kernels/cuda/attention/flash_ws_bwd_kernel.cuh"
 #include "kernels/cuda/attention/flash_ws_fwd_kernel.cuh"
 
 namespace loom::kernels::cuda::attention {
@@ -43,6 +45,19 @@ bool EncodeTmaMap(tma::TmaMap* m, const void* base, bool bf16, int d, int64_t t,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// A flat f32 array of n elements as a 1-d tensor map, read in unswizzled
+// boxes of `box` elements.
+bool EncodeTmaMap1d(tma::TmaMap* m, const float* base, int64_t n, int box) {
+  PFN_cuTensorMapEncodeTiled_v12000 encode = Encoder();
+  if (encode == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0 || n < 1 || n >= (int64_t{1} << 31))
+    return false;
+  const cuuint64_t dims[1] = {static_cast<cuuint64_t>(n)};
+  const cuuint32_t boxes[1] = {static_cast<cuuint32_t>(box)}, elem_strides[1] = {1};
+  return encode(&m->map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 1, const_cast<float*>(base), dims, nullptr, boxes,
+                elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
 template <int D, int NWG, bool kBf16, bool kCausal>
 cudaError_t Launch(const FlashWsParams& w, cudaStream_t s) {
   constexpr int smem = WsLayout<D, NWG>::kSmemBytes;
@@ -62,6 +77,25 @@ cudaError_t Dispatch(const FlashWsParams& w, cudaStream_t s) {
   return w.p.causal ? Launch<D, NWG, false, true>(w, s) : Launch<D, NWG, false, false>(w, s);
 }
 
+template <int D, int NWG, bool kBf16, bool kCausal>
+cudaError_t LaunchBwd(const FlashWsBwdParams& w, cudaStream_t s) {
+  constexpr int smem = WsBwdLayout<D, NWG>::kSmemBytes;
+  auto kernel = FlashBwdWsKernel<D, NWG, kBf16, kCausal>;
+  static bool configured = false;  // per instantiation, first launch
+  if (cudaError_t e = ConfigureSmem(kernel, smem, &configured); e != cudaSuccess) return e;
+  const FlashParams& p = w.p;
+  dim3 grid((p.seq_k + 64 * NWG - 1) / (64 * NWG), p.kv_heads, p.batch);
+  kernel<<<grid, 128 * (NWG + 1), smem, s>>>(w);
+  return cudaGetLastError();
+}
+
+template <int D, int NWG>
+cudaError_t DispatchBwd(const FlashWsBwdParams& w, cudaStream_t s) {
+  if (w.p.bf16)
+    return w.p.causal ? LaunchBwd<D, NWG, true, true>(w, s) : LaunchBwd<D, NWG, true, false>(w, s);
+  return w.p.causal ? LaunchBwd<D, NWG, false, true>(w, s) : LaunchBwd<D, NWG, false, false>(w, s);
+}
+
 }  // namespace
 
 cudaError_t FlashForwardWs(const FlashParams& p, int warpgroups, cudaStream_t s) {
@@ -76,6 +110,23 @@ cudaError_t FlashForwardWs(const FlashParams& p, int warpgroups, cudaStream_t s)
     return cudaErrorNotSupported;
   if (p.head_dim == 128) return Dispatch<128, 2>(w, s);
   return warpgroups == 1 ? Dispatch<64, 1>(w, s) : warpgroups == 2 ? Dispatch<64, 2>(w, s) : Dispatch<64, 3>(w, s);
+}
+
+cudaError_t FlashBackwardWsDkDv(const FlashParams& p, int warpgroups, cudaStream_t s) {
+  if ((p.head_dim != 64 && p.head_dim != 128) || (warpgroups != 1 && warpgroups != 2)) return cudaErrorInvalidValue;
+  FlashWsBwdParams w;
+  w.p = p;
+  const bool bf = p.bf16 != 0;
+  const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seq_q;
+  const int kv_rows = 64 * warpgroups;
+  if (!EncodeTmaMap(&w.k, p.k, bf, p.head_dim, p.seq_k, p.kv_heads, p.batch, p.sk, kv_rows) ||
+      !EncodeTmaMap(&w.v, p.v, bf, p.head_dim, p.seq_k, p.kv_heads, p.batch, p.sv, kv_rows) ||
+      !EncodeTmaMap(&w.q, p.q, bf, p.head_dim, p.seq_q, p.heads, p.batch, p.sq, kWgBwdBM) ||
+      !EncodeTmaMap(&w.dout, p.dout, bf, p.head_dim, p.seq_q, p.heads, p.batch, p.sdo, kWgBwdBM) ||
+      !EncodeTmaMap1d(&w.lse, p.lse, rows, kWgBwdBM) || !EncodeTmaMap1d(&w.delta, p.delta, rows, kWgBwdBM))
+    return cudaErrorNotSupported;
+  if (p.head_dim == 64) return warpgroups == 1 ? DispatchBwd<64, 1>(w, s) : DispatchBwd<64, 2>(w, s);
+  return warpgroups == 1 ? DispatchBwd<128, 1>(w, s) : DispatchBwd<128, 2>(w, s);
 }
 
 }  // namespace loom::kernels::cuda::attention

@@ -1,10 +1,12 @@
 // Hopper's asynchronous data movement and warp-specialisation primitives, as
-// the warp-specialised flash forward (flash_ws_fwd_kernel.cuh) uses them:
+// the warp-specialised flash kernels (flash_ws_fwd_kernel.cuh,
+// flash_ws_bwd_kernel.cuh) use them:
 //   - mbarriers in shared memory (init, arrive, arrive with expected bytes,
 //     wait on a phase's parity);
 //   - tensor copies (TMA, cp.async.bulk.tensor) of a 64-element-wide box of
 //     a 4-d tensor [B, H, T, D] into a 128-byte-swizzled shared tile, the
-//     layout wgmma.cuh's descriptors read, completing on an mbarrier;
+//     layout wgmma.cuh's descriptors read, or of a run of a 1-d f32 array,
+//     completing on an mbarrier;
 //   - named barriers (bar.sync / bar.arrive) between warpgroups;
 //   - register reallocation between warpgroups (setmaxnreg).
 // Only sm_90a code may include it (the flash_wgmma_cu target), or a host
@@ -34,6 +36,7 @@ inline void Wait(uint32_t bar, int parity) { emu::MbarWait(bar, parity); }
 inline void Load(uint32_t dst, const TmaMap& map, int c0, int c1, int c2, int c3, uint32_t bar) {
   emu::TmaLoad(dst, map, c0, c1, c2, c3, bar);
 }
+inline void Load1(uint32_t dst, const TmaMap& map, int c0, uint32_t bar) { emu::TmaLoad(dst, map, c0, 0, 0, 0, bar); }
 inline void NamedSync(int id, int n) { emu::NamedSync(id, n); }
 inline void NamedArrive(int id, int n) { emu::NamedArrive(id, n); }
 template <int N>
@@ -81,6 +84,14 @@ __device__ __forceinline__ void Load(uint32_t dst, const TmaMap& map, int c0, in
       "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3, %4, %5, "
       "%6}], [%2];\n" ::"r"(dst),
       "l"(reinterpret_cast<uint64_t>(&map.map)), "r"(bar), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+// The box at c0 of a 1-d tensor map (unswizzled) into shared memory at dst.
+__device__ __forceinline__ void Load1(uint32_t dst, const TmaMap& map, int c0, uint32_t bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3}], [%2];\n" ::"r"(
+          dst),
+      "l"(reinterpret_cast<uint64_t>(&map.map)), "r"(bar), "r"(c0)
       : "memory");
 }
 __device__ __forceinline__ void NamedSync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n)); }

@@ -547,31 +547,39 @@ inline void NamedSync(int id, int n) {
   NamedArrive(id, n);
   while (s.named_gen[id] == gen) Yield();
 }
-// A 4-d tensor map as tma.cuh's TmaMap describes it on the host: element
-// size, dims (innermost first), byte strides of dims 1-3, and the box: 64
-// elements (128 bytes) of dim 0 by box_rows of dim 1, stored with the
-// 128-byte swizzle.
+// A tensor map of up to 4 dims as tma.cuh's TmaMap describes it on the
+// host: element size, dims (innermost first; 1 where the tensor has fewer),
+// byte strides of dims 1-3, and the box: box_cols elements of dim 0 by
+// box_rows of dim 1, stored with the 128-byte swizzle (rows of 128 bytes)
+// or unswizzled.
 struct TmaMap {
   const unsigned char* base = nullptr;
-  int64_t dim[4] = {};
+  int64_t dim[4] = {1, 1, 1, 1};
   int64_t stride[4] = {};
-  int box_rows = 0, elem = 2;
+  int box_rows = 1, box_cols = 64, elem = 2;
+  bool swizzle = true;
 };
 // cp.async.bulk.tensor: the box at (c0, c1, c2, c3) into shared memory at
-// dst (1024-byte aligned), elements outside the tensor as zeros; the bytes
-// count against `bar`'s expected bytes and land when its phase completes.
+// dst (1024-byte aligned when swizzled, else 128), elements outside the
+// tensor as zeros; the bytes count against `bar`'s expected bytes. The
+// destination holds poison from the issue until the data lands, when a
+// thread waits for the phase that completes them: the earliest and the
+// latest moments the hardware allows, so that both a read of the old tile
+// after the refill was issued and a read of the new one before its wait
+// see poison.
 inline void TmaLoad(uint32_t dst, const TmaMap& map, int c0, int c1, int c2, int c3, uint32_t bar) {
-  if (dst % 1024 != 0 || map.elem * 64 != 128) std::abort();
-  const int64_t bytes = static_cast<int64_t>(map.box_rows) * 128;
+  const int row_bytes = map.box_cols * map.elem;
+  if (dst % (map.swizzle ? 1024 : 128) != 0 || (map.swizzle && row_bytes != 128) || row_bytes % 16 != 0) std::abort();
+  const int64_t bytes = static_cast<int64_t>(map.box_rows) * row_bytes;
   if (dst + bytes > sizeof(smem_raw)) std::abort();
   std::vector<unsigned char> box(bytes, 0);
   const bool outer_in = c2 >= 0 && c2 < map.dim[2] && c3 >= 0 && c3 < map.dim[3];
   for (int r = 0; r < map.box_rows; ++r) {
     const int64_t row = static_cast<int64_t>(c1) + r;
-    for (int c = 0; c < 8; ++c) {
-      unsigned char* to = box.data() + r * 128 + ((c ^ (r & 7)) << 4);
-      for (int e = 0; e < 8; ++e) {
-        const int64_t col = static_cast<int64_t>(c0) + 8 * c + e;
+    for (int c = 0; c < row_bytes / 16; ++c) {
+      unsigned char* to = box.data() + r * row_bytes + ((map.swizzle ? c ^ (r & 7) : c) << 4);
+      for (int e = 0; e < 16 / map.elem; ++e) {
+        const int64_t col = static_cast<int64_t>(c0) + c * (16 / map.elem) + e;
         if (!outer_in || row < 0 || row >= map.dim[1] || col < 0 || col >= map.dim[0]) continue;
         std::memcpy(to + e * map.elem,
                     map.base + col * map.elem + row * map.stride[1] + c2 * map.stride[2] + c3 * map.stride[3],
@@ -579,6 +587,10 @@ inline void TmaLoad(uint32_t dst, const TmaMap& map, int c0, int c1, int c2, int
       }
     }
   }
+  // The destination is in flux from the issue on (poison: NaN in bf16, f16
+  // and f32), so a thread still reading the stage's previous tile then
+  // reads poison; the data itself lands when a thread waits for it.
+  std::memset(smem_raw + dst, 0xFF, bytes);
   State::Mbar& m = FindMbar(bar);
   m.landing.emplace_back(dst, std::move(box));
   m.tx -= bytes;
