@@ -93,14 +93,14 @@ constexpr int kDqVariants = 4;
 
 // Defaults: the fastest at the issue-8 shapes in the H200 sweep of 2026-12-02
 // (sdpa_bench --sweep; docs/perf.md). The SDPA dispatcher times them all.
-// Forward: the pipelined wgmma kernel, two warpgroups per block at D 128
-// (426-441 TFLOP/s against the best mma.sync one's 327-329 non-causal, H200
-// sweep of 2026-12-03), one at D 64 (320 against 271: smaller blocks, three
-// per SM). Off compute capability 9.0 a wgmma default runs
-// FwdMmaDefaultVariant. (The backward's default is the stored-dS scheme with
+// Forward: the warp-specialised kernel, two consumer warpgroups at D 128
+// (631-687 TFLOP/s against the pipelined wgmma kernel's 388-444, H200 sweep
+// of 2026-12-07), one with two blocks per SM at D 64 (0.070 ms against 0.099
+// at B8 H12 T1024 non-causal). Off compute capability 9.0 a wgmma default
+// runs FwdMmaDefaultVariant. (The backward's default is the stored-dS scheme with
 // the one-warpgroup wgmma dK/dV pass while dS fits: FlashResolvedBackwardVariant.)
 inline int FwdMmaDefaultVariant(int d) { return d == 64 ? 4 : 4; }
-inline int FwdDefaultVariant(int d) { return d == 128 ? kFwdWgmmaPipeVariant : kFwdWgmmaPipe1Variant; }
+inline int FwdDefaultVariant(int d) { return d == 128 ? kFwdWsVariant : kFwdWs1Variant; }
 inline int BwdDefaultVariant(int d) { return d == 128 ? 2 : 2; }
 inline int DqDefaultVariant(int d) { return d == 128 ? 2 : 1; }
 
