@@ -2,24 +2,27 @@
 # staged folder, with bin/ unpacked from bin.tar.xz), O (where logs go), PY, and LD_LIBRARY_PATH = the staged
 # non-CUDA shared libraries (lib/ or lib.tar.xz, unpacked once) + the CUDA
 # libraries of the PyTorch environment there (cuBLAS/cuBLASLt, NVRTC, NCCL).
-# Both archives are unpacked once per machine (/tmp/loom_staged*): a call that
-# brings another staging to a machine still held removes those folders first.
+# Each archive is unpacked once per machine, into a folder named by its
+# checksum (/tmp/loom_staged.<sum>, /tmp/loom_staged_libs.<sum>): a later call
+# with the same staging reuses it, one with another staging gets its own, and
+# a running binary's libraries are never replaced.
 D=${LOOM_DEVICE_DIR:-.device/gpu}
 O=${OUT:-/tmp/loom_cuda_out}
 mkdir -p "$O"
 PY=${PYTHON:-python3}
 # bin.tar.xz (stage.sh packs the binaries): unpacked once into a copy of $D.
+_sum() { cksum "$1" | cut -d' ' -f1; }
 if [ -f "$D/bin.tar.xz" ] && [ ! -d "$D/bin" ]; then
-  _st=/tmp/loom_staged
-  if [ ! -d "$_st/bin" ]; then
-    rm -rf "$_st" && mkdir -p "$_st" && cp -r "$D"/. "$_st"/ && tar -C "$_st" -xJf "$_st/bin.tar.xz"
+  _st=/tmp/loom_staged.$(_sum "$D/bin.tar.xz")
+  if [ ! -f "$_st/.unpacked" ]; then
+    rm -rf "$_st" && mkdir -p "$_st" && cp -r "$D"/. "$_st"/ && tar -C "$_st" -xJf "$_st/bin.tar.xz" &&
+      touch "$_st/.unpacked"
   fi
   D=$_st
 fi
 _libs="$D/lib"
 if [ -f "$D/lib.tar.xz" ]; then
-  _libs=/tmp/loom_staged_libs
-  # Once: a second unpack would replace libraries under a running binary.
+  _libs=/tmp/loom_staged_libs.$(_sum "$D/lib.tar.xz")
   if [ ! -f "$_libs/.unpacked" ]; then
     mkdir -p "$_libs" && tar -C "$_libs" -xJf "$D/lib.tar.xz" --strip-components=1 && touch "$_libs/.unpacked"
   fi
