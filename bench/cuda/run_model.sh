@@ -9,7 +9,7 @@
 #
 #   run_model.sh [--rounds=2] [--steps=20] [--warmup=5] [--modes="compile compile-ro"]
 #                [--sdpa=default|cudnn|flash] [--budget=540] [--loom-flags="--no-graph ..."]
-#                [--activation-checkpointing=none|blocks] PRESET [--n_layer=N --batch=N ...]
+#                [--activation-checkpointing=none|blocks] [--text=PATH] PRESET [--n_layer=N --batch=N ...]
 # PRESET: gpt2-124m, gpt2-350m, llama-124m, llama-350m, llama-1b
 # (bench/cuda/train_config.h). Shape flags after it go to both sides
 # (train_torch.py --init and train_bench). --modes may add eager.
@@ -20,15 +20,18 @@
 # the rounds that ran. --activation-checkpointing=blocks: both sides
 # recompute each block in the backward (PyTorch's torch.utils.checkpoint per
 # block, Loom's block checkpointing): the recipe of the capacity comparison.
+# --text=PATH: the batches are byte windows of this file or folder (e.g. the
+# staged fortunes corpus, .device/gpu/data/fortunes), not uniform random tokens, so
+# that the loss falls and a spike means a fault rather than chaos.
 # Logs and results go to $OUT.
 set -u
-rounds=2 steps=20 warm=5 modes="compile compile-ro" sdpa=default budget=540 loom_flags="" ckpt=none
-usage() { echo "usage: run_model.sh [--rounds=N] [--steps=N] [--warmup=N] [--modes=LIST] [--sdpa=S] [--budget=S] [--loom-flags=F] [--activation-checkpointing=none|blocks] PRESET [shape flags]" >&2; exit 2; }
+rounds=2 steps=20 warm=5 modes="compile compile-ro" sdpa=default budget=540 loom_flags="" ckpt=none text=""
+usage() { echo "usage: run_model.sh [--rounds=N] [--steps=N] [--warmup=N] [--modes=LIST] [--sdpa=S] [--budget=S] [--loom-flags=F] [--activation-checkpointing=none|blocks] [--text=PATH] PRESET [shape flags]" >&2; exit 2; }
 while [ $# -gt 0 ]; do
   case "$1" in
     --rounds=*) rounds=${1#*=} ;; --steps=*) steps=${1#*=} ;; --warmup=*) warm=${1#*=} ;;
     --modes=*) modes=${1#*=} ;; --sdpa=*) sdpa=${1#*=} ;; --budget=*) budget=${1#*=} ;;
-    --loom-flags=*) loom_flags=${1#*=} ;;
+    --loom-flags=*) loom_flags=${1#*=} ;; --text=*) text=${1#*=} ;;
     --activation-checkpointing=none|--activation-checkpointing=blocks) ckpt=${1#*=} ;;
     --*) echo "run_model.sh: unknown option '$1'" >&2; usage ;;
     *) break ;;
@@ -48,7 +51,8 @@ data=/tmp/loom_model_data_$preset
 status=0
 echo "== $preset ${shape[*]}: weights + $((steps + warm)) batches"
 rm -rf "$data"
-$PY bench/cuda/train_torch.py --init "$data" --preset "$preset" "${shape[@]}" --steps "$steps" --warmup "$warm" || exit 2
+$PY bench/cuda/train_torch.py --init "$data" --preset "$preset" "${shape[@]}" --steps "$steps" --warmup "$warm" \
+  ${text:+--text "$text"} || exit 2
 declare -A took=()
 loom_logs="" torch_all=""
 # run NAME CMD...: runs CMD under the budget (ran=1), or skips it (ran=0) when

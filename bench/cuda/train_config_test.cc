@@ -315,6 +315,43 @@ TEST(TrainTorch, BadFlagsExit2NamingTheFlag) {
   }
 }
 
+// train_torch.py --init --text: the batches both sides train on are byte
+// windows of the file (y is x one byte on), not random tokens; a missing
+// file or a vocabulary under 256 exits 2 naming --text.
+TEST(TrainTorch, InitTextWritesWindowsOfTheFile) {
+  const std::string path = TmpDir("torch_text.txt");
+  std::string text;
+  for (int i = 0; i < 3000; ++i) text.push_back(static_cast<char>((i * 11 + i / 7) % 253));
+  std::ofstream(path, std::ios::binary) << text;
+  const std::string dir = TmpDir("torch_text");
+  const std::string shape =
+      "--family llama --n_layer 1 --n_head 2 --n_kv_head 2 --d_model 16 --ffn 24 --seq_len 16 --batch 3";
+  std::string out;
+  ASSERT_EQ(RunTorch(absl::StrCat("--init ", dir, " --steps 2 --warmup 1 --vocab 300 --text ", path, " ", shape), &out),
+            0)
+      << out;
+  auto batches = tests::parity::LoadTensorDir(dir + "/batches");
+  ASSERT_TRUE(batches.ok()) << batches.status();
+  auto byte = [](const Tensor& t, int64_t i) { return static_cast<char>(static_cast<int>(t.GetDouble(i))); };
+  for (int step = 0; step < 3; ++step) {
+    const Tensor& x = batches->at(absl::StrCat("x", step));
+    const Tensor& y = batches->at(absl::StrCat("y", step));
+    ASSERT_EQ(x.shape(), Shape({3, 16}));
+    for (int64_t r = 0; r < 3; ++r) {
+      std::string window;
+      for (int64_t j = 0; j < 16; ++j) window.push_back(byte(x, r * 16 + j));
+      window.push_back(byte(y, r * 16 + 15));
+      EXPECT_NE(text.find(window), std::string::npos) << "step " << step << " row " << r;
+      for (int64_t j = 0; j + 1 < 16; ++j) EXPECT_EQ(y.GetDouble(r * 16 + j), x.GetDouble(r * 16 + j + 1));
+    }
+  }
+  for (const std::string& args : {absl::StrCat("--init ", dir, "2 --vocab 300 --text ", path, ".missing ", shape),
+                                  absl::StrCat("--init ", dir, "3 --vocab 200 --text ", path, " ", shape)}) {
+    EXPECT_EQ(RunTorch(args, &out), 2) << args << "\n" << out;
+    EXPECT_NE(out.find("--text"), std::string::npos) << out;
+  }
+}
+
 // --text's batches: y is x shifted by one byte of the file, every window a
 // run of the file's bytes; a step's batch is the same every time and steps
 // differ; a short file or a vocabulary under 256 is refused by flag.

@@ -96,9 +96,37 @@ def flops_per_token(c, shapes):
     return 6 * matmul + 12 * c["n_layer"] * c["d_model"] * c["seq_len"]
 
 
-def init(c, out, steps):
+def text_windows(path, c, steps, g):
+    """Batches of byte windows of a text file (or of every file under a
+    folder, in name order): x a window, y the same window one byte on, so
+    that the batches carry signal a model can learn."""
+    def bad(why):
+        print(f"train_torch.py: --text {path}: {why}", file=sys.stderr)
+        sys.exit(2)
+
+    if not os.path.exists(path):
+        bad("no such file or folder")
+    files = [path] if os.path.isfile(path) else sorted(
+        os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs)
+    data = b"".join(open(f, "rb").read() for f in files)
+    t = c["seq_len"]
+    if len(data) < t + 2:
+        bad(f"{len(data)} bytes, fewer than seq_len + 2 = {t + 2}")
+    if c["vocab"] < 256:
+        bad(f"byte tokens need --vocab >= 256, got {c['vocab']}")
+    corpus = torch.tensor(list(data), dtype=torch.int32)
+    B = {}
+    for i in range(steps):
+        starts = torch.randint(0, len(data) - t - 1, (c["batch"],), generator=g)
+        B[f"x{i}"] = torch.stack([corpus[s:s + t] for s in starts.tolist()])
+        B[f"y{i}"] = torch.stack([corpus[s + 1:s + t + 1] for s in starts.tolist()])
+    return B
+
+
+def init(c, out, steps, text=None):
     """GPT-2 style: matrices normal(0, 0.02), residual projections scaled by
-    1/sqrt(2 L), norm weights 1, biases 0."""
+    1/sqrt(2 L), norm weights 1, biases 0. Batches: uniform random tokens, or
+    byte windows of `text`."""
     g = torch.Generator().manual_seed(1234)
     W = {}
     residual = ("c_proj.weight", "attention.wo", "feed_forward.w2")
@@ -111,10 +139,13 @@ def init(c, out, steps):
             std = 0.02 / math.sqrt(2 * c["n_layer"]) if n.endswith(residual) else 0.02
             W[n] = torch.randn(s, generator=g) * std
     tensor_dir.save(os.path.join(out, "weights"), W)
-    B = {}
-    for i in range(steps):
-        B[f"x{i}"] = torch.randint(0, c["vocab"], (c["batch"], c["seq_len"]), generator=g, dtype=torch.int32)
-        B[f"y{i}"] = torch.randint(0, c["vocab"], (c["batch"], c["seq_len"]), generator=g, dtype=torch.int32)
+    if text:
+        B = text_windows(text, c, steps, g)
+    else:
+        B = {}
+        for i in range(steps):
+            B[f"x{i}"] = torch.randint(0, c["vocab"], (c["batch"], c["seq_len"]), generator=g, dtype=torch.int32)
+            B[f"y{i}"] = torch.randint(0, c["vocab"], (c["batch"], c["seq_len"]), generator=g, dtype=torch.int32)
     tensor_dir.save(os.path.join(out, "batches"), B)
     with open(os.path.join(out, "config.json"), "w") as f:
         json.dump(c, f, indent=1, sort_keys=True)
@@ -328,6 +359,7 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description="PyTorch side of bench/cuda/train_bench")
     ap.add_argument("--init", help="write weights, batches and config.json into this folder")
     ap.add_argument("--data", help="train on what --init wrote in this folder")
+    ap.add_argument("--text", help="with --init: batches of byte windows of this file or folder, not random tokens")
     ap.add_argument("--print-presets", action="store_true")
     ap.add_argument("--preset", default="gpt2-124m", choices=sorted(PRESETS))
     ap.add_argument("--family", choices=["gpt", "llama"])
@@ -397,7 +429,7 @@ def main():
         print(json.dumps({n: dict(zip(["family"] + SHAPE_KEYS, p)) for n, p in PRESETS.items()}, sort_keys=True))
         return
     if a.init:
-        init(config_of(ap, a), a.init, a.warmup + a.steps)
+        init(config_of(ap, a), a.init, a.warmup + a.steps, a.text)
         return
     if a.device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True

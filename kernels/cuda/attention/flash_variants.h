@@ -65,7 +65,9 @@ constexpr int kFwdWs3Variant = 12;
 constexpr int kFwdWs1Variant = 13;
 constexpr bool IsWsFwdVariant(int v) { return v >= kFwdWsVariant && v <= kFwdWs1Variant; }
 // Consumer warpgroups of a warp-specialised variant at head dim d.
-constexpr int WsWarpgroups(int v, int d) { return d == 128 ? 2 : v == kFwdWs3Variant ? 3 : v == kFwdWs1Variant ? 1 : 2; }
+constexpr int WsWarpgroups(int v, int d) {
+  return d == 128 ? 2 : v == kFwdWs3Variant ? 3 : v == kFwdWs1Variant ? 1 : 2;
+}
 constexpr bool IsWgmmaFwdVariant(int v) { return v >= kFwdWgmmaVariant && v <= kFwdWs1Variant; }
 constexpr int kBwdVariants = 11;      // the five dK/dV configurations and:
 constexpr int kBwdAtomicVariant = 6;  // single pass, f32 atomic dQ

@@ -54,7 +54,8 @@ bool EncodeTmaMap1d(tma::TmaMap* m, const float* base, int64_t n, int box) {
   const cuuint64_t dims[1] = {static_cast<cuuint64_t>(n)};
   const cuuint32_t boxes[1] = {static_cast<cuuint32_t>(box)}, elem_strides[1] = {1};
   return encode(&m->map, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 1, const_cast<float*>(base), dims, nullptr, boxes,
-                elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+                elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
+                CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 

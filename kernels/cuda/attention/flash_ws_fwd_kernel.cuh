@@ -1,8 +1,8 @@
 // Warp-specialised flash-attention forward for Hopper (sm_90a): variants
 // kFwdWsVariant (two consumer warpgroups, BM 128), kFwdWs3Variant (three,
-// BM 192) and kFwdWs1Variant (one, BM 64, two blocks per SM). Same contract and outputs as flash_wgmma_fwd_kernel.cuh (O and
-// lse, causal top-left, GQA, strided operands, ragged ends); different
-// division of labour:
+// BM 192) and kFwdWs1Variant (one, BM 64, two blocks per SM). Same contract
+// and outputs as flash_wgmma_fwd_kernel.cuh (O and lse, causal top-left,
+// GQA, strided operands, ragged ends); different division of labour:
 //   - warpgroup 0 is the producer: it gives most of its registers away
 //     (setmaxnreg) and one of its threads issues every load as a tensor copy
 //     (TMA) of a 64-column panel into the 128-byte-swizzled tiles wgmma
@@ -171,7 +171,8 @@ __device__ __forceinline__ void WsConsume(const FlashParams& p, uint32_t sq, uin
 // Blocks of 128 (NWG + 1) threads over (query tiles of 64 NWG rows, heads,
 // batch); dynamic shared memory WsLayout<D, NWG>::kSmemBytes.
 template <int D, int NWG, bool kBf16, bool kCausal>
-__global__ void __launch_bounds__(128 * (NWG + 1), WsLayout<D, NWG>::kMinBlocks) FlashFwdWsKernel(const LOOM_GRID_CONSTANT FlashWsParams w) {
+__global__ void __launch_bounds__(128 * (NWG + 1), WsLayout<D, NWG>::kMinBlocks)
+    FlashFwdWsKernel(const LOOM_GRID_CONSTANT FlashWsParams w) {
   using L = WsLayout<D, NWG>;
   const FlashParams& p = w.p;
   extern __shared__ unsigned char smem_raw[];

@@ -89,9 +89,8 @@ __device__ __forceinline__ void Load(uint32_t dst, const TmaMap& map, int c0, in
 // The box at c0 of a 1-d tensor map (unswizzled) into shared memory at dst.
 __device__ __forceinline__ void Load1(uint32_t dst, const TmaMap& map, int c0, uint32_t bar) {
   asm volatile(
-      "cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3}], [%2];\n" ::"r"(
-          dst),
-      "l"(reinterpret_cast<uint64_t>(&map.map)), "r"(bar), "r"(c0)
+      "cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3}], [%2];\n"
+      ::"r"(dst), "l"(reinterpret_cast<uint64_t>(&map.map)), "r"(bar), "r"(c0)
       : "memory");
 }
 __device__ __forceinline__ void NamedSync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n)); }
