@@ -85,6 +85,23 @@ __device__ __forceinline__ void BwdTileProbs(float* st, float* dpt, const float*
     }
 }
 
+// From the tile's S^T and dP^T accumulators (BwdTileProbs' arguments): P^T
+// and dS^T, then dV += P^T dO and dK += dS^T Q issued and committed (not
+// waited for); dS^T stays in `as`, the A fragments those products read.
+template <int D, bool kBf16, bool kCausal>
+__device__ __forceinline__ void BwdIssueUpdates(float* s, float* dpt, const float* stat, int m0, int key0, int seq_q,
+                                                int seq_k, float scale_log2, int t, float* dk, float* dv,
+                                                uint32_t q_addr, uint32_t do_addr, uint32_t (*as)[4]) {
+  BwdTileProbs<kCausal>(s, dpt, stat, m0, key0, seq_q, seq_k, scale_log2, t);
+  uint32_t ap[kWgBwdBM / 16][4];
+  wg::PackA<kWgBwdBM, kBf16>(s, ap);
+  wg::PackA<kWgBwdBM, kBf16>(dpt, as);
+  wg::Fence();
+  IssueAccumulate<D, kBf16>(dv, ap, do_addr);
+  IssueAccumulate<D, kBf16>(dk, as, q_addr);
+  wg::Commit();
+}
+
 // dS^T of this warp's 16 keys (from key_base) x the tile's 64 queries to the
 // workspace (ds: the tile's first query of row 0; rows ds_ld apart, those
 // from ds_keys on skipped), through the warp's staging rows sDs: fragment
@@ -218,14 +235,9 @@ __global__ void __launch_bounds__(128 * NWG, kBwdMinBlocks<D, NWG>) FlashBwdWgmm
     wg::Wait<0>();
     wg::FenceRegs<kWgBwdBM / 2>(st);
     wg::FenceRegs<kWgBwdBM / 2>(dpt);
-    BwdTileProbs<kCausal>(st, dpt, sStat + stage * 2 * kWgBwdBM, m0, key0, p.seq_q, p.seq_k, scale_log2, t);
-    uint32_t ap[kWgBwdBM / 16][4], as[kWgBwdBM / 16][4];
-    wg::PackA<kWgBwdBM, kBf16>(st, ap);
-    wg::PackA<kWgBwdBM, kBf16>(dpt, as);
-    wg::Fence();
-    IssueAccumulate<D, kBf16>(dv, ap, do_addr);
-    IssueAccumulate<D, kBf16>(dk, as, q_addr);
-    wg::Commit();
+    uint32_t as[kWgBwdBM / 16][4];
+    BwdIssueUpdates<D, kBf16, kCausal>(st, dpt, sStat + stage * 2 * kWgBwdBM, m0, key0, p.seq_q, p.seq_k, scale_log2,
+                                       t, dk, dv, q_addr, do_addr, as);
     BwdStoreDs(as, sDs, static_cast<T*>(p.ds) + bh * p.ds_bh + m0, n0 + wgi * 64 + warp * 16, p.ds_keys, p.ds_ld,
                lane);
     wg::Wait<0>();

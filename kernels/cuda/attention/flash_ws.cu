@@ -59,16 +59,23 @@ bool EncodeTmaMap1d(tma::TmaMap* m, const float* base, int64_t n, int box) {
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
 }
 
+// One launch of `kernel` (dynamic shared memory `smem`, raised on its first
+// launch: *configured is the instantiation's flag) over (tiles, heads,
+// batch) blocks of 128 (nwg + 1) threads.
+template <class Kernel, class Params>
+cudaError_t LaunchWs(Kernel kernel, int smem, bool* configured, int tiles, int heads, int batch, int nwg,
+                     const Params& w, cudaStream_t s) {
+  if (cudaError_t e = ConfigureSmem(kernel, smem, configured); e != cudaSuccess) return e;
+  kernel<<<dim3(tiles, heads, batch), 128 * (nwg + 1), smem, s>>>(w);
+  return cudaGetLastError();
+}
+
 template <int D, int NWG, bool kBf16, bool kCausal>
 cudaError_t Launch(const FlashWsParams& w, cudaStream_t s) {
-  constexpr int smem = WsLayout<D, NWG>::kSmemBytes;
-  auto kernel = FlashFwdWsKernel<D, NWG, kBf16, kCausal>;
   static bool configured = false;  // per instantiation, first launch
-  if (cudaError_t e = ConfigureSmem(kernel, smem, &configured); e != cudaSuccess) return e;
   const FlashParams& p = w.p;
-  dim3 grid((p.seq_q + 64 * NWG - 1) / (64 * NWG), p.heads, p.batch);
-  kernel<<<grid, 128 * (NWG + 1), smem, s>>>(w);
-  return cudaGetLastError();
+  return LaunchWs(FlashFwdWsKernel<D, NWG, kBf16, kCausal>, WsLayout<D, NWG>::kSmemBytes, &configured,
+                  (p.seq_q + 64 * NWG - 1) / (64 * NWG), p.heads, p.batch, NWG, w, s);
 }
 
 template <int D, int NWG>
@@ -80,14 +87,10 @@ cudaError_t Dispatch(const FlashWsParams& w, cudaStream_t s) {
 
 template <int D, int NWG, bool kBf16, bool kCausal>
 cudaError_t LaunchBwd(const FlashWsBwdParams& w, cudaStream_t s) {
-  constexpr int smem = WsBwdLayout<D, NWG>::kSmemBytes;
-  auto kernel = FlashBwdWsKernel<D, NWG, kBf16, kCausal>;
   static bool configured = false;  // per instantiation, first launch
-  if (cudaError_t e = ConfigureSmem(kernel, smem, &configured); e != cudaSuccess) return e;
   const FlashParams& p = w.p;
-  dim3 grid((p.seq_k + 64 * NWG - 1) / (64 * NWG), p.kv_heads, p.batch);
-  kernel<<<grid, 128 * (NWG + 1), smem, s>>>(w);
-  return cudaGetLastError();
+  return LaunchWs(FlashBwdWsKernel<D, NWG, kBf16, kCausal>, WsBwdLayout<D, NWG>::kSmemBytes, &configured,
+                  (p.seq_k + 64 * NWG - 1) / (64 * NWG), p.kv_heads, p.batch, NWG, w, s);
 }
 
 template <int D, int NWG>

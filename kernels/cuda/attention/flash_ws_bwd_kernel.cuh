@@ -118,15 +118,9 @@ __device__ __forceinline__ void WsBwdConsume(const FlashParams& p, unsigned char
     wg::Wait<0>();
     wg::FenceRegs<kWgBwdBM / 2>(s);
     wg::FenceRegs<kWgBwdBM / 2>(dpt);
-    BwdTileProbs<kCausal>(s, dpt, reinterpret_cast<const float*>(smem + L::kStat + st * L::kStatBytes), m0, key0,
-                          p.seq_q, p.seq_k, scale_log2, t);
-    uint32_t ap[kWgBwdBM / 16][4], as[kWgBwdBM / 16][4];
-    wg::PackA<kWgBwdBM, kBf16>(s, ap);
-    wg::PackA<kWgBwdBM, kBf16>(dpt, as);
-    wg::Fence();
-    IssueAccumulate<D, kBf16>(dv, ap, do_addr);
-    IssueAccumulate<D, kBf16>(dk, as, q_addr);
-    wg::Commit();
+    uint32_t as[kWgBwdBM / 16][4];
+    BwdIssueUpdates<D, kBf16, kCausal>(s, dpt, reinterpret_cast<const float*>(smem + L::kStat + st * L::kStatBytes),
+                                       m0, key0, p.seq_q, p.seq_k, scale_log2, t, dk, dv, q_addr, do_addr, as);
     const int64_t bh = static_cast<int64_t>(b) * p.heads + tiles.Head(it);
     BwdStoreDs(as, sDs, static_cast<T*>(p.ds) + bh * p.ds_bh + m0, key_base, p.ds_keys, p.ds_ld, lane);
     wg::Wait<0>();
