@@ -9,7 +9,13 @@
 #     the side-by-side table with ratios; SDPA_ROUNDS (2) rounds alternating;
 #   sweep: every flash kernel variant timed per shape (sdpa_bench --sweep),
 #     then the defaults' benchmark (no PyTorch);
-#   all: sweep, then bench.
+#   all: sweep, then bench;
+#   variants: Loom's kernel pairs against cuDNN's fused attention, each in
+#     its own sdpa_bench process, SDPA_ROUNDS rounds alternating. SDPA_PAIRS
+#     lists the pairs as FWD,BWD variant ids (flash_variants.h; default
+#     "9,9 11,10 12,11 13,11": the pipelined wgmma forward with the wgmma
+#     dK/dV pass, then the warp-specialised forwards with the
+#     warp-specialised passes). No PyTorch.
 # SDPA_ITERS (40): timed iterations per loop, the same for both sides.
 # Logs go to $OUT. Also called by run_all.sh.
 set -u
@@ -26,6 +32,21 @@ if [ "$MODE" = sweep ] || [ "$MODE" = all ]; then
   echo "== SDPA bf16: every flash variant"
   timeout 60 "$D/bin/sdpa_bench" --sweep --iters=${SDPA_ITERS:-10} 2>&1 | tee "$O/sdpa_sweep.txt" | grep -E "BEST|FAIL|usage|error"
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+if [ "$MODE" = variants ]; then
+  for round in $(seq 1 "${SDPA_ROUNDS:-2}"); do
+    for fb in ${SDPA_PAIRS:-9,9 11,10 12,11 13,11}; do
+      f=${fb%,*} b=${fb#*,}
+      echo "== SDPA bf16 round $round: flash fwd $f, bwd $b, and cuDNN"
+      timeout 90 "$D/bin/sdpa_bench" --fwd="$f" --bwd="$b" --only=loom_flash,loom_cudnn --iters=${SDPA_ITERS:-40} \
+        > "$O/sdpa_variants_r${round}_f${f}_b${b}.txt" 2>&1 || status=1
+      grep -E "^RESULT" "$O/sdpa_variants_r${round}_f${f}_b${b}.txt" |
+        sed -E 's/ (graph_fwdbwd_ms|host_ms|check_o_rel|check_lse_abs|grads_finite)=[^ ]*//g; s/ kernels=.*//'
+    done
+  done
+  grep -q CHECK_FAILED "$O"/sdpa_variants_*.txt && status=1
+  echo "run_sdpa: $([ $status = 0 ] && echo ALL PASS || echo SOME FAILED)"
+  exit $status
 fi
 # Loom and PyTorch alternate for SDPA_ROUNDS rounds (default 2); the last
 # table takes each side's best figure per case over the rounds (the same rule
