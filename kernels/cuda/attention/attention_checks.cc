@@ -396,8 +396,8 @@ absl::StatusOr<std::vector<CheckResult>> RunAttentionChecks(const CheckOptions& 
       {bf, 1, 3, 3, 17, 40, 128, false},     {bf, 1, 2, 2, 640, 640, 64, true}};
   for (size_t i = 0; i < ws_cases.size(); ++i) {
     Case c = ws_cases[i];
-    const int ws[] = {kFlashFwdWsVariant, kFlashFwdWs3Variant, kFlashFwdWs1Variant};
-    c.fwd_variant = ws[i % 3];
+    const int ws[] = {kFlashFwdWsVariant, kFlashFwdWs3Variant, kFlashFwdWs1Variant, kFlashFwdWsSt3Variant};
+    c.fwd_variant = ws[i % 4];
     c.bwd_variant = i % 2 ? kFlashBwdWsDs1Variant : kFlashBwdWsDsVariant;
     c.layout = i == 5 ? 1 : i == 7 ? 2 : 0;
     cases.push_back(c);

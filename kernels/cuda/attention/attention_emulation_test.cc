@@ -54,7 +54,7 @@ tma::TmaMap WsMap(const void* base, int d, int t, int heads, int batch, const Te
   return m;
 }
 // Mirrors flash_ws.cu's launcher: a producer warpgroup and NWG consumers.
-template <int D, int NWG, bool kBf16, bool kCausal>
+template <int D, int NWG, bool kBf16, bool kCausal, int S = kWsStages>
 void ForwardWs(const FlashParams& p) {
   FlashWsParams w;
   w.p = p;
@@ -63,7 +63,7 @@ void ForwardWs(const FlashParams& p) {
   w.v = WsMap(p.v, D, p.seq_k, p.kv_heads, p.batch, p.sv, kWgFwdBN);
   emu::Launch({static_cast<unsigned>((p.seq_q + 64 * NWG - 1) / (64 * NWG)), static_cast<unsigned>(p.heads),
                static_cast<unsigned>(p.batch)},
-              128 * (NWG + 1), [&] { FlashFwdWsKernel<D, NWG, kBf16, kCausal>(w); });
+              128 * (NWG + 1), [&] { FlashFwdWsKernel<D, NWG, S, kBf16, kCausal>(w); });
 }
 // Mirrors flash_ws.cu's EncodeTmaMap1d: a flat f32 array.
 tma::TmaMap WsMap1d(const float* base, int64_t n) {
@@ -98,6 +98,7 @@ void Forward(const FlashParams& p) {
   if (v == kFwdWgmmaPipeVariant) return ForwardWgmma<D, 2, kBf16, kCausal, true>(p);
   if (v == kFwdWgmmaPipe1Variant) return ForwardWgmma<D, 1, kBf16, kCausal, true>(p);
   if (IsWsFwdVariant(v)) {
+    if (WsStages(v) == 3) return ForwardWs<D, D == 128 ? 2 : 1, kBf16, kCausal, 3>(p);
     if (D == 128) return ForwardWs<D, 2, kBf16, kCausal>(p);
     const int wgs = WsWarpgroups(v, D);
     if (wgs == 1) return ForwardWs<D, 1, kBf16, kCausal>(p);
@@ -397,6 +398,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Emulated,
                                            Case{true, 1, 2, 2, 90, 90, 128, true, 11, 0, 0, true},
                                            Case{true, 1, 2, 1, 150, 300, 64, true, 13, 10, 0},
                                            Case{false, 1, 2, 2, 130, 400, 64, false, 13, 11, 0, false},
+                                           // Three stages: the ring wraps at another period.
+                                           Case{true, 1, 2, 1, 300, 700, 64, false, 14, 0, 0},
+                                           Case{false, 1, 2, 2, 530, 530, 128, true, 14, 0, 0},
                                            // The warp-specialised dK/dV pass: both block sizes, GQA
                                            // (several query heads a block), causal, Tq != Tk both
                                            // ways, ragged ends, D 64 and 128, strided views.

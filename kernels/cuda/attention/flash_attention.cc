@@ -155,7 +155,8 @@ static_assert(kFlashBwdAtomicVariant == attention::kBwdAtomicVariant,
 static_assert(kFlashBwdDsVariant == attention::kBwdDsVariant, "flash_attention.h and flash_variants.h disagree");
 static_assert(kFlashBwdWgmmaDsVariant == attention::kBwdWgmmaDsVariant,
               "flash_attention.h and flash_variants.h disagree");
-static_assert(kFlashBwdWsDsVariant == attention::kBwdWsDsVariant && kFlashBwdWsDs1Variant == attention::kBwdWsDs1Variant,
+static_assert(kFlashBwdWsDsVariant == attention::kBwdWsDsVariant &&
+                  kFlashBwdWsDs1Variant == attention::kBwdWsDs1Variant,
               "flash_attention.h and flash_variants.h disagree");
 static_assert(kFlashBwdWgmmaDs1Variant == attention::kBwdWgmmaDs1Variant,
               "flash_attention.h and flash_variants.h disagree");
@@ -163,7 +164,8 @@ static_assert(kFlashFwdWgmmaPipe1Variant == attention::kFwdWgmmaPipe1Variant,
               "flash_attention.h and flash_variants.h disagree");
 static_assert(kFlashFwdWgmmaVariant == attention::kFwdWgmmaVariant, "flash_attention.h and flash_variants.h disagree");
 static_assert(kFlashFwdWsVariant == attention::kFwdWsVariant && kFlashFwdWs3Variant == attention::kFwdWs3Variant &&
-                  kFlashFwdWs1Variant == attention::kFwdWs1Variant,
+                  kFlashFwdWs1Variant == attention::kFwdWs1Variant &&
+                  kFlashFwdWsSt3Variant == attention::kFwdWsSt3Variant,
               "flash_attention.h and flash_variants.h disagree");
 static_assert(kFlashFwdWgmmaPipeVariant == attention::kFwdWgmmaPipeVariant,
               "flash_attention.h and flash_variants.h disagree");
@@ -182,7 +184,8 @@ std::string FlashForwardVariantName(int v, int64_t head_dim) {
   if (v == attention::kFwdWgmmaPipe1Variant) return "fwd wgmma-pipelined wg1 bm64 bn128";
   if (attention::IsWsFwdVariant(v)) {
     const int wgs = attention::WsWarpgroups(v, static_cast<int>(head_dim));
-    return absl::StrCat("fwd warp-specialised tma wg", wgs, " bm", 64 * wgs, " bn128", wgs == 1 ? " mb2" : "");
+    return absl::StrCat("fwd warp-specialised tma wg", wgs, " bm", 64 * wgs, " bn128", wgs == 1 ? " mb2" : "",
+                        attention::WsStages(v) == 3 ? " st3" : "");
   }
   switch (v) {
 #define LOOM_FWD_NAME(id, nw, bn, mb, mw) \
@@ -200,7 +203,8 @@ std::string FlashBackwardVariantName(int bv, int qv, int64_t head_dim) {
   if (bv == attention::kBwdDsVariant) return "bwd stored-ds w4 bn64 bm64 + dq-from-ds w4 bm128";
   if (bv == attention::kBwdWgmmaDsVariant) return "bwd stored-ds wgmma wg2 bn128 bm64 + dq-from-ds w4 bm128";
   if (bv == attention::kBwdWgmmaDs1Variant) return "bwd stored-ds wgmma wg1 bn64 bm64 + dq-from-ds w4 bm128";
-  if (bv == attention::kBwdWsDsVariant) return "bwd stored-ds warp-specialised tma wg2 bn128 bm64 + dq-from-ds w4 bm128";
+  if (bv == attention::kBwdWsDsVariant)
+    return "bwd stored-ds warp-specialised tma wg2 bn128 bm64 + dq-from-ds w4 bm128";
   if (bv == attention::kBwdWsDs1Variant)
     return "bwd stored-ds warp-specialised tma wg1 bn64 bm64 mb2 + dq-from-ds w4 bm128";
   if (bv == attention::kBwdAtomicVariant)

@@ -127,6 +127,7 @@ inline constexpr int kFlashFwdWgmmaPipe1Variant = 10; // pipelined, one warpgrou
 inline constexpr int kFlashFwdWsVariant = 11;          // warp-specialised: TMA producer, two consumer warpgroups
 inline constexpr int kFlashFwdWs3Variant = 12;         // the same with three consumers (two at D 128)
 inline constexpr int kFlashFwdWs1Variant = 13;         // one consumer, two blocks per SM (two consumers at D 128)
+inline constexpr int kFlashFwdWsSt3Variant = 14;       // a ring of three K/V stages (one consumer at D 64, two at 128)
 // The variant a 0 resolves to for this head_dim, and readable descriptions,
 // e.g. "fwd w8 bn64 mb1", "bwd w4 bm32 mb1 + dq w4 bn64 mb1", "bwd atomic-dq ...",
 // "bwd stored-ds ...".

@@ -27,7 +27,7 @@ template <int D>
 cudaError_t Fwd1(const FlashParams& p, cudaStream_t s) {
   int v = p.fwd_variant > 0 ? p.fwd_variant : FwdDefaultVariant(D);
   if (IsWsFwdVariant(v) && DeviceIsSm90()) {
-    const cudaError_t e = FlashForwardWs(p, WsWarpgroups(v, D), s);
+    const cudaError_t e = FlashForwardWs(p, WsWarpgroups(v, D), WsStages(v), s);
     if (e != cudaErrorNotSupported) return e;
     v = kFwdWgmmaPipeVariant;
   }

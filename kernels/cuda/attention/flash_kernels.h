@@ -87,10 +87,10 @@ cudaError_t FlashForward(const FlashParams& p, cudaStream_t s);
 // per block kFwdWgmmaPipe1Variant) here on a compute-capability-9.0 device.
 cudaError_t FlashForwardWgmma(const FlashParams& p, bool pipelined, int warpgroups, cudaStream_t s);
 // The warp-specialised forward (flash_ws.cu, sm_90a code): the
-// kFwdWs*Variant with `warpgroups` consumers (WsWarpgroups) on a
-// compute-capability-9.0 device. cudaErrorNotSupported when TMA cannot
-// address an operand.
-cudaError_t FlashForwardWs(const FlashParams& p, int warpgroups, cudaStream_t s);
+// kFwdWs*Variant with `warpgroups` consumers (WsWarpgroups) and a ring of
+// `stages` K/V stages (WsStages) on a compute-capability-9.0 device.
+// cudaErrorNotSupported when TMA cannot address an operand.
+cudaError_t FlashForwardWs(const FlashParams& p, int warpgroups, int stages, cudaStream_t s);
 // The wgmma dK/dV pass of the stored-dS backward (flash_wgmma_bwd.cu): dK, dV
 // and dS^T to p.ds, as FlashBwdKernel<kDqStoreDs> does (delta precomputed).
 // warpgroups: per block (2: kBwdWgmmaDsVariant, 1: kBwdWgmmaDs1Variant).

@@ -49,26 +49,30 @@ namespace loom::kernels::cuda::attention {
 // FlashForward runs the mma.sync default instead), in two schedules: each
 // tile in turn, or pipelined (the next tile's S with this tile's P V); two
 // warpgroups per block (BM 128) or, pipelined, one (BM 64).
-constexpr int kFwdVariants = 13;
+constexpr int kFwdVariants = 14;
 constexpr int kFwdWgmmaVariant = 8;
 constexpr int kFwdWgmmaPipeVariant = 9;
 constexpr int kFwdWgmmaPipe1Variant = 10;
 // The warp-specialised kernel (flash_ws.cu; compute capability 9.0): a
 // producer warpgroup loading K and V tiles by TMA for two consumer
-// warpgroups (BM 128), three (BM 192), or one (BM 64, two blocks per SM).
-// At D 128 the last two run with two consumers: three warpgroups' registers
-// would not hold the tile, and two blocks' K/V rings would not fit in
-// shared memory. Where TMA cannot address an operand the pipelined wgmma
-// kernel runs instead.
+// warpgroups (BM 128), three (BM 192), or one (BM 64, two blocks per SM),
+// each with a ring of two K/V stages; kFwdWsSt3Variant has three stages
+// (two consumers at D 128, one at D 64). At D 128 the one- and
+// three-consumer variants run with two consumers: three warpgroups'
+// registers would not hold the tile, and two blocks' K/V rings would not
+// fit in shared memory. Where TMA cannot address an operand the pipelined
+// wgmma kernel runs instead.
 constexpr int kFwdWsVariant = 11;
 constexpr int kFwdWs3Variant = 12;
 constexpr int kFwdWs1Variant = 13;
-constexpr bool IsWsFwdVariant(int v) { return v >= kFwdWsVariant && v <= kFwdWs1Variant; }
-// Consumer warpgroups of a warp-specialised variant at head dim d.
+constexpr int kFwdWsSt3Variant = 14;
+constexpr bool IsWsFwdVariant(int v) { return v >= kFwdWsVariant && v <= kFwdWsSt3Variant; }
+// Consumer warpgroups and K/V stages of a warp-specialised variant at head dim d.
 constexpr int WsWarpgroups(int v, int d) {
-  return d == 128 ? 2 : v == kFwdWs3Variant ? 3 : v == kFwdWs1Variant ? 1 : 2;
+  return d == 128 ? 2 : v == kFwdWs3Variant ? 3 : v == kFwdWs1Variant || v == kFwdWsSt3Variant ? 1 : 2;
 }
-constexpr bool IsWgmmaFwdVariant(int v) { return v >= kFwdWgmmaVariant && v <= kFwdWs1Variant; }
+constexpr int WsStages(int v) { return v == kFwdWsSt3Variant ? 3 : 2; }
+constexpr bool IsWgmmaFwdVariant(int v) { return v >= kFwdWgmmaVariant && v <= kFwdWsSt3Variant; }
 constexpr int kBwdVariants = 11;      // the five dK/dV configurations and:
 constexpr int kBwdAtomicVariant = 6;  // single pass, f32 atomic dQ
 constexpr int kBwdDsVariant = 7;      // dS stored to the workspace, dQ from it

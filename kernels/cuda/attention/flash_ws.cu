@@ -70,19 +70,20 @@ cudaError_t LaunchWs(Kernel kernel, int smem, bool* configured, int tiles, int h
   return cudaGetLastError();
 }
 
-template <int D, int NWG, bool kBf16, bool kCausal>
+template <int D, int NWG, int S, bool kBf16, bool kCausal>
 cudaError_t Launch(const FlashWsParams& w, cudaStream_t s) {
+  static_assert(WsLayout<D, NWG, S>::kFits, "the blocks' shared memory exceeds the SM's");
   static bool configured = false;  // per instantiation, first launch
   const FlashParams& p = w.p;
-  return LaunchWs(FlashFwdWsKernel<D, NWG, kBf16, kCausal>, WsLayout<D, NWG>::kSmemBytes, &configured,
+  return LaunchWs(FlashFwdWsKernel<D, NWG, S, kBf16, kCausal>, WsLayout<D, NWG, S>::kSmemBytes, &configured,
                   (p.seq_q + 64 * NWG - 1) / (64 * NWG), p.heads, p.batch, NWG, w, s);
 }
 
-template <int D, int NWG>
+template <int D, int NWG, int S = kWsStages>
 cudaError_t Dispatch(const FlashWsParams& w, cudaStream_t s) {
   if (w.p.bf16)
-    return w.p.causal ? Launch<D, NWG, true, true>(w, s) : Launch<D, NWG, true, false>(w, s);
-  return w.p.causal ? Launch<D, NWG, false, true>(w, s) : Launch<D, NWG, false, false>(w, s);
+    return w.p.causal ? Launch<D, NWG, S, true, true>(w, s) : Launch<D, NWG, S, true, false>(w, s);
+  return w.p.causal ? Launch<D, NWG, S, false, true>(w, s) : Launch<D, NWG, S, false, false>(w, s);
 }
 
 template <int D, int NWG, bool kBf16, bool kCausal>
@@ -102,9 +103,10 @@ cudaError_t DispatchBwd(const FlashWsBwdParams& w, cudaStream_t s) {
 
 }  // namespace
 
-cudaError_t FlashForwardWs(const FlashParams& p, int warpgroups, cudaStream_t s) {
+cudaError_t FlashForwardWs(const FlashParams& p, int warpgroups, int stages, cudaStream_t s) {
   if (p.head_dim != 64 && p.head_dim != 128) return cudaErrorInvalidValue;
   if (warpgroups < 1 || warpgroups > 3 || (p.head_dim == 128 && warpgroups != 2)) return cudaErrorInvalidValue;
+  if (stages != 2 && (stages != 3 || (p.head_dim == 64 && warpgroups != 1))) return cudaErrorInvalidValue;
   FlashWsParams w;
   w.p = p;
   const bool bf = p.bf16 != 0;
@@ -112,7 +114,8 @@ cudaError_t FlashForwardWs(const FlashParams& p, int warpgroups, cudaStream_t s)
       !EncodeTmaMap(&w.k, p.k, bf, p.head_dim, p.seq_k, p.kv_heads, p.batch, p.sk, kWgFwdBN) ||
       !EncodeTmaMap(&w.v, p.v, bf, p.head_dim, p.seq_k, p.kv_heads, p.batch, p.sv, kWgFwdBN))
     return cudaErrorNotSupported;
-  if (p.head_dim == 128) return Dispatch<128, 2>(w, s);
+  if (p.head_dim == 128) return stages == 3 ? Dispatch<128, 2, 3>(w, s) : Dispatch<128, 2>(w, s);
+  if (stages == 3) return Dispatch<64, 1, 3>(w, s);
   return warpgroups == 1 ? Dispatch<64, 1>(w, s) : warpgroups == 2 ? Dispatch<64, 2>(w, s) : Dispatch<64, 3>(w, s);
 }
 
