@@ -20,9 +20,11 @@
 # the rounds that ran. --activation-checkpointing=blocks: both sides
 # recompute each block in the backward (PyTorch's torch.utils.checkpoint per
 # block, Loom's block checkpointing): the recipe of the capacity comparison.
-# --text=PATH: the batches are byte windows of this file or folder (e.g. the
-# staged fortunes corpus, .device/gpu/data/fortunes), not uniform random tokens, so
-# that the loss falls and a spike means a fault rather than chaos.
+# --text=PATH: the batches are byte windows of this file, or of a folder's
+# files in name order (strfile indexes, *.dat, and the *.u8 links left out:
+# the layout of the staged fortunes corpus, .device/gpu/data/fortunes, which
+# run_capacity.sh reads the same way), not uniform random tokens, so that
+# the loss falls and a spike means a fault rather than chaos.
 # Logs and results go to $OUT.
 set -u
 rounds=2 steps=20 warm=5 modes="compile compile-ro" sdpa=default budget=540 loom_flags="" ckpt=none text=""
@@ -51,6 +53,11 @@ data=/tmp/loom_model_data_$preset
 status=0
 echo "== $preset ${shape[*]}: weights + $((steps + warm)) batches"
 rm -rf "$data"
+if [ -d "$text" ]; then
+  corpus="$O/corpus_$preset.txt"
+  find "$text" -type f ! -name '*.dat' ! -name '*.u8' -print0 | sort -z | xargs -0 cat > "$corpus"
+  text=$corpus
+fi
 $PY bench/cuda/train_torch.py --init "$data" --preset "$preset" "${shape[@]}" --steps "$steps" --warmup "$warm" \
   ${text:+--text "$text"} || exit 2
 declare -A took=()

@@ -97,18 +97,16 @@ def flops_per_token(c, shapes):
 
 
 def text_windows(path, c, steps, g):
-    """Batches of byte windows of a text file (or of every file under a
-    folder, in name order): x a window, y the same window one byte on, so
-    that the batches carry signal a model can learn."""
+    """Batches of byte windows of a text file: x a window, y the same window
+    one byte on, so that the batches carry signal a model can learn."""
     def bad(why):
         print(f"train_torch.py: --text {path}: {why}", file=sys.stderr)
         sys.exit(2)
 
-    if not os.path.exists(path):
-        bad("no such file or folder")
-    files = [path] if os.path.isfile(path) else sorted(
-        os.path.join(d, f) for d, _, fs in os.walk(path) for f in fs)
-    data = b"".join(open(f, "rb").read() for f in files)
+    if not os.path.isfile(path):
+        bad("no such file")
+    with open(path, "rb") as f:
+        data = f.read()
     t = c["seq_len"]
     if len(data) < t + 2:
         bad(f"{len(data)} bytes, fewer than seq_len + 2 = {t + 2}")
@@ -359,7 +357,7 @@ def parse_args(argv=None):
     ap = argparse.ArgumentParser(description="PyTorch side of bench/cuda/train_bench")
     ap.add_argument("--init", help="write weights, batches and config.json into this folder")
     ap.add_argument("--data", help="train on what --init wrote in this folder")
-    ap.add_argument("--text", help="with --init: batches of byte windows of this file or folder, not random tokens")
+    ap.add_argument("--text", help="with --init: batches of byte windows of this file, not random tokens")
     ap.add_argument("--print-presets", action="store_true")
     ap.add_argument("--preset", default="gpt2-124m", choices=sorted(PRESETS))
     ap.add_argument("--family", choices=["gpt", "llama"])
