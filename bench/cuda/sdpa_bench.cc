@@ -438,17 +438,19 @@ int main(int argc, char** argv) {
       for (int bv :
            {loom::kernels::cuda::attention::kFlashBwdDsVariant, loom::kernels::cuda::attention::kFlashBwdWgmmaDsVariant,
             loom::kernels::cuda::attention::kFlashBwdWgmmaDs1Variant,
-            loom::kernels::cuda::attention::kFlashBwdAtomicVariant}) {
+            loom::kernels::cuda::attention::kFlashBwdAtomicVariant,
+            loom::kernels::cuda::attention::kFlashBwdWsAtomicVariant}) {
         loom::kernels::cuda::attention::FlashAttnArgs aa = a;
         aa.bwd_variant = bv;
         if (bwd_v != 0 || bv == loom::kernels::cuda::attention::FlashResolvedBackwardVariant(a) ||
-            (deterministic && bv == loom::kernels::cuda::attention::kFlashBwdAtomicVariant) ||
+            (deterministic && loom::kernels::cuda::attention::FlashBwdAtomicDq(bv)) ||
             loom::kernels::cuda::attention::FlashAttentionBwdWorkspaceBytes(aa) > ws_bytes)
           continue;
         measure(
             bv == loom::kernels::cuda::attention::kFlashBwdDsVariant         ? "loom_flash_ds"
             : bv == loom::kernels::cuda::attention::kFlashBwdWgmmaDsVariant  ? "loom_flash_wgmma_ds"
             : bv == loom::kernels::cuda::attention::kFlashBwdWgmmaDs1Variant ? "loom_flash_wgmma_ds1"
+            : bv == loom::kernels::cuda::attention::kFlashBwdWsAtomicVariant ? "loom_flash_ws_atomic"
                                                                              : "loom_flash_atomic",
             [&] { return loom::kernels::cuda::attention::FlashAttentionForward(aa); },
             [&] { return loom::kernels::cuda::attention::FlashAttentionBackward(aa); },

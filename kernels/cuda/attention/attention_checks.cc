@@ -393,12 +393,13 @@ absl::StatusOr<std::vector<CheckResult>> RunAttentionChecks(const CheckOptions& 
   const std::vector<Case> ws_cases = {
       {bf, 2, 4, 2, 1000, 1000, 128, false}, {bf, 2, 4, 2, 1000, 1000, 128, true}, {bf, 1, 4, 4, 300, 1300, 64, false},
       {bf, 1, 4, 1, 1300, 300, 64, true},    {hf, 1, 6, 2, 777, 777, 128, true},   {hf, 2, 2, 2, 520, 520, 64, false},
-      {bf, 1, 3, 3, 17, 40, 128, false},     {bf, 1, 2, 2, 640, 640, 64, true}};
+      {bf, 1, 3, 3, 17, 40, 128, false},     {bf, 1, 2, 2, 640, 640, 64, true},    {bf, 2, 8, 2, 1000, 1000, 128, true}};
   for (size_t i = 0; i < ws_cases.size(); ++i) {
     Case c = ws_cases[i];
     const int ws[] = {kFlashFwdWsVariant, kFlashFwdWs3Variant, kFlashFwdWs1Variant, kFlashFwdWsSt3Variant};
     c.fwd_variant = ws[i % 4];
-    c.bwd_variant = i % 2 ? kFlashBwdWsDs1Variant : kFlashBwdWsDsVariant;
+    const int ws_bwd[] = {kFlashBwdWsDsVariant, kFlashBwdWsDs1Variant, kFlashBwdWsAtomicVariant};
+    c.bwd_variant = ws_bwd[i % 3];
     c.layout = i == 5 ? 1 : i == 7 ? 2 : 0;
     cases.push_back(c);
   }

@@ -44,13 +44,16 @@ void ForwardWgmma(const FlashParams& p) {
                static_cast<unsigned>(p.batch)},
               128 * NWG, [&] { FlashFwdWgmmaKernel<D, NWG, kBf16, kCausal, kPipe>(p); });
 }
-// Mirrors flash_ws.cu's EncodeTmaMap: a [B, heads, T, D] operand as a 4-d map.
-tma::TmaMap WsMap(const void* base, int d, int t, int heads, int batch, const TensorStrides& st, int box_rows) {
+// Mirrors flash_ws.cu's EncodeTmaMap4d: a [B, heads, T, D] tensor as a 4-d map.
+// elem: bytes an element (2; 4 for the f32 dQ accumulator, in boxes of 32 columns).
+tma::TmaMap WsMap(const void* base, int d, int t, int heads, int batch, const TensorStrides& st, int box_rows,
+                  int elem = 2) {
   tma::TmaMap m;
   m.base = static_cast<const unsigned char*>(base);
   m.dim[0] = d, m.dim[1] = t, m.dim[2] = heads, m.dim[3] = batch;
-  m.stride[1] = st.r * 2, m.stride[2] = st.h * 2, m.stride[3] = st.b * 2;
+  m.stride[1] = st.r * elem, m.stride[2] = st.h * elem, m.stride[3] = st.b * elem;
   m.box_rows = box_rows;
+  m.elem = elem, m.box_cols = 128 / elem;
   return m;
 }
 // Mirrors flash_ws.cu's launcher: a producer warpgroup and NWG consumers.
@@ -73,9 +76,10 @@ tma::TmaMap WsMap1d(const float* base, int64_t n) {
   m.elem = 4, m.swizzle = false;
   return m;
 }
-// Mirrors flash_ws.cu's backward launcher: the dK/dV pass with a producer
-// warpgroup and NWG consumers.
-template <int D, int NWG, bool kBf16, bool kCausal>
+// Mirrors flash_ws.cu's backward launchers: the dK/dV pass with a producer
+// warpgroup and NWG consumers, or the one-pass kernel (kAtomicDq, NWG = D /
+// 64) with the f32 dQ accumulator as a 4-d map in boxes of 32 columns.
+template <int D, int NWG, bool kBf16, bool kCausal, bool kAtomicDq = false>
 void BackwardWs(const FlashParams& p) {
   FlashWsBwdParams w;
   w.p = p;
@@ -86,9 +90,11 @@ void BackwardWs(const FlashParams& p) {
   const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seq_q;
   w.lse = WsMap1d(p.lse, rows);
   w.delta = WsMap1d(p.delta, rows);
+  const TensorStrides acc{static_cast<int64_t>(p.heads) * p.seq_q * D, static_cast<int64_t>(p.seq_q) * D, D};
+  w.dq_accum = WsMap(p.dq_accum, D, p.seq_q, p.heads, p.batch, acc, kWgBwdBM, 4);
   emu::Launch({static_cast<unsigned>((p.seq_k + 64 * NWG - 1) / (64 * NWG)), static_cast<unsigned>(p.kv_heads),
                static_cast<unsigned>(p.batch)},
-              128 * (NWG + 1), [&] { FlashBwdWsKernel<D, NWG, kBf16, kCausal>(w); });
+              128 * (NWG + 1), [&] { FlashBwdWsKernel<D, NWG, kBf16, kCausal, kAtomicDq>(w); });
 }
 // Mirrors flash_fwd.cu on a compute-capability-9.0 device.
 template <int D, bool kBf16, bool kCausal>
@@ -130,11 +136,12 @@ template <int D, bool kBf16, bool kCausal>
 void Backward(const FlashParams& p) {
   const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seq_q;
   const int bv = p.bwd_variant > 0 ? p.bwd_variant : BwdDefaultVariant(D);
-  if (bv == kBwdAtomicVariant) {
+  if (IsAtomicDqVariant(bv)) {
     emu::Launch({static_cast<unsigned>((p.seq_q + kPreRows<D> - 1) / kPreRows<D>), static_cast<unsigned>(p.heads),
                  static_cast<unsigned>(p.batch)},
                 256, [&] { BwdPreprocessKernel<D, kBf16, true>(p); });
-    DkDv<D, BwdAtomicCfg<D>, kDqAtomic, kBf16, kCausal>(p);
+    if (bv == kBwdWsAtomicVariant) BackwardWs<D, D / 64, kBf16, kCausal, true>(p);
+    else DkDv<D, BwdAtomicCfg<D>, kDqAtomic, kBf16, kCausal>(p);
     const int64_t n = rows * D;
     emu::Launch({static_cast<unsigned>((n + 255) / 256), 1, 1}, 256,
                 [&] { BwdConvertDqKernel<kBf16>(p, n); });
@@ -276,16 +283,6 @@ TEST_P(Emulated, MatchesFp64Reference) {
     p.q = qkv.data(), p.k = qkv.data() + hd, p.v = qkv.data() + 2 * hd, p.o = o_s.data(), p.dout = do_s.data();
     p.dq = dqkv.data(), p.dk = dqkv.data() + hd, p.dv = dqkv.data() + 2 * hd;
   }
-  ResolveDefaultStrides(&p);
-  if (c.d == 64) c.bf16 ? RunAll<64, true>(p) : RunAll<64, false>(p);
-  else c.bf16 ? RunAll<128, true>(p) : RunAll<128, false>(p);
-  if (c.strided) {
-    for (size_t i = 0; i < nq; ++i) {
-      o[i] = o_s[at(s1, i)];
-      dq[i] = dqkv[at(s3, i)], dk[i] = dqkv[at(s3, i) + hd], dv[i] = dqkv[at(s3, i) + 2 * hd];
-    }
-  }
-
   ref::SdpaShape s;
   s.batch = c.b, s.heads = c.h, s.kv_heads = c.hkv, s.seq_q = c.tq, s.seq_k = c.tk, s.head_dim = c.d;
   s.causal = c.causal;
@@ -293,22 +290,42 @@ TEST_P(Emulated, MatchesFp64Reference) {
   std::vector<double> ro, rlse, rdq, rdk, rdv;
   ref::SdpaForward(s, q, k, v, &ro, &rlse);
   ref::SdpaBackward(s, q, k, v, dout, &rdq, &rdk, &rdv);
-  auto vals = [&](const std::vector<uint16_t>& x) {
-    std::vector<double> r(x.size());
-    for (size_t i = 0; i < x.size(); ++i) r[i] = Value(x[i], c.bf16);
-    return r;
-  };
-  const double eo = RelErr(vals(o), ro), el = RelErr(std::vector<double>(lse.begin(), lse.end()), rlse),
-               eq = RelErr(vals(dq), rdq), ek = RelErr(vals(dk), rdk), ev = RelErr(vals(dv), rdv);
-  std::printf("%s D%d B%d H%d/%d T%d/%d causal=%d variants fwd %d bwd %d dq %d: o %.2e lse %.2e dq %.2e dk %.2e "
-              "dv %.2e\n",
-              c.bf16 ? "bf16" : "f16", c.d, c.b, c.h, c.hkv, c.tq, c.tk, c.causal, c.fwd_variant, c.bwd_variant,
-              c.dq_variant, eo, el, eq, ek, ev);
-  EXPECT_LT(eo, 1e-2);
-  EXPECT_LT(el, 1e-3);
-  EXPECT_LT(eq, 1e-2);
-  EXPECT_LT(ek, 1e-2);
-  EXPECT_LT(ev, 1e-2);
+  ResolveDefaultStrides(&p);
+  // Every schedule of the emulator's fibers: warpgroups side by side, and
+  // each one running ahead of the others in turn. Outputs poisoned before each.
+  for (emu::Schedule order : {emu::Schedule::kLockstep, emu::Schedule::kSkewUp, emu::Schedule::kSkewDown}) {
+    SCOPED_TRACE(static_cast<int>(order));
+    emu::S().schedule = order;
+    for (auto* x : {&o, &dq, &dk, &dv, &ds}) std::fill(x->begin(), x->end(), uint16_t{0xFFFF});
+    for (auto* x : {&dqkv, &o_s}) std::fill(x->begin(), x->end(), uint16_t{0xFFFF});  // strided outputs
+    std::fill(lse.begin(), lse.end(), NAN);
+    std::fill(ws.begin(), ws.end(), NAN);
+    if (c.d == 64) c.bf16 ? RunAll<64, true>(p) : RunAll<64, false>(p);
+    else c.bf16 ? RunAll<128, true>(p) : RunAll<128, false>(p);
+    if (c.strided) {
+      for (size_t i = 0; i < nq; ++i) {
+        o[i] = o_s[at(s1, i)];
+        dq[i] = dqkv[at(s3, i)], dk[i] = dqkv[at(s3, i) + hd], dv[i] = dqkv[at(s3, i) + 2 * hd];
+      }
+    }
+    auto vals = [&](const std::vector<uint16_t>& x) {
+      std::vector<double> r(x.size());
+      for (size_t i = 0; i < x.size(); ++i) r[i] = Value(x[i], c.bf16);
+      return r;
+    };
+    const double eo = RelErr(vals(o), ro), el = RelErr(std::vector<double>(lse.begin(), lse.end()), rlse),
+                 eq = RelErr(vals(dq), rdq), ek = RelErr(vals(dk), rdk), ev = RelErr(vals(dv), rdv);
+    std::printf("schedule %d %s D%d B%d H%d/%d T%d/%d causal=%d variants fwd %d bwd %d dq %d: o %.2e lse %.2e "
+                "dq %.2e dk %.2e dv %.2e\n",
+                static_cast<int>(order), c.bf16 ? "bf16" : "f16", c.d, c.b, c.h, c.hkv, c.tq, c.tk, c.causal, c.fwd_variant, c.bwd_variant,
+                c.dq_variant, eo, el, eq, ek, ev);
+    EXPECT_LT(eo, 1e-2);
+    EXPECT_LT(el, 1e-3);
+    EXPECT_LT(eq, 1e-2);
+    EXPECT_LT(ek, 1e-2);
+    EXPECT_LT(ev, 1e-2);
+  }
+  emu::S().schedule = emu::Schedule::kLockstep;
 }
 
 // delta = rowsum(dO * O) from BwdPreprocessKernel, against fp64: 16-byte
@@ -409,6 +426,15 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Emulated,
                                            Case{false, 2, 2, 2, 200, 330, 128, true, 0, 11, 0},
                                            Case{true, 1, 3, 1, 130, 130, 64, false, 0, 10, 0},
                                            Case{true, 1, 2, 2, 90, 90, 128, true, 0, 10, 0, true},
+                                           // The one-pass warp-specialised backward (dQ by tensor
+                                           // reduces): D 64 and 128, GQA, causal, Tq != Tk both
+                                           // ways, ragged ends, several key blocks and query
+                                           // tiles (both dS buffers reused), strided views.
+                                           Case{true, 1, 2, 1, 150, 290, 128, false, 11, 12, 0},
+                                           Case{true, 1, 4, 2, 270, 200, 64, true, 0, 12, 0},
+                                           Case{false, 2, 2, 2, 200, 330, 128, true, 0, 12, 0},
+                                           Case{true, 1, 3, 1, 130, 130, 64, false, 0, 12, 0},
+                                           Case{true, 1, 2, 2, 90, 90, 128, true, 0, 12, 0, true},
                                            // Strided views ([B, T, 3, H, D] qkv, [B, T, H, D] o/dout).
                                            Case{true, 2, 2, 2, 70, 70, 64, true, 0, 0, 0, true},
                                            Case{true, 1, 2, 2, 90, 90, 128, false, 0, 6, 0, true},

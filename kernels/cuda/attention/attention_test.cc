@@ -67,12 +67,23 @@ TEST(FlashAttention, BadArgumentsAreInvalidArgument) {
   ExpectInvalid(a, "flash_attention: v");
   a = ValidArgs();
   ExpectInvalid(a, "dout", /*backward=*/true);
+  // Both atomic-dQ variants are refused when deterministic, naming the field.
+  for (int v : {kFlashBwdAtomicVariant, kFlashBwdWsAtomicVariant}) {
+    a = ValidArgs();
+    a.deterministic = true, a.bwd_variant = v;
+    ExpectInvalid(a, "bwd_variant");
+  }
+  a = ValidArgs();
+  a.bwd_variant = FlashBackwardVariants() + 1;
+  ExpectInvalid(a, "bwd_variant");
   // f32 dQ accumulator and delta, rounded up to 256 bytes; the stored-dS
   // variant (the default while dS fits ds_limit_bytes) adds dS^T padded
   // to 64 keys x 128 queries per head.
   const int64_t base = (1 * 4 * 8 * 65 * 4 + 255) / 256 * 256, ds = 1 * 4 * 64 * 128 * 2;
   a = ValidArgs();
   a.bwd_variant = 2;
+  EXPECT_EQ(FlashAttentionBwdWorkspaceBytes(a), base);
+  a.bwd_variant = kFlashBwdWsAtomicVariant;  // the one-pass kernel: the accumulator only, no dS
   EXPECT_EQ(FlashAttentionBwdWorkspaceBytes(a), base);
   a.bwd_variant = kFlashBwdDsVariant;
   EXPECT_EQ(FlashDsWorkspaceBytes(a), ds);

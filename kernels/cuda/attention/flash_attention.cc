@@ -46,8 +46,9 @@ absl::Status Validate(const char* op, const FlashAttnArgs& a, bool backward) {
   if (a.dq_variant < 0 || a.dq_variant > attention::kDqVariants)
     return Bad(op, "dq_variant", absl::StrCat("must be in [0, ", attention::kDqVariants, "], got ", a.dq_variant));
   if (a.ds_limit_bytes < 0) return Bad(op, "ds_limit_bytes", absl::StrCat("must be >= 0, got ", a.ds_limit_bytes));
-  if (a.deterministic && a.bwd_variant == attention::kBwdAtomicVariant)
-    return Bad(op, "bwd_variant", "the atomic-dQ variant is not deterministic (deterministic is set)");
+  if (a.deterministic && attention::IsAtomicDqVariant(a.bwd_variant))
+    return Bad(op, "bwd_variant",
+               absl::StrCat("variant ", a.bwd_variant, " sums dQ with atomics: not deterministic (deterministic is set)"));
   if (!std::isfinite(a.scale) || a.scale < 0)
     return Bad(op, "scale", absl::StrCat("must be finite and > 0 (0: 1/sqrt(D)), got ", a.scale));
   struct Ptr {
@@ -150,7 +151,8 @@ attention::FlashParams Params(const FlashAttnArgs& a) {
 
 }  // namespace
 
-static_assert(kFlashBwdAtomicVariant == attention::kBwdAtomicVariant,
+static_assert(kFlashBwdAtomicVariant == attention::kBwdAtomicVariant &&
+                  kFlashBwdWsAtomicVariant == attention::kBwdWsAtomicVariant,
               "flash_attention.h and flash_variants.h disagree");
 static_assert(kFlashBwdDsVariant == attention::kBwdDsVariant, "flash_attention.h and flash_variants.h disagree");
 static_assert(kFlashBwdWgmmaDsVariant == attention::kBwdWgmmaDsVariant,
@@ -207,6 +209,8 @@ std::string FlashBackwardVariantName(int bv, int qv, int64_t head_dim) {
     return "bwd stored-ds warp-specialised tma wg2 bn128 bm64 + dq-from-ds w4 bm128";
   if (bv == attention::kBwdWsDs1Variant)
     return "bwd stored-ds warp-specialised tma wg1 bn64 bm64 mb2 + dq-from-ds w4 bm128";
+  if (bv == attention::kBwdWsAtomicVariant)
+    return absl::StrCat("bwd one-pass warp-specialised tma wg", head_dim / 64, " bn", head_dim, " bm64 + dq tensor-reduce");
   if (bv == attention::kBwdAtomicVariant)
     return absl::StrCat("bwd atomic-dq w", LOOM_BWD_ATOMIC_NW, " bn", 16 * LOOM_BWD_ATOMIC_NW, " bm",
                         LOOM_BWD_ATOMIC_BM);

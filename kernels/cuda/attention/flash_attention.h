@@ -32,8 +32,9 @@
 // most FlashAttnArgs::ds_limit_bytes, then dQ from it (else dQ by its own pass); the variant
 // fields pick among the compiled kernel configurations (flash_variants.h),
 // which the SDPA dispatcher (sdpa_dispatch.h) times per shape. Only
-// bwd_variant == kFlashBwdAtomicVariant sums dQ with f32 atomics (last bits
-// vary between runs; refused when `deterministic` is set).
+// bwd_variant == kFlashBwdAtomicVariant and kFlashBwdWsAtomicVariant sum dQ
+// with f32 atomics (last bits vary between runs; refused when
+// `deterministic` is set).
 #pragma once
 
 #include <cstdint>
@@ -107,6 +108,12 @@ int FlashForwardVariants();
 int FlashBackwardVariants();
 int FlashDqVariants();
 inline constexpr int kFlashBwdAtomicVariant = 6;
+// The warp-specialised one-pass backward (Hopper, TMA): dQ added into the f32
+// accumulator by tensor reduces, no dS workspace; last bits vary as
+// kFlashBwdAtomicVariant's (which runs instead off compute capability 9.0).
+inline constexpr int kFlashBwdWsAtomicVariant = 12;
+// Whether a backward variant sums dQ with atomics (refused when deterministic).
+inline constexpr bool FlashBwdAtomicDq(int v) { return v == kFlashBwdAtomicVariant || v == kFlashBwdWsAtomicVariant; }
 // The stored-dS backward: deterministic, 5 matrix products, and a workspace of
 // FlashDsWorkspaceBytes more (B H Tq Tk elements: dS).
 inline constexpr int kFlashBwdDsVariant = 7;

@@ -48,9 +48,11 @@ cudaError_t Bwd3(const FlashParams& p, cudaStream_t s) {
   const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seq_q;
   const dim3 pre_grid((p.seq_q + kPreRows<D> - 1) / kPreRows<D>, p.heads, p.batch);
   const int bv = p.bwd_variant > 0 ? p.bwd_variant : BwdDefaultVariant(D);
-  if (bv == kBwdAtomicVariant) {
+  if (IsAtomicDqVariant(bv)) {  // the accumulator zeroed, dQ summed into it, then scaled and rounded
     BwdPreprocessKernel<D, kBf16, true><<<pre_grid, 256, 0, s>>>(p);
-    cudaError_t e = LaunchDkDv<D, BwdAtomicCfg<D>, kDqAtomic, kBf16, kCausal>(p, s);
+    cudaError_t e = cudaErrorNotSupported;
+    if (bv == kBwdWsAtomicVariant && DeviceIsSm90()) e = FlashBackwardWsAtomicDq(p, s);
+    if (e == cudaErrorNotSupported) e = LaunchDkDv<D, BwdAtomicCfg<D>, kDqAtomic, kBf16, kCausal>(p, s);
     if (e != cudaSuccess) return e;
     const int64_t n = rows * D;
     const int64_t blocks = (n + 255) / 256;

@@ -100,6 +100,10 @@ cudaError_t FlashBackwardWgmmaDkDv(const FlashParams& p, int warpgroups, cudaStr
 // kBwdWsDs1Variant). cudaErrorNotSupported when TMA cannot address an
 // operand.
 cudaError_t FlashBackwardWsDkDv(const FlashParams& p, int warpgroups, cudaStream_t s);
+// The warp-specialised one-pass backward (flash_ws.cu): dK, dV, and dS K
+// added into p.dq_accum (zeroed before; delta precomputed).
+// cudaErrorNotSupported when TMA cannot address an operand.
+cudaError_t FlashBackwardWsAtomicDq(const FlashParams& p, cudaStream_t s);
 // Whether the current device is compute capability 9.0 (runs sm_90a code).
 bool DeviceIsSm90();
 // Needs o and lse of the forward, and dq_accum/delta workspace.

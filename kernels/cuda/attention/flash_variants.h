@@ -73,7 +73,7 @@ constexpr int WsWarpgroups(int v, int d) {
 }
 constexpr int WsStages(int v) { return v == kFwdWsSt3Variant ? 3 : 2; }
 constexpr bool IsWgmmaFwdVariant(int v) { return v >= kFwdWgmmaVariant && v <= kFwdWsSt3Variant; }
-constexpr int kBwdVariants = 11;      // the five dK/dV configurations and:
+constexpr int kBwdVariants = 12;      // the five dK/dV configurations and:
 constexpr int kBwdAtomicVariant = 6;  // single pass, f32 atomic dQ
 constexpr int kBwdDsVariant = 7;      // dS stored to the workspace, dQ from it
 // The same with the dK/dV pass on wgmma (flash_wgmma_bwd.cu; compute
@@ -89,6 +89,13 @@ constexpr int kBwdWsDsVariant = 10;
 constexpr int kBwdWsDs1Variant = 11;
 constexpr bool IsWsBwdVariant(int v) { return v == kBwdWsDsVariant || v == kBwdWsDs1Variant; }
 constexpr bool IsDsVariant(int v) { return v >= kBwdDsVariant && v <= kBwdWsDs1Variant; }
+// The warp-specialised one-pass backward (flash_ws.cu; compute capability
+// 9.0): dQ summed in the f32 accumulator by tensor reduces from shared
+// memory, 5 products and no dS workspace, last bits of dQ varying run to
+// run (as kBwdAtomicVariant's, which runs instead off compute capability
+// 9.0 or where TMA cannot address an operand).
+constexpr int kBwdWsAtomicVariant = 12;
+constexpr bool IsAtomicDqVariant(int v) { return v == kBwdAtomicVariant || v == kBwdWsAtomicVariant; }
 
 // The stored-dS variant's workspace: dS^T of every (batch, head) padded to
 // DsKeys(seq_k) x DsQueries(seq_q) (the first pass's 64-key tiles, the dQ

@@ -1,6 +1,7 @@
 // Launchers of the warp-specialised flash forward (flash_ws_fwd_kernel.cuh:
-// the kFwdWs*Variant) and dK/dV pass (flash_ws_bwd_kernel.cuh:
-// kBwdWsDsVariant, kBwdWsDs1Variant). Built for sm_90a only; the
+// the kFwdWs*Variant), dK/dV pass and one-pass backward
+// (flash_ws_bwd_kernel.cuh: kBwdWsDsVariant, kBwdWsDs1Variant,
+// kBwdWsAtomicVariant). Built for sm_90a only; the
 // tensor maps are encoded here, on the host, through the driver's
 // cuTensorMapEncodeTiled (found through the runtime, so nothing links
 // libcuda directly).
@@ -24,25 +25,32 @@ PFN_cuTensorMapEncodeTiled_v12000 Encoder() {
   return fn;
 }
 
-// A [B, heads, T, D] operand (element strides `st`) as a 4-d tensor map
-// (D innermost), read in boxes of 64 columns by `box_rows` rows, stored with
-// the 128-byte swizzle; false when TMA cannot address it (alignment).
-bool EncodeTmaMap(tma::TmaMap* m, const void* base, bool bf16, int d, int64_t t, int64_t heads, int64_t batch,
-                  const TensorStrides& st, int box_rows) {
+// A [B, heads, T, D] tensor (element strides `st`, elements of `elem` bytes)
+// as a 4-d tensor map (D innermost), in boxes of box_cols columns by
+// box_rows rows, stored with the 128-byte swizzle; false when TMA cannot
+// address it (alignment).
+bool EncodeTmaMap4d(tma::TmaMap* m, const void* base, CUtensorMapDataType type, int elem, int d, int64_t t,
+                    int64_t heads, int64_t batch, const TensorStrides& st, int box_cols, int box_rows) {
   PFN_cuTensorMapEncodeTiled_v12000 encode = Encoder();
   if (encode == nullptr || reinterpret_cast<uintptr_t>(base) % 16 != 0) return false;
   const cuuint64_t dims[4] = {static_cast<cuuint64_t>(d), static_cast<cuuint64_t>(t),
                               static_cast<cuuint64_t>(heads), static_cast<cuuint64_t>(batch)};
-  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(st.r) * 2, static_cast<cuuint64_t>(st.h) * 2,
-                                 static_cast<cuuint64_t>(st.b) * 2};
+  const cuuint64_t strides[3] = {static_cast<cuuint64_t>(st.r) * elem, static_cast<cuuint64_t>(st.h) * elem,
+                                 static_cast<cuuint64_t>(st.b) * elem};
   for (cuuint64_t s : strides)
     if (s % 16 != 0 || s >= (cuuint64_t{1} << 40)) return false;
-  const cuuint32_t box[4] = {64, static_cast<cuuint32_t>(box_rows), 1, 1};
+  const cuuint32_t box[4] = {static_cast<cuuint32_t>(box_cols), static_cast<cuuint32_t>(box_rows), 1, 1};
   const cuuint32_t elem_strides[4] = {1, 1, 1, 1};
-  return encode(&m->map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 4,
-                const_cast<void*>(base), dims, strides, box, elem_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+  return encode(&m->map, type, 4, const_cast<void*>(base), dims, strides, box, elem_strides,
+                CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
                 CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE) == CUDA_SUCCESS;
+}
+
+// A bf16 or f16 operand, in boxes of 64 columns (128 bytes) by box_rows.
+bool EncodeTmaMap(tma::TmaMap* m, const void* base, bool bf16, int d, int64_t t, int64_t heads, int64_t batch,
+                  const TensorStrides& st, int box_rows) {
+  return EncodeTmaMap4d(m, base, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16, 2, d, t,
+                        heads, batch, st, 64, box_rows);
 }
 
 // A flat f32 array of n elements as a 1-d tensor map, read in unswizzled
@@ -86,19 +94,38 @@ cudaError_t Dispatch(const FlashWsParams& w, cudaStream_t s) {
   return w.p.causal ? Launch<D, NWG, S, false, true>(w, s) : Launch<D, NWG, S, false, false>(w, s);
 }
 
-template <int D, int NWG, bool kBf16, bool kCausal>
+template <int D, int NWG, bool kBf16, bool kCausal, bool kAtomicDq>
 cudaError_t LaunchBwd(const FlashWsBwdParams& w, cudaStream_t s) {
+  using L = WsBwdLayoutOf<D, NWG, kAtomicDq>;
   static bool configured = false;  // per instantiation, first launch
   const FlashParams& p = w.p;
-  return LaunchWs(FlashBwdWsKernel<D, NWG, kBf16, kCausal>, WsBwdLayout<D, NWG>::kSmemBytes, &configured,
-                  (p.seq_k + 64 * NWG - 1) / (64 * NWG), p.kv_heads, p.batch, NWG, w, s);
+  return LaunchWs(FlashBwdWsKernel<D, NWG, kBf16, kCausal, kAtomicDq>, L::kSmemBytes, &configured,
+                  (p.seq_k + L::kBN - 1) / L::kBN, p.kv_heads, p.batch, NWG, w, s);
 }
 
-template <int D, int NWG>
+template <int D, int NWG, bool kAtomicDq = false>
 cudaError_t DispatchBwd(const FlashWsBwdParams& w, cudaStream_t s) {
   if (w.p.bf16)
-    return w.p.causal ? LaunchBwd<D, NWG, true, true>(w, s) : LaunchBwd<D, NWG, true, false>(w, s);
-  return w.p.causal ? LaunchBwd<D, NWG, false, true>(w, s) : LaunchBwd<D, NWG, false, false>(w, s);
+    return w.p.causal ? LaunchBwd<D, NWG, true, true, kAtomicDq>(w, s) : LaunchBwd<D, NWG, true, false, kAtomicDq>(w, s);
+  return w.p.causal ? LaunchBwd<D, NWG, false, true, kAtomicDq>(w, s) : LaunchBwd<D, NWG, false, false, kAtomicDq>(w, s);
+}
+
+// The backward kernels' tensor maps (dq_accum only for the one-pass kernel:
+// 32 f32 columns a box); false when TMA cannot address an operand.
+bool EncodeBwdMaps(FlashWsBwdParams* w, int kv_rows, bool atomic_dq) {
+  const FlashParams& p = w->p;
+  const bool bf = p.bf16 != 0;
+  const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seq_q;
+  if (!EncodeTmaMap(&w->k, p.k, bf, p.head_dim, p.seq_k, p.kv_heads, p.batch, p.sk, kv_rows) ||
+      !EncodeTmaMap(&w->v, p.v, bf, p.head_dim, p.seq_k, p.kv_heads, p.batch, p.sv, kv_rows) ||
+      !EncodeTmaMap(&w->q, p.q, bf, p.head_dim, p.seq_q, p.heads, p.batch, p.sq, kWgBwdBM) ||
+      !EncodeTmaMap(&w->dout, p.dout, bf, p.head_dim, p.seq_q, p.heads, p.batch, p.sdo, kWgBwdBM) ||
+      !EncodeTmaMap1d(&w->lse, p.lse, rows, kWgBwdBM) || !EncodeTmaMap1d(&w->delta, p.delta, rows, kWgBwdBM))
+    return false;
+  const TensorStrides acc{static_cast<int64_t>(p.heads) * p.seq_q * p.head_dim,
+                          static_cast<int64_t>(p.seq_q) * p.head_dim, p.head_dim};
+  return !atomic_dq || EncodeTmaMap4d(&w->dq_accum, p.dq_accum, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 4, p.head_dim,
+                                      p.seq_q, p.heads, p.batch, acc, 32, kWgBwdBM);
 }
 
 }  // namespace
@@ -123,17 +150,18 @@ cudaError_t FlashBackwardWsDkDv(const FlashParams& p, int warpgroups, cudaStream
   if ((p.head_dim != 64 && p.head_dim != 128) || (warpgroups != 1 && warpgroups != 2)) return cudaErrorInvalidValue;
   FlashWsBwdParams w;
   w.p = p;
-  const bool bf = p.bf16 != 0;
-  const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seq_q;
-  const int kv_rows = 64 * warpgroups;
-  if (!EncodeTmaMap(&w.k, p.k, bf, p.head_dim, p.seq_k, p.kv_heads, p.batch, p.sk, kv_rows) ||
-      !EncodeTmaMap(&w.v, p.v, bf, p.head_dim, p.seq_k, p.kv_heads, p.batch, p.sv, kv_rows) ||
-      !EncodeTmaMap(&w.q, p.q, bf, p.head_dim, p.seq_q, p.heads, p.batch, p.sq, kWgBwdBM) ||
-      !EncodeTmaMap(&w.dout, p.dout, bf, p.head_dim, p.seq_q, p.heads, p.batch, p.sdo, kWgBwdBM) ||
-      !EncodeTmaMap1d(&w.lse, p.lse, rows, kWgBwdBM) || !EncodeTmaMap1d(&w.delta, p.delta, rows, kWgBwdBM))
-    return cudaErrorNotSupported;
+  if (!EncodeBwdMaps(&w, 64 * warpgroups, false)) return cudaErrorNotSupported;
   if (p.head_dim == 64) return warpgroups == 1 ? DispatchBwd<64, 1>(w, s) : DispatchBwd<64, 2>(w, s);
   return warpgroups == 1 ? DispatchBwd<128, 1>(w, s) : DispatchBwd<128, 2>(w, s);
+}
+
+cudaError_t FlashBackwardWsAtomicDq(const FlashParams& p, cudaStream_t s) {
+  if (p.head_dim != 64 && p.head_dim != 128) return cudaErrorInvalidValue;
+  static_assert(WsAtomicLayout<64>::kFits && WsAtomicLayout<128>::kFits, "the blocks' shared memory exceeds the SM's");
+  FlashWsBwdParams w;
+  w.p = p;
+  if (!EncodeBwdMaps(&w, p.head_dim, true)) return cudaErrorNotSupported;
+  return p.head_dim == 64 ? DispatchBwd<64, 1, true>(w, s) : DispatchBwd<128, 2, true>(w, s);
 }
 
 }  // namespace loom::kernels::cuda::attention

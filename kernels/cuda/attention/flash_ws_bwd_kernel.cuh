@@ -1,5 +1,6 @@
-// The dK/dV pass of the stored-dS flash backward, warp-specialised for
-// Hopper (sm_90a): backward variants kBwdWsDsVariant (two consumer
+// The warp-specialised flash backward kernels for Hopper (sm_90a).
+//
+// The dK/dV pass of the stored-dS backward: backward variants kBwdWsDsVariant (two consumer
 // warpgroups, 128 keys a block) and kBwdWsDs1Variant (one, 64 keys, two
 // blocks per SM). It computes what FlashBwdWgmmaKernel
 // (flash_wgmma_bwd_kernel.cuh) computes, with the same per-tile products
@@ -15,19 +16,34 @@
 //     wait on each other (no __syncthreads in the loop).
 // Query rows past seq_q arrive as zeros and get P = 0 (BwdTileProbs), so
 // the lse read past a head's last row (the next head's) is never used.
-// flash_ws.cu launches it; attention_emulation_test runs it on the CPU.
+//
+// The one-pass backward (kBwdWsAtomicVariant): the same producer and
+// per-tile products, and dQ in the same pass, as FA2 and FA3 do: each tile's
+// dS goes to shared memory as [query][key], consumer c computes columns
+// [64c, 64c + 64) of the tile's dQ = dS K over all the block's keys (one
+// consumer per 64 columns: two at D 128, one at D 64), and adds them into
+// the f32 accumulator p.dq_accum [B, H, Tq, D] with a tensor reduce
+// (cp.reduce.async.bulk.tensor .add) from a swizzled staging tile. dS never
+// leaves the SM: no workspace, 5 products; the reductions' order varies,
+// so dQ's last bits vary run to run. BwdPreprocessKernel<D, T, true> zeroes
+// the accumulator before, BwdConvertDqKernel scales and rounds it after.
+//
+// flash_ws.cu launches both; attention_emulation_test runs them on the CPU.
 #pragma once
 
 #include "kernels/cuda/attention/flash_wgmma_bwd_kernel.cuh"
 #include "kernels/cuda/attention/flash_ws_fwd_kernel.cuh"
 
+#include <type_traits>
+
 namespace loom::kernels::cuda::attention {
 
-// The kernel's parameters: tensor maps of k and v (box: 64 columns by the
+// The kernels' parameters: tensor maps of k and v (box: 64 columns by the
 // block's keys), q and dout (by kWgBwdBM rows), lse and delta (1-d, f32,
-// boxes of kWgBwdBM), and the rest.
+// boxes of kWgBwdBM), for the one-pass kernel dq_accum (f32 [B, H, Tq, D],
+// boxes of 32 columns by kWgBwdBM rows, 128-byte swizzled), and the rest.
 struct FlashWsBwdParams {
-  tma::TmaMap k, v, q, dout, lse, delta;
+  tma::TmaMap k, v, q, dout, lse, delta, dq_accum;
   FlashParams p;
 };
 
@@ -61,10 +77,11 @@ struct WsBwdTiles {
   __device__ __forceinline__ int M0(int it) const { return (m_begin + it % m_count) * kWgBwdBM; }
 };
 
-template <int D, int NWG>
+// The producer's one thread: K and V, then per tile Q, dO, lse and delta
+// into the ring (the offsets of layout L: WsBwdLayout or WsAtomicLayout).
+template <int D, class L>
 __device__ __forceinline__ void WsBwdProduce(const FlashWsBwdParams& w, uint32_t base, const WsBwdTiles& tiles,
                                              int n0, int b) {
-  using L = WsBwdLayout<D, NWG>;
   const uint32_t kv_full = base + L::kBar, q_full = kv_full + 8, q_empty = q_full + 8 * kWsStages;
   tma::ArriveExpectTx(kv_full, 2 * L::kKvBytes);
 #pragma unroll
@@ -131,12 +148,142 @@ __device__ __forceinline__ void WsBwdConsume(const FlashParams& p, unsigned char
   BwdStoreDkDv<D, kBf16>(dk, dv, p, b, tiles.hk, key0, t);
 }
 
+// The one-pass kernel's shared memory: NWG = D / 64 consumers, one per 64
+// columns of dQ, and 64 keys each.
+template <int D>
+struct WsAtomicLayout {
+  static constexpr int kNwg = D / 64, kBN = 64 * kNwg;
+  static constexpr int kKvBytes = kBN * D * 2, kTileBytes = kWgBwdBM * D * 2, kStatBytes = 2 * kWgBwdBM * 4;
+  static constexpr int kDsBytes = kWgBwdBM * kBN * 2;  // a dS tile, [query][key]
+  static constexpr int kDqBytes = kWgBwdBM * 64 * 4;   // a consumer's dQ columns in f32: two boxes of 32
+  // K, V; Q x stages; dO x stages; dS x 2; dQ staging x consumers; [lse,
+  // delta] x stages; the barriers: kv_full, q_full[S], q_empty[S].
+  static constexpr int kQ = 2 * kKvBytes, kDo = kQ + kWsStages * kTileBytes, kDs = kDo + kWsStages * kTileBytes;
+  static constexpr int kDq = kDs + 2 * kDsBytes, kStat = kDq + kNwg * kDqBytes;
+  static constexpr int kBar = kStat + kWsStages * kStatBytes;
+  static constexpr int kSmemBytes = kBar + 8 * (1 + 2 * kWsStages) + 1024;
+  static constexpr int kMinBlocks = kNwg == 1 ? 2 : 1;
+  static constexpr bool kFits = (kSmemBytes + 1024) * kMinBlocks <= 233472;
+  static constexpr int kLoadRegs = 24;
+  static constexpr int kMmaRegs = kNwg == 1 ? 232 : 240;
+  static_assert((kLoadRegs * 128 + kMmaRegs * 128 * kNwg) * kMinBlocks <= 65536, "register split exceeds the file");
+};
+
+// dS of this thread's keys into the tile's [query][key] dS (SW128, panels of
+// 64 keys: the K-major A operand of dQ = dS K). as: BwdIssueUpdates' dS^T
+// fragments, whose register j of fragment kk holds key kl0 + 8 (j & 1) of
+// the block and queries q, q + 1 (q = 16 kk + 8 (j >> 1) + 2t) in its halves.
+template <typename T>
+__device__ __forceinline__ void WsStoreDsT(const uint32_t (*as)[4], T* sds, int kl0, int t) {
+  auto* h = reinterpret_cast<uint16_t*>(sds);
+#pragma unroll
+  for (int kk = 0; kk < kWgBwdBM / 16; ++kk)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int q = 16 * kk + 8 * (j >> 1) + 2 * t, kl = kl0 + 8 * (j & 1);
+      h[wg::SwTile<kWgBwdBM>(q, kl)] = static_cast<uint16_t>(as[kk][j] & 0xFFFF);
+      h[wg::SwTile<kWgBwdBM>(q + 1, kl)] = static_cast<uint16_t>(as[kk][j] >> 16);
+    }
+}
+
+// This consumer's m64n64 dQ accumulator into its staging tile: two boxes of
+// [64 rows][32 f32] (128-byte rows, 16-byte chunk c of row r at c ^ (r % 8)),
+// the layout the dq_accum tensor map reduces from.
+__device__ __forceinline__ void WsStoreDq(const float* dq, float* sdq, int warp, int g, int t) {
+#pragma unroll
+  for (int i = 0; i < 8; ++i)
+#pragma unroll
+    for (int rr = 0; rr < 2; ++rr) {
+      const int row = 16 * warp + g + 8 * rr, col = 8 * i + 2 * t, cc = col & 31;
+      float* at = sdq + (col >> 5) * (kWgBwdBM * 32) + row * 32 + ((((cc >> 2) ^ (row & 7))) << 2) + (cc & 3);
+      at[0] = dq[4 * i + 2 * rr];
+      at[1] = dq[4 * i + 2 * rr + 1];
+    }
+}
+
+// Consumer c of the one-pass kernel: the dK/dV pass's products for its 64
+// keys, and columns [64c, 64c + 64) of each tile's dQ = dS K over all the
+// block's keys, added into dq_accum by a tensor reduce. Per tile: dS goes to
+// shared memory (two tiles alternate), every consumer meets at named
+// barrier 1 (the tile's dS complete; two tiles back every product that read
+// this buffer has retired), and after the products, named barrier 2 + c
+// (the staging tile written) before its thread 0 issues the reduce; that
+// thread waits for the previous reduce's read before barrier 1.
+template <int D, bool kBf16, bool kCausal>
+__device__ __forceinline__ void WsAtomicConsume(const FlashWsBwdParams& w, unsigned char* smem, uint32_t base,
+                                                const WsBwdTiles& tiles, int n0, int b, int c) {
+  using L = WsAtomicLayout<D>;
+  using T = typename Elem<kBf16>::T;
+  const FlashParams& p = w.p;
+  const uint32_t kv_full = base + L::kBar, q_full = kv_full + 8, q_empty = q_full + 8 * kWsStages;
+  const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int kl0 = c * 64 + warp * 16 + g, key0 = n0 + kl0;  // this thread's keys: key0, key0 + 8
+  const uint32_t k_addr = base + c * 64 * 128, v_addr = base + L::kKvBytes + c * 64 * 128;
+  const uint32_t kd_addr = base + c * L::kBN * 128;  // K's panel of columns [64c, 64c + 64)
+  float* sdq = reinterpret_cast<float*>(smem + L::kDq + c * L::kDqBytes);
+  const float scale_log2 = p.scale * kLog2e;
+  float dk[D / 2], dv[D / 2];
+#pragma unroll
+  for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
+
+  tma::Wait(kv_full, 0);
+  for (int it = 0; it < tiles.total; ++it) {
+    const int st = it % kWsStages, m0 = tiles.M0(it);
+    const uint32_t q_addr = base + L::kQ + st * L::kTileBytes, do_addr = base + L::kDo + st * L::kTileBytes;
+    const uint32_t ds_addr = base + L::kDs + (it & 1) * L::kDsBytes;
+    tma::Wait(q_full + 8 * st, (it / kWsStages) & 1);
+    float s[kWgBwdBM / 2], dpt[kWgBwdBM / 2];
+    wg::Fence();
+    IssueKeyQuery<D, L::kBN, kBf16>(s, k_addr, q_addr);
+    IssueKeyQuery<D, L::kBN, kBf16>(dpt, v_addr, do_addr);
+    wg::Commit();
+    wg::Wait<0>();
+    wg::FenceRegs<kWgBwdBM / 2>(s);
+    wg::FenceRegs<kWgBwdBM / 2>(dpt);
+    uint32_t as[kWgBwdBM / 16][4];
+    BwdIssueUpdates<D, kBf16, kCausal>(s, dpt, reinterpret_cast<const float*>(smem + L::kStat + st * L::kStatBytes),
+                                       m0, key0, p.seq_q, p.seq_k, scale_log2, t, dk, dv, q_addr, do_addr, as);
+    WsStoreDsT(as, reinterpret_cast<T*>(smem + L::kDs + (it & 1) * L::kDsBytes), kl0, t);
+    if (tid == 0) tma::BulkWaitRead<0>();  // the staging tile is free again
+    wg::FenceProxyAsync();
+    tma::NamedSync(1, 128 * L::kNwg);
+    float dq[32];
+    wg::Fence();
+#pragma unroll
+    for (int kk = 0; kk < L::kBN / 16; ++kk)
+      wg::Mma<64, kBf16>::SSt(dq, wg::Desc(ds_addr + (kk / 4) * kWgBwdBM * 128 + (kk % 4) * 32, 16, 1024),
+                              wg::Desc(kd_addr + kk * 16 * 128, L::kBN * 128, 1024), kk > 0);
+    wg::Commit();
+    wg::Wait<0>();
+    wg::FenceRegs<D / 2>(dv);
+    wg::FenceRegs<D / 2>(dk);
+    wg::FenceRegs<32>(dq);
+    tma::Arrive(q_empty + 8 * st);
+    WsStoreDq(dq, sdq, warp, g, t);
+    wg::FenceProxyAsync();
+    tma::NamedSync(2 + c, 128);
+    if (tid == 0) {
+#pragma unroll
+      for (int bx = 0; bx < 2; ++bx)
+        tma::ReduceAdd(w.dq_accum, SmemAddr(sdq) + bx * kWgBwdBM * 128, 64 * c + 32 * bx, m0, tiles.Head(it), b);
+      tma::BulkCommit();
+    }
+  }
+  if (tid == 0) tma::BulkWaitRead<0>();
+  BwdStoreDkDv<D, kBf16>(dk, dv, p, b, tiles.hk, key0, t);
+}
+
+template <int D, int NWG, bool kAtomicDq>
+using WsBwdLayoutOf = std::conditional_t<kAtomicDq, WsAtomicLayout<D>, WsBwdLayout<D, NWG>>;
+
 // Blocks of 128 (NWG + 1) threads over (key tiles of 64 NWG, kv heads,
-// batch); dynamic shared memory WsBwdLayout<D, NWG>::kSmemBytes.
-template <int D, int NWG, bool kBf16, bool kCausal>
-__global__ void __launch_bounds__(128 * (NWG + 1), WsBwdLayout<D, NWG>::kMinBlocks)
+// batch); dynamic shared memory WsBwdLayoutOf<D, NWG, kAtomicDq>::kSmemBytes.
+// kAtomicDq: the one-pass kernel (NWG = D / 64), else the dK/dV pass.
+template <int D, int NWG, bool kBf16, bool kCausal, bool kAtomicDq = false>
+__global__ void __launch_bounds__(128 * (NWG + 1), WsBwdLayoutOf<D, NWG, kAtomicDq>::kMinBlocks)
     FlashBwdWsKernel(const LOOM_GRID_CONSTANT FlashWsBwdParams w) {
-  using L = WsBwdLayout<D, NWG>;
+  using L = WsBwdLayoutOf<D, NWG, kAtomicDq>;
+  static_assert(!kAtomicDq || NWG == D / 64, "the one-pass kernel has a consumer per 64 columns of dQ");
   extern __shared__ unsigned char smem_raw[];
   unsigned char* smem =
       reinterpret_cast<unsigned char*>((reinterpret_cast<uintptr_t>(smem_raw) + 1023) & ~uintptr_t{1023});
@@ -154,11 +301,13 @@ __global__ void __launch_bounds__(128 * (NWG + 1), WsBwdLayout<D, NWG>::kMinBloc
   __syncthreads();
   if (threadIdx.x < 128) {
     tma::RegDealloc<L::kLoadRegs>();
-    if (threadIdx.x == 0) WsBwdProduce<D, NWG>(w, base, tiles, n0, b);
+    if (threadIdx.x == 0) WsBwdProduce<D, L>(w, base, tiles, n0, b);
     return;
   }
   tma::RegAlloc<L::kMmaRegs>();
-  WsBwdConsume<D, NWG, kBf16, kCausal>(w.p, smem, base, tiles, n0, b, (threadIdx.x >> 7) - 1);
+  const int c = (threadIdx.x >> 7) - 1;
+  if constexpr (kAtomicDq) WsAtomicConsume<D, kBf16, kCausal>(w, smem, base, tiles, n0, b, c);
+  else WsBwdConsume<D, NWG, kBf16, kCausal>(w.p, smem, base, tiles, n0, b, c);
 }
 
 }  // namespace loom::kernels::cuda::attention

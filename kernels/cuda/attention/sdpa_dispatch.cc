@@ -263,7 +263,7 @@ std::vector<SdpaCandidate> SdpaDispatcher::Candidates(const SdpaArgs& a, bool ba
   } else {
     const int64_t have = a.workspace_bytes >= 0 ? a.workspace_bytes : SdpaBackwardWorkspaceBytes(a);
     for (int v = 1; v <= FlashBackwardVariants(); ++v) {
-      if (v == kFlashBwdAtomicVariant && a.deterministic) continue;
+      if (FlashBwdAtomicDq(v) && a.deterministic) continue;
       if (FlashBwdUsesDs(v) &&
           (!DsFitsLimit(a) || have < FlashAttentionBwdWorkspaceBytes(ShapeOnly(a, kFlashBwdDsVariant))))
         continue;
@@ -352,7 +352,7 @@ absl::StatusOr<SdpaDecision> SdpaDispatcher::Select(const SdpaArgs& a, bool back
     };
     LOOM_ASSIGN_OR_RETURN(int best, time_all(cands));
     d.pick = cands[best];
-    if (backward && d.pick.kind == SdpaCandidate::kFlash && d.pick.bwd_variant != kFlashBwdAtomicVariant &&
+    if (backward && d.pick.kind == SdpaCandidate::kFlash && !FlashBwdAtomicDq(d.pick.bwd_variant) &&
         !FlashBwdUsesDs(d.pick.bwd_variant)) {
       // Coordinate descent, second step: the dQ pass with the chosen dK/dV variant.
       std::vector<SdpaCandidate> dqs;

@@ -7,6 +7,9 @@
 //     a 4-d tensor [B, H, T, D] into a 128-byte-swizzled shared tile, the
 //     layout wgmma.cuh's descriptors read, or of a run of a 1-d f32 array,
 //     completing on an mbarrier;
+//   - tensor reductions (cp.reduce.async.bulk.tensor .add) of a swizzled
+//     f32 box in shared memory into a 4-d f32 tensor, in bulk groups whose
+//     reads of shared memory a thread waits for;
 //   - named barriers (bar.sync / bar.arrive) between warpgroups;
 //   - register reallocation between warpgroups (setmaxnreg).
 // Only sm_90a code may include it (the flash_wgmma_cu target), or a host
@@ -37,6 +40,14 @@ inline void Load(uint32_t dst, const TmaMap& map, int c0, int c1, int c2, int c3
   emu::TmaLoad(dst, map, c0, c1, c2, c3, bar);
 }
 inline void Load1(uint32_t dst, const TmaMap& map, int c0, uint32_t bar) { emu::TmaLoad(dst, map, c0, 0, 0, 0, bar); }
+inline void ReduceAdd(const TmaMap& map, uint32_t src, int c0, int c1, int c2, int c3) {
+  emu::TmaReduceAdd(map, src, c0, c1, c2, c3);
+}
+inline void BulkCommit() { emu::BulkCommit(); }
+template <int N>
+inline void BulkWaitRead() {
+  emu::BulkWaitRead(N);
+}
 inline void NamedSync(int id, int n) { emu::NamedSync(id, n); }
 inline void NamedArrive(int id, int n) { emu::NamedArrive(id, n); }
 template <int N>
@@ -92,6 +103,23 @@ __device__ __forceinline__ void Load1(uint32_t dst, const TmaMap& map, int c0, u
       "cp.async.bulk.tensor.1d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%3}], [%2];\n"
       ::"r"(dst), "l"(reinterpret_cast<uint64_t>(&map.map)), "r"(bar), "r"(c0)
       : "memory");
+}
+// Adds the box in shared memory at src (the map's layout: 128-byte rows,
+// swizzled) into the tensor at coordinates (c0 innermost .. c3); elements
+// outside the tensor are skipped. The issuing thread's open bulk group.
+__device__ __forceinline__ void ReduceAdd(const TmaMap& map, uint32_t src, int c0, int c1, int c2, int c3) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4, %5}], [%1];\n" ::"l"(
+          reinterpret_cast<uint64_t>(&map.map)),
+      "r"(src), "r"(c0), "r"(c1), "r"(c2), "r"(c3)
+      : "memory");
+}
+__device__ __forceinline__ void BulkCommit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+// Returns once every bulk group of this thread but the newest N has read its
+// shared-memory source (which may then be written again).
+template <int N>
+__device__ __forceinline__ void BulkWaitRead() {
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
 }
 __device__ __forceinline__ void NamedSync(int id, int n) { asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(n)); }
 __device__ __forceinline__ void NamedArrive(int id, int n) { asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(n)); }

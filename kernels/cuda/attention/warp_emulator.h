@@ -23,6 +23,7 @@
 #include <setjmp.h>
 #include <ucontext.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
@@ -95,6 +96,15 @@ inline int max(int a, int b) { return a > b ? a : b; }
 
 namespace emu {
 
+// The order fibers run in. Lockstep: every thread a turn in each pass, so
+// warpgroups advance side by side. Skewed: each warpgroup (128 threads) in
+// turn runs as far as it can before the next gets a turn, lowest first
+// (up) or highest first (down), so one warpgroup runs ahead of another: a
+// product that reads another warpgroup's tile before a barrier says it is
+// written, or a buffer refilled while another warpgroup still reads it,
+// then computes from the wrong data.
+enum class Schedule { kLockstep, kSkewUp, kSkewDown };
+
 struct State {
   jmp_buf sched;                  // the scheduler, while a fiber runs
   struct Jump {
@@ -130,6 +140,7 @@ struct State {
     uint64_t a_desc, b_desc;
     uint32_t a_reg[4];
     bool has_a_reg, trans_b, accumulate, bf16;
+    std::vector<uint16_t> seen;  // the shared-memory operands at the issue (WgOperandBits)
   };
   std::vector<std::vector<std::vector<Copy>>> copies;
   std::vector<std::vector<std::vector<Product>>> products;
@@ -144,6 +155,13 @@ struct State {
     std::vector<std::pair<uint32_t, std::vector<unsigned char>>> landing, unlanded;
   };
   std::vector<std::pair<uint32_t, Mbar>> mbars;
+  // Per thread: tensor reductions issued, in bulk groups (the last one open),
+  // with the bytes their source held at the issue.
+  struct Reduce {
+    uint32_t src;
+    std::vector<unsigned char> bytes;
+  };
+  std::vector<std::vector<std::vector<Reduce>>> bulk;
   // Named barriers (bar.sync / bar.arrive ids 0-15): threads arrived, generation.
   int named_arrived[16] = {};
   long named_gen[16] = {};
@@ -151,6 +169,7 @@ struct State {
   // the scheduler over the live fibers that leaves it unchanged is a deadlock.
   long progress = 0;
   std::function<void()> body;
+  Schedule schedule = Schedule::kLockstep;
 };
 inline State& S() {
   static State s;
@@ -222,7 +241,22 @@ inline void Trampoline() {
   _longjmp(s.sched, 1);
 }
 
-// Runs fn() as every thread of every block of the grid.
+// Resumes fiber t until it waits or ends.
+inline void RunFiber(int t) {
+  State& s = S();
+  if (s.done[t]) return;
+  s.cur = t;
+  threadIdx = {static_cast<unsigned>(t), 0, 0};
+  if (!_setjmp(s.sched)) {
+    if (!s.started[t]) {
+      s.started[t] = 1;
+      setcontext(&s.ctx[t]);
+    }
+    _longjmp(s.fiber[t].b, 1);
+  }
+}
+
+// Runs fn() as every thread of every block of the grid, in S().schedule's order.
 inline void Launch(EmuDim3 grid, int threads, const std::function<void()>& fn) {
   State& s = S();
   constexpr size_t kStack = 256 * 1024;
@@ -234,6 +268,7 @@ inline void Launch(EmuDim3 grid, int threads, const std::function<void()>& fn) {
   s.done.assign(threads, 0);
   s.copies.resize(threads);
   s.products.resize(threads);
+  s.bulk.resize(threads);
   s.body = fn;
   gridDim = grid;
   blockDim = {static_cast<unsigned>(threads), 1, 1};
@@ -251,6 +286,7 @@ inline void Launch(EmuDim3 grid, int threads, const std::function<void()>& fn) {
           s.done[t] = 0;
           s.copies[t].assign(1, {});
           s.products[t].assign(1, {});
+          s.bulk[t].assign(1, {});
           s.started[t] = 0;
           ++s.warp_live[t >> 5];
           s.stacks[t].resize(kStack);
@@ -264,25 +300,33 @@ inline void Launch(EmuDim3 grid, int threads, const std::function<void()>& fn) {
         while (live > 0) {
           const long before = s.progress;
           live = 0;
-          for (int t = 0; t < threads; ++t) {
-            if (s.done[t]) continue;
-            s.cur = t;
-            threadIdx = {static_cast<unsigned>(t), 0, 0};
-            if (!_setjmp(s.sched)) {
-              if (!s.started[t]) {
-                s.started[t] = 1;
-                setcontext(&s.ctx[t]);
-              }
-              _longjmp(s.fiber[t].b, 1);
-            }
-            live += s.done[t] ? 0 : 1;
+          const int groups = (threads + 127) / 128;
+          for (int gi = 0; gi < groups; ++gi) {
+            const int grp = s.schedule == Schedule::kSkewDown ? groups - 1 - gi : gi;
+            const int lo = s.schedule == Schedule::kLockstep ? 0 : grp * 128;
+            const int hi = s.schedule == Schedule::kLockstep ? threads : std::min(threads, lo + 128);
+            // Lockstep: one turn for every thread. Skewed: this warpgroup's
+            // threads run until none of them can go on.
+            long group_before;
+            do {
+              group_before = s.progress;
+              for (int t = lo; t < hi; ++t) RunFiber(t);
+            } while (s.schedule != Schedule::kLockstep && s.progress != group_before);
+            if (s.schedule == Schedule::kLockstep) break;
           }
+          for (int t = 0; t < threads; ++t) live += s.done[t] ? 0 : 1;
           if (live > 0 && s.progress == before) {
             std::fprintf(stderr, "emulator: deadlock: %d threads of block (%u, %u, %u) wait and none can go on\n", live,
                          blockIdx.x, blockIdx.y, blockIdx.z);
             std::abort();
           }
         }
+        for (int t = 0; t < threads; ++t)
+          if (s.bulk[t].size() > 1 || !s.bulk[t][0].empty()) {
+            std::fprintf(stderr, "emulator: block (%u, %u, %u) ended with bulk reduces not waited for\n", blockIdx.x,
+                         blockIdx.y, blockIdx.z);
+            std::abort();
+          }
       }
 }
 
@@ -399,15 +443,38 @@ inline WgDesc DecodeDesc(uint64_t d) {
 inline uint32_t Sw128(uint32_t a) { return a ^ (((a >> 7) & 7) << 4); }
 // Element (row r, k) of a K-major operand: 8-row groups sbo apart, rows 128
 // bytes apart, k contiguous.
+inline uint32_t KMajorAddr(const WgDesc& d, int r, int k) { return Sw128(d.start + (r >> 3) * d.sbo + (r & 7) * 128 + 2 * k); }
 inline float KMajor(const WgDesc& d, int r, int k, bool bf16) {
-  const uint16_t h = Ld16(Sw128(d.start + (r >> 3) * d.sbo + (r & 7) * 128 + 2 * k));
+  const uint16_t h = Ld16(KMajorAddr(d, r, k));
   return bf16 ? __bfloat162float({h}) : __half2float({h});
 }
 // Element (k, n) of an MN-major operand (the transpose bit): k's 8-row groups
 // sbo apart, rows 128 bytes apart, n in 64-element panels lbo apart.
+inline uint32_t MnMajorAddr(const WgDesc& d, int k, int n) {
+  return Sw128(d.start + (k >> 3) * d.sbo + (k & 7) * 128 + (n >> 6) * d.lbo + 2 * (n & 63));
+}
 inline float MnMajor(const WgDesc& d, int k, int n, bool bf16) {
-  const uint16_t h = Ld16(Sw128(d.start + (k >> 3) * d.sbo + (k & 7) * 128 + (n >> 6) * d.lbo + 2 * (n & 63)));
+  const uint16_t h = Ld16(MnMajorAddr(d, k, n));
   return bf16 ? __bfloat162float({h}) : __half2float({h});
+}
+// The raw shared-memory elements this thread's part of a product reads: its
+// A rows (unless A is in registers) and its B columns.
+inline std::vector<uint16_t> WgOperandBits(int n, uint64_t a_desc, bool has_a_reg, uint64_t b_desc, bool trans_b) {
+  std::vector<uint16_t> v;
+  const int me = threadIdx.x, w = (me >> 5) & 3, lane = me & 31, g = lane >> 2, t = lane & 3;
+  if (!has_a_reg) {
+    const WgDesc da = DecodeDesc(a_desc);
+    for (int r = 0; r < 2; ++r)
+      for (int k = 0; k < 16; ++k) v.push_back(Ld16(KMajorAddr(da, 16 * w + g + 8 * r, k)));
+  }
+  const WgDesc db = DecodeDesc(b_desc);
+  for (int i = 0; i < n / 8; ++i)
+    for (int c = 0; c < 2; ++c)
+      for (int k = 0; k < 16; ++k) {
+        const int col = 8 * i + 2 * t + c;
+        v.push_back(Ld16(trans_b ? MnMajorAddr(db, k, col) : KMajorAddr(db, col, k)));
+      }
+  return v;
 }
 
 // wgmma.mma_async m64nNk16, f32 accumulators: d (+)= A B. A is 64 x 16, from
@@ -459,10 +526,15 @@ inline void WgmmaRun(float* d, int n, uint64_t a_desc, const uint32_t* a_reg, ui
   WarpgroupBarrier();
 }
 // wgmma.mma_async: queued in this thread's open group, computed at the wait
-// that retires it.
+// that retires it. Its shared-memory operands may be read at any moment in
+// between, so they must hold the same bits at the issue and at the wait: a
+// product issued before every writer of its operands is done (a missing
+// barrier), or an operand overwritten while it is in flight, stops the
+// emulation.
 inline void Wgmma(float* d, int n, uint64_t a_desc, const uint32_t* a_reg, uint64_t b_desc, bool trans_b,
                   bool accumulate, bool bf16) {
-  State::Product p{d, n, a_desc, b_desc, {0, 0, 0, 0}, a_reg != nullptr, trans_b, accumulate, bf16};
+  State::Product p{d,     n,          a_desc, b_desc, {0, 0, 0, 0}, a_reg != nullptr, trans_b, accumulate,
+                   bf16,  WgOperandBits(n, a_desc, a_reg != nullptr, b_desc, trans_b)};
   if (a_reg != nullptr) std::memcpy(p.a_reg, a_reg, sizeof(p.a_reg));
   S().products[threadIdx.x].back().push_back(p);
 }
@@ -474,8 +546,13 @@ inline void WgmmaWait(int n) {
   while (static_cast<int>(groups.size()) - 1 > n) {
     const std::vector<State::Product> g = std::move(groups.front());
     groups.erase(groups.begin());
-    for (const State::Product& p : g)
+    for (const State::Product& p : g) {
+      if (WgOperandBits(p.n, p.a_desc, p.has_a_reg, p.b_desc, p.trans_b) != p.seen) {
+        std::fprintf(stderr, "emulator: a wgmma's shared-memory operand changed between its issue and its wait\n");
+        std::abort();
+      }
       WgmmaRun(p.d, p.n, p.a_desc, p.has_a_reg ? p.a_reg : nullptr, p.b_desc, p.trans_b, p.accumulate, p.bf16);
+    }
   }
 }
 
@@ -567,26 +644,37 @@ struct TmaMap {
 // latest moments the hardware allows, so that both a read of the old tile
 // after the refill was issued and a read of the new one before its wait
 // see poison.
-inline void TmaLoad(uint32_t dst, const TmaMap& map, int c0, int c1, int c2, int c3, uint32_t bar) {
+// Calls fn(offset in the box's shared-memory image, element address) for
+// every element of the box at (c0, c1, c2, c3) inside the tensor.
+template <class Fn>
+void TmaBoxVisit(const TmaMap& map, int c0, int c1, int c2, int c3, Fn fn) {
   const int row_bytes = map.box_cols * map.elem;
-  if (dst % (map.swizzle ? 1024 : 128) != 0 || (map.swizzle && row_bytes != 128) || row_bytes % 16 != 0) std::abort();
-  const int64_t bytes = static_cast<int64_t>(map.box_rows) * row_bytes;
-  if (dst + bytes > sizeof(smem_raw)) std::abort();
-  std::vector<unsigned char> box(bytes, 0);
   const bool outer_in = c2 >= 0 && c2 < map.dim[2] && c3 >= 0 && c3 < map.dim[3];
   for (int r = 0; r < map.box_rows; ++r) {
     const int64_t row = static_cast<int64_t>(c1) + r;
     for (int c = 0; c < row_bytes / 16; ++c) {
-      unsigned char* to = box.data() + r * row_bytes + ((map.swizzle ? c ^ (r & 7) : c) << 4);
+      const int at = r * row_bytes + ((map.swizzle ? c ^ (r & 7) : c) << 4);
       for (int e = 0; e < 16 / map.elem; ++e) {
         const int64_t col = static_cast<int64_t>(c0) + c * (16 / map.elem) + e;
         if (!outer_in || row < 0 || row >= map.dim[1] || col < 0 || col >= map.dim[0]) continue;
-        std::memcpy(to + e * map.elem,
-                    map.base + col * map.elem + row * map.stride[1] + c2 * map.stride[2] + c3 * map.stride[3],
-                    map.elem);
+        fn(at + e * map.elem, map.base + col * map.elem + row * map.stride[1] + c2 * map.stride[2] + c3 * map.stride[3]);
       }
     }
   }
+}
+// The box's size in bytes, after checking its shared-memory address and form.
+inline int64_t TmaBoxBytes(const TmaMap& map, uint32_t smem) {
+  const int row_bytes = map.box_cols * map.elem;
+  if (smem % (map.swizzle ? 1024 : 128) != 0 || (map.swizzle && row_bytes != 128) || row_bytes % 16 != 0) std::abort();
+  const int64_t bytes = static_cast<int64_t>(map.box_rows) * row_bytes;
+  if (smem + bytes > sizeof(smem_raw)) std::abort();
+  return bytes;
+}
+inline void TmaLoad(uint32_t dst, const TmaMap& map, int c0, int c1, int c2, int c3, uint32_t bar) {
+  const int64_t bytes = TmaBoxBytes(map, dst);
+  std::vector<unsigned char> box(bytes, 0);
+  TmaBoxVisit(map, c0, c1, c2, c3,
+              [&](int at, const unsigned char* g) { std::memcpy(box.data() + at, g, map.elem); });
   // The destination is in flux from the issue on (poison: NaN in bf16, f16
   // and f32), so a thread still reading the stage's previous tile then
   // reads poison; the data itself lands when a thread waits for it.
@@ -600,6 +688,37 @@ inline void TmaLoad(uint32_t dst, const TmaMap& map, int c0, int c1, int c2, int
     std::abort();
   }
   MbarTryComplete(m);
+}
+
+// cp.reduce.async.bulk.tensor .add (f32): the shared-memory box at src added
+// into the tensor at (c0, c1, c2, c3), elements outside it skipped. The box
+// is read at the issue, the earliest moment; cp.async.bulk.wait_group.read,
+// the latest, checks that it still holds what was read, so a write over the
+// source before the wait (or a block that ends without waiting) is caught,
+// and a box issued before its writers finished carries their old values.
+inline void TmaReduceAdd(const TmaMap& map, uint32_t src, int c0, int c1, int c2, int c3) {
+  if (map.elem != 4) std::abort();
+  const int64_t bytes = TmaBoxBytes(map, src);
+  TmaBoxVisit(map, c0, c1, c2, c3, [&](int at, const unsigned char* g) {
+    float a, b;
+    std::memcpy(&a, smem_raw + src + at, 4);
+    std::memcpy(&b, g, 4);
+    b += a;
+    std::memcpy(const_cast<unsigned char*>(g), &b, 4);
+  });
+  S().bulk[threadIdx.x].back().push_back({src, std::vector<unsigned char>(smem_raw + src, smem_raw + src + bytes)});
+}
+inline void BulkCommit() { S().bulk[threadIdx.x].emplace_back(); }
+inline void BulkWaitRead(int n) {
+  auto& groups = S().bulk[threadIdx.x];
+  while (static_cast<int>(groups.size()) - 1 > n) {
+    for (const State::Reduce& r : groups.front())
+      if (std::memcmp(smem_raw + r.src, r.bytes.data(), r.bytes.size()) != 0) {
+        std::fprintf(stderr, "emulator: the source of a bulk reduce changed before its wait_group.read\n");
+        std::abort();
+      }
+    groups.erase(groups.begin());
+  }
 }
 
 inline float ShflXor(float v, int off) {

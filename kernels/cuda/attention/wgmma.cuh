@@ -91,6 +91,9 @@ struct Mma {
   static void SS(float* d, uint64_t a, uint64_t b, int accumulate) {
     emu::Wgmma(d, N, a, nullptr, b, /*trans_b=*/false, accumulate != 0, kBf16);
   }
+  static void SSt(float* d, uint64_t a, uint64_t b, int accumulate) {
+    emu::Wgmma(d, N, a, nullptr, b, /*trans_b=*/true, accumulate != 0, kBf16);
+  }
   template <int kTransB>
   static void RS(float* d, const uint32_t* a, uint64_t b, int accumulate) {
     emu::Wgmma(d, N, 0, a, b, kTransB != 0, accumulate != 0, kBf16);
@@ -129,7 +132,8 @@ __device__ __forceinline__ void FenceProxyAsync() { asm volatile("fence.proxy.as
 #define LOOM_WG_O32 LOOM_WG_O8(0), LOOM_WG_O8(8), LOOM_WG_O8(16), LOOM_WG_O8(24)
 #define LOOM_WG_O64 LOOM_WG_O32, LOOM_WG_O8(32), LOOM_WG_O8(40), LOOM_WG_O8(48), LOOM_WG_O8(56)
 
-// Mma<N, kBf16>::SS: d (+)= A(smem) B(smem), both K-major.
+// Mma<N, kBf16>::SS: d (+)= A(smem) B(smem), both K-major; SSt: B MN-major
+// (the transpose bit).
 // Mma<N, kBf16>::RS<kTransB>: d (+)= A(registers) B(smem); kTransB = 1 for an
 // MN-major B. `accumulate` = 0 overwrites d.
 template <int N, bool kBf16>
@@ -142,6 +146,13 @@ struct Mma;
       asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " IACC ", 0;\n"                                             \
                    "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " {" RLIST "}, " IA ", " IB       \
                    ", p, 1, 1, 0, 0;\n}\n"                                                                       \
+                   : OLIST                                                                                       \
+                   : "l"(a), "l"(b), "r"(accumulate));                                                           \
+    }                                                                                                            \
+    static __device__ __forceinline__ void SSt(float* d, uint64_t a, uint64_t b, int accumulate) {               \
+      asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " IACC ", 0;\n"                                             \
+                   "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." TY "." TY " {" RLIST "}, " IA ", " IB       \
+                   ", p, 1, 1, 0, 1;\n}\n"                                                                       \
                    : OLIST                                                                                       \
                    : "l"(a), "l"(b), "r"(accumulate));                                                           \
     }                                                                                                            \
