@@ -13,9 +13,10 @@
 #   variants: Loom's kernel pairs against cuDNN's fused attention, each in
 #     its own sdpa_bench process, SDPA_ROUNDS rounds alternating. SDPA_PAIRS
 #     lists the pairs as FWD,BWD variant ids (flash_variants.h; default
-#     "9,9 11,10 12,11 13,11 14,11": the pipelined wgmma forward with the
-#     wgmma dK/dV pass, then the warp-specialised forwards with the
-#     warp-specialised passes). No PyTorch.
+#     "13,9 13,11 13,12 14,12": the default forward (warp-specialised; at
+#     D 128 variant 13 runs with two consumers) with the default backward
+#     (stored dS, wgmma dK/dV pass), with the warp-specialised dK/dV pass, and
+#     with the one-pass backward; then the three-stage forward). No PyTorch.
 # SDPA_ITERS (40): timed iterations per loop, the same for both sides.
 # Logs go to $OUT. Also called by run_all.sh.
 set -u
@@ -35,7 +36,7 @@ if [ "$MODE" = sweep ] || [ "$MODE" = all ]; then
 fi
 if [ "$MODE" = variants ]; then
   for round in $(seq 1 "${SDPA_ROUNDS:-2}"); do
-    for fb in ${SDPA_PAIRS:-9,9 11,10 12,11 13,11 14,11}; do
+    for fb in ${SDPA_PAIRS:-13,9 13,11 13,12 14,12}; do
       f=${fb%,*} b=${fb#*,}
       echo "== SDPA bf16 round $round: flash fwd $f, bwd $b, and cuDNN"
       timeout 90 "$D/bin/sdpa_bench" --fwd="$f" --bwd="$b" --only=loom_flash,loom_cudnn --iters=${SDPA_ITERS:-40} \
