@@ -306,6 +306,17 @@ absl::StatusOr<std::vector<std::pair<std::string, double>>> CheckCase(Harness& h
   } else {
     LOOM_RETURN_IF_ERROR(FlashAttentionForward(a));
     LOOM_RETURN_IF_ERROR(FlashAttentionBackward(a));
+    // The warp-specialised kernels asked for (the forward's default is one)
+    // must have run, not their fallback.
+    const bool ws_fwd = c.fwd_variant == 0 || (c.fwd_variant >= kFlashFwdWsVariant &&
+                                               c.fwd_variant <= kFlashFwdWsSt3Variant);
+    const bool ws_bwd = c.bwd_variant == kFlashBwdWsDsVariant || c.bwd_variant == kFlashBwdWsDs1Variant ||
+                        c.bwd_variant == kFlashBwdWsAtomicVariant;
+    for (bool backward : {false, true}) {
+      if (!(backward ? ws_bwd : ws_fwd)) continue;
+      absl::Status ms = FlashWsMapsStatus(a, backward);
+      if (!ms.ok() && !absl::IsUnavailable(ms)) return ms;
+    }
   }
 
   ref::SdpaShape s;

@@ -76,6 +76,10 @@ TEST(FlashAttention, BadArgumentsAreInvalidArgument) {
   a = ValidArgs();
   a.bwd_variant = FlashBackwardVariants() + 1;
   ExpectInvalid(a, "bwd_variant");
+  // The tensor-map check validates first; with no compute-capability-9.0
+  // device (this machine) it is Unavailable, never OK.
+  EXPECT_EQ(FlashWsMapsStatus(a, false).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(FlashWsMapsStatus(ValidArgs(), false).code(), absl::StatusCode::kUnavailable);
   // f32 dQ accumulator and delta, rounded up to 256 bytes; the stored-dS
   // variant (the default while dS fits ds_limit_bytes) adds dS^T padded
   // to 64 keys x 128 queries per head.
@@ -90,7 +94,7 @@ TEST(FlashAttention, BadArgumentsAreInvalidArgument) {
   EXPECT_EQ(FlashAttentionBwdWorkspaceBytes(a), base + ds);
   ASSERT_GE(ValidArgs().ds_limit_bytes, ds);
   EXPECT_EQ(ValidArgs().ds_limit_bytes, kFlashDefaultDsLimitBytes);
-  EXPECT_EQ(FlashResolvedBackwardVariant(ValidArgs()), kFlashBwdWgmmaDs1Variant);
+  EXPECT_EQ(FlashResolvedBackwardVariant(ValidArgs()), kFlashBwdWsDs1Variant);
   a = ValidArgs();  // a limit below this dS: the two-pass default
   a.ds_limit_bytes = ds - 1;
   EXPECT_EQ(FlashResolvedBackwardVariant(a), FlashDefaultBackwardVariant(64));

@@ -239,7 +239,7 @@ int64_t FlashAttentionBwdWorkspaceBytes(const FlashAttnArgs& a) {
 
 int FlashResolvedBackwardVariant(const FlashAttnArgs& a) {
   if (a.bwd_variant > 0) return a.bwd_variant;
-  return FlashDsWorkspaceBytes(a) <= a.ds_limit_bytes ? attention::kBwdWgmmaDs1Variant
+  return FlashDsWorkspaceBytes(a) <= a.ds_limit_bytes ? attention::kBwdWsDs1Variant
                                                       : attention::BwdDefaultVariant(static_cast<int>(a.head_dim));
 }
 
@@ -260,6 +260,21 @@ absl::Status FlashAttentionForward(const FlashAttnArgs& a) {
   LOOM_RETURN_IF_ERROR(Validate("flash_attention", a, false));
 #ifdef LOOM_HAVE_CUDA
   return CudaStatus(attention::FlashForward(Params(a), static_cast<cudaStream_t>(a.stream)), "flash_attention forward");
+#else
+  return absl::UnavailableError("Loom was built without CUDA (nvcc not found)");
+#endif
+}
+
+absl::Status FlashWsMapsStatus(const FlashAttnArgs& a, bool backward) {
+  LOOM_RETURN_IF_ERROR(Validate(backward ? "flash_attention_backward" : "flash_attention", a, backward));
+#ifdef LOOM_HAVE_CUDA
+  if (!attention::DeviceIsSm90()) return absl::UnavailableError("not a compute-capability-9.0 device");
+  int result = 0;
+  if (const char* map = attention::FlashWsMapsCheck(Params(a), backward, &result))
+    return absl::FailedPreconditionError(absl::StrCat("flash_attention", backward ? "_backward" : "", ": tensor map '",
+                                                      map, "' refused (CUresult ", result,
+                                                      "): the warp-specialised kernels would fall back"));
+  return absl::OkStatus();
 #else
   return absl::UnavailableError("Loom was built without CUDA (nvcc not found)");
 #endif

@@ -98,9 +98,10 @@ int64_t FlashAttentionBwdWorkspaceBytes(const FlashAttnArgs& a);
 // The dS part of the stored-dS variant's workspace (whatever a.bwd_variant is).
 int64_t FlashDsWorkspaceBytes(const FlashAttnArgs& a);
 // The backward variant a call runs: a.bwd_variant, or when 0 the stored-dS
-// backward with the one-warpgroup wgmma dK/dV pass (kFlashBwdWgmmaDs1Variant;
-// mma.sync's pass off compute capability 9.0) if FlashDsWorkspaceBytes(a) <=
-// a.ds_limit_bytes, else the two-pass default for the head dim.
+// backward with the warp-specialised one-warpgroup dK/dV pass
+// (kFlashBwdWsDs1Variant; the wgmma pass where TMA cannot address an
+// operand, mma.sync's off compute capability 9.0) if FlashDsWorkspaceBytes(a)
+// <= a.ds_limit_bytes, else the two-pass default for the head dim.
 int FlashResolvedBackwardVariant(const FlashAttnArgs& a);
 absl::Status FlashAttentionBackward(const FlashAttnArgs& a);
 
@@ -143,6 +144,14 @@ int FlashDefaultBackwardVariant(int64_t head_dim);
 int FlashDefaultDqVariant(int64_t head_dim);
 std::string FlashForwardVariantName(int fwd_variant, int64_t head_dim);
 std::string FlashBackwardVariantName(int bwd_variant, int dq_variant, int64_t head_dim);
+
+// Whether the warp-specialised (TMA) kernels can take this call's operands,
+// the forward's (backward false) or the backward's, rather than fall back to
+// the wgmma kernels: OK, or FailedPrecondition naming the tensor map that TMA
+// cannot address or the driver refuses, with its CUresult. Unavailable
+// without CUDA or off compute capability 9.0. attention_check asserts it for
+// every case that asks for those kernels, so a fallback cannot pass as them.
+absl::Status FlashWsMapsStatus(const FlashAttnArgs& a, bool backward);
 
 // The forward's FLOPs (4 B H Tq Tk D, halved when causal and Tq == Tk).
 double FlashAttentionForwardFlops(const FlashAttnArgs& a);
