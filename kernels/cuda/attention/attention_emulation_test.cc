@@ -134,7 +134,6 @@ void Dq(const FlashParams& p) {
 // Mirrors flash_bwd.cu's Bwd3.
 template <int D, bool kBf16, bool kCausal>
 void Backward(const FlashParams& p) {
-  const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seq_q;
   const int bv = p.bwd_variant > 0 ? p.bwd_variant : BwdDefaultVariant(D);
   if (IsAtomicDqVariant(bv)) {
     emu::Launch({static_cast<unsigned>((p.seq_q + kPreRows<D> - 1) / kPreRows<D>), static_cast<unsigned>(p.heads),
@@ -142,9 +141,9 @@ void Backward(const FlashParams& p) {
                 256, [&] { BwdPreprocessKernel<D, kBf16, true>(p); });
     if (bv == kBwdWsAtomicVariant) BackwardWs<D, D / 64, kBf16, kCausal, true>(p);
     else DkDv<D, BwdAtomicCfg<D>, kDqAtomic, kBf16, kCausal>(p);
-    const int64_t n = rows * D;
-    emu::Launch({static_cast<unsigned>((n + 255) / 256), 1, 1}, 256,
-                [&] { BwdConvertDqKernel<kBf16>(p, n); });
+    emu::Launch({static_cast<unsigned>((p.seq_q + kPreRows<D> - 1) / kPreRows<D>), static_cast<unsigned>(p.heads),
+                 static_cast<unsigned>(p.batch)},
+                256, [&] { BwdConvertDqKernel<D, kBf16>(p); });
     return;
   }
   emu::Launch({static_cast<unsigned>((p.seq_q + kPreRows<D> - 1) / kPreRows<D>), static_cast<unsigned>(p.heads),

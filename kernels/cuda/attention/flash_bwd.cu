@@ -45,7 +45,6 @@ cudaError_t LaunchDqFromDs(const FlashParams& p, cudaStream_t s) {
 
 template <int D, bool kBf16, bool kCausal>
 cudaError_t Bwd3(const FlashParams& p, cudaStream_t s) {
-  const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seq_q;
   const dim3 pre_grid((p.seq_q + kPreRows<D> - 1) / kPreRows<D>, p.heads, p.batch);
   const int bv = p.bwd_variant > 0 ? p.bwd_variant : BwdDefaultVariant(D);
   if (IsAtomicDqVariant(bv)) {  // the accumulator zeroed, dQ summed into it, then scaled and rounded
@@ -54,9 +53,7 @@ cudaError_t Bwd3(const FlashParams& p, cudaStream_t s) {
     if (bv == kBwdWsAtomicVariant && DeviceIsSm90()) e = FlashBackwardWsAtomicDq(p, s);
     if (e == cudaErrorNotSupported) e = LaunchDkDv<D, BwdAtomicCfg<D>, kDqAtomic, kBf16, kCausal>(p, s);
     if (e != cudaSuccess) return e;
-    const int64_t n = rows * D;
-    const int64_t blocks = (n + 255) / 256;
-    BwdConvertDqKernel<kBf16><<<static_cast<unsigned>(blocks < 65536 * 8 ? blocks : 65536 * 8), 256, 0, s>>>(p, n);
+    BwdConvertDqKernel<D, kBf16><<<pre_grid, 256, 0, s>>>(p);
     return cudaGetLastError();
   }
   BwdPreprocessKernel<D, kBf16, false><<<pre_grid, 256, 0, s>>>(p);

@@ -109,18 +109,36 @@ __global__ void __launch_bounds__(256) BwdPreprocessKernel(FlashParams p) {
   for (int i = j; i < D; i += L) acc_row[i] = 0.f;
 }
 
-// dQ = scale * the contiguous f32 accumulator, written with dq's strides.
-template <bool kBf16>
-__global__ void BwdConvertDqKernel(FlashParams p, int64_t n) {
+// dQ = scale * the contiguous f32 accumulator, rounded and written with dq's
+// strides; grid and lanes as BwdPreprocessKernel's (kPreLanes<D> lanes a
+// row, 8 elements each): two 16-byte loads a lane, and one 16-byte store
+// where dq allows it (16-byte aligned, strides in whole 8-element chunks),
+// element stores where not. A grid-stride loop over elements with 64-bit
+// divisions took 185 us at B4 H16 T4096 D128 on the H100.
+template <int D, bool kBf16>
+__global__ void __launch_bounds__(256) BwdConvertDqKernel(FlashParams p) {
   using E = Elem<kBf16>;
   using T = typename E::T;
-  T* out = static_cast<T*>(p.dq);
-  const int64_t D = p.head_dim;
-  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t row = i / D, bh = row / p.seq_q;
-    const int64_t off = (bh / p.heads) * p.sdq.b + (bh % p.heads) * p.sdq.h + (row % p.seq_q) * p.sdq.r + i % D;
-    out[off] = E::FromF(p.dq_accum[i] * p.scale);
+  constexpr int L = kPreLanes<D>;
+  const int j = threadIdx.x % L, tq = blockIdx.x * kPreRows<D> + threadIdx.x / L;
+  const int h = blockIdx.y, b = blockIdx.z;
+  if (tq >= p.seq_q) return;
+  const float* acc = p.dq_accum + ((static_cast<int64_t>(b) * p.heads + h) * p.seq_q + tq) * D + 8 * j;
+  T* out = static_cast<T*>(p.dq) + b * p.sdq.b + h * p.sdq.h + tq * p.sdq.r + 8 * j;
+  const uint4 a0 = reinterpret_cast<const uint4*>(acc)[0], a1 = reinterpret_cast<const uint4*>(acc)[1];
+  float v[8];
+  memcpy(v, &a0, sizeof(a0));
+  memcpy(v + 4, &a1, sizeof(a1));
+  T r[8];
+#pragma unroll
+  for (int i = 0; i < 8; ++i) r[i] = E::FromF(v[i] * p.scale);
+  if (reinterpret_cast<uintptr_t>(p.dq) % 16 == 0 && (p.sdq.b | p.sdq.h | p.sdq.r) % 8 == 0) {
+    uint4 u;
+    memcpy(&u, r, sizeof(u));
+    *reinterpret_cast<uint4*>(out) = u;
+  } else {
+#pragma unroll
+    for (int i = 0; i < 8; ++i) out[i] = r[i];
   }
 }
 
