@@ -312,10 +312,13 @@ absl::StatusOr<std::vector<std::pair<std::string, double>>> CheckCase(Harness& h
                                                c.fwd_variant <= kFlashFwdWsSt3Variant);
     const bool ws_bwd = c.bwd_variant == kFlashBwdWsDsVariant || c.bwd_variant == kFlashBwdWsDs1Variant ||
                         c.bwd_variant == kFlashBwdWsAtomicVariant;
+    // The one documented fallback among these cases: the backward's lse
+    // and delta tiles when seq_q is not a multiple of 4.
     for (bool backward : {false, true}) {
       if (!(backward ? ws_bwd : ws_fwd)) continue;
       absl::Status ms = FlashWsMapsStatus(a, backward);
-      if (!ms.ok() && !absl::IsUnavailable(ms)) return ms;
+      const bool expected = backward && c.seq_q % 4 != 0 && absl::IsFailedPrecondition(ms);
+      if (!ms.ok() && !absl::IsUnavailable(ms) && !expected) return ms;
     }
   }
 

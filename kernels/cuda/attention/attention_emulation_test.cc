@@ -139,7 +139,9 @@ void Backward(const FlashParams& p) {
     emu::Launch({static_cast<unsigned>((p.seq_q + kPreRows<D> - 1) / kPreRows<D>), static_cast<unsigned>(p.heads),
                  static_cast<unsigned>(p.batch)},
                 256, [&] { BwdPreprocessKernel<D, kBf16, true>(p); });
-    if (bv == kBwdWsAtomicVariant) BackwardWs<D, D / 64, kBf16, kCausal, true>(p);
+    // Where the lse and delta tiles cannot be tensor copies, flash_bwd.cu
+    // runs the mma.sync atomic pass instead.
+    if (bv == kBwdWsAtomicVariant && WsBwdStatsAligned(p.seq_q)) BackwardWs<D, D / 64, kBf16, kCausal, true>(p);
     else DkDv<D, BwdAtomicCfg<D>, kDqAtomic, kBf16, kCausal>(p);
     emu::Launch({static_cast<unsigned>((p.seq_q + kPreRows<D> - 1) / kPreRows<D>), static_cast<unsigned>(p.heads),
                  static_cast<unsigned>(p.batch)},
@@ -152,11 +154,11 @@ void Backward(const FlashParams& p) {
   if (IsDsVariant(bv)) {  // the dK/dV pass on wgmma (as on compute capability 9.0) or mma.sync
     if (bv == kBwdDsVariant) {
       DkDv<D, BwdDsCfg, kDqStoreDs, kBf16, kCausal>(p);
-    } else if (IsWsBwdVariant(bv)) {
+    } else if (IsWsBwdVariant(bv) && WsBwdStatsAligned(p.seq_q)) {
       if (bv == kBwdWsDs1Variant) BackwardWs<D, 1, kBf16, kCausal>(p);
       else BackwardWs<D, 2, kBf16, kCausal>(p);
-    } else {
-      const int nwg = bv == kBwdWgmmaDs1Variant ? 1 : 2;
+    } else {  // the wgmma pass (also the warp-specialised variants' fallback)
+      const int nwg = bv == kBwdWgmmaDs1Variant || bv == kBwdWsDs1Variant ? 1 : 2;
       emu::Launch({static_cast<unsigned>((p.seq_k + 64 * nwg - 1) / (64 * nwg)), static_cast<unsigned>(p.kv_heads),
                    static_cast<unsigned>(p.batch)},
                   128 * nwg, [&] {
@@ -412,32 +414,36 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Emulated,
                                            Case{true, 2, 2, 2, 130, 100, 128, true, 12, 0, 0},
                                            Case{false, 1, 3, 1, 100, 520, 64, false, 12, 0, 0},
                                            Case{true, 1, 2, 2, 90, 90, 128, true, 11, 0, 0, true},
-                                           Case{true, 1, 2, 1, 150, 300, 64, true, 13, 10, 0},
-                                           Case{false, 1, 2, 2, 130, 400, 64, false, 13, 11, 0, false},
+                                           Case{true, 1, 2, 1, 152, 300, 64, true, 13, 10, 0},
+                                           Case{false, 1, 2, 2, 132, 400, 64, false, 13, 11, 0, false},
                                            // Three stages: the ring wraps at another period.
                                            Case{true, 1, 2, 1, 300, 700, 64, false, 14, 0, 0},
                                            Case{false, 1, 2, 2, 530, 530, 128, true, 14, 0, 0},
                                            // The warp-specialised dK/dV pass: both block sizes, GQA
                                            // (several query heads a block), causal, Tq != Tk both
                                            // ways, ragged ends, D 64 and 128, strided views.
-                                           Case{true, 1, 2, 1, 150, 290, 128, false, 11, 10, 0},
-                                           Case{true, 1, 4, 2, 270, 200, 64, true, 0, 11, 0},
+                                           // Tq a multiple of 4 (the lse and delta tiles as tensor
+                                           // copies) but not of 64; one Tq that is not: the fallback.
+                                           Case{true, 1, 2, 1, 152, 290, 128, false, 11, 10, 0},
+                                           Case{true, 1, 4, 2, 268, 200, 64, true, 0, 11, 0},
                                            Case{false, 2, 2, 2, 200, 330, 128, true, 0, 11, 0},
-                                           Case{true, 1, 3, 1, 130, 130, 64, false, 0, 10, 0},
-                                           Case{true, 1, 2, 2, 90, 90, 128, true, 0, 10, 0, true},
+                                           Case{true, 1, 3, 1, 132, 130, 64, false, 0, 10, 0},
+                                           Case{true, 1, 2, 2, 92, 92, 128, true, 0, 10, 0, true},
+                                           Case{true, 1, 2, 1, 150, 290, 128, false, 0, 11, 0},
                                            // The one-pass warp-specialised backward (dQ by tensor
                                            // reduces): D 64 and 128, GQA, causal, Tq != Tk both
                                            // ways, ragged ends, several key blocks and query
                                            // tiles (both dS buffers reused), strided views.
-                                           Case{true, 1, 2, 1, 150, 290, 128, false, 11, 12, 0},
-                                           Case{true, 1, 4, 2, 270, 200, 64, true, 0, 12, 0},
-                                           Case{false, 2, 2, 2, 200, 330, 128, true, 0, 12, 0},
-                                           Case{true, 1, 3, 1, 130, 130, 64, false, 0, 12, 0},
-                                           Case{true, 1, 2, 2, 90, 90, 128, true, 0, 12, 0, true},
+                                           Case{true, 1, 2, 1, 152, 290, 128, false, 11, 12, 0},
+                                           Case{true, 1, 4, 2, 268, 200, 64, true, 0, 12, 0},
+                                           Case{false, 2, 2, 2, 200, 332, 128, true, 0, 12, 0},
+                                           Case{true, 1, 3, 1, 132, 132, 64, false, 0, 12, 0},
+                                           Case{true, 1, 2, 2, 92, 92, 128, true, 0, 12, 0, true},
+                                           Case{true, 1, 2, 1, 90, 130, 64, true, 0, 12, 0},
                                            // Strided views ([B, T, 3, H, D] qkv, [B, T, H, D] o/dout).
                                            Case{true, 2, 2, 2, 70, 70, 64, true, 0, 0, 0, true},
                                            Case{true, 1, 2, 2, 90, 90, 128, false, 0, 6, 0, true},
-                                           Case{true, 1, 2, 2, 90, 90, 64, true, 10, 9, 0, true}));
+                                           Case{true, 1, 2, 2, 92, 92, 64, true, 10, 9, 0, true}));
 
 }  // namespace
 }  // namespace loom::kernels::cuda::attention

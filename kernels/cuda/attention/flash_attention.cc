@@ -270,11 +270,13 @@ absl::Status FlashWsMapsStatus(const FlashAttnArgs& a, bool backward) {
 #ifdef LOOM_HAVE_CUDA
   if (!attention::DeviceIsSm90()) return absl::UnavailableError("not a compute-capability-9.0 device");
   int result = 0;
-  if (const char* map = attention::FlashWsMapsCheck(Params(a), backward, &result))
-    return absl::FailedPreconditionError(absl::StrCat("flash_attention", backward ? "_backward" : "", ": tensor map '",
-                                                      map, "' refused (CUresult ", result,
-                                                      "): the warp-specialised kernels would fall back"));
-  return absl::OkStatus();
+  const char* map = attention::FlashWsMapsCheck(Params(a), backward, &result);
+  if (map == nullptr) return absl::OkStatus();
+  const std::string what = absl::StrCat("flash_attention", backward ? "_backward" : "", ": tensor map '", map, "' ");
+  if (result == attention::kWsMapNotAddressable)  // alignment or size: the documented fallback
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, "not addressable by TMA: the warp-specialised kernels fall back"));
+  return absl::InternalError(absl::StrCat(what, "refused by the driver (CUresult ", result, ")"));
 #else
   return absl::UnavailableError("Loom was built without CUDA (nvcc not found)");
 #endif

@@ -107,8 +107,10 @@ cudaError_t FlashBackwardWsAtomicDq(const FlashParams& p, cudaStream_t s);
 // The warp-specialised kernels' tensor maps for p (the forward's, or the
 // backward's with dq_accum's): the name of the first one the driver refuses
 // or TMA cannot address ("lse", ...), with the CUresult in *result
-// (CUDA_ERROR_NOT_SUPPORTED: alignment or size), or null when every map
-// encodes. A null return means those kernels run rather than a fallback.
+// (kWsMapNotAddressable: alignment or size, the documented fallback), or
+// null when every map encodes. A null return means those kernels run
+// rather than a fallback.
+constexpr int kWsMapNotAddressable = -1;
 const char* FlashWsMapsCheck(const FlashParams& p, bool backward, int* result);
 // Whether the current device is compute capability 9.0 (runs sm_90a code).
 bool DeviceIsSm90();

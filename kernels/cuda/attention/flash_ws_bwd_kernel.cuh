@@ -38,6 +38,13 @@
 
 namespace loom::kernels::cuda::attention {
 
+// Whether the producer can load a query tile's lse and delta by 1-d tensor
+// copies: a tensor copy's innermost start must sit on 16 bytes, and a tile's
+// first row (b H + h) Tq + m0 (m0 a multiple of 64) does for every head only
+// when Tq is a multiple of 4. Where it is not, the launcher reports the lse
+// map unaddressable and the wgmma kernels run instead.
+inline bool WsBwdStatsAligned(int seq_q) { return seq_q % 4 == 0; }
+
 // The kernels' parameters: tensor maps of k and v (box: 64 columns by the
 // block's keys), q and dout (by kWgBwdBM rows), lse and delta (1-d, f32,
 // boxes of kWgBwdBM), for the one-pass kernel dq_accum (f32 [B, H, Tq, D],

@@ -662,8 +662,13 @@ void TmaBoxVisit(const TmaMap& map, int c0, int c1, int c2, int c3, Fn fn) {
     }
   }
 }
-// The box's size in bytes, after checking its shared-memory address and form.
-inline int64_t TmaBoxBytes(const TmaMap& map, uint32_t smem) {
+// The box's size in bytes, after checking its shared-memory address, its
+// form, and its innermost start, which the hardware wants on 16 bytes.
+inline int64_t TmaBoxBytes(const TmaMap& map, uint32_t smem, int c0) {
+  if (static_cast<int64_t>(c0) * map.elem % 16 != 0) {
+    std::fprintf(stderr, "emulator: a tensor copy's innermost start (element %d) is not on 16 bytes\n", c0);
+    std::abort();
+  }
   const int row_bytes = map.box_cols * map.elem;
   if (smem % (map.swizzle ? 1024 : 128) != 0 || (map.swizzle && row_bytes != 128) || row_bytes % 16 != 0) std::abort();
   const int64_t bytes = static_cast<int64_t>(map.box_rows) * row_bytes;
@@ -671,7 +676,7 @@ inline int64_t TmaBoxBytes(const TmaMap& map, uint32_t smem) {
   return bytes;
 }
 inline void TmaLoad(uint32_t dst, const TmaMap& map, int c0, int c1, int c2, int c3, uint32_t bar) {
-  const int64_t bytes = TmaBoxBytes(map, dst);
+  const int64_t bytes = TmaBoxBytes(map, dst, c0);
   std::vector<unsigned char> box(bytes, 0);
   TmaBoxVisit(map, c0, c1, c2, c3,
               [&](int at, const unsigned char* g) { std::memcpy(box.data() + at, g, map.elem); });
@@ -698,7 +703,7 @@ inline void TmaLoad(uint32_t dst, const TmaMap& map, int c0, int c1, int c2, int
 // and a box issued before its writers finished carries their old values.
 inline void TmaReduceAdd(const TmaMap& map, uint32_t src, int c0, int c1, int c2, int c3) {
   if (map.elem != 4) std::abort();
-  const int64_t bytes = TmaBoxBytes(map, src);
+  const int64_t bytes = TmaBoxBytes(map, src, c0);
   TmaBoxVisit(map, c0, c1, c2, c3, [&](int at, const unsigned char* g) {
     float a, b;
     std::memcpy(&a, smem_raw + src + at, 4);
