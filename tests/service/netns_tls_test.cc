@@ -5,13 +5,19 @@
 // namespaces). The test needs root and iproute2 (scripts/setup.sh installs
 // it; CI runs as root) and fails, saying why, when it cannot make the
 // namespaces; tests/service/basic_run_test runs the same job on loopback.
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <regex>
+#include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
@@ -28,23 +34,53 @@ int Sh(const std::string& cmd, std::string* out = nullptr) {
   return r.code;
 }
 
+// Whether process `pid` is gone (names below carry their maker's pid).
+bool Dead(long pid) { return kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH; }
+
+// Deletes what runs of this test that were killed before their cleanup left
+// behind: namespaces loomA<pid> / loomB<pid> and bridges lbr<pid> of dead
+// pids. A stale bridge keeps its 10.213.x.1/24 route, and a later run that
+// picks the same x then has its replies routed to the stale bridge: its
+// agents' connections time out while the root namespace's own succeed.
+void ReapStale() {
+  std::string out;
+  const std::regex ns_re("^loom[AB]([0-9]+)\\b"), br_re("^[0-9]+: (lbr([0-9]+)):");
+  Sh("ip netns list", &out);
+  std::istringstream ns_lines(out);
+  for (std::string line; std::getline(ns_lines, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, ns_re) && Dead(std::stol(m[1]))) Sh("ip netns del " + line.substr(0, line.find(' ')));
+  }
+  Sh("ip -o link show type bridge", &out);
+  std::istringstream br_lines(out);
+  for (std::string line; std::getline(br_lines, line);) {
+    std::smatch m;
+    if (std::regex_search(line, m, br_re) && Dead(std::stol(m[2]))) Sh("ip link del " + m[1].str());
+  }
+}
+
 // Two namespaces A (10.213.x.2) and B (10.213.x.3) on a bridge (10.213.x.1).
+// x is a subnet no interface holds, claimed by a lock file so that two runs
+// at once cannot pick the same one (the lock goes with the process).
 class Netns {
  public:
-  Netns() : id_(getpid() % 200 + 20) {
+  Netns() {
     a_ = absl::StrCat("loomA", getpid());
     b_ = absl::StrCat("loomB", getpid());
-    br_ = absl::StrCat("lbr", getpid() % 100000);
+    br_ = absl::StrCat("lbr", getpid());
   }
   ~Netns() {
     Sh("ip netns del " + a_);
     Sh("ip netns del " + b_);
     Sh("ip link del " + br_);
+    if (lock_fd_ >= 0) close(lock_fd_);
   }
   std::string Ip(int host) const { return absl::StrCat("10.213.", id_, ".", host); }
   // Empty on success, else why the namespaces could not be made.
   std::string Setup() {
     if (geteuid() != 0) return "not running as root";
+    ReapStale();
+    if (!ClaimSubnet()) return "no free 10.213.x.0/24 subnet (x in 20..219)";
     std::string out;
     const std::string cmds[] = {
         "ip link add " + br_ + " type bridge",
@@ -55,7 +91,7 @@ class Netns {
       if (Sh(c, &out) != 0) return c + ": " + out;
     int host = 2;
     for (const std::string& ns : {a_, b_}) {
-      std::string v = absl::StrCat("lv", getpid() % 100000, host), peer = v + "p";
+      std::string v = absl::StrCat("lv", getpid(), host), peer = v + "p";
       const std::string steps[] = {
           "ip netns add " + ns,
           "ip link add " + v + " type veth peer name " + peer,
@@ -78,7 +114,26 @@ class Netns {
   const std::string& b() const { return b_; }
 
  private:
-  int id_;
+  // Picks x, starting from this pid's, whose subnet no address uses, and
+  // holds /tmp/loom-netns-x.lock.
+  bool ClaimSubnet() {
+    std::string addrs;
+    Sh("ip -o addr show", &addrs);
+    for (int i = 0; i < 200; ++i) {
+      const int id = (getpid() + i) % 200 + 20;
+      if (addrs.find(absl::StrCat(" 10.213.", id, ".")) != std::string::npos) continue;
+      const int fd = open(absl::StrCat("/tmp/loom-netns-", id, ".lock").c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0600);
+      if (fd < 0) continue;
+      if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
+        id_ = id, lock_fd_ = fd;
+        return true;
+      }
+      close(fd);
+    }
+    return false;
+  }
+
+  int id_ = 0, lock_fd_ = -1;
   std::string a_, b_, br_;
 };
 
