@@ -113,6 +113,29 @@ __device__ __forceinline__ void WsBwdProduce(const FlashWsBwdParams& w, uint32_t
   }
 }
 
+// A consumer's tile `it` up to the dK/dV updates: waits for its ring stage,
+// issues S^T = K Q^T and dP^T = V dO^T for this consumer's keys (k_addr,
+// v_addr) and waits for them, then forms P^T and dS^T (left in `as`) and
+// issues dV += P^T dO and dK += dS^T Q (not waited for). L: the layout.
+template <int D, class L, bool kBf16, bool kCausal>
+__device__ __forceinline__ void WsBwdTileUpdates(const FlashParams& p, const unsigned char* smem, uint32_t base,
+                                                 uint32_t q_full, int it, int m0, uint32_t k_addr, uint32_t v_addr,
+                                                 int key0, int t, float* dk, float* dv, uint32_t (*as)[4]) {
+  const int st = it % kWsStages;
+  const uint32_t q_addr = base + L::kQ + st * L::kTileBytes, do_addr = base + L::kDo + st * L::kTileBytes;
+  tma::Wait(q_full + 8 * st, (it / kWsStages) & 1);
+  float s[kWgBwdBM / 2], dpt[kWgBwdBM / 2];
+  wg::Fence();
+  IssueKeyQuery<D, L::kBN, kBf16>(s, k_addr, q_addr);
+  IssueKeyQuery<D, L::kBN, kBf16>(dpt, v_addr, do_addr);
+  wg::Commit();
+  wg::Wait<0>();
+  wg::FenceRegs<kWgBwdBM / 2>(s);
+  wg::FenceRegs<kWgBwdBM / 2>(dpt);
+  BwdIssueUpdates<D, kBf16, kCausal>(s, dpt, reinterpret_cast<const float*>(smem + L::kStat + st * L::kStatBytes), m0,
+                                     key0, p.seq_q, p.seq_k, p.scale * kLog2e, t, dk, dv, q_addr, do_addr, as);
+}
+
 template <int D, int NWG, bool kBf16, bool kCausal>
 __device__ __forceinline__ void WsBwdConsume(const FlashParams& p, unsigned char* smem, uint32_t base,
                                              const WsBwdTiles& tiles, int n0, int b, int c) {
@@ -123,28 +146,15 @@ __device__ __forceinline__ void WsBwdConsume(const FlashParams& p, unsigned char
   const int key_base = n0 + c * 64 + warp * 16, key0 = key_base + g;  // this thread's keys: key0, key0 + 8
   T* sDs = reinterpret_cast<T*>(smem + L::kDs) + (c * 4 + warp) * 16 * kWgBwdDsRow;
   const uint32_t k_addr = base + c * 64 * 128, v_addr = base + L::kKvBytes + c * 64 * 128;
-  const float scale_log2 = p.scale * kLog2e;
   float dk[D / 2], dv[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
 
   tma::Wait(kv_full, 0);
   for (int it = 0; it < tiles.total; ++it) {
-    const int st = it % kWsStages;
-    const int m0 = tiles.M0(it);
-    const uint32_t q_addr = base + L::kQ + st * L::kTileBytes, do_addr = base + L::kDo + st * L::kTileBytes;
-    tma::Wait(q_full + 8 * st, (it / kWsStages) & 1);
-    float s[kWgBwdBM / 2], dpt[kWgBwdBM / 2];
-    wg::Fence();
-    IssueKeyQuery<D, L::kBN, kBf16>(s, k_addr, q_addr);
-    IssueKeyQuery<D, L::kBN, kBf16>(dpt, v_addr, do_addr);
-    wg::Commit();
-    wg::Wait<0>();
-    wg::FenceRegs<kWgBwdBM / 2>(s);
-    wg::FenceRegs<kWgBwdBM / 2>(dpt);
+    const int st = it % kWsStages, m0 = tiles.M0(it);
     uint32_t as[kWgBwdBM / 16][4];
-    BwdIssueUpdates<D, kBf16, kCausal>(s, dpt, reinterpret_cast<const float*>(smem + L::kStat + st * L::kStatBytes),
-                                       m0, key0, p.seq_q, p.seq_k, scale_log2, t, dk, dv, q_addr, do_addr, as);
+    WsBwdTileUpdates<D, L, kBf16, kCausal>(p, smem, base, q_full, it, m0, k_addr, v_addr, key0, t, dk, dv, as);
     const int64_t bh = static_cast<int64_t>(b) * p.heads + tiles.Head(it);
     BwdStoreDs(as, sDs, static_cast<T*>(p.ds) + bh * p.ds_bh + m0, key_base, p.ds_keys, p.ds_ld, lane);
     wg::Wait<0>();
@@ -228,7 +238,6 @@ __device__ __forceinline__ void WsAtomicConsume(const FlashWsBwdParams& w, unsig
   const uint32_t k_addr = base + c * 64 * 128, v_addr = base + L::kKvBytes + c * 64 * 128;
   const uint32_t kd_addr = base + c * L::kBN * 128;  // K's panel of columns [64c, 64c + 64)
   float* sdq = reinterpret_cast<float*>(smem + L::kDq + c * L::kDqBytes);
-  const float scale_log2 = p.scale * kLog2e;
   float dk[D / 2], dv[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
@@ -236,20 +245,9 @@ __device__ __forceinline__ void WsAtomicConsume(const FlashWsBwdParams& w, unsig
   tma::Wait(kv_full, 0);
   for (int it = 0; it < tiles.total; ++it) {
     const int st = it % kWsStages, m0 = tiles.M0(it);
-    const uint32_t q_addr = base + L::kQ + st * L::kTileBytes, do_addr = base + L::kDo + st * L::kTileBytes;
     const uint32_t ds_addr = base + L::kDs + (it & 1) * L::kDsBytes;
-    tma::Wait(q_full + 8 * st, (it / kWsStages) & 1);
-    float s[kWgBwdBM / 2], dpt[kWgBwdBM / 2];
-    wg::Fence();
-    IssueKeyQuery<D, L::kBN, kBf16>(s, k_addr, q_addr);
-    IssueKeyQuery<D, L::kBN, kBf16>(dpt, v_addr, do_addr);
-    wg::Commit();
-    wg::Wait<0>();
-    wg::FenceRegs<kWgBwdBM / 2>(s);
-    wg::FenceRegs<kWgBwdBM / 2>(dpt);
     uint32_t as[kWgBwdBM / 16][4];
-    BwdIssueUpdates<D, kBf16, kCausal>(s, dpt, reinterpret_cast<const float*>(smem + L::kStat + st * L::kStatBytes),
-                                       m0, key0, p.seq_q, p.seq_k, scale_log2, t, dk, dv, q_addr, do_addr, as);
+    WsBwdTileUpdates<D, L, kBf16, kCausal>(p, smem, base, q_full, it, m0, k_addr, v_addr, key0, t, dk, dv, as);
     WsStoreDsT(as, reinterpret_cast<T*>(smem + L::kDs + (it & 1) * L::kDsBytes), kl0, t);
     if (tid == 0) tma::BulkWaitRead<0>();  // the staging tile is free again
     wg::FenceProxyAsync();
