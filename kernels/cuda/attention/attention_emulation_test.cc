@@ -371,6 +371,46 @@ TEST(EmulatedPreprocess, DeltaMatchesFp64WithAndWithoutVectorLoads) {
   CheckPreprocess<128, true>(0, 130);   // row stride not a multiple of 8: element loads
 }
 
+// dQ = scale * accumulator from BwdConvertDqKernel, against fp64 rounded
+// once: one 16-byte store a lane where dq allows it, element stores where dq
+// is misaligned or its row stride is not a whole number of 8-element chunks;
+// Tq not a multiple of the block's rows. Padding around each row stays as
+// written (0xFFFF), so a store past a row's D elements shows.
+template <int D, bool kBf16>
+void CheckConvert(int64_t offset, int64_t row_stride) {
+  const int b = 2, h = 3, tq = 45;
+  const size_t rows = static_cast<size_t>(b) * h * tq;
+  std::vector<float> acc(rows * D);
+  uint64_t seed = 11;
+  for (float& x : acc) {
+    seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+    x = static_cast<float>(static_cast<double>(seed >> 11) / 9007199254740992.0 - 0.5) * 8.f;
+  }
+  std::vector<uint16_t> dq(rows * row_stride + offset + 8, 0xFFFF);
+  FlashParams p;
+  p.bf16 = kBf16, p.batch = b, p.heads = h, p.kv_heads = h, p.seq_q = tq, p.seq_k = tq, p.head_dim = D;
+  p.scale = 0.125f;
+  p.dq_accum = acc.data(), p.dq = dq.data() + offset;
+  p.sdq = TensorStrides{h * tq * row_stride, tq * row_stride, row_stride};
+  emu::Launch({static_cast<unsigned>((tq + kPreRows<D> - 1) / kPreRows<D>), static_cast<unsigned>(h),
+               static_cast<unsigned>(b)},
+              256, [&] { BwdConvertDqKernel<D, kBf16>(p); });
+  for (size_t r = 0; r < rows; ++r)
+    for (int64_t i = 0; i < row_stride; ++i) {
+      const uint16_t got = dq[offset + r * row_stride + i];
+      const uint16_t want = i < D ? Round(static_cast<double>(acc[r * D + i] * p.scale), kBf16) : uint16_t{0xFFFF};
+      ASSERT_EQ(got, want) << "D" << D << " offset " << offset << " stride " << row_stride << " row " << r << " col "
+                           << i;
+    }
+}
+
+TEST(EmulatedConvert, DqMatchesScaledAccumulatorWithAndWithoutVectorStores) {
+  CheckConvert<64, true>(0, 64);     // contiguous: 16-byte stores
+  CheckConvert<128, false>(0, 136);  // padded rows, still whole chunks
+  CheckConvert<64, true>(1, 72);     // misaligned base: element stores
+  CheckConvert<128, true>(0, 130);   // row stride not a multiple of 8: element stores
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, Emulated,
                          ::testing::Values(Case{true, 1, 2, 1, 150, 150, 64, true},
                                            Case{true, 1, 1, 1, 100, 130, 128, false},
