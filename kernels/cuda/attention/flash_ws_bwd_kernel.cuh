@@ -54,20 +54,31 @@ struct FlashWsBwdParams {
   FlashParams p;
 };
 
+// What both backward kernels' shared memory starts with: K and V of the
+// block's 64 NWG keys, then the ring of Q and dO tiles (kWsStages stages);
+// and the register split between the producer and the NWG consumers.
 template <int D, int NWG>
-struct WsBwdLayout {
+struct WsBwdRing {
   static constexpr int kBN = 64 * NWG;
   static constexpr int kKvBytes = kBN * D * 2, kTileBytes = kWgBwdBM * D * 2, kStatBytes = 2 * kWgBwdBM * 4;
-  // K, V; Q x stages; dO x stages; [lse, delta] x stages; the consumer
-  // warps' dS^T staging rows; the barriers: kv_full, q_full[S], q_empty[S].
-  static constexpr int kQ = 2 * kKvBytes, kDo = kQ + kWsStages * kTileBytes, kStat = kDo + kWsStages * kTileBytes;
-  static constexpr int kDs = kStat + kWsStages * kStatBytes;
-  static constexpr int kBar = kDs + 4 * NWG * 16 * kWgBwdDsRow * 2;
-  static constexpr int kSmemBytes = kBar + 8 * (1 + 2 * kWsStages) + 1024;
+  static constexpr int kQ = 2 * kKvBytes, kDo = kQ + kWsStages * kTileBytes, kRingEnd = kDo + kWsStages * kTileBytes;
   static constexpr int kMinBlocks = NWG == 1 ? 2 : 1;
   static constexpr int kLoadRegs = 24;
   static constexpr int kMmaRegs = NWG == 1 ? 232 : 240;
   static_assert((kLoadRegs * 128 + kMmaRegs * 128 * NWG) * kMinBlocks <= 65536, "register split exceeds the file");
+  // The barriers (kv_full, q_full[S], q_empty[S]) at kBar, and alignment slack.
+  static constexpr int SmemBytes(int bar) { return bar + 8 * (1 + 2 * kWsStages) + 1024; }
+};
+
+// The dK/dV pass: the ring; [lse, delta] x stages; the consumer warps' dS^T
+// staging rows; the barriers.
+template <int D, int NWG>
+struct WsBwdLayout : WsBwdRing<D, NWG> {
+  using R = WsBwdRing<D, NWG>;
+  static constexpr int kStat = R::kRingEnd;
+  static constexpr int kDs = kStat + kWsStages * R::kStatBytes;
+  static constexpr int kBar = kDs + 4 * NWG * 16 * kWgBwdDsRow * 2;
+  static constexpr int kSmemBytes = R::SmemBytes(kBar);
 };
 
 // The tiles a block visits: every query head of its GQA group, and every
@@ -168,22 +179,16 @@ __device__ __forceinline__ void WsBwdConsume(const FlashParams& p, unsigned char
 // The one-pass kernel's shared memory: NWG = D / 64 consumers, one per 64
 // columns of dQ, and 64 keys each.
 template <int D>
-struct WsAtomicLayout {
-  static constexpr int kNwg = D / 64, kBN = 64 * kNwg;
-  static constexpr int kKvBytes = kBN * D * 2, kTileBytes = kWgBwdBM * D * 2, kStatBytes = 2 * kWgBwdBM * 4;
-  static constexpr int kDsBytes = kWgBwdBM * kBN * 2;  // a dS tile, [query][key]
-  static constexpr int kDqBytes = kWgBwdBM * 64 * 4;   // a consumer's dQ columns in f32: two boxes of 32
-  // K, V; Q x stages; dO x stages; dS x 2; dQ staging x consumers; [lse,
-  // delta] x stages; the barriers: kv_full, q_full[S], q_empty[S].
-  static constexpr int kQ = 2 * kKvBytes, kDo = kQ + kWsStages * kTileBytes, kDs = kDo + kWsStages * kTileBytes;
-  static constexpr int kDq = kDs + 2 * kDsBytes, kStat = kDq + kNwg * kDqBytes;
-  static constexpr int kBar = kStat + kWsStages * kStatBytes;
-  static constexpr int kSmemBytes = kBar + 8 * (1 + 2 * kWsStages) + 1024;
-  static constexpr int kMinBlocks = kNwg == 1 ? 2 : 1;
-  static constexpr bool kFits = (kSmemBytes + 1024) * kMinBlocks <= 233472;
-  static constexpr int kLoadRegs = 24;
-  static constexpr int kMmaRegs = kNwg == 1 ? 232 : 240;
-  static_assert((kLoadRegs * 128 + kMmaRegs * 128 * kNwg) * kMinBlocks <= 65536, "register split exceeds the file");
+struct WsAtomicLayout : WsBwdRing<D, D / 64> {
+  using R = WsBwdRing<D, D / 64>;
+  static constexpr int kNwg = D / 64;
+  static constexpr int kDsBytes = kWgBwdBM * R::kBN * 2;  // a dS tile, [query][key]
+  static constexpr int kDqBytes = kWgBwdBM * 64 * 4;      // a consumer's dQ columns in f32: two boxes of 32
+  // The ring; dS x 2; dQ staging x consumers; [lse, delta] x stages; the barriers.
+  static constexpr int kDs = R::kRingEnd, kDq = kDs + 2 * kDsBytes, kStat = kDq + kNwg * kDqBytes;
+  static constexpr int kBar = kStat + kWsStages * R::kStatBytes;
+  static constexpr int kSmemBytes = R::SmemBytes(kBar);
+  static constexpr bool kFits = (kSmemBytes + 1024) * R::kMinBlocks <= 233472;
 };
 
 // dS of this thread's keys into the tile's [query][key] dS (SW128, panels of
