@@ -292,9 +292,11 @@ TEST_P(Emulated, MatchesFp64Reference) {
   ref::SdpaForward(s, q, k, v, &ro, &rlse);
   ref::SdpaBackward(s, q, k, v, dout, &rdq, &rdk, &rdv);
   ResolveDefaultStrides(&p);
-  // Every schedule of the emulator's fibers: warpgroups side by side, and
-  // each one running ahead of the others in turn. Outputs poisoned before each.
-  for (emu::Schedule order : {emu::Schedule::kLockstep, emu::Schedule::kSkewUp, emu::Schedule::kSkewDown}) {
+  // Every schedule of the emulator's fibers: warpgroups side by side, each
+  // one running ahead of the others in turn, and the highest one held up
+  // after each of its arrivals. Outputs poisoned before each.
+  for (emu::Schedule order :
+       {emu::Schedule::kLockstep, emu::Schedule::kSkewUp, emu::Schedule::kSkewDown, emu::Schedule::kSkewUpPark}) {
     SCOPED_TRACE(static_cast<int>(order));
     emu::S().schedule = order;
     for (auto* x : {&o, &dq, &dk, &dv, &ds}) std::fill(x->begin(), x->end(), uint16_t{0xFFFF});

@@ -103,7 +103,12 @@ namespace emu {
 // product that reads another warpgroup's tile before a barrier says it is
 // written, or a buffer refilled while another warpgroup still reads it,
 // then computes from the wrong data.
-enum class Schedule { kLockstep, kSkewUp, kSkewDown };
+// Skewed up, with parking: the highest warpgroup's threads also end their
+// turn at every barrier they arrive at without waiting (mbarrier.arrive,
+// bar.arrive), so the waiting threads run before it goes on and work it
+// does after an arrival (a product's wait, say) comes after theirs, while
+// the lower warpgroups run ahead as far as they can.
+enum class Schedule { kLockstep, kSkewUp, kSkewDown, kSkewUpPark };
 
 struct State {
   jmp_buf sched;                  // the scheduler, while a fiber runs
@@ -115,6 +120,7 @@ struct State {
   std::vector<ucontext_t> ctx;
   std::vector<std::vector<char>> stacks;
   std::vector<char> done;
+  std::vector<char> parked;  // kSkewUpPark: ended its turn at an arrival
   int nthreads = 0, cur = 0;
   int block_arrived = 0;
   long block_gen = 0;
@@ -244,7 +250,7 @@ inline void Trampoline() {
 // Resumes fiber t until it waits or ends.
 inline void RunFiber(int t) {
   State& s = S();
-  if (s.done[t]) return;
+  if (s.done[t] || s.parked[t]) return;
   s.cur = t;
   threadIdx = {static_cast<unsigned>(t), 0, 0};
   if (!_setjmp(s.sched)) {
@@ -266,6 +272,7 @@ inline void Launch(EmuDim3 grid, int threads, const std::function<void()>& fn) {
   s.started.assign(threads, 0);
   s.stacks.resize(threads);
   s.done.assign(threads, 0);
+  s.parked.assign(threads, 0);
   s.copies.resize(threads);
   s.products.resize(threads);
   s.bulk.resize(threads);
@@ -302,7 +309,7 @@ inline void Launch(EmuDim3 grid, int threads, const std::function<void()>& fn) {
           live = 0;
           const int groups = (threads + 127) / 128;
           for (int gi = 0; gi < groups; ++gi) {
-            const int grp = s.schedule == Schedule::kSkewDown ? groups - 1 - gi : gi;
+            const int grp = s.schedule == Schedule::kSkewDown ? groups - 1 - gi : gi;  // kSkewUpPark: up
             const int lo = s.schedule == Schedule::kLockstep ? 0 : grp * 128;
             const int hi = s.schedule == Schedule::kLockstep ? threads : std::min(threads, lo + 128);
             // Lockstep: one turn for every thread. Skewed: this warpgroup's
@@ -312,6 +319,7 @@ inline void Launch(EmuDim3 grid, int threads, const std::function<void()>& fn) {
               group_before = s.progress;
               for (int t = lo; t < hi; ++t) RunFiber(t);
             } while (s.schedule != Schedule::kLockstep && s.progress != group_before);
+            for (int t = lo; t < hi; ++t) s.parked[t] = 0;
             if (s.schedule == Schedule::kLockstep) break;
           }
           for (int t = 0; t < threads; ++t) live += s.done[t] ? 0 : 1;
@@ -594,12 +602,21 @@ inline void MbarTryComplete(State::Mbar& m) {
   m.pending = m.count;
   ++S().progress;
 }
+// An arrival without a wait: under kSkewUpPark the highest warpgroup's
+// thread ends its turn here.
+inline void Park() {
+  State& s = S();
+  if (s.schedule != Schedule::kSkewUpPark || s.cur / 128 != (s.nthreads - 1) / 128) return;
+  s.parked[s.cur] = 1;
+  Yield();
+}
 inline void MbarArrive(uint32_t addr) {
   State::Mbar& m = FindMbar(addr);
   if (m.pending <= 0) std::abort();
   --m.pending;
   ++S().progress;
   MbarTryComplete(m);
+  Park();
 }
 inline void MbarArriveExpectTx(uint32_t addr, int64_t bytes) {
   FindMbar(addr).tx += bytes;
@@ -612,16 +629,20 @@ inline void MbarWait(uint32_t addr, int parity) {
   MbarLand(FindMbar(addr));
 }
 // bar.sync / bar.arrive: `n` threads in all, some waiting, some only arriving.
-inline void NamedArrive(int id, int n) {
+inline void NamedCount(int id, int n) {
   State& s = S();
   if (id < 0 || id > 15 || n % 32 != 0) std::abort();
   ++s.progress;
   if (++s.named_arrived[id] == n) s.named_arrived[id] = 0, ++s.named_gen[id];
 }
+inline void NamedArrive(int id, int n) {
+  NamedCount(id, n);
+  Park();
+}
 inline void NamedSync(int id, int n) {
   State& s = S();
   const long gen = s.named_gen[id];
-  NamedArrive(id, n);
+  NamedCount(id, n);
   while (s.named_gen[id] == gen) Yield();
 }
 // A tensor map of up to 4 dims as tma.cuh's TmaMap describes it on the
