@@ -68,11 +68,12 @@ void ForwardWs(const FlashParams& p) {
                static_cast<unsigned>(p.batch)},
               128 * (NWG + 1), [&] { FlashFwdWsKernel<D, NWG, S, kBf16, kCausal>(w); });
 }
-// Mirrors flash_ws.cu's EncodeTmaMap1d: a flat f32 array.
-tma::TmaMap WsMap1d(const float* base, int64_t n) {
+// Mirrors flash_ws.cu's EncodeTmaMap1d: a flat f32 array, in boxes of `box`.
+tma::TmaMap WsMap1d(const float* base, int64_t n, int box) {
   tma::TmaMap m;
   m.base = reinterpret_cast<const unsigned char*>(base);
   m.dim[0] = n;
+  m.box_cols = box;
   m.elem = 4, m.swizzle = false;
   return m;
 }
@@ -88,8 +89,8 @@ void BackwardWs(const FlashParams& p) {
   w.q = WsMap(p.q, D, p.seq_q, p.heads, p.batch, p.sq, kWgBwdBM);
   w.dout = WsMap(p.dout, D, p.seq_q, p.heads, p.batch, p.sdo, kWgBwdBM);
   const int64_t rows = static_cast<int64_t>(p.batch) * p.heads * p.seq_q;
-  w.lse = WsMap1d(p.lse, rows);
-  w.delta = WsMap1d(p.delta, rows);
+  w.lse = WsMap1d(p.lse, rows, kWsStatBox);
+  w.delta = WsMap1d(p.delta, rows, kWsStatBox);
   const TensorStrides acc{static_cast<int64_t>(p.heads) * p.seq_q * D, static_cast<int64_t>(p.seq_q) * D, D};
   w.dq_accum = WsMap(p.dq_accum, D, p.seq_q, p.heads, p.batch, acc, kWgBwdBM, 4);
   emu::Launch({static_cast<unsigned>((p.seq_k + 64 * NWG - 1) / (64 * NWG)), static_cast<unsigned>(p.kv_heads),
@@ -139,9 +140,7 @@ void Backward(const FlashParams& p) {
     emu::Launch({static_cast<unsigned>((p.seq_q + kPreRows<D> - 1) / kPreRows<D>), static_cast<unsigned>(p.heads),
                  static_cast<unsigned>(p.batch)},
                 256, [&] { BwdPreprocessKernel<D, kBf16, true>(p); });
-    // Where the lse and delta tiles cannot be tensor copies, flash_bwd.cu
-    // runs the mma.sync atomic pass instead.
-    if (bv == kBwdWsAtomicVariant && WsBwdStatsAligned(p.seq_q)) BackwardWs<D, D / 64, kBf16, kCausal, true>(p);
+    if (bv == kBwdWsAtomicVariant) BackwardWs<D, D / 64, kBf16, kCausal, true>(p);
     else DkDv<D, BwdAtomicCfg<D>, kDqAtomic, kBf16, kCausal>(p);
     emu::Launch({static_cast<unsigned>((p.seq_q + kPreRows<D> - 1) / kPreRows<D>), static_cast<unsigned>(p.heads),
                  static_cast<unsigned>(p.batch)},
@@ -154,7 +153,7 @@ void Backward(const FlashParams& p) {
   if (IsDsVariant(bv)) {  // the dK/dV pass on wgmma (as on compute capability 9.0) or mma.sync
     if (bv == kBwdDsVariant) {
       DkDv<D, BwdDsCfg, kDqStoreDs, kBf16, kCausal>(p);
-    } else if (IsWsBwdVariant(bv) && WsBwdStatsAligned(p.seq_q)) {
+    } else if (IsWsBwdVariant(bv)) {
       if (bv == kBwdWsDs1Variant) BackwardWs<D, 1, kBf16, kCausal>(p);
       else BackwardWs<D, 2, kBf16, kCausal>(p);
     } else {  // the wgmma pass (also the warp-specialised variants' fallback)
@@ -464,14 +463,16 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Emulated,
                                            // The warp-specialised dK/dV pass: both block sizes, GQA
                                            // (several query heads a block), causal, Tq != Tk both
                                            // ways, ragged ends, D 64 and 128, strided views.
-                                           // Tq a multiple of 4 (the lse and delta tiles as tensor
-                                           // copies) but not of 64; one Tq that is not: the fallback.
+                                           // Tq not a multiple of 64, nor of 4 (each head's lse and
+                                           // delta rows start at another offset in their boxes).
                                            Case{true, 1, 2, 1, 152, 290, 128, false, 11, 10, 0},
                                            Case{true, 1, 4, 2, 268, 200, 64, true, 0, 11, 0},
                                            Case{false, 2, 2, 2, 200, 330, 128, true, 0, 11, 0},
                                            Case{true, 1, 3, 1, 132, 130, 64, false, 0, 10, 0},
                                            Case{true, 1, 2, 2, 92, 92, 128, true, 0, 10, 0, true},
                                            Case{true, 1, 2, 1, 150, 290, 128, false, 0, 11, 0},
+                                           Case{true, 1, 4, 2, 333, 200, 128, true, 0, 11, 0},
+                                           Case{false, 2, 4, 4, 151, 151, 64, false, 0, 10, 0},
                                            // The one-pass warp-specialised backward (dQ by tensor
                                            // reduces): D 64 and 128, GQA, causal, Tq != Tk both
                                            // ways, ragged ends, several key blocks and query
@@ -482,6 +483,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, Emulated,
                                            Case{true, 1, 3, 1, 132, 132, 64, false, 0, 12, 0},
                                            Case{true, 1, 2, 2, 92, 92, 128, true, 0, 12, 0, true},
                                            Case{true, 1, 2, 1, 90, 130, 64, true, 0, 12, 0},
+                                           Case{false, 2, 4, 4, 151, 151, 128, false, 0, 12, 0},
+                                           Case{true, 1, 4, 2, 333, 200, 64, true, 0, 12, 0},
                                            // Strided views ([B, T, 3, H, D] qkv, [B, T, H, D] o/dout).
                                            Case{true, 2, 2, 2, 70, 70, 64, true, 0, 0, 0, true},
                                            Case{true, 1, 2, 2, 90, 90, 128, false, 0, 6, 0, true},

@@ -148,8 +148,8 @@ std::string FlashBackwardVariantName(int bwd_variant, int dq_variant, int64_t he
 // Whether the warp-specialised (TMA) kernels can take this call's operands,
 // the forward's (backward false) or the backward's, rather than fall back to
 // the wgmma kernels: OK; FailedPrecondition naming the tensor map TMA cannot
-// address (an operand not on 16 bytes, strides not in 16-byte units, or for
-// the backward seq_q not a multiple of 4: the documented fallback);
+// address (an operand not on 16 bytes, or strides not in 16-byte units: the
+// documented fallback);
 // Internal when the driver refuses a map that should encode. Unavailable
 // without CUDA or off compute capability 9.0. attention_check asserts it for
 // every case that asks for those kernels, so a fallback cannot pass as them.

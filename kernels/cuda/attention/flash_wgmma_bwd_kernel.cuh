@@ -62,9 +62,9 @@ __device__ __forceinline__ void IssueAccumulate(float* acc, const uint32_t (*a)[
 // P^T and dS^T = P^T (dP^T - delta) on the accumulators of S^T and dP^T
 // for this thread's keys key0, key0 + 8 and the tile's 64 queries from m0:
 // element 4i + 2rr + c is key key0 + 8rr, query m0 + 8i + 2t + c. stat: the
-// tile's lse, then its delta (kWgBwdBM further). P is 0 past seq_q, past
+// tile's lse, then its delta (kDeltaAt further). P is 0 past seq_q, past
 // seq_k and (causal) above the diagonal.
-template <bool kCausal>
+template <bool kCausal, int kDeltaAt = kWgBwdBM>
 __device__ __forceinline__ void BwdTileProbs(float* st, float* dpt, const float* stat, int m0, int key0, int seq_q,
                                              int seq_k, float scale_log2, int t) {
 #pragma unroll
@@ -73,7 +73,7 @@ __device__ __forceinline__ void BwdTileProbs(float* st, float* dpt, const float*
     for (int c = 0; c < 2; ++c) {
       const int q = m0 + 8 * i + 2 * t + c;
       const float l2 = stat[8 * i + 2 * t + c] * kLog2e;
-      const float dl = stat[kWgBwdBM + 8 * i + 2 * t + c];
+      const float dl = stat[kDeltaAt + 8 * i + 2 * t + c];
 #pragma unroll
       for (int rr = 0; rr < 2; ++rr) {
         const int e = 4 * i + 2 * rr + c, key = key0 + 8 * rr;
@@ -88,11 +88,11 @@ __device__ __forceinline__ void BwdTileProbs(float* st, float* dpt, const float*
 // From the tile's S^T and dP^T accumulators (BwdTileProbs' arguments): P^T
 // and dS^T, then dV += P^T dO and dK += dS^T Q issued and committed (not
 // waited for); dS^T stays in `as`, the A fragments those products read.
-template <int D, bool kBf16, bool kCausal>
+template <int D, bool kBf16, bool kCausal, int kDeltaAt = kWgBwdBM>
 __device__ __forceinline__ void BwdIssueUpdates(float* s, float* dpt, const float* stat, int m0, int key0, int seq_q,
                                                 int seq_k, float scale_log2, int t, float* dk, float* dv,
                                                 uint32_t q_addr, uint32_t do_addr, uint32_t (*as)[4]) {
-  BwdTileProbs<kCausal>(s, dpt, stat, m0, key0, seq_q, seq_k, scale_log2, t);
+  BwdTileProbs<kCausal, kDeltaAt>(s, dpt, stat, m0, key0, seq_q, seq_k, scale_log2, t);
   uint32_t ap[kWgBwdBM / 16][4];
   wg::PackA<kWgBwdBM, kBf16>(s, ap);
   wg::PackA<kWgBwdBM, kBf16>(dpt, as);

@@ -138,9 +138,8 @@ bool EncodeBwdMaps(FlashWsBwdParams* w, int kv_rows, bool atomic_dq, MapFailure*
          f->Note("q", EncodeTmaMap(&w->q, p.q, bf, p.head_dim, p.seq_q, p.heads, p.batch, p.sq, kWgBwdBM)) &&
          f->Note("dout",
                  EncodeTmaMap(&w->dout, p.dout, bf, p.head_dim, p.seq_q, p.heads, p.batch, p.sdo, kWgBwdBM)) &&
-         f->Note("lse", WsBwdStatsAligned(p.seq_q) ? EncodeTmaMap1d(&w->lse, p.lse, rows, kWgBwdBM)
-                                                   : CUDA_ERROR_NOT_SUPPORTED) &&
-         f->Note("delta", EncodeTmaMap1d(&w->delta, p.delta, rows, kWgBwdBM)) &&
+         f->Note("lse", EncodeTmaMap1d(&w->lse, p.lse, rows, kWsStatBox)) &&
+         f->Note("delta", EncodeTmaMap1d(&w->delta, p.delta, rows, kWsStatBox)) &&
          (!atomic_dq || f->Note("dq_accum", EncodeTmaMap4d(&w->dq_accum, p.dq_accum, CU_TENSOR_MAP_DATA_TYPE_FLOAT32,
                                                            4, p.head_dim, p.seq_q, p.heads, p.batch, acc, 32,
                                                            kWgBwdBM)));

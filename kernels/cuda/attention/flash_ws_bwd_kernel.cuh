@@ -39,12 +39,16 @@
 
 namespace loom::kernels::cuda::attention {
 
-// Whether the producer can load a query tile's lse and delta by 1-d tensor
-// copies: a tensor copy's innermost start must sit on 16 bytes, and a tile's
-// first row (b H + h) Tq + m0 (m0 a multiple of 64) does for every head only
-// when Tq is a multiple of 4. Where it is not, the launcher reports the lse
-// map unaddressable and the wgmma kernels run instead.
-inline bool WsBwdStatsAligned(int seq_q) { return seq_q % 4 == 0; }
+// A query tile's lse (and delta) rows start at (b H + h) Tq + m0 of the flat
+// [B H Tq] array, and a tensor copy's innermost start must sit on 16 bytes:
+// so the producer copies kWsStatBox rows from the 4-row boundary at or
+// before that start, and the consumers read from WsStatSkip rows in
+// (m0 is a multiple of 64: the skip is that of the head's first row).
+// (Rows past the array's end arrive as zeros; past seq_q P is 0 anyway.)
+constexpr int kWsStatBox = kWgBwdBM + 4;
+__device__ __forceinline__ int WsStatSkip(const FlashParams& p, int b, int h) {
+  return static_cast<int>((static_cast<unsigned>(b * p.heads + h) * static_cast<unsigned>(p.seq_q)) & 3u);
+}
 
 // The kernels' parameters: tensor maps of k and v (box: 64 columns by the
 // block's keys), q and dout (by kWgBwdBM rows), lse and delta (1-d, f32,
@@ -61,7 +65,10 @@ struct FlashWsBwdParams {
 template <int D, int NWG>
 struct WsBwdRing {
   static constexpr int kBN = 64 * NWG;
-  static constexpr int kKvBytes = kBN * D * 2, kTileBytes = kWgBwdBM * D * 2, kStatBytes = 2 * kWgBwdBM * 4;
+  static constexpr int kKvBytes = kBN * D * 2, kTileBytes = kWgBwdBM * D * 2;
+  // A stage's lse box, then its delta box kDeltaAt floats in (a tensor
+  // copy lands on 128 bytes); the bytes the two copies bring.
+  static constexpr int kDeltaAt = 96, kStatBytes = 2 * kDeltaAt * 4, kStatTx = 2 * kWsStatBox * 4;
   static constexpr int kQ = 2 * kKvBytes, kDo = kQ + kWsStages * kTileBytes, kRingEnd = kDo + kWsStages * kTileBytes;
   static constexpr int kMinBlocks = NWG == 1 ? 2 : 1;
   static constexpr int kLoadRegs = 24;
@@ -113,27 +120,31 @@ __device__ __forceinline__ void WsBwdProduce(const FlashWsBwdParams& w, uint32_t
     const int h = tiles.Head(it), m0 = tiles.M0(it);
     const uint32_t full = q_full + 8 * st;
     tma::Wait(q_empty + 8 * st, ph ^ 1);
-    tma::ArriveExpectTx(full, 2 * L::kTileBytes + L::kStatBytes);
+    tma::ArriveExpectTx(full, 2 * L::kTileBytes + L::kStatTx);
 #pragma unroll
     for (int pn = 0; pn < D / 64; ++pn) {
       tma::Load(base + L::kQ + st * L::kTileBytes + pn * kWgBwdBM * 128, w.q, pn * 64, m0, h, b, full);
       tma::Load(base + L::kDo + st * L::kTileBytes + pn * kWgBwdBM * 128, w.dout, pn * 64, m0, h, b, full);
     }
-    const int row = (b * w.p.heads + h) * w.p.seq_q + m0;
-    tma::Load1(base + L::kStat + st * L::kStatBytes, w.lse, row, full);
-    tma::Load1(base + L::kStat + st * L::kStatBytes + kWgBwdBM * 4, w.delta, row, full);
+    const int from = (b * w.p.heads + h) * w.p.seq_q + m0 - WsStatSkip(w.p, b, h);  // under 2^31 rows
+    tma::Load1(base + L::kStat + st * L::kStatBytes, w.lse, from, full);
+    tma::Load1(base + L::kStat + st * L::kStatBytes + L::kDeltaAt * 4, w.delta, from, full);
   }
 }
 
-// A consumer's tile `it` up to the dK/dV updates: waits for its ring stage,
-// issues S^T = K Q^T and dP^T = V dO^T for this consumer's keys (k_addr,
-// v_addr) and waits for them, then forms P^T and dS^T (left in `as`) and
-// issues dV += P^T dO and dK += dS^T Q (not waited for). L: the layout.
+// A consumer's tile `it` (query head h, rows from m0) up to the dK/dV
+// updates: waits for its ring stage, issues S^T = K Q^T and dP^T = V dO^T
+// for this consumer's keys (k_addr, v_addr) and waits for them, then forms
+// P^T and dS^T (left in `as`) and issues dV += P^T dO and dK += dS^T Q (not
+// waited for). L: the layout.
 template <int D, class L, bool kBf16, bool kCausal>
 __device__ __forceinline__ void WsBwdTileUpdates(const FlashParams& p, const unsigned char* smem, uint32_t base,
-                                                 uint32_t q_full, int it, int m0, uint32_t k_addr, uint32_t v_addr,
-                                                 int key0, int t, float* dk, float* dv, uint32_t (*as)[4]) {
+                                                 uint32_t q_full, int it, int b, int h, int m0, uint32_t k_addr,
+                                                 uint32_t v_addr, int key0, int t, float* dk, float* dv,
+                                                 uint32_t (*as)[4]) {
   const int st = it % kWsStages;
+  const float* stat = reinterpret_cast<const float*>(smem + L::kStat + st * L::kStatBytes) +
+                      WsStatSkip(p, b, h);
   const uint32_t q_addr = base + L::kQ + st * L::kTileBytes, do_addr = base + L::kDo + st * L::kTileBytes;
   tma::Wait(q_full + 8 * st, (it / kWsStages) & 1);
   float s[kWgBwdBM / 2], dpt[kWgBwdBM / 2];
@@ -144,7 +155,7 @@ __device__ __forceinline__ void WsBwdTileUpdates(const FlashParams& p, const uns
   wg::Wait<0>();
   wg::FenceRegs<kWgBwdBM / 2>(s);
   wg::FenceRegs<kWgBwdBM / 2>(dpt);
-  BwdIssueUpdates<D, kBf16, kCausal>(s, dpt, reinterpret_cast<const float*>(smem + L::kStat + st * L::kStatBytes), m0,
+  BwdIssueUpdates<D, kBf16, kCausal, L::kDeltaAt>(s, dpt, stat, m0,
                                      key0, p.seq_q, p.seq_k, p.scale * kLog2e, t, dk, dv, q_addr, do_addr, as);
 }
 
@@ -166,7 +177,8 @@ __device__ __forceinline__ void WsBwdConsume(const FlashParams& p, unsigned char
   for (int it = 0; it < tiles.total; ++it) {
     const int st = it % kWsStages, m0 = tiles.M0(it);
     uint32_t as[kWgBwdBM / 16][4];
-    WsBwdTileUpdates<D, L, kBf16, kCausal>(p, smem, base, q_full, it, m0, k_addr, v_addr, key0, t, dk, dv, as);
+    WsBwdTileUpdates<D, L, kBf16, kCausal>(p, smem, base, q_full, it, b, tiles.Head(it), m0, k_addr, v_addr, key0, t,
+                                           dk, dv, as);
     const int64_t bh = static_cast<int64_t>(b) * p.heads + tiles.Head(it);
     BwdStoreDs(as, sDs, static_cast<T*>(p.ds) + bh * p.ds_bh + m0, key_base, p.ds_keys, p.ds_ld, lane);
     wg::Wait<0>();
@@ -285,8 +297,8 @@ __device__ __forceinline__ void WsAtomicConsume(const FlashWsBwdParams& w, unsig
     const int j = it & 1, jp = j ^ 1;  // this tile's dS buffer, the previous tile's
     uint32_t as[kWgBwdBM / 16][4];
     if (tile)
-      WsBwdTileUpdates<D, L, kBf16, kCausal>(p, smem, base, q_full, it, tiles.M0(it), k_addr, v_addr, key0, t, dk,
-                                             dv, as);
+      WsBwdTileUpdates<D, L, kBf16, kCausal>(p, smem, base, q_full, it, b, tiles.Head(it), tiles.M0(it), k_addr,
+                                             v_addr, key0, t, dk, dv, as);
     if (tile) {
       if (kPair && it >= 2) tma::NamedSync(kWsDsRead + 2 * j + c, 256);
       WsStoreDsT(as, reinterpret_cast<T*>(smem + L::kDs + j * L::kDsBytes), kl0, t);
