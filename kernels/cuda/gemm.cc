@@ -20,6 +20,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cuda/cuda_util.h"
+#include "kernels/cuda/run_timing.h"
 #include "kernels/cuda/tuning_cache.h"
 
 namespace loom::kernels::cuda {
@@ -303,29 +304,22 @@ absl::Status Gemm(const GemmArgs& g) {
     best.index = cached;
     best.tuned = true;
   } else if (tune) {
-    cudaEvent_t e0, e1;
-    LOOM_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e0));
-    LOOM_CUDA_RETURN_IF_ERROR(cudaEventCreate(&e1));
-    float best_ms = 1e30f;
+    double best_ms = -1;
     for (int i = 0; i < found; ++i) {
       if (res[i].state != CUBLAS_STATUS_SUCCESS) continue;
-      if (!Launch(g, h, ds, &res[i].algo, ws, res[i].workspaceSize).ok()) continue;  // warm-up
-      cudaEventRecord(e0, AsStream(g.stream));
-      bool ok = true;
-      for (int r = 0; r < 3 && ok; ++r) ok = Launch(g, h, ds, &res[i].algo, ws, res[i].workspaceSize).ok();
-      cudaEventRecord(e1, AsStream(g.stream));
-      cudaEventSynchronize(e1);
-      float ms = 0;
-      cudaEventElapsedTime(&ms, e0, e1);
-      if (ok && ms < best_ms) {
-        best_ms = ms;
+      absl::StatusOr<double> ms =
+          TimeRuns(g.stream, [&] { return Launch(g, h, ds, &res[i].algo, ws, res[i].workspaceSize); });
+      if (!ms.ok()) {
+        cudaGetLastError();  // an algorithm that fails to run is skipped
+        continue;
+      }
+      if (best_ms < 0 || *ms < best_ms) {
+        best_ms = *ms;
         best.algo = res[i].algo;
         best.workspace = res[i].workspaceSize;
         best.index = i;
       }
     }
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
     best.tuned = true;
     if (!tkey.empty()) TuningCache::Global().Put(tkey, absl::StrCat(best.index, " ", found));
   }

@@ -60,7 +60,7 @@ struct GemmArgs {
 absl::Status Gemm(const GemmArgs& args);
 
 // Autotuning of new shapes (default on): times up to 8 heuristic candidates
-// three times each and keeps the fastest, so the algorithm (and with it the
+// (TimeRuns, run_timing.h) and keeps the fastest, so the algorithm (and with it the
 // last bits of D) may differ between processes. Off: the heuristic's first
 // choice, the same for the same shape, GPU and cuBLASLt (what
 // CudaOptions::deterministic runs); choices are cached per setting.

@@ -29,6 +29,7 @@
 #include <dlfcn.h>
 
 #include "kernels/cuda/device_runtime.h"
+#include "kernels/cuda/run_timing.h"
 #include "kernels/cuda/tuning_cache.h"
 #endif
 
@@ -734,9 +735,9 @@ absl::StatusOr<std::shared_ptr<Plan>> GetPlanLocked(State& st, const CudnnSdpaAr
   return fail;
 }
 
-// Times every engine config of `plan` on the caller's buffers (a warm-up, then
-// the median of three runs, CUDA events) and keeps the fastest in plan.chosen;
-// `verbose` prints the timings. One config: chosen untimed.
+// Times every engine config of `plan` on the caller's buffers (TimeRuns)
+// and keeps the fastest in plan.chosen; `verbose` prints the timings. One
+// config: chosen untimed.
 absl::Status ChooseConfig(Plan& plan, cudaStream_t stream, bool verbose,
                           const std::function<absl::Status(int)>& execute) {
   const std::vector<Builder::Config>& cfgs = plan.graph->configs();
@@ -752,33 +753,17 @@ absl::Status ChooseConfig(Plan& plan, cudaStream_t stream, bool verbose,
     if (!plan.from_tuning) record();
     return absl::OkStatus();
   }
-  constexpr int kRuns = 3;
   std::vector<std::pair<double, int>> times;
   std::string all;
   for (int c = 0; c < static_cast<int>(cfgs.size()); ++c) {
-    cudaEvent_t ev[kRuns + 1] = {};
-    absl::Status st = absl::OkStatus();
-    for (auto& e : ev)
-      if (st.ok()) st = CudaCheck(cudaEventCreate(&e), "cudaEventCreate");
-    if (st.ok()) st = execute(c);  // warm-up
-    if (st.ok()) st = CudaCheck(cudaEventRecord(ev[0], stream), "cudaEventRecord");
-    for (int r = 0; r < kRuns && st.ok(); ++r) {
-      st = execute(c);
-      if (st.ok()) st = CudaCheck(cudaEventRecord(ev[r + 1], stream), "cudaEventRecord");
-    }
-    if (st.ok()) st = CudaCheck(cudaEventSynchronize(ev[kRuns]), "timing an engine config");
-    std::vector<float> ms(kRuns, 0.f);
-    for (int r = 0; r < kRuns && st.ok(); ++r) st = CudaCheck(cudaEventElapsedTime(&ms[r], ev[r], ev[r + 1]), "timing");
-    for (auto& e : ev)
-      if (e != nullptr) cudaEventDestroy(e);
-    if (!st.ok()) {
+    absl::StatusOr<double> ms = TimeRuns(stream, [&] { return execute(c); });
+    if (!ms.ok()) {
       cudaGetLastError();  // a config that fails to run is skipped
       absl::StrAppend(&all, all.empty() ? "" : ", ", cfgs[c].name, " failed");
       continue;
     }
-    std::sort(ms.begin(), ms.end());
-    times.push_back({ms[kRuns / 2], c});
-    absl::StrAppend(&all, all.empty() ? "" : ", ", cfgs[c].name, " ", absl::StrFormat("%.3f ms", ms[kRuns / 2]));
+    times.push_back({*ms, c});
+    absl::StrAppend(&all, all.empty() ? "" : ", ", cfgs[c].name, " ", absl::StrFormat("%.3f ms", *ms));
   }
   if (times.empty()) return absl::InternalError(absl::StrCat("cudnn sdpa: every engine config failed: ", all));
   std::sort(times.begin(), times.end());

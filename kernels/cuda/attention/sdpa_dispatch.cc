@@ -21,6 +21,8 @@
 
 #ifdef LOOM_HAVE_CUDA
 #include <cuda_runtime.h>
+
+#include "kernels/cuda/run_timing.h"
 #endif
 
 namespace loom::kernels::cuda::attention {
@@ -286,28 +288,7 @@ absl::StatusOr<double> SdpaDispatcher::Time(const SdpaCandidate& c, const SdpaAr
   ++timer_calls_;
   if (timer_) return timer_(c, a, backward);
 #ifdef LOOM_HAVE_CUDA
-  cudaStream_t s = static_cast<cudaStream_t>(a.stream);
-  constexpr int kRuns = 3;
-  cudaEvent_t ev[kRuns + 1] = {};
-  absl::Status st = absl::OkStatus();
-  for (auto& e : ev)
-    if (st.ok() && cudaEventCreate(&e) != cudaSuccess) st = absl::InternalError("sdpa: cudaEventCreate failed");
-  if (st.ok()) st = Run(c, a, backward);  // warm-up (and module load)
-  if (st.ok() && cudaEventRecord(ev[0], s) != cudaSuccess) st = absl::InternalError("sdpa: cudaEventRecord failed");
-  for (int i = 0; i < kRuns && st.ok(); ++i) {
-    st = Run(c, a, backward);
-    if (st.ok() && cudaEventRecord(ev[i + 1], s) != cudaSuccess)
-      st = absl::InternalError("sdpa: cudaEventRecord failed");
-  }
-  std::vector<float> ms(kRuns, 0.f);
-  if (st.ok() && cudaEventSynchronize(ev[kRuns]) != cudaSuccess) st = absl::InternalError("sdpa: kernel failed");
-  for (int i = 0; i < kRuns && st.ok(); ++i)
-    if (cudaEventElapsedTime(&ms[i], ev[i], ev[i + 1]) != cudaSuccess) st = absl::InternalError("sdpa: timing failed");
-  for (auto& e : ev)
-    if (e != nullptr) cudaEventDestroy(e);
-  if (!st.ok()) return st;
-  std::sort(ms.begin(), ms.end());
-  return static_cast<double>(ms[kRuns / 2]);
+  return TimeRuns(a.stream, [&] { return Run(c, a, backward); });
 #else
   return absl::UnavailableError("Loom was built without CUDA (nvcc not found)");
 #endif

@@ -26,7 +26,8 @@
 // masks, dropout; deterministic).
 // The first call for a shape key (dtype, B, H, Hkv, Tq, Tk, D, causal,
 // deterministic, forward or backward) times the candidates on the caller's own
-// buffers (CUDA events, the median of a few runs after a warm-up), caches the
+// buffers (TimeRuns, kernels/cuda/run_timing.h: the fastest of three batches
+// of runs, each about 0.3 ms, after a warm-up), caches the
 // fastest in-process (and in the file named by LOOM_SDPA_CACHE, when set, and
 // in the TuningCache: see SetTuningCache) and runs it; later calls run the
 // cached choice. The backward is tuned by
