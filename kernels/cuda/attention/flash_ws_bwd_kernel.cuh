@@ -155,8 +155,8 @@ __device__ __forceinline__ void WsBwdTileUpdates(const FlashParams& p, const uns
   wg::Wait<0>();
   wg::FenceRegs<kWgBwdBM / 2>(s);
   wg::FenceRegs<kWgBwdBM / 2>(dpt);
-  BwdIssueUpdates<D, kBf16, kCausal, L::kDeltaAt>(s, dpt, stat, m0,
-                                     key0, p.seq_q, p.seq_k, p.scale * kLog2e, t, dk, dv, q_addr, do_addr, as);
+  BwdIssueUpdates<D, kBf16, kCausal, L::kDeltaAt>(s, dpt, stat, m0, key0, p.seq_q, p.seq_k, p.scale * kLog2e, t, dk,
+                                                  dv, q_addr, do_addr, as);
 }
 
 template <int D, int NWG, bool kBf16, bool kCausal>
@@ -296,10 +296,9 @@ __device__ __forceinline__ void WsAtomicConsume(const FlashWsBwdParams& w, unsig
     const bool tile = it < tiles.total, prev = it > 0;
     const int j = it & 1, jp = j ^ 1;  // this tile's dS buffer, the previous tile's
     uint32_t as[kWgBwdBM / 16][4];
-    if (tile)
+    if (tile) {
       WsBwdTileUpdates<D, L, kBf16, kCausal>(p, smem, base, q_full, it, b, tiles.Head(it), tiles.M0(it), k_addr,
                                              v_addr, key0, t, dk, dv, as);
-    if (tile) {
       if (kPair && it >= 2) tma::NamedSync(kWsDsRead + 2 * j + c, 256);
       WsStoreDsT(as, reinterpret_cast<T*>(smem + L::kDs + j * L::kDsBytes), kl0, t);
       wg::FenceProxyAsync();
