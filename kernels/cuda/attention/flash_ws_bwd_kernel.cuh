@@ -23,8 +23,7 @@
 // [64c, 64c + 64) of the tile's dQ = dS K over all the block's keys (one
 // consumer per 64 columns: two at D 128, one at D 64), and adds them into
 // the f32 accumulator p.dq_accum [B, H, Tq, D] with a tensor reduce
-// (cp.reduce.async.bulk.tensor .add) from a swizzled staging tile, one
-// iteration after the tile's dK/dV updates (WsAtomicConsume). dS never
+// (cp.reduce.async.bulk.tensor .add) from a swizzled staging tile. dS never
 // leaves the SM: no workspace, 5 products; the reductions' order varies,
 // so dQ's last bits vary run to run. BwdPreprocessKernel<D, T, true> zeroes
 // the accumulator before, BwdConvertDqKernel scales and rounds it after.
@@ -197,8 +196,8 @@ struct WsAtomicLayout : WsBwdRing<D, D / 64> {
   static constexpr int kNwg = D / 64;
   static constexpr int kDsBytes = kWgBwdBM * R::kBN * 2;  // a dS tile, [query][key]
   static constexpr int kDqBytes = kWgBwdBM * 64 * 4;      // a consumer's dQ columns in f32: two boxes of 32
-  // The ring; dS x 2; dQ staging x 2 x consumers; [lse, delta] x stages; the barriers.
-  static constexpr int kDs = R::kRingEnd, kDq = kDs + 2 * kDsBytes, kStat = kDq + 2 * kNwg * kDqBytes;
+  // The ring; dS x 2; dQ staging x consumers; [lse, delta] x stages; the barriers.
+  static constexpr int kDs = R::kRingEnd, kDq = kDs + 2 * kDsBytes, kStat = kDq + kNwg * kDqBytes;
   static constexpr int kBar = kStat + kWsStages * R::kStatBytes;
   static constexpr int kSmemBytes = R::SmemBytes(kBar);
   static constexpr bool kFits = (kSmemBytes + 1024) * R::kMinBlocks <= 233472;
@@ -236,98 +235,60 @@ __device__ __forceinline__ void WsStoreDq(const float* dq, float* sdq, int warp,
     }
 }
 
-// The one-pass kernel's named barriers besides 0 (__syncthreads): 2 + c,
-// consumer c's own; with two consumers, for dS buffer j and the half of
-// consumer h (its 64 keys): kWsDsWritten + 2j + h (h has written its half:
-// h arrives, the other consumer syncs before its dQ product) and kWsDsRead +
-// 2j + h (the other consumer's product has read h's half: it arrives, h
-// syncs before writing that half again).
-constexpr int kWsDsWritten = 4, kWsDsRead = 8;
-
-// Columns [64c, 64c + 64) of a tile's dQ = dS K over all the block's keys:
-// dS from the buffer at ds_addr, K's panel of those columns at kd_addr.
-template <int BN, bool kBf16>
-__device__ __forceinline__ void WsIssueDq(float* dq, uint32_t ds_addr, uint32_t kd_addr) {
-  wg::Fence();
-#pragma unroll
-  for (int kk = 0; kk < BN / 16; ++kk)
-    wg::Mma<64, kBf16>::SSt(dq, wg::Desc(ds_addr + (kk / 4) * kWgBwdBM * 128 + (kk % 4) * 32, 16, 1024),
-                            wg::Desc(kd_addr + kk * 16 * 128, BN * 128, 1024), kk > 0);
-  wg::Commit();
-}
-
 // Consumer c of the one-pass kernel: the dK/dV pass's products for its 64
 // keys, and columns [64c, 64c + 64) of each tile's dQ = dS K over all the
-// block's keys, added into dq_accum by a tensor reduce. Each tile's dS goes
-// to shared memory (two buffers alternate). The dQ product of a tile runs
-// one iteration later, beside the next tile's dK and dV updates, so that a
-// consumer waits for the other's half of dS only if it is a whole tile
-// behind: the two consumers drift apart, and one's softmax overlaps the
-// other's products. Per iteration `it`:
-//   1. tile it: S^T and dP^T, P^T and dS^T, dV and dK issued;
-//   2. dS^T of tile it into buffer it & 1, once the other consumer has read
-//      this half of its previous contents (tile it - 2);
-//   3. dQ of tile it - 1 issued, once the other consumer's half is written;
-//   4. the wait for both; the ring stage released; the dQ columns into the
-//      staging tile of tile it - 1 (two alternate), and after barrier 2 + c
-//      its thread 0 issues their reduce, having waited for the read of the
-//      reduce before (the other staging tile, free for the next iteration).
-// Barrier 2 + c also makes this consumer's dS writes visible to its
-// product of the next iteration.
+// block's keys, added into dq_accum by a tensor reduce. Per tile: dS goes to
+// shared memory (two tiles alternate), every consumer meets at named
+// barrier 1 (the tile's dS complete; two tiles back every product that read
+// this buffer has retired), and after the products, named barrier 2 + c
+// (the staging tile written) before its thread 0 issues the reduce; that
+// thread waits for the previous reduce's read before barrier 1.
 template <int D, bool kBf16, bool kCausal>
 __device__ __forceinline__ void WsAtomicConsume(const FlashWsBwdParams& w, unsigned char* smem, uint32_t base,
                                                 const WsBwdTiles& tiles, int n0, int b, int c) {
   using L = WsAtomicLayout<D>;
   using T = typename Elem<kBf16>::T;
-  constexpr bool kPair = L::kNwg == 2;
   const FlashParams& p = w.p;
   const uint32_t kv_full = base + L::kBar, q_full = kv_full + 8, q_empty = q_full + 8 * kWsStages;
   const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int kl0 = c * 64 + warp * 16 + g, key0 = n0 + kl0;  // this thread's keys: key0, key0 + 8
   const uint32_t k_addr = base + c * 64 * 128, v_addr = base + L::kKvBytes + c * 64 * 128;
   const uint32_t kd_addr = base + c * L::kBN * 128;  // K's panel of columns [64c, 64c + 64)
-  float* sdq = reinterpret_cast<float*>(smem + L::kDq + 2 * c * L::kDqBytes);
+  float* sdq = reinterpret_cast<float*>(smem + L::kDq + c * L::kDqBytes);
   float dk[D / 2], dv[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
 
   tma::Wait(kv_full, 0);
-  for (int it = 0; it <= tiles.total; ++it) {
-    const bool tile = it < tiles.total, prev = it > 0;
-    const int j = it & 1, jp = j ^ 1;  // this tile's dS buffer, the previous tile's
+  for (int it = 0; it < tiles.total; ++it) {
+    const int st = it % kWsStages, m0 = tiles.M0(it);
+    const uint32_t ds_addr = base + L::kDs + (it & 1) * L::kDsBytes;
     uint32_t as[kWgBwdBM / 16][4];
-    if (tile) {
-      WsBwdTileUpdates<D, L, kBf16, kCausal>(p, smem, base, q_full, it, b, tiles.Head(it), tiles.M0(it), k_addr,
-                                             v_addr, key0, t, dk, dv, as);
-      if (kPair && it >= 2) tma::NamedSync(kWsDsRead + 2 * j + c, 256);
-      WsStoreDsT(as, reinterpret_cast<T*>(smem + L::kDs + j * L::kDsBytes), kl0, t);
-      wg::FenceProxyAsync();
-      if (kPair) tma::NamedArrive(kWsDsWritten + 2 * j + c, 256);
-    }
+    WsBwdTileUpdates<D, L, kBf16, kCausal>(p, smem, base, q_full, it, b, tiles.Head(it), m0, k_addr, v_addr, key0, t,
+                                           dk, dv, as);
+    WsStoreDsT(as, reinterpret_cast<T*>(smem + L::kDs + (it & 1) * L::kDsBytes), kl0, t);
+    if (tid == 0) tma::BulkWaitRead<0>();  // the staging tile is free again
+    wg::FenceProxyAsync();
+    tma::NamedSync(1, 128 * L::kNwg);
     float dq[32];
-    if (prev) {
-      if (kPair) tma::NamedSync(kWsDsWritten + 2 * jp + (1 - c), 256);
-      WsIssueDq<L::kBN, kBf16>(dq, base + L::kDs + jp * L::kDsBytes, kd_addr);
-    }
+    wg::Fence();
+#pragma unroll
+    for (int kk = 0; kk < L::kBN / 16; ++kk)
+      wg::Mma<64, kBf16>::SSt(dq, wg::Desc(ds_addr + (kk / 4) * kWgBwdBM * 128 + (kk % 4) * 32, 16, 1024),
+                              wg::Desc(kd_addr + kk * 16 * 128, L::kBN * 128, 1024), kk > 0);
+    wg::Commit();
     wg::Wait<0>();
-    if (tile) {
-      wg::FenceRegs<D / 2>(dv);
-      wg::FenceRegs<D / 2>(dk);
-      tma::Arrive(q_empty + 8 * (it % kWsStages));
-    }
-    if (prev) {
-      wg::FenceRegs<32>(dq);
-      if (kPair && it + 1 < tiles.total) tma::NamedArrive(kWsDsRead + 2 * jp + (1 - c), 256);
-      WsStoreDq(dq, sdq + jp * (L::kDqBytes / 4), warp, g, t);
-      wg::FenceProxyAsync();
-    }
-    if (tid == 0) tma::BulkWaitRead<0>();  // the other staging tile is free for the next iteration
+    wg::FenceRegs<D / 2>(dv);
+    wg::FenceRegs<D / 2>(dk);
+    wg::FenceRegs<32>(dq);
+    tma::Arrive(q_empty + 8 * st);
+    WsStoreDq(dq, sdq, warp, g, t);
+    wg::FenceProxyAsync();
     tma::NamedSync(2 + c, 128);
-    if (prev && tid == 0) {
+    if (tid == 0) {
 #pragma unroll
       for (int bx = 0; bx < 2; ++bx)
-        tma::ReduceAdd(w.dq_accum, SmemAddr(sdq + jp * (L::kDqBytes / 4)) + bx * kWgBwdBM * 128, 64 * c + 32 * bx,
-                       tiles.M0(it - 1), tiles.Head(it - 1), b);
+        tma::ReduceAdd(w.dq_accum, SmemAddr(sdq) + bx * kWgBwdBM * 128, 64 * c + 32 * bx, m0, tiles.Head(it), b);
       tma::BulkCommit();
     }
   }
