@@ -157,7 +157,7 @@ void Backward(const FlashParams& p) {
       if (bv == kBwdWsDs1Variant) BackwardWs<D, 1, kBf16, kCausal>(p);
       else BackwardWs<D, 2, kBf16, kCausal>(p);
     } else {  // the wgmma pass
-      const int nwg = bv == kBwdWgmmaDs1Variant || bv == kBwdWsDs1Variant ? 1 : 2;
+      const int nwg = bv == kBwdWgmmaDs1Variant ? 1 : 2;
       emu::Launch({static_cast<unsigned>((p.seq_k + 64 * nwg - 1) / (64 * nwg)), static_cast<unsigned>(p.kv_heads),
                    static_cast<unsigned>(p.batch)},
                   128 * nwg, [&] {
