@@ -11,12 +11,9 @@
 //     block's K and V once, then per (query head, 64-row query tile) the Q
 //     and dO tiles (128-byte swizzled, as wgmma reads them) and the tile's
 //     lse and delta (runs of the flat [B H Tq] f32 arrays) into a ring of
-//     stages (WsBwdLayout::kStages), each guarded by a "full" and an
-//     "empty" mbarrier;
+//     kWsStages stages, each guarded by a "full" and an "empty" mbarrier;
 //   - the consumers own 64 keys each, keep dK and dV in registers and never
-//     wait on each other (no __syncthreads in the loop). At D 64 each runs
-//     one tile ahead (WsBwdConsumePipelined): a tile's softmax and dS^T
-//     store overlap the previous tile's dV and dK products.
+//     wait on each other (no __syncthreads in the loop).
 // Query rows past seq_q arrive as zeros and get P = 0 (BwdTileProbs), so
 // the lse read past a head's last row (the next head's) is never used.
 //
@@ -62,37 +59,31 @@ struct FlashWsBwdParams {
 };
 
 // What both backward kernels' shared memory starts with: K and V of the
-// block's 64 NWG keys, then the ring of Q and dO tiles (S stages);
+// block's 64 NWG keys, then the ring of Q and dO tiles (kWsStages stages);
 // and the register split between the producer and the NWG consumers.
-template <int D, int NWG, int S = kWsStages>
+template <int D, int NWG>
 struct WsBwdRing {
-  static constexpr int kStages = S;
   static constexpr int kBN = 64 * NWG;
   static constexpr int kKvBytes = kBN * D * 2, kTileBytes = kWgBwdBM * D * 2;
   // A stage's lse box, then its delta box kDeltaAt floats in (a tensor
   // copy lands on 128 bytes); the bytes the two copies bring.
   static constexpr int kDeltaAt = 96, kStatBytes = 2 * kDeltaAt * 4, kStatTx = 2 * kWsStatBox * 4;
-  static constexpr int kQ = 2 * kKvBytes, kDo = kQ + S * kTileBytes, kRingEnd = kDo + S * kTileBytes;
+  static constexpr int kQ = 2 * kKvBytes, kDo = kQ + kWsStages * kTileBytes, kRingEnd = kDo + kWsStages * kTileBytes;
   static constexpr int kMinBlocks = NWG == 1 ? 2 : 1;
   static constexpr int kLoadRegs = 24;
   static constexpr int kMmaRegs = NWG == 1 ? 232 : 240;
   static_assert((kLoadRegs * 128 + kMmaRegs * 128 * NWG) * kMinBlocks <= 65536, "register split exceeds the file");
   // The barriers (kv_full, q_full[S], q_empty[S]) at kBar, and alignment slack.
-  static constexpr int SmemBytes(int bar) { return bar + 8 * (1 + 2 * S) + 1024; }
+  static constexpr int SmemBytes(int bar) { return bar + 8 * (1 + 2 * kWsStages) + 1024; }
 };
 
 // The dK/dV pass: the ring; [lse, delta] x stages; the consumer warps' dS^T
-// staging rows; the barriers. kPipe: the consumers are software-pipelined
-// (WsBwdConsume), which holds a tile's stage through the next tile's
-// products, so the ring has a third stage to load into meanwhile. At D 64
-// only: at D 128 the in-flight operands need more registers than a
-// consumer has, and three stages more shared memory than two blocks get.
+// staging rows; the barriers.
 template <int D, int NWG>
-struct WsBwdLayout : WsBwdRing<D, NWG, D == 64 ? 3 : kWsStages> {
-  using R = WsBwdRing<D, NWG, D == 64 ? 3 : kWsStages>;
-  static constexpr bool kPipe = D == 64;
+struct WsBwdLayout : WsBwdRing<D, NWG> {
+  using R = WsBwdRing<D, NWG>;
   static constexpr int kStat = R::kRingEnd;
-  static constexpr int kDs = kStat + R::kStages * R::kStatBytes;
+  static constexpr int kDs = kStat + kWsStages * R::kStatBytes;
   static constexpr int kBar = kDs + 4 * NWG * 16 * kWgBwdDsRow * 2;
   static constexpr int kSmemBytes = R::SmemBytes(kBar);
 };
@@ -116,7 +107,7 @@ struct WsBwdTiles {
 template <int D, class L>
 __device__ __forceinline__ void WsBwdProduce(const FlashWsBwdParams& w, uint32_t base, const WsBwdTiles& tiles,
                                              int n0, int b) {
-  const uint32_t kv_full = base + L::kBar, q_full = kv_full + 8, q_empty = q_full + 8 * L::kStages;
+  const uint32_t kv_full = base + L::kBar, q_full = kv_full + 8, q_empty = q_full + 8 * kWsStages;
   tma::ArriveExpectTx(kv_full, 2 * L::kKvBytes);
 #pragma unroll
   for (int pn = 0; pn < D / 64; ++pn) {
@@ -124,7 +115,7 @@ __device__ __forceinline__ void WsBwdProduce(const FlashWsBwdParams& w, uint32_t
     tma::Load(base + L::kKvBytes + pn * L::kBN * 128, w.v, pn * 64, n0, tiles.hk, b, kv_full);
   }
   for (int it = 0; it < tiles.total; ++it) {
-    const int st = it % L::kStages, ph = (it / L::kStages) & 1;
+    const int st = it % kWsStages, ph = (it / kWsStages) & 1;
     const int h = tiles.Head(it), m0 = tiles.M0(it);
     const uint32_t full = q_full + 8 * st;
     tma::Wait(q_empty + 8 * st, ph ^ 1);
@@ -140,172 +131,74 @@ __device__ __forceinline__ void WsBwdProduce(const FlashWsBwdParams& w, uint32_t
   }
 }
 
-// A consumer's tile `it`: waits for its ring stage, then issues and commits
-// S^T = K Q^T and dP^T = V dO^T for this consumer's keys (k_addr, v_addr)
-// into s and dpt (not waited for). L: the layout.
-template <int D, class L, bool kBf16>
-__device__ __forceinline__ void WsIssueKeyQuery(uint32_t base, uint32_t q_full, int it, uint32_t k_addr,
-                                                uint32_t v_addr, float* s, float* dpt) {
-  const int st = it % L::kStages;
-  tma::Wait(q_full + 8 * st, (it / L::kStages) & 1);
-  wg::Fence();
-  IssueKeyQuery<D, L::kBN, kBf16>(s, k_addr, base + L::kQ + st * L::kTileBytes);
-  IssueKeyQuery<D, L::kBN, kBf16>(dpt, v_addr, base + L::kDo + st * L::kTileBytes);
-  wg::Commit();
-}
-
 // A consumer's tile `it` (query head h, rows from m0) up to the dK/dV
-// updates: S^T and dP^T issued (WsIssueKeyQuery) and waited for, then P^T
-// and dS^T (left in `as`) and dV += P^T dO and dK += dS^T Q issued (not
-// waited for).
+// updates: waits for its ring stage, issues S^T = K Q^T and dP^T = V dO^T
+// for this consumer's keys (k_addr, v_addr) and waits for them, then forms
+// P^T and dS^T (left in `as`) and issues dV += P^T dO and dK += dS^T Q (not
+// waited for). L: the layout.
 template <int D, class L, bool kBf16, bool kCausal>
 __device__ __forceinline__ void WsBwdTileUpdates(const FlashParams& p, const unsigned char* smem, uint32_t base,
                                                  uint32_t q_full, int it, int b, int h, int m0, uint32_t k_addr,
                                                  uint32_t v_addr, int key0, int t, float* dk, float* dv,
                                                  uint32_t (*as)[4]) {
+  const int st = it % kWsStages;
+  const float* stat = reinterpret_cast<const float*>(smem + L::kStat + st * L::kStatBytes) +
+                      WsStatSkip(p, b, h);
+  const uint32_t q_addr = base + L::kQ + st * L::kTileBytes, do_addr = base + L::kDo + st * L::kTileBytes;
+  tma::Wait(q_full + 8 * st, (it / kWsStages) & 1);
   float s[kWgBwdBM / 2], dpt[kWgBwdBM / 2];
-  WsIssueKeyQuery<D, L, kBf16>(base, q_full, it, k_addr, v_addr, s, dpt);
+  wg::Fence();
+  IssueKeyQuery<D, L::kBN, kBf16>(s, k_addr, q_addr);
+  IssueKeyQuery<D, L::kBN, kBf16>(dpt, v_addr, do_addr);
+  wg::Commit();
   wg::Wait<0>();
   wg::FenceRegs<kWgBwdBM / 2>(s);
   wg::FenceRegs<kWgBwdBM / 2>(dpt);
-  const int st = it % L::kStages;
-  const float* stat = reinterpret_cast<const float*>(smem + L::kStat + st * L::kStatBytes) + WsStatSkip(p, b, h);
   BwdIssueUpdates<D, kBf16, kCausal, L::kDeltaAt>(s, dpt, stat, m0, key0, p.seq_q, p.seq_k, p.scale * kLog2e, t, dk,
-                                                  dv, base + L::kQ + st * L::kTileBytes,
-                                                  base + L::kDo + st * L::kTileBytes, as);
+                                                  dv, q_addr, do_addr, as);
 }
 
-// Tile `it`'s dS^T (in `as`, the A fragments of its dK update) to the
-// workspace through this warp's staging rows.
-template <int D, bool kBf16>
-__device__ __forceinline__ void WsStoreTileDs(const FlashParams& p, const WsBwdTiles& tiles, int it, int b,
-                                              const uint32_t (*as)[4], void* sDs, int key_base, int lane) {
-  using T = typename Elem<kBf16>::T;
-  const int64_t bh = static_cast<int64_t>(b) * p.heads + tiles.Head(it);
-  BwdStoreDs(as, static_cast<T*>(sDs), static_cast<T*>(p.ds) + bh * p.ds_bh + tiles.M0(it), key_base, p.ds_keys,
-             p.ds_ld, lane);
-}
-
-// A consumer of the dK/dV pass, one tile at a time: S^T and dP^T, waited
-// for; P^T and dS^T; dV and dK updates issued, dS^T written out while they
-// run; wait; release the stage.
-template <int D, int NWG, bool kBf16, bool kCausal>
-__device__ __forceinline__ void WsBwdConsumeSerial(const FlashParams& p, unsigned char* smem, uint32_t base,
-                                                   const WsBwdTiles& tiles, int key_base, void* sDs, float* dk,
-                                                   float* dv) {
-  using L = WsBwdLayout<D, NWG>;
-  const uint32_t q_full = base + L::kBar + 8, q_empty = q_full + 8 * L::kStages;
-  const int lane = threadIdx.x & 31, c = (threadIdx.x >> 7) - 1, b = blockIdx.z;
-  const uint32_t k_addr = base + c * 64 * 128, v_addr = base + L::kKvBytes + c * 64 * 128;
-  for (int it = 0; it < tiles.total; ++it) {
-    uint32_t as[kWgBwdBM / 16][4];
-    WsBwdTileUpdates<D, L, kBf16, kCausal>(p, smem, base, q_full, it, b, tiles.Head(it), tiles.M0(it), k_addr, v_addr,
-                                           key_base + (lane >> 2), lane & 3, dk, dv, as);
-    WsStoreTileDs<D, kBf16>(p, tiles, it, b, as, sDs, key_base, lane);
-    wg::Wait<0>();
-    wg::FenceRegs<D / 2>(dv);
-    wg::FenceRegs<D / 2>(dk);
-    tma::Arrive(q_empty + 8 * (it % L::kStages));
-  }
-}
-
-// A consumer of the dK/dV pass, software-pipelined: per tile it, S^T and
-// dP^T are issued, then tile it - 1's dV and dK updates (from P^T and dS^T
-// kept in registers); once S^T and dP^T are done, tile it - 1's dS^T goes
-// out and tile it's P^T and dS^T are formed while those updates still run
-// on the tensor cores. Then the updates are waited for and tile it - 1's
-// stage is released (so the ring needs a third stage).
-template <int D, int NWG, bool kBf16, bool kCausal>
-__device__ __forceinline__ void WsBwdConsumePipelined(const FlashParams& p, unsigned char* smem, uint32_t base,
-                                                      const WsBwdTiles& tiles, int key_base, void* sDs, float* dk,
-                                                      float* dv) {
-  using L = WsBwdLayout<D, NWG>;
-  const uint32_t q_full = base + L::kBar + 8, q_empty = q_full + 8 * L::kStages;
-  const int lane = threadIdx.x & 31, t = lane & 3, c = (threadIdx.x >> 7) - 1, b = blockIdx.z;
-  const uint32_t k_addr = base + c * 64 * 128, v_addr = base + L::kKvBytes + c * 64 * 128;
-  const float scale_log2 = p.scale * kLog2e;
-  uint32_t ap[kWgBwdBM / 16][4], as[kWgBwdBM / 16][4];  // tile it - 1's P^T and dS^T
-  auto issue_updates = [&](int it) {
-    const int st = it % L::kStages;
-    wg::Fence();
-    IssueAccumulate<D, kBf16>(dv, ap, base + L::kDo + st * L::kTileBytes);
-    IssueAccumulate<D, kBf16>(dk, as, base + L::kQ + st * L::kTileBytes);
-    wg::Commit();
-  };
-  for (int it = 0; it < tiles.total; ++it) {
-    float s[kWgBwdBM / 2], dpt[kWgBwdBM / 2];
-    WsIssueKeyQuery<D, L, kBf16>(base, q_full, it, k_addr, v_addr, s, dpt);
-    if (it > 0) {
-      issue_updates(it - 1);
-      wg::Wait<1>();  // S^T and dP^T; the updates may still run
-    } else {
-      wg::Wait<0>();
-    }
-    wg::FenceRegs<kWgBwdBM / 2>(s);
-    wg::FenceRegs<kWgBwdBM / 2>(dpt);
-    if (it > 0) WsStoreTileDs<D, kBf16>(p, tiles, it - 1, b, as, sDs, key_base, lane);
-    const int h = tiles.Head(it), st = it % L::kStages;
-    const float* stat = reinterpret_cast<const float*>(smem + L::kStat + st * L::kStatBytes) + WsStatSkip(p, b, h);
-    BwdTileProbs<kCausal, L::kDeltaAt>(s, dpt, stat, tiles.M0(it), key_base + (lane >> 2), p.seq_q, p.seq_k,
-                                       scale_log2, t);
-    uint32_t apn[kWgBwdBM / 16][4], asn[kWgBwdBM / 16][4];
-    wg::PackA<kWgBwdBM, kBf16>(s, apn);
-    wg::PackA<kWgBwdBM, kBf16>(dpt, asn);
-    if (it > 0) {
-      wg::Wait<0>();
-      wg::FenceRegs<D / 2>(dv);
-      wg::FenceRegs<D / 2>(dk);
-      wg::FenceFrags<kWgBwdBM / 16>(ap);
-      wg::FenceFrags<kWgBwdBM / 16>(as);
-      tma::Arrive(q_empty + 8 * ((it - 1) % L::kStages));
-    }
-#pragma unroll
-    for (int kk = 0; kk < kWgBwdBM / 16; ++kk)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) ap[kk][j] = apn[kk][j], as[kk][j] = asn[kk][j];
-  }
-  if (tiles.total > 0) {
-    issue_updates(tiles.total - 1);
-    WsStoreTileDs<D, kBf16>(p, tiles, tiles.total - 1, b, as, sDs, key_base, lane);
-  }
-  wg::Wait<0>();
-  wg::FenceRegs<D / 2>(dv);
-  wg::FenceRegs<D / 2>(dk);
-}
-
-// A consumer of the dK/dV pass: its 64 keys' dK and dV over every tile
-// (pipelined where the layout says so), then stored.
 template <int D, int NWG, bool kBf16, bool kCausal>
 __device__ __forceinline__ void WsBwdConsume(const FlashParams& p, unsigned char* smem, uint32_t base,
                                              const WsBwdTiles& tiles, int n0, int b, int c) {
   using L = WsBwdLayout<D, NWG>;
   using T = typename Elem<kBf16>::T;
-  const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
-  const int key_base = n0 + c * 64 + warp * 16;  // this thread's keys: key_base + lane / 4, + 8
+  const uint32_t kv_full = base + L::kBar, q_full = kv_full + 8, q_empty = q_full + 8 * kWsStages;
+  const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+  const int key_base = n0 + c * 64 + warp * 16, key0 = key_base + g;  // this thread's keys: key0, key0 + 8
   T* sDs = reinterpret_cast<T*>(smem + L::kDs) + (c * 4 + warp) * 16 * kWgBwdDsRow;
+  const uint32_t k_addr = base + c * 64 * 128, v_addr = base + L::kKvBytes + c * 64 * 128;
   float dk[D / 2], dv[D / 2];
 #pragma unroll
   for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
-  wg::FenceRegs<D / 2>(dk);  // zeroed before any product is in flight
-  wg::FenceRegs<D / 2>(dv);
-  tma::Wait(base + L::kBar, 0);  // K and V
-  if constexpr (L::kPipe) WsBwdConsumePipelined<D, NWG, kBf16, kCausal>(p, smem, base, tiles, key_base, sDs, dk, dv);
-  else WsBwdConsumeSerial<D, NWG, kBf16, kCausal>(p, smem, base, tiles, key_base, sDs, dk, dv);
-  BwdStoreDkDv<D, kBf16>(dk, dv, p, b, tiles.hk, key_base + (lane >> 2), lane & 3);
+
+  tma::Wait(kv_full, 0);
+  for (int it = 0; it < tiles.total; ++it) {
+    const int st = it % kWsStages, m0 = tiles.M0(it);
+    uint32_t as[kWgBwdBM / 16][4];
+    WsBwdTileUpdates<D, L, kBf16, kCausal>(p, smem, base, q_full, it, b, tiles.Head(it), m0, k_addr, v_addr, key0, t,
+                                           dk, dv, as);
+    const int64_t bh = static_cast<int64_t>(b) * p.heads + tiles.Head(it);
+    BwdStoreDs(as, sDs, static_cast<T*>(p.ds) + bh * p.ds_bh + m0, key_base, p.ds_keys, p.ds_ld, lane);
+    wg::Wait<0>();
+    wg::FenceRegs<D / 2>(dv);
+    wg::FenceRegs<D / 2>(dk);
+    tma::Arrive(q_empty + 8 * st);
+  }
+  BwdStoreDkDv<D, kBf16>(dk, dv, p, b, tiles.hk, key0, t);
 }
 
 // The one-pass kernel's shared memory: NWG = D / 64 consumers, one per 64
 // columns of dQ, and 64 keys each.
 template <int D>
-struct WsAtomicLayout : WsBwdRing<D, D / 64, D == 64 ? 3 : kWsStages> {
-  using R = WsBwdRing<D, D / 64, D == 64 ? 3 : kWsStages>;
-  static constexpr bool kPipe = D == 64;  // as WsBwdLayout: WsAtomicConsumePipelined
+struct WsAtomicLayout : WsBwdRing<D, D / 64> {
+  using R = WsBwdRing<D, D / 64>;
   static constexpr int kNwg = D / 64;
   static constexpr int kDsBytes = kWgBwdBM * R::kBN * 2;  // a dS tile, [query][key]
   static constexpr int kDqBytes = kWgBwdBM * 64 * 4;      // a consumer's dQ columns in f32: two boxes of 32
   // The ring; dS x 2; dQ staging x consumers; [lse, delta] x stages; the barriers.
   static constexpr int kDs = R::kRingEnd, kDq = kDs + 2 * kDsBytes, kStat = kDq + kNwg * kDqBytes;
-  static constexpr int kBar = kStat + R::kStages * R::kStatBytes;
+  static constexpr int kBar = kStat + kWsStages * R::kStatBytes;
   static constexpr int kSmemBytes = R::SmemBytes(kBar);
   static constexpr bool kFits = (kSmemBytes + 1024) * R::kMinBlocks <= 233472;
 };
@@ -356,7 +249,7 @@ __device__ __forceinline__ void WsAtomicConsume(const FlashWsBwdParams& w, unsig
   using L = WsAtomicLayout<D>;
   using T = typename Elem<kBf16>::T;
   const FlashParams& p = w.p;
-  const uint32_t kv_full = base + L::kBar, q_full = kv_full + 8, q_empty = q_full + 8 * L::kStages;
+  const uint32_t kv_full = base + L::kBar, q_full = kv_full + 8, q_empty = q_full + 8 * kWsStages;
   const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
   const int kl0 = c * 64 + warp * 16 + g, key0 = n0 + kl0;  // this thread's keys: key0, key0 + 8
   const uint32_t k_addr = base + c * 64 * 128, v_addr = base + L::kKvBytes + c * 64 * 128;
@@ -368,7 +261,7 @@ __device__ __forceinline__ void WsAtomicConsume(const FlashWsBwdParams& w, unsig
 
   tma::Wait(kv_full, 0);
   for (int it = 0; it < tiles.total; ++it) {
-    const int st = it % L::kStages, m0 = tiles.M0(it);
+    const int st = it % kWsStages, m0 = tiles.M0(it);
     const uint32_t ds_addr = base + L::kDs + (it & 1) * L::kDsBytes;
     uint32_t as[kWgBwdBM / 16][4];
     WsBwdTileUpdates<D, L, kBf16, kCausal>(p, smem, base, q_full, it, b, tiles.Head(it), m0, k_addr, v_addr, key0, t,
@@ -403,125 +296,6 @@ __device__ __forceinline__ void WsAtomicConsume(const FlashWsBwdParams& w, unsig
   BwdStoreDkDv<D, kBf16>(dk, dv, p, b, tiles.hk, key0, t);
 }
 
-// This consumer's tile `it` dQ (m64n64 in dq) into its staging tile, and
-// added into dq_accum by a tensor reduce from its thread 0.
-template <int D>
-__device__ __forceinline__ void WsReduceTileDq(const FlashWsBwdParams& w, const WsBwdTiles& tiles, int it, int b,
-                                               int c, const float* dq, float* sdq) {
-  const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31;
-  WsStoreDq(dq, sdq, warp, lane >> 2, lane & 3);
-  wg::FenceProxyAsync();
-  tma::NamedSync(2 + c, 128);
-  if (tid == 0) {
-#pragma unroll
-    for (int bx = 0; bx < 2; ++bx)
-      tma::ReduceAdd(w.dq_accum, SmemAddr(sdq) + bx * kWgBwdBM * 128, 64 * c + 32 * bx, tiles.M0(it),
-                     tiles.Head(it), b);
-    tma::BulkCommit();
-  }
-}
-
-// The one-pass kernel's consumer at D 64 (one consumer, 64 keys),
-// software-pipelined as WsBwdConsumePipelined: per tile it, S^T and dP^T
-// are issued, then tile it - 1's dV, dK and dQ products (dQ = dS K from
-// tile it - 1's dS in shared memory); tile it's softmax and dS run while
-// those do. Then tile it - 1's dQ goes to its staging tile and is reduced,
-// and its stage is released (the ring has three stages). dS alternates
-// between two buffers: tile it's is written while tile it - 1's is read.
-template <int D, bool kBf16, bool kCausal>
-__device__ __forceinline__ void WsAtomicConsumePipelined(const FlashWsBwdParams& w, unsigned char* smem,
-                                                         uint32_t base, const WsBwdTiles& tiles, int n0, int b) {
-  using L = WsAtomicLayout<D>;
-  using T = typename Elem<kBf16>::T;
-  static_assert(L::kNwg == 1, "one consumer: its own barrier is the dS barrier");
-  const FlashParams& p = w.p;
-  const uint32_t q_full = base + L::kBar + 8, q_empty = q_full + 8 * L::kStages;
-  const int tid = threadIdx.x & 127, warp = tid >> 5, lane = tid & 31, t = lane & 3;
-  const int kl0 = warp * 16 + (lane >> 2), key0 = n0 + kl0;  // this thread's keys: key0, key0 + 8
-  const uint32_t k_addr = base, v_addr = base + L::kKvBytes;
-  float* sdq = reinterpret_cast<float*>(smem + L::kDq);
-  const float scale_log2 = p.scale * kLog2e;
-  float dk[D / 2], dv[D / 2];
-#pragma unroll
-  for (int i = 0; i < D / 2; ++i) dk[i] = dv[i] = 0.f;
-  wg::FenceRegs<D / 2>(dk);  // zeroed before any product is in flight
-  wg::FenceRegs<D / 2>(dv);
-  uint32_t ap[kWgBwdBM / 16][4], as[kWgBwdBM / 16][4];  // tile it - 1's P^T and dS^T
-  auto issue_updates = [&](int it) {
-    const int st = it % L::kStages;
-    wg::Fence();
-    IssueAccumulate<D, kBf16>(dv, ap, base + L::kDo + st * L::kTileBytes);
-    IssueAccumulate<D, kBf16>(dk, as, base + L::kQ + st * L::kTileBytes);
-    wg::Commit();
-  };
-  auto issue_dq = [&](int it, float* dq) {
-    const uint32_t ds_addr = base + L::kDs + (it & 1) * L::kDsBytes;
-    wg::Fence();
-#pragma unroll
-    for (int kk = 0; kk < L::kBN / 16; ++kk)
-      wg::Mma<64, kBf16>::SSt(dq, wg::Desc(ds_addr + (kk / 4) * kWgBwdBM * 128 + (kk % 4) * 32, 16, 1024),
-                              wg::Desc(k_addr + kk * 16 * 128, L::kBN * 128, 1024), kk > 0);
-    wg::Commit();
-  };
-  tma::Wait(base + L::kBar, 0);  // K and V
-  for (int it = 0; it < tiles.total; ++it) {
-    float s[kWgBwdBM / 2], dpt[kWgBwdBM / 2];
-    WsIssueKeyQuery<D, L, kBf16>(base, q_full, it, k_addr, v_addr, s, dpt);
-    if (it > 0) {
-      issue_updates(it - 1);
-      wg::Wait<1>();  // S^T and dP^T; the updates may still run
-    } else {
-      wg::Wait<0>();
-    }
-    wg::FenceRegs<kWgBwdBM / 2>(s);
-    wg::FenceRegs<kWgBwdBM / 2>(dpt);
-    const int h = tiles.Head(it), st = it % L::kStages;
-    const float* stat = reinterpret_cast<const float*>(smem + L::kStat + st * L::kStatBytes) + WsStatSkip(p, b, h);
-    BwdTileProbs<kCausal, L::kDeltaAt>(s, dpt, stat, tiles.M0(it), key0, p.seq_q, p.seq_k, scale_log2, t);
-    uint32_t apn[kWgBwdBM / 16][4], asn[kWgBwdBM / 16][4];
-    wg::PackA<kWgBwdBM, kBf16>(s, apn);
-    wg::PackA<kWgBwdBM, kBf16>(dpt, asn);
-    // Tile it's dS into buffer it & 1, whose last reader (tile it - 2's dQ)
-    // retired before the previous tile ended.
-    WsStoreDsT(asn, reinterpret_cast<T*>(smem + L::kDs + (it & 1) * L::kDsBytes), kl0, t);
-    if (it > 0) {
-      float dq[32];
-      issue_dq(it - 1, dq);  // after the softmax: its accumulator is not live through it
-      wg::Wait<0>();
-      wg::FenceRegs<D / 2>(dv);
-      wg::FenceRegs<D / 2>(dk);
-      wg::FenceRegs<32>(dq);
-      wg::FenceFrags<kWgBwdBM / 16>(ap);
-      wg::FenceFrags<kWgBwdBM / 16>(as);
-      tma::Arrive(q_empty + 8 * ((it - 1) % L::kStages));
-      if (tid == 0) tma::BulkWaitRead<0>();  // the staging tile is free again
-      tma::NamedSync(2, 128);
-      WsReduceTileDq<D>(w, tiles, it - 1, b, 0, dq, sdq);
-    }
-    wg::FenceProxyAsync();  // tile it's dS, for its dQ product
-    tma::NamedSync(1, 128);
-#pragma unroll
-    for (int kk = 0; kk < kWgBwdBM / 16; ++kk)
-#pragma unroll
-      for (int j = 0; j < 4; ++j) ap[kk][j] = apn[kk][j], as[kk][j] = asn[kk][j];
-  }
-  if (tiles.total > 0) {
-    float dq[32];
-    issue_updates(tiles.total - 1);
-    issue_dq(tiles.total - 1, dq);
-    wg::Wait<0>();
-    wg::FenceRegs<32>(dq);
-    if (tid == 0) tma::BulkWaitRead<0>();
-    tma::NamedSync(2, 128);
-    WsReduceTileDq<D>(w, tiles, tiles.total - 1, b, 0, dq, sdq);
-  }
-  wg::Wait<0>();
-  wg::FenceRegs<D / 2>(dv);
-  wg::FenceRegs<D / 2>(dk);
-  if (tid == 0) tma::BulkWaitRead<0>();
-  BwdStoreDkDv<D, kBf16>(dk, dv, p, b, tiles.hk, key0, t);
-}
-
 template <int D, int NWG, bool kAtomicDq>
 using WsBwdLayoutOf = std::conditional_t<kAtomicDq, WsAtomicLayout<D>, WsBwdLayout<D, NWG>>;
 
@@ -541,9 +315,9 @@ __global__ void __launch_bounds__(128 * (NWG + 1), WsBwdLayoutOf<D, NWG, kAtomic
   const WsBwdTiles tiles(w.p, n0, blockIdx.y, kCausal);
   if (threadIdx.x == 0) {
     tma::MbarInit(base + L::kBar, 1);  // kv_full
-    for (int st = 0; st < L::kStages; ++st) {
+    for (int st = 0; st < kWsStages; ++st) {
       tma::MbarInit(base + L::kBar + 8 + 8 * st, 1);                          // q_full
-      tma::MbarInit(base + L::kBar + 8 + 8 * (L::kStages + st), 128 * NWG);   // q_empty
+      tma::MbarInit(base + L::kBar + 8 + 8 * (kWsStages + st), 128 * NWG);    // q_empty
     }
     tma::FenceMbarInit();
   }
@@ -555,8 +329,7 @@ __global__ void __launch_bounds__(128 * (NWG + 1), WsBwdLayoutOf<D, NWG, kAtomic
   }
   tma::RegAlloc<L::kMmaRegs>();
   const int c = (threadIdx.x >> 7) - 1;
-  if constexpr (kAtomicDq && WsAtomicLayout<D>::kPipe) WsAtomicConsumePipelined<D, kBf16, kCausal>(w, smem, base, tiles, n0, b);
-  else if constexpr (kAtomicDq) WsAtomicConsume<D, kBf16, kCausal>(w, smem, base, tiles, n0, b, c);
+  if constexpr (kAtomicDq) WsAtomicConsume<D, kBf16, kCausal>(w, smem, base, tiles, n0, b, c);
   else WsBwdConsume<D, NWG, kBf16, kCausal>(w.p, smem, base, tiles, n0, b, c);
 }
 

@@ -84,8 +84,6 @@ inline void Wait() {
 }
 template <int N>
 inline void FenceRegs(float*) {}
-template <int N>
-inline void FenceFrags(uint32_t (*)[4]) {}
 inline void FenceProxyAsync() {}
 
 template <int N, bool kBf16>
@@ -115,14 +113,6 @@ template <int N>
 __device__ __forceinline__ void FenceRegs(float* d) {
 #pragma unroll
   for (int i = 0; i < N; ++i) asm volatile("" : "+f"(d[i])::"memory");
-}
-// The same for A fragments in registers that products in flight still read.
-template <int N>
-__device__ __forceinline__ void FenceFrags(uint32_t (*a)[4]) {
-#pragma unroll
-  for (int i = 0; i < N; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) asm volatile("" : "+r"(a[i][j])::"memory");
 }
 // Makes this thread's generic-proxy shared-memory writes (st.shared, cp.async)
 // visible to the async proxy that wgmma reads through; then a barrier.
