@@ -4,6 +4,11 @@
 # forward FLOPs 4 B H T^2 D (halved when causal) and forward+backward 3.5x.
 # Forward+backward takes the gradients with torch.autograd.grad (no adding
 # into .grad, which sdpa_bench does not do either), same iteration count.
+# Two forwards: `fwd` under torch.no_grad() (inference: PyTorch computes no
+# log-sum-exp), and `fwdlse` with grad mode on and inputs that require grad
+# (the forward of a training step: PyTorch keeps the log-sum-exp for the
+# backward, as every Loom forward writes lse). The table compares Loom's
+# forward with both.
 # Each backend's output is checked against the math backend on a slice.
 # With --loom=FILE (sdpa_bench's output) it prints Loom's figures beside the
 # backends and the ratios to the fastest backend and to the flash backend.
@@ -47,17 +52,18 @@ def timed(fn, iters, warmup=3):
 
 
 def read_results(path, impl_re):
-    """RESULT lines of `path` whose impl matches impl_re: (impl, b, h, t, d, causal) -> (fwd, fwd+bwd)
-    TFLOP/s, the best of repeated lines."""
+    """RESULT lines of `path` whose impl matches impl_re: (impl, b, h, t, d, causal) -> (fwd, fwd+bwd,
+    training fwd) TFLOP/s (the last 0 where the line has none), the best of repeated lines."""
     out = {}
     for line in open(path):
         m = re.search(r"impl=" + impl_re + r" B=(\d+) H=(\d+) T=(\d+) D=(\d+) causal=(\d).*fwd_tflops=([\d.]+).*"
                       r"fwdbwd_tflops=([\d.]+)", line)
         if m:
             key = (m.group(1),) + tuple(int(x) for x in m.groups()[1:6])
-            val = (float(m.group(7)), float(m.group(8)))
+            lse = re.search(r"fwdlse_tflops=([\d.]+)", line)
+            val = (float(m.group(7)), float(m.group(8)), float(lse.group(1)) if lse else 0.0)
             old = out.get(key)
-            out[key] = val if old is None else (max(old[0], val[0]), max(old[1], val[1]))
+            out[key] = val if old is None else tuple(max(a, b) for a, b in zip(old, val))
     return out
 
 
@@ -111,22 +117,27 @@ def main():
                             with torch.no_grad():
                                 F.scaled_dot_product_attention(q, k, v, is_causal=causal)
 
+                        def fwdlse():  # grad mode on: the log-sum-exp is kept for a backward
+                            F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+
                         def fwdbwd():  # fresh gradients: no accumulation into .grad
                             o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
                             torch.autograd.grad(o, (q, k, v), dout)
 
                         ms_f = timed(fwd, iters)
+                        ms_fl = timed(fwdlse, iters)
                         ms_fb = timed(fwdbwd, iters)
                 except Exception as e:  # a backend that does not take this shape
                     print(f"RESULT impl=torch_{name} B={b} H={h} T={t} D={d} causal={int(causal)} unavailable: "
                           f"{str(e).splitlines()[0][:100]}")
                     continue
                 tf, tfb = flops / (ms_f * 1e-3) / 1e12, 3.5 * flops / (ms_fb * 1e-3) / 1e12
+                tfl = flops / (ms_fl * 1e-3) / 1e12
                 ok = rel < 1e-2
-                results[(b, h, t, d, int(causal), name)] = (tf, tfb)
+                results[(b, h, t, d, int(causal), name)] = (tf, tfb, tfl)
                 print(f"RESULT impl=torch_{name} B={b} H={h} T={t} D={d} causal={int(causal)} fwd_ms={ms_f:.3f} "
-                      f"fwd_tflops={tf:.1f} fwdbwd_ms={ms_fb:.3f} fwdbwd_tflops={tfb:.1f} check_rel={rel:.2e} "
-                      f"{'CHECK_OK' if ok else 'CHECK_FAILED'}", flush=True)
+                      f"fwd_tflops={tf:.1f} fwdbwd_ms={ms_fb:.3f} fwdbwd_tflops={tfb:.1f} fwdlse_ms={ms_fl:.3f} "
+                      f"fwdlse_tflops={tfl:.1f} check_rel={rel:.2e} {'CHECK_OK' if ok else 'CHECK_FAILED'}", flush=True)
         del q, k, v, dout
         torch.cuda.empty_cache()
     if not loom_file:
@@ -137,27 +148,31 @@ def main():
         for key, val in read_results(prev_file, r"torch_(\w+)").items():
             key = key[1:] + (key[0],)
             old = results.get(key)
-            results[key] = val if old is None else (max(old[0], val[0]), max(old[1], val[1]))
+            results[key] = val if old is None else tuple(max(a, b) for a, b in zip(old, val))
     loom = read_results(loom_file, r"(loom_\w+)")
     for impl in dict.fromkeys(k[0] for k in loom):  # in the order sdpa_bench printed them
         rows = sorted((k[1:], v) for k, v in loom.items() if k[0] == impl)
         if not rows:
             continue
-        print(f"\nSDPA bf16 TFLOP/s: {impl} vs PyTorch backends (fwd | fwd+bwd)")
+        print(f"\nSDPA bf16 TFLOP/s: {impl} vs PyTorch backends (fwd | fwd+bwd; training fwd: PyTorch's "
+              f"forward with the log-sum-exp kept)")
         print(f"{'shape':<26}{'causal':<7}{impl:>14}{'torch flash':>14}{'best torch':>22}{'loom/best':>14}"
-              f"{'loom/flash':>14}")
-        for key, (lf, lfb) in rows:
+              f"{'loom/flash':>14}{'best torch training fwd':>28}{'loom/that':>10}")
+        for key, (lf, lfb, _) in rows:
             per = {n: results.get(key + (n,)) for n, _ in BACKENDS}
             per = {n: r for n, r in per.items() if r}
             if not per:
                 continue
             bf = max(per.items(), key=lambda kv: kv[1][0])
             bfb = max(per.items(), key=lambda kv: kv[1][1])
-            fl = per.get("flash", (float("nan"), float("nan")))
+            bfl = max(per.items(), key=lambda kv: kv[1][2])
+            fl = per.get("flash", (float("nan"), float("nan"), 0.0))
             shape = f"B{key[0]} H{key[1]} T{key[2]} D{key[3]}"
+            train = (f"{bfl[1][2]:>20.0f} {bfl[0]:<7}{lf / bfl[1][2]:>10.2f}" if bfl[1][2] > 0
+                     else f"{'-':>28}{'-':>10}")
             print(f"{shape:<26}{key[4]:<7}{lf:>6.0f} | {lfb:<5.0f}{fl[0]:>6.0f} | {fl[1]:<5.0f}"
                   f"{bf[1][0]:>6.0f} {bf[0]:<6}| {bfb[1][1]:.0f} {bfb[0]:<6}"
-                  f"{lf / bf[1][0]:>6.2f} | {lfb / bfb[1][1]:<5.2f}{lf / fl[0]:>6.2f} | {lfb / fl[1]:<5.2f}")
+                  f"{lf / bf[1][0]:>6.2f} | {lfb / bfb[1][1]:<5.2f}{lf / fl[0]:>6.2f} | {lfb / fl[1]:<5.2f}{train}")
 
 
 if __name__ == "__main__":
