@@ -11,7 +11,9 @@
 //
 //   sdpa_bench [--iters=N] [--shape=B,H,T,D] [--fwd=V] [--bwd=V] [--dq=V] [--sweep] [--dispatch]
 //              [--only=IMPL,...] [--idle-ms=N] [--data-scale=X] [--cudnn-configs=N] [--cudnn-verbose]
-// Each RESULT line also gives the backward alone (bwd_ms), forward+backward
+// Each RESULT line also gives the backward alone (bwd_ms), the inference
+// forward (fwdinf_ms: lse null, for loom_flash, loom_cudnn and loom_sdpa;
+// PyTorch's no-grad forward computes no lse either), forward+backward
 // replayed from one captured CUDA graph (graph_fwdbwd_ms: no host gaps; -1
 // where the path does not capture), and the host's enqueue time per
 // iteration of the three timed loops (host_ms=fwd/fwd+bwd/bwd).
@@ -331,10 +333,11 @@ int main(int argc, char** argv) {
         CK(cudaFree(ws));
         continue;
       }
-      // Times forward and forward+backward through fwd/bwd, self-checks, prints RESULT.
+      // Times forward and forward+backward through fwd/bwd, and the inference
+      // forward (no lse) through fwd_inf when given; self-checks, prints RESULT.
       auto measure = [&](const char* impl, const std::function<absl::Status()>& fwd,
                          const std::function<absl::Status()>& bwd, const std::function<std::string()>& what_f,
-                         const std::function<std::string()>& what_b) {
+                         const std::function<std::string()>& what_b, const std::function<absl::Status()>& fwd_inf) {
         if (!only.empty() && std::find(only.begin(), only.end(), std::string(impl)) == only.end()) return;
         // The card's clocks under a power cap depend on what ran just before;
         // every timed loop (here and in torch_sdpa.py) starts from the same
@@ -345,19 +348,24 @@ int main(int argc, char** argv) {
         };
         std::vector<cudaEvent_t> ev(iters + 1);
         for (auto& e : ev) CK(cudaEventCreate(&e));
-        // Pass 0: forward; 1: forward+backward; 2: backward alone (on the forward's outputs).
-        float ms_pass[3] = {0, 0, 0}, host_ms[3] = {0, 0, 0};  // device median; host enqueue mean
-        for (int pass = 0; pass < 3; ++pass) {
-          for (int w = 0; w < 3; ++w) {
-            if (pass != 2) CS(fwd());
-            if (pass != 0) CS(bwd());
+        // Pass 0: forward; 1: forward+backward; 2: backward alone (on the
+        // forward's outputs); 3: the inference forward.
+        float ms_pass[4] = {0, 0, 0, 0}, host_ms[4] = {0, 0, 0, 0};  // device median; host enqueue mean
+        auto step = [&](int pass) {
+          if (pass == 3) {
+            CS(fwd_inf());
+            return;
           }
+          if (pass != 2) CS(fwd());
+          if (pass != 0) CS(bwd());
+        };
+        for (int pass = 0; pass < (fwd_inf ? 4 : 3); ++pass) {
+          for (int w = 0; w < 3; ++w) step(pass);
           idle();
           CK(cudaEventRecord(ev[0], stream));
           const auto t0 = std::chrono::steady_clock::now();
           for (int it = 0; it < iters; ++it) {
-            if (pass != 2) CS(fwd());
-            if (pass != 0) CS(bwd());
+            step(pass);
             CK(cudaEventRecord(ev[it + 1], stream));
           }
           host_ms[pass] = std::chrono::duration<float, std::milli>(std::chrono::steady_clock::now() - t0).count() / iters;
@@ -416,10 +424,14 @@ int main(int argc, char** argv) {
         all_ok = all_ok && ok;
         const double tf_fwd = fwd_flops / (ms_fwd * 1e-3) / 1e12;
         const double tf_fb = 3.5 * fwd_flops / (ms_fb * 1e-3) / 1e12;
-        std::printf("RESULT impl=%s B=%lld H=%lld T=%lld D=%lld causal=%d fwd_ms=%.3f fwd_tflops=%.1f "
+        char inf[96] = "";
+        if (fwd_inf)
+          std::snprintf(inf, sizeof(inf), " fwdinf_ms=%.3f fwdinf_tflops=%.1f", ms_pass[3],
+                        fwd_flops / (ms_pass[3] * 1e-3) / 1e12);
+        std::printf("RESULT impl=%s B=%lld H=%lld T=%lld D=%lld causal=%d fwd_ms=%.3f fwd_tflops=%.1f%s "
                     "fwdbwd_ms=%.3f fwdbwd_tflops=%.1f bwd_ms=%.3f graph_fwdbwd_ms=%.3f host_ms=%.3f/%.3f/%.3f check_o_rel=%.2e check_lse_abs=%.2e grads_finite=%d %s kernels=[%s | %s]\n",
                     impl, static_cast<long long>(s.b), static_cast<long long>(s.h), static_cast<long long>(s.t),
-                    static_cast<long long>(s.d), causal ? 1 : 0, ms_fwd, tf_fwd, ms_fb, tf_fb, ms_bwd, ms_graph, host_ms[0], host_ms[1], host_ms[2], rel, lse_err,
+                    static_cast<long long>(s.d), causal ? 1 : 0, ms_fwd, tf_fwd, inf, ms_fb, tf_fb, ms_bwd, ms_graph, host_ms[0], host_ms[1], host_ms[2], rel, lse_err,
                     finite ? 1 : 0, ok ? "CHECK_OK" : "CHECK_FAILED", what_f().c_str(), what_b().c_str());
         std::fflush(stdout);
       };
@@ -431,6 +443,11 @@ int main(int argc, char** argv) {
           [&] {
             return loom::kernels::cuda::attention::FlashBackwardVariantName(
                 loom::kernels::cuda::attention::FlashResolvedBackwardVariant(a), dq_v, s.d);
+          },
+          [&] {
+            loom::kernels::cuda::attention::FlashAttnArgs ai = a;
+            ai.lse = nullptr;
+            return loom::kernels::cuda::attention::FlashAttentionForward(ai);
           });
       // Loom's flash with the other backward schemes too, where the default is
       // not one: stored dS (when the workspace holds it) and, unless
@@ -455,7 +472,7 @@ int main(int argc, char** argv) {
             [&] { return loom::kernels::cuda::attention::FlashAttentionForward(aa); },
             [&] { return loom::kernels::cuda::attention::FlashAttentionBackward(aa); },
             [&] { return loom::kernels::cuda::attention::FlashForwardVariantName(fwd_v, s.d); },
-            [&] { return loom::kernels::cuda::attention::FlashBackwardVariantName(aa.bwd_variant, 0, s.d); });
+            [&] { return loom::kernels::cuda::attention::FlashBackwardVariantName(aa.bwd_variant, 0, s.d); }, {});
       }
       // The pipelined wgmma forward (default backward) where it is not the default.
       if (fwd_v == 0 && loom::kernels::cuda::attention::FlashDefaultForwardVariant(s.d) !=
@@ -469,7 +486,8 @@ int main(int argc, char** argv) {
             [&] {
               return loom::kernels::cuda::attention::FlashBackwardVariantName(
                   loom::kernels::cuda::attention::FlashResolvedBackwardVariant(aa), 0, s.d);
-            });
+            },
+            {});
       }
       if (cudnn && !deterministic) {
         loom::kernels::cuda::attention::CudnnSdpaArgs ca;
@@ -491,7 +509,12 @@ int main(int argc, char** argv) {
           measure(
               "loom_cudnn", [&] { return loom::kernels::cuda::attention::CudnnSdpaForward(ca); },
               [&] { return loom::kernels::cuda::attention::CudnnSdpaBackward(ca); },
-              [] { return std::string("cudnn fwd"); }, [] { return std::string("cudnn bwd"); });
+              [] { return std::string("cudnn fwd"); }, [] { return std::string("cudnn bwd"); },
+              [&] {
+                loom::kernels::cuda::attention::CudnnSdpaArgs ci = ca;
+                ci.lse = nullptr;
+                return loom::kernels::cuda::attention::CudnnSdpaForward(ci);
+              });
         }
       }
       if (dispatch) {
@@ -505,8 +528,12 @@ int main(int argc, char** argv) {
         sa.stream = stream;
         auto& disp = loom::kernels::cuda::attention::SdpaDispatcher::Global();
         // Tuning happens on the first calls (the warm-up), outside the timed runs.
-        measure("loom_sdpa", [&] { return disp.Forward(sa); }, [&] { return disp.Backward(sa); },
-                [&] { return disp.Choice(sa, false); }, [&] { return disp.Choice(sa, true); });
+        loom::kernels::cuda::attention::SdpaArgs si = sa;
+        si.lse = nullptr;
+        measure(
+            "loom_sdpa", [&] { return disp.Forward(sa); }, [&] { return disp.Backward(sa); },
+            [&] { return disp.Choice(sa, false) + " / inference: " + disp.Choice(si, false); },
+            [&] { return disp.Choice(sa, true); }, [&] { return disp.Forward(si); });
       }
       CK(cudaFree(ws));
     }

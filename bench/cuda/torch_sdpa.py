@@ -7,8 +7,9 @@
 # Two forwards: `fwd` under torch.no_grad() (inference: PyTorch computes no
 # log-sum-exp), and `fwdlse` with grad mode on and inputs that require grad
 # (the forward of a training step: PyTorch keeps the log-sum-exp for the
-# backward, as every Loom forward writes lse). The table compares Loom's
-# forward with both.
+# backward). The table compares like with like: Loom's inference forward
+# (sdpa_bench's fwdinf: lse not written) with the no-grad one, Loom's forward
+# (lse written) with the training one.
 # Each backend's output is checked against the math backend on a slice.
 # With --loom=FILE (sdpa_bench's output) it prints Loom's figures beside the
 # backends and the ratios to the fastest backend and to the flash backend.
@@ -53,15 +54,16 @@ def timed(fn, iters, warmup=3):
 
 def read_results(path, impl_re):
     """RESULT lines of `path` whose impl matches impl_re: (impl, b, h, t, d, causal) -> (fwd, fwd+bwd,
-    training fwd) TFLOP/s (the last 0 where the line has none), the best of repeated lines."""
+    other fwd) TFLOP/s, the best of repeated lines. The other forward is PyTorch's training one
+    (fwdlse) or Loom's inference one (fwdinf); 0 where the line has none."""
     out = {}
     for line in open(path):
         m = re.search(r"impl=" + impl_re + r" B=(\d+) H=(\d+) T=(\d+) D=(\d+) causal=(\d).*fwd_tflops=([\d.]+).*"
                       r"fwdbwd_tflops=([\d.]+)", line)
         if m:
             key = (m.group(1),) + tuple(int(x) for x in m.groups()[1:6])
-            lse = re.search(r"fwdlse_tflops=([\d.]+)", line)
-            val = (float(m.group(7)), float(m.group(8)), float(lse.group(1)) if lse else 0.0)
+            other = re.search(r"fwd(?:lse|inf)_tflops=([\d.]+)", line)
+            val = (float(m.group(7)), float(m.group(8)), float(other.group(1)) if other else 0.0)
             old = out.get(key)
             out[key] = val if old is None else tuple(max(a, b) for a, b in zip(old, val))
     return out
@@ -151,28 +153,38 @@ def main():
             results[key] = val if old is None else tuple(max(a, b) for a, b in zip(old, val))
     loom = read_results(loom_file, r"(loom_\w+)")
     for impl in dict.fromkeys(k[0] for k in loom):  # in the order sdpa_bench printed them
-        rows = sorted((k[1:], v) for k, v in loom.items() if k[0] == impl)
-        if not rows:
+        print_table(impl, sorted((k[1:], v) for k, v in loom.items() if k[0] == impl), results)
+
+
+def ratio(a, b):
+    return f"{a / b:.2f}" if a > 0 and b > 0 else "-"
+
+
+def print_table(impl, rows, results):
+    """Loom's `impl` beside PyTorch's best backend, like with like: Loom's inference forward (no lse)
+    against PyTorch's no-grad forward, Loom's forward (lse written) against PyTorch's training
+    forward, and forward+backward; then Loom against PyTorch's flash backend."""
+    if not rows:
+        return
+    print(f"\nSDPA bf16 TFLOP/s: {impl} vs PyTorch's backends. inference: Loom without lse, PyTorch under "
+          f"no_grad; training fwd: both keep the log-sum-exp")
+    print(f"{'shape':<22}{'causal':<7}{'loom inf|train|fwd+bwd':>24}{'best torch no-grad':>21}"
+          f"{'best torch train':>19}{'best torch fwd+bwd':>21}{'ratio inf|train|f+b':>22}{'loom/flash f|f+b':>19}")
+    for key, (lf, lfb, linf) in rows:
+        per = {n: results.get(key + (n,)) for n, _ in BACKENDS}
+        per = {n: r for n, r in per.items() if r}
+        if not per:
             continue
-        print(f"\nSDPA bf16 TFLOP/s: {impl} vs PyTorch backends (fwd | fwd+bwd; training fwd: PyTorch's "
-              f"forward with the log-sum-exp kept)")
-        print(f"{'shape':<26}{'causal':<7}{impl:>14}{'torch flash':>14}{'best torch':>22}{'loom/best':>14}"
-              f"{'loom/flash':>14}{'best torch training fwd':>28}{'loom/that':>10}")
-        for key, (lf, lfb, _) in rows:
-            per = {n: results.get(key + (n,)) for n, _ in BACKENDS}
-            per = {n: r for n, r in per.items() if r}
-            if not per:
-                continue
-            bf = max(per.items(), key=lambda kv: kv[1][0])
-            bfb = max(per.items(), key=lambda kv: kv[1][1])
-            bfl = max(per.items(), key=lambda kv: kv[1][2])
-            fl = per.get("flash", (float("nan"), float("nan"), 0.0))
-            shape = f"B{key[0]} H{key[1]} T{key[2]} D{key[3]}"
-            train = (f"{bfl[1][2]:>20.0f} {bfl[0]:<7}{lf / bfl[1][2]:>10.2f}" if bfl[1][2] > 0
-                     else f"{'-':>28}{'-':>10}")
-            print(f"{shape:<26}{key[4]:<7}{lf:>6.0f} | {lfb:<5.0f}{fl[0]:>6.0f} | {fl[1]:<5.0f}"
-                  f"{bf[1][0]:>6.0f} {bf[0]:<6}| {bfb[1][1]:.0f} {bfb[0]:<6}"
-                  f"{lf / bf[1][0]:>6.2f} | {lfb / bfb[1][1]:<5.2f}{lf / fl[0]:>6.2f} | {lfb / fl[1]:<5.2f}{train}")
+        bf = max(per.items(), key=lambda kv: kv[1][0])
+        bfl = max(per.items(), key=lambda kv: kv[1][2])
+        bfb = max(per.items(), key=lambda kv: kv[1][1])
+        fl = per.get("flash", (0.0, 0.0, 0.0))
+        shape = f"B{key[0]} H{key[1]} T{key[2]} D{key[3]}"
+        loom_s = f"{linf:.0f}|{lf:.0f}|{lfb:.0f}" if linf > 0 else f"-|{lf:.0f}|{lfb:.0f}"
+        print(f"{shape:<22}{key[4]:<7}{loom_s:>24}{bf[1][0]:>14.0f} {bf[0]:<6}{bfl[1][2]:>12.0f} {bfl[0]:<6}"
+              f"{bfb[1][1]:>14.0f} {bfb[0]:<6}"
+              f"{ratio(linf, bf[1][0]) + '|' + ratio(lf, bfl[1][2]) + '|' + ratio(lfb, bfb[1][1]):>22}"
+              f"{ratio(lf, fl[0]) + '|' + ratio(lfb, fl[1]):>19}")
 
 
 if __name__ == "__main__":

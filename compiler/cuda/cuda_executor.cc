@@ -44,6 +44,7 @@ absl::Status Impl::Init(const ir::Graph& g, const CudaOptions& o) {
   attention_ = o.deterministic ? AttnRoute::kFlash : o.attention;
   auto t0 = Clock::now();
   LOOM_ASSIGN_OR_RETURN(plan_, PlanCuda(g, o.bf16, PlanOptionsFor(o)));
+  MarkReadRoots();
   stats.plan_seconds = since(t0);
   // Without a device the whole build still runs ("dry": fake addresses, no
   // uploads), so codegen problems surface on machines without a GPU; Init
@@ -74,6 +75,7 @@ absl::Status Impl::Init(const ir::Graph& g, const CudaOptions& o) {
   }
   stats.build_seconds = since(t0);
   stats.launches = static_cast<int>(plan_.launches.size());
+  stats.inference_attention = inference_attention_;
   t0 = Clock::now();
   absl::Status compiled = CompileKernels(&stats);
   stats.kernels_seconds = since(t0);

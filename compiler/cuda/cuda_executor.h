@@ -49,6 +49,7 @@ struct CudaBuildStats {
   double build_seconds = 0;    // a closure per launch, with the kernel sources generated
   double kernels_seconds = 0;  // the generated kernels' CUBINs (disk cache or NVRTC)
   int launches = 0;
+  int inference_attention = 0;  // attention forwards whose lse nothing reads: run without it
   int kernels = 0;             // generated kernels (pointwise and row-wise)
   int distinct_sources = 0;    // distinct sources among them
   int cache_hits = 0;          // distinct sources whose CUBIN came from the disk cache

@@ -13,6 +13,18 @@
 
 namespace loom::compiler::cuda::cuda_executor_internal {
 
+void Impl::MarkReadRoots() {
+  read_roots_.assign(plan_.root.size(), 0);
+  auto mark = [&](int v) {
+    if (v >= 0 && v < static_cast<int>(plan_.root.size()) && plan_.root[v] >= 0) read_roots_[plan_.root[v]] = 1;
+  };
+  for (const Launch& l : plan_.launches)
+    for (int v : l.inputs) mark(v);
+  for (const ir::GraphOutput& out : g_.outputs()) mark(out.value);
+  for (size_t v = 0; v < plan_.root.size(); ++v)
+    if (plan_.root[v] >= 0 && plan_.input_of[plan_.root[v]] >= 0) read_roots_[plan_.root[v]] = 1;
+}
+
 bool Impl::UseFlash(const Launch& l) const {
   if (!l.attn.empty()) return true;  // strided views: planned for flash only
   const int q = l.kind == LaunchKind::kSdpa ? l.inputs[0] : l.inputs[1];
@@ -64,7 +76,7 @@ loom::kernels::cuda::attention::SdpaArgs Impl::AttnCallArgs(const Launch& l) con
   a.q = ptr(w[base]), a.k = ptr(w[base + 1]), a.v = ptr(w[base + 2]), a.o = ptr(w[base + 3]);
   a.q_strides = strides(w[base]), a.k_strides = strides(w[base + 1]), a.v_strides = strides(w[base + 2]);
   a.o_strides = strides(w[base + 3]);
-  a.lse = static_cast<float*>(Ptr(bwd ? l.inputs[5] : l.outputs[1]));
+  a.lse = bwd || IsRead(l.outputs[1]) ? static_cast<float*>(Ptr(bwd ? l.inputs[5] : l.outputs[1])) : nullptr;
   if (bwd) {
     a.dout = ptr(w[0]), a.dout_strides = strides(w[0]);
     a.dq = ptr(w[5]), a.dk = ptr(w[6]), a.dv = ptr(w[7]);
@@ -118,7 +130,7 @@ loom::kernels::cuda::attention::SdpaArgs Impl::MathCallArgs(const Launch& l) con
     a.dq = Ptr(out[0]), a.dk = Ptr(out[1]), a.dv = Ptr(out[2]);
   } else {
     a.o = Ptr(out[0]);
-    a.lse = static_cast<float*>(Ptr(out[1]));
+    a.lse = IsRead(out[1]) ? static_cast<float*>(Ptr(out[1])) : nullptr;
   }
   return a;
 }
@@ -126,6 +138,10 @@ loom::kernels::cuda::attention::SdpaArgs Impl::MathCallArgs(const Launch& l) con
 // The sdpa / sdpa_backward launches.
 absl::Status Impl::BuildAttention(const Launch& l, std::string* desc) {
   const bool bwd = l.kind == LaunchKind::kSdpaBackward;
+  if (!bwd && !IsRead(l.outputs[1])) {
+    ++inference_attention_;
+    *desc += " inference (no lse)";
+  }
   if (UseFlash(l)) {
     loom::kernels::cuda::attention::SdpaArgs a = AttnCallArgs(l);
     a.workspace = scratch_;

@@ -113,6 +113,11 @@ class Impl final : public CudaExecutor {
   void PrintProfile() const;
 
   // cuda_executor_attention.cc.
+  // read_roots_: the roots whose bytes a launch reads or that are graph
+  // inputs or outputs. An attention forward whose lse is none of them (no
+  // backward follows: a forward-only program) runs without it.
+  void MarkReadRoots();
+  bool IsRead(int v) const { return plan_.root[v] >= 0 && read_roots_[plan_.root[v]]; }
   bool UseFlash(const Launch& l) const;
   loom::kernels::cuda::attention::SdpaArgs AttnCallArgs(const Launch& l) const;
   loom::kernels::cuda::attention::SdpaArgs MathCallArgs(const Launch& l) const;
@@ -169,6 +174,8 @@ class Impl final : public CudaExecutor {
     bool backward;
   };
   std::vector<AttnCall> attn_calls_;  // dispatched attention launches, for Describe()
+  std::vector<char> read_roots_;      // per plan value (MarkReadRoots)
+  int inference_attention_ = 0;       // attention forwards built without lse
   std::vector<Call> calls_;
   // Indices of calls_ that run on the host (collectives): the step's CUDA
   // graphs are the runs of device launches between them.

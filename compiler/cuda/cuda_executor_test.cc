@@ -104,6 +104,33 @@ TEST(CudaExecutor, CreateBuildsTheStridedAttentionPlan) {
   ExpectBuilt(CudaExecutor::Create(GptJoint(1, 256), o));
 }
 
+// A forward-only program (evaluation, inference) runs its attention without
+// lse, which nothing reads; a training program's backward reads every lse.
+TEST(CudaExecutor, ForwardOnlyAttentionRunsWithoutLse) {
+  UseTestKernelCache();
+  v1::ModelSpec spec;
+  spec.set_family("llama");
+  spec.set_n_layer(3);
+  spec.set_n_head(4);
+  spec.set_n_kv_head(2);
+  spec.set_d_model(256);
+  spec.set_seq_len(64);
+  spec.set_vocab(256);
+  for (AttnRoute route : {AttnRoute::kDispatch, AttnRoute::kFlash}) {
+    CudaBuildStats fwd_only, joint;
+    CudaOptions o;
+    o.bf16 = true;
+    o.attention = route;
+    o.stats = &fwd_only;
+    ExpectBuilt(CudaExecutor::Create(ModelForwardOnly(spec, 4), o));
+    ASSERT_GT(fwd_only.launches, 0) << "built without the CUDA toolkit: the executor is a stub";
+    EXPECT_EQ(fwd_only.inference_attention, 3);
+    o.stats = &joint;
+    ExpectBuilt(CudaExecutor::Create(ModelJoint(spec, 4), o));
+    EXPECT_EQ(joint.inference_attention, 0);
+  }
+}
+
 // CudaOptions::kernel_cache and ::stats: a fresh folder gets one cache file
 // per distinct source; a second Create (4 compile threads instead of 1)
 // loads them all and generates the same kernels.

@@ -26,6 +26,19 @@ ir::Graph ModelJoint(const v1::ModelSpec& spec, int64_t batch, bool checkpoint_b
   return c->stages.at("fused");
 }
 
+ir::Graph ModelForwardOnly(const v1::ModelSpec& spec, int64_t batch) {
+  models::BuildOptions bo;
+  bo.batch = batch;
+  auto fwd = models::BuildForward(spec, bo);
+  EXPECT_TRUE(fwd.ok()) << fwd.status();
+  CompileOptions co;
+  co.differentiate = false;
+  co.lower = false;
+  auto c = Compile(*fwd, co);
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c->stages.at("fused");
+}
+
 ir::Graph GptJoint(int n_layer, int d_model) {
   v1::ModelSpec spec;
   spec.set_family("gpt");

@@ -17,6 +17,9 @@ ir::Graph GptJoint(int n_layer = 2, int d_model = 128);
 // Any model's (compiler/models), optionally with block activation checkpointing.
 ir::Graph ModelJoint(const v1::ModelSpec& spec, int64_t batch, bool checkpoint_blocks = false);
 ir::Graph LlamaJoint(int d_model, int n_layer = 1);
+// The compiled forward-only graph ("fused" stage, no autodiff, no optimizer):
+// an evaluation or inference program.
+ir::Graph ModelForwardOnly(const v1::ModelSpec& spec, int64_t batch);
 // Launches of kind k (and, when given, with that op name).
 int CountOp(const CudaPlan& p, LaunchKind k, const std::string& op = "");
 // Every fusion pass off.

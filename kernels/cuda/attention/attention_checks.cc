@@ -158,6 +158,45 @@ absl::Status CaptureAndReplay(Harness& h, const CudnnSdpaArgs& ca, std::vector<T
 
 CudnnStrides ToCudnn(const FlashStrides& s) { return CudnnStrides{s.batch, s.head, s.row}; }
 
+// Inference forwards (no lse): every flash forward variant (D 64 and 128 in
+// turn, causal or not, GQA, ragged ends), cuDNN's graph without the stats,
+// and the dispatcher tuning under the inference key.
+void AppendInferenceRows(DeviceRuntime* rt, uint64_t seed, bool cudnn, std::vector<CheckResult>* rows) {
+  std::vector<InferenceCase> cases;
+  for (int v = 0; v <= FlashForwardVariants(); ++v) {
+    InferenceCase c;
+    c.fwd_variant = v;
+    c.dtype = v % 3 == 2 ? DType::kF16 : DType::kBF16;
+    c.batch = 2, c.heads = 4, c.kv_heads = 2, c.seq_q = 333 + v, c.seq_k = 290 + 3 * v;
+    c.head_dim = v % 2 ? 128 : 64, c.causal = v % 2 == 0;
+    cases.push_back(c);
+  }
+  for (InferencePath p : {InferencePath::kCudnn, InferencePath::kDispatch}) {
+    if (p == InferencePath::kCudnn && !cudnn) continue;
+    for (int i = 0; i < 2; ++i) {
+      InferenceCase c;
+      c.path = p;
+      c.batch = 2, c.heads = 4, c.kv_heads = i ? 4 : 2, c.seq_q = i ? 256 : 333, c.seq_k = i ? 256 : 300;
+      c.head_dim = i ? 64 : 128, c.causal = i == 1;
+      cases.push_back(c);
+    }
+  }
+  for (const InferenceCase& c : cases) {
+    absl::StatusOr<CheckResult> r = RunInferenceCheck(rt, seed, c);
+    if (r.ok()) {
+      rows->push_back(std::move(*r));
+      continue;
+    }
+    CheckResult bad;
+    bad.name = "inference fwd (no lse)";
+    bad.shape = absl::StrCat("B", c.batch, " H", c.heads, "/", c.kv_heads, " T", c.seq_q, "/", c.seq_k, " D",
+                             c.head_dim);
+    bad.rel_err = INFINITY;
+    bad.detail = std::string(r.status().message());
+    rows->push_back(std::move(bad));
+  }
+}
+
 absl::StatusOr<std::vector<std::pair<std::string, double>>> CheckCase(Harness& h, const Case& c) {
   const DType dt = c.dtype;
   const std::vector<int64_t> qs = {c.batch, c.heads, c.seq_q, c.head_dim};
@@ -540,6 +579,7 @@ absl::StatusOr<std::vector<CheckResult>> RunAttentionChecks(const CheckOptions& 
     }
     rows.push_back(std::move(r));
   }
+  AppendInferenceRows(rt, opts.seed, cudnn_ok.ok(), &rows);
   // Packed sequences of different lengths (one empty, Tq != Tk in one).
   struct Varlen {
     DType dt;

@@ -7,7 +7,8 @@
 // f16 and f32), runs forward and backward and compares o, lse, dq, dk and dv by
 // ||out - ref|| / ||ref||: a row passes when all are finite and under 1e-2.
 // Shapes cover D 64 and 128, bf16 and f16, causal and not, GQA, T not a
-// multiple of any tile, and Tq != Tk.
+// multiple of any tile, and Tq != Tk. Inference forwards (no lse) get rows of
+// their own (RunInferenceCheck).
 #pragma once
 
 #include <cstdint>
@@ -30,6 +31,20 @@ absl::StatusOr<std::vector<CheckResult>> RunAttentionChecks(const CheckOptions& 
 absl::StatusOr<CheckResult> RunVarlenCheck(DeviceRuntime* rt, uint64_t seed, DType dt, int64_t heads,
                                            int64_t kv_heads, int64_t d, bool causal,
                                            const std::vector<int64_t>& lens_q, const std::vector<int64_t>& lens_k);
+// An inference forward (lse null) of one path: Loom's flash kernels with a
+// forward variant (its o must equal the training forward's bit for bit),
+// cuDNN's graph without the stats, or the dispatcher (tuned under the
+// inference key); o is compared with the fp64 reference
+// (attention_inference_check.cc).
+enum class InferencePath { kFlash, kCudnn, kDispatch };
+struct InferenceCase {
+  InferencePath path = InferencePath::kFlash;
+  int fwd_variant = 0;  // kFlash: 0 is the default for head_dim
+  DType dtype = DType::kBF16;
+  int64_t batch = 1, heads = 1, kv_heads = 1, seq_q = 1, seq_k = 1, head_dim = 64;
+  bool causal = false;
+};
+absl::StatusOr<CheckResult> RunInferenceCheck(DeviceRuntime* rt, uint64_t seed, const InferenceCase& c);
 // sha256 prefix of kernels/cuda/attention's sources.
 const char* AttentionSourceHash();
 

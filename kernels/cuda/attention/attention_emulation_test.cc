@@ -330,6 +330,45 @@ TEST_P(Emulated, MatchesFp64Reference) {
   emu::S().schedule = emu::Schedule::kLockstep;
 }
 
+// An inference forward (lse null) writes the same o, bit for bit, as the
+// forward that keeps lse, and nothing where lse would go: every forward
+// variant, D 64 and 128, causal and not, GQA, ragged ends.
+template <int D, bool kCausal>
+void CheckInferenceForward(int variant) {
+  const int b = 1, h = 2, hkv = 1, tq = 150, tk = 140;
+  const size_t nq = static_cast<size_t>(b) * h * tq * D, nk = static_cast<size_t>(b) * hkv * tk * D;
+  std::vector<uint16_t> q(nq), k(nk), v(nk);
+  uint64_t seed = 99;
+  for (auto* x : {&q, &k, &v})
+    for (uint16_t& e : *x) {
+      seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+      e = Round(static_cast<double>(seed >> 11) / 9007199254740992.0 * 4 - 2, true);
+    }
+  FlashParams p;
+  p.bf16 = 1, p.batch = b, p.heads = h, p.kv_heads = hkv, p.seq_q = tq, p.seq_k = tk, p.head_dim = D;
+  p.causal = kCausal;
+  p.fwd_variant = variant;
+  p.scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(D)));
+  p.q = q.data(), p.k = k.data(), p.v = v.data();
+  ResolveDefaultStrides(&p);
+  std::vector<uint16_t> o_train(nq, 0xFFFF), o_inf(nq, 0xFFFF);
+  std::vector<float> lse(static_cast<size_t>(b) * h * tq, NAN);
+  p.o = o_train.data(), p.lse = lse.data();
+  Forward<D, true, kCausal>(p);
+  for (float x : lse) ASSERT_TRUE(std::isfinite(x)) << "variant " << variant << ": the training forward wrote lse";
+  p.o = o_inf.data(), p.lse = nullptr;
+  Forward<D, true, kCausal>(p);
+  for (size_t i = 0; i < nq; ++i)
+    ASSERT_EQ(o_inf[i], o_train[i]) << "variant " << variant << " D" << D << " causal " << kCausal << " element " << i;
+}
+
+TEST(EmulatedInference, EveryForwardVariantWritesTheSameOWithoutLse) {
+  for (int v = 1; v <= kFwdVariants; ++v) {
+    CheckInferenceForward<64, true>(v);
+    CheckInferenceForward<128, false>(v);
+  }
+}
+
 // delta = rowsum(dO * O) from BwdPreprocessKernel, against fp64: 16-byte
 // loads where the operands allow them, element loads where they are
 // misaligned (o and dout one element off) or their row stride is not a whole

@@ -27,7 +27,7 @@ TEST(FlashAttention, ChecksPassOrSkip) {
 }
 
 FlashAttnArgs ValidArgs() {
-  static char dummy[16];
+  alignas(16) static char dummy[16];
   FlashAttnArgs a;
   a.dtype = DType::kBF16;
   a.batch = 1, a.heads = 4, a.kv_heads = 2, a.seq_q = 8, a.seq_k = 8, a.head_dim = 64;
@@ -67,6 +67,12 @@ TEST(FlashAttention, BadArgumentsAreInvalidArgument) {
   ExpectInvalid(a, "flash_attention: v");
   a = ValidArgs();
   ExpectInvalid(a, "dout", /*backward=*/true);
+  // A forward's lse may be null (inference); the backward's may not.
+  a = ValidArgs();
+  a.lse = nullptr;
+  EXPECT_TRUE(FlashAttentionValidate(a, false).ok()) << FlashAttentionValidate(a, false);
+  a.dout = a.q, a.dq = a.dk = a.dv = a.o, a.workspace = a.o;
+  ExpectInvalid(a, "lse: null", /*backward=*/true);
   // Both atomic-dQ variants are refused when deterministic, naming the field.
   for (int v : {kFlashBwdAtomicVariant, kFlashBwdWsAtomicVariant}) {
     a = ValidArgs();

@@ -73,7 +73,9 @@ absl::Status CudnnSdpaValidate(const CudnnSdpaArgs& a, bool backward) {
     const char* name;
     const void* p;
   };
-  std::vector<Ptr> ptrs = {{"q", a.q}, {"k", a.k}, {"v", a.v}, {"o", a.o}, {"lse", a.lse}};
+  std::vector<Ptr> ptrs = {{"q", a.q}, {"k", a.k}, {"v", a.v}, {"o", a.o}};
+  // A forward without lse is an inference one (a graph without the stats).
+  if (backward || a.lse != nullptr) ptrs.push_back({"lse", a.lse});
   if (backward) ptrs.insert(ptrs.end(), {{"dout", a.dout}, {"dq", a.dq}, {"dk", a.dk}, {"dv", a.dv}});
   for (const Ptr& p : ptrs) {
     if (p.p == nullptr) return Bad(p.name, "null");
@@ -534,15 +536,14 @@ absl::Status MatmulIntoKvHeads(Builder& g, const char* name, const char* reduce_
   return g.Reduce(reduce_name, CUDNN_REDUCE_TENSOR_ADD, per_head, out);
 }
 
-// Forward: O = softmax(scale * Q K^T [masked]) V, Stats = max + log(sum exp).
-absl::Status BuildForward(Builder& g, const Shape& s, cudnnDataType_t io, bool causal) {
+// Forward: O = softmax(scale * Q K^T [masked]) V, and unless `inference`
+// Stats = max + log(sum exp).
+absl::Status BuildForward(Builder& g, const Shape& s, cudnnDataType_t io, bool causal, bool inference) {
   const cudnnDataType_t f = CUDNN_DATA_FLOAT;
   LOOM_ASSIGN_OR_RETURN(TensorD q, g.Tensor(kQ, io, {s.b, s.h, s.tq, s.d}, {s.q.b, s.q.h, s.q.r, 1}, false));
   LOOM_ASSIGN_OR_RETURN(TensorD kt, g.Tensor(kK, io, {s.b, s.hk, s.d, s.tk}, {s.k.b, s.k.h, 1, s.k.r}, false));
   LOOM_ASSIGN_OR_RETURN(TensorD v, g.Tensor(kV, io, {s.b, s.hk, s.tk, s.d}, {s.v.b, s.v.h, s.v.r, 1}, false));
   LOOM_ASSIGN_OR_RETURN(TensorD o, g.Tensor(kO, io, {s.b, s.h, s.tq, s.d}, {s.o.b, s.o.h, s.o.r, 1}, false));
-  LOOM_ASSIGN_OR_RETURN(TensorD stats,
-                        g.Tensor(kStats, f, {s.b, s.h, s.tq, 1}, {s.h * s.tq, s.tq, 1, 1}, false));
   LOOM_ASSIGN_OR_RETURN(TensorD scale, g.Scalar(kScale));
   const Arr4 sd = {s.b, s.h, s.tq, s.tk}, rd = {s.b, s.h, s.tq, 1};
   LOOM_ASSIGN_OR_RETURN(TensorD last, MaskedScores(g, q, kt, scale, sd, causal));
@@ -554,9 +555,12 @@ absl::Status BuildForward(Builder& g, const Shape& s, cudnnDataType_t io, bool c
   LOOM_RETURN_IF_ERROR(g.Pointwise("exp", CUDNN_POINTWISE_EXP, f, sub, nullptr, nullptr, ex));
   LOOM_ASSIGN_OR_RETURN(TensorD sum, g.Virtual(f, rd));
   LOOM_RETURN_IF_ERROR(g.Reduce("row sum", CUDNN_REDUCE_TENSOR_ADD, ex, sum));
-  LOOM_ASSIGN_OR_RETURN(TensorD lg, g.Virtual(f, rd));
-  LOOM_RETURN_IF_ERROR(g.Pointwise("log sum", CUDNN_POINTWISE_LOG, f, sum, nullptr, nullptr, lg));
-  LOOM_RETURN_IF_ERROR(g.Pointwise("stats", CUDNN_POINTWISE_ADD, f, mx, &lg, nullptr, stats));
+  if (!inference) {
+    LOOM_ASSIGN_OR_RETURN(TensorD stats, g.Tensor(kStats, f, rd, {s.h * s.tq, s.tq, 1, 1}, false));
+    LOOM_ASSIGN_OR_RETURN(TensorD lg, g.Virtual(f, rd));
+    LOOM_RETURN_IF_ERROR(g.Pointwise("log sum", CUDNN_POINTWISE_LOG, f, sum, nullptr, nullptr, lg));
+    LOOM_RETURN_IF_ERROR(g.Pointwise("stats", CUDNN_POINTWISE_ADD, f, mx, &lg, nullptr, stats));
+  }
   LOOM_ASSIGN_OR_RETURN(TensorD p, g.Virtual(io, sd));  // P in the i/o type (bmm2's A)
   LOOM_RETURN_IF_ERROR(g.Pointwise("softmax", CUDNN_POINTWISE_DIV, f, ex, &sum, nullptr, p));
   return g.Matmul("P V", p, v, o);
@@ -657,7 +661,8 @@ State& St() {
 
 std::string PlanKey(const CudnnSdpaArgs& a, const Shape& s, bool backward, int dev) {
   auto str = [](const Str3& x) { return absl::StrCat(x.b, ",", x.h, ",", x.r); };
-  std::string k = absl::StrCat(backward ? "bwd" : "fwd", " dev", dev, " ", DTypeName(a.dtype), " B", s.b, " H", s.h,
+  const char* pass = backward ? "bwd" : a.lse == nullptr ? "fwd-inference" : "fwd";
+  std::string k = absl::StrCat(pass, " dev", dev, " ", DTypeName(a.dtype), " B", s.b, " H", s.h,
                                "/", s.hk, " T", s.tq, "/", s.tk, " D", s.d, a.causal ? " causal" : "", " q", str(s.q),
                                " k", str(s.k), " v", str(s.v), " o", str(s.o));
   if (backward)
@@ -710,7 +715,8 @@ absl::StatusOr<std::shared_ptr<Plan>> GetPlanLocked(State& st, const CudnnSdpaAr
   cudnnHandle_t handle = st.handles[dev];
   const cudnnDataType_t io = IoType(a.dtype);
   auto g = std::make_unique<Builder>();
-  absl::Status built = backward ? BuildBackward(*g, s, io, a.causal) : BuildForward(*g, s, io, a.causal);
+  absl::Status built = backward ? BuildBackward(*g, s, io, a.causal)
+                                : BuildForward(*g, s, io, a.causal, /*inference=*/a.lse == nullptr);
   const int max_configs = GetCudnnSdpaOptions().max_engine_configs;
   const std::string tuning_key = TuningKey(key, dev, max_configs);
   Builder::Wanted want;
@@ -808,9 +814,10 @@ absl::Status Run(const CudnnSdpaArgs& a, bool backward) {
   const float scale = a.scale > 0 ? a.scale : static_cast<float>(1.0 / std::sqrt(static_cast<double>(a.head_dim)));
   const float neg_inf = std::numeric_limits<float>::lowest();
   const float one = 1.f;
-  std::vector<int64_t> uids = {kQ, kK, kV, kO, kStats, kScale};
+  std::vector<int64_t> uids = {kQ, kK, kV, kO, kScale};
   std::vector<void*> ptrs = {const_cast<void*>(a.q), const_cast<void*>(a.k), const_cast<void*>(a.v), a.o,
-                             a.lse, const_cast<float*>(&scale)};
+                             const_cast<float*>(&scale)};
+  if (a.lse != nullptr) uids.push_back(kStats), ptrs.push_back(a.lse);  // none in an inference forward
   if (a.causal) uids.push_back(kNegInf), ptrs.push_back(const_cast<float*>(&neg_inf));
   void* plan_ws = ws;
   if (backward) {

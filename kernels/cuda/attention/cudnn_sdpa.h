@@ -4,7 +4,8 @@
 // without cuDNN and report Unavailable("cuDNN not found: ...").
 //
 //   q, o, dout, dq: [B, H, Tq, D]   k, v, dk, dv: [B, Hkv, Tk, D]   (bf16 or f16)
-//   lse: [B, H, Tq] f32 contiguous, natural-log logsumexp of scale * q k^T rows
+//   lse: [B, H, Tq] f32 contiguous, natural-log logsumexp of scale * q k^T rows;
+//   null in an inference forward (its own plan: the graph without the stats)
 //   o = softmax(scale * q k^T [+ causal mask]) v; query head h uses kv head
 //   h / (H / Hkv) (GQA). causal: query i sees keys j <= i (top-left aligned).
 //   scale 0 means 1/sqrt(D). D: a multiple of 8 up to 128 (64 and 128 tested).
@@ -12,8 +13,8 @@
 // Every tensor but lse may be strided: per tensor, the element strides of the
 // batch, head and row dimensions (the last dimension is unit-stride); all 0
 // means contiguous [B, H, T, D]. The forward graph is matmul(Q, K^T) -> scale ->
-// causal mask (row >= col, else lowest float) -> softmax with stats -> matmul
-// with V; the backward recomputes P from the stats and gives dQ (summed into an
+// causal mask (row >= col, else lowest float) -> softmax with stats (without,
+// when lse is null) -> matmul with V; the backward recomputes P from the stats and gives dQ (summed into an
 // f32 accumulator: NOT bit-deterministic run to run), dK, dV (GQA: summed over
 // the query heads of each kv head).
 //

@@ -51,6 +51,13 @@ TEST(CudnnSdpa, Validation) {
   EXPECT_TRUE(CudnnSdpaValidate(a, false).ok());
   Expect(a, absl::StatusCode::kInvalidArgument, "dv", true);
   a = Valid();
+  a.lse = nullptr;  // an inference forward; the backward reads lse
+  EXPECT_TRUE(CudnnSdpaValidate(a, false).ok());
+  Expect(a, absl::StatusCode::kInvalidArgument, "lse", true);
+  a = Valid();
+  a.lse = reinterpret_cast<float*>(reinterpret_cast<char*>(a.o) + 4);
+  Expect(a, absl::StatusCode::kInvalidArgument, "lse");
+  a = Valid();
   a.q = static_cast<const char*>(a.q) + 2;
   Expect(a, absl::StatusCode::kInvalidArgument, "q");
   // Strides: all 0 (contiguous) or all positive multiples of 8, rows >= D.

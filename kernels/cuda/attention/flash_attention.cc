@@ -55,11 +55,11 @@ absl::Status Validate(const char* op, const FlashAttnArgs& a, bool backward) {
     const char* name;
     const void* p;
   };
-  for (const Ptr& p : {Ptr{"q", a.q}, Ptr{"k", a.k}, Ptr{"v", a.v}, Ptr{"o", a.o}, Ptr{"lse", a.lse}})
+  for (const Ptr& p : {Ptr{"q", a.q}, Ptr{"k", a.k}, Ptr{"v", a.v}, Ptr{"o", a.o}})
     if (p.p == nullptr) return Bad(op, p.name, "null");
-  if (backward)
-    for (const Ptr& p : {Ptr{"dout", a.dout}, Ptr{"dq", a.dq}, Ptr{"dk", a.dk}, Ptr{"dv", a.dv},
-                         Ptr{"workspace", a.workspace}})
+  if (backward)  // a forward's lse may be null (inference); the backward reads it
+    for (const Ptr& p : {Ptr{"lse", static_cast<const void*>(a.lse)}, Ptr{"dout", a.dout}, Ptr{"dq", a.dq},
+                         Ptr{"dk", a.dk}, Ptr{"dv", a.dv}, Ptr{"workspace", a.workspace}})
       if (p.p == nullptr) return Bad(op, p.name, "null");
   // Layouts: rows start 16-byte aligned (cp.async and vector stores).
   struct Operand {

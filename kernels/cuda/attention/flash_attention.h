@@ -2,7 +2,8 @@
 // forward and backward, over raw device pointers (bf16 or f16, f32 softmax).
 //
 //   q, o, dout, dq: [B, H, Tq, D]    k, v, dk, dv: [B, Hkv, Tk, D]
-//   lse: [B, H, Tq] f32, the natural-log logsumexp of each row of scale * q k^T
+//   lse: [B, H, Tq] f32, the natural-log logsumexp of each row of scale * q k^T;
+//   null in a forward that no backward follows (inference): o alone is written
 //   Each of the eight tensors takes its own batch, head and row element
 //   strides (FlashStrides; D stays contiguous, 0 = the contiguous [B, H, T, D]
 //   stride), so q/k/v can be windows of one [B, T, 3, H, D] qkv buffer and o
@@ -64,7 +65,7 @@ struct FlashAttnArgs {
   const void* k = nullptr;
   const void* v = nullptr;
   void* o = nullptr;
-  float* lse = nullptr;
+  float* lse = nullptr;  // forward: may be null (inference, no lse written)
   // Backward.
   const void* dout = nullptr;
   void* dq = nullptr;

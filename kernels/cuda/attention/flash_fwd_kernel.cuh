@@ -189,7 +189,7 @@ __global__ void __launch_bounds__(Cfg::NT, Cfg::MB) FlashFwdKernel(FlashParams p
     __syncthreads();
   }
 
-  // Epilogue: O / l and lse.
+  // Epilogue: O / l and lse (none when p.lse is null: an inference forward).
   T* out = static_cast<T*>(p.o) + b * p.so.b + h * p.so.h;
 #pragma unroll
   for (int mi = 0; mi < MW; ++mi)
@@ -205,7 +205,7 @@ __global__ void __launch_bounds__(Cfg::NT, Cfg::MB) FlashFwdKernel(FlashParams p
         for (int dt = 0; dt < D / 8; ++dt)
           *reinterpret_cast<uint32_t*>(out + row * p.so.r + dt * 8 + 2 * t) =
               E::Pack(o[mi][dt][2 * r] * inv, o[mi][dt][2 * r + 1] * inv);
-        if (t == 0)
+        if (t == 0 && p.lse != nullptr)
           p.lse[bh * p.seq_q + row] = l > 0.f ? (m_run[mi][r] + __log2f(l)) * 0.6931471805599453f : INFINITY;
       }
     }

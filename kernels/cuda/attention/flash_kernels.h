@@ -40,7 +40,7 @@ struct FlashParams {
   const void* k = nullptr;
   const void* v = nullptr;
   void* o = nullptr;
-  float* lse = nullptr;
+  float* lse = nullptr;  // null in a forward: not written (inference)
   // Backward only.
   const void* dout = nullptr;
   void* dq = nullptr;

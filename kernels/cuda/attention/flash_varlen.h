@@ -4,7 +4,8 @@
 //   q, o, dout, dq: [total_q, H, D]     k, v, dk, dv: [total_k, Hkv, D]
 //   cu_seqlens_q / cu_seqlens_k: host, B + 1 offsets, 0 first, nondecreasing;
 //   sequence b is rows [cu_q[b], cu_q[b+1]) of q and [cu_k[b], cu_k[b+1]) of k/v.
-//   lse: f32, sequence b's [H, len_q(b)] block at offset H * cu_q[b] (contiguous).
+//   lse: f32, sequence b's [H, len_q(b)] block at offset H * cu_q[b] (contiguous);
+//   null in an inference forward (not written).
 //
 // Each sequence is one strided flash call (flash_attention.h: row stride H*D,
 // head stride D) on `stream`, so no work is spent on padding; sequences of

@@ -99,7 +99,8 @@ struct WgTile {
       o[4 * dt + 2] *= alpha[1], o[4 * dt + 3] *= alpha[1];
     }
   }
-  // O / l and lse for rows row0 + g (+ 8).
+  // O / l and lse for rows row0 + g (+ 8); no lse when it is null (an inference
+  // forward).
   static __device__ __forceinline__ void Store(const float* o, const float* m_run, const float* l_run,
                                                typename E::T* out, int64_t ld, float* lse, int row0, int seq_q,
                                                int g, int t) {
@@ -115,7 +116,7 @@ struct WgTile {
         for (int dt = 0; dt < D / 8; ++dt)
           *reinterpret_cast<uint32_t*>(out + row * ld + dt * 8 + 2 * t) =
               E::Pack(o[4 * dt + 2 * r] * inv, o[4 * dt + 2 * r + 1] * inv);
-        if (t == 0) lse[row] = l > 0.f ? (m_run[r] + __log2f(l)) * 0.6931471805599453f : INFINITY;
+        if (t == 0 && lse != nullptr) lse[row] = l > 0.f ? (m_run[r] + __log2f(l)) * 0.6931471805599453f : INFINITY;
       }
     }
   }
@@ -256,8 +257,8 @@ __global__ void __launch_bounds__(128 * NWG, kFwdMinBlocks<D, NWG>) FlashFwdWgmm
     wg::FenceRegs<D / 2>(o);
   }
 
-  W::Store(o, m_run, l_run, static_cast<T*>(p.o) + b * p.so.b + h * p.so.h, p.so.r, p.lse + bh * p.seq_q, row0,
-           p.seq_q, g, t);
+  W::Store(o, m_run, l_run, static_cast<T*>(p.o) + b * p.so.b + h * p.so.h, p.so.r,
+           p.lse != nullptr ? p.lse + bh * p.seq_q : nullptr, row0, p.seq_q, g, t);
 }
 
 }  // namespace loom::kernels::cuda::attention

@@ -170,8 +170,8 @@ __device__ __forceinline__ void WsConsume(const FlashParams& p, uint32_t sq, uin
 
   using T = typename Elem<kBf16>::T;
   const int64_t bh = static_cast<int64_t>(b) * p.heads + h;
-  W::Store(o, m_run, l_run, static_cast<T*>(p.o) + b * p.so.b + h * p.so.h, p.so.r, p.lse + bh * p.seq_q, row0,
-           p.seq_q, g, t);
+  W::Store(o, m_run, l_run, static_cast<T*>(p.o) + b * p.so.b + h * p.so.h, p.so.r,
+           p.lse != nullptr ? p.lse + bh * p.seq_q : nullptr, row0, p.seq_q, g, t);
 }
 
 // Blocks of 128 (NWG + 1) threads over (query tiles of 64 NWG rows, heads,

@@ -210,11 +210,11 @@ absl::Status SdpaValidate(const SdpaArgs& a, bool backward) {
     const char* name;
     const void* p;
   };
-  for (const Ptr& p : {Ptr{"q", a.q}, Ptr{"k", a.k}, Ptr{"v", a.v}, Ptr{"o", a.o}, Ptr{"lse", a.lse}})
+  for (const Ptr& p : {Ptr{"q", a.q}, Ptr{"k", a.k}, Ptr{"v", a.v}, Ptr{"o", a.o}})
     if (p.p == nullptr) return Bad(p.name, "null");
-  if (backward)
-    for (const Ptr& p : {Ptr{"dout", a.dout}, Ptr{"dq", a.dq}, Ptr{"dk", a.dk}, Ptr{"dv", a.dv},
-                         Ptr{"workspace", a.workspace}})
+  if (backward)  // a forward's lse may be null (inference); the backward reads it
+    for (const Ptr& p : {Ptr{"lse", static_cast<const void*>(a.lse)}, Ptr{"dout", a.dout}, Ptr{"dq", a.dq},
+                         Ptr{"dk", a.dk}, Ptr{"dv", a.dv}, Ptr{"workspace", a.workspace}})
       if (p.p == nullptr) return Bad(p.name, "null");
   return absl::OkStatus();
 }
@@ -245,7 +245,8 @@ std::string SdpaDispatcher::Key(const SdpaArgs& a, bool backward) {
   return absl::StrCat(backward ? "bwd" : "fwd", " ", DTypeName(a.dtype), " B", a.batch, " H", a.heads, "/",
                       a.kv_heads, " T", a.seq_q, "/", a.seq_k, " D", a.head_dim, a.causal ? " causal" : "",
                       a.deterministic ? " det" : "", a.attn_mask != nullptr ? " mask" : "",
-                      a.dropout_p > 0 ? " dropout" : "", a.strided() ? " strided" : "");
+                      a.dropout_p > 0 ? " dropout" : "", a.strided() ? " strided" : "",
+                      !backward && a.lse == nullptr ? " inference" : "");
 }
 
 std::vector<SdpaCandidate> SdpaDispatcher::Candidates(const SdpaArgs& a, bool backward) const {

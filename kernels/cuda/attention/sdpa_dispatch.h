@@ -2,7 +2,9 @@
 // over Loom's kernels, with the kernel chosen per shape by timing.
 //
 //   q [B, H, Tq, D], k/v [B, Hkv, Tk, D] (Hkv divides H: GQA),
-//   o [B, H, Tq, D], lse [B, H, Tq] f32 (natural log, kept for the backward);
+//   o [B, H, Tq, D], lse [B, H, Tq] f32 (natural log, kept for the backward;
+//   null in a forward no backward follows: an inference forward, tuned under
+//   its own key, whose candidates write o alone);
 //   q/k/v/o/dout/dq/dk/dv may be strided views (the *_strides fields, as in
 //   flash_attention.h: 0 = contiguous); the flash kernels and cuDNN take
 //   strides, the math kernel does not, so a strided call only it could run is
@@ -25,10 +27,10 @@
 // memory-efficient math kernel (sdpa_math.h: f32/bf16/f16, any D <= 256,
 // masks, dropout; deterministic).
 // The first call for a shape key (dtype, B, H, Hkv, Tq, Tk, D, causal,
-// deterministic, forward or backward) times the candidates on the caller's own
-// buffers (TimeRuns, kernels/cuda/run_timing.h: the fastest of three batches
-// of runs, each about 0.3 ms, after a warm-up), caches the
-// fastest in-process (and in the file named by LOOM_SDPA_CACHE, when set, and
+// deterministic, forward, inference forward or backward) times the
+// candidates on the caller's own buffers (TimeRuns, kernels/cuda/run_timing.h:
+// the fastest of three batches of runs, each about 0.3 ms, after a warm-up),
+// caches the fastest in-process (and in the file named by LOOM_SDPA_CACHE, when set, and
 // in the TuningCache: see SetTuningCache) and runs it; later calls run the
 // cached choice. The backward is tuned by
 // coordinate descent: the dK/dV variant with the default dQ pass (and the

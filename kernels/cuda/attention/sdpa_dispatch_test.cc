@@ -98,6 +98,37 @@ TEST(SdpaDispatch, Validation) {
   EXPECT_EQ(calls, 0);
 }
 
+// A forward without lse is an inference one: valid, tuned under its own key
+// (its candidates write o alone, so their times differ from the training
+// forward's), with the timer seeing the null lse; a backward without lse is
+// refused naming it.
+TEST(SdpaDispatch, InferenceForwardHasItsOwnKey) {
+  SdpaArgs a = Valid();
+  a.lse = nullptr;
+  EXPECT_TRUE(SdpaValidate(a, false).ok()) << SdpaValidate(a, false);
+  ExpectCode(a, absl::StatusCode::kInvalidArgument, "lse", /*backward=*/true);
+  const std::string key = SdpaDispatcher::Key(a, false);
+  EXPECT_NE(key, SdpaDispatcher::Key(Valid(), false));
+  EXPECT_NE(key.find("inference"), std::string::npos) << key;
+  EXPECT_EQ(SdpaDispatcher::Key(a, true), SdpaDispatcher::Key(Valid(), true)) << "lse is the backward's input";
+  int training = 0, inference = 0;
+  SdpaDispatcher d([&](const SdpaCandidate& c, const SdpaArgs& x, bool) -> absl::StatusOr<double> {
+    ++(x.lse == nullptr ? inference : training);
+    // cuDNN is fastest for inference here, flash variant 2 for training.
+    if (c.kind == SdpaCandidate::kCudnn) return x.lse == nullptr ? 0.5 : 2.0;
+    return c.fwd_variant == 2 ? 1.0 : 3.0;
+  });
+  auto inf = d.Select(a, false);
+  ASSERT_TRUE(inf.ok()) << inf.status();
+  EXPECT_EQ(inf->pick.kind, SdpaCandidate::kCudnn);
+  auto train = d.Select(Valid(), false);
+  ASSERT_TRUE(train.ok()) << train.status();
+  EXPECT_EQ(train->pick.kind, SdpaCandidate::kFlash);
+  EXPECT_EQ(train->pick.fwd_variant, 2);
+  EXPECT_EQ(inference, FlashForwardVariants() + 1);
+  EXPECT_EQ(training, FlashForwardVariants() + 1);
+}
+
 // Strided operands: the flash layer names the bad stride field (checked
 // before any launch); the dispatcher refuses strides the math fallback would
 // have to take, and tunes strided shapes under their own key.

@@ -125,7 +125,7 @@ __global__ void MathFwdKernel(MathParams p) {
     m = m_new;
   }
   StoreRow<T, NPL>(static_cast<T*>(p.o) + row * D, D, acc, l > 0.f ? 1.f / l : 0.f);
-  if ((threadIdx.x & 31) == 0) p.lse[row] = l > 0.f ? m + logf(l) : -INFINITY;
+  if ((threadIdx.x & 31) == 0 && p.lse != nullptr) p.lse[row] = l > 0.f ? m + logf(l) : -INFINITY;
 }
 
 template <typename T, int NPL>

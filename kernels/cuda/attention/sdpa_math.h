@@ -11,7 +11,7 @@
 // sdpa_dispatch.cc calls these, after validating the arguments; no Loom or
 // Abseil header here so that nvcc needs nothing else.
 // Layouts as flash_kernels.h: q/o/do/dq [B,H,Tq,D], k/v/dk/dv [B,Hkv,Tk,D],
-// lse [B,H,Tq] f32 (natural log). The backward needs the forward's o and lse and
+// lse [B,H,Tq] f32 (natural log; a forward with lse null writes o alone). The backward needs the forward's o and lse and
 // MathBwdWorkspaceFloats() f32 of workspace (delta, one per query row).
 #pragma once
 
