@@ -26,7 +26,7 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw -
 status=0
 if [ "${SDPA_CHECKS:-1}" != 0 ]; then  # run_all.sh ran them already (run_checks.sh)
   echo "== flash attention checks (fp64 reference)"
-  timeout 50 "$D/bin/attention_check" 2>&1 | tee "$O/attention_check.txt"
+  timeout 120 "$D/bin/attention_check" 2>&1 | tee "$O/attention_check.txt"  # as run_checks.sh
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
 fi
 if [ "$MODE" = sweep ] || [ "$MODE" = all ]; then
