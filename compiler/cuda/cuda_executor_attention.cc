@@ -76,7 +76,8 @@ loom::kernels::cuda::attention::SdpaArgs Impl::AttnCallArgs(const Launch& l) con
   a.q = ptr(w[base]), a.k = ptr(w[base + 1]), a.v = ptr(w[base + 2]), a.o = ptr(w[base + 3]);
   a.q_strides = strides(w[base]), a.k_strides = strides(w[base + 1]), a.v_strides = strides(w[base + 2]);
   a.o_strides = strides(w[base + 3]);
-  a.lse = bwd || IsRead(l.outputs[1]) ? static_cast<float*>(Ptr(bwd ? l.inputs[5] : l.outputs[1])) : nullptr;
+  const int lse = bwd ? l.inputs[5] : l.outputs[1];
+  a.lse = bwd || IsRead(lse) ? static_cast<float*>(Ptr(lse)) : nullptr;  // null: an inference forward
   if (bwd) {
     a.dout = ptr(w[0]), a.dout_strides = strides(w[0]);
     a.dq = ptr(w[5]), a.dk = ptr(w[6]), a.dv = ptr(w[7]);
