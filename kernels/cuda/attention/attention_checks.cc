@@ -104,11 +104,7 @@ class Harness {
     *values = host.ToVector();
     return ToDevice(host, rt_->device());
   }
-  absl::StatusOr<Tensor> Poisoned(std::vector<int64_t> shape, DType dt) {
-    LOOM_ASSIGN_OR_RETURN(Tensor t, rt_->Empty(shape, dt));
-    LOOM_RETURN_IF_ERROR(FillBytes(t.raw_data(), t.nbytes(), 0xFF, rt_->compute_stream()));
-    return t;
-  }
+  absl::StatusOr<Tensor> Poisoned(std::vector<int64_t> shape, DType dt) { return CheckPoisoned(rt_, shape, dt); }
   absl::StatusOr<Vec> Down(const Tensor& t) {
     LOOM_RETURN_IF_ERROR(rt_->SynchronizeCompute());
     LOOM_ASSIGN_OR_RETURN(Tensor h, ToHost(t));
@@ -396,6 +392,21 @@ absl::StatusOr<std::vector<std::pair<std::string, double>>> CheckCase(Harness& h
 }
 
 }  // namespace
+
+absl::StatusOr<Tensor> CheckRandom(DeviceRuntime* rt, Philox& rng, uint64_t* ctr, const std::vector<int64_t>& shape,
+                                   DType dt, std::vector<double>* values) {
+  Vec v(NumElements(shape));
+  for (double& x : v) x = rng.Normal((*ctr)++);
+  Tensor t = Tensor::FromVector(shape, v, dt);
+  *values = t.ToVector();
+  return ToDevice(t, rt->device());
+}
+
+absl::StatusOr<Tensor> CheckPoisoned(DeviceRuntime* rt, const std::vector<int64_t>& shape, DType dt) {
+  LOOM_ASSIGN_OR_RETURN(Tensor t, rt->Empty(shape, dt));
+  LOOM_RETURN_IF_ERROR(FillBytes(t.raw_data(), t.nbytes(), 0xFF, rt->compute_stream()));
+  return t;
+}
 
 const char* AttentionSourceHash() { return LOOM_CUDA_ATTENTION_SOURCE_HASH; }
 

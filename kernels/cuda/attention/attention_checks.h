@@ -16,6 +16,8 @@
 
 #include "absl/status/statusor.h"
 #include "base/dtype.h"
+#include "base/rng.h"
+#include "base/tensor.h"
 #include "kernels/cuda/checks.h"
 
 namespace loom::kernels::cuda {
@@ -45,6 +47,14 @@ struct InferenceCase {
   bool causal = false;
 };
 absl::StatusOr<CheckResult> RunInferenceCheck(DeviceRuntime* rt, uint64_t seed, const InferenceCase& c);
+// Inputs and outputs of the check rows. CheckRandom: normal values drawn
+// from `rng` at counters *ctr, *ctr + 1, ... (*ctr advances past them),
+// rounded to dt, on rt's device; `values` gets the rounded values.
+// CheckPoisoned: every byte 0xFF (NaN in bf16, f16 and f32), so an output
+// element no kernel writes shows.
+absl::StatusOr<Tensor> CheckRandom(DeviceRuntime* rt, Philox& rng, uint64_t* ctr, const std::vector<int64_t>& shape,
+                                   DType dt, std::vector<double>* values);
+absl::StatusOr<Tensor> CheckPoisoned(DeviceRuntime* rt, const std::vector<int64_t>& shape, DType dt);
 // sha256 prefix of kernels/cuda/attention's sources.
 const char* AttentionSourceHash();
 

@@ -71,18 +71,10 @@ absl::StatusOr<CheckResult> RunInferenceCheck(DeviceRuntime* rt, uint64_t seed, 
   const std::vector<int64_t> ks = {c.batch, c.kv_heads, c.seq_k, c.head_dim};
   Philox rng(seed, 5151);
   uint64_t ctr = 0;
-  auto random = [&](const std::vector<int64_t>& shape, Vec* host) -> absl::StatusOr<Tensor> {
-    Vec v(NumElements(shape));
-    for (double& x : v) x = rng.Normal(ctr++);
-    Tensor t = Tensor::FromVector(shape, v, c.dtype);
-    *host = t.ToVector();
-    return ToDevice(t, rt->device());
+  auto random = [&](const std::vector<int64_t>& shape, Vec* host) {
+    return CheckRandom(rt, rng, &ctr, shape, c.dtype, host);
   };
-  auto poisoned = [&](const std::vector<int64_t>& shape, DType t) -> absl::StatusOr<Tensor> {
-    LOOM_ASSIGN_OR_RETURN(Tensor x, rt->Empty(shape, t));
-    LOOM_RETURN_IF_ERROR(FillBytes(x.raw_data(), x.nbytes(), 0xFF, rt->compute_stream()));
-    return x;
-  };
+  auto poisoned = [&](const std::vector<int64_t>& shape, DType t) { return CheckPoisoned(rt, shape, t); };
   Vec q, k, v;
   LOOM_ASSIGN_OR_RETURN(Tensor gq, random(qs, &q));
   LOOM_ASSIGN_OR_RETURN(Tensor gk, random(ks, &k));

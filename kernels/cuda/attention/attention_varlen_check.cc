@@ -55,18 +55,10 @@ absl::StatusOr<CheckResult> RunVarlenCheck(DeviceRuntime* rt, uint64_t seed, DTy
   const int64_t tq = a.cu_seqlens_q.back(), tk = a.cu_seqlens_k.back();
   Philox rng(seed, 4242);
   uint64_t ctr = 0;
-  auto random = [&](std::vector<int64_t> shape, Vec* host) -> absl::StatusOr<Tensor> {
-    Vec v(NumElements(shape));
-    for (double& x : v) x = rng.Normal(ctr++);
-    Tensor t = Tensor::FromVector(shape, v, dt);
-    *host = t.ToVector();
-    return ToDevice(t, rt->device());
+  auto random = [&](const std::vector<int64_t>& shape, Vec* host) {
+    return CheckRandom(rt, rng, &ctr, shape, dt, host);
   };
-  auto poisoned = [&](std::vector<int64_t> shape, DType t) -> absl::StatusOr<Tensor> {
-    LOOM_ASSIGN_OR_RETURN(Tensor x, rt->Empty(shape, t));
-    LOOM_RETURN_IF_ERROR(FillBytes(x.raw_data(), x.nbytes(), 0xFF, rt->compute_stream()));
-    return x;
-  };
+  auto poisoned = [&](const std::vector<int64_t>& shape, DType t) { return CheckPoisoned(rt, shape, t); };
   Vec q, k, v, dout;
   LOOM_ASSIGN_OR_RETURN(Tensor gq, random({tq, heads, d}, &q));
   LOOM_ASSIGN_OR_RETURN(Tensor gk, random({tk, kv_heads, d}, &k));
