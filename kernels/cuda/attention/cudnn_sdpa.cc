@@ -74,7 +74,7 @@ absl::Status CudnnSdpaValidate(const CudnnSdpaArgs& a, bool backward) {
     const void* p;
   };
   std::vector<Ptr> ptrs = {{"q", a.q}, {"k", a.k}, {"v", a.v}, {"o", a.o}};
-  // A forward without lse is an inference one (a graph without the stats).
+  // A forward without lse is an inference one (its stats stay virtual).
   if (backward || a.lse != nullptr) ptrs.push_back({"lse", a.lse});
   if (backward) ptrs.insert(ptrs.end(), {{"dout", a.dout}, {"dq", a.dq}, {"dk", a.dk}, {"dv", a.dv}});
   for (const Ptr& p : ptrs) {
@@ -536,8 +536,8 @@ absl::Status MatmulIntoKvHeads(Builder& g, const char* name, const char* reduce_
   return g.Reduce(reduce_name, CUDNN_REDUCE_TENSOR_ADD, per_head, out);
 }
 
-// Forward: O = softmax(scale * Q K^T [masked]) V, and unless `inference`
-// Stats = max + log(sum exp).
+// Forward: O = softmax(scale * Q K^T [masked]) V and Stats = max + log(sum
+// exp), written unless `inference`.
 absl::Status BuildForward(Builder& g, const Shape& s, cudnnDataType_t io, bool causal, bool inference) {
   const cudnnDataType_t f = CUDNN_DATA_FLOAT;
   LOOM_ASSIGN_OR_RETURN(TensorD q, g.Tensor(kQ, io, {s.b, s.h, s.tq, s.d}, {s.q.b, s.q.h, s.q.r, 1}, false));
@@ -555,12 +555,14 @@ absl::Status BuildForward(Builder& g, const Shape& s, cudnnDataType_t io, bool c
   LOOM_RETURN_IF_ERROR(g.Pointwise("exp", CUDNN_POINTWISE_EXP, f, sub, nullptr, nullptr, ex));
   LOOM_ASSIGN_OR_RETURN(TensorD sum, g.Virtual(f, rd));
   LOOM_RETURN_IF_ERROR(g.Reduce("row sum", CUDNN_REDUCE_TENSOR_ADD, ex, sum));
-  if (!inference) {
-    LOOM_ASSIGN_OR_RETURN(TensorD stats, g.Tensor(kStats, f, rd, {s.h * s.tq, s.tq, 1, 1}, false));
-    LOOM_ASSIGN_OR_RETURN(TensorD lg, g.Virtual(f, rd));
-    LOOM_RETURN_IF_ERROR(g.Pointwise("log sum", CUDNN_POINTWISE_LOG, f, sum, nullptr, nullptr, lg));
-    LOOM_RETURN_IF_ERROR(g.Pointwise("stats", CUDNN_POINTWISE_ADD, f, mx, &lg, nullptr, stats));
-  }
+  // cuDNN's fused engines match the softmax with its stats nodes; an
+  // inference graph keeps them and makes the stats tensor virtual, so
+  // nothing is written.
+  LOOM_ASSIGN_OR_RETURN(TensorD stats, inference ? g.Virtual(f, rd)
+                                                 : g.Tensor(kStats, f, rd, {s.h * s.tq, s.tq, 1, 1}, false));
+  LOOM_ASSIGN_OR_RETURN(TensorD lg, g.Virtual(f, rd));
+  LOOM_RETURN_IF_ERROR(g.Pointwise("log sum", CUDNN_POINTWISE_LOG, f, sum, nullptr, nullptr, lg));
+  LOOM_RETURN_IF_ERROR(g.Pointwise("stats", CUDNN_POINTWISE_ADD, f, mx, &lg, nullptr, stats));
   LOOM_ASSIGN_OR_RETURN(TensorD p, g.Virtual(io, sd));  // P in the i/o type (bmm2's A)
   LOOM_RETURN_IF_ERROR(g.Pointwise("softmax", CUDNN_POINTWISE_DIV, f, ex, &sum, nullptr, p));
   return g.Matmul("P V", p, v, o);
