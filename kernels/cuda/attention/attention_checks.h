@@ -35,7 +35,7 @@ absl::StatusOr<CheckResult> RunVarlenCheck(DeviceRuntime* rt, uint64_t seed, DTy
                                            const std::vector<int64_t>& lens_q, const std::vector<int64_t>& lens_k);
 // An inference forward (lse null) of one path: Loom's flash kernels with a
 // forward variant (its o must equal the training forward's bit for bit),
-// cuDNN's graph without the stats, or the dispatcher (tuned under the
+// cuDNN's graph with its stats virtual, or the dispatcher (tuned under the
 // inference key); o is compared with the fp64 reference
 // (attention_inference_check.cc).
 enum class InferencePath { kFlash, kCudnn, kDispatch };

@@ -5,7 +5,7 @@
 //
 //   q, o, dout, dq: [B, H, Tq, D]   k, v, dk, dv: [B, Hkv, Tk, D]   (bf16 or f16)
 //   lse: [B, H, Tq] f32 contiguous, natural-log logsumexp of scale * q k^T rows;
-//   null in an inference forward (its own plan: the graph without the stats)
+//   null in an inference forward (its own plan: the stats tensor virtual)
 //   o = softmax(scale * q k^T [+ causal mask]) v; query head h uses kv head
 //   h / (H / Hkv) (GQA). causal: query i sees keys j <= i (top-left aligned).
 //   scale 0 means 1/sqrt(D). D: a multiple of 8 up to 128 (64 and 128 tested).
